@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that the host, guest and end-to-end tiers need,
+# only when something is missing. Needs root; fails with a clear message
+# otherwise.
+set -euo pipefail
+
+# command-or-file -> package
+declare -A need=(
+  [lvm]=lvm2
+  [qemu-system-x86_64]=qemu-system-x86
+  [busybox]=busybox-static
+  [thin_check]=thin-provisioning-tools
+  [mkfs.xfs]=xfsprogs
+  [mkfs.ext4]=e2fsprogs
+  [mkfs.btrfs]=btrfs-progs
+  [losetup]=util-linux
+  [blkid]=util-linux
+  [modprobe]=kmod
+  [openssl]=openssl
+)
+
+missing=()
+for cmd in "${!need[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+# The guest boots Debian's own kernel; its modules carry device-mapper.
+if ! ls /boot/vmlinuz-* >/dev/null 2>&1 || ! ls -d /lib/modules/*/kernel/drivers/md >/dev/null 2>&1; then
+  missing+=(linux-image-amd64)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [ "$(id -u)" != 0 ]; then
+  echo "install-deps: missing packages ${missing[*]}; run as root (make test installs them with apt-get)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

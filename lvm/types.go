@@ -1,0 +1,135 @@
+package lvm
+
+import "time"
+
+// VolumeGroup is one volume group as LVM reports it. Sizes are in bytes.
+type VolumeGroup struct {
+	Name       string
+	UUID       string
+	Size       uint64
+	Free       uint64
+	ExtentSize uint64
+	// ExtentCount and FreeExtents are the sizes above in extents.
+	ExtentCount uint64
+	FreeExtents uint64
+	// MissingPVs counts physical volumes that LVM could not find (a VG with
+	// missing PVs is "partial").
+	MissingPVs int
+	Tags       []string
+}
+
+// VolumeType tells what kind of logical volume an LV is, decoded from the
+// first character of lv_attr (and the segment type).
+type VolumeType string
+
+// The volume types carve distinguishes.
+const (
+	TypeThick    VolumeType = "thick"     // linear, striped, raid, mirror
+	TypeThin     VolumeType = "thin"      // a thin volume (V)
+	TypeThinPool VolumeType = "thin-pool" // a thin pool (t)
+	TypeSnapshot VolumeType = "snapshot"  // an old-style COW snapshot (s)
+	TypeInternal VolumeType = "internal"  // pool data/metadata, raid images, ... ([..] names)
+	TypeOther    VolumeType = "other"
+)
+
+// Health is the health of an LV, decoded from lv_attr's ninth character.
+type Health string
+
+// The health states of lv_attr.
+const (
+	HealthOK               Health = "ok"
+	HealthPartial          Health = "partial"            // p: a PV is missing
+	HealthRefreshNeeded    Health = "refresh-needed"     // r
+	HealthMismatchesExist  Health = "mismatches-exist"   // m
+	HealthWriteMostly      Health = "writemostly"        // w
+	HealthReshaping        Health = "reshaping"          // s
+	HealthFailed           Health = "failed"             // F
+	HealthOutOfData        Health = "out-of-data"        // D (thin pool)
+	HealthMetadataReadOnly Health = "metadata-read-only" // M
+	HealthUnknown          Health = "unknown"            // X
+)
+
+// Attributes is lv_attr decoded into named states.
+type Attributes struct {
+	Type   VolumeType
+	Active bool
+	Open   bool
+	Health Health
+	// Raw is lv_attr as LVM printed it, for logs.
+	Raw string
+}
+
+// LogicalVolume is one LV as LVM reports it.
+type LogicalVolume struct {
+	Name        string
+	VolumeGroup string
+	UUID        string
+	// Size is the LV's (virtual, for thin LVs) size in bytes.
+	Size uint64
+	Tags []string
+	Attr Attributes
+	// Pool is the thin pool of a thin LV, empty otherwise.
+	Pool string
+	// Origin is the origin LV of a snapshot, empty otherwise.
+	Origin string
+	// Path is the device node (/dev/<vg>/<lv>); it exists only while the LV
+	// is active.
+	Path string
+}
+
+// ThinPool is a thin pool with its usage.
+type ThinPool struct {
+	Name        string
+	VolumeGroup string
+	// Size is the pool's data size in bytes.
+	Size uint64
+	// DataPercent and MetadataPercent are the used share, 0-100.
+	DataPercent     float64
+	MetadataPercent float64
+	// VirtualSize is the sum of the sizes of the thin LVs in the pool.
+	VirtualSize uint64
+	// ThinVolumes counts the thin LVs in the pool.
+	ThinVolumes int
+}
+
+// Report is the state of the volume groups read with one LVM command.
+type Report struct {
+	VolumeGroups []VolumeGroup
+	// LogicalVolumes holds every LV, thin pools and internal LVs included.
+	LogicalVolumes []LogicalVolume
+	ThinPools      []ThinPool
+	// ReadAt is when the report was taken.
+	ReadAt time.Time
+}
+
+// LVOptions are the extra lvcreate options carve allows (the allow-list).
+// The zero value means LVM's defaults.
+type LVOptions struct {
+	// Stripes is lvcreate --stripes; 0 or 1 means no striping.
+	Stripes int `json:"stripes,omitempty"`
+	// StripeSize is lvcreate --stripesize in bytes (a power of two); needs
+	// Stripes > 1.
+	StripeSize uint64 `json:"stripeSize,omitempty"`
+	// Mirrors is the number of extra copies of a raid1 LV (lvcreate --type
+	// raid1 --mirrors N); 0 means no mirroring.
+	Mirrors int `json:"mirrors,omitempty"`
+}
+
+// CreateRequest describes one LV to create.
+type CreateRequest struct {
+	VolumeGroup string
+	Name        string
+	// Size in bytes; rounded up to whole extents.
+	Size uint64
+	Tags []string
+	// ThinPool, when set, makes a thin LV in that pool (Options must be
+	// zero then).
+	ThinPool string
+	Options  LVOptions
+}
+
+// Observer receives the duration of every LVM command that ran. command is
+// the lvm subcommand ("lvcreate", "fullreport", ...); err is nil on success.
+type Observer interface {
+	ObserveCommand(command string, duration time.Duration, err error)
+}

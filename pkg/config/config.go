@@ -1,0 +1,39 @@
+// Package config reads carve's device-class file: which volume groups (and
+// thin pools) StorageClasses can ask for, and how much of each to keep free.
+package config
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/carve-csi/carve/lvm"
+)
+
+// Config is the device-class file.
+type Config struct {
+	DeviceClasses []DeviceClass `json:"deviceClasses"`
+}
+
+// DeviceClass is one kind of volume a StorageClass can ask for with the
+// carve.dev/device-class parameter.
+type DeviceClass struct {
+	// Name is what StorageClasses name; a DNS-1123 label.
+	Name string `json:"name"`
+	// VolumeGroup holds this class's LVs; it must exist at start-up.
+	VolumeGroup string `json:"volumeGroup"`
+	// Default marks the class used when a StorageClass names none; at most
+	// one class is the default.
+	Default bool `json:"default,omitempty"`
+	// Spare is kept free: never given to volumes, never reported as capacity.
+	Spare *resource.Quantity `json:"spare,omitempty"`
+	// ThinPool makes this a thin class; the pool must exist in VolumeGroup.
+	ThinPool string `json:"thinPool,omitempty"`
+	// OverprovisionRatio bounds the virtual size of a thin class's volumes
+	// to pool size x ratio; default 1; thin classes only.
+	OverprovisionRatio float64 `json:"overprovisionRatio,omitempty"`
+	// LVCreateOptions are extra lvcreate options from the lvm package's
+	// allow-list; thick classes only.
+	LVCreateOptions lvm.LVOptions `json:"lvcreateOptions,omitempty"`
+}
+
+// Thin tells whether the class carves thin LVs.
+func (d *DeviceClass) Thin() bool { return d.ThinPool != "" }

@@ -1,0 +1,193 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/carve-csi/carve/lvm"
+)
+
+// fakeLVM is an in-memory LVM for unit tests: volume groups with a size and
+// an extent size, thick and thin LVs, and the lvm package's errors.
+type fakeLVM struct {
+	mu      sync.Mutex
+	vgs     map[string]*lvm.VolumeGroup
+	lvs     map[string]*lvm.LogicalVolume // key vg/name
+	pools   map[string]*lvm.ThinPool      // key vg/name
+	reports int
+	// failNext, when set, is returned by the next mutation.
+	failNext error
+}
+
+func newFakeLVM() *fakeLVM {
+	return &fakeLVM{vgs: map[string]*lvm.VolumeGroup{}, lvs: map[string]*lvm.LogicalVolume{}, pools: map[string]*lvm.ThinPool{}}
+}
+
+const fakeExtent = 4 << 20
+
+// addVG adds a volume group of size bytes with 4 MiB extents.
+func (f *fakeLVM) addVG(name string, size uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vgs[name] = &lvm.VolumeGroup{Name: name, Size: size, Free: size, ExtentSize: fakeExtent,
+		ExtentCount: size / fakeExtent, FreeExtents: size / fakeExtent}
+}
+
+// addThinPool carves a thin pool of size bytes out of vg.
+func (f *fakeLVM) addThinPool(vg, name string, size uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vgs[vg].Free -= size
+	f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+	f.pools[vg+"/"+name] = &lvm.ThinPool{Name: name, VolumeGroup: vg, Size: size}
+	f.lvs[vg+"/"+name] = &lvm.LogicalVolume{Name: name, VolumeGroup: vg, Size: size,
+		Attr: lvm.Attributes{Type: lvm.TypeThinPool, Active: true, Health: lvm.HealthOK}}
+}
+
+func roundUp(size uint64) uint64 {
+	if size == 0 {
+		return fakeExtent
+	}
+	return (size + fakeExtent - 1) / fakeExtent * fakeExtent
+}
+
+func (f *fakeLVM) Report(ctx context.Context) (*lvm.Report, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reports++
+	r := &lvm.Report{ReadAt: time.Now()}
+	for _, vg := range f.vgs {
+		r.VolumeGroups = append(r.VolumeGroups, *vg)
+	}
+	for _, lv := range f.lvs {
+		r.LogicalVolumes = append(r.LogicalVolumes, *lv)
+	}
+	for _, p := range f.pools {
+		r.ThinPools = append(r.ThinPools, *p)
+	}
+	slices.SortFunc(r.VolumeGroups, func(a, b lvm.VolumeGroup) int { return compare(a.Name, b.Name) })
+	slices.SortFunc(r.LogicalVolumes, func(a, b lvm.LogicalVolume) int { return compare(a.Name, b.Name) })
+	return r, nil
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (f *fakeLVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lv, ok := f.lvs[vg+"/"+name]
+	if !ok {
+		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	}
+	c := *lv
+	return &c, nil
+}
+
+func (f *fakeLVM) takeFailure() error {
+	err := f.failNext
+	f.failNext = nil
+	return err
+}
+
+func (f *fakeLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return nil, err
+	}
+	vg, ok := f.vgs[req.VolumeGroup]
+	if !ok {
+		return nil, fmt.Errorf("vg %s: %w", req.VolumeGroup, lvm.ErrNotFound)
+	}
+	key := req.VolumeGroup + "/" + req.Name
+	if _, ok := f.lvs[key]; ok {
+		return nil, fmt.Errorf("lv %s: %w", key, lvm.ErrAlreadyExists)
+	}
+	size := roundUp(req.Size)
+	lv := &lvm.LogicalVolume{Name: req.Name, VolumeGroup: req.VolumeGroup, Size: size,
+		Tags: slices.Clone(req.Tags), Path: "/dev/" + key,
+		Attr: lvm.Attributes{Type: lvm.TypeThick, Active: true, Health: lvm.HealthOK}}
+	if req.ThinPool != "" {
+		pool, ok := f.pools[req.VolumeGroup+"/"+req.ThinPool]
+		if !ok {
+			return nil, fmt.Errorf("thin pool %s: %w", req.ThinPool, lvm.ErrNotFound)
+		}
+		pool.VirtualSize += size
+		pool.ThinVolumes++
+		lv.Pool = req.ThinPool
+		lv.Attr.Type = lvm.TypeThin
+	} else {
+		if size > vg.Free {
+			return nil, fmt.Errorf("vg %s has %d bytes free, %d asked: %w", vg.Name, vg.Free, size, lvm.ErrInsufficientSpace)
+		}
+		vg.Free -= size
+		vg.FreeExtents = vg.Free / fakeExtent
+	}
+	f.lvs[key] = lv
+	c := *lv
+	return &c, nil
+}
+
+func (f *fakeLVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return nil, err
+	}
+	lv, ok := f.lvs[vg+"/"+name]
+	if !ok {
+		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	}
+	size = roundUp(size)
+	if size > lv.Size {
+		grow := size - lv.Size
+		if lv.Pool != "" {
+			f.pools[vg+"/"+lv.Pool].VirtualSize += grow
+		} else {
+			if grow > f.vgs[vg].Free {
+				return nil, fmt.Errorf("vg %s: %w", vg, lvm.ErrInsufficientSpace)
+			}
+			f.vgs[vg].Free -= grow
+			f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+		}
+		lv.Size = size
+	}
+	c := *lv
+	return &c, nil
+}
+
+func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	key := vg + "/" + name
+	lv, ok := f.lvs[key]
+	if !ok {
+		return fmt.Errorf("lv %s: %w", key, lvm.ErrNotFound)
+	}
+	if lv.Pool != "" {
+		p := f.pools[vg+"/"+lv.Pool]
+		p.VirtualSize -= lv.Size
+		p.ThinVolumes--
+	} else {
+		f.vgs[vg].Free += lv.Size
+		f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+	}
+	delete(f.lvs, key)
+	return nil
+}
+
+var _ LVM = (*fakeLVM)(nil)

@@ -1,0 +1,26 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/carve-csi/carve/lvm"
+)
+
+// LVM is what the CSI servers need of LVM; *lvm.Client implements it. The
+// errors are the lvm package's (lvm.ErrNotFound, lvm.ErrInsufficientSpace,
+// lvm.ErrAlreadyExists, lvm.ErrInvalidArgument), mapped to gRPC codes only
+// in this package.
+type LVM interface {
+	// Report reads every VG, LV and thin pool with one command.
+	Report(ctx context.Context) (*lvm.Report, error)
+	// GetLV returns lvm.ErrNotFound when the LV does not exist.
+	GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
+	// CreateLV returns lvm.ErrAlreadyExists when the name is taken.
+	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
+	// ExtendLV is a no-op for an LV that is already at least size bytes.
+	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
+	// RemoveLV returns lvm.ErrNotFound when the LV does not exist.
+	RemoveLV(ctx context.Context, vg, name string) error
+}
+
+var _ LVM = (*lvm.Client)(nil)

@@ -1,0 +1,77 @@
+package driver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// A carve volume ID is "<volume group>/<LV name>": the node side finds the
+// device (/dev/<vg>/<lv>) from the ID alone, with no state of its own.
+// LV names are derived from the CSI volume name, never the raw name: CSI
+// names can be longer than LVM allows and use characters it does not.
+
+// lvNamePrefix starts every LV name carve makes.
+const lvNamePrefix = "carve-"
+
+// Tags carve puts on every LV it makes. LVM tags allow [A-Za-z0-9_+.-/=!:&#].
+const (
+	// TagOwner marks an LV as carve's.
+	TagOwner = "carve.dev/owner=carve"
+	// TagVolumePrefix + the hex encoding of the CSI volume name: the full
+	// name, whatever characters it holds, so that a hash collision of LV
+	// names is detected and lookups work after a restart.
+	TagVolumePrefix = "carve.dev/volume="
+	// TagClassPrefix + the device class name.
+	TagClassPrefix = "carve.dev/class="
+)
+
+// LVNameFor derives the LV name of a CSI volume name: the prefix and 32 hex
+// digits of its SHA-256 (128 bits, so two names never meet in practice).
+func LVNameFor(volumeName string) string {
+	sum := sha256.Sum256([]byte(volumeName))
+	return lvNamePrefix + hex.EncodeToString(sum[:16])
+}
+
+// VolumeTag is the tag that carries a CSI volume name.
+func VolumeTag(volumeName string) string {
+	return TagVolumePrefix + hex.EncodeToString([]byte(volumeName))
+}
+
+// VolumeNameFromTags returns the CSI volume name carried by an LV's tags.
+func VolumeNameFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagVolumePrefix); ok {
+			b, err := hex.DecodeString(v)
+			if err != nil {
+				return "", false
+			}
+			return string(b), true
+		}
+	}
+	return "", false
+}
+
+// ClassFromTags returns the device class recorded in an LV's tags.
+func ClassFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagClassPrefix); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// VolumeID builds the ID of the LV lv in volume group vg.
+func VolumeID(vg, lv string) string { return vg + "/" + lv }
+
+// ParseVolumeID splits a volume ID into volume group and LV name. It does
+// not check that they exist, only that the ID has carve's form.
+func ParseVolumeID(id string) (vg, lv string, err error) {
+	vg, lv, ok := strings.Cut(id, "/")
+	if !ok || vg == "" || !strings.HasPrefix(lv, lvNamePrefix) || strings.Contains(lv, "/") {
+		return "", "", fmt.Errorf("volume ID %q is not of the form <volume group>/%s<hex>", id, lvNamePrefix)
+	}
+	return vg, lv, nil
+}

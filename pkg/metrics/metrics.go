@@ -1,0 +1,196 @@
+// Package metrics defines carve's own Prometheus metrics (carve_*): the
+// duration of every CSI phase and of its steps, of every LVM command, and
+// per device class gauges of volume-group and thin-pool state. The standard
+// csi_plugin_operations_seconds histogram comes from csi-lib-utils and is
+// registered beside these by the plugin.
+package metrics
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+)
+
+// Phase names: one per CSI operation carve times.
+const (
+	PhaseCreate    = "create"
+	PhaseDelete    = "delete"
+	PhaseStage     = "stage"
+	PhasePublish   = "publish"
+	PhaseUnpublish = "unpublish"
+	PhaseUnstage   = "unstage"
+	PhaseExpand    = "expand"
+	PhaseCapacity  = "capacity"
+)
+
+// Step names: the parts of a phase that take time.
+const (
+	StepLVCreate       = "lvcreate"
+	StepLVRemove       = "lvremove"
+	StepLVExtend       = "lvextend"
+	StepSignatureCheck = "signature_check"
+	StepMkfs           = "mkfs"
+	StepMount          = "mount"
+	StepBindMount      = "bind_mount"
+	StepUnmount        = "unmount"
+	StepFilesystemGrow = "fs_grow"
+)
+
+// Buckets from 1 ms to about 2 minutes: LVM commands take tens of ms,
+// mkfs of a large volume can take a minute.
+var durationBuckets = prometheus.ExponentialBuckets(0.001, 2, 18)
+
+// Recorder holds carve's metrics. A nil *Recorder records nothing, so code
+// under test can pass nil.
+type Recorder struct {
+	phaseDuration *prometheus.HistogramVec
+	stepDuration  *prometheus.HistogramVec
+	lvmDuration   *prometheus.HistogramVec
+
+	vgSize            *prometheus.GaugeVec
+	vgFree            *prometheus.GaugeVec
+	capacity          *prometheus.GaugeVec
+	thinDataPercent   *prometheus.GaugeVec
+	thinMetaPercent   *prometheus.GaugeVec
+	volumes           *prometheus.GaugeVec
+	lastRefreshResult *prometheus.GaugeVec
+}
+
+// NewRecorder creates the metrics and registers them with reg.
+func NewRecorder(reg prometheus.Registerer) *Recorder {
+	r := &Recorder{
+		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "carve_phase_duration_seconds",
+			Help:    "Duration of a CSI phase (create, delete, stage, publish, unpublish, unstage, expand, capacity) by device class and result (a gRPC code name).",
+			Buckets: durationBuckets,
+		}, []string{"phase", "device_class", "result"}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "carve_step_duration_seconds",
+			Help:    "Duration of one step of a phase (lvcreate, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount) by device class and result (success or error).",
+			Buckets: durationBuckets,
+		}, []string{"phase", "step", "device_class", "result"}),
+		lvmDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "carve_lvm_command_duration_seconds",
+			Help:    "Duration of an lvm2 command by command (lvcreate, lvremove, lvextend, fullreport, ...) and result (success or error).",
+			Buckets: durationBuckets,
+		}, []string{"command", "result"}),
+		vgSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_volume_group_size_bytes",
+			Help: "Size of the volume group of a device class.",
+		}, []string{"device_class", "volume_group"}),
+		vgFree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_volume_group_free_bytes",
+			Help: "Free space of the volume group of a device class, as LVM reports it (spare included).",
+		}, []string{"device_class", "volume_group"}),
+		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_capacity_available_bytes",
+			Help: "Capacity reported to Kubernetes through GetCapacity for a device class (free space minus spare; for thin classes bounded by the overprovision ratio).",
+		}, []string{"device_class"}),
+		thinDataPercent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_thin_pool_data_percent",
+			Help: "Used share (0-100) of the data of a thin class's pool.",
+		}, []string{"device_class", "volume_group", "thin_pool"}),
+		thinMetaPercent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_thin_pool_metadata_percent",
+			Help: "Used share (0-100) of the metadata of a thin class's pool.",
+		}, []string{"device_class", "volume_group", "thin_pool"}),
+		volumes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_volumes",
+			Help: "Number of carve volumes (LVs with carve's tags) of a device class.",
+		}, []string{"device_class"}),
+		lastRefreshResult: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_state_refresh_timestamp_seconds",
+			Help: "Unix time of the last refresh of the in-memory volume-group view, by result (success or error).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.vgSize, r.vgFree,
+		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.volumes, r.lastRefreshResult)
+	return r
+}
+
+// ObservePhase records one phase; err is the error the RPC returned.
+func (r *Recorder) ObservePhase(phase, deviceClass string, d time.Duration, err error) {
+	if r == nil {
+		return
+	}
+	r.phaseDuration.WithLabelValues(phase, deviceClass, codeName(err)).Observe(d.Seconds())
+}
+
+// ObserveStep records one step of a phase.
+func (r *Recorder) ObserveStep(phase, step, deviceClass string, d time.Duration, err error) {
+	if r == nil {
+		return
+	}
+	r.stepDuration.WithLabelValues(phase, step, deviceClass, result(err)).Observe(d.Seconds())
+}
+
+// ObserveCommand records one lvm command; it makes Recorder an lvm.Observer.
+func (r *Recorder) ObserveCommand(command string, d time.Duration, err error) {
+	if r == nil {
+		return
+	}
+	r.lvmDuration.WithLabelValues(command, result(err)).Observe(d.Seconds())
+}
+
+// ClassState is what the gauges show for one device class.
+type ClassState struct {
+	DeviceClass       string
+	VolumeGroup       string
+	VGSize, VGFree    uint64
+	AvailableCapacity uint64
+	Volumes           int
+	// ThinPool is empty for thick classes; the percents are read only then.
+	ThinPool                         string
+	ThinDataPercent, ThinMetaPercent float64
+}
+
+// SetClassStates replaces the per-class gauges with states, so a class
+// removed from the configuration stops being reported.
+func (r *Recorder) SetClassStates(states []ClassState) {
+	if r == nil {
+		return
+	}
+	for _, g := range []*prometheus.GaugeVec{r.vgSize, r.vgFree, r.capacity, r.thinDataPercent, r.thinMetaPercent, r.volumes} {
+		g.Reset()
+	}
+	for _, s := range states {
+		r.vgSize.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.VGSize))
+		r.vgFree.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.VGFree))
+		r.capacity.WithLabelValues(s.DeviceClass).Set(float64(s.AvailableCapacity))
+		r.volumes.WithLabelValues(s.DeviceClass).Set(float64(s.Volumes))
+		if s.ThinPool != "" {
+			r.thinDataPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinDataPercent)
+			r.thinMetaPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinMetaPercent)
+		}
+	}
+}
+
+// ObserveRefresh records when the volume-group view was last refreshed.
+func (r *Recorder) ObserveRefresh(at time.Time, err error) {
+	if r == nil {
+		return
+	}
+	r.lastRefreshResult.WithLabelValues(result(err)).Set(float64(at.UnixNano()) / 1e9)
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
+}
+
+// codeName is the gRPC code of err ("OK" for nil); errors without a status
+// count as Internal, as grpc-go would send them.
+func codeName(err error) string {
+	if err == nil {
+		return "OK"
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Code().String()
+	}
+	return "Internal"
+}

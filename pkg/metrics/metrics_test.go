@@ -1,0 +1,116 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestObservePhaseLabelsResultWithGRPCCode(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{nil, "OK"},
+		{status.Error(codes.ResourceExhausted, "full"), "ResourceExhausted"},
+		{fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "gone")), "NotFound"},
+		{errors.New("plain"), "Internal"},
+	}
+	for _, tt := range tests {
+		reg := prometheus.NewRegistry()
+		r := NewRecorder(reg)
+		r.ObservePhase(PhaseCreate, "fast", time.Millisecond, tt.err)
+		got := sampleCount(t, reg, "carve_phase_duration_seconds", map[string]string{"phase": PhaseCreate, "device_class": "fast", "result": tt.want})
+		if got != 1 {
+			t.Errorf("err %v: count of result=%q is %d, want 1", tt.err, tt.want, got)
+		}
+	}
+}
+
+func TestObserveStepAndCommandResult(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := NewRecorder(reg)
+	r.ObserveStep(PhaseStage, StepMkfs, "fast", time.Second, nil)
+	r.ObserveStep(PhaseStage, StepMkfs, "fast", time.Second, errors.New("mkfs failed"))
+	r.ObserveCommand("lvcreate", time.Second, errors.New("exit 5"))
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"carve_step_duration_seconds", map[string]string{"phase": "stage", "step": "mkfs", "device_class": "fast", "result": "success"}},
+		{"carve_step_duration_seconds", map[string]string{"phase": "stage", "step": "mkfs", "device_class": "fast", "result": "error"}},
+		{"carve_lvm_command_duration_seconds", map[string]string{"command": "lvcreate", "result": "error"}},
+	} {
+		if got := sampleCount(t, reg, c.name, c.labels); got != 1 {
+			t.Errorf("%s%v: count %d, want 1", c.name, c.labels, got)
+		}
+	}
+}
+
+// sampleCount returns the sample count of the histogram series of name
+// whose labels are exactly labels; 0 when there is none.
+func sampleCount(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func TestSetClassStatesReplacesOldClasses(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := NewRecorder(reg)
+	r.SetClassStates([]ClassState{
+		{DeviceClass: "fast", VolumeGroup: "vg0", VGSize: 100, VGFree: 60, AvailableCapacity: 50, Volumes: 2},
+		{DeviceClass: "thin", VolumeGroup: "vg0", ThinPool: "pool0", ThinDataPercent: 12.5, ThinMetaPercent: 3},
+	})
+	r.SetClassStates([]ClassState{{DeviceClass: "fast", VolumeGroup: "vg0", VGSize: 100, VGFree: 40, AvailableCapacity: 30, Volumes: 3}})
+	want := `
+# HELP carve_capacity_available_bytes Capacity reported to Kubernetes through GetCapacity for a device class (free space minus spare; for thin classes bounded by the overprovision ratio).
+# TYPE carve_capacity_available_bytes gauge
+carve_capacity_available_bytes{device_class="fast"} 30
+# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class.
+# TYPE carve_volumes gauge
+carve_volumes{device_class="fast"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "carve_capacity_available_bytes", "carve_volumes"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(r.thinDataPercent); n != 0 {
+		t.Errorf("thin pool gauge kept %d series of a class that is gone", n)
+	}
+}
+
+func TestNilRecorderRecordsNothing(t *testing.T) {
+	var r *Recorder
+	r.ObservePhase(PhaseStage, "c", time.Second, nil)
+	r.ObserveStep(PhaseStage, StepMkfs, "c", time.Second, nil)
+	r.ObserveCommand("lvcreate", time.Second, nil)
+	r.SetClassStates(nil)
+	r.ObserveRefresh(time.Now(), nil)
+}

@@ -1,0 +1,222 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/carve-csi/carve/lvm"
+)
+
+// Load reads and validates the device-class file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read device-class file: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("device-class file %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes a device-class file, rejecting unknown keys, and validates
+// it.
+func Parse(data []byte) (*Config, error) {
+	// YAMLToJSONStrict rejects duplicate keys; the case-sensitive strict
+	// decoder rejects unknown keys, "thinpool" for "thinPool" included
+	// (encoding/json, under yaml.UnmarshalStrict, matches keys ignoring case).
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	var cfg Config
+	strictErrs, err := kjson.UnmarshalStrict(js, &cfg, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if len(strictErrs) > 0 {
+		return nil, fmt.Errorf("decode: %w", errors.Join(strictErrs...))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+var (
+	// dns1123Label is the form of a device-class name.
+	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// lvmName is what LVM accepts as a VG or LV name (and carve passes to
+	// lvm commands): no leading hyphen, a limited alphabet.
+	lvmName = regexp.MustCompile(`^[A-Za-z0-9_.+][A-Za-z0-9_.+-]*$`)
+)
+
+// Validate checks the file without looking at the machine: names,
+// duplicates, the default, quantities and options. Every problem found is
+// reported, each naming the class and the key.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.DeviceClasses) == 0 {
+		errs = append(errs, errors.New("deviceClasses: at least one device class is needed"))
+	}
+	seen := map[string]bool{}
+	defaults := []string{}
+	for i := range c.DeviceClasses {
+		d := &c.DeviceClasses[i]
+		where := fmt.Sprintf("deviceClasses[%d]", i)
+		if d.Name != "" {
+			where = fmt.Sprintf("deviceClasses[%d] (%s)", i, d.Name)
+		}
+		if err := d.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		}
+		if d.Name != "" {
+			if seen[d.Name] {
+				errs = append(errs, fmt.Errorf("%s: name %q is used by more than one device class", where, d.Name))
+			}
+			seen[d.Name] = true
+		}
+		if d.Default {
+			defaults = append(defaults, d.Name)
+		}
+	}
+	if len(defaults) > 1 {
+		errs = append(errs, fmt.Errorf("deviceClasses: at most one class may be the default, found %d: %q", len(defaults), defaults))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *DeviceClass) validate() error {
+	var errs []error
+	switch {
+	case d.Name == "":
+		errs = append(errs, errors.New("name: must be set"))
+	case len(d.Name) > 63 || !dns1123Label.MatchString(d.Name):
+		errs = append(errs, fmt.Errorf("name %q: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)", d.Name))
+	}
+	switch {
+	case d.VolumeGroup == "":
+		errs = append(errs, errors.New("volumeGroup: must be set"))
+	case len(d.VolumeGroup) > 127 || !lvmName.MatchString(d.VolumeGroup) || d.VolumeGroup == "." || d.VolumeGroup == "..":
+		errs = append(errs, fmt.Errorf("volumeGroup %q: not a valid LVM volume group name (letters, digits, '_', '.', '+', '-'; no leading '-')", d.VolumeGroup))
+	}
+	if d.Spare != nil && d.Spare.Sign() < 0 {
+		errs = append(errs, fmt.Errorf("spare %s: must not be negative", d.Spare))
+	}
+	if d.Thin() {
+		if len(d.ThinPool) > 127 || !lvmName.MatchString(d.ThinPool) {
+			errs = append(errs, fmt.Errorf("thinPool %q: not a valid LVM logical volume name", d.ThinPool))
+		}
+		if d.OverprovisionRatio != 0 && (d.OverprovisionRatio < 1 || math.IsInf(d.OverprovisionRatio, 0) || math.IsNaN(d.OverprovisionRatio)) {
+			errs = append(errs, fmt.Errorf("overprovisionRatio %v: must be at least 1", d.OverprovisionRatio))
+		}
+		if d.LVCreateOptions != (lvm.LVOptions{}) {
+			errs = append(errs, errors.New("lvcreateOptions: only thick classes (no thinPool) take lvcreate options"))
+		}
+	} else {
+		if d.OverprovisionRatio != 0 {
+			errs = append(errs, errors.New("overprovisionRatio: only thin classes (with thinPool) take an overprovision ratio"))
+		}
+		if err := validateOptions(d.LVCreateOptions); err != nil {
+			errs = append(errs, fmt.Errorf("lvcreateOptions: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateOptions checks the allow-listed lvcreate options.
+func validateOptions(o lvm.LVOptions) error {
+	var errs []error
+	if o.Stripes < 0 {
+		errs = append(errs, fmt.Errorf("stripes %d: must not be negative", o.Stripes))
+	}
+	if o.StripeSize != 0 {
+		if o.Stripes < 2 {
+			errs = append(errs, errors.New("stripeSize: needs stripes of 2 or more"))
+		}
+		if o.StripeSize&(o.StripeSize-1) != 0 || o.StripeSize < 4096 {
+			errs = append(errs, fmt.Errorf("stripeSize %d: must be a power of two of at least 4096 bytes", o.StripeSize))
+		}
+	}
+	if o.Mirrors < 0 {
+		errs = append(errs, fmt.Errorf("mirrors %d: must not be negative", o.Mirrors))
+	}
+	if o.Mirrors > 0 && o.Stripes > 1 {
+		errs = append(errs, errors.New("mirrors and stripes: carve allows one of them per class, not both"))
+	}
+	return errors.Join(errs...)
+}
+
+// Class returns the class named name; an empty name means the default class.
+// ok is false when there is no such class (or no default).
+func (c *Config) Class(name string) (*DeviceClass, bool) {
+	for i := range c.DeviceClasses {
+		d := &c.DeviceClasses[i]
+		if (name == "" && d.Default) || (name != "" && d.Name == name) {
+			return d, true
+		}
+	}
+	return nil, false
+}
+
+// Names lists the class names in file order.
+func (c *Config) Names() []string {
+	names := make([]string, 0, len(c.DeviceClasses))
+	for _, d := range c.DeviceClasses {
+		names = append(names, d.Name)
+	}
+	return names
+}
+
+// SpareBytes is the spare in bytes (0 when unset).
+func (d *DeviceClass) SpareBytes() uint64 {
+	if d.Spare == nil || d.Spare.Sign() <= 0 {
+		return 0
+	}
+	return uint64(d.Spare.Value())
+}
+
+// Ratio is the overprovision ratio with its default of 1 applied.
+func (d *DeviceClass) Ratio() float64 {
+	if d.OverprovisionRatio == 0 {
+		return 1
+	}
+	return d.OverprovisionRatio
+}
+
+// CheckReport verifies that what the file names exists on this machine:
+// every class's volume group and every thin class's pool. It is run at
+// start-up, where a missing VG or pool stops the plugin.
+func (c *Config) CheckReport(r *lvm.Report) error {
+	vgs := map[string]bool{}
+	for _, vg := range r.VolumeGroups {
+		vgs[vg.Name] = true
+	}
+	pools := map[string]bool{}
+	for _, p := range r.ThinPools {
+		pools[p.VolumeGroup+"/"+p.Name] = true
+	}
+	for _, lv := range r.LogicalVolumes {
+		if lv.Attr.Type == lvm.TypeThinPool {
+			pools[lv.VolumeGroup+"/"+lv.Name] = true
+		}
+	}
+	var errs []error
+	for _, d := range c.DeviceClasses {
+		if !vgs[d.VolumeGroup] {
+			errs = append(errs, fmt.Errorf("device class %s: volume group %q does not exist on this node", d.Name, d.VolumeGroup))
+			continue
+		}
+		if d.Thin() && !pools[d.VolumeGroup+"/"+d.ThinPool] {
+			errs = append(errs, fmt.Errorf("device class %s: thin pool %q does not exist in volume group %q", d.Name, d.ThinPool, d.VolumeGroup))
+		}
+	}
+	return errors.Join(errs...)
+}

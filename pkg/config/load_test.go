@@ -1,0 +1,170 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/carve-csi/carve/lvm"
+)
+
+const goodFile = `
+deviceClasses:
+  - name: fast
+    volumeGroup: vg-fast
+    default: true
+    spare: 1Gi
+  - name: fast-thin
+    volumeGroup: vg-fast
+    thinPool: pool0
+    overprovisionRatio: 4
+    spare: 512Mi
+  - name: striped
+    volumeGroup: vg-slow
+    lvcreateOptions:
+      stripes: 2
+      stripeSize: 65536
+`
+
+func TestParseGood(t *testing.T) {
+	cfg, err := Parse([]byte(goodFile))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got := cfg.Names(); strings.Join(got, ",") != "fast,fast-thin,striped" {
+		t.Errorf("names = %v", got)
+	}
+	def, ok := cfg.Class("")
+	if !ok || def.Name != "fast" {
+		t.Fatalf("default class = %v, %v; want fast", def, ok)
+	}
+	if def.SpareBytes() != 1<<30 || def.Thin() || def.Ratio() != 1 {
+		t.Errorf("fast: spare %d thin %v ratio %v", def.SpareBytes(), def.Thin(), def.Ratio())
+	}
+	thin, ok := cfg.Class("fast-thin")
+	if !ok || !thin.Thin() || thin.Ratio() != 4 || thin.SpareBytes() != 512<<20 {
+		t.Errorf("fast-thin = %+v", thin)
+	}
+	st, _ := cfg.Class("striped")
+	if st.LVCreateOptions != (lvm.LVOptions{Stripes: 2, StripeSize: 65536}) || st.SpareBytes() != 0 {
+		t.Errorf("striped = %+v", st)
+	}
+	if _, ok := cfg.Class("nope"); ok {
+		t.Error("Class(nope) found a class")
+	}
+}
+
+func TestParseBad(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want []string // substrings of the error
+	}{
+		{"unknown top-level key", "deviceClass:\n  - name: a\n", []string{`unknown field "deviceClass"`}},
+		{"unknown class key", "deviceClasses:\n  - name: a\n    volumeGroup: vg\n    thinpool: p\n", []string{`unknown field "deviceClasses[0].thinpool"`}},
+		{"unknown option key", "deviceClasses:\n  - name: a\n    volumeGroup: vg\n    lvcreateOptions: {raid: 5}\n", []string{`unknown field`, `raid`}},
+		{"empty", "deviceClasses: []\n", []string{"at least one device class"}},
+		{"two defaults", "deviceClasses:\n  - {name: a, volumeGroup: vg, default: true}\n  - {name: b, volumeGroup: vg, default: true}\n", []string{"at most one class may be the default", `"a" "b"`}},
+		{"duplicate names", "deviceClasses:\n  - {name: a, volumeGroup: vg}\n  - {name: a, volumeGroup: vg2}\n", []string{`deviceClasses[1] (a): name "a" is used by more than one device class`}},
+		{"missing name", "deviceClasses:\n  - {volumeGroup: vg}\n", []string{"deviceClasses[0]: name: must be set"}},
+		{"bad name", "deviceClasses:\n  - {name: Fast_1, volumeGroup: vg}\n", []string{`name "Fast_1": must be a DNS-1123 label`}},
+		{"missing vg", "deviceClasses:\n  - {name: a}\n", []string{"volumeGroup: must be set"}},
+		{"bad vg", "deviceClasses:\n  - {name: a, volumeGroup: -vg}\n", []string{`volumeGroup "-vg": not a valid LVM volume group name`}},
+		{"vg with slash", "deviceClasses:\n  - {name: a, volumeGroup: vg/x}\n", []string{`volumeGroup "vg/x"`}},
+		{"bad quantity", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 1Gx}\n", []string{"quantities must match"}},
+		{"negative spare", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: -1Gi}\n", []string{"spare -1Gi: must not be negative"}},
+		{"ratio below 1", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, overprovisionRatio: 0.5}\n", []string{"overprovisionRatio 0.5: must be at least 1"}},
+		{"ratio on thick", "deviceClasses:\n  - {name: a, volumeGroup: vg, overprovisionRatio: 2}\n", []string{"only thin classes"}},
+		{"options on thin", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, lvcreateOptions: {stripes: 2}}\n", []string{"only thick classes"}},
+		{"bad thin pool name", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: '-p'}\n", []string{`thinPool "-p"`}},
+		{"stripe size without stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripeSize: 65536}}\n", []string{"stripeSize: needs stripes of 2 or more"}},
+		{"stripe size not power of two", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 2, stripeSize: 65535}}\n", []string{"must be a power of two"}},
+		{"negative mirrors", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {mirrors: -1}}\n", []string{"mirrors -1"}},
+		{"mirrors and stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {mirrors: 1, stripes: 2}}\n", []string{"not both"}},
+		{"not yaml", "deviceClasses: [\n", []string{"decode"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.file))
+			if err == nil {
+				t.Fatal("Parse accepted the file")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte(goodFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(good); err != nil {
+		t.Errorf("Load(good): %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "read device-class file") {
+		t.Errorf("Load(missing) = %v", err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("deviceClasses: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("Load(bad) = %v; want an error naming the file", err)
+	}
+}
+
+func TestCheckReport(t *testing.T) {
+	cfg, err := Parse([]byte(goodFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := lvm.LogicalVolume{Name: "pool0", VolumeGroup: "vg-fast", Attr: lvm.Attributes{Type: lvm.TypeThinPool}}
+	tests := []struct {
+		name   string
+		report lvm.Report
+		want   []string
+	}{
+		{"all there", lvm.Report{
+			VolumeGroups:   []lvm.VolumeGroup{{Name: "vg-fast"}, {Name: "vg-slow"}},
+			LogicalVolumes: []lvm.LogicalVolume{pool},
+		}, nil},
+		{"pool from ThinPools", lvm.Report{
+			VolumeGroups: []lvm.VolumeGroup{{Name: "vg-fast"}, {Name: "vg-slow"}},
+			ThinPools:    []lvm.ThinPool{{Name: "pool0", VolumeGroup: "vg-fast"}},
+		}, nil},
+		{"missing vg", lvm.Report{
+			VolumeGroups:   []lvm.VolumeGroup{{Name: "vg-fast"}},
+			LogicalVolumes: []lvm.LogicalVolume{pool},
+		}, []string{`device class striped: volume group "vg-slow" does not exist`}},
+		{"missing pool", lvm.Report{
+			VolumeGroups: []lvm.VolumeGroup{{Name: "vg-fast"}, {Name: "vg-slow"}},
+		}, []string{`device class fast-thin: thin pool "pool0" does not exist in volume group "vg-fast"`}},
+		{"nothing", lvm.Report{}, []string{`"vg-fast" does not exist`, `"vg-slow" does not exist`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := cfg.CheckReport(&tt.report)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("CheckReport: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("CheckReport accepted the report")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}

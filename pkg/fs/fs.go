@@ -1,0 +1,228 @@
+// Package fs formats, mounts, grows and measures the filesystems of carve's
+// volumes. It is built on k8s.io/mount-utils (SafeFormatAndMount, which
+// never formats a device that blkid finds a signature on, and ResizeFs) and
+// k8s.io/utils/exec; every command it runs is bound to the caller's context.
+// The node server reaches it only through Interface, so it is tested with
+// mount-utils' FakeMounter and a fake exec.
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+)
+
+// Interface is what carve's node server needs of filesystems and mounts.
+type Interface interface {
+	// DiskFormat returns the filesystem type blkid finds on device, "" when
+	// the device carries no signature at all, and a non-empty description
+	// for other data (a partition table).
+	DiskFormat(ctx context.Context, device string) (string, error)
+	// FormatAndMount formats device with fsType only when it carries no
+	// signature, then mounts it at target with options. A device with data
+	// is never formatted; one holding another filesystem is mounted as
+	// fsType, which fails, so callers check DiskFormat first.
+	FormatAndMount(ctx context.Context, device, target, fsType string, options []string) (FormatResult, error)
+	// Mount mounts source at target; options holding "bind" make a bind
+	// mount (with "ro" applied by a remount, as mount(8) requires).
+	Mount(ctx context.Context, source, target, fsType string, options []string) error
+	// Cleanup unmounts target if it is a mount point and removes it. A
+	// target that does not exist is not an error, so repeated calls succeed.
+	Cleanup(ctx context.Context, target string) error
+	// MountPoint returns the mount at path, nil when path is not a mount
+	// point (or does not exist).
+	MountPoint(path string) (*mount.MountPoint, error)
+	// MountsOf returns the paths where device is mounted (bind mounts
+	// included), reading the mount table once.
+	MountsOf(device string) ([]string, error)
+	// Resize grows the filesystem on device, mounted at mountPath, to fill
+	// the device (resize2fs, xfs_growfs, btrfs filesystem resize max). It
+	// reports false when the device has no filesystem; growing a filesystem
+	// that already fills its device succeeds.
+	Resize(ctx context.Context, device, mountPath string) (bool, error)
+	// Stats returns the usage of the filesystem that holds path.
+	Stats(path string) (Stats, error)
+	// DeviceSize returns the size in bytes of the block device at path.
+	DeviceSize(ctx context.Context, path string) (uint64, error)
+}
+
+// FormatResult tells what FormatAndMount did and how long each part took.
+type FormatResult struct {
+	// Formatted is true when mkfs ran.
+	Formatted bool
+	// Format is the time spent in mkfs (zero when it did not run).
+	Format time.Duration
+	// Mount is the time spent mounting (fsck included, when it ran).
+	Mount time.Duration
+}
+
+// Stats is the usage of a filesystem, in bytes and inodes.
+type Stats struct {
+	TotalBytes, AvailableBytes, UsedBytes int64
+	TotalInodes, FreeInodes, UsedInodes   int64
+}
+
+// ContextMounter is a mount.Interface that can run its mount and umount
+// commands bound to a context. FS uses WithContext when its mounter
+// implements it (HostMounter does; mount-utils' FakeMounter does not need to).
+type ContextMounter interface {
+	mount.Interface
+	WithContext(ctx context.Context) mount.Interface
+}
+
+// FS implements Interface with a mounter and an exec.
+type FS struct {
+	mounter mount.Interface
+	exec    utilexec.Interface
+}
+
+var _ Interface = (*FS)(nil)
+
+// New returns an FS. main passes NewHostMounter(exec) and utilexec.New();
+// tests pass mount-utils' FakeMounter and a fake exec.
+func New(mounter mount.Interface, exec utilexec.Interface) *FS {
+	return &FS{mounter: mounter, exec: exec}
+}
+
+// bind returns the mounter and exec to use for one call under ctx.
+func (f *FS) bind(ctx context.Context) (mount.Interface, *contextExec) {
+	m := f.mounter
+	if cm, ok := m.(ContextMounter); ok {
+		m = cm.WithContext(ctx)
+	}
+	return m, &contextExec{ctx: ctx, exec: f.exec}
+}
+
+// DiskFormat implements Interface.
+func (f *FS) DiskFormat(ctx context.Context, device string) (string, error) {
+	m, ex := f.bind(ctx)
+	format, err := mount.NewSafeFormatAndMount(m, ex).GetDiskFormat(device)
+	if err != nil {
+		return "", fmt.Errorf("reading the signature of %s: %w", device, err)
+	}
+	return format, nil
+}
+
+// FormatAndMount implements Interface.
+func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options []string) (FormatResult, error) {
+	m, ex := f.bind(ctx)
+	tm := &timedMounter{Interface: m}
+	err := mount.NewSafeFormatAndMount(tm, ex).FormatAndMount(device, target, fsType, options)
+	res := FormatResult{Mount: tm.took}
+	// fsck -a runs before mounting a device that has a filesystem: it is
+	// part of mounting, not of formatting.
+	if d, ok := ex.took("fsck"); ok {
+		res.Mount += d
+	}
+	if d, ok := ex.took("mkfs." + fsType); ok {
+		res.Formatted, res.Format = true, d
+	}
+	if err != nil {
+		return res, fmt.Errorf("formatting and mounting %s at %s: %w", device, target, err)
+	}
+	return res, nil
+}
+
+// Mount implements Interface.
+func (f *FS) Mount(ctx context.Context, source, target, fsType string, options []string) error {
+	m, _ := f.bind(ctx)
+	if err := m.Mount(source, target, fsType, options); err != nil {
+		return fmt.Errorf("mounting %s at %s: %w", source, target, err)
+	}
+	return nil
+}
+
+// Cleanup implements Interface.
+func (f *FS) Cleanup(ctx context.Context, target string) error {
+	m, _ := f.bind(ctx)
+	// The extensive check reads the mount table, so a bind mount within
+	// the same filesystem is seen too.
+	if err := mount.CleanupMountPoint(target, m, true); err != nil {
+		return fmt.Errorf("unmounting and removing %s: %w", target, err)
+	}
+	return nil
+}
+
+// MountPoint implements Interface.
+func (f *FS) MountPoint(path string) (*mount.MountPoint, error) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	mps, err := f.mounter.List()
+	if err != nil {
+		return nil, fmt.Errorf("listing mounts: %w", err)
+	}
+	want := resolve(path)
+	// The last entry wins: a later mount over the same path hides the
+	// earlier ones.
+	for i := len(mps) - 1; i >= 0; i-- {
+		if mps[i].Path == path || resolve(mps[i].Path) == want {
+			mp := mps[i]
+			return &mp, nil
+		}
+	}
+	return nil, nil
+}
+
+// MountsOf implements Interface.
+func (f *FS) MountsOf(device string) ([]string, error) {
+	mps, err := f.mounter.List()
+	if err != nil {
+		return nil, fmt.Errorf("listing mounts: %w", err)
+	}
+	var paths []string
+	for _, mp := range mps {
+		if SameDevice(mp.Device, device) {
+			paths = append(paths, mp.Path)
+		}
+	}
+	return paths, nil
+}
+
+// Resize implements Interface.
+func (f *FS) Resize(ctx context.Context, device, mountPath string) (bool, error) {
+	_, ex := f.bind(ctx)
+	ok, err := mount.NewResizeFs(ex).Resize(device, mountPath)
+	if err != nil {
+		return false, fmt.Errorf("growing the filesystem of %s at %s: %w", device, mountPath, err)
+	}
+	return ok, nil
+}
+
+// DeviceSize implements Interface with blockdev --getsize64, the same tool
+// mount-utils uses, so it runs under the caller's context.
+func (f *FS) DeviceSize(ctx context.Context, path string) (uint64, error) {
+	out, err := f.exec.CommandContext(ctx, "blockdev", "--getsize64", path).CombinedOutput()
+	s := strings.TrimSpace(string(out))
+	if err != nil {
+		return 0, fmt.Errorf("reading the size of %s: %w: %s", path, err, s)
+	}
+	size, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("reading the size of %s: blockdev printed %q", path, s)
+	}
+	return size, nil
+}
+
+// SameDevice tells whether two device paths name the same device:
+// /dev/<vg>/<lv> and /dev/mapper/<vg>-<lv> are both links to /dev/dm-N.
+func SameDevice(a, b string) bool {
+	return a == b || resolve(a) == resolve(b)
+}
+
+// resolve follows symbolic links, returning p itself when it cannot.
+func resolve(p string) string {
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	return r
+}

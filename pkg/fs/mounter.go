@@ -1,0 +1,118 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+)
+
+// HostMounter is the mounter of a real node: mount-utils' Mounter reads the
+// mount table and checks mount points, while mount(8) and umount(8) run
+// through exec under the context of the request (mount-utils' own Mounter
+// runs them without one, so a hung mount would outlive its request).
+type HostMounter struct {
+	mount.Interface
+	exec utilexec.Interface
+}
+
+var _ ContextMounter = (*HostMounter)(nil)
+
+// NewHostMounter returns the mounter main hands to New.
+func NewHostMounter(exec utilexec.Interface) *HostMounter {
+	return &HostMounter{Interface: mount.New(""), exec: exec}
+}
+
+// WithContext returns a mounter whose mount and umount commands run under ctx.
+func (h *HostMounter) WithContext(ctx context.Context) mount.Interface {
+	return &boundMounter{Interface: h.Interface, exec: h.exec, ctx: ctx}
+}
+
+// Mount without a context runs under context.Background; FS never calls it.
+func (h *HostMounter) Mount(source, target, fsType string, options []string) error {
+	return h.WithContext(context.Background()).Mount(source, target, fsType, options)
+}
+
+// MountSensitive: see Mount.
+func (h *HostMounter) MountSensitive(source, target, fsType string, options, sensitive []string) error {
+	return h.WithContext(context.Background()).MountSensitive(source, target, fsType, options, sensitive)
+}
+
+// Unmount: see Mount.
+func (h *HostMounter) Unmount(target string) error {
+	return h.WithContext(context.Background()).Unmount(target)
+}
+
+type boundMounter struct {
+	mount.Interface
+	exec utilexec.Interface
+	ctx  context.Context
+}
+
+func (b *boundMounter) Mount(source, target, fsType string, options []string) error {
+	return b.MountSensitive(source, target, fsType, options, nil)
+}
+
+func (b *boundMounter) MountSensitive(source, target, fsType string, options, sensitive []string) error {
+	bind, bindOpts, remountOpts, remountSensitive := mount.MakeBindOptsSensitive(options, sensitive)
+	if !bind {
+		return b.run(source, target, fsType, options, sensitive)
+	}
+	if err := b.run(source, target, fsType, bindOpts, nil); err != nil {
+		return err
+	}
+	// A bind mount ignores options: apply them (ro, noatime, ...) with a
+	// remount, keeping the flags the source has so the kernel accepts it.
+	remountOpts = append(remountOpts, sourceFlags(source)...)
+	return b.run(source, target, fsType, remountOpts, remountSensitive)
+}
+
+func (b *boundMounter) MountSensitiveWithoutSystemd(source, target, fsType string, options, sensitive []string) error {
+	return b.MountSensitive(source, target, fsType, options, sensitive)
+}
+
+func (b *boundMounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fsType string, options, sensitive, _ []string) error {
+	return b.MountSensitive(source, target, fsType, options, sensitive)
+}
+
+func (b *boundMounter) run(source, target, fsType string, options, sensitive []string) error {
+	args, logged := mount.MakeMountArgsSensitive(source, target, fsType, options, sensitive)
+	klog.V(4).InfoS("Mounting", "args", logged)
+	out, err := b.exec.CommandContext(b.ctx, "mount", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mount %s: %w: %s", logged, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (b *boundMounter) Unmount(target string) error {
+	out, err := b.exec.CommandContext(b.ctx, "umount", target).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("umount %s: %w: %s", target, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// sourceFlags are the flags of the filesystem holding source that a bind
+// remount must repeat (the kernel refuses to drop nosuid, nodev, noexec on
+// a locked mount).
+func sourceFlags(source string) []string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(source, &st); err != nil {
+		return nil
+	}
+	var flags []string
+	for _, f := range []struct {
+		bit  int64
+		name string
+	}{{unix.ST_NOSUID, "nosuid"}, {unix.ST_NODEV, "nodev"}, {unix.ST_NOEXEC, "noexec"}} {
+		if st.Flags&f.bit != 0 {
+			flags = append(flags, f.name)
+		}
+	}
+	return flags
+}

@@ -1,0 +1,371 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/metrics"
+)
+
+const (
+	mi = uint64(1) << 20
+	gi = uint64(1) << 30
+	ex = 4 * mi
+)
+
+func qty(s string) *resource.Quantity {
+	q := resource.MustParse(s)
+	return &q
+}
+
+func TestThickCapacity(t *testing.T) {
+	tests := []struct {
+		name  string
+		class config.DeviceClass
+		free  uint64
+		want  uint64
+	}{
+		{"no spare", config.DeviceClass{}, 10 * gi, 10 * gi},
+		{"spare", config.DeviceClass{Spare: qty("1Gi")}, 10 * gi, 9 * gi},
+		{"spare larger than free", config.DeviceClass{Spare: qty("2Gi")}, 1 * gi, 0},
+		{"spare equal to free", config.DeviceClass{Spare: qty("1Gi")}, 1 * gi, 0},
+		{"rounded down to extents", config.DeviceClass{Spare: qty("1Mi")}, 100 * mi, 96 * mi},
+		{"raid1 one mirror", config.DeviceClass{LVCreateOptions: lvm.LVOptions{Mirrors: 1}}, 10 * gi, (10*gi - 2*ex) / 2},
+		{"raid1 two mirrors, spare", config.DeviceClass{Spare: qty("1Gi"), LVCreateOptions: lvm.LVOptions{Mirrors: 2}}, 10*gi + 3*ex, 3 * gi},
+		{"stripes do not change the total", config.DeviceClass{LVCreateOptions: lvm.LVOptions{Stripes: 2}}, 8 * gi, 8 * gi},
+		{"empty vg", config.DeviceClass{}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ThickCapacity(&tt.class, lvm.VolumeGroup{Size: 20 * gi, Free: tt.free, ExtentSize: ex})
+			if c.Available != tt.want || c.MaxVolume != tt.want || c.ExtentSize != ex {
+				t.Errorf("got %+v, want available = max = %d", c, tt.want)
+			}
+		})
+	}
+}
+
+func TestThinCapacity(t *testing.T) {
+	tests := []struct {
+		name        string
+		ratio       float64
+		spare       string
+		poolSize    uint64
+		dataPercent float64
+		virtual     uint64
+		want        uint64
+	}{
+		{"empty pool ratio 1", 0, "", 10 * gi, 0, 0, 10 * gi},
+		{"empty pool ratio 4", 4, "", 10 * gi, 0, 0, 40 * gi},
+		{"virtual bound", 4, "", 10 * gi, 10, 30 * gi, 10 * gi},
+		{"real-space bound", 4, "", 10 * gi, 80, 20 * gi, 8 * gi},
+		{"spare in the pool", 2, "1Gi", 10 * gi, 0, 0, 18 * gi},
+		{"overcommitted beyond the ratio", 1, "", 10 * gi, 0, 12 * gi, 0},
+		{"full pool", 4, "", 10 * gi, 100, 1 * gi, 0},
+		{"bogus percent clamped", 1, "", 10 * gi, 150, 0, 0},
+		{"fractional ratio, rounded to extents", 1.5, "", 10 * gi, 0, 0, 15 * gi},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := config.DeviceClass{ThinPool: "pool", OverprovisionRatio: tt.ratio}
+			if tt.spare != "" {
+				d.Spare = qty(tt.spare)
+			}
+			c := ThinCapacity(&d, lvm.VolumeGroup{ExtentSize: ex},
+				lvm.ThinPool{Size: tt.poolSize, DataPercent: tt.dataPercent, VirtualSize: tt.virtual})
+			if c.Available != tt.want || c.MaxVolume != tt.want {
+				t.Errorf("got %+v, want %d", c, tt.want)
+			}
+			if c.Available%ex != 0 {
+				t.Errorf("available %d is not a whole number of extents", c.Available)
+			}
+		})
+	}
+}
+
+func TestRoundUp(t *testing.T) {
+	for _, tt := range []struct{ in, want uint64 }{{0, 0}, {1, ex}, {ex, ex}, {ex + 1, 2 * ex}} {
+		if got := RoundUp(tt.in, ex); got != tt.want {
+			t.Errorf("RoundUp(%d) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+	if RoundUp(5, 0) != 5 {
+		t.Error("RoundUp with no extent size changed the size")
+	}
+}
+
+// fakeReporter returns a fixed report, or err, and counts calls.
+type fakeReporter struct {
+	mu     sync.Mutex
+	report lvm.Report
+	err    error
+	calls  int
+	// block, when set, is waited on inside Report.
+	block chan struct{}
+}
+
+func (f *fakeReporter) Report(ctx context.Context) (*lvm.Report, error) {
+	f.mu.Lock()
+	f.calls++
+	r, err, block := f.report, f.err, f.block
+	f.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.ReadAt = time.Now()
+	return &r, nil
+}
+
+func (f *fakeReporter) set(r lvm.Report, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.report, f.err = r, err
+}
+
+func owned(lv lvm.LogicalVolume) (string, bool) {
+	for _, t := range lv.Tags {
+		if c, ok := strings.CutPrefix(t, "class="); ok {
+			return c, true
+		}
+	}
+	return "", false
+}
+
+func testConfig() *config.Config {
+	return &config.Config{DeviceClasses: []config.DeviceClass{
+		{Name: "thick", VolumeGroup: "vg1", Default: true, Spare: qty("1Gi")},
+		{Name: "thin", VolumeGroup: "vg1", ThinPool: "pool", OverprovisionRatio: 2},
+	}}
+}
+
+func testReport() lvm.Report {
+	return lvm.Report{
+		VolumeGroups: []lvm.VolumeGroup{
+			{Name: "vg1", Size: 20 * gi, Free: 10 * gi, ExtentSize: ex},
+			{Name: "other", Size: 5 * gi, Free: 5 * gi, ExtentSize: ex},
+		},
+		LogicalVolumes: []lvm.LogicalVolume{
+			{Name: "pool", VolumeGroup: "vg1", Size: 8 * gi, Attr: lvm.Attributes{Type: lvm.TypeThinPool}},
+			{Name: "b", VolumeGroup: "vg1", Size: 1 * gi, Tags: []string{"class=thick"}},
+			{Name: "a", VolumeGroup: "vg1", Size: 1 * gi, Pool: "pool", Tags: []string{"class=thin"}},
+			{Name: "foreign", VolumeGroup: "vg1", Size: 1 * gi},
+			{Name: "elsewhere", VolumeGroup: "other", Size: 1 * gi, Tags: []string{"class=thick"}},
+		},
+		ThinPools: []lvm.ThinPool{{Name: "pool", VolumeGroup: "vg1", Size: 8 * gi, VirtualSize: 1 * gi, DataPercent: 25, MetadataPercent: 5, ThinVolumes: 1}},
+	}
+}
+
+func TestViewRefreshAndQueries(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	reg := prometheus.NewRegistry()
+	rec := metrics.NewRecorder(reg)
+	cfg := testConfig()
+	v := New(rep, cfg, rec, owned)
+	if err := v.Ready(); err == nil {
+		t.Fatal("Ready before the first refresh is nil")
+	}
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Ready(); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	thick, _ := cfg.Class("thick")
+	thin, _ := cfg.Class("thin")
+	c, err := v.Capacity(thick)
+	if err != nil || c.Available != 9*gi {
+		t.Fatalf("thick capacity = %+v, %v; want 9Gi", c, err)
+	}
+	c, err = v.Capacity(thin)
+	// virtual room 16Gi-1Gi = 15Gi; real room (8Gi - 2Gi used) x 2 = 12Gi.
+	if err != nil || c.Available != 12*gi {
+		t.Fatalf("thin capacity = %+v, %v; want 12Gi", c, err)
+	}
+	var names []string
+	for _, lv := range v.Volumes() {
+		names = append(names, lv.VolumeGroup+"/"+lv.Name)
+	}
+	if strings.Join(names, ",") != "vg1/a,vg1/b" {
+		t.Errorf("Volumes = %v; want the carve LVs of configured VGs, sorted", names)
+	}
+	if _, ok := v.FindLV("elsewhere"); ok {
+		t.Error("FindLV found an LV in an unconfigured VG")
+	}
+	if lv, ok := v.FindLV("b"); !ok || lv.VolumeGroup != "vg1" {
+		t.Errorf("FindLV(b) = %+v, %v", lv, ok)
+	}
+	if _, ok := v.LV("vg1", "foreign"); !ok {
+		t.Error("LV(vg1, foreign) not found")
+	}
+	if rep.calls != 1 {
+		t.Errorf("%d reports after one refresh", rep.calls)
+	}
+
+	want := `
+# HELP carve_capacity_available_bytes Capacity reported to Kubernetes through GetCapacity for a device class (free space minus spare; for thin classes bounded by the overprovision ratio).
+# TYPE carve_capacity_available_bytes gauge
+carve_capacity_available_bytes{device_class="thick"} 9.663676416e+09
+carve_capacity_available_bytes{device_class="thin"} 1.2884901888e+10
+# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class.
+# TYPE carve_volumes gauge
+carve_volumes{device_class="thick"} 1
+carve_volumes{device_class="thin"} 1
+# HELP carve_thin_pool_data_percent Used share (0-100) of the data of a thin class's pool.
+# TYPE carve_thin_pool_data_percent gauge
+carve_thin_pool_data_percent{device_class="thin",thin_pool="pool",volume_group="vg1"} 25
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"carve_capacity_available_bytes", "carve_volumes", "carve_thin_pool_data_percent"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestViewLocalMutations(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	cfg := testConfig()
+	v := New(rep, cfg, nil, owned)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	thick, _ := cfg.Class("thick")
+	thin, _ := cfg.Class("thin")
+
+	v.Created(lvm.LogicalVolume{Name: "c", VolumeGroup: "vg1", Size: 2 * gi, Tags: []string{"class=thick"}})
+	if c, _ := v.Capacity(thick); c.Available != 7*gi {
+		t.Errorf("thick capacity after a 2Gi create = %d, want 7Gi", c.Available)
+	}
+	v.Created(lvm.LogicalVolume{Name: "d", VolumeGroup: "vg1", Size: 5 * gi, Pool: "pool", Tags: []string{"class=thin"}})
+	// virtual room 16-6 = 10Gi, real room 12Gi.
+	if c, _ := v.Capacity(thin); c.Available != 10*gi {
+		t.Errorf("thin capacity after a 5Gi create = %d, want 10Gi", c.Available)
+	}
+	// Created twice (a retry) must not count twice.
+	v.Created(lvm.LogicalVolume{Name: "c", VolumeGroup: "vg1", Size: 2 * gi, Tags: []string{"class=thick"}})
+	if c, _ := v.Capacity(thick); c.Available != 7*gi {
+		t.Errorf("thick capacity after a repeated Created = %d, want 7Gi", c.Available)
+	}
+	if len(v.Volumes()) != 4 {
+		t.Errorf("Volumes = %d, want 4", len(v.Volumes()))
+	}
+	v.Removed("vg1", "c")
+	v.Removed("vg1", "d")
+	v.Removed("vg1", "never-there")
+	if c, _ := v.Capacity(thick); c.Available != 9*gi {
+		t.Errorf("thick capacity after removal = %d, want 9Gi", c.Available)
+	}
+	if c, _ := v.Capacity(thin); c.Available != 12*gi {
+		t.Errorf("thin capacity after removal = %d, want 12Gi", c.Available)
+	}
+	if rep.calls != 1 {
+		t.Errorf("local mutations ran %d reports; want none beyond the first", rep.calls-1)
+	}
+}
+
+func TestViewMissingVGAndErrors(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	cfg := testConfig()
+	v := New(rep, cfg, nil, owned)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The pool vanishes.
+	r := testReport()
+	r.ThinPools = nil
+	rep.set(r, nil)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	thin, _ := cfg.Class("thin")
+	if _, err := v.Capacity(thin); !errors.Is(err, ErrClassUnavailable) {
+		t.Errorf("thin capacity without its pool: %v; want ErrClassUnavailable", err)
+	}
+	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), "thin pool vg1/pool is missing") {
+		t.Errorf("Ready = %v", err)
+	}
+	// The VG vanishes.
+	rep.set(lvm.Report{}, nil)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), `volume group "vg1" is missing`) {
+		t.Errorf("Ready = %v", err)
+	}
+	// LVM fails: the error shows in Ready, the old view stays.
+	rep.set(testReport(), errors.New("lvm exploded"))
+	if err := v.Refresh(context.Background()); err == nil {
+		t.Fatal("Refresh hid the LVM error")
+	}
+	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), "lvm exploded") {
+		t.Errorf("Ready = %v", err)
+	}
+	// It comes back.
+	rep.set(testReport(), nil)
+	if err := v.Refresh(context.Background()); err != nil || v.Ready() != nil {
+		t.Fatalf("after recovery: %v, %v", err, v.Ready())
+	}
+}
+
+// A report that was started before a local mutation must not undo it.
+func TestViewStaleRefreshKeepsMutation(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	cfg := testConfig()
+	v := New(rep, cfg, nil, owned)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep.block = make(chan struct{})
+	done := make(chan error)
+	go func() { done <- v.Refresh(context.Background()) }()
+	for {
+		rep.mu.Lock()
+		n := rep.calls
+		rep.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	v.Created(lvm.LogicalVolume{Name: "new", VolumeGroup: "vg1", Size: gi, Tags: []string{"class=thick"}})
+	close(rep.block)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.LV("vg1", "new"); !ok {
+		t.Fatal("a stale refresh dropped an LV created while it ran")
+	}
+}
+
+func TestViewRunRefreshesAfterMutation(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	v := New(rep, testConfig(), nil, owned)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go v.Run(ctx, time.Hour, time.Millisecond)
+	v.Removed("vg1", "b")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := v.LV("vg1", "b"); ok {
+			break // the refresh brought back what the (unchanged) report holds
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no refresh after a mutation")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

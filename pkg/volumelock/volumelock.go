@@ -1,0 +1,45 @@
+// Package volumelock keeps at most one operation in flight per volume.
+//
+// It does not block: a second operation on a busy key fails at once, and the
+// CSI servers answer it with ABORTED ("an operation is pending for this
+// volume"), which the sidecars retry with backoff. Blocking instead would
+// let retries pile up behind a slow lvcreate or mkfs, each holding a
+// goroutine and a deadline that expires while it waits.
+package volumelock
+
+import "sync"
+
+// Locks is a set of keyed locks. The zero value is not usable; use New.
+type Locks struct {
+	mu   sync.Mutex
+	held map[string]struct{}
+}
+
+// New returns an empty set of locks.
+func New() *Locks { return &Locks{held: map[string]struct{}{}} }
+
+// TryAcquire takes the lock of key. It returns false, and takes nothing,
+// when the key is already held.
+func (l *Locks) TryAcquire(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.held[key]; busy {
+		return false
+	}
+	l.held[key] = struct{}{}
+	return true
+}
+
+// Release frees key. Releasing a key that is not held does nothing.
+func (l *Locks) Release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, key)
+}
+
+// Held tells how many keys are held (for tests and logs).
+func (l *Locks) Held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held)
+}

@@ -1,11 +1,23 @@
 // Package lvm runs lvm2 commands for carve: without a shell, with LC_ALL=C,
 // a deadline on every call, JSON reports decoded into typed structs, typed
 // errors, and mutations serialized per volume group.
+//
+// Every method validates its names and tags against LVM's rules before any
+// command runs. Reads (Report, VolumeGroup, ListLVs, FindByTag, GetLV) run
+// concurrently; mutations (CreateLV, CreateThinSnapshot, ExtendLV, RemoveLV)
+// of one volume group run one at a time. On the success path each mutation
+// is exactly one lvm command: results are built from the request and the
+// volume group's extent size (read once per VG and cached), not read back.
+// Only a failure costs an extra read, to tell why it failed.
 package lvm
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -26,56 +38,195 @@ type Options struct {
 // Client runs lvm2 commands. It is safe for concurrent use: mutations of one
 // volume group are serialized, reads run concurrently.
 type Client struct {
-	opts Options
+	opts     Options
+	runner   runner
+	timeout  time.Duration
+	observer Observer
+	devDir   string
+	locks    vgLocks
+
+	mu sync.Mutex
+	// extents caches each volume group's extent size: it is fixed when the
+	// VG is made, and knowing it lets CreateLV compute the rounded size
+	// without reading the LV back.
+	extents map[string]uint64
 }
 
 // New returns a Client.
-func New(opts Options) *Client { return &Client{opts: opts} }
+func New(opts Options) *Client {
+	if opts.Command == "" {
+		opts.Command = defaultCommand
+	}
+	env := commandEnv(opts.Env)
+	return newClient(opts, execRunner{command: opts.Command, env: env}, env)
+}
 
-var errNotImplemented = errors.New("not implemented")
+func newClient(opts Options, r runner, env []string) *Client {
+	c := &Client{opts: opts, runner: r, timeout: opts.Timeout, observer: opts.Observer,
+		devDir: "/dev", extents: map[string]uint64{}}
+	if c.timeout <= 0 {
+		c.timeout = defaultTimeout
+	}
+	// LVM names device nodes under $DM_DEV_DIR when it is set.
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "DM_DEV_DIR="); ok && v != "" {
+			c.devDir = v
+		}
+	}
+	return c
+}
 
-// Report reads all volume groups, logical volumes and thin pools with one
-// lvm command.
-func (c *Client) Report(ctx context.Context) (*Report, error) { return nil, errNotImplemented }
+// lvPath is the device node LVM gives vg/lv.
+func (c *Client) lvPath(vg, lv string) string { return path.Join(c.devDir, vg, lv) }
+
+// remember caches the extent sizes a report carries.
+func (c *Client) remember(vgs []VolumeGroup) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, vg := range vgs {
+		if vg.ExtentSize > 0 {
+			c.extents[vg.Name] = vg.ExtentSize
+		}
+	}
+}
+
+// extentSize returns vg's extent size, reading the VG only the first time.
+func (c *Client) extentSize(ctx context.Context, vg string) (uint64, error) {
+	c.mu.Lock()
+	ext, ok := c.extents[vg]
+	c.mu.Unlock()
+	if ok {
+		return ext, nil
+	}
+	v, err := c.VolumeGroup(ctx, vg)
+	if err != nil {
+		return 0, err
+	}
+	return v.ExtentSize, nil
+}
+
+// Report reads all volume groups, logical volumes (internal ones included)
+// and thin pools with one lvm command.
+func (c *Client) Report(ctx context.Context) (*Report, error) {
+	start := time.Now()
+	out, err := c.run(ctx, fullReportArgs()...)
+	if err != nil {
+		return nil, fmt.Errorf("reading LVM state: %w", err)
+	}
+	r, err := parseReport(out)
+	if err != nil {
+		return nil, err
+	}
+	// The state is at least as new as the moment the command started.
+	r.ReadAt = start
+	c.remember(r.VolumeGroups)
+	return r, nil
+}
 
 // VolumeGroup returns one volume group; ErrNotFound when it does not exist.
 func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, error) {
-	return nil, errNotImplemented
+	if err := ValidateVGName(vg); err != nil {
+		return nil, err
+	}
+	out, err := c.run(ctx, vgsArgs(vg)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading volume group %s: %w", vg, err)
+	}
+	r, err := parseReport(out)
+	if err != nil {
+		return nil, err
+	}
+	c.remember(r.VolumeGroups)
+	v := r.FindVG(vg)
+	if v == nil {
+		return nil, fmt.Errorf("volume group %s: %w", vg, ErrNotFound)
+	}
+	return v, nil
 }
 
-// ListLVs lists the LVs of a volume group (all VGs when vg is empty).
+// lvsFailed explains a failed lvs of vg: LVM fails a listing of a volume
+// group that does not exist, which the caller should see as ErrNotFound.
+// That is decided by a read of the VG, not from the message.
+func (c *Client) lvsFailed(ctx context.Context, vg string, err error) error {
+	if vg == "" || ctx.Err() != nil {
+		return err
+	}
+	if _, vgErr := c.VolumeGroup(ctx, vg); vgErr != nil && isNotFound(vgErr) {
+		return fmt.Errorf("volume group %s: %w", vg, ErrNotFound)
+	}
+	return err
+}
+
+// ListLVs lists the LVs of a volume group (all VGs when vg is empty),
+// internal LVs (thin pool data and metadata, raid images) included.
+// ErrNotFound when vg does not exist.
 func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error) {
-	return nil, errNotImplemented
+	var rest []string
+	if vg != "" {
+		if err := ValidateVGName(vg); err != nil {
+			return nil, err
+		}
+		rest = append(rest, vg)
+	}
+	out, err := c.run(ctx, lvsArgs(true, rest...)...)
+	if err != nil {
+		return nil, c.lvsFailed(ctx, vg, fmt.Errorf("listing logical volumes: %w", err))
+	}
+	return parseLVs(out)
 }
 
 // FindByTag returns the LVs that carry tag (in any VG when vg is empty).
-// No match is an empty slice, not an error.
+// No match is an empty slice, not an error; nor is a vg that does not exist.
 func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume, error) {
-	return nil, errNotImplemented
+	if err := ValidateTag(tag); err != nil {
+		return nil, err
+	}
+	if vg != "" {
+		if err := ValidateVGName(vg); err != nil {
+			return nil, err
+		}
+	}
+	// "@tag" names every LV with that tag in every VG; LVM offers no
+	// "tag within VG" argument, so the VG is filtered here.
+	out, err := c.run(ctx, lvsArgs(false, "@"+tag)...)
+	if err != nil {
+		return nil, fmt.Errorf("finding logical volumes tagged %s: %w", tag, err)
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return nil, err
+	}
+	if vg != "" {
+		lvs = slices.DeleteFunc(lvs, func(lv LogicalVolume) bool { return lv.VolumeGroup != vg })
+	}
+	if lvs == nil {
+		lvs = []LogicalVolume{}
+	}
+	return lvs, nil
 }
 
-// GetLV returns one LV; ErrNotFound when it does not exist.
+// GetLV returns one LV; ErrNotFound when it (or its VG) does not exist.
 func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
-	return nil, errNotImplemented
+	if err := ValidateVGName(vg); err != nil {
+		return nil, err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return nil, err
+	}
+	// A selection, unlike "vg/name", answers an empty report for a missing
+	// LV: "not found" is then a fact of the data, not of a message.
+	out, err := c.run(ctx, lvsArgs(false, "-S", fmt.Sprintf("lv_name=%q", name), vg)...)
+	if err != nil {
+		return nil, c.lvsFailed(ctx, vg, fmt.Errorf("reading logical volume %s/%s: %w", vg, name, err))
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return nil, err
+	}
+	for i := range lvs {
+		if lvs[i].VolumeGroup == vg && lvs[i].Name == name {
+			return &lvs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("logical volume %s/%s: %w", vg, name, ErrNotFound)
 }
-
-// CreateLV creates a thick or thin LV. ErrAlreadyExists when the name is
-// taken, ErrInsufficientSpace when the VG (or the pool) cannot hold it,
-// ErrInvalidArgument for a bad name, tag, size or option.
-func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolume, error) {
-	return nil, errNotImplemented
-}
-
-// CreateThinSnapshot creates a thin snapshot named name of the thin LV origin.
-func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string, tags []string) (*LogicalVolume, error) {
-	return nil, errNotImplemented
-}
-
-// ExtendLV grows an LV to at least size bytes (rounded up to extents). An LV
-// that is already that large is returned unchanged.
-func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*LogicalVolume, error) {
-	return nil, errNotImplemented
-}
-
-// RemoveLV removes an LV; ErrNotFound when it does not exist.
-func (c *Client) RemoveLV(ctx context.Context, vg, name string) error { return errNotImplemented }

@@ -13,6 +13,9 @@ var (
 	ErrInsufficientSpace = errors.New("insufficient space")
 	ErrAlreadyExists     = errors.New("already exists")
 	ErrInvalidArgument   = errors.New("invalid argument")
+	// ErrInUse is an LV that cannot be removed because it is open
+	// (mounted, or held by a process).
+	ErrInUse = errors.New("in use")
 )
 
 // CommandError is a failed lvm command: its arguments, exit code and stderr.

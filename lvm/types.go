@@ -15,7 +15,9 @@ type VolumeGroup struct {
 	// MissingPVs counts physical volumes that LVM could not find (a VG with
 	// missing PVs is "partial").
 	MissingPVs int
-	Tags       []string
+	// PVCount is the number of physical volumes, missing ones included.
+	PVCount int
+	Tags    []string
 }
 
 // VolumeType tells what kind of logical volume an LV is, decoded from the
@@ -55,6 +57,9 @@ type Attributes struct {
 	Active bool
 	Open   bool
 	Health Health
+	// ActivationSkip is set when LVM skips the LV on ordinary activation
+	// (lv_attr's tenth character, 'k'); thin snapshots get it by default.
+	ActivationSkip bool
 	// Raw is lv_attr as LVM printed it, for logs.
 	Raw string
 }
@@ -75,6 +80,9 @@ type LogicalVolume struct {
 	// Path is the device node (/dev/<vg>/<lv>); it exists only while the LV
 	// is active.
 	Path string
+	// Layout is LVM's lv_layout ("linear", "striped", "raid,raid1",
+	// "thin,sparse", "thin,pool", ...).
+	Layout string
 }
 
 // ThinPool is a thin pool with its usage.
@@ -86,6 +94,8 @@ type ThinPool struct {
 	// DataPercent and MetadataPercent are the used share, 0-100.
 	DataPercent     float64
 	MetadataPercent float64
+	// MetadataSize is the size of the pool's metadata LV in bytes.
+	MetadataSize uint64
 	// VirtualSize is the sum of the sizes of the thin LVs in the pool.
 	VirtualSize uint64
 	// ThinVolumes counts the thin LVs in the pool.

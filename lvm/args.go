@@ -1,0 +1,97 @@
+package lvm
+
+import "strconv"
+
+// Command lines of the mutations. Every name in them has been validated, so
+// none begins with '-' and none can be taken for an option. Sizes are passed
+// in bytes ("<n>b") already rounded to whole extents, so LVM does no
+// rounding of its own that the result would not show.
+
+func bytesArg(n uint64) string { return strconv.FormatUint(n, 10) + "b" }
+
+func addTags(args, tags []string) []string {
+	for _, t := range tags {
+		args = append(args, "--addtag", t)
+	}
+	return args
+}
+
+// createArgs builds lvcreate for a thick or a thin LV of size bytes.
+//
+// Thick LVs get --wipesignatures y --zero y: their extents may have held an
+// LV that was removed, and NodeStage formats only a device on which blkid
+// finds no filesystem. An old signature left in place would make carve mount
+// the previous tenant's filesystem instead of formatting a new one, so LVM
+// must wipe known signatures and zero the first 4 KiB. --yes answers the
+// wipe prompt. Zeroing needs the LV active; where activation is disabled
+// (the host tier) LVM warns "not zeroed" and goes on, which is fine there
+// because no device node exists to be read.
+//
+// Thin LVs need neither: blocks of a new thin volume that were never written
+// read as zeros whatever the pool held before.
+func createArgs(req CreateRequest, size uint64) []string {
+	args := []string{"lvcreate", "--yes"}
+	if req.ThinPool != "" {
+		args = append(args, "--type", "thin", "--name", req.Name, "--virtualsize", bytesArg(size),
+			"--thinpool", req.ThinPool)
+		return append(addTags(args, req.Tags), req.VolumeGroup)
+	}
+	args = append(args, "--wipesignatures", "y", "--zero", "y", "--name", req.Name, "--size", bytesArg(size))
+	args = addTags(args, req.Tags)
+	o := req.Options
+	switch {
+	case o.Mirrors > 0:
+		args = append(args, "--type", "raid1", "--mirrors", strconv.Itoa(o.Mirrors))
+	case o.Stripes > 1:
+		args = append(args, "--stripes", strconv.Itoa(o.Stripes))
+		if o.StripeSize > 0 {
+			args = append(args, "--stripesize", bytesArg(o.StripeSize))
+		}
+	}
+	return append(args, req.VolumeGroup)
+}
+
+// snapshotArgs builds lvcreate for a thin snapshot. Thin snapshots are
+// created with activation skipped by default, which would leave them
+// without a device after every reboot; carve's snapshots are volumes of
+// their own, so the flag is cleared.
+func snapshotArgs(vg, origin, name string, tags []string) []string {
+	args := []string{"lvcreate", "--yes", "--snapshot", "--setactivationskip", "n", "--name", name}
+	return append(addTags(args, tags), vg+"/"+origin)
+}
+
+// extendArgs builds lvextend to size bytes. The filesystem is not touched:
+// the node grows it after the device.
+func extendArgs(vg, name string, size uint64) []string {
+	return []string{"lvextend", "--size", bytesArg(size), vg + "/" + name}
+}
+
+// removeArgs builds lvremove; --yes answers the prompt LVM shows for an
+// active LV.
+func removeArgs(vg, name string) []string {
+	return []string{"lvremove", "--yes", vg + "/" + name}
+}
+
+// roundToExtents rounds size up to whole extents, and to a multiple of the
+// stripe count for striped LVs, as LVM does. Zero becomes one extent (the
+// smallest LV there is).
+func roundToExtents(size, extent uint64, stripes int) uint64 {
+	n := (size + extent - 1) / extent
+	if n == 0 {
+		n = 1
+	}
+	if stripes > 1 {
+		s := uint64(stripes)
+		n = (n + s - 1) / s * s
+	}
+	return n * extent
+}
+
+// extentsNeeded is how many free extents an LV of n extents takes from the
+// VG: raid1 keeps a full copy per image plus one metadata extent each.
+func extentsNeeded(n uint64, o LVOptions) uint64 {
+	if o.Mirrors > 0 {
+		return uint64(o.Mirrors+1) * (n + 1)
+	}
+	return n
+}

@@ -1,0 +1,194 @@
+package lvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// A failed mutation is classified from LVM's state, read afresh after the
+// failure (the VG lock is still held, so no mutation of ours changed it in
+// between), and from the exit status:
+//
+//   - exit status 2 or 3 (no such command, invalid command line): the
+//     arguments were wrong -> ErrInvalidArgument;
+//   - the VG, origin or pool is missing, the LV exists, the free extents are
+//     fewer than the extents needed, a thin pool is full, the LV is open:
+//     facts of the report, not of the message;
+//   - only then LVM's message: "insufficient" covers allocations that fail
+//     although enough extents are free in total (stripes or raid images
+//     needing free space on several PVs).
+//
+// The fresh read is spent only on the failure path.
+
+const (
+	exitNoSuchCommand   = 2
+	exitInvalidCmdLine  = 3
+	insufficientMessage = "insufficient"
+)
+
+// classify records kind in err's CommandError and wraps err with the reason.
+func classify(err, kind error, reason string) error {
+	var ce *CommandError
+	if errors.As(err, &ce) {
+		ce.Kind = kind
+		return fmt.Errorf("%s: %w", reason, err)
+	}
+	return fmt.Errorf("%s: %w: %w", reason, kind, err)
+}
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// commandFacts gives the exit code and stderr of a command failure.
+func commandFacts(err error) (exitCode int, stderr string, ok bool) {
+	var ce *CommandError
+	if !errors.As(err, &ce) || ce.Err != nil {
+		// Not run, or stopped by the context: nothing LVM decided.
+		return 0, "", false
+	}
+	return ce.ExitCode, ce.Stderr, true
+}
+
+// failureState reads the state needed to classify err, or explains why it
+// cannot. The returned error is what the caller should return as is.
+func (c *Client) failureState(ctx context.Context, what string, err error) (*Report, int, string, error) {
+	code, stderr, ok := commandFacts(err)
+	if !ok || ctx.Err() != nil {
+		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
+	}
+	if code == exitNoSuchCommand || code == exitInvalidCmdLine {
+		return nil, 0, "", classify(err, ErrInvalidArgument, what+": LVM rejected the command line")
+	}
+	rep, rerr := c.Report(ctx)
+	if rerr != nil {
+		return nil, 0, "", fmt.Errorf("%s: %w (reading the state to classify the failure failed too: %v)", what, err, rerr)
+	}
+	return rep, code, stderr, nil
+}
+
+func hintsInsufficient(stderr string) bool {
+	return strings.Contains(strings.ToLower(stderr), insufficientMessage)
+}
+
+// poolFull reports whether a thin pool can take no new data or metadata.
+func poolFull(p *ThinPool) bool { return p.DataPercent >= 100 || p.MetadataPercent >= 100 }
+
+func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents uint64, err error) error {
+	what := fmt.Sprintf("creating %s/%s", req.VolumeGroup, req.Name)
+	rep, _, stderr, ferr := c.failureState(ctx, what, err)
+	if rep == nil {
+		return ferr
+	}
+	vg := rep.FindVG(req.VolumeGroup)
+	if vg == nil {
+		return classify(err, ErrNotFound, what+": volume group does not exist")
+	}
+	if rep.FindLV(req.VolumeGroup, req.Name) != nil {
+		return classify(err, ErrAlreadyExists, what+": the name is taken")
+	}
+	if req.ThinPool != "" {
+		p := rep.FindThinPool(req.VolumeGroup, req.ThinPool)
+		switch {
+		case p == nil:
+			return classify(err, ErrNotFound, fmt.Sprintf("%s: thin pool %s does not exist", what, req.ThinPool))
+		case poolFull(p):
+			return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: thin pool %s is full (data %.2f%%, metadata %.2f%%)",
+				what, p.Name, p.DataPercent, p.MetadataPercent))
+		}
+	} else {
+		o := req.Options
+		if need := extentsNeeded(extents, o); need > vg.FreeExtents {
+			return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: volume group has %d free extents, %d needed",
+				what, vg.FreeExtents, need))
+		}
+		if o.Stripes > vg.PVCount {
+			return classify(err, ErrInvalidArgument, fmt.Sprintf("%s: %d stripes need %d physical volumes, the volume group has %d",
+				what, o.Stripes, o.Stripes, vg.PVCount))
+		}
+		if o.Mirrors+1 > vg.PVCount {
+			return classify(err, ErrInvalidArgument, fmt.Sprintf("%s: raid1 with %d mirrors needs %d physical volumes, the volume group has %d",
+				what, o.Mirrors, o.Mirrors+1, vg.PVCount))
+		}
+	}
+	if hintsInsufficient(stderr) {
+		return classify(err, ErrInsufficientSpace, what+": LVM found too little allocatable space for this layout")
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (c *Client) explainSnapshot(ctx context.Context, vg, origin, name string, err error) error {
+	what := fmt.Sprintf("creating snapshot %s/%s of %s", vg, name, origin)
+	rep, _, stderr, ferr := c.failureState(ctx, what, err)
+	if rep == nil {
+		return ferr
+	}
+	if rep.FindVG(vg) == nil {
+		return classify(err, ErrNotFound, what+": volume group does not exist")
+	}
+	if rep.FindLV(vg, name) != nil {
+		return classify(err, ErrAlreadyExists, what+": the name is taken")
+	}
+	o := rep.FindLV(vg, origin)
+	if o == nil {
+		return classify(err, ErrNotFound, what+": the origin does not exist")
+	}
+	if p := rep.FindThinPool(vg, o.Pool); p != nil && poolFull(p) {
+		return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: thin pool %s is full", what, p.Name))
+	}
+	if hintsInsufficient(stderr) {
+		return classify(err, ErrInsufficientSpace, what+": LVM found too little space")
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// explainExtend classifies a failed lvextend. An LV that turns out to be
+// large enough (grown meanwhile by someone else) is a success.
+func (c *Client) explainExtend(ctx context.Context, lv *LogicalVolume, size, extents uint64, err error) (*LogicalVolume, error) {
+	what := fmt.Sprintf("extending %s/%s", lv.VolumeGroup, lv.Name)
+	rep, _, stderr, ferr := c.failureState(ctx, what, err)
+	if rep == nil {
+		return nil, ferr
+	}
+	cur := rep.FindLV(lv.VolumeGroup, lv.Name)
+	vg := rep.FindVG(lv.VolumeGroup)
+	if cur == nil || vg == nil {
+		return nil, classify(err, ErrNotFound, what+": the logical volume does not exist")
+	}
+	if cur.Size >= size {
+		return cur, nil
+	}
+	if cur.Attr.Type == TypeThin {
+		if p := rep.FindThinPool(cur.VolumeGroup, cur.Pool); p != nil && poolFull(p) {
+			return nil, classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: thin pool %s is full", what, p.Name))
+		}
+	} else if vg.ExtentSize > 0 {
+		// A lower bound: striped and raid LVs need more than the growth.
+		if grow := extents - cur.Size/vg.ExtentSize; grow > vg.FreeExtents {
+			return nil, classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: volume group has %d free extents, %d needed",
+				what, vg.FreeExtents, grow))
+		}
+	}
+	if hintsInsufficient(stderr) {
+		return nil, classify(err, ErrInsufficientSpace, what+": LVM found too little allocatable space")
+	}
+	return nil, fmt.Errorf("%s: %w", what, err)
+}
+
+func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) error {
+	what := fmt.Sprintf("removing %s/%s", vg, name)
+	rep, _, _, ferr := c.failureState(ctx, what, err)
+	if rep == nil {
+		return ferr
+	}
+	lv := rep.FindLV(vg, name)
+	switch {
+	case rep.FindVG(vg) == nil:
+		return classify(err, ErrNotFound, what+": volume group does not exist")
+	case lv == nil:
+		return classify(err, ErrNotFound, what+": the logical volume does not exist")
+	case lv.Attr.Open:
+		return classify(err, ErrInUse, what+": the logical volume is open")
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,192 @@
+package lvm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/klog/v2"
+)
+
+// CreateLV creates a thick or thin LV. ErrAlreadyExists when the name is
+// taken, ErrInsufficientSpace when the VG (or the pool) cannot hold it,
+// ErrNotFound when the VG or the thin pool does not exist,
+// ErrInvalidArgument for a bad name, tag, size or option.
+//
+// The size is rounded up to whole extents (a zero size to one extent). The
+// result is built from the request, not read back: Name, VolumeGroup, Size,
+// Tags, Pool, Path, Layout, Attr.Type and Attr.Health are set; UUID is empty
+// and Attr.Active/Open are false because they depend on LVM's activation
+// settings (use GetLV for the live state).
+func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolume, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	unlock, err := c.locks.lock(ctx, req.VolumeGroup)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ext, err := c.extentSize(ctx, req.VolumeGroup)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s/%s: %w", req.VolumeGroup, req.Name, err)
+	}
+	size := roundToExtents(req.Size, ext, req.Options.Stripes)
+	if _, err := c.run(ctx, createArgs(req, size)...); err != nil {
+		return nil, c.explainCreate(ctx, req, size/ext, err)
+	}
+	lv := &LogicalVolume{
+		Name:        req.Name,
+		VolumeGroup: req.VolumeGroup,
+		Size:        size,
+		Tags:        sortedTags(req.Tags),
+		Attr:        Attributes{Type: TypeThick, Health: HealthOK},
+		Path:        c.lvPath(req.VolumeGroup, req.Name),
+		Layout:      layoutOf(req),
+	}
+	if req.ThinPool != "" {
+		lv.Attr.Type = TypeThin
+		lv.Pool = req.ThinPool
+	}
+	klog.V(2).InfoS("created logical volume", "vg", lv.VolumeGroup, "lv", lv.Name, "size", lv.Size, "pool", lv.Pool)
+	return lv, nil
+}
+
+// layoutOf is the lv_layout LVM gives the LV a request makes.
+func layoutOf(req CreateRequest) string {
+	switch {
+	case req.ThinPool != "":
+		return "thin,sparse"
+	case req.Options.Mirrors > 0:
+		return "raid,raid1"
+	case req.Options.Stripes > 1:
+		return "striped"
+	}
+	return "linear"
+}
+
+// sortedTags returns the tags as LVM reports them: sorted, duplicates once.
+func sortedTags(tags []string) []string {
+	if len(tags) == 0 {
+		return nil
+	}
+	t := slices.Clone(tags)
+	slices.Sort(t)
+	return slices.Compact(t)
+}
+
+// CreateThinSnapshot creates a thin snapshot named name of the thin LV
+// origin, with activation not skipped. ErrNotFound when the origin does not
+// exist, ErrInvalidArgument when it is not a thin LV, ErrAlreadyExists when
+// name is taken. The result has the origin's size and pool.
+func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string, tags []string) (*LogicalVolume, error) {
+	if err := ValidateVGName(vg); err != nil {
+		return nil, err
+	}
+	if err := validateName("origin", origin); err != nil {
+		return nil, err
+	}
+	if err := ValidateLVName(name); err != nil {
+		return nil, err
+	}
+	if err := validateTags(tags); err != nil {
+		return nil, err
+	}
+	unlock, err := c.locks.lock(ctx, vg)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// The origin's size and pool are part of the result, and a thick origin
+	// would make an old-style COW snapshot that needs a size: read it first.
+	o, err := c.GetLV(ctx, vg, origin)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s/%s of %s: %w", vg, name, origin, err)
+	}
+	if o.Attr.Type != TypeThin {
+		return nil, invalid("snapshot %s/%s: origin %s is a %s volume, only thin volumes have thin snapshots", vg, name, origin, o.Attr.Type)
+	}
+	if _, err := c.run(ctx, snapshotArgs(vg, origin, name, tags)...); err != nil {
+		return nil, c.explainSnapshot(ctx, vg, origin, name, err)
+	}
+	lv := &LogicalVolume{
+		Name:        name,
+		VolumeGroup: vg,
+		Size:        o.Size,
+		Tags:        sortedTags(tags),
+		Attr:        Attributes{Type: TypeThin, Health: HealthOK},
+		Pool:        o.Pool,
+		Origin:      origin,
+		Path:        c.lvPath(vg, name),
+		Layout:      o.Layout,
+	}
+	klog.V(2).InfoS("created thin snapshot", "vg", vg, "lv", name, "origin", origin)
+	return lv, nil
+}
+
+// ExtendLV grows an LV to at least size bytes (rounded up to extents). An LV
+// that is already that large is returned unchanged, without running
+// lvextend. ErrNotFound when the LV does not exist, ErrInsufficientSpace
+// when the VG cannot hold the growth.
+func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*LogicalVolume, error) {
+	if err := ValidateVGName(vg); err != nil {
+		return nil, err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return nil, err
+	}
+	if size > maxSize {
+		return nil, invalid("size %d is larger than %d bytes", size, uint64(maxSize))
+	}
+	unlock, err := c.locks.lock(ctx, vg)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	lv, err := c.GetLV(ctx, vg, name)
+	if err != nil {
+		return nil, fmt.Errorf("extending: %w", err)
+	}
+	if lv.Size >= size {
+		return lv, nil
+	}
+	ext, err := c.extentSize(ctx, vg)
+	if err != nil {
+		return nil, fmt.Errorf("extending %s/%s: %w", vg, name, err)
+	}
+	newSize := roundToExtents(size, ext, 1)
+	if _, err := c.run(ctx, extendArgs(vg, name, newSize)...); err != nil {
+		return c.explainExtend(ctx, lv, size, newSize/ext, err)
+	}
+	klog.V(2).InfoS("extended logical volume", "vg", vg, "lv", name, "from", lv.Size, "to", newSize)
+	switch lv.Layout {
+	case "linear", "thin,sparse":
+		lv.Size = newSize
+		return lv, nil
+	}
+	// Striped and raid LVs are rounded by LVM to their geometry, which the
+	// LV report does not show: read the size LVM chose.
+	return c.GetLV(ctx, vg, name)
+}
+
+// RemoveLV removes an LV; ErrNotFound when it (or its VG) does not exist,
+// ErrInUse when it is open. It runs lvremove without looking the LV up first;
+// only a failure costs a read, to tell why.
+func (c *Client) RemoveLV(ctx context.Context, vg, name string) error {
+	if err := ValidateVGName(vg); err != nil {
+		return err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return err
+	}
+	unlock, err := c.locks.lock(ctx, vg)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := c.run(ctx, removeArgs(vg, name)...); err != nil {
+		return c.explainRemove(ctx, vg, name, err)
+	}
+	klog.V(2).InfoS("removed logical volume", "vg", vg, "lv", name)
+	return nil
+}

@@ -1,0 +1,18 @@
+{{/* Labels on every object: the kustomize base's label plus Helm's own. */}}
+{{- define "carve.labels" -}}
+app.kubernetes.io/name: carve
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* The carve image. */}}
+{{- define "carve.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The socket path the kubelet uses to reach the node plugin. */}}
+{{- define "carve.pluginDir" -}}
+{{ .Values.kubeletDir }}/plugins/lvm.carve.dev
+{{- end }}

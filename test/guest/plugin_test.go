@@ -1,0 +1,209 @@
+//go:build guesttest
+
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/carve-csi/carve/test/guestvm"
+)
+
+// The plugin tests run the real `carve plugin` binary inside the guest on
+// loop-device volume groups with real device-mapper, mkfs and mount. Each
+// host test boots the guest once and runs one inner test package there
+// (test/guest/inner/...): the Go code is built here, where it runs about 28
+// times faster than under TCG.
+
+// TestPluginSanity runs csi-sanity against the plugin, for a thick and a
+// thin default device class, and checks the plugin's metrics afterwards.
+func TestPluginSanity(t *testing.T) {
+	out := runPluginInner(t, pluginInner{
+		pkg:     "./inner/sanityinner",
+		run:     "^TestSanity$",
+		timeout: 40 * time.Minute,
+	})
+	for _, want := range []string{"SANITY thick:", "SANITY thin:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the guest printed no %q summary", want)
+		}
+	}
+}
+
+// TestPluginNode checks data safety across a plugin restart and online
+// expansion of ext4 and xfs.
+func TestPluginNode(t *testing.T) {
+	runPluginInner(t, pluginInner{
+		pkg:     "./inner/nodeinner",
+		run:     "^(TestDataSafety|TestOnlineExpansion)$",
+		timeout: 20 * time.Minute,
+	})
+}
+
+// TestBenchPlugin measures the plugin against the raw commands it wraps
+// (make bench). It asserts only that every operation worked; the figures
+// are ratios printed for the reader, never timed assertions.
+func TestBenchPlugin(t *testing.T) {
+	out := runPluginInner(t, pluginInner{
+		pkg:     "./inner/nodeinner",
+		run:     "^TestBench",
+		timeout: 20 * time.Minute,
+	})
+	if !strings.Contains(out, "BENCH ") {
+		t.Error("the guest printed no BENCH figures")
+	}
+}
+
+// pluginInner is one inner package run.
+type pluginInner struct {
+	pkg     string // relative to this directory
+	run     string // -test.run pattern
+	timeout time.Duration
+}
+
+// runPluginInner builds carve and the inner test package, runs the package
+// in a fresh guest, streams its output prefixed with "guest| " (so that the
+// inner tests' own "--- PASS" lines are not taken for this tier's), copies
+// the plugin logs and sanity reports to $CARVE_CACHE/guest-artifacts, and
+// fails unless the inner tests passed. It returns the inner output.
+func runPluginInner(t *testing.T, in pluginInner) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), in.timeout+5*time.Minute)
+	defer cancel()
+	build := t.TempDir()
+	carve := filepath.Join(build, "carve")
+	inner := filepath.Join(build, "inner.test")
+	start := time.Now()
+	if err := guestvm.BuildBinary(ctx, "github.com/carve-csi/carve/cmd/carve", nil, carve); err != nil {
+		t.Fatal(err)
+	}
+	if err := guestvm.BuildTestBinary(ctx, in.pkg, []string{"guestinner"}, inner); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built carve and %s in %s", in.pkg, time.Since(start).Round(time.Millisecond))
+
+	work := t.TempDir()
+	var out bytes.Buffer
+	stdout := newLinePrefixer(io.MultiWriter(os.Stdout, &out), "guest| ")
+	stderr := newLinePrefixer(io.MultiWriter(os.Stdout, &out), "guest! ")
+	res, err := guestvm.Run(ctx, guestvm.Spec{
+		WorkDir: work,
+		Files: []guestvm.File{
+			{Name: "carve", Source: carve},
+			{Name: "inner.test", Source: inner},
+		},
+		Args: []string{guestvm.GuestPath("inner.test"),
+			"-test.v", "-test.run", in.run, "-test.timeout", in.timeout.String(),
+			"-carve", guestvm.GuestPath("carve"),
+			"-artifacts", guestvm.GuestPath("artifacts"),
+		},
+		Timeout: in.timeout + 3*time.Minute,
+		// The guest's tmpfs holds the loop files (sparse) and the
+		// overlay's upper layer.
+		MemoryMiB: 3072,
+		Stdout:    stdout, Stderr: stderr,
+	})
+	stdout.Flush()
+	stderr.Flush()
+	keepArtifacts(t, filepath.Join(work, "artifacts"), filepath.Base(in.pkg))
+	if err != nil {
+		t.Fatalf("guest run of %s: %v", in.pkg, err)
+	}
+	t.Logf("guest run of %s: boot %s, whole run %s, exit %d", in.pkg,
+		res.BootTime.Round(time.Millisecond), res.Duration.Round(time.Second), res.ExitCode)
+	text := out.String()
+	summarizeInner(t, text)
+	if res.ExitCode != 0 {
+		t.Fatalf("the inner tests of %s failed in the guest (exit %d); their output is above", in.pkg, res.ExitCode)
+	}
+	if !strings.Contains(text, "guest| PASS") {
+		t.Fatalf("the inner tests of %s exited 0 but did not print PASS", in.pkg)
+	}
+	return text
+}
+
+// summarizeInner logs the lines the inner tests print for the reader:
+// sanity counts and skips, bench figures, and the inner top-level results.
+func summarizeInner(t *testing.T, text string) {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := strings.TrimPrefix(sc.Text(), "guest| ")
+		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "BENCH ") ||
+			strings.HasPrefix(line, "--- ") {
+			t.Log(line)
+		}
+	}
+}
+
+// keepArtifacts copies the inner run's logs and reports out of the test's
+// temporary directory, which go test removes.
+func keepArtifacts(t *testing.T, dir, name string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	dst := filepath.Join(guestvm.DefaultCacheDir(), "guest-artifacts", name)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Logf("keeping artifacts: %v", err)
+		return
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || e.IsDir() {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
+			t.Logf("keeping artifacts: %v", err)
+			return
+		}
+	}
+	t.Logf("plugin logs and reports of the guest run: %s", dst)
+}
+
+// linePrefixer writes each line to w with a prefix.
+type linePrefixer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func newLinePrefixer(w io.Writer, prefix string) *linePrefixer {
+	return &linePrefixer{w: w, prefix: prefix}
+}
+
+func (p *linePrefixer) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if _, err := io.WriteString(p.w, p.prefix+string(p.buf[:i+1])); err != nil {
+			return 0, err
+		}
+		p.buf = p.buf[i+1:]
+	}
+	return len(b), nil
+}
+
+// Flush writes a last line that had no newline.
+func (p *linePrefixer) Flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		io.WriteString(p.w, p.prefix+string(p.buf)+"\n")
+		p.buf = nil
+	}
+}

@@ -1,0 +1,100 @@
+package plugintest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Metrics is one scrape of /metrics, by metric family name.
+type Metrics map[string]*dto.MetricFamily
+
+// Scrape reads the plugin's /metrics.
+func (p *Plugin) Scrape(ctx context.Context) (Metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.MetricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("plugintest: scraping %s: %w", p.MetricsURL, err)
+	}
+	defer rsp.Body.Close()
+	if rsp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("plugintest: scraping %s: %s", p.MetricsURL, rsp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(rsp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("plugintest: parsing %s: %w", p.MetricsURL, err)
+	}
+	return fams, nil
+}
+
+// matches tells whether m carries every label in want.
+func matches(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// HistogramCount sums the sample counts of the histogram series of name
+// that carry the labels in want (all series when want is empty).
+func (ms Metrics) HistogramCount(name string, want map[string]string) uint64 {
+	var n uint64
+	for _, m := range ms[name].GetMetric() {
+		if matches(m, want) {
+			n += m.GetHistogram().GetSampleCount()
+		}
+	}
+	return n
+}
+
+// Gauge returns the value of the one gauge series of name with the labels
+// in want; ok is false when there is none, and an error when there are
+// several.
+func (ms Metrics) Gauge(name string, want map[string]string) (v float64, ok bool, err error) {
+	for _, m := range ms[name].GetMetric() {
+		if !matches(m, want) {
+			continue
+		}
+		if ok {
+			return 0, false, fmt.Errorf("plugintest: several %s series match %v", name, want)
+		}
+		v, ok = m.GetGauge().GetValue(), true
+	}
+	return v, ok, nil
+}
+
+// LabelValues lists the values of label over the series of name that carry
+// the labels in want, each once.
+func (ms Metrics) LabelValues(name, label string, want map[string]string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range ms[name].GetMetric() {
+		if !matches(m, want) {
+			continue
+		}
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && !seen[l.GetValue()] {
+				seen[l.GetValue()] = true
+				out = append(out, l.GetValue())
+			}
+		}
+	}
+	return out
+}

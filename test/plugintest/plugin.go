@@ -1,0 +1,234 @@
+// Package plugintest runs a real `carve plugin` process for the root test
+// tiers: it writes the device-class file, starts the binary with its
+// documented command line, waits until Probe answers ready over the unix
+// socket, and scrapes the plugin's /metrics. It drives the binary from the
+// outside, exactly as a kubelet and the sidecars would, so nothing here
+// reaches into carve's packages.
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Options describe one plugin process.
+type Options struct {
+	// Binary is the path of the carve binary.
+	Binary string
+	// Dir holds the config file and the socket. It must be on a local
+	// filesystem (a tmpfs is fine): unix sockets do not work on 9p.
+	Dir string
+	// NodeName is passed as --node-name.
+	NodeName string
+	// Config is the YAML text of the device-class file.
+	Config string
+	// MaxVolumes is passed as --max-volumes when > 0.
+	MaxVolumes int
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+	// Env is added to the process environment (the guest needs
+	// DM_DISABLE_UDEV=1 for LVM to make its device nodes itself).
+	Env []string
+	// Log receives the plugin's stdout and stderr; nil discards them.
+	Log io.Writer
+	// ReadyTimeout bounds the wait for Probe; 0 means two minutes (the
+	// guest runs Go code about 28 times slower than the host).
+	ReadyTimeout time.Duration
+}
+
+// Plugin is a running `carve plugin` process.
+type Plugin struct {
+	// Endpoint is the --endpoint value (unix://<socket>).
+	Endpoint string
+	// MetricsURL is http://<metrics address>/metrics.
+	MetricsURL string
+	// Conn is a gRPC connection to the plugin's socket.
+	Conn *grpc.ClientConn
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // the process's exit status, set before done is closed
+}
+
+// Start writes the config to opts.Dir/config.yaml and starts the plugin. It
+// returns once the plugin answers Probe with ready (or ready unset), and
+// stops the process again when it does not.
+func Start(ctx context.Context, opts Options) (*Plugin, error) {
+	if opts.Binary == "" || opts.Dir == "" || opts.NodeName == "" {
+		return nil, errors.New("plugintest: Binary, Dir and NodeName are required")
+	}
+	cfg := filepath.Join(opts.Dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(opts.Config), 0o644); err != nil {
+		return nil, fmt.Errorf("plugintest: writing the config: %w", err)
+	}
+	sock := filepath.Join(opts.Dir, "csi.sock")
+	// A socket left by an earlier process of the same test would make
+	// the new one fail to listen, or the probe below reach nothing.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("plugintest: removing an old socket: %w", err)
+	}
+	metricsAddr, err := freeLoopbackAddress()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"plugin",
+		"--endpoint", "unix://" + sock,
+		"--node-name", opts.NodeName,
+		"--config", cfg,
+		"--metrics-address", metricsAddr,
+	}
+	if opts.MaxVolumes > 0 {
+		args = append(args, "--max-volumes", strconv.Itoa(opts.MaxVolumes))
+	}
+	args = append(args, opts.ExtraArgs...)
+	// Not CommandContext: the process must outlive the start-up context;
+	// Stop ends it.
+	cmd := exec.Command(opts.Binary, args...)
+	cmd.Env = append(os.Environ(), opts.Env...)
+	log := opts.Log
+	if log == nil {
+		log = io.Discard
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("plugintest: starting %s: %w", opts.Binary, err)
+	}
+	p := &Plugin{
+		Endpoint:   "unix://" + sock,
+		MetricsURL: "http://" + metricsAddr + "/metrics",
+		cmd:        cmd,
+		done:       make(chan struct{}),
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	timeout := opts.ReadyTimeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	if err := p.waitReady(ctx, sock, timeout); err != nil {
+		p.Stop(10 * time.Second)
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitReady waits for the socket, dials it and polls Probe.
+func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("plugintest: the plugin exited before it was ready: %v", p.err)
+		case <-ctx.Done():
+			return fmt.Errorf("plugintest: the plugin was not ready after %s: %v", timeout, last)
+		case <-tick.C:
+		}
+		if _, err := os.Stat(sock); err != nil {
+			last = err
+			continue
+		}
+		if p.Conn == nil {
+			conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return fmt.Errorf("plugintest: dialing %s: %w", sock, err)
+			}
+			p.Conn = conn
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		rsp, err := csi.NewIdentityClient(p.Conn).Probe(pctx, &csi.ProbeRequest{})
+		pcancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		if rsp.GetReady() == nil || rsp.GetReady().GetValue() {
+			return nil
+		}
+		last = errors.New("Probe answered ready=false")
+	}
+}
+
+// Stop sends SIGTERM, waits up to grace for the process to end, then kills
+// it. It returns the exit error of a process that did not end cleanly on
+// SIGTERM (a crash is worth knowing about); calling it again is harmless.
+func (p *Plugin) Stop(grace time.Duration) error {
+	if p.Conn != nil {
+		p.Conn.Close()
+		p.Conn = nil
+	}
+	select {
+	case <-p.done:
+		return p.exitErr()
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("plugintest: signalling the plugin: %w", err)
+	}
+	select {
+	case <-p.done:
+		return p.exitErr()
+	case <-time.After(grace):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("plugintest: the plugin did not stop within %s of SIGTERM", grace)
+	}
+}
+
+// exitErr is the exit status, treating an exit on SIGTERM itself (no
+// handler) like a clean exit.
+func (p *Plugin) exitErr() error {
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+			return nil
+		}
+	}
+	if p.err != nil {
+		return fmt.Errorf("plugintest: the plugin exited: %w", p.err)
+	}
+	return nil
+}
+
+// Exited tells whether the process has ended.
+func (p *Plugin) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// freeLoopbackAddress returns a 127.0.0.1 address with a port that was free
+// a moment ago: the plugin takes --metrics-address as host:port and the test
+// must know where to scrape.
+func freeLoopbackAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("plugintest: finding a free port (is the loopback interface up?): %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", err
+	}
+	return addr, nil
+}

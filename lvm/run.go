@@ -45,6 +45,8 @@ func (f runnerFunc) run(ctx context.Context, args []string) (output, error) { re
 type execRunner struct {
 	command string
 	env     []string
+	// killDelay overrides the package's killDelay (tests).
+	killDelay time.Duration
 }
 
 // commandEnv is the environment of every lvm command: the caller's (so that
@@ -65,6 +67,9 @@ func (r execRunner) run(ctx context.Context, args []string) (output, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = killDelay
+	if r.killDelay > 0 {
+		cmd.WaitDelay = r.killDelay
+	}
 	err := cmd.Run()
 	out := output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	var exitErr *exec.ExitError

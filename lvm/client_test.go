@@ -1,0 +1,497 @@
+package lvm
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportIsOneCommand(t *testing.T) {
+	f := loadFake(t, "fullreport-thin.json")
+	c := f.client()
+	before := time.Now()
+	r, err := c.Report(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"fullreport"}) {
+		t.Errorf("commands %v, want one fullreport", got)
+	}
+	if len(r.VolumeGroups) != 1 || len(r.LogicalVolumes) != 8 || len(r.ThinPools) != 1 {
+		t.Errorf("report has %d VGs, %d LVs, %d pools; want 1, 8, 1", len(r.VolumeGroups), len(r.LogicalVolumes), len(r.ThinPools))
+	}
+	if r.ReadAt.Before(before) || r.ReadAt.After(time.Now()) {
+		t.Errorf("ReadAt %v is not the time of the read", r.ReadAt)
+	}
+	// The report filled the extent-size cache: a create needs no VG read.
+	f.resetCalls()
+	if _, err := c.CreateLV(context.Background(), CreateRequest{VolumeGroup: "rec-thin", Name: "new", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"lvcreate"}) {
+		t.Errorf("create after a report ran %v, want only lvcreate", got)
+	}
+}
+
+func TestCreateLVSuccess(t *testing.T) {
+	tests := []struct {
+		name string
+		req  CreateRequest
+		want LogicalVolume
+	}{
+		{"thick rounded up", CreateRequest{VolumeGroup: "rec-thick", Name: "carve-1", Size: 10 << 20, Tags: []string{"z", "a"}},
+			LogicalVolume{Name: "carve-1", VolumeGroup: "rec-thick", Size: 12 << 20, Tags: []string{"a", "z"},
+				Attr: Attributes{Type: TypeThick, Health: HealthOK}, Path: "/dev/rec-thick/carve-1", Layout: "linear"}},
+		{"zero size is one extent", CreateRequest{VolumeGroup: "rec-thick", Name: "carve-2"},
+			LogicalVolume{Name: "carve-2", VolumeGroup: "rec-thick", Size: 4 << 20,
+				Attr: Attributes{Type: TypeThick, Health: HealthOK}, Path: "/dev/rec-thick/carve-2", Layout: "linear"}},
+		{"striped", CreateRequest{VolumeGroup: "rec-thick", Name: "carve-3", Size: 4 << 20, Options: LVOptions{Stripes: 2}},
+			LogicalVolume{Name: "carve-3", VolumeGroup: "rec-thick", Size: 8 << 20,
+				Attr: Attributes{Type: TypeThick, Health: HealthOK}, Path: "/dev/rec-thick/carve-3", Layout: "striped"}},
+		{"thin", CreateRequest{VolumeGroup: "rec-thick", Name: "carve-4", Size: 1<<30 + 1, ThinPool: "pool0"},
+			LogicalVolume{Name: "carve-4", VolumeGroup: "rec-thick", Size: 1<<30 + 4<<20, Pool: "pool0",
+				Attr: Attributes{Type: TypeThin, Health: HealthOK}, Path: "/dev/rec-thick/carve-4", Layout: "thin,sparse"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			c := f.client()
+			ctx := context.Background()
+			// Cold: the VG's extent size is read once.
+			lv, err := c.CreateLV(ctx, tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*lv, tt.want) {
+				t.Errorf("result\n got %+v\nwant %+v", *lv, tt.want)
+			}
+			if got := f.commands(); !slices.Equal(got, []string{"vgs", "lvcreate"}) {
+				t.Errorf("first create ran %v, want vgs, lvcreate", got)
+			}
+			// Warm: one lvcreate and nothing else.
+			f.resetCalls()
+			req := tt.req
+			req.Name += "x"
+			if _, err := c.CreateLV(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.commands(); !slices.Equal(got, []string{"lvcreate"}) {
+				t.Errorf("second create ran %v, want only lvcreate", got)
+			}
+		})
+	}
+}
+
+func TestCreateLVMissingVGCold(t *testing.T) {
+	f := loadFake(t, "fullreport-thick.json")
+	_, err := f.client().CreateLV(context.Background(), CreateRequest{VolumeGroup: "nosuchvg", Name: "x"})
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("error %v, want ErrNotFound", err)
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"vgs"}) {
+		t.Errorf("commands %v, want only the vgs that found no VG", got)
+	}
+}
+
+func TestRemoveLVIsOneCommand(t *testing.T) {
+	f := loadFake(t, "fullreport-thick.json")
+	if err := f.client().RemoveLV(context.Background(), "rec-thick", "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"lvremove"}) {
+		t.Errorf("remove ran %v, want only lvremove", got)
+	}
+}
+
+// failWith answers every mutation with a recorded failure.
+func failWith(o output) func([]string) output { return func([]string) output { return o } }
+
+func TestCreateLVFailures(t *testing.T) {
+	rec := recordedFailures(t, "failures-host.json")
+	tests := []struct {
+		name string
+		req  CreateRequest
+		fail output
+		want error // nil: unclassified
+		text string
+	}{
+		{"name taken", CreateRequest{VolumeGroup: "rec-thick", Name: "carve-aaaa", Size: 12 << 20},
+			rec["create-exists"].output(), ErrAlreadyExists, "the name is taken"},
+		{"no VG", CreateRequest{VolumeGroup: "nosuchvg", Name: "x", Size: 4 << 20},
+			rec["create-no-vg"].output(), ErrNotFound, "volume group does not exist"},
+		{"no space", CreateRequest{VolumeGroup: "rec-thick", Name: "big", Size: 4 << 30},
+			rec["create-no-space"].output(), ErrInsufficientSpace, "248 free extents, 1024 needed"},
+		{"raid1 copies do not fit", CreateRequest{VolumeGroup: "rec-thick", Name: "r", Size: 512 << 20, Options: LVOptions{Mirrors: 1}},
+			output{ExitCode: 5}, ErrInsufficientSpace, "248 free extents, 258 needed"},
+		{"more stripes than PVs", CreateRequest{VolumeGroup: "rec-thick", Name: "s3", Size: 12 << 20, Options: LVOptions{Stripes: 3}},
+			rec["create-stripes-pvs"].output(), ErrInvalidArgument, "3 stripes need 3 physical volumes"},
+		{"command line rejected", CreateRequest{VolumeGroup: "rec-thick", Name: "lv", Size: 4 << 20},
+			rec["create-bad-name"].output(), ErrInvalidArgument, "rejected the command line"},
+		{"no thin pool", CreateRequest{VolumeGroup: "rec-thick", Name: "t", Size: 4 << 20, ThinPool: "nopool"},
+			output{ExitCode: 5}, ErrNotFound, "thin pool nopool does not exist"},
+		{"allocation message with free space", CreateRequest{VolumeGroup: "rec-thick", Name: "s2", Size: 12 << 20, Options: LVOptions{Stripes: 2}},
+			output{ExitCode: 5, Stderr: []byte("  Insufficient suitable allocatable extents for logical volume s2: 4 more required\n")},
+			ErrInsufficientSpace, "too little allocatable space"},
+		{"unknown failure", CreateRequest{VolumeGroup: "rec-thick", Name: "lv", Size: 4 << 20},
+			output{ExitCode: 5, Stderr: []byte("  Something new went wrong\n")}, nil, "Something new went wrong"},
+	}
+	for _, tt := range tests {
+		for _, withText := range []bool{true, false} {
+			name := tt.name
+			fail := tt.fail
+			if !withText {
+				// Facts, not messages: with stderr gone the data-based
+				// classifications stay the same.
+				if strings.Contains(tt.text, "allocatable space") || tt.want == nil {
+					continue
+				}
+				name += " without stderr"
+				fail.Stderr = nil
+			}
+			t.Run(name, func(t *testing.T) {
+				f := loadFake(t, "fullreport-thick.json")
+				f.mutate = failWith(fail)
+				c := f.client()
+				// A VG read earlier (its extent size cached), so that
+				// lvcreate runs even for a VG that is gone since.
+				c.remember([]VolumeGroup{{Name: tt.req.VolumeGroup, ExtentSize: 4 << 20}})
+				_, err := c.CreateLV(context.Background(), tt.req)
+				checkKind(t, err, tt.want, tt.text)
+				if got := f.commands(); !slices.Equal(got, []string{"lvcreate", "fullreport"}) &&
+					!slices.Equal(got, []string{"lvcreate"}) {
+					t.Errorf("commands %v, want lvcreate and at most one read", got)
+				}
+			})
+		}
+	}
+}
+
+// checkKind asserts err is a classified (or, want nil, unclassified)
+// *CommandError whose message says text.
+func checkKind(t *testing.T, err error, want error, text string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v carries no *CommandError", err)
+	}
+	if ce.Kind != want {
+		t.Errorf("Kind = %v, want %v (error: %v)", ce.Kind, want, err)
+	}
+	if want != nil && !errors.Is(err, want) {
+		t.Errorf("errors.Is(%v, %v) = false", err, want)
+	}
+	for _, other := range []error{ErrNotFound, ErrAlreadyExists, ErrInsufficientSpace, ErrInvalidArgument, ErrInUse} {
+		if other != want && errors.Is(err, other) {
+			t.Errorf("error %v is also %v", err, other)
+		}
+	}
+	if !strings.Contains(err.Error(), text) {
+		t.Errorf("error %q does not say %q", err, text)
+	}
+}
+
+func TestRemoveLVFailures(t *testing.T) {
+	rec := recordedFailures(t, "failures-host.json")
+	tests := []struct {
+		name, vg, lv string
+		openLV       bool
+		fail         output
+		want         error
+		text         string
+	}{
+		{"no LV", "rec-thick", "nosuchlv", false, rec["remove-no-lv"].output(), ErrNotFound, "logical volume does not exist"},
+		{"no VG", "nosuchvg", "x", false, rec["remove-no-vg"].output(), ErrNotFound, "volume group does not exist"},
+		{"open", "rec-thick", "plain", true, output{ExitCode: 5, Stderr: []byte("  Logical volume rec-thick/plain contains a filesystem in use.\n")}, ErrInUse, "is open"},
+		{"unknown", "rec-thick", "plain", false, output{ExitCode: 5, Stderr: []byte("  odd\n")}, nil, "odd"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			if tt.openLV {
+				f.setAttr(tt.vg, tt.lv, "-wi-ao----")
+			}
+			f.mutate = failWith(tt.fail)
+			err := f.client().RemoveLV(context.Background(), tt.vg, tt.lv)
+			checkKind(t, err, tt.want, tt.text)
+			// The only extra read is on the failure path.
+			if got := f.commands(); !slices.Equal(got, []string{"lvremove", "fullreport"}) {
+				t.Errorf("commands %v, want lvremove then one fullreport", got)
+			}
+		})
+	}
+}
+
+func TestExtendLV(t *testing.T) {
+	rec := recordedFailures(t, "failures-host.json")
+	tests := []struct {
+		name     string
+		lv       string
+		size     uint64
+		fail     *output
+		wantSize uint64
+		wantCmds []string
+		want     error
+		text     string
+	}{
+		{"already large enough", "carve-aaaa", 10 << 20, nil, 12 << 20, []string{"lvs"}, nil, ""},
+		{"same size", "carve-aaaa", 12 << 20, nil, 12 << 20, []string{"lvs"}, nil, ""},
+		{"grows, rounded", "plain", 5 << 20, nil, 8 << 20, []string{"lvs", "vgs", "lvextend"}, nil, ""},
+		{"striped is read back", "striped", 9 << 20, nil, 8 << 20, []string{"lvs", "vgs", "lvextend", "lvs"}, nil, ""},
+		{"no space", "plain", 4 << 30, ptr(rec["extend-no-space"].output()), 0, []string{"lvs", "vgs", "lvextend", "fullreport"},
+			ErrInsufficientSpace, "248 free extents, 1023 needed"},
+		{"unknown failure", "plain", 8 << 20, &output{ExitCode: 5, Stderr: []byte("  odd\n")}, 0,
+			[]string{"lvs", "vgs", "lvextend", "fullreport"}, nil, "odd"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			if tt.fail != nil {
+				f.mutate = failWith(*tt.fail)
+			}
+			lv, err := f.client().ExtendLV(context.Background(), "rec-thick", tt.lv, tt.size)
+			if got := f.commands(); !slices.Equal(got, tt.wantCmds) {
+				t.Errorf("commands %v, want %v", got, tt.wantCmds)
+			}
+			if tt.fail != nil {
+				checkKind(t, err, tt.want, tt.text)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lv.Size != tt.wantSize || lv.Name != tt.lv {
+				t.Errorf("got %s of %d bytes, want %s of %d", lv.Name, lv.Size, tt.lv, tt.wantSize)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestExtendLVNotFound(t *testing.T) {
+	tests := []struct{ vg, lv string }{{"rec-thick", "nosuchlv"}, {"nosuchvg", "lv"}}
+	for _, tt := range tests {
+		f := loadFake(t, "fullreport-thick.json")
+		_, err := f.client().ExtendLV(context.Background(), tt.vg, tt.lv, 1<<30)
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("ExtendLV(%s/%s) = %v, want ErrNotFound", tt.vg, tt.lv, err)
+		}
+		if slices.Contains(f.commands(), "lvextend") {
+			t.Errorf("lvextend ran for a missing LV")
+		}
+	}
+}
+
+func TestReads(t *testing.T) {
+	f := loadFake(t, "fullreport-thick.json")
+	c := f.client()
+	ctx := context.Background()
+
+	lv, err := c.GetLV(ctx, "rec-thick", "carve-aaaa")
+	if err != nil || lv.Size != 12<<20 || len(lv.Tags) != 3 {
+		t.Errorf("GetLV = %+v, %v", lv, err)
+	}
+	for _, name := range [][2]string{{"rec-thick", "nosuchlv"}, {"nosuchvg", "x"}} {
+		if _, err := c.GetLV(ctx, name[0], name[1]); !errors.Is(err, ErrNotFound) {
+			t.Errorf("GetLV(%s/%s) = %v, want ErrNotFound", name[0], name[1], err)
+		}
+	}
+	vg, err := c.VolumeGroup(ctx, "rec-thick")
+	if err != nil || vg.FreeExtents != 248 {
+		t.Errorf("VolumeGroup = %+v, %v", vg, err)
+	}
+	if _, err := c.VolumeGroup(ctx, "nosuchvg"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("VolumeGroup(nosuchvg) = %v, want ErrNotFound", err)
+	}
+	lvs, err := c.ListLVs(ctx, "rec-empty")
+	if err != nil || len(lvs) != 0 {
+		t.Errorf("ListLVs(rec-empty) = %v, %v", lvs, err)
+	}
+	if _, err := c.ListLVs(ctx, "nosuchvg"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ListLVs(nosuchvg) = %v, want ErrNotFound", err)
+	}
+	all, err := c.ListLVs(ctx, "")
+	if err != nil || len(all) != 3 {
+		t.Errorf("ListLVs(all) = %d LVs, %v; want 3", len(all), err)
+	}
+}
+
+func TestFindByTag(t *testing.T) {
+	tests := []struct {
+		vg, tag string
+		want    []string
+	}{
+		{"", "carve.dev/owner=carve", []string{"carve-aaaa", "striped"}},
+		{"rec-thick", "carve.dev/owner=carve", []string{"carve-aaaa", "striped"}},
+		{"rec-empty", "carve.dev/owner=carve", []string{}},
+		{"", "carve.dev/class=fast", []string{"carve-aaaa"}},
+		{"", "nobody-has-this", []string{}},
+	}
+	for _, tt := range tests {
+		f := loadFake(t, "fullreport-thick.json")
+		lvs, err := f.client().FindByTag(context.Background(), tt.vg, tt.tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{}
+		for _, lv := range lvs {
+			names = append(names, lv.Name)
+		}
+		if lvs == nil || !slices.Equal(names, tt.want) {
+			t.Errorf("FindByTag(%q, %q) = %v (nil: %v), want %v", tt.vg, tt.tag, names, lvs == nil, tt.want)
+		}
+		if got := f.commands(); !slices.Equal(got, []string{"lvs"}) {
+			t.Errorf("commands %v, want one lvs", got)
+		}
+	}
+}
+
+func TestCreateThinSnapshot(t *testing.T) {
+	ctx := context.Background()
+	f := loadFake(t, "fullreport-thin.json")
+	var got []string
+	f.mutate = func(args []string) output { got = args; return output{} }
+	snap, err := f.client().CreateThinSnapshot(ctx, "rec-thin", "thin1", "carve-snap", []string{"t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := LogicalVolume{Name: "carve-snap", VolumeGroup: "rec-thin", Size: 64 << 20, Tags: []string{"t"},
+		Attr: Attributes{Type: TypeThin, Health: HealthOK}, Pool: "pool0", Origin: "thin1",
+		Path: "/dev/rec-thin/carve-snap", Layout: "thin,sparse"}
+	if !reflect.DeepEqual(*snap, want) {
+		t.Errorf("snapshot\n got %+v\nwant %+v", *snap, want)
+	}
+	if !slices.Equal(got, snapshotArgs("rec-thin", "thin1", "carve-snap", []string{"t"})) {
+		t.Errorf("ran %q", got)
+	}
+
+	tests := []struct {
+		origin, name string
+		fail         *output
+		want         error
+	}{
+		{"thick1", "s1", nil, ErrInvalidArgument},
+		{"nosuch", "s1", nil, ErrNotFound},
+		{"thin1", "snap1", &output{ExitCode: 5}, ErrAlreadyExists},
+		{"thin1", "-s", nil, ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		f := loadFake(t, "fullreport-thin.json")
+		if tt.fail != nil {
+			f.mutate = failWith(*tt.fail)
+		}
+		_, err := f.client().CreateThinSnapshot(ctx, "rec-thin", tt.origin, tt.name, nil)
+		if !errors.Is(err, tt.want) {
+			t.Errorf("snapshot %s of %s: %v, want %v", tt.name, tt.origin, err, tt.want)
+		}
+		if tt.fail == nil && slices.Contains(f.commands(), "lvcreate") {
+			t.Errorf("snapshot %s of %s ran lvcreate", tt.name, tt.origin)
+		}
+	}
+}
+
+// TestInvalidInputRunsNothing: a bad name, tag or option is an
+// ErrInvalidArgument and never reaches an lvm command line.
+func TestInvalidInputRunsNothing(t *testing.T) {
+	ctx := context.Background()
+	calls := []struct {
+		name string
+		call func(c *Client) error
+	}{
+		{"create bad vg", func(c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "--all", Name: "lv"})
+			return err
+		}},
+		{"create bad name", func(c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "vg", Name: "-n"})
+			return err
+		}},
+		{"create bad tag", func(c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "vg", Name: "lv", Tags: []string{"a b"}})
+			return err
+		}},
+		{"create bad options", func(c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "vg", Name: "lv", Options: LVOptions{Stripes: 999}})
+			return err
+		}},
+		{"extend", func(c *Client) error { _, err := c.ExtendLV(ctx, "vg", "../x", 1); return err }},
+		{"remove", func(c *Client) error { return c.RemoveLV(ctx, "vg x", "lv") }},
+		{"get", func(c *Client) error { _, err := c.GetLV(ctx, "vg", "lv\"x"); return err }},
+		{"list", func(c *Client) error { _, err := c.ListLVs(ctx, "-vg"); return err }},
+		{"tag", func(c *Client) error { _, err := c.FindByTag(ctx, "", "x y"); return err }},
+		{"tag vg", func(c *Client) error { _, err := c.FindByTag(ctx, "..", "x"); return err }},
+		{"vg", func(c *Client) error { _, err := c.VolumeGroup(ctx, ""); return err }},
+		{"snapshot", func(c *Client) error { _, err := c.CreateThinSnapshot(ctx, "vg", "o", "snapshot1", nil); return err }},
+	}
+	for _, tt := range calls {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			if err := tt.call(f.client()); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("error %v, want ErrInvalidArgument", err)
+			}
+			if got := f.commands(); len(got) != 0 {
+				t.Errorf("ran %v", got)
+			}
+		})
+	}
+}
+
+func TestContextErrorsAreNotClassified(t *testing.T) {
+	f := loadFake(t, "fullreport-thick.json")
+	f.mutate = func([]string) output { return output{ExitCode: -1} }
+	c := newClient(Options{}, runnerFunc(func(ctx context.Context, args []string) (output, error) {
+		if args[0] == "lvcreate" {
+			f.mu.Lock()
+			f.calls = append(f.calls, args)
+			f.mu.Unlock()
+			return output{ExitCode: -1}, context.DeadlineExceeded
+		}
+		return f.run(ctx, args)
+	}), nil)
+	_, err := c.CreateLV(context.Background(), CreateRequest{VolumeGroup: "rec-thick", Name: "lv", Size: 1})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want DeadlineExceeded", err)
+	}
+	for _, kind := range []error{ErrNotFound, ErrAlreadyExists, ErrInsufficientSpace, ErrInvalidArgument} {
+		if errors.Is(err, kind) {
+			t.Errorf("a stopped command was classified %v", kind)
+		}
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"vgs", "lvcreate"}) {
+		t.Errorf("commands %v: no classification read after a stopped command", got)
+	}
+}
+
+type recordingObserver struct {
+	commands []string
+	errs     []error
+}
+
+func (o *recordingObserver) ObserveCommand(command string, d time.Duration, err error) {
+	o.commands = append(o.commands, command)
+	o.errs = append(o.errs, err)
+}
+
+func TestObserverSeesEveryCommand(t *testing.T) {
+	f := loadFake(t, "fullreport-thick.json")
+	obs := &recordingObserver{}
+	c := newClient(Options{Observer: obs}, runnerFunc(f.run), nil)
+	ctx := context.Background()
+	_, _ = c.Report(ctx)
+	f.mutate = failWith(output{ExitCode: 5})
+	_ = c.RemoveLV(ctx, "rec-thick", "plain")
+	want := []string{"fullreport", "lvremove", "fullreport"}
+	if !slices.Equal(obs.commands, want) {
+		t.Fatalf("observed %v, want %v", obs.commands, want)
+	}
+	if obs.errs[0] != nil || obs.errs[1] == nil || obs.errs[2] != nil {
+		t.Errorf("observed errors %v, want only lvremove's", obs.errs)
+	}
+}

@@ -1,0 +1,189 @@
+package lvm
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func readFixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseReportThick(t *testing.T) {
+	// Recorded on the host: two VGs, one of them empty, with linear and
+	// striped LVs and tags.
+	r, err := parseReport(readFixture(t, "fullreport-thick.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantVGs := []VolumeGroup{
+		{Name: "rec-empty", UUID: "nmPc91-zF06-ub39-PXX6-5jIa-LLke-4ufLo0", Size: 264241152, Free: 264241152,
+			ExtentSize: 4 << 20, ExtentCount: 63, FreeExtents: 63, PVCount: 1},
+		{Name: "rec-thick", UUID: "cjB0Zx-TfWS-o7ZN-416z-Y7XK-3wYz-RfmBKQ", Size: 1065353216, Free: 1040187392,
+			ExtentSize: 4 << 20, ExtentCount: 254, FreeExtents: 248, PVCount: 2},
+	}
+	if !reflect.DeepEqual(r.VolumeGroups, wantVGs) {
+		t.Errorf("VGs:\n got %+v\nwant %+v", r.VolumeGroups, wantVGs)
+	}
+	wantLVs := []LogicalVolume{
+		{Name: "carve-aaaa", VolumeGroup: "rec-thick", UUID: "IjYeuk-LGsf-T6VI-F93h-13Fd-JSqi-dA6eI4", Size: 12 << 20,
+			Tags: []string{"carve.dev/class=fast", "carve.dev/owner=carve", "carve.dev/volume=7076632d31"},
+			Attr: Attributes{Type: TypeThick, Health: HealthOK, Raw: "-wi-XX----"},
+			Path: "/dev/rec-thick/carve-aaaa", Layout: "linear"},
+		{Name: "plain", VolumeGroup: "rec-thick", UUID: "3x7LfM-nXDm-mduX-NNPr-Ef5b-ygRD-i1A8B6", Size: 4 << 20,
+			Attr: Attributes{Type: TypeThick, Health: HealthOK, Raw: "-wi-XX----"},
+			Path: "/dev/rec-thick/plain", Layout: "linear"},
+		{Name: "striped", VolumeGroup: "rec-thick", UUID: "Wpxx9v-l8RH-N0Ay-1CZv-ockl-ZXm5-soWGwe", Size: 8 << 20,
+			Tags: []string{"carve.dev/owner=carve"},
+			Attr: Attributes{Type: TypeThick, Health: HealthOK, Raw: "-wi-XX----"},
+			Path: "/dev/rec-thick/striped", Layout: "striped"},
+	}
+	if !reflect.DeepEqual(r.LogicalVolumes, wantLVs) {
+		t.Errorf("LVs:\n got %+v\nwant %+v", r.LogicalVolumes, wantLVs)
+	}
+	if len(r.ThinPools) != 0 {
+		t.Errorf("thin pools %+v, want none", r.ThinPools)
+	}
+	if vg := r.FindVG("rec-empty"); vg == nil || vg.Free != vg.Size {
+		t.Errorf("FindVG(rec-empty) = %+v", vg)
+	}
+	if r.FindVG("nosuch") != nil || r.FindLV("rec-thick", "nosuch") != nil || r.FindLV("rec-empty", "plain") != nil {
+		t.Error("Find* found what does not exist")
+	}
+}
+
+func TestParseReportEmptyVG(t *testing.T) {
+	r, err := parseReport(readFixture(t, "fullreport-empty.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.VolumeGroups) != 1 || r.VolumeGroups[0].Name != "rec-empty" || r.VolumeGroups[0].FreeExtents != 63 {
+		t.Errorf("VGs = %+v, want the one empty VG with 63 free extents", r.VolumeGroups)
+	}
+	if len(r.LogicalVolumes) != 0 || len(r.ThinPools) != 0 {
+		t.Errorf("an empty VG has LVs %+v, pools %+v", r.LogicalVolumes, r.ThinPools)
+	}
+}
+
+func TestParseReportMissingPV(t *testing.T) {
+	// Recorded on the host: a VG of two loop PVs, the second detached.
+	r, err := parseReport(readFixture(t, "fullreport-missing-pv.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vg := r.FindVG("rec-partial")
+	if vg == nil || vg.MissingPVs != 1 || vg.PVCount != 2 || vg.FreeExtents != 0 {
+		t.Fatalf("VG = %+v, want 1 of 2 PVs missing and no free extents", vg)
+	}
+	tests := []struct {
+		lv     string
+		health Health
+	}{
+		{"first", HealthOK},     // lies on the PV that is still there
+		{"whole", HealthPartial}, // spans the missing one
+	}
+	for _, tt := range tests {
+		lv := r.FindLV("rec-partial", tt.lv)
+		if lv == nil || lv.Attr.Health != tt.health {
+			t.Errorf("LV %s = %+v, want health %s", tt.lv, lv, tt.health)
+		}
+	}
+}
+
+func TestParseReportThin(t *testing.T) {
+	// testdata/README.md says where this fixture comes from.
+	r, err := parseReport(readFixture(t, "fullreport-thin.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ThinPool{{Name: "pool0", VolumeGroup: "rec-thin", Size: 256 << 20, DataPercent: 1.56,
+		MetadataPercent: 10.94, MetadataSize: 4 << 20, VirtualSize: 64<<20 + 64<<20 + 512<<20, ThinVolumes: 3}}
+	if !reflect.DeepEqual(r.ThinPools, want) {
+		t.Errorf("thin pools:\n got %+v\nwant %+v", r.ThinPools, want)
+	}
+	tests := []struct {
+		lv, pool, origin string
+		typ              VolumeType
+	}{
+		{"pool0", "", "", TypeThinPool},
+		{"pool0_tdata", "", "", TypeInternal},
+		{"pool0_tmeta", "", "", TypeInternal},
+		{"lvol0_pmspare", "", "", TypeInternal},
+		{"thin1", "pool0", "", TypeThin},
+		{"thin2", "pool0", "", TypeThin},
+		{"snap1", "pool0", "thin1", TypeThin},
+		{"thick1", "", "", TypeThick},
+	}
+	for _, tt := range tests {
+		lv := r.FindLV("rec-thin", tt.lv)
+		if lv == nil {
+			t.Errorf("LV %s missing (hidden LVs are reported without brackets)", tt.lv)
+			continue
+		}
+		if lv.Attr.Type != tt.typ || lv.Pool != tt.pool || lv.Origin != tt.origin {
+			t.Errorf("LV %s: type %s pool %q origin %q, want %s %q %q", tt.lv, lv.Attr.Type, lv.Pool, lv.Origin, tt.typ, tt.pool, tt.origin)
+		}
+	}
+}
+
+func TestParseLVsAndVGs(t *testing.T) {
+	tests := []struct {
+		fixture string
+		lvs     []string // names, in order
+		vgs     []string
+	}{
+		{"lvs-get.json", []string{"carve-aaaa"}, nil},
+		{"lvs-get-none.json", nil, nil},
+		{"lvs-list.json", []string{"carve-aaaa", "plain", "striped"}, nil},
+		{"lvs-tag.json", []string{"carve-aaaa", "striped"}, nil},
+		{"vgs.json", nil, []string{"rec-thick"}},
+		{"vgs-none.json", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fixture, func(t *testing.T) {
+			r, err := parseReport(readFixture(t, tt.fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lvs, vgs []string
+			for _, lv := range r.LogicalVolumes {
+				lvs = append(lvs, lv.Name)
+			}
+			for _, vg := range r.VolumeGroups {
+				vgs = append(vgs, vg.Name)
+			}
+			if !reflect.DeepEqual(lvs, tt.lvs) || !reflect.DeepEqual(vgs, tt.vgs) {
+				t.Errorf("LVs %v VGs %v, want %v %v", lvs, vgs, tt.lvs, tt.vgs)
+			}
+		})
+	}
+}
+
+func TestParseReportErrors(t *testing.T) {
+	tests := []struct {
+		name, json, want string
+	}{
+		{"not JSON", `WARNING: something`, "decoding lvm JSON report"},
+		{"truncated", `{"report": [{"vg": [`, "decoding lvm JSON report"},
+		{"size with suffix", `{"report":[{"vg":[{"vg_name":"v","vg_size":"1.00g"}]}]}`, `vg_size: "1.00g" is not a number`},
+		{"negative free", `{"report":[{"vg":[{"vg_name":"v","vg_free":"-1"}]}]}`, "vg_free"},
+		{"lv size", `{"report":[{"lv":[{"vg_name":"v","lv_name":"l","lv_size":"12m"}]}]}`, "v/l: field lv_size"},
+		{"pool percent", `{"report":[{"lv":[{"vg_name":"v","lv_name":"p","lv_attr":"twi-a-tz--","data_percent":"x"}]}]}`, "thin pool v/p: field data_percent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseReport([]byte(tt.json))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}

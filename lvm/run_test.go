@@ -1,0 +1,177 @@
+package lvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The real exec runner is tested against this test binary acting as lvm:
+// with CARVE_LVM_HELPER=1 in its environment, TestMain runs helperLVM
+// instead of the tests.
+const helperEnv = "CARVE_LVM_HELPER=1"
+
+func TestMain(m *testing.M) {
+	if os.Getenv("CARVE_LVM_HELPER") == "1" {
+		os.Exit(helperLVM(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func helperLVM(args []string) int {
+	switch args[0] {
+	case "printenv":
+		for _, kv := range os.Environ() {
+			fmt.Println(kv)
+		}
+		return 0
+	case "fail":
+		fmt.Fprint(os.Stderr, "  Volume group \"x\" has insufficient free space\n")
+		return 5
+	case "sleep":
+		time.Sleep(time.Minute)
+		return 0
+	case "ignoreint":
+		signal.Ignore(syscall.SIGINT)
+		time.Sleep(time.Minute)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "no such command %q\n", args[0])
+	return exitNoSuchCommand
+}
+
+func helperClient(opts Options) *Client {
+	opts.Command = os.Args[0]
+	opts.Env = append([]string{helperEnv}, opts.Env...)
+	return New(opts)
+}
+
+func TestExecEnvironment(t *testing.T) {
+	t.Setenv("LVM_SYSTEM_DIR", "/caller/lvm")
+	t.Setenv("LC_ALL", "de_DE.UTF-8")
+	tests := []struct {
+		name string
+		env  []string
+		want []string
+	}{
+		{"caller's LVM_SYSTEM_DIR kept, C locale", nil,
+			[]string{"LVM_SYSTEM_DIR=/caller/lvm", "LC_ALL=C", "LVM_SUPPRESS_FD_WARNINGS=1"}},
+		{"Options.Env wins", []string{"LVM_SYSTEM_DIR=/opts/lvm", "DM_DISABLE_UDEV=1"},
+			[]string{"LVM_SYSTEM_DIR=/opts/lvm", "DM_DISABLE_UDEV=1", "LC_ALL=C"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := helperClient(Options{Env: tt.env}).run(context.Background(), "printenv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := strings.Split(strings.TrimSpace(string(out)), "\n")
+			for _, kv := range tt.want {
+				if !slices.Contains(env, kv) {
+					t.Errorf("environment lacks %s", kv)
+				}
+			}
+			// One value per key: no LC_ALL=de_DE beside LC_ALL=C.
+			seen := map[string]bool{}
+			for _, kv := range env {
+				k, _, _ := strings.Cut(kv, "=")
+				if seen[k] {
+					t.Errorf("%s appears twice", k)
+				}
+				seen[k] = true
+			}
+		})
+	}
+}
+
+func TestExecFailureIsCommandError(t *testing.T) {
+	obs := &recordingObserver{}
+	_, err := helperClient(Options{Observer: obs}).run(context.Background(), "fail", "--flag")
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v is no *CommandError", err)
+	}
+	if ce.ExitCode != 5 || !strings.Contains(ce.Stderr, "insufficient free space") ||
+		!slices.Equal(ce.Args, []string{"fail", "--flag"}) || ce.Kind != nil || ce.Err != nil {
+		t.Errorf("CommandError %+v", ce)
+	}
+	if want := `lvm fail --flag: exit code 5: Volume group "x" has insufficient free space`; err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+	if !slices.Equal(obs.commands, []string{"fail"}) || obs.errs[0] == nil {
+		t.Errorf("observer saw %v %v", obs.commands, obs.errs)
+	}
+}
+
+func TestExecDeadline(t *testing.T) {
+	tests := []struct {
+		name    string
+		cmd     string
+		timeout time.Duration // Options.Timeout; the context has no deadline
+		ctxTime time.Duration // a context deadline instead
+	}{
+		{"default timeout applies", "sleep", 200 * time.Millisecond, 0},
+		{"context deadline applies", "sleep", time.Hour, 200 * time.Millisecond},
+		{"killed when the interrupt is ignored", "ignoreint", 200 * time.Millisecond, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := helperClient(Options{Timeout: tt.timeout})
+			c.runner = execRunner{command: os.Args[0], env: commandEnv([]string{helperEnv}), killDelay: 300 * time.Millisecond}
+			ctx := context.Background()
+			if tt.ctxTime > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.ctxTime)
+				defer cancel()
+			}
+			start := time.Now()
+			_, err := c.run(ctx, tt.cmd)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v, want DeadlineExceeded", err)
+			}
+			var ce *CommandError
+			if !errors.As(err, &ce) || ce.ExitCode != -1 {
+				t.Errorf("error %v: want a CommandError with exit code -1", err)
+			}
+			// The helper sleeps a minute: it was stopped, not waited for.
+			if d := time.Since(start); d > 30*time.Second {
+				t.Errorf("took %v", d)
+			}
+		})
+	}
+}
+
+func TestExecMissingBinary(t *testing.T) {
+	c := New(Options{Command: "/nonexistent/lvm"})
+	_, err := c.Report(context.Background())
+	var ce *CommandError
+	if !errors.As(err, &ce) || ce.Err == nil || ce.ExitCode != -1 {
+		t.Fatalf("error %v, want a CommandError wrapping the exec failure", err)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v does not wrap os.ErrNotExist", err)
+	}
+}
+
+func TestDevDirFromEnv(t *testing.T) {
+	tests := []struct {
+		env  []string
+		want string
+	}{
+		{nil, "/dev/vg/lv"},
+		{[]string{"DM_DEV_DIR=/alt/dev"}, "/alt/dev/vg/lv"},
+	}
+	for _, tt := range tests {
+		c := newClient(Options{}, nil, tt.env)
+		if got := c.lvPath("vg", "lv"); got != tt.want {
+			t.Errorf("env %v: path %s, want %s", tt.env, got, tt.want)
+		}
+	}
+}

@@ -87,7 +87,7 @@ func TestParseReportMissingPV(t *testing.T) {
 		lv     string
 		health Health
 	}{
-		{"first", HealthOK},     // lies on the PV that is still there
+		{"first", HealthOK},      // lies on the PV that is still there
 		{"whole", HealthPartial}, // spans the missing one
 	}
 	for _, tt := range tests {

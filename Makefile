@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build lint test test-unit test-host test-guest bench deps clean cachedir
+.PHONY: all build lint test test-unit test-host test-guest test-deploy deploy-tools bench deps clean cachedir
 
 all: build
 
@@ -33,6 +33,19 @@ test-host: deps cachedir
 # Everything that needs device-mapper, inside a qemu guest.
 test-guest: deps cachedir
 	$(GO) test -tags guesttest -count=1 -timeout 30m -v ./test/guest/... 2>&1 | tee $(CACHE)/test-guest.log | ./hack/summarize-go-test.sh guest
+
+# What users install: the kustomize base, the Helm chart, the Dockerfile,
+# the dashboard and the alert rules (test/deploy; root, for the plugin on a
+# loop-device volume group). helm and kustomize come from the Go module proxy.
+HELM_VERSION := v3.22.0
+KUSTOMIZE_VERSION := v5.8.2
+
+deploy-tools: cachedir
+	@test -f $(CACHE)/bin/.helm-$(HELM_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && touch $(CACHE)/bin/.helm-$(HELM_VERSION); }
+	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
+
+test-deploy: deps deploy-tools
+	$(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 
 test: lint test-unit test-host test-guest
 

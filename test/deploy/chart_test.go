@@ -1,0 +1,271 @@
+//go:build hosttest
+
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// helmLabels are the labels only the chart sets (Helm's conventions); the
+// comparison with the kustomize base ignores them.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+// onlyInBase are the objects the chart does not render on purpose: Helm
+// stores its release in the release namespace before it creates anything,
+// so the namespace must exist first (`helm install --create-namespace`).
+var onlyInBase = map[string]string{
+	"Namespace /carve-system": "Helm needs the release namespace before it installs; use --create-namespace",
+}
+
+// normalize removes what the comparison ignores: Helm's own labels, and the
+// formatting of YAML files inside ConfigMaps (compared as data).
+func normalize(t *testing.T, o object) object {
+	t.Helper()
+	var c object
+	b, _ := json.Marshal(o)
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := c["metadata"].(map[string]any); ok {
+		if labels, ok := md["labels"].(map[string]any); ok {
+			for _, l := range helmLabels {
+				delete(labels, l)
+			}
+		}
+	}
+	if c.kind() == "ConfigMap" {
+		if data, ok := c["data"].(map[string]any); ok {
+			for k, v := range data {
+				s, _ := v.(string)
+				if !strings.HasSuffix(k, ".yaml") {
+					continue
+				}
+				var parsed any
+				if err := yaml.Unmarshal([]byte(s), &parsed); err != nil {
+					t.Fatalf("%s: %s is not YAML: %v", o.key(), k, err)
+				}
+				data[k] = parsed
+			}
+		}
+	}
+	return c
+}
+
+// diff lists the paths where a and b differ.
+func diff(path string, a, b any, out *[]string) {
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok {
+			*out = append(*out, fmt.Sprintf("%s: %v != %v", path, a, b))
+			return
+		}
+		keys := map[string]bool{}
+		for k := range av {
+			keys[k] = true
+		}
+		for k := range bv {
+			keys[k] = true
+		}
+		for _, k := range sortedKeys(keys) {
+			diff(path+"."+k, av[k], bv[k], out)
+		}
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			*out = append(*out, fmt.Sprintf("%s: %v != %v", path, a, b))
+			return
+		}
+		for i := range av {
+			diff(fmt.Sprintf("%s[%d]", path, i), av[i], bv[i], out)
+		}
+	default:
+		if !reflect.DeepEqual(a, b) {
+			*out = append(*out, fmt.Sprintf("%s: %v != %v", path, a, b))
+		}
+	}
+}
+
+// compareRenderings lists every difference between two object sets.
+func compareRenderings(t *testing.T, base, chart map[string]object) (differences []string) {
+	for _, k := range sortedKeys(base) {
+		c, ok := chart[k]
+		if !ok {
+			differences = append(differences, "only in the kustomize base: "+k)
+			continue
+		}
+		var d []string
+		diff("", map[string]any(normalize(t, base[k])), map[string]any(normalize(t, c)), &d)
+		for _, line := range d {
+			differences = append(differences, k+line)
+		}
+	}
+	for _, k := range sortedKeys(chart) {
+		if _, ok := base[k]; !ok {
+			differences = append(differences, "only in the chart: "+k)
+		}
+	}
+	return differences
+}
+
+func TestHelmLint(t *testing.T) {
+	root := repoRoot(t)
+	chart := filepath.Join(root, "deploy", "helm", "carve")
+	for _, set := range [][]string{
+		nil,
+		{"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true", "dashboard.enabled=true"},
+	} {
+		argv := []string{tool(t, "helm"), "lint", "--strict", chart}
+		for _, s := range set {
+			argv = append(argv, "--set", s)
+		}
+		out := run(t, root, argv...)
+		if !bytes.Contains(out, []byte("0 chart(s) failed")) {
+			t.Errorf("helm lint %v:\n%s", set, out)
+		}
+	}
+}
+
+// TestChartMatchesBase: with default values the chart renders the objects
+// of the kustomize base, field by field.
+func TestChartMatchesBase(t *testing.T) {
+	base := byKey(t, renderKustomize(t))
+	chart := byKey(t, renderChart(t))
+	differences := compareRenderings(t, base, chart)
+	var unexpected []string
+	for _, d := range differences {
+		k, found := strings.CutPrefix(d, "only in the kustomize base: ")
+		if reason, ok := onlyInBase[k]; found && ok {
+			t.Logf("expected difference: %s (%s)", d, reason)
+			continue
+		}
+		unexpected = append(unexpected, d)
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("the chart and the kustomize base differ:\n%s", strings.Join(unexpected, "\n"))
+	}
+	t.Logf("compared %d objects of the base with %d of the chart", len(base), len(chart))
+
+	// A control: a changed value must show up as differences, so the
+	// comparison above cannot pass by comparing nothing.
+	changed := compareRenderings(t, base, byKey(t, renderChart(t, "node.metricsPort=9999")))
+	if len(changed) < 3 {
+		t.Errorf("node.metricsPort=9999 yields only %d differences: %q", len(changed), changed)
+	}
+}
+
+// TestChartOptions: the optional objects render from the very files in
+// deploy/prometheus and deploy/grafana, and values reach the manifests.
+func TestChartOptions(t *testing.T) {
+	root := repoRoot(t)
+	objs := byKey(t, renderChart(t,
+		"metrics.serviceMonitor.enabled=true",
+		"metrics.prometheusRule.enabled=true",
+		"dashboard.enabled=true",
+		"node.maxVolumes=100",
+		"kubeletDir=/data/kubelet",
+		"metrics.service.enabled=false",
+	))
+	for _, o := range objs {
+		switch o.kind() {
+		case "ServiceMonitor", "PrometheusRule":
+			// Not in client-go's scheme; checked against the files below.
+		default:
+			typed(t, o)
+		}
+	}
+	if _, ok := objs["Service carve-system/carve-node-metrics"]; ok {
+		t.Error("metrics.service.enabled=false still renders the metrics Service")
+	}
+
+	// The ServiceMonitor equals deploy/prometheus/servicemonitor.yaml.
+	smFile, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "servicemonitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := decodeObjects(t, smFile)
+	if len(sm) != 1 {
+		t.Fatalf("servicemonitor.yaml holds %d objects", len(sm))
+	}
+	if d := compareRenderings(t, byKey(t, sm), map[string]object{sm[0].key(): objs[sm[0].key()]}); len(d) > 0 {
+		t.Errorf("the chart's ServiceMonitor differs from deploy/prometheus/servicemonitor.yaml:\n%s", strings.Join(d, "\n"))
+	}
+
+	// The PrometheusRule carries deploy/prometheus/carve-rules.yaml.
+	rulesFile, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "carve-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules any
+	if err := yaml.Unmarshal(rulesFile, &rules); err != nil {
+		t.Fatal(err)
+	}
+	pr, ok := objs["PrometheusRule carve-system/carve"]
+	if !ok {
+		t.Fatal("no PrometheusRule rendered")
+	}
+	var d []string
+	diff("spec", rules, pr["spec"], &d)
+	if len(d) > 0 {
+		t.Errorf("the PrometheusRule differs from deploy/prometheus/carve-rules.yaml:\n%s", strings.Join(d, "\n"))
+	}
+
+	// The dashboard ConfigMap carries deploy/grafana/carve-dashboard.json.
+	dash, err := os.ReadFile(filepath.Join(root, "deploy", "grafana", "carve-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, ok := objs["ConfigMap carve-system/carve-dashboard"]
+	if !ok {
+		t.Fatal("no dashboard ConfigMap rendered")
+	}
+	data, _ := cm["data"].(map[string]any)
+	got, _ := data["carve-dashboard.json"].(string)
+	if strings.TrimSpace(got) != strings.TrimSpace(string(dash)) {
+		t.Error("the dashboard ConfigMap differs from deploy/grafana/carve-dashboard.json")
+	}
+
+	// Values reach the DaemonSet.
+	ds, _ := json.Marshal(objs["DaemonSet carve-system/carve-node"])
+	for _, want := range []string{
+		`"--max-volumes=100"`,
+		`"--kubelet-registration-path=/data/kubelet/plugins/lvm.carve.dev/csi.sock"`,
+		`"mountPath":"/data/kubelet"`,
+		`"path":"/data/kubelet/plugins_registry"`,
+	} {
+		if !bytes.Contains(ds, []byte(want)) {
+			t.Errorf("the DaemonSet rendered with options lacks %s", want)
+		}
+	}
+}
+
+// TestChartFilesAreCopies: the chart ships copies of the rule file and the
+// dashboard (Helm cannot read files outside the chart); they must not drift.
+func TestChartFilesAreCopies(t *testing.T) {
+	root := repoRoot(t)
+	for copyPath, orig := range map[string]string{
+		"deploy/helm/carve/files/carve-rules.yaml":     "deploy/prometheus/carve-rules.yaml",
+		"deploy/helm/carve/files/carve-dashboard.json": "deploy/grafana/carve-dashboard.json",
+	} {
+		a, err := os.ReadFile(filepath.Join(root, copyPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(root, orig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs from %s: copy it again (cp %s %s)", copyPath, orig, orig, copyPath)
+		}
+	}
+}

@@ -1,0 +1,526 @@
+//go:build hosttest
+
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/carve-csi/carve/pkg/config"
+)
+
+// The sidecar images carve is tested with; bump them here, in the base, in
+// the chart's values and in docs/install.md together.
+var pinnedImages = map[string]string{
+	"carve":                 "ghcr.io/carve-csi/carve:v0.1.0",
+	"csi-provisioner":       "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
+	"node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
+	"livenessprobe":         "registry.k8s.io/sig-storage/livenessprobe:v2.20.0",
+	"csi-resizer":           "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
+}
+
+// provisionerFlags are csi-provisioner's flags in the node DaemonSet, as
+// DESIGN.md fixes them (the end-to-end harness runs csi-provisioner with
+// whatever the DaemonSet says, so this list is also what it tests).
+var provisionerFlags = []string{
+	"--csi-address=/csi/csi.sock",
+	"--node-deployment",
+	"--strict-topology",
+	"--immediate-topology=false",
+	"--enable-capacity",
+	"--capacity-ownerref-level=0",
+	"--extra-create-metadata",
+}
+
+// typed decodes o strictly into its Go type from client-go's scheme: an
+// unknown or misspelled field, a wrong type or an unknown kind fails.
+func typed(t *testing.T, o object) runtime.Object {
+	t.Helper()
+	data, err := json.Marshal(o)
+	if err != nil {
+		t.Fatalf("%s: %v", o.key(), err)
+	}
+	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, kjson.SerializerOptions{Strict: true})
+	obj, _, err := s.Decode(data, nil, nil)
+	if err != nil {
+		t.Fatalf("%s is not a valid object: %v", o.key(), err)
+	}
+	return obj
+}
+
+// baseObjects renders the kustomize base and decodes every object.
+func baseObjects(t *testing.T) map[string]runtime.Object {
+	t.Helper()
+	out := map[string]runtime.Object{}
+	for _, o := range renderKustomize(t) {
+		out[o.key()] = typed(t, o)
+	}
+	return out
+}
+
+func get[T runtime.Object](t *testing.T, objs map[string]runtime.Object, key string) T {
+	t.Helper()
+	o, ok := objs[key]
+	if !ok {
+		t.Fatalf("the base renders no %s; it renders %v", key, sortedKeys(objs))
+	}
+	v, ok := o.(T)
+	if !ok {
+		t.Fatalf("%s decoded to %T", key, o)
+	}
+	return v
+}
+
+func TestBaseRendersExpectedObjects(t *testing.T) {
+	objs := baseObjects(t)
+	want := []string{
+		"CSIDriver /lvm.carve.dev",
+		"ClusterRole /carve-controller-resizer",
+		"ClusterRole /carve-node-provisioner",
+		"ClusterRoleBinding /carve-controller-resizer",
+		"ClusterRoleBinding /carve-node-provisioner",
+		"ConfigMap carve-system/carve-device-classes",
+		"DaemonSet carve-system/carve-node",
+		"Deployment carve-system/carve-controller",
+		"Namespace /carve-system",
+		"Role carve-system/carve-controller-leader-election",
+		"Role carve-system/carve-node-capacity",
+		"RoleBinding carve-system/carve-controller-leader-election",
+		"RoleBinding carve-system/carve-node-capacity",
+		"Service carve-system/carve-node-metrics",
+		"ServiceAccount carve-system/carve-controller",
+		"ServiceAccount carve-system/carve-node",
+		"StorageClass /carve-thick-ext4",
+		"StorageClass /carve-thin-xfs",
+	}
+	if got := sortedKeys(objs); !reflect.DeepEqual(got, want) {
+		t.Errorf("rendered objects:\n got %q\nwant %q", got, want)
+	}
+	t.Logf("the base renders %d objects", len(objs))
+}
+
+func TestCSIDriver(t *testing.T) {
+	d := get[*storagev1.CSIDriver](t, baseObjects(t), "CSIDriver /lvm.carve.dev")
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"attachRequired false", d.Spec.AttachRequired != nil && !*d.Spec.AttachRequired},
+		{"podInfoOnMount true", d.Spec.PodInfoOnMount != nil && *d.Spec.PodInfoOnMount},
+		{"storageCapacity true", d.Spec.StorageCapacity != nil && *d.Spec.StorageCapacity},
+		{"fsGroupPolicy File", d.Spec.FSGroupPolicy != nil && *d.Spec.FSGroupPolicy == storagev1.FileFSGroupPolicy},
+		{"volumeLifecycleModes [Persistent]", reflect.DeepEqual(d.Spec.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent})},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("CSIDriver: want %s, spec is %+v", c.name, d.Spec)
+		}
+	}
+}
+
+func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return corev1.Container{}
+}
+
+// flagValue returns the value of --name=value in args.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func TestNodeDaemonSet(t *testing.T) {
+	objs := baseObjects(t)
+	ds := get[*appsv1.DaemonSet](t, objs, "DaemonSet carve-system/carve-node")
+	spec := ds.Spec.Template.Spec
+
+	var names []string
+	for _, c := range spec.Containers {
+		names = append(names, c.Name)
+	}
+	if want := []string{"carve", "csi-provisioner", "node-driver-registrar", "livenessprobe"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("containers %v, want %v", names, want)
+	}
+	if spec.ServiceAccountName != "carve-node" {
+		t.Errorf("serviceAccountName %q, want carve-node", spec.ServiceAccountName)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Operator == corev1.TolerationOpExists && tol.Key == "" && tol.Effect == ""
+	}) {
+		t.Errorf("tolerations %+v do not tolerate every taint", spec.Tolerations)
+	}
+
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	plugin := container(t, spec, "carve")
+	if plugin.SecurityContext == nil || plugin.SecurityContext.Privileged == nil || !*plugin.SecurityContext.Privileged {
+		t.Error("the carve plugin container is not privileged")
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range plugin.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	for _, tc := range []struct {
+		mountPath, hostPath string
+		propagation         corev1.MountPropagationMode
+	}{
+		{"/var/lib/kubelet", "/var/lib/kubelet", corev1.MountPropagationBidirectional},
+		{"/dev", "/dev", ""},
+		{"/etc/lvm", "/etc/lvm", ""},
+		{"/run/lock/lvm", "/run/lock/lvm", ""},
+		{"/csi", "/var/lib/kubelet/plugins/lvm.carve.dev", ""},
+	} {
+		m, ok := mounts[tc.mountPath]
+		if !ok {
+			t.Errorf("the plugin does not mount %s", tc.mountPath)
+			continue
+		}
+		if hostPaths[m.Name] != tc.hostPath {
+			t.Errorf("the plugin's %s is host path %q, want %q", tc.mountPath, hostPaths[m.Name], tc.hostPath)
+		}
+		got := corev1.MountPropagationMode("")
+		if m.MountPropagation != nil {
+			got = *m.MountPropagation
+		}
+		if tc.propagation != "" && got != tc.propagation {
+			t.Errorf("the plugin's %s has propagation %q, want %q", tc.mountPath, got, tc.propagation)
+		}
+	}
+
+	// The plugin's command line: role, socket, node name, config file on
+	// the ConfigMap's mount, metrics on the port the Service targets.
+	if len(plugin.Args) == 0 || plugin.Args[0] != "plugin" {
+		t.Errorf("plugin args %v do not start with the plugin role", plugin.Args)
+	}
+	for flag, want := range map[string]string{
+		"--endpoint":  "unix:///csi/csi.sock",
+		"--node-name": "$(NODE_NAME)",
+		"--config":    "/etc/carve/config.yaml",
+	} {
+		if got, _ := flagValue(plugin.Args, flag); got != want {
+			t.Errorf("plugin %s=%q, want %q", flag, got, want)
+		}
+	}
+	if m, ok := mounts["/etc/carve"]; !ok || !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == "carve-device-classes"
+	}) {
+		t.Error("/etc/carve is not the carve-device-classes ConfigMap")
+	}
+	metricsAddr, _ := flagValue(plugin.Args, "--metrics-address")
+	ports := map[string]int32{}
+	for _, c := range spec.Containers {
+		for _, p := range c.Ports {
+			ports[p.Name] = p.ContainerPort
+		}
+	}
+	if !strings.HasSuffix(metricsAddr, ":"+itoa(ports["metrics"])) || ports["metrics"] == 0 {
+		t.Errorf("--metrics-address=%q does not listen on the metrics port %d", metricsAddr, ports["metrics"])
+	}
+	svc := get[*corev1.Service](t, objs, "Service carve-system/carve-node-metrics")
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("the metrics Service targets %+v, want the port named metrics", svc.Spec.Ports)
+	}
+	if !reflect.DeepEqual(svc.Spec.Selector, ds.Spec.Template.Labels) {
+		t.Errorf("the metrics Service selects %v, the node pods carry %v", svc.Spec.Selector, ds.Spec.Template.Labels)
+	}
+	envFrom := func(c corev1.Container) map[string]string {
+		m := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				m[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		return m
+	}
+	if got := envFrom(plugin); got["NODE_NAME"] != "spec.nodeName" {
+		t.Errorf("plugin NODE_NAME comes from %q, want spec.nodeName", got["NODE_NAME"])
+	}
+
+	prov := container(t, spec, "csi-provisioner")
+	if !reflect.DeepEqual(prov.Args, provisionerFlags) {
+		t.Errorf("csi-provisioner args\n got %q\nwant %q (DESIGN.md)", prov.Args, provisionerFlags)
+	}
+	if got, want := envFrom(prov), map[string]string{
+		"NODE_NAME": "spec.nodeName", "NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name",
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("csi-provisioner env %v, want %v", got, want)
+	}
+
+	reg := container(t, spec, "node-driver-registrar")
+	if got, _ := flagValue(reg.Args, "--kubelet-registration-path"); got != hostPaths["socket-dir"]+"/csi.sock" {
+		t.Errorf("registration path %q is not the socket in the socket-dir host path %q", got, hostPaths["socket-dir"])
+	}
+	if hostPaths["registration-dir"] != "/var/lib/kubelet/plugins_registry" {
+		t.Errorf("registration dir %q", hostPaths["registration-dir"])
+	}
+	probe := container(t, spec, "livenessprobe")
+	if got, _ := flagValue(probe.Args, "--http-endpoint"); got != ":"+itoa(ports["healthz"]) {
+		t.Errorf("livenessprobe listens on %q, the plugin's liveness probe asks port %d", got, ports["healthz"])
+	}
+	if plugin.LivenessProbe == nil || plugin.LivenessProbe.HTTPGet == nil || plugin.LivenessProbe.HTTPGet.Port.String() != "healthz" {
+		t.Errorf("the plugin's liveness probe is %+v, want GET healthz", plugin.LivenessProbe)
+	}
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+func TestControllerDeployment(t *testing.T) {
+	d := get[*appsv1.Deployment](t, baseObjects(t), "Deployment carve-system/carve-controller")
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+		t.Errorf("replicas %v, want 1", d.Spec.Replicas)
+	}
+	spec := d.Spec.Template.Spec
+	if spec.ServiceAccountName != "carve-controller" {
+		t.Errorf("serviceAccountName %q", spec.ServiceAccountName)
+	}
+	carve := container(t, spec, "carve")
+	if len(carve.Args) == 0 || carve.Args[0] != "controller" {
+		t.Errorf("carve args %v do not start with the controller role", carve.Args)
+	}
+	if got, _ := flagValue(carve.Args, "--endpoint"); got != "unix:///csi/csi.sock" {
+		t.Errorf("controller --endpoint=%q", got)
+	}
+	resizer := container(t, spec, "csi-resizer")
+	if !slices.Contains(resizer.Args, "--leader-election") {
+		t.Errorf("csi-resizer args %v lack --leader-election", resizer.Args)
+	}
+	if got, _ := flagValue(resizer.Args, "--csi-address"); got != "/csi/csi.sock" {
+		t.Errorf("csi-resizer --csi-address=%q", got)
+	}
+}
+
+// TestImagesAndResources: every container runs a pinned image and asks for
+// CPU and memory.
+func TestImagesAndResources(t *testing.T) {
+	objs := baseObjects(t)
+	specs := map[string]corev1.PodSpec{
+		"carve-node":       get[*appsv1.DaemonSet](t, objs, "DaemonSet carve-system/carve-node").Spec.Template.Spec,
+		"carve-controller": get[*appsv1.Deployment](t, objs, "Deployment carve-system/carve-controller").Spec.Template.Spec,
+	}
+	seen := map[string]bool{}
+	for workload, spec := range specs {
+		for _, c := range spec.Containers {
+			want, ok := pinnedImages[c.Name]
+			if !ok {
+				t.Errorf("%s/%s: no pinned image known for this container", workload, c.Name)
+			} else if c.Image != want {
+				t.Errorf("%s/%s runs %s, want %s", workload, c.Name, c.Image, want)
+			}
+			seen[c.Name] = true
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+				t.Errorf("%s/%s has no CPU or memory request", workload, c.Name)
+			}
+		}
+	}
+	for name := range pinnedImages {
+		if !seen[name] {
+			t.Errorf("no container %s runs", name)
+		}
+	}
+}
+
+// rule is one RBAC permission: verb on a resource in an API group.
+type rule struct{ scope, group, resource, verb string }
+
+// TestRBACLeastPrivilege compares what each service account may do with the
+// list of what its containers really need, permission by permission, so a
+// new wildcard or a stray verb fails.
+func TestRBACLeastPrivilege(t *testing.T) {
+	objs := baseObjects(t)
+	rolesByKey := map[string][]rbacv1.PolicyRule{}
+	for _, o := range objs {
+		switch r := o.(type) {
+		case *rbacv1.ClusterRole:
+			rolesByKey["ClusterRole/"+r.Name] = r.Rules
+		case *rbacv1.Role:
+			rolesByKey["Role/"+r.Namespace+"/"+r.Name] = r.Rules
+		}
+	}
+	granted := map[string]map[rule]bool{}
+	grant := func(subjects []rbacv1.Subject, roleKey, scope string) {
+		rules, ok := rolesByKey[roleKey]
+		if !ok {
+			t.Errorf("a binding refers to %s, which the base does not render", roleKey)
+		}
+		for _, s := range subjects {
+			if s.Kind != "ServiceAccount" {
+				t.Errorf("binding subject %+v is not a service account", s)
+				continue
+			}
+			sa := s.Namespace + "/" + s.Name
+			if granted[sa] == nil {
+				granted[sa] = map[rule]bool{}
+			}
+			for _, r := range rules {
+				for _, g := range r.APIGroups {
+					for _, res := range r.Resources {
+						for _, v := range r.Verbs {
+							granted[sa][rule{scope, g, res, v}] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, o := range objs {
+		switch b := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			grant(b.Subjects, "ClusterRole/"+b.RoleRef.Name, "cluster")
+		case *rbacv1.RoleBinding:
+			grant(b.Subjects, "Role/"+b.Namespace+"/"+b.RoleRef.Name, "namespace")
+		}
+	}
+	expand := func(scope, group, resource string, verbs ...string) []rule {
+		var rs []rule
+		for _, v := range verbs {
+			rs = append(rs, rule{scope, group, resource, v})
+		}
+		return rs
+	}
+	want := map[string][]rule{
+		"carve-system/carve-node": slices.Concat(
+			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
+			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),
+			expand("cluster", "storage.k8s.io", "storageclasses", "get", "list", "watch"),
+			expand("cluster", "", "nodes", "get", "list", "watch"),
+			expand("cluster", "storage.k8s.io", "csinodes", "get", "list", "watch"),
+			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
+			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
+			expand("namespace", "", "pods", "get"),
+		),
+		"carve-system/carve-controller": slices.Concat(
+			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "patch"),
+			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch"),
+			expand("cluster", "", "persistentvolumeclaims/status", "patch"),
+			expand("cluster", "storage.k8s.io", "volumeattributesclasses", "get", "list", "watch"),
+			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
+			expand("namespace", "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "delete"),
+		),
+	}
+	for sa, rules := range want {
+		wantSet := map[rule]bool{}
+		for _, r := range rules {
+			wantSet[r] = true
+		}
+		var extra, missing []string
+		for r := range granted[sa] {
+			if !wantSet[r] {
+				extra = append(extra, r.scope+" "+r.group+"/"+r.resource+" "+r.verb)
+			}
+		}
+		for r := range wantSet {
+			if !granted[sa][r] {
+				missing = append(missing, r.scope+" "+r.group+"/"+r.resource+" "+r.verb)
+			}
+		}
+		sort.Strings(extra)
+		sort.Strings(missing)
+		if len(extra) > 0 || len(missing) > 0 {
+			t.Errorf("%s: granted but not needed %q; needed but not granted %q", sa, extra, missing)
+		}
+	}
+	for sa := range granted {
+		if _, ok := want[sa]; !ok {
+			t.Errorf("%s is granted permissions nobody listed", sa)
+		}
+	}
+}
+
+// TestDeviceClassesAndStorageClasses: the ConfigMap is a valid device-class
+// file, and every StorageClass names one of its classes.
+func TestDeviceClassesAndStorageClasses(t *testing.T) {
+	objs := baseObjects(t)
+	cm := get[*corev1.ConfigMap](t, objs, "ConfigMap carve-system/carve-device-classes")
+	// The plugin's own parser: strict keys, one default, valid names and
+	// options.
+	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("config.yaml is not a valid device-class file: %v", err)
+	}
+	classes := map[string]*config.DeviceClass{}
+	defaults := 0
+	for i := range cfg.DeviceClasses {
+		c := &cfg.DeviceClasses[i]
+		classes[c.Name] = c
+		if c.Default {
+			defaults++
+		}
+	}
+	if defaults != 1 {
+		t.Errorf("%d default device classes, want 1", defaults)
+	}
+	wantFS := map[string]struct{ class, fs string }{
+		"carve-thick-ext4": {"thick", "ext4"},
+		"carve-thin-xfs":   {"thin", "xfs"},
+	}
+	for name, want := range wantFS {
+		sc := get[*storagev1.StorageClass](t, objs, "StorageClass /"+name)
+		if sc.Provisioner != "lvm.carve.dev" {
+			t.Errorf("%s: provisioner %q", name, sc.Provisioner)
+		}
+		if sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+			t.Errorf("%s: binding mode is not WaitForFirstConsumer", name)
+		}
+		if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
+			t.Errorf("%s: expansion not allowed", name)
+		}
+		if sc.ReclaimPolicy == nil || *sc.ReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+			t.Errorf("%s: reclaim policy is not Delete", name)
+		}
+		class := sc.Parameters["carve.dev/device-class"]
+		if class != want.class {
+			t.Errorf("%s: device class %q, want %q", name, class, want.class)
+		}
+		if _, ok := classes[class]; !ok {
+			t.Errorf("%s names device class %q, which config.yaml does not define", name, class)
+		}
+		if sc.Parameters["csi.storage.k8s.io/fstype"] != want.fs {
+			t.Errorf("%s: fstype %q, want %q", name, sc.Parameters["csi.storage.k8s.io/fstype"], want.fs)
+		}
+		if want.class == "thin" && !classes[class].Thin() {
+			t.Errorf("%s: device class %q is not thin", name, class)
+		}
+	}
+}
+
+// TestPinnedVersionsInDocs: docs/install.md lists the same sidecar images.
+func TestPinnedVersionsInDocs(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, image := range pinnedImages {
+		if !strings.Contains(string(doc), image) {
+			t.Errorf("docs/install.md does not mention %s (%s)", image, name)
+		}
+	}
+}

@@ -178,6 +178,9 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 	if !ok {
 		return fmt.Errorf("lv %s: %w", key, lvm.ErrNotFound)
 	}
+	if lv.Attr.Open {
+		return fmt.Errorf("lv %s is open: %w", key, lvm.ErrInUse)
+	}
 	if lv.Pool != "" {
 		p := f.pools[vg+"/"+lv.Pool]
 		p.VirtualSize -= lv.Size

@@ -210,6 +210,23 @@ func (v *View) LV(vg, name string) (lvm.LogicalVolume, bool) {
 	return lv, ok
 }
 
+// Pool returns the thin pool vg/name if the view holds it.
+func (v *View) Pool(vg, name string) (lvm.ThinPool, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p, ok := v.pools[vg+"/"+name]
+	return p, ok
+}
+
+// Changed asks for a full refresh soon, after a mutation whose effect the
+// caller cannot describe (an lvextend, for example).
+func (v *View) Changed() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.gen++
+	v.markDirtyLocked()
+}
+
 // Volumes lists carve's volumes in the configured volume groups, sorted by
 // "vg/name".
 func (v *View) Volumes() []lvm.LogicalVolume {

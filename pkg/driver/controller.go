@@ -1,0 +1,284 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volumelock"
+	"github.com/carve-csi/carve/topology"
+)
+
+// ControllerConfig holds what the Controller server needs; main builds it.
+type ControllerConfig struct {
+	// NodeName is this node; the controller acts on its volume groups only.
+	NodeName string
+	// Classes is the device-class file.
+	Classes *config.Config
+	// LVM runs the mutations.
+	LVM LVM
+	// View is the in-memory state the reads are served from; it must have
+	// been refreshed once.
+	View *state.View
+	// FSTypes are the filesystems this node can make (ext4 and xfs, btrfs
+	// when mkfs.btrfs was found at start-up).
+	FSTypes []string
+	// Metrics records phases and steps; nil records nothing.
+	Metrics *metrics.Recorder
+}
+
+// ControllerServer implements csi.ControllerServer for this node's volume
+// groups.
+type ControllerServer struct {
+	csi.UnimplementedControllerServer
+	cfg   ControllerConfig
+	node  topology.Node
+	locks *volumelock.Locks
+}
+
+var _ csi.ControllerServer = (*ControllerServer)(nil)
+
+// NewControllerServer returns the Controller server of cfg.
+func NewControllerServer(cfg ControllerConfig) *ControllerServer {
+	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: volumelock.New()}
+}
+
+// controllerCaps are the capabilities carve's controller advertises.
+var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+func controllerCapabilities(types []csi.ControllerServiceCapability_RPC_Type) *csi.ControllerGetCapabilitiesResponse {
+	caps := make([]*csi.ControllerServiceCapability, 0, len(types))
+	for _, t := range types {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}
+}
+
+// ControllerGetCapabilities implements csi.ControllerServer.
+func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	return controllerCapabilities(controllerCaps), nil
+}
+
+// lock takes the per-volume lock of an LV name; busy is Aborted.
+func (s *ControllerServer) lock(lvName, what string) (func(), error) {
+	if !s.locks.TryAcquire(lvName) {
+		return nil, status.Errorf(codes.Aborted, "an operation on %s is already in progress; retry later", what)
+	}
+	return func() { s.locks.Release(lvName) }, nil
+}
+
+// unknownClassLabel is the device_class label of a phase that failed before
+// its class was known.
+const unknownClassLabel = "unknown"
+
+// CreateVolume implements csi.ControllerServer. It is idempotent: the LV
+// name derives from the request name, and the LV's tags carry the name and
+// class, so a retry (also after a restart) finds the LV it made.
+func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (resp *csi.CreateVolumeResponse, err error) {
+	start := time.Now()
+	classLabel := unknownClassLabel
+	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseCreate, classLabel, time.Since(start), err) }()
+
+	if err := checkVolumeName(req.GetName()); err != nil {
+		return nil, err
+	}
+	if _, err := checkCapabilities(req.GetVolumeCapabilities(), s.cfg.FSTypes); err != nil {
+		return nil, err
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_content_source: carve does not support creating volumes from snapshots or other volumes")
+	}
+	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+	if err != nil {
+		return nil, err
+	}
+	classLabel = class.Name
+	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
+		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
+	}
+
+	lvName := LVNameFor(req.GetName())
+	unlock, err := s.lock(lvName, "volume "+req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	room, err := s.cfg.View.Capacity(class)
+	if err != nil {
+		return nil, toStatus(err, "device class "+class.Name)
+	}
+	size, err := volumeSize(req.GetCapacityRange(), room.ExtentSize)
+	if err != nil {
+		return nil, err
+	}
+	log := klog.FromContext(ctx).WithValues("volume", req.GetName(), "lv", lvName, "deviceClass", class.Name)
+
+	if lv, ok := s.cfg.View.FindLV(lvName); ok {
+		if err := s.compatible(&lv, req, class); err != nil {
+			return nil, err
+		}
+		log.V(2).Info("Volume exists already", "size", lv.Size)
+		return s.createResponse(&lv, class), nil
+	}
+	if size > room.Available {
+		return nil, status.Errorf(codes.ResourceExhausted, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, s.node.Name(), room.Available, class.SpareBytes(), size)
+	}
+
+	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
+		Tags: []string{TagOwner, VolumeTag(req.GetName()), TagClassPrefix + class.Name}}
+	if class.Thin() {
+		creq.ThinPool = class.ThinPool
+	} else {
+		creq.Options = class.LVCreateOptions
+	}
+	stepStart := time.Now()
+	lv, err := s.cfg.LVM.CreateLV(ctx, creq)
+	s.cfg.Metrics.ObserveStep(metrics.PhaseCreate, metrics.StepLVCreate, class.Name, time.Since(stepStart), err)
+	if errors.Is(err, lvm.ErrAlreadyExists) {
+		// The view missed it (made outside carve's view, or it was stale):
+		// ask LVM and treat it as a repeat.
+		existing, gerr := s.cfg.LVM.GetLV(ctx, class.VolumeGroup, lvName)
+		if gerr != nil {
+			return nil, toStatus(gerr, "looking up existing LV "+VolumeID(class.VolumeGroup, lvName))
+		}
+		if err := s.compatible(existing, req, class); err != nil {
+			return nil, err
+		}
+		s.cfg.View.Created(*existing)
+		return s.createResponse(existing, class), nil
+	}
+	if err != nil {
+		return nil, toStatus(err, "creating LV "+VolumeID(class.VolumeGroup, lvName))
+	}
+	s.cfg.View.Created(*lv)
+	log.Info("Created volume", "size", lv.Size)
+	return s.createResponse(lv, class), nil
+}
+
+// compatible checks that an existing LV is the volume req asks for again.
+func (s *ControllerServer) compatible(lv *lvm.LogicalVolume, req *csi.CreateVolumeRequest, class *config.DeviceClass) error {
+	id := VolumeID(lv.VolumeGroup, lv.Name)
+	if name, ok := VolumeNameFromTags(lv.Tags); !ok || name != req.GetName() {
+		return status.Errorf(codes.AlreadyExists, "LV %s exists but does not carry volume %q in its tags (found %q)", id, req.GetName(), name)
+	}
+	if c, _ := ClassFromTags(lv.Tags); c != class.Name || lv.VolumeGroup != class.VolumeGroup {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists in device class %q (LV %s); %q asked", req.GetName(), c, id, class.Name)
+	}
+	if !sizeFits(lv.Size, req.GetCapacityRange()) {
+		r := req.GetCapacityRange()
+		return status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes; asked required_bytes %d, limit_bytes %d", req.GetName(), lv.Size, r.GetRequiredBytes(), r.GetLimitBytes())
+	}
+	return nil
+}
+
+func (s *ControllerServer) createResponse(lv *lvm.LogicalVolume, class *config.DeviceClass) *csi.CreateVolumeResponse {
+	return &csi.CreateVolumeResponse{Volume: s.volume(lv, class.Name)}
+}
+
+// volume describes an LV as a CSI volume.
+func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volume {
+	return &csi.Volume{
+		VolumeId:           VolumeID(lv.VolumeGroup, lv.Name),
+		CapacityBytes:      int64(lv.Size),
+		VolumeContext:      map[string]string{ParamDeviceClass: class},
+		AccessibleTopology: []*csi.Topology{s.node.Segment()},
+	}
+}
+
+// DeleteVolume implements csi.ControllerServer. It is idempotent: an ID
+// that is not carve's, or an LV that is gone, is success. An LV without
+// carve's owner tag, or one that is open (mounted), is FailedPrecondition
+// and is not removed.
+func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (resp *csi.DeleteVolumeResponse, err error) {
+	start := time.Now()
+	classLabel := unknownClassLabel
+	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseDelete, classLabel, time.Since(start), err) }()
+
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
+	}
+	vg, lvName, perr := ParseVolumeID(id)
+	if perr != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
+		// Not an ID carve hands out, so no volume of carve's to delete.
+		klog.FromContext(ctx).V(2).Info("DeleteVolume of an ID that is not carve's; nothing to do", "volumeID", id)
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	unlock, err := s.lock(lvName, "volume "+id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	lv, ok := s.cfg.View.LV(vg, lvName)
+	if !ok {
+		got, gerr := s.cfg.LVM.GetLV(ctx, vg, lvName)
+		if errors.Is(gerr, lvm.ErrNotFound) {
+			return &csi.DeleteVolumeResponse{}, nil
+		}
+		if gerr != nil {
+			return nil, toStatus(gerr, "looking up "+id)
+		}
+		lv = *got
+	}
+	if !isCarveLV(lv.Tags) {
+		return nil, status.Errorf(codes.FailedPrecondition, "LV %s does not carry carve's tag %s; carve does not remove it", id, TagOwner)
+	}
+	if c, ok := ClassFromTags(lv.Tags); ok {
+		classLabel = c
+	}
+	stepStart := time.Now()
+	err = s.cfg.LVM.RemoveLV(ctx, vg, lvName)
+	s.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, classLabel, time.Since(stepStart), err)
+	switch {
+	case errors.Is(err, lvm.ErrNotFound):
+		s.cfg.View.Removed(vg, lvName)
+		return &csi.DeleteVolumeResponse{}, nil
+	case errors.Is(err, lvm.ErrInUse):
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use (open or mounted); unstage it first: %v", id, err)
+	case err != nil:
+		return nil, toStatus(err, "removing "+id)
+	}
+	s.cfg.View.Removed(vg, lvName)
+	klog.FromContext(ctx).Info("Deleted volume", "volumeID", id)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// isCarveLV tells whether tags mark an LV as a carve volume.
+func isCarveLV(tags []string) bool {
+	for _, t := range tags {
+		if t == TagOwner {
+			return true
+		}
+	}
+	return false
+}
+
+// OwnedClass tells whether an LV is a carve volume and of which class; the
+// state view uses it to list and count volumes.
+func OwnedClass(lv lvm.LogicalVolume) (string, bool) {
+	if !isCarveLV(lv.Tags) {
+		return "", false
+	}
+	c, _ := ClassFromTags(lv.Tags)
+	return c, true
+}

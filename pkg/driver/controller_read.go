@@ -1,0 +1,154 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/state"
+)
+
+// GetCapacity implements csi.ControllerServer from the in-memory view (no
+// LVM command runs). It reports this node only: a segment that is not this
+// node's, a class this node does not have, or a class whose volume group is
+// missing has 0 bytes.
+func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (resp *csi.GetCapacityResponse, err error) {
+	start := time.Now()
+	classLabel := unknownClassLabel
+	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseCapacity, classLabel, time.Since(start), err) }()
+
+	for i, c := range req.GetVolumeCapabilities() {
+		if err := checkCreateCapability(c, s.cfg.FSTypes); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "volume_capabilities[%d]: %v", i, err)
+		}
+	}
+	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+	if status.Code(err) == codes.ResourceExhausted || (err != nil && len(req.GetParameters()) == 0) {
+		// A class this node lacks (or no default class): nothing here.
+		return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	classLabel = class.Name
+	if !s.node.HasCapacityIn(req.GetAccessibleTopology()) {
+		return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+	}
+	room, err := s.cfg.View.Capacity(class)
+	if errors.Is(err, state.ErrClassUnavailable) {
+		return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+	}
+	if err != nil {
+		return nil, toStatus(err, "capacity of device class "+class.Name)
+	}
+	return &csi.GetCapacityResponse{
+		AvailableCapacity: int64(room.Available),
+		MaximumVolumeSize: wrapperspb.Int64(int64(room.MaxVolume)),
+		MinimumVolumeSize: wrapperspb.Int64(int64(room.ExtentSize)),
+	}, nil
+}
+
+// ListVolumes implements csi.ControllerServer from the in-memory view,
+// sorted by volume ID. The token is the last ID of the previous page, so a
+// volume deleted between pages does not shift the next page.
+func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", req.GetMaxEntries())
+	}
+	token := req.GetStartingToken()
+	if token != "" {
+		if _, _, err := ParseVolumeID(token); err != nil {
+			return nil, status.Errorf(codes.Aborted, "starting_token %q was not returned by carve: %v", token, err)
+		}
+	}
+	resp := &csi.ListVolumesResponse{}
+	for _, lv := range s.cfg.View.Volumes() {
+		id := VolumeID(lv.VolumeGroup, lv.Name)
+		if token != "" && id <= token {
+			continue
+		}
+		if max := int(req.GetMaxEntries()); max > 0 && len(resp.Entries) == max {
+			resp.NextToken = resp.Entries[max-1].GetVolume().GetVolumeId()
+			break
+		}
+		class, _ := ClassFromTags(lv.Tags)
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
+			Volume: s.volume(&lv, class),
+		})
+	}
+	return resp, nil
+}
+
+// ControllerGetVolume implements csi.ControllerServer; it reads the LV from
+// LVM (not the view). Its health is ControllerGetVolumeHealth's.
+func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	lv, err := s.lookup(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	class, _ := ClassFromTags(lv.Tags)
+	return &csi.ControllerGetVolumeResponse{
+		Volume: s.volume(lv, class),
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{},
+	}, nil
+}
+
+// lookup finds a carve volume by ID: InvalidArgument for an empty ID,
+// NotFound for an ID that is not carve's or an LV that is gone or not
+// carve's.
+func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalVolume, error) {
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
+	}
+	vg, lvName, err := ParseVolumeID(id)
+	if err != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: not a carve volume ID", id)
+	}
+	lv, err := s.cfg.LVM.GetLV(ctx, vg, lvName)
+	if err != nil {
+		return nil, toStatus(err, "volume "+id)
+	}
+	if !isCarveLV(lv.Tags) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: LV %s is not carve's", id, id)
+	}
+	return lv, nil
+}
+
+// ValidateVolumeCapabilities implements csi.ControllerServer.
+func (s *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities: at least one capability must be given")
+	}
+	lv, err := s.lookup(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkCapabilities(req.GetVolumeCapabilities(), s.cfg.FSTypes); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+	}
+	if len(req.GetParameters()) > 0 {
+		class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+		if err != nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+		}
+		if c, _ := ClassFromTags(lv.Tags); c != class.Name {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume is of device class %q, parameters ask for %q", c, class.Name)}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}

@@ -1,0 +1,636 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/topology"
+)
+
+const (
+	mib      = int64(1) << 20
+	gib      = int64(1) << 30
+	testNode = "node-a"
+)
+
+const testClasses = `
+deviceClasses:
+  - name: fast
+    volumeGroup: vg1
+    default: true
+    spare: 1Gi
+  - name: thin
+    volumeGroup: vg1
+    thinPool: pool
+    overprovisionRatio: 2
+  - name: other
+    volumeGroup: vg2
+`
+
+type controllerFixture struct {
+	lvm  *fakeLVM
+	cfg  *config.Config
+	view *state.View
+	cs   *ControllerServer
+}
+
+// newControllerFixture: vg1 of 10 GiB holding a 4 GiB thin pool (6 GiB
+// free, 5 GiB after the spare of class fast), vg2 of 2 GiB.
+func newControllerFixture(t *testing.T) *controllerFixture {
+	t.Helper()
+	f := newFakeLVM()
+	f.addVG("vg1", 10<<30)
+	f.addThinPool("vg1", "pool", 4<<30)
+	f.addVG("vg2", 2<<30)
+	cfg, err := config.Parse([]byte(testClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &controllerFixture{lvm: f, cfg: cfg}
+	fx.restart(t)
+	return fx
+}
+
+// restart builds a new view and controller over the same LVM, as a plugin
+// restart does.
+func (fx *controllerFixture) restart(t *testing.T) {
+	t.Helper()
+	fx.view = state.New(fx.lvm, fx.cfg, nil, OwnedClass)
+	if err := fx.view.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
+		View: fx.view, FSTypes: []string{"ext4", "xfs"}})
+}
+
+func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+}
+
+func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+}
+
+var sw = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+
+func createReq(name string, required int64, params map[string]string) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{
+		Name:               name,
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: required},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)},
+		Parameters:         params,
+	}
+}
+
+func segment(node string) *csi.Topology {
+	return &csi.Topology{Segments: map[string]string{topology.Key: node}}
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, msgParts ...string) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Fatalf("code = %v (%v), want %v", status.Code(err), err, code)
+	}
+	for _, p := range msgParts {
+		if !strings.Contains(status.Convert(err).Message(), p) {
+			t.Errorf("message %q does not mention %q", status.Convert(err).Message(), p)
+		}
+	}
+}
+
+func TestCreateVolume(t *testing.T) {
+	thin := map[string]string{ParamDeviceClass: "thin"}
+	tests := []struct {
+		name     string
+		mod      func(r *csi.CreateVolumeRequest)
+		code     codes.Code
+		msg      []string
+		wantSize int64
+		wantVG   string
+	}{
+		{name: "default class, 1 GiB", code: codes.OK, wantSize: gib, wantVG: "vg1"},
+		{name: "no name", mod: func(r *csi.CreateVolumeRequest) { r.Name = "" }, code: codes.InvalidArgument, msg: []string{"name"}},
+		{name: "name too long", mod: func(r *csi.CreateVolumeRequest) { r.Name = strings.Repeat("x", 501) }, code: codes.InvalidArgument, msg: []string{"at most 500"}},
+		{name: "no capabilities", mod: func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = nil }, code: codes.InvalidArgument, msg: []string{"volume_capabilities"}},
+		{name: "multi-node mode", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}
+		}, code: codes.InvalidArgument, msg: []string{"MULTI_NODE_MULTI_WRITER", "SINGLE_NODE_WRITER"}},
+		{name: "multi-node reader", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = append(r.VolumeCapabilities, blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY))
+		}, code: codes.InvalidArgument, msg: []string{"volume_capabilities[1]"}},
+		{name: "no access type", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{{AccessMode: &csi.VolumeCapability_AccessMode{Mode: sw}}}
+		}, code: codes.InvalidArgument, msg: []string{"block or mount"}},
+		{name: "single-node multi-writer block", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER)}
+		}, code: codes.OK, wantSize: gib, wantVG: "vg1"},
+		{name: "xfs", mod: func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw)} }, code: codes.OK, wantSize: gib, wantVG: "vg1"},
+		{name: "btrfs without its tools", mod: func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("btrfs", sw)} }, code: codes.InvalidArgument, msg: []string{`"btrfs"`, "ext4, xfs"}},
+		{name: "conflicting fs types", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw), mountCap("ext4", sw)}
+		}, code: codes.InvalidArgument, msg: []string{"conflicts"}},
+		{name: "content source", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "s"}}}
+		}, code: codes.InvalidArgument, msg: []string{"volume_content_source"}},
+		{name: "unknown parameter", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{"fsType": "ext4"} }, code: codes.InvalidArgument, msg: []string{`"fsType"`, ParamDeviceClass, "csi.storage.k8s.io/"}},
+		{name: "provisioner parameters pass", mod: func(r *csi.CreateVolumeRequest) {
+			r.Parameters = map[string]string{"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pv/name": "pv-1"}
+		}, code: codes.OK, wantSize: gib, wantVG: "vg1"},
+		{name: "class not on this node", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{ParamDeviceClass: "gold"} }, code: codes.ResourceExhausted, msg: []string{`"gold"`, "fast, thin, other"}},
+		{name: "malformed class", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{ParamDeviceClass: "Gold!"} }, code: codes.InvalidArgument, msg: []string{"DNS-1123"}},
+		{name: "other class", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{ParamDeviceClass: "other"} }, code: codes.OK, wantSize: gib, wantVG: "vg2"},
+		{name: "requisite is this node", mod: func(r *csi.CreateVolumeRequest) {
+			r.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: []*csi.Topology{segment(testNode)}, Preferred: []*csi.Topology{segment(testNode)}}
+		}, code: codes.OK, wantSize: gib, wantVG: "vg1"},
+		{name: "requisite is another node", mod: func(r *csi.CreateVolumeRequest) {
+			r.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: []*csi.Topology{segment("node-b")}}
+		}, code: codes.ResourceExhausted, msg: []string{"node-a"}},
+		{name: "required above limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 2 * gib, LimitBytes: gib} }, code: codes.InvalidArgument, msg: []string{"exceeds limit_bytes"}},
+		{name: "negative", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: -1} }, code: codes.InvalidArgument, msg: []string{"negative"}},
+		{name: "rounded up past the limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib, LimitBytes: 6 * mib} }, code: codes.OutOfRange, msg: []string{"8388608", "limit_bytes 6291456"}},
+		{name: "rounded up to extents", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib} }, code: codes.OK, wantSize: 8 * mib, wantVG: "vg1"},
+		{name: "no capacity range", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = nil }, code: codes.OK, wantSize: DefaultVolumeSize, wantVG: "vg1"},
+		{name: "only a small limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: 100*mib + 1} }, code: codes.OK, wantSize: 100 * mib, wantVG: "vg1"},
+		{name: "limit below one extent", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: mib} }, code: codes.OutOfRange, msg: []string{"smaller than one extent"}},
+		{name: "exactly what is left after the spare", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 5 * gib }, code: codes.OK, wantSize: 5 * gib, wantVG: "vg1"},
+		{name: "one extent into the spare", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 5*gib + 1 }, code: codes.ResourceExhausted, msg: []string{"after a spare of 1073741824"}},
+		{name: "thin", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = thin }, code: codes.OK, wantSize: gib, wantVG: "vg1"},
+		{name: "thin up to the ratio", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = thin; r.CapacityRange.RequiredBytes = 8 * gib }, code: codes.OK, wantSize: 8 * gib, wantVG: "vg1"},
+		{name: "thin beyond the ratio", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = thin; r.CapacityRange.RequiredBytes = 8*gib + 1 }, code: codes.ResourceExhausted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newControllerFixture(t)
+			req := createReq("pvc-1", gib, nil)
+			if tt.mod != nil {
+				tt.mod(req)
+			}
+			resp, err := fx.cs.CreateVolume(context.Background(), req)
+			wantCode(t, err, tt.code, tt.msg...)
+			if tt.code != codes.OK {
+				if n := len(fx.view.Volumes()); n != 0 {
+					t.Errorf("a failed CreateVolume left %d volumes", n)
+				}
+				return
+			}
+			v := resp.GetVolume()
+			vg, lvName, err := ParseVolumeID(v.GetVolumeId())
+			if err != nil || vg != tt.wantVG || lvName != LVNameFor(req.GetName()) {
+				t.Errorf("volume ID %q: vg %q lv %q err %v", v.GetVolumeId(), vg, lvName, err)
+			}
+			if v.GetCapacityBytes() != tt.wantSize {
+				t.Errorf("capacity = %d, want %d", v.GetCapacityBytes(), tt.wantSize)
+			}
+			if len(v.GetAccessibleTopology()) != 1 || v.GetAccessibleTopology()[0].GetSegments()[topology.Key] != testNode {
+				t.Errorf("accessible topology = %v", v.GetAccessibleTopology())
+			}
+			lv, err := fx.lvm.GetLV(context.Background(), vg, lvName)
+			if err != nil {
+				t.Fatalf("the LV is not in LVM: %v", err)
+			}
+			class, _ := ClassFromTags(lv.Tags)
+			name, _ := VolumeNameFromTags(lv.Tags)
+			if name != req.GetName() || class != v.GetVolumeContext()[ParamDeviceClass] || !isCarveLV(lv.Tags) {
+				t.Errorf("tags %v; volume context %v", lv.Tags, v.GetVolumeContext())
+			}
+			if (class == "thin") != (lv.Pool == "pool") {
+				t.Errorf("class %s made an LV in pool %q", class, lv.Pool)
+			}
+		})
+	}
+}
+
+func TestCreateVolumeIdempotent(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	first, err := fx.cs.CreateVolume(ctx, createReq("pvc-1", gib, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.GetVolume().GetVolumeId()
+	tests := []struct {
+		name    string
+		req     *csi.CreateVolumeRequest
+		restart bool
+		code    codes.Code
+		msg     []string
+	}{
+		{name: "same request", req: createReq("pvc-1", gib, nil), code: codes.OK},
+		{name: "smaller request fits", req: createReq("pvc-1", gib/2, nil), code: codes.OK},
+		{name: "after a restart", req: createReq("pvc-1", gib, nil), restart: true, code: codes.OK},
+		{name: "named default class", req: createReq("pvc-1", gib, map[string]string{ParamDeviceClass: "fast"}), code: codes.OK},
+		{name: "larger", req: createReq("pvc-1", 2*gib, nil), code: codes.AlreadyExists, msg: []string{"1073741824 bytes"}},
+		{name: "limit below the size", req: &csi.CreateVolumeRequest{Name: "pvc-1", CapacityRange: &csi.CapacityRange{LimitBytes: gib / 2},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)}}, code: codes.AlreadyExists},
+		{name: "other class", req: createReq("pvc-1", gib, map[string]string{ParamDeviceClass: "thin"}), code: codes.AlreadyExists, msg: []string{`"fast"`, `"thin"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.restart {
+				fx.restart(t)
+			}
+			resp, err := fx.cs.CreateVolume(ctx, tt.req)
+			wantCode(t, err, tt.code, tt.msg...)
+			if err == nil && resp.GetVolume().GetVolumeId() != id {
+				t.Errorf("volume ID %q, want %q", resp.GetVolume().GetVolumeId(), id)
+			}
+			if n := len(fx.lvm.lvs); n != 2 { // the pool and the one volume
+				t.Errorf("%d LVs in LVM, want the pool and one volume", n)
+			}
+		})
+	}
+}
+
+// An LV the view does not know yet (made outside the view, or the view is
+// stale) is found through lvcreate's "already exists".
+func TestCreateVolumeStaleView(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	name := "pvc-made-elsewhere"
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(name), Size: uint64(gib),
+		Tags: []string{TagOwner, VolumeTag(name), TagClassPrefix + "fast"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fx.cs.CreateVolume(ctx, createReq(name, gib, nil))
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	if resp.GetVolume().GetVolumeId() != VolumeID("vg1", LVNameFor(name)) {
+		t.Errorf("volume ID %q", resp.GetVolume().GetVolumeId())
+	}
+	if _, ok := fx.view.LV("vg1", LVNameFor(name)); !ok {
+		t.Error("the view did not learn the LV")
+	}
+
+	// An LV of that name that carries another volume's name tag is not it.
+	clash := "pvc-clash"
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(clash), Size: uint64(gib),
+		Tags: []string{TagOwner, VolumeTag("someone-else"), TagClassPrefix + "fast"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fx.cs.CreateVolume(ctx, createReq(clash, gib, nil))
+	wantCode(t, err, codes.AlreadyExists, "someone-else")
+}
+
+func TestCreateVolumeLVMErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		code codes.Code
+	}{
+		{"space ran out", fmt.Errorf("vg1: %w", lvm.ErrInsufficientSpace), codes.ResourceExhausted},
+		{"bad argument", fmt.Errorf("name: %w", lvm.ErrInvalidArgument), codes.InvalidArgument},
+		{"deadline", fmt.Errorf("lvcreate: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{"unclassified", errors.New("lvm crashed"), codes.Internal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newControllerFixture(t)
+			fx.lvm.failNext = tt.err
+			_, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil))
+			wantCode(t, err, tt.code, tt.err.Error())
+		})
+	}
+}
+
+func TestCreateVolumeBusy(t *testing.T) {
+	fx := newControllerFixture(t)
+	if !fx.cs.locks.TryAcquire(LVNameFor("pvc-1")) {
+		t.Fatal("lock taken")
+	}
+	_, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil))
+	wantCode(t, err, codes.Aborted, "in progress")
+	_, err = fx.cs.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: VolumeID("vg1", LVNameFor("pvc-1"))})
+	wantCode(t, err, codes.Aborted)
+	fx.cs.locks.Release(LVNameFor("pvc-1"))
+	if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil)); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func TestDeleteVolume(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, fx *controllerFixture) string // returns the ID
+		code  codes.Code
+		msg   []string
+		gone  bool // the LV must be gone afterwards
+	}{
+		{name: "existing", setup: func(t *testing.T, fx *controllerFixture) string { return mustCreate(t, fx, "pvc-1", nil) }, code: codes.OK, gone: true},
+		{name: "thin", setup: func(t *testing.T, fx *controllerFixture) string {
+			return mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "thin"})
+		}, code: codes.OK, gone: true},
+		{name: "empty ID", setup: func(*testing.T, *controllerFixture) string { return "" }, code: codes.InvalidArgument, msg: []string{"volume_id"}},
+		{name: "not a carve ID", setup: func(*testing.T, *controllerFixture) string { return "fake-vol-id" }, code: codes.OK},
+		{name: "carve form, bad VG name", setup: func(*testing.T, *controllerFixture) string { return "-vg/carve-00" }, code: codes.OK},
+		{name: "unknown volume", setup: func(*testing.T, *controllerFixture) string { return VolumeID("vg1", LVNameFor("never")) }, code: codes.OK},
+		{name: "unknown VG", setup: func(*testing.T, *controllerFixture) string { return VolumeID("vg9", LVNameFor("never")) }, code: codes.OK},
+		{name: "not in the view", setup: func(t *testing.T, fx *controllerFixture) string {
+			lv, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor("x"), Size: 1,
+				Tags: []string{TagOwner, VolumeTag("x"), TagClassPrefix + "fast"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return VolumeID(lv.VolumeGroup, lv.Name)
+		}, code: codes.OK, gone: true},
+		{name: "not carve's", setup: func(t *testing.T, fx *controllerFixture) string {
+			if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: "carve-foreign", Size: 1}); err != nil {
+				t.Fatal(err)
+			}
+			return "vg1/carve-foreign"
+		}, code: codes.FailedPrecondition, msg: []string{TagOwner}},
+		{name: "open", setup: func(t *testing.T, fx *controllerFixture) string {
+			id := mustCreate(t, fx, "pvc-1", nil)
+			fx.lvm.mu.Lock()
+			fx.lvm.lvs[id].Attr.Open = true
+			fx.lvm.mu.Unlock()
+			return id
+		}, code: codes.FailedPrecondition, msg: []string{"in use"}},
+		{name: "lvremove fails", setup: func(t *testing.T, fx *controllerFixture) string {
+			id := mustCreate(t, fx, "pvc-1", nil)
+			fx.lvm.failNext = errors.New("lvm crashed")
+			return id
+		}, code: codes.Internal, msg: []string{"lvm crashed"}},
+		{name: "gone under our feet", setup: func(t *testing.T, fx *controllerFixture) string {
+			id := mustCreate(t, fx, "pvc-1", nil)
+			fx.lvm.failNext = fmt.Errorf("lvremove: %w", lvm.ErrNotFound)
+			return id
+		}, code: codes.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newControllerFixture(t)
+			thick, _ := fx.cfg.Class("fast")
+			before, _ := fx.view.Capacity(thick)
+			id := tt.setup(t, fx)
+			_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: map[string]string{"k": "v"}})
+			wantCode(t, err, tt.code, tt.msg...)
+			if !tt.gone {
+				return
+			}
+			vg, lvName, _ := ParseVolumeID(id)
+			if _, err := fx.lvm.GetLV(ctx, vg, lvName); !errors.Is(err, lvm.ErrNotFound) {
+				t.Errorf("LV still there: %v", err)
+			}
+			if _, ok := fx.view.LV(vg, lvName); ok {
+				t.Error("the view still holds the LV")
+			}
+			if after, _ := fx.view.Capacity(thick); after.Available < before.Available {
+				t.Errorf("capacity %d after delete, %d before create", after.Available, before.Available)
+			}
+			// Idempotent: again is fine.
+			if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+				t.Errorf("second DeleteVolume: %v", err)
+			}
+		})
+	}
+}
+
+func mustCreate(t *testing.T, fx *controllerFixture, name string, params map[string]string) string {
+	t.Helper()
+	resp, err := fx.cs.CreateVolume(context.Background(), createReq(name, gib, params))
+	if err != nil {
+		t.Fatalf("CreateVolume(%s): %v", name, err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}
+
+func TestGetCapacity(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	reportsBefore := fx.lvm.reports
+	tests := []struct {
+		name    string
+		req     *csi.GetCapacityRequest
+		code    codes.Code
+		avail   int64
+		maxSize int64
+	}{
+		{"no parameters: default class", &csi.GetCapacityRequest{}, codes.OK, 5 * gib, 5 * gib},
+		{"thick class by name", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "fast"}}, codes.OK, 5 * gib, 5 * gib},
+		{"thin class", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "thin"}}, codes.OK, 8 * gib, 8 * gib},
+		{"other VG", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "other"}}, codes.OK, 2 * gib, 2 * gib},
+		{"this node's segment", &csi.GetCapacityRequest{AccessibleTopology: segment(testNode)}, codes.OK, 5 * gib, 5 * gib},
+		{"another node's segment", &csi.GetCapacityRequest{AccessibleTopology: segment("node-b")}, codes.OK, 0, 0},
+		{"class this node lacks", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "gold"}}, codes.OK, 0, 0},
+		{"provisioner parameters", &csi.GetCapacityRequest{Parameters: map[string]string{"csi.storage.k8s.io/fstype": "xfs"}}, codes.OK, 5 * gib, 5 * gib},
+		{"unknown parameter", &csi.GetCapacityRequest{Parameters: map[string]string{"size": "1"}}, codes.InvalidArgument, 0, 0},
+		{"supported capability", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockCap(sw)}}, codes.OK, 5 * gib, 5 * gib},
+		{"multi-node capability", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}}, codes.InvalidArgument, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := fx.cs.GetCapacity(ctx, tt.req)
+			wantCode(t, err, tt.code)
+			if err != nil {
+				return
+			}
+			if resp.GetAvailableCapacity() != tt.avail || resp.GetMaximumVolumeSize().GetValue() != tt.maxSize || resp.GetMaximumVolumeSize() == nil {
+				t.Errorf("available %d max %v; want %d and %d", resp.GetAvailableCapacity(), resp.GetMaximumVolumeSize(), tt.avail, tt.maxSize)
+			}
+		})
+	}
+	if fx.lvm.reports != reportsBefore {
+		t.Errorf("GetCapacity ran %d LVM reports; it must answer from the view", fx.lvm.reports-reportsBefore)
+	}
+
+	// Capacity follows mutations without a refresh.
+	id := mustCreate(t, fx, "pvc-1", nil)
+	resp, err := fx.cs.GetCapacity(ctx, &csi.GetCapacityRequest{})
+	if err != nil || resp.GetAvailableCapacity() != 4*gib {
+		t.Errorf("after a 1 GiB create: %v, %v; want 4 GiB", resp.GetAvailableCapacity(), err)
+	}
+	if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = fx.cs.GetCapacity(ctx, &csi.GetCapacityRequest{})
+	if err != nil || resp.GetAvailableCapacity() != 5*gib {
+		t.Errorf("after delete: %v, %v; want 5 GiB", resp.GetAvailableCapacity(), err)
+	}
+
+	// A VG that vanished has no capacity.
+	fx.lvm.mu.Lock()
+	delete(fx.lvm.vgs, "vg2")
+	fx.lvm.mu.Unlock()
+	if err := fx.view.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = fx.cs.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "other"}})
+	if err != nil || resp.GetAvailableCapacity() != 0 {
+		t.Errorf("vanished VG: %v, %v; want 0", resp.GetAvailableCapacity(), err)
+	}
+	_, err = fx.cs.CreateVolume(ctx, createReq("pvc-2", gib, map[string]string{ParamDeviceClass: "other"}))
+	wantCode(t, err, codes.ResourceExhausted, "vg2")
+}
+
+func TestListVolumes(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, mustCreate(t, fx, fmt.Sprint("pvc-", i), nil))
+	}
+	// A foreign LV is not listed.
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: "foreign", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.view.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(all.GetEntries()) != 5 || all.GetNextToken() != "" {
+		t.Fatalf("ListVolumes = %v, %v", all, err)
+	}
+	for _, e := range all.GetEntries() {
+		if e.GetVolume().GetCapacityBytes() != gib || e.GetVolume().GetVolumeContext()[ParamDeviceClass] != "fast" {
+			t.Errorf("entry %v", e)
+		}
+	}
+	// Pages of 2, deleting the last entry of a page before asking for the
+	// next one.
+	seen := map[string]bool{}
+	token := ""
+	for pages := 0; ; pages++ {
+		page, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: 2, StartingToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.GetEntries()) > 2 {
+			t.Fatalf("page of %d entries", len(page.GetEntries()))
+		}
+		for _, e := range page.GetEntries() {
+			if seen[e.GetVolume().GetVolumeId()] {
+				t.Fatalf("%s listed twice", e.GetVolume().GetVolumeId())
+			}
+			seen[e.GetVolume().GetVolumeId()] = true
+		}
+		token = page.GetNextToken()
+		if token == "" {
+			break
+		}
+		if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: token}); err != nil {
+			t.Fatal(err)
+		}
+		if pages > 5 {
+			t.Fatal("pagination does not end")
+		}
+	}
+	if len(seen) != 5 {
+		t.Errorf("saw %d volumes over the pages, want 5", len(seen))
+	}
+	_, err = fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "invalid-token"})
+	wantCode(t, err, codes.Aborted, "starting_token")
+	_, err = fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: -1})
+	wantCode(t, err, codes.InvalidArgument, "max_entries")
+}
+
+func TestControllerGetVolumeAndValidate(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	id := mustCreate(t, fx, "pvc-1", nil)
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: "carve-foreign", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	getTests := []struct {
+		name string
+		id   string
+		code codes.Code
+	}{
+		{"existing", id, codes.OK},
+		{"empty", "", codes.InvalidArgument},
+		{"not a carve ID", "fake-vol-id", codes.NotFound},
+		{"gone", VolumeID("vg1", LVNameFor("never")), codes.NotFound},
+		{"not carve's", "vg1/carve-foreign", codes.NotFound},
+	}
+	for _, tt := range getTests {
+		t.Run("get/"+tt.name, func(t *testing.T) {
+			resp, err := fx.cs.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: tt.id})
+			wantCode(t, err, tt.code)
+			if err == nil && (resp.GetVolume().GetVolumeId() != id || resp.GetVolume().GetCapacityBytes() != gib || resp.GetStatus() == nil) {
+				t.Errorf("response %v", resp)
+			}
+		})
+	}
+
+	valTests := []struct {
+		name      string
+		req       *csi.ValidateVolumeCapabilitiesRequest
+		code      codes.Code
+		confirmed bool
+	}{
+		{"supported", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("xfs", sw)}}, codes.OK, true},
+		{"block", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)}}, codes.OK, true},
+		{"same class", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)},
+			Parameters: map[string]string{ParamDeviceClass: "fast"}}, codes.OK, true},
+		{"other class", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)},
+			Parameters: map[string]string{ParamDeviceClass: "thin"}}, codes.OK, false},
+		{"multi-node", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)}}, codes.OK, false},
+		{"no capabilities", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id}, codes.InvalidArgument, false},
+		{"no ID", &csi.ValidateVolumeCapabilitiesRequest{VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)}}, codes.InvalidArgument, false},
+		{"unknown volume", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "fake-vol-id", VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)}}, codes.NotFound, false},
+	}
+	for _, tt := range valTests {
+		t.Run("validate/"+tt.name, func(t *testing.T) {
+			resp, err := fx.cs.ValidateVolumeCapabilities(ctx, tt.req)
+			wantCode(t, err, tt.code)
+			if err != nil {
+				return
+			}
+			if (resp.GetConfirmed() != nil) != tt.confirmed {
+				t.Errorf("confirmed = %v, want %v (message %q)", resp.GetConfirmed(), tt.confirmed, resp.GetMessage())
+			}
+			if !tt.confirmed && resp.GetMessage() == "" {
+				t.Error("an unconfirmed answer without a message")
+			}
+		})
+	}
+}
+
+func TestControllerGetCapabilities(t *testing.T) {
+	fx := newControllerFixture(t)
+	resp, err := fx.cs.ControllerGetCapabilities(context.Background(), &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[csi.ControllerServiceCapability_RPC_Type]bool{}
+	for _, c := range resp.GetCapabilities() {
+		got[c.GetRpc().GetType()] = true
+	}
+	for _, want := range []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES, csi.ControllerServiceCapability_RPC_GET_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		if !got[want] {
+			t.Errorf("capability %v missing", want)
+		}
+	}
+	for _, not := range []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	} {
+		if got[not] {
+			t.Errorf("capability %v advertised but not implemented", not)
+		}
+	}
+	central, err := CentralControllerServer{}.ControllerGetCapabilities(context.Background(), nil)
+	if err != nil || len(central.GetCapabilities()) != 0 {
+		t.Errorf("central controller capabilities = %v, %v; want none (expansion is node-side)", central, err)
+	}
+}

@@ -1,0 +1,41 @@
+package driver
+
+import (
+	"context"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// LoggingInterceptor logs every call through klog with its secrets
+// stripped: the request and response at verbosity 5 (they can be large),
+// failures always, and the outcome and duration at verbosity 2. Handlers
+// find a logger carrying the method in their context (klog.FromContext).
+func LoggingInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	logger := klog.FromContext(ctx).WithValues("method", info.FullMethod)
+	ctx = klog.NewContext(ctx, logger)
+	logger.V(5).Info("GRPC call", "request", protosanitizer.StripSecrets(req))
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	d := time.Since(start)
+	if err != nil {
+		logger.Error(err, "GRPC call failed", "code", status.Code(err).String(), "duration", d,
+			"request", protosanitizer.StripSecrets(req))
+		return resp, err
+	}
+	logger.V(2).Info("GRPC call succeeded", "duration", d)
+	logger.V(5).Info("GRPC response", "response", protosanitizer.StripSecrets(resp))
+	return resp, nil
+}
+
+// MetricsInterceptor records csi_plugin_operations_seconds for every call
+// with csi-lib-utils' server interceptor, so carve's metric matches the
+// sidecars' csi_sidecar_operations_seconds.
+func MetricsInterceptor(m csimetrics.CSIMetricsManager) grpc.UnaryServerInterceptor {
+	return connection.ExtendedCSIMetricsManager{CSIMetricsManager: m}.RecordMetricsServerInterceptor
+}

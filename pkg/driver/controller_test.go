@@ -139,7 +139,9 @@ func TestCreateVolume(t *testing.T) {
 			r.VolumeCapabilities = []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER)}
 		}, code: codes.OK, wantSize: gib, wantVG: "vg1"},
 		{name: "xfs", mod: func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw)} }, code: codes.OK, wantSize: gib, wantVG: "vg1"},
-		{name: "btrfs without its tools", mod: func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("btrfs", sw)} }, code: codes.InvalidArgument, msg: []string{`"btrfs"`, "ext4, xfs"}},
+		{name: "btrfs without its tools", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("btrfs", sw)}
+		}, code: codes.InvalidArgument, msg: []string{`"btrfs"`, "ext4, xfs"}},
 		{name: "conflicting fs types", mod: func(r *csi.CreateVolumeRequest) {
 			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw), mountCap("ext4", sw)}
 		}, code: codes.InvalidArgument, msg: []string{"conflicts"}},
@@ -159,9 +161,13 @@ func TestCreateVolume(t *testing.T) {
 		{name: "requisite is another node", mod: func(r *csi.CreateVolumeRequest) {
 			r.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: []*csi.Topology{segment("node-b")}}
 		}, code: codes.ResourceExhausted, msg: []string{"node-a"}},
-		{name: "required above limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 2 * gib, LimitBytes: gib} }, code: codes.InvalidArgument, msg: []string{"exceeds limit_bytes"}},
+		{name: "required above limit", mod: func(r *csi.CreateVolumeRequest) {
+			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 2 * gib, LimitBytes: gib}
+		}, code: codes.InvalidArgument, msg: []string{"exceeds limit_bytes"}},
 		{name: "negative", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: -1} }, code: codes.InvalidArgument, msg: []string{"negative"}},
-		{name: "rounded up past the limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib, LimitBytes: 6 * mib} }, code: codes.OutOfRange, msg: []string{"8388608", "limit_bytes 6291456"}},
+		{name: "rounded up past the limit", mod: func(r *csi.CreateVolumeRequest) {
+			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib, LimitBytes: 6 * mib}
+		}, code: codes.OutOfRange, msg: []string{"8388608", "limit_bytes 6291456"}},
 		{name: "rounded up to extents", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib} }, code: codes.OK, wantSize: 8 * mib, wantVG: "vg1"},
 		{name: "no capacity range", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = nil }, code: codes.OK, wantSize: DefaultVolumeSize, wantVG: "vg1"},
 		{name: "only a small limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: 100*mib + 1} }, code: codes.OK, wantSize: 100 * mib, wantVG: "vg1"},

@@ -30,9 +30,11 @@ deps:
 test-host: deps cachedir
 	$(GO) test -tags hosttest -count=1 -v ./test/host/... 2>&1 | tee $(CACHE)/test-host.log | ./hack/summarize-go-test.sh host
 
-# Everything that needs device-mapper, inside a qemu guest.
+# Everything that needs device-mapper, inside a qemu guest (test/guestvm;
+# docs/development.md). The initramfs is cached under $(CACHE)/guest.
+# Benchmarks (TestBench*) only run in `make bench`.
 test-guest: deps cachedir
-	$(GO) test -tags guesttest -count=1 -timeout 30m -v ./test/guest/... 2>&1 | tee $(CACHE)/test-guest.log | ./hack/summarize-go-test.sh guest
+	$(GO) test -tags guesttest -count=1 -timeout 30m -skip '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/test-guest.log | ./hack/summarize-go-test.sh guest
 
 # What users install: the kustomize base, the Helm chart, the Dockerfile,
 # the dashboard and the alert rules (test/deploy; root, for the plugin on a
@@ -49,8 +51,10 @@ test-deploy: deps deploy-tools
 
 test: lint test-unit test-host test-guest
 
+# Package against raw lvm commands in the guest, printed as ratios.
 bench: deps cachedir
-	$(GO) test -tags guesttest -count=1 -timeout 30m -run '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log
+	$(GO) test -tags guesttest -count=1 -timeout 40m -run '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
+	@grep '^ratio' $(CACHE)/bench.log
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,127 @@
+//go:build guestinner
+
+package lvminner
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/carve-csi/carve/lvm"
+)
+
+// countingObserver counts the lvm commands the package runs, so the
+// benchmark shows round trips as well as time.
+type countingObserver struct{ n atomic.Int64 }
+
+func (o *countingObserver) ObserveCommand(string, time.Duration, error) { o.n.Add(1) }
+
+// BenchmarkCreateRemove compares a thick CreateLV + RemoveLV through the
+// package with the same raw lvcreate + lvremove on the same VG, interleaved
+// iteration by iteration (alternating which goes first) so that both see
+// the same machine. Reported: pkg-ns/op, raw-ns/op, pkg/raw and the lvm
+// commands the package ran per create+remove.
+func BenchmarkCreateRemove(b *testing.B) {
+	ctx := context.Background()
+	vg := newVG(b, gib)
+	obs := &countingObserver{}
+	c := lvm.New(lvm.Options{Observer: obs})
+	const size = 16 * mib
+	tags := []string{"carve.dev/bench"}
+	pkg := func(name string) {
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: name, Size: size, Tags: tags}); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.RemoveLV(ctx, vg, name); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The same command lines the package builds.
+	raw := func(name string) {
+		run(b, "lvm", "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y", "--name", name,
+			"--size", fmt.Sprintf("%db", size), "--addtag", tags[0], vg)
+		run(b, "lvm", "lvremove", "--yes", vg+"/"+name)
+	}
+	// Warm up both (the package reads the VG's extent size once).
+	pkg("warm-pkg")
+	raw("warm-raw")
+	obs.n.Store(0)
+
+	var pkgTime, rawTime time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		timed := func(f func(string), name string, into *time.Duration) {
+			start := time.Now()
+			f(name)
+			*into += time.Since(start)
+		}
+		if i%2 == 0 {
+			timed(pkg, fmt.Sprintf("p%d", i), &pkgTime)
+			timed(raw, fmt.Sprintf("r%d", i), &rawTime)
+		} else {
+			timed(raw, fmt.Sprintf("r%d", i), &rawTime)
+			timed(pkg, fmt.Sprintf("p%d", i), &pkgTime)
+		}
+	}
+	b.StopTimer()
+	report(b, pkgTime, rawTime)
+	b.ReportMetric(float64(obs.n.Load())/float64(b.N), "pkg-cmds/op")
+}
+
+// BenchmarkReport compares one Report() (the package's whole-state read)
+// with one raw `lvs --reportformat json` on a VG holding a thin pool and
+// some thick and thin LVs, interleaved the same way.
+func BenchmarkReport(b *testing.B) {
+	ctx := context.Background()
+	vg := newVG(b, gib)
+	newThinPool(b, vg, "pool", 128*mib)
+	c := lvm.New(lvm.Options{})
+	for i := 0; i < 4; i++ {
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: fmt.Sprintf("thick%d", i), Size: 8 * mib}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: fmt.Sprintf("thin%d", i), Size: 64 * mib, ThinPool: "pool"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pkg := func() {
+		r, err := c.Report(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.FindThinPool(vg, "pool") == nil {
+			b.Fatal("Report lost the thin pool")
+		}
+	}
+	raw := func() {
+		run(b, "lvm", "lvs", "--all", "--reportformat", "json", "--units", "b", "--nosuffix")
+	}
+	pkg()
+	raw()
+	var pkgTime, rawTime time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		first, second := pkg, raw
+		t1, t2 := &pkgTime, &rawTime
+		if i%2 == 1 {
+			first, second, t1, t2 = raw, pkg, &rawTime, &pkgTime
+		}
+		start := time.Now()
+		first()
+		mid := time.Now()
+		second()
+		*t1 += mid.Sub(start)
+		*t2 += time.Since(mid)
+	}
+	b.StopTimer()
+	report(b, pkgTime, rawTime)
+}
+
+func report(b *testing.B, pkgTime, rawTime time.Duration) {
+	n := float64(b.N)
+	b.ReportMetric(float64(pkgTime.Nanoseconds())/n, "pkg-ns/op")
+	b.ReportMetric(float64(rawTime.Nanoseconds())/n, "raw-ns/op")
+	b.ReportMetric(float64(pkgTime)/float64(rawTime), "pkg/raw")
+}

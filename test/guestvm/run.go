@@ -1,0 +1,533 @@
+// Package guestvm boots a throw-away qemu guest (TCG) with Debian's own
+// kernel and the host's root filesystem shared read-only beneath a tmpfs
+// overlay, runs one command in it with real device-mapper, loop devices and
+// filesystems, and returns the command's output and exit status. It exists
+// because the host kernel has no device-mapper (see TESTBED.md).
+//
+// A run has a work directory on the host, shared read-write at
+// GuestWorkDir: the files of Spec.Files are put there before boot (binaries,
+// configuration), and the command may leave results there.
+package guestvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// File is one file to place in the work directory before the guest boots.
+type File struct {
+	// Name is the path relative to the work directory (the guest sees it at
+	// GuestPath(Name)).
+	Name string
+	// Source is a host file to copy (hard-linked when possible). Exactly
+	// one of Source and Data is set.
+	Source string
+	// Data is the file's contents, for small files such as configuration.
+	Data []byte
+	// Mode is the file's permission bits; 0 means 0755 for Source (binaries)
+	// and 0644 for Data.
+	Mode os.FileMode
+}
+
+// Forward makes a TCP listener on the host's loopback reachable from the
+// guest at GuestForwardIP:GuestPort (qemu user-mode networking with
+// guestfwd, restrict=on so the guest reaches nothing else).
+type Forward struct {
+	GuestPort int
+	// HostAddr is a loopback host:port, e.g. 127.0.0.1:6443.
+	HostAddr string
+}
+
+// GuestForwardIP is the address the guest uses for the Forwards.
+const GuestForwardIP = "10.0.2.100"
+
+// Spec describes one guest run.
+type Spec struct {
+	// WorkDir is the host directory shared read-write with the guest at
+	// GuestWorkDir (e.g. a test's TempDir). Required.
+	WorkDir string
+	// Files are put into WorkDir before boot.
+	Files []File
+	// Args is the command to run; Args[0] is a path in the guest, e.g.
+	// GuestPath("inner.test") or "/usr/sbin/lvm".
+	Args []string
+	// Env holds KEY=value pairs added to the command's environment (which
+	// already has PATH, HOME, LC_ALL=C and DM_DISABLE_UDEV=1).
+	Env []string
+	// Dir is the command's working directory in the guest; default
+	// GuestWorkDir.
+	Dir string
+	// Modules are loaded with modprobe before the command, in addition to
+	// DefaultModules. A module that does not exist fails the run.
+	Modules []string
+	// Forwards, when set, give the guest a network interface (eth0,
+	// 10.0.2.15) that reaches only these host listeners.
+	Forwards []Forward
+
+	// Timeout bounds the whole run, boot included; default 10 minutes.
+	Timeout time.Duration
+	// BootTimeout bounds the time until the command starts; default 2
+	// minutes.
+	BootTimeout time.Duration
+	// MemoryMiB is the guest's memory; default 2048.
+	MemoryMiB int
+	// CPUs is the number of virtual CPUs; default 2.
+	CPUs int
+
+	// Stdout and Stderr, when set, receive the command's output while it
+	// runs (it is returned in the Result as well).
+	Stdout, Stderr io.Writer
+	// Console, when set, receives the guest's serial console: kernel
+	// messages and the guest's init (returned in the Result as well).
+	Console io.Writer
+
+	// CacheDir holds the built initramfs; default DefaultCacheDir().
+	CacheDir string
+	// BootDir and ModulesRoot locate the kernel; default /boot and
+	// /lib/modules.
+	BootDir, ModulesRoot string
+}
+
+// DefaultModules are loaded in every guest when the kernel has them: what
+// LVM (thick, thin, snapshots, raid), loop devices and the filesystems carve
+// formats need.
+var DefaultModules = []string{"dm_mod", "dm_thin_pool", "dm_snapshot", "loop"}
+
+// Result is what a run produced.
+type Result struct {
+	// ExitCode is the command's exit status in the guest.
+	ExitCode int
+	// Stdout, Stderr and Console are everything that was written to them.
+	Stdout, Stderr, Console []byte
+	// BootTime is the time from starting qemu until the command started
+	// (measured on the host, to about 50 ms).
+	BootTime time.Duration
+	// Duration is the whole run, qemu start to exit.
+	Duration time.Duration
+	// Kernel is the kernel version that ran.
+	Kernel string
+}
+
+// GuestPath returns the path in the guest of a file of the work directory.
+func GuestPath(name string) string { return path.Join(GuestWorkDir, name) }
+
+// DefaultCacheDir is $CARVE_CACHE (the Makefile exports it), else
+// $HOME/.cache/carve.
+func DefaultCacheDir() string {
+	if d := os.Getenv("CARVE_CACHE"); d != "" {
+		return d
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".cache", "carve")
+	}
+	return filepath.Join(os.TempDir(), "carve-cache")
+}
+
+func (s *Spec) defaults() {
+	if s.Timeout == 0 {
+		s.Timeout = 10 * time.Minute
+	}
+	if s.BootTimeout == 0 {
+		s.BootTimeout = 2 * time.Minute
+	}
+	if s.MemoryMiB == 0 {
+		s.MemoryMiB = 2048
+	}
+	if s.CPUs == 0 {
+		s.CPUs = 2
+	}
+	if s.Dir == "" {
+		s.Dir = GuestWorkDir
+	}
+	if s.CacheDir == "" {
+		s.CacheDir = DefaultCacheDir()
+	}
+	if s.BootDir == "" {
+		s.BootDir = "/boot"
+	}
+	if s.ModulesRoot == "" {
+		s.ModulesRoot = "/lib/modules"
+	}
+}
+
+var (
+	envKeyRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	moduleRE    = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	errNoStatus = errors.New("guest ended without reporting the command's exit status")
+)
+
+func (s *Spec) validate() error {
+	if s.WorkDir == "" {
+		return errors.New("guestvm: Spec.WorkDir is required")
+	}
+	if len(s.Args) == 0 || s.Args[0] == "" {
+		return errors.New("guestvm: Spec.Args must name a command")
+	}
+	for _, a := range append(append([]string{s.Dir}, s.Args...), s.Env...) {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("guestvm: argument %q holds a NUL byte", a)
+		}
+	}
+	for _, e := range s.Env {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || !envKeyRE.MatchString(k) {
+			return fmt.Errorf("guestvm: Spec.Env entry %q is not KEY=value with KEY of [A-Za-z0-9_]", e)
+		}
+	}
+	for _, m := range s.Modules {
+		if !moduleRE.MatchString(m) {
+			return fmt.Errorf("guestvm: Spec.Modules entry %q is not a module name", m)
+		}
+	}
+	for _, f := range s.Files {
+		clean := path.Clean(f.Name)
+		if f.Name == "" || clean != f.Name || path.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") ||
+			clean == controlDir || strings.HasPrefix(clean, controlDir+"/") {
+			return fmt.Errorf("guestvm: Spec.Files name %q must be a clean relative path outside %s", f.Name, controlDir)
+		}
+		if (f.Source == "") == (f.Data == nil) {
+			return fmt.Errorf("guestvm: Spec.Files %q needs exactly one of Source and Data", f.Name)
+		}
+	}
+	for _, fw := range s.Forwards {
+		host, _, err := net.SplitHostPort(fw.HostAddr)
+		if err != nil || fw.GuestPort <= 0 || fw.GuestPort > 65535 {
+			return fmt.Errorf("guestvm: Spec.Forwards entry %+v: need a guest port and a host:port", fw)
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("guestvm: Spec.Forwards host address %q must be a loopback IP", fw.HostAddr)
+		}
+	}
+	return nil
+}
+
+// Run boots a guest, runs spec.Args in it and returns its output and exit
+// status. A command that exits non-zero is not an error: check
+// Result.ExitCode. An error means the command's status is unknown: qemu or
+// the guest failed, the boot or run timed out, or ctx was cancelled; the
+// error then carries the end of the console output.
+func Run(ctx context.Context, spec Spec) (Result, error) {
+	spec.defaults()
+	if err := spec.validate(); err != nil {
+		return Result{}, err
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return Result{}, fmt.Errorf("guestvm: qemu-system-x86_64 not found: install the Debian package qemu-system-x86 (hack/install-deps.sh does): %w", err)
+	}
+	kernel, err := FindKernel(spec.BootDir, spec.ModulesRoot)
+	if err != nil {
+		return Result{}, err
+	}
+	busybox, err := findBusybox("/bin/busybox", "/usr/bin/busybox")
+	if err != nil {
+		return Result{}, err
+	}
+	initrd, err := Initramfs(kernel, spec.CacheDir, busybox)
+	if err != nil {
+		return Result{}, err
+	}
+	ctl := filepath.Join(spec.WorkDir, controlDir)
+	if err := prepareWorkDir(spec, ctl); err != nil {
+		return Result{}, err
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	args := qemuArgs(spec, kernel, initrd)
+	cmd := exec.CommandContext(ctx, qemu, args...)
+	var console, qemuErr syncBuffer
+	cmd.Stdout = teeTo(&console, spec.Console)
+	cmd.Stderr = &qemuErr
+	cmd.WaitDelay = 5 * time.Second
+
+	var stdout, stderr syncBuffer
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Result{}, fmt.Errorf("guestvm: starting qemu: %w", err)
+	}
+	// Watch the guest: stream the command's output files and time the
+	// boot. The guest writes straight into the shared directory, so the
+	// files grow while the command runs.
+	res := Result{Kernel: kernel.Version}
+	bootTimedOut := false
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		out := newTail(filepath.Join(ctl, "stdout"), teeTo(&stdout, spec.Stdout))
+		errs := newTail(filepath.Join(ctl, "stderr"), teeTo(&stderr, spec.Stderr))
+		defer out.close()
+		defer errs.close()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				out.poll()
+				errs.poll()
+				return
+			case <-tick.C:
+			}
+			if res.BootTime == 0 {
+				if _, err := os.Stat(filepath.Join(ctl, "started")); err == nil {
+					res.BootTime = time.Since(start)
+				} else if time.Since(start) > spec.BootTimeout {
+					bootTimedOut = true
+					// Kill our own qemu by its pid; Wait below reports it.
+					cmd.Process.Kill()
+				}
+			}
+			out.poll()
+			errs.poll()
+		}
+	}()
+	waitErr := cmd.Wait()
+	close(done)
+	wg.Wait()
+	res.Duration = time.Since(start)
+	res.Stdout, res.Stderr, res.Console = stdout.Bytes(), stderr.Bytes(), console.Bytes()
+
+	status, statusErr := os.ReadFile(filepath.Join(ctl, "exit-status"))
+	switch {
+	case bootTimedOut:
+		err = fmt.Errorf("guestvm: the guest did not start the command within %s", spec.BootTimeout)
+	case ctx.Err() != nil && statusErr != nil:
+		err = fmt.Errorf("guestvm: run did not finish within %s: %w", spec.Timeout, ctx.Err())
+	case statusErr != nil:
+		err = errNoStatus
+		if waitErr != nil {
+			err = fmt.Errorf("%w (qemu: %v)", errNoStatus, waitErr)
+		}
+	default:
+		code, perr := strconv.Atoi(strings.TrimSpace(string(status)))
+		if perr != nil {
+			err = fmt.Errorf("guestvm: bad exit status file %q", status)
+			break
+		}
+		res.ExitCode = code
+		return res, nil
+	}
+	return res, fmt.Errorf("%w\nqemu stderr: %s\nconsole (last lines):\n%s", err,
+		strings.TrimSpace(qemuErr.String()), lastLines(res.Console, 30))
+}
+
+// qemuArgs is the command line of TESTBED.md section 2: TCG (a KVM guest
+// hangs on these machines), the host root read-only, the work directory
+// read-write, no network unless forwards were asked for.
+func qemuArgs(spec Spec, k Kernel, initrd string) []string {
+	args := []string{
+		"-nodefaults", "-no-user-config",
+		"-accel", "tcg,thread=multi", "-cpu", "max",
+		"-smp", strconv.Itoa(spec.CPUs), "-m", strconv.Itoa(spec.MemoryMiB),
+		"-display", "none", "-serial", "stdio", "-no-reboot",
+		"-kernel", k.Image, "-initrd", initrd,
+		"-append", "console=ttyS0 quiet panic=-1",
+		"-virtfs", "local,path=/,mount_tag=" + hostRootTag + ",security_model=none,readonly=on,multidevs=remap",
+		"-virtfs", "local,path=" + qemuEscape(spec.WorkDir) + ",mount_tag=" + workTag + ",security_model=none,multidevs=remap",
+	}
+	if len(spec.Forwards) > 0 {
+		netdev := "user,id=n0,restrict=on"
+		for _, f := range spec.Forwards {
+			netdev += fmt.Sprintf(",guestfwd=tcp:%s:%d-tcp:%s", GuestForwardIP, f.GuestPort, f.HostAddr)
+		}
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0")
+	}
+	return args
+}
+
+// qemuEscape doubles commas, qemu's escape inside an option value.
+func qemuEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// prepareWorkDir puts the files and the run script into the work directory.
+func prepareWorkDir(spec Spec, ctl string) error {
+	if err := os.MkdirAll(ctl, 0o755); err != nil {
+		return fmt.Errorf("guestvm: work directory: %w", err)
+	}
+	for _, name := range []string{"started", "exit-status"} {
+		if err := os.Remove(filepath.Join(ctl, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("guestvm: work directory: %w", err)
+		}
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		if err := os.WriteFile(filepath.Join(ctl, name), nil, 0o644); err != nil {
+			return fmt.Errorf("guestvm: work directory: %w", err)
+		}
+	}
+	for _, f := range spec.Files {
+		if err := placeFile(spec.WorkDir, f); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ctl, "run.sh"), []byte(runScript(spec)), 0o755); err != nil {
+		return fmt.Errorf("guestvm: work directory: %w", err)
+	}
+	return nil
+}
+
+func placeFile(workDir string, f File) error {
+	dst := filepath.Join(workDir, filepath.FromSlash(f.Name))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
+	}
+	os.Remove(dst)
+	mode := f.Mode
+	if f.Data != nil {
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := os.WriteFile(dst, f.Data, mode); err != nil {
+			return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
+		}
+		return nil
+	}
+	if mode == 0 {
+		mode = 0o755
+	}
+	if err := os.Link(f.Source, dst); err == nil {
+		return os.Chmod(dst, mode)
+	}
+	in, err := os.Open(f.Source)
+	if err != nil {
+		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
+	}
+	return out.Close()
+}
+
+// runScript is what the guest runs after the chroot into the overlay (with
+// the host's /bin/sh): the mounts and modules every run needs, then the
+// command with its output in the shared directory, then power-off.
+func runScript(spec Spec) string {
+	ctl := path.Join(GuestWorkDir, controlDir)
+	var b strings.Builder
+	b.WriteString(`set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C DM_DISABLE_UDEV=1
+echo 1 > /proc/sys/kernel/sysrq
+off() { sync; echo o > /proc/sysrq-trigger; sleep 30; }
+mkdir -p /dev/pts /dev/shm
+mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+# LVM writes its archives, backups and locks; the overlay makes /etc
+# writable, /run is a fresh tmpfs.
+mkdir -p /run/lock/lvm /run/lvm /etc/lvm/archive /etc/lvm/backup
+`)
+	for _, m := range DefaultModules {
+		fmt.Fprintf(&b, "modprobe -q %s || echo 'guestvm: kernel module %s not available'\n", m, m)
+	}
+	mods := spec.Modules
+	if len(spec.Forwards) > 0 {
+		mods = append(append([]string{}, mods...), "virtio_net")
+	}
+	for _, m := range mods {
+		fmt.Fprintf(&b, "modprobe %s || { echo 'guestvm: modprobe %s failed'; off; }\n", m, m)
+	}
+	if len(spec.Forwards) > 0 {
+		b.WriteString("ip link set lo up\nip addr add 10.0.2.15/24 dev eth0 && ip link set eth0 up || { echo 'guestvm: network setup failed'; off; }\n")
+	}
+	for _, e := range spec.Env {
+		k, v, _ := strings.Cut(e, "=")
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
+	}
+	fmt.Fprintf(&b, "cd %s || { echo 'guestvm: cannot enter Spec.Dir'; off; }\n", shellQuote(spec.Dir))
+	fmt.Fprintf(&b, ": > %s/started\n", ctl)
+	quoted := make([]string, len(spec.Args))
+	for i, a := range spec.Args {
+		quoted[i] = shellQuote(a)
+	}
+	fmt.Fprintf(&b, "%s > %s/stdout 2> %s/stderr < /dev/null\n", strings.Join(quoted, " "), ctl, ctl)
+	fmt.Fprintf(&b, "echo $? > %[1]s/exit-status.tmp && mv %[1]s/exit-status.tmp %[1]s/exit-status\n", ctl)
+	b.WriteString("off\n")
+	return b.String()
+}
+
+// shellQuote quotes s for the guest's sh: inside single quotes nothing is
+// special but the single quote itself.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// tail copies what is appended to a file to a writer.
+type tail struct {
+	path string
+	w    io.Writer
+	f    *os.File
+}
+
+func newTail(path string, w io.Writer) *tail { return &tail{path: path, w: w} }
+
+func (t *tail) poll() {
+	if t.f == nil {
+		f, err := os.Open(t.path)
+		if err != nil {
+			return
+		}
+		t.f = f
+	}
+	io.Copy(t.w, t.f)
+}
+
+func (t *tail) close() {
+	if t.f != nil {
+		t.f.Close()
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf.Bytes()...)
+}
+
+func (b *syncBuffer) String() string { return string(b.Bytes()) }
+
+func teeTo(buf io.Writer, w io.Writer) io.Writer {
+	if w == nil {
+		return buf
+	}
+	return io.MultiWriter(buf, w)
+}

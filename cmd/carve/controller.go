@@ -1,0 +1,21 @@
+package main
+
+import (
+	"context"
+
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+
+	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/version"
+)
+
+// runController serves the cluster-wide Identity and Controller that
+// csi-resizer needs; it touches no LVM.
+func runController(ctx context.Context, o *ControllerOptions) error {
+	mm := csimetrics.NewCSIMetricsManagerForPlugin(o.DriverName)
+	svc := driver.Services{
+		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version}),
+		Controller: driver.CentralControllerServer{},
+	}
+	return serve(ctx, &o.CommonOptions, svc, mm, func(context.Context) error { return nil })
+}

@@ -1,0 +1,113 @@
+// Command carve is carve's one binary; its roles are subcommands:
+//
+//	carve plugin      the CSI plugin on every node (Identity, Controller, Node)
+//	carve controller  the cluster-wide Identity and Controller for csi-resizer
+//	carve version     prints the version
+//
+// main only parses flags and wires the real components together.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/version"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// role is one subcommand: its flags and what it runs.
+type role struct {
+	summary string
+	// flags registers the role's options on fs and returns their Validate.
+	flags func(fs *flag.FlagSet) (validate func() error, run func(ctx context.Context) error)
+}
+
+func roles(stdout io.Writer) map[string]role {
+	return map[string]role{
+		"plugin": {"the CSI plugin on every node: Identity, Controller and Node for its volume groups",
+			func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
+				var o PluginOptions
+				o.AddFlags(fs)
+				return o.Validate, func(ctx context.Context) error { return runPlugin(ctx, &o) }
+			}},
+		"controller": {"the cluster-wide Identity and Controller services that csi-resizer talks to",
+			func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
+				var o ControllerOptions
+				o.AddFlags(fs)
+				return o.Validate, func(ctx context.Context) error { return runController(ctx, &o) }
+			}},
+		"version": {"print the version",
+			func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
+				return func() error { return nil }, func(context.Context) error {
+					_, err := fmt.Fprintf(stdout, "carve %s\n", version.Version)
+					return err
+				}
+			}},
+	}
+}
+
+// run is main without the exit: 0 on success, 2 for a usage error, 1 when
+// the role failed.
+func run(args []string, stdout, stderr io.Writer) int {
+	rs := roles(stdout)
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: carve <plugin|controller|version> [flags]; carve <role> -h lists the role's flags")
+		for _, n := range []string{"plugin", "controller", "version"} {
+			fmt.Fprintf(stderr, "  %-10s  %s\n", n, rs[n].summary)
+		}
+	}
+	if len(args) == 0 {
+		usage()
+		return 2
+	}
+	r, ok := rs[args[0]]
+	if !ok {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			usage()
+			return 0
+		}
+		fmt.Fprintf(stderr, "carve: unknown role %q\n", args[0])
+		usage()
+		return 2
+	}
+	fs := flag.NewFlagSet("carve "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	validate, start := r.flags(fs)
+	if args[0] != "version" {
+		klog.InitFlags(fs)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "carve %s: unexpected arguments %q\n", args[0], fs.Args())
+		return 2
+	}
+	if err := validate(); err != nil {
+		fmt.Fprintf(stderr, "carve %s: invalid flags:\n%v\n", args[0], err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := start(ctx); err != nil {
+		klog.ErrorS(err, "carve stopped", "role", args[0])
+		klog.Flush()
+		return 1
+	}
+	klog.Flush()
+	return 0
+}

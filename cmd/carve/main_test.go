@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunUsageAndVersion(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		stdout  string
+		stderr  []string
+		environ map[string]string
+	}{
+		{name: "no role", args: nil, code: 2, stderr: []string{"usage: carve"}},
+		{name: "unknown role", args: []string{"frobnicate"}, code: 2, stderr: []string{`unknown role "frobnicate"`}},
+		{name: "help", args: []string{"--help"}, code: 0, stderr: []string{"plugin", "controller", "version"}},
+		{name: "version", args: []string{"version"}, code: 0, stdout: "carve dev\n"},
+		{name: "unknown flag", args: []string{"plugin", "--frob"}, code: 2, stderr: []string{"flag provided but not defined: -frob"}},
+		{name: "role help lists flags", args: []string{"plugin", "-h"}, code: 0, stderr: []string{"-node-name", "-config", "-max-volumes", "-metrics-address", "-driver-name", "-endpoint"}},
+		{name: "controller has no node flags", args: []string{"controller", "--node-name", "x"}, code: 2, stderr: []string{"not defined: -node-name"}},
+		{name: "stray argument", args: []string{"plugin", "--node-name", "n1", "extra"}, code: 2, stderr: []string{`unexpected arguments ["extra"]`}},
+		{name: "invalid flags name every problem", args: []string{"plugin", "--node-name", "", "--endpoint", "tcp://x:1", "--driver-name", "-bad", "--capacity-refresh-interval", "1ms"}, code: 2,
+			stderr: []string{"--node-name: must be set", "--endpoint", "only unix://", "--driver-name \"-bad\"", "--capacity-refresh-interval 1ms"}},
+		{name: "missing config file fails the role", args: []string{"plugin", "--node-name", "n1", "--config", "/nonexistent/carve.yaml", "--endpoint", "unix:///tmp/x.sock"}, code: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("NODE_NAME", "")
+			var stdout, stderr bytes.Buffer
+			if code := run(tt.args, &stdout, &stderr); code != tt.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tt.code, stderr.String())
+			}
+			if tt.stdout != "" && stdout.String() != tt.stdout {
+				t.Errorf("stdout %q, want %q", stdout.String(), tt.stdout)
+			}
+			for _, w := range tt.stderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func TestPluginOptions(t *testing.T) {
+	valid := func() PluginOptions {
+		return PluginOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
+			NodeName: "node-1.example", ConfigPath: "/etc/carve/config.yaml", RefreshInterval: time.Minute, LVMTimeout: time.Minute}
+	}
+	tests := []struct {
+		name string
+		mod  func(o *PluginOptions)
+		want string // "" means valid
+	}{
+		{"defaults", func(*PluginOptions) {}, ""},
+		{"metrics on all interfaces", func(o *PluginOptions) { o.MetricsAddress = ":9808" }, ""},
+		{"metrics on loopback", func(o *PluginOptions) { o.MetricsAddress = "127.0.0.1:9808" }, ""},
+		{"metrics without port", func(o *PluginOptions) { o.MetricsAddress = "127.0.0.1" }, "--metrics-address"},
+		{"upper-case node", func(o *PluginOptions) { o.NodeName = "Node1" }, "--node-name"},
+		{"long node", func(o *PluginOptions) { o.NodeName = strings.Repeat("a", 254) }, "--node-name"},
+		{"no config", func(o *PluginOptions) { o.ConfigPath = "" }, "--config"},
+		{"negative max volumes", func(o *PluginOptions) { o.MaxVolumes = -1 }, "--max-volumes"},
+		{"short lvm timeout", func(o *PluginOptions) { o.LVMTimeout = time.Millisecond }, "--lvm-timeout"},
+		{"long driver name", func(o *PluginOptions) { o.DriverName = strings.Repeat("a", 64) }, "--driver-name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := valid()
+			tt.mod(&o)
+			err := o.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate = %v, want an error about %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNodeNameFromEnvironment(t *testing.T) {
+	t.Setenv("NODE_NAME", "from-env")
+	var o PluginOptions
+	fs := flag.NewFlagSet("carve plugin", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.NodeName != "from-env" {
+		t.Errorf("NodeName = %q, want the NODE_NAME value", o.NodeName)
+	}
+	if err := fs.Parse([]string{"--node-name", "from-flag"}); err != nil || o.NodeName != "from-flag" {
+		t.Errorf("the flag did not win over the environment: %q, %v", o.NodeName, err)
+	}
+}

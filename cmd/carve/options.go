@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/carve-csi/carve/pkg/driver"
+)
+
+// DefaultDriverName is carve's CSI driver name.
+const DefaultDriverName = "lvm.carve.dev"
+
+// CommonOptions are the flags every serving role has.
+type CommonOptions struct {
+	// Endpoint is the CSI socket, unix:///path/csi.sock.
+	Endpoint string
+	// DriverName is the CSI driver name reported by GetPluginInfo and used
+	// as the driver_name metric label.
+	DriverName string
+	// MetricsAddress is host:port of the Prometheus /metrics and /healthz
+	// endpoint; empty serves no metrics.
+	MetricsAddress string
+}
+
+// AddFlags registers the common flags on fs.
+func (o *CommonOptions) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: a unix socket, unix:///path/csi.sock")
+	fs.StringVar(&o.DriverName, "driver-name", DefaultDriverName, "CSI driver name")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus /metrics and /healthz on; empty disables it")
+}
+
+// driverNameRE is the CSI rule for driver names: at most 63 characters,
+// alphanumerics, '-', '.' and '_', starting and ending with an alphanumeric.
+var driverNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// Validate checks the common flags.
+func (o *CommonOptions) Validate() error {
+	var errs []error
+	if _, err := driver.ParseEndpoint(o.Endpoint); err != nil {
+		errs = append(errs, fmt.Errorf("--endpoint: %w", err))
+	}
+	if !driverNameRE.MatchString(o.DriverName) {
+		errs = append(errs, fmt.Errorf("--driver-name %q: must be at most 63 characters of letters, digits, '-', '.', '_', starting and ending with a letter or digit", o.DriverName))
+	}
+	if o.MetricsAddress != "" {
+		if _, port, err := net.SplitHostPort(o.MetricsAddress); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("--metrics-address %q: must be host:port (host may be empty)", o.MetricsAddress))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PluginOptions configure the `carve plugin` role, which runs on every node
+// and serves Identity, Controller and Node for the node's volume groups.
+type PluginOptions struct {
+	CommonOptions
+	// NodeName is this node's Kubernetes name: the node ID and the value of
+	// the topology key. Defaults to the NODE_NAME environment variable.
+	NodeName string
+	// ConfigPath is the device-class file.
+	ConfigPath string
+	// MaxVolumes is reported as max_volumes_per_node; 0 means no limit.
+	MaxVolumes int64
+	// RefreshInterval is how often the in-memory view of the volume groups
+	// is re-read to catch changes made outside carve.
+	RefreshInterval time.Duration
+	// LVMTimeout bounds every lvm command.
+	LVMTimeout time.Duration
+}
+
+// AddFlags registers the plugin flags on fs.
+func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
+	o.CommonOptions.AddFlags(fs)
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes node name (node ID and topology value); defaults to $NODE_NAME")
+	fs.StringVar(&o.ConfigPath, "config", "/etc/carve/config.yaml", "device-class file (YAML)")
+	fs.Int64Var(&o.MaxVolumes, "max-volumes", 0, "max_volumes_per_node reported to Kubernetes; 0 means no limit")
+	fs.DurationVar(&o.RefreshInterval, "capacity-refresh-interval", time.Minute, "how often the volume-group view behind GetCapacity is re-read to catch changes made outside carve")
+	fs.DurationVar(&o.LVMTimeout, "lvm-timeout", 2*time.Minute, "deadline of every lvm command")
+}
+
+// nodeNameRE is a Kubernetes node name (a DNS-1123 subdomain).
+var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// Validate checks the plugin flags.
+func (o *PluginOptions) Validate() error {
+	errs := []error{o.CommonOptions.Validate()}
+	switch {
+	case o.NodeName == "":
+		errs = append(errs, errors.New("--node-name: must be set (or the NODE_NAME environment variable)"))
+	case len(o.NodeName) > 253 || !nodeNameRE.MatchString(o.NodeName):
+		errs = append(errs, fmt.Errorf("--node-name %q: not a Kubernetes node name (a DNS-1123 subdomain)", o.NodeName))
+	}
+	if o.ConfigPath == "" {
+		errs = append(errs, errors.New("--config: must be set"))
+	}
+	if o.MaxVolumes < 0 {
+		errs = append(errs, fmt.Errorf("--max-volumes %d: must not be negative", o.MaxVolumes))
+	}
+	if o.RefreshInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--capacity-refresh-interval %v: must be at least 1s", o.RefreshInterval))
+	}
+	if o.LVMTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("--lvm-timeout %v: must be at least 1s", o.LVMTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// ControllerOptions configure the `carve controller` role, which runs once
+// per cluster beside csi-resizer.
+type ControllerOptions struct {
+	CommonOptions
+}
+
+// AddFlags registers the controller flags on fs.
+func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) { o.CommonOptions.AddFlags(fs) }
+
+// Validate checks the controller flags.
+func (o *ControllerOptions) Validate() error { return o.CommonOptions.Validate() }

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+)
+
+// serveMetrics serves /metrics (everything registered with mm's registry:
+// csi_plugin_operations_seconds and carve_*) and /healthz (200 when ready
+// returns nil, 503 with the reason otherwise) until ctx ends.
+func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsManager, ready func(context.Context) error) (<-chan error, error) {
+	mux := http.NewServeMux()
+	mm.RegisterToServer(mux, "/metrics")
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Serve(l)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		done <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx) //nolint:errcheck // best effort on the way out; Serve reports the outcome
+	}()
+	klog.InfoS("Serving metrics", "address", l.Addr().String())
+	return done, nil
+}
+
+// serveGRPC serves s on l until ctx ends, then stops gracefully (in-flight
+// calls may finish within 10 s).
+func serveGRPC(ctx context.Context, s *grpc.Server, l net.Listener) error {
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	klog.InfoS("Stopping: finishing in-flight CSI calls")
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.Stop()
+	}
+	return nil
+}

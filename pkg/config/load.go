@@ -190,33 +190,3 @@ func (d *DeviceClass) Ratio() float64 {
 	}
 	return d.OverprovisionRatio
 }
-
-// CheckReport verifies that what the file names exists on this machine:
-// every class's volume group and every thin class's pool. It is run at
-// start-up, where a missing VG or pool stops the plugin.
-func (c *Config) CheckReport(r *lvm.Report) error {
-	vgs := map[string]bool{}
-	for _, vg := range r.VolumeGroups {
-		vgs[vg.Name] = true
-	}
-	pools := map[string]bool{}
-	for _, p := range r.ThinPools {
-		pools[p.VolumeGroup+"/"+p.Name] = true
-	}
-	for _, lv := range r.LogicalVolumes {
-		if lv.Attr.Type == lvm.TypeThinPool {
-			pools[lv.VolumeGroup+"/"+lv.Name] = true
-		}
-	}
-	var errs []error
-	for _, d := range c.DeviceClasses {
-		if !vgs[d.VolumeGroup] {
-			errs = append(errs, fmt.Errorf("device class %s: volume group %q does not exist on this node", d.Name, d.VolumeGroup))
-			continue
-		}
-		if d.Thin() && !pools[d.VolumeGroup+"/"+d.ThinPool] {
-			errs = append(errs, fmt.Errorf("device class %s: thin pool %q does not exist in volume group %q", d.Name, d.ThinPool, d.VolumeGroup))
-		}
-	}
-	return errors.Join(errs...)
-}

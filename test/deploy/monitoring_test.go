@@ -1,0 +1,450 @@
+//go:build hosttest
+
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	dto "github.com/prometheus/client_model/go"
+	"sigs.k8s.io/yaml"
+
+	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/plugintest"
+)
+
+// query is one PromQL expression of the dashboard or the rules, with where
+// it comes from and the labels its legend or annotations print.
+type query struct {
+	where, expr string
+	printed     []string
+}
+
+var templateLabel = regexp.MustCompile(`\{\{\s*\$?(?:labels\.)?\.?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
+
+// dashboard is the part of a Grafana dashboard the checks read.
+type dashboard struct {
+	Title      string `json:"title"`
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		ID      int    `json:"id"`
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		GridPos struct{ X, Y, W, H int }
+		Targets []struct {
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+func loadDashboard(t *testing.T) dashboard {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "grafana", "carve-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("carve-dashboard.json: %v", err)
+	}
+	return d
+}
+
+// ruleFile is a Prometheus rule file.
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Record      string            `json:"record"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+func loadRules(t *testing.T) ruleFile {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "prometheus", "carve-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r ruleFile
+	if err := yaml.UnmarshalStrict(data, &r); err != nil {
+		t.Fatalf("carve-rules.yaml: %v", err)
+	}
+	return r
+}
+
+// queries gathers every expression of the dashboard and the rules.
+func queries(t *testing.T) []query {
+	var qs []query
+	d := loadDashboard(t)
+	for _, p := range d.Panels {
+		for i, tg := range p.Targets {
+			var printed []string
+			for _, m := range templateLabel.FindAllStringSubmatch(tg.LegendFormat, -1) {
+				printed = append(printed, m[1])
+			}
+			qs = append(qs, query{where: fmt.Sprintf("dashboard panel %q target %d", p.Title, i), expr: tg.Expr, printed: printed})
+		}
+	}
+	for _, v := range d.Templating.List {
+		if q, ok := v.Query.(map[string]any); ok {
+			if s, _ := q["query"].(string); strings.HasPrefix(s, "label_values(") {
+				inner := strings.TrimSuffix(strings.TrimPrefix(s, "label_values("), ")")
+				metric, label, _ := strings.Cut(inner, ",")
+				qs = append(qs, query{where: "dashboard variable " + v.Name, expr: strings.TrimSpace(metric), printed: []string{strings.TrimSpace(label)}})
+			}
+		}
+	}
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			var printed []string
+			for _, a := range r.Annotations {
+				for _, m := range templateLabel.FindAllStringSubmatch(a, -1) {
+					if m[1] != "value" {
+						printed = append(printed, m[1])
+					}
+				}
+			}
+			qs = append(qs, query{where: "alert " + r.Alert, expr: r.Expr, printed: printed})
+		}
+	}
+	return qs
+}
+
+// TestDashboardPanels: the dashboard shows what issue 5 asks for, each panel
+// with a query, laid out on Grafana's 24-column grid.
+func TestDashboardPanels(t *testing.T) {
+	d := loadDashboard(t)
+	if d.UID == "" || d.Title == "" {
+		t.Error("the dashboard has no uid or title")
+	}
+	ids := map[int]bool{}
+	byTitle := map[string]string{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d is used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.X+p.GridPos.W > 24 || p.GridPos.W <= 0 {
+			t.Errorf("panel %q lies outside the grid: %+v", p.Title, p.GridPos)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		var exprs []string
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+		byTitle[p.Title] = strings.Join(exprs, "\n")
+	}
+	for _, tc := range []struct {
+		what    string
+		pattern string
+	}{
+		{"rate of each phase", `rate\(carve_phase_duration_seconds_count`},
+		{"p50 of each phase", `histogram_quantile\(0\.5, sum by \(le, phase\) \(rate\(carve_phase_duration_seconds_bucket`},
+		{"p95 of each phase", `histogram_quantile\(0\.95, sum by \(le, phase\) \(rate\(carve_phase_duration_seconds_bucket`},
+		{"p99 of each phase", `histogram_quantile\(0\.99, sum by \(le, phase\) \(rate\(carve_phase_duration_seconds_bucket`},
+		{"errors by gRPC code", `by \(method_name, grpc_status_code\) \(rate\(csi_plugin_operations_seconds_count\{[^}]*grpc_status_code!="OK"`},
+		{"free space per node and device class", `^carve_volume_group_free_bytes\{node=~"\$node", device_class=~"\$device_class"\}$`},
+		{"reported capacity per node and device class", `^carve_capacity_available_bytes\{node=~"\$node", device_class=~"\$device_class"\}$`},
+		{"thin pool data percent", `carve_thin_pool_data_percent`},
+		{"thin pool metadata percent", `carve_thin_pool_metadata_percent`},
+		{"volumes per node", `sum by \(node\) \(carve_volumes`},
+		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},
+	} {
+		re := regexp.MustCompile("(?m)" + tc.pattern)
+		found := false
+		for _, exprs := range byTitle {
+			if re.MatchString(exprs) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no panel shows the %s (no query matches %s)", tc.what, tc.pattern)
+		}
+	}
+}
+
+// TestAlertRules: each alert has a severity, a summary and a description, a
+// duration, and the four situations of issue 5 are covered.
+func TestAlertRules(t *testing.T) {
+	rf := loadRules(t)
+	alerts := map[string]string{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				t.Errorf("group %s has a rule without an alert name", g.Name)
+				continue
+			}
+			alerts[r.Alert] = r.Expr
+			if !slices.Contains([]string{"info", "warning", "critical"}, r.Labels["severity"]) {
+				t.Errorf("%s: severity %q", r.Alert, r.Labels["severity"])
+			}
+			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: no summary or description", r.Alert)
+			}
+			if _, err := time.ParseDuration(r.For); err != nil {
+				t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
+			}
+		}
+	}
+	for _, tc := range []struct{ alert, metric string }{
+		{"CarveVolumeGroupAlmostFull", "carve_volume_group_free_bytes"},
+		{"CarveThinPoolDataHigh", "carve_thin_pool_data_percent"},
+		{"CarveThinPoolMetadataHigh", "carve_thin_pool_metadata_percent"},
+		{"CarvePhaseErrorRateHigh", "carve_phase_duration_seconds_count"},
+		{"CarvePluginDown", "up"},
+		{"CarvePluginAbsent", "up"},
+		{"CarveStateRefreshStale", "carve_state_refresh_timestamp_seconds"},
+	} {
+		expr, ok := alerts[tc.alert]
+		if !ok {
+			t.Errorf("no alert %s", tc.alert)
+			continue
+		}
+		if !slices.Contains(metricNames(expr), tc.metric) {
+			t.Errorf("%s does not use %s: %s", tc.alert, tc.metric, expr)
+		}
+	}
+}
+
+// promSynthesized are series Prometheus makes itself for every target.
+var promSynthesized = map[string]bool{"up": true}
+
+// targetLabels are labels that come from the scrape, not from the plugin:
+// the ServiceMonitor adds node; Prometheus adds job and instance; le is a
+// histogram bucket's bound.
+var targetLabels = map[string]bool{"node": true, "job": true, "instance": true, "le": true}
+
+// makeMetadataThinPool turns two thick LVs into a thin pool by rewriting the
+// VG's metadata: the host has no device-mapper, so lvcreate cannot make a
+// thin pool, but LVM takes one through vgcfgrestore, and the plugin then
+// serves (and reports gauges for) a thin class on it. Its usage percents
+// read as unknown without a kernel, so the gauges are present but zero.
+func makeMetadataThinPool(t *testing.T, vg *lvmtest.LoopVG, pool string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, lv := range []struct{ name, size string }{{"tpdata", "256m"}, {"tpmeta", "8m"}} {
+		if out, err := vg.LVM(ctx, "lvcreate", "-q", "-an", "-Zn", "-L", lv.size, "-n", lv.name, vg.Name); err != nil {
+			t.Fatalf("lvcreate %s: %v\n%s", lv.name, err, out)
+		}
+	}
+	backup := filepath.Join(t.TempDir(), "vg.txt")
+	if out, err := vg.LVM(ctx, "vgcfgbackup", "-q", "-f", backup, vg.Name); err != nil {
+		t.Fatalf("vgcfgbackup: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := string(data)
+	extents := regexp.MustCompile(`(?s)\ttpdata \{.*?extent_count = (\d+)`).FindStringSubmatch(meta)
+	if extents == nil {
+		t.Fatalf("no tpdata LV in the metadata:\n%s", meta)
+	}
+	meta = strings.Replace(meta, "\t\ttpdata {", "\t\t"+pool+"_tdata {", 1)
+	meta = strings.Replace(meta, "\t\ttpmeta {", "\t\t"+pool+"_tmeta {", 1)
+	meta = strings.ReplaceAll(meta, `status = ["READ", "WRITE", "VISIBLE"]`, `status = ["READ", "WRITE"]`)
+	poolLV := fmt.Sprintf(`
+		%[1]s {
+			id = "carve0-test-pool-meta-only-0000-000000"
+			status = ["READ", "WRITE", "VISIBLE"]
+			flags = []
+			segment_count = 1
+
+			segment1 {
+				start_extent = 0
+				extent_count = %[2]s
+				type = "thin-pool"
+				metadata = "%[1]s_tmeta"
+				pool = "%[1]s_tdata"
+				transaction_id = 0
+				chunk_size = 128
+				discards = "passdown"
+				zero_new_blocks = 1
+			}
+		}
+`, pool, extents[1])
+	i := strings.Index(meta, "logical_volumes {")
+	if i < 0 {
+		t.Fatal("no logical_volumes section in the metadata")
+	}
+	i += len("logical_volumes {")
+	meta = meta[:i] + poolLV + meta[i:]
+	if err := os.WriteFile(backup, []byte(meta), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := vg.LVM(ctx, "vgcfgrestore", "--force", "-f", backup, vg.Name); err != nil {
+		t.Fatalf("vgcfgrestore of a thin pool: %v\n%s", err, out)
+	}
+	out, err := vg.LVM(ctx, "lvs", "--noheadings", "-o", "segtype", vg.Name+"/"+pool)
+	if err != nil || strings.TrimSpace(string(out)) != "thin-pool" {
+		t.Fatalf("%s/%s is not a thin pool after the restore: %v %q", vg.Name, pool, err, out)
+	}
+}
+
+// TestDashboardAndRulesUseExportedMetrics starts a real `carve plugin` on a
+// loop-device volume group (activation disabled: metadata only), with a
+// thick and a thin class, drives the phases that work without a kernel
+// device (capacity, create, delete, and a create that does not fit), scrapes
+// /metrics, and checks every metric and label the dashboard and the alert
+// rules use against what the plugin exports.
+func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
+	lvmtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	vg := lvmtest.New(t, lvmtest.Options{Dir: dir, Name: lvmtest.UniqueName("carvedeploy"), Size: 1 << 30})
+	makeMetadataThinPool(t, vg, "pool0")
+
+	bin := filepath.Join(dir, "carve")
+	if out, err := runErr(repoRoot(t), "go", "build", "-o", bin, "./cmd/carve"); err != nil {
+		t.Fatalf("building carve: %v\n%s", err, out)
+	}
+	var log strings.Builder
+	p, err := plugintest.Start(ctx, plugintest.Options{
+		Binary:   bin,
+		Dir:      dir,
+		NodeName: "node-a",
+		Config: fmt.Sprintf(`deviceClasses:
+  - name: thick
+    volumeGroup: %[1]s
+    default: true
+    spare: 64Mi
+  - name: thin
+    volumeGroup: %[1]s
+    thinPool: pool0
+    overprovisionRatio: 2
+`, vg.Name),
+		Env: vg.Env(),
+		Log: &log,
+	})
+	if err != nil {
+		t.Fatalf("%v\nplugin log:\n%s", err, log.String())
+	}
+	defer func() {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping the plugin: %v", err)
+		}
+	}()
+
+	ctrl := csi.NewControllerClient(p.Conn)
+	topo := &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{"topology.carve.dev/node": "node-a"}}}}
+	for _, class := range []string{"thick", "thin"} {
+		if _, err := ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{
+			Parameters:         map[string]string{"carve.dev/device-class": class},
+			AccessibleTopology: topo.Requisite[0],
+			VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")},
+		}); err != nil {
+			t.Errorf("GetCapacity %s: %v", class, err)
+		}
+	}
+	vol, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name:                      "pvc-deploy-metrics",
+		CapacityRange:             &csi.CapacityRange{RequiredBytes: 16 << 20},
+		VolumeCapabilities:        []*csi.VolumeCapability{plugintest.MountCapability("ext4")},
+		Parameters:                map[string]string{"carve.dev/device-class": "thick"},
+		AccessibilityRequirements: topo,
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume: %v\nplugin log:\n%s", err, log.String())
+	}
+	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId()}); err != nil {
+		t.Errorf("DeleteVolume: %v", err)
+	}
+	// Too big for the VG: ResourceExhausted, so errors show up too.
+	if _, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name:                      "pvc-deploy-too-big",
+		CapacityRange:             &csi.CapacityRange{RequiredBytes: 64 << 30},
+		VolumeCapabilities:        []*csi.VolumeCapability{plugintest.MountCapability("ext4")},
+		Parameters:                map[string]string{"carve.dev/device-class": "thick"},
+		AccessibilityRequirements: topo,
+	}); err == nil {
+		t.Error("CreateVolume of 64 GiB on a 1 GiB VG succeeded")
+	}
+
+	fams, err := p.Scrape(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string][]string{} // series name -> label names
+	for name, f := range fams {
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
+			}
+		}
+		names := []string{name}
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			names = append(names, name+"_bucket", name+"_count", name+"_sum")
+		}
+		for _, n := range names {
+			exported[n] = sortedKeys(labels)
+		}
+	}
+
+	used := map[string]bool{}
+	for _, q := range queries(t) {
+		metrics := metricNames(q.expr)
+		if len(metrics) == 0 {
+			t.Errorf("%s: no metric in %q", q.where, q.expr)
+		}
+		labelsOf := map[string]bool{}
+		for _, m := range metrics {
+			used[m] = true
+			labels, ok := exported[m]
+			switch {
+			case promSynthesized[m]:
+				labelsOf["job"], labelsOf["instance"] = true, true
+			case !ok:
+				t.Errorf("%s uses %s, which the running plugin does not export", q.where, m)
+			}
+			for _, l := range labels {
+				labelsOf[l] = true
+			}
+		}
+		for _, l := range append(labelNames(q.expr), q.printed...) {
+			if !labelsOf[l] && !targetLabels[l] {
+				t.Errorf("%s uses label %q, which none of %v carries", q.where, l, metrics)
+			}
+		}
+	}
+	var carveExported []string
+	for name := range fams {
+		if strings.HasPrefix(name, "carve_") {
+			carveExported = append(carveExported, name)
+		}
+	}
+	for _, name := range carveExported {
+		if !used[name] && !used[name+"_bucket"] && !used[name+"_count"] {
+			t.Logf("note: %s is exported but neither charted nor alerted on", name)
+		}
+	}
+	t.Logf("%d metrics used by the dashboard and the rules, all exported; the plugin exports %d families (%d carve_*)", len(used), len(fams), len(carveExported))
+}

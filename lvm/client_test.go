@@ -397,6 +397,49 @@ func TestCreateThinSnapshot(t *testing.T) {
 	}
 }
 
+func TestThinFailures(t *testing.T) {
+	// Recorded in the guest, where thin pools exist.
+	rec := recordedFailures(t, "failures-thin.json")
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		call func(c *Client) error
+		fail output
+		pool func(f *fakeLVM)
+		want error
+		text string
+	}{
+		{"thin LV in a missing pool", func(c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "rec-thin", Name: "t9", Size: 4 << 20, ThinPool: "nopool"})
+			return err
+		}, rec["thin-create-no-pool"].output(), nil, ErrNotFound, "thin pool nopool does not exist"},
+		{"snapshot name taken", func(c *Client) error {
+			_, err := c.CreateThinSnapshot(ctx, "rec-thin", "thin1", "snap1", nil)
+			return err
+		}, rec["snapshot-exists"].output(), nil, ErrAlreadyExists, "the name is taken"},
+		{"thin LV in a full pool", func(c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "rec-thin", Name: "t9", Size: 4 << 20, ThinPool: "pool0"})
+			return err
+		}, output{ExitCode: 5}, func(f *fakeLVM) {
+			for i := range f.lvs {
+				if f.lvs[i].Name == "pool0" {
+					f.lvs[i].DataPercent = "100.00"
+				}
+			}
+		}, ErrInsufficientSpace, "thin pool pool0 is full"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thin.json")
+			if tt.pool != nil {
+				tt.pool(f)
+			}
+			f.mutate = failWith(tt.fail)
+			checkKind(t, tt.call(f.client()), tt.want, tt.text)
+		})
+	}
+}
+
 // TestInvalidInputRunsNothing: a bad name, tag or option is an
 // ErrInvalidArgument and never reaches an lvm command line.
 func TestInvalidInputRunsNothing(t *testing.T) {

@@ -5,6 +5,9 @@ package guest
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +82,25 @@ func TestHarness(t *testing.T) {
 		}
 		if res.BootTime <= 0 || res.BootTime > res.Duration {
 			t.Errorf("boot time %s, total %s", res.BootTime, res.Duration)
+		}
+	})
+	t.Run("forward to a host loopback port", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "hello from the host "+r.URL.Path)
+		}))
+		defer srv.Close()
+		res, err := guestvm.Run(ctx, guestvm.Spec{
+			WorkDir:  t.TempDir(),
+			Args:     []string{"busybox", "wget", "-q", "-O", "-", "http://" + guestvm.GuestForwardIP + ":8080/probe"},
+			Forwards: []guestvm.Forward{{GuestPort: 8080, HostAddr: srv.Listener.Addr().String()}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 || string(res.Stdout) != "hello from the host /probe" {
+			t.Fatalf("wget in the guest: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 		}
 	})
 	t.Run("boot timeout", func(t *testing.T) {

@@ -106,6 +106,11 @@ func Initramfs(k Kernel, cacheDir, busybox string) (string, error) {
 		os.Remove(tmp.Name())
 		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)
 	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)
+	}
 	if err := tmp.Close(); err != nil {
 		os.Remove(tmp.Name())
 		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)

@@ -71,7 +71,8 @@ type Spec struct {
 	// GuestWorkDir.
 	Dir string
 	// Modules are loaded with modprobe before the command, in addition to
-	// DefaultModules. A module that does not exist fails the run.
+	// dm_mod, dm_thin_pool, dm_snapshot and loop (which every guest gets).
+	// A module that does not exist fails the run.
 	Modules []string
 	// Forwards, when set, give the guest a network interface (eth0,
 	// 10.0.2.15) that reaches only these host listeners.
@@ -101,10 +102,11 @@ type Spec struct {
 	BootDir, ModulesRoot string
 }
 
-// DefaultModules are loaded in every guest when the kernel has them: what
-// LVM (thick, thin, snapshots, raid), loop devices and the filesystems carve
-// formats need.
-var DefaultModules = []string{"dm_mod", "dm_thin_pool", "dm_snapshot", "loop"}
+// defaultModules are loaded in every guest when the kernel has them:
+// device-mapper with the thin and snapshot targets, and loop devices. Other
+// targets (raid, mirror) and filesystems load on demand: the kernel's module
+// autoloader runs the host's modprobe inside the guest.
+var defaultModules = []string{"dm_mod", "dm_thin_pool", "dm_snapshot", "loop"}
 
 // Result is what a run produced.
 type Result struct {
@@ -307,7 +309,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	case bootTimedOut:
 		err = fmt.Errorf("guestvm: the guest did not start the command within %s", spec.BootTimeout)
 	case ctx.Err() != nil && statusErr != nil:
-		err = fmt.Errorf("guestvm: run did not finish within %s: %w", spec.Timeout, ctx.Err())
+		err = fmt.Errorf("guestvm: run stopped before the command finished (Spec.Timeout %s): %w", spec.Timeout, ctx.Err())
 	case statusErr != nil:
 		err = errNoStatus
 		if waitErr != nil {
@@ -436,7 +438,7 @@ mount -t tmpfs -o mode=1777 tmpfs /tmp
 # writable, /run is a fresh tmpfs.
 mkdir -p /run/lock/lvm /run/lvm /etc/lvm/archive /etc/lvm/backup
 `)
-	for _, m := range DefaultModules {
+	for _, m := range defaultModules {
 		fmt.Fprintf(&b, "modprobe -q %s || echo 'guestvm: kernel module %s not available'\n", m, m)
 	}
 	mods := spec.Modules

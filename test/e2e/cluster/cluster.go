@@ -1,0 +1,310 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/test/lvmtest"
+)
+
+// Config describes a test bed.
+type Config struct {
+	// BinDir holds etcd, kube-apiserver, kube-scheduler,
+	// kube-controller-manager and csi-provisioner (hack/e2e-tools.sh).
+	BinDir string
+	// CarveBin is the carve binary (make build).
+	CarveBin string
+	// DeployDir is carve's deploy/kubernetes directory.
+	DeployDir string
+	// Nodes are the simulated nodes.
+	Nodes []NodeSpec
+	// Lifetime bounds every process the cluster starts.
+	Lifetime time.Duration
+	// RunDir holds logs, keys, etcd data and loop files; a fresh temporary
+	// directory when empty.
+	RunDir string
+	// VGPrefix starts every volume group name (one per node); it keeps
+	// concurrent runs apart. Default "carve-e2e-<pid>".
+	VGPrefix string
+}
+
+// Cluster is a running test bed.
+type Cluster struct {
+	Config    Config
+	Control   *ControlPlane
+	Client    kubernetes.Interface
+	Manifests *Manifests
+	Nodes     []*Node
+	// DeviceClasses is the device-class file shipped in deploy/ (before the
+	// harness points it at each node's volume group).
+	DeviceClasses *config.Config
+	// Namespace is carve's namespace from the manifests.
+	Namespace string
+}
+
+// Requirements returns an error naming everything the test bed needs and
+// does not find: root, lvm2 and losetup, and the binaries.
+func Requirements(cfg Config) error {
+	var missing []string
+	if err := lvmtest.Check(); err != nil {
+		missing = append(missing, err.Error())
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "csi-provisioner"} {
+		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
+			missing = append(missing, fmt.Sprintf("%s in %q (hack/e2e-tools.sh builds it; make test-e2e runs that)", b, cfg.BinDir))
+		}
+	}
+	if _, err := os.Stat(cfg.CarveBin); err != nil {
+		missing = append(missing, fmt.Sprintf("carve binary %q (make build)", cfg.CarveBin))
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		missing = append(missing, "losetup")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the end-to-end test bed cannot start, missing: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// Start brings the whole test bed up: control plane, carve's manifests,
+// nodes with their volume groups, plugins and provisioners. On error it
+// tears down what it started.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if err := Requirements(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Lifetime == 0 {
+		cfg.Lifetime = 30 * time.Minute
+	}
+	if cfg.VGPrefix == "" {
+		cfg.VGPrefix = fmt.Sprintf("carve-e2e-%d", os.Getpid())
+	}
+	if cfg.RunDir == "" {
+		if cfg.RunDir, err = os.MkdirTemp("", "carve-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"logs", "nodes"} {
+		if err := os.MkdirAll(filepath.Join(cfg.RunDir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	c = &Cluster{Config: cfg}
+	defer func() {
+		if err != nil {
+			c.DumpLogs(40)
+			if serr := c.Stop(); serr != nil {
+				err = errors.Join(err, fmt.Errorf("teardown: %w", serr))
+			}
+		}
+	}()
+	if c.Manifests, err = LoadManifests(cfg.DeployDir); err != nil {
+		return c, err
+	}
+	ds, provisioner, err := c.Manifests.NodeDaemonSet()
+	if err != nil {
+		return c, err
+	}
+	c.Namespace = ds.Namespace
+	if c.DeviceClasses, err = c.shippedDeviceClasses(ds.Namespace); err != nil {
+		return c, err
+	}
+
+	start := time.Now()
+	if c.Control, err = startControlPlane(ctx, cfg.BinDir, cfg.RunDir, cfg.Lifetime); err != nil {
+		return c, fmt.Errorf("control plane: %w", err)
+	}
+	klog.InfoS("Control plane ready", "after", time.Since(start).Round(time.Millisecond))
+	if c.Client, err = kubernetes.NewForConfig(c.Control.Config); err != nil {
+		return c, err
+	}
+	if err := c.Manifests.Apply(ctx, c.Control.Config); err != nil {
+		return c, fmt.Errorf("apply deploy/ manifests: %w", err)
+	}
+
+	names := make([]string, len(cfg.Nodes))
+	for i, spec := range cfg.Nodes {
+		names[i] = spec.Name
+		if err := createNodeObjects(ctx, c.Client, spec.Name); err != nil {
+			return c, err
+		}
+	}
+	pods, err := waitDaemonSetPods(ctx, c.Client, ds, names, 2*time.Minute)
+	if err != nil {
+		return c, err
+	}
+	logs := filepath.Join(cfg.RunDir, "logs")
+	for _, spec := range cfg.Nodes {
+		dir := filepath.Join(cfg.RunDir, "nodes", spec.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return c, err
+		}
+		n := &Node{
+			Name:       spec.Name,
+			Socket:     filepath.Join(dir, "csi.sock"),
+			ConfigFile: filepath.Join(dir, "device-classes.yaml"),
+			PodName:    pods[spec.Name],
+		}
+		c.Nodes = append(c.Nodes, n)
+		if n.VG, err = lvmtest.NewLoopVG(ctx, dir, cfg.VGPrefix+"-"+spec.Name, spec.VGSize, false); err != nil {
+			return c, fmt.Errorf("volume group of node %s: %w", spec.Name, err)
+		}
+		n.LVM = lvm.New(lvm.Options{Env: append(n.VG.Env(), "LVM_SUPPRESS_FD_WARNINGS=1")})
+		if err := n.writeConfig(nodeConfig(c.DeviceClasses, n.VG.Name)); err != nil {
+			return c, err
+		}
+		if err := n.startPlugin(ctx, cfg.CarveBin, logs, cfg.Lifetime); err != nil {
+			return c, fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
+		}
+		if err := n.startProvisioner(ctx, c.Client, c.Control, ds, provisioner, filepath.Join(cfg.BinDir, "csi-provisioner"), dir, logs, cfg.Lifetime); err != nil {
+			return c, fmt.Errorf("csi-provisioner of node %s: %w", spec.Name, err)
+		}
+	}
+	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
+	return c, nil
+}
+
+// shippedDeviceClasses reads the device-class file from the ConfigMap that
+// the DaemonSet mounts at the plugin's --config path.
+func (c *Cluster) shippedDeviceClasses(namespace string) (*config.Config, error) {
+	for _, o := range c.Manifests.Find("ConfigMap") {
+		cm := &corev1.ConfigMap{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cm); err != nil {
+			return nil, err
+		}
+		data, ok := cm.Data["config.yaml"]
+		if !ok || cm.Namespace != namespace {
+			continue
+		}
+		cfg := &config.Config{}
+		if err := yaml.UnmarshalStrict([]byte(data), cfg); err != nil {
+			return nil, fmt.Errorf("ConfigMap %s/%s config.yaml: %w", cm.Namespace, cm.Name, err)
+		}
+		return cfg, nil
+	}
+	return nil, errors.New("no ConfigMap with a config.yaml (the device-class file) in the manifests")
+}
+
+// Node returns the node of that name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// CheckAlive returns an error naming every started process that has ended.
+func (c *Cluster) CheckAlive() error {
+	var errs []error
+	if c.Control != nil {
+		if err := c.Control.checkAlive(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.processes() {
+			if ended, err := p.Exited(); ended {
+				errs = append(errs, fmt.Errorf("%s ended (%v):\n%s", p.Name, err, p.Tail(20)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DumpLogs prints the tail of every process's log to stderr.
+func (c *Cluster) DumpLogs(lines int) {
+	if c.Control != nil {
+		c.Control.dumpLogs(lines)
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.processes() {
+			fmt.Fprintf(os.Stderr, "----- last %d lines of %s (%s)\n%s\n", lines, p.Name, p.LogPath, p.Tail(lines))
+		}
+	}
+}
+
+// Stop stops every process (by its own pid) and removes the volume groups
+// and loop devices. Logs stay in the run directory.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for _, n := range c.Nodes {
+		for _, p := range n.processes() {
+			p.Stop()
+		}
+	}
+	if c.Control != nil {
+		c.Control.Stop()
+	}
+	for _, n := range c.Nodes {
+		if n.VG != nil {
+			if err := n.VG.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("volume group of node %s: %w", n.Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LeftOverLoopDevices lists the loop devices still attached to the nodes'
+// backing files (there should be none after Stop).
+func (c *Cluster) LeftOverLoopDevices(ctx context.Context) ([]string, error) {
+	var left []string
+	for _, n := range c.Nodes {
+		if n.VG == nil {
+			continue
+		}
+		for _, f := range n.VG.Files {
+			if _, err := os.Stat(f); err != nil {
+				continue // removed with its device
+			}
+			devs, err := loopDevicesOf(ctx, f)
+			if err != nil {
+				return nil, err
+			}
+			left = append(left, devs...)
+		}
+	}
+	return left, nil
+}
+
+// loopDevicesOf lists the loop devices attached to file.
+func loopDevicesOf(ctx context.Context, file string) ([]string, error) {
+	out, err := runCommand(ctx, time.Minute, nil, "losetup", "--list", "--noheadings", "--output", "NAME", "--associated", file)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// StorageClasses returns the WaitForFirstConsumer StorageClasses of carve's
+// driver among the manifests.
+func (c *Cluster) StorageClasses() ([]*storagev1.StorageClass, error) {
+	var out []*storagev1.StorageClass
+	for _, o := range c.Manifests.Find("StorageClass") {
+		sc := &storagev1.StorageClass{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, sc); err != nil {
+			return nil, err
+		}
+		if sc.Provisioner == DriverName && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// Manifests are the objects of carve's deploy/kubernetes directory.
+type Manifests struct {
+	Objects []*unstructured.Unstructured
+}
+
+// kindOrder applies objects that others refer to first.
+var kindOrder = map[string]int{
+	"Namespace": 0, "ServiceAccount": 1, "ClusterRole": 2, "Role": 2,
+	"ClusterRoleBinding": 3, "RoleBinding": 3, "ConfigMap": 4, "CSIDriver": 5,
+	"StorageClass": 6, "DaemonSet": 7, "Deployment": 7,
+}
+
+// LoadManifests reads every *.yaml file of dir (kustomization.yaml aside)
+// as multi-document YAML.
+func LoadManifests(dir string) (*Manifests, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifests{}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var obj map[string]any
+			if err := dec.Decode(&obj); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			if len(obj) == 0 {
+				continue
+			}
+			u := &unstructured.Unstructured{Object: obj}
+			if u.GetKind() == "" || u.GetAPIVersion() == "" {
+				return nil, fmt.Errorf("%s: a document without kind or apiVersion", f)
+			}
+			m.Objects = append(m.Objects, u)
+		}
+	}
+	if len(m.Objects) == 0 {
+		return nil, fmt.Errorf("no manifests in %s", dir)
+	}
+	sort.SliceStable(m.Objects, func(i, j int) bool {
+		return order(m.Objects[i].GetKind()) < order(m.Objects[j].GetKind())
+	})
+	return m, nil
+}
+
+func order(kind string) int {
+	if o, ok := kindOrder[kind]; ok {
+		return o
+	}
+	return 8
+}
+
+// Apply creates every object with the dynamic client, so the apiserver
+// validates the manifests as it would on a real cluster. Objects that exist
+// already are left alone.
+func (m *Manifests) Apply(ctx context.Context, cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, obj := range m.Objects {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk, obj.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = client.Resource(mapping.Resource)
+		if mapping.Scope.Name() == "namespace" {
+			ns := obj.GetNamespace()
+			if ns == "" {
+				ns = corev1.NamespaceDefault
+			}
+			ri = client.Resource(mapping.Resource).Namespace(ns)
+		}
+		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// Find returns the objects of a kind.
+func (m *Manifests) Find(kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range m.Objects {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// NodeDaemonSet returns the DaemonSet that runs csi-provisioner with
+// --node-deployment (carve's node plugin).
+func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, *corev1.Container, error) {
+	for _, o := range m.Find("DaemonSet") {
+		ds := &appsv1.DaemonSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+			return nil, nil, fmt.Errorf("DaemonSet %s: %w", o.GetName(), err)
+		}
+		for i := range ds.Spec.Template.Spec.Containers {
+			c := &ds.Spec.Template.Spec.Containers[i]
+			for _, a := range c.Args {
+				if a == "--node-deployment" || strings.HasPrefix(a, "--node-deployment=") {
+					return ds, c, nil
+				}
+			}
+		}
+	}
+	return nil, nil, errors.New("no DaemonSet in the manifests runs csi-provisioner with --node-deployment")
+}

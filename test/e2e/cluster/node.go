@@ -1,0 +1,356 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/test/lvmtest"
+)
+
+// Names fixed by DESIGN.md.
+const (
+	DriverName  = "lvm.carve.dev"
+	TopologyKey = "topology.carve.dev/node"
+)
+
+// NodeSpec describes one simulated node.
+type NodeSpec struct {
+	Name string
+	// VGSize is the size of the node's volume group's backing file.
+	VGSize int64
+}
+
+// Node is one simulated node: its API objects, its volume group and its
+// carve plugin and csi-provisioner processes.
+type Node struct {
+	Name string
+	// VG is the node's volume group (activation disabled).
+	VG *lvmtest.LoopVG
+	// LVM reads the node's volume group through carve's lvm package.
+	LVM *lvm.Client
+	// Socket is the carve plugin's unix socket.
+	Socket string
+	// MetricsURL is the carve plugin's Prometheus endpoint.
+	MetricsURL string
+	// ProvisionerMetricsURL is csi-provisioner's metrics endpoint.
+	ProvisionerMetricsURL string
+	// PodName is the carve-node DaemonSet pod the controller manager made
+	// for this node; csi-provisioner owns its CSIStorageCapacity objects
+	// through it.
+	PodName string
+	// ConfigFile is the device-class file the plugin reads.
+	ConfigFile string
+
+	plugin      *Process
+	provisioner *Process
+}
+
+// createNodeObjects creates the Node (Ready, with allocatable resources and
+// the topology label that kubelet's plugin registration would add) and the
+// CSINode object that registration would write.
+func createNodeObjects(ctx context.Context, cs kubernetes.Interface, name string) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				"kubernetes.io/hostname": name,
+				"kubernetes.io/os":       "linux",
+				TopologyKey:              name,
+			},
+		},
+	}
+	created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create Node %s: %w", name, err)
+	}
+	// The TaintNodesByCondition admission plugin taints a new node
+	// not-ready; the node lifecycle controller (disabled here, as no
+	// kubelet heartbeats) would lift it. Do its job once.
+	created.Spec.Taints = nil
+	if created, err = cs.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("untaint Node %s: %w", name, err)
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("16"),
+		corev1.ResourceMemory: resource.MustParse("64Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	now := metav1.Now()
+	created.Status = corev1.NodeStatus{
+		Capacity:    res,
+		Allocatable: res,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "simulated by carve's e2e harness (no kubelet runs)", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo:  corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.36.1"},
+	}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("status of Node %s: %w", name, err)
+	}
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: name, UID: created.UID,
+			}},
+		},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: DriverName, NodeID: name, TopologyKeys: []string{TopologyKey},
+		}}},
+	}
+	if _, err := cs.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create CSINode %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitDaemonSetPods waits until the DaemonSet has a pod bound to each node
+// and returns their names by node.
+func waitDaemonSetPods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet, nodes []string, timeout time.Duration) (map[string]string, error) {
+	sel := labels.SelectorFromSet(ds.Spec.Selector.MatchLabels).String()
+	deadline := time.Now().Add(timeout)
+	for {
+		pods, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return nil, err
+		}
+		byNode := map[string]string{}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				byNode[p.Spec.NodeName] = p.Name
+			}
+		}
+		missing := []string{}
+		for _, n := range nodes {
+			if byNode[n] == "" {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			return byNode, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("DaemonSet %s/%s has no pod bound to node(s) %s after %s (kube-controller-manager makes them, kube-scheduler binds them)",
+				ds.Namespace, ds.Name, strings.Join(missing, ", "), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// nodeConfig is the device-class file of a node: the ConfigMap shipped in
+// deploy/ with every class pointed at the node's own volume group. Thin
+// classes are dropped, since a thin pool needs device-mapper, which the
+// host kernel lacks (TESTBED.md); carve reports 0 bytes for them.
+func nodeConfig(shipped *config.Config, vg string) *config.Config {
+	out := &config.Config{}
+	for _, c := range shipped.DeviceClasses {
+		if c.Thin() {
+			continue
+		}
+		c.VolumeGroup = vg
+		out.DeviceClasses = append(out.DeviceClasses, c)
+	}
+	return out
+}
+
+// startPlugin starts `carve plugin` for the node and waits for its socket.
+func (n *Node) startPlugin(ctx context.Context, carveBin, logs string, lifetime time.Duration) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	n.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	args := []string{"plugin",
+		"--endpoint", "unix://" + n.Socket,
+		"--node-name", n.Name,
+		"--config", n.ConfigFile,
+		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", port),
+		"--driver-name", DriverName,
+	}
+	env := append(n.VG.Env(), "LVM_SUPPRESS_FD_WARNINGS=1")
+	if n.plugin, err = startProcess(ctx, logs, n.Name+"-carve", carveBin, args, env, lifetime); err != nil {
+		return err
+	}
+	return waitSocket(ctx, n.plugin, n.Socket, 60*time.Second)
+}
+
+func waitSocket(ctx context.Context, p *Process, sock string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if ended, err := p.Exited(); ended {
+			return fmt.Errorf("%s exited (%v) before it listened on %s:\n%s", p.Name, err, sock, p.Tail(20))
+		}
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not listen on %s within %s:\n%s", p.Name, sock, timeout, p.Tail(20))
+}
+
+// envRef matches Kubernetes' $(VAR) references in container args.
+var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// provisionerCommand turns the DaemonSet's csi-provisioner container into
+// the argv and environment of a process for node n: the args exactly as
+// shipped, with $(VAR) expanded from the container's env (downward API
+// fields filled in as the kubelet would), except what must differ for a
+// process on this host: the CSI socket path, the HTTP endpoint's port, and
+// the kubeconfig a pod would not need.
+func provisionerCommand(c *corev1.Container, namespace, node, pod, socket, kubeconfig string, metricsPort int) (args, env []string, err error) {
+	vars := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			vars[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil:
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "spec.nodeName":
+				vars[e.Name] = node
+			case "metadata.namespace":
+				vars[e.Name] = namespace
+			case "metadata.name":
+				vars[e.Name] = pod
+			default:
+				return nil, nil, fmt.Errorf("csi-provisioner env %s: field %s is not simulated", e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+		default:
+			return nil, nil, fmt.Errorf("csi-provisioner env %s: only values and field references are simulated", e.Name)
+		}
+		env = append(env, e.Name+"="+vars[e.Name])
+	}
+	overrides := map[string]string{
+		"csi-address":   socket,
+		"http-endpoint": fmt.Sprintf("127.0.0.1:%d", metricsPort),
+	}
+	for i := 0; i < len(c.Args); i++ {
+		a := envRef.ReplaceAllStringFunc(c.Args[i], func(ref string) string {
+			if v, ok := vars[ref[2:len(ref)-1]]; ok {
+				return v
+			}
+			return ref
+		})
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, ok := overrides[name]; ok && strings.HasPrefix(a, "--") {
+			if !hasValue && i+1 < len(c.Args) && !strings.HasPrefix(c.Args[i+1], "-") {
+				i++ // "--flag value": skip the value too
+			}
+			continue
+		}
+		if name == "metrics-address" || name == "kubeconfig" {
+			return nil, nil, fmt.Errorf("csi-provisioner arg %q: the harness sets this itself", a)
+		}
+		args = append(args, a)
+	}
+	args = append(args,
+		"--csi-address", overrides["csi-address"],
+		"--http-endpoint", overrides["http-endpoint"],
+		"--kubeconfig", kubeconfig,
+	)
+	return args, env, nil
+}
+
+// startProvisioner runs csi-provisioner for the node with the DaemonSet's
+// flags, authenticated as the DaemonSet's service account (a token from
+// the TokenRequest API), so carve's RBAC rules are what it gets.
+func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, c *corev1.Container, bin, dir, logs string, lifetime time.Duration) error {
+	sa := ds.Spec.Template.Spec.ServiceAccountName
+	if sa == "" {
+		return errors.New("the node DaemonSet names no serviceAccountName")
+	}
+	expiry := int64((lifetime + time.Hour).Seconds())
+	tr, err := cs.CoreV1().ServiceAccounts(ds.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for service account %s/%s: %w", ds.Namespace, sa, err)
+	}
+	kubeconfig := filepath.Join(dir, "provisioner.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, cp.Server, cp.pki.CACert, "system:serviceaccount:"+ds.Namespace+":"+sa, tr.Status.Token); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	n.ProvisionerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	args, env, err := provisionerCommand(c, ds.Namespace, n.Name, n.PodName, n.Socket, kubeconfig, port)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Starting csi-provisioner with the DaemonSet's flags", "node", n.Name, "args", args)
+	n.provisioner, err = startProcess(ctx, logs, n.Name+"-csi-provisioner", bin, args, env, lifetime)
+	return err
+}
+
+// writeConfig writes the node's device-class file.
+func (n *Node) writeConfig(cfg *config.Config) error {
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.ConfigFile, data, 0o644)
+}
+
+// processes returns the node's running processes.
+func (n *Node) processes() []*Process {
+	var ps []*Process
+	for _, p := range []*Process{n.provisioner, n.plugin} {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// FillVG creates an LV of size bytes directly with lvcreate, outside
+// carve, as another tool on the node would.
+func (n *Node) FillVG(ctx context.Context, name string, size uint64) error {
+	_, err := n.VG.LVM(ctx, "lvcreate", "--yes", "--activate", "n", "--zero", "n",
+		"--name", name, "--size", strconv.FormatUint(size, 10)+"b", n.VG.Name)
+	return err
+}
+
+// RemoveLV removes an LV made by FillVG.
+func (n *Node) RemoveLV(ctx context.Context, name string) error {
+	_, err := n.VG.LVM(ctx, "lvremove", "--yes", n.VG.Name+"/"+name)
+	return err
+}
+
+// Plugin is the node's carve plugin process.
+func (n *Node) Plugin() *Process { return n.plugin }
+
+// Provisioner is the node's csi-provisioner process.
+func (n *Node) Provisioner() *Process { return n.provisioner }

@@ -186,8 +186,9 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 			return nil, err
 		}
 	}
-	// "@tag" names every LV with that tag in every VG; LVM offers no
-	// "tag within VG" argument, so the VG is filtered here.
+	// "@tag" names every LV with that tag in every VG, and also every LV of
+	// a VG that carries the tag itself; LVM offers no "tag within VG"
+	// argument. Both are filtered here.
 	out, err := c.run(ctx, lvsArgs(false, "@"+tag)...)
 	if err != nil {
 		return nil, fmt.Errorf("finding logical volumes tagged %s: %w", tag, err)
@@ -196,9 +197,9 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 	if err != nil {
 		return nil, err
 	}
-	if vg != "" {
-		lvs = slices.DeleteFunc(lvs, func(lv LogicalVolume) bool { return lv.VolumeGroup != vg })
-	}
+	lvs = slices.DeleteFunc(lvs, func(lv LogicalVolume) bool {
+		return vg != "" && lv.VolumeGroup != vg || !slices.Contains(lv.Tags, tag)
+	})
 	if lvs == nil {
 		lvs = []LogicalVolume{}
 	}

@@ -336,6 +336,10 @@ func TestFindByTag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		f := loadFake(t, "fullreport-thick.json")
+		// A VG tag makes LVM name every LV of the VG; only LV tags count.
+		for i := range f.vgs {
+			f.vgs[i].Tags = "carve.dev/owner=carve,carve.dev/class=fast"
+		}
 		lvs, err := f.client().FindByTag(context.Background(), tt.vg, tt.tag)
 		if err != nil {
 			t.Fatal(err)

@@ -167,11 +167,15 @@ func (f *fakeLVM) lvsReport(args []string) output {
 			return output{ExitCode: 5, Stderr: []byte(`  Volume group "` + vg + `" not found`)}
 		}
 	}
+	// Like LVM, "@tag" also selects every LV of a VG that has the tag.
+	vgTagged := func(name string) bool {
+		return slices.ContainsFunc(f.vgs, func(v jsonVG) bool { return v.Name == name && slices.Contains(splitTags(v.Tags), tag) })
+	}
 	for _, lv := range f.lvs {
 		switch {
 		case vg != "" && lv.VG != vg,
 			byName && lv.Name != name,
-			byTag && !slices.Contains(splitTags(lv.Tags), tag):
+			byTag && !slices.Contains(splitTags(lv.Tags), tag) && !vgTagged(lv.VG):
 			continue
 		}
 		rows = append(rows, lv)

@@ -185,6 +185,11 @@ func TestListAndFindByTag(t *testing.T) {
 		Tags: []string{"carve.dev/owner=carve"}}); err != nil {
 		t.Fatal(err)
 	}
+	// lvs @tag also names every LV of a VG that carries the tag: only the
+	// LVs' own tags may count.
+	if _, err := v.LVM(ctx, "vgchange", "--addtag", "carve.dev/owner=carve", v.Name); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		vg, tag string
 		want    []string

@@ -1,0 +1,292 @@
+//go:build hosttest
+
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/test/guestvm"
+	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/plugintest"
+)
+
+// The carve plugin binary against a real VG on a loop device, activation
+// disabled: the controller side (create, capacity, list, delete, restart)
+// works with LVM metadata alone. The node side needs device-mapper and runs
+// in the guest tier.
+
+const (
+	pluginNode  = "host-node"
+	pluginSpare = 128 * mib
+)
+
+func buildCarve(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "carve")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := guestvm.BuildBinary(ctx, "github.com/carve-csi/carve/cmd/carve", nil, bin); err != nil {
+		t.Fatalf("building carve: %v", err)
+	}
+	return bin
+}
+
+func startPlugin(t *testing.T, bin, dir string, vg *lvmtest.LoopVG, config string) *plugintest.Plugin {
+	t.Helper()
+	p, err := plugintest.Start(ctxFor(t), plugintest.Options{Binary: bin, Dir: dir, NodeName: pluginNode,
+		Config: config, Env: vg.Env(), Log: testLog{t}, ReadyTimeout: time.Minute})
+	if err != nil {
+		t.Fatalf("starting the plugin: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
+	return p
+}
+
+// testLog forwards the plugin's log lines to the test log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func thickConfig(vg string) string {
+	return fmt.Sprintf("deviceClasses:\n  - name: fast\n    volumeGroup: %s\n    default: true\n    spare: %d\n", vg, pluginSpare)
+}
+
+func TestPluginControllerOnRealLVM(t *testing.T) {
+	vg := lvmtest.New(t, lvmtest.Options{Size: 1 << 30})
+	bin := buildCarve(t)
+	dir := t.TempDir()
+	p := startPlugin(t, bin, dir, vg, thickConfig(vg.Name))
+	ctx := ctxFor(t)
+	cc := csi.NewControllerClient(p.Conn)
+
+	capacity := func() int64 {
+		t.Helper()
+		rsp, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{})
+		if err != nil {
+			t.Fatalf("GetCapacity: %v", err)
+		}
+		return rsp.GetAvailableCapacity()
+	}
+	vgFree := func() uint64 {
+		t.Helper()
+		s, err := plugintest.ReadVG(ctx, vg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Free
+	}
+	// GetCapacity is vgs's free space minus the spare.
+	if got, want := capacity(), int64(vgFree())-pluginSpare; got != want {
+		t.Fatalf("GetCapacity = %d, vgs free - spare = %d", got, want)
+	}
+
+	req := &csi.CreateVolumeRequest{
+		Name:               "pvc-host-1",
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: 100*mib + 1},
+		VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")},
+		Parameters:         map[string]string{"csi.storage.k8s.io/pvc/name": "data"},
+		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{
+			{Segments: map[string]string{"topology.carve.dev/node": pluginNode}}}},
+	}
+	rsp, err := cc.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	id := rsp.GetVolume().GetVolumeId()
+	if rsp.GetVolume().GetCapacityBytes() != 104*mib {
+		t.Errorf("capacity %d, want 100 MiB + 1 rounded up to 4 MiB extents", rsp.GetVolume().GetCapacityBytes())
+	}
+	lvs, err := plugintest.CarveLVs(ctx, vg)
+	if err != nil || len(lvs) != 1 || vg.Name+"/"+lvs[0] != id {
+		t.Fatalf("carve LVs in LVM %v (%v); volume ID %s", lvs, err, id)
+	}
+	if got, want := capacity(), int64(vgFree())-pluginSpare; got != want {
+		t.Errorf("after create: GetCapacity = %d, vgs free - spare = %d", got, want)
+	}
+
+	again, err := cc.CreateVolume(ctx, req)
+	if err != nil || again.GetVolume().GetVolumeId() != id {
+		t.Errorf("repeated CreateVolume: %v, %v", again, err)
+	}
+	big := &csi.CreateVolumeRequest{Name: "pvc-too-big", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
+		VolumeCapabilities: req.VolumeCapabilities}
+	if _, err := cc.CreateVolume(ctx, big); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("CreateVolume beyond the VG: %v, want ResourceExhausted", err)
+	}
+	other := proto(req)
+	other.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: []*csi.Topology{
+		{Segments: map[string]string{"topology.carve.dev/node": "elsewhere"}}}}
+	other.Name = "pvc-elsewhere"
+	if _, err := cc.CreateVolume(ctx, other); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("CreateVolume for another node: %v, want ResourceExhausted", err)
+	}
+
+	checkMetrics(ctx, t, p, []string{"create", "capacity"}, []string{"lvcreate"}, "CreateVolume")
+
+	// A restarted plugin finds the volume through its tags.
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Fatalf("stopping the plugin: %v", err)
+	}
+	p = startPlugin(t, bin, dir, vg, thickConfig(vg.Name))
+	cc = csi.NewControllerClient(p.Conn)
+	list, err := cc.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(list.GetEntries()) != 1 || list.GetEntries()[0].GetVolume().GetVolumeId() != id {
+		t.Fatalf("ListVolumes after restart: %v, %v", list, err)
+	}
+	again, err = cc.CreateVolume(ctx, req)
+	if err != nil || again.GetVolume().GetVolumeId() != id {
+		t.Errorf("CreateVolume after restart: %v, %v", again, err)
+	}
+	if _, err := cc.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: id}); err != nil {
+		t.Errorf("ControllerGetVolume: %v", err)
+	}
+
+	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
+	}
+	if lvs, err := plugintest.CarveLVs(ctx, vg); err != nil || len(lvs) != 0 {
+		t.Errorf("carve LVs after delete: %v, %v", lvs, err)
+	}
+	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Errorf("second DeleteVolume: %v", err)
+	}
+	if got, want := capacity(), int64(vgFree())-pluginSpare; got != want {
+		t.Errorf("after delete: GetCapacity = %d, vgs free - spare = %d", got, want)
+	}
+
+	// The metrics of this process show the phases that ran in it, and the
+	// VG as vgs sees it.
+	checkMetrics(ctx, t, p, []string{"delete", "capacity"}, []string{"lvremove"}, "DeleteVolume")
+	free, ok, err := scrape(ctx, t, p).Gauge("carve_volume_group_free_bytes", map[string]string{"device_class": "fast", "volume_group": vg.Name})
+	if err != nil || !ok || uint64(free) != vgFree() {
+		t.Errorf("carve_volume_group_free_bytes = %v (%v, %v), vgs says %d", free, ok, err, vgFree())
+	}
+}
+
+func scrape(ctx context.Context, t *testing.T, p *plugintest.Plugin) plugintest.Metrics {
+	t.Helper()
+	ms, err := p.Scrape(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// checkMetrics asserts successful phases, steps, lvm commands (named like
+// the steps) and one CSI method in the plugin's /metrics.
+func checkMetrics(ctx context.Context, t *testing.T, p *plugintest.Plugin, phases, steps []string, method string) {
+	t.Helper()
+	ms := scrape(ctx, t, p)
+	for _, phase := range phases {
+		if n := ms.HistogramCount("carve_phase_duration_seconds", map[string]string{"phase": phase, "device_class": "fast", "result": "OK"}); n == 0 {
+			t.Errorf("no successful %s phase in carve_phase_duration_seconds", phase)
+		}
+	}
+	for _, step := range steps {
+		if n := ms.HistogramCount("carve_step_duration_seconds", map[string]string{"step": step, "device_class": "fast", "result": "success"}); n == 0 {
+			t.Errorf("no %s step in carve_step_duration_seconds", step)
+		}
+		if n := ms.HistogramCount("carve_lvm_command_duration_seconds", map[string]string{"command": step, "result": "success"}); n == 0 {
+			t.Errorf("no %s command in carve_lvm_command_duration_seconds", step)
+		}
+	}
+	if n := ms.HistogramCount("csi_plugin_operations_seconds", map[string]string{"method_name": "/csi.v1.Controller/" + method, "grpc_status_code": "OK", "driver_name": "lvm.carve.dev"}); n == 0 {
+		t.Errorf("csi_plugin_operations_seconds has no successful %s", method)
+	}
+}
+
+// proto copies a request (shallow: the tests only replace top-level fields).
+func proto(r *csi.CreateVolumeRequest) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{Name: r.Name, CapacityRange: r.CapacityRange,
+		VolumeCapabilities: r.VolumeCapabilities, Parameters: r.Parameters,
+		AccessibilityRequirements: r.AccessibilityRequirements}
+}
+
+// TestPluginRefusesBadStart: a device-class file naming a VG the node does
+// not have, or a bad file, stops the plugin with a message naming it.
+func TestPluginRefusesBadStart(t *testing.T) {
+	vg := lvmtest.New(t, lvmtest.Options{Size: 256 * mib})
+	bin := buildCarve(t)
+	tests := []struct {
+		name   string
+		config string
+		want   string
+	}{
+		{"missing VG", thickConfig("carve-no-such-vg"), `device class fast: volume group "carve-no-such-vg" is missing`},
+		{"thin pool missing", fmt.Sprintf("deviceClasses:\n  - {name: thin, volumeGroup: %s, thinPool: pool0}\n", vg.Name), "thin pool " + vg.Name + "/pool0 is missing"},
+		{"unknown key", fmt.Sprintf("deviceClasses:\n  - {name: a, volumeGroup: %s, sparee: 1Gi}\n", vg.Name), `unknown field "deviceClasses[0].sparee"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "config.yaml")
+			if err := os.WriteFile(cfg, []byte(tt.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.CommandContext(ctxFor(t), bin, "plugin", "--node-name", pluginNode,
+				"--config", cfg, "--endpoint", "unix://"+filepath.Join(dir, "csi.sock"))
+			cmd.Env = append(os.Environ(), vg.Env()...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("the plugin did not exit with status 1 (%v); output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Errorf("output does not say %q:\n%s", tt.want, out)
+			}
+		})
+	}
+}
+
+// TestPluginProbeFollowsVG: Probe turns not-ready when the VG disappears
+// after start-up (here: its PV is detached) and the periodic refresh sees it.
+func TestPluginProbeFollowsVG(t *testing.T) {
+	vg := lvmtest.New(t, lvmtest.Options{Size: 256 * mib})
+	bin := buildCarve(t)
+	dir := t.TempDir()
+	p, err := plugintest.Start(ctxFor(t), plugintest.Options{Binary: bin, Dir: dir, NodeName: pluginNode,
+		Config: thickConfig(vg.Name), Env: vg.Env(), Log: testLog{t}, ReadyTimeout: time.Minute,
+		ExtraArgs: []string{"--capacity-refresh-interval", "1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+	ctx := ctxFor(t)
+	if _, err := vg.LVM(ctx, "vgrename", vg.Name, vg.Name+"x"); err != nil {
+		t.Fatalf("vgrename: %v", err)
+	}
+	defer vg.LVM(context.Background(), "vgrename", vg.Name+"x", vg.Name)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rsp.GetReady().GetValue() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Probe still ready 30 s after the VG vanished")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cap, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{})
+	if err != nil || cap.GetAvailableCapacity() != 0 {
+		t.Errorf("GetCapacity of a vanished VG: %v, %v; want 0", cap.GetAvailableCapacity(), err)
+	}
+}

@@ -106,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := start(ctx); err != nil {
 		klog.ErrorS(err, "carve stopped", "role", args[0])
 		klog.Flush()
+		// Also plainly, as the last line a user sees.
+		fmt.Fprintf(stderr, "carve %s: %v\n", args[0], err)
 		return 1
 	}
 	klog.Flush()

@@ -2,13 +2,23 @@ package driver
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/topology"
 )
 
 // NodeConfig holds what the Node server needs; main builds the real ones.
@@ -30,20 +40,223 @@ type NodeConfig struct {
 	OnChange func()
 }
 
-// NodeServer implements csi.NodeServer.
+// NodeServer implements csi.NodeServer. It keeps no state of its own
+// beyond a per-volume guard and a cache of metric labels: what is staged
+// and published is read from the mount table, what exists from LVM.
 type NodeServer struct {
 	csi.UnimplementedNodeServer
 	cfg NodeConfig
+
+	// busy holds the IDs of volumes with an operation in flight: a second
+	// operation on the same volume gets Aborted and is retried by kubelet,
+	// rather than racing the first on the same mount points.
+	busyMu sync.Mutex
+	busy   map[string]bool
+
+	// classes caches the device class of a volume for metric labels, so
+	// unpublish and unstage need not ask LVM.
+	classMu sync.Mutex
+	classes map[string]string
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
 
 // NewNodeServer returns the Node server of cfg.
 func NewNodeServer(cfg NodeConfig) *NodeServer {
-	return &NodeServer{cfg: cfg}
+	return &NodeServer{cfg: cfg, busy: map[string]bool{}, classes: map[string]string{}}
 }
 
-// NodeStageVolume is being written.
-func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "NodeStageVolume is not implemented yet")
+// NodeGetCapabilities implements csi.NodeServer.
+func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, c := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetInfo implements csi.NodeServer.
+func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             n.cfg.NodeName,
+		MaxVolumesPerNode:  n.cfg.MaxVolumes,
+		AccessibleTopology: topology.ForNode(n.cfg.NodeName).Segment(),
+	}, nil
+}
+
+// acquire marks a volume busy; release undoes it.
+func (n *NodeServer) acquire(volumeID string) error {
+	n.busyMu.Lock()
+	defer n.busyMu.Unlock()
+	if n.busy[volumeID] {
+		return status.Errorf(codes.Aborted, "an operation on volume %q is in progress", volumeID)
+	}
+	n.busy[volumeID] = true
+	return nil
+}
+
+func (n *NodeServer) release(volumeID string) {
+	n.busyMu.Lock()
+	defer n.busyMu.Unlock()
+	delete(n.busy, volumeID)
+}
+
+// classOf returns the cached device class of a volume.
+func (n *NodeServer) classOf(volumeID string) (string, bool) {
+	n.classMu.Lock()
+	defer n.classMu.Unlock()
+	c, ok := n.classes[volumeID]
+	return c, ok
+}
+
+func (n *NodeServer) rememberClass(volumeID string, lv *lvm.LogicalVolume) string {
+	c, ok := ClassFromTags(lv.Tags)
+	if !ok {
+		c = unknownClassLabel
+	}
+	n.classMu.Lock()
+	defer n.classMu.Unlock()
+	n.classes[volumeID] = c
+	return c
+}
+
+func (n *NodeServer) forgetClass(volumeID string) {
+	n.classMu.Lock()
+	defer n.classMu.Unlock()
+	delete(n.classes, volumeID)
+}
+
+// classForMetrics returns the class of a volume for a metric label: from
+// the cache, else from the LV's tags, else "unknown".
+func (n *NodeServer) classForMetrics(ctx context.Context, volumeID string) string {
+	if c, ok := n.classOf(volumeID); ok {
+		return c
+	}
+	vg, name, err := ParseVolumeID(volumeID)
+	if err != nil {
+		return unknownClassLabel
+	}
+	lv, err := n.cfg.LVM.GetLV(ctx, vg, name)
+	if err != nil {
+		return unknownClassLabel
+	}
+	return n.rememberClass(volumeID, lv)
+}
+
+// step times one step of a phase.
+func (n *NodeServer) step(phase, name, class string, start time.Time, err error) {
+	n.cfg.Metrics.ObserveStep(phase, name, class, time.Since(start), err)
+}
+
+// lookup finds the LV of a volume ID: NotFound when the ID is not carve's
+// or the LV does not exist.
+func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalVolume, error) {
+	vg, name, err := ParseVolumeID(volumeID)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
+	}
+	lv, err := n.cfg.LVM.GetLV(ctx, vg, name)
+	if errors.Is(err, lvm.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: no LV %s in volume group %s", volumeID, name, vg)
+	}
+	if err != nil {
+		return nil, toStatus(err, fmt.Sprintf("reading the LV of volume %q", volumeID))
+	}
+	n.rememberClass(volumeID, lv)
+	return lv, nil
+}
+
+// lvDevicePath is the device node of an LV.
+func lvDevicePath(lv *lvm.LogicalVolume) string {
+	if lv.Path != "" {
+		return lv.Path
+	}
+	return "/dev/" + lv.VolumeGroup + "/" + lv.Name
+}
+
+// nodeFsTypes are the filesystems the node server formats and grows.
+var nodeFsTypes = []string{"ext4", "xfs", "btrfs"}
+
+// mountFlagPattern is what a mount flag may hold: mount flags reach the
+// argv of mount(8) (as one -o list), so they are checked, not passed blind.
+var mountFlagPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.=:/+@-]*$`)
+
+// Flags that would change what kind of mount carve makes.
+var forbiddenMountFlags = map[string]bool{"bind": true, "rbind": true, "remount": true, "move": true}
+
+// volumeAccess is a validated volume capability.
+type volumeAccess struct {
+	block    bool
+	fsType   string
+	flags    []string
+	mode     csi.VolumeCapability_AccessMode_Mode
+	readOnly bool // the access mode allows reading only
+}
+
+// nodeCapability validates a capability; field names the request field
+// for messages ("volume_capability").
+func nodeCapability(c *csi.VolumeCapability, field string) (volumeAccess, error) {
+	var a volumeAccess
+	if c == nil {
+		return a, status.Errorf(codes.InvalidArgument, "%s is required", field)
+	}
+	if c.GetAccessMode() == nil {
+		return a, status.Errorf(codes.InvalidArgument, "%s.access_mode is required", field)
+	}
+	a.mode = c.GetAccessMode().GetMode()
+	if !slices.Contains(supportedAccessModes, a.mode) {
+		return a, status.Errorf(codes.InvalidArgument, "%s.access_mode.mode %s is not supported; allowed: %s",
+			field, a.mode, accessModeNames())
+	}
+	a.readOnly = a.mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	switch t := c.GetAccessType().(type) {
+	case *csi.VolumeCapability_Block:
+		a.block = true
+	case *csi.VolumeCapability_Mount:
+		a.fsType = t.Mount.GetFsType()
+		if a.fsType == "" {
+			a.fsType = DefaultFSType
+		}
+		if !slices.Contains(nodeFsTypes, a.fsType) {
+			return a, status.Errorf(codes.InvalidArgument, "%s.mount.fs_type %q is not supported; allowed: %s",
+				field, a.fsType, strings.Join(nodeFsTypes, ", "))
+		}
+		for i, f := range t.Mount.GetMountFlags() {
+			if !mountFlagPattern.MatchString(f) || forbiddenMountFlags[f] {
+				return a, status.Errorf(codes.InvalidArgument,
+					"%s.mount.mount_flags[%d] %q is not allowed: one option per flag, of letters, digits and _.=:/+@-, not bind, rbind, remount or move",
+					field, i, f)
+			}
+			a.flags = append(a.flags, f)
+		}
+	default:
+		return a, status.Errorf(codes.InvalidArgument, "%s.access_type must be block or mount", field)
+	}
+	return a, nil
+}
+
+// nodeCheckPath validates a path the CO gives: required and absolute (it
+// reaches the argv of mount and of the filesystem tools).
+func nodeCheckPath(p, field string) error {
+	if p == "" {
+		return status.Errorf(codes.InvalidArgument, "%s is required", field)
+	}
+	if !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return status.Errorf(codes.InvalidArgument, "%s %q must be an absolute path", field, p)
+	}
+	return nil
+}
+
+func nodeRequireID(id string) error {
+	if id == "" {
+		return status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	return nil
 }

@@ -79,6 +79,7 @@ func (c *timedCmd) Run() error {
 // timedMounter times the mounts SafeFormatAndMount makes.
 type timedMounter struct {
 	mount.Interface
+	ran  bool
 	took time.Duration
 }
 
@@ -87,6 +88,7 @@ func (m *timedMounter) Mount(source, target, fsType string, options []string) er
 }
 
 func (m *timedMounter) MountSensitive(source, target, fsType string, options, sensitive []string) error {
+	m.ran = true
 	start := time.Now()
 	defer func() { m.took += time.Since(start) }()
 	return m.Interface.MountSensitive(source, target, fsType, options, sensitive)

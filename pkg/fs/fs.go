@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 )
@@ -60,8 +61,10 @@ type FormatResult struct {
 	Formatted bool
 	// Format is the time spent in mkfs (zero when it did not run).
 	Format time.Duration
-	// Mount is the time spent mounting (fsck included, when it ran).
-	Mount time.Duration
+	// Mounted is true when the mount was attempted (mkfs succeeded or was
+	// not needed); Mount is the time it took, fsck included when it ran.
+	Mounted bool
+	Mount   time.Duration
 }
 
 // Stats is the usage of a filesystem, in bytes and inodes.
@@ -116,7 +119,7 @@ func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, 
 	m, ex := f.bind(ctx)
 	tm := &timedMounter{Interface: m}
 	err := mount.NewSafeFormatAndMount(tm, ex).FormatAndMount(device, target, fsType, options)
-	res := FormatResult{Mount: tm.took}
+	res := FormatResult{Mounted: tm.ran, Mount: tm.took}
 	// fsck -a runs before mounting a device that has a filesystem: it is
 	// part of mounting, not of formatting.
 	if d, ok := ex.took("fsck"); ok {
@@ -180,7 +183,10 @@ func (f *FS) MountsOf(device string) ([]string, error) {
 	}
 	var paths []string
 	for _, mp := range mps {
-		if SameDevice(mp.Device, device) {
+		// A device node bind-mounted onto a file (a raw block volume) shows
+		// its filesystem's source (devtmpfs, udev) as device: compare the
+		// device numbers of those instead.
+		if SameDevice(mp.Device, device) || (mp.Type == "devtmpfs" && SameDeviceNode(mp.Path, device)) {
 			paths = append(paths, mp.Path)
 		}
 	}
@@ -216,6 +222,16 @@ func (f *FS) DeviceSize(ctx context.Context, path string) (uint64, error) {
 // /dev/<vg>/<lv> and /dev/mapper/<vg>-<lv> are both links to /dev/dm-N.
 func SameDevice(a, b string) bool {
 	return a == b || resolve(a) == resolve(b)
+}
+
+// SameDeviceNode tells whether path is a device node for the same device
+// as device (a bind-mounted device node is one).
+func SameDeviceNode(path, device string) bool {
+	var a, b unix.Stat_t
+	if unix.Stat(path, &a) != nil || unix.Stat(device, &b) != nil {
+		return false
+	}
+	return a.Mode&unix.S_IFMT == unix.S_IFBLK && b.Mode&unix.S_IFMT == unix.S_IFBLK && a.Rdev == b.Rdev
 }
 
 // resolve follows symbolic links, returning p itself when it cannot.

@@ -1,0 +1,176 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/metrics"
+)
+
+// NodePublishVolume implements csi.NodeServer: a bind mount of the staging
+// path (filesystem volumes) or of the device node (raw block volumes) onto
+// the target, read-only when asked.
+func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (resp *csi.NodePublishVolumeResponse, err error) {
+	start, class := time.Now(), unknownClassLabel
+	defer func() { n.cfg.Metrics.ObservePhase(metrics.PhasePublish, class, time.Since(start), err) }()
+
+	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
+	if err := nodeRequireID(id); err != nil {
+		return nil, err
+	}
+	if err := nodeCheckPath(target, "target_path"); err != nil {
+		return nil, err
+	}
+	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
+		return nil, err
+	}
+	access, err := nodeCapability(req.GetVolumeCapability(), "volume_capability")
+	if err != nil {
+		return nil, err
+	}
+	readOnly := req.GetReadonly() || access.readOnly
+	if err := n.acquire(id); err != nil {
+		return nil, err
+	}
+	defer n.release(id)
+
+	lv, err := n.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	class, _ = n.classOf(id)
+	device := lvDevicePath(lv)
+
+	source := staging
+	if access.block {
+		source = device
+		if err := makeFile(target); err != nil {
+			return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
+		}
+	} else {
+		mp, err := n.cfg.FS.MountPoint(staging)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
+		}
+		if mp == nil || !fs.SameDevice(mp.Device, device) {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s: call NodeStageVolume first", id, staging)
+		}
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
+		}
+	}
+
+	// Already published here?
+	mp, err := n.cfg.FS.MountPoint(target)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading the mount at %s: %v", target, err)
+	}
+	if mp != nil {
+		if !fs.SameDevice(mp.Device, device) && !fs.SameDeviceNode(target, device) {
+			return nil, status.Errorf(codes.FailedPrecondition, "target_path %s holds %s, not volume %q", target, mp.Device, id)
+		}
+		if isDir, err := isDirectory(target); err != nil || isDir == access.block {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with another access type than %s", id, target, access.describe())
+		}
+		if slices.Contains(mp.Opts, "ro") != readOnly {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with read-only %t; the request asks %t", id, target, !readOnly, readOnly)
+		}
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+
+	if access.mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		refs, err := n.cfg.FS.MountsOf(device)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "listing the mounts of %s: %v", device, err)
+		}
+		for _, r := range refs {
+			if !samePath(r, staging) && !samePath(r, target) {
+				return nil, status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", id, r)
+			}
+		}
+	}
+
+	options := []string{"bind"}
+	if readOnly {
+		options = append(options, "ro")
+	}
+	if !access.block {
+		options = append(options, access.flags...)
+	}
+	t := time.Now()
+	err = n.cfg.FS.Mount(ctx, source, target, "", options)
+	n.step(metrics.PhasePublish, metrics.StepBindMount, class, t, err)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "publishing volume %q: %v", id, err)
+	}
+	klog.InfoS("Published volume", "volumeID", id, "source", source, "targetPath", target, "readOnly", readOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume implements csi.NodeServer: it unmounts the target
+// and removes it. Repeating it succeeds.
+func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (resp *csi.NodeUnpublishVolumeResponse, err error) {
+	start, id := time.Now(), req.GetVolumeId()
+	defer func() {
+		n.cfg.Metrics.ObservePhase(metrics.PhaseUnpublish, n.classForMetrics(ctx, id), time.Since(start), err)
+	}()
+	target := req.GetTargetPath()
+	if err := nodeRequireID(id); err != nil {
+		return nil, err
+	}
+	if err := nodeCheckPath(target, "target_path"); err != nil {
+		return nil, err
+	}
+	if err := n.acquire(id); err != nil {
+		return nil, err
+	}
+	defer n.release(id)
+
+	t := time.Now()
+	err = n.cfg.FS.Cleanup(ctx, target)
+	n.step(metrics.PhaseUnpublish, metrics.StepUnmount, n.classForMetrics(ctx, id), t, err)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "unpublishing volume %q: %v", id, err)
+	}
+	klog.InfoS("Unpublished volume", "volumeID", id, "targetPath", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// makeFile creates path (and its parent) as an empty file, the mount point
+// of a raw block volume; an existing file is left alone.
+func makeFile(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func isDirectory(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return st.IsDir(), nil
+}
+
+func samePath(a, b string) bool {
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	if errA != nil || errB != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return ra == rb
+}

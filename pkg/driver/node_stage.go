@@ -1,0 +1,149 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/metrics"
+)
+
+// NodeStageVolume implements csi.NodeServer. A filesystem volume is
+// formatted only when its device carries no signature at all, then mounted
+// at the staging path; a raw block volume needs nothing at this stage.
+func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (resp *csi.NodeStageVolumeResponse, err error) {
+	start, class := time.Now(), unknownClassLabel
+	defer func() { n.cfg.Metrics.ObservePhase(metrics.PhaseStage, class, time.Since(start), err) }()
+
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if err := nodeRequireID(id); err != nil {
+		return nil, err
+	}
+	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
+		return nil, err
+	}
+	access, err := nodeCapability(req.GetVolumeCapability(), "volume_capability")
+	if err != nil {
+		return nil, err
+	}
+	if err := n.acquire(id); err != nil {
+		return nil, err
+	}
+	defer n.release(id)
+
+	lv, err := n.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	class, _ = n.classOf(id)
+	if !lv.Attr.Active {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active, so it has no device node", id, lv.VolumeGroup, lv.Name)
+	}
+	if access.block {
+		// Publish bind-mounts the device node itself.
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	device := lvDevicePath(lv)
+
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
+	}
+	mp, err := n.cfg.FS.MountPoint(staging)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
+	}
+	if mp != nil {
+		if !fs.SameDevice(mp.Device, device) {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %s holds %s, not the device of volume %q (%s)", staging, mp.Device, id, device)
+		}
+		if mp.Type != "" && mp.Type != access.fsType {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s as %s; the capability asks for %s", id, staging, mp.Type, access.fsType)
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+
+	t := time.Now()
+	existing, err := n.cfg.FS.DiskFormat(ctx, device)
+	n.step(metrics.PhaseStage, metrics.StepSignatureCheck, class, t, err)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %q: %v", id, err)
+	}
+	if existing != "" && existing != access.fsType {
+		// Mounting would fail, and formatting would destroy data: say why.
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
+			id, device, existing, access.fsType)
+	}
+
+	options := slices.Clone(access.flags)
+	if access.fsType == "xfs" && !slices.Contains(options, "nouuid") {
+		// Snapshots and clones carry their origin's XFS UUID; without nouuid
+		// the second of them would not mount on the same node.
+		options = append(options, "nouuid")
+	}
+	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options)
+	if res.Formatted {
+		var mkfsErr error
+		if err != nil && !res.Mounted {
+			mkfsErr = err
+		}
+		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepMkfs, class, res.Format, mkfsErr)
+	}
+	if res.Mounted {
+		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepMount, class, res.Mount, err)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "staging volume %q: %v", id, err)
+	}
+	klog.InfoS("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
+		"fsType", access.fsType, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// NodeUnstageVolume implements csi.NodeServer: it unmounts the staging
+// path and removes it. Repeating it, or unstaging what was never staged,
+// succeeds.
+func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (resp *csi.NodeUnstageVolumeResponse, err error) {
+	start, id := time.Now(), req.GetVolumeId()
+	defer func() {
+		n.cfg.Metrics.ObservePhase(metrics.PhaseUnstage, n.classForMetrics(ctx, id), time.Since(start), err)
+		if err == nil {
+			n.forgetClass(id)
+		}
+	}()
+	staging := req.GetStagingTargetPath()
+	if err := nodeRequireID(id); err != nil {
+		return nil, err
+	}
+	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
+		return nil, err
+	}
+	if err := n.acquire(id); err != nil {
+		return nil, err
+	}
+	defer n.release(id)
+
+	t := time.Now()
+	err = n.cfg.FS.Cleanup(ctx, staging)
+	n.step(metrics.PhaseUnstage, metrics.StepUnmount, n.classForMetrics(ctx, id), t, err)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "unstaging volume %q: %v", id, err)
+	}
+	klog.InfoS("Unstaged volume", "volumeID", id, "stagingPath", staging)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// describe is used in messages about a capability.
+func (a volumeAccess) describe() string {
+	if a.block {
+		return "block"
+	}
+	return fmt.Sprintf("mount (%s)", a.fsType)
+}

@@ -30,7 +30,26 @@ type CommandError struct {
 }
 
 func (e *CommandError) Error() string {
-	return fmt.Sprintf("lvm %s: exit code %d: %s", strings.Join(e.Args, " "), e.ExitCode, strings.TrimSpace(e.Stderr))
+	var b strings.Builder
+	fmt.Fprintf(&b, "lvm %s: ", strings.Join(e.Args, " "))
+	if e.Err != nil {
+		// Not run, or stopped (deadline): the exit code means nothing.
+		b.WriteString(e.Err.Error())
+	} else {
+		fmt.Fprintf(&b, "exit code %d", e.ExitCode)
+	}
+	// LVM indents and wraps its messages; one line reads better in logs.
+	var lines []string
+	for _, l := range strings.Split(e.Stderr, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 0 {
+		b.WriteString(": ")
+		b.WriteString(strings.Join(lines, "; "))
+	}
+	return b.String()
 }
 
 // Unwrap lets errors.Is find both the classification and the exec error.

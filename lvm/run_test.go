@@ -140,6 +140,9 @@ func TestExecDeadline(t *testing.T) {
 			if !errors.As(err, &ce) || ce.ExitCode != -1 {
 				t.Errorf("error %v: want a CommandError with exit code -1", err)
 			}
+			if !strings.Contains(err.Error(), "context deadline exceeded") {
+				t.Errorf("error %q does not say the deadline passed", err)
+			}
 			// The helper sleeps a minute: it was stopped, not waited for.
 			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("took %v", d)
@@ -173,5 +176,27 @@ func TestDevDirFromEnv(t *testing.T) {
 		if got := c.lvPath("vg", "lv"); got != tt.want {
 			t.Errorf("env %v: path %s, want %s", tt.env, got, tt.want)
 		}
+	}
+}
+
+func TestCommandErrorMessage(t *testing.T) {
+	tests := []struct {
+		name string
+		err  CommandError
+		want string
+	}{
+		{"exit code and stderr lines", CommandError{Args: []string{"lvremove", "--yes", "vg/lv"}, ExitCode: 5,
+			Stderr: "  WARNING: Activation disabled.\n  Failed to find logical volume \"vg/lv\"\n"},
+			`lvm lvremove --yes vg/lv: exit code 5: WARNING: Activation disabled.; Failed to find logical volume "vg/lv"`},
+		{"no stderr", CommandError{Args: []string{"lvs"}, ExitCode: 5}, "lvm lvs: exit code 5"},
+		{"stopped", CommandError{Args: []string{"lvs"}, ExitCode: -1, Err: context.DeadlineExceeded},
+			"lvm lvs: context deadline exceeded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.err.Error(); got != tt.want {
+				t.Errorf("Error() = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,8 +57,8 @@ func TestBenchPlugin(t *testing.T) {
 		run:     "^TestBench",
 		timeout: 20 * time.Minute,
 	})
-	if !strings.Contains(out, "BENCH ") {
-		t.Error("the guest printed no BENCH figures")
+	if n := strings.Count(out, "\nratio carve"); n != 3 {
+		t.Errorf("the guest printed %d of the 3 carve ratio lines", n)
 	}
 }
 
@@ -70,10 +70,10 @@ type pluginInner struct {
 }
 
 // runPluginInner builds carve and the inner test package, runs the package
-// in a fresh guest, streams its output prefixed with "guest| " (so that the
-// inner tests' own "--- PASS" lines are not taken for this tier's), copies
-// the plugin logs and sanity reports to $CARVE_CACHE/guest-artifacts, and
-// fails unless the inner tests passed. It returns the inner output.
+// in a fresh guest, streams its output (so that, as with runInner, the inner
+// tests' own --- PASS lines reach hack/summarize-go-test.sh), copies the
+// plugin logs and sanity reports to $CARVE_CACHE/guest-artifacts, and fails
+// unless the inner tests passed. It returns the inner output.
 func runPluginInner(t *testing.T, in pluginInner) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), in.timeout+5*time.Minute)
@@ -92,8 +92,7 @@ func runPluginInner(t *testing.T, in pluginInner) string {
 
 	work := t.TempDir()
 	var out bytes.Buffer
-	stdout := newLinePrefixer(io.MultiWriter(os.Stdout, &out), "guest| ")
-	stderr := newLinePrefixer(io.MultiWriter(os.Stdout, &out), "guest! ")
+	stream := io.MultiWriter(os.Stdout, &out)
 	res, err := guestvm.Run(ctx, guestvm.Spec{
 		WorkDir: work,
 		Files: []guestvm.File{
@@ -109,10 +108,8 @@ func runPluginInner(t *testing.T, in pluginInner) string {
 		// The guest's tmpfs holds the loop files (sparse) and the
 		// overlay's upper layer.
 		MemoryMiB: 3072,
-		Stdout:    stdout, Stderr: stderr,
+		Stdout:    stream, Stderr: stream,
 	})
-	stdout.Flush()
-	stderr.Flush()
 	keepArtifacts(t, filepath.Join(work, "artifacts"), filepath.Base(in.pkg))
 	if err != nil {
 		t.Fatalf("guest run of %s: %v", in.pkg, err)
@@ -124,21 +121,20 @@ func runPluginInner(t *testing.T, in pluginInner) string {
 	if res.ExitCode != 0 {
 		t.Fatalf("the inner tests of %s failed in the guest (exit %d); their output is above", in.pkg, res.ExitCode)
 	}
-	if !strings.Contains(text, "guest| PASS") {
+	if !regexp.MustCompile(`(?m)^PASS$`).MatchString(text) {
 		t.Fatalf("the inner tests of %s exited 0 but did not print PASS", in.pkg)
 	}
 	return text
 }
 
-// summarizeInner logs the lines the inner tests print for the reader:
-// sanity counts and skips, bench figures, and the inner top-level results.
+// summarizeInner repeats, in this test's log, the figures the inner tests
+// printed: sanity counts and skips, bench ratios.
 func summarizeInner(t *testing.T, text string) {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
-		line := strings.TrimPrefix(sc.Text(), "guest| ")
-		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "BENCH ") ||
-			strings.HasPrefix(line, "--- ") {
+		line := sc.Text()
+		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "ratio ") {
 			t.Log(line)
 		}
 	}
@@ -167,43 +163,4 @@ func keepArtifacts(t *testing.T, dir, name string) {
 		}
 	}
 	t.Logf("plugin logs and reports of the guest run: %s", dst)
-}
-
-// linePrefixer writes each line to w with a prefix.
-type linePrefixer struct {
-	mu     sync.Mutex
-	w      io.Writer
-	prefix string
-	buf    []byte
-}
-
-func newLinePrefixer(w io.Writer, prefix string) *linePrefixer {
-	return &linePrefixer{w: w, prefix: prefix}
-}
-
-func (p *linePrefixer) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.buf = append(p.buf, b...)
-	for {
-		i := bytes.IndexByte(p.buf, '\n')
-		if i < 0 {
-			break
-		}
-		if _, err := io.WriteString(p.w, p.prefix+string(p.buf[:i+1])); err != nil {
-			return 0, err
-		}
-		p.buf = p.buf[i+1:]
-	}
-	return len(b), nil
-}
-
-// Flush writes a last line that had no newline.
-func (p *linePrefixer) Flush() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.buf) > 0 {
-		io.WriteString(p.w, p.prefix+string(p.buf)+"\n")
-		p.buf = nil
-	}
 }

@@ -98,8 +98,9 @@ func TestBenchGetCapacity(t *testing.T) {
 	}
 	m := median(raw)
 	c := median(carve)
-	fmt.Printf("BENCH GetCapacity: carve median %s (p90 %s, %d calls), raw vgs median %s (%d calls): carve is %.0fx faster (goal >= 100x)\n",
-		c, percentile(carve, 90), calls, m, vgsCalls, float64(m)/float64(c))
+	speedup := float64(m) / float64(c)
+	fmt.Printf("ratio carve GetCapacity vs one raw vgs: %.0fx faster (goal >= 100x: %s; carve median %s, p90 %s over %d calls; vgs median %s over %d)\n",
+		speedup, verdict(speedup >= 100), c, percentile(carve, 90), calls, m, vgsCalls)
 }
 
 // TestBenchNodeStage: NodeStageVolume of a blank 1 GiB volume against raw
@@ -164,12 +165,19 @@ func report(t *testing.T, what, carveName string, carve []time.Duration, rawName
 	t.Helper()
 	c, r := median(carve), median(raw)
 	ratio := float64(c) / float64(r)
-	verdict := ""
+	goalText := ""
 	if goal > 0 {
-		verdict = fmt.Sprintf(" (goal <= %.2f: %s)", goal, map[bool]string{true: "met", false: "NOT met"}[ratio <= goal])
+		goalText = fmt.Sprintf("goal <= %.2f: %s; ", goal, verdict(ratio <= goal))
 	}
-	fmt.Printf("BENCH %s: %s median %s, %s median %s over %d rounds: ratio %.2f%s\n",
-		what, carveName, c, rawName, r, len(carve), ratio, verdict)
+	fmt.Printf("ratio carve/raw %s: %.2f (%s%s median %s, %s median %s over %d rounds)\n",
+		what, ratio, goalText, carveName, c, rawName, r, len(carve))
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "NOT met"
 }
 
 func median(ds []time.Duration) time.Duration { return percentile(ds, 50) }

@@ -202,7 +202,7 @@ func runSuite(ctx context.Context, t *testing.T, p suiteParams, reportPath strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSanitySuite$", "-test.v",
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSanitySuite$", "-test.v", "-test.timeout=19m",
 		"-ginkgo.no-color", "-ginkgo.json-report="+reportPath)
 	cmd.Env = append(os.Environ(), suiteEnv+"="+string(raw))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

@@ -1,0 +1,318 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	mount "k8s.io/mount-utils"
+	testingexec "k8s.io/utils/exec/testing"
+
+	"github.com/carve-csi/carve/pkg/fs/fstest"
+)
+
+type ctxKey struct{}
+
+func testCtx() context.Context { return context.WithValue(context.Background(), ctxKey{}, "request") }
+
+// everyCommandHadContext fails the test when a command ran without the
+// request's context.
+func everyCommandHadContext(t *testing.T, tools *fstest.Tools) {
+	t.Helper()
+	for i, c := range tools.Contexts() {
+		if c == nil || c.Value(ctxKey{}) != "request" {
+			t.Errorf("command %v ran without the request's context", tools.Calls()[i])
+		}
+	}
+}
+
+func TestFormatAndMount(t *testing.T) {
+	const dev = "/dev/vg1/lv1"
+	cases := []struct {
+		name          string
+		existing      string
+		fsType        string
+		failMkfs      bool
+		wantFormatted bool
+		wantMkfs      []string
+		wantErr       bool
+		wantMounted   bool
+	}{
+		{name: "blank device is formatted ext4", fsType: "ext4", wantFormatted: true,
+			wantMkfs: []string{"mkfs.ext4", "-F", "-m0", dev}, wantMounted: true},
+		{name: "blank device is formatted xfs", fsType: "xfs", wantFormatted: true,
+			wantMkfs: []string{"mkfs.xfs", "-f", dev}, wantMounted: true},
+		{name: "blank device is formatted btrfs", fsType: "btrfs", wantFormatted: true,
+			wantMkfs: []string{"mkfs.btrfs", dev}, wantMounted: true},
+		{name: "existing ext4 is never formatted", existing: "ext4", fsType: "ext4", wantMounted: true},
+		{name: "a partition table is never formatted", existing: fstest.PartitionTable, fsType: "ext4", wantMounted: true},
+		{name: "failed mkfs does not mount", fsType: "ext4", failMkfs: true, wantFormatted: true,
+			wantMkfs: []string{"mkfs.ext4", "-F", "-m0", dev}, wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tools := fstest.New()
+			if tc.existing != "" {
+				tools.SetFormat(dev, tc.existing)
+			}
+			if tc.failMkfs {
+				tools.Fail("mkfs."+tc.fsType, testingexec.FakeExitError{Status: 1})
+			}
+			m := mount.NewFakeMounter(nil)
+			f := New(m, tools)
+			target := t.TempDir()
+			res, err := f.FormatAndMount(testCtx(), dev, target, tc.fsType, []string{"noatime"})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %t", err, tc.wantErr)
+			}
+			if res.Formatted != tc.wantFormatted || res.Mounted != tc.wantMounted {
+				t.Errorf("result = %+v, want formatted %t mounted %t", res, tc.wantFormatted, tc.wantMounted)
+			}
+			mkfs := tools.Ran("mkfs." + tc.fsType)
+			if tc.wantMkfs == nil && len(mkfs) > 0 {
+				t.Errorf("mkfs ran on a device with a signature: %v", mkfs)
+			}
+			if tc.wantMkfs != nil && (len(mkfs) != 1 || !reflect.DeepEqual(mkfs[0], tc.wantMkfs)) {
+				t.Errorf("mkfs runs = %v, want one %v", mkfs, tc.wantMkfs)
+			}
+			mounted := len(m.MountPoints) == 1 && m.MountPoints[0].Device == dev && m.MountPoints[0].Path == target &&
+				slices.Contains(m.MountPoints[0].Opts, "noatime")
+			if mounted != tc.wantMounted {
+				t.Errorf("mount points = %+v, want mounted %t", m.MountPoints, tc.wantMounted)
+			}
+			everyCommandHadContext(t, tools)
+		})
+	}
+}
+
+func TestDiskFormat(t *testing.T) {
+	tools := fstest.New()
+	f := New(mount.NewFakeMounter(nil), tools)
+	tools.SetFormat("/dev/a", "xfs")
+	for dev, want := range map[string]string{"/dev/a": "xfs", "/dev/blank": ""} {
+		got, err := f.DiskFormat(testCtx(), dev)
+		if err != nil || got != want {
+			t.Errorf("DiskFormat(%s) = %q, %v; want %q", dev, got, err, want)
+		}
+	}
+	// blkid failing otherwise (exit 4: usage or I/O error) is an error, not
+	// "blank": a blank answer would let the device be formatted.
+	tools.Fail("blkid", testingexec.FakeExitError{Status: 4})
+	if got, err := f.DiskFormat(testCtx(), "/dev/a"); err == nil {
+		t.Errorf("DiskFormat with blkid failing = %q, nil; want an error", got)
+	}
+	everyCommandHadContext(t, tools)
+}
+
+func TestMountPointAndCleanup(t *testing.T) {
+	dir := t.TempDir()
+	staged := filepath.Join(dir, "staged")
+	published := filepath.Join(dir, "published")
+	plain := filepath.Join(dir, "plain")
+	for _, p := range []string{staged, published, plain} {
+		if err := os.Mkdir(p, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := mount.NewFakeMounter([]mount.MountPoint{
+		{Device: "/dev/vg1/lv1", Path: staged, Type: "ext4"},
+		{Device: "/dev/vg1/lv1", Path: published, Type: "ext4", Opts: []string{"ro"}},
+		{Device: "/dev/vg1/lv2", Path: "/elsewhere", Type: "xfs"},
+	})
+	tools := fstest.New()
+	f := New(m, tools)
+
+	mp, err := f.MountPoint(staged)
+	if err != nil || mp == nil || mp.Device != "/dev/vg1/lv1" {
+		t.Fatalf("MountPoint(staged) = %+v, %v", mp, err)
+	}
+	for _, p := range []string{plain, filepath.Join(dir, "missing")} {
+		if mp, err := f.MountPoint(p); err != nil || mp != nil {
+			t.Errorf("MountPoint(%s) = %+v, %v; want nil", p, mp, err)
+		}
+	}
+	refs, err := f.MountsOf("/dev/vg1/lv1")
+	if err != nil || !reflect.DeepEqual(refs, []string{staged, published}) {
+		t.Errorf("MountsOf = %v, %v", refs, err)
+	}
+
+	for _, p := range []string{published, published, plain, filepath.Join(dir, "missing")} {
+		if err := f.Cleanup(testCtx(), p); err != nil {
+			t.Errorf("Cleanup(%s): %v", p, err)
+		}
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Cleanup(%s) left the path: %v", p, err)
+		}
+	}
+	if mp, _ := f.MountPoint(staged); mp == nil {
+		t.Error("Cleanup of another path unmounted the staging path")
+	}
+	if refs, _ := f.MountsOf("/dev/vg1/lv1"); !reflect.DeepEqual(refs, []string{staged}) {
+		t.Errorf("after cleanup MountsOf = %v", refs)
+	}
+}
+
+func TestResize(t *testing.T) {
+	cases := []struct {
+		format string
+		want   []string
+	}{
+		{"ext4", []string{"resize2fs", "/dev/vg1/lv1"}},
+		{"xfs", []string{"xfs_growfs", "-d", "/mnt/x"}},
+		{"btrfs", []string{"btrfs", "filesystem", "resize", "max", "/mnt/x"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.format, func(t *testing.T) {
+			tools := fstest.New()
+			tools.SetFormat("/dev/vg1/lv1", tc.format)
+			f := New(mount.NewFakeMounter(nil), tools)
+			ok, err := f.Resize(testCtx(), "/dev/vg1/lv1", "/mnt/x")
+			if err != nil || !ok {
+				t.Fatalf("Resize = %t, %v", ok, err)
+			}
+			if got := tools.Ran(tc.want[0]); len(got) != 1 || !reflect.DeepEqual(got[0], tc.want) {
+				t.Errorf("ran %v, want %v", got, tc.want)
+			}
+			everyCommandHadContext(t, tools)
+		})
+	}
+	t.Run("grow fails", func(t *testing.T) {
+		tools := fstest.New()
+		tools.SetFormat("/dev/vg1/lv1", "ext4")
+		tools.Fail("resize2fs", testingexec.FakeExitError{Status: 1})
+		if _, err := New(mount.NewFakeMounter(nil), tools).Resize(testCtx(), "/dev/vg1/lv1", "/mnt/x"); err == nil {
+			t.Error("Resize succeeded although resize2fs failed")
+		}
+	})
+}
+
+func TestDeviceSize(t *testing.T) {
+	tools := fstest.New()
+	tools.SetSize("/dev/vg1/lv1", 1<<30)
+	f := New(mount.NewFakeMounter(nil), tools)
+	if got, err := f.DeviceSize(testCtx(), "/dev/vg1/lv1"); err != nil || got != 1<<30 {
+		t.Errorf("DeviceSize = %d, %v", got, err)
+	}
+	if got, err := f.DeviceSize(testCtx(), "/dev/missing"); err == nil {
+		t.Errorf("DeviceSize of a missing device = %d, nil", got)
+	}
+	everyCommandHadContext(t, tools)
+}
+
+func TestStats(t *testing.T) {
+	f := New(mount.NewFakeMounter(nil), fstest.New())
+	s, err := f.Stats(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.TotalBytes <= 0 || s.AvailableBytes < 0 || s.UsedBytes < 0 || s.AvailableBytes > s.TotalBytes ||
+		s.UsedBytes > s.TotalBytes || s.UsedInodes != s.TotalInodes-s.FreeInodes {
+		t.Errorf("implausible stats %+v", s)
+	}
+	if _, err := f.Stats(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("Stats of a missing path succeeded")
+	}
+}
+
+// HostMounter runs mount and umount itself, under the request's context:
+// check the argv it builds.
+func TestHostMounterCommands(t *testing.T) {
+	src := t.TempDir()
+	cases := []struct {
+		name    string
+		source  string
+		fsType  string
+		options []string
+		want    [][]string
+	}{
+		{"filesystem", "/dev/vg1/lv1", "xfs", []string{"nouuid", "noatime"},
+			[][]string{{"mount", "-t", "xfs", "-o", "nouuid,noatime", "/dev/vg1/lv1", "/t"}}},
+		{"bind", src, "", []string{"bind"},
+			[][]string{{"mount", "-o", "bind", src, "/t"}, {"mount", "-o", "bind,remount", src, "/t"}}},
+		{"read-only bind", src, "", []string{"bind", "ro"},
+			[][]string{{"mount", "-o", "bind", src, "/t"}, {"mount", "-o", "bind,remount,ro", src, "/t"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tools := fstest.New()
+			h := NewHostMounter(tools)
+			m := h.WithContext(testCtx())
+			if err := m.Mount(tc.source, "/t", tc.fsType, tc.options); err != nil {
+				t.Fatal(err)
+			}
+			got := tools.Calls()
+			// The remount repeats the source filesystem's nosuid/nodev/
+			// noexec, which depend on where the test runs: compare the rest.
+			for i := range got {
+				if len(got[i]) > 2 && got[i][1] == "-o" {
+					got[i][2] = trimFlags(got[i][2])
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("ran %v, want %v", got, tc.want)
+			}
+			everyCommandHadContext(t, tools)
+		})
+	}
+	t.Run("umount", func(t *testing.T) {
+		tools := fstest.New()
+		if err := NewHostMounter(tools).WithContext(testCtx()).Unmount("/t"); err != nil {
+			t.Fatal(err)
+		}
+		if got := tools.Calls(); !reflect.DeepEqual(got, [][]string{{"umount", "/t"}}) {
+			t.Errorf("ran %v", got)
+		}
+		everyCommandHadContext(t, tools)
+	})
+	t.Run("mount fails", func(t *testing.T) {
+		tools := fstest.New()
+		tools.Fail("mount", testingexec.FakeExitError{Status: 32})
+		if err := NewHostMounter(tools).WithContext(testCtx()).Mount("/dev/x", "/t", "ext4", nil); err == nil {
+			t.Error("Mount succeeded although mount failed")
+		}
+	})
+}
+
+func trimFlags(opts string) string {
+	var keep []string
+	for _, o := range strings.Split(opts, ",") {
+		if o != "nosuid" && o != "nodev" && o != "noexec" {
+			keep = append(keep, o)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
+func TestSameDevice(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "dm-3")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "vg-lv")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{"/dev/vg/lv", "/dev/vg/lv", true},
+		{link, target, true},
+		{"/dev/vg/lv", "/dev/vg/other", false},
+	}
+	for _, tc := range cases {
+		if got := SameDevice(tc.a, tc.b); got != tc.want {
+			t.Errorf("SameDevice(%s, %s) = %t, want %t", tc.a, tc.b, got, tc.want)
+		}
+	}
+	// Regular files are not device nodes.
+	if SameDeviceNode(target, target) {
+		t.Error("SameDeviceNode is true for a regular file")
+	}
+}

@@ -1,0 +1,157 @@
+// Package fstest holds a fake of the filesystem tools (blkid, mkfs.*,
+// fsck, resize2fs, xfs_growfs, btrfs, blockdev, mount, umount) for unit
+// tests: a k8s.io/utils/exec Interface that keeps the signature of each
+// device, so a test states what is on a device and checks what ran,
+// rather than scripting a fixed order of commands.
+package fstest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	utilexec "k8s.io/utils/exec"
+	testingexec "k8s.io/utils/exec/testing"
+)
+
+// Tools is the fake. The zero value is not usable; call New.
+type Tools struct {
+	mu sync.Mutex
+	// formats maps a device to what blkid reports on it ("" or absent:
+	// no signature).
+	formats map[string]string
+	sizes   map[string]uint64
+	fail    map[string]error
+	calls   [][]string
+	ctxs    []context.Context
+}
+
+var _ utilexec.Interface = (*Tools)(nil)
+
+// New returns a fake with blank devices.
+func New() *Tools {
+	return &Tools{formats: map[string]string{}, sizes: map[string]uint64{}, fail: map[string]error{}}
+}
+
+// PartitionTable is what SetFormat takes for a device holding a partition
+// table: blkid reports PTTYPE, mount-utils treats it as data.
+const PartitionTable = "PTTYPE=gpt"
+
+// SetFormat puts a signature on device: a filesystem type, or
+// PartitionTable.
+func (t *Tools) SetFormat(device, format string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.formats[device] = format
+}
+
+// Format returns the signature on device.
+func (t *Tools) Format(device string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.formats[device]
+}
+
+// SetSize sets what blockdev --getsize64 prints for path.
+func (t *Tools) SetSize(path string, size uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sizes[path] = size
+}
+
+// Fail makes every later run of command fail with err (an
+// testingexec.FakeExitError for an exit code).
+func (t *Tools) Fail(command string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.fail[command] = err
+}
+
+// Calls returns the argv of every command run so far.
+func (t *Tools) Calls() [][]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([][]string(nil), t.calls...)
+}
+
+// Ran returns the argv of the commands called name.
+func (t *Tools) Ran(name string) [][]string {
+	var out [][]string
+	for _, c := range t.Calls() {
+		if c[0] == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Contexts returns the context each command ran under; nil for a command
+// started without one (through Command), which carve never does.
+func (t *Tools) Contexts() []context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]context.Context(nil), t.ctxs...)
+}
+
+// Command implements utilexec.Interface; its commands show up in Contexts
+// as nil.
+func (t *Tools) Command(cmd string, args ...string) utilexec.Cmd {
+	return t.command(nil, cmd, args)
+}
+
+// CommandContext implements utilexec.Interface.
+func (t *Tools) CommandContext(ctx context.Context, cmd string, args ...string) utilexec.Cmd {
+	return t.command(ctx, cmd, args)
+}
+
+func (t *Tools) command(ctx context.Context, cmd string, args []string) utilexec.Cmd {
+	argv := append([]string{cmd}, args...)
+	action := func() ([]byte, []byte, error) {
+		out, err := t.run(ctx, argv)
+		return out, nil, err
+	}
+	fc := &testingexec.FakeCmd{
+		CombinedOutputScript: []testingexec.FakeAction{action},
+		OutputScript:         []testingexec.FakeAction{action},
+		RunScript:            []testingexec.FakeAction{action},
+	}
+	return testingexec.InitFakeCmd(fc, cmd, args...)
+}
+
+// LookPath finds every tool.
+func (t *Tools) LookPath(file string) (string, error) { return "/usr/sbin/" + file, nil }
+
+func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls = append(t.calls, argv)
+	t.ctxs = append(t.ctxs, ctx)
+	if err := t.fail[argv[0]]; err != nil {
+		return []byte(argv[0] + " failed"), err
+	}
+	last := argv[len(argv)-1]
+	switch name := argv[0]; {
+	case name == "blkid":
+		f := t.formats[last]
+		switch {
+		case f == "":
+			// blkid exits 2 when it finds no signature.
+			return nil, testingexec.FakeExitError{Status: 2}
+		case strings.HasPrefix(f, "PTTYPE="):
+			return []byte(f + "\n"), nil
+		}
+		return []byte("DEVNAME=" + last + "\nTYPE=" + f + "\n"), nil
+	case strings.HasPrefix(name, "mkfs."):
+		t.formats[last] = strings.TrimPrefix(name, "mkfs.")
+		return nil, nil
+	case name == "blockdev":
+		size, ok := t.sizes[last]
+		if !ok {
+			return []byte("blockdev: cannot open " + last), testingexec.FakeExitError{Status: 1}
+		}
+		return []byte(fmt.Sprintf("%d\n", size)), nil
+	}
+	// fsck, resize2fs, xfs_growfs, btrfs, mount, umount: succeed.
+	return nil, nil
+}

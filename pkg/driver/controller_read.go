@@ -18,33 +18,36 @@ import (
 
 // GetCapacity implements csi.ControllerServer from the in-memory view (no
 // LVM command runs). It reports this node only: a segment that is not this
-// node's, a class this node does not have, or a class whose volume group is
-// missing has 0 bytes.
+// node's, a class this node does not have, a class whose volume group is
+// missing, or capabilities carve cannot serve have 0 bytes.
 func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (resp *csi.GetCapacityResponse, err error) {
 	start := time.Now()
 	classLabel := unknownClassLabel
 	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseCapacity, classLabel, time.Since(start), err) }()
 
-	for i, c := range req.GetVolumeCapabilities() {
+	none := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}
+	for _, c := range req.GetVolumeCapabilities() {
 		if err := checkCreateCapability(c, s.cfg.FSTypes); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "volume_capabilities[%d]: %v", i, err)
+			// The capacity for volumes carve cannot make (a multi-node
+			// mode, a filesystem without tools here) is none.
+			return none, nil
 		}
 	}
 	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
 	if status.Code(err) == codes.ResourceExhausted || (err != nil && len(req.GetParameters()) == 0) {
 		// A class this node lacks (or no default class): nothing here.
-		return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+		return none, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	classLabel = class.Name
 	if !s.node.HasCapacityIn(req.GetAccessibleTopology()) {
-		return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+		return none, nil
 	}
 	room, err := s.cfg.View.Capacity(class)
 	if errors.Is(err, state.ErrClassUnavailable) {
-		return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+		return none, nil
 	}
 	if err != nil {
 		return nil, toStatus(err, "capacity of device class "+class.Name)

@@ -437,7 +437,8 @@ func TestGetCapacity(t *testing.T) {
 		{"provisioner parameters", &csi.GetCapacityRequest{Parameters: map[string]string{"csi.storage.k8s.io/fstype": "xfs"}}, codes.OK, 5 * gib, 5 * gib},
 		{"unknown parameter", &csi.GetCapacityRequest{Parameters: map[string]string{"size": "1"}}, codes.InvalidArgument, 0, 0},
 		{"supported capability", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockCap(sw)}}, codes.OK, 5 * gib, 5 * gib},
-		{"multi-node capability", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}}, codes.InvalidArgument, 0, 0},
+		{"multi-node capability", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}}, codes.OK, 0, 0},
+		{"filesystem without tools", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{mountCap("btrfs", sw)}}, codes.OK, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

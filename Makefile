@@ -49,7 +49,7 @@ deploy-tools: cachedir
 test-deploy: deps deploy-tools
 	$(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 
-test: lint test-unit test-host test-guest
+test: lint test-unit test-host test-guest test-deploy
 
 # Package against raw lvm commands in the guest, printed as ratios.
 bench: deps cachedir

@@ -290,3 +290,64 @@ func TestPluginProbeFollowsVG(t *testing.T) {
 		t.Errorf("GetCapacity of a vanished VG: %v, %v; want 0", cap.GetAvailableCapacity(), err)
 	}
 }
+
+// TestPluginBenchHost times the plugin through its socket against the raw
+// commands it wraps, on the same VG in the same run, and prints ratios (no
+// timed assertions). Activation is off here, so lvcreate does no device
+// work; the guest tier's `make bench` gives the figures with activation.
+func TestPluginBenchHost(t *testing.T) {
+	vg := lvmtest.New(t, lvmtest.Options{Size: 1 << 30})
+	bin := buildCarve(t)
+	p := startPlugin(t, bin, t.TempDir(), vg, thickConfig(vg.Name))
+	ctx := ctxFor(t)
+	cc := csi.NewControllerClient(p.Conn)
+	const rounds = 15
+	var raw, plugin time.Duration
+	// Interleaved, so drift on the machine hits both sides alike.
+	for i := range rounds {
+		start := time.Now()
+		name := fmt.Sprintf("raw%d", i)
+		if _, err := vg.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
+			"--name", name, "--size", "67108864b", vg.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := vg.LVM(ctx, "lvremove", "--yes", vg.Name+"/"+name); err != nil {
+			t.Fatal(err)
+		}
+		raw += time.Since(start)
+
+		start = time.Now()
+		rsp, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("bench-%d", i),
+			CapacityRange:      &csi.CapacityRange{RequiredBytes: 64 * mib},
+			VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: rsp.GetVolume().GetVolumeId()}); err != nil {
+			t.Fatal(err)
+		}
+		plugin += time.Since(start)
+	}
+	t.Logf("BENCH host create+delete: plugin %v/op, raw lvcreate+lvremove %v/op, ratio %.3f",
+		plugin/rounds, raw/rounds, float64(plugin)/float64(raw))
+
+	const capRounds = 200
+	var vgsTime, capTime time.Duration
+	for range 10 {
+		start := time.Now()
+		if _, err := plugintest.ReadVG(ctx, vg); err != nil {
+			t.Fatal(err)
+		}
+		vgsTime += time.Since(start)
+	}
+	start := time.Now()
+	for range capRounds {
+		if _, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	capTime = time.Since(start)
+	perVgs, perCap := vgsTime/10, capTime/capRounds
+	t.Logf("BENCH host GetCapacity: %v/op through the socket, one raw vgs %v, vgs/GetCapacity %.0fx",
+		perCap, perVgs, float64(perVgs)/float64(perCap))
+}

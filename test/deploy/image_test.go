@@ -236,7 +236,17 @@ func dockerfilePackages(t *testing.T) (base string, pkgs map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Join continuation lines into instructions.
+	base, pkgs, stages := parseDockerfile(data)
+	if stages < 2 {
+		t.Errorf("the Dockerfile has %d stages, want a build stage and a runtime stage", stages)
+	}
+	return base, pkgs
+}
+
+// parseDockerfile reads the last stage's base image (global ARGs expanded)
+// and the packages of its `apt-get install` commands, and counts the stages.
+func parseDockerfile(data []byte) (base string, pkgs map[string]bool, stages int) {
+	// Join continuation lines into instructions; drop comments.
 	var instrs []string
 	var cur strings.Builder
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -256,21 +266,19 @@ func dockerfilePackages(t *testing.T) (base string, pkgs map[string]bool) {
 		cur.Reset()
 	}
 	args := map[string]string{}
-	stages := 0
 	pkgs = map[string]bool{}
 	for _, in := range instrs {
-		fields := strings.Fields(in)
-		switch strings.ToUpper(fields[0]) {
+		words := strings.Fields(in)
+		switch strings.ToUpper(words[0]) {
 		case "ARG":
-			if k, v, ok := strings.Cut(fields[1], "="); ok && stages == 0 {
+			if k, v, ok := strings.Cut(words[1], "="); ok && stages == 0 {
 				args[k] = v
 			}
 		case "FROM":
 			stages++
-			base = os.Expand(fields[1], func(k string) string { return args[k] })
+			base = os.Expand(words[1], func(k string) string { return args[k] })
 			pkgs = map[string]bool{} // only the last stage counts
 		case "RUN":
-			words := strings.Fields(in)
 			for i, w := range words {
 				if w != "install" || i == 0 || words[i-1] != "apt-get" && !strings.HasPrefix(words[i-1], "-") {
 					continue
@@ -286,10 +294,32 @@ func dockerfilePackages(t *testing.T) (base string, pkgs map[string]bool) {
 			}
 		}
 	}
-	if stages < 2 {
-		t.Errorf("the Dockerfile has %d stages, want a build stage and a runtime stage", stages)
+	return base, pkgs, stages
+}
+
+func TestParseDockerfile(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		base       string
+		pkgs       []string
+		stages     int
+	}{
+		{"one stage", "FROM debian:bookworm-slim\nRUN apt-get install -y lvm2\n", "debian:bookworm-slim", []string{"lvm2"}, 1},
+		{"continuations and options", "FROM x\nRUN apt-get update \\\n && apt-get install -y --no-install-recommends \\\n  a \\\n  b \\\n && rm -rf /var/lib/apt/lists/*\n", "x", []string{"a", "b"}, 1},
+		{"only the last stage", "ARG R=bookworm\nFROM golang:1-${R} AS build\nRUN apt-get install -y gcc\nFROM debian:${R}-slim\n# a comment\nRUN apt-get install -y mount\n", "debian:bookworm-slim", []string{"mount"}, 2},
+		{"not apt-get", "FROM x\nRUN pip install foo\n", "x", nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base, pkgs, stages := parseDockerfile([]byte(tc.text))
+			got := sortedKeys(pkgs)
+			if len(got) == 0 {
+				got = nil
+			}
+			if base != tc.base || stages != tc.stages || strings.Join(got, ",") != strings.Join(tc.pkgs, ",") {
+				t.Errorf("got base %q, packages %v, %d stages; want %q, %v, %d", base, got, stages, tc.base, tc.pkgs, tc.stages)
+			}
+		})
 	}
-	return base, pkgs
 }
 
 // packageOf maps a program to the Debian package that ships it on this host.

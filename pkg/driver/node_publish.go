@@ -53,9 +53,6 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	source := staging
 	if access.block {
 		source = device
-		if err := makeFile(target); err != nil {
-			return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
-		}
 	} else {
 		mp, err := n.cfg.FS.MountPoint(staging)
 		if err != nil {
@@ -63,9 +60,6 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		}
 		if mp == nil || !fs.SameDevice(mp.Device, device) {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s: call NodeStageVolume first", id, staging)
-		}
-		if err := os.MkdirAll(target, 0o750); err != nil {
-			return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
 		}
 	}
 
@@ -97,6 +91,15 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 				return nil, status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", id, r)
 			}
 		}
+	}
+
+	if access.block {
+		err = makeFile(target)
+	} else {
+		err = os.MkdirAll(target, 0o750)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
 	}
 
 	options := []string{"bind"}

@@ -1,0 +1,465 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/test/e2e/cluster"
+)
+
+const (
+	// thickSC is the shipped WaitForFirstConsumer StorageClass of the thick
+	// device class.
+	thickSC     = "carve-thick-ext4"
+	thickClass  = "thick"
+	annSelected = "volume.kubernetes.io/selected-node"
+	// settle bounds the wait for anything that should follow an API change
+	// within a few informer round trips.
+	settle = 60 * time.Second
+)
+
+// testCtx is a context bounded by d and by the test's own deadline.
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond every 250 ms until it holds, failing the test after
+// timeout with what and cond's last status.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last string
+	for {
+		ok, status, err := cond(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if status != "" {
+			last = status
+		}
+		select {
+		case <-ctx.Done():
+			if aerr := bed.CheckAlive(); aerr != nil {
+				t.Errorf("processes died: %v", aerr)
+			}
+			t.Fatalf("%s did not happen within %s (last seen: %s)", what, timeout, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// newNamespace creates a namespace for one test and, at cleanup, deletes
+// its pods and PVCs and waits until their PVs and LVs are gone, so the next
+// test starts from the same free space.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	ns := fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16))
+	if _, err := bed.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() { deleteNamespaceVolumes(t, ns) })
+	return ns
+}
+
+// deleteNamespaceVolumes deletes a namespace's pods (force: no kubelet
+// confirms) and PVCs, then waits up to 2 minutes for their PVs to go.
+func deleteNamespaceVolumes(t *testing.T, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	zero := int64(0)
+	cs := bed.Client
+	if err := cs.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Errorf("delete StatefulSets of %s: %v", ns, err)
+	}
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		t.Errorf("delete pods of %s: %v", ns, err)
+	}
+	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Errorf("delete PVCs of %s: %v", ns, err)
+	}
+	waitFor(t, 2*time.Minute, "PVs of namespace "+ns+" to be deleted", func(ctx context.Context) (bool, string, error) {
+		pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, pv := range pvs.Items {
+			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
+				left = append(left, pv.Name+"("+string(pv.Status.Phase)+")")
+			}
+		}
+		return len(left) == 0, "PVs left: " + strings.Join(left, ", "), nil
+	})
+	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete namespace %s: %v", ns, err)
+	}
+}
+
+// newPVC returns a PVC of size in storage class sc.
+func newPVC(ns, name, sc, size string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &sc,
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+			},
+		},
+	}
+}
+
+// newPod returns a pod that mounts claim. Its image is never pulled: no
+// kubelet runs.
+func newPod(ns, name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "app", Image: "registry.k8s.io/pause:3.10",
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+			}}},
+		},
+	}
+}
+
+// createPVCAndPod creates both and returns the time just before.
+func createPVCAndPod(t *testing.T, ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) time.Time {
+	t.Helper()
+	start := time.Now()
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PVC %s: %v", pvc.Name, err)
+	}
+	if _, err := bed.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", pod.Name, err)
+	}
+	return start
+}
+
+// waitBound waits until the PVC is Bound and returns it.
+func waitBound(t *testing.T, ns, name string, timeout time.Duration) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	var pvc *corev1.PersistentVolumeClaim
+	waitFor(t, timeout, "PVC "+ns+"/"+name+" to be Bound", func(ctx context.Context) (bool, string, error) {
+		var err error
+		pvc, err = bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return pvc.Status.Phase == corev1.ClaimBound, fmt.Sprintf("phase %s, selected node %q", pvc.Status.Phase, pvc.Annotations[annSelected]), nil
+	})
+	return pvc
+}
+
+// waitPodNode waits until the pod is bound to a node and returns the node.
+func waitPodNode(t *testing.T, ns, name string, timeout time.Duration) string {
+	t.Helper()
+	var node string
+	waitFor(t, timeout, "pod "+ns+"/"+name+" to be bound to a node", func(ctx context.Context) (bool, string, error) {
+		pod, err := bed.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		node = pod.Spec.NodeName
+		return node != "", podConditions(pod), nil
+	})
+	return node
+}
+
+func podConditions(pod *corev1.Pod) string {
+	var parts []string
+	for _, c := range pod.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s %s", c.Type, c.Status, c.Message))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// events returns the events of one object.
+func events(ctx context.Context, ns, kind, name string) ([]corev1.Event, error) {
+	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.String()
+	list, err := bed.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// eventsWith returns the events of an object with reason whose message
+// contains substr.
+func eventsWith(ctx context.Context, ns, kind, name, reason, substr string) ([]corev1.Event, error) {
+	evs, err := events(ctx, ns, kind, name)
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Event
+	for _, e := range evs {
+		if e.Reason == reason && strings.Contains(e.Message, substr) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// capacityObject returns the CSIStorageCapacity of node and storage class
+// (nil when there is none).
+func capacityObject(ctx context.Context, node, sc string) (*storagev1.CSIStorageCapacity, error) {
+	list, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var found *storagev1.CSIStorageCapacity
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.StorageClassName != sc || c.NodeTopology == nil || c.NodeTopology.MatchLabels[cluster.TopologyKey] != node {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("two CSIStorageCapacity objects for node %s and class %s: %s and %s", node, sc, found.Name, c.Name)
+		}
+		found = c
+	}
+	return found, nil
+}
+
+// capacityBytes is the published capacity of node and class, -1 when no
+// object exists.
+func capacityBytes(ctx context.Context, node, sc string) (int64, error) {
+	c, err := capacityObject(ctx, node, sc)
+	if err != nil || c == nil || c.Capacity == nil {
+		return -1, err
+	}
+	return c.Capacity.Value(), nil
+}
+
+// expectedThickCapacity is what carve should publish for the shipped thick
+// class on node n: VG free minus the spare, in whole extents.
+func expectedThickCapacity(ctx context.Context, n *cluster.Node) (int64, error) {
+	vg, err := n.LVM.VolumeGroup(ctx, n.VG.Name)
+	if err != nil {
+		return 0, err
+	}
+	class := shippedClass(thickClass)
+	if class == nil {
+		return 0, fmt.Errorf("the shipped device-class file has no class %q", thickClass)
+	}
+	spare := class.SpareBytes()
+	if vg.Free <= spare {
+		return 0, nil
+	}
+	avail := vg.Free - spare
+	return int64(avail - avail%vg.ExtentSize), nil
+}
+
+func shippedClass(name string) *config.DeviceClass {
+	for i := range bed.DeviceClasses.DeviceClasses {
+		if bed.DeviceClasses.DeviceClasses[i].Name == name {
+			return &bed.DeviceClasses.DeviceClasses[i]
+		}
+	}
+	return nil
+}
+
+// waitCapacitySettled waits until every node's published thick capacity
+// equals VG free minus spare, i.e. no refresh is pending.
+func waitCapacitySettled(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "published thick capacity to equal VG free - spare on every node", func(ctx context.Context) (bool, string, error) {
+		var off []string
+		for _, n := range bed.Nodes {
+			want, err := expectedThickCapacity(ctx, n)
+			if err != nil {
+				return false, "", err
+			}
+			got, err := capacityBytes(ctx, n.Name, thickSC)
+			if err != nil {
+				return false, "", err
+			}
+			if got != want {
+				off = append(off, fmt.Sprintf("%s published %d, VG says %d", n.Name, got, want))
+			}
+		}
+		return len(off) == 0, strings.Join(off, "; "), nil
+	})
+}
+
+// lvsByNode lists every LV of every node's volume group with carve's lvm
+// package.
+func lvsByNode(ctx context.Context) (map[string][]lvm.LogicalVolume, error) {
+	out := map[string][]lvm.LogicalVolume{}
+	for _, n := range bed.Nodes {
+		lvs, err := n.LVM.ListLVs(ctx, n.VG.Name)
+		if err != nil {
+			return nil, fmt.Errorf("lvs of node %s: %w", n.Name, err)
+		}
+		out[n.Name] = lvs
+	}
+	return out, nil
+}
+
+// lvOfPV finds the LV of a PV in every node's VG and returns the nodes
+// holding it, with the LV of the first.
+func lvOfPV(ctx context.Context, pvName string) ([]string, *lvm.LogicalVolume, error) {
+	all, err := lvsByNode(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var nodes []string
+	var found *lvm.LogicalVolume
+	for _, n := range bed.Nodes {
+		for i, lv := range all[n.Name] {
+			if lv.Name == driver.LVNameFor(pvName) || slices.Contains(lv.Tags, driver.VolumeTag(pvName)) {
+				nodes = append(nodes, n.Name)
+				if found == nil {
+					found = &all[n.Name][i]
+				}
+			}
+		}
+	}
+	return nodes, found, nil
+}
+
+// checkVolumeOnNode asserts that the PVC's PV has node affinity for node,
+// and that its LV exists in node's VG (and nowhere else) with the requested
+// size and carve's tags.
+func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.PersistentVolumeClaim, node string) {
+	t.Helper()
+	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get PV of %s: %v", pvc.Name, err)
+	}
+	if got := pvNode(pv); got != node {
+		t.Errorf("PV %s node affinity names %q, want %q (%+v)", pv.Name, got, node, pv.Spec.NodeAffinity)
+	}
+	n := bed.Node(node)
+	wantHandle := n.VG.Name + "/" + driver.LVNameFor(pv.Name)
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != cluster.DriverName || pv.Spec.CSI.VolumeHandle != wantHandle {
+		t.Errorf("PV %s CSI source %+v, want driver %s and handle %s", pv.Name, pv.Spec.CSI, cluster.DriverName, wantHandle)
+	}
+	nodes, lv, err := lvOfPV(ctx, pv.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 1 || nodes[0] != node {
+		t.Fatalf("LV of PV %s found on nodes %v, want exactly [%s]", pv.Name, nodes, node)
+	}
+	want := pvc.Spec.Resources.Requests.Storage().Value()
+	if int64(lv.Size) != want {
+		t.Errorf("LV %s/%s is %d bytes, PVC asked %d", lv.VolumeGroup, lv.Name, lv.Size, want)
+	}
+	for _, tag := range []string{driver.TagOwner, driver.VolumeTag(pv.Name), driver.TagClassPrefix + thickClass} {
+		if !slices.Contains(lv.Tags, tag) {
+			t.Errorf("LV %s/%s tags %v lack %q", lv.VolumeGroup, lv.Name, lv.Tags, tag)
+		}
+	}
+	if pvSize := pv.Spec.Capacity.Storage().Value(); pvSize != int64(lv.Size) {
+		t.Errorf("PV %s capacity %d, LV size %d", pv.Name, pvSize, lv.Size)
+	}
+}
+
+// pvNode is the node named by a PV's required node affinity on carve's
+// topology key.
+func pvNode(pv *corev1.PersistentVolume) string {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return ""
+	}
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Key == cluster.TopologyKey && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+				return e.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+// metricSum sums the samples of one metric whose labels contain every
+// label="value" pair given, over every node's carve plugin.
+func metricSum(ctx context.Context, name string, labels ...string) (float64, error) {
+	var total float64
+	for _, n := range bed.Nodes {
+		v, err := scrape(ctx, n.MetricsURL, name, labels...)
+		if err != nil {
+			return 0, fmt.Errorf("metrics of node %s: %w", n.Name, err)
+		}
+		total += v
+	}
+	return total, nil
+}
+
+// scrape reads a Prometheus text endpoint and sums the matching samples.
+func scrape(ctx context.Context, url, name string, labels ...string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	var total float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+line:
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		for _, want := range labels {
+			if !strings.Contains(l, want) {
+				continue line
+			}
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("sample %q: %w", l, err)
+		}
+		total += v
+	}
+	return total, sc.Err()
+}
+
+// createVolumeCalls counts CreateVolume calls on all nodes, from carve's own
+// carve_phase_duration_seconds histogram.
+func createVolumeCalls(ctx context.Context) (float64, error) {
+	return metricSum(ctx, "carve_phase_duration_seconds_count", `phase="create"`)
+}
+
+func gib(n int64) int64 { return n << 30 }

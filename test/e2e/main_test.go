@@ -1,0 +1,98 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/test/e2e/cluster"
+)
+
+// bed is the test bed every scenario shares; TestMain starts and stops it.
+var bed *cluster.Cluster
+
+// The simulated nodes: three volume groups of different sizes, so that
+// placement by capacity is visible.
+var nodeSpecs = []cluster.NodeSpec{
+	{Name: "node-small", VGSize: 2 << 30},
+	{Name: "node-medium", VGSize: 4 << 30},
+	{Name: "node-large", VGSize: 10 << 30},
+}
+
+func TestMain(m *testing.M) {
+	klog.InitFlags(nil)
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	cfg, err := configFromEnv()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: e2e tier cannot run: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
+	defer cancel()
+	start := time.Now()
+	bed, err = cluster.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting the e2e test bed: %v\n", err)
+		return 1
+	}
+	fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve plugin and csi-provisioner.\n",
+		time.Since(start).Round(time.Millisecond), len(bed.Nodes))
+	fmt.Printf("e2e: LVM on the host runs with activation DISABLED (lvm.conf global/activation=0 in each node's LVM_SYSTEM_DIR): LVs are metadata only, no /dev node appears. No kubelet runs: pods are scheduled and bound, containers never start.\n")
+	fmt.Printf("e2e: run directory (logs, kubeconfig) %s\n", bed.Config.RunDir)
+
+	code := m.Run()
+	if code != 0 {
+		bed.DumpLogs(30)
+	}
+	if err := bed.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: tearing the test bed down: %v\n", err)
+		code = 1
+	}
+	left, err := bed.LeftOverLoopDevices(context.Background())
+	switch {
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "FAIL: listing loop devices after teardown: %v\n", err)
+		code = 1
+	case len(left) > 0:
+		fmt.Fprintf(os.Stderr, "FAIL: loop devices left behind after teardown: %v\n", left)
+		code = 1
+	default:
+		fmt.Println("e2e: teardown left no process, volume group or loop device behind")
+	}
+	return code
+}
+
+// configFromEnv reads where the binaries are: CARVE_E2E_BIN (the directory
+// hack/e2e-tools.sh prints) and CARVE_BIN (bin/carve); make test-e2e sets
+// both.
+func configFromEnv() (cluster.Config, error) {
+	binDir := os.Getenv("CARVE_E2E_BIN")
+	carve := os.Getenv("CARVE_BIN")
+	if binDir == "" || carve == "" {
+		return cluster.Config{}, fmt.Errorf("CARVE_E2E_BIN (control-plane binaries, from hack/e2e-tools.sh) and CARVE_BIN (make build) must be set; run `make test-e2e` as root")
+	}
+	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "kubernetes"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	cfg := cluster.Config{
+		BinDir:    binDir,
+		CarveBin:  carve,
+		DeployDir: deploy,
+		Nodes:     nodeSpecs,
+		Lifetime:  25 * time.Minute,
+	}
+	return cfg, cluster.Requirements(cfg)
+}

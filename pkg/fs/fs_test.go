@@ -157,6 +157,28 @@ func TestMountPointAndCleanup(t *testing.T) {
 	}
 }
 
+// With the host mounter, cleaning up a directory that is not a mount point
+// removes it without running umount (umount would fail: "not mounted").
+func TestHostMounterCleanupOfPlainDirectory(t *testing.T) {
+	tools := fstest.New()
+	f := New(NewHostMounter(tools), tools)
+	dir := filepath.Join(t.TempDir(), "staging")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := f.Cleanup(testCtx(), dir); err != nil {
+			t.Fatalf("Cleanup %d: %v", i, err)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("directory left: %v", err)
+	}
+	if calls := tools.Calls(); len(calls) != 0 {
+		t.Errorf("ran %v on a directory that is not a mount point", calls)
+	}
+}
+
 func TestResize(t *testing.T) {
 	cases := []struct {
 		format string

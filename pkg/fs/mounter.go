@@ -47,6 +47,12 @@ func (h *HostMounter) Unmount(target string) error {
 	return h.WithContext(context.Background()).Unmount(target)
 }
 
+// CanSafelySkipMountPointCheck is false: mount-utils' Mounter answers true
+// when its own Unmount ignores "not mounted", and then CleanupMountPoint
+// unmounts without looking first. carve's umount runs through exec, so the
+// mount point is checked before unmounting.
+func (h *HostMounter) CanSafelySkipMountPointCheck() bool { return false }
+
 type boundMounter struct {
 	mount.Interface
 	exec utilexec.Interface
@@ -88,6 +94,9 @@ func (b *boundMounter) run(source, target, fsType string, options, sensitive []s
 	}
 	return nil
 }
+
+// CanSafelySkipMountPointCheck: see HostMounter's.
+func (b *boundMounter) CanSafelySkipMountPointCheck() bool { return false }
 
 func (b *boundMounter) Unmount(target string) error {
 	out, err := b.exec.CommandContext(b.ctx, "umount", target).CombinedOutput()

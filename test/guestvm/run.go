@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -255,6 +256,8 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	cmd.Stdout = teeTo(&console, spec.Console)
 	cmd.Stderr = &qemuErr
 	cmd.WaitDelay = 5 * time.Second
+	// If this process dies (a go test timeout panics), qemu must not live on.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
 	var stdout, stderr syncBuffer
 	start := time.Now()

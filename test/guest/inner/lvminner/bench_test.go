@@ -27,22 +27,22 @@ func BenchmarkCreateRemove(b *testing.B) {
 	ctx := context.Background()
 	vg := newVG(b, gib)
 	obs := &countingObserver{}
-	c := lvm.New(lvm.Options{Observer: obs})
+	c := lvm.New(lvm.Options{Observer: obs, Env: vg.Env()})
 	const size = 16 * mib
 	tags := []string{"carve.dev/bench"}
 	pkg := func(name string) {
-		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: name, Size: size, Tags: tags}); err != nil {
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: name, Size: size, Tags: tags}); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.RemoveLV(ctx, vg, name); err != nil {
+		if err := c.RemoveLV(ctx, vg.Name, name); err != nil {
 			b.Fatal(err)
 		}
 	}
 	// The same command lines the package builds.
 	raw := func(name string) {
-		run(b, "lvm", "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y", "--name", name,
-			"--size", fmt.Sprintf("%db", size), "--addtag", tags[0], vg)
-		run(b, "lvm", "lvremove", "--yes", vg+"/"+name)
+		lvmRaw(b, vg, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y", "--name", name,
+			"--size", fmt.Sprintf("%db", size), "--addtag", tags[0], vg.Name)
+		lvmRaw(b, vg, "lvremove", "--yes", vg.Name+"/"+name)
 	}
 	// Warm up both (the package reads the VG's extent size once).
 	pkg("warm-pkg")
@@ -77,12 +77,12 @@ func BenchmarkReport(b *testing.B) {
 	ctx := context.Background()
 	vg := newVG(b, gib)
 	newThinPool(b, vg, "pool", 128*mib)
-	c := lvm.New(lvm.Options{})
+	c := lvm.New(lvm.Options{Env: vg.Env()})
 	for i := 0; i < 4; i++ {
-		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: fmt.Sprintf("thick%d", i), Size: 8 * mib}); err != nil {
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: fmt.Sprintf("thick%d", i), Size: 8 * mib}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: fmt.Sprintf("thin%d", i), Size: 64 * mib, ThinPool: "pool"}); err != nil {
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: fmt.Sprintf("thin%d", i), Size: 64 * mib, ThinPool: "pool"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,12 +91,12 @@ func BenchmarkReport(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if r.FindThinPool(vg, "pool") == nil {
+		if r.FindThinPool(vg.Name, "pool") == nil {
 			b.Fatal("Report lost the thin pool")
 		}
 	}
 	raw := func() {
-		run(b, "lvm", "lvs", "--all", "--reportformat", "json", "--units", "b", "--nosuffix")
+		lvmRaw(b, vg, "lvs", "--all", "--reportformat", "json", "--units", "b", "--nosuffix")
 	}
 	pkg()
 	raw()

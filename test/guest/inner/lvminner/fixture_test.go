@@ -5,14 +5,13 @@ package lvminner
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/carve-csi/carve/test/lvmtest"
 )
 
 const (
@@ -20,73 +19,49 @@ const (
 	gib = uint64(1) << 30
 )
 
-// vgSeq keeps VG names unique within the run.
-var vgSeq atomic.Int32
-
-// run runs a command with a deadline and returns its stdout; a failure
-// fails the test with the command's stderr.
+// run runs a command (mkfs, resize2fs, blkid) with a deadline and returns
+// its stdout; a failure fails the test with the command's stderr.
 func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
-	out, err := runErr(name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func runErr(name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "LVM_SUPPRESS_FD_WARNINGS=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, stderr.String())
 	}
-	return stdout.String(), nil
+	return stdout.String()
 }
 
-// newVG makes a volume group on a loop device over a sparse file in the
-// guest's /tmp (a tmpfs: only written blocks take memory) and removes it
-// all when the test ends.
-func newVG(t testing.TB, size uint64) string {
+// newVG makes a volume group with activation on, on a loop device over a
+// sparse file in the guest's /tmp (a tmpfs: only written blocks take
+// memory), with an lvm.conf of its own that scans only that device; it is
+// removed when the test ends. Pass vg.Env() to lvm.Options.Env.
+func newVG(t testing.TB, size uint64) *lvmtest.LoopVG {
 	t.Helper()
-	name := fmt.Sprintf("carvegt%d", vgSeq.Add(1))
-	img := filepath.Join(t.TempDir(), name+".img")
-	f, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(int64(size)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	dev := strings.TrimSpace(run(t, "losetup", "--find", "--show", img))
-	t.Cleanup(func() {
-		if _, err := runErr("losetup", "--detach", dev); err != nil {
-			t.Error(err)
-		}
-	})
-	run(t, "lvm", "pvcreate", "--yes", dev)
-	run(t, "lvm", "vgcreate", "--physicalextentsize", "4m", name, dev)
-	t.Cleanup(func() {
-		if _, err := runErr("lvm", "vgremove", "--yes", "--force", name); err != nil {
-			t.Error(err)
-		}
-		if _, err := runErr("lvm", "pvremove", "--yes", dev); err != nil {
-			t.Error(err)
-		}
-	})
-	return name
+	return lvmtest.New(t, lvmtest.Options{Name: lvmtest.UniqueName("carvegt"), Size: int64(size), Activation: true})
 }
 
 // newThinPool makes a thin pool with raw lvcreate: creating pools is not
 // the package's job, the administrator makes them.
-func newThinPool(t testing.TB, vg, pool string, size uint64) {
+func newThinPool(t testing.TB, vg *lvmtest.LoopVG, pool string, size uint64) {
 	t.Helper()
-	run(t, "lvm", "lvcreate", "--yes", "--type", "thin-pool", "--name", pool,
-		"--size", fmt.Sprintf("%db", size), vg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := vg.CreateThinPool(ctx, pool, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lvmRaw runs a raw lvm command against vg's configuration.
+func lvmRaw(t testing.TB, vg *lvmtest.LoopVG, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := vg.LVM(ctx, args...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // isBlockDevice tells whether path exists and is a block device node.

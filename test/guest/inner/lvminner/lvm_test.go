@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/test/lvmtest"
 )
 
-func newClient() *lvm.Client {
-	return lvm.New(lvm.Options{Timeout: 2 * time.Minute})
+func newClient(vg *lvmtest.LoopVG) *lvm.Client {
+	return lvm.New(lvm.Options{Timeout: 2 * time.Minute, Env: vg.Env()})
 }
 
 func testContext(t *testing.T) context.Context {
@@ -30,7 +31,7 @@ func testContext(t *testing.T) context.Context {
 func TestActivation(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
-	c := newClient()
+	c := newClient(vg)
 	tests := []struct {
 		name     string
 		size     uint64
@@ -42,14 +43,14 @@ func TestActivation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: "act-" + tt.name, Size: tt.size, Tags: tt.tags})
+			lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "act-" + tt.name, Size: tt.size, Tags: tt.tags})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !isBlockDevice(lv.Path) {
 				t.Fatalf("%s is not a block device after CreateLV", lv.Path)
 			}
-			got, err := c.GetLV(ctx, vg, lv.Name)
+			got, err := c.GetLV(ctx, vg.Name, lv.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,13 +58,13 @@ func TestActivation(t *testing.T) {
 				t.Errorf("GetLV = active %v type %s size %d, want active thick %d (attr %q)",
 					got.Attr.Active, got.Attr.Type, got.Size, tt.wantSize, got.Attr.Raw)
 			}
-			if err := c.RemoveLV(ctx, vg, lv.Name); err != nil {
+			if err := c.RemoveLV(ctx, vg.Name, lv.Name); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := os.Stat(lv.Path); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s still there after RemoveLV: %v", lv.Path, err)
 			}
-			if _, err := c.GetLV(ctx, vg, lv.Name); !errors.Is(err, lvm.ErrNotFound) {
+			if _, err := c.GetLV(ctx, vg.Name, lv.Name); !errors.Is(err, lvm.ErrNotFound) {
 				t.Errorf("GetLV after RemoveLV = %v, want ErrNotFound", err)
 			}
 		})
@@ -76,8 +77,8 @@ func TestThinVolumeAndPoolUsage(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
 	newThinPool(t, vg, "pool", 128*mib)
-	c := newClient()
-	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: "thin1", Size: 512 * mib, ThinPool: "pool"})
+	c := newClient(vg)
+	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "thin1", Size: 512 * mib, ThinPool: "pool"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +91,13 @@ func TestThinVolumeAndPoolUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := r.FindLV(vg, "thin1")
+	got := r.FindLV(vg.Name, "thin1")
 	if got == nil || got.Attr.Type != lvm.TypeThin || got.Pool != "pool" || !got.Attr.Active || got.Size != 512*mib {
 		t.Fatalf("Report LV thin1 = %+v, want an active thin LV of 512 MiB in pool", got)
 	}
-	p := r.FindThinPool(vg, "pool")
+	p := r.FindThinPool(vg.Name, "pool")
 	if p == nil {
-		t.Fatalf("Report has no thin pool %s/pool: %+v", vg, r.ThinPools)
+		t.Fatalf("Report has no thin pool %s/pool: %+v", vg.Name, r.ThinPools)
 	}
 	t.Logf("pool: size %d data %.2f%% metadata %.2f%% virtual %d thin volumes %d", p.Size, p.DataPercent, p.MetadataPercent, p.VirtualSize, p.ThinVolumes)
 	// 32 MiB of 128 MiB written: 25% (LVM rounds to chunks).
@@ -117,13 +118,13 @@ func TestThinSnapshot(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
 	newThinPool(t, vg, "pool", 256*mib)
-	c := newClient()
-	origin, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: "origin", Size: 64 * mib, ThinPool: "pool"})
+	c := newClient(vg)
+	origin, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "origin", Size: 64 * mib, ThinPool: "pool"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fill(t, origin.Path, 'A', int(4*mib))
-	snap, err := c.CreateThinSnapshot(ctx, vg, "origin", "snap", []string{"carve.dev/snapshot"})
+	snap, err := c.CreateThinSnapshot(ctx, vg.Name, "origin", "snap", []string{"carve.dev/snapshot"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,14 +139,14 @@ func TestThinSnapshot(t *testing.T) {
 	if got := readHead(t, origin.Path, 1); got[0] != 'B' {
 		t.Errorf("origin reads %q after the rewrite, want B", got[0])
 	}
-	lv, err := c.GetLV(ctx, vg, "snap")
+	lv, err := c.GetLV(ctx, vg.Name, "snap")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lv.Attr.Type != lvm.TypeThin || lv.Origin != "origin" || lv.Pool != "pool" || lv.Size != 64*mib || lv.Attr.ActivationSkip {
 		t.Errorf("GetLV(snap) = %+v, want a thin LV of 64 MiB with origin origin in pool, activation not skipped", lv)
 	}
-	found, err := c.FindByTag(ctx, vg, "carve.dev/snapshot")
+	found, err := c.FindByTag(ctx, vg.Name, "carve.dev/snapshot")
 	if err != nil || len(found) != 1 || found[0].Name != "snap" {
 		t.Errorf("FindByTag = %v, %v, want the snapshot", found, err)
 	}
@@ -156,8 +157,8 @@ func TestThinSnapshot(t *testing.T) {
 func TestOnlineExtendExt4(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
-	c := newClient()
-	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: "grow", Size: 64 * mib})
+	c := newClient(vg)
+	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "grow", Size: 64 * mib})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestOnlineExtendExt4(t *testing.T) {
 	}
 	before := fsSize(t, dir)
 
-	grown, err := c.ExtendLV(ctx, vg, "grow", 200*mib)
+	grown, err := c.ExtendLV(ctx, vg.Name, "grow", 200*mib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestOnlineExtendExt4(t *testing.T) {
 		t.Errorf("file after the resize: %v, equal %v", err, bytes.Equal(got, data))
 	}
 	// Asking again for a size it already has changes nothing.
-	again, err := c.ExtendLV(ctx, vg, "grow", 100*mib)
+	again, err := c.ExtendLV(ctx, vg.Name, "grow", 100*mib)
 	if err != nil || again.Size != 200*mib {
 		t.Errorf("ExtendLV to a smaller size = %+v, %v, want the LV unchanged at 200 MiB", again, err)
 	}
@@ -198,7 +199,7 @@ func TestOnlineExtendExt4(t *testing.T) {
 func TestFilesystemSmoke(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, 2*gib)
-	c := newClient()
+	c := newClient(vg)
 	tests := []struct {
 		fs   string
 		size uint64
@@ -211,7 +212,7 @@ func TestFilesystemSmoke(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.fs, func(t *testing.T) {
-			lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: "fs-" + tt.fs, Size: tt.size})
+			lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "fs-" + tt.fs, Size: tt.size})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +232,7 @@ func TestFilesystemSmoke(t *testing.T) {
 				t.Errorf("data after remount: %v, equal %v", err, bytes.Equal(got, data))
 			}
 			unmount(t, dir)
-			if err := c.RemoveLV(ctx, vg, lv.Name); err != nil {
+			if err := c.RemoveLV(ctx, vg.Name, lv.Name); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -242,17 +243,17 @@ func TestFilesystemSmoke(t *testing.T) {
 func TestRemoveOpenLV(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
-	c := newClient()
-	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: "busy", Size: 64 * mib})
+	c := newClient(vg)
+	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "busy", Size: 64 * mib})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, "mkfs.ext4", "-q", "-F", lv.Path)
 	mount(t, lv.Path, "ext4")
-	if err := c.RemoveLV(ctx, vg, "busy"); err == nil {
+	if err := c.RemoveLV(ctx, vg.Name, "busy"); err == nil {
 		t.Fatal("RemoveLV of a mounted LV succeeded")
 	}
-	got, err := c.GetLV(ctx, vg, "busy")
+	got, err := c.GetLV(ctx, vg.Name, "busy")
 	if err != nil || !got.Attr.Open {
 		t.Errorf("GetLV after the refused remove = %+v, %v, want it there and open", got, err)
 	}

@@ -370,3 +370,40 @@ func TestRunScriptAndQemuArgs(t *testing.T) {
 		t.Errorf("qemu args use KVM, which hangs on these machines: %s", args)
 	}
 }
+
+func TestPlaceFile(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(src, []byte("binary"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		file     File
+		wantData string
+		wantMode os.FileMode
+	}{
+		{name: "data", file: File{Name: "conf/a.yaml", Data: []byte("k: v")}, wantData: "k: v", wantMode: 0o644},
+		{name: "source, default mode", file: File{Name: "bin/x", Source: src}, wantData: "binary", wantMode: 0o755},
+		{name: "source, same mode", file: File{Name: "y", Source: src, Mode: 0o700}, wantData: "binary", wantMode: 0o700},
+	}
+	work := t.TempDir()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Twice: a file left by an earlier run is replaced.
+			for i := 0; i < 2; i++ {
+				if err := placeFile(work, tt.file); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dst := filepath.Join(work, tt.file.Name)
+			b, err := os.ReadFile(dst)
+			st, _ := os.Stat(dst)
+			if err != nil || string(b) != tt.wantData || st.Mode().Perm() != tt.wantMode {
+				t.Errorf("%s = %q mode %v, %v; want %q mode %v", dst, b, st.Mode().Perm(), err, tt.wantData, tt.wantMode)
+			}
+		})
+	}
+	if st, _ := os.Stat(src); st.Mode().Perm() != 0o700 {
+		t.Errorf("placing changed the source's mode to %v", st.Mode().Perm())
+	}
+}

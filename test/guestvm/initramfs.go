@@ -138,6 +138,8 @@ func buildInitramfs(init, busybox string, modules []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The cpio writer keeps its first error and Close returns it, so the
+	// calls below need no check each.
 	c := newCPIOWriter(zw)
 	for _, d := range []string{"bin", "dev", "proc", "sys", "host", "rw", "newroot", "modules", "tmp"} {
 		c.Dir(d, 0o755)

@@ -293,8 +293,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 					res.BootTime = time.Since(start)
 				} else if time.Since(start) > spec.BootTimeout {
 					bootTimedOut = true
-					// Kill our own qemu by its pid; Wait below reports it.
-					cmd.Process.Kill()
+					// Kill our own qemu by its pid; Wait below reports
+					// how it ended, so the error here adds nothing.
+					cmd.Process.Kill() //nolint:errcheck
 				}
 			}
 			out.poll()
@@ -389,7 +390,11 @@ func placeFile(workDir string, f File) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
 	}
-	os.Remove(dst)
+	// A file left by an earlier run in the same work directory is replaced
+	// (a hard link must not write through to the old file's other name).
+	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
+	}
 	mode := f.Mode
 	if f.Data != nil {
 		if mode == 0 {
@@ -403,8 +408,12 @@ func placeFile(workDir string, f File) error {
 	if mode == 0 {
 		mode = 0o755
 	}
-	if err := os.Link(f.Source, dst); err == nil {
-		return os.Chmod(dst, mode)
+	// A hard link is free, but shares the mode with the source: link only
+	// when the mode is already the one asked for, copy otherwise.
+	if st, err := os.Stat(f.Source); err == nil && st.Mode().Perm() == mode.Perm() {
+		if err := os.Link(f.Source, dst); err == nil {
+			return nil
+		}
 	}
 	in, err := os.Open(f.Source)
 	if err != nil {
@@ -501,7 +510,9 @@ func (t *tail) poll() {
 		}
 		t.f = f
 	}
-	io.Copy(t.w, t.f)
+	// The first writer is always the Result's buffer, which cannot fail;
+	// a failing caller's writer must not stop the run.
+	io.Copy(t.w, t.f) //nolint:errcheck
 }
 
 func (t *tail) close() {

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -43,6 +44,10 @@ type ControllerServer struct {
 	cfg   ControllerConfig
 	node  topology.Node
 	locks *volumelock.Locks
+	// createMu serializes CreateVolume's room check with its lvcreate: two
+	// volumes that each fit alone must not both pass the check and together
+	// eat into the spare.
+	createMu sync.Mutex
 }
 
 var _ csi.ControllerServer = (*ControllerServer)(nil)
@@ -121,6 +126,8 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer unlock()
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
 
 	room, err := s.cfg.View.Capacity(class)
 	if err != nil {
@@ -165,6 +172,14 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		}
 		s.cfg.View.Created(*existing)
 		return s.createResponse(existing, class), nil
+	}
+	if errors.Is(err, lvm.ErrInsufficientSpace) {
+		// LVM had less room than the view: something outside carve took
+		// space. Re-read now so that the capacity published next (the
+		// provisioner asks again right after this error) is true.
+		if rerr := s.cfg.View.Refresh(ctx); rerr != nil {
+			log.Error(rerr, "Refreshing the volume-group view after an out-of-space lvcreate failed")
+		}
 	}
 	if err != nil {
 		return nil, toStatus(err, "creating LV "+VolumeID(class.VolumeGroup, lvName))

@@ -89,8 +89,10 @@ func newNamespace(t *testing.T, prefix string) string {
 	return ns
 }
 
-// deleteNamespaceVolumes deletes a namespace's pods (force: no kubelet
-// confirms) and PVCs, then waits up to 2 minutes for their PVs to go.
+// deleteNamespaceVolumes deletes a namespace's StatefulSets (waiting until
+// they are gone, so that none makes new pods or PVCs), its pods (force: no
+// kubelet confirms) and PVCs, then waits up to 2 minutes for the PVCs and
+// their PVs to go.
 func deleteNamespaceVolumes(t *testing.T, ns string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -100,24 +102,38 @@ func deleteNamespaceVolumes(t *testing.T, ns string) {
 	if err := cs.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Errorf("delete StatefulSets of %s: %v", ns, err)
 	}
+	waitFor(t, time.Minute, "StatefulSets of namespace "+ns+" to be deleted", func(ctx context.Context) (bool, string, error) {
+		list, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items)), nil
+	})
 	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
 		t.Errorf("delete pods of %s: %v", ns, err)
 	}
 	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Errorf("delete PVCs of %s: %v", ns, err)
 	}
-	waitFor(t, 2*time.Minute, "PVs of namespace "+ns+" to be deleted", func(ctx context.Context) (bool, string, error) {
+	waitFor(t, 2*time.Minute, "PVCs of namespace "+ns+" and their PVs to be deleted", func(ctx context.Context) (bool, string, error) {
+		pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
 		pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		var left []string
+		for _, pvc := range pvcs.Items {
+			left = append(left, "PVC "+pvc.Name)
+		}
 		for _, pv := range pvs.Items {
 			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
-				left = append(left, pv.Name+"("+string(pv.Status.Phase)+")")
+				left = append(left, "PV "+pv.Name+"("+string(pv.Status.Phase)+")")
 			}
 		}
-		return len(left) == 0, "PVs left: " + strings.Join(left, ", "), nil
+		return len(left) == 0, "left: " + strings.Join(left, ", "), nil
 	})
 	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete namespace %s: %v", ns, err)
@@ -175,6 +191,9 @@ func waitBound(t *testing.T, ns, name string, timeout time.Duration) *corev1.Per
 	waitFor(t, timeout, "PVC "+ns+"/"+name+" to be Bound", func(ctx context.Context) (bool, string, error) {
 		var err error
 		pvc, err = bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "not created yet", nil
+		}
 		if err != nil {
 			return false, "", err
 		}
@@ -189,6 +208,9 @@ func waitPodNode(t *testing.T, ns, name string, timeout time.Duration) string {
 	var node string
 	waitFor(t, timeout, "pod "+ns+"/"+name+" to be bound to a node", func(ctx context.Context) (bool, string, error) {
 		pod, err := bed.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "not created yet", nil
+		}
 		if err != nil {
 			return false, "", err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
 )
 
@@ -50,8 +51,7 @@ type NodeServer struct {
 	// busy holds the IDs of volumes with an operation in flight: a second
 	// operation on the same volume gets Aborted and is retried by kubelet,
 	// rather than racing the first on the same mount points.
-	busyMu sync.Mutex
-	busy   map[string]bool
+	busy *volumelock.Locks
 
 	// classes caches the device class of a volume for metric labels, so
 	// unpublish and unstage need not ask LVM.
@@ -63,7 +63,7 @@ var _ csi.NodeServer = (*NodeServer)(nil)
 
 // NewNodeServer returns the Node server of cfg.
 func NewNodeServer(cfg NodeConfig) *NodeServer {
-	return &NodeServer{cfg: cfg, busy: map[string]bool{}, classes: map[string]string{}}
+	return &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}}
 }
 
 // NodeGetCapabilities implements csi.NodeServer.
@@ -93,20 +93,13 @@ func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 
 // acquire marks a volume busy; release undoes it.
 func (n *NodeServer) acquire(volumeID string) error {
-	n.busyMu.Lock()
-	defer n.busyMu.Unlock()
-	if n.busy[volumeID] {
+	if !n.busy.TryAcquire(volumeID) {
 		return status.Errorf(codes.Aborted, "an operation on volume %q is in progress", volumeID)
 	}
-	n.busy[volumeID] = true
 	return nil
 }
 
-func (n *NodeServer) release(volumeID string) {
-	n.busyMu.Lock()
-	defer n.busyMu.Unlock()
-	delete(n.busy, volumeID)
-}
+func (n *NodeServer) release(volumeID string) { n.busy.Release(volumeID) }
 
 // classOf returns the cached device class of a volume.
 func (n *NodeServer) classOf(volumeID string) (string, bool) {

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build lint test test-unit test-host test-guest test-deploy deploy-tools bench deps clean cachedir
+.PHONY: all build lint test test-unit test-host test-guest test-deploy deploy-tools test-e2e demo bench deps clean cachedir
 
 all: build
 
@@ -48,6 +48,22 @@ deploy-tools: cachedir
 
 test-deploy: deps deploy-tools
 	$(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
+
+# End to end on a real control plane (test/e2e; docs/development.md): etcd,
+# kube-apiserver, kube-scheduler, kube-controller-manager and csi-provisioner
+# built from the Go module proxy by hack/e2e-tools.sh (cached under
+# $(CACHE)/e2e/<hash of the pins>), three simulated nodes on loop-device
+# volume groups with LVM activation disabled. No kubelet runs.
+test-e2e: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ 2>&1 | tee $(CACHE)/test-e2e.log | ./hack/summarize-go-test.sh e2e
+
+# The newcomer's tour (root): the e2e cluster with three nodes of 2, 4 and
+# 10 GiB, an example StorageClass and StatefulSet, a table of where every
+# volume landed; up until Ctrl-C, then everything is torn down.
+demo: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
+	  $(BIN)/carve-demo --bin-dir $$bindir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
 test: lint test-unit test-host test-guest test-deploy
 

@@ -71,6 +71,13 @@ func run(m *testing.M) int {
 	default:
 		fmt.Println("e2e: teardown left no process, volume group or loop device behind")
 	}
+	if code == 0 {
+		if err := os.RemoveAll(bed.Config.RunDir); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: removing the run directory: %v\n", err)
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", filepath.Join(bed.Config.RunDir, "logs"))
+	}
 	return code
 }
 

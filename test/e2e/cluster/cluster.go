@@ -240,8 +240,8 @@ func (c *Cluster) DumpLogs(lines int) {
 	}
 }
 
-// Stop stops every process (by its own pid) and removes the volume groups
-// and loop devices. Logs stay in the run directory.
+// Stop stops every process (by its own pid) and removes the volume groups,
+// loop devices and etcd's data. Logs stay in the run directory.
 func (c *Cluster) Stop() error {
 	var errs []error
 	for _, n := range c.Nodes {
@@ -251,6 +251,11 @@ func (c *Cluster) Stop() error {
 	}
 	if c.Control != nil {
 		c.Control.Stop()
+		// etcd preallocates tens of MB of WAL; the logs are what is worth
+		// keeping.
+		if err := os.RemoveAll(filepath.Join(c.Config.RunDir, "etcd")); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, n := range c.Nodes {
 		if n.VG != nil {

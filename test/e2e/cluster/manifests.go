@@ -53,32 +53,48 @@ func LoadManifests(dir string) (*Manifests, error) {
 		if err != nil {
 			return nil, err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			if len(obj) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{Object: obj}
-			if u.GetKind() == "" || u.GetAPIVersion() == "" {
-				return nil, fmt.Errorf("%s: a document without kind or apiVersion", f)
-			}
-			m.Objects = append(m.Objects, u)
+		objs, err := ParseManifests(data, f)
+		if err != nil {
+			return nil, err
 		}
+		m.Objects = append(m.Objects, objs.Objects...)
 	}
 	if len(m.Objects) == 0 {
 		return nil, fmt.Errorf("no manifests in %s", dir)
 	}
+	m.sort()
+	return m, nil
+}
+
+// ParseManifests decodes multi-document YAML; source names it in errors.
+func ParseManifests(data []byte, source string) (*Manifests, error) {
+	m := &Manifests{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("%s: a document without kind or apiVersion", source)
+		}
+		m.Objects = append(m.Objects, u)
+	}
+	m.sort()
+	return m, nil
+}
+
+func (m *Manifests) sort() {
 	sort.SliceStable(m.Objects, func(i, j int) bool {
 		return order(m.Objects[i].GetKind()) < order(m.Objects[j].GetKind())
 	})
-	return m, nil
 }
 
 func order(kind string) int {

@@ -1,0 +1,250 @@
+// Command demo is `make demo`: it starts carve's end-to-end test bed (a real
+// etcd, kube-apiserver, kube-scheduler and kube-controller-manager, and
+// three simulated nodes with volume groups of 2, 4 and 10 GiB, each running
+// `carve plugin` and csi-provisioner), applies an example StorageClass and
+// StatefulSet, prints where every volume landed, and keeps the cluster up
+// until Ctrl-C, then tears everything down. It needs root (loop devices,
+// LVM). No kubelet runs, so containers never start.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/test/e2e/cluster"
+)
+
+//go:embed demo.yaml
+var example []byte
+
+// options are the demo's flags.
+type options struct {
+	binDir, carve, deploy string
+	lifetime, wait        time.Duration
+}
+
+func main() {
+	o := options{}
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CARVE_E2E_BIN"), "directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, csi-provisioner (hack/e2e-tools.sh)")
+	fs.StringVar(&o.carve, "carve", "bin/carve", "the carve binary (make build)")
+	fs.StringVar(&o.deploy, "deploy", "deploy/kubernetes", "carve's manifests")
+	fs.DurationVar(&o.lifetime, "lifetime", 8*time.Hour, "the cluster is torn down after this even without Ctrl-C")
+	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "how long to wait for every PVC to be Bound")
+	klog.InitFlags(fs)
+	if err := fs.Set("v", "0"); err != nil {
+		panic(err)
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	start := time.Now()
+	if o.binDir == "" {
+		return errors.New("--bin-dir (or CARVE_E2E_BIN) is required; `make demo` sets it")
+	}
+	carve, err := filepath.Abs(o.carve)
+	if err != nil {
+		return err
+	}
+	deploy, err := filepath.Abs(o.deploy)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.lifetime)
+	defer cancel()
+
+	fmt.Println("Starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager and three simulated nodes...")
+	bed, err := cluster.Start(ctx, cluster.Config{
+		BinDir: o.binDir, CarveBin: carve, DeployDir: deploy, Lifetime: o.lifetime,
+		Nodes: []cluster.NodeSpec{
+			{Name: "node-small", VGSize: 2 << 30},
+			{Name: "node-medium", VGSize: 4 << 30},
+			{Name: "node-large", VGSize: 10 << 30},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("\nTearing down: stopping every process, removing the volume groups and loop devices...")
+		if err := bed.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: teardown: %v\n", err)
+			return
+		}
+		fmt.Printf("Done. Logs stay in %s\n", filepath.Join(bed.Config.RunDir, "logs"))
+	}()
+
+	objs, err := cluster.ParseManifests(example, "demo.yaml")
+	if err != nil {
+		return err
+	}
+	if err := objs.Apply(ctx, bed.Control.Config); err != nil {
+		return fmt.Errorf("apply the example: %w", err)
+	}
+	fmt.Println("Applied StorageClass carve-demo and StatefulSet demo/db (6 replicas x 1 GiB); waiting for every PVC to be Bound...")
+	if err := waitBound(ctx, bed, "demo", 6, o.wait); err != nil {
+		bed.DumpLogs(20)
+		return err
+	}
+	if err := printTable(ctx, bed, "demo"); err != nil {
+		return err
+	}
+	fmt.Printf("\nTable printed %s after start.\n", time.Since(start).Round(100*time.Millisecond))
+	fmt.Printf(`
+LVM runs with activation disabled (the host kernel has no device-mapper): the
+LVs are real LVM metadata, but no /dev node appears. No kubelet runs: the pods
+are scheduled and bound to the nodes, their containers never start.
+
+Kubeconfig:  %s
+  e.g. kubectl --kubeconfig %s get pods,pvc,pv,csistoragecapacities -A
+`, bed.Control.Kubeconfig, bed.Control.Kubeconfig)
+	fmt.Println("Metrics:")
+	for _, n := range bed.Nodes {
+		fmt.Printf("  %-12s carve %s   csi-provisioner %s\n", n.Name, n.MetricsURL, n.ProvisionerMetricsURL)
+	}
+	fmt.Printf("Logs:        %s\n", filepath.Join(bed.Config.RunDir, "logs"))
+	for _, n := range bed.Nodes {
+		fmt.Printf("  lvs of %s: LVM_SYSTEM_DIR=%s lvs %s\n", n.Name, n.VG.ConfigDir, n.VG.Name)
+	}
+	fmt.Println("\nThe cluster stays up; press Ctrl-C to tear it down.")
+
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := bed.CheckAlive(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// waitBound waits until the namespace holds want PVCs, all Bound.
+func waitBound(ctx context.Context, bed *cluster.Cluster, ns string, want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		bound := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.ClaimBound {
+				bound++
+			}
+		}
+		if bound == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d PVCs in namespace %s Bound after %s", bound, want, ns, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// printTable prints pod -> node -> PVC -> PV -> LV (from lvs) -> the
+// node's remaining published capacity.
+func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
+	pods, err := bed.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+	caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	capacity := map[string]string{}
+	for _, c := range caps.Items {
+		if c.StorageClassName == "carve-demo" && c.NodeTopology != nil && c.Capacity != nil {
+			capacity[c.NodeTopology.MatchLabels[cluster.TopologyKey]] = quantity(c.Capacity)
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT")
+	for _, p := range pods.Items {
+		var claim string
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				claim = v.PersistentVolumeClaim.ClaimName
+			}
+		}
+		pvc, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		lvName, lvSize := "-", "-"
+		if n := bed.Node(p.Spec.NodeName); n != nil && pvc.Spec.VolumeName != "" {
+			lv, err := n.LVM.GetLV(ctx, n.VG.Name, driver.LVNameFor(pvc.Spec.VolumeName))
+			if err != nil {
+				return fmt.Errorf("lvs on %s for %s: %w", n.Name, pvc.Spec.VolumeName, err)
+			}
+			lvName = lv.VolumeGroup + "/" + lv.Name
+			lvSize = quantity(resource.NewQuantity(int64(lv.Size), resource.BinarySI))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName])
+	}
+	var idle []string
+	for _, n := range bed.Nodes {
+		used := false
+		for _, p := range pods.Items {
+			used = used || p.Spec.NodeName == n.Name
+		}
+		if !used {
+			idle = append(idle, fmt.Sprintf("%s (it publishes %s for carve-demo)", n.Name, capacity[n.Name]))
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(idle) > 0 {
+		fmt.Printf("No volume on %s.\n", strings.Join(idle, ", "))
+	}
+	return nil
+}
+
+// quantity prints bytes in Mi/Gi as Kubernetes would.
+func quantity(q *resource.Quantity) string {
+	v := q.Value()
+	switch {
+	case v%(1<<30) == 0:
+		return fmt.Sprintf("%dGi", v>>30)
+	case v%(1<<20) == 0:
+		return fmt.Sprintf("%dMi", v>>20)
+	}
+	return q.String()
+}

@@ -106,6 +106,9 @@ func TestSanity(t *testing.T) {
 	if outDir == "" {
 		outDir = t.TempDir()
 	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []classCase{{name: "thick"}, {name: "thin", thin: true}} {
 		t.Run(tc.name, func(t *testing.T) { runClass(t, tc, outDir) })
 	}
@@ -217,7 +220,9 @@ type specResult struct {
 type sanityCounts struct {
 	passed, failed int
 	skipped        []specResult
-	failures       []specResult
+	// pending are the specs csi-sanity itself disables (XIt).
+	pending  []specResult
+	failures []specResult
 }
 
 // summarize reads Ginkgo's JSON report and counts the It specs by state.
@@ -240,8 +245,10 @@ func summarize(path string) (sanityCounts, error) {
 			switch {
 			case s.State == types.SpecStatePassed:
 				c.passed++
-			case s.State == types.SpecStateSkipped || s.State == types.SpecStatePending:
+			case s.State == types.SpecStateSkipped:
 				c.skipped = append(c.skipped, res)
+			case s.State == types.SpecStatePending:
+				c.pending = append(c.pending, res)
 			default:
 				c.failed++
 				c.failures = append(c.failures, res)
@@ -252,7 +259,11 @@ func summarize(path string) (sanityCounts, error) {
 }
 
 func (c sanityCounts) print(class string, took time.Duration) {
-	fmt.Printf("SANITY %s: %d passed, %d failed, %d skipped (%s)\n", class, c.passed, c.failed, len(c.skipped), took.Round(time.Second))
+	fmt.Printf("SANITY %s: %d passed, %d failed, %d skipped, %d pending (%s)\n",
+		class, c.passed, c.failed, len(c.skipped), len(c.pending), took.Round(time.Second))
+	for _, p := range c.pending {
+		fmt.Printf("SANITY %s pending (disabled in csi-sanity itself): %s\n", class, p.name)
+	}
 	// Skips grouped by reason: most share one.
 	byReason := map[string][]string{}
 	for _, s := range c.skipped {

@@ -34,7 +34,7 @@ test-host: deps cachedir
 # docs/development.md). The initramfs is cached under $(CACHE)/guest.
 # Benchmarks (TestBench*) only run in `make bench`.
 test-guest: deps cachedir
-	$(GO) test -tags guesttest -count=1 -timeout 30m -skip '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/test-guest.log | ./hack/summarize-go-test.sh guest
+	$(GO) test -tags guesttest -count=1 -p 1 -timeout 30m -skip '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/test-guest.log | ./hack/summarize-go-test.sh guest
 
 # What users install: the kustomize base, the Helm chart, the Dockerfile,
 # the dashboard and the alert rules (test/deploy; root, for the plugin on a
@@ -69,7 +69,7 @@ test: lint test-unit test-host test-guest test-deploy
 
 # Package against raw lvm commands in the guest, printed as ratios.
 bench: deps cachedir
-	$(GO) test -tags guesttest -count=1 -timeout 40m -run '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
+	$(GO) test -tags guesttest -count=1 -p 1 -timeout 40m -run '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
 	@grep '^ratio' $(CACHE)/bench.log
 
 clean:

@@ -65,7 +65,7 @@ demo: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
 	  $(BIN)/carve-demo --bin-dir $$bindir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
-test: lint test-unit test-host test-guest test-deploy
+test: lint test-unit test-host test-guest test-deploy test-e2e
 
 # Package against raw lvm commands in the guest, printed as ratios.
 bench: deps cachedir

@@ -17,7 +17,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -47,7 +46,7 @@ func main() {
 	fs.StringVar(&o.carve, "carve", "bin/carve", "the carve binary (make build)")
 	fs.StringVar(&o.deploy, "deploy", "deploy/kubernetes", "carve's manifests")
 	fs.DurationVar(&o.lifetime, "lifetime", 8*time.Hour, "the cluster is torn down after this even without Ctrl-C")
-	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "how long to wait for every PVC to be Bound")
+	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "how long to wait for every PVC and pod to be bound")
 	klog.InitFlags(fs)
 	if err := fs.Set("v", "0"); err != nil {
 		panic(err)
@@ -107,10 +106,13 @@ func run(o options) error {
 	if err := objs.Apply(ctx, bed.Control.Config); err != nil {
 		return fmt.Errorf("apply the example: %w", err)
 	}
-	fmt.Println("Applied StorageClass carve-demo and StatefulSet demo/db (6 replicas x 1 GiB); waiting for every PVC to be Bound...")
-	if err := waitBound(ctx, bed, "demo", 6, o.wait); err != nil {
+	fmt.Println("Applied StorageClass carve-demo and StatefulSet demo/db (6 replicas x 1 GiB); waiting for every PVC and pod to be bound...")
+	if err := waitPlaced(ctx, bed, "demo", 6, o.wait); err != nil {
 		bed.DumpLogs(20)
 		return err
+	}
+	if err := waitCapacity(ctx, bed, 30*time.Second); err != nil {
+		fmt.Printf("(%v; the last column may lag)\n", err)
 	}
 	if err := printTable(ctx, bed, "demo"); err != nil {
 		return err
@@ -148,30 +150,88 @@ Kubeconfig:  %s
 	}
 }
 
-// waitBound waits until the namespace holds want PVCs, all Bound.
-func waitBound(ctx context.Context, bed *cluster.Cluster, ns string, want int, timeout time.Duration) error {
+// waitPlaced waits until the namespace holds want PVCs, all Bound, and
+// want pods, all bound to a node (the scheduler binds a pod only after its
+// volumes are Bound).
+func waitPlaced(ctx context.Context, bed *cluster.Cluster, ns string, want int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		list, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		pvcs, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
-		bound := 0
-		for _, p := range list.Items {
+		pods, err := bed.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		bound, placed := 0, 0
+		for _, p := range pvcs.Items {
 			if p.Status.Phase == corev1.ClaimBound {
 				bound++
 			}
 		}
-		if bound == want {
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				placed++
+			}
+		}
+		if bound == want && placed == want {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d PVCs in namespace %s Bound after %s", bound, want, ns, timeout)
+			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node", timeout, ns, bound, want, placed, want)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitCapacity waits until every node's published capacity for carve-demo
+// equals its VG free space minus the thick class's spare, so the table
+// shows capacity after the volumes, not before.
+func waitCapacity(ctx context.Context, bed *cluster.Cluster, timeout time.Duration) error {
+	var spare uint64
+	for i := range bed.DeviceClasses.DeviceClasses {
+		if c := &bed.DeviceClasses.DeviceClasses[i]; c.Name == "thick" {
+			spare = c.SpareBytes()
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		settled := 0
+		for _, n := range bed.Nodes {
+			vg, err := n.LVM.VolumeGroup(ctx, n.VG.Name)
+			if err != nil {
+				return err
+			}
+			var want int64
+			if vg.Free > spare {
+				want = int64((vg.Free - spare) / vg.ExtentSize * vg.ExtentSize)
+			}
+			for _, c := range caps.Items {
+				if c.StorageClassName == "carve-demo" && c.NodeTopology != nil && c.Capacity != nil &&
+					c.NodeTopology.MatchLabels[cluster.TopologyKey] == n.Name && c.Capacity.Value() == want {
+					settled++
+				}
+			}
+		}
+		if settled == len(bed.Nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("published capacity of %d of %d nodes not yet updated after %s", len(bed.Nodes)-settled, len(bed.Nodes), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
@@ -214,27 +274,32 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 				return fmt.Errorf("lvs on %s for %s: %w", n.Name, pvc.Spec.VolumeName, err)
 			}
 			lvName = lv.VolumeGroup + "/" + lv.Name
-			lvSize = quantity(resource.NewQuantity(int64(lv.Size), resource.BinarySI))
+			lvSize = bytes(lv.Size)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName])
-	}
-	var idle []string
-	for _, n := range bed.Nodes {
-		used := false
-		for _, p := range pods.Items {
-			used = used || p.Spec.NodeName == n.Name
-		}
-		if !used {
-			idle = append(idle, fmt.Sprintf("%s (it publishes %s for carve-demo)", n.Name, capacity[n.Name]))
-		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if len(idle) > 0 {
-		fmt.Printf("No volume on %s.\n", strings.Join(idle, ", "))
+	fmt.Fprintln(w, "\nNODE\tVG SIZE\tVG FREE\tVOLUMES\tPUBLISHED CAPACITY (free - spare)")
+	for _, n := range bed.Nodes {
+		vg, err := n.LVM.VolumeGroup(ctx, n.VG.Name)
+		if err != nil {
+			return fmt.Errorf("vgs on %s: %w", n.Name, err)
+		}
+		volumes := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == n.Name {
+				volumes++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", n.Name, bytes(vg.Size), bytes(vg.Free), volumes, capacity[n.Name])
 	}
-	return nil
+	return w.Flush()
+}
+
+func bytes(v uint64) string {
+	return quantity(resource.NewQuantity(int64(v), resource.BinarySI))
 }
 
 // quantity prints bytes in Mi/Gi as Kubernetes would.

@@ -108,6 +108,30 @@ func order(kind string) int {
 // validates the manifests as it would on a real cluster. Objects that exist
 // already are left alone.
 func (m *Manifests) Apply(ctx context.Context, cfg *rest.Config) error {
+	return m.each(cfg, func(ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+		return nil
+	})
+}
+
+// Missing returns the objects that the apiserver does not hold.
+func (m *Manifests) Missing(ctx context.Context, cfg *rest.Config) ([]string, error) {
+	var missing []string
+	err := m.each(cfg, func(ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+		_, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			missing = append(missing, obj.GetKind()+" "+obj.GetNamespace()+"/"+obj.GetName())
+			return nil
+		}
+		return err
+	})
+	return missing, err
+}
+
+// each calls fn with every object and the client of its resource.
+func (m *Manifests) each(cfg *rest.Config, fn func(dynamic.ResourceInterface, *unstructured.Unstructured) error) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -131,8 +155,8 @@ func (m *Manifests) Apply(ctx context.Context, cfg *rest.Config) error {
 			}
 			ri = client.Resource(mapping.Resource).Namespace(ns)
 		}
-		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		if err := fn(ri, obj); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,0 +1,123 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/carve-csi/carve/pkg/config"
+)
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+func TestProvisionerCommand(t *testing.T) {
+	downward := []corev1.EnvVar{
+		fieldEnv("NODE_NAME", "spec.nodeName"),
+		fieldEnv("NAMESPACE", "metadata.namespace"),
+		fieldEnv("POD_NAME", "metadata.name"),
+		{Name: "ADDRESS", Value: "/csi/csi.sock"},
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		env      []corev1.EnvVar
+		wantArgs []string
+		wantEnv  []string
+		wantErr  string
+	}{{
+		name: "shipped flags kept, socket/endpoint/kubeconfig set",
+		args: []string{"--csi-address=/csi/csi.sock", "--node-deployment", "--capacity-ownerref-level=0", "--http-endpoint=:8080"},
+		env:  downward,
+		wantArgs: []string{"--node-deployment", "--capacity-ownerref-level=0",
+			"--csi-address", "/run/n1.sock", "--http-endpoint", "127.0.0.1:9999", "--kubeconfig", "/kc"},
+		wantEnv: []string{"NODE_NAME=n1", "NAMESPACE=carve-system", "POD_NAME=carve-node-abc", "ADDRESS=/csi/csi.sock"},
+	}, {
+		name:     "$(VAR) expanded, separate flag value skipped",
+		args:     []string{"--csi-address", "$(ADDRESS)", "--extra=$(NODE_NAME)-x", "--keep=$(UNKNOWN)"},
+		env:      downward,
+		wantArgs: []string{"--extra=n1-x", "--keep=$(UNKNOWN)", "--csi-address", "/run/n1.sock", "--http-endpoint", "127.0.0.1:9999", "--kubeconfig", "/kc"},
+		wantEnv:  []string{"NODE_NAME=n1", "NAMESPACE=carve-system", "POD_NAME=carve-node-abc", "ADDRESS=/csi/csi.sock"},
+	}, {
+		name:    "a kubeconfig in the manifest is refused",
+		args:    []string{"--kubeconfig=/etc/kc"},
+		wantErr: "sets this itself",
+	}, {
+		name:    "an unsimulated downward field is refused",
+		env:     []corev1.EnvVar{fieldEnv("IP", "status.podIP")},
+		wantErr: "status.podIP",
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &corev1.Container{Args: tc.args, Env: tc.env}
+			args, env, err := provisionerCommand(c, "carve-system", "n1", "carve-node-abc", "/run/n1.sock", "/kc", 9999)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(args, tc.wantArgs) {
+				t.Errorf("args\n got %q\nwant %q", args, tc.wantArgs)
+			}
+			if !slices.Equal(env, tc.wantEnv) {
+				t.Errorf("env\n got %q\nwant %q", env, tc.wantEnv)
+			}
+		})
+	}
+}
+
+func TestNodeConfigPointsClassesAtTheNodesVG(t *testing.T) {
+	spare := resource.MustParse("1Gi")
+	shipped := &config.Config{DeviceClasses: []config.DeviceClass{
+		{Name: "thick", VolumeGroup: "carve", Default: true, Spare: &spare},
+		{Name: "thin", VolumeGroup: "carve", ThinPool: "pool0", OverprovisionRatio: 4},
+	}}
+	got := nodeConfig(shipped, "vg-n1")
+	if len(got.DeviceClasses) != 1 {
+		t.Fatalf("classes %+v, want the thick class only (no thin pool without device-mapper)", got.DeviceClasses)
+	}
+	c := got.DeviceClasses[0]
+	if c.Name != "thick" || c.VolumeGroup != "vg-n1" || !c.Default || c.Spare.Cmp(spare) != 0 {
+		t.Errorf("class %+v, want thick on vg-n1, default, spare 1Gi", c)
+	}
+	if shipped.DeviceClasses[0].VolumeGroup != "carve" {
+		t.Errorf("the shipped config was modified: %+v", shipped.DeviceClasses[0])
+	}
+}
+
+func TestShippedManifestsParse(t *testing.T) {
+	m, err := LoadManifests("../../../deploy/kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Objects[0].GetKind(); got != "Namespace" {
+		t.Errorf("first object %s, want the Namespace (applied before what lives in it)", got)
+	}
+	ds, c, err := m.NodeDaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Spec.Template.Spec.ServiceAccountName == "" {
+		t.Error("the node DaemonSet names no service account; the harness authenticates csi-provisioner as it")
+	}
+	for _, want := range []string{"--node-deployment", "--strict-topology", "--immediate-topology=false", "--enable-capacity", "--extra-create-metadata"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("csi-provisioner args %q lack %s (DESIGN.md)", c.Args, want)
+		}
+	}
+}
+
+func TestParseManifestsRejectsObjectsWithoutKind(t *testing.T) {
+	_, err := ParseManifests([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nmetadata: {name: b}\n"), "x.yaml")
+	if err == nil || !strings.Contains(err.Error(), "x.yaml") {
+		t.Fatalf("error %v, want one naming x.yaml", err)
+	}
+}

@@ -120,6 +120,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+	// Both containers the harness runs must be there before anything starts.
+	if _, err = findContainer(ds, "carve plugin", isCarvePlugin); err != nil {
+		return c, err
+	}
 	c.Namespace = ds.Namespace
 	if c.DeviceClasses, err = c.shippedDeviceClasses(ds.Namespace); err != nil {
 		return c, err
@@ -168,7 +172,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := n.writeConfig(nodeConfig(c.DeviceClasses, n.VG.Name)); err != nil {
 			return c, err
 		}
-		if err := n.startPlugin(ctx, cfg.CarveBin, logs, cfg.Lifetime); err != nil {
+		if err := n.startPlugin(ctx, ds, cfg.CarveBin, logs, cfg.Lifetime); err != nil {
 			return c, fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
 		}
 		if err := n.startProvisioner(ctx, c.Client, c.Control, ds, provisioner, filepath.Join(cfg.BinDir, "csi-provisioner"), dir, logs, cfg.Lifetime); err != nil {

@@ -15,13 +15,15 @@ func fieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
-func TestProvisionerCommand(t *testing.T) {
+func TestContainerCommand(t *testing.T) {
 	downward := []corev1.EnvVar{
 		fieldEnv("NODE_NAME", "spec.nodeName"),
 		fieldEnv("NAMESPACE", "metadata.namespace"),
 		fieldEnv("POD_NAME", "metadata.name"),
 		{Name: "ADDRESS", Value: "/csi/csi.sock"},
 	}
+	wantEnv := []string{"NODE_NAME=n1", "NAMESPACE=carve-system", "POD_NAME=carve-node-abc", "ADDRESS=/csi/csi.sock"}
+	set := []flagValue{{"csi-address", "/run/n1.sock"}, {"kubeconfig", "/kc"}}
 	tests := []struct {
 		name     string
 		args     []string
@@ -30,22 +32,17 @@ func TestProvisionerCommand(t *testing.T) {
 		wantEnv  []string
 		wantErr  string
 	}{{
-		name: "shipped flags kept, socket/endpoint/kubeconfig set",
-		args: []string{"--csi-address=/csi/csi.sock", "--node-deployment", "--capacity-ownerref-level=0", "--http-endpoint=:8080"},
-		env:  downward,
-		wantArgs: []string{"--node-deployment", "--capacity-ownerref-level=0",
-			"--csi-address", "/run/n1.sock", "--http-endpoint", "127.0.0.1:9999", "--kubeconfig", "/kc"},
-		wantEnv: []string{"NODE_NAME=n1", "NAMESPACE=carve-system", "POD_NAME=carve-node-abc", "ADDRESS=/csi/csi.sock"},
-	}, {
-		name:     "$(VAR) expanded, separate flag value skipped",
-		args:     []string{"--csi-address", "$(ADDRESS)", "--extra=$(NODE_NAME)-x", "--keep=$(UNKNOWN)"},
+		name:     "shipped flags kept, the harness's flags replaced and appended",
+		args:     []string{"--csi-address=/csi/csi.sock", "--node-deployment", "--capacity-ownerref-level=0"},
 		env:      downward,
-		wantArgs: []string{"--extra=n1-x", "--keep=$(UNKNOWN)", "--csi-address", "/run/n1.sock", "--http-endpoint", "127.0.0.1:9999", "--kubeconfig", "/kc"},
-		wantEnv:  []string{"NODE_NAME=n1", "NAMESPACE=carve-system", "POD_NAME=carve-node-abc", "ADDRESS=/csi/csi.sock"},
+		wantArgs: []string{"--node-deployment", "--capacity-ownerref-level=0", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
+		wantEnv:  wantEnv,
 	}, {
-		name:    "a kubeconfig in the manifest is refused",
-		args:    []string{"--kubeconfig=/etc/kc"},
-		wantErr: "sets this itself",
+		name:     "$(VAR) expanded, a separate flag value skipped, positional args kept",
+		args:     []string{"plugin", "--csi-address", "$(ADDRESS)", "--node-name=$(NODE_NAME)", "--keep=$(UNKNOWN)"},
+		env:      downward,
+		wantArgs: []string{"plugin", "--node-name=n1", "--keep=$(UNKNOWN)", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
+		wantEnv:  wantEnv,
 	}, {
 		name:    "an unsimulated downward field is refused",
 		env:     []corev1.EnvVar{fieldEnv("IP", "status.podIP")},
@@ -53,8 +50,8 @@ func TestProvisionerCommand(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &corev1.Container{Args: tc.args, Env: tc.env}
-			args, env, err := provisionerCommand(c, "carve-system", "n1", "carve-node-abc", "/run/n1.sock", "/kc", 9999)
+			c := &corev1.Container{Name: "c", Args: tc.args, Env: tc.env}
+			args, env, err := containerCommand(c, podFields{Namespace: "carve-system", Node: "n1", Pod: "carve-node-abc"}, set)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -104,6 +101,9 @@ func TestShippedManifestsParse(t *testing.T) {
 	ds, c, err := m.NodeDaemonSet()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := findContainer(ds, "carve plugin", isCarvePlugin); err != nil {
+		t.Error(err)
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName == "" {
 		t.Error("the node DaemonSet names no service account; the harness authenticates csi-provisioner as it")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,21 +181,29 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 	return out
 }
 
-// startPlugin starts `carve plugin` for the node and waits for its socket.
-func (n *Node) startPlugin(ctx context.Context, carveBin, logs string, lifetime time.Duration) error {
+// startPlugin starts `carve plugin` for the node with the args of the
+// DaemonSet's carve container, its socket, device-class file and metrics
+// port replaced by the node's own, and waits for its socket.
+func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, lifetime time.Duration) error {
+	c, err := findContainer(ds, "carve plugin", isCarvePlugin)
+	if err != nil {
+		return err
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
 	n.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args := []string{"plugin",
-		"--endpoint", "unix://" + n.Socket,
-		"--node-name", n.Name,
-		"--config", n.ConfigFile,
-		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", port),
-		"--driver-name", DriverName,
+	args, env, err := containerCommand(c, podFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []flagValue{
+		{"endpoint", "unix://" + n.Socket},
+		{"config", n.ConfigFile},
+		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", port)},
+	})
+	if err != nil {
+		return err
 	}
-	env := append(n.VG.Env(), "LVM_SUPPRESS_FD_WARNINGS=1")
+	env = append(append(env, n.VG.Env()...), "LVM_SUPPRESS_FD_WARNINGS=1")
+	klog.InfoS("Starting carve with the DaemonSet's flags", "node", n.Name, "args", args)
 	if n.plugin, err = startProcess(ctx, logs, n.Name+"-carve", carveBin, args, env, lifetime); err != nil {
 		return err
 	}
@@ -223,13 +232,24 @@ func waitSocket(ctx context.Context, p *Process, sock string, timeout time.Durat
 // envRef matches Kubernetes' $(VAR) references in container args.
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// provisionerCommand turns the DaemonSet's csi-provisioner container into
-// the argv and environment of a process for node n: the args exactly as
-// shipped, with $(VAR) expanded from the container's env (downward API
-// fields filled in as the kubelet would), except what must differ for a
-// process on this host: the CSI socket path, the HTTP endpoint's port, and
-// the kubeconfig a pod would not need.
-func provisionerCommand(c *corev1.Container, namespace, node, pod, socket, kubeconfig string, metricsPort int) (args, env []string, err error) {
+// podFields are the downward-API values of the DaemonSet pod a process
+// stands in for.
+type podFields struct {
+	Namespace, Node, Pod string
+}
+
+// flagValue is one flag the harness sets on a process.
+type flagValue struct {
+	Name, Value string
+}
+
+// containerCommand turns a container of the DaemonSet into the argv and
+// environment of a process on this host: the args exactly as shipped, with
+// $(VAR) expanded from the container's env (downward-API fields filled in
+// as the kubelet would), except the flags in set, which the harness must
+// choose for a process here (socket paths, loopback ports, a kubeconfig):
+// their shipped values are dropped and set's are appended in order.
+func containerCommand(c *corev1.Container, pod podFields, set []flagValue) (args, env []string, err error) {
 	vars := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -238,22 +258,22 @@ func provisionerCommand(c *corev1.Container, namespace, node, pod, socket, kubec
 		case e.ValueFrom.FieldRef != nil:
 			switch e.ValueFrom.FieldRef.FieldPath {
 			case "spec.nodeName":
-				vars[e.Name] = node
+				vars[e.Name] = pod.Node
 			case "metadata.namespace":
-				vars[e.Name] = namespace
+				vars[e.Name] = pod.Namespace
 			case "metadata.name":
-				vars[e.Name] = pod
+				vars[e.Name] = pod.Pod
 			default:
-				return nil, nil, fmt.Errorf("csi-provisioner env %s: field %s is not simulated", e.Name, e.ValueFrom.FieldRef.FieldPath)
+				return nil, nil, fmt.Errorf("container %s env %s: field %s is not simulated", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
 		default:
-			return nil, nil, fmt.Errorf("csi-provisioner env %s: only values and field references are simulated", e.Name)
+			return nil, nil, fmt.Errorf("container %s env %s: only values and field references are simulated", c.Name, e.Name)
 		}
 		env = append(env, e.Name+"="+vars[e.Name])
 	}
-	overrides := map[string]string{
-		"csi-address":   socket,
-		"http-endpoint": fmt.Sprintf("127.0.0.1:%d", metricsPort),
+	replaced := map[string]bool{}
+	for _, f := range set {
+		replaced[f.Name] = true
 	}
 	for i := 0; i < len(c.Args); i++ {
 		a := envRef.ReplaceAllStringFunc(c.Args[i], func(ref string) string {
@@ -263,23 +283,33 @@ func provisionerCommand(c *corev1.Container, namespace, node, pod, socket, kubec
 			return ref
 		})
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if _, ok := overrides[name]; ok && strings.HasPrefix(a, "--") {
+		if strings.HasPrefix(a, "--") && replaced[name] {
 			if !hasValue && i+1 < len(c.Args) && !strings.HasPrefix(c.Args[i+1], "-") {
 				i++ // "--flag value": skip the value too
 			}
 			continue
 		}
-		if name == "metrics-address" || name == "kubeconfig" {
-			return nil, nil, fmt.Errorf("csi-provisioner arg %q: the harness sets this itself", a)
-		}
 		args = append(args, a)
 	}
-	args = append(args,
-		"--csi-address", overrides["csi-address"],
-		"--http-endpoint", overrides["http-endpoint"],
-		"--kubeconfig", kubeconfig,
-	)
+	for _, f := range set {
+		args = append(args, "--"+f.Name+"="+f.Value)
+	}
 	return args, env, nil
+}
+
+// findContainer returns the container of the DaemonSet that satisfies is.
+func findContainer(ds *appsv1.DaemonSet, what string, is func(*corev1.Container) bool) (*corev1.Container, error) {
+	for i := range ds.Spec.Template.Spec.Containers {
+		if c := &ds.Spec.Template.Spec.Containers[i]; is(c) {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("DaemonSet %s/%s has no %s container", ds.Namespace, ds.Name, what)
+}
+
+// isCarvePlugin tells the container that runs `carve plugin`.
+func isCarvePlugin(c *corev1.Container) bool {
+	return len(c.Args) > 0 && c.Args[0] == "plugin" || len(c.Command) > 0 && slices.Contains(c.Command, "plugin")
 }
 
 // startProvisioner runs csi-provisioner for the node with the DaemonSet's
@@ -306,7 +336,11 @@ func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp
 		return err
 	}
 	n.ProvisionerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := provisionerCommand(c, ds.Namespace, n.Name, n.PodName, n.Socket, kubeconfig, port)
+	args, env, err := containerCommand(c, podFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []flagValue{
+		{"csi-address", n.Socket},
+		{"http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)},
+		{"kubeconfig", kubeconfig},
+	})
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func TestBenchLVM(t *testing.T) {
 			t.Errorf("%s did not report a pkg/raw ratio; output:\n%s", b.name, res.Stdout)
 			continue
 		}
-		line := fmt.Sprintf("ratio %s package/raw: %.2f (package %s, raw %s per op",
+		line := fmt.Sprintf("ratio %s package/raw: %.2f (medians: package %s, raw %s per op",
 			b.label, m["pkg/raw"], time.Duration(m["pkg-ns/op"]).Round(time.Millisecond), time.Duration(m["raw-ns/op"]).Round(time.Millisecond))
 		if c, ok := m["pkg-cmds/op"]; ok {
 			line += fmt.Sprintf(", %.1f lvm commands per create+remove", c)

@@ -5,6 +5,7 @@ package lvminner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,8 +22,8 @@ func (o *countingObserver) ObserveCommand(string, time.Duration, error) { o.n.Ad
 // BenchmarkCreateRemove compares a thick CreateLV + RemoveLV through the
 // package with the same raw lvcreate + lvremove on the same VG, interleaved
 // iteration by iteration (alternating which goes first) so that both see
-// the same machine. Reported: pkg-ns/op, raw-ns/op, pkg/raw and the lvm
-// commands the package ran per create+remove.
+// the same machine. Reported: the medians pkg-ns/op and raw-ns/op, their
+// ratio pkg/raw, and the lvm commands the package ran per create+remove.
 func BenchmarkCreateRemove(b *testing.B) {
 	ctx := context.Background()
 	vg := newVG(b, gib)
@@ -49,24 +50,24 @@ func BenchmarkCreateRemove(b *testing.B) {
 	raw("warm-raw")
 	obs.n.Store(0)
 
-	var pkgTime, rawTime time.Duration
+	var pkgTimes, rawTimes []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		timed := func(f func(string), name string, into *time.Duration) {
+		timed := func(f func(string), name string, into *[]time.Duration) {
 			start := time.Now()
 			f(name)
-			*into += time.Since(start)
+			*into = append(*into, time.Since(start))
 		}
 		if i%2 == 0 {
-			timed(pkg, fmt.Sprintf("p%d", i), &pkgTime)
-			timed(raw, fmt.Sprintf("r%d", i), &rawTime)
+			timed(pkg, fmt.Sprintf("p%d", i), &pkgTimes)
+			timed(raw, fmt.Sprintf("r%d", i), &rawTimes)
 		} else {
-			timed(raw, fmt.Sprintf("r%d", i), &rawTime)
-			timed(pkg, fmt.Sprintf("p%d", i), &pkgTime)
+			timed(raw, fmt.Sprintf("r%d", i), &rawTimes)
+			timed(pkg, fmt.Sprintf("p%d", i), &pkgTimes)
 		}
 	}
 	b.StopTimer()
-	report(b, pkgTime, rawTime)
+	report(b, pkgTimes, rawTimes)
 	b.ReportMetric(float64(obs.n.Load())/float64(b.N), "pkg-cmds/op")
 }
 
@@ -100,28 +101,40 @@ func BenchmarkReport(b *testing.B) {
 	}
 	pkg()
 	raw()
-	var pkgTime, rawTime time.Duration
+	var pkgTimes, rawTimes []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		first, second := pkg, raw
-		t1, t2 := &pkgTime, &rawTime
+		t1, t2 := &pkgTimes, &rawTimes
 		if i%2 == 1 {
-			first, second, t1, t2 = raw, pkg, &rawTime, &pkgTime
+			first, second, t1, t2 = raw, pkg, &rawTimes, &pkgTimes
 		}
 		start := time.Now()
 		first()
 		mid := time.Now()
 		second()
-		*t1 += mid.Sub(start)
-		*t2 += time.Since(mid)
+		*t1 = append(*t1, mid.Sub(start))
+		*t2 = append(*t2, time.Since(mid))
 	}
 	b.StopTimer()
-	report(b, pkgTime, rawTime)
+	report(b, pkgTimes, rawTimes)
 }
 
-func report(b *testing.B, pkgTime, rawTime time.Duration) {
-	n := float64(b.N)
-	b.ReportMetric(float64(pkgTime.Nanoseconds())/n, "pkg-ns/op")
-	b.ReportMetric(float64(rawTime.Nanoseconds())/n, "raw-ns/op")
-	b.ReportMetric(float64(pkgTime)/float64(rawTime), "pkg/raw")
+// report gives the medians of both sides and their ratio: under TCG on a
+// shared machine a few runs take several times longer than the rest, and
+// the median keeps such outliers from deciding the ratio.
+func report(b *testing.B, pkgTimes, rawTimes []time.Duration) {
+	p, r := median(pkgTimes), median(rawTimes)
+	b.ReportMetric(float64(p.Nanoseconds()), "pkg-ns/op")
+	b.ReportMetric(float64(r.Nanoseconds()), "raw-ns/op")
+	b.ReportMetric(float64(p)/float64(r), "pkg/raw")
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }

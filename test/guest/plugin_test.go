@@ -134,7 +134,7 @@ func summarizeInner(t *testing.T, text string) {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "ratio ") {
+		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "ratio ") || strings.HasPrefix(line, "BENCH ") {
 			t.Log(line)
 		}
 	}

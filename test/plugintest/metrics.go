@@ -98,3 +98,15 @@ func (ms Metrics) LabelValues(name, label string, want map[string]string) []stri
 	}
 	return out
 }
+
+// HistogramSum sums the sample sums (seconds, for carve's durations) of the
+// histogram series of name that carry the labels in want.
+func (ms Metrics) HistogramSum(name string, want map[string]string) float64 {
+	var s float64
+	for _, m := range ms[name].GetMetric() {
+		if matches(m, want) {
+			s += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return s
+}

@@ -50,8 +50,8 @@ type env struct {
 	log    *os.File
 }
 
-// newEnv makes a VG and starts the plugin with one thick default class.
-func newEnv(t *testing.T, name string) *env {
+// newEnv makes a VG of vgSize bytes and starts the plugin with one thick default class.
+func newEnv(t *testing.T, name string, vgSize int64) *env {
 	t.Helper()
 	if *carveBin == "" {
 		t.Fatal("-carve must name the carve binary")
@@ -60,7 +60,7 @@ func newEnv(t *testing.T, name string) *env {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	vg := lvmtest.New(t, lvmtest.Options{Dir: dir, Name: name, Size: 2048 * mib, ExtentSize: 4 * mib, Activation: true})
+	vg := lvmtest.New(t, lvmtest.Options{Dir: dir, Name: name, Size: vgSize, ExtentSize: 4 * mib, Activation: true})
 	logDir := *artifacts
 	if logDir == "" {
 		logDir = dir
@@ -221,7 +221,7 @@ var fsCases = []struct {
 // plugin, stage and publish again: the data is there and the filesystem is
 // the same one (same UUID, no mkfs after the restart).
 func TestDataSafety(t *testing.T) {
-	e := newEnv(t, "datasafety")
+	e := newEnv(t, "datasafety", 2048*mib)
 	parent := t
 	for _, tc := range fsCases {
 		t.Run(tc.fsType, func(t *testing.T) {
@@ -278,7 +278,7 @@ func TestDataSafety(t *testing.T) {
 // (after ControllerExpandVolume when the plugin offers it) and the mounted
 // filesystem shows the new size at once.
 func TestOnlineExpansion(t *testing.T) {
-	e := newEnv(t, "expansion")
+	e := newEnv(t, "expansion", 2048*mib)
 	parent := t
 	for _, tc := range fsCases {
 		t.Run(tc.fsType, func(t *testing.T) {

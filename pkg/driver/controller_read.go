@@ -63,14 +63,9 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 // sorted by volume ID. The token is the last ID of the previous page, so a
 // volume deleted between pages does not shift the next page.
 func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", req.GetMaxEntries())
-	}
 	token := req.GetStartingToken()
-	if token != "" {
-		if _, _, err := ParseVolumeID(token); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting_token %q was not returned by carve: %v", token, err)
-		}
+	if err := checkPage(req.GetMaxEntries(), token); err != nil {
+		return nil, err
 	}
 	resp := &csi.ListVolumesResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
@@ -88,6 +83,22 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 		})
 	}
 	return resp, nil
+}
+
+// checkPage checks the paging fields of ListVolumes and
+// ControllerListVolumeHealth: a page token is the last volume ID of the
+// previous page, so anything else was not returned by carve (Aborted, as
+// the CSI spec asks).
+func checkPage(maxEntries int32, token string) error {
+	if maxEntries < 0 {
+		return status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", maxEntries)
+	}
+	if token != "" {
+		if _, _, err := ParseVolumeID(token); err != nil {
+			return status.Errorf(codes.Aborted, "starting_token %q was not returned by carve: %v", token, err)
+		}
+	}
+	return nil
 }
 
 // ControllerGetVolume implements csi.ControllerServer; it reads the LV from

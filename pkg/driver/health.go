@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/lvm"
 )
@@ -70,14 +68,9 @@ func (s *ControllerServer) ControllerGetVolumeHealth(ctx context.Context, req *c
 // with at least one health problem, from the in-memory view (as old as its
 // last refresh), paged like ListVolumes.
 func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", req.GetMaxEntries())
-	}
 	token := req.GetStartingToken()
-	if token != "" {
-		if _, _, err := ParseVolumeID(token); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting_token %q was not returned by carve: %v", token, err)
-		}
+	if err := checkPage(req.GetMaxEntries(), token); err != nil {
+		return nil, err
 	}
 	resp := &csi.ControllerListVolumeHealthResponse{}
 	for _, lv := range s.cfg.View.Volumes() {

@@ -126,25 +126,9 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	defer func() {
 		n.cfg.Metrics.ObservePhase(metrics.PhaseUnpublish, n.classForMetrics(ctx, id), time.Since(start), err)
 	}()
-	target := req.GetTargetPath()
-	if err := nodeRequireID(id); err != nil {
+	if err := n.unmountAndRemove(ctx, metrics.PhaseUnpublish, id, req.GetTargetPath(), "target_path"); err != nil {
 		return nil, err
 	}
-	if err := nodeCheckPath(target, "target_path"); err != nil {
-		return nil, err
-	}
-	if err := n.acquire(id); err != nil {
-		return nil, err
-	}
-	defer n.release(id)
-
-	t := time.Now()
-	err = n.cfg.FS.Cleanup(ctx, target)
-	n.step(metrics.PhaseUnpublish, metrics.StepUnmount, n.classForMetrics(ctx, id), t, err)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "unpublishing volume %q: %v", id, err)
-	}
-	klog.InfoS("Unpublished volume", "volumeID", id, "targetPath", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 

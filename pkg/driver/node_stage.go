@@ -118,26 +118,35 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 			n.forgetClass(id)
 		}
 	}()
-	staging := req.GetStagingTargetPath()
-	if err := nodeRequireID(id); err != nil {
+	if err := n.unmountAndRemove(ctx, metrics.PhaseUnstage, id, req.GetStagingTargetPath(), "staging_target_path"); err != nil {
 		return nil, err
 	}
-	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
-		return nil, err
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unmountAndRemove is the whole of unpublish and unstage: unmount path if
+// it is mounted and remove it, under the volume's lock. A path that is not
+// there (never staged, or already cleaned up) is success.
+func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, field string) error {
+	if err := nodeRequireID(id); err != nil {
+		return err
+	}
+	if err := nodeCheckPath(path, field); err != nil {
+		return err
 	}
 	if err := n.acquire(id); err != nil {
-		return nil, err
+		return err
 	}
 	defer n.release(id)
 
 	t := time.Now()
-	err = n.cfg.FS.Cleanup(ctx, staging)
-	n.step(metrics.PhaseUnstage, metrics.StepUnmount, n.classForMetrics(ctx, id), t, err)
+	err := n.cfg.FS.Cleanup(ctx, path)
+	n.step(phase, metrics.StepUnmount, n.classForMetrics(ctx, id), t, err)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "unstaging volume %q: %v", id, err)
+		return status.Errorf(codes.Internal, "%s of volume %q: unmounting %s %q: %v", phase, id, field, path, err)
 	}
-	klog.InfoS("Unstaged volume", "volumeID", id, "stagingPath", staging)
-	return &csi.NodeUnstageVolumeResponse{}, nil
+	klog.InfoS("Unmounted and removed", "phase", phase, "volumeID", id, field, path)
+	return nil
 }
 
 // describe is used in messages about a capability.

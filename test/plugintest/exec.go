@@ -138,3 +138,26 @@ func FilesystemUUID(ctx context.Context, device string) (string, error) {
 	}
 	return strings.TrimSpace(out), nil
 }
+
+// ThinPoolOf returns the thin pool of LV lv in vg ("" for a thick LV).
+func ThinPoolOf(ctx context.Context, vg *lvmtest.LoopVG, lv string) (string, error) {
+	out, err := vg.LVM(ctx, "lvs", "--reportformat", "json", "-o", "lv_name,pool_lv", vg.Name+"/"+lv)
+	if err != nil {
+		return "", err
+	}
+	var rep struct {
+		Report []struct {
+			LV []struct {
+				Name string `json:"lv_name"`
+				Pool string `json:"pool_lv"`
+			} `json:"lv"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return "", fmt.Errorf("parsing lvs output %q: %w", out, err)
+	}
+	if len(rep.Report) != 1 || len(rep.Report[0].LV) != 1 {
+		return "", fmt.Errorf("lvs reported no single LV %s/%s: %q", vg.Name, lv, out)
+	}
+	return rep.Report[0].LV[0].Pool, nil
+}

@@ -88,7 +88,7 @@ func checkMetrics(ctx context.Context, t *testing.T, p *plugintest.Plugin, vg *l
 	// must equal what vgs says. The periodic refresh may land in between,
 	// which changes nothing when nobody else touches the VG; retry a few
 	// times anyway in case a refresh was in flight.
-	mutate(ctx, t, p)
+	mutate(ctx, t, p, vg, defaultClass)
 	var last string
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
@@ -138,8 +138,10 @@ func compareVG(ms plugintest.Metrics, vg string, want plugintest.VGState) string
 	return strings.Join(diffs, "; ")
 }
 
-// mutate creates and deletes one volume through the plugin.
-func mutate(ctx context.Context, t *testing.T, p *plugintest.Plugin) {
+// mutate creates and deletes one volume through the plugin, checking on the
+// way that a request naming no class got an LV of the default class (thin:
+// in pool0, as sanity's volumes were).
+func mutate(ctx context.Context, t *testing.T, p *plugintest.Plugin, vg *lvmtest.LoopVG, defaultClass string) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cc := csi.NewControllerClient(p.Conn)
@@ -150,6 +152,14 @@ func mutate(ctx context.Context, t *testing.T, p *plugintest.Plugin) {
 	})
 	if err != nil {
 		t.Fatalf("CreateVolume: %v", err)
+	}
+	_, lv, _ := strings.Cut(vol.GetVolume().GetVolumeId(), "/")
+	pool, err := plugintest.ThinPoolOf(ctx, vg, lv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"thin": "pool0", "thick": ""}[defaultClass]; pool != want {
+		t.Errorf("a volume of the default class %s has thin pool %q, want %q", defaultClass, pool, want)
 	}
 	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId()}); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)

@@ -147,6 +147,16 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return s.createResponse(&lv, class), nil
 	}
 	if size > room.Available {
+		// The view can be stale: space freed outside carve shows only at
+		// the next periodic refresh. ResourceExhausted makes Kubernetes
+		// move the pod to another node, so read LVM once before saying it.
+		if rerr := s.cfg.View.Refresh(ctx); rerr != nil {
+			log.Error(rerr, "Refreshing the volume-group view before refusing a volume failed")
+		} else if room, err = s.cfg.View.Capacity(class); err != nil {
+			return nil, toStatus(err, "device class "+class.Name)
+		}
+	}
+	if size > room.Available {
 		return nil, status.Errorf(codes.ResourceExhausted, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, s.node.Name(), room.Available, class.SpareBytes(), size)
 	}
 

@@ -292,6 +292,30 @@ func TestCreateVolumeStaleView(t *testing.T) {
 	wantCode(t, err, codes.AlreadyExists, "someone-else")
 }
 
+// TestCreateVolumeRoomFreedOutsideCarve: the view saw an LV made outside
+// carve that has since been removed; CreateVolume reads LVM again instead
+// of answering ResourceExhausted from the stale view (seen in the guest
+// bench, where raw lvcreate/lvremove ran beside the plugin).
+func TestCreateVolumeRoomFreedOutsideCarve(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: "outside", Size: 5 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.view.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.lvm.RemoveLV(ctx, "vg1", "outside"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.cs.CreateVolume(ctx, createReq("pvc-after-free", 4*gib, nil)); err != nil {
+		t.Fatalf("CreateVolume after space was freed outside carve: %v", err)
+	}
+	// Still too big after a fresh read: ResourceExhausted.
+	_, err := fx.cs.CreateVolume(ctx, createReq("pvc-too-big", 4*gib, nil))
+	wantCode(t, err, codes.ResourceExhausted)
+}
+
 func TestCreateVolumeLVMErrors(t *testing.T) {
 	tests := []struct {
 		name string

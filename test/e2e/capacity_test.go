@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -60,12 +59,7 @@ func TestCapacityObjectsPerNodeAndClass(t *testing.T) {
 	t.Run("follows create and delete", func(t *testing.T) {
 		ns := newNamespace(t, "capacity")
 		ctx := testCtx(t, 5*time.Minute)
-		before := map[string]int64{}
-		for _, n := range bed.Nodes {
-			if before[n.Name], err = capacityBytes(ctx, n.Name, thickSC); err != nil {
-				t.Fatal(err)
-			}
-		}
+		before := nodeCapacities(t, ctx, thickSC)
 		createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
 		waitBound(t, ns, "data", settle)
 		node := waitPodNode(t, ns, "app", settle)
@@ -74,18 +68,6 @@ func TestCapacityObjectsPerNodeAndClass(t *testing.T) {
 			return got == before[node]-gib(1), fmt.Sprintf("published %d, before %d", got, before[node]), err
 		})
 		deleteNamespaceVolumes(t, ns)
-		waitFor(t, 30*time.Second, "capacity of every node to return to its value before the volume", func(ctx context.Context) (bool, string, error) {
-			var off []string
-			for _, n := range bed.Nodes {
-				got, err := capacityBytes(ctx, n.Name, thickSC)
-				if err != nil {
-					return false, "", err
-				}
-				if got != before[n.Name] {
-					off = append(off, fmt.Sprintf("%s %d != %d", n.Name, got, before[n.Name]))
-				}
-			}
-			return len(off) == 0, strings.Join(off, "; "), nil
-		})
+		waitCapacities(t, 30*time.Second, "capacity of every node to return to its value before the volume", thickSC, before)
 	})
 }

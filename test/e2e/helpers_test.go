@@ -285,6 +285,39 @@ func capacityBytes(ctx context.Context, node, sc string) (int64, error) {
 	return c.Capacity.Value(), nil
 }
 
+// nodeCapacities reads the published capacity of class sc on every node.
+func nodeCapacities(t *testing.T, ctx context.Context, sc string) map[string]int64 {
+	t.Helper()
+	caps := map[string]int64{}
+	for _, n := range bed.Nodes {
+		got, err := capacityBytes(ctx, n.Name, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps[n.Name] = got
+	}
+	return caps
+}
+
+// waitCapacities waits until every node publishes exactly want[node] for
+// class sc.
+func waitCapacities(t *testing.T, timeout time.Duration, what, sc string, want map[string]int64) {
+	t.Helper()
+	waitFor(t, timeout, what, func(ctx context.Context) (bool, string, error) {
+		var off []string
+		for _, n := range bed.Nodes {
+			got, err := capacityBytes(ctx, n.Name, sc)
+			if err != nil {
+				return false, "", err
+			}
+			if got != want[n.Name] {
+				off = append(off, fmt.Sprintf("%s: %d, want %d", n.Name, got, want[n.Name]))
+			}
+		}
+		return len(off) == 0, strings.Join(off, "; "), nil
+	})
+}
+
 // expectedThickCapacity is what carve should publish for the shipped thick
 // class on node n: VG free minus the spare, in whole extents.
 func expectedThickCapacity(ctx context.Context, n *cluster.Node) (int64, error) {

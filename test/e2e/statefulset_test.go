@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,13 +55,7 @@ func TestStatefulSetSixReplicas(t *testing.T) {
 	waitCapacitySettled(t, 3*time.Minute)
 	ns := newNamespace(t, "sts")
 	ctx := testCtx(t, 8*time.Minute)
-	before := map[string]int64{}
-	for _, n := range bed.Nodes {
-		var err error
-		if before[n.Name], err = capacityBytes(ctx, n.Name, thickSC); err != nil {
-			t.Fatal(err)
-		}
-	}
+	before := nodeCapacities(t, ctx, thickSC)
 	const replicas, size = 6, "512Mi"
 	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, newStatefulSet(ns, "db", thickSC, size, replicas), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create StatefulSet: %v", err)
@@ -81,19 +73,11 @@ func TestStatefulSetSixReplicas(t *testing.T) {
 		pvNames = append(pvNames, pvcs[i].Spec.VolumeName)
 	}
 	t.Logf("volumes per node (bytes): %v", held)
-	waitFor(t, 30*time.Second, "each node's published capacity to drop by the volumes it holds", func(ctx context.Context) (bool, string, error) {
-		var off []string
-		for _, n := range bed.Nodes {
-			got, err := capacityBytes(ctx, n.Name, thickSC)
-			if err != nil {
-				return false, "", err
-			}
-			if got != before[n.Name]-held[n.Name] {
-				off = append(off, fmt.Sprintf("%s: %d, want %d - %d", n.Name, got, before[n.Name], held[n.Name]))
-			}
-		}
-		return len(off) == 0, strings.Join(off, "; "), nil
-	})
+	after := map[string]int64{}
+	for node, c := range before {
+		after[node] = c - held[node]
+	}
+	waitCapacities(t, 30*time.Second, "each node's published capacity to drop by the volumes it holds", thickSC, after)
 
 	t.Run("deleting the PVCs removes the LVs and PVs", func(t *testing.T) {
 		start := time.Now()
@@ -111,19 +95,7 @@ func TestStatefulSetSixReplicas(t *testing.T) {
 				t.Errorf("LV %s of deleted PV %s still on %v", driver.LVNameFor(pv), pv, nodes)
 			}
 		}
-		waitFor(t, 30*time.Second, "capacity of every node to come back", func(ctx context.Context) (bool, string, error) {
-			var off []string
-			for _, n := range bed.Nodes {
-				got, err := capacityBytes(ctx, n.Name, thickSC)
-				if err != nil {
-					return false, "", err
-				}
-				if got != before[n.Name] {
-					off = append(off, fmt.Sprintf("%s: %d, want %d", n.Name, got, before[n.Name]))
-				}
-			}
-			return len(off) == 0, strings.Join(off, "; "), nil
-		})
+		waitCapacities(t, 30*time.Second, "capacity of every node to come back", thickSC, before)
 		t.Logf("%d PVCs deleted; PVs and LVs gone and capacity back in %s", replicas, time.Since(start).Round(time.Millisecond))
 	})
 }

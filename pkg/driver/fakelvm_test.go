@@ -18,6 +18,7 @@ type fakeLVM struct {
 	lvs     map[string]*lvm.LogicalVolume // key vg/name
 	pools   map[string]*lvm.ThinPool      // key vg/name
 	reports int
+	gets    int
 	// failNext, when set, is returned by the next mutation.
 	failNext error
 }
@@ -86,6 +87,7 @@ func compare(a, b string) int {
 func (f *fakeLVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gets++
 	lv, ok := f.lvs[vg+"/"+name]
 	if !ok {
 		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)

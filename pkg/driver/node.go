@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -57,13 +58,22 @@ type NodeServer struct {
 	// unpublish and unstage need not ask LVM.
 	classMu sync.Mutex
 	classes map[string]string
+
+	// isDeviceNode tells whether path is a block device node; tests replace it.
+	isDeviceNode func(path string) bool
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
 
 // NewNodeServer returns the Node server of cfg.
 func NewNodeServer(cfg NodeConfig) *NodeServer {
-	return &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}}
+	return &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
+}
+
+// isBlockDevice tells whether path (after symlinks) is a block device node.
+func isBlockDevice(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0
 }
 
 // NodeGetCapabilities implements csi.NodeServer.
@@ -114,10 +124,14 @@ func (n *NodeServer) rememberClass(volumeID string, lv *lvm.LogicalVolume) strin
 	if !ok {
 		c = unknownClassLabel
 	}
+	n.rememberClassName(volumeID, c)
+	return c
+}
+
+func (n *NodeServer) rememberClassName(volumeID, class string) {
 	n.classMu.Lock()
 	defer n.classMu.Unlock()
-	n.classes[volumeID] = c
-	return c
+	n.classes[volumeID] = class
 }
 
 func (n *NodeServer) forgetClass(volumeID string) {
@@ -164,6 +178,31 @@ func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalV
 	}
 	n.rememberClass(volumeID, lv)
 	return lv, nil
+}
+
+// activeDevice returns the device node and device class of an active
+// carve volume, for stage and publish. An active LV has its device node,
+// so the common case runs no LVM command: the class is the one CreateVolume
+// put into the volume context. Otherwise LVM is asked, to tell a volume
+// that does not exist (NotFound) from one that is not active
+// (FailedPrecondition).
+func (n *NodeServer) activeDevice(ctx context.Context, id string, volumeContext map[string]string) (device, class string, err error) {
+	if vg, name, err := ParseVolumeID(id); err == nil && lvm.ValidateVGName(vg) == nil && lvm.ValidateLVName(name) == nil {
+		device = "/dev/" + vg + "/" + name
+		if class = volumeContext[ParamDeviceClass]; class != "" && n.isDeviceNode(device) {
+			n.rememberClassName(id, class)
+			return device, class, nil
+		}
+	}
+	lv, err := n.lookup(ctx, id)
+	if err != nil {
+		return "", unknownClassLabel, err
+	}
+	class, _ = n.classOf(id)
+	if !lv.Attr.Active {
+		return "", class, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active, so it has no device node", id, lv.VolumeGroup, lv.Name)
+	}
+	return lvDevicePath(lv), class, nil
 }
 
 // lvDevicePath is the device node of an LV.

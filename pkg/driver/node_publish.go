@@ -43,12 +43,10 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	defer n.release(id)
 
-	lv, err := n.lookup(ctx, id)
+	device, class, err := n.activeDevice(ctx, id, req.GetVolumeContext())
 	if err != nil {
 		return nil, err
 	}
-	class, _ = n.classOf(id)
-	device := lvDevicePath(lv)
 
 	source := staging
 	if access.block {

@@ -39,19 +39,14 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 	defer n.release(id)
 
-	lv, err := n.lookup(ctx, id)
+	device, class, err := n.activeDevice(ctx, id, req.GetVolumeContext())
 	if err != nil {
 		return nil, err
-	}
-	class, _ = n.classOf(id)
-	if !lv.Attr.Active {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active, so it has no device node", id, lv.VolumeGroup, lv.Name)
 	}
 	if access.block {
 		// Publish bind-mounts the device node itself.
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
-	device := lvDevicePath(lv)
 
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)

@@ -149,7 +149,7 @@ func TestBenchNodeStage(t *testing.T) {
 		p := e.paths(name)
 		start := time.Now()
 		if _, err := e.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
-			VolumeId: id, StagingTargetPath: p.staging, VolumeCapability: capability,
+			VolumeId: id, StagingTargetPath: p.staging, VolumeCapability: capability, VolumeContext: e.volumeContext[id],
 		}); err != nil {
 			t.Fatalf("NodeStageVolume: %v", err)
 		}

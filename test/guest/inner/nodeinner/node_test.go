@@ -48,6 +48,9 @@ type env struct {
 	config string
 	plugin *plugintest.Plugin
 	log    *os.File
+	// volumeContext is what CreateVolume returned for each volume ID;
+	// kubelet hands it to NodeStage and NodePublish, and so do these tests.
+	volumeContext map[string]map[string]string
 }
 
 // newEnv makes a VG of vgSize bytes and starts the plugin with one thick default class.
@@ -126,6 +129,10 @@ func (e *env) create(name string, size int64, capability *csi.VolumeCapability) 
 		e.t.Fatalf("CreateVolume %s: %v", name, err)
 	}
 	id := rsp.GetVolume().GetVolumeId()
+	if e.volumeContext == nil {
+		e.volumeContext = map[string]map[string]string{}
+	}
+	e.volumeContext[id] = rsp.GetVolume().GetVolumeContext()
 	if got := rsp.GetVolume().GetCapacityBytes(); got < size {
 		e.t.Fatalf("CreateVolume %s: capacity %d < requested %d", name, got, size)
 	}
@@ -161,12 +168,13 @@ func (e *env) stagePublish(id string, p paths, capability *csi.VolumeCapability)
 	ctx, cancel := e.ctx()
 	defer cancel()
 	if _, err := e.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
-		VolumeId: id, StagingTargetPath: p.staging, VolumeCapability: capability,
+		VolumeId: id, StagingTargetPath: p.staging, VolumeCapability: capability, VolumeContext: e.volumeContext[id],
 	}); err != nil {
 		e.t.Fatalf("NodeStageVolume %s: %v", id, err)
 	}
 	if _, err := e.node().NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
 		VolumeId: id, StagingTargetPath: p.staging, TargetPath: p.target, VolumeCapability: capability,
+		VolumeContext: e.volumeContext[id],
 	}); err != nil {
 		e.t.Fatalf("NodePublishVolume %s: %v", id, err)
 	}

@@ -57,14 +57,21 @@ func roles(stdout io.Writer) map[string]role {
 	}
 }
 
+// say writes a message for the user to stderr. When stderr itself fails
+// there is nowhere left to report it, and the exit code already tells, so
+// the write error is dropped here, in this one place.
+func say(stderr io.Writer, format string, a ...any) {
+	_, _ = fmt.Fprintf(stderr, format, a...)
+}
+
 // run is main without the exit: 0 on success, 2 for a usage error, 1 when
 // the role failed.
 func run(args []string, stdout, stderr io.Writer) int {
 	rs := roles(stdout)
 	usage := func() {
-		fmt.Fprintln(stderr, "usage: carve <plugin|controller|version> [flags]; carve <role> -h lists the role's flags")
+		say(stderr, "usage: carve <plugin|controller|version> [flags]; carve <role> -h lists the role's flags\n")
 		for _, n := range []string{"plugin", "controller", "version"} {
-			fmt.Fprintf(stderr, "  %-10s  %s\n", n, rs[n].summary)
+			say(stderr, "  %-10s  %s\n", n, rs[n].summary)
 		}
 	}
 	if len(args) == 0 {
@@ -77,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			usage()
 			return 0
 		}
-		fmt.Fprintf(stderr, "carve: unknown role %q\n", args[0])
+		say(stderr, "carve: unknown role %q\n", args[0])
 		usage()
 		return 2
 	}
@@ -94,11 +101,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "carve %s: unexpected arguments %q\n", args[0], fs.Args())
+		say(stderr, "carve %s: unexpected arguments %q\n", args[0], fs.Args())
 		return 2
 	}
 	if err := validate(); err != nil {
-		fmt.Fprintf(stderr, "carve %s: invalid flags:\n%v\n", args[0], err)
+		say(stderr, "carve %s: invalid flags:\n%v\n", args[0], err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -107,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		klog.ErrorS(err, "carve stopped", "role", args[0])
 		klog.Flush()
 		// Also plainly, as the last line a user sees.
-		fmt.Fprintf(stderr, "carve %s: %v\n", args[0], err)
+		say(stderr, "carve %s: %v\n", args[0], err)
 		return 1
 	}
 	klog.Flush()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"time"
@@ -84,11 +85,11 @@ func serve(ctx context.Context, o *CommonOptions, svc driver.Services, mm csimet
 	select {
 	case err := <-metricsDone:
 		cancel()
-		<-grpcDone
+		grpcErr := <-grpcDone
 		if err != nil {
-			return fmt.Errorf("metrics server: %w", err)
+			err = fmt.Errorf("metrics server: %w", err)
 		}
-		return nil
+		return errors.Join(err, grpcErr)
 	case err := <-grpcDone:
 		return err
 	}

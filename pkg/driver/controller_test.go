@@ -527,9 +527,16 @@ func TestListVolumes(t *testing.T) {
 	if err != nil || len(all.GetEntries()) != 5 || all.GetNextToken() != "" {
 		t.Fatalf("ListVolumes = %v, %v", all, err)
 	}
+	listed := map[string]bool{}
 	for _, e := range all.GetEntries() {
+		listed[e.GetVolume().GetVolumeId()] = true
 		if e.GetVolume().GetCapacityBytes() != gib || e.GetVolume().GetVolumeContext()[ParamDeviceClass] != "fast" {
 			t.Errorf("entry %v", e)
+		}
+	}
+	for _, id := range ids {
+		if !listed[id] {
+			t.Errorf("created volume %s not listed", id)
 		}
 	}
 	// Pages of 2, deleting the last entry of a page before asking for the

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,7 +81,11 @@ func TestServerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() {
+		if err := conn.Close(); err != nil {
+			t.Errorf("close client connection: %v", err)
+		}
+	}()
 	ctx := context.Background()
 	if _, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{}); err != nil {
 		t.Fatal(err)
@@ -163,8 +168,11 @@ func TestListenReplacesStaleSocketOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
-	l.Close()
-	l2.Close()
+	for _, l := range []net.Listener{l, l2} {
+		if err := l.Close(); err != nil {
+			t.Errorf("close listener: %v", err)
+		}
+	}
 	if _, err := Listen("unix://" + dir); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("Listen on a directory: %v", err)
 	}

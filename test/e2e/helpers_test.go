@@ -474,7 +474,7 @@ func metricSum(ctx context.Context, name string, labels ...string) (float64, err
 }
 
 // scrape reads a Prometheus text endpoint and sums the matching samples.
-func scrape(ctx context.Context, url, name string, labels ...string) (float64, error) {
+func scrape(ctx context.Context, url, name string, labels ...string) (_ float64, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -483,7 +483,11 @@ func scrape(ctx context.Context, url, name string, labels ...string) (float64, e
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() {
+		if cerr := resp.Body.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("GET %s: close body: %w", url, cerr)
+		}
+	}()
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}

@@ -88,7 +88,9 @@ func TestHarness(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, "hello from the host "+r.URL.Path)
+			if _, err := io.WriteString(w, "hello from the host "+r.URL.Path); err != nil {
+				t.Errorf("answering %s: %v", r.URL.Path, err)
+			}
 		}))
 		defer srv.Close()
 		res, err := guestvm.Run(ctx, guestvm.Spec{

@@ -2,12 +2,12 @@ package guestvm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 )
 
@@ -55,15 +55,19 @@ func goBuild(ctx context.Context, sub string, flags []string, pkg string, tags [
 	return nil
 }
 
-// goTool finds the go command: PATH first, else the toolchain that built
-// the running binary.
+// goTool finds the go command: in PATH (go test puts its own GOROOT/bin
+// first there), else in $GOROOT/bin when GOROOT is set.
 func goTool() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
+	root := os.Getenv("GOROOT")
+	if root == "" {
+		return "", errors.New("guestvm: the go command is not in PATH and GOROOT is not set")
 	}
-	return "", fmt.Errorf("guestvm: the go command is not in PATH nor in %s", filepath.Dir(p))
+	p := filepath.Join(root, "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("guestvm: the go command is not in PATH nor in GOROOT: %w", err)
+	}
+	return p, nil
 }

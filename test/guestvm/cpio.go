@@ -10,6 +10,8 @@ import (
 // cpioWriter writes the "newc" (SVR4, no CRC) cpio format that the Linux
 // kernel unpacks as an initramfs. Every entry gets mtime 0 and owner root so
 // that the same inputs give the same bytes (the cache key relies on it).
+// Like bufio.Writer it keeps its first error: the entry methods return
+// nothing, later entries are dropped, and Close returns that error.
 type cpioWriter struct {
 	w   io.Writer
 	ino uint32
@@ -27,39 +29,40 @@ const (
 )
 
 // Dir adds a directory.
-func (c *cpioWriter) Dir(name string, perm fs.FileMode) error {
-	return c.entry(name, cpioDir|uint32(perm.Perm()), 0, 0, nil)
+func (c *cpioWriter) Dir(name string, perm fs.FileMode) {
+	c.entry(name, cpioDir|uint32(perm.Perm()), 0, 0, nil)
 }
 
 // File adds a regular file with its contents.
-func (c *cpioWriter) File(name string, perm fs.FileMode, data []byte) error {
-	return c.entry(name, cpioRegular|uint32(perm.Perm()), 0, 0, data)
+func (c *cpioWriter) File(name string, perm fs.FileMode, data []byte) {
+	c.entry(name, cpioRegular|uint32(perm.Perm()), 0, 0, data)
 }
 
 // Symlink adds a symbolic link name -> target.
-func (c *cpioWriter) Symlink(name, target string) error {
-	return c.entry(name, cpioSymlink|0o777, 0, 0, []byte(target))
+func (c *cpioWriter) Symlink(name, target string) {
+	c.entry(name, cpioSymlink|0o777, 0, 0, []byte(target))
 }
 
 // CharDev adds a character device node; no privilege is needed to write it
 // into an archive, the kernel creates the node when it unpacks.
-func (c *cpioWriter) CharDev(name string, perm fs.FileMode, major, minor uint32) error {
-	return c.entry(name, cpioCharDev|uint32(perm.Perm()), major, minor, nil)
+func (c *cpioWriter) CharDev(name string, perm fs.FileMode, major, minor uint32) {
+	c.entry(name, cpioCharDev|uint32(perm.Perm()), major, minor, nil)
 }
 
-// Close writes the trailer entry.
+// Close writes the trailer entry and returns the first error of any entry.
 func (c *cpioWriter) Close() error {
-	return c.entry("TRAILER!!!", 0, 0, 0, nil)
+	c.entry("TRAILER!!!", 0, 0, 0, nil)
+	return c.err
 }
 
-func (c *cpioWriter) entry(name string, mode, rdevMajor, rdevMinor uint32, data []byte) error {
+func (c *cpioWriter) entry(name string, mode, rdevMajor, rdevMinor uint32, data []byte) {
 	if c.err != nil {
-		return c.err
+		return
 	}
 	name = strings.TrimPrefix(name, "/")
 	if name == "" || strings.ContainsRune(name, 0) {
 		c.err = fmt.Errorf("cpio: bad entry name %q", name)
-		return c.err
+		return
 	}
 	nlink := uint32(1)
 	if mode&0o170000 == cpioDir {
@@ -81,21 +84,20 @@ func (c *cpioWriter) entry(name string, mode, rdevMajor, rdevMinor uint32, data 
 	buf = pad4(buf)
 	if _, err := c.w.Write(buf); err != nil {
 		c.err = err
-		return err
+		return
 	}
 	if len(data) > 0 {
 		if _, err := c.w.Write(data); err != nil {
 			c.err = err
-			return err
+			return
 		}
 		if n := len(data) % 4; n != 0 {
 			if _, err := c.w.Write(make([]byte, 4-n)); err != nil {
 				c.err = err
-				return err
+				return
 			}
 		}
 	}
-	return nil
 }
 
 // pad4 pads b with NULs to a multiple of four bytes (header and name are

@@ -93,8 +93,16 @@ func TestCPIOWriter(t *testing.T) {
 			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if err := newCPIOWriter(io.Discard).File("", 0o644, nil); err == nil {
-		t.Error("an empty name was accepted")
+	// The first error sticks: later entries are dropped and Close reports it.
+	var bad bytes.Buffer
+	c = newCPIOWriter(&bad)
+	c.File("", 0o644, nil)
+	c.File("after", 0o644, []byte("x"))
+	if err := c.Close(); err == nil || !strings.Contains(err.Error(), "bad entry name") {
+		t.Errorf("an empty name: Close = %v, want the bad entry name error", err)
+	}
+	if bad.Len() != 0 {
+		t.Errorf("%d bytes written after the first error", bad.Len())
 	}
 }
 
@@ -116,20 +124,35 @@ func TestVersionLess(t *testing.T) {
 	}
 }
 
+// mkdirAll and writeFile set up fixture trees; a failure ends the test.
+func mkdirAll(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fakeKernel lays out /boot and /lib/modules trees for the given versions;
 // withModules says which versions get a modules.dep.
 func fakeKernel(t *testing.T, versions map[string]bool) (boot, mods string) {
 	t.Helper()
 	root := t.TempDir()
 	boot, mods = filepath.Join(root, "boot"), filepath.Join(root, "modules")
-	os.MkdirAll(boot, 0o755)
+	mkdirAll(t, boot)
 	for v, withModules := range versions {
-		os.WriteFile(filepath.Join(boot, "vmlinuz-"+v), []byte("k"), 0o644)
+		writeFile(t, filepath.Join(boot, "vmlinuz-"+v), []byte("k"), 0o644)
 		if withModules {
 			dir := filepath.Join(mods, v)
-			os.MkdirAll(dir, 0o755)
-			os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(fakeModulesDep), 0o644)
-			os.WriteFile(filepath.Join(dir, "modules.builtin"), []byte("kernel/drivers/virtio/virtio_builtin.ko\n"), 0o644)
+			mkdirAll(t, dir)
+			writeFile(t, filepath.Join(dir, "modules.dep"), []byte(fakeModulesDep), 0o644)
+			writeFile(t, filepath.Join(dir, "modules.builtin"), []byte("kernel/drivers/virtio/virtio_builtin.ko\n"), 0o644)
 		}
 	}
 	return boot, mods
@@ -219,15 +242,18 @@ func TestInitramfsCache(t *testing.T) {
 	k, _ := FindKernel(boot, mods)
 	for _, m := range []string{"kernel/drivers/virtio/virtio_ring.ko", "kernel/net/9p/9pnet.ko", "kernel/net/9p/9pnet_virtio.ko",
 		"kernel/fs/netfs/netfs.ko", "kernel/fs/fscache/fscache.ko", "kernel/fs/9p/9p.ko", "kernel/fs/overlayfs/overlay.ko"} {
-		os.MkdirAll(filepath.Join(k.ModulesDir, filepath.Dir(m)), 0o755)
-		os.WriteFile(filepath.Join(k.ModulesDir, m), []byte("ko:"+m), 0o644)
+		mkdirAll(t, filepath.Join(k.ModulesDir, filepath.Dir(m)))
+		writeFile(t, filepath.Join(k.ModulesDir, m), []byte("ko:"+m), 0o644)
 	}
 	// virtio_pci is not in the fake tree: give it an entry of its own.
-	dep, _ := os.ReadFile(filepath.Join(k.ModulesDir, "modules.dep"))
-	os.WriteFile(filepath.Join(k.ModulesDir, "modules.dep"), append(dep, "kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio_ring.ko\n"...), 0o644)
-	os.WriteFile(filepath.Join(k.ModulesDir, "kernel/drivers/virtio/virtio_pci.ko"), []byte("ko:pci"), 0o644)
+	dep, err := os.ReadFile(filepath.Join(k.ModulesDir, "modules.dep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(k.ModulesDir, "modules.dep"), append(dep, "kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio_ring.ko\n"...), 0o644)
+	writeFile(t, filepath.Join(k.ModulesDir, "kernel/drivers/virtio/virtio_pci.ko"), []byte("ko:pci"), 0o644)
 	busybox := filepath.Join(t.TempDir(), "busybox")
-	os.WriteFile(busybox, []byte("bb"), 0o755)
+	writeFile(t, busybox, []byte("bb"), 0o755)
 	cache := t.TempDir()
 
 	first, err := Initramfs(k, cache, busybox)
@@ -244,8 +270,10 @@ func TestInitramfsCache(t *testing.T) {
 		t.Errorf("second Initramfs = %s, %v; want the cached %s reused", again, err, first)
 	}
 	// A changed input gives a new image.
-	os.WriteFile(busybox, []byte("bb2"), 0o755)
-	os.Chtimes(busybox, time.Now().Add(time.Hour), time.Now().Add(time.Hour))
+	writeFile(t, busybox, []byte("bb2"), 0o755)
+	if err := os.Chtimes(busybox, time.Now().Add(time.Hour), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	changed, err := Initramfs(k, cache, busybox)
 	if err != nil || changed == first {
 		t.Errorf("Initramfs after busybox changed = %s, %v; want a new path", changed, err)
@@ -253,13 +281,18 @@ func TestInitramfsCache(t *testing.T) {
 
 	// The image holds init, busybox, /dev/console and the modules in load
 	// order, and init loads them in that order.
-	f, _ := os.Open(changed)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
+	gz, err := os.ReadFile(changed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := io.ReadAll(zr)
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	entries := map[string]cpioEntry{}
 	for _, e := range readCPIO(t, raw) {
 		entries[e.name] = e

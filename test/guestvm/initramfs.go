@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -101,23 +102,19 @@ func Initramfs(k Kernel, cacheDir, busybox string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("guestvm: initramfs cache: %w", err)
 	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(0o644)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)
+	// A failed Close of a written file is a lost write.
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)
+	if err == nil {
+		err = os.Rename(tmp.Name(), out)
 	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("guestvm: writing initramfs: %w", err)
+	if err != nil {
+		return "", fmt.Errorf("guestvm: writing initramfs: %w", errors.Join(err, os.Remove(tmp.Name())))
 	}
 	return out, nil
 }
@@ -138,8 +135,7 @@ func buildInitramfs(init, busybox string, modules []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The cpio writer keeps its first error and Close returns it, so the
-	// calls below need no check each.
+	// The cpio writer keeps its first error and Close returns it.
 	c := newCPIOWriter(zw)
 	for _, d := range []string{"bin", "dev", "proc", "sys", "host", "rw", "newroot", "modules", "tmp"} {
 		c.Dir(d, 0o755)

@@ -93,7 +93,9 @@ func (k Kernel) ResolveModules(names []string) ([]string, error) {
 		for sc.Scan() {
 			builtin[moduleName(sc.Text())] = true
 		}
-		f.Close()
+		if err := errors.Join(sc.Err(), f.Close()); err != nil {
+			return nil, fmt.Errorf("guestvm: reading modules.builtin: %w", err)
+		}
 	}
 	var order []string
 	seen := map[string]bool{}
@@ -137,7 +139,6 @@ func readModulesDep(file string) (map[string]depEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guestvm: reading module dependencies: %w", err)
 	}
-	defer f.Close()
 	out := map[string]depEntry{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -148,7 +149,7 @@ func readModulesDep(file string) (map[string]depEntry, error) {
 		}
 		out[moduleName(mod)] = depEntry{path: mod, deps: strings.Fields(rest)}
 	}
-	if err := sc.Err(); err != nil {
+	if err := errors.Join(sc.Err(), f.Close()); err != nil {
 		return nil, fmt.Errorf("guestvm: reading %s: %w", file, err)
 	}
 	return out, nil
@@ -168,7 +169,9 @@ func findBusybox(candidates ...string) (string, error) {
 				static = false
 			}
 		}
-		f.Close()
+		if err := f.Close(); err != nil {
+			return "", fmt.Errorf("guestvm: reading %s: %w", p, err)
+		}
 		if static {
 			return p, nil
 		}

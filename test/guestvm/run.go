@@ -271,13 +271,13 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	bootTimedOut := false
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	var tailErr error // read after wg.Wait
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		out := newTail(filepath.Join(ctl, "stdout"), teeTo(&stdout, spec.Stdout))
 		errs := newTail(filepath.Join(ctl, "stderr"), teeTo(&stderr, spec.Stderr))
-		defer out.close()
-		defer errs.close()
+		defer func() { tailErr = errors.Join(out.close(), errs.close()) }()
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -326,6 +326,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 			break
 		}
 		res.ExitCode = code
+		if tailErr != nil {
+			return res, fmt.Errorf("guestvm: reading the command's output: %w", tailErr)
+		}
 		return res, nil
 	}
 	return res, fmt.Errorf("%w\nqemu stderr: %s\nconsole (last lines):\n%s", err,
@@ -419,16 +422,16 @@ func placeFile(workDir string, f File) error {
 	if err != nil {
 		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
 	}
-	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
 	if err != nil {
+		return fmt.Errorf("guestvm: placing %s: %w", f.Name, errors.Join(err, in.Close()))
+	}
+	_, err = io.Copy(out, in)
+	// A failed Close of the written copy is a lost write.
+	if err := errors.Join(err, out.Close(), in.Close()); err != nil {
 		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("guestvm: placing %s: %w", f.Name, err)
-	}
-	return out.Close()
+	return nil
 }
 
 // runScript is what the guest runs after the chroot into the overlay (with
@@ -515,10 +518,11 @@ func (t *tail) poll() {
 	io.Copy(t.w, t.f) //nolint:errcheck
 }
 
-func (t *tail) close() {
-	if t.f != nil {
-		t.f.Close()
+func (t *tail) close() error {
+	if t.f == nil {
+		return nil
 	}
+	return t.f.Close()
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.

@@ -265,12 +265,21 @@ func TestPluginProbeFollowsVG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Stop(10 * time.Second)
+	defer func() {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("stop the plugin: %v", err)
+		}
+	}()
 	ctx := ctxFor(t)
 	if _, err := vg.LVM(ctx, "vgrename", vg.Name, vg.Name+"x"); err != nil {
 		t.Fatalf("vgrename: %v", err)
 	}
-	defer vg.LVM(context.Background(), "vgrename", vg.Name+"x", vg.Name)
+	defer func() {
+		// Back to its name, so the VG's cleanup finds it.
+		if _, err := vg.LVM(context.Background(), "vgrename", vg.Name+"x", vg.Name); err != nil {
+			t.Errorf("vgrename back: %v", err)
+		}
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})

@@ -14,7 +14,7 @@ import (
 type Metrics map[string]*dto.MetricFamily
 
 // Scrape reads the plugin's /metrics.
-func (p *Plugin) Scrape(ctx context.Context) (Metrics, error) {
+func (p *Plugin) Scrape(ctx context.Context) (_ Metrics, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.MetricsURL, nil)
 	if err != nil {
 		return nil, err
@@ -23,7 +23,11 @@ func (p *Plugin) Scrape(ctx context.Context) (Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugintest: scraping %s: %w", p.MetricsURL, err)
 	}
-	defer rsp.Body.Close()
+	defer func() {
+		if cerr := rsp.Body.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("plugintest: scraping %s: close body: %w", p.MetricsURL, cerr)
+		}
+	}()
 	if rsp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("plugintest: scraping %s: %s", p.MetricsURL, rsp.Status)
 	}

@@ -121,8 +121,7 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 		timeout = 2 * time.Minute
 	}
 	if err := p.waitReady(ctx, sock, timeout); err != nil {
-		p.Stop(10 * time.Second)
-		return nil, err
+		return nil, errors.Join(err, p.Stop(10*time.Second))
 	}
 	return p, nil
 }
@@ -163,7 +162,7 @@ func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Durati
 		if rsp.GetReady() == nil || rsp.GetReady().GetValue() {
 			return nil
 		}
-		last = errors.New("Probe answered ready=false")
+		last = errors.New("the Probe answer was ready=false")
 	}
 }
 
@@ -171,10 +170,18 @@ func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Durati
 // it. It returns the exit error of a process that did not end cleanly on
 // SIGTERM (a crash is worth knowing about); calling it again is harmless.
 func (p *Plugin) Stop(grace time.Duration) error {
+	var connErr error
 	if p.Conn != nil {
-		p.Conn.Close()
+		if err := p.Conn.Close(); err != nil {
+			connErr = fmt.Errorf("plugintest: closing the client connection: %w", err)
+		}
 		p.Conn = nil
 	}
+	return errors.Join(connErr, p.stop(grace))
+}
+
+// stop is Stop for the process.
+func (p *Plugin) stop(grace time.Duration) error {
 	select {
 	case <-p.done:
 		return p.exitErr()
@@ -187,7 +194,9 @@ func (p *Plugin) Stop(grace time.Duration) error {
 	case <-p.done:
 		return p.exitErr()
 	case <-time.After(grace):
-		p.cmd.Process.Kill()
+		if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("plugintest: killing the plugin %s after SIGTERM: %w", grace, err)
+		}
 		<-p.done
 		return fmt.Errorf("plugintest: the plugin did not stop within %s of SIGTERM", grace)
 	}

@@ -86,8 +86,8 @@ func (t *Tools) Ran(name string) [][]string {
 	return out
 }
 
-// Contexts returns the context each command ran under; nil for a command
-// started without one (through Command), which carve never does.
+// Contexts returns the context each command ran under; context.TODO for a
+// command started without one (through Command), which carve never does.
 func (t *Tools) Contexts() []context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -95,9 +95,9 @@ func (t *Tools) Contexts() []context.Context {
 }
 
 // Command implements utilexec.Interface; its commands show up in Contexts
-// as nil.
+// as context.TODO, which carries none of the request's values.
 func (t *Tools) Command(cmd string, args ...string) utilexec.Cmd {
-	return t.command(nil, cmd, args)
+	return t.command(context.TODO(), cmd, args)
 }
 
 // CommandContext implements utilexec.Interface.

@@ -167,7 +167,10 @@ func (cp *ControlPlane) waitReady(ctx context.Context, api *Process, timeout tim
 		req.Header.Set("Authorization", "Bearer "+cp.pki.AdminToken)
 		resp, err := client.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			// Only the status matters; a failed close only loses this connection.
+			if cerr := resp.Body.Close(); cerr != nil {
+				klog.V(2).InfoS("Closing a readyz answer failed", "err", cerr)
+			}
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

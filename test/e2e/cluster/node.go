@@ -217,7 +217,9 @@ func waitSocket(ctx context.Context, p *Process, sock string, timeout time.Durat
 			return fmt.Errorf("%s exited (%v) before it listened on %s:\n%s", p.Name, err, sock, p.Tail(20))
 		}
 		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-			c.Close()
+			if err := c.Close(); err != nil {
+				return fmt.Errorf("close the probe connection to %s: %w", sock, err)
+			}
 			return nil
 		}
 		select {

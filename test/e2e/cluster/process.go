@@ -51,16 +51,20 @@ func startProcess(ctx context.Context, dir, name, bin string, args, env []string
 	// On deadline, ask politely first; WaitDelay then kills.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = stopGrace
-	fmt.Fprintf(logFile, "### %s %s\n", bin, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
+	_, err = fmt.Fprintf(logFile, "### %s %s\n", bin, strings.Join(args, " "))
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
 		cancel()
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("start %s: %w", name, err), logFile.Close())
 	}
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		logFile.Close()
+		if err := logFile.Close(); err != nil {
+			klog.ErrorS(err, "Closing the process log failed; its last lines may be lost", "process", name, "log", logPath)
+		}
 		close(p.done)
 	}()
 	klog.V(2).InfoS("Started", "process", name, "pid", cmd.Process.Pid, "log", logPath)
@@ -110,7 +114,6 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)
 	}
-	defer f.Close()
 	var lines []string
 	sc := bufio.NewScanner(io.LimitReader(f, 64<<20))
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
@@ -119,6 +122,9 @@ func tailFile(path string, n int) string {
 		if len(lines) > n {
 			lines = lines[1:]
 		}
+	}
+	if err := errors.Join(sc.Err(), f.Close()); err != nil {
+		lines = append(lines, fmt.Sprintf("(reading %s failed: %v)", path, err))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -131,8 +137,11 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("release free port %d: %w", port, err)
+	}
+	return port, nil
 }
 
 // runCommand runs a short command with a deadline and returns its combined

@@ -255,7 +255,9 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT")
+	if _, err := fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT"); err != nil {
+		return err
+	}
 	for _, p := range pods.Items {
 		var claim string
 		for _, v := range p.Spec.Volumes {
@@ -276,12 +278,16 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 			lvName = lv.VolumeGroup + "/" + lv.Name
 			lvSize = bytes(lv.Size)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName])
+		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName]); err != nil {
+			return err
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "\nNODE\tVG SIZE\tVG FREE\tVOLUMES\tPUBLISHED CAPACITY (free - spare)")
+	if _, err := fmt.Fprintln(w, "\nNODE\tVG SIZE\tVG FREE\tVOLUMES\tPUBLISHED CAPACITY (free - spare)"); err != nil {
+		return err
+	}
 	for _, n := range bed.Nodes {
 		vg, err := n.LVM.VolumeGroup(ctx, n.VG.Name)
 		if err != nil {
@@ -293,7 +299,9 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 				volumes++
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", n.Name, bytes(vg.Size), bytes(vg.Free), volumes, capacity[n.Name])
+		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", n.Name, bytes(vg.Size), bytes(vg.Free), volumes, capacity[n.Name]); err != nil {
+			return err
+		}
 	}
 	return w.Flush()
 }

@@ -78,7 +78,11 @@ func fill(t testing.TB, dev string, b byte, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("close %s: %v", dev, err)
+		}
+	}()
 	buf := bytes.Repeat([]byte{b}, int(mib))
 	for written := 0; written < size; written += len(buf) {
 		if _, err := f.Write(buf); err != nil {
@@ -97,7 +101,11 @@ func readHead(t testing.TB, dev string, n int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("close %s: %v", dev, err)
+		}
+	}()
 	buf := make([]byte, n)
 	if _, err := f.ReadAt(buf, 0); err != nil {
 		t.Fatal(err)

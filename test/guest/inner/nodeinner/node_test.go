@@ -80,7 +80,9 @@ func newEnv(t *testing.T, name string, vgSize int64) *env {
 	e.start()
 	t.Cleanup(func() {
 		e.stop()
-		log.Close()
+		if err := log.Close(); err != nil {
+			t.Errorf("closing the plugin log: %v", err)
+		}
 	})
 	return e
 }

@@ -149,7 +149,12 @@ func runClass(t *testing.T, tc classCase, outDir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logFile.Close()
+	// Registered before the plugin's cleanup, so it runs after the plugin stopped.
+	t.Cleanup(func() {
+		if err := logFile.Close(); err != nil {
+			t.Errorf("closing the plugin log %s: %v", logPath, err)
+		}
+	})
 	plugin, err := plugintest.Start(ctx, plugintest.Options{
 		Binary: *carveBin, Dir: dir, NodeName: nodeName, Config: config, MaxVolumes: 100,
 		Env: vg.Env(), Log: logFile,
@@ -242,12 +247,12 @@ func summarize(path string) (sanityCounts, error) {
 				continue
 			}
 			res := specResult{name: s.FullText(), message: strings.TrimSpace(s.Failure.Message)}
-			switch {
-			case s.State == types.SpecStatePassed:
+			switch s.State {
+			case types.SpecStatePassed:
 				c.passed++
-			case s.State == types.SpecStateSkipped:
+			case types.SpecStateSkipped:
 				c.skipped = append(c.skipped, res)
-			case s.State == types.SpecStatePending:
+			case types.SpecStatePending:
 				c.pending = append(c.pending, res)
 			default:
 				c.failed++

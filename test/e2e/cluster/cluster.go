@@ -25,7 +25,8 @@ import (
 // Config describes a test bed.
 type Config struct {
 	// BinDir holds etcd, kube-apiserver, kube-scheduler,
-	// kube-controller-manager and csi-provisioner (hack/e2e-tools.sh).
+	// kube-controller-manager, kubectl and csi-provisioner
+	// (hack/e2e-tools.sh).
 	BinDir string
 	// CarveBin is the carve binary (make build).
 	CarveBin string
@@ -64,7 +65,7 @@ func Requirements(cfg Config) error {
 	if err := lvmtest.Check(); err != nil {
 		missing = append(missing, err.Error())
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "csi-provisioner"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			missing = append(missing, fmt.Sprintf("%s in %q (hack/e2e-tools.sh builds it; make test-e2e runs that)", b, cfg.BinDir))
 		}

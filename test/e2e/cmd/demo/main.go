@@ -42,7 +42,7 @@ type options struct {
 func main() {
 	o := options{}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CARVE_E2E_BIN"), "directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, csi-provisioner (hack/e2e-tools.sh)")
+	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CARVE_E2E_BIN"), "directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, csi-provisioner (hack/e2e-tools.sh)")
 	fs.StringVar(&o.carve, "carve", "bin/carve", "the carve binary (make build)")
 	fs.StringVar(&o.deploy, "deploy", "deploy/kubernetes", "carve's manifests")
 	fs.DurationVar(&o.lifetime, "lifetime", 8*time.Hour, "the cluster is torn down after this even without Ctrl-C")
@@ -118,14 +118,16 @@ func run(o options) error {
 		return err
 	}
 	fmt.Printf("\nTable printed %s after start.\n", time.Since(start).Round(100*time.Millisecond))
+	kubectl := filepath.Join(o.binDir, "kubectl")
 	fmt.Printf(`
 LVM runs with activation disabled (the host kernel has no device-mapper): the
 LVs are real LVM metadata, but no /dev node appears. No kubelet runs: the pods
 are scheduled and bound to the nodes, their containers never start.
 
 Kubeconfig:  %s
-  e.g. kubectl --kubeconfig %s get pods,pvc,pv,csistoragecapacities -A
-`, bed.Control.Kubeconfig, bed.Control.Kubeconfig)
+kubectl:     %s (built with the control plane), e.g.
+  %s --kubeconfig %s get pods,pvc,pv,csistoragecapacities -A
+`, bed.Control.Kubeconfig, kubectl, kubectl, bed.Control.Kubeconfig)
 	fmt.Println("Metrics:")
 	for _, n := range bed.Nodes {
 		fmt.Printf("  %-12s carve %s   csi-provisioner %s\n", n.Name, n.MetricsURL, n.ProvisionerMetricsURL)

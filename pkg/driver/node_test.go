@@ -101,6 +101,17 @@ func (fx *nodeFixture) mountAt(path string) *mount.MountPoint {
 	return nil
 }
 
+// wantGone checks that nothing is mounted at path and that path is removed.
+func (fx *nodeFixture) wantGone(t *testing.T, path, what string) {
+	t.Helper()
+	if fx.mountAt(path) != nil {
+		t.Error("still mounted")
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s not removed: %v", what, err)
+	}
+}
+
 // stepCount is how many times a step was recorded with a result.
 func (fx *nodeFixture) stepCount(t *testing.T, phase, step, result string) uint64 {
 	t.Helper()
@@ -130,6 +141,62 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string, labels 
 		}
 	}
 	return n
+}
+
+// nodeCase is one case of a table-driven test of a Node RPC whose request is
+// R; those tests share it and runNodeCases rather than each repeating both.
+type nodeCase[R any] struct {
+	name    string
+	prepare func(t *testing.T, fx *nodeFixture)
+	req     func(fx *nodeFixture) R
+	code    codes.Code
+	msg     []string
+	check   func(t *testing.T, fx *nodeFixture)
+}
+
+// nodeRPC is what runNodeCases calls for each case and checks afterwards.
+type nodeRPC[R any] struct {
+	call  func(ctx context.Context, fx *nodeFixture, req R) error
+	req   func(fx *nodeFixture) R                             // the request of cases without req
+	times int                                                 // calls a case makes, each checked: 2 for idempotence; 0 is once
+	after func(t *testing.T, fx *nodeFixture, tc nodeCase[R]) // checks of every case, after its own
+}
+
+// callNode makes a NodeServer method expression, such as
+// (*NodeServer).NodeStageVolume, a nodeRPC.call on the fixture's server.
+func callNode[R, P any](method func(*NodeServer, context.Context, R) (P, error)) func(context.Context, *nodeFixture, R) error {
+	return func(ctx context.Context, fx *nodeFixture, req R) error {
+		_, err := method(fx.ns, ctx, req)
+		return err
+	}
+}
+
+// runNodeCases runs each case on a fresh fixture: prepare, the call(s) with
+// wantCode, then the case's check and rpc.after.
+func runNodeCases[R any](t *testing.T, cases []nodeCase[R], rpc nodeRPC[R]) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newNodeFixture(t)
+			if tc.prepare != nil {
+				tc.prepare(t, fx)
+			}
+			newReq := rpc.req
+			if tc.req != nil {
+				newReq = tc.req
+			}
+			req := newReq(fx)
+			for i := 0; i < max(rpc.times, 1); i++ {
+				wantCode(t, rpc.call(context.Background(), fx, req), tc.code, tc.msg...)
+			}
+			if tc.check != nil {
+				tc.check(t, fx)
+			}
+			if rpc.after != nil {
+				rpc.after(t, fx, tc)
+			}
+		})
+	}
 }
 
 var (
@@ -172,14 +239,7 @@ func TestNodeGetInfoAndCapabilities(t *testing.T) {
 }
 
 func TestNodeStageVolume(t *testing.T) {
-	cases := []struct {
-		name    string
-		prepare func(t *testing.T, fx *nodeFixture)
-		req     func(fx *nodeFixture) *csi.NodeStageVolumeRequest
-		code    codes.Code
-		msg     []string
-		check   func(t *testing.T, fx *nodeFixture)
-	}{
+	cases := []nodeCase[*csi.NodeStageVolumeRequest]{
 		{name: "no volume id", code: codes.InvalidArgument, msg: []string{"volume_id"},
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest {
 				r := fx.stageReq(mountCap("", sw))
@@ -361,29 +421,11 @@ func TestNodeStageVolume(t *testing.T) {
 			},
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("", sw)) }},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := newNodeFixture(t)
-			if tc.prepare != nil {
-				tc.prepare(t, fx)
-			}
-			_, err := fx.ns.NodeStageVolume(context.Background(), tc.req(fx))
-			wantCode(t, err, tc.code, tc.msg...)
-			if tc.check != nil {
-				tc.check(t, fx)
-			}
-		})
-	}
+	runNodeCases(t, cases, nodeRPC[*csi.NodeStageVolumeRequest]{call: callNode((*NodeServer).NodeStageVolume)})
 }
 
 func TestNodeUnstageVolume(t *testing.T) {
-	cases := []struct {
-		name    string
-		prepare func(t *testing.T, fx *nodeFixture)
-		req     func(fx *nodeFixture) *csi.NodeUnstageVolumeRequest
-		code    codes.Code
-		msg     []string
-	}{
+	cases := []nodeCase[*csi.NodeUnstageVolumeRequest]{
 		{name: "no volume id", code: codes.InvalidArgument, msg: []string{"volume_id"},
 			req: func(fx *nodeFixture) *csi.NodeUnstageVolumeRequest {
 				return &csi.NodeUnstageVolumeRequest{StagingTargetPath: fx.staging}
@@ -406,43 +448,22 @@ func TestNodeUnstageVolume(t *testing.T) {
 			}
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := newNodeFixture(t)
-			if tc.prepare != nil {
-				tc.prepare(t, fx)
+	runNodeCases(t, cases, nodeRPC[*csi.NodeUnstageVolumeRequest]{
+		call: callNode((*NodeServer).NodeUnstageVolume),
+		req: func(fx *nodeFixture) *csi.NodeUnstageVolumeRequest {
+			return &csi.NodeUnstageVolumeRequest{VolumeId: fx.id, StagingTargetPath: fx.staging}
+		},
+		times: 2, // twice: unstaging is idempotent
+		after: func(t *testing.T, fx *nodeFixture, tc nodeCase[*csi.NodeUnstageVolumeRequest]) {
+			if tc.code == codes.OK {
+				fx.wantGone(t, fx.staging, "staging path")
 			}
-			req := &csi.NodeUnstageVolumeRequest{VolumeId: fx.id, StagingTargetPath: fx.staging}
-			if tc.req != nil {
-				req = tc.req(fx)
-			}
-			for i := 0; i < 2; i++ { // twice: unstaging is idempotent
-				_, err := fx.ns.NodeUnstageVolume(context.Background(), req)
-				wantCode(t, err, tc.code, tc.msg...)
-			}
-			if tc.code != codes.OK {
-				return
-			}
-			if fx.mountAt(fx.staging) != nil {
-				t.Error("still mounted")
-			}
-			if _, err := os.Stat(fx.staging); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("staging path not removed: %v", err)
-			}
-		})
-	}
+		}})
 }
 
 func TestNodePublishVolume(t *testing.T) {
 	staged := func(t *testing.T, fx *nodeFixture) { fx.stage(t, mountCap("", sw)) }
-	cases := []struct {
-		name    string
-		prepare func(t *testing.T, fx *nodeFixture)
-		req     func(fx *nodeFixture) *csi.NodePublishVolumeRequest
-		code    codes.Code
-		msg     []string
-		check   func(t *testing.T, fx *nodeFixture)
-	}{
+	cases := []nodeCase[*csi.NodePublishVolumeRequest]{
 		{name: "no volume id", code: codes.InvalidArgument, msg: []string{"volume_id"},
 			req: func(fx *nodeFixture) *csi.NodePublishVolumeRequest {
 				r := fx.publishReq(mountCap("", sw), false)
@@ -564,29 +585,11 @@ func TestNodePublishVolume(t *testing.T) {
 				}
 			}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := newNodeFixture(t)
-			if tc.prepare != nil {
-				tc.prepare(t, fx)
-			}
-			_, err := fx.ns.NodePublishVolume(context.Background(), tc.req(fx))
-			wantCode(t, err, tc.code, tc.msg...)
-			if tc.check != nil {
-				tc.check(t, fx)
-			}
-		})
-	}
+	runNodeCases(t, cases, nodeRPC[*csi.NodePublishVolumeRequest]{call: callNode((*NodeServer).NodePublishVolume)})
 }
 
 func TestNodeUnpublishVolume(t *testing.T) {
-	cases := []struct {
-		name    string
-		prepare func(t *testing.T, fx *nodeFixture)
-		req     func(fx *nodeFixture) *csi.NodeUnpublishVolumeRequest
-		code    codes.Code
-		msg     []string
-	}{
+	cases := []nodeCase[*csi.NodeUnpublishVolumeRequest]{
 		{name: "no volume id", code: codes.InvalidArgument, msg: []string{"volume_id"},
 			req: func(fx *nodeFixture) *csi.NodeUnpublishVolumeRequest {
 				return &csi.NodeUnpublishVolumeRequest{TargetPath: fx.target}
@@ -602,34 +605,21 @@ func TestNodeUnpublishVolume(t *testing.T) {
 		{name: "raw block", prepare: func(t *testing.T, fx *nodeFixture) { fx.publish(t, blockCap(sw), false) }},
 		{name: "never published"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := newNodeFixture(t)
-			if tc.prepare != nil {
-				tc.prepare(t, fx)
-			}
-			req := &csi.NodeUnpublishVolumeRequest{VolumeId: fx.id, TargetPath: fx.target}
-			if tc.req != nil {
-				req = tc.req(fx)
-			}
-			for i := 0; i < 2; i++ {
-				_, err := fx.ns.NodeUnpublishVolume(context.Background(), req)
-				wantCode(t, err, tc.code, tc.msg...)
-			}
+	runNodeCases(t, cases, nodeRPC[*csi.NodeUnpublishVolumeRequest]{
+		call: callNode((*NodeServer).NodeUnpublishVolume),
+		req: func(fx *nodeFixture) *csi.NodeUnpublishVolumeRequest {
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: fx.id, TargetPath: fx.target}
+		},
+		times: 2, // twice: unpublishing is idempotent
+		after: func(t *testing.T, fx *nodeFixture, tc nodeCase[*csi.NodeUnpublishVolumeRequest]) {
 			if tc.code != codes.OK {
 				return
 			}
-			if fx.mountAt(fx.target) != nil {
-				t.Error("still mounted")
-			}
-			if _, err := os.Stat(fx.target); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("target not removed: %v", err)
-			}
+			fx.wantGone(t, fx.target, "target")
 			if fx.mountAt(fx.staging) == nil && tc.name == "filesystem" {
 				t.Error("unpublish unmounted the staging path")
 			}
-		})
-	}
+		}})
 }
 
 func TestNodeGetVolumeStats(t *testing.T) {

@@ -9,13 +9,14 @@ import (
 	"github.com/carve-csi/carve/pkg/version"
 )
 
-// runController serves the cluster-wide Identity and Controller that
-// csi-resizer needs; it touches no LVM.
+// runController serves the cluster-wide Identity, Controller and the one
+// Node call (NodeGetCapabilities) that csi-resizer needs; it touches no LVM.
 func runController(ctx context.Context, o *ControllerOptions) error {
 	mm := csimetrics.NewCSIMetricsManagerForPlugin(o.DriverName)
 	svc := driver.Services{
 		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version}),
 		Controller: driver.CentralControllerServer{},
+		Node:       driver.CentralNodeServer{},
 	}
 	return serve(ctx, &o.CommonOptions, svc, mm, func(context.Context) error { return nil })
 }

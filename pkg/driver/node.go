@@ -78,18 +78,22 @@ func isBlockDevice(path string) bool {
 
 // NodeGetCapabilities implements csi.NodeServer.
 func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	var caps []*csi.NodeServiceCapability
-	for _, c := range []csi.NodeServiceCapability_RPC_Type{
+	return nodeCapabilities(
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-	} {
+	), nil
+}
+
+func nodeCapabilities(types ...csi.NodeServiceCapability_RPC_Type) *csi.NodeGetCapabilitiesResponse {
+	caps := make([]*csi.NodeServiceCapability, 0, len(types))
+	for _, t := range types {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
-			Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
+			Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
 	}
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}
 }
 
 // NodeGetInfo implements csi.NodeServer.

@@ -25,7 +25,7 @@ import (
 // Config describes a test bed.
 type Config struct {
 	// BinDir holds etcd, kube-apiserver, kube-scheduler,
-	// kube-controller-manager, kubectl and csi-provisioner
+	// kube-controller-manager, kubectl, csi-provisioner and csi-resizer
 	// (hack/e2e-tools.sh).
 	BinDir string
 	// CarveBin is the carve binary (make build).
@@ -51,6 +51,8 @@ type Cluster struct {
 	Client    kubernetes.Interface
 	Manifests *Manifests
 	Nodes     []*Node
+	// Central is the controller Deployment (carve controller, csi-resizer).
+	Central *Central
 	// DeviceClasses is the device-class file shipped in deploy/ (before the
 	// harness points it at each node's volume group).
 	DeviceClasses *config.Config
@@ -65,7 +67,7 @@ func Requirements(cfg Config) error {
 	if err := lvmtest.Check(); err != nil {
 		missing = append(missing, err.Error())
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner", "csi-resizer"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			missing = append(missing, fmt.Sprintf("%s in %q (hack/e2e-tools.sh builds it; make test-e2e runs that)", b, cfg.BinDir))
 		}
@@ -122,7 +124,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 	// Both containers the harness runs must be there before anything starts.
-	if _, err = findContainer(ds, "carve plugin", isCarvePlugin); err != nil {
+	if _, err = daemonSetContainer(ds, "carve plugin", isCarvePlugin); err != nil {
+		return c, err
+	}
+	controller, err := c.Manifests.ControllerDeployment()
+	if err != nil {
 		return c, err
 	}
 	c.Namespace = ds.Namespace
@@ -180,6 +186,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, fmt.Errorf("csi-provisioner of node %s: %w", spec.Name, err)
 		}
 	}
+	dir := filepath.Join(cfg.RunDir, "controller")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return c, err
+	}
+	if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.Lifetime); err != nil {
+		return c, fmt.Errorf("controller Deployment: %w", err)
+	}
 	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
 	return c, nil
 }
@@ -215,6 +228,19 @@ func (c *Cluster) Node(name string) *Node {
 	return nil
 }
 
+// processes returns every process the cluster started beside the control
+// plane: the controller Deployment's, then each node's.
+func (c *Cluster) processes() []*Process {
+	var ps []*Process
+	if c.Central != nil {
+		ps = append(ps, c.Central.processes()...)
+	}
+	for _, n := range c.Nodes {
+		ps = append(ps, n.processes()...)
+	}
+	return ps
+}
+
 // CheckAlive returns an error naming every started process that has ended.
 func (c *Cluster) CheckAlive() error {
 	var errs []error
@@ -223,11 +249,9 @@ func (c *Cluster) CheckAlive() error {
 			errs = append(errs, err)
 		}
 	}
-	for _, n := range c.Nodes {
-		for _, p := range n.processes() {
-			if ended, err := p.Exited(); ended {
-				errs = append(errs, fmt.Errorf("%s ended (%v):\n%s", p.Name, err, p.Tail(20)))
-			}
+	for _, p := range c.processes() {
+		if ended, err := p.Exited(); ended {
+			errs = append(errs, fmt.Errorf("%s ended (%v):\n%s", p.Name, err, p.Tail(20)))
 		}
 	}
 	return errors.Join(errs...)
@@ -238,10 +262,8 @@ func (c *Cluster) DumpLogs(lines int) {
 	if c.Control != nil {
 		c.Control.dumpLogs(lines)
 	}
-	for _, n := range c.Nodes {
-		for _, p := range n.processes() {
-			fmt.Fprintf(os.Stderr, "----- last %d lines of %s (%s)\n%s\n", lines, p.Name, p.LogPath, p.Tail(lines))
-		}
+	for _, p := range c.processes() {
+		fmt.Fprintf(os.Stderr, "----- last %d lines of %s (%s)\n%s\n", lines, p.Name, p.LogPath, p.Tail(lines))
 	}
 }
 
@@ -249,10 +271,8 @@ func (c *Cluster) DumpLogs(lines int) {
 // loop devices and etcd's data. Logs stay in the run directory.
 func (c *Cluster) Stop() error {
 	var errs []error
-	for _, n := range c.Nodes {
-		for _, p := range n.processes() {
-			p.Stop()
-		}
+	for _, p := range c.processes() {
+		p.Stop()
 	}
 	if c.Control != nil {
 		c.Control.Stop()

@@ -102,7 +102,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := findContainer(ds, "carve plugin", isCarvePlugin); err != nil {
+	if _, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin); err != nil {
 		t.Error(err)
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName == "" {
@@ -112,6 +112,20 @@ func TestShippedManifestsParse(t *testing.T) {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("csi-provisioner args %q lack %s (DESIGN.md)", c.Args, want)
 		}
+	}
+	d, err := m.ControllerDeployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &d.Spec.Template.Spec
+	resizer, err := findContainer(spec, d.Name, "csi-resizer", isResizer)
+	if err != nil {
+		t.Error(err)
+	} else if !slices.Contains(resizer.Args, "--leader-election") {
+		t.Errorf("csi-resizer args %q lack --leader-election (one replica acts at a time)", resizer.Args)
+	}
+	if spec.ServiceAccountName == "" {
+		t.Error("the controller Deployment names no service account; the harness authenticates csi-resizer as it")
 	}
 }
 

@@ -173,6 +173,21 @@ func (m *Manifests) Find(kind string) []*unstructured.Unstructured {
 	return out
 }
 
+// ControllerDeployment returns the Deployment whose pod runs `carve
+// controller` (beside csi-resizer).
+func (m *Manifests) ControllerDeployment() (*appsv1.Deployment, error) {
+	for _, o := range m.Find("Deployment") {
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
+			return nil, fmt.Errorf("decode the Deployment %s: %w", o.GetName(), err)
+		}
+		if _, err := findContainer(&d.Spec.Template.Spec, "", "", isCarveController); err == nil {
+			return d, nil
+		}
+	}
+	return nil, errors.New("no Deployment in the manifests runs `carve controller`")
+}
+
 // NodeDaemonSet returns the DaemonSet that runs csi-provisioner with
 // --node-deployment (carve's node plugin).
 func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, *corev1.Container, error) {

@@ -185,7 +185,7 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 // DaemonSet's carve container, its socket, device-class file and metrics
 // port replaced by the node's own, and waits for its socket.
 func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, lifetime time.Duration) error {
-	c, err := findContainer(ds, "carve plugin", isCarvePlugin)
+	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
 	if err != nil {
 		return err
 	}
@@ -299,14 +299,20 @@ func containerCommand(c *corev1.Container, pod podFields, set []flagValue) (args
 	return args, env, nil
 }
 
-// findContainer returns the container of the DaemonSet that satisfies is.
-func findContainer(ds *appsv1.DaemonSet, what string, is func(*corev1.Container) bool) (*corev1.Container, error) {
-	for i := range ds.Spec.Template.Spec.Containers {
-		if c := &ds.Spec.Template.Spec.Containers[i]; is(c) {
+// findContainer returns the container of a workload's pod template that
+// satisfies is; owner names the workload in the error.
+func findContainer(spec *corev1.PodSpec, owner, what string, is func(*corev1.Container) bool) (*corev1.Container, error) {
+	for i := range spec.Containers {
+		if c := &spec.Containers[i]; is(c) {
 			return c, nil
 		}
 	}
-	return nil, fmt.Errorf("DaemonSet %s/%s has no %s container", ds.Namespace, ds.Name, what)
+	return nil, fmt.Errorf("%s has no %s container", owner, what)
+}
+
+// daemonSetContainer is findContainer for the node DaemonSet.
+func daemonSetContainer(ds *appsv1.DaemonSet, what string, is func(*corev1.Container) bool) (*corev1.Container, error) {
+	return findContainer(&ds.Spec.Template.Spec, "DaemonSet "+ds.Namespace+"/"+ds.Name, what, is)
 }
 
 // isCarvePlugin tells the container that runs `carve plugin`.
@@ -318,20 +324,9 @@ func isCarvePlugin(c *corev1.Container) bool {
 // flags, authenticated as the DaemonSet's service account (a token from
 // the TokenRequest API), so carve's RBAC rules are what it gets.
 func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, c *corev1.Container, bin, dir, logs string, lifetime time.Duration) error {
-	sa := ds.Spec.Template.Spec.ServiceAccountName
-	if sa == "" {
-		return errors.New("the node DaemonSet names no serviceAccountName")
-	}
-	expiry := int64((lifetime + time.Hour).Seconds())
-	tr, err := cs.CoreV1().ServiceAccounts(ds.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("token for service account %s/%s: %w", ds.Namespace, sa, err)
-	}
 	kubeconfig := filepath.Join(dir, "provisioner.kubeconfig")
-	if err := writeKubeconfig(kubeconfig, cp.Server, cp.pki.CACert, "system:serviceaccount:"+ds.Namespace+":"+sa, tr.Status.Token); err != nil {
-		return err
+	if err := serviceAccountKubeconfig(ctx, cs, cp, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
+		return fmt.Errorf("the node DaemonSet's service account: %w", err)
 	}
 	port, err := freePort()
 	if err != nil {
@@ -351,6 +346,24 @@ func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp
 	return err
 }
 
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
+// service account sa (a token from the TokenRequest API valid for the
+// test bed's lifetime), so a sidecar run as a process gets exactly the
+// permissions carve's RBAC gives its pod.
+func serviceAccountKubeconfig(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, namespace, sa, path string, lifetime time.Duration) error {
+	if sa == "" {
+		return errors.New("no serviceAccountName in the pod template")
+	}
+	expiry := int64((lifetime + time.Hour).Seconds())
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for service account %s/%s: %w", namespace, sa, err)
+	}
+	return writeKubeconfig(path, cp.Server, cp.pki.CACert, "system:serviceaccount:"+namespace+":"+sa, tr.Status.Token)
+}
+
 // writeConfig writes the node's device-class file.
 func (n *Node) writeConfig(cfg *config.Config) error {
 	data, err := yaml.Marshal(cfg)
@@ -361,15 +374,7 @@ func (n *Node) writeConfig(cfg *config.Config) error {
 }
 
 // processes returns the node's running processes.
-func (n *Node) processes() []*Process {
-	var ps []*Process
-	for _, p := range []*Process{n.provisioner, n.plugin} {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
-}
+func (n *Node) processes() []*Process { return started(n.provisioner, n.plugin) }
 
 // FillVG creates an LV of size bytes directly with lvcreate, outside
 // carve, as another tool on the node would.

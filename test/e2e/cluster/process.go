@@ -157,3 +157,14 @@ func runCommand(ctx context.Context, timeout time.Duration, env []string, name s
 	}
 	return out, nil
 }
+
+// started drops the processes that were never started (nil).
+func started(ps ...*Process) []*Process {
+	var out []*Process
+	for _, p := range ps {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

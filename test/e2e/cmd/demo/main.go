@@ -42,7 +42,7 @@ type options struct {
 func main() {
 	o := options{}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CARVE_E2E_BIN"), "directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, csi-provisioner (hack/e2e-tools.sh)")
+	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CARVE_E2E_BIN"), "directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, csi-provisioner, csi-resizer (hack/e2e-tools.sh)")
 	fs.StringVar(&o.carve, "carve", "bin/carve", "the carve binary (make build)")
 	fs.StringVar(&o.deploy, "deploy", "deploy/kubernetes", "carve's manifests")
 	fs.DurationVar(&o.lifetime, "lifetime", 8*time.Hour, "the cluster is torn down after this even without Ctrl-C")

@@ -143,6 +143,20 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string, labels 
 	return n
 }
 
+// nodeCapabilityTypes is what a Node server's NodeGetCapabilities lists.
+func nodeCapabilityTypes(t *testing.T, ns csi.NodeServer) []csi.NodeServiceCapability_RPC_Type {
+	t.Helper()
+	caps, err := ns.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []csi.NodeServiceCapability_RPC_Type
+	for _, c := range caps.GetCapabilities() {
+		got = append(got, c.GetRpc().GetType())
+	}
+	return got
+}
+
 // nodeCase is one case of a table-driven test of a Node RPC whose request is
 // R; those tests share it and runNodeCases rather than each repeating both.
 type nodeCase[R any] struct {
@@ -221,14 +235,7 @@ func TestNodeGetInfoAndCapabilities(t *testing.T) {
 		info.GetAccessibleTopology().GetSegments()[topology.Key] != testNode || len(info.GetAccessibleTopology().GetSegments()) != 1 {
 		t.Errorf("NodeGetInfo = %v", info)
 	}
-	caps, err := fx.ns.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []csi.NodeServiceCapability_RPC_Type
-	for _, c := range caps.GetCapabilities() {
-		got = append(got, c.GetRpc().GetType())
-	}
+	got := nodeCapabilityTypes(t, fx.ns)
 	want := []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, csi.NodeServiceCapability_RPC_EXPAND_VOLUME,

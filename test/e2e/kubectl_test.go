@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -26,8 +27,9 @@ func TestKubectlReadsTheCluster(t *testing.T) {
 		out, err := exec.CommandContext(ctx, kubectl, argv...).Output()
 		if err != nil {
 			var stderr string
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = string(ee.Stderr)
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				stderr = string(exitErr.Stderr)
 			}
 			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +26,7 @@ type Central struct {
 }
 
 // isCarveController tells the container that runs `carve controller`.
-func isCarveController(c *corev1.Container) bool {
-	return len(c.Args) > 0 && c.Args[0] == "controller" || len(c.Command) > 0 && slices.Contains(c.Command, "controller")
-}
+var isCarveController = runsCarveRole("controller")
 
 // isResizer tells the csi-resizer container (by its image, since its args
 // hold nothing only it has).

@@ -315,10 +315,15 @@ func daemonSetContainer(ds *appsv1.DaemonSet, what string, is func(*corev1.Conta
 	return findContainer(&ds.Spec.Template.Spec, "DaemonSet "+ds.Namespace+"/"+ds.Name, what, is)
 }
 
-// isCarvePlugin tells the container that runs `carve plugin`.
-func isCarvePlugin(c *corev1.Container) bool {
-	return len(c.Args) > 0 && c.Args[0] == "plugin" || len(c.Command) > 0 && slices.Contains(c.Command, "plugin")
+// runsCarveRole returns a test for the container that runs `carve <role>`.
+func runsCarveRole(role string) func(*corev1.Container) bool {
+	return func(c *corev1.Container) bool {
+		return len(c.Args) > 0 && c.Args[0] == role || len(c.Command) > 0 && slices.Contains(c.Command, role)
+	}
 }
+
+// isCarvePlugin tells the container that runs `carve plugin`.
+var isCarvePlugin = runsCarveRole("plugin")
 
 // startProvisioner runs csi-provisioner for the node with the DaemonSet's
 // flags, authenticated as the DaemonSet's service account (a token from

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the end-to-end tier's control plane (etcd, kube-apiserver,
-# kube-scheduler, kube-controller-manager), kubectl (to look at the demo's
-# cluster), csi-provisioner and csi-resizer from the Go module proxy, pinned
+# kube-scheduler, kube-controller-manager), the kubelet of the guest nodes,
+# kubectl (to look at the demo's cluster), csi-provisioner and csi-resizer from the Go module proxy, pinned
 # by the tools modules under test/e2e/tools/, into $CARVE_CACHE/e2e/<hash>/bin,
 # and prints that directory on stdout. <hash> covers the tools modules'
 # go.mod/go.sum and the Go version, so a warm run (same pins) reuses the
@@ -15,7 +15,7 @@ go=${GO:-go}
 
 hash=$( { cat "$tools"/*/go.mod "$tools"/*/go.sum; "$go" version; } | sha256sum | cut -c1-16)
 out=$cache/e2e/$hash/bin
-bins=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl csi-provisioner csi-resizer)
+bins=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl csi-provisioner csi-resizer)
 
 complete() {
 	for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -49,6 +49,7 @@ build etcd etcd go.etcd.io/etcd/server/v3
 build kubernetes kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kflags"
 build kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kflags"
 build kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kflags"
+build kubernetes kubelet k8s.io/kubernetes/cmd/kubelet "$kflags"
 build kubernetes kubectl k8s.io/kubernetes/cmd/kubectl "$kflags"
 build provisioner csi-provisioner github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 build resizer csi-resizer github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer

@@ -17,11 +17,22 @@ declare -A need=(
   [blkid]=util-linux
   [modprobe]=kmod
   [openssl]=openssl
+  # Real kubelet nodes in guests (test/guestnode): the container runtime,
+  # the CNI plugins, and socat for qemu's per-connection forward to the
+  # host's apiserver.
+  [containerd]=containerd
+  [runc]=runc
+  [/usr/lib/cni/bridge]=containernetworking-plugins
+  [socat]=socat
 )
 
 missing=()
 for cmd in "${!need[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+  if [[ $cmd == /* ]]; then
+    [ -e "$cmd" ] || missing+=("${need[$cmd]}")
+  else
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+  fi
 done
 # The guest boots Debian's own kernel; its modules carry device-mapper.
 if ! ls /boot/vmlinuz-* >/dev/null 2>&1 || ! ls -d /lib/modules/*/kernel/drivers/md >/dev/null 2>&1; then
@@ -38,4 +49,5 @@ fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Another apt run (a second make target) may hold dpkg's lock: wait for it.
+apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >/dev/null

@@ -310,7 +310,7 @@ func TestInitramfsCache(t *testing.T) {
 	if i, j := strings.Index(init, "insmod /modules/netfs.ko"), strings.Index(init, "insmod /modules/9p.ko"); i < 0 || j < i {
 		t.Errorf("init does not load netfs before 9p:\n%s", init)
 	}
-	if !strings.Contains(init, "exec chroot /newroot /bin/sh /carve/.guestvm/run.sh") {
+	if !strings.Contains(init, "exec switch_root /newroot /bin/sh /carve/.guestvm/run.sh") {
 		t.Errorf("init does not hand over to the run script:\n%s", init)
 	}
 }
@@ -353,6 +353,9 @@ func TestSpecValidate(t *testing.T) {
 		{name: "forward to loopback", edit: func(s *Spec) { s.Forwards = []Forward{{GuestPort: 6443, HostAddr: "127.0.0.1:6443"}} }},
 		{name: "forward elsewhere", edit: func(s *Spec) { s.Forwards = []Forward{{GuestPort: 6443, HostAddr: "10.1.1.1:6443"}} }, wantErr: "loopback"},
 		{name: "forward without port", edit: func(s *Spec) { s.Forwards = []Forward{{HostAddr: "127.0.0.1:1"}} }, wantErr: "guest port"},
+		{name: "host forward to loopback", edit: func(s *Spec) { s.HostForwards = []HostForward{{HostAddr: "127.0.0.1:20250", GuestPort: 10250}} }},
+		{name: "host forward on every address", edit: func(s *Spec) { s.HostForwards = []HostForward{{HostAddr: "0.0.0.0:20250", GuestPort: 10250}} }, wantErr: "loopback"},
+		{name: "relative disk", edit: func(s *Spec) { s.Disks = []string{"disk.img"} }, wantErr: "absolute"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -371,7 +374,8 @@ func TestSpecValidate(t *testing.T) {
 
 func TestRunScriptAndQemuArgs(t *testing.T) {
 	s := Spec{WorkDir: "/tmp/w,1", Args: []string{GuestPath("x.test"), "-test.run", "A|B"}, Env: []string{"K=v'1"},
-		Modules: []string{"dm_crypt"}, Forwards: []Forward{{GuestPort: 80, HostAddr: "127.0.0.1:8080"}}}
+		Modules: []string{"dm_crypt"}, Forwards: []Forward{{GuestPort: 80, HostAddr: "127.0.0.1:8080"}},
+		HostForwards: []HostForward{{HostAddr: "127.0.0.1:20250", GuestPort: 10250}}, Disks: []string{"/d/a,b.img", "/d/c.img"}}
 	s.defaults()
 	script := runScript(s)
 	for _, want := range []string{
@@ -379,6 +383,8 @@ func TestRunScriptAndQemuArgs(t *testing.T) {
 		"'/carve/x.test' '-test.run' 'A|B' > /carve/.guestvm/stdout 2> /carve/.guestvm/stderr < /dev/null",
 		"modprobe dm_crypt ||",
 		"modprobe virtio_net ||",
+		"modprobe virtio_blk ||",
+		"ip route add default via 10.0.2.2",
 		"DM_DISABLE_UDEV=1",
 		"echo o > /proc/sysrq-trigger",
 	} {
@@ -392,7 +398,10 @@ func TestRunScriptAndQemuArgs(t *testing.T) {
 		"-no-reboot",
 		"path=/,mount_tag=hostroot,security_model=none,readonly=on",
 		"path=/tmp/w,,1,mount_tag=carvework",
-		"guestfwd=tcp:10.0.2.100:80-tcp:127.0.0.1:8080",
+		"guestfwd=tcp:10.0.2.100:80-cmd:socat - TCP:127.0.0.1:8080",
+		"hostfwd=tcp:127.0.0.1:20250-10.0.2.15:10250",
+		"-drive file=/d/a,,b.img,format=raw,if=virtio,cache=unsafe,index=0",
+		"-drive file=/d/c.img,format=raw,if=virtio,cache=unsafe,index=1",
 		"restrict=on",
 	} {
 		if !strings.Contains(args, want) {

@@ -15,7 +15,7 @@ import (
 
 // initramfsFormat changes whenever the layout below changes, so that an
 // older cached image is not reused.
-const initramfsFormat = "guestvm-initramfs-v1"
+const initramfsFormat = "guestvm-initramfs-v2"
 
 // bootModules are loaded by the initramfs: what it takes to mount the 9p
 // shares and the overlay. Their dependencies are added from modules.dep.
@@ -38,8 +38,11 @@ const GuestWorkDir = "/carve"
 const controlDir = ".guestvm"
 
 // initScript is the initramfs's /init. It runs busybox's sh; the guest's
-// userland after the chroot is the host's own. fail powers the guest off so
-// that qemu ends at once instead of waiting for the timeout.
+// userland after the switch is the host's own. fail powers the guest off so
+// that qemu ends at once instead of waiting for the timeout. It switches
+// root rather than chrooting: under a bare chroot the initramfs stays the
+// root mount, and a process that joins a mount namespace with setns (runc
+// exec, so kubectl exec and exec probes) lands there with no /proc.
 func initScript(modules []string) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/busybox sh
@@ -62,7 +65,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 %[2]s /newroot%[3]s ||
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
 mount --move /dev /newroot/dev
-exec chroot /newroot /bin/sh %[3]s/%[4]s/run.sh
+exec switch_root /newroot /bin/sh %[3]s/%[4]s/run.sh
 `, hostRootTag, workTag, GuestWorkDir, controlDir)
 	return b.String()
 }

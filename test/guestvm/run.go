@@ -55,6 +55,20 @@ type Forward struct {
 // GuestForwardIP is the address the guest uses for the Forwards.
 const GuestForwardIP = "10.0.2.100"
 
+// GuestIP is the guest's own address on its network interface, the target
+// of HostForwards.
+const GuestIP = "10.0.2.15"
+
+// HostForward makes a guest TCP port reachable on the host's loopback
+// (qemu hostfwd).
+type HostForward struct {
+	// HostAddr is the loopback host:port qemu listens on, e.g.
+	// 127.0.0.1:10250.
+	HostAddr string
+	// GuestPort is the port at GuestIP it leads to.
+	GuestPort int
+}
+
 // Spec describes one guest run.
 type Spec struct {
 	// WorkDir is the host directory shared read-write with the guest at
@@ -76,8 +90,17 @@ type Spec struct {
 	// A module that does not exist fails the run.
 	Modules []string
 	// Forwards, when set, give the guest a network interface (eth0,
-	// 10.0.2.15) that reaches only these host listeners.
+	// GuestIP) that reaches only these host listeners. Each connection
+	// gets its own socat process on the host, so a forward carries any
+	// number of connections.
 	Forwards []Forward
+	// HostForwards, when set, also give the guest its network interface,
+	// and make these guest ports reachable from the host.
+	HostForwards []HostForward
+	// Disks are raw image files on the host attached as virtio disks, in
+	// order /dev/vda, /dev/vdb, ... They persist across runs: a second run
+	// with the same files sees what the first wrote.
+	Disks []string
 
 	// Timeout bounds the whole run, boot included; default 10 minutes.
 	Timeout time.Duration
@@ -206,16 +229,38 @@ func (s *Spec) validate() error {
 		}
 	}
 	for _, fw := range s.Forwards {
-		host, _, err := net.SplitHostPort(fw.HostAddr)
-		if err != nil || fw.GuestPort <= 0 || fw.GuestPort > 65535 {
-			return fmt.Errorf("guestvm: Spec.Forwards entry %+v: need a guest port and a host:port", fw)
+		if err := checkForward(fw.HostAddr, fw.GuestPort); err != nil {
+			return fmt.Errorf("guestvm: Spec.Forwards entry %+v: %w", fw, err)
 		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("guestvm: Spec.Forwards host address %q must be a loopback IP", fw.HostAddr)
+	}
+	for _, fw := range s.HostForwards {
+		if err := checkForward(fw.HostAddr, fw.GuestPort); err != nil {
+			return fmt.Errorf("guestvm: Spec.HostForwards entry %+v: %w", fw, err)
+		}
+	}
+	for _, d := range s.Disks {
+		if !filepath.IsAbs(d) || strings.ContainsRune(d, 0) {
+			return fmt.Errorf("guestvm: Spec.Disks entry %q must be an absolute path", d)
 		}
 	}
 	return nil
 }
+
+// checkForward accepts a guest port and a loopback host:port: nothing a
+// guest forwards may listen on, or reach, anything but the host's loopback.
+func checkForward(hostAddr string, guestPort int) error {
+	host, _, err := net.SplitHostPort(hostAddr)
+	if err != nil || guestPort <= 0 || guestPort > 65535 {
+		return errors.New("need a guest port and a host:port")
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("host address %q must be a loopback IP", hostAddr)
+	}
+	return nil
+}
+
+// networked tells whether the guest gets a network interface.
+func (s *Spec) networked() bool { return len(s.Forwards) > 0 || len(s.HostForwards) > 0 }
 
 // Run boots a guest, runs spec.Args in it and returns its output and exit
 // status. A command that exits non-zero is not an error: check
@@ -230,6 +275,11 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		return Result{}, fmt.Errorf("guestvm: qemu-system-x86_64 not found: install the Debian package qemu-system-x86 (hack/install-deps.sh does): %w", err)
+	}
+	if len(spec.Forwards) > 0 {
+		if _, err := exec.LookPath("socat"); err != nil {
+			return Result{}, fmt.Errorf("guestvm: socat not found (qemu runs it for every forwarded connection): install the Debian package socat (hack/install-deps.sh does): %w", err)
+		}
 	}
 	kernel, err := FindKernel(spec.BootDir, spec.ModulesRoot)
 	if err != nil {
@@ -349,12 +399,22 @@ func qemuArgs(spec Spec, k Kernel, initrd string) []string {
 		"-virtfs", "local,path=/,mount_tag=" + hostRootTag + ",security_model=none,readonly=on,multidevs=remap",
 		"-virtfs", "local,path=" + qemuEscape(spec.WorkDir) + ",mount_tag=" + workTag + ",security_model=none,multidevs=remap",
 	}
-	if len(spec.Forwards) > 0 {
+	if spec.networked() {
 		netdev := "user,id=n0,restrict=on"
 		for _, f := range spec.Forwards {
-			netdev += fmt.Sprintf(",guestfwd=tcp:%s:%d-tcp:%s", GuestForwardIP, f.GuestPort, f.HostAddr)
+			// A chardev target ("-tcp:") is opened once for qemu's whole
+			// life and carries one connection; "cmd:" runs socat per
+			// connection. A comma inside the command is doubled.
+			host, port, _ := net.SplitHostPort(f.HostAddr)
+			netdev += fmt.Sprintf(",guestfwd=tcp:%s:%d-cmd:socat - TCP:%s:%s", GuestForwardIP, f.GuestPort, host, port)
+		}
+		for _, f := range spec.HostForwards {
+			netdev += fmt.Sprintf(",hostfwd=tcp:%s-%s:%d", f.HostAddr, GuestIP, f.GuestPort)
 		}
 		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0")
+	}
+	for i, d := range spec.Disks {
+		args = append(args, "-drive", fmt.Sprintf("file=%s,format=raw,if=virtio,cache=unsafe,index=%d", qemuEscape(d), i))
 	}
 	return args
 }
@@ -457,14 +517,19 @@ mkdir -p /run/lock/lvm /run/lvm /etc/lvm/archive /etc/lvm/backup
 		fmt.Fprintf(&b, "modprobe -q %s || echo 'guestvm: kernel module %s not available'\n", m, m)
 	}
 	mods := spec.Modules
-	if len(spec.Forwards) > 0 {
+	if spec.networked() {
 		mods = append(append([]string{}, mods...), "virtio_net")
+	}
+	if len(spec.Disks) > 0 {
+		mods = append(append([]string{}, mods...), "virtio_blk")
 	}
 	for _, m := range mods {
 		fmt.Fprintf(&b, "modprobe %s || { echo 'guestvm: modprobe %s failed'; off; }\n", m, m)
 	}
-	if len(spec.Forwards) > 0 {
-		b.WriteString("ip link set lo up\nip addr add 10.0.2.15/24 dev eth0 && ip link set eth0 up || { echo 'guestvm: network setup failed'; off; }\n")
+	if spec.networked() {
+		// The default route goes to qemu's gateway, which (restrict=on)
+		// leads nowhere but the forwards; a kubelet wants one to exist.
+		fmt.Fprintf(&b, "ip link set lo up\nip addr add %s/24 dev eth0 && ip link set eth0 up && ip route add default via 10.0.2.2 || { echo 'guestvm: network setup failed'; off; }\n", GuestIP)
 	}
 	for _, e := range spec.Env {
 		k, v, _ := strings.Cut(e, "=")

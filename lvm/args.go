@@ -66,6 +66,20 @@ func extendArgs(vg, name string, size uint64) []string {
 	return []string{"lvextend", "--size", bytesArg(size), vg + "/" + name}
 }
 
+// activateArgs builds lvchange to activate one LV (and, for a thin LV, its
+// pool, which LVM activates with it). An LV that carries the
+// activation-skip flag (thin snapshots made by lvcreate's default, or by
+// other tools) is left inactive by a plain `lvchange --activate y`, which
+// still succeeds, so --ignoreactivationskip is added for such an LV, and
+// only for it.
+func activateArgs(vg, name string, skip bool) []string {
+	args := []string{"lvchange", "--activate", "y"}
+	if skip {
+		args = append(args, "--ignoreactivationskip")
+	}
+	return append(args, vg+"/"+name)
+}
+
 // removeArgs builds lvremove; --yes answers the prompt LVM shows for an
 // active LV.
 func removeArgs(vg, name string) []string {

@@ -192,3 +192,31 @@ func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) 
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// explainActivate classifies a failed lvchange --activate y. An LV found
+// active after all (activated meanwhile from outside) is a success.
+func (c *Client) explainActivate(ctx context.Context, vg, name string, err error) (*LogicalVolume, error) {
+	what := fmt.Sprintf("activating %s/%s", vg, name)
+	rep, _, _, ferr := c.failureState(ctx, what, err)
+	if rep == nil {
+		return nil, ferr
+	}
+	v := rep.FindVG(vg)
+	lv := rep.FindLV(vg, name)
+	switch {
+	case v == nil:
+		return nil, classify(err, ErrNotFound, what+": volume group does not exist")
+	case lv == nil:
+		return nil, classify(err, ErrNotFound, what+": the logical volume does not exist")
+	case lv.Attr.Active:
+		return lv, nil
+	case v.MissingPVs > 0:
+		return nil, fmt.Errorf("%s: %d physical volume(s) of the volume group are missing: %w", what, v.MissingPVs, err)
+	}
+	if lv.Pool != "" {
+		if p := rep.FindThinPool(vg, lv.Pool); p != nil && poolFull(p) {
+			return nil, fmt.Errorf("%s: thin pool %s is full (data %.2f%%, metadata %.2f%%): %w", what, p.Name, p.DataPercent, p.MetadataPercent, err)
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", what, err)
+}

@@ -4,9 +4,9 @@
 //
 // Every method validates its names and tags against LVM's rules before any
 // command runs. Reads (Report, VolumeGroup, ListLVs, FindByTag, GetLV) run
-// concurrently; mutations (CreateLV, CreateThinSnapshot, ExtendLV, RemoveLV)
-// of one volume group run one at a time. On the success path each mutation
-// is exactly one lvm command: results are built from the request and the
+// concurrently; mutations (CreateLV, CreateThinSnapshot, ExtendLV, RemoveLV,
+// and the activation ActivateLV) of one volume group run one at a time. On
+// the success path each of the first four is exactly one lvm command: results are built from the request and the
 // volume group's extent size (read once per VG and cached), not read back.
 // Only a failure costs an extra read, to tell why it failed.
 package lvm

@@ -21,8 +21,13 @@ type fakeLVM struct {
 	vgs   []jsonVG
 	lvs   []jsonLV
 	calls [][]string
-	// mutate answers lvcreate, lvextend and lvremove.
+	// mutate answers lvcreate, lvextend, lvremove and lvchange; when it is
+	// nil, lvchange --activate y activates as LVM does (see activate) and
+	// the others succeed without changing the state.
 	mutate func(args []string) output
+	// activationFilter, when set, makes lvchange succeed without activating
+	// anything, as an lvm.conf activation/volume_list that excludes the LV.
+	activationFilter bool
 	// readErr, when set, answers every read with this exit code.
 	readErr *output
 }
@@ -86,11 +91,14 @@ func (f *fakeLVM) run(ctx context.Context, args []string) (output, error) {
 		return output{ExitCode: -1}, err
 	}
 	switch args[0] {
-	case "lvcreate", "lvextend", "lvremove":
-		if mutate == nil {
-			return output{}, nil
+	case "lvcreate", "lvextend", "lvremove", "lvchange":
+		if mutate != nil {
+			return mutate(args), nil
 		}
-		return mutate(args), nil
+		if args[0] == "lvchange" {
+			return f.activate(args), nil
+		}
+		return output{}, nil
 	}
 	if readErr != nil {
 		return *readErr, nil
@@ -205,4 +213,28 @@ type recordedFailureFixture struct {
 
 func (r recordedFailureFixture) output() output {
 	return output{ExitCode: r.ExitCode, Stderr: []byte(r.Stderr)}
+}
+
+// activate answers `lvchange --activate y [--ignoreactivationskip] vg/lv`
+// as LVM does: a missing LV fails, an LV with the activation-skip flag stays
+// inactive unless the flag is ignored, and the exit status is 0 either way.
+func (f *fakeLVM) activate(args []string) output {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	vg, name, _ := strings.Cut(args[len(args)-1], "/")
+	ignoreSkip := slices.Contains(args, "--ignoreactivationskip")
+	for i := range f.lvs {
+		lv := &f.lvs[i]
+		if lv.VG != vg || lv.Name != name {
+			continue
+		}
+		a := []byte(lv.Attr)
+		skip := len(a) > 9 && a[9] == 'k'
+		if len(a) > 4 && !f.activationFilter && (!skip || ignoreSkip) {
+			a[4] = 'a'
+			lv.Attr = string(a)
+		}
+		return output{}
+	}
+	return output{ExitCode: 5, Stderr: []byte(`  Failed to find logical volume "` + vg + "/" + name + `"`)}
 }

@@ -169,6 +169,55 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	return c.GetLV(ctx, vg, name)
 }
 
+// ActivateLV activates the LV vg/name and returns it as LVM reports it
+// afterwards. An LV that is active already is returned without running
+// lvchange. A thin LV's pool is activated by LVM along with it; an LV with
+// the activation-skip flag is activated all the same. ErrNotFound when the
+// LV (or its VG) does not exist. An lvchange that succeeds but leaves the
+// LV inactive (lvm.conf's activation/volume_list excluding it, for
+// example) is an error that says so.
+//
+// It holds the VG's lock, so an activation does not interleave with a
+// mutation of the same VG. It costs a read before lvchange (to learn the
+// activation-skip flag) and one after (to see the result); it runs only
+// after a reboot or a deactivation, never on the usual path.
+func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
+	if err := ValidateVGName(vg); err != nil {
+		return nil, err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return nil, err
+	}
+	unlock, err := c.locks.lock(ctx, vg)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	lv, err := c.GetLV(ctx, vg, name)
+	if err != nil {
+		return nil, fmt.Errorf("activating: %w", err)
+	}
+	if lv.Attr.Active {
+		return lv, nil
+	}
+	if _, err := c.run(ctx, activateArgs(vg, name, lv.Attr.ActivationSkip)...); err != nil {
+		return c.explainActivate(ctx, vg, name, err)
+	}
+	got, err := c.GetLV(ctx, vg, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s/%s after activating it: %w", vg, name, err)
+	}
+	if !got.Attr.Active {
+		return nil, fmt.Errorf("activating %s/%s: lvchange succeeded but the LV is still inactive (lv_attr %s); "+
+			"check activation/volume_list in lvm.conf", vg, name, got.Attr.Raw)
+	}
+	if got.Path == "" {
+		got.Path = c.lvPath(vg, name)
+	}
+	klog.V(2).InfoS("activated logical volume", "vg", vg, "lv", name, "pool", got.Pool, "ignoredActivationSkip", lv.Attr.ActivationSkip)
+	return got, nil
+}
+
 // RemoveLV removes an LV; ErrNotFound when it (or its VG) does not exist,
 // ErrInUse when it is open. It runs lvremove without looking the LV up first;
 // only a failure costs a read, to tell why.

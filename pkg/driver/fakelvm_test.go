@@ -19,6 +19,8 @@ type fakeLVM struct {
 	pools   map[string]*lvm.ThinPool      // key vg/name
 	reports int
 	gets    int
+	// activations lists the LVs (vg/name) ActivateLV activated.
+	activations []string
 	// failNext, when set, is returned by the next mutation.
 	failNext error
 }
@@ -193,6 +195,29 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 	}
 	delete(f.lvs, key)
 	return nil
+}
+
+// ActivateLV activates one LV as the lvm package does: a thin LV's pool
+// with it, whatever the activation-skip flag.
+func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return nil, err
+	}
+	lv, ok := f.lvs[vg+"/"+name]
+	if !ok {
+		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	}
+	if !lv.Attr.Active {
+		lv.Attr.Active = true
+		f.activations = append(f.activations, vg+"/"+name)
+		if lv.Pool != "" {
+			f.lvs[vg+"/"+lv.Pool].Attr.Active = true
+		}
+	}
+	c := *lv
+	return &c, nil
 }
 
 var _ LVM = (*fakeLVM)(nil)

@@ -21,6 +21,10 @@ type LVM interface {
 	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
 	// RemoveLV returns lvm.ErrNotFound when the LV does not exist.
 	RemoveLV(ctx context.Context, vg, name string) error
+	// ActivateLV activates one LV (a thin LV's pool with it) and returns
+	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
+	// does not exist.
+	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
 }
 
 var _ LVM = (*lvm.Client)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/fs"
@@ -184,12 +185,12 @@ func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalV
 	return lv, nil
 }
 
-// activeDevice returns the device node and device class of an active
-// carve volume, for stage and publish. An active LV has its device node,
-// so the common case runs no LVM command: the class is the one CreateVolume
-// put into the volume context. Otherwise LVM is asked, to tell a volume
-// that does not exist (NotFound) from one that is not active
-// (FailedPrecondition).
+// activeDevice returns the device node and device class of a carve
+// volume, for stage and publish, activating its LV when it is inactive. An
+// active LV has its device node, so the common case runs no LVM command:
+// the class is the one CreateVolume put into the volume context.
+// Otherwise LVM is asked: a volume that does not exist is NotFound, an
+// inactive one is activated (see activate).
 func (n *NodeServer) activeDevice(ctx context.Context, id string, volumeContext map[string]string) (device, class string, err error) {
 	if vg, name, err := ParseVolumeID(id); err == nil && lvm.ValidateVGName(vg) == nil && lvm.ValidateLVName(name) == nil {
 		device = "/dev/" + vg + "/" + name
@@ -203,10 +204,35 @@ func (n *NodeServer) activeDevice(ctx context.Context, id string, volumeContext 
 		return "", unknownClassLabel, err
 	}
 	class, _ = n.classOf(id)
-	if !lv.Attr.Active {
-		return "", class, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active, so it has no device node", id, lv.VolumeGroup, lv.Name)
+	if lv, err = n.activate(ctx, id, lv); err != nil {
+		return "", class, err
 	}
 	return lvDevicePath(lv), class, nil
+}
+
+// activate makes sure a volume's LV is active, so that it has a device
+// node. After a reboot LVs are inactive unless the host's LVM activated
+// them (lvm2's udev rules or its activation service), which hosts without
+// lvm2, or with autoactivation restricted, do not do. So the node
+// activates the one LV a call needs, nothing else, and only an LV that
+// carries carve's owner tag. An active LV is returned as it is.
+func (n *NodeServer) activate(ctx context.Context, id string, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
+	if lv.Attr.Active {
+		return lv, nil
+	}
+	if !isCarveLV(lv.Tags) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active and does not carry carve's tag %s; carve activates only its own volumes",
+			id, lv.VolumeGroup, lv.Name, TagOwner)
+	}
+	got, err := n.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
+	if errors.Is(err, lvm.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: activating LV %s/%s: %v", id, lv.VolumeGroup, lv.Name, err)
+	}
+	if err != nil {
+		return nil, toStatus(err, fmt.Sprintf("volume %q: activating its inactive LV %s/%s", id, lv.VolumeGroup, lv.Name))
+	}
+	klog.FromContext(ctx).Info("Activated the volume's LV, which was inactive", "volumeID", id, "lv", lv.VolumeGroup+"/"+lv.Name, "pool", lv.Pool)
+	return got, nil
 }
 
 // lvDevicePath is the device node of an LV.

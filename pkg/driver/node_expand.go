@@ -82,6 +82,12 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not mounted at %s; its filesystem can only grow online", id, path)
 		}
 	}
+	// A mounted filesystem's LV is active. A raw block volume's may not be
+	// (deactivated under a published target file): its device node is what
+	// the pod uses, so it is activated before it grows.
+	if lv, err = n.activate(ctx, id, lv); err != nil {
+		return nil, err
+	}
 
 	if uint64(required) > lv.Size {
 		t := time.Now()

@@ -299,11 +299,16 @@ func TestNodeStageVolume(t *testing.T) {
 				r.VolumeId = VolumeID("vg1", LVNameFor("pvc-gone"))
 				return r
 			}},
-		{name: "inactive LV", code: codes.FailedPrecondition, msg: []string{"not active"},
+		{name: "inactive LV: activated, then staged",
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) { lv.Attr.Active = false })
 			},
-			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("", sw)) }},
+			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("", sw)) },
+			check: func(t *testing.T, fx *nodeFixture) {
+				if !slices.Equal(fx.lvm.activations, []string{fx.id}) || fx.mountAt(fx.staging) == nil {
+					t.Errorf("activations %v, staging mount %v; want the volume's LV activated and staged", fx.lvm.activations, fx.mountAt(fx.staging))
+				}
+			}},
 		{name: "blank device: formatted ext4 and mounted",
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest {
 				return fx.stageReq(withFlags(mountCap("", sw), "noatime"))

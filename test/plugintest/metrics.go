@@ -14,27 +14,33 @@ import (
 type Metrics map[string]*dto.MetricFamily
 
 // Scrape reads the plugin's /metrics.
-func (p *Plugin) Scrape(ctx context.Context) (_ Metrics, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.MetricsURL, nil)
+func (p *Plugin) Scrape(ctx context.Context) (Metrics, error) {
+	return ScrapeURL(ctx, http.DefaultClient, p.MetricsURL)
+}
+
+// ScrapeURL reads a Prometheus text endpoint (a plugin's, a kubelet's)
+// with client.
+func ScrapeURL(ctx context.Context, client *http.Client, url string) (_ Metrics, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	rsp, err := http.DefaultClient.Do(req)
+	rsp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("plugintest: scraping %s: %w", p.MetricsURL, err)
+		return nil, fmt.Errorf("plugintest: scraping %s: %w", url, err)
 	}
 	defer func() {
 		if cerr := rsp.Body.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("plugintest: scraping %s: close body: %w", p.MetricsURL, cerr)
+			err = fmt.Errorf("plugintest: scraping %s: close body: %w", url, cerr)
 		}
 	}()
 	if rsp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("plugintest: scraping %s: %s", p.MetricsURL, rsp.Status)
+		return nil, fmt.Errorf("plugintest: scraping %s: %s", url, rsp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(rsp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("plugintest: parsing %s: %w", p.MetricsURL, err)
+		return nil, fmt.Errorf("plugintest: parsing %s: %w", url, err)
 	}
 	return fams, nil
 }

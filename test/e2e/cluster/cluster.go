@@ -32,8 +32,19 @@ type Config struct {
 	CarveBin string
 	// DeployDir is carve's deploy/kubernetes directory.
 	DeployDir string
-	// Nodes are the simulated nodes.
+	// Nodes are the simulated nodes. When there are none, the node
+	// lifecycle controller runs (every node has a kubelet) and the
+	// controller Deployment runs on the guest nodes, not as processes.
 	Nodes []NodeSpec
+	// GuestNodes are real nodes (kubelet, containerd, device-mapper) in
+	// qemu guests; they run the shipped DaemonSet from Images.
+	GuestNodes []GuestNodeSpec
+	// Images are the OCI archives the guest nodes import: carve's image,
+	// the sidecars, the pause image and what the tests' pods run.
+	Images []string
+	// DeviceClasses, when set, replaces the device-class file of the
+	// shipped ConfigMap (a test bed's disks differ from a real fleet's).
+	DeviceClasses string
 	// Lifetime bounds every process the cluster starts.
 	Lifetime time.Duration
 	// RunDir holds logs, keys, etcd data and loop files; a fresh temporary
@@ -58,6 +69,10 @@ type Cluster struct {
 	DeviceClasses *config.Config
 	// Namespace is carve's namespace from the manifests.
 	Namespace string
+	// GuestNodes are the running real nodes.
+	GuestNodes []*GuestNode
+
+	kubeletProxy *kubeletProxy
 }
 
 // Requirements returns an error naming everything the test bed needs and
@@ -67,7 +82,21 @@ func Requirements(cfg Config) error {
 	if err := lvmtest.Check(); err != nil {
 		missing = append(missing, err.Error())
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner", "csi-resizer"} {
+	bins := []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner", "csi-resizer"}
+	if len(cfg.GuestNodes) > 0 {
+		bins = append(bins, "kubelet")
+		for _, img := range cfg.Images {
+			if _, err := os.Stat(img); err != nil {
+				missing = append(missing, fmt.Sprintf("image archive %q (make images builds them)", img))
+			}
+		}
+		for _, cmd := range []string{"qemu-system-x86_64", "socat", "containerd", "runc"} {
+			if _, err := exec.LookPath(cmd); err != nil {
+				missing = append(missing, cmd+" (hack/install-deps.sh installs it)")
+			}
+		}
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			missing = append(missing, fmt.Sprintf("%s in %q (hack/e2e-tools.sh builds it; make test-e2e runs that)", b, cfg.BinDir))
 		}
@@ -137,12 +166,24 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 
 	start := time.Now()
-	if c.Control, err = startControlPlane(ctx, cfg.BinDir, cfg.RunDir, cfg.Lifetime); err != nil {
+	opts := controlPlaneOptions{nodeLifecycle: len(cfg.Nodes) == 0}
+	if len(cfg.GuestNodes) > 0 {
+		opts.kubeletProxy = filepath.Join(cfg.RunDir, "kubelet-proxy.sock")
+		if c.kubeletProxy, err = startKubeletProxy(opts.kubeletProxy); err != nil {
+			return c, err
+		}
+	}
+	if c.Control, err = startControlPlane(ctx, cfg.BinDir, cfg.RunDir, cfg.Lifetime, opts); err != nil {
 		return c, fmt.Errorf("control plane: %w", err)
 	}
 	klog.InfoS("Control plane ready", "after", time.Since(start).Round(time.Millisecond))
 	if c.Client, err = kubernetes.NewForConfig(c.Control.Config); err != nil {
 		return c, err
+	}
+	if cfg.DeviceClasses != "" {
+		if err := c.Manifests.SetDeviceClasses(ds.Namespace, cfg.DeviceClasses); err != nil {
+			return c, err
+		}
 	}
 	if err := c.Manifests.Apply(ctx, c.Control.Config); err != nil {
 		return c, fmt.Errorf("apply deploy/ manifests: %w", err)
@@ -186,14 +227,19 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, fmt.Errorf("csi-provisioner of node %s: %w", spec.Name, err)
 		}
 	}
-	dir := filepath.Join(cfg.RunDir, "controller")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if len(cfg.Nodes) > 0 {
+		dir := filepath.Join(cfg.RunDir, "controller")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return c, err
+		}
+		if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.Lifetime); err != nil {
+			return c, fmt.Errorf("controller Deployment: %w", err)
+		}
+	}
+	if err := c.startGuestNodes(ctx); err != nil {
 		return c, err
 	}
-	if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.Lifetime); err != nil {
-		return c, fmt.Errorf("controller Deployment: %w", err)
-	}
-	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
+	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "guestNodes", len(c.GuestNodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
 	return c, nil
 }
 
@@ -265,12 +311,20 @@ func (c *Cluster) DumpLogs(lines int) {
 	for _, p := range c.processes() {
 		fmt.Fprintf(os.Stderr, "----- last %d lines of %s (%s)\n%s\n", lines, p.Name, p.LogPath, p.Tail(lines))
 	}
+	for _, g := range c.GuestNodes {
+		for _, l := range []string{"boot", "kubelet"} {
+			fmt.Fprintf(os.Stderr, "----- last %d lines of guest node %s's %s log (%s)\n%s\n", lines, g.Spec.Name, l, g.LogPath(l), tailFile(g.LogPath(l), lines))
+		}
+	}
 }
 
 // Stop stops every process (by its own pid) and removes the volume groups,
 // loop devices and etcd's data. Logs stay in the run directory.
 func (c *Cluster) Stop() error {
 	var errs []error
+	if err := c.stopGuestNodes(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, p := range c.processes() {
 		p.Stop()
 	}

@@ -32,10 +32,22 @@ type ControlPlane struct {
 	processes []*Process
 }
 
+// controlPlaneOptions are what differs between test beds.
+type controlPlaneOptions struct {
+	// nodeLifecycle runs kube-controller-manager's node lifecycle
+	// controller: right when every node has a kubelet that heartbeats,
+	// wrong for simulated nodes (it would taint them unreachable).
+	nodeLifecycle bool
+	// kubeletProxy, when set, is the unix socket of an HTTP CONNECT proxy
+	// through which the apiserver reaches kubelets (by their InternalIP),
+	// for logs, exec and port-forward.
+	kubeletProxy string
+}
+
 // startControlPlane starts the control plane from the binaries in binDir,
 // with files under dir, each process living at most lifetime. On error,
 // whatever was started is stopped again.
-func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Duration) (cp *ControlPlane, err error) {
+func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Duration, opts controlPlaneOptions) (cp *ControlPlane, err error) {
 	cp = &ControlPlane{}
 	defer func() {
 		if err != nil {
@@ -76,7 +88,15 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 	cp.processes = append(cp.processes, etcd)
 
 	cp.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	api, err := startProcess(ctx, logs, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), []string{
+	var apiExtra []string
+	if opts.kubeletProxy != "" {
+		egress := filepath.Join(dir, "egress-selector.yaml")
+		if err := os.WriteFile(egress, []byte(egressSelectorConfig(opts.kubeletProxy)), 0o644); err != nil {
+			return cp, err
+		}
+		apiExtra = []string{"--egress-selector-config-file", egress, "--kubelet-preferred-address-types", "InternalIP"}
+	}
+	api, err := startProcess(ctx, logs, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), append([]string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(apiPort),
@@ -89,7 +109,7 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 		"--authorization-mode", "Node,RBAC",
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--allow-privileged",
-	}, nil, lifetime)
+	}, apiExtra...), nil, lifetime)
 	if err != nil {
 		return cp, err
 	}
@@ -123,12 +143,16 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 		return cp, err
 	}
 	cp.processes = append(cp.processes, sched)
+	controllers := "*"
+	if !opts.nodeLifecycle {
+		// No kubelet heartbeats simulated nodes: the node lifecycle
+		// controller would mark them NotReady and taint them.
+		controllers = "*,-node-lifecycle-controller"
+	}
 	kcm, err := startProcess(ctx, logs, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"),
 		append(common,
 			"--secure-port", strconv.Itoa(kcmPort),
-			// No kubelet heartbeats these nodes: the node lifecycle
-			// controller would mark them NotReady and taint them.
-			"--controllers", "*,-node-lifecycle-controller",
+			"--controllers", controllers,
 			"--root-ca-file", cp.pki.CACert,
 			"--service-account-private-key-file", cp.pki.SAKey,
 			"--use-service-account-credentials=false",
@@ -214,6 +238,21 @@ func (cp *ControlPlane) checkAlive() error {
 		return fmt.Errorf("control-plane processes ended: %s", strings.Join(dead, ", "))
 	}
 	return nil
+}
+
+// egressSelectorConfig sends the apiserver's traffic to nodes (kubelets)
+// through an HTTP CONNECT proxy on a unix socket.
+func egressSelectorConfig(socket string) string {
+	return fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: %s
+`, socket)
 }
 
 func writeKubeconfig(path, server, caFile, user, token string) error {

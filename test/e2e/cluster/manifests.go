@@ -207,3 +207,43 @@ func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, *corev1.Container, error
 	}
 	return nil, nil, errors.New("no DaemonSet in the manifests runs csi-provisioner with --node-deployment")
 }
+
+// SetDeviceClasses replaces the device-class file (config.yaml) of the
+// ConfigMap in namespace that holds one: the one override a test bed makes,
+// since its disks are not a fleet's.
+func (m *Manifests) SetDeviceClasses(namespace, file string) error {
+	for _, o := range m.Find("ConfigMap") {
+		if o.GetNamespace() != namespace {
+			continue
+		}
+		if _, ok, err := unstructured.NestedString(o.Object, "data", "config.yaml"); err != nil || !ok {
+			continue
+		}
+		return unstructured.SetNestedField(o.Object, file, "data", "config.yaml")
+	}
+	return fmt.Errorf("no ConfigMap with a config.yaml in namespace %s", namespace)
+}
+
+// DeviceClassFile returns the shipped device-class file (the config.yaml of
+// the ConfigMap the DaemonSet mounts).
+func (m *Manifests) DeviceClassFile() (string, error) {
+	for _, o := range m.Find("ConfigMap") {
+		if data, ok, err := unstructured.NestedString(o.Object, "data", "config.yaml"); err == nil && ok {
+			return data, nil
+		}
+	}
+	return "", errors.New("no ConfigMap with a config.yaml in the manifests")
+}
+
+// CarveImage returns the image the DaemonSet's carve container runs.
+func (m *Manifests) CarveImage() (string, error) {
+	ds, _, err := m.NodeDaemonSet()
+	if err != nil {
+		return "", err
+	}
+	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	if err != nil {
+		return "", err
+	}
+	return c.Image, nil
+}

@@ -1,0 +1,344 @@
+//go:build nodes
+
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Every pod of these tests runs on the one guest node, under TCG, where a
+// container start takes seconds: the timeouts are generous on purpose and
+// say nothing about speed (the figures are in docs/development.md).
+const (
+	podTimeout = 3 * time.Minute
+	shortWait  = time.Minute
+)
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond every 500 ms until it holds, failing the test after
+// timeout with what and cond's last status.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last string
+	for {
+		ok, status, err := cond(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if status != "" {
+			last = status
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not happen within %s (last seen: %s)", what, timeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitCarveRunning waits until the DaemonSet's pod on the guest node has
+// every container running, the controller Deployment's pod too, and the
+// kubelet has registered carve (the CSINode lists the driver).
+func waitCarveRunning(ctx context.Context) error {
+	deadline := time.Now().Add(6 * time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		pods, err := bed.Client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.Set{"app.kubernetes.io/name": "carve"}.String()})
+		if err != nil {
+			return err
+		}
+		running := 0
+		last = ""
+		for _, p := range pods.Items {
+			if allRunning(&p) {
+				running++
+			} else {
+				last += fmt.Sprintf("%s: %s; ", p.Name, podState(&p))
+			}
+		}
+		csiNode, err := bed.Client.StorageV1().CSINodes().Get(ctx, nodeName, metav1.GetOptions{})
+		registered := err == nil && len(csiNode.Spec.Drivers) > 0
+		if !registered {
+			last += "CSINode without carve; "
+		}
+		if running >= 2 && running == len(pods.Items) && registered {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return fmt.Errorf("carve's pods did not all run within 6 minutes: %s", last)
+}
+
+func allRunning(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// podState says where a pod is: its phase and each waiting container's
+// reason.
+func podState(p *corev1.Pod) string {
+	s := string(p.Status.Phase)
+	for _, c := range p.Status.ContainerStatuses {
+		switch {
+		case c.State.Waiting != nil:
+			s += fmt.Sprintf(" %s:%s(%s)", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+		case c.State.Terminated != nil:
+			s += fmt.Sprintf(" %s:terminated(%s %d)", c.Name, c.State.Terminated.Reason, c.State.Terminated.ExitCode)
+		}
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
+			s += fmt.Sprintf(" %s:%s", cond.Type, cond.Message)
+		}
+	}
+	return s
+}
+
+// newNamespace creates a namespace for one test and, at cleanup, deletes
+// its StatefulSets, pods and PVCs and waits until their PVs are gone, so
+// the next test finds the node's space as it was.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	ns := fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16))
+	if _, err := bed.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() { deleteNamespaceVolumes(t, ns) })
+	return ns
+}
+
+func deleteNamespaceVolumes(t *testing.T, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cs := bed.Client
+	all := metav1.ListOptions{}
+	if err := cs.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
+		t.Errorf("cleanup: delete StatefulSets of %s: %v", ns, err)
+	}
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
+		t.Errorf("cleanup: delete pods of %s: %v", ns, err)
+	}
+	// Unpublish and unstage happen when the kubelet tears the pods down;
+	// the PVCs go after.
+	for ctx.Err() == nil {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, all)
+		if err == nil && len(pods.Items) == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, all)
+	if err != nil {
+		t.Errorf("cleanup: list PVCs of %s: %v", ns, err)
+		return
+	}
+	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
+		t.Errorf("cleanup: delete PVCs of %s: %v", ns, err)
+	}
+	for _, pvc := range pvcs.Items {
+		if pvc.Spec.VolumeName == "" {
+			continue
+		}
+		for {
+			_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Errorf("cleanup: PV %s of %s/%s still there after 4 minutes", pvc.Spec.VolumeName, ns, pvc.Name)
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("cleanup: delete namespace %s: %v", ns, err)
+	}
+}
+
+func newPVC(ns, name, sc, size string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &sc,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}
+}
+
+// newPod is a pod of carve's image that mounts claim at /data (or, for a
+// block claim, exposes it at /dev/xvda) and runs script.
+func newPod(ns, name, claim string, block bool, script string) *corev1.Pod {
+	zero := int64(0)
+	c := corev1.Container{
+		Name:            "app",
+		Image:           carveImage,
+		ImagePullPolicy: corev1.PullNever,
+		Command:         []string{"/bin/sh", "-c", script},
+	}
+	if block {
+		c.VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	} else {
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &zero,
+			Containers:                    []corev1.Container{c},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}
+}
+
+// sleeper keeps a container running until it is killed.
+const sleeper = "exec sleep 100000"
+
+// createClaimAndPod creates both and waits until the pod runs.
+func createClaimAndPod(t *testing.T, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := testCtx(t, time.Minute)
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PVC %s: %v", pvc.Name, err)
+	}
+	if _, err := bed.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", pod.Name, err)
+	}
+	return waitPodRunning(t, pod.Namespace, pod.Name, "")
+}
+
+// waitPodRunning waits until the pod (a new one, when notUID is set: not
+// the pod of that UID) runs all its containers, and returns it.
+func waitPodRunning(t *testing.T, ns, name string, notUID string) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	waitFor(t, podTimeout, fmt.Sprintf("pod %s/%s running", ns, name), func(ctx context.Context) (bool, string, error) {
+		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no pod yet", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		if string(p.UID) == notUID {
+			return false, "still the old pod", nil
+		}
+		got = p
+		return allRunning(p), podState(p), nil
+	})
+	return got
+}
+
+// podExec runs a command in the pod's first container through the
+// apiserver (kubectl exec, so the kubelet's streaming path is the real
+// one) and returns its stdout.
+func podExec(t *testing.T, ns, pod string, script string) string {
+	t.Helper()
+	out, err := kubectl(testCtx(t, time.Minute), "exec", "-n", ns, pod, "--", "/bin/sh", "-c", script)
+	if err != nil {
+		t.Fatalf("exec in %s/%s: %v", ns, pod, err)
+	}
+	return out
+}
+
+func kubectl(ctx context.Context, args ...string) (string, error) {
+	argv := append([]string{"--kubeconfig", bed.Control.Kubeconfig}, args...)
+	out, err := exec.CommandContext(ctx, filepath.Join(bed.Config.BinDir, "kubectl"), argv...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		return "", fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// guestExec runs a script on the guest node (as root, outside any
+// container).
+func guestExec(t *testing.T, script string) string {
+	t.Helper()
+	out, err := bed.GuestNode(nodeName).Exec(testCtx(t, 2*time.Minute), script)
+	if err != nil {
+		t.Fatalf("on the guest node: %v", err)
+	}
+	return out
+}
+
+// carvePod returns the DaemonSet's pod on the guest node.
+func carvePod(t *testing.T, ctx context.Context) *corev1.Pod {
+	t.Helper()
+	pods, err := bed.Client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{"app.kubernetes.io/component": "node"}.String(),
+		FieldSelector: "spec.nodeName=" + nodeName})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("carve's node pod on %s: %v (%d pods)", nodeName, err, len(pods.Items))
+	}
+	return &pods.Items[0]
+}
+
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == name {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// pvOf returns the name of the PV bound to the claim, waiting for it.
+func pvOf(t *testing.T, ns, claim string) string {
+	t.Helper()
+	var pv string
+	waitFor(t, shortWait, "PVC "+claim+" bound", func(ctx context.Context) (bool, string, error) {
+		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		pv = c.Spec.VolumeName
+		return c.Status.Phase == corev1.ClaimBound, string(c.Status.Phase), nil
+	})
+	return pv
+}

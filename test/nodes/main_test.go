@@ -1,0 +1,145 @@
+//go:build nodes
+
+// Package nodes is the real-node tier: the shipped kustomize base on a
+// control plane whose node is a qemu guest with a real kubelet, containerd
+// and device-mapper, running carve's own image. Pods really mount, write,
+// grow and read their volumes (docs/development.md).
+package nodes
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/test/e2e/cluster"
+)
+
+// bed is the test bed every scenario shares; TestMain starts and stops it.
+var bed *cluster.Cluster
+
+// nodeName is the one guest node: one guest is what a 2-core machine
+// bears beside the control plane (each idle TCG guest takes ~0.3 cores).
+const nodeName = "real-1"
+
+// The guest's data disk holds the volume group "carve" that the shipped
+// device classes name, with the thin pool "pool0": 12 GiB, of which the
+// pool takes 3 GiB.
+const (
+	dataDisk = 12 << 30
+	vgName   = "carve"
+	poolName = "pool0"
+	poolSize = "3g"
+)
+
+// firstBoot makes the shipped classes' volume group and thin pool on the
+// guest's data disk.
+var firstBoot = fmt.Sprintf("pvcreate -q /dev/vdb\nvgcreate -q %[1]s /dev/vdb\nlvcreate -q --type thin-pool -L %[3]s -n %[2]s %[1]s\n", vgName, poolName, poolSize)
+
+// absentClass is a device class whose volume group this node lacks
+// (the test bed's one addition to the shipped device-class file).
+const absentClass = "absent"
+
+// carveImage is the image the DaemonSet runs; the tests' pods run it too
+// (it has a shell, coreutils and util-linux), so no other image is needed.
+var carveImage string
+
+func TestMain(m *testing.M) {
+	klog.InitFlags(nil)
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	cfg, err := configFromEnv()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the real-node tier cannot run: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
+	defer cancel()
+	start := time.Now()
+	bed, err = cluster.Start(ctx, cfg)
+	if err == nil {
+		err = waitCarveRunning(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting the real-node test bed: %v\n", err)
+		if bed != nil {
+			bed.DumpLogs(40)
+			if serr := bed.Stop(); serr != nil {
+				fmt.Fprintf(os.Stderr, "teardown: %v\n", serr)
+			}
+		}
+		return 1
+	}
+	fmt.Printf("nodes: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller on); guest node %s (qemu TCG: kubelet, containerd, runc, CNI bridge, device-mapper LVM on a virtio disk) running the shipped DaemonSet and controller Deployment from carve's image.\n",
+		time.Since(start).Round(time.Millisecond), nodeName)
+	fmt.Printf("nodes: run directory (logs, kubeconfig, guest logs) %s\n", bed.Config.RunDir)
+
+	code := m.Run()
+	if code != 0 {
+		bed.DumpLogs(40)
+	}
+	if err := bed.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: tearing the test bed down: %v\n", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := os.RemoveAll(bed.Config.RunDir); err != nil {
+			fmt.Fprintf(os.Stderr, "nodes: removing the run directory: %v\n", err)
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "nodes: logs kept in %s\n", bed.Config.RunDir)
+	}
+	return code
+}
+
+// configFromEnv reads CARVE_E2E_BIN (hack/e2e-tools.sh's directory),
+// CARVE_BIN (bin/carve) and CARVE_IMAGES (the directory `make images`
+// prints); make test-nodes sets them.
+func configFromEnv() (cluster.Config, error) {
+	binDir, carve, images := os.Getenv("CARVE_E2E_BIN"), os.Getenv("CARVE_BIN"), os.Getenv("CARVE_IMAGES")
+	if binDir == "" || carve == "" || images == "" {
+		return cluster.Config{}, fmt.Errorf("CARVE_E2E_BIN (hack/e2e-tools.sh), CARVE_BIN (make build) and CARVE_IMAGES (make images) must be set; run `make test-nodes` as root")
+	}
+	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "kubernetes"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	archives, err := filepath.Glob(filepath.Join(images, "*.tar"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	if len(archives) == 0 {
+		return cluster.Config{}, fmt.Errorf("no image archives (*.tar) in CARVE_IMAGES=%s", images)
+	}
+	m, err := cluster.LoadManifests(deploy)
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	classes, err := m.DeviceClassFile()
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	if carveImage, err = m.CarveImage(); err != nil {
+		return cluster.Config{}, err
+	}
+	cfg := cluster.Config{
+		BinDir:    binDir,
+		CarveBin:  carve,
+		DeployDir: deploy,
+		GuestNodes: []cluster.GuestNodeSpec{{
+			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: firstBoot,
+		}},
+		Images:        archives,
+		DeviceClasses: classes + fmt.Sprintf("  # Added by the real-node tier: a class whose volume group this node lacks.\n  - name: %s\n    volumeGroup: carve-absent\n", absentClass),
+		Lifetime:      40 * time.Minute,
+	}
+	return cfg, cluster.Requirements(cfg)
+}

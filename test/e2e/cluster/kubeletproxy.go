@@ -95,7 +95,7 @@ func (p *kubeletProxy) handle(c net.Conn) {
 	// Bytes the client sent after its request are in br's buffer.
 	done := make(chan struct{}, 2)
 	go func() { io.Copy(up, br); closeWrite(up); done <- struct{}{} }() //nolint:errcheck // a broken tunnel ends both ways
-	go func() { io.Copy(c, up); closeWrite(c); done <- struct{}{} }()  //nolint:errcheck // a broken tunnel ends both ways
+	go func() { io.Copy(c, up); closeWrite(c); done <- struct{}{} }()   //nolint:errcheck // a broken tunnel ends both ways
 	<-done
 	<-done
 }

@@ -1,0 +1,405 @@
+// Package registration registers carve with the kubelet, the job that
+// node-driver-registrar used to do beside the plugin.
+//
+// The kubelet's plugin watcher watches its plugins_registry directory for
+// unix sockets. carve serves the plugin-registration API
+// (k8s.io/kubelet/pkg/apis/pluginregistration/v1) on
+// <dir>/<driver name>-reg.sock there: the kubelet sees the socket appear,
+// asks GetInfo for the driver name, the path of the CSI socket on the host
+// and the CSI versions, registers the driver (it calls NodeGetInfo on the
+// CSI socket, labels the Node with the topology key and fills the CSINode
+// object) and reports the outcome with NotifyRegistrationStatus. Removing
+// the socket deregisters the driver, so the socket goes when carve stops.
+package registration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// supportedVersions are the CSI versions carve offers the kubelet.
+var supportedVersions = []string{"1.0.0"}
+
+const (
+	defaultCheckInterval = 30 * time.Second
+	defaultRetryDelay    = 10 * time.Second
+	maxRetryDelay        = 5 * time.Minute
+)
+
+// SocketPath is the registration socket of driver in dir, named as the
+// kubelet's documentation and node-driver-registrar name it.
+func SocketPath(dir, driver string) string {
+	return filepath.Join(dir, driver+"-reg.sock")
+}
+
+// Config says what carve tells the kubelet and where.
+type Config struct {
+	// Dir is the kubelet's plugin-registration directory as carve sees it
+	// (the host's /var/lib/kubelet/plugins_registry, mounted). It must
+	// exist: the kubelet makes it.
+	Dir string
+	// DriverName is the CSI driver name; it also names the socket.
+	DriverName string
+	// CSISocket is the path of carve's CSI socket as the kubelet sees it
+	// (on the host), handed to the kubelet by GetInfo.
+	CSISocket string
+	// Metrics receives the registration state; nil records nothing.
+	Metrics *Metrics
+	// CheckInterval is how often Run checks that the socket file is still
+	// there (and makes it anew when it is not); 0 means 30 s.
+	CheckInterval time.Duration
+	// RetryDelay is how long Run waits after the kubelet refused the
+	// registration before it makes the socket anew, which makes the
+	// kubelet try again; it doubles with every refusal in a row, up to 5
+	// minutes. 0 means 10 s.
+	RetryDelay time.Duration
+}
+
+// Server serves the registration socket. Make it with New.
+type Server struct {
+	cfg  Config
+	path string
+	// refused wakes Run when the kubelet reports a failed registration.
+	refused chan struct{}
+	// log is Run's context logger, also used by the gRPC handlers.
+	log klog.Logger
+
+	mu    sync.Mutex
+	state State
+	// failures counts refusals in a row, for the retry backoff.
+	failures int
+}
+
+// New returns a server for cfg; Run starts it.
+func New(cfg Config) *Server {
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = defaultCheckInterval
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = defaultRetryDelay
+	}
+	return &Server{cfg: cfg, path: SocketPath(cfg.Dir, cfg.DriverName), refused: make(chan struct{}, 1), state: StateWaiting}
+}
+
+// SocketPath is the registration socket the server makes.
+func (s *Server) SocketPath() string { return s.path }
+
+// State is where the registration stands.
+func (s *Server) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// Run serves the registration socket until ctx ends, then removes it so
+// that the kubelet deregisters the driver, and returns nil. It returns an
+// error only when the socket cannot be made at start: the directory is
+// missing, or something that is not a socket has the socket's name. A
+// stale socket of an earlier run is replaced. Later, a socket file that
+// vanished is made anew at the next check, and after the kubelet refused
+// the registration the socket is made anew after a delay, so that the
+// kubelet tries again (node-driver-registrar exits for the same purpose).
+func (s *Server) Run(ctx context.Context) error {
+	s.log = klog.FromContext(ctx).WithValues("socket", s.path)
+	if fi, err := os.Stat(s.cfg.Dir); err != nil {
+		return fmt.Errorf("kubelet registration directory: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("kubelet registration directory %s is not a directory", s.cfg.Dir)
+	}
+	sock, err := s.listen()
+	if err != nil {
+		return err
+	}
+	defer func() { sock.close() }()
+	check := time.NewTicker(s.cfg.CheckInterval)
+	defer check.Stop()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			s.log.Info("Removing the kubelet registration socket")
+			return nil
+		case <-s.refused:
+			if retry == nil {
+				d := s.retryDelay()
+				s.log.Info("Making the registration socket anew after a delay, so that the kubelet tries again", "delay", d)
+				retry = time.After(d)
+			}
+		case <-retry:
+			retry = nil
+			// The kubelet may have registered carve meanwhile.
+			if s.State() == StateFailed {
+				sock = s.renew(sock, "the kubelet refused the registration")
+			}
+		case <-check.C:
+			if why := sock.lost(); why != "" {
+				sock = s.renew(sock, why)
+			}
+		}
+	}
+}
+
+// retryDelay is the wait before the next attempt after a refusal.
+func (s *Server) retryDelay() time.Duration {
+	s.mu.Lock()
+	n := s.failures
+	s.mu.Unlock()
+	d := s.cfg.RetryDelay
+	for i := 1; i < n && d < maxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryDelay)
+}
+
+// renew replaces old with a new socket; nil when that fails (the next
+// check tries again).
+func (s *Server) renew(old *socket, why string) *socket {
+	s.log.Info("Making the kubelet registration socket anew", "reason", why)
+	old.close()
+	sock, err := s.listen()
+	if err != nil {
+		s.log.Error(err, "Making the kubelet registration socket failed; trying again at the next check")
+		return nil
+	}
+	return sock
+}
+
+// setState records st and shows it in the metric.
+func (s *Server) setState(st State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = st
+	if st == StateRegistered {
+		s.failures = 0
+	}
+	if st == StateFailed {
+		s.failures++
+	}
+	s.cfg.Metrics.Set(st)
+}
+
+// notified handles the kubelet's NotifyRegistrationStatus. Recent kubelets
+// re-register their plugins periodically, so a repeated success is logged
+// only at high verbosity; every refusal is an error in the log.
+func (s *Server) notified(registered bool, reason string) {
+	prev := s.State()
+	if !registered {
+		s.setState(StateFailed)
+		if reason == "" {
+			reason = "the kubelet gave no reason"
+		}
+		s.log.Error(errors.New(reason), "The kubelet could not register carve", "driver", s.cfg.DriverName)
+		select {
+		case s.refused <- struct{}{}:
+		default: // Run is already told
+		}
+		return
+	}
+	s.setState(StateRegistered)
+	if prev != StateRegistered {
+		s.log.Info("The kubelet registered carve", "driver", s.cfg.DriverName, "csiSocket", s.cfg.CSISocket)
+	} else {
+		s.log.V(4).Info("The kubelet confirmed carve's registration", "driver", s.cfg.DriverName)
+	}
+}
+
+// socket is one registration socket file and the gRPC server behind it.
+type socket struct {
+	path string
+	// file identifies the socket file, to tell it from a successor's.
+	file os.FileInfo
+	srv  *grpc.Server
+	done chan struct{} // closed when srv stopped serving
+	log  klog.Logger
+	// replaced is set once a foreign file at path was logged.
+	replaced bool
+}
+
+// listen makes the socket file (replacing a stale socket, but nothing else)
+// and serves the registration API on it.
+func (s *Server) listen() (*socket, error) {
+	if err := removeStale(s.log, s.path); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", s.path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", s.path, err)
+	}
+	// close removes the file itself, and only while it is still this one.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	fi, err := os.Lstat(s.path)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("the socket just made: %w", err), l.Close())
+	}
+	srv := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(srv, handler{s: s})
+	sock := &socket{path: s.path, file: fi, srv: srv, done: make(chan struct{}), log: s.log}
+	// Before serving: the kubelet's report must not be overwritten.
+	s.setState(StateWaiting)
+	go func() {
+		defer close(sock.done)
+		if err := srv.Serve(l); err != nil {
+			s.log.Error(err, "The kubelet registration server stopped")
+		}
+	}()
+	s.log.Info("Serving kubelet plugin registration", "driver", s.cfg.DriverName, "csiSocket", s.cfg.CSISocket)
+	return sock, nil
+}
+
+// removeStale removes a socket left at path by an earlier run. Anything
+// else at path is an error: it is not carve's to delete.
+func removeStale(log klog.Logger, path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("registration socket %s: %w", path, err)
+	case fi.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("registration socket %s exists and is not a socket; not removing it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the stale registration socket: %w", err)
+	}
+	log.Info("Removed a stale kubelet registration socket")
+	return nil
+}
+
+// lost tells why the socket no longer reaches its server ("" when it
+// does, or when the file at its path belongs to someone else now, which is
+// left alone).
+func (k *socket) lost() string {
+	if k == nil {
+		return "no socket"
+	}
+	fi, err := os.Lstat(k.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "the socket file was removed"
+	case err != nil:
+		k.log.Error(err, "Checking the kubelet registration socket failed")
+		return ""
+	case !sameFile(fi, k.file):
+		if !k.replaced {
+			k.replaced = true
+			k.log.Error(nil, "Another file took the kubelet registration socket's name; leaving it alone")
+		}
+		return ""
+	}
+	select {
+	case <-k.done:
+		return "the registration server stopped"
+	default:
+		return ""
+	}
+}
+
+// close removes the socket file while it is still this socket's, then
+// stops the server. A nil socket is closed.
+func (k *socket) close() {
+	if k == nil {
+		return
+	}
+	// The file first: the kubelet deregisters the driver when it goes.
+	if fi, err := os.Lstat(k.path); err == nil && sameFile(fi, k.file) {
+		if err := os.Remove(k.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			k.log.Error(err, "Removing the kubelet registration socket failed")
+		}
+	}
+	k.srv.Stop()
+	<-k.done
+}
+
+// sameFile tells whether a and b describe the same file. The inode alone
+// does not tell: a file made after another was removed often gets its
+// inode number; the modification time tells them apart.
+func sameFile(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
+// handler implements the registration API for a Server.
+type handler struct {
+	registerapi.UnimplementedRegistrationServer
+	s *Server
+}
+
+// GetInfo implements registerapi.RegistrationServer. The kubelet asks it
+// at registration and, in recent versions, every few seconds to check
+// that the plugin lives, so it is logged only at high verbosity.
+func (h handler) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	h.s.log.V(5).Info("The kubelet asked for the plugin info")
+	return &registerapi.PluginInfo{
+		Type:              registerapi.CSIPlugin,
+		Name:              h.s.cfg.DriverName,
+		Endpoint:          h.s.cfg.CSISocket,
+		SupportedVersions: slices.Clone(supportedVersions),
+	}, nil
+}
+
+// NotifyRegistrationStatus implements registerapi.RegistrationServer.
+func (h handler) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	h.s.notified(st.GetPluginRegistered(), st.GetError())
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// State is where carve's registration with the kubelet stands.
+type State string
+
+// The registration states, the values of the metric's state label.
+const (
+	// StateDisabled: no registration directory was given, so there is no
+	// kubelet to register with (tests, simulated nodes).
+	StateDisabled State = "disabled"
+	// StateWaiting: the socket is up; the kubelet has not reported yet.
+	StateWaiting State = "waiting"
+	// StateRegistered: the kubelet reported that it registered the driver.
+	StateRegistered State = "registered"
+	// StateFailed: the kubelet reported that it could not register it.
+	StateFailed State = "failed"
+)
+
+// States are every State, in the order the metric lists them.
+var States = []State{StateDisabled, StateWaiting, StateRegistered, StateFailed}
+
+// Metrics is the carve_kubelet_registration gauge: one series per state,
+// 1 for the current state and 0 for the others. A nil *Metrics records
+// nothing.
+type Metrics struct {
+	state *prometheus.GaugeVec
+}
+
+// NewMetrics creates the gauge and registers it with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "carve_kubelet_registration",
+		Help: "Registration of the plugin with the kubelet: 1 for the current state (disabled, waiting, registered, failed), 0 for the others.",
+	}, []string{"state"})}
+	reg.MustRegister(m.state)
+	return m
+}
+
+// Set makes st the current state.
+func (m *Metrics) Set(st State) {
+	if m == nil {
+		return
+	}
+	for _, s := range States {
+		v := 0.0
+		if s == st {
+			v = 1
+		}
+		m.state.WithLabelValues(string(s)).Set(v)
+	}
+}

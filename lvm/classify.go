@@ -50,9 +50,12 @@ func commandFacts(err error) (exitCode int, stderr string, ok bool) {
 	return ce.ExitCode, ce.Stderr, true
 }
 
-// failureState reads the state needed to classify err, or explains why it
-// cannot. The returned error is what the caller should return as is.
-func (c *Client) failureState(ctx context.Context, what string, err error) (*Report, int, string, error) {
+// failureState reads the state of volume group vg needed to classify err,
+// or explains why it cannot. The returned error is what the caller should
+// return as is. Only vg is read, so another volume group that LVM cannot
+// read does not stop the classification; a vg that is missing is a report
+// without it.
+func (c *Client) failureState(ctx context.Context, vg, what string, err error) (*Report, int, string, error) {
 	code, stderr, ok := commandFacts(err)
 	if !ok || ctx.Err() != nil {
 		return nil, 0, "", fmt.Errorf("%s: %w", what, err)
@@ -60,7 +63,10 @@ func (c *Client) failureState(ctx context.Context, what string, err error) (*Rep
 	if code == exitNoSuchCommand || code == exitInvalidCmdLine {
 		return nil, 0, "", classify(err, ErrInvalidArgument, what+": LVM rejected the command line")
 	}
-	rep, rerr := c.Report(ctx)
+	rep, rerr := c.Report(ctx, vg)
+	if errors.Is(rerr, ErrVolumeGroupNotFound) {
+		rep, rerr = &Report{}, nil
+	}
 	if rerr != nil {
 		return nil, 0, "", fmt.Errorf("%s: %w (reading the state to classify the failure failed too: %v)", what, err, rerr)
 	}
@@ -76,13 +82,13 @@ func poolFull(p *ThinPool) bool { return p.DataPercent >= 100 || p.MetadataPerce
 
 func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents uint64, err error) error {
 	what := fmt.Sprintf("creating %s/%s", req.VolumeGroup, req.Name)
-	rep, _, stderr, ferr := c.failureState(ctx, what, err)
+	rep, _, stderr, ferr := c.failureState(ctx, req.VolumeGroup, what, err)
 	if rep == nil {
 		return ferr
 	}
 	vg := rep.FindVG(req.VolumeGroup)
 	if vg == nil {
-		return classify(err, ErrNotFound, what+": volume group does not exist")
+		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
 	}
 	if rep.FindLV(req.VolumeGroup, req.Name) != nil {
 		return classify(err, ErrAlreadyExists, what+": the name is taken")
@@ -119,12 +125,12 @@ func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents u
 
 func (c *Client) explainSnapshot(ctx context.Context, vg, origin, name string, err error) error {
 	what := fmt.Sprintf("creating snapshot %s/%s of %s", vg, name, origin)
-	rep, _, stderr, ferr := c.failureState(ctx, what, err)
+	rep, _, stderr, ferr := c.failureState(ctx, vg, what, err)
 	if rep == nil {
 		return ferr
 	}
 	if rep.FindVG(vg) == nil {
-		return classify(err, ErrNotFound, what+": volume group does not exist")
+		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
 	}
 	if rep.FindLV(vg, name) != nil {
 		return classify(err, ErrAlreadyExists, what+": the name is taken")
@@ -146,7 +152,7 @@ func (c *Client) explainSnapshot(ctx context.Context, vg, origin, name string, e
 // large enough (grown meanwhile by someone else) is a success.
 func (c *Client) explainExtend(ctx context.Context, lv *LogicalVolume, size, extents uint64, err error) (*LogicalVolume, error) {
 	what := fmt.Sprintf("extending %s/%s", lv.VolumeGroup, lv.Name)
-	rep, _, stderr, ferr := c.failureState(ctx, what, err)
+	rep, _, stderr, ferr := c.failureState(ctx, lv.VolumeGroup, what, err)
 	if rep == nil {
 		return nil, ferr
 	}
@@ -177,14 +183,14 @@ func (c *Client) explainExtend(ctx context.Context, lv *LogicalVolume, size, ext
 
 func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) error {
 	what := fmt.Sprintf("removing %s/%s", vg, name)
-	rep, _, _, ferr := c.failureState(ctx, what, err)
+	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
 	if rep == nil {
 		return ferr
 	}
 	lv := rep.FindLV(vg, name)
 	switch {
 	case rep.FindVG(vg) == nil:
-		return classify(err, ErrNotFound, what+": volume group does not exist")
+		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
 	case lv == nil:
 		return classify(err, ErrNotFound, what+": the logical volume does not exist")
 	case lv.Attr.Open:
@@ -197,7 +203,7 @@ func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) 
 // active after all (activated meanwhile from outside) is a success.
 func (c *Client) explainActivate(ctx context.Context, vg, name string, err error) (*LogicalVolume, error) {
 	what := fmt.Sprintf("activating %s/%s", vg, name)
-	rep, _, _, ferr := c.failureState(ctx, what, err)
+	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
 	if rep == nil {
 		return nil, ferr
 	}
@@ -205,7 +211,7 @@ func (c *Client) explainActivate(ctx context.Context, vg, name string, err error
 	lv := rep.FindLV(vg, name)
 	switch {
 	case v == nil:
-		return nil, classify(err, ErrNotFound, what+": volume group does not exist")
+		return nil, classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
 	case lv == nil:
 		return nil, classify(err, ErrNotFound, what+": the logical volume does not exist")
 	case lv.Attr.Active:

@@ -13,6 +13,7 @@ package lvm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -105,12 +106,26 @@ func (c *Client) extentSize(ctx context.Context, vg string) (uint64, error) {
 	return v.ExtentSize, nil
 }
 
-// Report reads all volume groups, logical volumes (internal ones included)
-// and thin pools with one lvm command.
-func (c *Client) Report(ctx context.Context) (*Report, error) {
+// Report reads volume groups, their logical volumes (internal ones
+// included) and thin pools with one lvm command: the volume groups named,
+// or every one on the host when none is. Naming them keeps a volume group
+// that is not carve's, and that LVM cannot read, from failing the report.
+// A named volume group that does not exist is absent from a report that
+// succeeds; a report of one named volume group that fails because the
+// group does not exist is ErrVolumeGroupNotFound (decided by a read of
+// the group, not from LVM's message).
+func (c *Client) Report(ctx context.Context, vgs ...string) (*Report, error) {
+	for _, vg := range vgs {
+		if err := ValidateVGName(vg); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
-	out, err := c.run(ctx, fullReportArgs()...)
+	out, err := c.run(ctx, fullReportArgs(vgs...)...)
 	if err != nil {
+		if len(vgs) == 1 {
+			err = c.lvsFailed(ctx, vgs[0], err)
+		}
 		return nil, fmt.Errorf("reading LVM state: %w", err)
 	}
 	r, err := parseReport(out)
@@ -123,7 +138,8 @@ func (c *Client) Report(ctx context.Context) (*Report, error) {
 	return r, nil
 }
 
-// VolumeGroup returns one volume group; ErrNotFound when it does not exist.
+// VolumeGroup returns one volume group; ErrVolumeGroupNotFound (an
+// ErrNotFound) when it does not exist.
 func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, error) {
 	if err := ValidateVGName(vg); err != nil {
 		return nil, err
@@ -139,27 +155,28 @@ func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, erro
 	c.remember(r.VolumeGroups)
 	v := r.FindVG(vg)
 	if v == nil {
-		return nil, fmt.Errorf("volume group %s: %w", vg, ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", vg, ErrVolumeGroupNotFound)
 	}
 	return v, nil
 }
 
-// lvsFailed explains a failed lvs of vg: LVM fails a listing of a volume
-// group that does not exist, which the caller should see as ErrNotFound.
-// That is decided by a read of the VG, not from the message.
+// lvsFailed explains a failed read (lvs, fullreport) of vg: LVM fails a
+// read of a volume group that does not exist, which the caller should see
+// as ErrVolumeGroupNotFound. That is decided by a read of the VG, not from
+// the message.
 func (c *Client) lvsFailed(ctx context.Context, vg string, err error) error {
 	if vg == "" || ctx.Err() != nil {
 		return err
 	}
-	if _, vgErr := c.VolumeGroup(ctx, vg); vgErr != nil && isNotFound(vgErr) {
-		return fmt.Errorf("volume group %s: %w", vg, ErrNotFound)
+	if _, vgErr := c.VolumeGroup(ctx, vg); vgErr != nil && errors.Is(vgErr, ErrVolumeGroupNotFound) {
+		return fmt.Errorf("%s: %w", vg, ErrVolumeGroupNotFound)
 	}
 	return err
 }
 
 // ListLVs lists the LVs of a volume group (all VGs when vg is empty),
 // internal LVs (thin pool data and metadata, raid images) included.
-// ErrNotFound when vg does not exist.
+// ErrVolumeGroupNotFound when vg does not exist.
 func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error) {
 	var rest []string
 	if vg != "" {
@@ -206,7 +223,8 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 	return lvs, nil
 }
 
-// GetLV returns one LV; ErrNotFound when it (or its VG) does not exist.
+// GetLV returns one LV; ErrNotFound when it does not exist,
+// ErrVolumeGroupNotFound (also an ErrNotFound) when its VG does not.
 func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
 	if err := ValidateVGName(vg); err != nil {
 		return nil, err

@@ -122,7 +122,7 @@ func TestCreateLVFailures(t *testing.T) {
 		{"name taken", CreateRequest{VolumeGroup: "rec-thick", Name: "carve-aaaa", Size: 12 << 20},
 			rec["create-exists"].output(), ErrAlreadyExists, "the name is taken"},
 		{"no VG", CreateRequest{VolumeGroup: "nosuchvg", Name: "x", Size: 4 << 20},
-			rec["create-no-vg"].output(), ErrNotFound, "volume group does not exist"},
+			rec["create-no-vg"].output(), ErrVolumeGroupNotFound, "volume group does not exist"},
 		{"no space", CreateRequest{VolumeGroup: "rec-thick", Name: "big", Size: 4 << 30},
 			rec["create-no-space"].output(), ErrInsufficientSpace, "248 free extents, 1024 needed"},
 		{"raid1 copies do not fit", CreateRequest{VolumeGroup: "rec-thick", Name: "r", Size: 512 << 20, Options: LVOptions{Mirrors: 1}},
@@ -161,9 +161,14 @@ func TestCreateLVFailures(t *testing.T) {
 				c.remember([]VolumeGroup{{Name: tt.req.VolumeGroup, ExtentSize: 4 << 20}})
 				_, err := c.CreateLV(context.Background(), tt.req)
 				checkKind(t, err, tt.want, tt.text)
-				if got := f.commands(); !slices.Equal(got, []string{"lvcreate", "fullreport"}) &&
-					!slices.Equal(got, []string{"lvcreate"}) {
-					t.Errorf("commands %v, want lvcreate and at most one read", got)
+				// One read of the VG explains the failure; a VG that is
+				// gone takes a second (vgs), to tell missing from unreadable.
+				want := []string{"lvcreate", "fullreport"}
+				if tt.want == ErrVolumeGroupNotFound {
+					want = append(want, "vgs")
+				}
+				if got := f.commands(); !slices.Equal(got, want) && !slices.Equal(got, []string{"lvcreate"}) {
+					t.Errorf("commands %v, want %v or lvcreate alone", got, want)
 				}
 			})
 		}
@@ -187,8 +192,8 @@ func checkKind(t *testing.T, err error, want error, text string) {
 	if want != nil && !errors.Is(err, want) {
 		t.Errorf("errors.Is(%v, %v) = false", err, want)
 	}
-	for _, other := range []error{ErrNotFound, ErrAlreadyExists, ErrInsufficientSpace, ErrInvalidArgument, ErrInUse} {
-		if other != want && errors.Is(err, other) {
+	for _, other := range []error{ErrNotFound, ErrVolumeGroupNotFound, ErrAlreadyExists, ErrInsufficientSpace, ErrInvalidArgument, ErrInUse} {
+		if other != want && !errors.Is(want, other) && errors.Is(err, other) {
 			t.Errorf("error %v is also %v", err, other)
 		}
 	}
@@ -207,7 +212,7 @@ func TestRemoveLVFailures(t *testing.T) {
 		text         string
 	}{
 		{"no LV", "rec-thick", "nosuchlv", false, rec["remove-no-lv"].output(), ErrNotFound, "logical volume does not exist"},
-		{"no VG", "nosuchvg", "x", false, rec["remove-no-vg"].output(), ErrNotFound, "volume group does not exist"},
+		{"no VG", "nosuchvg", "x", false, rec["remove-no-vg"].output(), ErrVolumeGroupNotFound, "volume group does not exist"},
 		{"open", "rec-thick", "plain", true, output{ExitCode: 5, Stderr: []byte("  Logical volume rec-thick/plain contains a filesystem in use.\n")}, ErrInUse, "is open"},
 		{"unknown", "rec-thick", "plain", false, output{ExitCode: 5, Stderr: []byte("  odd\n")}, nil, "odd"},
 	}
@@ -220,9 +225,14 @@ func TestRemoveLVFailures(t *testing.T) {
 			f.mutate = failWith(tt.fail)
 			err := f.client().RemoveLV(context.Background(), tt.vg, tt.lv)
 			checkKind(t, err, tt.want, tt.text)
-			// The only extra read is on the failure path.
-			if got := f.commands(); !slices.Equal(got, []string{"lvremove", "fullreport"}) {
-				t.Errorf("commands %v, want lvremove then one fullreport", got)
+			// The only extra reads are on the failure path: one of the
+			// VG, and a vgs when the VG is gone.
+			want := []string{"lvremove", "fullreport"}
+			if tt.want == ErrVolumeGroupNotFound {
+				want = append(want, "vgs")
+			}
+			if got := f.commands(); !slices.Equal(got, want) {
+				t.Errorf("commands %v, want %v", got, want)
 			}
 		})
 	}

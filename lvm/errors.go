@@ -16,6 +16,11 @@ var (
 	// ErrInUse is an LV that cannot be removed because it is open
 	// (mounted, or held by a process).
 	ErrInUse = errors.New("in use")
+	// ErrVolumeGroupNotFound is an ErrNotFound whose cause is that the
+	// volume group itself is missing, not only the LV: a caller that must
+	// not take "not found" as "gone for good" (deletion) tells the two
+	// apart with errors.Is.
+	ErrVolumeGroupNotFound = fmt.Errorf("volume group %w", ErrNotFound)
 )
 
 // CommandError is a failed lvm command: its arguments, exit code and stderr.

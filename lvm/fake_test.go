@@ -107,7 +107,7 @@ func (f *fakeLVM) run(ctx context.Context, args []string) (output, error) {
 	defer f.mu.Unlock()
 	switch args[0] {
 	case "fullreport":
-		return f.fullreport(), nil
+		return f.fullreport(args), nil
 	case "vgs":
 		return f.vgsReport(args), nil
 	case "lvs":
@@ -124,13 +124,26 @@ func jsonOut(v any) output {
 	return output{Stdout: b}
 }
 
-func (f *fakeLVM) fullreport() output {
+// fullreport answers fullreport like LVM: every VG, or the VGs named after
+// the options; a named VG that does not exist is left out and makes the
+// exit status 5.
+func (f *fakeLVM) fullreport(args []string) output {
 	type sub struct {
 		VG []jsonVG `json:"vg"`
 		LV []jsonLV `json:"lv"`
 	}
+	named := args[slices.Index(args, "pvseg_size<0")+1:]
 	var subs []sub
+	var stderr []string
+	for _, name := range named {
+		if !slices.ContainsFunc(f.vgs, func(v jsonVG) bool { return v.Name == name }) {
+			stderr = append(stderr, `  Volume group "`+name+`" not found`, "  Cannot process volume group "+name)
+		}
+	}
 	for _, vg := range f.vgs {
+		if len(named) > 0 && !slices.Contains(named, vg.Name) {
+			continue
+		}
 		s := sub{VG: []jsonVG{vg}, LV: []jsonLV{}}
 		for _, lv := range f.lvs {
 			if lv.VG == vg.Name {
@@ -139,7 +152,11 @@ func (f *fakeLVM) fullreport() output {
 		}
 		subs = append(subs, s)
 	}
-	return jsonOut(map[string]any{"report": subs})
+	out := jsonOut(map[string]any{"report": subs})
+	if len(stderr) > 0 {
+		out.ExitCode, out.Stderr = 5, []byte(strings.Join(stderr, "\n"))
+	}
+	return out
 }
 
 // selection returns the value of "-S field=\"value\"" in args.

@@ -30,17 +30,19 @@ var (
 // has a sub-report per object kind and, unlike `vgs -o +lv_name`, keeps the
 // volume groups that have no LV. The pv, segment and pv-segment
 // sub-reports cannot be switched off, so each gets one field and a
-// selection that matches nothing.
-func fullReportArgs() []string {
+// selection that matches nothing. vgs limits it to those volume groups
+// (validated names); none means all.
+func fullReportArgs(vgs ...string) []string {
 	args := []string{"fullreport", "--all"}
 	args = append(args, reportFlags...)
-	return append(args,
+	args = append(args,
 		"--configreport", "vg", "-o", vgFields,
 		"--configreport", "lv", "-o", lvFields,
 		"--configreport", "pv", "-o", "pv_name", "-S", "pv_size<0",
 		"--configreport", "seg", "-o", "segtype", "-S", "seg_size<0",
 		"--configreport", "pvseg", "-o", "pvseg_start", "-S", "pvseg_size<0",
 	)
+	return append(args, vgs...)
 }
 
 // vgsArgs reads one volume group; a missing one is an empty report, not a

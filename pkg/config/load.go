@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -165,6 +166,21 @@ func (c *Config) Class(name string) (*DeviceClass, bool) {
 	}
 	return nil, false
 }
+
+// VolumeGroups lists the volume groups the classes use, each once, in
+// file order.
+func (c *Config) VolumeGroups() []string {
+	var vgs []string
+	for _, d := range c.DeviceClasses {
+		if !slices.Contains(vgs, d.VolumeGroup) {
+			vgs = append(vgs, d.VolumeGroup)
+		}
+	}
+	return vgs
+}
+
+// HasVolumeGroup tells whether a class uses volume group vg.
+func (c *Config) HasVolumeGroup(vg string) bool { return slices.Contains(c.VolumeGroups(), vg) }
 
 // Names lists the class names in file order.
 func (c *Config) Names() []string {

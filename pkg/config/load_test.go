@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,5 +118,15 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("Load(bad) = %v; want an error naming the file", err)
+	}
+}
+
+func TestVolumeGroups(t *testing.T) {
+	c := &Config{DeviceClasses: []DeviceClass{{Name: "a", VolumeGroup: "vg2"}, {Name: "b", VolumeGroup: "vg1"}, {Name: "c", VolumeGroup: "vg2"}}}
+	if got := c.VolumeGroups(); !slices.Equal(got, []string{"vg2", "vg1"}) {
+		t.Errorf("VolumeGroups = %v, want [vg2 vg1]: each once, in file order", got)
+	}
+	if !c.HasVolumeGroup("vg1") || c.HasVolumeGroup("vg3") {
+		t.Error("HasVolumeGroup is wrong")
 	}
 }

@@ -129,7 +129,23 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 
+	log := klog.FromContext(ctx).WithValues("volume", req.GetName(), "lv", lvName, "deviceClass", class.Name)
 	room, err := s.cfg.View.Capacity(class)
+	if errors.Is(err, state.ErrClassUnavailable) {
+		// A retry for a volume made before the class became unavailable
+		// (a PV lost since, say) still gets its volume.
+		if lv, ok := s.cfg.View.FindLV(lvName); ok {
+			if err := s.compatible(&lv, req, class); err != nil {
+				return nil, err
+			}
+			log.V(2).Info("Volume exists already; its device class is unavailable now", "size", lv.Size, "reason", err)
+			return s.createResponse(&lv, class), nil
+		}
+		// Not a fault of the request: RESOURCE_EXHAUSTED makes
+		// external-provisioner drop this node and the scheduler pick
+		// another, as GetCapacity reports 0 for the class here.
+		return nil, status.Errorf(codes.ResourceExhausted, "node %s cannot make volumes of device class %s now: %v", s.node.Name(), class.Name, err)
+	}
 	if err != nil {
 		return nil, toStatus(err, "device class "+class.Name)
 	}
@@ -137,7 +153,6 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	log := klog.FromContext(ctx).WithValues("volume", req.GetName(), "lv", lvName, "deviceClass", class.Name)
 
 	if lv, ok := s.cfg.View.FindLV(lvName); ok {
 		if err := s.compatible(&lv, req, class); err != nil {
@@ -152,7 +167,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		// move the pod to another node, so read LVM once before saying it.
 		if rerr := s.cfg.View.Refresh(ctx); rerr != nil {
 			log.Error(rerr, "Refreshing the volume-group view before refusing a volume failed")
-		} else if room, err = s.cfg.View.Capacity(class); err != nil {
+		} else if room, err = s.cfg.View.Capacity(class); errors.Is(err, state.ErrClassUnavailable) {
+			return nil, status.Errorf(codes.ResourceExhausted, "node %s cannot make volumes of device class %s now: %v", s.node.Name(), class.Name, err)
+		} else if err != nil {
 			return nil, toStatus(err, "device class "+class.Name)
 		}
 	}

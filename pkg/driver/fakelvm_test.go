@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -23,6 +24,69 @@ type fakeLVM struct {
 	activations []string
 	// failNext, when set, is returned by the next mutation.
 	failNext error
+	// unreadable makes every read of a VG fail with its error, as LVM does
+	// for a VG with damaged metadata.
+	unreadable map[string]error
+	// hidden holds the VGs (with their LVs and pools) whose disks are
+	// gone: LVM does not see them until showVG.
+	hidden map[string]*hiddenVG
+}
+
+type hiddenVG struct {
+	vg    *lvm.VolumeGroup
+	lvs   map[string]*lvm.LogicalVolume
+	pools map[string]*lvm.ThinPool
+}
+
+// hideVG makes a VG and everything in it invisible, as when its disks are
+// missing; showVG brings it back as it was.
+func (f *fakeLVM) hideVG(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := &hiddenVG{vg: f.vgs[name], lvs: map[string]*lvm.LogicalVolume{}, pools: map[string]*lvm.ThinPool{}}
+	for k, lv := range f.lvs {
+		if lv.VolumeGroup == name {
+			h.lvs[k] = lv
+			delete(f.lvs, k)
+		}
+	}
+	for k, p := range f.pools {
+		if p.VolumeGroup == name {
+			h.pools[k] = p
+			delete(f.pools, k)
+		}
+	}
+	delete(f.vgs, name)
+	if f.hidden == nil {
+		f.hidden = map[string]*hiddenVG{}
+	}
+	f.hidden[name] = h
+}
+
+func (f *fakeLVM) showVG(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.hidden[name]
+	f.vgs[name] = h.vg
+	for k, lv := range h.lvs {
+		f.lvs[k] = lv
+	}
+	for k, p := range h.pools {
+		f.pools[k] = p
+	}
+	delete(f.hidden, name)
+}
+
+// vgErrLocked is the error LVM gives for an LV of vg: the VG is missing or
+// unreadable; nil when it can be read.
+func (f *fakeLVM) vgErrLocked(vg string) error {
+	if err := f.unreadable[vg]; err != nil {
+		return err
+	}
+	if _, ok := f.vgs[vg]; !ok {
+		return fmt.Errorf("%s: %w", vg, lvm.ErrVolumeGroupNotFound)
+	}
+	return nil
 }
 
 func newFakeLVM() *fakeLVM {
@@ -57,19 +121,37 @@ func roundUp(size uint64) uint64 {
 	return (size + fakeExtent - 1) / fakeExtent * fakeExtent
 }
 
-func (f *fakeLVM) Report(ctx context.Context) (*lvm.Report, error) {
+// Report answers as the lvm package does: the named VGs (all when none
+// is named); a named VG that is missing or unreadable fails the report,
+// with lvm.ErrVolumeGroupNotFound when it is the only one named and missing.
+func (f *fakeLVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reports++
+	for _, vg := range vgs {
+		if err := f.vgErrLocked(vg); err != nil {
+			if len(vgs) > 1 && errors.Is(err, lvm.ErrVolumeGroupNotFound) {
+				err = fmt.Errorf("fullreport: exit code 5: volume group %s not found", vg)
+			}
+			return nil, err
+		}
+	}
+	named := func(vg string) bool { return len(vgs) == 0 || slices.Contains(vgs, vg) }
 	r := &lvm.Report{ReadAt: time.Now()}
 	for _, vg := range f.vgs {
-		r.VolumeGroups = append(r.VolumeGroups, *vg)
+		if named(vg.Name) {
+			r.VolumeGroups = append(r.VolumeGroups, *vg)
+		}
 	}
 	for _, lv := range f.lvs {
-		r.LogicalVolumes = append(r.LogicalVolumes, *lv)
+		if named(lv.VolumeGroup) {
+			r.LogicalVolumes = append(r.LogicalVolumes, *lv)
+		}
 	}
 	for _, p := range f.pools {
-		r.ThinPools = append(r.ThinPools, *p)
+		if named(p.VolumeGroup) {
+			r.ThinPools = append(r.ThinPools, *p)
+		}
 	}
 	slices.SortFunc(r.VolumeGroups, func(a, b lvm.VolumeGroup) int { return compare(a.Name, b.Name) })
 	slices.SortFunc(r.LogicalVolumes, func(a, b lvm.LogicalVolume) int { return compare(a.Name, b.Name) })
@@ -90,6 +172,9 @@ func (f *fakeLVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolum
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.gets++
+	if err := f.vgErrLocked(vg); err != nil {
+		return nil, err
+	}
 	lv, ok := f.lvs[vg+"/"+name]
 	if !ok {
 		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
@@ -175,6 +260,9 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	if err := f.vgErrLocked(vg); err != nil {
 		return err
 	}
 	key := vg + "/" + name

@@ -11,15 +11,20 @@ import (
 // lvm.ErrAlreadyExists, lvm.ErrInvalidArgument), mapped to gRPC codes only
 // in this package.
 type LVM interface {
-	// Report reads every VG, LV and thin pool with one command.
-	Report(ctx context.Context) (*lvm.Report, error)
-	// GetLV returns lvm.ErrNotFound when the LV does not exist.
+	// Report reads the named VGs (every one when none is named), their
+	// LVs and thin pools with one command; one named VG that does not
+	// exist is lvm.ErrVolumeGroupNotFound.
+	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
+	// GetLV returns lvm.ErrNotFound when the LV does not exist, and
+	// lvm.ErrVolumeGroupNotFound (also an lvm.ErrNotFound) when its VG
+	// does not.
 	GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
 	// CreateLV returns lvm.ErrAlreadyExists when the name is taken.
 	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
 	// ExtendLV is a no-op for an LV that is already at least size bytes.
 	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
-	// RemoveLV returns lvm.ErrNotFound when the LV does not exist.
+	// RemoveLV returns lvm.ErrNotFound when the LV does not exist,
+	// lvm.ErrVolumeGroupNotFound when its VG does not.
 	RemoveLV(ctx context.Context, vg, name string) error
 	// ActivateLV activates one LV (a thin LV's pool with it) and returns
 	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV

@@ -146,20 +146,14 @@ func (n *NodeServer) forgetClass(volumeID string) {
 }
 
 // classForMetrics returns the class of a volume for a metric label: from
-// the cache, else from the LV's tags, else "unknown".
-func (n *NodeServer) classForMetrics(ctx context.Context, volumeID string) string {
+// the cache (filled by stage and publish), else "unknown". It never asks
+// LVM: unpublish and unstage must work, and answer at once, whatever state
+// the volume's volume group is in (missing, unreadable, hung).
+func (n *NodeServer) classForMetrics(volumeID string) string {
 	if c, ok := n.classOf(volumeID); ok {
 		return c
 	}
-	vg, name, err := ParseVolumeID(volumeID)
-	if err != nil {
-		return unknownClassLabel
-	}
-	lv, err := n.cfg.LVM.GetLV(ctx, vg, name)
-	if err != nil {
-		return unknownClassLabel
-	}
-	return n.rememberClass(volumeID, lv)
+	return unknownClassLabel
 }
 
 // step times one step of a phase.
@@ -175,6 +169,9 @@ func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalV
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
 	}
 	lv, err := n.cfg.LVM.GetLV(ctx, vg, name)
+	if errors.Is(err, lvm.ErrVolumeGroupNotFound) {
+		return nil, status.Errorf(codes.NotFound, "volume %q cannot be found: its volume group %s is missing on this node", volumeID, vg)
+	}
 	if errors.Is(err, lvm.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: no LV %s in volume group %s", volumeID, name, vg)
 	}

@@ -122,7 +122,7 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (resp *csi.NodeUnpublishVolumeResponse, err error) {
 	start, id := time.Now(), req.GetVolumeId()
 	defer func() {
-		n.cfg.Metrics.ObservePhase(metrics.PhaseUnpublish, n.classForMetrics(ctx, id), time.Since(start), err)
+		n.cfg.Metrics.ObservePhase(metrics.PhaseUnpublish, n.classForMetrics(id), time.Since(start), err)
 	}()
 	if err := n.unmountAndRemove(ctx, metrics.PhaseUnpublish, id, req.GetTargetPath(), "target_path"); err != nil {
 		return nil, err

@@ -108,7 +108,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (resp *csi.NodeUnstageVolumeResponse, err error) {
 	start, id := time.Now(), req.GetVolumeId()
 	defer func() {
-		n.cfg.Metrics.ObservePhase(metrics.PhaseUnstage, n.classForMetrics(ctx, id), time.Since(start), err)
+		n.cfg.Metrics.ObservePhase(metrics.PhaseUnstage, n.classForMetrics(id), time.Since(start), err)
 		if err == nil {
 			n.forgetClass(id)
 		}
@@ -136,7 +136,7 @@ func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, fiel
 
 	t := time.Now()
 	err := n.cfg.FS.Cleanup(ctx, path)
-	n.step(phase, metrics.StepUnmount, n.classForMetrics(ctx, id), t, err)
+	n.step(phase, metrics.StepUnmount, n.classForMetrics(id), t, err)
 	if err != nil {
 		return status.Errorf(codes.Internal, "%s of volume %q: unmounting %s %q: %v", phase, id, field, path, err)
 	}

@@ -24,14 +24,18 @@ import (
 	"github.com/carve-csi/carve/pkg/metrics"
 )
 
-// Reporter reads the whole LVM state with one command; *lvm.Client
-// implements it.
+// Reporter reads LVM state with one command; *lvm.Client implements it.
 type Reporter interface {
-	Report(ctx context.Context) (*lvm.Report, error)
+	// Report reads the named volume groups (every one when none is
+	// named). A report of one volume group that does not exist fails with
+	// lvm.ErrVolumeGroupNotFound.
+	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
 }
 
-// ErrClassUnavailable is returned for a class whose volume group (or thin
-// pool) is missing from the last report.
+// ErrClassUnavailable is returned for a class that cannot take volumes on
+// this node now: its volume group or thin pool is missing from the last
+// refresh, the volume group has a missing physical volume, LVM could not
+// read the volume group, or the pool is failed or read-only.
 var ErrClassUnavailable = errors.New("device class unavailable")
 
 // View is the in-memory view. It is safe for concurrent use.
@@ -46,6 +50,10 @@ type View struct {
 	vgs   map[string]lvm.VolumeGroup
 	lvs   map[string]lvm.LogicalVolume // key vg/name
 	pools map[string]lvm.ThinPool      // key vg/name
+	// unreadable holds the configured volume groups whose last read
+	// failed, with the error; their last known state stays in the maps
+	// above, and their classes are unavailable.
+	unreadable map[string]error
 	// readAt is when the last successful report was taken, lastErr the
 	// last refresh's error.
 	readAt  time.Time
@@ -66,15 +74,26 @@ func New(r Reporter, cfg *config.Config, rec *metrics.Recorder, isOwned func(lvm
 		dirty: make(chan struct{}, 1)}
 }
 
-// Refresh reads the LVM state and replaces the view with it. On error the
-// previous view is kept and Ready reports the error.
+// Refresh reads the configured volume groups and replaces the view with
+// what it read. A volume group that does not exist leaves the view; one
+// that LVM cannot read keeps its last known state and makes its classes
+// unavailable (Capacity, Ready), while the other classes get the fresh
+// state: one bad volume group does not take the others down. Refresh
+// fails only when nothing could be read for a reason that is not one
+// volume group's (the context ended); the previous view is then kept and
+// Ready reports the error.
 func (v *View) Refresh(ctx context.Context) error {
 	v.mu.RLock()
 	gen := v.gen
 	v.mu.RUnlock()
-	r, err := v.reporter.Report(ctx)
+	r, unreadable, err := v.read(ctx, v.configuredVGs())
 	now := time.Now()
-	v.rec.ObserveRefresh(now, err)
+	var vgErrs []error
+	for vg, e := range unreadable {
+		vgErrs = append(vgErrs, fmt.Errorf("volume group %s: %w", vg, e))
+		klog.FromContext(ctx).Error(e, "Reading a volume group failed; its device classes are unavailable", "volumeGroup", vg)
+	}
+	v.rec.ObserveRefresh(now, errors.Join(append(vgErrs, err)...))
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err != nil {
@@ -88,22 +107,85 @@ func (v *View) Refresh(ctx context.Context) error {
 		v.markDirtyLocked()
 		return nil
 	}
-	v.vgs = make(map[string]lvm.VolumeGroup, len(r.VolumeGroups))
+	vgs := make(map[string]lvm.VolumeGroup, len(r.VolumeGroups))
 	for _, vg := range r.VolumeGroups {
-		v.vgs[vg.Name] = vg
+		vgs[vg.Name] = vg
 	}
-	v.lvs = make(map[string]lvm.LogicalVolume, len(r.LogicalVolumes))
+	lvs := make(map[string]lvm.LogicalVolume, len(r.LogicalVolumes))
 	for _, lv := range r.LogicalVolumes {
-		v.lvs[lv.VolumeGroup+"/"+lv.Name] = lv
+		lvs[lv.VolumeGroup+"/"+lv.Name] = lv
 	}
-	v.pools = make(map[string]lvm.ThinPool, len(r.ThinPools))
+	pools := make(map[string]lvm.ThinPool, len(r.ThinPools))
 	for _, p := range r.ThinPools {
-		v.pools[p.VolumeGroup+"/"+p.Name] = p
+		pools[p.VolumeGroup+"/"+p.Name] = p
 	}
+	// What could not be read is kept as it was last seen: its volumes
+	// stay listed and findable, and DeleteVolume still refuses to take
+	// them for gone.
+	for vg := range unreadable {
+		if old, ok := v.vgs[vg]; ok {
+			vgs[vg] = old
+		}
+		for k, lv := range v.lvs {
+			if lv.VolumeGroup == vg {
+				lvs[k] = lv
+			}
+		}
+		for k, p := range v.pools {
+			if p.VolumeGroup == vg {
+				pools[k] = p
+			}
+		}
+	}
+	v.vgs, v.lvs, v.pools, v.unreadable = vgs, lvs, pools, unreadable
 	v.readAt = r.ReadAt
 	v.loaded = true
 	v.publishLocked()
 	return nil
+}
+
+// read reads the volume groups vgs with one report. When that fails, it
+// reads them one by one, so that a volume group LVM cannot read (a broken
+// disk, damaged metadata) takes down only the classes that use it. The
+// report holds the groups that were read; unreadable has the error of each
+// group that exists but could not be read; a group that does not exist is
+// in neither. err is set only when the context ended.
+func (v *View) read(ctx context.Context, vgs []string) (r *lvm.Report, unreadable map[string]error, err error) {
+	start := time.Now()
+	if len(vgs) == 0 {
+		// No class, nothing to read (and no names would mean every VG).
+		return &lvm.Report{ReadAt: start}, nil, nil
+	}
+	all, err := v.reporter.Report(ctx, vgs...)
+	if err == nil {
+		return all, nil, nil
+	}
+	if ctx.Err() != nil {
+		return nil, nil, err
+	}
+	r = &lvm.Report{ReadAt: start}
+	for _, vg := range vgs {
+		one, err := all, err
+		if len(vgs) > 1 {
+			one, err = v.reporter.Report(ctx, vg)
+		}
+		switch {
+		case err == nil:
+			r.VolumeGroups = append(r.VolumeGroups, one.VolumeGroups...)
+			r.LogicalVolumes = append(r.LogicalVolumes, one.LogicalVolumes...)
+			r.ThinPools = append(r.ThinPools, one.ThinPools...)
+		case ctx.Err() != nil:
+			return nil, nil, err
+		case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+			// Missing: absent from the view.
+		default:
+			if unreadable == nil {
+				unreadable = map[string]error{}
+			}
+			unreadable[vg] = err
+		}
+	}
+	return r, unreadable, nil
 }
 
 // Run refreshes every interval, and settle after a mutation marked the
@@ -139,8 +221,10 @@ func (v *View) markDirtyLocked() {
 	}
 }
 
-// Ready is nil when the last refresh succeeded and every configured volume
-// group and thin pool is present; otherwise it says what is missing.
+// Ready is nil when the last refresh succeeded and every device class can
+// take volumes; otherwise it says what is wrong, one line per class. A
+// class that is unavailable does not stop the others: Capacity and the
+// lookups keep answering for them whatever Ready says.
 func (v *View) Ready() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -152,27 +236,48 @@ func (v *View) Ready() error {
 	}
 	var errs []error
 	for i := range v.cfg.DeviceClasses {
-		if err := v.classPresentLocked(&v.cfg.DeviceClasses[i]); err != nil {
+		if err := v.classProblemLocked(&v.cfg.DeviceClasses[i]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (v *View) classPresentLocked(d *config.DeviceClass) error {
-	if _, ok := v.vgs[d.VolumeGroup]; !ok {
-		return fmt.Errorf("device class %s: volume group %q is missing: %w", d.Name, d.VolumeGroup, ErrClassUnavailable)
+// unusablePool are the thin-pool health states in which LVM cannot give a
+// new thin volume its blocks.
+var unusablePool = []lvm.Health{lvm.HealthFailed, lvm.HealthMetadataReadOnly, lvm.HealthPartial}
+
+// classProblemLocked says why class d cannot take volumes, wrapping
+// ErrClassUnavailable; nil when it can.
+func (v *View) classProblemLocked(d *config.DeviceClass) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("device class %s: %s: %w", d.Name, fmt.Sprintf(format, args...), ErrClassUnavailable)
+	}
+	if err, ok := v.unreadable[d.VolumeGroup]; ok {
+		return fail("volume group %q could not be read: %v", d.VolumeGroup, err)
+	}
+	vg, ok := v.vgs[d.VolumeGroup]
+	if !ok {
+		return fail("volume group %q is missing", d.VolumeGroup)
+	}
+	if vg.MissingPVs > 0 {
+		// LVM refuses to allocate in a partial VG, so every lvcreate
+		// would fail; its free space is not free.
+		return fail("volume group %q has %d missing physical volume(s)", d.VolumeGroup, vg.MissingPVs)
 	}
 	if d.Thin() {
 		if _, ok := v.pools[d.VolumeGroup+"/"+d.ThinPool]; !ok {
-			return fmt.Errorf("device class %s: thin pool %s/%s is missing: %w", d.Name, d.VolumeGroup, d.ThinPool, ErrClassUnavailable)
+			return fail("thin pool %s/%s is missing", d.VolumeGroup, d.ThinPool)
+		}
+		if lv, ok := v.lvs[d.VolumeGroup+"/"+d.ThinPool]; ok && slices.Contains(unusablePool, lv.Attr.Health) {
+			return fail("thin pool %s/%s is %s (lv_attr %s)", d.VolumeGroup, d.ThinPool, lv.Attr.Health, lv.Attr.Raw)
 		}
 	}
 	return nil
 }
 
-// Capacity is the room of class d; ErrClassUnavailable (wrapped) when its
-// VG or pool is missing.
+// Capacity is the room of class d; ErrClassUnavailable (wrapped, with the
+// reason) when the class cannot take volumes now.
 func (v *View) Capacity(d *config.DeviceClass) (Capacity, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -180,7 +285,7 @@ func (v *View) Capacity(d *config.DeviceClass) (Capacity, error) {
 }
 
 func (v *View) capacityLocked(d *config.DeviceClass) (Capacity, error) {
-	if err := v.classPresentLocked(d); err != nil {
+	if err := v.classProblemLocked(d); err != nil {
 		return Capacity{}, err
 	}
 	vg := v.vgs[d.VolumeGroup]
@@ -248,15 +353,7 @@ func (v *View) Volumes() []lvm.LogicalVolume {
 	return out
 }
 
-func (v *View) configuredVGs() []string {
-	var vgs []string
-	for _, d := range v.cfg.DeviceClasses {
-		if !slices.Contains(vgs, d.VolumeGroup) {
-			vgs = append(vgs, d.VolumeGroup)
-		}
-	}
-	return vgs
-}
+func (v *View) configuredVGs() []string { return v.cfg.VolumeGroups() }
 
 // Created applies an LV that carve just made to the view, and asks for a
 // full refresh soon (a mirrored LV uses more than its size, for example).

@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,20 +106,27 @@ func TestRoundUp(t *testing.T) {
 	}
 }
 
-// fakeReporter returns a fixed report, or err, and counts calls.
+// fakeReporter answers reports from a fixed state, as LVM does: limited to
+// the named VGs, failing when a named VG is missing (ErrVolumeGroupNotFound
+// when it is the only one named) or unreadable; err fails every report. It
+// counts calls and records the names asked.
 type fakeReporter struct {
 	mu     sync.Mutex
 	report lvm.Report
 	err    error
-	calls  int
+	// vgErr makes every report that names the VG fail with its error.
+	vgErr map[string]error
+	calls int
+	asked [][]string
 	// block, when set, is waited on inside Report.
 	block chan struct{}
 }
 
-func (f *fakeReporter) Report(ctx context.Context) (*lvm.Report, error) {
+func (f *fakeReporter) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
 	f.mu.Lock()
 	f.calls++
-	r, err, block := f.report, f.err, f.block
+	f.asked = append(f.asked, vgs)
+	r, err, block, vgErr := f.report, f.err, f.block, f.vgErr
 	f.mu.Unlock()
 	if block != nil {
 		<-block
@@ -125,8 +134,38 @@ func (f *fakeReporter) Report(ctx context.Context) (*lvm.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.ReadAt = time.Now()
-	return &r, nil
+	var errs []error
+	for _, vg := range vgs {
+		if e := vgErr[vg]; e != nil {
+			errs = append(errs, e)
+		} else if !slices.ContainsFunc(r.VolumeGroups, func(v lvm.VolumeGroup) bool { return v.Name == vg }) {
+			if len(vgs) == 1 {
+				return nil, fmt.Errorf("%s: %w", vg, lvm.ErrVolumeGroupNotFound)
+			}
+			errs = append(errs, fmt.Errorf("volume group %s not found", vg))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("fullreport: exit code 5: %w", errors.Join(errs...))
+	}
+	out := lvm.Report{ReadAt: time.Now()}
+	named := func(vg string) bool { return len(vgs) == 0 || slices.Contains(vgs, vg) }
+	for _, vg := range r.VolumeGroups {
+		if named(vg.Name) {
+			out.VolumeGroups = append(out.VolumeGroups, vg)
+		}
+	}
+	for _, lv := range r.LogicalVolumes {
+		if named(lv.VolumeGroup) {
+			out.LogicalVolumes = append(out.LogicalVolumes, lv)
+		}
+	}
+	for _, p := range r.ThinPools {
+		if named(p.VolumeGroup) {
+			out.ThinPools = append(out.ThinPools, p)
+		}
+	}
+	return &out, nil
 }
 
 func (f *fakeReporter) set(r lvm.Report, err error) {
@@ -303,12 +342,22 @@ func TestViewMissingVGAndErrors(t *testing.T) {
 	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), `volume group "vg1" is missing`) {
 		t.Errorf("Ready = %v", err)
 	}
-	// LVM fails: the error shows in Ready, the old view stays.
+	// LVM fails for every VG: the error shows in Ready.
 	rep.set(testReport(), errors.New("lvm exploded"))
-	if err := v.Refresh(context.Background()); err == nil {
-		t.Fatal("Refresh hid the LVM error")
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatalf("Refresh = %v; an unreadable VG is the class's problem, not the refresh's", err)
 	}
 	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), "lvm exploded") {
+		t.Errorf("Ready = %v", err)
+	}
+	// A refresh whose context ended keeps the view and says so.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep.set(testReport(), context.Canceled)
+	if err := v.Refresh(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Refresh with a cancelled context = %v", err)
+	}
+	if err := v.Ready(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Ready = %v", err)
 	}
 	// It comes back.
@@ -367,5 +416,91 @@ func TestViewRunRefreshesAfterMutation(t *testing.T) {
 			t.Fatal("no refresh after a mutation")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A missing or unreadable volume group, a missing PV, a missing or broken
+// thin pool: each makes only the classes that use it unavailable, with the
+// reason in Capacity and Ready, while the other classes keep their fresh
+// capacity. Only carve's volume groups are read.
+func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
+	cfg := testConfig()
+	cfg.DeviceClasses = append(cfg.DeviceClasses, config.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
+	good := func() lvm.Report {
+		r := testReport()
+		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: 2})
+		r.LogicalVolumes = append(r.LogicalVolumes, lvm.LogicalVolume{Name: "f", VolumeGroup: "vg2", Size: gi, Tags: []string{"class=fast"}})
+		return r
+	}
+	// Capacities when all is well: thick 9Gi, thin 12Gi, fast 3Gi.
+	healthy := map[string]uint64{"thick": 9 * gi, "thin": 12 * gi, "fast": 3 * gi}
+	tests := []struct {
+		name   string
+		change func(r *lvm.Report, rep *fakeReporter)
+		bad    map[string]string // class -> what Capacity's and Ready's error say
+		// vg2Listed: vg2's volume is still listed (its last known state).
+		vg2Listed bool
+	}{
+		{name: "volume group missing", change: func(r *lvm.Report, _ *fakeReporter) {
+			r.VolumeGroups = slices.DeleteFunc(r.VolumeGroups, func(vg lvm.VolumeGroup) bool { return vg.Name == "vg2" })
+			r.LogicalVolumes = slices.DeleteFunc(r.LogicalVolumes, func(lv lvm.LogicalVolume) bool { return lv.VolumeGroup == "vg2" })
+		}, bad: map[string]string{"fast": `volume group "vg2" is missing`}},
+		{name: "volume group unreadable", change: func(_ *lvm.Report, rep *fakeReporter) {
+			rep.vgErr = map[string]error{"vg2": errors.New("checksum error in metadata")}
+		}, bad: map[string]string{"fast": `volume group "vg2" could not be read: `}, vg2Listed: true},
+		{name: "volume group with a missing PV", change: func(r *lvm.Report, _ *fakeReporter) {
+			r.VolumeGroups[2].MissingPVs = 1
+		}, bad: map[string]string{"fast": `volume group "vg2" has 1 missing physical volume(s)`}, vg2Listed: true},
+		{name: "thin pool missing", change: func(r *lvm.Report, _ *fakeReporter) {
+			r.ThinPools = nil
+		}, bad: map[string]string{"thin": "thin pool vg1/pool is missing"}, vg2Listed: true},
+		{name: "thin pool metadata read-only", change: func(r *lvm.Report, _ *fakeReporter) {
+			r.LogicalVolumes[0].Attr.Health = lvm.HealthMetadataReadOnly
+		}, bad: map[string]string{"thin": "thin pool vg1/pool is metadata-read-only"}, vg2Listed: true},
+		{name: "every volume group unreadable", change: func(_ *lvm.Report, rep *fakeReporter) {
+			rep.vgErr = map[string]error{"vg1": errors.New("no lvm"), "vg2": errors.New("no lvm")}
+		}, bad: map[string]string{"thick": "could not be read", "thin": "could not be read", "fast": "could not be read"}, vg2Listed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := &fakeReporter{report: good()}
+			v := New(rep, cfg, nil, owned)
+			if err := v.Refresh(context.Background()); err != nil || v.Ready() != nil {
+				t.Fatalf("healthy: %v, %v", err, v.Ready())
+			}
+			r := good()
+			tt.change(&r, rep)
+			rep.set(r, nil)
+			if err := v.Refresh(context.Background()); err != nil {
+				t.Fatalf("Refresh = %v; one bad volume group must not fail the refresh", err)
+			}
+			ready := v.Ready()
+			for _, d := range cfg.DeviceClasses {
+				c, err := v.Capacity(&d)
+				if want, isBad := tt.bad[d.Name]; isBad {
+					if !errors.Is(err, ErrClassUnavailable) || !strings.Contains(err.Error(), want) {
+						t.Errorf("class %s: Capacity = %+v, %v; want ErrClassUnavailable saying %q", d.Name, c, err, want)
+					}
+					if ready == nil || !strings.Contains(ready.Error(), "device class "+d.Name+": ") || !strings.Contains(ready.Error(), want) {
+						t.Errorf("Ready = %v; want it to say class %s: %q", ready, d.Name, want)
+					}
+					continue
+				}
+				if err != nil || c.Available != healthy[d.Name] {
+					t.Errorf("class %s: Capacity = %+v, %v; want %d: a healthy class is not affected", d.Name, c, err, healthy[d.Name])
+				}
+				if ready != nil && strings.Contains(ready.Error(), "device class "+d.Name+": ") {
+					t.Errorf("Ready blames healthy class %s: %v", d.Name, ready)
+				}
+			}
+			if _, ok := v.LV("vg2", "f"); ok != tt.vg2Listed {
+				t.Errorf("vg2's volume in the view: %t, want %t", ok, tt.vg2Listed)
+			}
+			for _, asked := range rep.asked {
+				if len(asked) == 0 || slices.Contains(asked, "other") {
+					t.Errorf("a report asked for %v; only carve's volume groups are read", asked)
+				}
+			}
+		})
 	}
 }

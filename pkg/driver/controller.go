@@ -247,9 +247,13 @@ func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volu
 }
 
 // DeleteVolume implements csi.ControllerServer. It is idempotent: an ID
-// that is not carve's, or an LV that is gone, is success. An LV without
-// carve's owner tag, or one that is open (mounted), is FailedPrecondition
-// and is not removed.
+// that is not carve's, or an LV that is gone from a volume group that is
+// there, is success. An LV without carve's owner tag, or one that is open
+// (mounted), is FailedPrecondition and is not removed. When the volume
+// group of one of this node's classes is missing or cannot be read, the
+// LV cannot be seen, so it is not known to be gone: that is Unavailable
+// (or Internal), and external-provisioner retries, never dropping the PV
+// of an LV that would come back with the disk.
 func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (resp *csi.DeleteVolumeResponse, err error) {
 	start := time.Now()
 	classLabel := unknownClassLabel
@@ -274,10 +278,13 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	lv, ok := s.cfg.View.LV(vg, lvName)
 	if !ok {
 		got, gerr := s.cfg.LVM.GetLV(ctx, vg, lvName)
-		if errors.Is(gerr, lvm.ErrNotFound) {
+		switch {
+		case errors.Is(gerr, lvm.ErrVolumeGroupNotFound) && s.cfg.Classes.HasVolumeGroup(vg):
+			return nil, vgMissing(id, vg, gerr)
+		case errors.Is(gerr, lvm.ErrNotFound):
+			// The LV is gone, or its VG is not one of this node's.
 			return &csi.DeleteVolumeResponse{}, nil
-		}
-		if gerr != nil {
+		case gerr != nil:
 			return nil, toStatus(gerr, "looking up "+id)
 		}
 		lv = *got
@@ -292,6 +299,8 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	err = s.cfg.LVM.RemoveLV(ctx, vg, lvName)
 	s.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, classLabel, time.Since(stepStart), err)
 	switch {
+	case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+		return nil, vgMissing(id, vg, err)
 	case errors.Is(err, lvm.ErrNotFound):
 		s.cfg.View.Removed(vg, lvName)
 		return &csi.DeleteVolumeResponse{}, nil
@@ -303,6 +312,12 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	s.cfg.View.Removed(vg, lvName)
 	klog.FromContext(ctx).Info("Deleted volume", "volumeID", id)
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// vgMissing is DeleteVolume's answer while the volume group is missing.
+func vgMissing(id, vg string, err error) error {
+	return status.Errorf(codes.Unavailable, "volume %s: volume group %s is missing on this node, so whether its LV is gone cannot be known; "+
+		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
 }
 
 // isCarveLV tells whether tags mark an LV as a carve volume.

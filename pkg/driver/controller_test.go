@@ -396,6 +396,35 @@ func TestDeleteVolume(t *testing.T) {
 			fx.lvm.failNext = errors.New("lvm crashed")
 			return id
 		}, code: codes.Internal, msg: []string{"lvm crashed"}},
+		// The volume group is this node's but missing (disks not seen yet
+		// after a reboot, a failed HBA, an lvm.conf filter): the LV may
+		// come back with it, so the deletion must be retried, not
+		// answered OK with the LV (and its data) orphaned.
+		{name: "volume group missing", setup: func(t *testing.T, fx *controllerFixture) string {
+			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
+			fx.lvm.hideVG("vg2")
+			if err := fx.view.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
+		{name: "volume group missing, the view not refreshed yet", setup: func(t *testing.T, fx *controllerFixture) string {
+			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
+			fx.lvm.hideVG("vg2")
+			return id
+		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
+		{name: "volume group missing, an LV the view never held", setup: func(t *testing.T, fx *controllerFixture) string {
+			fx.lvm.hideVG("vg2")
+			return VolumeID("vg2", LVNameFor("made-before-a-restart"))
+		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
+		{name: "volume group unreadable", setup: func(t *testing.T, fx *controllerFixture) string {
+			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
+			fx.lvm.unreadable = map[string]error{"vg2": errors.New("checksum error in metadata")}
+			if err := fx.view.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}, code: codes.Internal, msg: []string{"checksum error"}},
 		{name: "gone under our feet", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", nil)
 			fx.lvm.failNext = fmt.Errorf("lvremove: %w", lvm.ErrNotFound)
@@ -410,6 +439,23 @@ func TestDeleteVolume(t *testing.T) {
 			id := tt.setup(t, fx)
 			_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: map[string]string{"k": "v"}})
 			wantCode(t, err, tt.code, tt.msg...)
+			if fx.lvm.hidden["vg2"] != nil || fx.lvm.unreadable != nil {
+				// Once the volume group is back the LV is there, and
+				// the retried DeleteVolume removes it.
+				fx.lvm.unreadable = nil
+				if fx.lvm.hidden["vg2"] != nil {
+					fx.lvm.showVG("vg2")
+				}
+				vg, lvName, _ := ParseVolumeID(id)
+				if _, gerr := fx.lvm.GetLV(ctx, vg, lvName); gerr == nil {
+					if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+						t.Errorf("DeleteVolume once the volume group is back: %v", err)
+					}
+					if _, gerr := fx.lvm.GetLV(ctx, vg, lvName); !errors.Is(gerr, lvm.ErrNotFound) {
+						t.Errorf("LV still there after the retried delete: %v", gerr)
+					}
+				}
+			}
 			if !tt.gone {
 				return
 			}

@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -44,10 +43,6 @@ type ControllerServer struct {
 	cfg   ControllerConfig
 	node  topology.Node
 	locks *volumelock.Locks
-	// createMu serializes CreateVolume's room check with its lvcreate: two
-	// volumes that each fit alone must not both pass the check and together
-	// eat into the spare.
-	createMu sync.Mutex
 }
 
 var _ csi.ControllerServer = (*ControllerServer)(nil)
@@ -126,8 +121,15 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer unlock()
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
+	// The room check and lvcreate run under the volume group's room lock,
+	// shared with NodeExpandVolume: two volumes (or a volume and a growth)
+	// that each fit alone must not both pass the check and together eat
+	// into the spare.
+	unlockRoom, err := s.cfg.View.LockRoom(ctx, class.VolumeGroup)
+	if err != nil {
+		return nil, toStatus(err, "volume "+req.GetName())
+	}
+	defer unlockRoom()
 
 	log := klog.FromContext(ctx).WithValues("volume", req.GetName(), "lv", lvName, "deviceClass", class.Name)
 	room, err := s.cfg.View.Capacity(class)

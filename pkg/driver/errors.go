@@ -29,9 +29,13 @@ func toStatus(err error, what string) error {
 		return status.Error(codes.DeadlineExceeded, msg)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, msg)
-	case errors.Is(err, lvm.ErrInsufficientSpace), errors.Is(err, state.ErrClassUnavailable):
-		// RESOURCE_EXHAUSTED makes external-provisioner pick another node.
+	case errors.Is(err, lvm.ErrInsufficientSpace), errors.Is(err, state.ErrClassUnavailable), errors.Is(err, state.ErrNoRoom):
+		// RESOURCE_EXHAUSTED makes external-provisioner pick another node,
+		// and the kubelet retry an expansion later.
 		return status.Error(codes.ResourceExhausted, msg)
+	case errors.Is(err, state.ErrBeyondClass):
+		// No retry can succeed: the capacity range must change.
+		return status.Error(codes.OutOfRange, msg)
 	case errors.Is(err, lvm.ErrNotFound):
 		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, lvm.ErrAlreadyExists):

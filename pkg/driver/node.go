@@ -18,8 +18,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
 )
@@ -41,6 +43,15 @@ type NodeConfig struct {
 	// OnChange is called after an LVM mutation (lvextend) so the in-memory
 	// capacity view refreshes; may be nil.
 	OnChange func()
+	// Classes is the device-class file and View the controller's view of
+	// the volume groups (the same one): NodeExpandVolume checks a growth
+	// against the room of the volume's class (spare, overprovision ratio)
+	// under the view's per-volume-group room lock, which CreateVolume
+	// holds too, and applies it to the view at once. Without them an
+	// expansion is checked by LVM alone, which lets a thin volume grow past
+	// its class's overprovision ratio; the plugin role must set both.
+	Classes *config.Config
+	View    *state.View
 }
 
 // NodeServer implements csi.NodeServer. It keeps no state of its own
@@ -68,6 +79,9 @@ var _ csi.NodeServer = (*NodeServer)(nil)
 
 // NewNodeServer returns the Node server of cfg.
 func NewNodeServer(cfg NodeConfig) *NodeServer {
+	if cfg.Classes == nil || cfg.View == nil {
+		klog.ErrorS(nil, "NodeConfig has no device classes or view: NodeExpandVolume cannot check a growth against the class's spare and overprovision ratio")
+	}
 	return &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
 }
 

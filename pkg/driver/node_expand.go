@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
 )
@@ -90,16 +91,10 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	}
 
 	if uint64(required) > lv.Size {
-		t := time.Now()
-		grown, err := n.cfg.LVM.ExtendLV(ctx, lv.VolumeGroup, lv.Name, uint64(required))
-		n.step(metrics.PhaseExpand, metrics.StepLVExtend, class, t, err)
+		grown, err := n.extend(ctx, id, class, lv, uint64(required), uint64(limit))
 		if err != nil {
-			return nil, toStatus(err, fmt.Sprintf("extending volume %q to %d bytes", id, required))
+			return nil, err
 		}
-		if n.cfg.OnChange != nil {
-			n.cfg.OnChange()
-		}
-		klog.InfoS("Extended LV", "volumeID", id, "from", lv.Size, "to", grown.Size)
 		lv = grown
 	}
 	if !block {
@@ -111,4 +106,49 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		}
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: int64(lv.Size)}, nil
+}
+
+// extend grows the LV of volume id to required bytes: under the volume
+// group's room lock, after checking the growth against its class's room as
+// CreateVolume checks a new volume (NodeConfig.Classes and View). A growth
+// that does not fit now is RESOURCE_EXHAUSTED (the kubelet retries it
+// later); a size above limit_bytes after rounding to extents, or above
+// what the class could ever hold on this node, is OUT_OF_RANGE (the CSI
+// code for a capacity range the plugin cannot serve: the request must
+// change).
+func (n *NodeServer) extend(ctx context.Context, id, class string, lv *lvm.LogicalVolume, required, limit uint64) (*lvm.LogicalVolume, error) {
+	log := klog.FromContext(ctx).WithValues("volumeID", id)
+	if n.cfg.Classes != nil && n.cfg.View != nil {
+		d, ok := n.cfg.Classes.Class(class)
+		if class == unknownClassLabel || !ok || d.VolumeGroup != lv.VolumeGroup || d.ThinPool != lv.Pool {
+			return nil, status.Errorf(codes.ResourceExhausted, "volume %q: its device class %q is not one of this node's classes for LV %s/%s (pool %q), so there is no room to check a growth against",
+				id, class, lv.VolumeGroup, lv.Name, lv.Pool)
+		}
+		unlock, err := n.cfg.View.LockRoom(ctx, lv.VolumeGroup)
+		if err != nil {
+			return nil, toStatus(err, fmt.Sprintf("extending volume %q", id))
+		}
+		defer unlock()
+		size, err := n.cfg.View.RoomToGrow(d, lv.Size, required)
+		if err != nil {
+			return nil, toStatus(err, fmt.Sprintf("extending volume %q from %d to %d bytes", id, lv.Size, required))
+		}
+		if limit > 0 && size > limit {
+			return nil, status.Errorf(codes.OutOfRange, "volume %q: %d bytes asked are %d in whole extents, above limit_bytes %d", id, required, size, limit)
+		}
+	}
+	t := time.Now()
+	grown, err := n.cfg.LVM.ExtendLV(ctx, lv.VolumeGroup, lv.Name, required)
+	n.step(metrics.PhaseExpand, metrics.StepLVExtend, class, t, err)
+	if err != nil {
+		return nil, toStatus(err, fmt.Sprintf("extending volume %q to %d bytes", id, required))
+	}
+	if n.cfg.View != nil {
+		n.cfg.View.Extended(*lv, *grown)
+	}
+	if n.cfg.OnChange != nil {
+		n.cfg.OnChange()
+	}
+	log.Info("Extended LV", "from", lv.Size, "to", grown.Size)
+	return grown, nil
 }

@@ -15,21 +15,42 @@ import (
 	testingexec "k8s.io/utils/exec/testing"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/fs/fstest"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/topology"
 )
 
+// nodeClasses are the node fixture's device classes: fast (thick, vg1,
+// 1 GiB spare) and thin (vg1/pool, ratio 2; the pool exists only where a
+// test adds it).
+const nodeClasses = `
+deviceClasses:
+  - name: fast
+    volumeGroup: vg1
+    default: true
+    spare: 1Gi
+  - name: thin
+    volumeGroup: vg1
+    thinPool: pool
+    overprovisionRatio: 2
+`
+
 // nodeFixture is a Node server over the fake LVM, mount-utils'
 // FakeMounter and the fake filesystem tools, with one 1 GiB volume of
-// class "fast" in vg1.
+// class "fast" in a 10 GiB vg1, wired as the plugin role wires it: with
+// the device classes and a view of the volume groups shared with a
+// Controller server.
 type nodeFixture struct {
 	lvm     *fakeLVM
 	mounter *mount.FakeMounter
 	tools   *fstest.Tools
 	reg     *prometheus.Registry
 	ns      *NodeServer
+	cs      *ControllerServer
+	view    *state.View
 	changes int
 
 	id, device, staging, target string
@@ -43,8 +64,18 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	dir := t.TempDir()
 	fx.staging = filepath.Join(dir, "staging", "pv-1")
 	fx.target = filepath.Join(dir, "pods", "pod-1", "volumes", "pv-1")
+	cfg, err := config.Parse([]byte(nodeClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.view = state.New(fx.lvm, cfg, nil, OwnedClass)
+	if err := fx.view.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, FSTypes: []string{"ext4", "xfs"}})
 	fx.ns = NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
-		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg), OnChange: func() { fx.changes++ }})
+		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg), OnChange: func() { fx.changes++ },
+		Classes: cfg, View: fx.view})
 	return fx
 }
 
@@ -856,7 +887,15 @@ func TestNodeExpandVolume(t *testing.T) {
 			wantCapacity: gib + 4*mib, wantChanges: 1, wantGrow: []string{"resize2fs", "/dev/vg1/" + LVNameFor("pvc-1")}},
 		{name: "already that size: no lvextend, the filesystem still grows", prepare: published("ext4"), req: expand(gib, 0),
 			wantCapacity: gib, wantGrow: []string{"resize2fs", "/dev/vg1/" + LVNameFor("pvc-1")}},
-		{name: "no room in the volume group", code: codes.ResourceExhausted, prepare: published("ext4"), req: expand(20*gib, 0)},
+		{name: "larger than the volume group could ever hold", code: codes.OutOfRange, msg: []string{"the most a volume can have on this node"},
+			prepare: published("ext4"), req: expand(20*gib, 0)},
+		{name: "no room left in the volume group", code: codes.ResourceExhausted, msg: []string{"available", "spare"},
+			prepare: func(t *testing.T, fx *nodeFixture) {
+				published("ext4")(t, fx)
+				if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-big", 7*gib+512*mib, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}, req: expand(2*gib, 0)},
 		{name: "grow fails", code: codes.Internal, req: expand(2*gib, 0), wantChanges: 1,
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				published("ext4")(t, fx)

@@ -16,6 +16,10 @@ type Capacity struct {
 	MaxVolume uint64
 	// ExtentSize of the class's volume group; sizes are rounded up to it.
 	ExtentSize uint64
+	// Ceiling is the largest volume the class could hold on this node if
+	// it held nothing else: a request above it can never fit here. Not
+	// reported to Kubernetes; expansion answers OUT_OF_RANGE above it.
+	Ceiling uint64
 }
 
 // ThickCapacity is the room of a thick class: the VG's free space minus the
@@ -26,13 +30,17 @@ type Capacity struct {
 // as RESOURCE_EXHAUSTED.
 func ThickCapacity(d *config.DeviceClass, vg lvm.VolumeGroup) Capacity {
 	c := Capacity{ExtentSize: vg.ExtentSize}
-	usable := sub(vg.Free, d.SpareBytes())
-	if m := d.LVCreateOptions.Mirrors; m > 0 {
-		images := uint64(m) + 1
-		usable = sub(usable, images*vg.ExtentSize) / images
+	usable := func(free uint64) uint64 {
+		u := sub(free, d.SpareBytes())
+		if m := d.LVCreateOptions.Mirrors; m > 0 {
+			images := uint64(m) + 1
+			u = sub(u, images*vg.ExtentSize) / images
+		}
+		return floorTo(u, vg.ExtentSize)
 	}
-	c.Available = floorTo(usable, vg.ExtentSize)
+	c.Available = usable(vg.Free)
 	c.MaxVolume = c.Available
+	c.Ceiling = usable(vg.Size)
 	return c
 }
 
@@ -55,6 +63,7 @@ func ThinCapacity(d *config.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) 
 	realRoom := mulRatio(realFree, ratio)
 	c.Available = floorTo(min(virtualRoom, realRoom), vg.ExtentSize)
 	c.MaxVolume = c.Available
+	c.Ceiling = floorTo(min(limit, mulRatio(sub(pool.Size, d.SpareBytes()), ratio)), vg.ExtentSize)
 	return c
 }
 

@@ -64,6 +64,8 @@ type View struct {
 	gen uint64
 
 	dirty chan struct{}
+	// room serializes room checks with the mutations that take room.
+	room roomLocks
 }
 
 // New returns an empty view; call Refresh before using it. isOwned tells
@@ -393,7 +395,9 @@ func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 		if p, ok := v.pools[pkey]; ok {
 			if sign > 0 {
 				p.VirtualSize += lv.Size
-				p.ThinVolumes++
+				if lv.Name != "" {
+					p.ThinVolumes++
+				}
 			} else {
 				p.VirtualSize = sub(p.VirtualSize, lv.Size)
 				p.ThinVolumes--

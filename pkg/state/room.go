@@ -1,0 +1,125 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+)
+
+// Errors of RoomToGrow, beside ErrClassUnavailable.
+var (
+	// ErrNoRoom is a growth the class cannot give now; it may once space
+	// is freed.
+	ErrNoRoom = errors.New("not enough room in the device class")
+	// ErrBeyondClass is a size larger than the class could ever hold on
+	// this node, however much were freed.
+	ErrBeyondClass = errors.New("larger than the device class can hold on this node")
+)
+
+// roomLocks serializes, per volume group, the room checks and the
+// mutations that take room (lvcreate, lvextend): two that each fit alone
+// must not both pass their check and together eat into the spare or the
+// overprovision limit. Waiting honours the caller's context, so a hung
+// lvm holding one volume group's lock does not hold callers past their
+// deadline, nor those of other volume groups at all.
+type roomLocks struct {
+	mu    sync.Mutex
+	locks map[string]*roomLock
+}
+
+type roomLock struct {
+	sem  chan struct{} // capacity 1: holding the token is holding the lock
+	refs int           // holders and waiters; the entry goes at 0
+}
+
+func (l *roomLocks) lock(ctx context.Context, vg string) (func(), error) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*roomLock{}
+	}
+	e := l.locks[vg]
+	if e == nil {
+		e = &roomLock{sem: make(chan struct{}, 1)}
+		l.locks[vg] = e
+	}
+	e.refs++
+	l.mu.Unlock()
+	release := func() {
+		l.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(l.locks, vg)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case e.sem <- struct{}{}:
+		return func() { <-e.sem; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, fmt.Errorf("waiting for the room lock of volume group %s: %w", vg, ctx.Err())
+	}
+}
+
+// size is the number of volume groups with a holder or a waiter (tests).
+func (l *roomLocks) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.locks)
+}
+
+// LockRoom takes the room lock of volume group vg and returns the function
+// that releases it. CreateVolume holds it from its room check to the end of
+// its lvcreate, NodeExpandVolume from RoomToGrow to the end of its
+// lvextend, and both apply their result to the view (Created, Extended)
+// before releasing it. Waiting ends with the context.
+func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
+	return v.room.lock(ctx, vg)
+}
+
+// RoomToGrow checks that a volume of class d may grow from `from` to at
+// least `to` bytes under the class's rules, as creation is checked: the
+// growth must fit in the class's available capacity (free space minus the
+// spare; for thin classes the overprovision ratio and the pool's real free
+// space). It returns the size the volume will have, `to` rounded up to
+// whole extents. ErrBeyondClass (wrapped) when that size is more than the
+// class could hold even with nothing else in it, ErrNoRoom when the growth
+// does not fit now, ErrClassUnavailable when the class cannot take
+// anything. Call it with the volume group's room lock held.
+func (v *View) RoomToGrow(d *config.DeviceClass, from, to uint64) (uint64, error) {
+	c, err := v.Capacity(d)
+	if err != nil {
+		return 0, err
+	}
+	size := RoundUp(to, c.ExtentSize)
+	if size <= from {
+		return from, nil
+	}
+	if size > c.Ceiling {
+		return 0, fmt.Errorf("device class %s: %d bytes asked, the most a volume can have on this node is %d: %w",
+			d.Name, size, c.Ceiling, ErrBeyondClass)
+	}
+	if grow := size - from; grow > c.Available {
+		return 0, fmt.Errorf("device class %s: growing by %d bytes to %d, %d available (after a spare of %d): %w",
+			d.Name, grow, size, c.Available, d.SpareBytes(), ErrNoRoom)
+	}
+	return size, nil
+}
+
+// Extended applies the growth of an LV (before and after lvextend) to the
+// view at once, so that the next room check counts it, and asks for a full
+// refresh soon.
+func (v *View) Extended(before, after lvm.LogicalVolume) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lvs[after.VolumeGroup+"/"+after.Name] = after
+	if after.Size <= before.Size {
+		v.gen++
+		v.markDirtyLocked()
+		return
+	}
+	v.applyLocked(lvm.LogicalVolume{VolumeGroup: after.VolumeGroup, Pool: after.Pool, Size: after.Size - before.Size}, +1)
+}

@@ -18,5 +18,5 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		Controller: driver.CentralControllerServer{},
 		Node:       driver.CentralNodeServer{},
 	}
-	return serve(ctx, &o.CommonOptions, svc, mm, func(context.Context) error { return nil })
+	return serve(ctx, &o.CommonOptions, svc, mm, func(context.Context) error { return nil }, nil)
 }

@@ -22,11 +22,15 @@ func TestRunUsageAndVersion(t *testing.T) {
 		{name: "help", args: []string{"--help"}, code: 0, stderr: []string{"plugin", "controller", "version"}},
 		{name: "version", args: []string{"version"}, code: 0, stdout: "carve dev\n"},
 		{name: "unknown flag", args: []string{"plugin", "--frob"}, code: 2, stderr: []string{"flag provided but not defined: -frob"}},
-		{name: "role help lists flags", args: []string{"plugin", "-h"}, code: 0, stderr: []string{"-node-name", "-config", "-max-volumes", "-metrics-address", "-driver-name", "-endpoint"}},
+		{name: "role help lists flags", args: []string{"plugin", "-h"}, code: 0, stderr: []string{"-node-name", "-config", "-max-volumes", "-metrics-address", "-driver-name", "-endpoint",
+			"-kubelet-registration-dir", "-kubelet-csi-socket"}},
+		{name: "controller does not register with a kubelet", args: []string{"controller", "--kubelet-registration-dir", "/registration"}, code: 2, stderr: []string{"not defined: -kubelet-registration-dir"}},
 		{name: "controller has no node flags", args: []string{"controller", "--node-name", "x"}, code: 2, stderr: []string{"not defined: -node-name"}},
 		{name: "stray argument", args: []string{"plugin", "--node-name", "n1", "extra"}, code: 2, stderr: []string{`unexpected arguments ["extra"]`}},
-		{name: "invalid flags name every problem", args: []string{"plugin", "--node-name", "", "--endpoint", "tcp://x:1", "--driver-name", "-bad", "--capacity-refresh-interval", "1ms"}, code: 2,
-			stderr: []string{"--node-name: must be set", "--endpoint", "only unix://", "--driver-name \"-bad\"", "--capacity-refresh-interval 1ms"}},
+		{name: "invalid flags name every problem", args: []string{"plugin", "--node-name", "", "--endpoint", "tcp://x:1", "--driver-name", "-bad", "--capacity-refresh-interval", "1ms",
+			"--kubelet-registration-dir", "registration", "--kubelet-csi-socket", "unix:///csi/csi.sock"}, code: 2,
+			stderr: []string{"--node-name: must be set", "--endpoint", "only unix://", "--driver-name \"-bad\"", "--capacity-refresh-interval 1ms",
+				"--kubelet-registration-dir \"registration\"", "--kubelet-csi-socket \"unix:///csi/csi.sock\""}},
 		{name: "missing config file fails the role", args: []string{"plugin", "--node-name", "n1", "--config", "/nonexistent/carve.yaml", "--endpoint", "unix:///tmp/x.sock"}, code: 1},
 	}
 	for _, tt := range tests {
@@ -51,7 +55,8 @@ func TestRunUsageAndVersion(t *testing.T) {
 func TestPluginOptions(t *testing.T) {
 	valid := func() PluginOptions {
 		return PluginOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
-			NodeName: "node-1.example", ConfigPath: "/etc/carve/config.yaml", RefreshInterval: time.Minute, LVMTimeout: time.Minute}
+			NodeName: "node-1.example", ConfigPath: "/etc/carve/config.yaml", RefreshInterval: time.Minute, LVMTimeout: time.Minute,
+			KubeletRegistrationDir: DefaultKubeletRegistrationDir, KubeletCSISocket: DefaultKubeletCSISocket}
 	}
 	tests := []struct {
 		name string
@@ -59,8 +64,8 @@ func TestPluginOptions(t *testing.T) {
 		want string // "" means valid
 	}{
 		{"defaults", func(*PluginOptions) {}, ""},
-		{"metrics on all interfaces", func(o *PluginOptions) { o.MetricsAddress = ":9808" }, ""},
-		{"metrics on loopback", func(o *PluginOptions) { o.MetricsAddress = "127.0.0.1:9808" }, ""},
+		{"metrics on all interfaces", func(o *PluginOptions) { o.MetricsAddress = ":9810" }, ""},
+		{"metrics on loopback", func(o *PluginOptions) { o.MetricsAddress = "127.0.0.1:9810" }, ""},
 		{"metrics without port", func(o *PluginOptions) { o.MetricsAddress = "127.0.0.1" }, "--metrics-address"},
 		{"upper-case node", func(o *PluginOptions) { o.NodeName = "Node1" }, "--node-name"},
 		{"long node", func(o *PluginOptions) { o.NodeName = strings.Repeat("a", 254) }, "--node-name"},
@@ -68,6 +73,16 @@ func TestPluginOptions(t *testing.T) {
 		{"negative max volumes", func(o *PluginOptions) { o.MaxVolumes = -1 }, "--max-volumes"},
 		{"short lvm timeout", func(o *PluginOptions) { o.LVMTimeout = time.Millisecond }, "--lvm-timeout"},
 		{"long driver name", func(o *PluginOptions) { o.DriverName = strings.Repeat("a", 64) }, "--driver-name"},
+		{"no kubelet: registration off", func(o *PluginOptions) { o.KubeletRegistrationDir = "" }, ""},
+		{"no kubelet: the CSI socket path is not used", func(o *PluginOptions) { o.KubeletRegistrationDir, o.KubeletCSISocket = "", "" }, ""},
+		{"registration dir elsewhere", func(o *PluginOptions) { o.KubeletRegistrationDir = "/var/lib/kubelet/plugins_registry" }, ""},
+		{"relative registration dir", func(o *PluginOptions) { o.KubeletRegistrationDir = "registration" }, "--kubelet-registration-dir"},
+		{"registration socket too long", func(o *PluginOptions) { o.KubeletRegistrationDir = "/" + strings.Repeat("r", 90) }, "--kubelet-registration-dir"},
+		{"longest driver name fits the default dir", func(o *PluginOptions) { o.DriverName = strings.Repeat("a", 63) }, ""},
+		{"CSI socket unset while registering", func(o *PluginOptions) { o.KubeletCSISocket = "" }, "--kubelet-csi-socket: must be set"},
+		{"CSI socket as a URL", func(o *PluginOptions) { o.KubeletCSISocket = "unix:///var/lib/kubelet/plugins/x/csi.sock" }, "not a URL"},
+		{"relative CSI socket", func(o *PluginOptions) { o.KubeletCSISocket = "plugins/csi.sock" }, "--kubelet-csi-socket"},
+		{"CSI socket too long", func(o *PluginOptions) { o.KubeletCSISocket = "/" + strings.Repeat("c", 107) }, "--kubelet-csi-socket"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

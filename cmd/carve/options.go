@@ -6,14 +6,28 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/registration"
 )
 
 // DefaultDriverName is carve's CSI driver name.
 const DefaultDriverName = "lvm.carve.dev"
+
+// Where the kubelet finds carve by default: the registration directory as
+// the DaemonSet mounts it, and the CSI socket's path on the host.
+const (
+	DefaultKubeletRegistrationDir = "/registration"
+	DefaultKubeletCSISocket       = "/var/lib/kubelet/plugins/" + DefaultDriverName + "/csi.sock"
+)
+
+// maxSocketPath is the longest path a unix socket can have on Linux
+// (sun_path holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
 
 // CommonOptions are the flags every serving role has.
 type CommonOptions struct {
@@ -22,8 +36,9 @@ type CommonOptions struct {
 	// DriverName is the CSI driver name reported by GetPluginInfo and used
 	// as the driver_name metric label.
 	DriverName string
-	// MetricsAddress is host:port of the Prometheus /metrics and /healthz
-	// endpoint; empty serves no metrics.
+	// MetricsAddress is host:port of the Prometheus /metrics endpoint and
+	// of the health endpoints /healthz (liveness) and /readyz (readiness);
+	// empty serves none of them.
 	MetricsAddress string
 }
 
@@ -31,7 +46,7 @@ type CommonOptions struct {
 func (o *CommonOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: a unix socket, unix:///path/csi.sock")
 	fs.StringVar(&o.DriverName, "driver-name", DefaultDriverName, "CSI driver name")
-	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus /metrics and /healthz on; empty disables it")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus /metrics, /healthz (liveness) and /readyz (readiness) on; empty disables it")
 }
 
 // driverNameRE is the CSI rule for driver names: at most 63 characters,
@@ -71,6 +86,16 @@ type PluginOptions struct {
 	RefreshInterval time.Duration
 	// LVMTimeout bounds every lvm command.
 	LVMTimeout time.Duration
+	// KubeletRegistrationDir is the kubelet's plugin-registration
+	// directory as mounted in the container (the host's
+	// /var/lib/kubelet/plugins_registry). carve serves
+	// <driver name>-reg.sock there, and the kubelet registers the driver
+	// through it. Empty: no registration (no kubelet: tests, simulated
+	// nodes).
+	KubeletRegistrationDir string
+	// KubeletCSISocket is the path of the CSI socket (--endpoint) as the
+	// kubelet sees it on the host; the kubelet dials it for node calls.
+	KubeletCSISocket string
 }
 
 // AddFlags registers the plugin flags on fs.
@@ -81,6 +106,10 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.MaxVolumes, "max-volumes", 0, "max_volumes_per_node reported to Kubernetes; 0 means no limit")
 	fs.DurationVar(&o.RefreshInterval, "capacity-refresh-interval", time.Minute, "how often the volume-group view behind GetCapacity is re-read to catch changes made outside carve")
 	fs.DurationVar(&o.LVMTimeout, "lvm-timeout", 2*time.Minute, "deadline of every lvm command")
+	fs.StringVar(&o.KubeletRegistrationDir, "kubelet-registration-dir", DefaultKubeletRegistrationDir,
+		"the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry, mounted); carve serves <driver-name>-reg.sock there so that the kubelet registers it; empty disables registration (no kubelet)")
+	fs.StringVar(&o.KubeletCSISocket, "kubelet-csi-socket", DefaultKubeletCSISocket,
+		"path of the --endpoint socket as the kubelet sees it on the host; carve hands it to the kubelet at registration")
 }
 
 // nodeNameRE is a Kubernetes node name (a DNS-1123 subdomain).
@@ -107,7 +136,34 @@ func (o *PluginOptions) Validate() error {
 	if o.LVMTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("--lvm-timeout %v: must be at least 1s", o.LVMTimeout))
 	}
+	if o.KubeletRegistrationDir != "" {
+		errs = append(errs, o.validateRegistration()...)
+	}
 	return errors.Join(errs...)
+}
+
+// validateRegistration checks the kubelet registration flags; the CSI
+// socket's path matters only when carve registers.
+func (o *PluginOptions) validateRegistration() []error {
+	var errs []error
+	dir := o.KubeletRegistrationDir
+	if !filepath.IsAbs(dir) {
+		errs = append(errs, fmt.Errorf("--kubelet-registration-dir %q: must be an absolute path (or empty to run without a kubelet)", dir))
+	} else if sock := registration.SocketPath(dir, o.DriverName); len(sock) > maxSocketPath {
+		errs = append(errs, fmt.Errorf("--kubelet-registration-dir %q: the socket %s would be %d bytes long; a unix socket path has at most %d", dir, sock, len(sock), maxSocketPath))
+	}
+	// The kubelet dials the path as it is: no URL, no relative path.
+	switch p := o.KubeletCSISocket; {
+	case p == "":
+		errs = append(errs, errors.New("--kubelet-csi-socket: must be set when carve registers with the kubelet (--kubelet-registration-dir)"))
+	case strings.Contains(p, "://"):
+		errs = append(errs, fmt.Errorf("--kubelet-csi-socket %q: must be the socket's path on the host, not a URL", p))
+	case !filepath.IsAbs(p):
+		errs = append(errs, fmt.Errorf("--kubelet-csi-socket %q: must be an absolute path", p))
+	case len(p) > maxSocketPath:
+		errs = append(errs, fmt.Errorf("--kubelet-csi-socket %q: %d bytes long; a unix socket path has at most %d", p, len(p), maxSocketPath))
+	}
+	return errs
 }
 
 // ControllerOptions configure the `carve controller` role, which runs once

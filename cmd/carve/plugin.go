@@ -16,6 +16,7 @@ import (
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/registration"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/version"
 )
@@ -25,7 +26,8 @@ import (
 const mutationSettle = 2 * time.Second
 
 // runPlugin wires the real LVM client, mounter, exec and metrics into the
-// three CSI servers and serves them on one socket.
+// three CSI servers, serves them on one socket and, once that listens,
+// registers the plugin with the kubelet.
 func runPlugin(ctx context.Context, o *PluginOptions) error {
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
@@ -36,12 +38,15 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	lvmClient := lvm.New(lvm.Options{Timeout: o.LVMTimeout, Observer: rec})
 
 	view := state.New(lvmClient, cfg, rec, driver.OwnedClass)
+	// A node whose volume group or thin pool is missing, or whose LVM
+	// cannot be read, still serves: exiting would only restart the pod in
+	// a loop. The view reports no room for the classes it cannot see,
+	// /readyz and Probe say what is wrong, and the periodic refresh
+	// notices when it is fixed.
 	if err := view.Refresh(ctx); err != nil {
-		return err
-	}
-	// A VG or thin pool named by the file but missing stops the plugin.
-	if err := view.Ready(); err != nil {
-		return fmt.Errorf("device-class file %s does not match this node: %w", o.ConfigPath, err)
+		klog.ErrorS(err, "Reading LVM failed; serving anyway, not ready until a refresh succeeds")
+	} else if err := view.Ready(); err != nil {
+		klog.ErrorS(err, "The device-class file names volume groups or thin pools this node lacks; serving anyway, not ready until they appear", "config", o.ConfigPath)
 	}
 	go view.Run(ctx, o.RefreshInterval, mutationSettle)
 
@@ -59,13 +64,34 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed}),
 	}
-	return serve(ctx, &o.CommonOptions, services, mm, ready, "node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
+	register := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
+	return serve(ctx, &o.CommonOptions, services, mm, ready, register,
+		"node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
 }
 
-// serve runs the metrics endpoint (if asked) and the gRPC server until ctx
-// ends or one of them fails.
+// kubeletRegistration returns what registers the plugin with the kubelet
+// (none when --kubelet-registration-dir is empty); m shows the state.
+func kubeletRegistration(o *PluginOptions, m *registration.Metrics) []func(context.Context) error {
+	if o.KubeletRegistrationDir == "" {
+		m.Set(registration.StateDisabled)
+		klog.InfoS("Not registering with a kubelet: --kubelet-registration-dir is empty")
+		return nil
+	}
+	srv := registration.New(registration.Config{Dir: o.KubeletRegistrationDir, DriverName: o.DriverName,
+		CSISocket: o.KubeletCSISocket, Metrics: m})
+	return []func(context.Context) error{func(ctx context.Context) error {
+		if err := srv.Run(ctx); err != nil {
+			return fmt.Errorf("--kubelet-registration-dir %s: %w", o.KubeletRegistrationDir, err)
+		}
+		return nil
+	}}
+}
+
+// serve runs the metrics endpoint (if asked), the gRPC server and, once the
+// CSI socket listens, each of after (which run until ctx ends), until ctx
+// ends or one of them fails; it returns when all of them returned.
 func serve(ctx context.Context, o *CommonOptions, svc driver.Services, mm csimetrics.CSIMetricsManager,
-	ready func(context.Context) error, logKV ...any) error {
+	ready func(context.Context) error, after []func(context.Context) error, logKV ...any) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var metricsDone <-chan error
@@ -80,17 +106,27 @@ func serve(ctx context.Context, o *CommonOptions, svc driver.Services, mm csimet
 		return err
 	}
 	klog.InfoS("carve started", append([]any{"version", version.Version, "driver", o.DriverName}, logKV...)...)
-	grpcDone := make(chan error, 1)
-	go func() { grpcDone <- serveGRPC(ctx, driver.NewGRPCServer(svc, mm), l) }()
+	running := 1 + len(after)
+	done := make(chan error, running)
+	go func() { done <- serveGRPC(ctx, driver.NewGRPCServer(svc, mm), l) }()
+	for _, run := range after {
+		go func() { done <- run(ctx) }()
+	}
+	var errs []error
 	select {
 	case err := <-metricsDone:
-		cancel()
-		grpcErr := <-grpcDone
 		if err != nil {
-			err = fmt.Errorf("metrics server: %w", err)
+			errs = append(errs, fmt.Errorf("metrics server: %w", err))
 		}
-		return errors.Join(err, grpcErr)
-	case err := <-grpcDone:
-		return err
+	case err := <-done:
+		running--
+		errs = append(errs, err)
 	}
+	// One ended: stop the others, and wait for them (the registration
+	// socket must be gone before carve exits).
+	cancel()
+	for ; running > 0; running-- {
+		errs = append(errs, <-done)
+	}
+	return errors.Join(errs...)
 }

@@ -15,21 +15,12 @@ import (
 )
 
 // serveMetrics serves /metrics (everything registered with mm's registry:
-// csi_plugin_operations_seconds and carve_*) and /healthz (200 when ready
-// returns nil, 503 with the reason otherwise) until ctx ends.
+// csi_plugin_operations_seconds and carve_*), /healthz and /readyz until
+// ctx ends.
 func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsManager, ready func(context.Context) error) (<-chan error, error) {
 	mux := http.NewServeMux()
 	mm.RegisterToServer(mux, "/metrics")
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := ready(r.Context()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if _, err := io.WriteString(w, "ok\n"); err != nil {
-			// The prober went away; its next probe will ask again.
-			klog.V(4).InfoS("Writing the healthz answer failed", "err", err)
-		}
-	})
+	addHealth(mux, ready)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics address %s: %w", addr, err)
@@ -51,6 +42,28 @@ func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsMana
 	}()
 	klog.InfoS("Serving metrics", "address", l.Addr().String())
 	return done, nil
+}
+
+// addHealth adds the kubelet's probes to mux. /healthz is liveness: 200
+// whenever the process serves, whatever the node's volume groups look
+// like, so that a node whose volume group is missing does not have its
+// plugin restarted in a loop. /readyz is readiness: 200 when ready returns
+// nil, 503 with the reason otherwise.
+func addHealth(mux *http.ServeMux, ready func(context.Context) error) {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answerHealth(w, nil) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { answerHealth(w, ready(r.Context())) })
+}
+
+// answerHealth writes "ok" for a nil err, else 503 with err.
+func answerHealth(w http.ResponseWriter, err error) {
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if _, err := io.WriteString(w, "ok\n"); err != nil {
+		// The prober went away; its next probe will ask again.
+		klog.V(4).InfoS("Writing a health answer failed", "err", err)
+	}
 }
 
 // serveGRPC serves s on l until ctx ends, then stops gracefully (in-flight

@@ -238,7 +238,7 @@ func TestChartOptions(t *testing.T) {
 	ds, _ := json.Marshal(objs["DaemonSet carve-system/carve-node"])
 	for _, want := range []string{
 		`"--max-volumes=100"`,
-		`"--kubelet-registration-path=/data/kubelet/plugins/lvm.carve.dev/csi.sock"`,
+		`"--kubelet-csi-socket=/data/kubelet/plugins/lvm.carve.dev/csi.sock"`,
 		`"mountPath":"/data/kubelet"`,
 		`"path":"/data/kubelet/plugins_registry"`,
 	} {

@@ -24,14 +24,13 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 )
 
-// The sidecar images carve is tested with; bump them here, in the base, in
-// the chart's values and in docs/install.md together.
+// The sidecar images carve is tested with (the releases the e2e tier
+// builds); bump them here, in the base, in the chart's values and in
+// docs/install.md together.
 var pinnedImages = map[string]string{
-	"carve":                 "ghcr.io/carve-csi/carve:v0.1.0",
-	"csi-provisioner":       "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
-	"node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
-	"livenessprobe":         "registry.k8s.io/sig-storage/livenessprobe:v2.20.0",
-	"csi-resizer":           "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
+	"carve":           "ghcr.io/carve-csi/carve:v0.1.0",
+	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
+	"csi-resizer":     "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
 }
 
 // provisionerFlags are csi-provisioner's flags in the node DaemonSet, as
@@ -163,7 +162,9 @@ func TestNodeDaemonSet(t *testing.T) {
 	for _, c := range spec.Containers {
 		names = append(names, c.Name)
 	}
-	if want := []string{"carve", "csi-provisioner", "node-driver-registrar", "livenessprobe"}; !reflect.DeepEqual(names, want) {
+	// carve registers itself and serves its own probes: no
+	// node-driver-registrar, no livenessprobe.
+	if want := []string{"carve", "csi-provisioner"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("containers %v, want %v", names, want)
 	}
 	if spec.ServiceAccountName != "carve-node" {
@@ -198,6 +199,7 @@ func TestNodeDaemonSet(t *testing.T) {
 		{"/etc/lvm", "/etc/lvm", ""},
 		{"/run/lock/lvm", "/run/lock/lvm", ""},
 		{"/csi", "/var/lib/kubelet/plugins/lvm.carve.dev", ""},
+		{"/registration", "/var/lib/kubelet/plugins_registry", ""},
 	} {
 		m, ok := mounts[tc.mountPath]
 		if !ok {
@@ -275,19 +277,33 @@ func TestNodeDaemonSet(t *testing.T) {
 		t.Errorf("csi-provisioner env %v, want %v", got, want)
 	}
 
-	reg := container(t, spec, "node-driver-registrar")
-	if got, _ := flagValue(reg.Args, "--kubelet-registration-path"); got != hostPaths["socket-dir"]+"/csi.sock" {
-		t.Errorf("registration path %q is not the socket in the socket-dir host path %q", got, hostPaths["socket-dir"])
+	// Registration: the socket goes into the kubelet's plugins_registry as
+	// the container mounts it, and the kubelet is told the CSI socket's
+	// path on the host: the socket-dir host path, where --endpoint's /csi
+	// is mounted.
+	if got, _ := flagValue(plugin.Args, "--kubelet-registration-dir"); got == "" || hostPaths[mounts[got].Name] != "/var/lib/kubelet/plugins_registry" {
+		t.Errorf("--kubelet-registration-dir=%q is not where the plugin mounts /var/lib/kubelet/plugins_registry", got)
 	}
-	if hostPaths["registration-dir"] != "/var/lib/kubelet/plugins_registry" {
-		t.Errorf("registration dir %q", hostPaths["registration-dir"])
+	if got, _ := flagValue(plugin.Args, "--kubelet-csi-socket"); got != hostPaths[mounts["/csi"].Name]+"/csi.sock" {
+		t.Errorf("--kubelet-csi-socket=%q is not the --endpoint socket in the socket-dir host path %q", got, hostPaths[mounts["/csi"].Name])
 	}
-	probe := container(t, spec, "livenessprobe")
-	if got, _ := flagValue(probe.Args, "--http-endpoint"); got != ":"+itoa(ports["healthz"]) {
-		t.Errorf("livenessprobe listens on %q, the plugin's liveness probe asks port %d", got, ports["healthz"])
+
+	// The kubelet probes carve itself, on the metrics port: liveness at
+	// /healthz, readiness at /readyz.
+	for _, tc := range []struct {
+		kind  string
+		probe *corev1.Probe
+		path  string
+	}{
+		{"liveness", plugin.LivenessProbe, "/healthz"},
+		{"readiness", plugin.ReadinessProbe, "/readyz"},
+	} {
+		if tc.probe == nil || tc.probe.HTTPGet == nil || tc.probe.HTTPGet.Path != tc.path || tc.probe.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("the plugin's %s probe is %+v, want GET %s on the metrics port", tc.kind, tc.probe, tc.path)
+		}
 	}
-	if plugin.LivenessProbe == nil || plugin.LivenessProbe.HTTPGet == nil || plugin.LivenessProbe.HTTPGet.Port.String() != "healthz" {
-		t.Errorf("the plugin's liveness probe is %+v, want GET healthz", plugin.LivenessProbe)
+	if len(ports) != 1 {
+		t.Errorf("the node pod declares ports %v; want only carve's metrics port (no sidecar health ports)", ports)
 	}
 }
 

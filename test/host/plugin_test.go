@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +16,11 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/carve-csi/carve/test/guestvm"
 	"github.com/carve-csi/carve/test/lvmtest"
@@ -217,9 +222,59 @@ func proto(r *csi.CreateVolumeRequest) *csi.CreateVolumeRequest {
 		AccessibilityRequirements: r.AccessibilityRequirements}
 }
 
-// TestPluginRefusesBadStart: a device-class file naming a VG the node does
-// not have, or a bad file, stops the plugin with a message naming it.
-func TestPluginRefusesBadStart(t *testing.T) {
+// TestPluginRefusesBadFile: a device-class file that does not parse stops
+// the plugin with a message naming the problem.
+func TestPluginRefusesBadFile(t *testing.T) {
+	vg := lvmtest.New(t, lvmtest.Options{Size: 256 * mib})
+	bin := buildCarve(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("deviceClasses:\n  - {name: a, volumeGroup: %s, sparee: 1Gi}\n", vg.Name)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctxFor(t), bin, "plugin", "--node-name", pluginNode, "--kubelet-registration-dir=",
+		"--config", cfg, "--endpoint", "unix://"+filepath.Join(dir, "csi.sock"))
+	cmd.Env = append(os.Environ(), vg.Env()...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("the plugin did not exit with status 1 (%v); output:\n%s", err, out)
+	}
+	if want := `unknown field "deviceClasses[0].sparee"`; !strings.Contains(string(out), want) {
+		t.Errorf("output does not say %q:\n%s", want, out)
+	}
+}
+
+// httpGet returns the status and body of url.
+func httpGet(ctx context.Context, t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() {
+		if err := rsp.Body.Close(); err != nil {
+			t.Errorf("GET %s: close: %v", url, err)
+		}
+	}()
+	body, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return rsp.StatusCode, string(body)
+}
+
+// TestPluginServesWithoutItsVolumeGroup: a device-class file naming a
+// volume group or thin pool the node lacks does not stop the plugin (its
+// pod would restart in a loop): it serves, /healthz (liveness) answers
+// 200, /readyz 503 naming what is missing, Probe is not ready, GetCapacity
+// is 0, and it registers with the kubelet all the same (a fake kubelet
+// here). SIGTERM stops it cleanly and removes the registration socket.
+func TestPluginServesWithoutItsVolumeGroup(t *testing.T) {
 	vg := lvmtest.New(t, lvmtest.Options{Size: 256 * mib})
 	bin := buildCarve(t)
 	tests := []struct {
@@ -229,25 +284,68 @@ func TestPluginRefusesBadStart(t *testing.T) {
 	}{
 		{"missing VG", thickConfig("carve-no-such-vg"), `device class fast: volume group "carve-no-such-vg" is missing`},
 		{"thin pool missing", fmt.Sprintf("deviceClasses:\n  - {name: thin, volumeGroup: %s, thinPool: pool0}\n", vg.Name), "thin pool " + vg.Name + "/pool0 is missing"},
-		{"unknown key", fmt.Sprintf("deviceClasses:\n  - {name: a, volumeGroup: %s, sparee: 1Gi}\n", vg.Name), `unknown field "deviceClasses[0].sparee"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := filepath.Join(dir, "config.yaml")
-			if err := os.WriteFile(cfg, []byte(tt.config), 0o644); err != nil {
+			ctx := ctxFor(t)
+			regDir := t.TempDir()
+			const hostCSISocket = "/var/lib/kubelet/plugins/lvm.carve.dev/csi.sock"
+			p, err := plugintest.Start(ctx, plugintest.Options{Binary: bin, Dir: t.TempDir(), NodeName: pluginNode,
+				Config: tt.config, Env: vg.Env(), Log: testLog{t}, ReadyTimeout: time.Minute, NotReadyOK: true,
+				ExtraArgs: []string{"--kubelet-registration-dir", regDir, "--kubelet-csi-socket", hostCSISocket}})
+			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.CommandContext(ctxFor(t), bin, "plugin", "--node-name", pluginNode,
-				"--config", cfg, "--endpoint", "unix://"+filepath.Join(dir, "csi.sock"))
-			cmd.Env = append(os.Environ(), vg.Env()...)
-			out, err := cmd.CombinedOutput()
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Fatalf("the plugin did not exit with status 1 (%v); output:\n%s", err, out)
+			defer func() {
+				if err := p.Stop(10 * time.Second); err != nil {
+					t.Errorf("stop the plugin: %v", err)
+				}
+			}()
+			base := strings.TrimSuffix(p.MetricsURL, "/metrics")
+			if code, body := httpGet(ctx, t, base+"/healthz"); code != http.StatusOK {
+				t.Errorf("/healthz: %d %q, want 200 (liveness does not depend on the volume groups)", code, body)
 			}
-			if !strings.Contains(string(out), tt.want) {
-				t.Errorf("output does not say %q:\n%s", tt.want, out)
+			if code, body := httpGet(ctx, t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, tt.want) {
+				t.Errorf("/readyz: %d %q, want 503 saying %q", code, body, tt.want)
+			}
+			rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})
+			if err != nil || rsp.GetReady().GetValue() {
+				t.Errorf("Probe: ready=%v, %v; want not ready", rsp.GetReady().GetValue(), err)
+			}
+			if c, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{}); err != nil || c.GetAvailableCapacity() != 0 {
+				t.Errorf("GetCapacity: %v, %v; want 0", c.GetAvailableCapacity(), err)
+			}
+
+			// The kubelet's side of the registration.
+			sock := filepath.Join(regDir, "lvm.carve.dev-reg.sock")
+			conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := conn.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			kubelet := registerapi.NewRegistrationClient(conn)
+			info, err := kubelet.GetInfo(ctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
+			if err != nil {
+				t.Fatalf("GetInfo: %v", err)
+			}
+			if info.GetType() != registerapi.CSIPlugin || info.GetName() != "lvm.carve.dev" || info.GetEndpoint() != hostCSISocket {
+				t.Errorf("GetInfo = %+v, want CSIPlugin lvm.carve.dev at %s", info, hostCSISocket)
+			}
+			if _, err := kubelet.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+				t.Fatalf("NotifyRegistrationStatus: %v", err)
+			}
+			if v, ok, err := scrape(ctx, t, p).Gauge("carve_kubelet_registration", map[string]string{"state": "registered"}); err != nil || !ok || v != 1 {
+				t.Errorf(`carve_kubelet_registration{state="registered"} = %v (present %v, %v), want 1`, v, ok, err)
+			}
+			if err := p.Stop(10 * time.Second); err != nil {
+				t.Errorf("the plugin did not stop cleanly on SIGTERM: %v", err)
+			}
+			if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the registration socket outlived the plugin (%v): the kubelet would not deregister it", err)
 			}
 		})
 	}

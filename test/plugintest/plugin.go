@@ -47,6 +47,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for Probe; 0 means two minutes (the
 	// guest runs Go code about 28 times slower than the host).
 	ReadyTimeout time.Duration
+	// NotReadyOK makes Start return once Probe answers at all, ready or
+	// not: for a plugin that serves without its volume groups.
+	NotReadyOK bool
 }
 
 // Plugin is a running `carve plugin` process.
@@ -63,9 +66,10 @@ type Plugin struct {
 	err  error // the process's exit status, set before done is closed
 }
 
-// Start writes the config to opts.Dir/config.yaml and starts the plugin. It
-// returns once the plugin answers Probe with ready (or ready unset), and
-// stops the process again when it does not.
+// Start writes the config to opts.Dir/config.yaml and starts the plugin
+// (registering with no kubelet: none runs here). It returns once the plugin
+// answers Probe with ready (or ready unset; with NotReadyOK, any answer),
+// and stops the process again when it does not.
 func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	if opts.Binary == "" || opts.Dir == "" || opts.NodeName == "" {
 		return nil, errors.New("plugintest: Binary, Dir and NodeName are required")
@@ -89,6 +93,7 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 		"--node-name", opts.NodeName,
 		"--config", cfg,
 		"--metrics-address", metricsAddr,
+		"--kubelet-registration-dir=",
 	}
 	if opts.MaxVolumes > 0 {
 		args = append(args, "--max-volumes", strconv.Itoa(opts.MaxVolumes))
@@ -120,14 +125,15 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
-	if err := p.waitReady(ctx, sock, timeout); err != nil {
+	if err := p.waitReady(ctx, sock, timeout, opts.NotReadyOK); err != nil {
 		return nil, errors.Join(err, p.Stop(10*time.Second))
 	}
 	return p, nil
 }
 
-// waitReady waits for the socket, dials it and polls Probe.
-func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Duration) error {
+// waitReady waits for the socket, dials it and polls Probe until it is
+// ready, or until it answers at all with anyAnswer.
+func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Duration, anyAnswer bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -159,7 +165,7 @@ func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Durati
 			last = err
 			continue
 		}
-		if rsp.GetReady() == nil || rsp.GetReady().GetValue() {
+		if anyAnswer || rsp.GetReady() == nil || rsp.GetReady().GetValue() {
 			return nil
 		}
 		last = errors.New("the Probe answer was ready=false")

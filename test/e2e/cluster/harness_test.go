@@ -102,8 +102,31 @@ func TestShippedManifestsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin); err != nil {
-		t.Error(err)
+	plugin, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The harness runs the carve plugin and csi-provisioner as processes;
+	// a container it does not know would silently not run.
+	for _, ct := range ds.Spec.Template.Spec.Containers {
+		if ct.Name != plugin.Name && ct.Name != c.Name {
+			t.Errorf("the node DaemonSet runs container %s, which the harness does not run", ct.Name)
+		}
+	}
+	// No kubelet runs here: the plugin must not try to register with one.
+	n := &Node{Socket: "/run/n1.sock", ConfigFile: "/etc/n1.yaml"}
+	args, _, err := containerCommand(plugin, podFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc"}, n.pluginFlags(9999))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regDirs []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--kubelet-registration-dir"); ok {
+			regDirs = append(regDirs, v)
+		}
+	}
+	if !slices.Equal(regDirs, []string{"="}) {
+		t.Errorf("the simulated node's plugin gets --kubelet-registration-dir%q, want it once and empty; args %q", regDirs, args)
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName == "" {
 		t.Error("the node DaemonSet names no service account; the harness authenticates csi-provisioner as it")

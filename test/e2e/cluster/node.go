@@ -181,9 +181,22 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 	return out
 }
 
+// pluginFlags are the flags of the DaemonSet's carve container that the
+// harness replaces: the node's own socket, device-class file and metrics
+// port, and no kubelet registration (no kubelet runs on a simulated node;
+// createNodeObjects writes what registration would).
+func (n *Node) pluginFlags(metricsPort int) []flagValue {
+	return []flagValue{
+		{"endpoint", "unix://" + n.Socket},
+		{"config", n.ConfigFile},
+		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort)},
+		{"kubelet-registration-dir", ""},
+	}
+}
+
 // startPlugin starts `carve plugin` for the node with the args of the
-// DaemonSet's carve container, its socket, device-class file and metrics
-// port replaced by the node's own, and waits for its socket.
+// DaemonSet's carve container, with pluginFlags replaced, and waits for its
+// socket.
 func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, lifetime time.Duration) error {
 	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
 	if err != nil {
@@ -194,11 +207,7 @@ func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, 
 		return err
 	}
 	n.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := containerCommand(c, podFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []flagValue{
-		{"endpoint", "unix://" + n.Socket},
-		{"config", n.ConfigFile},
-		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", port)},
-	})
+	args, env, err := containerCommand(c, podFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, n.pluginFlags(port))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/carve-csi/carve/pkg/registration"
+)
+
+// TestHealthEndpoints: /healthz (liveness) answers 200 whatever the
+// volume groups look like, so a node with a missing one is never restarted
+// in a loop; /readyz (readiness) answers 503 with the reason while the
+// view is not ready.
+func TestHealthEndpoints(t *testing.T) {
+	missing := errors.New(`device class fast: volume group "vg-fast" is missing`)
+	tests := []struct {
+		name     string
+		path     string
+		ready    error
+		wantCode int
+		wantBody string
+	}{
+		{"live and ready", "/healthz", nil, http.StatusOK, "ok"},
+		{"live while a volume group is missing", "/healthz", missing, http.StatusOK, "ok"},
+		{"ready", "/readyz", nil, http.StatusOK, "ok"},
+		{"not ready: says why", "/readyz", missing, http.StatusServiceUnavailable, `volume group "vg-fast" is missing`},
+		{"not ready: view not loaded", "/readyz", errors.New("volume-group view not loaded yet"), http.StatusServiceUnavailable, "not loaded yet"},
+		{"unknown path", "/livez", nil, http.StatusNotFound, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			addHealth(mux, func(context.Context) error { return tc.ready })
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+			if rec.Code != tc.wantCode {
+				t.Errorf("GET %s: %d, want %d", tc.path, rec.Code, tc.wantCode)
+			}
+			if !strings.Contains(rec.Body.String(), tc.wantBody) {
+				t.Errorf("GET %s: body %q lacks %q", tc.path, rec.Body.String(), tc.wantBody)
+			}
+		})
+	}
+}
+
+// TestKubeletRegistrationFlags: an empty --kubelet-registration-dir runs
+// nothing and shows the registration as disabled; a directory runs the
+// registration server.
+func TestKubeletRegistrationFlags(t *testing.T) {
+	tests := []struct {
+		name         string
+		dir          string
+		wantRunners  int
+		wantDisabled bool // the metric says disabled
+	}{
+		{"disabled", "", 0, true},
+		{"enabled", t.TempDir(), 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mm := csimetrics.NewCSIMetricsManagerForPlugin(DefaultDriverName)
+			m := registration.NewMetrics(mm.GetRegistry().Registerer())
+			o := &PluginOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName},
+				KubeletRegistrationDir: tc.dir, KubeletCSISocket: DefaultKubeletCSISocket}
+			runners := kubeletRegistration(o, m)
+			if len(runners) != tc.wantRunners {
+				t.Fatalf("%d runners, want %d", len(runners), tc.wantRunners)
+			}
+			want := `
+# HELP carve_kubelet_registration Registration of the plugin with the kubelet: 1 for the current state (disabled, waiting, registered, failed), 0 for the others.
+# TYPE carve_kubelet_registration gauge
+carve_kubelet_registration{state="disabled"} 1
+carve_kubelet_registration{state="failed"} 0
+carve_kubelet_registration{state="registered"} 0
+carve_kubelet_registration{state="waiting"} 0
+`
+			err := testutil.GatherAndCompare(mm.GetRegistry(), strings.NewReader(want), "carve_kubelet_registration")
+			if tc.wantDisabled && err != nil {
+				t.Errorf("carve_kubelet_registration: %v", err)
+			}
+			if tc.wantRunners == 0 {
+				return
+			}
+			// The runner serves until its context ends.
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- runners[0](ctx) }()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("registration runner: %v", err)
+			}
+		})
+	}
+}

@@ -307,6 +307,15 @@ func nodeCapability(c *csi.VolumeCapability, field string) (volumeAccess, error)
 					"%s.mount.mount_flags[%d] %q is not allowed: one option per flag, of letters, digits and _.=:/+@-, not bind, rbind, remount or move",
 					field, i, f)
 			}
+			switch {
+			case f == "suid" || f == "dev":
+				return a, status.Errorf(codes.InvalidArgument,
+					"%s.mount.mount_flags[%d] %q is not allowed: carve mounts volumes nodev,nosuid, so that no device node or setuid program on a volume takes effect",
+					field, i, f)
+			case f == "rw" && a.readOnly:
+				return a, status.Errorf(codes.InvalidArgument,
+					"%s.mount.mount_flags[%d] \"rw\" contradicts access mode %s", field, i, a.mode)
+			}
 			a.flags = append(a.flags, f)
 		}
 	default:
@@ -332,4 +341,28 @@ func nodeRequireID(id string) error {
 		return status.Error(codes.InvalidArgument, "volume_id is required")
 	}
 	return nil
+}
+
+// hardeningFlags are the options of every filesystem mount carve makes: a
+// device node or a setuid program on a volume does nothing, whoever wrote
+// it (a container running as root can make both).
+var hardeningFlags = []string{"nodev", "nosuid"}
+
+// comparableFlags are the mount flags a user may ask for that the mount
+// table shows for a mount point (per-mount flags, unlike filesystem
+// options), so a repeated stage or publish can be checked against the
+// mount that is there.
+var comparableFlags = []string{"ro", "noexec", "noatime", "nodiratime"}
+
+// flagConflict names the first comparable flag on which the mount options
+// opts and the wanted flags differ; "" when they agree on all of them.
+// Filesystem options (discard, data=...) cannot be told from the mount
+// table and are taken as agreeing.
+func flagConflict(opts, want []string) string {
+	for _, f := range comparableFlags {
+		if slices.Contains(opts, f) != slices.Contains(want, f) {
+			return f
+		}
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +38,13 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err != nil {
 		return nil, err
 	}
-	readOnly := req.GetReadonly() || access.readOnly
+	// Read-only when the CO asks (readonly, or a reader-only access mode)
+	// or the flags do; "rw" contradicting the CO is refused rather than
+	// left to mount(8), where the last of ro and rw would win.
+	if req.GetReadonly() && slices.Contains(access.flags, "rw") {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability.mount.mount_flags has \"rw\" but readonly is set")
+	}
+	readOnly := req.GetReadonly() || access.readOnly || slices.Contains(access.flags, "ro")
 	if err := n.acquire(id); err != nil {
 		return nil, err
 	}
@@ -76,6 +83,9 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		if slices.Contains(mp.Opts, "ro") != readOnly {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with read-only %t; the request asks %t", id, target, !readOnly, readOnly)
 		}
+		if f := flagConflict(mp.Opts, publishOptions(access, readOnly)); !access.block && f != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with mount options %v; the request differs in %q", id, target, mp.Opts, f)
+		}
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 
@@ -100,21 +110,50 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
 	}
 
-	options := []string{"bind"}
-	if readOnly {
-		options = append(options, "ro")
-	}
-	if !access.block {
-		options = append(options, access.flags...)
-	}
+	options := publishOptions(access, readOnly)
 	t := time.Now()
 	err = n.cfg.FS.Mount(ctx, source, target, "", options)
 	n.step(metrics.PhasePublish, metrics.StepBindMount, class, t, err)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "publishing volume %q: %v", id, err)
+		return nil, status.Errorf(codes.Internal, "publishing volume %q: %v%s", id, err, n.undoPublish(ctx, target))
 	}
 	klog.InfoS("Published volume", "volumeID", id, "source", source, "targetPath", target, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishOptions are the options of a publish bind mount: the flags (of a
+// filesystem volume), then ro last, so that it wins.
+func publishOptions(a volumeAccess, readOnly bool) []string {
+	options := []string{"bind"}
+	if !a.block {
+		options = append(options, slices.DeleteFunc(slices.Clone(a.flags), func(f string) bool { return f == "ro" })...)
+	}
+	if readOnly {
+		options = append(options, "ro")
+	}
+	return options
+}
+
+// undoPublish removes whatever a failed publish left mounted at target (the
+// target was checked to be no mount point before), so that the retry
+// starts from nothing rather than finding a mount without its options.
+// It returns what to add to the error message.
+func (n *NodeServer) undoPublish(ctx context.Context, target string) string {
+	mp, err := n.cfg.FS.MountPoint(target)
+	if err != nil {
+		return fmt.Sprintf("; reading the mount at %s afterwards failed too: %v", target, err)
+	}
+	if mp == nil {
+		return ""
+	}
+	// Also when the request's context is what ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := n.cfg.FS.Cleanup(ctx, target); err != nil {
+		klog.FromContext(ctx).Error(err, "Undoing a failed publish failed", "targetPath", target)
+		return fmt.Sprintf("; undoing the mount at %s failed too: %v", target, err)
+	}
+	return fmt.Sprintf(" (the mount left at %s was undone)", target)
 }
 
 // NodeUnpublishVolume implements csi.NodeServer: it unmounts the target

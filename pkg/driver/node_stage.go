@@ -48,6 +48,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
+	options := stagingOptions(access)
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
 	}
@@ -61,6 +62,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		}
 		if mp.Type != "" && mp.Type != access.fsType {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s as %s; the capability asks for %s", id, staging, mp.Type, access.fsType)
+		}
+		if f := flagConflict(mp.Opts, options); f != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s with mount options %v; the request differs in %q", id, staging, mp.Opts, f)
 		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
@@ -76,13 +80,10 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
 			id, device, existing, access.fsType)
 	}
-
-	options := slices.Clone(access.flags)
-	if access.fsType == "xfs" && !slices.Contains(options, "nouuid") {
-		// Snapshots and clones carry their origin's XFS UUID; without nouuid
-		// the second of them would not mount on the same node.
-		options = append(options, "nouuid")
+	if existing == "" && slices.Contains(options, "ro") {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", id, device)
 	}
+
 	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options)
 	if res.Formatted {
 		var mkfsErr error
@@ -100,6 +101,25 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	klog.InfoS("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
 		"fsType", access.fsType, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stagingOptions are the options of a staging mount: the capability's
+// flags, then carve's, which come last so that no flag (defaults, say)
+// undoes them: nodev,nosuid always; ro for a SINGLE_NODE_READER_ONLY
+// volume, so that nothing writes to it, not even fsck or a journal replay
+// (mount-utils skips fsck and refuses to format when it sees ro); nouuid
+// for xfs (snapshots and clones carry their origin's UUID, and the second
+// of them would not mount on the same node without it).
+func stagingOptions(a volumeAccess) []string {
+	options := slices.Clone(a.flags)
+	if a.fsType == "xfs" && !slices.Contains(options, "nouuid") {
+		options = append(options, "nouuid")
+	}
+	options = append(options, hardeningFlags...)
+	if a.readOnly && !slices.Contains(options, "ro") {
+		options = append(options, "ro")
+	}
+	return options
 }
 
 // NodeUnstageVolume implements csi.NodeServer: it unmounts the staging

@@ -300,6 +300,52 @@ func TestHostMounterCommands(t *testing.T) {
 	})
 }
 
+// A bind mount whose remount fails (the read-only step, or the request's
+// deadline between the two) is undone, under a context of its own: a
+// retry finds nothing mounted instead of a read-write mount.
+func TestHostMounterUndoesAHalfMadeBind(t *testing.T) {
+	src := t.TempDir()
+	for _, tc := range []struct {
+		name        string
+		cancelFirst bool
+		umountFails bool
+		msg         string
+	}{
+		{name: "remount fails", msg: "the bind mount was undone"},
+		{name: "the request's context ends between the two steps", cancelFirst: true, msg: "the bind mount was undone"},
+		{name: "the undo fails too", umountFails: true, msg: "mounted without its options"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tools := fstest.New()
+			ctx, cancel := context.WithCancel(testCtx())
+			defer cancel()
+			tools.FailIf(func(argv []string) bool {
+				if len(argv) > 2 && strings.Contains(argv[2], "remount") {
+					if tc.cancelFirst {
+						cancel()
+					}
+					return true
+				}
+				return false
+			}, testingexec.FakeExitError{Status: 32})
+			if tc.umountFails {
+				tools.Fail("umount", testingexec.FakeExitError{Status: 32})
+			}
+			err := NewHostMounter(tools).WithContext(ctx).Mount(src, "/t", "", []string{"bind", "ro"})
+			if err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("Mount = %v, want an error saying %q", err, tc.msg)
+			}
+			calls := tools.Calls()
+			if len(calls) != 3 || !reflect.DeepEqual(calls[2], []string{"umount", "/t"}) {
+				t.Fatalf("ran %v, want bind, remount, umount /t", calls)
+			}
+			if err := tools.ContextErrors()[2]; err != nil {
+				t.Errorf("the undo ran under an ended context: %v", err)
+			}
+		})
+	}
+}
+
 func trimFlags(opts string) string {
 	var keep []string
 	for _, o := range strings.Split(opts, ",") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -74,8 +75,24 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	// A bind mount ignores options: apply them (ro, noatime, ...) with a
 	// remount, keeping the flags the source has so the kernel accepts it.
 	remountOpts = append(remountOpts, sourceFlags(source)...)
-	return b.run(source, target, fsType, remountOpts, remountSensitive)
+	err := b.run(source, target, fsType, remountOpts, remountSensitive)
+	if err == nil {
+		return nil
+	}
+	// Never leave the bind without its options (a read-write mount where
+	// read-only was asked): undo it, also when the request's context is
+	// what ended, so a retry starts from nothing mounted.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), rollbackTimeout)
+	defer cancel()
+	if out, uerr := b.exec.CommandContext(ctx, "umount", target).CombinedOutput(); uerr != nil {
+		return fmt.Errorf("%w; undoing the bind mount failed too, %s is mounted without its options: umount: %v: %s",
+			err, target, uerr, strings.TrimSpace(string(out)))
+	}
+	return fmt.Errorf("%w (the bind mount was undone)", err)
 }
+
+// rollbackTimeout bounds the umount that undoes a half-made bind mount.
+const rollbackTimeout = 30 * time.Second
 
 func (b *boundMounter) MountSensitiveWithoutSystemd(source, target, fsType string, options, sensitive []string) error {
 	return b.MountSensitive(source, target, fsType, options, sensitive)

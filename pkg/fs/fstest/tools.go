@@ -23,8 +23,11 @@ type Tools struct {
 	formats map[string]string
 	sizes   map[string]uint64
 	fail    map[string]error
+	failIf  []failRule
 	calls   [][]string
 	ctxs    []context.Context
+	// ctxErrs is each command's ctx.Err() when it ran.
+	ctxErrs []error
 }
 
 var _ utilexec.Interface = (*Tools)(nil)
@@ -68,6 +71,19 @@ func (t *Tools) Fail(command string, err error) {
 	t.fail[command] = err
 }
 
+type failRule struct {
+	match func(argv []string) bool
+	err   error
+}
+
+// FailIf makes every later run whose argv match accepts fail with err; for
+// a failure of one step of several (the remount after a bind mount).
+func (t *Tools) FailIf(match func(argv []string) bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failIf = append(t.failIf, failRule{match: match, err: err})
+}
+
 // Calls returns the argv of every command run so far.
 func (t *Tools) Calls() [][]string {
 	t.mu.Lock()
@@ -92,6 +108,14 @@ func (t *Tools) Contexts() []context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]context.Context(nil), t.ctxs...)
+}
+
+// ContextErrors returns, for each command run so far, its context's Err()
+// at the moment it ran (nil: the context was live).
+func (t *Tools) ContextErrors() []error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]error(nil), t.ctxErrs...)
 }
 
 // Command implements utilexec.Interface; its commands show up in Contexts
@@ -127,8 +151,14 @@ func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
 	defer t.mu.Unlock()
 	t.calls = append(t.calls, argv)
 	t.ctxs = append(t.ctxs, ctx)
+	t.ctxErrs = append(t.ctxErrs, ctx.Err())
 	if err := t.fail[argv[0]]; err != nil {
 		return []byte(argv[0] + " failed"), err
+	}
+	for _, r := range t.failIf {
+		if r.match(argv) {
+			return []byte(argv[0] + " failed"), r.err
+		}
 	}
 	last := argv[len(argv)-1]
 	switch name := argv[0]; {

@@ -41,7 +41,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	// A node whose volume group or thin pool is missing, or whose LVM
 	// cannot be read, still serves: exiting would only restart the pod in
 	// a loop. The view reports no room for the classes it cannot see,
-	// /readyz and Probe say what is wrong, and the periodic refresh
+	// /readyz says what is wrong, and the periodic refresh
 	// notices when it is fixed.
 	if err := view.Refresh(ctx); err != nil {
 		klog.ErrorS(err, "Reading LVM failed; serving anyway, not ready until a refresh succeeds")
@@ -55,10 +55,16 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		fsTypes = append(fsTypes, "btrfs")
 	}
 	ready := func(context.Context) error { return view.Ready() }
+	// Probe answers whether the plugin can serve at all. It must not
+	// follow a missing class: csi-provisioner waits at start until Probe
+	// says ready, so one absent volume group would stop the node's healthy
+	// classes from provisioning. /readyz (the pod's readiness) reports
+	// the missing class.
+	serving := func(context.Context) error { return view.Serving() }
 	realExec := utilexec.New()
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
-			Topology: true, Ready: ready}),
+			Topology: true, Ready: serving}),
 		Controller: driver.NewControllerServer(driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
 			LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec}),
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,

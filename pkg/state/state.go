@@ -245,6 +245,21 @@ func (v *View) Ready() error {
 	return errors.Join(errs...)
 }
 
+// Serving is nil once the view has been read and its last refresh
+// succeeded: the plugin can answer for the classes it sees, even while
+// others are unavailable (Ready says which).
+func (v *View) Serving() error {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if v.lastErr != nil {
+		return v.lastErr
+	}
+	if !v.loaded {
+		return errors.New("volume-group view not loaded yet")
+	}
+	return nil
+}
+
 // unusablePool are the thin-pool health states in which LVM cannot give a
 // new thin volume its blocks.
 var unusablePool = []lvm.Health{lvm.HealthFailed, lvm.HealthMetadataReadOnly, lvm.HealthPartial}

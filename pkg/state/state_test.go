@@ -360,6 +360,9 @@ func TestViewMissingVGAndErrors(t *testing.T) {
 	if err := v.Ready(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Ready = %v", err)
 	}
+	if err := v.Serving(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Serving = %v; a view whose refresh failed is not serving", err)
+	}
 	// It comes back.
 	rep.set(testReport(), nil)
 	if err := v.Refresh(context.Background()); err != nil || v.Ready() != nil {
@@ -475,6 +478,11 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 				t.Fatalf("Refresh = %v; one bad volume group must not fail the refresh", err)
 			}
 			ready := v.Ready()
+			// Probe follows Serving: csi-provisioner waits on it at
+			// start, and the healthy classes must keep provisioning.
+			if err := v.Serving(); err != nil {
+				t.Errorf("Serving = %v; one bad class must not stop the plugin serving the others", err)
+			}
 			for _, d := range cfg.DeviceClasses {
 				c, err := v.Capacity(&d)
 				if want, isBad := tt.bad[d.Name]; isBad {

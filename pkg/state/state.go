@@ -245,9 +245,10 @@ func (v *View) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Serving is nil once the view has been read and its last refresh
-// succeeded: the plugin can answer for the classes it sees, even while
-// others are unavailable (Ready says which).
+// Serving is nil once the view has been read, its last refresh succeeded
+// and LVM could read at least one of the configured volume groups: the
+// plugin can answer for the classes it sees, even while others are
+// unavailable (Ready says which).
 func (v *View) Serving() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -256,6 +257,13 @@ func (v *View) Serving() error {
 	}
 	if !v.loaded {
 		return errors.New("volume-group view not loaded yet")
+	}
+	if vgs := v.configuredVGs(); len(vgs) > 0 && len(v.unreadable) == len(vgs) {
+		var errs []error
+		for _, vg := range vgs {
+			errs = append(errs, fmt.Errorf("volume group %s: %w", vg, v.unreadable[vg]))
+		}
+		return fmt.Errorf("LVM cannot read any of this node's volume groups: %w", errors.Join(errs...))
 	}
 	return nil
 }

@@ -443,6 +443,9 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 		bad    map[string]string // class -> what Capacity's and Ready's error say
 		// vg2Listed: vg2's volume is still listed (its last known state).
 		vg2Listed bool
+		// notServing: LVM could read none of the VGs, so the plugin
+		// cannot serve at all (Probe).
+		notServing bool
 	}{
 		{name: "volume group missing", change: func(r *lvm.Report, _ *fakeReporter) {
 			r.VolumeGroups = slices.DeleteFunc(r.VolumeGroups, func(vg lvm.VolumeGroup) bool { return vg.Name == "vg2" })
@@ -462,7 +465,8 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 		}, bad: map[string]string{"thin": "thin pool vg1/pool is metadata-read-only"}, vg2Listed: true},
 		{name: "every volume group unreadable", change: func(_ *lvm.Report, rep *fakeReporter) {
 			rep.vgErr = map[string]error{"vg1": errors.New("no lvm"), "vg2": errors.New("no lvm")}
-		}, bad: map[string]string{"thick": "could not be read", "thin": "could not be read", "fast": "could not be read"}, vg2Listed: true},
+		}, bad: map[string]string{"thick": "could not be read", "thin": "could not be read", "fast": "could not be read"}, vg2Listed: true,
+			notServing: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -480,8 +484,10 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 			ready := v.Ready()
 			// Probe follows Serving: csi-provisioner waits on it at
 			// start, and the healthy classes must keep provisioning.
-			if err := v.Serving(); err != nil {
-				t.Errorf("Serving = %v; one bad class must not stop the plugin serving the others", err)
+			if err := v.Serving(); (err != nil) != tt.notServing {
+				t.Errorf("Serving = %v; want an error only when LVM can read none of the volume groups", err)
+			} else if err != nil && !strings.Contains(err.Error(), "LVM cannot read any of this node's volume groups") {
+				t.Errorf("Serving = %v", err)
 			}
 			for _, d := range cfg.DeviceClasses {
 				c, err := v.Capacity(&d)

@@ -71,7 +71,9 @@ current-context: host
 
 // kubeletConfig is a test bed's kubelet: anonymous read of its API (the
 // apiserver sends no client certificate here), cgroupfs on cgroup v2,
-// volume statistics every 15 s instead of every minute.
+// volume statistics every 15 s instead of every minute, and a pod resync
+// every 15 s instead of every minute (online expansion reaches a running
+// pod's volume at its next resync).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -87,6 +89,7 @@ healthzBindAddress: 127.0.0.1
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 volumeStatsAggPeriod: 15s
+syncFrequency: 15s
 maxPods: 30
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 rotateCertificates: false

@@ -39,6 +39,12 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // timeout with what and cond's last status.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
 	t.Helper()
+	pollEvery(t, 500*time.Millisecond, timeout, what, cond)
+}
+
+// pollEvery is waitFor with its own polling interval.
+func pollEvery(t *testing.T, interval, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var last string
@@ -56,7 +62,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%s did not happen within %s (last seen: %s)", what, timeout, last)
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

@@ -30,16 +30,7 @@ const nodeName = "real-1"
 // The guest's data disk holds the volume group "carve" that the shipped
 // device classes name, with the thin pool "pool0": 12 GiB, of which the
 // pool takes 3 GiB.
-const (
-	dataDisk = 12 << 30
-	vgName   = "carve"
-	poolName = "pool0"
-	poolSize = "3g"
-)
-
-// firstBoot makes the shipped classes' volume group and thin pool on the
-// guest's data disk.
-var firstBoot = fmt.Sprintf("pvcreate -q /dev/vdb\nvgcreate -q %[1]s /dev/vdb\nlvcreate -q --type thin-pool -L %[3]s -n %[2]s %[1]s\n", vgName, poolName, poolSize)
+const dataDisk = 12 << 30
 
 // absentClass is a device class whose volume group this node lacks
 // (the test bed's one addition to the shipped device-class file).
@@ -135,7 +126,7 @@ func configFromEnv() (cluster.Config, error) {
 		CarveBin:  carve,
 		DeployDir: deploy,
 		GuestNodes: []cluster.GuestNodeSpec{{
-			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: firstBoot,
+			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: cluster.ShippedClassesFirstBoot("3g"),
 		}},
 		Images:        archives,
 		DeviceClasses: classes + fmt.Sprintf("  # Added by the real-node tier: a class whose volume group this node lacks.\n  - name: %s\n    volumeGroup: carve-absent\n", absentClass),

@@ -3,6 +3,7 @@ package plugintest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 
 	dto "github.com/prometheus/client_model/go"
@@ -37,10 +38,19 @@ func ScrapeURL(ctx context.Context, client *http.Client, url string) (_ Metrics,
 	if rsp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("plugintest: scraping %s: %s", url, rsp.Status)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(rsp.Body)
+	ms, err := ParseMetrics(rsp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("plugintest: parsing %s: %w", url, err)
+		return nil, fmt.Errorf("plugintest: %s: %w", url, err)
+	}
+	return ms, nil
+}
+
+// ParseMetrics reads the Prometheus text format.
+func ParseMetrics(r io.Reader) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parsing metrics: %w", err)
 	}
 	return fams, nil
 }

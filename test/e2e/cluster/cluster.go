@@ -235,6 +235,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.Lifetime); err != nil {
 			return c, fmt.Errorf("controller Deployment: %w", err)
 		}
+		// Its pod must be bound to a simulated node before a guest node
+		// joins, or a kubelet would run a second controller.
+		if err := waitPodsBound(ctx, c.Client, controller.Namespace, controller.Spec.Selector.MatchLabels, time.Minute); err != nil {
+			return c, fmt.Errorf("controller Deployment: %w", err)
+		}
 	}
 	if err := c.startGuestNodes(ctx); err != nil {
 		return c, err

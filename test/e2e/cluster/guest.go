@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -78,6 +79,33 @@ func (c *Cluster) startGuestNodes(ctx context.Context) error {
 			return err
 		}
 		klog.InfoS("Guest node Ready", "node", spec.Name, "after", time.Since(start).Round(time.Millisecond))
+		if len(c.Config.Nodes) > 0 {
+			// Beside simulated nodes the node lifecycle controller is
+			// off, and only it lifts the not-ready taint a new Node gets.
+			if err := untaintNotReady(ctx, c.Client, spec.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// untaintNotReady removes the node.kubernetes.io/not-ready taint, as the
+// node lifecycle controller does once a node is Ready.
+func untaintNotReady(ctx context.Context, cs kubernetes.Interface, name string) error {
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var keep []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			keep = append(keep, t)
+		}
+	}
+	n.Spec.Taints = keep
+	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("untaint Node %s: %w", name, err)
 	}
 	return nil
 }
@@ -151,4 +179,42 @@ func (c *Cluster) stopGuestNodes() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitPodsBound waits until the pods with these labels exist and are all
+// bound to a node.
+func waitPodsBound(ctx context.Context, cs kubernetes.Interface, ns string, match map[string]string, timeout time.Duration) error {
+	sel := labels.SelectorFromSet(match).String()
+	deadline := time.Now().Add(timeout)
+	for {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return err
+		}
+		bound := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		if len(pods.Items) > 0 && bound == len(pods.Items) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pods %s in %s: %d of %d bound to a node after %s", sel, ns, bound, len(pods.Items), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// ShippedClassesFirstBoot is a guest's first-boot script that makes what
+// the shipped device classes name, on the data disk: the volume group
+// "carve" and its thin pool "pool0" of poolSize (an lvcreate size, e.g.
+// "3g").
+func ShippedClassesFirstBoot(poolSize string) string {
+	return "pvcreate -q /dev/vdb\nvgcreate -q carve /dev/vdb\nlvcreate -q --type thin-pool -L " + poolSize + " -n pool0 carve\n"
 }

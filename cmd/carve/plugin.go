@@ -68,7 +68,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		Controller: driver.NewControllerServer(driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
 			LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec}),
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
-			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed}),
+			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
+			Classes: cfg, View: view}),
 	}
 	register := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	return serve(ctx, &o.CommonOptions, services, mm, ready, register,

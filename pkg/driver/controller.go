@@ -100,7 +100,8 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err := checkVolumeName(req.GetName()); err != nil {
 		return nil, err
 	}
-	if _, err := checkCapabilities(req.GetVolumeCapabilities(), s.cfg.FSTypes); err != nil {
+	fsType, err := checkCapabilities(req.GetVolumeCapabilities(), s.cfg.FSTypes)
+	if err != nil {
 		return nil, err
 	}
 	if req.GetVolumeContentSource() != nil {
@@ -151,7 +152,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, toStatus(err, "device class "+class.Name)
 	}
-	size, err := volumeSize(req.GetCapacityRange(), room.ExtentSize)
+	size, err := volumeSize(req.GetCapacityRange(), room.ExtentSize, fsType)
 	if err != nil {
 		return nil, err
 	}

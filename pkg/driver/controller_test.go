@@ -174,6 +174,18 @@ func TestCreateVolume(t *testing.T) {
 		{name: "limit below one extent", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: mib} }, code: codes.OutOfRange, msg: []string{"smaller than one extent"}},
 		{name: "exactly what is left after the spare", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 5 * gib }, code: codes.OK, wantSize: 5 * gib, wantVG: "vg1"},
 		{name: "one extent into the spare", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 5*gib + 1 }, code: codes.ResourceExhausted, msg: []string{"after a spare of 1073741824"}},
+		{name: "xfs below its minimum grows to 300 MiB", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw)}
+			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 100 * mib}
+		}, code: codes.OK, wantSize: 300 * mib, wantVG: "vg1"},
+		{name: "xfs limited below its minimum", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw)}
+			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 100 * mib, LimitBytes: 200 * mib}
+		}, code: codes.OutOfRange, msg: []string{"limit_bytes 209715200", "xfs"}},
+		{name: "ext4 has no such minimum", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("ext4", sw)}
+			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 100 * mib}
+		}, code: codes.OK, wantSize: 100 * mib, wantVG: "vg1"},
 		{name: "thin", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = thin }, code: codes.OK, wantSize: gib, wantVG: "vg1"},
 		{name: "thin up to the ratio", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = thin; r.CapacityRange.RequiredBytes = 8 * gib }, code: codes.OK, wantSize: 8 * gib, wantVG: "vg1"},
 		{name: "thin beyond the ratio", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = thin; r.CapacityRange.RequiredBytes = 8*gib + 1 }, code: codes.ResourceExhausted},

@@ -140,10 +140,16 @@ func classFromParameters(params map[string]string, cfg *config.Config, node stri
 	return d, nil
 }
 
+// minFilesystemSize is the smallest device a filesystem can be made on:
+// mkfs.xfs (xfsprogs 5.19 and later, the image's 6.1) refuses anything
+// under 300 MiB, which would fail every NodeStage of a smaller volume.
+var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
+
 // volumeSize resolves a capacity range to a size in whole extents:
-// required_bytes rounded up; 0 means DefaultVolumeSize (or limit_bytes,
-// when smaller); OutOfRange when the rounded size exceeds limit_bytes.
-func volumeSize(r *csi.CapacityRange, extent uint64) (uint64, error) {
+// required_bytes rounded up, and up to the smallest size fsType can be
+// made on ("" for a block volume); 0 means DefaultVolumeSize (or
+// limit_bytes, when smaller); OutOfRange when the size exceeds limit_bytes.
+func volumeSize(r *csi.CapacityRange, extent uint64, fsType string) (uint64, error) {
 	req, lim := r.GetRequiredBytes(), r.GetLimitBytes()
 	switch {
 	case req < 0:
@@ -163,6 +169,12 @@ func volumeSize(r *csi.CapacityRange, extent uint64) (uint64, error) {
 				return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is smaller than one extent (%d bytes)", lim, extent)
 			}
 		}
+	}
+	if floor := minFilesystemSize[fsType]; size < floor {
+		if lim > 0 && uint64(lim) < floor {
+			return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is below the %d bytes a %s filesystem needs", lim, floor, fsType)
+		}
+		size = floor
 	}
 	size = state.RoundUp(size, extent)
 	if lim > 0 && size > uint64(lim) {

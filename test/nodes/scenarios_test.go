@@ -216,13 +216,21 @@ cmp /tmp/w /tmp/r && echo same`)
 
 // TestFSGroupLetsNonRootWrite: a container running as a non-root user
 // with an fsGroup writes to its volume, and the volume's root belongs to
-// that group.
+// that group. The claim asks 256 MiB of xfs, below mkfs.xfs's minimum: it
+// gets 300 MiB and stages.
 func TestFSGroupLetsNonRootWrite(t *testing.T) {
 	ns := newNamespace(t, "fsgroup")
 	pod := newPod(ns, "app", "data", false, sleeper)
 	uid, gid, fsGroup := int64(1000), int64(1000), int64(2000)
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid, FSGroup: &fsGroup}
 	createClaimAndPod(t, newPVC(ns, "data", thinSC, "256Mi"), pod)
+	c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(testCtx(t, time.Minute), "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Status.Capacity[corev1.ResourceStorage]; got.Cmp(resource.MustParse("300Mi")) != 0 {
+		t.Errorf("a 256Mi xfs claim got %s, want 300Mi (mkfs.xfs's minimum)", got.String())
+	}
 	out := podExec(t, ns, "app", "id -u; echo hello > /data/f && cat /data/f; stat -c %g /data")
 	if f := strings.Fields(out); len(f) != 3 || f[0] != "1000" || f[1] != "hello" || f[2] != "2000" {
 		t.Errorf("non-root writer: %q, want uid 1000, the written line, and group 2000 on the volume root", out)
@@ -298,7 +306,7 @@ func volumeHandle(t *testing.T, pv string) string {
 func TestPluginKilledWhilePodWrites(t *testing.T) {
 	ns := newNamespace(t, "kill")
 	ctx := testCtx(t, 10*time.Minute)
-	createClaimAndPod(t, newPVC(ns, "data", thinSC, "256Mi"),
+	createClaimAndPod(t, newPVC(ns, "data", thinSC, "512Mi"),
 		newPod(ns, "writer", "data", false, "i=0; while :; do i=$((i+1)); echo $i >> /data/log; sleep 0.2; done"))
 	handle := volumeHandle(t, pvOf(t, ns, "data"))
 	before := carvePod(t, ctx)
@@ -507,7 +515,7 @@ func TestDeletingTheClaimRemovesTheLV(t *testing.T) {
 func TestReadWriteOncePodKeepsASecondPodOut(t *testing.T) {
 	ns := newNamespace(t, "rwop")
 	ctx := testCtx(t, 10*time.Minute)
-	pvc := newPVC(ns, "data", thinSC, "256Mi")
+	pvc := newPVC(ns, "data", thinSC, "512Mi")
 	pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}
 	first := createClaimAndPod(t, pvc, newPod(ns, "first", "data", false, sleeper))
 	if _, err := bed.Client.CoreV1().Pods(ns).Create(ctx, newPod(ns, "second", "data", false, sleeper), metav1.CreateOptions{}); err != nil {

@@ -8,6 +8,10 @@ ARG GO_VERSION=1.26.8
 ARG DEBIAN_RELEASE=bookworm
 
 FROM golang:${GO_VERSION}-${DEBIAN_RELEASE} AS build
+# The builder's Go module proxy and flags (make image passes its own); when
+# not given, go's defaults apply.
+ARG GOPROXY
+ARG GOFLAGS
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

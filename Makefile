@@ -6,12 +6,24 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build lint test test-unit test-host test-guest test-deploy deploy-tools test-e2e demo bench deps clean cachedir
+.PHONY: all build image images lint test test-unit test-host test-guest test-deploy deploy-tools test-e2e demo bench deps clean cachedir
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/carve ./cmd/carve
+
+# carve's image from the Dockerfile with Debian's buildah: no daemon, no
+# registry (base images made with mmdebstrap; docs/development.md#images).
+# Root. Prints the OCI archive, cached under $(CACHE)/images by its inputs.
+image: deps cachedir
+	@VERSION='$(VERSION)' GO='$(GO)' ./hack/image.sh
+
+# The archives a guest node imports: carve's image, csi-provisioner,
+# csi-resizer (from hack/e2e-tools.sh) and registry.k8s.io/pause:3.10, named
+# as the manifests name them. Prints their directory.
+images: deps cachedir
+	@VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh
 
 # golangci-lint (settings in .golangci.yml) comes from the Go module proxy
 # into $(CACHE)/bin, once per version.
@@ -42,8 +54,9 @@ test-host: deps cachedir
 test-guest: deps cachedir
 	$(GO) test -tags guesttest -count=1 -p 1 -timeout 30m -skip '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/test-guest.log | ./hack/summarize-go-test.sh guest
 
-# What users install: the kustomize base, the Helm chart, the Dockerfile,
-# the dashboard and the alert rules (test/deploy; root, for the plugin on a
+# What users install: the kustomize base, the Helm chart, the Dockerfile and
+# the image it builds (make images; CARVE_IMAGES is their directory), the
+# dashboard and the alert rules (test/deploy; root, for the plugin on a
 # loop-device volume group). helm and kustomize come from the Go module proxy.
 HELM_VERSION := v3.22.0
 KUSTOMIZE_VERSION := v5.8.2
@@ -53,7 +66,8 @@ deploy-tools: cachedir
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
 
 test-deploy: deps deploy-tools
-	$(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
+	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  CARVE_IMAGES=$$imgdir $(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 
 # End to end on a real control plane (test/e2e; docs/development.md): etcd,
 # kube-apiserver, kube-scheduler, kube-controller-manager and csi-provisioner

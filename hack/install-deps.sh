@@ -24,6 +24,10 @@ declare -A need=(
   [runc]=runc
   [/usr/lib/cni/bridge]=containernetworking-plugins
   [socat]=socat
+  # make image: buildah builds the Dockerfile with no daemon, mmdebstrap
+  # makes its Debian base image (hack/image.sh).
+  [buildah]=buildah
+  [mmdebstrap]=mmdebstrap
 )
 
 missing=()

@@ -3,6 +3,7 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -142,51 +143,67 @@ func TestWriteRejects(t *testing.T) {
 	}
 }
 
-// TestWriteLayoutFile renames an existing layout (as buildah writes one)
-// without touching its manifest.
+// TestWriteLayoutFile names an existing layout (as buildah writes one:
+// gzip layers, only the OCI ref name set), inflating its layers on request.
 func TestWriteLayoutFile(t *testing.T) {
-	first := filepath.Join(t.TempDir(), "first.tar")
-	img := Image{Name: "localhost/built:latest", Entrypoint: []string{"/x"},
-		Files: []File{{Path: "/x", Mode: 0o755, Source: hostFile(t, "X")}}}
-	if err := WriteFile(first, img); err != nil {
+	layer := layerBlob(t, []tarEntry{{name: "x", typ: tar.TypeReg, content: "X"}})
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(layer.data); err != nil {
 		t.Fatal(err)
 	}
-	layout := t.TempDir()
-	orig, err := Extract(first, layout)
-	if err != nil {
+	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// buildah sets only the OCI ref name.
-	orig.Index.Manifests[0].Annotations = map[string]string{v1.AnnotationRefName: "built"}
-	data, err := json.Marshal(orig.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(layout, v1.ImageIndexFile), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	second := filepath.Join(t.TempDir(), "second.tar")
+	gzLayer := bytesBlob(v1.MediaTypeImageLayerGzip, gz.Bytes())
 	const name = "ghcr.io/carve-csi/carve:v0.1.0"
-	if err := WriteLayoutFile(second, layout, name); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Extract(second, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(l.Names, []string{name}) {
-		t.Errorf("names %v, want [%s]", l.Names, name)
-	}
-	if l.Index.Manifests[0].Digest != orig.Index.Manifests[0].Digest {
-		t.Errorf("manifest %s, want the layout's %s", l.Index.Manifests[0].Digest, orig.Index.Manifests[0].Digest)
-	}
-
-	if err := os.WriteFile(filepath.Join(layout, "blobs", "sha256", "not-a-digest"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteLayoutFile(filepath.Join(t.TempDir(), "bad.tar"), layout, name); err == nil || !strings.Contains(err.Error(), "is not a blob") {
-		t.Errorf("a stray file in blobs: got %v, want an error", err)
+	for _, tc := range []struct {
+		name         string
+		uncompressed bool
+		wantLayer    v1.Descriptor
+		sameManifest bool
+	}{
+		{"kept as it is", false, gzLayer.desc, true},
+		{"inflated", true, layer.desc, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := layoutOf(t, []digest.Digest{layer.desc.Digest}, gzLayer)
+			orig.Index.Manifests[0].Annotations = map[string]string{v1.AnnotationRefName: "built"}
+			data, err := json.Marshal(orig.Index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(orig.Dir, v1.ImageIndexFile), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			archive := filepath.Join(t.TempDir(), "named.tar")
+			if err := WriteLayoutFile(archive, orig.Dir, name, tc.uncompressed); err != nil {
+				t.Fatal(err)
+			}
+			if entries, _ := os.ReadDir(filepath.Dir(archive)); len(entries) != 1 {
+				t.Errorf("left behind beside the archive: %v", entries)
+			}
+			l, err := Extract(archive, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(l.Names, []string{name}) {
+				t.Errorf("names %v, want [%s]", l.Names, name)
+			}
+			if got := l.Index.Manifests[0].Digest == orig.Index.Manifests[0].Digest; got != tc.sameManifest {
+				t.Errorf("manifest %s, the layout's %s; same: %v, want %v", l.Index.Manifests[0].Digest, orig.Index.Manifests[0].Digest, got, tc.sameManifest)
+			}
+			if !reflect.DeepEqual(l.Manifest.Layers, []v1.Descriptor{tc.wantLayer}) {
+				t.Errorf("layers %+v, want %+v", l.Manifest.Layers, tc.wantLayer)
+			}
+			root := t.TempDir()
+			if err := l.Unpack(root); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(root, "x")); err != nil || string(got) != "X" {
+				t.Errorf("x: %q, %v", got, err)
+			}
+		})
 	}
 }
 
@@ -218,13 +235,16 @@ func layerBlob(t *testing.T, entries []tarEntry) blob {
 	return bytesBlob(v1.MediaTypeImageLayer, buf.Bytes())
 }
 
-// layoutOf writes a layout of the given layers into a directory.
-func layoutOf(t *testing.T, layers ...blob) *Layout {
+// layoutOf writes a layout of the given layers into a directory; diffIDs
+// nil means the layers are uncompressed.
+func layoutOf(t *testing.T, diffIDs []digest.Digest, layers ...blob) *Layout {
 	t.Helper()
-	cfg := v1.Image{Platform: v1.Platform{Architecture: "amd64", OS: "linux"}, RootFS: v1.RootFS{Type: "layers"}}
+	cfg := v1.Image{Platform: v1.Platform{Architecture: "amd64", OS: "linux"}, RootFS: v1.RootFS{Type: "layers", DiffIDs: diffIDs}}
 	man := v1.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: v1.MediaTypeImageManifest}
 	for _, l := range layers {
-		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, l.desc.Digest)
+		if diffIDs == nil {
+			cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, l.desc.Digest)
+		}
 		man.Layers = append(man.Layers, l.desc)
 	}
 	cfgJSON, _ := json.Marshal(cfg)
@@ -272,7 +292,7 @@ func TestUnpackLayers(t *testing.T) {
 		{name: "etc/abs", typ: tar.TypeSymlink, link: "/usr/bin/sh"},
 	})
 	root := t.TempDir()
-	if err := layoutOf(t, lower, upper).Unpack(root); err != nil {
+	if err := layoutOf(t, nil, lower, upper).Unpack(root); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -314,7 +334,7 @@ func TestUnpackLayers(t *testing.T) {
 
 // TestUnpackChecksDigests: a layer whose diff ID is wrong is refused.
 func TestUnpackChecksDigests(t *testing.T) {
-	l := layoutOf(t, layerBlob(t, []tarEntry{{name: "a", typ: tar.TypeReg, content: "a"}}))
+	l := layoutOf(t, nil, layerBlob(t, []tarEntry{{name: "a", typ: tar.TypeReg, content: "a"}}))
 	l.Config.RootFS.DiffIDs[0] = digest.FromString("something else")
 	if err := l.Unpack(t.TempDir()); err == nil || !strings.Contains(err.Error(), "diff ID") {
 		t.Errorf("got %v, want a diff ID mismatch", err)

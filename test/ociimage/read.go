@@ -136,6 +136,20 @@ func (l *Layout) Unpack(root string) error {
 }
 
 func (l *Layout) applyLayer(root string, desc v1.Descriptor, diffID digest.Digest) error {
+	return l.readLayer(desc, diffID, func(r io.Reader) error { return applyTar(root, r) })
+}
+
+// inflate writes the layer's tar, uncompressed, to w.
+func (l *Layout) inflate(desc v1.Descriptor, diffID digest.Digest, w io.Writer) error {
+	return l.readLayer(desc, diffID, func(r io.Reader) error {
+		_, err := io.Copy(w, r)
+		return err
+	})
+}
+
+// readLayer hands the layer's uncompressed tar stream to use, then checks
+// the blob against its digest and the stream against the diff ID.
+func (l *Layout) readLayer(desc v1.Descriptor, diffID digest.Digest, use func(io.Reader) error) error {
 	p, err := l.blobPath(desc.Digest)
 	if err != nil {
 		return err
@@ -160,11 +174,11 @@ func (l *Layout) applyLayer(root string, desc v1.Descriptor, diffID digest.Diges
 		return fmt.Errorf("layer media type %q is not supported", desc.MediaType)
 	}
 	diffCheck := diffID.Verifier()
-	if err := applyTar(root, io.TeeReader(r, diffCheck)); err != nil {
+	if err := use(io.TeeReader(r, diffCheck)); err != nil {
 		return err
 	}
 	// Read what tar's end-of-archive left, so both digests cover it all.
-	if _, err := io.Copy(io.Discard, r); err != nil {
+	if _, err := io.Copy(diffCheck, r); err != nil {
 		return err
 	}
 	if _, err := io.Copy(io.Discard, f); err != nil {

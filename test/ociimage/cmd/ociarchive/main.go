@@ -5,9 +5,9 @@
 //	ociarchive files -name NAME -o FILE HOSTPATH:IMAGEPATH...
 //	    one layer holding the files (mode 0755), the first file as the
 //	    entrypoint unless -entrypoint says otherwise
-//	ociarchive layout -name NAME -o FILE DIR
+//	ociarchive layout -name NAME -o FILE [-uncompressed] DIR
 //	    the one-image OCI layout in DIR (from `buildah push IMG oci:DIR`),
-//	    named NAME
+//	    named NAME; -uncompressed stores gzip layers inflated
 //
 // hack/images.sh uses it for the sidecar and pause images and to name
 // carve's image.
@@ -29,7 +29,7 @@ func main() {
 }
 
 const usage = "usage: ociarchive files -name NAME -o FILE [-entrypoint PATH] HOSTPATH:IMAGEPATH...\n" +
-	"       ociarchive layout -name NAME -o FILE DIR\n"
+	"       ociarchive layout -name NAME -o FILE [-uncompressed] DIR\n"
 
 // run is main without the exit: 0 on success, 2 for a usage error, 1 when
 // writing failed.
@@ -43,8 +43,11 @@ func run(args []string, stderr io.Writer) int {
 	name := fs.String("name", "", "the full image name (registry/repository:tag) to import the archive under")
 	out := fs.String("o", "", "the archive to write (atomically)")
 	var entrypoint *string
+	var uncompressed *bool
 	if args[0] == "files" {
 		entrypoint = fs.String("entrypoint", "", "the entrypoint; default the first file's image path")
+	} else {
+		uncompressed = fs.Bool("uncompressed", false, "store gzip layers inflated (a guest under TCG imports them faster)")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -58,7 +61,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	var err error
 	if args[0] == "layout" {
-		err = ociimage.WriteLayoutFile(*out, fs.Arg(0), *name)
+		err = ociimage.WriteLayoutFile(*out, fs.Arg(0), *name, *uncompressed)
 	} else {
 		img := ociimage.Image{Name: *name}
 		for _, a := range fs.Args() {

@@ -18,6 +18,16 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out.tar")
+	// A layout to name, as buildah would leave one.
+	layout := t.TempDir()
+	built := filepath.Join(t.TempDir(), "built.tar")
+	if err := ociimage.WriteFile(built, ociimage.Image{Name: "localhost/built:latest", Entrypoint: []string{"/usr/local/bin/carve"},
+		Files: []ociimage.File{{Path: "/usr/local/bin/carve", Mode: 0o755, Source: bin}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ociimage.Extract(built, layout); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -33,6 +43,8 @@ func TestRun(t *testing.T) {
 		{name: "bad name", args: []string{"files", "-name", "x", "-o", out, bin + ":/x"}, code: 1, stderr: "not a full reference"},
 		{name: "layout needs one dir", args: []string{"layout", "-name", "example.com/x:1", "-o", out, dir, dir}, code: 2, stderr: "usage"},
 		{name: "layout without index", args: []string{"layout", "-name", "example.com/x:1", "-o", out, dir}, code: 1, stderr: "index.json"},
+		{name: "layout", args: []string{"layout", "-name", "ghcr.io/carve-csi/carve:v0.1.0", "-o", out, "-uncompressed", layout},
+			entrypoint: []string{"/usr/local/bin/carve"}},
 		{name: "help", args: []string{"files", "-h"}, code: 0, stderr: "-entrypoint"},
 		{name: "default entrypoint", args: []string{"files", "-name", "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0", "-o", out, bin + ":/csi-provisioner"},
 			entrypoint: []string{"/csi-provisioner"}},

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Builds carve's container image from the repository's Dockerfile (the one
+# `docker build .` uses) with Debian's buildah, with no daemon and no
+# registry, and writes it as an OCI archive that `ctr images import` takes
+# under the name the manifests give it. Prints the archive's path on stdout;
+# progress goes to stderr. `make image` runs it (root).
+#
+#   $CARVE_CACHE/images/carve/<key>/carve.tar         the archive
+#   $CARVE_CACHE/images/carve/<key>/Dockerfile.sha256 the Dockerfile it was
+#                                                     built from (sha256sum)
+#
+# <key> covers every input: the Dockerfile and .dockerignore, go.mod/go.sum,
+# the Go files cmd/carve is built from, VERSION, the image name, the base
+# images' keys and this script. A warm run (same key) does nothing.
+#
+# The Dockerfile's FROM images cannot be pulled, so they are made here and
+# kept in a private buildah store ($CARVE_CACHE/images/buildah), each keyed
+# by its recipe: debian:<release>-slim from `mmdebstrap --variant=minbase`,
+# golang:<version>-<release> from that plus this machine's Go toolchain
+# (which must be the Dockerfile's GO_VERSION). The build stage gets this
+# machine's Go module and build caches mounted, and its GOPROXY/GOFLAGS as
+# build args.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${CARVE_CACHE:-$HOME/.cache/carve}
+go=${GO:-go}
+dockerfile=$root/Dockerfile
+version=${VERSION:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo dev)}
+images=$cache/images
+
+t0=$(date +%s)
+say() { echo "image: [$(($(date +%s) - t0)) s] $*" >&2; }
+die() { echo "image: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (buildah's chroot isolation); run make image as root"
+for c in buildah mmdebstrap flock sha256sum; do
+	command -v "$c" >/dev/null || die "$c is missing: run make deps (hack/install-deps.sh)"
+done
+
+# The image's name is the one the manifests run, read from them.
+name=$(grep -hoE 'image: *[^ ]+/carve:[^ ]+' "$root"/deploy/kubernetes/*.yaml | awk '{print $2}' | sort -u)
+[ "$(echo "$name" | wc -w)" = 1 ] || die "deploy/kubernetes names carve's image as '${name//$'\n'/ }', want exactly one name"
+
+# The Dockerfile's global ARG defaults and its FROM images, ARGs expanded.
+declare -A arg=()
+while read -r k v; do arg[$k]=$v; done < <(sed -n 's/^ARG \([A-Z_]*\)=\(.*\)$/\1 \2/p' "$dockerfile")
+go_version=${arg[GO_VERSION]:?the Dockerfile has no ARG GO_VERSION=}
+release=${arg[DEBIAN_RELEASE]:?the Dockerfile has no ARG DEBIAN_RELEASE=}
+bases=()
+while read -r from; do
+	for k in "${!arg[@]}"; do from=${from//\$\{$k\}/${arg[$k]}}; done
+	bases+=("$from")
+done < <(awk 'toupper($1) == "FROM" {print $2}' "$dockerfile")
+
+# hashfiles FILE...: one hash over the files' names and contents.
+hashfiles() { (cd "$root" && sha256sum "$@") | sha256sum | cut -c1-16; }
+
+# The recipes of the base images this script can make. Each key covers what
+# the recipe depends on; the Debian archive's content on the day is not an
+# input (it cannot be pinned without snapshot.debian.org), so a base is
+# remade only when a recipe changes or its image is gone.
+mirror=http://deb.debian.org
+debian_sources=(
+	"deb $mirror/debian $release main"
+	"deb $mirror/debian $release-updates main"
+	"deb $mirror/debian-security $release-security main"
+)
+# As the official slim images: no documentation or locales.
+debian_dpkgopts=(
+	'path-exclude=/usr/share/man/*'
+	'path-exclude=/usr/share/doc/*'
+	'path-include=/usr/share/doc/*/copyright'
+	'path-exclude=/usr/share/locale/*'
+	'path-exclude=/usr/share/info/*'
+)
+# As the official images: apt keeps no downloaded packages or binary
+# caches, so a Dockerfile's apt-get install leaves only what it installed.
+apt_clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
+debian_aptopts=(
+	"DPkg::Post-Invoke { \"$apt_clean\"; }"
+	"APT::Update::Post-Invoke { \"$apt_clean\"; }"
+	'Dir::Cache::pkgcache ""'
+	'Dir::Cache::srcpkgcache ""'
+	'Acquire::Languages "none"'
+)
+debian_image=docker.io/library/debian:$release-slim
+debian_key=$(printf '%s\n' v2 minbase "$release" "${debian_sources[@]}" "${debian_dpkgopts[@]}" "${debian_aptopts[@]}" | sha256sum | cut -c1-16)
+goroot=$("$go" env GOROOT)
+host_go=$("$goroot/bin/go" env GOVERSION)
+# As the official golang image (buildpack-deps:<release>-scm underneath,
+# without the compilers: the Dockerfile builds with CGO_ENABLED=0).
+golang_packages=(ca-certificates git netbase)
+# The build stage fetches modules over HTTPS: it trusts what this machine
+# trusts (an intercepting proxy's CA, say). Only the build stage has it;
+# carve's image is not built on it.
+host_ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+host_ca_sum=none
+[ -f "$host_ca" ] && host_ca_sum=$(sha256sum <"$host_ca" | cut -c1-16)
+golang_image=docker.io/library/golang:$go_version-$release
+golang_key=$(printf '%s\n' v2 "$debian_key" "$host_go" "$goroot" "${golang_packages[@]}" "$host_ca_sum" | sha256sum | cut -c1-16)
+
+for b in "${bases[@]}"; do
+	case $b in
+	debian:$release-slim | golang:$go_version-$release) ;;
+	*) die "the Dockerfile builds FROM $b, for which this script has no local recipe" ;;
+	esac
+done
+
+# What cmd/carve is built from, as the build stage builds it (CGO_ENABLED=0),
+# and the archive writer.
+mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
+	'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' \
+	./cmd/carve ./test/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
+[ ${#srcs[@]} -gt 0 ] || die "go list found no source files for ./cmd/carve"
+ctx_files=(Dockerfile go.mod go.sum hack/image.sh)
+[ -f "$root/.dockerignore" ] && ctx_files+=(.dockerignore)
+key=$( {
+	hashfiles "${ctx_files[@]}" "${srcs[@]}"
+	printf '%s\n' "$version" "$name" "$debian_key" "$golang_key"
+} | sha256sum | cut -c1-16)
+out=$images/carve/$key
+
+if [ -f "$out/carve.tar" ] && [ -f "$out/Dockerfile.sha256" ]; then
+	say "cached: $out/carve.tar"
+	echo "$out/carve.tar"
+	exit 0
+fi
+
+mkdir -p "$images/carve" "$images/bases"
+# One build at a time uses the store.
+exec 9>"$images/.lock"
+flock 9
+if [ -f "$out/carve.tar" ]; then # built while we waited
+	echo "$out/carve.tar"
+	exit 0
+fi
+start=$(date +%s)
+say "store locked"
+
+# A private store and registries.conf: nothing of the machine's containers
+# setup is read or changed, and short names resolve to docker.io only.
+cat >"$images/registries.conf" <<'EOF'
+unqualified-search-registries = ["docker.io"]
+short-name-mode = "permissive"
+EOF
+export CONTAINERS_REGISTRIES_CONF=$images/registries.conf
+export BUILDAH_ISOLATION=chroot
+bah() { buildah --root "$images/buildah/root" --runroot "$images/buildah/run" --storage-driver vfs "$@"; }
+# Working containers left by an interrupted run.
+bah rm --all >/dev/null
+
+# have NAME KEY: the store holds NAME as made by the recipe with KEY.
+have() {
+	local stamp=$images/bases/$2 id
+	[ -f "$stamp" ] || return 1
+	id=$(bah inspect --type image --format '{{.FromImageID}}' "$1" 2>/dev/null) || return 1
+	[ "sha256:${id#sha256:}" = "$(cat "$stamp")" ]
+}
+# commit CONTAINER NAME KEY: commits, records the image ID under KEY and
+# drops the image NAME named before.
+commit() {
+	local old
+	old=$(bah inspect --type image --format '{{.FromImageID}}' "$2" 2>/dev/null || true)
+	bah commit --quiet --rm --iidfile "$images/bases/$3.tmp" "$1" "$2" >/dev/null
+	mv "$images/bases/$3.tmp" "$images/bases/$3"
+	if [ -n "$old" ] && [ "sha256:${old#sha256:}" != "$(cat "$images/bases/$3")" ]; then bah rmi "$old" >/dev/null 2>&1 || true; fi
+}
+
+tmp=$(mktemp -d "$images/build.XXXXXX")
+trap 'rm -rf "$tmp"; bah rm --all >/dev/null 2>&1 || true' EXIT
+
+if ! have "$debian_image" "$debian_key"; then
+	say "making $debian_image (mmdebstrap --variant=minbase $release)"
+	opts=()
+	for o in "${debian_dpkgopts[@]}"; do opts+=(--dpkgopt="$o"); done
+	for o in "${debian_aptopts[@]}"; do opts+=(--aptopt="$o"); done
+	mmdebstrap --quiet --variant=minbase "${opts[@]}" "$release" "$tmp/debian.tar" "${debian_sources[@]}"
+	c=$(bah from scratch)
+	bah add --quiet "$c" "$tmp/debian.tar" / >/dev/null
+	rm -f "$tmp/debian.tar"
+	bah config --cmd bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
+	commit "$c" "$debian_image" "$debian_key"
+fi
+
+if ! have "$golang_image" "$golang_key"; then
+	[ "$host_go" = "go$go_version" ] || die "the Dockerfile builds with Go $go_version, this machine's Go ($goroot) is $host_go: install go$go_version"
+	say "making $golang_image ($debian_image + ${golang_packages[*]} + $goroot)"
+	c=$(bah from --pull-never "$debian_image")
+	bah run "$c" -- apt-get update -qq
+	bah run --env DEBIAN_FRONTEND=noninteractive "$c" -- apt-get install -qq -y --no-install-recommends "${golang_packages[@]}" >/dev/null
+	bah run "$c" -- rm -rf /var/lib/apt/lists
+	bah run "$c" -- mkdir -p /var/lib/apt/lists/partial
+	if [ "$host_ca_sum" != none ]; then
+		bah copy --quiet "$c" "$host_ca" /etc/ssl/certs/ca-certificates.crt >/dev/null
+	fi
+	bah copy --quiet "$c" "$goroot" /usr/local/go >/dev/null
+	bah run "$c" -- mkdir -p -m 1777 /go /go/src /go/bin
+	bah config --workingdir /go --env GOLANG_VERSION="$go_version" --env GOTOOLCHAIN=local --env GOPATH=/go \
+		--env PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
+	commit "$c" "$golang_image" "$golang_key"
+fi
+
+say "building $name from $dockerfile (VERSION=$version)"
+buildargs=(--build-arg "VERSION=$version")
+for v in GOPROXY GOFLAGS; do
+	val=$("$go" env "$v")
+	[ -z "$val" ] || buildargs+=(--build-arg "$v=$val")
+done
+# Same toolchain inside and out, so the caches are valid in both.
+modcache=$("$go" env GOMODCACHE)
+gocache=$("$go" env GOCACHE)
+mkdir -p "$modcache" "$gocache"
+bah bud --quiet --pull-never --isolation chroot --layers=false \
+	--volume "$modcache:/go/pkg/mod" --volume "$gocache:/root/.cache/go-build" \
+	"${buildargs[@]}" -f "$dockerfile" -t "$name" "$root" >/dev/null
+say "built; writing the archive"
+rm -rf "$tmp/layout"
+bah push --quiet "$name" "oci:$tmp/layout:$name"
+bah rmi "$name" >/dev/null
+bah rmi --prune >/dev/null 2>&1 || true
+
+# Layers inflated: a guest under TCG spends longer inflating gzip than
+# reading twice the bytes.
+mkdir -p "$tmp/out"
+(cd "$root" && CGO_ENABLED=0 "$go" run ./test/ociimage/cmd/ociarchive layout -uncompressed -name "$name" -o "$tmp/out/carve.tar" "$tmp/layout")
+echo "$(sha256sum <"$dockerfile" | cut -d' ' -f1)  $dockerfile" >"$tmp/out/Dockerfile.sha256"
+rm -rf "$out"
+mv "$tmp/out" "$out"
+
+# Keep the three newest builds.
+ls -1dt "$images"/carve/*/ | tail -n +4 | xargs -r rm -rf
+say "built in $(($(date +%s) - start)) s: $out/carve.tar ($(du -m "$out/carve.tar" | cut -f1) MB)"
+echo "$out/carve.tar"

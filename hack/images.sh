@@ -79,9 +79,12 @@ pack pause.tar "$pause_name" "$tmp/bin/pause"
 rm -rf "$tmp/bin"
 printf '%s %s\n' "$(image_of carve)" carve.tar "$provisioner" csi-provisioner.tar "$resizer" csi-resizer.tar "$pause_name" pause.tar >"$tmp/images.txt"
 chmod 755 "$tmp"
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
+# A run beside this one may have finished first: keep its directory, which
+# someone may be reading, rather than replace it.
+if mv -T "$tmp" "$out" 2>/dev/null; then
+	trap - EXIT
+fi
+[ -f "$out/images.txt" ] || die "could not move the archives into $out"
 
 # Keep the three newest sets.
 ls -1dt "$images"/set/*/ | tail -n +4 | xargs -r rm -rf

@@ -68,6 +68,78 @@ func TestKubeletRegistersCarve(t *testing.T) {
 	}
 }
 
+// TestNodeWithoutTheClassVolumeGroup: a device class whose volume group
+// this node lacks leaves the carve pod up (no restarts, not ready), the
+// node reports zero capacity for it, and a claim of that class is never
+// sent there. It runs before the tests that kill the plugin and reboot the
+// node (go test runs a file's tests in order), so any restart is a crash
+// loop; the class has been in the device-class file since the bed started.
+func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
+	ns := newNamespace(t, "absent")
+	ctx := testCtx(t, 10*time.Minute)
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: "carve-" + absentClass},
+		Provisioner:       "lvm.carve.dev",
+		Parameters:        map[string]string{"carve.dev/device-class": absentClass},
+		VolumeBindingMode: &wffc,
+	}
+	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	waitFor(t, 3*time.Minute, "a zero capacity for the class on "+nodeName, func(ctx context.Context) (bool, string, error) {
+		caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		for _, c := range caps.Items {
+			if c.StorageClassName == sc.Name && c.NodeTopology != nil && c.NodeTopology.MatchLabels["topology.carve.dev/node"] == nodeName {
+				return c.Capacity != nil && c.Capacity.IsZero(), fmt.Sprintf("capacity %v", c.Capacity), nil
+			}
+		}
+		return false, "no CSIStorageCapacity object yet", nil
+	})
+	pvc := newPVC(ns, "data", sc.Name, "256Mi")
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bed.Client.CoreV1().Pods(ns).Create(ctx, newPod(ns, "app", "data", false, sleeper), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, shortWait, "the scheduler refusing the node for lack of capacity", func(ctx context.Context) (bool, string, error) {
+		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "storage") {
+				return true, "", nil
+			}
+		}
+		return false, podState(p), nil
+	})
+	c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.VolumeName != "" {
+		t.Errorf("a volume %s was made for a class this node lacks", c.Spec.VolumeName)
+	}
+	p := carvePod(t, ctx)
+	cs := containerStatus(p, "carve")
+	if cs.RestartCount != 0 || cs.State.Running == nil {
+		t.Errorf("the carve container restarted or is down on a node that lacks a class's volume group: %s, restarts %d", podState(p), cs.RestartCount)
+	}
+	if cs.Ready {
+		t.Errorf("the carve container is ready although a class's volume group is missing (readiness should say so)")
+	}
+}
+
 // statefulSet has one replica of carve's image with a thick ext4 claim at
 // /thick and a thin xfs claim at /thin; its container writes a value to
 // each the first time and then sleeps.
@@ -381,76 +453,6 @@ func TestNodeRebootKeepsData(t *testing.T) {
 	}
 	if got, _ := readValues(t, ns, "db-0"); got != values {
 		t.Errorf("after the reboot the pod reads %q, wrote %q", got, values)
-	}
-}
-
-// TestNodeWithoutTheClassVolumeGroup: a device class whose volume group
-// this node lacks leaves the carve pod up (no restarts, not ready), the
-// node reports zero capacity for it, and a claim of that class is never
-// sent there.
-func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
-	ns := newNamespace(t, "absent")
-	ctx := testCtx(t, 10*time.Minute)
-	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	sc := &storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: "carve-" + absentClass},
-		Provisioner:       "lvm.carve.dev",
-		Parameters:        map[string]string{"carve.dev/device-class": absentClass},
-		VolumeBindingMode: &wffc,
-	}
-	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	waitFor(t, 3*time.Minute, "a zero capacity for the class on "+nodeName, func(ctx context.Context) (bool, string, error) {
-		caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		for _, c := range caps.Items {
-			if c.StorageClassName == sc.Name && c.NodeTopology != nil && c.NodeTopology.MatchLabels["topology.carve.dev/node"] == nodeName {
-				return c.Capacity != nil && c.Capacity.IsZero(), fmt.Sprintf("capacity %v", c.Capacity), nil
-			}
-		}
-		return false, "no CSIStorageCapacity object yet", nil
-	})
-	pvc := newPVC(ns, "data", sc.Name, "256Mi")
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bed.Client.CoreV1().Pods(ns).Create(ctx, newPod(ns, "app", "data", false, sleeper), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, shortWait, "the scheduler refusing the node for lack of capacity", func(ctx context.Context) (bool, string, error) {
-		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "storage") {
-				return true, "", nil
-			}
-		}
-		return false, podState(p), nil
-	})
-	c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Spec.VolumeName != "" {
-		t.Errorf("a volume %s was made for a class this node lacks", c.Spec.VolumeName)
-	}
-	p := carvePod(t, ctx)
-	cs := containerStatus(p, "carve")
-	if cs.RestartCount != 0 || cs.State.Running == nil {
-		t.Errorf("the carve container restarted or is down on a node that lacks a class's volume group: %s, restarts %d", podState(p), cs.RestartCount)
-	}
-	if cs.Ready {
-		t.Errorf("the carve container is ready although a class's volume group is missing (readiness should say so)")
 	}
 }
 

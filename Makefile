@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images lint test test-unit test-host test-guest test-deploy deploy-tools test-e2e demo bench deps clean cachedir
+.PHONY: all build image images lint test test-unit test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench deps clean cachedir
 
 all: build
 
@@ -33,9 +33,9 @@ lint: cachedir
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags hosttest,guesttest,guestinner,e2e ./...
+	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes ./...
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
-	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e ./...
+	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes ./...
 
 # Pure logic; no root.
 test-unit:
@@ -78,14 +78,24 @@ test-e2e: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ 2>&1 | tee $(CACHE)/test-e2e.log | ./hack/summarize-go-test.sh e2e
 
-# The newcomer's tour (root): the e2e cluster with three nodes of 2, 4 and
-# 10 GiB, an example StorageClass and StatefulSet, a table of where every
-# volume landed; up until Ctrl-C, then everything is torn down.
-demo: deps build cachedir
-	@bindir=$$(./hack/e2e-tools.sh) && $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
-	  $(BIN)/carve-demo --bin-dir $$bindir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
+# Real nodes (test/nodes; docs/development.md): the shipped kustomize base
+# on a control plane whose node is a qemu guest with a kubelet, containerd
+# and device-mapper, running carve's image and the sidecars of make images.
+test-nodes: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir $(GO) test -tags nodes -count=1 -timeout 40m -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
 
-test: lint test-unit test-host test-guest test-deploy test-e2e
+# The newcomer's tour (root): the e2e cluster with one real node (a qemu
+# guest running the shipped DaemonSet from carve's image) and three
+# simulated nodes of 2, 4 and 10 GiB, an example StorageClass and two
+# StatefulSets, a table of where every volume landed and what the real
+# node's containers see; up until Ctrl-C, then everything is torn down.
+demo: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
+	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
+
+test: lint test-unit test-host test-guest test-deploy test-e2e test-nodes
 
 # Package against raw lvm commands in the guest, printed as ratios.
 bench: deps cachedir

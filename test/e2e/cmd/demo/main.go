@@ -1,10 +1,12 @@
 // Command demo is `make demo`: it starts carve's end-to-end test bed (a real
-// etcd, kube-apiserver, kube-scheduler and kube-controller-manager, and
-// three simulated nodes with volume groups of 2, 4 and 10 GiB, each running
-// `carve plugin` and csi-provisioner), applies an example StorageClass and
-// StatefulSet, prints where every volume landed, and keeps the cluster up
-// until Ctrl-C, then tears everything down. It needs root (loop devices,
-// LVM). No kubelet runs, so containers never start.
+// etcd, kube-apiserver, kube-scheduler and kube-controller-manager; one real
+// node, a qemu guest with a kubelet, containerd and device-mapper running
+// the shipped DaemonSet from carve's image; and three simulated nodes with
+// volume groups of 2, 4 and 10 GiB, each running `carve plugin` and
+// csi-provisioner as processes), applies an example StorageClass and two
+// StatefulSets, prints where every volume landed and what the real node's
+// containers see, and keeps the cluster up until Ctrl-C, then tears
+// everything down. It needs root (qemu, loop devices, LVM).
 package main
 
 import (
@@ -14,9 +16,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -33,10 +38,13 @@ import (
 //go:embed demo.yaml
 var example []byte
 
+// realNode is the demo's one guest node.
+const realNode = "real-1"
+
 // options are the demo's flags.
 type options struct {
-	binDir, carve, deploy string
-	lifetime, wait        time.Duration
+	binDir, carve, deploy, images string
+	lifetime, wait                time.Duration
 }
 
 func main() {
@@ -45,6 +53,7 @@ func main() {
 	fs.StringVar(&o.binDir, "bin-dir", os.Getenv("CARVE_E2E_BIN"), "directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, csi-provisioner, csi-resizer (hack/e2e-tools.sh)")
 	fs.StringVar(&o.carve, "carve", "bin/carve", "the carve binary (make build)")
 	fs.StringVar(&o.deploy, "deploy", "deploy/kubernetes", "carve's manifests")
+	fs.StringVar(&o.images, "images", os.Getenv("CARVE_IMAGES"), "directory of the image archives the real node imports (make images)")
 	fs.DurationVar(&o.lifetime, "lifetime", 8*time.Hour, "the cluster is torn down after this even without Ctrl-C")
 	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "how long to wait for every PVC and pod to be bound")
 	klog.InitFlags(fs)
@@ -62,8 +71,12 @@ func main() {
 
 func run(o options) error {
 	start := time.Now()
-	if o.binDir == "" {
-		return errors.New("--bin-dir (or CARVE_E2E_BIN) is required; `make demo` sets it")
+	if o.binDir == "" || o.images == "" {
+		return errors.New("--bin-dir (or CARVE_E2E_BIN) and --images (or CARVE_IMAGES) are required; `make demo` sets them")
+	}
+	archives, err := filepath.Glob(filepath.Join(o.images, "*.tar"))
+	if err != nil || len(archives) == 0 {
+		return fmt.Errorf("no image archives in %s (make images builds them): %v", o.images, err)
 	}
 	carve, err := filepath.Abs(o.carve)
 	if err != nil {
@@ -78,7 +91,7 @@ func run(o options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.lifetime)
 	defer cancel()
 
-	fmt.Println("Starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager and three simulated nodes...")
+	fmt.Println("Starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager, three simulated nodes and one real node (a qemu guest: about a minute and a half)...")
 	bed, err := cluster.Start(ctx, cluster.Config{
 		BinDir: o.binDir, CarveBin: carve, DeployDir: deploy, Lifetime: o.lifetime,
 		Nodes: []cluster.NodeSpec{
@@ -86,6 +99,8 @@ func run(o options) error {
 			{Name: "node-medium", VGSize: 4 << 30},
 			{Name: "node-large", VGSize: 10 << 30},
 		},
+		GuestNodes: []cluster.GuestNodeSpec{{Name: realNode, DataDiskSize: 12 << 30, FirstBoot: cluster.ShippedClassesFirstBoot("3g")}},
+		Images:     archives,
 	})
 	if err != nil {
 		return err
@@ -99,15 +114,19 @@ func run(o options) error {
 		fmt.Printf("Done. Logs stay in %s\n", filepath.Join(bed.Config.RunDir, "logs"))
 	}()
 
-	objs, err := cluster.ParseManifests(example, "demo.yaml")
+	image, err := bed.Manifests.CarveImage()
+	if err != nil {
+		return err
+	}
+	objs, err := cluster.ParseManifests([]byte(strings.ReplaceAll(string(example), "CARVE_IMAGE", image)), "demo.yaml")
 	if err != nil {
 		return err
 	}
 	if err := objs.Apply(ctx, bed.Control.Config); err != nil {
 		return fmt.Errorf("apply the example: %w", err)
 	}
-	fmt.Println("Applied StorageClass carve-demo and StatefulSet demo/db (6 replicas x 1 GiB); waiting for every PVC and pod to be bound...")
-	if err := waitPlaced(ctx, bed, "demo", 6, o.wait); err != nil {
+	fmt.Printf("Applied StorageClass carve-demo, StatefulSet demo/db (3 x 1 GiB, on %s) and demo/spread (6 x 1 GiB, on the simulated nodes); waiting for every PVC to be bound and db's pods to run...\n", realNode)
+	if err := waitPlaced(ctx, bed, "demo", 9, o.wait); err != nil {
 		bed.DumpLogs(20)
 		return err
 	}
@@ -120,10 +139,16 @@ func run(o options) error {
 	fmt.Printf("\nTable printed %s after start.\n", time.Since(start).Round(100*time.Millisecond))
 	kubectl := filepath.Join(o.binDir, "kubectl")
 	fmt.Printf(`
-LVM runs with activation disabled (the host kernel has no device-mapper): the
-LVs are real LVM metadata, but no /dev node appears. No kubelet runs: the pods
-are scheduled and bound to the nodes, their containers never start.
-
+What is real: the control plane; on %[1]s a kubelet, containerd and
+device-mapper in a qemu guest, running the shipped DaemonSet and controller
+Deployment from carve's image: db's volumes are real LVs, formatted and
+mounted, and df above ran inside each container.
+What is simulated: node-small, node-medium and node-large have no kubelet
+(spread's pods are scheduled and bound, their containers never start); their
+carve plugins run as processes with LVM activation disabled (the host kernel
+has no device-mapper), so their LVs are LVM metadata without a /dev node.
+`, realNode)
+	fmt.Printf(`
 Kubeconfig:  %s
 kubectl:     %s (built with the control plane), e.g.
   %s --kubeconfig %s get pods,pvc,pv,csistoragecapacities -A
@@ -135,6 +160,9 @@ kubectl:     %s (built with the control plane), e.g.
 	fmt.Printf("Logs:        %s\n", filepath.Join(bed.Config.RunDir, "logs"))
 	for _, n := range bed.Nodes {
 		fmt.Printf("  lvs of %s: LVM_SYSTEM_DIR=%s lvs %s\n", n.Name, n.VG.ConfigDir, n.VG.Name)
+	}
+	for _, g := range bed.GuestNodes {
+		fmt.Printf("  %s: kubelet log %s, boot log %s\n", g.Spec.Name, g.LogPath("kubelet"), g.LogPath("boot"))
 	}
 	fmt.Println("\nThe cluster stays up; press Ctrl-C to tear it down.")
 
@@ -166,7 +194,7 @@ func waitPlaced(ctx context.Context, bed *cluster.Cluster, ns string, want int, 
 		if err != nil {
 			return err
 		}
-		bound, placed := 0, 0
+		bound, placed, waiting := 0, 0, 0
 		for _, p := range pvcs.Items {
 			if p.Status.Phase == corev1.ClaimBound {
 				bound++
@@ -176,12 +204,16 @@ func waitPlaced(ctx context.Context, bed *cluster.Cluster, ns string, want int, 
 			if p.Spec.NodeName != "" {
 				placed++
 			}
+			// Pods on the real node must also run.
+			if bed.GuestNode(p.Spec.NodeName) != nil && p.Status.Phase != corev1.PodRunning {
+				waiting++
+			}
 		}
-		if bound == want && placed == want {
+		if bound == want && placed == want && waiting == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node", timeout, ns, bound, want, placed, want)
+			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node, %d on the real node not running", timeout, ns, bound, want, placed, want, waiting)
 		}
 		select {
 		case <-ctx.Done():
@@ -257,7 +289,7 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	if _, err := fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT"); err != nil {
+	if _, err := fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT\tIN THE CONTAINER: df /data"); err != nil {
 		return err
 	}
 	for _, p := range pods.Items {
@@ -280,7 +312,25 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 			lvName = lv.VolumeGroup + "/" + lv.Name
 			lvSize = bytes(lv.Size)
 		}
-		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName]); err != nil {
+		inside := "not run (simulated node)"
+		if g := bed.GuestNode(p.Spec.NodeName); g != nil && pvc.Spec.VolumeName != "" {
+			pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			lvName = pv.Spec.CSI.VolumeHandle
+			out, err := g.Exec(ctx, "lvs --noheadings --units b --nosuffix -o lv_size "+lvName)
+			if err != nil {
+				return fmt.Errorf("lvs on %s: %w", g.Spec.Name, err)
+			}
+			if size, perr := strconv.ParseUint(strings.TrimSpace(out), 10, 64); perr == nil {
+				lvSize = bytes(size)
+			}
+			if inside, err = containerDf(ctx, bed, ns, p.Name); err != nil {
+				return err
+			}
+		}
+		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName], inside); err != nil {
 			return err
 		}
 	}
@@ -305,7 +355,40 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 			return err
 		}
 	}
+	for _, g := range bed.GuestNodes {
+		// The shipped classes' volume group, with the thin pool in it.
+		out, err := g.Exec(ctx, "vgs --noheadings --units b --nosuffix -o vg_size,vg_free,lv_count carve")
+		if err != nil {
+			return fmt.Errorf("vgs on %s: %w", g.Spec.Name, err)
+		}
+		f := strings.Fields(out)
+		if len(f) != 3 {
+			return fmt.Errorf("vgs on %s printed %q", g.Spec.Name, out)
+		}
+		size, _ := strconv.ParseUint(f[0], 10, 64)
+		free, _ := strconv.ParseUint(f[1], 10, 64)
+		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s LVs (thin pool included)\t%s\n", g.Spec.Name, bytes(size), bytes(free), f[2], capacity[g.Spec.Name]); err != nil {
+			return err
+		}
+	}
 	return w.Flush()
+}
+
+// containerDf runs df in the pod's container through the apiserver and
+// the kubelet (kubectl exec) and returns size, used, type and device.
+func containerDf(ctx context.Context, bed *cluster.Cluster, ns, pod string) (string, error) {
+	kubectl := filepath.Join(bed.Config.BinDir, "kubectl")
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", bed.Control.Kubeconfig, "exec", "-n", ns, pod, "--",
+		"df", "-h", "--output=size,used,fstype,source", "/data").Output()
+	if err != nil {
+		return "", fmt.Errorf("kubectl exec df in %s/%s: %w", ns, pod, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) != 4 {
+		return "", fmt.Errorf("df in %s/%s printed %q", ns, pod, out)
+	}
+	return fmt.Sprintf("%s size, %s used, %s on %s", f[0], f[1], f[2], f[3]), nil
 }
 
 func bytes(v uint64) string {

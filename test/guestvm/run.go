@@ -306,8 +306,10 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	cmd.Stdout = teeTo(&console, spec.Console)
 	cmd.Stderr = &qemuErr
 	cmd.WaitDelay = 5 * time.Second
-	// If this process dies (a go test timeout panics), qemu must not live on.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// If this process dies (a go test timeout panics), qemu must not live
+	// on. Its own process group keeps a terminal's Ctrl-C (meant for the
+	// harness, which then stops the guest in order) from killing it first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 
 	var stdout, stderr syncBuffer
 	start := time.Now()

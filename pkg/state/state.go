@@ -230,11 +230,8 @@ func (v *View) markDirtyLocked() {
 func (v *View) Ready() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if v.lastErr != nil {
-		return v.lastErr
-	}
-	if !v.loaded {
-		return errors.New("volume-group view not loaded yet")
+	if err := v.loadedLocked(); err != nil {
+		return err
 	}
 	var errs []error
 	for i := range v.cfg.DeviceClasses {
@@ -252,11 +249,8 @@ func (v *View) Ready() error {
 func (v *View) Serving() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if v.lastErr != nil {
-		return v.lastErr
-	}
-	if !v.loaded {
-		return errors.New("volume-group view not loaded yet")
+	if err := v.loadedLocked(); err != nil {
+		return err
 	}
 	if vgs := v.configuredVGs(); len(vgs) > 0 && len(v.unreadable) == len(vgs) {
 		var errs []error
@@ -264,6 +258,18 @@ func (v *View) Serving() error {
 			errs = append(errs, fmt.Errorf("volume group %s: %w", vg, v.unreadable[vg]))
 		}
 		return fmt.Errorf("LVM cannot read any of this node's volume groups: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// loadedLocked is nil once a refresh has loaded the view and the last one
+// succeeded.
+func (v *View) loadedLocked() error {
+	if v.lastErr != nil {
+		return v.lastErr
+	}
+	if !v.loaded {
+		return errors.New("volume-group view not loaded yet")
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/test/e2e/cluster"
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 const (
@@ -39,40 +40,17 @@ const (
 )
 
 // testCtx is a context bounded by d and by the test's own deadline.
-func testCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T, d time.Duration) context.Context { return kubetest.Ctx(t, d) }
 
 // waitFor polls cond every 250 ms until it holds, failing the test after
-// timeout with what and cond's last status.
+// timeout with what and cond's last status (and any process that died).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var last string
-	for {
-		ok, status, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+	kubetest.Poll(t, 250*time.Millisecond, timeout, what, cond, func() {
+		if aerr := bed.CheckAlive(); aerr != nil {
+			t.Errorf("processes died: %v", aerr)
 		}
-		if ok {
-			return
-		}
-		if status != "" {
-			last = status
-		}
-		select {
-		case <-ctx.Done():
-			if aerr := bed.CheckAlive(); aerr != nil {
-				t.Errorf("processes died: %v", aerr)
-			}
-			t.Fatalf("%s did not happen within %s (last seen: %s)", what, timeout, last)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	})
 }
 
 // newNamespace creates a namespace for one test and, at cleanup, deletes

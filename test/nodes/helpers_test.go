@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 // Every pod of these tests runs on the one guest node, under TCG, where a
@@ -28,43 +30,13 @@ const (
 	shortWait  = time.Minute
 )
 
-func testCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T, d time.Duration) context.Context { return kubetest.Ctx(t, d) }
 
 // waitFor polls cond every 500 ms until it holds, failing the test after
 // timeout with what and cond's last status.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
 	t.Helper()
-	pollEvery(t, 500*time.Millisecond, timeout, what, cond)
-}
-
-// pollEvery is waitFor with its own polling interval.
-func pollEvery(t *testing.T, interval, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var last string
-	for {
-		ok, status, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if status != "" {
-			last = status
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s did not happen within %s (last seen: %s)", what, timeout, last)
-		case <-time.After(interval):
-		}
-	}
+	kubetest.Poll(t, 500*time.Millisecond, timeout, what, cond, nil)
 }
 
 // waitCarveRunning waits until the DaemonSet's pod on the guest node has

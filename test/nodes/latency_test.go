@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/carve-csi/carve/test/kubetest"
 	"github.com/carve-csi/carve/test/plugintest"
 )
 
@@ -62,7 +63,7 @@ func TestPodsStartOnTheRealNode(t *testing.T) {
 		}
 		var selected, bound, placed, running time.Duration
 		// Poll often: provisioning takes a tenth of a second.
-		pollEvery(t, 50*time.Millisecond, podTimeout, "pod "+name+" running", func(ctx context.Context) (bool, string, error) {
+		kubetest.Poll(t, 50*time.Millisecond, podTimeout, "pod "+name+" running", func(ctx context.Context) (bool, string, error) {
 			if bound == 0 {
 				c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
@@ -87,7 +88,7 @@ func TestPodsStartOnTheRealNode(t *testing.T) {
 				return true, "", nil
 			}
 			return false, podState(p), nil
-		})
+		}, nil)
 		size, _ := dfBytes(t, ns, name, "/data")
 		if size <= 100<<20 || size > 128<<20 {
 			t.Errorf("pod %s: /data is %d bytes, want a filesystem on the 128 MiB volume", name, size)

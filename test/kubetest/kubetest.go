@@ -1,0 +1,48 @@
+// Package kubetest holds what the tests of the end-to-end and real-node
+// tiers share: contexts bounded by a duration and polling with a deadline.
+package kubetest
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// Ctx is a context bounded by d, cancelled when the test ends.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Poll calls cond every interval until it holds, and fails the test after
+// timeout with what and cond's last status; onTimeout, when set, runs
+// first (to report what else went wrong). An error from cond fails the
+// test at once.
+func Poll(t testing.TB, interval, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error), onTimeout func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last string
+	for {
+		ok, status, err := cond(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if status != "" {
+			last = status
+		}
+		select {
+		case <-ctx.Done():
+			if onTimeout != nil {
+				onTimeout()
+			}
+			t.Fatalf("%s did not happen within %s (last seen: %s)", what, timeout, last)
+		case <-time.After(interval):
+		}
+	}
+}

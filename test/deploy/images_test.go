@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -170,12 +169,19 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	exited := make(chan error, 1)
 	go func() { exited <- ctrd.Wait() }()
 	t.Cleanup(func() {
-		_ = ctrd.Process.Signal(syscall.SIGTERM)
+		if err := ctrd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Errorf("stopping containerd: %v", err)
+		}
 		select {
-		case <-exited:
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("containerd stopped with %v on SIGTERM", err)
+			}
 		case <-time.After(10 * time.Second):
-			_ = ctrd.Process.Kill()
-			<-exited
+			t.Errorf("containerd still ran 10 s after SIGTERM; killed: %v", ctrd.Process.Kill())
+			if err := <-exited; err == nil {
+				t.Error("a killed containerd exited 0")
+			}
 		}
 	})
 	ctr := func(args ...string) ([]byte, error) {
@@ -434,9 +440,10 @@ func inImage(root string, l *ociimage.Layout, argv ...string) ([]byte, error) {
 		}
 		return out.Bytes(), nil
 	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		return out.Bytes(), errors.New(strings.Join(argv, " ") + " in the image: still running after a minute")
+		if err := cmd.Process.Kill(); err != nil {
+			return out.Bytes(), fmt.Errorf("%s in the image: still running after a minute, and kill failed: %w", strings.Join(argv, " "), err)
+		}
+		return out.Bytes(), fmt.Errorf("%s in the image: still running after a minute, killed: %w", strings.Join(argv, " "), <-done)
 	}
 }
 

@@ -160,7 +160,7 @@ func (l *Layout) readLayer(desc v1.Descriptor, diffID digest.Digest, use func(io
 	}
 	defer func() { _ = f.Close() }()
 	blobCheck := desc.Digest.Verifier()
-	var r io.Reader = io.TeeReader(f, blobCheck)
+	r := io.TeeReader(f, blobCheck)
 	switch desc.MediaType {
 	case v1.MediaTypeImageLayer:
 	case v1.MediaTypeImageLayerGzip, "application/vnd.docker.image.rootfs.diff.tar.gzip":

@@ -325,9 +325,12 @@ func writeLayer(w io.Writer, files []File) error {
 // checkName accepts a full reference with a registry host and a tag, which
 // is what the manifests name and what the importer takes as is.
 func checkName(name string) error {
-	slash := strings.Index(name, "/")
+	host, _, hasRepo := strings.Cut(name, "/")
+	// As in Docker's references: the first part names a registry when it
+	// has a dot or a port, or is localhost.
+	registry := hasRepo && (strings.ContainsAny(host, ".:") || host == "localhost")
 	colon := strings.LastIndex(name, ":")
-	if slash <= 0 || !(strings.ContainsAny(name[:slash], ".:") || name[:slash] == "localhost") || colon < slash || colon == len(name)-1 || strings.ContainsAny(name, " \t\n@") {
+	if !registry || colon < len(host) || colon == len(name)-1 || strings.ContainsAny(name, " \t\n@") {
 		return fmt.Errorf("image name %q is not a full reference (registry/repository:tag)", name)
 	}
 	return nil

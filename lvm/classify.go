@@ -38,8 +38,6 @@ func classify(err, kind error, reason string) error {
 	return fmt.Errorf("%s: %w: %w", reason, kind, err)
 }
 
-func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
-
 // commandFacts gives the exit code and stderr of a command failure.
 func commandFacts(err error) (exitCode int, stderr string, ok bool) {
 	var ce *CommandError

@@ -139,6 +139,17 @@ func (o LVOptions) Validate() error {
 	return nil
 }
 
+// SizeUnit is the step LVM rounds the size of an LV with these options to,
+// in a volume group of extent-byte extents: one extent, or one per stripe
+// for a striped LV (each stripe holds whole extents). A caller that must
+// stay within a limit rounds to this, not to the extent alone.
+func (o LVOptions) SizeUnit(extent uint64) uint64 {
+	if o.Stripes > 1 {
+		return extent * uint64(o.Stripes)
+	}
+	return extent
+}
+
 // IsZero reports whether o asks for LVM's defaults.
 func (o LVOptions) IsZero() bool { return o == LVOptions{} }
 

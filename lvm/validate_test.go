@@ -169,3 +169,20 @@ func TestValidateCreateRequest(t *testing.T) {
 		})
 	}
 }
+
+// SizeUnit is the step roundToExtents (what CreateLV asks LVM for) rounds
+// to: a size that is a multiple of it is not rounded further.
+func TestSizeUnitIsTheStepCreateRoundsTo(t *testing.T) {
+	const ext = 4 << 20
+	for _, o := range []LVOptions{{}, {Stripes: 1}, {Stripes: 2}, {Stripes: 3, StripeSize: 64 << 10}, {Mirrors: 2}} {
+		unit := o.SizeUnit(ext)
+		for _, k := range []uint64{1, 2, 7, 250} {
+			if got := roundToExtents(k*unit, ext, o.Stripes); got != k*unit {
+				t.Errorf("%+v: %d units of %d bytes round to %d", o, k, unit, got)
+			}
+			if got := roundToExtents(k*unit+1, ext, o.Stripes); got != (k+1)*unit {
+				t.Errorf("%+v: %d units and a byte round to %d, want %d", o, k, got, (k+1)*unit)
+			}
+		}
+	}
+}

@@ -51,13 +51,8 @@ func Parse(data []byte) (*Config, error) {
 	return &cfg, nil
 }
 
-var (
-	// dns1123Label is the form of a device-class name.
-	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	// lvmName is what LVM accepts as a VG or LV name (and carve passes to
-	// lvm commands): no leading hyphen, a limited alphabet.
-	lvmName = regexp.MustCompile(`^[A-Za-z0-9_.+][A-Za-z0-9_.+-]*$`)
-)
+// dns1123Label is the form of a device-class name.
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // Validate checks the file without looking at the machine: names,
 // duplicates, the default, quantities and options. Every problem found is
@@ -102,18 +97,19 @@ func (d *DeviceClass) validate() error {
 	case len(d.Name) > 63 || !dns1123Label.MatchString(d.Name):
 		errs = append(errs, fmt.Errorf("name %q: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)", d.Name))
 	}
-	switch {
-	case d.VolumeGroup == "":
+	if d.VolumeGroup == "" {
 		errs = append(errs, errors.New("volumeGroup: must be set"))
-	case len(d.VolumeGroup) > 127 || !lvmName.MatchString(d.VolumeGroup) || d.VolumeGroup == "." || d.VolumeGroup == "..":
-		errs = append(errs, fmt.Errorf("volumeGroup %q: not a valid LVM volume group name (letters, digits, '_', '.', '+', '-'; no leading '-')", d.VolumeGroup))
+	} else if err := lvm.ValidateVGName(d.VolumeGroup); err != nil {
+		// The lvm package's own rules: a name every lvcreate would refuse
+		// does not load.
+		errs = append(errs, fmt.Errorf("volumeGroup: %w", err))
 	}
 	if d.Spare != nil && d.Spare.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("spare %s: must not be negative", d.Spare))
 	}
 	if d.Thin() {
-		if len(d.ThinPool) > 127 || !lvmName.MatchString(d.ThinPool) {
-			errs = append(errs, fmt.Errorf("thinPool %q: not a valid LVM logical volume name", d.ThinPool))
+		if err := lvm.ValidateLVName(d.ThinPool); err != nil {
+			errs = append(errs, fmt.Errorf("thinPool: %w", err))
 		}
 		if d.OverprovisionRatio != 0 && (d.OverprovisionRatio < 1 || math.IsInf(d.OverprovisionRatio, 0) || math.IsNaN(d.OverprovisionRatio)) {
 			errs = append(errs, fmt.Errorf("overprovisionRatio %v: must be at least 1", d.OverprovisionRatio))
@@ -125,32 +121,9 @@ func (d *DeviceClass) validate() error {
 		if d.OverprovisionRatio != 0 {
 			errs = append(errs, errors.New("overprovisionRatio: only thin classes (with thinPool) take an overprovision ratio"))
 		}
-		if err := validateOptions(d.LVCreateOptions); err != nil {
+		if err := d.LVCreateOptions.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("lvcreateOptions: %w", err))
 		}
-	}
-	return errors.Join(errs...)
-}
-
-// validateOptions checks the allow-listed lvcreate options.
-func validateOptions(o lvm.LVOptions) error {
-	var errs []error
-	if o.Stripes < 0 {
-		errs = append(errs, fmt.Errorf("stripes %d: must not be negative", o.Stripes))
-	}
-	if o.StripeSize != 0 {
-		if o.Stripes < 2 {
-			errs = append(errs, errors.New("stripeSize: needs stripes of 2 or more"))
-		}
-		if o.StripeSize&(o.StripeSize-1) != 0 || o.StripeSize < 4096 {
-			errs = append(errs, fmt.Errorf("stripeSize %d: must be a power of two of at least 4096 bytes", o.StripeSize))
-		}
-	}
-	if o.Mirrors < 0 {
-		errs = append(errs, fmt.Errorf("mirrors %d: must not be negative", o.Mirrors))
-	}
-	if o.Mirrors > 0 && o.Stripes > 1 {
-		errs = append(errs, errors.New("mirrors and stripes: carve allows one of them per class, not both"))
 	}
 	return errors.Join(errs...)
 }

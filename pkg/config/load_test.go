@@ -56,7 +56,7 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
-func TestParseBad(t *testing.T) {
+func TestParseRefusesBadFile(t *testing.T) {
 	tests := []struct {
 		name string
 		file string
@@ -71,18 +71,31 @@ func TestParseBad(t *testing.T) {
 		{"missing name", "deviceClasses:\n  - {volumeGroup: vg}\n", []string{"deviceClasses[0]: name: must be set"}},
 		{"bad name", "deviceClasses:\n  - {name: Fast_1, volumeGroup: vg}\n", []string{`name "Fast_1": must be a DNS-1123 label`}},
 		{"missing vg", "deviceClasses:\n  - {name: a}\n", []string{"volumeGroup: must be set"}},
-		{"bad vg", "deviceClasses:\n  - {name: a, volumeGroup: -vg}\n", []string{`volumeGroup "-vg": not a valid LVM volume group name`}},
-		{"vg with slash", "deviceClasses:\n  - {name: a, volumeGroup: vg/x}\n", []string{`volumeGroup "vg/x"`}},
+		{"bad vg", "deviceClasses:\n  - {name: a, volumeGroup: -vg}\n", []string{`deviceClasses[0] (a): volumeGroup: `, `"-vg" begins with '-'`}},
+		{"vg with slash", "deviceClasses:\n  - {name: a, volumeGroup: vg/x}\n", []string{`deviceClasses[0] (a): volumeGroup: `, `"vg/x" holds '/'`}},
 		{"bad quantity", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 1Gx}\n", []string{"quantities must match"}},
 		{"negative spare", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: -1Gi}\n", []string{"spare -1Gi: must not be negative"}},
 		{"ratio below 1", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, overprovisionRatio: 0.5}\n", []string{"overprovisionRatio 0.5: must be at least 1"}},
 		{"ratio on thick", "deviceClasses:\n  - {name: a, volumeGroup: vg, overprovisionRatio: 2}\n", []string{"only thin classes"}},
 		{"options on thin", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, lvcreateOptions: {stripes: 2}}\n", []string{"only thick classes"}},
-		{"bad thin pool name", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: '-p'}\n", []string{`thinPool "-p"`}},
-		{"stripe size without stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripeSize: 65536}}\n", []string{"stripeSize: needs stripes of 2 or more"}},
+		{"bad thin pool name", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: '-p'}\n", []string{`deviceClasses[0] (a): thinPool: `, `"-p" begins with '-'`}},
+		{"stripe size without stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripeSize: 65536}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripeSize needs stripes of 2 or more"}},
 		{"stripe size not power of two", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 2, stripeSize: 65535}}\n", []string{"must be a power of two"}},
-		{"negative mirrors", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {mirrors: -1}}\n", []string{"mirrors -1"}},
-		{"mirrors and stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {mirrors: 1, stripes: 2}}\n", []string{"not both"}},
+		{"negative mirrors", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {mirrors: -1}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "mirrors is -1"}},
+		{"mirrors and stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {mirrors: 1, stripes: 2}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripes and mirrors cannot be combined"}},
+		// What every CreateVolume of the class would refuse (the lvm
+		// package's rules) does not load either.
+		{"vg name too long", "deviceClasses:\n  - {name: a, volumeGroup: " + strings.Repeat("v", 128) + "}\n", []string{"deviceClasses[0] (a): volumeGroup: ", "128 bytes long, at most 127"}},
+		{"vg name dot-dot", "deviceClasses:\n  - {name: a, volumeGroup: '..'}\n", []string{"deviceClasses[0] (a): volumeGroup: ", `".." is reserved`}},
+		{"thin pool name reserved by LVM", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: pool_tmeta}\n", []string{"deviceClasses[0] (a): thinPool: ", `holding "_tmeta" are reserved`}},
+		{"thin pool name of a snapshot", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: snapshot0}\n", []string{"deviceClasses[0] (a): thinPool: ", `beginning with "snapshot"`}},
+		{"thin pool name too long", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: " + strings.Repeat("p", 128) + "}\n", []string{"deviceClasses[0] (a): thinPool: ", "at most 127"}},
+		{"more stripes than LVM allows", "deviceClasses:\n  - {name: wide, volumeGroup: vg, lvcreateOptions: {stripes: 129}}\n", []string{"deviceClasses[0] (wide): lvcreateOptions: ", "stripes is 129, allowed are 0 to 128"}},
+		{"negative stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: -2}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripes is -2"}},
+		{"more mirrors than LVM allows", "deviceClasses:\n  - {name: safe, volumeGroup: vg, lvcreateOptions: {mirrors: 10}}\n", []string{"deviceClasses[0] (safe): lvcreateOptions: ", "mirrors is 10, allowed are 0 to 9"}},
+		{"stripe size below a page", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 2, stripeSize: 2048}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripeSize is 2048", "at least 4096"}},
+		{"stripe size with one stripe", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 1, stripeSize: 65536}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripes of 2 or more"}},
+		{"second class named in the message", "deviceClasses:\n  - {name: a, volumeGroup: vg}\n  - {name: b, volumeGroup: vg, lvcreateOptions: {mirrors: 12}}\n", []string{"deviceClasses[1] (b): lvcreateOptions: ", "mirrors is 12"}},
 		{"not yaml", "deviceClasses: [\n", []string{"decode"}},
 	}
 	for _, tt := range tests {

@@ -152,7 +152,14 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, toStatus(err, "device class "+class.Name)
 	}
-	size, err := volumeSize(req.GetCapacityRange(), room.ExtentSize, fsType)
+	// LVM rounds a striped LV to whole extents per stripe: size it the same
+	// way here, so that limit_bytes and the room check see what lvcreate
+	// will make.
+	unit := room.ExtentSize
+	if !class.Thin() {
+		unit = class.LVCreateOptions.SizeUnit(room.ExtentSize)
+	}
+	size, err := volumeSize(req.GetCapacityRange(), unit, fsType)
 	if err != nil {
 		return nil, err
 	}

@@ -145,11 +145,14 @@ func classFromParameters(params map[string]string, cfg *config.Config, node stri
 // under 300 MiB, which would fail every NodeStage of a smaller volume.
 var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
 
-// volumeSize resolves a capacity range to a size in whole extents:
-// required_bytes rounded up, and up to the smallest size fsType can be
-// made on ("" for a block volume); 0 means DefaultVolumeSize (or
-// limit_bytes, when smaller); OutOfRange when the size exceeds limit_bytes.
-func volumeSize(r *csi.CapacityRange, extent uint64, fsType string) (uint64, error) {
+// volumeSize resolves a capacity range to a size in whole units, unit being
+// the step LVM rounds the class's LVs to (lvm.LVOptions.SizeUnit: an extent,
+// or an extent per stripe): required_bytes rounded up, and up to the
+// smallest size fsType can be made on ("" for a block volume); 0 means
+// DefaultVolumeSize (or limit_bytes, when smaller); OutOfRange when the size
+// exceeds limit_bytes. The size is the one LVM will make, so a volume is
+// never larger than limit_bytes.
+func volumeSize(r *csi.CapacityRange, unit uint64, fsType string) (uint64, error) {
 	req, lim := r.GetRequiredBytes(), r.GetLimitBytes()
 	switch {
 	case req < 0:
@@ -163,10 +166,10 @@ func volumeSize(r *csi.CapacityRange, extent uint64, fsType string) (uint64, err
 	if size == 0 {
 		size = DefaultVolumeSize
 		if lim > 0 && uint64(lim) < size {
-			// The largest whole number of extents within the limit.
-			size = uint64(lim) / extent * extent
+			// The largest whole number of units within the limit.
+			size = uint64(lim) / unit * unit
 			if size == 0 {
-				return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is smaller than one extent (%d bytes)", lim, extent)
+				return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is smaller than one extent (%d bytes, an extent per stripe for a striped class)", lim, unit)
 			}
 		}
 	}
@@ -176,9 +179,9 @@ func volumeSize(r *csi.CapacityRange, extent uint64, fsType string) (uint64, err
 		}
 		size = floor
 	}
-	size = state.RoundUp(size, extent)
+	size = state.RoundUp(size, unit)
 	if lim > 0 && size > uint64(lim) {
-		return 0, status.Errorf(codes.OutOfRange, "capacity_range: %d bytes rounded up to whole extents of %d bytes is %d, above limit_bytes %d", req, extent, size, lim)
+		return 0, status.Errorf(codes.OutOfRange, "capacity_range: %d bytes rounded up to whole extents (a multiple of %d bytes, an extent per stripe for a striped class) is %d, above limit_bytes %d", req, unit, size, lim)
 	}
 	return size, nil
 }

@@ -188,7 +188,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
-		Tags: []string{TagOwner, VolumeTag(req.GetName()), TagClassPrefix + class.Name}}
+		Tags: VolumeTags(req.GetName(), class.Name, req.GetParameters())}
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool
 	} else {
@@ -229,7 +229,8 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 // compatible checks that an existing LV is the volume req asks for again.
 func (s *ControllerServer) compatible(lv *lvm.LogicalVolume, req *csi.CreateVolumeRequest, class *config.DeviceClass) error {
 	id := VolumeID(lv.VolumeGroup, lv.Name)
-	if name, ok := VolumeNameFromTags(lv.Tags); !ok || name != req.GetName() {
+	if !HasVolumeName(lv.Tags, req.GetName()) {
+		name, _, _ := VolumeNameFromTags(lv.Tags)
 		return status.Errorf(codes.AlreadyExists, "LV %s exists but does not carry volume %q in its tags (found %q)", id, req.GetName(), name)
 	}
 	if c, _ := ClassFromTags(lv.Tags); c != class.Name || lv.VolumeGroup != class.VolumeGroup {

@@ -2,8 +2,10 @@ package driver
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -221,8 +223,8 @@ func TestCreateVolume(t *testing.T) {
 				t.Fatalf("the LV is not in LVM: %v", err)
 			}
 			class, _ := ClassFromTags(lv.Tags)
-			name, _ := VolumeNameFromTags(lv.Tags)
-			if name != req.GetName() || class != v.GetVolumeContext()[ParamDeviceClass] || !isCarveLV(lv.Tags) {
+			name, whole, _ := VolumeNameFromTags(lv.Tags)
+			if name != req.GetName() || !whole || class != v.GetVolumeContext()[ParamDeviceClass] || !isCarveLV(lv.Tags) {
 				t.Errorf("tags %v; volume context %v", lv.Tags, v.GetVolumeContext())
 			}
 			if (class == "thin") != (lv.Pool == "pool") {
@@ -302,6 +304,53 @@ func TestCreateVolumeStaleView(t *testing.T) {
 	}
 	_, err = fx.cs.CreateVolume(ctx, createReq(clash, gib, nil))
 	wantCode(t, err, codes.AlreadyExists, "someone-else")
+}
+
+// TestCreateVolumeRecordsClaim: with csi-provisioner's
+// --extra-create-metadata the LV names its claim, and LVs made before the
+// readable name tag (hex in carve.dev/volume) are still found on a retry,
+// after a restart, and listed.
+func TestCreateVolumeRecordsClaim(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	pv := "pvc-7d3c1a0e-0b6f-4f5e-9d1a-3c2b1a0f9e8d"
+	params := map[string]string{paramPVCNamespace: "db", paramPVCName: "data-pg-0", paramPVName: pv}
+	resp, err := fx.cs.CreateVolume(ctx, createReq(pv, gib, params))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vg, lvName, _ := ParseVolumeID(resp.GetVolume().GetVolumeId())
+	lv, err := fx.lvm.GetLV(ctx, vg, lvName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{TagOwner, "carve.dev/name=" + pv, "carve.dev/class=fast", "carve.dev/pvc=db/data-pg-0"}
+	if !slices.Equal(lv.Tags, want) {
+		t.Errorf("tags %q, want %q", lv.Tags, want)
+	}
+	if c, ok := ClaimFromTags(lv.Tags); !ok || c.String() != "db/data-pg-0" {
+		t.Errorf("ClaimFromTags = %v, %v", c, ok)
+	}
+
+	legacy := "pvc-made-by-an-older-carve"
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(legacy), Size: uint64(gib),
+		Tags: []string{TagOwner, TagLegacyVolumePrefix + hex.EncodeToString([]byte(legacy)), TagClassPrefix + "fast"}}); err != nil {
+		t.Fatal(err)
+	}
+	fx.restart(t)
+	for _, name := range []string{pv, legacy} {
+		resp, err := fx.cs.CreateVolume(ctx, createReq(name, gib, params))
+		if err != nil || resp.GetVolume().GetVolumeId() != VolumeID("vg1", LVNameFor(name)) {
+			t.Errorf("retried CreateVolume(%s) = %v, %v", name, resp, err)
+		}
+	}
+	list, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(list.GetEntries()) != 2 {
+		t.Errorf("ListVolumes = %v, %v; want both volumes", list, err)
+	}
+	if n := len(fx.lvm.lvs); n != 3 { // the pool and the two volumes
+		t.Errorf("%d LVs in LVM, want the pool and two volumes", n)
+	}
 }
 
 // TestCreateVolumeRoomFreedOutsideCarve: the view saw an LV made outside

@@ -20,7 +20,7 @@ const ParamDeviceClass = "carve.dev/device-class"
 
 // paramPassThroughPrefix marks parameters external-provisioner adds
 // (csi.storage.k8s.io/pvc/name, ... with --extra-create-metadata); they
-// are accepted and ignored.
+// are accepted, and the claim's are recorded in the LV's tags (tags.go).
 const paramPassThroughPrefix = "csi.storage.k8s.io/"
 
 // DefaultFSType is the filesystem of a mount volume that names none.
@@ -30,8 +30,10 @@ const DefaultFSType = "ext4"
 // (required_bytes and limit_bytes both 0).
 const DefaultVolumeSize = 1 << 30
 
-// maxVolumeNameLength bounds CSI volume names; the name is stored hex-encoded
-// in an LVM tag, which LVM limits to 1024 bytes.
+// maxVolumeNameLength bounds CSI volume names. The name is stored in an LVM
+// tag (LVM allows 1024 bytes), escaped where it leaves the tag alphabet; one
+// too long for that is cut and hashed (tags.go). 500 is the bound of older
+// releases, whose hex tag took two bytes a byte.
 const maxVolumeNameLength = 500
 
 var classNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

@@ -15,52 +15,12 @@ import (
 // lvNamePrefix starts every LV name carve makes.
 const lvNamePrefix = "carve-"
 
-// Tags carve puts on every LV it makes. LVM tags allow [A-Za-z0-9_+.-/=!:&#].
-const (
-	// TagOwner marks an LV as carve's.
-	TagOwner = "carve.dev/owner=carve"
-	// TagVolumePrefix + the hex encoding of the CSI volume name: the full
-	// name, whatever characters it holds, so that a hash collision of LV
-	// names is detected and lookups work after a restart.
-	TagVolumePrefix = "carve.dev/volume="
-	// TagClassPrefix + the device class name.
-	TagClassPrefix = "carve.dev/class="
-)
-
 // LVNameFor derives the LV name of a CSI volume name: the prefix and 32 hex
 // digits of its SHA-256 (128 bits, so two names never meet in practice).
+// The LV's tags (tags.go) say whose it is.
 func LVNameFor(volumeName string) string {
 	sum := sha256.Sum256([]byte(volumeName))
 	return lvNamePrefix + hex.EncodeToString(sum[:16])
-}
-
-// VolumeTag is the tag that carries a CSI volume name.
-func VolumeTag(volumeName string) string {
-	return TagVolumePrefix + hex.EncodeToString([]byte(volumeName))
-}
-
-// VolumeNameFromTags returns the CSI volume name carried by an LV's tags.
-func VolumeNameFromTags(tags []string) (string, bool) {
-	for _, t := range tags {
-		if v, ok := strings.CutPrefix(t, TagVolumePrefix); ok {
-			b, err := hex.DecodeString(v)
-			if err != nil {
-				return "", false
-			}
-			return string(b), true
-		}
-	}
-	return "", false
-}
-
-// ClassFromTags returns the device class recorded in an LV's tags.
-func ClassFromTags(tags []string) (string, bool) {
-	for _, t := range tags {
-		if v, ok := strings.CutPrefix(t, TagClassPrefix); ok {
-			return v, true
-		}
-	}
-	return "", false
 }
 
 // VolumeID builds the ID of the LV lv in volume group vg.

@@ -25,26 +25,6 @@ func TestLVNameFor(t *testing.T) {
 	}
 }
 
-func TestVolumeTagRoundTrip(t *testing.T) {
-	tagAlphabet := regexp.MustCompile(`^[A-Za-z0-9_+.\-/=!:&#]+$`)
-	for _, name := range []string{"pvc-1", "with space", "ünïcode", strings.Repeat("n", 128)} {
-		tag := VolumeTag(name)
-		if !tagAlphabet.MatchString(tag) {
-			t.Errorf("VolumeTag(%q) = %q has characters LVM tags do not allow", name, tag)
-		}
-		got, ok := VolumeNameFromTags([]string{TagOwner, tag, TagClassPrefix + "fast"})
-		if !ok || got != name {
-			t.Errorf("VolumeNameFromTags(VolumeTag(%q)) = %q, %v", name, got, ok)
-		}
-	}
-	if _, ok := VolumeNameFromTags([]string{TagOwner}); ok {
-		t.Error("VolumeNameFromTags found a name in tags without one")
-	}
-	if _, ok := VolumeNameFromTags([]string{TagVolumePrefix + "zz"}); ok {
-		t.Error("VolumeNameFromTags accepted a tag that is not hex")
-	}
-}
-
 func TestParseVolumeID(t *testing.T) {
 	lv := LVNameFor("a")
 	tests := []struct {

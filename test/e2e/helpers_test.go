@@ -372,7 +372,7 @@ func lvOfPV(ctx context.Context, pvName string) ([]string, *lvm.LogicalVolume, e
 	var found *lvm.LogicalVolume
 	for _, n := range bed.Nodes {
 		for i, lv := range all[n.Name] {
-			if lv.Name == driver.LVNameFor(pvName) || slices.Contains(lv.Tags, driver.VolumeTag(pvName)) {
+			if lv.Name == driver.LVNameFor(pvName) || driver.HasVolumeName(lv.Tags, pvName) {
 				nodes = append(nodes, n.Name)
 				if found == nil {
 					found = &all[n.Name][i]
@@ -385,7 +385,8 @@ func lvOfPV(ctx context.Context, pvName string) ([]string, *lvm.LogicalVolume, e
 
 // checkVolumeOnNode asserts that the PVC's PV has node affinity for node,
 // and that its LV exists in node's VG (and nowhere else) with the requested
-// size and carve's tags.
+// size and carve's tags, the claim's among them (the DaemonSet's
+// csi-provisioner runs with --extra-create-metadata).
 func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.PersistentVolumeClaim, node string) {
 	t.Helper()
 	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
@@ -411,7 +412,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 	if int64(lv.Size) != want {
 		t.Errorf("LV %s/%s is %d bytes, PVC asked %d", lv.VolumeGroup, lv.Name, lv.Size, want)
 	}
-	for _, tag := range []string{driver.TagOwner, driver.VolumeTag(pv.Name), driver.TagClassPrefix + thickClass} {
+	for _, tag := range []string{driver.TagOwner, driver.VolumeTag(pv.Name), driver.TagClassPrefix + thickClass, driver.ClaimTag(pvc.Namespace, pvc.Name)} {
 		if !slices.Contains(lv.Tags, tag) {
 			t.Errorf("LV %s/%s tags %v lack %q", lv.VolumeGroup, lv.Name, lv.Tags, tag)
 		}

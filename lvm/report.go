@@ -3,6 +3,7 @@ package lvm
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,8 +125,11 @@ func (n *numbers) float(field, s string) float64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil && n.err == nil {
+	// ParseFloat takes "NaN" and "Inf"; a NaN percentage would make every
+	// comparison of a pool's use false.
+	if (err != nil || math.IsNaN(v) || math.IsInf(v, 0)) && n.err == nil {
 		n.err = fmt.Errorf("field %s: %q is not a number", field, s)
+		v = 0
 	}
 	return v
 }
@@ -206,6 +210,7 @@ func parseReport(stdout []byte) (*Report, error) {
 	}
 	r := &Report{}
 	var pools []jsonLV
+	var poolNames []string
 	for _, sub := range raw.Report {
 		for _, j := range sub.VG {
 			vg, err := j.volumeGroup()
@@ -222,13 +227,16 @@ func parseReport(stdout []byte) (*Report, error) {
 			r.LogicalVolumes = append(r.LogicalVolumes, lv)
 			if lv.Attr.Type == TypeThinPool {
 				pools = append(pools, j)
+				poolNames = append(poolNames, lv.Name)
 			}
 		}
 	}
-	for _, j := range pools {
+	for i, j := range pools {
 		var n numbers
 		p := ThinPool{
-			Name:            j.Name,
+			// The LV's name, brackets of a hidden LV taken off, so that
+			// FindLV and FindThinPool agree.
+			Name:            poolNames[i],
 			VolumeGroup:     j.VG,
 			Size:            n.uint("lv_size", j.Size),
 			DataPercent:     n.float("data_percent", j.DataPercent),

@@ -308,9 +308,11 @@ func TestPluginServesWithoutItsVolumeGroup(t *testing.T) {
 			if code, body := httpGet(ctx, t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, tt.want) {
 				t.Errorf("/readyz: %d %q, want 503 saying %q", code, body, tt.want)
 			}
+			// Probe stays ready: csi-provisioner waits on it at start, and
+			// must run to publish the zero capacity.
 			rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})
-			if err != nil || rsp.GetReady().GetValue() {
-				t.Errorf("Probe: ready=%v, %v; want not ready", rsp.GetReady().GetValue(), err)
+			if err != nil || !rsp.GetReady().GetValue() {
+				t.Errorf("Probe: ready=%v, %v; want ready (a missing class shows in /readyz, not in Probe)", rsp.GetReady().GetValue(), err)
 			}
 			if c, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{}); err != nil || c.GetAvailableCapacity() != 0 {
 				t.Errorf("GetCapacity: %v, %v; want 0", c.GetAvailableCapacity(), err)
@@ -351,9 +353,10 @@ func TestPluginServesWithoutItsVolumeGroup(t *testing.T) {
 	}
 }
 
-// TestPluginProbeFollowsVG: Probe turns not-ready when the VG disappears
-// after start-up (here: its PV is detached) and the periodic refresh sees it.
-func TestPluginProbeFollowsVG(t *testing.T) {
+// TestPluginReadinessFollowsVG: /readyz turns 503 when the VG disappears
+// after start-up (here: renamed) and the periodic refresh sees it, while
+// Probe stays ready (csi-provisioner must keep serving the other classes).
+func TestPluginReadinessFollowsVG(t *testing.T) {
 	vg := lvmtest.New(t, lvmtest.Options{Size: 256 * mib})
 	bin := buildCarve(t)
 	dir := t.TempDir()
@@ -378,19 +381,21 @@ func TestPluginProbeFollowsVG(t *testing.T) {
 			t.Errorf("vgrename back: %v", err)
 		}
 	}()
+	readyz := strings.TrimSuffix(p.MetricsURL, "/metrics") + "/readyz"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !rsp.GetReady().GetValue() {
+		code, body := httpGet(ctx, t, readyz)
+		if code == http.StatusServiceUnavailable && strings.Contains(body, vg.Name) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("Probe still ready 30 s after the VG vanished")
+			t.Fatalf("/readyz still %d %q 30 s after the VG vanished", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})
+	if err != nil || !rsp.GetReady().GetValue() {
+		t.Errorf("Probe after the VG vanished: ready=%v, %v; want ready", rsp.GetReady().GetValue(), err)
 	}
 	cap, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{})
 	if err != nil || cap.GetAvailableCapacity() != 0 {

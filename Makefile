@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images lint test test-unit test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench deps clean cachedir
+.PHONY: all build image images lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench deps clean cachedir
 
 all: build
 
@@ -40,6 +40,17 @@ lint: cachedir
 # Pure logic; no root.
 test-unit:
 	$(GO) test -race -count=1 ./...
+
+# Each fuzz target for FUZZTIME, one after the other (go test -fuzz takes
+# one target per run). Their seed corpora already run in test-unit.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./lvm:FuzzParseReport ./pkg/config:FuzzParse
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
 
 deps:
 	./hack/install-deps.sh

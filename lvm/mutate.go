@@ -135,8 +135,8 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	if err := validateName("logical volume", name); err != nil {
 		return nil, err
 	}
-	if size > maxSize {
-		return nil, invalid("size %d is larger than %d bytes", size, uint64(maxSize))
+	if size > MaxSize {
+		return nil, invalid("size %d is larger than %d bytes", size, uint64(MaxSize))
 	}
 	unlock, err := c.locks.lock(ctx, vg)
 	if err != nil {

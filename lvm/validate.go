@@ -18,11 +18,12 @@ const (
 	MaxStripes = 128
 	// MaxMirrors is the most extra raid1 images LVM allows (10 images).
 	MaxMirrors = 9
+	// MaxSize is the largest size, in bytes, carve passes to LVM: it keeps
+	// extent arithmetic far from overflow, and LVM's own limit (8 EiB) is
+	// more than any disk holds anyway.
+	MaxSize = 1 << 62
 	// minStripeSize is the smallest stripe size LVM accepts (one page).
 	minStripeSize = 4 << 10
-	// maxSize keeps extent arithmetic far from overflow; LVM's own limit
-	// (8 EiB) is lower than anything a disk holds anyway.
-	maxSize = 1 << 62
 )
 
 // reservedLVPrefixes and reservedLVSubstrings are the LV names LVM keeps for
@@ -161,8 +162,8 @@ func (r CreateRequest) Validate() error {
 	if err := ValidateLVName(r.Name); err != nil {
 		return err
 	}
-	if r.Size > maxSize {
-		return invalid("size %d is larger than %d bytes", r.Size, uint64(maxSize))
+	if r.Size > MaxSize {
+		return invalid("size %d is larger than %d bytes", r.Size, uint64(MaxSize))
 	}
 	if err := validateTags(r.Tags); err != nil {
 		return err

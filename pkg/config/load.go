@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -104,8 +105,14 @@ func (d *DeviceClass) validate() error {
 		// does not load.
 		errs = append(errs, fmt.Errorf("volumeGroup: %w", err))
 	}
-	if d.Spare != nil && d.Spare.Sign() < 0 {
+	switch {
+	case d.Spare == nil:
+	case d.Spare.Sign() < 0:
 		errs = append(errs, fmt.Errorf("spare %s: must not be negative", d.Spare))
+	case d.Spare.Cmp(*resource.NewQuantity(lvm.MaxSize, resource.BinarySI)) > 0:
+		// Quantity.Value of a larger spare does not fit an int64 (1e30
+		// read as 0, no spare at all).
+		errs = append(errs, fmt.Errorf("spare %s: at most %d bytes (the largest size carve gives LVM)", d.Spare, int64(lvm.MaxSize)))
 	}
 	if d.Thin() {
 		if err := lvm.ValidateLVName(d.ThinPool); err != nil {

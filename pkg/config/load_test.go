@@ -96,6 +96,8 @@ func TestParseRefusesBadFile(t *testing.T) {
 		{"stripe size below a page", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 2, stripeSize: 2048}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripeSize is 2048", "at least 4096"}},
 		{"stripe size with one stripe", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 1, stripeSize: 65536}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripes of 2 or more"}},
 		{"second class named in the message", "deviceClasses:\n  - {name: a, volumeGroup: vg}\n  - {name: b, volumeGroup: vg, lvcreateOptions: {mirrors: 12}}\n", []string{"deviceClasses[1] (b): lvcreateOptions: ", "mirrors is 12"}},
+		{"spare beyond any size", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 1e30}\n", []string{"deviceClasses[0] (a): spare 1e+30: at most 4611686018427387904 bytes"}},
+		{"spare just beyond the largest size", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 4611686018427387905}\n", []string{"deviceClasses[0] (a): spare 4611686018427387905: at most"}},
 		{"not yaml", "deviceClasses: [\n", []string{"decode"}},
 	}
 	for _, tt := range tests {

@@ -44,7 +44,8 @@ test-unit:
 # Each fuzz target for FUZZTIME, one after the other (go test -fuzz takes
 # one target per run). Their seed corpora already run in test-unit.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./lvm:FuzzParseReport ./pkg/config:FuzzParse
+FUZZ_TARGETS := ./lvm:FuzzParseReport ./pkg/config:FuzzParse \
+  ./pkg/driver:FuzzVolumeName ./pkg/driver:FuzzParseVolumeID
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/carve-csi/carve/lvm"
 )
 
 // A carve volume ID is "<volume group>/<LV name>": the node side finds the
@@ -27,11 +29,19 @@ func LVNameFor(volumeName string) string {
 func VolumeID(vg, lv string) string { return vg + "/" + lv }
 
 // ParseVolumeID splits a volume ID into volume group and LV name. It does
-// not check that they exist, only that the ID has carve's form.
+// not check that they exist, only that the ID has carve's form and names
+// LVM accepts: a device path built from them stays under the device
+// directory ("../carve-x" is not an ID).
 func ParseVolumeID(id string) (vg, lv string, err error) {
 	vg, lv, ok := strings.Cut(id, "/")
 	if !ok || vg == "" || !strings.HasPrefix(lv, lvNamePrefix) || strings.Contains(lv, "/") {
 		return "", "", fmt.Errorf("volume ID %q is not of the form <volume group>/%s<hex>", id, lvNamePrefix)
+	}
+	if err := lvm.ValidateVGName(vg); err != nil {
+		return "", "", fmt.Errorf("volume ID %q: %w", id, err)
+	}
+	if err := lvm.ValidateLVName(lv); err != nil {
+		return "", "", fmt.Errorf("volume ID %q: %w", id, err)
 	}
 	return vg, lv, nil
 }

@@ -38,6 +38,10 @@ func TestParseVolumeID(t *testing.T) {
 		{id: "vg0/other", wantErr: true},
 		{id: "vg0/" + lv + "/x", wantErr: true},
 		{id: "", wantErr: true},
+		{id: "../" + lv, wantErr: true},
+		{id: "-vg/" + lv, wantErr: true},
+		{id: "vg 0/" + lv, wantErr: true},
+		{id: "vg0/" + lv + "_tmeta", wantErr: true},
 	}
 	for _, tt := range tests {
 		vg, lv, err := ParseVolumeID(tt.id)

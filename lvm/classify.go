@@ -66,7 +66,7 @@ func (c *Client) failureState(ctx context.Context, vg, what string, err error) (
 		rep, rerr = &Report{}, nil
 	}
 	if rerr != nil {
-		return nil, 0, "", fmt.Errorf("%s: %w (reading the state to classify the failure failed too: %v)", what, err, rerr)
+		return nil, 0, "", fmt.Errorf("%s: %w (reading the state to classify the failure failed too: %v)", what, err, rerr) //nolint:errorlint // the re-read failure is context; wrapping it would let errors.Is classify by it
 	}
 	return rep, code, stderr, nil
 }

@@ -164,7 +164,7 @@ func TestCreateLVFailures(t *testing.T) {
 				// One read of the VG explains the failure; a VG that is
 				// gone takes a second (vgs), to tell missing from unreadable.
 				want := []string{"lvcreate", "fullreport"}
-				if tt.want == ErrVolumeGroupNotFound {
+				if tt.want == ErrVolumeGroupNotFound { //nolint:errorlint // which sentinel the table or the kind names, not a wrapped error
 					want = append(want, "vgs")
 				}
 				if got := f.commands(); !slices.Equal(got, want) && !slices.Equal(got, []string{"lvcreate"}) {
@@ -186,14 +186,14 @@ func checkKind(t *testing.T, err error, want error, text string) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("error %v carries no *CommandError", err)
 	}
-	if ce.Kind != want {
+	if ce.Kind != want { //nolint:errorlint // which sentinel the table or the kind names, not a wrapped error
 		t.Errorf("Kind = %v, want %v (error: %v)", ce.Kind, want, err)
 	}
 	if want != nil && !errors.Is(err, want) {
 		t.Errorf("errors.Is(%v, %v) = false", err, want)
 	}
 	for _, other := range []error{ErrNotFound, ErrVolumeGroupNotFound, ErrAlreadyExists, ErrInsufficientSpace, ErrInvalidArgument, ErrInUse} {
-		if other != want && !errors.Is(want, other) && errors.Is(err, other) {
+		if other != want && !errors.Is(want, other) && errors.Is(err, other) { //nolint:errorlint // which sentinel the table or the kind names, not a wrapped error
 			t.Errorf("error %v is also %v", err, other)
 		}
 	}
@@ -228,7 +228,7 @@ func TestRemoveLVFailures(t *testing.T) {
 			// The only extra reads are on the failure path: one of the
 			// VG, and a vgs when the VG is gone.
 			want := []string{"lvremove", "fullreport"}
-			if tt.want == ErrVolumeGroupNotFound {
+			if tt.want == ErrVolumeGroupNotFound { //nolint:errorlint // which sentinel the table or the kind names, not a wrapped error
 				want = append(want, "vgs")
 			}
 			if got := f.commands(); !slices.Equal(got, want) {

@@ -36,9 +36,12 @@ func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsMana
 	}()
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// ctx has ended: the shutdown gets its own bound, keeping ctx's values.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx) //nolint:errcheck // best effort on the way out; Serve reports the outcome
+		if err := srv.Shutdown(sctx); err != nil {
+			klog.ErrorS(err, "Stopping the metrics server")
+		}
 	}()
 	klog.InfoS("Serving metrics", "address", l.Addr().String())
 	return done, nil

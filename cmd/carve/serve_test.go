@@ -39,7 +39,7 @@ func TestHealthEndpoints(t *testing.T) {
 			mux := http.NewServeMux()
 			addHealth(mux, func(context.Context) error { return tc.ready })
 			rec := httptest.NewRecorder()
-			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+			mux.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, tc.path, nil))
 			if rec.Code != tc.wantCode {
 				t.Errorf("GET %s: %d, want %d", tc.path, rec.Code, tc.wantCode)
 			}

@@ -73,8 +73,8 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 		if token != "" && id <= token {
 			continue
 		}
-		if max := int(req.GetMaxEntries()); max > 0 && len(resp.Entries) == max {
-			resp.NextToken = resp.Entries[max-1].GetVolume().GetVolumeId()
+		if limit := int(req.GetMaxEntries()); limit > 0 && len(resp.Entries) == limit {
+			resp.NextToken = resp.Entries[limit-1].GetVolume().GetVolumeId()
 			break
 		}
 		class, _ := ClassFromTags(lv.Tags)

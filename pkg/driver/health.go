@@ -88,8 +88,8 @@ func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *
 		if len(h.HealthStatuses) == 0 {
 			continue
 		}
-		if max := int(req.GetMaxEntries()); max > 0 && len(resp.Entries) == max {
-			resp.NextToken = resp.Entries[max-1].GetVolumeId()
+		if limit := int(req.GetMaxEntries()); limit > 0 && len(resp.Entries) == limit {
+			resp.NextToken = resp.Entries[limit-1].GetVolumeId()
 			break
 		}
 		resp.Entries = append(resp.Entries, h)

@@ -21,7 +21,7 @@ const ParamDeviceClass = "carve.dev/device-class"
 // paramPassThroughPrefix marks parameters external-provisioner adds
 // (csi.storage.k8s.io/pvc/name, ... with --extra-create-metadata); they
 // are accepted, and the claim's are recorded in the LV's tags (tags.go).
-const paramPassThroughPrefix = "csi.storage.k8s.io/"
+const paramPassThroughPrefix = "csi.storage.k8s.io/" //nolint:gosec // G101: a parameter prefix, not a credential
 
 // DefaultFSType is the filesystem of a mount volume that names none.
 const DefaultFSType = "ext4"

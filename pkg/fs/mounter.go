@@ -86,7 +86,7 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	defer cancel()
 	if out, uerr := b.exec.CommandContext(ctx, "umount", target).CombinedOutput(); uerr != nil {
 		return fmt.Errorf("%w; undoing the bind mount failed too, %s is mounted without its options: umount: %v: %s",
-			err, target, uerr, strings.TrimSpace(string(out)))
+			err, target, uerr, strings.TrimSpace(string(out))) //nolint:errorlint // err is the failure; the rollback's is context
 	}
 	return fmt.Errorf("%w (the bind mount was undone)", err)
 }

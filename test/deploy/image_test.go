@@ -333,7 +333,7 @@ func packageOf(program string) (string, error) {
 		}
 		lastErr = err
 	}
-	return "", fmt.Errorf("no Debian package on this host ships %s (install it, or hack/install-deps.sh should): %v", program, lastErr)
+	return "", fmt.Errorf("no Debian package on this host ships %s (install it, or hack/install-deps.sh should): %w", program, lastErr)
 }
 
 // essentialPackages are in every Debian image, installed or not here.

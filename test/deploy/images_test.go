@@ -161,7 +161,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		t.Fatal(err)
 	}
 	defer func() { _ = logFile.Close() }()
-	ctrd := exec.Command("containerd", "--config", filepath.Join(state, "config.toml"))
+	ctrd := exec.Command("containerd", "--config", filepath.Join(state, "config.toml")) //nolint:noctx // a daemon for the whole test, stopped by its deferred cleanup
 	ctrd.Stdout, ctrd.Stderr = logFile, logFile
 	if err := ctrd.Start(); err != nil {
 		t.Fatal(err)
@@ -384,7 +384,7 @@ func loadable(root string, l *ociimage.Layout, p string) error {
 	}
 	out, err := inImage(root, l, interp, "--list", p)
 	if err != nil || bytes.Contains(out, []byte("not found")) {
-		return fmt.Errorf("%s cannot load its libraries in the image: %v\n%s", p, err, out)
+		return fmt.Errorf("%s cannot load its libraries in the image: %w\n%s", p, err, out)
 	}
 	return nil
 }
@@ -422,7 +422,7 @@ func inImage(root string, l *ociimage.Layout, argv ...string) ([]byte, error) {
 			}
 		}
 	}
-	cmd := exec.Command(prog, argv[1:]...)
+	cmd := exec.Command(prog, argv[1:]...) //nolint:noctx // the timeout below kills it and says so
 	cmd.Dir = "/"
 	cmd.Env = l.Config.Config.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}

@@ -41,7 +41,7 @@ func metricNames(expr string) []string {
 		return i
 	}
 	// skipTo returns the index after the matching close of the open rune at i.
-	skipTo := func(i int, open, close rune) int {
+	skipTo := func(i int, opening, closing rune) int {
 		depth := 0
 		for ; i < len(rs); i++ {
 			switch rs[i] {
@@ -52,9 +52,9 @@ func metricNames(expr string) []string {
 						i++
 					}
 				}
-			case open:
+			case opening:
 				depth++
-			case close:
+			case closing:
 				depth--
 				if depth == 0 {
 					return i + 1

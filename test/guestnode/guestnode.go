@@ -214,7 +214,7 @@ func (n *Node) Start(ctx context.Context) error {
 		select {
 		case <-r.done:
 			n.running = nil
-			return fmt.Errorf("guestnode %s: the guest ended before its kubelet started (exit %d, %v); boot log:\n%s",
+			return fmt.Errorf("guestnode %s: the guest ended before its kubelet started (exit %d, %w); boot log:\n%s",
 				s.Name, r.res.ExitCode, r.err, tailFile(n.LogPath("boot"), 30))
 		case <-ctx.Done():
 			return ctx.Err()

@@ -347,7 +347,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 					bootTimedOut = true
 					// Kill our own qemu by its pid; Wait below reports
 					// how it ended, so the error here adds nothing.
-					cmd.Process.Kill() //nolint:errcheck
+					cmd.Process.Kill() //nolint:errcheck // Wait below reports how it ended
 				}
 			}
 			out.poll()
@@ -369,7 +369,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	case statusErr != nil:
 		err = errNoStatus
 		if waitErr != nil {
-			err = fmt.Errorf("%w (qemu: %v)", errNoStatus, waitErr)
+			err = fmt.Errorf("%w (qemu: %v)", errNoStatus, waitErr) //nolint:errorlint // errNoStatus is what callers test for; qemu's exit is context
 		}
 	default:
 		code, perr := strconv.Atoi(strings.TrimSpace(string(status)))
@@ -582,7 +582,7 @@ func (t *tail) poll() {
 	}
 	// The first writer is always the Result's buffer, which cannot fail;
 	// a failing caller's writer must not stop the run.
-	io.Copy(t.w, t.f) //nolint:errcheck
+	io.Copy(t.w, t.f) //nolint:errcheck // see above: a failing writer must not stop the run
 }
 
 func (t *tail) close() error {

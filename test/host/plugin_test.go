@@ -397,9 +397,9 @@ func TestPluginReadinessFollowsVG(t *testing.T) {
 	if err != nil || !rsp.GetReady().GetValue() {
 		t.Errorf("Probe after the VG vanished: ready=%v, %v; want ready", rsp.GetReady().GetValue(), err)
 	}
-	cap, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{})
-	if err != nil || cap.GetAvailableCapacity() != 0 {
-		t.Errorf("GetCapacity of a vanished VG: %v, %v; want 0", cap.GetAvailableCapacity(), err)
+	capResp, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{})
+	if err != nil || capResp.GetAvailableCapacity() != 0 {
+		t.Errorf("GetCapacity of a vanished VG: %v, %v; want 0", capResp.GetAvailableCapacity(), err)
 	}
 }
 

@@ -101,7 +101,7 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	args = append(args, opts.ExtraArgs...)
 	// Not CommandContext: the process must outlive the start-up context;
 	// Stop ends it.
-	cmd := exec.Command(opts.Binary, args...)
+	cmd := exec.Command(opts.Binary, args...) //nolint:noctx // see above: Stop ends it
 	cmd.Env = append(os.Environ(), opts.Env...)
 	log := opts.Log
 	if log == nil {
@@ -142,9 +142,9 @@ func (p *Plugin) waitReady(ctx context.Context, sock string, timeout time.Durati
 	for {
 		select {
 		case <-p.done:
-			return fmt.Errorf("plugintest: the plugin exited before it was ready: %v", p.err)
+			return fmt.Errorf("plugintest: the plugin exited before it was ready: %w", p.err)
 		case <-ctx.Done():
-			return fmt.Errorf("plugintest: the plugin was not ready after %s: %v", timeout, last)
+			return fmt.Errorf("plugintest: the plugin was not ready after %s: %w", timeout, last)
 		case <-tick.C:
 		}
 		if _, err := os.Stat(sock); err != nil {

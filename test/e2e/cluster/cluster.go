@@ -302,7 +302,7 @@ func (c *Cluster) CheckAlive() error {
 	}
 	for _, p := range c.processes() {
 		if ended, err := p.Exited(); ended {
-			errs = append(errs, fmt.Errorf("%s ended (%v):\n%s", p.Name, err, p.Tail(20)))
+			errs = append(errs, fmt.Errorf("%s ended (%w):\n%s", p.Name, err, p.Tail(20)))
 		}
 	}
 	return errors.Join(errs...)

@@ -182,7 +182,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, api *Process, timeout tim
 	var last string
 	for time.Now().Before(deadline) {
 		if ended, werr := api.Exited(); ended {
-			return fmt.Errorf("kube-apiserver exited (%v) before it was ready", werr)
+			return fmt.Errorf("kube-apiserver exited (%w) before it was ready", werr)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.Server+"/readyz", nil)
 		if err != nil {

@@ -223,9 +223,9 @@ func waitSocket(ctx context.Context, p *Process, sock string, timeout time.Durat
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if ended, err := p.Exited(); ended {
-			return fmt.Errorf("%s exited (%v) before it listened on %s:\n%s", p.Name, err, sock, p.Tail(20))
+			return fmt.Errorf("%s exited (%w) before it listened on %s:\n%s", p.Name, err, sock, p.Tail(20))
 		}
-		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		if c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", sock); err == nil {
 			if err := c.Close(); err != nil {
 				return fmt.Errorf("close the probe connection to %s: %w", sock, err)
 			}

@@ -76,7 +76,7 @@ func run(o options) error {
 	}
 	archives, err := filepath.Glob(filepath.Join(o.images, "*.tar"))
 	if err != nil || len(archives) == 0 {
-		return fmt.Errorf("no image archives in %s (make images builds them): %v", o.images, err)
+		return fmt.Errorf("no image archives in %s (make images builds them): %w", o.images, err)
 	}
 	carve, err := filepath.Abs(o.carve)
 	if err != nil {

@@ -17,14 +17,14 @@ import (
 // runtime sends; it must exit 0 and not before the signal.
 func TestStopsOnSignal(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "pause")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
-			cmd := exec.Command(bin)
+			cmd := exec.CommandContext(t.Context(), bin)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {
@@ -68,7 +68,7 @@ func TestReap(t *testing.T) {
 	var started []int
 	for range 3 {
 		// The test binary with no test to run exits at once.
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

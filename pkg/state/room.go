@@ -85,7 +85,7 @@ func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
 // growth must fit in the class's available capacity (free space minus the
 // spare; for thin classes the overprovision ratio and the pool's real free
 // space). It returns the size the volume will have, `to` rounded up to
-// whole extents. ErrBeyondClass (wrapped) when that size is more than the
+// whole extents (per stripe, for a striped class). ErrBeyondClass (wrapped) when that size is more than the
 // class could hold even with nothing else in it, ErrNoRoom when the growth
 // does not fit now, ErrClassUnavailable when the class cannot take
 // anything. Call it with the volume group's room lock held.
@@ -94,7 +94,13 @@ func (v *View) RoomToGrow(d *config.DeviceClass, from, to uint64) (uint64, error
 	if err != nil {
 		return 0, err
 	}
-	size := RoundUp(to, c.ExtentSize)
+	// LVM grows a striped LV by whole extents per stripe: the size is the
+	// one lvextend will make, for the caller's limit_bytes check.
+	unit := c.ExtentSize
+	if !d.Thin() {
+		unit = d.LVCreateOptions.SizeUnit(c.ExtentSize)
+	}
+	size := RoundUp(to, unit)
 	if size <= from {
 		return from, nil
 	}

@@ -51,6 +51,29 @@ func TestRoomToGrow(t *testing.T) {
 	}
 }
 
+// A striped volume grows by whole extents per stripe, as lvextend grows
+// it: the size returned is the one LVM makes, so the caller's limit_bytes
+// check sees it.
+func TestRoomToGrowRoundsStripedToWholeStripes(t *testing.T) {
+	cfg := testConfig()
+	v := New(&fakeReporter{report: testReport()}, cfg, nil, owned)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := cfg.Class("thick")
+	d.LVCreateOptions.Stripes = 3
+	for _, tt := range []struct{ from, to, want uint64 }{
+		{3 * ex, 3*ex + 1, 6 * ex},
+		{3 * ex, 6 * ex, 6 * ex},
+		{3 * ex, 4 * ex, 6 * ex},
+	} {
+		got, err := v.RoomToGrow(d, tt.from, tt.to)
+		if err != nil || got != tt.want {
+			t.Errorf("RoomToGrow(%d, %d) = %d, %v; want %d", tt.from, tt.to, got, err, tt.want)
+		}
+	}
+}
+
 func TestRoomToGrowUnavailableClass(t *testing.T) {
 	cfg := testConfig()
 	r := testReport()

@@ -44,7 +44,7 @@ type Client struct {
 	timeout  time.Duration
 	observer Observer
 	devDir   string
-	locks    vgLocks
+	locks    VGLocks
 
 	mu sync.Mutex
 	// extents caches each volume group's extent size: it is fixed when the

@@ -5,7 +5,9 @@ import (
 	"sync"
 )
 
-// vgLocks serializes the mutations of each volume group inside the process.
+// VGLocks is a set of per-volume-group locks whose waiting honours the
+// caller's context. The zero value is ready to use. The Client's own set
+// serializes the mutations of each volume group inside the process.
 // LVM locks a VG itself, but only for the length of one command; carve's
 // mutations are read-decide-write sequences (extend reads the size first, a
 // failed create reads the free space to classify the failure) that must not
@@ -13,7 +15,7 @@ import (
 // locks, so a report is never stuck behind a long lvcreate. Waiting honours
 // the context, so a caller whose deadline passes gives up instead of
 // queueing forever.
-type vgLocks struct {
+type VGLocks struct {
 	mu    sync.Mutex
 	locks map[string]*vgLock
 }
@@ -23,8 +25,9 @@ type vgLock struct {
 	refs int           // holders and waiters; the entry goes when it drops to 0
 }
 
-// lock takes the lock of vg and returns the function that releases it.
-func (l *vgLocks) lock(ctx context.Context, vg string) (func(), error) {
+// Lock takes the lock of vg and returns the function that releases it;
+// ctx's error when ctx ends first.
+func (l *VGLocks) Lock(ctx context.Context, vg string) (func(), error) {
 	l.mu.Lock()
 	if l.locks == nil {
 		l.locks = map[string]*vgLock{}
@@ -54,8 +57,8 @@ func (l *vgLocks) lock(ctx context.Context, vg string) (func(), error) {
 	}
 }
 
-// size is the number of volume groups with a holder or a waiter (tests).
-func (l *vgLocks) size() int {
+// Size is the number of volume groups with a holder or a waiter.
+func (l *VGLocks) Size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.locks)

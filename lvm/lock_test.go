@@ -23,14 +23,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestVGLocksSameVGSerialize(t *testing.T) {
-	var l vgLocks
+	var l VGLocks
 	var inside, most atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 16; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			unlock, err := l.lock(context.Background(), "vg0")
+			unlock, err := l.Lock(context.Background(), "vg0")
 			if err != nil {
 				t.Error(err)
 				return
@@ -51,21 +51,21 @@ func TestVGLocksSameVGSerialize(t *testing.T) {
 	if most.Load() != 1 {
 		t.Errorf("%d holders of one VG's lock at once, want 1", most.Load())
 	}
-	if l.size() != 0 {
-		t.Errorf("%d lock entries left after all were released", l.size())
+	if l.Size() != 0 {
+		t.Errorf("%d lock entries left after all were released", l.Size())
 	}
 }
 
 func TestVGLocksDifferentVGsConcurrent(t *testing.T) {
-	var l vgLocks
-	unlockA, err := l.lock(context.Background(), "vgA")
+	var l VGLocks
+	unlockA, err := l.Lock(context.Background(), "vgA")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// vgB is free while vgA is held: this must not block.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	unlockB, err := l.lock(ctx, "vgB")
+	unlockB, err := l.Lock(ctx, "vgB")
 	if err != nil {
 		t.Fatalf("lock of vgB while vgA is held: %v", err)
 	}
@@ -74,15 +74,15 @@ func TestVGLocksDifferentVGsConcurrent(t *testing.T) {
 }
 
 func TestVGLocksWaitHonoursContext(t *testing.T) {
-	var l vgLocks
-	unlock, err := l.lock(context.Background(), "vg0")
+	var l VGLocks
+	unlock, err := l.Lock(context.Background(), "vg0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		_, err := l.lock(ctx, "vg0")
+		_, err := l.Lock(ctx, "vg0")
 		done <- err
 	}()
 	cancel()
@@ -90,11 +90,11 @@ func TestVGLocksWaitHonoursContext(t *testing.T) {
 		t.Errorf("waiter got %v, want context.Canceled", err)
 	}
 	unlock()
-	if l.size() != 0 {
-		t.Errorf("%d entries left, want 0", l.size())
+	if l.Size() != 0 {
+		t.Errorf("%d entries left, want 0", l.Size())
 	}
 	// The lock is free again.
-	unlock, err = l.lock(context.Background(), "vg0")
+	unlock, err = l.Lock(context.Background(), "vg0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestClientSerializesMutationsPerVG(t *testing.T) {
 	if b.most["rec-thick"] != 1 || b.most["rec-empty"] != 1 {
 		t.Errorf("most concurrent lvcreates per VG %v, want 1 each", b.most)
 	}
-	if c.locks.size() != 0 {
-		t.Errorf("%d lock entries left", c.locks.size())
+	if c.locks.Size() != 0 {
+		t.Errorf("%d lock entries left", c.locks.Size())
 	}
 }

@@ -22,7 +22,7 @@ func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolum
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	unlock, err := c.locks.lock(ctx, req.VolumeGroup)
+	unlock, err := c.locks.Lock(ctx, req.VolumeGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string
 	if err := validateTags(tags); err != nil {
 		return nil, err
 	}
-	unlock, err := c.locks.lock(ctx, vg)
+	unlock, err := c.locks.Lock(ctx, vg)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	if size > MaxSize {
 		return nil, invalid("size %d is larger than %d bytes", size, uint64(MaxSize))
 	}
-	unlock, err := c.locks.lock(ctx, vg)
+	unlock, err := c.locks.Lock(ctx, vg)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +188,7 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	if err := validateName("logical volume", name); err != nil {
 		return nil, err
 	}
-	unlock, err := c.locks.lock(ctx, vg)
+	unlock, err := c.locks.Lock(ctx, vg)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func (c *Client) RemoveLV(ctx context.Context, vg, name string) error {
 	if err := validateName("logical volume", name); err != nil {
 		return err
 	}
-	unlock, err := c.locks.lock(ctx, vg)
+	unlock, err := c.locks.Lock(ctx, vg)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
@@ -20,64 +19,17 @@ var (
 	ErrBeyondClass = errors.New("larger than the device class can hold on this node")
 )
 
-// roomLocks serializes, per volume group, the room checks and the
-// mutations that take room (lvcreate, lvextend): two that each fit alone
-// must not both pass their check and together eat into the spare or the
-// overprovision limit. Waiting honours the caller's context, so a hung
-// lvm holding one volume group's lock does not hold callers past their
-// deadline, nor those of other volume groups at all.
-type roomLocks struct {
-	mu    sync.Mutex
-	locks map[string]*roomLock
-}
-
-type roomLock struct {
-	sem  chan struct{} // capacity 1: holding the token is holding the lock
-	refs int           // holders and waiters; the entry goes at 0
-}
-
-func (l *roomLocks) lock(ctx context.Context, vg string) (func(), error) {
-	l.mu.Lock()
-	if l.locks == nil {
-		l.locks = map[string]*roomLock{}
-	}
-	e := l.locks[vg]
-	if e == nil {
-		e = &roomLock{sem: make(chan struct{}, 1)}
-		l.locks[vg] = e
-	}
-	e.refs++
-	l.mu.Unlock()
-	release := func() {
-		l.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(l.locks, vg)
-		}
-		l.mu.Unlock()
-	}
-	select {
-	case e.sem <- struct{}{}:
-		return func() { <-e.sem; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, fmt.Errorf("waiting for the room lock of volume group %s: %w", vg, ctx.Err())
-	}
-}
-
-// size is the number of volume groups with a holder or a waiter (tests).
-func (l *roomLocks) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.locks)
-}
-
 // LockRoom takes the room lock of volume group vg and returns the function
 // that releases it. CreateVolume holds it from its room check to the end of
 // its lvcreate, NodeExpandVolume from RoomToGrow to the end of its
 // lvextend, and both apply their result to the view (Created, Extended)
 // before releasing it. Waiting ends with the context.
 func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
-	return v.room.lock(ctx, vg)
+	unlock, err := v.room.Lock(ctx, vg)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the room lock of volume group %s: %w", vg, err)
+	}
+	return unlock, nil
 }
 
 // RoomToGrow checks that a volume of class d may grow from `from` to at

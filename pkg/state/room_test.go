@@ -159,7 +159,7 @@ func TestLockRoom(t *testing.T) {
 	}
 	unlock()
 	(<-got)()
-	if n := v.room.size(); n != 0 {
+	if n := v.room.Size(); n != 0 {
 		t.Errorf("%d lock entries left", n)
 	}
 }

@@ -64,8 +64,13 @@ type View struct {
 	gen uint64
 
 	dirty chan struct{}
-	// room serializes room checks with the mutations that take room.
-	room roomLocks
+	// room serializes room checks with the mutations that take room:
+	// two creates (or a create and a growth) that each fit alone must not
+	// both pass their check and together eat into the spare. Waiting
+	// honours the caller's context, so a hung lvm holding one volume
+	// group's lock holds no caller past its deadline, nor those of other
+	// volume groups at all.
+	room lvm.VGLocks
 }
 
 // New returns an empty view; call Refresh before using it. isOwned tells

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench deps clean cachedir
+.PHONY: all build image images manifests lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench deps clean cachedir
 
 all: build
 
@@ -76,6 +76,12 @@ KUSTOMIZE_VERSION := v5.8.2
 deploy-tools: cachedir
 	@test -f $(CACHE)/bin/.helm-$(HELM_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && touch $(CACHE)/bin/.helm-$(HELM_VERSION); }
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
+
+# The kustomize base in deploy/kubernetes is rendered from the Helm chart
+# (hack/manifests; namespace.yaml is the one hand-written file): edit the
+# chart, then run this. test/deploy fails when the two disagree.
+manifests: deploy-tools
+	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes
 
 test-deploy: deps deploy-tools
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \

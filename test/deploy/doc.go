@@ -1,8 +1,8 @@
 //go:build hosttest
 
 // Package deploy checks what users install: the kustomize base and the Helm
-// chart (valid objects, least-privilege RBAC, the sidecar flags DESIGN.md
-// fixes, the chart rendering the same objects as the base), the Dockerfile
+// chart (valid objects, least-privilege RBAC, the sidecar flags carve's
+// design fixes, the base being the chart rendered by `make manifests`), the Dockerfile
 // (every program carve runs comes from a package it installs), and the
 // Grafana dashboard and alert rules (every metric they use is one a running
 // `carve plugin` exports). It needs root for the plugin on a loop-device

@@ -25,8 +25,8 @@ import (
 )
 
 // The sidecar images carve is tested with (the releases the e2e tier
-// builds); bump them here, in the base, in the chart's values and in
-// docs/install.md together.
+// builds); bump them here, in the chart's values (then `make manifests`)
+// and in docs/install.md together.
 var pinnedImages = map[string]string{
 	"carve":           "ghcr.io/carve-csi/carve:v0.1.0",
 	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
@@ -34,7 +34,7 @@ var pinnedImages = map[string]string{
 }
 
 // provisionerFlags are csi-provisioner's flags in the node DaemonSet, as
-// DESIGN.md fixes them (the end-to-end harness runs csi-provisioner with
+// carve's design fixes them (the end-to-end harness runs csi-provisioner with
 // whatever the DaemonSet says, so this list is also what it tests).
 var provisionerFlags = []string{
 	"--csi-address=/csi/csi.sock",

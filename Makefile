@@ -45,7 +45,7 @@ test-unit:
 # one target per run). Their seed corpora already run in test-unit.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./lvm:FuzzParseReport ./pkg/config:FuzzParse \
-  ./pkg/driver:FuzzVolumeName ./pkg/driver:FuzzParseVolumeID
+  ./pkg/volume:FuzzVolumeName ./pkg/volume:FuzzParseVolumeID
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

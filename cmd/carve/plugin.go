@@ -37,7 +37,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	rec := metrics.NewRecorder(mm.GetRegistry().Registerer())
 	lvmClient := lvm.New(lvm.Options{Timeout: o.LVMTimeout, Observer: rec})
 
-	view := state.New(lvmClient, cfg, rec, driver.OwnedClass)
+	view := state.New(lvmClient, cfg, rec)
 	// A node whose volume group or thin pool is missing, or whose LVM
 	// cannot be read, still serves: exiting would only restart the pod in
 	// a loop. The view reports no room for the classes it cannot see,

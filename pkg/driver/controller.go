@@ -14,6 +14,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
 )
@@ -116,7 +117,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
 	}
 
-	lvName := LVNameFor(req.GetName())
+	lvName := volume.LVNameFor(req.GetName())
 	unlock, err := s.lock(lvName, "volume "+req.GetName())
 	if err != nil {
 		return nil, err
@@ -188,7 +189,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
-		Tags: VolumeTags(req.GetName(), class.Name, req.GetParameters())}
+		Tags: volume.VolumeTags(req.GetName(), class.Name, req.GetParameters())}
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool
 	} else {
@@ -202,7 +203,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		// ask LVM and treat it as a repeat.
 		existing, gerr := s.cfg.LVM.GetLV(ctx, class.VolumeGroup, lvName)
 		if gerr != nil {
-			return nil, toStatus(gerr, "looking up existing LV "+VolumeID(class.VolumeGroup, lvName))
+			return nil, toStatus(gerr, "looking up existing LV "+volume.VolumeID(class.VolumeGroup, lvName))
 		}
 		if err := s.compatible(existing, req, class); err != nil {
 			return nil, err
@@ -219,7 +220,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		}
 	}
 	if err != nil {
-		return nil, toStatus(err, "creating LV "+VolumeID(class.VolumeGroup, lvName))
+		return nil, toStatus(err, "creating LV "+volume.VolumeID(class.VolumeGroup, lvName))
 	}
 	s.cfg.View.Created(*lv)
 	log.Info("Created volume", "size", lv.Size)
@@ -228,12 +229,12 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 
 // compatible checks that an existing LV is the volume req asks for again.
 func (s *ControllerServer) compatible(lv *lvm.LogicalVolume, req *csi.CreateVolumeRequest, class *config.DeviceClass) error {
-	id := VolumeID(lv.VolumeGroup, lv.Name)
-	if !HasVolumeName(lv.Tags, req.GetName()) {
-		name, _, _ := VolumeNameFromTags(lv.Tags)
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	if !volume.HasVolumeName(lv.Tags, req.GetName()) {
+		name, _, _ := volume.VolumeNameFromTags(lv.Tags)
 		return status.Errorf(codes.AlreadyExists, "LV %s exists but does not carry volume %q in its tags (found %q)", id, req.GetName(), name)
 	}
-	if c, _ := ClassFromTags(lv.Tags); c != class.Name || lv.VolumeGroup != class.VolumeGroup {
+	if c, _ := volume.ClassFromTags(lv.Tags); c != class.Name || lv.VolumeGroup != class.VolumeGroup {
 		return status.Errorf(codes.AlreadyExists, "volume %q exists in device class %q (LV %s); %q asked", req.GetName(), c, id, class.Name)
 	}
 	if !sizeFits(lv.Size, req.GetCapacityRange()) {
@@ -250,7 +251,7 @@ func (s *ControllerServer) createResponse(lv *lvm.LogicalVolume, class *config.D
 // volume describes an LV as a CSI volume.
 func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volume {
 	return &csi.Volume{
-		VolumeId:           VolumeID(lv.VolumeGroup, lv.Name),
+		VolumeId:           volume.VolumeID(lv.VolumeGroup, lv.Name),
 		CapacityBytes:      int64(lv.Size),
 		VolumeContext:      map[string]string{ParamDeviceClass: class},
 		AccessibleTopology: []*csi.Topology{s.node.Segment()},
@@ -274,7 +275,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
 	}
-	vg, lvName, perr := ParseVolumeID(id)
+	vg, lvName, perr := volume.ParseVolumeID(id)
 	if perr != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
 		// Not an ID carve hands out, so no volume of carve's to delete.
 		klog.FromContext(ctx).V(2).Info("DeleteVolume of an ID that is not carve's; nothing to do", "volumeID", id)
@@ -300,10 +301,10 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		}
 		lv = *got
 	}
-	if !isCarveLV(lv.Tags) {
-		return nil, status.Errorf(codes.FailedPrecondition, "LV %s does not carry carve's tag %s; carve does not remove it", id, TagOwner)
+	if !volume.IsCarve(lv.Tags) {
+		return nil, status.Errorf(codes.FailedPrecondition, "LV %s does not carry carve's tag %s; carve does not remove it", id, volume.TagOwner)
 	}
-	if c, ok := ClassFromTags(lv.Tags); ok {
+	if c, ok := volume.ClassFromTags(lv.Tags); ok {
 		classLabel = c
 	}
 	stepStart := time.Now()
@@ -329,24 +330,4 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 func vgMissing(id, vg string, err error) error {
 	return status.Errorf(codes.Unavailable, "volume %s: volume group %s is missing on this node, so whether its LV is gone cannot be known; "+
 		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
-}
-
-// isCarveLV tells whether tags mark an LV as a carve volume.
-func isCarveLV(tags []string) bool {
-	for _, t := range tags {
-		if t == TagOwner {
-			return true
-		}
-	}
-	return false
-}
-
-// OwnedClass tells whether an LV is a carve volume and of which class; the
-// state view uses it to list and count volumes.
-func OwnedClass(lv lvm.LogicalVolume) (string, bool) {
-	if !isCarveLV(lv.Tags) {
-		return "", false
-	}
-	c, _ := ClassFromTags(lv.Tags)
-	return c, true
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // GetCapacity implements csi.ControllerServer from the in-memory view (no
@@ -69,7 +70,7 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	}
 	resp := &csi.ListVolumesResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
-		id := VolumeID(lv.VolumeGroup, lv.Name)
+		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 		if token != "" && id <= token {
 			continue
 		}
@@ -77,7 +78,7 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 			resp.NextToken = resp.Entries[limit-1].GetVolume().GetVolumeId()
 			break
 		}
-		class, _ := ClassFromTags(lv.Tags)
+		class, _ := volume.ClassFromTags(lv.Tags)
 		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
 			Volume: s.volume(&lv, class),
 		})
@@ -94,7 +95,7 @@ func checkPage(maxEntries int32, token string) error {
 		return status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", maxEntries)
 	}
 	if token != "" {
-		if _, _, err := ParseVolumeID(token); err != nil {
+		if _, _, err := volume.ParseVolumeID(token); err != nil {
 			return status.Errorf(codes.Aborted, "starting_token %q was not returned by carve: %v", token, err)
 		}
 	}
@@ -108,7 +109,7 @@ func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.Con
 	if err != nil {
 		return nil, err
 	}
-	class, _ := ClassFromTags(lv.Tags)
+	class, _ := volume.ClassFromTags(lv.Tags)
 	return &csi.ControllerGetVolumeResponse{
 		Volume: s.volume(lv, class),
 		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{},
@@ -122,7 +123,7 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
 	}
-	vg, lvName, err := ParseVolumeID(id)
+	vg, lvName, err := volume.ParseVolumeID(id)
 	if err != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: not a carve volume ID", id)
 	}
@@ -130,7 +131,7 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 	if err != nil {
 		return nil, toStatus(err, "volume "+id)
 	}
-	if !isCarveLV(lv.Tags) {
+	if !volume.IsCarve(lv.Tags) {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: LV %s is not carve's", id, id)
 	}
 	return lv, nil
@@ -156,7 +157,7 @@ func (s *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 		if err != nil {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 		}
-		if c, _ := ClassFromTags(lv.Tags); c != class.Name {
+		if c, _ := volume.ClassFromTags(lv.Tags); c != class.Name {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume is of device class %q, parameters ask for %q", c, class.Name)}, nil
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
 
@@ -67,7 +68,7 @@ func newControllerFixture(t *testing.T) *controllerFixture {
 // restart does.
 func (fx *controllerFixture) restart(t *testing.T) {
 	t.Helper()
-	fx.view = state.New(fx.lvm, fx.cfg, nil, OwnedClass)
+	fx.view = state.New(fx.lvm, fx.cfg, nil)
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +209,8 @@ func TestCreateVolume(t *testing.T) {
 				return
 			}
 			v := resp.GetVolume()
-			vg, lvName, err := ParseVolumeID(v.GetVolumeId())
-			if err != nil || vg != tt.wantVG || lvName != LVNameFor(req.GetName()) {
+			vg, lvName, err := volume.ParseVolumeID(v.GetVolumeId())
+			if err != nil || vg != tt.wantVG || lvName != volume.LVNameFor(req.GetName()) {
 				t.Errorf("volume ID %q: vg %q lv %q err %v", v.GetVolumeId(), vg, lvName, err)
 			}
 			if v.GetCapacityBytes() != tt.wantSize {
@@ -222,9 +223,9 @@ func TestCreateVolume(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the LV is not in LVM: %v", err)
 			}
-			class, _ := ClassFromTags(lv.Tags)
-			name, whole, _ := VolumeNameFromTags(lv.Tags)
-			if name != req.GetName() || !whole || class != v.GetVolumeContext()[ParamDeviceClass] || !isCarveLV(lv.Tags) {
+			class, _ := volume.ClassFromTags(lv.Tags)
+			name, whole, _ := volume.VolumeNameFromTags(lv.Tags)
+			if name != req.GetName() || !whole || class != v.GetVolumeContext()[ParamDeviceClass] || !volume.IsCarve(lv.Tags) {
 				t.Errorf("tags %v; volume context %v", lv.Tags, v.GetVolumeContext())
 			}
 			if (class == "thin") != (lv.Pool == "pool") {
@@ -281,25 +282,25 @@ func TestCreateVolumeStaleView(t *testing.T) {
 	ctx := context.Background()
 	fx := newControllerFixture(t)
 	name := "pvc-made-elsewhere"
-	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(name), Size: uint64(gib),
-		Tags: []string{TagOwner, VolumeTag(name), TagClassPrefix + "fast"}}); err != nil {
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(name), Size: uint64(gib),
+		Tags: []string{volume.TagOwner, volume.VolumeTag(name), volume.TagClassPrefix + "fast"}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := fx.cs.CreateVolume(ctx, createReq(name, gib, nil))
 	if err != nil {
 		t.Fatalf("CreateVolume: %v", err)
 	}
-	if resp.GetVolume().GetVolumeId() != VolumeID("vg1", LVNameFor(name)) {
+	if resp.GetVolume().GetVolumeId() != volume.VolumeID("vg1", volume.LVNameFor(name)) {
 		t.Errorf("volume ID %q", resp.GetVolume().GetVolumeId())
 	}
-	if _, ok := fx.view.LV("vg1", LVNameFor(name)); !ok {
+	if _, ok := fx.view.LV("vg1", volume.LVNameFor(name)); !ok {
 		t.Error("the view did not learn the LV")
 	}
 
 	// An LV of that name that carries another volume's name tag is not it.
 	clash := "pvc-clash"
-	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(clash), Size: uint64(gib),
-		Tags: []string{TagOwner, VolumeTag("someone-else"), TagClassPrefix + "fast"}}); err != nil {
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(clash), Size: uint64(gib),
+		Tags: []string{volume.TagOwner, volume.VolumeTag("someone-else"), volume.TagClassPrefix + "fast"}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = fx.cs.CreateVolume(ctx, createReq(clash, gib, nil))
@@ -314,33 +315,33 @@ func TestCreateVolumeRecordsClaim(t *testing.T) {
 	ctx := context.Background()
 	fx := newControllerFixture(t)
 	pv := "pvc-7d3c1a0e-0b6f-4f5e-9d1a-3c2b1a0f9e8d"
-	params := map[string]string{paramPVCNamespace: "db", paramPVCName: "data-pg-0", paramPVName: pv}
+	params := map[string]string{volume.ParamPVCNamespace: "db", volume.ParamPVCName: "data-pg-0", volume.ParamPVName: pv}
 	resp, err := fx.cs.CreateVolume(ctx, createReq(pv, gib, params))
 	if err != nil {
 		t.Fatal(err)
 	}
-	vg, lvName, _ := ParseVolumeID(resp.GetVolume().GetVolumeId())
+	vg, lvName, _ := volume.ParseVolumeID(resp.GetVolume().GetVolumeId())
 	lv, err := fx.lvm.GetLV(ctx, vg, lvName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{TagOwner, "carve.dev/name=" + pv, "carve.dev/class=fast", "carve.dev/pvc=db/data-pg-0"}
+	want := []string{volume.TagOwner, "carve.dev/name=" + pv, "carve.dev/class=fast", "carve.dev/pvc=db/data-pg-0"}
 	if !slices.Equal(lv.Tags, want) {
 		t.Errorf("tags %q, want %q", lv.Tags, want)
 	}
-	if c, ok := ClaimFromTags(lv.Tags); !ok || c.String() != "db/data-pg-0" {
+	if c, ok := volume.ClaimFromTags(lv.Tags); !ok || c.String() != "db/data-pg-0" {
 		t.Errorf("ClaimFromTags = %v, %v", c, ok)
 	}
 
 	legacy := "pvc-made-by-an-older-carve"
-	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(legacy), Size: uint64(gib),
-		Tags: []string{TagOwner, TagLegacyVolumePrefix + hex.EncodeToString([]byte(legacy)), TagClassPrefix + "fast"}}); err != nil {
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(legacy), Size: uint64(gib),
+		Tags: []string{volume.TagOwner, volume.TagLegacyVolumePrefix + hex.EncodeToString([]byte(legacy)), volume.TagClassPrefix + "fast"}}); err != nil {
 		t.Fatal(err)
 	}
 	fx.restart(t)
 	for _, name := range []string{pv, legacy} {
 		resp, err := fx.cs.CreateVolume(ctx, createReq(name, gib, params))
-		if err != nil || resp.GetVolume().GetVolumeId() != VolumeID("vg1", LVNameFor(name)) {
+		if err != nil || resp.GetVolume().GetVolumeId() != volume.VolumeID("vg1", volume.LVNameFor(name)) {
 			t.Errorf("retried CreateVolume(%s) = %v, %v", name, resp, err)
 		}
 	}
@@ -400,14 +401,14 @@ func TestCreateVolumeLVMErrors(t *testing.T) {
 
 func TestCreateVolumeBusy(t *testing.T) {
 	fx := newControllerFixture(t)
-	if !fx.cs.locks.TryAcquire(LVNameFor("pvc-1")) {
+	if !fx.cs.locks.TryAcquire(volume.LVNameFor("pvc-1")) {
 		t.Fatal("lock taken")
 	}
 	_, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil))
 	wantCode(t, err, codes.Aborted, "in progress")
-	_, err = fx.cs.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: VolumeID("vg1", LVNameFor("pvc-1"))})
+	_, err = fx.cs.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: volume.VolumeID("vg1", volume.LVNameFor("pvc-1"))})
 	wantCode(t, err, codes.Aborted)
-	fx.cs.locks.Release(LVNameFor("pvc-1"))
+	fx.cs.locks.Release(volume.LVNameFor("pvc-1"))
 	if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil)); err != nil {
 		t.Fatalf("after release: %v", err)
 	}
@@ -429,22 +430,22 @@ func TestDeleteVolume(t *testing.T) {
 		{name: "empty ID", setup: func(*testing.T, *controllerFixture) string { return "" }, code: codes.InvalidArgument, msg: []string{"volume_id"}},
 		{name: "not a carve ID", setup: func(*testing.T, *controllerFixture) string { return "fake-vol-id" }, code: codes.OK},
 		{name: "carve form, bad VG name", setup: func(*testing.T, *controllerFixture) string { return "-vg/carve-00" }, code: codes.OK},
-		{name: "unknown volume", setup: func(*testing.T, *controllerFixture) string { return VolumeID("vg1", LVNameFor("never")) }, code: codes.OK},
-		{name: "unknown VG", setup: func(*testing.T, *controllerFixture) string { return VolumeID("vg9", LVNameFor("never")) }, code: codes.OK},
+		{name: "unknown volume", setup: func(*testing.T, *controllerFixture) string { return volume.VolumeID("vg1", volume.LVNameFor("never")) }, code: codes.OK},
+		{name: "unknown VG", setup: func(*testing.T, *controllerFixture) string { return volume.VolumeID("vg9", volume.LVNameFor("never")) }, code: codes.OK},
 		{name: "not in the view", setup: func(t *testing.T, fx *controllerFixture) string {
-			lv, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor("x"), Size: 1,
-				Tags: []string{TagOwner, VolumeTag("x"), TagClassPrefix + "fast"}})
+			lv, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor("x"), Size: 1,
+				Tags: []string{volume.TagOwner, volume.VolumeTag("x"), volume.TagClassPrefix + "fast"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return VolumeID(lv.VolumeGroup, lv.Name)
+			return volume.VolumeID(lv.VolumeGroup, lv.Name)
 		}, code: codes.OK, gone: true},
 		{name: "not carve's", setup: func(t *testing.T, fx *controllerFixture) string {
 			if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: "carve-foreign", Size: 1}); err != nil {
 				t.Fatal(err)
 			}
 			return "vg1/carve-foreign"
-		}, code: codes.FailedPrecondition, msg: []string{TagOwner}},
+		}, code: codes.FailedPrecondition, msg: []string{volume.TagOwner}},
 		{name: "open", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", nil)
 			fx.lvm.mu.Lock()
@@ -476,7 +477,7 @@ func TestDeleteVolume(t *testing.T) {
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group missing, an LV the view never held", setup: func(t *testing.T, fx *controllerFixture) string {
 			fx.lvm.hideVG("vg2")
-			return VolumeID("vg2", LVNameFor("made-before-a-restart"))
+			return volume.VolumeID("vg2", volume.LVNameFor("made-before-a-restart"))
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group unreadable", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
@@ -507,7 +508,7 @@ func TestDeleteVolume(t *testing.T) {
 				if fx.lvm.hidden["vg2"] != nil {
 					fx.lvm.showVG("vg2")
 				}
-				vg, lvName, _ := ParseVolumeID(id)
+				vg, lvName, _ := volume.ParseVolumeID(id)
 				if _, gerr := fx.lvm.GetLV(ctx, vg, lvName); gerr == nil {
 					if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 						t.Errorf("DeleteVolume once the volume group is back: %v", err)
@@ -520,7 +521,7 @@ func TestDeleteVolume(t *testing.T) {
 			if !tt.gone {
 				return
 			}
-			vg, lvName, _ := ParseVolumeID(id)
+			vg, lvName, _ := volume.ParseVolumeID(id)
 			if _, err := fx.lvm.GetLV(ctx, vg, lvName); !errors.Is(err, lvm.ErrNotFound) {
 				t.Errorf("LV still there: %v", err)
 			}
@@ -699,7 +700,7 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 		{"existing", id, codes.OK},
 		{"empty", "", codes.InvalidArgument},
 		{"not a carve ID", "fake-vol-id", codes.NotFound},
-		{"gone", VolumeID("vg1", LVNameFor("never")), codes.NotFound},
+		{"gone", volume.VolumeID("vg1", volume.LVNameFor("never")), codes.NotFound},
 		{"not carve's", "vg1/carve-foreign", codes.NotFound},
 	}
 	for _, tt := range getTests {

@@ -7,6 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // CSI 1.13 reports a volume's condition as a list of health entries (it
@@ -74,7 +75,7 @@ func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *
 	}
 	resp := &csi.ControllerListVolumeHealthResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
-		id := VolumeID(lv.VolumeGroup, lv.Name)
+		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 		if token != "" && id <= token {
 			continue
 		}

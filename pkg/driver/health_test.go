@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 func TestVolumeHealth(t *testing.T) {
@@ -79,7 +80,7 @@ func TestControllerVolumeHealthRPCs(t *testing.T) {
 	}
 	_, err = fx.cs.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{})
 	wantCode(t, err, codes.InvalidArgument)
-	_, err = fx.cs.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: VolumeID("vg1", LVNameFor("never"))})
+	_, err = fx.cs.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: volume.VolumeID("vg1", volume.LVNameFor("never"))})
 	wantCode(t, err, codes.NotFound)
 
 	list, err := fx.cs.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{})

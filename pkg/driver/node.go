@@ -22,6 +22,7 @@ import (
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
 )
@@ -139,7 +140,7 @@ func (n *NodeServer) classOf(volumeID string) (string, bool) {
 }
 
 func (n *NodeServer) rememberClass(volumeID string, lv *lvm.LogicalVolume) string {
-	c, ok := ClassFromTags(lv.Tags)
+	c, ok := volume.ClassFromTags(lv.Tags)
 	if !ok {
 		c = unknownClassLabel
 	}
@@ -178,7 +179,7 @@ func (n *NodeServer) step(phase, name, class string, start time.Time, err error)
 // lookup finds the LV of a volume ID: NotFound when the ID is not carve's
 // or the LV does not exist.
 func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalVolume, error) {
-	vg, name, err := ParseVolumeID(volumeID)
+	vg, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
 	}
@@ -203,7 +204,7 @@ func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalV
 // Otherwise LVM is asked: a volume that does not exist is NotFound, an
 // inactive one is activated (see activate).
 func (n *NodeServer) activeDevice(ctx context.Context, id string, volumeContext map[string]string) (device, class string, err error) {
-	if vg, name, err := ParseVolumeID(id); err == nil && lvm.ValidateVGName(vg) == nil && lvm.ValidateLVName(name) == nil {
+	if vg, name, err := volume.ParseVolumeID(id); err == nil && lvm.ValidateVGName(vg) == nil && lvm.ValidateLVName(name) == nil {
 		device = "/dev/" + vg + "/" + name
 		if class = volumeContext[ParamDeviceClass]; class != "" && n.isDeviceNode(device) {
 			n.rememberClassName(id, class)
@@ -231,9 +232,9 @@ func (n *NodeServer) activate(ctx context.Context, id string, lv *lvm.LogicalVol
 	if lv.Attr.Active {
 		return lv, nil
 	}
-	if !isCarveLV(lv.Tags) {
+	if !volume.IsCarve(lv.Tags) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active and does not carry carve's tag %s; carve activates only its own volumes",
-			id, lv.VolumeGroup, lv.Name, TagOwner)
+			id, lv.VolumeGroup, lv.Name, volume.TagOwner)
 	}
 	got, err := n.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
 	if errors.Is(err, lvm.ErrNotFound) {

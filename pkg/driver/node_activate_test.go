@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // After a reboot on a host without LVM autoactivation every LV is
@@ -65,12 +66,12 @@ func TestNodeActivatesTheLVItNeeds(t *testing.T) {
 		{name: "stage of a thin volume whose pool is inactive too",
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				fx.lvm.addThinPool("vg1", "pool", 4*uint64(gib))
-				lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor("pvc-thin"),
-					Size: uint64(gib), ThinPool: "pool", Tags: []string{TagOwner, VolumeTag("pvc-thin"), TagClassPrefix + "thin"}})
+				lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-thin"),
+					Size: uint64(gib), ThinPool: "pool", Tags: []string{volume.TagOwner, volume.VolumeTag("pvc-thin"), volume.TagClassPrefix + "thin"}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				fx.id = VolumeID("vg1", lv.Name)
+				fx.id = volume.VolumeID("vg1", lv.Name)
 				deactivate(fx, fx.id, "vg1/pool")
 			},
 			call: stageFS, activated: []string{"vg1/pool"},
@@ -80,7 +81,7 @@ func TestNodeActivatesTheLVItNeeds(t *testing.T) {
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				deactivate(fx, fx.id)
 				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) {
-					lv.Tags = slices.DeleteFunc(lv.Tags, func(t string) bool { return t == TagOwner })
+					lv.Tags = slices.DeleteFunc(lv.Tags, func(t string) bool { return t == volume.TagOwner })
 				})
 			},
 			call: stageFS},

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // NodeExpandVolume obeys the class's rules as CreateVolume does: the
@@ -22,12 +23,12 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 	thinVolume := func(t *testing.T, fx *nodeFixture) {
 		// A 4 GiB pool with ratio 2: 8 GiB of thin volumes at most.
 		fx.lvm.addThinPool("vg1", "pool", 4*uint64(gib))
-		lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor("pvc-thin"),
-			Size: uint64(gib), ThinPool: "pool", Tags: []string{TagOwner, VolumeTag("pvc-thin"), TagClassPrefix + "thin"}})
+		lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-thin"),
+			Size: uint64(gib), ThinPool: "pool", Tags: []string{volume.TagOwner, volume.VolumeTag("pvc-thin"), volume.TagClassPrefix + "thin"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		fx.id = VolumeID("vg1", lv.Name)
+		fx.id = volume.VolumeID("vg1", lv.Name)
 		if err := fx.view.Refresh(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,9 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 		{name: "the volume's class is not this node's", required: 2 * gib, code: codes.ResourceExhausted, want: gib,
 			msg: []string{`device class "gone"`},
 			prepare: func(t *testing.T, fx *nodeFixture) {
-				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) { lv.Tags = []string{TagOwner, VolumeTag("pvc-1"), TagClassPrefix + "gone"} })
+				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) {
+					lv.Tags = []string{volume.TagOwner, volume.VolumeTag("pvc-1"), volume.TagClassPrefix + "gone"}
+				})
 			}},
 	}
 	for _, tt := range tests {
@@ -86,7 +89,7 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 			_, err := fx.ns.NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: fx.id, VolumePath: fx.target,
 				CapacityRange: &csi.CapacityRange{RequiredBytes: tt.required, LimitBytes: tt.limit}})
 			wantCode(t, err, tt.code, tt.msg...)
-			vg, name, _ := ParseVolumeID(fx.id)
+			vg, name, _ := volume.ParseVolumeID(fx.id)
 			lv, _ := fx.lvm.GetLV(context.Background(), vg, name)
 			if int64(lv.Size) != tt.want {
 				t.Errorf("LV size %d, want %d", lv.Size, tt.want)

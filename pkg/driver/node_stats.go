@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/carve-csi/carve/pkg/volume"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,7 +28,7 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
-	vg, name, err := ParseVolumeID(id)
+	vg, name, err := volume.ParseVolumeID(id)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", id, err)
 	}
@@ -96,7 +98,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 			}
 		}
 	}
-	vg, name, err := ParseVolumeID(id)
+	vg, name, err := volume.ParseVolumeID(id)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", id, err)
 	}

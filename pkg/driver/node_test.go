@@ -20,6 +20,7 @@ import (
 	"github.com/carve-csi/carve/pkg/fs/fstest"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
 
@@ -68,7 +69,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.view = state.New(fx.lvm, cfg, nil, OwnedClass)
+	fx.view = state.New(fx.lvm, cfg, nil)
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +83,13 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 // addVolume makes a 1 GiB LV of class fast; it returns its ID and device.
 func (fx *nodeFixture) addVolume(t *testing.T, name string) (string, string) {
 	t.Helper()
-	lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: LVNameFor(name),
-		Size: uint64(gib), Tags: []string{TagOwner, VolumeTag(name), TagClassPrefix + "fast"}})
+	lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(name),
+		Size: uint64(gib), Tags: []string{volume.TagOwner, volume.VolumeTag(name), volume.TagClassPrefix + "fast"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fx.tools.SetSize(lv.Path, lv.Size)
-	return VolumeID("vg1", lv.Name), lv.Path
+	return volume.VolumeID("vg1", lv.Name), lv.Path
 }
 
 // setLV changes the fake LV of id.
@@ -327,7 +328,7 @@ func TestNodeStageVolume(t *testing.T) {
 		{name: "LV does not exist", code: codes.NotFound, msg: []string{"does not exist"},
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest {
 				r := fx.stageReq(mountCap("", sw))
-				r.VolumeId = VolumeID("vg1", LVNameFor("pvc-gone"))
+				r.VolumeId = volume.VolumeID("vg1", volume.LVNameFor("pvc-gone"))
 				return r
 			}},
 		{name: "inactive LV: activated, then staged",
@@ -486,7 +487,7 @@ func TestNodeUnstageVolume(t *testing.T) {
 		}},
 		{name: "LV deleted meanwhile", prepare: func(t *testing.T, fx *nodeFixture) {
 			fx.stage(t, mountCap("", sw))
-			if err := fx.lvm.RemoveLV(context.Background(), "vg1", LVNameFor("pvc-1")); err != nil {
+			if err := fx.lvm.RemoveLV(context.Background(), "vg1", volume.LVNameFor("pvc-1")); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -530,7 +531,7 @@ func TestNodePublishVolume(t *testing.T) {
 		{name: "LV does not exist", code: codes.NotFound,
 			req: func(fx *nodeFixture) *csi.NodePublishVolumeRequest {
 				r := fx.publishReq(mountCap("", sw), false)
-				r.VolumeId = VolumeID("vg1", LVNameFor("pvc-gone"))
+				r.VolumeId = volume.VolumeID("vg1", volume.LVNameFor("pvc-gone"))
 				return r
 			}},
 		{name: "not staged", code: codes.FailedPrecondition, msg: []string{"not staged"},
@@ -765,7 +766,7 @@ func TestNodeGetVolumeHealth(t *testing.T) {
 			}},
 		{name: "unknown volume", code: codes.NotFound,
 			req: func(fx *nodeFixture) *csi.NodeGetVolumeHealthRequest {
-				return &csi.NodeGetVolumeHealthRequest{VolumeId: VolumeID("vg1", LVNameFor("pvc-gone"))}
+				return &csi.NodeGetVolumeHealthRequest{VolumeId: volume.VolumeID("vg1", volume.LVNameFor("pvc-gone"))}
 			}},
 		{name: "healthy, no paths",
 			req: func(fx *nodeFixture) *csi.NodeGetVolumeHealthRequest {
@@ -793,13 +794,13 @@ func TestNodeGetVolumeHealth(t *testing.T) {
 		{name: "LV removed under a mounted volume", reasons: []string{"LogicalVolumeMissing"},
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				published(t, fx)
-				if err := fx.lvm.RemoveLV(context.Background(), "vg1", LVNameFor("pvc-1")); err != nil {
+				if err := fx.lvm.RemoveLV(context.Background(), "vg1", volume.LVNameFor("pvc-1")); err != nil {
 					t.Fatal(err)
 				}
 			}},
 		{name: "LV removed, nothing mounted", code: codes.NotFound,
 			prepare: func(t *testing.T, fx *nodeFixture) {
-				if err := fx.lvm.RemoveLV(context.Background(), "vg1", LVNameFor("pvc-1")); err != nil {
+				if err := fx.lvm.RemoveLV(context.Background(), "vg1", volume.LVNameFor("pvc-1")); err != nil {
 					t.Fatal(err)
 				}
 			}},
@@ -878,15 +879,15 @@ func TestNodeExpandVolume(t *testing.T) {
 				}
 			}},
 		{name: "ext4: lvextend and resize2fs", prepare: published("ext4"), req: expand(2*gib, 0),
-			wantCapacity: 2 * gib, wantChanges: 1, wantGrow: []string{"resize2fs", "/dev/vg1/" + LVNameFor("pvc-1")}},
+			wantCapacity: 2 * gib, wantChanges: 1, wantGrow: []string{"resize2fs", "/dev/vg1/" + volume.LVNameFor("pvc-1")}},
 		{name: "xfs: xfs_growfs on the mount path", prepare: published("xfs"), req: expand(2*gib, 3*gib),
 			wantCapacity: 2 * gib, wantChanges: 1, wantGrow: []string{"xfs_growfs", "-d", "TARGET"}},
 		{name: "btrfs: resize max", prepare: published("btrfs"), req: expand(2*gib, 0),
 			wantCapacity: 2 * gib, wantChanges: 1, wantGrow: []string{"btrfs", "filesystem", "resize", "max", "TARGET"}},
 		{name: "rounded up to whole extents", prepare: published("ext4"), req: expand(gib+1, 0),
-			wantCapacity: gib + 4*mib, wantChanges: 1, wantGrow: []string{"resize2fs", "/dev/vg1/" + LVNameFor("pvc-1")}},
+			wantCapacity: gib + 4*mib, wantChanges: 1, wantGrow: []string{"resize2fs", "/dev/vg1/" + volume.LVNameFor("pvc-1")}},
 		{name: "already that size: no lvextend, the filesystem still grows", prepare: published("ext4"), req: expand(gib, 0),
-			wantCapacity: gib, wantGrow: []string{"resize2fs", "/dev/vg1/" + LVNameFor("pvc-1")}},
+			wantCapacity: gib, wantGrow: []string{"resize2fs", "/dev/vg1/" + volume.LVNameFor("pvc-1")}},
 		{name: "larger than the volume group could ever hold", code: codes.OutOfRange, msg: []string{"the most a volume can have on this node"},
 			prepare: published("ext4"), req: expand(20*gib, 0)},
 		{name: "no room left in the volume group", code: codes.ResourceExhausted, msg: []string{"available", "spare"},
@@ -928,7 +929,7 @@ func TestNodeExpandVolume(t *testing.T) {
 			if resp.GetCapacityBytes() != tc.wantCapacity {
 				t.Errorf("capacity = %d, want %d", resp.GetCapacityBytes(), tc.wantCapacity)
 			}
-			lv, _ := fx.lvm.GetLV(context.Background(), "vg1", LVNameFor("pvc-1"))
+			lv, _ := fx.lvm.GetLV(context.Background(), "vg1", volume.LVNameFor("pvc-1"))
 			if int64(lv.Size) != tc.wantCapacity {
 				t.Errorf("LV size = %d, want %d", lv.Size, tc.wantCapacity)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // ParamDeviceClass is the StorageClass parameter that names the device
@@ -29,12 +30,6 @@ const DefaultFSType = "ext4"
 // DefaultVolumeSize is the size of a volume whose request names none
 // (required_bytes and limit_bytes both 0).
 const DefaultVolumeSize = 1 << 30
-
-// maxVolumeNameLength bounds CSI volume names. The name is stored in an LVM
-// tag (LVM allows 1024 bytes), escaped where it leaves the tag alphabet; one
-// too long for that is cut and hashed (tags.go). 500 is the bound of older
-// releases, whose hex tag took two bytes a byte.
-const maxVolumeNameLength = 500
 
 var classNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
@@ -60,8 +55,8 @@ func checkVolumeName(name string) error {
 	switch {
 	case name == "":
 		return status.Error(codes.InvalidArgument, "name: must be set")
-	case len(name) > maxVolumeNameLength:
-		return status.Errorf(codes.InvalidArgument, "name: %d bytes long; at most %d are allowed", len(name), maxVolumeNameLength)
+	case len(name) > volume.MaxNameLength:
+		return status.Errorf(codes.InvalidArgument, "name: %d bytes long; at most %d are allowed", len(name), volume.MaxNameLength)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func TestRoomToGrow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig()
-			v := New(&fakeReporter{report: testReport()}, cfg, nil, owned)
+			v := New(&fakeReporter{report: testReport()}, cfg, nil)
 			if err := v.Refresh(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +56,7 @@ func TestRoomToGrow(t *testing.T) {
 // check sees it.
 func TestRoomToGrowRoundsStripedToWholeStripes(t *testing.T) {
 	cfg := testConfig()
-	v := New(&fakeReporter{report: testReport()}, cfg, nil, owned)
+	v := New(&fakeReporter{report: testReport()}, cfg, nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestRoomToGrowUnavailableClass(t *testing.T) {
 	cfg := testConfig()
 	r := testReport()
 	r.VolumeGroups[0].MissingPVs = 1
-	v := New(&fakeReporter{report: r}, cfg, nil, owned)
+	v := New(&fakeReporter{report: r}, cfg, nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestRoomToGrowUnavailableClass(t *testing.T) {
 func TestExtendedCountsAtOnce(t *testing.T) {
 	cfg := testConfig()
 	rep := &fakeReporter{report: testReport()}
-	v := New(rep, cfg, nil, owned)
+	v := New(rep, cfg, nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestExtendedCountsAtOnce(t *testing.T) {
 // The room lock serializes one volume group, lets others run, and a
 // waiter gives up with its context.
 func TestLockRoom(t *testing.T) {
-	v := New(&fakeReporter{report: testReport()}, testConfig(), nil, owned)
+	v := New(&fakeReporter{report: testReport()}, testConfig(), nil)
 	ctx := context.Background()
 	unlock, err := v.LockRoom(ctx, "vg1")
 	if err != nil {

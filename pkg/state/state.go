@@ -22,6 +22,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // Reporter reads LVM state with one command; *lvm.Client implements it.
@@ -43,8 +44,6 @@ type View struct {
 	reporter Reporter
 	cfg      *config.Config
 	rec      *metrics.Recorder
-	// IsOwned decides which LVs are carve's volumes (listed, counted).
-	isOwned func(lvm.LogicalVolume) (class string, ok bool)
 
 	mu    sync.RWMutex
 	vgs   map[string]lvm.VolumeGroup
@@ -73,10 +72,9 @@ type View struct {
 	room lvm.VGLocks
 }
 
-// New returns an empty view; call Refresh before using it. isOwned tells
-// whether an LV is a carve volume and of which class (from its tags).
-func New(r Reporter, cfg *config.Config, rec *metrics.Recorder, isOwned func(lvm.LogicalVolume) (string, bool)) *View {
-	return &View{reporter: r, cfg: cfg, rec: rec, isOwned: isOwned,
+// New returns an empty view; call Refresh before using it.
+func New(r Reporter, cfg *config.Config, rec *metrics.Recorder) *View {
+	return &View{reporter: r, cfg: cfg, rec: rec,
 		vgs: map[string]lvm.VolumeGroup{}, lvs: map[string]lvm.LogicalVolume{}, pools: map[string]lvm.ThinPool{},
 		dirty: make(chan struct{}, 1)}
 }
@@ -370,7 +368,13 @@ func (v *View) Changed() {
 
 // Volumes lists carve's volumes in the configured volume groups, sorted by
 // "vg/name".
-func (v *View) Volumes() []lvm.LogicalVolume {
+func (v *View) Volumes() []lvm.LogicalVolume { return v.owned(volume.KindVolume) }
+
+// Snapshots lists carve's snapshots in the configured volume groups,
+// sorted by "vg/name".
+func (v *View) Snapshots() []lvm.LogicalVolume { return v.owned(volume.KindSnapshot) }
+
+func (v *View) owned(kind volume.Kind) []lvm.LogicalVolume {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	vgs := v.configuredVGs()
@@ -379,7 +383,7 @@ func (v *View) Volumes() []lvm.LogicalVolume {
 		if !slices.Contains(vgs, lv.VolumeGroup) {
 			continue
 		}
-		if _, ok := v.isOwned(lv); ok {
+		if k, _, ok := volume.Owned(lv); ok && k == kind {
 			out = append(out, lv)
 		}
 	}
@@ -460,7 +464,7 @@ func (v *View) publishLocked() {
 	}
 	counts := map[string]int{}
 	for _, lv := range v.lvs {
-		if class, ok := v.isOwned(lv); ok {
+		if k, class, ok := volume.Owned(lv); ok && k == volume.KindVolume {
 			counts[lv.VolumeGroup+"/"+class]++
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 const (
@@ -174,15 +175,6 @@ func (f *fakeReporter) set(r lvm.Report, err error) {
 	f.report, f.err = r, err
 }
 
-func owned(lv lvm.LogicalVolume) (string, bool) {
-	for _, t := range lv.Tags {
-		if c, ok := strings.CutPrefix(t, "class="); ok {
-			return c, true
-		}
-	}
-	return "", false
-}
-
 func testConfig() *config.Config {
 	return &config.Config{DeviceClasses: []config.DeviceClass{
 		{Name: "thick", VolumeGroup: "vg1", Default: true, Spare: qty("1Gi")},
@@ -198,10 +190,10 @@ func testReport() lvm.Report {
 		},
 		LogicalVolumes: []lvm.LogicalVolume{
 			{Name: "pool", VolumeGroup: "vg1", Size: 8 * gi, Attr: lvm.Attributes{Type: lvm.TypeThinPool}},
-			{Name: "b", VolumeGroup: "vg1", Size: 1 * gi, Tags: []string{"class=thick"}},
-			{Name: "a", VolumeGroup: "vg1", Size: 1 * gi, Pool: "pool", Tags: []string{"class=thin"}},
+			{Name: "b", VolumeGroup: "vg1", Size: 1 * gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}},
+			{Name: "a", VolumeGroup: "vg1", Size: 1 * gi, Pool: "pool", Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thin"}},
 			{Name: "foreign", VolumeGroup: "vg1", Size: 1 * gi},
-			{Name: "elsewhere", VolumeGroup: "other", Size: 1 * gi, Tags: []string{"class=thick"}},
+			{Name: "elsewhere", VolumeGroup: "other", Size: 1 * gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}},
 		},
 		ThinPools: []lvm.ThinPool{{Name: "pool", VolumeGroup: "vg1", Size: 8 * gi, VirtualSize: 1 * gi, DataPercent: 25, MetadataPercent: 5, ThinVolumes: 1}},
 	}
@@ -212,7 +204,7 @@ func TestViewRefreshAndQueries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	rec := metrics.NewRecorder(reg)
 	cfg := testConfig()
-	v := New(rep, cfg, rec, owned)
+	v := New(rep, cfg, rec)
 	if err := v.Ready(); err == nil {
 		t.Fatal("Ready before the first refresh is nil")
 	}
@@ -275,24 +267,24 @@ carve_thin_pool_data_percent{device_class="thin",thin_pool="pool",volume_group="
 func TestViewLocalMutations(t *testing.T) {
 	rep := &fakeReporter{report: testReport()}
 	cfg := testConfig()
-	v := New(rep, cfg, nil, owned)
+	v := New(rep, cfg, nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	thick, _ := cfg.Class("thick")
 	thin, _ := cfg.Class("thin")
 
-	v.Created(lvm.LogicalVolume{Name: "c", VolumeGroup: "vg1", Size: 2 * gi, Tags: []string{"class=thick"}})
+	v.Created(lvm.LogicalVolume{Name: "c", VolumeGroup: "vg1", Size: 2 * gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}})
 	if c, _ := v.Capacity(thick); c.Available != 7*gi {
 		t.Errorf("thick capacity after a 2Gi create = %d, want 7Gi", c.Available)
 	}
-	v.Created(lvm.LogicalVolume{Name: "d", VolumeGroup: "vg1", Size: 5 * gi, Pool: "pool", Tags: []string{"class=thin"}})
+	v.Created(lvm.LogicalVolume{Name: "d", VolumeGroup: "vg1", Size: 5 * gi, Pool: "pool", Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thin"}})
 	// virtual room 16-6 = 10Gi, real room 12Gi.
 	if c, _ := v.Capacity(thin); c.Available != 10*gi {
 		t.Errorf("thin capacity after a 5Gi create = %d, want 10Gi", c.Available)
 	}
 	// Created twice (a retry) must not count twice.
-	v.Created(lvm.LogicalVolume{Name: "c", VolumeGroup: "vg1", Size: 2 * gi, Tags: []string{"class=thick"}})
+	v.Created(lvm.LogicalVolume{Name: "c", VolumeGroup: "vg1", Size: 2 * gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}})
 	if c, _ := v.Capacity(thick); c.Available != 7*gi {
 		t.Errorf("thick capacity after a repeated Created = %d, want 7Gi", c.Available)
 	}
@@ -316,7 +308,7 @@ func TestViewLocalMutations(t *testing.T) {
 func TestViewMissingVGAndErrors(t *testing.T) {
 	rep := &fakeReporter{report: testReport()}
 	cfg := testConfig()
-	v := New(rep, cfg, nil, owned)
+	v := New(rep, cfg, nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +366,7 @@ func TestViewMissingVGAndErrors(t *testing.T) {
 func TestViewStaleRefreshKeepsMutation(t *testing.T) {
 	rep := &fakeReporter{report: testReport()}
 	cfg := testConfig()
-	v := New(rep, cfg, nil, owned)
+	v := New(rep, cfg, nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +382,7 @@ func TestViewStaleRefreshKeepsMutation(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	v.Created(lvm.LogicalVolume{Name: "new", VolumeGroup: "vg1", Size: gi, Tags: []string{"class=thick"}})
+	v.Created(lvm.LogicalVolume{Name: "new", VolumeGroup: "vg1", Size: gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}})
 	close(rep.block)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -402,7 +394,7 @@ func TestViewStaleRefreshKeepsMutation(t *testing.T) {
 
 func TestViewRunRefreshesAfterMutation(t *testing.T) {
 	rep := &fakeReporter{report: testReport()}
-	v := New(rep, testConfig(), nil, owned)
+	v := New(rep, testConfig(), nil)
 	if err := v.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +424,7 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 	good := func() lvm.Report {
 		r := testReport()
 		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: 2})
-		r.LogicalVolumes = append(r.LogicalVolumes, lvm.LogicalVolume{Name: "f", VolumeGroup: "vg2", Size: gi, Tags: []string{"class=fast"}})
+		r.LogicalVolumes = append(r.LogicalVolumes, lvm.LogicalVolume{Name: "f", VolumeGroup: "vg2", Size: gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "fast"}})
 		return r
 	}
 	// Capacities when all is well: thick 9Gi, thin 12Gi, fast 3Gi.
@@ -471,7 +463,7 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rep := &fakeReporter{report: good()}
-			v := New(rep, cfg, nil, owned)
+			v := New(rep, cfg, nil)
 			if err := v.Refresh(context.Background()); err != nil || v.Ready() != nil {
 				t.Fatalf("healthy: %v, %v", err, v.Ready())
 			}

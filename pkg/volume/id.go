@@ -1,4 +1,8 @@
-package driver
+// Package volume is carve's volume model: how a CSI volume or snapshot maps
+// to an LV (its name, its ID, its tags) and back. It knows LVM's rules and
+// nothing of gRPC, so the CSI servers, the state view, the tests' tiers
+// and tools share one reading of what carve wrote.
+package volume
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package driver
+package volume
 
 import (
 	"encoding/hex"
@@ -56,8 +56,8 @@ func oddNames() []string {
 	}
 	return []string{
 		"pvc-1", uuidPV, "with space", "ünïcode ✓", "sanity name with spaces/and:colons",
-		string(all), strings.Repeat("n", 128), strings.Repeat("n", maxVolumeNameLength),
-		strings.Repeat("/", maxVolumeNameLength), strings.Repeat("ab/", maxVolumeNameLength/3),
+		string(all), strings.Repeat("n", 128), strings.Repeat("n", MaxNameLength),
+		strings.Repeat("/", MaxNameLength), strings.Repeat("ab/", MaxNameLength/3),
 		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)),
 		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)+1),
 		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)-2) + "/",
@@ -99,7 +99,7 @@ func TestVolumeTagForm(t *testing.T) {
 	if got, want := VolumeTag(uuidPV), "carve.dev/name="+uuidPV; got != want {
 		t.Errorf("VolumeTag(%q) = %q, want %q", uuidPV, got, want)
 	}
-	a := strings.Repeat("é", maxVolumeNameLength/2)
+	a := strings.Repeat("é", MaxNameLength/2)
 	b := a[:len(a)-1] + "\xa8"
 	ta, tb := VolumeTag(a), VolumeTag(b)
 	cut := regexp.MustCompile(`^carve\.dev/name=(:C3|:A9)+::[0-9a-f]{32}$`)
@@ -173,7 +173,7 @@ func TestClaimTag(t *testing.T) {
 }
 
 func TestVolumeTags(t *testing.T) {
-	claim := map[string]string{paramPVCNamespace: "db", paramPVCName: "data-pg-0", paramPVName: uuidPV}
+	claim := map[string]string{ParamPVCNamespace: "db", ParamPVCName: "data-pg-0", ParamPVName: uuidPV}
 	tests := []struct {
 		name   string
 		params map[string]string
@@ -181,8 +181,8 @@ func TestVolumeTags(t *testing.T) {
 	}{
 		{"no metadata", nil, []string{TagOwner, "carve.dev/name=" + uuidPV, "carve.dev/class=fast"}},
 		{"extra-create-metadata", claim, []string{TagOwner, "carve.dev/name=" + uuidPV, "carve.dev/class=fast", "carve.dev/pvc=db/data-pg-0"}},
-		{"namespace only", map[string]string{paramPVCNamespace: "db"}, []string{TagOwner, "carve.dev/name=" + uuidPV, "carve.dev/class=fast"}},
-		{"pv name differs", map[string]string{paramPVName: "other pv"},
+		{"namespace only", map[string]string{ParamPVCNamespace: "db"}, []string{TagOwner, "carve.dev/name=" + uuidPV, "carve.dev/class=fast"}},
+		{"pv name differs", map[string]string{ParamPVName: "other pv"},
 			[]string{TagOwner, "carve.dev/name=" + uuidPV, "carve.dev/class=fast", "carve.dev/pv=other:20pv"}},
 	}
 	for _, tt := range tests {
@@ -206,7 +206,7 @@ func metadataBytes(tags []string) int {
 // TestTagBytesPerVolume keeps the tags of a Kubernetes volume small: every
 // byte is VG metadata, which bounds how many volumes a VG holds.
 func TestTagBytesPerVolume(t *testing.T) {
-	params := map[string]string{paramPVCNamespace: "default", paramPVCName: "data-postgres-0", paramPVName: uuidPV}
+	params := map[string]string{ParamPVCNamespace: "default", ParamPVCName: "data-postgres-0", ParamPVName: uuidPV}
 	before := []string{TagOwner, legacyVolumeTag(uuidPV), TagClassPrefix + "fast"}
 	after := VolumeTags(uuidPV, "fast", params)
 	noClaim := VolumeTags(uuidPV, "fast", nil)

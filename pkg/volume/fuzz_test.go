@@ -1,4 +1,4 @@
-package driver
+package volume
 
 import (
 	"strings"
@@ -33,7 +33,7 @@ func FuzzVolumeName(f *testing.F) {
 			t.Errorf("ParseVolumeID(%q) = %q, %q, %v", id, vg, gotLV, err)
 		}
 
-		tags := VolumeTags(name, "fast", map[string]string{paramPVCNamespace: ns, paramPVCName: claim, paramPVName: other})
+		tags := VolumeTags(name, "fast", map[string]string{ParamPVCNamespace: ns, ParamPVCName: claim, ParamPVName: other})
 		for _, tag := range tags {
 			if err := lvm.ValidateTag(tag); err != nil {
 				t.Errorf("tag %q: %v", tag, err)
@@ -73,6 +73,33 @@ func FuzzVolumeName(f *testing.F) {
 		if v, ok := unescapeTagValue(escapeTagValue(name)); !ok || v != name {
 			t.Errorf("unescape(escape(%q)) = %q, %v", name, v, ok)
 		}
+		if IsSnapshot(tags) {
+			t.Errorf("the tags of volume %q mark a snapshot: %q", name, tags)
+		}
+
+		// The same name as a snapshot's: an LV name no volume ID accepts,
+		// tags LVM accepts, an ID that parses back, the name read back.
+		snap := SnapshotLVNameFor(name)
+		if err := lvm.ValidateLVName(snap); err != nil {
+			t.Errorf("SnapshotLVNameFor(%q) = %q: %v", name, snap, err)
+		}
+		if _, _, err := ParseVolumeID(VolumeID("vg0", snap)); err == nil {
+			t.Errorf("snapshot LV %s parses as a volume ID", snap)
+		}
+		sid := SnapshotID("node-a", "vg0", snap)
+		if n, g, l, err := ParseSnapshotID(sid); err != nil || n != "node-a" || g != "vg0" || l != snap {
+			t.Errorf("ParseSnapshotID(%q) = %q, %q, %q, %v", sid, n, g, l, err)
+		}
+		stags := append(SnapshotTags(name, "fast", lv), FromSnapshotTag(sid), FromVolumeTag(id))
+		if err := (lvm.CreateRequest{VolumeGroup: vg, Name: snap, Tags: stags, Size: 1 << 30}).Validate(); err != nil {
+			t.Errorf("the tags of snapshot %q: %v", name, err)
+		}
+		if !IsSnapshot(stags) || !HasSnapshotName(stags, name) || (other != name && HasSnapshotName(stags, other)) {
+			t.Errorf("snapshot tags %q do not say snapshot %q alone", stags, name)
+		}
+		if o, ok := OriginFromTags(stags); !ok || o != lv {
+			t.Errorf("OriginFromTags = %q, %v; want %q", o, ok, lv)
+		}
 	})
 }
 
@@ -85,6 +112,7 @@ func FuzzParseVolumeID(f *testing.F) {
 	f.Add("../carve-00")
 	f.Add("vg0/carve-x/y")
 	f.Add("vg0/carve-x_tmeta")
+	f.Add("vg0/" + SnapshotLVNameFor("snap-1"))
 	f.Fuzz(func(t *testing.T, id string) {
 		vg, lv, err := ParseVolumeID(id)
 		if err != nil {

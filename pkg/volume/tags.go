@@ -1,4 +1,4 @@
-package driver
+package volume
 
 import (
 	"crypto/sha256"
@@ -39,11 +39,20 @@ const (
 	TagLegacyVolumePrefix = "carve.dev/volume="
 )
 
+// MaxNameLength bounds CSI volume and snapshot names. The name is stored
+// in an LVM tag (LVM allows 1024 bytes), escaped where it leaves the tag
+// alphabet; one too long for that is cut and hashed (fitTag). 500 is the
+// bound of older releases, whose hex tag took two bytes a byte.
+const MaxNameLength = 500
+
 // Parameters csi-provisioner adds with --extra-create-metadata.
 const (
-	paramPVCName      = "csi.storage.k8s.io/pvc/name"
-	paramPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
-	paramPVName       = "csi.storage.k8s.io/pv/name"
+	// ParamPVCName is the PVC's name.
+	ParamPVCName = "csi.storage.k8s.io/pvc/name"
+	// ParamPVCNamespace is the PVC's namespace.
+	ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
+	// ParamPVName is the PV's name.
+	ParamPVName = "csi.storage.k8s.io/pv/name"
 )
 
 // tagEscape starts an escaped byte: tagEscape and two upper-case hex
@@ -238,11 +247,11 @@ func ClassFromTags(tags []string) (string, bool) {
 // class class, with the claim when the parameters of CreateVolume name it.
 func VolumeTags(volumeName, class string, params map[string]string) []string {
 	tags := []string{TagOwner, VolumeTag(volumeName), TagClassPrefix + class}
-	ns, name := params[paramPVCNamespace], params[paramPVCName]
+	ns, name := params[ParamPVCNamespace], params[ParamPVCName]
 	if ns != "" && name != "" {
 		tags = append(tags, ClaimTag(ns, name))
 	}
-	if pv := params[paramPVName]; pv != "" && pv != volumeName {
+	if pv := params[ParamPVName]; pv != "" && pv != volumeName {
 		tags = append(tags, fitTag(TagPVPrefix, escapeTagValue(pv)))
 	}
 	return tags

@@ -2,7 +2,11 @@
 //
 //	carve plugin      the CSI plugin on every node (Identity, Controller, Node)
 //	carve controller  the cluster-wide Identity and Controller for csi-resizer
-//	carve version     prints the version
+//	carve version     prints the version (so do carve --version and
+//	                  carve <role> --version)
+//
+// Logging flags are component-base's, as the CSI sidecars have them: -v,
+// --vmodule and --logging-format=text|json.
 //
 // main only parses flags and wires the real components together.
 package main
@@ -15,8 +19,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
+	logsapi "k8s.io/component-base/logs/api/v1"
+	// The json format of --logging-format.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/version"
@@ -78,6 +87,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage()
 		return 2
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
+	}
 	r, ok := rs[args[0]]
 	if !ok {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -91,8 +103,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("carve "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	validate, start := r.flags(fs)
+	var logCfg *logsapi.LoggingConfiguration
+	var showVersion *bool
 	if args[0] != "version" {
-		klog.InitFlags(fs)
+		logCfg = logsapi.NewLoggingConfiguration()
+		logsapi.AddGoFlags(logCfg, fs)
+		showVersion = fs.Bool("version", false, "print the version and exit")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,9 +120,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		say(stderr, "carve %s: unexpected arguments %q\n", args[0], fs.Args())
 		return 2
 	}
-	if err := validate(); err != nil {
-		say(stderr, "carve %s: invalid flags:\n%v\n", args[0], err)
-		return 2
+	if showVersion != nil && *showVersion {
+		_, start = rs["version"].flags(flag.NewFlagSet("version", flag.ContinueOnError))
+	} else {
+		err := validate()
+		if logCfg != nil {
+			err = errors.Join(err, applyLogging(logCfg))
+		}
+		if err != nil {
+			say(stderr, "carve %s: invalid flags:\n%v\n", args[0], err)
+			return 2
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -119,4 +143,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	klog.Flush()
 	return 0
+}
+
+// logFormats are the values of --logging-format (component-base's text,
+// and json registered by the import above).
+var logFormats = []string{"text", "json"}
+
+// applyLogging checks the logging flags and makes klog log as they say.
+func applyLogging(c *logsapi.LoggingConfiguration) error {
+	if !slices.Contains(logFormats, c.Format) {
+		return fmt.Errorf("--logging-format %q: must be one of %s", c.Format, strings.Join(logFormats, ", "))
+	}
+	if err := logsapi.ValidateAndApply(c, nil); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
 }

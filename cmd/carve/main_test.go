@@ -2,10 +2,18 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	logsapi "k8s.io/component-base/logs/api/v1"
 )
 
 func TestRunUsageAndVersion(t *testing.T) {
@@ -21,6 +29,10 @@ func TestRunUsageAndVersion(t *testing.T) {
 		{name: "unknown role", args: []string{"frobnicate"}, code: 2, stderr: []string{`unknown role "frobnicate"`}},
 		{name: "help", args: []string{"--help"}, code: 0, stderr: []string{"plugin", "controller", "version"}},
 		{name: "version", args: []string{"version"}, code: 0, stdout: "carve dev\n"},
+		{name: "--version", args: []string{"--version"}, code: 0, stdout: "carve dev\n"},
+		{name: "role --version", args: []string{"plugin", "--version"}, code: 0, stdout: "carve dev\n"},
+		{name: "unknown log format", args: []string{"plugin", "--node-name", "n1", "--logging-format", "yaml"}, code: 2,
+			stderr: []string{`--logging-format "yaml": must be one of text, json`}},
 		{name: "unknown flag", args: []string{"plugin", "--frob"}, code: 2, stderr: []string{"flag provided but not defined: -frob"}},
 		{name: "role help lists flags", args: []string{"plugin", "-h"}, code: 0, stderr: []string{"-node-name", "-config", "-max-volumes", "-metrics-address", "-driver-name", "-endpoint",
 			"-kubelet-registration-dir", "-kubelet-csi-socket"}},
@@ -112,5 +124,61 @@ func TestNodeNameFromEnvironment(t *testing.T) {
 	}
 	if err := fs.Parse([]string{"--node-name", "from-flag"}); err != nil || o.NodeName != "from-flag" {
 		t.Errorf("the flag did not win over the environment: %q, %v", o.NodeName, err)
+	}
+}
+
+// TestMain runs carve's main instead of the tests when CARVE_TEST_MAIN is
+// set, so a test can run the real binary's code in a process of its own
+// (the logging configuration applies once per process).
+func TestMain(m *testing.M) {
+	if os.Getenv("CARVE_TEST_MAIN") == "1" {
+		main()
+	}
+	// In the test process run() is called many times, each applying the
+	// same default logging configuration.
+	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	os.Exit(m.Run())
+}
+
+// TestLoggingFormatJSON: --logging-format=json makes every log line a JSON
+// object with the message and its key/value pairs (what log pipelines
+// parse); the default is klog's text.
+func TestLoggingFormatJSON(t *testing.T) {
+	for _, tt := range []struct {
+		format string
+		json   bool
+	}{{"json", true}, {"text", false}} {
+		t.Run(tt.format, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "plugin", "--node-name", "n1", "--logging-format", tt.format,
+				"--config", "/nonexistent/carve.yaml", "--endpoint", "unix://"+filepath.Join(t.TempDir(), "csi.sock"))
+			cmd.Env = append(os.Environ(), "CARVE_TEST_MAIN=1")
+			var stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stderr, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("carve with a missing config file: %v, want exit code 1; output:\n%s", err, stderr.String())
+			}
+			var entry map[string]any
+			var found bool
+			for _, line := range strings.Split(stderr.String(), "\n") {
+				if !strings.Contains(line, "carve stopped") {
+					continue
+				}
+				found = true
+				err := json.Unmarshal([]byte(line), &entry)
+				switch {
+				case tt.json && err != nil:
+					t.Errorf("log line is not JSON (%v): %s", err, line)
+				case tt.json && (entry["msg"] != "carve stopped" || entry["role"] != "plugin" || !strings.Contains(fmt.Sprint(entry["err"]), "/nonexistent/carve.yaml")):
+					t.Errorf("JSON log line lacks msg, role or err: %s", line)
+				case !tt.json && err == nil:
+					t.Errorf("text log line parses as JSON: %s", line)
+				}
+			}
+			if !found {
+				t.Errorf("no \"carve stopped\" log line in:\n%s", stderr.String())
+			}
+		})
 	}
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 
-	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
-
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/version"
 )
@@ -12,7 +10,7 @@ import (
 // runController serves the cluster-wide Identity, Controller and the one
 // Node call (NodeGetCapabilities) that csi-resizer needs; it touches no LVM.
 func runController(ctx context.Context, o *ControllerOptions) error {
-	mm := csimetrics.NewCSIMetricsManagerForPlugin(o.DriverName)
+	mm := newMetricsManager(o.DriverName, "controller")
 	svc := driver.Services{
 		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version}),
 		Controller: driver.CentralControllerServer{},

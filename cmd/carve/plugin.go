@@ -33,7 +33,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if err != nil {
 		return err
 	}
-	mm := csimetrics.NewCSIMetricsManagerForPlugin(o.DriverName)
+	mm := newMetricsManager(o.DriverName, "plugin")
 	rec := metrics.NewRecorder(mm.GetRegistry().Registerer())
 	lvmClient := lvm.New(lvm.Options{Timeout: o.LVMTimeout, Observer: rec})
 

@@ -12,7 +12,21 @@ import (
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/version"
 )
+
+// newMetricsManager is the CSI metrics manager of a role: its registry takes
+// csi_plugin_operations_seconds and carve_*, and /metrics also serves the Go
+// runtime and process collectors and carve_build_info. csi-lib-utils' own
+// process_start_time_seconds is left out: the process collector has it.
+func newMetricsManager(driverName, role string) csimetrics.CSIMetricsManager {
+	mm := csimetrics.NewCSIMetricsManagerWithOptions(driverName,
+		csimetrics.WithSubsystem(csimetrics.SubsystemPlugin),
+		csimetrics.WithProcessStartTime(false))
+	return mm.WithAdditionalRegistry(metrics.NewRuntimeRegistry(version.Version, role))
+}
 
 // serveMetrics serves /metrics (everything registered with mm's registry:
 // csi_plugin_operations_seconds and carve_*), /healthz and /readyz until

@@ -99,3 +99,28 @@ carve_kubelet_registration{state="waiting"} 0
 		})
 	}
 }
+
+// TestMetricsEndpointServesRuntimeAndCSI: one /metrics has the CSI
+// histogram, carve_build_info with the role, and the Go and process
+// collectors, and process_start_time_seconds only once (csi-lib-utils'
+// copy is left out, so the scrape has no gather error).
+func TestMetricsEndpointServesRuntimeAndCSI(t *testing.T) {
+	mm := newMetricsManager(DefaultDriverName, "controller")
+	mm.RecordMetrics("/csi.v1.Controller/ControllerExpandVolume", nil, 0)
+	mux := http.NewServeMux()
+	mm.RegisterToServer(mux, "/metrics")
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d\n%s", rec.Code, body)
+	}
+	for _, want := range []string{"csi_plugin_operations_seconds_count{", `carve_build_info{`, `role="controller"`, "go_goroutines ", "process_resident_memory_bytes "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if n := strings.Count(body, "\nprocess_start_time_seconds "); n != 1 {
+		t.Errorf("process_start_time_seconds appears %d times, want 1", n)
+	}
+}

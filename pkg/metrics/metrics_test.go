@@ -114,3 +114,36 @@ func TestNilRecorderRecordsNothing(t *testing.T) {
 	r.SetClassStates(nil)
 	r.ObserveRefresh(time.Now(), nil)
 }
+
+// TestRuntimeRegistry: carve_build_info names the version and role, and the
+// Go and process collectors are there.
+func TestRuntimeRegistry(t *testing.T) {
+	reg := NewRuntimeRegistry("v1.2.3", "controller")
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range fams {
+		got[f.GetName()] = true
+		if f.GetName() != "carve_build_info" {
+			continue
+		}
+		m := f.GetMetric()
+		if len(m) != 1 || m[0].GetGauge().GetValue() != 1 {
+			t.Fatalf("carve_build_info: %v", m)
+		}
+		labels := map[string]string{}
+		for _, l := range m[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["version"] != "v1.2.3" || labels["role"] != "controller" || !strings.HasPrefix(labels["goversion"], "go") || labels["revision"] == "" {
+			t.Errorf("carve_build_info labels %v", labels)
+		}
+	}
+	for _, name := range []string{"carve_build_info", "go_goroutines", "go_memstats_heap_inuse_bytes", "process_start_time_seconds", "process_resident_memory_bytes"} {
+		if !got[name] {
+			t.Errorf("no %s", name)
+		}
+	}
+}

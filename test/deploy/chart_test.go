@@ -209,14 +209,30 @@ func TestManifestsGenerated(t *testing.T) {
 // deploy/prometheus and deploy/grafana, and values reach the manifests.
 func TestChartOptions(t *testing.T) {
 	root := repoRoot(t)
-	objs := byKey(t, renderChart(t,
+	monitoring := []string{
 		"metrics.serviceMonitor.enabled=true",
 		"metrics.prometheusRule.enabled=true",
 		"dashboard.enabled=true",
+		"metrics.release=kube-prometheus-stack",
+	}
+	// Without prometheus-operator's API in the cluster, the chart renders
+	// no ServiceMonitor or PrometheusRule (they would fail the install),
+	// but still the dashboard.
+	noCRDs := byKey(t, renderChart(t, monitoring...))
+	for _, k := range []string{"ServiceMonitor carve-system/carve", "PrometheusRule carve-system/carve"} {
+		if _, ok := noCRDs[k]; ok {
+			t.Errorf("%s rendered although the cluster lacks monitoring.coreos.com/v1", k)
+		}
+	}
+	if _, ok := noCRDs["ConfigMap carve-system/carve-dashboard"]; !ok {
+		t.Error("no dashboard ConfigMap without monitoring.coreos.com/v1")
+	}
+	objs := byKey(t, renderChart(t, append(monitoring,
+		"--api-versions=monitoring.coreos.com/v1",
 		"node.maxVolumes=100",
 		"kubeletDir=/data/kubelet",
 		"metrics.service.enabled=false",
-	))
+	)...))
 	for _, o := range objs {
 		switch o.kind() {
 		case "ServiceMonitor", "PrometheusRule":
@@ -225,8 +241,19 @@ func TestChartOptions(t *testing.T) {
 			typed(t, o)
 		}
 	}
-	if _, ok := objs["Service carve-system/carve-node-metrics"]; ok {
-		t.Error("metrics.service.enabled=false still renders the metrics Service")
+	for _, svc := range []string{"carve-node-metrics", "carve-provisioner-metrics", "carve-controller-metrics", "carve-resizer-metrics"} {
+		if _, ok := objs["Service carve-system/"+svc]; ok {
+			t.Errorf("metrics.service.enabled=false still renders the Service %s", svc)
+		}
+	}
+	// kube-prometheus-stack selects both by its release label.
+	for _, k := range []string{"ServiceMonitor carve-system/carve", "PrometheusRule carve-system/carve"} {
+		md, _ := objs[k]["metadata"].(map[string]any)
+		labels, _ := md["labels"].(map[string]any)
+		if labels["release"] != "kube-prometheus-stack" {
+			t.Errorf("%s labels %v lack release: kube-prometheus-stack", k, labels)
+		}
+		delete(labels, "release") // not in the plain files compared below
 	}
 
 	// The ServiceMonitor equals deploy/prometheus/servicemonitor.yaml.

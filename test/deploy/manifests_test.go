@@ -44,6 +44,7 @@ var provisionerFlags = []string{
 	"--enable-capacity",
 	"--capacity-ownerref-level=0",
 	"--extra-create-metadata",
+	"--http-endpoint=:9811",
 }
 
 // typed decodes o strictly into its Go type from client-go's scheme: an
@@ -101,7 +102,10 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"Role carve-system/carve-node-capacity",
 		"RoleBinding carve-system/carve-controller-leader-election",
 		"RoleBinding carve-system/carve-node-capacity",
+		"Service carve-system/carve-controller-metrics",
 		"Service carve-system/carve-node-metrics",
+		"Service carve-system/carve-provisioner-metrics",
+		"Service carve-system/carve-resizer-metrics",
 		"ServiceAccount carve-system/carve-controller",
 		"ServiceAccount carve-system/carve-node",
 		"StorageClass /carve-thick-ext4",
@@ -302,8 +306,11 @@ func TestNodeDaemonSet(t *testing.T) {
 			t.Errorf("the plugin's %s probe is %+v, want GET %s on the metrics port", tc.kind, tc.probe, tc.path)
 		}
 	}
-	if len(ports) != 1 {
-		t.Errorf("the node pod declares ports %v; want only carve's metrics port (no sidecar health ports)", ports)
+	if want := map[string]int32{"metrics": 9810, "prov-metrics": 9811}; !reflect.DeepEqual(ports, want) {
+		t.Errorf("the node pod declares ports %v; want %v (carve's metrics and csi-provisioner's --http-endpoint)", ports, want)
+	}
+	if got, _ := flagValue(prov.Args, "--http-endpoint"); got != ":"+itoa(ports["prov-metrics"]) {
+		t.Errorf("csi-provisioner --http-endpoint=%q is not the prov-metrics port", got)
 	}
 }
 
@@ -331,6 +338,34 @@ func TestControllerDeployment(t *testing.T) {
 	}
 	if got, _ := flagValue(resizer.Args, "--csi-address"); got != "/csi/csi.sock" {
 		t.Errorf("csi-resizer --csi-address=%q", got)
+	}
+	// Both containers' /metrics are behind a Service of their own (one
+	// scrape job each), on the ports the processes listen on.
+	objs := baseObjects(t)
+	for _, tc := range []struct {
+		service, port, flag string
+		c                   corev1.Container
+	}{
+		{"carve-controller-metrics", "metrics", "--metrics-address", carve},
+		{"carve-resizer-metrics", "resizer-hz", "--http-endpoint", resizer},
+	} {
+		svc := get[*corev1.Service](t, objs, "Service carve-system/"+tc.service)
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.String() != tc.port {
+			t.Errorf("Service %s ports %+v, want one named metrics targeting %s", tc.service, svc.Spec.Ports, tc.port)
+		}
+		if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Template.Labels) {
+			t.Errorf("Service %s selects %v, the controller pods carry %v", tc.service, svc.Spec.Selector, d.Spec.Template.Labels)
+		}
+		addr, _ := flagValue(tc.c.Args, tc.flag)
+		var port int32
+		for _, p := range tc.c.Ports {
+			if p.Name == tc.port {
+				port = p.ContainerPort
+			}
+		}
+		if port == 0 || !strings.HasSuffix(addr, ":"+itoa(port)) {
+			t.Errorf("%s %s=%q does not listen on its port %s (%d)", tc.c.Name, tc.flag, addr, tc.port, port)
+		}
 	}
 }
 

@@ -145,13 +145,18 @@ func renderKustomize(t testing.TB) []object {
 	return decodeObjects(t, run(t, root, tool(t, "kustomize"), "build", filepath.Join(root, "deploy", "kubernetes")))
 }
 
-// renderChart renders the Helm chart with extra `--set` values.
+// renderChart renders the Helm chart with extra `--set` values; an
+// argument that starts with "--" is passed as it is (e.g. --api-versions).
 func renderChart(t testing.TB, set ...string) []object {
 	t.Helper()
 	root := repoRoot(t)
 	argv := []string{tool(t, "helm"), "template", "carve", filepath.Join(root, "deploy", "helm", "carve"),
 		"--namespace", namespace, "--kube-version", kubeVersion}
 	for _, s := range set {
+		if strings.HasPrefix(s, "--") {
+			argv = append(argv, s)
+			continue
+		}
 		argv = append(argv, "--set", s)
 	}
 	return decodeObjects(t, run(t, root, argv...))

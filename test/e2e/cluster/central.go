@@ -21,6 +21,8 @@ type Central struct {
 	Socket string
 	// ResizerMetricsURL is csi-resizer's /metrics.
 	ResizerMetricsURL string
+	// MetricsURL is carve controller's /metrics.
+	MetricsURL string
 
 	carve, resizer *Process
 }
@@ -53,7 +55,15 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 	c := &Central{Socket: filepath.Join(dir, "csi.sock")}
 	pod := podFields{Namespace: d.Namespace}
 
-	args, env, err := containerCommand(carveC, pod, []flagValue{{"endpoint", "unix://" + c.Socket}})
+	carvePort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", carvePort)
+	args, env, err := containerCommand(carveC, pod, []flagValue{
+		{"endpoint", "unix://" + c.Socket},
+		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", carvePort)},
+	})
 	if err != nil {
 		return nil, err
 	}

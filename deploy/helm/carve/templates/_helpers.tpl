@@ -16,3 +16,17 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- define "carve.pluginDir" -}}
 {{ .Values.kubeletDir }}/plugins/lvm.carve.dev
 {{- end }}
+
+{{/*
+Labels of the ServiceMonitor and the PrometheusRule: carve's, `release` for
+kube-prometheus-stack's selectors (metrics.release), and the object's own.
+*/}}
+{{- define "carve.monitoringLabels" -}}
+{{ include "carve.labels" .ctx }}
+{{- with .ctx.Values.metrics.release }}
+release: {{ . | quote }}
+{{- end }}
+{{- with .labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

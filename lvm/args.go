@@ -80,6 +80,15 @@ func activateArgs(vg, name string, skip bool) []string {
 	return append(args, vg+"/"+name)
 }
 
+// delTagsArgs builds lvchange --deltag for each tag.
+func delTagsArgs(vg, name string, tags []string) []string {
+	args := []string{"lvchange"}
+	for _, t := range tags {
+		args = append(args, "--deltag", t)
+	}
+	return append(args, vg+"/"+name)
+}
+
 // removeArgs builds lvremove; --yes answers the prompt LVM shows for an
 // active LV.
 func removeArgs(vg, name string) []string {

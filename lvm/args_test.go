@@ -54,6 +54,7 @@ func TestMutationArgs(t *testing.T) {
 				"--addtag", "a", "--addtag", "b", "vg0/thin1"}},
 		{"extend", extendArgs("vg0", "lv1", 16<<20), []string{"lvextend", "--size", "16777216b", "vg0/lv1"}},
 		{"remove", removeArgs("vg0", "lv1"), []string{"lvremove", "--yes", "vg0/lv1"}},
+		{"delete tags", delTagsArgs("vg0", "lv1", []string{"a", "b=c"}), []string{"lvchange", "--deltag", "a", "--deltag", "b=c", "vg0/lv1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,5 +75,6 @@ func ParseAttributes(attr string) Attributes {
 		}
 	}
 	a.ActivationSkip = at(9) == 'k'
+	a.ZeroNewBlocks = at(7) == 'z'
 	return a
 }

@@ -197,6 +197,23 @@ func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) 
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// explainChange classifies a failed lvchange other than an activation:
+// the VG or the LV gone, or the command's own error.
+func (c *Client) explainChange(ctx context.Context, vg, name, doing string, err error) error {
+	what := fmt.Sprintf("%s %s/%s", doing, vg, name)
+	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
+	if rep == nil {
+		return ferr
+	}
+	switch {
+	case rep.FindVG(vg) == nil:
+		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
+	case rep.FindLV(vg, name) == nil:
+		return classify(err, ErrNotFound, what+": the logical volume does not exist")
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // explainActivate classifies a failed lvchange --activate y. An LV found
 // active after all (activated meanwhile from outside) is a success.
 func (c *Client) explainActivate(ctx context.Context, vg, name string, err error) (*LogicalVolume, error) {

@@ -552,3 +552,38 @@ func TestObserverSeesEveryCommand(t *testing.T) {
 		t.Errorf("observed errors %v, want only lvremove's", obs.errs)
 	}
 }
+
+func TestDeleteTags(t *testing.T) {
+	rec := recordedFailures(t, "failures-host.json")
+	tests := []struct {
+		name, vg, lv string
+		fail         *output
+		want         error
+		commands     []string
+	}{
+		{"ok", "rec-thick", "plain", nil, nil, []string{"lvchange"}},
+		{"no LV", "rec-thick", "nosuchlv", &output{ExitCode: 5, Stderr: []byte("  Failed to find logical volume \"rec-thick/nosuchlv\"\n")}, ErrNotFound, []string{"lvchange", "fullreport"}},
+		{"no VG", "nosuchvg", "x", ptr(rec["remove-no-vg"].output()), ErrVolumeGroupNotFound, []string{"lvchange", "fullreport", "vgs"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			if tt.fail != nil {
+				f.mutate = failWith(*tt.fail)
+			}
+			err := f.client().DeleteTags(context.Background(), tt.vg, tt.lv, "carve.dev/unfinished")
+			if tt.want == nil && err != nil {
+				t.Fatal(err)
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("DeleteTags = %v, want %v", err, tt.want)
+			}
+			if got := f.commands(); !slices.Equal(got, tt.commands) {
+				t.Errorf("commands %v, want %v", got, tt.commands)
+			}
+		})
+	}
+	if err := (&Client{}).DeleteTags(context.Background(), "vg", "lv"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("DeleteTags without a tag = %v, want ErrInvalidArgument", err)
+	}
+}

@@ -218,6 +218,35 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	return got, nil
 }
 
+// DeleteTags takes tags off the LV vg/name with one lvchange (one metadata
+// commit). A tag the LV does not carry is no error, so a repeat converges.
+// ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound when its
+// VG does not.
+func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
+	if err := ValidateVGName(vg); err != nil {
+		return err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return err
+	}
+	if len(tags) == 0 {
+		return invalid("deleting tags of %s/%s: no tag named", vg, name)
+	}
+	if err := validateTags(tags); err != nil {
+		return err
+	}
+	unlock, err := c.locks.Lock(ctx, vg)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := c.run(ctx, delTagsArgs(vg, name, tags)...); err != nil {
+		return c.explainChange(ctx, vg, name, "deleting tags of", err)
+	}
+	klog.V(2).InfoS("deleted tags of logical volume", "vg", vg, "lv", name, "tags", tags)
+	return nil
+}
+
 // RemoveLV removes an LV; ErrNotFound when it (or its VG) does not exist,
 // ErrInUse when it is open. It runs lvremove without looking the LV up first;
 // only a failure costs a read, to tell why.

@@ -210,7 +210,7 @@ func parseReport(stdout []byte) (*Report, error) {
 	}
 	r := &Report{}
 	var pools []jsonLV
-	var poolNames []string
+	var poolLVs []LogicalVolume
 	for _, sub := range raw.Report {
 		for _, j := range sub.VG {
 			vg, err := j.volumeGroup()
@@ -227,7 +227,7 @@ func parseReport(stdout []byte) (*Report, error) {
 			r.LogicalVolumes = append(r.LogicalVolumes, lv)
 			if lv.Attr.Type == TypeThinPool {
 				pools = append(pools, j)
-				poolNames = append(poolNames, lv.Name)
+				poolLVs = append(poolLVs, lv)
 			}
 		}
 	}
@@ -236,12 +236,13 @@ func parseReport(stdout []byte) (*Report, error) {
 		p := ThinPool{
 			// The LV's name, brackets of a hidden LV taken off, so that
 			// FindLV and FindThinPool agree.
-			Name:            poolNames[i],
+			Name:            poolLVs[i].Name,
 			VolumeGroup:     j.VG,
 			Size:            n.uint("lv_size", j.Size),
 			DataPercent:     n.float("data_percent", j.DataPercent),
 			MetadataPercent: n.float("metadata_percent", j.MetadataPercent),
 			MetadataSize:    n.uint("lv_metadata_size", j.MetadataSize),
+			ZeroNewBlocks:   poolLVs[i].Attr.ZeroNewBlocks,
 		}
 		if n.err != nil {
 			return nil, fmt.Errorf("thin pool %s/%s: %w", j.VG, j.Name, n.err)

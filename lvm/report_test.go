@@ -105,7 +105,7 @@ func TestParseReportThin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ThinPool{{Name: "pool0", VolumeGroup: "rec-thin", Size: 256 << 20, DataPercent: 1.56,
+	want := []ThinPool{{Name: "pool0", VolumeGroup: "rec-thin", Size: 256 << 20, DataPercent: 1.56, ZeroNewBlocks: true,
 		MetadataPercent: 11.13, MetadataSize: 4 << 20, VirtualSize: 64<<20 + 64<<20 + 512<<20, ThinVolumes: 3}}
 	if !reflect.DeepEqual(r.ThinPools, want) {
 		t.Errorf("thin pools:\n got %+v\nwant %+v", r.ThinPools, want)

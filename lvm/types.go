@@ -60,6 +60,10 @@ type Attributes struct {
 	// ActivationSkip is set when LVM skips the LV on ordinary activation
 	// (lv_attr's tenth character, 'k'); thin snapshots get it by default.
 	ActivationSkip bool
+	// ZeroNewBlocks is set on a thin pool that zeroes a data block before
+	// its first use (lv_attr's eighth character, 'z'): without it, a new
+	// thin LV can read what a removed one wrote.
+	ZeroNewBlocks bool
 	// Raw is lv_attr as LVM printed it, for logs.
 	Raw string
 }
@@ -100,6 +104,9 @@ type ThinPool struct {
 	VirtualSize uint64
 	// ThinVolumes counts the thin LVs in the pool.
 	ThinVolumes int
+	// ZeroNewBlocks tells whether the pool zeroes data blocks before their
+	// first use (lvcreate --zero y, LVM's default for pools).
+	ZeroNewBlocks bool
 }
 
 // Report is the state of the volume groups read with one LVM command.

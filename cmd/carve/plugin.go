@@ -48,6 +48,13 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	} else if err := view.Ready(); err != nil {
 		klog.ErrorS(err, "The device-class file names volume groups or thin pools this node lacks; serving anyway, not ready until they appear", "config", o.ConfigPath)
 	}
+	for _, c := range view.UnzeroedThinClasses() {
+		// Not fatal (admins make pools with --zero n for speed, on
+		// purpose), but loud: carve_thin_pool_zeroing is 0 for the
+		// class and CarveThinPoolNotZeroing fires.
+		klog.ErrorS(nil, "The thin pool of this device class does not zero new blocks: a new volume can read data a deleted volume wrote; "+
+			"run `lvchange --zero y <vg>/<pool>`", "deviceClass", c)
+	}
 	go view.Run(ctx, o.RefreshInterval, mutationSettle)
 
 	fsTypes := []string{"ext4", "xfs"}
@@ -66,7 +73,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),
 		Controller: driver.NewControllerServer(driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
-			LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec}),
+			LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{}}),
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
 			Classes: cfg, View: view}),

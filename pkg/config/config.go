@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/erase"
 )
 
 // Config is the device-class file.
@@ -33,6 +34,23 @@ type DeviceClass struct {
 	// LVCreateOptions are extra lvcreate options from the lvm package's
 	// allow-list; thick classes only.
 	LVCreateOptions lvm.LVOptions `json:"lvcreateOptions,omitempty"`
+	// Erase is how a new raw-block volume of a thick class is zeroed before
+	// it is handed out (erase.ZeroOut, erase.Write or erase.None; empty
+	// means erase.ZeroOut). Thick classes only: a thin volume reads zeros
+	// where it was never written when its pool zeroes new blocks.
+	Erase erase.Method `json:"erase,omitempty"`
+}
+
+// EraseMethod is the class's erase method with its default applied: none
+// for thin classes, zeroout for thick ones.
+func (d *DeviceClass) EraseMethod() erase.Method {
+	switch {
+	case d.Thin():
+		return erase.None
+	case d.Erase == "":
+		return erase.ZeroOut
+	}
+	return d.Erase
 }
 
 // Thin tells whether the class carves thin LVs.

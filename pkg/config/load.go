@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/erase"
 )
 
 // Load reads and validates the device-class file at path.
@@ -124,12 +125,18 @@ func (d *DeviceClass) validate() error {
 		if d.LVCreateOptions != (lvm.LVOptions{}) {
 			errs = append(errs, errors.New("lvcreateOptions: only thick classes (no thinPool) take lvcreate options"))
 		}
+		if d.Erase != "" {
+			errs = append(errs, errors.New("erase: only thick classes (no thinPool) take an erase method; a thin volume reads zeros where it was never written when its pool zeroes new blocks"))
+		}
 	} else {
 		if d.OverprovisionRatio != 0 {
 			errs = append(errs, errors.New("overprovisionRatio: only thin classes (with thinPool) take an overprovision ratio"))
 		}
 		if err := d.LVCreateOptions.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("lvcreateOptions: %w", err))
+		}
+		if d.Erase != "" && !erase.IsMethod(string(d.Erase)) {
+			errs = append(errs, fmt.Errorf("erase %q: must be one of %v", d.Erase, erase.Methods))
 		}
 	}
 	return errors.Join(errs...)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/erase"
 )
 
 const goodFile = `
@@ -99,6 +100,8 @@ func TestParseRefusesBadFile(t *testing.T) {
 		{"spare beyond any size", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 1e30}\n", []string{"deviceClasses[0] (a): spare 1e+30: at most 4611686018427387904 bytes"}},
 		{"spare just beyond the largest size", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 4611686018427387905}\n", []string{"deviceClasses[0] (a): spare 4611686018427387905: at most"}},
 		{"not yaml", "deviceClasses: [\n", []string{"decode"}},
+		{"unknown erase method", "deviceClasses:\n  - {name: a, volumeGroup: vg, erase: discard}\n", []string{`deviceClasses[0] (a): erase "discard": must be one of [zeroout write none]`}},
+		{"erase on thin", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, erase: write}\n", []string{"deviceClasses[0] (a): erase: only thick classes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,5 +146,19 @@ func TestVolumeGroups(t *testing.T) {
 	}
 	if !c.HasVolumeGroup("vg1") || c.HasVolumeGroup("vg3") {
 		t.Error("HasVolumeGroup is wrong")
+	}
+}
+
+func TestEraseMethodDefaultsToZeroOutForThickClasses(t *testing.T) {
+	c, err := Parse([]byte("deviceClasses:\n  - {name: a, volumeGroup: vg}\n  - {name: b, volumeGroup: vg, erase: write}\n" +
+		"  - {name: c, volumeGroup: vg, erase: none}\n  - {name: t, volumeGroup: vg, thinPool: p}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]erase.Method{"a": erase.ZeroOut, "b": erase.Write, "c": erase.None, "t": erase.None} {
+		d, _ := c.Class(name)
+		if got := d.EraseMethod(); got != want {
+			t.Errorf("class %s: EraseMethod() = %q, want %q", name, got, want)
+		}
 	}
 }

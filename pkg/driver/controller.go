@@ -12,6 +12,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -35,6 +36,8 @@ type ControllerConfig struct {
 	FSTypes []string
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
+	// Eraser zeroes new raw-block volumes; nil is EraseDevice.
+	Eraser Eraser
 }
 
 // ControllerServer implements csi.ControllerServer for this node's volume
@@ -44,12 +47,18 @@ type ControllerServer struct {
 	cfg   ControllerConfig
 	node  topology.Node
 	locks *volumelock.Locks
+	// finishing zeroes and marks finished the new LVs, beyond the life of
+	// one call.
+	finishing finishJobs
 }
 
 var _ csi.ControllerServer = (*ControllerServer)(nil)
 
 // NewControllerServer returns the Controller server of cfg.
 func NewControllerServer(cfg ControllerConfig) *ControllerServer {
+	if cfg.Eraser == nil {
+		cfg.Eraser = EraseDevice{}
+	}
 	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: volumelock.New()}
 }
 
@@ -123,13 +132,30 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer unlock()
+	method := eraseMethodFor(class, req.GetVolumeCapabilities())
+	lv, made, err := s.provision(ctx, req, class, fsType, lvName, method)
+	if err != nil {
+		return nil, err
+	}
+	// Outside the room lock: zeroing a large volume must not hold up the
+	// other creates of the volume group.
+	if lv, err = s.finish(ctx, lv, made, class, method); err != nil {
+		return nil, err
+	}
+	return s.createResponse(lv, class), nil
+}
+
+// provision returns the LV of a CreateVolume: the one made before when it
+// is a repeat, else a new one made by lvcreate (made is then true). Either
+// may still carry volume.TagUnfinished (finish takes it off).
+func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeRequest, class *config.DeviceClass, fsType, lvName string, method erase.Method) (lv *lvm.LogicalVolume, made bool, err error) {
 	// The room check and lvcreate run under the volume group's room lock,
 	// shared with NodeExpandVolume: two volumes (or a volume and a growth)
 	// that each fit alone must not both pass the check and together eat
 	// into the spare.
 	unlockRoom, err := s.cfg.View.LockRoom(ctx, class.VolumeGroup)
 	if err != nil {
-		return nil, toStatus(err, "volume "+req.GetName())
+		return nil, false, toStatus(err, "volume "+req.GetName())
 	}
 	defer unlockRoom()
 
@@ -140,18 +166,22 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		// (a PV lost since, say) still gets its volume.
 		if lv, ok := s.cfg.View.FindLV(lvName); ok {
 			if err := s.compatible(&lv, req, class); err != nil {
-				return nil, err
+				return nil, false, err
+			}
+			if s.mustRedo(&lv, method) {
+				return nil, false, status.Errorf(codes.Unavailable, "volume %q: LV %s was left half-made and device class %s is unavailable now (%v); retry later",
+					req.GetName(), volume.VolumeID(lv.VolumeGroup, lv.Name), class.Name, err)
 			}
 			log.V(2).Info("Volume exists already; its device class is unavailable now", "size", lv.Size, "reason", err)
-			return s.createResponse(&lv, class), nil
+			return &lv, false, nil
 		}
 		// Not a fault of the request: RESOURCE_EXHAUSTED makes
 		// external-provisioner drop this node and the scheduler pick
 		// another, as GetCapacity reports 0 for the class here.
-		return nil, status.Errorf(codes.ResourceExhausted, "node %s cannot make volumes of device class %s now: %v", s.node.Name(), class.Name, err)
+		return nil, false, status.Errorf(codes.ResourceExhausted, "node %s cannot make volumes of device class %s now: %v", s.node.Name(), class.Name, err)
 	}
 	if err != nil {
-		return nil, toStatus(err, "device class "+class.Name)
+		return nil, false, toStatus(err, "device class "+class.Name)
 	}
 	// LVM rounds a striped LV to whole extents per stripe: size it the same
 	// way here, so that limit_bytes and the room check see what lvcreate
@@ -162,15 +192,27 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	size, err := volumeSize(req.GetCapacityRange(), unit, fsType)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 
 	if lv, ok := s.cfg.View.FindLV(lvName); ok {
 		if err := s.compatible(&lv, req, class); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		log.V(2).Info("Volume exists already", "size", lv.Size)
-		return s.createResponse(&lv, class), nil
+		if !s.mustRedo(&lv, method) {
+			log.V(2).Info("Volume exists already", "size", lv.Size, "unfinished", volume.IsUnfinished(lv.Tags))
+			return &lv, false, nil
+		}
+		redone, err := s.redo(ctx, &lv)
+		if err != nil {
+			return nil, false, err
+		}
+		if !redone {
+			return &lv, false, nil
+		}
+		if room, err = s.cfg.View.Capacity(class); err != nil {
+			return nil, false, toStatus(err, "device class "+class.Name)
+		}
 	}
 	if size > room.Available {
 		// The view can be stale: space freed outside carve shows only at
@@ -179,13 +221,13 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		if rerr := s.cfg.View.Refresh(ctx); rerr != nil {
 			log.Error(rerr, "Refreshing the volume-group view before refusing a volume failed")
 		} else if room, err = s.cfg.View.Capacity(class); errors.Is(err, state.ErrClassUnavailable) {
-			return nil, status.Errorf(codes.ResourceExhausted, "node %s cannot make volumes of device class %s now: %v", s.node.Name(), class.Name, err)
+			return nil, false, status.Errorf(codes.ResourceExhausted, "node %s cannot make volumes of device class %s now: %v", s.node.Name(), class.Name, err)
 		} else if err != nil {
-			return nil, toStatus(err, "device class "+class.Name)
+			return nil, false, toStatus(err, "device class "+class.Name)
 		}
 	}
 	if size > room.Available {
-		return nil, status.Errorf(codes.ResourceExhausted, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, s.node.Name(), room.Available, class.SpareBytes(), size)
+		return nil, false, status.Errorf(codes.ResourceExhausted, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, s.node.Name(), room.Available, class.SpareBytes(), size)
 	}
 
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
@@ -193,23 +235,40 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool
 	} else {
+		// lvcreate commits the LV with its tags before it wipes and zeroes
+		// it: the mark stays until finish, so an LV left by a crash in
+		// between is never taken for a finished one.
+		creq.Tags = append(creq.Tags, volume.TagUnfinished)
 		creq.Options = class.LVCreateOptions
 	}
 	stepStart := time.Now()
-	lv, err := s.cfg.LVM.CreateLV(ctx, creq)
+	lv, err = s.cfg.LVM.CreateLV(ctx, creq)
 	s.cfg.Metrics.ObserveStep(metrics.PhaseCreate, metrics.StepLVCreate, class.Name, time.Since(stepStart), err)
 	if errors.Is(err, lvm.ErrAlreadyExists) {
 		// The view missed it (made outside carve's view, or it was stale):
 		// ask LVM and treat it as a repeat.
 		existing, gerr := s.cfg.LVM.GetLV(ctx, class.VolumeGroup, lvName)
 		if gerr != nil {
-			return nil, toStatus(gerr, "looking up existing LV "+volume.VolumeID(class.VolumeGroup, lvName))
+			return nil, false, toStatus(gerr, "looking up existing LV "+volume.VolumeID(class.VolumeGroup, lvName))
 		}
 		if err := s.compatible(existing, req, class); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		s.cfg.View.Created(*existing)
-		return s.createResponse(existing, class), nil
+		if s.mustRedo(existing, method) {
+			// Made by a run that crashed before finishing it; the next
+			// retry finds it in the view and makes it again.
+			redone, err := s.redo(ctx, existing)
+			if err != nil {
+				return nil, false, err
+			}
+			if !redone {
+				return existing, false, nil
+			}
+			return nil, false, status.Errorf(codes.Aborted, "volume %q: removed LV %s, left half-made by an earlier attempt; retry to make it again",
+				req.GetName(), volume.VolumeID(existing.VolumeGroup, existing.Name))
+		}
+		return existing, false, nil
 	}
 	if errors.Is(err, lvm.ErrInsufficientSpace) {
 		// LVM had less room than the view: something outside carve took
@@ -220,11 +279,47 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		}
 	}
 	if err != nil {
-		return nil, toStatus(err, "creating LV "+volume.VolumeID(class.VolumeGroup, lvName))
+		return nil, false, toStatus(err, "creating LV "+volume.VolumeID(class.VolumeGroup, lvName))
 	}
 	s.cfg.View.Created(*lv)
 	log.Info("Created volume", "size", lv.Size)
-	return s.createResponse(lv, class), nil
+	return lv, true, nil
+}
+
+// mustRedo tells whether an existing LV was left half-made by a crash and
+// must be made again: it still carries volume.TagUnfinished, nothing is finishing
+// it now, and it will not be zeroed (zeroing covers what lvcreate's wipe
+// would have done, so finish completes such an LV instead).
+func (s *ControllerServer) mustRedo(lv *lvm.LogicalVolume, method erase.Method) bool {
+	return volume.IsUnfinished(lv.Tags) && method == erase.None && !s.finishing.running(lv.Name)
+}
+
+// redo removes a half-made LV, which was never handed out, so that it is
+// made again with lvcreate's wipe and zeroing. ok is false when LVM shows
+// the LV finished after all (the view was older): then it is kept, and the
+// caller returns lv as it is.
+func (s *ControllerServer) redo(ctx context.Context, lv *lvm.LogicalVolume) (ok bool, err error) {
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	// LVM, not the view, decides: removing a volume that was handed out
+	// would lose its data.
+	cur, err := s.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+	switch {
+	case errors.Is(err, lvm.ErrNotFound):
+		s.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+		return true, nil
+	case err != nil:
+		return false, toStatus(err, "reading half-made LV "+id)
+	case !volume.IsUnfinished(cur.Tags):
+		s.cfg.View.Created(*cur)
+		*lv = *cur
+		return false, nil
+	}
+	if err := s.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		return false, toStatus(err, "removing half-made LV "+id)
+	}
+	s.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+	klog.FromContext(ctx).Info("Removed an LV left half-made by an earlier CreateVolume; making it again", "volumeID", id)
+	return true, nil
 }
 
 // compatible checks that an existing LV is the volume req asks for again.

@@ -41,10 +41,11 @@ deviceClasses:
 `
 
 type controllerFixture struct {
-	lvm  *fakeLVM
-	cfg  *config.Config
-	view *state.View
-	cs   *ControllerServer
+	lvm    *fakeLVM
+	eraser *fakeEraser
+	cfg    *config.Config
+	view   *state.View
+	cs     *ControllerServer
 }
 
 // newControllerFixture: vg1 of 10 GiB holding a 4 GiB thin pool (6 GiB
@@ -59,7 +60,7 @@ func newControllerFixture(t *testing.T) *controllerFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &controllerFixture{lvm: f, cfg: cfg}
+	fx := &controllerFixture{lvm: f, cfg: cfg, eraser: &fakeEraser{}}
 	fx.restart(t)
 	return fx
 }
@@ -73,7 +74,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
-		View: fx.view, FSTypes: []string{"ext4", "xfs"}})
+		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {

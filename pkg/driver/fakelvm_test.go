@@ -285,6 +285,24 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 	return nil
 }
 
+// DeleteTags takes tags off an LV as lvchange --deltag does.
+func (f *fakeLVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	if err := f.vgErrLocked(vg); err != nil {
+		return err
+	}
+	lv, ok := f.lvs[vg+"/"+name]
+	if !ok {
+		return fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	}
+	lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return slices.Contains(tags, t) })
+	return nil
+}
+
 // ActivateLV activates one LV as the lvm package does: a thin LV's pool
 // with it, whatever the activation-skip flag.
 func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {

@@ -23,6 +23,9 @@ type LVM interface {
 	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
 	// ExtendLV is a no-op for an LV that is already at least size bytes.
 	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
+	// DeleteTags takes tags off an LV; a tag it does not carry is no
+	// error. lvm.ErrNotFound when the LV does not exist.
+	DeleteTags(ctx context.Context, vg, name string, tags ...string) error
 	// RemoveLV returns lvm.ErrNotFound when the LV does not exist,
 	// lvm.ErrVolumeGroupNotFound when its VG does not.
 	RemoveLV(ctx context.Context, vg, name string) error

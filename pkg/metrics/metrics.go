@@ -29,6 +29,7 @@ const (
 const (
 	StepLVCreate       = "lvcreate"
 	StepLVRemove       = "lvremove"
+	StepErase          = "erase"
 	StepLVExtend       = "lvextend"
 	StepSignatureCheck = "signature_check"
 	StepMkfs           = "mkfs"
@@ -54,6 +55,7 @@ type Recorder struct {
 	capacity          *prometheus.GaugeVec
 	thinDataPercent   *prometheus.GaugeVec
 	thinMetaPercent   *prometheus.GaugeVec
+	thinZeroing       *prometheus.GaugeVec
 	volumes           *prometheus.GaugeVec
 	lastRefreshResult *prometheus.GaugeVec
 }
@@ -68,7 +70,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"phase", "device_class", "result"}),
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carve_step_duration_seconds",
-			Help:    "Duration of one step of a phase (lvcreate, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount) by device class and result (success or error).",
+			Help:    "Duration of one step of a phase (lvcreate, erase, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount) by device class and result (success or error).",
 			Buckets: durationBuckets,
 		}, []string{"phase", "step", "device_class", "result"}),
 		lvmDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -96,6 +98,10 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Name: "carve_thin_pool_metadata_percent",
 			Help: "Used share (0-100) of the metadata of a thin class's pool.",
 		}, []string{"device_class", "volume_group", "thin_pool"}),
+		thinZeroing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_thin_pool_zeroing",
+			Help: "1 when the pool of a thin class zeroes new blocks before their first use, 0 when it does not (a new thin volume can then read what a removed one wrote).",
+		}, []string{"device_class", "volume_group", "thin_pool"}),
 		volumes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volumes",
 			Help: "Number of carve volumes (LVs with carve's tags) of a device class.",
@@ -106,7 +112,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.vgSize, r.vgFree,
-		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.volumes, r.lastRefreshResult)
+		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.volumes, r.lastRefreshResult)
 	return r
 }
 
@@ -144,6 +150,8 @@ type ClassState struct {
 	// ThinPool is empty for thick classes; the percents are read only then.
 	ThinPool                         string
 	ThinDataPercent, ThinMetaPercent float64
+	// ThinZeroing tells whether the pool zeroes new blocks.
+	ThinZeroing bool
 }
 
 // SetClassStates replaces the per-class gauges with states, so a class
@@ -152,7 +160,7 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 	if r == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{r.vgSize, r.vgFree, r.capacity, r.thinDataPercent, r.thinMetaPercent, r.volumes} {
+	for _, g := range []*prometheus.GaugeVec{r.vgSize, r.vgFree, r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.volumes} {
 		g.Reset()
 	}
 	for _, s := range states {
@@ -163,6 +171,11 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 		if s.ThinPool != "" {
 			r.thinDataPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinDataPercent)
 			r.thinMetaPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinMetaPercent)
+			zeroing := 0.0
+			if s.ThinZeroing {
+				zeroing = 1
+			}
+			r.thinZeroing.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(zeroing)
 		}
 	}
 }

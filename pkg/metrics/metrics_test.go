@@ -147,3 +147,22 @@ func TestRuntimeRegistry(t *testing.T) {
 		}
 	}
 }
+
+func TestThinPoolZeroingGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := NewRecorder(reg)
+	r.SetClassStates([]ClassState{
+		{DeviceClass: "fast", VolumeGroup: "vg0"},
+		{DeviceClass: "thin", VolumeGroup: "vg0", ThinPool: "pool0", ThinZeroing: true},
+		{DeviceClass: "raw", VolumeGroup: "vg0", ThinPool: "pool1"},
+	})
+	want := `
+# HELP carve_thin_pool_zeroing 1 when the pool of a thin class zeroes new blocks before their first use, 0 when it does not (a new thin volume can then read what a removed one wrote).
+# TYPE carve_thin_pool_zeroing gauge
+carve_thin_pool_zeroing{device_class="raw",thin_pool="pool1",volume_group="vg0"} 0
+carve_thin_pool_zeroing{device_class="thin",thin_pool="pool0",volume_group="vg0"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "carve_thin_pool_zeroing"); err != nil {
+		t.Error(err)
+	}
+}

@@ -402,7 +402,11 @@ func (v *View) Created(lv lvm.LogicalVolume) {
 	defer v.mu.Unlock()
 	key := lv.VolumeGroup + "/" + lv.Name
 	if _, had := v.lvs[key]; had {
+		// A change of its tags, say: a report read before it must not
+		// put the old LV back.
 		v.lvs[key] = lv
+		v.gen++
+		v.markDirtyLocked()
 		return
 	}
 	v.lvs[key] = lv
@@ -484,10 +488,27 @@ func (v *View) publishLocked() {
 			p := v.pools[d.VolumeGroup+"/"+d.ThinPool]
 			s.ThinPool = d.ThinPool
 			s.ThinDataPercent, s.ThinMetaPercent = p.DataPercent, p.MetadataPercent
+			s.ThinZeroing = p.ZeroNewBlocks
 		}
 		states = append(states, s)
 	}
 	v.rec.SetClassStates(states)
+}
+
+// UnzeroedThinClasses lists the thin classes whose pool (as last read)
+// does not zero new blocks: their new volumes can read what removed ones
+// wrote.
+func (v *View) UnzeroedThinClasses() []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var names []string
+	for i := range v.cfg.DeviceClasses {
+		d := &v.cfg.DeviceClasses[i]
+		if p, ok := v.pools[d.VolumeGroup+"/"+d.ThinPool]; d.Thin() && ok && !p.ZeroNewBlocks {
+			names = append(names, d.Name)
+		}
+	}
+	return names
 }
 
 // ReadAt is when the view's last full report was taken.

@@ -510,3 +510,54 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 		})
 	}
 }
+
+// TestViewStaleRefreshKeepsChangedTags: an LV whose tags carve changed
+// (TagUnfinished taken off) keeps the new tags when a report read before
+// the change ends after it.
+func TestViewStaleRefreshKeepsChangedTags(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	v := New(rep, testConfig(), nil)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep.block = make(chan struct{})
+	done := make(chan error)
+	go func() { done <- v.Refresh(context.Background()) }()
+	for {
+		rep.mu.Lock()
+		n := rep.calls
+		rep.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b, _ := v.LV("vg1", "b")
+	b.Tags = append(slices.Clone(b.Tags), "changed")
+	v.Created(b)
+	close(rep.block)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := v.LV("vg1", "b"); !slices.Contains(got.Tags, "changed") {
+		t.Fatalf("a stale refresh put back the old tags: %v", got.Tags)
+	}
+}
+
+func TestUnzeroedThinClassesNamesPoolsWithoutZeroing(t *testing.T) {
+	for _, zero := range []bool{true, false} {
+		r := testReport()
+		r.ThinPools[0].ZeroNewBlocks = zero
+		v := New(&fakeReporter{report: r}, testConfig(), nil)
+		if err := v.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		if !zero {
+			want = []string{"thin"}
+		}
+		if got := v.UnzeroedThinClasses(); !slices.Equal(got, want) {
+			t.Errorf("pool zeroing %v: UnzeroedThinClasses() = %v, want %v", zero, got, want)
+		}
+	}
+}

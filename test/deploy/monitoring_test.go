@@ -217,6 +217,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveVolumeGroupAlmostFull", "carve_volume_group_free_bytes"},
 		{"CarveThinPoolDataHigh", "carve_thin_pool_data_percent"},
 		{"CarveThinPoolMetadataHigh", "carve_thin_pool_metadata_percent"},
+		{"CarveThinPoolNotZeroing", "carve_thin_pool_zeroing"},
 		{"CarvePhaseErrorRateHigh", "carve_phase_duration_seconds_count"},
 		{"CarvePluginDown", "up"},
 		{"CarvePluginAbsent", "up"},

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,6 +57,13 @@ type env struct {
 // newEnv makes a VG of vgSize bytes and starts the plugin with one thick default class.
 func newEnv(t *testing.T, name string, vgSize int64) *env {
 	t.Helper()
+	return newEnvWith(t, name, vgSize, "")
+}
+
+// newEnvWith is newEnv with more classes: extra is appended to the
+// device-class file, where the VG's name is written as $VG.
+func newEnvWith(t *testing.T, name string, vgSize int64, extra string) *env {
+	t.Helper()
 	if *carveBin == "" {
 		t.Fatal("-carve must name the carve binary")
 	}
@@ -76,7 +84,7 @@ func newEnv(t *testing.T, name string, vgSize int64) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, vg: vg, dir: dir, log: log, config: "deviceClasses:\n  - name: " + class +
-		"\n    volumeGroup: " + vg.Name + "\n    default: true\n    spare: 64Mi\n"}
+		"\n    volumeGroup: " + vg.Name + "\n    default: true\n    spare: 64Mi\n" + strings.ReplaceAll(extra, "$VG", vg.Name)}
 	e.start()
 	t.Cleanup(func() {
 		e.stop()

@@ -1,0 +1,238 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/erase"
+	"github.com/carve-csi/carve/pkg/volume"
+)
+
+// fakeEraser records the erasures asked of it. When gate is set, each
+// erasure waits for it to be closed; fail is returned instead of erasing.
+type fakeEraser struct {
+	mu    sync.Mutex
+	calls []erased
+	gate  chan struct{}
+	fail  error
+}
+
+type erased struct {
+	path   string
+	method erase.Method
+}
+
+func (e *fakeEraser) Erase(ctx context.Context, path string, m erase.Method) (int64, error) {
+	e.mu.Lock()
+	gate, fail := e.gate, e.fail
+	e.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	if fail != nil {
+		return 0, fail
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls = append(e.calls, erased{path, m})
+	return 1, nil
+}
+
+func (e *fakeEraser) erasures() []erased {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.calls)
+}
+
+// lvTags is the tags of an LV in the fake.
+func (f *fakeLVM) lvTags(vg, name string) ([]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lv, ok := f.lvs[vg+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return slices.Clone(lv.Tags), true
+}
+
+const eraseClasses = `
+deviceClasses:
+  - {name: fast, volumeGroup: vg1, default: true}
+  - {name: written, volumeGroup: vg1, erase: write}
+  - {name: kept, volumeGroup: vg1, erase: none}
+  - {name: thin, volumeGroup: vg1, thinPool: pool}
+`
+
+func newEraseFixture(t *testing.T) *controllerFixture {
+	t.Helper()
+	fx := newControllerFixture(t)
+	cfg, err := config.Parse([]byte(eraseClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.cfg = cfg
+	fx.restart(t)
+	return fx
+}
+
+func TestCreateVolumeErasesRawBlockVolumesOfThickClasses(t *testing.T) {
+	block, mount := blockCap(sw), mountCap("ext4", sw)
+	tests := []struct {
+		name  string
+		class string
+		caps  []*csi.VolumeCapability
+		want  erase.Method // "" is no erasure
+	}{
+		{"block, default method", "fast", []*csi.VolumeCapability{block}, erase.ZeroOut},
+		{"block and mount", "fast", []*csi.VolumeCapability{mount, block}, erase.ZeroOut},
+		{"block, write method", "written", []*csi.VolumeCapability{block}, erase.Write},
+		{"block, method none", "kept", []*csi.VolumeCapability{block}, ""},
+		{"filesystem", "fast", []*csi.VolumeCapability{mount}, ""},
+		{"thin block", "thin", []*csi.VolumeCapability{block}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newEraseFixture(t)
+			req := createReq("pvc-1", gib, map[string]string{ParamDeviceClass: tt.class})
+			req.VolumeCapabilities = tt.caps
+			if _, err := fx.cs.CreateVolume(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			lv := volume.LVNameFor("pvc-1")
+			var want []erased
+			if tt.want != "" {
+				want = []erased{{"/dev/vg1/" + lv, tt.want}}
+			}
+			if got := fx.eraser.erasures(); !slices.Equal(got, want) {
+				t.Errorf("erasures %v, want %v", got, want)
+			}
+			tags, _ := fx.lvm.lvTags("vg1", lv)
+			if volume.IsUnfinished(tags) {
+				t.Errorf("the LV handed out still carries %s: %v", volume.TagUnfinished, tags)
+			}
+			if v, _ := fx.view.LV("vg1", lv); volume.IsUnfinished(v.Tags) {
+				t.Errorf("the view still sees %s on the LV: %v", volume.TagUnfinished, v.Tags)
+			}
+		})
+	}
+}
+
+// TestCreateVolumeRetryWaitsForTheErasureInFlight: an erasure longer than
+// the call's deadline goes on; the call is Aborted (csi-provisioner retries
+// on the same node), the retry waits for the same erasure and returns the
+// volume. It is erased once.
+func TestCreateVolumeRetryWaitsForTheErasureInFlight(t *testing.T) {
+	fx := newEraseFixture(t)
+	gate := make(chan struct{})
+	fx.eraser.gate = gate
+	req := createReq("pvc-1", gib, nil)
+	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := fx.cs.CreateVolume(ctx, req)
+	wantCode(t, err, codes.Aborted, "still being prepared")
+	if tags, _ := fx.lvm.lvTags("vg1", volume.LVNameFor("pvc-1")); !volume.IsUnfinished(tags) {
+		t.Fatalf("an LV being erased lost %s: %v", volume.TagUnfinished, tags)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := fx.cs.CreateVolume(context.Background(), req)
+		done <- err
+	}()
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if n := len(fx.eraser.erasures()); n != 1 {
+		t.Errorf("erased %d times, want once", n)
+	}
+}
+
+func TestCreateVolumeRetriesAFailedErasure(t *testing.T) {
+	fx := newEraseFixture(t)
+	fx.eraser.fail = errors.New("I/O error")
+	req := createReq("pvc-1", gib, nil)
+	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
+	_, err := fx.cs.CreateVolume(context.Background(), req)
+	wantCode(t, err, codes.Internal, "I/O error")
+	fx.eraser.fail = nil
+	if _, err := fx.cs.CreateVolume(context.Background(), req); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if n := len(fx.eraser.erasures()); n != 1 {
+		t.Errorf("erased %d times, want once", n)
+	}
+}
+
+// TestCreateVolumeNeverAdoptsAHalfMadeLV: a plugin that crashed between
+// lvcreate (which commits the LV with its tags) and the end of its wipe
+// or zeroing left an LV carrying volume.TagUnfinished. The retry after the
+// restart finishes the work: it zeroes a raw-block volume, and makes any
+// other volume again (lvcreate's wipe had maybe not run), never returning
+// the LV as it was.
+func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
+	tests := []struct {
+		name      string
+		cap       *csi.VolumeCapability
+		seen      bool // the view knew the LV (it was read at restart)
+		wantErase bool
+		remade    bool
+	}{
+		{"block, seen at restart", blockCap(sw), true, true, false},
+		{"block, made behind the view", blockCap(sw), false, true, false},
+		{"filesystem, seen at restart", mountCap("ext4", sw), true, false, true},
+		{"filesystem, made behind the view", mountCap("ext4", sw), false, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newEraseFixture(t)
+			lvName := volume.LVNameFor("pvc-1")
+			halfMade := func() {
+				// What lvcreate had committed when the plugin died; the
+				// "old" tag tells a remade LV from this one.
+				if _, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: lvName, Size: uint64(gib),
+					Tags: append(volume.VolumeTags("pvc-1", "fast", nil), volume.TagUnfinished, "old")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.seen {
+				halfMade()
+				fx.restart(t)
+			} else {
+				fx.restart(t)
+				halfMade()
+			}
+			req := createReq("pvc-1", gib, nil)
+			req.VolumeCapabilities = []*csi.VolumeCapability{tt.cap}
+			_, err := fx.cs.CreateVolume(context.Background(), req)
+			if !tt.seen && tt.remade {
+				// Found only by lvcreate's "exists": removed, and the
+				// retry makes it.
+				wantCode(t, err, codes.Aborted, "half-made")
+				_, err = fx.cs.CreateVolume(context.Background(), req)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tags, ok := fx.lvm.lvTags("vg1", lvName)
+			if !ok || volume.IsUnfinished(tags) {
+				t.Fatalf("LV after the retry: present %v, tags %v", ok, tags)
+			}
+			if got := slices.Contains(tags, "old"); got == tt.remade {
+				t.Errorf("remade = %v, want %v (tags %v)", !got, tt.remade, tags)
+			}
+			if got := len(fx.eraser.erasures()) == 1; got != tt.wantErase {
+				t.Errorf("erased: %v, want %v", got, tt.wantErase)
+			}
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package erase
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// pattern writes size bytes of 0xA5 to a new file and returns its path.
+func pattern(t *testing.T, size int) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "dev")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{0xA5}, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDeviceLeavesOnlyZeros(t *testing.T) {
+	// Not a multiple of the write buffer, and over a chunk, so that the
+	// last partial write and the chunk boundary are both covered.
+	const size = chunk + writeBuffer + 4097
+	p := pattern(t, size)
+	n, err := Device(context.Background(), p, Write)
+	if err != nil || n != size {
+		t.Fatalf("Device(write) = %d, %v; want %d, nil", n, err, size)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != size || !bytes.Equal(got, make([]byte, size)) {
+		t.Fatalf("after erasing, the file has %d bytes, not all zero", len(got))
+	}
+}
+
+func TestDeviceNoneLeavesTheDeviceAsItIs(t *testing.T) {
+	p := pattern(t, 8192)
+	if n, err := Device(context.Background(), p, None); err != nil || n != 0 {
+		t.Fatalf("Device(none) = %d, %v; want 0, nil", n, err)
+	}
+	got, _ := os.ReadFile(p)
+	if !bytes.Equal(got, bytes.Repeat([]byte{0xA5}, 8192)) {
+		t.Fatal("method none changed the device")
+	}
+}
+
+func TestDeviceRefuses(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		m    Method
+		is   error
+	}{
+		{"an unknown method", context.Background(), Method("shred"), nil},
+		// BLKZEROOUT exists for block devices only: a file is an error,
+		// never a silent success.
+		{"zeroout of a file", context.Background(), ZeroOut, syscall.ENOTTY},
+		{"an ended context", canceled, Write, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pattern(t, 4096)
+			if _, err := Device(tc.ctx, p, tc.m); err == nil || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("Device = %v; want an error (%v)", err, tc.is)
+			}
+			got, _ := os.ReadFile(p)
+			if !bytes.Equal(got, bytes.Repeat([]byte{0xA5}, 4096)) {
+				t.Fatal("a refused erase changed the device")
+			}
+		})
+	}
+}
+
+func TestIsMethod(t *testing.T) {
+	for s, want := range map[string]bool{"zeroout": true, "write": true, "none": true, "": false, "discard": false} {
+		if IsMethod(s) != want {
+			t.Errorf("IsMethod(%q) = %v", s, !want)
+		}
+	}
+}

@@ -1,0 +1,218 @@
+//go:build guestinner
+
+package nodeinner
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/plugintest"
+)
+
+// eraseSize is the size of each volume of the erasure tests: a few extents,
+// so that zeroing under TCG takes well under a second.
+const eraseSize = 32 * mib
+
+// blockCapability is a single-node-writer raw-block capability.
+func blockCapability() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+// pattern is what the earlier tenant wrote.
+var pattern = bytes.Repeat([]byte{0xA5, 0x5A, 'c', 'a', 'r', 'v', 'e', 0x01}, int(eraseSize)/8)
+
+// writeDevice writes data to a device and flushes it to the disk.
+func writeDevice(t *testing.T, dev string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nonZeroBytes reads a whole device with O_DIRECT (past any page cache, so
+// what the disk holds) and counts the bytes that are not zero.
+func nonZeroBytes(t *testing.T, dev string) (n, size int64) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	raw := make([]byte, mib+4096)
+	off := 4096 - int(uintptr(unsafe.Pointer(&raw[0]))%4096)
+	buf := raw[off : off+int(mib)]
+	for {
+		k, err := f.ReadAt(buf, size)
+		for _, b := range buf[:k] {
+			if b != 0 {
+				n++
+			}
+		}
+		size += int64(k)
+		if err != nil || k == 0 {
+			break
+		}
+	}
+	return n, size
+}
+
+// extents is where an LV lies on the PVs (lvs seg_pe_ranges).
+func (e *env) extents(lv string) string { return e.lvField(lv, "seg_pe_ranges") }
+
+// TestNoVolumeShowsAnotherVolumesData runs the erasure tests on one VG
+// and one plugin (each start costs seconds under TCG).
+func TestNoVolumeShowsAnotherVolumesData(t *testing.T) {
+	e := newEnvWith(t, "erase", 256*mib, "  - {name: written, volumeGroup: $VG, erase: write}\n"+
+		"  - {name: kept, volumeGroup: $VG, erase: none}\n")
+	t.Run("NewBlockVolumeReadsOnlyZeros", func(t *testing.T) { newBlockVolumeReadsOnlyZeros(t, e) })
+	t.Run("CreateVolumeFinishesAHalfMadeLV", func(t *testing.T) { createVolumeFinishesAHalfMadeLV(t, e) })
+}
+
+// newBlockVolumeReadsOnlyZeros: tenant A writes a pattern over the whole
+// of a raw-block volume and deletes it; tenant B's new raw-block volume,
+// made on the same extents (the test checks they are the same), reads
+// zeros only, for each erase method that zeroes. A class with `erase:
+// none` is the control: there B reads A's bytes, which is what carve did
+// for every class before erasure existed.
+func newBlockVolumeReadsOnlyZeros(t *testing.T, e *env) {
+	for _, tc := range []struct {
+		class    string
+		wantZero bool
+	}{
+		{class, true}, // the default, zeroout
+		{"written", true},
+		{"kept", false},
+	} {
+		t.Run(tc.class, func(t *testing.T) {
+			c := blockCapability()
+			a := e.createInClass("tenant-a-"+tc.class, eraseSize, c, tc.class)
+			devA, _ := plugintest.DevicePath(a)
+			writeDevice(t, devA, pattern)
+			where := e.extents(lvName(t, a))
+			e.delete(a)
+
+			b := e.createInClass("tenant-b-"+tc.class, eraseSize, c, tc.class)
+			if got := e.extents(lvName(t, b)); got != where {
+				t.Fatalf("the new volume lies on %s, the deleted one on %s: the test needs the same extents", got, where)
+			}
+			devB, _ := plugintest.DevicePath(b)
+			n, size := nonZeroBytes(t, devB)
+			if size != eraseSize {
+				t.Fatalf("read %d bytes of %s, want %d", size, devB, eraseSize)
+			}
+			switch {
+			case tc.wantZero && n != 0:
+				t.Errorf("class %s: the new volume shows %d non-zero bytes of the deleted one", tc.class, n)
+			case !tc.wantZero && n == 0:
+				t.Errorf("class %s (erase: none): the new volume reads all zeros; the control expected the old pattern, so this test would not see a leak", tc.class)
+			}
+			e.delete(b)
+		})
+	}
+	// Tenants A and B of the two classes that zero; none for erase: none.
+	if n := e.stepCountOf("create", "erase"); n != 4 {
+		t.Errorf("carve_step_duration_seconds{phase=create,step=erase} counted %d erasures, want 4", n)
+	}
+}
+
+// createVolumeFinishesAHalfMadeLV: a plugin killed between lvcreate (which
+// commits the LV and its tags) and the end of its wipe and zeroing leaves
+// an LV carrying carve.dev/unfinished over extents that still hold a
+// deleted volume's bytes (here: a pattern, and a whole ext4). After a
+// restart, the retried CreateVolume zeroes the raw-block one, and makes
+// the filesystem one again, so NodeStage formats a new filesystem instead
+// of mounting the old one.
+func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
+	ctx := context.Background()
+	halfMade := func(name string) string {
+		lv := volume.LVNameFor(name)
+		args := []string{"lvcreate", "--yes", "--wipesignatures", "n", "--zero", "n", "--name", lv, "--size", "32m"}
+		for _, tag := range append(volume.VolumeTags(name, class, nil), volume.TagUnfinished) {
+			args = append(args, "--addtag", tag)
+		}
+		if _, err := e.vg.LVM(ctx, append(args, e.vg.Name)...); err != nil {
+			t.Fatal(err)
+		}
+		return "/dev/" + e.vg.Name + "/" + lv
+	}
+	blockDev := halfMade("half-block")
+	writeDevice(t, blockDev, pattern)
+	fsDev := halfMade("half-fs")
+	if _, err := plugintest.Run(ctx, "mkfs.ext4", "-q", "-F", fsDev); err != nil {
+		t.Fatal(err)
+	}
+	oldUUID, err := plugintest.FilesystemUUID(ctx, fsDev)
+	if err != nil || oldUUID == "" {
+		t.Fatalf("the old filesystem has no UUID (%q, %v)", oldUUID, err)
+	}
+	// The crash: the plugin comes back and reads LVM afresh.
+	e.stop()
+	e.start()
+
+	b := e.createInClass("half-block", eraseSize, blockCapability(), class)
+	if n, _ := nonZeroBytes(t, blockDev); n != 0 {
+		t.Errorf("the half-made raw-block volume was handed out with %d non-zero bytes", n)
+	}
+	capability := plugintest.MountCapability("ext4")
+	f := e.createInClass("half-fs", eraseSize, capability, class)
+	p := e.paths("half-fs")
+	e.stagePublish(f, p, capability)
+	newUUID, err := plugintest.FilesystemUUID(ctx, fsDev)
+	if err != nil || newUUID == oldUUID {
+		t.Errorf("NodeStage mounted the filesystem left on the half-made LV (UUID %s, now %s, %v)", oldUUID, newUUID, err)
+	}
+	e.unpublishUnstage(f, p)
+	for _, id := range []string{b, f} {
+		if tags := e.lvField(lvName(t, id), "lv_tags"); strings.Contains(tags, volume.TagUnfinished) {
+			t.Errorf("%s still carries %s after CreateVolume returned it: %s", id, volume.TagUnfinished, tags)
+		}
+	}
+}
+
+// delete deletes a volume now (the cleanup createInClass registered finds
+// it gone, which DeleteVolume answers with OK).
+func (e *env) delete(id string) {
+	e.t.Helper()
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if _, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		e.t.Fatalf("DeleteVolume %s: %v", id, err)
+	}
+}
+
+// stepCountOf is how often the plugin ran a step of a phase since it started.
+func (e *env) stepCountOf(phase, step string) uint64 {
+	e.t.Helper()
+	ctx, cancel := e.ctx()
+	defer cancel()
+	ms, err := e.plugin.Scrape(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ms.HistogramCount("carve_step_duration_seconds", map[string]string{"phase": phase, "step": step})
+}

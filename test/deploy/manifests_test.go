@@ -15,8 +15,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -98,6 +100,7 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"DaemonSet carve-system/carve-node",
 		"Deployment carve-system/carve-controller",
 		"Namespace /carve-system",
+		"PodDisruptionBudget carve-system/carve-controller",
 		"Role carve-system/carve-controller-leader-election",
 		"Role carve-system/carve-node-capacity",
 		"RoleBinding carve-system/carve-controller-leader-election",
@@ -174,10 +177,11 @@ func TestNodeDaemonSet(t *testing.T) {
 	if spec.ServiceAccountName != "carve-node" {
 		t.Errorf("serviceAccountName %q, want carve-node", spec.ServiceAccountName)
 	}
-	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
-		return tol.Operator == corev1.TolerationOpExists && tol.Key == "" && tol.Effect == ""
-	}) {
-		t.Errorf("tolerations %+v do not tolerate every taint", spec.Tolerations)
+	checkNodeSelection(t, ds)
+	for _, c := range spec.Containers {
+		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			t.Errorf("container %s: terminationMessagePolicy %q, want FallbackToLogsOnError", c.Name, c.TerminationMessagePolicy)
+		}
 	}
 
 	hostPaths := map[string]string{}
@@ -273,7 +277,7 @@ func TestNodeDaemonSet(t *testing.T) {
 
 	prov := container(t, spec, "csi-provisioner")
 	if !reflect.DeepEqual(prov.Args, provisionerFlags) {
-		t.Errorf("csi-provisioner args\n got %q\nwant %q (DESIGN.md)", prov.Args, provisionerFlags)
+		t.Errorf("csi-provisioner args\n got %q\nwant %q (carve's design)", prov.Args, provisionerFlags)
 	}
 	if got, want := envFrom(prov), map[string]string{
 		"NODE_NAME": "spec.nodeName", "NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name",
@@ -314,10 +318,48 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 }
 
+// checkNodeSelection: the DaemonSet runs on Linux nodes only, tolerates no
+// taint by default (a blanket toleration put it on control-plane and
+// dedicated nodes), stays off nodes labelled for a node group (their own
+// DaemonSets run there, and a DaemonSet selector must not take their
+// pods), and never runs two plugins on one node during a rollout.
+func checkNodeSelection(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if spec.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Errorf("nodeSelector %v does not pick Linux nodes", spec.NodeSelector)
+	}
+	if len(spec.Tolerations) > 0 {
+		t.Errorf("tolerations %+v; by default the DaemonSet tolerates no taint", spec.Tolerations)
+	}
+	excludes := func(reqs []corev1.NodeSelectorRequirement) bool {
+		return slices.ContainsFunc(reqs, func(r corev1.NodeSelectorRequirement) bool {
+			return r.Key == "carve.dev/node-group" && r.Operator == corev1.NodeSelectorOpDoesNotExist
+		})
+	}
+	a := spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+		!slices.ContainsFunc(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, func(term corev1.NodeSelectorTerm) bool {
+			return excludes(term.MatchExpressions)
+		}) {
+		t.Errorf("affinity %+v does not keep the DaemonSet off nodes labelled carve.dev/node-group", a)
+	}
+	if !slices.ContainsFunc(ds.Spec.Selector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
+		return r.Key == "carve.dev/node-group" && r.Operator == metav1.LabelSelectorOpDoesNotExist
+	}) {
+		t.Errorf("selector %+v would take the pods of node groups' DaemonSets", ds.Spec.Selector)
+	}
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable == nil {
+		t.Errorf("updateStrategy %+v, want RollingUpdate with maxSurge 0 and a maxUnavailable", ds.Spec.UpdateStrategy)
+	}
+}
+
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
 
 func TestControllerDeployment(t *testing.T) {
-	d := get[*appsv1.Deployment](t, baseObjects(t), "Deployment carve-system/carve-controller")
+	objs := baseObjects(t)
+	d := get[*appsv1.Deployment](t, objs, "Deployment carve-system/carve-controller")
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %v, want 1", d.Spec.Replicas)
 	}
@@ -332,6 +374,25 @@ func TestControllerDeployment(t *testing.T) {
 	if got, _ := flagValue(carve.Args, "--endpoint"); got != "unix:///csi/csi.sock" {
 		t.Errorf("controller --endpoint=%q", got)
 	}
+	// Neither container needs root.
+	psc := spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 ||
+		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("the controller pod's securityContext %+v: want runAsNonRoot, a non-zero runAsUser and seccompProfile RuntimeDefault", psc)
+	}
+	for _, c := range spec.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("container %s: securityContext %+v, want no privilege escalation and all capabilities dropped", c.Name, sc)
+		}
+		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			t.Errorf("container %s: terminationMessagePolicy %q, want FallbackToLogsOnError", c.Name, c.TerminationMessagePolicy)
+		}
+	}
+	pdb := get[*policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget carve-system/carve-controller")
+	if !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudget %+v: want maxUnavailable 1 over the controller's pods %v", pdb.Spec, d.Spec.Selector.MatchLabels)
+	}
 	resizer := container(t, spec, "csi-resizer")
 	if !slices.Contains(resizer.Args, "--leader-election") {
 		t.Errorf("csi-resizer args %v lack --leader-election", resizer.Args)
@@ -341,7 +402,6 @@ func TestControllerDeployment(t *testing.T) {
 	}
 	// Both containers' /metrics are behind a Service of their own (one
 	// scrape job each), on the ports the processes listen on.
-	objs := baseObjects(t)
 	for _, tc := range []struct {
 		service, port, flag string
 		c                   corev1.Container

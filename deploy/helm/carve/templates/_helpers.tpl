@@ -30,3 +30,19 @@ release: {{ . | quote }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* The device-class file (the plugin's --config) for a list of classes. */}}
+{{- define "carve.deviceClassFile" -}}
+{{ toYaml (dict "deviceClasses" .) }}
+{{- end }}
+
+{{/* -v and --logging-format of carve or a sidecar, when not the defaults.
+dict: level, format. */}}
+{{- define "carve.logArgs" -}}
+{{- if .level }}
+- --v={{ .level }}
+{{- end }}
+{{- if ne .format "text" }}
+- --logging-format={{ .format }}
+{{- end }}
+{{- end }}

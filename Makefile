@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench deps clean cachedir
+.PHONY: all build image images manifests lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -33,9 +33,9 @@ lint: cachedir
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes ./...
+	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
-	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes ./...
+	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
 
 # Pure logic; no root.
 test-unit:
@@ -119,6 +119,24 @@ test: lint test-unit test-host test-guest test-deploy test-e2e test-nodes
 bench: deps cachedir
 	$(GO) test -tags guesttest -count=1 -p 1 -timeout 40m -run '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
 	@grep '^ratio' $(CACHE)/bench.log
+
+# carve beside TopoLVM on the e2e control plane (test/peers, tag peers;
+# docs/development.md): TopoLVM at the release pinned in
+# test/peers/tools/topolvm, built from the Go module proxy with its chart
+# rendered (hack/topolvm.sh, cached under $(CACHE)/topolvm); the same
+# workload against both, printed as ratios. Not part of make test.
+# PEERS_CLAIMS claims per driver and pattern, PEERS_GAP the pause of the
+# paced pattern, PEERS_FRESHNESS_CAP the longest wait for capacity.
+PEERS_CLAIMS ?= 50
+PEERS_GAP ?= 1s
+PEERS_FRESHNESS_CAP ?= 90s
+
+bench-peers: deps build deploy-tools cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && tvdir=$$(GO='$(GO)' ./hack/topolvm.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_TOPOLVM=$$tvdir \
+	  CARVE_PEERS_CLAIMS=$(PEERS_CLAIMS) CARVE_PEERS_GAP=$(PEERS_GAP) CARVE_PEERS_FRESHNESS_CAP=$(PEERS_FRESHNESS_CAP) \
+	  $(GO) test -tags peers -count=1 -timeout 40m -v ./test/peers/ 2>&1 | tee $(CACHE)/bench-peers.log | ./hack/summarize-go-test.sh bench-peers
+	@grep '^ratio' $(CACHE)/bench-peers.log
 
 clean:
 	rm -rf $(BIN)

@@ -4,13 +4,14 @@ package e2e
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 // TestProvisioningLatency measures, over 20 volumes made one after the
@@ -92,9 +93,4 @@ func TestProvisioningLatency(t *testing.T) {
 }
 
 // pct is the p-th percentile (nearest rank) of ds.
-func pct(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (p*len(s) + 99) / 100
-	return s[max(i-1, 0)].Round(time.Millisecond)
-}
+func pct(ds []time.Duration, p int) time.Duration { return kubetest.Percentile(ds, p) }

@@ -21,11 +21,7 @@ var bed *cluster.Cluster
 
 // The simulated nodes: three volume groups of different sizes, so that
 // placement by capacity is visible.
-var nodeSpecs = []cluster.NodeSpec{
-	{Name: "node-small", VGSize: 2 << 30},
-	{Name: "node-medium", VGSize: 4 << 30},
-	{Name: "node-large", VGSize: 10 << 30},
-}
+var nodeSpecs = cluster.ThreeNodes()
 
 func TestMain(m *testing.M) {
 	klog.InitFlags(nil)

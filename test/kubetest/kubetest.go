@@ -4,6 +4,7 @@ package kubetest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -45,4 +46,16 @@ func Poll(t testing.TB, interval, timeout time.Duration, what string, cond func(
 		case <-time.After(interval):
 		}
 	}
+}
+
+// Percentile is the p-th percentile (nearest rank) of ds, rounded to the
+// millisecond; 0 for none.
+func Percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s) + 99) / 100
+	return s[max(i-1, 0)].Round(time.Millisecond)
 }

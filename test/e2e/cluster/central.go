@@ -53,14 +53,14 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 		return nil, err
 	}
 	c := &Central{Socket: filepath.Join(dir, "csi.sock")}
-	pod := podFields{Namespace: d.Namespace}
+	pod := PodFields{Namespace: d.Namespace}
 
-	carvePort, err := freePort()
+	carvePort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
 	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", carvePort)
-	args, env, err := containerCommand(carveC, pod, []flagValue{
+	args, env, err := ContainerCommand(carveC, pod, []FlagValue{
 		{"endpoint", "unix://" + c.Socket},
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", carvePort)},
 	})
@@ -79,12 +79,12 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 	if err := serviceAccountKubeconfig(ctx, cs, cp, d.Namespace, spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
 		return c, fmt.Errorf("the controller Deployment's service account: %w", err)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return c, err
 	}
 	c.ResizerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err = containerCommand(resizerC, pod, []flagValue{
+	args, env, err = ContainerCommand(resizerC, pod, []FlagValue{
 		{"csi-address", c.Socket},
 		{"http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)},
 		{"kubeconfig", kubeconfig},

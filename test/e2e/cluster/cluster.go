@@ -73,6 +73,9 @@ type Cluster struct {
 	GuestNodes []*GuestNode
 
 	kubeletProxy *kubeletProxy
+	// extra are the processes started with StartProcess (a peer driver
+	// beside carve); they stop first.
+	extra []*Process
 }
 
 // Requirements returns an error naming everything the test bed needs and
@@ -282,7 +285,7 @@ func (c *Cluster) Node(name string) *Node {
 // processes returns every process the cluster started beside the control
 // plane: the controller Deployment's, then each node's.
 func (c *Cluster) processes() []*Process {
-	var ps []*Process
+	ps := started(c.extra...)
 	if c.Central != nil {
 		ps = append(ps, c.Central.processes()...)
 	}
@@ -290,6 +293,26 @@ func (c *Cluster) processes() []*Process {
 		ps = append(ps, n.processes()...)
 	}
 	return ps
+}
+
+// StartProcess starts one more program beside the test bed (a peer driver
+// run for comparison), logging into the run directory's logs/name.log,
+// bounded by the test bed's lifetime and stopped (by its own pid) before
+// the rest of the test bed.
+func (c *Cluster) StartProcess(ctx context.Context, name, bin string, args, env []string) (*Process, error) {
+	p, err := startProcess(ctx, filepath.Join(c.Config.RunDir, "logs"), name, bin, args, env, c.Config.Lifetime)
+	if err != nil {
+		return nil, err
+	}
+	c.extra = append(c.extra, p)
+	return p, nil
+}
+
+// ServiceAccountKubeconfig writes to path a kubeconfig that authenticates
+// as the service account namespace/sa, so a process started beside the
+// test bed gets exactly what its RBAC grants.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, sa, path string) error {
+	return serviceAccountKubeconfig(ctx, c.Client, c.Control, namespace, sa, path, c.Config.Lifetime)
 }
 
 // CheckAlive returns an error naming every started process that has ended.

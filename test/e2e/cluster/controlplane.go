@@ -64,7 +64,7 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 	}
 	ports := make([]int, 5)
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = FreePort(); err != nil {
 			return cp, err
 		}
 	}

@@ -47,7 +47,7 @@ func guestNodeIP(i int) string { return "10.213.0." + strconv.Itoa(i+1) }
 // startGuestNodes boots the guest nodes and waits until each Node is Ready.
 func (c *Cluster) startGuestNodes(ctx context.Context) error {
 	for i, spec := range c.Config.GuestNodes {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return err
 		}

@@ -23,7 +23,7 @@ func TestContainerCommand(t *testing.T) {
 		{Name: "ADDRESS", Value: "/csi/csi.sock"},
 	}
 	wantEnv := []string{"NODE_NAME=n1", "NAMESPACE=carve-system", "POD_NAME=carve-node-abc", "ADDRESS=/csi/csi.sock"}
-	set := []flagValue{{"csi-address", "/run/n1.sock"}, {"kubeconfig", "/kc"}}
+	set := []FlagValue{{"csi-address", "/run/n1.sock"}, {"kubeconfig", "/kc"}}
 	tests := []struct {
 		name     string
 		args     []string
@@ -51,7 +51,7 @@ func TestContainerCommand(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &corev1.Container{Name: "c", Args: tc.args, Env: tc.env}
-			args, env, err := containerCommand(c, podFields{Namespace: "carve-system", Node: "n1", Pod: "carve-node-abc"}, set)
+			args, env, err := ContainerCommand(c, PodFields{Namespace: "carve-system", Node: "n1", Pod: "carve-node-abc"}, set)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -115,7 +115,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	}
 	// No kubelet runs here: the plugin must not try to register with one.
 	n := &Node{Socket: "/run/n1.sock", ConfigFile: "/etc/n1.yaml"}
-	args, _, err := containerCommand(plugin, podFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc"}, n.pluginFlags(9999))
+	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc"}, n.pluginFlags(9999))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,8 +185,8 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 // harness replaces: the node's own socket, device-class file and metrics
 // port, and no kubelet registration (no kubelet runs on a simulated node;
 // createNodeObjects writes what registration would).
-func (n *Node) pluginFlags(metricsPort int) []flagValue {
-	return []flagValue{
+func (n *Node) pluginFlags(metricsPort int) []FlagValue {
+	return []FlagValue{
 		{"endpoint", "unix://" + n.Socket},
 		{"config", n.ConfigFile},
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort)},
@@ -202,12 +202,12 @@ func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, 
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
 	n.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := containerCommand(c, podFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, n.pluginFlags(port))
+	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, n.pluginFlags(port))
 	if err != nil {
 		return err
 	}
@@ -243,24 +243,24 @@ func waitSocket(ctx context.Context, p *Process, sock string, timeout time.Durat
 // envRef matches Kubernetes' $(VAR) references in container args.
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// podFields are the downward-API values of the DaemonSet pod a process
+// PodFields are the downward-API values of the DaemonSet pod a process
 // stands in for.
-type podFields struct {
+type PodFields struct {
 	Namespace, Node, Pod string
 }
 
-// flagValue is one flag the harness sets on a process.
-type flagValue struct {
+// FlagValue is one flag the harness sets on a process.
+type FlagValue struct {
 	Name, Value string
 }
 
-// containerCommand turns a container of the DaemonSet into the argv and
+// ContainerCommand turns a container of the DaemonSet into the argv and
 // environment of a process on this host: the args exactly as shipped, with
 // $(VAR) expanded from the container's env (downward-API fields filled in
 // as the kubelet would), except the flags in set, which the harness must
 // choose for a process here (socket paths, loopback ports, a kubeconfig):
 // their shipped values are dropped and set's are appended in order.
-func containerCommand(c *corev1.Container, pod podFields, set []flagValue) (args, env []string, err error) {
+func ContainerCommand(c *corev1.Container, pod PodFields, set []FlagValue) (args, env []string, err error) {
 	vars := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -342,12 +342,12 @@ func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp
 	if err := serviceAccountKubeconfig(ctx, cs, cp, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
 		return fmt.Errorf("the node DaemonSet's service account: %w", err)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
 	n.ProvisionerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := containerCommand(c, podFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []flagValue{
+	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []FlagValue{
 		{"csi-address", n.Socket},
 		{"http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)},
 		{"kubeconfig", kubeconfig},
@@ -409,3 +409,14 @@ func (n *Node) Plugin() *Process { return n.plugin }
 
 // Provisioner is the node's csi-provisioner process.
 func (n *Node) Provisioner() *Process { return n.provisioner }
+
+// ThreeNodes are the simulated nodes of the e2e tier and of make
+// bench-peers: volume groups of 2, 4 and 10 GiB, so that placement by
+// capacity is visible.
+func ThreeNodes() []NodeSpec {
+	return []NodeSpec{
+		{Name: "node-small", VGSize: 2 << 30},
+		{Name: "node-medium", VGSize: 4 << 30},
+		{Name: "node-large", VGSize: 10 << 30},
+	}
+}

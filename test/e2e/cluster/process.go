@@ -129,10 +129,10 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort asks the kernel for a free TCP port on 127.0.0.1. The port is
+// FreePort asks the kernel for a free TCP port on 127.0.0.1. The port is
 // released before use, so a race with another program is possible but
 // harmless in practice: the program that loses fails to start and says so.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)

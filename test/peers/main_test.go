@@ -1,0 +1,159 @@
+//go:build peers
+
+package peers
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/test/e2e/cluster"
+)
+
+// The test bed both drivers share; TestMain starts and stops it.
+var (
+	bed  *cluster.Cluster
+	peer *topolvm
+	opts options
+)
+
+// options are the knobs of a run, from the environment (make bench-peers
+// passes them through).
+type options struct {
+	// claims per driver and pattern (CARVE_PEERS_CLAIMS, default 50).
+	claims int
+	// gap after each Bound in the paced pattern (CARVE_PEERS_GAP, 1s).
+	gap time.Duration
+	// freshnessCap bounds the wait for an outside change to show in the
+	// CSIStorageCapacity objects (CARVE_PEERS_FRESHNESS_CAP, 90s).
+	freshnessCap time.Duration
+}
+
+func TestMain(m *testing.M) {
+	klog.InitFlags(nil)
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	cfg, topolvmDir, err := configFromEnv()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: bench-peers cannot run: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
+	defer cancel()
+	start := time.Now()
+	bed, err = cluster.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting the test bed: %v\n", err)
+		return 1
+	}
+	var code int
+	peer, err = startTopoLVM(ctx, bed, topolvmDir)
+	if err == nil {
+		err = waitCapacities(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting TopoLVM: %v\n", err)
+		code = 1
+	} else {
+		fmt.Printf("peers: test bed up in %s: control plane, %d simulated nodes each with carve (plugin + node csi-provisioner, deploy/kubernetes flags) and TopoLVM (topolvm-node, lvmd embedded) on loop-device VGs of the same size; TopoLVM's controller and central csi-provisioner (its chart's flags); run directory %s\n",
+			time.Since(start).Round(time.Millisecond), len(bed.Nodes), bed.Config.RunDir)
+		code = m.Run()
+	}
+	if code != 0 {
+		bed.DumpLogs(30)
+	}
+	if err := bed.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: tearing the test bed down: %v\n", err)
+		code = 1
+	}
+	if peer != nil {
+		if err := peer.closeVGs(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: removing TopoLVM's volume groups: %v\n", err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := os.RemoveAll(bed.Config.RunDir); err != nil {
+			fmt.Fprintf(os.Stderr, "peers: removing the run directory: %v\n", err)
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "peers: logs kept in %s\n", bed.Config.RunDir)
+	}
+	return code
+}
+
+// configFromEnv reads the binaries' places (CARVE_E2E_BIN, CARVE_BIN,
+// CARVE_TOPOLVM: the directories hack/e2e-tools.sh and hack/topolvm.sh
+// print, and bin/carve) and the run's options.
+func configFromEnv() (cluster.Config, string, error) {
+	binDir, carve, topolvmDir := os.Getenv("CARVE_E2E_BIN"), os.Getenv("CARVE_BIN"), os.Getenv("CARVE_TOPOLVM")
+	if binDir == "" || carve == "" || topolvmDir == "" {
+		return cluster.Config{}, "", fmt.Errorf("CARVE_E2E_BIN (hack/e2e-tools.sh), CARVE_BIN (make build) and CARVE_TOPOLVM (hack/topolvm.sh) must be set; run `make bench-peers` as root")
+	}
+	if _, err := os.Stat(filepath.Join(topolvmDir, "hypertopolvm")); err != nil {
+		return cluster.Config{}, "", fmt.Errorf("CARVE_TOPOLVM: %w (hack/topolvm.sh builds it)", err)
+	}
+	opts = options{claims: 50, gap: time.Second, freshnessCap: 90 * time.Second}
+	if v := os.Getenv("CARVE_PEERS_CLAIMS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 || n > 200 {
+			return cluster.Config{}, "", fmt.Errorf("CARVE_PEERS_CLAIMS %q: want a whole number from 2 to 200", v)
+		}
+		opts.claims = n
+	}
+	for _, d := range []struct {
+		env string
+		to  *time.Duration
+	}{{"CARVE_PEERS_GAP", &opts.gap}, {"CARVE_PEERS_FRESHNESS_CAP", &opts.freshnessCap}} {
+		if v := os.Getenv(d.env); v != "" {
+			dur, err := time.ParseDuration(v)
+			if err != nil || dur < 0 || dur > 10*time.Minute {
+				return cluster.Config{}, "", fmt.Errorf("%s %q: want a duration from 0s to 10m", d.env, v)
+			}
+			*d.to = dur
+		}
+	}
+	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "kubernetes"))
+	if err != nil {
+		return cluster.Config{}, "", err
+	}
+	cfg := cluster.Config{
+		BinDir:    binDir,
+		CarveBin:  carve,
+		DeployDir: deploy,
+		Nodes:     cluster.ThreeNodes(),
+		Lifetime:  40 * time.Minute,
+	}
+	return cfg, topolvmDir, cluster.Requirements(cfg)
+}
+
+// waitCapacities waits until both drivers publish capacity for every node.
+func waitCapacities(ctx context.Context) error {
+	return waitFor(ctx, 3*time.Minute, "both drivers to publish capacity for every node", func(ctx context.Context) (bool, string, error) {
+		var missing []string
+		for _, n := range bed.Nodes {
+			for _, d := range []driver{carveSide, topolvmSide} {
+				c, err := capacityOf(ctx, d, n.Name)
+				if err != nil {
+					return false, "", err
+				}
+				if c == 0 {
+					missing = append(missing, d.name+" on "+n.Name)
+				}
+			}
+		}
+		return len(missing) == 0, "none yet from " + strings.Join(missing, ", "), errors.Join(bed.CheckAlive(), peer.checkAlive())
+	})
+}

@@ -91,6 +91,12 @@ func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents u
 	if rep.FindLV(req.VolumeGroup, req.Name) != nil {
 		return classify(err, ErrAlreadyExists, what+": the name is taken")
 	}
+	if vg.MetadataFull() {
+		// "VG ... metadata ... exceeds maximum metadata size": no LV fits
+		// however many extents are free.
+		return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: the volume group's metadata area is full (%d of %d bytes free)",
+			what, vg.MetadataAreaFree, vg.MetadataAreaSize))
+	}
 	if req.ThinPool != "" {
 		p := rep.FindThinPool(req.VolumeGroup, req.ThinPool)
 		switch {

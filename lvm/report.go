@@ -19,7 +19,7 @@ var reportFlags = []string{"--reportformat", "json", "--units", "b", "--nosuffix
 var (
 	vgFields = strings.Join([]string{
 		"vg_name", "vg_uuid", "vg_size", "vg_free", "vg_extent_size", "vg_extent_count",
-		"vg_free_count", "vg_missing_pv_count", "pv_count", "vg_tags",
+		"vg_free_count", "vg_missing_pv_count", "pv_count", "vg_tags", "vg_mda_size", "vg_mda_free",
 	}, ",")
 	lvFields = strings.Join([]string{
 		"vg_name", "lv_name", "lv_uuid", "lv_size", "lv_attr", "lv_layout", "lv_tags",
@@ -83,6 +83,8 @@ type jsonVG struct {
 	MissingPVs  string `json:"vg_missing_pv_count"`
 	PVCount     string `json:"pv_count"`
 	Tags        string `json:"vg_tags"`
+	MDASize     string `json:"vg_mda_size"`
+	MDAFree     string `json:"vg_mda_free"`
 }
 
 type jsonLV struct {
@@ -155,6 +157,9 @@ func (j jsonVG) volumeGroup() (VolumeGroup, error) {
 		MissingPVs:  n.int("vg_missing_pv_count", j.MissingPVs),
 		PVCount:     n.int("pv_count", j.PVCount),
 		Tags:        splitTags(j.Tags),
+
+		MetadataAreaSize: n.uint("vg_mda_size", j.MDASize),
+		MetadataAreaFree: n.uint("vg_mda_free", j.MDAFree),
 	}
 	if n.err != nil {
 		return vg, fmt.Errorf("volume group %s: %w", j.Name, n.err)

@@ -214,7 +214,7 @@ func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeR
 			return nil, false, toStatus(err, "device class "+class.Name)
 		}
 	}
-	if size > room.Available {
+	if size > room.Available || room.MetadataFull {
 		// The view can be stale: space freed outside carve shows only at
 		// the next periodic refresh. ResourceExhausted makes Kubernetes
 		// move the pod to another node, so read LVM once before saying it.
@@ -225,6 +225,10 @@ func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeR
 		} else if err != nil {
 			return nil, false, toStatus(err, "device class "+class.Name)
 		}
+	}
+	if room.MetadataFull {
+		return nil, false, status.Errorf(codes.ResourceExhausted, "volume group %s of device class %s on node %s has no room left in its LVM metadata area "+
+			"for one more volume (whatever its free space); see \"Metadata area\" in docs/install.md", class.VolumeGroup, class.Name, s.node.Name())
 	}
 	if size > room.Available {
 		return nil, false, status.Errorf(codes.ResourceExhausted, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, s.node.Name(), room.Available, class.SpareBytes(), size)

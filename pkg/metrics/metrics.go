@@ -56,6 +56,7 @@ type Recorder struct {
 	thinDataPercent   *prometheus.GaugeVec
 	thinMetaPercent   *prometheus.GaugeVec
 	thinZeroing       *prometheus.GaugeVec
+	mdaSize, mdaFree  *prometheus.GaugeVec
 	volumes           *prometheus.GaugeVec
 	lastRefreshResult *prometheus.GaugeVec
 }
@@ -98,6 +99,14 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Name: "carve_thin_pool_metadata_percent",
 			Help: "Used share (0-100) of the metadata of a thin class's pool.",
 		}, []string{"device_class", "volume_group", "thin_pool"}),
+		mdaSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_volume_group_metadata_area_bytes",
+			Help: "Size of the smallest LVM metadata area of the volume group of a device class (vg_mda_size).",
+		}, []string{"device_class", "volume_group"}),
+		mdaFree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_volume_group_metadata_free_bytes",
+			Help: "Room left for more LVM metadata in the volume group of a device class (vg_mda_free); each volume takes about 500 bytes, and the class has no capacity below 2048.",
+		}, []string{"device_class", "volume_group"}),
 		thinZeroing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_thin_pool_zeroing",
 			Help: "1 when the pool of a thin class zeroes new blocks before their first use, 0 when it does not (a new thin volume can then read what a removed one wrote).",
@@ -112,7 +121,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.vgSize, r.vgFree,
-		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.volumes, r.lastRefreshResult)
+		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes, r.lastRefreshResult)
 	return r
 }
 
@@ -152,6 +161,9 @@ type ClassState struct {
 	ThinDataPercent, ThinMetaPercent float64
 	// ThinZeroing tells whether the pool zeroes new blocks.
 	ThinZeroing bool
+	// MetadataAreaSize and MetadataAreaFree are the VG's vg_mda_size and
+	// vg_mda_free; no series when the size is 0 (not reported).
+	MetadataAreaSize, MetadataAreaFree uint64
 }
 
 // SetClassStates replaces the per-class gauges with states, so a class
@@ -160,7 +172,7 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 	if r == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{r.vgSize, r.vgFree, r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.volumes} {
+	for _, g := range []*prometheus.GaugeVec{r.vgSize, r.vgFree, r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes} {
 		g.Reset()
 	}
 	for _, s := range states {
@@ -168,6 +180,10 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 		r.vgFree.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.VGFree))
 		r.capacity.WithLabelValues(s.DeviceClass).Set(float64(s.AvailableCapacity))
 		r.volumes.WithLabelValues(s.DeviceClass).Set(float64(s.Volumes))
+		if s.MetadataAreaSize > 0 {
+			r.mdaSize.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.MetadataAreaSize))
+			r.mdaFree.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.MetadataAreaFree))
+		}
 		if s.ThinPool != "" {
 			r.thinDataPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinDataPercent)
 			r.thinMetaPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinMetaPercent)

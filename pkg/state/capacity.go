@@ -20,6 +20,19 @@ type Capacity struct {
 	// it held nothing else: a request above it can never fit here. Not
 	// reported to Kubernetes; expansion answers OUT_OF_RANGE above it.
 	Ceiling uint64
+	// MetadataFull is set when the volume group's metadata area has no
+	// room for one more volume's metadata: Available and MaxVolume are 0
+	// then, whatever the free extents.
+	MetadataFull bool
+}
+
+// limitByMetadata zeroes c's room when vg's metadata area cannot take one
+// more volume (lvm.VolumeGroup.MetadataFull): every lvcreate would fail.
+func limitByMetadata(c Capacity, vg lvm.VolumeGroup) Capacity {
+	if vg.MetadataFull() {
+		c.Available, c.MaxVolume, c.MetadataFull = 0, 0, true
+	}
+	return c
 }
 
 // ThickCapacity is the room of a thick class: the VG's free space minus the

@@ -324,9 +324,9 @@ func (v *View) capacityLocked(d *config.DeviceClass) (Capacity, error) {
 	}
 	vg := v.vgs[d.VolumeGroup]
 	if d.Thin() {
-		return ThinCapacity(d, vg, v.pools[d.VolumeGroup+"/"+d.ThinPool]), nil
+		return limitByMetadata(ThinCapacity(d, vg, v.pools[d.VolumeGroup+"/"+d.ThinPool]), vg), nil
 	}
-	return ThickCapacity(d, vg), nil
+	return limitByMetadata(ThickCapacity(d, vg), vg), nil
 }
 
 // FindLV looks for an LV named name in the configured volume groups.
@@ -457,6 +457,16 @@ func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 		}
 		v.vgs[lv.VolumeGroup] = vg
 	}
+	// Every LV, thin or thick, adds its text to the VG's metadata: count it
+	// until the next report says exactly.
+	if vg, ok := v.vgs[lv.VolumeGroup]; ok && vg.MetadataAreaSize > 0 {
+		if sign > 0 {
+			vg.MetadataAreaFree = sub(vg.MetadataAreaFree, lvm.LVMetadataBytes)
+		} else {
+			vg.MetadataAreaFree = min(vg.MetadataAreaSize, vg.MetadataAreaFree+lvm.LVMetadataBytes)
+		}
+		v.vgs[lv.VolumeGroup] = vg
+	}
 	v.publishLocked()
 	v.markDirtyLocked()
 }
@@ -480,7 +490,8 @@ func (v *View) publishLocked() {
 			continue
 		}
 		s := metrics.ClassState{DeviceClass: d.Name, VolumeGroup: d.VolumeGroup,
-			VGSize: vg.Size, VGFree: vg.Free, Volumes: counts[d.VolumeGroup+"/"+d.Name]}
+			VGSize: vg.Size, VGFree: vg.Free, Volumes: counts[d.VolumeGroup+"/"+d.Name],
+			MetadataAreaSize: vg.MetadataAreaSize, MetadataAreaFree: vg.MetadataAreaFree}
 		if c, err := v.capacityLocked(d); err == nil {
 			s.AvailableCapacity = c.Available
 		}

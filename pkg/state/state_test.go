@@ -561,3 +561,52 @@ func TestUnzeroedThinClassesNamesPoolsWithoutZeroing(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataAreaFullMeansNoCapacity: a volume group whose metadata area
+// cannot take one more LV gives every class on it no capacity, however
+// many extents are free; a VG reported without metadata figures is not
+// limited; local creates count against the area until the next report.
+func TestMetadataAreaFullMeansNoCapacity(t *testing.T) {
+	tests := []struct {
+		name       string
+		size, free uint64
+		full       bool
+	}{
+		{"not reported", 0, 0, false},
+		{"room for many", 1044480, 500000, false},
+		{"room for exactly one", 1044480, lvm.LVMetadataBytes, false},
+		{"no room for one", 1044480, lvm.LVMetadataBytes - 1, true},
+		{"none at all", 1044480, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := testReport()
+			r.VolumeGroups[0].MetadataAreaSize, r.VolumeGroups[0].MetadataAreaFree = tt.size, tt.free
+			cfg := testConfig()
+			v := New(&fakeReporter{report: r}, cfg, nil)
+			if err := v.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for i := range cfg.DeviceClasses {
+				c, err := v.Capacity(&cfg.DeviceClasses[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.MetadataFull != tt.full || (tt.full && (c.Available != 0 || c.MaxVolume != 0)) || (!tt.full && c.Available == 0) {
+					t.Errorf("class %s: %+v, want metadata full %v", cfg.DeviceClasses[i].Name, c, tt.full)
+				}
+			}
+		})
+	}
+	r := testReport()
+	r.VolumeGroups[0].MetadataAreaSize, r.VolumeGroups[0].MetadataAreaFree = 1044480, lvm.LVMetadataBytes
+	cfg := testConfig()
+	v := New(&fakeReporter{report: r}, cfg, nil)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v.Created(lvm.LogicalVolume{Name: "new", VolumeGroup: "vg1", Size: gi})
+	if c, _ := v.Capacity(&cfg.DeviceClasses[0]); !c.MetadataFull {
+		t.Errorf("after a local create took the last metadata room: %+v, want metadata full", c)
+	}
+}

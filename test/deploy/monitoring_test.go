@@ -218,6 +218,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveThinPoolDataHigh", "carve_thin_pool_data_percent"},
 		{"CarveThinPoolMetadataHigh", "carve_thin_pool_metadata_percent"},
 		{"CarveThinPoolNotZeroing", "carve_thin_pool_zeroing"},
+		{"CarveVolumeGroupMetadataAlmostFull", "carve_volume_group_metadata_free_bytes"},
 		{"CarvePhaseErrorRateHigh", "carve_phase_duration_seconds_count"},
 		{"CarvePluginDown", "up"},
 		{"CarvePluginAbsent", "up"},

@@ -25,6 +25,9 @@ import (
 // full refresh, so a burst of creates costs one report.
 const mutationSettle = 2 * time.Second
 
+// refreshTimeout is what state.View.Run gives one refresh.
+const refreshTimeout = 2 * time.Minute
+
 // runPlugin wires the real LVM client, mounter, exec and metrics into the
 // three CSI servers, serves them on one socket and, once that listens,
 // registers the plugin with the kubelet.
@@ -55,6 +58,9 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		klog.ErrorS(nil, "The thin pool of this device class does not zero new blocks: a new volume can read data a deleted volume wrote; "+
 			"run `lvchange --zero y <vg>/<pool>`", "deviceClass", c)
 	}
+	// Not ready once no report has come back for three refresh intervals
+	// and the longest a refresh may take: a hung lvm shows.
+	view.StaleAfter(3*o.RefreshInterval + refreshTimeout)
 	go view.Run(ctx, o.RefreshInterval, mutationSettle)
 
 	fsTypes := []string{"ext4", "xfs"}

@@ -58,6 +58,12 @@ type View struct {
 	readAt  time.Time
 	lastErr error
 	loaded  bool
+	// lastRead is when a report last came back, also one thrown away
+	// because a mutation raced it; staleAfter (0: never) is how old it may
+	// get before Ready fails; now is the clock (tests replace it).
+	lastRead   time.Time
+	staleAfter time.Duration
+	now        func() time.Time
 	// gen counts local mutations; a refresh that started before one is
 	// stale and is redone.
 	gen uint64
@@ -76,7 +82,17 @@ type View struct {
 func New(r Reporter, cfg *config.Config, rec *metrics.Recorder) *View {
 	return &View{reporter: r, cfg: cfg, rec: rec,
 		vgs: map[string]lvm.VolumeGroup{}, lvs: map[string]lvm.LogicalVolume{}, pools: map[string]lvm.ThinPool{},
-		dirty: make(chan struct{}, 1)}
+		dirty: make(chan struct{}, 1), now: time.Now}
+}
+
+// StaleAfter makes Ready fail once no report has come back for d: a hung
+// lvm (a disk stuck in D state) never ends a refresh with an error, and a
+// view that old may advertise space that is gone. Call it before serving;
+// 0 (the default) turns the check off.
+func (v *View) StaleAfter(d time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.staleAfter = d
 }
 
 // Refresh reads the configured volume groups and replaces the view with
@@ -106,6 +122,7 @@ func (v *View) Refresh(ctx context.Context) error {
 		return v.lastErr
 	}
 	v.lastErr = nil
+	v.lastRead = v.now()
 	if v.gen != gen {
 		// A mutation was applied while the report ran; the report may
 		// predate it. Keep the local state and refresh again soon.
@@ -235,6 +252,10 @@ func (v *View) Ready() error {
 	defer v.mu.RUnlock()
 	if err := v.loadedLocked(); err != nil {
 		return err
+	}
+	if age := v.now().Sub(v.lastRead); v.staleAfter > 0 && age > v.staleAfter {
+		return fmt.Errorf("the volume-group view is %s old (no LVM report has come back since %s; the limit is %s): lvm may hang on a failing disk",
+			age.Round(time.Second), v.lastRead.UTC().Format(time.RFC3339), v.staleAfter)
 	}
 	var errs []error
 	for i := range v.cfg.DeviceClasses {

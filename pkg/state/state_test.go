@@ -610,3 +610,35 @@ func TestMetadataAreaFullMeansNoCapacity(t *testing.T) {
 		t.Errorf("after a local create took the last metadata room: %+v, want metadata full", c)
 	}
 }
+
+// TestReadyFailsWhenTheViewIsStale: a refresh that never returns (lvm
+// hung in the kernel) leaves no error behind; Ready fails all the same
+// once no report has come back for the StaleAfter limit, and recovers
+// with the next report.
+func TestReadyFailsWhenTheViewIsStale(t *testing.T) {
+	rep := &fakeReporter{report: testReport()}
+	v := New(rep, testConfig(), nil)
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	v.now = func() time.Time { return now }
+	v.StaleAfter(5 * time.Minute)
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Ready(); err != nil {
+		t.Fatalf("fresh view: %v", err)
+	}
+	now = now.Add(4 * time.Minute)
+	if err := v.Ready(); err != nil {
+		t.Fatalf("4 min old, limit 5: %v", err)
+	}
+	now = now.Add(2 * time.Minute)
+	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), "6m0s old") {
+		t.Fatalf("6 min old, limit 5: Ready = %v, want stale", err)
+	}
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Ready(); err != nil {
+		t.Fatalf("after a report came back: %v", err)
+	}
+}

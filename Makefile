@@ -69,19 +69,24 @@ test-guest: deps cachedir
 # What users install: the kustomize base, the Helm chart, the Dockerfile and
 # the image it builds (make images; CARVE_IMAGES is their directory), the
 # dashboard and the alert rules (test/deploy; root, for the plugin on a
-# loop-device volume group). helm and kustomize come from the Go module proxy.
+# loop-device volume group). helm, kustomize and promtool come from the Go
+# module proxy.
 HELM_VERSION := v3.22.0
 KUSTOMIZE_VERSION := v5.8.2
+# promtool checks and unit-tests the alert rules (test/deploy).
+PROMTOOL_VERSION := v0.316.0
 
 deploy-tools: cachedir
 	@test -f $(CACHE)/bin/.helm-$(HELM_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && touch $(CACHE)/bin/.helm-$(HELM_VERSION); }
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
+	@test -f $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION); }
 
 # The kustomize base in deploy/kubernetes is rendered from the Helm chart
 # (hack/manifests; namespace.yaml is the one hand-written file): edit the
 # chart, then run this. test/deploy fails when the two disagree.
 manifests: deploy-tools
-	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes
+	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes \
+	  --component deploy/kubernetes/components/monitoring --rules deploy/prometheus/carve-rules.yaml
 
 test-deploy: deps deploy-tools
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \

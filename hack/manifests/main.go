@@ -46,12 +46,18 @@ func main() {
 	helm := flag.String("helm", "", "the helm binary")
 	chart := flag.String("chart", "deploy/helm/carve", "the chart directory")
 	out := flag.String("out", "deploy/kubernetes", "the kustomize base directory to write")
+	component := flag.String("component", "", "the monitoring kustomize component's directory to write (empty: none)")
+	rules := flag.String("rules", "", "the plain Prometheus rule file to write (empty: none)")
 	flag.Parse()
 	if *helm == "" {
 		fmt.Fprintln(os.Stderr, "manifests: --helm is required (make manifests passes $CARVE_CACHE/bin/helm)")
 		os.Exit(2)
 	}
 	if err := generate(*helm, *chart, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "manifests:", err)
+		os.Exit(1)
+	}
+	if err := generateMonitoring(*helm, *chart, *component, *rules); err != nil {
 		fmt.Fprintln(os.Stderr, "manifests:", err)
 		os.Exit(1)
 	}
@@ -144,6 +150,9 @@ func removeGenerated(dir string) error {
 	}
 	var errs []error
 	for _, e := range entries {
+		if e.IsDir() {
+			continue // components/: written by generateMonitoring
+		}
 		p := filepath.Join(dir, e.Name())
 		data, err := os.ReadFile(p)
 		if err != nil {

@@ -142,8 +142,25 @@ func TestHelmLint(t *testing.T) {
 func TestManifestsGenerated(t *testing.T) {
 	root := repoRoot(t)
 	out := t.TempDir()
+	monOut := t.TempDir()
 	run(t, root, "go", "run", "./hack/manifests", "--helm", tool(t, "helm"),
-		"--chart", filepath.Join(root, "deploy", "helm", "carve"), "--out", out)
+		"--chart", filepath.Join(root, "deploy", "helm", "carve"), "--out", out,
+		"--component", monOut, "--rules", filepath.Join(monOut, "carve-rules.yaml"))
+	// The monitoring component and the plain rule file are generated too.
+	for generated, committed := range map[string]string{
+		"monitoring.yaml":    "deploy/kubernetes/components/monitoring/monitoring.yaml",
+		"kustomization.yaml": "deploy/kubernetes/components/monitoring/kustomization.yaml",
+		"carve-rules.yaml":   "deploy/prometheus/carve-rules.yaml",
+	} {
+		want, err := os.ReadFile(filepath.Join(monOut, generated))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(root, committed))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what the chart renders (%v); edit the chart and run `make manifests`", committed, err)
+		}
+	}
 	base := filepath.Join(root, "deploy", "kubernetes")
 	generated, err := os.ReadDir(out)
 	if err != nil {
@@ -175,6 +192,9 @@ func TestManifestsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range committed {
+		if e.IsDir() {
+			continue // components/, checked above
+		}
 		data, err := os.ReadFile(filepath.Join(base, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -256,17 +276,35 @@ func TestChartOptions(t *testing.T) {
 		delete(labels, "release") // not in the plain files compared below
 	}
 
-	// The ServiceMonitor equals deploy/prometheus/servicemonitor.yaml.
-	smFile, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "servicemonitor.yaml"))
+	// The kustomize component holds the same ServiceMonitor,
+	// PrometheusRule and dashboard ConfigMap: an overlay of the base with
+	// the component, as docs/operations.md shows it, builds them.
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, filepath.Join(root, "deploy", "kubernetes"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sm := decodeObjects(t, smFile)
-	if len(sm) != 1 {
-		t.Fatalf("servicemonitor.yaml holds %d objects", len(sm))
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel +
+		"\ncomponents:\n  - " + filepath.Join(rel, "components", "monitoring") + "\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if d := compareRenderings(t, byKey(t, sm), map[string]object{sm[0].key(): objs[sm[0].key()]}); len(d) > 0 {
-		t.Errorf("the chart's ServiceMonitor differs from deploy/prometheus/servicemonitor.yaml:\n%s", strings.Join(d, "\n"))
+	withComponent := byKey(t, decodeObjects(t, run(t, root, tool(t, "kustomize"), "build", "--load-restrictor=LoadRestrictionsNone", overlay)))
+	for _, key := range []string{"ServiceMonitor carve-system/carve", "PrometheusRule carve-system/carve", "ConfigMap carve-system/carve-dashboard"} {
+		got, ok := withComponent[key]
+		if !ok {
+			t.Errorf("the base with components/monitoring lacks %s", key)
+			continue
+		}
+		if d := compareRenderings(t, map[string]object{key: got}, map[string]object{key: objs[key]}); len(d) > 0 {
+			t.Errorf("components/monitoring's %s differs from the chart's:\n%s", key, strings.Join(d, "\n"))
+		}
+	}
+	cm := withComponent["ConfigMap carve-system/carve-dashboard"]
+	if md, _ := cm["metadata"].(map[string]any); md != nil {
+		if l, _ := md["labels"].(map[string]any); l["grafana_dashboard"] != "1" {
+			t.Errorf("the dashboard ConfigMap's labels %v lack grafana_dashboard: \"1\"", l)
+		}
 	}
 
 	// The PrometheusRule carries deploy/prometheus/carve-rules.yaml.
@@ -293,11 +331,11 @@ func TestChartOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm, ok := objs["ConfigMap carve-system/carve-dashboard"]
+	dashCM, ok := objs["ConfigMap carve-system/carve-dashboard"]
 	if !ok {
 		t.Fatal("no dashboard ConfigMap rendered")
 	}
-	data, _ := cm["data"].(map[string]any)
+	data, _ := dashCM["data"].(map[string]any)
 	got, _ := data["carve-dashboard.json"].(string)
 	if strings.TrimSpace(got) != strings.TrimSpace(string(dash)) {
 		t.Error("the dashboard ConfigMap differs from deploy/grafana/carve-dashboard.json")
@@ -322,7 +360,6 @@ func TestChartOptions(t *testing.T) {
 func TestChartFilesAreCopies(t *testing.T) {
 	root := repoRoot(t)
 	for copyPath, orig := range map[string]string{
-		"deploy/helm/carve/files/carve-rules.yaml":     "deploy/prometheus/carve-rules.yaml",
 		"deploy/helm/carve/files/carve-dashboard.json": "deploy/grafana/carve-dashboard.json",
 	} {
 		a, err := os.ReadFile(filepath.Join(root, copyPath))

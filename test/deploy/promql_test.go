@@ -6,192 +6,101 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
-	"strings"
 	"testing"
-	"unicode"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 )
 
-// promqlWords are PromQL's keywords and the words that are not metric names
-// wherever they stand.
-var promqlWords = map[string]bool{
-	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
-	"bool": true, "and": true, "or": true, "unless": true, "offset": true, "atan2": true,
-	"inf": true, "nan": true,
-	// Aggregations, which may stand before "by (...)" instead of "(".
-	"sum": true, "min": true, "max": true, "avg": true, "group": true, "stddev": true, "stdvar": true,
-	"count": true, "count_values": true, "bottomk": true, "topk": true, "quantile": true,
-	"limitk": true, "limit_ratio": true,
+// grafanaInterval matches Grafana's interval variables, which stand where
+// PromQL wants a duration.
+var grafanaInterval = regexp.MustCompile(`\$\{?__(rate_interval|interval|range)\}?`)
+
+// parseQuery parses a rule's or a panel's expression with Prometheus' own
+// parser, Grafana's interval variables taken as 5m ($node and the like
+// only stand inside label values).
+func parseQuery(expr string) (parser.Expr, error) {
+	return parser.NewParser(parser.Options{}).ParseExpr(grafanaInterval.ReplaceAllString(expr, "5m"))
 }
 
-// metricNames returns the metric names a PromQL expression selects. It is a
-// small tokenizer, not a full parser: it skips strings, label matchers in
-// braces, range/subquery brackets, grouping label lists after by/without/
-// on/ignoring/group_left/group_right, function and aggregation names (an
-// identifier followed by "("), keywords, numbers and durations, and Grafana
-// variables ($node, ${datasource}, $__rate_interval).
-func metricNames(expr string) []string {
-	seen := map[string]bool{}
-	rs := []rune(expr)
-	isIdentStart := func(r rune) bool { return r == '_' || r == ':' || unicode.IsLetter(r) }
-	isIdent := func(r rune) bool { return isIdentStart(r) || unicode.IsDigit(r) }
-	skipSpace := func(i int) int {
-		for i < len(rs) && unicode.IsSpace(rs[i]) {
-			i++
-		}
-		return i
+// selectors returns the metric names an expression selects and the label
+// names it matches on or groups by (matchers, by/without, on/ignoring,
+// group_left/group_right), both sorted.
+func selectors(expr string) (metrics, labelNames []string, err error) {
+	e, err := parseQuery(expr)
+	if err != nil {
+		return nil, nil, err
 	}
-	// skipTo returns the index after the matching close of the open rune at i.
-	skipTo := func(i int, opening, closing rune) int {
-		depth := 0
-		for ; i < len(rs); i++ {
-			switch rs[i] {
-			case '"', '\'', '`':
-				q := rs[i]
-				for i++; i < len(rs) && rs[i] != q; i++ {
-					if rs[i] == '\\' {
-						i++
+	ms, ls := map[string]bool{}, map[string]bool{}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			for _, m := range n.LabelMatchers {
+				if m.Name == model.MetricNameLabel {
+					if m.Type == labels.MatchEqual {
+						ms[m.Value] = true
 					}
+					continue
 				}
-			case opening:
-				depth++
-			case closing:
-				depth--
-				if depth == 0 {
-					return i + 1
+				ls[m.Name] = true
+			}
+		case *parser.AggregateExpr:
+			for _, l := range n.Grouping {
+				ls[l] = true
+			}
+		case *parser.BinaryExpr:
+			if vm := n.VectorMatching; vm != nil {
+				for _, l := range append(append([]string{}, vm.MatchingLabels...), vm.Include...) {
+					ls[l] = true
 				}
 			}
 		}
-		return i
-	}
-	for i := 0; i < len(rs); {
-		r := rs[i]
-		switch {
-		case r == '"' || r == '\'' || r == '`':
-			q := r
-			for i++; i < len(rs) && rs[i] != q; i++ {
-				if rs[i] == '\\' {
-					i++
-				}
-			}
-			i++
-		case r == '{':
-			i = skipTo(i, '{', '}')
-		case r == '[':
-			i = skipTo(i, '[', ']')
-		case r == '$':
-			i++
-			if i < len(rs) && rs[i] == '{' {
-				i = skipTo(i, '{', '}')
-				continue
-			}
-			for i < len(rs) && isIdent(rs[i]) {
-				i++
-			}
-		case unicode.IsDigit(r) || r == '.':
-			for i < len(rs) && (isIdent(rs[i]) || rs[i] == '.') {
-				i++
-			}
-		case isIdentStart(r):
-			start := i
-			for i < len(rs) && isIdent(rs[i]) {
-				i++
-			}
-			word := string(rs[start:i])
-			next := skipSpace(i)
-			lower := strings.ToLower(word)
-			switch {
-			case lower == "by" || lower == "without" || lower == "on" || lower == "ignoring" ||
-				lower == "group_left" || lower == "group_right":
-				if next < len(rs) && rs[next] == '(' {
-					i = skipTo(next, '(', ')')
-				}
-			case promqlWords[lower]:
-			case next < len(rs) && rs[next] == '(':
-				// A function or an aggregation; its argument list is
-				// scanned on.
-			default:
-				seen[word] = true
-			}
-		default:
-			i++
-		}
-	}
-	names := make([]string, 0, len(seen))
-	for n := range seen {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+		return nil
+	})
+	return sortedKeys(ms), sortedKeys(ls), nil
 }
 
-func TestMetricNames(t *testing.T) {
-	for _, tc := range []struct {
-		expr string
-		want []string
-	}{
-		{`up`, []string{"up"}},
-		{`up{job="carve-node-metrics"} == 0`, []string{"up"}},
-		{`absent(up{job="x"})`, []string{"up"}},
-		{`sum by (node, phase) (rate(carve_phase_duration_seconds_count{result!~"OK|ResourceExhausted"}[10m]))`, []string{"carve_phase_duration_seconds_count"}},
-		{`histogram_quantile(0.95, sum by (le, command) (rate(carve_lvm_command_duration_seconds_bucket{node=~"$node"}[$__rate_interval])))`, []string{"carve_lvm_command_duration_seconds_bucket"}},
-		{`max by (node, volume_group) (a_free) / max by (node, volume_group) (a_size) < 0.10`, []string{"a_free", "a_size"}},
-		{`time() - max by (node) (carve_state_refresh_timestamp_seconds{result="success", node=~"$node"}) > 600`, []string{"carve_state_refresh_timestamp_seconds"}},
-		{`a and on (node) b unless ignoring(x) c`, []string{"a", "b", "c"}},
-		{`x * on(node) group_left(device_class) y offset 5m`, []string{"x", "y"}},
-		{`rate(m{a="{b}", c='d}'}[5m:1m])`, []string{"m"}},
-		{`sum(rate(m[${__range}]))`, []string{"m"}},
-		{`1e3 * m_total + 0x1F`, []string{"m_total"}},
-	} {
-		if got := metricNames(tc.expr); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("metricNames(%q) = %q, want %q", tc.expr, got, tc.want)
-		}
-	}
+// metricNames are the metric names expr selects (nil when it does not parse;
+// the callers check parsing on their own).
+func metricNames(expr string) []string {
+	m, _, _ := selectors(expr)
+	return m
 }
 
-// labelNames returns the label names an expression matches on or groups by:
-// the names in {...} matchers and in the lists after by/without/on/
-// ignoring/group_left/group_right.
+// labelNames are the label names expr matches on or groups by.
 func labelNames(expr string) []string {
-	seen := map[string]bool{}
-	matcher := regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')`)
-	for _, block := range regexp.MustCompile(`\{[^{}]*\}`).FindAllString(expr, -1) {
-		if strings.HasPrefix(block, "{__") || !matcher.MatchString(block) {
-			continue // ${datasource}-like Grafana variables hold no matchers
-		}
-		for _, m := range matcher.FindAllStringSubmatch(block, -1) {
-			seen[m[1]] = true
-		}
-	}
-	grouping := regexp.MustCompile(`(?i)\b(by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)`)
-	for _, m := range grouping.FindAllStringSubmatch(expr, -1) {
-		for _, l := range strings.Split(m[2], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				seen[l] = true
-			}
-		}
-	}
-	names := make([]string, 0, len(seen))
-	for n := range seen {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	_, l, _ := selectors(expr)
+	return l
 }
 
-func TestLabelNames(t *testing.T) {
+// TestSelectors: the names come from Prometheus' parser; these cases pin
+// how the helpers read it (keywords, strings, Grafana variables).
+func TestSelectors(t *testing.T) {
 	for _, tc := range []struct {
-		expr string
-		want []string
+		expr           string
+		metrics, names []string
 	}{
-		{`up`, []string{}},
-		{`up{job="carve-node-metrics"} == 0`, []string{"job"}},
-		{`sum by (node, phase) (rate(m{result!~"OK|ResourceExhausted"}[10m]))`, []string{"node", "phase", "result"}},
-		{`rate(m{node=~"$node", device_class=~"$device_class"}[${__rate_interval}])`, []string{"device_class", "node"}},
-		{`a * on(node) group_left(device_class) b`, []string{"device_class", "node"}},
-		{`m{a="x,y=z"}`, []string{"a"}},
+		{`up{job="carve-node-metrics"} == 0`, []string{"up"}, []string{"job"}},
+		{`sum by (node, phase) (rate(carve_phase_duration_seconds_count{result!~"OK|ResourceExhausted"}[10m]))`,
+			[]string{"carve_phase_duration_seconds_count"}, []string{"node", "phase", "result"}},
+		{`histogram_quantile(0.95, sum by (le, command) (rate(carve_lvm_command_duration_seconds_bucket{node=~"$node"}[$__rate_interval])))`,
+			[]string{"carve_lvm_command_duration_seconds_bucket"}, []string{"command", "le", "node"}},
+		{`x * on(node) group_left(device_class) y offset 5m`, []string{"x", "y"}, []string{"device_class", "node"}},
+		{`a unless on (node, device_class) b`, []string{"a", "b"}, []string{"device_class", "node"}},
+		{`rate(m{a="{b}", c='d}'}[5m:1m])`, []string{"m"}, []string{"a", "c"}},
 	} {
-		if got := labelNames(tc.expr); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("labelNames(%q) = %q, want %q", tc.expr, got, tc.want)
+		m, l, err := selectors(tc.expr)
+		if err != nil {
+			t.Errorf("%q: %v", tc.expr, err)
+			continue
 		}
+		sort.Strings(tc.names)
+		if !reflect.DeepEqual(m, tc.metrics) || !reflect.DeepEqual(l, tc.names) {
+			t.Errorf("selectors(%q) = %q, %q; want %q, %q", tc.expr, m, l, tc.metrics, tc.names)
+		}
+	}
+	if _, _, err := selectors(`sum by (node (x)`); err == nil {
+		t.Error("a broken expression parses")
 	}
 }

@@ -1,0 +1,171 @@
+{{/*
+carve's alert rules: the one source of the PrometheusRule and of
+deploy/prometheus/carve-rules.yaml (make manifests renders it with the
+default values). Prometheus' own templates are escaped as {{`{{ ... }}`}}.
+Each alert's runbook_url points at its section of docs/operations.md.
+*/}}
+{{- define "carve.rules" -}}
+{{- $r := .Values.metrics.prometheusRule -}}
+{{- $t := $r.thresholds -}}
+{{- $runbook := $r.runbookUrl -}}
+{{- $rules := list -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveVolumeGroupAlmostFull"
+  "expr" (printf `(
+  max by (node, volume_group) (carve_volume_group_free_bytes unless on (node, device_class) carve_thin_pool_data_percent)
+    / max by (node, volume_group) (carve_volume_group_size_bytes)
+) < %v
+` $t.volumeGroupFreeRatio)
+  "for" "15m" "severity" "warning"
+  "summary" (printf `Volume group {{ $labels.volume_group }} on {{ $labels.node }} has less than %v%% free space` (mulf $t.volumeGroupFreeRatio 100))
+  "description" "New volumes of the thick device classes on this volume group go to other nodes, and volumes here cannot grow much more. Only volume groups that back a thick class count: a volume group whose space went to a thin pool is watched through the pool. Add a disk to the volume group or move workloads.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveVolumeGroupMetadataAlmostFull"
+  "expr" (printf `max by (node, volume_group) (carve_volume_group_metadata_free_bytes) < %v
+` (int $t.volumeGroupMetadataFreeBytes))
+  "for" "15m" "severity" "warning"
+  "summary" `The LVM metadata area of volume group {{ $labels.volume_group }} on {{ $labels.node }} has {{ $value | humanize1024 }}B left`
+  "description" "Each volume takes about 500 bytes; below 2048 bytes the node takes no new volume of the group's classes, however much space is free. The area cannot be grown in place: plan PVs with a larger pvcreate --metadatasize (docs/install.md, metadata area).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveDeviceClassExhausted"
+  "expr" `max by (node, device_class) (carve_capacity_available_bytes) == 0
+`
+  "for" "30m" "severity" "info"
+  "summary" `Device class {{ $labels.device_class }} on {{ $labels.node }} reports no capacity`
+  "description" "The scheduler sends no new volume of this class to this node: its volume group (thick) or thin pool (thin) is full up to the spare, or the thin class's overprovision ratio is used up. A class whose volume group the node lacks has no series, so this is not that case.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveThinPoolDataHigh"
+  "expr" (printf `max by (node, volume_group, thin_pool) (carve_thin_pool_data_percent) > %v
+` $t.thinPoolDataWarningPercent)
+  "for" "10m" "severity" "warning"
+  "summary" `Thin pool {{ $labels.volume_group }}/{{ $labels.thin_pool }} on {{ $labels.node }} is {{ $value | humanize }}% full (data)`
+  "description" "A full thin pool fails writes of every volume in it. Extend the pool (lvextend) or free space before it reaches 100%.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveThinPoolDataCritical"
+  "expr" (printf `max by (node, volume_group, thin_pool) (carve_thin_pool_data_percent) > %v
+` $t.thinPoolDataCriticalPercent)
+  "for" "2m" "severity" "critical"
+  "summary" `Thin pool {{ $labels.volume_group }}/{{ $labels.thin_pool }} on {{ $labels.node }} is {{ $value | humanize }}% full (data)`
+  "description" "Writes to thin volumes in this pool are about to fail. Extend the pool now.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveThinPoolFillingUp"
+  "expr" (printf `max by (node, volume_group, thin_pool) (predict_linear(carve_thin_pool_data_percent[6h], %v * 3600)) >= 100
+and
+max by (node, volume_group, thin_pool) (carve_thin_pool_data_percent) > %v
+` $t.thinPoolFillHours $t.thinPoolFillMinPercent)
+  "for" "1h" "severity" "warning"
+  "summary" (printf `Thin pool {{ $labels.volume_group }}/{{ $labels.thin_pool }} on {{ $labels.node }} fills up within %v hours at the rate of the last 6 hours` $t.thinPoolFillHours)
+  "description" "Overprovisioned pools fill from the applications' writes, not from carve's actions. Extend the pool, or find the volume that grows.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveThinPoolMetadataHigh"
+  "expr" (printf `max by (node, volume_group, thin_pool) (carve_thin_pool_metadata_percent) > %v
+` $t.thinPoolMetadataWarningPercent)
+  "for" "10m" "severity" "warning"
+  "summary" `Thin pool {{ $labels.volume_group }}/{{ $labels.thin_pool }} on {{ $labels.node }} metadata is {{ $value | humanize }}% full`
+  "description" "A thin pool whose metadata fills up goes read-only. Extend its metadata LV (lvextend --poolmetadatasize).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveThinPoolMetadataCritical"
+  "expr" (printf `max by (node, volume_group, thin_pool) (carve_thin_pool_metadata_percent) > %v
+` $t.thinPoolMetadataCriticalPercent)
+  "for" "2m" "severity" "critical"
+  "summary" `Thin pool {{ $labels.volume_group }}/{{ $labels.thin_pool }} on {{ $labels.node }} metadata is {{ $value | humanize }}% full`
+  "description" "When the metadata is full the pool goes read-only and may need thin_repair. Extend the metadata LV now (lvextend --poolmetadatasize).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveThinPoolNotZeroing"
+  "expr" `max by (node, device_class, volume_group, thin_pool) (carve_thin_pool_zeroing) == 0
+`
+  "for" "5m" "severity" "critical"
+  "summary" `Thin pool {{ $labels.volume_group }}/{{ $labels.thin_pool }} of class {{ $labels.device_class }} on {{ $labels.node }} does not zero new blocks`
+  "description" "A new thin volume of this class can read data a deleted volume wrote. Turn zeroing on with `lvchange --zero y {{ $labels.volume_group }}/{{ $labels.thin_pool }}` (docs/configuration.md, erasure).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarvePhaseErrorRateHigh"
+  "expr" (printf `(
+  sum by (node, phase) (rate(carve_phase_duration_seconds_count{result!~"OK|ResourceExhausted|Aborted"}[10m]))
+    / sum by (node, phase) (rate(carve_phase_duration_seconds_count[10m]))
+) > %v
+and
+sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|ResourceExhausted|Aborted"}[10m])) > 2
+` $t.errorRatio)
+  "for" "5m" "severity" "warning"
+  "summary" `carve {{ $labels.phase }} fails on {{ $labels.node }} ({{ $value | humanizePercentage }} of calls)`
+  "description" (printf "More than %v%% of the {{ $labels.phase }} calls on this node failed over 10 minutes. Out of space (ResourceExhausted) and busy, retry (Aborted: a retry arrived while the first call still runs) do not count. The plugin's log names the volume and the error; the dashboard's error panel shows the gRPC codes." (mulf $t.errorRatio 100))) -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveStateRefreshStale"
+  "expr" (printf `time() - max by (node) (carve_state_refresh_timestamp_seconds{result="success"}) > %v
+` $t.refreshStaleSeconds)
+  "for" "5m" "severity" "warning"
+  "summary" (printf `carve on {{ $labels.node }} has not read its volume groups for over %v seconds` $t.refreshStaleSeconds)
+  "description" "The capacity it reports to the scheduler may be stale. Check that lvm commands work on the node (a hung disk, a stuck LVM lock).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveNotRegisteredWithKubelet"
+  "expr" `max by (node) (carve_kubelet_registration{state=~"waiting|failed"}) == 1
+`
+  "for" "10m" "severity" "warning"
+  "summary" `The kubelet on {{ $labels.node }} has not registered carve`
+  "description" `Pods on this node cannot mount carve volumes, and the node lacks the topology label the scheduler places carve volumes by. State failed: the plugin's log has the kubelet's reason ("The kubelet could not register carve"). State waiting: the kubelet never called; check that the registration-dir volume is the kubelet's plugins_registry directory.`) -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarvePVCPendingTooLong"
+  "expr" `max by (namespace, persistentvolumeclaim) (kube_persistentvolumeclaim_status_phase{phase="Pending"}) == 1
+and on (namespace, persistentvolumeclaim)
+  max by (namespace, persistentvolumeclaim) (kube_pod_spec_volumes_persistentvolumeclaims_info)
+and on (namespace, persistentvolumeclaim)
+  (
+    max by (namespace, persistentvolumeclaim, storageclass) (kube_persistentvolumeclaim_info)
+    * on (storageclass) group_left ()
+    max by (storageclass) (kube_storageclass_info{provisioner="lvm.carve.dev"})
+  )
+`
+  "for" $t.pvcPendingFor "severity" "warning"
+  "summary" `PVC {{ $labels.namespace }}/{{ $labels.persistentvolumeclaim }} of a carve StorageClass is Pending while a pod waits for it`
+  "description" "No node could take the volume, or its node's plugin cannot create it. kubectl describe pvc shows the last event; kubectl carve pending lists every such PVC with its reason. Needs kube-state-metrics.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarvePluginDown"
+  "expr" `up{job="carve-node-metrics"} == 0
+`
+  "for" "5m" "severity" "critical"
+  "summary" `carve's node plugin on {{ $labels.node }} cannot be scraped`
+  "description" "Volumes on this node cannot be created, mounted, grown or deleted while the plugin is down. Check the carve-node pod on that node; a pod that restarts in a loop shows here too.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarvePluginAbsent"
+  "expr" `absent(up{job="carve-node-metrics"})
+`
+  "for" "15m" "severity" "critical"
+  "summary" "Prometheus scrapes no carve node plugin at all"
+  "description" "Either carve is not running anywhere or its ServiceMonitor / scrape configuration is missing (kube-prometheus-stack needs its release label on the ServiceMonitor).") -}}
+
+groups:
+  - name: carve
+    rules:
+{{- range $rules }}
+{{- if not (has .alert $r.disabled) }}
+      - alert: {{ .alert }}
+        expr: |
+          {{- .expr | trimSuffix "\n" | nindent 10 }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $r.additionalLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ .summary | quote }}
+          description: {{ .description | quote }}
+          runbook_url: {{ printf "%s#%s" $runbook (lower .alert) | quote }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -84,6 +84,10 @@ type PluginOptions struct {
 	// RefreshInterval is how often the in-memory view of the volume groups
 	// is re-read to catch changes made outside carve.
 	RefreshInterval time.Duration
+	// WatchLVMBackups refreshes the view as soon as LVM rewrites the
+	// metadata backup of a configured volume group (pkg/lvmwatch), so a
+	// change made outside carve shows without waiting for RefreshInterval.
+	WatchLVMBackups bool
 	// LVMTimeout bounds every lvm command.
 	LVMTimeout time.Duration
 	// KubeletRegistrationDir is the kubelet's plugin-registration
@@ -105,6 +109,7 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ConfigPath, "config", "/etc/carve/config.yaml", "device-class file (YAML)")
 	fs.Int64Var(&o.MaxVolumes, "max-volumes", 0, "max_volumes_per_node reported to Kubernetes; 0 means no limit")
 	fs.DurationVar(&o.RefreshInterval, "capacity-refresh-interval", time.Minute, "how often the volume-group view behind GetCapacity is re-read to catch changes made outside carve")
+	fs.BoolVar(&o.WatchLVMBackups, "watch-lvm-backups", true, "refresh the volume-group view as soon as LVM rewrites a configured volume group's metadata backup ($LVM_SYSTEM_DIR/backup/<vg>, by default /etc/lvm/backup), so changes made outside carve show at once")
 	fs.DurationVar(&o.LVMTimeout, "lvm-timeout", 2*time.Minute, "deadline of every lvm command")
 	fs.StringVar(&o.KubeletRegistrationDir, "kubelet-registration-dir", DefaultKubeletRegistrationDir,
 		"the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry, mounted); carve serves <driver-name>-reg.sock there so that the kubelet registers it; empty disables registration (no kubelet)")

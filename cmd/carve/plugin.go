@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/lvmwatch"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/registration"
 	"github.com/carve-csi/carve/pkg/state"
@@ -62,6 +64,16 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	// and the longest a refresh may take: a hung lvm shows.
 	view.StaleAfter(3*o.RefreshInterval + refreshTimeout)
 	go view.Run(ctx, o.RefreshInterval, mutationSettle)
+	if o.WatchLVMBackups {
+		dir := lvmwatch.BackupDir(os.Getenv)
+		go func() {
+			// Without the watch, changes made outside carve still show
+			// after --capacity-refresh-interval.
+			if err := lvmwatch.Watch(ctx, dir, cfg.VolumeGroups(), func(string) { view.Changed() }); err != nil {
+				klog.ErrorS(err, "Not watching LVM metadata backups; changes made outside carve show on the periodic refresh", "dir", dir)
+			}
+		}()
+	}
 
 	fsTypes := []string{"ext4", "xfs"}
 	if _, err := exec.LookPath("mkfs.btrfs"); err == nil {

@@ -227,6 +227,12 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 				return
 			case <-time.After(settle):
 			}
+			// What marked the view dirty while it settled is covered by
+			// the refresh below: one report per burst.
+			select {
+			case <-v.dirty:
+			default:
+			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		if err := v.Refresh(rctx); err != nil {

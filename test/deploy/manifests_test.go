@@ -46,6 +46,7 @@ var provisionerFlags = []string{
 	"--enable-capacity",
 	"--capacity-ownerref-level=0",
 	"--extra-create-metadata",
+	"--capacity-poll-interval=2s",
 	"--http-endpoint=:9811",
 }
 

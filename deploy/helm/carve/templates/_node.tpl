@@ -182,6 +182,12 @@ spec:
             - --enable-capacity
             - --capacity-ownerref-level=0
             - --extra-create-metadata
+            # Ask for capacity every 2 s (default 1m): GetCapacity answers
+            # from carve's memory, no LVM command, and an unchanged answer
+            # writes nothing; carve's view follows a change made outside
+            # carve within about 2 s (it watches LVM's metadata backups), so
+            # the scheduler sees it within about 4 s.
+            - --capacity-poll-interval=2s
             # csi_sidecar_operations_seconds and the provisioner's work
             # queues, scraped through carve-provisioner-metrics.
             - --http-endpoint=:{{ $v.node.provisionerMetricsPort }}

@@ -1,0 +1,84 @@
+// Package lvmwatch tells when the LVM metadata of a volume group changes,
+// whoever changes it: with LVM's default configuration (backup/backup = 1)
+// every command that changes a volume group's metadata rewrites that
+// group's backup file, backup/<vg> under the LVM system directory. Watching
+// that directory with inotify lets carve's view notice a change made
+// outside carve (an lvcreate by hand, a PV added) at once rather than on
+// its next periodic refresh. A change that writes no backup (backups
+// disabled, another backup_dir) still waits for the periodic refresh.
+package lvmwatch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
+)
+
+// BackupDir is where LVM writes metadata backups unless lvm.conf says
+// otherwise: backup/ under the LVM system directory (LVM_SYSTEM_DIR, as
+// getenv returns it, or /etc/lvm).
+func BackupDir(getenv func(string) string) string {
+	sys := getenv("LVM_SYSTEM_DIR")
+	if sys == "" {
+		sys = "/etc/lvm"
+	}
+	return filepath.Join(sys, "backup")
+}
+
+// Watch calls changed with the volume group's name each time the backup
+// file of one of vgs in dir is written or replaced, until ctx ends; then it returns nil. Calls are made
+// one at a time from Watch's goroutine. It creates dir (as LVM does on its
+// first backup) when it is missing, and returns an error when dir cannot
+// be watched, before any call.
+func Watch(ctx context.Context, dir string, vgs []string, changed func(vg string)) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("LVM backup directory: %w", err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	defer func() {
+		if err := w.Close(); err != nil {
+			klog.FromContext(ctx).Error(err, "Closing the LVM backup watch failed")
+		}
+	}()
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watch LVM backup directory %s: %w", dir, err)
+	}
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Watching LVM metadata backups for changes made outside carve", "dir", dir, "volumeGroups", vgs)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			// LVM writes a temporary file and renames it to <vg>: the
+			// rename shows as Create of <vg>.
+			if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) {
+				if vg := filepath.Base(ev.Name); slices.Contains(vgs, vg) {
+					logger.V(4).Info("LVM metadata of a volume group changed", "volumeGroup", vg, "event", ev.Op.String())
+					changed(vg)
+				}
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			// An overflow loses events: treat it as a change of every
+			// group.
+			logger.Error(err, "LVM backup watch error; refreshing anyway")
+			for _, vg := range vgs {
+				changed(vg)
+			}
+		}
+	}
+}

@@ -50,6 +50,16 @@ type dashboard struct {
 			Expr         string `json:"expr"`
 			LegendFormat string `json:"legendFormat"`
 		} `json:"targets"`
+		FieldConfig struct {
+			Defaults struct {
+				Max        *float64 `json:"max"`
+				Thresholds struct {
+					Steps []struct {
+						Value *float64 `json:"value"`
+					} `json:"steps"`
+				} `json:"thresholds"`
+			} `json:"defaults"`
+		} `json:"fieldConfig"`
 	} `json:"panels"`
 }
 
@@ -111,7 +121,12 @@ func queries(t *testing.T) []query {
 		if q, ok := v.Query.(map[string]any); ok {
 			if s, _ := q["query"].(string); strings.HasPrefix(s, "label_values(") {
 				inner := strings.TrimSuffix(strings.TrimPrefix(s, "label_values("), ")")
-				metric, label, _ := strings.Cut(inner, ",")
+				// The label is after the last comma: the selector has commas.
+				i := strings.LastIndex(inner, ",")
+				if i < 0 {
+					t.Fatalf("dashboard variable %s: %q names no label", v.Name, s)
+				}
+				metric, label := inner[:i], inner[i+1:]
 				qs = append(qs, query{where: "dashboard variable " + v.Name, expr: strings.TrimSpace(metric), printed: []string{strings.TrimSpace(label)}})
 			}
 		}
@@ -170,8 +185,12 @@ func TestDashboardPanels(t *testing.T) {
 		{"p95 of each phase", `histogram_quantile\(0\.95, sum by \(le, phase\) \(rate\(carve_phase_duration_seconds_bucket`},
 		{"p99 of each phase", `histogram_quantile\(0\.99, sum by \(le, phase\) \(rate\(carve_phase_duration_seconds_bucket`},
 		{"errors by gRPC code", `by \(method_name, grpc_status_code\) \(rate\(csi_plugin_operations_seconds_count\{[^}]*grpc_status_code!="OK"`},
-		{"free space per node and device class", `^carve_volume_group_free_bytes\{node=~"\$node", device_class=~"\$device_class"\}$`},
-		{"reported capacity per node and device class", `^carve_capacity_available_bytes\{node=~"\$node", device_class=~"\$device_class"\}$`},
+		{"free space per node and volume group, once per group", `^max by \(node, volume_group\) \(carve_volume_group_free_bytes\{`},
+		{"reported capacity per node and device class", `^carve_capacity_available_bytes\{cluster=~"\$cluster", node=~"\$node", device_class=~"\$device_class"\}$`},
+		{"node plugins that are down", `up\{job="carve-node-metrics"[^}]*\} == 0`},
+		{"the controller's and sidecars' targets", `up\{job=~"carve-controller-metrics\|carve-resizer-metrics\|carve-provisioner-metrics"`},
+		{"the versions running", `count by \(version, role\) \(carve_build_info`},
+		{"container restarts", `kube_pod_container_status_restarts_total\{namespace="carve-system"`},
 		{"thin pool data percent", `carve_thin_pool_data_percent`},
 		{"thin pool metadata percent", `carve_thin_pool_metadata_percent`},
 		{"volumes per node", `sum by \(node\) \(carve_volumes`},
@@ -186,6 +205,43 @@ func TestDashboardPanels(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no panel shows the %s (no query matches %s)", tc.what, tc.pattern)
+		}
+	}
+
+	// The first row answers "is it up"; every query that picks nodes also
+	// picks the cluster (a hidden variable, as in kube-prometheus' mixins,
+	// for a Prometheus that holds several clusters).
+	if len(d.Panels) == 0 || d.Panels[0].Type != "row" || d.Panels[0].Title != "Is it up" {
+		t.Error(`the dashboard does not start with the row "Is it up"`)
+	}
+	hasCluster := false
+	for _, v := range d.Templating.List {
+		hasCluster = hasCluster || v.Name == "cluster"
+	}
+	if !hasCluster {
+		t.Error("no cluster variable")
+	}
+	for title, exprs := range byTitle {
+		for _, e := range strings.Split(exprs, "\n") {
+			if strings.Contains(e, `node=~"$node"`) && !strings.Contains(e, `cluster=~"$cluster"`) {
+				t.Errorf("panel %q picks nodes but not the cluster: %s", title, e)
+			}
+		}
+	}
+	// The fill levels show the alerts' thresholds, on a 0-100 scale.
+	for _, p := range d.Panels {
+		if !strings.HasPrefix(p.Title, "Thin pool") {
+			continue
+		}
+		steps := p.FieldConfig.Defaults.Thresholds.Steps
+		var levels []float64
+		for _, st := range steps {
+			if st.Value != nil {
+				levels = append(levels, *st.Value)
+			}
+		}
+		if p.FieldConfig.Defaults.Max == nil || *p.FieldConfig.Defaults.Max != 100 || !slices.Equal(levels, []float64{80, 95}) {
+			t.Errorf("panel %q: max %v, thresholds %v; want max 100, thresholds at 80 and 95", p.Title, p.FieldConfig.Defaults.Max, levels)
 		}
 	}
 }
@@ -249,12 +305,14 @@ var kubeStateMetrics = map[string][]string{
 	"kube_persistentvolumeclaim_info":                   {"namespace", "persistentvolumeclaim", "storageclass", "volumename"},
 	"kube_pod_spec_volumes_persistentvolumeclaims_info": {"namespace", "pod", "volume", "persistentvolumeclaim"},
 	"kube_storageclass_info":                            {"storageclass", "provisioner", "reclaim_policy", "volume_binding_mode"},
+	"kube_pod_container_status_restarts_total":          {"namespace", "pod", "container"},
 }
 
 // targetLabels are labels that come from the scrape, not from the plugin:
-// the ServiceMonitor adds node; Prometheus adds job and instance; le is a
+// the ServiceMonitor adds node; Prometheus adds job and instance, and a
+// multi-cluster setup cluster (an external label); le is a
 // histogram bucket's bound.
-var targetLabels = map[string]bool{"node": true, "job": true, "instance": true, "le": true}
+var targetLabels = map[string]bool{"node": true, "job": true, "instance": true, "le": true, "cluster": true}
 
 // makeMetadataThinPool turns two thick LVs into a thin pool by rewriting the
 // VG's metadata: the host has no device-mapper, so lvcreate cannot make a

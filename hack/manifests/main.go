@@ -1,5 +1,8 @@
 // Command manifests renders carve's kustomize base (deploy/kubernetes) from
-// its Helm chart (deploy/helm/carve), the one source of the manifests.
+// its Helm chart (deploy/helm/carve), the one source of the manifests, and
+// the optional kustomization deploy/kubernetes/snapshot-controller (the
+// chart's snapshot-controller template with snapshotController.enabled=true
+// and the CRDs of the chart's crds/ directory).
 //
 // `make manifests` runs it with the helm of $CARVE_CACHE/bin; test/deploy
 // runs it into a temporary directory and fails when the committed base
@@ -63,16 +66,28 @@ func main() {
 	}
 }
 
-func generate(helm, chart, out string) error {
+// snapshotControllerDir is the optional kustomization, under the base.
+const snapshotControllerDir = "snapshot-controller"
+
+// template runs helm template on chart with extra arguments.
+func template(helm, chart string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, helm, "template", "carve", chart,
-		"--namespace", Namespace, "--kube-version", kubeVersion)
+	argv := append([]string{"template", "carve", chart, "--namespace", Namespace, "--kube-version", kubeVersion}, args...)
+	cmd := exec.CommandContext(ctx, helm, argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	rendered, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("helm template: %w\n%s", err, stderr.String())
+		return nil, fmt.Errorf("helm template %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return rendered, nil
+}
+
+func generate(helm, chart, out string) error {
+	rendered, err := template(helm, chart)
+	if err != nil {
+		return err
 	}
 	files, err := split(rendered)
 	if err != nil {
@@ -98,7 +113,79 @@ func generate(helm, chart, out string) error {
 	for _, name := range names {
 		fmt.Fprintf(&k, "  - %s\n", name)
 	}
-	return os.WriteFile(filepath.Join(out, "kustomization.yaml"), []byte(k.String()), 0o644)
+	if err := os.WriteFile(filepath.Join(out, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
+		return err
+	}
+	return generateSnapshotController(helm, chart, filepath.Join(out, snapshotControllerDir))
+}
+
+// generateSnapshotController writes the snapshot CRDs (the chart's crds/
+// files) and the snapshot-controller template's objects into dir, with a
+// kustomization.yaml naming them: a kustomization of its own, applied
+// before the base, since one `kubectl apply` cannot create a CRD and
+// objects of its kind (the base's VolumeSnapshotClasses) together.
+func generateSnapshotController(helm, chart, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := removeGenerated(dir); err != nil {
+		return err
+	}
+	crds, err := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(crds) == 0 {
+		return fmt.Errorf("no CRDs in %s/crds", chart)
+	}
+	var names []string
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		name := filepath.Base(f)
+		names = append(names, name)
+		if err := os.WriteFile(filepath.Join(dir, name), append([]byte(header), data...), 0o644); err != nil {
+			return err
+		}
+	}
+	const tmpl = "snapshot-controller.yaml"
+	rendered, err := template(helm, chart, "--set", "snapshotController.enabled=true", "--show-only", "templates/"+tmpl)
+	if err != nil {
+		return err
+	}
+	files, err := split(rendered)
+	if err != nil {
+		return err
+	}
+	if len(files) != 1 || files[tmpl] == nil {
+		return fmt.Errorf("the chart's %s rendered %d files, want itself", tmpl, len(files))
+	}
+	if err := os.WriteFile(filepath.Join(dir, tmpl), files[tmpl], 0o644); err != nil {
+		return err
+	}
+	names = append(names, tmpl)
+	var k strings.Builder
+	k.WriteString(header)
+	k.WriteString(`# The snapshot CRDs and snapshot-controller, for clusters that lack them
+# (most distributions ship both; docs/install.md tells how to check):
+#
+#   kubectl apply -k deploy/kubernetes/snapshot-controller
+#   kubectl wait --for condition=established crd/volumesnapshotclasses.snapshot.storage.k8s.io
+#   kubectl apply -k deploy/kubernetes
+#
+# A kustomization of its own rather than a component of the base: the CRDs
+# must be established before objects of their kinds (VolumeSnapshotClasses)
+# are applied, which one kubectl apply of both cannot ensure.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+`)
+	for _, name := range names {
+		fmt.Fprintf(&k, "  - %s\n", name)
+	}
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644)
 }
 
 // split groups the rendered documents by the template they come from,
@@ -151,7 +238,7 @@ func removeGenerated(dir string) error {
 	var errs []error
 	for _, e := range entries {
 		if e.IsDir() {
-			continue // components/: written by generateMonitoring
+			continue // components/ (generateMonitoring), snapshot-controller/ (generateSnapshotController)
 		}
 		p := filepath.Join(dir, e.Name())
 		data, err := os.ReadFile(p)

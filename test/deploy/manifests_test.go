@@ -467,7 +467,42 @@ type rule struct{ scope, group, resource, verb string }
 // list of what its containers really need, permission by permission, so a
 // new wildcard or a stray verb fails.
 func TestRBACLeastPrivilege(t *testing.T) {
-	objs := baseObjects(t)
+	checkGrants(t, baseObjects(t), map[string][]rule{
+		"carve-system/carve-node": slices.Concat(
+			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
+			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),
+			expand("cluster", "storage.k8s.io", "storageclasses", "get", "list", "watch"),
+			expand("cluster", "", "nodes", "get", "list", "watch"),
+			expand("cluster", "storage.k8s.io", "csinodes", "get", "list", "watch"),
+			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
+			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
+			expand("namespace", "", "pods", "get"),
+		),
+		"carve-system/carve-controller": slices.Concat(
+			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "patch"),
+			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch"),
+			expand("cluster", "", "persistentvolumeclaims/status", "patch"),
+			expand("cluster", "storage.k8s.io", "volumeattributesclasses", "get", "list", "watch"),
+			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
+			expand("namespace", "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "delete"),
+		),
+	})
+}
+
+// expand lists one rule per verb.
+func expand(scope, group, resource string, verbs ...string) []rule {
+	var rs []rule
+	for _, v := range verbs {
+		rs = append(rs, rule{scope, group, resource, v})
+	}
+	return rs
+}
+
+// checkGrants compares the permissions the roles and bindings among objs
+// give each service account with want, and fails on any extra or missing
+// one, or on a service account want does not name.
+func checkGrants(t *testing.T, objs map[string]runtime.Object, want map[string][]rule) {
+	t.Helper()
 	rolesByKey := map[string][]rbacv1.PolicyRule{}
 	for _, o := range objs {
 		switch r := o.(type) {
@@ -481,7 +516,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	grant := func(subjects []rbacv1.Subject, roleKey, scope string) {
 		rules, ok := rolesByKey[roleKey]
 		if !ok {
-			t.Errorf("a binding refers to %s, which the base does not render", roleKey)
+			t.Errorf("a binding refers to %s, which is not rendered", roleKey)
 		}
 		for _, s := range subjects {
 			if s.Kind != "ServiceAccount" {
@@ -510,33 +545,6 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		case *rbacv1.RoleBinding:
 			grant(b.Subjects, "Role/"+b.Namespace+"/"+b.RoleRef.Name, "namespace")
 		}
-	}
-	expand := func(scope, group, resource string, verbs ...string) []rule {
-		var rs []rule
-		for _, v := range verbs {
-			rs = append(rs, rule{scope, group, resource, v})
-		}
-		return rs
-	}
-	want := map[string][]rule{
-		"carve-system/carve-node": slices.Concat(
-			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
-			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),
-			expand("cluster", "storage.k8s.io", "storageclasses", "get", "list", "watch"),
-			expand("cluster", "", "nodes", "get", "list", "watch"),
-			expand("cluster", "storage.k8s.io", "csinodes", "get", "list", "watch"),
-			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
-			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
-			expand("namespace", "", "pods", "get"),
-		),
-		"carve-system/carve-controller": slices.Concat(
-			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "patch"),
-			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch"),
-			expand("cluster", "", "persistentvolumeclaims/status", "patch"),
-			expand("cluster", "storage.k8s.io", "volumeattributesclasses", "get", "list", "watch"),
-			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
-			expand("namespace", "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "delete"),
-		),
 	}
 	for sa, rules := range want {
 		wantSet := map[rule]bool{}

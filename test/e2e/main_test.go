@@ -91,11 +91,12 @@ func configFromEnv() (cluster.Config, error) {
 		return cluster.Config{}, err
 	}
 	cfg := cluster.Config{
-		BinDir:    binDir,
-		CarveBin:  carve,
-		DeployDir: deploy,
-		Nodes:     nodeSpecs,
-		Lifetime:  25 * time.Minute,
+		BinDir:                binDir,
+		CarveBin:              carve,
+		DeployDir:             deploy,
+		SnapshotControllerDir: filepath.Join(deploy, "snapshot-controller"),
+		Nodes:                 nodeSpecs,
+		Lifetime:              25 * time.Minute,
 	}
 	return cfg, cluster.Requirements(cfg)
 }

@@ -32,6 +32,11 @@ type Config struct {
 	CarveBin string
 	// DeployDir is carve's deploy/kubernetes directory.
 	DeployDir string
+	// SnapshotControllerDir, when set, is deploy/kubernetes/snapshot-controller:
+	// its CRDs and objects are applied before carve's manifests, and
+	// snapshot-controller (BinDir) runs as a process with its Deployment's
+	// flags and service account.
+	SnapshotControllerDir string
 	// Nodes are the simulated nodes. When there are none, the node
 	// lifecycle controller runs (every node has a kubelet) and the
 	// controller Deployment runs on the guest nodes, not as processes.
@@ -71,6 +76,8 @@ type Cluster struct {
 	Namespace string
 	// GuestNodes are the running real nodes.
 	GuestNodes []*GuestNode
+	// SnapshotController runs when Config.SnapshotControllerDir is set.
+	SnapshotController *SnapshotController
 
 	kubeletProxy *kubeletProxy
 	// extra are the processes started with StartProcess (a peer driver
@@ -86,6 +93,9 @@ func Requirements(cfg Config) error {
 		missing = append(missing, err.Error())
 	}
 	bins := []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner", "csi-resizer"}
+	if cfg.SnapshotControllerDir != "" {
+		bins = append(bins, "snapshot-controller")
+	}
 	if len(cfg.GuestNodes) > 0 {
 		bins = append(bins, "kubelet")
 		for _, img := range cfg.Images {
@@ -188,6 +198,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, err
 		}
 	}
+	logs := filepath.Join(cfg.RunDir, "logs")
+	if cfg.SnapshotControllerDir != "" {
+		if c.SnapshotController, err = startSnapshotController(ctx, c.Client, c.Control, cfg.SnapshotControllerDir, filepath.Join(cfg.BinDir, "snapshot-controller"), cfg.RunDir, logs, cfg.Lifetime); err != nil {
+			return c, fmt.Errorf("snapshot-controller: %w", err)
+		}
+	}
 	if err := c.Manifests.Apply(ctx, c.Control.Config); err != nil {
 		return c, fmt.Errorf("apply deploy/ manifests: %w", err)
 	}
@@ -203,7 +219,6 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	logs := filepath.Join(cfg.RunDir, "logs")
 	for _, spec := range cfg.Nodes {
 		dir := filepath.Join(cfg.RunDir, "nodes", spec.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -283,9 +298,11 @@ func (c *Cluster) Node(name string) *Node {
 }
 
 // processes returns every process the cluster started beside the control
-// plane: the controller Deployment's, then each node's.
+// plane: the extra ones, snapshot-controller, the controller Deployment's,
+// then each node's.
 func (c *Cluster) processes() []*Process {
 	ps := started(c.extra...)
+	ps = append(ps, c.SnapshotController.processes()...)
 	if c.Central != nil {
 		ps = append(ps, c.Central.processes()...)
 	}

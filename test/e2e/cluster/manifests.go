@@ -32,7 +32,7 @@ type Manifests struct {
 
 // kindOrder applies objects that others refer to first.
 var kindOrder = map[string]int{
-	"Namespace": 0, "ServiceAccount": 1, "ClusterRole": 2, "Role": 2,
+	"CustomResourceDefinition": 0, "Namespace": 0, "ServiceAccount": 1, "ClusterRole": 2, "Role": 2,
 	"ClusterRoleBinding": 3, "RoleBinding": 3, "ConfigMap": 4, "CSIDriver": 5,
 	"StorageClass": 6, "DaemonSet": 7, "Deployment": 7,
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -88,8 +89,18 @@ func createNodeObjects(ctx context.Context, cs kubernetes.Interface, name string
 	// The TaintNodesByCondition admission plugin taints a new node
 	// not-ready; the node lifecycle controller (disabled here, as no
 	// kubelet heartbeats) would lift it. Do its job once.
-	created.Spec.Taints = nil
-	if created, err = cs.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// kube-controller-manager annotates new nodes (the TTL controller) at
+	// the same time: on a conflict, read the node again and retry.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = nil
+		_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("untaint Node %s: %w", name, err)
 	}
 	res := corev1.ResourceList{
@@ -98,7 +109,7 @@ func createNodeObjects(ctx context.Context, cs kubernetes.Interface, name string
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
 	now := metav1.Now()
-	created.Status = corev1.NodeStatus{
+	status := corev1.NodeStatus{
 		Capacity:    res,
 		Allocatable: res,
 		Conditions: []corev1.NodeCondition{{
@@ -108,7 +119,16 @@ func createNodeObjects(ctx context.Context, cs kubernetes.Interface, name string
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.36.1"},
 	}
-	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status = status
+		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("status of Node %s: %w", name, err)
 	}
 	csiNode := &storagev1.CSINode{

@@ -1,0 +1,182 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/carve-csi/carve/test/e2e/cluster"
+)
+
+// The snapshot API's resources (snapshot.storage.k8s.io/v1).
+var (
+	volumeSnapshotClasses  = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
+	volumeSnapshots        = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
+	volumeSnapshotContents = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
+)
+
+// managedByLabel is the label snapshot-controller puts on a
+// VolumeSnapshotContent, with --enable-distributed-snapshotting, naming
+// the node whose csi-snapshotter is to act on it.
+const managedByLabel = "snapshot.storage.kubernetes.io/managed-by"
+
+func dynamicClient(t *testing.T) dynamic.Interface {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc
+}
+
+// TestSnapshotControllerAccepted: every object of
+// deploy/kubernetes/snapshot-controller (the snapshot CRDs of the pinned
+// release, RBAC, Deployment) was accepted by the apiserver with strict
+// field validation, and snapshot-controller, run with the Deployment's
+// flags as its service account, holds its leader-election Lease.
+func TestSnapshotControllerAccepted(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	sc := bed.SnapshotController
+	missing, err := sc.Manifests.Missing(ctx, bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Errorf("objects of deploy/kubernetes/snapshot-controller the apiserver does not hold: %v", missing)
+	}
+	ns := sc.Deployment.Namespace
+	waitFor(t, settle, "snapshot-controller to hold its Lease in "+ns, func(ctx context.Context) (bool, string, error) {
+		l, err := bed.Client.CoordinationV1().Leases(ns).Get(ctx, "snapshot-controller-leader", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no Lease yet", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return holder(l) != "", "holder " + holder(l), nil
+	})
+}
+
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// TestSnapshotHandedToItsNode: a VolumeSnapshot of a carve volume gets a
+// VolumeSnapshotContent for carve's driver and that volume, labelled
+// (distributed snapshotting) with the node that holds the volume: only that
+// node's csi-snapshotter acts on it.
+func TestSnapshotHandedToItsNode(t *testing.T) {
+	ns := newNamespace(t, "snapshot")
+	ctx := testCtx(t, 3*time.Minute)
+	dc := dynamicClient(t)
+	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
+	pvc := waitBound(t, ns, "data", settle)
+	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := pvNode(pv)
+	if node == "" || pv.Spec.CSI == nil {
+		t.Fatalf("precondition: PV %s has no node affinity on %s or no CSI source", pv.Name, cluster.TopologyKey)
+	}
+
+	// Retain: with no snapshot made, nothing is deleted on a node when the
+	// test's objects go.
+	class := "e2e-" + ns
+	if _, err := dc.Resource(volumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata":       map[string]any{"name": class},
+		"driver":         cluster.DriverName,
+		"deletionPolicy": "Retain",
+	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("create VolumeSnapshotClass: %v", err)
+	}
+	t.Cleanup(func() { deleteSnapshotObjects(t, dc, ns, "snap", class) })
+	if _, err := dc.Resource(volumeSnapshots).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]any{"name": "snap", "namespace": ns},
+		"spec": map[string]any{
+			"volumeSnapshotClassName": class,
+			"source":                  map[string]any{"persistentVolumeClaimName": "data"},
+		},
+	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("create VolumeSnapshot: %v", err)
+	}
+
+	start := time.Now()
+	waitFor(t, settle, "a VolumeSnapshotContent for the snapshot, labelled with node "+node, func(ctx context.Context) (bool, string, error) {
+		vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
+		if name == "" {
+			return false, "no content bound yet", nil
+		}
+		c, err := dc.Resource(volumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		driver, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
+		handle, _, _ := unstructured.NestedString(c.Object, "spec", "source", "volumeHandle")
+		managedBy := c.GetLabels()[managedByLabel]
+		ok := driver == cluster.DriverName && handle == pv.Spec.CSI.VolumeHandle && managedBy == node
+		return ok, fmt.Sprintf("content %s: driver %q, volume %q (want %q), %s=%q", name, driver, handle, pv.Spec.CSI.VolumeHandle, managedByLabel, managedBy), nil
+	})
+	t.Logf("VolumeSnapshotContent labelled for node %s %s after the VolumeSnapshot", node, time.Since(start).Round(time.Millisecond))
+}
+
+// deleteSnapshotObjects deletes a test's VolumeSnapshot, its content and
+// its class, and waits until they are gone.
+func deleteSnapshotObjects(t *testing.T, dc dynamic.Interface, ns, name, class string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var content string
+	if vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		content, _, _ = unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
+	}
+	if err := dc.Resource(volumeSnapshots).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete VolumeSnapshot %s/%s: %v", ns, name, err)
+	}
+	if content != "" {
+		if err := dc.Resource(volumeSnapshotContents).Delete(ctx, content, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete VolumeSnapshotContent %s: %v", content, err)
+		}
+		// The node's csi-snapshotter removes a deleted content's finalizer;
+		// the node DaemonSet runs none yet, so the test does what it would.
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := dc.Resource(volumeSnapshotContents).Patch(ctx, content, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("remove the finalizers of VolumeSnapshotContent %s: %v", content, err)
+		}
+	}
+	waitFor(t, time.Minute, "the VolumeSnapshot and its content to be deleted", func(ctx context.Context) (bool, string, error) {
+		var left []string
+		if _, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, fmt.Sprintf("VolumeSnapshot %s/%s (%v)", ns, name, err))
+		}
+		if content != "" {
+			if _, err := dc.Resource(volumeSnapshotContents).Get(ctx, content, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				left = append(left, fmt.Sprintf("VolumeSnapshotContent %s (%v)", content, err))
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("left: %v", left), nil
+	})
+	if err := dc.Resource(volumeSnapshotClasses).Delete(ctx, class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete VolumeSnapshotClass %s: %v", class, err)
+	}
+}

@@ -51,13 +51,24 @@ func createArgs(req CreateRequest, size uint64) []string {
 	return append(args, req.VolumeGroup)
 }
 
-// snapshotArgs builds lvcreate for a thin snapshot. Thin snapshots are
-// created with activation skipped by default, which would leave them
-// without a device after every reboot; carve's snapshots are volumes of
-// their own, so the flag is cleared.
-func snapshotArgs(vg, origin, name string, tags []string) []string {
-	args := []string{"lvcreate", "--yes", "--snapshot", "--setactivationskip", "n", "--name", name}
-	return append(addTags(args, tags), vg+"/"+origin)
+// snapshotArgs builds lvcreate for a snapshot of size bytes of
+// copy-on-write space (already rounded), or a thin snapshot when size is
+// zero. A thin snapshot's activation-skip flag is set as asked, never left
+// to lvm.conf: a snapshot kept as a snapshot stays inactive until needed,
+// one used as a volume must come up after a reboot.
+func snapshotArgs(req SnapshotRequest, size uint64) []string {
+	args := []string{"lvcreate", "--yes", "--snapshot"}
+	if size > 0 {
+		args = append(args, "--size", bytesArg(size))
+	} else {
+		skip := "n"
+		if req.ActivationSkip {
+			skip = "y"
+		}
+		args = append(args, "--setactivationskip", skip)
+	}
+	args = append(args, "--name", req.Name)
+	return append(addTags(args, req.Tags), req.VolumeGroup+"/"+req.Origin)
 }
 
 // extendArgs builds lvextend to size bytes. The filesystem is not touched:

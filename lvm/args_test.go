@@ -49,9 +49,13 @@ func TestMutationArgs(t *testing.T) {
 		got  []string
 		want []string
 	}{
-		{"snapshot", snapshotArgs("vg0", "thin1", "snap1", []string{"a", "b"}),
+		{"snapshot", snapshotArgs(SnapshotRequest{VolumeGroup: "vg0", Origin: "thin1", Name: "snap1", Tags: []string{"a", "b"}}, 0),
 			[]string{"lvcreate", "--yes", "--snapshot", "--setactivationskip", "n", "--name", "snap1",
 				"--addtag", "a", "--addtag", "b", "vg0/thin1"}},
+		{"snapshot kept inactive", snapshotArgs(SnapshotRequest{VolumeGroup: "vg0", Origin: "thin1", Name: "snap1", ActivationSkip: true}, 0),
+			[]string{"lvcreate", "--yes", "--snapshot", "--setactivationskip", "y", "--name", "snap1", "vg0/thin1"}},
+		{"copy-on-write snapshot", snapshotArgs(SnapshotRequest{VolumeGroup: "vg0", Origin: "lv1", Name: "snap1", ActivationSkip: true}, 8<<20),
+			[]string{"lvcreate", "--yes", "--snapshot", "--size", "8388608b", "--name", "snap1", "vg0/lv1"}},
 		{"extend", extendArgs("vg0", "lv1", 16<<20), []string{"lvextend", "--size", "16777216b", "vg0/lv1"}},
 		{"remove", removeArgs("vg0", "lv1"), []string{"lvremove", "--yes", "vg0/lv1"}},
 		{"delete tags", delTagsArgs("vg0", "lv1", []string{"a", "b=c"}), []string{"lvchange", "--deltag", "a", "--deltag", "b=c", "vg0/lv1"}},

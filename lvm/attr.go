@@ -67,6 +67,7 @@ func ParseAttributes(attr string) Attributes {
 		a.Active = true
 	}
 	a.Open = at(5) == 'o'
+	a.SnapshotInvalid = a.Type == TypeSnapshot && (at(4) == 'I' || at(4) == 'S')
 	if c := at(8); c != 0 {
 		if h, ok := healths[c]; ok {
 			a.Health = h

@@ -44,7 +44,8 @@ func TestParseAttributes(t *testing.T) {
 		{"rwi-a-r-F-", Attributes{Type: TypeThick, Active: true, Health: HealthFailed}},
 		{"owi-aos---", Attributes{Type: TypeThick, Active: true, Open: true, Health: HealthOK}},
 		{"swi-a-s---", Attributes{Type: TypeSnapshot, Active: true, Health: HealthOK}},
-		{"swi-I-s---", Attributes{Type: TypeSnapshot, Health: HealthOK}},
+		{"swi-I-s---", Attributes{Type: TypeSnapshot, Health: HealthOK, SnapshotInvalid: true}}, // copy-on-write space ran out
+		{"swi-a-s---", Attributes{Type: TypeSnapshot, Active: true, Health: HealthOK}},
 		{"vwi-a-v---", Attributes{Type: TypeOther, Active: true, Health: HealthOK}},
 		{"Cwi-a-C---", Attributes{Type: TypeOther, Active: true, Health: HealthOK}},
 		{"-wi-a---X-", Attributes{Type: TypeThick, Active: true, Health: HealthUnknown}},

@@ -379,10 +379,14 @@ func TestCreateThinSnapshot(t *testing.T) {
 	want := LogicalVolume{Name: "carve-snap", VolumeGroup: "rec-thin", Size: 64 << 20, Tags: []string{"t"},
 		Attr: Attributes{Type: TypeThin, Health: HealthOK}, Pool: "pool0", Origin: "thin1",
 		Path: "/dev/rec-thin/carve-snap", Layout: "thin,sparse"}
+	if snap.Time.IsZero() {
+		t.Error("snapshot has no time")
+	}
+	snap.Time = time.Time{}
 	if !reflect.DeepEqual(*snap, want) {
 		t.Errorf("snapshot\n got %+v\nwant %+v", *snap, want)
 	}
-	if !slices.Equal(got, snapshotArgs("rec-thin", "thin1", "carve-snap", []string{"t"})) {
+	if !slices.Equal(got, snapshotArgs(SnapshotRequest{VolumeGroup: "rec-thin", Origin: "thin1", Name: "carve-snap", Tags: []string{"t"}}, 0)) {
 		t.Errorf("ran %q", got)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -76,10 +77,23 @@ func sortedTags(tags []string) []string {
 }
 
 // CreateThinSnapshot creates a thin snapshot named name of the thin LV
-// origin, with activation not skipped. ErrNotFound when the origin does not
-// exist, ErrInvalidArgument when it is not a thin LV, ErrAlreadyExists when
-// name is taken. The result has the origin's size and pool.
+// origin, with activation not skipped: CreateSnapshot with no
+// copy-on-write size.
 func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string, tags []string) (*LogicalVolume, error) {
+	return c.CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: vg, Origin: origin, Name: name, Tags: tags})
+}
+
+// CreateSnapshot creates a snapshot of an LV: a thin snapshot of a thin
+// origin when req.CowSize is zero, an old-style copy-on-write snapshot of
+// a thick origin otherwise. ErrNotFound when the origin does not exist,
+// ErrInvalidArgument when it is not of the kind the request needs (or a
+// name or tag is bad), ErrAlreadyExists when the name is taken,
+// ErrInsufficientSpace when the pool or the VG cannot hold it. The result
+// of a thin snapshot has the origin's size and pool, that of a
+// copy-on-write snapshot its copy-on-write size (as lvs reports it); Time
+// is the time of the call.
+func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*LogicalVolume, error) {
+	vg, origin, name := req.VolumeGroup, req.Origin, req.Name
 	if err := ValidateVGName(vg); err != nil {
 		return nil, err
 	}
@@ -89,38 +103,58 @@ func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string
 	if err := ValidateLVName(name); err != nil {
 		return nil, err
 	}
-	if err := validateTags(tags); err != nil {
+	if err := validateTags(req.Tags); err != nil {
 		return nil, err
+	}
+	if req.CowSize > MaxSize {
+		return nil, invalid("copy-on-write size %d is larger than %d bytes", req.CowSize, uint64(MaxSize))
 	}
 	unlock, err := c.locks.Lock(ctx, vg)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	// The origin's size and pool are part of the result, and a thick origin
-	// would make an old-style COW snapshot that needs a size: read it first.
+	// The origin's size and pool are part of the result, and its kind
+	// decides which snapshot LVM would make: read it first.
 	o, err := c.GetLV(ctx, vg, origin)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s/%s of %s: %w", vg, name, origin, err)
 	}
-	if o.Attr.Type != TypeThin {
-		return nil, invalid("snapshot %s/%s: origin %s is a %s volume, only thin volumes have thin snapshots", vg, name, origin, o.Attr.Type)
-	}
-	if _, err := c.run(ctx, snapshotArgs(vg, origin, name, tags)...); err != nil {
-		return nil, c.explainSnapshot(ctx, vg, origin, name, err)
-	}
+	var size uint64
 	lv := &LogicalVolume{
 		Name:        name,
 		VolumeGroup: vg,
 		Size:        o.Size,
-		Tags:        sortedTags(tags),
-		Attr:        Attributes{Type: TypeThin, Health: HealthOK},
+		Tags:        sortedTags(req.Tags),
+		Attr:        Attributes{Type: TypeThin, Health: HealthOK, ActivationSkip: req.ActivationSkip},
 		Pool:        o.Pool,
 		Origin:      origin,
 		Path:        c.lvPath(vg, name),
 		Layout:      o.Layout,
 	}
-	klog.V(2).InfoS("created thin snapshot", "vg", vg, "lv", name, "origin", origin)
+	if req.CowSize == 0 {
+		if o.Attr.Type != TypeThin {
+			return nil, invalid("snapshot %s/%s: origin %s is a %s volume, only thin volumes have thin snapshots", vg, name, origin, o.Attr.Type)
+		}
+	} else {
+		if o.Attr.Type != TypeThick || o.Origin != "" {
+			return nil, invalid("snapshot %s/%s: origin %s is a %s volume, only thick volumes have copy-on-write snapshots", vg, name, origin, o.Attr.Type)
+		}
+		ext, err := c.extentSize(ctx, vg)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s/%s of %s: %w", vg, name, origin, err)
+		}
+		size = roundToExtents(req.CowSize, ext, 0)
+		// LVM reports an old-style snapshot's lv_size as its
+		// copy-on-write space, which is what it takes from the VG.
+		lv.Attr = Attributes{Type: TypeSnapshot, Health: HealthOK}
+		lv.Size, lv.Pool, lv.Layout = size, "", "linear"
+	}
+	if _, err := c.run(ctx, snapshotArgs(req, size)...); err != nil {
+		return nil, c.explainSnapshot(ctx, vg, origin, name, err)
+	}
+	lv.Time = time.Now().Truncate(time.Second)
+	klog.V(2).InfoS("created snapshot", "vg", vg, "lv", name, "origin", origin, "cowSize", size)
 	return lv, nil
 }
 

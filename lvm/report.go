@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // State is read only from LVM's JSON reports, in bytes without unit
@@ -24,6 +25,7 @@ var (
 	lvFields = strings.Join([]string{
 		"vg_name", "lv_name", "lv_uuid", "lv_size", "lv_attr", "lv_layout", "lv_tags",
 		"pool_lv", "origin", "lv_path", "data_percent", "metadata_percent", "lv_metadata_size",
+		"lv_time",
 	}, ",")
 )
 
@@ -101,7 +103,11 @@ type jsonLV struct {
 	DataPercent     string `json:"data_percent"`
 	MetadataPercent string `json:"metadata_percent"`
 	MetadataSize    string `json:"lv_metadata_size"`
+	Time            string `json:"lv_time"`
 }
+
+// lvTimeLayout is how LVM prints lv_time under LC_ALL=C.
+const lvTimeLayout = "2006-01-02 15:04:05 -0700"
 
 // numbers collects the first conversion error of a row, so that one error
 // check covers all fields.
@@ -189,6 +195,14 @@ func (j jsonLV) logicalVolume() (LogicalVolume, error) {
 		Origin:      strings.Trim(j.Origin, "[]"),
 		Path:        j.Path,
 		Layout:      j.Layout,
+	}
+	if attr.Type == TypeSnapshot {
+		lv.SnapPercent = n.float("data_percent", j.DataPercent)
+	}
+	// A time LVM prints otherwise (another time_format in lvm.conf) is
+	// left unknown rather than failing the report.
+	if t, err := time.Parse(lvTimeLayout, j.Time); err == nil {
+		lv.Time = t
 	}
 	if n.err != nil {
 		return lv, fmt.Errorf("logical volume %s/%s: %w", j.VG, j.Name, n.err)

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func readFixture(t *testing.T, name string) []byte {
@@ -187,5 +188,21 @@ func TestParseReportErrors(t *testing.T) {
 				t.Fatalf("error %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestLVTimeAndSnapPercent(t *testing.T) {
+	out := []byte(`{"report":[{"lv":[
+	{"vg_name":"vg0","lv_name":"s1","lv_size":"8388608","lv_attr":"swi-a-s---","origin":"lv1","data_percent":"12.50","lv_time":"2026-11-23 16:04:05 +0000"},
+	{"vg_name":"vg0","lv_name":"lv1","lv_size":"8388608","lv_attr":"owi-a-----","data_percent":"","lv_time":"not a time"}]}]}`)
+	lvs, err := parseLVs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 11, 23, 16, 4, 5, 0, time.UTC); !lvs[0].Time.Equal(want) || lvs[0].SnapPercent != 12.5 {
+		t.Errorf("snapshot: time %v, snap percent %v; want %v, 12.5", lvs[0].Time, lvs[0].SnapPercent, want)
+	}
+	if !lvs[1].Time.IsZero() || lvs[1].SnapPercent != 0 {
+		t.Errorf("origin: time %v, snap percent %v; want zero", lvs[1].Time, lvs[1].SnapPercent)
 	}
 }

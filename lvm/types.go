@@ -78,6 +78,10 @@ type Attributes struct {
 	Active bool
 	Open   bool
 	Health Health
+	// SnapshotInvalid is set for an old-style (copy-on-write) snapshot
+	// whose copy-on-write space ran out (lv_attr's fifth character 'I' or
+	// 'S'): its content is gone.
+	SnapshotInvalid bool
 	// ActivationSkip is set when LVM skips the LV on ordinary activation
 	// (lv_attr's tenth character, 'k'); thin snapshots get it by default.
 	ActivationSkip bool
@@ -108,6 +112,12 @@ type LogicalVolume struct {
 	// Layout is LVM's lv_layout ("linear", "striped", "raid,raid1",
 	// "thin,sparse", "thin,pool", ...).
 	Layout string
+	// Time is when LVM created the LV (lv_time, to the second); zero when
+	// the report did not carry it.
+	Time time.Time
+	// SnapPercent is the used share (0-100) of an old-style snapshot's
+	// copy-on-write space; 0 for other LVs.
+	SnapPercent float64
 }
 
 // ThinPool is a thin pool with its usage.
@@ -164,6 +174,23 @@ type CreateRequest struct {
 	// zero then).
 	ThinPool string
 	Options  LVOptions
+}
+
+// SnapshotRequest describes one snapshot to create.
+type SnapshotRequest struct {
+	VolumeGroup string
+	// Origin is the LV to snapshot.
+	Origin string
+	Name   string
+	Tags   []string
+	// CowSize, when set, makes an old-style copy-on-write snapshot of a
+	// thick origin with that much space for changed blocks (rounded up to
+	// extents); zero makes a thin snapshot of a thin origin.
+	CowSize uint64
+	// ActivationSkip keeps LVM's activation-skip flag on a thin snapshot,
+	// so that it stays inactive until activated on purpose; false clears
+	// it (a snapshot used as a volume must come up after a reboot).
+	ActivationSkip bool
 }
 
 // Observer receives the duration of every LVM command that ran. command is

@@ -1,0 +1,114 @@
+package blockcopy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// files makes a source of srcSize random bytes and a target of dstSize
+// bytes of 0xEE (an earlier tenant's data), and returns their paths and
+// the source's bytes.
+func files(t *testing.T, srcSize, dstSize int) (src, dst string, data []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	data = make([]byte, srcSize)
+	rand.New(rand.NewSource(int64(srcSize))).Read(data)
+	// Whole zero blocks in the middle: they must be written too.
+	if srcSize >= 3*align {
+		clear(data[align : 2*align])
+	}
+	src, dst = filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, bytes.Repeat([]byte{0xEE}, dstSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return src, dst, data
+}
+
+func TestCopy(t *testing.T) {
+	tests := []struct {
+		name             string
+		srcSize, dstSize int
+		size             uint64
+		opts             Options
+	}{
+		{"one chunk", 64 << 10, 64 << 10, 64 << 10, Options{}},
+		{"many chunks, last one short", 10*align + 512, 16 * align, 10*align + 512, Options{BufferSize: 3 * align}},
+		{"direct", 32 * align, 32 * align, 32 * align, Options{Direct: true, BufferSize: 4 * align}},
+		{"larger target keeps its tail", 8 * align, 12 * align, 8 * align, Options{BufferSize: align}},
+		{"nothing", align, align, 0, Options{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, dst, data := files(t, tt.srcSize, tt.dstSize)
+			var progress []uint64
+			tt.opts.Progress = func(n uint64) { progress = append(progress, n) }
+			res, err := Copy(context.Background(), dst, src, tt.size, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Bytes != tt.size {
+				t.Errorf("copied %d bytes, want %d", res.Bytes, tt.size)
+			}
+			got, err := os.ReadFile(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:tt.size], data[:tt.size]) {
+				t.Error("the target's copied range differs from the source")
+			}
+			if tail := got[tt.size:]; !bytes.Equal(tail, bytes.Repeat([]byte{0xEE}, len(tail))) {
+				t.Error("the copy wrote past size")
+			}
+			if len(progress) > 0 && progress[len(progress)-1] != tt.size {
+				t.Errorf("progress ended at %d, want %d", progress[len(progress)-1], tt.size)
+			}
+		})
+	}
+}
+
+func TestCopyFails(t *testing.T) {
+	tests := []struct {
+		name    string
+		size    uint64
+		opts    Options
+		cancel  bool
+		wantIs  error
+		noWrite bool
+	}{
+		{"source too short", 16 * align, Options{}, false, ErrShortSource, false},
+		{"bad buffer size", 4 * align, Options{BufferSize: 1000}, false, nil, true},
+		{"direct size not aligned", 4*align + 1, Options{Direct: true}, false, nil, true},
+		{"context ended", 4 * align, Options{}, true, context.Canceled, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, dst, _ := files(t, 8*align, 16*align)
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.cancel {
+				cancel()
+			}
+			defer cancel()
+			res, err := Copy(ctx, dst, src, tt.size, tt.opts)
+			if err == nil {
+				t.Fatal("Copy succeeded")
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Errorf("error %v, want %v", err, tt.wantIs)
+			}
+			if tt.noWrite && res.Bytes != 0 {
+				t.Errorf("wrote %d bytes before failing", res.Bytes)
+			}
+		})
+	}
+	if _, err := Copy(context.Background(), "/nonexistent/dst", "/nonexistent/src", align, Options{}); err == nil {
+		t.Error("Copy of missing files succeeded")
+	}
+}

@@ -39,7 +39,15 @@ type DeviceClass struct {
 	// means erase.ZeroOut). Thick classes only: a thin volume reads zeros
 	// where it was never written when its pool zeroes new blocks.
 	Erase erase.Method `json:"erase,omitempty"`
+	// SnapshotSpacePercent is the copy-on-write space of a thick class's
+	// snapshot, in percent of its volume's size: the share of the volume
+	// that may change while the snapshot lives. Default
+	// DefaultSnapshotSpacePercent; 1-100; thick classes only.
+	SnapshotSpacePercent int `json:"snapshotSpacePercent,omitempty"`
 }
+
+// DefaultSnapshotSpacePercent is SnapshotSpacePercent when unset.
+const DefaultSnapshotSpacePercent = 20
 
 // EraseMethod is the class's erase method with its default applied: none
 // for thin classes, zeroout for thick ones.

@@ -128,6 +128,9 @@ func (d *DeviceClass) validate() error {
 		if d.Erase != "" {
 			errs = append(errs, errors.New("erase: only thick classes (no thinPool) take an erase method; a thin volume reads zeros where it was never written when its pool zeroes new blocks"))
 		}
+		if d.SnapshotSpacePercent != 0 {
+			errs = append(errs, errors.New("snapshotSpacePercent: only thick classes (no thinPool) take a snapshot space; a thin snapshot shares its pool"))
+		}
 	} else {
 		if d.OverprovisionRatio != 0 {
 			errs = append(errs, errors.New("overprovisionRatio: only thin classes (with thinPool) take an overprovision ratio"))
@@ -137,6 +140,9 @@ func (d *DeviceClass) validate() error {
 		}
 		if d.Erase != "" && !erase.IsMethod(string(d.Erase)) {
 			errs = append(errs, fmt.Errorf("erase %q: must be one of %v", d.Erase, erase.Methods))
+		}
+		if p := d.SnapshotSpacePercent; p < 0 || p > 100 {
+			errs = append(errs, fmt.Errorf("snapshotSpacePercent %d: must be 1-100 (0 or unset: %d)", p, DefaultSnapshotSpacePercent))
 		}
 	}
 	return errors.Join(errs...)
@@ -192,4 +198,16 @@ func (d *DeviceClass) Ratio() float64 {
 		return 1
 	}
 	return d.OverprovisionRatio
+}
+
+// SnapshotCowSize is the copy-on-write space of a snapshot of a thick
+// volume of size bytes: SnapshotSpacePercent of it (default
+// DefaultSnapshotSpacePercent), rounded up to the byte.
+func (d *DeviceClass) SnapshotCowSize(size uint64) uint64 {
+	p := uint64(d.SnapshotSpacePercent)
+	if p == 0 {
+		p = DefaultSnapshotSpacePercent
+	}
+	// size is at most lvm.MaxSize (2^63), so size/100*p cannot overflow.
+	return size/100*p + (size%100*p+99)/100
 }

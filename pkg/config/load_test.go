@@ -78,6 +78,9 @@ func TestParseRefusesBadFile(t *testing.T) {
 		{"negative spare", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: -1Gi}\n", []string{"spare -1Gi: must not be negative"}},
 		{"ratio below 1", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, overprovisionRatio: 0.5}\n", []string{"overprovisionRatio 0.5: must be at least 1"}},
 		{"ratio on thick", "deviceClasses:\n  - {name: a, volumeGroup: vg, overprovisionRatio: 2}\n", []string{"only thin classes"}},
+		{"snapshot space on thin", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, snapshotSpacePercent: 20}\n", []string{"snapshotSpacePercent: only thick classes"}},
+		{"snapshot space above 100", "deviceClasses:\n  - {name: a, volumeGroup: vg, snapshotSpacePercent: 101}\n", []string{"snapshotSpacePercent 101: must be 1-100"}},
+		{"snapshot space negative", "deviceClasses:\n  - {name: a, volumeGroup: vg, snapshotSpacePercent: -1}\n", []string{"snapshotSpacePercent -1: must be 1-100"}},
 		{"options on thin", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: p, lvcreateOptions: {stripes: 2}}\n", []string{"only thick classes"}},
 		{"bad thin pool name", "deviceClasses:\n  - {name: a, volumeGroup: vg, thinPool: '-p'}\n", []string{`deviceClasses[0] (a): thinPool: `, `"-p" begins with '-'`}},
 		{"stripe size without stripes", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripeSize: 65536}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripeSize needs stripes of 2 or more"}},
@@ -159,6 +162,26 @@ func TestEraseMethodDefaultsToZeroOutForThickClasses(t *testing.T) {
 		d, _ := c.Class(name)
 		if got := d.EraseMethod(); got != want {
 			t.Errorf("class %s: EraseMethod() = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestSnapshotCowSize(t *testing.T) {
+	tests := []struct {
+		percent    int
+		size, want uint64
+	}{
+		{0, 10 << 30, 2 << 30},
+		{20, 100, 20},
+		{20, 101, 21}, // rounded up
+		{100, 1 << 30, 1 << 30},
+		{1, 1 << 62, 46116860184273880},      // 2^62 / 100, rounded up
+		{50, 1<<63 - 1, 4611686018427387904}, // (2^63 - 1) / 2, rounded up, no overflow
+	}
+	for _, tt := range tests {
+		d := DeviceClass{SnapshotSpacePercent: tt.percent}
+		if got := d.SnapshotCowSize(tt.size); got != tt.want {
+			t.Errorf("SnapshotSpacePercent %d: SnapshotCowSize(%d) = %d, want %d", tt.percent, tt.size, got, tt.want)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -38,6 +40,9 @@ type ControllerConfig struct {
 	Metrics *metrics.Recorder
 	// Eraser zeroes new raw-block volumes; nil is EraseDevice.
 	Eraser Eraser
+	// Copier copies the data of a restore or clone that is not a thin
+	// snapshot in the class's own pool.
+	Copier Copier
 }
 
 // ControllerServer implements csi.ControllerServer for this node's volume
@@ -71,6 +76,10 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 }
 
 func controllerCapabilities(types []csi.ControllerServiceCapability_RPC_Type) *csi.ControllerGetCapabilitiesResponse {
@@ -105,7 +114,8 @@ const unknownClassLabel = "unknown"
 func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (resp *csi.CreateVolumeResponse, err error) {
 	start := time.Now()
 	classLabel := unknownClassLabel
-	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseCreate, classLabel, time.Since(start), err) }()
+	phase := sourcePhase(req.GetVolumeContentSource())
+	defer func() { s.cfg.Metrics.ObservePhase(phase, classLabel, time.Since(start), err) }()
 
 	if err := checkVolumeName(req.GetName()); err != nil {
 		return nil, err
@@ -114,8 +124,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_content_source: carve does not support creating volumes from snapshots or other volumes")
+	wantSource, err := sourceTags(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
 	}
 	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
 	if err != nil {
@@ -133,22 +144,47 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	defer unlock()
 	method := eraseMethodFor(class, req.GetVolumeCapabilities())
-	lv, made, err := s.provision(ctx, req, class, fsType, lvName, method)
+	c := createCall{req: req, class: class, fsType: fsType, lvName: lvName, method: method, wantSource: wantSource, phase: phase}
+	lv, made, err := s.provision(ctx, &c)
 	if err != nil {
 		return nil, err
 	}
-	// Outside the room lock: zeroing a large volume must not hold up the
-	// other creates of the volume group.
+	// Outside the room lock: copying or zeroing a large volume must not
+	// hold up the other creates of the volume group.
+	if volume.CopyPending(lv.Tags) {
+		if c.src == nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s is still to be copied from its source, which cannot be read now: %v", req.GetName(), lv.Name, c.srcErr)
+		}
+		if lv, err = s.copyInto(ctx, lv, class, c.src, phase); err != nil {
+			return nil, err
+		}
+	}
 	if lv, err = s.finish(ctx, lv, made, class, method); err != nil {
 		return nil, err
 	}
-	return s.createResponse(lv, class), nil
+	return s.createResponse(lv, class, req), nil
+}
+
+// createCall is one CreateVolume, as provision needs it.
+type createCall struct {
+	req        *csi.CreateVolumeRequest
+	class      *config.DeviceClass
+	fsType     string
+	lvName     string
+	method     erase.Method
+	wantSource []string
+	phase      string
+	// src is the resolved content source (nil without one, or when it
+	// could not be resolved: srcErr says why).
+	src    *contentSource
+	srcErr error
 }
 
 // provision returns the LV of a CreateVolume: the one made before when it
 // is a repeat, else a new one made by lvcreate (made is then true). Either
 // may still carry volume.TagUnfinished (finish takes it off).
-func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeRequest, class *config.DeviceClass, fsType, lvName string, method erase.Method) (lv *lvm.LogicalVolume, made bool, err error) {
+func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lvm.LogicalVolume, made bool, err error) {
+	req, class, fsType, lvName, method := c.req, c.class, c.fsType, c.lvName, c.method
 	// The room check and lvcreate run under the volume group's room lock,
 	// shared with NodeExpandVolume: two volumes (or a volume and a growth)
 	// that each fit alone must not both pass the check and together eat
@@ -165,7 +201,7 @@ func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeR
 		// A retry for a volume made before the class became unavailable
 		// (a PV lost since, say) still gets its volume.
 		if lv, ok := s.cfg.View.FindLV(lvName); ok {
-			if err := s.compatible(&lv, req, class); err != nil {
+			if err := s.compatible(&lv, req, class, c.wantSource); err != nil {
 				return nil, false, err
 			}
 			if s.mustRedo(&lv, method) {
@@ -195,8 +231,23 @@ func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeR
 		return nil, false, err
 	}
 
+	if cs := req.GetVolumeContentSource(); cs != nil {
+		if c.src, c.srcErr = s.resolveSource(ctx, cs); c.srcErr == nil {
+			size, c.srcErr = sourceSize(size, c.src.size, unit, req.GetCapacityRange())
+		}
+	}
+	if lv, ok := s.cfg.View.FindLV(lvName); ok && c.srcErr == nil && volume.CopyPending(lv.Tags) || ok && c.src != nil && c.src.thinInto(class) {
+		// A copy left unfinished is redone by the caller; a thin volume
+		// made from a smaller source is grown if a crash came between.
+		return s.existingFromSource(ctx, &lv, c, size)
+	}
+	if c.srcErr != nil && !s.hasVolume(lvName) {
+		// A volume made from a source stays made when the source is
+		// deleted afterwards; only one still to be made needs it.
+		return nil, false, c.srcErr
+	}
 	if lv, ok := s.cfg.View.FindLV(lvName); ok {
-		if err := s.compatible(&lv, req, class); err != nil {
+		if err := s.compatible(&lv, req, class, c.wantSource); err != nil {
 			return nil, false, err
 		}
 		if !s.mustRedo(&lv, method) {
@@ -233,6 +284,10 @@ func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeR
 	if size > room.Available {
 		return nil, false, status.Errorf(codes.ResourceExhausted, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, s.node.Name(), room.Available, class.SpareBytes(), size)
 	}
+	if c.src != nil {
+		lv, err := s.makeFromSource(ctx, c, size)
+		return lv, false, err
+	}
 
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
 		Tags: volume.VolumeTags(req.GetName(), class.Name, req.GetParameters())}
@@ -255,7 +310,7 @@ func (s *ControllerServer) provision(ctx context.Context, req *csi.CreateVolumeR
 		if gerr != nil {
 			return nil, false, toStatus(gerr, "looking up existing LV "+volume.VolumeID(class.VolumeGroup, lvName))
 		}
-		if err := s.compatible(existing, req, class); err != nil {
+		if err := s.compatible(existing, req, class, c.wantSource); err != nil {
 			return nil, false, err
 		}
 		s.cfg.View.Created(*existing)
@@ -326,15 +381,12 @@ func (s *ControllerServer) redo(ctx context.Context, lv *lvm.LogicalVolume) (ok 
 	return true, nil
 }
 
-// compatible checks that an existing LV is the volume req asks for again.
-func (s *ControllerServer) compatible(lv *lvm.LogicalVolume, req *csi.CreateVolumeRequest, class *config.DeviceClass) error {
-	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-	if !volume.HasVolumeName(lv.Tags, req.GetName()) {
-		name, _, _ := volume.VolumeNameFromTags(lv.Tags)
-		return status.Errorf(codes.AlreadyExists, "LV %s exists but does not carry volume %q in its tags (found %q)", id, req.GetName(), name)
-	}
-	if c, _ := volume.ClassFromTags(lv.Tags); c != class.Name || lv.VolumeGroup != class.VolumeGroup {
-		return status.Errorf(codes.AlreadyExists, "volume %q exists in device class %q (LV %s); %q asked", req.GetName(), c, id, class.Name)
+// compatible checks that an existing LV is the volume req asks for again:
+// its name, class and source (wantSource, the tags sourceTags gives), and
+// a size within the capacity range.
+func (s *ControllerServer) compatible(lv *lvm.LogicalVolume, req *csi.CreateVolumeRequest, class *config.DeviceClass, wantSource []string) error {
+	if err := s.sameVolume(lv, req, class, wantSource); err != nil {
+		return err
 	}
 	if !sizeFits(lv.Size, req.GetCapacityRange()) {
 		r := req.GetCapacityRange()
@@ -343,8 +395,27 @@ func (s *ControllerServer) compatible(lv *lvm.LogicalVolume, req *csi.CreateVolu
 	return nil
 }
 
-func (s *ControllerServer) createResponse(lv *lvm.LogicalVolume, class *config.DeviceClass) *csi.CreateVolumeResponse {
-	return &csi.CreateVolumeResponse{Volume: s.volume(lv, class.Name)}
+// sameVolume checks the name, class and source of an existing LV against
+// a repeated request.
+func (s *ControllerServer) sameVolume(lv *lvm.LogicalVolume, req *csi.CreateVolumeRequest, class *config.DeviceClass, wantSource []string) error {
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	if !volume.HasVolumeName(lv.Tags, req.GetName()) {
+		name, _, _ := volume.VolumeNameFromTags(lv.Tags)
+		return status.Errorf(codes.AlreadyExists, "LV %s exists but does not carry volume %q in its tags (found %q)", id, req.GetName(), name)
+	}
+	if c, _ := volume.ClassFromTags(lv.Tags); c != class.Name || lv.VolumeGroup != class.VolumeGroup {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists in device class %q (LV %s); %q asked", req.GetName(), c, id, class.Name)
+	}
+	if got := volume.SourceTags(lv.Tags); !slices.Equal(got, wantSource) {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists with content source %q; %q asked", req.GetName(), got, wantSource)
+	}
+	return nil
+}
+
+func (s *ControllerServer) createResponse(lv *lvm.LogicalVolume, class *config.DeviceClass, req *csi.CreateVolumeRequest) *csi.CreateVolumeResponse {
+	v := s.volume(lv, class.Name)
+	v.ContentSource = req.GetVolumeContentSource()
+	return &csi.CreateVolumeResponse{Volume: v}
 }
 
 // volume describes an LV as a CSI volume.
@@ -406,6 +477,15 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	if c, ok := volume.ClassFromTags(lv.Tags); ok {
 		classLabel = c
 	}
+	if lv.Attr.Type != lvm.TypeThin {
+		// lvremove takes a thick origin's copy-on-write snapshots with
+		// it; a thin volume's snapshots are volumes of the pool and
+		// outlive it.
+		if snaps := s.snapshotsOf(vg, lvName); len(snaps) > 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s has snapshots %s; delete them first (a thick volume's snapshots cannot outlive it)", id, strings.Join(snaps, ", "))
+		}
+	}
+	s.removeCopySource(ctx, vg, volume.CopySourceLVNameFor(lvName))
 	stepStart := time.Now()
 	err = s.cfg.LVM.RemoveLV(ctx, vg, lvName)
 	s.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, classLabel, time.Since(stepStart), err)
@@ -429,4 +509,21 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 func vgMissing(id, vg string, err error) error {
 	return status.Errorf(codes.Unavailable, "volume %s: volume group %s is missing on this node, so whether its LV is gone cannot be known; "+
 		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
+}
+
+// snapshotsOf names the snapshots (their IDs) of the volume LV vg/name.
+func (s *ControllerServer) snapshotsOf(vg, name string) []string {
+	var ids []string
+	for _, lv := range s.cfg.View.Snapshots() {
+		if o, _ := volume.OriginFromTags(lv.Tags); lv.VolumeGroup == vg && (o == name || lv.Origin == name) {
+			ids = append(ids, volume.SnapshotID(s.node.Name(), vg, lv.Name))
+		}
+	}
+	return ids
+}
+
+// hasVolume tells whether the view holds the LV name.
+func (s *ControllerServer) hasVolume(name string) bool {
+	_, ok := s.cfg.View.FindLV(name)
+	return ok
 }

@@ -42,6 +42,7 @@ deviceClasses:
 
 type controllerFixture struct {
 	lvm    *fakeLVM
+	copier *fakeCopier
 	eraser *fakeEraser
 	cfg    *config.Config
 	view   *state.View
@@ -73,8 +74,11 @@ func (fx *controllerFixture) restart(t *testing.T) {
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if fx.copier == nil {
+		fx.copier = &fakeCopier{}
+	}
 	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
-		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser})
+		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser, Copier: fx.copier})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
@@ -149,9 +153,15 @@ func TestCreateVolume(t *testing.T) {
 		{name: "conflicting fs types", mod: func(r *csi.CreateVolumeRequest) {
 			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw), mountCap("ext4", sw)}
 		}, code: codes.InvalidArgument, msg: []string{"conflicts"}},
-		{name: "content source", mod: func(r *csi.CreateVolumeRequest) {
+		{name: "content source not carve's", mod: func(r *csi.CreateVolumeRequest) {
 			r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "s"}}}
+		}, code: codes.NotFound, msg: []string{`"s"`}},
+		{name: "content source empty", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeContentSource = &csi.VolumeContentSource{}
 		}, code: codes.InvalidArgument, msg: []string{"volume_content_source"}},
+		{name: "content source without an ID", mod: func(r *csi.CreateVolumeRequest) {
+			r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{}}}
+		}, code: codes.InvalidArgument, msg: []string{"volume_content_source.volume.volume_id"}},
 		{name: "unknown parameter", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{"fsType": "ext4"} }, code: codes.InvalidArgument, msg: []string{`"fsType"`, ParamDeviceClass, "csi.storage.k8s.io/"}},
 		{name: "provisioner parameters pass", mod: func(r *csi.CreateVolumeRequest) {
 			r.Parameters = map[string]string{"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pv/name": "pv-1"}
@@ -763,6 +773,8 @@ func TestControllerGetCapabilities(t *testing.T) {
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES, csi.ControllerServiceCapability_RPC_GET_VOLUME,
 		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH, csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT, csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 	} {
 		if !got[want] {
 			t.Errorf("capability %v missing", want)
@@ -770,7 +782,6 @@ func TestControllerGetCapabilities(t *testing.T) {
 	}
 	for _, not := range []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
-		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 	} {
 		if got[not] {
 			t.Errorf("capability %v advertised but not implemented", not)

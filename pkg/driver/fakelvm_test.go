@@ -280,6 +280,14 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 	} else {
 		f.vgs[vg].Free += lv.Size
 		f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+		// lvremove --yes takes a thick origin's snapshots with it.
+		for k, s := range f.lvs {
+			if s.VolumeGroup == vg && s.Origin == name && s.Attr.Type == lvm.TypeSnapshot {
+				f.vgs[vg].Free += s.Size
+				delete(f.lvs, k)
+			}
+		}
+		f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
 	}
 	delete(f.lvs, key)
 	return nil
@@ -322,6 +330,56 @@ func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.Logical
 			f.lvs[vg+"/"+lv.Pool].Attr.Active = true
 		}
 	}
+	c := *lv
+	return &c, nil
+}
+
+// CreateSnapshot makes a thin snapshot (inactive when it keeps the
+// activation-skip flag) or a copy-on-write one taking CowSize of the VG,
+// as the lvm package does.
+func (f *fakeLVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return nil, err
+	}
+	if err := f.vgErrLocked(req.VolumeGroup); err != nil {
+		return nil, err
+	}
+	o, ok := f.lvs[req.VolumeGroup+"/"+req.Origin]
+	if !ok {
+		return nil, fmt.Errorf("origin %s: %w", req.Origin, lvm.ErrNotFound)
+	}
+	key := req.VolumeGroup + "/" + req.Name
+	if _, ok := f.lvs[key]; ok {
+		return nil, fmt.Errorf("lv %s: %w", key, lvm.ErrAlreadyExists)
+	}
+	lv := &lvm.LogicalVolume{Name: req.Name, VolumeGroup: req.VolumeGroup, Size: o.Size, Tags: slices.Clone(req.Tags),
+		Origin: req.Origin, Path: "/dev/" + key, Time: time.Now().Truncate(time.Second)}
+	if req.CowSize == 0 {
+		if o.Attr.Type != lvm.TypeThin {
+			return nil, fmt.Errorf("origin %s is not thin: %w", req.Origin, lvm.ErrInvalidArgument)
+		}
+		lv.Pool = o.Pool
+		lv.Attr = lvm.Attributes{Type: lvm.TypeThin, Active: !req.ActivationSkip, Health: lvm.HealthOK, ActivationSkip: req.ActivationSkip}
+		p := f.pools[req.VolumeGroup+"/"+o.Pool]
+		p.VirtualSize += lv.Size
+		p.ThinVolumes++
+	} else {
+		if o.Attr.Type != lvm.TypeThick {
+			return nil, fmt.Errorf("origin %s is not thick: %w", req.Origin, lvm.ErrInvalidArgument)
+		}
+		size := roundUp(req.CowSize)
+		vg := f.vgs[req.VolumeGroup]
+		if size > vg.Free {
+			return nil, fmt.Errorf("vg %s has %d bytes free, %d asked: %w", vg.Name, vg.Free, size, lvm.ErrInsufficientSpace)
+		}
+		vg.Free -= size
+		vg.FreeExtents = vg.Free / fakeExtent
+		lv.Size = size
+		lv.Attr = lvm.Attributes{Type: lvm.TypeSnapshot, Active: o.Attr.Active, Health: lvm.HealthOK}
+	}
+	f.lvs[key] = lv
 	c := *lv
 	return &c, nil
 }

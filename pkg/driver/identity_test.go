@@ -36,8 +36,9 @@ func TestIdentity(t *testing.T) {
 			expansion = append(expansion, c.GetVolumeExpansion().GetType())
 		}
 	}
-	if len(services) != 2 || services[0] != csi.PluginCapability_Service_CONTROLLER_SERVICE ||
-		services[1] != csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
+	if len(services) != 3 || services[0] != csi.PluginCapability_Service_CONTROLLER_SERVICE ||
+		services[1] != csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS ||
+		services[2] != csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS {
 		t.Errorf("services = %v", services)
 	}
 	if len(expansion) != 1 || expansion[0] != csi.PluginCapability_VolumeExpansion_ONLINE {
@@ -45,7 +46,7 @@ func TestIdentity(t *testing.T) {
 	}
 	central, _ := NewIdentityServer(IdentityConfig{Name: "x"}).GetPluginCapabilities(ctx, nil)
 	for _, c := range central.GetCapabilities() {
-		if c.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
+		if ty := c.GetService().GetType(); ty == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS || ty == csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS {
 			t.Error("the central role advertises topology")
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/blockcopy"
 )
 
 // LVM is what the CSI servers need of LVM; *lvm.Client implements it. The
@@ -29,6 +30,10 @@ type LVM interface {
 	// RemoveLV returns lvm.ErrNotFound when the LV does not exist,
 	// lvm.ErrVolumeGroupNotFound when its VG does not.
 	RemoveLV(ctx context.Context, vg, name string) error
+	// CreateSnapshot makes a thin snapshot (req.CowSize zero) or a
+	// copy-on-write one; lvm.ErrAlreadyExists when the name is taken,
+	// lvm.ErrNotFound when the origin does not exist.
+	CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error)
 	// ActivateLV activates one LV (a thin LV's pool with it) and returns
 	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
 	// does not exist.
@@ -36,3 +41,12 @@ type LVM interface {
 }
 
 var _ LVM = (*lvm.Client)(nil)
+
+// Copier copies the first size bytes of the device src to the device dst
+// and syncs dst; *blockcopy.Copier implements it. progress, when set, gets
+// the bytes copied so far.
+type Copier interface {
+	Copy(ctx context.Context, dst, src string, size uint64, progress func(uint64)) (blockcopy.Result, error)
+}
+
+var _ Copier = blockcopy.Copier{}

@@ -98,6 +98,17 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "staging volume %q: %v", id, err)
 	}
+	if !res.Formatted {
+		// A filesystem smaller than its device (a volume restored or
+		// cloned bigger than its source, or an expansion cut short) is
+		// grown to the device; one that fills it is left as it is.
+		t := time.Now()
+		_, err := n.cfg.FS.Resize(ctx, device, staging)
+		n.step(metrics.PhaseStage, metrics.StepFilesystemGrow, class, t, err)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", id, err)
+		}
+	}
 	klog.InfoS("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
 		"fsType", access.fsType, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
 	return &csi.NodeStageVolumeResponse{}, nil

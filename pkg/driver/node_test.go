@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -1004,5 +1005,53 @@ func TestNodeLifecycleFormatsOnce(t *testing.T) {
 			map[string]string{"phase": phase, "device_class": "fast", "result": "OK"}); n != 2 {
 			t.Errorf("phase %s recorded %d times with class fast, want 2", phase, n)
 		}
+	}
+}
+
+// TestNodeStageGrowsExistingFilesystem: a device that already holds the
+// filesystem (a restored or cloned volume, bigger than its source) has it
+// grown to the device at stage, never formatted; a blank device is
+// formatted and not grown.
+func TestNodeStageGrowsExistingFilesystem(t *testing.T) {
+	tests := []struct {
+		name, existing, fsType string
+		wantGrow               []string
+		wantMkfs               bool
+	}{
+		{"ext4", "ext4", "ext4", []string{"resize2fs", "DEVICE"}, false},
+		{"xfs", "xfs", "xfs", []string{"xfs_growfs", "-d", "STAGING"}, false},
+		{"blank", "", "ext4", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newNodeFixture(t)
+			if tt.existing != "" {
+				fx.tools.SetFormat(fx.device, tt.existing)
+			}
+			fx.stage(t, mountCap(tt.fsType, sw))
+			var grows [][]string
+			mkfs := false
+			for _, c := range fx.tools.Calls() {
+				switch {
+				case c[0] == "resize2fs" || c[0] == "xfs_growfs":
+					grows = append(grows, c)
+				case strings.HasPrefix(c[0], "mkfs"):
+					mkfs = true
+				}
+			}
+			if mkfs != tt.wantMkfs {
+				t.Errorf("mkfs ran: %v, want %v", mkfs, tt.wantMkfs)
+			}
+			want := slices.Clone(tt.wantGrow)
+			for i := range want {
+				want[i] = strings.NewReplacer("DEVICE", fx.device, "STAGING", fx.staging).Replace(want[i])
+			}
+			if tt.wantGrow == nil && len(grows) != 0 || tt.wantGrow != nil && (len(grows) != 1 || !slices.Equal(grows[0], want)) {
+				t.Errorf("grew with %q, want %q", grows, want)
+			}
+			if got := fx.stepCount(t, metrics.PhaseStage, metrics.StepFilesystemGrow, "success"); (got == 1) != (tt.wantGrow != nil) {
+				t.Errorf("%d fs_grow steps recorded", got)
+			}
+		})
 	}
 }

@@ -23,6 +23,13 @@ const (
 	PhaseUnstage   = "unstage"
 	PhaseExpand    = "expand"
 	PhaseCapacity  = "capacity"
+	// PhaseSnapshot is CreateSnapshot, PhaseSnapshotDelete DeleteSnapshot.
+	PhaseSnapshot       = "snapshot"
+	PhaseSnapshotDelete = "snapshot_delete"
+	// PhaseRestore and PhaseClone are a CreateVolume from a snapshot and
+	// from a volume.
+	PhaseRestore = "restore"
+	PhaseClone   = "clone"
 )
 
 // Step names: the parts of a phase that take time.
@@ -37,6 +44,9 @@ const (
 	StepBindMount      = "bind_mount"
 	StepUnmount        = "unmount"
 	StepFilesystemGrow = "fs_grow"
+	// StepCopy copies a volume's data into a new thick LV (restore and
+	// clone into a thick class).
+	StepCopy = "copy"
 )
 
 // Buckets from 1 ms to about 2 minutes: LVM commands take tens of ms,
@@ -49,6 +59,7 @@ type Recorder struct {
 	phaseDuration *prometheus.HistogramVec
 	stepDuration  *prometheus.HistogramVec
 	lvmDuration   *prometheus.HistogramVec
+	copiedBytes   *prometheus.CounterVec
 
 	vgSize            *prometheus.GaugeVec
 	vgFree            *prometheus.GaugeVec
@@ -66,12 +77,12 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 	r := &Recorder{
 		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carve_phase_duration_seconds",
-			Help:    "Duration of a CSI phase (create, delete, stage, publish, unpublish, unstage, expand, capacity) by device class and result (a gRPC code name).",
+			Help:    "Duration of a CSI phase (create, delete, stage, publish, unpublish, unstage, expand, capacity, snapshot, snapshot_delete, restore, clone) by device class and result (a gRPC code name).",
 			Buckets: durationBuckets,
 		}, []string{"phase", "device_class", "result"}),
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carve_step_duration_seconds",
-			Help:    "Duration of one step of a phase (lvcreate, erase, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount) by device class and result (success or error).",
+			Help:    "Duration of one step of a phase (lvcreate, erase, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount, copy) by device class and result (success or error).",
 			Buckets: durationBuckets,
 		}, []string{"phase", "step", "device_class", "result"}),
 		lvmDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -79,6 +90,10 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Help:    "Duration of an lvm2 command by command (lvcreate, lvremove, lvextend, fullreport, ...) and result (success or error).",
 			Buckets: durationBuckets,
 		}, []string{"command", "result"}),
+		copiedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carve_copy_bytes_total",
+			Help: "Bytes copied into new thick volumes by restores and clones (the copy step), by phase (restore, clone) and device class.",
+		}, []string{"phase", "device_class"}),
 		vgSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volume_group_size_bytes",
 			Help: "Size of the volume group of a device class.",
@@ -120,7 +135,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Help: "Unix time of the last refresh of the in-memory volume-group view, by result (success or error).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.vgSize, r.vgFree,
+	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.copiedBytes, r.vgSize, r.vgFree,
 		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes, r.lastRefreshResult)
 	return r
 }
@@ -139,6 +154,14 @@ func (r *Recorder) ObserveStep(phase, step, deviceClass string, d time.Duration,
 		return
 	}
 	r.stepDuration.WithLabelValues(phase, step, deviceClass, result(err)).Observe(d.Seconds())
+}
+
+// AddCopiedBytes counts bytes a copy step wrote.
+func (r *Recorder) AddCopiedBytes(phase, deviceClass string, n uint64) {
+	if r == nil {
+		return
+	}
+	r.copiedBytes.WithLabelValues(phase, deviceClass).Add(float64(n))
 }
 
 // ObserveCommand records one lvm command; it makes Recorder an lvm.Observer.
@@ -184,6 +207,10 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 			r.mdaSize.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.MetadataAreaSize))
 			r.mdaFree.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.MetadataAreaFree))
 		}
+		// The copy counters exist from the start, at 0, so that a rate
+		// over them is defined before the first copy.
+		r.copiedBytes.WithLabelValues(PhaseRestore, s.DeviceClass)
+		r.copiedBytes.WithLabelValues(PhaseClone, s.DeviceClass)
 		if s.ThinPool != "" {
 			r.thinDataPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinDataPercent)
 			r.thinMetaPercent.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(s.ThinMetaPercent)

@@ -15,6 +15,9 @@ const (
 	KindVolume Kind = iota + 1
 	// KindSnapshot is a CSI snapshot.
 	KindSnapshot
+	// KindCopySource is the temporary snapshot a clone into a thick
+	// volume copies from; it lives only while the copy runs.
+	KindCopySource
 )
 
 // IsCarve tells whether tags mark an LV as carve's.
@@ -31,6 +34,9 @@ func Owned(lv lvm.LogicalVolume) (kind Kind, class string, ok bool) {
 	class, _ = ClassFromTags(lv.Tags)
 	if IsSnapshot(lv.Tags) {
 		return KindSnapshot, class, true
+	}
+	if _, ok := CopyTargetFromTags(lv.Tags); ok {
+		return KindCopySource, class, true
 	}
 	return KindVolume, class, true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/carve-csi/carve/lvm"
@@ -39,6 +40,10 @@ const (
 	// LVM forgets a thin snapshot's origin when the origin is removed; the
 	// tag keeps the snapshot's source_volume_id.
 	TagOriginPrefix = "carve.dev/origin="
+	// TagSizePrefix + the decimal size in bytes of the volume a
+	// copy-on-write snapshot holds (LVM reports the snapshot's size as
+	// its copy-on-write space).
+	TagSizePrefix = "carve.dev/size="
 	// TagFromSnapshotPrefix + the escaped snapshot ID a volume was
 	// restored from.
 	TagFromSnapshotPrefix = "carve.dev/from-snapshot="
@@ -101,6 +106,20 @@ func SnapshotTags(snapshotName, class, origin string) []string {
 	return []string{TagOwner, SnapshotTag(snapshotName), TagClassPrefix + class, TagOriginPrefix + origin}
 }
 
+// SizeTag is the tag that records the size of a snapshot's volume.
+func SizeTag(size uint64) string { return TagSizePrefix + strconv.FormatUint(size, 10) }
+
+// SizeFromTags returns the size a SizeTag recorded.
+func SizeFromTags(tags []string) (uint64, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagSizePrefix); ok {
+			n, err := strconv.ParseUint(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
 // IsSnapshot tells whether an LV's tags mark it as a snapshot.
 func IsSnapshot(tags []string) bool {
 	return slices.ContainsFunc(tags, func(t string) bool { return strings.HasPrefix(t, TagSnapshotPrefix) })
@@ -150,3 +169,45 @@ func SourceTags(tags []string) []string {
 	}
 	return out
 }
+
+// A restore or clone into a thick class copies the data into a new LV.
+// The LV is made with TagCopyPending, which is removed only once the copy
+// is synced: a retried CreateVolume that finds the tag redoes the copy,
+// and no half-copied LV is reported made. A clone copies from a
+// temporary snapshot of its source (named from the new LV, tagged
+// TagCopySourcePrefix + the new LV's name), so that the copy is of one
+// moment while the source is written.
+const (
+	// TagCopyPending marks an LV whose data copy has not finished.
+	TagCopyPending = "carve.dev/copy=pending"
+	// TagCopySourcePrefix + the LV name of the copy's target marks a
+	// temporary snapshot.
+	TagCopySourcePrefix = "carve.dev/copy-source-for="
+	// copySourceLVNamePrefix starts a temporary snapshot's LV name.
+	copySourceLVNamePrefix = "carvecopy-"
+)
+
+// CopySourceLVNameFor is the name of the temporary snapshot a clone into
+// the LV target copies from.
+func CopySourceLVNameFor(target string) string {
+	return copySourceLVNamePrefix + strings.TrimPrefix(target, lvNamePrefix)
+}
+
+// CopySourceTags are the tags of the temporary snapshot of a copy into
+// the LV target of class.
+func CopySourceTags(target, class string) []string {
+	return []string{TagOwner, TagClassPrefix + class, TagCopySourcePrefix + target}
+}
+
+// CopyTargetFromTags returns the LV a temporary snapshot is the source of.
+func CopyTargetFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagCopySourcePrefix); ok && v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// CopyPending tells whether an LV's data copy has not finished.
+func CopyPending(tags []string) bool { return slices.Contains(tags, TagCopyPending) }

@@ -194,6 +194,7 @@ func TestDashboardPanels(t *testing.T) {
 		{"thin pool data percent", `carve_thin_pool_data_percent`},
 		{"thin pool metadata percent", `carve_thin_pool_metadata_percent`},
 		{"volumes per node", `sum by \(node\) \(carve_volumes`},
+		{"restore and clone copy throughput", `sum by \(node, phase, device_class\) \(rate\(carve_copy_bytes_total`},
 		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},
 	} {
 		re := regexp.MustCompile("(?m)" + tc.pattern)

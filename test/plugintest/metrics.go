@@ -100,6 +100,21 @@ func (ms Metrics) Gauge(name string, want map[string]string) (v float64, ok bool
 	return v, ok, nil
 }
 
+// Counter returns the value of the one counter series of name with the
+// labels in want, as Gauge does for gauges.
+func (ms Metrics) Counter(name string, want map[string]string) (v float64, ok bool, err error) {
+	for _, m := range ms[name].GetMetric() {
+		if !matches(m, want) {
+			continue
+		}
+		if ok {
+			return 0, false, fmt.Errorf("plugintest: several %s series match %v", name, want)
+		}
+		v, ok = m.GetCounter().GetValue(), true
+	}
+	return v, ok, nil
+}
+
 // LabelValues lists the values of label over the series of name that carry
 // the labels in want, each once.
 func (ms Metrics) LabelValues(name, label string, want map[string]string) []string {

@@ -5,6 +5,7 @@ package sanityinner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,10 @@ import (
 
 // phasesRun are the carve phases a sanity run exercises: it creates,
 // deletes, stages, publishes, unpublishes, unstages and node-expands
-// volumes, and asks for capacity.
-var phasesRun = []string{"create", "delete", "stage", "publish", "unpublish", "unstage", "expand", "capacity"}
+// volumes, asks for capacity, takes and deletes snapshots, restores them
+// and clones volumes.
+var phasesRun = []string{"create", "delete", "stage", "publish", "unpublish", "unstage", "expand", "capacity",
+	"snapshot", "snapshot_delete", "restore", "clone"}
 
 // stepsRun are the steps of those phases that must have run at least once
 // (mkfs: sanity stages fresh volumes).
@@ -31,6 +34,17 @@ var stepsRun = []struct{ phase, step string }{
 	{"publish", "bind_mount"},
 	{"expand", "lvextend"},
 	{"expand", "fs_grow"},
+	{"snapshot", "lvcreate"},
+	{"snapshot_delete", "lvremove"},
+	{"restore", "lvcreate"},
+	{"clone", "lvcreate"},
+}
+
+// copyStepsRun are the steps a thick default class adds: its restores and
+// clones copy the data.
+var copyStepsRun = []struct{ phase, step string }{
+	{"restore", "copy"},
+	{"clone", "copy"},
 }
 
 // methodsRun are gRPC methods csi_plugin_operations_seconds must count.
@@ -47,6 +61,10 @@ var methodsRun = []string{
 	"/csi.v1.Node/NodeUnstageVolume",
 	"/csi.v1.Node/NodeExpandVolume",
 	"/csi.v1.Node/NodeGetVolumeStats",
+	"/csi.v1.Controller/CreateSnapshot",
+	"/csi.v1.Controller/DeleteSnapshot",
+	"/csi.v1.Controller/ListSnapshots",
+	"/csi.v1.Controller/GetSnapshot",
 }
 
 // checkMetrics scrapes the plugin after a sanity run: every phase, step and
@@ -65,7 +83,17 @@ func checkMetrics(ctx context.Context, t *testing.T, p *plugintest.Plugin, vg *l
 			t.Errorf("carve_phase_duration_seconds has no successful %s phase after sanity ran it (%d in all)", phase, all)
 		}
 	}
-	for _, s := range stepsRun {
+	steps := stepsRun
+	if defaultClass == "thick" {
+		steps = append(slices.Clone(steps), copyStepsRun...)
+		for _, phase := range []string{"restore", "clone"} {
+			n, ok, err := ms.Counter("carve_copy_bytes_total", map[string]string{"phase": phase, "device_class": defaultClass})
+			if err != nil || !ok || n <= 0 {
+				t.Errorf("carve_copy_bytes_total{phase=%q,device_class=%q} = %v (found %v, %v) after sanity copied volumes", phase, defaultClass, n, ok, err)
+			}
+		}
+	}
+	for _, s := range steps {
 		n := ms.HistogramCount("carve_step_duration_seconds", map[string]string{"phase": s.phase, "step": s.step})
 		if n == 0 {
 			t.Errorf("carve_step_duration_seconds{phase=%q,step=%q} counted nothing after sanity", s.phase, s.step)

@@ -367,6 +367,41 @@ func TestFindByTag(t *testing.T) {
 	}
 }
 
+// TestCreateSnapshotKnownOrigin: an origin the caller read already is not
+// read again, so a snapshot costs one lvcreate; a copy-on-write snapshot
+// reports its copy-on-write space as its size.
+func TestCreateSnapshotKnownOrigin(t *testing.T) {
+	ctx := context.Background()
+	f := loadFake(t, "fullreport-thin.json")
+	f.mutate = func(args []string) output { return output{} }
+	thin := &LogicalVolume{Name: "thin1", VolumeGroup: "rec-thin", Size: 64 << 20, Pool: "pool0",
+		Attr: Attributes{Type: TypeThin}, Layout: "thin,sparse"}
+	snap, err := f.client().CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: "rec-thin", Origin: "thin1", Name: "s1",
+		OriginLV: thin, ActivationSkip: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"lvcreate"}) {
+		t.Errorf("commands %v, want one lvcreate", got)
+	}
+	if snap.Size != 64<<20 || snap.Pool != "pool0" || !snap.Attr.ActivationSkip || snap.Attr.Type != TypeThin {
+		t.Errorf("thin snapshot %+v", *snap)
+	}
+
+	f.resetCalls()
+	cow, err := f.client().CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: "rec-thin", Origin: "thick1", Name: "s2", CowSize: 5 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cow.Attr.Type != TypeSnapshot || cow.Size%(4<<20) != 0 || cow.Size < 5<<20 || cow.Pool != "" {
+		t.Errorf("copy-on-write snapshot %+v: want its space, whole extents, as its size", *cow)
+	}
+	_, err = f.client().CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: "rec-thin", Origin: "thin1", Name: "s3", CowSize: 5 << 20})
+	if !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("copy-on-write snapshot of a thin LV: %v, want ErrInvalidArgument", err)
+	}
+}
+
 func TestCreateThinSnapshot(t *testing.T) {
 	ctx := context.Background()
 	f := loadFake(t, "fullreport-thin.json")

@@ -115,10 +115,14 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 	}
 	defer unlock()
 	// The origin's size and pool are part of the result, and its kind
-	// decides which snapshot LVM would make: read it first.
-	o, err := c.GetLV(ctx, vg, origin)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s/%s of %s: %w", vg, name, origin, err)
+	// decides which snapshot LVM would make: read it first, unless the
+	// caller knows it (an origin that changed meanwhile fails lvcreate,
+	// which explainSnapshot reads).
+	o := req.OriginLV
+	if o == nil || o.Name != origin || o.VolumeGroup != vg {
+		if o, err = c.GetLV(ctx, vg, origin); err != nil {
+			return nil, fmt.Errorf("snapshot %s/%s of %s: %w", vg, name, origin, err)
+		}
 	}
 	var size uint64
 	lv := &LogicalVolume{

@@ -187,6 +187,10 @@ type SnapshotRequest struct {
 	// thick origin with that much space for changed blocks (rounded up to
 	// extents); zero makes a thin snapshot of a thin origin.
 	CowSize uint64
+	// OriginLV, when set, is the origin as the caller last read it (its
+	// type, size, pool and layout): CreateSnapshot then does not read it
+	// again, and the snapshot costs one lvcreate.
+	OriginLV *LogicalVolume
 	// ActivationSkip keeps LVM's activation-skip flag on a thin snapshot,
 	// so that it stays inactive until activated on purpose; false clears
 	// it (a snapshot used as a volume must come up after a reboot).

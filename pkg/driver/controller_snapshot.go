@@ -47,6 +47,9 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, err
 	}
 	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
+		// carve does not advertise SNAPSHOT_ACCESSIBILITY_CONSTRAINTS, so
+		// a CO should not send these; one that does is told why they
+		// cannot be met.
 		return nil, status.Errorf(codes.InvalidArgument, "accessibility_requirements: a snapshot lives on its volume's node, %s=%s, which the requisite topology does not include", topology.Key, s.node.Name())
 	}
 	vg, origin, perr := volume.ParseVolumeID(srcID)
@@ -90,7 +93,7 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	}
 	defer unlockRoom()
 	sreq := lvm.SnapshotRequest{VolumeGroup: vg, Origin: origin, Name: snapLV,
-		Tags: volume.SnapshotTags(name, class.Name, origin), ActivationSkip: true}
+		Tags: volume.SnapshotTags(name, class.Name, origin), ActivationSkip: true, OriginLV: src}
 	if err := s.snapshotRoom(class, src, &sreq); err != nil {
 		return nil, err
 	}
@@ -219,8 +222,6 @@ func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 		SnapshotId:     volume.SnapshotID(s.node.Name(), lv.VolumeGroup, lv.Name),
 		SourceVolumeId: volume.VolumeID(lv.VolumeGroup, origin),
 		ReadyToUse:     snapshotUsable(lv) == nil,
-		// Restores and clones are made on this node only.
-		AccessibleTopology: []*csi.Topology{s.node.Segment()},
 	}
 	if !lv.Time.IsZero() {
 		snap.CreationTime = timestamppb.New(lv.Time)

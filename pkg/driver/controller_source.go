@@ -149,7 +149,7 @@ func (s *ControllerServer) makeFromSource(ctx context.Context, c *createCall, si
 	var err error
 	t := time.Now()
 	if src.thinInto(class) {
-		lv, err = s.cfg.LVM.CreateSnapshot(ctx, lvm.SnapshotRequest{VolumeGroup: class.VolumeGroup, Origin: src.lv.Name, Name: lvName, Tags: tags})
+		lv, err = s.cfg.LVM.CreateSnapshot(ctx, lvm.SnapshotRequest{VolumeGroup: class.VolumeGroup, Origin: src.lv.Name, Name: lvName, Tags: tags, OriginLV: &src.lv})
 	} else {
 		creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size, Tags: append(tags, volume.TagCopyPending)}
 		if class.Thin() {
@@ -289,7 +289,7 @@ func (s *ControllerServer) copySource(ctx context.Context, target string, class 
 	// A snapshot left by an earlier try is of an older moment: make it
 	// anew, so that the clone is of the source as it is now.
 	s.removeCopySource(ctx, src.VolumeGroup, name)
-	req := lvm.SnapshotRequest{VolumeGroup: src.VolumeGroup, Origin: src.Name, Name: name, Tags: volume.CopySourceTags(target, class.Name)}
+	req := lvm.SnapshotRequest{VolumeGroup: src.VolumeGroup, Origin: src.Name, Name: name, Tags: volume.CopySourceTags(target, class.Name), OriginLV: src}
 	if src.Attr.Type != lvm.TypeThin {
 		srcClass := class
 		if c, ok := volume.ClassFromTags(src.Tags); ok {

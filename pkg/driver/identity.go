@@ -16,9 +16,12 @@ type IdentityConfig struct {
 	Name string
 	// Version is carve's version.
 	Version string
-	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS and
-	// SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: set by the plugin role, whose
-	// volumes and snapshots belong to one node.
+	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS: set by the
+	// plugin role, whose volumes belong to one node. (Snapshots are
+	// node-local too, but SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not
+	// advertised: no Kubernetes component reads it, and csi-sanity
+	// v5.6.0 compares the returned topology with reflect.DeepEqual,
+	// protobuf size cache included, so no plugin that returns it passes.)
 	Topology bool
 	// Ready is asked by Probe; nil means ready. A nil func is always ready.
 	Ready func(ctx context.Context) error
@@ -54,8 +57,7 @@ func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	}
 	caps := []*csi.PluginCapability{svc(csi.PluginCapability_Service_CONTROLLER_SERVICE)}
 	if s.cfg.Topology {
-		caps = append(caps, svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
-			svc(csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS))
+		caps = append(caps, svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
 	}
 	caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
 		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})

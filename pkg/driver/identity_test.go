@@ -36,9 +36,8 @@ func TestIdentity(t *testing.T) {
 			expansion = append(expansion, c.GetVolumeExpansion().GetType())
 		}
 	}
-	if len(services) != 3 || services[0] != csi.PluginCapability_Service_CONTROLLER_SERVICE ||
-		services[1] != csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS ||
-		services[2] != csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS {
+	if len(services) != 2 || services[0] != csi.PluginCapability_Service_CONTROLLER_SERVICE ||
+		services[1] != csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
 		t.Errorf("services = %v", services)
 	}
 	if len(expansion) != 1 || expansion[0] != csi.PluginCapability_VolumeExpansion_ONLINE {

@@ -314,7 +314,9 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 }
 
 // ListSnapshots implements csi.ControllerServer from the in-memory view,
-// sorted by snapshot ID; the token is the last ID of the previous page.
+// sorted by snapshot ID; the token is the last ID of the previous page. A
+// copy-on-write snapshot that ran out of space shows as not ready from
+// the next refresh of the view on (GetSnapshot and restores read LVM).
 func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	token := req.GetStartingToken()
 	if req.GetMaxEntries() < 0 {
@@ -346,9 +348,10 @@ func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 	return resp, nil
 }
 
-// GetSnapshot implements csi.ControllerServer from the in-memory view.
+// GetSnapshot implements csi.ControllerServer; it reads the snapshot from
+// LVM, so that ready_to_use is current.
 func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	lv, err := s.snapshotByID(req.GetSnapshotId(), codes.NotFound)
+	lv, err := s.snapshotByID(ctx, req.GetSnapshotId(), codes.NotFound)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +361,7 @@ func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshot
 // snapshotByID finds a snapshot of this node by ID: InvalidArgument for an
 // empty ID, elsewhere (with a message naming the node) for a snapshot of
 // another node, NotFound for one that does not exist.
-func (s *ControllerServer) snapshotByID(id string, elsewhere codes.Code) (*lvm.LogicalVolume, error) {
+func (s *ControllerServer) snapshotByID(ctx context.Context, id string, elsewhere codes.Code) (*lvm.LogicalVolume, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id: must be set")
 	}
@@ -369,9 +372,20 @@ func (s *ControllerServer) snapshotByID(id string, elsewhere codes.Code) (*lvm.L
 	if node != s.node.Name() {
 		return nil, status.Errorf(elsewhere, "snapshot %s lives on node %s, not on %s: it can be read only there", id, node, s.node.Name())
 	}
-	lv, ok := s.cfg.View.LV(vg, lvName)
-	if k, _, owned := volume.Owned(lv); !ok || !owned || k != volume.KindSnapshot {
+	if !s.cfg.Classes.HasVolumeGroup(vg) {
+		return nil, status.Errorf(codes.NotFound, "snapshot %s does not exist on node %s: volume group %s is none of its device classes'", id, s.node.Name(), vg)
+	}
+	// LVM, not the view: a copy-on-write snapshot can run out of space
+	// at any moment, and one that has must not be served.
+	lv, err := s.cfg.LVM.GetLV(ctx, vg, lvName)
+	if errors.Is(err, lvm.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "snapshot %s does not exist on node %s", id, s.node.Name())
 	}
-	return &lv, nil
+	if err != nil {
+		return nil, toStatus(err, "looking up snapshot "+id)
+	}
+	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindSnapshot {
+		return nil, status.Errorf(codes.NotFound, "snapshot %s does not exist on node %s: LV %s/%s is not a carve snapshot", id, s.node.Name(), vg, lvName)
+	}
+	return lv, nil
 }

@@ -22,6 +22,8 @@ type fakeCopier struct {
 	mu       sync.Mutex
 	copies   []fakeCopy
 	failNext bool
+	// during, when set, runs in the middle of each copy.
+	during func()
 }
 
 type fakeCopy struct {
@@ -32,6 +34,9 @@ type fakeCopy struct {
 func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, progress func(uint64)) (blockcopy.Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.during != nil {
+		c.during()
+	}
 	if c.failNext {
 		c.failNext = false
 		progress(size / 2)
@@ -512,4 +517,30 @@ func TestListSnapshotsPaging(t *testing.T) {
 	wantCode(t, err, codes.Aborted)
 	_, err = fx.cs.ListSnapshots(ctx, &csi.ListSnapshotsRequest{MaxEntries: -1})
 	wantCode(t, err, codes.InvalidArgument)
+}
+
+// TestCOWSnapshotFillsDuringCopy: a copy-on-write snapshot that runs out of
+// space while a restore copies it leaves the copy unfinished.
+func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	vol := fx.mustVolume(t, "pvc-1", gib, nil)
+	snap := fx.mustSnapshot(t, "snap-1", vol)
+	key := snap.GetSnapshotId()[len(testNode)+1:]
+	fx.copier.during = func() {
+		fx.lvm.mu.Lock()
+		defer fx.lvm.mu.Unlock()
+		fx.lvm.lvs[key].Attr = lvm.ParseAttributes("swi-I-s---")
+	}
+	req := createReq("pvc-new", gib, nil)
+	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
+	_, err := fx.cs.CreateVolume(ctx, req)
+	wantCode(t, err, codes.FailedPrecondition, "snapshot space")
+	lv := fx.lv(t, "vg1/"+volume.LVNameFor("pvc-new"))
+	if !volume.CopyPending(lv.Tags) {
+		t.Errorf("a copy of a snapshot that filled up meanwhile is marked done: %v", lv.Tags)
+	}
+	fx.copier.during = nil
+	_, err = fx.cs.CreateVolume(ctx, req)
+	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
 }

@@ -84,7 +84,7 @@ func sourceTags(cs *csi.VolumeContentSource) ([]string, error) {
 // copy-on-write snapshot whose space ran out is FailedPrecondition.
 func (s *ControllerServer) resolveSource(ctx context.Context, cs *csi.VolumeContentSource) (*contentSource, error) {
 	if snap := cs.GetSnapshot(); snap != nil {
-		lv, err := s.snapshotByID(snap.GetSnapshotId(), codes.ResourceExhausted)
+		lv, err := s.snapshotByID(ctx, snap.GetSnapshotId(), codes.ResourceExhausted)
 		if err != nil {
 			return nil, err
 		}
@@ -265,6 +265,15 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 	s.cfg.Metrics.ObserveStep(phase, metrics.StepCopy, class.Name, time.Since(t), err)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "copying %s into %s (%d of %d bytes done; a retry copies again): %v", src.id, dst.Name, res.Bytes, src.size, err)
+	}
+	// A copy-on-write source that ran out of space during the copy was
+	// read half old, half lost: the copy stays unfinished.
+	after, err := s.cfg.LVM.GetLV(ctx, from.VolumeGroup, from.Name)
+	if err != nil {
+		return nil, toStatus(err, "reading the copy's source "+from.VolumeGroup+"/"+from.Name+" after the copy")
+	}
+	if err := snapshotUsable(after); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "source %s changed beyond its snapshot space while it was copied; the copy into %s is not used: %v", src.id, dst.Name, err)
 	}
 	// The copy is synced: it is whole whatever happens next. The tag goes
 	// first, the temporary snapshot after (a leftover one is removed by

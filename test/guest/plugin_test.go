@@ -38,12 +38,14 @@ func TestPluginSanity(t *testing.T) {
 	}
 }
 
-// TestPluginNode checks data safety across a plugin restart and online
-// expansion of ext4 and xfs.
+// TestPluginNode checks data safety across a plugin restart, online
+// expansion of ext4 and xfs, and snapshots: restored data, clones of a
+// volume being written, a copy killed mid-way, a full copy-on-write
+// snapshot.
 func TestPluginNode(t *testing.T) {
 	runPluginInner(t, pluginInner{
 		pkg:     "./inner/nodeinner",
-		run:     "^(TestDataSafety|TestOnlineExpansion)$",
+		run:     "^(TestDataSafety|TestOnlineExpansion|TestSnapshot.*)$",
 		timeout: 20 * time.Minute,
 	})
 }
@@ -57,8 +59,8 @@ func TestBenchPlugin(t *testing.T) {
 		run:     "^TestBench",
 		timeout: 20 * time.Minute,
 	})
-	if n := strings.Count(out, "\nratio carve"); n != 3 {
-		t.Errorf("the guest printed %d of the 3 carve ratio lines", n)
+	if n := strings.Count(out, "\nratio carve"); n != 5 {
+		t.Errorf("the guest printed %d of the 5 carve ratio lines", n)
 	}
 }
 

@@ -186,6 +186,24 @@ func (p *Plugin) Stop(grace time.Duration) error {
 	return errors.Join(connErr, p.stop(grace))
 }
 
+// Kill sends SIGKILL, as a crash or an OOM kill ends the plugin, and
+// waits for the process to end; no handler runs. Calling it on an ended
+// plugin is harmless.
+func (p *Plugin) Kill() error {
+	var connErr error
+	if p.Conn != nil {
+		if err := p.Conn.Close(); err != nil {
+			connErr = fmt.Errorf("plugintest: closing the client connection: %w", err)
+		}
+		p.Conn = nil
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return errors.Join(connErr, fmt.Errorf("plugintest: killing the plugin: %w", err))
+	}
+	<-p.done
+	return connErr
+}
+
 // stop is Stop for the process.
 func (p *Plugin) stop(grace time.Duration) error {
 	select {

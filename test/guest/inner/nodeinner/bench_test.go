@@ -263,3 +263,117 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[(len(s)-1)*p/100]
 }
+
+// TestBenchSnapshotCreate: CreateSnapshot of a thin volume against raw
+// `lvcreate --snapshot` with the options and tags carve passes. Goal:
+// ratio <= 1.10. Deletions are not timed.
+func TestBenchSnapshotCreate(t *testing.T) {
+	const rounds = 10
+	e := newSnapEnv(t, "benchsnap")
+	id := e.createInClass("bench-origin", 64*mib, blockCapability(), "thin")
+	origin := lvName(t, id)
+	var snapIDs []string
+	viaCarve := func(ctx context.Context, i int) time.Duration {
+		start := time.Now()
+		rsp, err := e.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: fmt.Sprintf("bench-snap-%d", i), SourceVolumeId: id})
+		d := time.Since(start)
+		if err != nil {
+			t.Fatalf("CreateSnapshot: %v", err)
+		}
+		snapIDs = append(snapIDs, rsp.GetSnapshot().GetSnapshotId())
+		return d
+	}
+	viaLVM := func(ctx context.Context, i int) time.Duration {
+		lv := fmt.Sprintf("raw-snap-%d", i)
+		start := time.Now()
+		if _, err := e.vg.LVM(ctx, "lvcreate", "--yes", "--snapshot", "--setactivationskip", "y", "--name", lv,
+			"--addtag", "carve.dev/owner=carve", "--addtag", "carve.dev/snapshot=raw", "--addtag", "carve.dev/class=thin",
+			"--addtag", "carve.dev/origin="+origin, e.vg.Name+"/"+origin); err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(start)
+		if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	before := e.scrape()
+	carve, raw := interleave(e, rounds, viaCarve, viaLVM)
+	after := e.scrape()
+	report(t, "thin snapshot create", "carve CreateSnapshot", carve, "lvm lvcreate --snapshot", raw, 1.10)
+	e.printLVMCommands("snapshot", before, after, rounds+1)
+	ctx, cancel := e.ctx()
+	defer cancel()
+	for _, s := range snapIDs {
+		if _, err := e.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: s}); err != nil {
+			t.Errorf("DeleteSnapshot %s: %v", s, err)
+		}
+	}
+}
+
+// TestBenchRestoreCopy: a restore of a thick snapshot into a thick volume
+// (lvcreate, the copy, the tag removal) against the same work done raw:
+// lvcreate, `dd bs=4M iflag=direct oflag=direct conv=fsync` of the same
+// size, lvchange --deltag. Goal: ratio <= 1.10. Deletions are not timed.
+func TestBenchRestoreCopy(t *testing.T) {
+	const rounds = 4
+	const size = 256 * mib
+	e := newSnapEnv(t, "benchcopy")
+	id := e.createInClass("bench-copy-origin", size, blockCapability(), "thick")
+	dev, err := plugintest.DevicePath(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDevice(t, dev, random(size))
+	snap := e.snapshot("bench-copy-snap", id)
+	snapDev := "/dev/" + snap.GetSnapshotId()[strings.Index(snap.GetSnapshotId(), "/")+1:]
+	viaCarve := func(ctx context.Context, i int) time.Duration {
+		start := time.Now()
+		rsp, err := e.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name: fmt.Sprintf("bench-restore-%d", i), CapacityRange: &csi.CapacityRange{RequiredBytes: size},
+			VolumeCapabilities:  []*csi.VolumeCapability{blockCapability()},
+			VolumeContentSource: snapshotSource(snap.GetSnapshotId()),
+		})
+		d := time.Since(start)
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if _, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: rsp.GetVolume().GetVolumeId()}); err != nil {
+			t.Fatalf("DeleteVolume: %v", err)
+		}
+		return d
+	}
+	viaRaw := func(ctx context.Context, i int) time.Duration {
+		lv := fmt.Sprintf("raw-restore-%d", i)
+		start := time.Now()
+		if _, err := e.vg.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
+			"--name", lv, "--size", strconv.FormatInt(size, 10)+"b",
+			"--addtag", "carve.dev/owner=carve", "--addtag", "carve.dev/copy=pending", e.vg.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plugintest.Run(ctx, "dd", "if="+snapDev, "of=/dev/"+e.vg.Name+"/"+lv, "bs=4M",
+			"count="+strconv.FormatInt(size/(4*mib), 10), "iflag=direct", "oflag=direct", "conv=fsync", "status=none"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.vg.LVM(ctx, "lvchange", "--deltag", "carve.dev/copy=pending", e.vg.Name+"/"+lv); err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(start)
+		if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	before := e.scrape()
+	carve, raw := interleave(e, rounds, viaCarve, viaRaw)
+	after := e.scrape()
+	report(t, fmt.Sprintf("thick restore %dMiB", size/mib), "carve CreateVolume from snapshot", carve, "lvcreate+dd+lvchange", raw, 1.10)
+	l := map[string]string{"phase": "restore", "step": "copy"}
+	n := after.HistogramCount("carve_step_duration_seconds", l) - before.HistogramCount("carve_step_duration_seconds", l)
+	sum := after.HistogramSum("carve_step_duration_seconds", l) - before.HistogramSum("carve_step_duration_seconds", l)
+	if n > 0 {
+		fmt.Printf("BENCH restore copy step: mean %s for %d MiB (%.0f MiB/s)\n",
+			time.Duration(sum/float64(n)*float64(time.Second)).Round(time.Millisecond), size/mib, float64(size/mib)/(sum/float64(n)))
+	}
+	e.printLVMCommands("restore", before, after, rounds+1)
+}

@@ -193,6 +193,11 @@ func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalV
 	if err != nil {
 		return nil, toStatus(err, fmt.Sprintf("reading the LV of volume %q", volumeID))
 	}
+	if volume.CopyPending(lv.Tags) {
+		// CreateVolume never reports such a volume made; refuse it all
+		// the same rather than serve half a copy.
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: its data copy (restore or clone) has not finished; CreateVolume finishes it", volumeID)
+	}
 	n.rememberClass(volumeID, lv)
 	return lv, nil
 }

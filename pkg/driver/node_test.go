@@ -332,6 +332,19 @@ func TestNodeStageVolume(t *testing.T) {
 				r.VolumeId = volume.VolumeID("vg1", volume.LVNameFor("pvc-gone"))
 				return r
 			}},
+		{name: "copy unfinished: refused, not activated", code: codes.FailedPrecondition, msg: []string{"copy"},
+			prepare: func(t *testing.T, fx *nodeFixture) {
+				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) {
+					lv.Attr.Active = false
+					lv.Tags = append(lv.Tags, volume.TagCopyPending)
+				})
+			},
+			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("", sw)) },
+			check: func(t *testing.T, fx *nodeFixture) {
+				if len(fx.lvm.activations) != 0 || fx.mountAt(fx.staging) != nil {
+					t.Errorf("activations %v, staging mount %v; want neither", fx.lvm.activations, fx.mountAt(fx.staging))
+				}
+			}},
 		{name: "inactive LV: activated, then staged",
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) { lv.Attr.Active = false })

@@ -143,7 +143,7 @@ func newWorkload(t *testing.T, prefix string) *workload {
 		t.Fatalf("create namespace %s: %v", w.ns, err)
 	}
 	var err error
-	if w.watch, err = bed.Client.CoreV1().PersistentVolumeClaims(w.ns).Watch(context.Background(), metav1.ListOptions{}); err != nil {
+	if w.watch, err = client.CoreV1().PersistentVolumeClaims(w.ns).Watch(context.Background(), metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	go w.run()
@@ -184,10 +184,10 @@ func (w *workload) create(ctx context.Context, d driver, name string) (time.Time
 	w.made[name] = d
 	w.mu.Unlock()
 	start := time.Now()
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(w.ns).Create(ctx, cluster.NewPVC(w.ns, name, d.storageClass, claimSize), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().PersistentVolumeClaims(w.ns).Create(ctx, cluster.NewPVC(w.ns, name, d.storageClass, claimSize), metav1.CreateOptions{}); err != nil {
 		return start, nil, fmt.Errorf("create PVC %s: %w", name, err)
 	}
-	if _, err := bed.Client.CoreV1().Pods(w.ns).Create(ctx, cluster.NewPod(w.ns, name, name), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(w.ns).Create(ctx, cluster.NewPod(w.ns, name, name), metav1.CreateOptions{}); err != nil {
 		return start, nil, fmt.Errorf("create pod %s: %w", name, err)
 	}
 	return start, ch, nil

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/test/e2e/cluster"
@@ -24,6 +26,10 @@ var (
 	bed  *cluster.Cluster
 	peer *topolvm
 	opts options
+	// client makes the workload's objects without client-side rate
+	// limits: client-go's default (5 requests/s, burst 10) would itself
+	// spread a burst of claims over seconds.
+	client kubernetes.Interface
 )
 
 // options are the knobs of a run, from the environment (make bench-peers
@@ -59,6 +65,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	var code int
+	cc := rest.CopyConfig(bed.Control.Config)
+	cc.QPS, cc.Burst = 1000, 2000
+	if client, err = kubernetes.NewForConfig(cc); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: client: %v\n", err)
+		return 1
+	}
 	peer, err = startTopoLVM(ctx, bed, topolvmDir)
 	if err == nil {
 		err = waitCapacities(ctx)

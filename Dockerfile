@@ -4,10 +4,16 @@
 # tools for ext4, xfs and btrfs, and util-linux/mount (mount, umount, blkid,
 # blockdev, findmnt). test/deploy checks that every program carve runs comes
 # from a package installed here.
+#
+# Multi-arch: the build stage runs on the builder's platform and
+# cross-compiles for the target's (docker buildx build --platform
+# linux/amd64,linux/arm64 sets BUILDPLATFORM, TARGETOS and TARGETARCH); the
+# runtime stage is the target's Debian. A plain build makes the builder's
+# own architecture.
 ARG GO_VERSION=1.26.8
 ARG DEBIAN_RELEASE=bookworm
 
-FROM golang:${GO_VERSION}-${DEBIAN_RELEASE} AS build
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-${DEBIAN_RELEASE} AS build
 # The builder's Go module proxy and flags (make image passes its own); when
 # not given, go's defaults apply.
 ARG GOPROXY
@@ -17,11 +23,19 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath \
+ARG TARGETOS
+ARG TARGETARCH
+RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
       -o /out/carve ./cmd/carve
 
 FROM debian:${DEBIAN_RELEASE}-slim
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="carve" \
+      org.opencontainers.image.description="CSI driver for local persistent volumes carved out of LVM volume groups" \
+      org.opencontainers.image.source="https://github.com/carve-csi/carve" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       lvm2 \

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -28,6 +28,8 @@ images: deps cachedir
 # golangci-lint (settings in .golangci.yml) comes from the Go module proxy
 # into $(CACHE)/bin, once per version.
 GOLANGCI_LINT_VERSION := v2.15.0
+# actionlint checks the GitHub Actions workflows (.github/workflows).
+ACTIONLINT_VERSION := v1.7.12
 
 lint: cachedir
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -36,6 +38,8 @@ lint: cachedir
 	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
 	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
+	@test -f $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) && touch $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION); }
+	$(CACHE)/bin/actionlint .github/workflows/*.yaml
 
 # Pure logic; no root.
 test-unit:
@@ -87,6 +91,21 @@ deploy-tools: cachedir
 manifests: deploy-tools
 	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes \
 	  --component deploy/kubernetes/components/monitoring --rules deploy/prometheus/carve-rules.yaml
+
+# Release artifacts of VERSION (a tag vX.Y.Z) in $(DIST): the chart archive
+# and its repository index, the manifests with that image tag, the
+# CHANGELOG.md section and SHA256SUMS (hack/release.sh). The release
+# workflow (.github/workflows/release.yaml) runs these targets on a tag.
+DIST ?= dist
+CHART_REGISTRY ?= oci://ghcr.io/carve-csi/charts
+
+release-artifacts: deploy-tools
+	@VERSION='$(VERSION)' DIST='$(DIST)' ./hack/release.sh artifacts
+
+# The chart archive of release-artifacts as an OCI chart (helm push; log
+# in with helm registry login first).
+release-push-chart: deploy-tools
+	@VERSION='$(VERSION)' DIST='$(DIST)' CHART_REGISTRY='$(CHART_REGISTRY)' ./hack/release.sh push-chart
 
 test-deploy: deps deploy-tools
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \

@@ -51,7 +51,7 @@ bases=()
 while read -r from; do
 	for k in "${!arg[@]}"; do from=${from//\$\{$k\}/${arg[$k]}}; done
 	bases+=("$from")
-done < <(awk 'toupper($1) == "FROM" {print $2}' "$dockerfile")
+done < <(awk 'toupper($1) == "FROM" {for (i = 2; i <= NF; i++) if ($i !~ /^--/) {print $i; break}}' "$dockerfile")
 
 # hashfiles FILE...: one hash over the files' names and contents.
 hashfiles() { (cd "$root" && sha256sum "$@") | sha256sum | cut -c1-16; }

@@ -276,7 +276,13 @@ func parseDockerfile(data []byte) (base string, pkgs map[string]bool, stages int
 			}
 		case "FROM":
 			stages++
-			base = os.Expand(words[1], func(k string) string { return args[k] })
+			// The image is the first word that is not a flag (--platform).
+			for _, w := range words[1:] {
+				if !strings.HasPrefix(w, "--") {
+					base = os.Expand(w, func(k string) string { return args[k] })
+					break
+				}
+			}
 			pkgs = map[string]bool{} // only the last stage counts
 		case "RUN":
 			for i, w := range words {
@@ -308,6 +314,7 @@ func TestParseDockerfile(t *testing.T) {
 		{"continuations and options", "FROM x\nRUN apt-get update \\\n && apt-get install -y --no-install-recommends \\\n  a \\\n  b \\\n && rm -rf /var/lib/apt/lists/*\n", "x", []string{"a", "b"}, 1},
 		{"only the last stage", "ARG R=bookworm\nFROM golang:1-${R} AS build\nRUN apt-get install -y gcc\nFROM debian:${R}-slim\n# a comment\nRUN apt-get install -y mount\n", "debian:bookworm-slim", []string{"mount"}, 2},
 		{"not apt-get", "FROM x\nRUN pip install foo\n", "x", nil, 1},
+		{"platform flag", "ARG R=bookworm\nFROM --platform=$BUILDPLATFORM golang:1-${R} AS build\nFROM --platform=linux/arm64 debian:${R}-slim\n", "debian:bookworm-slim", nil, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base, pkgs, stages := parseDockerfile([]byte(tc.text))
@@ -400,6 +407,9 @@ func TestDockerfileBuildsStatically(t *testing.T) {
 	}
 	for _, want := range []string{
 		"CGO_ENABLED=0 go build",
+		// Multi-arch: the build stage cross-compiles for the target.
+		"FROM --platform=$BUILDPLATFORM golang:",
+		"GOOS=${TARGETOS} GOARCH=${TARGETARCH}",
 		"-X github.com/carve-csi/carve/pkg/version.Version=${VERSION}",
 		"./cmd/carve",
 		"COPY --from=build /out/carve /usr/local/bin/carve",

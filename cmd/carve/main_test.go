@@ -68,7 +68,8 @@ func TestPluginOptions(t *testing.T) {
 	valid := func() PluginOptions {
 		return PluginOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
 			NodeName: "node-1.example", ConfigPath: "/etc/carve/config.yaml", RefreshInterval: time.Minute, LVMTimeout: time.Minute,
-			KubeletRegistrationDir: DefaultKubeletRegistrationDir, KubeletCSISocket: DefaultKubeletCSISocket}
+			KubeletRegistrationDir: DefaultKubeletRegistrationDir, KubeletCSISocket: DefaultKubeletCSISocket,
+			Audit: AuditOptions{Interval: time.Minute, Grace: 10 * time.Minute}}
 	}
 	tests := []struct {
 		name string
@@ -95,6 +96,12 @@ func TestPluginOptions(t *testing.T) {
 		{"CSI socket as a URL", func(o *PluginOptions) { o.KubeletCSISocket = "unix:///var/lib/kubelet/plugins/x/csi.sock" }, "not a URL"},
 		{"relative CSI socket", func(o *PluginOptions) { o.KubeletCSISocket = "plugins/csi.sock" }, "--kubelet-csi-socket"},
 		{"CSI socket too long", func(o *PluginOptions) { o.KubeletCSISocket = "/" + strings.Repeat("c", 107) }, "--kubelet-csi-socket"},
+		{"audit off", func(o *PluginOptions) { o.Audit.Interval = 0 }, ""},
+		{"audit too often", func(o *PluginOptions) { o.Audit.Interval = time.Millisecond }, "--audit-interval"},
+		{"negative audit interval", func(o *PluginOptions) { o.Audit.Interval = -time.Second }, "--audit-interval"},
+		{"no grace period", func(o *PluginOptions) { o.Audit.Grace = 0 }, "--orphan-grace-period"},
+		{"removing orphans", func(o *PluginOptions) { o.Audit.RemoveOrphans = true }, ""},
+		{"removing orphans without the audit", func(o *PluginOptions) { o.Audit.RemoveOrphans, o.Audit.Interval = true, 0 }, "--remove-orphans"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

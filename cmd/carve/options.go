@@ -100,6 +100,47 @@ type PluginOptions struct {
 	// KubeletCSISocket is the path of the CSI socket (--endpoint) as the
 	// kubelet sees it on the host; the kubelet dials it for node calls.
 	KubeletCSISocket string
+	// Audit configures the comparison of this node's LVs with carve's PVs.
+	Audit AuditOptions
+}
+
+// AuditOptions configure the node's audit (docs/operations.md: orphaned
+// volumes, missing data).
+type AuditOptions struct {
+	// Kubeconfig is the API server's kubeconfig; empty uses the pod's
+	// service account.
+	Kubeconfig string
+	// Interval is how often the audit runs; 0 turns the audit off, and
+	// with it every API access of the plugin.
+	Interval time.Duration
+	// Grace is how long an LV must lack a PV (or a PV its LV) before it is
+	// reported: longer than any CreateVolume and the PV write after it.
+	Grace time.Duration
+	// RemoveOrphans removes an orphan once reported; off by default.
+	RemoveOrphans bool
+}
+
+// AddFlags registers the audit flags on fs.
+func (o *AuditOptions) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
+	fs.DurationVar(&o.Interval, "audit-interval", time.Minute, "how often this node's carve LVs are compared with carve's PersistentVolumes (orphans, missing data); 0 turns the audit and all API access off")
+	fs.DurationVar(&o.Grace, "orphan-grace-period", 10*time.Minute, "how long an LV must have no PersistentVolume (or a PersistentVolume of this node its LV) before it is reported; in-flight provisioning is never counted")
+	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "remove an orphaned LV (no PersistentVolume for --orphan-grace-period, and its claim gone) instead of only reporting it")
+}
+
+// Validate checks the audit flags.
+func (o *AuditOptions) Validate() error {
+	var errs []error
+	if o.Interval < 0 || o.Interval > 0 && o.Interval < time.Second {
+		errs = append(errs, fmt.Errorf("--audit-interval %v: must be 0 (off) or at least 1s", o.Interval))
+	}
+	if o.Grace < time.Second {
+		errs = append(errs, fmt.Errorf("--orphan-grace-period %v: must be at least 1s", o.Grace))
+	}
+	if o.RemoveOrphans && o.Interval == 0 {
+		errs = append(errs, errors.New("--remove-orphans: needs the audit (--audit-interval > 0)"))
+	}
+	return errors.Join(errs...)
 }
 
 // AddFlags registers the plugin flags on fs.
@@ -115,6 +156,7 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 		"the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry, mounted); carve serves <driver-name>-reg.sock there so that the kubelet registers it; empty disables registration (no kubelet)")
 	fs.StringVar(&o.KubeletCSISocket, "kubelet-csi-socket", DefaultKubeletCSISocket,
 		"path of the --endpoint socket as the kubelet sees it on the host; carve hands it to the kubelet at registration")
+	o.Audit.AddFlags(fs)
 }
 
 // nodeNameRE is a Kubernetes node name (a DNS-1123 subdomain).
@@ -144,6 +186,7 @@ func (o *PluginOptions) Validate() error {
 	if o.KubeletRegistrationDir != "" {
 		errs = append(errs, o.validateRegistration()...)
 	}
+	errs = append(errs, o.Audit.Validate())
 	return errors.Join(errs...)
 }
 

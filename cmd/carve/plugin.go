@@ -88,18 +88,26 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	// the missing class.
 	serving := func(context.Context) error { return view.Serving() }
 	realExec := utilexec.New()
+	controller := driver.NewControllerServer(driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
+		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
+		Copier: blockcopy.Copier{Options: blockcopy.Options{Direct: true}}})
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),
-		Controller: driver.NewControllerServer(driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
-			LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
-			Copier: blockcopy.Copier{Options: blockcopy.Options{Direct: true}}}),
+		Controller: controller,
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
 			Classes: cfg, View: view}),
 	}
-	register := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
-	return serve(ctx, &o.CommonOptions, services, mm, ready, register,
+	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
+	runAudit, err := startAudit(ctx, o, cfg, view, controller, mm.GetRegistry().Registerer())
+	if err != nil {
+		return err
+	}
+	if runAudit != nil {
+		after = append(after, runAudit)
+	}
+	return serve(ctx, &o.CommonOptions, services, mm, ready, after,
 		"node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
 }
 

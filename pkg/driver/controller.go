@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -526,4 +527,42 @@ func (s *ControllerServer) snapshotsOf(vg, name string) []string {
 func (s *ControllerServer) hasVolume(name string) bool {
 	_, ok := s.cfg.View.FindLV(name)
 	return ok
+}
+
+// Busy tells whether a CreateVolume or DeleteVolume of the LV name is in
+// flight (the audit never counts such an LV as an orphan).
+func (s *ControllerServer) Busy(lvName string) bool { return s.locks.IsHeld(lvName) }
+
+// RemoveOrphan removes the carve LV vg/name that the audit found
+// orphaned, under the same per-volume lock as CreateVolume and
+// DeleteVolume (busy is an error: the next pass tries again). An LV that
+// is gone is success; one without carve's owner tag, with snapshots, or
+// open, is refused.
+func (s *ControllerServer) RemoveOrphan(ctx context.Context, vg, name string) error {
+	if !s.locks.TryAcquire(name) {
+		return fmt.Errorf("LV %s: an operation is in flight", volume.VolumeID(vg, name))
+	}
+	defer s.locks.Release(name)
+	lv, err := s.cfg.LVM.GetLV(ctx, vg, name)
+	switch {
+	case errors.Is(err, lvm.ErrNotFound):
+		s.cfg.View.Removed(vg, name)
+		return nil
+	case err != nil:
+		return err
+	case !volume.IsCarve(lv.Tags):
+		return fmt.Errorf("LV %s does not carry carve's tag %s", volume.VolumeID(vg, name), volume.TagOwner)
+	}
+	if snaps := s.snapshotsOf(vg, name); len(snaps) > 0 {
+		return fmt.Errorf("LV %s has snapshots %v; carve removes it only once they are deleted", volume.VolumeID(vg, name), snaps)
+	}
+	class, _ := volume.ClassFromTags(lv.Tags)
+	start := time.Now()
+	err = s.cfg.LVM.RemoveLV(ctx, vg, name)
+	s.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, class, time.Since(start), err)
+	if err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		return err
+	}
+	s.cfg.View.Removed(vg, name)
+	return nil
 }

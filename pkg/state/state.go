@@ -549,6 +549,20 @@ func (v *View) UnzeroedThinClasses() []string {
 	return names
 }
 
+// Readable tells whether the view holds a fresh read of volume group vg:
+// it is configured, the last refresh succeeded, and LVM could read it or
+// told that it does not exist. An LV absent from a readable volume group
+// is gone.
+func (v *View) Readable(vg string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if !v.loaded || v.lastErr != nil || !slices.Contains(v.configuredVGs(), vg) {
+		return false
+	}
+	_, bad := v.unreadable[vg]
+	return !bad
+}
+
 // ReadAt is when the view's last full report was taken.
 func (v *View) ReadAt() time.Time {
 	v.mu.RLock()

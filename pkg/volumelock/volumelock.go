@@ -37,6 +37,14 @@ func (l *Locks) Release(key string) {
 	delete(l.held, key)
 }
 
+// IsHeld tells whether key is held now.
+func (l *Locks) IsHeld(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, busy := l.held[key]
+	return busy
+}
+
 // Held tells how many keys are held (for tests and logs).
 func (l *Locks) Held() int {
 	l.mu.Lock()

@@ -94,8 +94,10 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 	want := []string{
 		"CSIDriver /lvm.carve.dev",
 		"ClusterRole /carve-controller-resizer",
+		"ClusterRole /carve-node-audit",
 		"ClusterRole /carve-node-provisioner",
 		"ClusterRoleBinding /carve-controller-resizer",
+		"ClusterRoleBinding /carve-node-audit",
 		"ClusterRoleBinding /carve-node-provisioner",
 		"ConfigMap carve-system/carve-device-classes",
 		"DaemonSet carve-system/carve-node",

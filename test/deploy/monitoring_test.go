@@ -195,6 +195,9 @@ func TestDashboardPanels(t *testing.T) {
 		{"thin pool metadata percent", `carve_thin_pool_metadata_percent`},
 		{"volumes per node", `sum by \(node\) \(carve_volumes`},
 		{"restore and clone copy throughput", `sum by \(node, phase, device_class\) \(rate\(carve_copy_bytes_total`},
+		{"orphaned volumes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volumes\{`},
+		{"orphaned bytes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volume_bytes\{`},
+		{"volumes with missing data per node", `sum by \(node\) \(carve_volumes_missing\{`},
 		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},
 	} {
 		re := regexp.MustCompile("(?m)" + tc.pattern)
@@ -284,6 +287,9 @@ func TestAlertRules(t *testing.T) {
 		{"CarvePluginDown", "up"},
 		{"CarvePluginAbsent", "up"},
 		{"CarveStateRefreshStale", "carve_state_refresh_timestamp_seconds"},
+		{"CarveOrphanedVolumes", "carve_orphaned_volumes"},
+		{"CarveVolumeDataMissing", "carve_volumes_missing"},
+		{"CarveAuditStale", "carve_audit_timestamp_seconds"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {
@@ -400,11 +406,24 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	if out, err := runErr(repoRoot(t), "go", "build", "-o", bin, "./cmd/carve"); err != nil {
 		t.Fatalf("building carve: %v\n%s", err, out)
 	}
+	// The audit runs (its metrics are exported from the start) against an
+	// API server that is not there: nothing listens on port 1.
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var log strings.Builder
 	p, err := plugintest.Start(ctx, plugintest.Options{
-		Binary:   bin,
-		Dir:      dir,
-		NodeName: "node-a",
+		Binary:     bin,
+		Dir:        dir,
+		NodeName:   "node-a",
+		Kubeconfig: kubeconfig,
 		Config: fmt.Sprintf(`deviceClasses:
   - name: thick
     volumeGroup: %[1]s

@@ -19,9 +19,35 @@ import (
 // bed is the test bed every scenario shares; TestMain starts and stops it.
 var bed *cluster.Cluster
 
+// The test bed's audit: a short grace period so that orphans show within
+// seconds (the shipped default is 10 minutes).
+const (
+	orphanGrace   = 12 * time.Second
+	auditInterval = 2 * time.Second
+	// refreshInterval lets the view see an LV removed behind carve's back
+	// within seconds (the shipped default is 1 minute).
+	refreshInterval = 10 * time.Second
+)
+
+var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--audit-interval=" + auditInterval.String(),
+	"--capacity-refresh-interval=" + refreshInterval.String()}
+
 // The simulated nodes: three volume groups of different sizes, so that
-// placement by capacity is visible.
-var nodeSpecs = cluster.ThreeNodes()
+// placement by capacity is visible. node-large removes orphans
+// (--remove-orphans); the others only report them.
+var nodeSpecs = withAudit(cluster.ThreeNodes())
+
+// withAudit gives every node the test bed's audit flags, and node-large
+// --remove-orphans.
+func withAudit(nodes []cluster.NodeSpec) []cluster.NodeSpec {
+	for i := range nodes {
+		nodes[i].PluginArgs = auditArgs
+		if nodes[i].Name == "node-large" {
+			nodes[i].PluginArgs = append([]string{"--remove-orphans=true"}, auditArgs...)
+		}
+	}
+	return nodes
+}
 
 func TestMain(m *testing.M) {
 	klog.InitFlags(nil)

@@ -238,7 +238,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := n.writeConfig(nodeConfig(c.DeviceClasses, n.VG.Name)); err != nil {
 			return c, err
 		}
-		if err := n.startPlugin(ctx, ds, cfg.CarveBin, logs, cfg.Lifetime); err != nil {
+		if err := n.startPlugin(ctx, c.Client, c.Control, ds, cfg.CarveBin, dir, logs, spec.PluginArgs, cfg.Lifetime); err != nil {
 			return c, fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
 		}
 		if err := n.startProvisioner(ctx, c.Client, c.Control, ds, provisioner, filepath.Join(cfg.BinDir, "csi-provisioner"), dir, logs, cfg.Lifetime); err != nil {

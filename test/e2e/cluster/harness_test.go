@@ -115,7 +115,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	}
 	// No kubelet runs here: the plugin must not try to register with one.
 	n := &Node{Socket: "/run/n1.sock", ConfigFile: "/etc/n1.yaml"}
-	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc"}, n.pluginFlags(9999))
+	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc"}, n.pluginFlags(9999, "/kc", nil))
 	if err != nil {
 		t.Fatal(err)
 	}

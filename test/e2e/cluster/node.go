@@ -41,6 +41,9 @@ type NodeSpec struct {
 	Name string
 	// VGSize is the size of the node's volume group's backing file.
 	VGSize int64
+	// PluginArgs are flags ("--name=value") the test bed sets on this
+	// node's carve plugin beyond the DaemonSet's (a short grace period).
+	PluginArgs []string
 }
 
 // Node is one simulated node: its API objects, its volume group and its
@@ -205,29 +208,40 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 // harness replaces: the node's own socket, device-class file and metrics
 // port, and no kubelet registration (no kubelet runs on a simulated node;
 // createNodeObjects writes what registration would).
-func (n *Node) pluginFlags(metricsPort int) []FlagValue {
-	return []FlagValue{
+func (n *Node) pluginFlags(metricsPort int, kubeconfig string, extra []string) []FlagValue {
+	flags := []FlagValue{
 		{"endpoint", "unix://" + n.Socket},
 		{"config", n.ConfigFile},
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort)},
 		{"kubelet-registration-dir", ""},
+		{"kubeconfig", kubeconfig},
 	}
+	for _, a := range extra {
+		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		flags = append(flags, FlagValue{name, value})
+	}
+	return flags
 }
 
 // startPlugin starts `carve plugin` for the node with the args of the
-// DaemonSet's carve container, with pluginFlags replaced, and waits for its
-// socket.
-func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, lifetime time.Duration) error {
+// DaemonSet's carve container, with pluginFlags replaced (extra are the
+// test bed's own, "--name=value"), authenticated as the DaemonSet's service
+// account, and waits for its socket.
+func (n *Node) startPlugin(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, carveBin, dir, logs string, extra []string, lifetime time.Duration) error {
 	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
 	if err != nil {
 		return err
+	}
+	kubeconfig := filepath.Join(dir, "plugin.kubeconfig")
+	if err := serviceAccountKubeconfig(ctx, cs, cp, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
+		return fmt.Errorf("the node DaemonSet's service account: %w", err)
 	}
 	port, err := FreePort()
 	if err != nil {
 		return err
 	}
 	n.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, n.pluginFlags(port))
+	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, n.pluginFlags(port, kubeconfig, extra))
 	if err != nil {
 		return err
 	}

@@ -116,6 +116,17 @@ spec:
             {{- if $v.node.maxVolumes }}
             - --max-volumes={{ $v.node.maxVolumes }}
             {{- end }}
+            {{- with $v.node.audit }}
+            {{- if ne .interval "1m" }}
+            - --audit-interval={{ .interval }}
+            {{- end }}
+            {{- if ne .orphanGracePeriod "10m" }}
+            - --orphan-grace-period={{ .orphanGracePeriod }}
+            {{- end }}
+            {{- if .removeOrphans }}
+            - --remove-orphans
+            {{- end }}
+            {{- end }}
             {{- include "carve.logArgs" (dict "level" $v.node.logLevel "format" $v.logFormat) | nindent 12 }}
             {{- with $v.node.extraArgs }}
             {{- toYaml . | nindent 12 }}

@@ -109,6 +109,30 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "The capacity it reports to the scheduler may be stale. Check that lvm commands work on the node (a hung disk, a stuck LVM lock).") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveOrphanedVolumes"
+  "expr" `sum by (node, device_class) (carve_orphaned_volumes) > 0
+`
+  "for" "15m" "severity" "warning"
+  "summary" `{{ $value }} orphaned carve volume(s) of class {{ $labels.device_class }} on {{ $labels.node }}`
+  "description" "LVs carve made that no PersistentVolume has pointed at for longer than the plugin's grace period hold space no claim can use (carve_orphaned_volume_bytes). The Node's OrphanedVolume Events and the plugin's log name each LV, its size and its claim.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveVolumeDataMissing"
+  "expr" `sum by (node) (carve_volumes_missing) > 0
+`
+  "for" "5m" "severity" "critical"
+  "summary" `{{ $value }} carve PersistentVolume(s) on {{ $labels.node }} lost their LV`
+  "description" "The volume group on this node no longer holds the LV of these PVs (a disk replaced, a volume group made anew, an lvremove by hand): their data is gone and their pods cannot start. VolumeDataMissing Events on the PVs and PVCs name them.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveAuditStale"
+  "expr" `time() - max by (node) (carve_audit_timestamp_seconds{result="success"}) > 1800
+`
+  "for" "10m" "severity" "warning"
+  "summary" `carve on {{ $labels.node }} has not compared its volumes with the PersistentVolumes for 30 minutes`
+  "description" "Orphaned volumes and missing data go unnoticed on this node. The plugin's log says why: the API server unreachable, or RBAC (list/watch persistentvolumes, get persistentvolumeclaims, create events).") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveNotRegisteredWithKubelet"
   "expr" `max by (node) (carve_kubelet_registration{state=~"waiting|failed"}) == 1
 `

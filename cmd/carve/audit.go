@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/audit"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/kube"
+	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/topology"
+)
+
+// viewVolumes shows the state view to the audit with carve's tags read.
+type viewVolumes struct{ view *state.View }
+
+func (v viewVolumes) Readable(vg string) bool { return v.view.Readable(vg) }
+
+func (v viewVolumes) Volumes() []audit.LV {
+	lvs := v.view.Volumes()
+	out := make([]audit.LV, 0, len(lvs))
+	for _, lv := range lvs {
+		out = append(out, auditLV(lv))
+	}
+	return out
+}
+
+func auditLV(lv lvm.LogicalVolume) audit.LV {
+	a := audit.LV{VolumeGroup: lv.VolumeGroup, Name: lv.Name, Size: lv.Size}
+	a.Class, _ = volume.ClassFromTags(lv.Tags)
+	if name, whole, ok := volume.VolumeNameFromTags(lv.Tags); ok && whole {
+		a.VolumeName = name
+	}
+	if c, ok := volume.ClaimFromTags(lv.Tags); ok {
+		a.Claim = c.String()
+	}
+	return a
+}
+
+// startAudit builds the node's audit (nil when --audit-interval is 0).
+func startAudit(ctx context.Context, o *PluginOptions, cfg *config.Config, view *state.View,
+	cs *driver.ControllerServer, reg prometheus.Registerer) (func(context.Context) error, error) {
+	if o.Audit.Interval == 0 {
+		return nil, nil
+	}
+	client, err := kube.Client(o.Audit.Kubeconfig, "carve-plugin/"+o.NodeName)
+	if err != nil {
+		return nil, fmt.Errorf("the audit (--audit-interval=0 turns it off): %w", err)
+	}
+	classes := make([]audit.Class, 0, len(cfg.DeviceClasses))
+	for _, d := range cfg.DeviceClasses {
+		classes = append(classes, audit.Class{Name: d.Name, VolumeGroup: d.VolumeGroup})
+	}
+	ac := audit.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: client,
+		Volumes: viewVolumes{view}, Classes: classes, Grace: o.Audit.Grace, Interval: o.Audit.Interval,
+		Busy: cs.Busy, Registerer: reg}
+	if o.Audit.RemoveOrphans {
+		ac.Remove = cs.RemoveOrphan
+	}
+	rec, stop := kube.Recorder(ctx, client, "carve-plugin", o.NodeName)
+	ac.Events = rec
+	a := audit.New(ac)
+	return func(ctx context.Context) error {
+		defer stop()
+		return a.Run(ctx)
+	}, nil
+}

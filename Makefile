@@ -12,6 +12,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/carve ./cmd/carve
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-carve ./cmd/kubectl-carve
 
 # carve's image from the Dockerfile with Debian's buildah: no daemon, no
 # registry (base images made with mmdebstrap; docs/development.md#images).

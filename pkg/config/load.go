@@ -202,12 +202,15 @@ func (d *DeviceClass) Ratio() float64 {
 
 // SnapshotCowSize is the copy-on-write space of a snapshot of a thick
 // volume of size bytes: SnapshotSpacePercent of it (default
-// DefaultSnapshotSpacePercent), rounded up to the byte.
+// DefaultSnapshotSpacePercent), rounded up to the byte, plus 1/128 of that
+// for the copy-on-write store's own metadata (16 bytes per 4 KiB chunk,
+// twice over), so that 100 % holds a rewrite of the whole volume.
 func (d *DeviceClass) SnapshotCowSize(size uint64) uint64 {
 	p := uint64(d.SnapshotSpacePercent)
 	if p == 0 {
 		p = DefaultSnapshotSpacePercent
 	}
-	// size is at most lvm.MaxSize (2^63), so size/100*p cannot overflow.
-	return size/100*p + (size%100*p+99)/100
+	// size is at most lvm.MaxSize (2^63), so nothing here overflows.
+	data := size/100*p + (size%100*p+99)/100
+	return data + (data+127)/128
 }

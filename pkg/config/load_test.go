@@ -171,12 +171,12 @@ func TestSnapshotCowSize(t *testing.T) {
 		percent    int
 		size, want uint64
 	}{
-		{0, 10 << 30, 2 << 30},
-		{20, 100, 20},
-		{20, 101, 21}, // rounded up
-		{100, 1 << 30, 1 << 30},
-		{1, 1 << 62, 46116860184273880},      // 2^62 / 100, rounded up
-		{50, 1<<63 - 1, 4611686018427387904}, // (2^63 - 1) / 2, rounded up, no overflow
+		{0, 10 << 30, 2<<30 + 16<<20}, // 20 %, plus 1/128 for the store's metadata
+		{20, 100, 21},
+		{20, 101, 22}, // 20.2 rounded up, plus 1
+		{100, 1 << 30, 1<<30 + 8<<20},
+		{1, 1 << 62, 46116860184273880 + 360287970189640},        // 2^62 / 100 and 1/128 of it, rounded up
+		{50, 1<<63 - 1, 4611686018427387904 + 36028797018963968}, // no overflow
 	}
 	for _, tt := range tests {
 		d := DeviceClass{SnapshotSpacePercent: tt.percent}

@@ -436,6 +436,9 @@ func TestRestoreByCopy(t *testing.T) {
 					if !volume.CopyPending(lv.Tags) {
 						t.Fatalf("a half-copied LV lost its copy-pending tag: %v", lv.Tags)
 					}
+					if _, ok := fx.lvm.lvs["vg1/"+volume.CopySourceLVNameFor(lv.Name)]; ok {
+						t.Error("a failed copy left its temporary snapshot")
+					}
 					fx.restart(t)
 				}
 				resp, err := fx.cs.CreateVolume(ctx, req)

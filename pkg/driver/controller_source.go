@@ -244,6 +244,9 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 			return nil, err
 		}
 		tmp = from.Name
+		// Done or failed, the copy needs it no more: a retry takes a new
+		// one, of the source as it is then.
+		defer s.removeCopySource(ctx, dst.VolumeGroup, tmp)
 	}
 	read, err := s.cfg.LVM.ActivateLV(ctx, from.VolumeGroup, from.Name)
 	if err != nil {
@@ -276,17 +279,14 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 		return nil, status.Errorf(codes.FailedPrecondition, "source %s changed beyond its snapshot space while it was copied; the copy into %s is not used: %v", src.id, dst.Name, err)
 	}
 	// The copy is synced: it is whole whatever happens next. The tag goes
-	// first, the temporary snapshot after (a leftover one is removed by
-	// the retry or by DeleteVolume).
+	// first, the temporary snapshot after (one left by a crash is removed
+	// by the retry or by DeleteVolume).
 	if err := s.cfg.LVM.DeleteTags(ctx, dst.VolumeGroup, dst.Name, volume.TagCopyPending); err != nil {
 		return nil, toStatus(err, "marking the copy into "+dst.Name+" finished")
 	}
 	done := *write
 	done.Tags = withoutTag(write.Tags, volume.TagCopyPending)
 	s.cfg.View.Created(done)
-	if tmp != "" {
-		s.removeCopySource(ctx, dst.VolumeGroup, tmp)
-	}
 	log.Info("Copied the volume's data", "bytes", res.Bytes, "duration", res.Duration)
 	return &done, nil
 }

@@ -96,7 +96,7 @@ func run(m *testing.M) int {
 			code = 1
 		}
 	}
-	if code == 0 {
+	if code == 0 && os.Getenv("CARVE_PEERS_KEEP_LOGS") == "" {
 		if err := os.RemoveAll(bed.Config.RunDir); err != nil {
 			fmt.Fprintf(os.Stderr, "peers: removing the run directory: %v\n", err)
 		}
@@ -137,9 +137,14 @@ func configFromEnv() (cluster.Config, string, error) {
 			*d.to = dur
 		}
 	}
-	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "kubernetes"))
-	if err != nil {
-		return cluster.Config{}, "", err
+	// CARVE_PEERS_DEPLOY: another copy of deploy/kubernetes, to measure
+	// other DaemonSet flags against the same peer.
+	deploy := os.Getenv("CARVE_PEERS_DEPLOY")
+	if deploy == "" {
+		var err error
+		if deploy, err = filepath.Abs(filepath.Join("..", "..", "deploy", "kubernetes")); err != nil {
+			return cluster.Config{}, "", err
+		}
 	}
 	cfg := cluster.Config{
 		BinDir:    binDir,

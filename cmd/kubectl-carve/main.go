@@ -4,6 +4,7 @@
 //	kubectl carve capacity   per node and device class: the capacity carve reports, its volumes there
 //	kubectl carve volumes    per volume: PVC, pods, node, volume group, LV, size
 //	kubectl carve pending    PVCs of carve's StorageClasses that are Pending, with their last event
+//	kubectl carve orphans    what the node audit reported: orphaned LVs, PVs whose LV is gone
 //
 // -o json prints the same as JSON. See docs/operations.md.
 package main
@@ -26,7 +27,7 @@ import (
 	"github.com/carve-csi/carve/pkg/kubeview"
 )
 
-const usage = `usage: kubectl carve <capacity|volumes|pending> [-o table|json] [--kubeconfig FILE] [--context NAME] [--driver NAME]`
+const usage = `usage: kubectl carve <capacity|volumes|pending|orphans> [-o table|json] [--kubeconfig FILE] [--context NAME] [--driver NAME]`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -48,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if cmd != "capacity" && cmd != "volumes" && cmd != "pending" {
+	if cmd != "capacity" && cmd != "volumes" && cmd != "pending" && cmd != "orphans" {
 		say(stderr, "unknown command %q\n%s\n", cmd, usage)
 		return 2
 	}
@@ -93,9 +94,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(stderr, err)
 		}
-	default:
-		say(stderr, "unknown command %q\n%s\n", cmd, usage)
-		return 2
+	default: // orphans
+		rows, err := v.Findings(ctx)
+		result, table = rows, func(w io.Writer) error { return findingTable(w, rows, time.Now()) }
+		if err != nil {
+			return fail(stderr, err)
+		}
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
@@ -181,6 +185,15 @@ func pendingTable(out io.Writer, rows []kubeview.Pending, now time.Time) error {
 		}
 		w.row("%s\t%s\t%s\t%s\t%s\t%s", r.Claim, r.StorageClass, now.Sub(r.Since).Round(time.Second),
 			orDash(r.SelectedNode), orDash(strings.Join(r.Pods, ",")), event)
+	}
+	return w.flush()
+}
+
+func findingTable(out io.Writer, rows []kubeview.Finding, now time.Time) error {
+	w := newTable(out)
+	w.row("KIND\tOBJECT\tLAST SEEN\tCOUNT\tMESSAGE")
+	for _, r := range rows {
+		w.row("%s\t%s\t%s ago\t%d\t%s", r.Kind, r.Object, now.Sub(r.LastSeen).Round(time.Second), r.Count, r.Message)
 	}
 	return w.flush()
 }

@@ -16,7 +16,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "usage: kubectl carve <capacity|volumes|pending>"},
+		{nil, "usage: kubectl carve <capacity|volumes|pending|orphans>"},
 		{[]string{"-o", "json"}, "usage:"},
 		{[]string{"nodes"}, `unknown command "nodes"`},
 		{[]string{"volumes", "-o", "yaml"}, `-o "yaml": must be table or json`},

@@ -1,7 +1,8 @@
 // Package kubeview answers operators' questions about carve from the
 // Kubernetes API alone (no node access, no metrics): the capacity each node
 // reports per device class, which PVC, pod, node and LV each volume is, and
-// which PVCs of carve's StorageClasses are Pending and why. kubectl-carve
+// which PVCs of carve's StorageClasses are Pending and why, and what the
+// node audit found (orphaned LVs, volumes whose data is gone). kubectl-carve
 // prints what it returns.
 package kubeview
 
@@ -9,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -215,6 +217,17 @@ func capacityNode(c *storagev1.CSIStorageCapacity) string {
 	return c.NodeTopology.MatchLabels[topology.Key]
 }
 
+// eventTime is when an event last happened.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.FirstTimestamp.Time
+}
+
 // PendingClaims lists the unbound PVCs of carve's StorageClasses with their
 // last event, oldest first.
 func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
@@ -266,19 +279,51 @@ func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
 // lastEvent is the most recent of events (by last, then first, timestamp).
 func lastEvent(events []corev1.Event) *corev1.Event {
 	var last *corev1.Event
-	at := func(e *corev1.Event) time.Time {
-		switch {
-		case !e.LastTimestamp.IsZero():
-			return e.LastTimestamp.Time
-		case !e.EventTime.IsZero():
-			return e.EventTime.Time
-		}
-		return e.FirstTimestamp.Time
-	}
 	for i := range events {
-		if last == nil || !at(&events[i]).Before(at(last)) {
+		if last == nil || !eventTime(&events[i]).Before(eventTime(last)) {
 			last = &events[i]
 		}
 	}
 	return last
+}
+
+// Event reasons carve's node audit records (pkg/audit): an LV no PV points
+// at, and a PV whose LV is gone.
+const (
+	reasonOrphan  = "OrphanedVolume"
+	reasonMissing = "VolumeDataMissing"
+)
+
+// Finding is one thing carve's node audit reported as a Warning event: an
+// orphaned LV (on a Node) or a volume whose data is missing (on a PV; the
+// copy on its PVC is left out).
+type Finding struct {
+	Kind     string    `json:"kind"` // OrphanedVolume or VolumeDataMissing
+	Object   string    `json:"object"`
+	Message  string    `json:"message"`
+	Count    int32     `json:"count"`
+	LastSeen time.Time `json:"lastSeen"`
+}
+
+// Findings lists the audit's events still held by the API (events expire,
+// one hour by default), newest first.
+func (v View) Findings(ctx context.Context) ([]Finding, error) {
+	var out []Finding
+	for _, reason := range []string{reasonOrphan, reasonMissing} {
+		events, err := v.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
+		if err != nil {
+			return nil, fmt.Errorf("listing %s events: %w", reason, err)
+		}
+		for i := range events.Items {
+			e := &events.Items[i]
+			kind := e.InvolvedObject.Kind
+			if e.Reason != reason || (kind != "Node" && kind != "PersistentVolume") {
+				continue
+			}
+			out = append(out, Finding{Kind: reason, Object: strings.ToLower(kind) + "/" + e.InvolvedObject.Name,
+				Message: e.Message, Count: e.Count, LastSeen: eventTime(e)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LastSeen.After(out[j].LastSeen) })
+	return out, nil
 }

@@ -132,3 +132,29 @@ func TestPendingClaims(t *testing.T) {
 		t.Errorf("PendingClaims:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+func TestFindings(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	orphan := event("", "o1", "Node", "n1", reasonOrphan, "LV carve/carve-1 has had no PersistentVolume", t0)
+	orphan.Count = 3
+	objs := []runtime.Object{
+		orphan,
+		event("", "m1", "PersistentVolume", "pv-gone", reasonMissing, "the LV of PersistentVolume pv-gone is gone", t0.Add(time.Minute)),
+		event("db", "m2", "PersistentVolumeClaim", "data-9", reasonMissing, "the same, on the claim", t0.Add(time.Minute)),
+		event("", "x", "Node", "n1", "NodeReady", "not a finding", t0.Add(2*time.Minute)),
+	}
+	got, err := View{Client: fake.NewClientset(objs...), Driver: driver}.Findings(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		got[i].LastSeen = got[i].LastSeen.UTC()
+	}
+	want := []Finding{
+		{Kind: reasonMissing, Object: "persistentvolume/pv-gone", Message: "the LV of PersistentVolume pv-gone is gone", LastSeen: t0.Add(time.Minute)},
+		{Kind: reasonOrphan, Object: "node/n1", Message: "LV carve/carve-1 has had no PersistentVolume", Count: 3, LastSeen: t0},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Findings:\n got %+v\nwant %+v", got, want)
+	}
+}

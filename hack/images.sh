@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds, or finds in the cache, the four image archives a node of the
+# Builds, or finds in the cache, the five image archives a node of the
 # guest test bed imports with `ctr -n k8s.io images import` (no registry is
 # reachable there), and prints the directory that holds them:
 #
 #   carve.tar            carve's image, from the Dockerfile (hack/image.sh)
 #   csi-provisioner.tar  /csi-provisioner as entrypoint, one layer
 #   csi-resizer.tar      /csi-resizer as entrypoint, one layer
+#   csi-snapshotter.tar  /csi-snapshotter as entrypoint, one layer
 #   pause.tar            /pause (test/e2e/cmd/pause), containerd's sandbox
 #   images.txt           "NAME FILE" per line
 #   Dockerfile.sha256    the Dockerfile carve.tar was built from
@@ -39,6 +40,7 @@ image_of() {
 }
 provisioner=$(image_of csi-provisioner)
 resizer=$(image_of csi-resizer)
+snapshotter=$(image_of csi-snapshotter)
 
 carve_tar=$("$root/hack/image.sh")
 bindir=$("$root/hack/e2e-tools.sh")
@@ -50,8 +52,8 @@ mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
 	./test/e2e/cmd/pause ./test/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
 key=$( {
 	(cd "$root" && sha256sum go.mod go.sum hack/images.sh "${srcs[@]}")
-	sha256sum "$bindir/csi-provisioner" "$bindir/csi-resizer" | cut -d' ' -f1
-	printf '%s\n' "$carve_tar" "$provisioner" "$resizer" "$pause_name" "$("$go" env GOVERSION)"
+	sha256sum "$bindir/csi-provisioner" "$bindir/csi-resizer" "$bindir/csi-snapshotter" | cut -d' ' -f1
+	printf '%s\n' "$carve_tar" "$provisioner" "$resizer" "$snapshotter" "$pause_name" "$("$go" env GOVERSION)"
 } | sha256sum | cut -c1-16)
 out=$images/set/$key
 
@@ -75,9 +77,11 @@ pack() { # pack FILE NAME BINARY: BINARY as /<its name>, the entrypoint
 }
 pack csi-provisioner.tar "$provisioner" "$bindir/csi-provisioner"
 pack csi-resizer.tar "$resizer" "$bindir/csi-resizer"
+pack csi-snapshotter.tar "$snapshotter" "$bindir/csi-snapshotter"
 pack pause.tar "$pause_name" "$tmp/bin/pause"
 rm -rf "$tmp/bin"
-printf '%s %s\n' "$(image_of carve)" carve.tar "$provisioner" csi-provisioner.tar "$resizer" csi-resizer.tar "$pause_name" pause.tar >"$tmp/images.txt"
+printf '%s %s\n' "$(image_of carve)" carve.tar "$provisioner" csi-provisioner.tar "$resizer" csi-resizer.tar \
+	"$snapshotter" csi-snapshotter.tar "$pause_name" pause.tar >"$tmp/images.txt"
 chmod 755 "$tmp"
 # A run beside this one may have finished first: keep its directory, which
 # someone may be reading, rather than replace it.

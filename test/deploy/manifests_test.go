@@ -19,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +34,7 @@ var pinnedImages = map[string]string{
 	"carve":           "ghcr.io/carve-csi/carve:v0.1.0",
 	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
 	"csi-resizer":     "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
+	"csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
 }
 
 // provisionerFlags are csi-provisioner's flags in the node DaemonSet, as
@@ -50,10 +52,31 @@ var provisionerFlags = []string{
 	"--http-endpoint=:9811",
 }
 
+// snapshotClassFields are the top-level fields of a VolumeSnapshotClass
+// (snapshot.storage.k8s.io/v1), whose Go type is not in client-go's
+// scheme; the e2e tier applies it to an apiserver with the CRD's schema.
+var snapshotClassFields = []string{"apiVersion", "kind", "metadata", "driver", "deletionPolicy", "parameters"}
+
 // typed decodes o strictly into its Go type from client-go's scheme: an
-// unknown or misspelled field, a wrong type or an unknown kind fails.
+// unknown or misspelled field, a wrong type or an unknown kind fails. A
+// VolumeSnapshotClass is checked field by field and returned as
+// unstructured.
 func typed(t *testing.T, o object) runtime.Object {
 	t.Helper()
+	if o.kind() == "VolumeSnapshotClass" {
+		for k := range o {
+			if !slices.Contains(snapshotClassFields, k) {
+				t.Fatalf("%s has field %q, which a VolumeSnapshotClass has not", o.key(), k)
+			}
+		}
+		if o["apiVersion"] != "snapshot.storage.k8s.io/v1" {
+			t.Fatalf("%s: apiVersion %v", o.key(), o["apiVersion"])
+		}
+		if p, ok := o["deletionPolicy"]; !ok || (p != "Delete" && p != "Retain") {
+			t.Fatalf("%s: deletionPolicy %v, want Delete or Retain", o.key(), p)
+		}
+		return &unstructured.Unstructured{Object: o}
+	}
 	data, err := json.Marshal(o)
 	if err != nil {
 		t.Fatalf("%s: %v", o.key(), err)
@@ -96,9 +119,11 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"ClusterRole /carve-controller-resizer",
 		"ClusterRole /carve-node-audit",
 		"ClusterRole /carve-node-provisioner",
+		"ClusterRole /carve-node-snapshotter",
 		"ClusterRoleBinding /carve-controller-resizer",
 		"ClusterRoleBinding /carve-node-audit",
 		"ClusterRoleBinding /carve-node-provisioner",
+		"ClusterRoleBinding /carve-node-snapshotter",
 		"ConfigMap carve-system/carve-device-classes",
 		"DaemonSet carve-system/carve-node",
 		"Deployment carve-system/carve-controller",
@@ -116,6 +141,7 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"ServiceAccount carve-system/carve-node",
 		"StorageClass /carve-thick-ext4",
 		"StorageClass /carve-thin-xfs",
+		"VolumeSnapshotClass /carve",
 	}
 	if got := sortedKeys(objs); !reflect.DeepEqual(got, want) {
 		t.Errorf("rendered objects:\n got %q\nwant %q", got, want)
@@ -174,7 +200,7 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 	// carve registers itself and serves its own probes: no
 	// node-driver-registrar, no livenessprobe.
-	if want := []string{"carve", "csi-provisioner"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"carve", "csi-provisioner", "csi-snapshotter"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("containers %v, want %v", names, want)
 	}
 	if spec.ServiceAccountName != "carve-node" {
@@ -286,6 +312,20 @@ func TestNodeDaemonSet(t *testing.T) {
 		"NODE_NAME": "spec.nodeName", "NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name",
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("csi-provisioner env %v, want %v", got, want)
+	}
+
+	// csi-snapshotter acts only on this node's snapshots, on carve's socket.
+	snap := container(t, spec, "csi-snapshotter")
+	for _, want := range []string{"--csi-address=/csi/csi.sock", "--node-deployment"} {
+		if !slices.Contains(snap.Args, want) {
+			t.Errorf("csi-snapshotter args %q lack %s", snap.Args, want)
+		}
+	}
+	if slices.ContainsFunc(snap.Args, func(a string) bool { return strings.HasPrefix(a, "--leader-election") }) {
+		t.Errorf("csi-snapshotter args %q ask for leader election, which --node-deployment refuses", snap.Args)
+	}
+	if got := envFrom(snap); got["NODE_NAME"] != "spec.nodeName" {
+		t.Errorf("csi-snapshotter NODE_NAME comes from %q, want spec.nodeName", got["NODE_NAME"])
 	}
 
 	// Registration: the socket goes into the kubelet's plugins_registry as
@@ -479,6 +519,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
 			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
 			expand("namespace", "", "pods", "get"),
+			// csi-provisioner restoring from a snapshot.
+			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "watch", "update"),
+			// csi-provisioner (get, list) and csi-snapshotter.
+			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents", "get", "list", "watch", "update", "patch"),
+			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "patch"),
+			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotclasses", "get", "list", "watch"),
 		),
 		"carve-system/carve-controller": slices.Concat(
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "patch"),

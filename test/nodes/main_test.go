@@ -125,6 +125,9 @@ func configFromEnv() (cluster.Config, error) {
 		BinDir:    binDir,
 		CarveBin:  carve,
 		DeployDir: deploy,
+		// The base's VolumeSnapshotClass needs the snapshot CRDs;
+		// snapshot-controller runs as a process, as in the e2e tier.
+		SnapshotControllerDir: filepath.Join(deploy, "snapshot-controller"),
 		GuestNodes: []cluster.GuestNodeSpec{{
 			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: cluster.ShippedClassesFirstBoot("3g"),
 		}},

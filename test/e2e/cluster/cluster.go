@@ -94,7 +94,7 @@ func Requirements(cfg Config) error {
 	}
 	bins := []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "csi-provisioner", "csi-resizer"}
 	if cfg.SnapshotControllerDir != "" {
-		bins = append(bins, "snapshot-controller")
+		bins = append(bins, "snapshot-controller", "csi-snapshotter")
 	}
 	if len(cfg.GuestNodes) > 0 {
 		bins = append(bins, "kubelet")
@@ -168,6 +168,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	// Both containers the harness runs must be there before anything starts.
 	if _, err = daemonSetContainer(ds, "carve plugin", isCarvePlugin); err != nil {
 		return c, err
+	}
+	// csi-snapshotter runs beside them when the DaemonSet has one.
+	snapshotter, _ := daemonSetContainer(ds, "csi-snapshotter", isSnapshotter)
+	if snapshotter != nil && cfg.SnapshotControllerDir == "" && len(cfg.Nodes) > 0 {
+		return c, errors.New("the node DaemonSet runs csi-snapshotter: the test bed needs Config.SnapshotControllerDir for the snapshot CRDs")
 	}
 	controller, err := c.Manifests.ControllerDeployment()
 	if err != nil {
@@ -243,6 +248,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		if err := n.startProvisioner(ctx, c.Client, c.Control, ds, provisioner, filepath.Join(cfg.BinDir, "csi-provisioner"), dir, logs, cfg.Lifetime); err != nil {
 			return c, fmt.Errorf("csi-provisioner of node %s: %w", spec.Name, err)
+		}
+		if snapshotter != nil {
+			if err := n.startSnapshotter(ctx, c.Client, c.Control, ds, snapshotter, filepath.Join(cfg.BinDir, "csi-snapshotter"), dir, logs, cfg.Lifetime); err != nil {
+				return c, fmt.Errorf("csi-snapshotter of node %s: %w", spec.Name, err)
+			}
 		}
 	}
 	if len(cfg.Nodes) > 0 {

@@ -106,10 +106,17 @@ func TestShippedManifestsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The harness runs the carve plugin and csi-provisioner as processes;
-	// a container it does not know would silently not run.
+	// The harness runs the carve plugin, csi-provisioner and csi-snapshotter
+	// as processes; a container it does not know would silently not run.
+	snap, err := daemonSetContainer(ds, "csi-snapshotter", isSnapshotter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Name == c.Name {
+		t.Errorf("NodeDaemonSet took csi-snapshotter (%s) for csi-provisioner", snap.Image)
+	}
 	for _, ct := range ds.Spec.Template.Spec.Containers {
-		if ct.Name != plugin.Name && ct.Name != c.Name {
+		if ct.Name != plugin.Name && ct.Name != c.Name && ct.Name != snap.Name {
 			t.Errorf("the node DaemonSet runs container %s, which the harness does not run", ct.Name)
 		}
 	}

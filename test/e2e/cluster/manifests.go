@@ -198,6 +198,9 @@ func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, *corev1.Container, error
 		}
 		for i := range ds.Spec.Template.Spec.Containers {
 			c := &ds.Spec.Template.Spec.Containers[i]
+			if isSnapshotter(c) {
+				continue // csi-snapshotter runs with --node-deployment too
+			}
 			for _, a := range c.Args {
 				if a == "--node-deployment" || strings.HasPrefix(a, "--node-deployment=") {
 					return ds, c, nil

@@ -67,8 +67,13 @@ type Node struct {
 	// ConfigFile is the device-class file the plugin reads.
 	ConfigFile string
 
+	// SnapshotterMetricsURL is csi-snapshotter's metrics endpoint, when
+	// the DaemonSet runs one.
+	SnapshotterMetricsURL string
+
 	plugin      *Process
 	provisioner *Process
+	snapshotter *Process
 }
 
 // createNodeObjects creates the Node (Ready, with allocatable resources and
@@ -422,7 +427,7 @@ func (n *Node) writeConfig(cfg *config.Config) error {
 }
 
 // processes returns the node's running processes.
-func (n *Node) processes() []*Process { return started(n.provisioner, n.plugin) }
+func (n *Node) processes() []*Process { return started(n.snapshotter, n.provisioner, n.plugin) }
 
 // FillVG creates an LV of size bytes directly with lvcreate, outside
 // carve, as another tool on the node would.
@@ -454,3 +459,6 @@ func ThreeNodes() []NodeSpec {
 		{Name: "node-large", VGSize: 10 << 30},
 	}
 }
+
+// Snapshotter is the node's csi-snapshotter process, or nil.
+func (n *Node) Snapshotter() *Process { return n.snapshotter }

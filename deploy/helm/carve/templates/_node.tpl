@@ -17,7 +17,10 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 # carve.dev/node-group={{ $g.name }}){{ end }}: the whole CSI plugin runs on
 # every node that holds volumes ("distributed provisioning"). The node's own
 # csi-provisioner creates the volumes of PVCs whose selected node is this
-# node and publishes this node's capacity. carve registers itself with the
+# node and publishes this node's capacity; its own csi-snapshotter
+# (--node-deployment) makes the snapshots of this node's volumes, which a
+# snapshot-controller run with --enable-distributed-snapshotting hands to it
+# (docs/install.md). carve registers itself with the
 # kubelet (a socket in the kubelet's plugins_registry directory) and serves
 # its own health endpoints, so neither node-driver-registrar nor
 # livenessprobe runs here: the kubelet probes /healthz (liveness: the process
@@ -231,6 +234,40 @@ spec:
             {{- toYaml . | nindent 12 }}
           {{- end }}
           {{- with $v.sidecars.provisioner.resources }}
+          resources:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          terminationMessagePolicy: FallbackToLogsOnError
+          volumeMounts:
+            - name: socket-dir
+              mountPath: /csi
+        # --node-deployment: act only on the VolumeSnapshotContents labelled
+        # with this node (NODE_NAME); no leader election then. carve has no
+        # volume group snapshots.
+        - name: csi-snapshotter
+          image: {{ $v.sidecars.snapshotter.image.repository }}:{{ $v.sidecars.snapshotter.image.tag }}
+          imagePullPolicy: IfNotPresent
+          args:
+            - --csi-address=/csi/csi.sock
+            - --node-deployment
+            - --feature-gates=CSIVolumeGroupSnapshot=false
+            {{- include "carve.logArgs" (dict "level" $v.sidecars.snapshotter.logLevel "format" $v.logFormat) | nindent 12 }}
+            {{- with $v.sidecars.snapshotter.extraArgs }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          env:
+            - name: NODE_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: spec.nodeName
+            {{- with $v.sidecars.snapshotter.extraEnv }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          {{- with $v.sidecars.snapshotter.securityContext }}
+          securityContext:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          {{- with $v.sidecars.snapshotter.resources }}
           resources:
             {{- toYaml . | nindent 12 }}
           {{- end }}

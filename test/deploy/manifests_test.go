@@ -49,6 +49,8 @@ var provisionerFlags = []string{
 	"--capacity-ownerref-level=0",
 	"--extra-create-metadata",
 	"--capacity-poll-interval=2s",
+	"--kube-api-qps=20",
+	"--kube-api-burst=100",
 	"--http-endpoint=:9811",
 }
 

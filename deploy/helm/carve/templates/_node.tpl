@@ -202,6 +202,11 @@ spec:
             # carve within about 2 s (it watches LVM's metadata backups), so
             # the scheduler sees it within about 4 s.
             - --capacity-poll-interval=2s
+            # Client-side limits on the API (default 5/s, burst 10): each
+            # claim costs a PV create and two events, so a burst of claims
+            # on one node waited seconds for the limiter alone.
+            - --kube-api-qps=20
+            - --kube-api-burst=100
             # csi_sidecar_operations_seconds and the provisioner's work
             # queues, scraped through carve-provisioner-metrics.
             - --http-endpoint=:{{ $v.node.provisionerMetricsPort }}

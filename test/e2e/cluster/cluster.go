@@ -32,7 +32,8 @@ type Config struct {
 	CarveBin string
 	// DeployDir is carve's deploy/kubernetes directory.
 	DeployDir string
-	// SnapshotControllerDir, when set, is deploy/kubernetes/snapshot-controller:
+	// SnapshotControllerDir is deploy/kubernetes/snapshot-controller
+	// (default: DeployDir/snapshot-controller when it exists):
 	// its CRDs and objects are applied before carve's manifests, and
 	// snapshot-controller (BinDir) runs as a process with its Deployment's
 	// flags and service account.
@@ -130,6 +131,14 @@ func Requirements(cfg Config) error {
 // nodes with their volume groups, plugins and provisioners. On error it
 // tears down what it started.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	// The base's VolumeSnapshotClass needs the snapshot CRDs: every test bed
+	// (the tiers, make demo, make bench-peers) applies the kustomization
+	// beside the base unless told otherwise.
+	if cfg.SnapshotControllerDir == "" {
+		if dir := filepath.Join(cfg.DeployDir, "snapshot-controller"); isDir(dir) {
+			cfg.SnapshotControllerDir = dir
+		}
+	}
 	if err := Requirements(cfg); err != nil {
 		return nil, err
 	}
@@ -446,4 +455,9 @@ func (c *Cluster) StorageClasses() ([]*storagev1.StorageClass, error) {
 		}
 	}
 	return out, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }

@@ -189,3 +189,36 @@ func TestLoggingFormatJSON(t *testing.T) {
 		})
 	}
 }
+
+func TestControllerOptions(t *testing.T) {
+	valid := func() ControllerOptions {
+		return ControllerOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
+			LostNodesInterval: time.Minute, LeaderElection: true}
+	}
+	tests := []struct {
+		name string
+		mod  func(o *ControllerOptions)
+		want string // "" means valid
+	}{
+		{"defaults", func(*ControllerOptions) {}, ""},
+		{"watch off", func(o *ControllerOptions) { o.LostNodesInterval = 0 }, ""},
+		{"deleting claims", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes = true }, ""},
+		{"watch too often", func(o *ControllerOptions) { o.LostNodesInterval = time.Millisecond }, "--lost-nodes-interval"},
+		{"negative interval", func(o *ControllerOptions) { o.LostNodesInterval = -time.Second }, "--lost-nodes-interval"},
+		{"deleting claims without the watch", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes, o.LostNodesInterval = true, 0 }, "--delete-claims-of-lost-nodes"},
+		{"bad endpoint", func(o *ControllerOptions) { o.Endpoint = "tcp://x:1" }, "--endpoint"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := valid()
+			tt.mod(&o)
+			err := o.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate = %v, want an error about %s", err, tt.want)
+			}
+		})
+	}
+}

@@ -218,10 +218,41 @@ func (o *PluginOptions) validateRegistration() []error {
 // per cluster beside csi-resizer.
 type ControllerOptions struct {
 	CommonOptions
+	// Kubeconfig is the API server's kubeconfig; empty uses the pod's
+	// service account.
+	Kubeconfig string
+	// LostNodesInterval is how often the PVs of deleted nodes are looked
+	// for (also at every Node deletion); 0 turns the watch off, and with
+	// it every API access of the controller.
+	LostNodesInterval time.Duration
+	// DeleteClaimsOfLostNodes deletes the claims and PVs of deleted nodes
+	// instead of only reporting them.
+	DeleteClaimsOfLostNodes bool
+	// LeaderElection makes one replica at a time do the watch.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; empty is the pod's own
+	// namespace.
+	LeaderElectionNamespace string
 }
 
 // AddFlags registers the controller flags on fs.
-func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) { o.CommonOptions.AddFlags(fs) }
+func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
+	o.CommonOptions.AddFlags(fs)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
+	fs.DurationVar(&o.LostNodesInterval, "lost-nodes-interval", time.Minute, "how often the PersistentVolumes of deleted Nodes are looked for (also at every Node deletion); 0 turns the watch and all API access off")
+	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them")
+	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
+}
 
 // Validate checks the controller flags.
-func (o *ControllerOptions) Validate() error { return o.CommonOptions.Validate() }
+func (o *ControllerOptions) Validate() error {
+	errs := []error{o.CommonOptions.Validate()}
+	if o.LostNodesInterval < 0 || o.LostNodesInterval > 0 && o.LostNodesInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--lost-nodes-interval %v: must be 0 (off) or at least 1s", o.LostNodesInterval))
+	}
+	if o.DeleteClaimsOfLostNodes && o.LostNodesInterval == 0 {
+		errs = append(errs, errors.New("--delete-claims-of-lost-nodes: needs the watch (--lost-nodes-interval > 0)"))
+	}
+	return errors.Join(errs...)
+}

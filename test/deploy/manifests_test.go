@@ -118,10 +118,12 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 	objs := baseObjects(t)
 	want := []string{
 		"CSIDriver /lvm.carve.dev",
+		"ClusterRole /carve-controller-lost-nodes",
 		"ClusterRole /carve-controller-resizer",
 		"ClusterRole /carve-node-audit",
 		"ClusterRole /carve-node-provisioner",
 		"ClusterRole /carve-node-snapshotter",
+		"ClusterRoleBinding /carve-controller-lost-nodes",
 		"ClusterRoleBinding /carve-controller-resizer",
 		"ClusterRoleBinding /carve-node-audit",
 		"ClusterRoleBinding /carve-node-provisioner",
@@ -529,6 +531,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotclasses", "get", "list", "watch"),
 		),
 		"carve-system/carve-controller": slices.Concat(
+			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "patch"),
 			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumeclaims/status", "patch"),

@@ -116,7 +116,15 @@ func configFromEnv() (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	component, err := filepath.Abs(filepath.Join("..", "..", "deploy", "kubernetes", "components", "delete-claims-of-lost-nodes", "rbac.yaml"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	cfg := cluster.Config{
+		// carve controller deletes the claims of deleted Nodes, with the
+		// RBAC of the component that turns that on.
+		ControllerArgs:        []string{"--delete-claims-of-lost-nodes=true", "--lost-nodes-interval=5s"},
+		ExtraManifests:        []string{component},
 		BinDir:                binDir,
 		CarveBin:              carve,
 		DeployDir:             deploy,

@@ -41,7 +41,7 @@ func isResizer(c *corev1.Container) bool {
 // so carve's RBAC is what it gets. In a pod, client-go would read the
 // leader-election namespace from the service account's namespace file;
 // a process here has none, so the harness passes it as a flag.
-func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, d *appsv1.Deployment, carveBin, resizerBin, dir, logs string, lifetime time.Duration) (*Central, error) {
+func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, d *appsv1.Deployment, carveBin, resizerBin, dir, logs string, extra []string, lifetime time.Duration) (*Central, error) {
 	owner := "Deployment " + d.Namespace + "/" + d.Name
 	spec := &d.Spec.Template.Spec
 	carveC, err := findContainer(spec, owner, "carve controller", isCarveController)
@@ -60,10 +60,23 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 		return nil, err
 	}
 	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", carvePort)
-	args, env, err := ContainerCommand(carveC, pod, []FlagValue{
+	// carve controller watches Nodes and PVs as the Deployment's service
+	// account, like csi-resizer below.
+	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
+	if err := serviceAccountKubeconfig(ctx, cs, cp, d.Namespace, spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
+		return nil, fmt.Errorf("the controller Deployment's service account: %w", err)
+	}
+	flags := []FlagValue{
 		{"endpoint", "unix://" + c.Socket},
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", carvePort)},
-	})
+		{"kubeconfig", kubeconfig},
+		{"leader-election-namespace", d.Namespace},
+	}
+	for _, a := range extra {
+		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		flags = append(flags, FlagValue{name, value})
+	}
+	args, env, err := ContainerCommand(carveC, pod, flags)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +88,7 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 		return c, err
 	}
 
-	kubeconfig := filepath.Join(dir, "resizer.kubeconfig")
+	kubeconfig = filepath.Join(dir, "resizer.kubeconfig")
 	if err := serviceAccountKubeconfig(ctx, cs, cp, d.Namespace, spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
 		return c, fmt.Errorf("the controller Deployment's service account: %w", err)
 	}

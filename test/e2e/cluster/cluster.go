@@ -51,6 +51,12 @@ type Config struct {
 	// DeviceClasses, when set, replaces the device-class file of the
 	// shipped ConfigMap (a test bed's disks differ from a real fleet's).
 	DeviceClasses string
+	// ControllerArgs are flags ("--name=value") the test bed sets on
+	// carve controller beyond the Deployment's.
+	ControllerArgs []string
+	// ExtraManifests are files of objects applied after deploy/ (a
+	// component's RBAC, say).
+	ExtraManifests []string
 	// Lifetime bounds every process the cluster starts.
 	Lifetime time.Duration
 	// RunDir holds logs, keys, etcd data and loop files; a fresh temporary
@@ -221,6 +227,19 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.Manifests.Apply(ctx, c.Control.Config); err != nil {
 		return c, fmt.Errorf("apply deploy/ manifests: %w", err)
 	}
+	for _, f := range cfg.ExtraManifests {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return c, err
+		}
+		extra, err := ParseManifests(data, f)
+		if err != nil {
+			return c, err
+		}
+		if err := extra.Apply(ctx, c.Control.Config); err != nil {
+			return c, fmt.Errorf("apply %s: %w", f, err)
+		}
+	}
 
 	names := make([]string, len(cfg.Nodes))
 	for i, spec := range cfg.Nodes {
@@ -269,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return c, err
 		}
-		if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.Lifetime); err != nil {
+		if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.ControllerArgs, cfg.Lifetime); err != nil {
 			return c, fmt.Errorf("controller Deployment: %w", err)
 		}
 		// Its pod must be bound to a simulated node before a guest node

@@ -20,6 +20,9 @@ import (
 // tier's only one. sanity's cleanup calls NodeUnstageVolume on every
 // volume it made (the plugin advertises STAGE_UNSTAGE), so the Node
 // server's idempotent unstage of a never-staged volume is exercised too.
+// Snapshots, restores and clones need device-mapper (lvm refuses a
+// snapshot with activation off), so their specs are left to the guest
+// tier, whose sanity run counts every skip against the capabilities.
 func TestSanityControllerHost(t *testing.T) {
 	vg := lvmtest.New(t, lvmtest.Options{Size: 2 << 30})
 	bin := buildCarve(t)
@@ -36,6 +39,7 @@ func TestSanityControllerHost(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()
 	suite.FocusStrings = []string{`\[Controller Server\]`, `Identity Service`}
+	suite.SkipStrings = []string{`[Ss]napshot`, `from an existing source`}
 	// RunSpecs fails t when a spec fails; ginkgo prints the counts.
 	ginkgo.RunSpecs(t, "carve controller sanity (host)", suite, reporter)
 	sc.Finalize()

@@ -45,6 +45,10 @@ type Client struct {
 	observer Observer
 	devDir   string
 	locks    VGLocks
+	// running counts mutations, also those whose callers gave up (Wait).
+	running sync.WaitGroup
+	// hungGrace is hungGrace (tests shorten it).
+	hungGrace time.Duration
 
 	mu sync.Mutex
 	// extents caches each volume group's extent size: it is fixed when the
@@ -64,7 +68,7 @@ func New(opts Options) *Client {
 
 func newClient(opts Options, r runner, env []string) *Client {
 	c := &Client{opts: opts, runner: r, timeout: opts.Timeout, observer: opts.Observer,
-		devDir: "/dev", extents: map[string]uint64{}}
+		devDir: "/dev", extents: map[string]uint64{}, hungGrace: hungGrace}
 	if c.timeout <= 0 {
 		c.timeout = defaultTimeout
 	}

@@ -27,13 +27,13 @@ func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolum
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer func() { unlock() }()
 	ext, err := c.extentSize(ctx, req.VolumeGroup)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s/%s: %w", req.VolumeGroup, req.Name, err)
 	}
 	size := roundToExtents(req.Size, ext, req.Options.Stripes)
-	if _, err := c.run(ctx, createArgs(req, size)...); err != nil {
+	if _, err := c.mutate(ctx, &unlock, createArgs(req, size)...); err != nil {
 		return nil, c.explainCreate(ctx, req, size/ext, err)
 	}
 	lv := &LogicalVolume{
@@ -113,7 +113,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer func() { unlock() }()
 	// The origin's size and pool are part of the result, and its kind
 	// decides which snapshot LVM would make: read it first, unless the
 	// caller knows it (an origin that changed meanwhile fails lvcreate,
@@ -154,7 +154,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 		lv.Attr = Attributes{Type: TypeSnapshot, Health: HealthOK}
 		lv.Size, lv.Pool, lv.Layout = size, "", "linear"
 	}
-	if _, err := c.run(ctx, snapshotArgs(req, size)...); err != nil {
+	if _, err := c.mutate(ctx, &unlock, snapshotArgs(req, size)...); err != nil {
 		return nil, c.explainSnapshot(ctx, vg, origin, name, err)
 	}
 	lv.Time = time.Now().Truncate(time.Second)
@@ -180,7 +180,7 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer func() { unlock() }()
 	lv, err := c.GetLV(ctx, vg, name)
 	if err != nil {
 		return nil, fmt.Errorf("extending: %w", err)
@@ -193,7 +193,7 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 		return nil, fmt.Errorf("extending %s/%s: %w", vg, name, err)
 	}
 	newSize := roundToExtents(size, ext, 1)
-	if _, err := c.run(ctx, extendArgs(vg, name, newSize)...); err != nil {
+	if _, err := c.mutate(ctx, &unlock, extendArgs(vg, name, newSize)...); err != nil {
 		return c.explainExtend(ctx, lv, size, newSize/ext, err)
 	}
 	klog.V(2).InfoS("extended logical volume", "vg", vg, "lv", name, "from", lv.Size, "to", newSize)
@@ -230,7 +230,7 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer func() { unlock() }()
 	lv, err := c.GetLV(ctx, vg, name)
 	if err != nil {
 		return nil, fmt.Errorf("activating: %w", err)
@@ -238,7 +238,7 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	if lv.Attr.Active {
 		return lv, nil
 	}
-	if _, err := c.run(ctx, activateArgs(vg, name, lv.Attr.ActivationSkip)...); err != nil {
+	if _, err := c.mutate(ctx, &unlock, activateArgs(vg, name, lv.Attr.ActivationSkip)...); err != nil {
 		return c.explainActivate(ctx, vg, name, err)
 	}
 	got, err := c.GetLV(ctx, vg, name)
@@ -277,8 +277,8 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	if _, err := c.run(ctx, delTagsArgs(vg, name, tags)...); err != nil {
+	defer func() { unlock() }()
+	if _, err := c.mutate(ctx, &unlock, delTagsArgs(vg, name, tags)...); err != nil {
 		return c.explainChange(ctx, vg, name, "deleting tags of", err)
 	}
 	klog.V(2).InfoS("deleted tags of logical volume", "vg", vg, "lv", name, "tags", tags)
@@ -299,8 +299,8 @@ func (c *Client) RemoveLV(ctx context.Context, vg, name string) error {
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	if _, err := c.run(ctx, removeArgs(vg, name)...); err != nil {
+	defer func() { unlock() }()
+	if _, err := c.mutate(ctx, &unlock, removeArgs(vg, name)...); err != nil {
 		return c.explainRemove(ctx, vg, name, err)
 	}
 	klog.V(2).InfoS("removed logical volume", "vg", vg, "lv", name)

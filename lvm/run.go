@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -66,9 +67,15 @@ func (r execRunner) run(ctx context.Context, args []string) (output, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
-	cmd.WaitDelay = killDelay
-	if r.killDelay > 0 {
-		cmd.WaitDelay = r.killDelay
+	// A read that ignores SIGINT is killed killDelay later. A mutation
+	// never is (WaitDelay 0): LVM blocks signals while it commits metadata
+	// or holds a device suspended, and a SIGKILL there can leave the VG
+	// half-written or an LV suspended with its I/O hanging.
+	if !isMutation(args) {
+		cmd.WaitDelay = killDelay
+		if r.killDelay > 0 {
+			cmd.WaitDelay = r.killDelay
+		}
 	}
 	err := cmd.Run()
 	out := output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
@@ -90,17 +97,124 @@ func (r execRunner) run(ctx context.Context, args []string) (output, error) {
 	}
 }
 
-// run runs one lvm command with a deadline, reports its duration to the
-// observer and turns a failure into a *CommandError. On success it returns
-// stdout.
+// mutations are the lvm subcommands that change metadata or device state.
+var mutations = map[string]bool{"lvcreate": true, "lvextend": true, "lvremove": true, "lvchange": true,
+	"lvrename": true, "lvconvert": true, "lvresize": true, "vgchange": true}
+
+// isMutation tells whether an lvm command line changes LVM's state.
+func isMutation(args []string) bool { return len(args) > 0 && mutations[args[0]] }
+
+// hungGrace is how long a read may go on after its deadline and kill
+// before the caller stops waiting for it: a process in uninterruptible
+// sleep (a disk that stopped answering) outlives even SIGKILL, and its
+// caller must not.
+const hungGrace = 5 * time.Second
+
+// run runs one read-only lvm command with a deadline, reports its
+// duration to the observer and turns a failure into a *CommandError. On
+// success it returns stdout. The deadline is the context's or
+// Options.Timeout from now, whichever comes first. A command that has not
+// exited killDelay+hungGrace after its deadline is given up on (it goes on
+// in the background until the kernel lets it die).
 func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	type result struct {
+		out output
+		err error
 	}
+	done := make(chan result, 1)
 	start := time.Now()
-	out, err := c.runner.run(ctx, args)
+	go func() {
+		out, err := c.runner.run(ctx, args)
+		done <- result{out, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		select {
+		case res = <-done:
+		case <-time.After(c.killDelay() + c.hungGrace):
+			res = result{output{ExitCode: -1}, fmt.Errorf("lvm did not exit %s after its deadline (hung in the kernel?): %w",
+				c.killDelay()+c.hungGrace, ctx.Err())}
+		}
+	}
+	return c.finish(args, start, res.out, res.err)
+}
+
+// mutate runs an lvm command that changes LVM's state, under the VG lock
+// the caller took (*unlock releases it). The command is never killed: it
+// runs detached from ctx, bounded by Options.Timeout, after which it gets
+// SIGINT (LVM honours it between metadata updates). When ctx ends first,
+// mutate returns ctx's error at once; the command keeps running, and the
+// VG lock with it: *unlock becomes a no-op and the lock is released when
+// the command exits, so no other mutation of the VG starts meanwhile.
+// Wait waits for such commands.
+func (c *Client) mutate(ctx context.Context, unlock *func(), args ...string) ([]byte, error) {
+	type result struct {
+		out output
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	c.running.Add(1)
+	go func() {
+		defer c.running.Done()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+		defer cancel()
+		out, err := c.runner.run(rctx, args)
+		done <- result{out, err}
+	}()
+	select {
+	case res := <-done:
+		return c.finish(args, start, res.out, res.err)
+	case <-ctx.Done():
+	}
+	release := *unlock
+	*unlock = func() {}
+	go func() {
+		res := <-done
+		release()
+		_, err := c.finish(args, start, res.out, res.err)
+		klog.InfoS("An lvm command whose caller gave up has ended", "args", args, "duration", time.Since(start), "err", err)
+	}()
+	return nil, &CommandError{Args: args, ExitCode: -1, Err: fmt.Errorf("still running, left to finish in the background: %w", ctx.Err())}
+}
+
+// Wait waits until the mutations that outlived their callers have ended,
+// or ctx ends (its error then). Shutdown calls it, so that the process
+// does not exit under an lvm that is writing metadata.
+func (c *Client) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		c.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lvm commands still running: %w", ctx.Err())
+	}
+}
+
+// killDelay is how long the runner lets a stopped read go on before it
+// kills it; runners that are not processes (tests) kill nothing.
+func (c *Client) killDelay() time.Duration {
+	r, ok := c.runner.(execRunner)
+	switch {
+	case !ok:
+		return 0
+	case r.killDelay > 0:
+		return r.killDelay
+	}
+	return killDelay
+}
+
+// finish reports a command's duration and turns its failure into a
+// *CommandError.
+func (c *Client) finish(args []string, start time.Time, out output, err error) ([]byte, error) {
 	d := time.Since(start)
 	if err == nil && out.ExitCode != 0 {
 		err = &CommandError{Args: args, ExitCode: out.ExitCode, Stderr: string(out.Stderr)}

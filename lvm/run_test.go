@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -41,6 +42,16 @@ func helperLVM(args []string) int {
 	case "ignoreint":
 		signal.Ignore(syscall.SIGINT)
 		time.Sleep(time.Minute)
+		return 0
+	case "lvchange":
+		// A mutation that takes a while and ignores SIGINT, as LVM does
+		// while it commits metadata; it leaves args[1] behind when it
+		// ran to its end.
+		signal.Ignore(syscall.SIGINT)
+		time.Sleep(time.Second)
+		if err := os.WriteFile(args[1], []byte("done"), 0o600); err != nil {
+			return 1
+		}
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "no such command %q\n", args[0])
@@ -119,6 +130,8 @@ func TestExecDeadline(t *testing.T) {
 	}{
 		{"default timeout applies", "sleep", 200 * time.Millisecond, 0},
 		{"context deadline applies", "sleep", time.Hour, 200 * time.Millisecond},
+		// --lvm-timeout bounds a command whose caller allows longer.
+		{"timeout applies under a later context deadline", "sleep", 200 * time.Millisecond, time.Hour},
 		{"killed when the interrupt is ignored", "ignoreint", 200 * time.Millisecond, 0},
 	}
 	for _, tt := range tests {
@@ -198,5 +211,68 @@ func TestCommandErrorMessage(t *testing.T) {
 				t.Errorf("Error() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestMutationIsNeverKilled: an lvm mutation whose caller's deadline
+// passes is neither killed (even past Options.Timeout and killDelay) nor
+// cut off from its VG lock: the caller gets its context's error at once,
+// the command runs to its end holding the lock, and Wait waits for it.
+func TestMutationIsNeverKilled(t *testing.T) {
+	c := helperClient(Options{Timeout: 100 * time.Millisecond})
+	c.runner = execRunner{command: os.Args[0], env: commandEnv([]string{helperEnv}), killDelay: 200 * time.Millisecond}
+	marker := filepath.Join(t.TempDir(), "done")
+	unlock, err := c.locks.Lock(context.Background(), "vg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.mutate(ctx, &unlock, "lvchange", marker)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 900*time.Millisecond {
+		t.Fatalf("mutate = %v after %v; want the caller's DeadlineExceeded before the command ends", err, time.Since(start))
+	}
+	unlock() // the caller's deferred release: a no-op now
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := c.locks.Lock(short, "vg"); err == nil {
+		t.Fatal("the VG lock was free while the mutation still ran")
+	}
+	wctx, cancelWait := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelWait()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the mutation did not run to its end (killed?): %v", err)
+	}
+	again, err := c.locks.Lock(wctx, "vg")
+	if err != nil {
+		t.Fatalf("the VG lock stayed taken after the mutation ended: %v", err)
+	}
+	again()
+}
+
+// TestReadGivesUpOnAHungCommand: a read whose process outlives its
+// deadline and kill (uninterruptible sleep on a dead disk) does not hold
+// its caller: run returns the context's error a bounded time later.
+func TestReadGivesUpOnAHungCommand(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	c := newClient(Options{Timeout: time.Hour}, runnerFunc(func(context.Context, []string) (output, error) {
+		<-release // ignores its context, as a process in D state does
+		return output{}, nil
+	}), nil)
+	c.hungGrace = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.run(ctx, "fullreport")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not exit") {
+		t.Fatalf("run = %v; want DeadlineExceeded saying lvm did not exit", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("run returned after %v", d)
 	}
 }

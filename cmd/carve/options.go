@@ -88,7 +88,8 @@ type PluginOptions struct {
 	// metadata backup of a configured volume group (pkg/lvmwatch), so a
 	// change made outside carve shows without waiting for RefreshInterval.
 	WatchLVMBackups bool
-	// LVMTimeout bounds every lvm command.
+	// LVMTimeout bounds every lvm read, and is when a mutation is asked to
+	// stop (SIGINT); mutations are never killed.
 	LVMTimeout time.Duration
 	// KubeletRegistrationDir is the kubelet's plugin-registration
 	// directory as mounted in the container (the host's
@@ -151,7 +152,7 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.MaxVolumes, "max-volumes", 0, "max_volumes_per_node reported to Kubernetes; 0 means no limit")
 	fs.DurationVar(&o.RefreshInterval, "capacity-refresh-interval", time.Minute, "how often the volume-group view behind GetCapacity is re-read to catch changes made outside carve")
 	fs.BoolVar(&o.WatchLVMBackups, "watch-lvm-backups", true, "refresh the volume-group view as soon as LVM rewrites a configured volume group's metadata backup ($LVM_SYSTEM_DIR/backup/<vg>, by default /etc/lvm/backup), so changes made outside carve show at once")
-	fs.DurationVar(&o.LVMTimeout, "lvm-timeout", 2*time.Minute, "deadline of every lvm command")
+	fs.DurationVar(&o.LVMTimeout, "lvm-timeout", 2*time.Minute, "deadline of every lvm read, and how long an lvm mutation runs before it gets SIGINT (mutations are never killed)")
 	fs.StringVar(&o.KubeletRegistrationDir, "kubelet-registration-dir", DefaultKubeletRegistrationDir,
 		"the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry, mounted); carve serves <driver-name>-reg.sock there so that the kubelet registers it; empty disables registration (no kubelet)")
 	fs.StringVar(&o.KubeletCSISocket, "kubelet-csi-socket", DefaultKubeletCSISocket,

@@ -28,6 +28,11 @@ import (
 // full refresh, so a burst of creates costs one report.
 const mutationSettle = 2 * time.Second
 
+// shutdownLVMWait bounds how long the plugin waits at exit for lvm
+// mutations still running: within the pod's default 30 s grace, after the
+// 10 s given to in-flight CSI calls.
+const shutdownLVMWait = 15 * time.Second
+
 // refreshTimeout is what state.View.Run gives one refresh.
 const refreshTimeout = 2 * time.Minute
 
@@ -107,8 +112,18 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if runAudit != nil {
 		after = append(after, runAudit)
 	}
-	return serve(ctx, &o.CommonOptions, services, mm, ready, after,
+	err = serve(ctx, &o.CommonOptions, services, mm, ready, after,
 		"node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
+	// An lvm mutation whose CSI call ended (deadline, or the 10 s
+	// shutdown grace) keeps running and is never killed; wait for it
+	// within a bound, so that the container does not exit under an lvm
+	// that is writing metadata (its children die with it).
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownLVMWait)
+	defer cancel()
+	if werr := lvmClient.Wait(wctx); werr != nil {
+		klog.ErrorS(werr, "Exiting with lvm commands still running", "waited", shutdownLVMWait)
+	}
+	return err
 }
 
 // kubeletRegistration returns what registers the plugin with the kubelet

@@ -117,7 +117,7 @@ test-deploy: deps deploy-tools
 # built from the Go module proxy by hack/e2e-tools.sh (cached under
 # $(CACHE)/e2e/<hash of the pins>), three simulated nodes on loop-device
 # volume groups with LVM activation disabled. No kubelet runs.
-test-e2e: deps build cachedir
+test-e2e: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ 2>&1 | tee $(CACHE)/test-e2e.log | ./hack/summarize-go-test.sh e2e
 

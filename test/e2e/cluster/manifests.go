@@ -116,6 +116,20 @@ func (m *Manifests) Apply(ctx context.Context, cfg *rest.Config) error {
 	})
 }
 
+// DryRun sends every object to the apiserver as a create with dryRun=All
+// and strict field validation: decoded, defaulted, validated and admitted as
+// a real create would be, and stored nowhere. An object whose name exists
+// already was validated before the apiserver found the name taken.
+func (m *Manifests) DryRun(ctx context.Context, cfg *rest.Config) error {
+	return m.each(cfg, func(ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+		_, err := ri.Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s/%s (dry run): %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+		return nil
+	})
+}
+
 // Missing returns the objects that the apiserver does not hold.
 func (m *Manifests) Missing(ctx context.Context, cfg *rest.Config) ([]string, error) {
 	var missing []string

@@ -1,7 +1,8 @@
 // Package blockcopy copies the bytes of one block device to another: the
 // data of a restore or a clone into a thick volume. It writes every byte of
-// the range, zeros included, because the target's extents may hold an
-// earlier volume's data, and it syncs the target before it reports the
+// the target, zeros included (the source's zeros, and zeros past the
+// source's end), because the target's extents may hold an earlier volume's
+// data, and it syncs the target before it reports the
 // copy done. It does not resume: a copy that was cut short is redone from
 // the start, which is always correct and, at device speed, rarely longer
 // than finding where it stopped.
@@ -45,8 +46,10 @@ type Options struct {
 
 // Result is what a copy did.
 type Result struct {
-	// Bytes is how many bytes were written to the target.
+	// Bytes is how many bytes of the source were written to the target.
 	Bytes uint64
+	// Zeroed is how many bytes of the target past the copy were zeroed.
+	Zeroed uint64
 	// Duration is the time the copy took, the final sync included.
 	Duration time.Duration
 }
@@ -55,7 +58,7 @@ type Result struct {
 var ErrShortSource = errors.New("source is shorter than the copy")
 
 // Copy copies the first size bytes of src to the start of dst (both paths,
-// both existing) and syncs dst. The context is checked between chunks; an
+// both existing), zeroes the rest of dst, and syncs dst. The context is checked between chunks; an
 // ended context stops the copy with its error, leaving dst partly
 // written. Result.Bytes is set also when the copy fails.
 func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Result, error) {
@@ -109,6 +112,25 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 		if opts.Progress != nil {
 			opts.Progress(res.Bytes)
 		}
+	}
+	// A target bigger than the copy (a restore asked bigger than its
+	// snapshot) may hold an earlier volume's data past it: zero the rest,
+	// so that the new volume shows the source's bytes and zeros only.
+	end, err := out.Seek(0, io.SeekEnd)
+	if err != nil {
+		return res, fmt.Errorf("size of %s: %w", dst, err)
+	}
+	clear(buf)
+	for off := size; off < uint64(end); {
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("zeroing %s past the copy stopped at %d of %d bytes: %w", dst, off, end, err)
+		}
+		n := min(uint64(bufSize), uint64(end)-off)
+		if _, err := out.WriteAt(buf[:n], int64(off)); err != nil {
+			return res, fmt.Errorf("zeroing %s at %d: %w", dst, off, err)
+		}
+		off += n
+		res.Zeroed += n
 	}
 	if err := out.Sync(); err != nil {
 		return res, fmt.Errorf("syncing %s after the copy: %w", dst, err)

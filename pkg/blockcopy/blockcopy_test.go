@@ -42,8 +42,8 @@ func TestCopy(t *testing.T) {
 		{"one chunk", 64 << 10, 64 << 10, 64 << 10, Options{}},
 		{"many chunks, last one short", 10*align + 512, 16 * align, 10*align + 512, Options{BufferSize: 3 * align}},
 		{"direct", 32 * align, 32 * align, 32 * align, Options{Direct: true, BufferSize: 4 * align}},
-		{"larger target keeps its tail", 8 * align, 12 * align, 8 * align, Options{BufferSize: align}},
-		{"nothing", align, align, 0, Options{}},
+		{"larger target: its tail is zeroed", 8 * align, 12 * align, 8 * align, Options{BufferSize: align}},
+		{"nothing copied: the whole target is zeroed", align, align, 0, Options{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,8 +64,12 @@ func TestCopy(t *testing.T) {
 			if !bytes.Equal(got[:tt.size], data[:tt.size]) {
 				t.Error("the target's copied range differs from the source")
 			}
-			if tail := got[tt.size:]; !bytes.Equal(tail, bytes.Repeat([]byte{0xEE}, len(tail))) {
-				t.Error("the copy wrote past size")
+			// What lies past the copy is an earlier tenant's: never shown.
+			if tail := got[tt.size:]; !bytes.Equal(tail, make([]byte, len(tail))) {
+				t.Error("the target past the copy is not all zeros")
+			}
+			if res.Zeroed != uint64(tt.dstSize)-tt.size {
+				t.Errorf("zeroed %d bytes past the copy, want %d", res.Zeroed, uint64(tt.dstSize)-tt.size)
 			}
 			if len(progress) > 0 && progress[len(progress)-1] != tt.size {
 				t.Errorf("progress ended at %d, want %d", progress[len(progress)-1], tt.size)

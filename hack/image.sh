@@ -202,7 +202,9 @@ if ! have "$golang_image" "$golang_key"; then
 fi
 
 say "building $name from $dockerfile (VERSION=$version)"
-buildargs=(--build-arg "VERSION=$version")
+# Debian's buildah sets no TARGETOS/TARGETARCH without --platform: give
+# the host's, which is what this build makes.
+buildargs=(--build-arg "VERSION=$version" --build-arg "TARGETOS=$("$go" env GOOS)" --build-arg "TARGETARCH=$("$go" env GOARCH)")
 for v in GOPROXY GOFLAGS; do
 	val=$("$go" env "$v")
 	[ -z "$val" ] || buildargs+=(--build-arg "$v=$val")

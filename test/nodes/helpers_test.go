@@ -89,8 +89,8 @@ func allRunning(p *corev1.Pod) bool {
 	return true
 }
 
-// podState says where a pod is: its phase and each waiting container's
-// reason.
+// podState says where a pod is: its phase, each waiting container's
+// reason and the last words of a container that exited.
 func podState(p *corev1.Pod) string {
 	s := string(p.Status.Phase)
 	for _, c := range p.Status.ContainerStatuses {
@@ -99,6 +99,12 @@ func podState(p *corev1.Pod) string {
 			s += fmt.Sprintf(" %s:%s(%s)", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
 		case c.State.Terminated != nil:
 			s += fmt.Sprintf(" %s:terminated(%s %d)", c.Name, c.State.Terminated.Reason, c.State.Terminated.ExitCode)
+		}
+		// A crash-looping container's last exit carries its last log lines
+		// (terminationMessagePolicy FallbackToLogsOnError): the only trace
+		// of it outside the guest.
+		if last := c.LastTerminationState.Terminated; last != nil && last.Message != "" {
+			s += fmt.Sprintf(" %s:last-exit(%d %q)", c.Name, last.ExitCode, last.Message)
 		}
 	}
 	for _, cond := range p.Status.Conditions {

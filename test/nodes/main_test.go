@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/test/e2e/cluster"
 )
@@ -118,6 +119,10 @@ func configFromEnv() (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	withAbsent, err := withAbsentClass(classes)
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	if carveImage, err = m.CarveImage(); err != nil {
 		return cluster.Config{}, err
 	}
@@ -132,8 +137,29 @@ func configFromEnv() (cluster.Config, error) {
 			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: cluster.ShippedClassesFirstBoot("3g"),
 		}},
 		Images:        archives,
-		DeviceClasses: classes + fmt.Sprintf("  # Added by the real-node tier: a class whose volume group this node lacks.\n  - name: %s\n    volumeGroup: carve-absent\n", absentClass),
+		DeviceClasses: withAbsent,
 		Lifetime:      40 * time.Minute,
 	}
 	return cfg, cluster.Requirements(cfg)
+}
+
+// withAbsentClass adds to the shipped device-class file a class whose
+// volume group this node lacks. The file is decoded and encoded again,
+// not appended to as text: the shipped file's layout is the chart's to
+// choose.
+func withAbsentClass(file string) (string, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(file), &doc); err != nil {
+		return "", fmt.Errorf("the shipped device-class file: %w", err)
+	}
+	classes, ok := doc["deviceClasses"].([]any)
+	if !ok {
+		return "", fmt.Errorf("the shipped device-class file has no deviceClasses list")
+	}
+	doc["deviceClasses"] = append(classes, map[string]any{"name": absentClass, "volumeGroup": "carve-absent"})
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
 }

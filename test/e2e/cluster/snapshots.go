@@ -60,6 +60,14 @@ func startSnapshotController(ctx context.Context, cs kubernetes.Interface, cp *C
 	if err != nil {
 		return nil, err
 	}
+	// The process below stands in for the Deployment's pod: on a test bed
+	// with a real node, the kubelet would otherwise try (and fail) to pull
+	// an image no archive provides.
+	for _, o := range m.Find("Deployment") {
+		if err := unstructured.SetNestedField(o.Object, int64(0), "spec", "replicas"); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.Apply(ctx, cp.Config); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", dir, err)
 	}

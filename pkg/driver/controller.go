@@ -458,19 +458,12 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	}
 	defer unlock()
 
-	lv, ok := s.cfg.View.LV(vg, lvName)
-	if !ok {
-		got, gerr := s.cfg.LVM.GetLV(ctx, vg, lvName)
-		switch {
-		case errors.Is(gerr, lvm.ErrVolumeGroupNotFound) && s.cfg.Classes.HasVolumeGroup(vg):
-			return nil, vgMissing(id, vg, gerr)
-		case errors.Is(gerr, lvm.ErrNotFound):
-			// The LV is gone, or its VG is not one of this node's.
-			return &csi.DeleteVolumeResponse{}, nil
-		case gerr != nil:
-			return nil, toStatus(gerr, "looking up "+id)
-		}
-		lv = *got
+	lv, found, err := s.lvToDelete(ctx, vg, lvName, id)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if !volume.IsCarve(lv.Tags) {
 		return nil, status.Errorf(codes.FailedPrecondition, "LV %s does not carry carve's tag %s; carve does not remove it", id, volume.TagOwner)
@@ -565,4 +558,24 @@ func (s *ControllerServer) RemoveOrphan(ctx context.Context, vg, name string) er
 	}
 	s.cfg.View.Removed(vg, name)
 	return nil
+}
+
+// lvToDelete finds the LV a delete names: in the view, else from LVM.
+// found is false when the LV is gone or its VG is not one of this node's
+// (the delete is then done); a configured VG that is missing is an error,
+// so that a delete is never reported done for a volume carve could not see.
+func (s *ControllerServer) lvToDelete(ctx context.Context, vg, lvName, id string) (lv lvm.LogicalVolume, found bool, err error) {
+	if lv, ok := s.cfg.View.LV(vg, lvName); ok {
+		return lv, true, nil
+	}
+	got, gerr := s.cfg.LVM.GetLV(ctx, vg, lvName)
+	switch {
+	case errors.Is(gerr, lvm.ErrVolumeGroupNotFound) && s.cfg.Classes.HasVolumeGroup(vg):
+		return lvm.LogicalVolume{}, false, vgMissing(id, vg, gerr)
+	case errors.Is(gerr, lvm.ErrNotFound):
+		return lvm.LogicalVolume{}, false, nil
+	case gerr != nil:
+		return lvm.LogicalVolume{}, false, toStatus(gerr, "looking up "+id)
+	}
+	return *got, true, nil
 }

@@ -278,18 +278,12 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		return nil, err
 	}
 	defer unlock()
-	lv, ok := s.cfg.View.LV(vg, lvName)
-	if !ok {
-		got, gerr := s.cfg.LVM.GetLV(ctx, vg, lvName)
-		switch {
-		case errors.Is(gerr, lvm.ErrVolumeGroupNotFound) && s.cfg.Classes.HasVolumeGroup(vg):
-			return nil, vgMissing(id, vg, gerr)
-		case errors.Is(gerr, lvm.ErrNotFound):
-			return &csi.DeleteSnapshotResponse{}, nil
-		case gerr != nil:
-			return nil, toStatus(gerr, "looking up "+id)
-		}
-		lv = *got
+	lv, found, err := s.lvToDelete(ctx, vg, lvName, id)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	if k, c, owned := volume.Owned(lv); !owned || k != volume.KindSnapshot {
 		return nil, status.Errorf(codes.FailedPrecondition, "LV %s/%s is not a carve snapshot; carve does not remove it", vg, lvName)

@@ -25,6 +25,7 @@ import (
 // activation-skip flag as well), logs that it did, and the data written
 // before is there. Staging one volume leaves the others inactive.
 func TestStageActivatesInactiveVolumes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, "activation", 1024*mib)
 	if err := e.vg.CreateThinPool(ctx, "pool", 256*mib); err != nil {

@@ -87,6 +87,7 @@ func (e *env) extents(lv string) string { return e.lvField(lv, "seg_pe_ranges") 
 // TestNoVolumeShowsAnotherVolumesData runs the erasure tests on one VG
 // and one plugin (each start costs seconds under TCG).
 func TestNoVolumeShowsAnotherVolumesData(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, "erase", 256*mib, "  - {name: written, volumeGroup: $VG, erase: write}\n"+
 		"  - {name: kept, volumeGroup: $VG, erase: none}\n")
 	t.Run("NewBlockVolumeReadsOnlyZeros", func(t *testing.T) { newBlockVolumeReadsOnlyZeros(t, e) })

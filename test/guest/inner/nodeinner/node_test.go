@@ -239,6 +239,7 @@ var fsCases = []struct {
 // plugin, stage and publish again: the data is there and the filesystem is
 // the same one (same UUID, no mkfs after the restart).
 func TestDataSafety(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "datasafety", 2048*mib)
 	parent := t
 	for _, tc := range fsCases {
@@ -296,6 +297,7 @@ func TestDataSafety(t *testing.T) {
 // (after ControllerExpandVolume when the plugin offers it) and the mounted
 // filesystem shows the new size at once.
 func TestOnlineExpansion(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "expansion", 2048*mib)
 	parent := t
 	for _, tc := range fsCases {

@@ -197,6 +197,7 @@ func random(n int64) []byte {
 // block, from thin and thick classes; a restore asked bigger than the
 // snapshot gets a filesystem grown to its device.
 func TestSnapshotRestoreData(t *testing.T) {
+	t.Parallel()
 	e := newSnapEnv(t, "snaprestore")
 	parent := t
 	for _, class := range []string{"thin", "thick"} {
@@ -279,6 +280,7 @@ func TestSnapshotRestoreData(t *testing.T) {
 // device and differ by at most one, where a copy of the live device would
 // show blocks of rounds written after others it missed.
 func TestSnapshotCloneWhileWriting(t *testing.T) {
+	t.Parallel()
 	e := newSnapEnv(t, "snapclone")
 	const size = 64 * mib
 	const block = 4096
@@ -373,8 +375,11 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 // restore's copy leaves an LV marked unfinished; the retried CreateVolume
 // copies again and the volume holds the snapshot's data whole.
 func TestSnapshotCopyKilled(t *testing.T) {
+	t.Parallel()
 	e := newSnapEnv(t, "snapkill")
-	const size = 512 * mib
+	// Big enough that the copy is caught in flight (it copies at about
+	// 200 MiB/s in the guest; the poll below is 20 ms).
+	const size = 256 * mib
 	id := e.createInClass("kill-source", size, blockCapability(), "thick")
 	dev, err := plugintest.DevicePath(id)
 	if err != nil {
@@ -451,6 +456,7 @@ func TestSnapshotCopyKilled(t *testing.T) {
 // TestSnapshotCOWFull: a thick snapshot whose copy-on-write space runs out
 // is reported not ready, and no restore reads it.
 func TestSnapshotCOWFull(t *testing.T) {
+	t.Parallel()
 	e := newSnapEnv(t, "snapfull")
 	const size = 64 * mib
 	id := e.createInClass("full-source", size, blockCapability(), "thick")

@@ -190,11 +190,13 @@ func isDirectory(path string) (bool, error) {
 	return st.IsDir(), nil
 }
 
-func samePath(a, b string) bool {
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
-	if errA != nil || errB != nil {
-		return filepath.Clean(a) == filepath.Clean(b)
+// samePath tells whether mounted, a mount point as the mount table shows
+// it (canonical), is ours, one of carve's own paths: only ours is resolved,
+// so that no other mount point is stat'ed.
+func samePath(mounted, ours string) bool {
+	r, err := filepath.EvalSymlinks(ours)
+	if err != nil {
+		r = filepath.Clean(ours)
 	}
-	return ra == rb
+	return mounted == r || mounted == filepath.Clean(ours)
 }

@@ -154,20 +154,26 @@ func (f *FS) Cleanup(ctx context.Context, target string) error {
 	return nil
 }
 
-// MountPoint implements Interface.
+// MountPoint implements Interface. Only path itself is resolved (it is
+// carve's own staging or target path); the entries of the mount table are
+// compared as the kernel prints them (canonical, symlink-free paths), never
+// stat'ed: another pod's hung network mount must not hang carve.
 func (f *FS) MountPoint(path string) (*mount.MountPoint, error) {
-	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+	want, err := filepath.EvalSymlinks(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
+	case err != nil:
+		want = filepath.Clean(path)
 	}
 	mps, err := f.mounter.List()
 	if err != nil {
 		return nil, fmt.Errorf("listing mounts: %w", err)
 	}
-	want := resolve(path)
 	// The last entry wins: a later mount over the same path hides the
 	// earlier ones.
 	for i := len(mps) - 1; i >= 0; i-- {
-		if mps[i].Path == path || resolve(mps[i].Path) == want {
+		if p := tablePath(mps[i].Path); p == want || p == path {
 			mp := mps[i]
 			return &mp, nil
 		}
@@ -175,19 +181,32 @@ func (f *FS) MountPoint(path string) (*mount.MountPoint, error) {
 	return nil, nil
 }
 
-// MountsOf implements Interface.
+// tablePath is a mount table path without the suffix the kernel adds when
+// the mount point was deleted.
+func tablePath(p string) string { return strings.TrimSuffix(p, `\040(deleted)`) }
+
+// MountsOf implements Interface. With a mounter that reads mountinfo
+// (HostMounter), a mount is device's when its device numbers are device's,
+// or, for a device node bind-mounted from devtmpfs (a raw block volume),
+// when the node it shows is device's; otherwise the mount's source is
+// compared by name. Either way only device and nodes under devtmpfs are
+// stat'ed, never another mount's mount point or source.
 func (f *FS) MountsOf(device string) ([]string, error) {
+	if mi, ok := f.mounter.(MountInfoLister); ok {
+		infos, err := mi.MountInfo()
+		if err != nil {
+			return nil, fmt.Errorf("listing mounts: %w", err)
+		}
+		return mountsOfDevice(infos, device)
+	}
 	mps, err := f.mounter.List()
 	if err != nil {
 		return nil, fmt.Errorf("listing mounts: %w", err)
 	}
 	var paths []string
 	for _, mp := range mps {
-		// A device node bind-mounted onto a file (a raw block volume) shows
-		// its filesystem's source (devtmpfs, udev) as device: compare the
-		// device numbers of those instead.
-		if SameDevice(mp.Device, device) || (mp.Type == "devtmpfs" && SameDeviceNode(mp.Path, device)) {
-			paths = append(paths, mp.Path)
+		if sameSource(mp.Device, device) {
+			paths = append(paths, tablePath(mp.Path))
 		}
 	}
 	return paths, nil
@@ -220,8 +239,25 @@ func (f *FS) DeviceSize(ctx context.Context, path string) (uint64, error) {
 
 // SameDevice tells whether two device paths name the same device:
 // /dev/<vg>/<lv> and /dev/mapper/<vg>-<lv> are both links to /dev/dm-N.
+// Callers pass their own device and the source of a mount at their own
+// path; MountsOf, which looks at every mount, uses sameSource.
 func SameDevice(a, b string) bool {
 	return a == b || resolve(a) == resolve(b)
+}
+
+// sameSource tells whether a mount's source names device. The source is
+// resolved only when it lies under /dev (devtmpfs, in memory): any other
+// source (server:/export, a FUSE name) is compared as a string, so that
+// nothing on another mount is looked up.
+func sameSource(source, device string) bool {
+	if source == device {
+		return true
+	}
+	dev := resolve(device)
+	if source == dev {
+		return true
+	}
+	return strings.HasPrefix(source, "/dev/") && resolve(source) == dev
 }
 
 // SameDeviceNode tells whether path is a device node for the same device

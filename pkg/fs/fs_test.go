@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -383,4 +384,94 @@ func TestSameDevice(t *testing.T) {
 	if SameDeviceNode(target, target) {
 		t.Error("SameDeviceNode is true for a regular file")
 	}
+}
+
+// The mount checks read the mount table and look up carve's own paths
+// only: an entry that a stat of its mount point (or source) would equate
+// with carve's path or device must not match, since the kernel prints
+// canonical paths and stat'ing another pod's mount (a hung NFS) would
+// hang carve.
+func TestMountChecksDoNotStatOtherMounts(t *testing.T) {
+	dir := t.TempDir()
+	staging := filepath.Join(dir, "staging")
+	if err := os.Mkdir(staging, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// Links that only a stat would follow: to the staging path, and to
+	// the "device" (/dev/null stands for carve's device node: every
+	// machine has it, and only its device numbers matter here).
+	toStaging, toDevice := filepath.Join(dir, "link-to-staging"), filepath.Join(dir, "link-to-device")
+	for link, target := range map[string]string{toStaging: staging, toDevice: "/dev/null"} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("MountPoint", func(t *testing.T) {
+		cases := []struct {
+			name    string
+			entries []mount.MountPoint
+			want    string // Device of the entry found, "" for none
+		}{
+			{name: "an entry whose mount point links to the staging path is another mount",
+				entries: []mount.MountPoint{{Device: "server:/export", Path: toStaging, Type: "nfs"}}},
+			{name: "an entry on a path that cannot be stat'ed is skipped",
+				entries: []mount.MountPoint{{Device: "server:/export", Path: "/unreachable/hung", Type: "nfs"},
+					{Device: "/dev/vg/lv", Path: staging, Type: "ext4"}}, want: "/dev/vg/lv"},
+			{name: "the staging path itself",
+				entries: []mount.MountPoint{{Device: "/dev/vg/lv", Path: staging, Type: "ext4"},
+					{Device: "server:/export", Path: toStaging, Type: "nfs"}}, want: "/dev/vg/lv"},
+			{name: "a deleted mount point as the kernel prints it",
+				entries: []mount.MountPoint{{Device: "/dev/vg/lv", Path: staging + `\040(deleted)`, Type: "ext4"}}, want: "/dev/vg/lv"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				f := New(mount.NewFakeMounter(tc.entries), fstest.New())
+				mp, err := f.MountPoint(staging)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := ""
+				if mp != nil {
+					got = mp.Device
+				}
+				if got != tc.want {
+					t.Errorf("MountPoint(staging) = %+v, want the entry of %q", mp, tc.want)
+				}
+			})
+		}
+	})
+
+	t.Run("MountsOf", func(t *testing.T) {
+		// /dev/null is 1:3 and /dev/zero 1:5 on every Linux machine; 0:6
+		// stands for devtmpfs, mounted whole at /dev.
+		const table = `20 1 0:6 / /dev rw - devtmpfs udev rw
+30 1 1:3 / /var/lib/kubelet/staging/ours rw - ext4 /dev/mapper/vg-lv rw
+31 1 1:3 / /var/lib/kubelet/pods/a/volumes/ours rw - ext4 /dev/mapper/vg-lv rw
+32 1 0:6 /null /var/lib/kubelet/pods/b/volumeDevices/ours rw - devtmpfs udev rw
+40 1 0:50 / %s rw - nfs %s rw
+41 1 0:6 /zero %s rw - devtmpfs udev rw
+42 1 0:51 / /var/lib/kubelet/pods/c/volumes/theirs rw - fuse.sshfs %s rw
+`
+		info := filepath.Join(dir, "mountinfo")
+		// 40: an NFS mount whose mount point links to the device; 41: a
+		// bind of /dev/zero on a path linking to the device; 42: a FUSE
+		// mount whose source links to the device. A stat of any of them
+		// would call them the device's.
+		content := fmt.Sprintf(table, toDevice, toDevice, toDevice, toDevice)
+		if err := os.WriteFile(info, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tools := fstest.New()
+		h := NewHostMounter(tools)
+		h.mountInfoPath = info
+		got, err := New(h, tools).MountsOf("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"/var/lib/kubelet/staging/ours", "/var/lib/kubelet/pods/a/volumes/ours", "/var/lib/kubelet/pods/b/volumeDevices/ours"}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("MountsOf = %v, want %v", got, want)
+		}
+	})
 }

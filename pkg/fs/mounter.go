@@ -19,6 +19,9 @@ import (
 type HostMounter struct {
 	mount.Interface
 	exec utilexec.Interface
+	// mountInfoPath is the mountinfo file MountInfo reads; empty means
+	// /proc/self/mountinfo (tests name their own).
+	mountInfoPath string
 }
 
 var _ ContextMounter = (*HostMounter)(nil)

@@ -1,0 +1,76 @@
+package fs
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+	mount "k8s.io/mount-utils"
+)
+
+// MountInfoLister is a mounter that also reads the mount table with each
+// mount's device numbers and root (/proc/self/mountinfo), so that the
+// mounts of a device are found without stat'ing their mount points.
+// HostMounter is one.
+type MountInfoLister interface {
+	MountInfo() ([]mount.MountInfo, error)
+}
+
+// procMountInfo is the mount table HostMounter reads.
+const procMountInfo = "/proc/self/mountinfo"
+
+// MountInfo implements MountInfoLister.
+func (h *HostMounter) MountInfo() ([]mount.MountInfo, error) {
+	path := h.mountInfoPath
+	if path == "" {
+		path = procMountInfo
+	}
+	infos, err := mount.ParseMountInfo(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return infos, nil
+}
+
+// mountsOfDevice returns the mount points in infos that show device: a
+// filesystem on it (the mount's device numbers are device's, or its source
+// names device), or device's
+// node bind-mounted from devtmpfs (a raw block volume). For the latter the
+// node is found under the devtmpfs mount of this namespace (/dev) from the
+// bind's root: the stat that compares it touches devtmpfs, in memory, and
+// never the bind's own mount point, which may be another pod's.
+func mountsOfDevice(infos []mount.MountInfo, device string) ([]string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(device, &st); err != nil {
+		return nil, fmt.Errorf("reading the device numbers of %s: %w", device, err)
+	}
+	major, minor := int(unix.Major(st.Rdev)), int(unix.Minor(st.Rdev))
+	// Where each devtmpfs instance is mounted whole (root "/").
+	devRoots := map[[2]int]string{}
+	for _, mi := range infos {
+		if mi.FsType == "devtmpfs" && mi.Root == "/" {
+			if _, ok := devRoots[[2]int{mi.Major, mi.Minor}]; !ok {
+				devRoots[[2]int{mi.Major, mi.Minor}] = mi.MountPoint
+			}
+		}
+	}
+	var paths []string
+	for _, mi := range infos {
+		switch {
+		case mi.Major == major && mi.Minor == minor, sameSource(mi.Source, device):
+			// btrfs shows an anonymous device number: its source names
+			// the device.
+			paths = append(paths, tablePath(mi.MountPoint))
+		case mi.FsType == "devtmpfs" && mi.Root != "/":
+			dir, ok := devRoots[[2]int{mi.Major, mi.Minor}]
+			if !ok {
+				continue
+			}
+			var n unix.Stat_t
+			if err := unix.Stat(filepath.Join(dir, mi.Root), &n); err == nil && n.Rdev == st.Rdev {
+				paths = append(paths, tablePath(mi.MountPoint))
+			}
+		}
+	}
+	return paths, nil
+}

@@ -97,6 +97,13 @@ func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents u
 		return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: the volume group's metadata area is full (%d of %d bytes free)",
 			what, vg.MetadataAreaFree, vg.MetadataAreaSize))
 	}
+	if vg.MissingPVs > 0 {
+		// LVM changes nothing in a partial VG ("Cannot change VG ... while
+		// PVs are missing"), and the missing PVs' extents are gone anyway:
+		// no space here until an operator restores or removes the PV.
+		return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: %d physical volume(s) of the volume group are missing; LVM allocates nothing in it",
+			what, vg.MissingPVs))
+	}
 	if req.ThinPool != "" {
 		p := rep.FindThinPool(req.VolumeGroup, req.ThinPool)
 		switch {

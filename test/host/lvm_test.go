@@ -474,3 +474,33 @@ func TestReportMissingPV(t *testing.T) {
 		t.Errorf("LV on the missing PV reads %+v, want health partial", lv)
 	}
 }
+
+// TestCreateOnPartialVGIsInsufficientSpace: in a volume group with a
+// missing PV, an lvcreate larger than what the present PV has free (the
+// space is really gone), and one that would fit there (LVM allocates
+// nothing in a partial VG), both fail as ErrInsufficientSpace, which the
+// driver answers with RESOURCE_EXHAUSTED so the pod goes to another node.
+func TestCreateOnPartialVGIsInsufficientSpace(t *testing.T) {
+	v, c, _ := setup(t, lvmtest.Options{Size: 128 * mib, PVs: 2})
+	ctx := ctxFor(t)
+	vg, err := c.VolumeGroup(ctx, v.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.DetachPV(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		size uint64
+	}{
+		{"gone", vg.Size/2 + 8*mib},
+		{"would-fit", 8 * mib},
+	} {
+		_, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: v.Name, Name: tc.name, Size: tc.size})
+		if !errors.Is(err, lvm.ErrInsufficientSpace) {
+			t.Errorf("CreateLV of %d bytes in a VG with a missing PV = %v, want ErrInsufficientSpace", tc.size, err)
+		}
+	}
+}
+

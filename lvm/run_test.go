@@ -45,11 +45,11 @@ func helperLVM(args []string) int {
 		return 0
 	case "lvchange":
 		// A mutation that takes a while and ignores SIGINT, as LVM does
-		// while it commits metadata; it leaves args[1] behind when it
-		// ran to its end.
+		// while it commits metadata; it leaves its last argument behind
+		// when it ran to its end.
 		signal.Ignore(syscall.SIGINT)
 		time.Sleep(time.Second)
-		if err := os.WriteFile(args[1], []byte("done"), 0o600); err != nil {
+		if err := os.WriteFile(args[len(args)-1], []byte("done"), 0o600); err != nil {
 			return 1
 		}
 		return 0
@@ -274,5 +274,62 @@ func TestReadGivesUpOnAHungCommand(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("run returned after %v", d)
+	}
+}
+
+// TestMetadataWritesBoundTheArchive: every command that writes VG metadata
+// carries --config backup/retain_days=0 right after its subcommand, so
+// that LVM keeps only lvm.conf's retain_min newest archive files of the VG;
+// an activation writes none and runs as it is.
+func TestMetadataWritesBoundTheArchive(t *testing.T) {
+	retention := []string{"--config", "backup/retain_days=0"}
+	tests := []struct {
+		name    string
+		do      func(ctx context.Context, c *Client) error
+		command string
+		want    bool
+	}{
+		{"create", func(ctx context.Context, c *Client) error {
+			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "rec-thick", Name: "carve-new", Size: 4 << 20})
+			return err
+		}, "lvcreate", true},
+		{"extend", func(ctx context.Context, c *Client) error {
+			_, err := c.ExtendLV(ctx, "rec-thick", "carve-aaaa", 64<<20)
+			return err
+		}, "lvextend", true},
+		{"delete tags", func(ctx context.Context, c *Client) error {
+			return c.DeleteTags(ctx, "rec-thick", "carve-aaaa", "carve.dev/unfinished")
+		}, "lvchange", true},
+		{"remove", func(ctx context.Context, c *Client) error { return c.RemoveLV(ctx, "rec-thick", "carve-aaaa") }, "lvremove", true},
+		{"activate", func(ctx context.Context, c *Client) error {
+			_, err := c.ActivateLV(ctx, "rec-thick", "plain")
+			return err
+		}, "lvchange", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			if err := tt.do(context.Background(), f.client()); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			found := false
+			for _, argv := range f.calls {
+				if argv[0] != tt.command {
+					continue
+				}
+				found = true
+				if got := len(argv) > 2 && slices.Equal(argv[1:3], retention); got != tt.want {
+					t.Errorf("%q: carries %v right after the subcommand: %v, want %v", argv, retention, got, tt.want)
+				}
+				if !tt.want && slices.Contains(argv, "--config") {
+					t.Errorf("%q carries a --config", argv)
+				}
+			}
+			if !found {
+				t.Fatalf("no %s ran: %q", tt.command, f.calls)
+			}
+		})
 	}
 }

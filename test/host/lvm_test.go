@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -504,3 +505,45 @@ func TestCreateOnPartialVGIsInsufficientSpace(t *testing.T) {
 	}
 }
 
+// TestArchiveKeepsRetainMin: with LVM's defaults (retain_days 30) each
+// metadata change adds a file to the VG's archive, for a month; carve's
+// changes pass backup/retain_days=0, so that the archive shrinks to
+// retain_min (10 by default) newest files at carve's next change and
+// stays there.
+func TestArchiveKeepsRetainMin(t *testing.T) {
+	v, c, _ := setup(t, lvmtest.Options{Size: 64 * mib})
+	ctx := ctxFor(t)
+	archived := func() int {
+		t.Helper()
+		files, err := filepath.Glob(filepath.Join(v.ConfigDir, "archive", v.Name+"_*.vg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(files)
+	}
+	// The control: LVM's own defaults keep every change.
+	for i := range 8 {
+		name := fmt.Sprint("raw", i)
+		if _, err := v.LVM(ctx, "lvcreate", "--yes", "--name", name, "--size", "4m", v.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.LVM(ctx, "lvremove", "--yes", v.Name+"/"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := archived(); n < 16 {
+		t.Fatalf("16 changes with LVM's defaults left %d archive files; the test expects LVM to keep them all", n)
+	}
+	for i := range 3 {
+		name := fmt.Sprint("carve", i)
+		if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: v.Name, Name: name, Size: 4 * mib}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RemoveLV(ctx, v.Name, name); err != nil {
+			t.Fatal(err)
+		}
+		if n := archived(); n > 10 {
+			t.Errorf("after carve's change %d the archive holds %d files, want at most retain_min (10)", 2*i+2, n)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -62,7 +63,8 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 
 // ListVolumes implements csi.ControllerServer from the in-memory view,
 // sorted by volume ID. The token is the last ID of the previous page, so a
-// volume deleted between pages does not shift the next page.
+// volume deleted between pages does not shift the next page. Only
+// available volumes are listed (see available).
 func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	token := req.GetStartingToken()
 	if err := checkPage(req.GetMaxEntries(), token); err != nil {
@@ -71,7 +73,7 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	resp := &csi.ListVolumesResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
 		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-		if token != "" && id <= token {
+		if (token != "" && id <= token) || !available(&lv) {
 			continue
 		}
 		if limit := int(req.GetMaxEntries()); limit > 0 && len(resp.Entries) == limit {
@@ -84,6 +86,16 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 		})
 	}
 	return resp, nil
+}
+
+// available tells whether an LV is a volume that CreateVolume has handed
+// out: not half-made (volume.TagUnfinished: a crash between lvcreate and
+// its erasure) and not a restore or clone whose copy is under way
+// (volume.TagCopyPending). The CSI spec has ListVolumes list "all
+// available volumes"; these two are not, no CreateVolume has answered
+// with them, and the retry of that CreateVolume finishes or remakes them.
+func available(lv *lvm.LogicalVolume) bool {
+	return !volume.IsUnfinished(lv.Tags) && !slices.Contains(lv.Tags, volume.TagCopyPending)
 }
 
 // checkPage checks the paging fields of ListVolumes and

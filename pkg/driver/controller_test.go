@@ -807,3 +807,78 @@ func TestCentralNodeServer(t *testing.T) {
 	_, err = CentralNodeServer{}.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{})
 	wantCode(t, err, codes.Unimplemented)
 }
+
+// TestListVolumesListsOnlyAvailableVolumes: an LV left half-made by a crash
+// (carve.dev/unfinished) and a restore whose copy is under way
+// (carve.dev/copy=pending) are no volumes yet: no CreateVolume returned
+// them, and the retry finishes or remakes them. ListVolumes and
+// ControllerListVolumeHealth (here with the LVs inactive, so unhealthy)
+// leave them out; once the mark is gone they are listed.
+func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	done := mustCreate(t, fx, "done", nil)
+	var marked []string
+	for _, tt := range []struct{ name, mark string }{
+		{"half-made", volume.TagUnfinished},
+		{"copying", volume.TagCopyPending},
+	} {
+		lv := volume.LVNameFor(tt.name)
+		if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: lv, Size: uint64(gib),
+			Tags: append(volume.VolumeTags(tt.name, "fast", nil), tt.mark)}); err != nil {
+			t.Fatal(err)
+		}
+		marked = append(marked, volume.VolumeID("vg1", lv))
+	}
+	fx.lvm.mu.Lock()
+	for _, id := range append([]string{done}, marked...) {
+		fx.lvm.lvs[id].Attr.Active = false
+	}
+	fx.lvm.mu.Unlock()
+	if err := fx.view.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	listed := func() (vols, unhealthy []string) {
+		t.Helper()
+		list, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.GetEntries() {
+			vols = append(vols, e.GetVolume().GetVolumeId())
+		}
+		health, err := fx.cs.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range health.GetEntries() {
+			unhealthy = append(unhealthy, e.GetVolumeId())
+		}
+		return vols, unhealthy
+	}
+	if vols, unhealthy := listed(); !slices.Equal(vols, []string{done}) || !slices.Equal(unhealthy, []string{done}) {
+		t.Errorf("listed %v, unhealthy %v; want only %s", vols, unhealthy, done)
+	}
+	// Paging from a marked LV's ID (a token of an older listing) works.
+	if page, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: marked[0]}); err != nil {
+		t.Errorf("ListVolumes from %s: %v", marked[0], err)
+	} else {
+		for _, e := range page.GetEntries() {
+			if slices.Contains(marked, e.GetVolume().GetVolumeId()) {
+				t.Errorf("a page lists %s", e.GetVolume().GetVolumeId())
+			}
+		}
+	}
+	for _, id := range marked {
+		lv := strings.TrimPrefix(id, "vg1/")
+		if err := fx.lvm.DeleteTags(ctx, "vg1", lv, volume.TagUnfinished, volume.TagCopyPending); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fx.view.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vols, _ := listed(); len(vols) != 3 {
+		t.Errorf("once finished, listed %v; want all three", vols)
+	}
+}

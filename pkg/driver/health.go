@@ -67,7 +67,8 @@ func (s *ControllerServer) ControllerGetVolumeHealth(ctx context.Context, req *c
 
 // ControllerListVolumeHealth implements csi.ControllerServer: the volumes
 // with at least one health problem, from the in-memory view (as old as its
-// last refresh), paged like ListVolumes.
+// last refresh), paged like ListVolumes and, like it, of available
+// volumes only.
 func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	token := req.GetStartingToken()
 	if err := checkPage(req.GetMaxEntries(), token); err != nil {
@@ -76,7 +77,7 @@ func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *
 	resp := &csi.ControllerListVolumeHealthResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
 		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-		if token != "" && id <= token {
+		if (token != "" && id <= token) || !available(&lv) {
 			continue
 		}
 		var pool *lvm.ThinPool

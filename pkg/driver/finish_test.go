@@ -236,3 +236,41 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 		})
 	}
 }
+
+// TestEraseInFlightAtShutdownIsRedone: the plugin stops (or dies) while a
+// new raw-block volume is being erased. Nothing waits for the erasure: the
+// finishing is dropped with the process, and the LV still carries
+// volume.TagUnfinished, so the next plugin's CreateVolume erases it again,
+// from the start, before handing it out. The dropped erasure never
+// completes here (its gate stays shut), as in a process that is gone.
+func TestEraseInFlightAtShutdownIsRedone(t *testing.T) {
+	fx := newEraseFixture(t)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	fx.eraser.gate = stuck
+	req := createReq("pvc-1", gib, nil)
+	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := fx.cs.CreateVolume(ctx, req)
+	wantCode(t, err, codes.Aborted, "still being prepared")
+	lv := volume.LVNameFor("pvc-1")
+	if tags, _ := fx.lvm.lvTags("vg1", lv); !volume.IsUnfinished(tags) {
+		t.Fatalf("an LV being erased lost %s: %v", volume.TagUnfinished, tags)
+	}
+
+	// The restart: a new server, with no knowledge of the old one's work.
+	fx.eraser.mu.Lock()
+	fx.eraser.gate = nil
+	fx.eraser.mu.Unlock()
+	fx.restart(t)
+	if _, err := fx.cs.CreateVolume(context.Background(), req); err != nil {
+		t.Fatalf("CreateVolume after the restart: %v", err)
+	}
+	if got, want := fx.eraser.erasures(), []erased{{"/dev/vg1/" + lv, erase.ZeroOut}}; !slices.Equal(got, want) {
+		t.Errorf("erasures after the restart %v, want %v: the dropped erasure was not redone", got, want)
+	}
+	if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
+		t.Errorf("the LV handed out still carries %s: %v", volume.TagUnfinished, tags)
+	}
+}

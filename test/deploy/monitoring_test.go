@@ -198,6 +198,8 @@ func TestDashboardPanels(t *testing.T) {
 		{"orphaned volumes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volumes\{`},
 		{"orphaned bytes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volume_bytes\{`},
 		{"volumes with missing data per node", `sum by \(node\) \(carve_volumes_missing\{`},
+		{"volumes of deleted nodes (the controller's)", `max by \(cluster\) \(carve_lost_node_volumes\{`},
+		{"claims and PVs of deleted nodes deleted", `sum by \(object, result\) \(increase\(carve_lost_node_volumes_deleted_total\{`},
 		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},
 	} {
 		re := regexp.MustCompile("(?m)" + tc.pattern)
@@ -290,6 +292,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveOrphanedVolumes", "carve_orphaned_volumes"},
 		{"CarveVolumeDataMissing", "carve_volumes_missing"},
 		{"CarveAuditStale", "carve_audit_timestamp_seconds"},
+		{"CarveLostNodeVolumes", "carve_lost_node_volumes"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {

@@ -133,6 +133,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "Orphaned volumes and missing data go unnoticed on this node. The plugin's log says why: the API server unreachable, or RBAC (list/watch persistentvolumes, get persistentvolumeclaims, create events).") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveLostNodeVolumes"
+  "expr" `max(carve_lost_node_volumes) > 0
+`
+  "for" "10m" "severity" "warning"
+  "summary" `{{ $value }} carve PersistentVolume(s) are pinned to a Node that no longer exists`
+  "description" "Their LVs were on the deleted node's disks: the data is gone, and their pods stay Pending until the claims are deleted. The NodeLost Events on the PVs and PVCs name them. With --delete-claims-of-lost-nodes carve controller deletes them within a pass; this alert then means the deletion fails (carve_lost_node_volumes_deleted_total, result error; the controller's log says why).") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveNotRegisteredWithKubelet"
   "expr" `max by (node) (carve_kubelet_registration{state=~"waiting|failed"}) == 1
 `

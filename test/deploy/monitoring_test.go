@@ -395,8 +395,9 @@ func makeMetadataThinPool(t *testing.T, vg *lvmtest.LoopVG, pool string) {
 // loop-device volume group (activation disabled: metadata only), with a
 // thick and a thin class, drives the phases that work without a kernel
 // device (capacity, create, delete, and a create that does not fit), scrapes
-// /metrics, and checks every metric and label the dashboard and the alert
-// rules use against what the plugin exports.
+// /metrics, scrapes a real `carve controller` too, and checks every metric
+// and label the dashboard and the alert rules use against what the two
+// export: a name neither exports fails.
 func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	lvmtest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -484,25 +485,61 @@ current-context: none
 		t.Error("CreateVolume of 64 GiB on a 1 GiB VG succeeded")
 	}
 
-	fams, err := p.Scrape(ctx)
+	pluginFams, err := p.Scrape(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exported := map[string][]string{} // series name -> label names
-	for name, f := range fams {
-		labels := map[string]bool{}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = true
+
+	// carve controller, beside it, exports the lost-node watch's metrics
+	// (registered at start, before it leads): with the same unreachable
+	// API server it serves them while it tries for the Lease.
+	var ctrlLog strings.Builder
+	c, err := plugintest.StartController(ctx, plugintest.ControllerOptions{
+		Binary:     bin,
+		Dir:        dir,
+		Kubeconfig: kubeconfig,
+		ExtraArgs:  []string{"--leader-election-namespace=carve-system"},
+		Log:        &ctrlLog,
+	})
+	if err != nil {
+		t.Fatalf("%v\ncontroller log:\n%s", err, ctrlLog.String())
+	}
+	defer func() {
+		if err := c.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping the controller: %v", err)
+		}
+	}()
+	ctrlFams, err := c.Scrape(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A name counts as exported when the plugin or the controller exports
+	// it, with the labels either gives it.
+	fams := plugintest.Metrics{}
+	labelSets := map[string]map[string]bool{} // series name -> label names
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams} {
+		for name, f := range scraped {
+			fams[name] = f
+			names := []string{name}
+			if f.GetType() == dto.MetricType_HISTOGRAM {
+				names = append(names, name+"_bucket", name+"_count", name+"_sum")
+			}
+			for _, n := range names {
+				if labelSets[n] == nil {
+					labelSets[n] = map[string]bool{}
+				}
+				for _, m := range f.GetMetric() {
+					for _, l := range m.GetLabel() {
+						labelSets[n][l.GetName()] = true
+					}
+				}
 			}
 		}
-		names := []string{name}
-		if f.GetType() == dto.MetricType_HISTOGRAM {
-			names = append(names, name+"_bucket", name+"_count", name+"_sum")
-		}
-		for _, n := range names {
-			exported[n] = sortedKeys(labels)
-		}
+	}
+	exported := map[string][]string{} // series name -> label names
+	for n, labels := range labelSets {
+		exported[n] = sortedKeys(labels)
 	}
 
 	used := map[string]bool{}
@@ -525,7 +562,7 @@ current-context: none
 			case kubeStateMetrics[m] != nil:
 				labels = kubeStateMetrics[m]
 			case !ok:
-				t.Errorf("%s uses %s, which the running plugin does not export", q.where, m)
+				t.Errorf("%s uses %s, which neither the running plugin nor the running controller exports", q.where, m)
 			}
 			for _, l := range labels {
 				labelsOf[l] = true
@@ -548,5 +585,5 @@ current-context: none
 			t.Logf("note: %s is exported but neither charted nor alerted on", name)
 		}
 	}
-	t.Logf("the dashboard and the rules use %d metrics; the plugin exports %d families (%d carve_*)", len(used), len(fams), len(carveExported))
+	t.Logf("the dashboard and the rules use %d metrics; the plugin and the controller export %d families (%d carve_*; the controller %d)", len(used), len(fams), len(carveExported), len(ctrlFams))
 }

@@ -1,9 +1,9 @@
-// Package plugintest runs a real `carve plugin` process for the root test
-// tiers: it writes the device-class file, starts the binary with its
-// documented command line, waits until Probe answers ready over the unix
-// socket, and scrapes the plugin's /metrics. It drives the binary from the
-// outside, exactly as a kubelet and the sidecars would, so nothing here
-// reaches into carve's packages.
+// Package plugintest runs a real `carve plugin` (or `carve controller`)
+// process for the root test tiers: it writes the device-class file, starts
+// the binary with its documented command line, waits until Probe answers
+// ready over the unix socket, and scrapes the process's /metrics. It
+// drives the binary from the outside, exactly as a kubelet and the
+// sidecars would, so nothing here reaches into carve's packages.
 package plugintest
 
 import (
@@ -56,7 +56,7 @@ type Options struct {
 	NotReadyOK bool
 }
 
-// Plugin is a running `carve plugin` process.
+// Plugin is a running `carve plugin` (or `carve controller`) process.
 type Plugin struct {
 	// Endpoint is the --endpoint value (unix://<socket>).
 	Endpoint string
@@ -82,21 +82,9 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	if err := os.WriteFile(cfg, []byte(opts.Config), 0o644); err != nil {
 		return nil, fmt.Errorf("plugintest: writing the config: %w", err)
 	}
-	sock := filepath.Join(opts.Dir, "csi.sock")
-	// A socket left by an earlier process of the same test would make
-	// the new one fail to listen, or the probe below reach nothing.
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("plugintest: removing an old socket: %w", err)
-	}
-	metricsAddr, err := freeLoopbackAddress()
-	if err != nil {
-		return nil, err
-	}
 	args := []string{"plugin",
-		"--endpoint", "unix://" + sock,
 		"--node-name", opts.NodeName,
 		"--config", cfg,
-		"--metrics-address", metricsAddr,
 		"--kubelet-registration-dir=",
 	}
 	if opts.MaxVolumes > 0 {
@@ -107,21 +95,87 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	} else {
 		args = append(args, "--audit-interval=0")
 	}
-	args = append(args, opts.ExtraArgs...)
+	return launch(ctx, launchOptions{binary: opts.Binary, sock: filepath.Join(opts.Dir, "csi.sock"),
+		args: append(args, opts.ExtraArgs...), env: opts.Env, log: opts.Log,
+		readyTimeout: opts.ReadyTimeout, notReadyOK: opts.NotReadyOK})
+}
+
+// ControllerOptions describe one `carve controller` process.
+type ControllerOptions struct {
+	// Binary is the path of the carve binary.
+	Binary string
+	// Dir holds the socket (controller.sock, so that a plugin can share
+	// the directory); a local filesystem, as for Options.Dir.
+	Dir string
+	// Kubeconfig is passed as --kubeconfig, which turns on the watch for
+	// the volumes of deleted Nodes (under leader election unless
+	// ExtraArgs say otherwise); empty runs the controller with
+	// --lost-nodes-interval=0 (no API server here).
+	Kubeconfig string
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+	// Env is added to the process environment.
+	Env []string
+	// Log receives the controller's stdout and stderr; nil discards them.
+	Log io.Writer
+	// ReadyTimeout bounds the wait for Probe; 0 means two minutes.
+	ReadyTimeout time.Duration
+}
+
+// StartController starts `carve controller` with its documented command
+// line and returns once it answers Probe with ready; Plugin's methods
+// (Scrape, Stop) serve it as they serve a plugin.
+func StartController(ctx context.Context, opts ControllerOptions) (*Plugin, error) {
+	if opts.Binary == "" || opts.Dir == "" {
+		return nil, errors.New("plugintest: Binary and Dir are required")
+	}
+	args := []string{"controller"}
+	if opts.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", opts.Kubeconfig)
+	} else {
+		args = append(args, "--lost-nodes-interval=0")
+	}
+	return launch(ctx, launchOptions{binary: opts.Binary, sock: filepath.Join(opts.Dir, "controller.sock"),
+		args: append(args, opts.ExtraArgs...), env: opts.Env, log: opts.Log, readyTimeout: opts.ReadyTimeout})
+}
+
+// launchOptions are what Start and StartController share: the role's
+// arguments, to which launch adds --endpoint and --metrics-address.
+type launchOptions struct {
+	binary, sock string
+	args, env    []string
+	log          io.Writer
+	readyTimeout time.Duration
+	notReadyOK   bool
+}
+
+// launch starts the process and waits until it is ready.
+func launch(ctx context.Context, o launchOptions) (*Plugin, error) {
+	// A socket left by an earlier process of the same test would make
+	// the new one fail to listen, or the probe below reach nothing.
+	if err := os.Remove(o.sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("plugintest: removing an old socket: %w", err)
+	}
+	metricsAddr, err := freeLoopbackAddress()
+	if err != nil {
+		return nil, err
+	}
+	// The role comes first; its flags after it.
+	args := append([]string{o.args[0], "--endpoint", "unix://" + o.sock, "--metrics-address", metricsAddr}, o.args[1:]...)
 	// Not CommandContext: the process must outlive the start-up context;
 	// Stop ends it.
-	cmd := exec.Command(opts.Binary, args...) //nolint:noctx // see above: Stop ends it
-	cmd.Env = append(os.Environ(), opts.Env...)
-	log := opts.Log
+	cmd := exec.Command(o.binary, args...) //nolint:noctx // see above: Stop ends it
+	cmd.Env = append(os.Environ(), o.env...)
+	log := o.log
 	if log == nil {
 		log = io.Discard
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("plugintest: starting %s: %w", opts.Binary, err)
+		return nil, fmt.Errorf("plugintest: starting %s: %w", o.binary, err)
 	}
 	p := &Plugin{
-		Endpoint:   "unix://" + sock,
+		Endpoint:   "unix://" + o.sock,
 		MetricsURL: "http://" + metricsAddr + "/metrics",
 		cmd:        cmd,
 		done:       make(chan struct{}),
@@ -130,11 +184,11 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	timeout := opts.ReadyTimeout
+	timeout := o.readyTimeout
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
-	if err := p.waitReady(ctx, sock, timeout, opts.NotReadyOK); err != nil {
+	if err := p.waitReady(ctx, o.sock, timeout, o.notReadyOK); err != nil {
 		return nil, errors.Join(err, p.Stop(10*time.Second))
 	}
 	return p, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -293,17 +294,7 @@ func TestChartOptions(t *testing.T) {
 	// The kustomize component holds the same ServiceMonitor,
 	// PrometheusRule and dashboard ConfigMap: an overlay of the base with
 	// the component, as docs/operations.md shows it, builds them.
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, filepath.Join(root, "deploy", "kubernetes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel +
-		"\ncomponents:\n  - " + filepath.Join(rel, "components", "monitoring") + "\n"
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	withComponent := byKey(t, decodeObjects(t, run(t, root, tool(t, "kustomize"), "build", "--load-restrictor=LoadRestrictionsNone", overlay)))
+	withComponent := byKey(t, renderWithComponent(t, "monitoring"))
 	for _, key := range []string{"ServiceMonitor carve-system/carve", "PrometheusRule carve-system/carve", "ConfigMap carve-system/carve-dashboard"} {
 		got, ok := withComponent[key]
 		if !ok {
@@ -365,6 +356,97 @@ func TestChartOptions(t *testing.T) {
 	} {
 		if !bytes.Contains(ds, []byte(want)) {
 			t.Errorf("the DaemonSet rendered with options lacks %s", want)
+		}
+	}
+}
+
+// renderWithComponent builds an overlay of the kustomize base with one of
+// its components (deploy/kubernetes/components/<name>), as
+// docs/operations.md shows it.
+func renderWithComponent(t *testing.T, name string) []object {
+	t.Helper()
+	root := repoRoot(t)
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, filepath.Join(root, "deploy", "kubernetes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel +
+		"\ncomponents:\n  - " + filepath.Join(rel, "components", name) + "\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return decodeObjects(t, run(t, root, tool(t, "kustomize"), "build", "--load-restrictor=LoadRestrictionsNone", overlay))
+}
+
+// sortFlags sorts the flags of every container of a workload (all but the
+// first argument, the role): their order means nothing to carve, and a
+// kustomize patch can only append.
+func sortFlags(o object) {
+	spec, _ := o["spec"].(map[string]any)
+	tmpl, _ := spec["template"].(map[string]any)
+	pod, _ := tmpl["spec"].(map[string]any)
+	containers, _ := pod["containers"].([]any)
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		args, _ := cm["args"].([]any)
+		if len(args) > 1 {
+			slices.SortFunc(args[1:], func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+		}
+	}
+}
+
+// TestDeleteClaimsComponentMatchesChart: the kustomize component
+// delete-claims-of-lost-nodes and the chart's
+// controller.deleteClaimsOfLostNodes=true install the same thing: the base
+// with the component and the chart with the value render the same objects
+// (the flag on the controller, and the same RBAC to the letter), so a
+// grant added to one and not the other fails here. The control: the chart
+// without the value differs from the component in exactly the flag and
+// the RBAC.
+func TestDeleteClaimsComponentMatchesChart(t *testing.T) {
+	const deployment = "Deployment carve-system/carve-controller"
+	component := byKey(t, renderWithComponent(t, "delete-claims-of-lost-nodes"))
+	chartOn := byKey(t, renderChart(t, "controller.deleteClaimsOfLostNodes=true"))
+	chartOff := byKey(t, renderChart(t))
+	for _, objs := range []map[string]object{component, chartOn, chartOff} {
+		if d, ok := objs[deployment]; ok {
+			sortFlags(d)
+		}
+	}
+	for _, key := range []string{"ClusterRole /carve-controller-lost-nodes-delete", "ClusterRoleBinding /carve-controller-lost-nodes-delete"} {
+		if _, ok := component[key]; !ok {
+			t.Errorf("the component renders no %s", key)
+		}
+	}
+	if args, _ := json.Marshal(component[deployment]); !bytes.Contains(args, []byte(`"--delete-claims-of-lost-nodes"`)) {
+		t.Errorf("the component's %s lacks --delete-claims-of-lost-nodes", deployment)
+	}
+	var unexpected []string
+	for _, d := range compareRenderings(t, component, chartOn) {
+		k, found := strings.CutPrefix(d, "only in the kustomize base: ")
+		if _, ok := onlyInBase[k]; found && ok {
+			continue
+		}
+		unexpected = append(unexpected, d)
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("the base with components/delete-claims-of-lost-nodes and the chart with controller.deleteClaimsOfLostNodes=true differ:\n%s",
+			strings.Join(unexpected, "\n"))
+	}
+	// The control: without the value, the chart lacks what the component adds.
+	off := map[string]bool{}
+	for _, d := range compareRenderings(t, component, chartOff) {
+		switch {
+		case strings.HasPrefix(d, "only in the kustomize base: ClusterRole"):
+			off[strings.TrimPrefix(d, "only in the kustomize base: ")] = true
+		case strings.HasPrefix(d, deployment):
+			off[deployment] = true
+		}
+	}
+	for _, want := range []string{deployment, "ClusterRole /carve-controller-lost-nodes-delete", "ClusterRoleBinding /carve-controller-lost-nodes-delete"} {
+		if !off[want] {
+			t.Errorf("control: the chart without controller.deleteClaimsOfLostNodes does not differ from the component in %s", want)
 		}
 	}
 }

@@ -17,6 +17,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	carvemetrics "github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/topology"
 )
 
 // Event reasons.
@@ -126,7 +129,7 @@ func (a *Auditor) pvsOf(objs []any) []PV {
 
 // PVFrom is the decision's view of a PersistentVolume of carve.
 func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
-	p := PV{Name: pv.Name, Node: pinnedNode(pv, topologyKey),
+	p := PV{Name: pv.Name, Node: topology.PinnedNode(pv, topologyKey),
 		Going: pv.DeletionTimestamp != nil ||
 			pv.Status.Phase == corev1.VolumeReleased && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete}
 	if pv.Spec.CSI != nil {
@@ -136,21 +139,6 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 		p.Claim, p.ClaimUID = r.Namespace+"/"+r.Name, string(r.UID)
 	}
 	return p
-}
-
-// pinnedNode is the node a PV's required node affinity names on key.
-func pinnedNode(pv *corev1.PersistentVolume, key string) string {
-	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
-		return ""
-	}
-	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-		for _, e := range term.MatchExpressions {
-			if e.Key == key && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
-				return e.Values[0]
-			}
-		}
-	}
-	return ""
 }
 
 // trimPV is the informer's transform: what the audit does not read never
@@ -303,11 +291,7 @@ func (a *Auditor) forgetAnnounced(orphans []Orphan, missing []Missing) {
 func (a *Auditor) remove(ctx context.Context, o Orphan) error {
 	log := klog.FromContext(ctx)
 	err := a.cfg.Remove(ctx, o.VolumeGroup, o.Name)
-	result := "success"
-	if err != nil {
-		result = "error"
-	}
-	a.m.removed.WithLabelValues(o.Class, o.VolumeGroup, result).Inc()
+	a.m.removed.WithLabelValues(o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
 	if err != nil {
 		return fmt.Errorf("removing orphaned LV %s: %w", o.ID(), err)
 	}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	carvemetrics "github.com/carve-csi/carve/pkg/metrics"
 )
 
 // Class is a device class and its volume group, as the gauges label them.
@@ -78,9 +80,5 @@ func (m *metrics) publish(orphans []Orphan, missing []Missing) {
 }
 
 func (m *metrics) ran(at time.Time, err error) {
-	r := "success"
-	if err != nil {
-		r = "error"
-	}
-	m.lastRun.WithLabelValues(r).Set(float64(at.UnixNano()) / 1e9)
+	m.lastRun.WithLabelValues(carvemetrics.Result(err)).Set(float64(at.UnixNano()) / 1e9)
 }

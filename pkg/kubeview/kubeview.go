@@ -124,7 +124,7 @@ func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 		if csi == nil || csi.Driver != v.Driver {
 			continue
 		}
-		vol := Volume{PV: pv.Name, Node: pvNode(&pv), DeviceClass: csi.VolumeAttributes[deviceClassParam],
+		vol := Volume{PV: pv.Name, Node: topology.PinnedNode(&pv, topology.Key), DeviceClass: csi.VolumeAttributes[deviceClassParam],
 			Phase: string(pv.Status.Phase)}
 		if vg, lv, err := volume.ParseVolumeID(csi.VolumeHandle); err == nil {
 			vol.VolumeGroup, vol.LV = vg, lv
@@ -147,21 +147,6 @@ func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 		return out[i].PV < out[j].PV
 	})
 	return out, nil
-}
-
-// pvNode is the node a local PV is pinned to by carve's topology key.
-func pvNode(pv *corev1.PersistentVolume) string {
-	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
-		return ""
-	}
-	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-		for _, e := range term.MatchExpressions {
-			if e.Key == topology.Key && len(e.Values) == 1 {
-				return e.Values[0]
-			}
-		}
-	}
-	return ""
 }
 
 // Capacities lists the capacity carve published per node and StorageClass,

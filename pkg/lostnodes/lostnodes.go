@@ -24,6 +24,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/topology"
 )
 
 // Event reasons.
@@ -148,16 +151,7 @@ func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver || pv.DeletionTimestamp != nil {
 		return Volume{}, false
 	}
-	v := Volume{PV: pv.Name}
-	if a := pv.Spec.NodeAffinity; a != nil && a.Required != nil {
-		for _, term := range a.Required.NodeSelectorTerms {
-			for _, e := range term.MatchExpressions {
-				if e.Key == key && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
-					v.Node = e.Values[0]
-				}
-			}
-		}
-	}
+	v := Volume{PV: pv.Name, Node: topology.PinnedNode(pv, key)}
 	if v.Node == "" {
 		return Volume{}, false
 	}
@@ -273,13 +267,7 @@ func (w *Watch) announce(log klog.Logger, v Volume) {
 func (w *Watch) release(ctx context.Context, v Volume) error {
 	log := klog.FromContext(ctx)
 	cs := w.cfg.Client.CoreV1()
-	count := func(object string, err error) {
-		r := "success"
-		if err != nil {
-			r = "error"
-		}
-		w.deleted.WithLabelValues(object, r).Inc()
-	}
+	count := func(object string, err error) { w.deleted.WithLabelValues(object, metrics.Result(err)).Inc() }
 	if v.ClaimName != "" {
 		uid := v.ClaimUID
 		err := w.deleteClaim(ctx, v.ClaimNamespace, v.ClaimName, uid)

@@ -153,7 +153,7 @@ func (r *Recorder) ObserveStep(phase, step, deviceClass string, d time.Duration,
 	if r == nil {
 		return
 	}
-	r.stepDuration.WithLabelValues(phase, step, deviceClass, result(err)).Observe(d.Seconds())
+	r.stepDuration.WithLabelValues(phase, step, deviceClass, Result(err)).Observe(d.Seconds())
 }
 
 // AddCopiedBytes counts bytes a copy step wrote.
@@ -169,7 +169,7 @@ func (r *Recorder) ObserveCommand(command string, d time.Duration, err error) {
 	if r == nil {
 		return
 	}
-	r.lvmDuration.WithLabelValues(command, result(err)).Observe(d.Seconds())
+	r.lvmDuration.WithLabelValues(command, Result(err)).Observe(d.Seconds())
 }
 
 // ClassState is what the gauges show for one device class.
@@ -228,10 +228,13 @@ func (r *Recorder) ObserveRefresh(at time.Time, err error) {
 	if r == nil {
 		return
 	}
-	r.lastRefreshResult.WithLabelValues(result(err)).Set(float64(at.UnixNano()) / 1e9)
+	r.lastRefreshResult.WithLabelValues(Result(err)).Set(float64(at.UnixNano()) / 1e9)
 }
 
-func result(err error) string {
+// Result is the result label of carve's metrics for an outcome: "success"
+// for nil, "error" otherwise (the audit and the lost-node watch label
+// theirs the same way).
+func Result(err error) string {
 	if err != nil {
 		return "error"
 	}

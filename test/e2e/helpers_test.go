@@ -25,6 +25,7 @@ import (
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/test/e2e/cluster"
 	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/topology"
 )
 
 const (
@@ -400,19 +401,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 
 // pvNode is the node named by a PV's required node affinity on carve's
 // topology key.
-func pvNode(pv *corev1.PersistentVolume) string {
-	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
-		return ""
-	}
-	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-		for _, e := range term.MatchExpressions {
-			if e.Key == cluster.TopologyKey && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
-				return e.Values[0]
-			}
-		}
-	}
-	return ""
-}
+func pvNode(pv *corev1.PersistentVolume) string { return topology.PinnedNode(pv, cluster.TopologyKey) }
 
 // metricSum sums the samples of one metric whose labels contain every
 // label="value" pair given, over every node's carve plugin.

@@ -3,10 +3,13 @@
 package config
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/erase"
+	"github.com/carve-csi/carve/pkg/fs"
 )
 
 // Config is the device-class file.
@@ -44,6 +47,21 @@ type DeviceClass struct {
 	// that may change while the snapshot lives. Default
 	// DefaultSnapshotSpacePercent; 1-100; thick classes only.
 	SnapshotSpacePercent int `json:"snapshotSpacePercent,omitempty"`
+	// MkfsOptions are the options mkfs gets when it makes a filesystem of
+	// this class, per filesystem (ext4, xfs, btrfs): argv items in order, a
+	// flag and its value as separate items, from pkg/fs's allow-list. A
+	// filesystem not listed gets fs.DefaultMkfsOptions (mountable on
+	// fs.OldestKernel); an empty list gives the tool's own defaults.
+	MkfsOptions map[string][]string `json:"mkfsOptions,omitempty"`
+}
+
+// MkfsArgs are the mkfs options of fsType for this class: the class's own
+// when it lists fsType, else the default.
+func (d *DeviceClass) MkfsArgs(fsType string) []string {
+	if opts, ok := d.MkfsOptions[fsType]; ok {
+		return slices.Clone(opts)
+	}
+	return fs.DefaultMkfsOptions(fsType)
 }
 
 // DefaultSnapshotSpacePercent is SnapshotSpacePercent when unset.

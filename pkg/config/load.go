@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/erase"
+	"github.com/carve-csi/carve/pkg/fs"
 )
 
 // Load reads and validates the device-class file at path.
@@ -145,7 +147,23 @@ func (d *DeviceClass) validate() error {
 			errs = append(errs, fmt.Errorf("snapshotSpacePercent %d: must be 1-100 (0 or unset: %d)", p, DefaultSnapshotSpacePercent))
 		}
 	}
+	for _, t := range sortedKeys(d.MkfsOptions) {
+		if !slices.Contains(fs.MkfsTypes, t) {
+			errs = append(errs, fmt.Errorf("mkfsOptions.%s: not a filesystem carve makes; allowed: %s", t, strings.Join(fs.MkfsTypes, ", ")))
+		} else if err := fs.ValidateMkfsOptions(t, d.MkfsOptions[t]); err != nil {
+			errs = append(errs, fmt.Errorf("mkfsOptions.%s%w", t, err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+func sortedKeys(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Class returns the class named name; an empty name means the default class.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/erase"
+	"github.com/carve-csi/carve/pkg/fs"
 )
 
 const goodFile = `
@@ -100,6 +101,9 @@ func TestParseRefusesBadFile(t *testing.T) {
 		{"stripe size below a page", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 2, stripeSize: 2048}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripeSize is 2048", "at least 4096"}},
 		{"stripe size with one stripe", "deviceClasses:\n  - {name: a, volumeGroup: vg, lvcreateOptions: {stripes: 1, stripeSize: 65536}}\n", []string{"deviceClasses[0] (a): lvcreateOptions: ", "stripes of 2 or more"}},
 		{"second class named in the message", "deviceClasses:\n  - {name: a, volumeGroup: vg}\n  - {name: b, volumeGroup: vg, lvcreateOptions: {mirrors: 12}}\n", []string{"deviceClasses[1] (b): lvcreateOptions: ", "mirrors is 12"}},
+		{"mkfs option outside the allow-list", "deviceClasses:\n  - {name: a, volumeGroup: vg, mkfsOptions: {xfs: ['-l', 'logdev=/dev/sdb']}}\n", []string{`deviceClasses[0] (a): mkfsOptions.xfs[1] "logdev=/dev/sdb" (value of -l): option "logdev": allowed: size, version`}},
+		{"mkfs flag and value in one item", "deviceClasses:\n  - {name: a, volumeGroup: vg, mkfsOptions: {ext4: ['-O ^orphan_file']}}\n", []string{`deviceClasses[0] (a): mkfsOptions.ext4[0] "-O ^orphan_file": not an allowed flag of mkfs.ext4`, "separate items"}},
+		{"mkfs options of an unknown filesystem", "deviceClasses:\n  - {name: a, volumeGroup: vg, mkfsOptions: {zfs: []}}\n", []string{"deviceClasses[0] (a): mkfsOptions.zfs: not a filesystem carve makes; allowed: ext4, xfs, btrfs"}},
 		{"spare beyond any size", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 1e30}\n", []string{"deviceClasses[0] (a): spare 1e+30: at most 4611686018427387904 bytes"}},
 		{"spare just beyond the largest size", "deviceClasses:\n  - {name: a, volumeGroup: vg, spare: 4611686018427387905}\n", []string{"deviceClasses[0] (a): spare 4611686018427387905: at most"}},
 		{"not yaml", "deviceClasses: [\n", []string{"decode"}},
@@ -183,5 +187,39 @@ func TestSnapshotCowSize(t *testing.T) {
 		if got := d.SnapshotCowSize(tt.size); got != tt.want {
 			t.Errorf("SnapshotSpacePercent %d: SnapshotCowSize(%d) = %d, want %d", tt.percent, tt.size, got, tt.want)
 		}
+	}
+}
+
+// A class's mkfsOptions replace the default of the filesystems it lists
+// (an empty list: the tool's own defaults); the others keep the default,
+// which keeps filesystems mountable on fs.OldestKernel.
+func TestMkfsOptionsPerClass(t *testing.T) {
+	cfg, err := Parse([]byte(`
+deviceClasses:
+  - name: a
+    volumeGroup: vg
+    mkfsOptions:
+      xfs: ["-m", "reflink=0"]
+      btrfs: []
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := cfg.Class("a")
+	cases := []struct {
+		fsType string
+		want   []string
+	}{
+		{"xfs", []string{"-m", "reflink=0"}},
+		{"btrfs", []string{}},
+		{"ext4", fs.DefaultMkfsOptions("ext4")},
+	}
+	for _, tc := range cases {
+		if got := c.MkfsArgs(tc.fsType); !slices.Equal(got, tc.want) {
+			t.Errorf("MkfsArgs(%s) = %q, want %q", tc.fsType, got, tc.want)
+		}
+	}
+	if d := fs.DefaultMkfsOptions("xfs"); !slices.Contains(d, "bigtime=0,inobtcount=0") || !slices.Contains(d, "nrext64=0") {
+		t.Errorf("default xfs options %q do not turn off the features kernels before 5.10/5.19 cannot mount", d)
 	}
 }

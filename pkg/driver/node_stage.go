@@ -84,7 +84,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", id, device)
 	}
 
-	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options)
+	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, n.mkfsOptions(class, access.fsType))
 	if res.Formatted {
 		var mkfsErr error
 		if err != nil && !res.Mounted {
@@ -181,4 +181,16 @@ func (a volumeAccess) describe() string {
 		return "block"
 	}
 	return fmt.Sprintf("mount (%s)", a.fsType)
+}
+
+// mkfsOptions are the mkfs options of a volume of class: the class's
+// mkfsOptions for fsType, or the default when the class (or its file) is
+// not known here.
+func (n *NodeServer) mkfsOptions(class, fsType string) []string {
+	if n.cfg.Classes != nil && class != "" && class != unknownClassLabel {
+		if c, ok := n.cfg.Classes.Class(class); ok {
+			return c.MkfsArgs(fsType)
+		}
+	}
+	return fs.DefaultMkfsOptions(fsType)
 }

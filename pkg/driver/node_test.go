@@ -26,7 +26,7 @@ import (
 )
 
 // nodeClasses are the node fixture's device classes: fast (thick, vg1,
-// 1 GiB spare) and thin (vg1/pool, ratio 2; the pool exists only where a
+// 1 GiB spare, its own mkfs options for btrfs) and thin (vg1/pool, ratio 2; the pool exists only where a
 // test adds it).
 const nodeClasses = `
 deviceClasses:
@@ -34,6 +34,8 @@ deviceClasses:
     volumeGroup: vg1
     default: true
     spare: 1Gi
+    mkfsOptions:
+      btrfs: ["-O", "quota"]
   - name: thin
     volumeGroup: vg1
     thinPool: pool
@@ -377,19 +379,24 @@ func TestNodeStageVolume(t *testing.T) {
 					t.Errorf("stage phase recorded %d times, want 1", n)
 				}
 			}},
-		{name: "blank device: xfs gets nouuid",
+		{name: "blank device: xfs gets nouuid and the default mkfs options",
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("xfs", sw)) },
 			check: func(t *testing.T, fx *nodeFixture) {
 				mp := fx.mountAt(fx.staging)
 				if len(fx.tools.Ran("mkfs.xfs")) != 1 || mp == nil || mp.Type != "xfs" || !slices.Contains(mp.Opts, "nouuid") {
 					t.Errorf("mkfs.xfs runs %v, mount %+v", fx.tools.Ran("mkfs.xfs"), mp)
 				}
+				want := append(append([]string{"mkfs.xfs"}, fs.DefaultMkfsOptions("xfs")...), "-f", fx.device)
+				if got := fx.tools.Ran("mkfs.xfs"); len(got) != 1 || !slices.Equal(got[0], want) {
+					t.Errorf("mkfs.xfs runs %q, want %q", got, want)
+				}
 			}},
-		{name: "blank device: btrfs",
+		{name: "blank device: btrfs with the class's mkfs options",
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("btrfs", sw)) },
 			check: func(t *testing.T, fx *nodeFixture) {
-				if len(fx.tools.Ran("mkfs.btrfs")) != 1 || fx.mountAt(fx.staging) == nil {
-					t.Errorf("mkfs.btrfs runs %v", fx.tools.Ran("mkfs.btrfs"))
+				want := []string{"mkfs.btrfs", "-O", "quota", fx.device}
+				if got := fx.tools.Ran("mkfs.btrfs"); len(got) != 1 || !slices.Equal(got[0], want) || fx.mountAt(fx.staging) == nil {
+					t.Errorf("mkfs.btrfs runs %q, want %q", got, want)
 				}
 			}},
 		{name: "device with the filesystem already: never formatted",

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,10 +29,11 @@ type Interface interface {
 	// for other data (a partition table).
 	DiskFormat(ctx context.Context, device string) (string, error)
 	// FormatAndMount formats device with fsType only when it carries no
-	// signature, then mounts it at target with options. A device with data
-	// is never formatted; one holding another filesystem is mounted as
-	// fsType, which fails, so callers check DiskFormat first.
-	FormatAndMount(ctx context.Context, device, target, fsType string, options []string) (FormatResult, error)
+	// signature (mkfs.<fsType> with mkfsOptions, which must pass
+	// ValidateMkfsOptions), then mounts it at target with options. A
+	// device with data is never formatted; one holding another filesystem
+	// is mounted as fsType, which fails, so callers check DiskFormat first.
+	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string) (FormatResult, error)
 	// Mount mounts source at target; options holding "bind" make a bind
 	// mount (with "ro" applied by a remount, as mount(8) requires).
 	Mount(ctx context.Context, source, target, fsType string, options []string) error
@@ -115,10 +117,17 @@ func (f *FS) DiskFormat(ctx context.Context, device string) (string, error) {
 }
 
 // FormatAndMount implements Interface.
-func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options []string) (FormatResult, error) {
+func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string) (FormatResult, error) {
+	// Checked here too, so that nothing unchecked reaches mkfs whoever
+	// the caller is.
+	if err := ValidateMkfsOptions(fsType, mkfsOptions); err != nil {
+		return FormatResult{}, fmt.Errorf("mkfs options of %s: %w", fsType, err)
+	}
 	m, ex := f.bind(ctx)
 	tm := &timedMounter{Interface: m}
-	err := mount.NewSafeFormatAndMount(tm, ex).FormatAndMount(device, target, fsType, options)
+	// mount-utils puts the format options before its own (-F -m0 for ext4,
+	// -f for xfs) and appends to the slice it is given: hand it a copy.
+	err := mount.NewSafeFormatAndMount(tm, ex).FormatAndMountSensitiveWithFormatOptions(device, target, fsType, options, nil, slices.Clone(mkfsOptions))
 	res := FormatResult{Mounted: tm.ran, Mount: tm.took}
 	// fsck -a runs before mounting a device that has a filesystem: it is
 	// part of mounting, not of formatting.

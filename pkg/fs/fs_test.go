@@ -39,6 +39,7 @@ func TestFormatAndMount(t *testing.T) {
 		existing      string
 		fsType        string
 		failMkfs      bool
+		mkfsOptions   []string
 		wantFormatted bool
 		wantMkfs      []string
 		wantErr       bool
@@ -50,6 +51,11 @@ func TestFormatAndMount(t *testing.T) {
 			wantMkfs: []string{"mkfs.xfs", "-f", dev}, wantMounted: true},
 		{name: "blank device is formatted btrfs", fsType: "btrfs", wantFormatted: true,
 			wantMkfs: []string{"mkfs.btrfs", dev}, wantMounted: true},
+		{name: "default xfs options come before mount-utils' own", fsType: "xfs", mkfsOptions: DefaultMkfsOptions("xfs"), wantFormatted: true,
+			wantMkfs: []string{"mkfs.xfs", "-K", "-m", "bigtime=0,inobtcount=0", "-i", "nrext64=0", "-f", dev}, wantMounted: true},
+		{name: "default ext4 options come before mount-utils' own", fsType: "ext4", mkfsOptions: DefaultMkfsOptions("ext4"), wantFormatted: true,
+			wantMkfs: []string{"mkfs.ext4", "-E", "nodiscard", "-O", "^orphan_file", "-F", "-m0", dev}, wantMounted: true},
+		{name: "an option outside the allow-list never reaches mkfs", fsType: "xfs", mkfsOptions: []string{"-d", "name=/etc/passwd"}, wantErr: true},
 		{name: "existing ext4 is never formatted", existing: "ext4", fsType: "ext4", wantMounted: true},
 		{name: "a partition table is never formatted", existing: fstest.PartitionTable, fsType: "ext4", wantMounted: true},
 		{name: "failed mkfs does not mount", fsType: "ext4", failMkfs: true, wantFormatted: true,
@@ -67,7 +73,7 @@ func TestFormatAndMount(t *testing.T) {
 			m := mount.NewFakeMounter(nil)
 			f := New(m, tools)
 			target := t.TempDir()
-			res, err := f.FormatAndMount(testCtx(), dev, target, tc.fsType, []string{"noatime"})
+			res, err := f.FormatAndMount(testCtx(), dev, target, tc.fsType, []string{"noatime"}, tc.mkfsOptions)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %t", err, tc.wantErr)
 			}
@@ -474,4 +480,42 @@ func TestMountChecksDoNotStatOtherMounts(t *testing.T) {
 			t.Errorf("MountsOf = %v, want %v", got, want)
 		}
 	})
+}
+
+func TestValidateMkfsOptions(t *testing.T) {
+	cases := []struct {
+		name    string
+		fsType  string
+		options []string
+		wantErr string // "" for valid
+	}{
+		{name: "xfs default", fsType: "xfs", options: DefaultMkfsOptions("xfs")},
+		{name: "ext4 default", fsType: "ext4", options: DefaultMkfsOptions("ext4")},
+		{name: "btrfs default", fsType: "btrfs", options: DefaultMkfsOptions("btrfs")},
+		{name: "none", fsType: "xfs"},
+		{name: "xfs features and sizes", fsType: "xfs", options: []string{"-m", "reflink=0,rmapbt=1", "-b", "size=4096", "-d", "agcount=8"}},
+		{name: "ext4 features and extended options", fsType: "ext4", options: []string{"-O", "^metadata_csum_seed,fast_commit", "-E", "lazy_itable_init=0,nodiscard", "-i", "16384", "-T", "largefile"}},
+		{name: "xfs external log device", fsType: "xfs", options: []string{"-l", "logdev=/dev/sdb"}, wantErr: `[1] "logdev=/dev/sdb" (value of -l): option "logdev"`},
+		{name: "xfs data on another file", fsType: "xfs", options: []string{"-d", "name=/etc/passwd"}, wantErr: `option "name"`},
+		{name: "ext4 populated from a host directory", fsType: "ext4", options: []string{"-d", "/etc"}, wantErr: `[0] "-d": not an allowed flag of mkfs.ext4`},
+		{name: "ext4 superblock only", fsType: "ext4", options: []string{"-S"}, wantErr: `"-S": not an allowed flag`},
+		{name: "ext4 journal on another device", fsType: "ext4", options: []string{"-J", "device=/dev/sdb"}, wantErr: `option "device"`},
+		{name: "flag and value in one item", fsType: "xfs", options: []string{"-m bigtime=0"}, wantErr: "each flag and its value are separate items"},
+		{name: "flag without its value", fsType: "xfs", options: []string{"-K", "-m"}, wantErr: `[1] "-m": needs a value`},
+		{name: "value with a path", fsType: "xfs", options: []string{"-b", "size=/x"}, wantErr: `its value "/x"`},
+		{name: "ext4 number with junk", fsType: "ext4", options: []string{"-i", "1;rm"}, wantErr: "must be a number"},
+		{name: "feature with a space", fsType: "ext4", options: []string{"-O", "a b"}, wantErr: `feature "a b"`},
+		{name: "unknown filesystem", fsType: "zfs", options: nil, wantErr: "must be one of ext4, xfs, btrfs"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateMkfsOptions(tc.fsType, tc.options)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("ValidateMkfsOptions(%s, %q) = %v, want nil", tc.fsType, tc.options, err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("ValidateMkfsOptions(%s, %q) = %v, want an error with %q", tc.fsType, tc.options, err, tc.wantErr)
+			}
+		})
+	}
 }

@@ -1,0 +1,171 @@
+package fs
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// MkfsTypes are the filesystems carve makes, the keys of a device class's
+// mkfsOptions.
+var MkfsTypes = []string{"ext4", "xfs", "btrfs"}
+
+// OldestKernel is the oldest host kernel the default mkfs options keep
+// every filesystem mountable on (RHEL 8's); docs/install.md lists it.
+const OldestKernel = "4.18"
+
+// defaultMkfsOptions are the options mkfs gets when a device class names
+// none for a filesystem. They keep what the image's tools make (Debian
+// bookworm: xfsprogs 6.1, e2fsprogs 1.47.0, btrfs-progs 6.2) mountable,
+// read-write, on OldestKernel, and turn off the discard of the whole
+// device, which on a large LV of a device with slow discard takes longer
+// than the kubelet's deadline and gains nothing on a new volume:
+//   - xfs: bigtime and inobtcount (on by default since xfsprogs 5.15) need
+//     Linux 5.10; nrext64 (on by default in later xfsprogs) needs 5.19;
+//   - ext4: orphan_file (on by default in upstream e2fsprogs 1.47's
+//     mke2fs.conf) needs 5.15 to mount read-write;
+//   - btrfs: the 6.2 defaults (no-holes, free-space-tree) need 4.5.
+var defaultMkfsOptions = map[string][]string{
+	"xfs":   {"-K", "-m", "bigtime=0,inobtcount=0", "-i", "nrext64=0"},
+	"ext4":  {"-E", "nodiscard", "-O", "^orphan_file"},
+	"btrfs": {"-K"},
+}
+
+// DefaultMkfsOptions returns the default mkfs options of fsType (none for
+// a type carve does not make).
+func DefaultMkfsOptions(fsType string) []string {
+	return slices.Clone(defaultMkfsOptions[fsType])
+}
+
+// valueKind is what follows an mkfs flag.
+type valueKind int
+
+const (
+	noValue  valueKind = iota // a flag alone (-K)
+	subopts                   // key[=value],... with keys from an allow-list
+	features                  // [^]feature,...
+	number                    // digits, with an optional unit (4096, 64k)
+	word                      // one lower-case word (a usage type)
+)
+
+// flagRule is what one flag of an mkfs tool may carry.
+type flagRule struct {
+	kind valueKind
+	keys []string // subopts: the allowed keys
+}
+
+// mkfsFlags are the flags carve passes to each mkfs. Anything that names
+// another file or device (xfs -d name=, -l logdev=; ext4 -J device=, -d
+// root-directory), changes what is written where (ext4 -S, -E offset=) or
+// labels every volume the same (-L, -U) is left out on purpose.
+var mkfsFlags = map[string]map[string]flagRule{
+	"xfs": {
+		"-K": {kind: noValue},
+		"-m": {kind: subopts, keys: []string{"crc", "finobt", "rmapbt", "reflink", "bigtime", "inobtcount"}},
+		"-i": {kind: subopts, keys: []string{"sparse", "nrext64", "size", "maxpct", "align", "attr", "projid32bit"}},
+		"-b": {kind: subopts, keys: []string{"size"}},
+		"-n": {kind: subopts, keys: []string{"size", "ftype"}},
+		"-l": {kind: subopts, keys: []string{"size", "version", "su", "sunit", "lazy-count"}},
+		"-d": {kind: subopts, keys: []string{"agcount", "agsize", "su", "sw", "sunit", "swidth"}},
+		"-s": {kind: subopts, keys: []string{"size"}},
+	},
+	"ext4": {
+		"-O": {kind: features},
+		"-E": {kind: subopts, keys: []string{"nodiscard", "discard", "lazy_itable_init", "lazy_journal_init",
+			"stride", "stripe_width", "stripe-width", "packed_meta_blocks", "num_backup_sb"}},
+		"-J": {kind: subopts, keys: []string{"size", "fast_commit_size"}},
+		"-b": {kind: number},
+		"-i": {kind: number},
+		"-I": {kind: number},
+		"-N": {kind: number},
+		"-g": {kind: number},
+		"-G": {kind: number},
+		"-T": {kind: word},
+		"-j": {kind: noValue},
+	},
+	"btrfs": {
+		"-K": {kind: noValue},
+		"-O": {kind: features},
+		"-R": {kind: features},
+		"-n": {kind: number},
+		"-s": {kind: number},
+	},
+}
+
+var (
+	featurePattern = regexp.MustCompile(`^\^?[a-z0-9_-]+$`)
+	keyPattern     = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	valuePattern   = regexp.MustCompile(`^[A-Za-z0-9.]+$`)
+	numberPattern  = regexp.MustCompile(`^[0-9]+[kKmMgG]?$`)
+	wordPattern    = regexp.MustCompile(`^[a-z0-9]+$`)
+)
+
+// ValidateMkfsOptions checks options, argv elements for mkfs.<fsType> in
+// order (a flag, then its value as the next element), against the flags
+// carve allows for that tool; the error names the element and what is
+// allowed. Nothing else reaches mkfs's command line.
+func ValidateMkfsOptions(fsType string, options []string) error {
+	flags, ok := mkfsFlags[fsType]
+	if !ok {
+		return fmt.Errorf("filesystem %q: must be one of %s", fsType, strings.Join(MkfsTypes, ", "))
+	}
+	for i := 0; i < len(options); i++ {
+		rule, ok := flags[options[i]]
+		if !ok {
+			return fmt.Errorf("[%d] %q: not an allowed flag of mkfs.%s; allowed: %s (each flag and its value are separate items)",
+				i, options[i], fsType, strings.Join(sortedKeys(flags), " "))
+		}
+		if rule.kind == noValue {
+			continue
+		}
+		if i+1 == len(options) {
+			return fmt.Errorf("[%d] %q: needs a value as the next item", i, options[i])
+		}
+		i++
+		if err := rule.check(options[i]); err != nil {
+			return fmt.Errorf("[%d] %q (value of %s): %w", i, options[i], options[i-1], err)
+		}
+	}
+	return nil
+}
+
+func (r flagRule) check(v string) error {
+	switch r.kind {
+	case number:
+		if !numberPattern.MatchString(v) {
+			return fmt.Errorf("must be a number, optionally followed by k, m or g")
+		}
+	case word:
+		if !wordPattern.MatchString(v) {
+			return fmt.Errorf("must be one word of lower-case letters and digits")
+		}
+	case features:
+		for _, f := range strings.Split(v, ",") {
+			if !featurePattern.MatchString(f) {
+				return fmt.Errorf("feature %q: must be a name of lower-case letters, digits, _ and -, optionally preceded by ^", f)
+			}
+		}
+	case subopts:
+		for _, o := range strings.Split(v, ",") {
+			k, val, hasVal := strings.Cut(o, "=")
+			if !keyPattern.MatchString(k) || !slices.Contains(r.keys, k) {
+				return fmt.Errorf("option %q: allowed: %s", k, strings.Join(r.keys, ", "))
+			}
+			if hasVal && !valuePattern.MatchString(val) {
+				return fmt.Errorf("option %q: its value %q must be letters, digits and dots", k, val)
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]flagRule) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/audit"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/kube"
+	"github.com/carve-csi/carve/pkg/pvindex"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
@@ -42,9 +45,17 @@ func auditLV(lv lvm.LogicalVolume) audit.LV {
 	return a
 }
 
-// startAudit builds the node's audit (nil when --audit-interval is 0).
-func startAudit(ctx context.Context, o *PluginOptions, cfg *config.Config, view *state.View,
-	cs *driver.ControllerServer, reg prometheus.Registerer) (func(context.Context) error, error) {
+// nodeAPI is the plugin's access to the Kubernetes API: the PV cache the
+// audit and CreateVolume read, and the client the audit writes Events and
+// reads claims with.
+type nodeAPI struct {
+	client kubernetes.Interface
+	pvs    *pvindex.Index
+}
+
+// startNodeAPI builds the node's API access (nil when --audit-interval is
+// 0: then the plugin never calls the API).
+func startNodeAPI(o *PluginOptions) (*nodeAPI, error) {
 	if o.Audit.Interval == 0 {
 		return nil, nil
 	}
@@ -52,21 +63,40 @@ func startAudit(ctx context.Context, o *PluginOptions, cfg *config.Config, view 
 	if err != nil {
 		return nil, fmt.Errorf("the audit (--audit-interval=0 turns it off): %w", err)
 	}
+	pvs, err := pvindex.New(client, o.DriverName, topology.Key)
+	if err != nil {
+		return nil, fmt.Errorf("the PersistentVolume cache: %w", err)
+	}
+	return &nodeAPI{client: client, pvs: pvs}, nil
+}
+
+// startAudit builds the node's audit over api's PV cache; what it returns
+// runs the cache and the audit until ctx ends (nil without api).
+func startAudit(ctx context.Context, o *PluginOptions, api *nodeAPI, cfg *config.Config, view *state.View,
+	cs *driver.ControllerServer, reg prometheus.Registerer) func(context.Context) error {
+	if api == nil {
+		return nil
+	}
 	classes := make([]audit.Class, 0, len(cfg.DeviceClasses))
 	for _, d := range cfg.DeviceClasses {
 		classes = append(classes, audit.Class{Name: d.Name, VolumeGroup: d.VolumeGroup})
 	}
-	ac := audit.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: client,
+	ac := audit.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: api.client, PVs: api.pvs,
 		Volumes: viewVolumes{view}, Classes: classes, Grace: o.Audit.Grace, Interval: o.Audit.Interval,
 		Busy: cs.Busy, Registerer: reg}
 	if o.Audit.RemoveOrphans {
 		ac.Remove = cs.RemoveOrphan
 	}
-	rec, stop := kube.Recorder(ctx, client, "carve-plugin", o.NodeName)
+	rec, stop := kube.Recorder(ctx, api.client, "carve-plugin", o.NodeName)
 	ac.Events = rec
 	a := audit.New(ac)
 	return func(ctx context.Context) error {
 		defer stop()
-		return a.Run(ctx)
-	}, nil
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- api.pvs.Run(ctx) }()
+		err := a.Run(ctx)
+		cancel()
+		return errors.Join(err, <-done)
+	}
 }

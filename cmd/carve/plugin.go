@@ -93,9 +93,17 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	// the missing class.
 	serving := func(context.Context) error { return view.Serving() }
 	realExec := utilexec.New()
-	controller := driver.NewControllerServer(driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
+	api, err := startNodeAPI(o)
+	if err != nil {
+		return err
+	}
+	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
-		Copier: blockcopy.Copier{Options: blockcopy.Options{Direct: true}}})
+		Copier: blockcopy.Copier{Options: blockcopy.Options{Direct: true}}}
+	if api != nil {
+		ccfg.Locator = api.pvs
+	}
+	controller := driver.NewControllerServer(ccfg)
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),
@@ -105,11 +113,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 			Classes: cfg, View: view}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
-	runAudit, err := startAudit(ctx, o, cfg, view, controller, mm.GetRegistry().Registerer())
-	if err != nil {
-		return err
-	}
-	if runAudit != nil {
+	if runAudit := startAudit(ctx, o, api, cfg, view, controller, mm.GetRegistry().Registerer()); runAudit != nil {
 		after = append(after, runAudit)
 	}
 	err = serve(ctx, &o.CommonOptions, services, mm, ready, after,

@@ -12,9 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -47,7 +45,9 @@ type Config struct {
 	// TopologyKey the node-affinity key of carve's PVs.
 	Node, Driver, TopologyKey string
 	Client                    kubernetes.Interface
-	Volumes                   Volumes
+	// PVs is the cache of carve's PVs.
+	PVs     PVs
+	Volumes Volumes
 	// Classes are the configured device classes (the gauges show each).
 	Classes []Class
 	// Grace is how long an LV must lack a PV (a PV its LV) before it is
@@ -80,32 +80,29 @@ func New(cfg Config) *Auditor {
 		reported: map[string]bool{}}
 }
 
-// Run watches carve's PVs and audits every Interval until ctx ends. The
-// PV informer lists and watches every PersistentVolume: the API offers no
-// selector on spec.csi.driver or on node affinity, and carve cannot label
-// the PVs csi-provisioner writes. Its transform keeps only the name of a
-// PV of another driver, and of carve's only the handle, node, claim and
-// phase, so the cache holds a few hundred bytes per PV. The cost to the
-// API server is that of one more PV watcher per node, the same as the
-// csi-provisioner beside it in node-deployment mode already adds; no
-// audit runs until the cache is synced, so a cold cache never makes an
-// orphan.
+// PVs is the cache of carve's PersistentVolumes (pkg/pvindex).
+type PVs interface {
+	// WaitForSync waits until the cache holds its first full list; false
+	// when ctx ended first.
+	WaitForSync(ctx context.Context) bool
+	// List returns carve's PVs, every node's.
+	List() []*corev1.PersistentVolume
+}
+
+// Run audits every Interval until ctx ends, against the PV cache (which
+// its owner runs). No audit runs until the cache is synced, so a cold
+// cache never makes an orphan.
 func (a *Auditor) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("audit")
 	ctx = klog.NewContext(ctx, log)
-	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,
-		informers.WithTransform(trimPV(a.cfg.Driver)))
-	pvs := factory.Core().V1().PersistentVolumes().Informer()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), pvs.HasSynced) {
+	if !a.cfg.PVs.WaitForSync(ctx) {
 		return nil // ctx ended
 	}
 	log.Info("Auditing carve's LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval, "removeOrphans", a.cfg.Remove != nil)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	for {
-		a.Pass(ctx, time.Now(), a.pvsOf(pvs.GetStore().List()))
+		a.Pass(ctx, time.Now(), a.pvsOf(a.cfg.PVs.List()))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -114,12 +111,11 @@ func (a *Auditor) Run(ctx context.Context) error {
 	}
 }
 
-// pvsOf turns the cache's objects into the decision's PVs.
-func (a *Auditor) pvsOf(objs []any) []PV {
+// pvsOf turns carve's PVs into the decision's PVs.
+func (a *Auditor) pvsOf(pvs []*corev1.PersistentVolume) []PV {
 	var out []PV
-	for _, o := range objs {
-		pv, ok := o.(*corev1.PersistentVolume)
-		if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != a.cfg.Driver {
+	for _, pv := range pvs {
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != a.cfg.Driver {
 			continue
 		}
 		out = append(out, PVFrom(pv, a.cfg.TopologyKey))
@@ -139,28 +135,6 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 		p.Claim, p.ClaimUID = r.Namespace+"/"+r.Name, string(r.UID)
 	}
 	return p
-}
-
-// trimPV is the informer's transform: what the audit does not read never
-// reaches the cache.
-func trimPV(driver string) cache.TransformFunc {
-	return func(o any) (any, error) {
-		pv, ok := o.(*corev1.PersistentVolume)
-		if !ok {
-			return o, nil // a tombstone: keep as it is
-		}
-		out := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pv.Name, UID: pv.UID,
-			ResourceVersion: pv.ResourceVersion, DeletionTimestamp: pv.DeletionTimestamp}}
-		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver {
-			return out, nil
-		}
-		out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle}
-		out.Spec.NodeAffinity = pv.Spec.NodeAffinity
-		out.Spec.ClaimRef = pv.Spec.ClaimRef
-		out.Spec.PersistentVolumeReclaimPolicy = pv.Spec.PersistentVolumeReclaimPolicy
-		out.Status.Phase = pv.Status.Phase
-		return out, nil
-	}
 }
 
 // Pass runs one audit over pvs (carve's PVs, every node's) at now.

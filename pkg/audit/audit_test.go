@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/carve-csi/carve/pkg/pvindex"
 )
 
 const (
@@ -43,13 +45,13 @@ func kubePV(name, driver, handle, onNode string) *corev1.PersistentVolume {
 // pvsThroughCache passes PVs through the informer's transform and filter.
 func pvsThroughCache(t *testing.T, a *Auditor, pvs ...*corev1.PersistentVolume) []PV {
 	t.Helper()
-	var objs []any
+	var objs []*corev1.PersistentVolume
 	for _, pv := range pvs {
-		o, err := trimPV(testDriver)(pv)
+		o, err := pvindex.Trim(testDriver)(pv)
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, o)
+		objs = append(objs, o.(*corev1.PersistentVolume))
 	}
 	return a.pvsOf(objs)
 }

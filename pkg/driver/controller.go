@@ -44,6 +44,17 @@ type ControllerConfig struct {
 	// Copier copies the data of a restore or clone that is not a thin
 	// snapshot in the class's own pool.
 	Copier Copier
+	// Locator finds the node of a clone's source volume that is not on
+	// this node; nil (no API access) leaves it unknown.
+	Locator Locator
+}
+
+// Locator tells where volumes are: a volume ID does not name its node.
+type Locator interface {
+	// NodesOf returns the nodes, sorted, whose PersistentVolumes carry
+	// the volume ID as their handle; none when no PV does; an error when
+	// it cannot be known now (and may be later).
+	NodesOf(volumeID string) ([]string, error)
 }
 
 // ControllerServer implements csi.ControllerServer for this node's volume
@@ -56,6 +67,9 @@ type ControllerServer struct {
 	// finishing zeroes and marks finished the new LVs, beyond the life of
 	// one call.
 	finishing finishJobs
+	// isDeviceNode tells whether path is a block device node; tests
+	// replace it.
+	isDeviceNode func(path string) bool
 }
 
 var _ csi.ControllerServer = (*ControllerServer)(nil)
@@ -65,7 +79,7 @@ func NewControllerServer(cfg ControllerConfig) *ControllerServer {
 	if cfg.Eraser == nil {
 		cfg.Eraser = EraseDevice{}
 	}
-	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: volumelock.New()}
+	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: volumelock.New(), isDeviceNode: isBlockDevice}
 }
 
 // controllerCaps are the capabilities carve's controller advertises.

@@ -180,6 +180,9 @@ func (s *ControllerServer) findSnapshotLV(vg, name string) (lvm.LogicalVolume, b
 // sourceLV finds a carve volume that a snapshot or clone is taken of:
 // NotFound when it does not exist on this node.
 func (s *ControllerServer) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
+	if !s.cfg.Classes.HasVolumeGroup(vg) {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, s.node.Name(), vg)
+	}
 	if lv, ok := s.cfg.View.LV(vg, name); ok {
 		if k, _, owned := volume.Owned(lv); owned && k == volume.KindVolume {
 			return &lv, nil
@@ -345,7 +348,7 @@ func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 // GetSnapshot implements csi.ControllerServer; it reads the snapshot from
 // LVM, so that ready_to_use is current.
 func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	lv, err := s.snapshotByID(ctx, req.GetSnapshotId(), codes.NotFound)
+	lv, err := s.snapshotByID(ctx, req.GetSnapshotId(), codes.NotFound, false)
 	if err != nil {
 		return nil, err
 	}
@@ -354,8 +357,12 @@ func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshot
 
 // snapshotByID finds a snapshot of this node by ID: InvalidArgument for an
 // empty ID, elsewhere (with a message naming the node) for a snapshot of
-// another node, NotFound for one that does not exist.
-func (s *ControllerServer) snapshotByID(ctx context.Context, id string, elsewhere codes.Code) (*lvm.LogicalVolume, error) {
+// another node, NotFound for one that does not exist. It reads LVM, so
+// that a copy-on-write snapshot that ran out of space shows; with
+// viewFirst, a snapshot the view holds as usable is taken from the view
+// (a restore: its copy reads LVM after it, and a thin snapshot cannot run
+// out of space).
+func (s *ControllerServer) snapshotByID(ctx context.Context, id string, elsewhere codes.Code, viewFirst bool) (*lvm.LogicalVolume, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id: must be set")
 	}
@@ -368,6 +375,11 @@ func (s *ControllerServer) snapshotByID(ctx context.Context, id string, elsewher
 	}
 	if !s.cfg.Classes.HasVolumeGroup(vg) {
 		return nil, status.Errorf(codes.NotFound, "snapshot %s does not exist on node %s: volume group %s is none of its device classes'", id, s.node.Name(), vg)
+	}
+	if lv, ok := s.cfg.View.LV(vg, lvName); ok && viewFirst && snapshotUsable(&lv) == nil {
+		if k, _, owned := volume.Owned(lv); owned && k == volume.KindSnapshot {
+			return &lv, nil
+		}
 	}
 	// LVM, not the view: a copy-on-write snapshot can run out of space
 	// at any moment, and one that has must not be served.

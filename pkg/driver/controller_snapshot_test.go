@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -548,4 +549,95 @@ func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
 	fx.copier.during = nil
 	_, err = fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
+}
+
+// fakeLocator maps volume IDs to the nodes of their PVs.
+type fakeLocator struct {
+	nodes map[string][]string
+	err   error
+}
+
+func (l *fakeLocator) NodesOf(id string) ([]string, error) { return l.nodes[id], l.err }
+
+// TestCloneSourceOnAnotherNode: a clone asked on a node that does not hold
+// its source volume is ResourceExhausted naming the node whose PV holds
+// it (csi-provisioner then drops this node), NotFound when no other
+// node's PV has it, Unavailable while that cannot be known yet; nothing
+// is made.
+func TestCloneSourceOnAnotherNode(t *testing.T) {
+	gone := "vg1/" + volume.LVNameFor("gone")
+	// Another node's volume group, which this node does not configure.
+	foreign := "vg-b/" + volume.LVNameFor("pvc-b")
+	tests := []struct {
+		name    string
+		source  string
+		locator Locator
+		code    codes.Code
+		msg     []string
+	}{
+		{"PV on another node", gone, &fakeLocator{nodes: map[string][]string{gone: {"node-b"}}},
+			codes.ResourceExhausted, []string{"lives on node node-b, not on " + testNode, "docs/backup-restore.md"}},
+		{"PV on another node, its volume group unknown here", foreign, &fakeLocator{nodes: map[string][]string{foreign: {"node-b"}}},
+			codes.ResourceExhausted, []string{"lives on node node-b"}},
+		{"PV on this node, LV gone", gone, &fakeLocator{nodes: map[string][]string{gone: {testNode}}},
+			codes.NotFound, []string{"does not exist on node " + testNode, "nor on any other node"}},
+		{"no PV", gone, &fakeLocator{}, codes.NotFound, []string{"nor on any other node"}},
+		{"PV cache not filled", gone, &fakeLocator{err: errors.New("not synced")}, codes.Unavailable, []string{"not synced", "retry"}},
+		{"no API access", gone, nil, codes.NotFound, []string{"does not exist", "--audit-interval=0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newControllerFixture(t)
+			fx.locator = tt.locator
+			fx.restart(t)
+			fx.mustVolume(t, "pvc-1", gib, nil)
+			req := createReq("pvc-clone", gib, nil)
+			req.VolumeContentSource = fromVolume(tt.source)
+			_, err := fx.cs.CreateVolume(context.Background(), req)
+			wantCode(t, err, tt.code, tt.msg...)
+			if n := len(fx.view.Volumes()); n != 1 {
+				t.Errorf("a refused clone left %d volumes, want the first alone", n)
+			}
+		})
+	}
+}
+
+// TestThickRestoreReadsLVMOnce: a thick restore whose snapshot the view
+// holds and whose LVs have their device nodes reads LVM once, after the
+// copy (the raw lvcreate + dd + lvchange read it never); a snapshot that
+// the view still shows usable but LVM shows full leaves the copy
+// unfinished.
+func TestThickRestoreReadsLVMOnce(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
+			ctx := context.Background()
+			fx := newControllerFixture(t)
+			fx.cs.isDeviceNode = func(string) bool { return true }
+			vol := fx.mustVolume(t, "pvc-1", gib, nil)
+			snap := fx.mustSnapshot(t, "snap-1", vol)
+			if full {
+				fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]].Attr = lvm.ParseAttributes("swi-I-s---")
+			}
+			gets, activations := fx.lvm.gets, len(fx.lvm.activations)
+			req := createReq("pvc-new", gib, nil)
+			req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
+			_, err := fx.cs.CreateVolume(ctx, req)
+			if n := fx.lvm.gets - gets; n != 1 {
+				t.Errorf("the restore read LVM %d times, want 1", n)
+			}
+			if n := len(fx.lvm.activations) - activations; n != 0 {
+				t.Errorf("the restore activated %d LVs that had device nodes", n)
+			}
+			if !full {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			wantCode(t, err, codes.FailedPrecondition, "snapshot space")
+			if lv := fx.lv(t, "vg1/"+volume.LVNameFor("pvc-new")); !volume.CopyPending(lv.Tags) {
+				t.Errorf("a copy of a full snapshot is marked done: %v", lv.Tags)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -78,13 +79,15 @@ func sourceTags(cs *csi.VolumeContentSource) ([]string, error) {
 	return nil, status.Error(codes.InvalidArgument, "volume_content_source: names neither a snapshot nor a volume")
 }
 
-// resolveSource finds the LV of a content source on this node. A snapshot
+// resolveSource finds the LV of a content source on this node. A source
 // of another node is ResourceExhausted naming that node (so that the pod
-// is scheduled again); a source that does not exist here is NotFound; a
-// copy-on-write snapshot whose space ran out is FailedPrecondition.
+// is scheduled again): a snapshot ID names its node, a volume's node is
+// that of its PersistentVolume (the Locator). A source that exists
+// nowhere is NotFound; a copy-on-write snapshot whose space ran out is
+// FailedPrecondition.
 func (s *ControllerServer) resolveSource(ctx context.Context, cs *csi.VolumeContentSource) (*contentSource, error) {
 	if snap := cs.GetSnapshot(); snap != nil {
-		lv, err := s.snapshotByID(ctx, snap.GetSnapshotId(), codes.ResourceExhausted)
+		lv, err := s.snapshotByID(ctx, snap.GetSnapshotId(), codes.ResourceExhausted, true)
 		if err != nil {
 			return nil, err
 		}
@@ -99,6 +102,9 @@ func (s *ControllerServer) resolveSource(ctx context.Context, cs *csi.VolumeCont
 		return nil, status.Errorf(codes.NotFound, "volume_content_source: volume %q does not exist: %v", id, err)
 	}
 	lv, err := s.sourceLV(ctx, vg, name, id)
+	if status.Code(err) == codes.NotFound {
+		return nil, s.sourceElsewhere(id, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +112,34 @@ func (s *ControllerServer) resolveSource(ctx context.Context, cs *csi.VolumeCont
 		return nil, status.Errorf(codes.FailedPrecondition, "volume_content_source: volume %s is still being copied into; clone it once it is made", id)
 	}
 	return &contentSource{lv: *lv, size: lv.Size, id: id}, nil
+}
+
+// sourceElsewhere answers for a clone's source volume that is not on this
+// node (notHere says why): ResourceExhausted naming the node whose
+// PersistentVolume holds it, so that csi-provisioner drops this node and
+// the scheduler picks again; NotFound when no other node's PV has it (or
+// which node holds it cannot be known: no API access); Unavailable while
+// the PV cache is not filled yet.
+func (s *ControllerServer) sourceElsewhere(id string, notHere error) error {
+	msg := status.Convert(notHere).Message()
+	if s.cfg.Locator == nil {
+		return status.Errorf(codes.NotFound, "volume_content_source: %s (which node holds it is not known here: the plugin runs without API access, --audit-interval=0)", msg)
+	}
+	nodes, err := s.cfg.Locator.NodesOf(id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "volume_content_source: %s, and which node holds it is not known yet: %v; retry later", msg, err)
+	}
+	var others []string
+	for _, n := range nodes {
+		if n != "" && n != s.node.Name() {
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return status.Errorf(codes.NotFound, "volume_content_source: %s, nor on any other node (no PersistentVolume of another node has it)", msg)
+	}
+	return status.Errorf(codes.ResourceExhausted, "volume_content_source: volume %s lives on node %s, not on %s: a clone is made on its source's node only; "+
+		"the pod is scheduled again (pin it to %s: see docs/backup-restore.md)", id, strings.Join(others, ", "), s.node.Name(), others[0])
 }
 
 // sourceSize is the size of a volume made from a source of srcSize bytes
@@ -248,16 +282,16 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 		// one, of the source as it is then.
 		defer s.removeCopySource(ctx, dst.VolumeGroup, tmp)
 	}
-	read, err := s.cfg.LVM.ActivateLV(ctx, from.VolumeGroup, from.Name)
+	read, err := s.copyDevice(ctx, &from, "source")
 	if err != nil {
-		return nil, toStatus(err, "activating the copy's source "+from.VolumeGroup+"/"+from.Name)
+		return nil, err
 	}
 	if err := snapshotUsable(read); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "source %s: %v", src.id, err)
 	}
-	write, err := s.cfg.LVM.ActivateLV(ctx, dst.VolumeGroup, dst.Name)
+	write, err := s.copyDevice(ctx, dst, "target")
 	if err != nil {
-		return nil, toStatus(err, "activating the copy's target "+dst.VolumeGroup+"/"+dst.Name)
+		return nil, err
 	}
 	t := time.Now()
 	var copied uint64
@@ -266,17 +300,21 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 		copied = n
 	})
 	s.cfg.Metrics.ObserveStep(phase, metrics.StepCopy, class.Name, time.Since(t), err)
+	// The one read of LVM on this path: a copy-on-write source that ran
+	// out of space during the copy (or before it: the view the source was
+	// found in may be older) was read half old, half lost, or not at all.
+	// The copy is then not used, and stays unfinished.
+	after, aerr := s.cfg.LVM.GetLV(ctx, from.VolumeGroup, from.Name)
+	if aerr == nil {
+		if uerr := snapshotUsable(after); uerr != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "source %s ran out of its snapshot space; the copy into %s is not used: %v", src.id, dst.Name, uerr)
+		}
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "copying %s into %s (%d of %d bytes done; a retry copies again): %v", src.id, dst.Name, res.Bytes, src.size, err)
 	}
-	// A copy-on-write source that ran out of space during the copy was
-	// read half old, half lost: the copy stays unfinished.
-	after, err := s.cfg.LVM.GetLV(ctx, from.VolumeGroup, from.Name)
-	if err != nil {
-		return nil, toStatus(err, "reading the copy's source "+from.VolumeGroup+"/"+from.Name+" after the copy")
-	}
-	if err := snapshotUsable(after); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "source %s changed beyond its snapshot space while it was copied; the copy into %s is not used: %v", src.id, dst.Name, err)
+	if aerr != nil {
+		return nil, toStatus(aerr, "reading the copy's source "+from.VolumeGroup+"/"+from.Name+" after the copy")
 	}
 	// The copy is synced: it is whole whatever happens next. The tag goes
 	// first, the temporary snapshot after (one left by a crash is removed
@@ -289,6 +327,21 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 	s.cfg.View.Created(done)
 	log.Info("Copied the volume's data", "bytes", res.Bytes, "duration", res.Duration)
 	return &done, nil
+}
+
+// copyDevice returns an LV of a copy with its device node: an active LV
+// has one, so the common case asks LVM nothing; an LV without one (after
+// a reboot, or a snapshot made with the activation-skip flag) is
+// activated.
+func (s *ControllerServer) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (*lvm.LogicalVolume, error) {
+	if s.isDeviceNode(lvDevicePath(lv)) {
+		return lv, nil
+	}
+	got, err := s.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return nil, toStatus(err, "activating the copy's "+what+" "+lv.VolumeGroup+"/"+lv.Name)
+	}
+	return got, nil
 }
 
 // copySource makes (again, if a crashed try left one) the temporary

@@ -47,6 +47,8 @@ type controllerFixture struct {
 	cfg    *config.Config
 	view   *state.View
 	cs     *ControllerServer
+	// locator, when set before restart, is the controller's Locator.
+	locator Locator
 }
 
 // newControllerFixture: vg1 of 10 GiB holding a 4 GiB thin pool (6 GiB
@@ -78,7 +80,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 		fx.copier = &fakeCopier{}
 	}
 	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
-		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser, Copier: fx.copier})
+		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser, Copier: fx.copier, Locator: fx.locator})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {

@@ -81,6 +81,10 @@ func newClient(opts Options, r runner, env []string) *Client {
 	return c
 }
 
+// ControlNode is the device-mapper control node, under $DM_DEV_DIR as
+// LVM's device nodes are.
+func (c *Client) ControlNode() string { return path.Join(c.devDir, "mapper", "control") }
+
 // lvPath is the device node LVM gives vg/lv.
 func (c *Client) lvPath(vg, lv string) string { return path.Join(c.devDir, vg, lv) }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/blockcopy"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
@@ -99,7 +100,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	}
 	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
-		Copier: blockcopy.Copier{Options: blockcopy.Options{Direct: true}}}
+		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
+		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}}
 	if api != nil {
 		ccfg.Locator = api.pvs
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
@@ -44,9 +45,18 @@ type ControllerConfig struct {
 	// Copier copies the data of a restore or clone that is not a thin
 	// snapshot in the class's own pool.
 	Copier Copier
+	// Snapshots reads a copy-on-write snapshot's state from the kernel
+	// after a copy from it; nil asks LVM (one lvs more).
+	Snapshots SnapshotReader
 	// Locator finds the node of a clone's source volume that is not on
 	// this node; nil (no API access) leaves it unknown.
 	Locator Locator
+}
+
+// SnapshotReader reads the state of a device-mapper device at a path
+// (dmsnapshot.Reader).
+type SnapshotReader interface {
+	Read(path string) (dmsnapshot.State, error)
 }
 
 // Locator tells where volumes are: a volume ID does not name its node.

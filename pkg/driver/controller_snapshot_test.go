@@ -14,6 +14,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/blockcopy"
+	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -602,33 +603,76 @@ func TestCloneSourceOnAnotherNode(t *testing.T) {
 	}
 }
 
-// TestThickRestoreReadsLVMOnce: a thick restore whose snapshot the view
-// holds and whose LVs have their device nodes reads LVM once, after the
-// copy (the raw lvcreate + dd + lvchange read it never); a snapshot that
-// the view still shows usable but LVM shows full leaves the copy
-// unfinished.
-func TestThickRestoreReadsLVMOnce(t *testing.T) {
-	for _, full := range []bool{false, true} {
-		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
+// fakeSnapshots reads the fake LVM's snapshots as the kernel would show
+// them, by device path.
+type fakeSnapshots struct {
+	lvm   *fakeLVM
+	reads int
+}
+
+func (f *fakeSnapshots) Read(path string) (dmsnapshot.State, error) {
+	f.lvm.mu.Lock()
+	defer f.lvm.mu.Unlock()
+	f.reads++
+	lv, ok := f.lvm.lvs[strings.TrimPrefix(path, "/dev/")]
+	if !ok {
+		return dmsnapshot.State{}, fmt.Errorf("%s: no such device", path)
+	}
+	if lv.Attr.Type != lvm.TypeSnapshot {
+		return dmsnapshot.State{}, nil
+	}
+	if lv.Attr.SnapshotInvalid {
+		return dmsnapshot.State{Snapshot: true, Invalid: true, Status: "Invalid"}, nil
+	}
+	return dmsnapshot.State{Snapshot: true, Status: "16/2097152 16"}, nil
+}
+
+// TestThickRestoreReads: a thick restore whose snapshot the view holds
+// and whose LVs have their device nodes reads the snapshot's state once,
+// after the copy: from the kernel (no lvm command), or from LVM when the
+// kernel's cannot be read (the raw lvcreate + dd + lvchange read neither);
+// a snapshot that the view still shows usable but that ran out of space
+// leaves the copy unfinished.
+func TestThickRestoreReads(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		kernel   bool
+		full     bool
+		lvmReads int
+		dmReads  int
+	}{
+		{"from the kernel", true, false, 0, 1},
+		{"from the kernel, full", true, true, 0, 1},
+		{"from LVM", false, false, 1, 0},
+		{"from LVM, full", false, true, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			fx := newControllerFixture(t)
+			dm := &fakeSnapshots{lvm: fx.lvm}
+			if tt.kernel {
+				fx.cs.cfg.Snapshots = dm
+			}
 			fx.cs.isDeviceNode = func(string) bool { return true }
 			vol := fx.mustVolume(t, "pvc-1", gib, nil)
 			snap := fx.mustSnapshot(t, "snap-1", vol)
-			if full {
+			if tt.full {
 				fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]].Attr = lvm.ParseAttributes("swi-I-s---")
 			}
 			gets, activations := fx.lvm.gets, len(fx.lvm.activations)
 			req := createReq("pvc-new", gib, nil)
 			req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 			_, err := fx.cs.CreateVolume(ctx, req)
-			if n := fx.lvm.gets - gets; n != 1 {
-				t.Errorf("the restore read LVM %d times, want 1", n)
+			if n := fx.lvm.gets - gets; n != tt.lvmReads {
+				t.Errorf("the restore read LVM %d times, want %d", n, tt.lvmReads)
+			}
+			if dm.reads != tt.dmReads {
+				t.Errorf("the restore read device-mapper %d times, want %d", dm.reads, tt.dmReads)
 			}
 			if n := len(fx.lvm.activations) - activations; n != 0 {
 				t.Errorf("the restore activated %d LVs that had device nodes", n)
 			}
-			if !full {
+			if !tt.full {
 				if err != nil {
 					t.Fatal(err)
 				}

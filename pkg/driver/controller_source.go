@@ -300,15 +300,13 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 		copied = n
 	})
 	s.cfg.Metrics.ObserveStep(phase, metrics.StepCopy, class.Name, time.Since(t), err)
-	// The one read of LVM on this path: a copy-on-write source that ran
-	// out of space during the copy (or before it: the view the source was
-	// found in may be older) was read half old, half lost, or not at all.
-	// The copy is then not used, and stays unfinished.
-	after, aerr := s.cfg.LVM.GetLV(ctx, from.VolumeGroup, from.Name)
-	if aerr == nil {
-		if uerr := snapshotUsable(after); uerr != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "source %s ran out of its snapshot space; the copy into %s is not used: %v", src.id, dst.Name, uerr)
-		}
+	// A copy-on-write source that ran out of space during the copy (or
+	// before it: the view the source was found in may be older) was read
+	// half old, half lost, or not at all. The copy is then not used, and
+	// stays unfinished.
+	unusable, aerr := s.sourceSpent(ctx, read)
+	if aerr == nil && unusable != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "source %s ran out of its snapshot space; the copy into %s is not used: %v", src.id, dst.Name, unusable)
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "copying %s into %s (%d of %d bytes done; a retry copies again): %v", src.id, dst.Name, res.Bytes, src.size, err)
@@ -327,6 +325,33 @@ func (s *ControllerServer) copyInto(ctx context.Context, dst *lvm.LogicalVolume,
 	s.cfg.View.Created(done)
 	log.Info("Copied the volume's data", "bytes", res.Bytes, "duration", res.Duration)
 	return &done, nil
+}
+
+// sourceSpent tells, after a copy from lv, whether lv ran out of its
+// copy-on-write space (unusable says how), or err when that cannot be
+// read. Only a copy-on-write snapshot can; its state comes from the
+// kernel (no lvm command), or from LVM when the kernel's cannot be read.
+func (s *ControllerServer) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (unusable, err error) {
+	if lv.Attr.Type != lvm.TypeSnapshot {
+		return nil, nil
+	}
+	if s.cfg.Snapshots != nil {
+		st, err := s.cfg.Snapshots.Read(lvDevicePath(lv))
+		switch {
+		case err == nil && st.Snapshot && st.Invalid:
+			return fmt.Errorf("snapshot LV %s/%s ran out of copy-on-write space (device-mapper status %q): its content is lost; delete it", lv.VolumeGroup, lv.Name, st.Status), nil
+		case err == nil && st.Snapshot:
+			return nil, nil
+		case err == nil:
+			err = fmt.Errorf("the device is not a device-mapper snapshot (status %q)", st.Status)
+		}
+		klog.FromContext(ctx).V(2).Info("Reading a snapshot's state from device-mapper failed; asking LVM", "lv", lv.VolumeGroup+"/"+lv.Name, "err", err)
+	}
+	after, err := s.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return nil, err
+	}
+	return snapshotUsable(after), nil
 }
 
 // copyDevice returns an LV of a copy with its device node: an active LV

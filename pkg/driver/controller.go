@@ -315,7 +315,7 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 	}
 
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
-		Tags: volume.VolumeTags(req.GetName(), class.Name, req.GetParameters())}
+		Tags: append(volume.VolumeTags(req.GetName(), class.Name, req.GetParameters()), askedTags(req.GetCapacityRange(), size)...)}
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool
 	} else {
@@ -368,6 +368,15 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 	s.cfg.View.Created(*lv)
 	log.Info("Created volume", "size", lv.Size)
 	return lv, true, nil
+}
+
+// askedTags are the tags of a volume of size bytes made for r: the
+// asked size, when carve makes more (volume.AskedTag).
+func askedTags(r *csi.CapacityRange, size uint64) []string {
+	if asked := r.GetRequiredBytes(); asked > 0 && uint64(asked) < size {
+		return []string{volume.AskedTag(uint64(asked), size)}
+	}
+	return nil
 }
 
 // mustRedo tells whether an existing LV was left half-made by a crash and

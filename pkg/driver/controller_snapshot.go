@@ -97,6 +97,11 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if err := s.snapshotRoom(class, src, &sreq); err != nil {
 		return nil, err
 	}
+	if asked, made, ok := volume.AskedFromTags(src.Tags); ok && src.Size == made {
+		// Not grown since it was made: the snapshot reports what its
+		// claim asked (see snapshotSizeBytes).
+		sreq.Tags = append(sreq.Tags, volume.AskedTag(asked, made))
+	}
 	stepStart := time.Now()
 	lv, err := s.cfg.LVM.CreateSnapshot(ctx, sreq)
 	s.cfg.Metrics.ObserveStep(metrics.PhaseSnapshot, metrics.StepLVCreate, class.Name, time.Since(stepStart), err)
@@ -221,7 +226,7 @@ func snapshotCompatible(lv *lvm.LogicalVolume, name, vg, origin string) error {
 func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 	origin, _ := volume.OriginFromTags(lv.Tags)
 	snap := &csi.Snapshot{
-		SizeBytes:      int64(s.snapshotSize(lv)),
+		SizeBytes:      int64(snapshotSizeBytes(s.snapshotSize(lv), lv)),
 		SnapshotId:     volume.SnapshotID(s.node.Name(), lv.VolumeGroup, lv.Name),
 		SourceVolumeId: volume.VolumeID(lv.VolumeGroup, origin),
 		ReadyToUse:     snapshotUsable(lv) == nil,
@@ -243,6 +248,20 @@ func (s *ControllerServer) snapshotSize(lv *lvm.LogicalVolume) uint64 {
 		return n
 	}
 	return 0
+}
+
+// snapshotSizeBytes is a snapshot's size_bytes (a VolumeSnapshot's
+// restoreSize): what its volume's request asked when carve made that
+// volume bigger (a filesystem's minimum, whole extents), else size, the
+// size of the volume it holds. csi-provisioner refuses a restore asked
+// smaller than it, so a restore asked at the source claim's size is
+// accepted; CreateVolume still makes a volume of at least size bytes from
+// it (sourceSize), so no volume made from it is smaller than its data.
+func snapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
+	if asked, made, ok := volume.AskedFromTags(lv.Tags); ok && made == size {
+		return asked
+	}
+	return size
 }
 
 // snapshotUsable is nil when a snapshot's content can be read: not a

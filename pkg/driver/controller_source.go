@@ -179,6 +179,7 @@ func (s *ControllerServer) makeFromSource(ctx context.Context, c *createCall, si
 	class, src, lvName := c.class, c.src, c.lvName
 	log := klog.FromContext(ctx).WithValues("volume", c.req.GetName(), "lv", lvName, "source", src.id)
 	tags := append(volume.VolumeTags(c.req.GetName(), class.Name, c.req.GetParameters()), src.sourceTag())
+	tags = append(tags, askedTags(c.req.GetCapacityRange(), size)...)
 	var lv *lvm.LogicalVolume
 	var err error
 	t := time.Now()

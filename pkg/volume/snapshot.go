@@ -44,6 +44,14 @@ const (
 	// copy-on-write snapshot holds (LVM reports the snapshot's size as
 	// its copy-on-write space).
 	TagSizePrefix = "carve.dev/size="
+	// TagAskedPrefix + "<asked>/<made>": the bytes a volume's request
+	// asked and the bytes carve made, only when it made more (a
+	// filesystem's minimum, whole extents). A snapshot of such a volume,
+	// while the volume still has the size it was made with, carries it
+	// too and reports the asked size as its size, so that a restore asked
+	// at the source claim's size is accepted (the restored volume still
+	// gets the source's whole size).
+	TagAskedPrefix = "carve.dev/asked="
 	// TagFromSnapshotPrefix + the escaped snapshot ID a volume was
 	// restored from.
 	TagFromSnapshotPrefix = "carve.dev/from-snapshot="
@@ -118,6 +126,24 @@ func SizeFromTags(tags []string) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// AskedTag is the tag that records a volume made bigger than asked.
+func AskedTag(asked, made uint64) string {
+	return TagAskedPrefix + strconv.FormatUint(asked, 10) + "/" + strconv.FormatUint(made, 10)
+}
+
+// AskedFromTags returns what an AskedTag recorded.
+func AskedFromTags(tags []string) (asked, made uint64, ok bool) {
+	for _, t := range tags {
+		if v, found := strings.CutPrefix(t, TagAskedPrefix); found {
+			a, m, cut := strings.Cut(v, "/")
+			asked, err1 := strconv.ParseUint(a, 10, 64)
+			made, err2 := strconv.ParseUint(m, 10, 64)
+			return asked, made, cut && err1 == nil && err2 == nil && asked < made
+		}
+	}
+	return 0, 0, false
 }
 
 // IsSnapshot tells whether an LV's tags mark it as a snapshot.

@@ -216,3 +216,26 @@ func TestTagBytesPerVolume(t *testing.T) {
 		t.Errorf("tags cost %d bytes (%d with the claim), the hex tag %d", n, a, b)
 	}
 }
+
+func TestAskedTag(t *testing.T) {
+	tag := AskedTag(256<<20, 300<<20)
+	if err := lvm.ValidateTag(tag); err != nil {
+		t.Fatalf("AskedTag %q: %v", tag, err)
+	}
+	for _, tc := range []struct {
+		tags        []string
+		asked, made uint64
+		ok          bool
+	}{
+		{[]string{TagOwner, tag}, 256 << 20, 300 << 20, true},
+		{[]string{TagOwner}, 0, 0, false},
+		{[]string{TagAskedPrefix + "300/300"}, 300, 300, false}, // not bigger than asked
+		{[]string{TagAskedPrefix + "12"}, 12, 0, false},
+		{[]string{TagAskedPrefix + "x/3"}, 0, 3, false},
+	} {
+		asked, made, ok := AskedFromTags(tc.tags)
+		if ok != tc.ok || ok && (asked != tc.asked || made != tc.made) {
+			t.Errorf("AskedFromTags(%q) = %d, %d, %v; want %d, %d, %v", tc.tags, asked, made, ok, tc.asked, tc.made, tc.ok)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -53,9 +54,10 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
 		t.Fatalf("create VolumeSnapshot: %v", err)
 	}
-	// The restore asks for the snapshot's restoreSize, as a user must: an
-	// xfs volume asked 256Mi was made 300 MiB (xfs's least), and
-	// csi-provisioner refuses a restore smaller than its snapshot.
+	// An xfs volume asked 256Mi was made 300 MiB (xfs's least); its
+	// snapshot's restoreSize is what the claim asked, so that a restore
+	// asked at the source claim's size passes csi-provisioner's check
+	// (which refuses a restore smaller than its snapshot).
 	var restoreSize string
 	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
 		vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
@@ -70,10 +72,10 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 	ready := time.Since(start)
 	podExec(t, ns, "app", "echo after > /data/f && echo after > /data/g && sync")
 
-	if restoreSize == "" {
-		t.Fatal("the ready VolumeSnapshot has no status.restoreSize")
+	if q, err := resource.ParseQuantity(restoreSize); err != nil || q.Value() != 256<<20 {
+		t.Fatalf("the ready VolumeSnapshot's status.restoreSize is %q (%v), want the 256Mi its source claim asked", restoreSize, err)
 	}
-	restored := newPVC(ns, "restored", thinSC, restoreSize)
+	restored := newPVC(ns, "restored", thinSC, "256Mi")
 	group := "snapshot.storage.k8s.io"
 	restored.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
 	start = time.Now()
@@ -81,6 +83,13 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 	running := time.Since(start)
 	if got := strings.TrimSpace(podExec(t, ns, "reader", "cat /data/f; test -e /data/g && echo g-exists || echo no-g")); got != "before\nno-g" {
 		t.Errorf("the restored volume holds %q, want the file as it was at the snapshot (\"before\") and no file written after it", got)
+	}
+	claim, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "restored", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := claim.Status.Capacity[corev1.ResourceStorage]; got.Value() != 300<<20 {
+		t.Errorf("the restored claim's capacity is %s, want the source's whole 300Mi", got.String())
 	}
 	if reader.Spec.NodeName != nodeName {
 		t.Errorf("the reader runs on %s, want %s", reader.Spec.NodeName, nodeName)

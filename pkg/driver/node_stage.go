@@ -69,22 +69,26 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
-	t := time.Now()
-	existing, err := n.cfg.FS.DiskFormat(ctx, device)
-	n.step(metrics.PhaseStage, metrics.StepSignatureCheck, class, t, err)
-	if err != nil {
+	// The signature is read once, inside FormatAndMount, and checked here
+	// before anything is formatted or mounted.
+	var refused error
+	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, n.mkfsOptions(class, access.fsType), func(existing string) error {
+		refused = checkSignature(id, device, existing, access.fsType, options)
+		return refused
+	})
+	var probeErr error
+	if !res.Probed {
+		probeErr = err
+	}
+	if res.Probed || res.Probe > 0 {
+		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepSignatureCheck, class, res.Probe, probeErr)
+	}
+	if refused != nil {
+		return nil, refused
+	}
+	if probeErr != nil {
 		return nil, status.Errorf(codes.Internal, "volume %q: %v", id, err)
 	}
-	if existing != "" && existing != access.fsType {
-		// Mounting would fail, and formatting would destroy data: say why.
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
-			id, device, existing, access.fsType)
-	}
-	if existing == "" && slices.Contains(options, "ro") {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", id, device)
-	}
-
-	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, n.mkfsOptions(class, access.fsType))
 	if res.Formatted {
 		var mkfsErr error
 		if err != nil && !res.Mounted {
@@ -112,6 +116,20 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	klog.InfoS("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
 		"fsType", access.fsType, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// checkSignature refuses to stage a device whose signature is not what
+// the capability asks for (mounting would fail, formatting would destroy
+// data), and a blank device staged read-only.
+func checkSignature(id, device, existing, fsType string, options []string) error {
+	if existing != "" && existing != fsType {
+		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
+			id, device, existing, fsType)
+	}
+	if existing == "" && slices.Contains(options, "ro") {
+		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", id, device)
+	}
+	return nil
 }
 
 // stagingOptions are the options of a staging mount: the capability's

@@ -365,6 +365,10 @@ func TestNodeStageVolume(t *testing.T) {
 				if got := fx.tools.Ran("mkfs.ext4"); len(got) != 1 || got[0][len(got[0])-1] != fx.device {
 					t.Errorf("mkfs.ext4 runs: %v", got)
 				}
+				// One signature read, carve's and mount-utils' both.
+				if got := fx.tools.Ran("blkid"); len(got) != 1 {
+					t.Errorf("blkid runs: %v, want 1", got)
+				}
 				mp := fx.mountAt(fx.staging)
 				if mp == nil || mp.Device != fx.device || mp.Type != "ext4" || !slices.Contains(mp.Opts, "noatime") {
 					t.Errorf("staging mount = %+v", mp)

@@ -24,16 +24,17 @@ import (
 
 // Interface is what carve's node server needs of filesystems and mounts.
 type Interface interface {
-	// DiskFormat returns the filesystem type blkid finds on device, "" when
-	// the device carries no signature at all, and a non-empty description
-	// for other data (a partition table).
-	DiskFormat(ctx context.Context, device string) (string, error)
-	// FormatAndMount formats device with fsType only when it carries no
-	// signature (mkfs.<fsType> with mkfsOptions, which must pass
+	// FormatAndMount reads the signature on device (blkid, as DiskFormat)
+	// and hands it to check; when check returns an error, FormatAndMount
+	// returns that error as it is, having done nothing else. Otherwise it
+	// formats device with fsType only when it carries no signature
+	// (mkfs.<fsType> with mkfsOptions, which must pass
 	// ValidateMkfsOptions), then mounts it at target with options. A
 	// device with data is never formatted; one holding another filesystem
-	// is mounted as fsType, which fails, so callers check DiskFormat first.
-	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string) (FormatResult, error)
+	// would be mounted as fsType, which fails, so check refuses it first.
+	// The signature is read once: SafeFormatAndMount's own read before
+	// mkfs gets the answer just read.
+	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error)
 	// Mount mounts source at target; options holding "bind" make a bind
 	// mount (with "ro" applied by a remount, as mount(8) requires).
 	Mount(ctx context.Context, source, target, fsType string, options []string) error
@@ -59,6 +60,10 @@ type Interface interface {
 
 // FormatResult tells what FormatAndMount did and how long each part took.
 type FormatResult struct {
+	// Probed is true when the signature was read; Probe is the time
+	// spent reading it (blkid), whether it was read or failed.
+	Probed bool
+	Probe  time.Duration
 	// Formatted is true when mkfs ran.
 	Formatted bool
 	// Format is the time spent in mkfs (zero when it did not run).
@@ -106,9 +111,15 @@ func (f *FS) bind(ctx context.Context) (mount.Interface, *contextExec) {
 	return m, &contextExec{ctx: ctx, exec: f.exec}
 }
 
-// DiskFormat implements Interface.
+// DiskFormat returns the filesystem type blkid finds on device, "" when
+// the device carries no signature at all, and a non-empty description for
+// other data (a partition table).
 func (f *FS) DiskFormat(ctx context.Context, device string) (string, error) {
 	m, ex := f.bind(ctx)
+	return diskFormat(m, ex, device)
+}
+
+func diskFormat(m mount.Interface, ex *contextExec, device string) (string, error) {
 	format, err := mount.NewSafeFormatAndMount(m, ex).GetDiskFormat(device)
 	if err != nil {
 		return "", fmt.Errorf("reading the signature of %s: %w", device, err)
@@ -117,18 +128,29 @@ func (f *FS) DiskFormat(ctx context.Context, device string) (string, error) {
 }
 
 // FormatAndMount implements Interface.
-func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string) (FormatResult, error) {
+func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error) {
 	// Checked here too, so that nothing unchecked reaches mkfs whoever
 	// the caller is.
 	if err := ValidateMkfsOptions(fsType, mkfsOptions); err != nil {
 		return FormatResult{}, fmt.Errorf("mkfs options of %s: %w", fsType, err)
 	}
 	m, ex := f.bind(ctx)
+	ex.replayProbe = true
+	start := time.Now()
+	existing, err := diskFormat(m, ex, device)
+	res := FormatResult{Probe: time.Since(start)}
+	if err != nil {
+		return res, err
+	}
+	res.Probed = true
+	if err := check(existing); err != nil {
+		return res, err
+	}
 	tm := &timedMounter{Interface: m}
 	// mount-utils puts the format options before its own (-F -m0 for ext4,
 	// -f for xfs) and appends to the slice it is given: hand it a copy.
-	err := mount.NewSafeFormatAndMount(tm, ex).FormatAndMountSensitiveWithFormatOptions(device, target, fsType, options, nil, slices.Clone(mkfsOptions))
-	res := FormatResult{Mounted: tm.ran, Mount: tm.took}
+	err = mount.NewSafeFormatAndMount(tm, ex).FormatAndMountSensitiveWithFormatOptions(device, target, fsType, options, nil, slices.Clone(mkfsOptions))
+	res.Mounted, res.Mount = tm.ran, tm.took
 	// fsck -a runs before mounting a device that has a filesystem: it is
 	// part of mounting, not of formatting.
 	if d, ok := ex.took("fsck"); ok {

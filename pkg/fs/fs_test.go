@@ -42,6 +42,8 @@ func TestFormatAndMount(t *testing.T) {
 		mkfsOptions   []string
 		wantFormatted bool
 		wantMkfs      []string
+		refuse        bool
+		badOptions    bool // refused before the device is read
 		wantErr       bool
 		wantMounted   bool
 	}{
@@ -55,11 +57,13 @@ func TestFormatAndMount(t *testing.T) {
 			wantMkfs: []string{"mkfs.xfs", "-K", "-m", "bigtime=0,inobtcount=0", "-i", "nrext64=0", "-f", dev}, wantMounted: true},
 		{name: "default ext4 options come before mount-utils' own", fsType: "ext4", mkfsOptions: DefaultMkfsOptions("ext4"), wantFormatted: true,
 			wantMkfs: []string{"mkfs.ext4", "-E", "nodiscard", "-O", "^orphan_file", "-F", "-m0", dev}, wantMounted: true},
-		{name: "an option outside the allow-list never reaches mkfs", fsType: "xfs", mkfsOptions: []string{"-d", "name=/etc/passwd"}, wantErr: true},
+		{name: "an option outside the allow-list never reaches mkfs", fsType: "xfs", mkfsOptions: []string{"-d", "name=/etc/passwd"}, badOptions: true, wantErr: true},
 		{name: "existing ext4 is never formatted", existing: "ext4", fsType: "ext4", wantMounted: true},
 		{name: "a partition table is never formatted", existing: fstest.PartitionTable, fsType: "ext4", wantMounted: true},
 		{name: "failed mkfs does not mount", fsType: "ext4", failMkfs: true, wantFormatted: true,
 			wantMkfs: []string{"mkfs.ext4", "-F", "-m0", dev}, wantErr: true},
+		{name: "a blank device the check refuses is left alone", fsType: "ext4", refuse: true, wantErr: true},
+		{name: "another filesystem the check refuses is left alone", existing: "xfs", fsType: "ext4", refuse: true, wantErr: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,9 +77,35 @@ func TestFormatAndMount(t *testing.T) {
 			m := mount.NewFakeMounter(nil)
 			f := New(m, tools)
 			target := t.TempDir()
-			res, err := f.FormatAndMount(testCtx(), dev, target, tc.fsType, []string{"noatime"}, tc.mkfsOptions)
+			refusal := errors.New("refused")
+			checked := []string{}
+			res, err := f.FormatAndMount(testCtx(), dev, target, tc.fsType, []string{"noatime"}, tc.mkfsOptions, func(existing string) error {
+				checked = append(checked, existing)
+				if tc.refuse {
+					return refusal
+				}
+				return nil
+			})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %t", err, tc.wantErr)
+			}
+			if tc.refuse && !errors.Is(err, refusal) {
+				t.Errorf("err = %v, want the check's error as it is", err)
+			}
+			want, reads := []string{tc.existing}, 1
+			if strings.HasPrefix(tc.existing, "PTTYPE=") {
+				want = []string{"unknown data, probably partitions"}
+			}
+			if tc.badOptions {
+				want, reads = []string{}, 0
+			}
+			if !slices.Equal(checked, want) || res.Probed != !tc.badOptions {
+				t.Errorf("check saw %q (probed %t), want %q", checked, res.Probed, want)
+			}
+			// The signature is read once: mount-utils' own read before
+			// mkfs is answered with the one just made.
+			if n := len(tools.Ran("blkid")); n != reads {
+				t.Errorf("blkid ran %d times, want %d", n, reads)
 			}
 			if res.Formatted != tc.wantFormatted || res.Mounted != tc.wantMounted {
 				t.Errorf("result = %+v, want formatted %t mounted %t", res, tc.wantFormatted, tc.wantMounted)
@@ -515,6 +545,45 @@ func TestValidateMkfsOptions(t *testing.T) {
 				t.Errorf("ValidateMkfsOptions(%s, %q) = %v, want nil", tc.fsType, tc.options, err)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Errorf("ValidateMkfsOptions(%s, %q) = %v, want an error with %q", tc.fsType, tc.options, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestProbeReplay: a blkid answer is replayed only to the very next blkid
+// of the same arguments, once, and only where FormatAndMount asked for it;
+// any other command in between means the device is read again.
+func TestProbeReplay(t *testing.T) {
+	probe := []string{"-p", "-s", "TYPE", "-s", "PTTYPE", "-o", "export", "/dev/a"}
+	for _, tc := range []struct {
+		name   string
+		replay bool
+		run    [][]string
+		want   int // blkid runs
+	}{
+		{name: "replayed once", replay: true, run: [][]string{probe, probe}, want: 1},
+		{name: "only once", replay: true, run: [][]string{probe, probe, probe}, want: 2},
+		{name: "not after another command", replay: true, run: [][]string{probe, {"mkfs.ext4", "/dev/a"}, probe}, want: 2},
+		{name: "not for another device", replay: true, run: [][]string{probe, append(probe[:len(probe)-1:len(probe)-1], "/dev/b")}, want: 2},
+		{name: "not unless asked", run: [][]string{probe, probe}, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tools := fstest.New()
+			tools.SetFormat("/dev/a", "ext4")
+			tools.SetFormat("/dev/b", "xfs")
+			ex := &contextExec{ctx: testCtx(), exec: tools, replayProbe: tc.replay}
+			for _, argv := range tc.run {
+				name, args := "blkid", argv
+				if !strings.HasPrefix(argv[0], "-") {
+					name, args = argv[0], argv[1:]
+				}
+				out, err := ex.Command(name, args...).CombinedOutput()
+				if name == "blkid" && (err != nil || !strings.Contains(string(out), "TYPE=")) {
+					t.Errorf("blkid %v = %q, %v", args, out, err)
+				}
+			}
+			if n := len(tools.Ran("blkid")); n != tc.want {
+				t.Errorf("blkid ran %d times, want %d", n, tc.want)
 			}
 		})
 	}

@@ -65,8 +65,8 @@ func TestBenchPlugin(t *testing.T) {
 		run:     "^TestBench",
 		timeout: 20 * time.Minute,
 	})
-	if n := strings.Count(out, "\nratio carve"); n != 5 {
-		t.Errorf("the guest printed %d of the 5 carve ratio lines", n)
+	if n := strings.Count(out, "\nratio carve"); n != 6 {
+		t.Errorf("the guest printed %d of the 6 carve ratio lines", n)
 	}
 }
 

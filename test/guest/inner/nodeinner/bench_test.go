@@ -18,6 +18,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/test/plugintest"
 )
 
@@ -203,10 +204,9 @@ func concurrently(t *testing.T, callers, each int, f func() error) []time.Durati
 }
 
 // TestBenchNodeStage: NodeStageVolume of a blank 1 GiB volume against raw
-// mkfs.ext4 + mount with the options carve (mount-utils) uses: mkfs.ext4 -F
-// -m0, mount -t ext4 -o defaults. The VG holds both volumes at once: the
-// raw LVs are made outside carve, and its view of the VG catches up only at
-// the next periodic refresh.
+// mkfs.ext4 + mount with the options carve uses: its default class's
+// mkfsOptions then mount-utils' -F -m0, mount -t ext4 -o defaults. The raw
+// LVs are made outside carve (its view follows through the backup watch).
 func TestBenchNodeStage(t *testing.T) {
 	const rounds = 3
 	size := 1024 * mib
@@ -233,6 +233,9 @@ func TestBenchNodeStage(t *testing.T) {
 		return d
 	}
 	var probes []time.Duration
+	// The options carve's default class passes to mkfs.ext4 before
+	// mount-utils' own -F -m0.
+	mkfsExt4 := fs.DefaultMkfsOptions("ext4")
 	viaTools := func(ctx context.Context, i int) time.Duration {
 		lv := fmt.Sprintf("rawstage-%d", i)
 		if _, err := e.vg.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
@@ -255,7 +258,7 @@ func TestBenchNodeStage(t *testing.T) {
 		}
 		probes = append(probes, time.Since(start))
 		start = time.Now()
-		if _, err := plugintest.Run(ctx, "mkfs.ext4", "-F", "-m0", dev); err != nil {
+		if _, err := plugintest.Run(ctx, append(append([]string{"mkfs.ext4"}, mkfsExt4...), "-F", "-m0", dev)...); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := plugintest.Run(ctx, "mount", "-t", "ext4", "-o", "defaults", dev, dir); err != nil {
@@ -272,7 +275,7 @@ func TestBenchNodeStage(t *testing.T) {
 	}
 	before := e.scrape()
 	carve, raw := interleave(e, rounds, viaCarve, viaTools)
-	report(t, "stage 1GiB ext4", "carve NodeStageVolume", carve, "mkfs.ext4 -F -m0 + mount", raw, 1.10)
+	report(t, "stage 1GiB ext4", "carve NodeStageVolume", carve, "mkfs.ext4 "+strings.Join(mkfsExt4, " ")+" -F -m0 + mount", raw, 1.10)
 	probes = probes[1:] // the warm-up round's
 	safe := make([]time.Duration, len(raw))
 	for i := range raw {

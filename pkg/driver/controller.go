@@ -17,6 +17,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/erase"
+	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -74,9 +75,11 @@ type ControllerServer struct {
 	cfg   ControllerConfig
 	node  topology.Node
 	locks *volumelock.Locks
-	// finishing zeroes and marks finished the new LVs, beyond the life of
-	// one call.
-	finishing finishJobs
+	// finishing zeroes and marks finished the new LVs, keyed by LV name,
+	// beyond the life of one call (erasing a large volume takes longer
+	// than csi-provisioner's deadline); the retries join it. An ended
+	// finishing is not kept: a retry reads the outcome from the LV's tags.
+	finishing jobs.Set[*lvm.LogicalVolume]
 	// isDeviceNode tells whether path is a block device node; tests
 	// replace it.
 	isDeviceNode func(path string) bool
@@ -384,7 +387,7 @@ func askedTags(r *csi.CapacityRange, size uint64) []string {
 // it now, and it will not be zeroed (zeroing covers what lvcreate's wipe
 // would have done, so finish completes such an LV instead).
 func (s *ControllerServer) mustRedo(lv *lvm.LogicalVolume, method erase.Method) bool {
-	return volume.IsUnfinished(lv.Tags) && method == erase.None && !s.finishing.running(lv.Name)
+	return volume.IsUnfinished(lv.Tags) && method == erase.None && !s.finishing.Running(lv.Name)
 }
 
 // redo removes a half-made LV, which was never handed out, so that it is

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -53,50 +52,6 @@ func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) era
 	return erase.None
 }
 
-// finishJobs are the finishings in flight, keyed by LV name. A finishing
-// outlives the CreateVolume that started it (erasing a large volume takes
-// longer than csi-provisioner's deadline); the retries wait for it.
-type finishJobs struct {
-	mu   sync.Mutex
-	jobs map[string]*finishJob
-}
-
-type finishJob struct {
-	done chan struct{}
-	lv   *lvm.LogicalVolume
-	err  error
-}
-
-// running tells whether the LV's finishing is in flight.
-func (f *finishJobs) running(name string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, ok := f.jobs[name]
-	return ok
-}
-
-// start returns the finishing of name in flight, or starts run as it.
-func (f *finishJobs) start(name string, run func() (*lvm.LogicalVolume, error)) *finishJob {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if j, ok := f.jobs[name]; ok {
-		return j
-	}
-	if f.jobs == nil {
-		f.jobs = map[string]*finishJob{}
-	}
-	j := &finishJob{done: make(chan struct{})}
-	f.jobs[name] = j
-	go func() {
-		j.lv, j.err = run()
-		f.mu.Lock()
-		delete(f.jobs, name)
-		f.mu.Unlock()
-		close(j.done)
-	}()
-	return j
-}
-
 // finish makes a new LV ready to hand out: it zeroes it when method asks
 // for it, then takes volume.TagUnfinished off. An LV without the tag is returned
 // as it is. The work runs detached from ctx, so that a CreateVolume whose
@@ -111,20 +66,18 @@ func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, ma
 		return lv, nil
 	}
 	work := *lv
-	jobCtx := context.WithoutCancel(ctx)
-	j := s.finishing.start(lv.Name, func() (*lvm.LogicalVolume, error) {
+	j, _ := s.finishing.Start(ctx, lv.Name, "", func(jobCtx context.Context) (*lvm.LogicalVolume, error) {
 		return s.finishLV(jobCtx, &work, made, class, method)
 	})
-	select {
-	case <-j.done:
-		if j.err != nil {
-			return nil, toStatus(j.err, "finishing volume "+volume.VolumeID(lv.VolumeGroup, lv.Name))
-		}
-		return j.lv, nil
-	case <-ctx.Done():
+	if !j.Wait(ctx) {
 		return nil, status.Errorf(codes.Aborted, "volume %s is still being prepared (erase method %s, %d bytes); retry later: %v",
 			volume.VolumeID(lv.VolumeGroup, lv.Name), method, lv.Size, ctx.Err())
 	}
+	done, err := j.Result()
+	if err != nil {
+		return nil, toStatus(err, "finishing volume "+volume.VolumeID(lv.VolumeGroup, lv.Name))
+	}
+	return done, nil
 }
 
 // finishLV is the work of finish.

@@ -20,6 +20,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -67,6 +68,11 @@ type NodeServer struct {
 	// rather than racing the first on the same mount points.
 	busy *volumelock.Locks
 
+	// staging holds the stage jobs (format and mount) by volume ID: they
+	// outlive the call that started them, hold the volume's lock to their
+	// end, and keep their result for the retry (see NodeStageVolume).
+	staging jobs.Set[struct{}]
+
 	// classes caches the device class of a volume for metric labels, so
 	// unpublish and unstage need not ask LVM.
 	classMu sync.Mutex
@@ -83,7 +89,9 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 	if cfg.Classes == nil || cfg.View == nil {
 		klog.ErrorS(nil, "NodeConfig has no device classes or view: NodeExpandVolume cannot check a growth against the class's spare and overprovision ratio")
 	}
-	return &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
+	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
+	n.staging.Keep = true
+	return n
 }
 
 // isBlockDevice tells whether path (after symlinks) is a block device node.

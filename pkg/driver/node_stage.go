@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -13,12 +14,24 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
 )
 
 // NodeStageVolume implements csi.NodeServer. A filesystem volume is
 // formatted only when its device carries no signature at all, then mounted
 // at the staging path; a raw block volume needs nothing at this stage.
+//
+// Formatting and mounting (mkfs, or fsck of an existing filesystem, then
+// mount) run as a detached job holding the volume's lock: mkfs of a large
+// volume or fsck of a large dirty one can outlast the kubelet's deadline
+// (2 min), and killing them would throw the work away (and leave a repair
+// half done), so that the retry started from zero again, forever. A call
+// whose deadline comes first answers ABORTED shortly before it; the
+// kubelet takes ABORTED as "operation pending" (not final: the volume may
+// be staged, so it retries NodeStageVolume, and calls NodeUnstageVolume if
+// the pod goes away), and a retry with the same arguments joins the job, or
+// gets the result of the job that ended since.
 func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (resp *csi.NodeStageVolumeResponse, err error) {
 	start, class := time.Now(), unknownClassLabel
 	defer func() { n.cfg.Metrics.ObservePhase(metrics.PhaseStage, class, time.Since(start), err) }()
@@ -34,10 +47,28 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err != nil {
 		return nil, err
 	}
+	options := stagingOptions(access)
+	args := stageArgs(staging, access, options)
+	if j, ok := n.staging.Get(id); ok {
+		class = n.classForMetrics(id)
+		if j.Args == args {
+			return n.awaitStage(ctx, id, j)
+		}
+		if n.staging.Running(id) {
+			return nil, status.Errorf(codes.Aborted, "volume %q is being staged by an earlier call with other arguments; retry later", id)
+		}
+		// An ended stage of other arguments nobody came back for.
+		n.staging.Take(id, j)
+	}
 	if err := n.acquire(id); err != nil {
 		return nil, err
 	}
-	defer n.release(id)
+	locked := true
+	defer func() {
+		if locked {
+			n.release(id)
+		}
+	}()
 
 	device, class, err := n.activeDevice(ctx, id, req.GetVolumeContext())
 	if err != nil {
@@ -48,7 +79,6 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
-	options := stagingOptions(access)
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
 	}
@@ -69,10 +99,57 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
+	mkfsOptions := n.mkfsOptions(class, access.fsType)
+	j, started := n.staging.Start(ctx, id, args, func(ctx context.Context) (struct{}, error) {
+		defer n.release(id)
+		return struct{}{}, n.formatAndMount(ctx, id, device, staging, class, access, options, mkfsOptions)
+	})
+	if !started {
+		// Cannot happen while the lock is held (a job holds it to its
+		// end); answer as a busy volume.
+		return nil, status.Errorf(codes.Aborted, "volume %q is being staged; retry later", id)
+	}
+	locked = false // the job releases it
+	return n.awaitStage(ctx, id, j)
+}
+
+// stageAnswerMargin is how long before its deadline at most a stage that
+// waits for its job answers ABORTED, so that the answer beats the
+// client's deadline.
+const stageAnswerMargin = 5 * time.Second
+
+// awaitStage waits for a stage job: its result once it ends (handed out
+// once; the next call starts afresh), ABORTED when the call's deadline
+// comes first.
+func (n *NodeServer) awaitStage(ctx context.Context, id string, j *jobs.Job[struct{}]) (*csi.NodeStageVolumeResponse, error) {
+	wctx, cancel := jobs.AnswerBy(ctx, stageAnswerMargin)
+	defer cancel()
+	if !j.Wait(wctx) {
+		klog.FromContext(ctx).Info("Stage still formatting or checking the filesystem; answering ABORTED, the retry joins it", "volumeID", id)
+		return nil, status.Errorf(codes.Aborted, "volume %q is still being staged (mkfs or fsck of its filesystem is running); retry later", id)
+	}
+	n.staging.Take(id, j)
+	if _, err := j.Result(); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageArgs tells apart the stages of one volume: a retry with the same
+// arguments joins a running stage.
+func stageArgs(staging string, a volumeAccess, options []string) string {
+	return strings.Join([]string{staging, a.fsType, strings.Join(options, ",")}, "\x00")
+}
+
+// formatAndMount is the work of a stage job: read the device's
+// signature and check it, format the device if it has none, mount it at
+// the staging path (after fsck for an existing filesystem) and grow an
+// existing filesystem to its device. It returns gRPC statuses.
+func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, class string, access volumeAccess, options, mkfsOptions []string) error {
 	// The signature is read once, inside FormatAndMount, and checked here
 	// before anything is formatted or mounted.
 	var refused error
-	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, n.mkfsOptions(class, access.fsType), func(existing string) error {
+	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, mkfsOptions, func(existing string) error {
 		refused = checkSignature(id, device, existing, access.fsType, options)
 		return refused
 	})
@@ -84,10 +161,10 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepSignatureCheck, class, res.Probe, probeErr)
 	}
 	if refused != nil {
-		return nil, refused
+		return refused
 	}
 	if probeErr != nil {
-		return nil, status.Errorf(codes.Internal, "volume %q: %v", id, err)
+		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
 	}
 	if res.Formatted {
 		var mkfsErr error
@@ -100,7 +177,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepMount, class, res.Mount, err)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "staging volume %q: %v", id, err)
+		return status.Errorf(codes.Internal, "staging volume %q: %v", id, err)
 	}
 	if !res.Formatted {
 		// A filesystem smaller than its device (a volume restored or
@@ -110,12 +187,12 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		_, err := n.cfg.FS.Resize(ctx, device, staging)
 		n.step(metrics.PhaseStage, metrics.StepFilesystemGrow, class, t, err)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", id, err)
+			return status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", id, err)
 		}
 	}
-	klog.InfoS("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
+	klog.FromContext(ctx).Info("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
 		"fsType", access.fsType, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
-	return &csi.NodeStageVolumeResponse{}, nil
+	return nil
 }
 
 // checkSignature refuses to stage a device whose signature is not what
@@ -160,6 +237,9 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		n.cfg.Metrics.ObservePhase(metrics.PhaseUnstage, n.classForMetrics(id), time.Since(start), err)
 		if err == nil {
 			n.forgetClass(id)
+			// A stage that ended after its caller gave up is not wanted
+			// any more.
+			n.staging.Forget(id)
 		}
 	}()
 	if err := n.unmountAndRemove(ctx, metrics.PhaseUnstage, id, req.GetStagingTargetPath(), "staging_target_path"); err != nil {

@@ -28,6 +28,8 @@ type Tools struct {
 	ctxs    []context.Context
 	// ctxErrs is each command's ctx.Err() when it ran.
 	ctxErrs []error
+	// holds are the commands Hold keeps running: closed when released.
+	holds map[string]chan struct{}
 }
 
 var _ utilexec.Interface = (*Tools)(nil)
@@ -82,6 +84,22 @@ func (t *Tools) FailIf(match func(argv []string) bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failIf = append(t.failIf, failRule{match: match, err: err})
+}
+
+// Hold keeps every later run of command running until release is called,
+// as a long mkfs or fsck would. A held command whose context ends first
+// fails with the context's error, as the real one would be killed, so a
+// test sees whether carve lets it run to its end.
+func (t *Tools) Hold(command string) (release func()) {
+	ch := make(chan struct{})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holds == nil {
+		t.holds = map[string]chan struct{}{}
+	}
+	t.holds[command] = ch
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
 }
 
 // Calls returns the argv of every command run so far.
@@ -148,10 +166,20 @@ func (t *Tools) LookPath(file string) (string, error) { return "/usr/sbin/" + fi
 
 func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.calls = append(t.calls, argv)
 	t.ctxs = append(t.ctxs, ctx)
 	t.ctxErrs = append(t.ctxErrs, ctx.Err())
+	hold := t.holds[argv[0]]
+	t.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return []byte(argv[0] + " killed"), fmt.Errorf("%s killed: %w", argv[0], ctx.Err())
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if err := t.fail[argv[0]]; err != nil {
 		return []byte(argv[0] + " failed"), err
 	}

@@ -151,15 +151,20 @@ bench: deps cachedir
 # rendered (hack/topolvm.sh, cached under $(CACHE)/topolvm); the same
 # workload against both, printed as ratios. Not part of make test.
 # PEERS_CLAIMS claims per driver and pattern, PEERS_GAP the pause of the
-# paced pattern, PEERS_FRESHNESS_CAP the longest wait for capacity.
+# paced pattern, PEERS_FRESHNESS_CAP the longest wait for capacity,
+# PEERS_IDLE_VOLUMES the volume counts of the idle measurement (e.g.
+# 100,1000; 0 skips it), PEERS_IDLE_WINDOW how long each is measured.
 PEERS_CLAIMS ?= 50
 PEERS_GAP ?= 1s
 PEERS_FRESHNESS_CAP ?= 90s
+PEERS_IDLE_VOLUMES ?= 100
+PEERS_IDLE_WINDOW ?= 2m
 
 bench-peers: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && tvdir=$$(GO='$(GO)' ./hack/topolvm.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_TOPOLVM=$$tvdir \
 	  CARVE_PEERS_CLAIMS=$(PEERS_CLAIMS) CARVE_PEERS_GAP=$(PEERS_GAP) CARVE_PEERS_FRESHNESS_CAP=$(PEERS_FRESHNESS_CAP) \
+	  CARVE_PEERS_IDLE_VOLUMES=$(PEERS_IDLE_VOLUMES) CARVE_PEERS_IDLE_WINDOW=$(PEERS_IDLE_WINDOW) GO='$(GO)' \
 	  $(GO) test -tags peers -count=1 -timeout 40m -v ./test/peers/ 2>&1 | tee $(CACHE)/bench-peers.log | ./hack/summarize-go-test.sh bench-peers
 	@grep '^ratio' $(CACHE)/bench-peers.log
 

@@ -42,6 +42,11 @@ type options struct {
 	// freshnessCap bounds the wait for an outside change to show in the
 	// CSIStorageCapacity objects (CARVE_PEERS_FRESHNESS_CAP, 90s).
 	freshnessCap time.Duration
+	// idleVolumes are the volume counts TestPeersIdle measures at, in
+	// order (CARVE_PEERS_IDLE_VOLUMES, comma-separated, default 100; 0
+	// skips it), each for idleWindow (CARVE_PEERS_IDLE_WINDOW, 2m).
+	idleVolumes []int
+	idleWindow  time.Duration
 }
 
 func TestMain(m *testing.M) {
@@ -117,7 +122,20 @@ func configFromEnv() (cluster.Config, string, error) {
 	if _, err := os.Stat(filepath.Join(topolvmDir, "hypertopolvm")); err != nil {
 		return cluster.Config{}, "", fmt.Errorf("CARVE_TOPOLVM: %w (hack/topolvm.sh builds it)", err)
 	}
-	opts = options{claims: 50, gap: time.Second, freshnessCap: 90 * time.Second}
+	opts = options{claims: 50, gap: time.Second, freshnessCap: 90 * time.Second, idleVolumes: []int{100}, idleWindow: 2 * time.Minute}
+	if v := os.Getenv("CARVE_PEERS_IDLE_VOLUMES"); v != "" {
+		opts.idleVolumes = nil
+		last := 0
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 || n > 2000 || (n > 0 && n <= last) {
+				return cluster.Config{}, "", fmt.Errorf("CARVE_PEERS_IDLE_VOLUMES %q: want rising whole numbers from 1 to 2000, comma-separated, or 0", v)
+			}
+			if n > 0 {
+				opts.idleVolumes, last = append(opts.idleVolumes, n), n
+			}
+		}
+	}
 	if v := os.Getenv("CARVE_PEERS_CLAIMS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 2 || n > 200 {
@@ -128,7 +146,7 @@ func configFromEnv() (cluster.Config, string, error) {
 	for _, d := range []struct {
 		env string
 		to  *time.Duration
-	}{{"CARVE_PEERS_GAP", &opts.gap}, {"CARVE_PEERS_FRESHNESS_CAP", &opts.freshnessCap}} {
+	}{{"CARVE_PEERS_GAP", &opts.gap}, {"CARVE_PEERS_FRESHNESS_CAP", &opts.freshnessCap}, {"CARVE_PEERS_IDLE_WINDOW", &opts.idleWindow}} {
 		if v := os.Getenv(d.env); v != "" {
 			dur, err := time.ParseDuration(v)
 			if err != nil || dur < 0 || dur > 10*time.Minute {

@@ -58,6 +58,8 @@ type topolvm struct {
 type topolvmNode struct {
 	VG      *lvmtest.LoopVG
 	Process *cluster.Process
+	// LVMLog has one line per LVM command topolvm-node ran (lvmcount).
+	LVMLog string
 }
 
 // startTopoLVM starts TopoLVM from dir (hack/topolvm.sh: hypertopolvm and
@@ -115,6 +117,16 @@ func startTopoLVM(ctx context.Context, bed *cluster.Cluster, dir string) (_ *top
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return tv, err
 	}
+	// lvmcount notes each LVM command topolvm-node runs (TestPeersIdle
+	// counts them); a small static program, about a millisecond a command.
+	lvmcount := filepath.Join(logs, "lvmcount")
+	goCmd := os.Getenv("GO")
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	if out, err := exec.CommandContext(ctx, goCmd, "build", "-o", lvmcount, "./lvmcount").CombinedOutput(); err != nil {
+		return tv, fmt.Errorf("building test/peers/lvmcount: %w: %s", err, out)
+	}
 
 	// What node-driver-registrar and the kubelet would do on each node:
 	// the topology label on the Node and the driver in its CSINode.
@@ -155,12 +167,14 @@ func startTopoLVM(ctx context.Context, bed *cluster.Cluster, dir string) (_ *top
 			return tv, fmt.Errorf("TopoLVM's volume group on %s: %w", n.Name, err)
 		}
 		// lvm-command-prefix holds the lvm binary itself: TopoLVM runs
-		// `lvm fullreport` and `lvm lvcreate` through it.
+		// `lvm fullreport` and `lvm lvcreate` through it, here through
+		// lvmcount.
+		tn.LVMLog = filepath.Join(dir, "lvm-commands.log")
 		lvmd, err := yaml.Marshal(map[string]any{
 			"device-classes": []map[string]any{{
 				"name": topolvmDeviceClass, "volume-group": tn.VG.Name, "default": true, "spare-gb": spare,
 			}},
-			"lvm-command-prefix": []string{lvmBin},
+			"lvm-command-prefix": []string{lvmcount, tn.LVMLog, lvmBin},
 		})
 		if err != nil {
 			return tv, err

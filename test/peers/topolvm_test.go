@@ -124,7 +124,7 @@ func startTopoLVM(ctx context.Context, bed *cluster.Cluster, dir string) (_ *top
 	if goCmd == "" {
 		goCmd = "go"
 	}
-	if out, err := exec.CommandContext(ctx, goCmd, "build", "-o", lvmcount, "./lvmcount").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, goCmd, "build", "-o", lvmcount, "github.com/carve-csi/carve/test/peers/lvmcount").CombinedOutput(); err != nil {
 		return tv, fmt.Errorf("building test/peers/lvmcount: %w: %s", err, out)
 	}
 

@@ -134,8 +134,8 @@ func TestPeersIdle(t *testing.T) {
 		fmt.Printf("ratio carve/TopoLVM idle LVM commands per minute, %d volumes on %s: carve %.2f (%d in %s: %s), TopoLVM %.2f (%d)%s\n",
 			want, idleNode, float64(carveCount)/minutes, carveCount, to.Sub(from).Round(time.Second), strings.Join(carveBy, ", "),
 			float64(tvCmds)/minutes, tvCmds, ratioText(float64(carveCount), float64(tvCmds)))
-		fmt.Printf("ratio carve/TopoLVM node agent resident memory, %d volumes: %.2f (carve plugin %s after the window, peak %s, at its start %s; "+
-			"carve's node csi-provisioner %s; topolvm-node (lvmd embedded) %s, peak %s, at its start %s)\n",
+		fmt.Printf("ratio carve/TopoLVM node agent resident memory, %d volumes: %.2f (carve plugin %s after the window, peak %s, at the window's start %s; "+
+			"carve's node csi-provisioner %s; topolvm-node (lvmd embedded) %s, peak %s, at the window's start %s)\n",
 			want, memAfter[0].rss/memAfter[2].rss, mib(memAfter[0].rss), mib(memAfter[0].hwm), mib(memBefore[0].rss),
 			mib(memAfter[1].rss), mib(memAfter[2].rss), mib(memAfter[2].hwm), mib(memBefore[2].rss))
 	}

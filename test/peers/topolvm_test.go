@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -124,7 +125,9 @@ func startTopoLVM(ctx context.Context, bed *cluster.Cluster, dir string) (_ *top
 	if goCmd == "" {
 		goCmd = "go"
 	}
-	if out, err := exec.CommandContext(ctx, goCmd, "build", "-o", lvmcount, "github.com/carve-csi/carve/test/peers/lvmcount").CombinedOutput(); err != nil {
+	// Built from this file's directory, wherever the test binary runs.
+	_, self, _, _ := goruntime.Caller(0)
+	if out, err := exec.CommandContext(ctx, goCmd, "-C", filepath.Dir(self), "build", "-o", lvmcount, "./lvmcount").CombinedOutput(); err != nil {
 		return tv, fmt.Errorf("building test/peers/lvmcount: %w: %s", err, out)
 	}
 

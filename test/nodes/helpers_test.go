@@ -25,6 +25,12 @@ import (
 // Every pod of these tests runs on the one guest node, under TCG, where a
 // container start takes seconds: the timeouts are generous on purpose and
 // say nothing about speed (the figures are in docs/development.md).
+//
+// A test that touches only its own namespace's claims and pods calls
+// t.Parallel(): Go runs those together once the others are done, and
+// most of their time is waiting on the kubelet. The others need the node
+// to themselves: the latency figures, the plugin kill, the reboot, and
+// the capacity accounting of TestDeletingTheClaimRemovesTheLV.
 const (
 	podTimeout = 3 * time.Minute
 	shortWait  = time.Minute

@@ -190,6 +190,7 @@ func readValues(t *testing.T, ns, pod string) (values, fsTypes string) {
 // value to a thick ext4 and a thin xfs volume; deleted, it comes back on
 // the same node and reads the same values.
 func TestStatefulSetPodComesBackToItsData(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "sts")
 	ctx := testCtx(t, 10*time.Minute)
 	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet(ns, "db"), metav1.CreateOptions{}); err != nil {
@@ -234,6 +235,7 @@ func dfBytes(t *testing.T, ns, pod, path string) (size, used int64) {
 // df in the container shows it, the claim's status follows, and the
 // container was never restarted.
 func TestOnlineExpansionReachesTheContainer(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "grow")
 	ctx := testCtx(t, 10*time.Minute)
 	pod := createClaimAndPod(t, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data", false, sleeper))
@@ -270,6 +272,7 @@ func TestOnlineExpansionReachesTheContainer(t *testing.T) {
 // container as a device of the claim's size that reads back what was
 // written to it.
 func TestRawBlockVolumeReadsWhatItWrote(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "block")
 	pvc := newPVC(ns, "raw", thinSC, "256Mi")
 	block := corev1.PersistentVolumeBlock
@@ -291,6 +294,7 @@ cmp /tmp/w /tmp/r && echo same`)
 // that group. The claim asks 256 MiB of xfs, below mkfs.xfs's minimum: it
 // gets 300 MiB and stages.
 func TestFSGroupLetsNonRootWrite(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "fsgroup")
 	pod := newPod(ns, "app", "data", false, sleeper)
 	uid, gid, fsGroup := int64(1000), int64(1000), int64(2000)
@@ -328,6 +332,7 @@ func kubeletVolumeStat(ctx context.Context, metric, ns, claim string) (float64, 
 // TestKubeletVolumeStatsMatchDf: the kubelet's volume statistics (from
 // carve's NodeGetVolumeStats) agree with df in the container.
 func TestKubeletVolumeStatsMatchDf(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "stats")
 	createClaimAndPod(t, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data", false, sleeper))
 	podExec(t, ns, "app", "head -c 52428800 /dev/zero > /data/fill && sync")
@@ -515,6 +520,7 @@ func TestDeletingTheClaimRemovesTheLV(t *testing.T) {
 // TestReadWriteOncePodKeepsASecondPodOut: a second pod using a
 // ReadWriteOncePod claim does not start, and the first keeps running.
 func TestReadWriteOncePodKeepsASecondPodOut(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "rwop")
 	ctx := testCtx(t, 10*time.Minute)
 	pvc := newPVC(ns, "data", thinSC, "512Mi")

@@ -33,6 +33,7 @@ const snapshotClass = "carve"
 // second one; a claim restored from the snapshot, mounted by a second pod,
 // holds the file as it was at the snapshot and not the second one.
 func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t, "snap")
 	dc, err := dynamic.NewForConfig(bed.Control.Config)
 	if err != nil {

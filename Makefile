@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -138,7 +138,17 @@ demo: deps build cachedir
 	  $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
 	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
-test: lint test-unit test-host test-guest test-deploy test-e2e test-nodes
+# The guest tier (a qemu guest on both cores) runs beside the host-side
+# tiers (host, deploy, e2e: mostly waiting on lvm, the apiserver and their
+# processes), each tier's output held until it ends; then the real-node
+# tier, whose guest needs the machine to itself.
+test: lint test-unit
+	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-guest test-host-side
+	@$(MAKE) --no-print-directory test-nodes
+
+# The host-side tiers of make test, one after the other.
+test-host-side: deps build deploy-tools cachedir
+	@$(MAKE) --no-print-directory test-host && $(MAKE) --no-print-directory test-deploy && $(MAKE) --no-print-directory test-e2e
 
 # Package against raw lvm commands in the guest, printed as ratios.
 bench: deps cachedir

@@ -169,14 +169,19 @@ PEERS_GAP ?= 1s
 PEERS_FRESHNESS_CAP ?= 90s
 PEERS_IDLE_VOLUMES ?= 100
 PEERS_IDLE_WINDOW ?= 2m
+# PEERS_SCALE=10,30,60 runs the scale measurement instead (a test bed per
+# node count; PEERS_SCALE_IDLE is each idle window).
+PEERS_SCALE ?=
+PEERS_SCALE_IDLE ?= 40s
 
 bench-peers: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && tvdir=$$(GO='$(GO)' ./hack/topolvm.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_TOPOLVM=$$tvdir \
 	  CARVE_PEERS_CLAIMS=$(PEERS_CLAIMS) CARVE_PEERS_GAP=$(PEERS_GAP) CARVE_PEERS_FRESHNESS_CAP=$(PEERS_FRESHNESS_CAP) \
 	  CARVE_PEERS_IDLE_VOLUMES=$(PEERS_IDLE_VOLUMES) CARVE_PEERS_IDLE_WINDOW=$(PEERS_IDLE_WINDOW) GO='$(GO)' \
-	  $(GO) test -tags peers -count=1 -timeout 40m -v ./test/peers/ 2>&1 | tee $(CACHE)/bench-peers.log | ./hack/summarize-go-test.sh bench-peers
-	@grep '^ratio' $(CACHE)/bench-peers.log
+	  CARVE_PEERS_SCALE=$(PEERS_SCALE) CARVE_PEERS_SCALE_IDLE=$(PEERS_SCALE_IDLE) \
+	  $(GO) test -tags peers -count=1 -timeout 60m -v ./test/peers/ 2>&1 | tee $(CACHE)/bench-peers.log | ./hack/summarize-go-test.sh bench-peers
+	@grep -E '^(ratio|scale model)' $(CACHE)/bench-peers.log
 
 clean:
 	rm -rf $(BIN)

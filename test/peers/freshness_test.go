@@ -105,14 +105,19 @@ func capacityOf(ctx context.Context, d driver, node string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	key := cluster.TopologyKey
-	if d.csiName == topolvmDriver {
-		key = topolvmTopologyKey
-	}
+	key := topologyKey(d)
 	for _, c := range list.Items {
 		if c.StorageClassName == d.storageClass && c.NodeTopology != nil && c.NodeTopology.MatchLabels[key] == node && c.Capacity != nil {
 			return c.Capacity.Value(), nil
 		}
 	}
 	return 0, nil
+}
+
+// topologyKey is the Node label d's CSIStorageCapacity objects select on.
+func topologyKey(d driver) string {
+	if d.csiName == topolvmDriver {
+		return topolvmTopologyKey
+	}
+	return cluster.TopologyKey
 }

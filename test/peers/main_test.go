@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -30,6 +31,10 @@ var (
 	// limits: client-go's default (5 requests/s, burst 10) would itself
 	// spread a burst of claims over seconds.
 	client kubernetes.Interface
+	// baseCfg and topolvmDir are what configFromEnv found; the scale
+	// measurement starts a test bed of its own per size from them.
+	baseCfg    cluster.Config
+	topolvmDir string
 )
 
 // options are the knobs of a run, from the environment (make bench-peers
@@ -47,6 +52,14 @@ type options struct {
 	// skips it), each for idleWindow (CARVE_PEERS_IDLE_WINDOW, 2m).
 	idleVolumes []int
 	idleWindow  time.Duration
+	// scale lists the node counts of the scale measurement
+	// (CARVE_PEERS_SCALE, e.g. "10,30,60"); when set, the run is that
+	// measurement alone (TestPeersScale), each size on a test bed of its
+	// own.
+	scale []int
+	// idle is each idle window of the scale measurement
+	// (CARVE_PEERS_SCALE_IDLE, 40s).
+	scaleIdle time.Duration
 }
 
 func TestMain(m *testing.M) {
@@ -56,9 +69,25 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	cfg, topolvmDir, err := configFromEnv()
+	var err error
+	baseCfg, topolvmDir, err = configFromEnv()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: bench-peers cannot run: %v\n", err)
+		return 1
+	}
+	cfg := baseCfg
+	// The scale measurement starts its own test beds; the other tests
+	// share the three-node one below. Either run selects its tests here,
+	// so that none is skipped.
+	if len(opts.scale) > 0 {
+		if err := flag.Set("test.run", "^TestPeersScale$"); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+			return 1
+		}
+		return m.Run()
+	}
+	if err := flag.Set("test.skip", "^TestPeersScale$"); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
@@ -78,7 +107,7 @@ func run(m *testing.M) int {
 	}
 	peer, err = startTopoLVM(ctx, bed, topolvmDir)
 	if err == nil {
-		err = waitCapacities(ctx)
+		err = waitCapacities(ctx, 3*time.Minute, carveSide, topolvmSide)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting TopoLVM: %v\n", err)
@@ -122,7 +151,7 @@ func configFromEnv() (cluster.Config, string, error) {
 	if _, err := os.Stat(filepath.Join(topolvmDir, "hypertopolvm")); err != nil {
 		return cluster.Config{}, "", fmt.Errorf("CARVE_TOPOLVM: %w (hack/topolvm.sh builds it)", err)
 	}
-	opts = options{claims: 50, gap: time.Second, freshnessCap: 90 * time.Second, idleVolumes: []int{100}, idleWindow: 2 * time.Minute}
+	opts = options{claims: 50, gap: time.Second, freshnessCap: 90 * time.Second, idleVolumes: []int{100}, idleWindow: 2 * time.Minute, scaleIdle: 40 * time.Second}
 	if v := os.Getenv("CARVE_PEERS_IDLE_VOLUMES"); v != "" {
 		opts.idleVolumes = nil
 		last := 0
@@ -136,6 +165,15 @@ func configFromEnv() (cluster.Config, string, error) {
 			}
 		}
 	}
+	if v := os.Getenv("CARVE_PEERS_SCALE"); v != "" {
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 200 {
+				return cluster.Config{}, "", fmt.Errorf("CARVE_PEERS_SCALE %q: want node counts from 1 to 200, comma-separated (e.g. 10,30,60)", v)
+			}
+			opts.scale = append(opts.scale, n)
+		}
+	}
 	if v := os.Getenv("CARVE_PEERS_CLAIMS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 2 || n > 200 {
@@ -146,7 +184,7 @@ func configFromEnv() (cluster.Config, string, error) {
 	for _, d := range []struct {
 		env string
 		to  *time.Duration
-	}{{"CARVE_PEERS_GAP", &opts.gap}, {"CARVE_PEERS_FRESHNESS_CAP", &opts.freshnessCap}, {"CARVE_PEERS_IDLE_WINDOW", &opts.idleWindow}} {
+	}{{"CARVE_PEERS_GAP", &opts.gap}, {"CARVE_PEERS_FRESHNESS_CAP", &opts.freshnessCap}, {"CARVE_PEERS_IDLE_WINDOW", &opts.idleWindow}, {"CARVE_PEERS_SCALE_IDLE", &opts.scaleIdle}} {
 		if v := os.Getenv(d.env); v != "" {
 			dur, err := time.ParseDuration(v)
 			if err != nil || dur < 0 || dur > 10*time.Minute {
@@ -174,21 +212,34 @@ func configFromEnv() (cluster.Config, string, error) {
 	return cfg, topolvmDir, cluster.Requirements(cfg)
 }
 
-// waitCapacities waits until both drivers publish capacity for every node.
-func waitCapacities(ctx context.Context) error {
-	return waitFor(ctx, 3*time.Minute, "both drivers to publish capacity for every node", func(ctx context.Context) (bool, string, error) {
-		var missing []string
-		for _, n := range bed.Nodes {
-			for _, d := range []driver{carveSide, topolvmSide} {
-				c, err := capacityOf(ctx, d, n.Name)
-				if err != nil {
-					return false, "", err
-				}
-				if c == 0 {
-					missing = append(missing, d.name+" on "+n.Name)
+// waitCapacities waits until the drivers in sides publish capacity for
+// every node of the test bed.
+func waitCapacities(ctx context.Context, timeout time.Duration, sides ...driver) error {
+	return waitFor(ctx, timeout, "capacity for every node", func(ctx context.Context) (bool, string, error) {
+		list, err := bed.Client.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		have := map[string]bool{}
+		for _, c := range list.Items {
+			for _, d := range sides {
+				if c.StorageClassName == d.storageClass && c.NodeTopology != nil && c.Capacity != nil && c.Capacity.Value() > 0 {
+					have[d.name+" on "+c.NodeTopology.MatchLabels[topologyKey(d)]] = true
 				}
 			}
 		}
-		return len(missing) == 0, "none yet from " + strings.Join(missing, ", "), errors.Join(bed.CheckAlive(), peer.checkAlive())
+		var missing []string
+		for _, n := range bed.Nodes {
+			for _, d := range sides {
+				if k := d.name + " on " + n.Name; !have[k] {
+					missing = append(missing, k)
+				}
+			}
+		}
+		alive := bed.CheckAlive()
+		if peer != nil {
+			alive = errors.Join(alive, peer.checkAlive())
+		}
+		return len(missing) == 0, fmt.Sprintf("%d missing, first %s", len(missing), strings.Join(missing[:min(len(missing), 5)], ", ")), alive
 	})
 }

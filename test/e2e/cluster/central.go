@@ -116,3 +116,6 @@ func (c *Central) processes() []*Process { return started(c.resizer, c.carve) }
 
 // Resizer is the csi-resizer process.
 func (c *Central) Resizer() *Process { return c.resizer }
+
+// Controller is the `carve controller` process.
+func (c *Central) Controller() *Process { return c.carve }

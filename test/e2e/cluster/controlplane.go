@@ -219,6 +219,18 @@ func (cp *ControlPlane) Stop() {
 	cp.processes = nil
 }
 
+// Process returns the control-plane process of that name (etcd,
+// kube-apiserver, kube-scheduler, kube-controller-manager), or nil: a
+// benchmark reads its CPU and memory from /proc.
+func (cp *ControlPlane) Process(name string) *Process {
+	for _, p := range cp.processes {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // dumpLogs writes the tail of every process's log to the klog output.
 func (cp *ControlPlane) dumpLogs(lines int) {
 	for _, p := range cp.processes {

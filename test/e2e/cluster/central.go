@@ -88,26 +88,9 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 		return c, err
 	}
 
-	kubeconfig = filepath.Join(dir, "resizer.kubeconfig")
-	if err := serviceAccountKubeconfig(ctx, cs, cp, d.Namespace, spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
-		return c, fmt.Errorf("the controller Deployment's service account: %w", err)
-	}
-	port, err := FreePort()
-	if err != nil {
-		return c, err
-	}
-	c.ResizerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err = ContainerCommand(resizerC, pod, []FlagValue{
-		{"csi-address", c.Socket},
-		{"http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)},
-		{"kubeconfig", kubeconfig},
-		{"leader-election-namespace", d.Namespace},
-	})
-	if err != nil {
-		return c, err
-	}
-	klog.InfoS("Starting csi-resizer with the Deployment's flags", "args", args)
-	c.resizer, err = startProcess(ctx, logs, "controller-csi-resizer", resizerBin, args, env, lifetime)
+	c.resizer, c.ResizerMetricsURL, err = startSidecar(ctx, cs, cp, sidecar{name: "controller-csi-resizer", container: resizerC,
+		pod: pod, serviceAccount: spec.ServiceAccountName, bin: resizerBin, socket: c.Socket,
+		extra: []FlagValue{{"leader-election-namespace", d.Namespace}}}, dir, logs, lifetime)
 	return c, err
 }
 

@@ -373,30 +373,19 @@ func runsCarveRole(role string) func(*corev1.Container) bool {
 // isCarvePlugin tells the container that runs `carve plugin`.
 var isCarvePlugin = runsCarveRole("plugin")
 
-// startProvisioner runs csi-provisioner for the node with the DaemonSet's
-// flags, authenticated as the DaemonSet's service account (a token from
-// the TokenRequest API), so carve's RBAC rules are what it gets.
+// startProvisioner runs the DaemonSet's csi-provisioner for the node
+// (startSidecar).
 func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, c *corev1.Container, bin, dir, logs string, lifetime time.Duration) error {
-	kubeconfig := filepath.Join(dir, "provisioner.kubeconfig")
-	if err := serviceAccountKubeconfig(ctx, cs, cp, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
-		return fmt.Errorf("the node DaemonSet's service account: %w", err)
-	}
-	port, err := FreePort()
-	if err != nil {
-		return err
-	}
-	n.ProvisionerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []FlagValue{
-		{"csi-address", n.Socket},
-		{"http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)},
-		{"kubeconfig", kubeconfig},
-	})
-	if err != nil {
-		return err
-	}
-	klog.InfoS("Starting csi-provisioner with the DaemonSet's flags", "node", n.Name, "args", args)
-	n.provisioner, err = startProcess(ctx, logs, n.Name+"-csi-provisioner", bin, args, env, lifetime)
+	var err error
+	n.provisioner, n.ProvisionerMetricsURL, err = startSidecar(ctx, cs, cp, n.sidecar(ds, c, "csi-provisioner", bin), dir, logs, lifetime)
 	return err
+}
+
+// sidecar describes one of the DaemonSet's sidecars for this node.
+func (n *Node) sidecar(ds *appsv1.DaemonSet, c *corev1.Container, name, bin string) sidecar {
+	return sidecar{name: n.Name + "-" + name, container: c, bin: bin, socket: n.Socket,
+		pod:            PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName},
+		serviceAccount: ds.Spec.Template.Spec.ServiceAccountName}
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the

@@ -161,28 +161,10 @@ func isSnapshotter(c *corev1.Container) bool {
 	return strings.Contains(c.Image, "/csi-snapshotter:")
 }
 
-// startSnapshotter runs the DaemonSet's csi-snapshotter for the node with
-// the DaemonSet's flags (--node-deployment: NODE_NAME is this node),
-// authenticated as the DaemonSet's service account.
+// startSnapshotter runs the DaemonSet's csi-snapshotter for the node
+// (startSidecar; --node-deployment: NODE_NAME is this node).
 func (n *Node) startSnapshotter(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, c *corev1.Container, bin, dir, logs string, lifetime time.Duration) error {
-	kubeconfig := filepath.Join(dir, "snapshotter.kubeconfig")
-	if err := serviceAccountKubeconfig(ctx, cs, cp, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
-		return fmt.Errorf("the node DaemonSet's service account: %w", err)
-	}
-	port, err := FreePort()
-	if err != nil {
-		return err
-	}
-	n.SnapshotterMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, []FlagValue{
-		{"csi-address", n.Socket},
-		{"http-endpoint", fmt.Sprintf("127.0.0.1:%d", port)},
-		{"kubeconfig", kubeconfig},
-	})
-	if err != nil {
-		return err
-	}
-	klog.InfoS("Starting csi-snapshotter with the DaemonSet's flags", "node", n.Name, "args", args)
-	n.snapshotter, err = startProcess(ctx, logs, n.Name+"-csi-snapshotter", bin, args, env, lifetime)
+	var err error
+	n.snapshotter, n.SnapshotterMetricsURL, err = startSidecar(ctx, cs, cp, n.sidecar(ds, c, "csi-snapshotter", bin), dir, logs, lifetime)
 	return err
 }

@@ -12,18 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/test/e2e/cluster"
-)
-
-// The snapshot API's resources (snapshot.storage.k8s.io/v1).
-var (
-	volumeSnapshotClasses  = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
-	volumeSnapshots        = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
-	volumeSnapshotContents = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 // managedByLabel is the label snapshot-controller puts on a
@@ -99,7 +92,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	// Retain: with no snapshot made, nothing is deleted on a node when the
 	// test's objects go.
 	class := "e2e-" + ns
-	if _, err := dc.Resource(volumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
 		"metadata":       map[string]any{"name": class},
 		"driver":         cluster.DriverName,
@@ -108,20 +101,13 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 		t.Fatalf("create VolumeSnapshotClass: %v", err)
 	}
 	t.Cleanup(func() { deleteSnapshotObjects(t, dc, ns, "snap", class) })
-	if _, err := dc.Resource(volumeSnapshots).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": "snap", "namespace": ns},
-		"spec": map[string]any{
-			"volumeSnapshotClassName": class,
-			"source":                  map[string]any{"persistentVolumeClaimName": "data"},
-		},
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshot: %v", err)
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", class, "data"); err != nil {
+		t.Fatal(err)
 	}
 
 	start := time.Now()
 	waitFor(t, settle, "a VolumeSnapshotContent for the snapshot, labelled with node "+node, func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -129,7 +115,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 		if name == "" {
 			return false, "no content bound yet", nil
 		}
-		c, err := dc.Resource(volumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
+		c, err := dc.Resource(kubetest.VolumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -150,12 +136,12 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	// snapshot fails there: the status carries that error (the guest and
 	// real-node tiers make real ones).
 	waitFor(t, settle, "csi-snapshotter to record carve's answer in the content's status", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-		c, err := dc.Resource(volumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
+		c, err := dc.Resource(kubetest.VolumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -190,41 +176,28 @@ func nodeSnapshotters() bool {
 // its class, and waits until they are gone.
 func deleteSnapshotObjects(t *testing.T, dc dynamic.Interface, ns, name, class string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var content string
-	if vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		content, _, _ = unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-	}
-	if err := dc.Resource(volumeSnapshots).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete VolumeSnapshot %s/%s: %v", ns, name, err)
-	}
-	if content != "" {
-		if err := dc.Resource(volumeSnapshotContents).Delete(ctx, content, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete VolumeSnapshotContent %s: %v", content, err)
-		}
-		// The node's csi-snapshotter removes a deleted content's finalizer;
-		// where the DaemonSet runs none, the test does what it would.
-		if !nodeSnapshotters() {
+	kubetest.DeleteVolumeSnapshot(t, dc, ns, name, kubetest.DeleteSnapshotOptions{
+		DeleteContent: true,
+		// The node's csi-snapshotter removes a deleted content's
+		// finalizer; where the DaemonSet runs none, the test does what it
+		// would.
+		AfterContentDelete: func(ctx context.Context, content string) error {
+			if nodeSnapshotters() {
+				return nil
+			}
 			patch := []byte(`{"metadata":{"finalizers":null}}`)
-			if _, err := dc.Resource(volumeSnapshotContents).Patch(ctx, content, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("remove the finalizers of VolumeSnapshotContent %s: %v", content, err)
+			if _, err := dc.Resource(kubetest.VolumeSnapshotContents).Patch(ctx, content, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("remove the finalizers: %w", err)
 			}
-		}
-	}
-	waitFor(t, time.Minute, "the VolumeSnapshot and its content to be deleted", func(ctx context.Context) (bool, string, error) {
-		var left []string
-		if _, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			left = append(left, fmt.Sprintf("VolumeSnapshot %s/%s (%v)", ns, name, err))
-		}
-		if content != "" {
-			if _, err := dc.Resource(volumeSnapshotContents).Get(ctx, content, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, fmt.Sprintf("VolumeSnapshotContent %s (%v)", content, err))
-			}
-		}
-		return len(left) == 0, fmt.Sprintf("left: %v", left), nil
+			return nil
+		},
+		Wait: func(what string, cond func(ctx context.Context) (bool, string, error)) {
+			waitFor(t, time.Minute, what, cond)
+		},
 	})
-	if err := dc.Resource(volumeSnapshotClasses).Delete(ctx, class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := dc.Resource(kubetest.VolumeSnapshotClasses).Delete(ctx, class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete VolumeSnapshotClass %s: %v", class, err)
 	}
 }

@@ -1,5 +1,6 @@
 // Package kubetest holds what the tests of the end-to-end and real-node
-// tiers share: contexts bounded by a duration and polling with a deadline.
+// tiers share: contexts bounded by a duration, polling with a deadline, and
+// the snapshot API's objects.
 package kubetest
 
 import (

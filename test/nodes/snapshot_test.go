@@ -10,17 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-)
 
-var (
-	volumeSnapshots        = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
-	volumeSnapshotContents = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 // snapshotClass is the shipped VolumeSnapshotClass for thin volumes.
@@ -45,15 +40,8 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 
 	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
 	start := time.Now()
-	if _, err := dc.Resource(volumeSnapshots).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": "snap", "namespace": ns},
-		"spec": map[string]any{
-			"volumeSnapshotClassName": snapshotClass,
-			"source":                  map[string]any{"persistentVolumeClaimName": "data"},
-		},
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshot: %v", err)
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
+		t.Fatal(err)
 	}
 	// An xfs volume asked 256Mi was made 300 MiB (xfs's least); its
 	// snapshot's restoreSize is what the claim asked, so that a restore
@@ -61,7 +49,7 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 	// (which refuses a restore smaller than its snapshot).
 	var restoreSize string
 	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -103,24 +91,9 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 // deletes the LV).
 func deleteSnapshot(t *testing.T, dc dynamic.Interface, ns, name string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var content string
-	if vs, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		content, _, _ = unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-	}
-	if err := dc.Resource(volumeSnapshots).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("cleanup: delete VolumeSnapshot %s/%s: %v", ns, name, err)
-	}
-	waitFor(t, shortWait, "the VolumeSnapshot and its content deleted", func(ctx context.Context) (bool, string, error) {
-		_, err := dc.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Sprintf("VolumeSnapshot still there (%v)", err), nil
-		}
-		if content == "" {
-			return true, "", nil
-		}
-		_, err = dc.Resource(volumeSnapshotContents).Get(ctx, content, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprintf("content %s still there (%v)", content, err), nil
+	kubetest.DeleteVolumeSnapshot(t, dc, ns, name, kubetest.DeleteSnapshotOptions{
+		Wait: func(what string, cond func(ctx context.Context) (bool, string, error)) {
+			waitFor(t, shortWait, what, cond)
+		},
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,14 +47,35 @@ func TestPluginSanity(t *testing.T) {
 // written, a copy killed mid-way, a full copy-on-write snapshot); and what
 // production disks and hosts do to a plugin (a reboot without LVM
 // autoactivation, a new raw-block volume on a deleted one's extents, an LV
-// left half-made by a crash).
+// left half-made by a crash; the plugin killed at random points of 300
+// calls, TestSoakKillPlugin: CARVE_SOAK_OPS sets the length, and
+// CARVE_SOAK_SEED replays a schedule).
 func TestPluginNode(t *testing.T) {
-	runPluginInner(t, pluginInner{
+	var args []string
+	timeout := 25 * time.Minute
+	if v := os.Getenv("CARVE_SOAK_OPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("CARVE_SOAK_OPS=%q: want a number of operations", v)
+		}
+		args = append(args, "-soak-ops", v)
+		// About a second a call under TCG beside the other tests, kills
+		// and restarts included.
+		timeout += time.Duration(n) * time.Second
+	}
+	if v := os.Getenv("CARVE_SOAK_SEED"); v != "" {
+		args = append(args, "-soak-seed", v)
+	}
+	out := runPluginInner(t, pluginInner{
 		pkg:     "./inner/nodeinner",
 		run:     ".",
 		skip:    "^TestBench",
-		timeout: 25 * time.Minute,
+		timeout: timeout,
+		args:    args,
 	})
+	if !regexp.MustCompile(`(?m)^SOAK .* leaks found 0,`).MatchString(out) {
+		t.Error("the soak printed no figures with leaks found 0")
+	}
 }
 
 // TestBenchPlugin measures the plugin against the raw commands it wraps
@@ -76,6 +98,7 @@ type pluginInner struct {
 	run     string // -test.run pattern
 	skip    string // -test.skip pattern, if any
 	timeout time.Duration
+	args    []string // more flags for the inner test binary
 }
 
 // runPluginInner builds carve and the inner test package, runs the package
@@ -107,6 +130,7 @@ func runPluginInner(t *testing.T, in pluginInner) string {
 	if in.skip != "" {
 		args = append(args, "-test.skip", in.skip)
 	}
+	args = append(args, in.args...)
 	work := t.TempDir()
 	var out bytes.Buffer
 	stream := io.MultiWriter(os.Stdout, &out)
@@ -141,13 +165,13 @@ func runPluginInner(t *testing.T, in pluginInner) string {
 }
 
 // summarizeInner repeats, in this test's log, the figures the inner tests
-// printed: sanity counts and skips, bench ratios.
+// printed: sanity counts and skips, bench ratios, soak figures.
 func summarizeInner(t *testing.T, text string) {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "ratio ") || strings.HasPrefix(line, "BENCH ") {
+		if strings.HasPrefix(line, "SANITY ") || strings.HasPrefix(line, "ratio ") || strings.HasPrefix(line, "BENCH ") || strings.HasPrefix(line, "SOAK ") {
 			t.Log(line)
 		}
 	}

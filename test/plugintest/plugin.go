@@ -54,6 +54,10 @@ type Options struct {
 	// NotReadyOK makes Start return once Probe answers at all, ready or
 	// not: for a plugin that serves without its volume groups.
 	NotReadyOK bool
+	// OwnProcessGroup starts the plugin in a process group of its own
+	// (its ID is Pid), so that a test can tell when the commands it
+	// started have ended.
+	OwnProcessGroup bool
 }
 
 // Plugin is a running `carve plugin` (or `carve controller`) process.
@@ -97,7 +101,7 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	}
 	return launch(ctx, launchOptions{binary: opts.Binary, sock: filepath.Join(opts.Dir, "csi.sock"),
 		args: append(args, opts.ExtraArgs...), env: opts.Env, log: opts.Log,
-		readyTimeout: opts.ReadyTimeout, notReadyOK: opts.NotReadyOK})
+		readyTimeout: opts.ReadyTimeout, notReadyOK: opts.NotReadyOK, ownGroup: opts.OwnProcessGroup})
 }
 
 // ControllerOptions describe one `carve controller` process.
@@ -147,6 +151,7 @@ type launchOptions struct {
 	log          io.Writer
 	readyTimeout time.Duration
 	notReadyOK   bool
+	ownGroup     bool
 }
 
 // launch starts the process and waits until it is ready.
@@ -171,6 +176,9 @@ func launch(ctx context.Context, o launchOptions) (*Plugin, error) {
 		log = io.Discard
 	}
 	cmd.Stdout, cmd.Stderr = log, log
+	if o.ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("plugintest: starting %s: %w", o.binary, err)
 	}
@@ -252,19 +260,23 @@ func (p *Plugin) Stop(grace time.Duration) error {
 // Kill sends SIGKILL, as a crash or an OOM kill ends the plugin, and
 // waits for the process to end; no handler runs. Calling it on an ended
 // plugin is harmless.
+//
+// The process is killed before the client connection is closed: a call in
+// flight must end with the process, not be cancelled by the client first
+// (which the plugin would see and handle).
 func (p *Plugin) Kill() error {
-	var connErr error
-	if p.Conn != nil {
-		if err := p.Conn.Close(); err != nil {
-			connErr = fmt.Errorf("plugintest: closing the client connection: %w", err)
-		}
-		p.Conn = nil
-	}
 	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return errors.Join(connErr, fmt.Errorf("plugintest: killing the plugin: %w", err))
+		return fmt.Errorf("plugintest: killing the plugin: %w", err)
 	}
 	<-p.done
-	return connErr
+	if p.Conn != nil {
+		err := p.Conn.Close()
+		p.Conn = nil
+		if err != nil {
+			return fmt.Errorf("plugintest: closing the client connection: %w", err)
+		}
+	}
+	return nil
 }
 
 // stop is Stop for the process.
@@ -303,6 +315,10 @@ func (p *Plugin) exitErr() error {
 	}
 	return nil
 }
+
+// Pid is the plugin's process ID (with OwnProcessGroup, its process
+// group's too).
+func (p *Plugin) Pid() int { return p.cmd.Process.Pid }
 
 // Exited tells whether the process has ended.
 func (p *Plugin) Exited() bool {

@@ -99,7 +99,7 @@ func (e *env) start() {
 	e.t.Helper()
 	p, err := plugintest.Start(context.Background(), plugintest.Options{
 		Binary: *carveBin, Dir: e.dir, NodeName: nodeName, Config: e.config,
-		Env: e.vg.Env(), Log: e.log,
+		Env: e.vg.Env(), Log: e.log, OwnProcessGroup: true,
 	})
 	if err != nil {
 		e.t.Fatalf("%v (plugin log: %s)", err, e.log.Name())

@@ -128,12 +128,19 @@ func (e *env) node() csi.NodeClient             { return csi.NewNodeClient(e.plu
 // create makes a volume and deletes it when the test ends.
 func (e *env) create(name string, size int64, capability *csi.VolumeCapability) string {
 	e.t.Helper()
+	return e.createWith(name, size, capability, nil)
+}
+
+// createWith is create with StorageClass parameters.
+func (e *env) createWith(name string, size int64, capability *csi.VolumeCapability, params map[string]string) string {
+	e.t.Helper()
 	ctx, cancel := e.ctx()
 	defer cancel()
 	rsp, err := e.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
 		Name:               name,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities: []*csi.VolumeCapability{capability},
+		Parameters:         params,
 	})
 	if err != nil {
 		e.t.Fatalf("CreateVolume %s: %v", name, err)

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -119,7 +119,17 @@ test-deploy: deps deploy-tools
 # volume groups with LVM activation disabled. No kubelet runs.
 test-e2e: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && \
-	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve $(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/ 2>&1 | tee $(CACHE)/test-e2e.log | ./hack/summarize-go-test.sh e2e
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve $(GO) test -tags e2e -count=1 -timeout 20m -skip '^TestMeasure' -v ./test/e2e/ 2>&1 | tee $(CACHE)/test-e2e.log | ./hack/summarize-go-test.sh e2e
+
+# A measurement on the e2e test bed, not part of make test: how long an
+# unpinned restoring pod takes to reach its snapshot's node
+# (TestMeasureUnpinnedRestore; MEASURE_ROUNDS rounds).
+MEASURE_ROUNDS ?= 5
+
+measure-restore-placement: deps build deploy-tools cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_MEASURE_ROUNDS=$(MEASURE_ROUNDS) $(GO) test -tags e2e -count=1 -timeout 60m -run '^TestMeasure' -v ./test/e2e/ 2>&1 | tee $(CACHE)/measure.log | ./hack/summarize-go-test.sh measure
+	@grep '^MEASURE' $(CACHE)/measure.log
 
 # Real nodes (test/nodes; docs/development.md): the shipped kustomize base
 # on a control plane whose node is a qemu guest with a kubelet, containerd

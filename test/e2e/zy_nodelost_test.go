@@ -53,7 +53,10 @@ func TestNodeLostForGood(t *testing.T) {
 		return len(evs) > 0, fmt.Sprintf("%d events", len(evs)), nil
 	})
 	reported := time.Since(start)
-	waitFor(t, time.Minute, "the old claim and PV to be deleted", func(ctx context.Context) (bool, string, error) {
+	// The claim keeps its pvc-protection finalizer until the pod is gone,
+	// which the pod garbage collector deletes after its 40 s quarantine
+	// (and its 20 s period): minutes on a loaded machine.
+	waitFor(t, 3*time.Minute, "the old claim and PV to be deleted", func(ctx context.Context) (bool, string, error) {
 		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-0", metav1.GetOptions{})
 		claimGone := apierrors.IsNotFound(err) || err == nil && c.UID != old.UID
 		_, err = bed.Client.CoreV1().PersistentVolumes().Get(ctx, old.Spec.VolumeName, metav1.GetOptions{})

@@ -107,13 +107,7 @@ func TestPluginOptions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := valid()
 			tt.mod(&o)
-			err := o.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("Validate: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("Validate = %v, want an error about %s", err, tt.want)
-			}
+			checkValidate(t, o.Validate(), tt.want)
 		})
 	}
 }
@@ -212,13 +206,19 @@ func TestControllerOptions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := valid()
 			tt.mod(&o)
-			err := o.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("Validate: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("Validate = %v, want an error about %s", err, tt.want)
-			}
+			checkValidate(t, o.Validate(), tt.want)
 		})
+	}
+}
+
+// checkValidate fails t unless err is nil when want is empty, or names
+// want (a flag) otherwise.
+func checkValidate(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("Validate: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("Validate = %v, want an error about %s", err, want)
 	}
 }

@@ -133,16 +133,7 @@ func TestCreateVolumeErasesRawBlockVolumesOfThickClasses(t *testing.T) {
 func TestCreateVolumeRetryWaitsForTheErasureInFlight(t *testing.T) {
 	fx := newEraseFixture(t)
 	gate := make(chan struct{})
-	fx.eraser.gate = gate
-	req := createReq("pvc-1", gib, nil)
-	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err := fx.cs.CreateVolume(ctx, req)
-	wantCode(t, err, codes.Aborted, "still being prepared")
-	if tags, _ := fx.lvm.lvTags("vg1", volume.LVNameFor("pvc-1")); !volume.IsUnfinished(tags) {
-		t.Fatalf("an LV being erased lost %s: %v", volume.TagUnfinished, tags)
-	}
+	req := fx.createAbortedMidErasure(t, gate)
 	done := make(chan error)
 	go func() {
 		_, err := fx.cs.CreateVolume(context.Background(), req)
@@ -247,17 +238,8 @@ func TestEraseInFlightAtShutdownIsRedone(t *testing.T) {
 	fx := newEraseFixture(t)
 	stuck := make(chan struct{})
 	t.Cleanup(func() { close(stuck) })
-	fx.eraser.gate = stuck
-	req := createReq("pvc-1", gib, nil)
-	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err := fx.cs.CreateVolume(ctx, req)
-	wantCode(t, err, codes.Aborted, "still being prepared")
+	req := fx.createAbortedMidErasure(t, stuck)
 	lv := volume.LVNameFor("pvc-1")
-	if tags, _ := fx.lvm.lvTags("vg1", lv); !volume.IsUnfinished(tags) {
-		t.Fatalf("an LV being erased lost %s: %v", volume.TagUnfinished, tags)
-	}
 
 	// The restart: a new server, with no knowledge of the old one's work.
 	fx.eraser.mu.Lock()
@@ -273,4 +255,23 @@ func TestEraseInFlightAtShutdownIsRedone(t *testing.T) {
 	if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
 		t.Errorf("the LV handed out still carries %s: %v", volume.TagUnfinished, tags)
 	}
+}
+
+// createAbortedMidErasure asks a 1 GiB raw-block volume "pvc-1" whose
+// erasure waits on gate, under a deadline shorter than the erasure: the
+// call must answer Aborted and leave the LV marked unfinished. It returns
+// the request, for the retry.
+func (fx *controllerFixture) createAbortedMidErasure(t *testing.T, gate chan struct{}) *csi.CreateVolumeRequest {
+	t.Helper()
+	fx.eraser.gate = gate
+	req := createReq("pvc-1", gib, nil)
+	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := fx.cs.CreateVolume(ctx, req)
+	wantCode(t, err, codes.Aborted, "still being prepared")
+	if tags, _ := fx.lvm.lvTags("vg1", volume.LVNameFor("pvc-1")); !volume.IsUnfinished(tags) {
+		t.Fatalf("an LV being erased lost %s: %v", volume.TagUnfinished, tags)
+	}
+	return req
 }

@@ -161,8 +161,11 @@ test-host-side: deps build deploy-tools cachedir
 	@$(MAKE) --no-print-directory test-host && $(MAKE) --no-print-directory test-deploy && $(MAKE) --no-print-directory test-e2e
 
 # Package against raw lvm commands in the guest, printed as ratios.
+# BENCH_RUN picks some of the plugin's benchmarks by pattern (e.g.
+# BENCH_RUN=TestBenchNodeStage); the lvm package's then do not run.
+BENCH_RUN ?=
 bench: deps cachedir
-	$(GO) test -tags guesttest -count=1 -p 1 -timeout 40m -run '^TestBench' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
+	CARVE_BENCH_RUN='$(BENCH_RUN)' $(GO) test -tags guesttest -count=1 -p 1 -timeout 40m -run '^TestBench$(if $(BENCH_RUN),Plugin)' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
 	@grep '^ratio' $(CACHE)/bench.log
 
 # carve beside TopoLVM on the e2e control plane (test/peers, tag peers;

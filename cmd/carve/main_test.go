@@ -96,6 +96,7 @@ func TestPluginOptions(t *testing.T) {
 		{"CSI socket as a URL", func(o *PluginOptions) { o.KubeletCSISocket = "unix:///var/lib/kubelet/plugins/x/csi.sock" }, "not a URL"},
 		{"relative CSI socket", func(o *PluginOptions) { o.KubeletCSISocket = "plugins/csi.sock" }, "--kubelet-csi-socket"},
 		{"CSI socket too long", func(o *PluginOptions) { o.KubeletCSISocket = "/" + strings.Repeat("c", 107) }, "--kubelet-csi-socket"},
+		{"relative state directory", func(o *PluginOptions) { o.StateDir = "state" }, "--state-dir \"state\": must be an absolute path"},
 		{"audit off", func(o *PluginOptions) { o.Audit.Interval = 0 }, ""},
 		{"audit too often", func(o *PluginOptions) { o.Audit.Interval = time.Millisecond }, "--audit-interval"},
 		{"negative audit interval", func(o *PluginOptions) { o.Audit.Interval = -time.Second }, "--audit-interval"},

@@ -101,6 +101,10 @@ type PluginOptions struct {
 	// KubeletCSISocket is the path of the CSI socket (--endpoint) as the
 	// kubelet sees it on the host; the kubelet dials it for node calls.
 	KubeletCSISocket string
+	// StateDir holds what the plugin must remember across restarts and
+	// reboots (the marks of volumes being made); empty is the directory of
+	// the --endpoint socket.
+	StateDir string
 	// Audit configures the comparison of this node's LVs with carve's PVs.
 	Audit AuditOptions
 }
@@ -157,6 +161,8 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 		"the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry, mounted); carve serves <driver-name>-reg.sock there so that the kubelet registers it; empty disables registration (no kubelet)")
 	fs.StringVar(&o.KubeletCSISocket, "kubelet-csi-socket", DefaultKubeletCSISocket,
 		"path of the --endpoint socket as the kubelet sees it on the host; carve hands it to the kubelet at registration")
+	fs.StringVar(&o.StateDir, "state-dir", "",
+		"directory on the node's disk (surviving restarts and reboots) where carve marks the volumes it is making; empty is the directory of the --endpoint socket, the DaemonSet's plugin directory")
 	o.Audit.AddFlags(fs)
 }
 
@@ -187,8 +193,26 @@ func (o *PluginOptions) Validate() error {
 	if o.KubeletRegistrationDir != "" {
 		errs = append(errs, o.validateRegistration()...)
 	}
+	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
+		errs = append(errs, fmt.Errorf("--state-dir %q: must be an absolute path (or empty for the directory of the --endpoint socket)", o.StateDir))
+	}
 	errs = append(errs, o.Audit.Validate())
 	return errors.Join(errs...)
+}
+
+// marksDir is where the plugin keeps the marks of volumes being made.
+func (o *PluginOptions) marksDir() (string, error) {
+	dir := o.StateDir
+	if dir == "" {
+		sock, err := driver.ParseEndpoint(o.Endpoint)
+		if err != nil {
+			return "", err
+		}
+		if dir, err = filepath.Abs(filepath.Dir(sock)); err != nil {
+			return "", err
+		}
+	}
+	return filepath.Join(dir, "unfinished"), nil
 }
 
 // validateRegistration checks the kubelet registration flags; the CSI

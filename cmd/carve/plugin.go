@@ -22,6 +22,7 @@ import (
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/registration"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/version"
 )
 
@@ -42,6 +43,14 @@ const refreshTimeout = 2 * time.Minute
 // registers the plugin with the kubelet.
 func runPlugin(ctx context.Context, o *PluginOptions) error {
 	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return err
+	}
+	marksDir, err := o.marksDir()
+	if err != nil {
+		return err
+	}
+	marks, err := unfinished.Open(marksDir)
 	if err != nil {
 		return err
 	}
@@ -101,7 +110,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
-		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}}
+		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks}
 	if api != nil {
 		ccfg.Locator = api.pvs
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
@@ -52,6 +53,9 @@ type ControllerConfig struct {
 	// Locator finds the node of a clone's source volume that is not on
 	// this node; nil (no API access) leaves it unknown.
 	Locator Locator
+	// Marks records the thick LVs being made until they are ready; it
+	// must be set.
+	Marks *unfinished.Marks
 }
 
 // SnapshotReader reads the state of a device-mapper device at a path
@@ -210,7 +214,7 @@ type createCall struct {
 
 // provision returns the LV of a CreateVolume: the one made before when it
 // is a repeat, else a new one made by lvcreate (made is then true). Either
-// may still carry volume.TagUnfinished (finish takes it off).
+// may still be unfinished (finish makes it ready).
 func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lvm.LogicalVolume, made bool, err error) {
 	req, class, fsType, lvName, method := c.req, c.class, c.fsType, c.lvName, c.method
 	// The room check and lvcreate run under the volume group's room lock,
@@ -232,7 +236,10 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 			if err := s.compatible(&lv, req, class, c.wantSource); err != nil {
 				return nil, false, err
 			}
-			if s.mustRedo(&lv, method) {
+			if redo, err := s.mustRedo(&lv, method); err != nil || redo {
+				if err != nil {
+					return nil, false, err
+				}
 				return nil, false, status.Errorf(codes.Unavailable, "volume %q: LV %s was left half-made and device class %s is unavailable now (%v); retry later",
 					req.GetName(), volume.VolumeID(lv.VolumeGroup, lv.Name), class.Name, err)
 			}
@@ -278,8 +285,12 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 		if err := s.compatible(&lv, req, class, c.wantSource); err != nil {
 			return nil, false, err
 		}
-		if !s.mustRedo(&lv, method) {
-			log.V(2).Info("Volume exists already", "size", lv.Size, "unfinished", volume.IsUnfinished(lv.Tags))
+		redo, err := s.mustRedo(&lv, method)
+		if err != nil {
+			return nil, false, err
+		}
+		if !redo {
+			log.V(2).Info("Volume exists already", "size", lv.Size)
 			return &lv, false, nil
 		}
 		redone, err := s.redo(ctx, &lv)
@@ -319,14 +330,20 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: lvName, Size: size,
 		Tags: append(volume.VolumeTags(req.GetName(), class.Name, req.GetParameters()), askedTags(req.GetCapacityRange(), size)...)}
+	// lvcreate commits a thick LV before it wipes and zeroes it: the mark,
+	// made durable first, stays until finish, so that an LV left by a
+	// crash in between is never taken for a finished one.
+	marked := false
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool
 	} else {
-		// lvcreate commits the LV with its tags before it wipes and zeroes
-		// it: the mark stays until finish, so an LV left by a crash in
-		// between is never taken for a finished one.
-		creq.Tags = append(creq.Tags, volume.TagUnfinished)
 		creq.Options = class.LVCreateOptions
+		if marked, err = s.cfg.Marks.Has(class.VolumeGroup, lvName); err == nil && !marked {
+			err = s.cfg.Marks.Mark(class.VolumeGroup, lvName)
+		}
+		if err != nil {
+			return nil, false, status.Errorf(codes.Internal, "volume %q: %v", req.GetName(), err)
+		}
 	}
 	stepStart := time.Now()
 	lv, err = s.cfg.LVM.CreateLV(ctx, creq)
@@ -341,8 +358,20 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 		if err := s.compatible(existing, req, class, c.wantSource); err != nil {
 			return nil, false, err
 		}
+		if !class.Thin() && !marked {
+			// The mark is this call's own, and the LV is not the one
+			// it was made for: an LV made before (and finished)
+			// that the view missed.
+			if err := s.cfg.Marks.Clear(class.VolumeGroup, lvName); err != nil {
+				return nil, false, status.Errorf(codes.Internal, "volume %q: %v", req.GetName(), err)
+			}
+		}
 		s.cfg.View.Created(*existing)
-		if s.mustRedo(existing, method) {
+		redo, err := s.mustRedo(existing, method)
+		if err != nil {
+			return nil, false, err
+		}
+		if redo {
 			// Made by a run that crashed before finishing it; the next
 			// retry finds it in the view and makes it again.
 			redone, err := s.redo(ctx, existing)
@@ -358,6 +387,10 @@ func (s *ControllerServer) provision(ctx context.Context, c *createCall) (lv *lv
 		return existing, false, nil
 	}
 	if errors.Is(err, lvm.ErrInsufficientSpace) {
+		// lvcreate committed nothing: the mark would only be left over.
+		if cerr := s.cfg.Marks.Clear(class.VolumeGroup, lvName); cerr != nil {
+			log.Error(cerr, "Clearing the mark of a volume LVM had no room for")
+		}
 		// LVM had less room than the view: something outside carve took
 		// space. Re-read now so that the capacity published next (the
 		// provisioner asks again right after this error) is true.
@@ -383,11 +416,28 @@ func askedTags(r *csi.CapacityRange, size uint64) []string {
 }
 
 // mustRedo tells whether an existing LV was left half-made by a crash and
-// must be made again: it still carries volume.TagUnfinished, nothing is finishing
-// it now, and it will not be zeroed (zeroing covers what lvcreate's wipe
-// would have done, so finish completes such an LV instead).
-func (s *ControllerServer) mustRedo(lv *lvm.LogicalVolume, method erase.Method) bool {
-	return volume.IsUnfinished(lv.Tags) && method == erase.None && !s.finishing.Running(lv.Name)
+// must be made again: it is still unfinished, nothing is finishing it now,
+// and it will not be zeroed (zeroing covers what lvcreate's wipe would have
+// done, so finish completes such an LV instead).
+func (s *ControllerServer) mustRedo(lv *lvm.LogicalVolume, method erase.Method) (bool, error) {
+	if method != erase.None || s.finishing.Running(lv.Name) {
+		return false, nil
+	}
+	return s.unfinished(lv)
+}
+
+// unfinished tells whether an LV has not been made ready yet: it has a mark
+// (unfinished.Marks), or the tag carve marked LVs with before
+// (volume.TagUnfinished; still honoured, never written).
+func (s *ControllerServer) unfinished(lv *lvm.LogicalVolume) (bool, error) {
+	if volume.IsUnfinished(lv.Tags) {
+		return true, nil
+	}
+	marked, err := s.cfg.Marks.Has(lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "volume %s: %v", volume.VolumeID(lv.VolumeGroup, lv.Name), err)
+	}
+	return marked, nil
 }
 
 // redo removes a half-made LV, which was never handed out, so that it is
@@ -405,10 +455,13 @@ func (s *ControllerServer) redo(ctx context.Context, lv *lvm.LogicalVolume) (ok 
 		return true, nil
 	case err != nil:
 		return false, toStatus(err, "reading half-made LV "+id)
-	case !volume.IsUnfinished(cur.Tags):
-		s.cfg.View.Created(*cur)
-		*lv = *cur
-		return false, nil
+	}
+	if half, err := s.unfinished(cur); err != nil || !half {
+		if err == nil {
+			s.cfg.View.Created(*cur)
+			*lv = *cur
+		}
+		return false, err
 	}
 	if err := s.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
 		return false, toStatus(err, "removing half-made LV "+id)
@@ -499,6 +552,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, err
 	}
 	if !found {
+		s.clearMark(ctx, vg, lvName)
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if !volume.IsCarve(lv.Tags) {
@@ -524,6 +578,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, vgMissing(id, vg, err)
 	case errors.Is(err, lvm.ErrNotFound):
 		s.cfg.View.Removed(vg, lvName)
+		s.clearMark(ctx, vg, lvName)
 		return &csi.DeleteVolumeResponse{}, nil
 	case errors.Is(err, lvm.ErrInUse):
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use (open or mounted); unstage it first: %v", id, err)
@@ -531,8 +586,18 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, toStatus(err, "removing "+id)
 	}
 	s.cfg.View.Removed(vg, lvName)
+	s.clearMark(ctx, vg, lvName)
 	klog.FromContext(ctx).Info("Deleted volume", "volumeID", id)
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// clearMark drops the mark of a removed LV, left by a create that never
+// finished. One left over is harmless: it only makes a later create of the
+// same name clear it.
+func (s *ControllerServer) clearMark(ctx context.Context, vg, lv string) {
+	if err := s.cfg.Marks.Clear(vg, lv); err != nil {
+		klog.FromContext(ctx).Error(err, "Clearing the unfinished mark of a removed LV", "vg", vg, "lv", lv)
+	}
 }
 
 // vgMissing is DeleteVolume's answer while the volume group is missing.

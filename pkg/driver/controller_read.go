@@ -73,7 +73,7 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	resp := &csi.ListVolumesResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
 		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-		if (token != "" && id <= token) || !available(&lv) {
+		if (token != "" && id <= token) || !s.available(&lv) {
 			continue
 		}
 		if limit := int(req.GetMaxEntries()); limit > 0 && len(resp.Entries) == limit {
@@ -89,13 +89,15 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 }
 
 // available tells whether an LV is a volume that CreateVolume has handed
-// out: not half-made (volume.TagUnfinished: a crash between lvcreate and
-// its erasure) and not a restore or clone whose copy is under way
+// out: not half-made (unfinished: a crash between lvcreate and its wipe or
+// erasure) and not a restore or clone whose copy is under way
 // (volume.TagCopyPending). The CSI spec has ListVolumes list "all
 // available volumes"; these two are not, no CreateVolume has answered
 // with them, and the retry of that CreateVolume finishes or remakes them.
-func available(lv *lvm.LogicalVolume) bool {
-	return !volume.IsUnfinished(lv.Tags) && !slices.Contains(lv.Tags, volume.TagCopyPending)
+// A mark that cannot be read counts as unfinished.
+func (s *ControllerServer) available(lv *lvm.LogicalVolume) bool {
+	half, err := s.unfinished(lv)
+	return err == nil && !half && !slices.Contains(lv.Tags, volume.TagCopyPending)
 }
 
 // checkPage checks the paging fields of ListVolumes and

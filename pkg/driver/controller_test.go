@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
@@ -49,6 +51,18 @@ type controllerFixture struct {
 	cs     *ControllerServer
 	// locator, when set before restart, is the controller's Locator.
 	locator Locator
+	// marks outlive restarts, as the plugin's state directory does.
+	marks *unfinished.Marks
+}
+
+// openMarks is a fresh directory of unfinished-volume marks.
+func openMarks(t *testing.T) *unfinished.Marks {
+	t.Helper()
+	m, err := unfinished.Open(filepath.Join(t.TempDir(), "unfinished"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // newControllerFixture: vg1 of 10 GiB holding a 4 GiB thin pool (6 GiB
@@ -79,8 +93,11 @@ func (fx *controllerFixture) restart(t *testing.T) {
 	if fx.copier == nil {
 		fx.copier = &fakeCopier{}
 	}
+	if fx.marks == nil {
+		fx.marks = openMarks(t)
+	}
 	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
-		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser, Copier: fx.copier, Locator: fx.locator})
+		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser, Copier: fx.copier, Locator: fx.locator, Marks: fx.marks})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
@@ -811,7 +828,8 @@ func TestCentralNodeServer(t *testing.T) {
 }
 
 // TestListVolumesListsOnlyAvailableVolumes: an LV left half-made by a crash
-// (carve.dev/unfinished) and a restore whose copy is under way
+// (its unfinished mark, or the carve.dev/unfinished tag of older carve
+// versions) and a restore whose copy is under way
 // (carve.dev/copy=pending) are no volumes yet: no CreateVolume returned
 // them, and the retry finishes or remakes them. ListVolumes and
 // ControllerListVolumeHealth (here with the LVs inactive, so unhealthy)
@@ -821,14 +839,23 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 	fx := newControllerFixture(t)
 	done := mustCreate(t, fx, "done", nil)
 	var marked []string
-	for _, tt := range []struct{ name, mark string }{
-		{"half-made", volume.TagUnfinished},
-		{"copying", volume.TagCopyPending},
+	for _, tt := range []struct {
+		name string
+		tags []string
+	}{
+		{"half-made", nil}, // marked in the state directory
+		{"half-made-before", []string{volume.TagUnfinished}},
+		{"copying", []string{volume.TagCopyPending}},
 	} {
 		lv := volume.LVNameFor(tt.name)
 		if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: lv, Size: uint64(gib),
-			Tags: append(volume.VolumeTags(tt.name, "fast", nil), tt.mark)}); err != nil {
+			Tags: append(volume.VolumeTags(tt.name, "fast", nil), tt.tags...)}); err != nil {
 			t.Fatal(err)
+		}
+		if tt.tags == nil {
+			if err := fx.marks.Mark("vg1", lv); err != nil {
+				t.Fatal(err)
+			}
 		}
 		marked = append(marked, volume.VolumeID("vg1", lv))
 	}
@@ -876,11 +903,14 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 		if err := fx.lvm.DeleteTags(ctx, "vg1", lv, volume.TagUnfinished, volume.TagCopyPending); err != nil {
 			t.Fatal(err)
 		}
+		if err := fx.marks.Clear("vg1", lv); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if vols, _ := listed(); len(vols) != 3 {
-		t.Errorf("once finished, listed %v; want all three", vols)
+	if vols, _ := listed(); len(vols) != 4 {
+		t.Errorf("once finished, listed %v; want all four", vols)
 	}
 }

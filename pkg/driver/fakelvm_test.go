@@ -30,6 +30,8 @@ type fakeLVM struct {
 	// hidden holds the VGs (with their LVs and pools) whose disks are
 	// gone: LVM does not see them until showVG.
 	hidden map[string]*hiddenVG
+	// onCreate, when set, is called with each CreateLV request first.
+	onCreate func(lvm.CreateRequest)
 }
 
 type hiddenVG struct {
@@ -190,6 +192,9 @@ func (f *fakeLVM) takeFailure() error {
 }
 
 func (f *fakeLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
+	if f.onCreate != nil {
+		f.onCreate(req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.takeFailure(); err != nil {

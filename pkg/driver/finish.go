@@ -53,8 +53,8 @@ func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) era
 }
 
 // finish makes a new LV ready to hand out: it zeroes it when method asks
-// for it, then takes volume.TagUnfinished off. An LV without the tag is returned
-// as it is. The work runs detached from ctx, so that a CreateVolume whose
+// for it, then clears its mark (and takes off the tag an older carve
+// marked it with). An LV that is not unfinished is returned as it is. The work runs detached from ctx, so that a CreateVolume whose
 // deadline passes does not throw away an erasure half done: that call gets
 // Aborted (csi-provisioner retries and keeps the node), and the retry
 // waits for the same work.
@@ -62,8 +62,8 @@ func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) era
 // made says the LV was made by this call's lvcreate, so LVM need not be
 // asked whether it is still unfinished.
 func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method) (*lvm.LogicalVolume, error) {
-	if !volume.IsUnfinished(lv.Tags) {
-		return lv, nil
+	if half, err := s.unfinished(lv); err != nil || !half {
+		return lv, err
 	}
 	work := *lv
 	j, _ := s.finishing.Start(ctx, lv.Name, "", func(jobCtx context.Context) (*lvm.LogicalVolume, error) {
@@ -84,15 +84,19 @@ func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, ma
 func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {
-		// LVM, not the view, says whether the LV is still unfinished: a
-		// view read before an earlier finishing ended still shows the
-		// mark, and zeroing a volume already handed out would destroy its
-		// data.
+		// LVM and the marks, not the view, say whether the LV is still
+		// unfinished: a view read before an earlier finishing ended still
+		// shows the old tag, and zeroing a volume already handed out would
+		// destroy its data.
 		cur, err := s.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s/%s before finishing it: %w", lv.VolumeGroup, lv.Name, err)
 		}
-		if !volume.IsUnfinished(cur.Tags) {
+		half, err := s.unfinished(cur)
+		if err != nil {
+			return nil, err
+		}
+		if !half {
 			s.cfg.View.Created(*cur)
 			return cur, nil
 		}
@@ -119,10 +123,15 @@ func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, 
 		}
 		log.Info("Erased new volume", "method", method, "bytes", n, "duration", time.Since(start))
 	}
-	if err := s.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {
-		return nil, fmt.Errorf("marking %s/%s finished: %w", lv.VolumeGroup, lv.Name, err)
+	if volume.IsUnfinished(lv.Tags) {
+		if err := s.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {
+			return nil, fmt.Errorf("marking %s/%s finished: %w", lv.VolumeGroup, lv.Name, err)
+		}
+		lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return t == volume.TagUnfinished })
 	}
-	lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return t == volume.TagUnfinished })
+	if err := s.cfg.Marks.Clear(lv.VolumeGroup, lv.Name); err != nil {
+		return nil, err
+	}
 	s.cfg.View.Created(*lv)
 	return lv, nil
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -64,6 +65,18 @@ func (f *fakeLVM) lvTags(vg, name string) ([]string, bool) {
 	return slices.Clone(lv.Tags), true
 }
 
+// unfinished tells whether the LV vg/name is still unfinished: marked, or
+// tagged as older carve versions did.
+func (fx *controllerFixture) unfinished(t *testing.T, vg, name string) bool {
+	t.Helper()
+	tags, _ := fx.lvm.lvTags(vg, name)
+	marked, err := fx.marks.Has(vg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return marked || volume.IsUnfinished(tags)
+}
+
 const eraseClasses = `
 deviceClasses:
   - {name: fast, volumeGroup: vg1, default: true}
@@ -115,12 +128,11 @@ func TestCreateVolumeErasesRawBlockVolumesOfThickClasses(t *testing.T) {
 			if got := fx.eraser.erasures(); !slices.Equal(got, want) {
 				t.Errorf("erasures %v, want %v", got, want)
 			}
-			tags, _ := fx.lvm.lvTags("vg1", lv)
-			if volume.IsUnfinished(tags) {
-				t.Errorf("the LV handed out still carries %s: %v", volume.TagUnfinished, tags)
+			if fx.unfinished(t, "vg1", lv) {
+				t.Error("the LV handed out is still marked unfinished")
 			}
-			if v, _ := fx.view.LV("vg1", lv); volume.IsUnfinished(v.Tags) {
-				t.Errorf("the view still sees %s on the LV: %v", volume.TagUnfinished, v.Tags)
+			if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
+				t.Errorf("the LV carries the tag %s, which carve no longer writes: %v", volume.TagUnfinished, tags)
 			}
 		})
 	}
@@ -166,22 +178,28 @@ func TestCreateVolumeRetriesAFailedErasure(t *testing.T) {
 
 // TestCreateVolumeNeverAdoptsAHalfMadeLV: a plugin that crashed between
 // lvcreate (which commits the LV with its tags) and the end of its wipe
-// or zeroing left an LV carrying volume.TagUnfinished. The retry after the
-// restart finishes the work: it zeroes a raw-block volume, and makes any
-// other volume again (lvcreate's wipe had maybe not run), never returning
-// the LV as it was.
+// or zeroing left an LV marked unfinished (in the state directory, or with
+// the tag volume.TagUnfinished of older carve versions). The retry after
+// the restart finishes the work: it zeroes a raw-block volume, and makes
+// any other volume again (lvcreate's wipe had maybe not run), never
+// returning the LV as it was.
 func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 	tests := []struct {
 		name      string
 		cap       *csi.VolumeCapability
 		seen      bool // the view knew the LV (it was read at restart)
+		tagged    bool // marked with the old tag, not in the state directory
 		wantErase bool
 		remade    bool
 	}{
-		{"block, seen at restart", blockCap(sw), true, true, false},
-		{"block, made behind the view", blockCap(sw), false, true, false},
-		{"filesystem, seen at restart", mountCap("ext4", sw), true, false, true},
-		{"filesystem, made behind the view", mountCap("ext4", sw), false, false, true},
+		{"block, seen at restart", blockCap(sw), true, false, true, false},
+		{"block, made behind the view", blockCap(sw), false, false, true, false},
+		{"filesystem, seen at restart", mountCap("ext4", sw), true, false, false, true},
+		{"filesystem, made behind the view", mountCap("ext4", sw), false, false, false, true},
+		{"block, tagged, seen at restart", blockCap(sw), true, true, true, false},
+		{"block, tagged, made behind the view", blockCap(sw), false, true, true, false},
+		{"filesystem, tagged, seen at restart", mountCap("ext4", sw), true, true, false, true},
+		{"filesystem, tagged, made behind the view", mountCap("ext4", sw), false, true, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,8 +208,14 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 			halfMade := func() {
 				// What lvcreate had committed when the plugin died; the
 				// "old" tag tells a remade LV from this one.
+				tags := append(volume.VolumeTags("pvc-1", "fast", nil), "old")
+				if tt.tagged {
+					tags = append(tags, volume.TagUnfinished)
+				} else if err := fx.marks.Mark("vg1", lvName); err != nil {
+					t.Fatal(err)
+				}
 				if _, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: lvName, Size: uint64(gib),
-					Tags: append(volume.VolumeTags("pvc-1", "fast", nil), volume.TagUnfinished, "old")}); err != nil {
+					Tags: tags}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -215,8 +239,8 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 				t.Fatal(err)
 			}
 			tags, ok := fx.lvm.lvTags("vg1", lvName)
-			if !ok || volume.IsUnfinished(tags) {
-				t.Fatalf("LV after the retry: present %v, tags %v", ok, tags)
+			if !ok || fx.unfinished(t, "vg1", lvName) {
+				t.Fatalf("LV after the retry: present %v, unfinished %v, tags %v", ok, fx.unfinished(t, "vg1", lvName), tags)
 			}
 			if got := slices.Contains(tags, "old"); got == tt.remade {
 				t.Errorf("remade = %v, want %v (tags %v)", !got, tt.remade, tags)
@@ -230,8 +254,8 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 
 // TestEraseInFlightAtShutdownIsRedone: the plugin stops (or dies) while a
 // new raw-block volume is being erased. Nothing waits for the erasure: the
-// finishing is dropped with the process, and the LV still carries
-// volume.TagUnfinished, so the next plugin's CreateVolume erases it again,
+// finishing is dropped with the process, and the LV is still marked
+// unfinished, so the next plugin's CreateVolume erases it again,
 // from the start, before handing it out. The dropped erasure never
 // completes here (its gate stays shut), as in a process that is gone.
 func TestEraseInFlightAtShutdownIsRedone(t *testing.T) {
@@ -252,8 +276,8 @@ func TestEraseInFlightAtShutdownIsRedone(t *testing.T) {
 	if got, want := fx.eraser.erasures(), []erased{{"/dev/vg1/" + lv, erase.ZeroOut}}; !slices.Equal(got, want) {
 		t.Errorf("erasures after the restart %v, want %v: the dropped erasure was not redone", got, want)
 	}
-	if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
-		t.Errorf("the LV handed out still carries %s: %v", volume.TagUnfinished, tags)
+	if fx.unfinished(t, "vg1", lv) {
+		t.Error("the LV handed out is still marked unfinished")
 	}
 }
 
@@ -270,8 +294,109 @@ func (fx *controllerFixture) createAbortedMidErasure(t *testing.T, gate chan str
 	defer cancel()
 	_, err := fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.Aborted, "still being prepared")
-	if tags, _ := fx.lvm.lvTags("vg1", volume.LVNameFor("pvc-1")); !volume.IsUnfinished(tags) {
-		t.Fatalf("an LV being erased lost %s: %v", volume.TagUnfinished, tags)
+	if !fx.unfinished(t, "vg1", volume.LVNameFor("pvc-1")) {
+		t.Fatal("an LV being erased lost its unfinished mark")
 	}
 	return req
+}
+
+// TestCreateVolumeMarksThickLVsWhileMaking: a thick LV is marked
+// unfinished, durably, before lvcreate runs, and the mark is gone when
+// CreateVolume answers; no lvchange takes a tag off. A thin LV needs no
+// mark (its pool reads zeros where it was never written), and an lvcreate
+// LVM refuses for room leaves none behind.
+func TestCreateVolumeMarksThickLVsWhileMaking(t *testing.T) {
+	tests := []struct {
+		name       string
+		class      string
+		cap        *csi.VolumeCapability
+		failCreate error
+		wantCode   codes.Code
+		wantMarked bool // during lvcreate
+	}{
+		{"thick filesystem", "fast", mountCap("ext4", sw), nil, codes.OK, true},
+		{"thick raw block", "fast", blockCap(sw), nil, codes.OK, true},
+		{"thin", "thin", blockCap(sw), nil, codes.OK, false},
+		{"no room after all", "fast", mountCap("ext4", sw), fmt.Errorf("vg1 full: %w", lvm.ErrInsufficientSpace), codes.ResourceExhausted, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newEraseFixture(t)
+			lv := volume.LVNameFor("pvc-1")
+			var markedDuring []bool
+			fx.lvm.onCreate = func(lvm.CreateRequest) {
+				marked, err := fx.marks.Has("vg1", lv)
+				if err != nil {
+					t.Error(err)
+				}
+				markedDuring = append(markedDuring, marked)
+			}
+			fx.lvm.failNext = tt.failCreate
+			req := createReq("pvc-1", gib, map[string]string{ParamDeviceClass: tt.class})
+			req.VolumeCapabilities = []*csi.VolumeCapability{tt.cap}
+			_, err := fx.cs.CreateVolume(context.Background(), req)
+			wantCode(t, err, tt.wantCode)
+			if want := []bool{tt.wantMarked}; !slices.Equal(markedDuring, want) {
+				t.Errorf("marked during lvcreate: %v, want %v", markedDuring, want)
+			}
+			if fx.unfinished(t, "vg1", lv) {
+				t.Error("still marked unfinished after CreateVolume answered")
+			}
+			if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
+				t.Errorf("the LV carries %s, which carve no longer writes: %v", volume.TagUnfinished, tags)
+			}
+		})
+	}
+}
+
+// TestCreateVolumeKeepsAFinishedLVTheViewMissed: an LV made and finished
+// before, unmarked, that the view does not show yet (lvcreate answers
+// "exists"), is the volume: CreateVolume returns it as it is, and the mark
+// it wrote for its own lvcreate does not outlive the call, so that no later
+// retry takes the volume for a half-made one and remakes it.
+func TestCreateVolumeKeepsAFinishedLVTheViewMissed(t *testing.T) {
+	fx := newEraseFixture(t)
+	lv := volume.LVNameFor("pvc-1")
+	if _, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: lv, Size: uint64(gib),
+		Tags: append(volume.VolumeTags("pvc-1", "fast", nil), "old")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil)); err != nil {
+			t.Fatalf("CreateVolume %d: %v", i+1, err)
+		}
+		if tags, _ := fx.lvm.lvTags("vg1", lv); !slices.Contains(tags, "old") {
+			t.Fatalf("CreateVolume %d remade the finished LV: tags %v", i+1, tags)
+		}
+		if fx.unfinished(t, "vg1", lv) {
+			t.Fatalf("CreateVolume %d left the finished LV marked unfinished", i+1)
+		}
+	}
+}
+
+// TestDeleteVolumeClearsALeftoverMark: a mark left by a create that never
+// finished goes with its LV, and with an LV that is gone already.
+func TestDeleteVolumeClearsALeftoverMark(t *testing.T) {
+	for _, lvExists := range []bool{true, false} {
+		t.Run(fmt.Sprintf("LV exists %v", lvExists), func(t *testing.T) {
+			fx := newEraseFixture(t)
+			lv := volume.LVNameFor("pvc-1")
+			if err := fx.marks.Mark("vg1", lv); err != nil {
+				t.Fatal(err)
+			}
+			if lvExists {
+				if _, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: lv, Size: uint64(gib),
+					Tags: volume.VolumeTags("pvc-1", "fast", nil)}); err != nil {
+					t.Fatal(err)
+				}
+				fx.restart(t)
+			}
+			if _, err := fx.cs.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: volume.VolumeID("vg1", lv)}); err != nil {
+				t.Fatal(err)
+			}
+			if fx.unfinished(t, "vg1", lv) {
+				t.Error("the mark outlived DeleteVolume")
+			}
+		})
+	}
 }

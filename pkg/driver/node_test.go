@@ -76,7 +76,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: &fakeEraser{}})
+	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: &fakeEraser{}, Marks: openMarks(t)})
 	fx.ns = NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
 		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg), OnChange: func() { fx.changes++ },
 		Classes: cfg, View: fx.view})

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/plugintest"
 )
@@ -143,17 +145,28 @@ func newBlockVolumeReadsOnlyZeros(t *testing.T, e *env) {
 
 // createVolumeFinishesAHalfMadeLV: a plugin killed between lvcreate (which
 // commits the LV and its tags) and the end of its wipe and zeroing leaves
-// an LV carrying carve.dev/unfinished over extents that still hold a
-// deleted volume's bytes (here: a pattern, and a whole ext4). After a
+// an LV marked unfinished (a file in the plugin's state directory, or the
+// tag carve.dev/unfinished of earlier builds) over extents that still hold
+// a deleted volume's bytes (here: a pattern, and a whole ext4). After a
 // restart, the retried CreateVolume zeroes the raw-block one, and makes
 // the filesystem one again, so NodeStage formats a new filesystem instead
 // of mounting the old one.
 func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
 	ctx := context.Background()
-	halfMade := func(name string) string {
+	marks, err := unfinished.Open(filepath.Join(e.dir, "unfinished")) // --state-dir's default: the socket's directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	halfMade := func(name string, tagged bool) string {
 		lv := volume.LVNameFor(name)
 		args := []string{"lvcreate", "--yes", "--wipesignatures", "n", "--zero", "n", "--name", lv, "--size", "32m"}
-		for _, tag := range append(volume.VolumeTags(name, class, nil), volume.TagUnfinished) {
+		tags := volume.VolumeTags(name, class, nil)
+		if tagged {
+			tags = append(tags, volume.TagUnfinished)
+		} else if err := marks.Mark(e.vg.Name, lv); err != nil {
+			t.Fatal(err)
+		}
+		for _, tag := range tags {
 			args = append(args, "--addtag", tag)
 		}
 		if _, err := e.vg.LVM(ctx, append(args, e.vg.Name)...); err != nil {
@@ -161,36 +174,53 @@ func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
 		}
 		return "/dev/" + e.vg.Name + "/" + lv
 	}
-	blockDev := halfMade("half-block")
-	writeDevice(t, blockDev, pattern)
-	fsDev := halfMade("half-fs")
-	if _, err := plugintest.Run(ctx, "mkfs.ext4", "-q", "-F", fsDev); err != nil {
-		t.Fatal(err)
-	}
-	oldUUID, err := plugintest.FilesystemUUID(ctx, fsDev)
-	if err != nil || oldUUID == "" {
-		t.Fatalf("the old filesystem has no UUID (%q, %v)", oldUUID, err)
+	type halfMadeLV struct{ name, dev, oldUUID string }
+	var blocks, filesystems []halfMadeLV
+	for _, tagged := range []bool{false, true} {
+		suffix := map[bool]string{false: "-marked", true: "-tagged"}[tagged]
+		b := halfMadeLV{name: "half-block" + suffix}
+		b.dev = halfMade(b.name, tagged)
+		writeDevice(t, b.dev, pattern)
+		f := halfMadeLV{name: "half-fs" + suffix}
+		f.dev = halfMade(f.name, tagged)
+		if _, err := plugintest.Run(ctx, "mkfs.ext4", "-q", "-F", f.dev); err != nil {
+			t.Fatal(err)
+		}
+		if f.oldUUID, err = plugintest.FilesystemUUID(ctx, f.dev); err != nil || f.oldUUID == "" {
+			t.Fatalf("the old filesystem has no UUID (%q, %v)", f.oldUUID, err)
+		}
+		blocks, filesystems = append(blocks, b), append(filesystems, f)
 	}
 	// The crash: the plugin comes back and reads LVM afresh.
 	e.stop()
 	e.start()
 
-	b := e.createInClass("half-block", eraseSize, blockCapability(), class)
-	if n, _ := nonZeroBytes(t, blockDev); n != 0 {
-		t.Errorf("the half-made raw-block volume was handed out with %d non-zero bytes", n)
+	var ids []string
+	for _, b := range blocks {
+		ids = append(ids, e.createInClass(b.name, eraseSize, blockCapability(), class))
+		if n, _ := nonZeroBytes(t, b.dev); n != 0 {
+			t.Errorf("the half-made raw-block volume %s was handed out with %d non-zero bytes", b.name, n)
+		}
 	}
 	capability := plugintest.MountCapability("ext4")
-	f := e.createInClass("half-fs", eraseSize, capability, class)
-	p := e.paths("half-fs")
-	e.stagePublish(f, p, capability)
-	newUUID, err := plugintest.FilesystemUUID(ctx, fsDev)
-	if err != nil || newUUID == oldUUID {
-		t.Errorf("NodeStage mounted the filesystem left on the half-made LV (UUID %s, now %s, %v)", oldUUID, newUUID, err)
+	for _, f := range filesystems {
+		id := e.createInClass(f.name, eraseSize, capability, class)
+		ids = append(ids, id)
+		p := e.paths(f.name)
+		e.stagePublish(id, p, capability)
+		newUUID, err := plugintest.FilesystemUUID(ctx, f.dev)
+		if err != nil || newUUID == f.oldUUID {
+			t.Errorf("NodeStage mounted the filesystem left on the half-made LV %s (UUID %s, now %s, %v)", f.name, f.oldUUID, newUUID, err)
+		}
+		e.unpublishUnstage(id, p)
 	}
-	e.unpublishUnstage(f, p)
-	for _, id := range []string{b, f} {
-		if tags := e.lvField(lvName(t, id), "lv_tags"); strings.Contains(tags, volume.TagUnfinished) {
+	for _, id := range ids {
+		lv := lvName(t, id)
+		if tags := e.lvField(lv, "lv_tags"); strings.Contains(tags, volume.TagUnfinished) {
 			t.Errorf("%s still carries %s after CreateVolume returned it: %s", id, volume.TagUnfinished, tags)
+		}
+		if marked, err := marks.Has(e.vg.Name, lv); err != nil || marked {
+			t.Errorf("%s is still marked unfinished after CreateVolume returned it (%v)", id, err)
 		}
 	}
 }

@@ -77,6 +77,18 @@ func (fx *controllerFixture) unfinished(t *testing.T, vg, name string) bool {
 	return marked || volume.IsUnfinished(tags)
 }
 
+// wantFinished fails the test unless the LV vg/name is finished: no mark,
+// and not the tag older carve versions wrote (carve writes it no more).
+func (fx *controllerFixture) wantFinished(t *testing.T, vg, name string) {
+	t.Helper()
+	if fx.unfinished(t, vg, name) {
+		t.Errorf("%s/%s is still unfinished after CreateVolume answered", vg, name)
+	}
+	if tags, _ := fx.lvm.lvTags(vg, name); volume.IsUnfinished(tags) {
+		t.Errorf("%s/%s carries %s, which carve no longer writes: %v", vg, name, volume.TagUnfinished, tags)
+	}
+}
+
 const eraseClasses = `
 deviceClasses:
   - {name: fast, volumeGroup: vg1, default: true}
@@ -128,12 +140,7 @@ func TestCreateVolumeErasesRawBlockVolumesOfThickClasses(t *testing.T) {
 			if got := fx.eraser.erasures(); !slices.Equal(got, want) {
 				t.Errorf("erasures %v, want %v", got, want)
 			}
-			if fx.unfinished(t, "vg1", lv) {
-				t.Error("the LV handed out is still marked unfinished")
-			}
-			if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
-				t.Errorf("the LV carries the tag %s, which carve no longer writes: %v", volume.TagUnfinished, tags)
-			}
+			fx.wantFinished(t, "vg1", lv)
 		})
 	}
 }
@@ -339,12 +346,7 @@ func TestCreateVolumeMarksThickLVsWhileMaking(t *testing.T) {
 			if want := []bool{tt.wantMarked}; !slices.Equal(markedDuring, want) {
 				t.Errorf("marked during lvcreate: %v, want %v", markedDuring, want)
 			}
-			if fx.unfinished(t, "vg1", lv) {
-				t.Error("still marked unfinished after CreateVolume answered")
-			}
-			if tags, _ := fx.lvm.lvTags("vg1", lv); volume.IsUnfinished(tags) {
-				t.Errorf("the LV carries %s, which carve no longer writes: %v", volume.TagUnfinished, tags)
-			}
+			fx.wantFinished(t, "vg1", lv)
 		})
 	}
 }

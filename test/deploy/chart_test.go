@@ -396,58 +396,78 @@ func sortFlags(o object) {
 	}
 }
 
-// TestDeleteClaimsComponentMatchesChart: the kustomize component
-// delete-claims-of-lost-nodes and the chart's
-// controller.deleteClaimsOfLostNodes=true install the same thing: the base
-// with the component and the chart with the value render the same objects
-// (the flag on the controller, and the same RBAC to the letter), so a
-// grant added to one and not the other fails here. The control: the chart
-// without the value differs from the component in exactly the flag and
-// the RBAC.
-func TestDeleteClaimsComponentMatchesChart(t *testing.T) {
-	const deployment = "Deployment carve-system/carve-controller"
-	component := byKey(t, renderWithComponent(t, "delete-claims-of-lost-nodes"))
-	chartOn := byKey(t, renderChart(t, "controller.deleteClaimsOfLostNodes=true"))
-	chartOff := byKey(t, renderChart(t))
-	for _, objs := range []map[string]object{component, chartOn, chartOff} {
-		if d, ok := objs[deployment]; ok {
-			sortFlags(d)
-		}
+// TestComponentsMatchChart: each kustomize component over the base renders
+// the same objects as the chart with the values that stand for it (the
+// controller's flags compared as a set), and does what it is for. The
+// control: the chart without those values differs from the component in
+// every object the component changes.
+func TestComponentsMatchChart(t *testing.T) {
+	const deployment, daemonSet = "Deployment carve-system/carve-controller", "DaemonSet carve-system/carve-node"
+	type holds struct {
+		key, text string
+		want      bool
 	}
-	for _, key := range []string{"ClusterRole /carve-controller-lost-nodes-delete", "ClusterRoleBinding /carve-controller-lost-nodes-delete"} {
-		if _, ok := component[key]; !ok {
-			t.Errorf("the component renders no %s", key)
-		}
+	tests := []struct {
+		component string
+		values    []string
+		changes   []string // the objects the component adds, changes or removes
+		holds     []holds  // what the component's rendering must (not) hold
+	}{
+		{
+			component: "delete-claims-of-lost-nodes",
+			values:    []string{"controller.deleteClaimsOfLostNodes=true"},
+			changes:   []string{deployment, "ClusterRole /carve-controller-lost-nodes-delete", "ClusterRoleBinding /carve-controller-lost-nodes-delete"},
+			holds:     []holds{{deployment, `"--delete-claims-of-lost-nodes"`, true}},
+		},
+		{
+			component: "without-snapshots",
+			values:    []string{"sidecars.snapshotter.enabled=false"},
+			changes:   []string{daemonSet, "VolumeSnapshotClass /carve"},
+			holds:     []holds{{daemonSet, `"csi-snapshotter"`, false}, {daemonSet, `"csi-provisioner"`, true}},
+		},
 	}
-	if args, _ := json.Marshal(component[deployment]); !bytes.Contains(args, []byte(`"--delete-claims-of-lost-nodes"`)) {
-		t.Errorf("the component's %s lacks --delete-claims-of-lost-nodes", deployment)
-	}
-	var unexpected []string
-	for _, d := range compareRenderings(t, component, chartOn) {
-		k, found := strings.CutPrefix(d, "only in the kustomize base: ")
-		if _, ok := onlyInBase[k]; found && ok {
-			continue
-		}
-		unexpected = append(unexpected, d)
-	}
-	if len(unexpected) > 0 {
-		t.Errorf("the base with components/delete-claims-of-lost-nodes and the chart with controller.deleteClaimsOfLostNodes=true differ:\n%s",
-			strings.Join(unexpected, "\n"))
-	}
-	// The control: without the value, the chart lacks what the component adds.
-	off := map[string]bool{}
-	for _, d := range compareRenderings(t, component, chartOff) {
-		switch {
-		case strings.HasPrefix(d, "only in the kustomize base: ClusterRole"):
-			off[strings.TrimPrefix(d, "only in the kustomize base: ")] = true
-		case strings.HasPrefix(d, deployment):
-			off[deployment] = true
-		}
-	}
-	for _, want := range []string{deployment, "ClusterRole /carve-controller-lost-nodes-delete", "ClusterRoleBinding /carve-controller-lost-nodes-delete"} {
-		if !off[want] {
-			t.Errorf("control: the chart without controller.deleteClaimsOfLostNodes does not differ from the component in %s", want)
-		}
+	for _, tt := range tests {
+		t.Run(tt.component, func(t *testing.T) {
+			component := byKey(t, renderWithComponent(t, tt.component))
+			chartOn := byKey(t, renderChart(t, tt.values...))
+			chartOff := byKey(t, renderChart(t))
+			for _, objs := range []map[string]object{component, chartOn, chartOff} {
+				if d, ok := objs[deployment]; ok {
+					sortFlags(d)
+				}
+			}
+			for _, h := range tt.holds {
+				o, _ := json.Marshal(component[h.key])
+				if got := bytes.Contains(o, []byte(h.text)); got != h.want {
+					t.Errorf("the component's %s holds %s: %v, want %v", h.key, h.text, got, h.want)
+				}
+			}
+			var unexpected []string
+			for _, d := range compareRenderings(t, component, chartOn) {
+				k, found := strings.CutPrefix(d, "only in the kustomize base: ")
+				if _, ok := onlyInBase[k]; found && ok {
+					continue
+				}
+				unexpected = append(unexpected, d)
+			}
+			if len(unexpected) > 0 {
+				t.Errorf("the base with components/%s and the chart with %v differ:\n%s", tt.component, tt.values, strings.Join(unexpected, "\n"))
+			}
+			differs := map[string]bool{}
+			for _, d := range compareRenderings(t, component, chartOff) {
+				d = strings.TrimPrefix(strings.TrimPrefix(d, "only in the kustomize base: "), "only in the chart: ")
+				for _, k := range tt.changes {
+					if strings.HasPrefix(d, k) {
+						differs[k] = true
+					}
+				}
+			}
+			for _, k := range tt.changes {
+				if !differs[k] {
+					t.Errorf("control: the chart without %v does not differ from the component in %s", tt.values, k)
+				}
+			}
+		})
 	}
 }
 

@@ -246,6 +246,7 @@ spec:
           volumeMounts:
             - name: socket-dir
               mountPath: /csi
+        {{- if $v.sidecars.snapshotter.enabled }}
         # --node-deployment: act only on the VolumeSnapshotContents labelled
         # with this node (NODE_NAME); no leader election then. carve has no
         # volume group snapshots.
@@ -280,6 +281,7 @@ spec:
           volumeMounts:
             - name: socket-dir
               mountPath: /csi
+        {{- end }}
       volumes:
         - name: socket-dir
           hostPath:

@@ -186,6 +186,9 @@ PEERS_IDLE_WINDOW ?= 2m
 # node count; PEERS_SCALE_IDLE is each idle window).
 PEERS_SCALE ?=
 PEERS_SCALE_IDLE ?= 40s
+# PEERS_RUN narrows the run to the tests it matches (go test -run), e.g.
+# PEERS_RUN=TestPeersIdle PEERS_IDLE_VOLUMES=1000 measures memory alone.
+PEERS_RUN ?=
 
 bench-peers: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && tvdir=$$(GO='$(GO)' ./hack/topolvm.sh) && \
@@ -193,7 +196,7 @@ bench-peers: deps build deploy-tools cachedir
 	  CARVE_PEERS_CLAIMS=$(PEERS_CLAIMS) CARVE_PEERS_GAP=$(PEERS_GAP) CARVE_PEERS_FRESHNESS_CAP=$(PEERS_FRESHNESS_CAP) \
 	  CARVE_PEERS_IDLE_VOLUMES=$(PEERS_IDLE_VOLUMES) CARVE_PEERS_IDLE_WINDOW=$(PEERS_IDLE_WINDOW) GO='$(GO)' \
 	  CARVE_PEERS_SCALE=$(PEERS_SCALE) CARVE_PEERS_SCALE_IDLE=$(PEERS_SCALE_IDLE) \
-	  $(GO) test -tags peers -count=1 -timeout 60m -v ./test/peers/ 2>&1 | tee $(CACHE)/bench-peers.log | ./hack/summarize-go-test.sh bench-peers
+	  $(GO) test -tags peers -count=1 -timeout 60m -run '$(PEERS_RUN)' -v ./test/peers/ 2>&1 | tee $(CACHE)/bench-peers.log | ./hack/summarize-go-test.sh bench-peers
 	@grep -E '^(ratio|scale model)' $(CACHE)/bench-peers.log
 
 clean:

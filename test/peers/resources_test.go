@@ -138,6 +138,10 @@ func TestPeersIdle(t *testing.T) {
 			"carve's node csi-provisioner %s; topolvm-node (lvmd embedded) %s, peak %s, at the window's start %s)\n",
 			want, memAfter[0].rss/memAfter[2].rss, mib(memAfter[0].rss), mib(memAfter[0].hwm), mib(memBefore[0].rss),
 			mib(memAfter[1].rss), mib(memAfter[2].rss), mib(memAfter[2].hwm), mib(memBefore[2].rss))
+		fmt.Printf("peers: resident memory after the window, %d volumes, anonymous + mapped files: carve plugin %s + %s (Go heap in use %s, heap released to the OS %s, heap idle %s, stacks %s, from its /metrics); "+
+			"carve's node csi-provisioner %s + %s; topolvm-node %s + %s\n",
+			want, mib(memAfter[0].anon), mib(memAfter[0].file), goMem(after, "heap_inuse"), goMem(after, "heap_released"), goMem(after, "heap_idle"), goMem(after, "stack_inuse"),
+			mib(memAfter[1].anon), mib(memAfter[1].file), mib(memAfter[2].anon), mib(memAfter[2].file))
 	}
 }
 
@@ -189,10 +193,13 @@ func countLines(path string, from, to time.Time) (int, error) {
 	return n, sc.Err()
 }
 
-// memory is a process's resident set now and its peak, in bytes.
-type memory struct{ rss, hwm float64 }
+// memory is a process's resident set now and its peak, and the resident
+// set's two parts: anonymous memory (the Go heap, stacks, the runtime's
+// own) and pages of mapped files (its executable's code and read-only
+// data, shared with the page cache), in bytes.
+type memory struct{ rss, hwm, anon, file float64 }
 
-// agentMemory reads VmRSS and VmHWM of each pid.
+// agentMemory reads VmRSS, VmHWM, RssAnon and RssFile of each pid.
 func agentMemory(t *testing.T, pids ...int) []memory {
 	t.Helper()
 	var out []memory
@@ -216,6 +223,10 @@ func agentMemory(t *testing.T, pids ...int) []memory {
 				m.rss = v * 1024
 			case "VmHWM:":
 				m.hwm = v * 1024
+			case "RssAnon:":
+				m.anon = v * 1024
+			case "RssFile:":
+				m.file = v * 1024
 			}
 		}
 		if m.rss == 0 {
@@ -227,6 +238,15 @@ func agentMemory(t *testing.T, pids ...int) []memory {
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+// goMem is the Go runtime's go_memstats_<what>_bytes in ms, in MiB.
+func goMem(ms plugintest.Metrics, what string) string {
+	v, ok, err := ms.Gauge("go_memstats_"+what+"_bytes", nil)
+	if err != nil || !ok {
+		return fmt.Sprintf("no go_memstats_%s_bytes (%v)", what, err)
+	}
+	return mib(v)
+}
 
 // ratioText is ", ratio x" or, when b is 0, what the ratio cannot say.
 func ratioText(a, b float64) string {

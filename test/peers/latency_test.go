@@ -41,16 +41,30 @@ var (
 // time, opts.gap after each Bound, the drivers alternating claim by claim),
 // back to back (the next claim right after the last one is Bound, each
 // driver in its own block) and burst (all claims created at once). It
-// prints median and p90 for each driver and their ratio; it asserts only
-// that every claim was Bound by the driver it asked for.
+// prints median and p90 for each driver and their ratio, and the medians
+// of the two parts of each claim's time: until the scheduler chose the
+// node (the PVC's selected-node annotation, set in the scheduler's
+// PreBind) and from there to Bound (provisioning, the PV saved, the PV
+// controller's binding); it asserts only that every claim was Bound by
+// the driver it asked for.
 func TestPeersLatency(t *testing.T) {
 	sides := []driver{carveSide, topolvmSide}
 	results := map[string]map[string][]time.Duration{} // pattern → driver → samples
-	record := func(pattern string, d driver, ds []time.Duration) {
-		if results[pattern] == nil {
-			results[pattern] = map[string][]time.Duration{}
+	// The two parts of each sample: create → selected node, selected
+	// node → Bound.
+	scheduled := map[string]map[string][]time.Duration{}
+	provisioned := map[string]map[string][]time.Duration{}
+	record := func(pattern string, d driver, ts []timing) {
+		for _, m := range []map[string]map[string][]time.Duration{results, scheduled, provisioned} {
+			if m[pattern] == nil {
+				m[pattern] = map[string][]time.Duration{}
+			}
 		}
-		results[pattern][d.name] = append(results[pattern][d.name], ds...)
+		for _, x := range ts {
+			results[pattern][d.name] = append(results[pattern][d.name], x.bound.Sub(x.start))
+			scheduled[pattern][d.name] = append(scheduled[pattern][d.name], x.selected.Sub(x.start))
+			provisioned[pattern][d.name] = append(provisioned[pattern][d.name], x.bound.Sub(x.selected))
+		}
 	}
 
 	t.Run("paced", func(t *testing.T) {
@@ -93,6 +107,17 @@ func TestPeersLatency(t *testing.T) {
 			fmt.Sprintf("ratio PVC+pod -> Bound %s, %d claims each: median carve %s / TopoLVM %s = %.3f; p90 carve %s / TopoLVM %s = %.3f",
 				pattern, len(c), cm, pm, ratio(cm, pm), c90, p90, ratio(c90, p90)))
 	}
+	for _, pattern := range []string{"paced", "back-to-back", "burst"} {
+		var parts []string
+		for _, d := range sides {
+			if s, p := scheduled[pattern][d.name], provisioned[pattern][d.name]; len(s) > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s + %s", d.name, kubetest.Percentile(s, 50), kubetest.Percentile(p, 50)))
+			}
+		}
+		if len(parts) > 0 {
+			report = append(report, fmt.Sprintf("peers: PVC+pod -> Bound %s, medians of create -> selected node + selected node -> Bound: %s", pattern, strings.Join(parts, "; ")))
+		}
+	}
 	for _, pattern := range []string{"back-to-back", "burst"} {
 		for _, d := range sides {
 			ds, base := results[pattern][d.name], kubetest.Percentile(results["paced"][d.name], 50)
@@ -122,9 +147,12 @@ type workload struct {
 	made map[string]driver
 
 	mu      sync.Mutex
-	waiting map[string]chan time.Time
-	watch   watch.Interface
-	ended   chan struct{}
+	waiting map[string]chan timing
+	// selected is when the watch first showed a waiting PVC with its
+	// selected-node annotation.
+	selected map[string]time.Time
+	watch    watch.Interface
+	ended    chan struct{}
 }
 
 // newWorkload makes a namespace and watches its PVCs; at cleanup it
@@ -134,10 +162,11 @@ func newWorkload(t *testing.T, prefix string) *workload {
 	t.Helper()
 	ctx := kubetest.Ctx(t, time.Minute)
 	w := &workload{
-		ns:      fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16)),
-		made:    map[string]driver{},
-		waiting: map[string]chan time.Time{},
-		ended:   make(chan struct{}),
+		ns:       fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16)),
+		made:     map[string]driver{},
+		waiting:  map[string]chan timing{},
+		selected: map[string]time.Time{},
+		ended:    make(chan struct{}),
 	}
 	if _, err := bed.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", w.ns, err)
@@ -157,19 +186,38 @@ func newWorkload(t *testing.T, prefix string) *workload {
 	return w
 }
 
-// run hands each PVC's first Bound event to whoever waits for it.
+// selectedNode is the annotation the scheduler puts on a
+// WaitForFirstConsumer claim once it has chosen the pod's node.
+const selectedNode = "volume.kubernetes.io/selected-node"
+
+// timing is one claim's moments: just before its create, when the watch
+// first showed its selected node, and when it showed it Bound.
+type timing struct{ start, selected, bound time.Time }
+
+// run notes when each waiting PVC first shows its selected node, and hands
+// its first Bound event to whoever waits for it.
 func (w *workload) run() {
 	defer close(w.ended)
 	for ev := range w.watch.ResultChan() {
 		pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim)
-		if !ok || ev.Type == watch.Deleted || pvc.Status.Phase != corev1.ClaimBound {
+		if !ok || ev.Type == watch.Deleted {
 			continue
 		}
 		now := time.Now()
 		w.mu.Lock()
 		if ch := w.waiting[pvc.Name]; ch != nil {
-			ch <- now
-			delete(w.waiting, pvc.Name)
+			sel, seen := w.selected[pvc.Name]
+			if !seen && pvc.Annotations[selectedNode] != "" {
+				sel, seen = now, true
+				w.selected[pvc.Name] = now
+			}
+			if pvc.Status.Phase == corev1.ClaimBound {
+				if !seen {
+					sel = now // Bound in the same event: nothing to split
+				}
+				ch <- timing{selected: sel, bound: now}
+				delete(w.waiting, pvc.Name)
+			}
 		}
 		w.mu.Unlock()
 	}
@@ -177,8 +225,8 @@ func (w *workload) run() {
 
 // create makes the PVC and its pod for d and returns the time just before
 // and where the Bound time will arrive.
-func (w *workload) create(ctx context.Context, d driver, name string) (time.Time, <-chan time.Time, error) {
-	ch := make(chan time.Time, 1)
+func (w *workload) create(ctx context.Context, d driver, name string) (time.Time, <-chan timing, error) {
+	ch := make(chan timing, 1)
 	w.mu.Lock()
 	w.waiting[name] = ch
 	w.made[name] = d
@@ -199,10 +247,10 @@ const boundTimeout = 2 * time.Minute
 
 // oneByOne creates n claims for d one after the other, each once the last
 // is Bound, pausing gap after each, and returns their latencies.
-func (w *workload) oneByOne(t *testing.T, d driver, prefix string, n int, gap time.Duration) []time.Duration {
+func (w *workload) oneByOne(t *testing.T, d driver, prefix string, n int, gap time.Duration) []timing {
 	t.Helper()
 	ctx := kubetest.Ctx(t, time.Duration(n)*(boundTimeout+gap))
-	var out []time.Duration
+	var out []timing
 	for i := range n {
 		name := prefix
 		if n > 1 {
@@ -213,8 +261,9 @@ func (w *workload) oneByOne(t *testing.T, d driver, prefix string, n int, gap ti
 			t.Fatal(err)
 		}
 		select {
-		case bound := <-ch:
-			out = append(out, bound.Sub(start))
+		case x := <-ch:
+			x.start = start
+			out = append(out, x)
 		case <-time.After(boundTimeout):
 			t.Fatalf("%s claim %s/%s not Bound within %s; %v", d.name, w.ns, name, boundTimeout, errors.Join(bed.CheckAlive(), peer.checkAlive()))
 		case <-w.ended:
@@ -226,12 +275,12 @@ func (w *workload) oneByOne(t *testing.T, d driver, prefix string, n int, gap ti
 }
 
 // burst creates n claims for d at once (ten creators in parallel) and
-// returns each one's latency from its own create.
-func (w *workload) burst(t *testing.T, d driver, n int) []time.Duration {
+// returns each one's timing from its own create.
+func (w *workload) burst(t *testing.T, d driver, n int) []timing {
 	t.Helper()
 	ctx := kubetest.Ctx(t, 2*boundTimeout)
 	starts := make([]time.Time, n)
-	chans := make([]<-chan time.Time, n)
+	chans := make([]<-chan timing, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -250,12 +299,13 @@ func (w *workload) burst(t *testing.T, d driver, n int) []time.Duration {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	out := make([]time.Duration, n)
+	out := make([]timing, n)
 	deadline := time.After(2 * boundTimeout)
 	for i, ch := range chans {
 		select {
-		case bound := <-ch:
-			out[i] = bound.Sub(starts[i])
+		case x := <-ch:
+			x.start = starts[i]
+			out[i] = x
 		case <-deadline:
 			t.Fatalf("%s burst: claim %d of %d not Bound within %s; %v", d.name, i, n, 2*boundTimeout, errors.Join(bed.CheckAlive(), peer.checkAlive()))
 		}
@@ -285,7 +335,7 @@ func (w *workload) check(t *testing.T) {
 		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != d.csiName {
 			t.Errorf("PVC %s/%s (class %s) is bound to PV %s of another driver: %+v", w.ns, pvc.Name, d.storageClass, pv.Name, pv.Spec.CSI)
 		}
-		if node := pvc.Annotations["volume.kubernetes.io/selected-node"]; bed.Node(node) == nil {
+		if node := pvc.Annotations[selectedNode]; bed.Node(node) == nil {
 			t.Errorf("PVC %s/%s selected node %q is not a node of the test bed", w.ns, pvc.Name, node)
 		}
 	}

@@ -165,7 +165,9 @@ func measureScale(t *testing.T, n int) scalePoint {
 				order = []driver{topolvmSide, carveSide}
 			}
 			for _, d := range order {
-				samples[d.name] = append(samples[d.name], w.oneByOne(t, d, fmt.Sprintf("%s-%d", short(d), i), 1, time.Second)...)
+				for _, x := range w.oneByOne(t, d, fmt.Sprintf("%s-%d", short(d), i), 1, time.Second) {
+					samples[d.name] = append(samples[d.name], x.bound.Sub(x.start))
+				}
 			}
 		}
 		w.check(t)

@@ -191,7 +191,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 	}
-	if lv, err = s.finish(ctx, lv, made, class, method); err != nil {
+	if lv, err = s.finish(ctx, lv, made, class, method, clearsSignatures(class, req)); err != nil {
 		return nil, err
 	}
 	return s.createResponse(lv, class, req), nil

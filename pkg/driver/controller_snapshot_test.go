@@ -466,6 +466,13 @@ func TestRestoreByCopy(t *testing.T) {
 						t.Errorf("temporary snapshot %s left behind", l.Name)
 					}
 				}
+				// The copied data is never zeroed, not even where
+				// signatures live.
+				for _, e := range fx.eraser.erasures() {
+					if e.path == lv.Path {
+						t.Errorf("the copied volume was erased: %v", e)
+					}
+				}
 				// A repeat copies nothing.
 				if _, err := fx.cs.CreateVolume(ctx, req); err != nil || len(fx.copier.copies) != 1 {
 					t.Errorf("repeat: %v, copies %d", err, len(fx.copier.copies))

@@ -52,6 +52,23 @@ func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) era
 	return erase.None
 }
 
+// clearsSignatures tells whether a new volume gets its signature regions
+// zeroed (see finish): a thick filesystem volume made empty. A raw-block
+// volume is never staged with a signature check, a thin one reads zeros
+// where it was never written, and a restored or cloned one holds its
+// source's data.
+func clearsSignatures(class *config.DeviceClass, req *csi.CreateVolumeRequest) bool {
+	if class.Thin() || req.GetVolumeContentSource() != nil {
+		return false
+	}
+	for _, c := range req.GetVolumeCapabilities() {
+		if c.GetBlock() != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // finish makes a new LV ready to hand out: it zeroes it when method asks
 // for it, then clears its mark (and takes off the tag an older carve
 // marked it with). An LV that is not unfinished is returned as it is. The work runs detached from ctx, so that a CreateVolume whose
@@ -61,13 +78,20 @@ func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) era
 //
 // made says the LV was made by this call's lvcreate, so LVM need not be
 // asked whether it is still unfinished.
-func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method) (*lvm.LogicalVolume, error) {
+//
+// clearSignatures zeroes the regions where signatures live
+// (erase.Signatures) of a new thick filesystem volume that has no content
+// source, so that NodeStage reads it as blank without running blkid; it
+// saves a process at stage, so a device it cannot zero (no device node,
+// as with activation disabled) is left as lvcreate made it, and NodeStage
+// asks blkid.
+func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	if half, err := s.unfinished(lv); err != nil || !half {
 		return lv, err
 	}
 	work := *lv
 	j, _ := s.finishing.Start(ctx, lv.Name, "", func(jobCtx context.Context) (*lvm.LogicalVolume, error) {
-		return s.finishLV(jobCtx, &work, made, class, method)
+		return s.finishLV(jobCtx, &work, made, class, method, clearSignatures)
 	})
 	if !j.Wait(ctx) {
 		return nil, status.Errorf(codes.Aborted, "volume %s is still being prepared (erase method %s, %d bytes); retry later: %v",
@@ -81,7 +105,7 @@ func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, ma
 }
 
 // finishLV is the work of finish.
-func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method) (*lvm.LogicalVolume, error) {
+func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {
 		// LVM and the marks, not the view, say whether the LV is still
@@ -122,6 +146,15 @@ func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, 
 			return nil, fmt.Errorf("erasing %s/%s: %w", lv.VolumeGroup, lv.Name, err)
 		}
 		log.Info("Erased new volume", "method", method, "bytes", n, "duration", time.Since(start))
+	}
+	if method == erase.None && clearSignatures {
+		start := time.Now()
+		n, err := s.cfg.Eraser.Erase(ctx, lv.Path, erase.Signatures)
+		if err != nil {
+			log.Info("Could not zero the signature regions of a new volume; NodeStage will ask blkid", "err", err)
+		} else {
+			log.V(2).Info("Zeroed the signature regions of a new volume", "bytes", n, "duration", time.Since(start))
+		}
 	}
 	if volume.IsUnfinished(lv.Tags) {
 		if err := s.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {

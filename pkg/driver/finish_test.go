@@ -121,7 +121,10 @@ func TestCreateVolumeErasesRawBlockVolumesOfThickClasses(t *testing.T) {
 		{"block and mount", "fast", []*csi.VolumeCapability{mount, block}, erase.ZeroOut},
 		{"block, write method", "written", []*csi.VolumeCapability{block}, erase.Write},
 		{"block, method none", "kept", []*csi.VolumeCapability{block}, ""},
-		{"filesystem", "fast", []*csi.VolumeCapability{mount}, ""},
+		// Only where signatures live, so that NodeStage reads it blank.
+		{"filesystem", "fast", []*csi.VolumeCapability{mount}, erase.Signatures},
+		{"filesystem, method none", "kept", []*csi.VolumeCapability{mount}, erase.Signatures},
+		{"thin filesystem", "thin", []*csi.VolumeCapability{mount}, ""},
 		{"thin block", "thin", []*csi.VolumeCapability{block}, ""},
 	}
 	for _, tt := range tests {
@@ -196,17 +199,19 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 		cap       *csi.VolumeCapability
 		seen      bool // the view knew the LV (it was read at restart)
 		tagged    bool // marked with the old tag, not in the state directory
-		wantErase bool
+		wantErase erase.Method
 		remade    bool
 	}{
-		{"block, seen at restart", blockCap(sw), true, false, true, false},
-		{"block, made behind the view", blockCap(sw), false, false, true, false},
-		{"filesystem, seen at restart", mountCap("ext4", sw), true, false, false, true},
-		{"filesystem, made behind the view", mountCap("ext4", sw), false, false, false, true},
-		{"block, tagged, seen at restart", blockCap(sw), true, true, true, false},
-		{"block, tagged, made behind the view", blockCap(sw), false, true, true, false},
-		{"filesystem, tagged, seen at restart", mountCap("ext4", sw), true, true, false, true},
-		{"filesystem, tagged, made behind the view", mountCap("ext4", sw), false, true, false, true},
+		{"block, seen at restart", blockCap(sw), true, false, erase.ZeroOut, false},
+		{"block, made behind the view", blockCap(sw), false, false, erase.ZeroOut, false},
+		// A filesystem volume is made again; the new LV gets its
+		// signature regions zeroed.
+		{"filesystem, seen at restart", mountCap("ext4", sw), true, false, erase.Signatures, true},
+		{"filesystem, made behind the view", mountCap("ext4", sw), false, false, erase.Signatures, true},
+		{"block, tagged, seen at restart", blockCap(sw), true, true, erase.ZeroOut, false},
+		{"block, tagged, made behind the view", blockCap(sw), false, true, erase.ZeroOut, false},
+		{"filesystem, tagged, seen at restart", mountCap("ext4", sw), true, true, erase.Signatures, true},
+		{"filesystem, tagged, made behind the view", mountCap("ext4", sw), false, true, erase.Signatures, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -252,8 +257,8 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 			if got := slices.Contains(tags, "old"); got == tt.remade {
 				t.Errorf("remade = %v, want %v (tags %v)", !got, tt.remade, tags)
 			}
-			if got := len(fx.eraser.erasures()) == 1; got != tt.wantErase {
-				t.Errorf("erased: %v, want %v", got, tt.wantErase)
+			if got, want := fx.eraser.erasures(), []erased{{"/dev/vg1/" + lvName, tt.wantErase}}; !slices.Equal(got, want) {
+				t.Errorf("erasures %v, want %v", got, want)
 			}
 		})
 	}

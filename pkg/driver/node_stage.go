@@ -146,8 +146,9 @@ func stageArgs(staging string, a volumeAccess, options []string) string {
 // the staging path (after fsck for an existing filesystem) and grow an
 // existing filesystem to its device. It returns gRPC statuses.
 func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, class string, access volumeAccess, options, mkfsOptions []string) error {
-	// The signature is read once, inside FormatAndMount, and checked here
-	// before anything is formatted or mounted.
+	// The signature is read once, inside FormatAndMount (in-process when
+	// the device reads as zeros where signatures live, else by blkid), and
+	// checked here before anything is formatted or mounted.
 	var refused error
 	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, mkfsOptions, func(existing string) error {
 		refused = checkSignature(id, device, existing, access.fsType, options)
@@ -191,7 +192,7 @@ func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, cl
 		}
 	}
 	klog.FromContext(ctx).Info("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
-		"fsType", access.fsType, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+		"fsType", access.fsType, "readAsBlank", res.Blank, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
 	return nil
 }
 

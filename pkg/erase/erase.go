@@ -1,5 +1,6 @@
 // Package erase zeroes block devices, so that a new volume never shows the
-// bytes of a volume that used the same extents before it.
+// bytes of a volume that used the same extents before it, or only the
+// regions where signatures live, so that a new volume reads as blank.
 package erase
 
 import (
@@ -28,6 +29,11 @@ const (
 	Write Method = "write"
 	// None erases nothing.
 	None Method = "none"
+	// Signatures zeroes only the SignatureRegions of the device: what a
+	// new thick filesystem volume gets, so that NodeStage reads it as
+	// blank without running blkid. Not a method a device class can name
+	// (it is not in Methods): it leaves the rest of the device as it was.
+	Signatures Method = "signatures"
 )
 
 // Methods are the valid methods, the default first.
@@ -48,6 +54,9 @@ const writeBuffer = 1 << 20
 func Device(ctx context.Context, path string, m Method) (int64, error) {
 	if m == None {
 		return 0, nil
+	}
+	if m == Signatures {
+		return signatures(ctx, path)
 	}
 	if m != ZeroOut && m != Write {
 		return 0, fmt.Errorf("erase method %q: must be one of %v", m, Methods)
@@ -85,11 +94,8 @@ func zeroOut(ctx context.Context, f *os.File, size int64) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("erasing %s stopped at byte %d of %d: %w", f.Name(), off, size, err)
 		}
-		r := [2]uint64{uint64(off), uint64(min(chunk, size-off))}
-		// #nosec G103 -- BLKZEROOUT takes a pointer to {start, length};
-		// r lives until the call returns.
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r))); errno != 0 {
-			return fmt.Errorf("BLKZEROOUT of %s at byte %d: %w", f.Name(), off, errno)
+		if err := zeroRange(f, off, min(chunk, size-off)); err != nil {
+			return fmt.Errorf("BLKZEROOUT of %s at byte %d: %w", f.Name(), off, err)
 		}
 	}
 	return nil
@@ -113,6 +119,100 @@ func write(ctx context.Context, f *os.File, size int64) error {
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// The regions of a device where a signature can live, as far as libblkid
+// (what blkid -p and lvcreate's signature wipe use) looks without first
+// finding a magic nearer. Head: every filesystem, partition table, LVM
+// label, LUKS header, md 1.1/1.2, bcache and swap header starts in the
+// first MiB (ext at 1 KiB, xfs and LUKS at 0, btrfs at 64 KiB, the LVM
+// label at 512 B, swap at the end of the first page); the farthest are
+// VMFS at 1 and 2 MiB, bcachefs's copy at 2 MiB and LUKS2's last
+// secondary header at 4 MiB, 4 KiB long. Tail: md 0.90 and 1.0, the GPT
+// backup, ZFS's last two labels, DRBD, bcachefs's copy 1 MiB from the end
+// and the firmware RAID formats; the farthest is Promise FastTrack's,
+// 3087 sectors (1.5 MiB) from the end.
+const (
+	signatureHead = 4<<20 + 4<<10
+	signatureTail = 2 << 20
+	// regionAlign keeps the tail's start on what O_DIRECT and BLKZEROOUT
+	// ask of offsets.
+	regionAlign = 4096
+)
+
+// SignatureRegions returns the byte ranges, [start, end), of a device of
+// size bytes where a signature can live: the first 4 MiB and 4 KiB and
+// the last 2 MiB (from a 4 KiB boundary), or the whole of a smaller
+// device. Device's Signatures zeroes them; pkg/fs reads them to tell a
+// blank device without running blkid.
+func SignatureRegions(size int64) [][2]int64 {
+	headEnd := min(size, signatureHead)
+	tailStart := max(headEnd, (size-signatureTail)/regionAlign*regionAlign)
+	regions := [][2]int64{{0, headEnd}}
+	if tailStart < size {
+		regions = append(regions, [2]int64{tailStart, size})
+	}
+	return regions
+}
+
+// signatures is Device's Signatures: lvcreate zeroes only the first 4 KiB
+// of a new LV and wipes the signatures its libblkid finds, leaving the
+// rest of a removed volume's bytes in place. A block device is zeroed
+// with BLKZEROOUT, a file by writing zeros.
+func signatures(ctx context.Context, path string) (int64, error) {
+	// #nosec G304 -- path is the device node of an LV carve just made.
+	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("opening %s to zero its signature regions: %w", path, err)
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(int(f.Fd()), &st)
+	var size int64
+	if err == nil {
+		size, err = f.Seek(0, io.SeekEnd)
+	}
+	if err != nil {
+		_ = f.Close()
+		return 0, fmt.Errorf("size of %s: %w", path, err)
+	}
+	var n int64
+	block := st.Mode&unix.S_IFMT == unix.S_IFBLK
+	for _, r := range SignatureRegions(size) {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		if block {
+			err = zeroRange(f, r[0], r[1]-r[0])
+		} else {
+			_, err = f.WriteAt(make([]byte, r[1]-r[0]), r[0])
+		}
+		if err != nil {
+			err = fmt.Errorf("zeroing %s at byte %d: %w", path, r[0], err)
+			break
+		}
+		n += r[1] - r[0]
+	}
+	if err == nil && !block {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("closing %s: %w", path, cerr)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// zeroRange issues one BLKZEROOUT.
+func zeroRange(f *os.File, off, length int64) error {
+	r := [2]uint64{uint64(off), uint64(length)}
+	// #nosec G103 -- BLKZEROOUT takes a pointer to {start, length}; r
+	// lives until the call returns.
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r))); errno != 0 {
+		return errno
 	}
 	return nil
 }

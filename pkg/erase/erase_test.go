@@ -84,3 +84,65 @@ func TestIsMethod(t *testing.T) {
 		}
 	}
 }
+
+func TestSignatureRegions(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name string
+		size int64
+		want [][2]int64
+	}{
+		{"1 GiB", 1024 * mib, [][2]int64{{0, 4*mib + 4096}, {1022 * mib, 1024 * mib}}},
+		{"smaller than the head", 3 * mib, [][2]int64{{0, 3 * mib}}},
+		{"the tail overlaps the head", 5 * mib, [][2]int64{{0, 4*mib + 4096}, {4*mib + 4096, 5 * mib}}},
+		{"an unaligned size: the tail starts on 4 KiB", 64*mib + 100, [][2]int64{{0, 4*mib + 4096}, {62 * mib, 64*mib + 100}}},
+		{"empty", 0, [][2]int64{{0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := SignatureRegions(tc.size)
+			if len(got) != len(tc.want) {
+				t.Fatalf("SignatureRegions(%d) = %v, want %v", tc.size, got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("SignatureRegions(%d) = %v, want %v", tc.size, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestDeviceSignaturesZeroesOnlyTheRegions: the head and the tail read as
+// zeros afterwards; every other byte is as it was.
+func TestDeviceSignaturesZeroesOnlyTheRegions(t *testing.T) {
+	const size = 8 << 20
+	p := pattern(t, size)
+	n, err := Device(context.Background(), p, Signatures)
+	if err != nil {
+		t.Fatalf("Device(signatures) = %v", err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zeroed int64
+	regions := SignatureRegions(size)
+	for i, b := range got {
+		in := false
+		for _, r := range regions {
+			in = in || int64(i) >= r[0] && int64(i) < r[1]
+		}
+		if in != (b == 0) {
+			t.Fatalf("byte %d is %#x after zeroing %v", i, b, regions)
+		}
+		if in {
+			zeroed++
+		}
+	}
+	if n != zeroed {
+		t.Errorf("Device(signatures) reported %d bytes, zeroed %d", n, zeroed)
+	}
+	if IsMethod(string(Signatures)) {
+		t.Error("signatures is a method a device class could name")
+	}
+}

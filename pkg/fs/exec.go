@@ -20,20 +20,45 @@ type contextExec struct {
 
 	mu    sync.Mutex
 	times map[string]time.Duration
-	// probe is the answer of the last blkid run, kept for one replay when
-	// replayProbe is set: SafeFormatAndMount reads the signature itself
-	// right before it formats, and FormatAndMount has just read it. Any
-	// other command run through this exec drops it.
+	// probe is the answer of the last blkid run (or of ReadsBlank), kept
+	// for one replay when replayProbe is set: SafeFormatAndMount reads the
+	// signature itself right before it formats, and FormatAndMount has
+	// just read it. Any other command run through this exec drops it.
 	replayProbe bool
 	probe       *probeAnswer
 }
 
-// probeAnswer is what one blkid run printed and returned.
+// probeAnswer is what one blkid run printed and returned, or, with
+// blank set, what ReadsBlank found (see answerBlank): then it answers a
+// blkid of any arguments whose last one is device.
 type probeAnswer struct {
-	args []string
-	out  []byte
-	err  error
+	args   []string
+	blank  bool
+	device string
+	out    []byte
+	err    error
 }
+
+// answerBlank makes the next blkid of device, when nothing else runs
+// before it, answer what blkid answers for a device without any
+// signature (exit status 2, no output): ReadsBlank has just found it so.
+func (e *contextExec) answerBlank(device string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.probe = &probeAnswer{blank: true, device: device, err: noSignatureError{}}
+}
+
+// noSignatureError is blkid's exit status 2: "no signature found".
+type noSignatureError struct{}
+
+var _ utilexec.ExitError = noSignatureError{}
+
+func (noSignatureError) Error() string {
+	return "exit status 2 (no signature; the device reads as zeros where signatures live)"
+}
+func (noSignatureError) String() string  { return noSignatureError{}.Error() }
+func (noSignatureError) Exited() bool    { return true }
+func (noSignatureError) ExitStatus() int { return 2 }
 
 var _ utilexec.Interface = (*contextExec)(nil)
 
@@ -68,7 +93,10 @@ func (e *contextExec) replay(name string, args []string) *probeAnswer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.probe
-	if name != "blkid" || p == nil || !slices.Equal(p.args, args) {
+	if name != "blkid" || p == nil {
+		return nil
+	}
+	if p.blank && (len(args) == 0 || args[len(args)-1] != p.device) || !p.blank && !slices.Equal(p.args, args) {
 		return nil
 	}
 	e.probe = nil

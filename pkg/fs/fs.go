@@ -2,6 +2,8 @@
 // volumes. It is built on k8s.io/mount-utils (SafeFormatAndMount, which
 // never formats a device that blkid finds a signature on, and ResizeFs) and
 // k8s.io/utils/exec; every command it runs is bound to the caller's context.
+// A device that reads as zeros wherever a signature could be is known
+// blank without running blkid (ReadsBlank).
 // The node server reaches it only through Interface, so it is tested with
 // mount-utils' FakeMounter and a fake exec.
 package fs
@@ -18,14 +20,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 )
 
 // Interface is what carve's node server needs of filesystems and mounts.
 type Interface interface {
-	// FormatAndMount reads the signature on device (blkid, as DiskFormat)
-	// and hands it to check; when check returns an error, FormatAndMount
+	// FormatAndMount reads the signature on device (ReadsBlank, then
+	// blkid as DiskFormat unless the device read as blank) and hands it
+	// to check; when check returns an error, FormatAndMount
 	// returns that error as it is, having done nothing else. Otherwise it
 	// formats device with fsType only when it carries no signature
 	// (mkfs.<fsType> with mkfsOptions, which must pass
@@ -61,9 +65,13 @@ type Interface interface {
 // FormatResult tells what FormatAndMount did and how long each part took.
 type FormatResult struct {
 	// Probed is true when the signature was read; Probe is the time
-	// spent reading it (blkid), whether it was read or failed.
+	// spent reading it (ReadsBlank, then blkid unless the device read as
+	// blank), whether it was read or failed.
 	Probed bool
 	Probe  time.Duration
+	// Blank is true when the device read as zeros where signatures live,
+	// so blkid did not run.
+	Blank bool
 	// Formatted is true when mkfs ran.
 	Formatted bool
 	// Format is the time spent in mkfs (zero when it did not run).
@@ -127,6 +135,27 @@ func diskFormat(m mount.Interface, ex *contextExec, device string) (string, erro
 	return format, nil
 }
 
+// signature reads what is on device: a device that reads as zeros where
+// signatures live (ReadsBlank) has none, and the blkid that
+// SafeFormatAndMount runs before mkfs is answered so without a process;
+// anything else is read by blkid (DiskFormat), which names a filesystem or
+// a partition table, or finds no signature among leftover data. blank
+// tells which way was taken.
+func (f *FS) signature(ctx context.Context, m mount.Interface, ex *contextExec, device string) (existing string, blank bool, err error) {
+	blank, err = ReadsBlank(device)
+	if err != nil {
+		// blkid decides, as it did before the read: a device it
+		// cannot read either stops the stage there.
+		klog.FromContext(ctx).V(2).Info("Could not read the signature regions of the device; asking blkid", "device", device, "err", err)
+	}
+	if blank {
+		ex.answerBlank(device)
+		return "", true, nil
+	}
+	existing, err = diskFormat(m, ex, device)
+	return existing, false, err
+}
+
 // FormatAndMount implements Interface.
 func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error) {
 	// Checked here too, so that nothing unchecked reaches mkfs whoever
@@ -137,8 +166,8 @@ func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, 
 	m, ex := f.bind(ctx)
 	ex.replayProbe = true
 	start := time.Now()
-	existing, err := diskFormat(m, ex, device)
-	res := FormatResult{Probe: time.Since(start)}
+	existing, blank, err := f.signature(ctx, m, ex, device)
+	res := FormatResult{Probe: time.Since(start), Blank: blank}
 	if err != nil {
 		return res, err
 	}

@@ -5,14 +5,19 @@ package nodeinner
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -94,6 +99,130 @@ func TestNoVolumeShowsAnotherVolumesData(t *testing.T) {
 		"  - {name: kept, volumeGroup: $VG, erase: none}\n")
 	t.Run("NewBlockVolumeReadsOnlyZeros", func(t *testing.T) { newBlockVolumeReadsOnlyZeros(t, e) })
 	t.Run("CreateVolumeFinishesAHalfMadeLV", func(t *testing.T) { createVolumeFinishesAHalfMadeLV(t, e) })
+	t.Run("NewFilesystemVolumeReadsBlank", func(t *testing.T) { newFilesystemVolumeReadsBlank(t, e) })
+	t.Run("SignatureAtTheEndIsNeverFormatted", func(t *testing.T) { signatureAtTheEndIsNeverFormatted(t, e) })
+}
+
+// The regions where signatures live, as pkg/erase defines them: the
+// first 4 MiB and 4 KiB, the last 2 MiB.
+const signatureHead, signatureTail = 4*mib + 4096, 2 * mib
+
+// newFilesystemVolumeReadsBlank: tenant A's filesystem volume is written
+// whole with a pattern and deleted; tenant B's new filesystem volume on
+// the same extents reads zeros where signatures live (CreateVolume zeroed
+// them; lvcreate zeroes only 4 KiB) while the rest still holds A's bytes
+// (the control: the extents were not zero to begin with). NodeStage then
+// formats it without running blkid, which the plugin logs.
+func newFilesystemVolumeReadsBlank(t *testing.T, e *env) {
+	c := plugintest.MountCapability("ext4")
+	a := e.createInClass("fs-tenant-a", eraseSize, c, class)
+	devA, _ := plugintest.DevicePath(a)
+	writeDevice(t, devA, pattern)
+	where := e.extents(lvName(t, a))
+	e.delete(a)
+
+	b := e.createInClass("fs-tenant-b", eraseSize, c, class)
+	if got := e.extents(lvName(t, b)); got != where {
+		t.Fatalf("the new volume lies on %s, the deleted one on %s: the test needs the same extents", got, where)
+	}
+	devB, _ := plugintest.DevicePath(b)
+	if n := nonZeroIn(t, devB, 0, signatureHead) + nonZeroIn(t, devB, eraseSize-signatureTail, eraseSize); n != 0 {
+		t.Errorf("the new filesystem volume has %d non-zero bytes where signatures live", n)
+	}
+	if n := nonZeroIn(t, devB, signatureHead, eraseSize-signatureTail); n == 0 {
+		t.Error("the middle of the new volume reads zeros: the control expected the deleted volume's pattern there")
+	}
+	mkfs := e.stepCount("mkfs")
+	p := e.paths("fs-tenant-b")
+	e.stagePublish(b, p, c)
+	if got := e.stepCount("mkfs") - mkfs; got != 1 {
+		t.Errorf("stage of the new volume ran mkfs %d times, want 1", got)
+	}
+	e.unpublishUnstage(b, p)
+	log, err := os.ReadFile(e.log.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`"Staged volume".*volumeID="` + regexp.QuoteMeta(b) + `".*readAsBlank=true`).Match(log) {
+		t.Errorf("the plugin did not log the stage of %s as read blank (readAsBlank=true): blkid ran", b)
+	}
+	e.delete(b)
+}
+
+// signatureAtTheEndIsNeverFormatted: a new filesystem volume that carries
+// a signature only near its end (an md 0.90 superblock, 64 KiB before the
+// last 64 KiB boundary; its first MiBs zero) is refused by NodeStage,
+// FAILED_PRECONDITION naming it, and never formatted: the blank read must
+// look at the end too.
+func signatureAtTheEndIsNeverFormatted(t *testing.T, e *env) {
+	ctx := context.Background()
+	c := plugintest.MountCapability("ext4")
+	id := e.createInClass("md-at-the-end", eraseSize, c, class)
+	dev, _ := plugintest.DevicePath(id)
+	sb := make([]byte, 4096)
+	for i, v := range []uint32{0xa92b4efc, 0, 90, 0} { // magic, version 0.90.0
+		binary.LittleEndian.PutUint32(sb[4*i:], v)
+	}
+	off := eraseSize&^0xffff - 0x10000
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(sb, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	// The control: blkid finds it.
+	if out, err := plugintest.Run(ctx, "blkid", "-p", "-s", "TYPE", "-o", "value", dev); err != nil || strings.TrimSpace(out) != "linux_raid_member" {
+		t.Fatalf("blkid -p of the device = %q, %v; want linux_raid_member", out, err)
+	}
+	mkfs := e.stepCount("mkfs")
+	p := e.paths("md-at-the-end")
+	err = e.stage(id, p, c, rpcTimeout)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "linux_raid_member") {
+		t.Errorf("NodeStageVolume of a device with an md superblock at its end = %v, want FAILED_PRECONDITION naming linux_raid_member", err)
+	}
+	if got := e.stepCount("mkfs") - mkfs; got != 0 {
+		t.Errorf("mkfs ran %d times on a device with a signature", got)
+	}
+	if n := nonZeroIn(t, dev, off, off+4096); n == 0 {
+		t.Error("the md superblock is gone")
+	}
+	e.delete(id)
+}
+
+// nonZeroIn counts the non-zero bytes of dev in [from, to), read with
+// O_DIRECT.
+func nonZeroIn(t *testing.T, dev string, from, to int64) int64 {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	raw := make([]byte, mib+4096)
+	off := 4096 - int(uintptr(unsafe.Pointer(&raw[0]))%4096)
+	buf := raw[off : off+int(mib)]
+	var n int64
+	for at := from; at < to; {
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), (to-at+4095)/4096*4096)], at)
+		for _, b := range buf[:min(int64(k), to-at)] {
+			if b != 0 {
+				n++
+			}
+		}
+		if err != nil || k == 0 {
+			break
+		}
+		at += int64(k)
+	}
+	return n
 }
 
 // newBlockVolumeReadsOnlyZeros: tenant A writes a pattern over the whole

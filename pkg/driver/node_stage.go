@@ -192,7 +192,7 @@ func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, cl
 		}
 	}
 	klog.FromContext(ctx).Info("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
-		"fsType", access.fsType, "readAsBlank", res.Blank, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+		"fsType", access.fsType, "readAsBlank", res.Blank, "probeDuration", res.Probe, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
 	return nil
 }
 

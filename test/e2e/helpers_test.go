@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -58,13 +57,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 // test starts from the same free space.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	ctx := testCtx(t, time.Minute)
-	ns := fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16))
-	if _, err := bed.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
-	t.Cleanup(func() { deleteNamespaceVolumes(t, ns) })
-	return ns
+	return kubetest.NewNamespace(t, bed.Client, prefix, deleteNamespaceVolumes)
 }
 
 // deleteNamespaceVolumes deletes a namespace's StatefulSets (waiting until
@@ -130,12 +123,7 @@ func newPod(ns, name, claim string) *corev1.Pod { return cluster.NewPod(ns, name
 func createPVCAndPod(t *testing.T, ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) time.Time {
 	t.Helper()
 	start := time.Now()
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create PVC %s: %v", pvc.Name, err)
-	}
-	if _, err := bed.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pod %s: %v", pod.Name, err)
-	}
+	kubetest.CreateClaimAndPod(t, ctx, bed.Client, pvc, pod)
 	return start
 }
 

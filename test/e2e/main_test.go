@@ -4,16 +4,14 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/carve-csi/carve/test/e2e/cluster"
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 // bed is the test bed every scenario shares; TestMain starts and stops it.
@@ -50,57 +48,31 @@ func withAudit(nodes []cluster.NodeSpec) []cluster.NodeSpec {
 }
 
 func TestMain(m *testing.M) {
-	klog.InitFlags(nil)
-	flag.Parse()
-	os.Exit(run(m))
+	os.Exit(kubetest.Tier{
+		Name:   "e2e",
+		Config: configFromEnv,
+		Up: func(bed *cluster.Cluster, took time.Duration) {
+			fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve plugin and csi-provisioner.\n",
+				took, len(bed.Nodes))
+			fmt.Printf("e2e: LVM on the host runs with activation DISABLED (lvm.conf global/activation=0 in each node's LVM_SYSTEM_DIR): LVs are metadata only, no /dev node appears. No kubelet runs: pods are scheduled and bound, containers never start.\n")
+		},
+		DumpLines: 30,
+		AfterStop: noLoopDevicesLeft,
+	}.Main(m, &bed))
 }
 
-func run(m *testing.M) int {
-	cfg, err := configFromEnv()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: e2e tier cannot run: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
-	defer cancel()
-	start := time.Now()
-	bed, err = cluster.Start(ctx, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: starting the e2e test bed: %v\n", err)
-		return 1
-	}
-	fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve plugin and csi-provisioner.\n",
-		time.Since(start).Round(time.Millisecond), len(bed.Nodes))
-	fmt.Printf("e2e: LVM on the host runs with activation DISABLED (lvm.conf global/activation=0 in each node's LVM_SYSTEM_DIR): LVs are metadata only, no /dev node appears. No kubelet runs: pods are scheduled and bound, containers never start.\n")
-	fmt.Printf("e2e: run directory (logs, kubeconfig) %s\n", bed.Config.RunDir)
-
-	code := m.Run()
-	if code != 0 {
-		bed.DumpLogs(30)
-	}
-	if err := bed.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: tearing the test bed down: %v\n", err)
-		code = 1
-	}
+// noLoopDevicesLeft checks that the teardown detached every loop device
+// the simulated nodes' volume groups sat on.
+func noLoopDevicesLeft(bed *cluster.Cluster) error {
 	left, err := bed.LeftOverLoopDevices(context.Background())
-	switch {
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "FAIL: listing loop devices after teardown: %v\n", err)
-		code = 1
-	case len(left) > 0:
-		fmt.Fprintf(os.Stderr, "FAIL: loop devices left behind after teardown: %v\n", left)
-		code = 1
-	default:
-		fmt.Println("e2e: teardown left no process, volume group or loop device behind")
+	if err != nil {
+		return fmt.Errorf("listing loop devices after teardown: %w", err)
 	}
-	if code == 0 {
-		if err := os.RemoveAll(bed.Config.RunDir); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: removing the run directory: %v\n", err)
-		}
-	} else {
-		fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", filepath.Join(bed.Config.RunDir, "logs"))
+	if len(left) > 0 {
+		return fmt.Errorf("loop devices left behind after teardown: %v", left)
 	}
-	return code
+	fmt.Println("e2e: teardown left no process, volume group or loop device behind")
+	return nil
 }
 
 // configFromEnv reads where the binaries are: CARVE_E2E_BIN (the directory

@@ -1,6 +1,7 @@
 // Package kubetest holds what the tests of the end-to-end and real-node
-// tiers share: contexts bounded by a duration, polling with a deadline, and
-// the snapshot API's objects.
+// tiers share: contexts bounded by a duration, polling with a deadline, a
+// namespace per test, a claim with its pod, running a tier's tests on its
+// test bed and tearing it down, and the snapshot API's objects.
 package kubetest
 
 import (

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,10 +14,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/carve-csi/carve/test/e2e/cluster"
 	"github.com/carve-csi/carve/test/kubetest"
 )
 
@@ -48,7 +47,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 // waitCarveRunning waits until the DaemonSet's pod on the guest node has
 // every container running, the controller Deployment's pod too, and the
 // kubelet has registered carve (the CSINode lists the driver).
-func waitCarveRunning(ctx context.Context) error {
+func waitCarveRunning(ctx context.Context, bed *cluster.Cluster) error {
 	deadline := time.Now().Add(6 * time.Minute)
 	var last string
 	for time.Now().Before(deadline) {
@@ -126,13 +125,7 @@ func podState(p *corev1.Pod) string {
 // the next test finds the node's space as it was.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	ctx := testCtx(t, time.Minute)
-	ns := fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16))
-	if _, err := bed.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
-	t.Cleanup(func() { deleteNamespaceVolumes(t, ns) })
-	return ns
+	return kubetest.NewNamespace(t, bed.Client, prefix, deleteNamespaceVolumes)
 }
 
 func deleteNamespaceVolumes(t *testing.T, ns string) {
@@ -185,16 +178,9 @@ func deleteNamespaceVolumes(t *testing.T, ns string) {
 	}
 }
 
+// newPVC returns a ReadWriteOnce claim of size in storage class sc.
 func newPVC(ns, name, sc, size string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &sc,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceStorage: resource.MustParse(size)}},
-		},
-	}
+	return cluster.NewPVC(ns, name, sc, size)
 }
 
 // newPod is a pod of carve's image that mounts claim at /data (or, for a
@@ -229,13 +215,7 @@ const sleeper = "exec sleep 100000"
 // createClaimAndPod creates both and waits until the pod runs.
 func createClaimAndPod(t *testing.T, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	ctx := testCtx(t, time.Minute)
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create PVC %s: %v", pvc.Name, err)
-	}
-	if _, err := bed.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pod %s: %v", pod.Name, err)
-	}
+	kubetest.CreateClaimAndPod(t, testCtx(t, time.Minute), bed.Client, pvc, pod)
 	return waitPodRunning(t, pod.Namespace, pod.Name, "")
 }
 

@@ -7,18 +7,16 @@
 package nodes
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/test/e2e/cluster"
+	"github.com/carve-csi/carve/test/kubetest"
 )
 
 // bed is the test bed every scenario shares; TestMain starts and stops it.
@@ -42,54 +40,16 @@ const absentClass = "absent"
 var carveImage string
 
 func TestMain(m *testing.M) {
-	klog.InitFlags(nil)
-	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	cfg, err := configFromEnv()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the real-node tier cannot run: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
-	defer cancel()
-	start := time.Now()
-	bed, err = cluster.Start(ctx, cfg)
-	if err == nil {
-		err = waitCarveRunning(ctx)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: starting the real-node test bed: %v\n", err)
-		if bed != nil {
-			bed.DumpLogs(40)
-			if serr := bed.Stop(); serr != nil {
-				fmt.Fprintf(os.Stderr, "teardown: %v\n", serr)
-			}
-		}
-		return 1
-	}
-	fmt.Printf("nodes: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller on); guest node %s (qemu TCG: kubelet, containerd, runc, CNI bridge, device-mapper LVM on a virtio disk) running the shipped DaemonSet and controller Deployment from carve's image.\n",
-		time.Since(start).Round(time.Millisecond), nodeName)
-	fmt.Printf("nodes: run directory (logs, kubeconfig, guest logs) %s\n", bed.Config.RunDir)
-
-	code := m.Run()
-	if code != 0 {
-		bed.DumpLogs(40)
-	}
-	if err := bed.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: tearing the test bed down: %v\n", err)
-		code = 1
-	}
-	if code == 0 {
-		if err := os.RemoveAll(bed.Config.RunDir); err != nil {
-			fmt.Fprintf(os.Stderr, "nodes: removing the run directory: %v\n", err)
-		}
-	} else {
-		fmt.Fprintf(os.Stderr, "nodes: logs kept in %s\n", bed.Config.RunDir)
-	}
-	return code
+	os.Exit(kubetest.Tier{
+		Name:   "nodes",
+		Config: configFromEnv,
+		Ready:  waitCarveRunning,
+		Up: func(_ *cluster.Cluster, took time.Duration) {
+			fmt.Printf("nodes: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller on); guest node %s (qemu TCG: kubelet, containerd, runc, CNI bridge, device-mapper LVM on a virtio disk) running the shipped DaemonSet and controller Deployment from carve's image.\n",
+				took, nodeName)
+		},
+		DumpLines: 40,
+	}.Main(m, &bed))
 }
 
 // configFromEnv reads CARVE_E2E_BIN (hack/e2e-tools.sh's directory),

@@ -362,36 +362,6 @@ func TestViewMissingVGAndErrors(t *testing.T) {
 	}
 }
 
-// A report that was started before a local mutation must not undo it.
-func TestViewStaleRefreshKeepsMutation(t *testing.T) {
-	rep := &fakeReporter{report: testReport()}
-	cfg := testConfig()
-	v := New(rep, cfg, nil)
-	if err := v.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep.block = make(chan struct{})
-	done := make(chan error)
-	go func() { done <- v.Refresh(context.Background()) }()
-	for {
-		rep.mu.Lock()
-		n := rep.calls
-		rep.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	v.Created(lvm.LogicalVolume{Name: "new", VolumeGroup: "vg1", Size: gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}})
-	close(rep.block)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := v.LV("vg1", "new"); !ok {
-		t.Fatal("a stale refresh dropped an LV created while it ran")
-	}
-}
-
 func TestViewRunRefreshesAfterMutation(t *testing.T) {
 	rep := &fakeReporter{report: testReport()}
 	v := New(rep, testConfig(), nil)
@@ -511,36 +481,68 @@ func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 	}
 }
 
-// TestViewStaleRefreshKeepsChangedTags: an LV whose tags carve changed
-// (TagUnfinished taken off) keeps the new tags when a report read before
-// the change ends after it.
-func TestViewStaleRefreshKeepsChangedTags(t *testing.T) {
-	rep := &fakeReporter{report: testReport()}
-	v := New(rep, testConfig(), nil)
-	if err := v.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep.block = make(chan struct{})
-	done := make(chan error)
-	go func() { done <- v.Refresh(context.Background()) }()
-	for {
-		rep.mu.Lock()
-		n := rep.calls
-		rep.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	b, _ := v.LV("vg1", "b")
-	b.Tags = append(slices.Clone(b.Tags), "changed")
-	v.Created(b)
-	close(rep.block)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := v.LV("vg1", "b"); !slices.Contains(got.Tags, "changed") {
-		t.Fatalf("a stale refresh put back the old tags: %v", got.Tags)
+// A report started before a local change must not undo it when it ends
+// after it: neither an LV carve created nor tags carve changed
+// (TagUnfinished taken off).
+func TestViewStaleRefreshKeepsLocalChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(v *View)
+		// lost says what the stale refresh undid, "" when nothing.
+		lost func(v *View) string
+	}{{
+		name: "created LV",
+		change: func(v *View) {
+			v.Created(lvm.LogicalVolume{Name: "new", VolumeGroup: "vg1", Size: gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "thick"}})
+		},
+		lost: func(v *View) string {
+			if _, ok := v.LV("vg1", "new"); !ok {
+				return "a stale refresh dropped an LV created while it ran"
+			}
+			return ""
+		},
+	}, {
+		name: "changed tags",
+		change: func(v *View) {
+			b, _ := v.LV("vg1", "b")
+			b.Tags = append(slices.Clone(b.Tags), "changed")
+			v.Created(b)
+		},
+		lost: func(v *View) string {
+			if got, _ := v.LV("vg1", "b"); !slices.Contains(got.Tags, "changed") {
+				return fmt.Sprintf("a stale refresh put back the old tags: %v", got.Tags)
+			}
+			return ""
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &fakeReporter{report: testReport()}
+			v := New(rep, testConfig(), nil)
+			if err := v.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rep.block = make(chan struct{})
+			done := make(chan error)
+			go func() { done <- v.Refresh(context.Background()) }()
+			// The change comes once the second report has started.
+			for {
+				rep.mu.Lock()
+				n := rep.calls
+				rep.mu.Unlock()
+				if n == 2 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			tc.change(v)
+			close(rep.block)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if msg := tc.lost(v); msg != "" {
+				t.Fatal(msg)
+			}
+		})
 	}
 }
 

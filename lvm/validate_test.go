@@ -119,16 +119,7 @@ func TestValidateOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.o.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("unexpected error %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want ErrInvalidArgument saying %q", err, tt.want)
-			}
+			wantInvalid(t, tt.o.Validate(), tt.want)
 		})
 	}
 }
@@ -156,17 +147,23 @@ func TestValidateCreateRequest(t *testing.T) {
 			r := ok
 			r.Tags = append([]string(nil), ok.Tags...)
 			tt.edit(&r)
-			err := r.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("unexpected error %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want ErrInvalidArgument saying %q", err, tt.want)
-			}
+			wantInvalid(t, r.Validate(), tt.want)
 		})
+	}
+}
+
+// wantInvalid fails the test unless err is nil when want is empty, or
+// else an ErrInvalidArgument whose message contains want.
+func wantInvalid(t *testing.T, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("unexpected error %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want ErrInvalidArgument saying %q", err, want)
 	}
 }
 

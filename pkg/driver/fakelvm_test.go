@@ -177,12 +177,22 @@ func (f *fakeLVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolum
 	if err := f.vgErrLocked(vg); err != nil {
 		return nil, err
 	}
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return nil, err
+	}
+	c := *lv
+	return &c, nil
+}
+
+// lvLocked is LV vg/name, or an error wrapping lvm.ErrNotFound, as the
+// lvm package reports a missing LV; f.mu is held.
+func (f *fakeLVM) lvLocked(vg, name string) (*lvm.LogicalVolume, error) {
 	lv, ok := f.lvs[vg+"/"+name]
 	if !ok {
 		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
 	}
-	c := *lv
-	return &c, nil
+	return lv, nil
 }
 
 func (f *fakeLVM) takeFailure() error {
@@ -239,9 +249,9 @@ func (f *fakeLVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*
 	if err := f.takeFailure(); err != nil {
 		return nil, err
 	}
-	lv, ok := f.lvs[vg+"/"+name]
-	if !ok {
-		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return nil, err
 	}
 	size = roundUp(size)
 	if size > lv.Size {
@@ -308,9 +318,9 @@ func (f *fakeLVM) DeleteTags(ctx context.Context, vg, name string, tags ...strin
 	if err := f.vgErrLocked(vg); err != nil {
 		return err
 	}
-	lv, ok := f.lvs[vg+"/"+name]
-	if !ok {
-		return fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return err
 	}
 	lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return slices.Contains(tags, t) })
 	return nil
@@ -324,9 +334,9 @@ func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.Logical
 	if err := f.takeFailure(); err != nil {
 		return nil, err
 	}
-	lv, ok := f.lvs[vg+"/"+name]
-	if !ok {
-		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return nil, err
 	}
 	if !lv.Attr.Active {
 		lv.Attr.Active = true

@@ -125,12 +125,7 @@ func TestPass(t *testing.T) {
 func TestNeverWhileTheNodeExists(t *testing.T) {
 	pv := pvOn("pv-1", testDriver, "node-a", "data-0")
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, pvc("data-0"), pv)
-	w := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Events: record.NewFakeRecorder(10),
-		Interval: time.Minute, DeleteClaims: true, Registerer: prometheus.NewPedanticRegistry()})
-	v, _ := VolumeOf(pv, testDriver, testKey)
-	if err := w.Pass(context.Background(), []Volume{v}, func(string) bool { return false }); err != nil {
-		t.Fatal(err)
-	}
+	w := passMissingNodes(t, client, pv)
 	if _, err := client.CoreV1().PersistentVolumeClaims("db").Get(context.Background(), "data-0", metav1.GetOptions{}); err != nil {
 		t.Errorf("the claim of a node that exists was touched: %v", err)
 	}
@@ -146,16 +141,25 @@ func TestClaimOfTheSameNameIsKept(t *testing.T) {
 	newClaim := pvc("data-0")
 	newClaim.UID = "another"
 	client := fake.NewClientset(newClaim, pv)
-	w := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Events: record.NewFakeRecorder(10),
-		Interval: time.Minute, DeleteClaims: true, Registerer: prometheus.NewPedanticRegistry()})
-	v, _ := VolumeOf(pv, testDriver, testKey)
-	if err := w.Pass(context.Background(), []Volume{v}, func(string) bool { return false }); err != nil {
-		t.Fatal(err)
-	}
+	passMissingNodes(t, client, pv)
 	if _, err := client.CoreV1().PersistentVolumeClaims("db").Get(context.Background(), "data-0", metav1.GetOptions{}); err != nil {
 		t.Errorf("the new claim of the same name was deleted: %v", err)
 	}
 	if _, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the lost PV is still there: %v", err)
 	}
+}
+
+// passMissingNodes runs one pass, with claim deletion on, over pv's volume
+// while the cache has no node at all (the API server client decides), and
+// returns the watch for its metrics.
+func passMissingNodes(t *testing.T, client *fake.Clientset, pv *corev1.PersistentVolume) *Watch {
+	t.Helper()
+	w := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Events: record.NewFakeRecorder(10),
+		Interval: time.Minute, DeleteClaims: true, Registerer: prometheus.NewPedanticRegistry()})
+	v, _ := VolumeOf(pv, testDriver, testKey)
+	if err := w.Pass(context.Background(), []Volume{v}, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -200,8 +200,8 @@ func (o *PluginOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// marksDir is where the plugin keeps the marks of volumes being made.
-func (o *PluginOptions) marksDir() (string, error) {
+// stateDir is where the plugin keeps what outlives its restarts.
+func (o *PluginOptions) stateDir() (string, error) {
 	dir := o.StateDir
 	if dir == "" {
 		sock, err := driver.ParseEndpoint(o.Endpoint)
@@ -212,7 +212,7 @@ func (o *PluginOptions) marksDir() (string, error) {
 			return "", err
 		}
 	}
-	return filepath.Join(dir, "unfinished"), nil
+	return dir, nil
 }
 
 // validateRegistration checks the kubelet registration flags; the CSI

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
@@ -46,11 +47,16 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if err != nil {
 		return err
 	}
-	marksDir, err := o.marksDir()
+	stateDir, err := o.stateDir()
 	if err != nil {
 		return err
 	}
-	marks, err := unfinished.Open(marksDir)
+	// Volumes being made, and filesystems being made on them.
+	marks, err := unfinished.Open(filepath.Join(stateDir, "unfinished"))
+	if err != nil {
+		return err
+	}
+	formatting, err := unfinished.Open(filepath.Join(stateDir, "formatting"))
 	if err != nil {
 		return err
 	}
@@ -110,7 +116,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
-		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks}
+		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting}
 	if api != nil {
 		ccfg.Locator = api.pvs
 	}
@@ -121,7 +127,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		Controller: controller,
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
-			Classes: cfg, View: view}),
+			Classes: cfg, View: view, Formatting: formatting, Eraser: driver.EraseDevice{}}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if runAudit := startAudit(ctx, o, api, cfg, view, controller, mm.GetRegistry().Registerer()); runAudit != nil {

@@ -56,6 +56,11 @@ type ControllerConfig struct {
 	// Marks records the thick LVs being made until they are ready; it
 	// must be set.
 	Marks *unfinished.Marks
+	// Formatting is the node server's (NodeConfig): a volume made or
+	// deleted has its mark taken off, so that no mark left by an older LV
+	// of the same name has a stage erase a new one; nil when the node
+	// server has none.
+	Formatting *unfinished.Marks
 }
 
 // SnapshotReader reads the state of a device-mapper device at a path
@@ -193,6 +198,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	if lv, err = s.finish(ctx, lv, made, class, method, clearsSignatures(class, req)); err != nil {
 		return nil, err
+	}
+	if err := s.clearFormatting(lv.VolumeGroup, lv.Name); err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %q: %v", req.GetName(), err)
 	}
 	return s.createResponse(lv, class, req), nil
 }
@@ -591,13 +599,22 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// clearMark drops the mark of a removed LV, left by a create that never
-// finished. One left over is harmless: it only makes a later create of the
-// same name clear it.
+// clearMark drops the marks of a removed LV: the one of a create that
+// never finished, and the one of a stage whose mkfs never ended. One left
+// over is harmless: CreateVolume of the same name clears them too.
 func (s *ControllerServer) clearMark(ctx context.Context, vg, lv string) {
-	if err := s.cfg.Marks.Clear(vg, lv); err != nil {
-		klog.FromContext(ctx).Error(err, "Clearing the unfinished mark of a removed LV", "vg", vg, "lv", lv)
+	if err := errors.Join(s.cfg.Marks.Clear(vg, lv), s.clearFormatting(vg, lv)); err != nil {
+		klog.FromContext(ctx).Error(err, "Clearing the marks of a removed LV", "vg", vg, "lv", lv)
 	}
+}
+
+// clearFormatting takes off the formatting mark of vg/lv (ControllerConfig's
+// Formatting), if any.
+func (s *ControllerServer) clearFormatting(vg, lv string) error {
+	if s.cfg.Formatting == nil {
+		return nil
+	}
+	return s.cfg.Formatting.Clear(vg, lv)
 }
 
 // vgMissing is DeleteVolume's answer while the volume group is missing.

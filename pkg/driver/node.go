@@ -23,6 +23,7 @@ import (
 	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
@@ -54,6 +55,13 @@ type NodeConfig struct {
 	// its class's overprovision ratio; the plugin role must set both.
 	Classes *config.Config
 	View    *state.View
+	// Formatting marks the volumes whose mkfs has begun and not been seen
+	// to end, so that a stage after a killed mkfs makes the filesystem
+	// again instead of failing on its remains; nil turns that off.
+	Formatting *unfinished.Marks
+	// Eraser zeroes the signature regions of such a device; nil is
+	// EraseDevice.
+	Eraser Eraser
 }
 
 // NodeServer implements csi.NodeServer. It keeps no state of its own
@@ -88,6 +96,9 @@ var _ csi.NodeServer = (*NodeServer)(nil)
 func NewNodeServer(cfg NodeConfig) *NodeServer {
 	if cfg.Classes == nil || cfg.View == nil {
 		klog.ErrorS(nil, "NodeConfig has no device classes or view: NodeExpandVolume cannot check a growth against the class's spare and overprovision ratio")
+	}
+	if cfg.Eraser == nil {
+		cfg.Eraser = EraseDevice{}
 	}
 	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
 	n.staging.Keep = true

@@ -13,9 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // NodeStageVolume implements csi.NodeServer. A filesystem volume is
@@ -96,6 +99,11 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		if f := flagConflict(mp.Opts, options); f != "" {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s with mount options %v; the request differs in %q", id, staging, mp.Opts, f)
 		}
+		// Mounted, so its mkfs ended: a stage that got this far and died
+		// before answering leaves its mark to this one.
+		if err := n.formatted(id); err != nil {
+			return nil, err
+		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
@@ -146,12 +154,20 @@ func stageArgs(staging string, a volumeAccess, options []string) string {
 // the staging path (after fsck for an existing filesystem) and grow an
 // existing filesystem to its device. It returns gRPC statuses.
 func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, class string, access volumeAccess, options, mkfsOptions []string) error {
+	if err := n.undoUnfinishedMkfs(ctx, id, device); err != nil {
+		return err
+	}
 	// The signature is read once, inside FormatAndMount (in-process when
 	// the device reads as zeros where signatures live, else by blkid), and
 	// checked here before anything is formatted or mounted.
 	var refused error
 	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, mkfsOptions, func(existing string) error {
 		refused = checkSignature(id, device, existing, access.fsType, options)
+		if refused == nil && existing == "" {
+			// mkfs runs next: until the stage answers, what it leaves on
+			// the device is carve's, never a pod's.
+			refused = n.formatting(id)
+		}
 		return refused
 	})
 	var probeErr error
@@ -191,8 +207,70 @@ func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, cl
 			return status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", id, err)
 		}
 	}
+	if err := n.formatted(id); err != nil {
+		return err
+	}
 	klog.FromContext(ctx).Info("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
-		"fsType", access.fsType, "readAsBlank", res.Blank, "probeDuration", res.Probe, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+		"fsType", access.fsType, "readAsBlank", res.Blank, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+	return nil
+}
+
+// formatting marks volume id's device as being formatted (NodeConfig's
+// Formatting), before mkfs runs.
+func (n *NodeServer) formatting(id string) error {
+	return n.formattingMark(id, (*unfinished.Marks).Mark)
+}
+
+// formatted takes off volume id's formatting mark, once its filesystem is
+// mounted and before the stage answers: a mark left on a volume a pod has
+// written to would have the next stage erase its data.
+func (n *NodeServer) formatted(id string) error {
+	return n.formattingMark(id, (*unfinished.Marks).Clear)
+}
+
+// formattingMark applies op (Mark or Clear) to volume id's formatting
+// mark, if the node keeps them.
+func (n *NodeServer) formattingMark(id string, op func(m *unfinished.Marks, vg, lv string) error) error {
+	if n.cfg.Formatting == nil {
+		return nil
+	}
+	vg, lv, err := volume.ParseVolumeID(id)
+	if err == nil {
+		err = op(n.cfg.Formatting, vg, lv)
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
+	}
+	return nil
+}
+
+// undoUnfinishedMkfs zeroes the signature regions of a device whose mkfs
+// began in an earlier stage and was never seen to end: the plugin's
+// container was killed with its mkfs (they die together), or the node went
+// down. What that mkfs left (an xfs superblock still flagged "in
+// progress", say) would fail every mount and repair from then on; it is
+// carve's own unfinished work, never a pod's data, because a stage takes
+// the mark off before it answers. The stage then sees a blank device and
+// formats it again.
+func (n *NodeServer) undoUnfinishedMkfs(ctx context.Context, id, device string) error {
+	if n.cfg.Formatting == nil {
+		return nil
+	}
+	vg, lv, err := volume.ParseVolumeID(id)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
+	}
+	marked, err := n.cfg.Formatting.Has(vg, lv)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
+	}
+	if !marked {
+		return nil
+	}
+	if _, err := n.cfg.Eraser.Erase(ctx, device, erase.Signatures); err != nil {
+		return status.Errorf(codes.Internal, "volume %q: an earlier mkfs of %s did not end, and zeroing what it left failed: %v", id, device, err)
+	}
+	klog.FromContext(ctx).Info("An earlier mkfs of the volume did not end; zeroed its signature regions to make the filesystem again", "volumeID", id, "device", device)
 	return nil
 }
 

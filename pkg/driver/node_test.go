@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,10 +18,12 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/fs/fstest"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
@@ -56,6 +59,11 @@ type nodeFixture struct {
 	cs      *ControllerServer
 	view    *state.View
 	changes int
+	// formatting is the node's formatting marks, shared with the
+	// controller as the plugin role shares them.
+	formatting *unfinished.Marks
+	// wiped lists the devices whose signature regions were zeroed.
+	wiped []string
 
 	id, device, staging, target string
 }
@@ -76,11 +84,40 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: &fakeEraser{}, Marks: openMarks(t)})
+	fx.formatting = openMarks(t)
+	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: &fakeEraser{},
+		Marks: openMarks(t), Formatting: fx.formatting})
 	fx.ns = NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
 		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg), OnChange: func() { fx.changes++ },
-		Classes: cfg, View: fx.view})
+		Classes: cfg, View: fx.view, Formatting: fx.formatting, Eraser: signatureWiper{fx}})
 	return fx
+}
+
+// signatureWiper zeroes signature regions in the fake tools: the device
+// then reads as blank.
+type signatureWiper struct{ fx *nodeFixture }
+
+func (w signatureWiper) Erase(_ context.Context, path string, m erase.Method) (int64, error) {
+	if m != erase.Signatures {
+		return 0, fmt.Errorf("the node erased %s with %s; it only zeroes signature regions", path, m)
+	}
+	w.fx.tools.SetFormat(path, "")
+	w.fx.wiped = append(w.fx.wiped, path)
+	return 6 << 20, nil
+}
+
+// formattingMarked tells whether the volume id carries a formatting mark.
+func (fx *nodeFixture) formattingMarked(t *testing.T, id string) bool {
+	t.Helper()
+	vg, lv, err := volume.ParseVolumeID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked, err := fx.formatting.Has(vg, lv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return marked
 }
 
 // addVolume makes a 1 GiB LV of class fast; it returns its ID and device.

@@ -208,10 +208,6 @@ func configFromEnv() (cluster.Config, string, error) {
 		DeployDir: deploy,
 		Nodes:     cluster.ThreeNodes(),
 		Lifetime:  40 * time.Minute,
-		// CARVE_PEERS_KCM_ARGS: flags added to kube-controller-manager's,
-		// space-separated (e.g. "--kube-api-qps=100 --kube-api-burst=200"),
-		// to measure what the control plane's own limits cost.
-		ControllerManagerArgs: strings.Fields(os.Getenv("CARVE_PEERS_KCM_ARGS")),
 	}
 	return cfg, topolvmDir, cluster.Requirements(cfg)
 }

@@ -54,9 +54,6 @@ type Config struct {
 	// ControllerArgs are flags ("--name=value") the test bed sets on
 	// carve controller beyond the Deployment's.
 	ControllerArgs []string
-	// ControllerManagerArgs are flags ("--name=value") added to
-	// kube-controller-manager's (its client-side API limits, say).
-	ControllerManagerArgs []string
 	// ExtraManifests are files of objects applied after deploy/ (a
 	// component's RBAC, say).
 	ExtraManifests []string
@@ -202,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 
 	start := time.Now()
-	opts := controlPlaneOptions{nodeLifecycle: len(cfg.Nodes) == 0, kcmArgs: cfg.ControllerManagerArgs}
+	opts := controlPlaneOptions{nodeLifecycle: len(cfg.Nodes) == 0}
 	if len(cfg.GuestNodes) > 0 {
 		opts.kubeletProxy = filepath.Join(cfg.RunDir, "kubelet-proxy.sock")
 		if c.kubeletProxy, err = startKubeletProxy(opts.kubeletProxy); err != nil {

@@ -42,8 +42,6 @@ type controlPlaneOptions struct {
 	// through which the apiserver reaches kubelets (by their InternalIP),
 	// for logs, exec and port-forward.
 	kubeletProxy string
-	// kcmArgs are flags added to kube-controller-manager's.
-	kcmArgs []string
 }
 
 // startControlPlane starts the control plane from the binaries in binDir,
@@ -152,13 +150,13 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 		controllers = "*,-node-lifecycle-controller"
 	}
 	kcm, err := startProcess(ctx, logs, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"),
-		append(append(common,
+		append(common,
 			"--secure-port", strconv.Itoa(kcmPort),
 			"--controllers", controllers,
 			"--root-ca-file", cp.pki.CACert,
 			"--service-account-private-key-file", cp.pki.SAKey,
 			"--use-service-account-credentials=false",
-		), opts.kcmArgs...), nil, lifetime)
+		), nil, lifetime)
 	if err != nil {
 		return cp, err
 	}

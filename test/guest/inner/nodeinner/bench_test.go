@@ -215,16 +215,11 @@ func TestBenchNodeStage(t *testing.T) {
 	size := 1024 * mib
 	e := newEnv(t, "benchstage", 3*size)
 	capability := plugintest.MountCapability("ext4")
-	// Each stage's own steps, from carve's step histograms scraped around
-	// it (outside the timed call), by round; the warm-up's are dropped.
-	steps := []string{"signature_check", "mkfs", "mount"}
-	stepTimes := map[string][]time.Duration{}
 	viaCarve := func(ctx context.Context, i int) time.Duration {
 		name := fmt.Sprintf("stage-%d", i)
 		id := e.create(name, size, capability)
 		p := e.paths(name)
 		e.quiet()
-		pre := e.scrape()
 		start := time.Now()
 		if _, err := e.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 			VolumeId: id, StagingTargetPath: p.staging, VolumeCapability: capability, VolumeContext: e.volumeContext[id],
@@ -232,14 +227,6 @@ func TestBenchNodeStage(t *testing.T) {
 			t.Fatalf("NodeStageVolume: %v", err)
 		}
 		d := time.Since(start)
-		post := e.scrape()
-		for _, step := range steps {
-			l := map[string]string{"phase": "stage", "step": step}
-			sum := post.HistogramSum("carve_step_duration_seconds", l) - pre.HistogramSum("carve_step_duration_seconds", l)
-			if i > 0 && post.HistogramCount("carve_step_duration_seconds", l) > pre.HistogramCount("carve_step_duration_seconds", l) {
-				stepTimes[step] = append(stepTimes[step], time.Duration(sum*float64(time.Second)))
-			}
-		}
 		if _, err := e.node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: p.staging}); err != nil {
 			t.Fatalf("NodeUnstageVolume: %v", err)
 		}
@@ -303,12 +290,15 @@ func TestBenchNodeStage(t *testing.T) {
 	after := e.scrape()
 	// Where a stage's time goes, from carve's own step histograms.
 	var parts []string
-	for _, step := range steps {
-		if ds := stepTimes[step]; len(ds) > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", step, median(ds).Round(100*time.Microsecond)))
+	for _, step := range []string{"signature_check", "mkfs", "mount"} {
+		l := map[string]string{"phase": "stage", "step": step}
+		n := after.HistogramCount("carve_step_duration_seconds", l) - before.HistogramCount("carve_step_duration_seconds", l)
+		sum := after.HistogramSum("carve_step_duration_seconds", l) - before.HistogramSum("carve_step_duration_seconds", l)
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", step, time.Duration(sum/float64(n)*float64(time.Second)).Round(time.Millisecond)))
 		}
 	}
-	fmt.Printf("BENCH stage steps (median per stage over %d rounds, warm-up excluded): %s\n", rounds, strings.Join(parts, ", "))
+	fmt.Printf("BENCH stage steps (mean per stage): %s\n", strings.Join(parts, ", "))
 	e.printLVMCommands("create+stage+unstage+delete", before, after, rounds+1)
 }
 

@@ -158,12 +158,7 @@ func TestOnlineExtendExt4(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
 	c := newClient(vg)
-	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "grow", Size: 64 * mib})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, "mkfs.ext4", "-q", "-F", lv.Path)
-	dir := mount(t, lv.Path, "ext4")
+	lv, dir := newMountedExt4(t, ctx, c, vg.Name, "grow")
 	data := bytes.Repeat([]byte("carve"), 1000)
 	if err := os.WriteFile(filepath.Join(dir, "f"), data, 0o644); err != nil {
 		t.Fatal(err)
@@ -244,12 +239,7 @@ func TestRemoveOpenLV(t *testing.T) {
 	ctx := testContext(t)
 	vg := newVG(t, gib)
 	c := newClient(vg)
-	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "busy", Size: 64 * mib})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, "mkfs.ext4", "-q", "-F", lv.Path)
-	mount(t, lv.Path, "ext4")
+	newMountedExt4(t, ctx, c, vg.Name, "busy")
 	if err := c.RemoveLV(ctx, vg.Name, "busy"); err == nil {
 		t.Fatal("RemoveLV of a mounted LV succeeded")
 	}
@@ -257,6 +247,18 @@ func TestRemoveOpenLV(t *testing.T) {
 	if err != nil || !got.Attr.Open {
 		t.Errorf("GetLV after the refused remove = %+v, %v, want it there and open", got, err)
 	}
+}
+
+// newMountedExt4 creates a 64 MiB thick LV name in vg, makes ext4 on it
+// and mounts it; it returns the LV and the mount point.
+func newMountedExt4(t *testing.T, ctx context.Context, c *lvm.Client, vg, name string) (*lvm.LogicalVolume, string) {
+	t.Helper()
+	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg, Name: name, Size: 64 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mkfs.ext4", "-q", "-F", lv.Path)
+	return lv, mount(t, lv.Path, "ext4")
 }
 
 // mount mounts dev on a new directory and unmounts it when the test ends

@@ -65,13 +65,7 @@ func TestNodeActivatesTheLVItNeeds(t *testing.T) {
 			mounted: func(fx *nodeFixture) string { return fx.target }},
 		{name: "stage of a thin volume whose pool is inactive too",
 			prepare: func(t *testing.T, fx *nodeFixture) {
-				fx.lvm.addThinPool("vg1", "pool", 4*uint64(gib))
-				lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-thin"),
-					Size: uint64(gib), ThinPool: "pool", Tags: []string{volume.TagOwner, volume.VolumeTag("pvc-thin"), volume.TagClassPrefix + "thin"}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				fx.id = volume.VolumeID("vg1", lv.Name)
+				fx.id = fx.addThinVolume(t, "pvc-thin")
 				deactivate(fx, fx.id, "vg1/pool")
 			},
 			call: stageFS, activated: []string{"vg1/pool"},

@@ -22,13 +22,7 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 	// spare 1 GiB): 8 GiB available to fast, 9 GiB at most for a volume.
 	thinVolume := func(t *testing.T, fx *nodeFixture) {
 		// A 4 GiB pool with ratio 2: 8 GiB of thin volumes at most.
-		fx.lvm.addThinPool("vg1", "pool", 4*uint64(gib))
-		lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-thin"),
-			Size: uint64(gib), ThinPool: "pool", Tags: []string{volume.TagOwner, volume.VolumeTag("pvc-thin"), volume.TagClassPrefix + "thin"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fx.id = volume.VolumeID("vg1", lv.Name)
+		fx.id = fx.addThinVolume(t, "pvc-thin")
 		if err := fx.view.Refresh(context.Background()); err != nil {
 			t.Fatal(err)
 		}

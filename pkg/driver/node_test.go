@@ -132,6 +132,19 @@ func (fx *nodeFixture) addVolume(t *testing.T, name string) (string, string) {
 	return volume.VolumeID("vg1", lv.Name), lv.Path
 }
 
+// addThinVolume makes the thin pool "pool" of 4 GiB in vg1 and in it a
+// 1 GiB thin LV of class thin; it returns the LV's ID.
+func (fx *nodeFixture) addThinVolume(t *testing.T, name string) string {
+	t.Helper()
+	fx.lvm.addThinPool("vg1", "pool", 4*uint64(gib))
+	lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(name),
+		Size: uint64(gib), ThinPool: "pool", Tags: []string{volume.TagOwner, volume.VolumeTag(name), volume.TagClassPrefix + "thin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return volume.VolumeID("vg1", lv.Name)
+}
+
 // setLV changes the fake LV of id.
 func (fx *nodeFixture) setLV(id string, change func(*lvm.LogicalVolume)) {
 	fx.lvm.mu.Lock()

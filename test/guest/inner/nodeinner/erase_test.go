@@ -57,22 +57,31 @@ func writeDevice(t *testing.T, dev string, data []byte) {
 	}
 }
 
-// nonZeroBytes reads a whole device with O_DIRECT (past any page cache, so
-// what the disk holds) and counts the bytes that are not zero.
-func nonZeroBytes(t *testing.T, dev string) (n, size int64) {
+// openDirect opens dev to read with O_DIRECT (past any page cache, so
+// what the disk holds) and returns a 1 MiB buffer aligned as O_DIRECT
+// asks, and the close the caller defers (an open device cannot be
+// removed).
+func openDirect(t *testing.T, dev string) (*os.File, []byte, func()) {
 	t.Helper()
 	f, err := os.OpenFile(dev, os.O_RDONLY|syscall.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	raw := make([]byte, mib+4096)
+	off := 4096 - int(uintptr(unsafe.Pointer(&raw[0]))%4096)
+	return f, raw[off : off+int(mib)], func() {
 		if err := f.Close(); err != nil {
 			t.Error(err)
 		}
-	}()
-	raw := make([]byte, mib+4096)
-	off := 4096 - int(uintptr(unsafe.Pointer(&raw[0]))%4096)
-	buf := raw[off : off+int(mib)]
+	}
+}
+
+// nonZeroBytes reads a whole device with O_DIRECT (past any page cache, so
+// what the disk holds) and counts the bytes that are not zero.
+func nonZeroBytes(t *testing.T, dev string) (n, size int64) {
+	t.Helper()
+	f, buf, closeDev := openDirect(t, dev)
+	defer closeDev()
 	for {
 		k, err := f.ReadAt(buf, size)
 		for _, b := range buf[:k] {
@@ -197,18 +206,8 @@ func signatureAtTheEndIsNeverFormatted(t *testing.T, e *env) {
 // O_DIRECT.
 func nonZeroIn(t *testing.T, dev string, from, to int64) int64 {
 	t.Helper()
-	f, err := os.OpenFile(dev, os.O_RDONLY|syscall.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := f.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	raw := make([]byte, mib+4096)
-	off := 4096 - int(uintptr(unsafe.Pointer(&raw[0]))%4096)
-	buf := raw[off : off+int(mib)]
+	f, buf, closeDev := openDirect(t, dev)
+	defer closeDev()
 	var n int64
 	for at := from; at < to; {
 		k, err := f.ReadAt(buf[:min(int64(len(buf)), (to-at+4095)/4096*4096)], at)

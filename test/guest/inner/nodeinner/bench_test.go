@@ -67,7 +67,9 @@ func TestBenchCreateDelete(t *testing.T) {
 	before := e.scrape()
 	carve, raw := interleave(e, rounds, viaCarve, viaLVM)
 	report(t, "create+delete 64MiB", "carve CreateVolume+DeleteVolume", carve, "lvm lvcreate+lvremove", raw, 1.05)
-	e.printLVMCommands("create+delete", before, e.scrape(), rounds+1)
+	after := e.scrape()
+	e.printLVMCommands("create+delete", before, after, rounds+1)
+	printPhaseMeans("create+delete", before, after, "create", "delete")
 }
 
 // interleave runs a warm-up round of each, then rounds of both, alternating
@@ -211,7 +213,7 @@ func concurrently(t *testing.T, callers, each int, f func() error) []time.Durati
 // mkfsOptions then mount-utils' -F -m0, mount -t ext4 -o defaults. The raw
 // LVs are made outside carve (its view follows through the backup watch).
 func TestBenchNodeStage(t *testing.T) {
-	const rounds = 3
+	const rounds = 6
 	size := 1024 * mib
 	e := newEnv(t, "benchstage", 3*size)
 	capability := plugintest.MountCapability("ext4")
@@ -351,6 +353,24 @@ func (e *env) printLVMCommands(what string, before, after plugintest.Metrics, op
 	}
 	sort.Strings(parts)
 	fmt.Printf("BENCH lvm commands carve ran per %s: %s\n", what, strings.Join(parts, ", "))
+}
+
+// printPhaseMeans prints the mean time carve's handlers took per phase
+// (carve_phase_duration_seconds) between two scrapes, warm-up included:
+// what a client waits beyond it is gRPC and the client itself.
+func printPhaseMeans(what string, before, after plugintest.Metrics, phases ...string) {
+	const name = "carve_phase_duration_seconds"
+	var parts []string
+	for _, ph := range phases {
+		l := map[string]string{"phase": ph}
+		n := after.HistogramCount(name, l) - before.HistogramCount(name, l)
+		if n == 0 {
+			continue
+		}
+		sum := after.HistogramSum(name, l) - before.HistogramSum(name, l)
+		parts = append(parts, fmt.Sprintf("%s %s over %d", ph, time.Duration(sum/float64(n)*float64(time.Second)).Round(100*time.Microsecond), n))
+	}
+	fmt.Printf("BENCH carve's handler time per %s (mean, warm-up included): %s\n", what, strings.Join(parts, ", "))
 }
 
 // report prints medians and the carve/raw ratio; goal 0 means none.

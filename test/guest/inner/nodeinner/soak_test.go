@@ -371,15 +371,10 @@ func (s *soak) stage(t *testing.T, v *soakVol) {
 }
 
 func (s *soak) unstage(t *testing.T, v *soakVol) {
-	s.call(t, "unstage", func(ctx context.Context, c clients) error {
+	s.unmount(t, v, "unstage", "NodeUnstageVolume", v.p.staging, created, func(ctx context.Context, c clients) error {
 		_, err := c.ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: v.p.staging})
 		return err
 	})
-	if t.Failed() {
-		return
-	}
-	wantMount(t, "NodeUnstageVolume "+v.id, v.p.staging, false)
-	v.stage = created
 }
 
 func (s *soak) publish(t *testing.T, v *soakVol) {
@@ -404,15 +399,22 @@ func (s *soak) publish(t *testing.T, v *soakVol) {
 }
 
 func (s *soak) unpublish(t *testing.T, v *soakVol) {
-	s.call(t, "unpublish", func(ctx context.Context, c clients) error {
+	s.unmount(t, v, "unpublish", "NodeUnpublishVolume", v.p.target, staged, func(ctx context.Context, c clients) error {
 		_, err := c.ns.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: v.p.target})
 		return err
 	})
+}
+
+// unmount makes the unpublish or unstage call op (method, for messages)
+// and, once it succeeded, checks that path is no mount point and moves
+// the volume to stage after.
+func (s *soak) unmount(t *testing.T, v *soakVol, op, method, path string, after soakStage, call func(ctx context.Context, c clients) error) {
+	s.call(t, op, call)
 	if t.Failed() {
 		return
 	}
-	wantMount(t, "NodeUnpublishVolume "+v.id, v.p.target, false)
-	v.stage = staged
+	wantMount(t, method+" "+v.id, path, false)
+	v.stage = after
 }
 
 // expand grows a published volume, as csi-resizer and the kubelet do:

@@ -71,7 +71,8 @@ func clearsSignatures(class *config.DeviceClass, req *csi.CreateVolumeRequest) b
 
 // finish makes a new LV ready to hand out: it zeroes it when method asks
 // for it, then clears its mark (and takes off the tag an older carve
-// marked it with). An LV that is not unfinished is returned as it is. The work runs detached from ctx, so that a CreateVolume whose
+// marked it with). An LV that is not unfinished is returned as it is.
+// The work runs detached from ctx, so that a CreateVolume whose
 // deadline passes does not throw away an erasure half done: that call gets
 // Aborted (csi-provisioner retries and keeps the node), and the retry
 // waits for the same work.

@@ -1,7 +1,8 @@
 // Package volume is carve's volume model: how a CSI volume or snapshot maps
-// to an LV (its name, its ID, its tags) and back. It knows LVM's rules and
-// nothing of gRPC, so the CSI servers, the state view, the tests' tiers
-// and tools share one reading of what carve wrote.
+// to an LV (its name, its ID, its tags, its device node) and back, and
+// which volume capabilities carve serves. It knows LVM's rules and the CSI
+// messages, never gRPC codes, so the CSI servers, the state view, the
+// tests' tiers and tools share one reading of what carve wrote.
 package volume
 
 import (
@@ -49,3 +50,21 @@ func ParseVolumeID(id string) (vg, lv string, err error) {
 	}
 	return vg, lv, nil
 }
+
+// ID is a volume ID read once: the volume group and LV name it names.
+// A call reads the ID it is given with ParseID and hands the ID on.
+type ID struct {
+	VG, LV string
+}
+
+// ParseID reads a volume ID as ParseVolumeID does.
+func ParseID(s string) (ID, error) {
+	vg, lv, err := ParseVolumeID(s)
+	if err != nil {
+		return ID{}, err
+	}
+	return ID{VG: vg, LV: lv}, nil
+}
+
+// String is the volume ID itself: ParseID(id.String()) is id.
+func (id ID) String() string { return VolumeID(id.VG, id.LV) }

@@ -106,3 +106,16 @@ func TestOwned(t *testing.T) {
 		}
 	}
 }
+
+func TestParseID(t *testing.T) {
+	lv := LVNameFor("a")
+	id, err := ParseID(VolumeID("vg0", lv))
+	if err != nil || id != (ID{VG: "vg0", LV: lv}) || id.String() != VolumeID("vg0", lv) {
+		t.Errorf("ParseID = %+v, %v", id, err)
+	}
+	for _, bad := range []string{"", "vg0", "vg0/other", "vg0/" + lv + "/x", "../" + lv} {
+		if id, err := ParseID(bad); err == nil || id != (ID{}) {
+			t.Errorf("ParseID(%q) = %+v, %v; want an error", bad, id, err)
+		}
+	}
+}

@@ -6,11 +6,9 @@
 package metrics
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 )
 
 // Phase names: one per CSI operation carve times.
@@ -140,12 +138,12 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 	return r
 }
 
-// ObservePhase records one phase; err is the error the RPC returned.
-func (r *Recorder) ObservePhase(phase, deviceClass string, d time.Duration, err error) {
+// observePhase records one phase that ended with result.
+func (r *Recorder) observePhase(phase, deviceClass string, d time.Duration, result string) {
 	if r == nil {
 		return
 	}
-	r.phaseDuration.WithLabelValues(phase, deviceClass, codeName(err)).Observe(d.Seconds())
+	r.phaseDuration.WithLabelValues(phase, deviceClass, result).Observe(d.Seconds())
 }
 
 // ObserveStep records one step of a phase.
@@ -239,17 +237,4 @@ func Result(err error) string {
 		return "error"
 	}
 	return "success"
-}
-
-// codeName is the gRPC code of err ("OK" for nil); errors without a status
-// count as Internal, as grpc-go would send them.
-func codeName(err error) string {
-	if err == nil {
-		return "OK"
-	}
-	var se interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &se) {
-		return se.GRPCStatus().Code().String()
-	}
-	return "Internal"
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	mount "k8s.io/mount-utils"
-	utilexec "k8s.io/utils/exec"
 
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs/fstest"
@@ -156,39 +155,43 @@ func TestFormatAndMountReadsBlankDevices(t *testing.T) {
 	}
 }
 
-// TestBlankAnswer: what ReadsBlank found answers the next blkid of that
-// device as blkid does for a device with no signature (exit status 2),
-// once, and only when nothing else ran before it.
+// TestBlankAnswer: a device that reads blank is formatted with no blkid
+// at all, and that answer lasts one call: once the device holds a
+// filesystem, the next call reads it with blkid and formats nothing.
 func TestBlankAnswer(t *testing.T) {
-	probe := func(dev string) []string { return []string{"-p", "-s", "TYPE", "-s", "PTTYPE", "-o", "export", dev} }
-	for _, tc := range []struct {
-		name string
-		run  [][]string
-		want int // blkid runs
-	}{
-		{name: "answered", run: [][]string{probe("/dev/a")}, want: 0},
-		{name: "only once", run: [][]string{probe("/dev/a"), probe("/dev/a")}, want: 1},
-		{name: "not for another device", run: [][]string{probe("/dev/b")}, want: 1},
-		{name: "not after another command", run: [][]string{{"fsck", "-a", "/dev/a"}, probe("/dev/a")}, want: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tools := fstest.New()
-			ex := &contextExec{ctx: testCtx(), exec: tools, replayProbe: true}
-			ex.answerBlank("/dev/a")
-			for _, argv := range tc.run {
-				name, args := "blkid", argv
-				if argv[0] != "-p" {
-					name, args = argv[0], argv[1:]
-				}
-				_, err := ex.Command(name, args...).CombinedOutput()
-				var exit utilexec.ExitError
-				if name == "blkid" && (!errors.As(err, &exit) || exit.ExitStatus() != 2) {
-					t.Errorf("blkid %v = %v, want exit status 2", args, err)
-				}
-			}
-			if n := len(tools.Ran("blkid")); n != tc.want {
-				t.Errorf("blkid ran %d times, want %d", n, tc.want)
-			}
-		})
+	dev := device(t, 8*testMiB)
+	tools := fstest.New()
+	f := New(mount.NewFakeMounter(nil), tools)
+	stage := func() FormatResult {
+		t.Helper()
+		res, err := f.FormatAndMount(testCtx(), dev, t.TempDir(), "ext4", nil, nil, func(string) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := stage(); !res.Blank || !res.Formatted || len(tools.Ran("blkid")) != 0 {
+		t.Errorf("blank device: result %+v, blkid %v; want formatted without blkid", res, tools.Ran("blkid"))
+	}
+	// What mkfs would have written at the ext4 superblock's magic.
+	mark(t, dev, 1024+0x38)
+	if res := stage(); res.Blank || res.Formatted || len(tools.Ran("blkid")) != 1 || len(tools.Ran("mkfs.ext4")) != 1 {
+		t.Errorf("formatted device: result %+v, blkid %v, mkfs %v; want one blkid and no second mkfs", res, tools.Ran("blkid"), tools.Ran("mkfs.ext4"))
+	}
+	everyCommandHadContext(t, tools)
+}
+
+// mark writes a non-zero byte into device at off.
+func mark(t *testing.T, device string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(device, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x53}, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

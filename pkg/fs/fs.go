@@ -1,11 +1,12 @@
 // Package fs formats, mounts, grows and measures the filesystems of carve's
-// volumes. It is built on k8s.io/mount-utils (SafeFormatAndMount, which
-// never formats a device that blkid finds a signature on, and ResizeFs) and
-// k8s.io/utils/exec; every command it runs is bound to the caller's context.
-// A device that reads as zeros wherever a signature could be is known
-// blank without running blkid (ReadsBlank).
+// volumes. FormatAndMount runs its steps itself: it reads the signature
+// (in-process when the device reads as zeros wherever a signature could
+// be, ReadsBlank; else with blkid), formats only a device without any, or
+// checks an existing filesystem with fsck, and mounts. k8s.io/mount-utils
+// parses blkid's answer, mounts and grows filesystems (ResizeFs); every
+// command runs through k8s.io/utils/exec, bound to the caller's context.
 // The node server reaches it only through Interface, so it is tested with
-// mount-utils' FakeMounter and a fake exec.
+// mount-utils' FakeMounter and a fake exec (fstest).
 package fs
 
 import (
@@ -14,30 +15,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 )
 
 // Interface is what carve's node server needs of filesystems and mounts.
 type Interface interface {
-	// FormatAndMount reads the signature on device (ReadsBlank, then
+	// FormatAndMount reads the signature on device once (ReadsBlank, then
 	// blkid as DiskFormat unless the device read as blank) and hands it
 	// to check; when check returns an error, FormatAndMount
 	// returns that error as it is, having done nothing else. Otherwise it
 	// formats device with fsType only when it carries no signature
 	// (mkfs.<fsType> with mkfsOptions, which must pass
-	// ValidateMkfsOptions), then mounts it at target with options. A
-	// device with data is never formatted; one holding another filesystem
-	// would be mounted as fsType, which fails, so check refuses it first.
-	// The signature is read once: SafeFormatAndMount's own read before
-	// mkfs gets the answer just read.
+	// ValidateMkfsOptions) and options do not hold "ro", or runs fsck -a
+	// on an existing filesystem mounted read-write, then mounts it at
+	// target with options. A device with data is never formatted; one
+	// holding another filesystem would be mounted as fsType, which fails,
+	// so check refuses it first.
 	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error)
 	// Mount mounts source at target; options holding "bind" make a bind
 	// mount (with "ro" applied by a remount, as mount(8) requires).
@@ -60,26 +58,6 @@ type Interface interface {
 	Stats(path string) (Stats, error)
 	// DeviceSize returns the size in bytes of the block device at path.
 	DeviceSize(ctx context.Context, path string) (uint64, error)
-}
-
-// FormatResult tells what FormatAndMount did and how long each part took.
-type FormatResult struct {
-	// Probed is true when the signature was read; Probe is the time
-	// spent reading it (ReadsBlank, then blkid unless the device read as
-	// blank), whether it was read or failed.
-	Probed bool
-	Probe  time.Duration
-	// Blank is true when the device read as zeros where signatures live,
-	// so blkid did not run.
-	Blank bool
-	// Formatted is true when mkfs ran.
-	Formatted bool
-	// Format is the time spent in mkfs (zero when it did not run).
-	Format time.Duration
-	// Mounted is true when the mount was attempted (mkfs succeeded or was
-	// not needed); Mount is the time it took, fsck included when it ran.
-	Mounted bool
-	Mount   time.Duration
 }
 
 // Stats is the usage of a filesystem, in bytes and inodes.
@@ -133,65 +111,6 @@ func diskFormat(m mount.Interface, ex *contextExec, device string) (string, erro
 		return "", fmt.Errorf("reading the signature of %s: %w", device, err)
 	}
 	return format, nil
-}
-
-// signature reads what is on device: a device that reads as zeros where
-// signatures live (ReadsBlank) has none, and the blkid that
-// SafeFormatAndMount runs before mkfs is answered so without a process;
-// anything else is read by blkid (DiskFormat), which names a filesystem or
-// a partition table, or finds no signature among leftover data. blank
-// tells which way was taken.
-func (f *FS) signature(ctx context.Context, m mount.Interface, ex *contextExec, device string) (existing string, blank bool, err error) {
-	blank, err = ReadsBlank(device)
-	if err != nil {
-		// blkid decides, as it did before the read: a device it
-		// cannot read either stops the stage there.
-		klog.FromContext(ctx).V(2).Info("Could not read the signature regions of the device; asking blkid", "device", device, "err", err)
-	}
-	if blank {
-		ex.answerBlank(device)
-		return "", true, nil
-	}
-	existing, err = diskFormat(m, ex, device)
-	return existing, false, err
-}
-
-// FormatAndMount implements Interface.
-func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error) {
-	// Checked here too, so that nothing unchecked reaches mkfs whoever
-	// the caller is.
-	if err := ValidateMkfsOptions(fsType, mkfsOptions); err != nil {
-		return FormatResult{}, fmt.Errorf("mkfs options of %s: %w", fsType, err)
-	}
-	m, ex := f.bind(ctx)
-	ex.replayProbe = true
-	start := time.Now()
-	existing, blank, err := f.signature(ctx, m, ex, device)
-	res := FormatResult{Probe: time.Since(start), Blank: blank}
-	if err != nil {
-		return res, err
-	}
-	res.Probed = true
-	if err := check(existing); err != nil {
-		return res, err
-	}
-	tm := &timedMounter{Interface: m}
-	// mount-utils puts the format options before its own (-F -m0 for ext4,
-	// -f for xfs) and appends to the slice it is given: hand it a copy.
-	err = mount.NewSafeFormatAndMount(tm, ex).FormatAndMountSensitiveWithFormatOptions(device, target, fsType, options, nil, slices.Clone(mkfsOptions))
-	res.Mounted, res.Mount = tm.ran, tm.took
-	// fsck -a runs before mounting a device that has a filesystem: it is
-	// part of mounting, not of formatting.
-	if d, ok := ex.took("fsck"); ok {
-		res.Mount += d
-	}
-	if d, ok := ex.took("mkfs." + fsType); ok {
-		res.Formatted, res.Format = true, d
-	}
-	if err != nil {
-		return res, fmt.Errorf("formatting and mounting %s at %s: %w", device, target, err)
-	}
-	return res, nil
 }
 
 // Mount implements Interface.

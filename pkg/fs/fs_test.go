@@ -550,41 +550,38 @@ func TestValidateMkfsOptions(t *testing.T) {
 	}
 }
 
-// TestProbeReplay: a blkid answer is replayed only to the very next blkid
-// of the same arguments, once, and only where FormatAndMount asked for it;
-// any other command in between means the device is read again.
+// TestProbeReplay: the signature is read once per FormatAndMount, by one
+// blkid, whatever follows (mkfs, or fsck and mount); a later call reads
+// it again.
 func TestProbeReplay(t *testing.T) {
-	probe := []string{"-p", "-s", "TYPE", "-s", "PTTYPE", "-o", "export", "/dev/a"}
 	for _, tc := range []struct {
 		name   string
-		replay bool
-		run    [][]string
-		want   int // blkid runs
+		format string // what blkid finds on the device
+		calls  int
+		mkfs   int
 	}{
-		{name: "replayed once", replay: true, run: [][]string{probe, probe}, want: 1},
-		{name: "only once", replay: true, run: [][]string{probe, probe, probe}, want: 2},
-		{name: "not after another command", replay: true, run: [][]string{probe, {"mkfs.ext4", "/dev/a"}, probe}, want: 2},
-		{name: "not for another device", replay: true, run: [][]string{probe, append(probe[:len(probe)-1:len(probe)-1], "/dev/b")}, want: 2},
-		{name: "not unless asked", run: [][]string{probe, probe}, want: 2},
+		{name: "leftover data without a signature: one blkid, then mkfs", calls: 1, mkfs: 1},
+		{name: "a filesystem: one blkid, then fsck and mount", format: "ext4", calls: 1},
+		{name: "each call reads the device again", format: "ext4", calls: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Not a file: ReadsBlank cannot read it, and blkid decides.
+			const dev = "/dev/vg1/lv1"
 			tools := fstest.New()
-			tools.SetFormat("/dev/a", "ext4")
-			tools.SetFormat("/dev/b", "xfs")
-			ex := &contextExec{ctx: testCtx(), exec: tools, replayProbe: tc.replay}
-			for _, argv := range tc.run {
-				name, args := "blkid", argv
-				if !strings.HasPrefix(argv[0], "-") {
-					name, args = argv[0], argv[1:]
-				}
-				out, err := ex.Command(name, args...).CombinedOutput()
-				if name == "blkid" && (err != nil || !strings.Contains(string(out), "TYPE=")) {
-					t.Errorf("blkid %v = %q, %v", args, out, err)
+			tools.SetFormat(dev, tc.format)
+			f := New(mount.NewFakeMounter(nil), tools)
+			for i := 0; i < tc.calls; i++ {
+				if _, err := f.FormatAndMount(testCtx(), dev, filepath.Join(t.TempDir(), "t"), "ext4", nil, nil, func(string) error { return nil }); err != nil {
+					t.Fatal(err)
 				}
 			}
-			if n := len(tools.Ran("blkid")); n != tc.want {
-				t.Errorf("blkid ran %d times, want %d", n, tc.want)
+			if n := len(tools.Ran("blkid")); n != tc.calls {
+				t.Errorf("blkid ran %d times in %d calls, want one each", n, tc.calls)
 			}
+			if n := len(tools.Ran("mkfs.ext4")); n != tc.mkfs {
+				t.Errorf("mkfs ran %d times, want %d", n, tc.mkfs)
+			}
+			everyCommandHadContext(t, tools)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
@@ -38,4 +39,19 @@ func LoggingInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo
 // sidecars' csi_sidecar_operations_seconds.
 func MetricsInterceptor(m csimetrics.CSIMetricsManager) grpc.UnaryServerInterceptor {
 	return connection.ExtendedCSIMetricsManager{CSIMetricsManager: m}.RecordMetricsServerInterceptor
+}
+
+// resultOf is the result label of carve's phase metrics for the error a
+// call returns: the name of its gRPC code ("OK" for nil). An error without
+// a status counts as Internal, as grpc-go would send it. The mapping lives
+// here, at the edge, so that pkg/metrics needs no gRPC.
+func resultOf(err error) string {
+	if err == nil {
+		return "OK"
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Code().String()
+	}
+	return "Internal"
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -195,5 +196,23 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil, "x") != nil {
 		t.Error("toStatus(nil) != nil")
+	}
+}
+
+// TestResultOf: the phase metrics' result label is the gRPC code's name
+// (the same as metrics' TestObservePhaseLabelsResultWithGRPCCode).
+func TestResultOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "OK"},
+		{status.Error(codes.ResourceExhausted, "full"), "ResourceExhausted"},
+		{fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "gone")), "NotFound"},
+		{errors.New("plain"), "Internal"},
+	} {
+		if got := resultOf(tc.err); got != tc.want {
+			t.Errorf("resultOf(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

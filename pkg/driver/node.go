@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -43,8 +41,9 @@ type NodeConfig struct {
 	FS fs.Interface
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
-	// OnChange is called after an LVM mutation (lvextend) so the in-memory
-	// capacity view refreshes; may be nil.
+	// OnChange is not called any more, and goes once main stops setting
+	// it: View.Extended tells the view of an lvextend and asks it for a
+	// refresh.
 	OnChange func()
 	// Classes is the device-class file and View the controller's view of
 	// the volume groups (the same one): NodeExpandVolume checks a growth
@@ -62,6 +61,10 @@ type NodeConfig struct {
 	// Eraser zeroes the signature regions of such a device; nil is
 	// EraseDevice.
 	Eraser Eraser
+	// DevDir is the directory LVM makes device nodes under; empty is
+	// volume.DevDir of the plugin's environment ($DM_DEV_DIR or /dev, as
+	// the lvm client reads it), read once by NewNodeServer.
+	DevDir string
 }
 
 // NodeServer implements csi.NodeServer. It keeps no state of its own
@@ -100,15 +103,12 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 	if cfg.Eraser == nil {
 		cfg.Eraser = EraseDevice{}
 	}
-	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
+	if cfg.DevDir == "" {
+		cfg.DevDir = volume.DevDir(os.Environ())
+	}
+	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice}
 	n.staging.Keep = true
 	return n
-}
-
-// isBlockDevice tells whether path (after symlinks) is a block device node.
-func isBlockDevice(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0
 }
 
 // NodeGetCapabilities implements csi.NodeServer.
@@ -140,6 +140,12 @@ func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 	}, nil
 }
 
+// begin starts timing a phase of a node call; the phase ends with the
+// call (defer op.End(&err)), labelled with the gRPC code it returns.
+func (n *NodeServer) begin(phase string) *metrics.Op {
+	return n.cfg.Metrics.Begin(phase, resultOf)
+}
+
 // acquire marks a volume busy; release undoes it.
 func (n *NodeServer) acquire(volumeID string) error {
 	if !n.busy.TryAcquire(volumeID) {
@@ -150,27 +156,13 @@ func (n *NodeServer) acquire(volumeID string) error {
 
 func (n *NodeServer) release(volumeID string) { n.busy.Release(volumeID) }
 
-// classOf returns the cached device class of a volume.
-func (n *NodeServer) classOf(volumeID string) (string, bool) {
-	n.classMu.Lock()
-	defer n.classMu.Unlock()
-	c, ok := n.classes[volumeID]
-	return c, ok
-}
-
-func (n *NodeServer) rememberClass(volumeID string, lv *lvm.LogicalVolume) string {
-	c, ok := volume.ClassFromTags(lv.Tags)
-	if !ok {
-		c = unknownClassLabel
-	}
-	n.rememberClassName(volumeID, c)
-	return c
-}
-
-func (n *NodeServer) rememberClassName(volumeID, class string) {
+// rememberClass caches the device class of a volume (for metric labels of
+// later calls) and returns it.
+func (n *NodeServer) rememberClass(volumeID, class string) string {
 	n.classMu.Lock()
 	defer n.classMu.Unlock()
 	n.classes[volumeID] = class
+	return class
 }
 
 func (n *NodeServer) forgetClass(volumeID string) {
@@ -184,41 +176,50 @@ func (n *NodeServer) forgetClass(volumeID string) {
 // LVM: unpublish and unstage must work, and answer at once, whatever state
 // the volume's volume group is in (missing, unreadable, hung).
 func (n *NodeServer) classForMetrics(volumeID string) string {
-	if c, ok := n.classOf(volumeID); ok {
+	n.classMu.Lock()
+	defer n.classMu.Unlock()
+	if c, ok := n.classes[volumeID]; ok {
 		return c
 	}
-	return unknownClassLabel
+	return metrics.UnknownClass
 }
 
-// step times one step of a phase.
-func (n *NodeServer) step(phase, name, class string, start time.Time, err error) {
-	n.cfg.Metrics.ObserveStep(phase, name, class, time.Since(start), err)
-}
-
-// lookup finds the LV of a volume ID: NotFound when the ID is not carve's
-// or the LV does not exist.
-func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalVolume, error) {
-	vg, name, err := volume.ParseVolumeID(volumeID)
+// parseID reads the volume ID of a node call, once: NotFound when it is
+// not carve's.
+func parseID(id string) (volume.ID, error) {
+	vol, err := volume.ParseID(id)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
+		return vol, status.Errorf(codes.NotFound, "volume %q does not exist: %v", id, err)
 	}
-	lv, err := n.cfg.LVM.GetLV(ctx, vg, name)
+	return vol, nil
+}
+
+// device is the device node of vol.
+func (n *NodeServer) device(vol volume.ID) string { return volume.Device(n.cfg.DevDir, vol) }
+
+// lookup finds the LV of a volume and its device class: NotFound when the
+// LV does not exist.
+func (n *NodeServer) lookup(ctx context.Context, vol volume.ID) (*lvm.LogicalVolume, string, error) {
+	lv, err := n.cfg.LVM.GetLV(ctx, vol.VG, vol.LV)
 	if errors.Is(err, lvm.ErrVolumeGroupNotFound) {
-		return nil, status.Errorf(codes.NotFound, "volume %q cannot be found: its volume group %s is missing on this node", volumeID, vg)
+		return nil, "", status.Errorf(codes.NotFound, "volume %q cannot be found: its volume group %s is missing on this node", vol, vol.VG)
 	}
 	if errors.Is(err, lvm.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: no LV %s in volume group %s", volumeID, name, vg)
+		return nil, "", status.Errorf(codes.NotFound, "volume %q does not exist: no LV %s in volume group %s", vol, vol.LV, vol.VG)
 	}
 	if err != nil {
-		return nil, toStatus(err, fmt.Sprintf("reading the LV of volume %q", volumeID))
+		return nil, "", toStatus(err, fmt.Sprintf("reading the LV of volume %q", vol))
 	}
 	if volume.CopyPending(lv.Tags) {
 		// CreateVolume never reports such a volume made; refuse it all
 		// the same rather than serve half a copy.
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: its data copy (restore or clone) has not finished; CreateVolume finishes it", volumeID)
+		return nil, "", status.Errorf(codes.FailedPrecondition, "volume %q: its data copy (restore or clone) has not finished; CreateVolume finishes it", vol)
 	}
-	n.rememberClass(volumeID, lv)
-	return lv, nil
+	class, ok := volume.ClassFromTags(lv.Tags)
+	if !ok {
+		class = metrics.UnknownClass
+	}
+	return lv, n.rememberClass(vol.String(), class), nil
 }
 
 // activeDevice returns the device node and device class of a carve
@@ -226,24 +227,21 @@ func (n *NodeServer) lookup(ctx context.Context, volumeID string) (*lvm.LogicalV
 // active LV has its device node, so the common case runs no LVM command:
 // the class is the one CreateVolume put into the volume context.
 // Otherwise LVM is asked: a volume that does not exist is NotFound, an
-// inactive one is activated (see activate).
-func (n *NodeServer) activeDevice(ctx context.Context, id string, volumeContext map[string]string) (device, class string, err error) {
-	if vg, name, err := volume.ParseVolumeID(id); err == nil && lvm.ValidateVGName(vg) == nil && lvm.ValidateLVName(name) == nil {
-		device = "/dev/" + vg + "/" + name
-		if class = volumeContext[ParamDeviceClass]; class != "" && n.isDeviceNode(device) {
-			n.rememberClassName(id, class)
-			return device, class, nil
-		}
+// inactive one is activated (see activate). The class is returned with
+// an error too, once known: the metrics of the call carry it.
+func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeContext map[string]string) (device, class string, err error) {
+	device = n.device(vol)
+	if class = volumeContext[volume.ParamDeviceClass]; class != "" && n.isDeviceNode(device) {
+		return device, n.rememberClass(vol.String(), class), nil
 	}
-	lv, err := n.lookup(ctx, id)
+	lv, class, err := n.lookup(ctx, vol)
 	if err != nil {
-		return "", unknownClassLabel, err
+		return "", metrics.UnknownClass, err
 	}
-	class, _ = n.classOf(id)
-	if lv, err = n.activate(ctx, id, lv); err != nil {
+	if lv, err = n.activate(ctx, vol, lv); err != nil {
 		return "", class, err
 	}
-	return lvDevicePath(lv), class, nil
+	return volume.DeviceOf(n.cfg.DevDir, lv), class, nil
 }
 
 // activate makes sure a volume's LV is active, so that it has a device
@@ -252,101 +250,43 @@ func (n *NodeServer) activeDevice(ctx context.Context, id string, volumeContext 
 // lvm2, or with autoactivation restricted, do not do. So the node
 // activates the one LV a call needs, nothing else, and only an LV that
 // carries carve's owner tag. An active LV is returned as it is.
-func (n *NodeServer) activate(ctx context.Context, id string, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
+func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	if lv.Attr.Active {
 		return lv, nil
 	}
 	if !volume.IsCarve(lv.Tags) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s is not active and does not carry carve's tag %s; carve activates only its own volumes",
-			id, lv.VolumeGroup, lv.Name, volume.TagOwner)
+			vol, lv.VolumeGroup, lv.Name, volume.TagOwner)
 	}
 	got, err := n.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
 	if errors.Is(err, lvm.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: activating LV %s/%s: %v", id, lv.VolumeGroup, lv.Name, err)
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: activating LV %s/%s: %v", vol, lv.VolumeGroup, lv.Name, err)
 	}
 	if err != nil {
-		return nil, toStatus(err, fmt.Sprintf("volume %q: activating its inactive LV %s/%s", id, lv.VolumeGroup, lv.Name))
+		return nil, toStatus(err, fmt.Sprintf("volume %q: activating its inactive LV %s/%s", vol, lv.VolumeGroup, lv.Name))
 	}
-	klog.FromContext(ctx).Info("Activated the volume's LV, which was inactive", "volumeID", id, "lv", lv.VolumeGroup+"/"+lv.Name, "pool", lv.Pool)
+	klog.FromContext(ctx).Info("Activated the volume's LV, which was inactive", "volumeID", vol.String(), "lv", lv.VolumeGroup+"/"+lv.Name, "pool", lv.Pool)
 	return got, nil
 }
 
-// lvDevicePath is the device node of an LV.
-func lvDevicePath(lv *lvm.LogicalVolume) string {
-	if lv.Path != "" {
-		return lv.Path
-	}
-	return "/dev/" + lv.VolumeGroup + "/" + lv.Name
-}
+// lvDevicePath is the device node of an LV, for the controller's handlers
+// until they use volume.DeviceOf.
+func lvDevicePath(lv *lvm.LogicalVolume) string { return volume.DeviceOf(volume.DefaultDevDir, lv) }
 
-// nodeFsTypes are the filesystems the node server formats and grows.
-var nodeFsTypes = []string{"ext4", "xfs", "btrfs"}
+// isBlockDevice is volume.IsBlockDevice, for the controller's handlers
+// until they use it.
+func isBlockDevice(path string) bool { return volume.IsBlockDevice(path) }
 
-// mountFlagPattern is what a mount flag may hold: mount flags reach the
-// argv of mount(8) (as one -o list), so they are checked, not passed blind.
-var mountFlagPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.=:/+@-]*$`)
-
-// Flags that would change what kind of mount carve makes.
-var forbiddenMountFlags = map[string]bool{"bind": true, "rbind": true, "remount": true, "move": true}
-
-// volumeAccess is a validated volume capability.
-type volumeAccess struct {
-	block    bool
-	fsType   string
-	flags    []string
-	mode     csi.VolumeCapability_AccessMode_Mode
-	readOnly bool // the access mode allows reading only
-}
-
-// nodeCapability validates a capability; field names the request field
-// for messages ("volume_capability").
-func nodeCapability(c *csi.VolumeCapability, field string) (volumeAccess, error) {
-	var a volumeAccess
-	if c == nil {
-		return a, status.Errorf(codes.InvalidArgument, "%s is required", field)
+// nodeAccess reads the capability of a node call (volume_capability)
+// with volume.ParseCapability: the node formats and grows the filesystems
+// pkg/fs makes.
+func nodeAccess(c *csi.VolumeCapability) (volume.Access, error) {
+	a, err := volume.ParseCapability(c, fs.MkfsTypes)
+	var ce *volume.CapabilityError
+	if errors.As(err, &ce) {
+		return a, status.Error(codes.InvalidArgument, ce.In("volume_capability"))
 	}
-	if c.GetAccessMode() == nil {
-		return a, status.Errorf(codes.InvalidArgument, "%s.access_mode is required", field)
-	}
-	a.mode = c.GetAccessMode().GetMode()
-	if !slices.Contains(supportedAccessModes, a.mode) {
-		return a, status.Errorf(codes.InvalidArgument, "%s.access_mode.mode %s is not supported; allowed: %s",
-			field, a.mode, accessModeNames())
-	}
-	a.readOnly = a.mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
-	switch t := c.GetAccessType().(type) {
-	case *csi.VolumeCapability_Block:
-		a.block = true
-	case *csi.VolumeCapability_Mount:
-		a.fsType = t.Mount.GetFsType()
-		if a.fsType == "" {
-			a.fsType = DefaultFSType
-		}
-		if !slices.Contains(nodeFsTypes, a.fsType) {
-			return a, status.Errorf(codes.InvalidArgument, "%s.mount.fs_type %q is not supported; allowed: %s",
-				field, a.fsType, strings.Join(nodeFsTypes, ", "))
-		}
-		for i, f := range t.Mount.GetMountFlags() {
-			if !mountFlagPattern.MatchString(f) || forbiddenMountFlags[f] {
-				return a, status.Errorf(codes.InvalidArgument,
-					"%s.mount.mount_flags[%d] %q is not allowed: one option per flag, of letters, digits and _.=:/+@-, not bind, rbind, remount or move",
-					field, i, f)
-			}
-			switch {
-			case f == "suid" || f == "dev":
-				return a, status.Errorf(codes.InvalidArgument,
-					"%s.mount.mount_flags[%d] %q is not allowed: carve mounts volumes nodev,nosuid, so that no device node or setuid program on a volume takes effect",
-					field, i, f)
-			case f == "rw" && a.readOnly:
-				return a, status.Errorf(codes.InvalidArgument,
-					"%s.mount.mount_flags[%d] \"rw\" contradicts access mode %s", field, i, a.mode)
-			}
-			a.flags = append(a.flags, f)
-		}
-	default:
-		return a, status.Errorf(codes.InvalidArgument, "%s.access_type must be block or mount", field)
-	}
-	return a, nil
+	return a, err
 }
 
 // nodeCheckPath validates a path the CO gives: required and absolute (it

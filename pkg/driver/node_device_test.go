@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // Stage and publish find an active volume by its device node and the class
@@ -21,11 +22,11 @@ func TestStageAndPublishLookup(t *testing.T) {
 		wantCode   codes.Code
 		wantGets   int
 	}{
-		{name: "device node and class in the volume context", volumeCtx: map[string]string{ParamDeviceClass: "fast"}, deviceNode: true, wantGets: 0},
+		{name: "device node and class in the volume context", volumeCtx: map[string]string{volume.ParamDeviceClass: "fast"}, deviceNode: true, wantGets: 0},
 		{name: "no volume context", deviceNode: true, wantGets: 2},
-		{name: "no device node yet, LV active", volumeCtx: map[string]string{ParamDeviceClass: "fast"}, wantGets: 2},
+		{name: "no device node yet, LV active", volumeCtx: map[string]string{volume.ParamDeviceClass: "fast"}, wantGets: 2},
 		// Activated by stage; publish reads it again because this fixture's device node is not one.
-		{name: "inactive LV", volumeCtx: map[string]string{ParamDeviceClass: "fast"}, inactive: true, wantGets: 2},
+		{name: "inactive LV", volumeCtx: map[string]string{volume.ParamDeviceClass: "fast"}, inactive: true, wantGets: 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

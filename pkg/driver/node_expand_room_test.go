@@ -53,7 +53,7 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 		{name: "thin: the ratio's room taken by another thin volume", required: 4 * gib, code: codes.ResourceExhausted, want: gib,
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				thinVolume(t, fx)
-				if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-thin-2", 5*gib, map[string]string{ParamDeviceClass: "thin"})); err != nil {
+				if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-thin-2", 5*gib, map[string]string{volume.ParamDeviceClass: "thin"})); err != nil {
 					t.Fatal(err)
 				}
 			}},

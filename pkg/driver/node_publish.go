@@ -15,118 +15,161 @@ import (
 
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // NodePublishVolume implements csi.NodeServer: a bind mount of the staging
 // path (filesystem volumes) or of the device node (raw block volumes) onto
 // the target, read-only when asked.
 func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (resp *csi.NodePublishVolumeResponse, err error) {
-	start, class := time.Now(), unknownClassLabel
-	defer func() { n.cfg.Metrics.ObservePhase(metrics.PhasePublish, class, time.Since(start), err) }()
+	op := n.begin(metrics.PhasePublish)
+	defer op.End(&err)
 
 	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
-	if err := nodeRequireID(id); err != nil {
-		return nil, err
-	}
-	if err := nodeCheckPath(target, "target_path"); err != nil {
-		return nil, err
-	}
-	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
-		return nil, err
-	}
-	access, err := nodeCapability(req.GetVolumeCapability(), "volume_capability")
+	access, readOnly, err := publishAccess(req)
 	if err != nil {
 		return nil, err
 	}
-	// Read-only when the CO asks (readonly, or a reader-only access mode)
-	// or the flags do; "rw" contradicting the CO is refused rather than
-	// left to mount(8), where the last of ro and rw would win.
-	if req.GetReadonly() && slices.Contains(access.flags, "rw") {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability.mount.mount_flags has \"rw\" but readonly is set")
-	}
-	readOnly := req.GetReadonly() || access.readOnly || slices.Contains(access.flags, "ro")
 	if err := n.acquire(id); err != nil {
 		return nil, err
 	}
 	defer n.release(id)
 
-	device, class, err := n.activeDevice(ctx, id, req.GetVolumeContext())
+	vol, err := parseID(id)
 	if err != nil {
 		return nil, err
 	}
-
-	source := staging
-	if access.block {
-		source = device
-	} else {
-		mp, err := n.cfg.FS.MountPoint(staging)
-		if err != nil {
-			return nil, status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
-		}
-		if mp == nil || !fs.SameDevice(mp.Device, device) {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s: call NodeStageVolume first", id, staging)
-		}
-	}
-
-	// Already published here?
-	mp, err := n.cfg.FS.MountPoint(target)
+	device, class, err := n.activeDevice(ctx, vol, req.GetVolumeContext())
+	op.SetClass(class)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reading the mount at %s: %v", target, err)
+		return nil, err
 	}
-	if mp != nil {
-		if !fs.SameDevice(mp.Device, device) && !fs.SameDeviceNode(target, device) {
-			return nil, status.Errorf(codes.FailedPrecondition, "target_path %s holds %s, not volume %q", target, mp.Device, id)
-		}
-		if isDir, err := isDirectory(target); err != nil || isDir == access.block {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with another access type than %s", id, target, access.describe())
-		}
-		if slices.Contains(mp.Opts, "ro") != readOnly {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with read-only %t; the request asks %t", id, target, !readOnly, readOnly)
-		}
-		if f := flagConflict(mp.Opts, publishOptions(access, readOnly)); !access.block && f != "" {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with mount options %v; the request differs in %q", id, target, mp.Opts, f)
-		}
+	source, err := n.publishSource(vol, device, staging, access)
+	if err != nil {
+		return nil, err
+	}
+	switch published, err := n.published(vol, device, target, access, readOnly); {
+	case err != nil:
+		return nil, err
+	case published:
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
-
-	if access.mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-		refs, err := n.cfg.FS.MountsOf(device)
-		if err != nil {
-			return nil, status.Errorf(codes.Internal, "listing the mounts of %s: %v", device, err)
-		}
-		for _, r := range refs {
-			if !samePath(r, staging) && !samePath(r, target) {
-				return nil, status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", id, r)
-			}
-		}
+	if err := n.checkSingleWriter(vol, device, staging, target, access); err != nil {
+		return nil, err
 	}
-
-	if access.block {
-		err = makeFile(target)
-	} else {
-		err = os.MkdirAll(target, 0o750)
-	}
-	if err != nil {
+	if err := makeTarget(target, access.Block); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
 	}
 
 	options := publishOptions(access, readOnly)
-	t := time.Now()
-	err = n.cfg.FS.Mount(ctx, source, target, "", options)
-	n.step(metrics.PhasePublish, metrics.StepBindMount, class, t, err)
-	if err != nil {
+	if err := op.Step(metrics.StepBindMount, func() error { return n.cfg.FS.Mount(ctx, source, target, "", options) }); err != nil {
 		return nil, status.Errorf(codes.Internal, "publishing volume %q: %v%s", id, err, n.undoPublish(ctx, target))
 	}
-	klog.InfoS("Published volume", "volumeID", id, "source", source, "targetPath", target, "readOnly", readOnly)
+	klog.FromContext(ctx).Info("Published volume", "volumeID", id, "source", source, "targetPath", target, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishAccess checks the arguments of a publish and reads its
+// capability, and whether the mount is to be read-only: when the CO asks
+// (readonly, or a reader-only access mode) or the flags do. "rw"
+// contradicting the CO is refused rather than left to mount(8), where the
+// last of ro and rw would win.
+func publishAccess(req *csi.NodePublishVolumeRequest) (a volume.Access, readOnly bool, err error) {
+	if err := nodeRequireID(req.GetVolumeId()); err != nil {
+		return a, false, err
+	}
+	if err := nodeCheckPath(req.GetTargetPath(), "target_path"); err != nil {
+		return a, false, err
+	}
+	if err := nodeCheckPath(req.GetStagingTargetPath(), "staging_target_path"); err != nil {
+		return a, false, err
+	}
+	if a, err = nodeAccess(req.GetVolumeCapability()); err != nil {
+		return a, false, err
+	}
+	if req.GetReadonly() && slices.Contains(a.Flags, "rw") {
+		return a, false, status.Error(codes.InvalidArgument, "volume_capability.mount.mount_flags has \"rw\" but readonly is set")
+	}
+	return a, req.GetReadonly() || a.ReadOnly || slices.Contains(a.Flags, "ro"), nil
+}
+
+// publishSource is what a publish bind-mounts: the device node of a raw
+// block volume, the staging path of a filesystem, which must hold the
+// volume's device.
+func (n *NodeServer) publishSource(vol volume.ID, device, staging string, access volume.Access) (string, error) {
+	if access.Block {
+		return device, nil
+	}
+	mp, err := n.cfg.FS.MountPoint(staging)
+	if err != nil {
+		return "", status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
+	}
+	if mp == nil || !fs.SameDevice(mp.Device, device) {
+		return "", status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s: call NodeStageVolume first", vol, staging)
+	}
+	return staging, nil
+}
+
+// published tells whether the volume is published at target already, as
+// the request asks: another volume, access type or read-only flag there
+// is refused.
+func (n *NodeServer) published(vol volume.ID, device, target string, access volume.Access, readOnly bool) (bool, error) {
+	mp, err := n.cfg.FS.MountPoint(target)
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "reading the mount at %s: %v", target, err)
+	}
+	if mp == nil {
+		return false, nil
+	}
+	if !fs.SameDevice(mp.Device, device) && !fs.SameDeviceNode(target, device) {
+		return false, status.Errorf(codes.FailedPrecondition, "target_path %s holds %s, not volume %q", target, mp.Device, vol)
+	}
+	if isDir, err := isDirectory(target); err != nil || isDir == access.Block {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with another access type than %s", vol, target, access.Describe())
+	}
+	if slices.Contains(mp.Opts, "ro") != readOnly {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with read-only %t; the request asks %t", vol, target, !readOnly, readOnly)
+	}
+	if f := flagConflict(mp.Opts, publishOptions(access, readOnly)); !access.Block && f != "" {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with mount options %v; the request differs in %q", vol, target, mp.Opts, f)
+	}
+	return true, nil
+}
+
+// checkSingleWriter refuses a second publish of a SINGLE_NODE_SINGLE_WRITER
+// volume: its device may be mounted at its own staging path and target
+// only.
+func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target string, access volume.Access) error {
+	if access.Mode != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		return nil
+	}
+	refs, err := n.cfg.FS.MountsOf(device)
+	if err != nil {
+		return status.Errorf(codes.Internal, "listing the mounts of %s: %v", device, err)
+	}
+	for _, r := range refs {
+		if !samePath(r, staging) && !samePath(r, target) {
+			return status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", vol, r)
+		}
+	}
+	return nil
+}
+
+// makeTarget creates the mount point of a publish: a file for a raw block
+// volume, a directory for a filesystem.
+func makeTarget(target string, block bool) error {
+	if block {
+		return makeFile(target)
+	}
+	return os.MkdirAll(target, 0o750)
 }
 
 // publishOptions are the options of a publish bind mount: the flags (of a
 // filesystem volume), then ro last, so that it wins.
-func publishOptions(a volumeAccess, readOnly bool) []string {
+func publishOptions(a volume.Access, readOnly bool) []string {
 	options := []string{"bind"}
-	if !a.block {
-		options = append(options, slices.DeleteFunc(slices.Clone(a.flags), func(f string) bool { return f == "ro" })...)
+	if !a.Block {
+		options = append(options, slices.DeleteFunc(slices.Clone(a.Flags), func(f string) bool { return f == "ro" })...)
 	}
 	if readOnly {
 		options = append(options, "ro")
@@ -158,12 +201,8 @@ func (n *NodeServer) undoPublish(ctx context.Context, target string) string {
 
 // NodeUnpublishVolume implements csi.NodeServer: it unmounts the target
 // and removes it. Repeating it succeeds.
-func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (resp *csi.NodeUnpublishVolumeResponse, err error) {
-	start, id := time.Now(), req.GetVolumeId()
-	defer func() {
-		n.cfg.Metrics.ObservePhase(metrics.PhaseUnpublish, n.classForMetrics(id), time.Since(start), err)
-	}()
-	if err := n.unmountAndRemove(ctx, metrics.PhaseUnpublish, id, req.GetTargetPath(), "target_path"); err != nil {
+func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if err := n.unmountAndRemove(ctx, metrics.PhaseUnpublish, req.GetVolumeId(), req.GetTargetPath(), "target_path"); err != nil {
 		return nil, err
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -36,24 +35,18 @@ import (
 // the pod goes away), and a retry with the same arguments joins the job, or
 // gets the result of the job that ended since.
 func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (resp *csi.NodeStageVolumeResponse, err error) {
-	start, class := time.Now(), unknownClassLabel
-	defer func() { n.cfg.Metrics.ObservePhase(metrics.PhaseStage, class, time.Since(start), err) }()
+	op := n.begin(metrics.PhaseStage)
+	defer op.End(&err)
 
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := nodeRequireID(id); err != nil {
-		return nil, err
-	}
-	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
-		return nil, err
-	}
-	access, err := nodeCapability(req.GetVolumeCapability(), "volume_capability")
+	access, err := stageAccess(id, staging, req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
 	options := stagingOptions(access)
 	args := stageArgs(staging, access, options)
 	if j, ok := n.staging.Get(id); ok {
-		class = n.classForMetrics(id)
+		op.SetClass(n.classForMetrics(id))
 		if j.Args == args {
 			return n.awaitStage(ctx, id, j)
 		}
@@ -73,44 +66,31 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		}
 	}()
 
-	device, class, err := n.activeDevice(ctx, id, req.GetVolumeContext())
+	vol, err := parseID(id)
 	if err != nil {
 		return nil, err
 	}
-	if access.block {
+	device, class, err := n.activeDevice(ctx, vol, req.GetVolumeContext())
+	op.SetClass(class)
+	if err != nil {
+		return nil, err
+	}
+	if access.Block {
 		// Publish bind-mounts the device node itself.
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
-
-	if err := os.MkdirAll(staging, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
-	}
-	mp, err := n.cfg.FS.MountPoint(staging)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
-	}
-	if mp != nil {
-		if !fs.SameDevice(mp.Device, device) {
-			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %s holds %s, not the device of volume %q (%s)", staging, mp.Device, id, device)
-		}
-		if mp.Type != "" && mp.Type != access.fsType {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s as %s; the capability asks for %s", id, staging, mp.Type, access.fsType)
-		}
-		if f := flagConflict(mp.Opts, options); f != "" {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s with mount options %v; the request differs in %q", id, staging, mp.Opts, f)
-		}
-		// Mounted, so its mkfs ended: a stage that got this far and died
-		// before answering leaves its mark to this one.
-		if err := n.formatted(id); err != nil {
-			return nil, err
-		}
+	switch staged, err := n.staged(vol, device, staging, access, options); {
+	case err != nil:
+		return nil, err
+	case staged:
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
-	mkfsOptions := n.mkfsOptions(class, access.fsType)
+	job := stageJob{vol: vol, device: device, staging: staging, access: access, options: options,
+		mkfsOptions: n.mkfsOptions(class, access.FSType)}
 	j, started := n.staging.Start(ctx, id, args, func(ctx context.Context) (struct{}, error) {
 		defer n.release(id)
-		return struct{}{}, n.formatAndMount(ctx, id, device, staging, class, access, options, mkfsOptions)
+		return struct{}{}, n.formatAndMount(ctx, op, job)
 	})
 	if !started {
 		// Cannot happen while the lock is held (a job holds it to its
@@ -119,6 +99,45 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 	locked = false // the job releases it
 	return n.awaitStage(ctx, id, j)
+}
+
+// stageAccess checks the arguments of a stage and reads its capability.
+func stageAccess(id, staging string, c *csi.VolumeCapability) (volume.Access, error) {
+	if err := nodeRequireID(id); err != nil {
+		return volume.Access{}, err
+	}
+	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
+		return volume.Access{}, err
+	}
+	return nodeAccess(c)
+}
+
+// staged tells whether the volume is staged at staging already, as the
+// capability asks: something else mounted there is refused. It creates
+// the staging directory when it is missing.
+func (n *NodeServer) staged(vol volume.ID, device, staging string, access volume.Access, options []string) (bool, error) {
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return false, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
+	}
+	mp, err := n.cfg.FS.MountPoint(staging)
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
+	}
+	if mp == nil {
+		return false, nil
+	}
+	if !fs.SameDevice(mp.Device, device) {
+		return false, status.Errorf(codes.FailedPrecondition, "staging_target_path %s holds %s, not the device of volume %q (%s)", staging, mp.Device, vol, device)
+	}
+	if mp.Type != "" && mp.Type != access.FSType {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s as %s; the capability asks for %s", vol, staging, mp.Type, access.FSType)
+	}
+	if f := flagConflict(mp.Opts, options); f != "" {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s with mount options %v; the request differs in %q", vol, staging, mp.Opts, f)
+	}
+	// Mounted, so its mkfs ended: a stage that got this far and died
+	// before answering leaves its mark to this one.
+	return true, n.formatted(vol)
 }
 
 // stageAnswerMargin is how long before its deadline at most a stage that
@@ -145,101 +164,112 @@ func (n *NodeServer) awaitStage(ctx context.Context, id string, j *jobs.Job[stru
 
 // stageArgs tells apart the stages of one volume: a retry with the same
 // arguments joins a running stage.
-func stageArgs(staging string, a volumeAccess, options []string) string {
-	return strings.Join([]string{staging, a.fsType, strings.Join(options, ",")}, "\x00")
+func stageArgs(staging string, a volume.Access, options []string) string {
+	return strings.Join([]string{staging, a.FSType, strings.Join(options, ",")}, "\x00")
+}
+
+// stageJob is what a stage job formats and mounts.
+type stageJob struct {
+	vol                  volume.ID
+	device, staging      string
+	access               volume.Access
+	options, mkfsOptions []string
 }
 
 // formatAndMount is the work of a stage job: read the device's
 // signature and check it, format the device if it has none, mount it at
 // the staging path (after fsck for an existing filesystem) and grow an
-// existing filesystem to its device. It returns gRPC statuses.
-func (n *NodeServer) formatAndMount(ctx context.Context, id, device, staging, class string, access volumeAccess, options, mkfsOptions []string) error {
-	if err := n.undoUnfinishedMkfs(ctx, id, device); err != nil {
+// existing filesystem to its device. Its steps are timed in op, the phase
+// of the call that started the job. It returns gRPC statuses.
+func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stageJob) error {
+	if err := n.undoUnfinishedMkfs(ctx, j.vol, j.device); err != nil {
 		return err
 	}
 	// The signature is read once, inside FormatAndMount (in-process when
 	// the device reads as zeros where signatures live, else by blkid), and
 	// checked here before anything is formatted or mounted.
 	var refused error
-	res, err := n.cfg.FS.FormatAndMount(ctx, device, staging, access.fsType, options, mkfsOptions, func(existing string) error {
-		refused = checkSignature(id, device, existing, access.fsType, options)
+	res, err := n.cfg.FS.FormatAndMount(ctx, j.device, j.staging, j.access.FSType, j.options, j.mkfsOptions, func(existing string) error {
+		refused = checkSignature(j.vol, j.device, existing, j.access.FSType, j.options)
 		if refused == nil && existing == "" {
 			// mkfs runs next: until the stage answers, what it leaves on
 			// the device is carve's, never a pod's.
-			refused = n.formatting(id)
+			refused = n.formatting(j.vol)
 		}
 		return refused
 	})
-	var probeErr error
-	if !res.Probed {
-		probeErr = err
-	}
-	if res.Probed || res.Probe > 0 {
-		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepSignatureCheck, class, res.Probe, probeErr)
-	}
-	if refused != nil {
+	timeFormat(op, res, err)
+	switch {
+	case refused != nil:
 		return refused
-	}
-	if probeErr != nil {
-		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
-	}
-	if res.Formatted {
-		var mkfsErr error
-		if err != nil && !res.Mounted {
-			mkfsErr = err
-		}
-		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepMkfs, class, res.Format, mkfsErr)
-	}
-	if res.Mounted {
-		n.cfg.Metrics.ObserveStep(metrics.PhaseStage, metrics.StepMount, class, res.Mount, err)
-	}
-	if err != nil {
-		return status.Errorf(codes.Internal, "staging volume %q: %v", id, err)
+	case err != nil && !res.Probed:
+		return status.Errorf(codes.Internal, "volume %q: %v", j.vol, err)
+	case err != nil:
+		return status.Errorf(codes.Internal, "staging volume %q: %v", j.vol, err)
 	}
 	if !res.Formatted {
 		// A filesystem smaller than its device (a volume restored or
 		// cloned bigger than its source, or an expansion cut short) is
 		// grown to the device; one that fills it is left as it is.
-		t := time.Now()
-		_, err := n.cfg.FS.Resize(ctx, device, staging)
-		n.step(metrics.PhaseStage, metrics.StepFilesystemGrow, class, t, err)
-		if err != nil {
-			return status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", id, err)
+		if err := op.Step(metrics.StepFilesystemGrow, func() error {
+			_, err := n.cfg.FS.Resize(ctx, j.device, j.staging)
+			return err
+		}); err != nil {
+			return status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", j.vol, err)
 		}
 	}
-	if err := n.formatted(id); err != nil {
+	if err := n.formatted(j.vol); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Staged volume", "volumeID", id, "device", device, "stagingPath", staging,
-		"fsType", access.fsType, "readAsBlank", res.Blank, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+	klog.FromContext(ctx).Info("Staged volume", "volumeID", j.vol.String(), "device", j.device, "stagingPath", j.staging,
+		"fsType", j.access.FSType, "readAsBlank", res.Blank, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
 	return nil
 }
 
-// formatting marks volume id's device as being formatted (NodeConfig's
-// Formatting), before mkfs runs.
-func (n *NodeServer) formatting(id string) error {
-	return n.formattingMark(id, (*unfinished.Marks).Mark)
+// timeFormat records the steps FormatAndMount ran, each as long as it
+// took there; it stops at the first that fails, so err (unless the check
+// refused the signature) is the last one's.
+func timeFormat(op *metrics.Op, res fs.FormatResult, err error) {
+	if !res.Probed {
+		if res.Probe > 0 {
+			op.Took(metrics.StepSignatureCheck, res.Probe, err)
+		}
+		return
+	}
+	op.Took(metrics.StepSignatureCheck, res.Probe, nil)
+	if res.Formatted {
+		var mkfsErr error
+		if !res.Mounted {
+			mkfsErr = err
+		}
+		op.Took(metrics.StepMkfs, res.Format, mkfsErr)
+	}
+	if res.Mounted {
+		op.Took(metrics.StepMount, res.Mount, err)
+	}
 }
 
-// formatted takes off volume id's formatting mark, once its filesystem is
+// formatting marks volume vol's device as being formatted (NodeConfig's
+// Formatting), before mkfs runs.
+func (n *NodeServer) formatting(vol volume.ID) error {
+	return n.formattingMark(vol, (*unfinished.Marks).Mark)
+}
+
+// formatted takes off volume vol's formatting mark, once its filesystem is
 // mounted and before the stage answers: a mark left on a volume a pod has
 // written to would have the next stage erase its data.
-func (n *NodeServer) formatted(id string) error {
-	return n.formattingMark(id, (*unfinished.Marks).Clear)
+func (n *NodeServer) formatted(vol volume.ID) error {
+	return n.formattingMark(vol, (*unfinished.Marks).Clear)
 }
 
-// formattingMark applies op (Mark or Clear) to volume id's formatting
+// formattingMark applies op (Mark or Clear) to volume vol's formatting
 // mark, if the node keeps them.
-func (n *NodeServer) formattingMark(id string, op func(m *unfinished.Marks, vg, lv string) error) error {
+func (n *NodeServer) formattingMark(vol volume.ID, op func(m *unfinished.Marks, vg, lv string) error) error {
 	if n.cfg.Formatting == nil {
 		return nil
 	}
-	vg, lv, err := volume.ParseVolumeID(id)
-	if err == nil {
-		err = op(n.cfg.Formatting, vg, lv)
-	}
-	if err != nil {
-		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
+	if err := op(n.cfg.Formatting, vol.VG, vol.LV); err != nil {
+		return status.Errorf(codes.Internal, "volume %q: %v", vol, err)
 	}
 	return nil
 }
@@ -252,38 +282,34 @@ func (n *NodeServer) formattingMark(id string, op func(m *unfinished.Marks, vg, 
 // carve's own unfinished work, never a pod's data, because a stage takes
 // the mark off before it answers. The stage then sees a blank device and
 // formats it again.
-func (n *NodeServer) undoUnfinishedMkfs(ctx context.Context, id, device string) error {
+func (n *NodeServer) undoUnfinishedMkfs(ctx context.Context, vol volume.ID, device string) error {
 	if n.cfg.Formatting == nil {
 		return nil
 	}
-	vg, lv, err := volume.ParseVolumeID(id)
+	marked, err := n.cfg.Formatting.Has(vol.VG, vol.LV)
 	if err != nil {
-		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
-	}
-	marked, err := n.cfg.Formatting.Has(vg, lv)
-	if err != nil {
-		return status.Errorf(codes.Internal, "volume %q: %v", id, err)
+		return status.Errorf(codes.Internal, "volume %q: %v", vol, err)
 	}
 	if !marked {
 		return nil
 	}
 	if _, err := n.cfg.Eraser.Erase(ctx, device, erase.Signatures); err != nil {
-		return status.Errorf(codes.Internal, "volume %q: an earlier mkfs of %s did not end, and zeroing what it left failed: %v", id, device, err)
+		return status.Errorf(codes.Internal, "volume %q: an earlier mkfs of %s did not end, and zeroing what it left failed: %v", vol, device, err)
 	}
-	klog.FromContext(ctx).Info("An earlier mkfs of the volume did not end; zeroed its signature regions to make the filesystem again", "volumeID", id, "device", device)
+	klog.FromContext(ctx).Info("An earlier mkfs of the volume did not end; zeroed its signature regions to make the filesystem again", "volumeID", vol.String(), "device", device)
 	return nil
 }
 
 // checkSignature refuses to stage a device whose signature is not what
 // the capability asks for (mounting would fail, formatting would destroy
 // data), and a blank device staged read-only.
-func checkSignature(id, device, existing, fsType string, options []string) error {
+func checkSignature(vol volume.ID, device, existing, fsType string, options []string) error {
 	if existing != "" && existing != fsType {
 		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
-			id, device, existing, fsType)
+			vol, device, existing, fsType)
 	}
 	if existing == "" && slices.Contains(options, "ro") {
-		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", id, device)
+		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", vol, device)
 	}
 	return nil
 }
@@ -292,16 +318,16 @@ func checkSignature(id, device, existing, fsType string, options []string) error
 // flags, then carve's, which come last so that no flag (defaults, say)
 // undoes them: nodev,nosuid always; ro for a SINGLE_NODE_READER_ONLY
 // volume, so that nothing writes to it, not even fsck or a journal replay
-// (mount-utils skips fsck and refuses to format when it sees ro); nouuid
-// for xfs (snapshots and clones carry their origin's UUID, and the second
-// of them would not mount on the same node without it).
-func stagingOptions(a volumeAccess) []string {
-	options := slices.Clone(a.flags)
-	if a.fsType == "xfs" && !slices.Contains(options, "nouuid") {
+// (pkg/fs skips fsck and refuses to format when it sees ro); nouuid for
+// xfs (snapshots and clones carry their origin's UUID, and the second of
+// them would not mount on the same node without it).
+func stagingOptions(a volume.Access) []string {
+	options := slices.Clone(a.Flags)
+	if a.FSType == "xfs" && !slices.Contains(options, "nouuid") {
 		options = append(options, "nouuid")
 	}
 	options = append(options, hardeningFlags...)
-	if a.readOnly && !slices.Contains(options, "ro") {
+	if a.ReadOnly && !slices.Contains(options, "ro") {
 		options = append(options, "ro")
 	}
 	return options
@@ -310,27 +336,26 @@ func stagingOptions(a volumeAccess) []string {
 // NodeUnstageVolume implements csi.NodeServer: it unmounts the staging
 // path and removes it. Repeating it, or unstaging what was never staged,
 // succeeds.
-func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (resp *csi.NodeUnstageVolumeResponse, err error) {
-	start, id := time.Now(), req.GetVolumeId()
-	defer func() {
-		n.cfg.Metrics.ObservePhase(metrics.PhaseUnstage, n.classForMetrics(id), time.Since(start), err)
-		if err == nil {
-			n.forgetClass(id)
-			// A stage that ended after its caller gave up is not wanted
-			// any more.
-			n.staging.Forget(id)
-		}
-	}()
+func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id := req.GetVolumeId()
 	if err := n.unmountAndRemove(ctx, metrics.PhaseUnstage, id, req.GetStagingTargetPath(), "staging_target_path"); err != nil {
 		return nil, err
 	}
+	n.forgetClass(id)
+	// A stage that ended after its caller gave up is not wanted any more.
+	n.staging.Forget(id)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// unmountAndRemove is the whole of unpublish and unstage: unmount path if
-// it is mounted and remove it, under the volume's lock. A path that is not
-// there (never staged, or already cleaned up) is success.
-func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, field string) error {
+// unmountAndRemove is the whole of unpublish and unstage, timed as phase:
+// unmount path if it is mounted and remove it, under the volume's lock. A
+// path that is not there (never staged, or already cleaned up) is
+// success. The class label is the cached one: LVM is never asked.
+func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, field string) (err error) {
+	op := n.begin(phase)
+	op.SetClass(n.classForMetrics(id))
+	defer op.End(&err)
+
 	if err := nodeRequireID(id); err != nil {
 		return err
 	}
@@ -342,29 +367,18 @@ func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, fiel
 	}
 	defer n.release(id)
 
-	t := time.Now()
-	err := n.cfg.FS.Cleanup(ctx, path)
-	n.step(phase, metrics.StepUnmount, n.classForMetrics(id), t, err)
-	if err != nil {
+	if err := op.Step(metrics.StepUnmount, func() error { return n.cfg.FS.Cleanup(ctx, path) }); err != nil {
 		return status.Errorf(codes.Internal, "%s of volume %q: unmounting %s %q: %v", phase, id, field, path, err)
 	}
-	klog.InfoS("Unmounted and removed", "phase", phase, "volumeID", id, field, path)
+	klog.FromContext(ctx).Info("Unmounted and removed", "phase", phase, "volumeID", id, field, path)
 	return nil
-}
-
-// describe is used in messages about a capability.
-func (a volumeAccess) describe() string {
-	if a.block {
-		return "block"
-	}
-	return fmt.Sprintf("mount (%s)", a.fsType)
 }
 
 // mkfsOptions are the mkfs options of a volume of class: the class's
 // mkfsOptions for fsType, or the default when the class (or its file) is
 // not known here.
 func (n *NodeServer) mkfsOptions(class, fsType string) []string {
-	if n.cfg.Classes != nil && class != "" && class != unknownClassLabel {
+	if n.cfg.Classes != nil && class != "" && class != metrics.UnknownClass {
 		if c, ok := n.cfg.Classes.Class(class); ok {
 			return c.MkfsArgs(fsType)
 		}

@@ -7,13 +7,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/carve-csi/carve/pkg/volume"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // NodeGetVolumeStats implements csi.NodeServer: bytes and inodes of a
@@ -28,12 +27,11 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
-	vg, name, err := volume.ParseVolumeID(id)
+	vol, err := parseID(id)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", id, err)
+		return nil, err
 	}
-	device := "/dev/" + vg + "/" + name
-	st, err := n.mountedAt(id, device, path)
+	st, err := n.mountedAt(id, n.device(vol), path)
 	if err != nil {
 		return nil, err
 	}
@@ -98,11 +96,11 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 			}
 		}
 	}
-	vg, name, err := volume.ParseVolumeID(id)
+	vol, err := parseID(id)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: %v", id, err)
+		return nil, err
 	}
-	lv, err := n.lookup(ctx, id)
+	lv, _, err := n.lookup(ctx, vol)
 	if status.Code(err) == codes.NotFound {
 		// The LV is gone; if it is still mounted where the CO says, the
 		// volume is on this node but broken, which the CO should hear.
@@ -114,7 +112,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 				return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: id,
 					HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{{
 						Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "LogicalVolumeMissing",
-						Message: fmt.Sprintf("LV %s/%s no longer exists but %s is still mounted", vg, name, p)}}}}, nil
+						Message: fmt.Sprintf("LV %s/%s no longer exists but %s is still mounted", vol.VG, vol.LV, p)}}}}, nil
 			}
 		}
 		return nil, err
@@ -123,7 +121,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		return nil, err
 	}
 	h := volumeHealth(id, lv, nil)
-	device := lvDevicePath(lv)
+	device := volume.DeviceOf(n.cfg.DevDir, lv)
 	notMounted := func(p string) {
 		h.HealthStatuses = append(h.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
 			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "NotMounted",

@@ -197,29 +197,57 @@ func parseID(id string) (volume.ID, error) {
 // device is the device node of vol.
 func (n *NodeServer) device(vol volume.ID) string { return volume.Device(n.cfg.DevDir, vol) }
 
-// lookup finds the LV of a volume and its device class: NotFound when the
-// LV does not exist.
-func (n *NodeServer) lookup(ctx context.Context, vol volume.ID) (*lvm.LogicalVolume, string, error) {
+// errCopyPending is findLV's error for a volume whose data copy (restore
+// or clone) has not finished.
+var errCopyPending = errors.New("its data copy (restore or clone) has not finished; CreateVolume finishes it")
+
+// findLV reads the LV of a volume and its device class (which it caches
+// for metric labels). Its errors are lvm's (ErrNotFound,
+// ErrVolumeGroupNotFound, ...) and errCopyPending: CreateVolume never
+// reports such a volume made; it is refused all the same rather than
+// served as half a copy.
+func (n *NodeServer) findLV(ctx context.Context, vol volume.ID) (*lvm.LogicalVolume, string, error) {
 	lv, err := n.cfg.LVM.GetLV(ctx, vol.VG, vol.LV)
-	if errors.Is(err, lvm.ErrVolumeGroupNotFound) {
-		return nil, "", status.Errorf(codes.NotFound, "volume %q cannot be found: its volume group %s is missing on this node", vol, vol.VG)
-	}
-	if errors.Is(err, lvm.ErrNotFound) {
-		return nil, "", status.Errorf(codes.NotFound, "volume %q does not exist: no LV %s in volume group %s", vol, vol.LV, vol.VG)
-	}
 	if err != nil {
-		return nil, "", toStatus(err, fmt.Sprintf("reading the LV of volume %q", vol))
+		return nil, "", err
 	}
 	if volume.CopyPending(lv.Tags) {
-		// CreateVolume never reports such a volume made; refuse it all
-		// the same rather than serve half a copy.
-		return nil, "", status.Errorf(codes.FailedPrecondition, "volume %q: its data copy (restore or clone) has not finished; CreateVolume finishes it", vol)
+		return nil, "", errCopyPending
 	}
 	class, ok := volume.ClassFromTags(lv.Tags)
 	if !ok {
 		class = metrics.UnknownClass
 	}
 	return lv, n.rememberClass(vol.String(), class), nil
+}
+
+// lvGone tells whether an error of findLV says the volume's LV (or its
+// whole volume group) is gone.
+func lvGone(err error) bool {
+	return errors.Is(err, lvm.ErrVolumeGroupNotFound) || errors.Is(err, lvm.ErrNotFound)
+}
+
+// lookup is findLV for a call that needs the LV, its errors as statuses
+// (lookupStatus).
+func (n *NodeServer) lookup(ctx context.Context, vol volume.ID) (*lvm.LogicalVolume, string, error) {
+	lv, class, err := n.findLV(ctx, vol)
+	return lv, class, lookupStatus(vol, err)
+}
+
+// lookupStatus is the status of an error of findLV: NotFound when the LV
+// or its volume group is gone.
+func lookupStatus(vol volume.ID, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+		return status.Errorf(codes.NotFound, "volume %q cannot be found: its volume group %s is missing on this node", vol, vol.VG)
+	case errors.Is(err, lvm.ErrNotFound):
+		return status.Errorf(codes.NotFound, "volume %q does not exist: no LV %s in volume group %s", vol, vol.LV, vol.VG)
+	case errors.Is(err, errCopyPending):
+		return status.Errorf(codes.FailedPrecondition, "volume %q: %v", vol, err)
+	}
+	return toStatus(err, fmt.Sprintf("reading the LV of volume %q", vol))
 }
 
 // activeDevice returns the device node and device class of a carve

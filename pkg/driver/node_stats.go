@@ -100,25 +100,16 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	if err != nil {
 		return nil, err
 	}
-	lv, _, err := n.lookup(ctx, vol)
-	if status.Code(err) == codes.NotFound {
+	lv, _, err := n.findLV(ctx, vol)
+	if lvGone(err) {
 		// The LV is gone; if it is still mounted where the CO says, the
 		// volume is on this node but broken, which the CO should hear.
-		for _, p := range []string{publish, staging} {
-			if p == "" {
-				continue
-			}
-			if mp, _ := n.cfg.FS.MountPoint(p); mp != nil {
-				return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: id,
-					HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{{
-						Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "LogicalVolumeMissing",
-						Message: fmt.Sprintf("LV %s/%s no longer exists but %s is still mounted", vol.VG, vol.LV, p)}}}}, nil
-			}
+		if h := n.goneButMounted(vol, publish, staging); h != nil {
+			return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
 		}
-		return nil, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, lookupStatus(vol, err)
 	}
 	h := volumeHealth(id, lv, nil)
 	device := volume.DeviceOf(n.cfg.DevDir, lv)
@@ -143,4 +134,22 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		}
 	}
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
+}
+
+// goneButMounted is the health of a volume whose LV is gone while
+// something is still mounted at one of the paths the CO names ("" paths
+// are skipped); nil when nothing is.
+func (n *NodeServer) goneButMounted(vol volume.ID, paths ...string) *csi.VolumeHealth {
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if mp, _ := n.cfg.FS.MountPoint(p); mp != nil {
+			return &csi.VolumeHealth{VolumeId: vol.String(),
+				HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{{
+					Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "LogicalVolumeMissing",
+					Message: fmt.Sprintf("LV %s/%s no longer exists but %s is still mounted", vol.VG, vol.LV, p)}}}
+		}
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
 	"github.com/carve-csi/carve/pkg/metrics"
@@ -114,7 +115,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		return err
 	}
 	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
-		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
+		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting}
 	if api != nil {
@@ -127,7 +128,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		Controller: controller,
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
-			Classes: cfg, View: view, Formatting: formatting, Eraser: driver.EraseDevice{}}),
+			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if runAudit := startAudit(ctx, o, api, cfg, view, controller, mm.GetRegistry().Registerer()); runAudit != nil {

@@ -42,8 +42,8 @@ type ControllerConfig struct {
 	FSTypes []string
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
-	// Eraser zeroes new raw-block volumes; nil is EraseDevice.
-	Eraser Eraser
+	// Eraser zeroes new raw-block volumes; nil is erase.Devices.
+	Eraser erase.Eraser
 	// Copier copies the data of a restore or clone that is not a thin
 	// snapshot in the class's own pool.
 	Copier Copier
@@ -99,7 +99,7 @@ var _ csi.ControllerServer = (*ControllerServer)(nil)
 // NewControllerServer returns the Controller server of cfg.
 func NewControllerServer(cfg ControllerConfig) *ControllerServer {
 	if cfg.Eraser == nil {
-		cfg.Eraser = EraseDevice{}
+		cfg.Eraser = erase.Devices{}
 	}
 	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: volumelock.New(), isDeviceNode: isBlockDevice}
 }

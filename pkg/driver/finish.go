@@ -20,21 +20,6 @@ import (
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
-// Eraser zeroes the device at path with method m and returns how many
-// bytes it zeroed; an error wrapping fs.ErrNotExist when the device node
-// does not exist. EraseDevice is the real one.
-type Eraser interface {
-	Erase(ctx context.Context, path string, m erase.Method) (int64, error)
-}
-
-// EraseDevice is the Eraser of real devices (erase.Device).
-type EraseDevice struct{}
-
-// Erase implements Eraser.
-func (EraseDevice) Erase(ctx context.Context, path string, m erase.Method) (int64, error) {
-	return erase.Device(ctx, path, m)
-}
-
 // eraseMethodFor is how a new volume of class is erased before it is
 // handed out. Only raw-block volumes of thick classes are: a filesystem
 // never returns blocks it did not write through its files, and a thin

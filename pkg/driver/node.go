@@ -19,6 +19,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
@@ -60,8 +61,8 @@ type NodeConfig struct {
 	// again instead of failing on its remains; nil turns that off.
 	Formatting *unfinished.Marks
 	// Eraser zeroes the signature regions of such a device; nil is
-	// EraseDevice.
-	Eraser Eraser
+	// erase.Devices.
+	Eraser erase.Eraser
 }
 
 // NodeServer implements csi.NodeServer. It keeps no state of its own
@@ -98,7 +99,7 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 		klog.ErrorS(nil, "NodeConfig has no device classes or view: NodeExpandVolume cannot check a growth against the class's spare and overprovision ratio")
 	}
 	if cfg.Eraser == nil {
-		cfg.Eraser = EraseDevice{}
+		cfg.Eraser = erase.Devices{}
 	}
 	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: isBlockDevice}
 	n.staging.Keep = true

@@ -83,9 +83,9 @@ func startAudit(ctx context.Context, o *PluginOptions, api *nodeAPI, cfg *config
 	}
 	ac := audit.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: api.client, PVs: api.pvs,
 		Volumes: viewVolumes{view}, Classes: classes, Grace: o.Audit.Grace, Interval: o.Audit.Interval,
-		Busy: cs.Busy, Registerer: reg}
+		Busy: cs.Provisioner().Busy, Registerer: reg}
 	if o.Audit.RemoveOrphans {
-		ac.Remove = cs.RemoveOrphan
+		ac.Remove = cs.Provisioner().RemoveOrphan
 	}
 	rec, stop := kube.Recorder(ctx, api.client, "carve-plugin", o.NodeName)
 	ac.Events = rec

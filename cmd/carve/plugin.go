@@ -22,6 +22,7 @@ import (
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/registration"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/unfinished"
@@ -114,14 +115,14 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if err != nil {
 		return err
 	}
-	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
-		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: erase.Devices{},
+	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
+		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting}
 	if api != nil {
-		ccfg.Locator = api.pvs
+		pcfg.Locator = api.pvs
 	}
-	controller := driver.NewControllerServer(ccfg)
+	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes})
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),

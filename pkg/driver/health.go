@@ -77,7 +77,7 @@ func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *
 	resp := &csi.ControllerListVolumeHealthResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
 		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-		if (token != "" && id <= token) || !s.available(&lv) {
+		if (token != "" && id <= token) || !s.p.Available(&lv) {
 			continue
 		}
 		var pool *lvm.ThinPool

@@ -7,9 +7,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/provision"
 )
 
-// A striped LV is rounded by LVM to whole extents per stripe; volumeSize
+// A striped LV is rounded by LVM to whole extents per stripe; VolumeSize
 // must size it the same way, so that a request never gets a volume larger
 // than its limit_bytes.
 func TestVolumeSizeStripedClassNeverExceedsLimit(t *testing.T) {
@@ -46,7 +47,8 @@ func TestVolumeSizeStripedClassNeverExceedsLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := volumeSize(tt.r, tt.opts.SizeUnit(ext), tt.fsType)
+			got, err := provision.VolumeSize(provision.Range{Required: tt.r.GetRequiredBytes(), Limit: tt.r.GetLimitBytes()}, tt.opts.SizeUnit(ext), tt.fsType)
+			err = toStatus(err, "")
 			if tt.code != codes.OK {
 				wantCode(t, err, tt.code, tt.message...)
 				return

@@ -132,7 +132,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
-	if runAudit := startAudit(ctx, o, api, cfg, view, controller, mm.GetRegistry().Registerer()); runAudit != nil {
+	if runAudit := startAudit(ctx, o, api, cfg, view, controller.Provisioner(), mm.GetRegistry().Registerer()); runAudit != nil {
 		after = append(after, runAudit)
 	}
 	err = serve(ctx, &o.CommonOptions, services, mm, ready, after,

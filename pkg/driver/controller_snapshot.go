@@ -19,16 +19,10 @@ import (
 	"github.com/carve-csi/carve/topology"
 )
 
-// A snapshot is an LV beside its volume, in the same volume group: a thin
-// snapshot (lvcreate --snapshot of a thin LV, in the same pool) for a thin
-// class, a copy-on-write snapshot for a thick one. Its identity is in its
-// name and tags alone (pkg/volume), so no state outside LVM is kept. A thin
-// snapshot keeps LVM's activation-skip flag: it takes no device until a
-// restore needs it.
-
-// CreateSnapshot implements csi.ControllerServer. It is idempotent by
-// snapshot name: the same name and source is the same snapshot, the same
-// name with another source is AlreadyExists.
+// CreateSnapshot implements csi.ControllerServer (see
+// provision.Provisioner.Snapshot). It is idempotent by snapshot name: the
+// same name and source is the same snapshot, the same name with another
+// source is AlreadyExists.
 func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (resp *csi.CreateSnapshotResponse, err error) {
 	start := time.Now()
 	classLabel := unknownClassLabel

@@ -18,7 +18,7 @@ func TestErrorKinds(t *testing.T) {
 	if got, want := busy.Error(), `volume "pvc-1": `+lvm.ErrInUse.Error(); got != want {
 		t.Errorf("message %q, want %q", got, want)
 	}
-	if got := wrap(busy, "creating"); got != busy {
+	if got := wrap(busy, "creating"); got.Error() != busy.Error() || !errors.Is(got, ErrBusy) {
 		t.Errorf("wrap(*Error) = %v, want it unchanged", got)
 	}
 	w := wrap(lvm.ErrNotFound, "looking up vg1/lv")

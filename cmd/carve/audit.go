@@ -9,11 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/audit"
 	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/kube"
 	"github.com/carve-csi/carve/pkg/pvindex"
+	"github.com/carve-csi/carve/pkg/reconcile"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
@@ -24,17 +23,17 @@ type viewVolumes struct{ view *state.View }
 
 func (v viewVolumes) Readable(vg string) bool { return v.view.Readable(vg) }
 
-func (v viewVolumes) Volumes() []audit.LV {
+func (v viewVolumes) Volumes() []reconcile.LV {
 	lvs := v.view.Volumes()
-	out := make([]audit.LV, 0, len(lvs))
+	out := make([]reconcile.LV, 0, len(lvs))
 	for _, lv := range lvs {
 		out = append(out, auditLV(lv))
 	}
 	return out
 }
 
-func auditLV(lv lvm.LogicalVolume) audit.LV {
-	a := audit.LV{VolumeGroup: lv.VolumeGroup, Name: lv.Name, Size: lv.Size}
+func auditLV(lv lvm.LogicalVolume) reconcile.LV {
+	a := reconcile.LV{VolumeGroup: lv.VolumeGroup, Name: lv.Name, Size: lv.Size}
 	a.Class, _ = volume.ClassFromTags(lv.Tags)
 	if name, whole, ok := volume.VolumeNameFromTags(lv.Tags); ok && whole {
 		a.VolumeName = name
@@ -73,23 +72,20 @@ func startNodeAPI(o *PluginOptions) (*nodeAPI, error) {
 // startAudit builds the node's audit over api's PV cache; what it returns
 // runs the cache and the audit until ctx ends (nil without api).
 func startAudit(ctx context.Context, o *PluginOptions, api *nodeAPI, cfg *config.Config, view *state.View,
-	cs *driver.ControllerServer, reg prometheus.Registerer) func(context.Context) error {
+	orphans reconcile.Orphans, reg prometheus.Registerer) func(context.Context) error {
 	if api == nil {
 		return nil
 	}
-	classes := make([]audit.Class, 0, len(cfg.DeviceClasses))
+	classes := make([]reconcile.Class, 0, len(cfg.DeviceClasses))
 	for _, d := range cfg.DeviceClasses {
-		classes = append(classes, audit.Class{Name: d.Name, VolumeGroup: d.VolumeGroup})
+		classes = append(classes, reconcile.Class{Name: d.Name, VolumeGroup: d.VolumeGroup})
 	}
-	ac := audit.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: api.client, PVs: api.pvs,
+	ac := reconcile.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: api.client, PVs: api.pvs,
 		Volumes: viewVolumes{view}, Classes: classes, Grace: o.Audit.Grace, Interval: o.Audit.Interval,
-		Busy: cs.Busy, Registerer: reg}
-	if o.Audit.RemoveOrphans {
-		ac.Remove = cs.RemoveOrphan
-	}
+		Orphans: orphans, RemoveOrphans: o.Audit.RemoveOrphans, Registerer: reg}
 	rec, stop := kube.Recorder(ctx, api.client, "carve-plugin", o.NodeName)
 	ac.Events = rec
-	a := audit.New(ac)
+	a := reconcile.New(ac)
 	return func(ctx context.Context) error {
 		defer stop()
 		ctx, cancel := context.WithCancel(ctx)

@@ -18,9 +18,11 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/registration"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/unfinished"
@@ -113,24 +115,24 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if err != nil {
 		return err
 	}
-	ccfg := driver.ControllerConfig{NodeName: o.NodeName, Classes: cfg,
-		LVM: lvmClient, View: view, FSTypes: fsTypes, Metrics: rec, Eraser: driver.EraseDevice{},
+	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
+		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting}
 	if api != nil {
-		ccfg.Locator = api.pvs
+		pcfg.Locator = api.pvs
 	}
-	controller := driver.NewControllerServer(ccfg)
+	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes})
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),
 		Controller: controller,
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
-			Classes: cfg, View: view, Formatting: formatting, Eraser: driver.EraseDevice{}}),
+			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
-	if runAudit := startAudit(ctx, o, api, cfg, view, controller, mm.GetRegistry().Registerer()); runAudit != nil {
+	if runAudit := startAudit(ctx, o, api, cfg, view, controller.Provisioner(), mm.GetRegistry().Registerer()); runAudit != nil {
 		after = append(after, runAudit)
 	}
 	err = serve(ctx, &o.CommonOptions, services, mm, ready, after,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/volume"
 )
@@ -36,7 +36,7 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		}
 	}
 	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
-	if status.Code(err) == codes.ResourceExhausted || (err != nil && len(req.GetParameters()) == 0) {
+	if errors.Is(err, provision.ErrElsewhere) || (err != nil && len(req.GetParameters()) == 0) {
 		// A class this node lacks (or no default class): nothing here.
 		return none, nil
 	}
@@ -73,7 +73,7 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	resp := &csi.ListVolumesResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
 		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-		if (token != "" && id <= token) || !s.available(&lv) {
+		if (token != "" && id <= token) || !s.p.Available(&lv) {
 			continue
 		}
 		if limit := int(req.GetMaxEntries()); limit > 0 && len(resp.Entries) == limit {
@@ -86,18 +86,6 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 		})
 	}
 	return resp, nil
-}
-
-// available tells whether an LV is a volume that CreateVolume has handed
-// out: not half-made (unfinished: a crash between lvcreate and its wipe or
-// erasure) and not a restore or clone whose copy is under way
-// (volume.TagCopyPending). The CSI spec has ListVolumes list "all
-// available volumes"; these two are not, no CreateVolume has answered
-// with them, and the retry of that CreateVolume finishes or remakes them.
-// A mark that cannot be read counts as unfinished.
-func (s *ControllerServer) available(lv *lvm.LogicalVolume) bool {
-	half, err := s.unfinished(lv)
-	return err == nil && !half && !slices.Contains(lv.Tags, volume.TagCopyPending)
 }
 
 // checkPage checks the paging fields of ListVolumes and

@@ -15,6 +15,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/blockcopy"
 	"github.com/carve-csi/carve/pkg/dmsnapshot"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -579,7 +580,7 @@ func TestCloneSourceOnAnotherNode(t *testing.T) {
 	tests := []struct {
 		name    string
 		source  string
-		locator Locator
+		locator provision.Locator
 		code    codes.Code
 		msg     []string
 	}{
@@ -658,9 +659,10 @@ func TestThickRestoreReads(t *testing.T) {
 			fx := newControllerFixture(t)
 			dm := &fakeSnapshots{lvm: fx.lvm}
 			if tt.kernel {
-				fx.cs.cfg.Snapshots = dm
+				fx.snapshots = dm
 			}
-			fx.cs.isDeviceNode = func(string) bool { return true }
+			fx.isDeviceNode = func(string) bool { return true }
+			fx.restart(t)
 			vol := fx.mustVolume(t, "pvc-1", gib, nil)
 			snap := fx.mustSnapshot(t, "snap-1", vol)
 			if tt.full {

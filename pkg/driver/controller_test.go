@@ -16,9 +16,11 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
 )
 
@@ -50,7 +52,15 @@ type controllerFixture struct {
 	view   *state.View
 	cs     *ControllerServer
 	// locator, when set before restart, is the controller's Locator.
-	locator Locator
+	locator provision.Locator
+	// snapshots, when set before restart, is the controller's
+	// SnapshotReader.
+	snapshots provision.SnapshotReader
+	// isDeviceNode, when set before restart, replaces the check for a
+	// device node.
+	isDeviceNode func(string) bool
+	// locks are the controller's per-volume locks; they outlive restarts.
+	locks *volumelock.Locks
 	// marks outlive restarts, as the plugin's state directory does.
 	marks *unfinished.Marks
 }
@@ -96,8 +106,12 @@ func (fx *controllerFixture) restart(t *testing.T) {
 	if fx.marks == nil {
 		fx.marks = openMarks(t)
 	}
-	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
-		View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: fx.eraser, Copier: fx.copier, Locator: fx.locator, Marks: fx.marks})
+	if fx.locks == nil {
+		fx.locks = volumelock.New()
+	}
+	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
+		View: fx.view, Eraser: fx.eraser, Copier: fx.copier, Locator: fx.locator, Marks: fx.marks,
+		Snapshots: fx.snapshots, IsDeviceNode: fx.isDeviceNode, Locks: fx.locks}, FSTypes: []string{"ext4", "xfs"}})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
@@ -202,7 +216,7 @@ func TestCreateVolume(t *testing.T) {
 			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib, LimitBytes: 6 * mib}
 		}, code: codes.OutOfRange, msg: []string{"8388608", "limit_bytes 6291456"}},
 		{name: "rounded up to extents", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib} }, code: codes.OK, wantSize: 8 * mib, wantVG: "vg1"},
-		{name: "no capacity range", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = nil }, code: codes.OK, wantSize: DefaultVolumeSize, wantVG: "vg1"},
+		{name: "no capacity range", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = nil }, code: codes.OK, wantSize: provision.DefaultVolumeSize, wantVG: "vg1"},
 		{name: "only a small limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: 100*mib + 1} }, code: codes.OK, wantSize: 100 * mib, wantVG: "vg1"},
 		{name: "limit below one extent", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: mib} }, code: codes.OutOfRange, msg: []string{"smaller than one extent"}},
 		{name: "exactly what is left after the spare", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 5 * gib }, code: codes.OK, wantSize: 5 * gib, wantVG: "vg1"},
@@ -431,14 +445,14 @@ func TestCreateVolumeLVMErrors(t *testing.T) {
 
 func TestCreateVolumeBusy(t *testing.T) {
 	fx := newControllerFixture(t)
-	if !fx.cs.locks.TryAcquire(volume.LVNameFor("pvc-1")) {
+	if !fx.locks.TryAcquire(volume.LVNameFor("pvc-1")) {
 		t.Fatal("lock taken")
 	}
 	_, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil))
 	wantCode(t, err, codes.Aborted, "in progress")
 	_, err = fx.cs.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: volume.VolumeID("vg1", volume.LVNameFor("pvc-1"))})
 	wantCode(t, err, codes.Aborted)
-	fx.cs.locks.Release(volume.LVNameFor("pvc-1"))
+	fx.locks.Release(volume.LVNameFor("pvc-1"))
 	if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil)); err != nil {
 		t.Fatalf("after release: %v", err)
 	}

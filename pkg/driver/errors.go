@@ -3,19 +3,33 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/state"
 )
 
-// toStatus maps an error from the lvm package (or the state view) to a gRPC
-// status; it is the one place where domain errors become codes. what says
-// what was being done, for the message. An error that already is a status
-// is returned unchanged.
+// kindCodes are the gRPC codes of provision's error kinds.
+var kindCodes = map[error]codes.Code{
+	provision.ErrBusy:        codes.Aborted,
+	provision.ErrMismatch:    codes.AlreadyExists,
+	provision.ErrNotFound:    codes.NotFound,
+	provision.ErrElsewhere:   codes.ResourceExhausted,
+	provision.ErrNoRoom:      codes.ResourceExhausted,
+	provision.ErrUnavailable: codes.Unavailable,
+	provision.ErrRefused:     codes.FailedPrecondition,
+	provision.ErrOutOfRange:  codes.OutOfRange,
+	provision.ErrInvalid:     codes.InvalidArgument,
+	provision.ErrInternal:    codes.Internal,
+}
+
+// toStatus maps an error from pkg/provision, the lvm package or the state
+// view to a gRPC status; it is the one place where domain errors become
+// codes. what, when not empty, says what was being done, for the message.
+// An error that already is a status is returned unchanged.
 func toStatus(err error, what string) error {
 	if err == nil {
 		return nil
@@ -23,27 +37,41 @@ func toStatus(err error, what string) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	msg := fmt.Sprintf("%s: %v", what, err)
+	msg := err.Error()
+	if what != "" {
+		msg = what + ": " + msg
+	}
+	return status.Error(codeOf(err), msg)
+}
+
+// codeOf is the gRPC code of a domain error.
+func codeOf(err error) codes.Code {
+	if pe := (*provision.Error)(nil); errors.As(err, &pe) {
+		if c, ok := kindCodes[pe.Kind]; ok {
+			return c
+		}
+		return codes.Internal
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, msg)
+		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, msg)
+		return codes.Canceled
 	case errors.Is(err, lvm.ErrInsufficientSpace), errors.Is(err, state.ErrClassUnavailable), errors.Is(err, state.ErrNoRoom):
 		// RESOURCE_EXHAUSTED makes external-provisioner pick another node,
 		// and the kubelet retry an expansion later.
-		return status.Error(codes.ResourceExhausted, msg)
+		return codes.ResourceExhausted
 	case errors.Is(err, state.ErrBeyondClass):
 		// No retry can succeed: the capacity range must change.
-		return status.Error(codes.OutOfRange, msg)
+		return codes.OutOfRange
 	case errors.Is(err, lvm.ErrNotFound):
-		return status.Error(codes.NotFound, msg)
+		return codes.NotFound
 	case errors.Is(err, lvm.ErrAlreadyExists):
-		return status.Error(codes.AlreadyExists, msg)
+		return codes.AlreadyExists
 	case errors.Is(err, lvm.ErrInUse):
-		return status.Error(codes.FailedPrecondition, msg)
+		return codes.FailedPrecondition
 	case errors.Is(err, lvm.ErrInvalidArgument):
-		return status.Error(codes.InvalidArgument, msg)
+		return codes.InvalidArgument
 	}
-	return status.Error(codes.Internal, msg)
+	return codes.Internal
 }

@@ -56,13 +56,18 @@ func (s *ControllerServer) ControllerGetVolumeHealth(ctx context.Context, req *c
 	if err != nil {
 		return nil, err
 	}
-	var pool *lvm.ThinPool
-	if lv.Pool != "" {
-		if p, ok := s.cfg.View.Pool(lv.VolumeGroup, lv.Pool); ok {
-			pool = &p
-		}
+	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: volumeHealth(req.GetVolumeId(), lv, s.poolOf(lv))}, nil
+}
+
+// poolOf is the thin pool of a thin LV, from the view; nil otherwise.
+func (s *ControllerServer) poolOf(lv *lvm.LogicalVolume) *lvm.ThinPool {
+	if lv.Pool == "" {
+		return nil
 	}
-	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: volumeHealth(req.GetVolumeId(), lv, pool)}, nil
+	if p, ok := s.cfg.View.Pool(lv.VolumeGroup, lv.Pool); ok {
+		return &p
+	}
+	return nil
 }
 
 // ControllerListVolumeHealth implements csi.ControllerServer: the volumes
@@ -77,16 +82,10 @@ func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *
 	resp := &csi.ControllerListVolumeHealthResponse{}
 	for _, lv := range s.cfg.View.Volumes() {
 		id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-		if (token != "" && id <= token) || !s.available(&lv) {
+		if (token != "" && id <= token) || !s.p.Available(&lv) {
 			continue
 		}
-		var pool *lvm.ThinPool
-		if lv.Pool != "" {
-			if p, ok := s.cfg.View.Pool(lv.VolumeGroup, lv.Pool); ok {
-				pool = &p
-			}
-		}
-		h := volumeHealth(id, &lv, pool)
+		h := volumeHealth(id, &lv, s.poolOf(&lv))
 		if len(h.HealthStatuses) == 0 {
 			continue
 		}

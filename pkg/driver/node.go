@@ -17,6 +17,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/jobs"
 	"github.com/carve-csi/carve/pkg/metrics"
@@ -59,8 +60,8 @@ type NodeConfig struct {
 	// again instead of failing on its remains; nil turns that off.
 	Formatting *unfinished.Marks
 	// Eraser zeroes the signature regions of such a device; nil is
-	// EraseDevice.
-	Eraser Eraser
+	// erase.Devices.
+	Eraser erase.Eraser
 	// DevDir is the directory LVM makes device nodes under; empty is
 	// volume.DevDir of the plugin's environment ($DM_DEV_DIR or /dev, as
 	// the lvm client reads it), read once by NewNodeServer.
@@ -101,7 +102,7 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 		klog.ErrorS(nil, "NodeConfig has no device classes or view: NodeExpandVolume cannot check a growth against the class's spare and overprovision ratio")
 	}
 	if cfg.Eraser == nil {
-		cfg.Eraser = EraseDevice{}
+		cfg.Eraser = erase.Devices{}
 	}
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())

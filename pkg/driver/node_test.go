@@ -22,6 +22,7 @@ import (
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/fs/fstest"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -84,8 +85,8 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 		t.Fatal(err)
 	}
 	fx.formatting = openMarks(t)
-	fx.cs = NewControllerServer(ControllerConfig{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, FSTypes: []string{"ext4", "xfs"}, Eraser: &fakeEraser{},
-		Marks: openMarks(t), Formatting: fx.formatting})
+	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, Eraser: &fakeEraser{},
+		Marks: openMarks(t), Formatting: fx.formatting}, FSTypes: []string{"ext4", "xfs"}})
 	fx.ns = NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
 		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg),
 		Classes: cfg, View: fx.view, Formatting: fx.formatting, Eraser: signatureWiper{fx}})

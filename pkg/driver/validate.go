@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -26,10 +26,6 @@ const paramPassThroughPrefix = "csi.storage.k8s.io/" //nolint:gosec // G101: a p
 
 // DefaultFSType is the filesystem of a mount volume that names none.
 const DefaultFSType = "ext4"
-
-// DefaultVolumeSize is the size of a volume whose request names none
-// (required_bytes and limit_bytes both 0).
-const DefaultVolumeSize = 1 << 30
 
 var classNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
@@ -111,8 +107,9 @@ func checkCreateCapability(c *csi.VolumeCapability, fsTypes []string) error {
 
 // classFromParameters picks the device class named by parameters.
 // Unknown keys are InvalidArgument; a well-formed class name that this node
-// has no class for is ResourceExhausted (the scheduler should try a node
-// that has it, and this node reports no capacity for it).
+// has no class for is provision.ErrElsewhere, answered ResourceExhausted
+// (the scheduler should try a node that has it, and this node reports no
+// capacity for it).
 func classFromParameters(params map[string]string, cfg *config.Config, node string) (*config.DeviceClass, error) {
 	name := ""
 	for k, v := range params {
@@ -132,64 +129,7 @@ func classFromParameters(params map[string]string, cfg *config.Config, node stri
 		if name == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "parameters: %s is not set and node %s has no default device class; its classes: %s", ParamDeviceClass, node, strings.Join(cfg.Names(), ", "))
 		}
-		return nil, status.Errorf(codes.ResourceExhausted, "parameters: device class %q is not configured on node %s; its classes: %s", name, node, strings.Join(cfg.Names(), ", "))
+		return nil, provision.Errorf(provision.ErrElsewhere, "parameters: device class %q is not configured on node %s; its classes: %s", name, node, strings.Join(cfg.Names(), ", "))
 	}
 	return d, nil
-}
-
-// minFilesystemSize is the smallest device a filesystem can be made on:
-// mkfs.xfs (xfsprogs 5.19 and later, the image's 6.1) refuses anything
-// under 300 MiB, which would fail every NodeStage of a smaller volume.
-var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
-
-// volumeSize resolves a capacity range to a size in whole units, unit being
-// the step LVM rounds the class's LVs to (lvm.LVOptions.SizeUnit: an extent,
-// or an extent per stripe): required_bytes rounded up, and up to the
-// smallest size fsType can be made on ("" for a block volume); 0 means
-// DefaultVolumeSize (or limit_bytes, when smaller); OutOfRange when the size
-// exceeds limit_bytes. The size is the one LVM will make, so a volume is
-// never larger than limit_bytes.
-func volumeSize(r *csi.CapacityRange, unit uint64, fsType string) (uint64, error) {
-	req, lim := r.GetRequiredBytes(), r.GetLimitBytes()
-	switch {
-	case req < 0:
-		return 0, status.Errorf(codes.InvalidArgument, "capacity_range: required_bytes %d is negative", req)
-	case lim < 0:
-		return 0, status.Errorf(codes.InvalidArgument, "capacity_range: limit_bytes %d is negative", lim)
-	case lim > 0 && req > lim:
-		return 0, status.Errorf(codes.InvalidArgument, "capacity_range: required_bytes %d exceeds limit_bytes %d", req, lim)
-	}
-	size := uint64(req)
-	if size == 0 {
-		size = DefaultVolumeSize
-		if lim > 0 && uint64(lim) < size {
-			// The largest whole number of units within the limit.
-			size = uint64(lim) / unit * unit
-			if size == 0 {
-				return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is smaller than one extent (%d bytes, an extent per stripe for a striped class)", lim, unit)
-			}
-		}
-	}
-	if floor := minFilesystemSize[fsType]; size < floor {
-		if lim > 0 && uint64(lim) < floor {
-			return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is below the %d bytes a %s filesystem needs", lim, floor, fsType)
-		}
-		size = floor
-	}
-	size = state.RoundUp(size, unit)
-	if lim > 0 && size > uint64(lim) {
-		return 0, status.Errorf(codes.OutOfRange, "capacity_range: %d bytes rounded up to whole extents (a multiple of %d bytes, an extent per stripe for a striped class) is %d, above limit_bytes %d", req, unit, size, lim)
-	}
-	return size, nil
-}
-
-// sizeFits tells whether an existing volume of size bytes satisfies r.
-func sizeFits(size uint64, r *csi.CapacityRange) bool {
-	if req := r.GetRequiredBytes(); req > 0 && size < uint64(req) {
-		return false
-	}
-	if lim := r.GetLimitBytes(); lim > 0 && size > uint64(lim) {
-		return false
-	}
-	return true
 }

@@ -226,3 +226,18 @@ func IsMethod(s string) bool {
 	}
 	return false
 }
+
+// Eraser zeroes the device at path with method m and returns how many
+// bytes it zeroed; an error wrapping fs.ErrNotExist when the device node
+// does not exist. Devices is the real one; tests fake it.
+type Eraser interface {
+	Erase(ctx context.Context, path string, m Method) (int64, error)
+}
+
+// Devices is the Eraser of real devices (Device).
+type Devices struct{}
+
+// Erase implements Eraser.
+func (Devices) Erase(ctx context.Context, path string, m Method) (int64, error) {
+	return Device(ctx, path, m)
+}

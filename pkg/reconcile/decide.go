@@ -1,11 +1,11 @@
-// Package audit is the node's half of carve's cluster-wide duties: it
+// Package reconcile is the node's half of carve's cluster-wide duties: it
 // compares this node's carve LVs with the PersistentVolumes of carve's
 // driver and finds LVs no PV points at (orphans: a claim deleted while its
 // volume was being made, a PV deleted by hand) and PVs pinned to this node
 // whose LV is gone (missing data: a disk replaced, a volume group made
 // anew). It reports both (metrics, Events, log lines) and removes an orphan
 // only when asked to and only after a grace period.
-package audit
+package reconcile
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package audit
+package reconcile
 
 import (
 	"context"
@@ -28,6 +28,15 @@ type fakeVolumes struct{ lvs []LV }
 
 func (f *fakeVolumes) Volumes() []LV           { return f.lvs }
 func (f *fakeVolumes) Readable(vg string) bool { return vg == "vg1" }
+
+// fakeOrphans removes with itself; no LV is busy.
+type fakeOrphans func(ctx context.Context, vg, name string) error
+
+func (fakeOrphans) Busy(string) bool { return false }
+
+func (f fakeOrphans) RemoveOrphan(ctx context.Context, vg, name string) error {
+	return f(ctx, vg, name)
+}
 
 func kubePV(name, driver, handle, onNode string) *corev1.PersistentVolume {
 	return &corev1.PersistentVolume{
@@ -77,15 +86,14 @@ func TestPass(t *testing.T) {
 	removeErr := map[string]error{"carve-reused": errors.New("lvremove failed")}
 	a := New(Config{Node: node, Driver: testDriver, TopologyKey: testKey, Client: client, Volumes: vols,
 		Classes: []Class{{"fast", "vg1"}, {"slow", "vg1"}}, Grace: grace, Interval: time.Second,
-		Busy:       func(string) bool { return false },
-		Registerer: reg, Events: events,
-		Remove: func(_ context.Context, vg, name string) error {
+		Registerer: reg, Events: events, RemoveOrphans: true,
+		Orphans: fakeOrphans(func(_ context.Context, vg, name string) error {
 			if err := removeErr[name]; err != nil {
 				return err
 			}
 			removed = append(removed, vg+"/"+name)
 			return nil
-		}})
+		})})
 	pvs := pvsThroughCache(t, a,
 		kubePV("pv-bound", testDriver, "vg1/carve-bound", node),
 		kubePV("pv-lost", testDriver, "vg1/carve-lost", node),

@@ -1,4 +1,4 @@
-package driver
+package provision
 
 import (
 	"context"
@@ -8,9 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/lvm"
@@ -20,36 +17,17 @@ import (
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
-// Eraser zeroes the device at path with method m and returns how many
-// bytes it zeroed; an error wrapping fs.ErrNotExist when the device node
-// does not exist. EraseDevice is the real one.
-type Eraser interface {
-	Erase(ctx context.Context, path string, m erase.Method) (int64, error)
-}
-
-// EraseDevice is the Eraser of real devices (erase.Device).
-type EraseDevice struct{}
-
-// Erase implements Eraser.
-func (EraseDevice) Erase(ctx context.Context, path string, m erase.Method) (int64, error) {
-	return erase.Device(ctx, path, m)
-}
-
-// eraseMethodFor is how a new volume of class is erased before it is
-// handed out. Only raw-block volumes of thick classes are: a filesystem
-// never returns blocks it did not write through its files, and a thin
-// volume reads zeros where it was never written when its pool zeroes new
-// blocks (see the pool check at start-up).
-func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) erase.Method {
-	if class.Thin() {
+// EraseMethodFor is how a new volume of class is erased before it is
+// handed out (block: it is used as a raw block device). Only raw-block
+// volumes of thick classes are: a filesystem never returns blocks it did
+// not write through its files, and a thin volume reads zeros where it was
+// never written when its pool zeroes new blocks (see the pool check at
+// start-up).
+func EraseMethodFor(class *config.DeviceClass, block bool) erase.Method {
+	if class.Thin() || !block {
 		return erase.None
 	}
-	for _, c := range caps {
-		if c.GetBlock() != nil {
-			return class.EraseMethod()
-		}
-	}
-	return erase.None
+	return class.EraseMethod()
 }
 
 // clearsSignatures tells whether a new volume gets its signature regions
@@ -57,16 +35,8 @@ func eraseMethodFor(class *config.DeviceClass, caps []*csi.VolumeCapability) era
 // volume is never staged with a signature check, a thin one reads zeros
 // where it was never written, and a restored or cloned one holds its
 // source's data.
-func clearsSignatures(class *config.DeviceClass, req *csi.CreateVolumeRequest) bool {
-	if class.Thin() || req.GetVolumeContentSource() != nil {
-		return false
-	}
-	for _, c := range req.GetVolumeCapabilities() {
-		if c.GetBlock() != nil {
-			return false
-		}
-	}
-	return true
+func clearsSignatures(r *Request) bool {
+	return !r.Class.Thin() && r.Source == nil && !r.Block
 }
 
 // finish makes a new LV ready to hand out: it zeroes it when method asks
@@ -74,7 +44,7 @@ func clearsSignatures(class *config.DeviceClass, req *csi.CreateVolumeRequest) b
 // marked it with). An LV that is not unfinished is returned as it is.
 // The work runs detached from ctx, so that a CreateVolume whose
 // deadline passes does not throw away an erasure half done: that call gets
-// Aborted (csi-provisioner retries and keeps the node), and the retry
+// ErrBusy (csi-provisioner retries and keeps the node), and the retry
 // waits for the same work.
 //
 // made says the LV was made by this call's lvcreate, so LVM need not be
@@ -86,43 +56,43 @@ func clearsSignatures(class *config.DeviceClass, req *csi.CreateVolumeRequest) b
 // saves a process at stage, so a device it cannot zero (no device node,
 // as with activation disabled) is left as lvcreate made it, and NodeStage
 // asks blkid.
-func (s *ControllerServer) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
-	if half, err := s.unfinished(lv); err != nil || !half {
+func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
+	if half, err := p.unfinished(lv); err != nil || !half {
 		return lv, err
 	}
 	work := *lv
-	j, _ := s.finishing.Start(ctx, lv.Name, "", func(jobCtx context.Context) (*lvm.LogicalVolume, error) {
-		return s.finishLV(jobCtx, &work, made, class, method, clearSignatures)
+	j, _ := p.finishing.Start(ctx, lv.Name, "", func(jobCtx context.Context) (*lvm.LogicalVolume, error) {
+		return p.finishLV(jobCtx, &work, made, class, method, clearSignatures)
 	})
 	if !j.Wait(ctx) {
-		return nil, status.Errorf(codes.Aborted, "volume %s is still being prepared (erase method %s, %d bytes); retry later: %v",
+		return nil, errorf(ErrBusy, "volume %s is still being prepared (erase method %s, %d bytes); retry later: %v",
 			volume.VolumeID(lv.VolumeGroup, lv.Name), method, lv.Size, ctx.Err())
 	}
 	done, err := j.Result()
 	if err != nil {
-		return nil, toStatus(err, "finishing volume "+volume.VolumeID(lv.VolumeGroup, lv.Name))
+		return nil, wrap(err, "finishing volume "+volume.VolumeID(lv.VolumeGroup, lv.Name))
 	}
 	return done, nil
 }
 
 // finishLV is the work of finish.
-func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {
 		// LVM and the marks, not the view, say whether the LV is still
 		// unfinished: a view read before an earlier finishing ended still
 		// shows the old tag, and zeroing a volume already handed out would
 		// destroy its data.
-		cur, err := s.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+		cur, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s/%s before finishing it: %w", lv.VolumeGroup, lv.Name, err)
 		}
-		half, err := s.unfinished(cur)
+		half, err := p.unfinished(cur)
 		if err != nil {
 			return nil, err
 		}
 		if !half {
-			s.cfg.View.Created(*cur)
+			p.cfg.View.Created(*cur)
 			return cur, nil
 		}
 		if cur.Path == "" {
@@ -132,16 +102,16 @@ func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, 
 	}
 	if method != erase.None {
 		start := time.Now()
-		n, err := s.cfg.Eraser.Erase(ctx, lv.Path, method)
+		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, method)
 		if errors.Is(err, fs.ErrNotExist) {
 			// No device node: the LV is inactive (lvm.conf's activation
 			// settings, or a reboot since lvcreate).
 			var act *lvm.LogicalVolume
-			if act, err = s.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name); err == nil {
-				n, err = s.cfg.Eraser.Erase(ctx, act.Path, method)
+			if act, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name); err == nil {
+				n, err = p.cfg.Eraser.Erase(ctx, act.Path, method)
 			}
 		}
-		s.cfg.Metrics.ObserveStep(metrics.PhaseCreate, metrics.StepErase, class.Name, time.Since(start), err)
+		p.cfg.Metrics.ObserveStep(metrics.PhaseCreate, metrics.StepErase, class.Name, time.Since(start), err)
 		if err != nil {
 			log.Error(err, "Erasing a new volume failed; the next CreateVolume of it tries again")
 			return nil, fmt.Errorf("erasing %s/%s: %w", lv.VolumeGroup, lv.Name, err)
@@ -150,7 +120,7 @@ func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, 
 	}
 	if method == erase.None && clearSignatures {
 		start := time.Now()
-		n, err := s.cfg.Eraser.Erase(ctx, lv.Path, erase.Signatures)
+		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Signatures)
 		if err != nil {
 			log.Info("Could not zero the signature regions of a new volume; NodeStage will ask blkid", "err", err)
 		} else {
@@ -158,14 +128,14 @@ func (s *ControllerServer) finishLV(ctx context.Context, lv *lvm.LogicalVolume, 
 		}
 	}
 	if volume.IsUnfinished(lv.Tags) {
-		if err := s.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {
+		if err := p.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {
 			return nil, fmt.Errorf("marking %s/%s finished: %w", lv.VolumeGroup, lv.Name, err)
 		}
 		lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return t == volume.TagUnfinished })
 	}
-	if err := s.cfg.Marks.Clear(lv.VolumeGroup, lv.Name); err != nil {
+	if err := p.cfg.Marks.Clear(lv.VolumeGroup, lv.Name); err != nil {
 		return nil, err
 	}
-	s.cfg.View.Created(*lv)
+	p.cfg.View.Created(*lv)
 	return lv, nil
 }

@@ -1,4 +1,4 @@
-package audit
+package reconcile
 
 import (
 	"time"

@@ -1,4 +1,4 @@
-package audit
+package reconcile
 
 import (
 	"context"
@@ -53,15 +53,24 @@ type Config struct {
 	// Grace is how long an LV must lack a PV (a PV its LV) before it is
 	// reported; Interval how often the audit runs.
 	Grace, Interval time.Duration
-	// Busy tells whether an operation on an LV name is in flight.
-	Busy func(lvName string) bool
-	// Remove removes an orphaned LV under carve's per-volume lock; nil
-	// (the default, without --remove-orphans) only reports.
-	Remove func(ctx context.Context, vg, name string) error
+	// Orphans tells which LVs are busy and removes orphans
+	// (*provision.Provisioner); nil counts no LV busy and removes none.
+	Orphans Orphans
+	// RemoveOrphans removes an orphan once reported; false (the default,
+	// without --remove-orphans) only reports.
+	RemoveOrphans bool
 	// Registerer takes the audit's metrics.
 	Registerer prometheus.Registerer
 	// Events records the Events.
 	Events record.EventRecorder
+}
+
+// Orphans is what the audit needs of carve's volume lifecycle.
+type Orphans interface {
+	// Busy tells whether an operation on an LV name is in flight.
+	Busy(lvName string) bool
+	// RemoveOrphan removes an orphaned LV under carve's per-volume lock.
+	RemoveOrphan(ctx context.Context, vg, name string) error
 }
 
 // Auditor runs the audit loop.
@@ -98,7 +107,7 @@ func (a *Auditor) Run(ctx context.Context) error {
 	if !a.cfg.PVs.WaitForSync(ctx) {
 		return nil // ctx ended
 	}
-	log.Info("Auditing carve's LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval, "removeOrphans", a.cfg.Remove != nil)
+	log.Info("Auditing carve's LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval, "removeOrphans", a.removes())
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -141,7 +150,7 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	log := klog.FromContext(ctx)
 	orphans, missing := a.decider.Decide(Input{Now: now, LVs: a.cfg.Volumes.Volumes(), PVs: pvs, Node: a.cfg.Node,
-		Readable: a.cfg.Volumes.Readable, Busy: a.cfg.Busy})
+		Readable: a.cfg.Volumes.Readable, Busy: a.busy()})
 	var errs []error
 	kept := orphans[:0]
 	for _, o := range orphans {
@@ -167,7 +176,7 @@ func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	for _, x := range missing {
 		a.announceMissing(log, x)
 	}
-	if a.cfg.Remove != nil {
+	if a.removes() {
 		var left []Orphan
 		for _, o := range orphans {
 			if err := a.remove(ctx, o); err != nil {
@@ -261,10 +270,21 @@ func (a *Auditor) forgetAnnounced(orphans []Orphan, missing []Missing) {
 	}
 }
 
+// removes tells whether the audit removes the orphans it reports.
+func (a *Auditor) removes() bool { return a.cfg.RemoveOrphans && a.cfg.Orphans != nil }
+
+// busy is the Decider's Busy (nil without Orphans).
+func (a *Auditor) busy() func(string) bool {
+	if a.cfg.Orphans == nil {
+		return nil
+	}
+	return a.cfg.Orphans.Busy
+}
+
 // remove removes one orphan (only with --remove-orphans).
 func (a *Auditor) remove(ctx context.Context, o Orphan) error {
 	log := klog.FromContext(ctx)
-	err := a.cfg.Remove(ctx, o.VolumeGroup, o.Name)
+	err := a.cfg.Orphans.RemoveOrphan(ctx, o.VolumeGroup, o.Name)
 	a.m.removed.WithLabelValues(o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
 	if err != nil {
 		return fmt.Errorf("removing orphaned LV %s: %w", o.ID(), err)

@@ -1,0 +1,168 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/volume"
+)
+
+// Delete removes the volume LV vg/lvName (id is its volume ID, for
+// messages). A volume that is gone, or whose volume group is none of this
+// node's, is deleted already (no error). An LV without carve's owner tag,
+// or one that is open (mounted), is ErrRefused and is not removed. When
+// the volume group of one of this node's classes is missing, the LV cannot
+// be seen, so it is not known to be gone: that is ErrUnavailable, and the
+// caller retries, never dropping a volume that would come back with the
+// disk. class is the volume's device class when known (for metrics).
+func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class string, err error) {
+	unlock, err := p.Lock(lvName, "volume "+id)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
+	if err != nil || !found {
+		if err == nil {
+			p.clearMark(ctx, vg, lvName)
+		}
+		return "", err
+	}
+	if !volume.IsCarve(lv.Tags) {
+		return "", errorf(ErrRefused, "LV %s does not carry carve's tag %s; carve does not remove it", id, volume.TagOwner)
+	}
+	class, _ = volume.ClassFromTags(lv.Tags)
+	if lv.Attr.Type != lvm.TypeThin {
+		// lvremove takes a thick origin's copy-on-write snapshots with
+		// it; a thin volume's snapshots are volumes of the pool and
+		// outlive it.
+		if snaps := p.snapshotsOf(vg, lvName); len(snaps) > 0 {
+			return class, errorf(ErrRefused, "volume %s has snapshots %s; delete them first (a thick volume's snapshots cannot outlive it)", id, strings.Join(snaps, ", "))
+		}
+	}
+	p.removeCopySource(ctx, vg, volume.CopySourceLVNameFor(lvName))
+	stepStart := time.Now()
+	err = p.cfg.LVM.RemoveLV(ctx, vg, lvName)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, classLabel(class), time.Since(stepStart), err)
+	switch {
+	case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+		return class, vgMissing(id, vg, err)
+	case errors.Is(err, lvm.ErrNotFound):
+	case errors.Is(err, lvm.ErrInUse):
+		return class, errorf(ErrRefused, "volume %s is in use (open or mounted); unstage it first: %v", id, err)
+	case err != nil:
+		return class, wrap(err, "removing "+id)
+	default:
+		klog.FromContext(ctx).Info("Deleted volume", "volumeID", id)
+	}
+	p.cfg.View.Removed(vg, lvName)
+	p.clearMark(ctx, vg, lvName)
+	return class, nil
+}
+
+// DeleteSnapshot removes the snapshot LV vg/lvName of this node (id is its
+// snapshot ID). A snapshot that is gone is deleted already; an LV that is
+// not a carve snapshot is ErrRefused, as is one a copy reads from now.
+func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string) (class string, err error) {
+	unlock, err := p.Lock(lvName, "snapshot "+id)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
+	if err != nil || !found {
+		return "", err
+	}
+	k, class, owned := volume.Owned(lv)
+	if !owned || k != volume.KindSnapshot {
+		return "", errorf(ErrRefused, "LV %s/%s is not a carve snapshot; carve does not remove it", vg, lvName)
+	}
+	stepStart := time.Now()
+	err = p.cfg.LVM.RemoveLV(ctx, vg, lvName)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseSnapshotDelete, metrics.StepLVRemove, class, time.Since(stepStart), err)
+	switch {
+	case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+		return class, vgMissing(id, vg, err)
+	case errors.Is(err, lvm.ErrNotFound):
+	case errors.Is(err, lvm.ErrInUse):
+		return class, errorf(ErrRefused, "snapshot %s is in use (a restore or clone is copying from it); retry later: %v", id, err)
+	case err != nil:
+		return class, wrap(err, "removing snapshot "+id)
+	}
+	p.cfg.View.Removed(vg, lvName)
+	klog.FromContext(ctx).Info("Deleted snapshot", "snapshotID", id)
+	return class, nil
+}
+
+// UnknownClass is the device class label of a phase that failed before
+// its class was known.
+const UnknownClass = "unknown"
+
+// classLabel is class, or UnknownClass when it is not known.
+func classLabel(class string) string {
+	if class == "" {
+		return UnknownClass
+	}
+	return class
+}
+
+// lvToDelete finds the LV a delete names: in the view, else from LVM.
+// found is false when the LV is gone or its VG is not one of this node's
+// (the delete is then done); a configured VG that is missing is an error,
+// so that a delete is never reported done for a volume carve could not see.
+func (p *Provisioner) lvToDelete(ctx context.Context, vg, lvName, id string) (lv lvm.LogicalVolume, found bool, err error) {
+	if lv, ok := p.cfg.View.LV(vg, lvName); ok {
+		return lv, true, nil
+	}
+	got, gerr := p.cfg.LVM.GetLV(ctx, vg, lvName)
+	switch {
+	case errors.Is(gerr, lvm.ErrVolumeGroupNotFound) && p.cfg.Classes.HasVolumeGroup(vg):
+		return lvm.LogicalVolume{}, false, vgMissing(id, vg, gerr)
+	case errors.Is(gerr, lvm.ErrNotFound):
+		return lvm.LogicalVolume{}, false, nil
+	case gerr != nil:
+		return lvm.LogicalVolume{}, false, wrap(gerr, "looking up "+id)
+	}
+	return *got, true, nil
+}
+
+// vgMissing is a delete's answer while the volume group is missing.
+func vgMissing(id, vg string, err error) error {
+	return errorf(ErrUnavailable, "volume %s: volume group %s is missing on this node, so whether its LV is gone cannot be known; "+
+		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
+}
+
+// clearMark drops the marks of a removed LV: the one of a create that
+// never finished, and the one of a stage whose mkfs never ended. One left
+// over is harmless: Create of the same name clears them too.
+func (p *Provisioner) clearMark(ctx context.Context, vg, lv string) {
+	if err := errors.Join(p.cfg.Marks.Clear(vg, lv), p.clearFormatting(vg, lv)); err != nil {
+		klog.FromContext(ctx).Error(err, "Clearing the marks of a removed LV", "vg", vg, "lv", lv)
+	}
+}
+
+// clearFormatting takes off the formatting mark of vg/lv (Config's
+// Formatting), if any.
+func (p *Provisioner) clearFormatting(vg, lv string) error {
+	if p.cfg.Formatting == nil {
+		return nil
+	}
+	return p.cfg.Formatting.Clear(vg, lv)
+}
+
+// snapshotsOf names the snapshots (their IDs) of the volume LV vg/name.
+func (p *Provisioner) snapshotsOf(vg, name string) []string {
+	var ids []string
+	for _, lv := range p.cfg.View.Snapshots() {
+		if o, _ := volume.OriginFromTags(lv.Tags); lv.VolumeGroup == vg && (o == name || lv.Origin == name) {
+			ids = append(ids, volume.SnapshotID(p.node.Name(), vg, lv.Name))
+		}
+	}
+	return ids
+}

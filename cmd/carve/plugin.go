@@ -27,6 +27,7 @@ import (
 	"github.com/carve-csi/carve/pkg/state"
 	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/version"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // mutationSettle is how long the view waits after a mutation before its
@@ -99,10 +100,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		}()
 	}
 
-	fsTypes := []string{"ext4", "xfs"}
-	if _, err := exec.LookPath("mkfs.btrfs"); err == nil {
-		fsTypes = append(fsTypes, "btrfs")
-	}
+	fsTypes := fs.Makeable(exec.LookPath)
 	ready := func(context.Context) error { return view.Ready() }
 	// Probe answers whether the plugin can serve at all. It must not
 	// follow a missing class: csi-provisioner waits at start until Probe
@@ -111,6 +109,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	// the missing class.
 	serving := func(context.Context) error { return view.Serving() }
 	realExec := utilexec.New()
+	// Where lvm makes device nodes, read once, as lvm.New read it.
+	devDir := volume.DevDir(os.Environ())
 	api, err := startNodeAPI(o)
 	if err != nil {
 		return err
@@ -118,7 +118,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
-		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting}
+		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting,
+		DevDir: devDir}
 	if api != nil {
 		pcfg.Locator = api.pvs
 	}
@@ -128,8 +129,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 			Topology: true, Ready: serving}),
 		Controller: controller,
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
-			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec, OnChange: view.Changed,
-			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}}),
+			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec,
+			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}, DevDir: devDir}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if runAudit := startAudit(ctx, o, api, cfg, view, controller.Provisioner(), mm.GetRegistry().Registerer()); runAudit != nil {

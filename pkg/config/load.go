@@ -58,6 +58,12 @@ func Parse(data []byte) (*Config, error) {
 // dns1123Label is the form of a device-class name.
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
+// IsClassName tells whether name has the form of a device-class name, a
+// DNS-1123 label: what the device-class file and StorageClasses may name.
+func IsClassName(name string) bool {
+	return len(name) <= 63 && dns1123Label.MatchString(name)
+}
+
 // Validate checks the file without looking at the machine: names,
 // duplicates, the default, quantities and options. Every problem found is
 // reported, each naming the class and the key.
@@ -98,7 +104,7 @@ func (d *DeviceClass) validate() error {
 	switch {
 	case d.Name == "":
 		errs = append(errs, errors.New("name: must be set"))
-	case len(d.Name) > 63 || !dns1123Label.MatchString(d.Name):
+	case !IsClassName(d.Name):
 		errs = append(errs, fmt.Errorf("name %q: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)", d.Name))
 	}
 	if d.VolumeGroup == "" {

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -75,23 +74,18 @@ func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 	return controllerCapabilities(controllerCaps), nil
 }
 
-// unknownClassLabel is the device_class label of a phase that failed before
-// its class was known.
-const unknownClassLabel = provision.UnknownClass
-
 // CreateVolume implements csi.ControllerServer. It is idempotent (see
 // provision.Provisioner.Create).
 func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (resp *csi.CreateVolumeResponse, err error) {
-	start := time.Now()
-	classLabel := unknownClassLabel
 	phase := sourcePhase(req.GetVolumeContentSource())
-	defer func() { s.cfg.Metrics.ObservePhase(phase, classLabel, time.Since(start), err) }()
+	op := s.cfg.Metrics.Begin(phase, resultOf)
+	defer op.End(&err)
 
 	r, err := s.createRequest(req)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
-	classLabel = r.Class.Name
+	op.SetClass(r.Class.Name)
 	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
 		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
 	}
@@ -141,7 +135,7 @@ func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volu
 	return &csi.Volume{
 		VolumeId:           volume.VolumeID(lv.VolumeGroup, lv.Name),
 		CapacityBytes:      int64(lv.Size),
-		VolumeContext:      map[string]string{ParamDeviceClass: class},
+		VolumeContext:      map[string]string{volume.ParamDeviceClass: class},
 		AccessibleTopology: []*csi.Topology{s.node.Segment()},
 	}
 }
@@ -151,9 +145,8 @@ func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volu
 // carve's, or an LV that is gone from a volume group that is there, is
 // success.
 func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (resp *csi.DeleteVolumeResponse, err error) {
-	start := time.Now()
-	classLabel := unknownClassLabel
-	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseDelete, classLabel, time.Since(start), err) }()
+	op := s.cfg.Metrics.Begin(metrics.PhaseDelete, resultOf)
+	defer op.End(&err)
 
 	id := req.GetVolumeId()
 	if id == "" {
@@ -167,7 +160,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	}
 	class, err := s.p.Delete(ctx, vg, lvName, id)
 	if class != "" {
-		classLabel = class
+		op.SetClass(class)
 	}
 	if err != nil {
 		return nil, toStatus(err, "")

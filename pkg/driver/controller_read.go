@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -23,13 +22,12 @@ import (
 // node's, a class this node does not have, a class whose volume group is
 // missing, or capabilities carve cannot serve have 0 bytes.
 func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (resp *csi.GetCapacityResponse, err error) {
-	start := time.Now()
-	classLabel := unknownClassLabel
-	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseCapacity, classLabel, time.Since(start), err) }()
+	op := s.cfg.Metrics.Begin(metrics.PhaseCapacity, resultOf)
+	defer op.End(&err)
 
 	none := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}
 	for _, c := range req.GetVolumeCapabilities() {
-		if err := checkCreateCapability(c, s.cfg.FSTypes); err != nil {
+		if _, err := volume.ParseCapability(c, s.cfg.FSTypes); err != nil {
 			// The capacity for volumes carve cannot make (a multi-node
 			// mode, a filesystem without tools here) is none.
 			return none, nil
@@ -43,7 +41,7 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 	if err != nil {
 		return nil, err
 	}
-	classLabel = class.Name
+	op.SetClass(class.Name)
 	if !s.node.HasCapacityIn(req.GetAccessibleTopology()) {
 		return none, nil
 	}

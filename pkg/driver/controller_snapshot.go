@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -24,9 +23,8 @@ import (
 // same name and source is the same snapshot, the same name with another
 // source is AlreadyExists.
 func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (resp *csi.CreateSnapshotResponse, err error) {
-	start := time.Now()
-	classLabel := unknownClassLabel
-	defer func() { s.cfg.Metrics.ObservePhase(metrics.PhaseSnapshot, classLabel, time.Since(start), err) }()
+	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshot, resultOf)
+	defer op.End(&err)
 
 	name, srcID := req.GetName(), req.GetSourceVolumeId()
 	if err := checkVolumeName(name); err != nil {
@@ -50,7 +48,7 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	}
 	lv, class, err := s.p.Snapshot(ctx, provision.SnapshotRequest{Name: name, SourceID: srcID, VolumeGroup: vg, Origin: origin})
 	if class != "" {
-		classLabel = class
+		op.SetClass(class)
 	}
 	if err != nil {
 		return nil, toStatus(err, "")
@@ -93,11 +91,8 @@ func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 // node is FailedPrecondition: its LV cannot be seen from here, so it is not
 // known to be gone.
 func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (resp *csi.DeleteSnapshotResponse, err error) {
-	start := time.Now()
-	classLabel := unknownClassLabel
-	defer func() {
-		s.cfg.Metrics.ObservePhase(metrics.PhaseSnapshotDelete, classLabel, time.Since(start), err)
-	}()
+	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshotDelete, resultOf)
+	defer op.End(&err)
 	id := req.GetSnapshotId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id: must be set")
@@ -112,7 +107,7 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	}
 	class, err := s.p.DeleteSnapshot(ctx, vg, lvName, id)
 	if class != "" {
-		classLabel = class
+		op.SetClass(class)
 	}
 	if err != nil {
 		return nil, toStatus(err, "")

@@ -50,7 +50,7 @@ func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, pro
 	return blockcopy.Result{Bytes: size}, nil
 }
 
-var thinParams = map[string]string{ParamDeviceClass: "thin"}
+var thinParams = map[string]string{volume.ParamDeviceClass: "thin"}
 
 func snapReq(name, source string) *csi.CreateSnapshotRequest {
 	return &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: source}

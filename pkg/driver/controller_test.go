@@ -154,7 +154,7 @@ func wantCode(t *testing.T, err error, code codes.Code, msgParts ...string) {
 }
 
 func TestCreateVolume(t *testing.T) {
-	thin := map[string]string{ParamDeviceClass: "thin"}
+	thin := map[string]string{volume.ParamDeviceClass: "thin"}
 	tests := []struct {
 		name     string
 		mod      func(r *csi.CreateVolumeRequest)
@@ -195,13 +195,13 @@ func TestCreateVolume(t *testing.T) {
 		{name: "content source without an ID", mod: func(r *csi.CreateVolumeRequest) {
 			r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{}}}
 		}, code: codes.InvalidArgument, msg: []string{"volume_content_source.volume.volume_id"}},
-		{name: "unknown parameter", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{"fsType": "ext4"} }, code: codes.InvalidArgument, msg: []string{`"fsType"`, ParamDeviceClass, "csi.storage.k8s.io/"}},
+		{name: "unknown parameter", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{"fsType": "ext4"} }, code: codes.InvalidArgument, msg: []string{`"fsType"`, volume.ParamDeviceClass, "csi.storage.k8s.io/"}},
 		{name: "provisioner parameters pass", mod: func(r *csi.CreateVolumeRequest) {
 			r.Parameters = map[string]string{"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pv/name": "pv-1"}
 		}, code: codes.OK, wantSize: gib, wantVG: "vg1"},
-		{name: "class not on this node", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{ParamDeviceClass: "gold"} }, code: codes.ResourceExhausted, msg: []string{`"gold"`, "fast, thin, other"}},
-		{name: "malformed class", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{ParamDeviceClass: "Gold!"} }, code: codes.InvalidArgument, msg: []string{"DNS-1123"}},
-		{name: "other class", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{ParamDeviceClass: "other"} }, code: codes.OK, wantSize: gib, wantVG: "vg2"},
+		{name: "class not on this node", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{volume.ParamDeviceClass: "gold"} }, code: codes.ResourceExhausted, msg: []string{`"gold"`, "fast, thin, other"}},
+		{name: "malformed class", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{volume.ParamDeviceClass: "Gold!"} }, code: codes.InvalidArgument, msg: []string{"DNS-1123"}},
+		{name: "other class", mod: func(r *csi.CreateVolumeRequest) { r.Parameters = map[string]string{volume.ParamDeviceClass: "other"} }, code: codes.OK, wantSize: gib, wantVG: "vg2"},
 		{name: "requisite is this node", mod: func(r *csi.CreateVolumeRequest) {
 			r.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: []*csi.Topology{segment(testNode)}, Preferred: []*csi.Topology{segment(testNode)}}
 		}, code: codes.OK, wantSize: gib, wantVG: "vg1"},
@@ -216,7 +216,7 @@ func TestCreateVolume(t *testing.T) {
 			r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib, LimitBytes: 6 * mib}
 		}, code: codes.OutOfRange, msg: []string{"8388608", "limit_bytes 6291456"}},
 		{name: "rounded up to extents", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: 5 * mib} }, code: codes.OK, wantSize: 8 * mib, wantVG: "vg1"},
-		{name: "no capacity range", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = nil }, code: codes.OK, wantSize: provision.DefaultVolumeSize, wantVG: "vg1"},
+		{name: "no capacity range", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = nil }, code: codes.OK, wantSize: volume.DefaultVolumeSize, wantVG: "vg1"},
 		{name: "only a small limit", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: 100*mib + 1} }, code: codes.OK, wantSize: 100 * mib, wantVG: "vg1"},
 		{name: "limit below one extent", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: mib} }, code: codes.OutOfRange, msg: []string{"smaller than one extent"}},
 		{name: "exactly what is left after the spare", mod: func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 5 * gib }, code: codes.OK, wantSize: 5 * gib, wantVG: "vg1"},
@@ -269,7 +269,7 @@ func TestCreateVolume(t *testing.T) {
 			}
 			class, _ := volume.ClassFromTags(lv.Tags)
 			name, whole, _ := volume.VolumeNameFromTags(lv.Tags)
-			if name != req.GetName() || !whole || class != v.GetVolumeContext()[ParamDeviceClass] || !volume.IsCarve(lv.Tags) {
+			if name != req.GetName() || !whole || class != v.GetVolumeContext()[volume.ParamDeviceClass] || !volume.IsCarve(lv.Tags) {
 				t.Errorf("tags %v; volume context %v", lv.Tags, v.GetVolumeContext())
 			}
 			if (class == "thin") != (lv.Pool == "pool") {
@@ -297,11 +297,11 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 		{name: "same request", req: createReq("pvc-1", gib, nil), code: codes.OK},
 		{name: "smaller request fits", req: createReq("pvc-1", gib/2, nil), code: codes.OK},
 		{name: "after a restart", req: createReq("pvc-1", gib, nil), restart: true, code: codes.OK},
-		{name: "named default class", req: createReq("pvc-1", gib, map[string]string{ParamDeviceClass: "fast"}), code: codes.OK},
+		{name: "named default class", req: createReq("pvc-1", gib, map[string]string{volume.ParamDeviceClass: "fast"}), code: codes.OK},
 		{name: "larger", req: createReq("pvc-1", 2*gib, nil), code: codes.AlreadyExists, msg: []string{"1073741824 bytes"}},
 		{name: "limit below the size", req: &csi.CreateVolumeRequest{Name: "pvc-1", CapacityRange: &csi.CapacityRange{LimitBytes: gib / 2},
 			VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)}}, code: codes.AlreadyExists},
-		{name: "other class", req: createReq("pvc-1", gib, map[string]string{ParamDeviceClass: "thin"}), code: codes.AlreadyExists, msg: []string{`"fast"`, `"thin"`}},
+		{name: "other class", req: createReq("pvc-1", gib, map[string]string{volume.ParamDeviceClass: "thin"}), code: codes.AlreadyExists, msg: []string{`"fast"`, `"thin"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -469,7 +469,7 @@ func TestDeleteVolume(t *testing.T) {
 	}{
 		{name: "existing", setup: func(t *testing.T, fx *controllerFixture) string { return mustCreate(t, fx, "pvc-1", nil) }, code: codes.OK, gone: true},
 		{name: "thin", setup: func(t *testing.T, fx *controllerFixture) string {
-			return mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "thin"})
+			return mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "thin"})
 		}, code: codes.OK, gone: true},
 		{name: "empty ID", setup: func(*testing.T, *controllerFixture) string { return "" }, code: codes.InvalidArgument, msg: []string{"volume_id"}},
 		{name: "not a carve ID", setup: func(*testing.T, *controllerFixture) string { return "fake-vol-id" }, code: codes.OK},
@@ -507,7 +507,7 @@ func TestDeleteVolume(t *testing.T) {
 		// come back with it, so the deletion must be retried, not
 		// answered OK with the LV (and its data) orphaned.
 		{name: "volume group missing", setup: func(t *testing.T, fx *controllerFixture) string {
-			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
+			id := mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "other"})
 			fx.lvm.hideVG("vg2")
 			if err := fx.view.Refresh(ctx); err != nil {
 				t.Fatal(err)
@@ -515,7 +515,7 @@ func TestDeleteVolume(t *testing.T) {
 			return id
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group missing, the view not refreshed yet", setup: func(t *testing.T, fx *controllerFixture) string {
-			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
+			id := mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "other"})
 			fx.lvm.hideVG("vg2")
 			return id
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
@@ -524,7 +524,7 @@ func TestDeleteVolume(t *testing.T) {
 			return volume.VolumeID("vg2", volume.LVNameFor("made-before-a-restart"))
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group unreadable", setup: func(t *testing.T, fx *controllerFixture) string {
-			id := mustCreate(t, fx, "pvc-1", map[string]string{ParamDeviceClass: "other"})
+			id := mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "other"})
 			fx.lvm.unreadable = map[string]error{"vg2": errors.New("checksum error in metadata")}
 			if err := fx.view.Refresh(ctx); err != nil {
 				t.Fatal(err)
@@ -604,12 +604,12 @@ func TestGetCapacity(t *testing.T) {
 		maxSize int64
 	}{
 		{"no parameters: default class", &csi.GetCapacityRequest{}, codes.OK, 5 * gib, 5 * gib},
-		{"thick class by name", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "fast"}}, codes.OK, 5 * gib, 5 * gib},
-		{"thin class", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "thin"}}, codes.OK, 8 * gib, 8 * gib},
-		{"other VG", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "other"}}, codes.OK, 2 * gib, 2 * gib},
+		{"thick class by name", &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: "fast"}}, codes.OK, 5 * gib, 5 * gib},
+		{"thin class", &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: "thin"}}, codes.OK, 8 * gib, 8 * gib},
+		{"other VG", &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: "other"}}, codes.OK, 2 * gib, 2 * gib},
 		{"this node's segment", &csi.GetCapacityRequest{AccessibleTopology: segment(testNode)}, codes.OK, 5 * gib, 5 * gib},
 		{"another node's segment", &csi.GetCapacityRequest{AccessibleTopology: segment("node-b")}, codes.OK, 0, 0},
-		{"class this node lacks", &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "gold"}}, codes.OK, 0, 0},
+		{"class this node lacks", &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: "gold"}}, codes.OK, 0, 0},
 		{"provisioner parameters", &csi.GetCapacityRequest{Parameters: map[string]string{"csi.storage.k8s.io/fstype": "xfs"}}, codes.OK, 5 * gib, 5 * gib},
 		{"unknown parameter", &csi.GetCapacityRequest{Parameters: map[string]string{"size": "1"}}, codes.InvalidArgument, 0, 0},
 		{"supported capability", &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockCap(sw)}}, codes.OK, 5 * gib, 5 * gib},
@@ -653,11 +653,11 @@ func TestGetCapacity(t *testing.T) {
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = fx.cs.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: "other"}})
+	resp, err = fx.cs.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: "other"}})
 	if err != nil || resp.GetAvailableCapacity() != 0 {
 		t.Errorf("vanished VG: %v, %v; want 0", resp.GetAvailableCapacity(), err)
 	}
-	_, err = fx.cs.CreateVolume(ctx, createReq("pvc-2", gib, map[string]string{ParamDeviceClass: "other"}))
+	_, err = fx.cs.CreateVolume(ctx, createReq("pvc-2", gib, map[string]string{volume.ParamDeviceClass: "other"}))
 	wantCode(t, err, codes.ResourceExhausted, "vg2")
 }
 
@@ -682,7 +682,7 @@ func TestListVolumes(t *testing.T) {
 	listed := map[string]bool{}
 	for _, e := range all.GetEntries() {
 		listed[e.GetVolume().GetVolumeId()] = true
-		if e.GetVolume().GetCapacityBytes() != gib || e.GetVolume().GetVolumeContext()[ParamDeviceClass] != "fast" {
+		if e.GetVolume().GetCapacityBytes() != gib || e.GetVolume().GetVolumeContext()[volume.ParamDeviceClass] != "fast" {
 			t.Errorf("entry %v", e)
 		}
 	}
@@ -766,9 +766,9 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 		{"supported", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("xfs", sw)}}, codes.OK, true},
 		{"block", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)}}, codes.OK, true},
 		{"same class", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)},
-			Parameters: map[string]string{ParamDeviceClass: "fast"}}, codes.OK, true},
+			Parameters: map[string]string{volume.ParamDeviceClass: "fast"}}, codes.OK, true},
 		{"other class", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)},
-			Parameters: map[string]string{ParamDeviceClass: "thin"}}, codes.OK, false},
+			Parameters: map[string]string{volume.ParamDeviceClass: "thin"}}, codes.OK, false},
 		{"multi-node", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)}}, codes.OK, false},
 		{"no capabilities", &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id}, codes.InvalidArgument, false},
 		{"no ID", &csi.ValidateVolumeCapabilitiesRequest{VolumeCapabilities: []*csi.VolumeCapability{mountCap("", sw)}}, codes.InvalidArgument, false},

@@ -130,7 +130,7 @@ func TestCreateVolumeErasesRawBlockVolumesOfThickClasses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newEraseFixture(t)
-			req := createReq("pvc-1", gib, map[string]string{ParamDeviceClass: tt.class})
+			req := createReq("pvc-1", gib, map[string]string{volume.ParamDeviceClass: tt.class})
 			req.VolumeCapabilities = tt.caps
 			if _, err := fx.cs.CreateVolume(context.Background(), req); err != nil {
 				t.Fatal(err)
@@ -344,7 +344,7 @@ func TestCreateVolumeMarksThickLVsWhileMaking(t *testing.T) {
 				markedDuring = append(markedDuring, marked)
 			}
 			fx.lvm.failNext = tt.failCreate
-			req := createReq("pvc-1", gib, map[string]string{ParamDeviceClass: tt.class})
+			req := createReq("pvc-1", gib, map[string]string{volume.ParamDeviceClass: tt.class})
 			req.VolumeCapabilities = []*csi.VolumeCapability{tt.cap}
 			_, err := fx.cs.CreateVolume(context.Background(), req)
 			wantCode(t, err, tt.wantCode)

@@ -11,7 +11,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/carve-csi/carve/pkg/metrics"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -199,8 +202,7 @@ func TestToStatus(t *testing.T) {
 	}
 }
 
-// TestResultOf: the phase metrics' result label is the gRPC code's name
-// (the same as metrics' TestObservePhaseLabelsResultWithGRPCCode).
+// TestResultOf: the phase metrics' result label is the gRPC code's name.
 func TestResultOf(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
@@ -213,6 +215,46 @@ func TestResultOf(t *testing.T) {
 	} {
 		if got := resultOf(tc.err); got != tc.want {
 			t.Errorf("resultOf(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestObservePhaseLabelsResultWithGRPCCode: a phase timed with a metrics.Op
+// that resultOf labels records the gRPC code of the error it ends with.
+func TestObservePhaseLabelsResultWithGRPCCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "OK"},
+		{status.Error(codes.ResourceExhausted, "full"), "ResourceExhausted"},
+		{fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "gone")), "NotFound"},
+		{errors.New("plain"), "Internal"},
+	} {
+		reg := prometheus.NewRegistry()
+		op := metrics.NewRecorder(reg).Begin(metrics.PhaseCreate, resultOf)
+		op.SetClass("fast")
+		err := tc.err
+		op.End(&err)
+		fams, gerr := reg.Gather()
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		var results []string
+		for _, f := range fams {
+			if f.GetName() != "carve_phase_duration_seconds" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" {
+						results = append(results, l.GetValue())
+					}
+				}
+			}
+		}
+		if len(results) != 1 || results[0] != tc.want {
+			t.Errorf("err %v: phase results %v, want [%s]", tc.err, results, tc.want)
 		}
 	}
 }

@@ -42,10 +42,6 @@ type NodeConfig struct {
 	FS fs.Interface
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
-	// OnChange is not called any more, and goes once main stops setting
-	// it: View.Extended tells the view of an lvextend and asks it for a
-	// refresh.
-	OnChange func()
 	// Classes is the device-class file and View the controller's view of
 	// the volume groups (the same one): NodeExpandVolume checks a growth
 	// against the room of the volume's class (spare, overprovision ratio)
@@ -297,14 +293,6 @@ func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.Logica
 	klog.FromContext(ctx).Info("Activated the volume's LV, which was inactive", "volumeID", vol.String(), "lv", lv.VolumeGroup+"/"+lv.Name, "pool", lv.Pool)
 	return got, nil
 }
-
-// lvDevicePath is the device node of an LV, for the controller's handlers
-// until they use volume.DeviceOf.
-func lvDevicePath(lv *lvm.LogicalVolume) string { return volume.DeviceOf(volume.DefaultDevDir, lv) }
-
-// isBlockDevice is volume.IsBlockDevice, for the controller's handlers
-// until they use it.
-func isBlockDevice(path string) bool { return volume.IsBlockDevice(path) }
 
 // nodeAccess reads the capability of a node call (volume_capability)
 // with volume.ParseCapability: the node formats and grows the filesystems

@@ -11,6 +11,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // One bad device class does not take the node down: a missing or
@@ -49,7 +50,7 @@ func TestOneBadClassLeavesTheOthers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newControllerFixture(t)
-			params := map[string]string{ParamDeviceClass: tt.class}
+			params := map[string]string{volume.ParamDeviceClass: tt.class}
 			if tt.made {
 				mustCreate(t, fx, "made-before", params)
 			}
@@ -93,7 +94,7 @@ func TestOneBadClassLeavesTheOthers(t *testing.T) {
 
 func capacityOf(t *testing.T, fx *controllerFixture, class string) int64 {
 	t.Helper()
-	resp, err := fx.cs.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{ParamDeviceClass: class}})
+	resp, err := fx.cs.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: class}})
 	if err != nil {
 		t.Fatalf("GetCapacity(%s): %v", class, err)
 	}
@@ -143,7 +144,7 @@ func TestUnpublishAndUnstageNeedNoLVM(t *testing.T) {
 				}
 				wantClass := "fast"
 				if restart {
-					wantClass = unknownClassLabel
+					wantClass = metrics.UnknownClass
 				}
 				if n := histogramCount(t, fx.reg, "carve_phase_duration_seconds",
 					map[string]string{"phase": metrics.PhaseUnstage, "device_class": wantClass, "result": "OK"}); n != 1 {

@@ -12,6 +12,19 @@ import (
 // mkfsOptions.
 var MkfsTypes = []string{"ext4", "xfs", "btrfs"}
 
+// Makeable returns the MkfsTypes this host can make, for the filesystems a
+// new volume may ask for: ext4 and xfs, whose tools every carve image and
+// supported node has, and btrfs when lookPath (exec.LookPath) finds
+// mkfs.btrfs. The node's stage accepts every MkfsTypes: it mounts a
+// filesystem made elsewhere without its mkfs.
+func Makeable(lookPath func(file string) (string, error)) []string {
+	types := []string{"ext4", "xfs"}
+	if _, err := lookPath("mkfs.btrfs"); err == nil {
+		types = append(types, "btrfs")
+	}
+	return types
+}
+
 // OldestKernel is the oldest host kernel the default mkfs options keep
 // every filesystem mountable on (RHEL 8's); docs/install.md lists it.
 const OldestKernel = "4.18"

@@ -84,7 +84,7 @@ carve_volumes{device_class="fast"} 3
 
 func TestNilRecorderRecordsNothing(t *testing.T) {
 	var r *Recorder
-	r.ObservePhase(PhaseStage, "c", time.Second, nil)
+	r.Begin(PhaseStage, func(error) string { return "OK" }).End(nil)
 	r.ObserveStep(PhaseStage, StepMkfs, "c", time.Second, nil)
 	r.ObserveCommand("lvcreate", time.Second, nil)
 	r.SetClassStates(nil)

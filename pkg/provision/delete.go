@@ -100,14 +100,10 @@ func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string)
 	return class, nil
 }
 
-// UnknownClass is the device class label of a phase that failed before
-// its class was known.
-const UnknownClass = "unknown"
-
-// classLabel is class, or UnknownClass when it is not known.
+// classLabel is class, or metrics.UnknownClass when it is not known.
 func classLabel(class string) string {
 	if class == "" {
-		return UnknownClass
+		return metrics.UnknownClass
 	}
 	return class
 }

@@ -68,6 +68,9 @@ type Config struct {
 	// IsDeviceNode tells whether path is a block device node; nil checks
 	// the file system (tests replace it).
 	IsDeviceNode func(path string) bool
+	// DevDir is the directory LVM makes device nodes under; empty is
+	// volume.DevDir of the process's environment, read once by New.
+	DevDir string
 }
 
 // LVM is what the provisioner needs of LVM; *lvm.Client implements it.
@@ -149,23 +152,17 @@ func New(cfg Config) *Provisioner {
 		cfg.Locks = volumelock.New()
 	}
 	if cfg.IsDeviceNode == nil {
-		cfg.IsDeviceNode = isBlockDevice
+		cfg.IsDeviceNode = volume.IsBlockDevice
+	}
+	if cfg.DevDir == "" {
+		cfg.DevDir = volume.DevDir(os.Environ())
 	}
 	return &Provisioner{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: cfg.Locks}
 }
 
-// isBlockDevice tells whether path (after symlinks) is a block device node.
-func isBlockDevice(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0
-}
-
 // devicePath is the device node of an LV.
-func devicePath(lv *lvm.LogicalVolume) string {
-	if lv.Path != "" {
-		return lv.Path
-	}
-	return "/dev/" + lv.VolumeGroup + "/" + lv.Name
+func (p *Provisioner) devicePath(lv *lvm.LogicalVolume) string {
+	return volume.DeviceOf(p.cfg.DevDir, lv)
 }
 
 // Lock takes the per-volume lock of an LV name; busy is ErrBusy (what

@@ -1,10 +1,9 @@
 package provision
 
-import "github.com/carve-csi/carve/pkg/state"
-
-// DefaultVolumeSize is the size of a volume whose request names none
-// (required and limit both 0).
-const DefaultVolumeSize = 1 << 30
+import (
+	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/volume"
+)
 
 // minFilesystemSize is the smallest device a filesystem can be made on:
 // mkfs.xfs (xfsprogs 5.19 and later, the image's 6.1) refuses anything
@@ -15,7 +14,7 @@ var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
 // the step LVM rounds the class's LVs to (lvm.LVOptions.SizeUnit: an extent,
 // or an extent per stripe): required_bytes rounded up, and up to the
 // smallest size fsType can be made on ("" for a block volume); 0 means
-// DefaultVolumeSize (or limit_bytes, when smaller); ErrOutOfRange when the
+// volume.DefaultVolumeSize (or limit_bytes, when smaller); ErrOutOfRange when the
 // size exceeds limit_bytes. The size is the one LVM will make, so a volume
 // is never larger than limit_bytes.
 func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
@@ -30,7 +29,7 @@ func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
 	}
 	size := uint64(req)
 	if size == 0 {
-		size = DefaultVolumeSize
+		size = volume.DefaultVolumeSize
 		if lim > 0 && uint64(lim) < size {
 			// The largest whole number of units within the limit.
 			size = uint64(lim) / unit * unit

@@ -245,7 +245,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	}
 	t := time.Now()
 	var copied uint64
-	res, err := p.cfg.Copier.Copy(ctx, devicePath(write), devicePath(read), src.size, func(n uint64) {
+	res, err := p.cfg.Copier.Copy(ctx, p.devicePath(write), p.devicePath(read), src.size, func(n uint64) {
 		p.cfg.Metrics.AddCopiedBytes(phase, class.Name, n-copied)
 		copied = n
 	})
@@ -286,7 +286,7 @@ func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (u
 		return nil, nil
 	}
 	if p.cfg.Snapshots != nil {
-		st, err := p.cfg.Snapshots.Read(devicePath(lv))
+		st, err := p.cfg.Snapshots.Read(p.devicePath(lv))
 		switch {
 		case err == nil && st.Snapshot && st.Invalid:
 			return fmt.Errorf("snapshot LV %s/%s ran out of copy-on-write space (device-mapper status %q): its content is lost; delete it", lv.VolumeGroup, lv.Name, st.Status), nil
@@ -309,7 +309,7 @@ func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (u
 // a reboot, or a snapshot made with the activation-skip flag) is
 // activated.
 func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (*lvm.LogicalVolume, error) {
-	if p.cfg.IsDeviceNode(devicePath(lv)) {
+	if p.cfg.IsDeviceNode(p.devicePath(lv)) {
 		return lv, nil
 	}
 	got, err := p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)

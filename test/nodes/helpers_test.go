@@ -23,7 +23,7 @@ import (
 
 // Every pod of these tests runs on the one guest node, under TCG, where a
 // container start takes seconds: the timeouts are generous on purpose and
-// say nothing about speed (the figures are in docs/development.md).
+// say nothing about speed (the figures are in docs/benchmarks.md).
 //
 // A test that touches only its own namespace's claims and pods calls
 // t.Parallel(): Go runs those together once the others are done, and

@@ -36,9 +36,9 @@ lint: cachedir
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
+	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
-	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
+	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
 	@test -f $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) && touch $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION); }
 	$(CACHE)/bin/actionlint .github/workflows/*.yaml
 
@@ -65,7 +65,7 @@ deps:
 test-host: deps cachedir
 	$(GO) test -tags hosttest -count=1 -v ./test/host/... 2>&1 | tee $(CACHE)/test-host.log | ./hack/summarize-go-test.sh host
 
-# Everything that needs device-mapper, inside a qemu guest (test/guestvm;
+# Everything that needs device-mapper, inside a qemu guest (test/harness/guestvm;
 # docs/development.md). The initramfs is cached under $(CACHE)/guest.
 # Benchmarks (TestBench*) only run in `make bench`.
 test-guest: deps cachedir
@@ -73,7 +73,7 @@ test-guest: deps cachedir
 
 # What users install: the kustomize base, the Helm chart, the Dockerfile and
 # the image it builds (make images; CARVE_IMAGES is their directory), the
-# dashboard and the alert rules (test/deploy; root, for the plugin on a
+# dashboard and the alert rules (test/deploy, tag deploytest; root, for the plugin on a
 # loop-device volume group). helm, kustomize and promtool come from the Go
 # module proxy.
 HELM_VERSION := v3.22.0
@@ -110,7 +110,7 @@ release-push-chart: deploy-tools
 
 test-deploy: deps deploy-tools
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  CARVE_IMAGES=$$imgdir $(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
+	  CARVE_IMAGES=$$imgdir $(GO) test -tags deploytest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 
 # End to end on a real control plane (test/e2e; docs/development.md): etcd,
 # kube-apiserver, kube-scheduler, kube-controller-manager and csi-provisioner
@@ -145,7 +145,7 @@ test-nodes: deps build cachedir
 # node's containers see; up until Ctrl-C, then everything is torn down.
 demo: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
+	  $(GO) build -o $(BIN)/carve-demo ./test/cmd/demo && \
 	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
 # The guest tier (a qemu guest on both cores) runs beside the host-side
@@ -170,7 +170,7 @@ bench: deps cachedir
 
 # carve beside TopoLVM on the e2e control plane (test/peers, tag peers;
 # docs/development.md): TopoLVM at the release pinned in
-# test/peers/tools/topolvm, built from the Go module proxy with its chart
+# test/tools/topolvm, built from the Go module proxy with its chart
 # rendered (hack/topolvm.sh, cached under $(CACHE)/topolvm); the same
 # workload against both, printed as ratios. Not part of make test.
 # PEERS_CLAIMS claims per driver and pattern, PEERS_GAP the pause of the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the VolumeSnapshot, VolumeSnapshotContent and VolumeSnapshotClass
 # CRDs of the external-snapshotter release pinned in
-# test/e2e/tools/snapshotter (the one whose csi-snapshotter and
+# test/tools/snapshotter (the one whose csi-snapshotter and
 # snapshot-controller the tests build) from its Go module download into
 # deploy/kubernetes/snapshot-controller and deploy/helm/carve/crds, each
 # under a comment naming its source. Run it after changing that pin;
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 go=${GO:-go}
 mod=github.com/kubernetes-csi/external-snapshotter/client/v8
 
-read -r dir version < <(cd "$root/test/e2e/tools/snapshotter" &&
+read -r dir version < <(cd "$root/test/tools/snapshotter" &&
 	"$go" mod download "$mod" && "$go" list -m -f '{{.Dir}} {{.Version}}' "$mod")
 for f in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
 	name=snapshot.storage.k8s.io_$f.yaml

@@ -18,8 +18,8 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // createOrphan makes, on node n, the LV csi-provisioner would make for the

@@ -22,8 +22,8 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/topology"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/guestvm"
+	"github.com/carve-csi/carve/test/harness/guestvm"
 )
 
 // innerRun describes one run of an inner test package in a guest.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/guestvm"
+	"github.com/carve-csi/carve/test/harness/guestvm"
 )
 
 // The plugin tests run the real `carve plugin` binary inside the guest on

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // Every pod of these tests runs on the one guest node, under TCG, where a

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/pkg/volume"
-	"github.com/carve-csi/carve/test/kubetest"
-	"github.com/carve-csi/carve/test/lvmtest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // idleNode is the node whose agents TestPeersIdle measures: the largest,

@@ -14,7 +14,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // TestStageActivatesInactiveVolumes is a reboot without LVM autoactivation:

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/volume"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // The snapshot tests run the real plugin on one volume group with a thick

@@ -17,6 +17,11 @@ import (
 // bed is the test bed every scenario shares; TestMain starts and stops it.
 var bed *cluster.Cluster
 
+// finale is what runs after every other scenario, in this order:
+// TestNodeLostForGood takes a Node away for the rest of the run, and
+// TestNothingLeftBehind checks what all the others left.
+var finale = kubetest.NewFinale("TestNodeLostForGood", "TestNothingLeftBehind")
+
 // The test bed's audit: a short grace period so that orphans show within
 // seconds (the shipped default is 10 minutes).
 const (
@@ -58,6 +63,7 @@ func TestMain(m *testing.M) {
 		},
 		DumpLines: 30,
 		AfterStop: noLoopDevicesLeft,
+		Finale:    finale,
 	}.Main(m, &bed))
 }
 

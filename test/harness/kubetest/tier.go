@@ -33,6 +33,9 @@ type Tier struct {
 	// AfterStop, when set, checks what the teardown should have left
 	// clean; its error fails the run.
 	AfterStop func(bed *cluster.Cluster) error
+	// Finale, when set, is the tests that run after every other one, in
+	// its order.
+	Finale *Finale
 }
 
 // Main is a tier's TestMain: it parses the flags (klog's among them),
@@ -43,6 +46,12 @@ type Tier struct {
 func (tr Tier) Main(m *testing.M, bed **cluster.Cluster) int {
 	klog.InitFlags(nil)
 	flag.Parse()
+	if tr.Finale != nil {
+		if err := tr.Finale.makeRoom(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: the %s tier's finale: %v\n", tr.Name, err)
+			return 1
+		}
+	}
 	cfg, err := tr.Config()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the %s tier cannot run: %v\n", tr.Name, err)

@@ -12,9 +12,11 @@ import (
 	"github.com/carve-csi/carve/pkg/driver"
 )
 
-// TestNothingLeftBehind runs last (file order): after every scenario no PV
-// and no carve LV is left. TestMain checks the loop devices after teardown.
+// TestNothingLeftBehind runs last (the finale's order): after every
+// scenario no PV and no carve LV is left. TestMain checks the loop devices
+// after teardown.
 func TestNothingLeftBehind(t *testing.T) {
+	finale.Enter(t)
 	ctx := testCtx(t, time.Minute)
 	pvs, err := bed.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -14,8 +14,9 @@ import (
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
-// TestNodeLostForGood runs after the other scenarios (file order; it takes
-// a Node away for the rest of the run): a StatefulSet's pod has its volume
+// TestNodeLostForGood runs after the other scenarios, before
+// TestNothingLeftBehind (the finale's order; it takes a Node away for the
+// rest of the run): a StatefulSet's pod has its volume
 // on a node whose Node object is then deleted. carve controller reports
 // the claim (NodeLost Event) and, run with --delete-claims-of-lost-nodes
 // (the component's RBAC applied), deletes the claim and the PV; the
@@ -23,6 +24,7 @@ import (
 // StatefulSet makes a new pod and claim, bound on another node with a new
 // volume.
 func TestNodeLostForGood(t *testing.T) {
+	finale.Enter(t)
 	ns := newNamespace(t, "lost")
 	ctx := testCtx(t, 4*time.Minute)
 	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, newStatefulSet(ns, "db", thickSC, "64Mi", 1), metav1.CreateOptions{}); err != nil {

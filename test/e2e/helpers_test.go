@@ -57,58 +57,28 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 // test starts from the same free space.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	return kubetest.NewNamespace(t, bed.Client, prefix, deleteNamespaceVolumes)
+	return kubetest.NewNamespace(t, bed.Client, prefix, namespaceCleanup)
 }
 
-// deleteNamespaceVolumes deletes a namespace's StatefulSets (waiting until
-// they are gone, so that none makes new pods or PVCs), its pods (force: no
-// kubelet confirms) and PVCs, then waits up to 2 minutes for the PVCs and
-// their PVs to go.
+// namespaceCleanup deletes pods with no grace period (no kubelet confirms)
+// and waits up to 2 minutes for each step, reporting any process of the
+// test bed that died.
+var namespaceCleanup = kubetest.NamespaceCleanup{
+	ForcePods: true,
+	Wait:      2 * time.Minute,
+	Interval:  250 * time.Millisecond,
+	OnTimeout: func(t *testing.T) {
+		if err := bed.CheckAlive(); err != nil {
+			t.Errorf("processes died: %v", err)
+		}
+	},
+}
+
+// deleteNamespaceVolumes empties ns of its volumes and deletes it, as the
+// cleanup of newNamespace does.
 func deleteNamespaceVolumes(t *testing.T, ns string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	zero := int64(0)
-	cs := bed.Client
-	if err := cs.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Errorf("delete StatefulSets of %s: %v", ns, err)
-	}
-	waitFor(t, time.Minute, "StatefulSets of namespace "+ns+" to be deleted", func(ctx context.Context) (bool, string, error) {
-		list, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items)), nil
-	})
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		t.Errorf("delete pods of %s: %v", ns, err)
-	}
-	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Errorf("delete PVCs of %s: %v", ns, err)
-	}
-	waitFor(t, 2*time.Minute, "PVCs of namespace "+ns+" and their PVs to be deleted", func(ctx context.Context) (bool, string, error) {
-		pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		var left []string
-		for _, pvc := range pvcs.Items {
-			left = append(left, "PVC "+pvc.Name)
-		}
-		for _, pv := range pvs.Items {
-			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
-				left = append(left, "PV "+pv.Name+"("+string(pv.Status.Phase)+")")
-			}
-		}
-		return len(left) == 0, "left: " + strings.Join(left, ", "), nil
-	})
-	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete namespace %s: %v", ns, err)
-	}
+	namespaceCleanup.DeleteNamespaceVolumes(t, bed.Client, ns)
 }
 
 // newPVC returns a PVC of size in storage class sc.

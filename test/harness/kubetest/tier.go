@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -100,20 +99,6 @@ func (tr Tier) Main(m *testing.M, bed **cluster.Cluster) int {
 		fmt.Fprintf(os.Stderr, "%s: logs kept in %s\n", tr.Name, b.Config.RunDir)
 	}
 	return code
-}
-
-// NewNamespace creates a namespace named prefix and a random suffix for
-// one test, and registers cleanup to run on it when the test ends (each
-// tier empties a namespace its own way before deleting it).
-func NewNamespace(t *testing.T, cs kubernetes.Interface, prefix string, cleanup func(t *testing.T, ns string)) string {
-	t.Helper()
-	ctx := Ctx(t, time.Minute)
-	ns := fmt.Sprintf("%s-%04x", prefix, rand.IntN(1<<16))
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
-	t.Cleanup(func() { cleanup(t, ns) })
-	return ns
 }
 
 // CreateClaimAndPod creates the claim pvc and then pod, failing the test

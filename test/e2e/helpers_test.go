@@ -21,7 +21,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/topology"
@@ -307,7 +307,7 @@ func lvOfPV(ctx context.Context, pvName string) ([]string, *lvm.LogicalVolume, e
 	var found *lvm.LogicalVolume
 	for _, n := range bed.Nodes {
 		for i, lv := range all[n.Name] {
-			if lv.Name == driver.LVNameFor(pvName) || driver.HasVolumeName(lv.Tags, pvName) {
+			if lv.Name == volume.LVNameFor(pvName) || volume.HasVolumeName(lv.Tags, pvName) {
 				nodes = append(nodes, n.Name)
 				if found == nil {
 					found = &all[n.Name][i]
@@ -332,7 +332,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 		t.Errorf("PV %s node affinity names %q, want %q (%+v)", pv.Name, got, node, pv.Spec.NodeAffinity)
 	}
 	n := bed.Node(node)
-	wantHandle := n.VG.Name + "/" + driver.LVNameFor(pv.Name)
+	wantHandle := n.VG.Name + "/" + volume.LVNameFor(pv.Name)
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != cluster.DriverName || pv.Spec.CSI.VolumeHandle != wantHandle {
 		t.Errorf("PV %s CSI source %+v, want driver %s and handle %s", pv.Name, pv.Spec.CSI, cluster.DriverName, wantHandle)
 	}
@@ -347,7 +347,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 	if int64(lv.Size) != want {
 		t.Errorf("LV %s/%s is %d bytes, PVC asked %d", lv.VolumeGroup, lv.Name, lv.Size, want)
 	}
-	for _, tag := range []string{driver.TagOwner, driver.VolumeTag(pv.Name), driver.TagClassPrefix + thickClass, driver.ClaimTag(pvc.Namespace, pvc.Name)} {
+	for _, tag := range []string{volume.TagOwner, volume.VolumeTag(pv.Name), volume.TagClassPrefix + thickClass, volume.ClaimTag(pvc.Namespace, pvc.Name)} {
 		if !slices.Contains(lv.Tags, tag) {
 			t.Errorf("LV %s/%s tags %v lack %q", lv.VolumeGroup, lv.Name, lv.Tags, tag)
 		}

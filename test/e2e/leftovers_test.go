@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // TestNothingLeftBehind runs last (the finale's order): after every
@@ -31,7 +31,7 @@ func TestNothingLeftBehind(t *testing.T) {
 	}
 	for node, lvs := range all {
 		for _, lv := range lvs {
-			if slices.Contains(lv.Tags, driver.TagOwner) {
+			if slices.Contains(lv.Tags, volume.TagOwner) {
 				t.Errorf("carve LV %s/%s left behind on %s", lv.VolumeGroup, lv.Name, node)
 			} else {
 				t.Errorf("LV %s/%s (not carve's) left behind on %s", lv.VolumeGroup, lv.Name, node)

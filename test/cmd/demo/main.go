@@ -31,7 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 )
 
@@ -305,7 +305,7 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 		}
 		lvName, lvSize := "-", "-"
 		if n := bed.Node(p.Spec.NodeName); n != nil && pvc.Spec.VolumeName != "" {
-			lv, err := n.LVM.GetLV(ctx, n.VG.Name, driver.LVNameFor(pvc.Spec.VolumeName))
+			lv, err := n.LVM.GetLV(ctx, n.VG.Name, volume.LVNameFor(pvc.Spec.VolumeName))
 			if err != nil {
 				return fmt.Errorf("lvs on %s for %s: %w", n.Name, pvc.Spec.VolumeName, err)
 			}

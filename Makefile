@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -73,25 +73,34 @@ test-guest: deps cachedir
 
 # What users install: the kustomize base, the Helm chart, the Dockerfile and
 # the image it builds (make images; CARVE_IMAGES is their directory), the
-# dashboard and the alert rules (test/deploy, tag deploytest; root, for the plugin on a
-# loop-device volume group). helm, kustomize and promtool come from the Go
-# module proxy.
+# dashboard and the alert rules (test/deploy, tag deploytest; root, for the
+# plugin on a loop-device volume group). helm, kustomize and promtool come
+# from the Go module proxy.
 HELM_VERSION := v3.22.0
 KUSTOMIZE_VERSION := v5.8.2
 # promtool checks and unit-tests the alert rules (test/deploy).
 PROMTOOL_VERSION := v0.316.0
 
-deploy-tools: cachedir
+helm: cachedir
 	@test -f $(CACHE)/bin/.helm-$(HELM_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && touch $(CACHE)/bin/.helm-$(HELM_VERSION); }
+
+deploy-tools: helm cachedir
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
 	@test -f $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION); }
 
 # The kustomize base in deploy/kubernetes is rendered from the Helm chart
 # (hack/manifests; namespace.yaml is the one hand-written file): edit the
 # chart, then run this. test/deploy fails when the two disagree.
-manifests: deploy-tools
+manifests: helm
 	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes \
 	  --component deploy/kubernetes/components/monitoring --rules deploy/prometheus/carve-rules.yaml
+
+# Regenerates, in a copy of deploy/, everything generated there (the
+# snapshot CRDs of hack/snapshot-crds.sh, the chart's copy of the
+# dashboard, what make manifests renders) and fails when the copy differs
+# from the working tree, which it leaves alone (hack/verify.sh).
+verify: helm
+	@GO='$(GO)' HELM=$(CACHE)/bin/helm ./hack/verify.sh
 
 # Release artifacts of VERSION (a tag vX.Y.Z) in $(DIST): the chart archive
 # and its repository index, the manifests with that image tag, the
@@ -152,7 +161,7 @@ demo: deps build cachedir
 # tiers (host, deploy, e2e: mostly waiting on lvm, the apiserver and their
 # processes), each tier's output held until it ends; then the real-node
 # tier, whose guest needs the machine to itself.
-test: lint test-unit
+test: lint verify test-unit
 	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-guest test-host-side
 	@$(MAKE) --no-print-directory test-nodes
 

@@ -1,7 +1,8 @@
 // Package kubetest holds what the tests of the end-to-end and real-node
 // tiers share: contexts bounded by a duration, polling with a deadline, a
-// namespace per test, a claim with its pod, running a tier's tests on its
-// test bed and tearing it down, and the snapshot API's objects.
+// namespace per test emptied of its volumes at the end, a claim with its
+// pod, running a tier's tests on its test bed and tearing it down, the
+// order of a tier's last tests, and the snapshot API's objects.
 package kubetest
 
 import (

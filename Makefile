@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -36,9 +36,9 @@ lint: cachedir
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
+	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
-	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers ./...
+	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
 	@test -f $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) && touch $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION); }
 	$(CACHE)/bin/actionlint .github/workflows/*.yaml
 
@@ -65,7 +65,7 @@ deps:
 test-host: deps cachedir
 	$(GO) test -tags hosttest -count=1 -v ./test/host/... 2>&1 | tee $(CACHE)/test-host.log | ./hack/summarize-go-test.sh host
 
-# Everything that needs device-mapper, inside a qemu guest (test/guestvm;
+# Everything that needs device-mapper, inside a qemu guest (test/harness/guestvm;
 # docs/development.md). The initramfs is cached under $(CACHE)/guest.
 # Benchmarks (TestBench*) only run in `make bench`.
 test-guest: deps cachedir
@@ -73,25 +73,34 @@ test-guest: deps cachedir
 
 # What users install: the kustomize base, the Helm chart, the Dockerfile and
 # the image it builds (make images; CARVE_IMAGES is their directory), the
-# dashboard and the alert rules (test/deploy; root, for the plugin on a
-# loop-device volume group). helm, kustomize and promtool come from the Go
-# module proxy.
+# dashboard and the alert rules (test/deploy, tag deploytest; root, for the
+# plugin on a loop-device volume group). helm, kustomize and promtool come
+# from the Go module proxy.
 HELM_VERSION := v3.22.0
 KUSTOMIZE_VERSION := v5.8.2
 # promtool checks and unit-tests the alert rules (test/deploy).
 PROMTOOL_VERSION := v0.316.0
 
-deploy-tools: cachedir
+helm: cachedir
 	@test -f $(CACHE)/bin/.helm-$(HELM_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && touch $(CACHE)/bin/.helm-$(HELM_VERSION); }
+
+deploy-tools: helm cachedir
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
 	@test -f $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION); }
 
 # The kustomize base in deploy/kubernetes is rendered from the Helm chart
 # (hack/manifests; namespace.yaml is the one hand-written file): edit the
 # chart, then run this. test/deploy fails when the two disagree.
-manifests: deploy-tools
+manifests: helm
 	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes \
 	  --component deploy/kubernetes/components/monitoring --rules deploy/prometheus/carve-rules.yaml
+
+# Regenerates, in a copy of deploy/, everything generated there (the
+# snapshot CRDs of hack/snapshot-crds.sh, the chart's copy of the
+# dashboard, what make manifests renders) and fails when the copy differs
+# from the working tree, which it leaves alone (hack/verify.sh).
+verify: helm
+	@GO='$(GO)' HELM=$(CACHE)/bin/helm ./hack/verify.sh
 
 # Release artifacts of VERSION (a tag vX.Y.Z) in $(DIST): the chart archive
 # and its repository index, the manifests with that image tag, the
@@ -110,7 +119,7 @@ release-push-chart: deploy-tools
 
 test-deploy: deps deploy-tools
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  CARVE_IMAGES=$$imgdir $(GO) test -tags hosttest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
+	  CARVE_IMAGES=$$imgdir $(GO) test -tags deploytest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 
 # End to end on a real control plane (test/e2e; docs/development.md): etcd,
 # kube-apiserver, kube-scheduler, kube-controller-manager and csi-provisioner
@@ -145,14 +154,14 @@ test-nodes: deps build cachedir
 # node's containers see; up until Ctrl-C, then everything is torn down.
 demo: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  $(GO) build -o $(BIN)/carve-demo ./test/e2e/cmd/demo && \
+	  $(GO) build -o $(BIN)/carve-demo ./test/cmd/demo && \
 	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
 # The guest tier (a qemu guest on both cores) runs beside the host-side
 # tiers (host, deploy, e2e: mostly waiting on lvm, the apiserver and their
 # processes), each tier's output held until it ends; then the real-node
 # tier, whose guest needs the machine to itself.
-test: lint test-unit
+test: lint verify test-unit
 	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-guest test-host-side
 	@$(MAKE) --no-print-directory test-nodes
 
@@ -170,7 +179,7 @@ bench: deps cachedir
 
 # carve beside TopoLVM on the e2e control plane (test/peers, tag peers;
 # docs/development.md): TopoLVM at the release pinned in
-# test/peers/tools/topolvm, built from the Go module proxy with its chart
+# test/tools/topolvm, built from the Go module proxy with its chart
 # rendered (hack/topolvm.sh, cached under $(CACHE)/topolvm); the same
 # workload against both, printed as ratios. Not part of make test.
 # PEERS_CLAIMS claims per driver and pattern, PEERS_GAP the pause of the

@@ -3,18 +3,19 @@
 # kube-scheduler, kube-controller-manager), the kubelet of the guest nodes,
 # kubectl (to look at the demo's cluster), csi-provisioner, csi-resizer,
 # csi-snapshotter and snapshot-controller from the Go module proxy, pinned
-# by the tools modules under test/e2e/tools/, and prints the directory
+# by the tools modules under test/tools/, and prints the directory
 # that holds them all, $CARVE_CACHE/e2e/<hash>/bin, on stdout.
 #
 # Each tools module's binaries are cached on their own, in
 # $CARVE_CACHE/e2e/mod/<module>-<key>, <key> covering that module's
-# go.mod/go.sum and the Go version: a changed pin rebuilds only that
-# module's binaries. <hash> covers the modules' keys; its bin directory
+# go.mod (but its module line, which only says where the pin sits),
+# go.sum and the Go version: a changed pin rebuilds only that module's
+# binaries. <hash> covers the modules' keys; its bin directory
 # holds hard links to their binaries.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-tools=$root/test/e2e/tools
+tools=$root/test/tools
 cache=${CARVE_CACHE:-$HOME/.cache/carve}
 go=${GO:-go}
 goversion=$("$go" version)
@@ -34,7 +35,7 @@ targets=(
 )
 
 modkey() { # modkey <module dir>
-	{ cat "$tools/$1/go.mod" "$tools/$1/go.sum"; echo "$goversion"; } | sha256sum | cut -c1-16
+	{ grep -v '^module ' "$tools/$1/go.mod"; cat "$tools/$1/go.sum"; echo "$goversion"; } | sha256sum | cut -c1-16
 }
 declare -A moddir
 for t in "${targets[@]}"; do

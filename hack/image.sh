@@ -111,7 +111,7 @@ done
 # and the archive writer.
 mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
 	'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' \
-	./cmd/carve ./test/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
+	./cmd/carve ./test/harness/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
 [ ${#srcs[@]} -gt 0 ] || die "go list found no source files for ./cmd/carve"
 ctx_files=(Dockerfile go.mod go.sum hack/image.sh)
 [ -f "$root/.dockerignore" ] && ctx_files+=(.dockerignore)
@@ -225,7 +225,7 @@ bah rmi --prune >/dev/null 2>&1 || true
 # Layers inflated: a guest under TCG spends longer inflating gzip than
 # reading twice the bytes.
 mkdir -p "$tmp/out"
-(cd "$root" && CGO_ENABLED=0 "$go" run ./test/ociimage/cmd/ociarchive layout -uncompressed -name "$name" -o "$tmp/out/carve.tar" "$tmp/layout")
+(cd "$root" && CGO_ENABLED=0 "$go" run ./test/harness/ociimage/cmd/ociarchive layout -uncompressed -name "$name" -o "$tmp/out/carve.tar" "$tmp/layout")
 echo "$(sha256sum <"$dockerfile" | cut -d' ' -f1)  $dockerfile" >"$tmp/out/Dockerfile.sha256"
 rm -rf "$out"
 mv "$tmp/out" "$out"

@@ -7,7 +7,7 @@
 #   csi-provisioner.tar  /csi-provisioner as entrypoint, one layer
 #   csi-resizer.tar      /csi-resizer as entrypoint, one layer
 #   csi-snapshotter.tar  /csi-snapshotter as entrypoint, one layer
-#   pause.tar            /pause (test/e2e/cmd/pause), containerd's sandbox
+#   pause.tar            /pause (test/cmd/pause), containerd's sandbox
 #   images.txt           "NAME FILE" per line
 #   Dockerfile.sha256    the Dockerfile carve.tar was built from
 #
@@ -49,7 +49,7 @@ bindir=$("$root/hack/e2e-tools.sh")
 # are built from.
 mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
 	'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' \
-	./test/e2e/cmd/pause ./test/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
+	./test/cmd/pause ./test/harness/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
 key=$( {
 	(cd "$root" && sha256sum go.mod go.sum hack/images.sh "${srcs[@]}")
 	sha256sum "$bindir/csi-provisioner" "$bindir/csi-resizer" "$bindir/csi-snapshotter" | cut -d' ' -f1
@@ -70,8 +70,8 @@ trap 'rm -rf "$tmp"' EXIT
 ln "$carve_tar" "$tmp/carve.tar" 2>/dev/null || cp "$carve_tar" "$tmp/carve.tar"
 cp "$(dirname "$carve_tar")/Dockerfile.sha256" "$tmp/"
 (cd "$root" &&
-	CGO_ENABLED=0 "$go" build -trimpath -ldflags '-s -w' -o "$tmp/bin/pause" ./test/e2e/cmd/pause &&
-	"$go" build -o "$tmp/bin/ociarchive" ./test/ociimage/cmd/ociarchive)
+	CGO_ENABLED=0 "$go" build -trimpath -ldflags '-s -w' -o "$tmp/bin/pause" ./test/cmd/pause &&
+	"$go" build -o "$tmp/bin/ociarchive" ./test/harness/ociimage/cmd/ociarchive)
 pack() { # pack FILE NAME BINARY: BINARY as /<its name>, the entrypoint
 	"$tmp/bin/ociarchive" files -name "$2" -o "$tmp/$1" "$3:/$(basename "$3")"
 }

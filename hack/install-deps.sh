@@ -17,7 +17,7 @@ declare -A need=(
   [blkid]=util-linux
   [modprobe]=kmod
   [openssl]=openssl
-  # Real kubelet nodes in guests (test/guestnode): the container runtime,
+  # Real kubelet nodes in guests (test/harness/guestnode): the container runtime,
   # the CNI plugins, and socat for qemu's per-connection forward to the
   # host's apiserver.
   [containerd]=containerd

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # Builds the peer make bench-peers runs beside carve: TopoLVM at the release
-# pinned by test/peers/tools/topolvm/go.mod, from the Go module proxy
+# pinned by test/tools/topolvm/go.mod, from the Go module proxy
 # (hypertopolvm), with its own Helm chart (CRD included) rendered
 # with test/peers/topolvm-values.yaml, into
 # $CARVE_CACHE/topolvm/<version>-<hash>/ and prints that directory. <hash>
-# covers the pins, the values and the Go version. Nothing of TopoLVM is
+# covers the pins (not the go.mod's module line), the values and the Go
+# version. Nothing of TopoLVM is
 # committed. Needs helm (make deploy-tools) in $CARVE_CACHE/bin.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-mod=$root/test/peers/tools/topolvm
+mod=$root/test/tools/topolvm
 values=$root/test/peers/topolvm-values.yaml
 cache=${CARVE_CACHE:-$HOME/.cache/carve}
 go=${GO:-go}
 helm=${HELM:-$cache/bin/helm}
 
 version=$(awk '$1 == "github.com/topolvm/topolvm" {print $2}' "$mod/go.mod")
-hash=$( { cat "$mod/go.mod" "$mod/go.sum" "$values"; "$go" version; } | sha256sum | cut -c1-12)
+hash=$( { grep -v '^module ' "$mod/go.mod"; cat "$mod/go.sum" "$values"; "$go" version; } | sha256sum | cut -c1-12)
 out=$cache/topolvm/$version-$hash
 
 if [ -x "$out/hypertopolvm" ] && [ -f "$out/topolvm.yaml" ]; then

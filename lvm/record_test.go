@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 // recordDir is where recordings go; CARVE_RECORD_DIR overrides it (the

@@ -1,4 +1,4 @@
-//go:build hosttest
+//go:build deploytest
 
 // Package deploy checks what users install: the kustomize base and the Helm
 // chart (valid objects, least-privilege RBAC, the sidecar flags carve's

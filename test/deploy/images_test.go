@@ -1,4 +1,4 @@
-//go:build hosttest
+//go:build deploytest
 
 package deploy
 
@@ -22,7 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/carve-csi/carve/test/ociimage"
+	"github.com/carve-csi/carve/test/harness/ociimage"
 )
 
 // The image archives are built by hack/images.sh, which prints their

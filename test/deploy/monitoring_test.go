@@ -1,4 +1,4 @@
-//go:build hosttest
+//go:build deploytest
 
 package deploy
 
@@ -18,8 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/test/lvmtest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // query is one PromQL expression of the dashboard or the rules, with where

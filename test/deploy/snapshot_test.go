@@ -1,4 +1,4 @@
-//go:build hosttest
+//go:build deploytest
 
 package deploy
 
@@ -17,7 +17,7 @@ import (
 // snapshotterModule is the external-snapshotter module whose
 // csi-snapshotter and snapshot-controller the tests build, and
 // snapshotClientModule the one that holds its CRDs
-// (test/e2e/tools/snapshotter/go.mod pins both at one release).
+// (test/tools/snapshotter/go.mod pins both at one release).
 const (
 	snapshotterModule    = "github.com/kubernetes-csi/external-snapshotter/v8"
 	snapshotClientModule = "github.com/kubernetes-csi/external-snapshotter/client/v8"
@@ -31,11 +31,11 @@ var snapshotCRDs = []string{
 	"snapshot.storage.k8s.io_volumesnapshots.yaml",
 }
 
-// pinnedVersion returns the version test/e2e/tools/snapshotter/go.mod
+// pinnedVersion returns the version test/tools/snapshotter/go.mod
 // requires of module.
 func pinnedVersion(t *testing.T, module string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "test", "e2e", "tools", "snapshotter", "go.mod"))
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "test", "tools", "snapshotter", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func pinnedVersion(t *testing.T, module string) string {
 			return f[1]
 		}
 	}
-	t.Fatalf("test/e2e/tools/snapshotter/go.mod requires no %s", module)
+	t.Fatalf("test/tools/snapshotter/go.mod requires no %s", module)
 	return ""
 }
 
@@ -58,9 +58,9 @@ func TestSnapshotCRDsFromPinnedModule(t *testing.T) {
 	root := repoRoot(t)
 	version := pinnedVersion(t, snapshotClientModule)
 	if v := pinnedVersion(t, snapshotterModule); v != version {
-		t.Errorf("test/e2e/tools/snapshotter pins %s %s but %s %s: binaries and CRDs from two releases", snapshotterModule, v, snapshotClientModule, version)
+		t.Errorf("test/tools/snapshotter pins %s %s but %s %s: binaries and CRDs from two releases", snapshotterModule, v, snapshotClientModule, version)
 	}
-	toolsDir := filepath.Join(root, "test", "e2e", "tools", "snapshotter")
+	toolsDir := filepath.Join(root, "test", "tools", "snapshotter")
 	run(t, toolsDir, "go", "mod", "download", snapshotClientModule)
 	modDir := strings.TrimSpace(string(run(t, toolsDir, "go", "list", "-m", "-f", "{{.Dir}}", snapshotClientModule)))
 	for _, name := range snapshotCRDs {
@@ -132,7 +132,7 @@ func TestSnapshotControllerManifests(t *testing.T) {
 	spec := d.Spec.Template.Spec
 	c := container(t, spec, "snapshot-controller")
 	if c.Image != image {
-		t.Errorf("snapshot-controller runs %s, want %s (the release test/e2e/tools/snapshotter pins)", c.Image, image)
+		t.Errorf("snapshot-controller runs %s, want %s (the release test/tools/snapshotter pins)", c.Image, image)
 	}
 	for _, want := range []string{"--enable-distributed-snapshotting", "--leader-election"} {
 		if !slices.Contains(c.Args, want) {

@@ -18,8 +18,9 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // createOrphan makes, on node n, the LV csi-provisioner would make for the
@@ -78,12 +79,12 @@ func TestOrphanedVolume(t *testing.T) {
 	}
 	volSmall, madeSmall := createOrphan(t, ctx, small, ns, "lost-small", size)
 	volLarge, _ := createOrphan(t, ctx, large, ns, "lost-large", size)
-	lvSmall := small.VG.Name + "/" + driver.LVNameFor(volSmall)
-	lvLarge := large.VG.Name + "/" + driver.LVNameFor(volLarge)
+	lvSmall := small.VG.Name + "/" + volume.LVNameFor(volSmall)
+	lvLarge := large.VG.Name + "/" + volume.LVNameFor(volLarge)
 	t.Cleanup(func() {
 		// The report-only node keeps its orphan: remove it as an operator
 		// would.
-		if err := small.RemoveLV(context.Background(), driver.LVNameFor(volSmall)); err != nil {
+		if err := small.RemoveLV(context.Background(), volume.LVNameFor(volSmall)); err != nil {
 			t.Errorf("removing %s: %v", lvSmall, err)
 		}
 	})
@@ -128,7 +129,7 @@ func TestOrphanedVolume(t *testing.T) {
 			t.Errorf("event %q does not name %q", ev.Message, want)
 		}
 	}
-	if lvs, err := small.LVM.ListLVs(ctx, small.VG.Name); err != nil || !slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == driver.LVNameFor(volSmall) }) {
+	if lvs, err := small.LVM.ListLVs(ctx, small.VG.Name); err != nil || !slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor(volSmall) }) {
 		t.Errorf("the orphan on the report-only node is gone (%v): nothing may delete it without --remove-orphans", err)
 	}
 
@@ -138,7 +139,7 @@ func TestOrphanedVolume(t *testing.T) {
 			if err != nil {
 				return false, "", err
 			}
-			there := slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == driver.LVNameFor(volLarge) })
+			there := slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor(volLarge) })
 			evs, err := orphanEvents(ctx, large.Name, "OrphanedVolumeRemoved", lvLarge)
 			if err != nil {
 				return false, "", err
@@ -163,7 +164,7 @@ func TestVolumeDataMissing(t *testing.T) {
 	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
 	pvc := waitBound(t, ns, "data", time.Minute)
 	node := bed.Node(waitPodNode(t, ns, "app", settle))
-	lv := driver.LVNameFor(pvc.Spec.VolumeName)
+	lv := volume.LVNameFor(pvc.Spec.VolumeName)
 	if err := node.RemoveLV(ctx, lv); err != nil {
 		t.Fatalf("lvremove behind carve's back: %v", err)
 	}

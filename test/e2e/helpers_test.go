@@ -21,9 +21,9 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/topology"
 )
 
@@ -57,58 +57,28 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 // test starts from the same free space.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	return kubetest.NewNamespace(t, bed.Client, prefix, deleteNamespaceVolumes)
+	return kubetest.NewNamespace(t, bed.Client, prefix, namespaceCleanup)
 }
 
-// deleteNamespaceVolumes deletes a namespace's StatefulSets (waiting until
-// they are gone, so that none makes new pods or PVCs), its pods (force: no
-// kubelet confirms) and PVCs, then waits up to 2 minutes for the PVCs and
-// their PVs to go.
+// namespaceCleanup deletes pods with no grace period (no kubelet confirms)
+// and waits up to 2 minutes for each step, reporting any process of the
+// test bed that died.
+var namespaceCleanup = kubetest.NamespaceCleanup{
+	ForcePods: true,
+	Wait:      2 * time.Minute,
+	Interval:  250 * time.Millisecond,
+	OnTimeout: func(t *testing.T) {
+		if err := bed.CheckAlive(); err != nil {
+			t.Errorf("processes died: %v", err)
+		}
+	},
+}
+
+// deleteNamespaceVolumes empties ns of its volumes and deletes it, as the
+// cleanup of newNamespace does.
 func deleteNamespaceVolumes(t *testing.T, ns string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	zero := int64(0)
-	cs := bed.Client
-	if err := cs.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Errorf("delete StatefulSets of %s: %v", ns, err)
-	}
-	waitFor(t, time.Minute, "StatefulSets of namespace "+ns+" to be deleted", func(ctx context.Context) (bool, string, error) {
-		list, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items)), nil
-	})
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		t.Errorf("delete pods of %s: %v", ns, err)
-	}
-	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Errorf("delete PVCs of %s: %v", ns, err)
-	}
-	waitFor(t, 2*time.Minute, "PVCs of namespace "+ns+" and their PVs to be deleted", func(ctx context.Context) (bool, string, error) {
-		pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		var left []string
-		for _, pvc := range pvcs.Items {
-			left = append(left, "PVC "+pvc.Name)
-		}
-		for _, pv := range pvs.Items {
-			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
-				left = append(left, "PV "+pv.Name+"("+string(pv.Status.Phase)+")")
-			}
-		}
-		return len(left) == 0, "left: " + strings.Join(left, ", "), nil
-	})
-	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete namespace %s: %v", ns, err)
-	}
+	namespaceCleanup.DeleteNamespaceVolumes(t, bed.Client, ns)
 }
 
 // newPVC returns a PVC of size in storage class sc.
@@ -337,7 +307,7 @@ func lvOfPV(ctx context.Context, pvName string) ([]string, *lvm.LogicalVolume, e
 	var found *lvm.LogicalVolume
 	for _, n := range bed.Nodes {
 		for i, lv := range all[n.Name] {
-			if lv.Name == driver.LVNameFor(pvName) || driver.HasVolumeName(lv.Tags, pvName) {
+			if lv.Name == volume.LVNameFor(pvName) || volume.HasVolumeName(lv.Tags, pvName) {
 				nodes = append(nodes, n.Name)
 				if found == nil {
 					found = &all[n.Name][i]
@@ -362,7 +332,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 		t.Errorf("PV %s node affinity names %q, want %q (%+v)", pv.Name, got, node, pv.Spec.NodeAffinity)
 	}
 	n := bed.Node(node)
-	wantHandle := n.VG.Name + "/" + driver.LVNameFor(pv.Name)
+	wantHandle := n.VG.Name + "/" + volume.LVNameFor(pv.Name)
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != cluster.DriverName || pv.Spec.CSI.VolumeHandle != wantHandle {
 		t.Errorf("PV %s CSI source %+v, want driver %s and handle %s", pv.Name, pv.Spec.CSI, cluster.DriverName, wantHandle)
 	}
@@ -377,7 +347,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 	if int64(lv.Size) != want {
 		t.Errorf("LV %s/%s is %d bytes, PVC asked %d", lv.VolumeGroup, lv.Name, lv.Size, want)
 	}
-	for _, tag := range []string{driver.TagOwner, driver.VolumeTag(pv.Name), driver.TagClassPrefix + thickClass, driver.ClaimTag(pvc.Namespace, pvc.Name)} {
+	for _, tag := range []string{volume.TagOwner, volume.VolumeTag(pv.Name), volume.TagClassPrefix + thickClass, volume.ClaimTag(pvc.Namespace, pvc.Name)} {
 		if !slices.Contains(lv.Tags, tag) {
 			t.Errorf("LV %s/%s tags %v lack %q", lv.VolumeGroup, lv.Name, lv.Tags, tag)
 		}

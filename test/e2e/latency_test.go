@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // TestProvisioningLatency measures, over 20 volumes made one after the

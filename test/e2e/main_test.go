@@ -10,12 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // bed is the test bed every scenario shares; TestMain starts and stops it.
 var bed *cluster.Cluster
+
+// finale is what runs after every other scenario, in this order:
+// TestNodeLostForGood takes a Node away for the rest of the run, and
+// TestNothingLeftBehind checks what all the others left.
+var finale = kubetest.NewFinale("TestNodeLostForGood", "TestNothingLeftBehind")
 
 // The test bed's audit: a short grace period so that orphans show within
 // seconds (the shipped default is 10 minutes).
@@ -58,6 +63,7 @@ func TestMain(m *testing.M) {
 		},
 		DumpLines: 30,
 		AfterStop: noLoopDevicesLeft,
+		Finale:    finale,
 	}.Main(m, &bed))
 }
 

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
+	"github.com/carve-csi/carve/test/harness/cluster"
 )
 
 // TestShippedManifestsAccepted: every object of deploy/kubernetes was

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // newStatefulSet returns a StatefulSet of replicas pods, each with a PVC of
@@ -92,7 +92,7 @@ func TestStatefulSetSixReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(nodes) != 0 {
-				t.Errorf("LV %s of deleted PV %s still on %v", driver.LVNameFor(pv), pv, nodes)
+				t.Errorf("LV %s of deleted PV %s still on %v", volume.LVNameFor(pv), pv, nodes)
 			}
 		}
 		waitCapacities(t, 30*time.Second, "capacity of every node to come back", thickSC, before)

@@ -40,19 +40,19 @@ func parseBench(out string) map[string]map[string]float64 {
 // It fails only when a benchmark did not run; the figures are reported, not
 // asserted.
 func TestBenchLVM(t *testing.T) {
-	res := runInner(t, innerRun{
+	out := runInGuest(t, guestRun{
 		pkg:     "github.com/carve-csi/carve/test/guest/inner/lvminner",
 		args:    []string{"-test.run", "^$", "-test.bench", ".", "-test.benchtime", "20x"},
 		timeout: 15 * time.Minute,
 	})
-	got := parseBench(string(res.Stdout))
+	got := parseBench(out)
 	for _, b := range []struct{ name, label string }{
 		{"BenchmarkCreateRemove", "create+remove (thick)"},
 		{"BenchmarkReport", "state refresh: Report() vs lvs --reportformat json"},
 	} {
 		m, ok := got[b.name]
 		if !ok || m["pkg/raw"] == 0 {
-			t.Errorf("%s did not report a pkg/raw ratio; output:\n%s", b.name, res.Stdout)
+			t.Errorf("%s did not report a pkg/raw ratio; output:\n%s", b.name, out)
 			continue
 		}
 		line := fmt.Sprintf("ratio %s package/raw: %.2f (medians: package %s, raw %s per op",

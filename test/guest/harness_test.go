@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/guestvm"
+	"github.com/carve-csi/carve/test/harness/guestvm"
 )
 
 // probeScript runs in the guest under the host's /bin/sh and reports what

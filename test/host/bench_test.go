@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 // The benchmarks time the package against the raw lvm commands on the same

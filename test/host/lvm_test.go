@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 const mib = 1 << 20

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 // TestLoopVGCleanup: the fixture the root tiers, the end-to-end harness and

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 // fillMetadataArea creates LVs outside carve, with tags as long as LVM

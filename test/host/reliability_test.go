@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/test/lvmtest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // twoVGs makes two volume groups that one lvm.conf sees: the fixture's

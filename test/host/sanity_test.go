@@ -10,7 +10,7 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 // TestSanityControllerHost runs csi-sanity's Identity and Controller specs

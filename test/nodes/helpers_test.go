@@ -17,13 +17,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // Every pod of these tests runs on the one guest node, under TCG, where a
 // container start takes seconds: the timeouts are generous on purpose and
-// say nothing about speed (the figures are in docs/development.md).
+// say nothing about speed (the figures are in docs/benchmarks.md).
 //
 // A test that touches only its own namespace's claims and pods calls
 // t.Parallel(): Go runs those together once the others are done, and
@@ -122,60 +122,11 @@ func podState(p *corev1.Pod) string {
 
 // newNamespace creates a namespace for one test and, at cleanup, deletes
 // its StatefulSets, pods and PVCs and waits until their PVs are gone, so
-// the next test finds the node's space as it was.
+// the next test finds the node's space as it was. The kubelet tears the
+// pods down (unpublish, unstage) before their claims go.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	return kubetest.NewNamespace(t, bed.Client, prefix, deleteNamespaceVolumes)
-}
-
-func deleteNamespaceVolumes(t *testing.T, ns string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cs := bed.Client
-	all := metav1.ListOptions{}
-	if err := cs.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
-		t.Errorf("cleanup: delete StatefulSets of %s: %v", ns, err)
-	}
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
-		t.Errorf("cleanup: delete pods of %s: %v", ns, err)
-	}
-	// Unpublish and unstage happen when the kubelet tears the pods down;
-	// the PVCs go after.
-	for ctx.Err() == nil {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, all)
-		if err == nil && len(pods.Items) == 0 {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, all)
-	if err != nil {
-		t.Errorf("cleanup: list PVCs of %s: %v", ns, err)
-		return
-	}
-	if err := cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
-		t.Errorf("cleanup: delete PVCs of %s: %v", ns, err)
-	}
-	for _, pvc := range pvcs.Items {
-		if pvc.Spec.VolumeName == "" {
-			continue
-		}
-		for {
-			_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Errorf("cleanup: PV %s of %s/%s still there after 4 minutes", pvc.Spec.VolumeName, ns, pvc.Name)
-				return
-			}
-			time.Sleep(time.Second)
-		}
-	}
-	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
-		t.Errorf("cleanup: delete namespace %s: %v", ns, err)
-	}
+	return kubetest.NewNamespace(t, bed.Client, prefix, kubetest.NamespaceCleanup{Wait: 4 * time.Minute, Interval: time.Second})
 }
 
 // newPVC returns a ReadWriteOnce claim of size in storage class sc.

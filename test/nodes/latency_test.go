@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/test/kubetest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // carveMetrics scrapes the carve plugin of the guest node (from inside the

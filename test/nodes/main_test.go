@@ -15,8 +15,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // bed is the test bed every scenario shares; TestMain starts and stops it.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // snapshotClass is the shipped VolumeSnapshotClass for thin volumes.

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
-	"github.com/carve-csi/carve/test/kubetest"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // claimSize is small, so that a burst of claims fits on the smallest node

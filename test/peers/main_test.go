@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/test/e2e/cluster"
+	"github.com/carve-csi/carve/test/harness/cluster"
 )
 
 // The test bed both drivers share; TestMain starts and stops it.

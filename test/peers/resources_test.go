@@ -17,10 +17,15 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/pkg/volume"
-	"github.com/carve-csi/carve/test/kubetest"
-	"github.com/carve-csi/carve/test/lvmtest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
+
+// finale runs TestPeersIdle after the other tests: its many volumes then
+// weigh on no other measurement, and it measures node agents that the
+// latency patterns have used.
+var finale = kubetest.NewFinale("TestPeersIdle")
 
 // idleNode is the node whose agents TestPeersIdle measures: the largest,
 // so that 1000 volumes of one extent fit.
@@ -34,11 +39,12 @@ const idleNode = "node-large"
 // run per minute (carve: its carve_lvm_command_duration_seconds count;
 // TopoLVM: the lines lvmcount wrote) and the resident memory (VmRSS, and
 // VmHWM as the peak) of carve's plugin, carve's node csi-provisioner and
-// topolvm-node. It runs after the latency patterns (file order), and its
-// volumes are removed at the end. It asserts that carve's view holds the
+// topolvm-node. It runs after the other tests (finale), and its volumes
+// are removed at the end. It asserts that carve's view holds the
 // volumes and that the counting works (topolvm-node ran LVM commands at
 // start).
 func TestPeersIdle(t *testing.T) {
+	finale.Enter(t)
 	if len(opts.idleVolumes) == 0 {
 		t.Skip("CARVE_PEERS_IDLE_VOLUMES=0: not measured")
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 const (

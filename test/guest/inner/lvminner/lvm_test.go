@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/test/lvmtest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
 func newClient(vg *lvmtest.LoopVG) *lvm.Client {

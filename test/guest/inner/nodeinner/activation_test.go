@@ -14,7 +14,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // TestStageActivatesInactiveVolumes is a reboot without LVM autoactivation:
@@ -131,9 +131,7 @@ func TestStageActivatesInactiveVolumes(t *testing.T) {
 // createInClass is create with the StorageClass parameter of a device class.
 func (e *env) createInClass(name string, size int64, capability *csi.VolumeCapability, deviceClass string) string {
 	e.t.Helper()
-	ctx, cancel := e.ctx()
-	defer cancel()
-	rsp, err := e.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+	v, err := e.createVolume(&csi.CreateVolumeRequest{
 		Name:               name,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities: []*csi.VolumeCapability{capability},
@@ -142,23 +140,7 @@ func (e *env) createInClass(name string, size int64, capability *csi.VolumeCapab
 	if err != nil {
 		e.t.Fatalf("CreateVolume %s in class %s: %v", name, deviceClass, err)
 	}
-	id := rsp.GetVolume().GetVolumeId()
-	if e.volumeContext == nil {
-		e.volumeContext = map[string]map[string]string{}
-	}
-	e.volumeContext[id] = rsp.GetVolume().GetVolumeContext()
-	t := e.t
-	t.Cleanup(func() {
-		if e.plugin == nil {
-			return
-		}
-		ctx, cancel := e.ctx()
-		defer cancel()
-		if _, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			t.Errorf("DeleteVolume %s: %v", id, err)
-		}
-	})
-	return id
+	return v.GetVolumeId()
 }
 
 // lvAttr is the lv_attr of an LV of the env's volume group.

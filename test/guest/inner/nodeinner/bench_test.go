@@ -19,7 +19,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/carve-csi/carve/pkg/fs"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // The benchmarks time the plugin through its gRPC socket against the raw

@@ -21,7 +21,7 @@ import (
 
 	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // eraseSize is the size of each volume of the erasure tests: a few extents,

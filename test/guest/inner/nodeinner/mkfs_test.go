@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/pkg/unfinished"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // TestStageAfterAKilledMkfs: a stage marks its volume (in the plugin's

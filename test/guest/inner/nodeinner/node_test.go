@@ -22,8 +22,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/test/lvmtest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 var (
@@ -134,9 +134,7 @@ func (e *env) create(name string, size int64, capability *csi.VolumeCapability) 
 // createWith is create with StorageClass parameters.
 func (e *env) createWith(name string, size int64, capability *csi.VolumeCapability, params map[string]string) string {
 	e.t.Helper()
-	ctx, cancel := e.ctx()
-	defer cancel()
-	rsp, err := e.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+	v, err := e.createVolume(&csi.CreateVolumeRequest{
 		Name:               name,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities: []*csi.VolumeCapability{capability},
@@ -145,14 +143,28 @@ func (e *env) createWith(name string, size int64, capability *csi.VolumeCapabili
 	if err != nil {
 		e.t.Fatalf("CreateVolume %s: %v", name, err)
 	}
+	if got := v.GetCapacityBytes(); got < size {
+		e.t.Fatalf("CreateVolume %s: capacity %d < requested %d", name, got, size)
+	}
+	return v.GetVolumeId()
+}
+
+// createVolume calls CreateVolume, remembers the new volume's context (for
+// its NodeStage) and deletes the volume when the test ends, unless the
+// plugin is stopped then.
+func (e *env) createVolume(req *csi.CreateVolumeRequest) (*csi.Volume, error) {
+	e.t.Helper()
+	ctx, cancel := e.ctx()
+	defer cancel()
+	rsp, err := e.controller().CreateVolume(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	id := rsp.GetVolume().GetVolumeId()
 	if e.volumeContext == nil {
 		e.volumeContext = map[string]map[string]string{}
 	}
 	e.volumeContext[id] = rsp.GetVolume().GetVolumeContext()
-	if got := rsp.GetVolume().GetCapacityBytes(); got < size {
-		e.t.Fatalf("CreateVolume %s: capacity %d < requested %d", name, got, size)
-	}
 	t := e.t
 	t.Cleanup(func() {
 		if e.plugin == nil {
@@ -164,7 +176,18 @@ func (e *env) createWith(name string, size int64, capability *csi.VolumeCapabili
 			t.Errorf("DeleteVolume %s: %v", id, err)
 		}
 	})
-	return id
+	return rsp.GetVolume(), nil
+}
+
+// run runs f as a subtest of e's test, with e reporting to the subtest
+// while it runs.
+func (e *env) run(name string, f func(t *testing.T)) {
+	parent := e.t
+	parent.Run(name, func(t *testing.T) {
+		e.t = t
+		defer func() { e.t = parent }()
+		f(t)
+	})
 }
 
 // paths are the staging and target paths of one volume, kubelet style:
@@ -248,11 +271,8 @@ var fsCases = []struct {
 func TestDataSafety(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "datasafety", 2048*mib)
-	parent := t
 	for _, tc := range fsCases {
-		t.Run(tc.fsType, func(t *testing.T) {
-			e.t = t
-			defer func() { e.t = parent }()
+		e.run(tc.fsType, func(t *testing.T) {
 			capability := plugintest.MountCapability(tc.fsType)
 			name := "data-safety-" + tc.fsType
 			id := e.create(name, tc.size, capability)
@@ -306,11 +326,8 @@ func TestDataSafety(t *testing.T) {
 func TestOnlineExpansion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "expansion", 2048*mib)
-	parent := t
 	for _, tc := range fsCases {
-		t.Run(tc.fsType, func(t *testing.T) {
-			e.t = t
-			defer func() { e.t = parent }()
+		e.run(tc.fsType, func(t *testing.T) {
 			capability := plugintest.MountCapability(tc.fsType)
 			name := "expand-" + tc.fsType
 			id := e.create(name, tc.size, capability)

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/volume"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // The snapshot tests run the real plugin on one volume group with a thick
@@ -87,9 +87,7 @@ func (e *env) snapshot(name, source string) *csi.Snapshot {
 // volume ID or the error.
 func (e *env) fromSource(name string, size int64, capability *csi.VolumeCapability, deviceClass string, src *csi.VolumeContentSource) (string, error) {
 	e.t.Helper()
-	ctx, cancel := e.ctx()
-	defer cancel()
-	rsp, err := e.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+	v, err := e.createVolume(&csi.CreateVolumeRequest{
 		Name:                name,
 		CapacityRange:       &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities:  []*csi.VolumeCapability{capability},
@@ -99,23 +97,7 @@ func (e *env) fromSource(name string, size int64, capability *csi.VolumeCapabili
 	if err != nil {
 		return "", err
 	}
-	id := rsp.GetVolume().GetVolumeId()
-	if e.volumeContext == nil {
-		e.volumeContext = map[string]map[string]string{}
-	}
-	e.volumeContext[id] = rsp.GetVolume().GetVolumeContext()
-	t := e.t
-	t.Cleanup(func() {
-		if e.plugin == nil {
-			return
-		}
-		ctx, cancel := e.ctx()
-		defer cancel()
-		if _, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			t.Errorf("DeleteVolume %s: %v", id, err)
-		}
-	})
-	return id, nil
+	return v.GetVolumeId(), nil
 }
 
 func snapshotSource(id string) *csi.VolumeContentSource {
@@ -199,12 +181,9 @@ func random(n int64) []byte {
 func TestSnapshotRestoreData(t *testing.T) {
 	t.Parallel()
 	e := newSnapEnv(t, "snaprestore")
-	parent := t
 	for _, class := range []string{"thin", "thick"} {
 		for _, fsType := range []string{"ext4", "xfs", "block"} {
-			t.Run(class+"/"+fsType, func(t *testing.T) {
-				e.t = t
-				defer func() { e.t = parent }()
+			e.run(class+"/"+fsType, func(t *testing.T) {
 				size, larger := 64*mib, 96*mib
 				capability := blockCapability()
 				if fsType != "block" {

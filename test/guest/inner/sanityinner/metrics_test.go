@@ -12,8 +12,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/test/lvmtest"
-	"github.com/carve-csi/carve/test/plugintest"
+	"github.com/carve-csi/carve/test/harness/lvmtest"
+	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // phasesRun are the carve phases a sanity run exercises: it creates,

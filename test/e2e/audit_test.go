@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -35,7 +34,7 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 	if err != nil {
 		t.Fatal(err)
 	}
-	volume := "pvc-" + string(pvc.UID)
+	volName := "pvc-" + string(pvc.UID)
 	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +47,11 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 	seg := &csi.Topology{Segments: map[string]string{cluster.TopologyKey: n.Name}}
 	made := time.Now()
 	if _, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name:               volume,
+		Name:               volName,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")},
-		Parameters: map[string]string{driver.ParamDeviceClass: thickClass,
-			"csi.storage.k8s.io/pvc/namespace": ns, "csi.storage.k8s.io/pvc/name": name, "csi.storage.k8s.io/pv/name": volume},
+		Parameters: map[string]string{volume.ParamDeviceClass: thickClass,
+			"csi.storage.k8s.io/pvc/namespace": ns, "csi.storage.k8s.io/pvc/name": name, "csi.storage.k8s.io/pv/name": volName},
 		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{seg}, Preferred: []*csi.Topology{seg}},
 	}); err != nil {
 		t.Fatalf("CreateVolume on %s: %v", n.Name, err)
@@ -60,7 +59,7 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 	if err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return volume, made
+	return volName, made
 }
 
 // TestOrphanedVolume: an LV carve made whose claim was deleted before its

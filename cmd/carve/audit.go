@@ -13,13 +13,13 @@ import (
 	"github.com/carve-csi/carve/pkg/kube"
 	"github.com/carve-csi/carve/pkg/pvindex"
 	"github.com/carve-csi/carve/pkg/reconcile"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
 
 // viewVolumes shows the state view to the audit with carve's tags read.
-type viewVolumes struct{ view *state.View }
+type viewVolumes struct{ view *vgview.View }
 
 func (v viewVolumes) Readable(vg string) bool { return v.view.Readable(vg) }
 
@@ -71,7 +71,7 @@ func startNodeAPI(o *PluginOptions) (*nodeAPI, error) {
 
 // startAudit builds the node's audit over api's PV cache; what it returns
 // runs the cache and the audit until ctx ends (nil without api).
-func startAudit(ctx context.Context, o *PluginOptions, api *nodeAPI, cfg *config.Config, view *state.View,
+func startAudit(ctx context.Context, o *PluginOptions, api *nodeAPI, cfg *config.Config, view *vgview.View,
 	orphans reconcile.Orphans, reg prometheus.Registerer) func(context.Context) error {
 	if api == nil {
 		return nil

@@ -6,7 +6,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -32,7 +32,7 @@ func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 		},
 	}
 	cfg := &config.Config{DeviceClasses: []config.DeviceClass{{Name: "fast", VolumeGroup: "vg1"}}}
-	view := state.New(stubReporter{report}, cfg, nil)
+	view := vgview.New(stubReporter{report}, cfg, nil)
 	v := viewVolumes{view}
 	if v.Readable("vg1") {
 		t.Error("vg1 readable before the first refresh")

@@ -21,12 +21,12 @@ import (
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/registration"
-	"github.com/carve-csi/carve/pkg/state"
-	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/version"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -39,7 +39,7 @@ const mutationSettle = 2 * time.Second
 // 10 s given to in-flight CSI calls.
 const shutdownLVMWait = 15 * time.Second
 
-// refreshTimeout is what state.View.Run gives one refresh.
+// refreshTimeout is what vgview.View.Run gives one refresh.
 const refreshTimeout = 2 * time.Minute
 
 // runPlugin wires the real LVM client, mounter, exec and metrics into the
@@ -55,11 +55,11 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		return err
 	}
 	// Volumes being made, and filesystems being made on them.
-	marks, err := unfinished.Open(filepath.Join(stateDir, "unfinished"))
+	unfinished, err := marks.Open(filepath.Join(stateDir, "unfinished"))
 	if err != nil {
 		return err
 	}
-	formatting, err := unfinished.Open(filepath.Join(stateDir, "formatting"))
+	formatting, err := marks.Open(filepath.Join(stateDir, "formatting"))
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	rec := metrics.NewRecorder(mm.GetRegistry().Registerer())
 	lvmClient := lvm.New(lvm.Options{Timeout: o.LVMTimeout, Observer: rec})
 
-	view := state.New(lvmClient, cfg, rec)
+	view := vgview.New(lvmClient, cfg, rec)
 	// A node whose volume group or thin pool is missing, or whose LVM
 	// cannot be read, still serves: exiting would only restart the pod in
 	// a loop. The view reports no room for the classes it cannot see,
@@ -118,7 +118,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
-		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: marks, Formatting: formatting,
+		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: unfinished, Formatting: formatting,
 		DevDir: devDir}
 	if api != nil {
 		pcfg.Locator = api.pvs

@@ -13,7 +13,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/provision"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -46,7 +46,7 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		return none, nil
 	}
 	room, err := s.cfg.View.Capacity(class)
-	if errors.Is(err, state.ErrClassUnavailable) {
+	if errors.Is(err, vgview.ErrClassUnavailable) {
 		return none, nil
 	}
 	if err != nil {

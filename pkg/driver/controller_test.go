@@ -16,9 +16,9 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/provision"
-	"github.com/carve-csi/carve/pkg/state"
-	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
@@ -49,7 +49,7 @@ type controllerFixture struct {
 	copier *fakeCopier
 	eraser *fakeEraser
 	cfg    *config.Config
-	view   *state.View
+	view   *vgview.View
 	cs     *ControllerServer
 	// locator, when set before restart, is the controller's Locator.
 	locator provision.Locator
@@ -62,13 +62,13 @@ type controllerFixture struct {
 	// locks are the controller's per-volume locks; they outlive restarts.
 	locks *volumelock.Locks
 	// marks outlive restarts, as the plugin's state directory does.
-	marks *unfinished.Marks
+	marks *marks.Marks
 }
 
 // openMarks is a fresh directory of unfinished-volume marks.
-func openMarks(t *testing.T) *unfinished.Marks {
+func openMarks(t *testing.T) *marks.Marks {
 	t.Helper()
-	m, err := unfinished.Open(filepath.Join(t.TempDir(), "unfinished"))
+	m, err := marks.Open(filepath.Join(t.TempDir(), "unfinished"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func newControllerFixture(t *testing.T) *controllerFixture {
 // restart does.
 func (fx *controllerFixture) restart(t *testing.T) {
 	t.Helper()
-	fx.view = state.New(fx.lvm, fx.cfg, nil)
+	fx.view = vgview.New(fx.lvm, fx.cfg, nil)
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

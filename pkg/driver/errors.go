@@ -9,7 +9,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/provision"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 )
 
 // kindCodes are the gRPC codes of provision's error kinds.
@@ -57,11 +57,11 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
-	case errors.Is(err, lvm.ErrInsufficientSpace), errors.Is(err, state.ErrClassUnavailable), errors.Is(err, state.ErrNoRoom):
+	case errors.Is(err, lvm.ErrInsufficientSpace), errors.Is(err, vgview.ErrClassUnavailable), errors.Is(err, vgview.ErrNoRoom):
 		// RESOURCE_EXHAUSTED makes external-provisioner pick another node,
 		// and the kubelet retry an expansion later.
 		return codes.ResourceExhausted
-	case errors.Is(err, state.ErrBeyondClass):
+	case errors.Is(err, vgview.ErrBeyondClass):
 		// No retry can succeed: the capacity range must change.
 		return codes.OutOfRange
 	case errors.Is(err, lvm.ErrNotFound):

@@ -20,9 +20,9 @@ import (
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/jobs"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/state"
-	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
@@ -50,11 +50,11 @@ type NodeConfig struct {
 	// expansion is checked by LVM alone, which lets a thin volume grow past
 	// its class's overprovision ratio; the plugin role must set both.
 	Classes *config.Config
-	View    *state.View
+	View    *vgview.View
 	// Formatting marks the volumes whose mkfs has begun and not been seen
 	// to end, so that a stage after a killed mkfs makes the filesystem
 	// again instead of failing on its remains; nil turns that off.
-	Formatting *unfinished.Marks
+	Formatting *marks.Marks
 	// Eraser zeroes the signature regions of such a device; nil is
 	// erase.Devices.
 	Eraser erase.Eraser

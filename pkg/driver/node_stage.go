@@ -15,8 +15,8 @@ import (
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/jobs"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/unfinished"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -252,19 +252,19 @@ func timeFormat(op *metrics.Op, res fs.FormatResult, err error) {
 // formatting marks volume vol's device as being formatted (NodeConfig's
 // Formatting), before mkfs runs.
 func (n *NodeServer) formatting(vol volume.ID) error {
-	return n.formattingMark(vol, (*unfinished.Marks).Mark)
+	return n.formattingMark(vol, (*marks.Marks).Mark)
 }
 
 // formatted takes off volume vol's formatting mark, once its filesystem is
 // mounted and before the stage answers: a mark left on a volume a pod has
 // written to would have the next stage erase its data.
 func (n *NodeServer) formatted(vol volume.ID) error {
-	return n.formattingMark(vol, (*unfinished.Marks).Clear)
+	return n.formattingMark(vol, (*marks.Marks).Clear)
 }
 
 // formattingMark applies op (Mark or Clear) to volume vol's formatting
 // mark, if the node keeps them.
-func (n *NodeServer) formattingMark(vol volume.ID, op func(m *unfinished.Marks, vg, lv string) error) error {
+func (n *NodeServer) formattingMark(vol volume.ID, op func(m *marks.Marks, vg, lv string) error) error {
 	if n.cfg.Formatting == nil {
 		return nil
 	}

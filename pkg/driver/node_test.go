@@ -21,10 +21,10 @@ import (
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/fs/fstest"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/provision"
-	"github.com/carve-csi/carve/pkg/state"
-	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
@@ -58,10 +58,10 @@ type nodeFixture struct {
 	reg     *prometheus.Registry
 	ns      *NodeServer
 	cs      *ControllerServer
-	view    *state.View
+	view    *vgview.View
 	// formatting is the node's formatting marks, shared with the
 	// controller as the plugin role shares them.
-	formatting *unfinished.Marks
+	formatting *marks.Marks
 	// wiped lists the devices whose signature regions were zeroed.
 	wiped []string
 
@@ -80,7 +80,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.view = state.New(fx.lvm, cfg, nil)
+	fx.view = vgview.New(fx.lvm, cfg, nil)
 	if err := fx.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

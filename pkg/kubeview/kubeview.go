@@ -272,7 +272,7 @@ func lastEvent(events []corev1.Event) *corev1.Event {
 	return last
 }
 
-// Event reasons carve's node audit records (pkg/audit): an LV no PV points
+// Event reasons carve's node audit records (pkg/reconcile): an LV no PV points
 // at, and a PV whose LV is gone.
 const (
 	reasonOrphan  = "OrphanedVolume"

@@ -12,7 +12,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -122,7 +122,7 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	defer unlockRoom()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volume", c.Name, "lv", c.lvName, "deviceClass", c.Class.Name))
 	room, err := p.cfg.View.Capacity(c.Class)
-	if errors.Is(err, state.ErrClassUnavailable) {
+	if errors.Is(err, vgview.ErrClassUnavailable) {
 		lv, err := p.existingWhileUnavailable(ctx, c, err)
 		return lv, false, err
 	}
@@ -195,7 +195,7 @@ func (p *Provisioner) sizeFor(ctx context.Context, c *createCall, extent uint64)
 
 // lookupExisting answers a repeat from the LV made before, when done; it
 // removes a half-made one (and re-reads the room) so that it is made again.
-func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size uint64, room *state.Capacity) (lv *lvm.LogicalVolume, done bool, err error) {
+func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size uint64, room *vgview.Capacity) (lv *lvm.LogicalVolume, done bool, err error) {
 	found, ok := p.cfg.View.FindLV(c.lvName)
 	if ok && (c.srcErr == nil && volume.CopyPending(found.Tags) || c.src != nil && c.src.thinInto(c.Class)) {
 		// A copy left unfinished is redone by the caller; a thin volume
@@ -239,12 +239,12 @@ func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size ui
 // its metadata. The view can be stale: space freed outside carve shows
 // only at the next periodic refresh, and a refusal makes Kubernetes move
 // the pod to another node, so LVM is read once before refusing.
-func (p *Provisioner) checkRoom(ctx context.Context, class *config.DeviceClass, size uint64, room *state.Capacity) error {
+func (p *Provisioner) checkRoom(ctx context.Context, class *config.DeviceClass, size uint64, room *vgview.Capacity) error {
 	if size > room.Available || room.MetadataFull {
 		var err error
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Refreshing the volume-group view before refusing a volume failed")
-		} else if *room, err = p.cfg.View.Capacity(class); errors.Is(err, state.ErrClassUnavailable) {
+		} else if *room, err = p.cfg.View.Capacity(class); errors.Is(err, vgview.ErrClassUnavailable) {
 			return errorf(ErrNoRoom, "node %s cannot make volumes of device class %s now: %v", p.node.Name(), class.Name, err)
 		} else if err != nil {
 			return wrap(err, "device class "+class.Name)
@@ -370,7 +370,7 @@ func (p *Provisioner) mustRedo(lv *lvm.LogicalVolume, method erase.Method) (bool
 }
 
 // unfinished tells whether an LV has not been made ready yet: it has a mark
-// (unfinished.Marks), or the tag carve marked LVs with before
+// (marks.Marks), or the tag carve marked LVs with before
 // (volume.TagUnfinished; still honoured, never written).
 func (p *Provisioner) unfinished(lv *lvm.LogicalVolume) (bool, error) {
 	if volume.IsUnfinished(lv.Tags) {

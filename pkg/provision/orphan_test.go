@@ -9,7 +9,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 )
@@ -77,7 +77,7 @@ func TestRemoveOrphan(t *testing.T) {
 				t.Fatal(err)
 			}
 			f := &orphanLVM{lvs: slices.Clone(lvs)}
-			view := state.New(f, cfg, nil)
+			view := vgview.New(f, cfg, nil)
 			if err := view.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -21,9 +21,9 @@ import (
 	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/jobs"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/state"
-	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/pkg/volumelock"
 	"github.com/carve-csi/carve/topology"
@@ -40,7 +40,7 @@ type Config struct {
 	LVM LVM
 	// View is the in-memory state the reads are served from; it must have
 	// been refreshed once.
-	View *state.View
+	View *vgview.View
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
 	// Eraser zeroes new raw-block volumes; nil is erase.Devices.
@@ -56,12 +56,12 @@ type Config struct {
 	Locator Locator
 	// Marks records the thick LVs being made until they are ready; it
 	// must be set.
-	Marks *unfinished.Marks
+	Marks *marks.Marks
 	// Formatting is the node server's (NodeConfig): a volume made or
 	// deleted has its mark taken off, so that no mark left by an older LV
 	// of the same name has a stage erase a new one; nil when the node
 	// server has none.
-	Formatting *unfinished.Marks
+	Formatting *marks.Marks
 	// Locks are the per-volume locks; nil is a new set (tests share
 	// theirs to hold one).
 	Locks *volumelock.Locks

@@ -1,7 +1,7 @@
 package provision
 
 import (
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -44,7 +44,7 @@ func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
 		}
 		size = floor
 	}
-	size = state.RoundUp(size, unit)
+	size = vgview.RoundUp(size, unit)
 	if lim > 0 && size > uint64(lim) {
 		return 0, errorf(ErrOutOfRange, "capacity_range: %d bytes rounded up to whole extents (a multiple of %d bytes, an extent per stripe for a striped class) is %d, above limit_bytes %d", req, unit, size, lim)
 	}
@@ -69,7 +69,7 @@ func sourceSize(size, srcSize, unit uint64, r Range) (uint64, error) {
 	if size >= srcSize {
 		return size, nil
 	}
-	size = state.RoundUp(srcSize, unit)
+	size = vgview.RoundUp(srcSize, unit)
 	if lim := r.Limit; lim > 0 && size > uint64(lim) {
 		return 0, errorf(ErrOutOfRange, "capacity_range: limit_bytes %d is smaller than the content source's %d bytes", lim, srcSize)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -120,7 +120,7 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 // volume group.
 func (p *Provisioner) snapshotRoom(class *config.DeviceClass, src *lvm.LogicalVolume, sreq *lvm.SnapshotRequest) error {
 	room, err := p.cfg.View.Capacity(class)
-	if errors.Is(err, state.ErrClassUnavailable) {
+	if errors.Is(err, vgview.ErrClassUnavailable) {
 		return errorf(ErrUnavailable, "device class %s on node %s cannot take snapshots now: %v", class.Name, p.node.Name(), err)
 	}
 	if err != nil {
@@ -128,7 +128,7 @@ func (p *Provisioner) snapshotRoom(class *config.DeviceClass, src *lvm.LogicalVo
 	}
 	need := src.Size
 	if !class.Thin() {
-		sreq.CowSize = state.RoundUp(class.SnapshotCowSize(src.Size), room.ExtentSize)
+		sreq.CowSize = vgview.RoundUp(class.SnapshotCowSize(src.Size), room.ExtentSize)
 		sreq.Tags = append(sreq.Tags, volume.SizeTag(src.Size))
 		need = sreq.CowSize
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/state"
+	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -338,7 +338,7 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *conf
 		if err != nil {
 			return lvm.LogicalVolume{}, wrap(err, "room for the temporary snapshot of "+src.Name)
 		}
-		req.CowSize = state.RoundUp(srcClass.SnapshotCowSize(src.Size), room.ExtentSize)
+		req.CowSize = vgview.RoundUp(srcClass.SnapshotCowSize(src.Size), room.ExtentSize)
 	}
 	lv, err := p.cfg.LVM.CreateSnapshot(ctx, req)
 	if err != nil {

@@ -49,7 +49,7 @@ func TestBenchCreateDelete(t *testing.T) {
 		return time.Since(start)
 	}
 	// carve also marks the LV unfinished in its state directory until it
-	// is ready (pkg/unfinished): a file and two directory syncs, which its
+	// is ready (pkg/marks): a file and two directory syncs, which its
 	// side of the ratio includes.
 	viaLVM := func(ctx context.Context, i int) time.Duration {
 		lv := fmt.Sprintf("raw-%d", i)

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
@@ -281,7 +281,7 @@ func newBlockVolumeReadsOnlyZeros(t *testing.T, e *env) {
 // of mounting the old one.
 func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
 	ctx := context.Background()
-	marks, err := unfinished.Open(filepath.Join(e.dir, "unfinished")) // --state-dir's default: the socket's directory
+	marks, err := marks.Open(filepath.Join(e.dir, "unfinished")) // --state-dir's default: the socket's directory
 	if err != nil {
 		t.Fatal(err)
 	}

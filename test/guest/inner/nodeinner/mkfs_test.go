@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/pkg/unfinished"
+	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
@@ -30,7 +30,7 @@ func TestStageAfterAKilledMkfs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "killedmkfs", 1024*mib)
 	ctx := context.Background()
-	marks, err := unfinished.Open(filepath.Join(e.dir, "formatting")) // --state-dir's default: the socket's directory
+	marks, err := marks.Open(filepath.Join(e.dir, "formatting")) // --state-dir's default: the socket's directory
 	if err != nil {
 		t.Fatal(err)
 	}

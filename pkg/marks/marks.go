@@ -1,4 +1,4 @@
-// Package unfinished keeps durable marks of the logical volumes carve has
+// Package marks keeps durable marks of the logical volumes carve has
 // begun to make and not yet handed out.
 //
 // lvcreate commits a new LV to the volume group's metadata before it wipes
@@ -14,7 +14,7 @@
 // a second LVM metadata commit. The directory must outlive the plugin's
 // container and the node's reboots (the DaemonSet's plugin directory on
 // the host does).
-package unfinished
+package marks
 
 import (
 	"errors"

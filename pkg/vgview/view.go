@@ -1,4 +1,4 @@
-// Package state keeps carve's in-memory view of this node's volume groups:
+// Package vgview keeps carve's in-memory view of this node's volume groups:
 // their free space, thin pools and carve's LVs. GetCapacity, ListVolumes
 // and CreateVolume's idempotency lookup read it instead of running an LVM
 // command per call. It is kept current three ways: every mutation carve
@@ -6,7 +6,7 @@
 // asynchronous full refresh follows mutations shortly after, and a periodic
 // refresh catches changes made outside carve. Each refresh also updates the
 // per-class gauges of the metrics Recorder.
-package state
+package vgview
 
 import (
 	"context"

@@ -159,9 +159,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	class, err := s.p.Delete(ctx, vg, lvName, id)
-	if class != "" {
-		op.SetClass(class)
-	}
+	op.SetClass(class)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}

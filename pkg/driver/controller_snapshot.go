@@ -47,9 +47,7 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, status.Errorf(codes.NotFound, "source_volume_id %q: not a carve volume: %v", srcID, perr)
 	}
 	lv, class, err := s.p.Snapshot(ctx, provision.SnapshotRequest{Name: name, SourceID: srcID, VolumeGroup: vg, Origin: origin})
-	if class != "" {
-		op.SetClass(class)
-	}
+	op.SetClass(class)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
@@ -106,9 +104,7 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s lives on node %s, not on %s; only that node can delete it", id, node, s.node.Name())
 	}
 	class, err := s.p.DeleteSnapshot(ctx, vg, lvName, id)
-	if class != "" {
-		op.SetClass(class)
-	}
+	op.SetClass(class)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}

@@ -202,17 +202,21 @@ func TestToStatus(t *testing.T) {
 	}
 }
 
+// resultCases are errors a CSI call may end with and the result label of
+// each: the name of its gRPC code.
+var resultCases = []struct {
+	err  error
+	want string
+}{
+	{nil, "OK"},
+	{status.Error(codes.ResourceExhausted, "full"), "ResourceExhausted"},
+	{fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "gone")), "NotFound"},
+	{errors.New("plain"), "Internal"},
+}
+
 // TestResultOf: the phase metrics' result label is the gRPC code's name.
 func TestResultOf(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{nil, "OK"},
-		{status.Error(codes.ResourceExhausted, "full"), "ResourceExhausted"},
-		{fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "gone")), "NotFound"},
-		{errors.New("plain"), "Internal"},
-	} {
+	for _, tc := range resultCases {
 		if got := resultOf(tc.err); got != tc.want {
 			t.Errorf("resultOf(%v) = %q, want %q", tc.err, got, tc.want)
 		}
@@ -222,15 +226,7 @@ func TestResultOf(t *testing.T) {
 // TestObservePhaseLabelsResultWithGRPCCode: a phase timed with a metrics.Op
 // that resultOf labels records the gRPC code of the error it ends with.
 func TestObservePhaseLabelsResultWithGRPCCode(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{nil, "OK"},
-		{status.Error(codes.ResourceExhausted, "full"), "ResourceExhausted"},
-		{fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "gone")), "NotFound"},
-		{errors.New("plain"), "Internal"},
-	} {
+	for _, tc := range resultCases {
 		reg := prometheus.NewRegistry()
 		op := metrics.NewRecorder(reg).Begin(metrics.PhaseCreate, resultOf)
 		op.SetClass("fast")

@@ -39,9 +39,9 @@ func (r *Recorder) Begin(phase string, result func(error) string) *Op {
 }
 
 // SetClass sets the device class the phase and its later steps are
-// labelled with.
+// labelled with; an empty class (not known) leaves the label as it is.
 func (o *Op) SetClass(class string) {
-	if o == nil {
+	if o == nil || class == "" {
 		return
 	}
 	o.mu.Lock()

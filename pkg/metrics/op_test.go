@@ -50,6 +50,13 @@ func TestOp(t *testing.T) {
 			},
 			wantPhase: map[string]string{"phase": PhaseStage, "device_class": "thin", "result": "Failed"},
 			wantSteps: []map[string]string{{"phase": PhaseStage, "step": StepLVExtend, "device_class": "thin", "result": "error"}}},
+		{name: "an empty class keeps the label",
+			run: func(op *Op) error {
+				op.SetClass("thin")
+				op.SetClass("")
+				return nil
+			},
+			wantPhase: map[string]string{"phase": PhaseStage, "device_class": "thin", "result": "OK"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()

@@ -1,0 +1,85 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// TestRun: the holder runs its duty and records itself in the Lease; a
+// second replica waits, and takes over once the first one's context ends
+// (it releases the Lease on the way out).
+func TestRun(t *testing.T) {
+	client := fake.NewClientset()
+	cfg := func(id string) Config {
+		return Config{Client: client, Namespace: "carve", Lease: "carve-controller", Identity: id,
+			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	leadingA := make(chan struct{})
+	doneA := make(chan error, 1)
+	go func() {
+		doneA <- Run(ctxA, cfg("a"), func(ctx context.Context) error {
+			close(leadingA)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-leadingA
+	lease, err := client.CoordinationV1().Leases("carve").Get(context.Background(), "carve-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *lease.Spec.HolderIdentity; got != "a" {
+		t.Errorf("the Lease is held by %q, want a", got)
+	}
+
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	leadingB := make(chan struct{})
+	doneB := make(chan error, 1)
+	go func() {
+		doneB <- Run(ctxB, cfg("b"), func(ctx context.Context) error {
+			close(leadingB)
+			<-ctx.Done()
+			return errors.New("b's duty ended")
+		})
+	}()
+	select {
+	case <-leadingB:
+		t.Fatal("b leads while a holds the Lease")
+	case <-time.After(500 * time.Millisecond):
+	}
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Errorf("a ended with %v, want nil (its context ended)", err)
+	}
+	<-leadingB
+	stopB()
+	if err := <-doneB; err == nil || err.Error() != "b's duty ended" {
+		t.Errorf("b ended with %v, want its duty's error", err)
+	}
+}
+
+// TestCompleteDefaults: a config without timings gets client-go's usual
+// ones and an identity of its own.
+func TestCompleteDefaults(t *testing.T) {
+	cfg := Config{Namespace: "carve", Lease: "l"}
+	if err := cfg.complete(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaseDuration != 15*time.Second || cfg.RenewDeadline != 10*time.Second || cfg.RetryPeriod != 2*time.Second {
+		t.Errorf("timings %v %v %v, want 15s 10s 2s", cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod)
+	}
+	other := Config{Namespace: "carve", Lease: "l"}
+	if err := other.complete(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Identity == "" || cfg.Identity == other.Identity {
+		t.Errorf("identities %q and %q, want two different ones", cfg.Identity, other.Identity)
+	}
+}

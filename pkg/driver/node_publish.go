@@ -3,8 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -57,7 +55,7 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := n.checkSingleWriter(vol, device, staging, target, access); err != nil {
 		return nil, err
 	}
-	if err := makeTarget(target, access.Block); err != nil {
+	if err := fs.MakeMountPoint(target, access.Block); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating target_path %s: %v", target, err)
 	}
 
@@ -124,7 +122,7 @@ func (n *NodeServer) published(vol volume.ID, device, target string, access volu
 	if !fs.SameDevice(mp.Device, device) && !fs.SameDeviceNode(target, device) {
 		return false, status.Errorf(codes.FailedPrecondition, "target_path %s holds %s, not volume %q", target, mp.Device, vol)
 	}
-	if isDir, err := isDirectory(target); err != nil || isDir == access.Block {
+	if isDir, err := fs.IsDirectory(target); err != nil || isDir == access.Block {
 		return false, status.Errorf(codes.AlreadyExists, "volume %q is published at %s with another access type than %s", vol, target, access.Describe())
 	}
 	if slices.Contains(mp.Opts, "ro") != readOnly {
@@ -148,20 +146,11 @@ func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target st
 		return status.Errorf(codes.Internal, "listing the mounts of %s: %v", device, err)
 	}
 	for _, r := range refs {
-		if !samePath(r, staging) && !samePath(r, target) {
+		if !fs.SamePath(r, staging) && !fs.SamePath(r, target) {
 			return status.Errorf(codes.FailedPrecondition, "volume %q has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", vol, r)
 		}
 	}
 	return nil
-}
-
-// makeTarget creates the mount point of a publish: a file for a raw block
-// volume, a directory for a filesystem.
-func makeTarget(target string, block bool) error {
-	if block {
-		return makeFile(target)
-	}
-	return os.MkdirAll(target, 0o750)
 }
 
 // publishOptions are the options of a publish bind mount: the flags (of a
@@ -206,36 +195,4 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, err
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
-}
-
-// makeFile creates path (and its parent) as an empty file, the mount point
-// of a raw block volume; an existing file is left alone.
-func makeFile(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o640) //nolint:gosec // G302, G304: the kubelet's target path; the device bind-mounted on it replaces its mode
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-func isDirectory(path string) (bool, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return false, err
-	}
-	return st.IsDir(), nil
-}
-
-// samePath tells whether mounted, a mount point as the mount table shows
-// it (canonical), is ours, one of carve's own paths: only ours is resolved,
-// so that no other mount point is stat'ed.
-func samePath(mounted, ours string) bool {
-	r, err := filepath.EvalSymlinks(ours)
-	if err != nil {
-		r = filepath.Clean(ours)
-	}
-	return mounted == r || mounted == filepath.Clean(ours)
 }

@@ -122,7 +122,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	if publish != "" {
 		if _, err := n.mountedAt(id, device, publish); err != nil {
 			notMounted(publish)
-		} else if d, err := isDirectory(publish); err == nil {
+		} else if d, err := fs.IsDirectory(publish); err == nil {
 			publishIsDir = d
 		}
 	}

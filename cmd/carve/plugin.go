@@ -67,39 +67,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	rec := metrics.NewRecorder(mm.GetRegistry().Registerer())
 	lvmClient := lvm.New(lvm.Options{Timeout: o.LVMTimeout, Observer: rec})
 
-	view := vgview.New(lvmClient, cfg, rec)
-	// A node whose volume group or thin pool is missing, or whose LVM
-	// cannot be read, still serves: exiting would only restart the pod in
-	// a loop. The view reports no room for the classes it cannot see,
-	// /readyz says what is wrong, and the periodic refresh
-	// notices when it is fixed.
-	if err := view.Refresh(ctx); err != nil {
-		klog.ErrorS(err, "Reading LVM failed; serving anyway, not ready until a refresh succeeds")
-	} else if err := view.Ready(); err != nil {
-		klog.ErrorS(err, "The device-class file names volume groups or thin pools this node lacks; serving anyway, not ready until they appear", "config", o.ConfigPath)
-	}
-	for _, c := range view.UnzeroedThinClasses() {
-		// Not fatal (admins make pools with --zero n for speed, on
-		// purpose), but loud: carve_thin_pool_zeroing is 0 for the
-		// class and CarveThinPoolNotZeroing fires.
-		klog.ErrorS(nil, "The thin pool of this device class does not zero new blocks: a new volume can read data a deleted volume wrote; "+
-			"run `lvchange --zero y <vg>/<pool>`", "deviceClass", c)
-	}
-	// Not ready once no report has come back for three refresh intervals
-	// and the longest a refresh may take: a hung lvm shows.
-	view.StaleAfter(3*o.RefreshInterval + refreshTimeout)
-	go view.Run(ctx, o.RefreshInterval, mutationSettle)
-	if o.WatchLVMBackups {
-		dir := lvmwatch.BackupDir(os.Getenv)
-		go func() {
-			// Without the watch, changes made outside carve still show
-			// after --capacity-refresh-interval.
-			if err := lvmwatch.Watch(ctx, dir, cfg.VolumeGroups(), func(string) { view.Changed() }); err != nil {
-				klog.ErrorS(err, "Not watching LVM metadata backups; changes made outside carve show on the periodic refresh", "dir", dir)
-			}
-		}()
-	}
-
+	view := startView(ctx, o, cfg, lvmClient, rec)
 	fsTypes := fs.Makeable(exec.LookPath)
 	ready := func(context.Context) error { return view.Ready() }
 	// Probe answers whether the plugin can serve at all. It must not
@@ -148,6 +116,45 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		klog.ErrorS(werr, "Exiting with lvm commands still running", "waited", shutdownLVMWait)
 	}
 	return err
+}
+
+// startView reads the node's volume groups once and keeps the view of them
+// current from then on: the periodic refresh and, when asked, the watch of
+// LVM's metadata backups.
+func startView(ctx context.Context, o *PluginOptions, cfg *config.Config, lvmClient *lvm.Client, rec *metrics.Recorder) *vgview.View {
+	view := vgview.New(lvmClient, cfg, rec)
+	// A node whose volume group or thin pool is missing, or whose LVM
+	// cannot be read, still serves: exiting would only restart the pod in
+	// a loop. The view reports no room for the classes it cannot see,
+	// /readyz says what is wrong, and the periodic refresh
+	// notices when it is fixed.
+	if err := view.Refresh(ctx); err != nil {
+		klog.ErrorS(err, "Reading LVM failed; serving anyway, not ready until a refresh succeeds")
+	} else if err := view.Ready(); err != nil {
+		klog.ErrorS(err, "The device-class file names volume groups or thin pools this node lacks; serving anyway, not ready until they appear", "config", o.ConfigPath)
+	}
+	for _, c := range view.UnzeroedThinClasses() {
+		// Not fatal (admins make pools with --zero n for speed, on
+		// purpose), but loud: carve_thin_pool_zeroing is 0 for the
+		// class and CarveThinPoolNotZeroing fires.
+		klog.ErrorS(nil, "The thin pool of this device class does not zero new blocks: a new volume can read data a deleted volume wrote; "+
+			"run `lvchange --zero y <vg>/<pool>`", "deviceClass", c)
+	}
+	// Not ready once no report has come back for three refresh intervals
+	// and the longest a refresh may take: a hung lvm shows.
+	view.StaleAfter(3*o.RefreshInterval + refreshTimeout)
+	go view.Run(ctx, o.RefreshInterval, mutationSettle)
+	if o.WatchLVMBackups {
+		dir := lvmwatch.BackupDir(os.Getenv)
+		go func() {
+			// Without the watch, changes made outside carve still show
+			// after --capacity-refresh-interval.
+			if err := lvmwatch.Watch(ctx, dir, cfg.VolumeGroups(), func(string) { view.Changed() }); err != nil {
+				klog.ErrorS(err, "Not watching LVM metadata backups; changes made outside carve show on the periodic refresh", "dir", dir)
+			}
+		}()
+	}
+	return view
 }
 
 // kubeletRegistration returns what registers the plugin with the kubelet

@@ -78,15 +78,18 @@ test-guest: deps cachedir
 # from the Go module proxy.
 HELM_VERSION := v3.22.0
 KUSTOMIZE_VERSION := v5.8.2
-# promtool checks and unit-tests the alert rules (test/deploy).
+# promtool checks and unit-tests the alert rules (test/deploy). Built
+# without the service discoveries (Prometheus' remove_all_sd tag; the
+# file and http ones stay), which rule checks and tests never use.
 PROMTOOL_VERSION := v0.316.0
+PROMTOOL_TAGS := remove_all_sd
 
 helm: cachedir
 	@test -f $(CACHE)/bin/.helm-$(HELM_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && touch $(CACHE)/bin/.helm-$(HELM_VERSION); }
 
 deploy-tools: helm cachedir
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
-	@test -f $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION); }
+	@test -f $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install -tags $(PROMTOOL_TAGS) github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION); }
 
 # The kustomize base in deploy/kubernetes is rendered from the Helm chart
 # (hack/manifests; namespace.yaml is the one hand-written file): edit the
@@ -157,13 +160,26 @@ demo: deps build cachedir
 	  $(GO) build -o $(BIN)/carve-demo ./test/cmd/demo && \
 	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
-# The guest tier (a qemu guest on both cores) runs beside the host-side
-# tiers (host, deploy, e2e: mostly waiting on lvm, the apiserver and their
-# processes), each tier's output held until it ends; then the real-node
+# First everything the tiers build (test-prep), beside lint, then the
+# unit tests. Then the guest tier (a qemu guest on both cores) runs beside
+# the host-side tiers (host, deploy, e2e: mostly waiting on lvm, the
+# apiserver and their processes; nothing left to build but their test
+# binaries), each tier's output held until it ends; then the real-node
 # tier, whose guest needs the machine to itself.
-test: lint verify test-unit
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=recurse lint test-prep
+	@$(MAKE) --no-print-directory verify test-unit
 	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-guest test-host-side
 	@$(MAKE) --no-print-directory test-nodes
+
+# What the tiers of make test build, built (or found in the cache) before
+# any tier runs, so that no compiler competes with a tier's timing: carve,
+# helm, kustomize and promtool, the e2e binaries (hack/e2e-tools.sh) and
+# the image archives (hack/images.sh; root).
+.PHONY: test-prep
+test-prep: deps build deploy-tools cachedir
+	@./hack/e2e-tools.sh >/dev/null
+	@VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh >/dev/null
 
 # The host-side tiers of make test, one after the other.
 test-host-side: deps build deploy-tools cachedir

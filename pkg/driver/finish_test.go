@@ -24,7 +24,10 @@ type fakeEraser struct {
 	mu    sync.Mutex
 	calls []erased
 	gate  chan struct{}
-	fail  error
+	// reached, when set, gets a value each time an erasure reaches the
+	// gate.
+	reached chan struct{}
+	fail    error
 }
 
 type erased struct {
@@ -34,9 +37,12 @@ type erased struct {
 
 func (e *fakeEraser) Erase(ctx context.Context, path string, m erase.Method) (int64, error) {
 	e.mu.Lock()
-	gate, fail := e.gate, e.fail
+	gate, fail, reached := e.gate, e.fail, e.reached
 	e.mu.Unlock()
 	if gate != nil {
+		if reached != nil {
+			reached <- struct{}{}
+		}
 		<-gate
 	}
 	if fail != nil {
@@ -294,18 +300,37 @@ func TestEraseInFlightAtShutdownIsRedone(t *testing.T) {
 }
 
 // createAbortedMidErasure asks a 1 GiB raw-block volume "pvc-1" whose
-// erasure waits on gate, under a deadline shorter than the erasure: the
-// call must answer Aborted and leave the LV marked unfinished. It returns
-// the request, for the retry.
+// erasure waits on gate, under a deadline that passes once the erasure
+// has begun: the call must answer Aborted and leave the LV marked
+// unfinished. It returns the request, for the retry.
+//
+// The deadline passes when the test says so (passingDeadline), not by a
+// clock: a short real one could pass while a loaded machine still ran
+// the call's room check, which then answers DeadlineExceeded instead.
 func (fx *controllerFixture) createAbortedMidErasure(t *testing.T, gate chan struct{}) *csi.CreateVolumeRequest {
 	t.Helper()
-	fx.eraser.gate = gate
+	reached := make(chan struct{}, 1)
+	fx.eraser.mu.Lock()
+	fx.eraser.gate, fx.eraser.reached = gate, reached
+	fx.eraser.mu.Unlock()
 	req := createReq("pvc-1", gib, nil)
 	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap(sw)}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err := fx.cs.CreateVolume(ctx, req)
-	wantCode(t, err, codes.Aborted, "still being prepared")
+	ctx := newPassingDeadline()
+	done := make(chan error, 1)
+	go func() {
+		_, err := fx.cs.CreateVolume(ctx, req)
+		done <- err
+	}()
+	select {
+	case <-reached:
+		ctx.pass()
+	case err := <-done:
+		t.Fatalf("CreateVolume ended before its erasure began: %v", err)
+	}
+	fx.eraser.mu.Lock()
+	fx.eraser.reached = nil
+	fx.eraser.mu.Unlock()
+	wantCode(t, <-done, codes.Aborted, "still being prepared")
 	if !fx.unfinished(t, "vg1", volume.LVNameFor("pvc-1")) {
 		t.Fatal("an LV being erased lost its unfinished mark")
 	}
@@ -405,5 +430,34 @@ func TestDeleteVolumeClearsALeftoverMark(t *testing.T) {
 				t.Error("the mark outlived DeleteVolume")
 			}
 		})
+	}
+}
+
+// passingDeadline is a context whose deadline (an hour away) passes when
+// pass is called: Done closes and Err is DeadlineExceeded, as when a
+// client's deadline passes at that moment.
+type passingDeadline struct {
+	context.Context
+	deadline time.Time
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newPassingDeadline() *passingDeadline {
+	return &passingDeadline{Context: context.Background(), deadline: time.Now().Add(time.Hour), done: make(chan struct{})}
+}
+
+func (c *passingDeadline) pass() { c.once.Do(func() { close(c.done) }) }
+
+func (c *passingDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *passingDeadline) Done() <-chan struct{} { return c.done }
+
+func (c *passingDeadline) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }

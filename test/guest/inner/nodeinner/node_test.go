@@ -49,6 +49,8 @@ type env struct {
 	config string
 	plugin *plugintest.Plugin
 	log    *os.File
+	// pluginEnv is added to the plugin's environment.
+	pluginEnv []string
 	// volumeContext is what CreateVolume returned for each volume ID;
 	// kubelet hands it to NodeStage and NodePublish, and so do these tests.
 	volumeContext map[string]map[string]string
@@ -63,6 +65,12 @@ func newEnv(t *testing.T, name string, vgSize int64) *env {
 // newEnvWith is newEnv with more classes: extra is appended to the
 // device-class file, where the VG's name is written as $VG.
 func newEnvWith(t *testing.T, name string, vgSize int64, extra string) *env {
+	t.Helper()
+	return newEnvFor(t, name, vgSize, extra, nil)
+}
+
+// newEnvFor is newEnvWith with more of the plugin's environment.
+func newEnvFor(t *testing.T, name string, vgSize int64, extra string, pluginEnv []string) *env {
 	t.Helper()
 	if *carveBin == "" {
 		t.Fatal("-carve must name the carve binary")
@@ -83,7 +91,7 @@ func newEnvWith(t *testing.T, name string, vgSize int64, extra string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, vg: vg, dir: dir, log: log, config: "deviceClasses:\n  - name: " + class +
+	e := &env{t: t, vg: vg, dir: dir, log: log, pluginEnv: pluginEnv, config: "deviceClasses:\n  - name: " + class +
 		"\n    volumeGroup: " + vg.Name + "\n    default: true\n    spare: 64Mi\n" + strings.ReplaceAll(extra, "$VG", vg.Name)}
 	e.start()
 	t.Cleanup(func() {
@@ -99,7 +107,7 @@ func (e *env) start() {
 	e.t.Helper()
 	p, err := plugintest.Start(context.Background(), plugintest.Options{
 		Binary: *carveBin, Dir: e.dir, NodeName: nodeName, Config: e.config,
-		Env: e.vg.Env(), Log: e.log, OwnProcessGroup: true,
+		Env: append(e.vg.Env(), e.pluginEnv...), Log: e.log, OwnProcessGroup: true,
 	})
 	if err != nil {
 		e.t.Fatalf("%v (plugin log: %s)", err, e.log.Name())

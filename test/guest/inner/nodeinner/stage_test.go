@@ -35,35 +35,55 @@ func (e *env) unstage(id string, p paths) {
 	}
 }
 
+// stageDeadline is the first call's deadline in
+// TestStageOutlivesItsDeadline. carve answers ABORTED a margin before it
+// (at most 5 s: 15 s here), whatever the machine's load; only its own
+// work before it starts waiting (reading and activating the LV, checking
+// the staging path: well under a second) could push the answer past it,
+// and taking 20 s for that would be a defect worth failing on.
+const stageDeadline = 20 * time.Second
+
 // TestStageOutlivesItsDeadline: a NodeStageVolume whose deadline passes
 // while mkfs runs answers ABORTED (what the kubelet retries, keeping the
 // staging "uncertain") before its deadline, mkfs is not killed, and the
-// retry gets the staged volume, formatted exactly once. The class makes
-// ext4 with its inode tables and journal written at mkfs (lazy init off):
-// mkfs of 1 GiB took 0.5-1.3 s under TCG, and the call answers at half
-// its 250 ms deadline, so the job is still running by a wide margin.
+// retry gets the staged volume, formatted exactly once.
+//
+// mkfs is held (heldMkfs) until the first call has answered, so the
+// verdict does not hang on how fast the guest is: a stage that waited
+// for its job to the end would get DeadlineExceeded, one that answered
+// without waiting would answer before half its deadline, and one whose
+// mkfs died with the call would run mkfs again on the retry or fail it.
 func TestStageOutlivesItsDeadline(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, "stagejob", 1536*mib, `  - name: slowmkfs
-    volumeGroup: $VG
-    mkfsOptions:
-      ext4: ["-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"]
-`)
+	mkfs := newHeldMkfs(t)
+	e := newEnvFor(t, "stagejob", 512*mib, "", mkfs.env())
+	// Before the plugin stops, so that a failed test leaves no mkfs held.
+	t.Cleanup(mkfs.release)
 	capability := plugintest.MountCapability("ext4")
-	id := e.createWith("stage-outlives", 1024*mib, capability, map[string]string{"carve.dev/device-class": "slowmkfs"})
+	id := e.create("stage-outlives", 64*mib, capability)
 	p := e.paths("stage-outlives")
 	mkfsBefore := e.stepCount("mkfs")
 
 	start := time.Now()
-	err := e.stage(id, p, capability, 250*time.Millisecond)
+	err := e.stage(id, p, capability, stageDeadline)
 	answered := time.Since(start)
 	if status.Code(err) != codes.Aborted {
+		mkfs.release()
 		if err == nil {
 			e.unstage(id, p)
 		}
-		t.Fatalf("NodeStageVolume under a 250 ms deadline: %v after %s; want ABORTED while mkfs runs", err, answered)
+		t.Fatalf("NodeStageVolume under a %s deadline: %v after %s; want ABORTED while mkfs runs", stageDeadline, err, answered)
 	}
 	t.Logf("first stage answered %s after %s", status.Code(err), answered.Round(time.Millisecond))
+	// The wait for the job ends half the time left before the deadline
+	// at the earliest (jobs.AnswerBy): timers do not fire early.
+	if answered < stageDeadline/2 {
+		t.Errorf("the first stage answered after %s, before half its %s deadline: it did not wait for its mkfs", answered, stageDeadline)
+	}
+	if got := mkfs.runs(); got != 1 {
+		t.Fatalf("mkfs.ext4 started %d times before the first stage answered, want 1", got)
+	}
+	mkfs.release()
 	if err := e.stage(id, p, capability, rpcTimeout); err != nil {
 		t.Fatalf("the retry of NodeStageVolume: %v", err)
 	}
@@ -77,6 +97,9 @@ func TestStageOutlivesItsDeadline(t *testing.T) {
 	}
 	if got := e.stepCount("mkfs") - mkfsBefore; got != 1 {
 		t.Errorf("mkfs ran %d times for one volume, want exactly 1", got)
+	}
+	if got := mkfs.runs(); got != 1 {
+		t.Errorf("mkfs.ext4 started %d times for one volume, want exactly 1", got)
 	}
 	e.unstage(id, p)
 }

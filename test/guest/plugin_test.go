@@ -82,15 +82,21 @@ func TestPluginNode(t *testing.T) {
 // are ratios printed for the reader, never timed assertions.
 //
 // CARVE_BENCH_RUN (make bench BENCH_RUN=...) picks some of the inner
-// benchmarks by -test.run pattern, e.g. ^TestBenchNodeStage$.
+// benchmarks by -test.run pattern, e.g. ^TestBenchNodeStage$;
+// CARVE_BENCH_ROUNDS (BENCH_ROUNDS) sets the rounds of the create+delete
+// and stage benchmarks.
 func TestBenchPlugin(t *testing.T) {
 	run := "^TestBench"
 	if v := os.Getenv("CARVE_BENCH_RUN"); v != "" {
 		run = v
 	}
+	args := []string{"-test.run", run}
+	if v := os.Getenv("CARVE_BENCH_ROUNDS"); v != "" {
+		args = append(args, "-bench-rounds", v)
+	}
 	out := runInGuest(t, guestRun{
 		pkg:       "./inner/nodeinner",
-		args:      []string{"-test.run", run},
+		args:      args,
 		timeout:   20 * time.Minute,
 		withCarve: true,
 	})

@@ -5,6 +5,7 @@ package nodeinner
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,10 +28,23 @@ import (
 // that drift (page cache, the guest's clock under TCG) hits both alike.
 // They print ratios; they assert only that every operation worked.
 
+// benchRounds is make bench's BENCH_ROUNDS: the rounds of the create+delete
+// and stage benchmarks, to settle a ratio near its goal; 0 keeps each
+// one's own count.
+var benchRounds = flag.Int("bench-rounds", 0, "rounds of TestBenchCreateDelete and TestBenchNodeStage (0: their defaults)")
+
+// roundsOr is benchRounds when it is set, else def.
+func roundsOr(def int) int {
+	if *benchRounds > 0 {
+		return *benchRounds
+	}
+	return def
+}
+
 // TestBenchCreateDelete: CreateVolume + DeleteVolume against raw lvcreate +
 // lvremove with the options carve passes (lvm/args.go). Goal: ratio <= 1.05.
 func TestBenchCreateDelete(t *testing.T) {
-	const rounds = 10
+	rounds := roundsOr(10)
 	e := newEnv(t, "benchcd", 2048*mib)
 	capability := plugintest.MountCapability("ext4")
 	size := 64 * mib
@@ -213,7 +227,7 @@ func concurrently(t *testing.T, callers, each int, f func() error) []time.Durati
 // mkfsOptions then mount-utils' -F -m0, mount -t ext4 -o defaults. The raw
 // LVs are made outside carve (its view follows through the backup watch).
 func TestBenchNodeStage(t *testing.T) {
-	const rounds = 6
+	rounds := roundsOr(6)
 	size := 1024 * mib
 	e := newEnv(t, "benchstage", 3*size)
 	capability := plugintest.MountCapability("ext4")

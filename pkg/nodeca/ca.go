@@ -1,0 +1,155 @@
+package nodeca
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+)
+
+// DefaultCAValidity is how long a new CA is valid when CAOptions leaves it
+// unset: long enough that rotating it is a planned event, short enough that
+// a forgotten key does not live forever.
+const DefaultCAValidity = 365 * 24 * time.Hour
+
+// clockSkew backdates NotBefore so that a node whose clock is a little behind
+// the controller's accepts a certificate issued a moment ago.
+const clockSkew = 5 * time.Minute
+
+// CA is a certificate authority: its self-signed certificate and its key.
+type CA struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+}
+
+// CAOptions configures NewCA.
+type CAOptions struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Validity is how long the CA is valid; 0 means DefaultCAValidity.
+	Validity time.Duration
+}
+
+// NewCA generates a CA with an ECDSA P-256 key. It may sign leaf
+// certificates only (path length 0).
+func NewCA(opts CAOptions) (*CA, error) {
+	now := clock(opts.Now)()
+	validity := opts.Validity
+	if validity == 0 {
+		validity = DefaultCAValidity
+	}
+	if validity < 0 {
+		return nil, fmt.Errorf("CA validity %s: must be positive", validity)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "carve node channel CA"},
+		NotBefore:             now.Add(-clockSkew),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("create CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA certificate: %w", err)
+	}
+	return &CA{Cert: cert, Key: key}, nil
+}
+
+// MarshalPEM encodes the CA as a certificate PEM block and a PKCS #8
+// private key PEM block (what the controller keeps in a Secret).
+func (ca *CA) MarshalPEM() (certPEM, keyPEM []byte, err error) {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(ca.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("marshal CA key: %w", err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	return certPEM, keyPEM, nil
+}
+
+// ParseCA decodes what MarshalPEM encoded. It refuses a certificate that is
+// not a CA and a key that does not belong to the certificate.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	certDER, err := pemBlock(certPEM, "CERTIFICATE")
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, errors.New("CA certificate: not a CA (basic constraints or cert-sign usage missing)")
+	}
+	keyDER, err := pemBlock(keyPEM, "PRIVATE KEY")
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(keyDER)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	key, ok := parsed.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("CA key: %T cannot sign", parsed)
+	}
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(cert.PublicKey) {
+		return nil, errors.New("CA key: does not match the CA certificate")
+	}
+	return &CA{Cert: cert, Key: key}, nil
+}
+
+// pemBlock returns the DER of the single PEM block of the given type.
+func pemBlock(data []byte, typ string) ([]byte, error) {
+	block, rest := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("no PEM block (want %q)", typ)
+	}
+	if block.Type != typ {
+		return nil, fmt.Errorf("PEM block %q, want %q", block.Type, typ)
+	}
+	if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, fmt.Errorf("trailing data after the %q PEM block", typ)
+	}
+	return block.Bytes, nil
+}
+
+// newSerial returns a random 128-bit serial number.
+func newSerial() (*big.Int, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+	if err != nil {
+		return nil, fmt.Errorf("generate serial number: %w", err)
+	}
+	return serial, nil
+}
+
+func clock(now func() time.Time) func() time.Time {
+	if now == nil {
+		return time.Now
+	}
+	return now
+}

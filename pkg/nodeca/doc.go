@@ -1,0 +1,18 @@
+// Package nodeca is carve's own certificate authority for the node channel
+// (issue 21): the mTLS link between the carve controller and the node
+// agents. It makes and stores the CA, issues short-lived leaf certificates
+// whose identity is either the controller or exactly one node, swaps
+// certificates and trusted CAs without a restart, and builds the TLS
+// configurations of both ends.
+//
+// Identities are URI SANs: carve://controller and carve://node/<node name>.
+// A URI SAN names a role in carve's own namespace; it cannot be confused
+// with a DNS name that another CA might vouch for, and the controller dials
+// node agents by pod IP, so hostname verification would not apply anyway.
+// Both ends check the identity themselves (VerifyConnection), against the
+// CA pool current at the time of the handshake.
+//
+// The package knows nothing of Kubernetes or gRPC: the controller stores the
+// CA's PEM in a Secret, and the caller wraps the tls.Config in gRPC
+// credentials.
+package nodeca

@@ -1,0 +1,177 @@
+package nodeca
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"time"
+)
+
+// DefaultLeafValidity is how long a controller or node certificate is valid
+// when IssuerOptions leaves it unset. Short, so that a stolen node key
+// expires on its own within a day.
+const DefaultLeafValidity = 24 * time.Hour
+
+// ControllerURI is the identity of the carve controller.
+const ControllerURI = "carve://controller"
+
+// nodeURIPrefix is followed by the node's name in a node's identity.
+const nodeURIPrefix = "carve://node/"
+
+// NodeURI returns the identity of the named node, after checking the name.
+func NodeURI(node string) (string, error) {
+	if err := ValidateNodeName(node); err != nil {
+		return "", err
+	}
+	return nodeURIPrefix + node, nil
+}
+
+// dns1123Subdomain is the form of a Kubernetes node name (the same rule as
+// apimachinery's IsDNS1123Subdomain, restated so that the node agent need
+// not link apimachinery; a test holds the two together).
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// ValidateNodeName refuses anything that is not a Kubernetes node name.
+func ValidateNodeName(node string) error {
+	if len(node) > 253 || !dns1123Subdomain.MatchString(node) {
+		return fmt.Errorf("node name %q: must be a DNS-1123 subdomain "+
+			"(at most 253 lowercase letters, digits, '-' and '.', "+
+			"starting and ending with a letter or digit, e.g. worker-1.example)", node)
+	}
+	return nil
+}
+
+// IssuerOptions configures an Issuer.
+type IssuerOptions struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// NodeValidity is how long node certificates are valid;
+	// 0 means DefaultLeafValidity.
+	NodeValidity time.Duration
+	// ControllerValidity is how long controller certificates are valid;
+	// 0 means DefaultLeafValidity.
+	ControllerValidity time.Duration
+}
+
+// Issuer signs controller and node certificates with a CA.
+type Issuer struct {
+	ca                 *CA
+	now                func() time.Time
+	nodeValidity       time.Duration
+	controllerValidity time.Duration
+}
+
+// NewIssuer returns an Issuer that signs with ca.
+func NewIssuer(ca *CA, opts IssuerOptions) (*Issuer, error) {
+	if ca == nil {
+		return nil, errors.New("issuer: no CA")
+	}
+	if opts.NodeValidity < 0 || opts.ControllerValidity < 0 {
+		return nil, errors.New("issuer: validity must be positive")
+	}
+	iss := &Issuer{ca: ca, now: clock(opts.Now),
+		nodeValidity: opts.NodeValidity, controllerValidity: opts.ControllerValidity}
+	if iss.nodeValidity == 0 {
+		iss.nodeValidity = DefaultLeafValidity
+	}
+	if iss.controllerValidity == 0 {
+		iss.controllerValidity = DefaultLeafValidity
+	}
+	return iss, nil
+}
+
+// IssueController generates a key and a client certificate whose identity
+// is the controller.
+func (iss *Issuer) IssueController() (*tls.Certificate, error) {
+	return iss.issue("carve-controller", ControllerURI, x509.ExtKeyUsageClientAuth, iss.controllerValidity)
+}
+
+// IssueNode generates a key and a server certificate whose identity is
+// exactly the named node.
+func (iss *Issuer) IssueNode(node string) (*tls.Certificate, error) {
+	uri, err := NodeURI(node)
+	if err != nil {
+		return nil, err
+	}
+	return iss.issue(node, uri, x509.ExtKeyUsageServerAuth, iss.nodeValidity)
+}
+
+// SignNodeCSR signs a node's certificate request, so that the node's key
+// never leaves the node. The identity comes from node (which the caller has
+// established, e.g. from a TokenReview), never from the request's subject or
+// SANs, which are ignored; the request's signature proves possession of the
+// key.
+func (iss *Issuer) SignNodeCSR(node string, csrDER []byte) ([]byte, error) {
+	uri, err := NodeURI(node)
+	if err != nil {
+		return nil, err
+	}
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: certificate request: %w", node, err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("node %s: certificate request: %w", node, err)
+	}
+	return iss.sign(node, uri, csr.PublicKey, x509.ExtKeyUsageServerAuth, iss.nodeValidity)
+}
+
+func (iss *Issuer) issue(cn, uri string, usage x509.ExtKeyUsage, validity time.Duration) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate key for %s: %w", uri, err)
+	}
+	der, err := iss.sign(cn, uri, key.Public(), usage, validity)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate for %s: %w", uri, err)
+	}
+	return &tls.Certificate{
+		Certificate: [][]byte{der},
+		PrivateKey:  key,
+		Leaf:        leaf,
+	}, nil
+}
+
+// sign makes a leaf certificate for pub whose only identity is uri. The
+// common name is for people reading the certificate; nothing checks it.
+func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validity time.Duration) ([]byte, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("identity %q: %w", uri, err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, err
+	}
+	now := iss.now()
+	notAfter := now.Add(validity)
+	if notAfter.After(iss.ca.Cert.NotAfter) {
+		// A leaf never outlives its CA: it would fail verification anyway.
+		notAfter = iss.ca.Cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    now.Add(-clockSkew),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		URIs:         []*url.URL{u},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.ca.Cert, pub, iss.ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate for %s: %w", uri, err)
+	}
+	return der, nil
+}

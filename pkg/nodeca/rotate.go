@@ -1,0 +1,72 @@
+package nodeca
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"sync/atomic"
+)
+
+// Keypair holds this side's current certificate. A tls.Config built by
+// ServerConfig or ClientConfig reads it at every handshake, so Set rotates
+// the certificate without a restart; connections already open keep theirs.
+type Keypair struct {
+	cur atomic.Pointer[tls.Certificate]
+}
+
+// NewKeypair returns a Keypair holding cert.
+func NewKeypair(cert *tls.Certificate) *Keypair {
+	k := &Keypair{}
+	k.Set(cert)
+	return k
+}
+
+// Set replaces the certificate for the handshakes that follow.
+func (k *Keypair) Set(cert *tls.Certificate) { k.cur.Store(cert) }
+
+// Current returns the certificate new handshakes present.
+func (k *Keypair) Current() *tls.Certificate { return k.cur.Load() }
+
+// GetCertificate serves as tls.Config.GetCertificate.
+func (k *Keypair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return k.get()
+}
+
+// GetClientCertificate serves as tls.Config.GetClientCertificate.
+func (k *Keypair) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return k.get()
+}
+
+func (k *Keypair) get() (*tls.Certificate, error) {
+	cert := k.cur.Load()
+	if cert == nil {
+		return nil, errors.New("no certificate yet")
+	}
+	return cert, nil
+}
+
+// Pool holds the CAs the peer's certificate may chain to. During a CA
+// rotation it holds the old and the new CA: first every side trusts both,
+// then every leaf is reissued by the new CA, then the old one is dropped.
+type Pool struct {
+	cur atomic.Pointer[x509.CertPool]
+}
+
+// NewPool returns a Pool trusting cas.
+func NewPool(cas ...*x509.Certificate) *Pool {
+	p := &Pool{}
+	p.Set(cas...)
+	return p
+}
+
+// Set replaces the trusted CAs for the handshakes that follow.
+func (p *Pool) Set(cas ...*x509.Certificate) {
+	pool := x509.NewCertPool()
+	for _, ca := range cas {
+		pool.AddCert(ca)
+	}
+	p.cur.Store(pool)
+}
+
+// CertPool returns the CAs trusted now.
+func (p *Pool) CertPool() *x509.CertPool { return p.cur.Load() }

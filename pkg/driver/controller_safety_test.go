@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/lvm"
@@ -30,5 +31,34 @@ func TestRestoreWithoutSizeTag(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, snap.GetSnapshotId(), volume.TagSizePrefix)
 	if len(fx.copier.copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
 		t.Errorf("a restore from a snapshot of unknown size made a volume (copies %v)", fx.copier.copies)
+	}
+}
+
+// TestDeleteVolumeWithOthersSnapshots: lvremove --yes takes every
+// copy-on-write snapshot of a thick origin with it, not only carve's; a
+// volume that is the origin of any LV is not removed, and the answer
+// names that LV.
+func TestDeleteVolumeWithOthersSnapshots(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	vol := fx.mustVolume(t, "pvc-1", gib, nil)
+	lvName := fx.lv(t, vol).Name
+	// Another tool's snapshot, made after the view's last refresh: no
+	// carve tag.
+	if _, err := fx.lvm.CreateSnapshot(ctx, lvm.SnapshotRequest{VolumeGroup: "vg1", Origin: lvName, Name: "backup-tool-snap", CowSize: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol})
+	wantCode(t, err, codes.FailedPrecondition, "vg1/backup-tool-snap")
+	for _, name := range []string{lvName, "backup-tool-snap"} {
+		if _, ok := fx.lvm.lvs["vg1/"+name]; !ok {
+			t.Errorf("LV vg1/%s was removed", name)
+		}
+	}
+	if err := fx.lvm.RemoveLV(ctx, "vg1", "backup-tool-snap"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol}); err != nil {
+		t.Errorf("DeleteVolume once the other snapshot is gone: %v", err)
 	}
 }

@@ -250,14 +250,20 @@ func lookupStatus(vol volume.ID, err error) error {
 // activeDevice returns the device node and device class of a carve
 // volume, for stage and publish, activating its LV when it is inactive. An
 // active LV has its device node, so the common case runs no LVM command:
-// the class is the one CreateVolume put into the volume context.
-// Otherwise LVM is asked: a volume that does not exist is NotFound, an
-// inactive one is activated (see activate). The class is returned with
+// the class is the one CreateVolume put into the volume context, trusted
+// only when the view agrees (trusted). Otherwise LVM is asked: a volume
+// whose volume group no class uses, or whose LV is not carve's or is
+// half-copied, is FailedPrecondition; one that does not exist is NotFound;
+// an inactive one is activated (see activate). The class is returned with
 // an error too, once known: the metrics of the call carry it.
 func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeContext map[string]string) (device, class string, err error) {
 	device = n.device(vol)
-	if class = volumeContext[volume.ParamDeviceClass]; class != "" && n.isDeviceNode(device) {
+	if class = volumeContext[volume.ParamDeviceClass]; class != "" && n.isDeviceNode(device) && n.trusted(vol, class) {
 		return device, n.rememberClass(vol.String(), class), nil
+	}
+	if n.cfg.Classes != nil && !n.cfg.Classes.HasVolumeGroup(vol.VG) {
+		return "", metrics.UnknownClass, status.Errorf(codes.FailedPrecondition,
+			"volume %q: volume group %s is not one of this node's device classes; carve serves only its own volume groups", vol, vol.VG)
 	}
 	lv, class, err := n.lookup(ctx, vol)
 	if err != nil {
@@ -266,7 +272,32 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	if lv, err = n.activate(ctx, vol, lv); err != nil {
 		return "", class, err
 	}
+	if !volume.IsCarve(lv.Tags) {
+		return "", class, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s does not carry carve's tag %s; carve serves only its own volumes",
+			vol, lv.VolumeGroup, lv.Name, volume.TagOwner)
+	}
 	return volume.DeviceOf(n.cfg.DevDir, lv), class, nil
+}
+
+// trusted tells whether the fast path may serve vol as a volume of class,
+// the class its volume context names: the request is anyone's who may
+// write a PV, so the class must be one of this node's, of the handle's
+// volume group, and the view (no LVM command) must hold the LV as one of
+// carve's volumes of that class whose data copy is done. Anything else
+// goes to the full lookup, which refuses what it must.
+func (n *NodeServer) trusted(vol volume.ID, class string) bool {
+	if n.cfg.Classes == nil || n.cfg.View == nil {
+		return false
+	}
+	if d, ok := n.cfg.Classes.Class(class); !ok || d.VolumeGroup != vol.VG {
+		return false
+	}
+	lv, ok := n.cfg.View.LV(vol.VG, vol.LV)
+	if !ok || volume.CopyPending(lv.Tags) {
+		return false
+	}
+	kind, lvClass, ok := volume.Owned(lv)
+	return ok && kind == volume.KindVolume && lvClass == class
 }
 
 // activate makes sure a volume's LV is active, so that it has a device

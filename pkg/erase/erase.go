@@ -18,11 +18,12 @@ type Method string
 
 const (
 	// ZeroOut asks the kernel to zero the device (BLKZEROOUT, what
-	// `blkdiscard --zeroout` does): the kernel sends WRITE ZEROES, which a
-	// device that guarantees zeroes afterwards may serve by unmapping
-	// (discarding) the blocks, and writes zero pages itself where the
-	// device offers no such guarantee. A plain discard is never used,
-	// because only some devices read zeros after it.
+	// `blkdiscard --zeroout` does): the kernel sends WRITE ZEROES where
+	// the device offers it, with NOUNMAP (the ioctl asks the device to
+	// keep the blocks allocated, not to discard them), and writes zero
+	// pages itself elsewhere. Neither carries a flush, so Device syncs
+	// the device afterwards (see zeroOut). A plain discard is never
+	// used, because only some devices read zeros after it.
 	ZeroOut Method = "zeroout"
 	// Write writes zeros from carve, block by block: for devices whose
 	// WRITE ZEROES offload is not trusted.
@@ -74,9 +75,9 @@ func Device(ctx context.Context, path string, m Method) (int64, error) {
 	}
 	switch m {
 	case ZeroOut:
-		err = zeroOut(ctx, f, size)
+		err = zeroOut(ctx, blockFile{f}, size)
 	default:
-		err = write(ctx, f, size)
+		err = write(ctx, blockFile{f}, size)
 	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing %s: %w", path, cerr)
@@ -87,23 +88,46 @@ func Device(ctx context.Context, path string, m Method) (int64, error) {
 	return size, nil
 }
 
-// zeroOut issues BLKZEROOUT chunk by chunk. The ioctl returns once the
-// range reads as zeros, so no sync is needed after it.
-func zeroOut(ctx context.Context, f *os.File, size int64) error {
+// target is what an erase writes to: the opened device (blockFile), or a
+// fake that records the order of the calls.
+type target interface {
+	Name() string
+	WriteAt(b []byte, off int64) (int, error)
+	// ZeroRange is one BLKZEROOUT.
+	ZeroRange(off, length int64) error
+	// Sync is fsync: of a block device, a FLUSH of its write cache.
+	Sync() error
+}
+
+// blockFile is the target of an opened device or file.
+type blockFile struct{ *os.File }
+
+func (f blockFile) ZeroRange(off, length int64) error { return zeroRange(f.File, off, length) }
+
+// zeroOut issues BLKZEROOUT chunk by chunk, then syncs. The ioctl
+// returns once the device has acknowledged the zeroing, which a device
+// with a volatile write cache (a SATA SSD, an NVMe drive without
+// power-loss protection) may still hold in that cache: without the flush
+// a power cut after the volume is handed out could bring the previous
+// tenant's bytes back.
+func zeroOut(ctx context.Context, f target, size int64) error {
 	for off := int64(0); off < size; off += chunk {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("erasing %s stopped at byte %d of %d: %w", f.Name(), off, size, err)
 		}
-		if err := zeroRange(f, off, min(chunk, size-off)); err != nil {
+		if err := f.ZeroRange(off, min(chunk, size-off)); err != nil {
 			return fmt.Errorf("BLKZEROOUT of %s at byte %d: %w", f.Name(), off, err)
 		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s after BLKZEROOUT: %w", f.Name(), err)
 	}
 	return nil
 }
 
 // write writes zeros chunk by chunk and syncs at the end, so that the
 // zeros are on the device before the volume is handed out.
-func write(ctx context.Context, f *os.File, size int64) error {
+func write(ctx context.Context, f target, size int64) error {
 	buf := make([]byte, writeBuffer)
 	for off := int64(0); off < size; {
 		if off%chunk == 0 {
@@ -177,31 +201,39 @@ func signatures(ctx context.Context, path string) (int64, error) {
 		_ = f.Close()
 		return 0, fmt.Errorf("size of %s: %w", path, err)
 	}
-	var n int64
-	block := st.Mode&unix.S_IFMT == unix.S_IFBLK
-	for _, r := range SignatureRegions(size) {
-		if err = ctx.Err(); err != nil {
-			break
-		}
-		if block {
-			err = zeroRange(f, r[0], r[1]-r[0])
-		} else {
-			_, err = f.WriteAt(make([]byte, r[1]-r[0]), r[0])
-		}
-		if err != nil {
-			err = fmt.Errorf("zeroing %s at byte %d: %w", path, r[0], err)
-			break
-		}
-		n += r[1] - r[0]
-	}
-	if err == nil && !block {
-		err = f.Sync()
-	}
+	n, err := zeroSignatures(ctx, blockFile{f}, size, st.Mode&unix.S_IFMT == unix.S_IFBLK)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing %s: %w", path, cerr)
 	}
 	if err != nil {
 		return 0, err
+	}
+	return n, nil
+}
+
+// zeroSignatures zeroes the SignatureRegions of f, a device of size
+// bytes (a block device with BLKZEROOUT, a file by writing zeros), and
+// syncs it.
+func zeroSignatures(ctx context.Context, f target, size int64, block bool) (int64, error) {
+	var n int64
+	for _, r := range SignatureRegions(size) {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		var err error
+		if block {
+			err = f.ZeroRange(r[0], r[1]-r[0])
+		} else {
+			_, err = f.WriteAt(make([]byte, r[1]-r[0]), r[0])
+		}
+		if err != nil {
+			return n, fmt.Errorf("zeroing %s at byte %d: %w", f.Name(), r[0], err)
+		}
+		n += r[1] - r[0]
+	}
+	// A block device too: its BLKZEROOUT carries no flush (see zeroOut).
+	if err := f.Sync(); err != nil {
+		return n, fmt.Errorf("syncing %s: %w", f.Name(), err)
 	}
 	return n, nil
 }

@@ -16,7 +16,9 @@ import (
 // Delete removes the volume LV vg/lvName (id is its volume ID, for
 // messages). A volume that is gone, or whose volume group is none of this
 // node's, is deleted already (no error). An LV without carve's owner tag,
-// or one that is open (mounted), is ErrRefused and is not removed. When
+// a thick one that is the origin of any LV (carve's snapshot or another
+// tool's), or one that is open (mounted), is ErrRefused and is not
+// removed. When
 // the volume group of one of this node's classes is missing, the LV cannot
 // be seen, so it is not known to be gone: that is ErrUnavailable, and the
 // caller retries, never dropping a volume that would come back with the
@@ -44,6 +46,15 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 		// outlive it.
 		if snaps := p.snapshotsOf(vg, lvName); len(snaps) > 0 {
 			return class, errorf(ErrRefused, "volume %s has snapshots %s; delete them first (a thick volume's snapshots cannot outlive it)", id, strings.Join(snaps, ", "))
+		}
+		switch deps, err := p.dependentsOf(ctx, vg, lvName); {
+		case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+			return class, vgMissing(id, vg, err)
+		case err != nil:
+			return class, wrap(err, "looking for the snapshots of "+id)
+		case len(deps) > 0:
+			return class, errorf(ErrRefused, "volume %s is the origin of LV %s, which carve did not make as a snapshot (another tool's snapshot, or a clone's copy source); "+
+				"lvremove would remove it with the volume, so carve does not: remove it first", id, strings.Join(deps, ", "))
 		}
 	}
 	p.removeCopySource(ctx, vg, volume.CopySourceLVNameFor(lvName))
@@ -150,6 +161,24 @@ func (p *Provisioner) clearFormatting(vg, lv string) error {
 		return nil
 	}
 	return p.cfg.Formatting.Clear(vg, lv)
+}
+
+// dependentsOf names the LVs (vg/lv) whose origin is vg/name, read from
+// LVM: lvremove --yes removes a thick origin's copy-on-write snapshots
+// with it, carve's or another tool's, and the view holds no snapshot
+// another tool made since its last refresh.
+func (p *Provisioner) dependentsOf(ctx context.Context, vg, name string) ([]string, error) {
+	r, err := p.cfg.LVM.Report(ctx, vg)
+	if err != nil {
+		return nil, err
+	}
+	var deps []string
+	for _, lv := range r.LogicalVolumes {
+		if lv.VolumeGroup == vg && lv.Origin == name {
+			deps = append(deps, vg+"/"+lv.Name)
+		}
+	}
+	return deps, nil
 }
 
 // snapshotsOf names the snapshots (their IDs) of the volume LV vg/name.

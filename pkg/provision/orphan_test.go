@@ -51,7 +51,12 @@ func TestRemoveOrphan(t *testing.T) {
 	}
 	orphan := volume.LVNameFor("pvc-orphan")
 	snapped := volume.LVNameFor("pvc-snapped")
+	toolSnapped := volume.LVNameFor("pvc-tool-snapped")
+	toolSnap := vol("tool-snap")
+	toolSnap.Origin = toolSnapped
 	lvs := []lvm.LogicalVolume{
+		vol(toolSnapped, volume.VolumeTags("pvc-tool-snapped", "fast", nil)...),
+		toolSnap,
 		vol(orphan, volume.VolumeTags("pvc-orphan", "fast", nil)...),
 		vol(snapped, volume.VolumeTags("pvc-snapped", "fast", nil)...),
 		vol(volume.SnapshotLVNameFor("snap-1"), volume.SnapshotTags("snap-1", "fast", snapped)...),
@@ -69,6 +74,7 @@ func TestRemoveOrphan(t *testing.T) {
 		{name: "one in flight is left", lv: orphan, busy: true, wantErr: "in flight"},
 		{name: "an LV without carve's tag is left", lv: "foreign", wantErr: "does not carry carve's tag"},
 		{name: "a volume with snapshots is left", lv: snapped, wantErr: "has snapshots"},
+		{name: "a volume with another tool's snapshot is left", lv: toolSnapped, wantErr: "vg1/tool-snap"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -181,8 +181,8 @@ func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
 // RemoveOrphan removes the carve LV vg/name that the audit found
 // orphaned, under the same per-volume lock as CreateVolume and
 // DeleteVolume (busy is an error: the next pass tries again). An LV that
-// is gone is success; one without carve's owner tag, with snapshots, or
-// open, is refused.
+// is gone is success; one without carve's owner tag, with snapshots
+// (carve's or any LV's whose origin it is), or open, is refused.
 func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name string) error {
 	if !p.locks.TryAcquire(name) {
 		return fmt.Errorf("LV %s: an operation is in flight", volume.VolumeID(vg, name))
@@ -200,6 +200,13 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name string) error {
 	}
 	if snaps := p.snapshotsOf(vg, name); len(snaps) > 0 {
 		return fmt.Errorf("LV %s has snapshots %v; carve removes it only once they are deleted", volume.VolumeID(vg, name), snaps)
+	}
+	// lvremove --yes would take another tool's snapshots with it too.
+	switch deps, err := p.dependentsOf(ctx, vg, name); {
+	case err != nil:
+		return fmt.Errorf("LV %s: looking for its snapshots: %w", volume.VolumeID(vg, name), err)
+	case len(deps) > 0:
+		return fmt.Errorf("LV %s is the origin of %v; carve removes it only once no LV has it as origin", volume.VolumeID(vg, name), deps)
 	}
 	class, _ := volume.ClassFromTags(lv.Tags)
 	start := time.Now()

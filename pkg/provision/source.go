@@ -47,8 +47,8 @@ type contentSource struct {
 // of another node is ErrElsewhere naming that node (so that the pod is
 // scheduled again): a snapshot ID names its node, a volume's node is that
 // of its PersistentVolume (the Locator). A source that exists nowhere is
-// ErrNotFound; a copy-on-write snapshot whose space ran out is
-// ErrRefused.
+// ErrNotFound; a copy-on-write snapshot whose space ran out, or whose
+// size tag is gone, is ErrRefused.
 func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSource, error) {
 	if cs.Snapshot {
 		lv, err := p.SnapshotByID(ctx, cs.ID, true)
@@ -58,7 +58,14 @@ func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSo
 		if err := SnapshotUsable(lv); err != nil {
 			return nil, errorf(ErrRefused, "volume_content_source: snapshot %s cannot be restored: %v", cs.ID, err)
 		}
-		return &contentSource{lv: *lv, size: SnapshotSize(lv), id: cs.ID, snapshot: true}, nil
+		size := SnapshotSize(lv)
+		if size == 0 {
+			// A copy of 0 bytes would hand out an empty volume as the
+			// restore.
+			return nil, errorf(ErrRefused, "volume_content_source: snapshot %s cannot be restored: its LV %s/%s has no size tag %s<bytes> (removed by hand or by another tool?), so the size of the volume it holds is unknown",
+				cs.ID, lv.VolumeGroup, lv.Name, volume.TagSizePrefix)
+		}
+		return &contentSource{lv: *lv, size: size, id: cs.ID, snapshot: true}, nil
 	}
 	id := cs.ID
 	vg, name, err := volume.ParseVolumeID(id)

@@ -6,9 +6,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
+
+# The Go code of api/nodeagent/v1 from its .proto (committed; run after
+# editing the .proto).
+generate:
+	@GO='$(GO)' ./hack/generate.sh
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/carve ./cmd/carve

@@ -304,7 +304,9 @@ type ClassCapacity struct {
 	MaximumVolumeBytes int64 `protobuf:"varint,3,opt,name=maximum_volume_bytes,json=maximumVolumeBytes,proto3" json:"maximum_volume_bytes,omitempty"`
 	// Empty when the class can serve; else why not (its volume group or
 	// thin pool is missing, LVM cannot be read). Its capacity is then 0.
-	Unavailable   string `protobuf:"bytes,4,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	Unavailable string `protobuf:"bytes,4,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// The class a StorageClass without carve.dev/device-class gets.
+	IsDefault     bool `protobuf:"varint,5,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -365,6 +367,13 @@ func (x *ClassCapacity) GetUnavailable() string {
 		return x.Unavailable
 	}
 	return ""
+}
+
+func (x *ClassCapacity) GetIsDefault() bool {
+	if x != nil {
+		return x.IsDefault
+	}
+	return false
 }
 
 type InventoryRequest struct {
@@ -560,12 +569,14 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x14WatchCapacityRequest\"j\n" +
 	"\x0eCapacityReport\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12;\n" +
-	"\aclasses\x18\x02 \x03(\v2!.carve.nodeagent.v1.ClassCapacityR\aclasses\"\xaf\x01\n" +
+	"\aclasses\x18\x02 \x03(\v2!.carve.nodeagent.v1.ClassCapacityR\aclasses\"\xce\x01\n" +
 	"\rClassCapacity\x12!\n" +
 	"\fdevice_class\x18\x01 \x01(\tR\vdeviceClass\x12'\n" +
 	"\x0favailable_bytes\x18\x02 \x01(\x03R\x0eavailableBytes\x120\n" +
 	"\x14maximum_volume_bytes\x18\x03 \x01(\x03R\x12maximumVolumeBytes\x12 \n" +
-	"\vunavailable\x18\x04 \x01(\tR\vunavailable\"\x12\n" +
+	"\vunavailable\x18\x04 \x01(\tR\vunavailable\x12\x1d\n" +
+	"\n" +
+	"is_default\x18\x05 \x01(\bR\tisDefault\"\x12\n" +
 	"\x10InventoryRequest\"\x8a\x01\n" +
 	"\x11InventoryResponse\x12;\n" +
 	"\avolumes\x18\x01 \x03(\v2!.carve.nodeagent.v1.LogicalVolumeR\avolumes\x128\n" +

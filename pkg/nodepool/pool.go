@@ -56,9 +56,11 @@ type Config struct {
 	Trust *nodeca.Pool
 	// OnCapacity receives every capacity report of a node, and r == nil
 	// once the node left the pool (its endpoint is gone, not ready, or
-	// contested). It is called from several goroutines, but the calls for
-	// one node never overlap and the nil call comes after that node's last
-	// report. Nothing is called when Run ends. Nil ignores the reports.
+	// contested); a node whose endpoint names a new pod or address stays
+	// in the pool, and the new agent's first report follows. It is called
+	// from several goroutines, but the calls for one node never overlap and
+	// the nil call comes after that node's last report. Nothing is called
+	// when Run ends (the next leader reports). Nil ignores the reports.
 	OnCapacity func(node string, r *nodeagentv1.CapacityReport)
 	// Registerer, when set, gets carve_node_enrollments_total.
 	Registerer prometheus.Registerer

@@ -27,6 +27,7 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -63,7 +64,9 @@ type fakeAgent struct {
 	enrolls  atomic.Int32
 	installs atomic.Int32
 	reports  chan *nodeagentv1.CapacityReport
+	end      chan struct{} // a send ends the current capacity stream
 	addr     string
+	srv      *grpc.Server
 }
 
 func (f *fakeAgent) Enroll(context.Context, *nodeagentv1.EnrollRequest) (*nodeagentv1.EnrollResponse, error) {
@@ -93,6 +96,8 @@ func (f *fakeAgent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, s grpc.Se
 	for {
 		select {
 		case <-s.Context().Done():
+			return nil
+		case <-f.end:
 			return nil
 		case r := <-f.reports:
 			if err := s.Send(r); err != nil {
@@ -209,7 +214,7 @@ func (e *env) agent(node, pod string, uid types.UID, edit func(*authv1.TokenRevi
 		e.t.Fatal(err)
 	}
 	f := &fakeAgent{claims: node, token: "token-of-" + pod, key: key, cert: nodeca.NewKeypair(selfSigned(e.t, key)),
-		reports: make(chan *nodeagentv1.CapacityReport, 10)}
+		reports: make(chan *nodeagentv1.CapacityReport, 10), end: make(chan struct{})}
 	st := goodReview(node, pod, string(uid))
 	if edit != nil {
 		edit(&st)
@@ -218,11 +223,18 @@ func (e *env) agent(node, pod string, uid types.UID, edit func(*authv1.TokenRevi
 	e.reviews[f.token] = st
 	e.mu.Unlock()
 
+	e.serve(f, "127.0.0.1:0")
+	return f
+}
+
+// serve starts f's server on addr; the test's end stops it.
+func (e *env) serve(f *fakeAgent, addr string) {
+	e.t.Helper()
 	cfg, err := nodeca.ServerConfig(nodeca.Peer{Cert: f.cert, CAs: e.trust})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -232,8 +244,21 @@ func (e *env) agent(node, pod string, uid types.UID, edit func(*authv1.TokenRevi
 	csi.RegisterControllerServer(srv, f)
 	go func() { _ = srv.Serve(ln) }()
 	e.t.Cleanup(srv.Stop)
-	f.addr = ln.Addr().String()
-	return f
+	f.addr, f.srv = ln.Addr().String(), srv
+}
+
+// restart is the agent's process restarting in its pod: the same address,
+// a new key, the bootstrap certificate again.
+func (e *env) restart(f *fakeAgent) {
+	e.t.Helper()
+	f.srv.Stop()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f.key = key
+	f.cert.Set(selfSigned(e.t, key))
+	e.serve(f, f.addr)
 }
 
 func goodReview(node, pod, uid string) authv1.TokenReviewStatus {
@@ -256,7 +281,12 @@ func (e *env) publish(name, node, pod string, uid types.UID, f *fakeAgent) {
 	}
 	s := endpointSlice(name, int32(p), ep(node, pod, uid, host, true))
 	slices := e.client.DiscoveryV1().EndpointSlices(testNS)
-	if _, err := slices.Create(e.t.Context(), s, metav1.CreateOptions{}); err != nil {
+	if _, err := slices.Create(e.t.Context(), s, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = slices.Update(e.t.Context(), s, metav1.UpdateOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	} else if err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -427,6 +457,11 @@ func TestCapacityAndRemoval(t *testing.T) {
 	if got := e.nextCapacity(); got.r.GetNodeName() != node || got.r.GetClasses()[0].GetAvailableBytes() != 7 {
 		t.Fatalf("third OnCapacity = %s %v, want %s with 7 bytes", got.node, got.r, node)
 	}
+	// A stream that ends is opened again; the agent sends its capacity at once.
+	f.end <- struct{}{}
+	if got := e.nextCapacity(); got.node != node || got.r.GetClasses()[0].GetAvailableBytes() != 1<<30 {
+		t.Fatalf("OnCapacity after the stream ended = %s %v, want the agent's first report again", got.node, got.r)
+	}
 	if got := e.pool.Names(); len(got) != 1 || got[0] != node {
 		t.Errorf("Names() = %v, want [%s]", got, node)
 	}
@@ -467,6 +502,55 @@ func TestRenewal(t *testing.T) {
 	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
 	if err := e.capabilities(node); err != nil {
 		t.Fatalf("ControllerGetCapabilities after renewals: %v", err)
+	}
+}
+
+// TestReconnect: an agent that restarts (a new key, its bootstrap
+// certificate) is enrolled again, and its capacity stream resumes.
+func TestReconnect(t *testing.T) {
+	e := newEnv(t, 0)
+	const node, pod, uid = "node-a", "carve-node-abcde", types.UID("uid-a")
+	f := e.agent(node, pod, uid, nil)
+	e.publish("s1", node, pod, uid, f)
+	e.run()
+	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
+	e.nextCapacity()
+
+	e.restart(f)
+	eventually(t, "a second enrollment", func() bool { return f.installs.Load() == 2 })
+	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
+	if err := e.capabilities(node); err != nil {
+		t.Fatalf("ControllerGetCapabilities after the restart: %v", err)
+	}
+	if got := e.nextCapacity(); got.node != node || got.r == nil {
+		t.Errorf("OnCapacity after the restart = %s %v, want a report of %s", got.node, got.r, node)
+	}
+}
+
+// TestEndpointChange: a node's endpoint that names a new pod gets a new
+// connection, and the node never leaves the pool on the way.
+func TestEndpointChange(t *testing.T) {
+	e := newEnv(t, 0)
+	const node = "node-a"
+	f1 := e.agent(node, "pod-1", "uid-1", nil)
+	f2 := e.agent(node, "pod-2", "uid-2", nil)
+	e.publish("s1", node, "pod-1", "uid-1", f1)
+	e.run()
+	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
+
+	e.publish("s1", node, "pod-2", "uid-2", f2)
+	eventually(t, "the new pod's enrollment", func() bool { return f2.installs.Load() == 1 })
+	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
+	if err := e.capabilities(node); err != nil {
+		t.Fatalf("ControllerGetCapabilities: %v", err)
+	}
+	if n := f1.installs.Load(); n != 1 {
+		t.Errorf("old pod enrolled %d times, want 1", n)
+	}
+	for len(e.caps) > 0 {
+		if c := <-e.caps; c.r == nil {
+			t.Errorf("OnCapacity(%s, nil) while the node kept an endpoint", c.node)
+		}
 	}
 }
 

@@ -125,12 +125,14 @@ func (a *agent) run(ctx context.Context) {
 			if old := cur; old != nil {
 				old.stopWatch()
 				draining.Go(func() { old.drain(ctx, a.p.t.drainGrace) })
+				log.V(2).Info("Node agent certificate renewed", "renewAt", next.renewAt)
+			} else {
+				log.Info("Node agent connected", "renewAt", next.renewAt)
 			}
 			cur = next
 			a.set(cur.conn, nil)
 			cur.startWatch(ctx, a)
 			wait = time.Until(cur.renewAt)
-			log.V(2).Info("Node agent connected", "renewAt", cur.renewAt)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -157,7 +159,16 @@ func (a *agent) run(ctx context.Context) {
 
 // connect enrolls the agent and opens the verified connection.
 func (a *agent) connect(ctx context.Context) (*link, error) {
+	// A controller that starts beside a thousand agents enrolls a few at a
+	// time, so that its TokenReviews come at the client's pace and none
+	// waits out its timeout in client-go's rate limiter.
+	select {
+	case a.p.enrollSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	cert, err := a.enroll(ctx)
+	<-a.p.enrollSlots
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

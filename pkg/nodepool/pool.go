@@ -100,6 +100,7 @@ type Pool struct {
 	enrollments *prometheus.CounterVec
 	running     atomic.Bool
 	synced      chan struct{}
+	enrollSlots chan struct{} // one token per enrollment under way
 
 	mu         sync.Mutex
 	agents     map[string]*agent     // by node: the pool's members
@@ -115,7 +116,7 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.OnCapacity == nil {
 		cfg.OnCapacity = func(string, *nodeagentv1.CapacityReport) {}
 	}
-	p := &Pool{cfg: cfg, t: defaultTiming(), synced: make(chan struct{}),
+	p := &Pool{cfg: cfg, t: defaultTiming(), synced: make(chan struct{}), enrollSlots: make(chan struct{}, maxEnrolling),
 		agents: map[string]*agent{}, contested: map[string][]endpoint{},
 		enrollments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_node_enrollments_total",
@@ -318,6 +319,9 @@ func (p *Pool) countEnrollment(err error) {
 		p.enrollments.WithLabelValues(resultError).Inc()
 	}
 }
+
+// maxEnrolling is how many enrollments run at once.
+const maxEnrolling = 8
 
 // timing holds the pool's delays; tests shorten them.
 type timing struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	authv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,14 +104,13 @@ func checkReview(st authv1.TokenReviewStatus, wantUser, audience string, ep endp
 	if uid := only(extra[extraPodUID]); uid != "" && ep.UID != "" && uid != string(ep.UID) {
 		return refuse("token bound to pod UID %q, the endpoint's pod has UID %q", uid, ep.UID)
 	}
-	switch node := only(extra[extraNodeName]); node {
-	case ep.Node:
-		return nil
-	case "":
+	switch nodes := extra[extraNodeName]; {
+	case len(nodes) == 0:
 		return refuse("token names no node (needs the API server's ServiceAccountTokenPodNodeInfo, GA since Kubernetes v1.32)")
-	default:
-		return refuse("token's pod is on node %q, the endpoint is on node %q", node, ep.Node)
+	case len(nodes) > 1 || nodes[0] != ep.Node:
+		return refuse("token's pod is on node %q, the endpoint is on node %q", strings.Join(nodes, ","), ep.Node)
 	}
+	return nil
 }
 
 // only is the single value of an extra, "" unless there is exactly one.

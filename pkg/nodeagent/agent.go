@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
@@ -63,6 +64,9 @@ type Agent struct {
 	// key never leaves memory; cert holds what the listener presents.
 	key  *ecdsa.PrivateKey
 	cert *nodeca.Keypair
+	// stopping is closed by Shutdown.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // New returns an agent with a new key and a self-signed certificate.
@@ -91,8 +95,14 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, key: key, cert: nodeca.NewKeypair(cert)}, nil
+	return &Agent{cfg: cfg, key: key, cert: nodeca.NewKeypair(cert), stopping: make(chan struct{})}, nil
 }
+
+// Shutdown ends every capacity stream (UNAVAILABLE: the controller
+// reconnects), so that the server's graceful stop need not wait for
+// streams that never end on their own. Call it when the server stops;
+// calling it again does nothing.
+func (a *Agent) Shutdown() { a.stopOnce.Do(func() { close(a.stopping) }) }
 
 // ServerTLS is the node channel listener's TLS: TLS 1.3, presenting the
 // agent's current certificate, completing a handshake only with a client

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -13,7 +14,7 @@ import (
 // WatchCapacity implements nodeagentv1.NodeAgentServer: the node's
 // capacity at once, then again after every change of the view that moves
 // a value (a report equal to the last one sent is not sent). It ends when
-// the caller's context does.
+// the caller's context does, or with UNAVAILABLE at Shutdown.
 func (a *Agent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, stream grpc.ServerStreamingServer[nodeagentv1.CapacityReport]) error {
 	ctx := stream.Context()
 	var last *nodeagentv1.CapacityReport
@@ -29,6 +30,8 @@ func (a *Agent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, stream grpc.S
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-a.stopping:
+			return status.Error(codes.Unavailable, "the node agent is shutting down")
 		case <-changed:
 		}
 	}

@@ -117,7 +117,7 @@ func (s *sendStream) Send(r *nodeagentv1.CapacityReport) error {
 }
 
 // TestWatchCapacityEnds: the handler returns when its caller's context
-// ends, and when a Send fails.
+// ends, when a Send fails, and at Shutdown (called twice here).
 func TestWatchCapacityEnds(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -126,6 +126,7 @@ func TestWatchCapacityEnds(t *testing.T) {
 	}{
 		{"the caller ends", nil, codes.Canceled},
 		{"a send fails", status.Error(codes.Unavailable, "gone"), codes.Unavailable},
+		{"the agent shuts down", nil, codes.Unavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,7 +137,12 @@ func TestWatchCapacityEnds(t *testing.T) {
 			go func() { done <- e.agent.WatchCapacity(&nodeagentv1.WatchCapacityRequest{}, s) }()
 			if tt.sendErr == nil {
 				<-s.sent
-				cancel()
+				if tt.wantCode == codes.Canceled {
+					cancel()
+				} else {
+					e.agent.Shutdown()
+					e.agent.Shutdown()
+				}
 			}
 			select {
 			case err := <-done:

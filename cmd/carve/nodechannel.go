@@ -51,7 +51,7 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, svc dr
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: nodeChannelPing, Timeout: nodeChannelMinPing}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing, PermitWithoutStream: true})),
 		driver.WithServices(func(r grpc.ServiceRegistrar) { nodeagentv1.RegisterNodeAgentServer(r, agent) }),
-		driver.WithUnloggedPayloads(nodeagent.UnloggedMethods...))
+		driver.WithUnloggedPayloads(nodeagent.UnloggedMethods()...))
 	return func(ctx context.Context) error {
 		var lc net.ListenConfig
 		l, err := lc.Listen(ctx, "tcp", o.NodeChannel.Address)

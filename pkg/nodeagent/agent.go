@@ -111,6 +111,7 @@ func (a *Agent) ServerTLS() (*tls.Config, error) {
 	return nodeca.ServerConfig(nodeca.Peer{Cert: a.cert, CAs: a.cfg.Trust, Now: a.cfg.Now})
 }
 
-// UnloggedMethods are the methods whose payloads must stay out of logs:
-// Enroll's response carries the node's token.
-var UnloggedMethods = []string{nodeagentv1.NodeAgent_Enroll_FullMethodName}
+// UnloggedMethods are the methods whose payloads must stay out of logs
+// (driver.WithUnloggedPayloads): Enroll's response carries the node's
+// token.
+func UnloggedMethods() []string { return []string{nodeagentv1.NodeAgent_Enroll_FullMethodName} }

@@ -35,7 +35,7 @@ func TestRunUsageAndVersion(t *testing.T) {
 			stderr: []string{`--logging-format "yaml": must be one of text, json`}},
 		{name: "unknown flag", args: []string{"plugin", "--frob"}, code: 2, stderr: []string{"flag provided but not defined: -frob"}},
 		{name: "role help lists flags", args: []string{"plugin", "-h"}, code: 0, stderr: []string{"-node-name", "-config", "-max-volumes", "-metrics-address", "-driver-name", "-endpoint",
-			"-kubelet-registration-dir", "-kubelet-csi-socket"}},
+			"-kubelet-registration-dir", "-kubelet-csi-socket", "-node-channel-address", "-node-channel-ca-file", "-node-channel-token-file"}},
 		{name: "controller does not register with a kubelet", args: []string{"controller", "--kubelet-registration-dir", "/registration"}, code: 2, stderr: []string{"not defined: -kubelet-registration-dir"}},
 		{name: "controller has no node flags", args: []string{"controller", "--node-name", "x"}, code: 2, stderr: []string{"not defined: -node-name"}},
 		{name: "stray argument", args: []string{"plugin", "--node-name", "n1", "extra"}, code: 2, stderr: []string{`unexpected arguments ["extra"]`}},
@@ -69,7 +69,8 @@ func TestPluginOptions(t *testing.T) {
 		return PluginOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
 			NodeName: "node-1.example", ConfigPath: "/etc/carve/config.yaml", RefreshInterval: time.Minute, LVMTimeout: time.Minute,
 			KubeletRegistrationDir: DefaultKubeletRegistrationDir, KubeletCSISocket: DefaultKubeletCSISocket,
-			Audit: AuditOptions{Interval: time.Minute, Grace: 10 * time.Minute}}
+			Audit:       AuditOptions{Interval: time.Minute, Grace: 10 * time.Minute},
+			NodeChannel: NodeChannelOptions{CAFile: DefaultNodeChannelCAFile, TokenFile: DefaultNodeChannelTokenFile}}
 	}
 	tests := []struct {
 		name string
@@ -103,6 +104,20 @@ func TestPluginOptions(t *testing.T) {
 		{"no grace period", func(o *PluginOptions) { o.Audit.Grace = 0 }, "--orphan-grace-period"},
 		{"removing orphans", func(o *PluginOptions) { o.Audit.RemoveOrphans = true }, ""},
 		{"removing orphans without the audit", func(o *PluginOptions) { o.Audit.RemoveOrphans, o.Audit.Interval = true, 0 }, "--remove-orphans"},
+		{"node channel off: its files are not used", func(o *PluginOptions) { o.NodeChannel.CAFile, o.NodeChannel.TokenFile = "", "ca.crt" }, ""},
+		{"node channel on every interface", func(o *PluginOptions) { o.NodeChannel.Address = ":9811" }, ""},
+		{"node channel on one address", func(o *PluginOptions) { o.NodeChannel.Address = "10.0.0.7:9811" }, ""},
+		{"node channel on IPv6", func(o *PluginOptions) { o.NodeChannel.Address = "[::]:9811" }, ""},
+		{"node channel without port", func(o *PluginOptions) { o.NodeChannel.Address = "10.0.0.7" }, "--node-channel-address \"10.0.0.7\": must be host:port"},
+		{"node channel with an empty port", func(o *PluginOptions) { o.NodeChannel.Address = "10.0.0.7:" }, "--node-channel-address"},
+		{"node channel on port 0", func(o *PluginOptions) { o.NodeChannel.Address = ":0" }, "the port must be a number from 1 to 65535"},
+		{"node channel on a named port", func(o *PluginOptions) { o.NodeChannel.Address = ":https" }, "the port must be a number"},
+		{"node channel port too large", func(o *PluginOptions) { o.NodeChannel.Address = ":65536" }, "the port must be a number"},
+		{"node channel with a relative CA file", func(o *PluginOptions) { o.NodeChannel.Address, o.NodeChannel.CAFile = ":9811", "ca.crt" },
+			"--node-channel-ca-file \"ca.crt\": must be an absolute path"},
+		{"node channel without a CA file", func(o *PluginOptions) { o.NodeChannel.Address, o.NodeChannel.CAFile = ":9811", "" }, "--node-channel-ca-file"},
+		{"node channel with a relative token file", func(o *PluginOptions) { o.NodeChannel.Address, o.NodeChannel.TokenFile = ":9811", "token" },
+			"--node-channel-token-file \"token\": must be an absolute path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

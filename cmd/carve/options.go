@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -107,6 +108,60 @@ type PluginOptions struct {
 	StateDir string
 	// Audit configures the comparison of this node's LVs with carve's PVs.
 	Audit AuditOptions
+	// NodeChannel configures the port carve's controller reaches this
+	// node's agent on.
+	NodeChannel NodeChannelOptions
+}
+
+// Defaults of the node channel's files, where the DaemonSet mounts them.
+const (
+	DefaultNodeChannelCAFile    = "/etc/carve/node-channel/ca.crt"
+	DefaultNodeChannelTokenFile = "/var/run/secrets/carve.dev/token" //nolint:gosec // G101: a path, not a credential.
+)
+
+// NodeChannelOptions configure the node channel (docs/architecture.md):
+// the TLS port on which carve's controller, and only it, calls this
+// node's Controller service and NodeAgent.
+type NodeChannelOptions struct {
+	// Address is host:port of the TLS listener; empty turns the node
+	// channel off.
+	Address string
+	// CAFile is the PEM bundle of the CAs the controller's certificate
+	// must chain to: the ConfigMap the controller writes, mounted (key
+	// ca.crt). It is re-read when it changes and may not exist at start.
+	CAFile string
+	// TokenFile is the projected service-account token (audience carve's
+	// controller) the agent proves its node with at enrollment.
+	TokenFile string
+}
+
+// AddFlags registers the node channel flags on fs.
+func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Address, "node-channel-address", "", "host:port of the node channel, the TLS port on which carve's controller calls this node's Controller service and node agent; empty turns it off")
+	fs.StringVar(&o.CAFile, "node-channel-ca-file", DefaultNodeChannelCAFile, "PEM bundle of the CAs whose controller certificate the node channel accepts (the mounted ConfigMap's ca.crt); re-read when it changes, and until it holds a valid bundle no handshake succeeds")
+	fs.StringVar(&o.TokenFile, "node-channel-token-file", DefaultNodeChannelTokenFile, "projected service-account token (audience carve's controller) the node agent proves its node with when the controller enrolls it; re-read at every enrollment")
+}
+
+// Validate checks the node channel flags; the files matter only when the
+// channel is on.
+func (o *NodeChannelOptions) Validate() error {
+	if o.Address == "" {
+		return nil
+	}
+	var errs []error
+	if _, port, err := net.SplitHostPort(o.Address); err != nil || port == "" {
+		errs = append(errs, fmt.Errorf("--node-channel-address %q: must be host:port (host may be empty for every interface)", o.Address))
+	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		errs = append(errs, fmt.Errorf("--node-channel-address %q: the port must be a number from 1 to 65535 (the controller dials it)", o.Address))
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--node-channel-ca-file", o.CAFile}, {"--node-channel-token-file", o.TokenFile},
+	} {
+		if !filepath.IsAbs(f.path) {
+			errs = append(errs, fmt.Errorf("%s %q: must be an absolute path when --node-channel-address is set", f.flag, f.path))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // AuditOptions configure the node's audit (docs/operations.md: orphaned
@@ -164,6 +219,7 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.StateDir, "state-dir", "",
 		"directory on the node's disk (surviving restarts and reboots) where carve marks the volumes it is making; empty is the directory of the --endpoint socket, the DaemonSet's plugin directory")
 	o.Audit.AddFlags(fs)
+	o.NodeChannel.AddFlags(fs)
 }
 
 // nodeNameRE is a Kubernetes node name (a DNS-1123 subdomain).
@@ -196,7 +252,7 @@ func (o *PluginOptions) Validate() error {
 	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
 		errs = append(errs, fmt.Errorf("--state-dir %q: must be an absolute path (or empty for the directory of the --endpoint socket)", o.StateDir))
 	}
-	errs = append(errs, o.Audit.Validate())
+	errs = append(errs, o.Audit.Validate(), o.NodeChannel.Validate())
 	return errors.Join(errs...)
 }
 

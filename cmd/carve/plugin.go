@@ -44,7 +44,8 @@ const refreshTimeout = 2 * time.Minute
 
 // runPlugin wires the real LVM client, mounter, exec and metrics into the
 // three CSI servers, serves them on one socket and, once that listens,
-// registers the plugin with the kubelet.
+// registers the plugin with the kubelet and, when asked, serves the node
+// channel.
 func runPlugin(ctx context.Context, o *PluginOptions) error {
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
@@ -101,6 +102,13 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}, DevDir: devDir}),
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
+	if o.NodeChannel.Address != "" {
+		runChannel, err := nodeChannel(o, cfg, view, services, mm)
+		if err != nil {
+			return err
+		}
+		after = append(after, runChannel)
+	}
 	if runAudit := startAudit(ctx, o, api, cfg, view, controller.Provisioner(), mm.GetRegistry().Registerer()); runAudit != nil {
 		after = append(after, runAudit)
 	}

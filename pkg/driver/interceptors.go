@@ -18,21 +18,61 @@ import (
 // failures always, and the outcome and duration at verbosity 2. Handlers
 // find a logger carrying the method in their context (klog.FromContext).
 func LoggingInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	logger := klog.FromContext(ctx).WithValues("method", info.FullMethod)
-	ctx = klog.NewContext(ctx, logger)
-	logger.V(5).Info("GRPC call", "request", protosanitizer.StripSecrets(req))
+	return loggingInterceptor(nil)(ctx, req, info, handler)
+}
+
+// loggingInterceptor is LoggingInterceptor that logs no request or
+// response of the quiet methods.
+func loggingInterceptor(quiet map[string]bool) grpc.UnaryServerInterceptor {
+	payload := func(method string, msg any) any {
+		if quiet[method] {
+			return "(not logged: it carries credentials)"
+		}
+		return protosanitizer.StripSecrets(msg)
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		logger := klog.FromContext(ctx).WithValues("method", info.FullMethod)
+		ctx = klog.NewContext(ctx, logger)
+		logger.V(5).Info("GRPC call", "request", payload(info.FullMethod, req))
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		d := time.Since(start)
+		if err != nil {
+			logger.Error(err, "GRPC call failed", "code", status.Code(err).String(), "duration", d,
+				"request", payload(info.FullMethod, req))
+			return resp, err
+		}
+		logger.V(2).Info("GRPC call succeeded", "duration", d)
+		logger.V(5).Info("GRPC response", "response", payload(info.FullMethod, resp))
+		return resp, nil
+	}
+}
+
+// StreamLoggingInterceptor gives a stream's handler a logger carrying the
+// method (klog.FromContext of the stream's context), and logs the stream's
+// start and end at verbosity 2 and its failure always. Messages are not
+// logged.
+func StreamLoggingInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	logger := klog.FromContext(ss.Context()).WithValues("method", info.FullMethod)
+	logger.V(2).Info("GRPC stream opened")
 	start := time.Now()
-	resp, err := handler(ctx, req)
+	err := handler(srv, loggedStream{ServerStream: ss, ctx: klog.NewContext(ss.Context(), logger)})
 	d := time.Since(start)
 	if err != nil {
-		logger.Error(err, "GRPC call failed", "code", status.Code(err).String(), "duration", d,
-			"request", protosanitizer.StripSecrets(req))
-		return resp, err
+		logger.Error(err, "GRPC stream failed", "code", status.Code(err).String(), "duration", d)
+		return err
 	}
-	logger.V(2).Info("GRPC call succeeded", "duration", d)
-	logger.V(5).Info("GRPC response", "response", protosanitizer.StripSecrets(resp))
-	return resp, nil
+	logger.V(2).Info("GRPC stream ended", "duration", d)
+	return nil
 }
+
+// loggedStream is a stream whose context carries the method's logger.
+type loggedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s loggedStream) Context() context.Context { return s.ctx }
 
 // MetricsInterceptor records csi_plugin_operations_seconds for every call
 // with csi-lib-utils' server interceptor, so carve's metric matches the

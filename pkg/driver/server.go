@@ -21,16 +21,60 @@ type Services struct {
 	Node       csi.NodeServer
 }
 
+// ServerOption adds to what NewGRPCServer builds.
+type ServerOption func(*serverOptions)
+
+type serverOptions struct {
+	grpc     []grpc.ServerOption
+	register []func(grpc.ServiceRegistrar)
+	quiet    map[string]bool
+}
+
+// WithGRPCOptions passes options to the gRPC server: its transport
+// credentials (TLS on the node channel), say.
+func WithGRPCOptions(opts ...grpc.ServerOption) ServerOption {
+	return func(o *serverOptions) { o.grpc = append(o.grpc, opts...) }
+}
+
+// WithServices registers more services beside the CSI ones (the node
+// channel's NodeAgent); they get the same interceptors.
+func WithServices(register func(grpc.ServiceRegistrar)) ServerOption {
+	return func(o *serverOptions) { o.register = append(o.register, register) }
+}
+
+// WithUnloggedPayloads keeps the requests and responses of the named
+// methods (full names, "/package.Service/Method") out of every log line:
+// for payloads that carry credentials which no csi_secret option marks,
+// such as the node channel's Enroll token. Outcome and duration are still
+// logged.
+func WithUnloggedPayloads(fullMethods ...string) ServerOption {
+	return func(o *serverOptions) {
+		if o.quiet == nil {
+			o.quiet = map[string]bool{}
+		}
+		for _, m := range fullMethods {
+			o.quiet[m] = true
+		}
+	}
+}
+
 // NewGRPCServer returns a gRPC server with the services registered and the
 // logging and (when m is not nil) metrics interceptors installed. The
-// metrics interceptor runs outermost so it times the whole call.
-func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager) *grpc.Server {
+// metrics interceptor runs outermost so it times the whole call. Streams
+// are logged; they are not timed (a stream lasts as long as its caller
+// wants).
+func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager, opts ...ServerOption) *grpc.Server {
+	var o serverOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var chain []grpc.UnaryServerInterceptor
 	if m != nil {
 		chain = append(chain, MetricsInterceptor(m))
 	}
-	chain = append(chain, LoggingInterceptor)
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
+	chain = append(chain, loggingInterceptor(o.quiet))
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...),
+		grpc.ChainStreamInterceptor(StreamLoggingInterceptor)}, o.grpc...)...)
 	if svc.Identity != nil {
 		csi.RegisterIdentityServer(s, svc.Identity)
 	}
@@ -39,6 +83,9 @@ func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager) *grpc.Server {
 	}
 	if svc.Node != nil {
 		csi.RegisterNodeServer(s, svc.Node)
+	}
+	for _, register := range o.register {
+		register(s)
 	}
 	return s
 }

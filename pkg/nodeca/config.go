@@ -77,26 +77,49 @@ func verifyPeer(cs tls.ConnectionState, pool *Pool, now func() time.Time, usage 
 	if len(cs.PeerCertificates) == 0 {
 		return fmt.Errorf("peer presented no certificate (want %s)", want)
 	}
-	roots := pool.CertPool()
+	if err := verifyLeaf(cs.PeerCertificates[0], cs.PeerCertificates[1:], pool, now(), usage, want); err != nil {
+		return fmt.Errorf("peer %w", err)
+	}
+	return nil
+}
+
+// VerifyNodeCertificate checks that cert is a node certificate for exactly
+// node that chains to a CA in pool at now: what a controller dialing the
+// node with ClientConfig will accept. The node agent checks a certificate
+// it is given with it before presenting it.
+func VerifyNodeCertificate(cert *x509.Certificate, pool *Pool, now time.Time, node string) error {
+	want, err := NodeURI(node)
+	if err != nil {
+		return err
+	}
+	return verifyLeaf(cert, nil, pool, now, x509.ExtKeyUsageServerAuth, want)
+}
+
+// verifyLeaf checks that leaf chains through inter to a CA in pool for
+// usage, at now, and that its only URI SAN is want.
+func verifyLeaf(leaf *x509.Certificate, inter []*x509.Certificate, pool *Pool, now time.Time, usage x509.ExtKeyUsage, want string) error {
+	var roots *x509.CertPool
+	if pool != nil {
+		roots = pool.CertPool()
+	}
 	if roots == nil {
 		// A nil pool would mean the system roots: never trust those here.
-		return errors.New("no trusted CA for the node channel")
+		return errors.New("certificate: no trusted CA for the node channel")
 	}
-	leaf := cs.PeerCertificates[0]
-	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		inter.AddCert(c)
+	inters := x509.NewCertPool()
+	for _, c := range inter {
+		inters.AddCert(c)
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{
 		Roots:         roots,
-		Intermediates: inter,
-		CurrentTime:   now(),
+		Intermediates: inters,
+		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{usage},
 	}); err != nil {
-		return fmt.Errorf("peer certificate (want %s): %w", want, err)
+		return fmt.Errorf("certificate (want %s): %w", want, err)
 	}
 	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want {
-		return fmt.Errorf("peer identity %v, want exactly %s", leaf.URIs, want)
+		return fmt.Errorf("identity %v, want exactly %s", leaf.URIs, want)
 	}
 	return nil
 }

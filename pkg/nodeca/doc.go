@@ -12,6 +12,11 @@
 // Both ends check the identity themselves (VerifyConnection), against the
 // CA pool current at the time of the handshake.
 //
+// A node agent starts with a self-signed certificate (SelfSigned) that no
+// one trusts, and presents the one the controller signs for its key once
+// it has checked the node's identity; it trusts the CAs of a PEM bundle
+// file the kubelet keeps current (BundleFile).
+//
 // The package knows nothing of Kubernetes or gRPC: the controller stores the
 // CA's PEM in a Secret, and the caller wraps the tls.Config in gRPC
 // credentials.

@@ -59,8 +59,13 @@ func NewPool(cas ...*x509.Certificate) *Pool {
 	return p
 }
 
-// Set replaces the trusted CAs for the handshakes that follow.
+// Set replaces the trusted CAs for the handshakes that follow. With none,
+// no peer is trusted (and the handshake says so).
 func (p *Pool) Set(cas ...*x509.Certificate) {
+	if len(cas) == 0 {
+		p.cur.Store(nil)
+		return
+	}
 	pool := x509.NewCertPool()
 	for _, ca := range cas {
 		pool.AddCert(ca)
@@ -68,5 +73,5 @@ func (p *Pool) Set(cas ...*x509.Certificate) {
 	p.cur.Store(pool)
 }
 
-// CertPool returns the CAs trusted now.
+// CertPool returns the CAs trusted now; nil when there are none.
 func (p *Pool) CertPool() *x509.CertPool { return p.cur.Load() }

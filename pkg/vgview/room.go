@@ -71,6 +71,7 @@ func (v *View) RoomToGrow(d *config.DeviceClass, from, to uint64) (uint64, error
 // view at once, so that the next room check counts it, and asks for a full
 // refresh soon.
 func (v *View) Extended(before, after lvm.LogicalVolume) {
+	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.lvs[after.VolumeGroup+"/"+after.Name] = after

@@ -5,7 +5,8 @@
 // makes is applied to it at once from the mutation's result, an
 // asynchronous full refresh follows mutations shortly after, and a periodic
 // refresh catches changes made outside carve. Each refresh also updates the
-// per-class gauges of the metrics Recorder.
+// per-class gauges of the metrics Recorder, and Changes wakes whoever
+// streams the capacity (the node channel) after every refresh and mutation.
 package vgview
 
 import (
@@ -76,6 +77,8 @@ type View struct {
 	// group's lock holds no caller past its deadline, nor those of other
 	// volume groups at all.
 	room lvm.VGLocks
+	// changes wakes the watchers of Changes.
+	changes signal
 }
 
 // New returns an empty view; call Refresh before using it.
@@ -115,6 +118,8 @@ func (v *View) Refresh(ctx context.Context) error {
 		klog.FromContext(ctx).Error(e, "Reading a volume group failed; its device classes are unavailable", "volumeGroup", vg)
 	}
 	v.rec.ObserveRefresh(now, errors.Join(append(vgErrs, err)...))
+	// After the view's lock is released (deferred calls run last first).
+	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err != nil {
@@ -425,6 +430,7 @@ func (v *View) configuredVGs() []string { return v.cfg.VolumeGroups() }
 // Created applies an LV that carve just made to the view, and asks for a
 // full refresh soon (a mirrored LV uses more than its size, for example).
 func (v *View) Created(lv lvm.LogicalVolume) {
+	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	key := lv.VolumeGroup + "/" + lv.Name
@@ -443,6 +449,7 @@ func (v *View) Created(lv lvm.LogicalVolume) {
 // Removed applies the removal of vg/name to the view and asks for a full
 // refresh soon.
 func (v *View) Removed(vg, name string) {
+	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	key := vg + "/" + name

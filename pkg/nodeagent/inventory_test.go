@@ -1,0 +1,85 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/vgview"
+	"github.com/carve-csi/carve/pkg/volume"
+)
+
+// failingReporter cannot read vg2.
+type failingReporter struct{ reporter }
+
+func (f *failingReporter) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
+	for _, vg := range vgs {
+		if vg == "vg2" {
+			return nil, errors.New("vg2: checksum error in metadata")
+		}
+	}
+	return f.reporter.Report(ctx, vgs...)
+}
+
+// TestInventory: carve's volumes with their tags read, nothing else; a
+// volume group LVM cannot read is listed as such.
+func TestInventory(t *testing.T) {
+	// Longer than a tag holds: the tag keeps its head only.
+	long := "pvc-" + strings.Repeat("x", lvm.MaxTagLength)
+	lvs := []lvm.LogicalVolume{
+		{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-1"), Size: uint64(gi), Tags: volume.VolumeTags("pvc-1", "thick",
+			map[string]string{volume.ParamPVCNamespace: "db", volume.ParamPVCName: "data-0"})},
+		{VolumeGroup: "vg1", Name: volume.LVNameFor(long), Size: 2 * uint64(gi), Pool: "pool", Tags: volume.VolumeTags(long, "thin", nil)},
+		{VolumeGroup: "vg1", Name: "pool", Size: 4 * uint64(gi), Attr: lvm.Attributes{Type: lvm.TypeThinPool}},
+		{VolumeGroup: "vg1", Name: "home", Size: uint64(gi)}, // another tool's
+		{VolumeGroup: "vg1", Name: volume.SnapshotLVNameFor("snap-1"), Size: uint64(gi), Tags: volume.SnapshotTags("snap-1", "thick", "vg1/x")},
+		{VolumeGroup: "other", Name: volume.LVNameFor("pvc-2"), Size: uint64(gi), Tags: volume.VolumeTags("pvc-2", "thick", nil)},
+	}
+	classes := &config.Config{DeviceClasses: []config.DeviceClass{
+		{Name: "thick", VolumeGroup: "vg1"}, {Name: "thin", VolumeGroup: "vg1", ThinPool: "pool"}, {Name: "broken", VolumeGroup: "vg2"},
+	}}
+	lvmState := &failingReporter{reporter{r: lvm.Report{
+		VolumeGroups:   []lvm.VolumeGroup{{Name: "vg1", Size: 20 * uint64(gi), ExtentSize: ex}, {Name: "other"}, {Name: "vg2"}},
+		LogicalVolumes: lvs,
+		ThinPools:      []lvm.ThinPool{{Name: "pool", VolumeGroup: "vg1", Size: 4 * uint64(gi)}},
+	}}}
+	view := vgview.New(lvmState, classes, nil)
+	e := newEnv(t)
+	a, err := New(Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: classes, Capacity: view, Inventory: view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inventory := func() *nodeagentv1.InventoryResponse {
+		resp, err := a.Inventory(t.Context(), &nodeagentv1.InventoryRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if got := inventory(); len(got.GetVolumes()) != 0 || len(got.GetUnreadableVolumeGroups()) != 2 {
+		t.Errorf("before the first read: %v, want no volume and both volume groups unreadable", got)
+	}
+	if err := view.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := &nodeagentv1.InventoryResponse{
+		Volumes: []*nodeagentv1.LogicalVolume{
+			{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-1"), SizeBytes: gi, DeviceClass: "thick", VolumeName: "pvc-1", Claim: "db/data-0"},
+			{VolumeGroup: "vg1", Name: volume.LVNameFor(long), SizeBytes: 2 * gi, DeviceClass: "thin"},
+		},
+		UnreadableVolumeGroups: []string{"vg2"},
+	}
+	// The view lists by vg/name: the order follows the LV names.
+	if want.Volumes[0].GetName() > want.Volumes[1].GetName() {
+		want.Volumes[0], want.Volumes[1] = want.Volumes[1], want.Volumes[0]
+	}
+	if got := inventory(); !proto.Equal(got, want) {
+		t.Errorf("inventory\n%v\nwant\n%v", got, want)
+	}
+}

@@ -23,10 +23,11 @@ import (
 // Keepalive of the node channel: the agent pings an idle controller so
 // that a stream to a controller that vanished ends, and lets the
 // controller ping as often as every nodeChannelMinPing (a client pinging
-// more often is cut off by gRPC with "too many pings").
+// more often is cut off by gRPC with "too many pings"; the controller pings
+// every 10 s, and half that leaves room for timer jitter).
 const (
 	nodeChannelPing    = 30 * time.Second
-	nodeChannelMinPing = 10 * time.Second
+	nodeChannelMinPing = 5 * time.Second
 )
 
 // nodeChannel builds the node channel: the node agent and a TLS gRPC

@@ -1,0 +1,173 @@
+package router
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/topology"
+)
+
+// seg is node's topology segment.
+func seg(node string) *csi.Topology { return topology.ForNode(node).Segment() }
+
+// strict is what csi-provisioner --strict-topology sends for a claim whose
+// selected node is node.
+func strict(node string) *csi.TopologyRequirement {
+	return &csi.TopologyRequirement{Requisite: []*csi.Topology{seg(node)}, Preferred: []*csi.Topology{seg(node)}}
+}
+
+func fromSnapshot(id string) *csi.VolumeContentSource {
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id}}}
+}
+
+func fromVolume(id string) *csi.VolumeContentSource {
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+}
+
+var mountRWO = []*csi.VolumeCapability{{
+	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}}
+
+// newAgents are node-a, node-b and node-c; node-a holds vol-a and node-c
+// vol-c, and only vol-a has a PV.
+func newAgents() map[string]*agent {
+	return map[string]*agent{
+		"node-a": {name: "node-a", volumes: []string{vid("vol-a")}},
+		"node-b": {name: "node-b"},
+		"node-c": {name: "node-c", volumes: []string{vid("vol-c")}},
+	}
+}
+
+func newRouter(t *testing.T, as map[string]*agent, pvs map[string][]string) (*Server, *callLog) {
+	t.Helper()
+	var list []*agent
+	for _, a := range as {
+		list = append(list, a)
+	}
+	ns, log := cluster(t, list...)
+	return New(Config{Nodes: ns, Volumes: locator{pvs: pvs}, TopologyKey: topology.Key}), log
+}
+
+func TestCreateVolume(t *testing.T) {
+	pvs := map[string][]string{vid("vol-a"): {"node-a"}}
+	tests := []struct {
+		name    string
+		req     *csi.CreateVolumeRequest
+		agents  func(map[string]*agent) // changes to the agents
+		timeout time.Duration
+		// wantNode got the CreateVolume ("": nobody).
+		wantNode string
+		code     codes.Code
+		msg      []string
+	}{
+		{name: "strict topology", req: &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b")}, wantNode: "node-b"},
+		{name: "preferred only", req: &csi.CreateVolumeRequest{AccessibilityRequirements: &csi.TopologyRequirement{
+			Preferred: []*csi.Topology{seg("node-c"), seg("node-a")}}}, wantNode: "node-c"},
+		{name: "requisite only", req: &csi.CreateVolumeRequest{AccessibilityRequirements: &csi.TopologyRequirement{
+			Requisite: []*csi.Topology{seg("node-a")}}}, wantNode: "node-a"},
+		{name: "segment with other keys too", req: &csi.CreateVolumeRequest{AccessibilityRequirements: &csi.TopologyRequirement{
+			Requisite: []*csi.Topology{{Segments: map[string]string{topology.Key: "node-b", "zone": "z1"}}}}}, wantNode: "node-b"},
+		{name: "restore follows the requirement, not the snapshot's node",
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromSnapshot(sid("node-a", "s"))},
+			wantNode: "node-b"},
+		{name: "restore without requirement goes to the snapshot's node",
+			req: &csi.CreateVolumeRequest{VolumeContentSource: fromSnapshot(sid("node-c", "s"))}, wantNode: "node-c"},
+		{name: "clone follows the requirement",
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromVolume(vid("vol-a"))},
+			wantNode: "node-b"},
+		{name: "clone without requirement goes to the PV's node",
+			req: &csi.CreateVolumeRequest{VolumeContentSource: fromVolume(vid("vol-a"))}, wantNode: "node-a"},
+		{name: "clone of a volume without PV: the node that has it",
+			req: &csi.CreateVolumeRequest{VolumeContentSource: fromVolume(vid("vol-c"))}, wantNode: "node-c"},
+
+		{name: "no name", req: &csi.CreateVolumeRequest{Name: "-", AccessibilityRequirements: strict("node-a")},
+			code: codes.InvalidArgument, msg: []string{"name"}},
+		{name: "no topology", req: &csi.CreateVolumeRequest{},
+			code: codes.InvalidArgument, msg: []string{"accessibility_requirements", topology.Key, "WaitForFirstConsumer"}},
+		{name: "topology without carve's key", req: &csi.CreateVolumeRequest{AccessibilityRequirements: &csi.TopologyRequirement{
+			Requisite: []*csi.Topology{{Segments: map[string]string{"zone": "z1"}}}}},
+			code: codes.InvalidArgument, msg: []string{"accessibility_requirements", topology.Key}},
+		{name: "immediate binding: several nodes", req: &csi.CreateVolumeRequest{AccessibilityRequirements: &csi.TopologyRequirement{
+			Requisite: []*csi.Topology{seg("node-a"), seg("node-b")}, Preferred: []*csi.Topology{seg("node-b"), seg("node-a")}}},
+			code: codes.InvalidArgument, msg: []string{"accessibility_requirements.requisite", "node-a, node-b", "WaitForFirstConsumer"}},
+		{name: "preferred outside the requisite", req: &csi.CreateVolumeRequest{AccessibilityRequirements: &csi.TopologyRequirement{
+			Requisite: []*csi.Topology{seg("node-a")}, Preferred: []*csi.Topology{seg("node-b")}}},
+			code: codes.InvalidArgument, msg: []string{"accessibility_requirements.preferred[0]", "node-b"}},
+		{name: "restore from an ID that is not carve's, no requirement",
+			req:  &csi.CreateVolumeRequest{VolumeContentSource: fromSnapshot("non-existing-snapshot-id")},
+			code: codes.NotFound, msg: []string{"volume_content_source.snapshot.snapshot_id", "non-existing-snapshot-id"}},
+		{name: "restore from an empty ID, no requirement", req: &csi.CreateVolumeRequest{VolumeContentSource: fromSnapshot("")},
+			code: codes.InvalidArgument, msg: []string{"volume_content_source.snapshot.snapshot_id"}},
+		{name: "clone of a volume no node has, no requirement",
+			req:  &csi.CreateVolumeRequest{VolumeContentSource: fromVolume(vid("gone"))},
+			code: codes.NotFound, msg: []string{"volume_content_source.volume.volume_id", vid("gone")}},
+
+		{name: "unreachable before sending: rescheduled",
+			req:  &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-x")},
+			code: codes.ResourceExhausted, msg: []string{"node node-x", "unreachable", "nothing was created"}},
+		{name: "restore on an unreachable node",
+			req:  &csi.CreateVolumeRequest{VolumeContentSource: fromSnapshot(sid("node-x", "s"))},
+			code: codes.ResourceExhausted, msg: []string{"node-x", "nothing was created"}},
+		{name: "node answers UNAVAILABLE: retried on the same node",
+			req:    &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a")},
+			agents: func(as map[string]*agent) { as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.Unavailable, "lvm busy")} },
+			wantNode: "node-a", code: codes.Unavailable, msg: []string{"node node-a: lvm busy"}},
+		{name: "connection dropped mid-call: retried on the same node",
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b")},
+			agents:   func(as map[string]*agent) { as["node-b"].crash = map[string]bool{"CreateVolume": true} },
+			wantNode: "node-b", code: codes.Unavailable, msg: []string{"node node-b"}},
+		{name: "node too slow: deadline",
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-c")},
+			agents:   func(as map[string]*agent) { as["node-c"].hang = map[string]bool{"CreateVolume": true} },
+			timeout:  200 * time.Millisecond,
+			wantNode: "node-c", code: codes.DeadlineExceeded},
+		{name: "node has no room: its own RESOURCE_EXHAUSTED",
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a")},
+			agents:   func(as map[string]*agent) { as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.ResourceExhausted, "no room")} },
+			wantNode: "node-a", code: codes.ResourceExhausted, msg: []string{"node node-a: no room"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			as := newAgents()
+			if tt.agents != nil {
+				tt.agents(as)
+			}
+			r, log := newRouter(t, as, pvs)
+			req := tt.req
+			switch req.Name {
+			case "":
+				req.Name = "pvc-1"
+			case "-":
+				req.Name = ""
+			}
+			req.VolumeCapabilities = mountRWO
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			resp, err := r.CreateVolume(ctx, req)
+			wantStatus(t, err, tt.code, tt.msg...)
+			var want []string
+			if tt.wantNode != "" {
+				want = []string{tt.wantNode + " pvc-1"}
+			}
+			if got := log.of("CreateVolume"); !slices.Equal(got, want) {
+				t.Errorf("CreateVolume went to %q, want %q", got, want)
+			}
+			if err == nil && !topology.ForNode(tt.wantNode).Is(resp.GetVolume().GetAccessibleTopology()[0]) {
+				t.Errorf("response %v is not the node's", resp)
+			}
+		})
+	}
+}

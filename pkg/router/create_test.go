@@ -118,8 +118,10 @@ func TestCreateVolume(t *testing.T) {
 			req:  &csi.CreateVolumeRequest{VolumeContentSource: fromSnapshot(sid("node-x", "s"))},
 			code: codes.ResourceExhausted, msg: []string{"node-x", "nothing was created"}},
 		{name: "node answers UNAVAILABLE: retried on the same node",
-			req:    &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a")},
-			agents: func(as map[string]*agent) { as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.Unavailable, "lvm busy")} },
+			req: &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a")},
+			agents: func(as map[string]*agent) {
+				as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.Unavailable, "lvm busy")}
+			},
 			wantNode: "node-a", code: codes.Unavailable, msg: []string{"node node-a: lvm busy"}},
 		{name: "connection dropped mid-call: retried on the same node",
 			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b")},
@@ -131,8 +133,10 @@ func TestCreateVolume(t *testing.T) {
 			timeout:  200 * time.Millisecond,
 			wantNode: "node-c", code: codes.DeadlineExceeded},
 		{name: "node has no room: its own RESOURCE_EXHAUSTED",
-			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a")},
-			agents:   func(as map[string]*agent) { as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.ResourceExhausted, "no room")} },
+			req: &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a")},
+			agents: func(as map[string]*agent) {
+				as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.ResourceExhausted, "no room")}
+			},
 			wantNode: "node-a", code: codes.ResourceExhausted, msg: []string{"node node-a: no room"}},
 	}
 	for _, tt := range tests {

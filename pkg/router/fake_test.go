@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -36,10 +35,8 @@ type agent struct {
 	// hang, by method name: the call blocks until the caller gives up.
 	hang map[string]bool
 
-	log      *callLog
-	lis      *trackingListener
-	inFlight *atomic.Int32
-	maxSeen  *atomic.Int32
+	log *callLog
+	lis *trackingListener
 }
 
 // callLog records "node Method id" for every call any agent got.
@@ -104,16 +101,6 @@ func (l *trackingListener) dropAll() {
 // crashes or hangs as told; ok is true when it should answer normally.
 func (a *agent) serve(ctx context.Context, method, id string) (bool, error) {
 	a.log.add(a.name, method, id)
-	if a.inFlight != nil {
-		n := a.inFlight.Add(1)
-		defer a.inFlight.Add(-1)
-		for {
-			m := a.maxSeen.Load()
-			if n <= m || a.maxSeen.CompareAndSwap(m, n) {
-				break
-			}
-		}
-	}
 	switch {
 	case a.crash[method]:
 		a.lis.dropAll()
@@ -326,7 +313,9 @@ func cluster(t *testing.T, agents ...*agent) (*nodes, *callLog) {
 func vid(name string) string { return volume.VolumeID("vg0", volume.LVNameFor(name)) }
 
 // sid is a carve snapshot ID of name on node.
-func sid(node, name string) string { return volume.SnapshotID(node, "vg0", volume.SnapshotLVNameFor(name)) }
+func sid(node, name string) string {
+	return volume.SnapshotID(node, "vg0", volume.SnapshotLVNameFor(name))
+}
 
 // wantStatus checks err's code and that its message holds every part.
 func wantStatus(t *testing.T, err error, code codes.Code, parts ...string) {

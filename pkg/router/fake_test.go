@@ -192,15 +192,15 @@ func (a *agent) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*
 	return &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: req.GetSnapshotId()}}, nil
 }
 
-// page lists ids after token, at most max (0: all); the token is the last
+// page lists ids after token, at most limit (0: all); the token is the last
 // ID of the page, as the node agent's.
-func page(ids []string, token string, max int32) ([]string, string) {
+func page(ids []string, token string, limit int32) ([]string, string) {
 	var out []string
 	for _, id := range ids {
 		if token != "" && id <= token {
 			continue
 		}
-		if max > 0 && len(out) == int(max) {
+		if limit > 0 && len(out) == int(limit) {
 			return out, out[len(out)-1]
 		}
 		out = append(out, id)

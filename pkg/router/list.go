@@ -25,15 +25,15 @@ import (
 // (UNAVAILABLE or its own code), since a partial page cannot say what it
 // lacks.
 
-// pager asks one node for a page from its own token, of at most max
+// pager asks one node for a page from its own token, of at most limit
 // entries (0: all), and returns the entries and the node's next token.
-type pager[E any] func(ctx context.Context, node, token string, max int32) ([]E, string, error)
+type pager[E any] func(ctx context.Context, node, token string, limit int32) ([]E, string, error)
 
-// fanList pages through nodes (sorted) from token, returning at most max
+// fanList pages through nodes (sorted) from token, returning at most limit
 // entries (0: all) and the next token ("" at the end).
-func fanList[E any](ctx context.Context, nodes []string, token string, max int32, page pager[E]) ([]E, string, error) {
-	if max < 0 {
-		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", max)
+func fanList[E any](ctx context.Context, nodes []string, token string, limit int32, page pager[E]) ([]E, string, error) {
+	if limit < 0 {
+		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", limit)
 	}
 	from, inner, err := parseToken(token)
 	if err != nil {
@@ -51,8 +51,8 @@ func fanList[E any](ctx context.Context, nodes []string, token string, max int32
 		}
 		for {
 			want := int32(0)
-			if max > 0 {
-				want = max - int32(len(out))
+			if limit > 0 {
+				want = limit - int32(len(out))
 			}
 			entries, next, err := page(ctx, n, tok, want)
 			if err != nil {
@@ -65,12 +65,12 @@ func fanList[E any](ctx context.Context, nodes []string, token string, max int32
 			if next == tok {
 				return nil, "", status.Errorf(codes.Internal, "node %s returned its starting token %q as its next token", n, tok)
 			}
-			if max > 0 && len(out) >= int(max) {
+			if limit > 0 && len(out) >= int(limit) {
 				return out, n + "/" + next, nil
 			}
 			tok = next
 		}
-		if max > 0 && len(out) >= int(max) && i+1 < len(nodes) {
+		if limit > 0 && len(out) >= int(limit) && i+1 < len(nodes) {
 			return out, nodes[i+1] + "/", nil
 		}
 	}
@@ -93,9 +93,9 @@ func parseToken(token string) (node, inner string, err error) {
 // ListVolumes implements csi.ControllerServer over every connected node.
 func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	entries, next, err := fanList(ctx, s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
-		func(ctx context.Context, node, token string, max int32) ([]*csi.ListVolumesResponse_Entry, string, error) {
+		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListVolumesResponse_Entry, string, error) {
 			r, err := send(ctx, s, node, "ListVolumes", csi.ControllerClient.ListVolumes,
-				&csi.ListVolumesRequest{MaxEntries: max, StartingToken: token}, codes.Unavailable)
+				&csi.ListVolumesRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
 			return r.GetEntries(), r.GetNextToken(), err
 		})
 	if err != nil {
@@ -108,9 +108,9 @@ func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 // connected node.
 func (s *Server) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	entries, next, err := fanList(ctx, s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
-		func(ctx context.Context, node, token string, max int32) ([]*csi.VolumeHealth, string, error) {
+		func(ctx context.Context, node, token string, limit int32) ([]*csi.VolumeHealth, string, error) {
 			r, err := send(ctx, s, node, "ControllerListVolumeHealth", csi.ControllerClient.ControllerListVolumeHealth,
-				&csi.ControllerListVolumeHealthRequest{MaxEntries: max, StartingToken: token}, codes.Unavailable)
+				&csi.ControllerListVolumeHealthRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
 			return r.GetEntries(), r.GetNextToken(), err
 		})
 	if err != nil {
@@ -131,9 +131,9 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		return nil, err
 	}
 	entries, next, err := fanList(ctx, nodes, req.GetStartingToken(), req.GetMaxEntries(),
-		func(ctx context.Context, node, token string, max int32) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
 			r, err := send(ctx, s, node, "ListSnapshots", csi.ControllerClient.ListSnapshots,
-				&csi.ListSnapshotsRequest{MaxEntries: max, StartingToken: token, SnapshotId: req.GetSnapshotId(),
+				&csi.ListSnapshotsRequest{MaxEntries: limit, StartingToken: token, SnapshotId: req.GetSnapshotId(),
 					SourceVolumeId: req.GetSourceVolumeId(), Secrets: req.GetSecrets()}, codes.Unavailable)
 			return r.GetEntries(), r.GetNextToken(), err
 		})

@@ -14,27 +14,27 @@ import (
 )
 
 // lister asks a list call for one page: the IDs and the next token.
-type lister func(ctx context.Context, r *Server, token string, max int32) ([]string, string, error)
+type lister func(ctx context.Context, r *Server, token string, limit int32) ([]string, string, error)
 
 var volumeLists = map[string]lister{
-	"ListVolumes": func(ctx context.Context, r *Server, token string, max int32) ([]string, string, error) {
-		resp, err := r.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: token, MaxEntries: max})
+	"ListVolumes": func(ctx context.Context, r *Server, token string, limit int32) ([]string, string, error) {
+		resp, err := r.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: token, MaxEntries: limit})
 		var ids []string
 		for _, e := range resp.GetEntries() {
 			ids = append(ids, e.GetVolume().GetVolumeId())
 		}
 		return ids, resp.GetNextToken(), err
 	},
-	"ControllerListVolumeHealth": func(ctx context.Context, r *Server, token string, max int32) ([]string, string, error) {
-		resp, err := r.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token, MaxEntries: max})
+	"ControllerListVolumeHealth": func(ctx context.Context, r *Server, token string, limit int32) ([]string, string, error) {
+		resp, err := r.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token, MaxEntries: limit})
 		var ids []string
 		for _, e := range resp.GetEntries() {
 			ids = append(ids, e.GetVolumeId())
 		}
 		return ids, resp.GetNextToken(), err
 	},
-	"ListSnapshots": func(ctx context.Context, r *Server, token string, max int32) ([]string, string, error) {
-		resp, err := r.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: token, MaxEntries: max})
+	"ListSnapshots": func(ctx context.Context, r *Server, token string, limit int32) ([]string, string, error) {
+		resp, err := r.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: token, MaxEntries: limit})
 		var ids []string
 		for _, e := range resp.GetEntries() {
 			ids = append(ids, e.GetSnapshot().GetSnapshotId())
@@ -70,20 +70,20 @@ func TestListPages(t *testing.T) {
 		if method == "ListSnapshots" {
 			want = wantSnapshots
 		}
-		for _, max := range []int32{0, 1, 2, 3, 4, 6, 7, 100} {
-			t.Run(fmt.Sprintf("%s/max=%d", method, max), func(t *testing.T) {
+		for _, limit := range []int32{0, 1, 2, 3, 4, 6, 7, 100} {
+			t.Run(fmt.Sprintf("%s/limit=%d", method, limit), func(t *testing.T) {
 				var got []string
 				token := ""
 				for pages := 0; ; pages++ {
 					if pages > len(want)+1 {
 						t.Fatalf("no end after %d pages: %q", pages, got)
 					}
-					ids, next, err := list(context.Background(), r, token, max)
+					ids, next, err := list(context.Background(), r, token, limit)
 					if err != nil {
 						t.Fatalf("page %d (token %q): %v", pages, token, err)
 					}
-					if max > 0 && len(ids) > int(max) {
-						t.Errorf("page %d has %d entries, max %d", pages, len(ids), max)
+					if limit > 0 && len(ids) > int(limit) {
+						t.Errorf("page %d has %d entries, limit %d", pages, len(ids), limit)
 					}
 					got = append(got, ids...)
 					if next == "" {
@@ -106,16 +106,16 @@ func TestListBadPaging(t *testing.T) {
 	for method, list := range volumeLists {
 		for _, tt := range []struct {
 			token string
-			max   int32
+			limit int32
 			code  codes.Code
 			msg   string
 		}{
 			{token: "no-slash", code: codes.Aborted, msg: "starting_token"},
 			{token: "/" + vid("x"), code: codes.Aborted, msg: "starting_token"},
-			{max: -1, code: codes.InvalidArgument, msg: "max_entries"},
+			{limit: -1, code: codes.InvalidArgument, msg: "max_entries"},
 		} {
-			t.Run(fmt.Sprintf("%s/%q/%d", method, tt.token, tt.max), func(t *testing.T) {
-				_, _, err := list(context.Background(), r, tt.token, tt.max)
+			t.Run(fmt.Sprintf("%s/%q/%d", method, tt.token, tt.limit), func(t *testing.T) {
+				_, _, err := list(context.Background(), r, tt.token, tt.limit)
 				wantStatus(t, err, tt.code, tt.msg)
 			})
 		}

@@ -101,9 +101,9 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id: must be set")
 	}
-	node, _, _, err := volume.ParseSnapshotID(id)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("DeleteSnapshot of an ID that is not carve's; nothing to do", "snapshotID", id)
+	node, _, _, perr := volume.ParseSnapshotID(id)
+	if perr != nil {
+		klog.FromContext(ctx).V(2).Info("DeleteSnapshot of an ID that is not carve's; nothing to do", "snapshotID", id, "reason", perr.Error())
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	return send(ctx, s, node, "DeleteSnapshot", csi.ControllerClient.DeleteSnapshot, req, codes.Unavailable)

@@ -19,7 +19,8 @@ import (
 // agent's to answer). Without a requirement that names a node, a restore
 // goes to its snapshot's node and a clone to its source volume's; a plain
 // volume is refused. An unreachable node is RESOURCE_EXHAUSTED: nothing was
-// created, and csi-provisioner asks the scheduler for another node.
+// created, and csi-provisioner asks the scheduler for another node (unless
+// an earlier attempt may have started there: see pending).
 func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name: must be set")
@@ -31,7 +32,21 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	return send(ctx, s, node, "CreateVolume", csi.ControllerClient.CreateVolume, req, codes.ResourceExhausted)
+	unsent := codes.ResourceExhausted
+	if s.pending.maybeStarted(req.GetName(), node) {
+		unsent = codes.Unavailable
+	}
+	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
+	if err != nil {
+		if unsent == codes.Unavailable && status.Code(err) == codes.Unavailable {
+			return nil, status.Errorf(codes.Unavailable, "%s; an earlier attempt was sent to node %s and may have started there, so the volume stays on that node",
+				status.Convert(err).Message(), node)
+		}
+		return nil, err
+	}
+	resp, err := call(ctx, c, node, csi.ControllerClient.CreateVolume, req)
+	s.pending.answered(req.GetName(), node, status.Code(err))
+	return resp, err
 }
 
 // nodeOfCreate is the node a CreateVolume goes to (see CreateVolume).

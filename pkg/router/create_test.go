@@ -175,3 +175,62 @@ func TestCreateVolume(t *testing.T) {
 		})
 	}
 }
+
+// A CreateVolume whose earlier attempt reached the node and ended in
+// doubt is not moved off that node when the node cannot be reached now.
+func TestCreateVolumeAfterAnAttemptInDoubt(t *testing.T) {
+	as := newAgents()
+	as["node-a"].hang = map[string]bool{"CreateVolume": true}
+	r, _ := newRouter(t, as, nil)
+	ns := r.cfg.Nodes.(*nodes)
+	create := func(name string, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a")})
+		return err
+	}
+	steps := []struct {
+		name  string
+		do    func()
+		claim string
+		code  codes.Code
+		msg   []string
+	}{
+		{name: "first attempt times out on the node", claim: "pvc-1", code: codes.DeadlineExceeded},
+		{name: "node gone: the claim stays", do: func() { as["node-a"].set(func() { as["node-a"].hang = nil }); ns.hide("node-a") },
+			claim: "pvc-1", code: codes.Unavailable, msg: []string{"node-a", "unreachable", "earlier attempt"}},
+		{name: "another claim may move", claim: "pvc-2", code: codes.ResourceExhausted, msg: []string{"nothing was created"}},
+		{name: "node back: its answer settles it", do: func() { ns.unhide("node-a") }, claim: "pvc-1", code: codes.OK},
+		{name: "settled: gone again may move", do: func() { ns.hide("node-a") }, claim: "pvc-1", code: codes.ResourceExhausted},
+	}
+	for _, st := range steps {
+		if st.do != nil {
+			st.do()
+		}
+		err := create(st.claim, 300*time.Millisecond)
+		t.Run(st.name, func(t *testing.T) { wantStatus(t, err, st.code, st.msg...) })
+	}
+}
+
+func TestPending(t *testing.T) {
+	for _, tt := range []struct {
+		code codes.Code
+		want bool
+	}{
+		{codes.Unavailable, true}, {codes.DeadlineExceeded, true}, {codes.Canceled, true}, {codes.Aborted, true},
+		{codes.OK, false}, {codes.ResourceExhausted, false}, {codes.Internal, false}, {codes.InvalidArgument, false},
+	} {
+		var p pending
+		p.answered("pvc", "node-a", tt.code)
+		if got := p.maybeStarted("pvc", "node-a"); got != tt.want {
+			t.Errorf("after %v: maybe started = %v, want %v", tt.code, got, tt.want)
+		}
+		if p.maybeStarted("pvc", "node-b") || p.maybeStarted("other", "node-a") {
+			t.Errorf("after %v: another node or name is pending", tt.code)
+		}
+		p.answered("pvc", "node-a", codes.OK)
+		if p.maybeStarted("pvc", "node-a") {
+			t.Errorf("after %v then OK: still pending", tt.code)
+		}
+	}
+}

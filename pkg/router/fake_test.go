@@ -37,6 +37,14 @@ type agent struct {
 
 	log *callLog
 	lis *trackingListener
+	mu  sync.Mutex // guards fail, crash and hang once serving
+}
+
+// set changes how the agent answers while it serves.
+func (a *agent) set(change func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	change()
 }
 
 // callLog records "node Method id" for every call any agent got.
@@ -101,16 +109,19 @@ func (l *trackingListener) dropAll() {
 // crashes or hangs as told; ok is true when it should answer normally.
 func (a *agent) serve(ctx context.Context, method, id string) (bool, error) {
 	a.log.add(a.name, method, id)
+	a.mu.Lock()
+	crash, hang, fail := a.crash[method], a.hang[method], a.fail[method]
+	a.mu.Unlock()
 	switch {
-	case a.crash[method]:
+	case crash:
 		a.lis.dropAll()
 		<-ctx.Done()
 		return false, ctx.Err()
-	case a.hang[method]:
+	case hang:
 		<-ctx.Done()
 		return false, ctx.Err()
-	case a.fail[method] != nil:
-		return false, a.fail[method]
+	case fail != nil:
+		return false, fail
 	}
 	return true, nil
 }
@@ -256,6 +267,21 @@ func (a *agent) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest
 type nodes struct {
 	clients map[string]csi.ControllerClient
 	listed  []string
+	hidden  map[string]csi.ControllerClient
+}
+
+// hide takes node's agent off the connected ones; unhide brings it back.
+func (n *nodes) hide(node string) {
+	if n.hidden == nil {
+		n.hidden = map[string]csi.ControllerClient{}
+	}
+	n.hidden[node] = n.clients[node]
+	delete(n.clients, node)
+}
+
+func (n *nodes) unhide(node string) {
+	n.clients[node] = n.hidden[node]
+	delete(n.hidden, node)
 }
 
 func (n *nodes) Controller(_ context.Context, node string) (csi.ControllerClient, error) {

@@ -18,7 +18,8 @@
 // reschedules the claim: nothing was made anywhere) and UNAVAILABLE for
 // every other call. A call that was sent returns the node's answer,
 // transport failures included, with its code unchanged: a CreateVolume
-// that may have started on a node is retried on that node, never moved.
+// that may have started on a node is retried on that node, never moved,
+// and so is a later attempt of it that cannot reach the node (pending).
 package router
 
 import (
@@ -71,7 +72,8 @@ type Config struct {
 // Unimplemented and not advertised.
 type Server struct {
 	csi.UnimplementedControllerServer
-	cfg Config
+	cfg     Config
+	pending pending
 }
 
 var _ csi.ControllerServer = (*Server)(nil)
@@ -113,21 +115,37 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 // (csi.ControllerClient.DeleteVolume).
 type rpc[Req, Resp any] func(csi.ControllerClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
 
-// send calls method on node's agent. Not reaching the agent is unsent
-// (see notSent); the agent's answer, or the transport's failure once the
-// call was handed to the connection, comes back with its code unchanged
-// and the node's name in front of its message.
+// send calls method on node's agent: see agent and call.
 func send[Req, Resp any](ctx context.Context, s *Server, node, method string, f rpc[Req, Resp], req Req, unsent codes.Code) (Resp, error) {
-	var zero Resp
+	c, ctx, err := s.agent(ctx, node, method, unsent)
+	if err != nil {
+		var zero Resp
+		return zero, err
+	}
+	return call(ctx, c, node, f, req)
+}
+
+// agent is the client of node's agent and a context whose logger names
+// the node and method. Not reaching the agent is the status notSent
+// gives, with unsent for an unreachable agent.
+func (s *Server) agent(ctx context.Context, node, method string, unsent codes.Code) (csi.ControllerClient, context.Context, error) {
 	logger := klog.FromContext(ctx).WithValues("node", node, "call", method)
 	c, err := s.cfg.Nodes.Controller(ctx, node)
 	if err != nil {
-		logger.V(2).Info("Not sent: no connection to the node agent", "err", err)
-		return zero, notSent(ctx, node, err, unsent)
+		logger.V(2).Info("Not sent: no connection to the node agent", "err", err.Error())
+		return nil, ctx, notSent(ctx, node, err, unsent)
 	}
 	logger.V(4).Info("Routing")
-	resp, err := f(c, klog.NewContext(ctx, logger), req)
+	return c, klog.NewContext(ctx, logger), nil
+}
+
+// call sends req: the agent's answer, or the transport's failure once the
+// call was handed to the connection, comes back with its code unchanged
+// and the node's name in front of its message.
+func call[Req, Resp any](ctx context.Context, c csi.ControllerClient, node string, f rpc[Req, Resp], req Req) (Resp, error) {
+	resp, err := f(c, ctx, req)
 	if err != nil {
+		var zero Resp
 		return zero, fromNode(node, err)
 	}
 	return resp, nil

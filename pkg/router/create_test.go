@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/carve-csi/carve/topology"
 )
@@ -231,6 +232,26 @@ func TestPending(t *testing.T) {
 		p.answered("pvc", "node-a", codes.OK)
 		if p.maybeStarted("pvc", "node-a") {
 			t.Errorf("after %v then OK: still pending", tt.code)
+		}
+	}
+}
+
+// The codes survive the hop to the sidecar: the router served over gRPC.
+func TestCodesOverGRPC(t *testing.T) {
+	as := newAgents()
+	as["node-b"].crash = map[string]bool{"CreateVolume": true}
+	r, _ := newRouter(t, as, nil)
+	c := serve(t, r, &trackingListener{Listener: bufconn.Listen(1 << 20)})
+	for _, tt := range []struct {
+		node string
+		code codes.Code
+	}{
+		{"node-a", codes.OK}, {"node-b", codes.Unavailable}, {"node-x", codes.ResourceExhausted},
+	} {
+		_, err := c.CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: "pvc-" + tt.node, VolumeCapabilities: mountRWO,
+			AccessibilityRequirements: strict(tt.node)})
+		if status.Code(err) != tt.code {
+			t.Errorf("CreateVolume on %s: %v, want %v", tt.node, err, tt.code)
 		}
 	}
 }

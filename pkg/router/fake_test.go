@@ -318,21 +318,28 @@ func cluster(t *testing.T, agents ...*agent) (*nodes, *callLog) {
 	for _, a := range agents {
 		a.log = log
 		a.lis = &trackingListener{Listener: bufconn.Listen(1 << 20)}
-		srv := grpc.NewServer()
-		csi.RegisterControllerServer(srv, a)
-		go func() { _ = srv.Serve(a.lis) }() // ends with Stop
-		t.Cleanup(srv.Stop)
-		dial := a.lis.Listener.(*bufconn.Listener).DialContext
-		conn, err := grpc.NewClient("passthrough:///"+a.name,
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		ns.clients[a.name] = csi.NewControllerClient(conn)
+		ns.clients[a.name] = serve(t, a, a.lis)
 	}
 	return ns, log
+}
+
+// serve serves srv on lis (an in-memory listener) until the test ends and
+// returns its client.
+func serve(t *testing.T, srv csi.ControllerServer, lis *trackingListener) csi.ControllerClient {
+	t.Helper()
+	g := grpc.NewServer()
+	csi.RegisterControllerServer(g, srv)
+	go func() { _ = g.Serve(lis) }() // ends with Stop
+	t.Cleanup(g.Stop)
+	dial := lis.Listener.(*bufconn.Listener).DialContext
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return csi.NewControllerClient(conn)
 }
 
 // vid is a carve volume ID of name.

@@ -1,11 +1,12 @@
 // Package router is the CSI Controller service of `carve controller`: it
 // serves csi-provisioner, csi-snapshotter and csi-resizer on the
 // controller's socket and sends each call to the node agent that owns the
-// volume or snapshot, over the node channel. It keeps no state: the node
-// of a call comes from the request (a CreateVolume's accessibility
-// requirement, a snapshot ID), from the PersistentVolume index (volume
-// handle -> node) or, for a handle no PV has, from asking the connected
-// node agents.
+// volume or snapshot, over the node channel. It keeps no record of
+// volumes: the node of a call comes from the request (a CreateVolume's
+// accessibility requirement, a snapshot ID), from the PersistentVolume
+// index (volume handle -> node) or, for a handle no PV has, from asking
+// the connected node agents. (It remembers only, in memory, the creates
+// whose outcome on a node is in doubt: see pending.)
 //
 // It replaces driver.CentralControllerServer in the controller role. The
 // controller role keeps driver.NewIdentityServer (which must advertise
@@ -88,6 +89,8 @@ func New(cfg Config) *Server { return &Server{cfg: cfg} }
 //   - EXPAND_VOLUME: the node agents do not serve ControllerExpandVolume;
 //     NodeExpandVolume grows the volume.
 //   - PUBLISH_UNPUBLISH_VOLUME, MODIFY_VOLUME: carve has neither.
+//
+// The lists are served across the nodes (list.go says why).
 var caps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,

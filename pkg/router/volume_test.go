@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/pkg/pvindex"
 	"github.com/carve-csi/carve/topology"
 )
 
@@ -292,3 +293,6 @@ func TestCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// The PV index is the Locator main hands the router.
+var _ Locator = (*pvindex.Index)(nil)

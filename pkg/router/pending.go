@@ -1,0 +1,54 @@
+package router
+
+import (
+	"sync"
+
+	"google.golang.org/grpc/codes"
+)
+
+// pending remembers, by CSI volume name, the node a CreateVolume was sent
+// to when its answer did not say whether the node started it (the codes
+// csi-provisioner reads as "may be in progress": it retries on the same
+// node). While a name is pending, not reaching that node is UNAVAILABLE,
+// not RESOURCE_EXHAUSTED: this call sent nothing, but an earlier one may
+// have made the volume there, and moving the claim would leave that LV
+// behind. A definite answer from the node clears the name.
+//
+// It lives in memory only: a controller that restarts, or another replica
+// taking the lead, does not know what the last one sent (the orphan audit
+// finds an LV left that way).
+type pending struct {
+	mu    sync.Mutex
+	names map[string]string // CSI volume name -> node
+}
+
+// maxPending bounds the names remembered; beyond it, new ones are not
+// (a cluster with that many creates in doubt has a larger problem).
+const maxPending = 10000
+
+// maybeStarted tells whether a CreateVolume of name sent to node may
+// have started there.
+func (p *pending) maybeStarted(name, node string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.names[name] == node
+}
+
+// answered records the answer node gave to a CreateVolume of name.
+func (p *pending) answered(name, node string, code codes.Code) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch code {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.Aborted:
+		if p.names == nil {
+			p.names = map[string]string{}
+		}
+		if _, ok := p.names[name]; ok || len(p.names) < maxPending {
+			p.names[name] = node
+		}
+	default:
+		if p.names[name] == node {
+			delete(p.names, name)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,7 +80,9 @@ func TestNodeChannel(t *testing.T) {
 	}
 	sa := ds.Spec.Template.Spec.ServiceAccountName
 	sock := filepath.Join(channelDir, "controller.sock")
-	startChannelController(t, ctx, sa, capNS, sock)
+	cc := &channelController{sa: sa, capNS: capNS, sock: sock}
+	cc.start(t, ctx)
+	t.Cleanup(cc.cleanup(t))
 	caPEM := waitCABundle(t, ctx)
 	for _, n := range bed.Nodes {
 		giveAgentFiles(t, ctx, n, sa, caPEM)
@@ -103,6 +106,11 @@ func TestNodeChannel(t *testing.T) {
 		}
 	})
 	t.Run("the node port refuses callers without the controller's certificate", channelRefusals)
+	t.Run("a node agent posing as another node is refused", func(t *testing.T) { channelImpostor(t, ctrl, cc) })
+	t.Run("garbage on the node port harms nothing", func(t *testing.T) { channelGarbage(t, ctrl) })
+	t.Run("a controller killed after the node made the volume converges on it", func(t *testing.T) {
+		channelKilledController(t, ctx, cc)
+	})
 	t.Run("csi-sanity through the controller", func(t *testing.T) { channelSanity(t, sock) })
 }
 
@@ -134,9 +142,16 @@ func channelSanity(t *testing.T, sock string) {
 	sc.Finalize()
 }
 
-// startChannelController runs carve controller with the node channel on,
+// channelController is the carve controller with the node channel on, run
 // as the admin (its RBAC in deploy/ is the next step of issue 21).
-func startChannelController(t *testing.T, ctx context.Context, sa, capNS, sock string) {
+type channelController struct {
+	sa, capNS, sock string
+	metricsURL      string
+	proc            *cluster.Process
+}
+
+// start starts the controller and, the first time, the headless Service.
+func (cc *channelController) start(t *testing.T, ctx context.Context) {
 	if err := os.MkdirAll(channelDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -144,44 +159,62 @@ func startChannelController(t *testing.T, ctx context.Context, sa, capNS, sock s
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"controller", "--endpoint=unix://" + sock, "--kubeconfig=" + bed.Control.Kubeconfig,
+	cc.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	args := []string{"controller", "--endpoint=unix://" + cc.sock, "--kubeconfig=" + bed.Control.Kubeconfig,
 		"--metrics-address=127.0.0.1:" + strconv.Itoa(port), "--leader-election=false", "--lost-nodes-interval=0",
 		"--node-channel-service=" + channelService, "--node-channel-namespace=" + bed.Namespace,
-		"--capacity-namespace=" + capNS, "--node-service-account=" + sa, "--node-channel-ca=" + channelCA,
+		"--capacity-namespace=" + cc.capNS, "--node-service-account=" + cc.sa, "--node-channel-ca=" + channelCA,
 		"--node-token-audience=" + channelAudience}
-	p, err := bed.StartProcess(ctx, "carve-controller-node-channel", bed.Config.CarveBin, args, nil)
-	if err != nil {
+	if cc.proc, err = bed.StartProcess(ctx, "carve-controller-node-channel", bed.Config.CarveBin, args, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		p.Stop()
-		cctx := context.Background()
-		for _, n := range bed.Nodes {
-			_ = bed.Client.DiscoveryV1().EndpointSlices(bed.Namespace).Delete(cctx, channelService+"-"+n.Name, metav1.DeleteOptions{})
-		}
-		_ = bed.Client.CoreV1().Services(bed.Namespace).Delete(cctx, channelService, metav1.DeleteOptions{})
-		_ = bed.Client.CoreV1().ConfigMaps(bed.Namespace).Delete(cctx, channelCA, metav1.DeleteOptions{})
-		_ = bed.Client.CoreV1().Secrets(bed.Namespace).Delete(cctx, channelCA, metav1.DeleteOptions{})
-		if t.Failed() {
-			t.Logf("carve controller (node channel) log:\n%s", p.Tail(40))
-		}
-	})
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: channelService, Namespace: bed.Namespace},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone,
 			Ports: []corev1.ServicePort{{Name: "node-channel", Port: 9809}}}}
-	if _, err := bed.Client.CoreV1().Services(bed.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if _, err := bed.Client.CoreV1().Services(bed.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	p := cc.proc
 	waitFor(t, 60*time.Second, "the controller's socket", func(context.Context) (bool, string, error) {
 		if ended, err := p.Exited(); ended {
 			return false, "", fmt.Errorf("carve controller exited: %v\n%s", err, p.Tail(30))
 		}
-		c, err := net.Dial("unix", sock)
+		c, err := net.Dial("unix", cc.sock)
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		return true, "", c.Close()
 	})
+}
+
+// kill ends the controller as a crash would: SIGKILL, no grace.
+func (cc *channelController) kill(t *testing.T) {
+	if err := syscall.Kill(cc.proc.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cc.proc.Stop() // reaps it
+	_ = os.Remove(cc.sock)
+}
+
+// cleanup stops the controller and removes what the test made.
+func (cc *channelController) cleanup(t *testing.T) func() {
+	return func() {
+		if t.Failed() {
+			t.Logf("carve controller (node channel) log:\n%s", cc.proc.Tail(60))
+		}
+		cc.proc.Stop()
+		cctx := context.Background()
+		slices, err := bed.Client.DiscoveryV1().EndpointSlices(bed.Namespace).List(cctx,
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + channelService})
+		if err == nil {
+			for _, s := range slices.Items {
+				_ = bed.Client.DiscoveryV1().EndpointSlices(bed.Namespace).Delete(cctx, s.Name, metav1.DeleteOptions{})
+			}
+		}
+		_ = bed.Client.CoreV1().Services(bed.Namespace).Delete(cctx, channelService, metav1.DeleteOptions{})
+		_ = bed.Client.CoreV1().ConfigMaps(bed.Namespace).Delete(cctx, channelCA, metav1.DeleteOptions{})
+		_ = bed.Client.CoreV1().Secrets(bed.Namespace).Delete(cctx, channelCA, metav1.DeleteOptions{})
+	}
 }
 
 // waitCABundle waits for the controller to publish its CA's certificate.
@@ -231,15 +264,21 @@ func giveAgentFiles(t *testing.T, ctx context.Context, n *cluster.Node, sa strin
 // publishEndpoint writes what the EndpointSlice controller would for n's
 // agent pod once it is ready (simulated pods never run).
 func publishEndpoint(t *testing.T, ctx context.Context, n *cluster.Node) {
+	publishEndpointAs(t, ctx, n, n.Name)
+}
+
+// publishEndpointAs publishes n's agent as the endpoint of node, which an
+// honest EndpointSlice never does for another node.
+func publishEndpointAs(t *testing.T, ctx context.Context, n *cluster.Node, node string) {
 	pod, err := bed.Client.CoreV1().Pods(bed.Namespace).Get(ctx, n.PodName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: channelService + "-" + n.Name, Namespace: bed.Namespace,
+		ObjectMeta: metav1.ObjectMeta{Name: channelService + "-" + node, Namespace: bed.Namespace,
 			Labels: map[string]string{discoveryv1.LabelServiceName: channelService, discoveryv1.LabelManagedBy: "carve-e2e"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, NodeName: ptr.To(n.Name),
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, NodeName: ptr.To(node),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("node-channel"), Port: ptr.To(int32(channelPorts[n.Name]))}},
@@ -414,5 +453,121 @@ func channelRefusals(t *testing.T) {
 				t.Fatalf("the call hung until the deadline instead of being refused: %v", err)
 			}
 		})
+	}
+}
+
+// channelImpostor: node-small's agent published as the endpoint of a node
+// named node-impostor proves, with its pod-bound token, that it runs on
+// node-small: the controller refuses to enroll it as node-impostor, so a
+// volume for node-impostor is never made on node-small.
+func channelImpostor(t *testing.T, ctrl csi.ControllerClient, cc *channelController) {
+	ctx := testCtx(t, time.Minute)
+	small := bed.Node("node-small")
+	before, err := scrape(ctx, cc.metricsURL, "carve_node_enrollments_total", `result="refused"`)
+	if err != nil {
+		before = 0 // no refusal counted yet: the series does not exist
+	}
+	publishEndpointAs(t, ctx, small, "node-impostor")
+	defer func() {
+		_ = bed.Client.DiscoveryV1().EndpointSlices(bed.Namespace).Delete(context.Background(), channelService+"-node-impostor", metav1.DeleteOptions{})
+	}()
+	waitFor(t, settle, "the controller to refuse the impostor's enrollment", func(ctx context.Context) (bool, string, error) {
+		got, err := scrape(ctx, cc.metricsURL, "carve_node_enrollments_total", `result="refused"`)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return got > before, fmt.Sprintf("refused enrollments %v, before %v", got, before), nil
+	})
+	_, err = ctrl.CreateVolume(ctx, channelCreateRequest("channel-impostor", "node-impostor"))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("CreateVolume for node-impostor: %v, want ResourceExhausted (its agent is not enrolled)", err)
+	}
+	lvs, err := small.LVM.ListLVs(ctx, small.VG.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lv := range lvs {
+		if lv.Name == volume.LVNameFor("channel-impostor") {
+			t.Errorf("node-small made %s for node-impostor", lv.Name)
+		}
+	}
+}
+
+// channelGarbage: bytes that are not TLS on the node port neither stop the
+// agent nor the controller's connection to it.
+func channelGarbage(t *testing.T, ctrl csi.ControllerClient) {
+	ctx := testCtx(t, time.Minute)
+	addr := "127.0.0.1:" + strconv.Itoa(channelPorts["node-small"])
+	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), {0x16, 0x03, 0x01, 0xff, 0xff, 0, 0, 0}, make([]byte, 64<<10)} {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(junk)
+		_ = c.Close()
+	}
+	resp, err := ctrl.CreateVolume(ctx, channelCreateRequest("channel-after-garbage", "node-small"))
+	if err != nil {
+		t.Fatalf("CreateVolume on node-small after garbage on its port: %v", err)
+	}
+	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: resp.GetVolume().GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := bed.Node("node-small").Plugin().Exited(); ended {
+		t.Fatalf("node-small's agent exited: %v", err)
+	}
+}
+
+// channelKilledController: the node made the volume but the controller
+// died before answering (here: the agent is asked directly, as the
+// controller would have, then the controller is killed). The retry through
+// a new controller process, which enrolls the nodes again with the CA in
+// the Secret, answers that same volume; the node holds one LV.
+func channelKilledController(t *testing.T, ctx context.Context, cc *channelController) {
+	n := bed.Node("node-medium")
+	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	req := channelCreateRequest("channel-killed", n.Name)
+	first, err := csi.NewControllerClient(conn).CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.kill(t)
+	cc.start(t, ctx)
+	rconn, err := grpc.NewClient("unix://"+cc.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rconn.Close() }()
+	ctrl := csi.NewControllerClient(rconn)
+	var again *csi.CreateVolumeResponse
+	waitFor(t, settle, "the retried CreateVolume through the new controller", func(ctx context.Context) (bool, string, error) {
+		again, err = ctrl.CreateVolume(ctx, req)
+		if err != nil {
+			return false, err.Error(), nil // not enrolled again yet
+		}
+		return true, "", nil
+	})
+	if again.GetVolume().GetVolumeId() != first.GetVolume().GetVolumeId() {
+		t.Errorf("the retry answered %s, the node made %s", again.GetVolume().GetVolumeId(), first.GetVolume().GetVolumeId())
+	}
+	lvs, err := n.LVM.ListLVs(ctx, n.VG.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, lv := range lvs {
+		if name, _, ok := volume.VolumeNameFromTags(lv.Tags); ok && name == "channel-killed" {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Errorf("node-medium holds %d LVs of channel-killed, want 1", count)
+	}
+	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: first.GetVolume().GetVolumeId()}); err != nil {
+		t.Fatal(err)
 	}
 }

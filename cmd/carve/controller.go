@@ -19,15 +19,28 @@ const leaseName = "carve-controller"
 
 // runController serves the cluster-wide Identity, Controller and the one
 // Node call (NodeGetCapabilities) that csi-resizer needs, and watches for
-// the volumes of deleted nodes; it touches no LVM.
+// the volumes of deleted nodes; it touches no LVM. With
+// --node-channel-service its Controller routes each call to the node agent
+// that owns it.
 func runController(ctx context.Context, o *ControllerOptions) error {
 	mm := newMetricsManager(o.DriverName, "controller")
 	svc := driver.Services{
-		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version}),
+		// Routing, the controller serves CreateVolume for csi-provisioner,
+		// which needs the topology capability for --strict-topology.
+		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
+			Topology: o.NodeChannel.Service != ""}),
 		Controller: driver.CentralControllerServer{},
 		Node:       driver.CentralNodeServer{},
 	}
 	var after []func(context.Context) error
+	if o.NodeChannel.Service != "" {
+		r, err := startRoute(ctx, o, mm.GetRegistry().Registerer())
+		if err != nil {
+			return err
+		}
+		svc.Controller = r.server
+		after = append(after, r.run)
+	}
 	if o.LostNodesInterval > 0 {
 		run, err := lostNodesWatch(ctx, o, mm.GetRegistry().Registerer())
 		if err != nil {

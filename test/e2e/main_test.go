@@ -40,13 +40,13 @@ var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--aud
 // (--remove-orphans); the others only report them.
 var nodeSpecs = withAudit(cluster.ThreeNodes())
 
-// withAudit gives every node the test bed's audit flags, and node-large
-// --remove-orphans.
+// withAudit gives every node the test bed's audit flags and its node
+// channel (nodechannel_test.go), and node-large --remove-orphans.
 func withAudit(nodes []cluster.NodeSpec) []cluster.NodeSpec {
 	for i := range nodes {
-		nodes[i].PluginArgs = auditArgs
+		nodes[i].PluginArgs = append(channelArgs(nodes[i].Name), auditArgs...)
 		if nodes[i].Name == "node-large" {
-			nodes[i].PluginArgs = append([]string{"--remove-orphans=true"}, auditArgs...)
+			nodes[i].PluginArgs = append([]string{"--remove-orphans=true"}, nodes[i].PluginArgs...)
 		}
 	}
 	return nodes

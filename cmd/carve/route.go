@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/capacitywriter"
+	"github.com/carve-csi/carve/pkg/castore"
+	"github.com/carve-csi/carve/pkg/kube"
+	"github.com/carve-csi/carve/pkg/leader"
+	"github.com/carve-csi/carve/pkg/nodeca"
+	"github.com/carve-csi/carve/pkg/nodepool"
+	"github.com/carve-csi/carve/pkg/pvindex"
+	"github.com/carve-csi/carve/pkg/router"
+	"github.com/carve-csi/carve/topology"
+)
+
+// capacityLease is the Lease of the replica that writes CSIStorageCapacity
+// objects; every replica routes calls.
+const capacityLease = "carve-controller-capacity"
+
+// NodeChannelOptions configure the controller's node channel: routing the
+// CSI Controller calls of the sidecars to the node agents that own them.
+type NodeChannelOptions struct {
+	// Service is the headless Service over the node agents; empty turns
+	// routing off (the controller then only answers csi-resizer).
+	Service string
+	// Namespace holds the Service, the node agents' pods and the CA.
+	Namespace string
+	// CapacityNamespace holds the CSIStorageCapacity objects.
+	CapacityNamespace string
+	// PortName is the node channel's port in the Service's EndpointSlices.
+	PortName string
+	// ServiceAccount is the node agents' service account.
+	ServiceAccount string
+	// Audience is the audience of the node agents' projected tokens.
+	Audience string
+	// CAName names the Secret holding the CA and the ConfigMap holding its
+	// certificate for the node agents.
+	CAName string
+}
+
+// AddFlags registers the node channel flags on fs.
+func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Service, "node-channel-service", "", "headless Service over the node agents; when set, the controller routes every CSI Controller call to the node agent that owns it over the node channel and writes CSIStorageCapacity objects; empty: off")
+	fs.StringVar(&o.Namespace, "node-channel-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the node agents' Service and pods and of the node channel's CA; defaults to $POD_NAMESPACE")
+	fs.StringVar(&o.CapacityNamespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects the controller writes; defaults to $POD_NAMESPACE")
+	fs.StringVar(&o.PortName, "node-channel-port-name", "node-channel", "name of the node channel port in the Service's EndpointSlices")
+	fs.StringVar(&o.ServiceAccount, "node-service-account", "carve-node", "service account of the node agents; an agent proving another identity is refused")
+	fs.StringVar(&o.Audience, "node-token-audience", "carve-controller", "audience of the node agents' projected service-account tokens")
+	fs.StringVar(&o.CAName, "node-channel-ca", "carve-node-channel-ca", "name of the Secret (the CA, controller only) and ConfigMap (its certificate, mounted by the node agents) of the node channel")
+}
+
+// Validate checks the node channel flags.
+func (o *NodeChannelOptions) Validate() error {
+	if o.Service == "" {
+		return nil
+	}
+	var errs []error
+	for _, f := range []struct{ name, value string }{
+		{"--node-channel-namespace", o.Namespace}, {"--capacity-namespace", o.CapacityNamespace}, {"--node-channel-port-name", o.PortName},
+		{"--node-service-account", o.ServiceAccount}, {"--node-token-audience", o.Audience}, {"--node-channel-ca", o.CAName},
+	} {
+		if f.value == "" {
+			errs = append(errs, fmt.Errorf("%s: must be set when --node-channel-service is", f.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// route is the controller's routing: the CSI Controller server for the
+// sidecars and what keeps it fed.
+type route struct {
+	server *router.Server
+	run    func(context.Context) error
+}
+
+// startRoute builds the routing controller: the CA, the node pool, the PV
+// index and the capacity writer.
+func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (*route, error) {
+	client, err := kube.Client(o.Kubeconfig, "carve-controller")
+	if err != nil {
+		return nil, fmt.Errorf("the node channel (--node-channel-service): %w", err)
+	}
+	nc := &o.NodeChannel
+	ca, err := castore.Ensure(ctx, client, nc.Namespace, nc.CAName)
+	if err != nil {
+		return nil, fmt.Errorf("the node channel's CA: %w", err)
+	}
+	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	own, err := iss.IssueController()
+	if err != nil {
+		return nil, fmt.Errorf("the controller's certificate: %w", err)
+	}
+	trust := nodeca.NewPool(ca.Cert)
+	writer, err := capacitywriter.New(capacitywriter.Config{Client: client, Namespace: nc.CapacityNamespace,
+		Driver: o.DriverName, TopologyKey: topology.Key, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	identity := nodeca.NewKeypair(own)
+	pool, err := nodepool.New(nodepool.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
+		PortName: nc.PortName, ServiceAccount: nc.ServiceAccount, Audience: nc.Audience,
+		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report})
+	if err != nil {
+		return nil, err
+	}
+	pvs, err := pvindex.New(client, o.DriverName, topology.Key)
+	if err != nil {
+		return nil, err
+	}
+	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key})
+	return &route{server: srv, run: func(ctx context.Context) error {
+		return runAll(ctx, pool.Run, pvs.Run, func(ctx context.Context) error {
+			return writeCapacity(ctx, o, client, writer)
+		}, func(ctx context.Context) error {
+			return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
+		})
+	}}, nil
+}
+
+// writeCapacity runs the capacity writer, under leader election when asked:
+// two replicas writing the same objects would only fight.
+func writeCapacity(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, w *capacitywriter.Writer) error {
+	if !o.LeaderElection {
+		return w.Run(ctx)
+	}
+	return leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: capacityLease}, w.Run)
+}
+
+// renewIdentity issues the controller a new certificate every period, so
+// that the one it presents never expires while it runs.
+func renewIdentity(ctx context.Context, iss *nodeca.Issuer, k *nodeca.Keypair, period time.Duration) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cert, err := iss.IssueController()
+		if err != nil {
+			// The current one is still valid for another half period.
+			klog.ErrorS(err, "Renewing the controller's node-channel certificate failed; trying again next period", "period", period)
+			continue
+		}
+		k.Set(cert)
+	}
+}
+
+// runAll runs each of fns until ctx ends or one fails, then stops the
+// others and returns their errors.
+func runAll(ctx context.Context, fns ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, len(fns))
+	for _, fn := range fns {
+		go func() { done <- fn(ctx) }()
+	}
+	var errs []error
+	for range fns {
+		if err := <-done; err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "A part of the node channel stopped; stopping the rest")
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}

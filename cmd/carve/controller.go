@@ -28,12 +28,12 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		// Routing, the controller serves CreateVolume for csi-provisioner,
 		// which needs the topology capability for --strict-topology.
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
-			Topology: o.NodeChannel.Service != ""}),
+			Topology: o.Route.Service != ""}),
 		Controller: driver.CentralControllerServer{},
 		Node:       driver.CentralNodeServer{},
 	}
 	var after []func(context.Context) error
-	if o.NodeChannel.Service != "" {
+	if o.Route.Service != "" {
 		r, err := startRoute(ctx, o, mm.GetRegistry().Registerer())
 		if err != nil {
 			return err

@@ -314,8 +314,8 @@ type ControllerOptions struct {
 	// LeaderElectionNamespace holds the Lease; empty is the pod's own
 	// namespace.
 	LeaderElectionNamespace string
-	// NodeChannel configures routing to the node agents.
-	NodeChannel NodeChannelOptions
+	// Route configures routing to the node agents over the node channel.
+	Route RouteOptions
 }
 
 // AddFlags registers the controller flags on fs.
@@ -326,7 +326,7 @@ func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them")
 	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
-	o.NodeChannel.AddFlags(fs)
+	o.Route.AddFlags(fs)
 }
 
 // Validate checks the controller flags.
@@ -338,6 +338,6 @@ func (o *ControllerOptions) Validate() error {
 	if o.DeleteClaimsOfLostNodes && o.LostNodesInterval == 0 {
 		errs = append(errs, errors.New("--delete-claims-of-lost-nodes: needs the watch (--lost-nodes-interval > 0)"))
 	}
-	errs = append(errs, o.NodeChannel.Validate())
+	errs = append(errs, o.Route.Validate())
 	return errors.Join(errs...)
 }

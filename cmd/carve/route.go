@@ -27,9 +27,9 @@ import (
 // objects; every replica routes calls.
 const capacityLease = "carve-controller-capacity"
 
-// NodeChannelOptions configure the controller's node channel: routing the
+// RouteOptions configure the controller's node channel: routing the
 // CSI Controller calls of the sidecars to the node agents that own them.
-type NodeChannelOptions struct {
+type RouteOptions struct {
 	// Service is the headless Service over the node agents; empty turns
 	// routing off (the controller then only answers csi-resizer).
 	Service string
@@ -49,7 +49,7 @@ type NodeChannelOptions struct {
 }
 
 // AddFlags registers the node channel flags on fs.
-func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
+func (o *RouteOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Service, "node-channel-service", "", "headless Service over the node agents; when set, the controller routes every CSI Controller call to the node agent that owns it over the node channel and writes CSIStorageCapacity objects; empty: off")
 	fs.StringVar(&o.Namespace, "node-channel-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the node agents' Service and pods and of the node channel's CA; defaults to $POD_NAMESPACE")
 	fs.StringVar(&o.CapacityNamespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects the controller writes; defaults to $POD_NAMESPACE")
@@ -60,7 +60,7 @@ func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
 }
 
 // Validate checks the node channel flags.
-func (o *NodeChannelOptions) Validate() error {
+func (o *RouteOptions) Validate() error {
 	if o.Service == "" {
 		return nil
 	}
@@ -90,7 +90,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, fmt.Errorf("the node channel (--node-channel-service): %w", err)
 	}
-	nc := &o.NodeChannel
+	nc := &o.Route
 	ca, err := castore.Ensure(ctx, client, nc.Namespace, nc.CAName)
 	if err != nil {
 		return nil, fmt.Errorf("the node channel's CA: %w", err)

@@ -51,6 +51,7 @@ type agent struct {
 	mu      sync.Mutex
 	conn    *grpc.ClientConn // the verified connection; nil while there is none
 	lastErr error            // why there is none
+	tried   bool             // an enrollment has ended, well or not
 }
 
 func newAgent(p *Pool, ep endpoint) *agent {
@@ -77,7 +78,13 @@ func (a *agent) stop() {
 func (a *agent) current(node string) (*grpc.ClientConn, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.conn == nil {
+	switch {
+	case a.conn == nil && !a.tried:
+		// Not ErrUnreachable: the agent may well be fine, and a create
+		// refused now would move the claim off its node for nothing
+		// (the router answers UNAVAILABLE, csi-provisioner retries).
+		return nil, fmt.Errorf("node %s: its agent's first enrollment since the controller started has not finished", node)
+	case a.conn == nil:
 		return nil, fmt.Errorf("node %s: no verified connection (%w): %w", node, a.lastErr, ErrUnreachable)
 	}
 	return a.conn, nil
@@ -86,7 +93,7 @@ func (a *agent) current(node string) (*grpc.ClientConn, error) {
 func (a *agent) set(conn *grpc.ClientConn, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.conn, a.lastErr = conn, err
+	a.conn, a.lastErr, a.tried = conn, err, true
 }
 
 // run enrolls the agent and keeps a verified connection to it until ctx

@@ -23,14 +23,13 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/nodeca"
+	"github.com/carve-csi/carve/pkg/router"
 )
 
 // ErrUnreachable is wrapped by Controller and NodeAgent when the pool has
-// no verified connection to the node. It is the router's
-// router.ErrUnreachable once both packages are merged
-// (var ErrUnreachable = router.ErrUnreachable), so that callers test one
-// sentinel with errors.Is.
-var ErrUnreachable = errors.New("node agent unreachable")
+// no verified connection to the node: nothing was sent. It is the router's
+// sentinel, so that the router tells it with errors.Is.
+var ErrUnreachable = router.ErrUnreachable
 
 // Config is what the pool needs; main builds it.
 type Config struct {
@@ -218,6 +217,13 @@ func (p *Pool) Names() []string {
 }
 
 func (p *Pool) conn(node string) (*grpc.ClientConn, error) {
+	select {
+	case <-p.synced:
+	default:
+		// Not ErrUnreachable: the node may have a ready agent the pool
+		// has not listed yet.
+		return nil, fmt.Errorf("node %s: the controller has not listed the node agents yet", node)
+	}
 	p.mu.Lock()
 	a := p.agents[node]
 	_, contested := p.contested[node]

@@ -578,3 +578,27 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 		t.Errorf("New with an incomplete config: %v, want an error naming the missing fields", err)
 	}
 }
+
+// TestUnreachableOnlyAfterAnAttempt: a node whose agent the pool has not
+// tried yet (the list not read, the first enrollment not ended) is not
+// ErrUnreachable, so the router does not move a claim off a node that may
+// be fine; after a failed enrollment it is.
+func TestUnreachableOnlyAfterAnAttempt(t *testing.T) {
+	p := &Pool{synced: make(chan struct{}), agents: map[string]*agent{}}
+	if _, err := p.conn("node-a"); err == nil || errors.Is(err, ErrUnreachable) {
+		t.Errorf("before the list: %v, want an error that is not ErrUnreachable", err)
+	}
+	close(p.synced)
+	if _, err := p.conn("node-a"); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("a node without an endpoint: %v, want ErrUnreachable", err)
+	}
+	a := newAgent(p, endpoint{})
+	p.agents["node-a"] = a
+	if _, err := p.conn("node-a"); err == nil || errors.Is(err, ErrUnreachable) {
+		t.Errorf("before the first enrollment ended: %v, want an error that is not ErrUnreachable", err)
+	}
+	a.set(nil, errors.New("refused"))
+	if _, err := p.conn("node-a"); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("after a failed enrollment: %v, want ErrUnreachable", err)
+	}
+}

@@ -114,6 +114,18 @@ func TestNodeChannel(t *testing.T) {
 	t.Run("csi-sanity through the controller", func(t *testing.T) { channelSanity(t, sock) })
 }
 
+// selectNode adds what csi-provisioner adds to a CreateVolume: the
+// selected node as the requisite and preferred topology.
+func selectNode(node string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if r, ok := req.(*csi.CreateVolumeRequest); ok && r.GetAccessibilityRequirements() == nil {
+			seg := &csi.Topology{Segments: map[string]string{cluster.TopologyKey: node}}
+			r.AccessibilityRequirements = &csi.TopologyRequirement{Requisite: []*csi.Topology{seg}, Preferred: []*csi.Topology{seg}}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
 // channelSanity runs csi-sanity's Identity and Controller specs against
 // the controller's socket, with node-small's plugin as the Node service
 // (sanity asks it for the topology its volumes must have), so every
@@ -133,6 +145,10 @@ func channelSanity(t *testing.T, sock string) {
 	cfg.TestVolumeSize = 64 << 20 // whole 4 MiB extents
 	cfg.TestVolumeParameters = map[string]string{volume.ParamDeviceClass: thickClass}
 	cfg.IdempotentCount = 2
+	// csi-sanity sends CreateVolume without topology; csi-provisioner
+	// (--strict-topology) always names the selected node, and the
+	// controller refuses a create that names none.
+	cfg.ControllerDialOptions = append(cfg.ControllerDialOptions, grpc.WithUnaryInterceptor(selectNode(n.Name)))
 	sc := sanity.GinkgoTest(&cfg)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()

@@ -43,10 +43,33 @@ func (w *Writer) processNext(ctx context.Context) bool {
 		w.queue.Forget(it)
 		return true
 	}
-	klog.FromContext(ctx).Error(err, "Writing CSIStorageCapacity failed; retrying", "node", it.node,
+	log := klog.FromContext(ctx)
+	if permanent(err) {
+		// Retrying the same object cannot help; a new report or a
+		// StorageClass event queues the pair again.
+		log.Error(err, "The API server refuses the CSIStorageCapacity; not retrying", "node", it.node, "storageClass", it.sc)
+		w.queue.Forget(it)
+		return true
+	}
+	log.Error(err, "Writing CSIStorageCapacity failed; retrying", "node", it.node,
 		"storageClass", it.sc, "object", it.stray, "retries", w.queue.NumRequeues(it))
 	w.queue.AddRateLimited(it)
 	return true
+}
+
+// permanent reports whether every error in err is the API server
+// refusing an object as invalid (a node name too long for the label
+// value of nodeTopology, say).
+func permanent(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !permanent(e) {
+				return false
+			}
+		}
+		return len(j.Unwrap()) > 0
+	}
+	return apierrors.IsInvalid(err)
 }
 
 // sync makes the object of it what it should be.

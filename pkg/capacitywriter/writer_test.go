@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -538,6 +539,57 @@ func TestRetries(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestInvalidNotRetried: an object the API server refuses as invalid is
+// not retried in a loop; the next report tries again.
+func TestInvalidNotRetried(t *testing.T) {
+	h := start(t, time.Hour, wffc("fast", "ssd"))
+	var creates atomic.Int32
+	h.client.PrependReactor("create", "csistoragecapacities", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if creates.Add(1) > 1 {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewInvalid(storagev1.SchemeGroupVersion.WithKind("CSIStorageCapacity").GroupKind(), "x", nil)
+	})
+	h.w.Report("node-a", report("node-a", class{name: "ssd", avail: gi, maxVol: gi}))
+	h.eventually("refused", func() error {
+		if got := testutil.ToFloat64(h.w.writes.WithLabelValues(opCreate, resultError)); got != 1 {
+			return fmt.Errorf("create errors %v", got)
+		}
+		return nil
+	})
+	// Marker: a node queued after is written, and the refused one was not
+	// tried again (backoff would retry it after 200 ms).
+	h.w.Report("node-m", report("node-m"))
+	h.holds("node-m", "fast", 0, 0)
+	time.Sleep(400 * time.Millisecond)
+	if n := creates.Load(); n != 2 {
+		t.Errorf("%d creates, want 2 (the refused one not retried)", n)
+	}
+	h.w.Report("node-a", report("node-a", class{name: "ssd", avail: 2 * gi, maxVol: gi}))
+	h.holds("node-a", "fast", 2*gi, gi)
+}
+
+func TestPermanent(t *testing.T) {
+	invalid := apierrors.NewInvalid(storagev1.SchemeGroupVersion.WithKind("CSIStorageCapacity").GroupKind(), "x", nil)
+	busy := apierrors.NewServiceUnavailable("busy")
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"invalid", fmt.Errorf("creating: %w", invalid), true},
+		{"unavailable", busy, false},
+		{"joined invalid", errors.Join(invalid, invalid), true},
+		{"joined with a transient one", errors.Join(invalid, busy), false},
+		{"stale", errStale, false},
+	}
+	for _, tt := range tests {
+		if got := permanent(tt.err); got != tt.want {
+			t.Errorf("%s: permanent = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
 

@@ -42,6 +42,9 @@ import (
 // certificates, PEM, one block each.
 const BundleKey = "ca.crt"
 
+// expiryWarning is how long before the CA expires Ensure starts warning.
+const expiryWarning = 30 * 24 * time.Hour
+
 // managedBy labels what Ensure creates, so that an operator sees who made it.
 var managedBy = map[string]string{"app.kubernetes.io/managed-by": "carve-controller"}
 
@@ -60,6 +63,11 @@ func Ensure(ctx context.Context, client kubernetes.Interface, namespace, name st
 	ca, err := ensureSecret(ctx, client, namespace, name)
 	if err != nil {
 		return nil, err
+	}
+	if left := time.Until(ca.Cert.NotAfter); left < expiryWarning {
+		klog.FromContext(ctx).Info("Warning: the node channel CA expires soon and carve does not rotate it yet; "+
+			"delete the Secret before then and restart the controller (every node certificate is reissued)",
+			"secret", namespace+"/"+name, "notAfter", ca.Cert.NotAfter, "left", left.Round(time.Hour))
 	}
 	if err := ensureBundle(ctx, client, namespace, name, ca.Cert); err != nil {
 		return nil, err

@@ -112,7 +112,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	identity := nodeca.NewKeypair(own)
 	pool, err := nodepool.New(nodepool.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
 		PortName: nc.PortName, ServiceAccount: nc.ServiceAccount, Audience: nc.Audience,
-		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report})
+		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@
 // Rotation of the CA itself is not done here yet. It would go: make the
 // next CA and keep it beside the current one (a second Secret, say
 // <name>-next); publish both certificates in ca.crt (the bundle holds any
-// number of PEM blocks, and ParseBundle reads them all), and wait until
+// number of PEM blocks, and nodeca.ParseBundle reads them all), and wait until
 // every node agent has reloaded the mounted bundle into its nodeca.Pool;
 // switch the Secret to the next CA, so the controller's certificate and
 // every node certificate are reissued by it at their next renewal; once
@@ -183,40 +183,7 @@ func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, n
 // holdsExactly reports whether bundle is cert and nothing else, whatever
 // the whitespace around it.
 func holdsExactly(bundle string, cert *x509.Certificate) bool {
-	certs, err := ParseBundle([]byte(bundle))
+	certs, err := nodeca.ParseBundle([]byte(bundle))
 	return err == nil && len(certs) == 1 && bytes.Equal(certs[0].Raw, cert.Raw)
 }
 
-// ParseBundle reads every certificate of a CA bundle (ca.crt of the
-// ConfigMap): one or more CERTIFICATE PEM blocks. During a CA rotation it
-// holds the old and the new CA; a node agent trusts them all
-// (nodeca.Pool.Set). Anything else in it is an error.
-func ParseBundle(data []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	rest := data
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("CA bundle: PEM block %q, want CERTIFICATE", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("CA bundle: certificate %d: %w", len(certs)+1, err)
-		}
-		if !c.IsCA {
-			return nil, fmt.Errorf("CA bundle: certificate %d (%s) is not a CA", len(certs)+1, c.Subject)
-		}
-		certs = append(certs, c)
-	}
-	if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, errors.New("CA bundle: data that is not PEM")
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("CA bundle: no certificate")
-	}
-	return certs, nil
-}

@@ -1,7 +1,6 @@
 package castore
 
 import (
-	"bytes"
 	"context"
 	"encoding/pem"
 	"strings"
@@ -252,52 +251,3 @@ func TestEnsureRefusesBadSecret(t *testing.T) {
 	}
 }
 
-func TestParseBundle(t *testing.T) {
-	a, b := newCA(t, nodeca.CAOptions{}), newCA(t, nodeca.CAOptions{})
-	iss, err := nodeca.NewIssuer(a, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := iss.IssueController()
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Certificate[0]}))
-	_, keyPEM, err := a.MarshalPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name    string
-		data    string
-		want    int
-		wantErr string
-	}{
-		{name: "one", data: certPEM(a), want: 1},
-		{name: "two, during a rotation", data: certPEM(a) + "\n" + certPEM(b), want: 2},
-		{name: "empty", data: "", wantErr: "no certificate"},
-		{name: "a key", data: string(keyPEM), wantErr: `"PRIVATE KEY"`},
-		{name: "a leaf", data: leafPEM, wantErr: "not a CA"},
-		{name: "trailing garbage", data: certPEM(a) + "garbage", wantErr: "not PEM"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseBundle([]byte(tt.data))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != tt.want {
-				t.Fatalf("%d certificates, want %d", len(got), tt.want)
-			}
-			if !bytes.Equal(got[0].Raw, a.Cert.Raw) {
-				t.Error("first certificate is not the first block")
-			}
-		})
-	}
-}

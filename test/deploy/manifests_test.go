@@ -32,7 +32,7 @@ import (
 // and in docs/install.md together.
 var pinnedImages = map[string]string{
 	"carve":           "ghcr.io/carve-csi/carve:v0.1.0",
-	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
+	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
 	"csi-resizer":     "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
 	"csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
 }

@@ -186,4 +186,3 @@ func holdsExactly(bundle string, cert *x509.Certificate) bool {
 	certs, err := nodeca.ParseBundle([]byte(bundle))
 	return err == nil && len(certs) == 1 && bytes.Equal(certs[0].Raw, cert.Raw)
 }
-

@@ -250,4 +250,3 @@ func TestEnsureRefusesBadSecret(t *testing.T) {
 		})
 	}
 }
-

@@ -114,6 +114,9 @@ func TestNodeChannel(t *testing.T) {
 	t.Run("csi-sanity through the controller", func(t *testing.T) { channelSanity(t, sock) })
 }
 
+// askAgain tells waitFor to ask again, showing why not yet.
+func askAgain(err error) (bool, string, error) { return false, err.Error(), nil }
+
 // selectNode adds what csi-provisioner adds to a CreateVolume: the
 // selected node as the requisite and preferred topology.
 func selectNode(node string) grpc.UnaryClientInterceptor {
@@ -191,13 +194,13 @@ func (cc *channelController) start(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	p := cc.proc
-	waitFor(t, 60*time.Second, "the controller's socket", func(context.Context) (bool, string, error) {
+	waitFor(t, 60*time.Second, "the controller's socket", func(ctx context.Context) (bool, string, error) {
 		if ended, err := p.Exited(); ended {
-			return false, "", fmt.Errorf("carve controller exited: %v\n%s", err, p.Tail(30))
+			return false, "", fmt.Errorf("carve controller exited: %w\n%s", err, p.Tail(30))
 		}
-		c, err := net.Dial("unix", cc.sock)
+		c, err := (&net.Dialer{}).DialContext(ctx, "unix", cc.sock)
 		if err != nil {
-			return false, err.Error(), nil
+			return askAgain(err)
 		}
 		return true, "", c.Close()
 	})
@@ -393,7 +396,7 @@ func channelCreate(t *testing.T, ctrl csi.ControllerClient) {
 		resp, err := ctrl.CreateVolume(ctx, channelCreateRequest("channel-e2e-1", target.Name))
 		if err != nil {
 			// The controller may not have enrolled the node yet.
-			return false, err.Error(), nil
+			return askAgain(err)
 		}
 		volID = resp.GetVolume().GetVolumeId()
 		return true, "", nil
@@ -444,7 +447,7 @@ func channelRefusals(t *testing.T) {
 	tlsNoVerify := func(certs ...tls.Certificate) credentials.TransportCredentials {
 		// The server is not checked here: what is tested is whether it
 		// serves this client.
-		return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: certs}) //nolint:gosec // see above
+		return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: certs})
 	}
 	for _, c := range []struct {
 		name  string
@@ -490,7 +493,7 @@ func channelImpostor(t *testing.T, ctrl csi.ControllerClient, cc *channelControl
 	waitFor(t, settle, "the controller to refuse the impostor's enrollment", func(ctx context.Context) (bool, string, error) {
 		got, err := scrape(ctx, cc.metricsURL, "carve_node_enrollments_total", `result="refused"`)
 		if err != nil {
-			return false, err.Error(), nil
+			return askAgain(err)
 		}
 		return got > before, fmt.Sprintf("refused enrollments %v, before %v", got, before), nil
 	})
@@ -515,7 +518,7 @@ func channelGarbage(t *testing.T, ctrl csi.ControllerClient) {
 	ctx := testCtx(t, time.Minute)
 	addr := "127.0.0.1:" + strconv.Itoa(channelPorts["node-small"])
 	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), {0x16, 0x03, 0x01, 0xff, 0xff, 0, 0, 0}, make([]byte, 64<<10)} {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -563,7 +566,7 @@ func channelKilledController(t *testing.T, ctx context.Context, cc *channelContr
 	waitFor(t, settle, "the retried CreateVolume through the new controller", func(ctx context.Context) (bool, string, error) {
 		again, err = ctrl.CreateVolume(ctx, req)
 		if err != nil {
-			return false, err.Error(), nil // not enrolled again yet
+			return askAgain(err) // not enrolled again yet
 		}
 		return true, "", nil
 	})

@@ -58,6 +58,39 @@ var channelDir = filepath.Join(os.TempDir(), "carve-e2e-node-channel-"+strconv.I
 // bed starts the plugins.
 var channelPorts = map[string]int{}
 
+// channelIP is the address the simulated nodes' agents listen on: an
+// EndpointSlice may not hold a loopback address, so it is the host's own.
+var channelIP = hostIP()
+
+// hostIP is an IPv4 address of an interface of this host that is up and
+// not loopback.
+func hostIP() string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		panic(fmt.Sprintf("listing network interfaces: %v", err))
+	}
+	for _, i := range ifaces {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.String()
+			}
+		}
+	}
+	panic("the e2e tier needs an IPv4 address on a non-loopback interface: the node channel's EndpointSlices may not point at 127.0.0.1")
+}
+
+// channelAddr is node's node-channel address.
+func channelAddr(node string) string {
+	return net.JoinHostPort(channelIP, strconv.Itoa(channelPorts[node]))
+}
+
 // channelArgs are the node-channel flags of node's plugin.
 func channelArgs(node string) []string {
 	port, err := cluster.FreePort()
@@ -66,7 +99,7 @@ func channelArgs(node string) []string {
 	}
 	channelPorts[node] = port
 	dir := filepath.Join(channelDir, node)
-	return []string{"--node-channel-address=127.0.0.1:" + strconv.Itoa(port),
+	return []string{"--node-channel-address=" + net.JoinHostPort(channelIP, strconv.Itoa(port)),
 		"--node-channel-ca-file=" + filepath.Join(dir, "ca.crt"),
 		"--node-channel-token-file=" + filepath.Join(dir, "token")}
 }
@@ -211,7 +244,7 @@ func (cc *channelController) kill(t *testing.T) {
 	if err := syscall.Kill(cc.proc.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cc.proc.Stop() // reaps it
+	bed.StopProcess(cc.proc) // reaps it
 	_ = os.Remove(cc.sock)
 }
 
@@ -221,7 +254,7 @@ func (cc *channelController) cleanup(t *testing.T) func() {
 		if t.Failed() {
 			t.Logf("carve controller (node channel) log:\n%s", cc.proc.Tail(60))
 		}
-		cc.proc.Stop()
+		bed.StopProcess(cc.proc)
 		cctx := context.Background()
 		slices, err := bed.Client.DiscoveryV1().EndpointSlices(bed.Namespace).List(cctx,
 			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + channelService})
@@ -297,7 +330,7 @@ func publishEndpointAs(t *testing.T, ctx context.Context, n *cluster.Node, node 
 		ObjectMeta: metav1.ObjectMeta{Name: channelService + "-" + node, Namespace: bed.Namespace,
 			Labels: map[string]string{discoveryv1.LabelServiceName: channelService, discoveryv1.LabelManagedBy: "carve-e2e"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, NodeName: ptr.To(node),
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{channelIP}, NodeName: ptr.To(node),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("node-channel"), Port: ptr.To(int32(channelPorts[n.Name]))}},
@@ -431,7 +464,7 @@ func channelCreate(t *testing.T, ctrl csi.ControllerClient) {
 // channelRefusals: the node port completes no call for a caller without a
 // client certificate, with one from another CA, or without TLS.
 func channelRefusals(t *testing.T) {
-	addr := "127.0.0.1:" + strconv.Itoa(channelPorts["node-small"])
+	addr := channelAddr("node-small")
 	other, err := nodeca.NewCA(nodeca.CAOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -516,7 +549,7 @@ func channelImpostor(t *testing.T, ctrl csi.ControllerClient, cc *channelControl
 // agent nor the controller's connection to it.
 func channelGarbage(t *testing.T, ctrl csi.ControllerClient) {
 	ctx := testCtx(t, time.Minute)
-	addr := "127.0.0.1:" + strconv.Itoa(channelPorts["node-small"])
+	addr := channelAddr("node-small")
 	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), {0x16, 0x03, 0x01, 0xff, 0xff, 0, 0, 0}, make([]byte, 64<<10)} {
 		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
 		if err != nil {

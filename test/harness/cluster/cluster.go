@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -361,6 +362,14 @@ func (c *Cluster) StartProcess(ctx context.Context, name, bin string, args, env 
 	}
 	c.extra = append(c.extra, p)
 	return p, nil
+}
+
+// StopProcess stops a program started with StartProcess before the test
+// bed ends (a test that restarts it), so that CheckAlive no longer
+// counts it.
+func (c *Cluster) StopProcess(p *Process) {
+	p.Stop()
+	c.extra = slices.DeleteFunc(c.extra, func(q *Process) bool { return q == p })
 }
 
 // ServiceAccountKubeconfig writes to path a kubeconfig that authenticates

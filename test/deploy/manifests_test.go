@@ -486,12 +486,11 @@ nodeGroups:
 // networkPolicy.enabled) admits to the node pods' node channel only the
 // controller pods, and leaves the metrics port open to all.
 func TestNodeChannelNetworkPolicy(t *testing.T) {
-	var np *networkingv1.NetworkPolicy
 	objs := map[string]runtime.Object{}
 	for _, o := range renderWithComponent(t, "node-channel-network-policy") {
 		objs[o.key()] = typed(t, o)
 	}
-	np = get[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy carve-system/carve-node-channel")
+	np := get[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy carve-system/carve-node-channel")
 	if _, ok := baseObjects(t)["NetworkPolicy carve-system/carve-node-channel"]; ok {
 		t.Error("the base without the component renders the NetworkPolicy")
 	}

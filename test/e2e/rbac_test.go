@@ -21,7 +21,7 @@ type access struct {
 // may make in stage 2 of issue 21: what the audit on the node reads and
 // the Events it writes (pkg/reconcile, cmd/carve/audit.go).
 var nodeAuditReads = map[string]bool{
-	"get//persistentvolumes": true, "list//persistentvolumes": true, "watch//persistentvolumes": true,
+	"list//persistentvolumes": true, "watch//persistentvolumes": true,
 	"get//persistentvolumeclaims": true,
 }
 

@@ -372,7 +372,11 @@ func (c *Cluster) startCentral(ctx context.Context, d *appsv1.Deployment) error 
 	}
 	// Its pods must be bound to simulated nodes before a guest node joins,
 	// or a kubelet would run a second controller.
-	if err := waitPodsBound(ctx, c.Client, d.Namespace, d.Spec.Selector.MatchLabels, time.Minute); err != nil {
+	replicas := 1
+	if d.Spec.Replicas != nil {
+		replicas = int(*d.Spec.Replicas)
+	}
+	if err := waitPodsBound(ctx, c.Client, d.Namespace, d.Spec.Selector.MatchLabels, replicas, time.Minute); err != nil {
 		return err
 	}
 	scs, err := c.StorageClasses()

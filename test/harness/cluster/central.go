@@ -224,7 +224,9 @@ func (c *Central) startSidecarProcesses(ctx context.Context) error {
 // grace) and starts it again with the same flags. The sidecars exit when
 // their CSI connection is lost and the kubelet would start them again: the
 // harness stops and starts them too. It returns once the new carve
-// controller serves its socket.
+// controller serves its socket. ctx bounds the wait only: the new
+// processes live as long as the test bed (its lifetime, Stop), not as
+// long as the caller's ctx.
 func (c *Central) RestartController(ctx context.Context) error {
 	if err := syscall.Kill(c.carve.Pid(), syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill carve controller: %w", err)
@@ -236,10 +238,11 @@ func (c *Central) RestartController(ctx context.Context) error {
 	if err := os.Remove(c.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := c.startCarve(ctx); err != nil {
+	live := context.WithoutCancel(ctx)
+	if err := c.startCarve(live); err != nil {
 		return err
 	}
-	return c.startSidecarProcesses(ctx)
+	return c.startSidecarProcesses(live)
 }
 
 // processes returns the running processes, the sidecars first (they stop

@@ -33,15 +33,9 @@ func (v viewVolumes) Volumes() []reconcile.LV {
 }
 
 func auditLV(lv lvm.LogicalVolume) reconcile.LV {
-	a := reconcile.LV{VolumeGroup: lv.VolumeGroup, Name: lv.Name, Size: lv.Size}
-	a.Class, _ = volume.ClassFromTags(lv.Tags)
-	if name, whole, ok := volume.VolumeNameFromTags(lv.Tags); ok && whole {
-		a.VolumeName = name
-	}
-	if c, ok := volume.ClaimFromTags(lv.Tags); ok {
-		a.Claim = c.String()
-	}
-	return a
+	o := volume.OwnerFromTags(lv.Tags)
+	return reconcile.LV{VolumeGroup: lv.VolumeGroup, Name: lv.Name, Size: lv.Size,
+		Class: o.Class, VolumeName: o.VolumeName, Claim: o.Claim}
 }
 
 // nodeAPI is the plugin's access to the Kubernetes API: the PV cache the

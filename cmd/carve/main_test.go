@@ -217,6 +217,14 @@ func TestControllerOptions(t *testing.T) {
 		{"negative interval", func(o *ControllerOptions) { o.LostNodesInterval = -time.Second }, "--lost-nodes-interval"},
 		{"deleting claims without the watch", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes, o.LostNodesInterval = true, 0 }, "--delete-claims-of-lost-nodes"},
 		{"bad endpoint", func(o *ControllerOptions) { o.Endpoint = "tcp://x:1" }, "--endpoint"},
+		{"routing", func(o *ControllerOptions) { o.Route = routing() }, ""},
+		{"routing without a namespace", func(o *ControllerOptions) { o.Route = routing(); o.Route.Namespace = "" }, "--node-channel-namespace"},
+		{"routing without a capacity namespace", func(o *ControllerOptions) { o.Route = routing(); o.Route.CapacityNamespace = "" }, "--capacity-namespace"},
+		{"routing without a port name", func(o *ControllerOptions) { o.Route = routing(); o.Route.PortName = "" }, "--node-channel-port-name"},
+		{"routing without the node service account", func(o *ControllerOptions) { o.Route = routing(); o.Route.ServiceAccount = "" }, "--node-service-account"},
+		{"routing without an audience", func(o *ControllerOptions) { o.Route = routing(); o.Route.Audience = "" }, "--node-token-audience"},
+		{"routing without a CA name", func(o *ControllerOptions) { o.Route = routing(); o.Route.CAName = "" }, "--node-channel-ca"},
+		{"no routing: its other flags are not read", func(o *ControllerOptions) { o.Route = RouteOptions{} }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,6 +233,12 @@ func TestControllerOptions(t *testing.T) {
 			checkValidate(t, o.Validate(), tt.want)
 		})
 	}
+}
+
+// routing is a complete set of the controller's routing flags.
+func routing() RouteOptions {
+	return RouteOptions{Service: "carve-node", Namespace: "carve-system", CapacityNamespace: "carve-system",
+		PortName: "node-channel", ServiceAccount: "carve-node", Audience: "carve-controller", CAName: "carve-node-channel-ca"}
 }
 
 // checkValidate fails t unless err is nil when want is empty, or names

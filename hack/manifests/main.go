@@ -2,7 +2,8 @@
 // its Helm chart (deploy/helm/carve), the one source of the manifests, and
 // the optional kustomization deploy/kubernetes/snapshot-controller (the
 // chart's snapshot-controller template with snapshotController.enabled=true
-// and the CRDs of the chart's crds/ directory).
+// and the CRDs of the chart's crds/ directory), and the kustomize component
+// of the chart's NetworkPolicy (components/node-channel-network-policy).
 //
 // `make manifests` runs it with the helm of $CARVE_CACHE/bin; test/deploy
 // runs it into a temporary directory and fails when the committed base
@@ -114,6 +115,9 @@ func generate(helm, chart, out string) error {
 		fmt.Fprintf(&k, "  - %s\n", name)
 	}
 	if err := os.WriteFile(filepath.Join(out, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
+		return err
+	}
+	if err := generateNetworkPolicy(helm, chart, filepath.Join(out, networkPolicyDir)); err != nil {
 		return err
 	}
 	return generateSnapshotController(helm, chart, filepath.Join(out, snapshotControllerDir))

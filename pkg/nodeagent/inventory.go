@@ -24,17 +24,9 @@ func (a *Agent) Inventory(context.Context, *nodeagentv1.InventoryRequest) (*node
 	return resp, nil
 }
 
-// inventoryLV reads lv's tags as the node's audit does: the volume name
-// only when the tag holds it whole (a name too long for a tag keeps only
-// its head there).
+// inventoryLV reads lv's tags as the node's audit does.
 func inventoryLV(lv *lvm.LogicalVolume) *nodeagentv1.LogicalVolume {
-	out := &nodeagentv1.LogicalVolume{VolumeGroup: lv.VolumeGroup, Name: lv.Name, SizeBytes: clampInt64(lv.Size)}
-	out.DeviceClass, _ = volume.ClassFromTags(lv.Tags)
-	if name, whole, ok := volume.VolumeNameFromTags(lv.Tags); ok && whole {
-		out.VolumeName = name
-	}
-	if c, ok := volume.ClaimFromTags(lv.Tags); ok {
-		out.Claim = c.String()
-	}
-	return out
+	o := volume.OwnerFromTags(lv.Tags)
+	return &nodeagentv1.LogicalVolume{VolumeGroup: lv.VolumeGroup, Name: lv.Name, SizeBytes: clampInt64(lv.Size),
+		DeviceClass: o.Class, VolumeName: o.VolumeName, Claim: o.Claim}
 }

@@ -146,6 +146,26 @@ func (iss *Issuer) issue(cn, uri string, usage x509.ExtKeyUsage, validity time.D
 // sign makes a leaf certificate for pub whose only identity is uri. The
 // common name is for people reading the certificate; nothing checks it.
 func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validity time.Duration) ([]byte, error) {
+	now := iss.now()
+	notAfter := now.Add(validity)
+	if notAfter.After(iss.ca.Cert.NotAfter) {
+		// A leaf never outlives its CA: it would fail verification anyway.
+		notAfter = iss.ca.Cert.NotAfter
+	}
+	tmpl, err := leafTemplate(cn, uri, usage, now, notAfter)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.ca.Cert, pub, iss.ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate for %s: %w", uri, err)
+	}
+	return der, nil
+}
+
+// leafTemplate is a leaf certificate whose only identity is uri, valid
+// from a little before now (clock skew) to notAfter.
+func leafTemplate(cn, uri string, usage x509.ExtKeyUsage, now, notAfter time.Time) (*x509.Certificate, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return nil, fmt.Errorf("identity %q: %w", uri, err)
@@ -154,13 +174,7 @@ func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validit
 	if err != nil {
 		return nil, err
 	}
-	now := iss.now()
-	notAfter := now.Add(validity)
-	if notAfter.After(iss.ca.Cert.NotAfter) {
-		// A leaf never outlives its CA: it would fail verification anyway.
-		notAfter = iss.ca.Cert.NotAfter
-	}
-	tmpl := &x509.Certificate{
+	return &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    now.Add(-clockSkew),
@@ -168,10 +182,5 @@ func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validit
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		URIs:         []*url.URL{u},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.ca.Cert, pub, iss.ca.Key)
-	if err != nil {
-		return nil, fmt.Errorf("sign certificate for %s: %w", uri, err)
-	}
-	return der, nil
+	}, nil
 }

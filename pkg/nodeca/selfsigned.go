@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"net/url"
 	"time"
 )
 
@@ -27,23 +25,10 @@ func SelfSigned(key crypto.Signer, node string) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(uri)
-	if err != nil {
-		return nil, fmt.Errorf("identity %q: %w", uri, err)
-	}
-	serial, err := newSerial()
+	now := time.Now()
+	tmpl, err := leafTemplate(node+" (not enrolled)", uri, x509.ExtKeyUsageServerAuth, now, now.Add(selfSignedValidity))
 	if err != nil {
 		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: node + " (not enrolled)"},
-		NotBefore:    now.Add(-clockSkew),
-		NotAfter:     now.Add(selfSignedValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		URIs:         []*url.URL{u},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {

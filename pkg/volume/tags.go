@@ -267,3 +267,27 @@ func VolumeTags(volumeName, class string, params map[string]string) []string {
 // IsUnfinished tells whether an LV's tags say its creation has not
 // finished (TagUnfinished).
 func IsUnfinished(tags []string) bool { return slices.Contains(tags, TagUnfinished) }
+
+// Owner is what an LV's tags say of whose it is, as the audits read it.
+type Owner struct {
+	// Class is the device class; empty when the tag is missing.
+	Class string
+	// VolumeName is the CSI volume name, only when the tag holds it whole
+	// (a name too long for a tag keeps only its head there).
+	VolumeName string
+	// Claim is <namespace>/<name> of the claim, when known.
+	Claim string
+}
+
+// OwnerFromTags reads an LV's Owner from its tags.
+func OwnerFromTags(tags []string) Owner {
+	var o Owner
+	o.Class, _ = ClassFromTags(tags)
+	if name, whole, ok := VolumeNameFromTags(tags); ok && whole {
+		o.VolumeName = name
+	}
+	if c, ok := ClaimFromTags(tags); ok {
+		o.Claim = c.String()
+	}
+	return o
+}

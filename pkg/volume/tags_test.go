@@ -239,3 +239,25 @@ func TestAskedTag(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerFromTags reads back what VolumeTags writes; a name too long to
+// be held whole is not given as the volume's name.
+func TestOwnerFromTags(t *testing.T) {
+	claim := map[string]string{ParamPVCNamespace: "db", ParamPVCName: "data-pg-0", ParamPVName: uuidPV}
+	long := strings.Repeat("n", 4000)
+	tests := []struct {
+		name string
+		tags []string
+		want Owner
+	}{
+		{"with its claim", VolumeTags(uuidPV, "fast", claim), Owner{Class: "fast", VolumeName: uuidPV, Claim: "db/data-pg-0"}},
+		{"no claim", VolumeTags(uuidPV, "fast", nil), Owner{Class: "fast", VolumeName: uuidPV}},
+		{"a name held in part", VolumeTags(long, "fast", nil), Owner{Class: "fast"}},
+		{"no tags", nil, Owner{}},
+	}
+	for _, tt := range tests {
+		if got := OwnerFromTags(tt.tags); got != tt.want {
+			t.Errorf("%s: OwnerFromTags = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+}

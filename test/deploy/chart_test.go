@@ -182,10 +182,11 @@ func TestManifestsGenerated(t *testing.T) {
 			t.Errorf("deploy/kubernetes/%s differs from what the chart renders; %s", name, fix)
 		}
 	}
-	// Seven templates render with default values, plus kustomization.yaml;
+	// Eight templates render with default values, plus kustomization.yaml;
 	// snapshot-controller/ holds three CRDs, the controller and its
-	// kustomization.yaml.
-	if len(written) < 13 {
+	// kustomization.yaml; components/node-channel-network-policy/ the
+	// NetworkPolicy and its kustomization.yaml.
+	if len(written) < 15 {
 		t.Errorf("the generator wrote only %d files: %v", len(written), sortedKeys(written))
 	}
 	for _, name := range filesUnder(t, base) {
@@ -422,8 +423,15 @@ func TestComponentsMatchChart(t *testing.T) {
 		{
 			component: "without-snapshots",
 			values:    []string{"sidecars.snapshotter.enabled=false"},
-			changes:   []string{daemonSet, "VolumeSnapshotClass /carve"},
-			holds:     []holds{{daemonSet, `"csi-snapshotter"`, false}, {daemonSet, `"csi-provisioner"`, true}},
+			changes: []string{deployment, "ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter",
+				"VolumeSnapshotClass /carve"},
+			holds: []holds{{deployment, `"csi-snapshotter"`, false}, {deployment, `"csi-provisioner"`, true}, {daemonSet, `"carve"`, true}},
+		},
+		{
+			component: "node-channel-network-policy",
+			values:    []string{"networkPolicy.enabled=true"},
+			changes:   []string{"NetworkPolicy carve-system/carve-node-channel"},
+			holds:     []holds{{"NetworkPolicy carve-system/carve-node-channel", `"node-channel"`, true}},
 		},
 	}
 	for _, tt := range tests {

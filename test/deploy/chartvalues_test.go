@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 )
@@ -103,7 +104,7 @@ sidecars:
 				key, container, v, arg, env, value string
 			}{
 				{nodeDS, "carve", "4", "--lvm-timeout=5m", "A", "1"},
-				{nodeDS, "csi-provisioner", "5", "--worker-threads=20", "C", "3"},
+				{controllerD, "csi-provisioner", "5", "--worker-threads=20", "C", "3"},
 				{controllerD, "carve", "3", "--driver-name=lvm.carve.dev", "B", "2"},
 				{controllerD, "csi-resizer", "2", "--timeout=3m", "D", "4"},
 			} {
@@ -134,7 +135,7 @@ controller:
   podAnnotations: {example.com/b: "y"}
   priorityClassName: my-priority
   podSecurityContext: {runAsNonRoot: true, runAsUser: 1000}
-  replicas: 2
+  replicas: 3
   podDisruptionBudget: {maxUnavailable: 0}
 `,
 		check: func(t *testing.T, objs map[string]any) {
@@ -153,7 +154,7 @@ controller:
 			if n.Spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined || *c.Spec.SecurityContext.RunAsUser != 1000 {
 				t.Errorf("pod securityContexts %+v %+v", n.Spec.SecurityContext, c.Spec.SecurityContext)
 			}
-			if d := objs[controllerD].(*appsv1.Deployment); *d.Spec.Replicas != 2 {
+			if d := objs[controllerD].(*appsv1.Deployment); *d.Spec.Replicas != 3 {
 				t.Errorf("replicas %d", *d.Spec.Replicas)
 			}
 			if p := objs[controllerPD].(*policyv1.PodDisruptionBudget); p.Spec.MaxUnavailable.IntValue() != 0 {
@@ -180,6 +181,45 @@ controller: {podDisruptionBudget: {enabled: false}}
 			}
 			if _, ok := objs[controllerPD]; ok {
 				t.Error("podDisruptionBudget.enabled=false still renders the PodDisruptionBudget")
+			}
+		},
+	}, {
+		name: "node channel and csi-provisioner metrics ports, no snapshotter, NetworkPolicy",
+		values: `
+node: {nodeChannelPort: 7000}
+controller: {provisionerMetricsPort: 7001}
+sidecars: {snapshotter: {enabled: false}}
+networkPolicy: {enabled: true}
+`,
+		check: func(t *testing.T, objs map[string]any) {
+			plugin := containerIn(t, objs, nodeDS, "carve")
+			if got, _ := flagValue(plugin.Args, "--node-channel-address"); got != "$(POD_IP):7000" ||
+				!slices.ContainsFunc(plugin.Ports, func(p corev1.ContainerPort) bool { return p.Name == "node-channel" && p.ContainerPort == 7000 }) {
+				t.Errorf("node channel address %q, ports %+v; want port 7000", got, plugin.Ports)
+			}
+			if svc := objs["Service carve-system/carve-node"].(*corev1.Service); svc.Spec.Ports[0].Port != 7000 {
+				t.Errorf("Service carve-node ports %+v, want 7000", svc.Spec.Ports)
+			}
+			prov := containerIn(t, objs, controllerD, "csi-provisioner")
+			if got, _ := flagValue(prov.Args, "--http-endpoint"); got != ":7001" || prov.Ports[0].ContainerPort != 7001 {
+				t.Errorf("csi-provisioner --http-endpoint=%q, ports %+v; want 7001", got, prov.Ports)
+			}
+			if svc := objs["Service carve-system/carve-provisioner-metrics"].(*corev1.Service); svc.Spec.Ports[0].Port != 7001 {
+				t.Errorf("Service carve-provisioner-metrics ports %+v, want 7001", svc.Spec.Ports)
+			}
+			tmpl, _ := podSpecOf(t, objs, controllerD)
+			for _, c := range tmpl.Spec.Containers {
+				if c.Name == "csi-snapshotter" {
+					t.Error("sidecars.snapshotter.enabled=false still runs csi-snapshotter")
+				}
+			}
+			for _, k := range []string{"ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter", "VolumeSnapshotClass /carve"} {
+				if _, ok := objs[k]; ok {
+					t.Errorf("sidecars.snapshotter.enabled=false still renders %s", k)
+				}
+			}
+			if _, ok := objs["NetworkPolicy carve-system/carve-node-channel"].(*networkingv1.NetworkPolicy); !ok {
+				t.Errorf("networkPolicy.enabled=true renders no NetworkPolicy carve-node-channel: %v", sortedKeys(objs))
 			}
 		},
 	}, {
@@ -236,14 +276,9 @@ storageClasses:
 				if ds.Spec.Selector.MatchLabels["carve.dev/node-group"] != g.name || ds.Spec.Template.Labels["carve.dev/node-group"] != g.name {
 					t.Errorf("group %s: selector %+v, pod labels %v", g.name, ds.Spec.Selector, ds.Spec.Template.Labels)
 				}
-				var cm string
-				for _, v := range s.Volumes {
-					if v.ConfigMap != nil {
-						cm = v.ConfigMap.Name
-					}
-				}
-				if cm != "carve-device-classes-"+g.name {
-					t.Errorf("group %s mounts ConfigMap %q", g.name, cm)
+				cm, ca := nodeConfigVolume(t, s)
+				if cm != "carve-device-classes-"+g.name || !ca {
+					t.Errorf("group %s mounts ConfigMap %q (and the CA bundle: %v)", g.name, cm, ca)
 				}
 				file := objs["ConfigMap carve-system/"+cm].(*corev1.ConfigMap).Data["config.yaml"]
 				if !strings.Contains(file, "name: "+g.class) || strings.Contains(file, "name: thick") {
@@ -252,9 +287,17 @@ storageClasses:
 				if (g.name == "nvme") != (len(s.Tolerations) == 1) {
 					t.Errorf("group %s: tolerations %+v", g.name, s.Tolerations)
 				}
-				// The same plugin and sidecar as carve-node.
-				if got, want := container(t, s, "csi-provisioner").Args, container(t, base.Spec.Template.Spec, "csi-provisioner").Args; !reflect.DeepEqual(got, want) {
-					t.Errorf("group %s: csi-provisioner args %q, carve-node's %q", g.name, got, want)
+				// The same plugin and node channel as carve-node.
+				got, want := container(t, s, "carve"), container(t, base.Spec.Template.Spec, "carve")
+				for _, f := range []string{"--node-channel-address", "--node-channel-ca-file", "--node-channel-token-file", "--endpoint"} {
+					gv, _ := flagValue(got.Args, f)
+					wv, _ := flagValue(want.Args, f)
+					if gv != wv || gv == "" {
+						t.Errorf("group %s: %s=%q, carve-node's %q", g.name, f, gv, wv)
+					}
+				}
+				if !reflect.DeepEqual(got.Ports, want.Ports) || !reflect.DeepEqual(s.Volumes[len(s.Volumes)-1], base.Spec.Template.Spec.Volumes[len(s.Volumes)-1]) {
+					t.Errorf("group %s: ports %+v and token volume %+v differ from carve-node's", g.name, got.Ports, s.Volumes[len(s.Volumes)-1])
 				}
 			}
 			// The objects of the defaults, a DaemonSet and a ConfigMap

@@ -15,11 +15,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -37,21 +39,32 @@ var pinnedImages = map[string]string{
 	"csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
 }
 
-// provisionerFlags are csi-provisioner's flags in the node DaemonSet, as
-// carve's design fixes them (the end-to-end harness runs csi-provisioner with
-// whatever the DaemonSet says, so this list is also what it tests).
+// provisionerFlags are csi-provisioner's flags in the controller
+// Deployment, as carve's design fixes them: central mode (no
+// --node-deployment), only the selected node's topology (--strict-topology),
+// no capacity tracking (carve controller writes the CSIStorageCapacity
+// objects). The end-to-end harness runs csi-provisioner with whatever the
+// Deployment says, so this list is also what it tests.
 var provisionerFlags = []string{
 	"--csi-address=/csi/csi.sock",
-	"--node-deployment",
 	"--strict-topology",
 	"--immediate-topology=false",
-	"--enable-capacity",
-	"--capacity-ownerref-level=0",
 	"--extra-create-metadata",
-	"--capacity-poll-interval=2s",
-	"--kube-api-qps=20",
-	"--kube-api-burst=100",
+	"--leader-election",
+	"--leader-election-namespace=$(NAMESPACE)",
 	"--http-endpoint=:9811",
+	"--kube-api-qps=50",
+	"--kube-api-burst=100",
+}
+
+// snapshotterFlags are csi-snapshotter's flags in the controller
+// Deployment: one leader acts for every node; carve has no volume group
+// snapshots.
+var snapshotterFlags = []string{
+	"--csi-address=/csi/csi.sock",
+	"--leader-election",
+	"--leader-election-namespace=$(NAMESPACE)",
+	"--feature-gates=CSIVolumeGroupSnapshot=false",
 }
 
 // snapshotClassFields are the top-level fields of a VolumeSnapshotClass
@@ -119,25 +132,28 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 	want := []string{
 		"CSIDriver /lvm.carve.dev",
 		"ClusterRole /carve-controller-lost-nodes",
+		"ClusterRole /carve-controller-node-channel",
+		"ClusterRole /carve-controller-provisioner",
 		"ClusterRole /carve-controller-resizer",
+		"ClusterRole /carve-controller-snapshotter",
 		"ClusterRole /carve-node-audit",
-		"ClusterRole /carve-node-provisioner",
-		"ClusterRole /carve-node-snapshotter",
 		"ClusterRoleBinding /carve-controller-lost-nodes",
+		"ClusterRoleBinding /carve-controller-node-channel",
+		"ClusterRoleBinding /carve-controller-provisioner",
 		"ClusterRoleBinding /carve-controller-resizer",
+		"ClusterRoleBinding /carve-controller-snapshotter",
 		"ClusterRoleBinding /carve-node-audit",
-		"ClusterRoleBinding /carve-node-provisioner",
-		"ClusterRoleBinding /carve-node-snapshotter",
 		"ConfigMap carve-system/carve-device-classes",
 		"DaemonSet carve-system/carve-node",
 		"Deployment carve-system/carve-controller",
 		"Namespace /carve-system",
 		"PodDisruptionBudget carve-system/carve-controller",
 		"Role carve-system/carve-controller-leader-election",
-		"Role carve-system/carve-node-capacity",
+		"Role carve-system/carve-controller-node-channel",
 		"RoleBinding carve-system/carve-controller-leader-election",
-		"RoleBinding carve-system/carve-node-capacity",
+		"RoleBinding carve-system/carve-controller-node-channel",
 		"Service carve-system/carve-controller-metrics",
+		"Service carve-system/carve-node",
 		"Service carve-system/carve-node-metrics",
 		"Service carve-system/carve-provisioner-metrics",
 		"Service carve-system/carve-resizer-metrics",
@@ -198,17 +214,22 @@ func TestNodeDaemonSet(t *testing.T) {
 	ds := get[*appsv1.DaemonSet](t, objs, "DaemonSet carve-system/carve-node")
 	spec := ds.Spec.Template.Spec
 
+	// The node agent alone: csi-provisioner and csi-snapshotter run in the
+	// controller Deployment; carve registers itself and serves its own
+	// probes (no node-driver-registrar, no livenessprobe).
 	var names []string
 	for _, c := range spec.Containers {
 		names = append(names, c.Name)
 	}
-	// carve registers itself and serves its own probes: no
-	// node-driver-registrar, no livenessprobe.
-	if want := []string{"carve", "csi-provisioner", "csi-snapshotter"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"carve"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("containers %v, want %v", names, want)
 	}
 	if spec.ServiceAccountName != "carve-node" {
 		t.Errorf("serviceAccountName %q, want carve-node", spec.ServiceAccountName)
+	}
+	// The audit still reads the API with the pod's own token.
+	if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken is false; the audit needs the pod's API token")
 	}
 	checkNodeSelection(t, ds)
 	for _, c := range spec.Containers {
@@ -218,7 +239,9 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 
 	hostPaths := map[string]string{}
+	volumes := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
 		if v.HostPath != nil {
 			hostPaths[v.Name] = v.HostPath.Path
 		}
@@ -260,23 +283,38 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 
 	// The plugin's command line: role, socket, node name, config file on
-	// the ConfigMap's mount, metrics on the port the Service targets.
+	// the ConfigMap's mount, metrics on the port the Service targets, and
+	// the node channel on the pod's own address with the CA and the token
+	// where the pod mounts them.
 	if len(plugin.Args) == 0 || plugin.Args[0] != "plugin" {
 		t.Errorf("plugin args %v do not start with the plugin role", plugin.Args)
 	}
 	for flag, want := range map[string]string{
-		"--endpoint":  "unix:///csi/csi.sock",
-		"--node-name": "$(NODE_NAME)",
-		"--config":    "/etc/carve/config.yaml",
+		"--endpoint":                "unix:///csi/csi.sock",
+		"--node-name":               "$(NODE_NAME)",
+		"--config":                  "/etc/carve/config.yaml",
+		"--node-channel-address":    "$(POD_IP):9809",
+		"--node-channel-ca-file":    "/etc/carve/node-channel/ca.crt",
+		"--node-channel-token-file": "/var/run/secrets/carve.dev/token",
 	} {
 		if got, _ := flagValue(plugin.Args, flag); got != want {
 			t.Errorf("plugin %s=%q, want %q", flag, got, want)
 		}
 	}
-	if m, ok := mounts["/etc/carve"]; !ok || !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
-		return v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == "carve-device-classes"
-	}) {
-		t.Error("/etc/carve is not the carve-device-classes ConfigMap")
+	// /etc/carve: the device-class file and the CA bundle, which carve
+	// controller publishes (optional: the pod starts before it exists).
+	if cm, ca := nodeConfigVolume(t, spec); cm != "carve-device-classes" || !ca {
+		t.Errorf("/etc/carve holds ConfigMap %q and the CA bundle %v; want carve-device-classes and node-channel/ca.crt of the optional ConfigMap carve-node-channel-ca", cm, ca)
+	}
+	// The projected token the controller reviews at enrollment: audience
+	// carve-controller, an hour's life, read-only.
+	if m, ok := mounts["/var/run/secrets/carve.dev"]; !ok || !m.ReadOnly {
+		t.Error("the plugin does not mount /var/run/secrets/carve.dev read-only")
+	} else if v := volumes[m.Name]; v.Projected == nil || len(v.Projected.Sources) != 1 || v.Projected.Sources[0].ServiceAccountToken == nil {
+		t.Errorf("/var/run/secrets/carve.dev is %+v, want one projected service-account token", v.VolumeSource)
+	} else if tok := v.Projected.Sources[0].ServiceAccountToken; tok.Audience != "carve-controller" || tok.Path != "token" ||
+		tok.ExpirationSeconds == nil || *tok.ExpirationSeconds != 3600 {
+		t.Errorf("the node channel token is %+v, want audience carve-controller, path token, expirationSeconds 3600", tok)
 	}
 	metricsAddr, _ := flagValue(plugin.Args, "--metrics-address")
 	ports := map[string]int32{}
@@ -288,6 +326,9 @@ func TestNodeDaemonSet(t *testing.T) {
 	if !strings.HasSuffix(metricsAddr, ":"+itoa(ports["metrics"])) || ports["metrics"] == 0 {
 		t.Errorf("--metrics-address=%q does not listen on the metrics port %d", metricsAddr, ports["metrics"])
 	}
+	if addr, _ := flagValue(plugin.Args, "--node-channel-address"); !strings.HasSuffix(addr, ":"+itoa(ports["node-channel"])) || ports["node-channel"] == 0 {
+		t.Errorf("--node-channel-address=%q does not listen on the node-channel port %d", addr, ports["node-channel"])
+	}
 	svc := get[*corev1.Service](t, objs, "Service carve-system/carve-node-metrics")
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
 		t.Errorf("the metrics Service targets %+v, want the port named metrics", svc.Spec.Ports)
@@ -295,41 +336,8 @@ func TestNodeDaemonSet(t *testing.T) {
 	if !reflect.DeepEqual(svc.Spec.Selector, ds.Spec.Template.Labels) {
 		t.Errorf("the metrics Service selects %v, the node pods carry %v", svc.Spec.Selector, ds.Spec.Template.Labels)
 	}
-	envFrom := func(c corev1.Container) map[string]string {
-		m := map[string]string{}
-		for _, e := range c.Env {
-			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-				m[e.Name] = e.ValueFrom.FieldRef.FieldPath
-			}
-		}
-		return m
-	}
-	if got := envFrom(plugin); got["NODE_NAME"] != "spec.nodeName" {
-		t.Errorf("plugin NODE_NAME comes from %q, want spec.nodeName", got["NODE_NAME"])
-	}
-
-	prov := container(t, spec, "csi-provisioner")
-	if !reflect.DeepEqual(prov.Args, provisionerFlags) {
-		t.Errorf("csi-provisioner args\n got %q\nwant %q (carve's design)", prov.Args, provisionerFlags)
-	}
-	if got, want := envFrom(prov), map[string]string{
-		"NODE_NAME": "spec.nodeName", "NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name",
-	}; !reflect.DeepEqual(got, want) {
-		t.Errorf("csi-provisioner env %v, want %v", got, want)
-	}
-
-	// csi-snapshotter acts only on this node's snapshots, on carve's socket.
-	snap := container(t, spec, "csi-snapshotter")
-	for _, want := range []string{"--csi-address=/csi/csi.sock", "--node-deployment"} {
-		if !slices.Contains(snap.Args, want) {
-			t.Errorf("csi-snapshotter args %q lack %s", snap.Args, want)
-		}
-	}
-	if slices.ContainsFunc(snap.Args, func(a string) bool { return strings.HasPrefix(a, "--leader-election") }) {
-		t.Errorf("csi-snapshotter args %q ask for leader election, which --node-deployment refuses", snap.Args)
-	}
-	if got := envFrom(snap); got["NODE_NAME"] != "spec.nodeName" {
-		t.Errorf("csi-snapshotter NODE_NAME comes from %q, want spec.nodeName", got["NODE_NAME"])
+	if got := envFrom(plugin); got["NODE_NAME"] != "spec.nodeName" || got["POD_IP"] != "status.podIP" {
+		t.Errorf("plugin NODE_NAME comes from %q and POD_IP from %q, want spec.nodeName and status.podIP", got["NODE_NAME"], got["POD_IP"])
 	}
 
 	// Registration: the socket goes into the kubelet's plugins_registry as
@@ -357,11 +365,183 @@ func TestNodeDaemonSet(t *testing.T) {
 			t.Errorf("the plugin's %s probe is %+v, want GET %s on the metrics port", tc.kind, tc.probe, tc.path)
 		}
 	}
-	if want := map[string]int32{"metrics": 9810, "prov-metrics": 9811}; !reflect.DeepEqual(ports, want) {
-		t.Errorf("the node pod declares ports %v; want %v (carve's metrics and csi-provisioner's --http-endpoint)", ports, want)
+	if want := map[string]int32{"metrics": 9810, "node-channel": 9809}; !reflect.DeepEqual(ports, want) {
+		t.Errorf("the node pod declares ports %v; want %v (carve's metrics and the node channel)", ports, want)
 	}
-	if got, _ := flagValue(prov.Args, "--http-endpoint"); got != ":"+itoa(ports["prov-metrics"]) {
-		t.Errorf("csi-provisioner --http-endpoint=%q is not the prov-metrics port", got)
+}
+
+// envFrom maps a container's environment variables set from a field of
+// the pod to that field's path.
+func envFrom(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			m[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	return m
+}
+
+// nodeConfigVolume returns what the node pod's /etc/carve holds: the
+// device-class ConfigMap it projects, and whether it also projects the
+// node channel's CA bundle (ca.crt of the optional ConfigMap
+// carve-node-channel-ca) as node-channel/ca.crt.
+func nodeConfigVolume(t *testing.T, spec corev1.PodSpec) (deviceClasses string, caBundle bool) {
+	t.Helper()
+	var name string
+	for _, m := range container(t, spec, "carve").VolumeMounts {
+		if m.MountPath == "/etc/carve" {
+			if !m.ReadOnly {
+				t.Error("/etc/carve is mounted writable")
+			}
+			name = m.Name
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Name != name || v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			cm := src.ConfigMap
+			switch {
+			case cm == nil:
+			case cm.Name == "carve-node-channel-ca":
+				caBundle = cm.Optional != nil && *cm.Optional &&
+					reflect.DeepEqual(cm.Items, []corev1.KeyToPath{{Key: "ca.crt", Path: "node-channel/ca.crt"}})
+			default:
+				deviceClasses = cm.Name
+			}
+		}
+	}
+	return deviceClasses, caBundle
+}
+
+// TestNodeRunsOnlyTheAgent: every node DaemonSet, node groups' included,
+// runs one container, carve plugin; no sidecar runs on the nodes.
+func TestNodeRunsOnlyTheAgent(t *testing.T) {
+	objs := typedObjects(t, renderChartValues(t, `
+nodeGroups:
+  - name: nvme
+    deviceClasses: [{name: fast, volumeGroup: nvme}]
+`))
+	for _, key := range []string{nodeDS, "DaemonSet carve-system/carve-node-nvme"} {
+		tmpl, ok := podSpecOf(t, objs, key)
+		if !ok {
+			t.Fatalf("no %s rendered: %v", key, sortedKeys(objs))
+		}
+		if cs := tmpl.Spec.Containers; len(cs) != 1 || cs[0].Name != "carve" || len(cs[0].Args) == 0 || cs[0].Args[0] != "plugin" {
+			t.Errorf("%s runs %d containers (%+v), want carve plugin alone", key, len(cs), cs)
+		}
+		if len(tmpl.Spec.InitContainers) > 0 {
+			t.Errorf("%s has init containers %+v", key, tmpl.Spec.InitContainers)
+		}
+	}
+}
+
+// TestNodeChannelService: the headless Service carve controller finds the
+// node agents by selects the node pods of every node group (and no
+// controller pod), on the port the pods name node-channel, and is the one
+// --node-channel-service names.
+func TestNodeChannelService(t *testing.T) {
+	objs := typedObjects(t, renderChartValues(t, `
+nodeGroups:
+  - name: nvme
+    deviceClasses: [{name: fast, volumeGroup: nvme}]
+  - name: hdd
+    deviceClasses: [{name: bulk, volumeGroup: hdd}]
+`))
+	svc, ok := objs["Service carve-system/carve-node"].(*corev1.Service)
+	if !ok {
+		t.Fatalf("no Service carve-node: %v", sortedKeys(objs))
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service carve-node: clusterIP %q, want None (headless: the controller dials each pod)", svc.Spec.ClusterIP)
+	}
+	if p := svc.Spec.Ports; len(p) != 1 || p[0].Name != "node-channel" || p[0].Port != 9809 || p[0].TargetPort.String() != "node-channel" || p[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("Service carve-node ports %+v, want node-channel 9809/TCP targeting node-channel", p)
+	}
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	for _, key := range []string{nodeDS, "DaemonSet carve-system/carve-node-nvme", "DaemonSet carve-system/carve-node-hdd"} {
+		tmpl, ok := podSpecOf(t, objs, key)
+		if !ok {
+			t.Fatalf("no %s rendered", key)
+		}
+		if !sel.Matches(labels.Set(tmpl.Labels)) {
+			t.Errorf("Service carve-node (selector %v) does not select the pods of %s (%v)", svc.Spec.Selector, key, tmpl.Labels)
+		}
+		if !slices.ContainsFunc(container(t, tmpl.Spec, "carve").Ports, func(p corev1.ContainerPort) bool { return p.Name == "node-channel" && p.ContainerPort == 9809 }) {
+			t.Errorf("%s declares no port node-channel 9809", key)
+		}
+	}
+	ctrl, _ := podSpecOf(t, objs, controllerD)
+	if sel.Matches(labels.Set(ctrl.Labels)) {
+		t.Errorf("Service carve-node selects the controller pods %v", ctrl.Labels)
+	}
+	if got, _ := flagValue(container(t, ctrl.Spec, "carve").Args, "--node-channel-service"); got != svc.Name {
+		t.Errorf("carve controller --node-channel-service=%q, want %s", got, svc.Name)
+	}
+}
+
+// TestNodeChannelNetworkPolicy: the component (and the chart's
+// networkPolicy.enabled) admits to the node pods' node channel only the
+// controller pods, and leaves the metrics port open to all.
+func TestNodeChannelNetworkPolicy(t *testing.T) {
+	objs := map[string]runtime.Object{}
+	for _, o := range renderWithComponent(t, "node-channel-network-policy") {
+		objs[o.key()] = typed(t, o)
+	}
+	np := get[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy carve-system/carve-node-channel")
+	if _, ok := baseObjects(t)["NetworkPolicy carve-system/carve-node-channel"]; ok {
+		t.Error("the base without the component renders the NetworkPolicy")
+	}
+	ds := get[*appsv1.DaemonSet](t, objs, "DaemonSet carve-system/carve-node")
+	d := get[*appsv1.Deployment](t, objs, "Deployment carve-system/carve-controller")
+	pods, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pods.Matches(labels.Set(ds.Spec.Template.Labels)) || !pods.Matches(labels.Set{"app.kubernetes.io/name": "carve", "app.kubernetes.io/component": "node", "carve.dev/node-group": "nvme"}) {
+		t.Errorf("the NetworkPolicy's podSelector %v does not select the node pods (of node groups too)", np.Spec.PodSelector)
+	}
+	if pods.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("the NetworkPolicy's podSelector %v selects the controller pods", np.Spec.PodSelector)
+	}
+	if !reflect.DeepEqual(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policyTypes %v, want [Ingress] (the node's egress is not restricted)", np.Spec.PolicyTypes)
+	}
+	// Who may reach each of the node pod's ports.
+	from := map[string][]networkingv1.NetworkPolicyPeer{}
+	for _, r := range np.Spec.Ingress {
+		if len(r.Ports) == 0 {
+			t.Errorf("ingress rule %+v admits every port", r)
+		}
+		for _, p := range r.Ports {
+			if p.Port == nil || (p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP) {
+				t.Errorf("ingress port %+v, want a named TCP port", p)
+				continue
+			}
+			from[p.Port.String()] = append(from[p.Port.String()], r.From...)
+			if len(r.From) == 0 {
+				from[p.Port.String()] = append(from[p.Port.String()], networkingv1.NetworkPolicyPeer{}) // anyone
+			}
+		}
+	}
+	if peers := from["metrics"]; len(peers) != 1 || !reflect.DeepEqual(peers[0], networkingv1.NetworkPolicyPeer{}) {
+		t.Errorf("the metrics port admits %+v, want everyone", peers)
+	}
+	peers := from["node-channel"]
+	if len(peers) != 1 || peers[0].PodSelector == nil || peers[0].NamespaceSelector != nil || peers[0].IPBlock != nil {
+		t.Fatalf("the node channel admits %+v, want only pods of this namespace", peers)
+	}
+	ctrl, err := metav1.LabelSelectorAsSelector(peers[0].PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ctrl.Matches(labels.Set(d.Spec.Template.Labels)) || ctrl.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("the node channel admits pods %v: want the controller pods %v and not the node pods", peers[0].PodSelector, d.Spec.Template.Labels)
+	}
+	if len(from) != 2 {
+		t.Errorf("the NetworkPolicy opens ports %v, want metrics and node-channel", from)
 	}
 }
 
@@ -407,21 +587,39 @@ func itoa(i int32) string { return strconv.Itoa(int(i)) }
 func TestControllerDeployment(t *testing.T) {
 	objs := baseObjects(t)
 	d := get[*appsv1.Deployment](t, objs, "Deployment carve-system/carve-controller")
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-		t.Errorf("replicas %v, want 1", d.Spec.Replicas)
+	// Two replicas: every one routes, leader election picks one of each
+	// sidecar, so losing a node does not stop provisioning.
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
 	}
 	spec := d.Spec.Template.Spec
 	if spec.ServiceAccountName != "carve-controller" {
 		t.Errorf("serviceAccountName %q", spec.ServiceAccountName)
 	}
+	var names []string
+	for _, c := range spec.Containers {
+		names = append(names, c.Name)
+	}
+	if want := []string{"carve", "csi-provisioner", "csi-snapshotter", "csi-resizer"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("containers %v, want %v", names, want)
+	}
 	carve := container(t, spec, "carve")
 	if len(carve.Args) == 0 || carve.Args[0] != "controller" {
 		t.Errorf("carve args %v do not start with the controller role", carve.Args)
 	}
-	if got, _ := flagValue(carve.Args, "--endpoint"); got != "unix:///csi/csi.sock" {
-		t.Errorf("controller --endpoint=%q", got)
+	for flag, want := range map[string]string{
+		"--endpoint":             "unix:///csi/csi.sock",
+		"--metrics-address":      "0.0.0.0:9810",
+		"--node-channel-service": "carve-node",
+	} {
+		if got, _ := flagValue(carve.Args, flag); got != want {
+			t.Errorf("controller %s=%q, want %q", flag, got, want)
+		}
 	}
-	// Neither container needs root.
+	if got := envFrom(carve); got["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("controller POD_NAMESPACE comes from %q, want metadata.namespace", got["POD_NAMESPACE"])
+	}
+	// No container needs root.
 	psc := spec.SecurityContext
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 ||
 		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
@@ -435,6 +633,10 @@ func TestControllerDeployment(t *testing.T) {
 		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
 			t.Errorf("container %s: terminationMessagePolicy %q, want FallbackToLogsOnError", c.Name, c.TerminationMessagePolicy)
 		}
+		// Every container talks to carve controller on the pod's socket.
+		if m := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/csi" }); m < 0 {
+			t.Errorf("container %s does not mount /csi", c.Name)
+		}
 	}
 	pdb := get[*policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget carve-system/carve-controller")
 	if !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
@@ -447,13 +649,38 @@ func TestControllerDeployment(t *testing.T) {
 	if got, _ := flagValue(resizer.Args, "--csi-address"); got != "/csi/csi.sock" {
 		t.Errorf("csi-resizer --csi-address=%q", got)
 	}
-	// Both containers' /metrics are behind a Service of their own (one
-	// scrape job each), on the ports the processes listen on.
+	prov := container(t, spec, "csi-provisioner")
+	if !reflect.DeepEqual(prov.Args, provisionerFlags) {
+		t.Errorf("csi-provisioner args\n got %q\nwant %q (carve's design)", prov.Args, provisionerFlags)
+	}
+	snap := container(t, spec, "csi-snapshotter")
+	if !reflect.DeepEqual(snap.Args, snapshotterFlags) {
+		t.Errorf("csi-snapshotter args\n got %q\nwant %q (carve's design)", snap.Args, snapshotterFlags)
+	}
+	for _, c := range []corev1.Container{prov, snap} {
+		if got, want := envFrom(c), map[string]string{"NAMESPACE": "metadata.namespace"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s env %v, want %v ($(NAMESPACE) of --leader-election-namespace)", c.Name, got, want)
+		}
+	}
+	// The sidecars' leader-election health checks, where they serve one.
+	for _, tc := range []struct {
+		c    corev1.Container
+		port string
+	}{{prov, "prov-metrics"}, {resizer, "resizer-hz"}} {
+		p := tc.c.LivenessProbe
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz/leader-election" || p.HTTPGet.Port.String() != tc.port {
+			t.Errorf("%s livenessProbe %+v, want GET /healthz/leader-election on %s", tc.c.Name, p, tc.port)
+		}
+	}
+	// carve controller's, csi-provisioner's and csi-resizer's /metrics are
+	// behind a Service of their own each (one scrape job each), on the
+	// ports the processes listen on.
 	for _, tc := range []struct {
 		service, port, flag string
 		c                   corev1.Container
 	}{
 		{"carve-controller-metrics", "metrics", "--metrics-address", carve},
+		{"carve-provisioner-metrics", "prov-metrics", "--http-endpoint", prov},
 		{"carve-resizer-metrics", "resizer-hz", "--http-endpoint", resizer},
 	} {
 		svc := get[*corev1.Service](t, objs, "Service carve-system/"+tc.service)
@@ -474,6 +701,48 @@ func TestControllerDeployment(t *testing.T) {
 			t.Errorf("%s %s=%q does not listen on its port %s (%d)", tc.c.Name, tc.flag, addr, tc.port, port)
 		}
 	}
+}
+
+// TestControllerProvisionerCentral: csi-provisioner runs once, in the
+// controller Deployment, in central mode: without --node-deployment (which
+// would make it act only for the node it runs on), with --strict-topology
+// (CreateVolume gets only the selected node, which carve controller routes
+// to) and without capacity tracking (carve controller writes the
+// CSIStorageCapacity objects). csi-snapshotter likewise runs without
+// --node-deployment, under leader election.
+func TestControllerProvisionerCentral(t *testing.T) {
+	objs := baseObjects(t)
+	spec := get[*appsv1.Deployment](t, objs, "Deployment carve-system/carve-controller").Spec.Template.Spec
+	prov := container(t, spec, "csi-provisioner")
+	for _, tc := range []struct {
+		flag string
+		want bool
+	}{
+		{"--node-deployment", false},
+		{"--enable-capacity", false},
+		{"--strict-topology", true},
+		{"--leader-election", true},
+	} {
+		has := slices.ContainsFunc(prov.Args, func(a string) bool { return a == tc.flag || strings.HasPrefix(a, tc.flag+"=") })
+		if has != tc.want {
+			t.Errorf("csi-provisioner args %q: %s present %v, want %v", prov.Args, tc.flag, has, tc.want)
+		}
+	}
+	snap := container(t, spec, "csi-snapshotter")
+	if slices.Contains(snap.Args, "--node-deployment") || !slices.Contains(snap.Args, "--leader-election") {
+		t.Errorf("csi-snapshotter args %q: want --leader-election and no --node-deployment", snap.Args)
+	}
+}
+
+// renderChartValues renders the chart with a values file, failing the test
+// when helm fails.
+func renderChartValues(t *testing.T, values string) []object {
+	t.Helper()
+	objs, err := renderValues(t, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 // TestImagesAndResources: every container runs a pinned image and asks for
@@ -506,55 +775,113 @@ func TestImagesAndResources(t *testing.T) {
 	}
 }
 
-// rule is one RBAC permission: verb on a resource in an API group.
-type rule struct{ scope, group, resource, verb string }
+// rule is one RBAC permission: verb on a resource in an API group, limited
+// to one object's name when name is set.
+type rule struct{ scope, group, resource, verb, name string }
+
+func (r rule) String() string {
+	s := r.scope + " " + r.group + "/" + r.resource + " " + r.verb
+	if r.name != "" {
+		s += " " + r.name
+	}
+	return s
+}
 
 // TestRBACLeastPrivilege compares what each service account may do with the
 // list of what its containers really need, permission by permission, so a
 // new wildcard or a stray verb fails.
 func TestRBACLeastPrivilege(t *testing.T) {
 	checkGrants(t, baseObjects(t), map[string][]rule{
+		// The audit alone (stage 3 moves it to the controller).
 		"carve-system/carve-node": slices.Concat(
+			expand("cluster", "", "persistentvolumes", "list", "watch"),
+			expand("cluster", "", "persistentvolumeclaims", "get"),
+			expand("cluster", "", "events", "create", "patch"),
+		),
+		"carve-system/carve-controller": slices.Concat(
+			// csi-provisioner (central mode), csi-resizer, the lost-node
+			// watch and the node channel's informers.
+			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
 			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),
+			expand("cluster", "", "persistentvolumeclaims/status", "patch"),
 			expand("cluster", "storage.k8s.io", "storageclasses", "get", "list", "watch"),
-			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "storage.k8s.io", "csinodes", "get", "list", "watch"),
+			expand("cluster", "storage.k8s.io", "volumeattributesclasses", "get", "list", "watch"),
 			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
-			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
-			expand("namespace", "", "pods", "get"),
 			// csi-provisioner restoring from a snapshot.
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "watch", "update"),
 			// csi-provisioner (get, list) and csi-snapshotter.
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents", "get", "list", "watch", "update", "patch"),
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "patch"),
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotclasses", "get", "list", "watch"),
-		),
-		"carve-system/carve-controller": slices.Concat(
-			expand("cluster", "", "nodes", "get", "list", "watch"),
-			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "patch"),
-			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch"),
-			expand("cluster", "", "persistentvolumeclaims/status", "patch"),
-			expand("cluster", "storage.k8s.io", "volumeattributesclasses", "get", "list", "watch"),
-			expand("cluster", "", "events", "list", "watch", "create", "update", "patch"),
+			// Leader election of the sidecars and carve controller.
 			expand("namespace", "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "delete"),
+			// The node channel: enrollment, discovery, capacity, the CA.
+			expand("cluster", "authentication.k8s.io", "tokenreviews", "create"),
+			expand("namespace", "discovery.k8s.io", "endpointslices", "list", "watch"),
+			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "delete"),
+			expand("namespace", "", "secrets", "create"),
+			expandNamed("namespace", "", "secrets", "carve-node-channel-ca", "get"),
+			expand("namespace", "", "configmaps", "create"),
+			expandNamed("namespace", "", "configmaps", "carve-node-channel-ca", "get", "update"),
 		),
 	})
+}
+
+// TestNodeCannotWriteVolumes: the node agents' service account may change
+// no PV, PVC, CSIStorageCapacity or snapshot object, and read no Secret,
+// whatever the chart's values: a node that is taken over cannot reach
+// beyond its own disks through the API.
+func TestNodeCannotWriteVolumes(t *testing.T) {
+	for _, values := range []string{
+		"",
+		"controller: {deleteClaimsOfLostNodes: true}\nnetworkPolicy: {enabled: true}\n",
+		"nodeGroups: [{name: nvme, deviceClasses: [{name: fast, volumeGroup: nvme}]}]\n",
+	} {
+		objs := map[string]runtime.Object{}
+		for _, o := range renderChartValues(t, values) {
+			objs[o.key()] = typed(t, o)
+		}
+		granted := grants(t, objs)["carve-system/carve-node"]
+		if len(granted) == 0 {
+			t.Fatalf("values %q: carve-node is granted nothing; the audit needs to read PVs", values)
+		}
+		for r := range granted {
+			read := slices.Contains([]string{"get", "list", "watch"}, r.verb)
+			switch {
+			case r.group == "" && (r.resource == "events"):
+				// The audit's reports.
+			case r.resource == "secrets", r.verb == "*", r.resource == "*", r.group == "*":
+				t.Errorf("values %q: carve-node may %s", values, r)
+			case !read:
+				t.Errorf("values %q: carve-node may %s; the node writes nothing but Events", values, r)
+			}
+		}
+	}
 }
 
 // expand lists one rule per verb.
 func expand(scope, group, resource string, verbs ...string) []rule {
 	var rs []rule
 	for _, v := range verbs {
-		rs = append(rs, rule{scope, group, resource, v})
+		rs = append(rs, rule{scope, group, resource, v, ""})
 	}
 	return rs
 }
 
-// checkGrants compares the permissions the roles and bindings among objs
-// give each service account with want, and fails on any extra or missing
-// one, or on a service account want does not name.
-func checkGrants(t *testing.T, objs map[string]runtime.Object, want map[string][]rule) {
+// expandNamed lists one rule per verb on the object name alone.
+func expandNamed(scope, group, resource, name string, verbs ...string) []rule {
+	var rs []rule
+	for _, v := range verbs {
+		rs = append(rs, rule{scope, group, resource, v, name})
+	}
+	return rs
+}
+
+// grants lists the permissions the roles and bindings among objs give each
+// service account (namespace/name).
+func grants(t *testing.T, objs map[string]runtime.Object) map[string]map[rule]bool {
 	t.Helper()
 	rolesByKey := map[string][]rbacv1.PolicyRule{}
 	for _, o := range objs {
@@ -581,10 +908,16 @@ func checkGrants(t *testing.T, objs map[string]runtime.Object, want map[string][
 				granted[sa] = map[rule]bool{}
 			}
 			for _, r := range rules {
+				names := r.ResourceNames
+				if len(names) == 0 {
+					names = []string{""}
+				}
 				for _, g := range r.APIGroups {
 					for _, res := range r.Resources {
 						for _, v := range r.Verbs {
-							granted[sa][rule{scope, g, res, v}] = true
+							for _, n := range names {
+								granted[sa][rule{scope, g, res, v, n}] = true
+							}
 						}
 					}
 				}
@@ -599,6 +932,15 @@ func checkGrants(t *testing.T, objs map[string]runtime.Object, want map[string][
 			grant(b.Subjects, "Role/"+b.Namespace+"/"+b.RoleRef.Name, "namespace")
 		}
 	}
+	return granted
+}
+
+// checkGrants compares the permissions the roles and bindings among objs
+// give each service account with want, and fails on any extra or missing
+// one, or on a service account want does not name.
+func checkGrants(t *testing.T, objs map[string]runtime.Object, want map[string][]rule) {
+	t.Helper()
+	granted := grants(t, objs)
 	for sa, rules := range want {
 		wantSet := map[rule]bool{}
 		for _, r := range rules {
@@ -607,12 +949,12 @@ func checkGrants(t *testing.T, objs map[string]runtime.Object, want map[string][
 		var extra, missing []string
 		for r := range granted[sa] {
 			if !wantSet[r] {
-				extra = append(extra, r.scope+" "+r.group+"/"+r.resource+" "+r.verb)
+				extra = append(extra, r.String())
 			}
 		}
 		for r := range wantSet {
 			if !granted[sa][r] {
-				missing = append(missing, r.scope+" "+r.group+"/"+r.resource+" "+r.verb)
+				missing = append(missing, r.String())
 			}
 		}
 		sort.Strings(extra)

@@ -101,8 +101,9 @@ func renderSnapshotController(t *testing.T) []object {
 }
 
 // TestSnapshotControllerManifests: the optional snapshot-controller runs the
-// pinned release with distributed snapshotting, with exactly the
-// permissions it needs, and the chart renders the same objects with
+// pinned release without distributed snapshotting (carve's csi-snapshotter
+// runs once, in the controller Deployment), with exactly the permissions
+// it needs, and the chart renders the same objects with
 // snapshotController.enabled=true (and none by default).
 func TestSnapshotControllerManifests(t *testing.T) {
 	version := pinnedVersion(t, snapshotterModule)
@@ -134,10 +135,11 @@ func TestSnapshotControllerManifests(t *testing.T) {
 	if c.Image != image {
 		t.Errorf("snapshot-controller runs %s, want %s (the release test/tools/snapshotter pins)", c.Image, image)
 	}
-	for _, want := range []string{"--enable-distributed-snapshotting", "--leader-election"} {
-		if !slices.Contains(c.Args, want) {
-			t.Errorf("snapshot-controller args %q lack %s", c.Args, want)
-		}
+	if !slices.Contains(c.Args, "--leader-election") {
+		t.Errorf("snapshot-controller args %q lack --leader-election", c.Args)
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--enable-distributed-snapshotting") }) {
+		t.Errorf("snapshot-controller args %q ask for distributed snapshotting, which only a csi-snapshotter per node needs", c.Args)
 	}
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Error("snapshot-controller has no CPU or memory request")
@@ -149,7 +151,6 @@ func TestSnapshotControllerManifests(t *testing.T) {
 		"kube-system/carve-snapshot-controller": slices.Concat(
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update"),
-			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotclasses", "get", "list", "watch"),
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents", "get", "list", "watch", "create", "update", "patch", "delete"),
 			expand("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents/status", "patch"),

@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/carve-csi/carve/pkg/capacitywriter"
 )
 
 // Scenario 1: a CSIStorageCapacity object for every node x WaitForFirstConsumer
-// StorageClass, holding VG free - spare, owned by the node's DaemonSet pod
-// (--capacity-ownerref-level=0), and following a volume's create and delete.
+// StorageClass, holding VG free - spare, written by carve controller from
+// the node's capacity stream (labelled as its own, owned by no node pod:
+// a restarted node agent does not take its objects with it), and
+// following a volume's create and delete.
 func TestCapacityObjectsPerNodeAndClass(t *testing.T) {
 	scs, err := bed.StorageClasses()
 	if err != nil {
@@ -46,8 +50,16 @@ func TestCapacityObjectsPerNodeAndClass(t *testing.T) {
 				if err != nil || obj == nil {
 					t.Fatalf("capacity object: %v", err)
 				}
-				if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].Kind != "Pod" || obj.OwnerReferences[0].Name != n.PodName {
-					t.Errorf("CSIStorageCapacity %s owners %+v, want the DaemonSet pod %s", obj.Name, obj.OwnerReferences, n.PodName)
+				for _, o := range obj.OwnerReferences {
+					if o.Kind == "Pod" {
+						t.Errorf("CSIStorageCapacity %s is owned by pod %s: the controller writes it, no node pod owns it", obj.Name, o.Name)
+					}
+				}
+				if got := obj.Labels[capacitywriter.LabelManagedBy]; got != capacitywriter.ManagedBy {
+					t.Errorf("CSIStorageCapacity %s label %s=%q, want %q (carve controller writes it)", obj.Name, capacitywriter.LabelManagedBy, got, capacitywriter.ManagedBy)
+				}
+				if got := obj.Labels[capacitywriter.LabelNode]; got != n.Name {
+					t.Errorf("CSIStorageCapacity %s label %s=%q, want the node %s", obj.Name, capacitywriter.LabelNode, got, n.Name)
 				}
 				if !thin && (obj.MaximumVolumeSize == nil || obj.MaximumVolumeSize.Value() != obj.Capacity.Value()) {
 					t.Errorf("CSIStorageCapacity %s maximumVolumeSize %v, want %v (one VG: the largest volume is all the room)", obj.Name, obj.MaximumVolumeSize, obj.Capacity)

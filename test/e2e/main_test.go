@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,11 +41,11 @@ var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--aud
 // (--remove-orphans); the others only report them.
 var nodeSpecs = withAudit(cluster.ThreeNodes())
 
-// withAudit gives every node the test bed's audit flags and its node
-// channel (nodechannel_test.go), and node-large --remove-orphans.
+// withAudit gives every node the test bed's audit flags, and node-large
+// --remove-orphans.
 func withAudit(nodes []cluster.NodeSpec) []cluster.NodeSpec {
 	for i := range nodes {
-		nodes[i].PluginArgs = append(channelArgs(nodes[i].Name), auditArgs...)
+		nodes[i].PluginArgs = append([]string(nil), auditArgs...)
 		if nodes[i].Name == "node-large" {
 			nodes[i].PluginArgs = append([]string{"--remove-orphans=true"}, nodes[i].PluginArgs...)
 		}
@@ -57,14 +58,23 @@ func TestMain(m *testing.M) {
 		Name:   "e2e",
 		Config: configFromEnv,
 		Up: func(bed *cluster.Cluster, took time.Duration) {
-			fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve plugin and csi-provisioner.\n",
-				took, len(bed.Nodes))
+			fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve plugin (the node agent, its node channel on %s), and the controller Deployment's processes (carve controller, %s) enrolling them over the node channel.\n",
+				took, len(bed.Nodes), bed.NodeChannel.IP, sidecarNames(bed))
 			fmt.Printf("e2e: LVM on the host runs with activation DISABLED (lvm.conf global/activation=0 in each node's LVM_SYSTEM_DIR): LVs are metadata only, no /dev node appears. No kubelet runs: pods are scheduled and bound, containers never start.\n")
 		},
 		DumpLines: 30,
 		AfterStop: noLoopDevicesLeft,
 		Finale:    finale,
 	}.Main(m, &bed))
+}
+
+// sidecarNames lists the controller Deployment's sidecars the test bed runs.
+func sidecarNames(bed *cluster.Cluster) string {
+	names := []string{"csi-provisioner"}
+	if bed.Central.Snapshotter() != nil {
+		names = append(names, "csi-snapshotter")
+	}
+	return strings.Join(append(names, "csi-resizer"), ", ")
 }
 
 // noLoopDevicesLeft checks that the teardown detached every loop device

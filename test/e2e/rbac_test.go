@@ -13,58 +13,132 @@ import (
 // access is one request a service account makes (or must not be able to).
 type access struct {
 	verb, group, resource, subresource, namespace string
+	// name is the object's name, for rules limited to resourceNames.
+	name string
+}
+
+// nodeAuditReads are the only requests the node agents' service account
+// may make in stage 2 of issue 21: what the audit on the node reads and
+// the Events it writes (pkg/reconcile, cmd/carve/audit.go).
+var nodeAuditReads = map[string]bool{
+	"list//persistentvolumes": true, "watch//persistentvolumes": true,
+	"get//persistentvolumeclaims": true,
 }
 
 // TestRBACAgainstAPIServer asks the real API server, with a
 // SubjectAccessReview per request, whether each of carve's service
 // accounts (RBAC of deploy/kubernetes as applied, plus the
 // delete-claims-of-lost-nodes component) may do what its containers need,
-// and may not do a few things they must not. A needed request that is
-// denied fails the test, as does an extra one that is allowed.
+// and may not do what they must not. A needed request that is denied
+// fails the test, as does an extra one that is allowed. The node agents'
+// account is checked over every verb of every resource that matters
+// (issue 21, failure 5: a node must not be able to write volumes, claims
+// or capacity): all denied but the audit's reads and Events.
 func TestRBACAgainstAPIServer(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	ns := bed.Namespace
-	cluster := func(verb, group, resource string) access { return access{verb, group, resource, "", ""} }
-	local := func(verb, group, resource string) access { return access{verb, group, resource, "", ns} }
+	ca := bed.NodeChannel.CAName
+	cluster := func(verb, group, resource string) access { return access{verb: verb, group: group, resource: resource} }
+	local := func(verb, group, resource string) access {
+		return access{verb: verb, group: group, resource: resource, namespace: ns}
+	}
+	in := func(namespace, verb, group, resource string) access {
+		return access{verb: verb, group: group, resource: resource, namespace: namespace}
+	}
+	sub := func(a access, subresource string) access { a.subresource = subresource; return a }
+	named := func(a access, name string) access { a.name = name; return a }
+
+	// The node agents' account: every verb on every resource a node could
+	// use to harm volumes, claims, capacity or the node channel.
+	var nodeAllowed, nodeDenied []access
+	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+	for _, r := range []access{
+		cluster("", "", "persistentvolumes"),
+		in("default", "", "", "persistentvolumeclaims"),
+		local("", "storage.k8s.io", "csistoragecapacities"),
+		in("default", "", "storage.k8s.io", "csistoragecapacities"),
+		cluster("", "snapshot.storage.k8s.io", "volumesnapshotcontents"),
+		in("default", "", "snapshot.storage.k8s.io", "volumesnapshots"),
+		cluster("", "storage.k8s.io", "storageclasses"),
+		local("", "", "secrets"),
+		local("", "", "configmaps"),
+		local("", "discovery.k8s.io", "endpointslices"),
+		local("", "coordination.k8s.io", "leases"),
+		local("", "", "pods"),
+		cluster("", "", "nodes"),
+	} {
+		for _, v := range verbs {
+			a := r
+			a.verb = v
+			if nodeAuditReads[v+"/"+a.group+"/"+a.resource] {
+				nodeAllowed = append(nodeAllowed, a)
+			} else {
+				nodeDenied = append(nodeDenied, a)
+			}
+		}
+	}
+	nodeAllowed = append(nodeAllowed, in("default", "create", "", "events"), in("default", "patch", "", "events"))
+	nodeDenied = append(nodeDenied,
+		sub(cluster("update", "", "persistentvolumes"), "status"),
+		sub(in("default", "patch", "", "persistentvolumeclaims"), "status"),
+		sub(cluster("update", "snapshot.storage.k8s.io", "volumesnapshotcontents"), "status"),
+		cluster("create", "authentication.k8s.io", "tokenreviews"),
+		named(local("get", "", "secrets"), ca))
+
 	tests := []struct {
 		sa              string
 		allowed, denied []access
 	}{
-		{sa: "carve-node",
-			allowed: []access{
-				// the carve plugin's audit
-				cluster("list", "", "persistentvolumes"), cluster("watch", "", "persistentvolumes"),
-				{"get", "", "persistentvolumeclaims", "", "default"},
-				{"create", "", "events", "", "default"}, {"patch", "", "events", "", "default"},
-				// csi-provisioner
-				cluster("create", "", "persistentvolumes"), cluster("delete", "", "persistentvolumes"),
-				cluster("update", "", "persistentvolumeclaims"), cluster("get", "storage.k8s.io", "csinodes"),
-				cluster("list", "storage.k8s.io", "storageclasses"), cluster("get", "", "nodes"),
-				local("create", "storage.k8s.io", "csistoragecapacities"), local("get", "", "pods"),
-			},
-			denied: []access{
-				cluster("update", "", "persistentvolumes"), cluster("delete", "", "persistentvolumeclaims"),
-				cluster("patch", "", "nodes"), cluster("list", "", "pods"), local("get", "", "secrets"),
-				{"create", "storage.k8s.io", "csistoragecapacities", "", "default"},
-			}},
+		{sa: "carve-node", allowed: nodeAllowed, denied: nodeDenied},
 		{sa: "carve-controller",
 			allowed: []access{
 				// carve controller's lost-node watch
 				cluster("get", "", "nodes"), cluster("list", "", "nodes"), cluster("watch", "", "nodes"),
 				cluster("list", "", "persistentvolumes"), cluster("watch", "", "persistentvolumes"),
-				{"create", "", "events", "", "default"}, {"patch", "", "events", "", "default"},
+				in("default", "create", "", "events"), in("default", "patch", "", "events"),
 				local("get", "coordination.k8s.io", "leases"), local("create", "coordination.k8s.io", "leases"),
 				local("update", "coordination.k8s.io", "leases"),
 				// ... with --delete-claims-of-lost-nodes (the component)
-				{"get", "", "persistentvolumeclaims", "", "default"}, {"delete", "", "persistentvolumeclaims", "", "default"},
+				in("default", "get", "", "persistentvolumeclaims"), in("default", "delete", "", "persistentvolumeclaims"),
 				cluster("delete", "", "persistentvolumes"), cluster("update", "", "persistentvolumes"),
+				// carve controller's node channel: the agents' tokens, their
+				// EndpointSlices, the CA, the capacity objects and the
+				// StorageClasses they are per
+				cluster("create", "authentication.k8s.io", "tokenreviews"),
+				local("list", "discovery.k8s.io", "endpointslices"), local("watch", "discovery.k8s.io", "endpointslices"),
+				local("create", "", "secrets"), named(local("get", "", "secrets"), ca),
+				local("create", "", "configmaps"), named(local("get", "", "configmaps"), ca), named(local("update", "", "configmaps"), ca),
+				local("get", "storage.k8s.io", "csistoragecapacities"), local("list", "storage.k8s.io", "csistoragecapacities"),
+				local("watch", "storage.k8s.io", "csistoragecapacities"), local("create", "storage.k8s.io", "csistoragecapacities"),
+				local("update", "storage.k8s.io", "csistoragecapacities"), local("delete", "storage.k8s.io", "csistoragecapacities"),
+				cluster("list", "storage.k8s.io", "storageclasses"), cluster("watch", "storage.k8s.io", "storageclasses"),
+				// csi-provisioner
+				cluster("get", "", "persistentvolumes"), cluster("create", "", "persistentvolumes"),
+				in("default", "list", "", "persistentvolumeclaims"), in("default", "watch", "", "persistentvolumeclaims"),
+				in("default", "update", "", "persistentvolumeclaims"),
+				cluster("get", "storage.k8s.io", "storageclasses"), cluster("get", "storage.k8s.io", "csinodes"),
+				cluster("list", "storage.k8s.io", "csinodes"), cluster("watch", "storage.k8s.io", "csinodes"),
+				in("default", "get", "snapshot.storage.k8s.io", "volumesnapshots"),
+				cluster("get", "snapshot.storage.k8s.io", "volumesnapshotcontents"),
+				// csi-snapshotter
+				cluster("list", "snapshot.storage.k8s.io", "volumesnapshotclasses"),
+				cluster("watch", "snapshot.storage.k8s.io", "volumesnapshotclasses"),
+				cluster("list", "snapshot.storage.k8s.io", "volumesnapshotcontents"),
+				cluster("watch", "snapshot.storage.k8s.io", "volumesnapshotcontents"),
+				cluster("update", "snapshot.storage.k8s.io", "volumesnapshotcontents"),
+				cluster("patch", "snapshot.storage.k8s.io", "volumesnapshotcontents"),
+				sub(cluster("update", "snapshot.storage.k8s.io", "volumesnapshotcontents"), "status"),
+				sub(cluster("patch", "snapshot.storage.k8s.io", "volumesnapshotcontents"), "status"),
 				// csi-resizer
-				cluster("patch", "", "persistentvolumes"), {"patch", "", "persistentvolumeclaims", "status", "default"},
+				cluster("patch", "", "persistentvolumes"), sub(in("default", "patch", "", "persistentvolumeclaims"), "status"),
 			},
 			denied: []access{
-				cluster("delete", "", "nodes"), cluster("patch", "", "nodes"), cluster("create", "", "persistentvolumes"),
-				{"create", "", "persistentvolumeclaims", "", "default"}, {"delete", "", "pods", "", "default"},
-				local("get", "", "secrets"), {"create", "coordination.k8s.io", "leases", "", "kube-system"},
+				cluster("delete", "", "nodes"), cluster("patch", "", "nodes"),
+				in("default", "create", "", "persistentvolumeclaims"), in("default", "delete", "", "pods"),
+				local("get", "", "secrets"), local("list", "", "secrets"), named(local("get", "", "secrets"), "other"),
+				named(local("update", "", "configmaps"), "other"),
+				in("default", "create", "storage.k8s.io", "csistoragecapacities"),
+				in("kube-system", "create", "coordination.k8s.io", "leases"),
 			}},
 	}
 	for _, tc := range tests {
@@ -74,13 +148,13 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 			t.Helper()
 			r, err := bed.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource}},
+					Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Name: a.name}},
 			}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r.Status.Allowed != want {
-				t.Errorf("%s: %s %s/%s/%s in %q: allowed %v, want %v (%s)", tc.sa, a.verb, a.group, a.resource, a.subresource, a.namespace,
+				t.Errorf("%s: %s %s/%s/%s %q in %q: allowed %v, want %v (%s)", tc.sa, a.verb, a.group, a.resource, a.subresource, a.name, a.namespace,
 					r.Status.Allowed, want, r.Status.Reason)
 			}
 		}

@@ -21,7 +21,9 @@ import (
 
 // managedByLabel is the label snapshot-controller puts on a
 // VolumeSnapshotContent, with --enable-distributed-snapshotting, naming
-// the node whose csi-snapshotter is to act on it.
+// the node whose csi-snapshotter is to act on it. The shipped layout runs
+// one csi-snapshotter beside carve controller and no longer sets it: a
+// content carrying it must still work.
 const managedByLabel = "snapshot.storage.kubernetes.io/managed-by"
 
 func dynamicClient(t *testing.T) dynamic.Interface {
@@ -69,11 +71,11 @@ func holder(l *coordinationv1.Lease) string {
 }
 
 // TestSnapshotHandedToItsNode: a VolumeSnapshot of a carve volume gets a
-// VolumeSnapshotContent for carve's driver and that volume, labelled
-// (distributed snapshotting) with the node that holds the volume; that
-// node's csi-snapshotter (the DaemonSet's, run with its flags and service
-// account) and no other calls its carve's CreateSnapshot and records the
-// answer in the content's status.
+// VolumeSnapshotContent for carve's driver and that volume; the controller
+// Deployment's csi-snapshotter (run with its flags and service account)
+// calls carve controller's CreateSnapshot, which the node channel hands to
+// the carve of the node that holds the volume and to no other, and
+// records the answer in the content's status.
 func TestSnapshotHandedToItsNode(t *testing.T) {
 	ns := newNamespace(t, "snapshot")
 	ctx := testCtx(t, 3*time.Minute)
@@ -106,7 +108,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	}
 
 	start := time.Now()
-	waitFor(t, settle, "a VolumeSnapshotContent for the snapshot, labelled with node "+node, func(ctx context.Context) (bool, string, error) {
+	waitFor(t, settle, "a VolumeSnapshotContent for the snapshot", func(ctx context.Context) (bool, string, error) {
 		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
@@ -121,17 +123,17 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 		}
 		driver, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
 		handle, _, _ := unstructured.NestedString(c.Object, "spec", "source", "volumeHandle")
-		managedBy := c.GetLabels()[managedByLabel]
-		ok := driver == cluster.DriverName && handle == pv.Spec.CSI.VolumeHandle && managedBy == node
-		return ok, fmt.Sprintf("content %s: driver %q, volume %q (want %q), %s=%q", name, driver, handle, pv.Spec.CSI.VolumeHandle, managedByLabel, managedBy), nil
+		ok := driver == cluster.DriverName && handle == pv.Spec.CSI.VolumeHandle
+		return ok, fmt.Sprintf("content %s: driver %q, volume %q (want %q)", name, driver, handle, pv.Spec.CSI.VolumeHandle), nil
 	})
-	t.Logf("VolumeSnapshotContent labelled for node %s %s after the VolumeSnapshot", node, time.Since(start).Round(time.Millisecond))
-	if !nodeSnapshotters() {
-		t.Fatal("the node DaemonSet runs no csi-snapshotter")
+	t.Logf("VolumeSnapshotContent for a volume of node %s %s after the VolumeSnapshot", node, time.Since(start).Round(time.Millisecond))
+	if !centralSnapshotter() {
+		t.Fatal("the controller Deployment runs no csi-snapshotter")
 	}
 
-	// That node's csi-snapshotter, and no other, asks its carve for the
-	// snapshot, and records the answer in the content's status. The
+	// csi-snapshotter asks carve controller for the snapshot, which asks
+	// the carve of that node and of no other, and records the answer in
+	// the content's status. The
 	// simulated nodes have no device-mapper, so carve's lvcreate of the
 	// snapshot fails there: the status carries that error (the guest and
 	// real-node tiers make real ones).
@@ -166,10 +168,10 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	}
 }
 
-// nodeSnapshotters tells whether the nodes run csi-snapshotter (the node
-// DaemonSet has one).
-func nodeSnapshotters() bool {
-	return len(bed.Nodes) > 0 && bed.Nodes[0].Snapshotter() != nil
+// centralSnapshotter tells whether the controller Deployment runs
+// csi-snapshotter.
+func centralSnapshotter() bool {
+	return bed.Central != nil && bed.Central.Snapshotter() != nil
 }
 
 // deleteSnapshotObjects deletes a test's VolumeSnapshot, its content and
@@ -178,11 +180,10 @@ func deleteSnapshotObjects(t *testing.T, dc dynamic.Interface, ns, name, class s
 	t.Helper()
 	kubetest.DeleteVolumeSnapshot(t, dc, ns, name, kubetest.DeleteSnapshotOptions{
 		DeleteContent: true,
-		// The node's csi-snapshotter removes a deleted content's
-		// finalizer; where the DaemonSet runs none, the test does what it
-		// would.
+		// csi-snapshotter removes a deleted content's finalizer; where
+		// the controller Deployment runs none, the test does what it would.
 		AfterContentDelete: func(ctx context.Context, content string) error {
-			if nodeSnapshotters() {
+			if centralSnapshotter() {
 				return nil
 			}
 			patch := []byte(`{"metadata":{"finalizers":null}}`)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -107,7 +108,7 @@ func TestPeersIdle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		memBefore := agentMemory(t, n.Plugin().Pid(), n.Provisioner().Pid(), tv.Process.Pid())
+		memBefore := agentMemory(t, n.Plugin().Pid(), tv.Process.Pid())
 		from := time.Now()
 		select {
 		case <-ctx.Done():
@@ -119,7 +120,7 @@ func TestPeersIdle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		memAfter := agentMemory(t, n.Plugin().Pid(), n.Provisioner().Pid(), tv.Process.Pid())
+		memAfter := agentMemory(t, n.Plugin().Pid(), tv.Process.Pid())
 		if err := errors.Join(bed.CheckAlive(), peer.checkAlive()); err != nil {
 			t.Fatal(err)
 		}
@@ -140,15 +141,37 @@ func TestPeersIdle(t *testing.T) {
 		fmt.Printf("ratio carve/TopoLVM idle LVM commands per minute, %d volumes on %s: carve %.2f (%d in %s: %s), TopoLVM %.2f (%d)%s\n",
 			want, idleNode, float64(carveCount)/minutes, carveCount, to.Sub(from).Round(time.Second), strings.Join(carveBy, ", "),
 			float64(tvCmds)/minutes, tvCmds, ratioText(float64(carveCount), float64(tvCmds)))
-		fmt.Printf("ratio carve/TopoLVM node agent resident memory, %d volumes: %.2f (carve plugin %s after the window, peak %s, at the window's start %s; "+
-			"carve's node csi-provisioner %s; topolvm-node (lvmd embedded) %s, peak %s, at the window's start %s)\n",
-			want, memAfter[0].rss/memAfter[2].rss, mib(memAfter[0].rss), mib(memAfter[0].hwm), mib(memBefore[0].rss),
-			mib(memAfter[1].rss), mib(memAfter[2].rss), mib(memAfter[2].hwm), mib(memBefore[2].rss))
+		fmt.Printf("ratio carve/TopoLVM node agent resident memory, %d volumes: %.2f (carve plugin, alone on the node, %s after the window, peak %s, at the window's start %s; "+
+			"topolvm-node (lvmd embedded) %s, peak %s, at the window's start %s)\n",
+			want, memAfter[0].rss/memAfter[1].rss, mib(memAfter[0].rss), mib(memAfter[0].hwm), mib(memBefore[0].rss),
+			mib(memAfter[1].rss), mib(memAfter[1].hwm), mib(memBefore[1].rss))
 		fmt.Printf("peers: resident memory after the window, %d volumes, anonymous + mapped files: carve plugin %s + %s (Go heap in use %s, heap released to the OS %s, heap idle %s, stacks %s, from its /metrics); "+
-			"carve's node csi-provisioner %s + %s; topolvm-node %s + %s\n",
+			"topolvm-node %s + %s; carve's central processes, once for the cluster: %s\n",
 			want, mib(memAfter[0].anon), mib(memAfter[0].file), goMem(after, "heap_inuse"), goMem(after, "heap_released"), goMem(after, "heap_idle"), goMem(after, "stack_inuse"),
-			mib(memAfter[1].anon), mib(memAfter[1].file), mib(memAfter[2].anon), mib(memAfter[2].file))
+			mib(memAfter[1].anon), mib(memAfter[1].file), centralMemory(t))
 	}
+}
+
+// centralMemory is the resident memory of each of carve's central
+// processes (carve controller and its sidecars), which run once whatever
+// the number of nodes.
+func centralMemory(t *testing.T) string {
+	t.Helper()
+	var parts []string
+	for _, p := range []struct {
+		name string
+		proc *cluster.Process
+	}{
+		{"carve controller", bed.Central.Controller()}, {"csi-provisioner", bed.Central.Provisioner()},
+		{"csi-snapshotter", bed.Central.Snapshotter()}, {"csi-resizer", bed.Central.Resizer()},
+	} {
+		if p.proc == nil {
+			continue
+		}
+		m := agentMemory(t, p.proc.Pid())[0]
+		parts = append(parts, fmt.Sprintf("%s %s", p.name, mib(m.rss)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // makeIdleVolumes makes an LV of one extent per name in both groups, the

@@ -82,9 +82,9 @@ type apiWindow struct {
 
 // TestPeersScale measures how both drivers' cost grows with the cluster:
 // for each size in CARVE_PEERS_SCALE it starts a test bed of that many
-// simulated nodes (carve's plugin, csi-provisioner and csi-snapshotter per
-// node, then TopoLVM's topolvm-node per node and its controller with
-// csi-provisioner), and measures PVC → Bound, the apiserver's CPU, memory,
+// simulated nodes (carve's node agent alone per node and its controller
+// Deployment's processes once, then TopoLVM's topolvm-node per node and its
+// controller with csi-provisioner), and measures PVC → Bound, the apiserver's CPU, memory,
 // watches and request rate in idle windows with carve alone, both, TopoLVM
 // alone and neither, each node agent's idle CPU and memory, and the CPU the
 // node agents spend per claim. Then it fits y = a + b·N per figure and
@@ -260,22 +260,26 @@ type agentKind struct {
 // node-driver-registrar and the liveness probes do not run here (the
 // harness writes what registration would), for either driver.
 func agentKinds() []agentKind {
-	var plugin, prov, snap, tvNode []*cluster.Process
+	var plugin, tvNode []*cluster.Process
 	for _, n := range bed.Nodes {
 		plugin = append(plugin, n.Plugin())
-		prov = append(prov, n.Provisioner())
-		if s := n.Snapshotter(); s != nil {
-			snap = append(snap, s)
-		}
 		tvNode = append(tvNode, peer.nodes[n.Name].Process)
+	}
+	// carve's node agent runs alone on each node; its sidecars run once,
+	// beside carve controller (issue 21).
+	central := func(p *cluster.Process) []*cluster.Process {
+		if p == nil {
+			return nil
+		}
+		return []*cluster.Process{p}
 	}
 	kinds := []agentKind{
 		{"carve plugin", carveSide.name, true, plugin},
-		{"csi-provisioner (carve, per node)", carveSide.name, true, prov},
-		{"csi-snapshotter (carve, per node)", carveSide.name, true, snap},
 		{"topolvm-node", topolvmSide.name, true, tvNode},
-		{"carve controller", carveSide.name, false, []*cluster.Process{bed.Central.Controller()}},
-		{"csi-resizer (carve, central)", carveSide.name, false, []*cluster.Process{bed.Central.Resizer()}},
+		{"carve controller", carveSide.name, false, central(bed.Central.Controller())},
+		{"csi-provisioner (carve, central)", carveSide.name, false, central(bed.Central.Provisioner())},
+		{"csi-snapshotter (carve, central)", carveSide.name, false, central(bed.Central.Snapshotter())},
+		{"csi-resizer (carve, central)", carveSide.name, false, central(bed.Central.Resizer())},
 		{"topolvm-controller", topolvmSide.name, false, []*cluster.Process{peer.controller}},
 		{"csi-provisioner (TopoLVM, central)", topolvmSide.name, false, []*cluster.Process{peer.provisioner}},
 	}

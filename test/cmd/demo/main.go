@@ -159,7 +159,10 @@ kubectl:     %s (built with the control plane), e.g.
 `, bed.Control.Kubeconfig, kubectl, kubectl, bed.Control.Kubeconfig)
 	fmt.Println("Metrics:")
 	for _, n := range bed.Nodes {
-		fmt.Printf("  %-12s carve %s   csi-provisioner %s\n", n.Name, n.MetricsURL, n.ProvisionerMetricsURL)
+		fmt.Printf("  %-12s carve %s   node channel %s\n", n.Name, n.MetricsURL, n.ChannelAddr)
+	}
+	if c := bed.Central; c != nil {
+		fmt.Printf("  %-12s carve %s   csi-provisioner %s\n", "controller", c.MetricsURL, c.ProvisionerMetricsURL)
 	}
 	fmt.Printf("Logs:        %s\n", filepath.Join(bed.Config.RunDir, "logs"))
 	for _, n := range bed.Nodes {

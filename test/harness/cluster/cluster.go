@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -75,8 +78,12 @@ type Cluster struct {
 	Client    kubernetes.Interface
 	Manifests *Manifests
 	Nodes     []*Node
-	// Central is the controller Deployment (carve controller, csi-resizer).
+	// Central is the controller Deployment (carve controller and its
+	// sidecars), run as processes when there are simulated nodes.
 	Central *Central
+	// NodeChannel is how the simulated nodes' agents are published to
+	// carve controller (nil without simulated nodes).
+	NodeChannel *NodeChannel
 	// DeviceClasses is the device-class file shipped in deploy/ (before the
 	// harness points it at each node's volume group).
 	DeviceClasses *config.Config
@@ -135,7 +142,8 @@ func Requirements(cfg Config) error {
 }
 
 // Start brings the whole test bed up: control plane, carve's manifests,
-// nodes with their volume groups, plugins and provisioners. On error it
+// nodes with their volume groups and node agents, the controller
+// Deployment's processes, and the node channel between them. On error it
 // tears down what it started.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	// The base's VolumeSnapshotClass needs the snapshot CRDs: every test bed
@@ -177,22 +185,30 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if c.Manifests, err = LoadManifests(cfg.DeployDir); err != nil {
 		return c, err
 	}
-	ds, provisioner, err := c.Manifests.NodeDaemonSet()
+	ds, err := c.Manifests.NodeDaemonSet()
 	if err != nil {
 		return c, err
-	}
-	// Both containers the harness runs must be there before anything starts.
-	if _, err = daemonSetContainer(ds, "carve plugin", isCarvePlugin); err != nil {
-		return c, err
-	}
-	// csi-snapshotter runs beside them when the DaemonSet has one.
-	snapshotter, _ := daemonSetContainer(ds, "csi-snapshotter", isSnapshotter)
-	if snapshotter != nil && cfg.SnapshotControllerDir == "" && len(cfg.Nodes) > 0 {
-		return c, errors.New("the node DaemonSet runs csi-snapshotter: the test bed needs Config.SnapshotControllerDir for the snapshot CRDs")
 	}
 	controller, err := c.Manifests.ControllerDeployment()
 	if err != nil {
 		return c, err
+	}
+	if len(cfg.Nodes) > 0 {
+		// What the harness runs must be all there is, and all there before
+		// anything starts.
+		if err := checkNodeContainers(ds); err != nil {
+			return c, err
+		}
+		if err := checkControllerContainers(controller); err != nil {
+			return c, err
+		}
+		carveC, _ := findContainer(&controller.Spec.Template.Spec, "", "", isCarveController)
+		if c.NodeChannel, err = nodeChannelOf(carveC, controller.Namespace, ds); err != nil {
+			return c, err
+		}
+		if _, err := findContainer(&controller.Spec.Template.Spec, "", "", isSnapshotter); err == nil && cfg.SnapshotControllerDir == "" {
+			return c, errors.New("the controller Deployment runs csi-snapshotter: the test bed needs Config.SnapshotControllerDir for the snapshot CRDs")
+		}
 	}
 	c.Namespace = ds.Namespace
 	if c.DeviceClasses, err = c.shippedDeviceClasses(ds.Namespace); err != nil {
@@ -254,47 +270,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 	for _, spec := range cfg.Nodes {
-		dir := filepath.Join(cfg.RunDir, "nodes", spec.Name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := c.startNode(ctx, ds, spec, pods[spec.Name]); err != nil {
 			return c, err
-		}
-		n := &Node{
-			Name:       spec.Name,
-			Socket:     filepath.Join(dir, "csi.sock"),
-			ConfigFile: filepath.Join(dir, "device-classes.yaml"),
-			PodName:    pods[spec.Name],
-		}
-		c.Nodes = append(c.Nodes, n)
-		if n.VG, err = lvmtest.NewLoopVG(ctx, dir, cfg.VGPrefix+"-"+spec.Name, spec.VGSize, false); err != nil {
-			return c, fmt.Errorf("volume group of node %s: %w", spec.Name, err)
-		}
-		n.LVM = lvm.New(lvm.Options{Env: append(n.VG.Env(), "LVM_SUPPRESS_FD_WARNINGS=1")})
-		if err := n.writeConfig(nodeConfig(c.DeviceClasses, n.VG.Name)); err != nil {
-			return c, err
-		}
-		if err := n.startPlugin(ctx, c.Client, c.Control, ds, cfg.CarveBin, dir, logs, spec.PluginArgs, cfg.Lifetime); err != nil {
-			return c, fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
-		}
-		if err := n.startProvisioner(ctx, c.Client, c.Control, ds, provisioner, filepath.Join(cfg.BinDir, "csi-provisioner"), dir, logs, cfg.Lifetime); err != nil {
-			return c, fmt.Errorf("csi-provisioner of node %s: %w", spec.Name, err)
-		}
-		if snapshotter != nil {
-			if err := n.startSnapshotter(ctx, c.Client, c.Control, ds, snapshotter, filepath.Join(cfg.BinDir, "csi-snapshotter"), dir, logs, cfg.Lifetime); err != nil {
-				return c, fmt.Errorf("csi-snapshotter of node %s: %w", spec.Name, err)
-			}
 		}
 	}
 	if len(cfg.Nodes) > 0 {
-		dir := filepath.Join(cfg.RunDir, "controller")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return c, err
-		}
-		if c.Central, err = startCentral(ctx, c.Client, c.Control, controller, cfg.CarveBin, filepath.Join(cfg.BinDir, "csi-resizer"), dir, logs, cfg.ControllerArgs, cfg.Lifetime); err != nil {
-			return c, fmt.Errorf("controller Deployment: %w", err)
-		}
-		// Its pod must be bound to a simulated node before a guest node
-		// joins, or a kubelet would run a second controller.
-		if err := waitPodsBound(ctx, c.Client, controller.Namespace, controller.Spec.Selector.MatchLabels, time.Minute); err != nil {
+		if err := c.startCentral(ctx, controller); err != nil {
 			return c, fmt.Errorf("controller Deployment: %w", err)
 		}
 	}
@@ -303,6 +284,113 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "guestNodes", len(c.GuestNodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
 	return c, nil
+}
+
+// checkNodeContainers returns an error unless the node DaemonSet runs
+// `carve plugin` alone (the node agent): a container the harness does not
+// know would silently not run.
+func checkNodeContainers(ds *appsv1.DaemonSet) error {
+	var errs []error
+	for i := range ds.Spec.Template.Spec.Containers {
+		if ct := &ds.Spec.Template.Spec.Containers[i]; !isCarvePlugin(ct) {
+			errs = append(errs, fmt.Errorf("the node DaemonSet %s/%s runs container %s (%s) beside carve plugin, which the test bed does not run", ds.Namespace, ds.Name, ct.Name, ct.Image))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startNode gives a simulated node its volume group, device-class file and
+// node-channel files (its token bound to pod, the node's DaemonSet pod)
+// and starts its carve plugin.
+func (c *Cluster) startNode(ctx context.Context, ds *appsv1.DaemonSet, spec NodeSpec, pod string) error {
+	cfg := c.Config
+	dir := filepath.Join(cfg.RunDir, "nodes", spec.Name)
+	if err := os.MkdirAll(filepath.Join(dir, "node-channel"), 0o755); err != nil {
+		return err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	n := &Node{
+		Name:             spec.Name,
+		Socket:           filepath.Join(dir, "csi.sock"),
+		ConfigFile:       filepath.Join(dir, "device-classes.yaml"),
+		PodName:          pod,
+		ChannelPort:      port,
+		ChannelAddr:      net.JoinHostPort(c.NodeChannel.IP, strconv.Itoa(port)),
+		ChannelCAFile:    filepath.Join(dir, "node-channel", "ca.crt"),
+		ChannelTokenFile: filepath.Join(dir, "token"),
+	}
+	c.Nodes = append(c.Nodes, n)
+	if n.VG, err = lvmtest.NewLoopVG(ctx, dir, cfg.VGPrefix+"-"+spec.Name, spec.VGSize, false); err != nil {
+		return fmt.Errorf("volume group of node %s: %w", spec.Name, err)
+	}
+	n.LVM = lvm.New(lvm.Options{Env: append(n.VG.Env(), "LVM_SUPPRESS_FD_WARNINGS=1")})
+	if err := n.writeConfig(nodeConfig(c.DeviceClasses, n.VG.Name)); err != nil {
+		return err
+	}
+	if err := c.NodeChannel.writeToken(ctx, c.Client, n, cfg.Lifetime); err != nil {
+		return err
+	}
+	if err := n.startPlugin(ctx, c.Client, c.Control, ds, cfg.CarveBin, dir, filepath.Join(cfg.RunDir, "logs"), spec.PluginArgs, cfg.Lifetime); err != nil {
+		return fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
+	}
+	return nil
+}
+
+// startCentral runs the controller Deployment as processes and does the
+// kubelet's and the EndpointSlice controller's part for every simulated
+// node: once carve controller has published its CA, each node gets the CA
+// file and an EndpointSlice. It returns when the controller has enrolled
+// every node (it wrote their CSIStorageCapacity objects).
+func (c *Cluster) startCentral(ctx context.Context, d *appsv1.Deployment) error {
+	cfg := c.Config
+	dir := filepath.Join(cfg.RunDir, "controller")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	logs := filepath.Join(cfg.RunDir, "logs")
+	var err error
+	if c.Central, err = startCentral(ctx, c.Client, c.Control, d, cfg.CarveBin, dir, logs, cfg.ControllerArgs, cfg.Lifetime); err != nil {
+		return err
+	}
+	ca, err := c.NodeChannel.waitCABundle(ctx, c.Client, c.Central, time.Minute)
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if err := os.WriteFile(n.ChannelCAFile, ca, 0o644); err != nil {
+			return err
+		}
+		if err := c.NodeChannel.PublishEndpoint(ctx, c.Client, n, n.Name); err != nil {
+			return err
+		}
+	}
+	if err := c.Central.startSidecars(ctx, c.Client, c.Control, d, cfg.BinDir, dir, logs, cfg.Lifetime); err != nil {
+		return err
+	}
+	// Its pods must be bound to simulated nodes before a guest node joins,
+	// or a kubelet would run a second controller.
+	replicas := 1
+	if d.Spec.Replicas != nil {
+		replicas = int(*d.Spec.Replicas)
+	}
+	if err := waitPodsBound(ctx, c.Client, d.Namespace, d.Spec.Selector.MatchLabels, replicas, time.Minute); err != nil {
+		return err
+	}
+	scs, err := c.StorageClasses()
+	if err != nil {
+		return err
+	}
+	var nodes, classes []string
+	for _, n := range c.Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	for _, sc := range scs {
+		classes = append(classes, sc.Name)
+	}
+	return c.NodeChannel.waitCapacity(ctx, c.Client, c.Central, nodes, classes, 2*time.Minute)
 }
 
 // shippedDeviceClasses reads the device-class file from the ConfigMap that

@@ -181,9 +181,9 @@ func (c *Cluster) stopGuestNodes() error {
 	return errors.Join(errs...)
 }
 
-// waitPodsBound waits until the pods with these labels exist and are all
-// bound to a node.
-func waitPodsBound(ctx context.Context, cs kubernetes.Interface, ns string, match map[string]string, timeout time.Duration) error {
+// waitPodsBound waits until at least want pods with these labels exist
+// and all are bound to a node.
+func waitPodsBound(ctx context.Context, cs kubernetes.Interface, ns string, match map[string]string, want int, timeout time.Duration) error {
 	sel := labels.SelectorFromSet(match).String()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -197,7 +197,7 @@ func waitPodsBound(ctx context.Context, cs kubernetes.Interface, ns string, matc
 				bound++
 			}
 		}
-		if len(pods.Items) > 0 && bound == len(pods.Items) {
+		if len(pods.Items) >= max(want, 1) && bound == len(pods.Items) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -44,14 +44,20 @@ func TestContainerCommand(t *testing.T) {
 		wantArgs: []string{"plugin", "--node-name=n1", "--keep=$(UNKNOWN)", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
 		wantEnv:  wantEnv,
 	}, {
+		name:     "the pod's IP filled in",
+		args:     []string{"plugin", "--node-channel-address=$(POD_IP):9809"},
+		env:      []corev1.EnvVar{fieldEnv("POD_IP", "status.podIP")},
+		wantArgs: []string{"plugin", "--node-channel-address=192.0.2.7:9809", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
+		wantEnv:  []string{"POD_IP=192.0.2.7"},
+	}, {
 		name:    "an unsimulated downward field is refused",
-		env:     []corev1.EnvVar{fieldEnv("IP", "status.podIP")},
-		wantErr: "status.podIP",
+		env:     []corev1.EnvVar{fieldEnv("HOST_IP", "status.hostIP")},
+		wantErr: "status.hostIP",
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &corev1.Container{Name: "c", Args: tc.args, Env: tc.env}
-			args, env, err := ContainerCommand(c, PodFields{Namespace: "carve-system", Node: "n1", Pod: "carve-node-abc"}, set)
+			args, env, err := ContainerCommand(c, PodFields{Namespace: "carve-system", Node: "n1", Pod: "carve-node-abc", IP: "192.0.2.7"}, set)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -98,7 +104,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	if got := m.Objects[0].GetKind(); got != "Namespace" {
 		t.Errorf("first object %s, want the Namespace (applied before what lives in it)", got)
 	}
-	ds, c, err := m.NodeDaemonSet()
+	ds, err := m.NodeDaemonSet()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,48 +112,69 @@ func TestShippedManifestsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The harness runs the carve plugin, csi-provisioner and csi-snapshotter
-	// as processes; a container it does not know would silently not run.
-	snap, err := daemonSetContainer(ds, "csi-snapshotter", isSnapshotter)
+	// The harness runs the node agent alone on each node, and every
+	// container of the controller Deployment: a container it does not know
+	// would silently not run.
+	if err := checkNodeContainers(ds); err != nil {
+		t.Error(err)
+	}
+	// No kubelet runs here: the plugin must not try to register with one,
+	// and its node channel listens where the harness says.
+	n := &Node{Socket: "/run/n1.sock", ConfigFile: "/etc/n1.yaml", ChannelAddr: "192.0.2.7:40000",
+		ChannelCAFile: "/run/n1/ca.crt", ChannelTokenFile: "/run/n1/token"}
+	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc", IP: "192.0.2.7"}, n.pluginFlags(9999, "/kc", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Name == c.Name {
-		t.Errorf("NodeDaemonSet took csi-snapshotter (%s) for csi-provisioner", snap.Image)
-	}
-	for _, ct := range ds.Spec.Template.Spec.Containers {
-		if ct.Name != plugin.Name && ct.Name != c.Name && ct.Name != snap.Name {
-			t.Errorf("the node DaemonSet runs container %s, which the harness does not run", ct.Name)
+	for _, f := range []struct{ flag, want string }{
+		{"kubelet-registration-dir", ""}, {"node-channel-address", n.ChannelAddr},
+		{"node-channel-ca-file", n.ChannelCAFile}, {"node-channel-token-file", n.ChannelTokenFile},
+	} {
+		var got []string
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--"+f.flag+"="); ok {
+				got = append(got, v)
+			}
+		}
+		if !slices.Equal(got, []string{f.want}) {
+			t.Errorf("the simulated node's plugin gets --%s %q, want it once as %q; args %q", f.flag, got, f.want, args)
 		}
 	}
-	// No kubelet runs here: the plugin must not try to register with one.
-	n := &Node{Socket: "/run/n1.sock", ConfigFile: "/etc/n1.yaml"}
-	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc"}, n.pluginFlags(9999, "/kc", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var regDirs []string
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--kubelet-registration-dir"); ok {
-			regDirs = append(regDirs, v)
+	for _, want := range []string{"node-channel-address", "node-channel-ca-file", "node-channel-token-file"} {
+		if _, ok := flagValue(plugin.Args, want); !ok {
+			t.Errorf("the DaemonSet's carve plugin args %q lack --%s (the node channel)", plugin.Args, want)
 		}
-	}
-	if !slices.Equal(regDirs, []string{"="}) {
-		t.Errorf("the simulated node's plugin gets --kubelet-registration-dir%q, want it once and empty; args %q", regDirs, args)
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName == "" {
-		t.Error("the node DaemonSet names no service account; the harness authenticates csi-provisioner as it")
-	}
-	for _, want := range []string{"--node-deployment", "--strict-topology", "--immediate-topology=false", "--enable-capacity", "--extra-create-metadata"} {
-		if !slices.Contains(c.Args, want) {
-			t.Errorf("csi-provisioner args %q lack %s (DESIGN.md)", c.Args, want)
-		}
+		t.Error("the node DaemonSet names no service account; the harness binds the agents' tokens to it")
 	}
 	d, err := m.ControllerDeployment()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := checkControllerContainers(d); err != nil {
+		t.Error(err)
+	}
 	spec := &d.Spec.Template.Spec
+	carve, err := findContainer(spec, d.Name, "carve controller", isCarveController)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodeChannelOf(carve, d.Namespace, ds); err != nil && !strings.Contains(err.Error(), "IPv4") {
+		t.Error(err)
+	}
+	if prov, err := findContainer(spec, d.Name, "csi-provisioner", isProvisioner); err == nil {
+		for _, want := range []string{"--strict-topology", "--immediate-topology=false", "--extra-create-metadata", "--leader-election"} {
+			if !slices.Contains(prov.Args, want) {
+				t.Errorf("csi-provisioner args %q lack %s (DESIGN.md)", prov.Args, want)
+			}
+		}
+		for _, not := range []string{"node-deployment", "enable-capacity"} {
+			if _, ok := flagValue(prov.Args, not); ok {
+				t.Errorf("csi-provisioner args %q hold --%s: the controller routes calls and writes capacity", prov.Args, not)
+			}
+		}
+	}
 	resizer, err := findContainer(spec, d.Name, "csi-resizer", isResizer)
 	if err != nil {
 		t.Error(err)
@@ -155,7 +182,27 @@ func TestShippedManifestsParse(t *testing.T) {
 		t.Errorf("csi-resizer args %q lack --leader-election (one replica acts at a time)", resizer.Args)
 	}
 	if spec.ServiceAccountName == "" {
-		t.Error("the controller Deployment names no service account; the harness authenticates csi-resizer as it")
+		t.Error("the controller Deployment names no service account; the harness authenticates its processes as it")
+	}
+}
+
+func TestFlagValue(t *testing.T) {
+	args := []string{"controller", "--node-channel-service=carve-node", "--node-channel-ca", "ca", "--flag", "--empty="}
+	tests := []struct {
+		name, want string
+		found      bool
+	}{
+		{"node-channel-service", "carve-node", true},
+		{"node-channel-ca", "ca", true},
+		{"flag", "", true},
+		{"empty", "", true},
+		{"absent", "", false},
+	}
+	for _, tc := range tests {
+		got, found := flagValue(args, tc.name)
+		if got != tc.want || found != tc.found {
+			t.Errorf("flagValue(%q) = %q, %v; want %q, %v", tc.name, got, found, tc.want, tc.found)
+		}
 	}
 }
 

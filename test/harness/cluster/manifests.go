@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -188,7 +187,7 @@ func (m *Manifests) Find(kind string) []*unstructured.Unstructured {
 }
 
 // ControllerDeployment returns the Deployment whose pod runs `carve
-// controller` (beside csi-resizer).
+// controller` (beside the CSI sidecars).
 func (m *Manifests) ControllerDeployment() (*appsv1.Deployment, error) {
 	for _, o := range m.Find("Deployment") {
 		d := &appsv1.Deployment{}
@@ -202,27 +201,19 @@ func (m *Manifests) ControllerDeployment() (*appsv1.Deployment, error) {
 	return nil, errors.New("no Deployment in the manifests runs `carve controller`")
 }
 
-// NodeDaemonSet returns the DaemonSet that runs csi-provisioner with
-// --node-deployment (carve's node plugin).
-func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, *corev1.Container, error) {
+// NodeDaemonSet returns the DaemonSet whose pod runs `carve plugin` (the
+// node agent).
+func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, error) {
 	for _, o := range m.Find("DaemonSet") {
 		ds := &appsv1.DaemonSet{}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
-			return nil, nil, fmt.Errorf("DaemonSet %s: %w", o.GetName(), err)
+			return nil, fmt.Errorf("DaemonSet %s: %w", o.GetName(), err)
 		}
-		for i := range ds.Spec.Template.Spec.Containers {
-			c := &ds.Spec.Template.Spec.Containers[i]
-			if isSnapshotter(c) {
-				continue // csi-snapshotter runs with --node-deployment too
-			}
-			for _, a := range c.Args {
-				if a == "--node-deployment" || strings.HasPrefix(a, "--node-deployment=") {
-					return ds, c, nil
-				}
-			}
+		if _, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin); err == nil {
+			return ds, nil
 		}
 	}
-	return nil, nil, errors.New("no DaemonSet in the manifests runs csi-provisioner with --node-deployment")
+	return nil, errors.New("no DaemonSet in the manifests runs `carve plugin`")
 }
 
 // SetDeviceClasses replaces the device-class file (config.yaml) of the
@@ -254,7 +245,7 @@ func (m *Manifests) DeviceClassFile() (string, error) {
 
 // CarveImage returns the image the DaemonSet's carve container runs.
 func (m *Manifests) CarveImage() (string, error) {
-	ds, _, err := m.NodeDaemonSet()
+	ds, err := m.NodeDaemonSet()
 	if err != nil {
 		return "", err
 	}

@@ -47,7 +47,7 @@ type NodeSpec struct {
 }
 
 // Node is one simulated node: its API objects, its volume group and its
-// carve plugin and csi-provisioner processes.
+// carve plugin (the node agent), with what the kubelet would give it.
 type Node struct {
 	Name string
 	// VG is the node's volume group (activation disabled).
@@ -58,22 +58,21 @@ type Node struct {
 	Socket string
 	// MetricsURL is the carve plugin's Prometheus endpoint.
 	MetricsURL string
-	// ProvisionerMetricsURL is csi-provisioner's metrics endpoint.
-	ProvisionerMetricsURL string
 	// PodName is the carve-node DaemonSet pod the controller manager made
-	// for this node; csi-provisioner owns its CSIStorageCapacity objects
-	// through it.
+	// for this node; the agent's token is bound to it.
 	PodName string
 	// ConfigFile is the device-class file the plugin reads.
 	ConfigFile string
+	// ChannelAddr is where the agent serves the node channel: the host's
+	// IPv4 address and ChannelPort.
+	ChannelAddr string
+	ChannelPort int
+	// ChannelCAFile and ChannelTokenFile are what the kubelet would mount:
+	// the CA bundle of ConfigMap carve-node-channel-ca and the agent's
+	// projected token.
+	ChannelCAFile, ChannelTokenFile string
 
-	// SnapshotterMetricsURL is csi-snapshotter's metrics endpoint, when
-	// the DaemonSet runs one.
-	SnapshotterMetricsURL string
-
-	plugin      *Process
-	provisioner *Process
-	snapshotter *Process
+	plugin *Process
 }
 
 // createNodeObjects creates the Node (Ready, with allocatable resources and
@@ -210,8 +209,9 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 }
 
 // pluginFlags are the flags of the DaemonSet's carve container that the
-// harness replaces: the node's own socket, device-class file and metrics
-// port, and no kubelet registration (no kubelet runs on a simulated node;
+// harness replaces: the node's own socket, device-class file, metrics
+// port, node-channel port and the files the kubelet would mount, and no
+// kubelet registration (no kubelet runs on a simulated node;
 // createNodeObjects writes what registration would).
 func (n *Node) pluginFlags(metricsPort int, kubeconfig string, extra []string) []FlagValue {
 	flags := []FlagValue{
@@ -220,6 +220,9 @@ func (n *Node) pluginFlags(metricsPort int, kubeconfig string, extra []string) [
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort)},
 		{"kubelet-registration-dir", ""},
 		{"kubeconfig", kubeconfig},
+		{"node-channel-address", n.ChannelAddr},
+		{"node-channel-ca-file", n.ChannelCAFile},
+		{"node-channel-token-file", n.ChannelTokenFile},
 	}
 	for _, a := range extra {
 		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
@@ -246,7 +249,12 @@ func (n *Node) startPlugin(ctx context.Context, cs kubernetes.Interface, cp *Con
 		return err
 	}
 	n.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args, env, err := ContainerCommand(c, PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName}, n.pluginFlags(port, kubeconfig, extra))
+	host, _, err := net.SplitHostPort(n.ChannelAddr)
+	if err != nil {
+		return fmt.Errorf("node channel address %q: %w", n.ChannelAddr, err)
+	}
+	pod := PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName, IP: host}
+	args, env, err := ContainerCommand(c, pod, n.pluginFlags(port, kubeconfig, extra))
 	if err != nil {
 		return err
 	}
@@ -282,10 +290,13 @@ func waitSocket(ctx context.Context, p *Process, sock string, timeout time.Durat
 // envRef matches Kubernetes' $(VAR) references in container args.
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// PodFields are the downward-API values of the DaemonSet pod a process
-// stands in for.
+// PodFields are the downward-API values of the pod a process stands in
+// for.
 type PodFields struct {
 	Namespace, Node, Pod string
+	// IP is status.podIP (a simulated node's agent listens on the host's
+	// address).
+	IP string
 }
 
 // FlagValue is one flag the harness sets on a process.
@@ -313,6 +324,8 @@ func ContainerCommand(c *corev1.Container, pod PodFields, set []FlagValue) (args
 				vars[e.Name] = pod.Namespace
 			case "metadata.name":
 				vars[e.Name] = pod.Pod
+			case "status.podIP":
+				vars[e.Name] = pod.IP
 			default:
 				return nil, nil, fmt.Errorf("container %s env %s: field %s is not simulated", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
@@ -373,21 +386,6 @@ func runsCarveRole(role string) func(*corev1.Container) bool {
 // isCarvePlugin tells the container that runs `carve plugin`.
 var isCarvePlugin = runsCarveRole("plugin")
 
-// startProvisioner runs the DaemonSet's csi-provisioner for the node
-// (startSidecar).
-func (n *Node) startProvisioner(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, c *corev1.Container, bin, dir, logs string, lifetime time.Duration) error {
-	var err error
-	n.provisioner, n.ProvisionerMetricsURL, err = startSidecar(ctx, cs, cp, n.sidecar(ds, c, "csi-provisioner", bin), dir, logs, lifetime)
-	return err
-}
-
-// sidecar describes one of the DaemonSet's sidecars for this node.
-func (n *Node) sidecar(ds *appsv1.DaemonSet, c *corev1.Container, name, bin string) sidecar {
-	return sidecar{name: n.Name + "-" + name, container: c, bin: bin, socket: n.Socket,
-		pod:            PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName},
-		serviceAccount: ds.Spec.Template.Spec.ServiceAccountName}
-}
-
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // service account sa (a token from the TokenRequest API valid for the
 // test bed's lifetime), so a sidecar run as a process gets exactly the
@@ -416,7 +414,7 @@ func (n *Node) writeConfig(cfg *config.Config) error {
 }
 
 // processes returns the node's running processes.
-func (n *Node) processes() []*Process { return started(n.snapshotter, n.provisioner, n.plugin) }
+func (n *Node) processes() []*Process { return started(n.plugin) }
 
 // FillVG creates an LV of size bytes directly with lvcreate, outside
 // carve, as another tool on the node would.
@@ -435,9 +433,6 @@ func (n *Node) RemoveLV(ctx context.Context, name string) error {
 // Plugin is the node's carve plugin process.
 func (n *Node) Plugin() *Process { return n.plugin }
 
-// Provisioner is the node's csi-provisioner process.
-func (n *Node) Provisioner() *Process { return n.provisioner }
-
 // ThreeNodes are the simulated nodes of the e2e tier and of make
 // bench-peers: volume groups of 2, 4 and 10 GiB, so that placement by
 // capacity is visible.
@@ -448,6 +443,3 @@ func ThreeNodes() []NodeSpec {
 		{Name: "node-large", VGSize: 10 << 30},
 	}
 }
-
-// Snapshotter is the node's csi-snapshotter process, or nil.
-func (n *Node) Snapshotter() *Process { return n.snapshotter }

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 )
 
 // sidecar is one CSI sidecar container of a manifest, run as a process.
@@ -27,19 +26,19 @@ type sidecar struct {
 	extra []FlagValue
 }
 
-// startSidecar runs s with its manifest's flags, carve's socket and a free
-// metrics port, authenticated as its pod's service account (a token from
-// the TokenRequest API, written to a kubeconfig in dir), so carve's RBAC
-// rules are exactly what it gets. It returns the process and its metrics
-// URL.
-func startSidecar(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, s sidecar, dir, logs string, lifetime time.Duration) (*Process, string, error) {
+// sidecarCommand prepares s with its manifest's flags, carve's socket and
+// a free metrics port, authenticated as its pod's service account (a token
+// from the TokenRequest API, written to a kubeconfig in dir), so carve's
+// RBAC rules are exactly what it gets. It returns the command and the
+// process's metrics URL.
+func sidecarCommand(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, s sidecar, dir, logs string, lifetime time.Duration) (processCmd, string, error) {
 	kubeconfig := filepath.Join(dir, s.name+".kubeconfig")
 	if err := serviceAccountKubeconfig(ctx, cs, cp, s.pod.Namespace, s.serviceAccount, kubeconfig, lifetime); err != nil {
-		return nil, "", fmt.Errorf("%s's service account %s/%s: %w", s.name, s.pod.Namespace, s.serviceAccount, err)
+		return processCmd{}, "", fmt.Errorf("%s's service account %s/%s: %w", s.name, s.pod.Namespace, s.serviceAccount, err)
 	}
 	port, err := FreePort()
 	if err != nil {
-		return nil, "", err
+		return processCmd{}, "", err
 	}
 	args, env, err := ContainerCommand(s.container, s.pod, append([]FlagValue{
 		{"csi-address", s.socket},
@@ -47,9 +46,8 @@ func startSidecar(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 		{"kubeconfig", kubeconfig},
 	}, s.extra...))
 	if err != nil {
-		return nil, "", err
+		return processCmd{}, "", err
 	}
-	klog.InfoS("Starting a sidecar with its manifest's flags", "sidecar", s.name, "args", args)
-	p, err := startProcess(ctx, logs, s.name, s.bin, args, env, lifetime)
-	return p, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), err
+	return processCmd{logs: logs, name: s.name, bin: s.bin, args: args, env: env, lifetime: lifetime},
+		fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil
 }

@@ -160,11 +160,3 @@ func (s *SnapshotController) processes() []*Process {
 func isSnapshotter(c *corev1.Container) bool {
 	return strings.Contains(c.Image, "/csi-snapshotter:")
 }
-
-// startSnapshotter runs the DaemonSet's csi-snapshotter for the node
-// (startSidecar; --node-deployment: NODE_NAME is this node).
-func (n *Node) startSnapshotter(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, c *corev1.Container, bin, dir, logs string, lifetime time.Duration) error {
-	var err error
-	n.snapshotter, n.SnapshotterMetricsURL, err = startSidecar(ctx, cs, cp, n.sidecar(ds, c, "csi-snapshotter", bin), dir, logs, lifetime)
-	return err
-}

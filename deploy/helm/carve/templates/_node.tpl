@@ -14,18 +14,22 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 {{- $config = printf "carve-device-classes-%s" $g.name -}}
 {{- end -}}
 # The node DaemonSet{{ if $g.name }} of node group {{ $g.name }} (nodes labelled
-# carve.dev/node-group={{ $g.name }}){{ end }}: the whole CSI plugin runs on
-# every node that holds volumes ("distributed provisioning"). The node's own
-# csi-provisioner creates the volumes of PVCs whose selected node is this
-# node and publishes this node's capacity; its own csi-snapshotter
-# (--node-deployment) makes the snapshots of this node's volumes, which a
-# snapshot-controller run with --enable-distributed-snapshotting hands to it
-# (docs/install.md). carve registers itself with the
-# kubelet (a socket in the kubelet's plugins_registry directory) and serves
-# its own health endpoints, so neither node-driver-registrar nor
-# livenessprobe runs here: the kubelet probes /healthz (liveness: the process
-# serves) and /readyz (readiness: every configured volume group and thin pool
-# is there) on the metrics port.
+# carve.dev/node-group={{ $g.name }}){{ end }}: the node agent, one container
+# (carve plugin) on every node that holds volumes. It serves the kubelet
+# (Node service, on the socket it registers in the kubelet's
+# plugins_registry directory) and, on the node channel (TLS port
+# node-channel), the controller: carve controller calls this node's
+# Controller service and node agent there, and csi-provisioner and
+# csi-snapshotter run beside carve controller, not here. The node channel's
+# CA certificate comes from the ConfigMap carve-node-channel-ca (made by
+# carve controller; optional, so a pod starts before it exists and no
+# handshake succeeds until it does); the projected token (audience
+# carve-controller, bound to this pod) proves this pod's node when the
+# controller enrolls it. The audit still reads the API (the carve-node-audit
+# role: read-only but for Events). carve serves its own health endpoints,
+# so neither node-driver-registrar nor livenessprobe runs here: the kubelet
+# probes /healthz (liveness: the process serves) and /readyz (readiness:
+# every configured volume group and thin pool is there) on the metrics port.
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -116,6 +120,11 @@ spec:
             # path the socket-dir volume has on the host.
             - --kubelet-registration-dir=/registration
             - --kubelet-csi-socket={{ $pluginDir }}/csi.sock
+            # The node channel: the pod's own address (the one its
+            # EndpointSlice names), the CA bundle and the projected token.
+            - --node-channel-address=$(POD_IP):{{ $v.node.nodeChannelPort }}
+            - --node-channel-ca-file=/etc/carve/node-channel/ca.crt
+            - --node-channel-token-file=/var/run/secrets/carve.dev/token
             {{- if $v.node.maxVolumes }}
             - --max-volumes={{ $v.node.maxVolumes }}
             {{- end }}
@@ -139,6 +148,10 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: spec.nodeName
+            - name: POD_IP
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.podIP
             # No udev inside the container: LVM makes the /dev/<vg>/<lv>
             # nodes itself instead of waiting for a udev it cannot reach.
             - name: DM_DISABLE_UDEV
@@ -153,6 +166,9 @@ spec:
           ports:
             - name: metrics
               containerPort: {{ $v.node.metricsPort }}
+              protocol: TCP
+            - name: node-channel
+              containerPort: {{ $v.node.nodeChannelPort }}
               protocol: TCP
           {{- with $v.node.livenessProbe }}
           livenessProbe:
@@ -182,106 +198,12 @@ spec:
               mountPath: /etc/lvm
             - name: lvm-lock
               mountPath: /run/lock/lvm
-            - name: device-classes
+            - name: config
               mountPath: /etc/carve
               readOnly: true
-        - name: csi-provisioner
-          image: {{ $v.sidecars.provisioner.image.repository }}:{{ $v.sidecars.provisioner.image.tag }}
-          imagePullPolicy: IfNotPresent
-          args:
-            - --csi-address=/csi/csi.sock
-            - --node-deployment
-            - --strict-topology
-            - --immediate-topology=false
-            - --enable-capacity
-            - --capacity-ownerref-level=0
-            - --extra-create-metadata
-            # Ask for capacity every 2 s (default 1m): GetCapacity answers
-            # from carve's memory, no LVM command, and an unchanged answer
-            # writes nothing; carve's view follows a change made outside
-            # carve within about 2 s (it watches LVM's metadata backups), so
-            # the scheduler sees it within about 4 s.
-            - --capacity-poll-interval=2s
-            # Client-side limits on the API (default 5/s, burst 10): each
-            # claim costs a PV create and two events, so a burst of claims
-            # on one node waited seconds for the limiter alone.
-            - --kube-api-qps=20
-            - --kube-api-burst=100
-            # csi_sidecar_operations_seconds and the provisioner's work
-            # queues, scraped through carve-provisioner-metrics.
-            - --http-endpoint=:{{ $v.node.provisionerMetricsPort }}
-            {{- include "carve.logArgs" (dict "level" $v.sidecars.provisioner.logLevel "format" $v.logFormat) | nindent 12 }}
-            {{- with $v.sidecars.provisioner.extraArgs }}
-            {{- toYaml . | nindent 12 }}
-            {{- end }}
-          ports:
-            - name: prov-metrics
-              containerPort: {{ $v.node.provisionerMetricsPort }}
-              protocol: TCP
-          env:
-            - name: NODE_NAME
-              valueFrom:
-                fieldRef:
-                  fieldPath: spec.nodeName
-            - name: NAMESPACE
-              valueFrom:
-                fieldRef:
-                  fieldPath: metadata.namespace
-            - name: POD_NAME
-              valueFrom:
-                fieldRef:
-                  fieldPath: metadata.name
-            {{- with $v.sidecars.provisioner.extraEnv }}
-            {{- toYaml . | nindent 12 }}
-            {{- end }}
-          {{- with $v.sidecars.provisioner.securityContext }}
-          securityContext:
-            {{- toYaml . | nindent 12 }}
-          {{- end }}
-          {{- with $v.sidecars.provisioner.resources }}
-          resources:
-            {{- toYaml . | nindent 12 }}
-          {{- end }}
-          terminationMessagePolicy: FallbackToLogsOnError
-          volumeMounts:
-            - name: socket-dir
-              mountPath: /csi
-        {{- if $v.sidecars.snapshotter.enabled }}
-        # --node-deployment: act only on the VolumeSnapshotContents labelled
-        # with this node (NODE_NAME); no leader election then. carve has no
-        # volume group snapshots.
-        - name: csi-snapshotter
-          image: {{ $v.sidecars.snapshotter.image.repository }}:{{ $v.sidecars.snapshotter.image.tag }}
-          imagePullPolicy: IfNotPresent
-          args:
-            - --csi-address=/csi/csi.sock
-            - --node-deployment
-            - --feature-gates=CSIVolumeGroupSnapshot=false
-            {{- include "carve.logArgs" (dict "level" $v.sidecars.snapshotter.logLevel "format" $v.logFormat) | nindent 12 }}
-            {{- with $v.sidecars.snapshotter.extraArgs }}
-            {{- toYaml . | nindent 12 }}
-            {{- end }}
-          env:
-            - name: NODE_NAME
-              valueFrom:
-                fieldRef:
-                  fieldPath: spec.nodeName
-            {{- with $v.sidecars.snapshotter.extraEnv }}
-            {{- toYaml . | nindent 12 }}
-            {{- end }}
-          {{- with $v.sidecars.snapshotter.securityContext }}
-          securityContext:
-            {{- toYaml . | nindent 12 }}
-          {{- end }}
-          {{- with $v.sidecars.snapshotter.resources }}
-          resources:
-            {{- toYaml . | nindent 12 }}
-          {{- end }}
-          terminationMessagePolicy: FallbackToLogsOnError
-          volumeMounts:
-            - name: socket-dir
-              mountPath: /csi
-        {{- end }}
+            - name: node-channel-token
+              mountPath: /var/run/secrets/carve.dev
+              readOnly: true
       volumes:
         - name: socket-dir
           hostPath:
@@ -310,7 +232,27 @@ spec:
           hostPath:
             path: /run/lock/lvm
             type: DirectoryOrCreate
-        - name: device-classes
-          configMap:
-            name: {{ $config }}
+        # /etc/carve: the device-class file (config.yaml) and the node
+        # channel's CA certificate (node-channel/ca.crt), which carve
+        # controller publishes; one volume, since a mount nested in a
+        # ConfigMap's (read-only) mount cannot be made.
+        - name: config
+          projected:
+            sources:
+              - configMap:
+                  name: {{ $config }}
+              - configMap:
+                  name: carve-node-channel-ca
+                  optional: true
+                  items:
+                    - key: ca.crt
+                      path: node-channel/ca.crt
+        # The token carve controller checks with a TokenReview at enrollment.
+        - name: node-channel-token
+          projected:
+            sources:
+              - serviceAccountToken:
+                  audience: carve-controller
+                  expirationSeconds: 3600
+                  path: token
 {{- end }}

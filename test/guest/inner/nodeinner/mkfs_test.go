@@ -3,7 +3,9 @@
 package nodeinner
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -105,4 +107,88 @@ func TestStageAfterAKilledMkfs(t *testing.T) {
 	state, _ := mkfs.Process.Wait()
 	t.Logf("mkfs.xfs killed after 50 ms: %v", state)
 	stageAndUnstage("killed", id)
+}
+
+// TestStageKeepsDataUnderAStaleMark: a formatting mark that should not be
+// there never costs a volume its data. The state directory is put back
+// as it was during the volume's first stage (a copy taken while its mkfs
+// ran: an OS-disk rollback, a restored backup), after a pod wrote to the
+// volume: the next stage finds the mark, reads the finished filesystem
+// under it, drops the mark and mounts the volume with the file. The same
+// for xfs under a mark naming no LV (as older carve versions made them).
+// Before, such a stage zeroed the signature regions and formatted again.
+func TestStageKeepsDataUnderAStaleMark(t *testing.T) {
+	t.Parallel()
+	mkfs := newHeldMkfs(t)
+	e := newEnvFor(t, "stalemark", 1024*mib, "", mkfs.env())
+	t.Cleanup(mkfs.release)
+	formatting, err := marks.Open(filepath.Join(e.dir, "formatting")) // --state-dir's default: the socket's directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("written by a pod after the first stage\n")
+	cases := []struct {
+		fsType string
+		size   int64
+		// markAgain puts the mark of lv back after the unstage.
+		markAgain func(t *testing.T, lv string)
+	}{
+		{fsType: "ext4", size: 64 * mib},
+		{fsType: "xfs", size: 300 * mib, markAgain: func(t *testing.T, lv string) {
+			if err := formatting.Mark(e.vg.Name, lv); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		name := "stale-mark-" + tc.fsType
+		capability := plugintest.MountCapability(tc.fsType)
+		id := e.create(name, tc.size, capability)
+		lv := lvName(t, id)
+		markPath := filepath.Join(formatting.Dir(), e.vg.Name, lv)
+		p := e.paths(name)
+		if tc.markAgain == nil {
+			// The first stage, its mkfs held: copy the mark as a backup
+			// of the state directory taken then would hold it.
+			staged := make(chan error, 1)
+			go func() { staged <- e.stage(id, p, capability, rpcTimeout) }()
+			deadline := time.Now().Add(time.Minute)
+			for mkfs.runs() == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			copied, err := os.ReadFile(markPath)
+			mkfs.release()
+			if err != nil {
+				t.Fatalf("%s: no formatting mark while its mkfs ran: %v", name, err)
+			}
+			if err := <-staged; err != nil {
+				t.Fatalf("%s: the first NodeStageVolume: %v", name, err)
+			}
+			t.Logf("%s: the mark during the first stage held %q", name, copied)
+			tc.markAgain = func(t *testing.T, _ string) {
+				if err := os.WriteFile(markPath, copied, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else if err := e.stage(id, p, capability, rpcTimeout); err != nil {
+			t.Fatalf("%s: the first NodeStageVolume: %v", name, err)
+		}
+		writeSynced(t, filepath.Join(p.staging, "file"), data)
+		e.unstage(id, p)
+		tc.markAgain(t, lv)
+		if marked, err := formatting.Has(e.vg.Name, lv); err != nil || !marked {
+			t.Fatalf("%s: the mark is not back (%v)", name, err)
+		}
+		if err := e.stage(id, p, capability, rpcTimeout); err != nil {
+			t.Fatalf("%s: NodeStageVolume over the stale mark: %v", name, err)
+		}
+		got, err := os.ReadFile(filepath.Join(p.staging, "file"))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%s: after a stage over a stale mark the file reads %q (%v), want %q: the filesystem was made again", name, got, err, data)
+		}
+		if marked, err := formatting.Has(e.vg.Name, lv); err != nil || marked {
+			t.Errorf("%s: the stale mark is still there after the stage (%v)", name, err)
+		}
+		e.unstage(id, p)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"time"
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
@@ -21,7 +20,6 @@ import (
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
-	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/registration"
@@ -51,16 +49,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if err != nil {
 		return err
 	}
-	stateDir, err := o.stateDir()
-	if err != nil {
-		return err
-	}
 	// Volumes being made, and filesystems being made on them.
-	unfinished, err := marks.Open(filepath.Join(stateDir, "unfinished"))
-	if err != nil {
-		return err
-	}
-	formatting, err := marks.Open(filepath.Join(stateDir, "formatting"))
+	unfinished, formatting, err := openState(ctx, o)
 	if err != nil {
 		return err
 	}

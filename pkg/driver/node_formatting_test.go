@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -159,5 +161,28 @@ func TestFormattingMarkGoesWithTheStageOrTheVolume(t *testing.T) {
 				t.Errorf("zeroed %v", fx.wiped)
 			}
 		})
+	}
+}
+
+// TestFullStateDiskIsResourceExhausted: a stage that cannot write its
+// formatting mark because the disk under the state directory is full
+// answers RESOURCE_EXHAUSTED saying so, not INTERNAL, and formats nothing.
+func TestFullStateDiskIsResourceExhausted(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	fx := newNodeFixture(t)
+	vg, lv, _ := volume.ParseVolumeID(fx.id)
+	// Every write to the mark fails as on a full disk.
+	if err := os.MkdirAll(filepath.Join(fx.formatting.Dir(), vg), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/full", filepath.Join(fx.formatting.Dir(), vg, lv)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.ns.NodeStageVolume(context.Background(), fx.stageReq(mountCap("ext4", sw)))
+	wantCode(t, err, codes.ResourceExhausted, "--state-dir", "full")
+	if ran := fx.tools.Ran("mkfs.ext4"); len(ran) != 0 {
+		t.Errorf("mkfs ran without a mark: %v", ran)
 	}
 }

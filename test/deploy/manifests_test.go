@@ -264,6 +264,7 @@ func TestNodeDaemonSet(t *testing.T) {
 		{"/run/lock/lvm", "/run/lock/lvm", ""},
 		{"/csi", "/var/lib/kubelet/plugins/lvm.carve.dev", ""},
 		{"/registration", "/var/lib/kubelet/plugins_registry", ""},
+		{"/var/lib/carve", "/var/lib/carve", ""},
 	} {
 		m, ok := mounts[tc.mountPath]
 		if !ok {
@@ -296,6 +297,7 @@ func TestNodeDaemonSet(t *testing.T) {
 		"--node-channel-address":    "$(POD_IP):9809",
 		"--node-channel-ca-file":    "/etc/carve/node-channel/ca.crt",
 		"--node-channel-token-file": "/var/run/secrets/carve.dev/token",
+		"--state-dir":               "/var/lib/carve",
 	} {
 		if got, _ := flagValue(plugin.Args, flag); got != want {
 			t.Errorf("plugin %s=%q, want %q", flag, got, want)

@@ -128,6 +128,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	}
 	for _, f := range []struct{ flag, want string }{
 		{"kubelet-registration-dir", ""}, {"node-channel-address", n.ChannelAddr},
+		{"state-dir", "/run/state"}, {"allow-volatile-state-dir", "true"},
 		{"node-channel-ca-file", n.ChannelCAFile}, {"node-channel-token-file", n.ChannelTokenFile},
 	} {
 		var got []string

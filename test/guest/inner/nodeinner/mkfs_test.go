@@ -5,11 +5,19 @@ package nodeinner
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -190,5 +198,57 @@ func TestStageKeepsDataUnderAStaleMark(t *testing.T) {
 			t.Errorf("%s: the stale mark is still there after the stage (%v)", name, err)
 		}
 		e.unstage(id, p)
+	}
+}
+
+// TestCreateOnAFullStateDisk: when the disk under the state directory is
+// full, a thick CreateVolume cannot mark the LV it would make, and answers
+// RESOURCE_EXHAUSTED naming the state directory (the provisioner then
+// tries another node), not INTERNAL; once there is room again it works.
+// The state directory here is a tmpfs with 64 inodes, filled up.
+func TestCreateOnAFullStateDisk(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "fullstate", 512*mib)
+	state := filepath.Join(e.dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("carve-state", state, "tmpfs", 0, "size=1m,nr_inodes=64,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	e.stop()
+	e.pluginArgs = []string{"--state-dir=" + state}
+	e.start()
+	// Every inode taken.
+	var filler []string
+	for i := 0; ; i++ {
+		p := filepath.Join(state, fmt.Sprintf("filler-%d", i))
+		f, err := os.Create(p)
+		if errors.Is(err, syscall.ENOSPC) {
+			break
+		}
+		if err != nil || i > 1000 {
+			t.Fatalf("filling the state directory: %v after %d files", err, i)
+		}
+		filler = append(filler, p)
+		_ = f.Close()
+	}
+	capability := plugintest.MountCapability("ext4")
+	req := &csi.CreateVolumeRequest{Name: "full-state", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 * mib},
+		VolumeCapabilities: []*csi.VolumeCapability{capability}}
+	_, err := e.createVolume(req)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "--state-dir") {
+		t.Errorf("CreateVolume with the state directory's disk full: %v; want RESOURCE_EXHAUSTED naming --state-dir", err)
+	} else {
+		t.Logf("CreateVolume with the state directory's disk full: %v", err)
+	}
+	for _, p := range filler {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.createVolume(req); err != nil {
+		t.Errorf("CreateVolume once there is room again: %v", err)
 	}
 }

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"path/filepath"
+	"slices"
 	"testing"
 
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/nodeagent"
+	"github.com/carve-csi/carve/pkg/nodeca"
+	"github.com/carve-csi/carve/pkg/reconcile"
 	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
@@ -14,9 +20,10 @@ type stubReporter struct{ r *lvm.Report }
 
 func (s stubReporter) Report(context.Context, ...string) (*lvm.Report, error) { return s.r, nil }
 
-// TestAuditSeesOnlyCarveLVs: the audit's LVs are carve's own in the
-// configured volume groups, with their tags read; LVs of other tools and
-// of volume groups carve does not use never reach it.
+// TestAuditSeesOnlyCarveLVs: the audit's LVs, as the controller reads a
+// node agent's inventory, are carve's own in the configured volume groups,
+// with their tags read; LVs of other tools and of volume groups carve does
+// not use never reach it, and a volume group is readable only once read.
 func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 	tags := volume.VolumeTags("pvc-1", "fast", map[string]string{
 		"csi.storage.k8s.io/pvc/namespace": "db", "csi.storage.k8s.io/pvc/name": "data-0"})
@@ -33,17 +40,33 @@ func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 	}
 	cfg := &config.Config{DeviceClasses: []config.DeviceClass{{Name: "fast", VolumeGroup: "vg1"}}}
 	view := vgview.New(stubReporter{report}, cfg, nil)
-	v := viewVolumes{view}
-	if v.Readable("vg1") {
-		t.Error("vg1 readable before the first refresh")
+	ca, err := nodeca.NewCA(nodeca.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := nodeagent.New(nodeagent.Config{NodeName: "node-a", TokenFile: filepath.Join(t.TempDir(), "token"),
+		Trust: nodeca.NewPool(ca.Cert), Classes: cfg, Capacity: view, Inventory: view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inventory := func() *reconcile.Inventory {
+		resp, err := agent.Inventory(t.Context(), &nodeagentv1.InventoryRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inventoryOf(resp)
+	}
+	if inv := inventory(); len(inv.LVs) != 0 || !slices.Equal(inv.Unreadable, []string{"vg1"}) {
+		t.Errorf("before the first refresh: %+v, want no LV and vg1 unreadable", inv)
 	}
 	if err := view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !v.Readable("vg1") || v.Readable("other") {
-		t.Errorf("readable vg1 %v, other %v; want true, false (not configured)", v.Readable("vg1"), v.Readable("other"))
+	inv := inventory()
+	if len(inv.Unreadable) != 0 || !slices.Equal(inv.Classes, []reconcile.Class{{Name: "fast", VolumeGroup: "vg1"}}) {
+		t.Errorf("after a refresh: unreadable %v, classes %v; want none, fast in vg1", inv.Unreadable, inv.Classes)
 	}
-	got := v.Volumes()
+	got := inv.LVs
 	if len(got) != 1 {
 		t.Fatalf("audit LVs %+v, want only carve's in vg1", got)
 	}

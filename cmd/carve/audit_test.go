@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/lvm"
@@ -73,5 +76,52 @@ func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 	want := volume.LVNameFor("pvc-1")
 	if l := got[0]; l.Name != want || l.Class != "fast" || l.VolumeName != "pvc-1" || l.Claim != "db/data-0" || l.Size != 1<<30 {
 		t.Errorf("audit LV %+v", l)
+	}
+}
+
+// fakeAgents are node agents reached in memory: node-a's, and no other.
+type fakeAgents struct{ a *fakeAgentClient }
+
+func (f fakeAgents) Names() []string { return []string{"node-a"} }
+
+func (f fakeAgents) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeAgentClient, error) {
+	if node != "node-a" {
+		return nil, errors.New("node " + node + ": no ready node agent endpoint")
+	}
+	return f.a, nil
+}
+
+// fakeAgentClient answers Inventory and records RemoveOrphan.
+type fakeAgentClient struct {
+	nodeagentv1.NodeAgentClient
+	removed []string
+}
+
+func (f *fakeAgentClient) Inventory(context.Context, *nodeagentv1.InventoryRequest, ...grpc.CallOption) (*nodeagentv1.InventoryResponse, error) {
+	return &nodeagentv1.InventoryResponse{Busy: []string{"carve-x"}, UnreadableVolumeGroups: []string{"vg2"}}, nil
+}
+
+func (f *fakeAgentClient) RemoveOrphan(_ context.Context, req *nodeagentv1.RemoveOrphanRequest, _ ...grpc.CallOption) (*nodeagentv1.RemoveOrphanResponse, error) {
+	f.removed = append(f.removed, req.GetVolumeGroup()+"/"+req.GetName())
+	return &nodeagentv1.RemoveOrphanResponse{}, nil
+}
+
+// TestAuditNodes: the audit reaches a node's agent over the pool, and a
+// node the pool cannot reach is an error, not an empty inventory.
+func TestAuditNodes(t *testing.T) {
+	c := &fakeAgentClient{}
+	n := auditNodes{fakeAgents{c}}
+	inv, err := n.Inventory(t.Context(), "node-a")
+	if err != nil || !slices.Equal(inv.Busy, []string{"carve-x"}) || !slices.Equal(inv.Unreadable, []string{"vg2"}) {
+		t.Errorf("inventory of node-a: %+v, %v", inv, err)
+	}
+	if _, err := n.Inventory(t.Context(), "node-b"); err == nil {
+		t.Error("the inventory of an unreachable node is no error")
+	}
+	if err := n.RemoveOrphan(t.Context(), "node-a", "vg1", "carve-y"); err != nil || !slices.Equal(c.removed, []string{"vg1/carve-y"}) {
+		t.Errorf("RemoveOrphan: %v, removed %v", err, c.removed)
+	}
+	if err := n.RemoveOrphan(t.Context(), "node-b", "vg1", "carve-y"); err == nil {
+		t.Error("a removal on an unreachable node is no error")
 	}
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -259,5 +260,19 @@ func TestCodesOverGRPC(t *testing.T) {
 		if status.Code(err) != tt.code {
 			t.Errorf("CreateVolume on %s: %v, want %v", tt.node, err, tt.code)
 		}
+	}
+}
+
+// TestCloneWhileTheIndexFills: a clone with a selected node is not sent
+// while the PV index cannot say where its source lives: UNAVAILABLE, and
+// csi-provisioner retries on the same node.
+func TestCloneWhileTheIndexFills(t *testing.T) {
+	ns, log := cluster(t, newAgents()["node-b"])
+	r := New(Config{Nodes: ns, Volumes: locator{err: errors.New("the PersistentVolume cache has not been filled yet")}, TopologyKey: topology.Key})
+	_, err := r.CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: mountRWO,
+		AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromVolume(vid("vol-a"))})
+	wantStatus(t, err, codes.Unavailable, "volume_content_source", "not known yet")
+	if got := log.all(); len(got) != 0 {
+		t.Errorf("calls sent: %q", got)
 	}
 }

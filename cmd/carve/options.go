@@ -135,6 +135,17 @@ type NodeChannelOptions struct {
 	// TokenFile is the projected service-account token (audience carve's
 	// controller) the agent proves its node with at enrollment.
 	TokenFile string
+	// ControllerOnSocket serves the Controller service on the --endpoint
+	// socket too while the node channel is on (csi-sanity, debugging on a
+	// node). Without the node channel it is always served there: nothing
+	// else could reach it.
+	ControllerOnSocket bool
+}
+
+// controllerOnSocket tells whether the --endpoint socket serves the
+// Controller service.
+func (o *NodeChannelOptions) controllerOnSocket() bool {
+	return o.Address == "" || o.ControllerOnSocket
 }
 
 // AddFlags registers the node channel flags on fs.

@@ -238,6 +238,21 @@ func TestDashboardPanels(t *testing.T) {
 			}
 		}
 	}
+	// A routed Controller call is counted by carve controller and by the
+	// node agent that served it: each query of the CSI metric counts one
+	// side, the controller's calls or the kubelet's calls of the nodes.
+	for title, exprs := range byTitle {
+		for _, e := range strings.Split(exprs, "\n") {
+			if !strings.Contains(e, "csi_plugin_operations_seconds") {
+				continue
+			}
+			controller := strings.Contains(e, `job="carve-controller-metrics"`)
+			node := strings.Contains(e, `job="carve-node-metrics", method_name=~"/csi.v1.(Node|Identity)/.*"`)
+			if controller == node {
+				t.Errorf("panel %q counts routed CSI calls twice or not at all (want the controller's job, or the node's job for Node and Identity calls only): %s", title, e)
+			}
+		}
+	}
 	// The fill levels show the alerts' thresholds, on a 0-100 scale.
 	for _, p := range d.Panels {
 		if !strings.HasPrefix(p.Title, "Thin pool") {

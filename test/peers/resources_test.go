@@ -39,8 +39,8 @@ const idleNode = "node-large"
 // driver. For each count of opts.idleVolumes it prints the LVM commands
 // run per minute (carve: its carve_lvm_command_duration_seconds count;
 // TopoLVM: the lines lvmcount wrote) and the resident memory (VmRSS, and
-// VmHWM as the peak) of carve's plugin, carve's node csi-provisioner and
-// topolvm-node. It runs after the other tests (finale), and its volumes
+// VmHWM as the peak) of carve's plugin (alone on its node) and
+// topolvm-node, and of carve's central processes. It runs after the other tests (finale), and its volumes
 // are removed at the end. It asserts that carve's view holds the
 // volumes and that the counting works (topolvm-node ran LVM commands at
 // start).

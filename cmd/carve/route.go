@@ -84,7 +84,7 @@ type route struct {
 }
 
 // startRoute builds the routing controller: the CA, the node pool, the PV
-// index and the capacity writer.
+// index, the capacity writer and the placement of restores.
 func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (*route, error) {
 	client, err := kube.Client(o.Kubeconfig, "carve-controller")
 	if err != nil {
@@ -120,9 +120,13 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	place, err := startPlacement(ctx, o, client, writer, pvs, reg)
+	if err != nil {
+		return nil, err
+	}
 	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key})
 	return &route{server: srv, run: func(ctx context.Context) error {
-		return runAll(ctx, pool.Run, pvs.Run, func(ctx context.Context) error {
+		return runAll(ctx, pool.Run, pvs.Run, place, func(ctx context.Context) error {
 			return writeCapacity(ctx, o, client, writer)
 		}, func(ctx context.Context) error {
 			return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)

@@ -40,6 +40,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -208,8 +209,10 @@ func (p *Placer) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, log)
 	defer p.queue.ShutDown()
 	p.factory.Start(ctx.Done())
-	p.dyn.Start(ctx.Done())
 	defer p.factory.Shutdown()
+	var snaps sync.WaitGroup
+	snaps.Go(func() { p.startSnapshots(ctx) })
+	defer snaps.Wait()
 	defer p.dyn.Shutdown()
 	// Not the snapshot informers: without the snapshot CRDs they never
 	// sync, and clones still need placing. A restore seen before they
@@ -229,6 +232,43 @@ func (p *Placer) Run(ctx context.Context) error {
 	p.queue.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// snapshotsCheck is how often the API server is asked whether it serves
+// the snapshot API, while it does not.
+const snapshotsCheck = time.Minute
+
+// startSnapshots starts the snapshot informers once the API server serves
+// the snapshot API (a cluster without the snapshot CRDs: watching them
+// would only fail, over and over).
+func (p *Placer) startSnapshots(ctx context.Context) {
+	logged := false
+	for {
+		l, err := p.cfg.Client.Discovery().ServerResourcesForGroupVersion(VolumeSnapshots.GroupVersion().String())
+		if err == nil && served(l, VolumeSnapshots.Resource) && served(l, VolumeSnapshotContents.Resource) {
+			p.dyn.Start(ctx.Done())
+			return
+		}
+		if !logged {
+			klog.FromContext(ctx).Info("The API server does not serve the snapshot API; restores are placed once it does",
+				"groupVersion", VolumeSnapshots.GroupVersion().String(), "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(snapshotsCheck):
+		}
+	}
+}
+
+func served(l *metav1.APIResourceList, resource string) bool {
+	for _, r := range l.APIResources {
+		if r.Name == resource {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Placer) processNext(ctx context.Context) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,8 @@ type harness struct {
 func start(t *testing.T, w world) *harness {
 	t.Helper()
 	client := fake.NewClientset(append(classes(), w.objs...)...)
+	client.Resources = []*metav1.APIResourceList{{GroupVersion: "snapshot.storage.k8s.io/v1",
+		APIResources: []metav1.APIResource{{Name: "volumesnapshots"}, {Name: "volumesnapshotcontents"}}}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		VolumeSnapshots: "VolumeSnapshotList", VolumeSnapshotContents: "VolumeSnapshotContentList"}, w.dyn...)
 	rec := record.NewFakeRecorder(100)
@@ -459,6 +462,41 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAnnotation("clone", "node-b")
+}
+
+// TestWithoutSnapshotAPI: without the snapshot CRDs, clones are still
+// placed, and a restore's node is unknown.
+func TestWithoutSnapshotAPI(t *testing.T) {
+	h := start(t, world{objs: []runtime.Object{claim("src", "thick", "1Gi", boundTo("pv-src")),
+		claim("clone", "thick", "1Gi", fromClaim("src")), claim("restore", "thick", "1Gi", fromSnapshot("snap"))},
+		pvs: fakePVs{"pv-src": pv("pv-src", testDriver, "node-a")}, capacity: fakeCapacity{"node-a": {"ssd": gi}}})
+	h.client.Resources = nil
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(h.ctx)
+	go func() { done <- h.p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var evs []string
+	for len(evs) < 2 {
+		select {
+		case e := <-h.events.Events:
+			evs = append(evs, e)
+		case <-h.ctx.Done():
+			t.Fatalf("events %q, want two", evs)
+		}
+	}
+	slices.Sort(evs)
+	if !strings.Contains(evs[0], "NotPlaced SourceNodeUnknown") || !strings.Contains(evs[0], "snapshot CRDs") ||
+		!strings.Contains(evs[1], "PlacedWithSource Selected node node-a, where PersistentVolumeClaim app/src lives") {
+		t.Errorf("events %q, want the clone placed and the restore's node unknown", evs)
+	}
+	if h.p.snapshots.HasSynced() {
+		t.Error("the snapshot informers run without the snapshot API")
+	}
 }
 
 func TestNew(t *testing.T) {

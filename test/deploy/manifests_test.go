@@ -133,12 +133,14 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"CSIDriver /lvm.carve.dev",
 		"ClusterRole /carve-controller-lost-nodes",
 		"ClusterRole /carve-controller-node-channel",
+		"ClusterRole /carve-controller-placement",
 		"ClusterRole /carve-controller-provisioner",
 		"ClusterRole /carve-controller-resizer",
 		"ClusterRole /carve-controller-snapshotter",
 		"ClusterRole /carve-node-audit",
 		"ClusterRoleBinding /carve-controller-lost-nodes",
 		"ClusterRoleBinding /carve-controller-node-channel",
+		"ClusterRoleBinding /carve-controller-placement",
 		"ClusterRoleBinding /carve-controller-provisioner",
 		"ClusterRoleBinding /carve-controller-resizer",
 		"ClusterRoleBinding /carve-controller-snapshotter",
@@ -800,7 +802,9 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		),
 		"carve-system/carve-controller": slices.Concat(
 			// csi-provisioner (central mode), csi-resizer, the lost-node
-			// watch and the node channel's informers.
+			// watch, the node channel's informers and the placement of
+			// restores (claims: list, watch, patch; snapshots and their
+			// contents: get, list, watch; events).
 			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
 			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),

@@ -157,8 +157,8 @@ func (p *Placer) decide(c *corev1.PersistentVolumeClaim) outcome {
 	}
 	if n := c.Annotations[AnnPlaced]; n != "" {
 		return outcome{result: ResultPlacedBefore, message: fmt.Sprintf(
-			"PlacedBefore: carve selected node %s, where %s lives, before, and the selection was taken back (the node refused the volume); the scheduler chooses the node",
-			n, src)}
+			"PlacedBefore: the claim carries %s=%s: carve selected a node for it once (a selection taken back since: the node refused the volume), or the claim is to be left to the scheduler; the scheduler chooses the node for %s",
+			AnnPlaced, n, src)}
 	}
 	node, out := p.sourceNode(src)
 	if out.result != "" {

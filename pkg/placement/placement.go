@@ -20,6 +20,8 @@
 // never selects a node for a claim that carries it: when the node refuses
 // the volume anyway, csi-provisioner takes the selection back and the
 // scheduler chooses, rather than carve and the node refusing in a loop.
+// (A claim created with it, whatever its value, is left to the scheduler:
+// the way to opt out.)
 //
 // Each decision is an Event on the claim (Normal PlacedWithSource, or
 // Normal NotPlaced whose message starts with the reason: SourceNodeFull,

@@ -319,7 +319,7 @@ func TestDecide(t *testing.T) {
 			claim: "c", result: ResultSourceNotCarve, event: "PersistentVolume pv-src is another driver's"},
 		{name: "placed before: the node refused, carve does not select it again",
 			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap"), annotated(AnnPlaced, "node-a"))),
-			claim: "c", result: ResultPlacedBefore, event: "PlacedBefore: carve selected node node-a"},
+			claim: "c", result: ResultPlacedBefore, event: "PlacedBefore: the claim carries carve.dev/placed-with-source=node-a"},
 
 		// Nothing for carve to decide: no annotation, no Event.
 		{name: "node already selected", world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap"), annotated(AnnSelectedNode, "node-b"))), claim: "c"},

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/carve-csi/carve/pkg/placement"
 )
 
 // TestCloneAskedOnAnotherNode: a clone (a PVC whose dataSource is a carve
@@ -47,6 +49,10 @@ func TestCloneAskedOnAnotherNode(t *testing.T) {
 
 	clone := newPVC(ns, "clone", thickSC, "64Mi")
 	clone.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+	// Left to the scheduler: carve controller would otherwise select the
+	// source's node for the clone before the scheduler selects the pod's
+	// (TestRestorePlacedWithSource), and the pod would never schedule.
+	clone.Annotations = map[string]string{placement.AnnPlaced: "left-to-the-scheduler"}
 	pod := newPod(ns, "clone-app", "clone")
 	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": other}
 	start := createPVCAndPod(t, ctx, clone, pod)

@@ -30,11 +30,11 @@ import (
 // it did, the scheduler picked any node with room, carve there answered
 // ResourceExhausted naming the snapshot's node, and the pod wandered from
 // node to node (issue 23: it never got there in five minutes). Every
-// round must end on the snapshot's node with carve's own selection; the
-// test prints the time from the claim to the node selected and to carve's
-// CreateVolume there, and how many wrong nodes were tried (a scheduler
-// that selects a node before carve does gets refused once: carve then
-// selects the right one).
+// round must end on the snapshot's node; the test prints the time from
+// the claim to carve's selection and to carve's CreateVolume there, how
+// many wrong nodes were tried (a scheduler that selects a wrong node
+// before carve does gets refused once, and carve then selects the right
+// one) and in how many rounds the scheduler selected first.
 //
 // The simulated nodes have no device-mapper and no kubelet, so the
 // snapshot is an LV with carve's snapshot tags made with lvcreate on one
@@ -61,6 +61,7 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 
 	var took, placed []time.Duration
 	var wrong []int
+	bySched := 0 // rounds whose node the scheduler selected before carve
 	for i := range rounds {
 		name := fmt.Sprintf("restored-%d", i)
 		before, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="restore"`)
@@ -77,14 +78,23 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 			return n > before, fmt.Sprintf("%v restores asked of %s", n-before, holder.Name), err
 		})
 		d := time.Since(start)
+		// carve's selection comes before carve there is asked, unless the
+		// scheduler selected the snapshot's node first (then carve has
+		// nothing to select).
 		var sel placedAt
 		select {
 		case sel = <-selected:
-		case <-ctx.Done():
-			t.Fatalf("round %d: carve never selected a node for %s", i, name)
+		case <-time.After(10 * time.Second):
+			c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("round %d: carve selected no node for %s: the scheduler selected %q first", i, name, c.Annotations[annSelected])
+			sel = placedAt{node: c.Annotations[annSelected], at: time.Now()}
+			bySched++
 		}
 		if sel.node != holder.Name {
-			t.Errorf("round %d: carve selected node %q for %s, want the snapshot's node %s", i, sel.node, name, holder.Name)
+			t.Errorf("round %d: node %q selected for %s, want the snapshot's node %s", i, sel.node, name, holder.Name)
 		}
 		evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", name, "ProvisioningFailed", "lives on node "+holder.Name)
 		if err != nil {
@@ -109,9 +119,9 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 	slices.Sort(took)
 	slices.Sort(placed)
 	fmt.Printf("MEASURE unpinned restore, %d nodes, %d rounds: claim to the snapshot's node selected by carve min %s median %s max %s; "+
-		"claim to carve's CreateVolume there min %s median %s max %s; refusals per round %v\n",
+		"claim to carve's CreateVolume there min %s median %s max %s; refusals per round %v; rounds the scheduler selected first %d\n",
 		len(bed.Nodes), rounds, placed[0].Round(time.Millisecond), placed[len(placed)/2].Round(time.Millisecond), placed[len(placed)-1].Round(time.Millisecond),
-		took[0].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), wrong)
+		took[0].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), wrong, bySched)
 }
 
 // placedAt is when a claim got the annotation carve sets with the node it

@@ -138,14 +138,19 @@ func checkPlaced(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeCl
 	if got.Annotations[placement.AnnPlaced] != holder.Name {
 		t.Errorf("annotations %v: want %s=%s (carve selected it)", got.Annotations, placement.AnnPlaced, holder.Name)
 	}
-	evs, err := eventsWith(ctx, c.Namespace, "PersistentVolumeClaim", c.Name, placement.ReasonPlaced, "Selected node "+holder.Name)
-	if err != nil || len(evs) != 1 {
+	// The Event and the count follow the annotation.
+	waitFor(t, settle, "one "+placement.ReasonPlaced+" event naming "+holder.Name+" and one more placed count", func(ctx context.Context) (bool, string, error) {
+		evs, err := eventsWith(ctx, c.Namespace, "PersistentVolumeClaim", c.Name, placement.ReasonPlaced, "Selected node "+holder.Name)
+		if err != nil {
+			return false, "", err
+		}
+		after, err := scrape(ctx, bed.Central.MetricsURL, "carve_restore_placements_total", `result="`+placement.ResultPlaced+`"`)
+		if err != nil {
+			return false, "", err
+		}
 		all, _ := events(ctx, c.Namespace, "PersistentVolumeClaim", c.Name)
-		t.Errorf("want one %s event naming %s; events: %v (%v)", placement.ReasonPlaced, holder.Name, all, err)
-	}
-	if after := controllerPlacements(t, ctx, placement.ResultPlaced); after != placed+1 {
-		t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", placement.ResultPlaced, placed, after)
-	}
+		return len(evs) == 1 && after == placed+1, fmt.Sprintf("placed count %v -> %v; events %v", placed, after, all), nil
+	})
 	waitFor(t, settle, "carve on "+holder.Name+" to be asked for the "+phase, func(ctx context.Context) (bool, string, error) {
 		n, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="`+phase+`"`)
 		return n > asked, fmt.Sprintf("%v asked of %s", n-asked, holder.Name), err

@@ -2,91 +2,95 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/config"
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/kube"
+	"github.com/carve-csi/carve/pkg/leader"
 	"github.com/carve-csi/carve/pkg/pvindex"
 	"github.com/carve-csi/carve/pkg/reconcile"
-	"github.com/carve-csi/carve/pkg/vgview"
-	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
 )
 
-// viewVolumes shows the state view to the audit with carve's tags read.
-type viewVolumes struct{ view *vgview.View }
+// auditLease is the Lease of the replica that audits the nodes: two
+// replicas would announce every finding twice and race to remove orphans.
+const auditLease = "carve-controller-audit"
 
-func (v viewVolumes) Readable(vg string) bool { return v.view.Readable(vg) }
+// nodeCallTimeout bounds one Inventory or RemoveOrphan call of the audit.
+const nodeCallTimeout = 30 * time.Second
 
-func (v viewVolumes) Volumes() []reconcile.LV {
-	lvs := v.view.Volumes()
-	out := make([]reconcile.LV, 0, len(lvs))
-	for _, lv := range lvs {
-		out = append(out, auditLV(lv))
-	}
-	return out
+// agents reaches the node agents' NodeAgent service; *nodepool.Pool is one.
+type agents interface {
+	Names() []string
+	NodeAgent(ctx context.Context, node string) (nodeagentv1.NodeAgentClient, error)
 }
 
-func auditLV(lv lvm.LogicalVolume) reconcile.LV {
-	o := volume.OwnerFromTags(lv.Tags)
-	return reconcile.LV{VolumeGroup: lv.VolumeGroup, Name: lv.Name, Size: lv.Size,
-		Class: o.Class, VolumeName: o.VolumeName, Claim: o.Claim}
-}
+// auditNodes is the audit's view of the node agents, over the node channel.
+type auditNodes struct{ pool agents }
 
-// nodeAPI is the plugin's access to the Kubernetes API: the PV cache the
-// audit and CreateVolume read, and the client the audit writes Events and
-// reads claims with.
-type nodeAPI struct {
-	client kubernetes.Interface
-	pvs    *pvindex.Index
-}
+var _ reconcile.Nodes = auditNodes{}
 
-// startNodeAPI builds the node's API access (nil when --audit-interval is
-// 0: then the plugin never calls the API).
-func startNodeAPI(o *PluginOptions) (*nodeAPI, error) {
-	if o.Audit.Interval == 0 {
-		return nil, nil
-	}
-	client, err := kube.Client(o.Audit.Kubeconfig, "carve-plugin/"+o.NodeName)
+func (n auditNodes) Names() []string { return n.pool.Names() }
+
+func (n auditNodes) Inventory(ctx context.Context, node string) (*reconcile.Inventory, error) {
+	c, err := n.pool.NodeAgent(ctx, node)
 	if err != nil {
-		return nil, fmt.Errorf("the audit (--audit-interval=0 turns it off): %w", err)
+		return nil, err
 	}
-	pvs, err := pvindex.New(client, o.DriverName, topology.Key)
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	resp, err := c.Inventory(ctx, &nodeagentv1.InventoryRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("the PersistentVolume cache: %w", err)
+		return nil, err
 	}
-	return &nodeAPI{client: client, pvs: pvs}, nil
+	return inventoryOf(resp), nil
 }
 
-// startAudit builds the node's audit over api's PV cache; what it returns
-// runs the cache and the audit until ctx ends (nil without api).
-func startAudit(ctx context.Context, o *PluginOptions, api *nodeAPI, cfg *config.Config, view *vgview.View,
-	orphans reconcile.Orphans, reg prometheus.Registerer) func(context.Context) error {
-	if api == nil {
-		return nil
+func (n auditNodes) RemoveOrphan(ctx context.Context, node, vg, name string) error {
+	c, err := n.pool.NodeAgent(ctx, node)
+	if err != nil {
+		return err
 	}
-	classes := make([]reconcile.Class, 0, len(cfg.DeviceClasses))
-	for _, d := range cfg.DeviceClasses {
-		classes = append(classes, reconcile.Class{Name: d.Name, VolumeGroup: d.VolumeGroup})
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	_, err = c.RemoveOrphan(ctx, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: vg, Name: name})
+	return err
+}
+
+// inventoryOf is a node agent's inventory as the audit reads it.
+func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
+	inv := &reconcile.Inventory{Unreadable: resp.GetUnreadableVolumeGroups(), Busy: resp.GetBusy()}
+	for _, d := range resp.GetDeviceClasses() {
+		inv.Classes = append(inv.Classes, reconcile.Class{Name: d.GetName(), VolumeGroup: d.GetVolumeGroup()})
 	}
-	ac := reconcile.Config{Node: o.NodeName, Driver: o.DriverName, TopologyKey: topology.Key, Client: api.client, PVs: api.pvs,
-		Volumes: viewVolumes{view}, Classes: classes, Grace: o.Audit.Grace, Interval: o.Audit.Interval,
-		Orphans: orphans, RemoveOrphans: o.Audit.RemoveOrphans, Registerer: reg}
-	rec, stop := kube.Recorder(ctx, api.client, "carve-plugin", o.NodeName)
-	ac.Events = rec
-	a := reconcile.New(ac)
+	for _, lv := range resp.GetVolumes() {
+		inv.LVs = append(inv.LVs, reconcile.LV{VolumeGroup: lv.GetVolumeGroup(), Name: lv.GetName(), Size: uint64(max(lv.GetSizeBytes(), 0)),
+			Class: lv.GetDeviceClass(), VolumeName: lv.GetVolumeName(), Claim: lv.GetClaim()})
+	}
+	return inv
+}
+
+// startAudit builds the audit of the nodes' LVs against the PV index; what
+// it returns runs it (under leader election when asked) until ctx ends.
+// The index is run by its owner, the route.
+func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, pvs *pvindex.Index, pool agents,
+	reg prometheus.Registerer) func(context.Context) error {
+	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
+	a := reconcile.New(reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
+		Nodes: auditNodes{pool}, Grace: o.Audit.Grace, Interval: o.Audit.Interval, RemoveOrphans: o.Audit.RemoveOrphans,
+		Registerer: reg, Events: rec})
 	return func(ctx context.Context) error {
 		defer stop()
-		ctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- api.pvs.Run(ctx) }()
-		err := a.Run(ctx)
-		cancel()
-		return errors.Join(err, <-done)
+		if !o.LeaderElection {
+			return a.Run(ctx)
+		}
+		if err := leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: auditLease}, a.Run); err != nil {
+			return fmt.Errorf("the audit: %w", err)
+		}
+		return nil
 	}
 }

@@ -2,10 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
+	"slices"
 	"testing"
 
+	"google.golang.org/grpc"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/nodeagent"
+	"github.com/carve-csi/carve/pkg/nodeca"
+	"github.com/carve-csi/carve/pkg/reconcile"
 	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
@@ -14,9 +23,10 @@ type stubReporter struct{ r *lvm.Report }
 
 func (s stubReporter) Report(context.Context, ...string) (*lvm.Report, error) { return s.r, nil }
 
-// TestAuditSeesOnlyCarveLVs: the audit's LVs are carve's own in the
-// configured volume groups, with their tags read; LVs of other tools and
-// of volume groups carve does not use never reach it.
+// TestAuditSeesOnlyCarveLVs: the audit's LVs, as the controller reads a
+// node agent's inventory, are carve's own in the configured volume groups,
+// with their tags read; LVs of other tools and of volume groups carve does
+// not use never reach it, and a volume group is readable only once read.
 func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 	tags := volume.VolumeTags("pvc-1", "fast", map[string]string{
 		"csi.storage.k8s.io/pvc/namespace": "db", "csi.storage.k8s.io/pvc/name": "data-0"})
@@ -33,22 +43,85 @@ func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 	}
 	cfg := &config.Config{DeviceClasses: []config.DeviceClass{{Name: "fast", VolumeGroup: "vg1"}}}
 	view := vgview.New(stubReporter{report}, cfg, nil)
-	v := viewVolumes{view}
-	if v.Readable("vg1") {
-		t.Error("vg1 readable before the first refresh")
+	ca, err := nodeca.NewCA(nodeca.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := nodeagent.New(nodeagent.Config{NodeName: "node-a", TokenFile: filepath.Join(t.TempDir(), "token"),
+		Trust: nodeca.NewPool(ca.Cert), Classes: cfg, Capacity: view, Inventory: view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inventory := func() *reconcile.Inventory {
+		resp, err := agent.Inventory(t.Context(), &nodeagentv1.InventoryRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inventoryOf(resp)
+	}
+	if inv := inventory(); len(inv.LVs) != 0 || !slices.Equal(inv.Unreadable, []string{"vg1"}) {
+		t.Errorf("before the first refresh: %+v, want no LV and vg1 unreadable", inv)
 	}
 	if err := view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !v.Readable("vg1") || v.Readable("other") {
-		t.Errorf("readable vg1 %v, other %v; want true, false (not configured)", v.Readable("vg1"), v.Readable("other"))
+	inv := inventory()
+	if len(inv.Unreadable) != 0 || !slices.Equal(inv.Classes, []reconcile.Class{{Name: "fast", VolumeGroup: "vg1"}}) {
+		t.Errorf("after a refresh: unreadable %v, classes %v; want none, fast in vg1", inv.Unreadable, inv.Classes)
 	}
-	got := v.Volumes()
+	got := inv.LVs
 	if len(got) != 1 {
 		t.Fatalf("audit LVs %+v, want only carve's in vg1", got)
 	}
 	want := volume.LVNameFor("pvc-1")
 	if l := got[0]; l.Name != want || l.Class != "fast" || l.VolumeName != "pvc-1" || l.Claim != "db/data-0" || l.Size != 1<<30 {
 		t.Errorf("audit LV %+v", l)
+	}
+}
+
+// fakeAgents are node agents reached in memory: node-a's, and no other.
+type fakeAgents struct{ a *fakeAgentClient }
+
+func (f fakeAgents) Names() []string { return []string{"node-a"} }
+
+func (f fakeAgents) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeAgentClient, error) {
+	if node != "node-a" {
+		return nil, errors.New("node " + node + ": no ready node agent endpoint")
+	}
+	return f.a, nil
+}
+
+// fakeAgentClient answers Inventory and records RemoveOrphan.
+type fakeAgentClient struct {
+	nodeagentv1.NodeAgentClient
+	removed []string
+}
+
+func (f *fakeAgentClient) Inventory(context.Context, *nodeagentv1.InventoryRequest, ...grpc.CallOption) (*nodeagentv1.InventoryResponse, error) {
+	return &nodeagentv1.InventoryResponse{Busy: []string{"carve-x"}, UnreadableVolumeGroups: []string{"vg2"}}, nil
+}
+
+func (f *fakeAgentClient) RemoveOrphan(_ context.Context, req *nodeagentv1.RemoveOrphanRequest, _ ...grpc.CallOption) (*nodeagentv1.RemoveOrphanResponse, error) {
+	f.removed = append(f.removed, req.GetVolumeGroup()+"/"+req.GetName())
+	return &nodeagentv1.RemoveOrphanResponse{}, nil
+}
+
+// TestAuditNodes: the audit reaches a node's agent over the pool, and a
+// node the pool cannot reach is an error, not an empty inventory.
+func TestAuditNodes(t *testing.T) {
+	c := &fakeAgentClient{}
+	n := auditNodes{fakeAgents{c}}
+	inv, err := n.Inventory(t.Context(), "node-a")
+	if err != nil || !slices.Equal(inv.Busy, []string{"carve-x"}) || !slices.Equal(inv.Unreadable, []string{"vg2"}) {
+		t.Errorf("inventory of node-a: %+v, %v", inv, err)
+	}
+	if _, err := n.Inventory(t.Context(), "node-b"); err == nil {
+		t.Error("the inventory of an unreachable node is no error")
+	}
+	if err := n.RemoveOrphan(t.Context(), "node-a", "vg1", "carve-y"); err != nil || !slices.Equal(c.removed, []string{"vg1/carve-y"}) {
+		t.Errorf("RemoveOrphan: %v, removed %v", err, c.removed)
+	}
+	if err := n.RemoveOrphan(t.Context(), "node-b", "vg1", "carve-y"); err == nil {
+		t.Error("a removal on an unreachable node is no error")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/kube"
@@ -21,7 +22,7 @@ const leaseName = "carve-controller"
 // Node call (NodeGetCapabilities) that csi-resizer needs, and watches for
 // the volumes of deleted nodes; it touches no LVM. With
 // --node-channel-service its Controller routes each call to the node agent
-// that owns it.
+// that owns it, and it audits the nodes' LVs over the node channel.
 func runController(ctx context.Context, o *ControllerOptions) error {
 	mm := newMetricsManager(o.DriverName, "controller")
 	svc := driver.Services{
@@ -40,6 +41,8 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		}
 		svc.Controller = r.server
 		after = append(after, r.run)
+	} else if o.Audit.Interval > 0 {
+		klog.InfoS("Not auditing the nodes' LVs: the audit reads them over the node channel, and --node-channel-service is empty")
 	}
 	if o.LostNodesInterval > 0 {
 		run, err := lostNodesWatch(ctx, o, mm.GetRegistry().Registerer())

@@ -43,6 +43,12 @@ func TestRunUsageAndVersion(t *testing.T) {
 			"--kubelet-registration-dir", "registration", "--kubelet-csi-socket", "unix:///csi/csi.sock"}, code: 2,
 			stderr: []string{"--node-name: must be set", "--endpoint", "only unix://", "--driver-name \"-bad\"", "--capacity-refresh-interval 1ms",
 				"--kubelet-registration-dir \"registration\"", "--kubelet-csi-socket \"unix:///csi/csi.sock\""}},
+		{name: "the audit's flags moved to the controller", args: []string{"plugin", "--node-name", "n1", "--audit-interval", "0", "--orphan-grace-period", "1h",
+			"--remove-orphans", "--kubeconfig", "/kubeconfig"}, code: 2,
+			stderr: []string{"--audit-interval: not a flag of carve plugin any more; the audit runs in carve controller: set --audit-interval there",
+				"--orphan-grace-period: not a flag", "--remove-orphans: not a flag", "--kubeconfig: not a flag of carve plugin any more; the node agent uses no Kubernetes API"}},
+		{name: "the controller takes the audit's flags", args: []string{"controller", "--audit-interval", "0", "--orphan-grace-period", "1ms"}, code: 2,
+			stderr: []string{"--orphan-grace-period 1ms: must be at least 1s"}},
 		{name: "missing config file fails the role", args: []string{"plugin", "--node-name", "n1", "--config", "/nonexistent/carve.yaml", "--endpoint", "unix:///tmp/x.sock"}, code: 1},
 	}
 	for _, tt := range tests {
@@ -69,7 +75,6 @@ func TestPluginOptions(t *testing.T) {
 		return PluginOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
 			NodeName: "node-1.example", ConfigPath: "/etc/carve/config.yaml", RefreshInterval: time.Minute, LVMTimeout: time.Minute,
 			KubeletRegistrationDir: DefaultKubeletRegistrationDir, KubeletCSISocket: DefaultKubeletCSISocket,
-			Audit:       AuditOptions{Interval: time.Minute, Grace: 10 * time.Minute},
 			NodeChannel: NodeChannelOptions{CAFile: DefaultNodeChannelCAFile, TokenFile: DefaultNodeChannelTokenFile}}
 	}
 	tests := []struct {
@@ -98,12 +103,6 @@ func TestPluginOptions(t *testing.T) {
 		{"relative CSI socket", func(o *PluginOptions) { o.KubeletCSISocket = "plugins/csi.sock" }, "--kubelet-csi-socket"},
 		{"CSI socket too long", func(o *PluginOptions) { o.KubeletCSISocket = "/" + strings.Repeat("c", 107) }, "--kubelet-csi-socket"},
 		{"relative state directory", func(o *PluginOptions) { o.StateDir = "state" }, "--state-dir \"state\": must be an absolute path"},
-		{"audit off", func(o *PluginOptions) { o.Audit.Interval = 0 }, ""},
-		{"audit too often", func(o *PluginOptions) { o.Audit.Interval = time.Millisecond }, "--audit-interval"},
-		{"negative audit interval", func(o *PluginOptions) { o.Audit.Interval = -time.Second }, "--audit-interval"},
-		{"no grace period", func(o *PluginOptions) { o.Audit.Grace = 0 }, "--orphan-grace-period"},
-		{"removing orphans", func(o *PluginOptions) { o.Audit.RemoveOrphans = true }, ""},
-		{"removing orphans without the audit", func(o *PluginOptions) { o.Audit.RemoveOrphans, o.Audit.Interval = true, 0 }, "--remove-orphans"},
 		{"node channel off: its files are not used", func(o *PluginOptions) { o.NodeChannel.CAFile, o.NodeChannel.TokenFile = "", "ca.crt" }, ""},
 		{"node channel on every interface", func(o *PluginOptions) { o.NodeChannel.Address = ":9811" }, ""},
 		{"node channel on one address", func(o *PluginOptions) { o.NodeChannel.Address = "10.0.0.7:9811" }, ""},
@@ -203,7 +202,7 @@ func TestLoggingFormatJSON(t *testing.T) {
 func TestControllerOptions(t *testing.T) {
 	valid := func() ControllerOptions {
 		return ControllerOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
-			LostNodesInterval: time.Minute, LeaderElection: true}
+			LostNodesInterval: time.Minute, LeaderElection: true, Audit: AuditOptions{Interval: time.Minute, Grace: 10 * time.Minute}}
 	}
 	tests := []struct {
 		name string
@@ -225,6 +224,13 @@ func TestControllerOptions(t *testing.T) {
 		{"routing without an audience", func(o *ControllerOptions) { o.Route = routing(); o.Route.Audience = "" }, "--node-token-audience"},
 		{"routing without a CA name", func(o *ControllerOptions) { o.Route = routing(); o.Route.CAName = "" }, "--node-channel-ca"},
 		{"no routing: its other flags are not read", func(o *ControllerOptions) { o.Route = RouteOptions{} }, ""},
+		{"audit off", func(o *ControllerOptions) { o.Audit.Interval = 0 }, ""},
+		{"audit too often", func(o *ControllerOptions) { o.Audit.Interval = time.Millisecond }, "--audit-interval"},
+		{"negative audit interval", func(o *ControllerOptions) { o.Audit.Interval = -time.Second }, "--audit-interval"},
+		{"no grace period", func(o *ControllerOptions) { o.Audit.Grace = 0 }, "--orphan-grace-period"},
+		{"removing orphans", func(o *ControllerOptions) { o.Route = routing(); o.Audit.RemoveOrphans = true }, ""},
+		{"removing orphans without the audit", func(o *ControllerOptions) { o.Route = routing(); o.Audit.RemoveOrphans, o.Audit.Interval = true, 0 }, "--remove-orphans"},
+		{"removing orphans without the node channel", func(o *ControllerOptions) { o.Audit.RemoveOrphans = true }, "--remove-orphans: needs the node channel"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,14 +32,15 @@ const (
 
 // nodeChannel builds the node channel: the node agent and a TLS gRPC
 // server with the plugin's Identity and Controller servers (the same
-// ones its socket serves) and NodeAgent, under the socket's interceptors
+// ones its socket serves) and NodeAgent (its inventory and orphan removal
+// over orphans, the provisioner), under the socket's interceptors
 // and metrics. What it returns listens on --node-channel-address and
 // serves until ctx ends.
-func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, svc driver.Services,
+func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphans nodeagent.Orphans, svc driver.Services,
 	mm csimetrics.CSIMetricsManager) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)
 	agent, err := nodeagent.New(nodeagent.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
-		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view})
+		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans})
 	if err != nil {
 		return nil, fmt.Errorf("the node channel: %w", err)
 	}

@@ -71,7 +71,7 @@ func TestNodeChannel(t *testing.T) {
 		Controller: driver.CentralControllerServer{},
 		Node:       driver.CentralNodeServer{},
 	}
-	run, err := nodeChannel(o, cfg, view, svc, mm)
+	run, err := nodeChannel(o, cfg, view, nil, svc, mm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestNodeChannelAddressInUse(t *testing.T) {
 		CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}
 	cfg := &config.Config{}
 	view := vgview.New(stubReporter{&lvm.Report{}}, cfg, nil)
-	run, err := nodeChannel(o, cfg, view, driver.Services{}, nil)
+	run, err := nodeChannel(o, cfg, view, nil, driver.Services{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,8 +107,9 @@ type PluginOptions struct {
 	// reboots (the marks of volumes being made); empty is the directory of
 	// the --endpoint socket.
 	StateDir string
-	// Audit configures the comparison of this node's LVs with carve's PVs.
-	Audit AuditOptions
+	// Moved are the flags that moved to carve controller with the audit;
+	// Validate refuses each one set, naming where it went.
+	Moved MovedFlags
 	// NodeChannel configures the port carve's controller reaches this
 	// node's agent on.
 	NodeChannel NodeChannelOptions
@@ -133,6 +135,17 @@ type NodeChannelOptions struct {
 	// TokenFile is the projected service-account token (audience carve's
 	// controller) the agent proves its node with at enrollment.
 	TokenFile string
+	// ControllerOnSocket serves the Controller service on the --endpoint
+	// socket too while the node channel is on (csi-sanity, debugging on a
+	// node). Without the node channel it is always served there: nothing
+	// else could reach it.
+	ControllerOnSocket bool
+}
+
+// controllerOnSocket tells whether the --endpoint socket serves the
+// Controller service.
+func (o *NodeChannelOptions) controllerOnSocket() bool {
+	return o.Address == "" || o.ControllerOnSocket
 }
 
 // AddFlags registers the node channel flags on fs.
@@ -164,14 +177,13 @@ func (o *NodeChannelOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// AuditOptions configure the node's audit (docs/operations.md: orphaned
-// volumes, missing data).
+// AuditOptions configure the controller's audit of the nodes' LVs
+// against carve's PersistentVolumes (docs/operations.md: orphaned volumes,
+// missing data).
 type AuditOptions struct {
-	// Kubeconfig is the API server's kubeconfig; empty uses the pod's
-	// service account.
-	Kubeconfig string
-	// Interval is how often the audit runs; 0 turns the audit off, and
-	// with it every API access of the plugin.
+	// Interval is how often the audit runs; 0 turns it off. It runs only
+	// with the node channel (--node-channel-service): the nodes'
+	// inventories come over it.
 	Interval time.Duration
 	// Grace is how long an LV must lack a PV (or a PV its LV) before it is
 	// reported: longer than any CreateVolume and the PV write after it.
@@ -182,14 +194,14 @@ type AuditOptions struct {
 
 // AddFlags registers the audit flags on fs.
 func (o *AuditOptions) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
-	fs.DurationVar(&o.Interval, "audit-interval", time.Minute, "how often this node's carve LVs are compared with carve's PersistentVolumes (orphans, missing data); 0 turns the audit and all API access off")
-	fs.DurationVar(&o.Grace, "orphan-grace-period", 10*time.Minute, "how long an LV must have no PersistentVolume (or a PersistentVolume of this node its LV) before it is reported; in-flight provisioning is never counted")
-	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "remove an orphaned LV (no PersistentVolume for --orphan-grace-period, and its claim gone) instead of only reporting it")
+	fs.DurationVar(&o.Interval, "audit-interval", time.Minute, "how often every node's carve LVs are compared with carve's PersistentVolumes (orphans, missing data), over the node channel; 0 turns the audit off")
+	fs.DurationVar(&o.Grace, "orphan-grace-period", 10*time.Minute, "how long an LV must have no PersistentVolume (or a PersistentVolume its LV) before it is reported; in-flight provisioning is never counted")
+	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "remove an orphaned LV (no PersistentVolume for --orphan-grace-period, and its claim gone), through its node's agent, instead of only reporting it")
 }
 
-// Validate checks the audit flags.
-func (o *AuditOptions) Validate() error {
+// Validate checks the audit flags; routing tells whether the node channel
+// is on (--node-channel-service).
+func (o *AuditOptions) Validate(routing bool) error {
 	var errs []error
 	if o.Interval < 0 || o.Interval > 0 && o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--audit-interval %v: must be 0 (off) or at least 1s", o.Interval))
@@ -197,11 +209,66 @@ func (o *AuditOptions) Validate() error {
 	if o.Grace < time.Second {
 		errs = append(errs, fmt.Errorf("--orphan-grace-period %v: must be at least 1s", o.Grace))
 	}
-	if o.RemoveOrphans && o.Interval == 0 {
+	switch {
+	case o.RemoveOrphans && o.Interval == 0:
 		errs = append(errs, errors.New("--remove-orphans: needs the audit (--audit-interval > 0)"))
+	case o.RemoveOrphans && !routing:
+		errs = append(errs, errors.New("--remove-orphans: needs the node channel (--node-channel-service): orphans are removed through their node's agent"))
 	}
 	return errors.Join(errs...)
 }
+
+// MovedFlags are the flags `carve plugin` had while it audited its own
+// LVs; the audit runs in `carve controller` now, and the node agent uses
+// no Kubernetes API. They are still accepted on the command line, so that
+// a DaemonSet that sets one fails with a message that says where it went,
+// not with "flag provided but not defined".
+type MovedFlags struct {
+	set []string
+}
+
+// movedFlags name each moved flag and where it went.
+var movedFlags = []struct{ name, to string }{
+	{"audit-interval", "the audit runs in carve controller: set --audit-interval there"},
+	{"orphan-grace-period", "the audit runs in carve controller: set --orphan-grace-period there"},
+	{"remove-orphans", "the audit runs in carve controller: set --remove-orphans there"},
+	{"kubeconfig", "the node agent uses no Kubernetes API: remove it"},
+}
+
+// AddFlags registers the moved flags on fs.
+func (o *MovedFlags) AddFlags(fs *flag.FlagSet) {
+	for _, f := range movedFlags {
+		fs.Var(movedFlag{name: f.name, set: &o.set, bool: f.name == "remove-orphans"}, f.name, "moved: "+f.to)
+	}
+}
+
+// Validate refuses every moved flag that was set.
+func (o *MovedFlags) Validate() error {
+	var errs []error
+	for _, f := range movedFlags {
+		if slices.Contains(o.set, f.name) {
+			errs = append(errs, fmt.Errorf("--%s: not a flag of carve plugin any more; %s", f.name, f.to))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// movedFlag is a flag.Value that records that it was set.
+type movedFlag struct {
+	name string
+	set  *[]string
+	bool bool
+}
+
+func (f movedFlag) String() string { return "" }
+
+func (f movedFlag) Set(string) error {
+	*f.set = append(*f.set, f.name)
+	return nil
+}
+
+// IsBoolFlag lets --remove-orphans be given without a value, as it was.
+func (f movedFlag) IsBoolFlag() bool { return f.bool }
 
 // AddFlags registers the plugin flags on fs.
 func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
@@ -218,7 +285,7 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 		"path of the --endpoint socket as the kubelet sees it on the host; carve hands it to the kubelet at registration")
 	fs.StringVar(&o.StateDir, "state-dir", "",
 		"directory on the node's disk (surviving restarts and reboots) where carve marks the volumes it is making; empty is the directory of the --endpoint socket, the DaemonSet's plugin directory")
-	o.Audit.AddFlags(fs)
+	o.Moved.AddFlags(fs)
 	o.NodeChannel.AddFlags(fs)
 }
 
@@ -252,7 +319,7 @@ func (o *PluginOptions) Validate() error {
 	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
 		errs = append(errs, fmt.Errorf("--state-dir %q: must be an absolute path (or empty for the directory of the --endpoint socket)", o.StateDir))
 	}
-	errs = append(errs, o.Audit.Validate(), o.NodeChannel.Validate())
+	errs = append(errs, o.Moved.Validate(), o.NodeChannel.Validate())
 	return errors.Join(errs...)
 }
 
@@ -309,13 +376,16 @@ type ControllerOptions struct {
 	// DeleteClaimsOfLostNodes deletes the claims and PVs of deleted nodes
 	// instead of only reporting them.
 	DeleteClaimsOfLostNodes bool
-	// LeaderElection makes one replica at a time do the watch.
+	// LeaderElection makes one replica at a time do each cluster duty:
+	// the lost-node watch, the capacity writer and the audit.
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; empty is the pod's own
 	// namespace.
 	LeaderElectionNamespace string
 	// Route configures routing to the node agents over the node channel.
 	Route RouteOptions
+	// Audit configures the comparison of the nodes' LVs with carve's PVs.
+	Audit AuditOptions
 }
 
 // AddFlags registers the controller flags on fs.
@@ -324,9 +394,10 @@ func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
 	fs.DurationVar(&o.LostNodesInterval, "lost-nodes-interval", time.Minute, "how often the PersistentVolumes of deleted Nodes are looked for (also at every Node deletion); 0 turns the watch and all API access off")
 	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them")
-	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes")
+	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes, only the holder of carve-controller-capacity writes CSIStorageCapacity objects, and only the holder of carve-controller-audit audits the nodes' LVs")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
 	o.Route.AddFlags(fs)
+	o.Audit.AddFlags(fs)
 }
 
 // Validate checks the controller flags.
@@ -338,6 +409,6 @@ func (o *ControllerOptions) Validate() error {
 	if o.DeleteClaimsOfLostNodes && o.LostNodesInterval == 0 {
 		errs = append(errs, errors.New("--delete-claims-of-lost-nodes: needs the watch (--lost-nodes-interval > 0)"))
 	}
-	errs = append(errs, o.Route.Validate())
+	errs = append(errs, o.Route.Validate(), o.Audit.Validate(o.Route.Service != ""))
 	return errors.Join(errs...)
 }

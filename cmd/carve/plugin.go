@@ -45,7 +45,7 @@ const refreshTimeout = 2 * time.Minute
 // runPlugin wires the real LVM client, mounter, exec and metrics into the
 // three CSI servers, serves them on one socket and, once that listens,
 // registers the plugin with the kubelet and, when asked, serves the node
-// channel.
+// channel. It uses no Kubernetes API: no client is built on this path.
 func runPlugin(ctx context.Context, o *PluginOptions) error {
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
@@ -80,18 +80,14 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	realExec := utilexec.New()
 	// Where lvm makes device nodes, read once, as lvm.New read it.
 	devDir := volume.DevDir(os.Environ())
-	api, err := startNodeAPI(o)
-	if err != nil {
-		return err
-	}
+	// No Locator: the node agent holds no Kubernetes API access. Which
+	// node holds a clone's source volume is the controller's to say: it
+	// routes a clone to its source's node (pkg/router).
 	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: unfinished, Formatting: formatting,
 		DevDir: devDir}
-	if api != nil {
-		pcfg.Locator = api.pvs
-	}
 	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes})
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
@@ -103,16 +99,13 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if o.NodeChannel.Address != "" {
-		runChannel, err := nodeChannel(o, cfg, view, services, mm)
+		runChannel, err := nodeChannel(o, cfg, view, controller.Provisioner(), services, mm)
 		if err != nil {
 			return err
 		}
 		after = append(after, runChannel)
 	}
-	if runAudit := startAudit(ctx, o, api, cfg, view, controller.Provisioner(), mm.GetRegistry().Registerer()); runAudit != nil {
-		after = append(after, runAudit)
-	}
-	err = serve(ctx, &o.CommonOptions, services, mm, ready, after,
+	err = serve(ctx, &o.CommonOptions, socketServices(o, services, serving), mm, ready, after,
 		"node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
 	// An lvm mutation whose CSI call ended (deadline, or the 10 s
 	// shutdown grace) keeps running and is never killed; wait for it
@@ -124,6 +117,21 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		klog.ErrorS(werr, "Exiting with lvm commands still running", "waited", shutdownLVMWait)
 	}
 	return err
+}
+
+// socketServices are the services of the --endpoint socket: all of them,
+// or without the node channel's Controller service unless asked. The
+// kubelet needs only Identity and Node; the Controller service belongs
+// behind the node channel's TLS and enrollment.
+func socketServices(o *PluginOptions, all driver.Services, serving func(context.Context) error) driver.Services {
+	if o.NodeChannel.controllerOnSocket() {
+		return all
+	}
+	local := all
+	local.Controller = nil
+	local.Identity = driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
+		Topology: true, Ready: serving, NoController: true})
+	return local
 }
 
 // startView reads the node's volume groups once and keeps the view of them

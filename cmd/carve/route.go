@@ -84,7 +84,8 @@ type route struct {
 }
 
 // startRoute builds the routing controller: the CA, the node pool, the PV
-// index, the capacity writer and the placement of restores.
+// index, the capacity writer, the placement of restores and, unless
+// --audit-interval is 0, the audit of the nodes' LVs.
 func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (*route, error) {
 	client, err := kube.Client(o.Kubeconfig, "carve-controller")
 	if err != nil {
@@ -125,13 +126,15 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, err
 	}
 	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key})
-	return &route{server: srv, run: func(ctx context.Context) error {
-		return runAll(ctx, pool.Run, pvs.Run, place, func(ctx context.Context) error {
-			return writeCapacity(ctx, o, client, writer)
-		}, func(ctx context.Context) error {
-			return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
-		})
-	}}, nil
+	duties := []func(context.Context) error{pool.Run, pvs.Run, place, func(ctx context.Context) error {
+		return writeCapacity(ctx, o, client, writer)
+	}, func(ctx context.Context) error {
+		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
+	}}
+	if o.Audit.Interval > 0 {
+		duties = append(duties, startAudit(ctx, o, client, pvs, pool, reg))
+	}
+	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }}, nil
 }
 
 // writeCapacity runs the capacity writer, under leader election when asked:

@@ -592,7 +592,7 @@ func TestCloneSourceOnAnotherNode(t *testing.T) {
 			codes.NotFound, []string{"does not exist on node " + testNode, "nor on any other node"}},
 		{"no PV", gone, &fakeLocator{}, codes.NotFound, []string{"nor on any other node"}},
 		{"PV cache not filled", gone, &fakeLocator{err: errors.New("not synced")}, codes.Unavailable, []string{"not synced", "retry"}},
-		{"no API access", gone, nil, codes.NotFound, []string{"does not exist", "--audit-interval=0"}},
+		{"no API access", gone, nil, codes.NotFound, []string{"does not exist", "the node agent has no API access"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

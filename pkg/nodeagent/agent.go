@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -37,6 +38,17 @@ type InventorySource interface {
 	Readable(vg string) bool
 }
 
+// Orphans is the node's volume lifecycle as the controller's audit needs
+// it; *provision.Provisioner is one.
+type Orphans interface {
+	// BusyNames lists the LV names with a call in flight now.
+	BusyNames() []string
+	// RemoveOrphan removes an orphaned LV under the per-volume lock: an
+	// error when a call on it is in flight, when it is not carve's or
+	// has snapshots; nil when it is gone.
+	RemoveOrphan(ctx context.Context, vg, name string) error
+}
+
 // Config configures an Agent.
 type Config struct {
 	// NodeName is the node the agent serves (--node-name).
@@ -53,6 +65,9 @@ type Config struct {
 	// Capacity answers WatchCapacity, Inventory answers Inventory.
 	Capacity  CapacitySource
 	Inventory InventorySource
+	// Orphans tells the inventory which LVs are busy and removes orphans;
+	// nil reports none busy and refuses every removal.
+	Orphans Orphans
 	// Now is the clock certificates are checked against; nil is time.Now.
 	Now func() time.Time
 }

@@ -3,8 +3,12 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/proto"
 
@@ -51,7 +55,8 @@ func TestInventory(t *testing.T) {
 	}}}
 	view := vgview.New(lvmState, classes, nil)
 	e := newEnv(t)
-	a, err := New(Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: classes, Capacity: view, Inventory: view})
+	a, err := New(Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: classes, Capacity: view, Inventory: view,
+		Orphans: &fakeOrphans{busy: []string{volume.LVNameFor("pvc-3")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +79,10 @@ func TestInventory(t *testing.T) {
 			{VolumeGroup: "vg1", Name: volume.LVNameFor(long), SizeBytes: 2 * gi, DeviceClass: "thin"},
 		},
 		UnreadableVolumeGroups: []string{"vg2"},
+		DeviceClasses: []*nodeagentv1.DeviceClass{
+			{Name: "thick", VolumeGroup: "vg1"}, {Name: "thin", VolumeGroup: "vg1"}, {Name: "broken", VolumeGroup: "vg2"},
+		},
+		Busy: []string{volume.LVNameFor("pvc-3")},
 	}
 	// The view lists by vg/name: the order follows the LV names.
 	if want.Volumes[0].GetName() > want.Volumes[1].GetName() {
@@ -81,5 +90,62 @@ func TestInventory(t *testing.T) {
 	}
 	if got := inventory(); !proto.Equal(got, want) {
 		t.Errorf("inventory\n%v\nwant\n%v", got, want)
+	}
+}
+
+// fakeOrphans holds the busy names and records removals.
+type fakeOrphans struct {
+	busy    []string
+	removed []string
+	err     error
+}
+
+func (f *fakeOrphans) BusyNames() []string { return f.busy }
+
+func (f *fakeOrphans) RemoveOrphan(_ context.Context, vg, name string) error {
+	if f.err != nil {
+		return f.err
+	}
+	f.removed = append(f.removed, vg+"/"+name)
+	return nil
+}
+
+// TestRemoveOrphan: the node's RemoveOrphan, only in a configured volume
+// group; its refusal comes back as FAILED_PRECONDITION with the reason.
+func TestRemoveOrphan(t *testing.T) {
+	tests := []struct {
+		name     string
+		orphans  *fakeOrphans
+		req      *nodeagentv1.RemoveOrphanRequest
+		want     codes.Code
+		wantMsg  string
+		wantGone []string
+	}{
+		{"removed", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1", Name: "carve-x"}, codes.OK, "", []string{"vg1/carve-x"}},
+		{"a volume group carve does not use", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "root", Name: "home"}, codes.InvalidArgument, "volume_group", nil},
+		{"no name", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1"}, codes.InvalidArgument, "name", nil},
+		{"refused", &fakeOrphans{err: errors.New("an operation is in flight")}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1", Name: "carve-x"},
+			codes.FailedPrecondition, "in flight", nil},
+		{"no lifecycle", nil, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1", Name: "carve-x"}, codes.FailedPrecondition, "removes no orphans", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			cfg := Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: testClasses(), Capacity: e.view, Inventory: e.view}
+			if tt.orphans != nil {
+				cfg.Orphans = tt.orphans
+			}
+			a, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = a.RemoveOrphan(t.Context(), tt.req)
+			if status.Code(err) != tt.want || !strings.Contains(status.Convert(err).Message(), tt.wantMsg) {
+				t.Errorf("RemoveOrphan: %v, want %s containing %q", err, tt.want, tt.wantMsg)
+			}
+			if tt.orphans != nil && !slices.Equal(tt.orphans.removed, tt.wantGone) {
+				t.Errorf("removed %v, want %v", tt.orphans.removed, tt.wantGone)
+			}
+		})
 	}
 }

@@ -20,9 +20,21 @@ type endpoint struct {
 	Addr string // host:port of the node channel
 }
 
-// endpointsOf reads the node agents from slices: one ready endpoint per
-// node. An endpoint is skipped when it is not ready, names no node, no pod
-// or no address, or its slice has no port named portName. The same pod in
+// candidate is an endpoint with its ready condition, which only chooses
+// between two pods of a node: a readiness change alone is no new agent.
+type candidate struct {
+	endpoint
+	ready bool
+}
+
+// endpointsOf reads the node agents from slices: one endpoint per node. An
+// agent that is not ready is still used: readiness says that one of its
+// device classes is unavailable, and the controller must still reach it for
+// the others (and hear that one's capacity is zero). An endpoint is skipped
+// when it is terminating, names no node, no pod or no address, or its slice
+// has no port named portName. Where a node shows several pods, the ready
+// ones are kept (a rolling update's new pod before the old one is marked
+// terminating). The same pod in
 // several slices (one per address family, or twice during a slice
 // reshuffle) counts once, at its lowest address.
 //
@@ -35,7 +47,7 @@ type endpoint struct {
 // the "right" one would be a guess that an attacker could win; refusing
 // both costs a few seconds of a rolling update (csi-provisioner retries).
 func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map[string]endpoint, conflicts map[string][]endpoint) {
-	byNode := map[string][]endpoint{}
+	byNode := map[string][]candidate{}
 	for _, s := range items {
 		if s.AddressType == discoveryv1.AddressTypeFQDN {
 			continue // the controller dials pod IPs
@@ -45,33 +57,45 @@ func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map
 			continue
 		}
 		for _, e := range s.Endpoints {
-			// A nil ready condition means unknown, which the API says to
-			// read as ready.
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+			if e.Conditions.Terminating != nil && *e.Conditions.Terminating {
 				continue
 			}
 			if e.NodeName == nil || *e.NodeName == "" || e.TargetRef == nil ||
 				e.TargetRef.Kind != "Pod" || e.TargetRef.Name == "" || len(e.Addresses) == 0 {
 				continue
 			}
-			byNode[*e.NodeName] = append(byNode[*e.NodeName], endpoint{
-				Node: *e.NodeName,
-				Pod:  e.TargetRef.Name,
-				UID:  e.TargetRef.UID,
-				Addr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(port))),
+			byNode[*e.NodeName] = append(byNode[*e.NodeName], candidate{
+				endpoint: endpoint{
+					Node: *e.NodeName,
+					Pod:  e.TargetRef.Name,
+					UID:  e.TargetRef.UID,
+					Addr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(port))),
+				},
+				// A nil ready condition means unknown, which the API
+				// says to read as ready.
+				ready: e.Conditions.Ready == nil || *e.Conditions.Ready,
 			})
 		}
 	}
 	nodes = map[string]endpoint{}
 	conflicts = map[string][]endpoint{}
-	for node, eps := range byNode {
-		slices.SortFunc(eps, func(a, b endpoint) int {
+	for node, cs := range byNode {
+		slices.SortFunc(cs, func(a, b candidate) int {
 			if c := cmp.Compare(a.Pod, b.Pod); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.Addr, b.Addr)
 		})
-		eps = slices.CompactFunc(eps, func(a, b endpoint) bool { return samePod(a, b) })
+		cs = slices.CompactFunc(cs, func(a, b candidate) bool { return samePod(a.endpoint, b.endpoint) })
+		if len(cs) > 1 {
+			if ready := slices.DeleteFunc(slices.Clone(cs), func(c candidate) bool { return !c.ready }); len(ready) > 0 {
+				cs = ready
+			}
+		}
+		eps := make([]endpoint, len(cs))
+		for i, c := range cs {
+			eps[i] = c.endpoint
+		}
 		if len(eps) > 1 {
 			conflicts[node] = eps
 			continue

@@ -29,6 +29,9 @@ func TestEndpointsOf(t *testing.T) {
 	notPod.TargetRef.Kind = "Node"
 	noAddr := ep("node-a", "pod-a", "uid-a", "10.0.0.1", true)
 	noAddr.Addresses = nil
+	terminating := ep("node-a", "pod-a", "uid-a", "10.0.0.1", true)
+	yes := true
+	terminating.Conditions.Terminating = &yes
 
 	a := endpoint{Node: "node-a", Pod: "pod-a", UID: "uid-a", Addr: "10.0.0.1:7443"}
 	tests := []struct {
@@ -38,7 +41,12 @@ func TestEndpointsOf(t *testing.T) {
 		wantContested []string
 	}{
 		{name: "ready endpoint", slices: []*discoveryv1.EndpointSlice{v4(ep("node-a", "pod-a", "uid-a", "10.0.0.1", true))}, want: []endpoint{a}},
-		{name: "not ready", slices: []*discoveryv1.EndpointSlice{v4(ep("node-a", "pod-a", "uid-a", "10.0.0.1", false))}},
+		{name: "not ready is still reached (a device class is missing)", slices: []*discoveryv1.EndpointSlice{v4(ep("node-a", "pod-a", "uid-a", "10.0.0.1", false))},
+			want: []endpoint{a}},
+		{name: "terminating", slices: []*discoveryv1.EndpointSlice{v4(terminating)}},
+		{name: "two pods on one node, neither ready, are both refused", slices: []*discoveryv1.EndpointSlice{v4(
+			ep("node-a", "pod-a", "uid-a", "10.0.0.1", false), ep("node-a", "pod-x", "uid-x", "10.0.0.9", false))},
+			wantContested: []string{"node-a"}},
 		{name: "ready unknown reads as ready", slices: []*discoveryv1.EndpointSlice{v4(noReady)}, want: []endpoint{a}},
 		{name: "no node name", slices: []*discoveryv1.EndpointSlice{v4(noNode)}},
 		{name: "no target", slices: []*discoveryv1.EndpointSlice{v4(noRef)}},

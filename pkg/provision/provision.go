@@ -178,6 +178,11 @@ func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 // flight (the orphan audit never counts such an LV as an orphan).
 func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
 
+// BusyNames lists, sorted, the names whose lock is held now: the LVs with
+// a call in flight (the node agent's inventory carries them to the
+// controller's audit).
+func (p *Provisioner) BusyNames() []string { return p.locks.Keys() }
+
 // RemoveOrphan removes the carve LV vg/name that the audit found
 // orphaned, under the same per-volume lock as CreateVolume and
 // DeleteVolume (busy is an error: the next pass tries again). An LV that

@@ -89,12 +89,13 @@ func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSo
 // node (notHere says why): ErrElsewhere naming the node whose
 // PersistentVolume holds it, so that csi-provisioner drops this node and
 // the scheduler picks again; ErrNotFound when no other node's PV has it
-// (or which node holds it cannot be known: no API access); ErrUnavailable
+// (or which node holds it cannot be known: no Locator, as in the node
+// agent, which has no API access); ErrUnavailable
 // while the PV cache is not filled yet.
 func (p *Provisioner) sourceElsewhere(id string, notHere error) error {
 	msg := notHere.Error()
 	if p.cfg.Locator == nil {
-		return errorf(ErrNotFound, "volume_content_source: %s (which node holds it is not known here: the plugin runs without API access, --audit-interval=0)", msg)
+		return errorf(ErrNotFound, "volume_content_source: %s (which node holds it is not known here: the node agent has no API access; carve controller sends a clone to its source's node)", msg)
 	}
 	nodes, err := p.cfg.Locator.NodesOf(id)
 	if err != nil {

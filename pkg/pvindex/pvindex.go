@@ -1,8 +1,8 @@
-// Package pvindex keeps the node plugin's cache of carve's
-// PersistentVolumes, trimmed to what the node reads (handle, node, claim,
-// phase) and indexed by volume handle. The node audit compares it with
-// the node's LVs; CreateVolume asks it which node holds a clone's source
-// volume, since a volume ID does not name its node.
+// Package pvindex keeps carve controller's cache of carve's
+// PersistentVolumes, trimmed to what the controller reads (handle, node,
+// claim, phase) and indexed by volume handle. The router asks it which
+// node holds a volume, since a volume ID does not name its node; the
+// audit compares it with the nodes' LVs.
 package pvindex
 
 import (
@@ -32,8 +32,7 @@ const byHandle = "handle"
 // Its transform keeps only the name of a PV of another driver, and of
 // carve's only the handle, node affinity, claim, reclaim policy and phase,
 // so the cache holds a few hundred bytes per PV. The cost to the API
-// server is one PV watcher per node, as the csi-provisioner beside it in
-// node-deployment mode already adds.
+// server is one PV watcher per controller replica.
 type Index struct {
 	driver, key string
 	factory     informers.SharedInformerFactory
@@ -104,8 +103,8 @@ func (x *Index) NodesOf(handle string) ([]string, error) {
 	return nodes, nil
 }
 
-// Trim is the informer's transform: what the node does not read never
-// reaches the cache.
+// Trim is the informer's transform: what the controller does not read
+// never reaches the cache.
 func Trim(driver string) cache.TransformFunc {
 	return func(o any) (any, error) {
 		pv, ok := o.(*corev1.PersistentVolume)

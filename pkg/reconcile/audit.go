@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,35 +29,59 @@ const (
 	ReasonMissing       = "VolumeDataMissing"
 )
 
-// Volumes is the node's LVM side: the in-memory view of its volume groups.
-type Volumes interface {
-	// Volumes lists carve's LVs (owner tag) in the configured volume
-	// groups, as of the view's last refresh and carve's own mutations.
-	Volumes() []LV
-	// Readable tells whether the view holds a fresh read of volume group
-	// vg (present, or known to be absent); false for a volume group that
-	// is not configured, that LVM could not read, or before the first
-	// read.
-	Readable(vg string) bool
+// askAtOnce bounds how many nodes one pass audits at once.
+const askAtOnce = 16
+
+// Nodes are the node agents, reached over the node channel; main adapts
+// the controller's node pool.
+type Nodes interface {
+	// Names lists the nodes whose agent is connected now.
+	Names() []string
+	// Inventory reads a node's LVM side from its agent.
+	Inventory(ctx context.Context, node string) (*Inventory, error)
+	// RemoveOrphan removes an orphaned LV of node under that node's
+	// per-volume lock: an error when an operation on it is in flight (the
+	// next pass tries again), when it is not carve's or has snapshots;
+	// nil when it is gone.
+	RemoveOrphan(ctx context.Context, node, vg, name string) error
 }
+
+// Inventory is one node's LVM side, as its agent reported it.
+type Inventory struct {
+	// LVs are carve's LVs (owner tag) in the node's configured volume
+	// groups, as of its view's last refresh and carve's own mutations.
+	LVs []LV
+	// Classes are the node's device classes (the gauges show each).
+	Classes []Class
+	// Unreadable are the configured volume groups the node could not
+	// read: their LVs are unknown, not absent.
+	Unreadable []string
+	// Busy are the LV names with an operation (a CreateVolume, a
+	// DeleteVolume) in flight on the node.
+	Busy []string
+}
+
+// readable tells whether the inventory holds a fresh read of volume group
+// vg: configured on the node and read.
+func (inv *Inventory) readable(vg string) bool {
+	return slices.ContainsFunc(inv.Classes, func(c Class) bool { return c.VolumeGroup == vg }) && !slices.Contains(inv.Unreadable, vg)
+}
+
+func (inv *Inventory) busy(name string) bool { return slices.Contains(inv.Busy, name) }
 
 // Config is what the audit needs; main builds it.
 type Config struct {
-	// Node is this node's name; Driver carve's CSI driver name;
-	// TopologyKey the node-affinity key of carve's PVs.
-	Node, Driver, TopologyKey string
-	Client                    kubernetes.Interface
+	// Driver is carve's CSI driver name; TopologyKey the node-affinity
+	// key of carve's PVs.
+	Driver, TopologyKey string
+	Client              kubernetes.Interface
 	// PVs is the cache of carve's PVs.
-	PVs     PVs
-	Volumes Volumes
-	// Classes are the configured device classes (the gauges show each).
-	Classes []Class
+	PVs PVs
+	// Nodes reaches the node agents.
+	Nodes Nodes
 	// Grace is how long an LV must lack a PV (a PV its LV) before it is
 	// reported; Interval how often the audit runs.
 	Grace, Interval time.Duration
-	// Orphans tells which LVs are busy and removes orphans
-	// (*provision.Provisioner); nil counts no LV busy and removes none.
-	Orphans Orphans
 	// RemoveOrphans removes an orphan once reported; false (the default,
 	// without --remove-orphans) only reports.
 	RemoveOrphans bool
@@ -65,28 +91,30 @@ type Config struct {
 	Events record.EventRecorder
 }
 
-// Orphans is what the audit needs of carve's volume lifecycle.
-type Orphans interface {
-	// Busy tells whether an operation on an LV name is in flight.
-	Busy(lvName string) bool
-	// RemoveOrphan removes an orphaned LV under carve's per-volume lock.
-	RemoveOrphan(ctx context.Context, vg, name string) error
+// Auditor runs the audit loop over every connected node.
+type Auditor struct {
+	cfg Config
+	m   *metrics
+	// nodes hold each connected node's clocks and announcements; only
+	// Pass touches the map, and each node's entry only its own audit.
+	nodes map[string]*nodeAudit
 }
 
-// Auditor runs the audit loop.
-type Auditor struct {
-	cfg     Config
+// nodeAudit is the state of one node's audit while its agent stays
+// connected: a node that disconnects (its agent restarted, say) starts
+// every clock anew, so it reports late, never early.
+type nodeAudit struct {
+	node    string
 	decider *Decider
-	m       *metrics
 	// reported holds what was already logged and announced as an Event,
-	// so that each finding is announced once per plugin run.
+	// so that each finding is announced once while the node stays
+	// connected and the controller leads.
 	reported map[string]bool
 }
 
-// New returns an Auditor; its metrics are registered (at zero) at once.
+// New returns an Auditor; its metrics are registered at once.
 func New(cfg Config) *Auditor {
-	return &Auditor{cfg: cfg, decider: NewDecider(cfg.Grace), m: newMetrics(cfg.Registerer, cfg.Classes),
-		reported: map[string]bool{}}
+	return &Auditor{cfg: cfg, m: newMetrics(cfg.Registerer), nodes: map[string]*nodeAudit{}}
 }
 
 // PVs is the cache of carve's PersistentVolumes (pkg/pvindex).
@@ -107,7 +135,7 @@ func (a *Auditor) Run(ctx context.Context) error {
 	if !a.cfg.PVs.WaitForSync(ctx) {
 		return nil // ctx ended
 	}
-	log.Info("Auditing carve's LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval, "removeOrphans", a.removes())
+	log.Info("Auditing the nodes' carve LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval, "removeOrphans", a.cfg.RemoveOrphans)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -146,11 +174,48 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 	return p
 }
 
-// Pass runs one audit over pvs (carve's PVs, every node's) at now.
+// Pass runs one audit of every connected node over pvs (carve's PVs,
+// every node's) at now.
 func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
-	log := klog.FromContext(ctx)
-	orphans, missing := a.decider.Decide(Input{Now: now, LVs: a.cfg.Volumes.Volumes(), PVs: pvs, Node: a.cfg.Node,
-		Readable: a.cfg.Volumes.Readable, Busy: a.busy()})
+	names := a.cfg.Nodes.Names()
+	for n := range a.nodes {
+		if !slices.Contains(names, n) {
+			delete(a.nodes, n)
+			a.m.forget(n)
+		}
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, askAtOnce)
+	for _, n := range names {
+		na := a.nodes[n]
+		if na == nil {
+			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace), reported: map[string]bool{}}
+			a.nodes[n] = na
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			a.passNode(ctx, now, na, pvs)
+		})
+	}
+	wg.Wait()
+}
+
+// passNode audits one node.
+func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pvs []PV) {
+	log := klog.FromContext(ctx).WithValues("node", na.node)
+	ctx = klog.NewContext(ctx, log)
+	inv, err := a.cfg.Nodes.Inventory(ctx, na.node)
+	if err != nil {
+		// Nothing judged: the clocks run on, the gauges keep the last
+		// pass's findings, and the timestamp of an error shows.
+		err = fmt.Errorf("reading the inventory of node %s: %w", na.node, err)
+		a.m.ran(na.node, now, err)
+		log.Error(err, "Audit pass incomplete")
+		return
+	}
+	orphans, missing := na.decider.Decide(Input{Now: now, LVs: inv.LVs, PVs: pvs, Node: na.node,
+		Readable: inv.readable, Busy: inv.busy})
 	var errs []error
 	kept := orphans[:0]
 	for _, o := range orphans {
@@ -164,31 +229,31 @@ func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 			// csi-provisioner still wants it (a PV write failing for
 			// long, say): not an orphan, and the clock starts anew.
 			log.V(2).Info("LV without a PV, but its claim still exists; not an orphan", "lv", o.ID(), "claim", o.Claim)
-			a.decider.Reset(o.ID())
+			na.decider.Reset(o.ID())
 			continue
 		}
 		kept = append(kept, o)
 	}
 	orphans = kept
 	for _, o := range orphans {
-		a.announceOrphan(log, o)
+		a.announceOrphan(log, na, o)
 	}
 	for _, x := range missing {
-		a.announceMissing(log, x)
+		a.announceMissing(log, na, x)
 	}
-	if a.removes() {
+	if a.cfg.RemoveOrphans {
 		var left []Orphan
 		for _, o := range orphans {
-			if err := a.remove(ctx, o); err != nil {
+			if err := a.remove(ctx, na, o); err != nil {
 				errs = append(errs, err)
 				left = append(left, o)
 			}
 		}
 		orphans = left
 	}
-	a.m.publish(orphans, missing)
-	a.forgetAnnounced(orphans, missing)
-	a.m.ran(now, errors.Join(errs...))
+	a.m.publish(na.node, inv.Classes, orphans, missing)
+	na.forgetAnnounced(orphans, missing)
+	a.m.ran(na.node, now, errors.Join(errs...))
 	if err := errors.Join(errs...); err != nil {
 		log.Error(err, "Audit pass incomplete")
 	}
@@ -213,38 +278,38 @@ func (a *Auditor) claimAlive(ctx context.Context, lv LV) (bool, error) {
 	return pvc.DeletionTimestamp == nil && lv.VolumeName == "pvc-"+string(pvc.UID), nil
 }
 
-func (a *Auditor) nodeRef() *corev1.ObjectReference {
+func nodeRef(node string) *corev1.ObjectReference {
 	// The kubelet's own Events on a Node use its name as the UID.
-	return &corev1.ObjectReference{Kind: "Node", Name: a.cfg.Node, UID: types.UID(a.cfg.Node), APIVersion: "v1"}
+	return &corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node), APIVersion: "v1"}
 }
 
-func (a *Auditor) announceOrphan(log klog.Logger, o Orphan) {
+func (a *Auditor) announceOrphan(log klog.Logger, na *nodeAudit, o Orphan) {
 	key := "orphan/" + o.ID()
-	if a.reported[key] {
+	if na.reported[key] {
 		return
 	}
-	a.reported[key] = true
+	na.reported[key] = true
 	claim := o.Claim
 	if claim == "" {
 		claim = "unknown (no claim tag)"
 	}
 	log.Info("Orphaned volume: no PersistentVolume points at this LV", "lv", o.ID(), "size", o.Size,
 		"deviceClass", o.Class, "claim", claim, "volume", o.VolumeName, "since", o.Since.UTC().Format(time.RFC3339))
-	a.cfg.Events.Eventf(a.nodeRef(), corev1.EventTypeWarning, ReasonOrphan,
+	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeWarning, ReasonOrphan,
 		"LV %s (%d bytes, device class %s) has had no PersistentVolume since %s; it was made for claim %s (volume %s). See carve's operations runbook: orphaned volumes",
 		o.ID(), o.Size, o.Class, o.Since.UTC().Format(time.RFC3339), claim, o.VolumeName)
 }
 
-func (a *Auditor) announceMissing(log klog.Logger, x Missing) {
+func (a *Auditor) announceMissing(log klog.Logger, na *nodeAudit, x Missing) {
 	key := "missing/" + x.Name
-	if a.reported[key] {
+	if na.reported[key] {
 		return
 	}
-	a.reported[key] = true
+	na.reported[key] = true
 	log.Error(nil, "Volume data missing: the LV of this PersistentVolume is gone from the volume group", "pv", x.Name,
 		"lv", x.Handle, "claim", x.Claim, "since", x.Since.UTC().Format(time.RFC3339))
 	msg := fmt.Sprintf("the LV %s of PersistentVolume %s is gone from node %s's volume group since %s (disk replaced or volume group made anew?); its data is lost. See carve's operations runbook: missing data",
-		x.Handle, x.Name, a.cfg.Node, x.Since.UTC().Format(time.RFC3339))
+		x.Handle, x.Name, na.node, x.Since.UTC().Format(time.RFC3339))
 	a.cfg.Events.Event(&corev1.ObjectReference{Kind: "PersistentVolume", Name: x.Name, APIVersion: "v1"},
 		corev1.EventTypeWarning, ReasonMissing, msg)
 	if ns, name, ok := cut(x.Claim); ok {
@@ -255,7 +320,7 @@ func (a *Auditor) announceMissing(log klog.Logger, x Missing) {
 
 // forgetAnnounced drops what is no longer found, so that it is announced
 // again if it comes back.
-func (a *Auditor) forgetAnnounced(orphans []Orphan, missing []Missing) {
+func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing) {
 	now := map[string]bool{}
 	for _, o := range orphans {
 		now["orphan/"+o.ID()] = true
@@ -263,35 +328,24 @@ func (a *Auditor) forgetAnnounced(orphans []Orphan, missing []Missing) {
 	for _, x := range missing {
 		now["missing/"+x.Name] = true
 	}
-	for k := range a.reported {
+	for k := range na.reported {
 		if !now[k] {
-			delete(a.reported, k)
+			delete(na.reported, k)
 		}
 	}
 }
 
-// removes tells whether the audit removes the orphans it reports.
-func (a *Auditor) removes() bool { return a.cfg.RemoveOrphans && a.cfg.Orphans != nil }
-
-// busy is the Decider's Busy (nil without Orphans).
-func (a *Auditor) busy() func(string) bool {
-	if a.cfg.Orphans == nil {
-		return nil
-	}
-	return a.cfg.Orphans.Busy
-}
-
 // remove removes one orphan (only with --remove-orphans).
-func (a *Auditor) remove(ctx context.Context, o Orphan) error {
+func (a *Auditor) remove(ctx context.Context, na *nodeAudit, o Orphan) error {
 	log := klog.FromContext(ctx)
-	err := a.cfg.Orphans.RemoveOrphan(ctx, o.VolumeGroup, o.Name)
-	a.m.removed.WithLabelValues(o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
+	err := a.cfg.Nodes.RemoveOrphan(ctx, na.node, o.VolumeGroup, o.Name)
+	a.m.removed.WithLabelValues(na.node, o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
 	if err != nil {
 		return fmt.Errorf("removing orphaned LV %s: %w", o.ID(), err)
 	}
-	a.decider.Reset(o.ID())
+	na.decider.Reset(o.ID())
 	log.Info("Removed orphaned volume", "lv", o.ID(), "size", o.Size, "deviceClass", o.Class, "claim", o.Claim, "volume", o.VolumeName)
-	a.cfg.Events.Eventf(a.nodeRef(), corev1.EventTypeNormal, ReasonOrphanRemoved,
+	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeNormal, ReasonOrphanRemoved,
 		"removed orphaned LV %s (%d bytes, device class %s, claim %s, volume %s): no PersistentVolume since %s (--remove-orphans)",
 		o.ID(), o.Size, o.Class, o.Claim, o.VolumeName, o.Since.UTC().Format(time.RFC3339))
 	return nil

@@ -24,18 +24,29 @@ const (
 	testKey    = "topology.carve.dev/node"
 )
 
-type fakeVolumes struct{ lvs []LV }
+// fakeNodes holds each node's inventory (a node without one fails to
+// answer) and removes with remove.
+type fakeNodes struct {
+	names  []string
+	inv    map[string]*Inventory
+	remove func(ctx context.Context, node, vg, name string) error
+}
 
-func (f *fakeVolumes) Volumes() []LV           { return f.lvs }
-func (f *fakeVolumes) Readable(vg string) bool { return vg == "vg1" }
+func (f *fakeNodes) Names() []string { return f.names }
 
-// fakeOrphans removes with itself; no LV is busy.
-type fakeOrphans func(ctx context.Context, vg, name string) error
+func (f *fakeNodes) Inventory(_ context.Context, node string) (*Inventory, error) {
+	inv, ok := f.inv[node]
+	if !ok {
+		return nil, errors.New("node agent unreachable")
+	}
+	return inv, nil
+}
 
-func (fakeOrphans) Busy(string) bool { return false }
-
-func (f fakeOrphans) RemoveOrphan(ctx context.Context, vg, name string) error {
-	return f(ctx, vg, name)
+func (f *fakeNodes) RemoveOrphan(ctx context.Context, node, vg, name string) error {
+	if f.remove == nil {
+		return errors.New("no removal")
+	}
+	return f.remove(ctx, node, vg, name)
 }
 
 func kubePV(name, driver, handle, onNode string) *corev1.PersistentVolume {
@@ -71,7 +82,7 @@ func TestPass(t *testing.T) {
 	alive := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alive", UID: "1111"}}
 	renamed := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "reused", UID: "2222"}}
 	client := fake.NewClientset(alive, renamed)
-	vols := &fakeVolumes{lvs: []LV{
+	inv := &Inventory{Classes: []Class{{"fast", "vg1"}, {"slow", "vg1"}}, LVs: []LV{
 		{VolumeGroup: "vg1", Name: "carve-orphan", Class: "fast", Size: 1 << 30, VolumeName: "pvc-9999", Claim: "ns/gone"},
 		{VolumeGroup: "vg1", Name: "carve-alive", Class: "fast", Size: 2 << 30, VolumeName: "pvc-1111", Claim: "ns/alive"},
 		// Same claim name, another claim (deleted and made anew): orphan.
@@ -84,16 +95,16 @@ func TestPass(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	var removed []string
 	removeErr := map[string]error{"carve-reused": errors.New("lvremove failed")}
-	a := New(Config{Node: node, Driver: testDriver, TopologyKey: testKey, Client: client, Volumes: vols,
-		Classes: []Class{{"fast", "vg1"}, {"slow", "vg1"}}, Grace: grace, Interval: time.Second,
-		Registerer: reg, Events: events, RemoveOrphans: true,
-		Orphans: fakeOrphans(func(_ context.Context, vg, name string) error {
+	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv},
+		remove: func(_ context.Context, n, vg, name string) error {
 			if err := removeErr[name]; err != nil {
 				return err
 			}
-			removed = append(removed, vg+"/"+name)
+			removed = append(removed, n+":"+vg+"/"+name)
 			return nil
-		})})
+		}}
+	a := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Nodes: nodes,
+		Grace: grace, Interval: time.Second, Registerer: reg, Events: events, RemoveOrphans: true})
 	pvs := pvsThroughCache(t, a,
 		kubePV("pv-bound", testDriver, "vg1/carve-bound", node),
 		kubePV("pv-lost", testDriver, "vg1/carve-lost", node),
@@ -109,7 +120,7 @@ func TestPass(t *testing.T) {
 	if n := len(events.Events); n != 0 {
 		t.Fatalf("%d events before the grace period: %v", n, <-events.Events)
 	}
-	if got := testutil.ToFloat64(a.m.orphans.WithLabelValues("fast", "vg1")); got != 0 {
+	if got := testutil.ToFloat64(a.m.orphans.WithLabelValues(node, "fast", "vg1")); got != 0 {
 		t.Errorf("orphans before the grace period: %v", got)
 	}
 
@@ -138,7 +149,7 @@ func TestPass(t *testing.T) {
 	if !strings.Contains(got[1], "claim ns/gone") || !strings.Contains(got[1], "1073741824 bytes") {
 		t.Errorf("orphan event does not name claim and size: %q", got[1])
 	}
-	if !slices.Equal(removed, []string{"vg1/carve-foreign", "vg1/carve-orphan"}) {
+	if !slices.Equal(removed, []string{node + ":vg1/carve-foreign", node + ":vg1/carve-orphan"}) {
 		t.Errorf("removed %v", removed)
 	}
 	// What removal failed for stays reported; what was removed does not.
@@ -146,14 +157,14 @@ func TestPass(t *testing.T) {
 		g     prometheus.Collector
 		value float64
 	}{
-		{a.m.orphans.WithLabelValues("fast", "vg1"), 1},
-		{a.m.orphanBytes.WithLabelValues("fast", "vg1"), 4 << 30},
-		{a.m.orphans.WithLabelValues("slow", "vg1"), 0},
-		{a.m.missing.WithLabelValues("vg1"), 1},
-		{a.m.removed.WithLabelValues("fast", "vg1", "success"), 1},
-		{a.m.removed.WithLabelValues("fast", "vg1", "error"), 1},
-		{a.m.removed.WithLabelValues("slow", "vg1", "success"), 1},
-		{a.m.lastRun.WithLabelValues("error"), float64(t0.Add(grace).Unix())},
+		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1},
+		{a.m.orphanBytes.WithLabelValues(node, "fast", "vg1"), 4 << 30},
+		{a.m.orphans.WithLabelValues(node, "slow", "vg1"), 0},
+		{a.m.missing.WithLabelValues(node, "vg1"), 1},
+		{a.m.removed.WithLabelValues(node, "fast", "vg1", "success"), 1},
+		{a.m.removed.WithLabelValues(node, "fast", "vg1", "error"), 1},
+		{a.m.removed.WithLabelValues(node, "slow", "vg1", "success"), 1},
+		{a.m.lastRun.WithLabelValues(node, "error"), float64(t0.Add(grace).Unix())},
 	} {
 		if got := testutil.ToFloat64(c.g); got != c.value {
 			t.Errorf("%v: %v, want %v", c.g, got, c.value)
@@ -165,7 +176,7 @@ func TestPass(t *testing.T) {
 	for len(events.Events) > 0 {
 		t.Errorf("event repeated on a later pass: %q", <-events.Events)
 	}
-	if got := testutil.ToFloat64(a.m.removed.WithLabelValues("fast", "vg1", "error")); got != 2 {
+	if got := testutil.ToFloat64(a.m.removed.WithLabelValues(node, "fast", "vg1", "error")); got != 2 {
 		t.Errorf("failed removals %v, want 2 (retried on the next pass)", got)
 	}
 }
@@ -174,16 +185,100 @@ func TestPass(t *testing.T) {
 // hold every orphan.
 func TestPassReportsOnly(t *testing.T) {
 	t0 := time.Now()
-	vols := &fakeVolumes{lvs: []LV{{VolumeGroup: "vg1", Name: "carve-a", Class: "fast", Size: 5, VolumeName: "pvc-a"}}}
+	inv := &Inventory{Classes: []Class{{"fast", "vg1"}}, LVs: []LV{{VolumeGroup: "vg1", Name: "carve-a", Class: "fast", Size: 5, VolumeName: "pvc-a"}}}
 	reg := prometheus.NewPedanticRegistry()
-	a := New(Config{Node: node, Driver: testDriver, TopologyKey: testKey, Client: fake.NewClientset(), Volumes: vols,
-		Classes: []Class{{"fast", "vg1"}}, Grace: time.Second, Interval: time.Second, Registerer: reg, Events: record.NewFakeRecorder(10)})
+	removals := 0
+	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv},
+		remove: func(context.Context, string, string, string) error { removals++; return nil }}
+	a := New(Config{Driver: testDriver, TopologyKey: testKey, Client: fake.NewClientset(), Nodes: nodes,
+		Grace: time.Second, Interval: time.Second, Registerer: reg, Events: record.NewFakeRecorder(10)})
 	a.Pass(context.Background(), t0, nil)
 	a.Pass(context.Background(), t0.Add(time.Second), nil)
-	if got := testutil.ToFloat64(a.m.orphanBytes.WithLabelValues("fast", "vg1")); got != 5 {
+	if got := testutil.ToFloat64(a.m.orphanBytes.WithLabelValues(node, "fast", "vg1")); got != 5 {
 		t.Errorf("orphaned bytes %v, want 5", got)
 	}
-	if got := testutil.ToFloat64(a.m.lastRun.WithLabelValues("success")); got == 0 {
+	if got := testutil.ToFloat64(a.m.lastRun.WithLabelValues(node, "success")); got == 0 {
 		t.Error("no successful audit recorded")
+	}
+	if removals != 0 {
+		t.Errorf("%d removals without RemoveOrphans", removals)
+	}
+}
+
+// TestPassPerNode: each connected node is audited against the PVs with
+// its own clocks and series; a busy LV is not judged; a node whose
+// inventory cannot be read keeps its clocks and shows an error; a node
+// that disconnects loses its clocks and its series.
+func TestPassPerNode(t *testing.T) {
+	const grace = time.Minute
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	lv := func(name string) LV {
+		return LV{VolumeGroup: "vg1", Name: "carve-" + name, Class: "fast", Size: 1, VolumeName: "pvc-" + name}
+	}
+	classes := []Class{{"fast", "vg1"}}
+	invA := &Inventory{Classes: classes, LVs: []LV{lv("a"), lv("busy")}, Busy: []string{"carve-busy", "carve-creating"}}
+	invB := &Inventory{Classes: classes, LVs: []LV{lv("b")}}
+	nodes := &fakeNodes{names: []string{node, "node-b"}, inv: map[string]*Inventory{node: invA, "node-b": invB}}
+	events := record.NewFakeRecorder(100)
+	reg := prometheus.NewPedanticRegistry()
+	a := New(Config{Driver: testDriver, TopologyKey: testKey, Client: fake.NewClientset(), Nodes: nodes,
+		Grace: grace, Interval: time.Second, Registerer: reg, Events: events})
+	pvs := []PV{
+		{Name: "pvc-creating", Handle: "vg1/carve-creating", Node: node}, // its LV is being made: not missing
+		{Name: "pvc-lost-b", Handle: "vg1/carve-lost-b", Node: "node-b"},
+	}
+	ctx := context.Background()
+	a.Pass(ctx, t0, pvs)
+	// node-b's agent cannot answer for one pass: its clocks run on.
+	delete(nodes.inv, "node-b")
+	a.Pass(ctx, t0.Add(grace/2), pvs)
+	if got := testutil.ToFloat64(a.m.lastRun.WithLabelValues("node-b", "error")); got != float64(t0.Add(grace/2).Unix()) {
+		t.Errorf("node-b's error timestamp %v", got)
+	}
+	nodes.inv["node-b"] = invB
+	a.Pass(ctx, t0.Add(grace), pvs)
+	var got []string
+	for len(events.Events) > 0 {
+		got = append(got, <-events.Events)
+	}
+	want := []string{
+		"Warning OrphanedVolume LV vg1/carve-a",
+		"Warning OrphanedVolume LV vg1/carve-b",
+		"Warning VolumeDataMissing the LV vg1/carve-lost-b of PersistentVolume pvc-lost-b is gone from node node-b's",
+	}
+	slices.Sort(got)
+	if len(got) != len(want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %d: %q, want it to start with %q", i, got[i], want[i])
+		}
+	}
+	for _, c := range []struct {
+		g     prometheus.Collector
+		value float64
+	}{
+		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1},
+		{a.m.orphans.WithLabelValues("node-b", "fast", "vg1"), 1},
+		{a.m.missing.WithLabelValues(node, "vg1"), 0},
+		{a.m.missing.WithLabelValues("node-b", "vg1"), 1},
+	} {
+		if got := testutil.ToFloat64(c.g); got != c.value {
+			t.Errorf("%v: %v, want %v", c.g, got, c.value)
+		}
+	}
+
+	// node-b disconnects: its series go; when it is back, its clocks
+	// start anew.
+	nodes.names = []string{node}
+	a.Pass(ctx, t0.Add(2*grace), pvs)
+	if n := testutil.CollectAndCount(a.m.orphans, "carve_orphaned_volumes"); n != 1 {
+		t.Errorf("%d orphan series after node-b left, want node-a's only", n)
+	}
+	nodes.names = []string{node, "node-b"}
+	a.Pass(ctx, t0.Add(3*grace), pvs)
+	if got := testutil.ToFloat64(a.m.orphans.WithLabelValues("node-b", "fast", "vg1")); got != 0 {
+		t.Errorf("node-b's orphans right after it reconnected: %v, want 0 (its clocks start anew)", got)
 	}
 }

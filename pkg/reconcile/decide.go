@@ -1,10 +1,12 @@
-// Package reconcile is the node's half of carve's cluster-wide duties: it
-// compares this node's carve LVs with the PersistentVolumes of carve's
-// driver and finds LVs no PV points at (orphans: a claim deleted while its
-// volume was being made, a PV deleted by hand) and PVs pinned to this node
-// whose LV is gone (missing data: a disk replaced, a volume group made
-// anew). It reports both (metrics, Events, log lines) and removes an orphan
-// only when asked to and only after a grace period.
+// Package reconcile is the controller's audit of the nodes' volumes: for
+// each node whose agent is connected, it compares the node's carve LVs
+// (its agent's inventory, over the node channel) with the
+// PersistentVolumes of carve's driver and finds LVs no PV points at
+// (orphans: a claim deleted while its volume was being made, a PV deleted
+// by hand) and PVs pinned to the node whose LV is gone (missing data: a
+// disk replaced, a volume group made anew). It reports both (metrics,
+// Events, log lines) and removes an orphan, through the node's agent, only
+// when asked to and only after a grace period.
 package reconcile
 
 import (
@@ -13,7 +15,7 @@ import (
 	"time"
 )
 
-// LV is one of carve's LVs on this node, as the decision sees it.
+// LV is one of carve's LVs on a node, as the decision sees it.
 type LV struct {
 	VolumeGroup, Name string
 	// Class is the device class from the LV's tags.
@@ -102,9 +104,10 @@ func NewDecider(grace time.Duration) *Decider {
 // operation on it was in flight: a volume being created has no PV until
 // CreateVolume returns and csi-provisioner writes it, and the grace period
 // covers that gap (a create in flight restarts the clock). A restarted
-// plugin starts every clock anew, so it reports late, never early. A PV
-// misses its LV when it is pinned to this node, is not going away, its
-// volume group was read, and its LV has been absent for the grace period.
+// audit (a node agent that reconnected, a new leader) starts every clock
+// anew, so it reports late, never early. A PV misses its LV when it is
+// pinned to the node, is not going away, its volume group was read, and
+// its LV has been absent for the grace period.
 func (d *Decider) Decide(in Input) (orphans []Orphan, missing []Missing) {
 	handles := make(map[string]bool, len(in.PVs))
 	names := make(map[string]bool, len(in.PVs))

@@ -13,72 +13,83 @@ type Class struct {
 	Name, VolumeGroup string
 }
 
-// metrics are the audit's gauges and counters; every one of them is
-// exported (at zero) from the start, so that a dashboard and an alert see
-// them before the first finding.
+// metrics are the audit's gauges and counters, per node. A node's series
+// are exported (at zero for each of its classes) from its first pass, so
+// that a dashboard and an alert see them before the first finding, and
+// dropped when its agent disconnects.
 type metrics struct {
 	orphans     *prometheus.GaugeVec
 	orphanBytes *prometheus.GaugeVec
 	removed     *prometheus.CounterVec
 	missing     *prometheus.GaugeVec
 	lastRun     *prometheus.GaugeVec
-	classes     []Class
 }
 
-func newMetrics(reg prometheus.Registerer, classes []Class) *metrics {
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		orphans: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_orphaned_volumes",
-			Help: "carve LVs on this node that no PersistentVolume has pointed at for longer than the grace period, by device class and volume group.",
-		}, []string{"device_class", "volume_group"}),
+			Help: "carve LVs on a node that no PersistentVolume has pointed at for longer than the grace period, by node, device class and volume group.",
+		}, []string{"node", "device_class", "volume_group"}),
 		orphanBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_orphaned_volume_bytes",
-			Help: "Size in bytes of the orphaned carve LVs on this node, by device class and volume group.",
-		}, []string{"device_class", "volume_group"}),
+			Help: "Size in bytes of the orphaned carve LVs on a node, by node, device class and volume group.",
+		}, []string{"node", "device_class", "volume_group"}),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_orphaned_volumes_removed_total",
-			Help: "Orphaned carve LVs removed by this node's plugin (only with --remove-orphans), by device class, volume group and result (success or error).",
-		}, []string{"device_class", "volume_group", "result"}),
+			Help: "Orphaned carve LVs removed by the controller's audit through the node's agent (only with --remove-orphans), by node, device class, volume group and result (success or error).",
+		}, []string{"node", "device_class", "volume_group", "result"}),
 		missing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volumes_missing",
-			Help: "PersistentVolumes of carve pinned to this node whose LV has been gone from the volume group for longer than the grace period, by volume group.",
-		}, []string{"volume_group"}),
+			Help: "PersistentVolumes of carve pinned to a node whose LV has been gone from the volume group for longer than the grace period, by node and volume group.",
+		}, []string{"node", "volume_group"}),
 		lastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_audit_timestamp_seconds",
-			Help: "Unix time of the last audit of this node's LVs against the PersistentVolumes, by result (success or error); 0 until the first.",
-		}, []string{"result"}),
-		classes: classes,
+			Help: "Unix time of the last audit of a node's LVs against the PersistentVolumes, by node and result (success or error).",
+		}, []string{"node", "result"}),
 	}
 	reg.MustRegister(m.orphans, m.orphanBytes, m.removed, m.missing, m.lastRun)
-	for _, r := range []string{"success", "error"} {
-		m.lastRun.WithLabelValues(r)
-	}
-	m.publish(nil, nil)
 	return m
 }
 
-// publish replaces the gauges with one pass's findings; the configured
+// publish replaces a node's gauges with one pass's findings; the node's
 // classes and their volume groups show zero when they have none.
-func (m *metrics) publish(orphans []Orphan, missing []Missing) {
-	m.orphans.Reset()
-	m.orphanBytes.Reset()
-	m.missing.Reset()
-	for _, c := range m.classes {
-		m.orphans.WithLabelValues(c.Name, c.VolumeGroup)
-		m.orphanBytes.WithLabelValues(c.Name, c.VolumeGroup)
-		m.missing.WithLabelValues(c.VolumeGroup)
-		m.removed.WithLabelValues(c.Name, c.VolumeGroup, "success")
+func (m *metrics) publish(node string, classes []Class, orphans []Orphan, missing []Missing) {
+	only := prometheus.Labels{"node": node}
+	m.orphans.DeletePartialMatch(only)
+	m.orphanBytes.DeletePartialMatch(only)
+	m.missing.DeletePartialMatch(only)
+	for _, c := range classes {
+		m.orphans.WithLabelValues(node, c.Name, c.VolumeGroup)
+		m.orphanBytes.WithLabelValues(node, c.Name, c.VolumeGroup)
+		m.missing.WithLabelValues(node, c.VolumeGroup)
+		m.removed.WithLabelValues(node, c.Name, c.VolumeGroup, "success")
 	}
 	for _, o := range orphans {
-		m.orphans.WithLabelValues(o.Class, o.VolumeGroup).Inc()
-		m.orphanBytes.WithLabelValues(o.Class, o.VolumeGroup).Add(float64(o.Size))
+		m.orphans.WithLabelValues(node, o.Class, o.VolumeGroup).Inc()
+		m.orphanBytes.WithLabelValues(node, o.Class, o.VolumeGroup).Add(float64(o.Size))
 	}
 	for _, x := range missing {
 		vg, _, _ := cut(x.Handle)
-		m.missing.WithLabelValues(vg).Inc()
+		m.missing.WithLabelValues(node, vg).Inc()
 	}
 }
 
-func (m *metrics) ran(at time.Time, err error) {
-	m.lastRun.WithLabelValues(carvemetrics.Result(err)).Set(float64(at.UnixNano()) / 1e9)
+// ran records a node's pass; its other result's series shows 0 until it
+// happens.
+func (m *metrics) ran(node string, at time.Time, err error) {
+	for _, r := range []string{"success", "error"} {
+		m.lastRun.WithLabelValues(node, r)
+	}
+	m.lastRun.WithLabelValues(node, carvemetrics.Result(err)).Set(float64(at.UnixNano()) / 1e9)
+}
+
+// forget drops the series of a node that is no longer audited.
+func (m *metrics) forget(node string) {
+	only := prometheus.Labels{"node": node}
+	m.orphans.DeletePartialMatch(only)
+	m.orphanBytes.DeletePartialMatch(only)
+	m.removed.DeletePartialMatch(only)
+	m.missing.DeletePartialMatch(only)
+	m.lastRun.DeletePartialMatch(only)
 }

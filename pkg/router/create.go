@@ -15,10 +15,12 @@ import (
 
 // CreateVolume implements csi.ControllerServer: it is sent to the node the
 // accessibility requirement names, with or without a content source (a
-// restore or clone asked on another node than its source's is the node
-// agent's to answer). Without a requirement that names a node, a restore
-// goes to its snapshot's node and a clone to its source volume's; a plain
-// volume is refused. An unreachable node is RESOURCE_EXHAUSTED: nothing was
+// restore asked on another node than its snapshot's is the node agent's to
+// answer: the snapshot ID names its node). A clone asked on another node
+// than the one its source volume's PersistentVolume names is refused here
+// (cloneElsewhere): the node agent has no API access to tell. Without a
+// requirement that names a node, a restore goes to its snapshot's node and
+// a clone to its source volume's; a plain volume is refused. An unreachable node is RESOURCE_EXHAUSTED: nothing was
 // created, and csi-provisioner asks the scheduler for another node (unless
 // an earlier attempt may have started there: see pending).
 func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
@@ -30,6 +32,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	node, err := s.nodeOfCreate(ctx, req)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
 		return nil, err
 	}
 	unsent := codes.ResourceExhausted
@@ -47,6 +52,29 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	resp, err := call(ctx, c, node, csi.ControllerClient.CreateVolume, req)
 	s.pending.answered(req.GetName(), node, status.Code(err))
 	return resp, err
+}
+
+// cloneElsewhere refuses a clone of the volume id asked on node when the
+// PersistentVolumes pin id to other nodes: RESOURCE_EXHAUSTED naming them,
+// so that csi-provisioner drops the selected node and the scheduler picks
+// again (a clone is made on its source's node only). UNAVAILABLE while the
+// PV index is not filled. A source no PV names (or none, "" id) is the
+// node's to find.
+func (s *Server) cloneElsewhere(node, id string) error {
+	// An ID that is not carve's is no PV's: the node answers NotFound.
+	if !isVolumeID(id) {
+		return nil
+	}
+	nodes, err := s.cfg.Volumes.NodesOf(id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "volume_content_source: volume %s: its node is not known yet: %v; retry later", id, err)
+	}
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == "" })
+	if len(nodes) == 0 || slices.Contains(nodes, node) {
+		return nil
+	}
+	return status.Errorf(codes.ResourceExhausted, "volume_content_source: volume %s lives on node %s, not on %s: a clone is made on its source's node only; "+
+		"the pod is scheduled again (pin it to %s: see docs/backup-restore.md)", id, strings.Join(nodes, ", "), node, nodes[0])
 }
 
 // nodeOfCreate is the node a CreateVolume goes to (see CreateVolume).
@@ -118,4 +146,10 @@ func (s *Server) requiredNode(req *csi.TopologyRequirement) (string, error) {
 		return "", status.Errorf(codes.InvalidArgument, "accessibility_requirements: no segment carries the topology key %s", key)
 	}
 	return "", nil
+}
+
+// isVolumeID tells whether id is a volume ID carve hands out.
+func isVolumeID(id string) bool {
+	_, err := volume.ParseID(id)
+	return err == nil
 }

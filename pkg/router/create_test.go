@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -83,8 +84,14 @@ func TestCreateVolume(t *testing.T) {
 		{name: "restore without requirement goes to the snapshot's node",
 			req: &csi.CreateVolumeRequest{VolumeContentSource: fromSnapshot(sid("node-c", "s"))}, wantNode: "node-c"},
 		{name: "clone follows the requirement",
-			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromVolume(vid("vol-a"))},
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-a"), VolumeContentSource: fromVolume(vid("vol-a"))},
+			wantNode: "node-a"},
+		{name: "clone of a volume without PV follows the requirement: the node answers",
+			req:      &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromVolume(vid("vol-c"))},
 			wantNode: "node-b"},
+		{name: "clone asked on another node than its source's PV: rescheduled, nothing sent",
+			req:  &csi.CreateVolumeRequest{AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromVolume(vid("vol-a"))},
+			code: codes.ResourceExhausted, msg: []string{"volume " + vid("vol-a") + " lives on node node-a, not on node-b", "pin it to node-a"}},
 		{name: "clone without requirement goes to the PV's node",
 			req: &csi.CreateVolumeRequest{VolumeContentSource: fromVolume(vid("vol-a"))}, wantNode: "node-a"},
 		{name: "clone of a volume without PV: the node that has it",
@@ -253,5 +260,19 @@ func TestCodesOverGRPC(t *testing.T) {
 		if status.Code(err) != tt.code {
 			t.Errorf("CreateVolume on %s: %v, want %v", tt.node, err, tt.code)
 		}
+	}
+}
+
+// TestCloneWhileTheIndexFills: a clone with a selected node is not sent
+// while the PV index cannot say where its source lives: UNAVAILABLE, and
+// csi-provisioner retries on the same node.
+func TestCloneWhileTheIndexFills(t *testing.T) {
+	ns, log := cluster(t, newAgents()["node-b"])
+	r := New(Config{Nodes: ns, Volumes: locator{err: errors.New("the PersistentVolume cache has not been filled yet")}, TopologyKey: topology.Key})
+	_, err := r.CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: mountRWO,
+		AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromVolume(vid("vol-a"))})
+	wantStatus(t, err, codes.Unavailable, "volume_content_source", "not known yet")
+	if got := log.all(); len(got) != 0 {
+		t.Errorf("calls sent: %q", got)
 	}
 }

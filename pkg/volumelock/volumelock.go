@@ -7,7 +7,10 @@
 // goroutine and a deadline that expires while it waits.
 package volumelock
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Locks is a set of keyed locks. The zero value is not usable; use New.
 type Locks struct {
@@ -50,4 +53,16 @@ func (l *Locks) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.held)
+}
+
+// Keys returns the keys held now, sorted.
+func (l *Locks) Keys() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.held))
+	for k := range l.held {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

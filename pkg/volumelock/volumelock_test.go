@@ -2,6 +2,7 @@ package volumelock
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,5 +95,20 @@ func TestConcurrentDifferentKeys(t *testing.T) {
 	wg.Wait()
 	if failed.Load() != 0 || l.Held() != 32 {
 		t.Fatalf("%d of 32 distinct keys were refused; held %d", failed.Load(), l.Held())
+	}
+}
+
+// TestKeys: the held keys, sorted; a released key is not among them.
+func TestKeys(t *testing.T) {
+	l := New()
+	if got := l.Keys(); len(got) != 0 {
+		t.Fatalf("Keys of an empty set: %v", got)
+	}
+	for _, k := range []string{"c", "a", "b"} {
+		l.TryAcquire(k)
+	}
+	l.Release("b")
+	if got := l.Keys(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("Keys %v, want [a c]", got)
 	}
 }

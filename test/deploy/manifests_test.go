@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,9 @@ var provisionerFlags = []string{
 	"--immediate-topology=false",
 	"--extra-create-metadata",
 	"--leader-election",
+	"--leader-election-lease-duration=10s",
+	"--leader-election-renew-deadline=6s",
+	"--leader-election-retry-period=2s",
 	"--leader-election-namespace=$(NAMESPACE)",
 	"--http-endpoint=:9811",
 	"--kube-api-qps=50",
@@ -63,6 +67,9 @@ var provisionerFlags = []string{
 var snapshotterFlags = []string{
 	"--csi-address=/csi/csi.sock",
 	"--leader-election",
+	"--leader-election-lease-duration=10s",
+	"--leader-election-renew-deadline=6s",
+	"--leader-election-retry-period=2s",
 	"--leader-election-namespace=$(NAMESPACE)",
 	"--feature-gates=CSIVolumeGroupSnapshot=false",
 }
@@ -131,20 +138,20 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 	objs := baseObjects(t)
 	want := []string{
 		"CSIDriver /lvm.carve.dev",
+		"ClusterRole /carve-controller-audit",
 		"ClusterRole /carve-controller-lost-nodes",
 		"ClusterRole /carve-controller-node-channel",
 		"ClusterRole /carve-controller-placement",
 		"ClusterRole /carve-controller-provisioner",
 		"ClusterRole /carve-controller-resizer",
 		"ClusterRole /carve-controller-snapshotter",
-		"ClusterRole /carve-node-audit",
+		"ClusterRoleBinding /carve-controller-audit",
 		"ClusterRoleBinding /carve-controller-lost-nodes",
 		"ClusterRoleBinding /carve-controller-node-channel",
 		"ClusterRoleBinding /carve-controller-placement",
 		"ClusterRoleBinding /carve-controller-provisioner",
 		"ClusterRoleBinding /carve-controller-resizer",
 		"ClusterRoleBinding /carve-controller-snapshotter",
-		"ClusterRoleBinding /carve-node-audit",
 		"ConfigMap carve-system/carve-device-classes",
 		"DaemonSet carve-system/carve-node",
 		"Deployment carve-system/carve-controller",
@@ -229,9 +236,11 @@ func TestNodeDaemonSet(t *testing.T) {
 	if spec.ServiceAccountName != "carve-node" {
 		t.Errorf("serviceAccountName %q, want carve-node", spec.ServiceAccountName)
 	}
-	// The audit still reads the API with the pod's own token.
-	if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
-		t.Error("automountServiceAccountToken is false; the audit needs the pod's API token")
+	// The node agent holds no API rights and gets no API token; its
+	// service account only names the pod in the projected token for carve
+	// controller.
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken is not false; the node agent must get no API token")
 	}
 	checkNodeSelection(t, ds)
 	for _, c := range spec.Containers {
@@ -648,6 +657,24 @@ func TestControllerDeployment(t *testing.T) {
 	if !slices.Contains(resizer.Args, "--leader-election") {
 		t.Errorf("csi-resizer args %v lack --leader-election", resizer.Args)
 	}
+	// A replica that stops dead keeps its leases until they expire: the
+	// other replica's sidecars take over within lease + one retry, which
+	// must leave room in issue 21's 20 s for the new leader to start.
+	for _, name := range []string{"csi-provisioner", "csi-snapshotter", "csi-resizer"} {
+		args := container(t, spec, name).Args
+		dur := func(flag string) time.Duration {
+			v, _ := flagValue(args, flag)
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Errorf("%s %s=%q: %v", name, flag, v, err)
+			}
+			return d
+		}
+		lease, renew, retry := dur("--leader-election-lease-duration"), dur("--leader-election-renew-deadline"), dur("--leader-election-retry-period")
+		if lease+retry > 15*time.Second || !(retry < renew && renew < lease) {
+			t.Errorf("%s leases %v/%v/%v: want retry < renew < lease and a takeover (lease + retry) within 15 s", name, lease, renew, retry)
+		}
+	}
 	if got, _ := flagValue(resizer.Args, "--csi-address"); got != "/csi/csi.sock" {
 		t.Errorf("csi-resizer --csi-address=%q", got)
 	}
@@ -794,17 +821,14 @@ func (r rule) String() string {
 // new wildcard or a stray verb fails.
 func TestRBACLeastPrivilege(t *testing.T) {
 	checkGrants(t, baseObjects(t), map[string][]rule{
-		// The audit alone (stage 3 moves it to the controller).
-		"carve-system/carve-node": slices.Concat(
-			expand("cluster", "", "persistentvolumes", "list", "watch"),
-			expand("cluster", "", "persistentvolumeclaims", "get"),
-			expand("cluster", "", "events", "create", "patch"),
-		),
+		// Nothing: the node agent uses no API.
+		"carve-system/carve-node": nil,
 		"carve-system/carve-controller": slices.Concat(
 			// csi-provisioner (central mode), csi-resizer, the lost-node
-			// watch, the node channel's informers and the placement of
-			// restores (claims: list, watch, patch; snapshots and their
-			// contents: get, list, watch; events).
+			// watch, the audit (PVs, a claim's get, Events), the node
+			// channel's informers and the placement of restores (claims:
+			// list, watch, patch; snapshots and their contents: get, list,
+			// watch; events).
 			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
 			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),
@@ -833,33 +857,27 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	})
 }
 
-// TestNodeCannotWriteVolumes: the node agents' service account may change
-// no PV, PVC, CSIStorageCapacity or snapshot object, and read no Secret,
-// whatever the chart's values: a node that is taken over cannot reach
-// beyond its own disks through the API.
+// TestNodeCannotWriteVolumes: the node agents' service account is granted
+// nothing, whatever the chart's values: a node that is taken over cannot
+// reach beyond its own disks through the API. (The node agent uses no API:
+// carve controller audits its LVs over the node channel.)
 func TestNodeCannotWriteVolumes(t *testing.T) {
 	for _, values := range []string{
 		"",
-		"controller: {deleteClaimsOfLostNodes: true}\nnetworkPolicy: {enabled: true}\n",
+		"controller: {deleteClaimsOfLostNodes: true, audit: {removeOrphans: true}}\nnetworkPolicy: {enabled: true}\n",
 		"nodeGroups: [{name: nvme, deviceClasses: [{name: fast, volumeGroup: nvme}]}]\n",
 	} {
 		objs := map[string]runtime.Object{}
 		for _, o := range renderChartValues(t, values) {
 			objs[o.key()] = typed(t, o)
 		}
-		granted := grants(t, objs)["carve-system/carve-node"]
-		if len(granted) == 0 {
-			t.Fatalf("values %q: carve-node is granted nothing; the audit needs to read PVs", values)
+		for r := range grants(t, objs)["carve-system/carve-node"] {
+			t.Errorf("values %q: carve-node may %s; it must be granted nothing", values, r)
 		}
-		for r := range granted {
-			read := slices.Contains([]string{"get", "list", "watch"}, r.verb)
-			switch {
-			case r.group == "" && (r.resource == "events"):
-				// The audit's reports.
-			case r.resource == "secrets", r.verb == "*", r.resource == "*", r.group == "*":
-				t.Errorf("values %q: carve-node may %s", values, r)
-			case !read:
-				t.Errorf("values %q: carve-node may %s; the node writes nothing but Events", values, r)
+		for key, o := range objs {
+			if sa, ok := o.(*corev1.ServiceAccount); ok && sa.Name == "carve-node" &&
+				(sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken) {
+				t.Errorf("values %q: %s mounts an API token by default", values, key)
 			}
 		}
 	}

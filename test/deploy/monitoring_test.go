@@ -15,9 +15,13 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
+	"github.com/carve-csi/carve/pkg/reconcile"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
@@ -391,11 +395,45 @@ func makeMetadataThinPool(t *testing.T, vg *lvmtest.LoopVG, pool string) {
 	}
 }
 
+// auditMetrics are the series of carve controller's audit after one pass
+// over one node: the audit exports a node's series once it has audited
+// it, over the node channel, which the controller above (no API server)
+// does not open. The audit's own code makes them, over a node agent's
+// inventory given here.
+func auditMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	a := reconcile.New(reconcile.Config{Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Client: fake.NewClientset(),
+		Nodes: oneNode{}, Grace: time.Minute, Interval: time.Minute, Registerer: reg, Events: record.NewFakeRecorder(10)})
+	a.Pass(t.Context(), time.Now(), nil)
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := plugintest.Metrics{}
+	for _, f := range got {
+		m[f.GetName()] = f
+	}
+	return m
+}
+
+// oneNode is one node agent with one device class and no LV.
+type oneNode struct{}
+
+func (oneNode) Names() []string { return []string{"node-a"} }
+
+func (oneNode) Inventory(context.Context, string) (*reconcile.Inventory, error) {
+	return &reconcile.Inventory{Classes: []reconcile.Class{{Name: "thick", VolumeGroup: "vg"}}}, nil
+}
+
+func (oneNode) RemoveOrphan(context.Context, string, string, string) error { return nil }
+
 // TestDashboardAndRulesUseExportedMetrics starts a real `carve plugin` on a
 // loop-device volume group (activation disabled: metadata only), with a
 // thick and a thin class, drives the phases that work without a kernel
 // device (capacity, create, delete, and a create that does not fit), scrapes
-// /metrics, scrapes a real `carve controller` too, and checks every metric
+// /metrics, scrapes a real `carve controller` too (and takes the audit's
+// series from one pass of the controller's audit), and checks every metric
 // and label the dashboard and the alert rules use against what the two
 // export: a name neither exports fails.
 func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
@@ -410,8 +448,8 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	if out, err := runErr(repoRoot(t), "go", "build", "-o", bin, "./cmd/carve"); err != nil {
 		t.Fatalf("building carve: %v\n%s", err, out)
 	}
-	// The audit runs (its metrics are exported from the start) against an
-	// API server that is not there: nothing listens on port 1.
+	// carve controller's lost-node watch runs against an API server that
+	// is not there: nothing listens on port 1.
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
@@ -424,10 +462,9 @@ current-context: none
 	}
 	var log strings.Builder
 	p, err := plugintest.Start(ctx, plugintest.Options{
-		Binary:     bin,
-		Dir:        dir,
-		NodeName:   "node-a",
-		Kubeconfig: kubeconfig,
+		Binary:   bin,
+		Dir:      dir,
+		NodeName: "node-a",
 		Config: fmt.Sprintf(`deviceClasses:
   - name: thick
     volumeGroup: %[1]s
@@ -518,7 +555,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

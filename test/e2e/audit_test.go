@@ -35,13 +35,15 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 		t.Fatal(err)
 	}
 	volName := "pvc-" + string(pvc.UID)
-	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Through carve's controller, which routes by the topology to n: an
+	// LV that no provisioner asked for, so no PV will name it.
+	conn, err := grpc.NewClient("unix://"+bed.Central.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		if err := conn.Close(); err != nil {
-			t.Errorf("closing the connection to %s: %v", n.Socket, err)
+			t.Errorf("closing the connection to %s: %v", bed.Central.Socket, err)
 		}
 	}()
 	seg := &csi.Topology{Segments: map[string]string{cluster.TopologyKey: n.Name}}
@@ -63,10 +65,11 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 }
 
 // TestOrphanedVolume: an LV carve made whose claim was deleted before its
-// PV existed is reported (metric, Event on the Node naming LV, size and
-// claim) once the grace period has passed and not before; on node-large,
-// which runs with --remove-orphans, it is removed and the capacity comes
-// back.
+// PV existed is reported by carve controller's audit (metric with the
+// node's label, Event on the Node naming LV, size and claim) once the
+// grace period has passed and not before, and left in place; once the
+// controller runs with --remove-orphans, it is removed through the node's
+// agent and the capacity comes back.
 func TestOrphanedVolume(t *testing.T) {
 	ns := newNamespace(t, "orphan")
 	ctx := testCtx(t, 3*time.Minute)
@@ -81,12 +84,21 @@ func TestOrphanedVolume(t *testing.T) {
 	lvSmall := small.VG.Name + "/" + volume.LVNameFor(volSmall)
 	lvLarge := large.VG.Name + "/" + volume.LVNameFor(volLarge)
 	t.Cleanup(func() {
-		// The report-only node keeps its orphan: remove it as an operator
-		// would.
-		if err := small.RemoveLV(context.Background(), volume.LVNameFor(volSmall)); err != nil {
-			t.Errorf("removing %s: %v", lvSmall, err)
+		// If the removal did not happen, remove the orphans as an
+		// operator would.
+		for _, o := range []struct {
+			n   *cluster.Node
+			vol string
+		}{{small, volSmall}, {large, volLarge}} {
+			if _, err := o.n.LVM.GetLV(context.Background(), o.n.VG.Name, volume.LVNameFor(o.vol)); err == nil {
+				if err := o.n.RemoveLV(context.Background(), volume.LVNameFor(o.vol)); err != nil {
+					t.Errorf("removing the orphan of %s on %s: %v", o.vol, o.n.Name, err)
+				}
+			}
 		}
 	})
+	ctrlMetrics := bed.Central.MetricsURL
+	onNode := func(n *cluster.Node) string { return `node="` + n.Name + `"` }
 
 	orphanEvents := func(ctx context.Context, node, reason, lv string) ([]corev1.Event, error) {
 		return eventsWith(ctx, "default", "Node", node, reason, "LV "+lv)
@@ -94,7 +106,7 @@ func TestOrphanedVolume(t *testing.T) {
 	// Half the grace period in, the audit has run several passes
 	// (--audit-interval 2s) and must not have spoken.
 	time.Sleep(time.Until(madeSmall.Add(orphanGrace / 2)))
-	if v, err := scrape(ctx, small.MetricsURL, "carve_orphaned_volumes", `device_class="thick"`); err != nil || v != 0 {
+	if v, err := scrape(ctx, ctrlMetrics, "carve_orphaned_volumes", onNode(small), `device_class="thick"`); err != nil || v != 0 {
 		t.Errorf("carve_orphaned_volumes on %s before the grace period: %v (%v), want 0", small.Name, v, err)
 	}
 	if evs, err := orphanEvents(ctx, small.Name, "OrphanedVolume", lvSmall); err != nil || len(evs) != 0 {
@@ -103,11 +115,11 @@ func TestOrphanedVolume(t *testing.T) {
 
 	var ev corev1.Event
 	waitFor(t, orphanGrace+30*time.Second, "the orphan on node-small to be reported", func(ctx context.Context) (bool, string, error) {
-		n, err := scrape(ctx, small.MetricsURL, "carve_orphaned_volumes", `device_class="thick"`)
+		n, err := scrape(ctx, ctrlMetrics, "carve_orphaned_volumes", onNode(small), `device_class="thick"`)
 		if err != nil {
 			return false, "", err
 		}
-		b, err := scrape(ctx, small.MetricsURL, "carve_orphaned_volume_bytes", `device_class="thick"`)
+		b, err := scrape(ctx, ctrlMetrics, "carve_orphaned_volume_bytes", onNode(small), `device_class="thick"`)
 		if err != nil {
 			return false, "", err
 		}
@@ -129,11 +141,21 @@ func TestOrphanedVolume(t *testing.T) {
 		}
 	}
 	if lvs, err := small.LVM.ListLVs(ctx, small.VG.Name); err != nil || !slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor(volSmall) }) {
-		t.Errorf("the orphan on the report-only node is gone (%v): nothing may delete it without --remove-orphans", err)
+		t.Errorf("the reported orphan is gone (%v): nothing may delete it without --remove-orphans", err)
 	}
 
 	t.Run("removed with --remove-orphans, capacity back", func(t *testing.T) {
-		waitFor(t, orphanGrace+30*time.Second, "node-large to remove its orphan", func(ctx context.Context) (bool, string, error) {
+		if err := bed.Central.RestartControllerWith(ctx, []string{"--remove-orphans=true"}); err != nil {
+			t.Fatalf("restarting carve controller with --remove-orphans: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := bed.Central.RestartControllerWith(context.Background(), nil); err != nil {
+				t.Errorf("restarting carve controller without --remove-orphans: %v", err)
+			}
+		})
+		// The new controller waits for the Lease its killed predecessor
+		// held (15 s), then starts every clock anew.
+		waitFor(t, 2*orphanGrace+45*time.Second, "carve controller to remove node-large's orphan", func(ctx context.Context) (bool, string, error) {
 			lvs, err := large.LVM.ListLVs(ctx, large.VG.Name)
 			if err != nil {
 				return false, "", err
@@ -149,7 +171,7 @@ func TestOrphanedVolume(t *testing.T) {
 			}
 			return !there && len(evs) == 1 && c == capLarge, fmt.Sprintf("LV there %v, removal events %d, capacity %v (before %v)", there, len(evs), c, capLarge), nil
 		})
-		if v, err := scrape(ctx, large.MetricsURL, "carve_orphaned_volumes_removed_total", `result="success"`); err != nil || v < 1 {
+		if v, err := scrape(ctx, ctrlMetrics, "carve_orphaned_volumes_removed_total", onNode(large), `result="success"`); err != nil || v < 1 {
 			t.Errorf("carve_orphaned_volumes_removed_total on %s: %v (%v)", large.Name, v, err)
 		}
 	})
@@ -176,7 +198,7 @@ func TestVolumeDataMissing(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		m, err := scrape(ctx, node.MetricsURL, "carve_volumes_missing", `volume_group="`+node.VG.Name+`"`)
+		m, err := scrape(ctx, bed.Central.MetricsURL, "carve_volumes_missing", `node="`+node.Name+`"`, `volume_group="`+node.VG.Name+`"`)
 		if err != nil {
 			return false, "", err
 		}

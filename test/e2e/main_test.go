@@ -33,22 +33,19 @@ const (
 	refreshInterval = 10 * time.Second
 )
 
-var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--audit-interval=" + auditInterval.String(),
-	"--capacity-refresh-interval=" + refreshInterval.String()}
+// auditArgs are carve controller's audit flags in the test bed. It only
+// reports orphans; TestOrphanedVolume restarts it with --remove-orphans
+// for its removal.
+var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--audit-interval=" + auditInterval.String()}
 
 // The simulated nodes: three volume groups of different sizes, so that
-// placement by capacity is visible. node-large removes orphans
-// (--remove-orphans); the others only report them.
-var nodeSpecs = withAudit(cluster.ThreeNodes())
+// placement by capacity is visible.
+var nodeSpecs = withRefresh(cluster.ThreeNodes())
 
-// withAudit gives every node the test bed's audit flags, and node-large
-// --remove-orphans.
-func withAudit(nodes []cluster.NodeSpec) []cluster.NodeSpec {
+// withRefresh gives every node the test bed's refresh interval.
+func withRefresh(nodes []cluster.NodeSpec) []cluster.NodeSpec {
 	for i := range nodes {
-		nodes[i].PluginArgs = append([]string(nil), auditArgs...)
-		if nodes[i].Name == "node-large" {
-			nodes[i].PluginArgs = append([]string{"--remove-orphans=true"}, nodes[i].PluginArgs...)
-		}
+		nodes[i].PluginArgs = []string{"--capacity-refresh-interval=" + refreshInterval.String()}
 	}
 	return nodes
 }
@@ -110,8 +107,9 @@ func configFromEnv() (cluster.Config, error) {
 	}
 	cfg := cluster.Config{
 		// carve controller deletes the claims of deleted Nodes, with the
-		// RBAC of the component that turns that on.
-		ControllerArgs:        []string{"--delete-claims-of-lost-nodes=true", "--lost-nodes-interval=5s"},
+		// RBAC of the component that turns that on, and audits the nodes
+		// every few seconds.
+		ControllerArgs:        append([]string{"--delete-claims-of-lost-nodes=true", "--lost-nodes-interval=5s"}, auditArgs...),
 		ExtraManifests:        []string{component},
 		BinDir:                binDir,
 		CarveBin:              carve,

@@ -17,14 +17,6 @@ type access struct {
 	name string
 }
 
-// nodeAuditReads are the only requests the node agents' service account
-// may make in stage 2 of issue 21: what the audit on the node reads and
-// the Events it writes (pkg/reconcile, cmd/carve/audit.go).
-var nodeAuditReads = map[string]bool{
-	"list//persistentvolumes": true, "watch//persistentvolumes": true,
-	"get//persistentvolumeclaims": true,
-}
-
 // TestRBACAgainstAPIServer asks the real API server, with a
 // SubjectAccessReview per request, whether each of carve's service
 // accounts (RBAC of deploy/kubernetes as applied, plus the
@@ -33,7 +25,8 @@ var nodeAuditReads = map[string]bool{
 // fails the test, as does an extra one that is allowed. The node agents'
 // account is checked over every verb of every resource that matters
 // (issue 21, failure 5: a node must not be able to write volumes, claims
-// or capacity): all denied but the audit's reads and Events.
+// or capacity): all denied. The node agent uses no API; carve controller
+// audits the nodes' LVs over the node channel.
 func TestRBACAgainstAPIServer(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	ns := bed.Namespace
@@ -49,8 +42,9 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 	named := func(a access, name string) access { a.name = name; return a }
 
 	// The node agents' account: every verb on every resource a node could
-	// use to harm volumes, claims, capacity or the node channel.
-	var nodeAllowed, nodeDenied []access
+	// use to harm volumes, claims, capacity or the node channel, or to
+	// mislead operators (Events).
+	var nodeDenied []access
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	for _, r := range []access{
 		cluster("", "", "persistentvolumes"),
@@ -66,19 +60,17 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 		local("", "coordination.k8s.io", "leases"),
 		local("", "", "pods"),
 		cluster("", "", "nodes"),
+		in("default", "", "", "events"),
+		local("", "", "serviceaccounts"),
 	} {
 		for _, v := range verbs {
 			a := r
 			a.verb = v
-			if nodeAuditReads[v+"/"+a.group+"/"+a.resource] {
-				nodeAllowed = append(nodeAllowed, a)
-			} else {
-				nodeDenied = append(nodeDenied, a)
-			}
+			nodeDenied = append(nodeDenied, a)
 		}
 	}
-	nodeAllowed = append(nodeAllowed, in("default", "create", "", "events"), in("default", "patch", "", "events"))
 	nodeDenied = append(nodeDenied,
+		sub(local("create", "", "serviceaccounts"), "token"),
 		sub(cluster("update", "", "persistentvolumes"), "status"),
 		sub(in("default", "patch", "", "persistentvolumeclaims"), "status"),
 		sub(cluster("update", "snapshot.storage.k8s.io", "volumesnapshotcontents"), "status"),
@@ -89,9 +81,12 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 		sa              string
 		allowed, denied []access
 	}{
-		{sa: "carve-node", allowed: nodeAllowed, denied: nodeDenied},
+		{sa: "carve-node", denied: nodeDenied},
 		{sa: "carve-controller",
 			allowed: []access{
+				// carve controller's audit: carve's PVs, the claim of an
+				// orphan, Events on the Node, the PV and the claim
+				in("default", "get", "", "persistentvolumeclaims"),
 				// carve controller's lost-node watch
 				cluster("get", "", "nodes"), cluster("list", "", "nodes"), cluster("watch", "", "nodes"),
 				cluster("list", "", "persistentvolumes"), cluster("watch", "", "persistentvolumes"),

@@ -418,8 +418,14 @@ type InventoryResponse struct {
 	// Volume groups of the config the agent could not read: their volumes
 	// are unknown, not absent.
 	UnreadableVolumeGroups []string `protobuf:"bytes,2,rep,name=unreadable_volume_groups,json=unreadableVolumeGroups,proto3" json:"unreadable_volume_groups,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The device classes of the node's config and their volume groups.
+	DeviceClasses []*DeviceClass `protobuf:"bytes,3,rep,name=device_classes,json=deviceClasses,proto3" json:"device_classes,omitempty"`
+	// Names of the LVs with an operation (a CreateVolume, a DeleteVolume)
+	// in flight now: whether they exist or not, the audit judges none of
+	// them this pass.
+	Busy          []string `protobuf:"bytes,4,rep,name=busy,proto3" json:"busy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InventoryResponse) Reset() {
@@ -466,6 +472,72 @@ func (x *InventoryResponse) GetUnreadableVolumeGroups() []string {
 	return nil
 }
 
+func (x *InventoryResponse) GetDeviceClasses() []*DeviceClass {
+	if x != nil {
+		return x.DeviceClasses
+	}
+	return nil
+}
+
+func (x *InventoryResponse) GetBusy() []string {
+	if x != nil {
+		return x.Busy
+	}
+	return nil
+}
+
+type DeviceClass struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	VolumeGroup   string                 `protobuf:"bytes,2,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceClass) Reset() {
+	*x = DeviceClass{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceClass) ProtoMessage() {}
+
+func (x *DeviceClass) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceClass.ProtoReflect.Descriptor instead.
+func (*DeviceClass) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeviceClass) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeviceClass) GetVolumeGroup() string {
+	if x != nil {
+		return x.VolumeGroup
+	}
+	return ""
+}
+
 type LogicalVolume struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	VolumeGroup string                 `protobuf:"bytes,1,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
@@ -483,7 +555,7 @@ type LogicalVolume struct {
 
 func (x *LogicalVolume) Reset() {
 	*x = LogicalVolume{}
-	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[9]
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +567,7 @@ func (x *LogicalVolume) String() string {
 func (*LogicalVolume) ProtoMessage() {}
 
 func (x *LogicalVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[9]
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +580,7 @@ func (x *LogicalVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogicalVolume.ProtoReflect.Descriptor instead.
 func (*LogicalVolume) Descriptor() ([]byte, []int) {
-	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{9}
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogicalVolume) GetVolumeGroup() string {
@@ -553,6 +625,94 @@ func (x *LogicalVolume) GetClaim() string {
 	return ""
 }
 
+type RemoveOrphanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeGroup   string                 `protobuf:"bytes,1,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveOrphanRequest) Reset() {
+	*x = RemoveOrphanRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveOrphanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveOrphanRequest) ProtoMessage() {}
+
+func (x *RemoveOrphanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveOrphanRequest.ProtoReflect.Descriptor instead.
+func (*RemoveOrphanRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RemoveOrphanRequest) GetVolumeGroup() string {
+	if x != nil {
+		return x.VolumeGroup
+	}
+	return ""
+}
+
+func (x *RemoveOrphanRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveOrphanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveOrphanResponse) Reset() {
+	*x = RemoveOrphanResponse{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveOrphanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveOrphanResponse) ProtoMessage() {}
+
+func (x *RemoveOrphanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveOrphanResponse.ProtoReflect.Descriptor instead.
+func (*RemoveOrphanResponse) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{12}
+}
+
 var File_api_nodeagent_v1_nodeagent_proto protoreflect.FileDescriptor
 
 const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
@@ -577,10 +737,15 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\vunavailable\x18\x04 \x01(\tR\vunavailable\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x05 \x01(\bR\tisDefault\"\x12\n" +
-	"\x10InventoryRequest\"\x8a\x01\n" +
+	"\x10InventoryRequest\"\xe6\x01\n" +
 	"\x11InventoryResponse\x12;\n" +
 	"\avolumes\x18\x01 \x03(\v2!.carve.nodeagent.v1.LogicalVolumeR\avolumes\x128\n" +
-	"\x18unreadable_volume_groups\x18\x02 \x03(\tR\x16unreadableVolumeGroups\"\xbf\x01\n" +
+	"\x18unreadable_volume_groups\x18\x02 \x03(\tR\x16unreadableVolumeGroups\x12F\n" +
+	"\x0edevice_classes\x18\x03 \x03(\v2\x1f.carve.nodeagent.v1.DeviceClassR\rdeviceClasses\x12\x12\n" +
+	"\x04busy\x18\x04 \x03(\tR\x04busy\"D\n" +
+	"\vDeviceClass\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fvolume_group\x18\x02 \x01(\tR\vvolumeGroup\"\xbf\x01\n" +
 	"\rLogicalVolume\x12!\n" +
 	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -589,12 +754,17 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\fdevice_class\x18\x04 \x01(\tR\vdeviceClass\x12\x1f\n" +
 	"\vvolume_name\x18\x05 \x01(\tR\n" +
 	"volumeName\x12\x14\n" +
-	"\x05claim\x18\x06 \x01(\tR\x05claim2\x8c\x03\n" +
+	"\x05claim\x18\x06 \x01(\tR\x05claim\"L\n" +
+	"\x13RemoveOrphanRequest\x12!\n" +
+	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x16\n" +
+	"\x14RemoveOrphanResponse2\xef\x03\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
 	"\rWatchCapacity\x12(.carve.nodeagent.v1.WatchCapacityRequest\x1a\".carve.nodeagent.v1.CapacityReport0\x01\x12X\n" +
-	"\tInventory\x12$.carve.nodeagent.v1.InventoryRequest\x1a%.carve.nodeagent.v1.InventoryResponseB9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
+	"\tInventory\x12$.carve.nodeagent.v1.InventoryRequest\x1a%.carve.nodeagent.v1.InventoryResponse\x12a\n" +
+	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponseB9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
 
 var (
 	file_api_nodeagent_v1_nodeagent_proto_rawDescOnce sync.Once
@@ -608,7 +778,7 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
-var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),              // 0: carve.nodeagent.v1.EnrollRequest
 	(*EnrollResponse)(nil),             // 1: carve.nodeagent.v1.EnrollResponse
@@ -619,24 +789,30 @@ var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*ClassCapacity)(nil),              // 6: carve.nodeagent.v1.ClassCapacity
 	(*InventoryRequest)(nil),           // 7: carve.nodeagent.v1.InventoryRequest
 	(*InventoryResponse)(nil),          // 8: carve.nodeagent.v1.InventoryResponse
-	(*LogicalVolume)(nil),              // 9: carve.nodeagent.v1.LogicalVolume
+	(*DeviceClass)(nil),                // 9: carve.nodeagent.v1.DeviceClass
+	(*LogicalVolume)(nil),              // 10: carve.nodeagent.v1.LogicalVolume
+	(*RemoveOrphanRequest)(nil),        // 11: carve.nodeagent.v1.RemoveOrphanRequest
+	(*RemoveOrphanResponse)(nil),       // 12: carve.nodeagent.v1.RemoveOrphanResponse
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
-	6, // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
-	9, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
-	0, // 2: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
-	2, // 3: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
-	4, // 4: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
-	7, // 5: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	1, // 6: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	3, // 7: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	5, // 8: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	8, // 9: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	6,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
+	10, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
+	9,  // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
+	0,  // 3: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
+	2,  // 4: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
+	4,  // 5: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
+	7,  // 6: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
+	11, // 7: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	1,  // 8: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	3,  // 9: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	5,  // 10: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	8,  // 11: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	12, // 12: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_api_nodeagent_v1_nodeagent_proto_init() }
@@ -650,7 +826,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

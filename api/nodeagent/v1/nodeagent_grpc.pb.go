@@ -28,6 +28,7 @@ const (
 	NodeAgent_InstallCertificate_FullMethodName = "/carve.nodeagent.v1.NodeAgent/InstallCertificate"
 	NodeAgent_WatchCapacity_FullMethodName      = "/carve.nodeagent.v1.NodeAgent/WatchCapacity"
 	NodeAgent_Inventory_FullMethodName          = "/carve.nodeagent.v1.NodeAgent/Inventory"
+	NodeAgent_RemoveOrphan_FullMethodName       = "/carve.nodeagent.v1.NodeAgent/RemoveOrphan"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -49,6 +50,13 @@ type NodeAgentClient interface {
 	WatchCapacity(ctx context.Context, in *WatchCapacityRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CapacityReport], error)
 	// Inventory lists carve's LVs on the node, for the controller's audit.
 	Inventory(ctx context.Context, in *InventoryRequest, opts ...grpc.CallOption) (*InventoryResponse, error)
+	// RemoveOrphan removes one LV the controller's audit found orphaned
+	// (--remove-orphans), under the node's per-volume lock: an LV with an
+	// operation in flight is FAILED_PRECONDITION (the next pass tries
+	// again); one that is gone is success; one that is not carve's, or has
+	// snapshots, or is the origin of another LV, is refused
+	// (FAILED_PRECONDITION).
+	RemoveOrphan(ctx context.Context, in *RemoveOrphanRequest, opts ...grpc.CallOption) (*RemoveOrphanResponse, error)
 }
 
 type nodeAgentClient struct {
@@ -108,6 +116,16 @@ func (c *nodeAgentClient) Inventory(ctx context.Context, in *InventoryRequest, o
 	return out, nil
 }
 
+func (c *nodeAgentClient) RemoveOrphan(ctx context.Context, in *RemoveOrphanRequest, opts ...grpc.CallOption) (*RemoveOrphanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveOrphanResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_RemoveOrphan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -127,6 +145,13 @@ type NodeAgentServer interface {
 	WatchCapacity(*WatchCapacityRequest, grpc.ServerStreamingServer[CapacityReport]) error
 	// Inventory lists carve's LVs on the node, for the controller's audit.
 	Inventory(context.Context, *InventoryRequest) (*InventoryResponse, error)
+	// RemoveOrphan removes one LV the controller's audit found orphaned
+	// (--remove-orphans), under the node's per-volume lock: an LV with an
+	// operation in flight is FAILED_PRECONDITION (the next pass tries
+	// again); one that is gone is success; one that is not carve's, or has
+	// snapshots, or is the origin of another LV, is refused
+	// (FAILED_PRECONDITION).
+	RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -148,6 +173,9 @@ func (UnimplementedNodeAgentServer) WatchCapacity(*WatchCapacityRequest, grpc.Se
 }
 func (UnimplementedNodeAgentServer) Inventory(context.Context, *InventoryRequest) (*InventoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inventory not implemented")
+}
+func (UnimplementedNodeAgentServer) RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveOrphan not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -235,6 +263,24 @@ func _NodeAgent_Inventory_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_RemoveOrphan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveOrphanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).RemoveOrphan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_RemoveOrphan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).RemoveOrphan(ctx, req.(*RemoveOrphanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -253,6 +299,10 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inventory",
 			Handler:    _NodeAgent_Inventory_Handler,
+		},
+		{
+			MethodName: "RemoveOrphan",
+			Handler:    _NodeAgent_RemoveOrphan_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

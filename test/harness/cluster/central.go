@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,8 +31,10 @@ type Central struct {
 	ProvisionerMetricsURL, SnapshotterMetricsURL, ResizerMetricsURL string
 
 	carve *Process
-	// carveCmd starts carve controller again (RestartController).
+	// carveCmd starts carve controller again (RestartController);
+	// carveArgs are the flags the test bed started it with.
 	carveCmd                          processCmd
+	carveArgs                         []string
 	sidecars                          []centralSidecar
 	provisioner, snapshotter, resizer *Process
 }
@@ -153,6 +156,7 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 		return nil, err
 	}
 	c.carveCmd = processCmd{logs: logs, name: "controller-carve", bin: carveBin, args: args, env: env, lifetime: lifetime}
+	c.carveArgs = slices.Clone(args)
 	klog.InfoS("Starting carve controller with the Deployment's flags", "args", args)
 	if err := c.startCarve(ctx); err != nil {
 		return c, err
@@ -243,6 +247,14 @@ func (c *Central) RestartController(ctx context.Context) error {
 		return err
 	}
 	return c.startSidecarProcesses(live)
+}
+
+// RestartControllerWith is RestartController with extra flags
+// ("--name=value", after the Deployment's, so they win) from now on; nil
+// goes back to the flags the test bed started it with.
+func (c *Central) RestartControllerWith(ctx context.Context, extra []string) error {
+	c.carveCmd.args = append(slices.Clone(c.carveArgs), extra...)
+	return c.RestartController(ctx)
 }
 
 // processes returns the running processes, the sidecars first (they stop

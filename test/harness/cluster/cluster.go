@@ -333,7 +333,7 @@ func (c *Cluster) startNode(ctx context.Context, ds *appsv1.DaemonSet, spec Node
 	if err := c.NodeChannel.writeToken(ctx, c.Client, n, cfg.Lifetime); err != nil {
 		return err
 	}
-	if err := n.startPlugin(ctx, c.Client, c.Control, ds, cfg.CarveBin, dir, filepath.Join(cfg.RunDir, "logs"), spec.PluginArgs, cfg.Lifetime); err != nil {
+	if err := n.startPlugin(ctx, ds, cfg.CarveBin, filepath.Join(cfg.RunDir, "logs"), spec.PluginArgs, cfg.Lifetime); err != nil {
 		return fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
 	}
 	return nil

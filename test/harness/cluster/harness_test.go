@@ -122,12 +122,14 @@ func TestShippedManifestsParse(t *testing.T) {
 	// and its node channel listens where the harness says.
 	n := &Node{Socket: "/run/n1.sock", ConfigFile: "/etc/n1.yaml", ChannelAddr: "192.0.2.7:40000",
 		ChannelCAFile: "/run/n1/ca.crt", ChannelTokenFile: "/run/n1/token"}
-	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc", IP: "192.0.2.7"}, n.pluginFlags(9999, "/kc", nil))
+	args, _, err := ContainerCommand(plugin, PodFields{Namespace: ds.Namespace, Node: "n1", Pod: "carve-node-abc", IP: "192.0.2.7"}, n.pluginFlags(9999, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []struct{ flag, want string }{
 		{"kubelet-registration-dir", ""}, {"node-channel-address", n.ChannelAddr},
+		// The node agent has no API access: no kubeconfig, and no flag
+		// of the audit that moved to the controller.
 		{"node-channel-ca-file", n.ChannelCAFile}, {"node-channel-token-file", n.ChannelTokenFile},
 	} {
 		var got []string

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -212,14 +211,14 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 // harness replaces: the node's own socket, device-class file, metrics
 // port, node-channel port and the files the kubelet would mount, and no
 // kubelet registration (no kubelet runs on a simulated node;
-// createNodeObjects writes what registration would).
-func (n *Node) pluginFlags(metricsPort int, kubeconfig string, extra []string) []FlagValue {
+// createNodeObjects writes what registration would). No kubeconfig: the
+// node agent uses no Kubernetes API, as in the DaemonSet.
+func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 	flags := []FlagValue{
 		{"endpoint", "unix://" + n.Socket},
 		{"config", n.ConfigFile},
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort)},
 		{"kubelet-registration-dir", ""},
-		{"kubeconfig", kubeconfig},
 		{"node-channel-address", n.ChannelAddr},
 		{"node-channel-ca-file", n.ChannelCAFile},
 		{"node-channel-token-file", n.ChannelTokenFile},
@@ -233,16 +232,12 @@ func (n *Node) pluginFlags(metricsPort int, kubeconfig string, extra []string) [
 
 // startPlugin starts `carve plugin` for the node with the args of the
 // DaemonSet's carve container, with pluginFlags replaced (extra are the
-// test bed's own, "--name=value"), authenticated as the DaemonSet's service
-// account, and waits for its socket.
-func (n *Node) startPlugin(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane, ds *appsv1.DaemonSet, carveBin, dir, logs string, extra []string, lifetime time.Duration) error {
+// test bed's own, "--name=value"), with no API access (no kubeconfig, no
+// token), and waits for its socket.
+func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, extra []string, lifetime time.Duration) error {
 	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
 	if err != nil {
 		return err
-	}
-	kubeconfig := filepath.Join(dir, "plugin.kubeconfig")
-	if err := serviceAccountKubeconfig(ctx, cs, cp, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, kubeconfig, lifetime); err != nil {
-		return fmt.Errorf("the node DaemonSet's service account: %w", err)
 	}
 	port, err := FreePort()
 	if err != nil {
@@ -254,7 +249,7 @@ func (n *Node) startPlugin(ctx context.Context, cs kubernetes.Interface, cp *Con
 		return fmt.Errorf("node channel address %q: %w", n.ChannelAddr, err)
 	}
 	pod := PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName, IP: host}
-	args, env, err := ContainerCommand(c, pod, n.pluginFlags(port, kubeconfig, extra))
+	args, env, err := ContainerCommand(c, pod, n.pluginFlags(port, extra))
 	if err != nil {
 		return err
 	}

@@ -37,10 +37,6 @@ type Options struct {
 	Config string
 	// MaxVolumes is passed as --max-volumes when > 0.
 	MaxVolumes int
-	// Kubeconfig is passed as --kubeconfig, which turns on the audit of
-	// LVs against PersistentVolumes; empty runs the plugin with
-	// --audit-interval=0 (no API server here).
-	Kubeconfig string
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
 	// Env is added to the process environment (the guest needs
@@ -93,11 +89,6 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	}
 	if opts.MaxVolumes > 0 {
 		args = append(args, "--max-volumes", strconv.Itoa(opts.MaxVolumes))
-	}
-	if opts.Kubeconfig != "" {
-		args = append(args, "--kubeconfig", opts.Kubeconfig)
-	} else {
-		args = append(args, "--audit-interval=0")
 	}
 	return launch(ctx, launchOptions{binary: opts.Binary, sock: filepath.Join(opts.Dir, "csi.sock"),
 		args: append(args, opts.ExtraArgs...), env: opts.Env, log: opts.Log,

@@ -25,11 +25,13 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 # carve controller; optional, so a pod starts before it exists and no
 # handshake succeeds until it does); the projected token (audience
 # carve-controller, bound to this pod) proves this pod's node when the
-# controller enrolls it. The audit still reads the API (the carve-node-audit
-# role: read-only but for Events). carve serves its own health endpoints,
-# so neither node-driver-registrar nor livenessprobe runs here: the kubelet
-# probes /healthz (liveness: the process serves) and /readyz (readiness:
-# every configured volume group and thin pool is there) on the metrics port.
+# controller enrolls it. The node agent uses no Kubernetes API: no API
+# token is mounted, and its service account is bound to no role (carve
+# controller audits the node's LVs over the node channel). carve serves
+# its own health endpoints, so neither node-driver-registrar nor
+# livenessprobe runs here: the kubelet probes /healthz (liveness: the
+# process serves) and /readyz (readiness: every configured volume group and
+# thin pool is there) on the metrics port.
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -78,6 +80,10 @@ spec:
         carve.dev/device-classes: {{ include "carve.deviceClassFile" ($g.deviceClasses | default $v.deviceClasses) | sha256sum | trunc 16 | quote }}
     spec:
       serviceAccountName: carve-node
+      # No API token: the node agent holds no Kubernetes API rights. The
+      # service account only names the pod in its projected token for carve
+      # controller (the node-channel-token volume).
+      automountServiceAccountToken: false
       {{- with $v.node.priorityClassName }}
       priorityClassName: {{ . }}
       {{- end }}
@@ -127,17 +133,6 @@ spec:
             - --node-channel-token-file=/var/run/secrets/carve.dev/token
             {{- if $v.node.maxVolumes }}
             - --max-volumes={{ $v.node.maxVolumes }}
-            {{- end }}
-            {{- with $v.node.audit }}
-            {{- if ne .interval "1m" }}
-            - --audit-interval={{ .interval }}
-            {{- end }}
-            {{- if ne .orphanGracePeriod "10m" }}
-            - --orphan-grace-period={{ .orphanGracePeriod }}
-            {{- end }}
-            {{- if .removeOrphans }}
-            - --remove-orphans
-            {{- end }}
             {{- end }}
             {{- include "carve.logArgs" (dict "level" $v.node.logLevel "format" $v.logFormat) | nindent 12 }}
             {{- with $v.node.extraArgs }}

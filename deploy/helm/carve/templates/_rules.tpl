@@ -114,7 +114,7 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
 `
   "for" "15m" "severity" "warning"
   "summary" `{{ $value }} orphaned carve volume(s) of class {{ $labels.device_class }} on {{ $labels.node }}`
-  "description" "LVs carve made that no PersistentVolume has pointed at for longer than the plugin's grace period hold space no claim can use (carve_orphaned_volume_bytes). The Node's OrphanedVolume Events and the plugin's log name each LV, its size and its claim.") -}}
+  "description" "LVs carve made that no PersistentVolume has pointed at for longer than the audit's grace period hold space no claim can use (carve_orphaned_volume_bytes). The Node's OrphanedVolume Events and carve controller's log name each LV, its size and its claim.") -}}
 
 {{- $rules = append $rules (dict
   "alert" "CarveVolumeDataMissing"
@@ -130,7 +130,7 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
 `
   "for" "10m" "severity" "warning"
   "summary" `carve on {{ $labels.node }} has not compared its volumes with the PersistentVolumes for 30 minutes`
-  "description" "Orphaned volumes and missing data go unnoticed on this node. The plugin's log says why: the API server unreachable, or RBAC (list/watch persistentvolumes, get persistentvolumeclaims, create events).") -}}
+  "description" "Orphaned volumes and missing data go unnoticed on this node. carve controller's log says why: the node's agent unreachable over the node channel, the API server unreachable, or RBAC (the carve-controller-audit ClusterRole).") -}}
 
 {{- $rules = append $rules (dict
   "alert" "CarveLostNodeVolumes"

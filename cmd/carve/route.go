@@ -84,8 +84,8 @@ type route struct {
 }
 
 // startRoute builds the routing controller: the CA, the node pool, the PV
-// index, the capacity writer and, unless --audit-interval is 0, the audit
-// of the nodes' LVs.
+// index, the capacity writer, the placement of restores and, unless
+// --audit-interval is 0, the audit of the nodes' LVs.
 func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (*route, error) {
 	client, err := kube.Client(o.Kubeconfig, "carve-controller")
 	if err != nil {
@@ -121,8 +121,12 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	place, err := startPlacement(ctx, o, client, writer, pvs, reg)
+	if err != nil {
+		return nil, err
+	}
 	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key})
-	duties := []func(context.Context) error{pool.Run, pvs.Run, func(ctx context.Context) error {
+	duties := []func(context.Context) error{pool.Run, pvs.Run, place, func(ctx context.Context) error {
 		return writeCapacity(ctx, o, client, writer)
 	}, func(ctx context.Context) error {
 		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)

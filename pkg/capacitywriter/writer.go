@@ -443,3 +443,23 @@ func (w *Writer) desired(k key) (want *classCapacity, act bool) {
 	c := n.classes[dc] // a class the node lacks, or no default: 0
 	return &c, true
 }
+
+// MaxVolume is the largest volume the node's device class can make now,
+// as its last report said (deviceClass "" is the node's default class; a
+// class the node lacks, or one reported unavailable, is 0). ok is false
+// when the node has not reported since the start, or was reported gone:
+// its agent is not connected, and nothing is known of its room. It reads
+// only what Report recorded, so it answers on every replica, leader of
+// the writer or not.
+func (w *Writer) MaxVolume(node, deviceClass string) (bytes int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.nodes[node]
+	if n == nil {
+		return 0, false
+	}
+	if deviceClass == "" {
+		deviceClass = n.def
+	}
+	return n.classes[deviceClass].maxVolume, true
+}

@@ -726,3 +726,32 @@ func TestPendingWrites(t *testing.T) {
 		t.Error("an expired wait still holds")
 	}
 }
+
+// TestMaxVolume: what the placement of restores reads, straight from the
+// reports, before and without Run.
+func TestMaxVolume(t *testing.T) {
+	w, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Report("node-a", report("node-a", classesOfA...))
+	w.Report("node-b", report("node-b", class{name: "ssd", avail: gi, maxVol: gi}))
+	w.Report("node-b", nil)
+	for _, c := range []struct {
+		node, class string
+		want        int64
+		ok          bool
+	}{
+		{"node-a", "ssd", 8 * gi, true},
+		{"node-a", "", 20 * gi, true}, // the default class, thin
+		{"node-a", "hdd", 0, true},    // unavailable
+		{"node-a", "nvme", 0, true},   // not on the node
+		{"node-b", "ssd", 0, false},   // reported gone
+		{"node-c", "ssd", 0, false},   // never reported
+	} {
+		got, ok := w.MaxVolume(c.node, c.class)
+		if got != c.want || ok != c.ok {
+			t.Errorf("MaxVolume(%q, %q) = %d, %v; want %d, %v", c.node, c.class, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -19,6 +20,32 @@ import (
 // Client returns a client from the kubeconfig file, or from the pod's
 // service account when kubeconfig is empty. userAgent names the role.
 func Client(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	cfg, err := restConfig(kubeconfig, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+// Dynamic returns a dynamic client (for the API types carve has no typed
+// client of: the snapshot CRDs), built as Client.
+func Dynamic(kubeconfig, userAgent string) (dynamic.Interface, error) {
+	cfg, err := restConfig(kubeconfig, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	return dc, nil
+}
+
+func restConfig(kubeconfig, userAgent string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -31,11 +58,7 @@ func Client(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = userAgent
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return cs, nil
+	return cfg, nil
 }
 
 // Recorder returns an Event recorder that writes through cs as component

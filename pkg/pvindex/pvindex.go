@@ -124,3 +124,18 @@ func Trim(driver string) cache.TransformFunc {
 		return out, nil
 	}
 }
+
+// Get returns the PV of that name as the cache holds it (trimmed: a PV of
+// another driver has no Spec.CSI), nil when the cache has none.
+// ErrNotSynced before the first full list.
+func (x *Index) Get(name string) (*corev1.PersistentVolume, error) {
+	if !x.informer.HasSynced() {
+		return nil, ErrNotSynced
+	}
+	o, ok, err := x.informer.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	pv, _ := o.(*corev1.PersistentVolume)
+	return pv, nil
+}

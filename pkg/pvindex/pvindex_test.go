@@ -76,6 +76,21 @@ func TestIndex(t *testing.T) {
 	if want := []string{"pv-a", "pv-b", "pv-static"}; !slices.Equal(names, want) {
 		t.Errorf("List: %q, want %q", names, want)
 	}
+	for _, c := range []struct {
+		name, driver string
+	}{{"pv-a", testDriver}, {"pv-other", ""}, {"pv-none", "-"}} {
+		p, err := x.Get(c.name)
+		switch {
+		case err != nil:
+			t.Errorf("Get(%q): %v", c.name, err)
+		case c.driver == "-" && p != nil:
+			t.Errorf("Get(%q) = %v, want nil", c.name, p)
+		case c.driver == "" && (p == nil || p.Spec.CSI != nil):
+			t.Errorf("Get(%q) = %v, want the PV trimmed to its name", c.name, p)
+		case c.driver == testDriver && (p == nil || p.Spec.CSI.Driver != testDriver || p.Spec.NodeAffinity == nil):
+			t.Errorf("Get(%q) = %v, want carve's PV with its node affinity", c.name, p)
+		}
+	}
 
 	// A PV made later shows through the watch.
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv("pv-d", testDriver, "vg/carve-d", "node-d"), metav1.CreateOptions{}); err != nil {

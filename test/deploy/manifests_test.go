@@ -141,12 +141,14 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"ClusterRole /carve-controller-audit",
 		"ClusterRole /carve-controller-lost-nodes",
 		"ClusterRole /carve-controller-node-channel",
+		"ClusterRole /carve-controller-placement",
 		"ClusterRole /carve-controller-provisioner",
 		"ClusterRole /carve-controller-resizer",
 		"ClusterRole /carve-controller-snapshotter",
 		"ClusterRoleBinding /carve-controller-audit",
 		"ClusterRoleBinding /carve-controller-lost-nodes",
 		"ClusterRoleBinding /carve-controller-node-channel",
+		"ClusterRoleBinding /carve-controller-placement",
 		"ClusterRoleBinding /carve-controller-provisioner",
 		"ClusterRoleBinding /carve-controller-resizer",
 		"ClusterRoleBinding /carve-controller-snapshotter",
@@ -825,8 +827,10 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		"carve-system/carve-node": nil,
 		"carve-system/carve-controller": slices.Concat(
 			// csi-provisioner (central mode), csi-resizer, the lost-node
-			// watch, the audit (PVs, a claim's get, Events) and the node
-			// channel's informers.
+			// watch, the audit (PVs, a claim's get, Events), the node
+			// channel's informers and the placement of restores (claims:
+			// list, watch, patch; snapshots and their contents: get, list,
+			// watch; events).
 			expand("cluster", "", "nodes", "get", "list", "watch"),
 			expand("cluster", "", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
 			expand("cluster", "", "persistentvolumeclaims", "get", "list", "watch", "update", "patch"),

@@ -15,29 +15,34 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/carve-csi/carve/pkg/placement"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
-	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // TestMeasureUnpinnedRestore (make measure-restore-placement; skipped by
 // make test-e2e, like the benchmarks) measures what happens to a restoring
-// pod that is not pinned to its snapshot's node: the scheduler picks a
-// node with room for the claim, carve there answers ResourceExhausted
-// naming the snapshot's node, csi-provisioner drops the node, and the
-// scheduler picks again, until it picks the snapshot's node. It asserts
-// that every round gets there and prints how long it took and how many
-// wrong nodes were tried.
+// pod that is not pinned to its snapshot's node. carve controller selects
+// the snapshot's node for the claim (volume.kubernetes.io/selected-node,
+// pkg/placement) as soon as the claim exists, so the scheduler considers
+// only that node for the pod and csi-provisioner asks carve there. Before
+// it did, the scheduler picked any node with room, carve there answered
+// ResourceExhausted naming the snapshot's node, and the pod wandered from
+// node to node (issue 23: it never got there in five minutes). Every
+// round must end on the snapshot's node; the test prints the time from
+// the claim to carve's selection and to carve's CreateVolume there, how
+// many wrong nodes were tried (a scheduler that selects a wrong node
+// before carve does gets refused once, and carve then selects the right
+// one) and in how many rounds the scheduler selected first.
 //
-// The simulated nodes have no device-mapper, so the snapshot is an LV
-// with carve's snapshot tags made with lvcreate on one node (carve serves
-// it as a snapshot: ListSnapshots, ReadyToUse), bound to a pre-provisioned
-// VolumeSnapshotContent; the restore itself then fails on that node at
-// the copy (no device to read), which keeps the claim there. What is
-// measured, scheduling and provisioning up to carve's CreateVolume on the
-// right node, is all real; the copy is the real-node tier's.
+// The simulated nodes have no device-mapper and no kubelet, so the
+// snapshot is an LV with carve's snapshot tags made with lvcreate on one
+// node (taggedSnapshot), and the restore itself then fails on that node
+// at the copy (no device to read), which keeps the claim there and its
+// pod unbound. What is measured, scheduling and provisioning up to
+// carve's CreateVolume on the right node, is all real; the copy and the
+// pod Running are the real-node tier's.
 func TestMeasureUnpinnedRestore(t *testing.T) {
 	rounds := 5
 	if v := os.Getenv("CARVE_MEASURE_ROUNDS"); v != "" {
@@ -49,60 +54,14 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 	}
 	ns := newNamespace(t, "unpinned")
 	ctx := testCtx(t, time.Duration(rounds)*6*time.Minute+2*time.Minute)
-	dc := dynamicClient(t)
 	// Not node-large: its plugin removes orphans, which would race the
 	// test's own clean-up of the restores' LVs.
 	holder := bed.Nodes[1]
-	snapName := "e2e-unpinned-" + ns
-	lv := volume.SnapshotLVNameFor(snapName)
-	args := []string{"lvcreate", "--yes", "--activate", "n", "--zero", "n", "--name", lv, "--size", "64m"}
-	for _, tag := range volume.SnapshotTags(snapName, "thick", "carve-e2e-origin") {
-		args = append(args, "--addtag", tag)
-	}
-	if _, err := holder.VG.LVM(ctx, append(args, holder.VG.Name)...); err != nil {
-		t.Fatalf("the snapshot LV on %s: %v", holder.Name, err)
-	}
-	t.Cleanup(func() { removeLVIfThere(t, holder, lv) })
+	restoreSize := taggedSnapshot(t, ctx, ns, "snap", holder)
 
-	content := "e2e-" + ns
-	handle := volume.SnapshotID(holder.Name, holder.VG.Name, lv)
-	if _, err := dc.Resource(kubetest.VolumeSnapshotContents).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
-		"metadata": map[string]any{"name": content, "labels": map[string]any{managedByLabel: holder.Name}},
-		"spec": map[string]any{
-			"deletionPolicy":    "Retain",
-			"driver":            cluster.DriverName,
-			"source":            map[string]any{"snapshotHandle": handle},
-			"volumeSnapshotRef": map[string]any{"name": "snap", "namespace": ns},
-		},
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshotContent: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dc.Resource(kubetest.VolumeSnapshotContents).Delete(context.Background(), content, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete VolumeSnapshotContent %s: %v", content, err)
-		}
-	})
-	if _, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": "snap", "namespace": ns},
-		"spec":     map[string]any{"source": map[string]any{"volumeSnapshotContentName": content}},
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshot: %v", err)
-	}
-	var restoreSize string
-	waitFor(t, time.Minute, "the VolumeSnapshot ReadyToUse (carve on "+holder.Name+" lists the snapshot)", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
-		restoreSize, _, _ = unstructured.NestedString(vs.Object, "status", "restoreSize")
-		return ready && restoreSize != "", fmt.Sprintf("status %v", vs.Object["status"]), nil
-	})
-
-	var took []time.Duration
+	var took, placed []time.Duration
 	var wrong []int
+	bySched := 0 // rounds whose node the scheduler selected before carve
 	for i := range rounds {
 		name := fmt.Sprintf("restored-%d", i)
 		before, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="restore"`)
@@ -112,12 +71,31 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 		pvc := newPVC(ns, name, thickSC, restoreSize)
 		group := "snapshot.storage.k8s.io"
 		pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
+		selected := watchPlaced(t, ctx, ns, name)
 		start := createPVCAndPod(t, ctx, pvc, newPod(ns, "app-"+strconv.Itoa(i), name))
 		waitFor(t, 5*time.Minute, "carve on "+holder.Name+" to be asked for "+name, func(ctx context.Context) (bool, string, error) {
 			n, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="restore"`)
 			return n > before, fmt.Sprintf("%v restores asked of %s", n-before, holder.Name), err
 		})
 		d := time.Since(start)
+		// carve's selection comes before carve there is asked, unless the
+		// scheduler selected the snapshot's node first (then carve has
+		// nothing to select).
+		var sel placedAt
+		select {
+		case sel = <-selected:
+		case <-time.After(10 * time.Second):
+			c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("round %d: carve selected no node for %s: the scheduler selected %q first", i, name, c.Annotations[annSelected])
+			sel = placedAt{node: c.Annotations[annSelected], at: time.Now()}
+			bySched++
+		}
+		if sel.node != holder.Name {
+			t.Errorf("round %d: node %q selected for %s, want the snapshot's node %s", i, sel.node, name, holder.Name)
+		}
 		evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", name, "ProvisioningFailed", "lives on node "+holder.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -132,17 +110,52 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 			}
 		}
 		slices.Sort(tried)
-		t.Logf("round %d: carve on the snapshot's node %s asked %s after the claim, after %d refusal(s) on %v", i, holder.Name, d.Round(time.Millisecond), tries, tried)
-		took, wrong = append(took, d), append(wrong, tries)
+		p := sel.at.Sub(start)
+		t.Logf("round %d: carve selected %s %s after the claim; carve there asked %s after the claim, after %d refusal(s) on %v",
+			i, sel.node, p.Round(time.Millisecond), d.Round(time.Millisecond), tries, tried)
+		took, placed, wrong = append(took, d), append(placed, p), append(wrong, tries)
 		deleteRestore(t, ns, name, "app-"+strconv.Itoa(i), holder)
 	}
 	slices.Sort(took)
-	fmt.Printf("MEASURE unpinned restore, %d nodes, %d rounds: time to the snapshot's node min %s median %s max %s; refusals per round %v\n",
-		len(bed.Nodes), rounds, took[0].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), wrong)
+	slices.Sort(placed)
+	fmt.Printf("MEASURE unpinned restore, %d nodes, %d rounds: claim to the snapshot's node selected by carve min %s median %s max %s; "+
+		"claim to carve's CreateVolume there min %s median %s max %s; refusals per round %v; rounds the scheduler selected first %d\n",
+		len(bed.Nodes), rounds, placed[0].Round(time.Millisecond), placed[len(placed)/2].Round(time.Millisecond), placed[len(placed)-1].Round(time.Millisecond),
+		took[0].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), wrong, bySched)
 }
 
-// deleteRestore deletes a restoring pod and its claim, and the LV carve
-// made for the claim on holder (its copy cannot run on a simulated node).
+// placedAt is when a claim got the annotation carve sets with the node it
+// selects, and the node.
+type placedAt struct {
+	node string
+	at   time.Time
+}
+
+// watchPlaced watches claim ns/name (call it before creating the claim)
+// and sends the node carve selects for it (placement.AnnPlaced) and when
+// the watch saw it.
+func watchPlaced(t *testing.T, ctx context.Context, ns, name string) <-chan placedAt {
+	t.Helper()
+	w, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan placedAt, 1)
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if c, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && c.Annotations[placement.AnnPlaced] != "" {
+				out <- placedAt{node: c.Annotations[placement.AnnPlaced], at: time.Now()}
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// deleteRestore deletes a restoring pod (none: "") and its claim, and the
+// LV carve made for the claim on holder (its copy cannot run on a
+// simulated node).
 func deleteRestore(t *testing.T, ns, claim, pod string, holder *cluster.Node) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -151,8 +164,10 @@ func deleteRestore(t *testing.T, ns, claim, pod string, holder *cluster.Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bed.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete pod %s: %v", pod, err)
+	if pod != "" {
+		if err := bed.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete pod %s: %v", pod, err)
+		}
 	}
 	if err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete claim %s: %v", claim, err)

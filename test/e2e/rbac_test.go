@@ -107,6 +107,11 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 				local("watch", "storage.k8s.io", "csistoragecapacities"), local("create", "storage.k8s.io", "csistoragecapacities"),
 				local("update", "storage.k8s.io", "csistoragecapacities"), local("delete", "storage.k8s.io", "csistoragecapacities"),
 				cluster("list", "storage.k8s.io", "storageclasses"), cluster("watch", "storage.k8s.io", "storageclasses"),
+				// carve controller's placement of restores and clones: the
+				// claims it selects a node for, the snapshots it follows
+				in("default", "patch", "", "persistentvolumeclaims"),
+				in("default", "list", "snapshot.storage.k8s.io", "volumesnapshots"),
+				in("default", "watch", "snapshot.storage.k8s.io", "volumesnapshots"),
 				// csi-provisioner
 				cluster("get", "", "persistentvolumes"), cluster("create", "", "persistentvolumes"),
 				in("default", "list", "", "persistentvolumeclaims"), in("default", "watch", "", "persistentvolumeclaims"),

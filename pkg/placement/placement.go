@@ -1,0 +1,293 @@
+// Package placement puts a new restore or clone of a carve volume on its
+// source's node before the scheduler chooses one. A local volume can be
+// restored or cloned only where its source lives; left to itself, the
+// scheduler picks any node with room for the claim, carve there refuses
+// the CreateVolume (RESOURCE_EXHAUSTED naming the source's node), and the
+// pod wanders from node to node until the scheduler happens to pick the
+// right one (make measure-restore-placement saw it never did in five
+// minutes).
+//
+// So the controller's leader watches the claims of carve's
+// WaitForFirstConsumer StorageClasses whose dataSource (or dataSourceRef)
+// is a carve VolumeSnapshot or a carve PVC, and while such a claim is
+// unbound and no node is selected for it, sets the annotation
+// volume.kubernetes.io/selected-node to the source's node when that
+// node's last capacity report has room for the claim's request in the
+// claim's device class. kube-scheduler's volume binder then considers
+// only that node for the claim's pods, and the PV controller provisions
+// the claim at once, before a pod exists. It writes
+// carve.dev/placed-with-source with the same node in the same patch, and
+// never selects a node for a claim that carries it: when the node refuses
+// the volume anyway, csi-provisioner takes the selection back and the
+// scheduler chooses, rather than carve and the node refusing in a loop.
+// (A claim created with it, whatever its value, is left to the scheduler:
+// the way to opt out.)
+//
+// Each decision is an Event on the claim (Normal PlacedWithSource, or
+// Normal NotPlaced whose message starts with the reason: SourceNodeFull,
+// SourceNodeUnreachable, SourceNodeUnknown, SourceNotCarve,
+// PlacedBefore) and a count in carve_restore_placements_total{result}.
+// Claims carve has nothing to decide for (another driver's class, an
+// Immediate class, no source or a source that is neither a snapshot nor a
+// claim, a node already selected, bound, being deleted) get neither.
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// Annotations on the claim.
+const (
+	// AnnSelectedNode is the node the scheduler (or carve) selected for a
+	// WaitForFirstConsumer claim; the PV controller provisions on it.
+	AnnSelectedNode = "volume.kubernetes.io/selected-node"
+	// AnnPlaced is the node carve selected once for the claim; carve
+	// does not select a node for the claim again.
+	AnnPlaced = "carve.dev/placed-with-source"
+)
+
+// The snapshot API's resources.
+var (
+	VolumeSnapshots        = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshots"}
+	VolumeSnapshotContents = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotcontents"}
+)
+
+const snapshotGroup = "snapshot.storage.k8s.io"
+
+// Event reasons.
+const (
+	ReasonPlaced    = "PlacedWithSource"
+	ReasonNotPlaced = "NotPlaced"
+)
+
+// Results: the values of carve_restore_placements_total's result label.
+const (
+	ResultPlaced                = "placed"
+	ResultSourceNodeFull        = "source_node_full"
+	ResultSourceNodeUnreachable = "source_node_unreachable"
+	ResultSourceNodeUnknown     = "source_node_unknown"
+	ResultSourceNotCarve        = "source_not_carve"
+	ResultPlacedBefore          = "placed_before"
+)
+
+var results = []string{ResultPlaced, ResultSourceNodeFull, ResultSourceNodeUnreachable,
+	ResultSourceNodeUnknown, ResultSourceNotCarve, ResultPlacedBefore}
+
+// Retries of a claim whose source's node is not known or not reachable
+// yet back off from baseDelay to maxDelay, maxRetries times (about three
+// minutes in all); a change of the claim, its source claim, snapshot or
+// snapshot content looks again at once.
+const (
+	baseDelay  = 500 * time.Millisecond
+	maxDelay   = 30 * time.Second
+	maxRetries = 10
+	workers    = 2
+)
+
+// Capacity is the room the node agents last reported;
+// *capacitywriter.Writer satisfies it.
+type Capacity interface {
+	// MaxVolume is the largest volume the node's device class can make
+	// now ("" is the node's default class); ok is false when the node's
+	// agent has not reported (it is not connected).
+	MaxVolume(node, deviceClass string) (bytes int64, ok bool)
+}
+
+// PVs finds PersistentVolumes by name; *pvindex.Index satisfies it.
+type PVs interface {
+	// Get returns the PV (a PV of another driver has no Spec.CSI), nil
+	// when there is none; an error when the answer is not known yet.
+	Get(name string) (*corev1.PersistentVolume, error)
+}
+
+// Config is what the placer needs; main builds it.
+type Config struct {
+	// Client watches claims and StorageClasses and patches claims.
+	Client kubernetes.Interface
+	// Dynamic watches VolumeSnapshots and VolumeSnapshotContents.
+	Dynamic dynamic.Interface
+	// Driver is carve's CSI driver name.
+	Driver string
+	// TopologyKey is the node label of carve's topology (topology.Key),
+	// the key of a carve PV's node affinity.
+	TopologyKey string
+	// Capacity is the nodes' room.
+	Capacity Capacity
+	// PVs finds a clone source's PV.
+	PVs PVs
+	// Events records the decisions on the claims.
+	Events record.EventRecorder
+	// Registerer, when set, gets carve_restore_placements_total.
+	Registerer prometheus.Registerer
+}
+
+// Placer selects the source's node for new restores and clones.
+type Placer struct {
+	cfg       Config
+	queue     workqueue.TypedRateLimitingInterface[string]
+	decisions *prometheus.CounterVec
+	started   atomic.Bool
+
+	factory   informers.SharedInformerFactory
+	dyn       dynamicinformer.DynamicSharedInformerFactory
+	claims    cache.SharedIndexInformer
+	classes   cache.SharedIndexInformer
+	snapshots cache.SharedIndexInformer
+	contents  cache.SharedIndexInformer
+
+	mu sync.Mutex
+	// told is the last result each claim got an Event for, so that a
+	// claim looked at again gets one only when the answer changes.
+	told map[types.UID]string
+}
+
+// New checks cfg and sets up the informers; Run starts them.
+func New(cfg Config) (*Placer, error) {
+	var missing []string
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"Client", cfg.Client != nil}, {"Dynamic", cfg.Dynamic != nil}, {"Driver", cfg.Driver != ""},
+		{"TopologyKey", cfg.TopologyKey != ""}, {"Capacity", cfg.Capacity != nil}, {"PVs", cfg.PVs != nil},
+		{"Events", cfg.Events != nil},
+	} {
+		if !f.ok {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("restore placement: %v required", missing)
+	}
+	p := &Placer{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueue(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseDelay, maxDelay)),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carve_restore_placements_total",
+			Help: "Decisions of carve controller on new restores and clones of carve volumes, by result: placed (the claim's node selected: its source's), or why not: source_node_full, source_node_unreachable, source_node_unknown, source_not_carve, placed_before.",
+		}, []string{"result"}),
+		told: map[types.UID]string{},
+	}
+	for _, r := range results {
+		p.decisions.WithLabelValues(r)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(p.decisions); err != nil {
+			return nil, fmt.Errorf("register carve_restore_placements_total: %w", err)
+		}
+	}
+	if err := p.setupInformers(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Run watches and decides until ctx ends. It may be called once.
+func (p *Placer) Run(ctx context.Context) error {
+	if !p.started.CompareAndSwap(false, true) {
+		return errors.New("restore placement: Run called twice")
+	}
+	log := klog.FromContext(ctx).WithName("placement")
+	ctx = klog.NewContext(ctx, log)
+	defer p.queue.ShutDown()
+	p.factory.Start(ctx.Done())
+	defer p.factory.Shutdown()
+	var snaps sync.WaitGroup
+	snaps.Go(func() { p.startSnapshots(ctx) })
+	defer snaps.Wait()
+	defer p.dyn.Shutdown()
+	// Not the snapshot informers: without the snapshot CRDs they never
+	// sync, and clones still need placing. A restore seen before they
+	// have synced is looked at again (sourceNode).
+	if !cache.WaitForCacheSync(ctx.Done(), p.claims.HasSynced, p.classes.HasSynced) {
+		return nil
+	}
+	log.Info("Placing new restores and clones on their source's node")
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for p.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	p.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// snapshotsCheck is how often the API server is asked whether it serves
+// the snapshot API, while it does not.
+const snapshotsCheck = time.Minute
+
+// startSnapshots starts the snapshot informers once the API server serves
+// the snapshot API (a cluster without the snapshot CRDs: watching them
+// would only fail, over and over).
+func (p *Placer) startSnapshots(ctx context.Context) {
+	logged := false
+	for {
+		l, err := p.cfg.Client.Discovery().ServerResourcesForGroupVersion(VolumeSnapshots.GroupVersion().String())
+		if err == nil && served(l, VolumeSnapshots.Resource) && served(l, VolumeSnapshotContents.Resource) {
+			p.dyn.Start(ctx.Done())
+			return
+		}
+		if !logged {
+			klog.FromContext(ctx).Info("The API server does not serve the snapshot API; restores are placed once it does",
+				"groupVersion", VolumeSnapshots.GroupVersion().String(), "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(snapshotsCheck):
+		}
+	}
+}
+
+func served(l *metav1.APIResourceList, resource string) bool {
+	for _, r := range l.APIResources {
+		if r.Name == resource {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Placer) processNext(ctx context.Context) bool {
+	k, quit := p.queue.Get()
+	if quit {
+		return false
+	}
+	defer p.queue.Done(k)
+	out, err := p.sync(ctx, k)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Placing a claim failed; trying again", "claim", k)
+		p.queue.AddRateLimited(k)
+	case out.retry && p.queue.NumRequeues(k) < maxRetries:
+		p.queue.AddRateLimited(k)
+	default:
+		p.queue.Forget(k)
+	}
+	return true
+}

@@ -1,0 +1,271 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+)
+
+// TestRestorePlacedWithSource: carve controller selects the source's node
+// for a new, unpinned restore (a claim of the WaitForFirstConsumer thick
+// class from a carve VolumeSnapshot) and for a new clone (from a carve
+// claim), before any pod exists: the claim gets
+// volume.kubernetes.io/selected-node = the source's node and a
+// PlacedWithSource Event, csi-provisioner provisions it there at once
+// (carve on that node is asked for the restore or clone, and no other node
+// is), and carve_restore_placements_total counts it. A restore bigger than
+// the source's node can hold gets no node and a NotPlaced Event saying
+// SourceNodeFull.
+//
+// The simulated nodes have no device-mapper, so the restore or clone
+// fails on the source's node at the copy and the claim never binds (its
+// PV's node affinity is the real-node tier's to see); what is checked here
+// is everything up to carve's CreateVolume on the right node. The
+// snapshot is an LV with carve's snapshot tags made with lvcreate,
+// bound to a pre-provisioned VolumeSnapshotContent (as
+// TestMeasureUnpinnedRestore).
+func TestRestorePlacedWithSource(t *testing.T) {
+	ns := newNamespace(t, "placed")
+	ctx := testCtx(t, 8*time.Minute)
+	// Not node-large: its plugin removes orphans, which would race the
+	// test's own clean-up of the restores' LVs.
+	holder := bed.Nodes[1]
+	restoreSize := taggedSnapshot(t, ctx, ns, "snap", holder)
+	group := "snapshot.storage.k8s.io"
+	fromSnap := func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
+	}
+
+	t.Run("restore", func(t *testing.T) {
+		c := newPVC(ns, "restored", thickSC, restoreSize)
+		fromSnap(c)
+		checkPlaced(t, ctx, c, holder, "restore")
+	})
+
+	t.Run("clone", func(t *testing.T) {
+		createPVCAndPod(t, ctx, newPVC(ns, "src", thickSC, "64Mi"), newPod(ns, "src-app", "src"))
+		src := waitBound(t, ns, "src", settle)
+		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var srcNode *cluster.Node
+		for _, n := range bed.Nodes {
+			if n.Name == pvNode(pv) {
+				srcNode = n
+			}
+		}
+		if srcNode == nil {
+			t.Fatalf("precondition: the source's PV names node %q, not a node of the bed", pvNode(pv))
+		}
+		c := newPVC(ns, "clone", thickSC, "64Mi")
+		c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+		checkPlaced(t, ctx, c, srcNode, "clone")
+	})
+
+	t.Run("source node full", func(t *testing.T) {
+		obj, err := capacityObject(ctx, holder.Name, thickSC)
+		if err != nil || obj == nil || obj.MaximumVolumeSize == nil {
+			t.Fatalf("precondition: %s publishes the largest volume of %s (%v, %v)", holder.Name, thickSC, obj, err)
+		}
+		size := resource.NewQuantity(obj.MaximumVolumeSize.Value()+gib(1), resource.BinarySI)
+		before := controllerPlacements(t, ctx, placement.ResultSourceNodeFull)
+		c := newPVC(ns, "too-big", thickSC, size.String())
+		fromSnap(c)
+		if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("SourceNodeFull: VolumeSnapshot %s/snap lives on node %s", ns, holder.Name)
+		waitFor(t, settle, "a NotPlaced event on the claim: "+want, func(ctx context.Context) (bool, string, error) {
+			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "too-big", placement.ReasonNotPlaced, want)
+			if err != nil {
+				return false, "", err
+			}
+			all, _ := events(ctx, ns, "PersistentVolumeClaim", "too-big")
+			return len(evs) > 0, fmt.Sprint(all), nil
+		})
+		got, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "too-big", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sel, ok := got.Annotations[annSelected]; ok {
+			t.Errorf("the claim got selected node %q; want none (the source's node has no room)", sel)
+		}
+		if after := controllerPlacements(t, ctx, placement.ResultSourceNodeFull); after != before+1 {
+			t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", placement.ResultSourceNodeFull, before, after)
+		}
+	})
+}
+
+// checkPlaced creates claim c with no pod and checks that carve selects
+// holder for it, with an Event and a count, and that csi-provisioner then
+// asks carve on holder, and no other node, for the volume (phase is the
+// carve_phase_duration_seconds phase: restore or clone). It deletes the
+// claim and what carve made for it.
+func checkPlaced(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeClaim, holder *cluster.Node, phase string) {
+	t.Helper()
+	asked, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="`+phase+`"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := controllerPlacements(t, ctx, placement.ResultPlaced)
+	node, took := createAndWaitSelected(t, ctx, c)
+	t.Cleanup(func() { deleteRestore(t, c.Namespace, c.Name, "", holder) })
+	if node != holder.Name {
+		t.Fatalf("the claim's selected node is %s, want the source's node %s", node, holder.Name)
+	}
+	t.Logf("%s: selected node %s %s after the claim was created", c.Name, node, took.Round(time.Millisecond))
+	got, err := bed.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[placement.AnnPlaced] != holder.Name {
+		t.Errorf("annotations %v: want %s=%s (carve selected it)", got.Annotations, placement.AnnPlaced, holder.Name)
+	}
+	// The Event and the count follow the annotation.
+	waitFor(t, settle, "one "+placement.ReasonPlaced+" event naming "+holder.Name+" and one more placed count", func(ctx context.Context) (bool, string, error) {
+		evs, err := eventsWith(ctx, c.Namespace, "PersistentVolumeClaim", c.Name, placement.ReasonPlaced, "Selected node "+holder.Name)
+		if err != nil {
+			return false, "", err
+		}
+		after, err := scrape(ctx, bed.Central.MetricsURL, "carve_restore_placements_total", `result="`+placement.ResultPlaced+`"`)
+		if err != nil {
+			return false, "", err
+		}
+		all, _ := events(ctx, c.Namespace, "PersistentVolumeClaim", c.Name)
+		return len(evs) == 1 && after == placed+1, fmt.Sprintf("placed count %v -> %v; events %v", placed, after, all), nil
+	})
+	waitFor(t, settle, "carve on "+holder.Name+" to be asked for the "+phase, func(ctx context.Context) (bool, string, error) {
+		n, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="`+phase+`"`)
+		return n > asked, fmt.Sprintf("%v asked of %s", n-asked, holder.Name), err
+	})
+	for _, n := range bed.Nodes {
+		if n.Name == holder.Name {
+			continue
+		}
+		if evs, err := eventsWith(ctx, c.Namespace, "PersistentVolumeClaim", c.Name, "ProvisioningFailed", "not on "+n.Name); err != nil || len(evs) > 0 {
+			t.Errorf("node %s was asked for the volume: %v (%v)", n.Name, evs, err)
+		}
+	}
+}
+
+// createAndWaitSelected creates c and returns the node selected for it
+// and how long after the create it was selected, from a watch of the
+// claim started before.
+func createAndWaitSelected(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeClaim) (string, time.Duration) {
+	t.Helper()
+	pvcs := bed.Client.CoreV1().PersistentVolumeClaims(c.Namespace)
+	w, err := pvcs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", c.Name).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	if _, err := pvcs.Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(settle)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch of claim %s ended", c.Name)
+			}
+			got, isClaim := ev.Object.(*corev1.PersistentVolumeClaim)
+			if !isClaim || ev.Type == watch.Deleted {
+				continue
+			}
+			if n := got.Annotations[annSelected]; n != "" {
+				return n, time.Since(start)
+			}
+		case <-timeout:
+			all, _ := events(ctx, c.Namespace, "PersistentVolumeClaim", c.Name)
+			t.Fatalf("claim %s got no selected node in %s; events: %v", c.Name, settle, all)
+		}
+	}
+}
+
+// controllerPlacements is carve controller's count of placement decisions
+// with result.
+func controllerPlacements(t *testing.T, ctx context.Context, result string) float64 {
+	t.Helper()
+	v, err := scrape(ctx, bed.Central.MetricsURL, "carve_restore_placements_total", `result="`+result+`"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// taggedSnapshot makes a 64 MiB LV with carve's snapshot tags on holder
+// (carve serves it as a snapshot: ListSnapshots, ReadyToUse), a
+// pre-provisioned VolumeSnapshotContent of it and VolumeSnapshot name in
+// ns bound to it, waits until it is ReadyToUse and returns its
+// restoreSize. Cleanups delete them.
+func taggedSnapshot(t *testing.T, ctx context.Context, ns, name string, holder *cluster.Node) string {
+	t.Helper()
+	dc := dynamicClient(t)
+	snapName := "e2e-" + name + "-" + ns
+	lv := volume.SnapshotLVNameFor(snapName)
+	args := []string{"lvcreate", "--yes", "--activate", "n", "--zero", "n", "--name", lv, "--size", "64m"}
+	for _, tag := range volume.SnapshotTags(snapName, "thick", "carve-e2e-origin") {
+		args = append(args, "--addtag", tag)
+	}
+	if _, err := holder.VG.LVM(ctx, append(args, holder.VG.Name)...); err != nil {
+		t.Fatalf("the snapshot LV on %s: %v", holder.Name, err)
+	}
+	t.Cleanup(func() { removeLVIfThere(t, holder, lv) })
+
+	content := "e2e-" + name + "-" + ns
+	handle := volume.SnapshotID(holder.Name, holder.VG.Name, lv)
+	if _, err := dc.Resource(kubetest.VolumeSnapshotContents).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+		"metadata": map[string]any{"name": content, "labels": map[string]any{managedByLabel: holder.Name}},
+		"spec": map[string]any{
+			"deletionPolicy":    "Retain",
+			"driver":            cluster.DriverName,
+			"source":            map[string]any{"snapshotHandle": handle},
+			"volumeSnapshotRef": map[string]any{"name": name, "namespace": ns},
+		},
+	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("create VolumeSnapshotContent: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dc.Resource(kubetest.VolumeSnapshotContents).Delete(context.Background(), content, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete VolumeSnapshotContent %s: %v", content, err)
+		}
+	})
+	if _, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"source": map[string]any{"volumeSnapshotContentName": content}},
+	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("create VolumeSnapshot: %v", err)
+	}
+	var restoreSize string
+	waitFor(t, time.Minute, "the VolumeSnapshot ReadyToUse (carve on "+holder.Name+" lists the snapshot)", func(ctx context.Context) (bool, string, error) {
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
+		restoreSize, _, _ = unstructured.NestedString(vs.Object, "status", "restoreSize")
+		return ready && restoreSize != "", fmt.Sprintf("status %v", vs.Object["status"]), nil
+	})
+	return restoreSize
+}

@@ -88,15 +88,7 @@ func TestCloneAskedOnAnotherNode(t *testing.T) {
 	if c.Spec.VolumeName != "" || c.Status.Phase == corev1.ClaimBound {
 		t.Errorf("the clone is %s with volume %q", c.Status.Phase, c.Spec.VolumeName)
 	}
-	lvsAfter, err := lvsByNode(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range bed.Nodes {
-		if len(lvsAfter[n.Name]) != len(lvsBefore[n.Name]) {
-			t.Errorf("node %s had %d LVs, now %d", n.Name, len(lvsBefore[n.Name]), len(lvsAfter[n.Name]))
-		}
-	}
+	checkNoNewLVs(t, ctx, lvsBefore)
 	// carve controller refuses it from its PV index: no node agent is
 	// asked (the node agent has no API access to tell where the source is).
 	for _, n := range bed.Nodes {

@@ -424,3 +424,38 @@ func createVolumeCalls(ctx context.Context) (float64, error) {
 }
 
 func gib(n int64) int64 { return n << 30 }
+
+// createClass creates a carve StorageClass of the device class with that
+// binding mode, deleted when the test ends.
+func createClass(t *testing.T, ctx context.Context, name, class string, mode storagev1.VolumeBindingMode) {
+	t.Helper()
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: name},
+		Provisioner:       "lvm.carve.dev",
+		Parameters:        map[string]string{volume.ParamDeviceClass: class},
+		VolumeBindingMode: &mode,
+	}
+	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete StorageClass: %v", err)
+		}
+	})
+}
+
+// checkNoNewLVs fails the test unless every node holds as many LVs as in
+// before (lvsByNode).
+func checkNoNewLVs(t *testing.T, ctx context.Context, before map[string][]lvm.LogicalVolume) {
+	t.Helper()
+	after, err := lvsByNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range bed.Nodes {
+		if len(after[n.Name]) != len(before[n.Name]) {
+			t.Errorf("node %s had %d LVs, now %d", n.Name, len(before[n.Name]), len(after[n.Name]))
+		}
+	}
+}

@@ -20,21 +20,7 @@ import (
 func TestImmediateClassRefused(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	const scName = "carve-e2e-immediate"
-	immediate := storagev1.VolumeBindingImmediate
-	sc := &storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: scName},
-		Provisioner:       "lvm.carve.dev",
-		Parameters:        map[string]string{"carve.dev/device-class": "thick"},
-		VolumeBindingMode: &immediate,
-	}
-	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), scName, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete StorageClass: %v", err)
-		}
-	})
+	createClass(t, ctx, scName, "thick", storagev1.VolumeBindingImmediate)
 	ns := newNamespace(t, "immediate")
 	lvsBefore, err := lvsByNode(ctx)
 	if err != nil {
@@ -61,13 +47,5 @@ func TestImmediateClassRefused(t *testing.T) {
 	if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" {
 		t.Errorf("the claim is %s with volume %q, want Pending with none", pvc.Status.Phase, pvc.Spec.VolumeName)
 	}
-	lvsAfter, err := lvsByNode(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range bed.Nodes {
-		if len(lvsAfter[n.Name]) != len(lvsBefore[n.Name]) {
-			t.Errorf("node %s had %d LVs, now %d", n.Name, len(lvsBefore[n.Name]), len(lvsAfter[n.Name]))
-		}
-	}
+	checkNoNewLVs(t, ctx, lvsBefore)
 }

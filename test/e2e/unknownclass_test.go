@@ -21,21 +21,7 @@ import (
 func TestUnknownDeviceClass(t *testing.T) {
 	ctx := testCtx(t, 4*time.Minute)
 	const scName, class = "carve-e2e-unknown-class", "no-such-class"
-	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	sc := &storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: scName},
-		Provisioner:       "lvm.carve.dev",
-		Parameters:        map[string]string{"carve.dev/device-class": class},
-		VolumeBindingMode: &wffc,
-	}
-	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), scName, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete StorageClass: %v", err)
-		}
-	})
+	createClass(t, ctx, scName, class, storagev1.VolumeBindingWaitForFirstConsumer)
 	ns := newNamespace(t, "unknown")
 	lvsBefore, err := lvsByNode(ctx)
 	if err != nil {
@@ -89,15 +75,7 @@ func TestUnknownDeviceClass(t *testing.T) {
 		_, has := pvc.Annotations[annSelected]
 		return !has && pvc.Spec.VolumeName == "", fmt.Sprintf("annotations %v, volume %q", pvc.Annotations, pvc.Spec.VolumeName), nil
 	})
-	lvsAfter, err := lvsByNode(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range bed.Nodes {
-		if len(lvsAfter[n.Name]) != len(lvsBefore[n.Name]) {
-			t.Errorf("node %s had %d LVs, now %d", n.Name, len(lvsBefore[n.Name]), len(lvsAfter[n.Name]))
-		}
-	}
+	checkNoNewLVs(t, ctx, lvsBefore)
 	pvs, err := bed.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"command", "result"}),
 		copiedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_copy_bytes_total",
-			Help: "Bytes copied into new thick volumes by restores and clones (the copy step), by phase (restore, clone) and device class.",
+			Help: "Bytes of the source copied into new volumes by restores and clones (the copy step; zeros a copy into a thin class skips count too), by phase (restore, clone) and device class.",
 		}, []string{"phase", "device_class"}),
 		vgSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volume_group_size_bytes",

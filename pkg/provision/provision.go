@@ -108,10 +108,11 @@ type LVM interface {
 var _ LVM = (*lvm.Client)(nil)
 
 // Copier copies the first size bytes of the device src to the device dst
-// and syncs dst; *blockcopy.Copier implements it. progress, when set, gets
-// the bytes copied so far.
+// and syncs dst; *blockcopy.Copier implements it. sparse skips the
+// source's all-zero chunks and dst's tail (blockcopy.Options.Sparse).
+// progress, when set, gets the bytes copied so far.
 type Copier interface {
-	Copy(ctx context.Context, dst, src string, size uint64, progress func(uint64)) (blockcopy.Result, error)
+	Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
 
 var _ Copier = blockcopy.Copier{}

@@ -71,3 +71,29 @@ func TestCopyIntoThin(t *testing.T) {
 		})
 	}
 }
+
+// TestCloneTemporarySnapshotRoom: a clone's temporary copy-on-write
+// snapshot takes its space under the class's rules: when the volume
+// group has it only by eating the source class's spare, the clone is
+// refused with RESOURCE_EXHAUSTED and no temporary snapshot is made.
+func TestCloneTemporarySnapshotRoom(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	// vg1: 6 GiB free, 5 GiB after class fast's 1 GiB spare. A 2 GiB
+	// source and a 2.8 GiB neighbour leave 0.2 GiB; the temporary
+	// snapshot needs 20 % of 2 GiB.
+	src := fx.mustVolume(t, "pvc-src", 2*gib, nil)
+	fx.mustVolume(t, "pvc-neighbour", 2*gib+800*mib, nil)
+	req := createReq("pvc-clone", 2*gib, thinParams)
+	req.VolumeContentSource = fromVolume(src)
+	_, err := fx.cs.CreateVolume(ctx, req)
+	wantCode(t, err, codes.ResourceExhausted, "class fast", "snapshot")
+	for _, l := range fx.lvm.lvs {
+		if k, _, _ := volume.Owned(*l); k == volume.KindCopySource {
+			t.Errorf("temporary snapshot %s made although the room check refused it", l.Name)
+		}
+	}
+	if len(fx.copier.copies) != 0 {
+		t.Errorf("copied %v", fx.copier.copies)
+	}
+}

@@ -417,13 +417,31 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *conf
 	// anew, so that the clone is of the source as it is now.
 	p.removeCopySource(ctx, src.VolumeGroup, name)
 	req := lvm.SnapshotRequest{VolumeGroup: src.VolumeGroup, Origin: src.Name, Name: name, Tags: volume.CopySourceTags(target, class.Name), OriginLV: src}
-	if src.Attr.Type != lvm.TypeThin {
-		srcClass := class
-		if c, ok := volume.ClassFromTags(src.Tags); ok {
-			if d, ok := p.cfg.Classes.Class(c); ok {
-				srcClass = d
-			}
+	srcClass := class
+	if c, ok := volume.ClassFromTags(src.Tags); ok {
+		if d, ok := p.cfg.Classes.Class(c); ok {
+			srcClass = d
 		}
+	}
+	// It takes room as any snapshot does (its copy-on-write space from the
+	// volume group, or a thin LV's virtual size in the pool): checked and
+	// made under the room lock, so that it never eats the spare that a
+	// concurrent create or expansion counted on.
+	unlockRoom, err := p.cfg.View.LockRoom(ctx, src.VolumeGroup)
+	if err != nil {
+		return lvm.LogicalVolume{}, wrap(err, "the temporary snapshot of "+src.Name)
+	}
+	defer unlockRoom()
+	switch {
+	case srcClass.Thin() == (src.Attr.Type == lvm.TypeThin):
+		if err := p.snapshotRoom(srcClass, src, &req); err != nil {
+			return lvm.LogicalVolume{}, err
+		}
+		// Not a snapshot a restore reads: no size tag.
+		req.Tags = volume.CopySourceTags(target, class.Name)
+	case src.Attr.Type != lvm.TypeThin:
+		// A source whose class is gone or changed: size the space by
+		// the class asked, as before.
 		room, err := p.cfg.View.Capacity(srcClass)
 		if err != nil {
 			return lvm.LogicalVolume{}, wrap(err, "room for the temporary snapshot of "+src.Name)
@@ -431,6 +449,10 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *conf
 		req.CowSize = vgview.RoundUp(srcClass.SnapshotCowSize(src.Size), room.ExtentSize)
 	}
 	lv, err := p.cfg.LVM.CreateSnapshot(ctx, req)
+	if errors.Is(err, lvm.ErrInsufficientSpace) {
+		p.refreshAfter(ctx, "an out-of-space temporary snapshot")
+		return lvm.LogicalVolume{}, errorf(ErrNoRoom, "the temporary snapshot %s of %s that a clone copies from: %v", name, src.Name, err)
+	}
 	if err != nil {
 		return lvm.LogicalVolume{}, wrap(err, "creating the temporary snapshot "+name+" of "+src.Name)
 	}

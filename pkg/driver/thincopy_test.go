@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -95,5 +96,48 @@ func TestCloneTemporarySnapshotRoom(t *testing.T) {
 	}
 	if len(fx.copier.copies) != 0 {
 		t.Errorf("copied %v", fx.copier.copies)
+	}
+}
+
+// TestCopySourceDeactivated: a snapshot that a restore activated to read
+// it (a thin snapshot is kept inactive) is deactivated after the copy;
+// the target and a clone's source volume are left active.
+func TestCopySourceDeactivated(t *testing.T) {
+	tests := []struct {
+		name      string
+		srcParams map[string]string
+		dstParams map[string]string
+		clone     bool
+	}{
+		{"thin snapshot restored thick", thinParams, nil, false},
+		{"thick snapshot restored thin", nil, thinParams, false},
+		{"thin clone into thick", thinParams, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newControllerFixture(t)
+			vol := fx.mustVolume(t, "pvc-1", gib, tt.srcParams)
+			req := createReq("pvc-new", gib, tt.dstParams)
+			var want []string
+			if tt.clone {
+				req.VolumeContentSource = fromVolume(vol)
+			} else {
+				snap := fx.mustSnapshot(t, "snap-1", vol)
+				req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
+				lv := fx.lv(t, snap.GetSnapshotId())
+				fx.lvm.lvs["vg1/"+lv.Name].Attr.Active = false
+				want = append(want, "vg1/"+lv.Name)
+			}
+			resp, err := fx.cs.CreateVolume(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fx.lvm.deactivations; !slices.Equal(got, want) {
+				t.Errorf("deactivated %v, want %v", got, want)
+			}
+			if lv := fx.lv(t, resp.GetVolume().GetVolumeId()); !lv.Attr.Active {
+				t.Errorf("the new volume %s is inactive", lv.Name)
+			}
+		})
 	}
 }

@@ -103,6 +103,9 @@ type LVM interface {
 	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
 	// does not exist.
 	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
+	// DeactivateLV deactivates one LV; an inactive one is left as it is.
+	// lvm.ErrNotFound when the LV does not exist.
+	DeactivateLV(ctx context.Context, vg, name string) error
 }
 
 var _ LVM = (*lvm.Client)(nil)

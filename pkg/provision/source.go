@@ -322,14 +322,20 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 		// one, of the source as it is then.
 		defer p.removeCopySource(ctx, dst.VolumeGroup, tmp)
 	}
-	read, err := p.copyDevice(ctx, &from, "source")
+	read, activated, err := p.copyDevice(ctx, &from, "source")
 	if err != nil {
 		return nil, err
+	}
+	if activated && src.snapshot {
+		// A snapshot kept as a snapshot stays inactive until needed (a
+		// thin one has the activation-skip flag): deactivate it again,
+		// copied or not, so that its device is not left open to writes.
+		defer p.deactivateAfterCopy(ctx, read)
 	}
 	if err := SnapshotUsable(read); err != nil {
 		return nil, errorf(ErrRefused, "source %s: %v", src.id, err)
 	}
-	write, err := p.copyDevice(ctx, dst, "target")
+	write, _, err := p.copyDevice(ctx, dst, "target")
 	if err != nil {
 		return nil, err
 	}
@@ -397,16 +403,29 @@ func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (u
 // copyDevice returns an LV of a copy with its device node: an active LV
 // has one, so the common case asks LVM nothing; an LV without one (after
 // a reboot, or a snapshot made with the activation-skip flag) is
-// activated.
-func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (*lvm.LogicalVolume, error) {
+// activated, and activated says so.
+func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (got *lvm.LogicalVolume, activated bool, err error) {
 	if p.cfg.IsDeviceNode(p.devicePath(lv)) {
-		return lv, nil
+		return lv, false, nil
 	}
-	got, err := p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
+	got, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
 	if err != nil {
-		return nil, wrap(err, "activating the copy's "+what+" "+lv.VolumeGroup+"/"+lv.Name)
+		return nil, false, wrap(err, "activating the copy's "+what+" "+lv.VolumeGroup+"/"+lv.Name)
 	}
-	return got, nil
+	return got, true, nil
+}
+
+// deactivateAfterCopy deactivates a source that copyDevice activated; a
+// failure (another copy reading it now, say) is logged, not returned: the
+// copy is whole either way.
+func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVolume) {
+	if err := p.cfg.LVM.DeactivateLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "Deactivating a snapshot activated for a copy failed; it stays active", "lv", lv.VolumeGroup+"/"+lv.Name)
+		return
+	}
+	inactive := *lv
+	inactive.Attr.Active = false
+	p.cfg.View.Created(inactive)
 }
 
 // copySource makes (again, if a crashed try left one) the temporary

@@ -91,6 +91,12 @@ func activateArgs(vg, name string, skip bool) []string {
 	return append(args, vg+"/"+name)
 }
 
+// deactivateArgs builds lvchange to deactivate one LV (a thin LV's pool
+// stays active).
+func deactivateArgs(vg, name string) []string {
+	return []string{"lvchange", "--activate", "n", vg + "/" + name}
+}
+
 // delTagsArgs builds lvchange --deltag for each tag.
 func delTagsArgs(vg, name string, tags []string) []string {
 	args := []string{"lvchange"}

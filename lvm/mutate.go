@@ -256,6 +256,28 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	return got, nil
 }
 
+// DeactivateLV deactivates the LV vg/name (lvchange --activate n): its
+// device node goes. An inactive LV is left as it is. ErrNotFound when the
+// LV does not exist; an open LV is lvchange's own error.
+func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
+	if err := ValidateVGName(vg); err != nil {
+		return err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return err
+	}
+	unlock, err := c.locks.Lock(ctx, vg)
+	if err != nil {
+		return err
+	}
+	defer func() { unlock() }()
+	if _, err := c.mutate(ctx, &unlock, deactivateArgs(vg, name)...); err != nil {
+		return c.explainChange(ctx, vg, name, "deactivating", err)
+	}
+	klog.V(2).InfoS("deactivated logical volume", "vg", vg, "lv", name)
+	return nil
+}
+
 // DeleteTags takes tags off the LV vg/name with one lvchange (one metadata
 // commit). A tag the LV does not carry is no error, so a repeat converges.
 // ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound when its

@@ -1,14 +1,17 @@
 // Package blockcopy copies the bytes of one block device to another: the
-// data of a restore or a clone into a thick volume. It writes every byte of
-// the target, zeros included (the source's zeros, and zeros past the
-// source's end), because the target's extents may hold an earlier volume's
-// data, and it syncs the target before it reports the
-// copy done. It does not resume: a copy that was cut short is redone from
+// data of a restore or a clone that is not a thin snapshot. Into a thick
+// volume it writes every byte of the target, zeros included (the source's
+// zeros, and zeros past the source's end), because the target's extents
+// may hold an earlier volume's data. Into a new thin volume (Sparse) it
+// writes only the chunks that hold data: dm-thin has no zero detection and
+// provisions a block for every zero written, while a block never written
+// reads as zeros. It syncs the target before it reports the copy done. It does not resume: a copy that was cut short is redone from
 // the start, which is always correct and, at device speed, rarely longer
 // than finding where it stopped.
 package blockcopy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,15 +42,30 @@ type Options struct {
 	// refuses O_DIRECT (tmpfs, in tests) the copy falls back to buffered
 	// I/O. Size must then be a multiple of 4096.
 	Direct bool
+	// Sparse skips the all-zero chunks of the source (SparseChunk bytes,
+	// aligned) and leaves the target past the copy as it is: for a new
+	// thin volume, whose unwritten blocks read as zeros. A chunk with any
+	// data is written whole, zeros included, so that a pool block it
+	// provisions holds nothing but the source's bytes. Do not set it for
+	// a target that may hold other data.
+	Sparse bool
 	// Progress, when set, is called after each chunk with the bytes
 	// copied so far.
 	Progress func(copied uint64)
 }
 
+// SparseChunk is the unit a sparse copy skips: dm-thin's smallest (and
+// LVM's default) pool chunk, so that a skipped chunk of a pool with
+// 64 KiB chunks is never provisioned at all.
+const SparseChunk = 64 << 10
+
 // Result is what a copy did.
 type Result struct {
-	// Bytes is how many bytes of the source were written to the target.
+	// Bytes is how many bytes of the source were copied: written to the
+	// target, or (Sparse) found all zero and skipped.
 	Bytes uint64
+	// Skipped is how many of those were zeros not written (Sparse).
+	Skipped uint64
 	// Zeroed is how many bytes of the target past the copy were zeroed.
 	Zeroed uint64
 	// Duration is the time the copy took, the final sync included.
@@ -58,7 +76,7 @@ type Result struct {
 var ErrShortSource = errors.New("source is shorter than the copy")
 
 // Copy copies the first size bytes of src to the start of dst (both paths,
-// both existing), zeroes the rest of dst, and syncs dst. The context is checked between chunks; an
+// both existing), zeroes the rest of dst (unless Sparse), and syncs dst. The context is checked between chunks; an
 // ended context stops the copy with its error, leaving dst partly
 // written. Result.Bytes is set also when the copy fails.
 func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Result, error) {
@@ -68,8 +86,8 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	if bufSize == 0 {
 		bufSize = DefaultBufferSize
 	}
-	if bufSize <= 0 || bufSize%align != 0 {
-		return res, fmt.Errorf("buffer size %d is not a positive multiple of %d", bufSize, align)
+	if bufSize <= 0 || bufSize%align != 0 || opts.Sparse && bufSize%SparseChunk != 0 {
+		return res, fmt.Errorf("buffer size %d is not a positive multiple of %d (of %d for a sparse copy)", bufSize, align, SparseChunk)
 	}
 	if opts.Direct && size%align != 0 {
 		return res, fmt.Errorf("size %d is not a multiple of %d, which direct I/O needs", size, align)
@@ -105,9 +123,11 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 			}
 			return res, fmt.Errorf("reading %s at %d: %w", src, off, err)
 		}
-		if _, err := out.WriteAt(chunk, off); err != nil {
-			return res, fmt.Errorf("writing %s at %d: %w", dst, off, err)
+		skipped, err := write(out, chunk, off, opts.Sparse)
+		if err != nil {
+			return res, fmt.Errorf("writing %s: %w", dst, err)
 		}
+		res.Skipped += skipped
 		res.Bytes += n
 		if opts.Progress != nil {
 			opts.Progress(res.Bytes)
@@ -115,7 +135,11 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	}
 	// A target bigger than the copy (a restore asked bigger than its
 	// snapshot) may hold an earlier volume's data past it: zero the rest,
-	// so that the new volume shows the source's bytes and zeros only.
+	// so that the new volume shows the source's bytes and zeros only. A
+	// new thin target reads zeros there already.
+	if opts.Sparse {
+		return finish(out, dst, start, res)
+	}
 	end, err := out.Seek(0, io.SeekEnd)
 	if err != nil {
 		return res, fmt.Errorf("size of %s: %w", dst, err)
@@ -132,6 +156,11 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 		off += n
 		res.Zeroed += n
 	}
+	return finish(out, dst, start, res)
+}
+
+// finish syncs and closes the target of a copy that began at start.
+func finish(out *os.File, dst string, start time.Time, res Result) (Result, error) {
 	if err := out.Sync(); err != nil {
 		return res, fmt.Errorf("syncing %s after the copy: %w", dst, err)
 	}
@@ -140,6 +169,47 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	}
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// zeros is what an all-zero chunk of a sparse copy is compared with.
+var zeros [SparseChunk]byte
+
+// write writes chunk at off; sparse, it writes only the runs of
+// SparseChunk-aligned chunks that hold data and returns how many bytes it
+// skipped. off is a multiple of SparseChunk (the buffer size is).
+func write(out *os.File, chunk []byte, off int64, sparse bool) (skipped uint64, err error) {
+	if !sparse {
+		if _, err := out.WriteAt(chunk, off); err != nil {
+			return 0, fmt.Errorf("at %d: %w", off, err)
+		}
+		return 0, nil
+	}
+	// run is the start of the pending run of chunks with data, -1 none.
+	run := -1
+	flush := func(end int) error {
+		if run < 0 {
+			return nil
+		}
+		if _, err := out.WriteAt(chunk[run:end], off+int64(run)); err != nil {
+			return fmt.Errorf("at %d: %w", off+int64(run), err)
+		}
+		run = -1
+		return nil
+	}
+	for i := 0; i < len(chunk); i += SparseChunk {
+		part := chunk[i:min(i+SparseChunk, len(chunk))]
+		if bytes.Equal(part, zeros[:len(part)]) {
+			if err := flush(i); err != nil {
+				return skipped, err
+			}
+			skipped += uint64(len(part))
+			continue
+		}
+		if run < 0 {
+			run = i
+		}
+	}
+	return skipped, flush(len(chunk))
 }
 
 // open opens path with flag, with O_DIRECT when direct is set and the
@@ -166,10 +236,12 @@ type Copier struct {
 	Options Options
 }
 
-// Copy is Copy with the Copier's options; progress reports the bytes
-// copied so far after each chunk (nil for none).
-func (c Copier) Copy(ctx context.Context, dst, src string, size uint64, progress func(uint64)) (Result, error) {
+// Copy is Copy with the Copier's options, sparse or not as asked;
+// progress reports the bytes copied so far after each chunk (nil for
+// none).
+func (c Copier) Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (Result, error) {
 	o := c.Options
+	o.Sparse = sparse
 	o.Progress = progress
 	return Copy(ctx, dst, src, size, o)
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -114,5 +115,93 @@ func TestCopyFails(t *testing.T) {
 	}
 	if _, err := Copy(context.Background(), "/nonexistent/dst", "/nonexistent/src", align, Options{}); err == nil {
 		t.Error("Copy of missing files succeeded")
+	}
+}
+
+// TestCopySparse: a sparse copy into a new (all-hole) target writes only
+// the SparseChunk chunks of the source that hold data, each whole, and
+// leaves the rest of the target (zero chunks, the tail) unwritten: the
+// file's allocated blocks are those of the data chunks.
+func TestCopySparse(t *testing.T) {
+	const chunk = SparseChunk
+	tests := []struct {
+		name string
+		// data marks the source's chunks that hold data; the last may
+		// be short (tail bytes).
+		data     []bool
+		tail     int
+		dstSize  int
+		bufSize  int
+		wantSkip uint64
+	}{
+		{"all zeros", []bool{false, false, false}, 0, 4 * chunk, 2 * chunk, 3 * chunk},
+		{"data in a zero buffer's middle", []bool{false, true, false, false}, 0, 8 * chunk, 4 * chunk, 3 * chunk},
+		{"runs across buffers", []bool{true, true, false, true, true, true, false, false}, 0, 8 * chunk, 2 * chunk, 3 * chunk},
+		{"short last chunk with data", []bool{false, true}, align, 4 * chunk, 4 * chunk, chunk},
+		{"short last chunk of zeros", []bool{true, false}, align, 4 * chunk, 4 * chunk, align},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			size := len(tt.data) * chunk
+			if tt.tail > 0 {
+				size = (len(tt.data)-1)*chunk + tt.tail
+			}
+			data := make([]byte, size)
+			rng := rand.New(rand.NewSource(int64(size)))
+			var dataChunks int64
+			for i, has := range tt.data {
+				if has {
+					part := data[i*chunk : min((i+1)*chunk, size)]
+					rng.Read(part)
+					// Zeros inside a chunk with data are written with it.
+					clear(part[:len(part)/2])
+					dataChunks++
+				}
+			}
+			dir := t.TempDir()
+			src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+			if err := os.WriteFile(src, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(dst, int64(tt.dstSize)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Copy(context.Background(), dst, src, uint64(size), Options{Sparse: true, BufferSize: tt.bufSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Bytes != uint64(size) || res.Skipped != tt.wantSkip || res.Zeroed != 0 {
+				t.Errorf("result %+v, want %d bytes, %d skipped, 0 zeroed", res, size, tt.wantSkip)
+			}
+			got, err := os.ReadFile(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:size], data) {
+				t.Error("the target's copied range differs from the source")
+			}
+			if tail := got[size:]; !bytes.Equal(tail, make([]byte, len(tail))) {
+				t.Error("the target past the copy is not all zeros")
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(dst, &st); err != nil {
+				t.Fatal(err)
+			}
+			// Allocation can be coarser than a chunk; never more than
+			// the data chunks and one filesystem block on each side.
+			if used, limit := st.Blocks*512, dataChunks*chunk+2*st.Blksize; used > limit {
+				t.Errorf("the target has %d bytes allocated for %d chunks with data: zeros were written", used, dataChunks)
+			}
+		})
+	}
+}
+
+func TestCopySparseBufferSize(t *testing.T) {
+	src, dst, _ := files(t, align, align)
+	if _, err := Copy(context.Background(), dst, src, align, Options{Sparse: true, BufferSize: 3 * align}); err == nil {
+		t.Error("a sparse copy accepted a buffer that is not a whole number of chunks")
 	}
 }

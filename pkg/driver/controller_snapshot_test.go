@@ -32,9 +32,10 @@ type fakeCopier struct {
 type fakeCopy struct {
 	dst, src string
 	size     uint64
+	sparse   bool
 }
 
-func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, progress func(uint64)) (blockcopy.Result, error) {
+func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.during != nil {
@@ -45,7 +46,7 @@ func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, pro
 		progress(size / 2)
 		return blockcopy.Result{Bytes: size / 2}, errors.New("killed mid-copy")
 	}
-	c.copies = append(c.copies, fakeCopy{dst, src, size})
+	c.copies = append(c.copies, fakeCopy{dst, src, size, sparse})
 	progress(size)
 	return blockcopy.Result{Bytes: size}, nil
 }

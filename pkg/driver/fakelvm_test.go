@@ -22,8 +22,9 @@ type fakeLVM struct {
 	gets    int
 	// uuids counts the UUIDs handed out.
 	uuids int
-	// activations lists the LVs (vg/name) ActivateLV activated.
-	activations []string
+	// activations lists the LVs (vg/name) ActivateLV activated,
+	// deactivations those DeactivateLV deactivated.
+	activations, deactivations []string
 	// failNext, when set, is returned by the next mutation.
 	failNext error
 	// unreadable makes every read of a VG fail with its error, as LVM does
@@ -330,6 +331,24 @@ func (f *fakeLVM) DeleteTags(ctx context.Context, vg, name string, tags ...strin
 		return err
 	}
 	lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return slices.Contains(tags, t) })
+	return nil
+}
+
+// DeactivateLV deactivates one LV as the lvm package does.
+func (f *fakeLVM) DeactivateLV(ctx context.Context, vg, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return err
+	}
+	if lv.Attr.Active {
+		lv.Attr.Active = false
+		f.deactivations = append(f.deactivations, vg+"/"+name)
+	}
 	return nil
 }
 

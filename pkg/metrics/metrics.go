@@ -68,6 +68,9 @@ type Recorder struct {
 	mdaSize, mdaFree  *prometheus.GaugeVec
 	volumes           *prometheus.GaugeVec
 	lastRefreshResult *prometheus.GaugeVec
+
+	snapshotCOWUsed *prometheus.GaugeVec
+	snapshotInvalid *prometheus.GaugeVec
 }
 
 // NewRecorder creates the metrics and registers them with reg.
@@ -90,7 +93,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"command", "result"}),
 		copiedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_copy_bytes_total",
-			Help: "Bytes copied into new thick volumes by restores and clones (the copy step), by phase (restore, clone) and device class.",
+			Help: "Bytes of the source copied into new volumes by restores and clones (the copy step; zeros a copy into a thin class skips count too), by phase (restore, clone) and device class.",
 		}, []string{"phase", "device_class"}),
 		vgSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volume_group_size_bytes",
@@ -133,6 +136,15 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Help: "Unix time of the last refresh of the in-memory volume-group view, by result (success or error).",
 		}, []string{"result"}),
 	}
+	r.snapshotCOWUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "carve_snapshot_cow_used_ratio",
+		Help: "Used share (0-1) of the copy-on-write space of a thick snapshot (lvs snap_percent / 100); at 1 the snapshot is lost.",
+	}, snapshotLabels)
+	r.snapshotInvalid = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "carve_snapshot_invalid",
+		Help: "1 when a thick snapshot ran out of its copy-on-write space (or LVM marks it invalid): its content is lost and no restore reads it; 0 otherwise.",
+	}, snapshotLabels)
+	reg.MustRegister(r.snapshotCOWUsed, r.snapshotInvalid)
 	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.copiedBytes, r.vgSize, r.vgFree,
 		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes, r.lastRefreshResult)
 	return r
@@ -218,6 +230,42 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 			}
 			r.thinZeroing.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(zeroing)
 		}
+	}
+}
+
+// snapshotLabels are those of the per-snapshot gauges: one series per
+// thick (copy-on-write) snapshot, which the cluster's VolumeSnapshots
+// bound.
+var snapshotLabels = []string{"device_class", "volume_group", "snapshot"}
+
+// SnapshotState is what the gauges show for one thick snapshot.
+type SnapshotState struct {
+	// DeviceClass is the class of the snapshot's volume.
+	DeviceClass string
+	VolumeGroup string
+	// Snapshot is the snapshot's LV name (the last part of its ID).
+	Snapshot string
+	// COWUsedRatio is the used share of its copy-on-write space, 0-1.
+	COWUsedRatio float64
+	// Invalid is set when its content is lost.
+	Invalid bool
+}
+
+// SetSnapshotStates replaces the per-snapshot gauges with states, so that
+// a deleted snapshot stops being reported.
+func (r *Recorder) SetSnapshotStates(states []SnapshotState) {
+	if r == nil {
+		return
+	}
+	r.snapshotCOWUsed.Reset()
+	r.snapshotInvalid.Reset()
+	for _, s := range states {
+		r.snapshotCOWUsed.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.Snapshot).Set(s.COWUsedRatio)
+		invalid := 0.0
+		if s.Invalid {
+			invalid = 1
+		}
+		r.snapshotInvalid.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.Snapshot).Set(invalid)
 	}
 }
 

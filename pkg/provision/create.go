@@ -72,6 +72,9 @@ type createCall struct {
 	// could not be resolved: srcErr says why).
 	src    *contentSource
 	srcErr error
+	// fresh is set when this call made the LV a copy goes into (lvcreate
+	// answered): nothing was ever written to it.
+	fresh bool
 }
 
 // Create returns the LV of a volume, ready to hand out. It is idempotent:
@@ -95,7 +98,7 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 		if c.src == nil {
 			return nil, errorf(ErrRefused, "volume %q: LV %s is still to be copied from its source, which cannot be read now: %v", r.Name, lv.Name, c.srcErr)
 		}
-		if lv, err = p.copyInto(ctx, lv, r.Class, c.src, c.phase); err != nil {
+		if lv, err = p.copyInto(ctx, lv, r.Class, c.src, c.phase, p.sparseInto(&c)); err != nil {
 			return nil, err
 		}
 	}
@@ -139,6 +142,11 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	}
 	if err := p.checkRoom(ctx, c.Class, size, &room); err != nil {
 		return nil, false, err
+	}
+	if c.src != nil && c.src.copiesIntoThin(c.Class) {
+		if err := p.checkCopyRoom(ctx, c, size); err != nil {
+			return nil, false, err
+		}
 	}
 	if c.src != nil {
 		lv, err := p.makeFromSource(ctx, c, size)
@@ -198,6 +206,11 @@ func (p *Provisioner) sizeFor(ctx context.Context, c *createCall, extent uint64)
 // removes a half-made one (and re-reads the room) so that it is made again.
 func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size uint64, room *vgview.Capacity) (lv *lvm.LogicalVolume, done bool, err error) {
 	found, ok := p.cfg.View.FindLV(c.lvName)
+	if ok && c.srcErr == nil && volume.CopyPending(found.Tags) && c.src.copiesIntoThin(c.Class) {
+		// A copy into a thin LV skips the source's zeros, which only a
+		// new LV reads as zeros: make it anew.
+		return nil, false, p.removeUnfinishedCopy(ctx, &found, c, room)
+	}
 	if ok && (c.srcErr == nil && volume.CopyPending(found.Tags) || c.src != nil && c.src.thinInto(c.Class)) {
 		// A copy left unfinished is redone by the caller; a thin volume
 		// made from a smaller source is grown if a crash came between.

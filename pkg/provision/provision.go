@@ -103,15 +103,19 @@ type LVM interface {
 	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
 	// does not exist.
 	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
+	// DeactivateLV deactivates one LV; an inactive one is left as it is.
+	// lvm.ErrNotFound when the LV does not exist.
+	DeactivateLV(ctx context.Context, vg, name string) error
 }
 
 var _ LVM = (*lvm.Client)(nil)
 
 // Copier copies the first size bytes of the device src to the device dst
-// and syncs dst; *blockcopy.Copier implements it. progress, when set, gets
-// the bytes copied so far.
+// and syncs dst; *blockcopy.Copier implements it. sparse skips the
+// source's all-zero chunks and dst's tail (blockcopy.Options.Sparse).
+// progress, when set, gets the bytes copied so far.
 type Copier interface {
-	Copy(ctx context.Context, dst, src string, size uint64, progress func(uint64)) (blockcopy.Result, error)
+	Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
 
 var _ Copier = blockcopy.Copier{}

@@ -120,6 +120,86 @@ func (src *contentSource) thinInto(class *config.DeviceClass) bool {
 	return class.Thin() && src.lv.Attr.Type == lvm.TypeThin && src.lv.VolumeGroup == class.VolumeGroup && src.lv.Pool == class.ThinPool
 }
 
+// copiesIntoThin tells whether a volume of class made from src is a copy
+// into a thin LV: the class is thin and src is not a thin LV of its pool.
+func (src *contentSource) copiesIntoThin(class *config.DeviceClass) bool {
+	return class.Thin() && !src.thinInto(class)
+}
+
+// checkCopyRoom checks, for a copy into a thin LV of size bytes, that
+// what the copy writes fits the pool's real free space minus the spare,
+// without the overprovision ratio: dm-thin provisions every block written,
+// and a pool that fills stops every thin volume in it. The copy writes
+// only the source's chunks that hold data (sparseInto), but which those
+// are is known only by reading the whole source, as long as the copy
+// itself; the bound is the source's size (a pool that does not zero new
+// blocks gets every byte of the target, so size). Copies still running
+// into the pool count for their whole size (vgview.PoolRoom). The caller
+// holds the room lock.
+func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uint64) error {
+	class := c.Class
+	room, err := p.cfg.View.PoolRoom(class)
+	if err != nil {
+		return wrap(err, "device class "+class.Name)
+	}
+	need := func() uint64 {
+		if room.ZeroNewBlocks {
+			return c.src.size
+		}
+		return size
+	}
+	if need() > room.Free {
+		// Space freed outside carve shows at the next refresh: read LVM
+		// once before refusing, as checkRoom does.
+		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
+			klog.FromContext(ctx).Error(rerr, "Refreshing the volume-group view before refusing a copy failed")
+		} else if room, err = p.cfg.View.PoolRoom(class); err != nil {
+			return wrap(err, "device class "+class.Name)
+		}
+	}
+	if n := need(); n > room.Free {
+		pending := ""
+		if room.Pending > 0 {
+			pending = fmt.Sprintf(", less %d bytes that copies still running into it may write", room.Pending)
+		}
+		return errorf(ErrNoRoom, "device class %s on node %s: copying %s into thin pool %s needs %d bytes of real space (the source's size: a copy writes the source's data, and the overprovision ratio does not apply to it); the pool has %d bytes free (after a spare of %d%s)",
+			class.Name, p.node.Name(), c.src.id, room.Pool, n, room.Free, class.SpareBytes(), pending)
+	}
+	return nil
+}
+
+// sparseInto tells whether c's copy may skip the source's zeros: its
+// target is a thin LV this call made (never written: every block reads
+// as zeros until written) in a pool that zeroes new blocks (a block the
+// copy provisions reads zeros where a skipped chunk lies in it).
+func (p *Provisioner) sparseInto(c *createCall) bool {
+	if !c.fresh || !c.Class.Thin() {
+		return false
+	}
+	pool, ok := p.cfg.View.Pool(c.Class.VolumeGroup, c.Class.ThinPool)
+	return ok && pool.ZeroNewBlocks
+}
+
+// removeUnfinishedCopy removes the LV of an unfinished copy into a thin
+// LV, found again by a retry (lv, never handed out), so that the copy
+// goes into a new LV, and re-reads the room.
+func (p *Provisioner) removeUnfinishedCopy(ctx context.Context, lv *lvm.LogicalVolume, c *createCall, room *vgview.Capacity) error {
+	if err := sameVolume(lv, c.Request); err != nil {
+		return err
+	}
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		return wrap(err, "removing the unfinished copy "+id)
+	}
+	p.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+	klog.FromContext(ctx).Info("Removed a thin LV whose copy did not finish; making it again", "volumeID", id)
+	var err error
+	if *room, err = p.cfg.View.Capacity(c.Class); err != nil {
+		return wrap(err, "device class "+c.Class.Name)
+	}
+	return nil
+}
+
 // sourceTag is the tag of a volume made from src.
 func (src *contentSource) sourceTag() string {
 	if src.snapshot {
@@ -151,6 +231,7 @@ func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size ui
 			creq.Options = class.LVCreateOptions
 		}
 		lv, err = p.cfg.LVM.CreateLV(ctx, creq)
+		c.fresh = err == nil
 	}
 	p.cfg.Metrics.ObserveStep(c.phase, metrics.StepLVCreate, class.Name, time.Since(t), err)
 	if errors.Is(err, lvm.ErrAlreadyExists) {
@@ -217,10 +298,11 @@ func (p *Provisioner) grow(ctx context.Context, lv *lvm.LogicalVolume, size uint
 }
 
 // copyInto copies src's data into the new LV dst (which carries
-// TagCopyPending), then removes the tag. A clone reads a temporary
+// TagCopyPending), then removes the tag; sparse skips the source's zeros
+// and the target's tail (sparseInto). A clone reads a temporary
 // snapshot of its source, removed afterwards. The copy runs detached from
 // the request (see above) and is redone from the start when retried.
-func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *config.DeviceClass, src *contentSource, phase string) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *config.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	if p.cfg.Copier == nil {
 		return nil, errorf(ErrInternal, "no copier configured")
 	}
@@ -240,20 +322,26 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 		// one, of the source as it is then.
 		defer p.removeCopySource(ctx, dst.VolumeGroup, tmp)
 	}
-	read, err := p.copyDevice(ctx, &from, "source")
+	read, activated, err := p.copyDevice(ctx, &from, "source")
 	if err != nil {
 		return nil, err
+	}
+	if activated && src.snapshot {
+		// A snapshot kept as a snapshot stays inactive until needed (a
+		// thin one has the activation-skip flag): deactivate it again,
+		// copied or not, so that its device is not left open to writes.
+		defer p.deactivateAfterCopy(ctx, read)
 	}
 	if err := SnapshotUsable(read); err != nil {
 		return nil, errorf(ErrRefused, "source %s: %v", src.id, err)
 	}
-	write, err := p.copyDevice(ctx, dst, "target")
+	write, _, err := p.copyDevice(ctx, dst, "target")
 	if err != nil {
 		return nil, err
 	}
 	t := time.Now()
 	var copied uint64
-	res, err := p.cfg.Copier.Copy(ctx, p.devicePath(write), p.devicePath(read), src.size, func(n uint64) {
+	res, err := p.cfg.Copier.Copy(ctx, p.devicePath(write), p.devicePath(read), src.size, sparse, func(n uint64) {
 		p.cfg.Metrics.AddCopiedBytes(phase, class.Name, n-copied)
 		copied = n
 	})
@@ -281,7 +369,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	done := *write
 	done.Tags = withoutTag(write.Tags, volume.TagCopyPending)
 	p.cfg.View.Created(done)
-	log.Info("Copied the volume's data", "bytes", res.Bytes, "duration", res.Duration)
+	log.Info("Copied the volume's data", "bytes", res.Bytes, "skippedZeros", res.Skipped, "duration", res.Duration)
 	return &done, nil
 }
 
@@ -315,16 +403,29 @@ func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (u
 // copyDevice returns an LV of a copy with its device node: an active LV
 // has one, so the common case asks LVM nothing; an LV without one (after
 // a reboot, or a snapshot made with the activation-skip flag) is
-// activated.
-func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (*lvm.LogicalVolume, error) {
+// activated, and activated says so.
+func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (got *lvm.LogicalVolume, activated bool, err error) {
 	if p.cfg.IsDeviceNode(p.devicePath(lv)) {
-		return lv, nil
+		return lv, false, nil
 	}
-	got, err := p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
+	got, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
 	if err != nil {
-		return nil, wrap(err, "activating the copy's "+what+" "+lv.VolumeGroup+"/"+lv.Name)
+		return nil, false, wrap(err, "activating the copy's "+what+" "+lv.VolumeGroup+"/"+lv.Name)
 	}
-	return got, nil
+	return got, true, nil
+}
+
+// deactivateAfterCopy deactivates a source that copyDevice activated; a
+// failure (another copy reading it now, say) is logged, not returned: the
+// copy is whole either way.
+func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVolume) {
+	if err := p.cfg.LVM.DeactivateLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "Deactivating a snapshot activated for a copy failed; it stays active", "lv", lv.VolumeGroup+"/"+lv.Name)
+		return
+	}
+	inactive := *lv
+	inactive.Attr.Active = false
+	p.cfg.View.Created(inactive)
 }
 
 // copySource makes (again, if a crashed try left one) the temporary
@@ -335,13 +436,31 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *conf
 	// anew, so that the clone is of the source as it is now.
 	p.removeCopySource(ctx, src.VolumeGroup, name)
 	req := lvm.SnapshotRequest{VolumeGroup: src.VolumeGroup, Origin: src.Name, Name: name, Tags: volume.CopySourceTags(target, class.Name), OriginLV: src}
-	if src.Attr.Type != lvm.TypeThin {
-		srcClass := class
-		if c, ok := volume.ClassFromTags(src.Tags); ok {
-			if d, ok := p.cfg.Classes.Class(c); ok {
-				srcClass = d
-			}
+	srcClass := class
+	if c, ok := volume.ClassFromTags(src.Tags); ok {
+		if d, ok := p.cfg.Classes.Class(c); ok {
+			srcClass = d
 		}
+	}
+	// It takes room as any snapshot does (its copy-on-write space from the
+	// volume group, or a thin LV's virtual size in the pool): checked and
+	// made under the room lock, so that it never eats the spare that a
+	// concurrent create or expansion counted on.
+	unlockRoom, err := p.cfg.View.LockRoom(ctx, src.VolumeGroup)
+	if err != nil {
+		return lvm.LogicalVolume{}, wrap(err, "the temporary snapshot of "+src.Name)
+	}
+	defer unlockRoom()
+	switch {
+	case srcClass.Thin() == (src.Attr.Type == lvm.TypeThin):
+		if err := p.snapshotRoom(srcClass, src, &req); err != nil {
+			return lvm.LogicalVolume{}, err
+		}
+		// Not a snapshot a restore reads: no size tag.
+		req.Tags = volume.CopySourceTags(target, class.Name)
+	case src.Attr.Type != lvm.TypeThin:
+		// A source whose class is gone or changed: size the space by
+		// the class asked, as before.
 		room, err := p.cfg.View.Capacity(srcClass)
 		if err != nil {
 			return lvm.LogicalVolume{}, wrap(err, "room for the temporary snapshot of "+src.Name)
@@ -349,6 +468,10 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *conf
 		req.CowSize = vgview.RoundUp(srcClass.SnapshotCowSize(src.Size), room.ExtentSize)
 	}
 	lv, err := p.cfg.LVM.CreateSnapshot(ctx, req)
+	if errors.Is(err, lvm.ErrInsufficientSpace) {
+		p.refreshAfter(ctx, "an out-of-space temporary snapshot")
+		return lvm.LogicalVolume{}, errorf(ErrNoRoom, "the temporary snapshot %s of %s that a clone copies from: %v", name, src.Name, err)
+	}
 	if err != nil {
 		return lvm.LogicalVolume{}, wrap(err, "creating the temporary snapshot "+name+" of "+src.Name)
 	}

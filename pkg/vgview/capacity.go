@@ -71,13 +71,17 @@ func ThinCapacity(d *config.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) 
 	ratio := d.Ratio()
 	limit := mulRatio(pool.Size, ratio)
 	virtualRoom := sub(limit, pool.VirtualSize)
-	used := uint64(math.Ceil(float64(pool.Size) * clampPercent(pool.DataPercent) / 100))
-	realFree := sub(sub(pool.Size, used), d.SpareBytes())
-	realRoom := mulRatio(realFree, ratio)
+	realRoom := mulRatio(realFree(d, pool), ratio)
 	c.Available = floorTo(min(virtualRoom, realRoom), vg.ExtentSize)
 	c.MaxVolume = c.Available
 	c.Ceiling = floorTo(min(limit, mulRatio(sub(pool.Size, d.SpareBytes()), ratio)), vg.ExtentSize)
 	return c
+}
+
+// realFree is the pool's free data space minus the class's spare.
+func realFree(d *config.DeviceClass, pool lvm.ThinPool) uint64 {
+	used := uint64(math.Ceil(float64(pool.Size) * clampPercent(pool.DataPercent) / 100))
+	return sub(sub(pool.Size, used), d.SpareBytes())
 }
 
 func sub(a, b uint64) uint64 {

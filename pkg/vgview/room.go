@@ -7,6 +7,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/pkg/volume"
 )
 
 // Errors of RoomToGrow, beside ErrClassUnavailable.
@@ -81,4 +82,42 @@ func (v *View) Extended(before, after lvm.LogicalVolume) {
 		return
 	}
 	v.applyLocked(lvm.LogicalVolume{VolumeGroup: after.VolumeGroup, Pool: after.Pool, Size: after.Size - before.Size}, +1)
+}
+
+// PoolRoom is the real room of a thin class's pool: what data written into
+// it (a copy, not a volume's virtual size) may take without the ratio.
+type PoolRoom struct {
+	// Pool is the pool, "vg/pool".
+	Pool string
+	// Free is the pool's free data space minus the class's spare and
+	// minus Pending.
+	Free uint64
+	// Pending is the virtual size of the pool's LVs that a copy is still
+	// to fill (volume.TagCopyPending): each may write up to its size.
+	Pending uint64
+	// ZeroNewBlocks is the pool's flag (lvm.ThinPool.ZeroNewBlocks).
+	ZeroNewBlocks bool
+}
+
+// PoolRoom is the real room of thin class d's pool, from the pool's
+// data_percent; ErrClassUnavailable (wrapped) as Capacity. Call it with
+// the volume group's room lock held.
+func (v *View) PoolRoom(d *config.DeviceClass) (PoolRoom, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if !d.Thin() {
+		return PoolRoom{}, fmt.Errorf("device class %s is not thin", d.Name)
+	}
+	if err := v.classProblemLocked(d); err != nil {
+		return PoolRoom{}, err
+	}
+	pool := v.pools[d.VolumeGroup+"/"+d.ThinPool]
+	r := PoolRoom{Pool: d.VolumeGroup + "/" + d.ThinPool, ZeroNewBlocks: pool.ZeroNewBlocks}
+	for _, lv := range v.lvs {
+		if lv.VolumeGroup == d.VolumeGroup && lv.Pool == d.ThinPool && volume.CopyPending(lv.Tags) {
+			r.Pending += lv.Size
+		}
+	}
+	r.Free = sub(realFree(d, pool), r.Pending)
+	return r, nil
 }

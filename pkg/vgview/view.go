@@ -538,6 +538,28 @@ func (v *View) publishLocked() {
 		states = append(states, s)
 	}
 	v.rec.SetClassStates(states)
+	v.rec.SetSnapshotStates(v.snapshotStatesLocked())
+}
+
+// snapshotStatesLocked is the state of carve's thick (copy-on-write)
+// snapshots in the configured volume groups: how full their space is and
+// whether they ran out of it (thin snapshots cannot).
+func (v *View) snapshotStatesLocked() []metrics.SnapshotState {
+	vgs := v.configuredVGs()
+	var out []metrics.SnapshotState
+	for _, lv := range v.lvs {
+		if lv.Attr.Type != lvm.TypeSnapshot || !slices.Contains(vgs, lv.VolumeGroup) {
+			continue
+		}
+		k, class, ok := volume.Owned(lv)
+		if !ok || k != volume.KindSnapshot {
+			continue
+		}
+		used := clampPercent(lv.SnapPercent)
+		out = append(out, metrics.SnapshotState{DeviceClass: class, VolumeGroup: lv.VolumeGroup, Snapshot: lv.Name,
+			COWUsedRatio: used / 100, Invalid: lv.Attr.SnapshotInvalid || used >= 100})
+	}
+	return out
 }
 
 // UnzeroedThinClasses lists the thin classes whose pool (as last read)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
+	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/reconcile"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -432,6 +433,32 @@ func auditMetrics(t *testing.T) plugintest.Metrics {
 	return m
 }
 
+// snapshotMetrics are the per-snapshot series of a plugin with one thick
+// snapshot: a plugin exports them only for snapshots that exist, and a
+// copy-on-write snapshot needs device-mapper, which the plugin above
+// (activation disabled) does not have. The recorder the plugin uses makes
+// them, from the state its volume-group view hands it.
+func snapshotMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	metrics.NewRecorder(reg).SetSnapshotStates([]metrics.SnapshotState{
+		{DeviceClass: "thick", VolumeGroup: "vg", Snapshot: "carvesnap-1", COWUsedRatio: 0.5}})
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := plugintest.Metrics{}
+	for _, f := range got {
+		if strings.HasPrefix(f.GetName(), "carve_snapshot_") {
+			m[f.GetName()] = f
+		}
+	}
+	if len(m) != 2 {
+		t.Fatalf("the recorder made %d carve_snapshot_* families, want 2", len(m))
+	}
+	return m
+}
+
 // oneNode is one node agent with one device class and no LV.
 type oneNode struct{}
 
@@ -570,7 +597,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

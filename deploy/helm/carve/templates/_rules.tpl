@@ -64,6 +64,24 @@ max by (node, volume_group, thin_pool) (carve_thin_pool_data_percent) > %v
   "description" "Overprovisioned pools fill from the applications' writes, not from carve's actions. Extend the pool, or find the volume that grows.") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveSnapshotSpaceHigh"
+  "expr" (printf `max by (node, device_class, volume_group, snapshot) (carve_snapshot_cow_used_ratio) > %v
+unless on (node, volume_group, snapshot)
+max by (node, volume_group, snapshot) (carve_snapshot_invalid) == 1
+` $t.snapshotSpaceUsedRatio)
+  "for" "10m" "severity" "warning"
+  "summary" `Thick snapshot {{ $labels.volume_group }}/{{ $labels.snapshot }} on {{ $labels.node }} has used {{ $value | humanizePercentage }} of its copy-on-write space`
+  "description" "Every block its volume writes takes space; when it is all used the snapshot is lost (CarveSnapshotInvalid). Restore or copy what it holds now, or take a new snapshot with more space (the class's snapshotSpacePercent).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveSnapshotInvalid"
+  "expr" `max by (node, device_class, volume_group, snapshot) (carve_snapshot_invalid) == 1
+`
+  "for" "1m" "severity" "critical"
+  "summary" `Thick snapshot {{ $labels.volume_group }}/{{ $labels.snapshot }} on {{ $labels.node }} ran out of copy-on-write space: its content is lost`
+  "description" "No restore reads it (FAILED_PRECONDITION), though its VolumeSnapshot still shows readyToUse: true (csi-snapshotter does not ask again once a snapshot is ready). Delete the VolumeSnapshot and take a new one with more space (the class's snapshotSpacePercent).") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveThinPoolMetadataHigh"
   "expr" (printf `max by (node, volume_group, thin_pool) (carve_thin_pool_metadata_percent) > %v
 ` $t.thinPoolMetadataWarningPercent)

@@ -673,7 +673,7 @@ func TestControllerDeployment(t *testing.T) {
 			return d
 		}
 		lease, renew, retry := dur("--leader-election-lease-duration"), dur("--leader-election-renew-deadline"), dur("--leader-election-retry-period")
-		if lease+retry > 15*time.Second || !(retry < renew && renew < lease) {
+		if lease+retry > 15*time.Second || retry >= renew || renew >= lease {
 			t.Errorf("%s leases %v/%v/%v: want retry < renew < lease and a takeover (lease + retry) within 15 s", name, lease, renew, retry)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -40,8 +41,11 @@ func TestLeaderTakeover(t *testing.T) {
 	var leader *corev1.Pod
 	waitFor(t, 2*time.Minute, "a csi-provisioner leader among the controller pods", func(ctx context.Context) (bool, string, error) {
 		l, err := bed.Client.CoordinationV1().Leases(bed.Namespace).Get(ctx, provisionerLease, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no lease yet", nil
+		}
 		if err != nil {
-			return false, err.Error(), nil
+			return false, "", err
 		}
 		holder := ""
 		if l.Spec.HolderIdentity != nil {

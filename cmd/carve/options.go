@@ -105,8 +105,12 @@ type PluginOptions struct {
 	KubeletCSISocket string
 	// StateDir holds what the plugin must remember across restarts and
 	// reboots (the marks of volumes being made); empty is the directory of
-	// the --endpoint socket.
+	// the --endpoint socket, where carve kept it before the DaemonSet gave
+	// it a directory of its own (runPlugin adopts marks left there).
 	StateDir string
+	// AllowVolatileStateDir lets the plugin start with StateDir on tmpfs
+	// or ramfs, whose marks a reboot loses (tests, throw-away nodes).
+	AllowVolatileStateDir bool
 	// Moved are the flags that moved to carve controller with the audit;
 	// Validate refuses each one set, naming where it went.
 	Moved MovedFlags
@@ -135,6 +139,17 @@ type NodeChannelOptions struct {
 	// TokenFile is the projected service-account token (audience carve's
 	// controller) the agent proves its node with at enrollment.
 	TokenFile string
+	// ControllerOnSocket serves the Controller service on the --endpoint
+	// socket too while the node channel is on (csi-sanity, debugging on a
+	// node). Without the node channel it is always served there: nothing
+	// else could reach it.
+	ControllerOnSocket bool
+}
+
+// controllerOnSocket tells whether the --endpoint socket serves the
+// Controller service.
+func (o *NodeChannelOptions) controllerOnSocket() bool {
+	return o.Address == "" || o.ControllerOnSocket
 }
 
 // AddFlags registers the node channel flags on fs.
@@ -232,7 +247,9 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.KubeletCSISocket, "kubelet-csi-socket", DefaultKubeletCSISocket,
 		"path of the --endpoint socket as the kubelet sees it on the host; carve hands it to the kubelet at registration")
 	fs.StringVar(&o.StateDir, "state-dir", "",
-		"directory on the node's disk (surviving restarts and reboots) where carve marks the volumes it is making; empty is the directory of the --endpoint socket, the DaemonSet's plugin directory")
+		"carve's own directory on the node's disk (surviving restarts and reboots; the DaemonSet's is /var/lib/carve) where it marks the volumes it is making and formatting; empty is the directory of the --endpoint socket. Marks found in the socket's directory (where carve kept them before) are moved here at start")
+	fs.BoolVar(&o.AllowVolatileStateDir, "allow-volatile-state-dir", false,
+		"start even when --state-dir is on tmpfs or ramfs, which a reboot empties (a half-erased volume could then be handed out); without it the plugin refuses to start there")
 	o.Moved.AddFlags(fs)
 	o.NodeChannel.AddFlags(fs)
 }

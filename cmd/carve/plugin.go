@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"time"
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
@@ -21,7 +20,6 @@ import (
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
-	"github.com/carve-csi/carve/pkg/marks"
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/registration"
@@ -51,16 +49,8 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	if err != nil {
 		return err
 	}
-	stateDir, err := o.stateDir()
-	if err != nil {
-		return err
-	}
 	// Volumes being made, and filesystems being made on them.
-	unfinished, err := marks.Open(filepath.Join(stateDir, "unfinished"))
-	if err != nil {
-		return err
-	}
-	formatting, err := marks.Open(filepath.Join(stateDir, "formatting"))
+	unfinished, formatting, err := openState(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -105,7 +95,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		}
 		after = append(after, runChannel)
 	}
-	err = serve(ctx, &o.CommonOptions, services, mm, ready, after,
+	err = serve(ctx, &o.CommonOptions, socketServices(o, services, serving), mm, ready, after,
 		"node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
 	// An lvm mutation whose CSI call ended (deadline, or the 10 s
 	// shutdown grace) keeps running and is never killed; wait for it
@@ -117,6 +107,21 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		klog.ErrorS(werr, "Exiting with lvm commands still running", "waited", shutdownLVMWait)
 	}
 	return err
+}
+
+// socketServices are the services of the --endpoint socket: all of them,
+// or without the node channel's Controller service unless asked. The
+// kubelet needs only Identity and Node; the Controller service belongs
+// behind the node channel's TLS and enrollment.
+func socketServices(o *PluginOptions, all driver.Services, serving func(context.Context) error) driver.Services {
+	if o.NodeChannel.controllerOnSocket() {
+		return all
+	}
+	local := all
+	local.Controller = nil
+	local.Identity = driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
+		Topology: true, Ready: serving, NoController: true})
+	return local
 }
 
 // startView reads the node's volume groups once and keeps the view of them

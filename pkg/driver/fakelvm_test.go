@@ -20,6 +20,8 @@ type fakeLVM struct {
 	pools   map[string]*lvm.ThinPool      // key vg/name
 	reports int
 	gets    int
+	// uuids counts the UUIDs handed out.
+	uuids int
 	// activations lists the LVs (vg/name) ActivateLV activated.
 	activations []string
 	// failNext, when set, is returned by the next mutation.
@@ -238,8 +240,13 @@ func (f *fakeLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.Log
 		vg.Free -= size
 		vg.FreeExtents = vg.Free / fakeExtent
 	}
+	// LVM gives each LV a UUID, which reports show and CreateLV's
+	// result does not.
+	f.uuids++
+	lv.UUID = fmt.Sprintf("%06d-fake-uuid-0000-0000-0000-000000", f.uuids)
 	f.lvs[key] = lv
 	c := *lv
+	c.UUID = ""
 	return &c, nil
 }
 

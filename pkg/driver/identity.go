@@ -25,6 +25,10 @@ type IdentityConfig struct {
 	Topology bool
 	// Ready is asked by Probe; nil means ready. A nil func is always ready.
 	Ready func(ctx context.Context) error
+	// NoController leaves CONTROLLER_SERVICE out of the capabilities: a
+	// node agent's socket when its Controller service is served only on
+	// the node channel.
+	NoController bool
 }
 
 // IdentityServer implements csi.IdentityServer.
@@ -49,13 +53,16 @@ func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 // GetPluginCapabilities implements csi.IdentityServer: the controller
-// service, topology constraints (plugin role) and online expansion, which
+// service (unless NoController), topology constraints (plugin role) and online expansion, which
 // carve does on the node (NodeExpandVolume).
 func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 	}
-	caps := []*csi.PluginCapability{svc(csi.PluginCapability_Service_CONTROLLER_SERVICE)}
+	var caps []*csi.PluginCapability
+	if !s.cfg.NoController {
+		caps = append(caps, svc(csi.PluginCapability_Service_CONTROLLER_SERVICE))
+	}
 	if s.cfg.Topology {
 		caps = append(caps, svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
 	}

@@ -43,6 +43,12 @@ func TestIdentity(t *testing.T) {
 	if len(expansion) != 1 || expansion[0] != csi.PluginCapability_VolumeExpansion_ONLINE {
 		t.Errorf("expansion = %v", expansion)
 	}
+	local, _ := NewIdentityServer(IdentityConfig{Name: "x", Topology: true, NoController: true}).GetPluginCapabilities(ctx, nil)
+	for _, c := range local.GetCapabilities() {
+		if c.GetService().GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE {
+			t.Error("a node socket without the Controller service advertises it")
+		}
+	}
 	central, _ := NewIdentityServer(IdentityConfig{Name: "x"}).GetPluginCapabilities(ctx, nil)
 	for _, c := range central.GetCapabilities() {
 		if ty := c.GetService().GetType(); ty == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS || ty == csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS {

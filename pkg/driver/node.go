@@ -263,7 +263,7 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	}
 	if n.cfg.Classes != nil && !n.cfg.Classes.HasVolumeGroup(vol.VG) {
 		return "", metrics.UnknownClass, status.Errorf(codes.FailedPrecondition,
-			"volume %q: volume group %s is not one of this node's device classes; carve serves only its own volume groups", vol, vol.VG)
+			"volume_id %q: volume group %s is not one of this node's device classes; carve serves only its own volume groups", vol, vol.VG)
 	}
 	lv, class, err := n.lookup(ctx, vol)
 	if err != nil {
@@ -273,7 +273,7 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 		return "", class, err
 	}
 	if !volume.IsCarve(lv.Tags) {
-		return "", class, status.Errorf(codes.FailedPrecondition, "volume %q: LV %s/%s does not carry carve's tag %s; carve serves only its own volumes",
+		return "", class, status.Errorf(codes.FailedPrecondition, "volume_id %q: LV %s/%s does not carry carve's tag %s; carve serves only its own volumes",
 			vol, lv.VolumeGroup, lv.Name, volume.TagOwner)
 	}
 	return volume.DeviceOf(n.cfg.DevDir, lv), class, nil

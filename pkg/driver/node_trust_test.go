@@ -48,14 +48,14 @@ func TestStageAndPublishTrustNoRequest(t *testing.T) {
 	}{
 		{name: "carve's volume of that class: fast path", class: "fast", label: "fast"},
 		{name: "volume group no class uses", class: "fast", prepare: otherVG,
-			code: codes.FailedPrecondition, msg: []string{"vg9", "not one of this node's device classes"}},
+			code: codes.FailedPrecondition, msg: []string{"volume_id", "vg9", "not one of this node's device classes"}},
 		{name: "copy not finished", class: "fast", prepare: tag(func(tags []string) []string { return append(tags, volume.TagCopyPending) }),
 			code: codes.FailedPrecondition, msg: []string{"copy"}},
 		{name: "no owner tag", class: "fast",
 			prepare: tag(func(tags []string) []string {
 				return slices.DeleteFunc(tags, func(t string) bool { return t == volume.TagOwner })
 			}),
-			code: codes.FailedPrecondition, msg: []string{"carve serves only its own volumes"}},
+			code: codes.FailedPrecondition, msg: []string{"volume_id", "carve serves only its own volumes"}},
 		{name: "class of the context not the LV's: the LV's counts", class: "thin", gets: 2, label: "fast"},
 		{name: "class no device class has: the LV's counts", class: "gold", gets: 2, label: "fast"},
 	}

@@ -58,6 +58,10 @@ type Interface interface {
 	Stats(path string) (Stats, error)
 	// DeviceSize returns the size in bytes of the block device at path.
 	DeviceSize(ctx context.Context, path string) (uint64, error)
+	// ProbeMkfs tells whether an mkfs of fsType begun on device ended
+	// (MkfsFinished: the filesystem may hold data), did not
+	// (MkfsUnfinished), or left no superblock of fsType (NoFilesystem).
+	ProbeMkfs(ctx context.Context, device, fsType string) (MkfsState, error)
 }
 
 // Stats is the usage of a filesystem, in bytes and inodes.

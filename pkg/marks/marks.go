@@ -8,20 +8,25 @@
 // deleted volume left. Its mark says so to the retried CreateVolume, which
 // then erases or remakes it instead of handing it out.
 //
-// A mark is an empty file, <dir>/<vg>/<lv>, made and synced before
-// lvcreate runs and removed, synced again, once the LV is ready. That
-// costs two directory syncs where a tag taken off with lvchange would cost
-// a second LVM metadata commit. The directory must outlive the plugin's
-// container and the node's reboots (the DaemonSet's plugin directory on
-// the host does).
+// A mark is a file, <dir>/<vg>/<lv>, made and synced before lvcreate runs
+// and removed, synced again, once the LV is ready. That costs two
+// directory syncs where a tag taken off with lvchange would cost a second
+// LVM metadata commit. A mark made once the LV exists (MarkOf) holds its
+// owner, the LV's UUID, so that a mark that outlived its LV is not taken
+// for one of a new LV of the same name. The directory must outlive the
+// plugin's container and the node's reboots: carve's own directory on the
+// node's disk (Volatile tells a tmpfs or ramfs).
 package marks
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 )
 
 // Marks is the set of marks under one directory. Its methods may be called
@@ -59,32 +64,104 @@ func (m *Marks) path(vg, lv string) (string, error) {
 }
 
 // Mark records, durably, that vg/lv is being made. It returns once the
-// mark would survive a power loss.
+// mark would survive a power loss. The mark names no owner (the LV may not
+// exist yet); one there already is left as it is.
 func (m *Marks) Mark(vg, lv string) error {
+	return m.mark(vg, lv, nil)
+}
+
+// MarkOf is Mark for an LV that exists: the mark holds owner, the LV's
+// UUID, which Owner returns.
+func (m *Marks) MarkOf(vg, lv, owner string) error {
+	if !ownerRE.MatchString(owner) {
+		return fmt.Errorf("marking %s/%s unfinished: owner %q is not an LVM UUID", vg, lv, owner)
+	}
+	return m.mark(vg, lv, []byte(owner+"\n"))
+}
+
+func (m *Marks) mark(vg, lv string, content []byte) error {
 	p, err := m.path(vg, lv)
 	if err != nil {
 		return err
 	}
-	vgDir := filepath.Dir(p)
-	if _, err := os.Stat(vgDir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(vgDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("marking %s/%s unfinished: %w", vg, lv, err)
-		}
-		if err := syncDir(m.dir); err != nil {
-			return fmt.Errorf("marking %s/%s unfinished: %w", vg, lv, err)
-		}
-	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600) //nolint:gosec // G304: path checks that the names stay inside the directory
-	if err != nil {
-		return fmt.Errorf("marking %s/%s unfinished: %w", vg, lv, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("marking %s/%s unfinished: %w", vg, lv, err)
-	}
-	if err := syncDir(vgDir); err != nil {
+	if err := m.write(p, content); err != nil {
 		return fmt.Errorf("marking %s/%s unfinished: %w", vg, lv, err)
 	}
 	return nil
+}
+
+// write makes the mark p with content (nil: an empty mark, or the one
+// there), durably.
+func (m *Marks) write(p string, content []byte) error {
+	vgDir := filepath.Dir(p)
+	if _, err := os.Stat(vgDir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(vgDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := syncDir(m.dir); err != nil {
+			return err
+		}
+	}
+	flags := os.O_CREATE | os.O_WRONLY
+	if content != nil {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(p, flags, 0o600) //nolint:gosec // G304: path checks that the names stay inside the directory
+	if err != nil {
+		return err
+	}
+	if content != nil {
+		_, err = f.Write(content)
+		if err == nil {
+			err = f.Sync()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(vgDir)
+}
+
+// ownerRE is an LVM UUID as lvs prints it (6-4-4-4-4-4-6 characters).
+var ownerRE = regexp.MustCompile(`^[0-9A-Za-z]{6}(-[0-9A-Za-z]{4}){5}-[0-9A-Za-z]{6}$`)
+
+// Owner returns the owner a mark of vg/lv names, and whether vg/lv is
+// marked. A mark without one (made by Mark, or by a carve before owners,
+// or torn by a crash before it was synced) names "".
+func (m *Marks) Owner(vg, lv string) (owner string, marked bool, err error) {
+	p, err := m.path(vg, lv)
+	if err != nil {
+		return "", false, err
+	}
+	b, err := readSmall(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("reading the unfinished-volume mark of %s/%s: %w", vg, lv, err)
+	}
+	if o := strings.TrimSpace(string(b)); ownerRE.MatchString(o) {
+		return o, true, nil
+	}
+	return "", true, nil
+}
+
+// readSmall reads up to 128 bytes of the file p: a mark is no longer.
+func readSmall(p string) ([]byte, error) {
+	f, err := os.Open(p) //nolint:gosec // G304: a mark's path (path, or the walk of the marks' directory)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() //nolint:errcheck // read-only
+	b := make([]byte, 128)
+	n, err := f.Read(b)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
 }
 
 // Clear removes the mark of vg/lv, durably; no mark is no error. A mark

@@ -96,3 +96,106 @@ func BenchmarkMarkClear(b *testing.B) {
 		}
 	}
 }
+
+// A mark made once the LV exists names it (its UUID); one made before, by
+// an older carve, or torn by a crash before its sync names nobody.
+func TestMarkOwner(t *testing.T) {
+	const uuid = "IjYeuk-LGsf-T6VI-F93h-13Fd-JSqi-dA6eI4"
+	m, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		make   func(p string) error
+		owner  string
+		marked bool
+	}{
+		{name: "no mark", make: func(string) error { return nil }},
+		{name: "Mark", make: func(string) error { return m.Mark("vg", "lv") }, marked: true},
+		{name: "MarkOf", make: func(string) error { return m.MarkOf("vg", "lv", uuid) }, owner: uuid, marked: true},
+		{name: "Mark keeps the owner", make: func(string) error {
+			if err := m.MarkOf("vg", "lv", uuid); err != nil {
+				return err
+			}
+			return m.Mark("vg", "lv")
+		}, owner: uuid, marked: true},
+		{name: "torn", make: func(p string) error {
+			if err := m.Mark("vg", "lv"); err != nil {
+				return err
+			}
+			return os.WriteFile(p, []byte(uuid[:9]), 0o600)
+		}, marked: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := m.Clear("vg", "lv"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.make(filepath.Join(m.Dir(), "vg", "lv")); err != nil {
+				t.Fatal(err)
+			}
+			owner, marked, err := m.Owner("vg", "lv")
+			if err != nil || owner != tc.owner || marked != tc.marked {
+				t.Errorf("Owner = %q, %v, %v; want %q, %v", owner, marked, err, tc.owner, tc.marked)
+			}
+		})
+	}
+	if err := m.MarkOf("vg", "lv2", "not-a-uuid\n"); err == nil {
+		t.Error("MarkOf with an owner that is no LVM UUID succeeded")
+	}
+}
+
+// Marks of an earlier carve's directory move into the new one, content
+// and all; a mark in both (a crash during the move) keeps the new one.
+func TestAdopt(t *testing.T) {
+	const uuid, newer = "IjYeuk-LGsf-T6VI-F93h-13Fd-JSqi-dA6eI4", "3x7LfM-nXDm-mduX-NNPr-Ef5b-ygRD-i1A8B6"
+	base := t.TempDir()
+	old, err := Open(filepath.Join(base, "csi", "formatting"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(filepath.Join(base, "carve", "formatting"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{old.Mark("vg1", "a"), old.MarkOf("vg1", "b", uuid), old.MarkOf("vg2", "c", uuid), m.MarkOf("vg2", "c", newer)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := m.Adopt(old.Dir())
+	if err != nil || n != 3 {
+		t.Fatalf("Adopt = %d, %v; want 3 marks", n, err)
+	}
+	for _, w := range []struct{ vg, lv, owner string }{{"vg1", "a", ""}, {"vg1", "b", uuid}, {"vg2", "c", newer}} {
+		if owner, marked, err := m.Owner(w.vg, w.lv); err != nil || !marked || owner != w.owner {
+			t.Errorf("%s/%s after Adopt: %q, %v, %v; want %q, marked", w.vg, w.lv, owner, marked, err, w.owner)
+		}
+		if marked, err := old.Has(w.vg, w.lv); err != nil || marked {
+			t.Errorf("%s/%s still in the old directory (%v)", w.vg, w.lv, err)
+		}
+	}
+	if entries, err := os.ReadDir(old.Dir()); err != nil || len(entries) != 0 {
+		t.Errorf("the old directory holds %v (%v)", entries, err)
+	}
+	for _, dir := range []string{old.Dir(), filepath.Join(base, "missing"), m.Dir()} {
+		if n, err := m.Adopt(dir); err != nil || n != 0 {
+			t.Errorf("Adopt(%s) again = %d, %v; want 0, nil", dir, n, err)
+		}
+	}
+}
+
+func TestVolatile(t *testing.T) {
+	got, err := Volatile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the test's temporary directory is on %q", got)
+	if got, err := Volatile("/dev/shm"); err == nil && got != "tmpfs" {
+		t.Errorf("Volatile(/dev/shm) = %q, want tmpfs", got)
+	}
+	if _, err := Volatile(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("Volatile of a missing directory succeeded")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -275,6 +276,10 @@ func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (l
 		creq.Options = class.LVCreateOptions
 		if marked, err = p.cfg.Marks.Has(class.VolumeGroup, c.lvName); err == nil && !marked {
 			err = p.cfg.Marks.Mark(class.VolumeGroup, c.lvName)
+		}
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// The node's disk, not the volume group: another node may do.
+			return nil, false, errorf(ErrNoRoom, "volume %q: the disk of this node's carve state directory (--state-dir) is full, so carve cannot mark the volume it would make: %v", c.Name, err)
 		}
 		if err != nil {
 			return nil, false, errorf(ErrInternal, "volume %q: %v", c.Name, err)

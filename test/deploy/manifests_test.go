@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +56,9 @@ var provisionerFlags = []string{
 	"--immediate-topology=false",
 	"--extra-create-metadata",
 	"--leader-election",
+	"--leader-election-lease-duration=10s",
+	"--leader-election-renew-deadline=6s",
+	"--leader-election-retry-period=2s",
 	"--leader-election-namespace=$(NAMESPACE)",
 	"--http-endpoint=:9811",
 	"--kube-api-qps=50",
@@ -67,6 +71,9 @@ var provisionerFlags = []string{
 var snapshotterFlags = []string{
 	"--csi-address=/csi/csi.sock",
 	"--leader-election",
+	"--leader-election-lease-duration=10s",
+	"--leader-election-renew-deadline=6s",
+	"--leader-election-retry-period=2s",
 	"--leader-election-namespace=$(NAMESPACE)",
 	"--feature-gates=CSIVolumeGroupSnapshot=false",
 }
@@ -270,6 +277,7 @@ func TestNodeDaemonSet(t *testing.T) {
 		{"/run/lock/lvm", "/run/lock/lvm", ""},
 		{"/csi", "/var/lib/kubelet/plugins/lvm.carve.dev", ""},
 		{"/registration", "/var/lib/kubelet/plugins_registry", ""},
+		{"/var/lib/carve", "/var/lib/carve", ""},
 	} {
 		m, ok := mounts[tc.mountPath]
 		if !ok {
@@ -307,6 +315,7 @@ func TestNodeDaemonSet(t *testing.T) {
 		"--node-channel-address":    "$(POD_IP):9809",
 		"--node-channel-ca-file":    "/etc/carve/node-channel/ca.crt",
 		"--node-channel-token-file": "/var/run/secrets/carve.dev/token",
+		"--state-dir":               "/var/lib/carve",
 	} {
 		if got, _ := flagValue(plugin.Args, flag); got != want {
 			t.Errorf("plugin %s=%q, want %q", flag, got, want)
@@ -658,6 +667,24 @@ func TestControllerDeployment(t *testing.T) {
 	resizer := container(t, spec, "csi-resizer")
 	if !slices.Contains(resizer.Args, "--leader-election") {
 		t.Errorf("csi-resizer args %v lack --leader-election", resizer.Args)
+	}
+	// A replica that stops dead keeps its leases until they expire: the
+	// other replica's sidecars take over within lease + one retry, which
+	// must leave room in issue 21's 20 s for the new leader to start.
+	for _, name := range []string{"csi-provisioner", "csi-snapshotter", "csi-resizer"} {
+		args := container(t, spec, name).Args
+		dur := func(flag string) time.Duration {
+			v, _ := flagValue(args, flag)
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Errorf("%s %s=%q: %v", name, flag, v, err)
+			}
+			return d
+		}
+		lease, renew, retry := dur("--leader-election-lease-duration"), dur("--leader-election-renew-deadline"), dur("--leader-election-retry-period")
+		if lease+retry > 15*time.Second || !(retry < renew && renew < lease) {
+			t.Errorf("%s leases %v/%v/%v: want retry < renew < lease and a takeover (lease + retry) within 15 s", name, lease, renew, retry)
+		}
 	}
 	if got, _ := flagValue(resizer.Args, "--csi-address"); got != "/csi/csi.sock" {
 		t.Errorf("csi-resizer --csi-address=%q", got)

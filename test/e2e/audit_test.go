@@ -35,13 +35,15 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 		t.Fatal(err)
 	}
 	volName := "pvc-" + string(pvc.UID)
-	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Through carve's controller, which routes by the topology to n: an
+	// LV that no provisioner asked for, so no PV will name it.
+	conn, err := grpc.NewClient("unix://"+bed.Central.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		if err := conn.Close(); err != nil {
-			t.Errorf("closing the connection to %s: %v", n.Socket, err)
+			t.Errorf("closing the connection to %s: %v", bed.Central.Socket, err)
 		}
 	}()
 	seg := &csi.Topology{Segments: map[string]string{cluster.TopologyKey: n.Name}}

@@ -326,15 +326,15 @@ func channelGarbage(t *testing.T, ctrl csi.ControllerClient) {
 	}
 }
 
-// channelKilledController: the node made the volume but the controller
-// died before answering (here: the agent is asked directly, as the
-// controller would have, then the test bed's carve controller is killed
-// with SIGKILL and started again, its sidecars with it). The retry through
+// channelKilledController: the node made the volume and the controller
+// died before the caller heard of it (here: a create through the
+// controller, then the test bed's carve controller is killed with SIGKILL
+// and started again, its sidecars with it). The retry through
 // the new controller process, which enrolls the nodes again with the CA in
 // the Secret, answers that same volume; the node holds one LV.
 func channelKilledController(t *testing.T, ctx context.Context) {
 	n := bed.Node("node-medium")
-	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+bed.Central.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

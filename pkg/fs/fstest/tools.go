@@ -7,6 +7,7 @@ package fstest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
@@ -30,13 +31,18 @@ type Tools struct {
 	ctxErrs []error
 	// holds are the commands Hold keeps running: closed when released.
 	holds map[string]chan struct{}
+	// unfinished are the devices whose filesystem an mkfs did not finish,
+	// mounted those a read-write mount ever held (superblocks ReadHead
+	// shows; e2fsck fails on an unfinished one).
+	unfinished, mounted map[string]bool
 }
 
 var _ utilexec.Interface = (*Tools)(nil)
 
 // New returns a fake with blank devices.
 func New() *Tools {
-	return &Tools{formats: map[string]string{}, sizes: map[string]uint64{}, fail: map[string]error{}}
+	return &Tools{formats: map[string]string{}, sizes: map[string]uint64{}, fail: map[string]error{},
+		unfinished: map[string]bool{}, mounted: map[string]bool{}}
 }
 
 // PartitionTable is what SetFormat takes for a device holding a partition
@@ -49,6 +55,48 @@ func (t *Tools) SetFormat(device, format string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.formats[device] = format
+	delete(t.unfinished, device)
+}
+
+// SetRemains puts on device what an mkfs of fsType that never ended
+// leaves: blkid names fsType, the superblock says unfinished (xfs's
+// in-progress flag; an ext4 never mounted), e2fsck -n fails.
+func (t *Tools) SetRemains(device, fsType string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.formats[device] = fsType
+	t.unfinished[device] = true
+}
+
+// SetMounted makes the superblock on device say that a read-write mount
+// held it (an ext4's mount time and count).
+func (t *Tools) SetMounted(device string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.mounted[device] = true
+}
+
+// ReadHead implements fs.HeadReader: the superblock of what SetFormat,
+// SetRemains, SetMounted and mkfs put on device (xfs and ext2/3/4; zeros
+// for anything else).
+func (t *Tools) ReadHead(device string, n int) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	head := make([]byte, max(n, 2048))
+	switch t.formats[device] {
+	case "xfs":
+		copy(head, "XFSB")
+		if t.unfinished[device] {
+			head[126] = 1 // sb_inprogress
+		}
+	case "ext2", "ext3", "ext4":
+		binary.LittleEndian.PutUint16(head[1024+56:], 0xEF53) // s_magic
+		if t.mounted[device] {
+			binary.LittleEndian.PutUint32(head[1024+44:], 1764115200) // s_mtime
+			binary.LittleEndian.PutUint16(head[1024+52:], 1)          // s_mnt_count
+		}
+	}
+	return head[:n], nil
 }
 
 // Format returns the signature on device.
@@ -202,7 +250,12 @@ func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
 		return []byte("DEVNAME=" + last + "\nTYPE=" + f + "\n"), nil
 	case strings.HasPrefix(name, "mkfs."):
 		t.formats[last] = strings.TrimPrefix(name, "mkfs.")
+		delete(t.unfinished, last)
+		delete(t.mounted, last)
 		return nil, nil
+	case name == "e2fsck" && t.unfinished[last]:
+		// 4: errors left uncorrected (-n corrects nothing).
+		return []byte(last + ": bad superblock"), testingexec.FakeExitError{Status: 4}
 	case name == "blockdev":
 		size, ok := t.sizes[last]
 		if !ok {

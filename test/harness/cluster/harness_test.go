@@ -130,6 +130,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	}
 	for _, f := range []struct{ flag, want string }{
 		{"kubelet-registration-dir", ""}, {"node-channel-address", n.ChannelAddr},
+		{"state-dir", "/run/state"}, {"allow-volatile-state-dir", "true"},
 		// The node agent has no API access: no kubeconfig, and no flag
 		// of the audit that moved to the controller.
 		{"node-channel-ca-file", n.ChannelCAFile}, {"node-channel-token-file", n.ChannelTokenFile},

@@ -210,14 +210,17 @@ func nodeConfig(shipped *config.Config, vg string) *config.Config {
 }
 
 // pluginFlags are the flags of the DaemonSet's carve container that the
-// harness replaces: the node's own socket, device-class file, metrics
-// port, node-channel port and the files the kubelet would mount, and no
-// kubelet registration (no kubelet runs on a simulated node;
+// harness replaces: the node's own socket, state directory (beside the
+// socket, on whatever the run directory is on), device-class file,
+// metrics port, node-channel port and the files the kubelet would mount,
+// and no kubelet registration (no kubelet runs on a simulated node;
 // createNodeObjects writes what registration would). No kubeconfig: the
 // node agent uses no Kubernetes API, as in the DaemonSet.
 func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 	flags := []FlagValue{
 		{"endpoint", "unix://" + n.Socket},
+		{"state-dir", filepath.Join(filepath.Dir(n.Socket), "state")},
+		{"allow-volatile-state-dir", "true"},
 		{"config", n.ConfigFile},
 		{"metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort)},
 		{"kubelet-registration-dir", ""},

@@ -129,11 +129,16 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// FreePort asks the kernel for a free TCP port on 127.0.0.1. The port is
-// released before use, so a race with another program is possible but
-// harmless in practice: the program that loses fails to start and says so.
+// FreePort asks the kernel for a TCP port free on every address: the
+// processes listen on 127.0.0.1 or on the host's own address (node agents'
+// node channel), and a port asked on 127.0.0.1 alone may be one an agent
+// already holds on the host's address (60 simulated nodes met that: one
+// agent failed to bind and its endpoint reached another node's agent, whose
+// enrollment the controller refused). The port is released before use, so
+// a race with another program is possible but rare: the program that loses
+// fails to start and says so.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", ":0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}

@@ -140,8 +140,10 @@ mount -t cgroup2 none /sys/fs/cgroup || fail cgroup2
 # (containerd's overlayfs cannot sit on the guest's overlay root).
 blkid /dev/vda > /dev/null || mkfs.ext4 -q -F /dev/vda || fail 'mkfs system disk'
 mkdir -p /var/lib/node && mount /dev/vda /var/lib/node || fail 'mount system disk'
-mkdir -p /var/lib/node/kubelet /var/lib/node/containerd /var/lib/kubelet /var/lib/containerd
+# carve's state directory (the DaemonSet's hostPath /var/lib/carve) too.
+mkdir -p /var/lib/node/kubelet /var/lib/node/containerd /var/lib/node/carve /var/lib/kubelet /var/lib/containerd /var/lib/carve
 mount --bind /var/lib/node/kubelet /var/lib/kubelet && mount --bind /var/lib/node/containerd /var/lib/containerd || fail 'bind mounts'
+mount --bind /var/lib/node/carve /var/lib/carve || fail 'bind mount of carve state'
 # Bidirectional mount propagation (the CSI plugin's mounts reaching the
 # kubelet) needs shared mounts.
 mount --make-rshared /

@@ -86,6 +86,9 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 		"--node-name", opts.NodeName,
 		"--config", cfg,
 		"--kubelet-registration-dir=",
+		// The state directory is Dir (the socket's), which may be a
+		// tmpfs (the guest's /tmp): the tests outlive no reboot.
+		"--allow-volatile-state-dir",
 	}
 	if opts.MaxVolumes > 0 {
 		args = append(args, "--max-volumes", strconv.Itoa(opts.MaxVolumes))

@@ -36,6 +36,16 @@ release: {{ . | quote }}
 {{ toYaml (dict "deviceClasses" .) }}
 {{- end }}
 
+{{/* The sidecars' leader election. A replica that stops dead holds its
+lease until it expires: the other takes over after at most the lease
+duration plus one retry period (docs/operations.md). */}}
+{{- define "carve.leaderElectionArgs" -}}
+- --leader-election
+- --leader-election-lease-duration={{ .Values.controller.leaderElection.leaseDuration }}
+- --leader-election-renew-deadline={{ .Values.controller.leaderElection.renewDeadline }}
+- --leader-election-retry-period={{ .Values.controller.leaderElection.retryPeriod }}
+{{- end }}
+
 {{/* -v and --logging-format of carve or a sidecar, when not the defaults.
 dict: level, format. */}}
 {{- define "carve.logArgs" -}}

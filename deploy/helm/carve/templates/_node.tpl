@@ -130,6 +130,9 @@ spec:
             # path the socket-dir volume has on the host.
             - --kubelet-registration-dir=/registration
             - --kubelet-csi-socket={{ $pluginDir }}/csi.sock
+            # carve's own directory on the node's disk (node.stateDir):
+            # the marks of volumes being made and formatted.
+            - --state-dir=/var/lib/carve
             # The node channel: the pod's own address (the one its
             # EndpointSlice names), the CA bundle and the projected token.
             - --node-channel-address=$(POD_IP):{{ $v.node.nodeChannelPort }}
@@ -188,6 +191,8 @@ spec:
               mountPath: /csi
             - name: registration-dir
               mountPath: /registration
+            - name: state-dir
+              mountPath: /var/lib/carve
             - name: kubelet-dir
               mountPath: {{ $v.kubeletDir }}
               mountPropagation: Bidirectional
@@ -212,6 +217,12 @@ spec:
           hostPath:
             path: {{ $v.kubeletDir }}/plugins_registry
             type: Directory
+        # Only carve mounts it; it must outlive the pod and the node's
+        # reboots (carve refuses a tmpfs or ramfs).
+        - name: state-dir
+          hostPath:
+            path: {{ $v.node.stateDir }}
+            type: DirectoryOrCreate
         - name: kubelet-dir
           hostPath:
             path: {{ $v.kubeletDir }}

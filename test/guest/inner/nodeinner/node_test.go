@@ -49,8 +49,12 @@ type env struct {
 	config string
 	plugin *plugintest.Plugin
 	log    *os.File
-	// pluginEnv is added to the plugin's environment.
-	pluginEnv []string
+	// pluginEnv is added to the plugin's environment, pluginArgs to its
+	// command line.
+	pluginEnv, pluginArgs []string
+	// notReadyOK starts the plugin even when it is not ready (a class's
+	// volume group missing).
+	notReadyOK bool
 	// volumeContext is what CreateVolume returned for each volume ID;
 	// kubelet hands it to NodeStage and NodePublish, and so do these tests.
 	volumeContext map[string]map[string]string
@@ -107,7 +111,7 @@ func (e *env) start() {
 	e.t.Helper()
 	p, err := plugintest.Start(context.Background(), plugintest.Options{
 		Binary: *carveBin, Dir: e.dir, NodeName: nodeName, Config: e.config,
-		Env: append(e.vg.Env(), e.pluginEnv...), Log: e.log, OwnProcessGroup: true,
+		Env: append(e.vg.Env(), e.pluginEnv...), ExtraArgs: e.pluginArgs, NotReadyOK: e.notReadyOK, Log: e.log, OwnProcessGroup: true,
 	})
 	if err != nil {
 		e.t.Fatalf("%v (plugin log: %s)", err, e.log.Name())

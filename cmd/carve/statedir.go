@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/pkg/marks"
+)
+
+// stateKinds are the kinds of marks in the state directory, each a
+// directory of its own: volumes being made, filesystems being made.
+var stateKinds = []string{"unfinished", "formatting"}
+
+// openState opens the plugin's marks in its state directory: refused on a
+// filesystem a reboot empties (unless --allow-volatile-state-dir), and
+// with the marks an earlier carve left in the --endpoint socket's
+// directory moved in, so that an upgrade loses none.
+func openState(ctx context.Context, o *PluginOptions) (unfinished, formatting *marks.Marks, err error) {
+	dir, err := o.stateDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := refuseVolatile(ctx, dir, o.AllowVolatileStateDir); err != nil {
+		return nil, nil, err
+	}
+	sock, err := driver.ParseEndpoint(o.Endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	oldDir, err := filepath.Abs(filepath.Dir(sock))
+	if err != nil {
+		return nil, nil, err
+	}
+	opened := make([]*marks.Marks, len(stateKinds))
+	for i, kind := range stateKinds {
+		m, err := marks.Open(filepath.Join(dir, kind))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--state-dir %s: %w", dir, err)
+		}
+		n, err := m.Adopt(filepath.Join(oldDir, kind))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--state-dir %s: moving the marks an earlier carve left in %s: %w", dir, oldDir, err)
+		}
+		if n > 0 {
+			klog.FromContext(ctx).Info("Moved the marks an earlier carve kept in the socket's directory into the state directory",
+				"kind", kind, "marks", n, "from", filepath.Join(oldDir, kind), "to", m.Dir())
+		}
+		opened[i] = m
+	}
+	return opened[0], opened[1], nil
+}
+
+// refuseVolatile refuses a state directory on tmpfs or ramfs unless
+// allowed; a directory that does not exist yet is judged by the nearest
+// one above it that does (where marks.Open will make it).
+func refuseVolatile(ctx context.Context, dir string, allow bool) error {
+	probe := dir
+	for {
+		fsName, err := marks.Volatile(probe)
+		if err == nil {
+			if fsName == "" {
+				return nil
+			}
+			if allow {
+				klog.FromContext(ctx).Info("The state directory is on a filesystem a reboot empties; carve's marks will not outlive one (--allow-volatile-state-dir)",
+					"stateDir", dir, "filesystem", fsName)
+				return nil
+			}
+			return fmt.Errorf("--state-dir %s is on %s, which a reboot empties: carve's marks of volumes being made and formatted would be lost with the node's power, and a half-erased volume handed out; "+
+				"give carve a directory on the node's disk (the DaemonSet mounts the host's /var/lib/carve), or pass --allow-volatile-state-dir to accept the risk", dir, fsName)
+		}
+		parent := filepath.Dir(probe)
+		if !errors.Is(err, fs.ErrNotExist) || parent == probe {
+			return fmt.Errorf("--state-dir %s: %w", dir, err)
+		}
+		probe = parent
+	}
+}

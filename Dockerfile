@@ -1,5 +1,8 @@
-# carve's container image: one static binary (every role is a subcommand) on
-# a Debian runtime that carries the programs the plugin runs: lvm2 (and
+# carve's container image: two static binaries of cmd/carve, carve (every
+# role is a subcommand; the controller Deployment runs it) and carve-node
+# (built with -tags nodeagent: the node agent's plugin role without any
+# Kubernetes client, half the resident memory; the node DaemonSets run it),
+# on a Debian runtime that carries the programs the plugin runs: lvm2 (and
 # thin_check, which lvm runs when it activates a thin pool), mkfs/fsck/grow
 # tools for ext4, xfs and btrfs, and util-linux/mount (mount, umount, blkid,
 # blockdev, findmnt). test/deploy checks that every program carve runs comes
@@ -27,7 +30,10 @@ ARG TARGETOS
 ARG TARGETARCH
 RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
-      -o /out/carve ./cmd/carve
+      -o /out/carve ./cmd/carve \
+ && GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath -tags nodeagent \
+      -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
+      -o /out/carve-node ./cmd/carve
 
 FROM debian:${DEBIAN_RELEASE}-slim
 ARG VERSION=dev
@@ -47,4 +53,5 @@ RUN apt-get update \
       mount \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/carve /usr/local/bin/carve
+COPY --from=build /out/carve-node /usr/local/bin/carve-node
 ENTRYPOINT ["/usr/local/bin/carve"]

@@ -15,8 +15,12 @@ all: build
 generate:
 	@GO='$(GO)' ./hack/generate.sh
 
+# carve-node is the node agent's binary: cmd/carve with -tags nodeagent,
+# the plugin role without the controller and so without client-go (about
+# half the resident memory of carve plugin; docs/benchmarks.md).
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/carve ./cmd/carve
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -tags nodeagent -o $(BIN)/carve-node ./cmd/carve
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-carve ./cmd/kubectl-carve
 
 # carve's image from the Dockerfile with Debian's buildah: no daemon, no
@@ -42,14 +46,17 @@ lint: cachedir
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
+	$(GO) vet -tags nodeagent ./cmd/carve
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
 	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
+	$(CACHE)/bin/golangci-lint run --build-tags nodeagent ./cmd/carve
 	@test -f $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) && touch $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION); }
 	$(CACHE)/bin/actionlint .github/workflows/*.yaml
 
-# Pure logic; no root.
+# Pure logic; no root. cmd/carve also as carve-node (-tags nodeagent).
 test-unit:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags nodeagent ./cmd/carve
 
 # Each fuzz target for FUZZTIME, one after the other (go test -fuzz takes
 # one target per run). Their seed corpora already run in test-unit.

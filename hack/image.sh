@@ -10,8 +10,9 @@
 #                                                     built from (sha256sum)
 #
 # <key> covers every input: the Dockerfile and .dockerignore, go.mod/go.sum,
-# the Go files cmd/carve is built from, VERSION, the image name, the base
-# images' keys and this script. A warm run (same key) does nothing.
+# the Go files cmd/carve is built from (carve, and carve-node with -tags
+# nodeagent), VERSION, the image name, the base images' keys and this
+# script. A warm run (same key) does nothing.
 #
 # The Dockerfile's FROM images cannot be pulled, so they are made here and
 # kept in a private buildah store ($CARVE_CACHE/images/buildah), each keyed
@@ -108,10 +109,12 @@ for b in "${bases[@]}"; do
 done
 
 # What cmd/carve is built from, as the build stage builds it (CGO_ENABLED=0),
-# and the archive writer.
-mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
-	'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' \
-	./cmd/carve ./test/harness/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
+# carve and carve-node (-tags nodeagent), and the archive writer.
+srcsof() {
+	(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
+		'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' "$@")
+}
+mapfile -t srcs < <({ srcsof ./cmd/carve ./test/harness/ociimage/cmd/ociarchive && srcsof -tags nodeagent ./cmd/carve; } | sed "s|^$root/||" | sort -u)
 [ ${#srcs[@]} -gt 0 ] || die "go list found no source files for ./cmd/carve"
 ctx_files=(Dockerfile go.mod go.sum hack/image.sh)
 [ -f "$root/.dockerignore" ] && ctx_files+=(.dockerignore)

@@ -1,3 +1,5 @@
+//go:build !nodeagent
+
 package main
 
 import (

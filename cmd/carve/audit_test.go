@@ -1,3 +1,5 @@
+//go:build !nodeagent
+
 package main
 
 import (
@@ -18,10 +20,6 @@ import (
 	"github.com/carve-csi/carve/pkg/vgview"
 	"github.com/carve-csi/carve/pkg/volume"
 )
-
-type stubReporter struct{ r *lvm.Report }
-
-func (s stubReporter) Report(context.Context, ...string) (*lvm.Report, error) { return s.r, nil }
 
 // TestAuditSeesOnlyCarveLVs: the audit's LVs, as the controller reads a
 // node agent's inventory, are carve's own in the configured volume groups,

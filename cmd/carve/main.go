@@ -1,9 +1,16 @@
-// Command carve is carve's one binary; its roles are subcommands:
+// Command carve is carve's program; its roles are subcommands:
 //
-//	carve plugin      the CSI plugin on every node (Identity, Controller, Node)
-//	carve controller  the cluster-wide Identity and Controller for csi-resizer
+//	carve plugin      the node agent on every node (Identity, Controller, Node)
+//	carve controller  the cluster-wide Identity and Controller the sidecars call
 //	carve version     prints the version (so do carve --version and
 //	                  carve <role> --version)
+//
+// Built with -tags nodeagent it is carve-node, the node agent's binary: the
+// same plugin and version roles without the controller, and so without
+// any Kubernetes client (client-go), which would double the agent's
+// resident memory (docs/benchmarks.md). Every file of the controller role,
+// and every file that imports client-go, is built only without the tag
+// (//go:build !nodeagent); TestNodeAgentLinksNoKubernetesClient checks it.
 //
 // Logging flags are component-base's, as the CSI sidecars have them: -v,
 // --vmodule and --logging-format=text|json.
@@ -40,24 +47,22 @@ type role struct {
 	summary string
 	// flags registers the role's options on fs and returns their Validate.
 	flags func(fs *flag.FlagSet) (validate func() error, run func(ctx context.Context) error)
+	// absent, when set, says why this binary lacks the role and where it
+	// is; flags is then nil.
+	absent string
 }
 
 func roles(stdout io.Writer) map[string]role {
 	return map[string]role{
-		"plugin": {"the CSI plugin on every node: Identity, Controller and Node for its volume groups",
-			func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
+		"plugin": {summary: "the CSI plugin on every node: Identity, Controller and Node for its volume groups",
+			flags: func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
 				var o PluginOptions
 				o.AddFlags(fs)
 				return o.Validate, func(ctx context.Context) error { return runPlugin(ctx, &o) }
 			}},
-		"controller": {"the cluster-wide Identity and Controller services that csi-resizer talks to",
-			func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
-				var o ControllerOptions
-				o.AddFlags(fs)
-				return o.Validate, func(ctx context.Context) error { return runController(ctx, &o) }
-			}},
-		"version": {"print the version",
-			func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
+		"controller": controllerRole(),
+		"version": {summary: "print the version",
+			flags: func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
 				return func() error { return nil }, func(context.Context) error {
 					_, err := fmt.Fprintf(stdout, "carve %s\n", version.Version)
 					return err
@@ -78,9 +83,15 @@ func say(stderr io.Writer, format string, a ...any) {
 func run(args []string, stdout, stderr io.Writer) int {
 	rs := roles(stdout)
 	usage := func() {
-		say(stderr, "usage: carve <plugin|controller|version> [flags]; carve <role> -h lists the role's flags\n")
-		for _, n := range []string{"plugin", "controller", "version"} {
-			say(stderr, "  %-10s  %s\n", n, rs[n].summary)
+		names := []string{"plugin", "controller", "version"}
+		here := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return rs[n].absent != "" })
+		say(stderr, "usage: %s <%s> [flags]; %s <role> -h lists the role's flags\n", program, strings.Join(here, "|"), program)
+		for _, n := range names {
+			if r := rs[n]; r.absent != "" {
+				say(stderr, "  %-10s  %s\n", n, r.absent)
+			} else {
+				say(stderr, "  %-10s  %s\n", n, r.summary)
+			}
 		}
 	}
 	if len(args) == 0 {
@@ -96,8 +107,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			usage()
 			return 0
 		}
-		say(stderr, "carve: unknown role %q\n", args[0])
+		say(stderr, "%s: unknown role %q\n", program, args[0])
 		usage()
+		return 2
+	}
+	if r.absent != "" {
+		say(stderr, "%s %s: %s\n", program, args[0], r.absent)
 		return 2
 	}
 	fs := flag.NewFlagSet("carve "+args[0], flag.ContinueOnError)

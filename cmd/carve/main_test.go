@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,11 @@ func TestRunUsageAndVersion(t *testing.T) {
 		{name: "missing config file fails the role", args: []string{"plugin", "--node-name", "n1", "--config", "/nonexistent/carve.yaml", "--endpoint", "unix:///tmp/x.sock"}, code: 1},
 	}
 	for _, tt := range tests {
+		// carve-node (-tags nodeagent) has no controller: each case of a
+		// role it lacks is refused, saying where the role is.
+		if len(tt.args) > 0 && roles(io.Discard)[tt.args[0]].absent != "" {
+			tt.code, tt.stdout, tt.stderr = 2, "", []string{program + " " + tt.args[0] + ": " + roles(io.Discard)[tt.args[0]].absent}
+		}
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("NODE_NAME", "")
 			var stdout, stderr bytes.Buffer
@@ -197,54 +203,6 @@ func TestLoggingFormatJSON(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestControllerOptions(t *testing.T) {
-	valid := func() ControllerOptions {
-		return ControllerOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
-			LostNodesInterval: time.Minute, LeaderElection: true, Audit: AuditOptions{Interval: time.Minute, Grace: 10 * time.Minute}}
-	}
-	tests := []struct {
-		name string
-		mod  func(o *ControllerOptions)
-		want string // "" means valid
-	}{
-		{"defaults", func(*ControllerOptions) {}, ""},
-		{"watch off", func(o *ControllerOptions) { o.LostNodesInterval = 0 }, ""},
-		{"deleting claims", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes = true }, ""},
-		{"watch too often", func(o *ControllerOptions) { o.LostNodesInterval = time.Millisecond }, "--lost-nodes-interval"},
-		{"negative interval", func(o *ControllerOptions) { o.LostNodesInterval = -time.Second }, "--lost-nodes-interval"},
-		{"deleting claims without the watch", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes, o.LostNodesInterval = true, 0 }, "--delete-claims-of-lost-nodes"},
-		{"bad endpoint", func(o *ControllerOptions) { o.Endpoint = "tcp://x:1" }, "--endpoint"},
-		{"routing", func(o *ControllerOptions) { o.Route = routing() }, ""},
-		{"routing without a namespace", func(o *ControllerOptions) { o.Route = routing(); o.Route.Namespace = "" }, "--node-channel-namespace"},
-		{"routing without a capacity namespace", func(o *ControllerOptions) { o.Route = routing(); o.Route.CapacityNamespace = "" }, "--capacity-namespace"},
-		{"routing without a port name", func(o *ControllerOptions) { o.Route = routing(); o.Route.PortName = "" }, "--node-channel-port-name"},
-		{"routing without the node service account", func(o *ControllerOptions) { o.Route = routing(); o.Route.ServiceAccount = "" }, "--node-service-account"},
-		{"routing without an audience", func(o *ControllerOptions) { o.Route = routing(); o.Route.Audience = "" }, "--node-token-audience"},
-		{"routing without a CA name", func(o *ControllerOptions) { o.Route = routing(); o.Route.CAName = "" }, "--node-channel-ca"},
-		{"no routing: its other flags are not read", func(o *ControllerOptions) { o.Route = RouteOptions{} }, ""},
-		{"audit off", func(o *ControllerOptions) { o.Audit.Interval = 0 }, ""},
-		{"audit too often", func(o *ControllerOptions) { o.Audit.Interval = time.Millisecond }, "--audit-interval"},
-		{"negative audit interval", func(o *ControllerOptions) { o.Audit.Interval = -time.Second }, "--audit-interval"},
-		{"no grace period", func(o *ControllerOptions) { o.Audit.Grace = 0 }, "--orphan-grace-period"},
-		{"removing orphans", func(o *ControllerOptions) { o.Route = routing(); o.Audit.RemoveOrphans = true }, ""},
-		{"removing orphans without the audit", func(o *ControllerOptions) { o.Route = routing(); o.Audit.RemoveOrphans, o.Audit.Interval = true, 0 }, "--remove-orphans"},
-		{"removing orphans without the node channel", func(o *ControllerOptions) { o.Audit.RemoveOrphans = true }, "--remove-orphans: needs the node channel"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := valid()
-			tt.mod(&o)
-			checkValidate(t, o.Validate(), tt.want)
-		})
-	}
-}
-
-// routing is a complete set of the controller's routing flags.
-func routing() RouteOptions {
-	return RouteOptions{Service: "carve-node", Namespace: "carve-system", CapacityNamespace: "carve-system",
-		PortName: "node-channel", ServiceAccount: "carve-node", Audience: "carve-controller", CAName: "carve-node-channel-ca"}
 }
 
 // checkValidate fails t unless err is nil when want is empty, or names

@@ -26,6 +26,11 @@ import (
 	"github.com/carve-csi/carve/pkg/vgview"
 )
 
+// stubReporter is an lvm that always reports r.
+type stubReporter struct{ r *lvm.Report }
+
+func (s stubReporter) Report(context.Context, ...string) (*lvm.Report, error) { return s.r, nil }
+
 // freeAddr is a loopback address nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()

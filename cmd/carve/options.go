@@ -181,47 +181,6 @@ func (o *NodeChannelOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// AuditOptions configure the controller's audit of the nodes' LVs
-// against carve's PersistentVolumes (docs/operations.md: orphaned volumes,
-// missing data).
-type AuditOptions struct {
-	// Interval is how often the audit runs; 0 turns it off. It runs only
-	// with the node channel (--node-channel-service): the nodes'
-	// inventories come over it.
-	Interval time.Duration
-	// Grace is how long an LV must lack a PV (or a PV its LV) before it is
-	// reported: longer than any CreateVolume and the PV write after it.
-	Grace time.Duration
-	// RemoveOrphans removes an orphan once reported; off by default.
-	RemoveOrphans bool
-}
-
-// AddFlags registers the audit flags on fs.
-func (o *AuditOptions) AddFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&o.Interval, "audit-interval", time.Minute, "how often every node's carve LVs are compared with carve's PersistentVolumes (orphans, missing data), over the node channel; 0 turns the audit off")
-	fs.DurationVar(&o.Grace, "orphan-grace-period", 10*time.Minute, "how long an LV must have no PersistentVolume (or a PersistentVolume its LV) before it is reported; in-flight provisioning is never counted")
-	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "remove an orphaned LV (no PersistentVolume for --orphan-grace-period, and its claim gone), through its node's agent, instead of only reporting it")
-}
-
-// Validate checks the audit flags; routing tells whether the node channel
-// is on (--node-channel-service).
-func (o *AuditOptions) Validate(routing bool) error {
-	var errs []error
-	if o.Interval < 0 || o.Interval > 0 && o.Interval < time.Second {
-		errs = append(errs, fmt.Errorf("--audit-interval %v: must be 0 (off) or at least 1s", o.Interval))
-	}
-	if o.Grace < time.Second {
-		errs = append(errs, fmt.Errorf("--orphan-grace-period %v: must be at least 1s", o.Grace))
-	}
-	switch {
-	case o.RemoveOrphans && o.Interval == 0:
-		errs = append(errs, errors.New("--remove-orphans: needs the audit (--audit-interval > 0)"))
-	case o.RemoveOrphans && !routing:
-		errs = append(errs, errors.New("--remove-orphans: needs the node channel (--node-channel-service): orphans are removed through their node's agent"))
-	}
-	return errors.Join(errs...)
-}
-
 // MovedFlags are the flags `carve plugin` had while it audited its own
 // LVs; the audit runs in `carve controller` now, and the node agent uses
 // no Kubernetes API. They are still accepted on the command line, so that
@@ -366,55 +325,4 @@ func (o *PluginOptions) validateRegistration() []error {
 		errs = append(errs, fmt.Errorf("--kubelet-csi-socket %q: %d bytes long; a unix socket path has at most %d", p, len(p), maxSocketPath))
 	}
 	return errs
-}
-
-// ControllerOptions configure the `carve controller` role, which runs once
-// per cluster beside csi-resizer.
-type ControllerOptions struct {
-	CommonOptions
-	// Kubeconfig is the API server's kubeconfig; empty uses the pod's
-	// service account.
-	Kubeconfig string
-	// LostNodesInterval is how often the PVs of deleted nodes are looked
-	// for (also at every Node deletion); 0 turns the watch off, and with
-	// it every API access of the controller.
-	LostNodesInterval time.Duration
-	// DeleteClaimsOfLostNodes deletes the claims and PVs of deleted nodes
-	// instead of only reporting them.
-	DeleteClaimsOfLostNodes bool
-	// LeaderElection makes one replica at a time do each cluster duty:
-	// the lost-node watch, the capacity writer and the audit.
-	LeaderElection bool
-	// LeaderElectionNamespace holds the Lease; empty is the pod's own
-	// namespace.
-	LeaderElectionNamespace string
-	// Route configures routing to the node agents over the node channel.
-	Route RouteOptions
-	// Audit configures the comparison of the nodes' LVs with carve's PVs.
-	Audit AuditOptions
-}
-
-// AddFlags registers the controller flags on fs.
-func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
-	o.CommonOptions.AddFlags(fs)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
-	fs.DurationVar(&o.LostNodesInterval, "lost-nodes-interval", time.Minute, "how often the PersistentVolumes of deleted Nodes are looked for (also at every Node deletion); 0 turns the watch and all API access off")
-	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them")
-	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes, only the holder of carve-controller-capacity writes CSIStorageCapacity objects, and only the holder of carve-controller-audit audits the nodes' LVs")
-	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
-	o.Route.AddFlags(fs)
-	o.Audit.AddFlags(fs)
-}
-
-// Validate checks the controller flags.
-func (o *ControllerOptions) Validate() error {
-	errs := []error{o.CommonOptions.Validate()}
-	if o.LostNodesInterval < 0 || o.LostNodesInterval > 0 && o.LostNodesInterval < time.Second {
-		errs = append(errs, fmt.Errorf("--lost-nodes-interval %v: must be 0 (off) or at least 1s", o.LostNodesInterval))
-	}
-	if o.DeleteClaimsOfLostNodes && o.LostNodesInterval == 0 {
-		errs = append(errs, errors.New("--delete-claims-of-lost-nodes: needs the watch (--lost-nodes-interval > 0)"))
-	}
-	errs = append(errs, o.Route.Validate(), o.Audit.Validate(o.Route.Service != ""))
-	return errors.Join(errs...)
 }

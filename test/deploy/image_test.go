@@ -398,8 +398,9 @@ func TestImageProvidesEveryProgram(t *testing.T) {
 	t.Logf("the runtime stage installs %v", installed)
 }
 
-// TestDockerfileBuildsStatically: the build stage makes a static binary of
-// ./cmd/carve with the version stamped in, and the image runs it.
+// TestDockerfileBuildsStatically: the build stage makes static binaries of
+// ./cmd/carve with the version stamped in, carve and carve-node (-tags
+// nodeagent, the node agent's), and the image has both and runs carve.
 func TestDockerfileBuildsStatically(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
 	if err != nil {
@@ -413,6 +414,9 @@ func TestDockerfileBuildsStatically(t *testing.T) {
 		"-X github.com/carve-csi/carve/pkg/version.Version=${VERSION}",
 		"./cmd/carve",
 		"COPY --from=build /out/carve /usr/local/bin/carve",
+		"go build -trimpath -tags nodeagent",
+		"-o /out/carve-node ./cmd/carve",
+		"COPY --from=build /out/carve-node " + nodeAgentProgram,
 		`ENTRYPOINT ["/usr/local/bin/carve"]`,
 	} {
 		if !bytes.Contains(data, []byte(want)) {

@@ -314,6 +314,19 @@ func TestCarveImage(t *testing.T) {
 	// Every program carve runs, found as the image's PATH finds it, and
 	// loadable: the image's own dynamic loader resolves its libraries.
 	t.Run("has every program carve runs", func(t *testing.T) {
+		// The programs the manifests run from carve's image: the
+		// entrypoint, or a container's command (carve-node).
+		for _, prog := range manifestPrograms(t) {
+			host, err := ociimage.ResolveInRoot(root, prog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(host); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+				t.Errorf("the manifests run %s from carve's image; the image has no such program (%v)", prog, err)
+			} else if err := loadable(root, l, prog); err != nil {
+				t.Error(err)
+			}
+		}
 		pathDirs := imagePath(t, l)
 		for _, prog := range sortedKeys(requiredPrograms(t)) {
 			found := ""
@@ -343,12 +356,47 @@ func TestCarveImage(t *testing.T) {
 			t.Errorf("carve version in the image: %q, %v", out, err)
 		}
 	})
+	// The node DaemonSets run carve-node (its command), which has the
+	// plugin role and not the controller's.
+	t.Run("runs carve-node version", func(t *testing.T) {
+		out, err := inImage(root, l, nodeAgentProgram, "version")
+		if err != nil || !strings.HasPrefix(string(out), "carve ") {
+			t.Errorf("carve-node version in the image: %q, %v", out, err)
+		}
+		out, err = inImage(root, l, nodeAgentProgram, "controller")
+		if err == nil || !strings.Contains(string(out), "not in carve-node") {
+			t.Errorf("carve-node controller in the image: %q, %v; want it refused, naming the carve binary", out, err)
+		}
+	})
 	t.Run("runs lvm", func(t *testing.T) {
 		out, err := inImage(root, l, "lvm", "version")
 		if err != nil || !bytes.Contains(out, []byte("LVM version")) {
 			t.Errorf("lvm version in the image: %q, %v", out, err)
 		}
 	})
+}
+
+// manifestPrograms are the programs the base's containers run from
+// carve's image: their command's program, or the image's entrypoint when
+// they give none.
+func manifestPrograms(t *testing.T) []string {
+	t.Helper()
+	progs := map[string]bool{}
+	for _, spec := range podSpecs(t) {
+		for _, c := range spec.Containers {
+			switch {
+			case c.Image != pinnedImages["carve"]:
+			case len(c.Command) > 0:
+				progs[c.Command[0]] = true
+			default:
+				progs["/usr/local/bin/carve"] = true
+			}
+		}
+	}
+	if !progs[nodeAgentProgram] {
+		t.Errorf("no container of the base runs %s", nodeAgentProgram)
+	}
+	return sortedKeys(progs)
 }
 
 // loadable checks that the program p of the image can start there: a

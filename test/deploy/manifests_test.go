@@ -33,6 +33,10 @@ import (
 // The sidecar images carve is tested with (the releases the e2e tier
 // builds); bump them here, in the chart's values (then `make manifests`)
 // and in docs/install.md together.
+// nodeAgentProgram is what the node DaemonSets run from carve's image:
+// carve-node, cmd/carve built with -tags nodeagent (the Dockerfile).
+const nodeAgentProgram = "/usr/local/bin/carve-node"
+
 var pinnedImages = map[string]string{
 	"carve":           "ghcr.io/carve-csi/carve:v0.1.0",
 	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
@@ -301,6 +305,11 @@ func TestNodeDaemonSet(t *testing.T) {
 	if len(plugin.Args) == 0 || plugin.Args[0] != "plugin" {
 		t.Errorf("plugin args %v do not start with the plugin role", plugin.Args)
 	}
+	// carve-node: the node agent's binary, which links no Kubernetes
+	// client (the image's carve has the controller role too).
+	if !reflect.DeepEqual(plugin.Command, []string{nodeAgentProgram}) {
+		t.Errorf("the plugin's command is %v, want [%s]", plugin.Command, nodeAgentProgram)
+	}
 	for flag, want := range map[string]string{
 		"--endpoint":                "unix:///csi/csi.sock",
 		"--node-name":               "$(NODE_NAME)",
@@ -444,6 +453,8 @@ nodeGroups:
 		}
 		if cs := tmpl.Spec.Containers; len(cs) != 1 || cs[0].Name != "carve" || len(cs[0].Args) == 0 || cs[0].Args[0] != "plugin" {
 			t.Errorf("%s runs %d containers (%+v), want carve plugin alone", key, len(cs), cs)
+		} else if !reflect.DeepEqual(cs[0].Command, []string{nodeAgentProgram}) {
+			t.Errorf("%s runs %v plugin, want %s plugin", key, cs[0].Command, nodeAgentProgram)
 		}
 		if len(tmpl.Spec.InitContainers) > 0 {
 			t.Errorf("%s has init containers %+v", key, tmpl.Spec.InitContainers)

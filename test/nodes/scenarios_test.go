@@ -395,7 +395,8 @@ func TestPluginKilledWhilePodWrites(t *testing.T) {
 		}
 		return n
 	}
-	guestExec(t, "pkill -KILL -f '^/usr/local/bin/carve plugin'")
+	// The node agent is carve-node (the DaemonSet's command).
+	guestExec(t, "pkill -KILL -f '^/usr/local/bin/carve-node plugin'")
 	atKill := lines()
 	waitFor(t, podTimeout, "the carve container restarted and running", func(ctx context.Context) (bool, string, error) {
 		p := carvePod(t, ctx)

@@ -155,7 +155,11 @@ func startCentral(ctx context.Context, cs kubernetes.Interface, cp *ControlPlane
 	if err != nil {
 		return nil, err
 	}
-	c.carveCmd = processCmd{logs: logs, name: "controller-carve", bin: carveBin, args: args, env: env, lifetime: lifetime}
+	bin, err := containerProgram(carveBin, carveC)
+	if err != nil {
+		return nil, err
+	}
+	c.carveCmd = processCmd{logs: logs, name: "controller-carve", bin: bin, args: args, env: env, lifetime: lifetime}
 	c.carveArgs = slices.Clone(args)
 	klog.InfoS("Starting carve controller with the Deployment's flags", "args", args)
 	if err := c.startCarve(ctx); err != nil {

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -151,6 +153,12 @@ func TestShippedManifestsParse(t *testing.T) {
 	if ds.Spec.Template.Spec.ServiceAccountName == "" {
 		t.Error("the node DaemonSet names no service account; the harness binds the agents' tokens to it")
 	}
+	// Each simulated node runs what the DaemonSet runs: carve-node, beside
+	// the carve binary; the controller runs the image's entrypoint, carve.
+	bin := fakeBinaries(t, "carve", "carve-node")
+	if got, err := containerProgram(filepath.Join(bin, "carve"), plugin); err != nil || got != filepath.Join(bin, "carve-node") {
+		t.Errorf("the harness runs %q (%v) for the DaemonSet's %v plugin, want %s", got, err, plugin.Command, filepath.Join(bin, "carve-node"))
+	}
 	d, err := m.ControllerDeployment()
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +170,9 @@ func TestShippedManifestsParse(t *testing.T) {
 	carve, err := findContainer(spec, d.Name, "carve controller", isCarveController)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, err := containerProgram(filepath.Join(bin, "carve"), carve); err != nil || got != filepath.Join(bin, "carve") {
+		t.Errorf("the harness runs %q (%v) for the Deployment's carve controller, want %s", got, err, filepath.Join(bin, "carve"))
 	}
 	if _, err := nodeChannelOf(carve, d.Namespace, ds); err != nil && !strings.Contains(err.Error(), "IPv4") {
 		t.Error(err)
@@ -213,5 +224,44 @@ func TestParseManifestsRejectsObjectsWithoutKind(t *testing.T) {
 	_, err := ParseManifests([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nmetadata: {name: b}\n"), "x.yaml")
 	if err == nil || !strings.Contains(err.Error(), "x.yaml") {
 		t.Fatalf("error %v, want one naming x.yaml", err)
+	}
+}
+
+// fakeBinaries makes a directory with an empty executable of each name.
+func fakeBinaries(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestContainerProgram: the harness runs, for a container of carve's
+// image, the make build binary its command names, beside bin/carve.
+func TestContainerProgram(t *testing.T) {
+	bin := fakeBinaries(t, "carve", "carve-node")
+	carve := filepath.Join(bin, "carve")
+	for _, tc := range []struct {
+		name    string
+		command []string
+		want    string // "" means an error
+	}{
+		{"the entrypoint", nil, carve},
+		{"carve by its path", []string{"/usr/local/bin/carve"}, carve},
+		{"carve-node", []string{"/usr/local/bin/carve-node"}, filepath.Join(bin, "carve-node")},
+		{"a program make build does not build", []string{"/usr/local/bin/carve-other"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := containerProgram(carve, &corev1.Container{Name: "carve", Command: tc.command})
+			switch {
+			case tc.want == "" && (err == nil || !strings.Contains(err.Error(), "make build")):
+				t.Errorf("containerProgram = %q, %v; want an error that says make build", got, err)
+			case tc.want != "" && (err != nil || got != tc.want):
+				t.Errorf("containerProgram = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -234,10 +235,10 @@ func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 	return flags
 }
 
-// startPlugin starts `carve plugin` for the node with the args of the
-// DaemonSet's carve container, with pluginFlags replaced (extra are the
-// test bed's own, "--name=value"), with no API access (no kubeconfig, no
-// token), and waits for its socket.
+// startPlugin starts `carve plugin` for the node with the program and args
+// of the DaemonSet's carve container (carve-node, beside carveBin), with
+// pluginFlags replaced (extra are the test bed's own, "--name=value"),
+// with no API access (no kubeconfig, no token), and waits for its socket.
 func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, extra []string, lifetime time.Duration) error {
 	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
 	if err != nil {
@@ -258,8 +259,12 @@ func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, 
 		return err
 	}
 	env = append(append(env, n.VG.Env()...), "LVM_SUPPRESS_FD_WARNINGS=1")
-	klog.InfoS("Starting carve with the DaemonSet's flags", "node", n.Name, "args", args)
-	if n.plugin, err = startProcess(ctx, logs, n.Name+"-carve", carveBin, args, env, lifetime); err != nil {
+	bin, err := containerProgram(carveBin, c)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Starting carve with the DaemonSet's flags", "node", n.Name, "program", bin, "args", args)
+	if n.plugin, err = startProcess(ctx, logs, n.Name+"-carve", bin, args, env, lifetime); err != nil {
 		return err
 	}
 	return waitSocket(ctx, n.plugin, n.Socket, 60*time.Second)
@@ -373,6 +378,22 @@ func findContainer(spec *corev1.PodSpec, owner, what string, is func(*corev1.Con
 // daemonSetContainer is findContainer for the node DaemonSet.
 func daemonSetContainer(ds *appsv1.DaemonSet, what string, is func(*corev1.Container) bool) (*corev1.Container, error) {
 	return findContainer(&ds.Spec.Template.Spec, "DaemonSet "+ds.Namespace+"/"+ds.Name, what, is)
+}
+
+// containerProgram is the make build binary that stands for the program a
+// container of carve's image runs: carveBin (bin/carve, the image's
+// entrypoint) when the container names no command, else the binary of the
+// command's name beside carveBin (/usr/local/bin/carve-node is
+// bin/carve-node).
+func containerProgram(carveBin string, c *corev1.Container) (string, error) {
+	if len(c.Command) == 0 || path.Base(c.Command[0]) == filepath.Base(carveBin) {
+		return carveBin, nil
+	}
+	bin := filepath.Join(filepath.Dir(carveBin), path.Base(c.Command[0]))
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("container %s runs %s, and %s is not beside the carve binary (make build builds both): %w", c.Name, c.Command[0], filepath.Base(bin), err)
+	}
+	return bin, nil
 }
 
 // runsCarveRole returns a test for the container that runs `carve <role>`.

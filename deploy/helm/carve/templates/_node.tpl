@@ -15,7 +15,7 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 {{- end -}}
 # The node DaemonSet{{ if $g.name }} of node group {{ $g.name }} (nodes labelled
 # carve.dev/node-group={{ $g.name }}){{ end }}: the node agent, one container
-# (carve plugin) on every node that holds volumes. It serves the kubelet
+# (carve-node plugin) on every node that holds volumes. It serves the kubelet
 # (Node service, on the socket it registers in the kubelet's
 # plugins_registry directory) and, on the node channel (TLS port
 # node-channel), the controller: carve controller calls this node's
@@ -116,6 +116,10 @@ spec:
         - name: carve
           image: {{ include "carve.image" $root }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
+          # carve-node: the node agent's build of carve, without the
+          # controller role and any Kubernetes client (half the memory).
+          command:
+            - /usr/local/bin/carve-node
           args:
             - plugin
             - --endpoint=unix:///csi/csi.sock

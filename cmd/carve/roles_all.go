@@ -1,0 +1,22 @@
+//go:build !nodeagent
+
+package main
+
+import (
+	"context"
+	"flag"
+)
+
+// program is the binary's name in usage: carve, with every role.
+const program = "carve"
+
+// controllerRole is carve controller, which carve-node (-tags nodeagent)
+// leaves out.
+func controllerRole() role {
+	return role{summary: "the cluster-wide Identity and Controller services that csi-resizer talks to",
+		flags: func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
+			var o ControllerOptions
+			o.AddFlags(fs)
+			return o.Validate, func(ctx context.Context) error { return runController(ctx, &o) }
+		}}
+}

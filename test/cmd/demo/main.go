@@ -220,7 +220,7 @@ func waitPlaced(ctx context.Context, bed *cluster.Cluster, ns string, want int, 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node, %d on the real node not running", timeout, ns, bound, want, placed, want, waiting)
+			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node, %d on the real node not running%s", timeout, ns, bound, want, placed, want, waiting, unenrolledGuests(ctx, bed))
 		}
 		select {
 		case <-ctx.Done():
@@ -412,4 +412,32 @@ func quantity(q *resource.Quantity) string {
 		return fmt.Sprintf("%dMi", v>>20)
 	}
 	return q.String()
+}
+
+// unenrolledGuests explains a real node that carve controller never
+// enrolled: for none of them is there a CSIStorageCapacity object. The
+// controller runs as processes on this host and must reach each agent's
+// pod IP; a guest's pod network sits behind qemu's user networking, which
+// the host cannot route to (docs/development.md, "make demo").
+func unenrolledGuests(ctx context.Context, bed *cluster.Cluster) string {
+	caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	var missing []string
+	for _, g := range bed.GuestNodes {
+		found := false
+		for _, c := range caps.Items {
+			if c.NodeTopology != nil && c.NodeTopology.MatchLabels[cluster.TopologyKey] == g.Spec.Name {
+				found = true
+			}
+		}
+		if !found {
+			missing = append(missing, g.Spec.Name)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; carve controller has no capacity for %v: it runs on this host and cannot reach the node agent's pod IP inside the qemu guest (a known limitation of make demo since the node-channel layout: docs/development.md, \"make demo\")", missing)
 }

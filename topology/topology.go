@@ -7,7 +7,6 @@ package topology
 
 import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // Key is the topology key; its value is the Kubernetes node name.
@@ -66,22 +65,4 @@ func (n Node) HasCapacityIn(t *csi.Topology) bool {
 		return true
 	}
 	return n.Is(t)
-}
-
-// PinnedNode is the node a PersistentVolume's required node affinity pins
-// it to on key (carve's is Key): csi-provisioner writes the segment
-// CreateVolume returned as a term with one In expression of one value.
-// "" when no term names a single node on key.
-func PinnedNode(pv *corev1.PersistentVolume, key string) string {
-	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
-		return ""
-	}
-	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-		for _, e := range term.MatchExpressions {
-			if e.Key == key && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
-				return e.Values[0]
-			}
-		}
-	}
-	return ""
 }

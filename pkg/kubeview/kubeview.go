@@ -20,6 +20,7 @@ import (
 
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
 )
 
 // deviceClassParam is the StorageClass parameter and volume context key
@@ -124,7 +125,7 @@ func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 		if csi == nil || csi.Driver != v.Driver {
 			continue
 		}
-		vol := Volume{PV: pv.Name, Node: topology.PinnedNode(&pv, topology.Key), DeviceClass: csi.VolumeAttributes[deviceClassParam],
+		vol := Volume{PV: pv.Name, Node: pinned.Node(&pv, topology.Key), DeviceClass: csi.VolumeAttributes[deviceClassParam],
 			Phase: string(pv.Status.Phase)}
 		if vg, lv, err := volume.ParseVolumeID(csi.VolumeHandle); err == nil {
 			vol.VolumeGroup, vol.LV = vg, lv

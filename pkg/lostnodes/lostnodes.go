@@ -26,7 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
 )
 
 // Event reasons.
@@ -151,7 +151,7 @@ func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver || pv.DeletionTimestamp != nil {
 		return Volume{}, false
 	}
-	v := Volume{PV: pv.Name, Node: topology.PinnedNode(pv, key)}
+	v := Volume{PV: pv.Name, Node: pinned.Node(pv, key)}
 	if v.Node == "" {
 		return Volume{}, false
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/volume"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
 )
 
 // Kinds of source a claim can restore or clone.
@@ -227,7 +227,7 @@ func (p *Placer) sourceNode(src source) (string, outcome) {
 		case pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.Driver:
 			return notCarve("PersistentVolume " + pv.Name + " is another driver's")
 		}
-		if n := topology.PinnedNode(pv, p.cfg.TopologyKey); n != "" {
+		if n := pinned.Node(pv, p.cfg.TopologyKey); n != "" {
 			return n, outcome{}
 		}
 		return unknown("its PersistentVolume %s names no node under %s", pv.Name, p.cfg.TopologyKey)

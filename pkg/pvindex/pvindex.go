@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
 )
 
 // ErrNotSynced is returned by a lookup before the cache holds its first
@@ -95,8 +95,8 @@ func (x *Index) NodesOf(handle string) ([]string, error) {
 	}
 	var nodes []string
 	for _, o := range objs {
-		if pv, ok := o.(*corev1.PersistentVolume); ok && !slices.Contains(nodes, topology.PinnedNode(pv, x.key)) {
-			nodes = append(nodes, topology.PinnedNode(pv, x.key))
+		if pv, ok := o.(*corev1.PersistentVolume); ok && !slices.Contains(nodes, pinned.Node(pv, x.key)) {
+			nodes = append(nodes, pinned.Node(pv, x.key))
 		}
 	}
 	slices.Sort(nodes)

@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	carvemetrics "github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
 )
 
 // Event reasons.
@@ -162,7 +162,7 @@ func (a *Auditor) pvsOf(pvs []*corev1.PersistentVolume) []PV {
 
 // PVFrom is the decision's view of a PersistentVolume of carve.
 func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
-	p := PV{Name: pv.Name, Node: topology.PinnedNode(pv, topologyKey),
+	p := PV{Name: pv.Name, Node: pinned.Node(pv, topologyKey),
 		Going: pv.DeletionTimestamp != nil ||
 			pv.Status.Phase == corev1.VolumeReleased && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete}
 	if pv.Spec.CSI != nil {

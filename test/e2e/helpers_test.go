@@ -24,7 +24,7 @@ import (
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
 )
 
 const (
@@ -359,7 +359,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 
 // pvNode is the node named by a PV's required node affinity on carve's
 // topology key.
-func pvNode(pv *corev1.PersistentVolume) string { return topology.PinnedNode(pv, cluster.TopologyKey) }
+func pvNode(pv *corev1.PersistentVolume) string { return pinned.Node(pv, cluster.TopologyKey) }
 
 // metricSum sums the samples of one metric whose labels contain every
 // label="value" pair given, over every node's carve plugin.

@@ -260,6 +260,17 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 // device node goes. An inactive LV is left as it is. ErrNotFound when the
 // LV does not exist; an open LV is lvchange's own error.
 func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
+	if err := c.changeLV(ctx, vg, name, "deactivating", deactivateArgs(vg, name)); err != nil {
+		return err
+	}
+	klog.V(2).InfoS("deactivated logical volume", "vg", vg, "lv", name)
+	return nil
+}
+
+// changeLV runs one lvchange-like mutation of the LV vg/name under its
+// VG's lock; a failure is explained from LVM state (explainChange, what
+// names the change in its message).
+func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []string) error {
 	if err := ValidateVGName(vg); err != nil {
 		return err
 	}
@@ -271,10 +282,9 @@ func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 		return err
 	}
 	defer func() { unlock() }()
-	if _, err := c.mutate(ctx, &unlock, deactivateArgs(vg, name)...); err != nil {
-		return c.explainChange(ctx, vg, name, "deactivating", err)
+	if _, err := c.mutate(ctx, &unlock, args...); err != nil {
+		return c.explainChange(ctx, vg, name, what, err)
 	}
-	klog.V(2).InfoS("deactivated logical volume", "vg", vg, "lv", name)
 	return nil
 }
 
@@ -295,13 +305,8 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 	if err := validateTags(tags); err != nil {
 		return err
 	}
-	unlock, err := c.locks.Lock(ctx, vg)
-	if err != nil {
+	if err := c.changeLV(ctx, vg, name, "deleting tags of", delTagsArgs(vg, name, tags)); err != nil {
 		return err
-	}
-	defer func() { unlock() }()
-	if _, err := c.mutate(ctx, &unlock, delTagsArgs(vg, name, tags)...); err != nil {
-		return c.explainChange(ctx, vg, name, "deleting tags of", err)
 	}
 	klog.V(2).InfoS("deleted tags of logical volume", "vg", vg, "lv", name, "tags", tags)
 	return nil

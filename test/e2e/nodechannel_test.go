@@ -8,7 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,6 +70,9 @@ func TestNodeChannel(t *testing.T) {
 	t.Run("garbage on the node port harms nothing", func(t *testing.T) { channelGarbage(t, ctrl) })
 	t.Run("a controller killed after the node made the volume converges on it", func(t *testing.T) {
 		channelKilledController(t, ctx)
+	})
+	t.Run("a node agent cut after a create was sent keeps the claim on its node", func(t *testing.T) {
+		channelCutAfterSend(t, ctrl)
 	})
 	t.Run("csi-sanity through the controller", func(t *testing.T) { channelSanity(t, bed.Central.Socket) })
 }
@@ -364,20 +373,143 @@ func channelKilledController(t *testing.T, ctx context.Context) {
 	if again.GetVolume().GetVolumeId() != first.GetVolume().GetVolumeId() {
 		t.Errorf("the retry answered %s, the node made %s", again.GetVolume().GetVolumeId(), first.GetVolume().GetVolumeId())
 	}
+	if count := lvsNamed(t, ctx, n, "channel-killed"); count != 1 {
+		t.Errorf("node-medium holds %d LVs of channel-killed, want 1", count)
+	}
+	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: first.GetVolume().GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// channelCutAfterSend is failure 2 of issue 21 after the send: the node's
+// lvcreate has started (it waits on the volume group's LVM lock, which
+// the test holds) when the node agent is killed. From then on the node is
+// unreachable, and the controller must answer UNAVAILABLE, never
+// RESOURCE_EXHAUSTED (which would let csi-provisioner move the claim and
+// leave the LV behind). Once the lock is let go the lvcreate finishes on
+// its own; the restarted agent's answer to the retry is that LV, the only
+// one of the name.
+func channelCutAfterSend(t *testing.T, ctrl csi.ControllerClient) {
+	ctx := testCtx(t, 4*time.Minute)
+	n := bed.Node("node-small")
+	req := channelCreateRequest("channel-cut", n.Name)
+	unlock := holdVGLock(t, n.VG.Name)
+	defer unlock()
+
+	answer := make(chan error, 1)
+	go func() {
+		_, err := ctrl.CreateVolume(ctx, req)
+		answer <- err
+	}()
+	waitFor(t, settle, "the node's lvcreate in "+n.VG.Name+" to wait on the lock", func(context.Context) (bool, string, error) {
+		pids, err := lvmCommands("lvcreate", n.VG.Name)
+		return len(pids) > 0, "no lvcreate yet", err
+	})
+	if err := n.KillPlugin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answer; status.Code(err) == codes.OK || status.Code(err) == codes.ResourceExhausted {
+		t.Fatalf("CreateVolume whose node agent died during lvcreate: %v, want an answer that keeps the claim on %s (not OK, not ResourceExhausted)", err, n.Name)
+	}
+	retry, cancel := context.WithTimeout(ctx, 20*time.Second)
+	_, err := ctrl.CreateVolume(retry, req)
+	cancel()
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("retried CreateVolume while %s's agent is down after a create was sent: %v, want Unavailable (the claim must not move)", n.Name, err)
+	}
+
+	unlock()
+	waitFor(t, settle, "the orphaned lvcreate to finish", func(context.Context) (bool, string, error) {
+		pids, err := lvmCommands("lvcreate", n.VG.Name)
+		return len(pids) == 0, fmt.Sprintf("lvcreate %v still running", pids), err
+	})
+	if err := n.StartPlugin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var volID string
+	waitFor(t, settle, "the retried CreateVolume once the agent is back", func(ctx context.Context) (bool, string, error) {
+		resp, err := ctrl.CreateVolume(ctx, req)
+		switch status.Code(err) {
+		case codes.OK:
+			volID = resp.GetVolume().GetVolumeId()
+			return true, "", nil
+		case codes.ResourceExhausted:
+			return false, "", fmt.Errorf("a create was sent to %s, yet the retry was told to move: %w", n.Name, err)
+		}
+		return askAgain(err) // not enrolled again yet
+	})
+	if got := lvsNamed(t, ctx, n, "channel-cut"); got != 1 {
+		t.Errorf("%s holds %d LVs of channel-cut, want 1", n.Name, got)
+	}
+	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: volID}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdVGLock takes LVM's own lock of the volume group (flock on
+// /run/lock/lvm/V_<vg>, as lvm2's file locking does), so that LVM
+// commands on it wait. The returned function lets go; calling it again
+// does nothing.
+func holdVGLock(t *testing.T, vg string) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join("/run/lock/lvm", "V_"+vg), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(errors.Join(err, f.Close()))
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if err := errors.Join(syscall.Flock(int(f.Fd()), syscall.LOCK_UN), f.Close()); err != nil {
+				t.Errorf("letting go of the LVM lock of %s: %v", vg, err)
+			}
+		})
+	}
+}
+
+// lvmCommands returns the pids of running LVM commands named command
+// (lvm's subcommand or its symlink) whose arguments mention vg.
+func lvmCommands(command, vg string) ([]int, error) {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		// carve runs "lvm <command> ..."; a person may run "<command> ...".
+		if len(args) > 1 && filepath.Base(args[0]) == "lvm" {
+			args = args[1:]
+		}
+		if len(args) > 0 && filepath.Base(args[0]) == command && slices.ContainsFunc(args[1:], func(a string) bool { return strings.Contains(a, vg) }) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// lvsNamed counts the LVs on n whose tags name the CSI volume name.
+func lvsNamed(t *testing.T, ctx context.Context, n *cluster.Node, name string) int {
+	t.Helper()
 	lvs, err := n.LVM.ListLVs(ctx, n.VG.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	count := 0
 	for _, lv := range lvs {
-		if name, _, ok := volume.VolumeNameFromTags(lv.Tags); ok && name == "channel-killed" {
+		if got, _, ok := volume.VolumeNameFromTags(lv.Tags); ok && got == name {
 			count++
 		}
 	}
-	if count != 1 {
-		t.Errorf("node-medium holds %d LVs of channel-killed, want 1", count)
-	}
-	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: first.GetVolume().GetVolumeId()}); err != nil {
-		t.Fatal(err)
-	}
+	return count
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -74,6 +75,8 @@ type Node struct {
 	ChannelCAFile, ChannelTokenFile string
 
 	plugin *Process
+	// pluginCmd starts the agent again (KillPlugin, StartPlugin).
+	pluginCmd processCmd
 }
 
 // createNodeObjects creates the Node (Ready, with allocatable resources and
@@ -264,7 +267,28 @@ func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, 
 		return err
 	}
 	klog.InfoS("Starting carve with the DaemonSet's flags", "node", n.Name, "program", bin, "args", args)
-	if n.plugin, err = startProcess(ctx, logs, n.Name+"-carve", bin, args, env, lifetime); err != nil {
+	n.pluginCmd = processCmd{logs: logs, name: n.Name + "-carve", bin: bin, args: args, env: env, lifetime: lifetime}
+	return n.StartPlugin(ctx)
+}
+
+// KillPlugin ends the node agent as a crash would (SIGKILL to the agent
+// alone: an LVM command it started lives on, as it would in a container
+// whose main process died while the command's process group did not) and
+// reaps it.
+func (n *Node) KillPlugin() error {
+	if err := syscall.Kill(n.plugin.Pid(), syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill the node agent of %s: %w", n.Name, err)
+	}
+	n.plugin.Stop()
+	return nil
+}
+
+// StartPlugin starts the node agent with the flags it was first started
+// with and waits for its socket. ctx bounds the wait only: the process
+// lives as long as the test bed.
+func (n *Node) StartPlugin(ctx context.Context) error {
+	var err error
+	if n.plugin, err = n.pluginCmd.start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	return waitSocket(ctx, n.plugin, n.Socket, 60*time.Second)

@@ -1,6 +1,6 @@
 # carve's container image: two static binaries of cmd/carve, carve (every
 # role is a subcommand; the controller Deployment runs it) and carve-node
-# (built with -tags nodeagent: the node agent's plugin role without any
+# (built with -tags nodeagent,grpcnotrace: the node agent's plugin role without any
 # Kubernetes client, half the resident memory; the node DaemonSets run it),
 # on a Debian runtime that carries the programs the plugin runs: lvm2 (and
 # thin_check, which lvm runs when it activates a thin pool), mkfs/fsck/grow
@@ -28,10 +28,10 @@ COPY . .
 ARG VERSION=dev
 ARG TARGETOS
 ARG TARGETARCH
-RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath \
+RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath -tags grpcnotrace \
       -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
       -o /out/carve ./cmd/carve \
- && GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath -tags nodeagent \
+ && GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath -tags nodeagent,grpcnotrace \
       -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
       -o /out/carve-node ./cmd/carve
 

@@ -109,12 +109,12 @@ for b in "${bases[@]}"; do
 done
 
 # What cmd/carve is built from, as the build stage builds it (CGO_ENABLED=0),
-# carve and carve-node (-tags nodeagent), and the archive writer.
+# carve and carve-node (-tags nodeagent,grpcnotrace), and the archive writer.
 srcsof() {
 	(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
 		'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' "$@")
 }
-mapfile -t srcs < <({ srcsof ./cmd/carve ./test/harness/ociimage/cmd/ociarchive && srcsof -tags nodeagent ./cmd/carve; } | sed "s|^$root/||" | sort -u)
+mapfile -t srcs < <({ srcsof ./cmd/carve ./test/harness/ociimage/cmd/ociarchive && srcsof -tags nodeagent,grpcnotrace ./cmd/carve; } | sed "s|^$root/||" | sort -u)
 [ ${#srcs[@]} -gt 0 ] || die "go list found no source files for ./cmd/carve"
 ctx_files=(Dockerfile go.mod go.sum hack/image.sh)
 [ -f "$root/.dockerignore" ] && ctx_files+=(.dockerignore)

@@ -414,7 +414,7 @@ func TestDockerfileBuildsStatically(t *testing.T) {
 		"-X github.com/carve-csi/carve/pkg/version.Version=${VERSION}",
 		"./cmd/carve",
 		"COPY --from=build /out/carve /usr/local/bin/carve",
-		"go build -trimpath -tags nodeagent",
+		"go build -trimpath -tags nodeagent,grpcnotrace",
 		"-o /out/carve-node ./cmd/carve",
 		"COPY --from=build /out/carve-node " + nodeAgentProgram,
 		`ENTRYPOINT ["/usr/local/bin/carve"]`,

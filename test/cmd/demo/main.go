@@ -104,6 +104,11 @@ func run(o options) error {
 		},
 		GuestNodes: []cluster.GuestNodeSpec{{Name: realNode, DataDiskSize: 12 << 30, FirstBoot: cluster.ShippedClassesFirstBoot("3g")}},
 		Images:     archives,
+		// The controller Deployment runs on the real node, as users run
+		// it: from there it reaches that node's agent at its pod IP and the
+		// simulated nodes' agents at this host's address.
+		ControllerOnGuest:     true,
+		SnapshotControllerDir: filepath.Join(deploy, "snapshot-controller"),
 	})
 	if err != nil {
 		return err
@@ -161,9 +166,7 @@ kubectl:     %s (built with the control plane), e.g.
 	for _, n := range bed.Nodes {
 		fmt.Printf("  %-12s carve %s   node channel %s\n", n.Name, n.MetricsURL, n.ChannelAddr)
 	}
-	if c := bed.Central; c != nil {
-		fmt.Printf("  %-12s carve %s   csi-provisioner %s\n", "controller", c.MetricsURL, c.ProvisionerMetricsURL)
-	}
+	fmt.Printf("  %-12s runs on %s: %s --kubeconfig %s -n %s logs deploy/carve-controller -c carve\n", "controller", realNode, kubectl, bed.Control.Kubeconfig, bed.Namespace)
 	fmt.Printf("Logs:        %s\n", filepath.Join(bed.Config.RunDir, "logs"))
 	for _, n := range bed.Nodes {
 		fmt.Printf("  lvs of %s: LVM_SYSTEM_DIR=%s lvs %s\n", n.Name, n.VG.ConfigDir, n.VG.Name)
@@ -414,11 +417,9 @@ func quantity(q *resource.Quantity) string {
 	return q.String()
 }
 
-// unenrolledGuests explains a real node that carve controller never
-// enrolled: for none of them is there a CSIStorageCapacity object. The
-// controller runs as processes on this host and must reach each agent's
-// pod IP; a guest's pod network sits behind qemu's user networking, which
-// the host cannot route to (docs/development.md, "make demo").
+// unenrolledGuests names the real nodes that carve controller never
+// enrolled (no CSIStorageCapacity object names them): the first thing to
+// look at when the real node's claims do not bind.
 func unenrolledGuests(ctx context.Context, bed *cluster.Cluster) string {
 	caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -439,5 +440,5 @@ func unenrolledGuests(ctx context.Context, bed *cluster.Cluster) string {
 	if len(missing) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; carve controller has no capacity for %v: it runs on this host and cannot reach the node agent's pod IP inside the qemu guest (a known limitation of make demo since the node-channel layout: docs/development.md, \"make demo\")", missing)
+	return fmt.Sprintf("; carve controller has no capacity for %v: it never enrolled their node agent (see the carve-controller and carve-node pods' logs on the real node)", missing)
 }

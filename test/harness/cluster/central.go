@@ -267,6 +267,24 @@ func (c *Central) processes() []*Process {
 	return started(c.provisioner, c.snapshotter, c.resizer, c.carve)
 }
 
+// exited tells whether carve controller has ended, and how; a controller
+// that is not the harness's process (nil: it runs in a pod) never has.
+func (c *Central) exited() (bool, error) {
+	if c == nil {
+		return false, nil
+	}
+	return c.carve.Exited()
+}
+
+// tail is the end of carve controller's log, or where to look for it when
+// it runs in a pod.
+func (c *Central) tail(n int) string {
+	if c == nil {
+		return "(carve controller runs in a pod of a guest node: see its container log)"
+	}
+	return c.carve.Tail(n)
+}
+
 // Controller is the `carve controller` process.
 func (c *Central) Controller() *Process { return c.carve }
 

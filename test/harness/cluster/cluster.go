@@ -23,6 +23,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/test/harness/guestvm"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
@@ -58,6 +59,12 @@ type Config struct {
 	// ControllerArgs are flags ("--name=value") the test bed sets on
 	// carve controller beyond the Deployment's.
 	ControllerArgs []string
+	// ControllerOnGuest runs the controller Deployment on the first guest
+	// node's kubelet even beside simulated nodes (make demo): a controller
+	// run as host processes cannot reach a guest's pod network, while one
+	// in the guest reaches the simulated nodes' agents at the host's
+	// address. Central stays nil; ControllerArgs do not apply.
+	ControllerOnGuest bool
 	// ExtraManifests are files of objects applied after deploy/ (a
 	// component's RBAC, say).
 	ExtraManifests []string
@@ -210,6 +217,15 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, errors.New("the controller Deployment runs csi-snapshotter: the test bed needs Config.SnapshotControllerDir for the snapshot CRDs")
 		}
 	}
+	if cfg.ControllerOnGuest {
+		if len(cfg.GuestNodes) == 0 {
+			return c, errors.New("Config.ControllerOnGuest needs a guest node to run the controller Deployment on")
+		}
+		// Simulated nodes never run a pod: keep the scheduler off them.
+		if err := c.Manifests.PinDeployment(controller.Namespace, controller.Name, cfg.GuestNodes[0].Name); err != nil {
+			return c, err
+		}
+	}
 	c.Namespace = ds.Namespace
 	if c.DeviceClasses, err = c.shippedDeviceClasses(ds.Namespace); err != nil {
 		return c, err
@@ -274,13 +290,18 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	if len(cfg.Nodes) > 0 {
+	if len(cfg.Nodes) > 0 && !cfg.ControllerOnGuest {
 		if err := c.startCentral(ctx, controller); err != nil {
 			return c, fmt.Errorf("controller Deployment: %w", err)
 		}
 	}
 	if err := c.startGuestNodes(ctx); err != nil {
 		return c, err
+	}
+	if len(cfg.Nodes) > 0 && cfg.ControllerOnGuest {
+		if err := c.enrollFromGuest(ctx); err != nil {
+			return c, fmt.Errorf("controller Deployment on %s: %w", cfg.GuestNodes[0].Name, err)
+		}
 	}
 	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "guestNodes", len(c.GuestNodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
 	return c, nil
@@ -391,6 +412,38 @@ func (c *Cluster) startCentral(ctx context.Context, d *appsv1.Deployment) error 
 		classes = append(classes, sc.Name)
 	}
 	return c.NodeChannel.waitCapacity(ctx, c.Client, c.Central, nodes, classes, 2*time.Minute)
+}
+
+// enrollFromGuest does, for a controller Deployment that runs on a guest
+// node, the kubelet's and the EndpointSlice controller's part for every
+// simulated node (as startCentral does for one run as processes): once
+// the controller has published its CA, each node gets the CA file and an
+// EndpointSlice at the guest's forward of its agent's listener. It returns when the controller has
+// enrolled every simulated node. The waits allow for pods started under
+// qemu's emulation.
+func (c *Cluster) enrollFromGuest(ctx context.Context) error {
+	ca, err := c.NodeChannel.waitCABundle(ctx, c.Client, nil, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	var nodes, classes []string
+	for _, n := range c.Nodes {
+		if err := os.WriteFile(n.ChannelCAFile, ca, 0o644); err != nil {
+			return err
+		}
+		if err := c.NodeChannel.publishEndpointAt(ctx, c.Client, n, n.Name, guestvm.GuestForwardIP); err != nil {
+			return err
+		}
+		nodes = append(nodes, n.Name)
+	}
+	scs, err := c.StorageClasses()
+	if err != nil {
+		return err
+	}
+	for _, sc := range scs {
+		classes = append(classes, sc.Name)
+	}
+	return c.NodeChannel.waitCapacity(ctx, c.Client, nil, nodes, classes, 5*time.Minute)
 }
 
 // shippedDeviceClasses reads the device-class file from the ConfigMap that

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/test/harness/guestnode"
+	"github.com/carve-csi/carve/test/harness/guestvm"
 )
 
 // GuestNodeSpec describes a real node: a kubelet, containerd and real
@@ -55,7 +56,17 @@ func (c *Cluster) startGuestNodes(ctx context.Context) error {
 		ip := guestNodeIP(i)
 		c.kubeletProxy.route(net.JoinHostPort(ip, strconv.Itoa(guestnode.KubeletPort)), addr)
 		dir := filepath.Join(c.Config.RunDir, "guests", spec.Name)
+		var forwards []guestvm.Forward
+		if i == 0 && c.Config.ControllerOnGuest {
+			// The controller there reaches each simulated node's agent at
+			// guestvm.GuestForwardIP (the guest's network reaches nothing
+			// else on the host).
+			for _, n := range c.Nodes {
+				forwards = append(forwards, guestvm.Forward{GuestPort: n.ChannelPort, HostAddr: n.ChannelAddr})
+			}
+		}
 		n, err := guestnode.New(guestnode.Spec{
+			Forwards:        forwards,
 			Name:            spec.Name,
 			NodeIP:          ip,
 			WorkDir:         dir,

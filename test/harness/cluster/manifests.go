@@ -201,6 +201,26 @@ func (m *Manifests) ControllerDeployment() (*appsv1.Deployment, error) {
 	return nil, errors.New("no Deployment in the manifests runs `carve controller`")
 }
 
+// PinDeployment adds a node selector to the Deployment namespace/name so
+// that its pods run on node only.
+func (m *Manifests) PinDeployment(namespace, name, node string) error {
+	for _, o := range m.Find("Deployment") {
+		if o.GetNamespace() != namespace || o.GetName() != name {
+			continue
+		}
+		sel, _, err := unstructured.NestedStringMap(o.Object, "spec", "template", "spec", "nodeSelector")
+		if err != nil {
+			return fmt.Errorf("the node selector of Deployment %s/%s: %w", namespace, name, err)
+		}
+		if sel == nil {
+			sel = map[string]string{}
+		}
+		sel["kubernetes.io/hostname"] = node
+		return unstructured.SetNestedStringMap(o.Object, sel, "spec", "template", "spec", "nodeSelector")
+	}
+	return fmt.Errorf("no Deployment %s/%s in the manifests", namespace, name)
+}
+
 // NodeDaemonSet returns the DaemonSet whose pod runs `carve plugin` (the
 // node agent).
 func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, error) {

@@ -148,11 +148,11 @@ func (nc *NodeChannel) waitCABundle(ctx context.Context, cs kubernetes.Interface
 		case err != nil && !apierrors.IsNotFound(err):
 			return nil, err
 		}
-		if ended, err := central.carve.Exited(); ended {
-			return nil, fmt.Errorf("carve controller exited (%w) before it published ConfigMap %s:\n%s", err, nc.CAName, central.carve.Tail(20))
+		if ended, err := central.exited(); ended {
+			return nil, fmt.Errorf("carve controller exited (%w) before it published ConfigMap %s:\n%s", err, nc.CAName, central.tail(20))
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no ca.crt in ConfigMap %s/%s after %s (carve controller makes it):\n%s", nc.Namespace, nc.CAName, timeout, central.carve.Tail(20))
+			return nil, fmt.Errorf("no ca.crt in ConfigMap %s/%s after %s (carve controller makes it):\n%s", nc.Namespace, nc.CAName, timeout, central.tail(20))
 		}
 		select {
 		case <-ctx.Done():
@@ -172,6 +172,12 @@ func (nc *NodeChannel) EndpointSliceName(node string) string { return nc.Service
 // as the endpoint's node. node is n.Name unless a test poses as another
 // node, which an honest EndpointSlice never does.
 func (nc *NodeChannel) PublishEndpoint(ctx context.Context, cs kubernetes.Interface, n *Node, node string) error {
+	return nc.publishEndpointAt(ctx, cs, n, node, nc.IP)
+}
+
+// publishEndpointAt is PublishEndpoint with the address the controller
+// dials n's agent at (a guest's forward of the host's listener).
+func (nc *NodeChannel) publishEndpointAt(ctx context.Context, cs kubernetes.Interface, n *Node, node, addr string) error {
 	pod, err := cs.CoreV1().Pods(nc.Namespace).Get(ctx, n.PodName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("the DaemonSet pod of node %s: %w", n.Name, err)
@@ -180,7 +186,7 @@ func (nc *NodeChannel) PublishEndpoint(ctx context.Context, cs kubernetes.Interf
 		ObjectMeta: metav1.ObjectMeta{Name: nc.EndpointSliceName(node), Namespace: nc.Namespace,
 			Labels: map[string]string{discoveryv1.LabelServiceName: nc.Service, discoveryv1.LabelManagedBy: EndpointSliceManager}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{nc.IP}, NodeName: ptr.To(node),
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}, NodeName: ptr.To(node),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(NodeChannelPortName), Port: ptr.To(int32(n.ChannelPort))}},
@@ -219,13 +225,13 @@ func (nc *NodeChannel) waitCapacity(ctx context.Context, cs kubernetes.Interface
 		if len(missing) == 0 {
 			return nil
 		}
-		if ended, err := central.carve.Exited(); ended {
-			return fmt.Errorf("carve controller exited (%w):\n%s", err, central.carve.Tail(20))
+		if ended, err := central.exited(); ended {
+			return fmt.Errorf("carve controller exited (%w):\n%s", err, central.tail(20))
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(missing)
 			return fmt.Errorf("carve controller wrote no CSIStorageCapacity for %s after %s (it enrolls each node over the node channel first):\n%s",
-				strings.Join(missing, ", "), timeout, central.carve.Tail(30))
+				strings.Join(missing, ", "), timeout, central.tail(30))
 		}
 		select {
 		case <-ctx.Done():

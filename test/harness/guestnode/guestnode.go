@@ -59,6 +59,10 @@ type Spec struct {
 	CACert, Token string
 	// KubeletHostAddr is the loopback host:port forwarded to the kubelet.
 	KubeletHostAddr string
+	// Forwards are more host listeners the guest reaches at
+	// guestvm.GuestForwardIP (the simulated nodes' agents, for a
+	// controller that runs in this guest).
+	Forwards []guestvm.Forward
 	// DataDiskSize is the size of the data disk (/dev/vdb), sparse.
 	DataDiskSize int64
 	// FirstBoot is a shell script run once, at the first boot, before the
@@ -192,7 +196,7 @@ func (n *Node) Start(ctx context.Context) error {
 		Files:        files,
 		Args:         []string{"/bin/sh", guestvm.GuestPath("node.sh")},
 		Modules:      []string{"bridge", "veth", "br_netfilter"},
-		Forwards:     []guestvm.Forward{{GuestPort: GuestAPIServerPort, HostAddr: s.APIServer}},
+		Forwards:     append([]guestvm.Forward{{GuestPort: GuestAPIServerPort, HostAddr: s.APIServer}}, s.Forwards...),
 		HostForwards: []guestvm.HostForward{{HostAddr: s.KubeletHostAddr, GuestPort: KubeletPort}},
 		Disks:        []string{filepath.Join(s.WorkDir, systemDisk), filepath.Join(s.WorkDir, dataDisk)},
 		Timeout:      s.Lifetime,

@@ -43,12 +43,13 @@ type File struct {
 	Mode os.FileMode
 }
 
-// Forward makes a TCP listener on the host's loopback reachable from the
+// Forward makes a TCP listener on this host reachable from the
 // guest at GuestForwardIP:GuestPort (qemu user-mode networking with
 // guestfwd, restrict=on so the guest reaches nothing else).
 type Forward struct {
 	GuestPort int
-	// HostAddr is a loopback host:port, e.g. 127.0.0.1:6443.
+	// HostAddr is a host:port on this host (loopback or a local
+	// interface's address), e.g. 127.0.0.1:6443.
 	HostAddr string
 }
 
@@ -246,17 +247,32 @@ func (s *Spec) validate() error {
 	return nil
 }
 
-// checkForward accepts a guest port and a loopback host:port: nothing a
-// guest forwards may listen on, or reach, anything but the host's loopback.
+// checkForward accepts a guest port and a host:port on one of this host's
+// own addresses (loopback, or an address of a local interface such as the
+// test bed's node-channel address): nothing a guest forwards may listen
+// on, or reach, anything but this host.
 func checkForward(hostAddr string, guestPort int) error {
 	host, _, err := net.SplitHostPort(hostAddr)
 	if err != nil || guestPort <= 0 || guestPort > 65535 {
 		return errors.New("need a guest port and a host:port")
 	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("host address %q must be a loopback IP", hostAddr)
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return fmt.Errorf("host address %q must be an IP of this host", hostAddr)
 	}
-	return nil
+	if ip.IsLoopback() {
+		return nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return fmt.Errorf("this host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return nil
+		}
+	}
+	return fmt.Errorf("host address %q must be a loopback IP or an address of this host", hostAddr)
 }
 
 // networked tells whether the guest gets a network interface.

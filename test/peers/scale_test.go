@@ -42,7 +42,18 @@ const (
 	// before an idle window opens: start-up lists and first capacity
 	// writes are not idle cost.
 	settle = 15 * time.Second
+	// refreshPeriod is carve's --capacity-refresh-interval as shipped:
+	// every node agent re-reads LVM on that tick whatever else happens
+	// (TopoLVM's agents poll on a period of their own).
+	refreshPeriod = time.Minute
 )
+
+// refreshWindow is the shortest whole number of refresh periods that
+// holds d: windows that long hold one periodic refresh per agent per
+// period, so two of them differ only by what happened in them.
+func refreshWindow(d time.Duration) time.Duration {
+	return refreshPeriod * ((d + refreshPeriod - 1) / refreshPeriod)
+}
 
 // scalePoint is everything measured at one cluster size.
 type scalePoint struct {
@@ -62,13 +73,17 @@ type scalePoint struct {
 	// nodes).
 	perNode map[string]usage
 	// busyPerClaim is the CPU all of a driver's node agents spent per
-	// claim (created, Bound, deleted) while the claims ran, either
+	// claim (created, Bound, deleted) in the claims' window (from the
+	// first claim to a whole number of refresh periods later), either
 	// driver's claims counted.
 	busyPerClaim map[string]time.Duration
 	// busyAboveIdle is busyPerClaim less what the same agents spend idle
-	// over as long (their rate in the "both" idle window): the work the
-	// claims caused, without the periodic LVM refresh every agent does
-	// whatever happens, which makes the raw figure grow with N.
+	// over a window as long: the work the claims caused, without the
+	// periodic LVM refresh every agent does whatever happens, which makes
+	// the raw figure grow with N. Both windows are a whole number of
+	// carve's refresh periods long (refreshWindow), so each holds the same
+	// number of carve's periodic refreshes; TopoLVM's own polling period
+	// is not aligned and stays as noise in its figure.
 	busyAboveIdle map[string]time.Duration
 }
 
@@ -181,11 +196,16 @@ func measureScale(t *testing.T, n int) scalePoint {
 	if t.Failed() {
 		t.FailNow()
 	}
+	claimsTook := time.Since(claimsStart)
+	// The window ends a whole number of refresh periods after it began, so
+	// that it holds exactly as many periodic refreshes of each agent as
+	// the idle window below, whatever their phase.
+	window := refreshWindow(claimsTook)
+	sleepCtx(ctx, time.Until(claimsStart.Add(window)))
 	after, err := sampleAll(agents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimsTook := time.Since(claimsStart)
 	claims := time.Duration(2 * scaleClaims)
 	busy := map[*cluster.Process]time.Duration{}
 	for _, k := range agents {
@@ -201,19 +221,29 @@ func measureScale(t *testing.T, n int) scalePoint {
 		p.bound[d.name] = kubetest.Percentile(samples[d.name], 50)
 	}
 	sleepCtx(ctx, settle)
-	var use map[*cluster.Process]usage
-	p.api["both"], use = scaleWindow(ctx, t, agents, true)
-	p.agents, p.central, p.perNode = summarize(agents, use)
+	// The same agents, as long, asked nothing.
+	idleBefore, err := sampleAll(agents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleepCtx(ctx, window)
+	idleAfter, err := sampleAll(agents)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range agents {
 		if !k.perNode {
 			continue
 		}
 		for _, pr := range k.procs {
-			idle := time.Duration(use[pr].cpu / 1000 * float64(claimsTook))
+			idle := time.Duration(idleAfter[pr].ticks-idleBefore[pr].ticks) * (time.Second / userHZ)
 			p.busyAboveIdle[k.driver] += (busy[pr] - idle) / claims
 		}
 	}
-	t.Logf("%d nodes: the claims took %s", n, claimsTook.Round(time.Millisecond))
+	t.Logf("%d nodes: the claims took %s, in a window of %s", n, claimsTook.Round(time.Millisecond), window)
+	var use map[*cluster.Process]usage
+	p.api["both"], use = scaleWindow(ctx, t, agents, true)
+	p.agents, p.central, p.perNode = summarize(agents, use)
 
 	// 3. carve stopped: TopoLVM alone.
 	var carveProcs []*cluster.Process

@@ -161,8 +161,9 @@ func NewDecider(grace, removalGrace time.Duration) *Decider {
 // quarantine misses nothing: the quarantined orphan is claimed by it.
 // A quarantined orphan is removable once the removal grace period has
 // passed since its quarantine (its tag: a new leader does not restart
-// it), while no PV names it by its old handle, its own or its volume name
-// and no operation on it is in flight.
+// it), while no PV names it by its own handle, or by its old handle or its
+// volume name while no LV of its old name exists again, and no operation
+// on it is in flight.
 func (d *Decider) Decide(in Input) Findings {
 	var f Findings
 	handles := make(map[string]string, len(in.PVs))
@@ -172,6 +173,10 @@ func (d *Decider) Decide(in Input) Findings {
 		names[pv.Name] = true
 	}
 	busy := func(name string) bool { return in.Busy != nil && in.Busy(name) }
+	present := make(map[string]bool, len(in.LVs))
+	for _, lv := range in.LVs {
+		present[lv.ID()] = true
+	}
 	seenOrphan := map[string]bool{}
 	seenQuarantined := map[string]bool{}
 	lvs := map[string]bool{}
@@ -180,7 +185,7 @@ func (d *Decider) Decide(in Input) Findings {
 		lvs[id] = true
 		if lv.OrphanOf != "" {
 			lvs[lv.OriginalID()] = true
-			f.Quarantined = append(f.Quarantined, d.quarantined(in.Now, lv, handles, names, busy(lv.Name), seenQuarantined))
+			f.Quarantined = append(f.Quarantined, d.quarantined(in.Now, lv, handles, names, busy(lv.Name), present[lv.OriginalID()], seenQuarantined))
 			continue
 		}
 		if handles[id] != "" || lv.VolumeName != "" && names[lv.VolumeName] || busy(lv.Name) {
@@ -225,14 +230,18 @@ func (d *Decider) Decide(in Input) Findings {
 	return f
 }
 
-// quarantined judges one quarantined orphan.
-func (d *Decider) quarantined(now time.Time, lv LV, handles map[string]string, names map[string]bool, busy bool, seen map[string]bool) Quarantined {
+// quarantined judges one quarantined orphan. replaced tells that an LV
+// of its old name exists again (a volume made anew under that name): a PV
+// of the old handle or of the volume name is that LV's, not the
+// quarantine's.
+func (d *Decider) quarantined(now time.Time, lv LV, handles map[string]string, names map[string]bool, busy, replaced bool, seen map[string]bool) Quarantined {
 	q := Quarantined{LV: lv, Since: lv.OrphanedAt}
 	switch {
-	case handles[lv.OriginalID()] != "":
-		q.ClaimedBy = handles[lv.OriginalID()]
 	case handles[lv.ID()] != "":
 		q.ClaimedBy = handles[lv.ID()]
+	case replaced:
+	case handles[lv.OriginalID()] != "":
+		q.ClaimedBy = handles[lv.OriginalID()]
 	case lv.VolumeName != "" && names[lv.VolumeName]:
 		q.ClaimedBy = lv.VolumeName
 	}

@@ -106,6 +106,22 @@ func delTagsArgs(vg, name string, tags []string) []string {
 	return append(args, vg+"/"+name)
 }
 
+// changeTagsArgs builds one lvchange that takes tags off and puts tags on
+// (one metadata commit).
+func changeTagsArgs(vg, name string, add, del []string) []string {
+	args := []string{"lvchange"}
+	for _, t := range del {
+		args = append(args, "--deltag", t)
+	}
+	args = addTags(args, add)
+	return append(args, vg+"/"+name)
+}
+
+// renameArgs builds lvrename of vg/name to newName.
+func renameArgs(vg, name, newName string) []string {
+	return []string{"lvrename", vg, name, newName}
+}
+
 // removeArgs builds lvremove; --yes answers the prompt LVM shows for an
 // active LV.
 func removeArgs(vg, name string) []string {

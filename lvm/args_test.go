@@ -59,6 +59,8 @@ func TestMutationArgs(t *testing.T) {
 		{"extend", extendArgs("vg0", "lv1", 16<<20), []string{"lvextend", "--size", "16777216b", "vg0/lv1"}},
 		{"remove", removeArgs("vg0", "lv1"), []string{"lvremove", "--yes", "vg0/lv1"}},
 		{"delete tags", delTagsArgs("vg0", "lv1", []string{"a", "b=c"}), []string{"lvchange", "--deltag", "a", "--deltag", "b=c", "vg0/lv1"}},
+		{"change tags", changeTagsArgs("vg0", "lv1", []string{"n=1"}, []string{"o=0"}), []string{"lvchange", "--deltag", "o=0", "--addtag", "n=1", "vg0/lv1"}},
+		{"rename", renameArgs("vg0", "lv1", "lv2"), []string{"lvrename", "vg0", "lv1", "lv2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -227,6 +227,25 @@ func (c *Client) explainChange(ctx context.Context, vg, name, doing string, err 
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// explainRename classifies a failed lvrename: the LV or its VG gone, or
+// the new name taken.
+func (c *Client) explainRename(ctx context.Context, vg, name, newName string, err error) error {
+	what := fmt.Sprintf("renaming %s/%s to %s", vg, name, newName)
+	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
+	if rep == nil {
+		return ferr
+	}
+	switch {
+	case rep.FindVG(vg) == nil:
+		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
+	case rep.FindLV(vg, name) == nil:
+		return classify(err, ErrNotFound, what+": the logical volume does not exist")
+	case rep.FindLV(vg, newName) != nil:
+		return classify(err, ErrAlreadyExists, what+": the name is taken")
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // explainActivate classifies a failed lvchange --activate y. An LV found
 // active after all (activated meanwhile from outside) is a success.
 func (c *Client) explainActivate(ctx context.Context, vg, name string, err error) (*LogicalVolume, error) {

@@ -626,3 +626,53 @@ func TestDeleteTags(t *testing.T) {
 		t.Errorf("DeleteTags without a tag = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestRenameLV: a failed lvrename is classified from LVM state: the LV
+// gone, the new name taken.
+func TestRenameLV(t *testing.T) {
+	fail := &output{ExitCode: 5, Stderr: []byte("  lvrename failed\n")}
+	tests := []struct {
+		name, lv, to string
+		fail         *output
+		want         error
+		commands     []string
+	}{
+		{"ok", "carve-aaaa", "carve-orphan-aaaa", nil, nil, []string{"lvrename"}},
+		{"no LV", "nosuchlv", "other", fail, ErrNotFound, []string{"lvrename", "fullreport"}},
+		{"name taken", "carve-aaaa", "plain", fail, ErrAlreadyExists, []string{"lvrename", "fullreport"}},
+		{"bad name", "carve-aaaa", "-x", nil, ErrInvalidArgument, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := loadFake(t, "fullreport-thick.json")
+			if tt.fail != nil {
+				f.mutate = failWith(*tt.fail)
+			}
+			err := f.client().RenameLV(context.Background(), "rec-thick", tt.lv, tt.to)
+			if tt.want == nil && err != nil {
+				t.Fatal(err)
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("RenameLV = %v, want %v", err, tt.want)
+			}
+			if got := f.commands(); !slices.Equal(got, tt.commands) {
+				t.Errorf("commands %v, want %v", got, tt.commands)
+			}
+		})
+	}
+}
+
+func TestChangeTags(t *testing.T) {
+	f := loadFake(t, "fullreport-thick.json")
+	if err := f.client().ChangeTags(context.Background(), "rec-thick", "plain", []string{"a=1"}, []string{"b=2"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.commands(); !slices.Equal(got, []string{"lvchange"}) {
+		t.Errorf("commands %v, want one lvchange", got)
+	}
+	for _, bad := range [][2][]string{{nil, nil}, {{"bad tag!"}, nil}} {
+		if err := f.client().ChangeTags(context.Background(), "rec-thick", "plain", bad[0], bad[1]); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ChangeTags(%q, %q) = %v, want ErrInvalidArgument", bad[0], bad[1], err)
+		}
+	}
+}

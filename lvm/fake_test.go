@@ -91,7 +91,7 @@ func (f *fakeLVM) run(ctx context.Context, args []string) (output, error) {
 		return output{ExitCode: -1}, err
 	}
 	switch args[0] {
-	case "lvcreate", "lvextend", "lvremove", "lvchange":
+	case "lvcreate", "lvextend", "lvremove", "lvchange", "lvrename":
 		if mutate != nil {
 			return mutate(args), nil
 		}

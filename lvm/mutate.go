@@ -312,6 +312,55 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 	return nil
 }
 
+// ChangeTags takes the tags del off the LV vg/name and puts the tags add
+// on, with one lvchange (one metadata commit). A tag to delete that the LV
+// does not carry, or one to add that it carries, is no error, so a repeat
+// converges. ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound
+// when its VG does not.
+func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
+	if err := ValidateVGName(vg); err != nil {
+		return err
+	}
+	if err := validateName("logical volume", name); err != nil {
+		return err
+	}
+	if len(add)+len(del) == 0 {
+		return invalid("changing tags of %s/%s: no tag named", vg, name)
+	}
+	if err := validateTags(append(slices.Clone(add), del...)); err != nil {
+		return err
+	}
+	if err := c.changeLV(ctx, vg, name, "changing tags of", changeTagsArgs(vg, name, add, del)); err != nil {
+		return err
+	}
+	klog.V(2).InfoS("changed tags of logical volume", "vg", vg, "lv", name, "added", add, "deleted", del)
+	return nil
+}
+
+// RenameLV renames the LV vg/name to newName (lvrename): its device node
+// follows the name when it is active. ErrNotFound when the LV (or its VG)
+// does not exist, ErrAlreadyExists when newName is taken.
+func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
+	if err := ValidateVGName(vg); err != nil {
+		return err
+	}
+	for _, n := range []string{name, newName} {
+		if err := validateName("logical volume", n); err != nil {
+			return err
+		}
+	}
+	unlock, err := c.locks.Lock(ctx, vg)
+	if err != nil {
+		return err
+	}
+	defer func() { unlock() }()
+	if _, err := c.mutate(ctx, &unlock, renameArgs(vg, name, newName)...); err != nil {
+		return c.explainRename(ctx, vg, name, newName, err)
+	}
+	klog.V(2).InfoS("renamed logical volume", "vg", vg, "lv", name, "to", newName)
+	return nil
+}
+
 // RemoveLV removes an LV; ErrNotFound when it (or its VG) does not exist,
 // ErrInUse when it is open. It runs lvremove without looking the LV up first;
 // only a failure costs a read, to tell why.

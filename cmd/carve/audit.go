@@ -22,7 +22,8 @@ import (
 // replicas would announce every finding twice and race to remove orphans.
 const auditLease = "carve-controller-audit"
 
-// nodeCallTimeout bounds one Inventory or RemoveOrphan call of the audit.
+// nodeCallTimeout bounds one Inventory, QuarantineOrphan or RemoveOrphan
+// call of the audit.
 const nodeCallTimeout = 30 * time.Second
 
 // agents reaches the node agents' NodeAgent service; *nodepool.Pool is one.
@@ -52,14 +53,28 @@ func (n auditNodes) Inventory(ctx context.Context, node string) (*reconcile.Inve
 	return inventoryOf(resp), nil
 }
 
-func (n auditNodes) RemoveOrphan(ctx context.Context, node, vg, name string) error {
+func (n auditNodes) QuarantineOrphan(ctx context.Context, node, vg, name string, at time.Time) (string, error) {
+	c, err := n.pool.NodeAgent(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	resp, err := c.QuarantineOrphan(ctx, &nodeagentv1.QuarantineOrphanRequest{VolumeGroup: vg, Name: name, OrphanedAtUnix: at.Unix()})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetName(), nil
+}
+
+func (n auditNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error {
 	c, err := n.pool.NodeAgent(ctx, node)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 	defer cancel()
-	_, err = c.RemoveOrphan(ctx, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: vg, Name: name})
+	_, err = c.RemoveOrphan(ctx, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: vg, Name: name, OrphanOf: orphanOf})
 	return err
 }
 
@@ -70,8 +85,12 @@ func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
 		inv.Classes = append(inv.Classes, reconcile.Class{Name: d.GetName(), VolumeGroup: d.GetVolumeGroup()})
 	}
 	for _, lv := range resp.GetVolumes() {
-		inv.LVs = append(inv.LVs, reconcile.LV{VolumeGroup: lv.GetVolumeGroup(), Name: lv.GetName(), Size: uint64(max(lv.GetSizeBytes(), 0)),
-			Class: lv.GetDeviceClass(), VolumeName: lv.GetVolumeName(), Claim: lv.GetClaim()})
+		l := reconcile.LV{VolumeGroup: lv.GetVolumeGroup(), Name: lv.GetName(), Size: uint64(max(lv.GetSizeBytes(), 0)),
+			Class: lv.GetDeviceClass(), VolumeName: lv.GetVolumeName(), Claim: lv.GetClaim(), OrphanOf: lv.GetOrphanOf()}
+		if s := lv.GetOrphanedAtUnix(); s > 0 {
+			l.OrphanedAt = time.Unix(s, 0)
+		}
+		inv.LVs = append(inv.LVs, l)
 	}
 	return inv
 }
@@ -83,7 +102,7 @@ func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	reg prometheus.Registerer) func(context.Context) error {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
 	a := reconcile.New(reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
-		Nodes: auditNodes{pool}, Grace: o.Audit.Grace, Interval: o.Audit.Interval, RemoveOrphans: o.Audit.RemoveOrphans,
+		Nodes: auditNodes{pool}, Grace: o.Audit.Grace, RemovalGrace: o.Audit.RemovalGrace, Interval: o.Audit.Interval, RemoveOrphans: o.Audit.RemoveOrphans,
 		Registerer: reg, Events: rec})
 	return func(ctx context.Context) error {
 		defer stop()

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -89,18 +91,25 @@ func (f fakeAgents) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeA
 	return f.a, nil
 }
 
-// fakeAgentClient answers Inventory and records RemoveOrphan.
+// fakeAgentClient answers Inventory and records QuarantineOrphan and
+// RemoveOrphan.
 type fakeAgentClient struct {
 	nodeagentv1.NodeAgentClient
-	removed []string
+	quarantined, removed []string
 }
 
 func (f *fakeAgentClient) Inventory(context.Context, *nodeagentv1.InventoryRequest, ...grpc.CallOption) (*nodeagentv1.InventoryResponse, error) {
-	return &nodeagentv1.InventoryResponse{Busy: []string{"carve-x"}, UnreadableVolumeGroups: []string{"vg2"}}, nil
+	return &nodeagentv1.InventoryResponse{Busy: []string{"carve-x"}, UnreadableVolumeGroups: []string{"vg2"},
+		Volumes: []*nodeagentv1.LogicalVolume{{VolumeGroup: "vg1", Name: "carve-orphan-q", OrphanOf: "carve-q", OrphanedAtUnix: 1_800_000_000}}}, nil
+}
+
+func (f *fakeAgentClient) QuarantineOrphan(_ context.Context, req *nodeagentv1.QuarantineOrphanRequest, _ ...grpc.CallOption) (*nodeagentv1.QuarantineOrphanResponse, error) {
+	f.quarantined = append(f.quarantined, req.GetVolumeGroup()+"/"+req.GetName()+"@"+strconv.FormatInt(req.GetOrphanedAtUnix(), 10))
+	return &nodeagentv1.QuarantineOrphanResponse{Name: "carve-orphan-y"}, nil
 }
 
 func (f *fakeAgentClient) RemoveOrphan(_ context.Context, req *nodeagentv1.RemoveOrphanRequest, _ ...grpc.CallOption) (*nodeagentv1.RemoveOrphanResponse, error) {
-	f.removed = append(f.removed, req.GetVolumeGroup()+"/"+req.GetName())
+	f.removed = append(f.removed, req.GetVolumeGroup()+"/"+req.GetName()+"<"+req.GetOrphanOf())
 	return &nodeagentv1.RemoveOrphanResponse{}, nil
 }
 
@@ -116,10 +125,21 @@ func TestAuditNodes(t *testing.T) {
 	if _, err := n.Inventory(t.Context(), "node-b"); err == nil {
 		t.Error("the inventory of an unreachable node is no error")
 	}
-	if err := n.RemoveOrphan(t.Context(), "node-a", "vg1", "carve-y"); err != nil || !slices.Equal(c.removed, []string{"vg1/carve-y"}) {
+	if len(inv.LVs) != 1 || inv.LVs[0].OrphanOf != "carve-q" || inv.LVs[0].OrphanedAt.Unix() != 1_800_000_000 {
+		t.Errorf("quarantined orphan in the inventory: %+v", inv.LVs)
+	}
+	at := time.Unix(1_800_000_000, 0)
+	if got, err := n.QuarantineOrphan(t.Context(), "node-a", "vg1", "carve-y", at); err != nil || got != "carve-orphan-y" ||
+		!slices.Equal(c.quarantined, []string{"vg1/carve-y@1800000000"}) {
+		t.Errorf("QuarantineOrphan: %q, %v, quarantined %v", got, err, c.quarantined)
+	}
+	if _, err := n.QuarantineOrphan(t.Context(), "node-b", "vg1", "carve-y", at); err == nil {
+		t.Error("a quarantine on an unreachable node is no error")
+	}
+	if err := n.RemoveOrphan(t.Context(), "node-a", "vg1", "carve-orphan-y", "carve-y"); err != nil || !slices.Equal(c.removed, []string{"vg1/carve-orphan-y<carve-y"}) {
 		t.Errorf("RemoveOrphan: %v, removed %v", err, c.removed)
 	}
-	if err := n.RemoveOrphan(t.Context(), "node-b", "vg1", "carve-y"); err == nil {
+	if err := n.RemoveOrphan(t.Context(), "node-b", "vg1", "carve-orphan-y", "carve-y"); err == nil {
 		t.Error("a removal on an unreachable node is no error")
 	}
 }

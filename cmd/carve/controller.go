@@ -65,7 +65,8 @@ func lostNodesWatch(ctx context.Context, o *ControllerOptions, reg prometheus.Re
 	}
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
 	w := lostnodes.New(lostnodes.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, Events: rec,
-		Interval: o.LostNodesInterval, DeleteClaims: o.DeleteClaimsOfLostNodes, Registerer: reg})
+		Interval: o.LostNodesInterval, DeleteClaims: o.DeleteClaimsOfLostNodes, Grace: o.LostNodeGrace,
+		DeleteRetained: o.DeleteRetainedClaimsOfLostNodes, Registerer: reg})
 	return func(ctx context.Context) error {
 		defer stop()
 		if !o.LeaderElection {

@@ -21,8 +21,16 @@ type ControllerOptions struct {
 	// it every API access of the controller.
 	LostNodesInterval time.Duration
 	// DeleteClaimsOfLostNodes deletes the claims and PVs of deleted nodes
-	// instead of only reporting them.
+	// instead of only reporting them, once a Node has been absent for
+	// LostNodeGrace.
 	DeleteClaimsOfLostNodes bool
+	// LostNodeGrace is how long a Node must have been absent, from when
+	// the leader first found it absent, before its claims are deleted.
+	LostNodeGrace time.Duration
+	// DeleteRetainedClaimsOfLostNodes deletes the claims and PVs of lost
+	// nodes whose reclaim policy is Retain too; without it they are only
+	// reported.
+	DeleteRetainedClaimsOfLostNodes bool
 	// LeaderElection makes one replica at a time do each cluster duty:
 	// the lost-node watch, the capacity writer and the audit.
 	LeaderElection bool
@@ -40,7 +48,9 @@ func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
 	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
 	fs.DurationVar(&o.LostNodesInterval, "lost-nodes-interval", time.Minute, "how often the PersistentVolumes of deleted Nodes are looked for (also at every Node deletion); 0 turns the watch and all API access off")
-	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them")
+	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them, once the Node has been absent for --lost-node-grace-period; PersistentVolumes whose reclaim policy is Retain only with --delete-retained-claims-of-lost-nodes")
+	fs.DurationVar(&o.LostNodeGrace, "lost-node-grace-period", 30*time.Minute, "with --delete-claims-of-lost-nodes: how long a Node must have been absent, from when carve controller first found it absent, before the claims and PersistentVolumes pinned to it are deleted; a Node that comes back within it keeps them (a new leader starts the clock anew)")
+	fs.BoolVar(&o.DeleteRetainedClaimsOfLostNodes, "delete-retained-claims-of-lost-nodes", false, "with --delete-claims-of-lost-nodes: delete also the claims and PersistentVolumes whose reclaim policy is Retain (without it they are only reported)")
 	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes, only the holder of carve-controller-capacity writes CSIStorageCapacity objects, and only the holder of carve-controller-audit audits the nodes' LVs")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
 	o.Route.AddFlags(fs)
@@ -56,6 +66,12 @@ func (o *ControllerOptions) Validate() error {
 	if o.DeleteClaimsOfLostNodes && o.LostNodesInterval == 0 {
 		errs = append(errs, errors.New("--delete-claims-of-lost-nodes: needs the watch (--lost-nodes-interval > 0)"))
 	}
+	if o.LostNodeGrace < time.Second {
+		errs = append(errs, fmt.Errorf("--lost-node-grace-period %v: must be at least 1s", o.LostNodeGrace))
+	}
+	if o.DeleteRetainedClaimsOfLostNodes && !o.DeleteClaimsOfLostNodes {
+		errs = append(errs, errors.New("--delete-retained-claims-of-lost-nodes: needs --delete-claims-of-lost-nodes"))
+	}
 	errs = append(errs, o.Route.Validate(), o.Audit.Validate(o.Route.Service != ""))
 	return errors.Join(errs...)
 }
@@ -69,17 +85,24 @@ type AuditOptions struct {
 	// inventories come over it.
 	Interval time.Duration
 	// Grace is how long an LV must lack a PV (or a PV its LV) before it is
-	// reported: longer than any CreateVolume and the PV write after it.
+	// reported (and, with RemoveOrphans, quarantined): longer than any
+	// CreateVolume and the PV write after it, and than a PV's absence
+	// while someone re-makes it by hand or a backup restores it.
 	Grace time.Duration
-	// RemoveOrphans removes an orphan once reported; off by default.
+	// RemovalGrace is how long an orphan stays quarantined (deactivated,
+	// renamed, data kept) with no PV naming it before it is removed.
+	RemovalGrace time.Duration
+	// RemoveOrphans quarantines an orphan once reported and removes it
+	// after RemovalGrace; off by default.
 	RemoveOrphans bool
 }
 
 // AddFlags registers the audit flags on fs.
 func (o *AuditOptions) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Interval, "audit-interval", time.Minute, "how often every node's carve LVs are compared with carve's PersistentVolumes (orphans, missing data), over the node channel; 0 turns the audit off")
-	fs.DurationVar(&o.Grace, "orphan-grace-period", 10*time.Minute, "how long an LV must have no PersistentVolume (or a PersistentVolume its LV) before it is reported; in-flight provisioning is never counted")
-	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "remove an orphaned LV (no PersistentVolume for --orphan-grace-period, and its claim gone), through its node's agent, instead of only reporting it")
+	fs.DurationVar(&o.Grace, "orphan-grace-period", 6*time.Hour, "how long an LV must have no PersistentVolume (or a PersistentVolume its LV) before it is reported, and with --remove-orphans quarantined; in-flight provisioning is never counted")
+	fs.DurationVar(&o.RemovalGrace, "orphan-removal-grace-period", 7*24*time.Hour, "with --remove-orphans: how long a quarantined orphan (deactivated, renamed carve-orphan-<hex>, data kept) must stay unclaimed before it is removed; a PersistentVolume naming it keeps it")
+	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "quarantine an orphaned LV with a claim tag (no PersistentVolume for --orphan-grace-period, and its claim gone: deactivated and renamed carve-orphan-<hex>, restorable with lvrename), through its node's agent, and remove it after --orphan-removal-grace-period, instead of only reporting it; an LV without a claim tag is never touched")
 }
 
 // Validate checks the audit flags; routing tells whether the node channel
@@ -91,6 +114,9 @@ func (o *AuditOptions) Validate(routing bool) error {
 	}
 	if o.Grace < time.Second {
 		errs = append(errs, fmt.Errorf("--orphan-grace-period %v: must be at least 1s", o.Grace))
+	}
+	if o.RemovalGrace < time.Second {
+		errs = append(errs, fmt.Errorf("--orphan-removal-grace-period %v: must be at least 1s", o.RemovalGrace))
 	}
 	switch {
 	case o.RemoveOrphans && o.Interval == 0:

@@ -4,7 +4,14 @@
 // their claims keep their pods Pending forever. It reports them (a metric,
 // an Event on each claim, a log line) and, only when asked, deletes the
 // claims and the PVs, so that a StatefulSet makes new, empty volumes
-// elsewhere. It never acts while the Node object exists.
+// elsewhere. It never acts while the Node object exists, nor before the
+// Node has stayed absent for a grace period (a Node deleted and
+// re-registered, as `kubectl delete node` and a kubelet restart do, keeps
+// its claims), nor on a PV whose reclaim policy is Retain unless asked.
+//
+// When a Node was first found absent is kept in the leader's memory: a
+// new leader (or a restart) starts every clock anew, which only delays a
+// deletion, never hastens one.
 package lostnodes
 
 import (
@@ -49,10 +56,16 @@ type Config struct {
 	// Interval is how often every PV is checked again (a Node deleted
 	// while no replica led is found at the next pass).
 	Interval time.Duration
-	// DeleteClaims deletes the claims and PVs of lost nodes; off, they are
-	// only reported.
+	// DeleteClaims deletes the claims and PVs of lost nodes once the Node
+	// has been absent for Grace; off, they are only reported.
 	DeleteClaims bool
-	Registerer   prometheus.Registerer
+	// Grace is how long a Node must have been absent, from the first pass
+	// that found it so, before DeleteClaims acts.
+	Grace time.Duration
+	// DeleteRetained lets DeleteClaims delete PVs whose reclaim policy is
+	// Retain (and their claims) too; off, they are only reported.
+	DeleteRetained bool
+	Registerer     prometheus.Registerer
 }
 
 // Volume is a PV of carve pinned to a node.
@@ -61,6 +74,8 @@ type Volume struct {
 	// Claim is the bound PVC, zero when unbound.
 	ClaimNamespace, ClaimName string
 	ClaimUID                  types.UID
+	// Retain is true when the PV's reclaim policy is Retain.
+	Retain bool
 }
 
 // Watch finds and handles the volumes of deleted nodes.
@@ -69,11 +84,14 @@ type Watch struct {
 	lost     prometheus.Gauge
 	deleted  *prometheus.CounterVec
 	reported map[string]bool // PV names already announced
+	// absentSince is when a pass first found each lost node absent;
+	// only the watch's loop touches it.
+	absentSince map[string]time.Time
 }
 
 // New returns a Watch with its metrics registered.
 func New(cfg Config) *Watch {
-	w := &Watch{cfg: cfg, reported: map[string]bool{},
+	w := &Watch{cfg: cfg, reported: map[string]bool{}, absentSince: map[string]time.Time{},
 		lost: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "carve_lost_node_volumes",
 			Help: "PersistentVolumes of carve pinned to a node whose Node object no longer exists (their data went with the node).",
@@ -115,7 +133,8 @@ func (w *Watch) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pvs.HasSynced) {
 		return nil
 	}
-	log.Info("Watching for the volumes of deleted nodes", "interval", w.cfg.Interval, "deleteClaims", w.cfg.DeleteClaims)
+	log.Info("Watching for the volumes of deleted nodes", "interval", w.cfg.Interval, "deleteClaims", w.cfg.DeleteClaims,
+		"gracePeriod", w.cfg.Grace, "deleteRetained", w.cfg.DeleteRetained)
 	tick := time.NewTicker(w.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -133,7 +152,7 @@ func (w *Watch) Run(ctx context.Context) error {
 				}
 			}
 		}
-		if err := w.Pass(ctx, vols, func(n string) bool { return existing[n] }); err != nil {
+		if err := w.Pass(ctx, time.Now(), vols, func(n string) bool { return existing[n] }); err != nil {
 			log.Error(err, "Pass over the volumes of deleted nodes incomplete")
 		}
 		select {
@@ -158,6 +177,7 @@ func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	if r := pv.Spec.ClaimRef; r != nil {
 		v.ClaimNamespace, v.ClaimName, v.ClaimUID = r.Namespace, r.Name, r.UID
 	}
+	v.Retain = pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain
 	return v, true
 }
 
@@ -174,6 +194,7 @@ func trim(driver string) cache.TransformFunc {
 				out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: x.Spec.CSI.VolumeHandle}
 				out.Spec.NodeAffinity = x.Spec.NodeAffinity
 				out.Spec.ClaimRef = x.Spec.ClaimRef
+				out.Spec.PersistentVolumeReclaimPolicy = x.Spec.PersistentVolumeReclaimPolicy
 			}
 			return out, nil
 		}
@@ -181,12 +202,16 @@ func trim(driver string) cache.TransformFunc {
 	}
 }
 
-// Pass handles vols (carve's PVs pinned to nodes); nodeExists is the
-// cache's view. A node the cache misses is asked for once more, live, and
-// only a NotFound from the API server makes its volumes lost.
-func (w *Watch) Pass(ctx context.Context, vols []Volume, nodeExists func(string) bool) error {
+// Pass handles vols (carve's PVs pinned to nodes) at now; nodeExists is
+// the cache's view. A node the cache misses is asked for once more, live,
+// and only a NotFound from the API server makes its volumes lost. With
+// DeleteClaims, a lost volume is released once its node has been absent
+// (in every pass since the first that found it so) for the grace period,
+// unless its PV is Retain and DeleteRetained is off.
+func (w *Watch) Pass(ctx context.Context, now time.Time, vols []Volume, nodeExists func(string) bool) error {
 	log := klog.FromContext(ctx)
 	gone := map[string]bool{}
+	unknown := map[string]bool{} // the API server did not answer
 	var errs []error
 	var lost []Volume
 	for _, v := range vols {
@@ -200,12 +225,25 @@ func (w *Watch) Pass(ctx context.Context, vols []Volume, nodeExists func(string)
 			case apierrors.IsNotFound(err):
 				g = true
 			case err != nil:
+				unknown[v.Node] = true
 				errs = append(errs, fmt.Errorf("looking up Node %s: %w", v.Node, err))
 			}
 			gone[v.Node] = g
 		}
 		if g {
 			lost = append(lost, v)
+		}
+	}
+	// A node found again, or with no volume left, loses its clock; one
+	// the API server could not answer for keeps it.
+	for n := range w.absentSince {
+		if !gone[n] && !unknown[n] {
+			delete(w.absentSince, n)
+		}
+	}
+	for n, g := range gone {
+		if _, ok := w.absentSince[n]; g && !ok {
+			w.absentSince[n] = now
 		}
 	}
 	slices.SortFunc(lost, func(a, b Volume) int {
@@ -218,21 +256,28 @@ func (w *Watch) Pass(ctx context.Context, vols []Volume, nodeExists func(string)
 		return 0
 	})
 	w.lost.Set(float64(len(lost)))
-	now := map[string]bool{}
+	current := map[string]bool{}
 	for _, v := range lost {
-		now[v.PV] = true
+		current[v.PV] = true
+		since := w.absentSince[v.Node]
 		if !w.reported[v.PV] {
 			w.reported[v.PV] = true
-			w.announce(log, v)
+			w.announce(log, v, since)
 		}
-		if w.cfg.DeleteClaims {
+		switch {
+		case !w.cfg.DeleteClaims:
+		case v.Retain && !w.cfg.DeleteRetained:
+		case now.Sub(since) < w.cfg.Grace:
+			log.V(2).Info("Volume of a deleted node: waiting for the grace period before deleting its claim", "pv", v.PV, "node", v.Node,
+				"absentSince", since.UTC().Format(time.RFC3339), "deleteAt", since.Add(w.cfg.Grace).UTC().Format(time.RFC3339))
+		default:
 			if err := w.release(ctx, v); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	for pv := range w.reported {
-		if !now[pv] {
+		if !current[pv] {
 			delete(w.reported, pv)
 		}
 	}
@@ -243,15 +288,21 @@ func (w *Watch) claimRef(v Volume) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: v.ClaimNamespace, Name: v.ClaimName, UID: v.ClaimUID}
 }
 
-func (w *Watch) announce(log klog.Logger, v Volume) {
+func (w *Watch) announce(log klog.Logger, v Volume, since time.Time) {
 	claim := "none"
 	if v.ClaimName != "" {
 		claim = v.ClaimNamespace + "/" + v.ClaimName
 	}
-	log.Info("Volume of a deleted node: its data went with the node", "pv", v.PV, "node", v.Node, "claim", claim, "deleteClaims", w.cfg.DeleteClaims)
+	deleteAt := since.Add(w.cfg.Grace).UTC().Format(time.RFC3339)
+	log.Info("Volume of a deleted node: its data went with the node", "pv", v.PV, "node", v.Node, "claim", claim,
+		"deleteClaims", w.cfg.DeleteClaims, "retain", v.Retain, "absentSince", since.UTC().Format(time.RFC3339))
 	what := "delete this claim and its pod to get a new volume elsewhere (docs/operations.md: a node lost for good)"
-	if w.cfg.DeleteClaims {
-		what = "carve deletes this claim and the PV (--delete-claims-of-lost-nodes), so that a StatefulSet makes a new, empty volume elsewhere"
+	switch {
+	case w.cfg.DeleteClaims && v.Retain && !w.cfg.DeleteRetained:
+		what = "its PersistentVolume's reclaim policy is Retain, so carve does not delete it (--delete-retained-claims-of-lost-nodes would); " + what
+	case w.cfg.DeleteClaims:
+		what = fmt.Sprintf("unless Node %s comes back first, carve deletes this claim and the PV at %s (--delete-claims-of-lost-nodes, --lost-node-grace-period %v), "+
+			"so that a StatefulSet makes a new, empty volume elsewhere", v.Node, deleteAt, w.cfg.Grace)
 	}
 	w.cfg.Events.Eventf(&corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: v.PV}, corev1.EventTypeWarning, ReasonNodeLost,
 		"Node %s no longer exists; this volume lived on its disks and is lost", v.Node)

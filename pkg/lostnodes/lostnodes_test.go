@@ -20,7 +20,11 @@ import (
 const (
 	testDriver = "lvm.carve.dev"
 	testKey    = "topology.carve.dev/node"
+	testGrace  = 30 * time.Minute
 )
+
+// t0 is the time of a test's first pass.
+var t0 = time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
 
 func pvOn(name, driver, node, claim string) *corev1.PersistentVolume {
 	return &corev1.PersistentVolume{
@@ -62,7 +66,7 @@ func TestPass(t *testing.T) {
 				objs[0], objs[1], objs[2], objs[3])
 			events := record.NewFakeRecorder(20)
 			w := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Events: events, Interval: time.Minute,
-				DeleteClaims: tc.deleteOn, Registerer: prometheus.NewPedanticRegistry()})
+				DeleteClaims: tc.deleteOn, Grace: testGrace, Registerer: prometheus.NewPedanticRegistry()})
 			var vols []Volume
 			for _, pv := range objs {
 				if v, ok := VolumeOf(pv, testDriver, testKey); ok {
@@ -74,7 +78,15 @@ func TestPass(t *testing.T) {
 			}
 			cached := func(n string) bool { return n == "node-a" }
 			ctx := context.Background()
-			if err := w.Pass(ctx, vols, cached); err != nil {
+			// The first pass finds node-gone absent; the one a grace
+			// period later acts.
+			if err := w.Pass(ctx, t0, vols, cached); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.CoreV1().PersistentVolumes().Get(ctx, "pv-lost", metav1.GetOptions{}); err != nil {
+				t.Errorf("the lost PV went at the first pass: %v", err)
+			}
+			if err := w.Pass(ctx, t0.Add(testGrace), vols, cached); err != nil {
 				t.Fatal(err)
 			}
 			if got := testutil.ToFloat64(w.lost); got != 1 {
@@ -109,8 +121,8 @@ func TestPass(t *testing.T) {
 					t.Errorf("claim %s deleted %v, want %v", claim, apierrors.IsNotFound(err), want)
 				}
 			}
-			// A second pass announces nothing new.
-			if err := w.Pass(ctx, vols, cached); err != nil {
+			// A third pass announces nothing new.
+			if err := w.Pass(ctx, t0.Add(2*testGrace), vols, cached); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(events.Events); n != 0 {
@@ -150,16 +162,101 @@ func TestClaimOfTheSameNameIsKept(t *testing.T) {
 	}
 }
 
-// passMissingNodes runs one pass, with claim deletion on, over pv's volume
-// while the cache has no node at all (the API server client decides), and
-// returns the watch for its metrics.
+// passMissingNodes runs two passes a grace period apart, with claim
+// deletion on, over pv's volume while the cache has no node at all (the
+// API server client decides), and returns the watch for its metrics.
 func passMissingNodes(t *testing.T, client *fake.Clientset, pv *corev1.PersistentVolume) *Watch {
 	t.Helper()
 	w := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Events: record.NewFakeRecorder(10),
-		Interval: time.Minute, DeleteClaims: true, Registerer: prometheus.NewPedanticRegistry()})
+		Interval: time.Minute, DeleteClaims: true, Grace: testGrace, Registerer: prometheus.NewPedanticRegistry()})
 	v, _ := VolumeOf(pv, testDriver, testKey)
-	if err := w.Pass(context.Background(), []Volume{v}, func(string) bool { return false }); err != nil {
-		t.Fatal(err)
+	for _, at := range []time.Time{t0, t0.Add(testGrace)} {
+		if err := w.Pass(context.Background(), at, []Volume{v}, func(string) bool { return false }); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return w
+}
+
+// TestGrace: claims of a lost node are deleted only once the node has
+// been absent in every pass for the grace period; a node that comes back
+// keeps them and starts the clock anew; a Retain PV is deleted only when
+// asked.
+func TestGrace(t *testing.T) {
+	type pass struct {
+		at      time.Duration
+		present bool // node-x exists (re-registered)
+	}
+	absent := func(at time.Duration) pass { return pass{at: at} }
+	tests := []struct {
+		name           string
+		retain         bool
+		deleteRetained bool
+		passes         []pass
+		wantDeleted    bool
+	}{
+		{name: "absent for less than the grace: kept", passes: []pass{absent(0), absent(testGrace - time.Second)}},
+		{name: "absent for the grace: deleted", passes: []pass{absent(0), absent(testGrace)}, wantDeleted: true},
+		{name: "seen once after being absent long: the clock starts at the first pass", passes: []pass{absent(10 * testGrace)}},
+		{name: "re-registered within the grace: kept",
+			passes: []pass{absent(0), {at: testGrace / 2, present: true}, absent(testGrace), absent(testGrace + testGrace/2)}},
+		{name: "re-registered, then absent again for a whole grace: deleted",
+			passes: []pass{absent(0), {at: testGrace / 2, present: true}, absent(testGrace), absent(2 * testGrace)}, wantDeleted: true},
+		{name: "Retain: reported, never deleted", retain: true, passes: []pass{absent(0), absent(testGrace), absent(10 * testGrace)}},
+		{name: "Retain, asked to: deleted", retain: true, deleteRetained: true, passes: []pass{absent(0), absent(testGrace)}, wantDeleted: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pv := pvOn("pv-x", testDriver, "node-x", "data-x")
+			if tc.retain {
+				pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+			}
+			client := fake.NewClientset(pvc("data-x"), pv)
+			events := record.NewFakeRecorder(20)
+			w := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Events: events, Interval: time.Minute,
+				DeleteClaims: true, DeleteRetained: tc.deleteRetained, Grace: testGrace, Registerer: prometheus.NewPedanticRegistry()})
+			v, ok := VolumeOf(pv, testDriver, testKey)
+			if !ok || v.Retain != tc.retain {
+				t.Fatalf("VolumeOf: %+v, %v", v, ok)
+			}
+			ctx := context.Background()
+			for _, p := range tc.passes {
+				if err := w.Pass(ctx, t0.Add(p.at), []Volume{v}, func(string) bool { return p.present }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, pvErr := client.CoreV1().PersistentVolumes().Get(ctx, "pv-x", metav1.GetOptions{})
+			_, claimErr := client.CoreV1().PersistentVolumeClaims("db").Get(ctx, "data-x", metav1.GetOptions{})
+			if apierrors.IsNotFound(pvErr) != tc.wantDeleted || apierrors.IsNotFound(claimErr) != tc.wantDeleted {
+				t.Errorf("PV deleted %v, claim deleted %v; want %v", apierrors.IsNotFound(pvErr), apierrors.IsNotFound(claimErr), tc.wantDeleted)
+			}
+			var claimEvent string
+			for len(events.Events) > 0 {
+				if e := <-events.Events; strings.Contains(e, "PersistentVolume pv-x of this claim") && claimEvent == "" {
+					claimEvent = e
+				}
+			}
+			want := "carve deletes this claim and the PV at"
+			if tc.retain && !tc.deleteRetained {
+				want = "reclaim policy is Retain"
+			}
+			if !strings.Contains(claimEvent, want) {
+				t.Errorf("the claim's NodeLost event %q does not say %q", claimEvent, want)
+			}
+		})
+	}
+}
+
+// TestTrimKeepsReclaimPolicy: the informer's trimmed PV still tells a
+// Retain PV.
+func TestTrimKeepsReclaimPolicy(t *testing.T) {
+	pv := pvOn("pv-x", testDriver, "node-x", "data-x")
+	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+	o, err := trim(testDriver)(pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := VolumeOf(o.(*corev1.PersistentVolume), testDriver, testKey); !ok || !v.Retain {
+		t.Errorf("trimmed PV: %+v, %v; want a Retain volume", v, ok)
+	}
 }

@@ -43,10 +43,16 @@ type InventorySource interface {
 type Orphans interface {
 	// BusyNames lists the LV names with a call in flight now.
 	BusyNames() []string
-	// RemoveOrphan removes an orphaned LV under the per-volume lock: an
-	// error when a call on it is in flight, when it is not carve's or
+	// QuarantineOrphan deactivates, tags (with at) and renames an
+	// orphaned LV under the per-volume locks, and returns its new name
+	// ("" when it was gone): an error when a call on it is in flight,
+	// when it is not carve's, has no claim tag, has snapshots or is open.
+	QuarantineOrphan(ctx context.Context, vg, name string, at time.Time) (string, error)
+	// RemoveOrphan removes a quarantined orphan (quarantined from the LV
+	// name orphanOf) under the per-volume lock: an error when a call on
+	// it is in flight, when it is not carve's, not that quarantine, or
 	// has snapshots; nil when it is gone.
-	RemoveOrphan(ctx context.Context, vg, name string) error
+	RemoveOrphan(ctx context.Context, vg, name, orphanOf string) error
 }
 
 // Config configures an Agent.

@@ -188,11 +188,14 @@ func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
 func (p *Provisioner) BusyNames() []string { return p.locks.Keys() }
 
 // RemoveOrphan removes the carve LV vg/name that the audit found
-// orphaned, under the same per-volume lock as CreateVolume and
-// DeleteVolume (busy is an error: the next pass tries again). An LV that
-// is gone is success; one without carve's owner tag, with snapshots
-// (carve's or any LV's whose origin it is), or open, is refused.
-func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name string) error {
+// orphaned and QuarantineOrphan quarantined (its name and tags must say
+// it was orphan-of orphanOf), under the same per-volume lock as
+// CreateVolume and DeleteVolume (busy is an error: the next pass tries
+// again), and clears the marks of its original name. An LV that is gone
+// is success; one without carve's owner tag, not quarantined from
+// orphanOf, with snapshots (carve's or any LV's whose origin it is), or
+// open, is refused.
+func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf string) error {
 	if !p.locks.TryAcquire(name) {
 		return fmt.Errorf("LV %s: an operation is in flight", volume.VolumeID(vg, name))
 	}
@@ -206,6 +209,9 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name string) error {
 		return err
 	case !volume.IsCarve(lv.Tags):
 		return fmt.Errorf("LV %s does not carry carve's tag %s", volume.VolumeID(vg, name), volume.TagOwner)
+	}
+	if q, ok := volume.QuarantinedFrom(name, lv.Tags); !ok || q.Original != orphanOf || orphanOf == "" {
+		return fmt.Errorf("LV %s is not an orphan quarantined from %q; carve removes only those", volume.VolumeID(vg, name), orphanOf)
 	}
 	if snaps := p.snapshotsOf(vg, name); len(snaps) > 0 {
 		return fmt.Errorf("LV %s has snapshots %v; carve removes it only once they are deleted", volume.VolumeID(vg, name), snaps)
@@ -225,6 +231,7 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name string) error {
 		return err
 	}
 	p.cfg.View.Removed(vg, name)
+	p.clearMark(ctx, vg, orphanOf)
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,9 +26,11 @@ import (
 
 // Event reasons.
 const (
-	ReasonOrphan        = "OrphanedVolume"
-	ReasonOrphanRemoved = "OrphanedVolumeRemoved"
-	ReasonMissing       = "VolumeDataMissing"
+	ReasonOrphan            = "OrphanedVolume"
+	ReasonOrphanQuarantined = "OrphanedVolumeQuarantined"
+	ReasonOrphanRemoved     = "OrphanedVolumeRemoved"
+	ReasonQuarantineClaimed = "QuarantinedVolumeClaimed"
+	ReasonMissing           = "VolumeDataMissing"
 )
 
 // askAtOnce bounds how many nodes one pass audits at once.
@@ -39,11 +43,20 @@ type Nodes interface {
 	Names() []string
 	// Inventory reads a node's LVM side from its agent.
 	Inventory(ctx context.Context, node string) (*Inventory, error)
-	// RemoveOrphan removes an orphaned LV of node under that node's
-	// per-volume lock: an error when an operation on it is in flight (the
-	// next pass tries again), when it is not carve's or has snapshots;
-	// nil when it is gone.
-	RemoveOrphan(ctx context.Context, node, vg, name string) error
+	// QuarantineOrphan deactivates and renames an orphaned LV of node
+	// (carve-orphan-<hex>, tagged with its name and at) under that node's
+	// per-volume locks, and returns its new name ("" when it was gone):
+	// an error when an operation on it is in flight (the next pass tries
+	// again), when it is not carve's, has no claim tag, has snapshots or
+	// is open; codes.Unimplemented from an agent older than the
+	// quarantine.
+	QuarantineOrphan(ctx context.Context, node, vg, name string, at time.Time) (string, error)
+	// RemoveOrphan removes a quarantined orphan of node (quarantined
+	// from the LV name orphanOf) under that node's per-volume lock: an
+	// error when an operation on it is in flight (the next pass tries
+	// again), when it is not carve's, not that quarantine, or has
+	// snapshots; nil when it is gone.
+	RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error
 }
 
 // Inventory is one node's LVM side, as its agent reported it.
@@ -80,10 +93,15 @@ type Config struct {
 	// Nodes reaches the node agents.
 	Nodes Nodes
 	// Grace is how long an LV must lack a PV (a PV its LV) before it is
-	// reported; Interval how often the audit runs.
+	// reported (and, with RemoveOrphans, quarantined); Interval how often
+	// the audit runs.
 	Grace, Interval time.Duration
-	// RemoveOrphans removes an orphan once reported; false (the default,
-	// without --remove-orphans) only reports.
+	// RemovalGrace is how long an orphan stays quarantined, with no PV
+	// naming it, before it is removed (RemoveOrphans only).
+	RemovalGrace time.Duration
+	// RemoveOrphans quarantines an orphan once reported, and removes it
+	// after RemovalGrace in quarantine; false (the default, without
+	// --remove-orphans) only reports.
 	RemoveOrphans bool
 	// Registerer takes the audit's metrics.
 	Registerer prometheus.Registerer
@@ -110,7 +128,14 @@ type nodeAudit struct {
 	// so that each finding is announced once while the node stays
 	// connected and the controller leads.
 	reported map[string]bool
+	// oldAgent is set once the agent answered that it cannot quarantine
+	// (logged once).
+	oldAgent bool
 }
+
+// errOldAgent is a quarantine's answer from an agent older than it: the
+// orphan stays reported, and nothing is an error.
+var errOldAgent = errors.New("the node agent cannot quarantine orphans")
 
 // New returns an Auditor; its metrics are registered at once.
 func New(cfg Config) *Auditor {
@@ -135,7 +160,8 @@ func (a *Auditor) Run(ctx context.Context) error {
 	if !a.cfg.PVs.WaitForSync(ctx) {
 		return nil // ctx ended
 	}
-	log.Info("Auditing the nodes' carve LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval, "removeOrphans", a.cfg.RemoveOrphans)
+	log.Info("Auditing the nodes' carve LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval,
+		"removeOrphans", a.cfg.RemoveOrphans, "removalGracePeriod", a.cfg.RemovalGrace)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -189,7 +215,7 @@ func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	for _, n := range names {
 		na := a.nodes[n]
 		if na == nil {
-			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace), reported: map[string]bool{}}
+			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace, a.cfg.RemovalGrace), reported: map[string]bool{}}
 			a.nodes[n] = na
 		}
 		slots <- struct{}{}
@@ -214,11 +240,11 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 		log.Error(err, "Audit pass incomplete")
 		return
 	}
-	orphans, missing := na.decider.Decide(Input{Now: now, LVs: inv.LVs, PVs: pvs, Node: na.node,
+	f := na.decider.Decide(Input{Now: now, LVs: inv.LVs, PVs: pvs, Node: na.node,
 		Readable: inv.readable, Busy: inv.busy})
 	var errs []error
-	kept := orphans[:0]
-	for _, o := range orphans {
+	orphans := f.Orphans[:0]
+	for _, o := range f.Orphans {
 		alive, err := a.claimAlive(ctx, o.LV)
 		if err != nil {
 			// Unknown: not reported this pass, and its clock runs on.
@@ -232,27 +258,58 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 			na.decider.Reset(o.ID())
 			continue
 		}
-		kept = append(kept, o)
+		orphans = append(orphans, o)
 	}
-	orphans = kept
 	for _, o := range orphans {
 		a.announceOrphan(log, na, o)
 	}
-	for _, x := range missing {
+	for _, x := range f.Missing {
 		a.announceMissing(log, na, x)
 	}
+	for _, q := range f.Quarantined {
+		if q.ClaimedBy != "" {
+			a.announceClaimed(log, na, q)
+		}
+	}
+	quarantined := f.Quarantined
 	if a.cfg.RemoveOrphans {
 		var left []Orphan
 		for _, o := range orphans {
-			if err := a.remove(ctx, na, o); err != nil {
+			if o.Claim == "" {
+				// Nothing tells whose it was: reported, never touched.
+				left = append(left, o)
+				continue
+			}
+			q, err := a.quarantine(ctx, na, o, now)
+			if errors.Is(err, errOldAgent) {
+				left = append(left, o)
+				continue
+			}
+			if err != nil {
 				errs = append(errs, err)
 				left = append(left, o)
+				continue
+			}
+			if q != nil {
+				quarantined = append(quarantined, *q)
 			}
 		}
 		orphans = left
+		kept := quarantined[:0]
+		for _, q := range quarantined {
+			if !q.Removable {
+				kept = append(kept, q)
+				continue
+			}
+			if err := a.remove(ctx, na, q); err != nil {
+				errs = append(errs, err)
+				kept = append(kept, q)
+			}
+		}
+		quarantined = kept
 	}
-	a.m.publish(na.node, inv.Classes, orphans, missing)
-	na.forgetAnnounced(orphans, missing)
+	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
+	na.forgetAnnounced(orphans, f.Missing, quarantined)
 	a.m.ran(na.node, now, errors.Join(errs...))
 	if err := errors.Join(errs...); err != nil {
 		log.Error(err, "Audit pass incomplete")
@@ -291,7 +348,7 @@ func (a *Auditor) announceOrphan(log klog.Logger, na *nodeAudit, o Orphan) {
 	na.reported[key] = true
 	claim := o.Claim
 	if claim == "" {
-		claim = "unknown (no claim tag)"
+		claim = "unknown (no claim tag: carve never quarantines or removes it)"
 	}
 	log.Info("Orphaned volume: no PersistentVolume points at this LV", "lv", o.ID(), "size", o.Size,
 		"deviceClass", o.Class, "claim", claim, "volume", o.VolumeName, "since", o.Since.UTC().Format(time.RFC3339))
@@ -318,15 +375,38 @@ func (a *Auditor) announceMissing(log klog.Logger, na *nodeAudit, x Missing) {
 	}
 }
 
+// announceClaimed warns, once, of a PV that names a quarantined orphan:
+// carve keeps it, and someone must restore it.
+func (a *Auditor) announceClaimed(log klog.Logger, na *nodeAudit, q Quarantined) {
+	key := "claimed/" + q.ID()
+	if na.reported[key] {
+		return
+	}
+	na.reported[key] = true
+	log.Info("A PersistentVolume names a quarantined orphan; it is kept until restored", "lv", q.ID(), "originalLV", q.OriginalID(),
+		"pv", q.ClaimedBy, "quarantinedSince", q.Since.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("PersistentVolume %s names LV %s, which carve quarantined as orphan %s on node %s at %s; carve keeps it. "+
+		"Restore it on the node: lvrename %s %s %s (carve's operations runbook: orphaned volumes)",
+		q.ClaimedBy, q.OriginalID(), q.ID(), na.node, q.Since.UTC().Format(time.RFC3339), q.VolumeGroup, q.Name, q.OrphanOf)
+	a.cfg.Events.Event(nodeRef(na.node), corev1.EventTypeWarning, ReasonQuarantineClaimed, msg)
+	a.cfg.Events.Event(&corev1.ObjectReference{Kind: "PersistentVolume", Name: q.ClaimedBy, APIVersion: "v1"},
+		corev1.EventTypeWarning, ReasonQuarantineClaimed, msg)
+}
+
 // forgetAnnounced drops what is no longer found, so that it is announced
 // again if it comes back.
-func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing) {
+func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing, quarantined []Quarantined) {
 	now := map[string]bool{}
 	for _, o := range orphans {
 		now["orphan/"+o.ID()] = true
 	}
 	for _, x := range missing {
 		now["missing/"+x.Name] = true
+	}
+	for _, q := range quarantined {
+		if q.ClaimedBy != "" {
+			now["claimed/"+q.ID()] = true
+		}
 	}
 	for k := range na.reported {
 		if !now[k] {
@@ -335,19 +415,55 @@ func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing) {
 	}
 }
 
-// remove removes one orphan (only with --remove-orphans).
-func (a *Auditor) remove(ctx context.Context, na *nodeAudit, o Orphan) error {
+// quarantine is the first step of an orphan's removal (only with
+// --remove-orphans): the node deactivates and renames it. It returns the
+// quarantined orphan, nil when the LV was gone. An agent older than the
+// quarantine is left alone: the orphan stays reported.
+func (a *Auditor) quarantine(ctx context.Context, na *nodeAudit, o Orphan, now time.Time) (*Quarantined, error) {
 	log := klog.FromContext(ctx)
-	err := a.cfg.Nodes.RemoveOrphan(ctx, na.node, o.VolumeGroup, o.Name)
-	a.m.removed.WithLabelValues(na.node, o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
+	newName, err := a.cfg.Nodes.QuarantineOrphan(ctx, na.node, o.VolumeGroup, o.Name, now)
+	if status.Code(err) == codes.Unimplemented {
+		if !na.oldAgent {
+			na.oldAgent = true
+			log.Info("The node's agent cannot quarantine orphans (older than carve controller); its orphans are only reported until it is upgraded")
+		}
+		return nil, errOldAgent
+	}
+	a.m.quarantinedTotal.WithLabelValues(na.node, o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
 	if err != nil {
-		return fmt.Errorf("removing orphaned LV %s: %w", o.ID(), err)
+		return nil, fmt.Errorf("quarantining orphaned LV %s: %w", o.ID(), err)
 	}
 	na.decider.Reset(o.ID())
-	log.Info("Removed orphaned volume", "lv", o.ID(), "size", o.Size, "deviceClass", o.Class, "claim", o.Claim, "volume", o.VolumeName)
+	if newName == "" {
+		return nil, nil
+	}
+	q := Quarantined{LV: o.LV, Since: now.Truncate(time.Second)}
+	q.Name, q.OrphanOf, q.OrphanedAt = newName, o.Name, q.Since
+	log.Info("Quarantined orphaned volume: deactivated and renamed, data kept", "lv", o.ID(), "as", q.ID(), "size", o.Size,
+		"deviceClass", o.Class, "claim", o.Claim, "volume", o.VolumeName, "removalAfter", a.cfg.RemovalGrace)
+	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeNormal, ReasonOrphanQuarantined,
+		"quarantined orphaned LV %s as %s (%d bytes, device class %s, claim %s, volume %s; no PersistentVolume since %s): deactivated, data kept; "+
+			"removed after %s unless a PersistentVolume names it (--remove-orphans). Restore: lvrename %s %s %s",
+		o.ID(), q.ID(), o.Size, o.Class, o.Claim, o.VolumeName, o.Since.UTC().Format(time.RFC3339), a.cfg.RemovalGrace,
+		o.VolumeGroup, newName, o.Name)
+	return &q, nil
+}
+
+// remove is the second step (only with --remove-orphans): it removes a
+// quarantined orphan whose removal grace period has passed.
+func (a *Auditor) remove(ctx context.Context, na *nodeAudit, q Quarantined) error {
+	log := klog.FromContext(ctx)
+	err := a.cfg.Nodes.RemoveOrphan(ctx, na.node, q.VolumeGroup, q.Name, q.OrphanOf)
+	a.m.removed.WithLabelValues(na.node, q.Class, q.VolumeGroup, carvemetrics.Result(err)).Inc()
+	if err != nil {
+		return fmt.Errorf("removing quarantined orphan %s: %w", q.ID(), err)
+	}
+	log.Info("Removed quarantined orphan", "lv", q.ID(), "originalLV", q.OriginalID(), "size", q.Size, "deviceClass", q.Class,
+		"claim", q.Claim, "volume", q.VolumeName, "quarantinedSince", q.Since.UTC().Format(time.RFC3339))
 	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeNormal, ReasonOrphanRemoved,
-		"removed orphaned LV %s (%d bytes, device class %s, claim %s, volume %s): no PersistentVolume since %s (--remove-orphans)",
-		o.ID(), o.Size, o.Class, o.Claim, o.VolumeName, o.Since.UTC().Format(time.RFC3339))
+		"removed orphaned LV %s (LV %s before its quarantine at %s; %d bytes, device class %s, claim %s, volume %s): "+
+			"quarantined for %s with no PersistentVolume naming it (--remove-orphans)",
+		q.ID(), q.OriginalID(), q.Since.UTC().Format(time.RFC3339), q.Size, q.Class, q.Claim, q.VolumeName, a.cfg.RemovalGrace)
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,11 +27,12 @@ const (
 )
 
 // fakeNodes holds each node's inventory (a node without one fails to
-// answer) and removes with remove.
+// answer), quarantines with quarantine and removes with remove.
 type fakeNodes struct {
-	names  []string
-	inv    map[string]*Inventory
-	remove func(ctx context.Context, node, vg, name string) error
+	names      []string
+	inv        map[string]*Inventory
+	quarantine func(ctx context.Context, node, vg, name string, at time.Time) (string, error)
+	remove     func(ctx context.Context, node, vg, name, orphanOf string) error
 }
 
 func (f *fakeNodes) Names() []string { return f.names }
@@ -42,11 +45,54 @@ func (f *fakeNodes) Inventory(_ context.Context, node string) (*Inventory, error
 	return inv, nil
 }
 
-func (f *fakeNodes) RemoveOrphan(ctx context.Context, node, vg, name string) error {
+func (f *fakeNodes) QuarantineOrphan(ctx context.Context, node, vg, name string, at time.Time) (string, error) {
+	if f.quarantine == nil {
+		return "", errors.New("no quarantine")
+	}
+	return f.quarantine(ctx, node, vg, name, at)
+}
+
+func (f *fakeNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error {
 	if f.remove == nil {
 		return errors.New("no removal")
 	}
-	return f.remove(ctx, node, vg, name)
+	return f.remove(ctx, node, vg, name, orphanOf)
+}
+
+// lvmNodes makes f act on its inventories as a node does: a quarantine
+// renames and tags the LV, a removal drops it. Both are recorded as
+// "<node>:<vg>/<name>"; what fails names errors for.
+func lvmNodes(f *fakeNodes, fails map[string]error) (quarantined, removed *[]string) {
+	quarantined, removed = new([]string), new([]string)
+	find := func(node, vg, name string) int {
+		return slices.IndexFunc(f.inv[node].LVs, func(lv LV) bool { return lv.VolumeGroup == vg && lv.Name == name })
+	}
+	f.quarantine = func(_ context.Context, node, vg, name string, at time.Time) (string, error) {
+		if err := fails[name]; err != nil {
+			return "", err
+		}
+		i := find(node, vg, name)
+		if i < 0 {
+			return "", nil
+		}
+		lv := &f.inv[node].LVs[i]
+		lv.OrphanOf, lv.Name, lv.OrphanedAt = lv.Name, "carve-orphan-"+strings.TrimPrefix(lv.Name, "carve-"), at.Truncate(time.Second)
+		*quarantined = append(*quarantined, node+":"+vg+"/"+name)
+		return lv.Name, nil
+	}
+	f.remove = func(_ context.Context, node, vg, name, orphanOf string) error {
+		if err := fails[name]; err != nil {
+			return err
+		}
+		i := find(node, vg, name)
+		if i < 0 || f.inv[node].LVs[i].OrphanOf != orphanOf {
+			return errors.New("not that quarantine")
+		}
+		f.inv[node].LVs = slices.Delete(f.inv[node].LVs, i, i+1)
+		*removed = append(*removed, node+":"+vg+"/"+name)
+		return nil
+	}
+	return quarantined, removed
 }
 
 func kubePV(name, driver, handle, onNode string) *corev1.PersistentVolume {
@@ -93,18 +139,11 @@ func TestPass(t *testing.T) {
 	}}
 	events := record.NewFakeRecorder(100)
 	reg := prometheus.NewPedanticRegistry()
-	var removed []string
-	removeErr := map[string]error{"carve-reused": errors.New("lvremove failed")}
-	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv},
-		remove: func(_ context.Context, n, vg, name string) error {
-			if err := removeErr[name]; err != nil {
-				return err
-			}
-			removed = append(removed, n+":"+vg+"/"+name)
-			return nil
-		}}
+	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv}}
+	quarantined, removed := lvmNodes(nodes, map[string]error{"carve-reused": errors.New("lvchange failed")})
+	const removal = 3 * grace
 	a := New(Config{Driver: testDriver, TopologyKey: testKey, Client: client, Nodes: nodes,
-		Grace: grace, Interval: time.Second, Registerer: reg, Events: events, RemoveOrphans: true})
+		Grace: grace, RemovalGrace: removal, Interval: time.Second, Registerer: reg, Events: events, RemoveOrphans: true})
 	pvs := pvsThroughCache(t, a,
 		kubePV("pv-bound", testDriver, "vg1/carve-bound", node),
 		kubePV("pv-lost", testDriver, "vg1/carve-lost", node),
@@ -135,9 +174,83 @@ func TestPass(t *testing.T) {
 		"Warning OrphanedVolume LV vg1/carve-reused",
 		"Warning VolumeDataMissing the LV vg1/carve-lost of PersistentVolume pv-lost", // on the PV
 		"Warning VolumeDataMissing the LV vg1/carve-lost of PersistentVolume pv-lost", // on the PVC
-		"Normal OrphanedVolumeRemoved removed orphaned LV vg1/carve-foreign",
-		"Normal OrphanedVolumeRemoved removed orphaned LV vg1/carve-orphan",
+		// carve-foreign names no claim: never touched.
+		"Normal OrphanedVolumeQuarantined quarantined orphaned LV vg1/carve-orphan as vg1/carve-orphan-orphan",
 	}
+	checkEvents(t, got, want)
+	if !strings.Contains(got[1], "claim ns/gone") || !strings.Contains(got[1], "1073741824 bytes") {
+		t.Errorf("orphan event does not name claim and size: %q", got[1])
+	}
+	if !strings.Contains(got[0], "no claim tag") {
+		t.Errorf("the event of an orphan without a claim tag does not say so: %q", got[0])
+	}
+	if !strings.Contains(got[5], "lvrename vg1 carve-orphan-orphan carve-orphan") {
+		t.Errorf("the quarantine event does not say how to restore: %q", got[5])
+	}
+	if !slices.Equal(*quarantined, []string{node + ":vg1/carve-orphan"}) || len(*removed) != 0 {
+		t.Errorf("quarantined %v, removed %v; want carve-orphan quarantined, nothing removed", *quarantined, *removed)
+	}
+	// What the quarantine failed for stays reported; what was
+	// quarantined shows as such.
+	checkGauges(t, []gauge{
+		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1},
+		{a.m.orphanBytes.WithLabelValues(node, "fast", "vg1"), 4 << 30},
+		{a.m.orphans.WithLabelValues(node, "slow", "vg1"), 1},
+		{a.m.quarantined.WithLabelValues(node, "fast", "vg1"), 1},
+		{a.m.quarantinedBytes.WithLabelValues(node, "fast", "vg1"), 1 << 30},
+		{a.m.missing.WithLabelValues(node, "vg1"), 1},
+		{a.m.quarantinedTotal.WithLabelValues(node, "fast", "vg1", "success"), 1},
+		{a.m.quarantinedTotal.WithLabelValues(node, "fast", "vg1", "error"), 1},
+		{a.m.removed.WithLabelValues(node, "fast", "vg1", "success"), 0},
+		{a.m.lastRun.WithLabelValues(node, "error"), float64(t0.Add(grace).Unix())},
+	})
+
+	// A finding is announced once, not every pass; the quarantine waits
+	// for its own grace period.
+	a.Pass(ctx, t0.Add(2*grace), pvs)
+	for len(events.Events) > 0 {
+		t.Errorf("event repeated on a later pass: %q", <-events.Events)
+	}
+	if got := testutil.ToFloat64(a.m.quarantinedTotal.WithLabelValues(node, "fast", "vg1", "error")); got != 2 {
+		t.Errorf("failed quarantines %v, want 2 (retried on the next pass)", got)
+	}
+	if len(*removed) != 0 {
+		t.Errorf("removed %v before the removal grace period", *removed)
+	}
+
+	// The removal grace period after the quarantine, it is removed.
+	a.Pass(ctx, t0.Add(grace+removal), pvs)
+	got = nil
+	for len(events.Events) > 0 {
+		got = append(got, <-events.Events)
+	}
+	checkEvents(t, got, []string{"Normal OrphanedVolumeRemoved removed orphaned LV vg1/carve-orphan-orphan (LV vg1/carve-orphan before its quarantine"})
+	if !slices.Equal(*removed, []string{node + ":vg1/carve-orphan-orphan"}) {
+		t.Errorf("removed %v", *removed)
+	}
+	checkGauges(t, []gauge{
+		{a.m.quarantined.WithLabelValues(node, "fast", "vg1"), 0},
+		{a.m.removed.WithLabelValues(node, "fast", "vg1", "success"), 1},
+		{a.m.orphans.WithLabelValues(node, "slow", "vg1"), 1}, // carve-foreign, never touched
+	})
+}
+
+type gauge struct {
+	g     prometheus.Collector
+	value float64
+}
+
+func checkGauges(t *testing.T, gauges []gauge) {
+	t.Helper()
+	for _, c := range gauges {
+		if got := testutil.ToFloat64(c.g); got != c.value {
+			t.Errorf("%v: %v, want %v", c.g, got, c.value)
+		}
+	}
+}
+
+func checkEvents(t *testing.T, got, want []string) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("events:\n%s\nwant %d starting with:\n%s", strings.Join(got, "\n"), len(want), strings.Join(want, "\n"))
 	}
@@ -146,39 +259,56 @@ func TestPass(t *testing.T) {
 			t.Errorf("event %d: %q, want it to start with %q", i, got[i], want[i])
 		}
 	}
-	if !strings.Contains(got[1], "claim ns/gone") || !strings.Contains(got[1], "1073741824 bytes") {
-		t.Errorf("orphan event does not name claim and size: %q", got[1])
-	}
-	if !slices.Equal(removed, []string{node + ":vg1/carve-foreign", node + ":vg1/carve-orphan"}) {
-		t.Errorf("removed %v", removed)
-	}
-	// What removal failed for stays reported; what was removed does not.
-	for _, c := range []struct {
-		g     prometheus.Collector
-		value float64
-	}{
-		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1},
-		{a.m.orphanBytes.WithLabelValues(node, "fast", "vg1"), 4 << 30},
-		{a.m.orphans.WithLabelValues(node, "slow", "vg1"), 0},
-		{a.m.missing.WithLabelValues(node, "vg1"), 1},
-		{a.m.removed.WithLabelValues(node, "fast", "vg1", "success"), 1},
-		{a.m.removed.WithLabelValues(node, "fast", "vg1", "error"), 1},
-		{a.m.removed.WithLabelValues(node, "slow", "vg1", "success"), 1},
-		{a.m.lastRun.WithLabelValues(node, "error"), float64(t0.Add(grace).Unix())},
-	} {
-		if got := testutil.ToFloat64(c.g); got != c.value {
-			t.Errorf("%v: %v, want %v", c.g, got, c.value)
-		}
-	}
+}
 
-	// A finding is announced once, not every pass.
-	a.Pass(ctx, t0.Add(2*grace), pvs)
+// TestPassQuarantineClaimed: a PV re-made by hand with the old handle of
+// a quarantined orphan keeps it past the removal grace period, is not
+// reported as missing data, and is told how to restore it; an agent older
+// than the quarantine leaves its orphans reported.
+func TestPassQuarantineClaimed(t *testing.T) {
+	const grace, removal = time.Minute, time.Hour
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	q := LV{VolumeGroup: "vg1", Name: "carve-orphan-a", Class: "fast", Size: 1, VolumeName: "pvc-a", Claim: "ns/a",
+		OrphanOf: "carve-a", OrphanedAt: t0.Add(-2 * removal)}
+	inv := &Inventory{Classes: []Class{{"fast", "vg1"}}, LVs: []LV{q, {VolumeGroup: "vg1", Name: "carve-b", Class: "fast", Size: 1, VolumeName: "pvc-b", Claim: "ns/b"}}}
+	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv},
+		quarantine: func(context.Context, string, string, string, time.Time) (string, error) {
+			return "", status.Error(codes.Unimplemented, "unknown method QuarantineOrphan")
+		}}
+	var removed []string
+	nodes.remove = func(_ context.Context, _, vg, name, _ string) error {
+		removed = append(removed, vg+"/"+name)
+		return nil
+	}
+	events := record.NewFakeRecorder(100)
+	a := New(Config{Driver: testDriver, TopologyKey: testKey, Client: fake.NewClientset(), Nodes: nodes, Grace: grace, RemovalGrace: removal,
+		Interval: time.Second, Registerer: prometheus.NewPedanticRegistry(), Events: events, RemoveOrphans: true})
+	pvs := []PV{{Name: "pv-by-hand", Handle: "vg1/carve-a", Node: node}}
+	for _, at := range []time.Duration{0, grace, 2 * grace} {
+		a.Pass(context.Background(), t0.Add(at), pvs)
+	}
+	var got []string
 	for len(events.Events) > 0 {
-		t.Errorf("event repeated on a later pass: %q", <-events.Events)
+		got = append(got, <-events.Events)
 	}
-	if got := testutil.ToFloat64(a.m.removed.WithLabelValues(node, "fast", "vg1", "error")); got != 2 {
-		t.Errorf("failed removals %v, want 2 (retried on the next pass)", got)
+	checkEvents(t, got, []string{
+		"Warning QuarantinedVolumeClaimed PersistentVolume pv-by-hand names LV vg1/carve-a, which carve quarantined as orphan vg1/carve-orphan-a", // on the Node
+		"Warning QuarantinedVolumeClaimed PersistentVolume pv-by-hand names LV vg1/carve-a",                                                       // on the PV
+		"Warning OrphanedVolume LV vg1/carve-b",
+	})
+	if !strings.Contains(got[0], "lvrename vg1 carve-orphan-a carve-a") {
+		t.Errorf("no restore command in %q", got[0])
 	}
+	if len(removed) != 0 {
+		t.Errorf("removed %v: a PV names it", removed)
+	}
+	checkGauges(t, []gauge{
+		{a.m.missing.WithLabelValues(node, "vg1"), 0},
+		{a.m.quarantined.WithLabelValues(node, "fast", "vg1"), 1},
+		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1}, // carve-b: the agent is too old to quarantine it
+		{a.m.quarantinedTotal.WithLabelValues(node, "fast", "vg1", "error"), 0},
+		{a.m.lastRun.WithLabelValues(node, "error"), 0},
+	})
 }
 
 // TestPassReportsOnly: without Remove nothing is removed, and the gauges
@@ -189,7 +319,8 @@ func TestPassReportsOnly(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	removals := 0
 	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv},
-		remove: func(context.Context, string, string, string) error { removals++; return nil }}
+		quarantine: func(context.Context, string, string, string, time.Time) (string, error) { removals++; return "", nil },
+		remove:     func(context.Context, string, string, string, string) error { removals++; return nil }}
 	a := New(Config{Driver: testDriver, TopologyKey: testKey, Client: fake.NewClientset(), Nodes: nodes,
 		Grace: time.Second, Interval: time.Second, Registerer: reg, Events: record.NewFakeRecorder(10)})
 	a.Pass(context.Background(), t0, nil)

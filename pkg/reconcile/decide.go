@@ -5,8 +5,12 @@
 // (orphans: a claim deleted while its volume was being made, a PV deleted
 // by hand) and PVs pinned to the node whose LV is gone (missing data: a
 // disk replaced, a volume group made anew). It reports both (metrics,
-// Events, log lines) and removes an orphan, through the node's agent, only
-// when asked to and only after a grace period.
+// Events, log lines). Only when asked to (--remove-orphans) does it act on
+// an orphan, through the node's agent, and in two steps with a grace
+// period before each: it quarantines it (deactivated, renamed
+// carve-orphan-<hex>, data kept, restored by renaming it back), and
+// removes it only if it stays unclaimed in quarantine for the second
+// grace period. An LV whose tags name no claim is never touched.
 package reconcile
 
 import (
@@ -26,12 +30,27 @@ type LV struct {
 	// whole.
 	VolumeName string
 	// Claim is "<namespace>/<name>" of the PVC the LV was made for, empty
-	// when its tags do not name one.
+	// when its tags do not name one: such an LV is never quarantined or
+	// removed, only reported.
 	Claim string
+	// OrphanOf is set on an orphan the audit quarantined (renamed
+	// carve-orphan-<hex> and deactivated): the LV name it had before.
+	OrphanOf string
+	// OrphanedAt is when it was quarantined (its tag); zero when unknown.
+	OrphanedAt time.Time
 }
 
 // ID is the LV's volume ID, "<volume group>/<name>": the PV's volumeHandle.
 func (l LV) ID() string { return l.VolumeGroup + "/" + l.Name }
+
+// OriginalID is the volume ID a quarantined orphan had, the one its PV
+// named; an LV that is not quarantined has its own ID.
+func (l LV) OriginalID() string {
+	if l.OrphanOf == "" {
+		return l.ID()
+	}
+	return l.VolumeGroup + "/" + l.OrphanOf
+}
 
 // PV is a PersistentVolume of carve's driver, as the decision sees it.
 type PV struct {
@@ -64,6 +83,32 @@ type Missing struct {
 	Since time.Time
 }
 
+// Quarantined is an orphan the audit quarantined, found again.
+type Quarantined struct {
+	LV
+	// Since is when it was quarantined (its tag), or else when the audit
+	// first saw it: the second grace period runs from it.
+	Since time.Time
+	// Removable is true once it has been quarantined for the second grace
+	// period with no PV naming it and no operation on it in flight.
+	Removable bool
+	// ClaimedBy names the PV that points at it (by its old handle, its
+	// own, or its volume name): it is kept, whatever the time, until
+	// someone restores it (lvrename) or the PV goes.
+	ClaimedBy string
+}
+
+// Findings are what one pass found on a node.
+type Findings struct {
+	// Orphans have lacked a PV for the grace period.
+	Orphans []Orphan
+	// Missing are this node's PVs whose LV has been gone for the grace
+	// period.
+	Missing []Missing
+	// Quarantined are every quarantined orphan of the node.
+	Quarantined []Quarantined
+}
+
 // Input is what one audit pass compares.
 type Input struct {
 	// Now is the time of the pass.
@@ -89,14 +134,19 @@ type Input struct {
 // that only what has lasted a whole grace period is reported. It is not
 // safe for concurrent use; one audit loop owns it.
 type Decider struct {
-	grace        time.Duration
-	orphanSince  map[string]time.Time // LV ID
-	missingSince map[string]time.Time // PV name
+	grace, removalGrace time.Duration
+	orphanSince         map[string]time.Time // LV ID
+	missingSince        map[string]time.Time // PV name
+	// quarantineSince is when a quarantined orphan without a time tag
+	// (renamed by hand) was first seen.
+	quarantineSince map[string]time.Time // LV ID
 }
 
-// NewDecider returns a Decider with the grace period grace.
-func NewDecider(grace time.Duration) *Decider {
-	return &Decider{grace: grace, orphanSince: map[string]time.Time{}, missingSince: map[string]time.Time{}}
+// NewDecider returns a Decider with the grace period grace (an LV without
+// a PV, a PV without its LV) and removalGrace (a quarantined orphan).
+func NewDecider(grace, removalGrace time.Duration) *Decider {
+	return &Decider{grace: grace, removalGrace: removalGrace, orphanSince: map[string]time.Time{},
+		missingSince: map[string]time.Time{}, quarantineSince: map[string]time.Time{}}
 }
 
 // Decide runs one pass. An LV is an orphan when, in every pass for at
@@ -107,20 +157,38 @@ func NewDecider(grace time.Duration) *Decider {
 // audit (a node agent that reconnected, a new leader) starts every clock
 // anew, so it reports late, never early. A PV misses its LV when it is
 // pinned to the node, is not going away, its volume group was read, and
-// its LV has been absent for the grace period.
-func (d *Decider) Decide(in Input) (orphans []Orphan, missing []Missing) {
-	handles := make(map[string]bool, len(in.PVs))
+// its LV has been absent for the grace period; a PV whose LV is in
+// quarantine misses nothing: the quarantined orphan is claimed by it.
+// A quarantined orphan is removable once the removal grace period has
+// passed since its quarantine (its tag: a new leader does not restart
+// it), while no PV names it by its own handle, or by its old handle or its
+// volume name while no LV of its old name exists again, and no operation
+// on it is in flight.
+func (d *Decider) Decide(in Input) Findings {
+	var f Findings
+	handles := make(map[string]string, len(in.PVs))
 	names := make(map[string]bool, len(in.PVs))
 	for _, pv := range in.PVs {
-		handles[pv.Handle] = true
+		handles[pv.Handle] = pv.Name
 		names[pv.Name] = true
 	}
+	busy := func(name string) bool { return in.Busy != nil && in.Busy(name) }
+	present := make(map[string]bool, len(in.LVs))
+	for _, lv := range in.LVs {
+		present[lv.ID()] = true
+	}
 	seenOrphan := map[string]bool{}
+	seenQuarantined := map[string]bool{}
 	lvs := map[string]bool{}
 	for _, lv := range in.LVs {
 		id := lv.ID()
 		lvs[id] = true
-		if handles[id] || lv.VolumeName != "" && names[lv.VolumeName] || in.Busy != nil && in.Busy(lv.Name) {
+		if lv.OrphanOf != "" {
+			lvs[lv.OriginalID()] = true
+			f.Quarantined = append(f.Quarantined, d.quarantined(in.Now, lv, handles, names, busy(lv.Name), present[lv.OriginalID()], seenQuarantined))
+			continue
+		}
+		if handles[id] != "" || lv.VolumeName != "" && names[lv.VolumeName] || busy(lv.Name) {
 			continue
 		}
 		seenOrphan[id] = true
@@ -130,10 +198,11 @@ func (d *Decider) Decide(in Input) (orphans []Orphan, missing []Missing) {
 			d.orphanSince[id] = since
 		}
 		if in.Now.Sub(since) >= d.grace {
-			orphans = append(orphans, Orphan{LV: lv, Since: since})
+			f.Orphans = append(f.Orphans, Orphan{LV: lv, Since: since})
 		}
 	}
 	forget(d.orphanSince, seenOrphan)
+	forget(d.quarantineSince, seenQuarantined)
 
 	seenMissing := map[string]bool{}
 	for _, pv := range in.PVs {
@@ -141,7 +210,7 @@ func (d *Decider) Decide(in Input) (orphans []Orphan, missing []Missing) {
 			continue
 		}
 		vg, name, ok := strings.Cut(pv.Handle, "/")
-		if !ok || in.Readable == nil || !in.Readable(vg) || in.Busy != nil && in.Busy(name) {
+		if !ok || in.Readable == nil || !in.Readable(vg) || busy(name) {
 			continue
 		}
 		seenMissing[pv.Name] = true
@@ -151,13 +220,43 @@ func (d *Decider) Decide(in Input) (orphans []Orphan, missing []Missing) {
 			d.missingSince[pv.Name] = since
 		}
 		if in.Now.Sub(since) >= d.grace {
-			missing = append(missing, Missing{PV: pv, Since: since})
+			f.Missing = append(f.Missing, Missing{PV: pv, Since: since})
 		}
 	}
 	forget(d.missingSince, seenMissing)
-	slices.SortFunc(orphans, func(a, b Orphan) int { return strings.Compare(a.ID(), b.ID()) })
-	slices.SortFunc(missing, func(a, b Missing) int { return strings.Compare(a.Name, b.Name) })
-	return orphans, missing
+	slices.SortFunc(f.Orphans, func(a, b Orphan) int { return strings.Compare(a.ID(), b.ID()) })
+	slices.SortFunc(f.Missing, func(a, b Missing) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(f.Quarantined, func(a, b Quarantined) int { return strings.Compare(a.ID(), b.ID()) })
+	return f
+}
+
+// quarantined judges one quarantined orphan. replaced tells that an LV
+// of its old name exists again (a volume made anew under that name): a PV
+// of the old handle or of the volume name is that LV's, not the
+// quarantine's.
+func (d *Decider) quarantined(now time.Time, lv LV, handles map[string]string, names map[string]bool, busy, replaced bool, seen map[string]bool) Quarantined {
+	q := Quarantined{LV: lv, Since: lv.OrphanedAt}
+	switch {
+	case handles[lv.ID()] != "":
+		q.ClaimedBy = handles[lv.ID()]
+	case replaced:
+	case handles[lv.OriginalID()] != "":
+		q.ClaimedBy = handles[lv.OriginalID()]
+	case lv.VolumeName != "" && names[lv.VolumeName]:
+		q.ClaimedBy = lv.VolumeName
+	}
+	if q.Since.IsZero() {
+		id := lv.ID()
+		seen[id] = true
+		since, ok := d.quarantineSince[id]
+		if !ok {
+			since = now
+			d.quarantineSince[id] = since
+		}
+		q.Since = since
+	}
+	q.Removable = q.ClaimedBy == "" && !busy && now.Sub(q.Since) >= d.removalGrace
+	return q
 }
 
 // Reset forgets an LV's clock (after it was removed, or when its claim

@@ -23,6 +23,11 @@ type metrics struct {
 	removed     *prometheus.CounterVec
 	missing     *prometheus.GaugeVec
 	lastRun     *prometheus.GaugeVec
+	// quarantined and quarantinedBytes are the orphans in quarantine;
+	// quarantinedTotal counts the quarantines.
+	quarantined      *prometheus.GaugeVec
+	quarantinedBytes *prometheus.GaugeVec
+	quarantinedTotal *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,7 +42,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"node", "device_class", "volume_group"}),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_orphaned_volumes_removed_total",
-			Help: "Orphaned carve LVs removed by the controller's audit through the node's agent (only with --remove-orphans), by node, device class, volume group and result (success or error).",
+			Help: "Quarantined orphans removed by the controller's audit through the node's agent after --orphan-removal-grace-period (only with --remove-orphans), by node, device class, volume group and result (success or error).",
+		}, []string{"node", "device_class", "volume_group", "result"}),
+		quarantined: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_quarantined_volumes",
+			Help: "Orphaned carve LVs in quarantine on a node (deactivated, renamed carve-orphan-<hex>, data kept), by node, device class and volume group.",
+		}, []string{"node", "device_class", "volume_group"}),
+		quarantinedBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_quarantined_volume_bytes",
+			Help: "Size in bytes of the orphaned carve LVs in quarantine on a node, by node, device class and volume group.",
+		}, []string{"node", "device_class", "volume_group"}),
+		quarantinedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carve_orphaned_volumes_quarantined_total",
+			Help: "Orphaned carve LVs quarantined by the controller's audit through the node's agent (only with --remove-orphans), by node, device class, volume group and result (success or error).",
 		}, []string{"node", "device_class", "volume_group", "result"}),
 		missing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volumes_missing",
@@ -48,22 +65,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Unix time of the last audit of a node's LVs against the PersistentVolumes, by node and result (success or error).",
 		}, []string{"node", "result"}),
 	}
-	reg.MustRegister(m.orphans, m.orphanBytes, m.removed, m.missing, m.lastRun)
+	reg.MustRegister(m.orphans, m.orphanBytes, m.removed, m.missing, m.lastRun, m.quarantined, m.quarantinedBytes, m.quarantinedTotal)
 	return m
 }
 
 // publish replaces a node's gauges with one pass's findings; the node's
 // classes and their volume groups show zero when they have none.
-func (m *metrics) publish(node string, classes []Class, orphans []Orphan, missing []Missing) {
+func (m *metrics) publish(node string, classes []Class, orphans []Orphan, missing []Missing, quarantined []Quarantined) {
 	only := prometheus.Labels{"node": node}
 	m.orphans.DeletePartialMatch(only)
 	m.orphanBytes.DeletePartialMatch(only)
 	m.missing.DeletePartialMatch(only)
+	m.quarantined.DeletePartialMatch(only)
+	m.quarantinedBytes.DeletePartialMatch(only)
 	for _, c := range classes {
 		m.orphans.WithLabelValues(node, c.Name, c.VolumeGroup)
 		m.orphanBytes.WithLabelValues(node, c.Name, c.VolumeGroup)
 		m.missing.WithLabelValues(node, c.VolumeGroup)
 		m.removed.WithLabelValues(node, c.Name, c.VolumeGroup, "success")
+		m.quarantined.WithLabelValues(node, c.Name, c.VolumeGroup)
+		m.quarantinedBytes.WithLabelValues(node, c.Name, c.VolumeGroup)
+		m.quarantinedTotal.WithLabelValues(node, c.Name, c.VolumeGroup, "success")
+	}
+	for _, q := range quarantined {
+		m.quarantined.WithLabelValues(node, q.Class, q.VolumeGroup).Inc()
+		m.quarantinedBytes.WithLabelValues(node, q.Class, q.VolumeGroup).Add(float64(q.Size))
 	}
 	for _, o := range orphans {
 		m.orphans.WithLabelValues(node, o.Class, o.VolumeGroup).Inc()
@@ -92,4 +118,7 @@ func (m *metrics) forget(node string) {
 	m.removed.DeletePartialMatch(only)
 	m.missing.DeletePartialMatch(only)
 	m.lastRun.DeletePartialMatch(only)
+	m.quarantined.DeletePartialMatch(only)
+	m.quarantinedBytes.DeletePartialMatch(only)
+	m.quarantinedTotal.DeletePartialMatch(only)
 }

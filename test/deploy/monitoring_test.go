@@ -468,7 +468,11 @@ func (oneNode) Inventory(context.Context, string) (*reconcile.Inventory, error) 
 	return &reconcile.Inventory{Classes: []reconcile.Class{{Name: "thick", VolumeGroup: "vg"}}}, nil
 }
 
-func (oneNode) RemoveOrphan(context.Context, string, string, string) error { return nil }
+func (oneNode) QuarantineOrphan(context.Context, string, string, string, time.Time) (string, error) {
+	return "", nil
+}
+
+func (oneNode) RemoveOrphan(context.Context, string, string, string, string) error { return nil }
 
 // TestDashboardAndRulesUseExportedMetrics starts a real `carve plugin` on a
 // loop-device volume group (activation disabled: metadata only), with a

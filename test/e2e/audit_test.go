@@ -68,8 +68,9 @@ func createOrphan(t *testing.T, ctx context.Context, n *cluster.Node, ns, name s
 // PV existed is reported by carve controller's audit (metric with the
 // node's label, Event on the Node naming LV, size and claim) once the
 // grace period has passed and not before, and left in place; once the
-// controller runs with --remove-orphans, it is removed through the node's
-// agent and the capacity comes back.
+// controller runs with --remove-orphans, it is quarantined (renamed
+// carve-orphan-<hex>) and, the removal grace period later, removed through
+// the node's agent, and the capacity comes back.
 func TestOrphanedVolume(t *testing.T) {
 	ns := newNamespace(t, "orphan")
 	ctx := testCtx(t, 3*time.Minute)
@@ -84,17 +85,13 @@ func TestOrphanedVolume(t *testing.T) {
 	lvSmall := small.VG.Name + "/" + volume.LVNameFor(volSmall)
 	lvLarge := large.VG.Name + "/" + volume.LVNameFor(volLarge)
 	t.Cleanup(func() {
-		// If the removal did not happen, remove the orphans as an
-		// operator would.
+		// If the removal did not happen, remove the orphans (or their
+		// quarantines) as an operator would.
 		for _, o := range []struct {
 			n   *cluster.Node
 			vol string
 		}{{small, volSmall}, {large, volLarge}} {
-			if _, err := o.n.LVM.GetLV(context.Background(), o.n.VG.Name, volume.LVNameFor(o.vol)); err == nil {
-				if err := o.n.RemoveLV(context.Background(), volume.LVNameFor(o.vol)); err != nil {
-					t.Errorf("removing the orphan of %s on %s: %v", o.vol, o.n.Name, err)
-				}
-			}
+			removeLVAndQuarantine(t, o.n, volume.LVNameFor(o.vol))
 		}
 	})
 	ctrlMetrics := bed.Central.MetricsURL
@@ -154,13 +151,20 @@ func TestOrphanedVolume(t *testing.T) {
 			}
 		})
 		// The new controller waits for the Lease its killed predecessor
-		// held (15 s), then starts every clock anew.
-		waitFor(t, 2*orphanGrace+45*time.Second, "carve controller to remove node-large's orphan", func(ctx context.Context) (bool, string, error) {
+		// held (15 s), then starts every clock anew: the orphan is
+		// quarantined a grace period later, and removed a removal grace
+		// period after that.
+		quarantine, _ := volume.QuarantineName(volume.LVNameFor(volLarge))
+		waitFor(t, 2*orphanGrace+orphanRemovalGrace+45*time.Second, "carve controller to quarantine, then remove, node-large's orphan", func(ctx context.Context) (bool, string, error) {
 			lvs, err := large.LVM.ListLVs(ctx, large.VG.Name)
 			if err != nil {
 				return false, "", err
 			}
-			there := slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor(volLarge) })
+			there := slices.ContainsFunc(lvs, func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor(volLarge) || l.Name == quarantine })
+			quarantined, err := orphanEvents(ctx, large.Name, "OrphanedVolumeQuarantined", lvLarge)
+			if err != nil {
+				return false, "", err
+			}
 			evs, err := orphanEvents(ctx, large.Name, "OrphanedVolumeRemoved", lvLarge)
 			if err != nil {
 				return false, "", err
@@ -169,8 +173,23 @@ func TestOrphanedVolume(t *testing.T) {
 			if err != nil {
 				return false, "", err
 			}
-			return !there && len(evs) == 1 && c == capLarge, fmt.Sprintf("LV there %v, removal events %d, capacity %v (before %v)", there, len(evs), c, capLarge), nil
+			return !there && len(quarantined) == 1 && len(evs) == 1 && c == capLarge,
+				fmt.Sprintf("LV or its quarantine there %v, quarantine events %d, removal events %d, capacity %v (before %v)", there, len(quarantined), len(evs), c, capLarge), nil
 		})
+		quarantined, err := orphanEvents(ctx, large.Name, "OrphanedVolumeQuarantined", lvLarge)
+		if err != nil || len(quarantined) != 1 {
+			t.Fatalf("quarantine events: %v (%v)", quarantined, err)
+		}
+		removed, err := orphanEvents(ctx, large.Name, "OrphanedVolumeRemoved", lvLarge)
+		if err != nil || len(removed) != 1 {
+			t.Fatalf("removal events: %v (%v)", removed, err)
+		}
+		if gap := removed[0].FirstTimestamp.Sub(quarantined[0].FirstTimestamp.Time); gap < orphanRemovalGrace-time.Second {
+			t.Errorf("removed %s after the quarantine, before the removal grace period (%s)", gap, orphanRemovalGrace)
+		}
+		if v, err := scrape(ctx, ctrlMetrics, "carve_orphaned_volumes_quarantined_total", onNode(large), `result="success"`); err != nil || v < 1 {
+			t.Errorf("carve_orphaned_volumes_quarantined_total on %s: %v (%v)", large.Name, v, err)
+		}
 		if v, err := scrape(ctx, ctrlMetrics, "carve_orphaned_volumes_removed_total", onNode(large), `result="success"`); err != nil || v < 1 {
 			t.Errorf("carve_orphaned_volumes_removed_total on %s: %v (%v)", large.Name, v, err)
 		}
@@ -204,4 +223,18 @@ func TestVolumeDataMissing(t *testing.T) {
 		}
 		return len(onPV) == 1 && len(onPVC) == 1 && m == 1, fmt.Sprintf("events on PV %d, on PVC %d, metric %v", len(onPV), len(onPVC), m), nil
 	})
+}
+
+// removeLVAndQuarantine removes, as an operator would, the LV name of
+// node n and its quarantine, whichever exists.
+func removeLVAndQuarantine(t *testing.T, n *cluster.Node, name string) {
+	t.Helper()
+	q, _ := volume.QuarantineName(name)
+	for _, lv := range []string{name, q} {
+		if _, err := n.LVM.GetLV(context.Background(), n.VG.Name, lv); err == nil {
+			if err := n.RemoveLV(context.Background(), lv); err != nil {
+				t.Errorf("removing %s on %s: %v", lv, n.Name, err)
+			}
+		}
+	}
 }

@@ -23,11 +23,17 @@ var bed *cluster.Cluster
 // TestNothingLeftBehind checks what all the others left.
 var finale = kubetest.NewFinale("TestNodeLostForGood", "TestNothingLeftBehind")
 
-// The test bed's audit: a short grace period so that orphans show within
-// seconds (the shipped default is 10 minutes).
+// The test bed's audit: short grace periods so that orphans show, and with
+// --remove-orphans are quarantined and removed, within seconds (the
+// shipped defaults are 6 hours and 7 days).
 const (
-	orphanGrace   = 12 * time.Second
-	auditInterval = 2 * time.Second
+	orphanGrace        = 12 * time.Second
+	orphanRemovalGrace = 10 * time.Second
+	auditInterval      = 2 * time.Second
+	// lostNodeGrace is how long a deleted Node stays absent before carve
+	// controller deletes its claims (the shipped default is 30 minutes):
+	// long enough for TestNodeReRegistered to bring its Node back.
+	lostNodeGrace = 20 * time.Second
 	// refreshInterval lets the view see an LV removed behind carve's back
 	// within seconds (the shipped default is 1 minute).
 	refreshInterval = 10 * time.Second
@@ -36,7 +42,8 @@ const (
 // auditArgs are carve controller's audit flags in the test bed. It only
 // reports orphans; TestOrphanedVolume restarts it with --remove-orphans
 // for its removal.
-var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--audit-interval=" + auditInterval.String()}
+var auditArgs = []string{"--orphan-grace-period=" + orphanGrace.String(), "--audit-interval=" + auditInterval.String(),
+	"--orphan-removal-grace-period=" + orphanRemovalGrace.String()}
 
 // The simulated nodes: three volume groups of different sizes, so that
 // placement by capacity is visible.
@@ -109,7 +116,8 @@ func configFromEnv() (cluster.Config, error) {
 		// carve controller deletes the claims of deleted Nodes, with the
 		// RBAC of the component that turns that on, and audits the nodes
 		// every few seconds.
-		ControllerArgs:        append([]string{"--delete-claims-of-lost-nodes=true", "--lost-nodes-interval=5s"}, auditArgs...),
+		ControllerArgs: append([]string{"--delete-claims-of-lost-nodes=true", "--lost-nodes-interval=5s",
+			"--lost-node-grace-period=" + lostNodeGrace.String()}, auditArgs...),
 		ExtraManifests:        []string{component},
 		BinDir:                binDir,
 		CarveBin:              carve,

@@ -5,11 +5,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/carve-csi/carve/pkg/volume"
 )
@@ -96,4 +99,137 @@ func TestNodeLostForGood(t *testing.T) {
 	checkVolumeOnNode(t, ctx, pvc, fresh)
 	t.Logf("Node %s deleted: claim reported after %s, db-0 rebound on %s with volume %s after %s",
 		lost, reported.Round(time.Millisecond), fresh, pvc.Spec.VolumeName, time.Since(start).Round(time.Millisecond))
+}
+
+// TestNodeReRegistered (issue 22 item 5, review N6): a Node deleted and
+// registered again within --lost-node-grace-period (the test bed's 20 s),
+// as `kubectl delete node` and a kubelet restart do, keeps its claims.
+// carve controller, run with --delete-claims-of-lost-nodes, reports the
+// claim (NodeLost, naming when it would delete it) while the Node is gone;
+// a grace period and two passes later the claim and the PV are still
+// there, and nothing was deleted. Before, the claim was deleted at the
+// first pass that found the Node gone.
+func TestNodeReRegistered(t *testing.T) {
+	ns := newNamespace(t, "rereg")
+	ctx := testCtx(t, 3*time.Minute)
+	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
+	pvc := waitBound(t, ns, "data", time.Minute)
+	name := waitPodNode(t, ns, "app", settle)
+	node, err := bed.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deletedBefore, err := scrape(ctx, bed.Central.MetricsURL, "carve_lost_node_volumes_deleted_total", `object="pvc"`, `result="success"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Orphan propagation keeps the CSINode the harness made (a kubelet
+	// would write it again); the Node object itself goes.
+	start := time.Now()
+	orphan := metav1.DeletePropagationOrphan
+	if err := bed.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	back := false
+	t.Cleanup(func() {
+		if !back {
+			if err := reRegisterNode(context.Background(), node); err != nil {
+				t.Errorf("registering Node %s again: %v", name, err)
+			}
+		}
+	})
+	waitFor(t, 30*time.Second, "Node "+name+" to be gone", func(ctx context.Context) (bool, string, error) {
+		_, err := bed.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "still there", err
+	})
+	var lostEvent corev1.Event
+	waitFor(t, lostNodeGrace*3/4, "a NodeLost Event on the claim", func(ctx context.Context) (bool, string, error) {
+		evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", "NodeLost", "Node "+name+" no longer exists")
+		if err != nil || len(evs) == 0 {
+			return false, fmt.Sprintf("%d events", len(evs)), err
+		}
+		lostEvent = evs[0]
+		return true, "", nil
+	})
+	if !strings.Contains(lostEvent.Message, "unless Node "+name+" comes back first") {
+		t.Errorf("the NodeLost Event does not say that the deletion waits: %q", lostEvent.Message)
+	}
+	// The kubelet restarts and registers the Node again.
+	if err := reRegisterNode(ctx, node); err != nil {
+		t.Fatalf("registering Node %s again: %v", name, err)
+	}
+	back = true
+	absent := time.Since(start)
+	if absent >= lostNodeGrace {
+		t.Fatalf("the Node was away %s, longer than the grace period %s: the test proves nothing", absent, lostNodeGrace)
+	}
+
+	// Past the grace period and two passes (--lost-nodes-interval=5s),
+	// claim and PV are the same and not being deleted.
+	until := start.Add(lostNodeGrace + 10*time.Second)
+	for time.Now().Before(until) {
+		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil || c.UID != pvc.UID || c.DeletionTimestamp != nil {
+			t.Fatalf("claim of the re-registered Node %s: %v, %+v", name, err, c.ObjectMeta)
+		}
+		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil || pv.DeletionTimestamp != nil {
+			t.Fatalf("PV of the re-registered Node %s: %v, %+v", name, err, pv.ObjectMeta)
+		}
+		time.Sleep(time.Second)
+	}
+	if evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", "NodeLostClaimDeleted", ""); err != nil || len(evs) != 0 {
+		t.Errorf("NodeLostClaimDeleted events: %v (%v)", evs, err)
+	}
+	if v, err := scrape(ctx, bed.Central.MetricsURL, "carve_lost_node_volumes_deleted_total", `object="pvc"`, `result="success"`); err != nil || v != deletedBefore {
+		t.Errorf("carve_lost_node_volumes_deleted_total{object=pvc,result=success}: %v (%v), want %v as before", v, err, deletedBefore)
+	}
+	t.Logf("Node %s away for %s: NodeLost reported, claim and PV kept past the grace period (%s)", name, absent.Round(time.Millisecond), lostNodeGrace)
+}
+
+// reRegisterNode creates the Node old again as its kubelet would: same
+// labels and status, no taints, and takes the CSINode of that name back
+// as its own.
+func reRegisterNode(ctx context.Context, old *corev1.Node) error {
+	cs := bed.Client
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Labels: old.Labels, Annotations: old.Annotations}, Spec: old.Spec}
+	created, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	// As the harness does at the start: the admission plugin taints a new
+	// Node not-ready, and no node lifecycle controller runs to lift it.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := cs.CoreV1().Nodes().Get(ctx, old.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Taints = old.Spec.Taints
+		if _, err := cs.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		cur, err = cs.CoreV1().Nodes().Get(ctx, old.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status = old.Status
+		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := cs.StorageV1().CSINodes().Get(ctx, old.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: old.Name, UID: created.UID}}
+		_, err = cs.StorageV1().CSINodes().Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
 }

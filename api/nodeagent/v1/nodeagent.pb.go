@@ -548,9 +548,15 @@ type LogicalVolume struct {
 	// not finished making.
 	VolumeName string `protobuf:"bytes,5,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
 	// <namespace>/<name> of the claim the LV was made for, when known.
-	Claim         string `protobuf:"bytes,6,opt,name=claim,proto3" json:"claim,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Claim string `protobuf:"bytes,6,opt,name=claim,proto3" json:"claim,omitempty"`
+	// Set on a quarantined orphan (its name is carve-orphan-<hex>): the LV
+	// name it had before the quarantine. An older agent never sets it.
+	OrphanOf string `protobuf:"bytes,7,opt,name=orphan_of,json=orphanOf,proto3" json:"orphan_of,omitempty"`
+	// When a quarantined orphan was quarantined, Unix seconds of the
+	// controller's clock; 0 when its tags do not say.
+	OrphanedAtUnix int64 `protobuf:"varint,8,opt,name=orphaned_at_unix,json=orphanedAtUnix,proto3" json:"orphaned_at_unix,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LogicalVolume) Reset() {
@@ -625,17 +631,144 @@ func (x *LogicalVolume) GetClaim() string {
 	return ""
 }
 
+func (x *LogicalVolume) GetOrphanOf() string {
+	if x != nil {
+		return x.OrphanOf
+	}
+	return ""
+}
+
+func (x *LogicalVolume) GetOrphanedAtUnix() int64 {
+	if x != nil {
+		return x.OrphanedAtUnix
+	}
+	return 0
+}
+
+type QuarantineOrphanRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	VolumeGroup string                 `protobuf:"bytes,1,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
+	// The orphan's LV name (carve-<hex>).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The time to record on the LV (Unix seconds, the controller's clock):
+	// the second grace period runs from it.
+	OrphanedAtUnix int64 `protobuf:"varint,3,opt,name=orphaned_at_unix,json=orphanedAtUnix,proto3" json:"orphaned_at_unix,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *QuarantineOrphanRequest) Reset() {
+	*x = QuarantineOrphanRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuarantineOrphanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuarantineOrphanRequest) ProtoMessage() {}
+
+func (x *QuarantineOrphanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuarantineOrphanRequest.ProtoReflect.Descriptor instead.
+func (*QuarantineOrphanRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *QuarantineOrphanRequest) GetVolumeGroup() string {
+	if x != nil {
+		return x.VolumeGroup
+	}
+	return ""
+}
+
+func (x *QuarantineOrphanRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QuarantineOrphanRequest) GetOrphanedAtUnix() int64 {
+	if x != nil {
+		return x.OrphanedAtUnix
+	}
+	return 0
+}
+
+type QuarantineOrphanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The LV's name now (carve-orphan-<hex>); empty when it was gone.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuarantineOrphanResponse) Reset() {
+	*x = QuarantineOrphanResponse{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuarantineOrphanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuarantineOrphanResponse) ProtoMessage() {}
+
+func (x *QuarantineOrphanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuarantineOrphanResponse.ProtoReflect.Descriptor instead.
+func (*QuarantineOrphanResponse) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *QuarantineOrphanResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type RemoveOrphanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VolumeGroup   string                 `protobuf:"bytes,1,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	VolumeGroup string                 `protobuf:"bytes,1,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
+	// The quarantined orphan's LV name (carve-orphan-<hex>).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The name it had before the quarantine, as the inventory reported it
+	// (LogicalVolume.orphan_of); the agent removes the LV only if it is the
+	// quarantine of that name.
+	OrphanOf      string `protobuf:"bytes,3,opt,name=orphan_of,json=orphanOf,proto3" json:"orphan_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveOrphanRequest) Reset() {
 	*x = RemoveOrphanRequest{}
-	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[11]
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +780,7 @@ func (x *RemoveOrphanRequest) String() string {
 func (*RemoveOrphanRequest) ProtoMessage() {}
 
 func (x *RemoveOrphanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[11]
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +793,7 @@ func (x *RemoveOrphanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveOrphanRequest.ProtoReflect.Descriptor instead.
 func (*RemoveOrphanRequest) Descriptor() ([]byte, []int) {
-	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{11}
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveOrphanRequest) GetVolumeGroup() string {
@@ -677,6 +810,13 @@ func (x *RemoveOrphanRequest) GetName() string {
 	return ""
 }
 
+func (x *RemoveOrphanRequest) GetOrphanOf() string {
+	if x != nil {
+		return x.OrphanOf
+	}
+	return ""
+}
+
 type RemoveOrphanResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -685,7 +825,7 @@ type RemoveOrphanResponse struct {
 
 func (x *RemoveOrphanResponse) Reset() {
 	*x = RemoveOrphanResponse{}
-	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[12]
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +837,7 @@ func (x *RemoveOrphanResponse) String() string {
 func (*RemoveOrphanResponse) ProtoMessage() {}
 
 func (x *RemoveOrphanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[12]
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +850,7 @@ func (x *RemoveOrphanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveOrphanResponse.ProtoReflect.Descriptor instead.
 func (*RemoveOrphanResponse) Descriptor() ([]byte, []int) {
-	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{12}
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{14}
 }
 
 var File_api_nodeagent_v1_nodeagent_proto protoreflect.FileDescriptor
@@ -745,7 +885,7 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x04busy\x18\x04 \x03(\tR\x04busy\"D\n" +
 	"\vDeviceClass\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fvolume_group\x18\x02 \x01(\tR\vvolumeGroup\"\xbf\x01\n" +
+	"\fvolume_group\x18\x02 \x01(\tR\vvolumeGroup\"\x86\x02\n" +
 	"\rLogicalVolume\x12!\n" +
 	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -754,16 +894,26 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\fdevice_class\x18\x04 \x01(\tR\vdeviceClass\x12\x1f\n" +
 	"\vvolume_name\x18\x05 \x01(\tR\n" +
 	"volumeName\x12\x14\n" +
-	"\x05claim\x18\x06 \x01(\tR\x05claim\"L\n" +
+	"\x05claim\x18\x06 \x01(\tR\x05claim\x12\x1b\n" +
+	"\torphan_of\x18\a \x01(\tR\borphanOf\x12(\n" +
+	"\x10orphaned_at_unix\x18\b \x01(\x03R\x0eorphanedAtUnix\"z\n" +
+	"\x17QuarantineOrphanRequest\x12!\n" +
+	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
+	"\x10orphaned_at_unix\x18\x03 \x01(\x03R\x0eorphanedAtUnix\".\n" +
+	"\x18QuarantineOrphanResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
 	"\x13RemoveOrphanRequest\x12!\n" +
 	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x16\n" +
-	"\x14RemoveOrphanResponse2\xef\x03\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\torphan_of\x18\x03 \x01(\tR\borphanOf\"\x16\n" +
+	"\x14RemoveOrphanResponse2\xde\x04\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
 	"\rWatchCapacity\x12(.carve.nodeagent.v1.WatchCapacityRequest\x1a\".carve.nodeagent.v1.CapacityReport0\x01\x12X\n" +
-	"\tInventory\x12$.carve.nodeagent.v1.InventoryRequest\x1a%.carve.nodeagent.v1.InventoryResponse\x12a\n" +
+	"\tInventory\x12$.carve.nodeagent.v1.InventoryRequest\x1a%.carve.nodeagent.v1.InventoryResponse\x12m\n" +
+	"\x10QuarantineOrphan\x12+.carve.nodeagent.v1.QuarantineOrphanRequest\x1a,.carve.nodeagent.v1.QuarantineOrphanResponse\x12a\n" +
 	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponseB9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
 
 var (
@@ -778,7 +928,7 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
-var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),              // 0: carve.nodeagent.v1.EnrollRequest
 	(*EnrollResponse)(nil),             // 1: carve.nodeagent.v1.EnrollResponse
@@ -791,8 +941,10 @@ var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*InventoryResponse)(nil),          // 8: carve.nodeagent.v1.InventoryResponse
 	(*DeviceClass)(nil),                // 9: carve.nodeagent.v1.DeviceClass
 	(*LogicalVolume)(nil),              // 10: carve.nodeagent.v1.LogicalVolume
-	(*RemoveOrphanRequest)(nil),        // 11: carve.nodeagent.v1.RemoveOrphanRequest
-	(*RemoveOrphanResponse)(nil),       // 12: carve.nodeagent.v1.RemoveOrphanResponse
+	(*QuarantineOrphanRequest)(nil),    // 11: carve.nodeagent.v1.QuarantineOrphanRequest
+	(*QuarantineOrphanResponse)(nil),   // 12: carve.nodeagent.v1.QuarantineOrphanResponse
+	(*RemoveOrphanRequest)(nil),        // 13: carve.nodeagent.v1.RemoveOrphanRequest
+	(*RemoveOrphanResponse)(nil),       // 14: carve.nodeagent.v1.RemoveOrphanResponse
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	6,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
@@ -802,14 +954,16 @@ var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	2,  // 4: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
 	4,  // 5: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
 	7,  // 6: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	11, // 7: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
-	1,  // 8: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	3,  // 9: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	5,  // 10: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	8,  // 11: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	12, // 12: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	8,  // [8:13] is the sub-list for method output_type
-	3,  // [3:8] is the sub-list for method input_type
+	11, // 7: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
+	13, // 8: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	1,  // 9: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	3,  // 10: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	5,  // 11: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	8,  // 12: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	12, // 13: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	14, // 14: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	9,  // [9:15] is the sub-list for method output_type
+	3,  // [3:9] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -826,7 +980,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	NodeAgent_InstallCertificate_FullMethodName = "/carve.nodeagent.v1.NodeAgent/InstallCertificate"
 	NodeAgent_WatchCapacity_FullMethodName      = "/carve.nodeagent.v1.NodeAgent/WatchCapacity"
 	NodeAgent_Inventory_FullMethodName          = "/carve.nodeagent.v1.NodeAgent/Inventory"
+	NodeAgent_QuarantineOrphan_FullMethodName   = "/carve.nodeagent.v1.NodeAgent/QuarantineOrphan"
 	NodeAgent_RemoveOrphan_FullMethodName       = "/carve.nodeagent.v1.NodeAgent/RemoveOrphan"
 )
 
@@ -50,12 +51,28 @@ type NodeAgentClient interface {
 	WatchCapacity(ctx context.Context, in *WatchCapacityRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CapacityReport], error)
 	// Inventory lists carve's LVs on the node, for the controller's audit.
 	Inventory(ctx context.Context, in *InventoryRequest, opts ...grpc.CallOption) (*InventoryResponse, error)
-	// RemoveOrphan removes one LV the controller's audit found orphaned
-	// (--remove-orphans), under the node's per-volume lock: an LV with an
-	// operation in flight is FAILED_PRECONDITION (the next pass tries
-	// again); one that is gone is success; one that is not carve's, or has
+	// QuarantineOrphan is the first step of the removal of an LV the
+	// controller's audit found orphaned (--remove-orphans): the agent
+	// deactivates it, tags it with its name and the time given, and renames
+	// it carve-orphan-<hex>, under the node's per-volume locks; its data
+	// stays. An LV with an operation in flight is FAILED_PRECONDITION (the
+	// next pass tries again); one that is gone is success; one that is not
+	// carve's, carries no claim tag, has snapshots, is the origin of
+	// another LV, or is open, is refused (FAILED_PRECONDITION).
+	//
+	// An agent older than this call answers UNIMPLEMENTED, and the
+	// controller then only reports the orphan.
+	QuarantineOrphan(ctx context.Context, in *QuarantineOrphanRequest, opts ...grpc.CallOption) (*QuarantineOrphanResponse, error)
+	// RemoveOrphan is the second step: it removes one quarantined orphan
+	// (the inventory's LogicalVolume with orphan_of set) once the
+	// controller's second grace period has passed, under the node's
+	// per-volume lock: an LV with an operation in flight is
+	// FAILED_PRECONDITION (the next pass tries again); one that is gone is
+	// success; one that is not carve's, not quarantined from orphan_of, has
 	// snapshots, or is the origin of another LV, is refused
-	// (FAILED_PRECONDITION).
+	// (FAILED_PRECONDITION). A request without orphan_of (a controller
+	// older than the quarantine, which removed at once) is INVALID_ARGUMENT:
+	// such a controller removes nothing through this agent.
 	RemoveOrphan(ctx context.Context, in *RemoveOrphanRequest, opts ...grpc.CallOption) (*RemoveOrphanResponse, error)
 }
 
@@ -116,6 +133,16 @@ func (c *nodeAgentClient) Inventory(ctx context.Context, in *InventoryRequest, o
 	return out, nil
 }
 
+func (c *nodeAgentClient) QuarantineOrphan(ctx context.Context, in *QuarantineOrphanRequest, opts ...grpc.CallOption) (*QuarantineOrphanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuarantineOrphanResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_QuarantineOrphan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *nodeAgentClient) RemoveOrphan(ctx context.Context, in *RemoveOrphanRequest, opts ...grpc.CallOption) (*RemoveOrphanResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RemoveOrphanResponse)
@@ -145,12 +172,28 @@ type NodeAgentServer interface {
 	WatchCapacity(*WatchCapacityRequest, grpc.ServerStreamingServer[CapacityReport]) error
 	// Inventory lists carve's LVs on the node, for the controller's audit.
 	Inventory(context.Context, *InventoryRequest) (*InventoryResponse, error)
-	// RemoveOrphan removes one LV the controller's audit found orphaned
-	// (--remove-orphans), under the node's per-volume lock: an LV with an
-	// operation in flight is FAILED_PRECONDITION (the next pass tries
-	// again); one that is gone is success; one that is not carve's, or has
+	// QuarantineOrphan is the first step of the removal of an LV the
+	// controller's audit found orphaned (--remove-orphans): the agent
+	// deactivates it, tags it with its name and the time given, and renames
+	// it carve-orphan-<hex>, under the node's per-volume locks; its data
+	// stays. An LV with an operation in flight is FAILED_PRECONDITION (the
+	// next pass tries again); one that is gone is success; one that is not
+	// carve's, carries no claim tag, has snapshots, is the origin of
+	// another LV, or is open, is refused (FAILED_PRECONDITION).
+	//
+	// An agent older than this call answers UNIMPLEMENTED, and the
+	// controller then only reports the orphan.
+	QuarantineOrphan(context.Context, *QuarantineOrphanRequest) (*QuarantineOrphanResponse, error)
+	// RemoveOrphan is the second step: it removes one quarantined orphan
+	// (the inventory's LogicalVolume with orphan_of set) once the
+	// controller's second grace period has passed, under the node's
+	// per-volume lock: an LV with an operation in flight is
+	// FAILED_PRECONDITION (the next pass tries again); one that is gone is
+	// success; one that is not carve's, not quarantined from orphan_of, has
 	// snapshots, or is the origin of another LV, is refused
-	// (FAILED_PRECONDITION).
+	// (FAILED_PRECONDITION). A request without orphan_of (a controller
+	// older than the quarantine, which removed at once) is INVALID_ARGUMENT:
+	// such a controller removes nothing through this agent.
 	RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
@@ -173,6 +216,9 @@ func (UnimplementedNodeAgentServer) WatchCapacity(*WatchCapacityRequest, grpc.Se
 }
 func (UnimplementedNodeAgentServer) Inventory(context.Context, *InventoryRequest) (*InventoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inventory not implemented")
+}
+func (UnimplementedNodeAgentServer) QuarantineOrphan(context.Context, *QuarantineOrphanRequest) (*QuarantineOrphanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QuarantineOrphan not implemented")
 }
 func (UnimplementedNodeAgentServer) RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveOrphan not implemented")
@@ -263,6 +309,24 @@ func _NodeAgent_Inventory_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_QuarantineOrphan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QuarantineOrphanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).QuarantineOrphan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_QuarantineOrphan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).QuarantineOrphan(ctx, req.(*QuarantineOrphanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _NodeAgent_RemoveOrphan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RemoveOrphanRequest)
 	if err := dec(in); err != nil {
@@ -299,6 +363,10 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inventory",
 			Handler:    _NodeAgent_Inventory_Handler,
+		},
+		{
+			MethodName: "QuarantineOrphan",
+			Handler:    _NodeAgent_QuarantineOrphan_Handler,
 		},
 		{
 			MethodName: "RemoveOrphan",

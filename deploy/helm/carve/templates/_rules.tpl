@@ -156,7 +156,7 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
 `
   "for" "10m" "severity" "warning"
   "summary" `{{ $value }} carve PersistentVolume(s) are pinned to a Node that no longer exists`
-  "description" "Their LVs were on the deleted node's disks: the data is gone, and their pods stay Pending until the claims are deleted. The NodeLost Events on the PVs and PVCs name them. With --delete-claims-of-lost-nodes carve controller deletes them within a pass; this alert then means the deletion fails (carve_lost_node_volumes_deleted_total, result error; the controller's log says why).") -}}
+  "description" "Their LVs were on the deleted node's disks: the data is gone, and their pods stay Pending until the claims are deleted. The NodeLost Events on the PVs and PVCs name them. With --delete-claims-of-lost-nodes carve controller deletes them once the Node has stayed absent for --lost-node-grace-period (30 min by default; PVs whose reclaim policy is Retain only with --delete-retained-claims-of-lost-nodes): until then this alert says they will go, and past it that the deletion fails (carve_lost_node_volumes_deleted_total, result error; the controller's log says why).") -}}
 
 {{- $rules = append $rules (dict
   "alert" "CarveNotRegisteredWithKubelet"

@@ -68,6 +68,8 @@ type View struct {
 	// gen counts local mutations; a refresh that started before one is
 	// stale and is redone.
 	gen uint64
+	// runTimeout bounds each of Run's refreshes.
+	runTimeout time.Duration
 
 	dirty chan struct{}
 	// room serializes room checks with the mutations that take room:
@@ -85,7 +87,7 @@ type View struct {
 func New(r Reporter, cfg *config.Config, rec *metrics.Recorder) *View {
 	return &View{reporter: r, cfg: cfg, rec: rec,
 		vgs: map[string]lvm.VolumeGroup{}, lvs: map[string]lvm.LogicalVolume{}, pools: map[string]lvm.ThinPool{},
-		dirty: make(chan struct{}, 1), now: time.Now}
+		dirty: make(chan struct{}, 1), now: time.Now, runTimeout: 2 * time.Minute}
 }
 
 // StaleAfter makes Ready fail once no report has come back for d: a hung
@@ -104,28 +106,32 @@ func (v *View) StaleAfter(d time.Duration) {
 // unavailable (Capacity, Ready), while the other classes get the fresh
 // state: one bad volume group does not take the others down. Refresh
 // fails only when nothing could be read for a reason that is not one
-// volume group's (the context ended); the previous view is then kept and
-// Ready reports the error.
+// volume group's (the context ended); the previous view is then kept.
+// Ready does not report that error: a caller's deadline or cancellation
+// (a CreateVolume whose client gave up) says nothing about LVM, and must
+// not make the whole plugin not ready. Run records its own timeouts.
 func (v *View) Refresh(ctx context.Context) error {
 	v.mu.RLock()
 	gen := v.gen
 	v.mu.RUnlock()
 	r, unreadable, err := v.read(ctx, v.configuredVGs())
+	if err != nil {
+		// Only the context ends a read with an error (see read). The
+		// watchers still hear of the attempt, as of every refresh.
+		v.changes.fire()
+		return fmt.Errorf("read LVM state: %w", err)
+	}
 	now := time.Now()
 	var vgErrs []error
 	for vg, e := range unreadable {
 		vgErrs = append(vgErrs, fmt.Errorf("volume group %s: %w", vg, e))
 		klog.FromContext(ctx).Error(e, "Reading a volume group failed; its device classes are unavailable", "volumeGroup", vg)
 	}
-	v.rec.ObserveRefresh(now, errors.Join(append(vgErrs, err)...))
+	v.rec.ObserveRefresh(now, errors.Join(vgErrs...))
 	// After the view's lock is released (deferred calls run last first).
 	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if err != nil {
-		v.lastErr = fmt.Errorf("read LVM state: %w", err)
-		return v.lastErr
-	}
 	v.lastErr = nil
 	v.lastRead = v.now()
 	if v.gen != gen {
@@ -239,12 +245,27 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 			default:
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		rctx, cancel := context.WithTimeout(ctx, v.runTimeout)
 		if err := v.Refresh(rctx); err != nil {
 			klog.ErrorS(err, "Refreshing the volume-group view failed")
+			if ctx.Err() == nil {
+				// The view's own deadline, not a shutdown: LVM did not
+				// answer in time, which Ready must show.
+				v.fail(err)
+			}
 		}
 		cancel()
 	}
+}
+
+// fail records err as the last refresh's error, which Ready and Serving
+// report until a refresh succeeds.
+func (v *View) fail(err error) {
+	v.rec.ObserveRefresh(time.Now(), err)
+	v.mu.Lock()
+	v.lastErr = err
+	v.mu.Unlock()
+	v.changes.fire()
 }
 
 func (v *View) markDirtyLocked() {

@@ -130,7 +130,11 @@ func (f *fakeReporter) Report(ctx context.Context, vgs ...string) (*lvm.Report, 
 	r, err, block, vgErr := f.report, f.err, f.block, f.vgErr
 	f.mu.Unlock()
 	if block != nil {
-		<-block
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -342,18 +346,13 @@ func TestViewMissingVGAndErrors(t *testing.T) {
 	if err := v.Ready(); err == nil || !strings.Contains(err.Error(), "lvm exploded") {
 		t.Errorf("Ready = %v", err)
 	}
-	// A refresh whose context ended keeps the view and says so.
+	// A refresh whose context ended keeps the view and says so to its
+	// caller; Ready is TestRequestRefreshThatEndsKeepsReady's.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	rep.set(testReport(), context.Canceled)
 	if err := v.Refresh(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Refresh with a cancelled context = %v", err)
-	}
-	if err := v.Ready(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Ready = %v", err)
-	}
-	if err := v.Serving(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Serving = %v; a view whose refresh failed is not serving", err)
 	}
 	// It comes back.
 	rep.set(testReport(), nil)
@@ -643,4 +642,73 @@ func TestReadyFailsWhenTheViewIsStale(t *testing.T) {
 	if err := v.Ready(); err != nil {
 		t.Fatalf("after a report came back: %v", err)
 	}
+}
+
+// A request's refresh that ends with the request (its deadline passed, its
+// client went away) says nothing about LVM: Ready and Serving stay as the
+// last real refresh left them (earlier review's finding 17). Run's own
+// timeout, with Run still running, is LVM not answering and does count.
+func TestRequestRefreshThatEndsKeepsReady(t *testing.T) {
+	expired := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	cancelled := func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}
+	for _, tt := range []struct {
+		name string
+		ctx  func() context.Context
+		err  error
+	}{
+		{"deadline exceeded", expired, context.DeadlineExceeded},
+		{"cancelled", cancelled, context.Canceled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := &fakeReporter{report: testReport()}
+			v := New(rep, testConfig(), nil)
+			if err := v.Refresh(context.Background()); err != nil || v.Ready() != nil {
+				t.Fatalf("first refresh: %v, Ready %v", err, v.Ready())
+			}
+			rep.set(testReport(), tt.err)
+			if err := v.Refresh(tt.ctx()); !errors.Is(err, tt.err) {
+				t.Fatalf("Refresh = %v, want %v", err, tt.err)
+			}
+			if err := v.Ready(); err != nil {
+				t.Errorf("Ready after the request's refresh ended = %v, want nil", err)
+			}
+			if err := v.Serving(); err != nil {
+				t.Errorf("Serving after the request's refresh ended = %v, want nil", err)
+			}
+		})
+	}
+	t.Run("Run's own timeout", func(t *testing.T) {
+		rep := &fakeReporter{report: testReport()}
+		v := New(rep, testConfig(), nil)
+		if err := v.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		v.runTimeout = time.Millisecond
+		block := make(chan struct{})
+		defer close(block)
+		rep.mu.Lock()
+		rep.block = block
+		rep.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go v.Run(ctx, 5*time.Millisecond, time.Millisecond)
+		deadline := time.Now().Add(10 * time.Second)
+		for v.Ready() == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("Ready still nil after Run's refreshes timed out")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := v.Ready(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Ready = %v, want the timeout", err)
+		}
+	})
 }

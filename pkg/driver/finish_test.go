@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
@@ -459,5 +461,55 @@ func (c *passingDeadline) Err() error {
 		return context.DeadlineExceeded
 	default:
 		return nil
+	}
+}
+
+// TestDeleteVolumeWaitsForTheErasureInFlight: a DeleteVolume of a volume
+// whose CreateVolume gave up while its erasure goes on is Aborted until
+// the erasure ends; it then removes the volume for good. Before, the
+// delete went through mid-erasure and the erasure's end put the removed LV
+// back in the view (and a volume the view holds is advertised, found and
+// counted against the room until the next refresh).
+func TestDeleteVolumeWaitsForTheErasureInFlight(t *testing.T) {
+	ctx := context.Background()
+	fx := newEraseFixture(t)
+	gate := make(chan struct{})
+	fx.createAbortedMidErasure(t, gate)
+	name := volume.LVNameFor("pvc-1")
+	del := &csi.DeleteVolumeRequest{VolumeId: volume.VolumeID("vg1", name)}
+	_, err := fx.cs.DeleteVolume(ctx, del)
+	if status.Code(err) != codes.Aborted || !strings.Contains(status.Convert(err).Message(), "being prepared") {
+		t.Errorf("DeleteVolume during the erasure: %v, want Aborted saying it is being prepared", err)
+	}
+	close(gate)
+	// The erasure's end: the mark goes, then the view gets the LV.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, inView := fx.view.LV("vg1", name)
+		if !fx.unfinished(t, "vg1", name) && inView || time.Now().After(deadline) {
+			break
+		}
+	}
+	if _, inView := fx.view.LV("vg1", name); inView {
+		if _, inLVM := fx.lvm.lvTags("vg1", name); !inLVM {
+			t.Error("the erasure's end put back in the view an LV DeleteVolume had removed")
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err = fx.cs.DeleteVolume(ctx, del)
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("DeleteVolume once the erasure ended: %v", err)
+	}
+	if _, ok := fx.view.LV("vg1", name); ok {
+		t.Error("the view holds the deleted LV")
+	}
+	if _, ok := fx.lvm.lvTags("vg1", name); ok {
+		t.Error("the LV was not removed")
+	}
+	if fx.unfinished(t, "vg1", name) {
+		t.Error("the mark outlived DeleteVolume")
 	}
 }

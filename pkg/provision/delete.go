@@ -29,6 +29,9 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 		return "", err
 	}
 	defer unlock()
+	if err := p.notFinishing(lvName, id); err != nil {
+		return "", err
+	}
 	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
 	if err != nil || !found {
 		if err == nil {
@@ -75,6 +78,19 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	p.cfg.View.Removed(vg, lvName)
 	p.clearMark(ctx, vg, lvName)
 	return class, nil
+}
+
+// notFinishing is ErrBusy while a CreateVolume's finishing of the LV
+// lvName (its erasure) goes on after the call gave up: that work ends by
+// putting the LV back in the view and clearing its mark, which must not
+// happen after the LV was removed. The caller holds the volume's lock,
+// under which finishing jobs start, so none can start before it is
+// released.
+func (p *Provisioner) notFinishing(lvName, id string) error {
+	if p.finishing.Running(lvName) {
+		return errorf(ErrBusy, "volume %s is still being prepared (a CreateVolume's erasure goes on); retry once it ends", id)
+	}
+	return nil
 }
 
 // DeleteSnapshot removes the snapshot LV vg/lvName of this node (id is its

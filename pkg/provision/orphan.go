@@ -55,6 +55,9 @@ func (p *Provisioner) QuarantineOrphan(ctx context.Context, vg, name string, at 
 		}
 		defer p.locks.Release(n)
 	}
+	if err := p.notFinishing(name, id); err != nil {
+		return "", err
+	}
 	lv, err := p.cfg.LVM.GetLV(ctx, vg, name)
 	if errors.Is(err, lvm.ErrNotFound) {
 		p.cfg.View.Removed(vg, name)

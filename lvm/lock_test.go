@@ -182,3 +182,25 @@ func TestClientSerializesMutationsPerVG(t *testing.T) {
 		t.Errorf("%d lock entries left", c.locks.Size())
 	}
 }
+
+// TestSettleWaitsForTheVGLock: Settle returns once no mutation of the VG
+// holds its lock (one whose caller gave up keeps it until it exits).
+func TestSettleWaitsForTheVGLock(t *testing.T) {
+	c := helperClient(Options{})
+	unlock, err := c.locks.Lock(context.Background(), "vg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.Settle(short, "vg"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Settle while a mutation holds the lock = %v, want DeadlineExceeded", err)
+	}
+	if err := c.Settle(context.Background(), "other"); err != nil {
+		t.Fatalf("Settle of another VG = %v", err)
+	}
+	unlock()
+	if err := c.Settle(context.Background(), "vg"); err != nil {
+		t.Fatalf("Settle once the lock is free = %v", err)
+	}
+}

@@ -206,6 +206,18 @@ func (c *Client) mutate(ctx context.Context, unlock *func(), args ...string) ([]
 	return nil, &CommandError{Args: args, ExitCode: -1, Err: fmt.Errorf("still running, left to finish in the background: %w", ctx.Err())}
 }
 
+// Settle returns once no mutation of volume group vg runs (one whose
+// caller gave up included: it holds the VG lock until it exits), or ctx
+// ends (its error then).
+func (c *Client) Settle(ctx context.Context, vg string) error {
+	unlock, err := c.locks.Lock(ctx, vg)
+	if err != nil {
+		return err
+	}
+	unlock()
+	return nil
+}
+
 // Wait waits until the mutations that outlived their callers have ended,
 // or ctx ends (its error then). Shutdown calls it, so that the process
 // does not exit under an lvm that is writing metadata.

@@ -123,7 +123,14 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	if err != nil {
 		return nil, false, wrap(err, "volume "+c.Name)
 	}
-	defer unlockRoom()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			// The caller gave up, maybe under a running lvcreate.
+			p.releaseRoomWhenSettled(ctx, c.Class.VolumeGroup, unlockRoom)
+			return
+		}
+		unlockRoom()
+	}()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volume", c.Name, "lv", c.lvName, "deviceClass", c.Class.Name))
 	room, err := p.cfg.View.Capacity(c.Class)
 	if errors.Is(err, vgview.ErrClassUnavailable) {
@@ -154,6 +161,40 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	}
 	return p.create(ctx, c, size)
 }
+
+// releaseRoomWhenSettled releases the room lock of vg (unlock) once no
+// mutation of vg runs any more, and the view has been re-read. An lvm
+// command whose caller gave up goes on in the background (it is never
+// killed half-way) and keeps the volume group's LVM lock, but the room it
+// takes is in neither the view nor any room check: released at once, the
+// next create's check would pass on the old free space and, once that
+// lvcreate ends, eat into the spare. An LVM without Settler is released
+// at once.
+func (p *Provisioner) releaseRoomWhenSettled(ctx context.Context, vg string, unlock func()) {
+	s, ok := p.cfg.LVM.(Settler)
+	if !ok {
+		unlock()
+		return
+	}
+	log := klog.FromContext(ctx)
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer unlock()
+		// No deadline: the command is bounded by lvm's own timeout, and
+		// while it runs no mutation of vg can start anyway.
+		if err := s.Settle(bg, vg); err != nil {
+			log.Error(err, "Waiting for the lvm commands of a volume group", "vg", vg)
+		}
+		rctx, cancel := context.WithTimeout(bg, settledRefreshTimeout)
+		defer cancel()
+		if err := p.cfg.View.Refresh(rctx); err != nil {
+			log.Error(err, "Refreshing the volume-group view after an lvm command whose caller gave up")
+		}
+	}()
+}
+
+// settledRefreshTimeout bounds releaseRoomWhenSettled's refresh.
+const settledRefreshTimeout = time.Minute
 
 // existingWhileUnavailable answers while c's class is unavailable (why):
 // a retry for a volume made before the class became unavailable (a PV

@@ -110,6 +110,15 @@ type LVM interface {
 
 var _ LVM = (*lvm.Client)(nil)
 
+// Settler is an LVM whose mutations may outlive their callers (they are
+// never killed half-way, see lvm.Client): Settle returns once no mutation
+// of the volume group vg runs, or ctx ends (its error).
+type Settler interface {
+	Settle(ctx context.Context, vg string) error
+}
+
+var _ Settler = (*lvm.Client)(nil)
+
 // Copier copies the first size bytes of the device src to the device dst
 // and syncs dst; *blockcopy.Copier implements it. sparse skips the
 // source's all-zero chunks and dst's tail (blockcopy.Options.Sparse).

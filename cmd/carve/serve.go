@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/carve-csi/carve/pkg/metrics"
 	"github.com/carve-csi/carve/pkg/version"
+	"github.com/carve-csi/carve/pkg/vgview"
 )
 
 // newMetricsManager is the CSI metrics manager of a role: its registry takes
@@ -65,16 +68,50 @@ func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsMana
 // whenever the process serves, whatever the node's volume groups look
 // like, so that a node whose volume group is missing does not have its
 // plugin restarted in a loop. /readyz is readiness: 200 when ready returns
-// nil, 503 with the reason otherwise.
+// nil, 503 otherwise. Both answer anyone who reaches the port (the pod IP),
+// so /readyz says only the reason codes (vgview.Reasons, e.g. "not ready:
+// vg-missing"): LVM's text names disks, volume groups and paths. The full
+// error goes to the log, once each time it changes, and to the CSI Probe.
 func addHealth(mux *http.ServeMux, ready func(context.Context) error) {
+	var last notReadyLog
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answerHealth(w, nil) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { answerHealth(w, ready(r.Context())) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		err := ready(r.Context())
+		last.log(err)
+		answerHealth(w, err)
+	})
 }
 
-// answerHealth writes "ok" for a nil err, else 503 with err.
+// notReadyLog logs why the node is not ready when that changes, not at
+// every probe.
+type notReadyLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (l *notReadyLog) log(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	l.mu.Lock()
+	changed := msg != l.last
+	l.last = msg
+	l.mu.Unlock()
+	switch {
+	case !changed:
+	case err != nil:
+		klog.InfoS("Not ready", "reasons", vgview.Reasons(err), "err", err)
+	default:
+		klog.InfoS("Ready")
+	}
+}
+
+// answerHealth writes "ok" for a nil err, else 503 with err's reason
+// codes only.
 func answerHealth(w http.ResponseWriter, err error) {
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		http.Error(w, "not ready: "+strings.Join(vgview.Reasons(err), " "), http.StatusServiceUnavailable)
 		return
 	}
 	if _, err := io.WriteString(w, "ok\n"); err != nil {

@@ -12,14 +12,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/carve-csi/carve/pkg/registration"
+	"github.com/carve-csi/carve/pkg/vgview"
 )
 
 // TestHealthEndpoints: /healthz (liveness) answers 200 whatever the
 // volume groups look like, so a node with a missing one is never restarted
-// in a loop; /readyz (readiness) answers 503 with the reason while the
-// view is not ready.
+// in a loop; /readyz (readiness) answers 503 with the reason codes while
+// the view is not ready, and never LVM's text (it answers anyone on the
+// pod IP).
 func TestHealthEndpoints(t *testing.T) {
-	missing := errors.New(`device class fast: volume group "vg-fast" is missing`)
+	missing := &vgview.NotReadyError{Reason: vgview.ReasonVGMissing, Err: errors.New(`device class fast: volume group "vg-fast" is missing`)}
+	hung := &vgview.NotReadyError{Reason: vgview.ReasonLVMTimeout, Err: errors.New("read LVM state: lvm fullreport vg-secret: context deadline exceeded")}
 	tests := []struct {
 		name     string
 		path     string
@@ -27,11 +30,13 @@ func TestHealthEndpoints(t *testing.T) {
 		wantCode int
 		wantBody string
 	}{
-		{"live and ready", "/healthz", nil, http.StatusOK, "ok"},
-		{"live while a volume group is missing", "/healthz", missing, http.StatusOK, "ok"},
-		{"ready", "/readyz", nil, http.StatusOK, "ok"},
-		{"not ready: says why", "/readyz", missing, http.StatusServiceUnavailable, `volume group "vg-fast" is missing`},
-		{"not ready: view not loaded", "/readyz", errors.New("volume-group view not loaded yet"), http.StatusServiceUnavailable, "not loaded yet"},
+		{"live and ready", "/healthz", nil, http.StatusOK, "ok\n"},
+		{"live while a volume group is missing", "/healthz", missing, http.StatusOK, "ok\n"},
+		{"ready", "/readyz", nil, http.StatusOK, "ok\n"},
+		{"not ready: the reason code only", "/readyz", missing, http.StatusServiceUnavailable, "not ready: vg-missing\n"},
+		{"not ready: lvm timed out", "/readyz", hung, http.StatusServiceUnavailable, "not ready: lvm-timeout\n"},
+		{"not ready: two reasons", "/readyz", errors.Join(hung, missing), http.StatusServiceUnavailable, "not ready: lvm-timeout vg-missing\n"},
+		{"not ready: an error without a reason", "/readyz", errors.New("/dev/sdb: I/O error"), http.StatusServiceUnavailable, "not ready: not-ready\n"},
 		{"unknown path", "/livez", nil, http.StatusNotFound, ""},
 	}
 	for _, tc := range tests {
@@ -43,8 +48,8 @@ func TestHealthEndpoints(t *testing.T) {
 			if rec.Code != tc.wantCode {
 				t.Errorf("GET %s: %d, want %d", tc.path, rec.Code, tc.wantCode)
 			}
-			if !strings.Contains(rec.Body.String(), tc.wantBody) {
-				t.Errorf("GET %s: body %q lacks %q", tc.path, rec.Body.String(), tc.wantBody)
+			if tc.wantCode != http.StatusNotFound && rec.Body.String() != tc.wantBody {
+				t.Errorf("GET %s: body %q, want %q", tc.path, rec.Body.String(), tc.wantBody)
 			}
 		})
 	}

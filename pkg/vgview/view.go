@@ -262,8 +262,12 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 // report until a refresh succeeds.
 func (v *View) fail(err error) {
 	v.rec.ObserveRefresh(time.Now(), err)
+	reason := ReasonLVMError
+	if errors.Is(err, context.DeadlineExceeded) {
+		reason = ReasonLVMTimeout
+	}
 	v.mu.Lock()
-	v.lastErr = err
+	v.lastErr = notReady(reason, err)
 	v.mu.Unlock()
 	v.changes.fire()
 }
@@ -286,8 +290,8 @@ func (v *View) Ready() error {
 		return err
 	}
 	if age := v.now().Sub(v.lastRead); v.staleAfter > 0 && age > v.staleAfter {
-		return fmt.Errorf("the volume-group view is %s old (no LVM report has come back since %s; the limit is %s): lvm may hang on a failing disk",
-			age.Round(time.Second), v.lastRead.UTC().Format(time.RFC3339), v.staleAfter)
+		return notReady(ReasonLVMTimeout, fmt.Errorf("the volume-group view is %s old (no LVM report has come back since %s; the limit is %s): lvm may hang on a failing disk",
+			age.Round(time.Second), v.lastRead.UTC().Format(time.RFC3339), v.staleAfter))
 	}
 	var errs []error
 	for i := range v.cfg.DeviceClasses {
@@ -325,7 +329,7 @@ func (v *View) loadedLocked() error {
 		return v.lastErr
 	}
 	if !v.loaded {
-		return errors.New("volume-group view not loaded yet")
+		return notReady(ReasonNotLoaded, errors.New("volume-group view not loaded yet"))
 	}
 	return nil
 }
@@ -337,27 +341,27 @@ var unusablePool = []lvm.Health{lvm.HealthFailed, lvm.HealthMetadataReadOnly, lv
 // classProblemLocked says why class d cannot take volumes, wrapping
 // ErrClassUnavailable; nil when it can.
 func (v *View) classProblemLocked(d *config.DeviceClass) error {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("device class %s: %s: %w", d.Name, fmt.Sprintf(format, args...), ErrClassUnavailable)
+	fail := func(reason, format string, args ...any) error {
+		return notReady(reason, fmt.Errorf("device class %s: %s: %w", d.Name, fmt.Sprintf(format, args...), ErrClassUnavailable))
 	}
 	if err, ok := v.unreadable[d.VolumeGroup]; ok {
-		return fail("volume group %q could not be read: %v", d.VolumeGroup, err)
+		return fail(ReasonVGUnreadable, "volume group %q could not be read: %v", d.VolumeGroup, err)
 	}
 	vg, ok := v.vgs[d.VolumeGroup]
 	if !ok {
-		return fail("volume group %q is missing", d.VolumeGroup)
+		return fail(ReasonVGMissing, "volume group %q is missing", d.VolumeGroup)
 	}
 	if vg.MissingPVs > 0 {
 		// LVM refuses to allocate in a partial VG, so every lvcreate
 		// would fail; its free space is not free.
-		return fail("volume group %q has %d missing physical volume(s)", d.VolumeGroup, vg.MissingPVs)
+		return fail(ReasonPVMissing, "volume group %q has %d missing physical volume(s)", d.VolumeGroup, vg.MissingPVs)
 	}
 	if d.Thin() {
 		if _, ok := v.pools[d.VolumeGroup+"/"+d.ThinPool]; !ok {
-			return fail("thin pool %s/%s is missing", d.VolumeGroup, d.ThinPool)
+			return fail(ReasonThinPoolMissing, "thin pool %s/%s is missing", d.VolumeGroup, d.ThinPool)
 		}
 		if lv, ok := v.lvs[d.VolumeGroup+"/"+d.ThinPool]; ok && slices.Contains(unusablePool, lv.Attr.Health) {
-			return fail("thin pool %s/%s is %s (lv_attr %s)", d.VolumeGroup, d.ThinPool, lv.Attr.Health, lv.Attr.Raw)
+			return fail(ReasonThinPoolUnusable, "thin pool %s/%s is %s (lv_attr %s)", d.VolumeGroup, d.ThinPool, lv.Attr.Health, lv.Attr.Raw)
 		}
 	}
 	return nil

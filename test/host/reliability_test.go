@@ -150,9 +150,8 @@ func TestPluginOneBadClassOnRealLVM(t *testing.T) {
 		t.Errorf("CreateVolume in the healthy class: %v", err)
 	}
 	base := strings.TrimSuffix(p.MetricsURL, "/metrics")
-	if code, body := httpGet(ctx, t, base+"/readyz"); code != http.StatusServiceUnavailable ||
-		!strings.Contains(body, "device class slow: ") || strings.Contains(body, "device class fast") {
-		t.Errorf("/readyz: %d %q, want 503 naming class slow only", code, body)
+	if code, body := httpGet(ctx, t, base+"/readyz"); code != http.StatusServiceUnavailable || body != "not ready: vg-missing\n" {
+		t.Errorf("/readyz: %d %q, want 503 with the reason code only", code, body)
 	}
 	if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: slowID}); status.Code(err) != codes.Unavailable {
 		t.Errorf("DeleteVolume while its VG is missing: %v, want Unavailable", err)

@@ -1,0 +1,61 @@
+package vgview
+
+import (
+	"errors"
+	"slices"
+)
+
+// Reason codes of Ready's errors: fixed words that say what kind of
+// problem keeps the node from being ready, without LVM's text (device
+// paths, volume group and LV names, lvm's stderr). /readyz answers
+// unauthenticated callers on the pod IP with these only; the full error
+// goes to the log and to the authenticated Probe.
+const (
+	ReasonNotLoaded        = "not-loaded"         // no refresh has succeeded yet
+	ReasonLVMTimeout       = "lvm-timeout"        // lvm did not answer in time, or no report came back for too long
+	ReasonLVMError         = "lvm-error"          // reading LVM failed for a reason of no one volume group
+	ReasonVGUnreadable     = "vg-unreadable"      // LVM cannot read a configured volume group
+	ReasonVGMissing        = "vg-missing"         // a configured volume group does not exist
+	ReasonPVMissing        = "pv-missing"         // a configured volume group lacks a physical volume
+	ReasonThinPoolMissing  = "thin-pool-missing"  // a configured thin pool does not exist
+	ReasonThinPoolUnusable = "thin-pool-unusable" // a configured thin pool is failed, read-only or partial
+	ReasonUnknown          = "not-ready"          // an error that carries no reason
+)
+
+// NotReadyError is an error of Ready with its reason code.
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+func (e *NotReadyError) Error() string { return e.Err.Error() }
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+func notReady(reason string, err error) error { return &NotReadyError{Reason: reason, Err: err} }
+
+// Reasons are the reason codes of err (Ready's), sorted, each once; an
+// error, or a part of a joined one, without a reason counts as
+// ReasonUnknown. nil has none.
+func Reasons(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		var nr *NotReadyError
+		switch u := err.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		default:
+			if errors.As(err, &nr) {
+				out = append(out, nr.Reason)
+			} else {
+				out = append(out, ReasonUnknown)
+			}
+		}
+	}
+	walk(err)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

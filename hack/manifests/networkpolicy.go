@@ -33,8 +33,9 @@ func generateNetworkPolicy(helm, chart, dir string) error {
 		return err
 	}
 	k := header + `# A kustomize component: a NetworkPolicy that admits to the node pods'
-# node channel port only the controller pods (the metrics port stays open
-# to all); the same object as the chart's networkPolicy.enabled=true. Use
+# node channel port only the controller pods, and to their metrics port
+# only the namespace "monitoring" (patch the policy's last "from" for
+# another); the same object as the chart's networkPolicy.enabled=true. Use
 # it where the network plugin enforces NetworkPolicies, in your own
 # kustomization beside the base:
 #

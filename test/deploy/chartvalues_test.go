@@ -223,6 +223,36 @@ networkPolicy: {enabled: true}
 			}
 		},
 	}, {
+		// An empty metricsFrom must leave the metrics rule out: a rule
+		// with an empty "from" admits everyone.
+		name: "NetworkPolicy: metrics port for nobody, then for another namespace",
+		values: `
+networkPolicy: {enabled: true, metricsFrom: []}
+`,
+		check: func(t *testing.T, objs map[string]any) {
+			np := objs["NetworkPolicy carve-system/carve-node-channel"].(*networkingv1.NetworkPolicy)
+			for _, r := range np.Spec.Ingress {
+				if len(r.From) == 0 || slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.String() == "metrics" }) {
+					t.Errorf("metricsFrom: [] renders ingress rule %+v; want only the node channel's", r)
+				}
+			}
+		},
+	}, {
+		name: "NetworkPolicy: metrics port for a chosen namespace",
+		values: `
+networkPolicy:
+  enabled: true
+  metricsFrom: [{namespaceSelector: {matchLabels: {team: observability}}}]
+`,
+		check: func(t *testing.T, objs map[string]any) {
+			np := objs["NetworkPolicy carve-system/carve-node-channel"].(*networkingv1.NetworkPolicy)
+			last := np.Spec.Ingress[len(np.Spec.Ingress)-1]
+			if len(last.From) != 1 || last.From[0].NamespaceSelector == nil || last.From[0].NamespaceSelector.MatchLabels["team"] != "observability" ||
+				len(last.Ports) != 1 || last.Ports[0].Port.String() != "metrics" {
+				t.Errorf("metrics rule %+v, want from the namespaces labelled team=observability", last)
+			}
+		},
+	}, {
 		name: "StorageClass mount options, labels, annotations, parameters",
 		values: `
 storageClasses:

@@ -508,7 +508,8 @@ nodeGroups:
 
 // TestNodeChannelNetworkPolicy: the component (and the chart's
 // networkPolicy.enabled) admits to the node pods' node channel only the
-// controller pods, and leaves the metrics port open to all.
+// controller pods, and to their metrics port (unauthenticated /metrics
+// and /readyz) only the namespace "monitoring" (networkPolicy.metricsFrom).
 func TestNodeChannelNetworkPolicy(t *testing.T) {
 	objs := map[string]runtime.Object{}
 	for _, o := range renderWithComponent(t, "node-channel-network-policy") {
@@ -550,8 +551,10 @@ func TestNodeChannelNetworkPolicy(t *testing.T) {
 			}
 		}
 	}
-	if peers := from["metrics"]; len(peers) != 1 || !reflect.DeepEqual(peers[0], networkingv1.NetworkPolicyPeer{}) {
-		t.Errorf("the metrics port admits %+v, want everyone", peers)
+	monitoring := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}
+	if peers := from["metrics"]; len(peers) != 1 || !reflect.DeepEqual(peers[0], monitoring) {
+		t.Errorf("the metrics port admits %+v, want only the namespace monitoring", peers)
 	}
 	peers := from["node-channel"]
 	if len(peers) != 1 || peers[0].PodSelector == nil || peers[0].NamespaceSelector != nil || peers[0].IPBlock != nil {

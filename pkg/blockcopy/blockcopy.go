@@ -39,8 +39,10 @@ type Options struct {
 	BufferSize int
 	// Direct opens both sides with O_DIRECT, so that a copy of a large
 	// volume does not evict the node's page cache. Where the filesystem
-	// refuses O_DIRECT (tmpfs, in tests) the copy falls back to buffered
-	// I/O. Size must then be a multiple of 4096.
+	// refuses O_DIRECT (tmpfs, in tests), or the copy's size or the
+	// target's is not a multiple of 4096 (LVM makes extents as small as
+	// one sector: vgcreate -s takes any power of two from the sector size
+	// up), the copy is buffered instead; it is synced all the same.
 	Direct bool
 	// Sparse skips the all-zero chunks of the source (SparseChunk bytes,
 	// aligned) and leaves the target past the copy as it is: for a new
@@ -89,19 +91,31 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	if bufSize <= 0 || bufSize%align != 0 || opts.Sparse && bufSize%SparseChunk != 0 {
 		return res, fmt.Errorf("buffer size %d is not a positive multiple of %d (of %d for a sparse copy)", bufSize, align, SparseChunk)
 	}
-	if opts.Direct && size%align != 0 {
-		return res, fmt.Errorf("size %d is not a multiple of %d, which direct I/O needs", size, align)
+	direct := opts.Direct && size%align == 0
+	out, err := open(dst, os.O_WRONLY, direct)
+	if err != nil {
+		return res, err
 	}
-	in, err := open(src, os.O_RDONLY, opts.Direct)
+	defer func() { _ = out.Close() }() // synced before success is reported
+	end, err := out.Seek(0, io.SeekEnd)
+	if err != nil {
+		return res, fmt.Errorf("size of %s: %w", dst, err)
+	}
+	if direct && end%align != 0 {
+		// Its tail could not be written with O_DIRECT.
+		direct = false
+		if err := out.Close(); err != nil {
+			return res, fmt.Errorf("closing %s: %w", dst, err)
+		}
+		if out, err = open(dst, os.O_WRONLY, false); err != nil {
+			return res, err
+		}
+	}
+	in, err := open(src, os.O_RDONLY, direct)
 	if err != nil {
 		return res, err
 	}
 	defer in.Close() //nolint:errcheck // read-only; nothing to flush
-	out, err := open(dst, os.O_WRONLY, opts.Direct)
-	if err != nil {
-		return res, err
-	}
-	defer out.Close() //nolint:errcheck // synced below before success is reported
 
 	// An anonymous mapping is page-aligned, as O_DIRECT needs.
 	buf, err := unix.Mmap(-1, 0, bufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
@@ -139,10 +153,6 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	// new thin target reads zeros there already.
 	if opts.Sparse {
 		return finish(out, dst, start, res)
-	}
-	end, err := out.Seek(0, io.SeekEnd)
-	if err != nil {
-		return res, fmt.Errorf("size of %s: %w", dst, err)
 	}
 	clear(buf)
 	for off := size; off < uint64(end); {

@@ -87,7 +87,12 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	op.SetClass(r.Class.Name)
 	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
-		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
+		// A repeat of a volume made here is answered with it whatever
+		// the requisite says now (CSI: CreateVolume is idempotent);
+		// Create checks that it matches the request.
+		if _, made := s.cfg.View.FindLV(volume.LVNameFor(r.Name)); !made {
+			return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
+		}
 	}
 	lv, err := s.p.Create(ctx, r)
 	if err != nil {

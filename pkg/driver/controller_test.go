@@ -928,3 +928,30 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 		t.Errorf("once finished, listed %v; want all four", vols)
 	}
 }
+
+// TestCreateVolumeRepeatOutsideItsTopology: a repeat of a CreateVolume
+// whose requisite topology no longer names this node gets the volume made
+// here, not RESOURCE_EXHAUSTED (CSI: idempotent; earlier review finding
+// 25); a new volume with that requisite is still refused.
+func TestCreateVolumeRepeatOutsideItsTopology(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	first, err := fx.cs.CreateVolume(ctx, createReq("pvc-1", gib, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := &csi.TopologyRequirement{Requisite: []*csi.Topology{segment("node-b")}}
+	again := createReq("pvc-1", gib, nil)
+	again.AccessibilityRequirements = elsewhere
+	got, err := fx.cs.CreateVolume(ctx, again)
+	if err != nil {
+		t.Fatalf("the repeat: %v, want the volume made before", err)
+	}
+	if got.GetVolume().GetVolumeId() != first.GetVolume().GetVolumeId() {
+		t.Errorf("the repeat answered volume %q, want %q", got.GetVolume().GetVolumeId(), first.GetVolume().GetVolumeId())
+	}
+	other := createReq("pvc-2", gib, nil)
+	other.AccessibilityRequirements = elsewhere
+	_, err = fx.cs.CreateVolume(ctx, other)
+	wantCode(t, err, codes.ResourceExhausted, "requisite topology")
+}

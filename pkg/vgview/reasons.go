@@ -1,9 +1,6 @@
 package vgview
 
-import (
-	"errors"
-	"slices"
-)
+import "slices"
 
 // Reason codes of Ready's errors: fixed words that say what kind of
 // problem keeps the node from being ready, without LVM's text (device
@@ -33,26 +30,30 @@ func (e *NotReadyError) Unwrap() error { return e.Err }
 
 func notReady(reason string, err error) error { return &NotReadyError{Reason: reason, Err: err} }
 
-// Reasons are the reason codes of err (Ready's), sorted, each once; an
-// error, or a part of a joined one, without a reason counts as
-// ReasonUnknown. nil has none.
+// Reasons are the reason codes of err (Ready's), sorted, each once: the
+// outermost reason on each branch of err's tree; a branch without one
+// counts as ReasonUnknown. nil has none.
 func Reasons(err error) []string {
 	var out []string
 	var walk func(error)
 	walk = func(err error) {
-		var nr *NotReadyError
-		switch u := err.(type) {
+		//nolint:errorlint // walks the tree itself, one level at a time
+		switch e := err.(type) {
 		case nil:
+		case *NotReadyError:
+			out = append(out, e.Reason)
 		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
+			for _, inner := range e.Unwrap() {
+				walk(inner)
 			}
-		default:
-			if errors.As(err, &nr) {
-				out = append(out, nr.Reason)
+		case interface{ Unwrap() error }:
+			if inner := e.Unwrap(); inner != nil {
+				walk(inner)
 			} else {
 				out = append(out, ReasonUnknown)
 			}
+		default:
+			out = append(out, ReasonUnknown)
 		}
 	}
 	walk(err)

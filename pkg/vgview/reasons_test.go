@@ -74,7 +74,7 @@ func TestReadyReasons(t *testing.T) {
 		}
 	})
 	t.Run("two classes, two reasons, sorted once each", func(t *testing.T) {
-		err := errors.Join(notReady(ReasonVGMissing, errors.New("a")), errors.New("no reason"), notReady(ReasonVGMissing, errors.New("b")))
+		err := fmt.Errorf("wrapped: %w", errors.Join(notReady(ReasonVGMissing, errors.New("a")), errors.New("no reason"), notReady(ReasonVGMissing, errors.New("b"))))
 		if got, want := Reasons(err), []string{ReasonUnknown, ReasonVGMissing}; !slices.Equal(got, want) {
 			t.Errorf("Reasons = %q, want %q", got, want)
 		}

@@ -8,6 +8,14 @@
 # blockdev, findmnt). test/deploy checks that every program carve runs comes
 # from a package installed here.
 #
+# tini is the node agent's PID 1 (the DaemonSet's command): lvm's daemons
+# (dmeventd, forked by an lvm that wants a snapshot or pool monitored)
+# detach, and their processes are re-parented to PID 1, which must reap
+# them. carve does not: a reaper beside os/exec would take the exit
+# statuses exec waits for. tini forwards SIGTERM to carve alone (not to
+# its process group), so an lvm mutation in flight is not interrupted and
+# carve's shutdown waits for it as before.
+#
 # Multi-arch: the build stage runs on the builder's platform and
 # cross-compiles for the target's (docker buildx build --platform
 # linux/amd64,linux/arm64 sets BUILDPLATFORM, TARGETOS and TARGETARCH); the
@@ -51,6 +59,7 @@ RUN apt-get update \
       btrfs-progs \
       util-linux \
       mount \
+      tini \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/carve /usr/local/bin/carve
 COPY --from=build /out/carve-node /usr/local/bin/carve-node

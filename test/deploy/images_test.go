@@ -386,6 +386,9 @@ func manifestPrograms(t *testing.T) []string {
 		for _, c := range spec.Containers {
 			switch {
 			case c.Image != pinnedImages["carve"]:
+			case len(c.Command) > 2 && c.Command[0] == "/usr/bin/tini" && c.Command[1] == "--":
+				// tini, and the program it runs.
+				progs[c.Command[0]], progs[c.Command[2]] = true, true
 			case len(c.Command) > 0:
 				progs[c.Command[0]] = true
 			default:

@@ -37,6 +37,10 @@ import (
 // carve-node, cmd/carve built with -tags nodeagent (the Dockerfile).
 const nodeAgentProgram = "/usr/local/bin/carve-node"
 
+// nodeAgentCommand is the node agent's command: carve-node under tini,
+// which reaps what lvm's daemons leave to PID 1.
+var nodeAgentCommand = []string{"/usr/bin/tini", "--", nodeAgentProgram}
+
 var pinnedImages = map[string]string{
 	"carve":           "ghcr.io/carve-csi/carve:v0.1.0",
 	"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
@@ -307,8 +311,8 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 	// carve-node: the node agent's binary, which links no Kubernetes
 	// client (the image's carve has the controller role too).
-	if !reflect.DeepEqual(plugin.Command, []string{nodeAgentProgram}) {
-		t.Errorf("the plugin's command is %v, want [%s]", plugin.Command, nodeAgentProgram)
+	if !reflect.DeepEqual(plugin.Command, nodeAgentCommand) {
+		t.Errorf("the plugin's command is %v, want %v", plugin.Command, nodeAgentCommand)
 	}
 	for flag, want := range map[string]string{
 		"--endpoint":                "unix:///csi/csi.sock",
@@ -453,8 +457,8 @@ nodeGroups:
 		}
 		if cs := tmpl.Spec.Containers; len(cs) != 1 || cs[0].Name != "carve" || len(cs[0].Args) == 0 || cs[0].Args[0] != "plugin" {
 			t.Errorf("%s runs %d containers (%+v), want carve plugin alone", key, len(cs), cs)
-		} else if !reflect.DeepEqual(cs[0].Command, []string{nodeAgentProgram}) {
-			t.Errorf("%s runs %v plugin, want %s plugin", key, cs[0].Command, nodeAgentProgram)
+		} else if !reflect.DeepEqual(cs[0].Command, nodeAgentCommand) {
+			t.Errorf("%s runs %v plugin, want %v plugin", key, cs[0].Command, nodeAgentCommand)
 		}
 		if len(tmpl.Spec.InitContainers) > 0 {
 			t.Errorf("%s has init containers %+v", key, tmpl.Spec.InitContainers)

@@ -252,6 +252,7 @@ func TestContainerProgram(t *testing.T) {
 		{"the entrypoint", nil, carve},
 		{"carve by its path", []string{"/usr/local/bin/carve"}, carve},
 		{"carve-node", []string{"/usr/local/bin/carve-node"}, filepath.Join(bin, "carve-node")},
+		{"carve-node under tini", []string{"/usr/bin/tini", "--", "/usr/local/bin/carve-node"}, filepath.Join(bin, "carve-node")},
 		{"a program make build does not build", []string{"/usr/local/bin/carve-other"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -410,6 +410,13 @@ func daemonSetContainer(ds *appsv1.DaemonSet, what string, is func(*corev1.Conta
 // command's name beside carveBin (/usr/local/bin/carve-node is
 // bin/carve-node).
 func containerProgram(carveBin string, c *corev1.Container) (string, error) {
+	cmd := c.Command
+	if len(cmd) > 2 && path.Base(cmd[0]) == "tini" && cmd[1] == "--" {
+		// The image's init (it reaps for PID 1): a process of the
+		// test bed has a parent that does.
+		cmd = cmd[2:]
+	}
+	c = &corev1.Container{Name: c.Name, Command: cmd}
 	if len(c.Command) == 0 || path.Base(c.Command[0]) == filepath.Base(carveBin) {
 		return carveBin, nil
 	}

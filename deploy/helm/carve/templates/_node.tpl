@@ -117,8 +117,12 @@ spec:
           image: {{ include "carve.image" $root }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
           # carve-node: the node agent's build of carve, without the
-          # controller role and any Kubernetes client (half the memory).
+          # controller role and any Kubernetes client (half the memory),
+          # under tini, which reaps the processes lvm's daemons leave to
+          # PID 1 and forwards SIGTERM to carve alone (Dockerfile).
           command:
+            - /usr/bin/tini
+            - --
             - /usr/local/bin/carve-node
           args:
             - plugin

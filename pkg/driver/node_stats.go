@@ -104,7 +104,12 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	if lvGone(err) {
 		// The LV is gone; if it is still mounted where the CO says, the
 		// volume is on this node but broken, which the CO should hear.
-		if h := n.goneButMounted(vol, publish, staging); h != nil {
+		h, merr := n.goneButMounted(vol, publish, staging)
+		if merr != nil {
+			// Not knowing whether it is mounted is not "not mounted".
+			return nil, status.Errorf(codes.Internal, "volume %s: its LV is gone, and whether it is still mounted cannot be told: %v", vol, merr)
+		}
+		if h != nil {
 			return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
 		}
 	}
@@ -138,18 +143,23 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 
 // goneButMounted is the health of a volume whose LV is gone while
 // something is still mounted at one of the paths the CO names ("" paths
-// are skipped); nil when nothing is.
-func (n *NodeServer) goneButMounted(vol volume.ID, paths ...string) *csi.VolumeHealth {
+// are skipped); nil when nothing is. An error when the mount table cannot
+// be read.
+func (n *NodeServer) goneButMounted(vol volume.ID, paths ...string) (*csi.VolumeHealth, error) {
 	for _, p := range paths {
 		if p == "" {
 			continue
 		}
-		if mp, _ := n.cfg.FS.MountPoint(p); mp != nil {
+		mp, err := n.cfg.FS.MountPoint(p)
+		if err != nil {
+			return nil, err
+		}
+		if mp != nil {
 			return &csi.VolumeHealth{VolumeId: vol.String(),
 				HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{{
 					Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "LogicalVolumeMissing",
-					Message: fmt.Sprintf("LV %s/%s no longer exists but %s is still mounted", vol.VG, vol.LV, p)}}}
+					Message: fmt.Sprintf("LV %s/%s no longer exists but %s is still mounted", vol.VG, vol.LV, p)}}}, nil
 		}
 	}
-	return nil
+	return nil, nil
 }

@@ -1149,3 +1149,35 @@ func TestNodeStageGrowsExistingFilesystem(t *testing.T) {
 		})
 	}
 }
+
+// listFails is a mounter whose mount table cannot be read.
+type listFails struct{ *mount.FakeMounter }
+
+func (listFails) List() ([]mount.MountPoint, error) {
+	return nil, errors.New("reading /proc/self/mountinfo: too many open files")
+}
+
+// TestNodeGetVolumeHealthMountTableUnreadable: with the LV gone, a mount
+// table that cannot be read is an error, not "nothing mounted" (earlier
+// review finding 27: the error was dropped and the answer was NOT_FOUND).
+func TestNodeGetVolumeHealthMountTableUnreadable(t *testing.T) {
+	fx := newNodeFixture(t)
+	cfg, err := config.Parse([]byte(nodeClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
+		FS: fs.New(listFails{fx.mounter}, fx.tools), Metrics: metrics.NewRecorder(prometheus.NewRegistry()),
+		Classes: cfg, View: fx.view, Formatting: fx.formatting, Eraser: signatureWiper{fx}})
+	if err := fx.lvm.RemoveLV(context.Background(), "vg1", volume.LVNameFor("pvc-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.view.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(fx.staging, 0o750); err != nil { // a path that exists: the table must be read
+		t.Fatal(err)
+	}
+	_, err = ns.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: fx.id, StagingTargetPath: fx.staging})
+	wantCode(t, err, codes.Internal, "too many open files")
+}

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -85,6 +87,73 @@ type scalePoint struct {
 	// number of carve's periodic refreshes; TopoLVM's own polling period
 	// is not aligned and stays as noise in its figure.
 	busyAboveIdle map[string]time.Duration
+	// agentWork is what carve's node agents were asked to do in the
+	// claims' window, counted from their own metrics.
+	agentWork agentWork
+}
+
+// agentWork counts, over carve's node agents, the CSI calls they served
+// (csi_plugin_operations_seconds, by method, node channel and kubelet
+// socket alike) and the LVM commands they ran
+// (carve_lvm_command_duration_seconds, by command), and how many agents
+// served any call other than the controller's health probes.
+type agentWork struct {
+	calls, commands map[string]uint64
+	agentsCalled    int
+}
+
+// scrapeAgents reads every carve node agent's metrics.
+func scrapeAgents(ctx context.Context) ([]plugintest.Metrics, error) {
+	var out []plugintest.Metrics
+	for _, n := range bed.Nodes {
+		ms, err := plugintest.ScrapeURL(ctx, http.DefaultClient, n.MetricsURL)
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s's agent: %w", n.Name, err)
+		}
+		out = append(out, ms)
+	}
+	return out, nil
+}
+
+// agentWorkOf is the work between two scrapes of the same agents.
+func agentWorkOf(before, after []plugintest.Metrics) agentWork {
+	const calls, cmds = "csi_plugin_operations_seconds", "carve_lvm_command_duration_seconds"
+	w := agentWork{calls: map[string]uint64{}, commands: map[string]uint64{}}
+	for i := range after {
+		called := false
+		for _, m := range after[i].LabelValues(calls, "method_name", nil) {
+			l := map[string]string{"method_name": m}
+			d := after[i].HistogramCount(calls, l) - before[i].HistogramCount(calls, l)
+			w.calls[path.Base(m)] += d
+			if d > 0 && !strings.HasSuffix(m, "/Probe") && !strings.HasSuffix(m, "/GetPluginInfo") && !strings.HasSuffix(m, "/Inventory") {
+				called = true
+			}
+		}
+		if called {
+			w.agentsCalled++
+		}
+		for _, c := range after[i].LabelValues(cmds, "command", nil) {
+			l := map[string]string{"command": c}
+			w.commands[c] += after[i].HistogramCount(cmds, l) - before[i].HistogramCount(cmds, l)
+		}
+	}
+	return w
+}
+
+// String lists the counts, largest first.
+func (w agentWork) String() string {
+	list := func(m map[string]uint64) string {
+		keys := slices.Collect(maps.Keys(m))
+		sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
+		var parts []string
+		for _, k := range keys {
+			if m[k] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("%d agents served calls beyond probes and inventories; calls: %s; LVM commands: %s", w.agentsCalled, list(w.calls), list(w.commands))
 }
 
 // usage is CPU in millicores and resident memory in MiB.
@@ -176,6 +245,10 @@ func measureScale(t *testing.T, n int) scalePoint {
 	if err != nil {
 		t.Fatal(err)
 	}
+	callsBefore, err := scrapeAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	samples := map[string][]time.Duration{}
 	claimsStart := time.Now()
 	t.Run("claims", func(t *testing.T) {
@@ -206,6 +279,11 @@ func measureScale(t *testing.T, n int) scalePoint {
 	if err != nil {
 		t.Fatal(err)
 	}
+	callsAfter, err := scrapeAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.agentWork = agentWorkOf(callsBefore, callsAfter)
 	claims := time.Duration(2 * scaleClaims)
 	busy := map[*cluster.Process]time.Duration{}
 	for _, k := range agents {
@@ -617,6 +695,7 @@ func pointLines(p scalePoint) []string {
 	for _, f := range figures() {
 		out = append(out, fmt.Sprintf("scale N=%d %s: carve %.2f %s / TopoLVM %.2f %s", p.nodes, f.name, f.value(p, "carve"), f.unit, f.value(p, "TopoLVM"), f.unit))
 	}
+	out = append(out, fmt.Sprintf("scale N=%d carve node agents in the claims' window (%d carve claims): %s", p.nodes, scaleClaims, p.agentWork))
 	for _, ph := range []string{"carve", "both", "TopoLVM", "base"} {
 		w := p.api[ph]
 		out = append(out, fmt.Sprintf("scale N=%d apiserver window %s: CPU %.1f mcores, RSS %.0f MiB, heap %.0f MiB, etcd CPU %.1f mcores, %.0f watches %s, %.2f req/s %s",

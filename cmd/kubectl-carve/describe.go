@@ -63,10 +63,17 @@ func describe(out io.Writer, c *kubeview.Claim, now time.Time) error {
 	if c.SizeBytes != 0 {
 		capacity = size(c.SizeBytes)
 	}
-	line(0, "Capacity:\t%s (requested %s)", capacity, size(c.Requested))
+	line(0, "Capacity:\t%s", capacity)
+	if c.Requested != 0 {
+		line(0, "Requested:\t%s", size(c.Requested))
+	}
 	line(0, "Access Modes:\t%s", orNone(strings.Join(c.AccessModes, ",")))
 	line(0, "Volume Mode:\t%s", orNone(c.VolumeMode))
-	line(0, "Used By:\t%s", orNone(strings.Join(c.Pods, ",")))
+	var pods []string // as kubectl describe pvc: names in the claim's namespace
+	for _, p := range c.Pods {
+		pods = append(pods, strings.TrimPrefix(p, c.Namespace+"/"))
+	}
+	line(0, "Used By:\t%s", orNone(strings.Join(pods, ",")))
 	line(0, "Node:\t%s", orNone(c.Node))
 	if c.SelectedNode != "" && c.SelectedNode != c.Node {
 		line(0, "Selected Node:\t%s", c.SelectedNode)

@@ -84,7 +84,7 @@ func cluster() ([]runtime.Object, []runtime.Object) {
 		claim("db", "waiting", "", corev1.ClaimPending),
 		usedBy("db", "db-0", "data-0"), usedBy("web", "cache-0", "cache"),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: "carve-node-x",
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: "carve-node-x", CreationTimestamp: metav1.NewTime(now.Add(-5 * time.Minute)),
 			Labels: map[string]string{"app.kubernetes.io/name": "carve", "app.kubernetes.io/component": "node"}},
 			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "carve", Image: "carve:v0.1.0"}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: now.Add(-5 * time.Minute)},
@@ -327,7 +327,7 @@ func TestDescribe(t *testing.T) {
 	words := regexp.MustCompile(` +`).ReplaceAllString(out, " ")
 	for _, want := range []string{
 		"Name: data-0\n", "Namespace: db\n", "Status: Bound\n", "Device Class: thick\n",
-		"Used By: db/db-0\n", "Node: n1\n", "Volume: pv-a\n", " Volume Group: carve\n",
+		"Used By: db-0\n", "Node: n1\n", "Volume: pv-a\n", " Volume Group: carve\n",
 		" LV: carve-pv-a\n", "Age: 26h\n",
 		` kubelet_volume_stats_used_bytes{namespace="db",persistentvolumeclaim="data-0"}`,
 		"Events: <none>\n",

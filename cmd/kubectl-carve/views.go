@@ -75,7 +75,7 @@ func (o *options) nodes(cmd *cobra.Command, v kubeview.View) (listing, error) {
 		}
 		l.names = append(l.names, "node/"+r.Node)
 		l.cells = append(l.cells, []any{r.Node, r.Agent, r.Channel, registered, orNone(r.Group), orNone(r.Version),
-			orNone(strings.Join(free, ",")), age(now, r.Started), orNone(r.Pod), orNone(r.Reason)})
+			orNone(strings.Join(free, ",")), age(now, r.Created), orNone(r.Pod), orNone(r.Reason)})
 	}
 	return l, nil
 }

@@ -47,8 +47,9 @@ type Node struct {
 	// Version is the agent's image tag (or its version label).
 	Version string `json:"version,omitempty"`
 	// Free is the capacity the node publishes per device class, in bytes.
-	Free    map[string]int64 `json:"free,omitempty"`
-	Started time.Time        `json:"started,omitzero"`
+	Free map[string]int64 `json:"free,omitempty"`
+	// Created is when the agent's pod was made (kubectl's AGE of a pod).
+	Created time.Time `json:"created,omitzero"`
 }
 
 // Nodes lists every node (but those whose node group is "none") with its
@@ -123,9 +124,7 @@ func (v View) Nodes(ctx context.Context) ([]Node, error) {
 			row.Pod = p.Namespace + "/" + p.Name
 			row.Agent, row.Reason = podReadiness(p, unhealthy[p.Namespace+"/"+p.Name])
 			row.Version = agentVersion(p)
-			if p.Status.StartTime != nil {
-				row.Started = p.Status.StartTime.Time
-			}
+			row.Created = p.CreationTimestamp.Time
 		} else {
 			row.Reason = "no carve node pod on this node"
 		}

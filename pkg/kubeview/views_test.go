@@ -94,16 +94,16 @@ func TestNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range got {
-		got[i].Started = got[i].Started.UTC()
+		got[i].Created = got[i].Created.UTC()
 	}
 	want := []Node{
 		{Node: "n1", Pod: "carve-system/carve-node-a", Agent: "Ready", Channel: "Ready", Registered: true, Version: "v0.1.0",
-			Free: map[string]int64{"thick": 10 << 30, "thin": 40 << 30}, Started: t0},
+			Free: map[string]int64{"thick": 10 << 30, "thin": 40 << 30}, Created: t0},
 		{Node: "n2", Group: "fast", Pod: "carve-system/carve-node-b", Agent: "NotReady", Channel: "NotReady", Registered: true,
 			Reason: "Readiness probe failed: HTTP probe failed with statuscode: 503", Version: "v0.2.0",
-			Free: map[string]int64{"thick": 0}, Started: t0},
+			Free: map[string]int64{"thick": 0}, Created: t0},
 		{Node: "n3", Pod: "carve-system/carve-node-c", Agent: "NotReady", Channel: "None", Reason: "CrashLoopBackOff back-off 5m0s",
-			Version: "dev", Started: t0},
+			Version: "dev", Created: t0},
 		{Node: "n5", Agent: "NoPod", Channel: "None", Reason: "no carve node pod on this node"},
 	}
 	if !reflect.DeepEqual(got, want) {

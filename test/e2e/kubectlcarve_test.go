@@ -146,6 +146,10 @@ func TestKubectlCarve(t *testing.T) {
 
 	checkCarveNodes(t, ctx, carve)
 	checkCarveDescribe(t, ctx, carve, text, pvc, node, lv)
+	// What an operator sees, for the log of a failed run.
+	for _, args := range [][]string{{"nodes"}, {"capacity"}, {"volumes", "-n", ns, "-o", "wide"}, {"pending", "-A"}, {"describe", "data", "-n", ns}} {
+		t.Logf("$ kubectl carve %s\n%s", strings.Join(args, " "), text(args...))
+	}
 }
 
 // checkCarveNodes: `kubectl carve nodes` lists every node of the bed with

@@ -17,9 +17,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/kubeview"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // TestKubectlCarve: `kubectl carve` (cmd/kubectl-carve) answers from the
@@ -146,8 +149,10 @@ func TestKubectlCarve(t *testing.T) {
 
 	checkCarveNodes(t, ctx, carve)
 	checkCarveDescribe(t, ctx, carve, text, pvc, node, lv)
+	checkCarveSnapshots(t, ctx, carve, ns, node)
 	// What an operator sees, for the log of a failed run.
-	for _, args := range [][]string{{"nodes"}, {"capacity"}, {"volumes", "-n", ns, "-o", "wide"}, {"pending", "-A"}, {"describe", "data", "-n", ns}} {
+	for _, args := range [][]string{{"nodes"}, {"capacity"}, {"volumes", "-n", ns, "-o", "wide"}, {"pending", "-A"},
+		{"describe", "data", "-n", ns}, {"snapshots", "-n", ns, "-o", "wide"}} {
 		t.Logf("$ kubectl carve %s\n%s", strings.Join(args, " "), text(args...))
 	}
 }
@@ -238,6 +243,46 @@ func checkCarveDescribe(t *testing.T, ctx context.Context, carve func(any, ...st
 	for _, want := range []string{"Name:", pvc.Name, "LV:", lv.Name, "Node:", node, "Metrics:", metric} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl carve describe %s prints no %q:\n%s", pvc.Name, want, out)
+		}
+	}
+}
+
+// checkCarveSnapshots: a VolumeSnapshot of the claim is listed by
+// `kubectl carve snapshots` in its namespace (and not in another) with its
+// source claim and bound content; once carve answered, it is on the
+// claim's node, or carries carve's error (the simulated nodes have no
+// device-mapper, so their snapshots fail; the guest tiers make real ones).
+func checkCarveSnapshots(t *testing.T, ctx context.Context, carve func(any, ...string), ns, node string) {
+	t.Helper()
+	dc := dynamicClient(t)
+	class := "e2e-" + ns
+	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata": map[string]any{"name": class}, "driver": cluster.DriverName, "deletionPolicy": "Delete",
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create VolumeSnapshotClass: %v", err)
+	}
+	t.Cleanup(func() { deleteSnapshotObjects(t, dc, ns, "snap", class) })
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", class, "data"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settle, "kubectl carve snapshots to show the snapshot on its node or with carve's error", func(context.Context) (bool, string, error) {
+		var snaps []kubeview.Snapshot
+		carve(&snaps, "snapshots", "-n", ns)
+		if len(snaps) != 1 {
+			return false, fmt.Sprintf("%+v", snaps), nil
+		}
+		s := snaps[0]
+		if s.Name != "snap" || s.SourceClaim != "data" || s.Class != class || s.Content == "" {
+			return false, fmt.Sprintf("%+v", s), nil
+		}
+		return s.ReadyToUse && s.Node == node || s.Error != "", fmt.Sprintf("%+v", s), nil
+	})
+	var elsewhere []kubeview.Snapshot
+	carve(&elsewhere, "snapshots", "-n", bed.Namespace)
+	for _, s := range elsewhere {
+		if s.Namespace == ns {
+			t.Errorf("kubectl carve snapshots -n %s lists %s/%s", bed.Namespace, s.Namespace, s.Name)
 		}
 	}
 }

@@ -27,6 +27,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -tags grpcnotrace -o $(BIN)/carve ./cmd/carve
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -tags $(NODE_TAGS) -o $(BIN)/carve-node ./cmd/carve
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-carve ./cmd/kubectl-carve
+	install -m 0755 cmd/kubectl-carve/kubectl_complete-carve $(BIN)/kubectl_complete-carve
 
 # carve's image from the Dockerfile with Debian's buildah: no daemon, no
 # registry (base images made with mmdebstrap; docs/development.md#images).

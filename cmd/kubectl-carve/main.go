@@ -1,199 +1,208 @@
 // Command kubectl-carve is a kubectl plugin (`kubectl carve ...`) that
 // answers operators' questions about carve from the Kubernetes API alone:
 //
-//	kubectl carve capacity   per node and device class: the capacity carve reports, its volumes there
-//	kubectl carve volumes    per volume: PVC, pods, node, volume group, LV, size
-//	kubectl carve pending    PVCs of carve's StorageClasses that are Pending, with their last event
-//	kubectl carve orphans    what the node audit reported: orphaned LVs, PVs whose LV is gone
+//	kubectl carve nodes       per node: the carve agent ready or why not, reachable, registered, group, version, free space
+//	kubectl carve capacity    per node and device class: the capacity carve reports, its volumes there
+//	kubectl carve volumes     per volume: PVC, pods, node, volume group, LV, size
+//	kubectl carve pending     PVCs of carve's StorageClasses that are Pending, with their last event
+//	kubectl carve snapshots   VolumeSnapshots of carve's driver, with the node each lives on
+//	kubectl carve describe    everything about one claim: PV, LV, node, class, pods, events, metrics
+//	kubectl carve orphans     what the node audit reported: orphaned LVs, PVs whose LV is gone
 //
-// -o json prints the same as JSON. See docs/operations.md.
+// It takes kubectl's client flags (k8s.io/cli-runtime: -n, -A, --context,
+// --as, --kubeconfig, ...) in any position and its output flags (-o
+// table|wide|json|yaml|name, --no-headers). Shell completion goes through
+// kubectl (1.26 and later), which runs kubectl_complete-carve (shipped
+// beside this command). See docs/operations.md.
 package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
-	"text/tabwriter"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	// The kubeconfig auth providers (oidc, and the messages of the removed
+	// gcp and azure ones), as kubectl has them; exec plugins need nothing.
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
 	"github.com/carve-csi/carve/pkg/kubeview"
 )
 
-const usage = `usage: kubectl carve <capacity|volumes|pending|orphans> [-o table|json] [--kubeconfig FILE] [--context NAME] [--driver NAME]`
+// Exit codes: a usage error (unknown command or flag, bad -o) is 2, like
+// the shells' builtins and the old flag parser; a failed read is 1.
+const (
+	exitUsage = 2
+	exitError = 1
+)
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, connect))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		say(stderr, "%s\n", usage)
-		return 2
-	}
-	cmd := args[0]
-	fs := flag.NewFlagSet("kubectl carve "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	output := fs.String("o", "table", "output: table or json")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	kubeContext := fs.String("context", "", "kubeconfig context (default: the current one)")
-	driver := fs.String("driver", "lvm.carve.dev", "carve's CSI driver name")
-	timeout := fs.Duration("request-timeout", 30*time.Second, "bound on all API requests")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
-	}
-	if cmd != "capacity" && cmd != "volumes" && cmd != "pending" && cmd != "orphans" {
-		say(stderr, "unknown command %q\n%s\n", cmd, usage)
-		return 2
-	}
-	if *output != "table" && *output != "json" {
-		say(stderr, "-o %q: must be table or json\n", *output)
-		return 2
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+// clients are what the views read the API with.
+type clients struct {
+	kube    kubernetes.Interface
+	dynamic dynamic.Interface
+}
+
+// connect makes the clients from kubectl's flags (kubeconfig, context,
+// impersonation, TLS, auth plugins).
+func connect(getter genericclioptions.RESTClientGetter) (clients, error) {
+	cfg, err := getter.ToRESTConfig()
 	if err != nil {
-		say(stderr, "kubeconfig: %v\n", err)
-		return 1
+		return clients{}, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		say(stderr, "client: %v\n", err)
-		return 1
+		return clients{}, fmt.Errorf("client: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	v := kubeview.View{Client: cs, Driver: *driver}
-	var result any
-	var table func(w io.Writer) error
-	switch cmd {
-	case "capacity":
-		rows, err := v.Capacities(ctx)
-		result, table = rows, func(w io.Writer) error { return capacityTable(w, rows) }
-		if err != nil {
-			return fail(stderr, err)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return clients{}, fmt.Errorf("client: %w", err)
+	}
+	return clients{kube: kube, dynamic: dyn}, nil
+}
+
+// usageError is a command line kubectl carve cannot run.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// run runs one command line and returns its exit code.
+func run(args []string, streams genericiooptions.IOStreams, conn func(genericclioptions.RESTClientGetter) (clients, error)) int {
+	return runAt(args, streams, conn, time.Now())
+}
+
+// runAt is run with the AGE columns counted from now.
+func runAt(args []string, streams genericiooptions.IOStreams, conn func(genericclioptions.RESTClientGetter) (clients, error), now time.Time) int {
+	config := genericclioptions.NewConfigFlags(true)
+	*config.Timeout = "30s" // kubectl waits forever; carve's views read a few lists
+	o := &options{config: config, streams: streams, connect: conn, now: func() time.Time { return now }}
+	root := o.command()
+	root.SetArgs(args)
+	ran := false // a command's RunE started: its error is not a usage error
+	for _, c := range root.Commands() {
+		if c.RunE == nil {
+			continue
 		}
-	case "volumes":
-		rows, err := v.Volumes(ctx)
-		result, table = rows, func(w io.Writer) error { return volumeTable(w, rows) }
-		if err != nil {
-			return fail(stderr, err)
-		}
-	case "pending":
-		rows, err := v.PendingClaims(ctx)
-		result, table = rows, func(w io.Writer) error { return pendingTable(w, rows, time.Now()) }
-		if err != nil {
-			return fail(stderr, err)
-		}
-	default: // orphans
-		rows, err := v.Findings(ctx)
-		result, table = rows, func(w io.Writer) error { return findingTable(w, rows, time.Now()) }
-		if err != nil {
-			return fail(stderr, err)
+		runE := c.RunE
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			ran = true
+			return runE(cmd, args)
 		}
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(result); err != nil {
-			return fail(stderr, err)
-		}
+	err := root.Execute()
+	if err == nil {
 		return 0
 	}
-	if err := table(stdout); err != nil {
-		return fail(stderr, err)
+	say(streams.ErrOut, "error: %v\n", err)
+	var ue usageError
+	if !ran || errors.As(err, &ue) {
+		say(streams.ErrOut, "See 'kubectl carve --help' for usage.\n")
+		return exitUsage
 	}
-	return 0
+	return exitError
 }
 
-func fail(stderr io.Writer, err error) int {
-	say(stderr, "%v\n", err)
-	return 1
+// options are the flags every command shares.
+type options struct {
+	config        *genericclioptions.ConfigFlags
+	allNamespaces bool
+	output        string
+	noHeaders     bool
+	driver        string
+
+	streams genericiooptions.IOStreams
+	connect func(genericclioptions.RESTClientGetter) (clients, error)
+	now     func() time.Time
+}
+
+// command is the root command with every view under it.
+func (o *options) command() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kubectl-carve",
+		Short: "Ask the Kubernetes API about carve: nodes, capacity, volumes, claims, snapshots",
+		Long: `kubectl carve shows carve (the LVM CSI driver) as the Kubernetes API sees it.
+It reads the API only, with kubectl's flags and rights: a user with rights in
+one namespace sees that namespace's volumes, claims and snapshots.`,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl carve"},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(o.streams.ErrOut)
+			_ = cmd.Usage()
+			return usageError{errors.New("name a command")}
+		},
+		PersistentPreRunE: func(*cobra.Command, []string) error { return o.validate() },
+	}
+	root.SetIn(o.streams.In)
+	root.SetOut(o.streams.Out)
+	root.SetErr(o.streams.ErrOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	flags := root.PersistentFlags()
+	o.config.AddFlags(flags)
+	flags.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false,
+		"list the volumes, claims and snapshots of every namespace, not only the current one")
+	flags.StringVarP(&o.output, "output", "o", "table", "output format: table, wide, json, yaml or name")
+	flags.BoolVar(&o.noHeaders, "no-headers", false, "print tables without their header")
+	flags.StringVar(&o.driver, "driver", "lvm.carve.dev", "carve's CSI driver name")
+	o.registerCompletions(root)
+
+	for _, v := range o.views() {
+		root.AddCommand(v)
+	}
+	return root
+}
+
+// validate checks the flags every command shares.
+func (o *options) validate() error {
+	switch o.output {
+	case "table", "wide", "json", "yaml", "name":
+		return nil
+	}
+	return usageError{fmt.Errorf("--output %q: must be one of table, wide, json, yaml, name", o.output)}
+}
+
+// view builds the kubeview.View for a command: namespaced views read the
+// namespace of -n (or the kubeconfig's context), all of them with -A.
+func (o *options) view() (kubeview.View, error) {
+	c, err := o.connect(o.config)
+	if err != nil {
+		return kubeview.View{}, err
+	}
+	v := kubeview.View{Client: c.kube, Dynamic: c.dynamic, Driver: o.driver,
+		Warn: func(msg string) { say(o.streams.ErrOut, "Warning: %s\n", msg) }}
+	if !o.allNamespaces {
+		ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+		if err != nil {
+			return kubeview.View{}, fmt.Errorf("the current namespace: %w", err)
+		}
+		v.Namespace = ns
+	}
+	return v, nil
+}
+
+// ctx is a command's context; the client's --request-timeout bounds each
+// request.
+func ctx(cmd *cobra.Command) context.Context {
+	if c := cmd.Context(); c != nil {
+		return c
+	}
+	return context.Background()
 }
 
 // say writes a message for the user; a failed write has nowhere to go.
 func say(w io.Writer, format string, args ...any) {
 	_, _ = fmt.Fprintf(w, format, args...)
-}
-
-func size(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// table writes aligned columns and keeps the first write error.
-type table struct {
-	tw  *tabwriter.Writer
-	err error
-}
-
-func newTable(out io.Writer) *table { return &table{tw: tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)} }
-
-func (t *table) row(format string, args ...any) {
-	if t.err == nil {
-		_, t.err = fmt.Fprintf(t.tw, format+"\n", args...)
-	}
-}
-
-func (t *table) flush() error {
-	if t.err != nil {
-		return t.err
-	}
-	return t.tw.Flush()
-}
-
-func capacityTable(out io.Writer, rows []kubeview.Capacity) error {
-	w := newTable(out)
-	w.row("NODE\tDEVICE CLASS\tSTORAGECLASS\tCAPACITY\tMAX VOLUME\tVOLUMES\tPROVISIONED")
-	for _, r := range rows {
-		w.row("%s\t%s\t%s\t%s\t%s\t%d\t%s", r.Node, orDash(r.DeviceClass), r.StorageClass,
-			size(r.CapacityBytes), size(r.MaximumVolumeSize), r.Volumes, size(r.ProvisionedBytes))
-	}
-	return w.flush()
-}
-
-func volumeTable(out io.Writer, rows []kubeview.Volume) error {
-	w := newTable(out)
-	w.row("NODE\tPV\tPVC\tPODS\tDEVICE CLASS\tLV\tSIZE\tSTATUS")
-	for _, r := range rows {
-		w.row("%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s", r.Node, r.PV, orDash(r.Claim),
-			orDash(strings.Join(r.Pods, ",")), orDash(r.DeviceClass), r.VolumeGroup, r.LV, size(r.SizeBytes), r.Phase)
-	}
-	return w.flush()
-}
-
-func pendingTable(out io.Writer, rows []kubeview.Pending, now time.Time) error {
-	w := newTable(out)
-	w.row("PVC\tSTORAGECLASS\tAGE\tSELECTED NODE\tPODS\tLAST EVENT")
-	for _, r := range rows {
-		event := "-"
-		if r.Reason != "" {
-			event = r.Reason + ": " + r.Message
-		}
-		w.row("%s\t%s\t%s\t%s\t%s\t%s", r.Claim, r.StorageClass, now.Sub(r.Since).Round(time.Second),
-			orDash(r.SelectedNode), orDash(strings.Join(r.Pods, ",")), event)
-	}
-	return w.flush()
-}
-
-func findingTable(out io.Writer, rows []kubeview.Finding, now time.Time) error {
-	w := newTable(out)
-	w.row("KIND\tOBJECT\tLAST SEEN\tCOUNT\tMESSAGE")
-	for _, r := range rows {
-		w.row("%s\t%s\t%s ago\t%d\t%s", r.Kind, r.Object, now.Sub(r.LastSeen).Round(time.Second), r.Count, r.Message)
-	}
-	return w.flush()
 }

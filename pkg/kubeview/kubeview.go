@@ -1,8 +1,10 @@
 // Package kubeview answers operators' questions about carve from the
-// Kubernetes API alone (no node access, no metrics): the capacity each node
-// reports per device class, which PVC, pod, node and LV each volume is, and
-// which PVCs of carve's StorageClasses are Pending and why, and what the
-// node audit found (orphaned LVs, volumes whose data is gone). kubectl-carve
+// Kubernetes API alone (no node access, no metrics): each node's agent
+// (ready or why not, registered, version, free space), the capacity each
+// node reports per device class, which PVC, pod, node and LV each volume
+// is, which PVCs of carve's StorageClasses are Pending and why, which node
+// each snapshot lives on, everything about one claim, and what the node
+// audit found (orphaned LVs, volumes whose data is gone). kubectl-carve
 // prints what it returns.
 package kubeview
 
@@ -15,7 +17,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-csi/carve/pkg/volume"
@@ -31,10 +35,19 @@ const deviceClassParam = "carve.dev/device-class"
 // for a WaitForFirstConsumer claim.
 const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 
+// The PV controller names the provisioner of a claim it waits for in these
+// annotations (the beta one on older clusters).
+const (
+	provisionerAnnotation     = "volume.kubernetes.io/storage-provisioner"
+	betaProvisionerAnnotation = "volume.beta.kubernetes.io/storage-provisioner"
+)
+
 // Capacity is one CSIStorageCapacity object carve published: what a node
 // reports for one StorageClass (one device class), and carve's volumes of
 // that class on the node.
 type Capacity struct {
+	// Name is the CSIStorageCapacity object's name (in carve's namespace).
+	Name              string `json:"name"`
 	Node              string `json:"node"`
 	DeviceClass       string `json:"deviceClass"`
 	StorageClass      string `json:"storageClass"`
@@ -55,6 +68,9 @@ type Volume struct {
 	LV          string   `json:"lv"`
 	SizeBytes   int64    `json:"sizeBytes"`
 	Phase       string   `json:"phase"`
+	// StorageClass and Created are the PV's (the claim's without PV rights).
+	StorageClass string    `json:"storageClass,omitempty"`
+	Created      time.Time `json:"created,omitzero"`
 }
 
 // Pending is a PVC of one of carve's StorageClasses that is not bound.
@@ -69,10 +85,35 @@ type Pending struct {
 	Message string `json:"message,omitempty"`
 }
 
-// View reads the API for the driver named Driver.
+// View reads the API for the driver named Driver. Each view makes one List
+// per kind of object it reads and joins them in memory: its cost does not
+// grow with the number of claims.
 type View struct {
 	Client kubernetes.Interface
-	Driver string
+	// Dynamic reads the snapshot API (VolumeSnapshots are not in client-go's
+	// typed clientset); only Snapshots needs it.
+	Dynamic dynamic.Interface
+	Driver  string
+	// Namespace limits the views of namespaced objects (volumes, pending
+	// claims, snapshots) to one namespace; "" is all of them.
+	Namespace string
+	// Warn, when set, hears what a view had to leave out (a kind the user
+	// may not list) while still answering.
+	Warn func(msg string)
+}
+
+// namespacedRights reports whether err is the refusal a user with rights
+// in one namespace gets for a cluster-wide list, in a namespaced view:
+// the view then answers from what the namespace holds.
+func (v View) namespacedRights(err error) bool {
+	return v.Namespace != "" && apierrors.IsForbidden(err)
+}
+
+// warn passes msg to Warn, if set.
+func (v View) warn(msg string) {
+	if v.Warn != nil {
+		v.Warn(msg)
+	}
 }
 
 // storageClasses returns carve's StorageClasses by name, each with its
@@ -93,7 +134,7 @@ func (v View) storageClasses(ctx context.Context) (map[string]string, error) {
 
 // podsByClaim maps namespace/claim to the pods that use it.
 func (v View) podsByClaim(ctx context.Context) (map[string][]string, error) {
-	pods, err := v.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	pods, err := v.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
@@ -109,37 +150,35 @@ func (v View) podsByClaim(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// Volumes lists carve's PersistentVolumes, sorted by node and name.
+// Volumes lists carve's PersistentVolumes, sorted by node and name; with
+// a Namespace, those whose claim is in it. A user who may not list
+// PersistentVolumes (namespaced rights) gets the namespace's claims of
+// carve instead, without what only the PV knows (volume group and LV).
 func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 	pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
+	if err != nil && !v.namespacedRights(err) {
 		return nil, fmt.Errorf("listing PersistentVolumes: %w", err)
 	}
+	forbidden := err != nil
 	pods, err := v.podsByClaim(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []Volume
-	for _, pv := range pvs.Items {
-		csi := pv.Spec.CSI
-		if csi == nil || csi.Driver != v.Driver {
-			continue
+	if forbidden {
+		v.warn("may not list PersistentVolumes: volume group and LV are left out")
+		if out, err = v.claimVolumes(ctx); err != nil {
+			return nil, err
 		}
-		vol := Volume{PV: pv.Name, Node: pinned.Node(&pv, topology.Key), DeviceClass: csi.VolumeAttributes[deviceClassParam],
-			Phase: string(pv.Status.Phase)}
-		if vg, lv, err := volume.ParseVolumeID(csi.VolumeHandle); err == nil {
-			vol.VolumeGroup, vol.LV = vg, lv
-		} else {
-			vol.LV = csi.VolumeHandle // not carve's form: show it as it is
+	} else {
+		for _, vol := range v.pvVolumes(pvs.Items) {
+			if v.Namespace == "" || strings.HasPrefix(vol.Claim, v.Namespace+"/") {
+				out = append(out, vol)
+			}
 		}
-		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
-			vol.SizeBytes = q.Value()
-		}
-		if ref := pv.Spec.ClaimRef; ref != nil {
-			vol.Claim = ref.Namespace + "/" + ref.Name
-			vol.Pods = pods[vol.Claim]
-		}
-		out = append(out, vol)
+	}
+	for i := range out {
+		out[i].Pods = pods[out[i].Claim]
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Node != out[j].Node {
@@ -150,9 +189,78 @@ func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 	return out, nil
 }
 
+// pvVolumes are the volumes of carve's PersistentVolumes among pvs.
+func (v View) pvVolumes(pvs []corev1.PersistentVolume) []Volume {
+	var out []Volume
+	for i := range pvs {
+		if vol, ok := v.pvVolume(&pvs[i]); ok {
+			out = append(out, vol)
+		}
+	}
+	return out
+}
+
+// pvVolume is what pv says of its volume; false if pv is not carve's.
+func (v View) pvVolume(pv *corev1.PersistentVolume) (Volume, bool) {
+	csi := pv.Spec.CSI
+	if csi == nil || csi.Driver != v.Driver {
+		return Volume{}, false
+	}
+	vol := Volume{PV: pv.Name, Node: pinned.Node(pv, topology.Key), DeviceClass: csi.VolumeAttributes[deviceClassParam],
+		StorageClass: pv.Spec.StorageClassName, Phase: string(pv.Status.Phase), Created: pv.CreationTimestamp.Time}
+	if vg, lv, err := volume.ParseVolumeID(csi.VolumeHandle); err == nil {
+		vol.VolumeGroup, vol.LV = vg, lv
+	} else {
+		vol.LV = csi.VolumeHandle // not carve's form: show it as it is
+	}
+	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+		vol.SizeBytes = q.Value()
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		vol.Claim = ref.Namespace + "/" + ref.Name
+	}
+	return vol, true
+}
+
+// claimVolumes are the bound claims of the namespace that carve
+// provisioned, as far as the claims tell: the provisioner and the node are
+// the annotations the PV controller and the scheduler write.
+func (v View) claimVolumes(ctx context.Context) ([]Volume, error) {
+	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing PersistentVolumeClaims: %w", err)
+	}
+	var out []Volume
+	for i := range pvcs.Items {
+		c := &pvcs.Items[i]
+		if !v.provisionedBy(c) || c.Spec.VolumeName == "" {
+			continue
+		}
+		vol := Volume{PV: c.Spec.VolumeName, Claim: c.Namespace + "/" + c.Name, Node: c.Annotations[selectedNodeAnnotation],
+			Phase: string(corev1.VolumeBound), Created: c.CreationTimestamp.Time}
+		if c.Spec.StorageClassName != nil {
+			vol.StorageClass = *c.Spec.StorageClassName
+		}
+		if q, ok := c.Status.Capacity[corev1.ResourceStorage]; ok {
+			vol.SizeBytes = q.Value()
+		}
+		out = append(out, vol)
+	}
+	return out, nil
+}
+
+// provisionedBy reports whether the PV controller marked c as one for
+// carve's driver to provision.
+func (v View) provisionedBy(c *corev1.PersistentVolumeClaim) bool {
+	return c.Annotations[provisionerAnnotation] == v.Driver || c.Annotations[betaProvisionerAnnotation] == v.Driver
+}
+
 // Capacities lists the capacity carve published per node and StorageClass,
 // with the volumes of that class on the node, sorted by node and class.
-func (v View) Capacities(ctx context.Context) ([]Capacity, error) {
+func (v View) Capacities(ctx context.Context) ([]Capacity, error) { return v.capacities(ctx, true) }
+
+// capacities is Capacities, with the volumes only if withVolumes.
+func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, error) {
 	classes, err := v.storageClasses(ctx)
 	if err != nil {
 		return nil, err
@@ -161,9 +269,14 @@ func (v View) Capacities(ctx context.Context) ([]Capacity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing CSIStorageCapacities: %w", err)
 	}
-	vols, err := v.Volumes(ctx)
-	if err != nil {
-		return nil, err
+	// Every node's volumes, whatever the namespace of their claims.
+	var vols []Volume
+	if withVolumes {
+		pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing PersistentVolumes: %w", err)
+		}
+		vols = v.pvVolumes(pvs.Items)
 	}
 	var out []Capacity
 	for _, c := range caps.Items {
@@ -171,7 +284,7 @@ func (v View) Capacities(ctx context.Context) ([]Capacity, error) {
 		if !ok {
 			continue
 		}
-		row := Capacity{Node: capacityNode(&c), StorageClass: c.StorageClassName, DeviceClass: dc}
+		row := Capacity{Name: c.Name, Node: capacityNode(&c), StorageClass: c.StorageClassName, DeviceClass: dc}
 		if c.Capacity != nil {
 			row.CapacityBytes = c.Capacity.Value()
 		}
@@ -217,11 +330,13 @@ func eventTime(e *corev1.Event) time.Time {
 // PendingClaims lists the unbound PVCs of carve's StorageClasses with their
 // last event, oldest first.
 func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
+	// A user with namespaced rights may not list StorageClasses: the
+	// claims' provisioner annotation then tells carve's.
 	classes, err := v.storageClasses(ctx)
-	if err != nil {
+	if err != nil && !v.namespacedRights(err) {
 		return nil, err
 	}
-	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing PersistentVolumeClaims: %w", err)
 	}
@@ -229,31 +344,37 @@ func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One list of every claim's events, not one per claim.
+	events, err := v.Client.CoreV1().Events(v.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=PersistentVolumeClaim",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the events of PersistentVolumeClaims: %w", err)
+	}
+	byClaim := map[string][]corev1.Event{}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "PersistentVolumeClaim" {
+			k := e.Namespace + "/" + e.InvolvedObject.Name
+			byClaim[k] = append(byClaim[k], e)
+		}
+	}
 	var out []Pending
 	for _, pvc := range pvcs.Items {
 		sc := ""
 		if pvc.Spec.StorageClassName != nil {
 			sc = *pvc.Spec.StorageClassName
 		}
-		if _, ok := classes[sc]; !ok || pvc.Status.Phase != corev1.ClaimPending {
+		_, ours := classes[sc]
+		if classes == nil {
+			ours = v.provisionedBy(&pvc)
+		}
+		if !ours || pvc.Status.Phase != corev1.ClaimPending {
 			continue
 		}
 		key := pvc.Namespace + "/" + pvc.Name
 		p := Pending{Claim: key, StorageClass: sc, SelectedNode: pvc.Annotations[selectedNodeAnnotation],
 			Pods: pods[key], Since: pvc.CreationTimestamp.Time}
-		events, err := v.Client.CoreV1().Events(pvc.Namespace).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=" + pvc.Name,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("listing the events of %s: %w", key, err)
-		}
-		var own []corev1.Event
-		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "PersistentVolumeClaim" && e.InvolvedObject.Name == pvc.Name {
-				own = append(own, e)
-			}
-		}
-		if last := lastEvent(own); last != nil {
+		if last := lastEvent(byClaim[key]); last != nil {
 			p.Reason, p.Message = last.Reason, last.Message
 		}
 		out = append(out, p)

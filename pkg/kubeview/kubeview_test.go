@@ -39,6 +39,11 @@ func pv(name, drv, node, class, handle, size, claimNS, claim string) *corev1.Per
 	return p
 }
 
+func withClass(p *corev1.PersistentVolume, class string) *corev1.PersistentVolume {
+	p.Spec.StorageClassName = class
+	return p
+}
+
 func pod(ns, name, claim string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{{
 		Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
@@ -67,7 +72,7 @@ func fixture() []runtime.Object {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	return []runtime.Object{
 		sc("carve-thick", driver, "thick"), sc("carve-thin", driver, "thin"), sc("other", "ebs.csi.aws.com", ""),
-		pv("pv-a", driver, "n1", "thick", "carve/carve-a", "1Gi", "db", "data-0"),
+		withClass(pv("pv-a", driver, "n1", "thick", "carve/carve-a", "1Gi", "db", "data-0"), "carve-thick"),
 		pv("pv-b", driver, "n1", "thin", "carve/carve-b", "2Gi", "db", "data-1"),
 		pv("pv-c", driver, "n2", "thick", "carve/carve-c", "3Gi", "db", "data-2"),
 		pv("pv-x", "ebs.csi.aws.com", "n1", "", "vol-1", "5Gi", "db", "ebs"),
@@ -90,7 +95,7 @@ func TestVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Volume{
-		{PV: "pv-a", Claim: "db/data-0", Pods: []string{"db/db-0"}, Node: "n1", DeviceClass: "thick", VolumeGroup: "carve", LV: "carve-a", SizeBytes: 1 << 30, Phase: "Bound"},
+		{PV: "pv-a", Claim: "db/data-0", Pods: []string{"db/db-0"}, Node: "n1", DeviceClass: "thick", VolumeGroup: "carve", LV: "carve-a", SizeBytes: 1 << 30, Phase: "Bound", StorageClass: "carve-thick"},
 		{PV: "pv-b", Claim: "db/data-1", Node: "n1", DeviceClass: "thin", VolumeGroup: "carve", LV: "carve-b", SizeBytes: 2 << 30, Phase: "Bound"},
 		{PV: "pv-c", Claim: "db/data-2", Pods: []string{"db/db-2"}, Node: "n2", DeviceClass: "thick", VolumeGroup: "carve", LV: "carve-c", SizeBytes: 3 << 30, Phase: "Bound"},
 	}
@@ -105,9 +110,9 @@ func TestCapacities(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Capacity{
-		{Node: "n1", DeviceClass: "thick", StorageClass: "carve-thick", CapacityBytes: 10 << 30, MaximumVolumeSize: 10 << 30, Volumes: 1, ProvisionedBytes: 1 << 30},
-		{Node: "n1", DeviceClass: "thin", StorageClass: "carve-thin", CapacityBytes: 40 << 30, MaximumVolumeSize: 40 << 30, Volumes: 1, ProvisionedBytes: 2 << 30},
-		{Node: "n2", DeviceClass: "thick", StorageClass: "carve-thick", Volumes: 1, ProvisionedBytes: 3 << 30},
+		{Name: "c1", Node: "n1", DeviceClass: "thick", StorageClass: "carve-thick", CapacityBytes: 10 << 30, MaximumVolumeSize: 10 << 30, Volumes: 1, ProvisionedBytes: 1 << 30},
+		{Name: "c2", Node: "n1", DeviceClass: "thin", StorageClass: "carve-thin", CapacityBytes: 40 << 30, MaximumVolumeSize: 40 << 30, Volumes: 1, ProvisionedBytes: 2 << 30},
+		{Name: "c3", Node: "n2", DeviceClass: "thick", StorageClass: "carve-thick", Volumes: 1, ProvisionedBytes: 3 << 30},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Capacities:\n got %+v\nwant %+v", got, want)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -53,5 +54,58 @@ func TestKubectlReadsTheCluster(t *testing.T) {
 	slices.Sort(got)
 	if len(want) == 0 || !slices.Equal(got, want) {
 		t.Errorf("kubectl lists capacities %v; client-go lists %v", got, want)
+	}
+}
+
+// TestKubectlRunsCarvePlugin: with bin/ on PATH (where make build puts
+// kubectl-carve and kubectl_complete-carve), kubectl runs `kubectl carve`
+// with the flags after the plugin's name, and completes its commands and
+// claim names through kubectl_complete-carve (kubectl 1.26 and later).
+func TestKubectlRunsCarvePlugin(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	kubectl := filepath.Join(bed.Config.BinDir, "kubectl")
+	binDir := filepath.Dir(os.Getenv("CARVE_BIN"))
+	for _, name := range []string{"kubectl-carve", "kubectl_complete-carve"} {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			t.Fatalf("%s is not beside CARVE_BIN (%v): run `make build`", name, err)
+		}
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, kubectl, args...)
+		cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+bed.Control.Kubeconfig)
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr string
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				stderr = string(exitErr.Stderr)
+			}
+			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr)
+		}
+		return string(out)
+	}
+
+	if out := run("carve", "--help"); !strings.Contains(out, "kubectl carve [command]") {
+		t.Errorf("kubectl carve --help:\n%s", out)
+	}
+	var want []string
+	for _, n := range bed.Nodes {
+		want = append(want, "node/"+n.Name)
+	}
+	got := strings.Fields(run("carve", "nodes", "-o", "name"))
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("kubectl carve nodes -o name = %q, lacks %s", got, w)
+		}
+	}
+	if out := run("__complete", "carve", "no"); !strings.HasPrefix(out, "nodes") {
+		t.Errorf("kubectl __complete carve no:\n%s\nwant nodes (from kubectl_complete-carve)", out)
+	}
+
+	ns := newNamespace(t, "kcomplete")
+	createPVCAndPod(t, ctx, newPVC(ns, "claim-to-complete", thickSC, "1Gi"), newPod(ns, "app", "claim-to-complete"))
+	if out := run("__complete", "carve", "describe", "-n", ns, "claim-"); !strings.HasPrefix(out, "claim-to-complete") {
+		t.Errorf("kubectl __complete carve describe -n %s claim-:\n%s\nwant claim-to-complete", ns, out)
 	}
 }

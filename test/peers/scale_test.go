@@ -54,7 +54,8 @@ const (
 // holds d: windows that long hold one periodic refresh per agent per
 // period, so two of them differ only by what happened in them.
 func refreshWindow(d time.Duration) time.Duration {
-	return refreshPeriod * ((d + refreshPeriod - 1) / refreshPeriod)
+	periods := int64((d + refreshPeriod - 1) / refreshPeriod)
+	return time.Duration(periods) * refreshPeriod
 }
 
 // scalePoint is everything measured at one cluster size.

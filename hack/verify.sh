@@ -24,7 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 cp -a "$root/deploy" "$tmp/deploy"
 gen=$tmp/deploy
 
-CRD_DIR=$gen/helm/carve/crds GO="$go" "$root/hack/snapshot-crds.sh"
+CRD_DIR=$gen/helm/carve/files/snapshot-crds GO="$go" "$root/hack/snapshot-crds.sh"
 cp "$gen/grafana/carve-dashboard.json" "$gen/helm/carve/files/carve-dashboard.json"
 (cd "$root" && "$go" run ./hack/manifests --helm "$helm" --chart "$gen/helm/carve" --out "$gen/kubernetes" \
 	--component "$gen/kubernetes/components/monitoring" --rules "$gen/prometheus/carve-rules.yaml")

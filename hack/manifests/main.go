@@ -123,7 +123,7 @@ func generate(helm, chart, out string) error {
 	return generateSnapshotController(helm, chart, filepath.Join(out, snapshotControllerDir))
 }
 
-// generateSnapshotController writes the snapshot CRDs (the chart's crds/
+// generateSnapshotController writes the snapshot CRDs (the chart's files/snapshot-crds
 // files) and the snapshot-controller template's objects into dir, with a
 // kustomization.yaml naming them: a kustomization of its own, applied
 // before the base, since one `kubectl apply` cannot create a CRD and
@@ -135,12 +135,12 @@ func generateSnapshotController(helm, chart, dir string) error {
 	if err := removeGenerated(dir); err != nil {
 		return err
 	}
-	crds, err := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	crds, err := filepath.Glob(filepath.Join(chart, "files", "snapshot-crds", "*.yaml"))
 	if err != nil {
 		return err
 	}
 	if len(crds) == 0 {
-		return fmt.Errorf("no CRDs in %s/crds", chart)
+		return fmt.Errorf("no CRDs in %s/files/snapshot-crds", chart)
 	}
 	var names []string
 	for _, f := range crds {

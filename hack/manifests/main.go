@@ -74,7 +74,7 @@ const snapshotControllerDir = "snapshot-controller"
 func template(helm, chart string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	argv := append([]string{"template", "carve", chart, "--namespace", Namespace, "--kube-version", kubeVersion}, args...)
+	argv := append([]string{"template", "carve", chart, "--namespace", Namespace, "--kube-version", kubeVersion, "--skip-tests"}, args...)
 	cmd := exec.CommandContext(ctx, helm, argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -42,10 +42,20 @@ func imagesOf(spec corev1.PodSpec) []string {
 // control: without it, the images come from their own registries.
 func TestImageRegistryCoversEveryImage(t *testing.T) {
 	const mirror = "mirror.example:5000/carve-mirror"
-	everything := []string{"snapshotController.enabled=true",
-		"nodeGroups[0].name=g", "nodeGroups[0].deviceClasses[0].name=fast", "nodeGroups[0].deviceClasses[0].volumeGroup=nvme"}
-	defaults := podSpecsIn(t, renderChart(t, everything...))
-	moved := podSpecsIn(t, renderChart(t, append(everything, "imageRegistry="+mirror)...))
+	// renderValues keeps the helm test pod, which renderChart skips.
+	const everything = "snapshotController: {enabled: true}\nnodeGroups: [{name: g, deviceClasses: [{name: fast, volumeGroup: nvme}]}]\n"
+	render := func(values string) map[string]corev1.PodSpec {
+		objs, err := renderValues(t, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return podSpecsIn(t, objs)
+	}
+	defaults := render(everything)
+	moved := render(everything + "imageRegistry: " + mirror + "\n")
+	if _, ok := moved["Pod carve-system/carve-test-claim-binds"]; !ok {
+		t.Errorf("the helm test pod is not among the rendered pods %v", sortedKeys(moved))
+	}
 	if len(moved) < 4 {
 		t.Fatalf("rendered only %d pod specs: %v", len(moved), sortedKeys(moved))
 	}

@@ -37,6 +37,14 @@ crds.install serve them from the next helm upgrade on. */}}
 {{- if and .Values.sidecars.snapshotter.enabled (.Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1") }}true{{ end -}}
 {{- end }}
 
+{{/* The service accounts (node.serviceAccount, controller.serviceAccount). */}}
+{{- define "carve.nodeServiceAccount" -}}
+{{ .Values.node.serviceAccount.name | default "carve-node" }}
+{{- end }}
+{{- define "carve.controllerServiceAccount" -}}
+{{ .Values.controller.serviceAccount.name | default "carve-controller" }}
+{{- end }}
+
 {{/* The socket path the kubelet uses to reach the node plugin. */}}
 {{- define "carve.pluginDir" -}}
 {{ .Values.kubeletDir }}/plugins/lvm.carve.dev

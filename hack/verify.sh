@@ -3,7 +3,7 @@
 # when the copy differs from deploy/ as it is in the working tree (committed
 # or not, which it never changes):
 #   - the snapshot CRDs of the pinned external-snapshotter module in the
-#     chart's crds/ (hack/snapshot-crds.sh);
+#     chart's files/snapshot-crds/ (hack/snapshot-crds.sh);
 #   - the chart's copy of the Grafana dashboard, files/carve-dashboard.json,
 #     from deploy/grafana;
 #   - the kustomize base, its monitoring component and the plain rule file,

@@ -2,7 +2,7 @@
 // its Helm chart (deploy/helm/carve), the one source of the manifests, and
 // the optional kustomization deploy/kubernetes/snapshot-controller (the
 // chart's snapshot-controller template with snapshotController.enabled=true
-// and the CRDs of the chart's crds/ directory), and the kustomize component
+// and the CRDs of the chart's files/snapshot-crds directory), and the kustomize component
 // of the chart's NetworkPolicy (components/node-channel-network-policy).
 //
 // `make manifests` runs it with the helm of $CARVE_CACHE/bin; test/deploy

@@ -3,7 +3,7 @@
 # CRDs of the external-snapshotter release pinned in
 # test/tools/snapshotter (the one whose csi-snapshotter and
 # snapshot-controller the tests build) from its Go module download into
-# the chart's deploy/helm/carve/crds (make manifests copies them on into
+# the chart's deploy/helm/carve/files/snapshot-crds (make manifests copies them on into
 # deploy/kubernetes/snapshot-controller), each under a comment naming its
 # source. Run it after changing that pin;
 # test/deploy (TestSnapshotCRDsFromPinnedModule) fails until the copies
@@ -12,7 +12,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 go=${GO:-go}
-crds=${CRD_DIR:-$root/deploy/helm/carve/crds}
+crds=${CRD_DIR:-$root/deploy/helm/carve/files/snapshot-crds}
 mod=github.com/kubernetes-csi/external-snapshotter/client/v8
 
 read -r dir version < <(cd "$root/test/tools/snapshotter" &&

@@ -3,7 +3,7 @@
 # when the copy differs from deploy/ as it is in the working tree (committed
 # or not, which it never changes):
 #   - the snapshot CRDs of the pinned external-snapshotter module in the
-#     chart's crds/ (hack/snapshot-crds.sh);
+#     chart's files/snapshot-crds/ (hack/snapshot-crds.sh);
 #   - the chart's copy of the Grafana dashboard, files/carve-dashboard.json,
 #     from deploy/grafana;
 #   - the kustomize base, its monitoring component and the plain rule file,
@@ -24,7 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 cp -a "$root/deploy" "$tmp/deploy"
 gen=$tmp/deploy
 
-CRD_DIR=$gen/helm/carve/crds GO="$go" "$root/hack/snapshot-crds.sh"
+CRD_DIR=$gen/helm/carve/files/snapshot-crds GO="$go" "$root/hack/snapshot-crds.sh"
 cp "$gen/grafana/carve-dashboard.json" "$gen/helm/carve/files/carve-dashboard.json"
 (cd "$root" && "$go" run ./hack/manifests --helm "$helm" --chart "$gen/helm/carve" --out "$gen/kubernetes" \
 	--component "$gen/kubernetes/components/monitoring" --rules "$gen/prometheus/carve-rules.yaml")

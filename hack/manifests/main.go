@@ -2,7 +2,7 @@
 // its Helm chart (deploy/helm/carve), the one source of the manifests, and
 // the optional kustomization deploy/kubernetes/snapshot-controller (the
 // chart's snapshot-controller template with snapshotController.enabled=true
-// and the CRDs of the chart's crds/ directory), and the kustomize component
+// and the CRDs of the chart's files/snapshot-crds directory), and the kustomize component
 // of the chart's NetworkPolicy (components/node-channel-network-policy).
 //
 // `make manifests` runs it with the helm of $CARVE_CACHE/bin; test/deploy
@@ -74,7 +74,7 @@ const snapshotControllerDir = "snapshot-controller"
 func template(helm, chart string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	argv := append([]string{"template", "carve", chart, "--namespace", Namespace, "--kube-version", kubeVersion}, args...)
+	argv := append([]string{"template", "carve", chart, "--namespace", Namespace, "--kube-version", kubeVersion, "--skip-tests"}, args...)
 	cmd := exec.CommandContext(ctx, helm, argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -123,7 +123,7 @@ func generate(helm, chart, out string) error {
 	return generateSnapshotController(helm, chart, filepath.Join(out, snapshotControllerDir))
 }
 
-// generateSnapshotController writes the snapshot CRDs (the chart's crds/
+// generateSnapshotController writes the snapshot CRDs (the chart's files/snapshot-crds
 // files) and the snapshot-controller template's objects into dir, with a
 // kustomization.yaml naming them: a kustomization of its own, applied
 // before the base, since one `kubectl apply` cannot create a CRD and
@@ -135,12 +135,12 @@ func generateSnapshotController(helm, chart, dir string) error {
 	if err := removeGenerated(dir); err != nil {
 		return err
 	}
-	crds, err := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	crds, err := filepath.Glob(filepath.Join(chart, "files", "snapshot-crds", "*.yaml"))
 	if err != nil {
 		return err
 	}
 	if len(crds) == 0 {
-		return fmt.Errorf("no CRDs in %s/crds", chart)
+		return fmt.Errorf("no CRDs in %s/files/snapshot-crds", chart)
 	}
 	var names []string
 	for _, f := range crds {

@@ -423,9 +423,16 @@ func TestComponentsMatchChart(t *testing.T) {
 		{
 			component: "without-snapshots",
 			values:    []string{"sidecars.snapshotter.enabled=false"},
-			changes: []string{deployment, "ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter",
-				"VolumeSnapshotClass /carve"},
-			holds: []holds{{deployment, `"csi-snapshotter"`, false}, {deployment, `"csi-provisioner"`, true}, {daemonSet, `"carve"`, true}},
+			changes:   []string{deployment, "ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter"},
+			holds:     []holds{{deployment, `"csi-snapshotter"`, false}, {deployment, `"csi-provisioner"`, true}, {daemonSet, `"carve"`, true}},
+		},
+		{
+			// The chart renders its VolumeSnapshotClasses only where the
+			// cluster serves the snapshot API; the component is that case.
+			component: "snapshot-class",
+			values:    []string{"--api-versions=snapshot.storage.k8s.io/v1"},
+			changes:   []string{"VolumeSnapshotClass /carve"},
+			holds:     []holds{{"VolumeSnapshotClass /carve", `"lvm.carve.dev"`, true}, {deployment, `"csi-snapshotter"`, true}},
 		},
 		{
 			component: "node-channel-network-policy",

@@ -263,7 +263,7 @@ storageClasses:
     mountOptions: [noatime]
     labels: {team: db}
     annotations: {example.com/c: z}
-    parameters: {example.com/p: q}
+    parameters: {csi.storage.k8s.io/node-stage-secret-name: q}
 `,
 		check: func(t *testing.T, objs map[string]any) {
 			sc, ok := objs["StorageClass /db"].(*storagev1.StorageClass)
@@ -272,7 +272,7 @@ storageClasses:
 			}
 			if !reflect.DeepEqual(sc.MountOptions, []string{"noatime"}) || sc.Labels["team"] != "db" ||
 				sc.Annotations["example.com/c"] != "z" || sc.Annotations["storageclass.kubernetes.io/is-default-class"] != "true" ||
-				sc.Parameters["example.com/p"] != "q" || sc.Parameters["carve.dev/device-class"] != "thick" || sc.Parameters["csi.storage.k8s.io/fstype"] != "xfs" {
+				sc.Parameters["csi.storage.k8s.io/node-stage-secret-name"] != "q" || sc.Parameters["carve.dev/device-class"] != "thick" || sc.Parameters["csi.storage.k8s.io/fstype"] != "xfs" {
 				t.Errorf("StorageClass %+v", sc)
 			}
 		},

@@ -178,7 +178,6 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"ServiceAccount carve-system/carve-node",
 		"StorageClass /carve-thick-ext4",
 		"StorageClass /carve-thin-xfs",
-		"VolumeSnapshotClass /carve",
 	}
 	if got := sortedKeys(objs); !reflect.DeepEqual(got, want) {
 		t.Errorf("rendered objects:\n got %q\nwant %q", got, want)

@@ -70,17 +70,17 @@ func TestSnapshotCRDsFromPinnedModule(t *testing.T) {
 		}
 		want := "# From the Go module " + snapshotClientModule + "@" + version + ", file config/crd/" + name + "\n" +
 			"# (copied by hack/snapshot-crds.sh; do not edit).\n" + string(orig)
-		got, err := os.ReadFile(filepath.Join(root, "deploy", "helm", "carve", "crds", name))
+		got, err := os.ReadFile(filepath.Join(root, "deploy", "helm", "carve", "files", "snapshot-crds", name))
 		if err != nil {
 			t.Errorf("%v (hack/snapshot-crds.sh copies it)", err)
 			continue
 		}
 		if string(got) != want {
-			t.Errorf("deploy/helm/carve/crds/%s is not %s@%s's config/crd/%s: run hack/snapshot-crds.sh and make manifests", name, snapshotClientModule, version, name)
+			t.Errorf("deploy/helm/carve/files/snapshot-crds/%s is not %s@%s's config/crd/%s: run hack/snapshot-crds.sh and make manifests", name, snapshotClientModule, version, name)
 		}
 	}
-	// The chart's crds/ holds nothing else: Helm installs every file there.
-	files, err := filepath.Glob(filepath.Join(root, "deploy", "helm", "carve", "crds", "*"))
+	// files/snapshot-crds holds nothing else: crds.install renders every file there.
+	files, err := filepath.Glob(filepath.Join(root, "deploy", "helm", "carve", "files", "snapshot-crds", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestSnapshotCRDsFromPinnedModule(t *testing.T) {
 		names = append(names, filepath.Base(f))
 	}
 	if !slices.Equal(names, snapshotCRDs) {
-		t.Errorf("deploy/helm/carve/crds holds %q, want %q", names, snapshotCRDs)
+		t.Errorf("deploy/helm/carve/files/snapshot-crds holds %q, want %q", names, snapshotCRDs)
 	}
 }
 
@@ -189,10 +189,14 @@ func TestSnapshotControllerManifests(t *testing.T) {
 	if d := compareRenderings(t, rest, chart); len(d) > 0 {
 		t.Errorf("the chart's snapshot-controller differs from deploy/kubernetes/snapshot-controller:\n%s", strings.Join(d, "\n"))
 	}
-	// Helm installs crds/ before the templates; --include-crds shows them.
+	// The chart renders the CRDs with crds.install=true, marked for Helm
+	// to keep on uninstall (the only difference).
 	chartCRDs := map[string]object{}
-	for _, o := range renderChart(t, "--include-crds") {
+	for _, o := range renderChart(t, "crds.install=true") {
 		if o.kind() == "CustomResourceDefinition" {
+			md, _ := o["metadata"].(map[string]any)
+			ann, _ := md["annotations"].(map[string]any)
+			delete(ann, "helm.sh/resource-policy")
 			chartCRDs[o.key()] = o
 		}
 	}

@@ -9,7 +9,40 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{/* The carve image. */}}
 {{- define "carve.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{ include "carve.imageRef" (dict "ctx" . "image" .Values.image "tag" (.Values.image.tag | default (printf "v%s" .Chart.AppVersion))) }}
+{{- end }}
+
+{{/* An image reference: repository:tag, with the repository's registry
+(its first path element) replaced by .Values.imageRegistry when that is
+set, so one value moves every image to a mirror. dict: ctx, image, tag. */}}
+{{- define "carve.imageRef" -}}
+{{- $repo := .image.repository -}}
+{{- with .ctx.Values.imageRegistry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $parts = rest $parts -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) (join "/" $parts) -}}
+{{- end -}}
+{{ $repo }}:{{ .tag | default .image.tag }}
+{{- end }}
+
+{{/* Whether the chart makes snapshot objects (VolumeSnapshotClasses):
+the snapshotter is on and the cluster serves snapshot.storage.k8s.io/v1.
+Without the API, applying them would fail the whole install; Helm checks
+every object against the API before it creates any, so CRDs installed by
+crds.install serve them from the next helm upgrade on. */}}
+{{- define "carve.snapshotAPI" -}}
+{{- if and .Values.sidecars.snapshotter.enabled (.Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1") }}true{{ end -}}
+{{- end }}
+
+{{/* The service accounts (node.serviceAccount, controller.serviceAccount). */}}
+{{- define "carve.nodeServiceAccount" -}}
+{{ .Values.node.serviceAccount.name | default "carve-node" }}
+{{- end }}
+{{- define "carve.controllerServiceAccount" -}}
+{{ .Values.controller.serviceAccount.name | default "carve-controller" }}
 {{- end }}
 
 {{/* The socket path the kubelet uses to reach the node plugin. */}}

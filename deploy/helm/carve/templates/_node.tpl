@@ -6,7 +6,8 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 {{- $root := .root -}}
 {{- $v := $root.Values -}}
 {{- $g := .group -}}
-{{- $pluginDir := include "carve.pluginDir" $root -}}
+{{- $kubeletDir := $g.kubeletDir | default $v.kubeletDir -}}
+{{- $pluginDir := printf "%s/plugins/lvm.carve.dev" $kubeletDir -}}
 {{- $name := "carve-node" -}}
 {{- $config := "carve-device-classes" -}}
 {{- if $g.name -}}
@@ -79,7 +80,7 @@ spec:
         # once, at start).
         carve.dev/device-classes: {{ include "carve.deviceClassFile" ($g.deviceClasses | default $v.deviceClasses) | sha256sum | trunc 16 | quote }}
     spec:
-      serviceAccountName: carve-node
+      serviceAccountName: {{ include "carve.nodeServiceAccount" $root }}
       # No API token: the node agent holds no Kubernetes API rights. The
       # service account only names the pod in its projected token for carve
       # controller (the node-channel-token volume).
@@ -95,11 +96,29 @@ spec:
         {{- with $v.node.nodeSelector }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-        {{- with $g.name }}
-        carve.dev/node-group: {{ . }}
+        {{- if $g.nodeSelector }}
+        {{- /* A group chosen by its own nodeSelector instead of the label. */}}
+        {{- toYaml $g.nodeSelector | nindent 8 }}
+        {{- else if $g.name }}
+        carve.dev/node-group: {{ $g.name }}
         {{- end }}
       {{- if not $g.name }}
-      {{- with $v.node.affinity }}
+      {{- /* carve-node stays off the nodes of groups chosen by a
+      nodeSelector: each key=value of theirs is a NotIn here (two carve
+      plugins on one node would share its socket). */}}
+      {{- $aff := deepCopy ($v.node.affinity | default dict) }}
+      {{- $excl := list }}
+      {{- range $v.nodeGroups }}{{ range $k, $val := .nodeSelector }}{{ $excl = append $excl (dict "key" $k "operator" "NotIn" "values" (list $val)) }}{{ end }}{{ end }}
+      {{- if $excl }}
+      {{- $na := get $aff "nodeAffinity" | default dict }}
+      {{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+      {{- $terms := get $req "nodeSelectorTerms" | default (list dict) }}
+      {{- range $terms }}{{ $_ := set . "matchExpressions" (concat (get . "matchExpressions" | default list) $excl) }}{{ end }}
+      {{- $_ := set $req "nodeSelectorTerms" $terms }}
+      {{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req }}
+      {{- $_ := set $aff "nodeAffinity" $na }}
+      {{- end }}
+      {{- with $aff }}
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -111,6 +130,10 @@ spec:
       {{- with $v.node.podSecurityContext }}
       securityContext:
         {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.node.initContainers }}
+      initContainers:
+        {{- tpl (toYaml .) $root | nindent 8 }}
       {{- end }}
       containers:
         - name: carve
@@ -147,6 +170,9 @@ spec:
             {{- end }}
             {{- include "carve.logArgs" (dict "level" $v.node.logLevel "format" $v.logFormat) | nindent 12 }}
             {{- with $v.node.extraArgs }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+            {{- with $g.extraArgs }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
           env:
@@ -198,7 +224,7 @@ spec:
             - name: state-dir
               mountPath: /var/lib/carve
             - name: kubelet-dir
-              mountPath: {{ $v.kubeletDir }}
+              mountPath: {{ $kubeletDir }}
               mountPropagation: Bidirectional
             - name: dev
               mountPath: /dev
@@ -212,6 +238,9 @@ spec:
             - name: node-channel-token
               mountPath: /var/run/secrets/carve.dev
               readOnly: true
+            {{- with $v.node.extraVolumeMounts }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
       volumes:
         - name: socket-dir
           hostPath:
@@ -219,7 +248,7 @@ spec:
             type: DirectoryOrCreate
         - name: registration-dir
           hostPath:
-            path: {{ $v.kubeletDir }}/plugins_registry
+            path: {{ $kubeletDir }}/plugins_registry
             type: Directory
         # Only carve mounts it; it must outlive the pod and the node's
         # reboots (carve refuses a tmpfs or ramfs).
@@ -229,7 +258,7 @@ spec:
             type: DirectoryOrCreate
         - name: kubelet-dir
           hostPath:
-            path: {{ $v.kubeletDir }}
+            path: {{ $kubeletDir }}
             type: Directory
         - name: dev
           hostPath:
@@ -269,4 +298,7 @@ spec:
                   audience: carve-controller
                   expirationSeconds: 3600
                   path: token
+        {{- with $v.node.extraVolumes }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
 {{- end }}

@@ -115,7 +115,7 @@ nodeGroups:
     tolerations: [{key: dedicated, operator: Equal, value: db, effect: NoSchedule}]
     resources: {requests: {cpu: 100m, memory: 64Mi}}
 storageClasses:
-  - {name: carve-e2e-fast, deviceClass: fast, fsType: xfs, mountOptions: [noatime], labels: {team: db}, annotations: {example.com/a: x}, parameters: {example.com/p: q}}
+  - {name: carve-e2e-fast, deviceClass: fast, fsType: xfs, mountOptions: [noatime], labels: {team: db}, annotations: {example.com/a: x}, parameters: {csi.storage.k8s.io/node-stage-secret-name: q}}
 node:
   logLevel: 4
   extraArgs: [--lvm-timeout=5m]

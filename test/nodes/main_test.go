@@ -90,9 +90,12 @@ func configFromEnv() (cluster.Config, error) {
 		BinDir:    binDir,
 		CarveBin:  carve,
 		DeployDir: deploy,
-		// The base's VolumeSnapshotClass needs the snapshot CRDs;
-		// snapshot-controller runs as a process, as in the e2e tier.
+		// The snapshot CRDs, snapshot-controller as a process (as in the
+		// e2e tier), and carve's VolumeSnapshotClass from the component
+		// that adds it where the cluster serves snapshots (the base has
+		// none).
 		SnapshotControllerDir: filepath.Join(deploy, "snapshot-controller"),
+		ExtraManifests:        []string{filepath.Join(deploy, "components", "snapshot-class", "snapshotclass.yaml")},
 		GuestNodes: []cluster.GuestNodeSpec{{
 			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: cluster.ShippedClassesFirstBoot("3g"),
 		}},

@@ -213,24 +213,25 @@ func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) 
 // explainChange classifies a failed lvchange other than an activation:
 // the VG or the LV gone, or the command's own error.
 func (c *Client) explainChange(ctx context.Context, vg, name, doing string, err error) error {
-	what := fmt.Sprintf("%s %s/%s", doing, vg, name)
-	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
-	if rep == nil {
-		return ferr
-	}
-	switch {
-	case rep.FindVG(vg) == nil:
-		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
-	case rep.FindLV(vg, name) == nil:
-		return classify(err, ErrNotFound, what+": the logical volume does not exist")
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return c.explainLV(ctx, vg, name, fmt.Sprintf("%s %s/%s", doing, vg, name), err, nil)
 }
 
 // explainRename classifies a failed lvrename: the LV or its VG gone, or
 // the new name taken.
 func (c *Client) explainRename(ctx context.Context, vg, name, newName string, err error) error {
 	what := fmt.Sprintf("renaming %s/%s to %s", vg, name, newName)
+	return c.explainLV(ctx, vg, name, what, err, func(rep *Report) error {
+		if rep.FindLV(vg, newName) != nil {
+			return classify(err, ErrAlreadyExists, what+": the name is taken")
+		}
+		return nil
+	})
+}
+
+// explainLV classifies a failed command on the LV vg/name from LVM's state
+// after it: the VG or the LV gone, then what more explains (nil: nothing),
+// else the command's own error.
+func (c *Client) explainLV(ctx context.Context, vg, name, what string, err error, more func(*Report) error) error {
 	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
 	if rep == nil {
 		return ferr
@@ -240,8 +241,11 @@ func (c *Client) explainRename(ctx context.Context, vg, name, newName string, er
 		return classify(err, ErrVolumeGroupNotFound, what+": volume group does not exist")
 	case rep.FindLV(vg, name) == nil:
 		return classify(err, ErrNotFound, what+": the logical volume does not exist")
-	case rep.FindLV(vg, newName) != nil:
-		return classify(err, ErrAlreadyExists, what+": the name is taken")
+	}
+	if more != nil {
+		if e := more(rep); e != nil {
+			return e
+		}
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -20,12 +20,16 @@ import (
 // annotation) and provisioning plus binding (until Bound); carve's own
 // share comes from its carve_phase_duration_seconds histogram. It reports
 // figures, it does not assert timings; it does assert that every volume was
-// made by exactly one CreateVolume.
+// asked for and no CreateVolume failed.
 func TestProvisioningLatency(t *testing.T) {
 	const volumes = 20
 	ns := newNamespace(t, "latency")
 	ctx := testCtx(t, 5*time.Minute)
 	callsBefore, err := createVolumeCalls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	okBefore, err := metricSum(ctx, "carve_phase_duration_seconds_count", `phase="create"`, `result="OK"`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +86,20 @@ func TestProvisioningLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls := callsAfter - callsBefore; calls != volumes {
-		t.Errorf("carve saw %v CreateVolume calls for %d volumes; want exactly one each", calls, volumes)
+	okAfter, err := metricSum(ctx, "carve_phase_duration_seconds_count", `phase="create"`, `result="OK"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// csi-provisioner may ask again, idempotently, for a claim it requeued
+	// before its informer saw the PV it had just saved: an extra call that
+	// answers OK is its timing, not carve's. A call that failed, or a
+	// volume never asked for, is carve's.
+	calls, failed := callsAfter-callsBefore, (callsAfter-callsBefore)-(okAfter-okBefore)
+	if failed != 0 || calls < volumes {
+		t.Errorf("carve saw %v CreateVolume calls for %d volumes, %v of them failed; want at least one each and none failed", calls, volumes, failed)
+	}
+	if calls > volumes {
+		t.Logf("%v CreateVolume calls for %d volumes: csi-provisioner repeated %v, answered OK (idempotent)", calls, volumes, calls-volumes)
 	}
 	carveMean := time.Duration((carveAfter - carveBefore) / volumes * float64(time.Second))
 	report := fmt.Sprintf("PVC+pod created -> PVC Bound over %d volumes: median %s, p90 %s; scheduling (until selected-node) median %s, p90 %s; provisioning+binding median %s, p90 %s; carve CreateVolume mean %s",

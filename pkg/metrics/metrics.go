@@ -129,7 +129,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"device_class", "volume_group", "thin_pool"}),
 		volumes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volumes",
-			Help: "Number of carve volumes (LVs with carve's tags) of a device class.",
+			Help: "Number of carve volumes (LVs with carve's tags) of a device class; quarantined orphans (carve_quarantined_volumes) are not counted.",
 		}, []string{"device_class"}),
 		lastRefreshResult: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_state_refresh_timestamp_seconds",

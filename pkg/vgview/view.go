@@ -537,7 +537,9 @@ func (v *View) publishLocked() {
 	}
 	counts := map[string]int{}
 	for _, lv := range v.lvs {
-		if k, class, ok := volume.Owned(lv); ok && k == volume.KindVolume {
+		// A quarantined orphan is no volume any more; the controller's
+		// carve_quarantined_volumes counts it.
+		if k, class, ok := volume.Owned(lv); ok && k == volume.KindVolume && !volume.IsQuarantineName(lv.Name) {
 			counts[lv.VolumeGroup+"/"+class]++
 		}
 	}

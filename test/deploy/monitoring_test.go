@@ -203,6 +203,8 @@ func TestDashboardPanels(t *testing.T) {
 		{"orphaned volumes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volumes\{`},
 		{"orphaned bytes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volume_bytes\{`},
 		{"volumes with missing data per node", `sum by \(node\) \(carve_volumes_missing\{`},
+		{"device classes unavailable, by reason", `count by \(node, device_class, reason\) \(carve_device_class_available\{[^}]*\} == 0\)`},
+		{"quarantined orphans per node and class", `sum by \(node, device_class\) \(carve_quarantined_volumes\{`},
 		{"volumes of deleted nodes (the controller's)", `max by \(cluster\) \(carve_lost_node_volumes\{`},
 		{"claims and PVs of deleted nodes deleted", `sum by \(object, result\) \(increase\(carve_lost_node_volumes_deleted_total\{`},
 		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
@@ -26,10 +27,12 @@ const auditLease = "carve-controller-audit"
 // call of the audit.
 const nodeCallTimeout = 30 * time.Second
 
-// agents reaches the node agents' NodeAgent service; *nodepool.Pool is one.
+// agents reaches the node agents' NodeAgent and CSI Controller services;
+// *nodepool.Pool is one.
 type agents interface {
 	Names() []string
 	NodeAgent(ctx context.Context, node string) (nodeagentv1.NodeAgentClient, error)
+	Controller(ctx context.Context, node string) (csi.ControllerClient, error)
 }
 
 // auditNodes is the audit's view of the node agents, over the node channel.
@@ -76,6 +79,34 @@ func (n auditNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf s
 	defer cancel()
 	_, err = c.RemoveOrphan(ctx, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: vg, Name: name, OrphanOf: orphanOf})
 	return err
+}
+
+// VolumeHealth pages through the node's ControllerListVolumeHealth: its
+// volumes with a health problem, from its view.
+func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]reconcile.VolumeHealth, error) {
+	c, err := n.pool.Controller(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	var out []reconcile.VolumeHealth
+	for token := ""; ; {
+		resp, err := c.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetEntries() {
+			h := reconcile.VolumeHealth{ID: e.GetVolumeId()}
+			for _, s := range e.GetHealthStatuses() {
+				h.Problems = append(h.Problems, reconcile.Problem{Status: s.GetStatus().String(), Reason: s.GetReason(), Message: s.GetMessage()})
+			}
+			out = append(out, h)
+		}
+		if token = resp.GetNextToken(); token == "" {
+			return out, nil
+		}
+	}
 }
 
 // inventoryOf is a node agent's inventory as the audit reads it.

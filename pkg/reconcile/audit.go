@@ -57,6 +57,9 @@ type Nodes interface {
 	// again), when it is not carve's, not that quarantine, or has
 	// snapshots; nil when it is gone.
 	RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error
+	// VolumeHealth reads the node's volumes that have a health problem
+	// (its ControllerListVolumeHealth, from its view).
+	VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error)
 }
 
 // Inventory is one node's LVM side, as its agent reported it.
@@ -131,6 +134,9 @@ type nodeAudit struct {
 	// oldAgent is set once the agent answered that it cannot quarantine
 	// (logged once).
 	oldAgent bool
+	// abnormal are the node's PVs announced abnormal, by PV name, until
+	// they recover (announced once more) or go.
+	abnormal map[string]abnormal
 }
 
 // errOldAgent is a quarantine's answer from an agent older than it: the
@@ -310,6 +316,12 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 	}
 	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
 	na.forgetAnnounced(orphans, f.Missing, quarantined)
+	if health, err := a.cfg.Nodes.VolumeHealth(ctx, na.node); err != nil {
+		// The health gauges and announcements stay as they were.
+		errs = append(errs, fmt.Errorf("reading the volume health of node %s: %w", na.node, err))
+	} else {
+		a.judgeHealth(log, na, inv, pvs, health, f.Missing)
+	}
 	a.m.ran(na.node, now, errors.Join(errs...))
 	if err := errors.Join(errs...); err != nil {
 		log.Error(err, "Audit pass incomplete")

@@ -153,6 +153,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "The volume group on this node no longer holds the LV of these PVs (a disk replaced, a volume group made anew, an lvremove by hand): their data is gone and their pods cannot start. VolumeDataMissing Events on the PVs and PVCs name them.") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveVolumesAbnormal"
+  "expr" `sum by (node, volume_group) (carve_volumes_abnormal) > 0
+`
+  "for" "10m" "severity" "warning"
+  "summary" `{{ $value }} carve volume(s) in volume group {{ $labels.volume_group }} on {{ $labels.node }} are abnormal`
+  "description" "The node reports a health problem of these volumes (an LV failed, degraded or on a missing physical volume, its thin pool nearly full) or their LV is missing: their pods may fail to write or to start. VolumeAbnormal Events on their claims say which and why.") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveAuditStale"
   "expr" `time() - max by (node) (carve_audit_timestamp_seconds{result="success"}) > 1800
 `

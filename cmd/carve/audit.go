@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
@@ -126,15 +127,20 @@ func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
 	return inv
 }
 
-// startAudit builds the audit of the nodes' LVs against the PV index; what
+// startAudit builds the audit of the nodes' LVs against the PV index (and,
+// with dyn, of their snapshots' validity); what
 // it returns runs it (under leader election when asked) until ctx ends.
 // The index is run by its owner, the route.
-func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, pvs *pvindex.Index, pool agents,
+func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool agents,
 	reg prometheus.Registerer) func(context.Context) error {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
-	a := reconcile.New(reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
+	cfg := reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
 		Nodes: auditNodes{pool}, Grace: o.Audit.Grace, RemovalGrace: o.Audit.RemovalGrace, Interval: o.Audit.Interval, RemoveOrphans: o.Audit.RemoveOrphans,
-		Registerer: reg, Events: rec})
+		Registerer: reg, Events: rec}
+	if dyn != nil {
+		cfg.Contents = snapshotContents{dyn: dyn, driver: o.DriverName}
+	}
+	a := reconcile.New(cfg)
 	return func(ctx context.Context) error {
 		defer stop()
 		if !o.LeaderElection {

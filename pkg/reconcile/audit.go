@@ -60,6 +60,10 @@ type Nodes interface {
 	// VolumeHealth reads the node's volumes that have a health problem
 	// (its ControllerListVolumeHealth, from its view).
 	VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error)
+	// InvalidSnapshots lists the IDs of the node's snapshots that are not
+	// ready to use (its ListSnapshots): thick snapshots whose
+	// copy-on-write space ran out.
+	InvalidSnapshots(ctx context.Context, node string) ([]string, error)
 }
 
 // Inventory is one node's LVM side, as its agent reported it.
@@ -110,6 +114,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Events records the Events.
 	Events record.EventRecorder
+	// Contents finds the VolumeSnapshotContent of an invalid snapshot;
+	// nil leaves snapshots alone.
+	Contents SnapshotContents
 }
 
 // Auditor runs the audit loop over every connected node.
@@ -137,6 +144,8 @@ type nodeAudit struct {
 	// abnormal are the node's PVs announced abnormal, by PV name, until
 	// they recover (announced once more) or go.
 	abnormal map[string]abnormal
+	// invalid are the node's snapshot IDs announced invalid.
+	invalid map[string]bool
 }
 
 // errOldAgent is a quarantine's answer from an agent older than it: the
@@ -221,7 +230,7 @@ func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	for _, n := range names {
 		na := a.nodes[n]
 		if na == nil {
-			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace, a.cfg.RemovalGrace), reported: map[string]bool{}}
+			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace, a.cfg.RemovalGrace), reported: map[string]bool{}, invalid: map[string]bool{}}
 			a.nodes[n] = na
 		}
 		slots <- struct{}{}
@@ -321,6 +330,11 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 		errs = append(errs, fmt.Errorf("reading the volume health of node %s: %w", na.node, err))
 	} else {
 		a.judgeHealth(log, na, inv, pvs, health, f.Missing)
+	}
+	if a.cfg.Contents != nil {
+		if err := a.judgeSnapshots(ctx, log, na); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	a.m.ran(na.node, now, errors.Join(errs...))
 	if err := errors.Join(errs...); err != nil {

@@ -35,6 +35,15 @@ type fakeNodes struct {
 	remove     func(ctx context.Context, node, vg, name, orphanOf string) error
 	// health is each node's health report (none: all healthy).
 	health map[string][]VolumeHealth
+	// invalid are each node's invalid snapshot IDs.
+	invalid map[string][]string
+}
+
+func (f *fakeNodes) InvalidSnapshots(_ context.Context, node string) ([]string, error) {
+	if _, ok := f.inv[node]; !ok {
+		return nil, errors.New("node agent unreachable")
+	}
+	return f.invalid[node], nil
 }
 
 func (f *fakeNodes) VolumeHealth(_ context.Context, node string) ([]VolumeHealth, error) {

@@ -481,6 +481,8 @@ func (oneNode) VolumeHealth(context.Context, string) ([]reconcile.VolumeHealth, 
 	return nil, nil
 }
 
+func (oneNode) InvalidSnapshots(context.Context, string) ([]string, error) { return nil, nil }
+
 // TestDashboardAndRulesUseExportedMetrics starts a real `carve plugin` on a
 // loop-device volume group (activation disabled: metadata only), with a
 // thick and a thin class, drives the phases that work without a kernel

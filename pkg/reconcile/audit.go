@@ -325,21 +325,28 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 	}
 	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
 	na.forgetAnnounced(orphans, f.Missing, quarantined)
+	errs = append(errs, a.judgeNode(ctx, log, na, inv, pvs, f.Missing)...)
+	a.m.ran(na.node, now, errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		log.Error(err, "Audit pass incomplete")
+	}
+}
+
+// judgeNode judges the health of node na's volumes and snapshots.
+func (a *Auditor) judgeNode(ctx context.Context, log klog.Logger, na *nodeAudit, inv *Inventory, pvs []PV, missing []Missing) []error {
+	var errs []error
 	if health, err := a.cfg.Nodes.VolumeHealth(ctx, na.node); err != nil {
 		// The health gauges and announcements stay as they were.
 		errs = append(errs, fmt.Errorf("reading the volume health of node %s: %w", na.node, err))
 	} else {
-		a.judgeHealth(log, na, inv, pvs, health, f.Missing)
+		a.judgeHealth(log, na, inv, pvs, health, missing)
 	}
 	if a.cfg.Contents != nil {
 		if err := a.judgeSnapshots(ctx, log, na); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	a.m.ran(na.node, now, errors.Join(errs...))
-	if err := errors.Join(errs...); err != nil {
-		log.Error(err, "Audit pass incomplete")
-	}
+	return errs
 }
 
 // claimAlive tells whether the PVC named by an orphan's tags still exists

@@ -206,6 +206,7 @@ func TestDashboardPanels(t *testing.T) {
 		{"device classes unavailable, by reason", `count by \(node, device_class, reason\) \(carve_device_class_available\{[^}]*\} == 0\)`},
 		{"quarantined orphans per node and class", `sum by \(node, device_class\) \(carve_quarantined_volumes\{`},
 		{"abnormal volumes per node and volume group", `sum by \(node, volume_group\) \(carve_volumes_abnormal\{`},
+		{"thick snapshots' space used", `max by \(node, volume_group, snapshot\) \(carve_snapshot_cow_used_ratio\{`},
 		{"volumes of deleted nodes (the controller's)", `max by \(cluster\) \(carve_lost_node_volumes\{`},
 		{"claims and PVs of deleted nodes deleted", `sum by \(object, result\) \(increase\(carve_lost_node_volumes_deleted_total\{`},
 		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},

@@ -3,10 +3,12 @@
 package nodeinner
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -232,6 +234,16 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 		zeroed, where spans
 	}
 	var results []result
+	// The previous tenant: a thick raw-block volume written whole with a
+	// pattern and deleted, whose extents the first new volume gets.
+	prev := e.createInClass("previous-tenant", eraseSize, blockCapability(), class)
+	dev, err := plugintest.DevicePath(prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDevice(t, dev, pattern)
+	prevAt := l.pvSpans(t, lvName(t, prev))
+	e.delete(prev)
 	for _, tc := range []struct {
 		name, class string
 		capability  *csi.VolumeCapability
@@ -250,6 +262,9 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 		case "thick-block":
 			r.where = l.pvSpans(t, r.lv)
 			r.zeroed = lvSpan(r.where, 0, eraseSize)
+			if fmt.Sprint(r.where) != fmt.Sprint(prevAt) {
+				t.Fatalf("the new volume lies on %v, the previous tenant's on %v: the test needs the same extents", r.where, prevAt)
+			}
 		case "thick-filesystem":
 			r.where = l.pvSpans(t, r.lv)
 			r.zeroed = append(lvSpan(r.where, 0, signatureHead), lvSpan(r.where, eraseSize-signatureTail, eraseSize)...)
@@ -269,6 +284,75 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 	fmt.Printf("FLUSH log of %d entries, sector size %d\n", len(wl.entries), wl.sectorSize)
 	for _, r := range results {
 		checkFlushed(t, wl, r.name, r.zeroed, r.where)
+		checkPowerCut(t, wl, dir, r.name, r.lv, r.zeroed)
+	}
+}
+
+// checkPowerCut replays the log up to the answer of CreateVolume name
+// (writeLog.replay: the disk as a power cut right after the answer leaves
+// it) and checks what a user of the volume would then find: the volume
+// is there (LVM on the replayed disk lists LV lv), and where CreateVolume
+// zeroes it reads zeros, not the previous tenant's pattern.
+func checkPowerCut(t *testing.T, wl *writeLog, dir, name, lv string, zeroed spans) {
+	t.Helper()
+	ctx := context.Background()
+	img := filepath.Join(dir, "replay-"+name+".img")
+	size, err := os.Stat(filepath.Join(dir, "data.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wl.replay(img, size.Size(), wl.mark("answered-"+name)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := os.Remove(img); err != nil {
+			t.Error(err)
+		}
+	}()
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old int64
+	for _, z := range zeroed {
+		buf := make([]byte, z.to-z.from)
+		if _, err := f.ReadAt(buf, z.from); err != nil {
+			t.Fatal(err)
+		}
+		old += int64(bytes.Count(buf, pattern[:8]))
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// LVM reads the replayed disk through a loop device and an lvm.conf
+	// of its own that sees nothing else (the data disk has the same PV).
+	loop, err := plugintest.Run(ctx, "losetup", "--find", "--show", "--read-only", img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop = strings.TrimSpace(loop)
+	defer func() {
+		if _, err := plugintest.Run(context.Background(), "losetup", "--detach", loop); err != nil {
+			t.Error(err)
+		}
+	}()
+	cfg := filepath.Join(dir, "replay-lvm")
+	if err := os.MkdirAll(cfg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("devices {\n\tglobal_filter = [ \"a|^%s$|\", \"r|.*|\" ]\n\tuse_devicesfile = 0\n\tobtain_device_list_from_udev = 0\n\thints = \"none\"\n}\nglobal {\n\tactivation = 0\n}\n", loop)
+	if err := os.WriteFile(filepath.Join(cfg, "lvm.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	replayed := &lvmtest.LoopVG{Name: "flush", ConfigDir: cfg}
+	out, err := replayed.LVM(ctx, "lvs", "--noheadings", "-o", "lv_name", "flush")
+	listed := err == nil && slices.Contains(strings.Fields(string(out)), lv)
+	fmt.Printf("FLUSH %s after a power cut at the answer: LV listed %v, %d bytes of the previous tenant's pattern where it was zeroed\n", name, listed, old*8)
+	if !listed {
+		t.Errorf("%s: after a power cut right after CreateVolume answered, LVM does not list %s (%q, %v): the volume was lost", name, lv, out, err)
+	}
+	if old != 0 {
+		t.Errorf("%s: after a power cut right after CreateVolume answered, the volume shows %d bytes of the previous tenant's data", name, old*8)
 	}
 }
 

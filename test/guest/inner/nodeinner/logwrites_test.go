@@ -190,3 +190,35 @@ func (ss spans) size() int64 {
 	}
 	return n
 }
+
+// replay writes the log's writes before entry end onto a new file of
+// size bytes at path: the device as a power cut right then leaves it,
+// with what was durable (logged before end) and nothing that was still
+// in the cache. A discard reads as zeros.
+func (l *writeLog) replay(path string, size int64, end int) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	var buf []byte
+	for _, e := range l.entries[:end] {
+		if err != nil {
+			break
+		}
+		b := l.bytes(e)
+		switch {
+		case e.Flags&logDiscard != 0 && e.Sectors > 0:
+			_, err = f.WriteAt(make([]byte, b.to-b.from), b.from)
+		case e.isWrite():
+			if n := int(b.to - b.from); cap(buf) < n {
+				buf = make([]byte, n)
+			}
+			data := buf[:b.to-b.from]
+			if _, err = l.f.ReadAt(data, e.dataAt); err == nil {
+				_, err = f.WriteAt(data, b.from)
+			}
+		}
+	}
+	return errors.Join(err, f.Close())
+}

@@ -84,9 +84,11 @@ func TestCarveStartsNoDmeventd(t *testing.T) {
 
 	id := e.createInClass("monitored-origin", 32*mib, blockCapability(), class)
 	e.snapshot("monitored-snap", id)
-	e.createInClass("monitored-thin", 32*mib, blockCapability(), "thin")
-	if attr := e.lvAttr("pool0"); attr[4] != 'a' {
-		t.Fatalf("pool0 is not active after a thin CreateVolume (lv_attr %s)", attr)
+	// The pool's own LV stays inactive (lv_attr twi---tz--); its -tpool
+	// device comes up with the thin LV.
+	thin := e.createInClass("monitored-thin", 32*mib, blockCapability(), "thin")
+	if attr := e.lvAttr(lvName(t, thin)); attr[4] != 'a' {
+		t.Fatalf("the thin volume is not active after CreateVolume (lv_attr %s)", attr)
 	}
 	if pids := dmeventds(t); len(pids) != 0 {
 		t.Errorf("carve's lvm commands started dmeventd (pids %v)", pids)

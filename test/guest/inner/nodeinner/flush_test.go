@@ -215,9 +215,12 @@ func lvSpan(segs spans, from, to int64) spans {
 // FUA) made it durable; a mark goes in the log when CreateVolume has
 // answered, and an explicit FLUSH and a second mark right after it. Every
 // zeroing write must be in the log before the first mark, and nothing the
-// call wrote to the volume's extents between the two. A thin volume
-// (nothing zeroed: the pool zeroes new blocks) is checked the same way on
-// its pool's data and metadata LVs.
+// call wrote to the volume's extents between the two. A thick volume of a
+// class with `erase: none` (nothing zeroed) and a thin volume (nothing
+// zeroed: the pool zeroes new blocks; checked on its pool's data and
+// metadata LVs) are checked the same way. Then each answer is replayed as
+// a power cut (checkPowerCut): the volume must be there (lvm2 writes its
+// metadata without a FLUSH) and show nothing of a previous tenant.
 func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -225,7 +228,8 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 	if err := l.vg.CreateThinPool(context.Background(), "pool0", 64*mib); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvOn(t, l.vg, dir, "  - {name: thin, volumeGroup: $VG, thinPool: pool0, overprovisionRatio: 4}\n", nil)
+	e := newEnvOn(t, l.vg, dir, "  - {name: thin, volumeGroup: $VG, thinPool: pool0, overprovisionRatio: 4}\n"+
+		"  - {name: kept, volumeGroup: $VG, erase: none}\n", nil)
 	type result struct {
 		name, class string
 		lv          string
@@ -250,6 +254,7 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 	}{
 		{"thick-block", class, blockCapability()},
 		{"thick-filesystem", class, plugintest.MountCapability("ext4")},
+		{"thick-block-kept", "kept", blockCapability()},
 		{"thin-block", "thin", blockCapability()},
 	} {
 		l.mark(t, "before-"+tc.name)
@@ -268,6 +273,8 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 		case "thick-filesystem":
 			r.where = l.pvSpans(t, r.lv)
 			r.zeroed = append(lvSpan(r.where, 0, signatureHead), lvSpan(r.where, eraseSize-signatureTail, eraseSize)...)
+		case "thick-block-kept":
+			r.where = l.pvSpans(t, r.lv) // nothing zeroed (erase: none), but the LV must survive
 		default:
 			for _, lv := range []string{"pool0_tdata", "pool0_tmeta"} {
 				for _, s := range l.pvSpans(t, lv) {

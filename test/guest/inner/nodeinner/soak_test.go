@@ -137,8 +137,9 @@ func (m killMode) String() string {
 // next one starts (drainGroup), as carve never kills an lvm mutation
 // itself. The others end its whole "container" (killGroup: the plugin's
 // process group, the plugin and every command it runs), at a random point
-// or as soon as an lvm of it is seen running (awaitLVM: in a metadata
-// commit, or holding a device suspended), as a container's end does.
+// or as soon as an lvm mutation of it is seen running (awaitLVM: in a
+// metadata commit, or holding a device suspended), as a container's end
+// does.
 // After every successful call what
 // it reported holds (a mount point is there or gone; a new volume's
 // device is there and ListVolumes, which leaves half-made LVs out, lists
@@ -256,6 +257,7 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 	var delay time.Duration
 	var mode killMode
 	var caught string // the lvm command line a container kill caught
+	returned := make(chan struct{})
 	if kill {
 		// Within the call's usual duration, or up to 300 ms before it is
 		// known.
@@ -277,7 +279,7 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 				time.Sleep(delay)
 				killGroup(t, p.Pid())
 			case killContainerInLVM:
-				caught = awaitLVM(p.Pid(), span)
+				caught = awaitLVM(p.Pid(), span, returned)
 				delay = time.Since(launched)
 				killGroup(t, p.Pid())
 			}
@@ -291,6 +293,7 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 	start := time.Now()
 	err := do(ctx, c)
 	took := time.Since(start)
+	close(returned)
 	cancel()
 	wg.Wait()
 	if kill {
@@ -632,11 +635,21 @@ func killGroup(t *testing.T, pgid int) {
 	}
 }
 
-// awaitLVM polls /proc until a process of process group pgid runs lvm,
-// and returns its command line, or "" when none did within window.
-func awaitLVM(pgid int, window time.Duration) string {
+// lvmMutations are the lvm subcommands a container kill in lvm waits for:
+// those that commit metadata or suspend devices.
+var lvmMutations = []string{"lvcreate", "lvremove", "lvextend", "lvchange", "lvrename", "lvconvert", "vgchange"}
+
+// awaitLVM polls /proc until a process of process group pgid runs an lvm
+// mutation (lvmMutations), and returns its command line, or "" when none
+// did within window or before returned is closed (the call answered).
+func awaitLVM(pgid int, window time.Duration, returned <-chan struct{}) string {
 	end := time.Now().Add(window)
 	for time.Now().Before(end) {
+		select {
+		case <-returned:
+			return ""
+		default:
+		}
 		entries, err := os.ReadDir("/proc")
 		if err != nil {
 			return ""
@@ -655,7 +668,9 @@ func awaitLVM(pgid int, window time.Duration) string {
 				continue
 			}
 			cmdline, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
-			return strings.Join(strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"), " ")
+			if argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); len(argv) > 1 && slices.Contains(lvmMutations, argv[1]) {
+				return strings.Join(argv, " ")
+			}
 		}
 		time.Sleep(time.Millisecond)
 	}

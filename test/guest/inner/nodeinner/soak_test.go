@@ -132,14 +132,15 @@ func (m killMode) String() string {
 // random sequence of create, stage, publish, expand, unpublish, unstage and
 // delete calls on five volumes (ext4 and raw block), restarts it and
 // retries the interrupted call, as the kubelet and csi-provisioner would,
-// until it succeeds. A third of the kills end the plugin alone: the
-// commands it had started (lvm, mkfs, mount) run to their end before the
-// next one starts (drainGroup), as carve never kills an lvm mutation
-// itself. The others end its whole "container" (killGroup: the plugin's
-// process group, the plugin and every command it runs), at a random point
-// or as soon as an lvm mutation of it is seen running (awaitLVM: in a
-// metadata commit, or holding a device suspended), as a container's end
-// does.
+// until it succeeds. Some kills end the plugin alone: the commands it had
+// started (lvm, mkfs, mount) run to their end before the next one starts
+// (drainGroup), as carve never kills an lvm mutation itself. The others
+// end its whole "container" (killGroup: the plugin's process group, the
+// plugin and every command it runs), as a container's end does: at a
+// random point, or, for half the kills of a call that runs lvm mutations
+// (create, delete, expand), as soon as an lvm mutation of it is seen
+// running (awaitLVM: in a metadata commit, or holding a device
+// suspended).
 // After every successful call what
 // it reported holds (a mount point is there or gone; a new volume's
 // device is there and ListVolumes, which leaves half-made LVs out, lists
@@ -266,7 +267,12 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 			span = m + m/5
 		}
 		delay = time.Duration(s.rng.Int63n(int64(span) + 1))
-		mode = killMode(s.rng.Intn(int(killModes)))
+		if lvmCalls[what] {
+			// Most kills of a call that runs lvm mutations catch one.
+			mode = [...]killMode{killPlugin, killContainer, killContainerInLVM, killContainerInLVM}[s.rng.Intn(4)]
+		} else {
+			mode = killMode(s.rng.Intn(int(killContainerInLVM)))
+		}
 		p := e.plugin
 		launched := time.Now()
 		wg.Add(1)
@@ -634,6 +640,9 @@ func killGroup(t *testing.T, pgid int) {
 		t.Errorf("killing process group %d: %v", pgid, err)
 	}
 }
+
+// lvmCalls are the soak's calls that run lvm mutations.
+var lvmCalls = map[string]bool{"create": true, "delete": true, "expand": true}
 
 // lvmMutations are the lvm subcommands a container kill in lvm waits for:
 // those that commit metadata or suspend devices.

@@ -352,7 +352,9 @@ func mutationCases() []mutationCase {
 			return c.DeleteTags(ctx, "rec-thick", "carve-aaaa", "carve.dev/unfinished")
 		}, "lvchange", true},
 		{"remove", func(ctx context.Context, c *Client) error { return c.RemoveLV(ctx, "rec-thick", "carve-aaaa") }, "lvremove", true},
-		{"rename", func(ctx context.Context, c *Client) error { return c.RenameLV(ctx, "rec-thick", "carve-aaaa", "carve-bbbb") }, "lvrename", true},
+		{"rename", func(ctx context.Context, c *Client) error {
+			return c.RenameLV(ctx, "rec-thick", "carve-aaaa", "carve-bbbb")
+		}, "lvrename", true},
 		{"deactivate", func(ctx context.Context, c *Client) error { return c.DeactivateLV(ctx, "rec-thick", "plain") }, "lvchange", false},
 		{"activate", func(ctx context.Context, c *Client) error {
 			_, err := c.ActivateLV(ctx, "rec-thick", "plain")

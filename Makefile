@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement measure-placement-nodes test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement measure-placement-nodes test-host-side test-nodes demo bench bench-peers soak deps clean cachedir
 
 all: build
 
@@ -225,6 +225,15 @@ BENCH_ROUNDS ?=
 bench: deps cachedir
 	CARVE_BENCH_RUN='$(BENCH_RUN)' CARVE_BENCH_ROUNDS='$(BENCH_ROUNDS)' $(GO) test -tags guesttest -count=1 -p 1 -timeout 40m -run '^TestBench$(if $(BENCH_RUN),Plugin)' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
 	@grep '^ratio' $(CACHE)/bench.log
+
+# The kill soak alone, long (docs/development.md, "The kill soak"):
+# SOAK_OPS calls (default 3000, about 25 min under TCG), SOAK_SEED replays
+# a schedule. make test runs it at 300 calls inside test-guest.
+SOAK_OPS ?= 3000
+SOAK_SEED ?=
+soak: deps cachedir
+	CARVE_NODE_RUN='^TestSoakKillPlugin$$' CARVE_SOAK_OPS='$(SOAK_OPS)' CARVE_SOAK_SEED='$(SOAK_SEED)' $(GO) test -tags guesttest -count=1 -p 1 -timeout 100m -run '^TestPluginNode$$' -v ./test/guest/ 2>&1 | tee $(CACHE)/soak.log | ./hack/summarize-go-test.sh soak
+	@grep '^SOAK seed .*operations' $(CACHE)/soak.log
 
 # carve beside TopoLVM on the e2e control plane (test/peers, tag peers;
 # docs/development.md): TopoLVM at the release pinned in

@@ -23,13 +23,13 @@ func TestActivateLV(t *testing.T) {
 		text     string // expected error text; empty means success
 	}{
 		{name: "inactive thick LV", fixture: "fullreport-thin.json", vg: "rec-thin", lv: "thick1", attr: "-wi-------",
-			wantArgs: []string{"lvchange", "--activate", "y", "rec-thin/thick1"},
+			wantArgs: []string{"lvchange", "--config", "activation/monitoring=0", "--activate", "y", "rec-thin/thick1"},
 			wantCmds: []string{"lvs", "lvchange", "lvs"}},
 		{name: "inactive thin LV: its pool comes with it", fixture: "fullreport-thin.json", vg: "rec-thin", lv: "thin1", attr: "Vwi---tz--",
-			wantArgs: []string{"lvchange", "--activate", "y", "rec-thin/thin1"},
+			wantArgs: []string{"lvchange", "--config", "activation/monitoring=0", "--activate", "y", "rec-thin/thin1"},
 			wantCmds: []string{"lvs", "lvchange", "lvs"}},
 		{name: "thin snapshot with the activation-skip flag", fixture: "fullreport-thin.json", vg: "rec-thin", lv: "snap1", attr: "Vwi---tz-k",
-			wantArgs: []string{"lvchange", "--activate", "y", "--ignoreactivationskip", "rec-thin/snap1"},
+			wantArgs: []string{"lvchange", "--config", "activation/monitoring=0", "--activate", "y", "--ignoreactivationskip", "rec-thin/snap1"},
 			wantCmds: []string{"lvs", "lvchange", "lvs"}},
 		{name: "active already: nothing runs but the read", fixture: "fullreport-thin.json", vg: "rec-thin", lv: "thin2",
 			wantCmds: []string{"lvs"}},

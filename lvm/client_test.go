@@ -421,7 +421,7 @@ func TestCreateThinSnapshot(t *testing.T) {
 	if !reflect.DeepEqual(*snap, want) {
 		t.Errorf("snapshot\n got %+v\nwant %+v", *snap, want)
 	}
-	if !slices.Equal(got, withArchiveRetention(snapshotArgs(SnapshotRequest{VolumeGroup: "rec-thin", Origin: "thin1", Name: "carve-snap", Tags: []string{"t"}}, 0))) {
+	if !slices.Equal(got, withMutationConfig(snapshotArgs(SnapshotRequest{VolumeGroup: "rec-thin", Origin: "thin1", Name: "carve-snap", Tags: []string{"t"}}, 0))) {
 		t.Errorf("ran %q", got)
 	}
 

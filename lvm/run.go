@@ -102,25 +102,45 @@ func (r execRunner) run(ctx context.Context, args []string) (output, error) {
 var mutations = map[string]bool{"lvcreate": true, "lvextend": true, "lvremove": true, "lvchange": true,
 	"lvrename": true, "lvconvert": true, "lvresize": true, "vgchange": true}
 
-// archiveRetention bounds LVM's metadata archive (backup/archive_dir,
-// one file with the VG's whole metadata before each change) to lvm.conf's
-// backup/retain_min newest files per volume group (LVM's default 10):
-// with LVM's default retain_days of 30, every volume carve makes, tags,
-// grows and removes leaves files for a month, and a busy volume group's
-// archive grows to hundreds of MiB in thousands of files (measured: 675
-// MiB in 2201 files while filling one metadata area). LVM expires a VG's
-// archive only when it archives that VG again, so only carve's volume
-// groups are affected. The backup (backup/backup, backup/<vg>), which
-// pkg/lvmwatch watches, is one file per VG and is left as lvm.conf says.
-var archiveRetention = []string{"--config", "backup/retain_days=0"}
+// noMonitoring and archiveRetention are the settings of the --config of
+// every mutation (withMutationConfig): lvm takes one --config per command
+// ("Option --config may not be repeated"), so they share one string.
+//
+// activation/monitoring=0: an lvm that activates a thin pool or a
+// copy-on-write snapshot otherwise asks dmeventd to monitor it, and, as
+// the node's container does not share the host's /run, finds none and
+// starts one inside the container, where it lives and dies with the
+// container and the host's dmeventd never hears of the LV (docs/lvm.md,
+// "lvm2 in the node's container"). carve relies on no monitoring.
+//
+// backup/retain_days=0 (not for an activation, which archives nothing)
+// bounds LVM's metadata archive (backup/archive_dir, one file with the
+// VG's whole metadata before each change) to lvm.conf's backup/retain_min
+// newest files per volume group (LVM's default 10): with LVM's default
+// retain_days of 30, every volume carve makes, tags, grows and removes
+// leaves files for a month, and a busy volume group's archive grows to
+// hundreds of MiB in thousands of files (measured: 675 MiB in 2201 files
+// while filling one metadata area). LVM expires a VG's archive only when
+// it archives that VG again, so only carve's volume groups are affected.
+// The backup (backup/backup, backup/<vg>), which pkg/lvmwatch watches, is
+// one file per VG and is left as lvm.conf says.
+const (
+	noMonitoring     = "activation/monitoring=0"
+	archiveRetention = "backup/retain_days=0"
+)
 
-// withArchiveRetention adds archiveRetention to a command that writes
-// metadata: every mutation but an activation, which archives nothing.
-func withArchiveRetention(args []string) []string {
-	if len(args) == 0 || slices.Contains(args, "--activate") {
+// withMutationConfig adds --config with noMonitoring and, unless the
+// command only activates, archiveRetention right after the subcommand of
+// a mutation.
+func withMutationConfig(args []string) []string {
+	if len(args) == 0 {
 		return args
 	}
-	out := append([]string{args[0]}, archiveRetention...)
+	config := noMonitoring
+	if !slices.Contains(args, "--activate") {
+		config += " " + archiveRetention
+	}
+	out := append([]string{args[0]}, "--config", config)
 	return append(out, args[1:]...)
 }
 
@@ -175,7 +195,7 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 // the command exits, so no other mutation of the VG starts meanwhile.
 // Wait waits for such commands.
 func (c *Client) mutate(ctx context.Context, unlock *func(), args ...string) ([]byte, error) {
-	args = withArchiveRetention(args)
+	args = withMutationConfig(args)
 	type result struct {
 		out output
 		err error

@@ -284,19 +284,64 @@ func TestReadGivesUpOnAHungCommand(t *testing.T) {
 }
 
 // TestMetadataWritesBoundTheArchive: every command that writes VG metadata
-// carries --config backup/retain_days=0 right after its subcommand, so
-// that LVM keeps only lvm.conf's retain_min newest archive files of the VG;
-// an activation writes none and runs as it is.
+// carries backup/retain_days=0 in the --config right after its
+// subcommand, so that LVM keeps only lvm.conf's retain_min newest archive
+// files of the VG; an activation writes none and carries only
+// activation/monitoring=0 (TestMutationsStartNoDmeventd).
 func TestMetadataWritesBoundTheArchive(t *testing.T) {
-	retention := []string{"--config", "backup/retain_days=0"}
-	tests := []struct {
-		name    string
-		do      func(ctx context.Context, c *Client) error
-		command string
-		want    bool
-	}{
+	for _, tt := range mutationCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			want := []string{"--config", "activation/monitoring=0"}
+			if tt.writes {
+				want[1] += " backup/retain_days=0"
+			}
+			for _, argv := range runMutation(t, tt) {
+				if !slices.Equal(argv[1:min(3, len(argv))], want) {
+					t.Errorf("%q: want %q right after the subcommand", argv, want)
+				}
+			}
+		})
+	}
+}
+
+// TestMutationsStartNoDmeventd: every mutation carries exactly one
+// --config (lvm refuses a second), and it turns dmeventd monitoring off,
+// so that no lvm of carve's starts a dmeventd inside the node's container.
+func TestMutationsStartNoDmeventd(t *testing.T) {
+	for _, tt := range mutationCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, argv := range runMutation(t, tt) {
+				n, at := 0, -1
+				for i, a := range argv {
+					if a == "--config" {
+						n, at = n+1, i
+					}
+				}
+				if n != 1 || at+1 >= len(argv) || !slices.Contains(strings.Fields(argv[at+1]), "activation/monitoring=0") {
+					t.Errorf("%q: want one --config with activation/monitoring=0", argv)
+				}
+			}
+		})
+	}
+}
+
+// mutationCase is one mutation of the Client and the lvm subcommand it
+// runs; writes: the command writes VG metadata.
+type mutationCase struct {
+	name    string
+	do      func(ctx context.Context, c *Client) error
+	command string
+	writes  bool
+}
+
+func mutationCases() []mutationCase {
+	return []mutationCase{
 		{"create", func(ctx context.Context, c *Client) error {
 			_, err := c.CreateLV(ctx, CreateRequest{VolumeGroup: "rec-thick", Name: "carve-new", Size: 4 << 20})
+			return err
+		}, "lvcreate", true},
+		{"thin snapshot", func(ctx context.Context, c *Client) error {
+			_, err := c.CreateThinSnapshot(ctx, "rec-thin", "thin1", "carve-snap", []string{"t"})
 			return err
 		}, "lvcreate", true},
 		{"extend", func(ctx context.Context, c *Client) error {
@@ -307,35 +352,39 @@ func TestMetadataWritesBoundTheArchive(t *testing.T) {
 			return c.DeleteTags(ctx, "rec-thick", "carve-aaaa", "carve.dev/unfinished")
 		}, "lvchange", true},
 		{"remove", func(ctx context.Context, c *Client) error { return c.RemoveLV(ctx, "rec-thick", "carve-aaaa") }, "lvremove", true},
+		{"rename", func(ctx context.Context, c *Client) error {
+			return c.RenameLV(ctx, "rec-thick", "carve-aaaa", "carve-bbbb")
+		}, "lvrename", true},
+		{"deactivate", func(ctx context.Context, c *Client) error { return c.DeactivateLV(ctx, "rec-thick", "plain") }, "lvchange", false},
 		{"activate", func(ctx context.Context, c *Client) error {
 			_, err := c.ActivateLV(ctx, "rec-thick", "plain")
 			return err
 		}, "lvchange", false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := loadFake(t, "fullreport-thick.json")
-			if err := tt.do(context.Background(), f.client()); err != nil {
-				t.Fatal(err)
-			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			found := false
-			for _, argv := range f.calls {
-				if argv[0] != tt.command {
-					continue
-				}
-				found = true
-				if got := len(argv) > 2 && slices.Equal(argv[1:3], retention); got != tt.want {
-					t.Errorf("%q: carries %v right after the subcommand: %v, want %v", argv, retention, got, tt.want)
-				}
-				if !tt.want && slices.Contains(argv, "--config") {
-					t.Errorf("%q carries a --config", argv)
-				}
-			}
-			if !found {
-				t.Fatalf("no %s ran: %q", tt.command, f.calls)
-			}
-		})
+}
+
+// runMutation runs tt against a fake lvm and returns the command lines of
+// its subcommand.
+func runMutation(t *testing.T, tt mutationCase) [][]string {
+	t.Helper()
+	fixture := "fullreport-thick.json"
+	if strings.Contains(tt.name, "thin") {
+		fixture = "fullreport-thin.json"
 	}
+	f := loadFake(t, fixture)
+	if err := tt.do(context.Background(), f.client()); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out [][]string
+	for _, argv := range f.calls {
+		if argv[0] == tt.command {
+			out = append(out, argv)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no %s ran: %q", tt.command, f.calls)
+	}
+	return out
 }

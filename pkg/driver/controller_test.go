@@ -183,7 +183,7 @@ func TestCreateVolume(t *testing.T) {
 		{name: "xfs", mod: func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw)} }, code: codes.OK, wantSize: gib, wantVG: "vg1"},
 		{name: "btrfs without its tools", mod: func(r *csi.CreateVolumeRequest) {
 			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("btrfs", sw)}
-		}, code: codes.InvalidArgument, msg: []string{`"btrfs"`, "ext4, xfs"}},
+		}, code: codes.ResourceExhausted, msg: []string{`"btrfs"`, "mkfs.btrfs is not installed", "ext4, xfs"}},
 		{name: "conflicting fs types", mod: func(r *csi.CreateVolumeRequest) {
 			r.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs", sw), mountCap("ext4", sw)}
 		}, code: codes.InvalidArgument, msg: []string{"conflicts"}},

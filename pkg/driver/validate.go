@@ -56,10 +56,14 @@ func checkCapabilities(caps []*csi.VolumeCapability, fsTypes []string) (string, 
 }
 
 // capabilityStatus is InvalidArgument for a capability that field of the
-// request holds and volume.ParseCapability refused.
+// request holds and volume.ParseCapability refused, ResourceExhausted for
+// a filesystem another node may make (volume.ErrFilesystemElsewhere).
 func capabilityStatus(field string, err error) error {
 	var ce *volume.CapabilityError
 	if errors.As(err, &ce) {
+		if errors.Is(err, volume.ErrFilesystemElsewhere) {
+			return status.Error(codes.ResourceExhausted, ce.In(field))
+		}
 		return status.Error(codes.InvalidArgument, ce.In(field))
 	}
 	return status.Errorf(codes.InvalidArgument, "%s: %v", field, err)

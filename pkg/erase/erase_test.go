@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -144,5 +145,26 @@ func TestDeviceSignaturesZeroesOnlyTheRegions(t *testing.T) {
 	}
 	if IsMethod(string(Signatures)) {
 		t.Error("signatures is a method a device class could name")
+	}
+}
+
+// TestDeviceFlushWritesNothing: Flush leaves the device's bytes as they
+// are, answers a missing device with fs.ErrNotExist (the caller tells an
+// inactive LV from a failure), and is not a method a class can name. That
+// it reaches the disk as a FLUSH is the guest's
+// TestZeroingIsFlushedBeforeCreateVolumeAnswers.
+func TestDeviceFlushWritesNothing(t *testing.T) {
+	p := pattern(t, 8192)
+	if n, err := Device(context.Background(), p, Flush); err != nil || n != 0 {
+		t.Fatalf("Device(flush) = %d, %v; want 0, nil", n, err)
+	}
+	if got, _ := os.ReadFile(p); !bytes.Equal(got, bytes.Repeat([]byte{0xA5}, 8192)) {
+		t.Fatal("flush changed the device")
+	}
+	if _, err := Device(context.Background(), filepath.Join(t.TempDir(), "gone"), Flush); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Device(flush) of a missing device = %v, want fs.ErrNotExist", err)
+	}
+	if IsMethod(string(Flush)) {
+		t.Error("flush is a method a device class can name")
 	}
 }

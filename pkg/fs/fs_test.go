@@ -328,6 +328,20 @@ func TestHostMounterCommands(t *testing.T) {
 		}
 		everyCommandHadContext(t, tools)
 	})
+	t.Run("bind source that cannot be read", func(t *testing.T) {
+		// statfs fails: an error naming the source, and nothing mounted
+		// (a remount without the source's flags would fail on a locked
+		// mount with a message that hides the cause).
+		tools := fstest.New()
+		missing := filepath.Join(t.TempDir(), "gone")
+		err := NewHostMounter(tools).WithContext(testCtx()).Mount(missing, "/t", "", []string{"bind", "ro"})
+		if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "statfs") || !strings.Contains(err.Error(), missing) {
+			t.Errorf("Mount of a missing bind source = %v, want a statfs error naming it", err)
+		}
+		if got := tools.Calls(); len(got) != 0 {
+			t.Errorf("ran %v, want nothing", got)
+		}
+	})
 	t.Run("mount fails", func(t *testing.T) {
 		tools := fstest.New()
 		tools.Fail("mount", testingexec.FakeExitError{Status: 32})

@@ -72,13 +72,19 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	if !bind {
 		return b.run(source, target, fsType, options, sensitive)
 	}
+	// Read before anything is mounted: a remount without the source's
+	// flags fails on a locked mount with a message that hides the cause.
+	flags, err := sourceFlags(source)
+	if err != nil {
+		return err
+	}
 	if err := b.run(source, target, fsType, bindOpts, nil); err != nil {
 		return err
 	}
 	// A bind mount ignores options: apply them (ro, noatime, ...) with a
 	// remount, keeping the flags the source has so the kernel accepts it.
-	remountOpts = append(remountOpts, sourceFlags(source)...)
-	err := b.run(source, target, fsType, remountOpts, remountSensitive)
+	remountOpts = append(remountOpts, flags...)
+	err = b.run(source, target, fsType, remountOpts, remountSensitive)
 	if err == nil {
 		return nil
 	}
@@ -129,10 +135,10 @@ func (b *boundMounter) Unmount(target string) error {
 // sourceFlags are the flags of the filesystem holding source that a bind
 // remount must repeat (the kernel refuses to drop nosuid, nodev, noexec on
 // a locked mount).
-func sourceFlags(source string) []string {
+func sourceFlags(source string) ([]string, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(source, &st); err != nil {
-		return nil
+		return nil, fmt.Errorf("reading the mount flags of bind mount source %s: statfs: %w", source, err)
 	}
 	var flags []string
 	for _, f := range []struct {
@@ -143,5 +149,5 @@ func sourceFlags(source string) []string {
 			flags = append(flags, f.name)
 		}
 	}
-	return flags
+	return flags, nil
 }

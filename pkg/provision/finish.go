@@ -118,13 +118,23 @@ func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made 
 		}
 		log.Info("Erased new volume", "method", method, "bytes", n, "duration", time.Since(start))
 	}
+	flushed := method != erase.None
 	if method == erase.None && clearSignatures {
 		start := time.Now()
 		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Signatures)
 		if err != nil {
 			log.Info("Could not zero the signature regions of a new volume; NodeStage will ask blkid", "err", err)
 		} else {
+			flushed = true
 			log.V(2).Info("Zeroed the signature regions of a new volume", "bytes", n, "duration", time.Since(start))
+		}
+	}
+	if !flushed {
+		// lvm2 leaves the LV's metadata in the disk's write cache: flush
+		// it, or the volume could vanish at a power cut after the answer.
+		// No device node (activation off): nothing to flush through.
+		if _, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Flush); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("flushing new volume %s/%s: %w", lv.VolumeGroup, lv.Name, err)
 		}
 	}
 	if volume.IsUnfinished(lv.Tags) {

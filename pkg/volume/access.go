@@ -1,12 +1,15 @@
 package volume
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/carve-csi/carve/pkg/fs"
 )
 
 // ParamDeviceClass is the StorageClass parameter that names the device
@@ -77,9 +80,22 @@ func (a Access) Describe() string {
 // "mount.mount_flags[1]", ...), Reason what is wrong with it.
 type CapabilityError struct {
 	Part, Reason string
+	// Err is ErrFilesystemElsewhere, or nil.
+	Err error
 }
 
 func (e *CapabilityError) Error() string { return e.In("capability") }
+
+// Unwrap returns Err.
+func (e *CapabilityError) Unwrap() error { return e.Err }
+
+// ErrFilesystemElsewhere is what the CapabilityError of a filesystem carve
+// makes (fs.MkfsTypes) but this node cannot (its mkfs is not installed
+// here) wraps: another node may have the tool, so the caller answers
+// RESOURCE_EXHAUSTED, on which csi-provisioner reschedules a claim that
+// waits for its first consumer, where a filesystem carve never makes is a
+// final INVALID_ARGUMENT.
+var ErrFilesystemElsewhere = errors.New("the filesystem's mkfs is not installed on this node")
 
 // In is the message for a capability that came as field of a request:
 // "volume_capability.mount.fs_type \"ntfs\" is not supported; ...".
@@ -120,7 +136,12 @@ func ParseCapability(c *csi.VolumeCapability, fsTypes []string) (Access, error) 
 			a.FSType = DefaultFSType
 		}
 		if !slices.Contains(fsTypes, a.FSType) {
-			return a, refuse("mount.fs_type", "%q is not supported; allowed: %s", a.FSType, strings.Join(fsTypes, ", "))
+			err := refuse("mount.fs_type", "%q is not supported; allowed: %s", a.FSType, strings.Join(fsTypes, ", "))
+			if slices.Contains(fs.MkfsTypes, a.FSType) {
+				err = &CapabilityError{Part: "mount.fs_type", Err: ErrFilesystemElsewhere,
+					Reason: fmt.Sprintf("%q cannot be made on this node (mkfs.%s is not installed); this node makes %s", a.FSType, a.FSType, strings.Join(fsTypes, ", "))}
+			}
+			return a, err
 		}
 		flags, err := mountFlags(t.Mount.GetMountFlags(), a)
 		if err != nil {

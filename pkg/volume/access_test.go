@@ -27,6 +27,9 @@ func TestParseCapability(t *testing.T) {
 		cap  *csi.VolumeCapability
 		want Access
 		msg  string // the message In("volume_capability") holds; "" for accepted
+		// elsewhere: the error wraps ErrFilesystemElsewhere (another
+		// node may make the filesystem).
+		elsewhere bool
 	}{
 		{name: "default filesystem", cap: mountCapability("", sw), want: Access{FSType: "ext4", Mode: sw}},
 		{name: "xfs with flags", cap: mountCapability("xfs", sw, "noatime", "discard"), want: Access{FSType: "xfs", Mode: sw, Flags: []string{"noatime", "discard"}}},
@@ -40,7 +43,9 @@ func TestParseCapability(t *testing.T) {
 			msg: "volume_capability.access_mode.mode MULTI_NODE_MULTI_WRITER is not supported; allowed: SINGLE_NODE_WRITER"},
 		{name: "no access type", cap: &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: sw}},
 			msg: "volume_capability.access_type must be block or mount"},
-		{name: "filesystem not in the list", cap: mountCapability("btrfs", sw), msg: `volume_capability.mount.fs_type "btrfs" is not supported; allowed: ext4, xfs`},
+		{name: "filesystem not in the list", cap: mountCapability("ntfs", sw), msg: `volume_capability.mount.fs_type "ntfs" is not supported; allowed: ext4, xfs`},
+		{name: "filesystem carve makes elsewhere", cap: mountCapability("btrfs", sw), elsewhere: true,
+			msg: `volume_capability.mount.fs_type "btrfs" cannot be made on this node (mkfs.btrfs is not installed); this node makes ext4, xfs`},
 		{name: "two options in one flag", cap: mountCapability("", sw, "noatime", "ro,exec"), msg: `volume_capability.mount.mount_flags[1] "ro,exec" is not allowed`},
 		{name: "bind", cap: mountCapability("", sw, "bind"), msg: `mount_flags[0] "bind" is not allowed`},
 		{name: "leading dash", cap: mountCapability("", sw, "-oexec"), msg: "mount_flags[0]"},
@@ -60,6 +65,9 @@ func TestParseCapability(t *testing.T) {
 			var ce *CapabilityError
 			if !errors.As(err, &ce) || !strings.Contains(ce.In("volume_capability"), tc.msg) {
 				t.Errorf("ParseCapability = %v, want a CapabilityError saying %q", err, tc.msg)
+			}
+			if got := errors.Is(err, ErrFilesystemElsewhere); got != tc.elsewhere {
+				t.Errorf("ParseCapability = %v: errors.Is(ErrFilesystemElsewhere) = %v, want %v", err, got, tc.elsewhere)
 			}
 		})
 	}

@@ -76,14 +76,22 @@ func newEnvWith(t *testing.T, name string, vgSize int64, extra string) *env {
 // newEnvFor is newEnvWith with more of the plugin's environment.
 func newEnvFor(t *testing.T, name string, vgSize int64, extra string, pluginEnv []string) *env {
 	t.Helper()
+	dir := t.TempDir()
+	vg := lvmtest.New(t, lvmtest.Options{Dir: dir, Name: name, Size: vgSize, ExtentSize: 4 * mib, Activation: true})
+	return newEnvOn(t, vg, dir, extra, pluginEnv)
+}
+
+// newEnvOn starts the plugin on a volume group made elsewhere, with its
+// socket and state in dir (see newEnvWith for extra).
+func newEnvOn(t *testing.T, vg *lvmtest.LoopVG, dir, extra string, pluginEnv []string) *env {
+	t.Helper()
 	if *carveBin == "" {
 		t.Fatal("-carve must name the carve binary")
 	}
 	if err := plugintest.LoopbackUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	vg := lvmtest.New(t, lvmtest.Options{Dir: dir, Name: name, Size: vgSize, ExtentSize: 4 * mib, Activation: true})
+	name := vg.Name
 	logDir := *artifacts
 	if logDir == "" {
 		logDir = dir

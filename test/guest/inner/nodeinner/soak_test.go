@@ -99,16 +99,49 @@ type soak struct {
 	ops, kills, interrupted, retries int
 	restartTime                      time.Duration
 	retryCodes                       map[codes.Code]int
+	// killsBy counts the kills of each killMode; lvmKilled the
+	// container kills that caught an lvm command running.
+	killsBy   map[killMode]int
+	lvmKilled int
+}
+
+// killMode is what a kill of the soak kills.
+type killMode int
+
+const (
+	// killPlugin kills the plugin process alone; the commands it started
+	// (lvm, mkfs, mount) run to their end before the next plugin starts,
+	// as carve's own lvm mutations always do.
+	killPlugin killMode = iota
+	// killContainer kills every process of the plugin's "container" (its
+	// process group: the plugin and the commands it runs) at once, as
+	// the kubelet or an OOM kill ends a container.
+	killContainer
+	// killContainerInLVM kills the container as soon as an lvm command of
+	// it is seen running (in a metadata commit, or holding a device
+	// suspended), or at the end of the kill window.
+	killContainerInLVM
+	killModes
+)
+
+func (m killMode) String() string {
+	return [...]string{"plugin", "container", "container-in-lvm"}[m]
 }
 
 // TestSoakKillPlugin kills the plugin with SIGKILL at random points of a
 // random sequence of create, stage, publish, expand, unpublish, unstage and
 // delete calls on five volumes (ext4 and raw block), restarts it and
 // retries the interrupted call, as the kubelet and csi-provisioner would,
-// until it succeeds. The commands the killed plugin had started (lvm,
-// mkfs, mount) run to their end before the next one starts (drainGroup):
-// carve never kills an lvm mutation itself, and what the soak tests is the
-// plugin's own work lost at any point. After every successful call what
+// until it succeeds. Some kills end the plugin alone: the commands it had
+// started (lvm, mkfs, mount) run to their end before the next one starts
+// (drainGroup), as carve never kills an lvm mutation itself. The others
+// end its whole "container" (killGroup: the plugin's process group, the
+// plugin and every command it runs), as a container's end does: at a
+// random point, or, for half the kills of a call that runs lvm mutations
+// (create, delete, expand), as soon as an lvm mutation of it is seen
+// running (awaitLVM: in a metadata commit, or holding a device
+// suspended).
+// After every successful call what
 // it reported holds (a mount point is there or gone; a new volume's
 // device is there and ListVolumes, which leaves half-made LVs out, lists
 // it; a deleted one's device is gone); a
@@ -136,7 +169,7 @@ func TestSoakKillPlugin(t *testing.T) {
 	}
 	e := newEnv(t, "soak", 512*mib)
 	s := &soak{e: e, rng: rand.New(rand.NewSource(seed)), mean: map[string]time.Duration{}, nmean: map[string]int{},
-		retryCodes: map[codes.Code]int{}}
+		retryCodes: map[codes.Code]int{}, killsBy: map[killMode]int{}}
 	{
 		ctx, cancel := e.ctx()
 		s.expandCC = e.controllerExpands(ctx)
@@ -166,13 +199,17 @@ func TestSoakKillPlugin(t *testing.T) {
 		}
 	}
 	leaks := s.leaks(t)
-	fmt.Printf("SOAK seed %d: %d operations, %d kills (%d interrupted a call), %d retries %v, leaks found %d, %s (restarts %s)\n",
-		seed, s.ops, s.kills, s.interrupted, s.retries, s.retryCodes, len(leaks), time.Since(start).Round(time.Second), s.restartTime.Round(time.Second))
+	fmt.Printf("SOAK seed %d: %d operations, %d kills (%d interrupted a call; plugin %d, container %d, container in lvm %d, of which %d caught lvm running), %d retries %v, leaks found %d, %s (restarts %s)\n",
+		seed, s.ops, s.kills, s.interrupted, s.killsBy[killPlugin], s.killsBy[killContainer], s.killsBy[killContainerInLVM], s.lvmKilled,
+		s.retries, s.retryCodes, len(leaks), time.Since(start).Round(time.Second), s.restartTime.Round(time.Second))
 	for _, l := range leaks {
 		t.Errorf("leak: %s", l)
 	}
 	if s.kills == 0 || s.interrupted == 0 {
 		t.Errorf("the soak killed the plugin %d times, %d of them during a call: it tested nothing", s.kills, s.interrupted)
+	}
+	if s.killsBy[killContainer]+s.killsBy[killContainerInLVM] == 0 {
+		t.Error("the soak never killed the whole container")
 	}
 }
 
@@ -219,6 +256,9 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 	c := clients{e.controller(), e.node()}
 	var wg sync.WaitGroup
 	var delay time.Duration
+	var mode killMode
+	var caught string // the lvm command line a container kill caught
+	returned := make(chan struct{})
 	if kill {
 		// Within the call's usual duration, or up to 300 ms before it is
 		// known.
@@ -227,11 +267,28 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 			span = m + m/5
 		}
 		delay = time.Duration(s.rng.Int63n(int64(span) + 1))
+		if lvmCalls[what] {
+			// Most kills of a call that runs lvm mutations catch one.
+			mode = [...]killMode{killPlugin, killContainer, killContainerInLVM, killContainerInLVM}[s.rng.Intn(4)]
+		} else {
+			mode = killMode(s.rng.Intn(int(killContainerInLVM)))
+		}
 		p := e.plugin
+		launched := time.Now()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(delay)
+			switch mode {
+			case killPlugin:
+				time.Sleep(delay)
+			case killContainer:
+				time.Sleep(delay)
+				killGroup(t, p.Pid())
+			case killContainerInLVM:
+				caught = awaitLVM(p.Pid(), span, returned)
+				delay = time.Since(launched)
+				killGroup(t, p.Pid())
+			}
 			if err := p.Kill(); err != nil {
 				t.Errorf("killing the plugin: %v", err)
 			}
@@ -242,15 +299,20 @@ func (s *soak) call(t *testing.T, what string, do func(ctx context.Context, c cl
 	start := time.Now()
 	err := do(ctx, c)
 	took := time.Since(start)
+	close(returned)
 	cancel()
 	wg.Wait()
 	if kill {
 		s.kills++
+		s.killsBy[mode]++
 		if err != nil {
 			s.interrupted++
 		}
+		if caught != "" {
+			s.lvmKilled++
+		}
 		// One line per kill, so a failing schedule can be followed.
-		fmt.Printf("soak: op %d %s: killed after %s of %s: %v\n", s.ops, what, delay.Round(time.Millisecond), took.Round(time.Millisecond), status.Code(err))
+		fmt.Printf("soak: op %d %s: %s killed after %s of %s (lvm running: %q): %v\n", s.ops, what, mode, delay.Round(time.Millisecond), took.Round(time.Millisecond), caught, status.Code(err))
 		e.plugin = nil
 		restart := time.Now()
 		e.start()
@@ -569,6 +631,59 @@ func wantMount(t *testing.T, what, path string, want bool) {
 	if ok != want {
 		t.Errorf("%s returned OK and %s is a mount point: %v, want %v", what, path, ok, want)
 	}
+}
+
+// killGroup sends SIGKILL to every process of the process group pgid: the
+// plugin and the commands it runs, as a container's end kills them all.
+func killGroup(t *testing.T, pgid int) {
+	if err := unix.Kill(-pgid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		t.Errorf("killing process group %d: %v", pgid, err)
+	}
+}
+
+// lvmCalls are the soak's calls that run lvm mutations.
+var lvmCalls = map[string]bool{"create": true, "delete": true, "expand": true}
+
+// lvmMutations are the lvm subcommands a container kill in lvm waits for:
+// those that commit metadata or suspend devices.
+var lvmMutations = []string{"lvcreate", "lvremove", "lvextend", "lvchange", "lvrename", "lvconvert", "vgchange"}
+
+// awaitLVM polls /proc until a process of process group pgid runs an lvm
+// mutation (lvmMutations), and returns its command line, or "" when none
+// did within window or before returned is closed (the call answered).
+func awaitLVM(pgid int, window time.Duration, returned <-chan struct{}) string {
+	end := time.Now().Add(window)
+	for time.Now().Before(end) {
+		select {
+		case <-returned:
+			return ""
+		default:
+		}
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return ""
+		}
+		for _, de := range entries {
+			if de.Name()[0] < '0' || de.Name()[0] > '9' {
+				continue
+			}
+			stat, err := os.ReadFile(filepath.Join("/proc", de.Name(), "stat"))
+			// pid (comm) state ppid pgrp ...
+			if err != nil || !bytes.HasPrefix(stat[bytes.IndexByte(stat, ' ')+1:], []byte("(lvm) ")) {
+				continue
+			}
+			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+			if len(f) < 3 || f[2] != fmt.Sprint(pgid) {
+				continue
+			}
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
+			if argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); len(argv) > 1 && slices.Contains(lvmMutations, argv[1]) {
+				return strings.Join(argv, " ")
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return ""
 }
 
 // drainGroup waits until every process of the killed plugin's process

@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart test-e2e-oldest lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart krew test-e2e-oldest lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -125,20 +125,29 @@ verify: helm
 
 # Release artifacts of VERSION (a tag vX.Y.Z) in $(DIST): the chart archive
 # and its repository index, the manifests with that image tag, the
-# CHANGELOG.md section and SHA256SUMS (hack/release.sh). The release
-# workflow (.github/workflows/release.yaml) runs these targets on a tag.
+# CHANGELOG.md section, the kubectl-carve archives of PLATFORMS (default:
+# linux and darwin, amd64 and arm64) with krew's manifest of them, and
+# SHA256SUMS (hack/release.sh). The release workflow
+# (.github/workflows/release.yaml) runs these targets on a tag.
 DIST ?= dist
 CHART_REGISTRY ?= oci://ghcr.io/carve-csi/charts
+PLATFORMS ?=
+# krew installs the release's plugin manifest from its archive in
+# test/deploy (krew install --manifest --archive, as krew-index asks).
+KREW_VERSION := v0.4.4
+
+krew: cachedir
+	@test -f $(CACHE)/bin/.krew-$(KREW_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/krew/cmd/krew@$(KREW_VERSION) && touch $(CACHE)/bin/.krew-$(KREW_VERSION); }
 
 release-artifacts: deploy-tools
-	@VERSION='$(VERSION)' DIST='$(DIST)' ./hack/release.sh artifacts
+	@VERSION='$(VERSION)' DIST='$(DIST)' GO='$(GO)' PLATFORMS='$(PLATFORMS)' ./hack/release.sh artifacts
 
 # The chart archive of release-artifacts as an OCI chart (helm push; log
 # in with helm registry login first).
 release-push-chart: deploy-tools
 	@VERSION='$(VERSION)' DIST='$(DIST)' CHART_REGISTRY='$(CHART_REGISTRY)' ./hack/release.sh push-chart
 
-test-deploy: deps deploy-tools
+test-deploy: deps deploy-tools krew
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  CARVE_IMAGES=$$imgdir $(GO) test -tags deploytest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 

@@ -164,7 +164,9 @@ test-e2e: deps build deploy-tools cachedir
 # (Chart.yaml kubeVersion; docs/install.md#supported-kubernetes), not part
 # of make test: the control plane from test/tools/kubernetes-$(E2E_OLDEST_K8S)
 # (its own cache key; a cold build takes about 25 min on 2 cores).
-E2E_OLDEST_K8S := 1.29
+# test/tools/kubernetes-1.29 stays to show why 1.29 is not claimed
+# (CARVE_K8S=1.29: enrollment fails).
+E2E_OLDEST_K8S := 1.30
 
 test-e2e-oldest: deps build deploy-tools cachedir
 	@bindir=$$(CARVE_K8S=$(E2E_OLDEST_K8S) ./hack/e2e-tools.sh) && \

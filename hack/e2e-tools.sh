@@ -13,7 +13,7 @@
 # binaries. <hash> covers the modules' keys; its bin directory
 # holds hard links to their binaries.
 #
-# CARVE_K8S=<minor> (e.g. 1.29, make test-e2e-oldest) takes the control
+# CARVE_K8S=<minor> (e.g. 1.30, make test-e2e-oldest) takes the control
 # plane (kube-apiserver, kube-scheduler, kube-controller-manager) from the
 # tools module test/tools/kubernetes-<minor> instead, in its own cache
 # key; the kubelet and kubectl stay at the main pin (the end-to-end tier

@@ -12,6 +12,12 @@
 # go.sum and the Go version: a changed pin rebuilds only that module's
 # binaries. <hash> covers the modules' keys; its bin directory
 # holds hard links to their binaries.
+#
+# CARVE_K8S=<minor> (e.g. 1.30, make test-e2e-oldest) takes the control
+# plane (kube-apiserver, kube-scheduler, kube-controller-manager) from the
+# tools module test/tools/kubernetes-<minor> instead, in its own cache
+# key; the kubelet and kubectl stay at the main pin (the end-to-end tier
+# runs no kubelet; do not run the nodes tier with such a directory).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,13 +25,21 @@ tools=$root/test/tools
 cache=${CARVE_CACHE:-$HOME/.cache/carve}
 go=${GO:-go}
 goversion=$("$go" version)
+cpmod=kubernetes
+if [ -n "${CARVE_K8S:-}" ]; then
+	cpmod=kubernetes-$CARVE_K8S
+	[ -f "$tools/$cpmod/go.mod" ] || {
+		echo "e2e tools: CARVE_K8S=$CARVE_K8S: no tools module $tools/$cpmod" >&2
+		exit 1
+	}
+fi
 
 # What each tools module builds: "<module dir> <binary> <package>".
 targets=(
 	"etcd etcd go.etcd.io/etcd/server/v3"
-	"kubernetes kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver"
-	"kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler"
-	"kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager"
+	"$cpmod kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver"
+	"$cpmod kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler"
+	"$cpmod kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager"
 	"kubernetes kubelet k8s.io/kubernetes/cmd/kubelet"
 	"kubernetes kubectl k8s.io/kubernetes/cmd/kubectl"
 	"provisioner csi-provisioner github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"
@@ -60,9 +74,11 @@ fi
 
 # The control plane reports its release through component-base's version
 # variables, as an official build does.
-kver=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$tools/kubernetes/go.mod")
-kminor=$(echo "$kver" | cut -d. -f2)
-kflags="-X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kminor"
+kflags() { # kflags <module dir>
+	local kver
+	kver=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$tools/$1/go.mod" | head -n1)
+	echo "-X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$kver" | cut -d. -f2)"
+}
 
 start=$(date +%s)
 mkdir -p "$cache/e2e/mod"
@@ -71,7 +87,7 @@ for t in "${targets[@]}"; do
 	dir=${moddir[$mod]}
 	[ -x "$dir/$bin" ] && continue
 	flags="-s -w"
-	[ "$mod" = kubernetes ] && flags="$flags $kflags"
+	case $mod in kubernetes*) flags="$flags $(kflags "$mod")" ;; esac
 	echo "e2e tools: building $bin ($pkg)" >&2
 	mkdir -p "$dir"
 	# Build beside and rename into place, so an interrupted build never

@@ -15,8 +15,9 @@ import (
 )
 
 // release runs hack/release.sh artifacts for version with a changelog of
-// its own, into a temporary directory.
-func release(t *testing.T, version, changelog string) (dist string, out []byte, err error) {
+// its own, into a temporary directory; env adds to the environment
+// (PLATFORMS=...).
+func release(t *testing.T, version, changelog string, env ...string) (dist string, out []byte, err error) {
 	t.Helper()
 	root := repoRoot(t)
 	dir := t.TempDir()
@@ -29,7 +30,7 @@ func release(t *testing.T, version, changelog string) (dist string, out []byte, 
 	tool(t, "kustomize")
 	cmd := exec.CommandContext(t.Context(), filepath.Join(root, "hack", "release.sh"), "artifacts")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist, "CHANGELOG="+cl)
+	cmd.Env = append(append(os.Environ(), "VERSION="+version, "DIST="+dist, "CHANGELOG="+cl), env...)
 	out, err = cmd.CombinedOutput()
 	return dist, out, err
 }
@@ -40,7 +41,8 @@ func release(t *testing.T, version, changelog string) (dist string, out []byte, 
 // CHANGELOG section as release notes and checksums of it all.
 func TestReleaseArtifacts(t *testing.T) {
 	const changelog = "# Changelog\n\n## [1.2.4]\n\n- later\n\n## [1.2.3] - 2026-11-23\n\n- a fix\n\n## [1.2.2]\n\n- older\n"
-	dist, out, err := release(t, "v1.2.3", changelog)
+	// One platform here: TestReleasePlugin builds them all.
+	dist, out, err := release(t, "v1.2.3", changelog, "PLATFORMS=linux/amd64")
 	if err != nil {
 		t.Fatalf("release artifacts: %v\n%s", err, out)
 	}
@@ -77,7 +79,7 @@ func TestReleaseArtifacts(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(notes)) != "- a fix" {
 		t.Errorf("release notes %q (%v), want the 1.2.3 section only", notes, err)
 	}
-	if out, err := runErr(dist, "sha256sum", "--check", "--strict", "SHA256SUMS"); err != nil || bytes.Count(out, []byte(": OK")) != 3 {
+	if out, err := runErr(dist, "sha256sum", "--check", "--strict", "SHA256SUMS"); err != nil || bytes.Count(out, []byte(": OK")) != 5 {
 		t.Errorf("SHA256SUMS: %v\n%s", err, out)
 	}
 

@@ -9,7 +9,7 @@
 apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: carve-device-classes{{ with $g.name }}-{{ . }}{{ end }}
+  name: {{ include "carve.fullname" .root }}-device-classes{{ with $g.name }}-{{ . }}{{ end }}
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "carve.labels" .root | nindent 4 }}

@@ -37,12 +37,21 @@ crds.install serve them from the next helm upgrade on. */}}
 {{- if and .Values.sidecars.snapshotter.enabled (.Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1") }}true{{ end -}}
 {{- end }}
 
+{{/* The prefix of every object's name: fullnameOverride, else
+nameOverride, else carve. The release name is not part of it (one carve per
+cluster: the CSIDriver lvm.carve.dev is cluster-wide). The
+app.kubernetes.io/name label stays carve: kubectl carve, the dashboard and
+the alert rules select by it. */}}
+{{- define "carve.fullname" -}}
+{{ .Values.fullnameOverride | default .Values.nameOverride | default "carve" | trunc 40 | trimSuffix "-" }}
+{{- end }}
+
 {{/* The service accounts (node.serviceAccount, controller.serviceAccount). */}}
 {{- define "carve.nodeServiceAccount" -}}
-{{ .Values.node.serviceAccount.name | default "carve-node" }}
+{{ .Values.node.serviceAccount.name | default (printf "%s-node" (include "carve.fullname" .)) }}
 {{- end }}
 {{- define "carve.controllerServiceAccount" -}}
-{{ .Values.controller.serviceAccount.name | default "carve-controller" }}
+{{ .Values.controller.serviceAccount.name | default (printf "%s-controller" (include "carve.fullname" .)) }}
 {{- end }}
 
 {{/* The socket path the kubelet uses to reach the node plugin. */}}

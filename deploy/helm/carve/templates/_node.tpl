@@ -8,11 +8,12 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 {{- $g := .group -}}
 {{- $kubeletDir := $g.kubeletDir | default $v.kubeletDir -}}
 {{- $pluginDir := printf "%s/plugins/lvm.carve.dev" $kubeletDir -}}
-{{- $name := "carve-node" -}}
-{{- $config := "carve-device-classes" -}}
+{{- $fullname := include "carve.fullname" $root -}}
+{{- $name := printf "%s-node" $fullname -}}
+{{- $config := printf "%s-device-classes" $fullname -}}
 {{- if $g.name -}}
-{{- $name = printf "carve-node-%s" $g.name -}}
-{{- $config = printf "carve-device-classes-%s" $g.name -}}
+{{- $name = printf "%s-node-%s" $fullname $g.name -}}
+{{- $config = printf "%s-device-classes-%s" $fullname $g.name -}}
 {{- end -}}
 # The node DaemonSet{{ if $g.name }} of node group {{ $g.name }} (nodes labelled
 # carve.dev/node-group={{ $g.name }}){{ end }}: the node agent, one container
@@ -285,7 +286,7 @@ spec:
               - configMap:
                   name: {{ $config }}
               - configMap:
-                  name: carve-node-channel-ca
+                  name: {{ $fullname }}-node-channel-ca
                   optional: true
                   items:
                     - key: ca.crt

@@ -149,7 +149,7 @@ release-push-chart: deploy-tools
 
 test-deploy: deps deploy-tools krew
 	@imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  CARVE_IMAGES=$$imgdir $(GO) test -tags deploytest -count=1 -timeout 10m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
+	  CARVE_IMAGES=$$imgdir $(GO) test -tags deploytest -count=1 -timeout 20m -v ./test/deploy/... 2>&1 | tee $(CACHE)/test-deploy.log | ./hack/summarize-go-test.sh deploy
 
 # End to end on a real control plane (test/e2e; docs/development.md): etcd,
 # kube-apiserver, kube-scheduler, kube-controller-manager and csi-provisioner

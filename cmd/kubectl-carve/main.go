@@ -120,6 +120,7 @@ type options struct {
 	output        string
 	noHeaders     bool
 	driver        string
+	agentService  string
 
 	streams genericiooptions.IOStreams
 	connect func(genericclioptions.RESTClientGetter) (clients, error)
@@ -157,6 +158,7 @@ one namespace sees that namespace's volumes, claims and snapshots.`,
 	flags.StringVarP(&o.output, "output", "o", "table", "output format: table, wide, json, yaml or name")
 	flags.BoolVar(&o.noHeaders, "no-headers", false, "print tables without their header")
 	flags.StringVar(&o.driver, "driver", "lvm.carve.dev", "carve's CSI driver name")
+	flags.StringVar(&o.agentService, "agent-service", "carve-node", "the Service over carve's node agents (<nameOverride>-node for a chart installed with nameOverride)")
 	o.registerCompletions(root)
 
 	for _, v := range o.views() {
@@ -181,7 +183,7 @@ func (o *options) view() (kubeview.View, error) {
 	if err != nil {
 		return kubeview.View{}, err
 	}
-	v := kubeview.View{Client: c.kube, Dynamic: c.dynamic, Driver: o.driver,
+	v := kubeview.View{Client: c.kube, Dynamic: c.dynamic, Driver: o.driver, AgentService: o.agentService,
 		Warn: func(msg string) { say(o.streams.ErrOut, "Warning: %s\n", msg) }}
 	if !o.allNamespaces {
 		ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()

@@ -95,6 +95,11 @@ type View struct {
 	// typed clientset); only Snapshots needs it.
 	Dynamic dynamic.Interface
 	Driver  string
+	// AgentService is the headless Service over the node agents (the node
+	// channel's), whose endpoints say whether an agent is reachable;
+	// "" is the chart's default, carve-node (a chart installed with
+	// nameOverride names it <prefix>-node).
+	AgentService string
 	// Namespace limits the views of namespaced objects (volumes, pending
 	// claims, snapshots) to one namespace; "" is all of them.
 	Namespace string

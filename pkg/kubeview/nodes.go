@@ -16,17 +16,17 @@ import (
 // Service over them (carve controller reaches the agents through its
 // EndpointSlices), the node-group label, and the agent's container.
 const (
-	agentSelector    = "app.kubernetes.io/name=carve,app.kubernetes.io/component=node"
-	agentService     = "carve-node"
-	nodeGroupLabel   = "carve.dev/node-group"
-	noNodeGroup      = "none" // the node group that keeps carve off a node
-	agentContainer   = "carve"
-	versionLabel     = "app.kubernetes.io/version"
-	reasonUnhealthy  = "Unhealthy"
-	agentReady       = "Ready"
-	channelReady     = "Ready"
-	channelNotReady  = "NotReady"
-	channelNoAddress = "None"
+	agentSelector       = "app.kubernetes.io/name=carve,app.kubernetes.io/component=node"
+	defaultAgentService = "carve-node"
+	nodeGroupLabel      = "carve.dev/node-group"
+	noNodeGroup         = "none" // the node group that keeps carve off a node
+	agentContainer      = "carve"
+	versionLabel        = "app.kubernetes.io/version"
+	reasonUnhealthy     = "Unhealthy"
+	agentReady          = "Ready"
+	channelReady        = "Ready"
+	channelNotReady     = "NotReady"
+	channelNoAddress    = "None"
 )
 
 // Node is one node's carve agent as the API sees it.
@@ -153,10 +153,14 @@ func agentsByNode(pods []corev1.Pod) map[string]*corev1.Pod {
 // channels maps each node to the state of its agent's endpoint in the
 // EndpointSlices of the carve-node Service: Ready if any is.
 func (v View) channels(ctx context.Context) (map[string]string, error) {
+	service := v.AgentService
+	if service == "" {
+		service = defaultAgentService
+	}
 	slices, err := v.Client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{
-		LabelSelector: discoveryv1.LabelServiceName + "=" + agentService})
+		LabelSelector: discoveryv1.LabelServiceName + "=" + service})
 	if err != nil {
-		return nil, fmt.Errorf("listing the EndpointSlices of Service %s: %w", agentService, err)
+		return nil, fmt.Errorf("listing the EndpointSlices of Service %s: %w", service, err)
 	}
 	channel := map[string]string{}
 	for _, s := range slices.Items {

@@ -59,8 +59,12 @@ func csiNode(name string, drivers ...string) *storagev1.CSINode {
 }
 
 func endpointSlice(ready map[string]bool) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: "carve-node-x",
-		Labels: map[string]string{discoveryv1.LabelServiceName: "carve-node"}}}
+	return serviceSlice("carve-node", ready)
+}
+
+func serviceSlice(service string, ready map[string]bool) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: service + "-x",
+		Labels: map[string]string{discoveryv1.LabelServiceName: service}}}
 	for n, r := range ready {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{NodeName: &n, Conditions: discoveryv1.EndpointConditions{Ready: &r}})
 	}
@@ -108,6 +112,22 @@ func TestNodes(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Nodes:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestNodesAgentService: the channel state comes from the Service named
+// by AgentService (a chart installed with nameOverride), not carve-node's.
+func TestNodesAgentService(t *testing.T) {
+	objs := []runtime.Object{node("n1", ""), agentPod("carve-node-a", "n1", "carve:dev", true, nil),
+		endpointSlice(map[string]bool{"n1": false}), serviceSlice("store-node", map[string]bool{"n1": true})}
+	for _, tc := range []struct{ service, want string }{{"", "NotReady"}, {"store-node", "Ready"}, {"other", "None"}} {
+		got, err := View{Client: fake.NewClientset(objs...), Driver: driver, AgentService: tc.service}.Nodes(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Channel != tc.want {
+			t.Errorf("AgentService %q: %+v, want channel %s", tc.service, got, tc.want)
+		}
 	}
 }
 

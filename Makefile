@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement test-host-side test-nodes demo bench bench-peers deps clean cachedir
+.PHONY: all build generate image images manifests verify helm release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e measure-restore-placement measure-placement-nodes test-host-side test-nodes demo bench bench-peers deps clean cachedir
 
 all: build
 
@@ -171,7 +171,19 @@ measure-restore-placement: deps build deploy-tools cachedir
 # and device-mapper, running carve's image and the sidecars of make images.
 test-nodes: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir $(GO) test -tags nodes -count=1 -timeout 40m -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir $(GO) test -tags nodes -count=1 -timeout 40m -skip '^TestMeasure' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
+
+# A measurement on real nodes, not part of make test: the guest beside
+# three bigger simulated nodes, the controller on the guest; unpinned pods
+# of claims restored and cloned from a source on the guest must run there
+# (TestMeasureRestoreLanding; PLACEMENT_ROUNDS rounds of each).
+PLACEMENT_ROUNDS ?= 10
+
+measure-placement-nodes: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_NODES_SIMULATED=3 CARVE_MEASURE_ROUNDS=$(PLACEMENT_ROUNDS) \
+	  $(GO) test -tags nodes -count=1 -timeout 60m -run '^TestMeasure' -v ./test/nodes/ 2>&1 | tee $(CACHE)/measure-nodes.log | ./hack/summarize-go-test.sh measure-nodes
+	@grep '^MEASURE' $(CACHE)/measure-nodes.log
 
 # The newcomer's tour (root): the e2e cluster with one real node (a qemu
 # guest running the shipped DaemonSet from carve's image) and three

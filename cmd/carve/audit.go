@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
@@ -26,10 +28,12 @@ const auditLease = "carve-controller-audit"
 // call of the audit.
 const nodeCallTimeout = 30 * time.Second
 
-// agents reaches the node agents' NodeAgent service; *nodepool.Pool is one.
+// agents reaches the node agents' NodeAgent and CSI Controller services;
+// *nodepool.Pool is one.
 type agents interface {
 	Names() []string
 	NodeAgent(ctx context.Context, node string) (nodeagentv1.NodeAgentClient, error)
+	Controller(ctx context.Context, node string) (csi.ControllerClient, error)
 }
 
 // auditNodes is the audit's view of the node agents, over the node channel.
@@ -78,6 +82,34 @@ func (n auditNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf s
 	return err
 }
 
+// VolumeHealth pages through the node's ControllerListVolumeHealth: its
+// volumes with a health problem, from its view.
+func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]reconcile.VolumeHealth, error) {
+	c, err := n.pool.Controller(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	var out []reconcile.VolumeHealth
+	for token := ""; ; {
+		resp, err := c.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetEntries() {
+			h := reconcile.VolumeHealth{ID: e.GetVolumeId()}
+			for _, s := range e.GetHealthStatuses() {
+				h.Problems = append(h.Problems, reconcile.Problem{Status: s.GetStatus().String(), Reason: s.GetReason(), Message: s.GetMessage()})
+			}
+			out = append(out, h)
+		}
+		if token = resp.GetNextToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
 // inventoryOf is a node agent's inventory as the audit reads it.
 func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
 	inv := &reconcile.Inventory{Unreadable: resp.GetUnreadableVolumeGroups(), Busy: resp.GetBusy()}
@@ -95,15 +127,20 @@ func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
 	return inv
 }
 
-// startAudit builds the audit of the nodes' LVs against the PV index; what
+// startAudit builds the audit of the nodes' LVs against the PV index (and,
+// with dyn, of their snapshots' validity); what
 // it returns runs it (under leader election when asked) until ctx ends.
 // The index is run by its owner, the route.
-func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, pvs *pvindex.Index, pool agents,
+func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool agents,
 	reg prometheus.Registerer) func(context.Context) error {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
-	a := reconcile.New(reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
+	cfg := reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
 		Nodes: auditNodes{pool}, Grace: o.Audit.Grace, RemovalGrace: o.Audit.RemovalGrace, Interval: o.Audit.Interval, RemoveOrphans: o.Audit.RemoveOrphans,
-		Registerer: reg, Events: rec})
+		Registerer: reg, Events: rec}
+	if dyn != nil {
+		cfg.Contents = snapshotContents{dyn: dyn, driver: o.DriverName}
+	}
+	a := reconcile.New(cfg)
 	return func(ctx context.Context) error {
 		defer stop()
 		if !o.LeaderElection {

@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
@@ -91,6 +93,30 @@ func (f fakeAgents) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeA
 	return f.a, nil
 }
 
+func (f fakeAgents) Controller(_ context.Context, node string) (csi.ControllerClient, error) {
+	if node != "node-a" {
+		return nil, errors.New("node " + node + ": no ready node agent endpoint")
+	}
+	return &fakeHealthClient{}, nil
+}
+
+// fakeHealthClient answers ControllerListVolumeHealth with two pages of
+// one volume each.
+type fakeHealthClient struct {
+	csi.ControllerClient
+}
+
+func (*fakeHealthClient) ControllerListVolumeHealth(_ context.Context, req *csi.ControllerListVolumeHealthRequest, _ ...grpc.CallOption) (*csi.ControllerListVolumeHealthResponse, error) {
+	entry := func(id, reason string) *csi.VolumeHealth {
+		return &csi.VolumeHealth{VolumeId: id, HealthStatuses: []*csi.VolumeHealth_VolumeHealthEntry{
+			{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: reason, Message: "m-" + reason}}}
+	}
+	if req.GetStartingToken() == "" {
+		return &csi.ControllerListVolumeHealthResponse{Entries: []*csi.VolumeHealth{entry("vg1/carve-a", "ThinPoolFull")}, NextToken: "vg1/carve-a"}, nil
+	}
+	return &csi.ControllerListVolumeHealthResponse{Entries: []*csi.VolumeHealth{entry("vg1/carve-b", "LogicalVolumeDegraded")}}, nil
+}
+
 // fakeAgentClient answers Inventory and records QuarantineOrphan and
 // RemoveOrphan.
 type fakeAgentClient struct {
@@ -141,5 +167,16 @@ func TestAuditNodes(t *testing.T) {
 	}
 	if err := n.RemoveOrphan(t.Context(), "node-b", "vg1", "carve-orphan-y", "carve-y"); err == nil {
 		t.Error("a removal on an unreachable node is no error")
+	}
+	health, err := n.VolumeHealth(t.Context(), "node-a")
+	want := []reconcile.VolumeHealth{
+		{ID: "vg1/carve-a", Problems: []reconcile.Problem{{Status: "DEGRADED", Reason: "ThinPoolFull", Message: "m-ThinPoolFull"}}},
+		{ID: "vg1/carve-b", Problems: []reconcile.Problem{{Status: "DEGRADED", Reason: "LogicalVolumeDegraded", Message: "m-LogicalVolumeDegraded"}}},
+	}
+	if err != nil || !reflect.DeepEqual(health, want) {
+		t.Errorf("VolumeHealth of node-a (two pages): %+v, %v; want %+v", health, err, want)
+	}
+	if _, err := n.VolumeHealth(t.Context(), "node-b"); err == nil {
+		t.Error("the health of an unreachable node is no error")
 	}
 }

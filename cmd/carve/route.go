@@ -134,7 +134,11 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
 	}}
 	if o.Audit.Interval > 0 {
-		duties = append(duties, startAudit(ctx, o, client, pvs, pool, reg))
+		dyn, err := kube.Dynamic(o.Kubeconfig, "carve-controller")
+		if err != nil {
+			return nil, fmt.Errorf("the audit: %w", err)
+		}
+		duties = append(duties, startAudit(ctx, o, client, dyn, pvs, pool, reg))
 	}
 	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }}, nil
 }

@@ -7,7 +7,7 @@
 //	kubectl carve pending     PVCs of carve's StorageClasses that are Pending, with their last event
 //	kubectl carve snapshots   VolumeSnapshots of carve's driver, with the node each lives on
 //	kubectl carve describe    everything about one claim: PV, LV, node, class, pods, events, metrics
-//	kubectl carve orphans     what the node audit reported: orphaned LVs, PVs whose LV is gone
+//	kubectl carve orphans     what the node audit reported: orphaned LVs and their quarantines, PVs whose LV is gone
 //
 // It takes kubectl's client flags (k8s.io/cli-runtime: -n, -A, --context,
 // --as, --kubeconfig, ...) in any position and its output flags (-o

@@ -25,7 +25,7 @@ func (o *options) views() []*cobra.Command {
 			true, o.pending),
 		o.listCommand("snapshots", "carve's VolumeSnapshots (current namespace; -A: all), with their node",
 			true, o.snapshots),
-		o.listCommand("orphans", "What the audit reported: orphaned LVs, PVs whose LV is gone",
+		o.listCommand("orphans", "What the audit reported: orphaned LVs and their quarantines, PVs whose LV is gone",
 			false, o.orphans),
 		o.describeCommand(),
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -954,4 +955,47 @@ func TestCreateVolumeRepeatOutsideItsTopology(t *testing.T) {
 	other.AccessibilityRequirements = elsewhere
 	_, err = fx.cs.CreateVolume(ctx, other)
 	wantCode(t, err, codes.ResourceExhausted, "requisite topology")
+}
+
+// TestListVolumesLeavesOutQuarantinedOrphans: an orphan the audit
+// quarantined (renamed carve-orphan-<hex>, volume tags kept) is no volume
+// any more: ListVolumes and ControllerListVolumeHealth do not list it
+// under its new ID.
+func TestListVolumesLeavesOutQuarantinedOrphans(t *testing.T) {
+	ctx := context.Background()
+	fx := newControllerFixture(t)
+	done := mustCreate(t, fx, "done", nil)
+	orig := volume.LVNameFor("gone")
+	qname, _ := volume.QuarantineName(orig)
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: qname, Size: uint64(gib),
+		Tags: append(volume.VolumeTags("gone", "fast", nil), volume.OrphanTags(orig, time.Unix(1e9, 0))...)}); err != nil {
+		t.Fatal(err)
+	}
+	fx.lvm.mu.Lock()
+	for _, id := range []string{done, volume.VolumeID("vg1", qname)} {
+		fx.lvm.lvs[id].Attr.Active = false // unhealthy, so the health list shows it
+	}
+	fx.lvm.mu.Unlock()
+	if err := fx.view.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vols []string
+	for _, e := range list.GetEntries() {
+		vols = append(vols, e.GetVolume().GetVolumeId())
+	}
+	health, err := fx.cs.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unhealthy []string
+	for _, e := range health.GetEntries() {
+		unhealthy = append(unhealthy, e.GetVolumeId())
+	}
+	if !slices.Equal(vols, []string{done}) || !slices.Equal(unhealthy, []string{done}) {
+		t.Errorf("listed %v, unhealthy %v; want only %s, not the quarantined orphan", vols, unhealthy, done)
+	}
 }

@@ -11,6 +11,7 @@ package kubeview
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -394,18 +395,30 @@ func lastEvent(events []corev1.Event) *corev1.Event {
 	return last
 }
 
-// Event reasons carve's node audit records (pkg/reconcile): an LV no PV points
-// at, and a PV whose LV is gone.
+// Event reasons carve's node audit records (pkg/reconcile): on a Node, an
+// LV no PV points at, its quarantine and removal (--remove-orphans), and a
+// PV that names a quarantined LV; on a PV, one whose LV is gone.
 const (
-	reasonOrphan  = "OrphanedVolume"
-	reasonMissing = "VolumeDataMissing"
+	reasonOrphan      = "OrphanedVolume"
+	reasonQuarantined = "OrphanedVolumeQuarantined"
+	reasonRemoved     = "OrphanedVolumeRemoved"
+	reasonClaimed     = "QuarantinedVolumeClaimed"
+	reasonMissing     = "VolumeDataMissing"
 )
 
-// Finding is one thing carve's node audit reported as a Warning event: an
-// orphaned LV (on a Node) or a volume whose data is missing (on a PV; the
-// copy on its PVC is left out).
+// auditComponent is the source of the audit's Events (carve controller's
+// recorder).
+const auditComponent = "carve-controller"
+
+// Finding is one thing carve's node audit reported as an event: an
+// orphaned LV, its quarantine or removal, or a PV naming a quarantined LV
+// (on a Node), or a volume whose data is missing (on a PV; the copy on
+// its PVC is left out).
 type Finding struct {
-	Kind     string    `json:"kind"` // OrphanedVolume or VolumeDataMissing
+	// Kind is the event's reason: OrphanedVolume,
+	// OrphanedVolumeQuarantined, OrphanedVolumeRemoved,
+	// QuarantinedVolumeClaimed or VolumeDataMissing.
+	Kind     string    `json:"kind"`
 	Object   string    `json:"object"`
 	Message  string    `json:"message"`
 	Count    int32     `json:"count"`
@@ -413,21 +426,28 @@ type Finding struct {
 }
 
 // Findings lists the audit's events still held by the API (events expire,
-// one hour by default), newest first.
+// one hour by default), newest first: two lists, carve controller's
+// events on Nodes and the VolumeDataMissing ones.
 func (v View) Findings(ctx context.Context) ([]Finding, error) {
 	var out []Finding
-	for _, reason := range []string{reasonOrphan, reasonMissing} {
-		events, err := v.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
+	for _, q := range []struct {
+		selector string
+		kind     string
+		reasons  []string
+	}{
+		{"involvedObject.kind=Node,source=" + auditComponent, "Node", []string{reasonOrphan, reasonQuarantined, reasonRemoved, reasonClaimed}},
+		{"reason=" + reasonMissing, "PersistentVolume", []string{reasonMissing}},
+	} {
+		events, err := v.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: q.selector})
 		if err != nil {
-			return nil, fmt.Errorf("listing %s events: %w", reason, err)
+			return nil, fmt.Errorf("listing the audit's events (%s): %w", q.selector, err)
 		}
 		for i := range events.Items {
 			e := &events.Items[i]
-			kind := e.InvolvedObject.Kind
-			if e.Reason != reason || (kind != "Node" && kind != "PersistentVolume") {
+			if !slices.Contains(q.reasons, e.Reason) || e.InvolvedObject.Kind != q.kind {
 				continue
 			}
-			out = append(out, Finding{Kind: reason, Object: strings.ToLower(kind) + "/" + e.InvolvedObject.Name,
+			out = append(out, Finding{Kind: e.Reason, Object: strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name,
 				Message: e.Message, Count: e.Count, LastSeen: eventTime(e)})
 		}
 	}

@@ -147,6 +147,12 @@ func TestFindings(t *testing.T) {
 		event("", "m1", "PersistentVolume", "pv-gone", reasonMissing, "the LV of PersistentVolume pv-gone is gone", t0.Add(time.Minute)),
 		event("db", "m2", "PersistentVolumeClaim", "data-9", reasonMissing, "the same, on the claim", t0.Add(time.Minute)),
 		event("", "x", "Node", "n1", "NodeReady", "not a finding", t0.Add(2*time.Minute)),
+		// --remove-orphans: the quarantine, the removal, a PV naming a
+		// quarantined LV (its copy on the PV is left out).
+		event("", "q1", "Node", "n1", reasonQuarantined, "quarantined orphaned LV carve/carve-1 as carve/carve-orphan-1", t0.Add(3*time.Minute)),
+		event("", "r1", "Node", "n1", reasonRemoved, "removed orphaned LV carve/carve-orphan-1", t0.Add(5*time.Minute)),
+		event("", "c1", "Node", "n2", reasonClaimed, "PersistentVolume pv-x names LV carve/carve-2", t0.Add(4*time.Minute)),
+		event("", "c2", "PersistentVolume", "pv-x", reasonClaimed, "PersistentVolume pv-x names LV carve/carve-2", t0.Add(4*time.Minute)),
 	}
 	got, err := View{Client: fake.NewClientset(objs...), Driver: driver}.Findings(context.Background())
 	if err != nil {
@@ -156,6 +162,9 @@ func TestFindings(t *testing.T) {
 		got[i].LastSeen = got[i].LastSeen.UTC()
 	}
 	want := []Finding{
+		{Kind: reasonRemoved, Object: "node/n1", Message: "removed orphaned LV carve/carve-orphan-1", LastSeen: t0.Add(5 * time.Minute)},
+		{Kind: reasonClaimed, Object: "node/n2", Message: "PersistentVolume pv-x names LV carve/carve-2", LastSeen: t0.Add(4 * time.Minute)},
+		{Kind: reasonQuarantined, Object: "node/n1", Message: "quarantined orphaned LV carve/carve-1 as carve/carve-orphan-1", LastSeen: t0.Add(3 * time.Minute)},
 		{Kind: reasonMissing, Object: "persistentvolume/pv-gone", Message: "the LV of PersistentVolume pv-gone is gone", LastSeen: t0.Add(time.Minute)},
 		{Kind: reasonOrphan, Object: "node/n1", Message: "LV carve/carve-1 has had no PersistentVolume", Count: 3, LastSeen: t0},
 	}

@@ -71,6 +71,8 @@ type Recorder struct {
 
 	snapshotCOWUsed *prometheus.GaugeVec
 	snapshotInvalid *prometheus.GaugeVec
+
+	classAvailable *prometheus.GaugeVec
 }
 
 // NewRecorder creates the metrics and registers them with reg.
@@ -129,7 +131,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"device_class", "volume_group", "thin_pool"}),
 		volumes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_volumes",
-			Help: "Number of carve volumes (LVs with carve's tags) of a device class.",
+			Help: "Number of carve volumes (LVs with carve's tags) of a device class; quarantined orphans (carve_quarantined_volumes) are not counted.",
 		}, []string{"device_class"}),
 		lastRefreshResult: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_state_refresh_timestamp_seconds",
@@ -144,7 +146,11 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		Name: "carve_snapshot_invalid",
 		Help: "1 when a thick snapshot ran out of its copy-on-write space (or LVM marks it invalid): its content is lost and no restore reads it; 0 otherwise.",
 	}, snapshotLabels)
-	reg.MustRegister(r.snapshotCOWUsed, r.snapshotInvalid)
+	r.classAvailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "carve_device_class_available",
+		Help: "1 when a device class of this node can take new volumes; 0 when it cannot, with reason the code of why (vg-missing, vg-unreadable, pv-missing, thin-pool-missing, thin-pool-unusable, metadata-full, lvm-error, lvm-timeout, not-loaded). One series per configured class.",
+	}, []string{"device_class", "volume_group", "reason"})
+	reg.MustRegister(r.snapshotCOWUsed, r.snapshotInvalid, r.classAvailable)
 	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.copiedBytes, r.vgSize, r.vgFree,
 		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes, r.lastRefreshResult)
 	return r
@@ -230,6 +236,32 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 			}
 			r.thinZeroing.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.ThinPool).Set(zeroing)
 		}
+	}
+}
+
+// ClassAvailability is whether one configured device class can take new
+// volumes on this node.
+type ClassAvailability struct {
+	DeviceClass, VolumeGroup string
+	// Reason is empty when the class is available, else the code of why
+	// not (vgview's reason codes).
+	Reason string
+}
+
+// SetClassAvailability replaces carve_device_class_available with states:
+// one series per configured class, so that a class whose volume group is
+// gone still has one (at 0, with its reason).
+func (r *Recorder) SetClassAvailability(states []ClassAvailability) {
+	if r == nil {
+		return
+	}
+	r.classAvailable.Reset()
+	for _, s := range states {
+		available := 0.0
+		if s.Reason == "" {
+			available = 1
+		}
+		r.classAvailable.WithLabelValues(s.DeviceClass, s.VolumeGroup, s.Reason).Set(available)
 	}
 }
 

@@ -70,7 +70,7 @@ func TestSetClassStatesReplacesOldClasses(t *testing.T) {
 # HELP carve_capacity_available_bytes Capacity reported to Kubernetes through GetCapacity for a device class (free space minus spare; for thin classes bounded by the overprovision ratio).
 # TYPE carve_capacity_available_bytes gauge
 carve_capacity_available_bytes{device_class="fast"} 30
-# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class.
+# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class; quarantined orphans (carve_quarantined_volumes) are not counted.
 # TYPE carve_volumes gauge
 carve_volumes{device_class="fast"} 3
 `

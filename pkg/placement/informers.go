@@ -34,7 +34,7 @@ func (p *Placer) setupInformers() error {
 	}
 	if _, err := p.claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.onClaim,
-		UpdateFunc: func(_, o any) { p.onClaim(o) },
+		UpdateFunc: p.onClaimUpdate,
 		DeleteFunc: p.onClaimDeleted,
 	}); err != nil {
 		return fmt.Errorf("restore placement: watching claims: %w", err)
@@ -85,6 +85,26 @@ func (p *Placer) onClaim(o any) {
 		p.queue.Add(c.Namespace + "/" + c.Name)
 	}
 	p.enqueueBySource(source{kind: kindClaim, namespace: c.Namespace, name: c.Name}.key())
+}
+
+// onClaimUpdate is onClaim, except for a claim whose selected node was
+// just taken back (csi-provisioner does that when the node refused the
+// volume): it is looked at only after takenBackDelay. csi-provisioner
+// writes the claim it updated into its own informer cache after the
+// update returns; a selection carve patched in meanwhile reaches that
+// cache first and is then overwritten by the older claim, and
+// csi-provisioner, seeing no selected node, never provisions the claim
+// until its next resync (make measure-placement-nodes saw a restore stuck
+// so, with the controller on a slow node).
+func (p *Placer) onClaimUpdate(old, o any) {
+	before, ok1 := old.(*corev1.PersistentVolumeClaim)
+	c, ok2 := o.(*corev1.PersistentVolumeClaim)
+	if ok1 && ok2 && before.Annotations[AnnSelectedNode] != "" && candidate(c) {
+		p.queue.AddAfter(c.Namespace+"/"+c.Name, p.takenBackDelay)
+		p.enqueueBySource(source{kind: kindClaim, namespace: c.Namespace, name: c.Name}.key())
+		return
+	}
+	p.onClaim(o)
 }
 
 func (p *Placer) onClaimDeleted(o any) {

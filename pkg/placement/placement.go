@@ -101,6 +101,10 @@ const (
 	maxDelay   = 30 * time.Second
 	maxRetries = 10
 	workers    = 2
+	// takenBackDelay is how long a claim whose selected node was taken
+	// back waits before carve selects one (onClaimUpdate): far longer
+	// than csi-provisioner takes to write its cache after its update.
+	takenBackDelay = 2 * time.Second
 )
 
 // Capacity is the room the node agents last reported;
@@ -154,6 +158,8 @@ type Placer struct {
 	snapshots cache.SharedIndexInformer
 	contents  cache.SharedIndexInformer
 
+	takenBackDelay time.Duration
+
 	mu sync.Mutex
 	// told is the last result each claim got an Event for, so that a
 	// claim looked at again gets one only when the answer changes.
@@ -186,7 +192,8 @@ func New(cfg Config) (*Placer, error) {
 			Name: "carve_restore_placements_total",
 			Help: "Decisions of carve controller on new restores and clones of carve volumes, by result: placed (the claim's node selected: its source's), or why not: source_node_full, source_node_unreachable, source_node_unknown, source_not_carve, placed_before.",
 		}, []string{"result"}),
-		told: map[types.UID]string{},
+		told:           map[types.UID]string{},
+		takenBackDelay: takenBackDelay,
 	}
 	for _, r := range results {
 		p.decisions.WithLabelValues(r)

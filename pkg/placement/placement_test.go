@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/carve-csi/carve/pkg/volume"
 )
@@ -409,6 +410,53 @@ func TestToldOnce(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(h.p.decisions.WithLabelValues(ResultSourceNodeUnreachable)); got != 1 {
 		t.Errorf("unreachable counted %v times, want 1", got)
+	}
+}
+
+// queueRecorder records what is queued instead of queueing it.
+type queueRecorder struct {
+	workqueue.TypedRateLimitingInterface[string]
+	now   []string
+	after map[string]time.Duration
+}
+
+func (q *queueRecorder) Add(k string) { q.now = append(q.now, k) }
+func (q *queueRecorder) AddAfter(k string, d time.Duration) {
+	q.after[k] = d
+}
+
+// TestClaimUpdateAfterTakeBack: a claim whose selected node was just
+// taken back (csi-provisioner's reschedule) is looked at only after
+// takenBackDelay, so that carve's selection does not reach
+// csi-provisioner's cache before csi-provisioner's own write of the
+// claim, which would overwrite it; any other update is looked at at once.
+func TestClaimUpdateAfterTakeBack(t *testing.T) {
+	restore := func(opts ...claimOpt) *corev1.PersistentVolumeClaim {
+		return claim("c", "thick", "1Gi", append([]claimOpt{fromSnapshot("snap")}, opts...)...)
+	}
+	for _, tc := range []struct {
+		name       string
+		old, new   *corev1.PersistentVolumeClaim
+		now        []string
+		afterDelay bool
+	}{
+		{name: "selection taken back", old: restore(annotated(AnnSelectedNode, "node-b")), new: restore(), afterDelay: true},
+		{name: "other change, no selection", old: restore(), new: restore(annotated("x", "y")), now: []string{ns + "/c"}},
+		{name: "node selected", old: restore(), new: restore(annotated(AnnSelectedNode, "node-b"))},
+		{name: "taken back from a bound claim", old: restore(annotated(AnnSelectedNode, "node-b")), new: restore(boundTo("pv"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, world{pvs: fakePVs{}, capacity: fakeCapacity{}})
+			q := &queueRecorder{TypedRateLimitingInterface: h.p.queue, after: map[string]time.Duration{}}
+			h.p.queue = q
+			h.p.onClaimUpdate(tc.old, tc.new)
+			if !slices.Equal(q.now, tc.now) {
+				t.Errorf("queued at once %v, want %v", q.now, tc.now)
+			}
+			if d, ok := q.after[ns+"/c"]; ok != tc.afterDelay || (ok && d != takenBackDelay) {
+				t.Errorf("queued after %v (%t), want after %v: %t", d, ok, takenBackDelay, tc.afterDelay)
+			}
+		})
 	}
 }
 

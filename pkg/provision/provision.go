@@ -247,9 +247,13 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf strin
 // Available tells whether an LV is a volume that CreateVolume has handed
 // out: not half-made (unfinished: a crash between lvcreate and its wipe or
 // erasure) and not a restore or clone whose copy is under way
-// (volume.TagCopyPending). A mark that cannot be read counts as
-// unfinished.
+// (volume.TagCopyPending), nor an orphan the audit quarantined (renamed
+// carve-orphan-<hex>: no volume ID names it). A mark that cannot be read
+// counts as unfinished.
 func (p *Provisioner) Available(lv *lvm.LogicalVolume) bool {
+	if volume.IsQuarantineName(lv.Name) {
+		return false
+	}
 	half, err := p.unfinished(lv)
 	return err == nil && !half && !volume.CopyPending(lv.Tags)
 }

@@ -57,6 +57,13 @@ type Nodes interface {
 	// again), when it is not carve's, not that quarantine, or has
 	// snapshots; nil when it is gone.
 	RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error
+	// VolumeHealth reads the node's volumes that have a health problem
+	// (its ControllerListVolumeHealth, from its view).
+	VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error)
+	// InvalidSnapshots lists the IDs of the node's snapshots that are not
+	// ready to use (its ListSnapshots): thick snapshots whose
+	// copy-on-write space ran out.
+	InvalidSnapshots(ctx context.Context, node string) ([]string, error)
 }
 
 // Inventory is one node's LVM side, as its agent reported it.
@@ -107,6 +114,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Events records the Events.
 	Events record.EventRecorder
+	// Contents finds the VolumeSnapshotContent of an invalid snapshot;
+	// nil leaves snapshots alone.
+	Contents SnapshotContents
 }
 
 // Auditor runs the audit loop over every connected node.
@@ -131,6 +141,11 @@ type nodeAudit struct {
 	// oldAgent is set once the agent answered that it cannot quarantine
 	// (logged once).
 	oldAgent bool
+	// abnormal are the node's PVs announced abnormal, by PV name, until
+	// they recover (announced once more) or go.
+	abnormal map[string]abnormal
+	// invalid are the node's snapshot IDs announced invalid.
+	invalid map[string]bool
 }
 
 // errOldAgent is a quarantine's answer from an agent older than it: the
@@ -215,7 +230,7 @@ func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	for _, n := range names {
 		na := a.nodes[n]
 		if na == nil {
-			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace, a.cfg.RemovalGrace), reported: map[string]bool{}}
+			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace, a.cfg.RemovalGrace), reported: map[string]bool{}, invalid: map[string]bool{}}
 			a.nodes[n] = na
 		}
 		slots <- struct{}{}
@@ -310,10 +325,28 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 	}
 	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
 	na.forgetAnnounced(orphans, f.Missing, quarantined)
+	errs = append(errs, a.judgeNode(ctx, log, na, inv, pvs, f.Missing)...)
 	a.m.ran(na.node, now, errors.Join(errs...))
 	if err := errors.Join(errs...); err != nil {
 		log.Error(err, "Audit pass incomplete")
 	}
+}
+
+// judgeNode judges the health of node na's volumes and snapshots.
+func (a *Auditor) judgeNode(ctx context.Context, log klog.Logger, na *nodeAudit, inv *Inventory, pvs []PV, missing []Missing) []error {
+	var errs []error
+	if health, err := a.cfg.Nodes.VolumeHealth(ctx, na.node); err != nil {
+		// The health gauges and announcements stay as they were.
+		errs = append(errs, fmt.Errorf("reading the volume health of node %s: %w", na.node, err))
+	} else {
+		a.judgeHealth(log, na, inv, pvs, health, missing)
+	}
+	if a.cfg.Contents != nil {
+		if err := a.judgeSnapshots(ctx, log, na); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // claimAlive tells whether the PVC named by an orphan's tags still exists

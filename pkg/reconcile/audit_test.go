@@ -33,6 +33,24 @@ type fakeNodes struct {
 	inv        map[string]*Inventory
 	quarantine func(ctx context.Context, node, vg, name string, at time.Time) (string, error)
 	remove     func(ctx context.Context, node, vg, name, orphanOf string) error
+	// health is each node's health report (none: all healthy).
+	health map[string][]VolumeHealth
+	// invalid are each node's invalid snapshot IDs.
+	invalid map[string][]string
+}
+
+func (f *fakeNodes) InvalidSnapshots(_ context.Context, node string) ([]string, error) {
+	if _, ok := f.inv[node]; !ok {
+		return nil, errors.New("node agent unreachable")
+	}
+	return f.invalid[node], nil
+}
+
+func (f *fakeNodes) VolumeHealth(_ context.Context, node string) ([]VolumeHealth, error) {
+	if _, ok := f.inv[node]; !ok {
+		return nil, errors.New("node agent unreachable")
+	}
+	return f.health[node], nil
 }
 
 func (f *fakeNodes) Names() []string { return f.names }
@@ -176,6 +194,8 @@ func TestPass(t *testing.T) {
 		"Warning VolumeDataMissing the LV vg1/carve-lost of PersistentVolume pv-lost", // on the PVC
 		// carve-foreign names no claim: never touched.
 		"Normal OrphanedVolumeQuarantined quarantined orphaned LV vg1/carve-orphan as vg1/carve-orphan-orphan",
+		// The missing LV is also the claim's health event.
+		"Warning VolumeAbnormal volume vg1/carve-lost (PersistentVolume pv-lost) on node node-a is abnormal (LogicalVolumeMissing)",
 	}
 	checkEvents(t, got, want)
 	if !strings.Contains(got[1], "claim ns/gone") || !strings.Contains(got[1], "1073741824 bytes") {
@@ -375,6 +395,7 @@ func TestPassPerNode(t *testing.T) {
 	want := []string{
 		"Warning OrphanedVolume LV vg1/carve-a",
 		"Warning OrphanedVolume LV vg1/carve-b",
+		"Warning VolumeAbnormal volume vg1/carve-lost-b (PersistentVolume pvc-lost-b) on node node-b is abnormal (LogicalVolumeMissing)",
 		"Warning VolumeDataMissing the LV vg1/carve-lost-b of PersistentVolume pvc-lost-b is gone from node node-b's",
 	}
 	slices.Sort(got)

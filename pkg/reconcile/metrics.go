@@ -28,6 +28,8 @@ type metrics struct {
 	quarantined      *prometheus.GaugeVec
 	quarantinedBytes *prometheus.GaugeVec
 	quarantinedTotal *prometheus.CounterVec
+	// abnormal are the volumes whose health is abnormal (judgeHealth).
+	abnormal *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,6 +67,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Unix time of the last audit of a node's LVs against the PersistentVolumes, by node and result (success or error).",
 		}, []string{"node", "result"}),
 	}
+	m.abnormal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "carve_volumes_abnormal",
+		Help: "PersistentVolumes of carve on a node whose volume is abnormal (its node reports a health problem: LV failed or degraded, a physical volume missing, thin pool nearly full; or its LV has been missing for the grace period), by node and volume group; each turn is a VolumeAbnormal Event on the claim.",
+	}, []string{"node", "volume_group"})
+	reg.MustRegister(m.abnormal)
 	reg.MustRegister(m.orphans, m.orphanBytes, m.removed, m.missing, m.lastRun, m.quarantined, m.quarantinedBytes, m.quarantinedTotal)
 	return m
 }
@@ -110,9 +117,22 @@ func (m *metrics) ran(node string, at time.Time, err error) {
 	m.lastRun.WithLabelValues(node, carvemetrics.Result(err)).Set(float64(at.UnixNano()) / 1e9)
 }
 
+// publishAbnormal replaces a node's count of abnormal volumes, by volume
+// group (each of its classes' at zero when none).
+func (m *metrics) publishAbnormal(node string, classes []Class, counts map[string]int) {
+	m.abnormal.DeletePartialMatch(prometheus.Labels{"node": node})
+	for _, c := range classes {
+		m.abnormal.WithLabelValues(node, c.VolumeGroup)
+	}
+	for vg, n := range counts {
+		m.abnormal.WithLabelValues(node, vg).Set(float64(n))
+	}
+}
+
 // forget drops the series of a node that is no longer audited.
 func (m *metrics) forget(node string) {
 	only := prometheus.Labels{"node": node}
+	m.abnormal.DeletePartialMatch(only)
 	m.orphans.DeletePartialMatch(only)
 	m.orphanBytes.DeletePartialMatch(only)
 	m.removed.DeletePartialMatch(only)

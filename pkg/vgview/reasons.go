@@ -17,6 +17,10 @@ const (
 	ReasonThinPoolMissing  = "thin-pool-missing"  // a configured thin pool does not exist
 	ReasonThinPoolUnusable = "thin-pool-unusable" // a configured thin pool is failed, read-only or partial
 	ReasonUnknown          = "not-ready"          // an error that carries no reason
+	// ReasonMetadataFull is not one of Ready's: a class whose volume
+	// group's metadata area cannot take one more LV has no capacity (and
+	// carve_device_class_available shows it), but its volumes serve on.
+	ReasonMetadataFull = "metadata-full"
 )
 
 // NotReadyError is an error of Ready with its reason code.

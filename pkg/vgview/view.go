@@ -85,9 +85,13 @@ type View struct {
 
 // New returns an empty view; call Refresh before using it.
 func New(r Reporter, cfg *config.Config, rec *metrics.Recorder) *View {
-	return &View{reporter: r, cfg: cfg, rec: rec,
+	v := &View{reporter: r, cfg: cfg, rec: rec,
 		vgs: map[string]lvm.VolumeGroup{}, lvs: map[string]lvm.LogicalVolume{}, pools: map[string]lvm.ThinPool{},
 		dirty: make(chan struct{}, 1), now: time.Now, runTimeout: 2 * time.Minute}
+	// Every class has its availability series from the start (not
+	// loaded yet).
+	v.publishLocked()
+	return v
 }
 
 // StaleAfter makes Ready fail once no report has come back for d: a hung
@@ -138,6 +142,7 @@ func (v *View) Refresh(ctx context.Context) error {
 		// A mutation was applied while the report ran; the report may
 		// predate it. Keep the local state and refresh again soon.
 		v.markDirtyLocked()
+		v.publishLocked() // an earlier failure is over
 		return nil
 	}
 	vgs := make(map[string]lvm.VolumeGroup, len(r.VolumeGroups))
@@ -268,6 +273,7 @@ func (v *View) fail(err error) {
 	}
 	v.mu.Lock()
 	v.lastErr = notReady(reason, err)
+	v.publishLocked()
 	v.mu.Unlock()
 	v.changes.fire()
 }
@@ -537,7 +543,9 @@ func (v *View) publishLocked() {
 	}
 	counts := map[string]int{}
 	for _, lv := range v.lvs {
-		if k, class, ok := volume.Owned(lv); ok && k == volume.KindVolume {
+		// A quarantined orphan is no volume any more; the controller's
+		// carve_quarantined_volumes counts it.
+		if k, class, ok := volume.Owned(lv); ok && k == volume.KindVolume && !volume.IsQuarantineName(lv.Name) {
 			counts[lv.VolumeGroup+"/"+class]++
 		}
 	}
@@ -564,6 +572,31 @@ func (v *View) publishLocked() {
 	}
 	v.rec.SetClassStates(states)
 	v.rec.SetSnapshotStates(v.snapshotStatesLocked())
+	v.rec.SetClassAvailability(v.availabilityLocked())
+}
+
+// availabilityLocked says, for every configured class, whether it can take
+// new volumes and, if not, the reason code: a failed refresh (or none yet)
+// makes every class unavailable, with that reason.
+func (v *View) availabilityLocked() []metrics.ClassAvailability {
+	out := make([]metrics.ClassAvailability, 0, len(v.cfg.DeviceClasses))
+	for i := range v.cfg.DeviceClasses {
+		d := &v.cfg.DeviceClasses[i]
+		a := metrics.ClassAvailability{DeviceClass: d.Name, VolumeGroup: d.VolumeGroup}
+		err := v.loadedLocked()
+		if err == nil {
+			err = v.classProblemLocked(d)
+		}
+		vg := v.vgs[d.VolumeGroup]
+		switch reasons := Reasons(err); {
+		case len(reasons) > 0:
+			a.Reason = reasons[0]
+		case vg.MetadataFull():
+			a.Reason = ReasonMetadataFull
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // snapshotStatesLocked is the state of carve's thick (copy-on-write)

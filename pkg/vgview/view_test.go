@@ -254,7 +254,7 @@ func TestViewRefreshAndQueries(t *testing.T) {
 # TYPE carve_capacity_available_bytes gauge
 carve_capacity_available_bytes{device_class="thick"} 9.663676416e+09
 carve_capacity_available_bytes{device_class="thin"} 1.2884901888e+10
-# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class.
+# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class; quarantined orphans (carve_quarantined_volumes) are not counted.
 # TYPE carve_volumes gauge
 carve_volumes{device_class="thick"} 1
 carve_volumes{device_class="thin"} 1
@@ -711,4 +711,29 @@ func TestRequestRefreshThatEndsKeepsReady(t *testing.T) {
 			t.Errorf("Ready = %v, want the timeout", err)
 		}
 	})
+}
+
+// TestVolumesGaugeLeavesOutQuarantinedOrphans: an orphan the audit
+// quarantined counts in carve_quarantined_volumes (the controller's), not
+// in carve_volumes.
+func TestVolumesGaugeLeavesOutQuarantinedOrphans(t *testing.T) {
+	r := testReport()
+	orig := volume.LVNameFor("gone")
+	qname, _ := volume.QuarantineName(orig)
+	r.LogicalVolumes = append(r.LogicalVolumes, lvm.LogicalVolume{Name: qname, VolumeGroup: "vg1", Size: 1 * gi,
+		Tags: append(volume.VolumeTags("gone", "thick", nil), volume.OrphanTags(orig, time.Unix(1e9, 0))...)})
+	reg := prometheus.NewRegistry()
+	v := New(&fakeReporter{report: r}, testConfig(), metrics.NewRecorder(reg))
+	if err := v.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP carve_volumes Number of carve volumes (LVs with carve's tags) of a device class; quarantined orphans (carve_quarantined_volumes) are not counted.
+# TYPE carve_volumes gauge
+carve_volumes{device_class="thick"} 1
+carve_volumes{device_class="thin"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "carve_volumes"); err != nil {
+		t.Error(err)
+	}
 }

@@ -203,6 +203,10 @@ func TestDashboardPanels(t *testing.T) {
 		{"orphaned volumes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volumes\{`},
 		{"orphaned bytes per node and class", `sum by \(node, device_class\) \(carve_orphaned_volume_bytes\{`},
 		{"volumes with missing data per node", `sum by \(node\) \(carve_volumes_missing\{`},
+		{"device classes unavailable, by reason", `count by \(node, device_class, reason\) \(carve_device_class_available\{[^}]*\} == 0\)`},
+		{"quarantined orphans per node and class", `sum by \(node, device_class\) \(carve_quarantined_volumes\{`},
+		{"abnormal volumes per node and volume group", `sum by \(node, volume_group\) \(carve_volumes_abnormal\{`},
+		{"thick snapshots' space used", `max by \(node, volume_group, snapshot\) \(carve_snapshot_cow_used_ratio\{`},
 		{"volumes of deleted nodes (the controller's)", `max by \(cluster\) \(carve_lost_node_volumes\{`},
 		{"claims and PVs of deleted nodes deleted", `sum by \(object, result\) \(increase\(carve_lost_node_volumes_deleted_total\{`},
 		{"LVM command latency", `histogram_quantile\(0\.\d+, sum by \(le, command\) \(rate\(carve_lvm_command_duration_seconds_bucket`},
@@ -490,6 +494,12 @@ func (oneNode) QuarantineOrphan(context.Context, string, string, string, time.Ti
 }
 
 func (oneNode) RemoveOrphan(context.Context, string, string, string, string) error { return nil }
+
+func (oneNode) VolumeHealth(context.Context, string) ([]reconcile.VolumeHealth, error) {
+	return nil, nil
+}
+
+func (oneNode) InvalidSnapshots(context.Context, string) ([]string, error) { return nil, nil }
 
 // TestDashboardAndRulesUseExportedMetrics starts a real `carve plugin` on a
 // loop-device volume group (activation disabled: metadata only), with a

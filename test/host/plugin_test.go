@@ -281,9 +281,13 @@ func TestPluginServesWithoutItsVolumeGroup(t *testing.T) {
 		name   string
 		config string
 		want   string
+		// class is the device class that is unavailable, with its volume
+		// group and the reason carve_device_class_available gives.
+		class, volumeGroup, reason string
 	}{
-		{"missing VG", thickConfig("carve-no-such-vg"), "not ready: vg-missing\n"},
-		{"thin pool missing", fmt.Sprintf("deviceClasses:\n  - {name: thin, volumeGroup: %s, thinPool: pool0}\n", vg.Name), "not ready: thin-pool-missing\n"},
+		{"missing VG", thickConfig("carve-no-such-vg"), "not ready: vg-missing\n", "fast", "carve-no-such-vg", "vg-missing"},
+		{"thin pool missing", fmt.Sprintf("deviceClasses:\n  - {name: thin, volumeGroup: %s, thinPool: pool0}\n", vg.Name), "not ready: thin-pool-missing\n",
+			"thin", vg.Name, "thin-pool-missing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,6 +321,11 @@ func TestPluginServesWithoutItsVolumeGroup(t *testing.T) {
 			}
 			if c, err := csi.NewControllerClient(p.Conn).GetCapacity(ctx, &csi.GetCapacityRequest{}); err != nil || c.GetAvailableCapacity() != 0 {
 				t.Errorf("GetCapacity: %v, %v; want 0", c.GetAvailableCapacity(), err)
+			}
+			// The unavailable class has a series (and an alert), not none.
+			if v, ok, err := scrape(ctx, t, p).Gauge("carve_device_class_available",
+				map[string]string{"device_class": tt.class, "volume_group": tt.volumeGroup, "reason": tt.reason}); err != nil || !ok || v != 0 {
+				t.Errorf(`carve_device_class_available{device_class=%q,reason=%q} = %v (present %v, %v), want 0`, tt.class, tt.reason, v, ok, err)
 			}
 
 			// The kubelet's side of the registration.
@@ -373,6 +382,10 @@ func TestPluginReadinessFollowsVG(t *testing.T) {
 		}
 	}()
 	ctx := ctxFor(t)
+	class := map[string]string{"device_class": "fast", "volume_group": vg.Name}
+	if v, ok, err := scrape(ctx, t, p).Gauge("carve_device_class_available", class); err != nil || !ok || v != 1 {
+		t.Errorf("carve_device_class_available of the class before the VG vanished = %v (present %v, %v), want 1", v, ok, err)
+	}
 	if _, err := vg.LVM(ctx, "vgrename", vg.Name, vg.Name+"x"); err != nil {
 		t.Fatalf("vgrename: %v", err)
 	}
@@ -398,6 +411,10 @@ func TestPluginReadinessFollowsVG(t *testing.T) {
 			t.Fatalf("/readyz still %d %q 30 s after the VG vanished", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	class["reason"] = "vg-missing"
+	if v, ok, err := scrape(ctx, t, p).Gauge("carve_device_class_available", class); err != nil || !ok || v != 0 {
+		t.Errorf(`carve_device_class_available{reason="vg-missing"} after the VG vanished = %v (present %v, %v), want 0`, v, ok, err)
 	}
 	rsp, err := csi.NewIdentityClient(p.Conn).Probe(ctx, &csi.ProbeRequest{})
 	if err != nil || !rsp.GetReady().GetValue() {

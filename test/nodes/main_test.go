@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,9 +45,13 @@ func TestMain(m *testing.M) {
 		Name:   "nodes",
 		Config: configFromEnv,
 		Ready:  waitCarveRunning,
-		Up: func(_ *cluster.Cluster, took time.Duration) {
-			fmt.Printf("nodes: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller on); guest node %s (qemu TCG: kubelet, containerd, runc, CNI bridge, device-mapper LVM on a virtio disk) running the shipped DaemonSet and controller Deployment from carve's image.\n",
-				took, nodeName)
+		Up: func(b *cluster.Cluster, took time.Duration) {
+			others := "node lifecycle controller on"
+			if len(b.Nodes) > 0 {
+				others = fmt.Sprintf("node lifecycle controller off; %d simulated nodes", len(b.Nodes))
+			}
+			fmt.Printf("nodes: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (%s); guest node %s (qemu TCG: kubelet, containerd, runc, CNI bridge, device-mapper LVM on a virtio disk) running the shipped DaemonSet and controller Deployment from carve's image.\n",
+				took, others, nodeName)
 		},
 		DumpLines: 40,
 	}.Main(m, &bed))
@@ -86,6 +91,10 @@ func configFromEnv() (cluster.Config, error) {
 	if carveImage, err = m.CarveImage(); err != nil {
 		return cluster.Config{}, err
 	}
+	simulated, err := simulatedNodes()
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	cfg := cluster.Config{
 		BinDir:    binDir,
 		CarveBin:  carve,
@@ -102,6 +111,10 @@ func configFromEnv() (cluster.Config, error) {
 		Images:        archives,
 		DeviceClasses: withAbsent,
 		Lifetime:      40 * time.Minute,
+		// Simulated nodes (make measure-placement-nodes) need the
+		// controller on the guest, where it reaches every agent.
+		Nodes:             simulated,
+		ControllerOnGuest: len(simulated) > 0,
 	}
 	return cfg, cluster.Requirements(cfg)
 }
@@ -125,4 +138,25 @@ func withAbsentClass(file string) (string, error) {
 		return "", err
 	}
 	return string(out), nil
+}
+
+// simulatedNodes are the simulated nodes CARVE_NODES_SIMULATED asks for
+// beside the guest (make measure-placement-nodes; none by default): each
+// with a volume group bigger than the guest's, so that the scheduler,
+// left alone, would as soon place a pod there. Only TestMeasure* runs on
+// such a bed: the other tests expect every pod on the guest.
+func simulatedNodes() ([]cluster.NodeSpec, error) {
+	v := os.Getenv("CARVE_NODES_SIMULATED")
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 5 {
+		return nil, fmt.Errorf("CARVE_NODES_SIMULATED=%q: want a number of simulated nodes from 1 to 5", v)
+	}
+	nodes := make([]cluster.NodeSpec, n)
+	for i := range nodes {
+		nodes[i] = cluster.NodeSpec{Name: fmt.Sprintf("sim-%d", i+1), VGSize: 2 * dataDisk}
+	}
+	return nodes, nil
 }

@@ -32,10 +32,20 @@ Each alert's runbook_url points at its section of docs/operations.md.
 {{- $rules = append $rules (dict
   "alert" "CarveDeviceClassExhausted"
   "expr" `max by (node, device_class) (carve_capacity_available_bytes) == 0
+unless on (node, device_class)
+min by (node, device_class) (carve_device_class_available) == 0
 `
   "for" "30m" "severity" "info"
   "summary" `Device class {{ $labels.device_class }} on {{ $labels.node }} reports no capacity`
-  "description" "The scheduler sends no new volume of this class to this node: its volume group (thick) or thin pool (thin) is full up to the spare, or the thin class's overprovision ratio is used up. A class whose volume group the node lacks has no series, so this is not that case.") -}}
+  "description" "The scheduler sends no new volume of this class to this node: its volume group (thick) or thin pool (thin) is full up to the spare, or the thin class's overprovision ratio is used up. A class that is unavailable (its volume group or pool missing or broken, its metadata area full) is CarveDeviceClassUnavailable's, not this alert's.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveDeviceClassUnavailable"
+  "expr" `max by (node, device_class, volume_group, reason) (carve_device_class_available == 0)
+`
+  "for" "5m" "severity" "warning"
+  "summary" `Device class {{ $labels.device_class }} on {{ $labels.node }} cannot take volumes: {{ $labels.reason }}`
+  "description" "The node agent cannot make volumes of this class (reason: vg-missing, vg-unreadable, pv-missing, thin-pool-missing, thin-pool-unusable, metadata-full, lvm-error, lvm-timeout or not-loaded). Its capacity is 0, so new claims of the class go to other nodes or stay Pending; existing volumes of a missing or broken volume group may be unreadable too. The node agent's log names the volume group and LVM's error.") -}}
 
 {{- $rules = append $rules (dict
   "alert" "CarveThinPoolDataHigh"
@@ -141,6 +151,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "for" "5m" "severity" "critical"
   "summary" `{{ $value }} carve PersistentVolume(s) on {{ $labels.node }} lost their LV`
   "description" "The volume group on this node no longer holds the LV of these PVs (a disk replaced, a volume group made anew, an lvremove by hand): their data is gone and their pods cannot start. VolumeDataMissing Events on the PVs and PVCs name them.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveVolumesAbnormal"
+  "expr" `sum by (node, volume_group) (carve_volumes_abnormal) > 0
+`
+  "for" "10m" "severity" "warning"
+  "summary" `{{ $value }} carve volume(s) in volume group {{ $labels.volume_group }} on {{ $labels.node }} are abnormal`
+  "description" "The node reports a health problem of these volumes (an LV failed, degraded or on a missing physical volume, its thin pool nearly full) or their LV is missing: their pods may fail to write or to start. VolumeAbnormal Events on their claims say which and why.") -}}
 
 {{- $rules = append $rules (dict
   "alert" "CarveAuditStale"

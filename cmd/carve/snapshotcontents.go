@@ -1,0 +1,88 @@
+//go:build !nodeagent
+
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/pkg/reconcile"
+)
+
+// InvalidSnapshots pages through the node's ListSnapshots: the IDs of the
+// snapshots it reports not ready to use (carve's ListSnapshots says so
+// only of a thick snapshot whose copy-on-write space ran out).
+func (n auditNodes) InvalidSnapshots(ctx context.Context, node string) ([]string, error) {
+	c, err := n.pool.Controller(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	var out []string
+	for token := ""; ; {
+		resp, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetEntries() {
+			if s := e.GetSnapshot(); !s.GetReadyToUse() {
+				out = append(out, s.GetSnapshotId())
+			}
+		}
+		if token = resp.GetNextToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+// snapshotContents finds carve's VolumeSnapshotContents through the
+// dynamic client (the audit asks only for snapshots that turned invalid,
+// which is rare: one list each, no watch).
+type snapshotContents struct {
+	dyn    dynamic.Interface
+	driver string
+}
+
+var _ reconcile.SnapshotContents = snapshotContents{}
+
+func (s snapshotContents) ContentOf(ctx context.Context, id string) (*reconcile.SnapshotContent, error) {
+	list, err := s.dyn.Resource(placement.VolumeSnapshotContents).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil, nil // no snapshot API in this cluster
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
+	}
+	for i := range list.Items {
+		o := list.Items[i].Object
+		if driver, _, _ := unstructured.NestedString(o, "spec", "driver"); driver != s.driver {
+			continue
+		}
+		handle, _, _ := unstructured.NestedString(o, "status", "snapshotHandle")
+		if handle == "" {
+			handle, _, _ = unstructured.NestedString(o, "spec", "source", "snapshotHandle")
+		}
+		if handle != id {
+			continue
+		}
+		c := &reconcile.SnapshotContent{Name: list.Items[i].GetName(), UID: list.Items[i].GetUID()}
+		ns, _, _ := unstructured.NestedString(o, "spec", "volumeSnapshotRef", "namespace")
+		name, _, _ := unstructured.NestedString(o, "spec", "volumeSnapshotRef", "name")
+		uid, _, _ := unstructured.NestedString(o, "spec", "volumeSnapshotRef", "uid")
+		if ns != "" && name != "" {
+			c.Snapshot, c.SnapshotUID = ns+"/"+name, types.UID(uid)
+		}
+		return c, nil
+	}
+	return nil, nil
+}

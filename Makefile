@@ -96,9 +96,13 @@ test-guest: deps cachedir
 # from the Go module proxy.
 HELM_VERSION := v3.22.0
 KUSTOMIZE_VERSION := v5.8.2
-# promtool checks and unit-tests the alert rules (test/deploy). Built
-# without the service discoveries (Prometheus' remove_all_sd tag; the
-# file and http ones stay), which rule checks and tests never use.
+# promtool checks and unit-tests the alert rules (test/deploy); the
+# Prometheus server of the same release scrapes the e2e test bed and
+# answers every dashboard and alert query (test/e2e, TestPrometheus). Both
+# built without the service discoveries (Prometheus' remove_all_sd tag;
+# the file and http ones stay), which neither uses, and the server without
+# its web UI's assets (they sit behind the builtinassets tag): the test
+# uses its HTTP API only.
 PROMTOOL_VERSION := v0.316.0
 PROMTOOL_TAGS := remove_all_sd
 
@@ -108,6 +112,7 @@ helm: cachedir
 deploy-tools: helm cachedir
 	@test -f $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && touch $(CACHE)/bin/.kustomize-$(KUSTOMIZE_VERSION); }
 	@test -f $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install -tags $(PROMTOOL_TAGS) github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.promtool-$(PROMTOOL_VERSION); }
+	@test -f $(CACHE)/bin/.prometheus-$(PROMTOOL_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install -tags $(PROMTOOL_TAGS) github.com/prometheus/prometheus/cmd/prometheus@$(PROMTOOL_VERSION) && touch $(CACHE)/bin/.prometheus-$(PROMTOOL_VERSION); }
 
 # The kustomize base in deploy/kubernetes is rendered from the Helm chart
 # (hack/manifests; namespace.yaml is the one hand-written file): edit the

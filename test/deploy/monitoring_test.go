@@ -342,6 +342,23 @@ var kubeStateMetrics = map[string][]string{
 	"kube_pod_container_status_restarts_total":          {"namespace", "pod", "container"},
 }
 
+// sidecarMetrics are the series of csi-provisioner and csi-resizer
+// (scraped through carve-provisioner-metrics and carve-resizer-metrics)
+// the dashboard's "CSI sidecars" row charts, with their labels; the e2e
+// tier's TestPrometheus sees each of them from the real sidecars.
+var sidecarMetrics = map[string][]string{
+	"csi_sidecar_operations_seconds_count":                               {"driver_name", "method_name", "grpc_status_code"},
+	"csi_sidecar_operations_seconds_bucket":                              {"driver_name", "method_name", "grpc_status_code"},
+	"controller_persistentvolumeclaim_provision_total":                   {"class", "source"},
+	"controller_persistentvolumeclaim_provision_failed_total":            {"class", "source"},
+	"controller_persistentvolumeclaim_provision_duration_seconds_bucket": {"class", "source"},
+	"controller_persistentvolume_delete_total":                           {"class"},
+	"workqueue_depth":                         {"name"},
+	"workqueue_queue_duration_seconds_bucket": {"name"},
+	"workqueue_retries_total":                 {"name"},
+	"leader_election_master_status":           {"name"},
+}
+
 // targetLabels are labels that come from the scrape, not from the plugin:
 // the ServiceMonitor adds node; Prometheus adds job and instance, and a
 // multi-cluster setup cluster (an external label); le is a
@@ -654,6 +671,8 @@ current-context: none
 				labelsOf["job"], labelsOf["instance"] = true, true
 			case kubeStateMetrics[m] != nil:
 				labels = kubeStateMetrics[m]
+			case sidecarMetrics[m] != nil:
+				labels = sidecarMetrics[m]
 			case !ok:
 				t.Errorf("%s uses %s, which neither the running plugin nor the running controller exports", q.where, m)
 			}

@@ -51,10 +51,13 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphan
 		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans}
 	var copies *nodecopy.Server
 	if o.NodeChannel.CopyAddress != "" {
-		reader, ok := orphans.(nodecopy.Reader)
 		port, err := copyPort(o.NodeChannel.CopyAddress)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("the node channel: no source reader for --node-copy-address (%v)", err)
+		if err != nil {
+			return nil, err
+		}
+		reader, ok := orphans.(nodecopy.Reader)
+		if !ok {
+			return nil, errors.New("--node-copy-address: the node channel has no source reader")
 		}
 		copies = nodecopy.NewServer(nodecopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Port: port})
 		acfg.Copies = copies

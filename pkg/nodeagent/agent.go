@@ -159,7 +159,7 @@ func (a *Agent) Identity() *nodeca.Keypair { return a.cert }
 // AuthorizeCopy implements nodeagentv1.NodeAgentServer.
 func (a *Agent) AuthorizeCopy(ctx context.Context, req *nodeagentv1.AuthorizeCopyRequest) (*nodeagentv1.AuthorizeCopyResponse, error) {
 	if a.cfg.Copies == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s serves no copies to other nodes (--node-copy-address is empty)", a.cfg.NodeName)
+		return nil, status.Errorf(codes.Unimplemented, "node %s serves no copies to other nodes (--node-copy-address is empty)", a.cfg.NodeName)
 	}
 	return a.cfg.Copies.Authorize(ctx, req)
 }

@@ -81,7 +81,7 @@ func (s *Server) Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRe
 		return nil, status.Errorf(codes.InvalidArgument, "target_node: %v", err)
 	}
 	if s.cfg.Port == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s serves no copies (--node-copy-address is empty)", s.cfg.NodeName)
+		return nil, status.Errorf(codes.Unimplemented, "node %s serves no copies to other nodes (--node-copy-address is empty)", s.cfg.NodeName)
 	}
 	g.Source, g.Snapshot = req.GetVolumeId(), false
 	if req.GetSnapshotId() != "" {

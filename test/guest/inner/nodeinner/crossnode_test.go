@@ -173,7 +173,7 @@ func (n *agentNode) enroll() {
 	t.Helper()
 	ctrl := n.c.ctrl.Current()
 	first, err := grpc.NewClient(n.channel, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*ctrl}, InsecureSkipVerify: true}))) //nolint:gosec // as the controller's enrollment
+		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*ctrl}, InsecureSkipVerify: true})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func TestCrossNodeCopyThroughput(t *testing.T) {
 	}
 	for i := range 2 {
 		start := time.Now()
-		out, err := exec.Command("dd", "if="+dev, "of=/dev/null", "bs=4M", "iflag=direct").CombinedOutput()
+		out, err := exec.CommandContext(context.Background(), "dd", "if="+dev, "of=/dev/null", "bs=4M", "iflag=direct").CombinedOutput()
 		if err != nil {
 			t.Fatalf("dd: %v: %s", err, out)
 		}

@@ -437,34 +437,41 @@ func (c *cluster) waitCopying(timeout time.Duration) string {
 }
 
 // TestCrossNodeCopyKilled: the target's agent, then the source's, killed
-// in the middle of a copy: the retry copies again and the volume holds
-// the source's bytes.
+// in the middle of a copy, and the controller gone (its call canceled):
+// the retry copies again (or, after the controller, finds the copy that
+// went on without it) and the volume holds the source's bytes.
 func TestCrossNodeCopyKilled(t *testing.T) {
 	c := newCluster(t, 1536*mib, 768*mib)
 	const size = 384 * mib
 	id, want := c.source("src-killed", "thick", size, 4*mib, 6*mib)
 	snap := c.snapshotOnA("snap-killed", id)
-	for _, victim := range []string{"node-b", "node-a"} {
+	for _, victim := range []string{"node-b", "node-a", "controller"} {
 		t.Run("kill "+victim, func(t *testing.T) {
 			name := "killed-" + victim
 			done := make(chan error, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+			defer cancel()
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-				defer cancel()
 				_, err := c.restore(ctx, name, "thin", size, snapshotSource(snap))
 				done <- err
 			}()
 			lv := c.waitCopying(2 * time.Minute)
 			time.Sleep(300 * time.Millisecond)
 			n := c.nodes[victim]
-			n.kill()
+			if n != nil {
+				n.kill()
+			} else {
+				cancel()
+			}
 			t.Logf("killed %s while %s was being copied", victim, lv)
 			if err := <-done; err == nil {
 				t.Log("the copy finished before the kill took effect")
 			} else {
 				t.Logf("the interrupted CreateVolume: %v", err)
 			}
-			n.start()
+			if n != nil {
+				n.start()
+			}
 			rid := c.restoreRetrying(name, "thin", size, snapshotSource(snap))
 			c.checkCopy(rid, size, want)
 		})

@@ -240,19 +240,61 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	return res, nil
 }
 
-// receive writes the stream's data messages and checks its trailer.
+// errWriterStopped: the writer ended (with its own error) before the
+// stream did.
+var errWriterStopped = errors.New("the writer stopped")
+
+// receive writes the stream's data messages and checks its trailer. The
+// stream is read ahead of the writes (up to pipelined messages), so that
+// the network and the disk work at the same time.
 func (w *writer) receive(ctx context.Context, r Receiver, want uint64, progress func(uint64)) error {
+	msgs := make(chan *nodeagentv1.ReadVolumeResponse, pipelined)
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		werr = w.consume(msgs, want, progress)
+	}()
+	perr := pump(ctx, r, msgs, done)
+	close(msgs)
+	<-done
+	if perr != nil && !errors.Is(perr, errWriterStopped) {
+		return fmt.Errorf("%w (%d of %d bytes written)", perr, w.res.Bytes, want)
+	}
+	return werr
+}
+
+// pipelined is how many messages the stream is read ahead of the writes.
+const pipelined = 8
+
+// pump hands the stream's messages to the writer until the trailer, an
+// error, or the writer's end (done).
+func pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv1.ReadVolumeResponse, done <-chan struct{}) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("the copy stopped after %d of %d bytes: %w", w.res.Bytes, want, err)
+			return fmt.Errorf("the copy stopped: %w", err)
 		}
 		m, err := r.Recv()
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("the stream ended after %d of %d bytes without its trailer", w.res.Bytes, want)
+			return errors.New("the stream ended without its trailer")
 		}
 		if err != nil {
-			return fmt.Errorf("receiving after %d of %d bytes: %w", w.res.Bytes, want, err)
+			return fmt.Errorf("receiving: %w", err)
 		}
+		select {
+		case msgs <- m:
+		case <-done:
+			return errWriterStopped
+		}
+		if m.GetTrailer() != nil {
+			return nil
+		}
+	}
+}
+
+// consume writes the data messages and checks the trailer.
+func (w *writer) consume(msgs <-chan *nodeagentv1.ReadVolumeResponse, want uint64, progress func(uint64)) error {
+	for m := range msgs {
 		if t := m.GetTrailer(); t != nil {
 			return w.check(t, want, progress)
 		}
@@ -274,6 +316,7 @@ func (w *writer) receive(ctx context.Context, r Receiver, want uint64, progress 
 			progress(w.res.Bytes)
 		}
 	}
+	return errors.New("the stream ended without its trailer")
 }
 
 // check fills the zeros after the last data and checks the trailer.

@@ -156,7 +156,7 @@ func (n *agentNode) start() {
 		Binary: *carveBin, Dir: n.dir, NodeName: n.name, Config: strings.ReplaceAll(crossClasses, "$VG", n.vg.Name),
 		Env: n.vg.Env(), Log: n.log, OwnProcessGroup: true,
 		ExtraArgs: []string{"--node-channel-address=" + n.channel, "--node-channel-ca-file=" + filepath.Join(n.dir, "ca.crt"),
-			"--node-channel-token-file=" + filepath.Join(n.dir, "token"), "--node-copy-address=" + n.copying, "--controller-on-socket"},
+			"--node-channel-token-file=" + filepath.Join(n.dir, "token"), "--node-copy-address=" + n.copying},
 	})
 	if err != nil {
 		t.Fatalf("%v (plugin log: %s)", err, n.log.Name())
@@ -235,8 +235,9 @@ func (n *agentNode) kill() {
 	n.plugin = nil
 }
 
-// local is the agent's Controller service on its socket (not routed).
-func (n *agentNode) local() csi.ControllerClient { return csi.NewControllerClient(n.plugin.Conn) }
+// local is the agent's Controller service on its node channel, called
+// directly (not routed).
+func (n *agentNode) local() csi.ControllerClient { return csi.NewControllerClient(n.conn) }
 
 // Controller, Names, NodesOf, NodeAgent and Host make the cluster the
 // router's Nodes, Locator and Agents.

@@ -442,7 +442,9 @@ func (c *cluster) waitCopying(timeout time.Duration) string {
 // the retry copies again (or, after the controller, finds the copy that
 // went on without it) and the volume holds the source's bytes.
 func TestCrossNodeCopyKilled(t *testing.T) {
-	c := newCluster(t, 1536*mib, 768*mib)
+	// A copy into a thin class needs the source's size free in the pool:
+	// room for three.
+	c := newCluster(t, 2048*mib, 1280*mib)
 	const size = 384 * mib
 	id, want := c.source("src-killed", "thick", size, 4*mib, 6*mib)
 	snap := c.snapshotOnA("snap-killed", id)

@@ -58,6 +58,14 @@ type copyEnv struct {
 
 func newCopyEnv(t *testing.T) *copyEnv {
 	t.Helper()
+	path, data := source(t, 6<<20+SparseChunk)
+	return newCopyEnvOf(t, path, data)
+}
+
+// newCopyEnvOf is newCopyEnv serving the file path (holding data, nil
+// when not needed).
+func newCopyEnvOf(t testing.TB, path string, data []byte) *copyEnv {
+	t.Helper()
 	ca, err := nodeca.NewCA(nodeca.CAOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +74,7 @@ func newCopyEnv(t *testing.T) *copyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &copyEnv{trust: nodeca.NewPool(ca.Cert), iss: iss, now: time.Now(), source: "node-a/vg/snap"}
-	path, data := source(t, 6<<20+SparseChunk)
-	e.data = data
+	e := &copyEnv{trust: nodeca.NewPool(ca.Cert), iss: iss, now: time.Now(), source: "node-a/vg/snap", data: data}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +94,7 @@ func newCopyEnv(t *testing.T) *copyEnv {
 	return e
 }
 
-func (e *copyEnv) cert(t *testing.T, node string) *tls.Certificate {
+func (e *copyEnv) cert(t testing.TB, node string) *tls.Certificate {
 	t.Helper()
 	c, err := e.iss.IssueNode(node)
 	if err != nil {
@@ -97,14 +103,14 @@ func (e *copyEnv) cert(t *testing.T, node string) *tls.Certificate {
 	return c
 }
 
-func (e *copyEnv) grant(t *testing.T, id, target string) {
+func (e *copyEnv) grant(t testing.TB, id, target string) {
 	t.Helper()
 	resp, err := e.srv.Authorize(t.Context(), &nodeagentv1.AuthorizeCopyRequest{CopyId: id, SnapshotId: e.source,
 		TargetNode: target, TargetVolumeName: "pvc-" + id, ValidSeconds: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.GetSizeBytes() != int64(len(e.data)) || resp.GetCopyPort() == 0 {
+	if e.data != nil && resp.GetSizeBytes() != int64(len(e.data)) || resp.GetCopyPort() == 0 {
 		t.Fatalf("AuthorizeCopy: %v", resp)
 	}
 }

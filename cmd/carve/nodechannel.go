@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/nodeagent"
 	"github.com/carve-csi/carve/pkg/nodeca"
+	"github.com/carve-csi/carve/pkg/nodecopy"
 	"github.com/carve-csi/carve/pkg/vgview"
 )
 
@@ -36,13 +38,40 @@ const (
 // over orphans, the provisioner), under the socket's interceptors
 // and metrics. What it returns listens on --node-channel-address and
 // serves until ctx ends.
+//
+// Copies across nodes: puller (when set) gets the agent's certificate and
+// the CAs, so that the provisioner's reads from other nodes present this
+// node's identity; with --node-copy-address, orphans (a nodecopy.Reader:
+// the provisioner) serves this node's sources to the nodes the controller
+// grants them, on a listener of its own.
 func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphans nodeagent.Orphans, svc driver.Services,
-	mm csimetrics.CSIMetricsManager) (func(context.Context) error, error) {
+	mm csimetrics.CSIMetricsManager, puller *nodecopy.Puller) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)
-	agent, err := nodeagent.New(nodeagent.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
-		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans})
+	acfg := nodeagent.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
+		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans}
+	var copies *nodecopy.Server
+	if o.NodeChannel.CopyAddress != "" {
+		port, err := copyPort(o.NodeChannel.CopyAddress)
+		if err != nil {
+			return nil, err
+		}
+		reader, ok := orphans.(nodecopy.Reader)
+		if !ok {
+			return nil, errors.New("--node-copy-address: the node channel has no source reader")
+		}
+		copies = nodecopy.NewServer(nodecopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Port: port})
+		acfg.Copies = copies
+	}
+	agent, err := nodeagent.New(acfg)
 	if err != nil {
 		return nil, fmt.Errorf("the node channel: %w", err)
+	}
+	if puller != nil {
+		puller.Cert, puller.CAs = agent.Identity(), bundle.Pool()
+	}
+	serveCopies, err := copyListener(o, agent, copies)
+	if err != nil {
+		return nil, err
 	}
 	tlsCfg, err := agent.ServerTLS()
 	if err != nil {
@@ -51,7 +80,8 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphan
 	srv := driver.NewGRPCServer(driver.Services{Identity: svc.Identity, Controller: svc.Controller}, mm,
 		driver.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg)),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: nodeChannelPing, Timeout: nodeChannelMinPing}),
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing, PermitWithoutStream: true})),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing, PermitWithoutStream: true}),
+			grpc.ChainUnaryInterceptor(nodecopy.TicketInterceptor)),
 		driver.WithServices(func(r grpc.ServiceRegistrar) { nodeagentv1.RegisterNodeAgentServer(r, agent) }),
 		driver.WithUnloggedPayloads(nodeagent.UnloggedMethods()...))
 	return func(ctx context.Context) error {
@@ -66,6 +96,36 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphan
 			agent.Shutdown()
 		}()
 		klog.InfoS("Serving the node channel", "address", l.Addr().String(), "caFile", o.NodeChannel.CAFile)
+		if serveCopies == nil {
+			return serveGRPC(ctx, srv, l)
+		}
+		done := make(chan error, 1)
+		go func() { done <- serveCopies(ctx) }()
+		err = serveGRPC(ctx, srv, l)
+		return errors.Join(err, <-done)
+	}, nil
+}
+
+// copyListener returns what serves NodeCopy on --node-copy-address until
+// ctx ends, or nil when copies is.
+func copyListener(o *PluginOptions, agent *nodeagent.Agent, copies *nodecopy.Server) (func(context.Context) error, error) {
+	if copies == nil {
+		return nil, nil
+	}
+	tlsCfg, err := agent.CopyTLS()
+	if err != nil {
+		return nil, fmt.Errorf("--node-copy-address: %w", err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing}))
+	nodeagentv1.RegisterNodeCopyServer(srv, copies)
+	return func(ctx context.Context) error {
+		var lc net.ListenConfig
+		l, err := lc.Listen(ctx, "tcp", o.NodeChannel.CopyAddress)
+		if err != nil {
+			return fmt.Errorf("--node-copy-address %s: %w", o.NodeChannel.CopyAddress, err)
+		}
+		klog.InfoS("Serving copies to other nodes", "address", l.Addr().String())
 		return serveGRPC(ctx, srv, l)
 	}, nil
 }

@@ -76,7 +76,7 @@ func TestNodeChannel(t *testing.T) {
 		Controller: driver.CentralControllerServer{},
 		Node:       driver.CentralNodeServer{},
 	}
-	run, err := nodeChannel(o, cfg, view, nil, svc, mm)
+	run, err := nodeChannel(o, cfg, view, nil, svc, mm, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestNodeChannelAddressInUse(t *testing.T) {
 		CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}
 	cfg := &config.Config{}
 	view := vgview.New(stubReporter{&lvm.Report{}}, cfg, nil)
-	run, err := nodeChannel(o, cfg, view, nil, driver.Services{}, nil)
+	run, err := nodeChannel(o, cfg, view, nil, driver.Services{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,6 +139,10 @@ type NodeChannelOptions struct {
 	// TokenFile is the projected service-account token (audience carve's
 	// controller) the agent proves its node with at enrollment.
 	TokenFile string
+	// CopyAddress is host:port of the copy listener, on which other node
+	// agents read this node's snapshots and volumes for the restores and
+	// clones carve controller grants them; empty serves no copies.
+	CopyAddress string
 	// ControllerOnSocket serves the Controller service on the --endpoint
 	// socket too while the node channel is on (csi-sanity, debugging on a
 	// node). Without the node channel it is always served there: nothing
@@ -156,6 +160,7 @@ func (o *NodeChannelOptions) controllerOnSocket() bool {
 func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Address, "node-channel-address", "", "host:port of the node channel, the TLS port on which carve's controller calls this node's Controller service and node agent; empty turns it off")
 	fs.StringVar(&o.CAFile, "node-channel-ca-file", DefaultNodeChannelCAFile, "PEM bundle of the CAs whose controller certificate the node channel accepts (the mounted ConfigMap's ca.crt); re-read when it changes, and until it holds a valid bundle no handshake succeeds")
+	fs.StringVar(&o.CopyAddress, "node-copy-address", "", "host:port on which other node agents read this node's snapshots and volumes for the restores and clones on their nodes that carve controller grants them (TLS 1.3, node certificates of the node channel's CA only); empty: this node's sources are copied to no other node. Used only with --node-channel-address")
 	fs.StringVar(&o.TokenFile, "node-channel-token-file", DefaultNodeChannelTokenFile, "projected service-account token (audience carve's controller) the node agent proves its node with when the controller enrolls it; re-read at every enrollment")
 }
 
@@ -171,6 +176,11 @@ func (o *NodeChannelOptions) Validate() error {
 	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		errs = append(errs, fmt.Errorf("--node-channel-address %q: the port must be a number from 1 to 65535 (the controller dials it)", o.Address))
 	}
+	if o.CopyAddress != "" {
+		if _, err := copyPort(o.CopyAddress); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, f := range []struct{ flag, path string }{
 		{"--node-channel-ca-file", o.CAFile}, {"--node-channel-token-file", o.TokenFile},
 	} {
@@ -179,6 +189,17 @@ func (o *NodeChannelOptions) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// copyPort is the port of --node-copy-address, which the agent tells the
+// controller with each grant.
+func copyPort(addr string) (int, error) {
+	_, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.ParseUint(port, 10, 16)
+	if err != nil || perr != nil || n == 0 {
+		return 0, fmt.Errorf("--node-copy-address %q: must be host:port with a port from 1 to 65535 (host may be empty for every interface)", addr)
+	}
+	return int(n), nil
 }
 
 // MovedFlags are the flags `carve plugin` had while it audited its own

@@ -21,6 +21,7 @@ import (
 	"github.com/carve-csi/carve/pkg/fs"
 	"github.com/carve-csi/carve/pkg/lvmwatch"
 	"github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/nodecopy"
 	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/registration"
 	"github.com/carve-csi/carve/pkg/version"
@@ -78,6 +79,13 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: unfinished, Formatting: formatting,
 		DevDir: devDir}
+	// Reads of restores' and clones' sources on other nodes present the
+	// node channel's certificate: nodeChannel fills it in.
+	var puller *nodecopy.Puller
+	if o.NodeChannel.Address != "" {
+		puller = &nodecopy.Puller{}
+		pcfg.Puller = puller
+	}
 	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes})
 	services := driver.Services{
 		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
@@ -89,7 +97,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	}
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if o.NodeChannel.Address != "" {
-		runChannel, err := nodeChannel(o, cfg, view, controller.Provisioner(), services, mm)
+		runChannel, err := nodeChannel(o, cfg, view, controller.Provisioner(), services, mm, puller)
 		if err != nil {
 			return err
 		}

@@ -127,7 +127,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key})
+	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool})
 	duties := []func(context.Context) error{pool.Run, pvs.Run, place, func(ctx context.Context) error {
 		return writeCapacity(ctx, o, client, writer)
 	}, func(ctx context.Context) error {

@@ -255,3 +255,7 @@ func (c Copier) Copy(ctx context.Context, dst, src string, size uint64, sparse b
 	o.Progress = progress
 	return Copy(ctx, dst, src, size, o)
 }
+
+// Open opens a device with flag, with O_DIRECT when direct is set and
+// the filesystem takes it (a copy across nodes reads its source so).
+func Open(path string, flag int, direct bool) (*os.File, error) { return open(path, flag, direct) }

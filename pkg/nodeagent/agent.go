@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/config"
@@ -55,6 +58,13 @@ type Orphans interface {
 	RemoveOrphan(ctx context.Context, vg, name, orphanOf string) error
 }
 
+// Copies grants copies of this node's sources to other nodes;
+// *nodecopy.Server is one.
+type Copies interface {
+	// Authorize answers AuthorizeCopy, its errors gRPC statuses.
+	Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRequest) (*nodeagentv1.AuthorizeCopyResponse, error)
+}
+
 // Config configures an Agent.
 type Config struct {
 	// NodeName is the node the agent serves (--node-name).
@@ -74,6 +84,8 @@ type Config struct {
 	// Orphans tells the inventory which LVs are busy and removes orphans;
 	// nil reports none busy and refuses every removal.
 	Orphans Orphans
+	// Copies grants copies to other nodes; nil grants none.
+	Copies Copies
 	// Now is the clock certificates are checked against; nil is time.Now.
 	Now func() time.Time
 }
@@ -130,6 +142,26 @@ func (a *Agent) Shutdown() { a.stopOnce.Do(func() { close(a.stopping) }) }
 // that presents carve://controller from a CA in Trust.
 func (a *Agent) ServerTLS() (*tls.Config, error) {
 	return nodeca.ServerConfig(nodeca.Peer{Cert: a.cert, CAs: a.cfg.Trust, Now: a.cfg.Now})
+}
+
+// CopyTLS is the copy listener's TLS (--node-copy-address): TLS 1.3,
+// presenting the agent's current certificate, completing a handshake
+// only with a client that presents a node's certificate from a CA in
+// Trust (nodeca.CopyServerConfig).
+func (a *Agent) CopyTLS() (*tls.Config, error) {
+	return nodeca.CopyServerConfig(nodeca.Peer{Cert: a.cert, CAs: a.cfg.Trust, Now: a.cfg.Now})
+}
+
+// Identity is the certificate the agent presents, which it also presents
+// as a client when it reads a copy from another node.
+func (a *Agent) Identity() *nodeca.Keypair { return a.cert }
+
+// AuthorizeCopy implements nodeagentv1.NodeAgentServer.
+func (a *Agent) AuthorizeCopy(ctx context.Context, req *nodeagentv1.AuthorizeCopyRequest) (*nodeagentv1.AuthorizeCopyResponse, error) {
+	if a.cfg.Copies == nil {
+		return nil, status.Errorf(codes.Unimplemented, "node %s serves no copies to other nodes (--node-copy-address is empty)", a.cfg.NodeName)
+	}
+	return a.cfg.Copies.Authorize(ctx, req)
 }
 
 // UnloggedMethods are the methods whose payloads must stay out of logs

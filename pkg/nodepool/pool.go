@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -206,6 +207,23 @@ func (p *Pool) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeAgentC
 		return nil, err
 	}
 	return nodeagentv1.NewNodeAgentClient(conn), nil
+}
+
+// Host is the address (the pod IP, no port) of the node's agent endpoint,
+// where other agents reach its copy port; the error wraps ErrUnreachable
+// when the pool has no endpoint for the node.
+func (p *Pool) Host(node string) (string, error) {
+	p.mu.Lock()
+	a := p.agents[node]
+	p.mu.Unlock()
+	if a == nil {
+		return "", fmt.Errorf("node %s: no ready node agent endpoint: %w", node, ErrUnreachable)
+	}
+	host, _, err := net.SplitHostPort(a.ep.Addr)
+	if err != nil {
+		return "", fmt.Errorf("node %s: endpoint address %q: %w", node, a.ep.Addr, err)
+	}
+	return host, nil
 }
 
 // Names lists the pool's members, sorted: the nodes with one ready agent

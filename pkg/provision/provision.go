@@ -48,6 +48,9 @@ type Config struct {
 	// Copier copies the data of a restore or clone that is not a thin
 	// snapshot in the class's own pool.
 	Copier Copier
+	// Puller copies the data of a restore or clone from another node
+	// (RemoteSource); nil makes none.
+	Puller Puller
 	// Snapshots reads a copy-on-write snapshot's state from the kernel
 	// after a copy from it; nil asks LVM (one lvs more).
 	Snapshots SnapshotReader

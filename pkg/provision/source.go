@@ -41,6 +41,8 @@ type contentSource struct {
 	id string
 	// snapshot is true for a snapshot, false for a volume.
 	snapshot bool
+	// remote is set for a source on another node (lv is then unset).
+	remote *RemoteSource
 }
 
 // resolveSource finds the LV of a content source on this node. A source
@@ -48,8 +50,18 @@ type contentSource struct {
 // scheduled again): a snapshot ID names its node, a volume's node is that
 // of its PersistentVolume (the Locator). A source that exists nowhere is
 // ErrNotFound; a copy-on-write snapshot whose space ran out, or whose
-// size tag is gone, is ErrRefused.
+// size tag is gone, is ErrRefused. A source of another node that the
+// request's context grants a copy of (RemoteSource) is that remote source.
 func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSource, error) {
+	if rs := p.remoteSourceFor(ctx, cs); rs != nil {
+		return p.resolveRemote(rs)
+	}
+	return p.resolveLocal(ctx, cs)
+}
+
+// resolveLocal finds the LV of a content source on this node (see
+// resolveSource).
+func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSource, error) {
 	if cs.Snapshot {
 		lv, err := p.SnapshotByID(ctx, cs.ID, true)
 		if err != nil {
@@ -303,6 +315,9 @@ func (p *Provisioner) grow(ctx context.Context, lv *lvm.LogicalVolume, size uint
 // snapshot of its source, removed afterwards. The copy runs detached from
 // the request (see above) and is redone from the start when retried.
 func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *config.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
+	if src.remote != nil {
+		return p.pullInto(ctx, dst, class, src, phase, sparse)
+	}
 	if p.cfg.Copier == nil {
 		return nil, errorf(ErrInternal, "no copier configured")
 	}
@@ -363,14 +378,12 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	// The copy is synced: it is whole whatever happens next. The tag goes
 	// first, the temporary snapshot after (one left by a crash is removed
 	// by the retry or by DeleteVolume).
-	if err := p.cfg.LVM.DeleteTags(ctx, dst.VolumeGroup, dst.Name, volume.TagCopyPending); err != nil {
-		return nil, wrap(err, "marking the copy into "+dst.Name+" finished")
+	done, err := p.copied(ctx, write)
+	if err != nil {
+		return nil, err
 	}
-	done := *write
-	done.Tags = withoutTag(write.Tags, volume.TagCopyPending)
-	p.cfg.View.Created(done)
 	log.Info("Copied the volume's data", "bytes", res.Bytes, "skippedZeros", res.Skipped, "duration", res.Duration)
-	return &done, nil
+	return done, nil
 }
 
 // sourceSpent tells, after a copy from lv, whether lv ran out of its

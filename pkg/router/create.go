@@ -20,7 +20,9 @@ import (
 // than the one its source volume's PersistentVolume names is refused here
 // (cloneElsewhere): the node agent has no API access to tell. Without a
 // requirement that names a node, a restore goes to its snapshot's node and
-// a clone to its source volume's; a plain volume is refused. An unreachable node is RESOURCE_EXHAUSTED: nothing was
+// a clone to its source volume's; a plain volume is refused. A restore or
+// clone on another node than its source's is a copy across nodes
+// (grantCopy), unless its StorageClass sets ParamCrossNodeCopy "false". An unreachable node is RESOURCE_EXHAUSTED: nothing was
 // created, and csi-provisioner asks the scheduler for another node (unless
 // an earlier attempt may have started there: see pending).
 func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
@@ -30,16 +32,24 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume_capabilities: at least one capability must be given")
 	}
-	node, err := s.nodeOfCreate(ctx, req)
+	req, copies, err := crossNodeCopy(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
+	node, err := s.nodeOfCreate(ctx, req)
+	if err != nil {
 		return nil, err
 	}
 	unsent := codes.ResourceExhausted
 	if s.pending.maybeStarted(req.GetName(), node) {
 		unsent = codes.Unavailable
+	}
+	if from, id, snapshot := s.sourceNode(req); copies && s.cfg.Agents != nil && from != "" && from != node {
+		if ctx, err = s.grantCopy(ctx, req, node, from, id, snapshot, unsent); err != nil {
+			return nil, err
+		}
+	} else if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
+		return nil, err
 	}
 	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -133,6 +134,11 @@ func (a *agent) notFound(id string) error {
 }
 
 func (a *agent) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	// What a copy across nodes adds: the grant's ticket, the parameters.
+	ticket := strings.Join(metadata.ValueFromIncomingContext(ctx, "carve-copy-source-address"), ",") + " " +
+		strings.Join(metadata.ValueFromIncomingContext(ctx, "carve-copy-source-size"), ",")
+	a.log.add(a.name, "Ticket", ticket)
+	a.log.add(a.name, "Parameters", strings.Join(slices.Sorted(maps.Keys(req.GetParameters())), ","))
 	if ok, err := a.serve(ctx, "CreateVolume", req.GetName()); !ok {
 		return nil, err
 	}

@@ -66,6 +66,9 @@ type Config struct {
 	// TopologyKey is the key whose value is the node name in topology
 	// segments (topology.Key).
 	TopologyKey string
+	// Agents grants copies across nodes; nil makes a restore or clone
+	// on its source's node only.
+	Agents Agents
 }
 
 // Server implements csi.ControllerServer by routing. Calls carve does not

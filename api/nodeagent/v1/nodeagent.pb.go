@@ -853,6 +853,446 @@ func (*RemoveOrphanResponse) Descriptor() ([]byte, []int) {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{14}
 }
 
+type AuthorizeCopyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The copy's ID: random, chosen by the controller, one per attempt.
+	CopyId string `protobuf:"bytes,1,opt,name=copy_id,json=copyId,proto3" json:"copy_id,omitempty"`
+	// The source: a snapshot ID or a volume ID of this node (one of them).
+	SnapshotId string `protobuf:"bytes,2,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	VolumeId   string `protobuf:"bytes,3,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// The node that may read it (its certificate's identity must be
+	// carve://node/<target_node>).
+	TargetNode string `protobuf:"bytes,4,opt,name=target_node,json=targetNode,proto3" json:"target_node,omitempty"`
+	// The CSI name of the volume the copy makes; a clone's source is read
+	// from a temporary snapshot named after it.
+	TargetVolumeName string `protobuf:"bytes,5,opt,name=target_volume_name,json=targetVolumeName,proto3" json:"target_volume_name,omitempty"`
+	// How long the grant waits for its ReadVolume, in seconds.
+	ValidSeconds  int64 `protobuf:"varint,6,opt,name=valid_seconds,json=validSeconds,proto3" json:"valid_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeCopyRequest) Reset() {
+	*x = AuthorizeCopyRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeCopyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeCopyRequest) ProtoMessage() {}
+
+func (x *AuthorizeCopyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeCopyRequest.ProtoReflect.Descriptor instead.
+func (*AuthorizeCopyRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AuthorizeCopyRequest) GetCopyId() string {
+	if x != nil {
+		return x.CopyId
+	}
+	return ""
+}
+
+func (x *AuthorizeCopyRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *AuthorizeCopyRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *AuthorizeCopyRequest) GetTargetNode() string {
+	if x != nil {
+		return x.TargetNode
+	}
+	return ""
+}
+
+func (x *AuthorizeCopyRequest) GetTargetVolumeName() string {
+	if x != nil {
+		return x.TargetVolumeName
+	}
+	return ""
+}
+
+func (x *AuthorizeCopyRequest) GetValidSeconds() int64 {
+	if x != nil {
+		return x.ValidSeconds
+	}
+	return 0
+}
+
+type AuthorizeCopyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size of the volume the source holds.
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The port the agent serves NodeCopy on (its pod IP's).
+	CopyPort      int32 `protobuf:"varint,2,opt,name=copy_port,json=copyPort,proto3" json:"copy_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeCopyResponse) Reset() {
+	*x = AuthorizeCopyResponse{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeCopyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeCopyResponse) ProtoMessage() {}
+
+func (x *AuthorizeCopyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeCopyResponse.ProtoReflect.Descriptor instead.
+func (*AuthorizeCopyResponse) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AuthorizeCopyResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *AuthorizeCopyResponse) GetCopyPort() int32 {
+	if x != nil {
+		return x.CopyPort
+	}
+	return 0
+}
+
+type ReadVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CopyId        string                 `protobuf:"bytes,1,opt,name=copy_id,json=copyId,proto3" json:"copy_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVolumeRequest) Reset() {
+	*x = ReadVolumeRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVolumeRequest) ProtoMessage() {}
+
+func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ReadVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReadVolumeRequest) GetCopyId() string {
+	if x != nil {
+		return x.CopyId
+	}
+	return ""
+}
+
+type ReadVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*ReadVolumeResponse_Header
+	//	*ReadVolumeResponse_Data
+	//	*ReadVolumeResponse_Trailer
+	Part          isReadVolumeResponse_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVolumeResponse) Reset() {
+	*x = ReadVolumeResponse{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVolumeResponse) ProtoMessage() {}
+
+func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVolumeResponse.ProtoReflect.Descriptor instead.
+func (*ReadVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReadVolumeResponse) GetPart() isReadVolumeResponse_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *ReadVolumeResponse) GetHeader() *CopyHeader {
+	if x != nil {
+		if x, ok := x.Part.(*ReadVolumeResponse_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *ReadVolumeResponse) GetData() *CopyData {
+	if x != nil {
+		if x, ok := x.Part.(*ReadVolumeResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *ReadVolumeResponse) GetTrailer() *CopyTrailer {
+	if x != nil {
+		if x, ok := x.Part.(*ReadVolumeResponse_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
+type isReadVolumeResponse_Part interface {
+	isReadVolumeResponse_Part()
+}
+
+type ReadVolumeResponse_Header struct {
+	Header *CopyHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type ReadVolumeResponse_Data struct {
+	Data *CopyData `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type ReadVolumeResponse_Trailer struct {
+	Trailer *CopyTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+}
+
+func (*ReadVolumeResponse_Header) isReadVolumeResponse_Part() {}
+
+func (*ReadVolumeResponse_Data) isReadVolumeResponse_Part() {}
+
+func (*ReadVolumeResponse_Trailer) isReadVolumeResponse_Part() {}
+
+type CopyHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The number of bytes the source holds; data lies within it.
+	SizeBytes     int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyHeader) Reset() {
+	*x = CopyHeader{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyHeader) ProtoMessage() {}
+
+func (x *CopyHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyHeader.ProtoReflect.Descriptor instead.
+func (*CopyHeader) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CopyHeader) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+type CopyData struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Offsets increase from one message to the next; the bytes between
+	// two messages, and after the last one, are zeros.
+	Offset        int64  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyData) Reset() {
+	*x = CopyData{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyData) ProtoMessage() {}
+
+func (x *CopyData) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyData.ProtoReflect.Descriptor instead.
+func (*CopyData) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CopyData) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *CopyData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type CopyTrailer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 of the source's size_bytes bytes, zeros included.
+	Sha256 []byte `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// How many bytes the data messages carried.
+	DataBytes     int64 `protobuf:"varint,2,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyTrailer) Reset() {
+	*x = CopyTrailer{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyTrailer) ProtoMessage() {}
+
+func (x *CopyTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyTrailer.ProtoReflect.Descriptor instead.
+func (*CopyTrailer) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CopyTrailer) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *CopyTrailer) GetDataBytes() int64 {
+	if x != nil {
+		return x.DataBytes
+	}
+	return 0
+}
+
 var File_api_nodeagent_v1_nodeagent_proto protoreflect.FileDescriptor
 
 const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
@@ -907,14 +1347,49 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\torphan_of\x18\x03 \x01(\tR\borphanOf\"\x16\n" +
-	"\x14RemoveOrphanResponse2\xde\x04\n" +
+	"\x14RemoveOrphanResponse\"\xe1\x01\n" +
+	"\x14AuthorizeCopyRequest\x12\x17\n" +
+	"\acopy_id\x18\x01 \x01(\tR\x06copyId\x12\x1f\n" +
+	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
+	"snapshotId\x12\x1b\n" +
+	"\tvolume_id\x18\x03 \x01(\tR\bvolumeId\x12\x1f\n" +
+	"\vtarget_node\x18\x04 \x01(\tR\n" +
+	"targetNode\x12,\n" +
+	"\x12target_volume_name\x18\x05 \x01(\tR\x10targetVolumeName\x12#\n" +
+	"\rvalid_seconds\x18\x06 \x01(\x03R\fvalidSeconds\"S\n" +
+	"\x15AuthorizeCopyResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1b\n" +
+	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\",\n" +
+	"\x11ReadVolumeRequest\x12\x17\n" +
+	"\acopy_id\x18\x01 \x01(\tR\x06copyId\"\xc7\x01\n" +
+	"\x12ReadVolumeResponse\x128\n" +
+	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
+	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
+	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
+	"\x04part\"+\n" +
+	"\n" +
+	"CopyHeader\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\"6\n" +
+	"\bCopyData\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"D\n" +
+	"\vCopyTrailer\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\fR\x06sha256\x12\x1d\n" +
+	"\n" +
+	"data_bytes\x18\x02 \x01(\x03R\tdataBytes2\xc4\x05\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
 	"\rWatchCapacity\x12(.carve.nodeagent.v1.WatchCapacityRequest\x1a\".carve.nodeagent.v1.CapacityReport0\x01\x12X\n" +
 	"\tInventory\x12$.carve.nodeagent.v1.InventoryRequest\x1a%.carve.nodeagent.v1.InventoryResponse\x12m\n" +
 	"\x10QuarantineOrphan\x12+.carve.nodeagent.v1.QuarantineOrphanRequest\x1a,.carve.nodeagent.v1.QuarantineOrphanResponse\x12a\n" +
-	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponseB9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
+	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponse\x12d\n" +
+	"\rAuthorizeCopy\x12(.carve.nodeagent.v1.AuthorizeCopyRequest\x1a).carve.nodeagent.v1.AuthorizeCopyResponse2i\n" +
+	"\bNodeCopy\x12]\n" +
+	"\n" +
+	"ReadVolume\x12%.carve.nodeagent.v1.ReadVolumeRequest\x1a&.carve.nodeagent.v1.ReadVolumeResponse0\x01B9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
 
 var (
 	file_api_nodeagent_v1_nodeagent_proto_rawDescOnce sync.Once
@@ -928,7 +1403,7 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
-var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),              // 0: carve.nodeagent.v1.EnrollRequest
 	(*EnrollResponse)(nil),             // 1: carve.nodeagent.v1.EnrollResponse
@@ -945,28 +1420,42 @@ var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*QuarantineOrphanResponse)(nil),   // 12: carve.nodeagent.v1.QuarantineOrphanResponse
 	(*RemoveOrphanRequest)(nil),        // 13: carve.nodeagent.v1.RemoveOrphanRequest
 	(*RemoveOrphanResponse)(nil),       // 14: carve.nodeagent.v1.RemoveOrphanResponse
+	(*AuthorizeCopyRequest)(nil),       // 15: carve.nodeagent.v1.AuthorizeCopyRequest
+	(*AuthorizeCopyResponse)(nil),      // 16: carve.nodeagent.v1.AuthorizeCopyResponse
+	(*ReadVolumeRequest)(nil),          // 17: carve.nodeagent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),         // 18: carve.nodeagent.v1.ReadVolumeResponse
+	(*CopyHeader)(nil),                 // 19: carve.nodeagent.v1.CopyHeader
+	(*CopyData)(nil),                   // 20: carve.nodeagent.v1.CopyData
+	(*CopyTrailer)(nil),                // 21: carve.nodeagent.v1.CopyTrailer
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	6,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
 	10, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
 	9,  // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
-	0,  // 3: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
-	2,  // 4: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
-	4,  // 5: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
-	7,  // 6: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	11, // 7: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
-	13, // 8: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
-	1,  // 9: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	3,  // 10: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	5,  // 11: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	8,  // 12: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	12, // 13: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	14, // 14: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	9,  // [9:15] is the sub-list for method output_type
-	3,  // [3:9] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	19, // 3: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
+	20, // 4: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
+	21, // 5: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
+	0,  // 6: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
+	2,  // 7: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
+	4,  // 8: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
+	7,  // 9: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
+	11, // 10: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
+	13, // 11: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	15, // 12: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
+	17, // 13: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	1,  // 14: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	3,  // 15: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	5,  // 16: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	8,  // 17: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	12, // 18: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	14, // 19: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	16, // 20: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	18, // 21: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	14, // [14:22] is the sub-list for method output_type
+	6,  // [6:14] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_nodeagent_v1_nodeagent_proto_init() }
@@ -974,15 +1463,20 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 	if File_api_nodeagent_v1_nodeagent_proto != nil {
 		return
 	}
+	file_api_nodeagent_v1_nodeagent_proto_msgTypes[18].OneofWrappers = []any{
+		(*ReadVolumeResponse_Header)(nil),
+		(*ReadVolumeResponse_Data)(nil),
+		(*ReadVolumeResponse_Trailer)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   22,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_nodeagent_v1_nodeagent_proto_goTypes,
 		DependencyIndexes: file_api_nodeagent_v1_nodeagent_proto_depIdxs,

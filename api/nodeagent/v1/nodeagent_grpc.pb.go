@@ -30,6 +30,7 @@ const (
 	NodeAgent_Inventory_FullMethodName          = "/carve.nodeagent.v1.NodeAgent/Inventory"
 	NodeAgent_QuarantineOrphan_FullMethodName   = "/carve.nodeagent.v1.NodeAgent/QuarantineOrphan"
 	NodeAgent_RemoveOrphan_FullMethodName       = "/carve.nodeagent.v1.NodeAgent/RemoveOrphan"
+	NodeAgent_AuthorizeCopy_FullMethodName      = "/carve.nodeagent.v1.NodeAgent/AuthorizeCopy"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -74,6 +75,16 @@ type NodeAgentClient interface {
 	// older than the quarantine, which removed at once) is INVALID_ARGUMENT:
 	// such a controller removes nothing through this agent.
 	RemoveOrphan(ctx context.Context, in *RemoveOrphanRequest, opts ...grpc.CallOption) (*RemoveOrphanResponse, error)
+	// AuthorizeCopy lets one other node read a snapshot or volume of this
+	// node once, for a restore or clone made there (a copy across nodes):
+	// the agent checks that the source exists here and can be read, and
+	// records the grant; the target node's agent then calls
+	// NodeCopy.ReadVolume with the copy ID on this node's copy port before
+	// the grant expires. A source that does not exist here is NOT_FOUND;
+	// one that cannot be read is FAILED_PRECONDITION. An agent older than
+	// this call answers UNIMPLEMENTED, and the controller then refuses the
+	// copy as before (the restore or clone is made on its source's node).
+	AuthorizeCopy(ctx context.Context, in *AuthorizeCopyRequest, opts ...grpc.CallOption) (*AuthorizeCopyResponse, error)
 }
 
 type nodeAgentClient struct {
@@ -153,6 +164,16 @@ func (c *nodeAgentClient) RemoveOrphan(ctx context.Context, in *RemoveOrphanRequ
 	return out, nil
 }
 
+func (c *nodeAgentClient) AuthorizeCopy(ctx context.Context, in *AuthorizeCopyRequest, opts ...grpc.CallOption) (*AuthorizeCopyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthorizeCopyResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_AuthorizeCopy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -195,6 +216,16 @@ type NodeAgentServer interface {
 	// older than the quarantine, which removed at once) is INVALID_ARGUMENT:
 	// such a controller removes nothing through this agent.
 	RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error)
+	// AuthorizeCopy lets one other node read a snapshot or volume of this
+	// node once, for a restore or clone made there (a copy across nodes):
+	// the agent checks that the source exists here and can be read, and
+	// records the grant; the target node's agent then calls
+	// NodeCopy.ReadVolume with the copy ID on this node's copy port before
+	// the grant expires. A source that does not exist here is NOT_FOUND;
+	// one that cannot be read is FAILED_PRECONDITION. An agent older than
+	// this call answers UNIMPLEMENTED, and the controller then refuses the
+	// copy as before (the restore or clone is made on its source's node).
+	AuthorizeCopy(context.Context, *AuthorizeCopyRequest) (*AuthorizeCopyResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -222,6 +253,9 @@ func (UnimplementedNodeAgentServer) QuarantineOrphan(context.Context, *Quarantin
 }
 func (UnimplementedNodeAgentServer) RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveOrphan not implemented")
+}
+func (UnimplementedNodeAgentServer) AuthorizeCopy(context.Context, *AuthorizeCopyRequest) (*AuthorizeCopyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthorizeCopy not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -345,6 +379,24 @@ func _NodeAgent_RemoveOrphan_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_AuthorizeCopy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthorizeCopyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).AuthorizeCopy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_AuthorizeCopy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).AuthorizeCopy(ctx, req.(*AuthorizeCopyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -372,11 +424,142 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RemoveOrphan",
 			Handler:    _NodeAgent_RemoveOrphan_Handler,
 		},
+		{
+			MethodName: "AuthorizeCopy",
+			Handler:    _NodeAgent_AuthorizeCopy_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "WatchCapacity",
 			Handler:       _NodeAgent_WatchCapacity_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "api/nodeagent/v1/nodeagent.proto",
+}
+
+const (
+	NodeCopy_ReadVolume_FullMethodName = "/carve.nodeagent.v1.NodeCopy/ReadVolume"
+)
+
+// NodeCopyClient is the client API for NodeCopy service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// NodeCopy is served by `carve plugin` on --node-copy-address, to other
+// node agents only: a client must present a node certificate from
+// carve's CA (carve://node/<name>), and may read only what a grant of
+// AuthorizeCopy names for that node.
+type NodeCopyClient interface {
+	// ReadVolume streams the source of a grant once: a header with its
+	// size, then the chunks that hold data (all-zero chunks are not sent:
+	// the target reads them as zeros), then a trailer with the SHA-256 of
+	// the whole source (zeros included), which the target checks before
+	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// client that is not the grant's target node, is PERMISSION_DENIED.
+	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
+}
+
+type nodeCopyClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewNodeCopyClient(cc grpc.ClientConnInterface) NodeCopyClient {
+	return &nodeCopyClient{cc}
+}
+
+func (c *nodeCopyClient) ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeCopy_ServiceDesc.Streams[0], NodeCopy_ReadVolume_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadVolumeRequest, ReadVolumeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeCopy_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeResponse]
+
+// NodeCopyServer is the server API for NodeCopy service.
+// All implementations must embed UnimplementedNodeCopyServer
+// for forward compatibility.
+//
+// NodeCopy is served by `carve plugin` on --node-copy-address, to other
+// node agents only: a client must present a node certificate from
+// carve's CA (carve://node/<name>), and may read only what a grant of
+// AuthorizeCopy names for that node.
+type NodeCopyServer interface {
+	// ReadVolume streams the source of a grant once: a header with its
+	// size, then the chunks that hold data (all-zero chunks are not sent:
+	// the target reads them as zeros), then a trailer with the SHA-256 of
+	// the whole source (zeros included), which the target checks before
+	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// client that is not the grant's target node, is PERMISSION_DENIED.
+	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
+	mustEmbedUnimplementedNodeCopyServer()
+}
+
+// UnimplementedNodeCopyServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedNodeCopyServer struct{}
+
+func (UnimplementedNodeCopyServer) ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadVolume not implemented")
+}
+func (UnimplementedNodeCopyServer) mustEmbedUnimplementedNodeCopyServer() {}
+func (UnimplementedNodeCopyServer) testEmbeddedByValue()                  {}
+
+// UnsafeNodeCopyServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to NodeCopyServer will
+// result in compilation errors.
+type UnsafeNodeCopyServer interface {
+	mustEmbedUnimplementedNodeCopyServer()
+}
+
+func RegisterNodeCopyServer(s grpc.ServiceRegistrar, srv NodeCopyServer) {
+	// If the following call panics, it indicates UnimplementedNodeCopyServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&NodeCopy_ServiceDesc, srv)
+}
+
+func _NodeCopy_ReadVolume_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadVolumeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeCopyServer).ReadVolume(m, &grpc.GenericServerStream[ReadVolumeRequest, ReadVolumeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeCopy_ReadVolumeServer = grpc.ServerStreamingServer[ReadVolumeResponse]
+
+// NodeCopy_ServiceDesc is the grpc.ServiceDesc for NodeCopy service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var NodeCopy_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "carve.nodeagent.v1.NodeCopy",
+	HandlerType: (*NodeCopyServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ReadVolume",
+			Handler:       _NodeCopy_ReadVolume_Handler,
 			ServerStreams: true,
 		},
 	},

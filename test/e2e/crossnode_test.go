@@ -1,0 +1,125 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/pkg/router"
+)
+
+// TestRestoreAskedOnAnotherNode: a restore whose pod is pinned to another
+// node than its snapshot's goes, through csi-provisioner and carve
+// controller, to the pod's node with a copy granted by the snapshot's
+// node (or, when that node's agent serves no copies, is refused naming
+// it); a StorageClass with carve.dev/cross-node-copy "false" gets the
+// refusal naming the snapshot's node, RESOURCE_EXHAUSTED, and the
+// parameter never reaches a node agent (which would refuse an unknown
+// key). The simulated nodes have no device-mapper, so a granted copy
+// fails at the data (the guest tier's TestCrossNodeCopy copies real data
+// between two agents); what is checked here is the choreography up to it.
+func TestRestoreAskedOnAnotherNode(t *testing.T) {
+	ns := newNamespace(t, "crossnode")
+	ctx := testCtx(t, 6*time.Minute)
+	holder, other := bed.Nodes[1], bed.Nodes[2]
+	restoreSize := taggedSnapshot(t, ctx, ns, "snap", holder)
+	group := "snapshot.storage.k8s.io"
+	restore := func(t *testing.T, name, sc string) time.Time {
+		t.Helper()
+		c := newPVC(ns, name, sc, restoreSize)
+		c.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
+		// Left to the scheduler: carve controller would select the
+		// snapshot's node first.
+		c.Annotations = map[string]string{placement.AnnPlaced: "left-to-the-scheduler"}
+		pod := newPod(ns, name+"-app", name)
+		pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": other.Name}
+		return createPVCAndPod(t, ctx, c, pod)
+	}
+	// waitEvent waits for a ProvisioningFailed event on claim that names
+	// the snapshot's node and holds one of wants; it returns its message.
+	waitEvent := func(t *testing.T, claim string, wants ...string) string {
+		t.Helper()
+		var msg string
+		waitFor(t, settle, "a ProvisioningFailed event on "+claim+" naming "+holder.Name, func(ctx context.Context) (bool, string, error) {
+			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", claim, "ProvisioningFailed", holder.Name)
+			if err != nil {
+				return false, "", err
+			}
+			for _, e := range evs {
+				for _, w := range wants {
+					if strings.Contains(e.Message, w) {
+						msg = e.Message
+						return true, "", nil
+					}
+				}
+			}
+			all, _ := events(ctx, ns, "PersistentVolumeClaim", claim)
+			return false, fmt.Sprint(all), nil
+		})
+		if strings.Contains(msg, router.ParamCrossNodeCopy) || strings.Contains(msg, "unknown key") {
+			t.Errorf("the parameter reached a node agent: %s", msg)
+		}
+		return msg
+	}
+
+	t.Run("copied", func(t *testing.T) {
+		start := restore(t, "copied", thickSC)
+		msg := waitEvent(t, "copied", "from node "+holder.Name, "copies its volumes to no other node")
+		t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), msg)
+		if strings.Contains(msg, "copies its volumes to no other node") {
+			t.Logf("the bed's node agents run without --node-copy-address: the restore is refused naming %s, as before copies across nodes", holder.Name)
+			if !strings.Contains(msg, "ResourceExhausted") {
+				t.Errorf("the refusal is not RESOURCE_EXHAUSTED: %s", msg)
+			}
+			return
+		}
+		// Granted and sent to the pod's node, which read from the
+		// snapshot's node over mutual TLS; no device-mapper here.
+		if !strings.Contains(msg, "node "+other.Name) {
+			t.Errorf("the copy was not made on the pod's node %s: %s", other.Name, msg)
+		}
+		if strings.Contains(msg, "PermissionDenied") {
+			t.Errorf("the snapshot's node refused the pod's node: %s", msg)
+		}
+	})
+
+	t.Run("forbidden by the StorageClass", func(t *testing.T) {
+		sc, err := bed.Client.StorageV1().StorageClasses().Get(ctx, thickSC, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := sc.DeepCopy()
+		local.ObjectMeta = metav1.ObjectMeta{Name: "carve-local-" + ns}
+		local.Parameters[router.ParamCrossNodeCopy] = "false"
+		if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, local, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), local.Name, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete StorageClass %s: %v", local.Name, err)
+			}
+		})
+		// The scheduler places a claim of the class only where carve
+		// controller has written its capacity.
+		waitFor(t, settle, "the capacity of "+local.Name+" on "+other.Name, func(ctx context.Context) (bool, string, error) {
+			obj, err := capacityObject(ctx, other.Name, local.Name)
+			return obj != nil, fmt.Sprint(obj), err
+		})
+		start := restore(t, "local", local.Name)
+		msg := waitEvent(t, "local", fmt.Sprintf("lives on node %s, not on %s", holder.Name, other.Name))
+		t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), msg)
+		if !strings.Contains(msg, "ResourceExhausted") || strings.Contains(msg, "copies its volumes") {
+			t.Errorf("want the refusal of a restore on another node, RESOURCE_EXHAUSTED: %s", msg)
+		}
+	})
+}

@@ -16,6 +16,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // renderValues renders the chart with a values file; a failed render
@@ -444,5 +446,51 @@ patches:
 		if _, ok := objs[k]; !ok {
 			t.Errorf("no %s in %v", k, sortedKeys(objs))
 		}
+	}
+}
+
+// TestNodeCopyPort: node.nodeCopyPort turns on copies across nodes: the
+// node agents get --node-copy-address on the pod's address and a port
+// named node-copy, and the NetworkPolicy admits the node pods (and only
+// them) to it; at 0, the default, none of it is rendered.
+func TestNodeCopyPort(t *testing.T) {
+	for _, tc := range []struct {
+		name, values string
+		on           bool
+	}{
+		{"default", "networkPolicy: {enabled: true}\n", false},
+		{"on", "networkPolicy: {enabled: true}\nnode: {nodeCopyPort: 9811}\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rendered, err := renderValues(t, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := map[string]runtime.Object{}
+			for _, o := range rendered {
+				objs[o.key()] = typed(t, o)
+			}
+			ds := get[*appsv1.DaemonSet](t, objs, "DaemonSet carve-system/carve-node")
+			c := ds.Spec.Template.Spec.Containers[0]
+			hasArg := slices.Contains(c.Args, "--node-copy-address=$(POD_IP):9811")
+			hasPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "node-copy" && p.ContainerPort == 9811 })
+			if hasArg != tc.on || hasPort != tc.on {
+				t.Errorf("container %s: --node-copy-address %t, port node-copy %t; want %t", c.Name, hasArg, hasPort, tc.on)
+			}
+			np := get[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy carve-system/carve-node-channel")
+			var peers []networkingv1.NetworkPolicyPeer
+			for _, r := range np.Spec.Ingress {
+				for _, p := range r.Ports {
+					if p.Port != nil && p.Port.String() == "node-copy" {
+						peers = append(peers, r.From...)
+					}
+				}
+			}
+			nodePods := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"app.kubernetes.io/name": "carve", "app.kubernetes.io/component": "node"}}}
+			if want := tc.on; (len(peers) == 1 && reflect.DeepEqual(peers[0], nodePods)) != want || (!want && len(peers) > 0) {
+				t.Errorf("the NetworkPolicy admits %+v to node-copy; want only the node pods: %t", peers, want)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/erase"
 	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/pkg/router"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -249,8 +250,8 @@ func TestSchemaRefusesParametersCarveRefuses(t *testing.T) {
 	prefix := passThroughPrefix(t)
 	params := root.at(t, root, "storageClasses", "items", "parameters")
 	names, _ := params["propertyNames"].(map[string]any)
-	if got, want := names["pattern"], "^"+regexp.QuoteMeta(prefix); got != want {
-		t.Errorf("storageClasses[].parameters: key pattern %q, want %q (pkg/driver's paramPassThroughPrefix)", got, want)
+	if got, want := names["pattern"], "^("+regexp.QuoteMeta(prefix)+"|"+regexp.QuoteMeta(router.ParamCrossNodeCopy)+"$)"; got != want {
+		t.Errorf("storageClasses[].parameters: key pattern %q, want %q (pkg/driver's paramPassThroughPrefix, pkg/router's ParamCrossNodeCopy)", got, want)
 	}
 	tmpl, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "helm", "carve", "templates", "storageclasses.yaml"))
 	if err != nil {
@@ -269,6 +270,8 @@ func TestSchemaRefusesParametersCarveRefuses(t *testing.T) {
 		{"fsType", "does not match pattern"},
 		{"carve.dev/stripes", "does not match pattern"},
 		{prefix + "fstype", "'not' failed"},
+		{router.ParamCrossNodeCopy, ""},
+		{router.ParamCrossNodeCopy + "-x", "does not match pattern"},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			_, err := renderValues(t, strings.ReplaceAll(base, "%q", strconv.Quote(tc.key)))

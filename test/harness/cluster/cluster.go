@@ -343,6 +343,13 @@ func (c *Cluster) startNode(ctx context.Context, ds *appsv1.DaemonSet, spec Node
 		ChannelCAFile:    filepath.Join(dir, "node-channel", "ca.crt"),
 		ChannelTokenFile: filepath.Join(dir, "token"),
 	}
+	if servesCopies(ds) {
+		cp, err := FreePort()
+		if err != nil {
+			return err
+		}
+		n.CopyAddr = net.JoinHostPort(c.NodeChannel.IP, strconv.Itoa(cp))
+	}
 	c.Nodes = append(c.Nodes, n)
 	if n.VG, err = lvmtest.NewLoopVG(ctx, dir, cfg.VGPrefix+"-"+spec.Name, spec.VGSize, false); err != nil {
 		return fmt.Errorf("volume group of node %s: %w", spec.Name, err)
@@ -629,4 +636,17 @@ func (c *Cluster) StorageClasses() ([]*storagev1.StorageClass, error) {
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// servesCopies says whether the DaemonSet's node agents serve copies
+// across nodes (a --node-copy-address flag: the chart's node.nodeCopyPort).
+func servesCopies(ds *appsv1.DaemonSet) bool {
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--node-copy-address") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -69,6 +69,10 @@ type Node struct {
 	// IPv4 address and ChannelPort.
 	ChannelAddr string
 	ChannelPort int
+	// CopyAddr, when the DaemonSet serves copies across nodes
+	// (--node-copy-address), is where this agent serves them: the host's
+	// address and a port of its own (every simulated node shares the IP).
+	CopyAddr string
 	// ChannelCAFile and ChannelTokenFile are what the kubelet would mount:
 	// the CA bundle of ConfigMap carve-node-channel-ca and the agent's
 	// projected token.
@@ -230,6 +234,9 @@ func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 		{"node-channel-address", n.ChannelAddr},
 		{"node-channel-ca-file", n.ChannelCAFile},
 		{"node-channel-token-file", n.ChannelTokenFile},
+	}
+	if n.CopyAddr != "" {
+		flags = append(flags, FlagValue{"node-copy-address", n.CopyAddr})
 	}
 	for _, a := range extra {
 		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")

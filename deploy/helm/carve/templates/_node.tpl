@@ -166,6 +166,11 @@ spec:
             - --node-channel-address=$(POD_IP):{{ $v.node.nodeChannelPort }}
             - --node-channel-ca-file=/etc/carve/node-channel/ca.crt
             - --node-channel-token-file=/var/run/secrets/carve.dev/token
+            {{- if $v.node.nodeCopyPort }}
+            # Where other node agents read this node's volumes for
+            # restores and clones across nodes (node.nodeCopyPort).
+            - --node-copy-address=$(POD_IP):{{ $v.node.nodeCopyPort }}
+            {{- end }}
             {{- if $v.node.maxVolumes }}
             - --max-volumes={{ $v.node.maxVolumes }}
             {{- end }}
@@ -203,6 +208,11 @@ spec:
             - name: node-channel
               containerPort: {{ $v.node.nodeChannelPort }}
               protocol: TCP
+            {{- if $v.node.nodeCopyPort }}
+            - name: node-copy
+              containerPort: {{ $v.node.nodeCopyPort }}
+              protocol: TCP
+            {{- end }}
           {{- with $v.node.livenessProbe }}
           livenessProbe:
             {{- toYaml . | nindent 12 }}

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/pkg/placement"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // TestMeasureUnpinnedRestore (make measure-restore-placement; skipped by
@@ -44,14 +44,7 @@ import (
 // carve's CreateVolume on the right node, is all real; the copy and the
 // pod Running are the real-node tier's.
 func TestMeasureUnpinnedRestore(t *testing.T) {
-	rounds := 5
-	if v := os.Getenv("CARVE_MEASURE_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("CARVE_MEASURE_ROUNDS=%q: want a positive number", v)
-		}
-		rounds = n
-	}
+	rounds := kubetest.Rounds(t, 5)
 	ns := newNamespace(t, "unpinned")
 	ctx := testCtx(t, time.Duration(rounds)*6*time.Minute+2*time.Minute)
 	// Not node-large: its plugin removes orphans, which would race the

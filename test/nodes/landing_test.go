@@ -5,8 +5,6 @@ package nodes
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,14 +32,7 @@ func TestMeasureRestoreLanding(t *testing.T) {
 	if len(bed.Nodes) == 0 {
 		t.Fatal("this measurement needs simulated nodes beside the guest (CARVE_NODES_SIMULATED=3; make measure-placement-nodes sets it): with the guest alone every pod lands there whatever carve does")
 	}
-	rounds := 10
-	if v := os.Getenv("CARVE_MEASURE_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("CARVE_MEASURE_ROUNDS=%q: want a positive number", v)
-		}
-		rounds = n
-	}
+	rounds := kubetest.Rounds(t, 10)
 	ns := newNamespace(t, "landing")
 	ctx := testCtx(t, time.Duration(rounds)*8*time.Minute)
 	dc, err := dynamic.NewForConfig(bed.Control.Config)

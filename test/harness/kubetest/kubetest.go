@@ -7,7 +7,9 @@ package kubetest
 
 import (
 	"context"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -61,4 +63,19 @@ func Percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (p*len(s) + 99) / 100
 	return s[max(i-1, 0)].Round(time.Millisecond)
+}
+
+// Rounds is how many rounds a measurement runs: CARVE_MEASURE_ROUNDS
+// (the make targets' MEASURE_ROUNDS, PLACEMENT_ROUNDS), def when unset.
+func Rounds(t testing.TB, def int) int {
+	t.Helper()
+	v := os.Getenv("CARVE_MEASURE_ROUNDS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("CARVE_MEASURE_ROUNDS=%q: want a positive number", v)
+	}
+	return n
 }

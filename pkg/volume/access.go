@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-
-	"github.com/carve-csi/carve/pkg/fs"
 )
 
 // ParamDeviceClass is the StorageClass parameter that names the device
@@ -90,12 +88,17 @@ func (e *CapabilityError) Error() string { return e.In("capability") }
 func (e *CapabilityError) Unwrap() error { return e.Err }
 
 // ErrFilesystemElsewhere is what the CapabilityError of a filesystem carve
-// makes (fs.MkfsTypes) but this node cannot (its mkfs is not installed
+// makes (carveMakes) but this node cannot (its mkfs is not installed
 // here) wraps: another node may have the tool, so the caller answers
 // RESOURCE_EXHAUSTED, on which csi-provisioner reschedules a claim that
 // waits for its first consumer, where a filesystem carve never makes is a
 // final INVALID_ARGUMENT.
 var ErrFilesystemElsewhere = errors.New("the filesystem's mkfs is not installed on this node")
+
+// carveMakes are the filesystems carve makes: fs.MkfsTypes, restated
+// (TestCarveMakesWhatFsMakes) because kubectl-carve builds this package
+// for other systems than Linux, which pkg/fs does not build for.
+var carveMakes = []string{"ext4", "xfs", "btrfs"}
 
 // In is the message for a capability that came as field of a request:
 // "volume_capability.mount.fs_type \"ntfs\" is not supported; ...".
@@ -137,7 +140,7 @@ func ParseCapability(c *csi.VolumeCapability, fsTypes []string) (Access, error) 
 		}
 		if !slices.Contains(fsTypes, a.FSType) {
 			err := refuse("mount.fs_type", "%q is not supported; allowed: %s", a.FSType, strings.Join(fsTypes, ", "))
-			if slices.Contains(fs.MkfsTypes, a.FSType) {
+			if slices.Contains(carveMakes, a.FSType) {
 				err = &CapabilityError{Part: "mount.fs_type", Err: ErrFilesystemElsewhere,
 					Reason: fmt.Sprintf("%q cannot be made on this node (mkfs.%s is not installed); this node makes %s", a.FSType, a.FSType, strings.Join(fsTypes, ", "))}
 			}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/carve-csi/carve/pkg/fs"
 )
 
 func mountCapability(fsType string, mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
@@ -82,5 +84,13 @@ func TestAccessDescribe(t *testing.T) {
 	}
 	if got := AccessModes(); len(got) != 4 || !strings.Contains(AccessModeNames(), got[3].String()) {
 		t.Errorf("AccessModes = %v, names %q", got, AccessModeNames())
+	}
+}
+
+// TestCarveMakesWhatFsMakes: the filesystems this package knows carve
+// makes are pkg/fs's.
+func TestCarveMakesWhatFsMakes(t *testing.T) {
+	if !slices.Equal(carveMakes, fs.MkfsTypes) {
+		t.Errorf("carveMakes %v, fs.MkfsTypes %v: they must be the same", carveMakes, fs.MkfsTypes)
 	}
 }

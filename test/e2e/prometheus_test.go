@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -199,6 +201,10 @@ func driveEveryPhase(t *testing.T, ctx context.Context) {
 		}
 		if _, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); err != nil {
 			t.Errorf("NodeGetInfo of %s: %v", n.Name, err)
+		}
+		// And one it refuses, for the errors panel's Node series.
+		if _, err := csi.NewNodeClient(conn).NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("NodeGetVolumeStats without a volume ID of %s: %v, want InvalidArgument", n.Name, err)
 		}
 		_ = conn.Close()
 	}

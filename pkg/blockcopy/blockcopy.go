@@ -152,7 +152,7 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	// so that the new volume shows the source's bytes and zeros only. A
 	// new thin target reads zeros there already.
 	if opts.Sparse {
-		return finish(out, dst, start, res)
+		return Finish(out, dst, start, res)
 	}
 	clear(buf)
 	for off := size; off < uint64(end); {
@@ -166,11 +166,13 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 		off += n
 		res.Zeroed += n
 	}
-	return finish(out, dst, start, res)
+	return Finish(out, dst, start, res)
 }
 
-// finish syncs and closes the target of a copy that began at start.
-func finish(out *os.File, dst string, start time.Time, res Result) (Result, error) {
+// Finish syncs and closes out, the target dst of a copy that began at
+// start, and returns res with the copy's duration (pkg/nodecopy's copies
+// across nodes end the same way).
+func Finish(out *os.File, dst string, start time.Time, res Result) (Result, error) {
 	if err := out.Sync(); err != nil {
 		return res, fmt.Errorf("syncing %s after the copy: %w", dst, err)
 	}

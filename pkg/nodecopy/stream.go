@@ -230,14 +230,7 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 			return res, err
 		}
 	}
-	if err := out.Sync(); err != nil {
-		return res, fmt.Errorf("syncing %s after the copy: %w", path, err)
-	}
-	if err := out.Close(); err != nil {
-		return res, fmt.Errorf("closing %s after the copy: %w", path, err)
-	}
-	res.Duration = time.Since(start)
-	return res, nil
+	return blockcopy.Finish(out, path, start, res)
 }
 
 // errWriterStopped: the writer ended (with its own error) before the

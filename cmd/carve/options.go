@@ -161,6 +161,7 @@ func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Address, "node-channel-address", "", "host:port of the node channel, the TLS port on which carve's controller calls this node's Controller service and node agent; empty turns it off")
 	fs.StringVar(&o.CAFile, "node-channel-ca-file", DefaultNodeChannelCAFile, "PEM bundle of the CAs whose controller certificate the node channel accepts (the mounted ConfigMap's ca.crt); re-read when it changes, and until it holds a valid bundle no handshake succeeds")
 	fs.StringVar(&o.CopyAddress, "node-copy-address", "", "host:port on which other node agents read this node's snapshots and volumes for the restores and clones on their nodes that carve controller grants them (TLS 1.3, node certificates of the node channel's CA only); empty: this node's sources are copied to no other node. Used only with --node-channel-address")
+	fs.BoolVar(&o.ControllerOnSocket, "controller-on-socket", false, "with --node-channel-address, also serve the CSI Controller service on the --endpoint socket (csi-sanity, debugging on a node); without the node channel it is always served there")
 	fs.StringVar(&o.TokenFile, "node-channel-token-file", DefaultNodeChannelTokenFile, "projected service-account token (audience carve's controller) the node agent proves its node with when the controller enrolls it; re-read at every enrollment")
 }
 

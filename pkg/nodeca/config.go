@@ -40,7 +40,7 @@ func ServerConfig(p Peer) (*tls.Config, error) {
 		SessionTicketsDisabled: true,
 		Time:                   p.Now,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPeer(cs, p.CAs, clock(p.Now), x509.ExtKeyUsageClientAuth, ControllerURI)
+			return verifyPeer(cs, p.CAs, clock(p.Now), x509.ExtKeyUsageClientAuth, identity(ControllerURI))
 		},
 	}, nil
 }
@@ -66,21 +66,33 @@ func ClientConfig(p Peer, node string) (*tls.Config, error) {
 		InsecureSkipVerify: true, //nolint:gosec // G402: the chain and identity are verified in VerifyConnection.
 		Time:               p.Now,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPeer(cs, p.CAs, clock(p.Now), x509.ExtKeyUsageServerAuth, want)
+			return verifyPeer(cs, p.CAs, clock(p.Now), x509.ExtKeyUsageServerAuth, identity(want))
 		},
 	}, nil
 }
 
 // verifyPeer checks that the peer's certificate chains to a CA in pool for
-// usage, at now, and that its only URI SAN is want.
-func verifyPeer(cs tls.ConnectionState, pool *Pool, now func() time.Time, usage x509.ExtKeyUsage, want string) error {
+// usage, at now, and that its only URI SAN is the one wantOf gives for it
+// (a fixed identity, or the node a copy client's certificate names).
+func verifyPeer(cs tls.ConnectionState, pool *Pool, now func() time.Time, usage x509.ExtKeyUsage, wantOf func(*x509.Certificate) (string, error)) error {
 	if len(cs.PeerCertificates) == 0 {
+		want, _ := wantOf(nil)
 		return fmt.Errorf("peer presented no certificate (want %s)", want)
 	}
-	if err := verifyLeaf(cs.PeerCertificates[0], cs.PeerCertificates[1:], pool, now(), usage, want); err != nil {
+	leaf := cs.PeerCertificates[0]
+	want, err := wantOf(leaf)
+	if err != nil {
+		return fmt.Errorf("peer %w", err)
+	}
+	if err := verifyLeaf(leaf, cs.PeerCertificates[1:], pool, now(), usage, want); err != nil {
 		return fmt.Errorf("peer %w", err)
 	}
 	return nil
+}
+
+// identity is the wantOf of verifyPeer for one fixed identity.
+func identity(want string) func(*x509.Certificate) (string, error) {
+	return func(*x509.Certificate) (string, error) { return want, nil }
 }
 
 // VerifyNodeCertificate checks that cert is a node certificate for exactly

@@ -31,19 +31,7 @@ func CopyServerConfig(p Peer) (*tls.Config, error) {
 		SessionTicketsDisabled: true,
 		Time:                   p.Now,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("peer presented no certificate (want a node's)")
-			}
-			leaf := cs.PeerCertificates[0]
-			node, err := nodeOfLeaf(leaf)
-			if err != nil {
-				return fmt.Errorf("peer %w", err)
-			}
-			want := nodeURIPrefix + node
-			if err := verifyLeaf(leaf, cs.PeerCertificates[1:], p.CAs, now(), x509.ExtKeyUsageServerAuth, want); err != nil {
-				return fmt.Errorf("peer %w", err)
-			}
-			return nil
+			return verifyPeer(cs, p.CAs, now, x509.ExtKeyUsageServerAuth, nodeIdentity)
 		},
 	}, nil
 }
@@ -55,6 +43,19 @@ func PeerNode(cs tls.ConnectionState) (string, error) {
 		return "", errors.New("peer presented no certificate")
 	}
 	return nodeOfLeaf(cs.PeerCertificates[0])
+}
+
+// nodeIdentity is the wantOf of verifyPeer for a copy client: any node's
+// identity, the one its certificate names.
+func nodeIdentity(leaf *x509.Certificate) (string, error) {
+	if leaf == nil {
+		return "a node's", nil
+	}
+	node, err := nodeOfLeaf(leaf)
+	if err != nil {
+		return "", err
+	}
+	return nodeURIPrefix + node, nil
 }
 
 // nodeOfLeaf is the node a certificate's only URI SAN names.

@@ -387,7 +387,7 @@ func TestConfigsRefuse(t *testing.T) {
 		{"empty keypair", func() error { _, err := (&Keypair{}).GetCertificate(nil); return err }},
 		{"zero pool", func() error {
 			return verifyPeer(tls.ConnectionState{PeerCertificates: []*x509.Certificate{kp.Current().Leaf}},
-				&Pool{}, time.Now, x509.ExtKeyUsageClientAuth, ControllerURI)
+				&Pool{}, time.Now, x509.ExtKeyUsageClientAuth, identity(ControllerURI))
 		}},
 	}
 	for _, tt := range tests {

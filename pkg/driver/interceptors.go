@@ -9,6 +9,7 @@ import (
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
@@ -37,6 +38,10 @@ func loggingInterceptor(quiet map[string]bool) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		d := time.Since(start)
+		if err != nil && answersAbsence(info.FullMethod, err) {
+			logger.V(2).Info("GRPC call answered NotFound", "err", err, "duration", d)
+			return resp, err
+		}
 		if err != nil {
 			logger.Error(err, "GRPC call failed", "code", status.Code(err).String(), "duration", d,
 				"request", payload(info.FullMethod, req))
@@ -46,6 +51,14 @@ func loggingInterceptor(quiet map[string]bool) grpc.UnaryServerInterceptor {
 		logger.V(5).Info("GRPC response", "response", payload(info.FullMethod, resp))
 		return resp, nil
 	}
+}
+
+// answersAbsence tells whether err is the expected answer of a call that
+// asks whether a volume is here: carve controller asks every node agent
+// with ValidateVolumeCapabilities when no PersistentVolume names a
+// volume's node, and all but one answer NotFound.
+func answersAbsence(method string, err error) bool {
+	return method == "/csi.v1.Controller/ValidateVolumeCapabilities" && status.Code(err) == codes.NotFound
 }
 
 // StreamLoggingInterceptor gives a stream's handler a logger carrying the

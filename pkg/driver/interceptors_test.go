@@ -64,6 +64,43 @@ func TestLoggingInterceptorStripsSecrets(t *testing.T) {
 	}
 }
 
+// TestLoggingInterceptorLevels: a failure is logged as an error, but a
+// NotFound answer to ValidateVolumeCapabilities (carve controller asking
+// every node whether it has a volume) only at verbosity 2.
+func TestLoggingInterceptorLevels(t *testing.T) {
+	tests := []struct {
+		name, method string
+		code         codes.Code
+		wantError    bool
+	}{
+		{"probe answered NotFound", "/csi.v1.Controller/ValidateVolumeCapabilities", codes.NotFound, false},
+		{"probe failed otherwise", "/csi.v1.Controller/ValidateVolumeCapabilities", codes.Internal, true},
+		{"NotFound of another call", "/csi.v1.Node/NodeStageVolume", codes.NotFound, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, v := range []int{0, 2} {
+				logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(v), ktesting.BufferLogs(true)))
+				ctx := klog.NewContext(context.Background(), logger)
+				_, err := LoggingInterceptor(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "vg/carve-1"},
+					&grpc.UnaryServerInfo{FullMethod: tt.method}, func(context.Context, any) (any, error) {
+						return nil, status.Error(tt.code, "volume vg/carve-1 does not exist")
+					})
+				if status.Code(err) != tt.code {
+					t.Fatalf("interceptor changed the answer: %v", err)
+				}
+				out := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+				if got := strings.Contains(out, "ERROR"); got != tt.wantError {
+					t.Errorf("verbosity %d: logged as an error: %v, want %v:\n%s", v, got, tt.wantError, out)
+				}
+				if logged := strings.Contains(out, "vg/carve-1 does not exist"); logged != (tt.wantError || v >= 2) {
+					t.Errorf("verbosity %d: answer logged: %v:\n%s", v, logged, out)
+				}
+			}
+		})
+	}
+}
+
 // TestServerMetrics runs the gRPC server on a unix socket with both
 // interceptors and checks csi_plugin_operations_seconds per method and code.
 func TestServerMetrics(t *testing.T) {

@@ -32,8 +32,8 @@ import (
 // helm upgrade with crds.install=true adds the snapshot CRDs, and the
 // next upgrade the VolumeSnapshotClass they serve; after helm uninstall,
 // kubectl apply --server-side of the release manifest creates every
-// object of it. helm test is not run: its pod needs a kubelet, which no
-// e2e bed has.
+// object of it. The helm test hook is not run here: its pod needs a
+// kubelet (the nodes tier's TestHelmTestHookPasses runs it).
 func TestInstallFromReleaseArtifacts(t *testing.T) {
 	const version, semver = "v0.1.0-rc.1", "0.1.0-rc.1"
 	ctx := testCtx(t, 8*time.Minute)

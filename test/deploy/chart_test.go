@@ -277,7 +277,7 @@ func TestChartOptions(t *testing.T) {
 			typed(t, o)
 		}
 	}
-	for _, svc := range []string{"carve-node-metrics", "carve-provisioner-metrics", "carve-controller-metrics", "carve-resizer-metrics"} {
+	for _, svc := range []string{"carve-node-metrics", "carve-provisioner-metrics", "carve-controller-metrics", "carve-resizer-metrics", "carve-snapshotter-metrics"} {
 		if _, ok := objs["Service carve-system/"+svc]; ok {
 			t.Errorf("metrics.service.enabled=false still renders the Service %s", svc)
 		}
@@ -423,7 +423,7 @@ func TestComponentsMatchChart(t *testing.T) {
 		{
 			component: "without-snapshots",
 			values:    []string{"sidecars.snapshotter.enabled=false"},
-			changes:   []string{deployment, "ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter"},
+			changes:   []string{deployment, "ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter", "Service carve-system/carve-snapshotter-metrics"},
 			holds:     []holds{{deployment, `"csi-snapshotter"`, false}, {deployment, `"csi-provisioner"`, true}, {daemonSet, `"carve"`, true}},
 		},
 		{

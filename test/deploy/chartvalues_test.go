@@ -215,13 +215,27 @@ networkPolicy: {enabled: true}
 					t.Error("sidecars.snapshotter.enabled=false still runs csi-snapshotter")
 				}
 			}
-			for _, k := range []string{"ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter", "VolumeSnapshotClass /carve"} {
+			for _, k := range []string{"ClusterRole /carve-controller-snapshotter", "ClusterRoleBinding /carve-controller-snapshotter", "VolumeSnapshotClass /carve", "Service carve-system/carve-snapshotter-metrics"} {
 				if _, ok := objs[k]; ok {
 					t.Errorf("sidecars.snapshotter.enabled=false still renders %s", k)
 				}
 			}
 			if _, ok := objs["NetworkPolicy carve-system/carve-node-channel"].(*networkingv1.NetworkPolicy); !ok {
 				t.Errorf("networkPolicy.enabled=true renders no NetworkPolicy carve-node-channel: %v", sortedKeys(objs))
+			}
+		},
+	}, {
+		name: "csi-snapshotter metrics port",
+		values: `
+controller: {snapshotterMetricsPort: 7003}
+`,
+		check: func(t *testing.T, objs map[string]any) {
+			snap := containerIn(t, objs, controllerD, "csi-snapshotter")
+			if got, _ := flagValue(snap.Args, "--http-endpoint"); got != ":7003" || len(snap.Ports) != 1 || snap.Ports[0].ContainerPort != 7003 {
+				t.Errorf("csi-snapshotter --http-endpoint=%q, ports %+v; want 7003", got, snap.Ports)
+			}
+			if svc := objs["Service carve-system/carve-snapshotter-metrics"].(*corev1.Service); svc.Spec.Ports[0].Port != 7003 {
+				t.Errorf("Service carve-snapshotter-metrics ports %+v, want 7003", svc.Spec.Ports)
 			}
 		},
 	}, {

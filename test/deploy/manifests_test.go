@@ -80,6 +80,7 @@ var snapshotterFlags = []string{
 	"--leader-election-retry-period=2s",
 	"--leader-election-namespace=$(NAMESPACE)",
 	"--feature-gates=CSIVolumeGroupSnapshot=false",
+	"--http-endpoint=:9813",
 }
 
 // snapshotClassFields are the top-level fields of a VolumeSnapshotClass
@@ -174,6 +175,7 @@ func TestBaseRendersExpectedObjects(t *testing.T) {
 		"Service carve-system/carve-node-metrics",
 		"Service carve-system/carve-provisioner-metrics",
 		"Service carve-system/carve-resizer-metrics",
+		"Service carve-system/carve-snapshotter-metrics",
 		"ServiceAccount carve-system/carve-controller",
 		"ServiceAccount carve-system/carve-node",
 		"StorageClass /carve-thick-ext4",
@@ -714,15 +716,15 @@ func TestControllerDeployment(t *testing.T) {
 	for _, tc := range []struct {
 		c    corev1.Container
 		port string
-	}{{prov, "prov-metrics"}, {resizer, "resizer-hz"}} {
+	}{{prov, "prov-metrics"}, {snap, "snap-metrics"}, {resizer, "resizer-hz"}} {
 		p := tc.c.LivenessProbe
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz/leader-election" || p.HTTPGet.Port.String() != tc.port {
 			t.Errorf("%s livenessProbe %+v, want GET /healthz/leader-election on %s", tc.c.Name, p, tc.port)
 		}
 	}
-	// carve controller's, csi-provisioner's and csi-resizer's /metrics are
-	// behind a Service of their own each (one scrape job each), on the
-	// ports the processes listen on.
+	// carve controller's, csi-provisioner's, csi-snapshotter's and
+	// csi-resizer's /metrics are behind a Service of their own each (one
+	// scrape job each), on the ports the processes listen on.
 	for _, tc := range []struct {
 		service, port, flag string
 		c                   corev1.Container
@@ -730,6 +732,7 @@ func TestControllerDeployment(t *testing.T) {
 		{"carve-controller-metrics", "metrics", "--metrics-address", carve},
 		{"carve-provisioner-metrics", "prov-metrics", "--http-endpoint", prov},
 		{"carve-resizer-metrics", "resizer-hz", "--http-endpoint", resizer},
+		{"carve-snapshotter-metrics", "snap-metrics", "--http-endpoint", snap},
 	} {
 		svc := get[*corev1.Service](t, objs, "Service carve-system/"+tc.service)
 		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.String() != tc.port {

@@ -193,7 +193,7 @@ func TestDashboardPanels(t *testing.T) {
 		{"free space per node and volume group, once per group", `^max by \(node, volume_group\) \(carve_volume_group_free_bytes\{`},
 		{"reported capacity per node and device class", `^carve_capacity_available_bytes\{cluster=~"\$cluster", node=~"\$node", device_class=~"\$device_class"\}$`},
 		{"node plugins that are down", `up\{job="carve-node-metrics"[^}]*\} == 0`},
-		{"the controller's and sidecars' targets", `up\{job=~"carve-controller-metrics\|carve-resizer-metrics\|carve-provisioner-metrics"`},
+		{"the controller's and sidecars' targets", `up\{job=~"carve-controller-metrics\|carve-resizer-metrics\|carve-provisioner-metrics\|carve-snapshotter-metrics"`},
 		{"the versions running", `count by \(version, role\) \(carve_build_info`},
 		{"container restarts", `kube_pod_container_status_restarts_total\{namespace="carve-system"`},
 		{"thin pool data percent", `carve_thin_pool_data_percent`},
@@ -342,9 +342,10 @@ var kubeStateMetrics = map[string][]string{
 	"kube_pod_container_status_restarts_total":          {"namespace", "pod", "container"},
 }
 
-// sidecarMetrics are the series of csi-provisioner and csi-resizer
-// (scraped through carve-provisioner-metrics and carve-resizer-metrics)
-// the dashboard's "CSI sidecars" row charts, with their labels; the e2e
+// sidecarMetrics are the series of csi-provisioner, csi-snapshotter and
+// csi-resizer (scraped through carve-provisioner-metrics,
+// carve-snapshotter-metrics and carve-resizer-metrics) the dashboard's
+// "CSI sidecars" row charts, with their labels; the e2e
 // tier's TestPrometheus sees each of them from the real sidecars.
 var sidecarMetrics = map[string][]string{
 	"csi_sidecar_operations_seconds_count":                               {"driver_name", "method_name", "grpc_status_code"},

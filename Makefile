@@ -190,7 +190,9 @@ measure-restore-placement: deps build deploy-tools cachedir
 # Real nodes (test/nodes; docs/development.md): the shipped kustomize base
 # on a control plane whose node is a qemu guest with a kubelet, containerd
 # and device-mapper, running carve's image and the sidecars of make images.
-test-nodes: deps build helm cachedir
+# Its TestPrometheus runs the Prometheus server of make deploy-tools
+# (which installs helm too).
+test-nodes: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_CACHE=$(CACHE) $(GO) test -tags nodes -count=1 -timeout 40m -skip '^TestMeasure' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
 

@@ -4,13 +4,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,15 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
+	"github.com/carve-csi/carve/test/harness/promcheck"
 )
 
 // scrapeInterval is how often the test's Prometheus scrapes the bed.
@@ -42,25 +34,21 @@ const scrapeInterval = time.Second
 // why. A dashboard query or an alert expression with no series is excused
 // only when a selector of it that has none carries every matcher of one of
 // these; and each of these must have no series on the bed, so the list
-// cannot go stale.
-var notOnBed = []struct{ selector, reason string }{
-	{`kube_pod_container_status_restarts_total`, noKubeStateMetrics},
-	{`kube_persistentvolumeclaim_status_phase`, noKubeStateMetrics},
-	{`kube_pod_spec_volumes_persistentvolumeclaims_info`, noKubeStateMetrics},
-	{`kube_persistentvolumeclaim_info`, noKubeStateMetrics},
-	{`kube_storageclass_info`, noKubeStateMetrics},
-	{`carve_thin_pool_data_percent`, noThinPool},
-	{`carve_thin_pool_metadata_percent`, noThinPool},
-	{`carve_thin_pool_zeroing`, noThinPool},
-	{`carve_snapshot_cow_used_ratio`, noThickSnapshot},
-	{`carve_snapshot_invalid`, noThickSnapshot},
-}
+// cannot go stale. The device-mapper ones have series on the real-node
+// tier's bed, where its TestPrometheus evaluates them.
+var notOnBed = append([]promcheck.Missing{
+	{Selector: `kube_pod_container_status_restarts_total`, Reason: noKubeStateMetrics},
+	{Selector: `kube_persistentvolumeclaim_status_phase`, Reason: noKubeStateMetrics},
+	{Selector: `kube_pod_spec_volumes_persistentvolumeclaims_info`, Reason: noKubeStateMetrics},
+	{Selector: `kube_persistentvolumeclaim_info`, Reason: noKubeStateMetrics},
+	{Selector: `kube_storageclass_info`, Reason: noKubeStateMetrics},
+}, promcheck.DeviceMapperSeries()...)
 
-const (
-	noKubeStateMetrics = "kube-state-metrics does not run on the e2e bed"
-	noThinPool         = "no thin class on the e2e bed: a thin pool needs device-mapper, which the host lacks"
-	noThickSnapshot    = "no thick snapshot on the e2e bed: lvcreate --snapshot needs device-mapper"
-)
+// noKubeStateMetrics: kube-state-metrics is not built like the Prometheus
+// server because the Go module proxy refuses it (tried 2026-11-27:
+// k8s.io/kube-state-metrics/v2's version list, @latest and @v2.17.0 all
+// answer 403 "This module version is not available").
+const noKubeStateMetrics = "kube-state-metrics does not run on the e2e bed: the Go module proxy refuses k8s.io/kube-state-metrics/v2 (403 \"This module version is not available\" for its version list, @latest and @v2.17.0), so it cannot be built like the Prometheus server"
 
 // TestPrometheus: a real Prometheus (the release promtool comes from)
 // scrapes every metrics endpoint the chart's ServiceMonitor scrapes on
@@ -96,52 +84,42 @@ func TestPrometheus(t *testing.T) {
 	// it made has the two samples rate() needs. (Prometheus applies its
 	// targets about 5 s after it starts; the drive may well end before.)
 	waitFor(t, settle, fmt.Sprintf("every one of the %d targets up and scraped twice after the drive", len(targets)), func(ctx context.Context) (bool, string, error) {
-		up, err := instant(ctx, prom, "up == 1")
-		if err != nil {
-			return false, "", err
-		}
-		since := time.Since(driven).Milliseconds()
-		scrapes, err := instant(ctx, prom, fmt.Sprintf("count_over_time(up[%dms]) >= 2", since))
-		if err != nil {
-			return false, "", err
-		}
-		return len(up) == len(targets) && len(scrapes) == len(targets),
-			fmt.Sprintf("%d targets up, %d scraped twice in the %d ms since the drive", len(up), len(scrapes), since), nil
+		return promcheck.ScrapedTwiceSince(ctx, prom.API, driven, len(targets))
 	})
 	t.Logf("scraped %s after the drive", time.Since(driven).Round(time.Millisecond))
 
-	qs := append(dashboardQueries(t), alertQueries(t)...)
+	qs := shippedQueries(t)
 	var evaluated, excused int
 	for _, q := range qs {
-		n, err := seriesOf(ctx, prom, q.expr)
+		n, err := promcheck.SeriesOf(ctx, prom.API, q.Expr)
 		if err != nil {
-			t.Errorf("%s: %s: %v", q.where, q.expr, err)
+			t.Errorf("%s: %s: %v", q.Where, q.Expr, err)
 			continue
 		}
 		evaluated++
 		if n > 0 {
 			continue
 		}
-		if why, ok := emptyWhenHealthy[q.panel]; ok {
-			if err := probesHaveSeries(ctx, prom, q.expr); err != nil {
-				t.Errorf("%s: %v", q.where, err)
+		if why, ok := emptyWhenHealthy[q.Panel]; ok {
+			if err := promcheck.ProbesHaveSeries(ctx, prom.API, q.Expr, notOnBed); err != nil {
+				t.Errorf("%s: %v", q.Where, err)
 				continue
 			}
 			excused++
-			t.Logf("%s: no series, as expected: %s; without its comparison it has series", q.where, why)
+			t.Logf("%s: no series, as expected: %s; without its comparison it has series", q.Where, why)
 			continue
 		}
-		reason, err := excuse(ctx, prom, q.expr)
+		reason, err := promcheck.Excuse(ctx, prom.API, q.Expr, notOnBed)
 		if err != nil {
-			t.Errorf("%s: no series for %s: %v", q.where, q.expr, err)
+			t.Errorf("%s: no series for %s: %v", q.Where, q.Expr, err)
 			continue
 		}
 		excused++
-		t.Logf("%s: no series, as expected: %s", q.where, reason)
+		t.Logf("%s: no series, as expected: %s", q.Where, reason)
 	}
 	for _, e := range notOnBed {
-		if n, err := seriesOf(ctx, prom, e.selector); err != nil || n > 0 {
-			t.Errorf("%s has %d series on the bed (%v), though notOnBed says %q: drop the exception", e.selector, n, err, e.reason)
+		if n, err := promcheck.SeriesOf(ctx, prom.API, e.Selector); err != nil || n > 0 {
+			t.Errorf("%s has %d series on the bed (%v), though notOnBed says %q: drop the exception", e.Selector, n, err, e.Reason)
 		}
 	}
 	t.Logf("%d queries evaluated, %d of them excused for metrics the bed cannot have, %s after the drive", evaluated, excused, time.Since(driven).Round(time.Millisecond))
@@ -151,13 +129,9 @@ func TestPrometheus(t *testing.T) {
 // $CARVE_CACHE/bin.
 func prometheusBin(t *testing.T) string {
 	t.Helper()
-	cache := os.Getenv("CARVE_CACHE")
-	if cache == "" {
-		t.Fatal("CARVE_CACHE is not set: run `make test-e2e`, which installs prometheus into $CARVE_CACHE/bin (make deploy-tools)")
-	}
-	bin := filepath.Join(cache, "bin", "prometheus")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%v: run `make deploy-tools`", err)
+	bin, err := promcheck.Server()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -277,14 +251,6 @@ func snapshotOnce(t *testing.T, ctx context.Context, ns, claim string) {
 	deleted = true
 }
 
-// promQuery is one expression of the dashboard or the rules, with where it
-// comes from.
-type promQuery struct {
-	where, expr string
-	// panel is the dashboard panel's title (empty for an alert).
-	panel string
-}
-
 // emptyWhenHealthy are the dashboard panels that show only what is wrong,
 // through a comparison a healthy bed never meets, with why: their queries
 // must have series once the comparison is taken off (probes).
@@ -292,282 +258,16 @@ var emptyWhenHealthy = map[string]string{
 	"Device classes unavailable": "it counts the device classes that are unavailable (carve_device_class_available == 0), and every class of the bed is available",
 }
 
-// grafanaVariable is a Grafana variable in a label matcher's value, as
-// node=~"$node": the test sets each at its "All" value.
-var grafanaVariable = regexp.MustCompile(`=~"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?"`)
-
-// grafanaIntervalVar is an interval variable of Grafana, where PromQL wants
-// a duration.
-var grafanaIntervalVar = regexp.MustCompile(`\$\{?__(rate_interval|interval|range)\}?`)
-
-// dashboardQueries are the dashboard's panel queries, each variable at its
-// "All" value and the intervals at 5m (every series the drive made has two
-// samples in that window).
-func dashboardQueries(t *testing.T) []promQuery {
+// shippedQueries are the dashboard's queries and the alert expressions'
+// parts (promcheck.Shipped).
+func shippedQueries(t *testing.T) []promcheck.Query {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "carve-dashboard.json"))
+	qs, err := promcheck.Shipped(filepath.Join("..", "..", "deploy"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	type panel struct {
-		Title   string `json:"title"`
-		Targets []struct {
-			Expr string `json:"expr"`
-		} `json:"targets"`
-		Panels []json.RawMessage `json:"panels"`
-	}
-	var d struct {
-		Panels     []panel `json:"panels"`
-		Templating struct {
-			List []struct {
-				Name     string `json:"name"`
-				AllValue string `json:"allValue"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	if err := json.Unmarshal(data, &d); err != nil {
-		t.Fatalf("carve-dashboard.json: %v", err)
-	}
-	all := map[string]string{}
-	for _, v := range d.Templating.List {
-		all[v.Name] = v.AllValue
-	}
-	var qs []promQuery
-	var add func(p panel)
-	add = func(p panel) {
-		for i, tg := range p.Targets {
-			expr := grafanaIntervalVar.ReplaceAllString(tg.Expr, "5m")
-			expr = grafanaVariable.ReplaceAllStringFunc(expr, func(m string) string {
-				name := grafanaVariable.FindStringSubmatch(m)[1]
-				v, ok := all[name]
-				if !ok || v == "" {
-					t.Errorf("panel %q: variable $%s has no All value", p.Title, name)
-				}
-				return fmt.Sprintf("=~%q", v)
-			})
-			if strings.Contains(expr, "$") {
-				t.Errorf("panel %q: a Grafana variable the test cannot set: %s", p.Title, tg.Expr)
-				continue
-			}
-			qs = append(qs, promQuery{where: fmt.Sprintf("panel %q, query %d", p.Title, i+1), expr: expr, panel: p.Title})
-		}
-		// A collapsed row holds its panels.
-		for _, raw := range p.Panels {
-			var inner panel
-			if err := json.Unmarshal(raw, &inner); err != nil {
-				t.Fatalf("panel %q: %v", p.Title, err)
-			}
-			add(inner)
-		}
-	}
-	for _, p := range d.Panels {
-		add(p)
+		t.Error(err)
 	}
 	if len(qs) == 0 {
-		t.Fatal("the dashboard has no queries")
+		t.FailNow()
 	}
 	return qs
-}
-
-// alertQueries are what each alert rule's expression is made of, each
-// without its threshold: see probes.
-func alertQueries(t *testing.T) []promQuery {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "prometheus", "carve-rules.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rf struct {
-		Groups []struct {
-			Rules []struct {
-				Alert, Record, Expr string
-			} `json:"rules"`
-		} `json:"groups"`
-	}
-	if err := yaml.Unmarshal(data, &rf); err != nil {
-		t.Fatalf("carve-rules.yaml: %v", err)
-	}
-	var qs []promQuery
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			name := r.Alert
-			if name == "" {
-				name = "record " + r.Record
-			}
-			e, err := parser.NewParser(parser.Options{}).ParseExpr(r.Expr)
-			if err != nil {
-				t.Errorf("%s: %v", name, err)
-				continue
-			}
-			for i, p := range probes(e) {
-				qs = append(qs, promQuery{where: fmt.Sprintf("alert %s, part %d", name, i+1), expr: p.String()})
-			}
-		}
-	}
-	if len(qs) == 0 {
-		t.Fatal("the rules have no expressions")
-	}
-	return qs
-}
-
-// probes are the parts of an alert expression that must have series on a
-// healthy bed for the alert to be able to fire: a comparison with a
-// number gives its other side; and, or and unless give each side; absent()
-// gives its argument; an aggregation, the aggregation of each probe of
-// what it aggregates; anything else is itself.
-func probes(e parser.Expr) []parser.Expr {
-	switch e := e.(type) {
-	case *parser.ParenExpr:
-		return probes(e.Expr)
-	case *parser.AggregateExpr:
-		var out []parser.Expr
-		for _, p := range probes(e.Expr) {
-			agg := *e
-			agg.Expr = p
-			out = append(out, &agg)
-		}
-		return out
-	case *parser.BinaryExpr:
-		switch {
-		case e.Op == parser.LAND || e.Op == parser.LOR || e.Op == parser.LUNLESS:
-			return append(probes(e.LHS), probes(e.RHS)...)
-		case e.Op.IsComparisonOperator() && isNumber(e.RHS):
-			return probes(e.LHS)
-		case e.Op.IsComparisonOperator() && isNumber(e.LHS):
-			return probes(e.RHS)
-		}
-	case *parser.Call:
-		if e.Func.Name == "absent" || e.Func.Name == "absent_over_time" {
-			return probes(e.Args[0])
-		}
-	}
-	return []parser.Expr{e}
-}
-
-func isNumber(e parser.Expr) bool {
-	for {
-		switch x := e.(type) {
-		case *parser.ParenExpr:
-			e = x.Expr
-		case *parser.NumberLiteral:
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// instant evaluates expr now and returns its vector.
-func instant(ctx context.Context, prom *cluster.Prometheus, expr string) (model.Vector, error) {
-	v, _, _, err := prom.API.Query(ctx, expr, time.Now())
-	if err != nil {
-		return nil, fmt.Errorf("query %s: %w", expr, err)
-	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("query %s: a %s, not a vector", expr, v.Type())
-	}
-	return vec, nil
-}
-
-// seriesOf is how many series expr returns now.
-func seriesOf(ctx context.Context, prom *cluster.Prometheus, expr string) (int, error) {
-	v, err := instant(ctx, prom, expr)
-	return len(v), err
-}
-
-// probesHaveSeries checks that each probe of expr has series, or is
-// excused (see excuse).
-func probesHaveSeries(ctx context.Context, prom *cluster.Prometheus, expr string) error {
-	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
-	if err != nil {
-		return err
-	}
-	for _, p := range probes(e) {
-		n, err := seriesOf(ctx, prom, p.String())
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			continue
-		}
-		if _, err := excuse(ctx, prom, p.String()); err != nil {
-			return fmt.Errorf("no series for %s, without its comparison: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// excuse returns why expr may have no series on the bed: a metric it
-// selects is in notOnBed and has no series. Otherwise it names the
-// selectors of expr that have none.
-func excuse(ctx context.Context, prom *cluster.Prometheus, expr string) (string, error) {
-	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
-	if err != nil {
-		return "", err
-	}
-	var empty []string
-	var reasons []string
-	for _, vs := range vectorSelectors(e) {
-		n, err := seriesOf(ctx, prom, vs.String())
-		if err != nil {
-			return "", err
-		}
-		if n > 0 {
-			continue
-		}
-		if r, ok := excusedSelector(vs); ok {
-			reasons = append(reasons, r)
-			continue
-		}
-		empty = append(empty, vs.String())
-	}
-	switch {
-	case len(reasons) > 0:
-		slices.Sort(reasons)
-		return strings.Join(slices.Compact(reasons), "; "), nil
-	case len(empty) > 0:
-		return "", fmt.Errorf("these selectors have no series on the bed: %s", strings.Join(empty, ", "))
-	default:
-		return "", fmt.Errorf("each selector has series, the expression has none")
-	}
-}
-
-// excusedSelector tells whether vs carries every matcher of an entry of
-// notOnBed, and that entry's reason.
-func excusedSelector(vs *parser.VectorSelector) (string, bool) {
-	has := map[string]bool{}
-	for _, m := range vs.LabelMatchers {
-		has[m.String()] = true
-	}
-	for _, e := range notOnBed {
-		ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector(e.selector)
-		if err != nil {
-			return fmt.Sprintf("notOnBed selector %s: %v", e.selector, err), false
-		}
-		if !slices.ContainsFunc(ms, func(m *labels.Matcher) bool { return !has[m.String()] }) {
-			return e.selector + ": " + e.reason, true
-		}
-	}
-	return "", false
-}
-
-// vectorSelectors are the vector selectors in e, with their metric name
-// as Name.
-func vectorSelectors(e parser.Expr) []*parser.VectorSelector {
-	var out []*parser.VectorSelector
-	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
-		if vs, ok := n.(*parser.VectorSelector); ok {
-			if vs.Name == "" {
-				for _, m := range vs.LabelMatchers {
-					if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
-						vs.Name = m.Value
-					}
-				}
-			}
-			out = append(out, vs)
-		}
-		return nil
-	})
-	return out
 }

@@ -4,15 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+	"k8s.io/klog/v2"
+	streamhttp "k8s.io/streaming/pkg/httpstream"
 	"sigs.k8s.io/yaml"
 )
 
@@ -23,6 +33,7 @@ const (
 	JobController  = "carve-controller-metrics"
 	JobProvisioner = "carve-provisioner-metrics"
 	JobResizer     = "carve-resizer-metrics"
+	JobSnapshotter = "carve-snapshotter-metrics"
 )
 
 // ScrapeTarget is one metrics endpoint of the test bed as the chart's
@@ -37,9 +48,10 @@ type ScrapeTarget struct {
 }
 
 // ScrapeTargets are the endpoints the chart's ServiceMonitor scrapes on
-// this bed: every node agent (with its node) and the controller
-// Deployment's carve controller, csi-provisioner and csi-resizer. The
-// chart gives csi-snapshotter no metrics Service, so neither does this.
+// this bed, where the controller Deployment runs as processes: every node
+// agent (with its node) and the controller Deployment's carve controller,
+// csi-provisioner, csi-resizer and, when snapshots are on, csi-snapshotter.
+// A bed whose carve runs in pods has PodScrapeTargets.
 func (c *Cluster) ScrapeTargets() []ScrapeTarget {
 	var ts []ScrapeTarget
 	for _, n := range c.Nodes {
@@ -50,6 +62,9 @@ func (c *Cluster) ScrapeTargets() []ScrapeTarget {
 			ScrapeTarget{Job: JobController, URL: c.Central.MetricsURL},
 			ScrapeTarget{Job: JobProvisioner, URL: c.Central.ProvisionerMetricsURL},
 			ScrapeTarget{Job: JobResizer, URL: c.Central.ResizerMetricsURL})
+		if c.Central.SnapshotterMetricsURL != "" {
+			ts = append(ts, ScrapeTarget{Job: JobSnapshotter, URL: c.Central.SnapshotterMetricsURL})
+		}
 	}
 	return ts
 }
@@ -182,4 +197,140 @@ func scrapeConfig(targets []ScrapeTarget, interval time.Duration) ([]byte, error
 		"global":         map[string]string{"scrape_interval": every, "scrape_timeout": every, "evaluation_interval": every},
 		"scrape_configs": jobs,
 	})
+}
+
+// PodScrapeTargets are the endpoints the chart's ServiceMonitor scrapes on
+// a bed whose carve runs in pods (a guest node's): every pod behind each
+// of carve's Services (label app.kubernetes.io/name=carve in its
+// namespace) that has a port named metrics, as job the Service's name and
+// with the pod's node as node. A pod's port is reached through a port
+// forward of the API server (the pods' addresses exist only inside the
+// guest), on this host's loopback. ctx bounds the setup; the forwards
+// last until stop is called.
+func (c *Cluster) PodScrapeTargets(ctx context.Context) (targets []ScrapeTarget, stop func(), err error) {
+	services, err := c.Client.CoreV1().Services(c.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{"app.kubernetes.io/name": "carve"}.String()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("carve's Services: %w", err)
+	}
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	for _, svc := range services.Items {
+		i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "metrics" })
+		if i < 0 {
+			continue
+		}
+		target := svc.Spec.Ports[i].TargetPort
+		pods, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
+		if err != nil {
+			return nil, nil, fmt.Errorf("the pods of Service %s: %w", svc.Name, err)
+		}
+		for _, pod := range pods.Items {
+			if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+				continue
+			}
+			port, err := podPort(&pod, target)
+			if err != nil {
+				return nil, nil, fmt.Errorf("metrics Service %s: %w", svc.Name, err)
+			}
+			local, end, err := c.forwardPort(ctx, pod.Namespace, pod.Name, port)
+			if err != nil {
+				return nil, nil, err
+			}
+			stops = append(stops, end)
+			targets = append(targets, ScrapeTarget{
+				Job:    svc.Name,
+				URL:    fmt.Sprintf("http://127.0.0.1:%d/metrics", local),
+				Labels: map[string]string{"node": pod.Spec.NodeName},
+			})
+		}
+	}
+	if len(targets) == 0 {
+		return nil, nil, fmt.Errorf("no running pod behind a metrics Service of carve in namespace %s", c.Namespace)
+	}
+	return targets, stop, nil
+}
+
+// podPort resolves a Service's targetPort on one of its pods.
+func podPort(pod *corev1.Pod, target intstr.IntOrString) (int, error) {
+	if target.Type == intstr.Int {
+		return target.IntValue(), nil
+	}
+	for _, ct := range pod.Spec.Containers {
+		for _, p := range ct.Ports {
+			if p.Name == target.StrVal {
+				return int(p.ContainerPort), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("pod %s/%s has no port named %s", pod.Namespace, pod.Name, target.StrVal)
+}
+
+// forwardPort forwards a loopback port of this host to the pod's port,
+// through the API server and the pod's kubelet (websockets first, SPDY
+// if the server refuses them, as kubectl port-forward does), and returns
+// the loopback port and what ends the forward.
+func (c *Cluster) forwardPort(ctx context.Context, ns, pod string, port int) (int, func(), error) {
+	cfg := c.Control.Config
+	u := c.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	dialer := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	tunnel, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	dialer = portforward.NewFallbackDialerForStreaming(tunnel, dialer, func(err error) bool {
+		return streamhttp.IsUpgradeFailure(err) || streamhttp.IsHTTPSProxyError(err)
+	})
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan struct{})
+	fw, err := portforward.NewOnAddressesForStreamingWithContext(fctx, dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, ready, io.Discard, forwardLog{pod: ns + "/" + pod})
+	if err != nil {
+		cancel()
+		return 0, nil, fmt.Errorf("port forward to %s/%s:%d: %w", ns, pod, port, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		return 0, nil, fmt.Errorf("port forward to %s/%s:%d: %w", ns, pod, port, err)
+	case <-ctx.Done():
+		cancel()
+		return 0, nil, fmt.Errorf("port forward to %s/%s:%d not ready: %w", ns, pod, port, ctx.Err())
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) != 1 {
+		cancel()
+		return 0, nil, fmt.Errorf("port forward to %s/%s:%d: ports %v: %w", ns, pod, port, ports, err)
+	}
+	return int(ports[0].Local), func() {
+		cancel()
+		if err := <-done; err != nil {
+			klog.InfoS("Port forward ended", "pod", ns+"/"+pod, "err", err)
+		}
+	}, nil
+}
+
+// forwardLog logs what the port forwarder reports of its connections
+// (a scrape whose connection failed).
+type forwardLog struct{ pod string }
+
+func (l forwardLog) Write(p []byte) (int, error) {
+	klog.InfoS("Port forward", "pod", l.pod, "message", strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -1,0 +1,128 @@
+//go:build nodes
+
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+	"github.com/carve-csi/carve/test/harness/promcheck"
+)
+
+// TestPrometheus: the Prometheus server of the e2e tier's TestPrometheus
+// scrapes what the chart's ServiceMonitor scrapes on this bed (every pod
+// behind carve's metrics Services, through port forwards), and once
+// real-1 has a thin volume and a thick snapshot, every dashboard query and
+// alert expression part that the e2e bed excuses for lack of
+// device-mapper (promcheck.DeviceMapperSeries: thin pool data, metadata
+// and zeroing, thick snapshot copy-on-write use and invalid) returns
+// series, as does each of those series itself.
+func TestPrometheus(t *testing.T) {
+	t.Parallel()
+	bin, err := promcheck.Server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := promcheck.Shipped(filepath.Join("..", "..", "deploy"))
+	if err != nil {
+		t.Error(err)
+	}
+	dm := promcheck.DeviceMapperSeries()
+	var want []promcheck.Query
+	for _, q := range qs {
+		ok, err := promcheck.Selects(q.Expr, dm)
+		if err != nil {
+			t.Errorf("%s: %v", q.Where, err)
+		}
+		if ok {
+			want = append(want, q)
+		}
+	}
+	for _, m := range dm {
+		want = append(want, promcheck.Query{Where: "series " + m.Selector, Expr: m.Selector})
+	}
+	if len(want) == len(dm) {
+		t.Fatal("no dashboard query or alert expression selects a device-mapper series")
+	}
+
+	ctx := testCtx(t, 10*time.Minute)
+	ns := newNamespace(t, "prom")
+	createClaimAndPod(t, newPVC(ns, "thin", thinSC, "256Mi"), newPod(ns, "thin", "thin", false, sleeper))
+	createClaimAndPod(t, newPVC(ns, "thick", thickSC, "256Mi"), newPod(ns, "thick", "thick", false, sleeper))
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "thick"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, podTimeout, "the thick VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
+		status, _, _ := unstructured.NestedMap(vs.Object, "status")
+		return ready, fmt.Sprintf("status %v", status), nil
+	})
+	driven := time.Now()
+
+	targets, stop, err := bed.PodScrapeTargets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	jobs := map[string]int{}
+	for _, tg := range targets {
+		jobs[tg.Job]++
+	}
+	t.Logf("scraping %d targets through port forwards: %v", len(targets), jobs)
+	if jobs[cluster.JobNode] == 0 || jobs[cluster.JobSnapshotter] == 0 {
+		t.Errorf("targets %v lack a node agent or csi-snapshotter", jobs)
+	}
+	prom, err := cluster.StartPrometheus(ctx, bin, t.TempDir(), targets, 2*time.Second, 12*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", prom.Tail(30))
+		}
+		prom.Stop()
+	})
+	waitFor(t, 2*time.Minute, fmt.Sprintf("every one of the %d targets up and scraped twice", len(targets)), func(ctx context.Context) (bool, string, error) {
+		return promcheck.ScrapedTwiceSince(ctx, prom.API, driven, len(targets))
+	})
+
+	// The node agent reads LVM's state on its own schedule: each query
+	// gets until then to have series.
+	var empty []string
+	waitFor(t, 2*time.Minute, fmt.Sprintf("each of the %d device-mapper queries with series", len(want)), func(ctx context.Context) (bool, string, error) {
+		empty = empty[:0]
+		for _, q := range want {
+			n, err := promcheck.SeriesOf(ctx, prom.API, q.Expr)
+			if err != nil {
+				return false, "", fmt.Errorf("%s: %w", q.Where, err)
+			}
+			if n == 0 {
+				empty = append(empty, q.Where+": "+q.Expr)
+			}
+		}
+		return len(empty) == 0, "no series yet: " + strings.Join(empty, "; "), nil
+	})
+	for _, q := range want {
+		t.Logf("%s: has series", q.Where)
+	}
+	t.Logf("%d device-mapper queries evaluated on %s, each with series, %s after the drive", len(want), nodeName, time.Since(driven).Round(time.Millisecond))
+}

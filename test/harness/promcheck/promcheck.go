@@ -289,8 +289,15 @@ func ScrapedTwiceSince(ctx context.Context, api promv1.API, since time.Time, n i
 	if err != nil {
 		return false, "", err
 	}
-	return len(up) == n && len(scrapes) == n,
-		fmt.Sprintf("%d of %d targets up, %d scraped twice in the %d ms since", len(up), n, len(scrapes), ms), nil
+	status := fmt.Sprintf("%d of %d targets up, %d scraped twice in the %d ms since", len(up), n, len(scrapes), ms)
+	if down, err := Instant(ctx, api, "up == 0"); err == nil && len(down) > 0 {
+		var names []string
+		for _, d := range down {
+			names = append(names, fmt.Sprintf("%s %s", d.Metric[model.JobLabel], d.Metric[model.InstanceLabel]))
+		}
+		status += "; down: " + strings.Join(names, ", ")
+	}
+	return len(up) == n && len(scrapes) == n, status, nil
 }
 
 // ProbesHaveSeries checks that each probe of expr has series, or is

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
@@ -76,32 +77,7 @@ func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
 	}
 	guest := bed.GuestNode(nodeName)
 	const size = "64Mi"
-
-	writer := newPod(ns, "writer", "data", false, sleeper)
-	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
-	createClaimAndPod(t, newPVC(ns, "data", thickSC, size), writer)
-	fileSum := strings.Fields(podExec(t, ns, "writer", "head -c 33554432 /dev/urandom > /data/f && sync && sha256sum /data/f"))[0]
-	source := volumeHandle(t, pvOf(t, ns, "data"))
-	// Unmounted, the source's device no longer changes: its SHA-256 is the
-	// snapshot's.
-	deletePodWaitUnmounted(t, ns, "writer", source)
-	sourceSum, err := guest.SHA256OfLV(ctx, source)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
-		return ready, fmt.Sprint(vs.Object["status"]), nil
-	})
+	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 32)
 
 	group := "snapshot.storage.k8s.io"
 	steps := []struct {
@@ -147,6 +123,92 @@ func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
 	if got := strings.Fields(podExec(t, ns, "reader", "sha256sum /data/f"))[0]; got != fileSum {
 		t.Errorf("the file read back on %s after two copies across nodes has SHA-256 %s, want %s", nodeName, got, fileSum)
 	}
+}
+
+// crossNodeSource makes, in ns, the source of a copy across nodes: a
+// thick ext4 claim "data" of size on the guest node, to which a pod writes
+// mib MiB of random bytes (/data/f) before it goes, and a ready
+// VolumeSnapshot "snap" of it (deleted at cleanup). It returns the file's
+// SHA-256 and the source LV's, which, unmounted, no longer changes: the
+// snapshot's.
+func crossNodeSource(t *testing.T, ctx context.Context, dc dynamic.Interface, ns, size string, mib int) (fileSum, sourceSum string) {
+	t.Helper()
+	writer := newPod(ns, "writer", "data", false, sleeper)
+	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
+	createClaimAndPod(t, newPVC(ns, "data", thickSC, size), writer)
+	fileSum = strings.Fields(podExec(t, ns, "writer", fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", mib<<20)))[0]
+	source := volumeHandle(t, pvOf(t, ns, "data"))
+	deletePodWaitUnmounted(t, ns, "writer", source)
+	sourceSum, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
+		return ready, fmt.Sprint(vs.Object["status"]), nil
+	})
+	return fileSum, sourceSum
+}
+
+// TestCrossNodeRestoreSurvivesKillingThePeer (make test-nodes-peer): the
+// peer's agent is killed (SIGKILL) in the middle of a restore onto the
+// peer, as soon as its new LV exists tagged copy=pending, and started
+// again at once. The controller enrolls the new agent, csi-provisioner's
+// retry gets a new grant and the copy runs again: the claim binds, and its
+// LV holds the source's bytes and no longer carries the tag.
+func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
+	peer := needPeer(t)
+	ns := newNamespace(t, "crosskill")
+	ctx := testCtx(t, 15*time.Minute)
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bigger source than TestCrossNodeRestoreOnRealNodes': a longer
+	// copy to kill in the middle of.
+	const size = "128Mi"
+	_, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 96)
+
+	group := "snapshot.storage.k8s.io"
+	pvc := newPVC(ns, "restored", thickSC, size)
+	pvc.Annotations = map[string]string{placement.AnnSelectedNode: peerName}
+	pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
+	start := time.Now()
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pending := fmt.Sprintf("lvs --noheadings -o lv_tags %s | grep -q %s", peer.VG, volume.TagCopyPending)
+	if err := peer.KillAgentWhen(ctx, pending, 3*time.Minute); err != nil {
+		t.Fatalf("%v; last events of the claim: %s", err, claimEvents(ctx, ns, "restored"))
+	}
+	killed := time.Since(start)
+	if err := peer.StartAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pv := waitClaimBound(t, ns, "restored", 5*time.Minute)
+	handle := volumeHandle(t, pv)
+	if got := pvNode(t, pv); got != peerName {
+		t.Errorf("PV %s is on node %s, want %s", pv, got, peerName)
+	}
+	if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+handle)); strings.Contains(tags, volume.TagCopyPending) {
+		t.Errorf("the bound volume %s is still tagged %s (%s)", handle, volume.TagCopyPending, tags)
+	}
+	got, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != sourceSum {
+		t.Errorf("the LV %s on %s has SHA-256 %s after the kill and the retry, want the source's %s", handle, peerName, got, sourceSum)
+	}
+	t.Logf("the peer's agent killed %s after the claim was created, in the copy; the claim Bound %s after it was created", killed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
 // waitClaimBound waits until the claim is Bound and returns its PV.

@@ -380,6 +380,27 @@ func (p *GuestPeer) KillAgent(ctx context.Context) error {
 	return nil
 }
 
+// KillAgentWhen kills the peer's agent (SIGKILL) as soon as condition, a
+// shell command run in the guest every 50 ms, succeeds: a crash at a chosen
+// step (an LV tagged copy=pending, say), with no round trip to the host
+// between seeing it and the kill. It fails when condition does not hold
+// within timeout, and then kills nothing.
+func (p *GuestPeer) KillAgentWhen(ctx context.Context, condition string, timeout time.Duration) error {
+	pid := path.Join(p.guestDir, "agent.pid")
+	script := fmt.Sprintf(`end=$(( $(date +%%s) + %[1]d ))
+until { %[2]s ; } > /dev/null 2>&1; do
+  [ $(date +%%s) -lt $end ] || { echo "the condition did not hold within %[1]d s: %[3]s"; exit 1; }
+  sleep 0.05
+done
+kill -KILL $(cat %[4]s)
+while kill -0 $(cat %[4]s) 2> /dev/null; do sleep 0.05; done
+`, int(timeout.Seconds()), condition, strings.ReplaceAll(condition, `"`, `'`), pid)
+	if _, err := p.Guest.Exec(ctx, script); err != nil {
+		return fmt.Errorf("kill the agent of peer %s: %w", p.Name, err)
+	}
+	return nil
+}
+
 // LogPath is the host path of the peer agent's log.
 func (p *GuestPeer) LogPath() string { return filepath.Join(p.dir, "agent.log") }
 

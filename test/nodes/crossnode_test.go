@@ -208,7 +208,7 @@ func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
 	if got != sourceSum {
 		t.Errorf("the LV %s on %s has SHA-256 %s after the kill and the retry, want the source's %s", handle, peerName, got, sourceSum)
 	}
-	t.Logf("the peer's agent killed %s after the claim was created, in the copy; the claim Bound %s after it was created", killed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("the peer's agent killed %s after the claim was created, its new LV tagged copy=pending; the claim Bound %s after it was created", killed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
 // waitClaimBound waits until the claim is Bound and returns its PV.

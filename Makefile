@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes test-host-side test-nodes demo bench bench-peers soak deps clean cachedir
+.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes test-host-side test-nodes test-nodes-peer demo bench bench-peers soak deps clean cachedir
 
 all: build
 
@@ -195,6 +195,15 @@ measure-restore-placement: deps build deploy-tools cachedir
 test-nodes: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_CACHE=$(CACHE) $(GO) test -tags nodes -count=1 -timeout 40m -skip '^TestMeasure' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
+
+# Copies across nodes on real nodes, not part of make test: the real-node
+# bed plus a peer node (a second node agent with its own volume group in
+# the guest, CARVE_NODES_PEER=1), and only the tests that need it
+# (TestCrossNode*).
+test-nodes-peer: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_NODES_PEER=1 \
+	  $(GO) test -tags nodes -count=1 -timeout 30m -run '^TestCrossNode' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes-peer.log | ./hack/summarize-go-test.sh nodes-peer
 
 # A measurement on real nodes, not part of make test: the guest beside
 # three bigger simulated nodes, the controller on the guest; unpinned pods

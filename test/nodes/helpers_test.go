@@ -87,9 +87,10 @@ func waitCarveRunning(ctx context.Context, bed *cluster.Cluster) error {
 	return fmt.Errorf("carve's pods did not all run within 6 minutes: %s", last)
 }
 
-// simulated says whether node is one of the bed's simulated nodes.
+// simulated says whether node is one of the bed's simulated nodes or
+// peers (no kubelet runs on either).
 func simulated(bed *cluster.Cluster, node string) bool {
-	return slices.ContainsFunc(bed.Nodes, func(n *cluster.Node) bool { return n.Name == node })
+	return slices.ContainsFunc(bed.Nodes, func(n *cluster.Node) bool { return n.Name == node }) || bed.GuestPeer(node) != nil
 }
 
 func allRunning(p *corev1.Pod) bool {

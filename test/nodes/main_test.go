@@ -50,6 +50,9 @@ func TestMain(m *testing.M) {
 			if len(b.Nodes) > 0 {
 				others = fmt.Sprintf("node lifecycle controller off; %d simulated nodes", len(b.Nodes))
 			}
+			if len(b.GuestPeers) > 0 {
+				others = fmt.Sprintf("node lifecycle controller off; %d simulated nodes; peer node agents in the guest: %s", len(b.Nodes), peerNames(b))
+			}
 			fmt.Printf("nodes: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (%s); guest node %s (qemu TCG: kubelet, containerd, runc, CNI bridge, device-mapper LVM on a virtio disk) running the shipped DaemonSet and controller Deployment from carve's image.\n",
 				took, others, nodeName)
 		},
@@ -115,6 +118,9 @@ func configFromEnv() (cluster.Config, error) {
 		// controller on the guest, where it reaches every agent.
 		Nodes:             simulated,
 		ControllerOnGuest: len(simulated) > 0,
+		// A second node agent with real device-mapper beside the guest's
+		// (make test-nodes-peer): copies across nodes.
+		GuestPeers: peersFromEnv(),
 	}
 	return cfg, cluster.Requirements(cfg)
 }

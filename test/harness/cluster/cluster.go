@@ -50,6 +50,15 @@ type Config struct {
 	// GuestNodes are real nodes (kubelet, containerd, device-mapper) in
 	// qemu guests; they run the shipped DaemonSet from Images.
 	GuestNodes []GuestNodeSpec
+	// GuestPeers are peer nodes: more node agents, each with a volume
+	// group of its own, in the first guest node (GuestPeerSpec), so that
+	// copies across nodes run on real device-mapper. With peers the
+	// controller Deployment runs on the first guest node, the DaemonSet
+	// serves copies (--node-copy-address, added when the manifests leave
+	// it off) and the node lifecycle controller is off, as with simulated
+	// nodes. The scheduler may place any pod on a peer, where it never
+	// runs: tests on such a bed pin their pods.
+	GuestPeers []GuestPeerSpec
 	// Images are the OCI archives the guest nodes import: carve's image,
 	// the sidecars, the pause image and what the tests' pods run.
 	Images []string
@@ -98,6 +107,8 @@ type Cluster struct {
 	Namespace string
 	// GuestNodes are the running real nodes.
 	GuestNodes []*GuestNode
+	// GuestPeers are the running peer nodes (Config.GuestPeers).
+	GuestPeers []*GuestPeer
 	// SnapshotController runs when Config.SnapshotControllerDir is set.
 	SnapshotController *SnapshotController
 
@@ -217,6 +228,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, errors.New("the controller Deployment runs csi-snapshotter: the test bed needs Config.SnapshotControllerDir for the snapshot CRDs")
 		}
 	}
+	if len(cfg.GuestPeers) > 0 {
+		if err := c.preparePeers(ds, controller); err != nil {
+			return c, err
+		}
+	}
 	if cfg.ControllerOnGuest {
 		if len(cfg.GuestNodes) == 0 {
 			return c, errors.New("Config.ControllerOnGuest needs a guest node to run the controller Deployment on")
@@ -232,7 +248,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 
 	start := time.Now()
-	opts := controlPlaneOptions{nodeLifecycle: len(cfg.Nodes) == 0}
+	opts := controlPlaneOptions{nodeLifecycle: len(cfg.Nodes) == 0 && len(cfg.GuestPeers) == 0}
 	if len(cfg.GuestNodes) > 0 {
 		opts.kubeletProxy = filepath.Join(cfg.RunDir, "kubelet-proxy.sock")
 		if c.kubeletProxy, err = startKubeletProxy(opts.kubeletProxy); err != nil {
@@ -303,7 +319,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, fmt.Errorf("controller Deployment on %s: %w", cfg.GuestNodes[0].Name, err)
 		}
 	}
-	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "guestNodes", len(c.GuestNodes), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
+	if err := c.startGuestPeers(ctx, ds); err != nil {
+		return c, fmt.Errorf("peer nodes in %s: %w", cfg.GuestNodes[0].Name, err)
+	}
+	klog.InfoS("Test bed up", "nodes", len(c.Nodes), "guestNodes", len(c.GuestNodes), "guestPeers", len(c.GuestPeers), "after", time.Since(start).Round(time.Millisecond), "runDir", cfg.RunDir)
 	return c, nil
 }
 
@@ -556,6 +575,7 @@ func (c *Cluster) DumpLogs(lines int) {
 			fmt.Fprintf(os.Stderr, "----- last %d lines of guest node %s's %s log (%s)\n%s\n", lines, g.Spec.Name, l, g.LogPath(l), tailFile(g.LogPath(l), lines))
 		}
 	}
+	fmt.Fprint(os.Stderr, c.peerLogs(lines))
 }
 
 // Stop stops every process (by its own pid) and removes the volume groups,

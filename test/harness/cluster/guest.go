@@ -90,9 +90,10 @@ func (c *Cluster) startGuestNodes(ctx context.Context) error {
 			return err
 		}
 		klog.InfoS("Guest node Ready", "node", spec.Name, "after", time.Since(start).Round(time.Millisecond))
-		if len(c.Config.Nodes) > 0 {
-			// Beside simulated nodes the node lifecycle controller is
-			// off, and only it lifts the not-ready taint a new Node gets.
+		if len(c.Config.Nodes) > 0 || len(c.Config.GuestPeers) > 0 {
+			// Beside simulated nodes and peers the node lifecycle
+			// controller is off, and only it lifts the not-ready taint a
+			// new Node gets.
 			if err := untaintNotReady(ctx, c.Client, spec.Name); err != nil {
 				return err
 			}

@@ -221,6 +221,43 @@ func (m *Manifests) PinDeployment(namespace, name, node string) error {
 	return fmt.Errorf("no Deployment %s/%s in the manifests", namespace, name)
 }
 
+// AddNodeAgentArg appends arg ("--name=value") to the args of the node
+// DaemonSet's carve plugin container (a flag the test bed needs and the
+// shipped manifests leave off).
+func (m *Manifests) AddNodeAgentArg(arg string) error {
+	ds, err := m.NodeDaemonSet()
+	if err != nil {
+		return err
+	}
+	for _, o := range m.Find("DaemonSet") {
+		if o.GetNamespace() != ds.Namespace || o.GetName() != ds.Name {
+			continue
+		}
+		containers, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if err != nil {
+			return fmt.Errorf("the containers of DaemonSet %s/%s: %w", ds.Namespace, ds.Name, err)
+		}
+		for i := range ds.Spec.Template.Spec.Containers {
+			if !isCarvePlugin(&ds.Spec.Template.Spec.Containers[i]) {
+				continue
+			}
+			ct, ok := containers[i].(map[string]any)
+			if !ok {
+				return fmt.Errorf("DaemonSet %s/%s: container %d is not an object", ds.Namespace, ds.Name, i)
+			}
+			args, _, err := unstructured.NestedStringSlice(ct, "args")
+			if err != nil {
+				return fmt.Errorf("DaemonSet %s/%s: the args of container %d: %w", ds.Namespace, ds.Name, i, err)
+			}
+			if err := unstructured.SetNestedStringSlice(ct, append(args, arg), "args"); err != nil {
+				return err
+			}
+			return unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
+		}
+	}
+	return fmt.Errorf("no carve plugin container in DaemonSet %s/%s", ds.Namespace, ds.Name)
+}
+
 // NodeDaemonSet returns the DaemonSet whose pod runs `carve plugin` (the
 // node agent).
 func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, error) {

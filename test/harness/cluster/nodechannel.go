@@ -121,9 +121,15 @@ func HostIP() (string, error) {
 // token of the DaemonSet's service account for the controller's audience,
 // bound to n's DaemonSet pod.
 func (nc *NodeChannel) writeToken(ctx context.Context, cs kubernetes.Interface, n *Node, lifetime time.Duration) error {
-	pod, err := cs.CoreV1().Pods(nc.Namespace).Get(ctx, n.PodName, metav1.GetOptions{})
+	return nc.writeTokenFor(ctx, cs, n.Name, n.PodName, n.ChannelTokenFile, lifetime)
+}
+
+// writeTokenFor writes to file a token for the agent of node, bound to
+// its DaemonSet pod (a simulated node's or a guest peer's).
+func (nc *NodeChannel) writeTokenFor(ctx context.Context, cs kubernetes.Interface, node, podName, file string, lifetime time.Duration) error {
+	pod, err := cs.CoreV1().Pods(nc.Namespace).Get(ctx, podName, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("the DaemonSet pod of node %s: %w", n.Name, err)
+		return fmt.Errorf("the DaemonSet pod of node %s: %w", node, err)
 	}
 	expiry := int64(max(time.Hour, lifetime+time.Hour).Seconds())
 	tr, err := cs.CoreV1().ServiceAccounts(nc.Namespace).CreateToken(ctx, nc.ServiceAccount, &authenticationv1.TokenRequest{
@@ -131,9 +137,9 @@ func (nc *NodeChannel) writeToken(ctx context.Context, cs kubernetes.Interface, 
 			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("token of node %s's agent: %w", n.Name, err)
+		return fmt.Errorf("token of node %s's agent: %w", node, err)
 	}
-	return os.WriteFile(n.ChannelTokenFile, []byte(tr.Status.Token), 0o600)
+	return os.WriteFile(file, []byte(tr.Status.Token), 0o600)
 }
 
 // waitCABundle waits for the controller to publish its CA's certificate
@@ -178,9 +184,15 @@ func (nc *NodeChannel) PublishEndpoint(ctx context.Context, cs kubernetes.Interf
 // publishEndpointAt is PublishEndpoint with the address the controller
 // dials n's agent at (a guest's forward of the host's listener).
 func (nc *NodeChannel) publishEndpointAt(ctx context.Context, cs kubernetes.Interface, n *Node, node, addr string) error {
-	pod, err := cs.CoreV1().Pods(nc.Namespace).Get(ctx, n.PodName, metav1.GetOptions{})
+	return nc.publishSlice(ctx, cs, n.Name, n.PodName, node, addr, n.ChannelPort)
+}
+
+// publishSlice writes the EndpointSlice of the agent of name (whose
+// DaemonSet pod is podName) at addr:port, naming node as its node.
+func (nc *NodeChannel) publishSlice(ctx context.Context, cs kubernetes.Interface, name, podName, node, addr string, port int) error {
+	pod, err := cs.CoreV1().Pods(nc.Namespace).Get(ctx, podName, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("the DaemonSet pod of node %s: %w", n.Name, err)
+		return fmt.Errorf("the DaemonSet pod of node %s: %w", name, err)
 	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: nc.EndpointSliceName(node), Namespace: nc.Namespace,
@@ -189,7 +201,7 @@ func (nc *NodeChannel) publishEndpointAt(ctx context.Context, cs kubernetes.Inte
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}, NodeName: ptr.To(node),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(NodeChannelPortName), Port: ptr.To(int32(n.ChannelPort))}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(NodeChannelPortName), Port: ptr.To(int32(port))}},
 	}
 	if _, err := cs.DiscoveryV1().EndpointSlices(nc.Namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("EndpointSlice of node %s: %w", node, err)

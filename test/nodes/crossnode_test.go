@@ -1,0 +1,281 @@
+//go:build nodes
+
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+)
+
+// peerName is the peer node of make test-nodes-peer (CARVE_NODES_PEER=1):
+// a second node agent inside the guest, with a volume group of its own on
+// real device-mapper and no kubelet (cluster.GuestPeerSpec).
+const peerName = "peer-1"
+
+// peersFromEnv are the peer nodes CARVE_NODES_PEER asks for (none by
+// default: the other tests expect every unpinned pod on the guest).
+func peersFromEnv() []cluster.GuestPeerSpec {
+	if on, _ := strconv.ParseBool(os.Getenv("CARVE_NODES_PEER")); !on {
+		return nil
+	}
+	return []cluster.GuestPeerSpec{{Name: peerName}}
+}
+
+// peerNames lists the bed's peer nodes.
+func peerNames(b *cluster.Cluster) string {
+	var names []string
+	for _, p := range b.GuestPeers {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// needPeer returns the peer node, skipping the test on a bed without one
+// (make test-nodes): only make test-nodes-peer starts it.
+func needPeer(t *testing.T) *cluster.GuestPeer {
+	t.Helper()
+	p := bed.GuestPeer(peerName)
+	if p == nil {
+		t.Skip("needs the peer node in the guest (CARVE_NODES_PEER=1; make test-nodes-peer)")
+	}
+	return p
+}
+
+// TestCrossNodeRestoreOnRealNodes (make test-nodes-peer): copies across
+// nodes on the real control plane, with the real sidecars and real
+// device-mapper on both ends. A pod on the guest node writes 32 MiB of
+// random bytes to a thick ext4 claim and goes; a VolumeSnapshot of the
+// claim is restored by a claim whose node is the peer (selected there, as
+// the scheduler does for a pod pinned to it: no pod runs on the peer); the
+// claim binds, its PV is the peer's and its LV holds, byte for byte, what
+// the source's does. Then the other way: a clone of the restored claim,
+// selected on the guest node, copied from the peer's agent, holds the
+// same bytes, and a pod on the guest node reads the file back.
+func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
+	peer := needPeer(t)
+	ns := newNamespace(t, "crossnode")
+	ctx := testCtx(t, 15*time.Minute)
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest := bed.GuestNode(nodeName)
+	const size = "64Mi"
+	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 32)
+
+	group := "snapshot.storage.k8s.io"
+	steps := []struct {
+		claim, node string
+		source      corev1.TypedObjectReference
+	}{
+		{"restored", peerName, corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}},
+		{"back", nodeName, corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "restored"}},
+	}
+	for _, s := range steps {
+		pvc := newPVC(ns, s.claim, thickSC, size)
+		pvc.Annotations = map[string]string{placement.AnnSelectedNode: s.node}
+		pvc.Spec.DataSourceRef = &s.source
+		start := time.Now()
+		if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pv := waitClaimBound(t, ns, s.claim, 5*time.Minute)
+		took := time.Since(start)
+		if got := pvNode(t, pv); got != s.node {
+			t.Errorf("%s: PV %s is on node %s, want %s", s.claim, pv, got, s.node)
+		}
+		handle := volumeHandle(t, pv)
+		if s.node == peerName && !strings.HasPrefix(handle, peer.VG+"/") {
+			t.Errorf("%s: volume %s is not in the peer's volume group %s", s.claim, handle, peer.VG)
+		}
+		got, err := guest.SHA256OfLV(ctx, handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != sourceSum {
+			t.Errorf("%s (%s from %s): the LV %s on %s has SHA-256 %s, want the source's %s", s.claim, s.source.Kind, s.source.Name, handle, s.node, got, sourceSum)
+		}
+		t.Logf("%s: %s %s copied to node %s; claim Bound %s after it was created", s.claim, s.source.Kind, s.source.Name, s.node, took.Round(time.Millisecond))
+	}
+
+	reader := newPod(ns, "reader", "back", false, sleeper)
+	reader.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
+	if _, err := bed.Client.CoreV1().Pods(ns).Create(ctx, reader, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodRunning(t, ns, "reader", "")
+	if got := strings.Fields(podExec(t, ns, "reader", "sha256sum /data/f"))[0]; got != fileSum {
+		t.Errorf("the file read back on %s after two copies across nodes has SHA-256 %s, want %s", nodeName, got, fileSum)
+	}
+}
+
+// crossNodeSource makes, in ns, the source of a copy across nodes: a
+// thick ext4 claim "data" of size on the guest node, to which a pod writes
+// mib MiB of random bytes (/data/f) before it goes, and a ready
+// VolumeSnapshot "snap" of it (deleted at cleanup). It returns the file's
+// SHA-256 and the source LV's, which, unmounted, no longer changes: the
+// snapshot's.
+func crossNodeSource(t *testing.T, ctx context.Context, dc dynamic.Interface, ns, size string, mib int) (fileSum, sourceSum string) {
+	t.Helper()
+	writer := newPod(ns, "writer", "data", false, sleeper)
+	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
+	createClaimAndPod(t, newPVC(ns, "data", thickSC, size), writer)
+	fileSum = strings.Fields(podExec(t, ns, "writer", fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", mib<<20)))[0]
+	source := volumeHandle(t, pvOf(t, ns, "data"))
+	deletePodWaitUnmounted(t, ns, "writer", source)
+	sourceSum, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
+		return ready, fmt.Sprint(vs.Object["status"]), nil
+	})
+	return fileSum, sourceSum
+}
+
+// TestCrossNodeRestoreSurvivesKillingThePeer (make test-nodes-peer): the
+// peer's agent is killed (SIGKILL) in the middle of a restore onto the
+// peer, as soon as its new LV exists tagged copy=pending, and started
+// again at once. The controller enrolls the new agent, csi-provisioner's
+// retry gets a new grant and the copy runs again: the claim binds, and its
+// LV holds the source's bytes and no longer carries the tag.
+func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
+	peer := needPeer(t)
+	ns := newNamespace(t, "crosskill")
+	ctx := testCtx(t, 15*time.Minute)
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bigger source than TestCrossNodeRestoreOnRealNodes': a longer
+	// copy to kill in the middle of.
+	const size = "128Mi"
+	_, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 96)
+
+	group := "snapshot.storage.k8s.io"
+	pvc := newPVC(ns, "restored", thickSC, size)
+	pvc.Annotations = map[string]string{placement.AnnSelectedNode: peerName}
+	pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
+	start := time.Now()
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pending := fmt.Sprintf("lvs --noheadings -o lv_tags %s | grep -q %s", peer.VG, volume.TagCopyPending)
+	if err := peer.KillAgentWhen(ctx, pending, 3*time.Minute); err != nil {
+		t.Fatalf("%v; last events of the claim: %s", err, claimEvents(ctx, ns, "restored"))
+	}
+	killed := time.Since(start)
+	if err := peer.StartAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pv := waitClaimBound(t, ns, "restored", 5*time.Minute)
+	handle := volumeHandle(t, pv)
+	if got := pvNode(t, pv); got != peerName {
+		t.Errorf("PV %s is on node %s, want %s", pv, got, peerName)
+	}
+	if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+handle)); strings.Contains(tags, volume.TagCopyPending) {
+		t.Errorf("the bound volume %s is still tagged %s (%s)", handle, volume.TagCopyPending, tags)
+	}
+	got, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != sourceSum {
+		t.Errorf("the LV %s on %s has SHA-256 %s after the kill and the retry, want the source's %s", handle, peerName, got, sourceSum)
+	}
+	t.Logf("the peer's agent killed %s after the claim was created, its new LV tagged copy=pending; the claim Bound %s after it was created", killed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// waitClaimBound waits until the claim is Bound and returns its PV.
+func waitClaimBound(t *testing.T, ns, claim string, timeout time.Duration) string {
+	t.Helper()
+	var pv string
+	waitFor(t, timeout, "PVC "+claim+" Bound", func(ctx context.Context) (bool, string, error) {
+		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		pv = c.Spec.VolumeName
+		return c.Status.Phase == corev1.ClaimBound, fmt.Sprintf("%s; last events: %s", c.Status.Phase, claimEvents(ctx, ns, claim)), nil
+	})
+	return pv
+}
+
+// claimEvents are the last events of a claim, for a wait that fails.
+func claimEvents(ctx context.Context, ns, claim string) string {
+	evs, err := bed.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim})
+	if err != nil {
+		return err.Error()
+	}
+	var last []string
+	for _, e := range evs.Items {
+		last = append(last, e.Reason+": "+e.Message)
+	}
+	if len(last) > 3 {
+		last = last[len(last)-3:]
+	}
+	return strings.Join(last, " | ")
+}
+
+// pvNode is the node a PV's node affinity names (carve's topology key).
+func pvNode(t *testing.T, pv string) string {
+	t.Helper()
+	p, err := bed.Client.CoreV1().PersistentVolumes().Get(testCtx(t, time.Minute), pv, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeAffinity == nil || p.Spec.NodeAffinity.Required == nil {
+		return ""
+	}
+	for _, term := range p.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Key == cluster.TopologyKey && len(e.Values) == 1 {
+				return e.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+// deletePodWaitUnmounted deletes a pod on the guest node and waits until
+// it is gone and the LV of handle is mounted nowhere in the guest.
+func deletePodWaitUnmounted(t *testing.T, ns, pod, handle string) {
+	t.Helper()
+	if err := bed.Client.CoreV1().Pods(ns).Delete(testCtx(t, time.Minute), pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, podTimeout, "pod "+pod+" gone", func(ctx context.Context) (bool, string, error) {
+		_, err := bed.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "pod still there", nil
+	})
+	lv := handle[strings.Index(handle, "/")+1:]
+	waitFor(t, shortWait, "no mount of "+handle+" left", func(ctx context.Context) (bool, string, error) {
+		mounts := strings.TrimSpace(guestExec(t, "grep -e "+lv+" -e "+strings.ReplaceAll(lv, "-", "--")+" /proc/self/mountinfo || true"))
+		return mounts == "", "mounts: " + mounts, nil
+	})
+}

@@ -46,13 +46,14 @@ func peerNames(b *cluster.Cluster) string {
 	return strings.Join(names, ", ")
 }
 
-// needPeer returns the peer node, skipping the test on a bed without one
-// (make test-nodes): only make test-nodes-peer starts it.
+// needPeer returns the peer node. Only make test-nodes-peer starts it;
+// make test-nodes leaves the tests that need it out (-skip), so a bed
+// without it here is a failure, not a skip.
 func needPeer(t *testing.T) *cluster.GuestPeer {
 	t.Helper()
 	p := bed.GuestPeer(peerName)
 	if p == nil {
-		t.Skip("needs the peer node in the guest (CARVE_NODES_PEER=1; make test-nodes-peer)")
+		t.Fatal("needs the peer node in the guest (CARVE_NODES_PEER=1; make test-nodes-peer)")
 	}
 	return p
 }

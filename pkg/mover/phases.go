@@ -112,6 +112,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if pv, err = m.annotate(ctx, pv, map[string]string{AnnSeed: resp.GetSnapshot().GetSnapshotId()}); err != nil {
 			return 0, err
 		}
+		mv.pv = pv
 	}
 	if pv.Annotations[AnnTargetID] == "" {
 		req, why, err := m.targetRequest(ctx, mv, pv.Annotations[AnnSeed])
@@ -131,6 +132,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if pv, err = m.annotate(ctx, pv, map[string]string{AnnTargetID: resp.GetVolume().GetVolumeId(), AnnTargetContext: string(vc)}); err != nil {
 			return 0, err
 		}
+		mv.pv = pv
 	}
 	saved, err := json.Marshal(saveClaim(claim))
 	if err != nil {

@@ -564,8 +564,8 @@ func counter(t *testing.T, m *Mover, result string) float64 {
 func TestMoveRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name, to, want string
-		edit       func(c *corev1.PersistentVolumeClaim)
-		wantTarget string
+		edit           func(c *corev1.PersistentVolumeClaim)
+		wantTarget     string
 	}{
 		{name: "any node: the one with the most room", to: AnyNode, wantTarget: "c"},
 		{name: "the named node", to: "b", wantTarget: "b"},

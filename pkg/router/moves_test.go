@@ -39,7 +39,7 @@ func TestCreateVolumeOfAClaimBeingMoved(t *testing.T) {
 			ns, log := cluster(t, &agent{name: "node-a"})
 			s := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key, Moves: tc.moves})
 			_, err := s.CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: "pvc-1", Parameters: tc.params,
-				VolumeCapabilities: []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}},
+				VolumeCapabilities:        []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}},
 				AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{topology.Key: "node-a"}}}}})
 			if tc.code != codes.OK {
 				wantStatus(t, err, tc.code, "being moved to node node-b", "nothing was created")

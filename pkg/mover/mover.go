@@ -152,6 +152,9 @@ type Config struct {
 	Driver string
 	// TopologyKey is the key of carve's node topology (topology.Key).
 	TopologyKey string
+	// CapacityNamespace holds the CSIStorageCapacity objects carve
+	// controller writes (the target node's room); "" reads every namespace.
+	CapacityNamespace string
 	// Volumes makes and deletes the target volume and the seed.
 	Volumes Volumes
 	// CatchUp sends the last changes.

@@ -129,7 +129,7 @@ func (m *Mover) targetNode(ctx context.Context, pv *corev1.PersistentVolume, fro
 	if class == "" {
 		return "", fmt.Sprintf("its PersistentVolume %s has no StorageClass", pv.Name), nil
 	}
-	caps, err := m.cfg.Client.StorageV1().CSIStorageCapacities(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	caps, err := m.cfg.Client.StorageV1().CSIStorageCapacities(m.cfg.CapacityNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", "", fmt.Errorf("listing CSIStorageCapacity objects: %w", err)
 	}

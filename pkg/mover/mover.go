@@ -170,14 +170,17 @@ type Config struct {
 
 // Retries: a step failing with a code worth retrying is retried with a
 // backoff from baseDelay to maxDelay, maxRetries times (about half an
-// hour), then the move gives up (abort before stopping, roll back after).
+// hour), then the move gives up (roll back); before the workload stops,
+// giving up costs nothing (the claim is untouched; ask again), so the
+// seeding gives up after maxSeedRetries (about a minute).
 const (
-	baseDelay   = time.Second
-	maxDelay    = time.Minute
-	maxRetries  = 40
-	workers     = 1
-	defaultPoll = 2 * time.Second
-	callTimeout = 10 * time.Minute
+	baseDelay      = time.Second
+	maxDelay       = time.Minute
+	maxRetries     = 40
+	maxSeedRetries = 6
+	workers        = 1
+	defaultPoll    = 2 * time.Second
+	callTimeout    = 10 * time.Minute
 )
 
 // Mover runs the moves.
@@ -256,21 +259,42 @@ func (m *Mover) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithTransform(trim))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	pvs := factory.Core().V1().PersistentVolumes().Informer()
-	onClaim := func(o any) {
-		if c, ok := o.(*corev1.PersistentVolumeClaim); ok && c.Annotations[AnnMoveTo] != "" {
-			m.queue.Add(claimKey + c.Namespace + "/" + c.Name)
+	// Only what starts, withdraws, aborts or advances a move queues it:
+	// a step that waits looks again by itself (Poll), and one that failed
+	// after its backoff; the move's own writes (what it waits for) must
+	// not bypass that backoff.
+	claimAnn := func(o any) (string, string, bool) {
+		c, ok := o.(*corev1.PersistentVolumeClaim)
+		if !ok {
+			return "", "", false
 		}
+		return c.Namespace + "/" + c.Name, c.Annotations[AnnMoveTo], true
 	}
-	onPV := func(o any) {
-		if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Annotations[AnnPhase] != "" {
-			m.queue.Add(pvKey + pv.Name)
+	pvAnn := func(o any) (string, string, bool) {
+		pv, ok := o.(*corev1.PersistentVolume)
+		if !ok {
+			return "", "", false
 		}
+		return pv.Name, pv.Annotations[AnnPhase] + "\x00" + pv.Annotations[AnnAbort], true
 	}
 	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		f   func(any)
-	}{{claims, onClaim}, {pvs, onPV}} {
-		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: h.f, UpdateFunc: func(_, o any) { h.f(o) }}); err != nil {
+		inf    cache.SharedIndexInformer
+		prefix string
+		of     func(any) (string, string, bool)
+	}{{claims, claimKey, claimAnn}, {pvs, pvKey, pvAnn}} {
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) {
+				if k, v, ok := h.of(o); ok && v != "" && v != "\x00" {
+					m.queue.Add(h.prefix + k)
+				}
+			},
+			UpdateFunc: func(old, o any) {
+				_, before, _ := h.of(old)
+				if k, v, ok := h.of(o); ok && v != before {
+					m.queue.Add(h.prefix + k)
+				}
+			},
+		}); err != nil {
 			return fmt.Errorf("mover: watching: %w", err)
 		}
 	}
@@ -305,8 +329,13 @@ func trim(o any) (any, error) {
 	case *corev1.PersistentVolume:
 		out := &corev1.PersistentVolume{}
 		out.Name, out.UID, out.ResourceVersion = v.Name, v.UID, v.ResourceVersion
-		if a := v.Annotations[AnnPhase]; a != "" {
-			out.Annotations = map[string]string{AnnPhase: a}
+		for _, k := range []string{AnnPhase, AnnAbort} {
+			if a := v.Annotations[k]; a != "" {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = a
+			}
 		}
 		return out, nil
 	}

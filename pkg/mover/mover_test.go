@@ -626,3 +626,32 @@ func TestTargets(t *testing.T) {
 }
 
 func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// Run starts a move a claim asks for and carries it as far as the claim
+// gone (the test plays no PV controller): the informers queue it.
+func TestRun(t *testing.T) {
+	client, vols := world(t)
+	m, _ := newMover(t, client, vols)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+	request(t, client, "b")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pv := getPV(t, client, oldPV)
+		if p := pv.Annotations[AnnPhase]; p == PhaseBinding || p == PhaseCleaning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the move did not reach binding: %v", pv.Annotations)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err == nil {
+		t.Error("Run ran twice")
+	}
+}

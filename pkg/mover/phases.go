@@ -335,12 +335,17 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 }
 
 // failed handles a step's failure: a retryable one (the code says so, or
-// it is not a gRPC status) is retried maxRetries times; then, or at once
+// it is not a gRPC status) is retried maxRetries times (maxSeedRetries
+// while seeding); then, or at once
 // for any other, the move gives up: an abort before stopping, a roll back
 // from stopping or catching-up.
 func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, err error) error {
-	if retryable(err) && attempt < maxRetries {
-		m.wait(ctx, mv, fmt.Sprintf("%s failed (attempt %d, retrying): %v", what, attempt+1, err))
+	limit := maxRetries
+	if mv.pv.Annotations[AnnPhase] == PhaseSeeding {
+		limit = maxSeedRetries
+	}
+	if retryable(err) && attempt < limit {
+		m.wait(ctx, mv, fmt.Sprintf("%s failed (retrying): %v", what, err))
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	why := abortFailed + what + ": " + err.Error()

@@ -29,6 +29,11 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	to := c.Annotations[AnnMoveTo]
+	if to == "" && c.Spec.VolumeName != "" {
+		// Withdrawn: the PV's move, if it runs, aborts.
+		m.queue.Add(pvKey + c.Spec.VolumeName)
+		return 0, nil
+	}
 	if to == "" || c.DeletionTimestamp != nil {
 		return 0, nil
 	}

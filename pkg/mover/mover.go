@@ -42,6 +42,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -178,9 +179,13 @@ const (
 	maxDelay       = time.Minute
 	maxRetries     = 40
 	maxSeedRetries = 6
-	workers        = 1
-	defaultPoll    = 2 * time.Second
-	callTimeout    = 10 * time.Minute
+	// workers: a long copy holds its worker; the others serve the other
+	// moves (one key is never run twice at once).
+	workers     = 4
+	defaultPoll = 2 * time.Second
+	// copyTimeout bounds the seed's copy and the catch-up: a copy runs at
+	// the disks' and network's pace, and a large volume takes hours.
+	copyTimeout = 12 * time.Hour
 )
 
 // Mover runs the moves.
@@ -304,15 +309,16 @@ func (m *Mover) Run(ctx context.Context) error {
 		return nil
 	}
 	log.Info("Moving claims that ask for it", "annotation", AnnMoveTo)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m.processNext(ctx) {
-		}
-	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for m.processNext(ctx) {
+			}
+		})
+	}
 	<-ctx.Done()
 	m.queue.ShutDown()
-	<-done
+	wg.Wait()
 	return nil
 }
 

@@ -29,10 +29,10 @@ const (
 
 // move is what a PV's annotations say of its move.
 type move struct {
-	pv               *corev1.PersistentVolume
-	ns, name         string
-	uid              types.UID
-	from, to, target string
+	pv         *corev1.PersistentVolume
+	ns, name   string
+	uid        types.UID
+	to, target string
 }
 
 func (m *Mover) moveOf(pv *corev1.PersistentVolume) move {
@@ -122,7 +122,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if why != "" {
 			return 0, m.abort(ctx, mv, abortFailed+why)
 		}
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		cctx, cancel := context.WithTimeout(ctx, copyTimeout)
 		resp, err := m.cfg.Volumes.CreateVolume(cctx, req)
 		cancel()
 		if err != nil {
@@ -202,7 +202,7 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 	if a := pv.Annotations[AnnAbort]; a != "" {
 		return 0, m.startRollBack(ctx, mv, a)
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[AnnSeed], pv.Annotations[AnnTargetID])
 	cancel()
 	if err != nil {

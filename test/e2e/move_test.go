@@ -21,8 +21,9 @@ import (
 // annotation kubectl carve move sets) runs in carve controller: a seed
 // snapshot on the claim's node, then a volume on the target node restored
 // from it across nodes. The simulated nodes have no device-mapper, so the
-// copy fails for real (or, with agents that serve no copies, is refused):
-// the move gives up before it stops anything. The claim stays bound to
+// seed (lvcreate of a snapshot) or else the copy fails for real (or, with
+// agents that serve no copies, is refused): the move gives up before it
+// stops anything. The claim stays bound to
 // its old PV (same UID, reclaim policy back, no move annotation left),
 // the pod is untouched, no LV is left on any node (neither the target nor
 // the seed), the Events on the claim say why, and carve_moves_total

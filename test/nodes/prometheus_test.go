@@ -27,8 +27,12 @@ import (
 // device-mapper (promcheck.DeviceMapperSeries: thin pool data, metadata
 // and zeroing, thick snapshot copy-on-write use and invalid) returns
 // series, as does each of those series itself.
+//
+// It is not parallel: Go runs it then in file order, before the tests
+// that stop the controller's leader (TestLeaderTakeover: its thawed
+// sidecars exit and restart later) or reboot the node, whose targets
+// would be down while it waits for every one to be up.
 func TestPrometheus(t *testing.T) {
-	t.Parallel()
 	bin, err := promcheck.Server()
 	if err != nil {
 		t.Fatal(err)

@@ -242,6 +242,9 @@ func receiveHeader(r Receiver, want uint64) error {
 	if c := hdr.GetChunkBytes(); c != SparseChunk {
 		return fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
 	}
+	if hdr.GetDelta() {
+		return errors.New("the source sent a catch-up against a base, not a whole copy")
+	}
 	return nil
 }
 

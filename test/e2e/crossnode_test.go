@@ -10,11 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/carve-csi/carve/pkg/placement"
 	"github.com/carve-csi/carve/pkg/router"
+	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // TestRestoreAskedOnAnotherNode: a restore whose pod is pinned to another
@@ -105,41 +104,8 @@ func TestRestoreAskedOnAnotherNode(t *testing.T) {
 	})
 }
 
-// localOnlyClass creates name, a copy of the StorageClass base with
-// carve.dev/cross-node-copy "false" (its restores and clones are made on
-// their source's node or refused, never copied), deleted when the test
-// ends, and waits until carve controller has written its capacity on
-// every node that has base's (the scheduler places a claim of a class
-// only where it has). It returns name.
+// localOnlyClass is kubetest.LocalOnlyClass on this bed.
 func localOnlyClass(t *testing.T, ctx context.Context, base, name string) string {
 	t.Helper()
-	sc, err := bed.Client.StorageV1().StorageClasses().Get(ctx, base, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := sc.DeepCopy()
-	local.ObjectMeta = metav1.ObjectMeta{Name: name}
-	if local.Parameters == nil {
-		local.Parameters = map[string]string{}
-	}
-	local.Parameters[router.ParamCrossNodeCopy] = "false"
-	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, local, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete StorageClass %s: %v", name, err)
-		}
-	})
-	for _, n := range bed.Nodes {
-		if obj, err := capacityObject(ctx, n.Name, base); err != nil || obj == nil {
-			continue
-		}
-		waitFor(t, settle, "the capacity of "+name+" on "+n.Name, func(ctx context.Context) (bool, string, error) {
-			obj, err := capacityObject(ctx, n.Name, name)
-			return obj != nil, fmt.Sprint(obj), err
-		})
-	}
-	return name
+	return kubetest.LocalOnlyClass(t, ctx, bed.Client, bed.Namespace, base, name)
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/pkg/placement"
-	"github.com/carve-csi/carve/pkg/router"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
@@ -181,42 +180,8 @@ func refusals(t *testing.T, ns, claim string) int {
 	return n
 }
 
-// localOnlyClass creates name, a copy of the StorageClass base with
-// carve.dev/cross-node-copy "false", deleted when the test ends, and
-// waits until carve controller has written its capacity on as many
-// nodes as base's (the scheduler considers a node for a claim of a class
-// only where it has). It returns name.
+// localOnlyClass is kubetest.LocalOnlyClass on this bed.
 func localOnlyClass(t *testing.T, ctx context.Context, base, name string) string {
 	t.Helper()
-	sc, err := bed.Client.StorageV1().StorageClasses().Get(ctx, base, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := sc.DeepCopy()
-	local.ObjectMeta = metav1.ObjectMeta{Name: name}
-	if local.Parameters == nil {
-		local.Parameters = map[string]string{}
-	}
-	local.Parameters[router.ParamCrossNodeCopy] = "false"
-	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, local, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete StorageClass %s: %v", name, err)
-		}
-	})
-	waitFor(t, 3*time.Minute, "the capacity of "+name+" on the nodes that have "+base+"'s", func(ctx context.Context) (bool, string, error) {
-		caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		count := map[string]int{}
-		for _, c := range caps.Items {
-			count[c.StorageClassName]++
-		}
-		return count[base] > 0 && count[name] >= count[base], fmt.Sprintf("%d of %d", count[name], count[base]), nil
-	})
-	return name
+	return kubetest.LocalOnlyClass(t, ctx, bed.Client, bed.Namespace, base, name)
 }

@@ -128,15 +128,7 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 			return out, err
 		}
 	}
-	if err := <-errc; err != nil {
-		return out, err
-	}
-	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
-		Trailer: &nodeagentv1.CopyTrailer{Sha256: d.Sum(), DataBytes: int64(out.Data)}}}); err != nil {
-		return out, fmt.Errorf("sending the trailer: %w", err)
-	}
-	out.Duration = time.Since(start)
-	return out, nil
+	return sendTrailer(s, d, out, start, errc)
 }
 
 // pair is one block of the volume (now) and of its base (was).

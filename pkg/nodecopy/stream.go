@@ -80,6 +80,13 @@ func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error)
 			return out, err
 		}
 	}
+	return sendTrailer(s, d, out, start, errc)
+}
+
+// sendTrailer ends a stream whose data went out: once the reader
+// (errc) ended without error, the trailer with the digest d of the whole
+// source.
+func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan error) (Sent, error) {
 	if err := <-errc; err != nil {
 		return out, err
 	}

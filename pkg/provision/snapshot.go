@@ -147,28 +147,16 @@ func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) 
 	return p.cfg.View.FindLV(name)
 }
 
-// sourceLV finds a carve volume that a snapshot or clone is taken of:
-// ErrNotFound when it does not exist on this node.
+// sourceLV finds a carve volume that a snapshot or clone is taken of,
+// in the view or else from LVM: ErrNotFound when it does not exist on
+// this node.
 func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
-	if !p.cfg.Classes.HasVolumeGroup(vg) {
-		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, p.node.Name(), vg)
-	}
-	if lv, ok := p.cfg.View.LV(vg, name); ok {
+	if lv, ok := p.cfg.View.LV(vg, name); ok && p.cfg.Classes.HasVolumeGroup(vg) {
 		if k, _, owned := volume.Owned(lv); owned && k == volume.KindVolume {
 			return &lv, nil
 		}
 	}
-	lv, err := p.cfg.LVM.GetLV(ctx, vg, name)
-	if errors.Is(err, lvm.ErrNotFound) {
-		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s", id, p.node.Name())
-	}
-	if err != nil {
-		return nil, wrap(err, "looking up volume "+id)
-	}
-	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindVolume {
-		return nil, errorf(ErrNotFound, "volume %s does not exist: LV %s/%s is not a carve volume", id, vg, name)
-	}
-	return lv, nil
+	return p.volumeFromLVM(ctx, vg, name, id)
 }
 
 // snapshotCompatible checks that an existing snapshot LV is the snapshot a

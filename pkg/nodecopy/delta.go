@@ -196,35 +196,5 @@ func readFull(f *os.File, path string, b []byte, off uint64) error {
 // sendChanged sends the chunks of now (at off) that differ from was, in
 // runs of at most maxData bytes.
 func sendChanged(s Sender, now, was []byte, off uint64, out *Sent) error {
-	run := -1
-	flush := func(end int) error {
-		if run < 0 {
-			return nil
-		}
-		if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Data{
-			Data: &nodeagentv1.CopyData{Offset: int64(off) + int64(run), Data: now[run:end]}}}); err != nil {
-			return fmt.Errorf("sending %d bytes at %d: %w", end-run, off+uint64(run), err)
-		}
-		out.Data += uint64(end - run)
-		run = -1
-		return nil
-	}
-	for i := 0; i < len(now); i += SparseChunk {
-		end := min(i+SparseChunk, len(now))
-		if bytes.Equal(now[i:end], was[i:end]) {
-			if err := flush(i); err != nil {
-				return err
-			}
-			continue
-		}
-		if run < 0 {
-			run = i
-		} else if end-run > maxData {
-			if err := flush(i); err != nil {
-				return err
-			}
-			run = i
-		}
-	}
-	return flush(len(now))
+	return sendRuns(s, now, off, out, func(i, end int) bool { return bytes.Equal(now[i:end], was[i:end]) })
 }

@@ -162,6 +162,13 @@ func alignedBuffer(n int) []byte {
 // sendData digests the chunks of b (at off) and sends those that hold
 // data, in runs of at most maxData bytes.
 func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
+	return sendRuns(s, b, off, out, func(i, end int) bool { return d.chunk(b[i:end]) })
+}
+
+// sendRuns sends the SparseChunk-byte chunks of b (at off) that skip,
+// called once for each chunk in order, does not leave out, in runs of
+// at most maxData bytes.
+func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) bool) error {
 	run := -1
 	flush := func(end int) error {
 		if run < 0 {
@@ -176,8 +183,8 @@ func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
 		return nil
 	}
 	for i := 0; i < len(b); i += SparseChunk {
-		part := b[i:min(i+SparseChunk, len(b))]
-		if d.chunk(part) {
+		end := min(i+SparseChunk, len(b))
+		if skip(i, end) {
 			if err := flush(i); err != nil {
 				return err
 			}
@@ -185,7 +192,7 @@ func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
 		}
 		if run < 0 {
 			run = i
-		} else if i+len(part)-run > maxData {
+		} else if end-run > maxData {
 			if err := flush(i); err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/pkg/castore"
 	"github.com/carve-csi/carve/pkg/kube"
 	"github.com/carve-csi/carve/pkg/leader"
+	"github.com/carve-csi/carve/pkg/mover"
 	"github.com/carve-csi/carve/pkg/nodeca"
 	"github.com/carve-csi/carve/pkg/nodepool"
 	"github.com/carve-csi/carve/pkg/pvindex"
@@ -86,7 +87,7 @@ type route struct {
 }
 
 // startRoute builds the routing controller: the CA, the node pool, the PV
-// index, the capacity writer, the placement of restores and, unless
+// index, the capacity writer, the placement of restores, the mover and, unless
 // --audit-interval is 0, the audit of the nodes' LVs.
 func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (*route, error) {
 	client, err := kube.Client(o.Kubeconfig, "carve-controller")
@@ -127,8 +128,12 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool})
-	duties := []func(context.Context) error{pool.Run, pvs.Run, place, func(ctx context.Context) error {
+	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool, Moves: mover.Claims{PVs: pvs}})
+	move, err := startMover(ctx, o, client, srv, reg)
+	if err != nil {
+		return nil, err
+	}
+	duties := []func(context.Context) error{pool.Run, pvs.Run, place, move, func(ctx context.Context) error {
 		return writeCapacity(ctx, o, client, writer)
 	}, func(ctx context.Context) error {
 		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)

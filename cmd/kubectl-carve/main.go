@@ -1,5 +1,6 @@
 // Command kubectl-carve is a kubectl plugin (`kubectl carve ...`) that
-// answers operators' questions about carve from the Kubernetes API alone:
+// answers operators' questions about carve from the Kubernetes API alone,
+// and asks carve controller to move claims:
 //
 //	kubectl carve nodes       per node: the carve agent ready or why not, reachable, registered, group, version, free space
 //	kubectl carve capacity    per node and device class: the capacity carve reports, its volumes there
@@ -8,6 +9,8 @@
 //	kubectl carve snapshots   VolumeSnapshots of carve's driver, with the node each lives on
 //	kubectl carve describe    everything about one claim: PV, LV, node, class, pods, events, metrics
 //	kubectl carve orphans     what the node audit reported: orphaned LVs and their quarantines, PVs whose LV is gone
+//	kubectl carve move        move a bound claim to another node (carve controller does it) and follow it
+//	kubectl carve drain       move every carve claim off a node, one at a time
 //
 // It takes kubectl's client flags (k8s.io/cli-runtime: -n, -A, --context,
 // --as, --kubeconfig, ...) in any position and its output flags (-o

@@ -14,7 +14,7 @@ import (
 
 // views are kubectl carve's commands.
 func (o *options) views() []*cobra.Command {
-	return []*cobra.Command{
+	return append([]*cobra.Command{
 		o.listCommand("nodes", "Each node's carve agent: ready or why not, registered, group, version, free space",
 			false, o.nodes),
 		o.listCommand("capacity", "Per node and StorageClass: the capacity carve reports, its volumes there",
@@ -28,7 +28,7 @@ func (o *options) views() []*cobra.Command {
 		o.listCommand("orphans", "What the audit reported: orphaned LVs and their quarantines, PVs whose LV is gone",
 			false, o.orphans),
 		o.describeCommand(),
-	}
+	}, o.moveCommands()...)
 }
 
 // listCommand is a view that lists rows; namespaced ones read the current

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,10 @@ import (
 // full list: the answer is not known yet.
 var ErrNotSynced = errors.New("the PersistentVolume cache has not been filled yet")
 
+// moveAnnotations is the prefix of the annotations of a move
+// (pkg/mover.AnnPrefix): the audit and the router read them.
+const moveAnnotations = "carve.dev/move-"
+
 // byHandle is the name of the index on spec.csi.volumeHandle.
 const byHandle = "handle"
 
@@ -30,8 +35,9 @@ const byHandle = "handle"
 // PersistentVolume: the API offers no selector on spec.csi.driver or on
 // node affinity, and carve cannot label the PVs csi-provisioner writes.
 // Its transform keeps only the name of a PV of another driver, and of
-// carve's only the handle, node affinity, claim, reclaim policy and phase,
-// so the cache holds a few hundred bytes per PV. The cost to the API
+// carve's only the handle, node affinity, claim, reclaim policy, phase
+// and the annotations of a move in flight (moveAnnotations: a few PVs
+// carry them, for a while), so the cache holds a few hundred bytes per PV. The cost to the API
 // server is one PV watcher per controller replica.
 type Index struct {
 	driver, key string
@@ -121,6 +127,14 @@ func Trim(driver string) cache.TransformFunc {
 		out.Spec.ClaimRef = pv.Spec.ClaimRef
 		out.Spec.PersistentVolumeReclaimPolicy = pv.Spec.PersistentVolumeReclaimPolicy
 		out.Status.Phase = pv.Status.Phase
+		for k, v := range pv.Annotations {
+			if strings.HasPrefix(k, moveAnnotations) {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = v
+			}
+		}
 		return out, nil
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	carvemetrics "github.com/carve-csi/carve/pkg/metrics"
+	"github.com/carve-csi/carve/pkg/mover"
 	"github.com/carve-csi/carve/topology/pinned"
 )
 
@@ -212,6 +213,7 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 	if r := pv.Spec.ClaimRef; r != nil {
 		p.Claim, p.ClaimUID = r.Namespace+"/"+r.Name, string(r.UID)
 	}
+	p.MoveTarget, p.MoveTargetHandle = mover.Targets(pv)
 	return p
 }
 

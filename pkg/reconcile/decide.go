@@ -67,6 +67,10 @@ type PV struct {
 	// Going is true while the PV is being deleted or released for
 	// deletion: its LV may be removed before the PV is.
 	Going bool
+	// MoveTarget and MoveTargetHandle name the target volume of a move of
+	// this PV in flight (pkg/mover), by CSI volume name and by ID: it has
+	// no PV of its own until the move binds it, and is no orphan.
+	MoveTarget, MoveTargetHandle string
 }
 
 // Orphan is an LV that no PV has pointed at for at least the grace period.
@@ -150,8 +154,8 @@ func NewDecider(grace, removalGrace time.Duration) *Decider {
 }
 
 // Decide runs one pass. An LV is an orphan when, in every pass for at
-// least the grace period, no PV had its handle or its volume name and no
-// operation on it was in flight: a volume being created has no PV until
+// least the grace period, no PV had its handle or its volume name (or
+// named it as the target of its move) and no operation on it was in flight: a volume being created has no PV until
 // CreateVolume returns and csi-provisioner writes it, and the grace period
 // covers that gap (a create in flight restarts the clock). A restarted
 // audit (a node agent that reconnected, a new leader) starts every clock
@@ -171,6 +175,12 @@ func (d *Decider) Decide(in Input) Findings {
 	for _, pv := range in.PVs {
 		handles[pv.Handle] = pv.Name
 		names[pv.Name] = true
+		if pv.MoveTarget != "" {
+			names[pv.MoveTarget] = true
+		}
+		if pv.MoveTargetHandle != "" {
+			handles[pv.MoveTargetHandle] = pv.Name
+		}
 	}
 	busy := func(name string) bool { return in.Busy != nil && in.Busy(name) }
 	present := make(map[string]bool, len(in.LVs))

@@ -32,6 +32,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume_capabilities: at least one capability must be given")
 	}
+	if err := s.refuseMoved(req); err != nil {
+		return nil, err
+	}
 	req, copies, err := crossNodeCopy(req)
 	if err != nil {
 		return nil, err

@@ -69,6 +69,8 @@ type Config struct {
 	// Agents grants copies across nodes; nil makes a restore or clone
 	// on its source's node only.
 	Agents Agents
+	// Moves, when set, holds back the claims being moved (moves.go).
+	Moves Moves
 }
 
 // Server implements csi.ControllerServer by routing. Calls carve does not

@@ -1,0 +1,40 @@
+//go:build !nodeagent
+
+package main
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/carve-csi/carve/pkg/kube"
+	"github.com/carve-csi/carve/pkg/leader"
+	"github.com/carve-csi/carve/pkg/mover"
+	"github.com/carve-csi/carve/pkg/router"
+	"github.com/carve-csi/carve/topology"
+)
+
+// moverLease is the Lease of the replica that moves claims to other nodes
+// (kubectl carve move): two would race through the same steps.
+const moverLease = "carve-controller-mover"
+
+// startMover builds the mover (pkg/mover) over the router; what it
+// returns runs it, under leader election when asked.
+func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, srv *router.Server,
+	reg prometheus.Registerer) (func(context.Context) error, error) {
+	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
+	m, err := mover.New(mover.Config{Client: client, Driver: o.DriverName, TopologyKey: topology.Key,
+		CapacityNamespace: o.Route.CapacityNamespace, Volumes: srv, CatchUp: srv, Events: rec, Registerer: reg})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		defer stop()
+		if !o.LeaderElection {
+			return m.Run(ctx)
+		}
+		return leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: moverLease}, m.Run)
+	}, nil
+}

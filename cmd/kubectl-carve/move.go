@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/carve-csi/carve/pkg/mover"
+	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/topology/pinned"
+)
+
+// moveOptions are the flags of move and drain.
+type moveOptions struct {
+	to      string
+	wait    bool
+	abort   bool
+	timeout time.Duration
+	poll    time.Duration
+}
+
+func (o *options) moveCommands() []*cobra.Command {
+	mo := &moveOptions{poll: 2 * time.Second}
+	move := &cobra.Command{
+		Use:   "move [NAMESPACE/]CLAIM",
+		Short: "Move a bound claim's data to another node and bind the claim to it there (carve controller does it)",
+		Long: `move asks carve controller to move the claim's volume to another node:
+a copy while the workload runs, then the workload's pods are deleted, what
+changed is sent, and the claim (deleted and made again under the same name)
+is bound to the new volume; a StatefulSet's pod then starts on the new node.
+It sets the annotation ` + mover.AnnMoveTo + ` on the claim and, unless --wait=false,
+follows the move until it ends. --abort withdraws a move before the workload
+was stopped, or rolls it back while the changes are being sent.
+See docs/operations.md ("Moving a volume").`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{fmt.Errorf("move takes one claim, got %d", len(args))}
+			}
+			return nil
+		},
+		ValidArgsFunction: o.completeClaims,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, name, err := o.claimArg(args[0])
+			if err != nil {
+				return err
+			}
+			if mo.abort {
+				return o.abortMove(ctx(cmd), c.kube, ns, name)
+			}
+			return o.move(ctx(cmd), c.kube, mo, ns, name)
+		},
+	}
+	drain := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Move every carve claim off a node, one at a time (node retirement)",
+		Long: `drain moves each claim bound to a carve volume on NODE to another node
+(--to, or the node with the most free capacity of the claim's class), one at
+a time, waiting for each. Cordon the node first (kubectl cordon NODE) so that
+nothing new lands there. See docs/operations.md ("Retiring a node").`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{fmt.Errorf("drain takes one node, got %d", len(args))}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.connect(o.config)
+			if err != nil {
+				return err
+			}
+			mo.wait = true
+			return o.drain(ctx(cmd), c.kube, mo, args[0])
+		},
+	}
+	for _, c := range []*cobra.Command{move, drain} {
+		c.Flags().StringVar(&mo.to, "to", mover.AnyNode, "the node to move to; * lets carve pick the node of the class with the most free capacity")
+		c.Flags().DurationVar(&mo.timeout, "timeout", 0, "give up waiting after this long (the move goes on); 0: wait until it ends")
+	}
+	move.Flags().BoolVar(&mo.wait, "wait", true, "follow the move until it ends; false: return once it is asked for")
+	move.Flags().BoolVar(&mo.abort, "abort", false, "withdraw the claim's move (before the workload stops), or roll it back (while the changes are sent)")
+	return []*cobra.Command{move, drain}
+}
+
+// claimArg splits NAMESPACE/CLAIM (or CLAIM in the current namespace).
+func (o *options) claimArg(arg string) (clients, string, string, error) {
+	if o.allNamespaces {
+		return clients{}, "", "", usageError{errors.New("name one claim as NAMESPACE/CLAIM or with -n, not -A")}
+	}
+	ns, name, ok := strings.Cut(arg, "/")
+	if !ok {
+		var err error
+		name = arg
+		if ns, _, err = o.config.ToRawKubeConfigLoader().Namespace(); err != nil {
+			return clients{}, "", "", fmt.Errorf("the current namespace: %w", err)
+		}
+	}
+	if ns == "" || name == "" {
+		return clients{}, "", "", usageError{fmt.Errorf("claim %q: want NAMESPACE/CLAIM or CLAIM", arg)}
+	}
+	c, err := o.connect(o.config)
+	return c, ns, name, err
+}
+
+// move asks for the claim's move and, with --wait, follows it.
+func (o *options) move(ctx context.Context, kube kubernetes.Interface, mo *moveOptions, ns, name string) error {
+	c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("claim %s/%s: %w", ns, name, err)
+	}
+	if c.Spec.VolumeName == "" || c.Status.Phase != corev1.ClaimBound {
+		return fmt.Errorf("claim %s/%s is not bound to a volume (%s): nothing to move", ns, name, c.Status.Phase)
+	}
+	pv := c.Spec.VolumeName
+	if cur := c.Annotations[mover.AnnMoveTo]; cur != "" && cur != mo.to {
+		return fmt.Errorf("claim %s/%s is asked to move to %s already (kubectl carve move --abort %s/%s withdraws it)", ns, name, cur, ns, name)
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mover.AnnMoveTo: mo.to}}})
+	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("asking for the move of %s/%s: %w", ns, name, err)
+	}
+	say(o.streams.Out, "claim %s/%s: move to %s asked (volume %s)\n", ns, name, mo.to, pv)
+	if !mo.wait {
+		return nil
+	}
+	return o.follow(ctx, kube, mo, ns, name, pv)
+}
+
+// follow prints the move's phases until it ends: nil when the claim is
+// bound to its moved volume, an error naming why otherwise.
+func (o *options) follow(ctx context.Context, kube kubernetes.Interface, mo *moveOptions, ns, name, oldPV string) error {
+	if mo.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, mo.timeout)
+		defer cancel()
+	}
+	last := ""
+	for {
+		st, err := moveProgress(ctx, kube, ns, name, oldPV)
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		if st.line != "" && st.line != last {
+			say(o.streams.Out, "claim %s/%s: %s\n", ns, name, st.line)
+			last = st.line
+		}
+		if st.done {
+			return st.failed
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped waiting for the move of %s/%s (it goes on; kubectl carve describe -n %s %s shows it): %w", ns, name, ns, name, ctx.Err())
+		case <-time.After(mo.poll):
+		}
+	}
+}
+
+// progress is what the API says of a move: a line to print, and whether
+// it ended (failed is why, when it did not move).
+type progress struct {
+	line   string
+	done   bool
+	failed error
+}
+
+// moveProgress reads the move of claim ns/name from its old PV oldPV.
+func moveProgress(ctx context.Context, kube kubernetes.Interface, ns, name, oldPV string) (progress, error) {
+	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return progress{}, err
+	}
+	gone := apierrors.IsNotFound(err)
+	if !gone && pv.Annotations[mover.AnnPhase] != "" {
+		line := pv.Annotations[mover.AnnPhase] + " (to node " + pv.Annotations[mover.AnnMoveTo] + ")"
+		if w := pv.Annotations[mover.AnnWaiting]; w != "" {
+			line += ": " + w
+		}
+		return progress{line: line}, nil
+	}
+	c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return progress{}, err
+	}
+	claimGone := apierrors.IsNotFound(err)
+	switch {
+	case gone && !claimGone && c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != oldPV:
+		msg := lastEvent(ctx, kube, ns, name, mover.ReasonMoved)
+		if msg == "" {
+			msg = "moved: bound to " + c.Spec.VolumeName
+		}
+		return progress{line: msg, done: true}, nil
+	case gone:
+		return progress{line: "the old volume is gone; waiting for the claim to be bound again"}, nil
+	case !claimGone && c.Annotations[mover.AnnMoveTo] != "":
+		return progress{line: "asked; waiting for carve controller to start it"}, nil
+	}
+	why := lastEvent(ctx, kube, ns, name, mover.ReasonMoveFailed, mover.ReasonAborted, mover.ReasonRolledBack)
+	if why == "" {
+		why = "the move ended without moving the claim (no event says why)"
+	}
+	return progress{line: why, done: true, failed: errors.New("not moved: " + why)}, nil
+}
+
+// lastEvent is the message of the newest Event of a reason on the claim.
+func lastEvent(ctx context.Context, kube kubernetes.Interface, ns, name string, reasons ...string) string {
+	evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return ""
+	}
+	var best *corev1.Event
+	for i := range evs.Items {
+		e := &evs.Items[i]
+		if e.InvolvedObject.Kind != "PersistentVolumeClaim" || e.InvolvedObject.Name != name || !slices.Contains(reasons, e.Reason) {
+			continue
+		}
+		if best == nil || eventTime(e).After(eventTime(best)) {
+			best = e
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Reason + ": " + best.Message
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	for _, t := range []time.Time{e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// abortMove withdraws a claim's move: the request taken off the claim
+// (before the workload stops), or the roll back asked on its old PV
+// (while it is stopped and before it is bound again).
+func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, name string) error {
+	c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil && c.Annotations[mover.AnnMoveTo] != "" {
+		patch := []byte(`{"metadata":{"annotations":{"` + mover.AnnMoveTo + `":null}}}`)
+		if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("withdrawing the move of %s/%s: %w", ns, name, err)
+		}
+		say(o.streams.Out, "claim %s/%s: move withdrawn\n", ns, name)
+	}
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, pv := range pvs.Items {
+		r, phase := pv.Spec.ClaimRef, pv.Annotations[mover.AnnPhase]
+		if r == nil || r.Namespace != ns || r.Name != name || phase == "" {
+			continue
+		}
+		switch phase {
+		case mover.PhaseSeeding, mover.PhaseStopping, mover.PhaseCatchingUp:
+		case mover.PhaseRollingBack:
+			say(o.streams.Out, "claim %s/%s: the move is rolling back already\n", ns, name)
+			return nil
+		default:
+			return fmt.Errorf("claim %s/%s: the move is in phase %s, past the point of return: it completes on its own", ns, name, phase)
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mover.AnnAbort: "requested"}}})
+		if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("asking to roll the move of %s/%s back: %w", ns, name, err)
+		}
+		say(o.streams.Out, "claim %s/%s: abort asked (phase %s); the claim stays on, or goes back to, volume %s\n", ns, name, phase, pv.Name)
+		return nil
+	}
+	if err == nil && c.Annotations[mover.AnnMoveTo] != "" {
+		return nil
+	}
+	return fmt.Errorf("claim %s/%s: no move to abort", ns, name)
+}
+
+// drain moves each claim bound to a carve volume on node, one at a time.
+func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *moveOptions, node string) error {
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	type claimOf struct{ ns, name string }
+	var todo []claimOf
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != o.driver || pinned.Node(&pv, topology.Key) != node ||
+			pv.Spec.ClaimRef == nil || pv.Status.Phase != corev1.VolumeBound {
+			continue
+		}
+		todo = append(todo, claimOf{pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name})
+	}
+	slices.SortFunc(todo, func(a, b claimOf) int { return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name) })
+	if len(todo) == 0 {
+		say(o.streams.Out, "node %s: no bound carve claims\n", node)
+		return nil
+	}
+	say(o.streams.Out, "node %s: %d claim(s) to move\n", node, len(todo))
+	var failed []string
+	for _, c := range todo {
+		if err := o.move(ctx, kube, mo, c.ns, c.name); err != nil {
+			say(o.streams.ErrOut, "claim %s/%s: %v\n", c.ns, c.name, err)
+			failed = append(failed, c.ns+"/"+c.name)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("node %s: %d of %d claim(s) not moved: %s", node, len(failed), len(todo), strings.Join(failed, ", "))
+	}
+	say(o.streams.Out, "node %s: every carve claim moved off it\n", node)
+	return nil
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/carve-csi/carve/pkg/mover"
+)
+
+func TestMoveAsks(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		code     int
+		out      string
+		claimAnn string // AnnMoveTo on db/data-0 after
+	}{
+		{name: "to a node", args: []string{"move", "db/data-0", "--to", "n2", "--wait=false"}, out: "move to n2 asked", claimAnn: "n2"},
+		{name: "anywhere, namespace by -n", args: []string{"-n", "db", "move", "data-0", "--wait=false"}, out: "move to * asked", claimAnn: "*"},
+		{name: "not bound", args: []string{"move", "db/waiting", "--wait=false"}, code: exitError, out: "not bound"},
+		{name: "no claim", args: []string{"move"}, code: exitUsage, out: "one claim"},
+		{name: "-A", args: []string{"-A", "move", "db/data-0"}, code: exitUsage, out: "not -A"},
+		{name: "drain gives up waiting after --timeout", args: []string{"drain", "n1", "--timeout", "50ms"}, code: exitError,
+			out: "1 of 1 claim(s) not moved: db/data-0", claimAnn: "*"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut, cs := tool(t, tc.args...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.out) {
+				t.Errorf("exit %d, want %d; out %q err %q, want %q", code, tc.code, out, errOut, tc.out)
+			}
+			c, err := cs.CoreV1().PersistentVolumeClaims("db").Get(context.Background(), "data-0", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Annotations[mover.AnnMoveTo]; got != tc.claimAnn {
+				t.Errorf("%s = %q, want %q", mover.AnnMoveTo, got, tc.claimAnn)
+			}
+		})
+	}
+}
+
+func TestMoveProgress(t *testing.T) {
+	ev := func(reason, msg string, at time.Duration) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: reason + at.String()}, Reason: reason, Message: msg,
+			InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "db", Name: "data-0"},
+			LastTimestamp:  metav1.NewTime(now.Add(at))}
+	}
+	pv := func(ann map[string]string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "old", Annotations: ann}}
+	}
+	claim := func(volume string, ann map[string]string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "data-0", Annotations: ann},
+			Spec: corev1.PersistentVolumeClaimSpec{VolumeName: volume}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	}
+	for _, tc := range []struct {
+		name   string
+		objs   []runtime.Object
+		line   string
+		done   bool
+		failed bool
+	}{
+		{name: "asked", objs: []runtime.Object{pv(nil), claim("old", map[string]string{mover.AnnMoveTo: "*"})}, line: "waiting for carve controller"},
+		{name: "a phase", objs: []runtime.Object{pv(map[string]string{mover.AnnPhase: mover.PhaseCatchingUp, mover.AnnMoveTo: "n2",
+			mover.AnnWaiting: "the source is still open"})}, line: "catching-up (to node n2): the source is still open"},
+		{name: "moved", objs: []runtime.Object{claim("new", nil), ev(mover.ReasonMoved, "Moved from node n1 to node n2", 0)},
+			line: "Moved: Moved from node n1 to node n2", done: true},
+		{name: "refused", objs: []runtime.Object{pv(nil), claim("old", nil), ev(mover.ReasonMoveFailed, "older", -time.Hour),
+			ev(mover.ReasonMoveFailed, "Not moved: node x reports no capacity", 0)}, line: "MoveFailed: Not moved: node x", done: true, failed: true},
+		{name: "rolled back", objs: []runtime.Object{pv(nil), claim("old", nil), ev(mover.ReasonRolledBack, "rolled back", 0)},
+			line: "MoveRolledBack: rolled back", done: true, failed: true},
+		{name: "the claim between its two lives", objs: []runtime.Object{}, line: "waiting for the claim to be bound again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := moveProgress(context.Background(), fake.NewClientset(tc.objs...), "db", "data-0", "old")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(p.line, tc.line) || p.done != tc.done || (p.failed != nil) != tc.failed {
+				t.Errorf("got %+v, want line %q done %v failed %v", p, tc.line, tc.done, tc.failed)
+			}
+		})
+	}
+}
+
+func TestMoveAbort(t *testing.T) {
+	for _, tc := range []struct {
+		name, phase string
+		code        int
+		out         string
+		abort       bool
+	}{
+		{name: "while catching up: rolled back", phase: mover.PhaseCatchingUp, out: "abort asked", abort: true},
+		{name: "while binding: too late", phase: mover.PhaseBinding, code: exitError, out: "past the point of return"},
+		{name: "no move", code: exitError, out: "no move to abort"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, _ := cluster()
+			for _, o := range objs {
+				if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Name == "pv-a" && tc.phase != "" {
+					pv.Annotations = map[string]string{mover.AnnPhase: tc.phase}
+				}
+			}
+			cs := fake.NewClientset(objs...)
+			o := &options{streams: testStreams()}
+			err := o.abortMove(context.Background(), cs, "db", "data-0")
+			if (err != nil) != (tc.code != 0) {
+				t.Fatalf("err %v, want exit %d", err, tc.code)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.out) {
+				t.Errorf("err %v, want %q", err, tc.out)
+			}
+			pv, _ := cs.CoreV1().PersistentVolumes().Get(context.Background(), "pv-a", metav1.GetOptions{})
+			if got := pv.Annotations[mover.AnnAbort] != ""; got != tc.abort {
+				t.Errorf("abort asked on the PV: %v, want %v", got, tc.abort)
+			}
+		})
+	}
+}
+
+func testStreams() genericiooptions.IOStreams {
+	return genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
+}

@@ -1,0 +1,657 @@
+package mover
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/carve-csi/carve/pkg/pvindex"
+	"github.com/carve-csi/carve/pkg/volume"
+)
+
+const (
+	driver = "carve.dev"
+	key    = "topology.carve.dev/node"
+	ns     = "app"
+	claim  = "data-db-0"
+	oldPV  = "pvc-1111"
+	class  = "carve-thin"
+)
+
+// fakeVolumes is the router as the mover sees it: idempotent by name,
+// with failures to inject per call.
+type fakeVolumes struct {
+	mu        sync.Mutex
+	snapshots map[string]string // ID -> name
+	volumes   map[string]string // ID -> name
+	created   []*csi.CreateVolumeRequest
+	fail      map[string]error // call -> error, once
+	failAll   map[string]error // call -> error, every time
+	catchUps  int
+	deleted   []string
+}
+
+func newFakeVolumes() *fakeVolumes {
+	return &fakeVolumes{snapshots: map[string]string{}, volumes: map[string]string{"vg/old": oldPV},
+		fail: map[string]error{}, failAll: map[string]error{}}
+}
+
+func (f *fakeVolumes) err(call string) error {
+	if err := f.failAll[call]; err != nil {
+		return err
+	}
+	err := f.fail[call]
+	delete(f.fail, call)
+	return err
+}
+
+func (f *fakeVolumes) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.err("CreateSnapshot"); err != nil {
+		return nil, err
+	}
+	id := "node-a/vg/" + req.GetName()
+	f.snapshots[id] = req.GetName()
+	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: id, SourceVolumeId: req.GetSourceVolumeId(), ReadyToUse: true}}, nil
+}
+
+func (f *fakeVolumes) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.err("DeleteSnapshot"); err != nil {
+		return nil, err
+	}
+	delete(f.snapshots, req.GetSnapshotId())
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+func (f *fakeVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, req)
+	err := f.err("CreateVolume")
+	if err != nil && status.Code(err) != codes.Unavailable {
+		return nil, err
+	}
+	// Unavailable: made, but the answer lost.
+	id := "vg/" + req.GetName()
+	f.volumes[id] = req.GetName()
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: req.GetCapacityRange().GetRequiredBytes(),
+		VolumeContext: map[string]string{"carve.dev/node": "b"}}}, nil
+}
+
+func (f *fakeVolumes) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.err("DeleteVolume"); err != nil {
+		return nil, err
+	}
+	f.deleted = append(f.deleted, req.GetVolumeId())
+	delete(f.volumes, req.GetVolumeId())
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+func (f *fakeVolumes) CatchUpCopy(_ context.Context, src, base, target string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.err("CatchUpCopy"); err != nil {
+		return 0, err
+	}
+	if f.volumes[src] == "" || f.snapshots[base] == "" || f.volumes[target] == "" {
+		return 0, status.Errorf(codes.NotFound, "catch-up %s %s %s: missing", src, base, target)
+	}
+	f.catchUps++
+	return 4096, nil
+}
+
+// world is a cluster with a claim bound to a carve PV on node a, room on
+// nodes b and c, and a pod using the claim on node a.
+func world(t *testing.T) (*fake.Clientset, *fakeVolumes) {
+	t.Helper()
+	retain := corev1.PersistentVolumeReclaimDelete
+	fs := corev1.PersistentVolumeFilesystem
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: oldPV, UID: "pv-uid", Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": driver},
+			Finalizers: []string{"kubernetes.io/pv-protection", "external-provisioner.volume.kubernetes.io/finalizer"}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: retain, StorageClassName: class, VolumeMode: &fs,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "vg/old", FSType: "ext4",
+				VolumeAttributes: map[string]string{"storage.kubernetes.io/csiProvisionerIdentity": "123-carve"}}},
+			ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: claim, UID: "claim-uid"},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}},
+		},
+		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound},
+	}
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns, UID: "claim-uid", Labels: map[string]string{"app": "db"},
+			Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes", "volume.kubernetes.io/selected-node": "a", "keep": "me"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "Pod", Name: "db-0", UID: "pod-uid", APIVersion: "v1"},
+				{Kind: "StatefulSet", Name: "db", UID: "sts-uid", APIVersion: "apps/v1"}}},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr(class), VolumeName: oldPV,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound},
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: ns, UID: "pod-uid"},
+		Spec: corev1.PodSpec{NodeName: "a", Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, UID: "web-uid"}, Spec: corev1.PodSpec{NodeName: "a"}}
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: driver,
+		Parameters: map[string]string{volume.ParamDeviceClass: "thin", "csi.storage.k8s.io/fstype": "ext4"}}
+	objs := []runtime.Object{pv, c, pod, other, sc}
+	for n, room := range map[string]string{"a": "100Gi", "b": "10Gi", "c": "20Gi"} {
+		q := resource.MustParse(room)
+		objs = append(objs, &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Name: "cap-" + n, Namespace: "carve"},
+			StorageClassName: class, Capacity: &q, NodeTopology: &metav1.LabelSelector{MatchLabels: map[string]string{key: n}}})
+	}
+	return fake.NewClientset(objs...), newFakeVolumes()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func newMover(t *testing.T, client *fake.Clientset, vols *fakeVolumes) (*Mover, *record.FakeRecorder) {
+	t.Helper()
+	rec := record.NewFakeRecorder(1000)
+	m, err := New(Config{Client: client, Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols, Events: rec, Poll: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, rec
+}
+
+func request(t *testing.T, client *fake.Clientset, to string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Annotations[AnnMoveTo] = to
+	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getPV(t *testing.T, client *fake.Clientset, name string) *corev1.PersistentVolume {
+	t.Helper()
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv
+}
+
+func getClaim(t *testing.T, client *fake.Clientset) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), claim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// pvController binds a claim to the PV pre-bound to it or that it names,
+// as the PV controller does; true when it bound one.
+func pvController(t *testing.T, client *fake.Clientset) bool {
+	t.Helper()
+	ctx := context.Background()
+	c := getClaim(t, client)
+	if c == nil || c.Status.Phase == corev1.ClaimBound {
+		return false
+	}
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		r := pv.Spec.ClaimRef
+		if r == nil || r.Namespace != ns || r.Name != claim || r.UID != "" || c.Spec.VolumeName != "" && c.Spec.VolumeName != pv.Name {
+			continue
+		}
+		c.Spec.VolumeName, c.Status.Phase = pv.Name, corev1.ClaimBound
+		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pv.Spec.ClaimRef.UID = c.UID
+		if _, err := client.CoreV1().PersistentVolumes().Update(ctx, &pv, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	return false
+}
+
+// step runs one sync of the old PV's move; it reports whether the move
+// still runs.
+func step(t *testing.T, m *Mover, attempt int) bool {
+	t.Helper()
+	if _, err := m.syncPV(context.Background(), oldPV, attempt); err != nil {
+		t.Logf("step: %v", err)
+	}
+	pv := getPV(t, m.cfg.Client.(*fake.Clientset), oldPV)
+	return pv != nil && pv.Annotations[AnnPhase] != ""
+}
+
+// drive runs the move to its end (at most n steps), with the PV
+// controller's binding between steps; hook runs before each step with
+// the phase.
+func drive(t *testing.T, m *Mover, n int, hook func(phase string)) {
+	t.Helper()
+	client := m.cfg.Client.(*fake.Clientset)
+	for i := 0; i < n; i++ {
+		pv := getPV(t, client, oldPV)
+		if pv == nil || pv.Annotations[AnnPhase] == "" {
+			return
+		}
+		if hook != nil {
+			hook(pv.Annotations[AnnPhase])
+		}
+		pvController(t, client)
+		if !step(t, m, 0) {
+			return
+		}
+	}
+	t.Fatalf("the move did not end in %d steps: %v", n, getPV(t, client, oldPV).Annotations)
+}
+
+func start(t *testing.T, m *Mover) {
+	t.Helper()
+	if _, err := m.syncClaim(context.Background(), ns+"/"+claim); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkMoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes, to string) {
+	t.Helper()
+	target := TargetName(oldPV, to)
+	if getPV(t, client, oldPV) != nil {
+		t.Errorf("the old PV is still there")
+	}
+	np := getPV(t, client, target)
+	if np == nil {
+		t.Fatalf("no new PV %s", target)
+	}
+	if np.Spec.CSI.VolumeHandle != "vg/"+target || np.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete ||
+		np.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0] != to ||
+		np.Annotations["pv.kubernetes.io/provisioned-by"] != driver ||
+		np.Spec.CSI.VolumeAttributes["storage.kubernetes.io/csiProvisionerIdentity"] != "123-carve" || np.Spec.CSI.VolumeAttributes["carve.dev/node"] != "b" && to == "b" {
+		t.Errorf("new PV: %+v %+v", np.Spec, np.Annotations)
+	}
+	c := getClaim(t, client)
+	if c == nil || c.Spec.VolumeName != target || c.Status.Phase != corev1.ClaimBound {
+		t.Fatalf("claim not bound to the new PV: %+v", c)
+	}
+	if c.Labels["app"] != "db" || c.Annotations["keep"] != "me" || c.Annotations[AnnMoveTo] != "" || c.Annotations["volume.kubernetes.io/selected-node"] != "" {
+		t.Errorf("claim made again with %v %v", c.Labels, c.Annotations)
+	}
+	for _, r := range c.OwnerReferences {
+		if r.Kind == "Pod" {
+			t.Errorf("claim made again owned by a pod: %v", c.OwnerReferences)
+		}
+	}
+	if len(vols.snapshots) != 0 || vols.volumes["vg/old"] != "" || vols.volumes["vg/"+target] == "" {
+		t.Errorf("volumes left: snapshots %v volumes %v", vols.snapshots, vols.volumes)
+	}
+	if _, err := client.CoreV1().Pods(ns).Get(context.Background(), "db-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod using the claim was not deleted: %v", err)
+	}
+	if _, err := client.CoreV1().Pods(ns).Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+		t.Errorf("a pod not using the claim was deleted: %v", err)
+	}
+}
+
+func eventsOf(rec *record.FakeRecorder) string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}
+
+func TestMove(t *testing.T) {
+	client, vols := world(t)
+	m, rec := newMover(t, client, vols)
+	request(t, client, "b")
+	start(t, m)
+	pv := getPV(t, client, oldPV)
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain || pv.Annotations[AnnReclaimPolicy] != "Delete" ||
+		pv.Annotations[AnnPhase] != PhaseSeeding || pv.Annotations[AnnMoveTo] != "b" {
+		t.Fatalf("the move did not start: %v %s", pv.Annotations, pv.Spec.PersistentVolumeReclaimPolicy)
+	}
+	drive(t, m, 30, nil)
+	checkMoved(t, client, vols, "b")
+	req := vols.created[0]
+	if req.GetAccessibilityRequirements().GetRequisite()[0].GetSegments()[key] != "b" ||
+		req.GetVolumeContentSource().GetSnapshot().GetSnapshotId() != "node-a/vg/"+SeedName(oldPV, "b") ||
+		req.GetCapacityRange().GetRequiredBytes() != 1<<30 || req.GetParameters()[volume.ParamDeviceClass] != "thin" ||
+		req.GetParameters()["csi.storage.k8s.io/fstype"] != "" || req.GetParameters()[volume.ParamPVCName] != claim ||
+		req.GetVolumeCapabilities()[0].GetMount().GetFsType() != "ext4" ||
+		req.GetVolumeCapabilities()[0].GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER {
+		t.Errorf("CreateVolume of the target: %v", req)
+	}
+	ev := eventsOf(rec)
+	for _, want := range []string{ReasonMoving, "seeding", "catching-up", "binding", "cleaning", ReasonMoved, "4096 bytes"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("no %q in the events:\n%s", want, ev)
+		}
+	}
+}
+
+// A StatefulSet makes the claim again from its template while the move
+// runs: the mover makes no claim of its own, the router refuses to
+// provision it, and the PV controller binds it to the pre-bound PV.
+func TestMoveClaimMadeAgainInTheGap(t *testing.T) {
+	client, vols := world(t)
+	m, _ := newMover(t, client, vols)
+	idx, err := pvindex.New(client, driver, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = idx.Run(ctx) }()
+	if !idx.WaitForSync(ctx) {
+		t.Fatal("no sync")
+	}
+	guard := Claims{PVs: idx}
+	request(t, client, "b")
+	start(t, m)
+	made := false
+	drive(t, m, 30, func(phase string) {
+		if phase != PhaseCatchingUp || made {
+			return
+		}
+		// The router refuses to provision the claim (the index may lag).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			why, held := guard.MoveOf(ns, claim)
+			if held {
+				if !strings.Contains(why, "node b") {
+					t.Errorf("the guard's reason: %s", why)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the guard does not hold the claim in phase %s", phase)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns, UID: "sts-made", Labels: map[string]string{"app": "db"},
+			Annotations: map[string]string{"keep": "me"}},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr(class), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}
+		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		made = true
+	})
+	if !made {
+		t.Fatal("the move never reached catching-up")
+	}
+	checkMoved(t, client, vols, "b")
+	if c := getClaim(t, client); c.UID != "sts-made" {
+		t.Errorf("the StatefulSet's claim was replaced: %+v", c.ObjectMeta)
+	}
+	if _, held := guard.MoveOf(ns, claim); held {
+		deadline := time.Now().Add(5 * time.Second)
+		for _, held = guard.MoveOf(ns, claim); held && time.Now().Before(deadline); _, held = guard.MoveOf(ns, claim) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if held {
+			t.Error("the guard still holds the claim after the move")
+		}
+	}
+}
+
+// A controller that crashes between any two steps (a new Mover from the
+// PV's annotations alone), and calls whose answer was lost, end the same.
+func TestMoveResumesAfterACrash(t *testing.T) {
+	for crashAt := 1; crashAt <= 12; crashAt++ {
+		t.Run(fmt.Sprintf("after step %d", crashAt), func(t *testing.T) {
+			client, vols := world(t)
+			m, _ := newMover(t, client, vols)
+			request(t, client, "b")
+			start(t, m)
+			for i := 0; i < crashAt; i++ {
+				pvController(t, client)
+				if !step(t, m, 0) {
+					break
+				}
+			}
+			// The next call's answer is lost once (made, but reported
+			// unavailable), as a crash in the middle of it would leave it.
+			vols.fail["CreateVolume"] = status.Error(codes.Unavailable, "lost")
+			m2, _ := newMover(t, client, vols)
+			drive(t, m2, 40, nil)
+			checkMoved(t, client, vols, "b")
+		})
+	}
+}
+
+func TestMoveAbort(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// at is the phase in which what happens.
+		at   string
+		what func(t *testing.T, client *fake.Clientset, vols *fakeVolumes)
+		// rolledBack: the claim was made again on the old PV.
+		rolledBack bool
+		result     string
+		event      string
+	}{
+		{name: "request withdrawn while seeding", at: PhaseSeeding, result: ResultAborted, event: ReasonAborted,
+			what: func(t *testing.T, client *fake.Clientset, _ *fakeVolumes) {
+				c := getClaim(t, client)
+				delete(c.Annotations, AnnMoveTo)
+				if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "the copy fails", at: PhaseSeeding, result: ResultFailed, event: ReasonMoveFailed,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes) {
+				vols.failAll["CreateVolume"] = status.Error(codes.Internal, "no device-mapper")
+			}},
+		{name: "the catch-up cannot run", at: PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: ReasonRolledBack,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes) {
+				vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+			}},
+		{name: "abort asked while catching up", at: PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: ReasonRolledBack,
+			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
+				vols.failAll["CatchUpCopy"] = status.Error(codes.FailedPrecondition, "still open")
+				pv := getPV(t, client, oldPV)
+				pv.Annotations[AnnAbort] = abortRequested
+				if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, vols := world(t)
+			m, rec := newMover(t, client, vols)
+			request(t, client, "b")
+			start(t, m)
+			done := false
+			drive(t, m, 30, func(phase string) {
+				if phase == tc.at && !done {
+					tc.what(t, client, vols)
+					done = true
+				}
+			})
+			pv := getPV(t, client, oldPV)
+			if pv == nil {
+				t.Fatal("the old PV is gone")
+			}
+			for k := range pv.Annotations {
+				if strings.HasPrefix(k, AnnPrefix) {
+					t.Errorf("annotation %s left on the old PV", k)
+				}
+			}
+			if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+				t.Errorf("reclaim policy %s, want Delete back", pv.Spec.PersistentVolumeReclaimPolicy)
+			}
+			c := getClaim(t, client)
+			if c == nil || c.Spec.VolumeName != oldPV || c.Status.Phase != corev1.ClaimBound || c.Annotations[AnnMoveTo] != "" {
+				t.Fatalf("claim not bound to its old PV: %+v", c)
+			}
+			if tc.rolledBack == (c.UID == "claim-uid") {
+				t.Errorf("claim UID %s (rolled back: %v)", c.UID, tc.rolledBack)
+			}
+			if getPV(t, client, TargetName(oldPV, "b")) != nil {
+				t.Error("a new PV was made")
+			}
+			if len(vols.snapshots) != 0 || vols.volumes["vg/"+TargetName(oldPV, "b")] != "" || vols.volumes["vg/old"] == "" {
+				t.Errorf("volumes: snapshots %v volumes %v", vols.snapshots, vols.volumes)
+			}
+			if ev := eventsOf(rec); !strings.Contains(ev, tc.event) {
+				t.Errorf("no %s event:\n%s", tc.event, ev)
+			}
+			if got := counter(t, m, tc.result); got != 1 {
+				t.Errorf("carve_moves_total{result=%q} = %v", tc.result, got)
+			}
+		})
+	}
+}
+
+func counter(t *testing.T, m *Mover, result string) float64 {
+	t.Helper()
+	c, err := m.moves.GetMetricWithLabelValues(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out float64
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		out = testutilValue(c)
+	}()
+	<-ch
+	return out
+}
+
+func TestMoveRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, to, want string
+		edit           func(c *corev1.PersistentVolumeClaim)
+		wantTarget     string
+	}{
+		{name: "any node: the one with the most room", to: AnyNode, wantTarget: "c"},
+		{name: "the named node", to: "b", wantTarget: "b"},
+		{name: "its own node", to: "a", want: "on node a already"},
+		{name: "a node without carve", to: "x", want: "node x reports no capacity"},
+		{name: "not bound", to: "b", want: "not bound", edit: func(c *corev1.PersistentVolumeClaim) { c.Status.Phase = corev1.ClaimPending }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, vols := world(t)
+			m, rec := newMover(t, client, vols)
+			if tc.edit != nil {
+				c := getClaim(t, client)
+				tc.edit(c)
+				if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			request(t, client, tc.to)
+			start(t, m)
+			pv := getPV(t, client, oldPV)
+			if tc.wantTarget != "" {
+				if pv.Annotations[AnnMoveTo] != tc.wantTarget {
+					t.Errorf("moving to %q, want %q", pv.Annotations[AnnMoveTo], tc.wantTarget)
+				}
+				return
+			}
+			if pv.Annotations[AnnPhase] != "" || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+				t.Errorf("the move started: %v", pv.Annotations)
+			}
+			if c := getClaim(t, client); c.Annotations[AnnMoveTo] != "" {
+				t.Error("the request is still on the claim")
+			}
+			if ev := eventsOf(rec); !strings.Contains(ev, tc.want) || !strings.Contains(ev, ReasonMoveFailed) {
+				t.Errorf("events %q, want %s with %q", ev, ReasonMoveFailed, tc.want)
+			}
+		})
+	}
+}
+
+func TestTargets(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnTarget: "carve-moved-x", AnnTargetID: "vg/x"}}}
+	if n, id := Targets(pv); n != "" || id != "" {
+		t.Errorf("no move in flight: %q %q", n, id)
+	}
+	pv.Annotations[AnnPhase] = PhaseSeeding
+	if n, id := Targets(pv); n != "carve-moved-x" || id != "vg/x" {
+		t.Errorf("in flight: %q %q", n, id)
+	}
+	// pvindex keeps the move's annotations in its cache.
+	out, err := pvindex.Trim(driver)(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{AnnPhase: PhaseSeeding, "other": "x"}},
+		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := out.(*corev1.PersistentVolume).Annotations; a[AnnPhase] != PhaseSeeding || a["other"] != "" {
+		t.Errorf("pvindex kept %v", a)
+	}
+}
+
+func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// Run starts a move a claim asks for and carries it as far as the claim
+// gone (the test plays no PV controller): the informers queue it.
+func TestRun(t *testing.T) {
+	client, vols := world(t)
+	m, _ := newMover(t, client, vols)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+	request(t, client, "b")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pv := getPV(t, client, oldPV)
+		if p := pv.Annotations[AnnPhase]; p == PhaseBinding || p == PhaseCleaning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the move did not reach binding: %v", pv.Annotations)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err == nil {
+		t.Error("Run ran twice")
+	}
+}

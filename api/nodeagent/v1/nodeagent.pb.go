@@ -1143,7 +1143,12 @@ func (*ReadVolumeResponse_Trailer) isReadVolumeResponse_Part() {}
 type CopyHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The number of bytes the source holds; data lies within it.
-	SizeBytes     int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The size of the chunks the trailer's digest is made of: 65536
+	// (dm-thin's smallest pool chunk). Data messages start and end on
+	// these chunks (the last one may end at size_bytes instead). A target
+	// that digests other chunks refuses the stream.
+	ChunkBytes    int64 `protobuf:"varint,2,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1181,6 +1186,13 @@ func (*CopyHeader) Descriptor() ([]byte, []int) {
 func (x *CopyHeader) GetSizeBytes() int64 {
 	if x != nil {
 		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *CopyHeader) GetChunkBytes() int64 {
+	if x != nil {
+		return x.ChunkBytes
 	}
 	return 0
 }
@@ -1241,7 +1253,11 @@ func (x *CopyData) GetData() []byte {
 
 type CopyTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// SHA-256 of the source's size_bytes bytes, zeros included.
+	// The source's digest: the SHA-256 of the concatenated SHA-256 digests
+	// of its chunks of chunk_bytes bytes in order, zeros included (the
+	// last chunk is shorter when size_bytes is not a multiple). As strong
+	// as a SHA-256 of the bytes, and cheaper: the digest of a chunk of
+	// zeros is computed once, not once per such chunk.
 	Sha256 []byte `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// How many bytes the data messages carried.
 	DataBytes     int64 `protobuf:"varint,2,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
@@ -1367,11 +1383,13 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
 	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
 	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"+\n" +
+	"\x04part\"L\n" +
 	"\n" +
 	"CopyHeader\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\"6\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1f\n" +
+	"\vchunk_bytes\x18\x02 \x01(\x03R\n" +
+	"chunkBytes\"6\n" +
 	"\bCopyData\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"D\n" +

@@ -454,9 +454,9 @@ const (
 type NodeCopyClient interface {
 	// ReadVolume streams the source of a grant once: a header with its
 	// size, then the chunks that hold data (all-zero chunks are not sent:
-	// the target reads them as zeros), then a trailer with the SHA-256 of
-	// the whole source (zeros included), which the target checks before
-	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// the target reads them as zeros), then a trailer with a digest of the
+	// whole source (zeros included; CopyTrailer), which the target checks
+	// before it hands the volume out. An unknown, used or expired copy ID, or a
 	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
 }
@@ -499,9 +499,9 @@ type NodeCopy_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeResponse]
 type NodeCopyServer interface {
 	// ReadVolume streams the source of a grant once: a header with its
 	// size, then the chunks that hold data (all-zero chunks are not sent:
-	// the target reads them as zeros), then a trailer with the SHA-256 of
-	// the whole source (zeros included), which the target checks before
-	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// the target reads them as zeros), then a trailer with a digest of the
+	// whole source (zeros included; CopyTrailer), which the target checks
+	// before it hands the volume out. An unknown, used or expired copy ID, or a
 	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
 	mustEmbedUnimplementedNodeCopyServer()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func BenchmarkCopyOverTLS(b *testing.B) {
 	e := newCopyEnvOf(b, src, nil)
 	link := newLink(b, e)
 	dst := filepath.Join(b.TempDir(), "dst")
-	var copyTime, ddTime, linkTime time.Duration
+	var copyTime, ddTime, linkTime, copyCPU, linkCPU time.Duration
 	for i := 0; b.Loop(); i++ {
 		id := fmt.Sprintf("copy-%d", i)
 		e.grant(b, id, "node-b")
@@ -70,15 +71,17 @@ func BenchmarkCopyOverTLS(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = g.Close()
-		start := time.Now()
+		start, cpu := time.Now(), cpuTime(b)
 		p := Puller{Cert: nodeca.NewKeypair(e.cert(b, "node-b")), CAs: e.trust}
 		if _, err := p.Pull(b.Context(), provision.RemoteSource{CopyID: id, ID: e.source, Snapshot: true, Node: "node-a",
 			Address: e.addr, Size: size}, dst, true, nil); err != nil {
 			b.Fatal(err)
 		}
-		copyTime += time.Since(start)
+		copyTime, copyCPU = copyTime+time.Since(start), copyCPU+cpuTime(b)-cpu
 		ddTime += readAll(b, src, size)
+		cpu = cpuTime(b)
 		linkTime += link.stream(b, size)
+		linkCPU += cpuTime(b) - cpu
 	}
 	_ = os.Remove(dst)
 	rate := func(d time.Duration) float64 { return float64(b.N) * float64(size>>20) / d.Seconds() }
@@ -89,6 +92,19 @@ func BenchmarkCopyOverTLS(b *testing.B) {
 	b.ReportMetric(cp/dd, "copy/dd")
 	b.ReportMetric(cp/ln, "copy/link")
 	b.ReportMetric(cp/min(dd, ln), "copy/limit")
+	// CPU seconds (both ends, user and system) per GiB: what the 2 cores
+	// of a loaded test machine cannot hide.
+	b.ReportMetric(copyCPU.Seconds()/float64(b.N), "copy-cpu-s/GiB")
+	b.ReportMetric(linkCPU.Seconds()/float64(b.N), "link-cpu-s/GiB")
+}
+
+// cpuTime is the CPU time this process used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // readAll reads the first size bytes of path as Send does, and returns

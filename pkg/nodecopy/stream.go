@@ -22,7 +22,7 @@ const SparseChunk = blockcopy.SparseChunk
 // message carries (under gRPC's 4 MiB default message limit).
 const (
 	readSize    = 4 << 20
-	maxData     = 1 << 20
+	maxData     = 2 << 20
 	readBuffers = 3
 )
 

@@ -871,7 +871,7 @@ type AuthorizeCopyRequest struct {
 	// A catch-up (set only with volume_id): a snapshot ID of a snapshot of
 	// volume_id on this node. The grant's ReadVolume sends only the chunks
 	// where the volume differs from it (CopyHeader.delta), and its trailer
-	// the SHA-256 of the whole volume. The volume is read as it is, not
+	// the digest of the whole volume. The volume is read as it is, not
 	// from a temporary snapshot, so it must not be in use: a volume that
 	// is open (staged or mounted somewhere) is FAILED_PRECONDITION, here
 	// and again when the read starts; a base that is not a snapshot of
@@ -1163,6 +1163,11 @@ type CopyHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The number of bytes the source holds; data lies within it.
 	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The size of the chunks the trailer's digest is made of: 65536
+	// (dm-thin's smallest pool chunk). Data messages start and end on
+	// these chunks (the last one may end at size_bytes instead). A target
+	// that digests other chunks refuses the stream.
+	ChunkBytes int64 `protobuf:"varint,2,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	// A catch-up against a base snapshot (AuthorizeCopyRequest.
 	// base_snapshot_id): the bytes between data messages, and after the
 	// last one, are those of the base, which the target holds already,
@@ -1206,6 +1211,13 @@ func (*CopyHeader) Descriptor() ([]byte, []int) {
 func (x *CopyHeader) GetSizeBytes() int64 {
 	if x != nil {
 		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *CopyHeader) GetChunkBytes() int64 {
+	if x != nil {
+		return x.ChunkBytes
 	}
 	return 0
 }
@@ -1274,7 +1286,11 @@ func (x *CopyData) GetData() []byte {
 
 type CopyTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// SHA-256 of the source's size_bytes bytes, zeros included.
+	// The source's digest: the SHA-256 of the concatenated SHA-256 digests
+	// of its chunks of chunk_bytes bytes in order, zeros included (the
+	// last chunk is shorter when size_bytes is not a multiple). As strong
+	// as a SHA-256 of the bytes, and cheaper: the digest of a chunk of
+	// zeros is computed once, not once per such chunk.
 	Sha256 []byte `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// How many bytes the data messages carried.
 	DataBytes     int64 `protobuf:"varint,2,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
@@ -1435,8 +1451,8 @@ type CatchUpCopyResponse struct {
 	// How many bytes of data the stream carried: the chunks that changed
 	// since base_snapshot_id.
 	ReceivedBytes int64 `protobuf:"varint,1,opt,name=received_bytes,json=receivedBytes,proto3" json:"received_bytes,omitempty"`
-	// The SHA-256 of the target's whole LV after the catch-up, read back
-	// from the device, which equals the source's.
+	// The digest (CopyTrailer.sha256) of the target's whole LV after the
+	// catch-up, read back from the device, which equals the source's.
 	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1561,11 +1577,13 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
 	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
 	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"A\n" +
+	"\x04part\"b\n" +
 	"\n" +
 	"CopyHeader\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x14\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1f\n" +
+	"\vchunk_bytes\x18\x02 \x01(\x03R\n" +
+	"chunkBytes\x12\x14\n" +
 	"\x05delta\x18\x03 \x01(\bR\x05delta\"6\n" +
 	"\bCopyData\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +

@@ -93,7 +93,8 @@ type NodeAgentClient interface {
 	// the source volume differs from base_snapshot_id (the grant of an
 	// AuthorizeCopy with base_snapshot_id, which the controller made
 	// first), writes them at their offsets, then reads its whole LV and
-	// checks it against the source's SHA-256 before it reports success.
+	// checks it against the source's digest (CopyTrailer) before it
+	// reports success.
 	// While it runs the LV carries the copy-pending tag, so that a crash
 	// never leaves it looking finished; a repeat (after any failure, with a
 	// new grant) redoes the catch-up from the start and converges.
@@ -107,7 +108,7 @@ type NodeAgentClient interface {
 	// same volume in flight is ABORTED; the source's refusals come back
 	// with their codes (PERMISSION_DENIED for a grant that is unknown,
 	// used or expired; FAILED_PRECONDITION for a source that is open);
-	// data that does not check out against the source's SHA-256 is
+	// data that does not check out against the source's digest is
 	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
 	// grant, or a full copy, must follow); an interrupted stream is
 	// UNAVAILABLE or INTERNAL. An agent older than this call answers
@@ -271,7 +272,8 @@ type NodeAgentServer interface {
 	// the source volume differs from base_snapshot_id (the grant of an
 	// AuthorizeCopy with base_snapshot_id, which the controller made
 	// first), writes them at their offsets, then reads its whole LV and
-	// checks it against the source's SHA-256 before it reports success.
+	// checks it against the source's digest (CopyTrailer) before it
+	// reports success.
 	// While it runs the LV carries the copy-pending tag, so that a crash
 	// never leaves it looking finished; a repeat (after any failure, with a
 	// new grant) redoes the catch-up from the start and converges.
@@ -285,7 +287,7 @@ type NodeAgentServer interface {
 	// same volume in flight is ABORTED; the source's refusals come back
 	// with their codes (PERMISSION_DENIED for a grant that is unknown,
 	// used or expired; FAILED_PRECONDITION for a source that is open);
-	// data that does not check out against the source's SHA-256 is
+	// data that does not check out against the source's digest is
 	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
 	// grant, or a full copy, must follow); an interrupted stream is
 	// UNAVAILABLE or INTERNAL. An agent older than this call answers
@@ -544,9 +546,9 @@ const (
 type NodeCopyClient interface {
 	// ReadVolume streams the source of a grant once: a header with its
 	// size, then the chunks that hold data (all-zero chunks are not sent:
-	// the target reads them as zeros), then a trailer with the SHA-256 of
-	// the whole source (zeros included), which the target checks before
-	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// the target reads them as zeros), then a trailer with a digest of the
+	// whole source (zeros included; CopyTrailer), which the target checks
+	// before it hands the volume out. An unknown, used or expired copy ID, or a
 	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
 }
@@ -589,9 +591,9 @@ type NodeCopy_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeResponse]
 type NodeCopyServer interface {
 	// ReadVolume streams the source of a grant once: a header with its
 	// size, then the chunks that hold data (all-zero chunks are not sent:
-	// the target reads them as zeros), then a trailer with the SHA-256 of
-	// the whole source (zeros included), which the target checks before
-	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// the target reads them as zeros), then a trailer with a digest of the
+	// whole source (zeros included; CopyTrailer), which the target checks
+	// before it hands the volume out. An unknown, used or expired copy ID, or a
 	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
 	mustEmbedUnimplementedNodeCopyServer()

@@ -78,6 +78,8 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 		return res, errors.New("the source sent a whole copy, not a catch-up against the base (an agent older than catch-ups?); nothing was written")
 	case uint64(hdr.GetSizeBytes()) != want:
 		return res, fmt.Errorf("the source holds %d bytes, not the %d granted", hdr.GetSizeBytes(), want)
+	case hdr.GetChunkBytes() != SparseChunk:
+		return res, fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", hdr.GetChunkBytes(), SparseChunk)
 	}
 	out, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL, 0) //nolint:gosec // G304: the device node of an LV provision found
 	if errors.Is(err, unix.EBUSY) {

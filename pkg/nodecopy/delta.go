@@ -113,7 +113,7 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 	}
 	defer old.Close() //nolint:errcheck // read-only
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), Delta: true}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -158,7 +158,7 @@ func TestReceiveDelta(t *testing.T) {
 		{name: "a whole copy", target: base, want: size, err: "whole copy",
 			tamper: func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 				if i == 0 {
-					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: &nodeagentv1.CopyHeader{SizeBytes: size}}}
+					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: &nodeagentv1.CopyHeader{SizeBytes: size, ChunkBytes: SparseChunk}}}
 				}
 				return m
 			}},
@@ -371,5 +371,23 @@ func TestCatchUps(t *testing.T) {
 				t.Errorf("response %v", resp)
 			}
 		})
+	}
+}
+
+// TestReceiveRefusesDelta: a whole copy's target refuses a catch-up's
+// stream (its gaps are not zeros) and writes nothing.
+func TestReceiveRefusesDelta(t *testing.T) {
+	const size = 4 * SparseChunk
+	base, now := based(size, []int{1})
+	p := &pipe{}
+	if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, p); err != nil {
+		t.Fatal(err)
+	}
+	dst := writeFile(t, "dst", make([]byte, size))
+	if _, err := Receive(t.Context(), dst, size, false, p, nil); err == nil || !strings.Contains(err.Error(), "catch-up") {
+		t.Fatalf("Receive of a catch-up: %v, want a refusal", err)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, make([]byte, size)) {
+		t.Error("the refused stream was written")
 	}
 }

@@ -23,4 +23,9 @@
 // and syncs; only then does provision take the volume's copy-pending tag
 // off. A copy cut short (an agent or the controller killed) is redone
 // from the start with a new grant by csi-provisioner's retry.
+//
+// A catch-up, the last copy of a move (delta.go, catchup.go), sends only
+// the chunks where a volume differs from a snapshot of it (the base)
+// that the target holds already: AuthorizeCopy with a base grants it,
+// and NodeAgent.CatchUpCopy on the target's agent reads it (CatchUps).
 package nodecopy

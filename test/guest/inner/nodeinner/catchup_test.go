@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/pkg/volume"
@@ -89,11 +90,12 @@ func (c *cluster) copyPending(id string) bool {
 // 8 MiB written into the source at scattered places, the catch-up makes
 // node-b's volume equal the source (SHA-256) and carries less than
 // twice the bytes written, for thin and thick sources and targets; a
+// source or a target held open is refused (FAILED_PRECONDITION); a
 // catch-up whose source's agent is killed in the middle leaves the
 // target tagged copy-pending, and its retry converges.
 func TestCrossNodeCatchUp(t *testing.T) {
 	c := newCluster(t, 1536*mib, 768*mib)
-	const size = 96 * mib
+	const size = 64 * mib
 	for _, k := range []struct{ from, to string }{{"thin", "thin"}, {"thick", "thick"}, {"thick", "thin"}} {
 		kind := k.from + "-" + k.to
 		t.Run(kind, func(t *testing.T) {
@@ -106,6 +108,9 @@ func TestCrossNodeCatchUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := hashDevice(t, dev, size)
+			if kind == "thin-thin" {
+				c.refusedWhileOpen(id, snap, rid, dev)
+			}
 			start := time.Now()
 			got := c.catchUp(id, snap, rid)
 			t.Logf("catch-up %s: %d bytes received for %d written, %s", kind, got, written, time.Since(start).Round(time.Millisecond))
@@ -116,6 +121,9 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		})
 	}
 	t.Run("kill the source's agent", func(t *testing.T) {
+		// Larger: the read of the volume and its base takes longer than
+		// the kill.
+		const size = 96 * mib
 		id, _ := c.source("mv-killed", "thick", size, 3*mib, 8*mib)
 		snap := c.snapshotOnA("seed-killed", id)
 		rid := c.restoreRetrying("moved-killed", "thick", size, snapshotSource(snap))
@@ -146,4 +154,32 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		c.catchUp(id, snap, rid)
 		c.checkCopy(rid, size, want)
 	})
+}
+
+// refusedWhileOpen checks that a catch-up is refused while the source
+// (its device dev on node-a) or the target is held open, as by a
+// workload that has not let go of it, and that nothing was written.
+func (c *cluster) refusedWhileOpen(src, base, dst, dev string) {
+	t := c.t
+	t.Helper()
+	tdev, err := plugintest.DevicePath(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, open := range []struct{ what, dev string }{{"source", dev}, {"target", tdev}} {
+		f, err := os.Open(open.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err = c.router.CatchUpCopy(ctx, src, base, dst)
+		cancel()
+		_ = f.Close()
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "open") {
+			t.Errorf("a catch-up while the %s is open: %v, want FAILED_PRECONDITION saying it is open", open.what, err)
+		}
+		if c.copyPending(dst) {
+			t.Errorf("a catch-up refused while the %s is open tagged the target", open.what)
+		}
+	}
 }

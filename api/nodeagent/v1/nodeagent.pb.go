@@ -877,8 +877,9 @@ type AuthorizeCopyRequest struct {
 	// and again when the read starts; a base that is not a snapshot of
 	// volume_id on this node is NOT_FOUND; base_snapshot_id with
 	// snapshot_id is INVALID_ARGUMENT. An agent older than this field
-	// ignores it: the controller must know that the agent serves
-	// CatchUpCopy (it answers UNIMPLEMENTED otherwise) before it asks.
+	// ignores it and grants a whole copy (of a temporary snapshot), whose
+	// header does not say delta: the target's CatchUpCopy refuses that
+	// stream and writes nothing.
 	BaseSnapshotId string `protobuf:"bytes,7,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -59,8 +59,12 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphan
 		if !ok {
 			return nil, errors.New("--node-copy-address: the node channel has no source reader")
 		}
-		copies = nodecopy.NewServer(nodecopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Port: port})
+		deltas, _ := orphans.(nodecopy.DeltaReader)
+		copies = nodecopy.NewServer(nodecopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Deltas: deltas, Port: port})
 		acfg.Copies = copies
+	}
+	if target, ok := orphans.(nodecopy.CatchUpTarget); ok && puller != nil {
+		acfg.CatchUps = nodecopy.CatchUps{Target: target}
 	}
 	agent, err := nodeagent.New(acfg)
 	if err != nil {

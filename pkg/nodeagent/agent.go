@@ -86,6 +86,9 @@ type Config struct {
 	Orphans Orphans
 	// Copies grants copies to other nodes; nil grants none.
 	Copies Copies
+	// CatchUps brings this node's volumes up to date from other nodes
+	// (the last copy of a move); nil takes none (catchup.go).
+	CatchUps CatchUps
 	// Now is the clock certificates are checked against; nil is time.Now.
 	Now func() time.Time
 }

@@ -17,10 +17,15 @@
 //
 // What is sent is the data: chunks of SparseChunk bytes that are all
 // zeros are not sent (a thin source's unprovisioned ranges read as zeros
-// and cost no disk read), then the SHA-256 of the whole source. The
+// and cost no disk read), then the Digest of the whole source. The
 // target writes the data, and the zeros too unless it is a new thin LV
-// in a pool that zeroes new blocks, checks the SHA-256 of what it got,
+// in a pool that zeroes new blocks, checks the Digest of what it got,
 // and syncs; only then does provision take the volume's copy-pending tag
 // off. A copy cut short (an agent or the controller killed) is redone
 // from the start with a new grant by csi-provisioner's retry.
+//
+// A catch-up, the last copy of a move (delta.go, catchup.go), sends only
+// the chunks where a volume differs from a snapshot of it (the base)
+// that the target holds already: AuthorizeCopy with a base grants it,
+// and NodeAgent.CatchUpCopy on the target's agent reads it (CatchUps).
 package nodecopy

@@ -33,6 +33,9 @@ type Grant struct {
 	// TargetNode may read it; TargetName is the CSI name of the volume
 	// it makes.
 	TargetNode, TargetName string
+	// Base, for a catch-up, is a snapshot of the volume Source: only
+	// what differs from it is sent (delta.go).
+	Base string
 	// Expires is when the grant lapses unused.
 	Expires time.Time
 }

@@ -40,6 +40,9 @@ type ServerConfig struct {
 	NodeName string
 	// Reader reads the sources.
 	Reader Reader
+	// Deltas reads volumes against their snapshots, for catch-ups (a
+	// grant with a base snapshot); nil grants none.
+	Deltas DeltaReader
 	// Port is the port NodeCopy is served on, which AuthorizeCopy tells
 	// the controller.
 	Port int
@@ -74,6 +77,8 @@ func (s *Server) Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRe
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id, volume_id: exactly one must be set")
 	case g.TargetName == "":
 		return nil, status.Error(codes.InvalidArgument, "target_volume_name: must be set")
+	case req.GetBaseSnapshotId() != "" && req.GetVolumeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "base_snapshot_id: only with volume_id (a catch-up of a volume)")
 	case g.TargetNode == s.cfg.NodeName:
 		return nil, status.Errorf(codes.InvalidArgument, "target_node: %s is this node; a copy on the source's node needs no grant", g.TargetNode)
 	}
@@ -83,7 +88,7 @@ func (s *Server) Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRe
 	if s.cfg.Port == 0 {
 		return nil, status.Errorf(codes.Unimplemented, "node %s serves no copies to other nodes (--node-copy-address is empty)", s.cfg.NodeName)
 	}
-	g.Source, g.Snapshot = req.GetVolumeId(), false
+	g.Source, g.Snapshot, g.Base = req.GetVolumeId(), false, req.GetBaseSnapshotId()
 	if req.GetSnapshotId() != "" {
 		g.Source, g.Snapshot = req.GetSnapshotId(), true
 	}
@@ -92,7 +97,7 @@ func (s *Server) Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRe
 		valid = DefaultValidity
 	}
 	g.Expires = s.cfg.Now().Add(min(valid, MaxValidity))
-	size, err := s.cfg.Reader.SourceSize(ctx, g.Source, g.Snapshot)
+	size, err := s.sourceSize(ctx, g)
 	if err != nil {
 		return nil, statusOf(err, "the source of copy "+g.ID)
 	}
@@ -113,6 +118,9 @@ func (s *Server) ReadVolume(req *nodeagentv1.ReadVolumeRequest, stream nodeagent
 	g, err := s.grants.Take(req.GetCopyId(), node)
 	if err != nil {
 		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	if g.Base != "" {
+		return s.readDelta(ctx, g, node, stream)
 	}
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "targetNode", node)
 	var sent Sent

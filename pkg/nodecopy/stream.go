@@ -3,10 +3,8 @@ package nodecopy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"time"
@@ -19,11 +17,13 @@ import (
 // smallest pool chunk.
 const SparseChunk = blockcopy.SparseChunk
 
-// readSize is the size of each read of the source, and maxData the most
-// data one message carries (under gRPC's 4 MiB default message limit).
+// readSize is the size of each read of the source, readBuffers how many
+// such reads may be ahead of the sends, and maxData the most data one
+// message carries (under gRPC's 4 MiB default message limit).
 const (
-	readSize = 4 << 20
-	maxData  = 1 << 20
+	readSize    = 4 << 20
+	maxData     = 2 << 20
+	readBuffers = 3
 )
 
 // ErrChecksum: the data the target got is not the source's.
@@ -53,8 +53,10 @@ type Sent struct {
 
 // Send streams the first size bytes of the device at path: the header,
 // the runs of SparseChunk-aligned chunks that hold data (at most maxData
-// bytes a message), and the trailer with the SHA-256 of the size bytes.
-// Reads run ahead of the sends by one buffer.
+// bytes a message), and the trailer with the source's Digest. It is a
+// pipeline: a goroutine reads ahead (readAhead) while this one finds the
+// data, digests it and hands it to gRPC, whose own goroutine encrypts
+// and writes it.
 func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -64,15 +66,15 @@ func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error)
 	}
 	defer in.Close() //nolint:errcheck // read-only
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size)}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h := sha256.New()
-	full, free, errc := readAhead(ctx, in, path, size, h)
+	d := NewDigest()
+	full, free, errc := readAhead(ctx, in, path, size)
 	for b := range full {
-		err := sendData(s, b.data, b.off, &out)
+		err := sendData(s, d, b.data, b.off, &out)
 		free <- b.data[:cap(b.data)]
 		if err != nil {
 			return out, err
@@ -82,7 +84,7 @@ func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error)
 		return out, err
 	}
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
-		Trailer: &nodeagentv1.CopyTrailer{Sha256: h.Sum(nil), DataBytes: int64(out.Data)}}}); err != nil {
+		Trailer: &nodeagentv1.CopyTrailer{Sha256: d.Sum(), DataBytes: int64(out.Data)}}}); err != nil {
 		return out, fmt.Errorf("sending the trailer: %w", err)
 	}
 	out.Duration = time.Since(start)
@@ -95,50 +97,48 @@ type block struct {
 	off  uint64
 }
 
-// readAhead reads the source in readSize blocks, hashing them in order,
-// into two buffers that the caller hands back on free. full is closed at
-// the end; errc then holds the reader's error (nil when all was read).
-func readAhead(ctx context.Context, in *os.File, path string, size uint64, h hash.Hash) (<-chan block, chan<- []byte, <-chan error) {
-	full := make(chan block, 1)
-	free := make(chan []byte, 2)
+// readAhead reads the source in readSize blocks into readBuffers
+// buffers that the caller hands back on free. full is closed at the end;
+// errc then holds the reader's error (nil when all was read).
+func readAhead(ctx context.Context, in *os.File, path string, size uint64) (<-chan block, chan<- []byte, <-chan error) {
+	full := make(chan block, readBuffers)
+	free := make(chan []byte, readBuffers)
 	errc := make(chan error, 1)
-	for range 2 {
+	for range readBuffers {
 		free <- alignedBuffer(readSize)
 	}
 	go func() {
 		defer close(full)
-		for off := uint64(0); off < size; {
-			if err := ctx.Err(); err != nil {
-				errc <- err
-				return
-			}
-			var buf []byte
-			select {
-			case buf = <-free:
-			case <-ctx.Done():
-				errc <- ctx.Err()
-				return
-			}
-			n := min(uint64(readSize), size-off)
-			if _, err := in.ReadAt(buf[:n], int64(off)); err != nil {
-				if errors.Is(err, io.EOF) {
-					err = blockcopy.ErrShortSource
-				}
-				errc <- fmt.Errorf("reading %s at %d: %w", path, off, err)
-				return
-			}
-			h.Write(buf[:n])
-			select {
-			case full <- block{data: buf[:n], off: off}:
-			case <-ctx.Done():
-				errc <- ctx.Err()
-				return
-			}
-			off += n
-		}
-		errc <- nil
+		errc <- readBlocks(ctx, in, path, size, full, free)
 	}()
 	return full, free, errc
+}
+
+// readBlocks reads the source into the free buffers, in order, onto
+// full.
+func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full chan<- block, free <-chan []byte) error {
+	for off := uint64(0); off < size; {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := min(uint64(readSize), size-off)
+		if _, err := in.ReadAt(buf[:n], int64(off)); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = blockcopy.ErrShortSource
+			}
+			return fmt.Errorf("reading %s at %d: %w", path, off, err)
+		}
+		select {
+		case full <- block{data: buf[:n], off: off}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		off += n
+	}
+	return nil
 }
 
 // alignedBuffer is a buffer of n bytes at a 4096-byte boundary, as
@@ -152,9 +152,9 @@ func alignedBuffer(n int) []byte {
 	return b[skip : skip+n : skip+n]
 }
 
-// sendData sends the chunks of b (at off) that hold data, in runs of at
-// most maxData bytes.
-func sendData(s Sender, b []byte, off uint64, out *Sent) error {
+// sendData digests the chunks of b (at off) and sends those that hold
+// data, in runs of at most maxData bytes.
+func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
 	run := -1
 	flush := func(end int) error {
 		if run < 0 {
@@ -170,7 +170,7 @@ func sendData(s Sender, b []byte, off uint64, out *Sent) error {
 	}
 	for i := 0; i < len(b); i += SparseChunk {
 		part := b[i:min(i+SparseChunk, len(b))]
-		if bytes.Equal(part, zeros[:len(part)]) {
+		if d.chunk(part) {
 			if err := flush(i); err != nil {
 				return err
 			}
@@ -193,21 +193,13 @@ func sendData(s Sender, b []byte, off uint64, out *Sent) error {
 // pool that zeroes new blocks reads zeros where nothing was written),
 // then, unless sparse, zeros past the source's size to the device's end
 // (it may hold an earlier volume's data). It checks the header's size is
-// want and the trailer's SHA-256 is that of what it got, then syncs.
+// want and the trailer's Digest is that of what it got, then syncs.
 // progress, when set, gets the bytes of the source done so far.
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
 	var res blockcopy.Result
-	first, err := r.Recv()
-	if err != nil {
-		return res, fmt.Errorf("receiving the header: %w", err)
-	}
-	hdr := first.GetHeader()
-	if hdr == nil {
-		return res, errors.New("the stream does not start with a header")
-	}
-	if size := uint64(hdr.GetSizeBytes()); size != want {
-		return res, fmt.Errorf("the source holds %d bytes, not the %d granted", size, want)
+	if err := receiveHeader(r, want); err != nil {
+		return res, err
 	}
 	out, err := os.OpenFile(path, os.O_WRONLY, 0) //nolint:gosec // G304: the device node of an LV provision made
 	if err != nil {
@@ -221,7 +213,7 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	if uint64(end) < want {
 		return res, fmt.Errorf("%s has %d bytes, fewer than the source's %d", path, end, want)
 	}
-	w := &writer{out: out, path: path, sparse: sparse, h: sha256.New(), res: &res}
+	w := &writer{out: out, path: path, sparse: sparse, res: &res}
 	if err := w.receive(ctx, r, want, progress); err != nil {
 		return res, err
 	}
@@ -233,36 +225,81 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	return blockcopy.Finish(out, path, start, res)
 }
 
+// receiveHeader receives the header and checks it: the size is want, the
+// digest's chunks are this end's.
+func receiveHeader(r Receiver, want uint64) error {
+	first, err := r.Recv()
+	if err != nil {
+		return fmt.Errorf("receiving the header: %w", err)
+	}
+	hdr := first.GetHeader()
+	if hdr == nil {
+		return errors.New("the stream does not start with a header")
+	}
+	if size := uint64(hdr.GetSizeBytes()); size != want {
+		return fmt.Errorf("the source holds %d bytes, not the %d granted", size, want)
+	}
+	if c := hdr.GetChunkBytes(); c != SparseChunk {
+		return fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
+	}
+	if hdr.GetDelta() {
+		return errors.New("the source sent a catch-up against a base, not a whole copy")
+	}
+	return nil
+}
+
 // errWriterStopped: the writer ended (with its own error) before the
 // stream did.
 var errWriterStopped = errors.New("the writer stopped")
 
-// receive writes the stream's data messages and checks its trailer. The
-// stream is read ahead of the writes (up to pipelined messages), so that
-// the network and the disk work at the same time.
+// receive writes the stream's data and checks its trailer. Two stages
+// run at the same time: this goroutine receives the messages, checks
+// their place and digests them (inbound.pump), the writer writes them
+// (writer.consume), up to pipelined messages behind.
 func (w *writer) receive(ctx context.Context, r Receiver, want uint64, progress func(uint64)) error {
-	msgs := make(chan *nodeagentv1.ReadVolumeResponse, pipelined)
+	msgs := make(chan *nodeagentv1.CopyData, pipelined)
 	done := make(chan struct{})
 	var werr error
 	go func() {
 		defer close(done)
-		werr = w.consume(msgs, want, progress)
+		werr = w.consume(msgs, progress)
 	}()
-	perr := pump(ctx, r, msgs, done)
+	in := &inbound{want: want, d: NewDigest()}
+	perr := in.pump(ctx, r, msgs, done)
 	close(msgs)
 	<-done
-	if perr != nil && !errors.Is(perr, errWriterStopped) {
+	switch {
+	case errors.Is(perr, errWriterStopped):
+		return werr
+	case perr != nil:
 		return fmt.Errorf("%w (%d of %d bytes written)", perr, w.res.Bytes, want)
+	case werr != nil:
+		return werr
 	}
-	return werr
+	if err := w.zerosTo(want); err != nil {
+		return err
+	}
+	if progress != nil {
+		progress(w.res.Bytes)
+	}
+	return nil
 }
 
 // pipelined is how many messages the stream is read ahead of the writes.
 const pipelined = 8
 
-// pump hands the stream's messages to the writer until the trailer, an
-// error, or the writer's end (done).
-func pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv1.ReadVolumeResponse, done <-chan struct{}) error {
+// inbound is the target's reading side: where the stream is, and the
+// Digest of what it got.
+type inbound struct {
+	want uint64
+	d    *Digest
+	// data is how many bytes of data were received.
+	data uint64
+}
+
+// pump hands the stream's data messages to the writer, digested, until
+// the trailer (checked), an error, or the writer's end (done).
+func (in *inbound) pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv1.CopyData, done <-chan struct{}) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("the copy stopped: %w", err)
@@ -274,31 +311,66 @@ func pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv1.ReadVolumeRe
 		if err != nil {
 			return fmt.Errorf("receiving: %w", err)
 		}
+		if t := m.GetTrailer(); t != nil {
+			return in.check(t)
+		}
+		d := m.GetData()
+		if err := in.take(d); err != nil {
+			return err
+		}
 		select {
-		case msgs <- m:
+		case msgs <- d:
 		case <-done:
 			return errWriterStopped
-		}
-		if m.GetTrailer() != nil {
-			return nil
 		}
 	}
 }
 
-// consume writes the data messages and checks the trailer.
-func (w *writer) consume(msgs <-chan *nodeagentv1.ReadVolumeResponse, want uint64, progress func(uint64)) error {
-	for m := range msgs {
-		if t := m.GetTrailer(); t != nil {
-			return w.check(t, want, progress)
-		}
-		d := m.GetData()
-		if d == nil {
-			return errors.New("a stream message after the header that is neither data nor the trailer")
-		}
-		off, n := uint64(d.GetOffset()), uint64(len(d.GetData()))
-		if d.GetOffset() < 0 || off < w.res.Bytes || off+n > want || n == 0 {
-			return fmt.Errorf("data at %d (%d bytes) is out of order or past the source's %d bytes (at %d now)", d.GetOffset(), n, want, w.res.Bytes)
-		}
+// take checks that a data message comes after the last one, in whole
+// chunks within the source, and digests the zeros before it and it.
+func (in *inbound) take(d *nodeagentv1.CopyData) error {
+	if d == nil {
+		return errors.New("a stream message after the header that is neither data nor the trailer")
+	}
+	at := in.d.Size()
+	off, n := uint64(d.GetOffset()), uint64(len(d.GetData()))
+	switch {
+	case d.GetOffset() < 0 || off < at || off+n > in.want || n == 0:
+		return fmt.Errorf("data at %d (%d bytes) is out of order or past the source's %d bytes (at %d now)", d.GetOffset(), n, in.want, at)
+	case off%SparseChunk != 0 || (off+n)%SparseChunk != 0 && off+n != in.want:
+		return fmt.Errorf("data at %d (%d bytes) is not whole chunks of %d bytes", off, n, SparseChunk)
+	}
+	in.d.Zeros(off - at)
+	in.d.Data(d.GetData())
+	in.data += n
+	return nil
+}
+
+// check digests the zeros after the last data and checks the trailer.
+func (in *inbound) check(t *nodeagentv1.CopyTrailer) error {
+	in.d.Zeros(in.want - in.d.Size())
+	if in.data != uint64(t.GetDataBytes()) {
+		return fmt.Errorf("%w: got %d bytes of data, the source sent %d", ErrChecksum, in.data, t.GetDataBytes())
+	}
+	if sum := in.d.Sum(); !bytes.Equal(sum, t.GetSha256()) {
+		return fmt.Errorf("%w: digest of what was received %x, of the source %x", ErrChecksum, sum, t.GetSha256())
+	}
+	return nil
+}
+
+// writer is the target's writing side: res.Bytes is where it is.
+type writer struct {
+	out    *os.File
+	path   string
+	sparse bool
+	res    *blockcopy.Result
+}
+
+// consume writes the data messages (inbound checked their place) and
+// the zeros between them.
+func (w *writer) consume(msgs <-chan *nodeagentv1.CopyData, progress func(uint64)) error {
+	for d := range msgs {
+		off := uint64(d.GetOffset())
 		if err := w.zerosTo(off); err != nil {
 			return err
 		}
@@ -309,22 +381,27 @@ func (w *writer) consume(msgs <-chan *nodeagentv1.ReadVolumeResponse, want uint6
 			progress(w.res.Bytes)
 		}
 	}
-	return errors.New("the stream ended without its trailer")
+	return nil
 }
 
-// check fills the zeros after the last data and checks the trailer.
-func (w *writer) check(t *nodeagentv1.CopyTrailer, want uint64, progress func(uint64)) error {
-	if err := w.zerosTo(want); err != nil {
-		return err
+func (w *writer) write(b []byte, off uint64) error {
+	if _, err := w.out.WriteAt(b, int64(off)); err != nil {
+		return fmt.Errorf("writing %s at %d: %w", w.path, off, err)
 	}
-	if progress != nil {
-		progress(w.res.Bytes)
-	}
-	if got := w.data; got != uint64(t.GetDataBytes()) {
-		return fmt.Errorf("%w: got %d bytes of data, the source sent %d", ErrChecksum, got, t.GetDataBytes())
-	}
-	if sum := w.h.Sum(nil); !bytes.Equal(sum, t.GetSha256()) {
-		return fmt.Errorf("%w: SHA-256 of what was received %x, of the source %x", ErrChecksum, sum, t.GetSha256())
+	w.res.Bytes = off + uint64(len(b))
+	return nil
+}
+
+// zerosTo fills the source's zeros up to to, unless sparse.
+func (w *writer) zerosTo(to uint64) error {
+	for w.res.Bytes < to {
+		n := min(uint64(len(zeros)), to-w.res.Bytes)
+		if w.sparse {
+			w.res.Skipped += n
+		} else if _, err := w.out.WriteAt(zeros[:n], int64(w.res.Bytes)); err != nil {
+			return fmt.Errorf("writing zeros to %s at %d: %w", w.path, w.res.Bytes, err)
+		}
+		w.res.Bytes += n
 	}
 	return nil
 }
@@ -338,43 +415,6 @@ func (w *writer) zeroTail(from, end uint64) error {
 		}
 		off += n
 		w.res.Zeroed += n
-	}
-	return nil
-}
-
-// writer is the target's side of a copy: res.Bytes is where it is.
-type writer struct {
-	out    *os.File
-	path   string
-	sparse bool
-	h      hash.Hash
-	res    *blockcopy.Result
-	// data is how many bytes of data were received.
-	data uint64
-}
-
-func (w *writer) write(b []byte, off uint64) error {
-	if _, err := w.out.WriteAt(b, int64(off)); err != nil {
-		return fmt.Errorf("writing %s at %d: %w", w.path, off, err)
-	}
-	w.h.Write(b)
-	w.data += uint64(len(b))
-	w.res.Bytes = off + uint64(len(b))
-	return nil
-}
-
-// zerosTo fills the source's zeros up to to: hashed, and written unless
-// sparse.
-func (w *writer) zerosTo(to uint64) error {
-	for w.res.Bytes < to {
-		n := min(uint64(len(zeros)), to-w.res.Bytes)
-		if w.sparse {
-			w.res.Skipped += n
-		} else if _, err := w.out.WriteAt(zeros[:n], int64(w.res.Bytes)); err != nil {
-			return fmt.Errorf("writing zeros to %s at %d: %w", w.path, w.res.Bytes, err)
-		}
-		w.h.Write(zeros[:n])
-		w.res.Bytes += n
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,7 +76,7 @@ func writeFile(t *testing.T, name string, b []byte) string {
 
 // TestSendReceive: only data is sent; a thick target gets the source's
 // bytes, zeros included, and zeros past them; a sparse target is not
-// written where the source is zero; both check the SHA-256.
+// written where the source is zero; both check the digest.
 func TestSendReceive(t *testing.T) {
 	const size = 9<<20 + 3*SparseChunk + 512
 	src, want := source(t, size)
@@ -190,6 +191,26 @@ func TestReceiveRefuses(t *testing.T) {
 			}
 		}, "without its trailer"},
 		{"another size", size + 4096, nil, "not the"},
+		{"another chunk size", size, func(p *pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+			return func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+				if h := m.GetHeader(); h != nil {
+					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
+						Header: &nodeagentv1.CopyHeader{SizeBytes: h.GetSizeBytes(), ChunkBytes: 4096}}}
+				}
+				return m
+			}
+		}, "chunks of 4096 bytes"},
+		{"data not in whole chunks", size, func(p *pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+			at := firstData(p)
+			return func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+				if i == at {
+					d := m.GetData()
+					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Data{
+						Data: &nodeagentv1.CopyData{Offset: d.GetOffset() + 512, Data: d.GetData()[512:]}}}
+				}
+				return m
+			}
+		}, "not whole chunks"},
 		{"data out of order", size, func(p *pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 			at := firstData(p)
 			return func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
@@ -237,15 +258,71 @@ func TestSendCanceled(t *testing.T) {
 	}
 }
 
-// TestTrailerSum: the trailer's digest is the SHA-256 of the source.
+// TestTrailerSum: the trailer's digest is the SHA-256 of the SHA-256
+// digests of the source's chunks, and DigestOf computes it from a file.
 func TestTrailerSum(t *testing.T) {
 	src, want := source(t, 5<<20+100)
 	p := &pipe{}
 	if _, err := Send(t.Context(), src, uint64(len(want)), p); err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(want)
-	if got := p.msgs[len(p.msgs)-1].GetTrailer().GetSha256(); !bytes.Equal(got, sum[:]) {
-		t.Errorf("trailer SHA-256 %x, want %x", got, sum)
+	sum := chunkSums(want)
+	if got := p.msgs[len(p.msgs)-1].GetTrailer().GetSha256(); !bytes.Equal(got, sum) {
+		t.Errorf("trailer digest %x, want %x", got, sum)
+	}
+	got, err := DigestOf(t.Context(), src, uint64(len(want)))
+	if err != nil || !bytes.Equal(got, sum) {
+		t.Errorf("DigestOf: %x, %v, want %x", got, err, sum)
+	}
+}
+
+// chunkSums is the definition of Digest, computed the plain way.
+func chunkSums(b []byte) []byte {
+	h := sha256.New()
+	for i := 0; i < len(b); i += SparseChunk {
+		s := sha256.Sum256(b[i:min(i+SparseChunk, len(b))])
+		h.Write(s[:])
+	}
+	return h.Sum(nil)
+}
+
+// TestDigest: zeros fed as Zeros or as Data, in any split into whole
+// chunks, give the plain digest; a changed byte changes it.
+func TestDigest(t *testing.T) {
+	data := bytes.Repeat([]byte{1, 2, 3}, SparseChunk)
+	tests := []struct {
+		name string
+		feed func(d *Digest)
+		want []byte
+	}{
+		{"nothing", func(*Digest) {}, chunkSums(nil)},
+		{"zeros as Zeros", func(d *Digest) { d.Zeros(3*SparseChunk + 10) }, chunkSums(make([]byte, 3*SparseChunk+10))},
+		{"zeros as Data", func(d *Digest) { d.Data(make([]byte, 3*SparseChunk+10)) }, chunkSums(make([]byte, 3*SparseChunk+10))},
+		{"data, zeros, a short end", func(d *Digest) {
+			d.Data(data[:SparseChunk])
+			d.Zeros(SparseChunk)
+			d.Data(data[SparseChunk : 2*SparseChunk+7])
+		}, chunkSums(slices.Concat(data[:SparseChunk], make([]byte, SparseChunk), data[SparseChunk:2*SparseChunk+7]))},
+		{"a changed byte", func(d *Digest) {
+			b := bytes.Clone(data)
+			b[5] ^= 1
+			d.Data(b)
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := NewDigest()
+			tt.feed(d)
+			got := d.Sum()
+			if tt.want == nil {
+				if bytes.Equal(got, chunkSums(data)) {
+					t.Error("a changed byte left the digest as it was")
+				}
+				return
+			}
+			if !bytes.Equal(got, tt.want) {
+				t.Errorf("digest %x, want %x", got, tt.want)
+			}
+		})
 	}
 }

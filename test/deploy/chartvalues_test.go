@@ -4,6 +4,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -463,17 +464,18 @@ patches:
 	}
 }
 
-// TestNodeCopyPort: node.nodeCopyPort turns on copies across nodes: the
-// node agents get --node-copy-address on the pod's address and a port
-// named node-copy, and the NetworkPolicy admits the node pods (and only
-// them) to it; at 0, the default, none of it is rendered.
+// TestNodeCopyPort: node.nodeCopyPort turns on copies across nodes, by
+// default on 9811: the node agents get --node-copy-address on the pod's
+// address and a port named node-copy, and the NetworkPolicy admits the
+// node pods (and only them) to it; at 0 none of it is rendered.
 func TestNodeCopyPort(t *testing.T) {
 	for _, tc := range []struct {
 		name, values string
-		on           bool
+		port         int32
 	}{
-		{"default", "networkPolicy: {enabled: true}\n", false},
-		{"on", "networkPolicy: {enabled: true}\nnode: {nodeCopyPort: 9811}\n", true},
+		{"default", "networkPolicy: {enabled: true}\n", 9811},
+		{"another port", "networkPolicy: {enabled: true}\nnode: {nodeCopyPort: 9900}\n", 9900},
+		{"off", "networkPolicy: {enabled: true}\nnode: {nodeCopyPort: 0}\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rendered, err := renderValues(t, tc.values)
@@ -486,10 +488,14 @@ func TestNodeCopyPort(t *testing.T) {
 			}
 			ds := get[*appsv1.DaemonSet](t, objs, "DaemonSet carve-system/carve-node")
 			c := ds.Spec.Template.Spec.Containers[0]
-			hasArg := slices.Contains(c.Args, "--node-copy-address=$(POD_IP):9811")
-			hasPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "node-copy" && p.ContainerPort == 9811 })
-			if hasArg != tc.on || hasPort != tc.on {
-				t.Errorf("container %s: --node-copy-address %t, port node-copy %t; want %t", c.Name, hasArg, hasPort, tc.on)
+			on := tc.port != 0
+			hasArg := slices.Contains(c.Args, fmt.Sprintf("--node-copy-address=$(POD_IP):%d", tc.port))
+			hasAnyArg := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--node-copy-address") })
+			hasPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "node-copy" && p.ContainerPort == tc.port })
+			hasAnyPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "node-copy" })
+			if hasArg != on || hasPort != on || hasAnyArg != on || hasAnyPort != on {
+				t.Errorf("container %s: --node-copy-address on %d %t (any: %t), port node-copy %d %t (any: %t); want %t",
+					c.Name, tc.port, hasArg, hasAnyArg, tc.port, hasPort, hasAnyPort, on)
 			}
 			np := get[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy carve-system/carve-node-channel")
 			var peers []networkingv1.NetworkPolicyPeer
@@ -502,7 +508,7 @@ func TestNodeCopyPort(t *testing.T) {
 			}
 			nodePods := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{
 				MatchLabels: map[string]string{"app.kubernetes.io/name": "carve", "app.kubernetes.io/component": "node"}}}
-			if want := tc.on; (len(peers) == 1 && reflect.DeepEqual(peers[0], nodePods)) != want || (!want && len(peers) > 0) {
+			if want := on; (len(peers) == 1 && reflect.DeepEqual(peers[0], nodePods)) != want || (!want && len(peers) > 0) {
 				t.Errorf("the NetworkPolicy admits %+v to node-copy; want only the node pods: %t", peers, want)
 			}
 		})

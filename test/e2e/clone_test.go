@@ -15,7 +15,9 @@ import (
 )
 
 // TestCloneAskedOnAnotherNode: a clone (a PVC whose dataSource is a carve
-// PVC) whose pod is pinned to a node that does not hold the source gets
+// PVC) of a StorageClass with carve.dev/cross-node-copy "false" (the
+// default copies it: TestRestoreAskedOnAnotherNode sees the copy asked)
+// whose pod is pinned to a node that does not hold the source gets
 // carve's ResourceExhausted, naming the source's node (carve controller
 // finds it from the source's PV, since a volume ID does not name
 // its node), as a ProvisioningFailed event on the claim; csi-provisioner
@@ -26,7 +28,9 @@ import (
 func TestCloneAskedOnAnotherNode(t *testing.T) {
 	ns := newNamespace(t, "clone-elsewhere")
 	ctx := testCtx(t, 3*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "src", thickSC, "64Mi"), newPod(ns, "src-app", "src"))
+	// A clone is of its source's class (csi-provisioner's rule).
+	sc := localOnlyClass(t, ctx, thickSC, "carve-local-"+ns)
+	createPVCAndPod(t, ctx, newPVC(ns, "src", sc, "64Mi"), newPod(ns, "src-app", "src"))
 	pvc := waitBound(t, ns, "src", settle)
 	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil {
@@ -56,7 +60,7 @@ func TestCloneAskedOnAnotherNode(t *testing.T) {
 		}
 	}
 
-	clone := newPVC(ns, "clone", thickSC, "64Mi")
+	clone := newPVC(ns, "clone", sc, "64Mi")
 	clone.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
 	// Left to the scheduler: carve controller would otherwise select the
 	// source's node for the clone before the scheduler selects the pod's

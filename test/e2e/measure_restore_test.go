@@ -40,7 +40,9 @@ import (
 // snapshot is an LV with carve's snapshot tags made with lvcreate on one
 // node (taggedSnapshot), and the restore itself then fails on that node
 // at the copy (no device to read), which keeps the claim there and its
-// pod unbound. What is measured, scheduling and provisioning up to
+// pod unbound. The restores are of a class with carve.dev/cross-node-copy
+// "false", so that a wrong node is refused as before copies across nodes
+// rather than copied to. What is measured, scheduling and provisioning up to
 // carve's CreateVolume on the right node, is all real; the copy and the
 // pod Running are the real-node tier's.
 func TestMeasureUnpinnedRestore(t *testing.T) {
@@ -51,6 +53,10 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 	// test's own clean-up of the restores' LVs.
 	holder := bed.Nodes[1]
 	restoreSize := taggedSnapshot(t, ctx, ns, "snap", holder)
+	// A class that never copies across nodes: what is measured is where
+	// the restore is placed, and a copy to a node the scheduler picked
+	// first would hide a wrong placement.
+	sc := localOnlyClass(t, ctx, thickSC, "carve-local-"+ns)
 
 	var took, placed []time.Duration
 	var wrong []int
@@ -61,7 +67,7 @@ func TestMeasureUnpinnedRestore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pvc := newPVC(ns, name, thickSC, restoreSize)
+		pvc := newPVC(ns, name, sc, restoreSize)
 		group := "snapshot.storage.k8s.io"
 		pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
 		selected := watchPlaced(t, ctx, ns, name)

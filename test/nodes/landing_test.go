@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/pkg/router"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
@@ -27,7 +28,9 @@ import (
 // node, must run on the guest and read the source's bytes. It prints the
 // time from the claim to the pod Running (median of CARVE_MEASURE_ROUNDS,
 // default 10) and in how many rounds carve selected the node
-// (placement.AnnPlaced) rather than the scheduler finding it alone.
+// (placement.AnnPlaced) rather than the scheduler finding it alone. The
+// claims are of a class with carve.dev/cross-node-copy "false": a copy to
+// a node the scheduler picked would hide where carve placed the claim.
 func TestMeasureRestoreLanding(t *testing.T) {
 	if len(bed.Nodes) == 0 {
 		t.Fatal("this measurement needs simulated nodes beside the guest (CARVE_NODES_SIMULATED=3; make measure-placement-nodes sets it): with the guest alone every pod lands there whatever carve does")
@@ -41,11 +44,12 @@ func TestMeasureRestoreLanding(t *testing.T) {
 	}
 
 	// The source: a thick ext4 claim on the guest, 32 MiB of random
-	// bytes, and a snapshot of it.
+	// bytes, and a snapshot of it. A clone is of its source's class.
 	const size = "128Mi"
+	sc := localOnlyClass(t, ctx, thickSC, "carve-local-"+ns)
 	writer := newPod(ns, "writer", "data", false, sleeper)
 	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
-	createClaimAndPod(t, newPVC(ns, "data", thickSC, size), writer)
+	createClaimAndPod(t, newPVC(ns, "data", sc, size), writer)
 	sum := strings.Fields(podExec(t, ns, "writer", "head -c 33554432 /dev/urandom > /data/f && sync && sha256sum /data/f"))[0]
 	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
 	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
@@ -78,7 +82,7 @@ func TestMeasureRestoreLanding(t *testing.T) {
 		byCarve := 0
 		for i := range rounds {
 			claim, pod := fmt.Sprintf("%s-%d", k.name, i), fmt.Sprintf("%s-reader-%d", k.name, i)
-			pvc := newPVC(ns, claim, thickSC, size)
+			pvc := newPVC(ns, claim, sc, size)
 			k.source(pvc)
 			start := time.Now()
 			kubetest.CreateClaimAndPod(t, ctx, bed.Client, pvc, newPod(ns, pod, claim, false, sleeper))
@@ -175,4 +179,44 @@ func refusals(t *testing.T, ns, claim string) int {
 		}
 	}
 	return n
+}
+
+// localOnlyClass creates name, a copy of the StorageClass base with
+// carve.dev/cross-node-copy "false", deleted when the test ends, and
+// waits until carve controller has written its capacity on as many
+// nodes as base's (the scheduler considers a node for a claim of a class
+// only where it has). It returns name.
+func localOnlyClass(t *testing.T, ctx context.Context, base, name string) string {
+	t.Helper()
+	sc, err := bed.Client.StorageV1().StorageClasses().Get(ctx, base, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := sc.DeepCopy()
+	local.ObjectMeta = metav1.ObjectMeta{Name: name}
+	if local.Parameters == nil {
+		local.Parameters = map[string]string{}
+	}
+	local.Parameters[router.ParamCrossNodeCopy] = "false"
+	if _, err := bed.Client.StorageV1().StorageClasses().Create(ctx, local, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := bed.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete StorageClass %s: %v", name, err)
+		}
+	})
+	waitFor(t, 3*time.Minute, "the capacity of "+name+" on the nodes that have "+base+"'s", func(ctx context.Context) (bool, string, error) {
+		caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		count := map[string]int{}
+		for _, c := range caps.Items {
+			count[c.StorageClassName]++
+		}
+		return count[base] > 0 && count[name] >= count[base], fmt.Sprintf("%d of %d", count[name], count[base]), nil
+	})
+	return name
 }

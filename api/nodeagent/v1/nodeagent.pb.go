@@ -867,9 +867,22 @@ type AuthorizeCopyRequest struct {
 	// from a temporary snapshot named after it.
 	TargetVolumeName string `protobuf:"bytes,5,opt,name=target_volume_name,json=targetVolumeName,proto3" json:"target_volume_name,omitempty"`
 	// How long the grant waits for its ReadVolume, in seconds.
-	ValidSeconds  int64 `protobuf:"varint,6,opt,name=valid_seconds,json=validSeconds,proto3" json:"valid_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ValidSeconds int64 `protobuf:"varint,6,opt,name=valid_seconds,json=validSeconds,proto3" json:"valid_seconds,omitempty"`
+	// A catch-up (set only with volume_id): a snapshot ID of a snapshot of
+	// volume_id on this node. The grant's ReadVolume sends only the chunks
+	// where the volume differs from it (CopyHeader.delta), and its trailer
+	// the digest of the whole volume. The volume is read as it is, not
+	// from a temporary snapshot, so it must not be in use: a volume that
+	// is open (staged or mounted somewhere) is FAILED_PRECONDITION, here
+	// and again when the read starts; a base that is not a snapshot of
+	// volume_id on this node is NOT_FOUND; base_snapshot_id with
+	// snapshot_id is INVALID_ARGUMENT. An agent older than this field
+	// ignores it and grants a whole copy (of a temporary snapshot), whose
+	// header does not say delta: the target's CatchUpCopy refuses that
+	// stream and writes nothing.
+	BaseSnapshotId string `protobuf:"bytes,7,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AuthorizeCopyRequest) Reset() {
@@ -942,6 +955,13 @@ func (x *AuthorizeCopyRequest) GetValidSeconds() int64 {
 		return x.ValidSeconds
 	}
 	return 0
+}
+
+func (x *AuthorizeCopyRequest) GetBaseSnapshotId() string {
+	if x != nil {
+		return x.BaseSnapshotId
+	}
+	return ""
 }
 
 type AuthorizeCopyResponse struct {
@@ -1143,7 +1163,18 @@ func (*ReadVolumeResponse_Trailer) isReadVolumeResponse_Part() {}
 type CopyHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The number of bytes the source holds; data lies within it.
-	SizeBytes     int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The size of the chunks the trailer's digest is made of: 65536
+	// (dm-thin's smallest pool chunk). Data messages start and end on
+	// these chunks (the last one may end at size_bytes instead). A target
+	// that digests other chunks refuses the stream.
+	ChunkBytes int64 `protobuf:"varint,2,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	// A catch-up against a base snapshot (AuthorizeCopyRequest.
+	// base_snapshot_id): the bytes between data messages, and after the
+	// last one, are those of the base, which the target holds already,
+	// not zeros. A target that did not ask for a catch-up refuses such a
+	// stream.
+	Delta         bool `protobuf:"varint,3,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1185,10 +1216,25 @@ func (x *CopyHeader) GetSizeBytes() int64 {
 	return 0
 }
 
+func (x *CopyHeader) GetChunkBytes() int64 {
+	if x != nil {
+		return x.ChunkBytes
+	}
+	return 0
+}
+
+func (x *CopyHeader) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
+}
+
 type CopyData struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Offsets increase from one message to the next; the bytes between
-	// two messages, and after the last one, are zeros.
+	// two messages, and after the last one, are zeros (unchanged, in a
+	// delta: CopyHeader.delta).
 	Offset        int64  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
 	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1241,7 +1287,11 @@ func (x *CopyData) GetData() []byte {
 
 type CopyTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// SHA-256 of the source's size_bytes bytes, zeros included.
+	// The source's digest: the SHA-256 of the concatenated SHA-256 digests
+	// of its chunks of chunk_bytes bytes in order, zeros included (the
+	// last chunk is shorter when size_bytes is not a multiple). As strong
+	// as a SHA-256 of the bytes, and cheaper: the digest of a chunk of
+	// zeros is computed once, not once per such chunk.
 	Sha256 []byte `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// How many bytes the data messages carried.
 	DataBytes     int64 `protobuf:"varint,2,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
@@ -1291,6 +1341,166 @@ func (x *CopyTrailer) GetDataBytes() int64 {
 		return x.DataBytes
 	}
 	return 0
+}
+
+type CatchUpCopyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume to bring up to date: an LV of this node (its volume ID)
+	// that holds base_snapshot_id's data already (the seed copy).
+	TargetVolumeId string `protobuf:"bytes,1,opt,name=target_volume_id,json=targetVolumeId,proto3" json:"target_volume_id,omitempty"`
+	// The grant the controller made on the source node with
+	// AuthorizeCopy (base_snapshot_id set, target_node this node).
+	CopyId string `protobuf:"bytes,2,opt,name=copy_id,json=copyId,proto3" json:"copy_id,omitempty"`
+	// The source's node; the copy port's certificate must be
+	// carve://node/<source_node>.
+	SourceNode string `protobuf:"bytes,3,opt,name=source_node,json=sourceNode,proto3" json:"source_node,omitempty"`
+	// Where the source's agent serves NodeCopy (host:port).
+	SourceAddress string `protobuf:"bytes,4,opt,name=source_address,json=sourceAddress,proto3" json:"source_address,omitempty"`
+	// The source volume's ID on source_node.
+	SourceVolumeId string `protobuf:"bytes,5,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	// The snapshot of source_volume_id that target_volume_id was seeded
+	// from.
+	BaseSnapshotId string `protobuf:"bytes,6,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
+	// The source volume's size (AuthorizeCopyResponse.size_bytes); the
+	// target's LV must be of this size.
+	SizeBytes     int64 `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatchUpCopyRequest) Reset() {
+	*x = CatchUpCopyRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatchUpCopyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatchUpCopyRequest) ProtoMessage() {}
+
+func (x *CatchUpCopyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatchUpCopyRequest.ProtoReflect.Descriptor instead.
+func (*CatchUpCopyRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CatchUpCopyRequest) GetTargetVolumeId() string {
+	if x != nil {
+		return x.TargetVolumeId
+	}
+	return ""
+}
+
+func (x *CatchUpCopyRequest) GetCopyId() string {
+	if x != nil {
+		return x.CopyId
+	}
+	return ""
+}
+
+func (x *CatchUpCopyRequest) GetSourceNode() string {
+	if x != nil {
+		return x.SourceNode
+	}
+	return ""
+}
+
+func (x *CatchUpCopyRequest) GetSourceAddress() string {
+	if x != nil {
+		return x.SourceAddress
+	}
+	return ""
+}
+
+func (x *CatchUpCopyRequest) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *CatchUpCopyRequest) GetBaseSnapshotId() string {
+	if x != nil {
+		return x.BaseSnapshotId
+	}
+	return ""
+}
+
+func (x *CatchUpCopyRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+type CatchUpCopyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many bytes of data the stream carried: the chunks that changed
+	// since base_snapshot_id.
+	ReceivedBytes int64 `protobuf:"varint,1,opt,name=received_bytes,json=receivedBytes,proto3" json:"received_bytes,omitempty"`
+	// The digest (CopyTrailer.sha256) of the target's whole LV after the
+	// catch-up, read back from the device, which equals the source's.
+	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatchUpCopyResponse) Reset() {
+	*x = CatchUpCopyResponse{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatchUpCopyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatchUpCopyResponse) ProtoMessage() {}
+
+func (x *CatchUpCopyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatchUpCopyResponse.ProtoReflect.Descriptor instead.
+func (*CatchUpCopyResponse) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CatchUpCopyResponse) GetReceivedBytes() int64 {
+	if x != nil {
+		return x.ReceivedBytes
+	}
+	return 0
+}
+
+func (x *CatchUpCopyResponse) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
 }
 
 var File_api_nodeagent_v1_nodeagent_proto protoreflect.FileDescriptor
@@ -1347,7 +1557,7 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\torphan_of\x18\x03 \x01(\tR\borphanOf\"\x16\n" +
-	"\x14RemoveOrphanResponse\"\xe1\x01\n" +
+	"\x14RemoveOrphanResponse\"\x8b\x02\n" +
 	"\x14AuthorizeCopyRequest\x12\x17\n" +
 	"\acopy_id\x18\x01 \x01(\tR\x06copyId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
@@ -1356,7 +1566,8 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\vtarget_node\x18\x04 \x01(\tR\n" +
 	"targetNode\x12,\n" +
 	"\x12target_volume_name\x18\x05 \x01(\tR\x10targetVolumeName\x12#\n" +
-	"\rvalid_seconds\x18\x06 \x01(\x03R\fvalidSeconds\"S\n" +
+	"\rvalid_seconds\x18\x06 \x01(\x03R\fvalidSeconds\x12(\n" +
+	"\x10base_snapshot_id\x18\a \x01(\tR\x0ebaseSnapshotId\"S\n" +
 	"\x15AuthorizeCopyResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1b\n" +
@@ -1367,18 +1578,34 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
 	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
 	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"+\n" +
+	"\x04part\"b\n" +
 	"\n" +
 	"CopyHeader\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\"6\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1f\n" +
+	"\vchunk_bytes\x18\x02 \x01(\x03R\n" +
+	"chunkBytes\x12\x14\n" +
+	"\x05delta\x18\x03 \x01(\bR\x05delta\"6\n" +
 	"\bCopyData\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"D\n" +
 	"\vCopyTrailer\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\fR\x06sha256\x12\x1d\n" +
 	"\n" +
-	"data_bytes\x18\x02 \x01(\x03R\tdataBytes2\xc4\x05\n" +
+	"data_bytes\x18\x02 \x01(\x03R\tdataBytes\"\x92\x02\n" +
+	"\x12CatchUpCopyRequest\x12(\n" +
+	"\x10target_volume_id\x18\x01 \x01(\tR\x0etargetVolumeId\x12\x17\n" +
+	"\acopy_id\x18\x02 \x01(\tR\x06copyId\x12\x1f\n" +
+	"\vsource_node\x18\x03 \x01(\tR\n" +
+	"sourceNode\x12%\n" +
+	"\x0esource_address\x18\x04 \x01(\tR\rsourceAddress\x12(\n" +
+	"\x10source_volume_id\x18\x05 \x01(\tR\x0esourceVolumeId\x12(\n" +
+	"\x10base_snapshot_id\x18\x06 \x01(\tR\x0ebaseSnapshotId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"T\n" +
+	"\x13CatchUpCopyResponse\x12%\n" +
+	"\x0ereceived_bytes\x18\x01 \x01(\x03R\rreceivedBytes\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha2562\xa4\x06\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
@@ -1386,7 +1613,8 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\tInventory\x12$.carve.nodeagent.v1.InventoryRequest\x1a%.carve.nodeagent.v1.InventoryResponse\x12m\n" +
 	"\x10QuarantineOrphan\x12+.carve.nodeagent.v1.QuarantineOrphanRequest\x1a,.carve.nodeagent.v1.QuarantineOrphanResponse\x12a\n" +
 	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponse\x12d\n" +
-	"\rAuthorizeCopy\x12(.carve.nodeagent.v1.AuthorizeCopyRequest\x1a).carve.nodeagent.v1.AuthorizeCopyResponse2i\n" +
+	"\rAuthorizeCopy\x12(.carve.nodeagent.v1.AuthorizeCopyRequest\x1a).carve.nodeagent.v1.AuthorizeCopyResponse\x12^\n" +
+	"\vCatchUpCopy\x12&.carve.nodeagent.v1.CatchUpCopyRequest\x1a'.carve.nodeagent.v1.CatchUpCopyResponse2i\n" +
 	"\bNodeCopy\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.carve.nodeagent.v1.ReadVolumeRequest\x1a&.carve.nodeagent.v1.ReadVolumeResponse0\x01B9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
@@ -1403,7 +1631,7 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
-var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),              // 0: carve.nodeagent.v1.EnrollRequest
 	(*EnrollResponse)(nil),             // 1: carve.nodeagent.v1.EnrollResponse
@@ -1427,6 +1655,8 @@ var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*CopyHeader)(nil),                 // 19: carve.nodeagent.v1.CopyHeader
 	(*CopyData)(nil),                   // 20: carve.nodeagent.v1.CopyData
 	(*CopyTrailer)(nil),                // 21: carve.nodeagent.v1.CopyTrailer
+	(*CatchUpCopyRequest)(nil),         // 22: carve.nodeagent.v1.CatchUpCopyRequest
+	(*CatchUpCopyResponse)(nil),        // 23: carve.nodeagent.v1.CatchUpCopyResponse
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	6,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
@@ -1442,17 +1672,19 @@ var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	11, // 10: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
 	13, // 11: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
 	15, // 12: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
-	17, // 13: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
-	1,  // 14: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	3,  // 15: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	5,  // 16: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	8,  // 17: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	12, // 18: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	14, // 19: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	16, // 20: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
-	18, // 21: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
+	22, // 13: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
+	17, // 14: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	1,  // 15: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	3,  // 16: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	5,  // 17: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	8,  // 18: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	12, // 19: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	14, // 20: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	16, // 21: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	23, // 22: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
+	18, // 23: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1474,7 +1706,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -31,6 +31,7 @@ const (
 	NodeAgent_QuarantineOrphan_FullMethodName   = "/carve.nodeagent.v1.NodeAgent/QuarantineOrphan"
 	NodeAgent_RemoveOrphan_FullMethodName       = "/carve.nodeagent.v1.NodeAgent/RemoveOrphan"
 	NodeAgent_AuthorizeCopy_FullMethodName      = "/carve.nodeagent.v1.NodeAgent/AuthorizeCopy"
+	NodeAgent_CatchUpCopy_FullMethodName        = "/carve.nodeagent.v1.NodeAgent/CatchUpCopy"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -85,6 +86,34 @@ type NodeAgentClient interface {
 	// this call answers UNIMPLEMENTED, and the controller then refuses the
 	// copy as before (the restore or clone is made on its source's node).
 	AuthorizeCopy(ctx context.Context, in *AuthorizeCopyRequest, opts ...grpc.CallOption) (*AuthorizeCopyResponse, error)
+	// CatchUpCopy is served by the TARGET node's agent, for the move of a
+	// volume to this node: target_volume_id is an LV of this node that an
+	// earlier copy across nodes (a restore of base_snapshot_id) made; the
+	// agent reads from the source node's copy port only the chunks where
+	// the source volume differs from base_snapshot_id (the grant of an
+	// AuthorizeCopy with base_snapshot_id, which the controller made
+	// first), writes them at their offsets, then reads its whole LV and
+	// checks it against the source's digest (CopyTrailer) before it
+	// reports success.
+	// While it runs the LV carries the copy-pending tag, so that a crash
+	// never leaves it looking finished; a repeat (after any failure, with a
+	// new grant) redoes the catch-up from the start and converges.
+	//
+	// Errors: a request without target_volume_id, copy_id, source_node,
+	// source_address, source_volume_id or base_snapshot_id, or with
+	// size_bytes <= 0, is INVALID_ARGUMENT; a target that does not exist
+	// here is NOT_FOUND; one that is open (staged or mounted: still in
+	// use), or whose size is not size_bytes, is FAILED_PRECONDITION (the
+	// message names both sizes); a catch-up or another operation on the
+	// same volume in flight is ABORTED; the source's refusals come back
+	// with their codes (PERMISSION_DENIED for a grant that is unknown,
+	// used or expired; FAILED_PRECONDITION for a source that is open);
+	// data that does not check out against the source's digest is
+	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
+	// grant, or a full copy, must follow); an interrupted stream is
+	// UNAVAILABLE or INTERNAL. An agent older than this call answers
+	// UNIMPLEMENTED: it cannot take a move.
+	CatchUpCopy(ctx context.Context, in *CatchUpCopyRequest, opts ...grpc.CallOption) (*CatchUpCopyResponse, error)
 }
 
 type nodeAgentClient struct {
@@ -174,6 +203,16 @@ func (c *nodeAgentClient) AuthorizeCopy(ctx context.Context, in *AuthorizeCopyRe
 	return out, nil
 }
 
+func (c *nodeAgentClient) CatchUpCopy(ctx context.Context, in *CatchUpCopyRequest, opts ...grpc.CallOption) (*CatchUpCopyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatchUpCopyResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_CatchUpCopy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -226,6 +265,34 @@ type NodeAgentServer interface {
 	// this call answers UNIMPLEMENTED, and the controller then refuses the
 	// copy as before (the restore or clone is made on its source's node).
 	AuthorizeCopy(context.Context, *AuthorizeCopyRequest) (*AuthorizeCopyResponse, error)
+	// CatchUpCopy is served by the TARGET node's agent, for the move of a
+	// volume to this node: target_volume_id is an LV of this node that an
+	// earlier copy across nodes (a restore of base_snapshot_id) made; the
+	// agent reads from the source node's copy port only the chunks where
+	// the source volume differs from base_snapshot_id (the grant of an
+	// AuthorizeCopy with base_snapshot_id, which the controller made
+	// first), writes them at their offsets, then reads its whole LV and
+	// checks it against the source's digest (CopyTrailer) before it
+	// reports success.
+	// While it runs the LV carries the copy-pending tag, so that a crash
+	// never leaves it looking finished; a repeat (after any failure, with a
+	// new grant) redoes the catch-up from the start and converges.
+	//
+	// Errors: a request without target_volume_id, copy_id, source_node,
+	// source_address, source_volume_id or base_snapshot_id, or with
+	// size_bytes <= 0, is INVALID_ARGUMENT; a target that does not exist
+	// here is NOT_FOUND; one that is open (staged or mounted: still in
+	// use), or whose size is not size_bytes, is FAILED_PRECONDITION (the
+	// message names both sizes); a catch-up or another operation on the
+	// same volume in flight is ABORTED; the source's refusals come back
+	// with their codes (PERMISSION_DENIED for a grant that is unknown,
+	// used or expired; FAILED_PRECONDITION for a source that is open);
+	// data that does not check out against the source's digest is
+	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
+	// grant, or a full copy, must follow); an interrupted stream is
+	// UNAVAILABLE or INTERNAL. An agent older than this call answers
+	// UNIMPLEMENTED: it cannot take a move.
+	CatchUpCopy(context.Context, *CatchUpCopyRequest) (*CatchUpCopyResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -256,6 +323,9 @@ func (UnimplementedNodeAgentServer) RemoveOrphan(context.Context, *RemoveOrphanR
 }
 func (UnimplementedNodeAgentServer) AuthorizeCopy(context.Context, *AuthorizeCopyRequest) (*AuthorizeCopyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AuthorizeCopy not implemented")
+}
+func (UnimplementedNodeAgentServer) CatchUpCopy(context.Context, *CatchUpCopyRequest) (*CatchUpCopyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CatchUpCopy not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -397,6 +467,24 @@ func _NodeAgent_AuthorizeCopy_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_CatchUpCopy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CatchUpCopyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).CatchUpCopy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_CatchUpCopy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).CatchUpCopy(ctx, req.(*CatchUpCopyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -428,6 +516,10 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "AuthorizeCopy",
 			Handler:    _NodeAgent_AuthorizeCopy_Handler,
 		},
+		{
+			MethodName: "CatchUpCopy",
+			Handler:    _NodeAgent_CatchUpCopy_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -454,9 +546,9 @@ const (
 type NodeCopyClient interface {
 	// ReadVolume streams the source of a grant once: a header with its
 	// size, then the chunks that hold data (all-zero chunks are not sent:
-	// the target reads them as zeros), then a trailer with the SHA-256 of
-	// the whole source (zeros included), which the target checks before
-	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// the target reads them as zeros), then a trailer with a digest of the
+	// whole source (zeros included; CopyTrailer), which the target checks
+	// before it hands the volume out. An unknown, used or expired copy ID, or a
 	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
 }
@@ -499,9 +591,9 @@ type NodeCopy_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeResponse]
 type NodeCopyServer interface {
 	// ReadVolume streams the source of a grant once: a header with its
 	// size, then the chunks that hold data (all-zero chunks are not sent:
-	// the target reads them as zeros), then a trailer with the SHA-256 of
-	// the whole source (zeros included), which the target checks before
-	// it hands the volume out. An unknown, used or expired copy ID, or a
+	// the target reads them as zeros), then a trailer with a digest of the
+	// whole source (zeros included; CopyTrailer), which the target checks
+	// before it hands the volume out. An unknown, used or expired copy ID, or a
 	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
 	mustEmbedUnimplementedNodeCopyServer()

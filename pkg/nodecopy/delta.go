@@ -1,0 +1,238 @@
+package nodecopy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/pkg/blockcopy"
+	"github.com/carve-csi/carve/pkg/provision"
+)
+
+// A catch-up is the last step of a move of a volume to another node: the
+// target holds the volume as it was at a base snapshot (a restore of it
+// made there), the workload has stopped, and only what changed since
+// the base is sent. The source reads the volume and the base, chunk by
+// chunk (SparseChunk), and sends the chunks that differ; the trailer
+// carries the Digest of the whole volume, which the target checks
+// against its own LV read back whole. The volume is read as it is, not
+// from a temporary snapshot, so it must not be in use: the source
+// refuses it while it is open and holds it open exclusively while it
+// reads (a mount of it fails meanwhile).
+//
+// The compare reads both devices whole whatever their kind: for a thin
+// volume and its thin snapshot, thin_delta over the pool's metadata
+// would name the changed blocks without reading the others (not used
+// yet); a thick volume and its copy-on-write snapshot have no such map
+// that LVM exposes, and this compare is what they get.
+
+// DeltaReader reads a volume of this node against a snapshot of it, for
+// a catch-up; *provision.Provisioner is one.
+type DeltaReader interface {
+	// DeltaSize is the size of volume volumeID for a catch-up against its
+	// snapshot baseID: provision.ErrNotFound when either is not here or
+	// baseID is not a snapshot of volumeID, provision.ErrRefused when the
+	// volume is open (in use).
+	DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error)
+	// ReadDelta gives read the device nodes of volumeID and of baseID
+	// and the volume's size, under the volume's lock, with the same
+	// refusals as DeltaSize (checked again now), and fails the read when
+	// the volume was opened meanwhile.
+	ReadDelta(ctx context.Context, volumeID, baseID string, read func(volume, base string, size uint64) error) error
+}
+
+var _ DeltaReader = (*provision.Provisioner)(nil)
+
+// sourceSize is the size of a grant's source, checked readable.
+func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
+	if g.Base == "" {
+		return s.cfg.Reader.SourceSize(ctx, g.Source, g.Snapshot)
+	}
+	if s.cfg.Deltas == nil {
+		return 0, status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
+	}
+	return s.cfg.Deltas.DeltaSize(ctx, g.Source, g.Base)
+}
+
+// readDelta serves the ReadVolume of a catch-up grant.
+func (s *Server) readDelta(ctx context.Context, g Grant, node string, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
+	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "base", g.Base, "targetNode", node)
+	if s.cfg.Deltas == nil {
+		return status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
+	}
+	var sent Sent
+	err := s.cfg.Deltas.ReadDelta(ctx, g.Source, g.Base, func(vol, base string, size uint64) error {
+		var err error
+		sent, err = SendDelta(ctx, vol, base, size, stream)
+		return err
+	})
+	if err != nil {
+		log.Error(err, "A catch-up to another node failed", "sentBytes", sent.Data)
+		return statusOf(err, "catch-up "+g.ID)
+	}
+	log.Info("Sent a catch-up to another node", "dataBytes", sent.Data, "duration", sent.Duration)
+	return nil
+}
+
+// ErrInUse: the volume of a catch-up is open elsewhere (its exclusive
+// open failed: it is mounted, or held exclusively).
+var ErrInUse = errors.New("the volume is in use")
+
+// SendDelta streams the first size bytes of the device vol against the
+// device base: a header that says it is a delta, the runs of
+// SparseChunk-aligned chunks where vol differs from base (at most
+// maxData bytes a message), and the trailer with the Digest of vol's
+// size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
+// while it is read; one that is mounted fails the open, ErrInUse). The
+// next pair of blocks is read while one is sent.
+func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Sent, error) {
+	start := time.Now()
+	var out Sent
+	direct := size%4096 == 0
+	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, direct)
+	if errors.Is(err, unix.EBUSY) {
+		return out, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
+	}
+	if err != nil {
+		return out, err
+	}
+	defer in.Close() //nolint:errcheck // read-only
+	old, err := blockcopy.Open(base, os.O_RDONLY, direct)
+	if err != nil {
+		return out, err
+	}
+	defer old.Close() //nolint:errcheck // read-only
+	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true}}}); err != nil {
+		return out, fmt.Errorf("sending the header: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d := NewDigest()
+	full, free, errc := readPairs(ctx, in, old, vol, base, size)
+	for p := range full {
+		d.Data(p.now)
+		err := sendChanged(s, p.now, p.was, p.off, &out)
+		free <- p
+		if err != nil {
+			return out, err
+		}
+	}
+	if err := <-errc; err != nil {
+		return out, err
+	}
+	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
+		Trailer: &nodeagentv1.CopyTrailer{Sha256: d.Sum(), DataBytes: int64(out.Data)}}}); err != nil {
+		return out, fmt.Errorf("sending the trailer: %w", err)
+	}
+	out.Duration = time.Since(start)
+	return out, nil
+}
+
+// pair is one block of the volume (now) and of its base (was).
+type pair struct {
+	now, was []byte
+	off      uint64
+}
+
+// readPairs reads the volume and the base in readSize blocks, both of a
+// block at once, into two pairs of buffers that the caller hands back
+// on free. full is closed at the end; errc then holds the reader's error
+// (nil when all was read).
+func readPairs(ctx context.Context, in, old *os.File, vol, base string, size uint64) (<-chan pair, chan<- pair, <-chan error) {
+	full := make(chan pair, 1)
+	free := make(chan pair, 2)
+	errc := make(chan error, 1)
+	for range 2 {
+		free <- pair{now: alignedBuffer(readSize), was: alignedBuffer(readSize)}
+	}
+	go func() {
+		defer close(full)
+		errc <- func() error {
+			for off := uint64(0); off < size; {
+				var p pair
+				select {
+				case p = <-free:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				n := min(uint64(readSize), size-off)
+				p.now, p.was, p.off = p.now[:n], p.was[:n], off
+				baseErr := make(chan error, 1)
+				go func() { baseErr <- readFull(old, base, p.was, off) }()
+				err := readFull(in, vol, p.now, off)
+				if berr := <-baseErr; err == nil {
+					err = berr
+				}
+				if err != nil {
+					return err
+				}
+				select {
+				case full <- p:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				off += n
+			}
+			return nil
+		}()
+	}()
+	return full, free, errc
+}
+
+// readFull reads len(b) bytes of f (path) at off.
+func readFull(f *os.File, path string, b []byte, off uint64) error {
+	if _, err := f.ReadAt(b, int64(off)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = blockcopy.ErrShortSource
+		}
+		return fmt.Errorf("reading %s at %d: %w", path, off, err)
+	}
+	return nil
+}
+
+// sendChanged sends the chunks of now (at off) that differ from was, in
+// runs of at most maxData bytes.
+func sendChanged(s Sender, now, was []byte, off uint64, out *Sent) error {
+	run := -1
+	flush := func(end int) error {
+		if run < 0 {
+			return nil
+		}
+		if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Data{
+			Data: &nodeagentv1.CopyData{Offset: int64(off) + int64(run), Data: now[run:end]}}}); err != nil {
+			return fmt.Errorf("sending %d bytes at %d: %w", end-run, off+uint64(run), err)
+		}
+		out.Data += uint64(end - run)
+		run = -1
+		return nil
+	}
+	for i := 0; i < len(now); i += SparseChunk {
+		end := min(i+SparseChunk, len(now))
+		if bytes.Equal(now[i:end], was[i:end]) {
+			if err := flush(i); err != nil {
+				return err
+			}
+			continue
+		}
+		if run < 0 {
+			run = i
+		} else if end-run > maxData {
+			if err := flush(i); err != nil {
+				return err
+			}
+			run = i
+		}
+	}
+	return flush(len(now))
+}

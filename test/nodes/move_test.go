@@ -61,33 +61,8 @@ const (
 // phases (the Event Moved). CARVE_MEASURE_ROUNDS rounds (default 1).
 func TestCrossNodeMoveStatefulSet(t *testing.T) {
 	peer := needPeer(t)
-	ns := newNamespace(t, "move")
 	ctx := testCtx(t, 20*time.Minute)
-	pvs := watchPVs(t, ctx, ns)
-	// Runs before the namespace's cleanup: a pod left on the peer (the
-	// test failed there) would never end, nor would its claim.
-	t.Cleanup(func() {
-		ctx := context.Background()
-		orphan := metav1.DeletePropagationOrphan
-		if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, moveSet, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
-			t.Log(err)
-		}
-		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
-			t.Log(err)
-		}
-	})
-
-	cordon(t, ctx, peerName, true)
-	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
-	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, moveStatefulSet(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := waitPodReady(t, ctx, ns, "", 5*time.Minute)
-	if pod.Spec.NodeName != nodeName {
-		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
-	}
-	cordon(t, ctx, peerName, false)
-	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
+	ns, pvs, fileSum := moveSetUp(t, ctx, "move")
 	wantPVs := []string{pvOf(t, ns, moveClaim)}
 
 	rounds := kubetest.Rounds(t, 1)
@@ -96,12 +71,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		// To the peer, while the pod appends.
 		oldPV := pvOf(t, ns, moveClaim)
 		source := volumeHandle(t, oldPV)
-		writer, stopWriter := context.WithCancel(ctx)
-		go func() { _, _ = kubectl(writer, "exec", "-n", ns, movePod, "--", "/bin/sh", "-c", moveWriter) }()
-		waitFor(t, shortWait, "the writer appending", func(ctx context.Context) (bool, string, error) {
-			out, err := kubectl(ctx, "exec", "-n", ns, movePod, "--", "/bin/sh", "-c", "stat -c %s /data/log 2>/dev/null || echo 0")
-			return err == nil && out != "0", out, nil
-		})
+		stopWriter := startWriter(t, ctx, ns)
 		closedSum := sumWhenClosed(ctx, source)
 		out, st := runMove(t, ctx, ns, peerName, oldPV)
 		stopWriter()
@@ -177,6 +147,105 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 	if len(claims.Items) != 1 || claims.Items[0].Name != moveClaim {
 		t.Errorf("claims in %s: %d, want only %s", ns, len(claims.Items), moveClaim)
 	}
+}
+
+// moveSetUp makes, in a new namespace, the moved StatefulSet with its
+// first pod on the guest node (the peer cordoned meanwhile), and writes
+// /data/f. It returns the namespace, the watch of the PVs made for it
+// and /data/f's SHA-256.
+func moveSetUp(t *testing.T, ctx context.Context, prefix string) (string, *pvWatch, string) {
+	t.Helper()
+	ns := newNamespace(t, prefix)
+	pvs := watchPVs(t, ctx, ns)
+	// Runs before the namespace's cleanup: a pod left on the peer (the
+	// test failed there) would never end, nor would its claim.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		orphan := metav1.DeletePropagationOrphan
+		if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, moveSet, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
+			t.Log(err)
+		}
+		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
+			t.Log(err)
+		}
+	})
+	cordon(t, ctx, peerName, true)
+	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
+	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, moveStatefulSet(ns), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPodReady(t, ctx, ns, "", 5*time.Minute)
+	if pod.Spec.NodeName != nodeName {
+		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
+	}
+	cordon(t, ctx, peerName, false)
+	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
+	return ns, pvs, fileSum
+}
+
+// startWriter starts moveWriter in the pod (kubectl exec) and waits until
+// it appended; it runs until the pod goes or the returned func is called.
+func startWriter(t *testing.T, ctx context.Context, ns string) context.CancelFunc {
+	t.Helper()
+	writer, stop := context.WithCancel(ctx)
+	go func() { _, _ = kubectl(writer, "exec", "-n", ns, movePod, "--", "/bin/sh", "-c", moveWriter) }()
+	waitFor(t, shortWait, "the writer appending", func(ctx context.Context) (bool, string, error) {
+		out, err := kubectl(ctx, "exec", "-n", ns, movePod, "--", "/bin/sh", "-c", "stat -c %s /data/log 2>/dev/null || echo 0")
+		return err == nil && out != "0", out, nil
+	})
+	return stop
+}
+
+// TestCrossNodeMoveSurvivesKillingThePeer (make test-nodes-peer): the
+// peer's agent, the target of a move, is killed (SIGKILL) during the
+// catch-up: as soon as the source is closed (its pod stopped) and the
+// target LV is tagged copy=pending; it is started again at once. The move
+// ends: the claim is bound to the mover's PV on the peer, whose LV no
+// longer carries the tag and holds, byte for byte, what the source held
+// once closed.
+func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
+	peer := needPeer(t)
+	ctx := testCtx(t, 15*time.Minute)
+	ns, _, _ := moveSetUp(t, ctx, "movekill")
+	oldPV := pvOf(t, ns, moveClaim)
+	source := volumeHandle(t, oldPV)
+	stopWriter := startWriter(t, ctx, ns)
+	defer stopWriter()
+	closedSum := sumWhenClosed(ctx, source)
+	cond := fmt.Sprintf(`lvs --noheadings -o lv_tags %s | grep -q %s && [ -z "$(lvs --noheadings -o lv_device_open %s | tr -d ' ')" ]`,
+		peer.VG, volume.TagCopyPending, source)
+	killed := make(chan error, 1)
+	go func() {
+		err := peer.KillAgentWhen(ctx, cond, 5*time.Minute)
+		if err == nil {
+			err = peer.StartAgent(ctx)
+		}
+		killed <- err
+	}()
+	out, st := runMove(t, ctx, ns, peerName, oldPV)
+	if err := <-killed; err != nil {
+		t.Fatalf("%v; kubectl carve move said:\n%s", err, out)
+	}
+	if st.err != nil {
+		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
+	}
+	target := checkMoved(t, ctx, ns, oldPV, source, peerName, peer.VG, st)
+	handle := volumeHandle(t, target)
+	if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+handle)); strings.Contains(tags, volume.TagCopyPending) {
+		t.Errorf("the moved volume %s is still tagged %s (%s)", handle, volume.TagCopyPending, tags)
+	}
+	sum := <-closedSum
+	if sum.err != nil {
+		t.Fatalf("the source LV %s once closed: %v", source, sum.err)
+	}
+	got, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != sum.sum {
+		t.Errorf("the LV %s on %s has SHA-256 %s after the kill, want the source's %s once its pod stopped", handle, peerName, got, sum.sum)
+	}
+	t.Logf("the peer's agent killed during the catch-up and started again; moved: %s", st.event)
 }
 
 // moveStatefulSet is the moved StatefulSet: not pinned (the move picks

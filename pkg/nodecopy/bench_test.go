@@ -185,7 +185,7 @@ func serveLink(c net.Conn) {
 func (l *link) stream(b *testing.B, size uint64) time.Duration {
 	b.Helper()
 	start := time.Now()
-	c, err := tls.Dial("tcp", l.addr, l.client)
+	c, err := (&tls.Dialer{Config: l.client}).DialContext(b.Context(), "tcp", l.addr)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -358,6 +358,9 @@ func TestNodeDaemonSet(t *testing.T) {
 	if addr, _ := flagValue(plugin.Args, "--node-channel-address"); !strings.HasSuffix(addr, ":"+itoa(ports["node-channel"])) || ports["node-channel"] == 0 {
 		t.Errorf("--node-channel-address=%q does not listen on the node-channel port %d", addr, ports["node-channel"])
 	}
+	if addr, _ := flagValue(plugin.Args, "--node-copy-address"); !strings.HasSuffix(addr, ":"+itoa(ports["node-copy"])) || ports["node-copy"] == 0 {
+		t.Errorf("--node-copy-address=%q does not listen on the node-copy port %d", addr, ports["node-copy"])
+	}
 	svc := get[*corev1.Service](t, objs, "Service carve-system/carve-node-metrics")
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
 		t.Errorf("the metrics Service targets %+v, want the port named metrics", svc.Spec.Ports)
@@ -394,8 +397,8 @@ func TestNodeDaemonSet(t *testing.T) {
 			t.Errorf("the plugin's %s probe is %+v, want GET %s on the metrics port", tc.kind, tc.probe, tc.path)
 		}
 	}
-	if want := map[string]int32{"metrics": 9810, "node-channel": 9809}; !reflect.DeepEqual(ports, want) {
-		t.Errorf("the node pod declares ports %v; want %v (carve's metrics and the node channel)", ports, want)
+	if want := map[string]int32{"metrics": 9810, "node-channel": 9809, "node-copy": 9811}; !reflect.DeepEqual(ports, want) {
+		t.Errorf("the node pod declares ports %v; want %v (carve's metrics, the node channel and copies across nodes)", ports, want)
 	}
 }
 
@@ -574,8 +577,14 @@ func TestNodeChannelNetworkPolicy(t *testing.T) {
 	if !ctrl.Matches(labels.Set(d.Spec.Template.Labels)) || ctrl.Matches(labels.Set(ds.Spec.Template.Labels)) {
 		t.Errorf("the node channel admits pods %v: want the controller pods %v and not the node pods", peers[0].PodSelector, d.Spec.Template.Labels)
 	}
-	if len(from) != 2 {
-		t.Errorf("the NetworkPolicy opens ports %v, want metrics and node-channel", from)
+	// Copies across nodes (on by default): the node pods only.
+	nodePods := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"app.kubernetes.io/name": "carve", "app.kubernetes.io/component": "node"}}}
+	if peers := from["node-copy"]; len(peers) != 1 || !reflect.DeepEqual(peers[0], nodePods) {
+		t.Errorf("the node-copy port admits %+v, want only the node pods", peers)
+	}
+	if len(from) != 3 {
+		t.Errorf("the NetworkPolicy opens ports %v, want metrics, node-channel and node-copy", from)
 	}
 }
 

@@ -24,8 +24,9 @@ import (
 // refusal naming the snapshot's node, RESOURCE_EXHAUSTED, and the
 // parameter never reaches a node agent (which would refuse an unknown
 // key). The simulated nodes have no device-mapper, so a granted copy
-// fails at the data (the guest tier's TestCrossNodeCopy copies real data
-// between two agents); what is checked here is the choreography up to it.
+// fails on the pod's node at activating the new volume or at the data
+// (the guest tier's TestCrossNodeCopy copies real data between two
+// agents); what is checked here is the choreography up to it.
 func TestRestoreAskedOnAnotherNode(t *testing.T) {
 	ns := newNamespace(t, "crossnode")
 	ctx := testCtx(t, 6*time.Minute)
@@ -44,12 +45,12 @@ func TestRestoreAskedOnAnotherNode(t *testing.T) {
 		return createPVCAndPod(t, ctx, c, pod)
 	}
 	// waitEvent waits for a ProvisioningFailed event on claim that names
-	// the snapshot's node and holds one of wants; it returns its message.
-	waitEvent := func(t *testing.T, claim string, wants ...string) string {
+	// node and holds one of wants; it returns its message.
+	waitEvent := func(t *testing.T, claim, node string, wants ...string) string {
 		t.Helper()
 		var msg string
-		waitFor(t, settle, "a ProvisioningFailed event on "+claim+" naming "+holder.Name, func(ctx context.Context) (bool, string, error) {
-			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", claim, "ProvisioningFailed", holder.Name)
+		waitFor(t, settle, "a ProvisioningFailed event on "+claim+" naming "+node, func(ctx context.Context) (bool, string, error) {
+			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", claim, "ProvisioningFailed", node)
 			if err != nil {
 				return false, "", err
 			}
@@ -72,7 +73,13 @@ func TestRestoreAskedOnAnotherNode(t *testing.T) {
 
 	t.Run("copied", func(t *testing.T) {
 		start := restore(t, "copied", thickSC)
-		msg := waitEvent(t, "copied", "from node "+holder.Name, "copies its volumes to no other node")
+		// The attempts make the volume on the pod's node (and fail): it
+		// goes with the claim.
+		t.Cleanup(func() { deleteRestore(t, ns, "copied", "copied-app", other) })
+		// Granted and sent to the pod's node, which makes the volume and
+		// fails at activating it or at the data: the bed's nodes have no
+		// device-mapper.
+		msg := waitEvent(t, "copied", other.Name, "the copy's target", "from node "+holder.Name, "copies its volumes to no other node")
 		t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), msg)
 		if strings.Contains(msg, "copies its volumes to no other node") {
 			t.Fatalf("the bed's node agents serve no copies (no --node-copy-address), though the shipped DaemonSet turns them on by default: %s", msg)
@@ -90,7 +97,7 @@ func TestRestoreAskedOnAnotherNode(t *testing.T) {
 	t.Run("forbidden by the StorageClass", func(t *testing.T) {
 		local := localOnlyClass(t, ctx, thickSC, "carve-local-"+ns)
 		start := restore(t, "local", local)
-		msg := waitEvent(t, "local", fmt.Sprintf("lives on node %s, not on %s", holder.Name, other.Name))
+		msg := waitEvent(t, "local", holder.Name, fmt.Sprintf("lives on node %s, not on %s", holder.Name, other.Name))
 		t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), msg)
 		if !strings.Contains(msg, "ResourceExhausted") || strings.Contains(msg, "copies its volumes") {
 			t.Errorf("want the refusal of a restore on another node, RESOURCE_EXHAUSTED: %s", msg)

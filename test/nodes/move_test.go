@@ -94,8 +94,11 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		}
 		waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
 			p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, "no pod (its StatefulSet makes it again)", nil
+			}
 			if err != nil {
-				return false, err.Error(), nil
+				return false, "", err
 			}
 			return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
 		})
@@ -439,8 +442,11 @@ func waitPodReady(t *testing.T, ctx context.Context, ns, node string, timeout ti
 	var got *corev1.Pod
 	waitFor(t, timeout, "pod "+movePod+" Ready", func(ctx context.Context) (bool, string, error) {
 		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no pod (its StatefulSet makes it again)", nil
+		}
 		if err != nil {
-			return false, err.Error(), nil
+			return false, "", err
 		}
 		got = p
 		return podReadyOn(p, node), "on " + p.Spec.NodeName + ": " + podState(p), nil

@@ -117,8 +117,8 @@ func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.Con
 }
 
 // lookup finds a carve volume by ID: InvalidArgument for an empty ID,
-// NotFound for an ID that is not carve's or an LV that is gone or not
-// carve's.
+// NotFound for an ID that is not carve's, of a volume group no class of
+// this node uses, or an LV that is gone or not carve's.
 func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalVolume, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
@@ -126,6 +126,11 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 	vg, lvName, err := volume.ParseVolumeID(id)
 	if err != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: not a carve volume ID", id)
+	}
+	// Another node's volume group that this node can see (nodes sharing
+	// one device-mapper, as a test bed's peers do) is not this node's.
+	if s.cfg.Classes != nil && !s.cfg.Classes.HasVolumeGroup(vg) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist on node %s: volume group %s is none of its device classes'", id, s.node.Name(), vg)
 	}
 	lv, err := s.cfg.LVM.GetLV(ctx, vg, lvName)
 	if err != nil {

@@ -737,6 +737,17 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: "carve-foreign", Size: 1}); err != nil {
 		t.Fatal(err)
 	}
+	// A carve volume in a volume group the node sees but no class of its
+	// uses: another node's, on a shared device-mapper.
+	_, name, _ := volume.ParseVolumeID(id)
+	own, err := fx.lvm.GetLV(ctx, "vg1", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.lvm.addVG("vg-other", 1<<30)
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg-other", Name: name, Size: 1, Tags: own.Tags}); err != nil {
+		t.Fatal(err)
+	}
 	getTests := []struct {
 		name string
 		id   string
@@ -747,6 +758,7 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 		{"not a carve ID", "fake-vol-id", codes.NotFound},
 		{"gone", volume.VolumeID("vg1", volume.LVNameFor("never")), codes.NotFound},
 		{"not carve's", "vg1/carve-foreign", codes.NotFound},
+		{"another node's volume group", volume.VolumeID("vg-other", name), codes.NotFound},
 	}
 	for _, tt := range getTests {
 		t.Run("get/"+tt.name, func(t *testing.T) {

@@ -239,6 +239,10 @@ func pvController(t *testing.T, client *fake.Clientset) bool {
 			continue
 		}
 		c.Spec.VolumeName, c.Status.Phase = pv.Name, corev1.ClaimBound
+		if c.UID == "" {
+			// The fake API server gives a claim made again no UID.
+			c.UID = "claim-uid-again"
+		}
 		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -528,6 +532,11 @@ func TestMoveAbort(t *testing.T) {
 			}
 			if tc.rolledBack == (c.UID == "claim-uid") {
 				t.Errorf("claim UID %s (rolled back: %v)", c.UID, tc.rolledBack)
+			}
+			// The PV controller's binding kept: a claimRef without the
+			// bound claim's UID leaves the claim Lost.
+			if r := pv.Spec.ClaimRef; r == nil || r.UID != c.UID {
+				t.Errorf("the old PV's claimRef %+v, want the bound claim's UID %s", r, c.UID)
 			}
 			if getPV(t, client, TargetName(oldPV, "b")) != nil {
 				t.Error("a new PV was made")

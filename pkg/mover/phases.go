@@ -446,7 +446,14 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 		// The old claim is still being deleted (its pods stopping).
 		return m.cfg.Poll, nil
 	}
-	if r := pv.Spec.ClaimRef; r == nil || r.UID != "" || r.Namespace != mv.ns || r.Name != mv.name ||
+	// Pre-bound by name, or bound already to the claim made again (the
+	// PV controller writes its UID): taking that UID away again would
+	// leave the bound claim Lost.
+	var again types.UID
+	if err == nil {
+		again = claim.UID
+	}
+	if r := pv.Spec.ClaimRef; r == nil || r.UID != "" && r.UID != again || r.Namespace != mv.ns || r.Name != mv.name ||
 		string(pv.Spec.PersistentVolumeReclaimPolicy) != pv.Annotations[AnnReclaimPolicy] {
 		pv = pv.DeepCopy()
 		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: mv.ns, Name: mv.name}

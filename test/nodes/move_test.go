@@ -1,0 +1,531 @@
+//go:build nodes
+
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/carve-csi/carve/pkg/mover"
+	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/test/harness/cluster"
+	"github.com/carve-csi/carve/test/harness/kubetest"
+)
+
+// The moved StatefulSet: one replica of carve's image that only sleeps
+// (the test writes through kubectl exec), its thick ext4 claim of
+// moveSize from the template, moveFileMiB MiB of random bytes in /data/f.
+const (
+	moveSet     = "db"
+	movePod     = moveSet + "-0"
+	moveClaim   = "data-" + movePod
+	moveSize    = "256Mi"
+	moveFileMiB = 64
+	// moveWriter appends 64 KiB of random bytes to /data/log ten times a
+	// second until the pod is killed: what the catch-up sends.
+	moveWriter = "while :; do head -c 65536 /dev/urandom >> /data/log; sleep 0.1; done"
+)
+
+// TestCrossNodeMoveStatefulSet (make test-nodes-peer): `kubectl carve
+// move` (bin/kubectl-carve through the bed's kubeconfig) moves the claim
+// of a StatefulSet's pod from the guest node to the peer while the pod
+// appends to a file, then back. The first pod lands on the guest node
+// (the peer cordoned while it is made). Each way: the claim, under its
+// name, ends Bound to the mover's PV on the target node, whose LV is in
+// that node's volume group; the old PV, the old LV and the seed snapshot
+// are gone; no PV but the mover's was ever made for the namespace (a
+// StatefulSet makes its deleted claim again at once: nothing may
+// provision it). To the peer: the peer's LV has, byte for byte, what the
+// source LV held once the pod stopped (read in the guest as soon as the
+// source is closed: after that only the catch-up reads it). The new pod is
+// scheduled to the peer, where it never runs; back: the test deletes the
+// peer's pods at once when the claim is being deleted (the absent
+// kubelet's part), and the pod runs on the guest node again and reads
+// the files as the peer's LV holds them. MEASURE lines: the time from the
+// request to the pod Ready, the downtime (claim being deleted to pod
+// Ready; to the peer: to the claim Bound), the catch-up's bytes and the
+// phases (the Event Moved). CARVE_MEASURE_ROUNDS rounds (default 1).
+func TestCrossNodeMoveStatefulSet(t *testing.T) {
+	peer := needPeer(t)
+	ctx := testCtx(t, 20*time.Minute)
+	ns, pvs, fileSum := moveSetUp(t, ctx, "move")
+	wantPVs := []string{pvOf(t, ns, moveClaim)}
+
+	rounds := kubetest.Rounds(t, 1)
+	var totals, downs []time.Duration
+	for r := 1; r <= rounds; r++ {
+		// To the peer, while the pod appends.
+		oldPV := pvOf(t, ns, moveClaim)
+		source := volumeHandle(t, oldPV)
+		stopWriter := startWriter(t, ctx, ns)
+		closedSum := sumWhenClosed(ctx, source)
+		out, st := runMove(t, ctx, ns, peerName, oldPV)
+		stopWriter()
+		if st.err != nil {
+			t.Fatalf("round %d: kubectl carve move to %s: %v\n%s", r, peerName, st.err, out)
+		}
+		target := checkMoved(t, ctx, ns, oldPV, source, peerName, peer.VG, st)
+		wantPVs = append(wantPVs, target)
+		sum := <-closedSum
+		if sum.err != nil {
+			t.Fatalf("round %d: the source LV %s once closed: %v", r, source, sum.err)
+		}
+		handle := volumeHandle(t, target)
+		got, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != sum.sum {
+			t.Errorf("round %d: the LV %s on %s has SHA-256 %s, want the source's %s once its pod stopped", r, handle, peerName, got, sum.sum)
+		}
+		waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
+			p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, "no pod (its StatefulSet makes it again)", nil
+			}
+			if err != nil {
+				return false, "", err
+			}
+			return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
+		})
+		files := filesOnLV(t, ctx, handle)
+		if !strings.Contains(files, fileSum+"  ") {
+			t.Errorf("round %d: /data/f on the peer's LV: %q, want SHA-256 %s", r, files, fileSum)
+		}
+		if st.stopped.IsZero() {
+			t.Fatalf("round %d: the claim was never seen being deleted", r)
+		}
+		t.Logf("MEASURE move round %d to %s: claim being deleted to Bound %s (downtime with a pod that could start), request to moved %s; %s",
+			r, peerName, st.bound.Sub(st.stopped).Round(time.Millisecond), st.moved.Sub(st.asked).Round(time.Millisecond), st.event)
+
+		// Back to the guest node: the pod on the peer never runs, and
+		// only a forced delete (the test's, as the kubelet) ends it.
+		out, st = runMove(t, ctx, ns, nodeName, target)
+		if st.err != nil {
+			t.Fatalf("round %d: kubectl carve move to %s: %v\n%s", r, nodeName, st.err, out)
+		}
+		back := checkMoved(t, ctx, ns, target, handle, nodeName, "carve", st)
+		wantPVs = append(wantPVs, back)
+		pod := waitPodReady(t, ctx, ns, nodeName, podTimeout)
+		ready := st.ready
+		if ready.IsZero() {
+			ready = time.Now()
+		}
+		if st.stopped.IsZero() {
+			t.Fatalf("round %d: the claim was never seen being deleted", r)
+		}
+		if again := podExec(t, ns, movePod, "cd /data && sha256sum f log"); again != strings.TrimSpace(files) {
+			t.Errorf("round %d: back on %s the pod reads\n%s\nwant what the peer's LV held\n%s", r, pod.Spec.NodeName, again, files)
+		}
+		total, down := ready.Sub(st.asked), ready.Sub(st.stopped)
+		totals, downs = append(totals, total), append(downs, down)
+		t.Logf("MEASURE move round %d to %s (%s): request to pod Ready %s, downtime (claim being deleted to pod Ready) %s; %s",
+			r, nodeName, moveSize, total.Round(time.Millisecond), down.Round(time.Millisecond), st.event)
+	}
+	t.Logf("MEASURE move %s thick ext4 back to the node with a kubelet, %d rounds: request to pod Ready median %s, downtime median %s",
+		moveSize, rounds, kubetest.Percentile(totals, 50), kubetest.Percentile(downs, 50))
+
+	made := pvs.names()
+	if !slices.Equal(made, wantPVs) {
+		t.Errorf("PVs made for namespace %s: %v, want only the first and the mover's: %v", ns, made, wantPVs)
+	}
+	claims, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 1 || claims.Items[0].Name != moveClaim {
+		t.Errorf("claims in %s: %d, want only %s", ns, len(claims.Items), moveClaim)
+	}
+}
+
+// moveSetUp makes, in a new namespace, the moved StatefulSet with its
+// first pod on the guest node (the peer cordoned meanwhile), and writes
+// /data/f. It returns the namespace, the watch of the PVs made for it
+// and /data/f's SHA-256.
+func moveSetUp(t *testing.T, ctx context.Context, prefix string) (string, *pvWatch, string) {
+	t.Helper()
+	ns := newNamespace(t, prefix)
+	pvs := watchPVs(t, ctx, ns)
+	// Runs before the namespace's cleanup: a pod left on the peer (the
+	// test failed there) would never end, nor would its claim.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		orphan := metav1.DeletePropagationOrphan
+		if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, moveSet, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
+			t.Log(err)
+		}
+		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
+			t.Log(err)
+		}
+	})
+	cordon(t, ctx, peerName, true)
+	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
+	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, moveStatefulSet(ns), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPodReady(t, ctx, ns, "", 5*time.Minute)
+	if pod.Spec.NodeName != nodeName {
+		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
+	}
+	cordon(t, ctx, peerName, false)
+	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
+	return ns, pvs, fileSum
+}
+
+// startWriter starts moveWriter in the pod (kubectl exec) and waits until
+// it appended; it runs until the pod goes or the returned func is called.
+func startWriter(t *testing.T, ctx context.Context, ns string) context.CancelFunc {
+	t.Helper()
+	writer, stop := context.WithCancel(ctx)
+	go func() { _, _ = kubectl(writer, "exec", "-n", ns, movePod, "--", "/bin/sh", "-c", moveWriter) }()
+	waitFor(t, shortWait, "the writer appending", func(ctx context.Context) (bool, string, error) {
+		out, err := kubectl(ctx, "exec", "-n", ns, movePod, "--", "/bin/sh", "-c", "stat -c %s /data/log 2>/dev/null || echo 0")
+		return err == nil && out != "0", out, nil
+	})
+	return stop
+}
+
+// TestCrossNodeMoveSurvivesKillingThePeer (make test-nodes-peer): the
+// peer's agent, the target of a move, is killed (SIGKILL) during the
+// catch-up: as soon as the source is closed (its pod stopped) and the
+// target LV is tagged copy=pending; it is started again at once. The move
+// ends: the claim is bound to the mover's PV on the peer, whose LV no
+// longer carries the tag and holds, byte for byte, what the source held
+// once closed.
+func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
+	peer := needPeer(t)
+	ctx := testCtx(t, 15*time.Minute)
+	ns, _, _ := moveSetUp(t, ctx, "movekill")
+	oldPV := pvOf(t, ns, moveClaim)
+	source := volumeHandle(t, oldPV)
+	stopWriter := startWriter(t, ctx, ns)
+	defer stopWriter()
+	closedSum := sumWhenClosed(ctx, source)
+	cond := fmt.Sprintf(`lvs --noheadings -o lv_tags %s | grep -q %s && [ -z "$(lvs --noheadings -o lv_device_open %s | tr -d ' ')" ]`,
+		peer.VG, volume.TagCopyPending, source)
+	killed := make(chan error, 1)
+	go func() {
+		err := peer.KillAgentWhen(ctx, cond, 5*time.Minute)
+		if err == nil {
+			err = peer.StartAgent(ctx)
+		}
+		killed <- err
+	}()
+	out, st := runMove(t, ctx, ns, peerName, oldPV)
+	if err := <-killed; err != nil {
+		t.Fatalf("%v; kubectl carve move said:\n%s", err, out)
+	}
+	if st.err != nil {
+		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
+	}
+	target := checkMoved(t, ctx, ns, oldPV, source, peerName, peer.VG, st)
+	handle := volumeHandle(t, target)
+	if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+handle)); strings.Contains(tags, volume.TagCopyPending) {
+		t.Errorf("the moved volume %s is still tagged %s (%s)", handle, volume.TagCopyPending, tags)
+	}
+	sum := <-closedSum
+	if sum.err != nil {
+		t.Fatalf("the source LV %s once closed: %v", source, sum.err)
+	}
+	got, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != sum.sum {
+		t.Errorf("the LV %s on %s has SHA-256 %s after the kill, want the source's %s once its pod stopped", handle, peerName, got, sum.sum)
+	}
+	t.Logf("the peer's agent killed during the catch-up and started again; moved: %s", st.event)
+}
+
+// moveStatefulSet is the moved StatefulSet: not pinned (the move picks
+// the node), its pod only sleeps.
+func moveStatefulSet(ns string) *appsv1.StatefulSet {
+	one := int32(1)
+	zero := int64(0)
+	claim := newPVC(ns, "data", thickSC, moveSize)
+	claim.Namespace = ""
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: moveSet, Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": moveSet}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": moveSet}},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: &zero,
+					Containers: []corev1.Container{{
+						Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
+						Command:      []string{"/bin/sh", "-c", sleeper},
+						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+					}},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
+		},
+	}
+}
+
+// moveStats is what runMove saw of one move.
+type moveStats struct {
+	asked, stopped, bound, moved time.Time
+	// ready is when the pod was first seen Ready on the target node
+	// (moves to the guest node only; zero until then).
+	ready time.Time
+	// seed is the seed snapshot's ID (the old PV's annotation).
+	seed string
+	// event is the Event Moved's message on the claim.
+	event string
+	err   error
+}
+
+// runMove runs `kubectl carve move ns/claim --to node` (it waits until
+// the move ends) and, beside it, watches the claim: when the claim is
+// being deleted while pods of the namespace are on the peer, it deletes
+// them at once (no kubelet there ends them). It returns the command's
+// output and what it saw.
+func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string, moveStats) {
+	t.Helper()
+	st := moveStats{asked: time.Now()}
+	bin := filepath.Join(filepath.Dir(bed.Config.CarveBin), "kubectl-carve")
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", bed.Control.Kubeconfig, "move", ns+"/"+moveClaim, "--to", node, "--timeout", "10m")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var uid types.UID
+	for tick := time.NewTicker(200 * time.Millisecond); ; {
+		select {
+		case err := <-done:
+			tick.Stop()
+			st.moved = time.Now()
+			st.err = err
+			if st.bound.IsZero() {
+				st.bound = st.moved
+			}
+			st.event = lastEventOf(ctx, ns, moveClaim, mover.ReasonMoved)
+			return out.String(), st
+		case <-tick.C:
+		}
+		if pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{}); err == nil && pv.Annotations[mover.AnnSeed] != "" {
+			st.seed = pv.Annotations[mover.AnnSeed]
+		}
+		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, moveClaim, metav1.GetOptions{})
+		switch {
+		case err != nil:
+		case uid == "":
+			uid = c.UID
+		case c.UID == uid && c.DeletionTimestamp != nil && st.stopped.IsZero():
+			st.stopped = time.Now()
+		case c.UID != uid && c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != oldPV && st.bound.IsZero():
+			st.bound = time.Now()
+		}
+		if node == nodeName && st.ready.IsZero() && !st.stopped.IsZero() {
+			if p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{}); err == nil && podReadyOn(p, node) {
+				st.ready = time.Now()
+			}
+		}
+		if err == nil && c.DeletionTimestamp != nil {
+			if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
+				t.Log(err)
+			}
+		}
+	}
+}
+
+// checkMoved checks the end of a move of the claim from oldPV (volume
+// oldHandle) to node: the claim Bound to the mover's PV there, whose LV
+// is in vg; the old PV, the old LV and the seed gone. It returns the new
+// PV's name.
+func checkMoved(t *testing.T, ctx context.Context, ns, oldPV, oldHandle, node, vg string, st moveStats) string {
+	t.Helper()
+	pv := waitClaimBound(t, ns, moveClaim, shortWait)
+	if want := mover.TargetName(oldPV, node); pv != want {
+		t.Errorf("claim %s is bound to %s, want the mover's PV %s", moveClaim, pv, want)
+	}
+	if got := pvNode(t, pv); got != node {
+		t.Errorf("the moved PV %s is on node %s, want %s", pv, got, node)
+	}
+	if h := volumeHandle(t, pv); !strings.HasPrefix(h, vg+"/") {
+		t.Errorf("the moved volume %s is not in %s's volume group %s", h, node, vg)
+	}
+	if _, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the old PV %s is still there (%v)", oldPV, err)
+	}
+	gone := []string{oldHandle}
+	if _, svg, slv, err := volume.ParseSnapshotID(st.seed); err == nil {
+		gone = append(gone, svg+"/"+slv)
+	} else {
+		t.Errorf("the seed snapshot of the move was never seen on PV %s: %q", oldPV, st.seed)
+	}
+	for _, lv := range gone {
+		if out := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_name "+lv+" 2>/dev/null || true")); out != "" {
+			t.Errorf("the LV %s is still there after the move", lv)
+		}
+	}
+	return pv
+}
+
+// closedSum is the SHA-256 of an LV once closed, or why not.
+type closedSum struct {
+	sum string
+	err error
+}
+
+// sumWhenClosed reads, in the guest, the SHA-256 of the LV vgLV as soon
+// as nothing holds it open (its pod stopped and the kubelet unstaged it):
+// from then on only the catch-up reads it, and its removal waits while
+// the sum holds it open.
+func sumWhenClosed(ctx context.Context, vgLV string) <-chan closedSum {
+	ch := make(chan closedSum, 1)
+	script := fmt.Sprintf(`set -e
+end=$(( $(date +%%s) + 600 ))
+while [ -n "$(lvs --noheadings -o lv_device_open %[1]s | tr -d ' ')" ]; do
+  [ $(date +%%s) -lt $end ] || { echo "%[1]s still open after 600 s"; exit 1; }
+  sleep 0.1
+done
+sha256sum < /dev/%[1]s
+`, vgLV)
+	go func() {
+		out, err := bed.GuestNode(nodeName).Exec(ctx, script)
+		f := strings.Fields(out)
+		if err == nil && (len(f) == 0 || len(f[0]) != 64) {
+			err = fmt.Errorf("sha256sum printed %q", out)
+		}
+		if err != nil {
+			ch <- closedSum{err: err}
+			return
+		}
+		ch <- closedSum{sum: f[0]}
+	}()
+	return ch
+}
+
+// filesOnLV mounts the ext4 LV vgLV read-only without its journal in the
+// guest (no byte of it changes) and returns `sha256sum f log` there.
+func filesOnLV(t *testing.T, ctx context.Context, vgLV string) string {
+	t.Helper()
+	out, err := bed.GuestNode(nodeName).Exec(ctx, fmt.Sprintf(`set -e
+[ -e /dev/%[1]s ] || lvchange -q -ay %[1]s
+d=$(mktemp -d)
+mount -o ro,noload /dev/%[1]s "$d"
+(cd "$d" && sha256sum f log) || { umount "$d"; exit 1; }
+umount "$d"
+rmdir "$d"
+`, vgLV))
+	if err != nil {
+		t.Fatalf("the files on %s: %v", vgLV, err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// waitPodReady waits until the StatefulSet's pod is Ready (on node, when
+// set) and returns it.
+func waitPodReady(t *testing.T, ctx context.Context, ns, node string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	waitFor(t, timeout, "pod "+movePod+" Ready", func(ctx context.Context) (bool, string, error) {
+		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no pod (its StatefulSet makes it again)", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		got = p
+		return podReadyOn(p, node), "on " + p.Spec.NodeName + ": " + podState(p), nil
+	})
+	return got
+}
+
+// podReadyOn tells a pod that runs and is Ready on node ("": any).
+func podReadyOn(p *corev1.Pod, node string) bool {
+	if p.DeletionTimestamp != nil || node != "" && p.Spec.NodeName != node || !allRunning(p) {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// cordon marks node unschedulable or schedulable again.
+func cordon(t *testing.T, ctx context.Context, node string, on bool) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
+	if _, err := bed.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("cordon %s (%t): %v", node, on, err)
+	}
+}
+
+// lastEventOf is the message of the last Event of that reason on the
+// object named name in ns.
+func lastEventOf(ctx context.Context, ns, name, reason string) string {
+	evs, err := bed.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+	if err != nil || len(evs.Items) == 0 {
+		return fmt.Sprintf("no Event %s (%v)", reason, err)
+	}
+	last := evs.Items[0]
+	for _, e := range evs.Items[1:] {
+		if e.LastTimestamp.After(last.LastTimestamp.Time) || e.EventTime.After(last.EventTime.Time) {
+			last = e
+		}
+	}
+	return last.Message
+}
+
+// pvWatch collects, in the order made, the names of the PVs made for
+// claims of one namespace.
+type pvWatch struct {
+	mu   sync.Mutex
+	made []string
+}
+
+func (w *pvWatch) names() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.made)
+}
+
+// watchPVs watches PVs until ctx ends and collects those made for ns.
+func watchPVs(t *testing.T, ctx context.Context, ns string) *pvWatch {
+	t.Helper()
+	w := &pvWatch{}
+	wi, err := bed.Client.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer wi.Stop()
+		for ev := range wi.ResultChan() {
+			pv, ok := ev.Object.(*corev1.PersistentVolume)
+			if !ok || ev.Type != watch.Added || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != ns {
+				continue
+			}
+			w.mu.Lock()
+			if !slices.Contains(w.made, pv.Name) {
+				w.made = append(w.made, pv.Name)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}

@@ -49,10 +49,16 @@ func TestConfigurationDocumentsEveryFlag(t *testing.T) {
 	}
 	doc := string(raw)
 	for _, role := range []string{"plugin", "controller"} {
+		r := roles(io.Discard)[role]
+		if r.absent != "" {
+			// Not in this build (carve-node has no controller); the
+			// build that has it checks it.
+			continue
+		}
 		t.Run(role, func(t *testing.T) {
 			fs := flag.NewFlagSet(role, flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			roles(io.Discard)[role].flags(fs)
+			r.flags(fs)
 			var registered []string
 			fs.VisitAll(func(f *flag.Flag) { registered = append(registered, f.Name) })
 			documented := documentedFlags(t, doc, "## `carve "+role+"`")

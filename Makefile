@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes test-host-side test-nodes test-nodes-peer demo bench bench-peers soak deps clean cachedir
+.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes measure-move test-host-side test-nodes test-nodes-peer demo bench bench-peers soak deps clean cachedir
 
 all: build
 
@@ -204,6 +204,18 @@ test-nodes-peer: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_NODES_PEER=1 \
 	  $(GO) test -tags nodes -count=1 -timeout 30m -run '^TestCrossNode' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes-peer.log | ./hack/summarize-go-test.sh nodes-peer
+
+# A measurement on real nodes, not part of make test: a StatefulSet's
+# claim moved to the peer node and back (TestCrossNodeMoveStatefulSet), a
+# MOVE_SIZE claim (default 1Gi), MOVE_ROUNDS rounds (default 3); the
+# MEASURE lines give each move's total time, downtime and catch-up bytes.
+MOVE_SIZE ?= 1Gi
+MOVE_ROUNDS ?= 3
+measure-move: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_NODES_PEER=1 \
+	  CARVE_MOVE_SIZE='$(MOVE_SIZE)' CARVE_MEASURE_ROUNDS='$(MOVE_ROUNDS)' \
+	  $(GO) test -tags nodes -count=1 -timeout 90m -run '^TestCrossNodeMoveStatefulSet$$' -v ./test/nodes/ 2>&1 | tee $(CACHE)/measure-move.log | ./hack/summarize-go-test.sh measure-move
 
 # A measurement on real nodes, not part of make test: the guest beside
 # three bigger simulated nodes, the controller on the guest; unpinned pods

@@ -5,6 +5,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -28,17 +29,25 @@ import (
 
 // The moved StatefulSet: one replica of carve's image that only sleeps
 // (the test writes through kubectl exec), its thick ext4 claim of
-// moveSize from the template, moveFileMiB MiB of random bytes in /data/f.
+// moveSize() from the template, moveFileMiB MiB of random bytes in /data/f.
 const (
 	moveSet     = "db"
 	movePod     = moveSet + "-0"
 	moveClaim   = "data-" + movePod
-	moveSize    = "256Mi"
 	moveFileMiB = 64
 	// moveWriter appends 64 KiB of random bytes to /data/log ten times a
 	// second until the pod is killed: what the catch-up sends.
 	moveWriter = "while :; do head -c 65536 /dev/urandom >> /data/log; sleep 0.1; done"
 )
+
+// moveSize is the moved claim's size: CARVE_MOVE_SIZE (make
+// measure-move sets it), else 256Mi.
+func moveSize() string {
+	if v := os.Getenv("CARVE_MOVE_SIZE"); v != "" {
+		return v
+	}
+	return "256Mi"
+}
 
 // TestCrossNodeMoveStatefulSet (make test-nodes-peer): `kubectl carve
 // move` (bin/kubectl-carve through the bed's kubeconfig) moves the claim
@@ -61,11 +70,11 @@ const (
 // phases (the Event Moved). CARVE_MEASURE_ROUNDS rounds (default 1).
 func TestCrossNodeMoveStatefulSet(t *testing.T) {
 	peer := needPeer(t)
-	ctx := testCtx(t, 20*time.Minute)
+	rounds := kubetest.Rounds(t, 1)
+	ctx := testCtx(t, 5*time.Minute+time.Duration(rounds)*15*time.Minute)
 	ns, pvs, fileSum := moveSetUp(t, ctx, "move")
 	wantPVs := []string{pvOf(t, ns, moveClaim)}
 
-	rounds := kubetest.Rounds(t, 1)
 	var totals, downs []time.Duration
 	for r := 1; r <= rounds; r++ {
 		// To the peer, while the pod appends.
@@ -134,10 +143,10 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		total, down := ready.Sub(st.asked), ready.Sub(st.stopped)
 		totals, downs = append(totals, total), append(downs, down)
 		t.Logf("MEASURE move round %d to %s (%s): request to pod Ready %s, downtime (claim being deleted to pod Ready) %s; %s",
-			r, nodeName, moveSize, total.Round(time.Millisecond), down.Round(time.Millisecond), st.event)
+			r, nodeName, moveSize(), total.Round(time.Millisecond), down.Round(time.Millisecond), st.event)
 	}
 	t.Logf("MEASURE move %s thick ext4 back to the node with a kubelet, %d rounds: request to pod Ready median %s, downtime median %s",
-		moveSize, rounds, kubetest.Percentile(totals, 50), kubetest.Percentile(downs, 50))
+		moveSize(), rounds, kubetest.Percentile(totals, 50), kubetest.Percentile(downs, 50))
 
 	made := pvs.names()
 	if !slices.Equal(made, wantPVs) {
@@ -256,7 +265,7 @@ func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
 func moveStatefulSet(ns string) *appsv1.StatefulSet {
 	one := int32(1)
 	zero := int64(0)
-	claim := newPVC(ns, "data", thickSC, moveSize)
+	claim := newPVC(ns, "data", thickSC, moveSize())
 	claim.Namespace = ""
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: moveSet, Namespace: ns},

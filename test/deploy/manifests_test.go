@@ -886,6 +886,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			expandNamed("namespace", "", "secrets", "carve-node-channel-ca", "get"),
 			expand("namespace", "", "configmaps", "create"),
 			expandNamed("namespace", "", "configmaps", "carve-node-channel-ca", "get", "update"),
+			// The mover (kubectl carve move): it deletes the claim and
+			// makes it again, stops the pods that use it, and writes the
+			// old PV's annotations, reclaim policy and claimRef.
+			expand("cluster", "", "persistentvolumeclaims", "create", "delete"),
+			expand("cluster", "", "persistentvolumes", "update"),
+			expand("cluster", "", "pods", "list", "delete"),
 		),
 	})
 }

@@ -131,10 +131,14 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 				sub(cluster("patch", "snapshot.storage.k8s.io", "volumesnapshotcontents"), "status"),
 				// csi-resizer
 				cluster("patch", "", "persistentvolumes"), sub(in("default", "patch", "", "persistentvolumeclaims"), "status"),
+				// carve controller's mover (kubectl carve move): the claim
+				// deleted and made again, the pods that use it stopped
+				in("default", "create", "", "persistentvolumeclaims"), in("default", "delete", "", "persistentvolumeclaims"),
+				in("default", "list", "", "pods"), in("default", "delete", "", "pods"),
 			},
 			denied: []access{
 				cluster("delete", "", "nodes"), cluster("patch", "", "nodes"),
-				in("default", "create", "", "persistentvolumeclaims"), in("default", "delete", "", "pods"),
+				in("default", "create", "", "pods"), in("default", "update", "", "pods"), in("default", "patch", "", "pods"),
 				local("get", "", "secrets"), local("list", "", "secrets"), named(local("get", "", "secrets"), "other"),
 				named(local("update", "", "configmaps"), "other"),
 				in("default", "create", "storage.k8s.io", "csistoragecapacities"),

@@ -400,7 +400,7 @@ func TestMoveClaimMadeAgainInTheGap(t *testing.T) {
 			return
 		}
 		// The router refuses to provision the claim (the index may lag).
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for {
 			why, held := guard.MoveOf(ns, claim)
 			if held {
@@ -430,7 +430,7 @@ func TestMoveClaimMadeAgainInTheGap(t *testing.T) {
 		t.Errorf("the StatefulSet's claim was replaced: %+v", c.ObjectMeta)
 	}
 	if _, held := guard.MoveOf(ns, claim); held {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for _, held = guard.MoveOf(ns, claim); held && time.Now().Before(deadline); _, held = guard.MoveOf(ns, claim) {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -645,7 +645,7 @@ func TestRun(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
 	request(t, client, "b")
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		pv := getPV(t, client, oldPV)
 		if p := pv.Annotations[AnnPhase]; p == PhaseBinding || p == PhaseCleaning {

@@ -36,8 +36,10 @@ const (
 	moveClaim   = "data-" + movePod
 	moveFileMiB = 64
 	// moveWriter appends 64 KiB of random bytes to /data/log ten times a
-	// second until the pod is killed: what the catch-up sends.
-	moveWriter = "while :; do head -c 65536 /dev/urandom >> /data/log; sleep 0.1; done"
+	// second, 10 MiB in all (the figure: 10 MiB changed during
+	// the first copy, which takes longer than its 16 s): what the
+	// catch-up sends.
+	moveWriter = "i=0; while [ $i -lt 160 ]; do head -c 65536 /dev/urandom >> /data/log; i=$((i+1)); sleep 0.1; done; sync"
 )
 
 // moveSize is the moved claim's size: CARVE_MOVE_SIZE (make

@@ -14,15 +14,10 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/leader"
 	"github.com/carve-csi/carve/pkg/pvindex"
 	"github.com/carve-csi/carve/pkg/reconcile"
 	"github.com/carve-csi/carve/topology"
 )
-
-// auditLease is the Lease of the replica that audits the nodes: two
-// replicas would announce every finding twice and race to remove orphans.
-const auditLease = "carve-controller-audit"
 
 // nodeCallTimeout bounds one Inventory, QuarantineOrphan or RemoveOrphan
 // call of the audit.
@@ -143,10 +138,7 @@ func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	a := reconcile.New(cfg)
 	return func(ctx context.Context) error {
 		defer stop()
-		if !o.LeaderElection {
-			return a.Run(ctx)
-		}
-		if err := leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: auditLease}, a.Run); err != nil {
+		if err := o.whileLeading(ctx, client, auditLease, a.Run); err != nil {
 			return fmt.Errorf("the audit: %w", err)
 		}
 		return nil

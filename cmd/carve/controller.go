@@ -11,14 +11,10 @@ import (
 
 	"github.com/carve-csi/carve/pkg/driver"
 	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/leader"
 	"github.com/carve-csi/carve/pkg/lostnodes"
 	"github.com/carve-csi/carve/pkg/version"
 	"github.com/carve-csi/carve/topology"
 )
-
-// leaseName is the Lease the controller replicas compete for.
-const leaseName = "carve-controller"
 
 // runController serves the cluster-wide Identity, Controller and the one
 // Node call (NodeGetCapabilities) that csi-resizer needs, and watches for
@@ -69,9 +65,6 @@ func lostNodesWatch(ctx context.Context, o *ControllerOptions, reg prometheus.Re
 		DeleteRetained: o.DeleteRetainedClaimsOfLostNodes, Registerer: reg})
 	return func(ctx context.Context) error {
 		defer stop()
-		if !o.LeaderElection {
-			return w.Run(ctx)
-		}
-		return leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: leaseName}, w.Run)
+		return o.whileLeading(ctx, client, leaseName, w.Run)
 	}, nil
 }

@@ -32,7 +32,8 @@ type ControllerOptions struct {
 	// reported.
 	DeleteRetainedClaimsOfLostNodes bool
 	// LeaderElection makes one replica at a time do each cluster duty:
-	// the lost-node watch, the capacity writer and the audit.
+	// the lost-node watch, the capacity writer, the placement of
+	// restores, the audit and the mover (leases.go names their Leases).
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; empty is the pod's own
 	// namespace.
@@ -51,7 +52,7 @@ func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them, once the Node has been absent for --lost-node-grace-period; PersistentVolumes whose reclaim policy is Retain only with --delete-retained-claims-of-lost-nodes")
 	fs.DurationVar(&o.LostNodeGrace, "lost-node-grace-period", 30*time.Minute, "with --delete-claims-of-lost-nodes: how long a Node must have been absent, from when carve controller first found it absent, before the claims and PersistentVolumes pinned to it are deleted; a Node that comes back within it keeps them (a new leader starts the clock anew)")
 	fs.BoolVar(&o.DeleteRetainedClaimsOfLostNodes, "delete-retained-claims-of-lost-nodes", false, "with --delete-claims-of-lost-nodes: delete also the claims and PersistentVolumes whose reclaim policy is Retain (without it they are only reported)")
-	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes, only the holder of carve-controller-capacity writes CSIStorageCapacity objects, only the holder of carve-controller-audit audits the nodes' LVs, and only the holder of carve-controller-mover moves claims to other nodes")
+	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes, only the holder of carve-controller-capacity writes CSIStorageCapacity objects, only the holder of carve-controller-placement selects the node of new restores and clones, only the holder of carve-controller-audit audits the nodes' LVs, and only the holder of carve-controller-mover moves claims to other nodes")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
 	o.Route.AddFlags(fs)
 	o.Audit.AddFlags(fs)

@@ -9,15 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/leader"
 	"github.com/carve-csi/carve/pkg/mover"
 	"github.com/carve-csi/carve/pkg/router"
 	"github.com/carve-csi/carve/topology"
 )
-
-// moverLease is the Lease of the replica that moves claims to other nodes
-// (kubectl carve move): two would race through the same steps.
-const moverLease = "carve-controller-mover"
 
 // startMover builds the mover (pkg/mover) over the router; what it
 // returns runs it, under leader election when asked.
@@ -32,9 +27,6 @@ func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	}
 	return func(ctx context.Context) error {
 		defer stop()
-		if !o.LeaderElection {
-			return m.Run(ctx)
-		}
-		return leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: moverLease}, m.Run)
+		return o.whileLeading(ctx, client, moverLease, m.Run)
 	}, nil
 }

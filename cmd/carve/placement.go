@@ -10,14 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/leader"
 	"github.com/carve-csi/carve/pkg/placement"
 	"github.com/carve-csi/carve/topology"
 )
-
-// placementLease is the Lease of the replica that selects the node of new
-// restores and clones: two replicas would only decide the same twice.
-const placementLease = "carve-controller-placement"
 
 // startPlacement builds the placement of restores and clones on their
 // source's node (pkg/placement) from the node channel's capacity reports
@@ -37,9 +32,6 @@ func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes
 	}
 	return func(ctx context.Context) error {
 		defer stop()
-		if !o.LeaderElection {
-			return p.Run(ctx)
-		}
-		return leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: placementLease}, p.Run)
+		return o.whileLeading(ctx, client, placementLease, p.Run)
 	}, nil
 }

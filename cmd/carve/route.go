@@ -11,13 +11,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/capacitywriter"
 	"github.com/carve-csi/carve/pkg/castore"
 	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/leader"
 	"github.com/carve-csi/carve/pkg/mover"
 	"github.com/carve-csi/carve/pkg/nodeca"
 	"github.com/carve-csi/carve/pkg/nodepool"
@@ -25,10 +23,6 @@ import (
 	"github.com/carve-csi/carve/pkg/router"
 	"github.com/carve-csi/carve/topology"
 )
-
-// capacityLease is the Lease of the replica that writes CSIStorageCapacity
-// objects; every replica routes calls.
-const capacityLease = "carve-controller-capacity"
 
 // RouteOptions configure the controller's node channel: routing the
 // CSI Controller calls of the sidecars to the node agents that own them.
@@ -134,7 +128,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, err
 	}
 	duties := []func(context.Context) error{pool.Run, pvs.Run, place, move, func(ctx context.Context) error {
-		return writeCapacity(ctx, o, client, writer)
+		return o.whileLeading(ctx, client, capacityLease, writer.Run)
 	}, func(ctx context.Context) error {
 		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
 	}}
@@ -146,15 +140,6 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		duties = append(duties, startAudit(ctx, o, client, dyn, pvs, pool, reg))
 	}
 	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }}, nil
-}
-
-// writeCapacity runs the capacity writer, under leader election when asked:
-// two replicas writing the same objects would only fight.
-func writeCapacity(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, w *capacitywriter.Writer) error {
-	if !o.LeaderElection {
-		return w.Run(ctx)
-	}
-	return leader.Run(ctx, leader.Config{Client: client, Namespace: o.LeaderElectionNamespace, Lease: capacityLease}, w.Run)
 }
 
 // renewIdentity issues the controller a new certificate every period, so

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/pkg/mover"
+	"github.com/carve-csi/carve/pkg/moveapi"
 	"github.com/carve-csi/carve/topology"
 	"github.com/carve-csi/carve/topology/pinned"
 )
@@ -39,7 +39,7 @@ func (o *options) moveCommands() []*cobra.Command {
 a copy while the workload runs, then the workload's pods are deleted, what
 changed is sent, and the claim (deleted and made again under the same name)
 is bound to the new volume; a StatefulSet's pod then starts on the new node.
-It sets the annotation ` + mover.AnnMoveTo + ` on the claim and, unless --wait=false,
+It sets the annotation ` + moveapi.AnnMoveTo + ` on the claim and, unless --wait=false,
 follows the move until it ends. --abort withdraws a move before the workload
 was stopped, or rolls it back while the changes are being sent.
 See docs/operations.md ("Moving a volume").`,
@@ -84,7 +84,7 @@ nothing new lands there. See docs/operations.md ("Retiring a node").`,
 		},
 	}
 	for _, c := range []*cobra.Command{move, drain} {
-		c.Flags().StringVar(&mo.to, "to", mover.AnyNode, "the node to move to; * lets carve pick the node of the class with the most free capacity")
+		c.Flags().StringVar(&mo.to, "to", moveapi.AnyNode, "the node to move to; * lets carve pick the node of the class with the most free capacity")
 		c.Flags().DurationVar(&mo.timeout, "timeout", 0, "give up waiting after this long (the move goes on); 0: wait until it ends")
 	}
 	move.Flags().BoolVar(&mo.wait, "wait", true, "follow the move until it ends; false: return once it is asked for")
@@ -122,10 +122,10 @@ func (o *options) move(ctx context.Context, kube kubernetes.Interface, mo *moveO
 		return fmt.Errorf("claim %s/%s is not bound to a volume (%s): nothing to move", ns, name, c.Status.Phase)
 	}
 	pv := c.Spec.VolumeName
-	if cur := c.Annotations[mover.AnnMoveTo]; cur != "" && cur != mo.to {
+	if cur := c.Annotations[moveapi.AnnMoveTo]; cur != "" && cur != mo.to {
 		return fmt.Errorf("claim %s/%s is asked to move to %s already (kubectl carve move --abort %s/%s withdraws it)", ns, name, cur, ns, name)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mover.AnnMoveTo: mo.to}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnMoveTo: mo.to}}})
 	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("asking for the move of %s/%s: %w", ns, name, err)
 	}
@@ -180,9 +180,9 @@ func moveProgress(ctx context.Context, kube kubernetes.Interface, ns, name, oldP
 		return progress{}, err
 	}
 	gone := apierrors.IsNotFound(err)
-	if !gone && pv.Annotations[mover.AnnPhase] != "" {
-		line := pv.Annotations[mover.AnnPhase] + " (to node " + pv.Annotations[mover.AnnMoveTo] + ")"
-		if w := pv.Annotations[mover.AnnWaiting]; w != "" {
+	if !gone && pv.Annotations[moveapi.AnnPhase] != "" {
+		line := pv.Annotations[moveapi.AnnPhase] + " (to node " + pv.Annotations[moveapi.AnnMoveTo] + ")"
+		if w := pv.Annotations[moveapi.AnnWaiting]; w != "" {
 			line += ": " + w
 		}
 		return progress{line: line}, nil
@@ -194,17 +194,17 @@ func moveProgress(ctx context.Context, kube kubernetes.Interface, ns, name, oldP
 	claimGone := apierrors.IsNotFound(err)
 	switch {
 	case gone && !claimGone && c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != oldPV:
-		msg := lastEvent(ctx, kube, ns, name, mover.ReasonMoved)
+		msg := lastEvent(ctx, kube, ns, name, moveapi.ReasonMoved)
 		if msg == "" {
 			msg = "moved: bound to " + c.Spec.VolumeName
 		}
 		return progress{line: msg, done: true}, nil
 	case gone:
 		return progress{line: "the old volume is gone; waiting for the claim to be bound again"}, nil
-	case !claimGone && c.Annotations[mover.AnnMoveTo] != "":
+	case !claimGone && c.Annotations[moveapi.AnnMoveTo] != "":
 		return progress{line: "asked; waiting for carve controller to start it"}, nil
 	}
-	why := lastEvent(ctx, kube, ns, name, mover.ReasonMoveFailed, mover.ReasonAborted, mover.ReasonRolledBack)
+	why := lastEvent(ctx, kube, ns, name, moveapi.ReasonMoveFailed, moveapi.ReasonAborted, moveapi.ReasonRolledBack)
 	if why == "" {
 		why = "the move ended without moving the claim (no event says why)"
 	}
@@ -250,8 +250,8 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err == nil && c.Annotations[mover.AnnMoveTo] != "" {
-		patch := []byte(`{"metadata":{"annotations":{"` + mover.AnnMoveTo + `":null}}}`)
+	if err == nil && c.Annotations[moveapi.AnnMoveTo] != "" {
+		patch := []byte(`{"metadata":{"annotations":{"` + moveapi.AnnMoveTo + `":null}}}`)
 		if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("withdrawing the move of %s/%s: %w", ns, name, err)
 		}
@@ -262,26 +262,26 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 		return err
 	}
 	for _, pv := range pvs.Items {
-		r, phase := pv.Spec.ClaimRef, pv.Annotations[mover.AnnPhase]
+		r, phase := pv.Spec.ClaimRef, pv.Annotations[moveapi.AnnPhase]
 		if r == nil || r.Namespace != ns || r.Name != name || phase == "" {
 			continue
 		}
 		switch phase {
-		case mover.PhaseSeeding, mover.PhaseStopping, mover.PhaseCatchingUp:
-		case mover.PhaseRollingBack:
+		case moveapi.PhaseSeeding, moveapi.PhaseStopping, moveapi.PhaseCatchingUp:
+		case moveapi.PhaseRollingBack:
 			say(o.streams.Out, "claim %s/%s: the move is rolling back already\n", ns, name)
 			return nil
 		default:
 			return fmt.Errorf("claim %s/%s: the move is in phase %s, past the point of return: it completes on its own", ns, name, phase)
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mover.AnnAbort: "requested"}}})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnAbort: "requested"}}})
 		if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("asking to roll the move of %s/%s back: %w", ns, name, err)
 		}
 		say(o.streams.Out, "claim %s/%s: abort asked (phase %s); the claim stays on, or goes back to, volume %s\n", ns, name, phase, pv.Name)
 		return nil
 	}
-	if err == nil && c.Annotations[mover.AnnMoveTo] != "" {
+	if err == nil && c.Annotations[moveapi.AnnMoveTo] != "" {
 		return nil
 	}
 	return fmt.Errorf("claim %s/%s: no move to abort", ns, name)

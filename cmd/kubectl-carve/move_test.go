@@ -13,7 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/carve-csi/carve/pkg/mover"
+	"github.com/carve-csi/carve/pkg/moveapi"
 )
 
 func TestMoveAsks(t *testing.T) {
@@ -41,8 +41,8 @@ func TestMoveAsks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := c.Annotations[mover.AnnMoveTo]; got != tc.claimAnn {
-				t.Errorf("%s = %q, want %q", mover.AnnMoveTo, got, tc.claimAnn)
+			if got := c.Annotations[moveapi.AnnMoveTo]; got != tc.claimAnn {
+				t.Errorf("%s = %q, want %q", moveapi.AnnMoveTo, got, tc.claimAnn)
 			}
 		})
 	}
@@ -68,14 +68,14 @@ func TestMoveProgress(t *testing.T) {
 		done   bool
 		failed bool
 	}{
-		{name: "asked", objs: []runtime.Object{pv(nil), claim("old", map[string]string{mover.AnnMoveTo: "*"})}, line: "waiting for carve controller"},
-		{name: "a phase", objs: []runtime.Object{pv(map[string]string{mover.AnnPhase: mover.PhaseCatchingUp, mover.AnnMoveTo: "n2",
-			mover.AnnWaiting: "the source is still open"})}, line: "catching-up (to node n2): the source is still open"},
-		{name: "moved", objs: []runtime.Object{claim("new", nil), ev(mover.ReasonMoved, "Moved from node n1 to node n2", 0)},
+		{name: "asked", objs: []runtime.Object{pv(nil), claim("old", map[string]string{moveapi.AnnMoveTo: "*"})}, line: "waiting for carve controller"},
+		{name: "a phase", objs: []runtime.Object{pv(map[string]string{moveapi.AnnPhase: moveapi.PhaseCatchingUp, moveapi.AnnMoveTo: "n2",
+			moveapi.AnnWaiting: "the source is still open"})}, line: "catching-up (to node n2): the source is still open"},
+		{name: "moved", objs: []runtime.Object{claim("new", nil), ev(moveapi.ReasonMoved, "Moved from node n1 to node n2", 0)},
 			line: "Moved: Moved from node n1 to node n2", done: true},
-		{name: "refused", objs: []runtime.Object{pv(nil), claim("old", nil), ev(mover.ReasonMoveFailed, "older", -time.Hour),
-			ev(mover.ReasonMoveFailed, "Not moved: node x reports no capacity", 0)}, line: "MoveFailed: Not moved: node x", done: true, failed: true},
-		{name: "rolled back", objs: []runtime.Object{pv(nil), claim("old", nil), ev(mover.ReasonRolledBack, "rolled back", 0)},
+		{name: "refused", objs: []runtime.Object{pv(nil), claim("old", nil), ev(moveapi.ReasonMoveFailed, "older", -time.Hour),
+			ev(moveapi.ReasonMoveFailed, "Not moved: node x reports no capacity", 0)}, line: "MoveFailed: Not moved: node x", done: true, failed: true},
+		{name: "rolled back", objs: []runtime.Object{pv(nil), claim("old", nil), ev(moveapi.ReasonRolledBack, "rolled back", 0)},
 			line: "MoveRolledBack: rolled back", done: true, failed: true},
 		{name: "the claim between its two lives", objs: []runtime.Object{}, line: "waiting for the claim to be bound again"},
 	} {
@@ -98,15 +98,15 @@ func TestMoveAbort(t *testing.T) {
 		out         string
 		abort       bool
 	}{
-		{name: "while catching up: rolled back", phase: mover.PhaseCatchingUp, out: "abort asked", abort: true},
-		{name: "while binding: too late", phase: mover.PhaseBinding, code: exitError, out: "past the point of return"},
+		{name: "while catching up: rolled back", phase: moveapi.PhaseCatchingUp, out: "abort asked", abort: true},
+		{name: "while binding: too late", phase: moveapi.PhaseBinding, code: exitError, out: "past the point of return"},
 		{name: "no move", code: exitError, out: "no move to abort"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, _ := cluster()
 			for _, o := range objs {
 				if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Name == "pv-a" && tc.phase != "" {
-					pv.Annotations = map[string]string{mover.AnnPhase: tc.phase}
+					pv.Annotations = map[string]string{moveapi.AnnPhase: tc.phase}
 				}
 			}
 			cs := fake.NewClientset(objs...)
@@ -119,7 +119,7 @@ func TestMoveAbort(t *testing.T) {
 				t.Errorf("err %v, want %q", err, tc.out)
 			}
 			pv, _ := cs.CoreV1().PersistentVolumes().Get(context.Background(), "pv-a", metav1.GetOptions{})
-			if got := pv.Annotations[mover.AnnAbort] != ""; got != tc.abort {
+			if got := pv.Annotations[moveapi.AnnAbort] != ""; got != tc.abort {
 				t.Errorf("abort asked on the PV: %v, want %v", got, tc.abort)
 			}
 		})

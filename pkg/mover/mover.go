@@ -55,64 +55,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-)
 
-// Annotations. AnnMoveTo is the request on the claim; the others live on
-// the old PV while its move runs (pvindex keeps every annotation of the
-// prefix AnnPrefix in its cache: the audit and the router read them).
-const (
-	AnnPrefix = "carve.dev/move-"
-	// AnnMoveTo on a claim asks to move it to that node ("*": the node of
-	// the claim's class with the most free capacity, not the claim's);
-	// on the old PV it is the node the move goes to.
-	AnnMoveTo = AnnPrefix + "to"
-	// AnnPhase is the move's phase (Phase*).
-	AnnPhase = AnnPrefix + "phase"
-	// AnnReclaimPolicy is the old PV's reclaim policy before the move.
-	AnnReclaimPolicy = AnnPrefix + "reclaim-policy"
-	// AnnTarget is the CSI name of the target volume (and the new PV's name).
-	AnnTarget = AnnPrefix + "target"
-	// AnnTargetID is the target volume's ID, once made.
-	AnnTargetID = AnnPrefix + "target-id"
-	// AnnTargetContext is the target volume's volume context (JSON).
-	AnnTargetContext = AnnPrefix + "target-context"
-	// AnnSeed is the seed snapshot's ID, once made.
-	AnnSeed = AnnPrefix + "seed"
-	// AnnClaim is the claim as it was before stopping (JSON).
-	AnnClaim = AnnPrefix + "claim"
-	// AnnPhaseSince is when the current phase started (RFC 3339).
-	AnnPhaseSince = AnnPrefix + "phase-since"
-	// AnnDurations are the past phases' durations ("seeding=1.5s,...").
-	AnnDurations = AnnPrefix + "durations"
-	// AnnBytes is what the catch-up sent.
-	AnnBytes = AnnPrefix + "bytes"
-	// AnnAbort on the old PV asks to roll a move back while that is
-	// still possible (stopping, catching-up): `kubectl carve move --abort`.
-	AnnAbort = AnnPrefix + "abort"
-	// AnnWaiting says what the move waits for or the last failure it
-	// retries: for `kubectl carve move` to show.
-	AnnWaiting = AnnPrefix + "waiting"
-	// AnyNode as AnnMoveTo lets carve choose the node.
-	AnyNode = "*"
-)
-
-// Phases.
-const (
-	PhaseSeeding     = "seeding"
-	PhaseStopping    = "stopping"
-	PhaseCatchingUp  = "catching-up"
-	PhaseBinding     = "binding"
-	PhaseCleaning    = "cleaning"
-	PhaseRollingBack = "rolling-back"
-)
-
-// Event reasons, on the claim and on the old PV.
-const (
-	ReasonMoving     = "Moving"
-	ReasonMoved      = "Moved"
-	ReasonMoveFailed = "MoveFailed"
-	ReasonAborted    = "MoveAborted"
-	ReasonRolledBack = "MoveRolledBack"
+	"github.com/carve-csi/carve/pkg/moveapi"
 )
 
 // Results: carve_moves_total's result label.
@@ -273,14 +217,14 @@ func (m *Mover) Run(ctx context.Context) error {
 		if !ok {
 			return "", "", false
 		}
-		return c.Namespace + "/" + c.Name, c.Annotations[AnnMoveTo], true
+		return c.Namespace + "/" + c.Name, c.Annotations[moveapi.AnnMoveTo], true
 	}
 	pvAnn := func(o any) (string, string, bool) {
 		pv, ok := o.(*corev1.PersistentVolume)
 		if !ok {
 			return "", "", false
 		}
-		return pv.Name, pv.Annotations[AnnPhase] + "\x00" + pv.Annotations[AnnAbort], true
+		return pv.Name, pv.Annotations[moveapi.AnnPhase] + "\x00" + pv.Annotations[moveapi.AnnAbort], true
 	}
 	for _, h := range []struct {
 		inf    cache.SharedIndexInformer
@@ -308,7 +252,7 @@ func (m *Mover) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), claims.HasSynced, pvs.HasSynced) {
 		return nil
 	}
-	log.Info("Moving claims that ask for it", "annotation", AnnMoveTo)
+	log.Info("Moving claims that ask for it", "annotation", moveapi.AnnMoveTo)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -328,14 +272,14 @@ func trim(o any) (any, error) {
 	case *corev1.PersistentVolumeClaim:
 		out := &corev1.PersistentVolumeClaim{}
 		out.Name, out.Namespace, out.UID, out.ResourceVersion = v.Name, v.Namespace, v.UID, v.ResourceVersion
-		if a := v.Annotations[AnnMoveTo]; a != "" {
-			out.Annotations = map[string]string{AnnMoveTo: a}
+		if a := v.Annotations[moveapi.AnnMoveTo]; a != "" {
+			out.Annotations = map[string]string{moveapi.AnnMoveTo: a}
 		}
 		return out, nil
 	case *corev1.PersistentVolume:
 		out := &corev1.PersistentVolume{}
 		out.Name, out.UID, out.ResourceVersion = v.Name, v.UID, v.ResourceVersion
-		for _, k := range []string{AnnPhase, AnnAbort} {
+		for _, k := range []string{moveapi.AnnPhase, moveapi.AnnAbort} {
 			if a := v.Annotations[k]; a != "" {
 				if out.Annotations == nil {
 					out.Annotations = map[string]string{}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/carve-csi/carve/pkg/moveapi"
 	"github.com/carve-csi/carve/pkg/pvindex"
 	"github.com/carve-csi/carve/pkg/volume"
 )
@@ -190,7 +191,7 @@ func request(t *testing.T, client *fake.Clientset, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Annotations[AnnMoveTo] = to
+	c.Annotations[moveapi.AnnMoveTo] = to
 	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func step(t *testing.T, m *Mover, attempt int) bool {
 		t.Logf("step: %v", err)
 	}
 	pv := getPV(t, m.cfg.Client.(*fake.Clientset), oldPV)
-	return pv != nil && pv.Annotations[AnnPhase] != ""
+	return pv != nil && pv.Annotations[moveapi.AnnPhase] != ""
 }
 
 // drive runs the move to its end (at most n steps), with the PV
@@ -274,11 +275,11 @@ func drive(t *testing.T, m *Mover, n int, hook func(phase string)) {
 	client := m.cfg.Client.(*fake.Clientset)
 	for i := 0; i < n; i++ {
 		pv := getPV(t, client, oldPV)
-		if pv == nil || pv.Annotations[AnnPhase] == "" {
+		if pv == nil || pv.Annotations[moveapi.AnnPhase] == "" {
 			return
 		}
 		if hook != nil {
-			hook(pv.Annotations[AnnPhase])
+			hook(pv.Annotations[moveapi.AnnPhase])
 		}
 		pvController(t, client)
 		if !step(t, m, 0) {
@@ -315,7 +316,7 @@ func checkMoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes, to stri
 	if c == nil || c.Spec.VolumeName != target || c.Status.Phase != corev1.ClaimBound {
 		t.Fatalf("claim not bound to the new PV: %+v", c)
 	}
-	if c.Labels["app"] != "db" || c.Annotations["keep"] != "me" || c.Annotations[AnnMoveTo] != "" || c.Annotations["volume.kubernetes.io/selected-node"] != "" {
+	if c.Labels["app"] != "db" || c.Annotations["keep"] != "me" || c.Annotations[moveapi.AnnMoveTo] != "" || c.Annotations["volume.kubernetes.io/selected-node"] != "" {
 		t.Errorf("claim made again with %v %v", c.Labels, c.Annotations)
 	}
 	for _, r := range c.OwnerReferences {
@@ -352,8 +353,8 @@ func TestMove(t *testing.T) {
 	request(t, client, "b")
 	start(t, m)
 	pv := getPV(t, client, oldPV)
-	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain || pv.Annotations[AnnReclaimPolicy] != "Delete" ||
-		pv.Annotations[AnnPhase] != PhaseSeeding || pv.Annotations[AnnMoveTo] != "b" {
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain || pv.Annotations[moveapi.AnnReclaimPolicy] != "Delete" ||
+		pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseSeeding || pv.Annotations[moveapi.AnnMoveTo] != "b" {
 		t.Fatalf("the move did not start: %v %s", pv.Annotations, pv.Spec.PersistentVolumeReclaimPolicy)
 	}
 	drive(t, m, 30, nil)
@@ -368,7 +369,7 @@ func TestMove(t *testing.T) {
 		t.Errorf("CreateVolume of the target: %v", req)
 	}
 	ev := eventsOf(rec)
-	for _, want := range []string{ReasonMoving, "seeding", "catching-up", "binding", "cleaning", ReasonMoved, "4096 bytes"} {
+	for _, want := range []string{moveapi.ReasonMoving, "seeding", "catching-up", "binding", "cleaning", moveapi.ReasonMoved, "4096 bytes"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("no %q in the events:\n%s", want, ev)
 		}
@@ -396,7 +397,7 @@ func TestMoveClaimMadeAgainInTheGap(t *testing.T) {
 	start(t, m)
 	made := false
 	drive(t, m, 30, func(phase string) {
-		if phase != PhaseCatchingUp || made {
+		if phase != moveapi.PhaseCatchingUp || made {
 			return
 		}
 		// The router refuses to provision the claim (the index may lag).
@@ -476,27 +477,27 @@ func TestMoveAbort(t *testing.T) {
 		result     string
 		event      string
 	}{
-		{name: "request withdrawn while seeding", at: PhaseSeeding, result: ResultAborted, event: ReasonAborted,
+		{name: "request withdrawn while seeding", at: moveapi.PhaseSeeding, result: ResultAborted, event: moveapi.ReasonAborted,
 			what: func(t *testing.T, client *fake.Clientset, _ *fakeVolumes) {
 				c := getClaim(t, client)
-				delete(c.Annotations, AnnMoveTo)
+				delete(c.Annotations, moveapi.AnnMoveTo)
 				if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "the copy fails", at: PhaseSeeding, result: ResultFailed, event: ReasonMoveFailed,
+		{name: "the copy fails", at: moveapi.PhaseSeeding, result: ResultFailed, event: moveapi.ReasonMoveFailed,
 			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes) {
 				vols.failAll["CreateVolume"] = status.Error(codes.Internal, "no device-mapper")
 			}},
-		{name: "the catch-up cannot run", at: PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: ReasonRolledBack,
+		{name: "the catch-up cannot run", at: moveapi.PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: moveapi.ReasonRolledBack,
 			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes) {
 				vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
 			}},
-		{name: "abort asked while catching up", at: PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: ReasonRolledBack,
+		{name: "abort asked while catching up", at: moveapi.PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: moveapi.ReasonRolledBack,
 			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
 				vols.failAll["CatchUpCopy"] = status.Error(codes.FailedPrecondition, "still open")
 				pv := getPV(t, client, oldPV)
-				pv.Annotations[AnnAbort] = abortRequested
+				pv.Annotations[moveapi.AnnAbort] = abortRequested
 				if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 					t.Fatal(err)
 				}
@@ -519,7 +520,7 @@ func TestMoveAbort(t *testing.T) {
 				t.Fatal("the old PV is gone")
 			}
 			for k := range pv.Annotations {
-				if strings.HasPrefix(k, AnnPrefix) {
+				if strings.HasPrefix(k, moveapi.AnnPrefix) {
 					t.Errorf("annotation %s left on the old PV", k)
 				}
 			}
@@ -527,7 +528,7 @@ func TestMoveAbort(t *testing.T) {
 				t.Errorf("reclaim policy %s, want Delete back", pv.Spec.PersistentVolumeReclaimPolicy)
 			}
 			c := getClaim(t, client)
-			if c == nil || c.Spec.VolumeName != oldPV || c.Status.Phase != corev1.ClaimBound || c.Annotations[AnnMoveTo] != "" {
+			if c == nil || c.Spec.VolumeName != oldPV || c.Status.Phase != corev1.ClaimBound || c.Annotations[moveapi.AnnMoveTo] != "" {
 				t.Fatalf("claim not bound to its old PV: %+v", c)
 			}
 			if tc.rolledBack == (c.UID == "claim-uid") {
@@ -576,7 +577,7 @@ func TestMoveRefused(t *testing.T) {
 		edit           func(c *corev1.PersistentVolumeClaim)
 		wantTarget     string
 	}{
-		{name: "any node: the one with the most room", to: AnyNode, wantTarget: "c"},
+		{name: "any node: the one with the most room", to: moveapi.AnyNode, wantTarget: "c"},
 		{name: "the named node", to: "b", wantTarget: "b"},
 		{name: "its own node", to: "a", want: "on node a already"},
 		{name: "a node without carve", to: "x", want: "node x reports no capacity"},
@@ -596,40 +597,40 @@ func TestMoveRefused(t *testing.T) {
 			start(t, m)
 			pv := getPV(t, client, oldPV)
 			if tc.wantTarget != "" {
-				if pv.Annotations[AnnMoveTo] != tc.wantTarget {
-					t.Errorf("moving to %q, want %q", pv.Annotations[AnnMoveTo], tc.wantTarget)
+				if pv.Annotations[moveapi.AnnMoveTo] != tc.wantTarget {
+					t.Errorf("moving to %q, want %q", pv.Annotations[moveapi.AnnMoveTo], tc.wantTarget)
 				}
 				return
 			}
-			if pv.Annotations[AnnPhase] != "" || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+			if pv.Annotations[moveapi.AnnPhase] != "" || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 				t.Errorf("the move started: %v", pv.Annotations)
 			}
-			if c := getClaim(t, client); c.Annotations[AnnMoveTo] != "" {
+			if c := getClaim(t, client); c.Annotations[moveapi.AnnMoveTo] != "" {
 				t.Error("the request is still on the claim")
 			}
-			if ev := eventsOf(rec); !strings.Contains(ev, tc.want) || !strings.Contains(ev, ReasonMoveFailed) {
-				t.Errorf("events %q, want %s with %q", ev, ReasonMoveFailed, tc.want)
+			if ev := eventsOf(rec); !strings.Contains(ev, tc.want) || !strings.Contains(ev, moveapi.ReasonMoveFailed) {
+				t.Errorf("events %q, want %s with %q", ev, moveapi.ReasonMoveFailed, tc.want)
 			}
 		})
 	}
 }
 
 func TestTargets(t *testing.T) {
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnTarget: "carve-moved-x", AnnTargetID: "vg/x"}}}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{moveapi.AnnTarget: "carve-moved-x", moveapi.AnnTargetID: "vg/x"}}}
 	if n, id := Targets(pv); n != "" || id != "" {
 		t.Errorf("no move in flight: %q %q", n, id)
 	}
-	pv.Annotations[AnnPhase] = PhaseSeeding
+	pv.Annotations[moveapi.AnnPhase] = moveapi.PhaseSeeding
 	if n, id := Targets(pv); n != "carve-moved-x" || id != "vg/x" {
 		t.Errorf("in flight: %q %q", n, id)
 	}
 	// pvindex keeps the move's annotations in its cache.
-	out, err := pvindex.Trim(driver)(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{AnnPhase: PhaseSeeding, "other": "x"}},
+	out, err := pvindex.Trim(driver)(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{moveapi.AnnPhase: moveapi.PhaseSeeding, "other": "x"}},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := out.(*corev1.PersistentVolume).Annotations; a[AnnPhase] != PhaseSeeding || a["other"] != "" {
+	if a := out.(*corev1.PersistentVolume).Annotations; a[moveapi.AnnPhase] != moveapi.PhaseSeeding || a["other"] != "" {
 		t.Errorf("pvindex kept %v", a)
 	}
 }
@@ -648,7 +649,7 @@ func TestRun(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		pv := getPV(t, client, oldPV)
-		if p := pv.Annotations[AnnPhase]; p == PhaseBinding || p == PhaseCleaning {
+		if p := pv.Annotations[moveapi.AnnPhase]; p == moveapi.PhaseBinding || p == moveapi.PhaseCleaning {
 			break
 		}
 		if time.Now().After(deadline) {

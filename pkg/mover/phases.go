@@ -17,10 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/pkg/moveapi"
 	"github.com/carve-csi/carve/topology/pinned"
 )
 
-// abortRequested is AnnAbort's value when `kubectl carve move --abort`
+// abortRequested is moveapi.AnnAbort's value when `kubectl carve move --abort`
 // set it; a failure sets "failed: <why>".
 const (
 	abortRequested = "requested"
@@ -36,7 +37,7 @@ type move struct {
 }
 
 func (m *Mover) moveOf(pv *corev1.PersistentVolume) move {
-	mv := move{pv: pv, to: pv.Annotations[AnnMoveTo], target: pv.Annotations[AnnTarget]}
+	mv := move{pv: pv, to: pv.Annotations[moveapi.AnnMoveTo], target: pv.Annotations[moveapi.AnnTarget]}
 	if r := pv.Spec.ClaimRef; r != nil {
 		mv.ns, mv.name, mv.uid = r.Namespace, r.Name, r.UID
 	}
@@ -65,23 +66,23 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	}
 	mv := m.moveOf(pv)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pv", name, "claim", mv.ns+"/"+mv.name, "to", mv.to))
-	switch pv.Annotations[AnnPhase] {
+	switch pv.Annotations[moveapi.AnnPhase] {
 	case "":
 		return 0, nil
-	case PhaseSeeding:
+	case moveapi.PhaseSeeding:
 		return m.seed(ctx, mv, attempt)
-	case PhaseStopping:
+	case moveapi.PhaseStopping:
 		return m.stop(ctx, mv, attempt)
-	case PhaseCatchingUp:
+	case moveapi.PhaseCatchingUp:
 		return m.catchUp(ctx, mv, attempt)
-	case PhaseBinding:
+	case moveapi.PhaseBinding:
 		return m.bind(ctx, mv)
-	case PhaseCleaning:
+	case moveapi.PhaseCleaning:
 		return m.clean(ctx, mv)
-	case PhaseRollingBack:
+	case moveapi.PhaseRollingBack:
 		return m.rollBack(ctx, mv)
 	}
-	klog.FromContext(ctx).Info("Unknown move phase; leaving the PV alone", "phase", pv.Annotations[AnnPhase])
+	klog.FromContext(ctx).Info("Unknown move phase; leaving the PV alone", "phase", pv.Annotations[moveapi.AnnPhase])
 	return 0, nil
 }
 
@@ -94,14 +95,14 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		return 0, err
 	}
 	switch {
-	case pv.Annotations[AnnAbort] != "":
-		return 0, m.abort(ctx, mv, pv.Annotations[AnnAbort])
+	case pv.Annotations[moveapi.AnnAbort] != "":
+		return 0, m.abort(ctx, mv, pv.Annotations[moveapi.AnnAbort])
 	case claim == nil || apierrors.IsNotFound(err) || claim.UID != mv.uid || claim.DeletionTimestamp != nil:
 		return 0, m.abort(ctx, mv, abortFailed+"the claim was deleted")
-	case claim.Annotations[AnnMoveTo] == "":
+	case claim.Annotations[moveapi.AnnMoveTo] == "":
 		return 0, m.abort(ctx, mv, abortRequested)
 	}
-	if pv.Annotations[AnnSeed] == "" {
+	if pv.Annotations[moveapi.AnnSeed] == "" {
 		resp, err := m.cfg.Volumes.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: SeedName(pv.Name, mv.to), SourceVolumeId: pv.Spec.CSI.VolumeHandle})
 		if err != nil {
 			return 0, m.failed(ctx, mv, attempt, "making the seed snapshot", err)
@@ -109,13 +110,13 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if !resp.GetSnapshot().GetReadyToUse() {
 			return m.cfg.Poll, nil
 		}
-		if pv, err = m.annotate(ctx, pv, map[string]string{AnnSeed: resp.GetSnapshot().GetSnapshotId()}); err != nil {
+		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnSeed: resp.GetSnapshot().GetSnapshotId()}); err != nil {
 			return 0, err
 		}
 		mv.pv = pv
 	}
-	if pv.Annotations[AnnTargetID] == "" {
-		req, why, err := m.targetRequest(ctx, mv, pv.Annotations[AnnSeed])
+	if pv.Annotations[moveapi.AnnTargetID] == "" {
+		req, why, err := m.targetRequest(ctx, mv, pv.Annotations[moveapi.AnnSeed])
 		if err != nil {
 			return 0, err
 		}
@@ -129,7 +130,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 			return 0, m.failed(ctx, mv, attempt, "copying the seed to node "+mv.to, err)
 		}
 		vc, _ := json.Marshal(resp.GetVolume().GetVolumeContext())
-		if pv, err = m.annotate(ctx, pv, map[string]string{AnnTargetID: resp.GetVolume().GetVolumeId(), AnnTargetContext: string(vc)}); err != nil {
+		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnTargetID: resp.GetVolume().GetVolumeId(), moveapi.AnnTargetContext: string(vc)}); err != nil {
 			return 0, err
 		}
 		mv.pv = pv
@@ -139,7 +140,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		return 0, fmt.Errorf("saving claim %s/%s: %w", mv.ns, mv.name, err)
 	}
 	mv.pv = pv
-	return 0, m.advance(ctx, mv, PhaseStopping, map[string]string{AnnClaim: string(saved)},
+	return 0, m.advance(ctx, mv, moveapi.PhaseStopping, map[string]string{moveapi.AnnClaim: string(saved)},
 		fmt.Sprintf("the data is on node %s; stopping the workload: the claim is deleted and made again on the new volume", mv.to))
 }
 
@@ -147,7 +148,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 // pod uses it, and the scheduler starts no pod on a claim being deleted)
 // and the pods that use it, and waits until it is gone.
 func (m *Mover) stop(ctx context.Context, mv move, attempt int) (time.Duration, error) {
-	if a := mv.pv.Annotations[AnnAbort]; a != "" {
+	if a := mv.pv.Annotations[moveapi.AnnAbort]; a != "" {
 		return 0, m.startRollBack(ctx, mv, a)
 	}
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns)
@@ -179,11 +180,11 @@ func (m *Mover) stop(ctx context.Context, mv move, attempt int) (time.Duration, 
 			stopped = append(stopped, p.Name)
 		}
 		if len(stopped) > 0 {
-			m.tell(mv, corev1.EventTypeNormal, ReasonMoving, "Stopping: deleted pod(s) "+strings.Join(stopped, ", ")+" that use the claim")
+			m.tell(mv, corev1.EventTypeNormal, moveapi.ReasonMoving, "Stopping: deleted pod(s) "+strings.Join(stopped, ", ")+" that use the claim")
 		}
 		return m.cfg.Poll, nil
 	}
-	return 0, m.advance(ctx, mv, PhaseCatchingUp, nil, "the claim is gone; sending what changed since the seed")
+	return 0, m.advance(ctx, mv, moveapi.PhaseCatchingUp, nil, "the claim is gone; sending what changed since the seed")
 }
 
 // usesClaim tells whether pod mounts claim.
@@ -199,11 +200,11 @@ func usesClaim(p *corev1.Pod, claim string) bool {
 // catchUp sends the changes since the seed to the target.
 func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	pv := mv.pv
-	if a := pv.Annotations[AnnAbort]; a != "" {
+	if a := pv.Annotations[moveapi.AnnAbort]; a != "" {
 		return 0, m.startRollBack(ctx, mv, a)
 	}
 	cctx, cancel := context.WithTimeout(ctx, copyTimeout)
-	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[AnnSeed], pv.Annotations[AnnTargetID])
+	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[moveapi.AnnSeed], pv.Annotations[moveapi.AnnTargetID])
 	cancel()
 	if err != nil {
 		if status.Code(err) == codes.FailedPrecondition && attempt < maxRetries {
@@ -212,7 +213,7 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 		}
 		return 0, m.failed(ctx, mv, attempt, "sending what changed since the seed", err)
 	}
-	return 0, m.advance(ctx, mv, PhaseBinding, map[string]string{AnnBytes: strconv.FormatInt(n, 10)},
+	return 0, m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnBytes: strconv.FormatInt(n, 10)},
 		fmt.Sprintf("sent %d bytes that changed since the seed; binding the claim to the new volume", n))
 }
 
@@ -231,7 +232,7 @@ func (m *Mover) bind(ctx context.Context, mv move) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("the new PV %s: %w", mv.target, err)
 	}
-	if np.Spec.CSI == nil || np.Spec.CSI.VolumeHandle != mv.pv.Annotations[AnnTargetID] {
+	if np.Spec.CSI == nil || np.Spec.CSI.VolumeHandle != mv.pv.Annotations[moveapi.AnnTargetID] {
 		m.wait(ctx, mv, fmt.Sprintf("a PV %s exists that is not this move's; delete it", mv.target))
 		return m.cfg.Poll, nil
 	}
@@ -254,7 +255,7 @@ func (m *Mover) bind(ctx context.Context, mv move) (time.Duration, error) {
 	}
 	switch {
 	case claim.Spec.VolumeName == mv.target && claim.Status.Phase == corev1.ClaimBound:
-		return 0, m.advance(ctx, mv, PhaseCleaning, nil, fmt.Sprintf("the claim is bound to %s on node %s; deleting the old volume", mv.target, mv.to))
+		return 0, m.advance(ctx, mv, moveapi.PhaseCleaning, nil, fmt.Sprintf("the claim is bound to %s on node %s; deleting the old volume", mv.target, mv.to))
 	case claim.Spec.VolumeName != "" && claim.Spec.VolumeName != mv.target:
 		m.wait(ctx, mv, fmt.Sprintf("claim %s/%s is bound to %s, not to the moved volume %s", mv.ns, mv.name, claim.Spec.VolumeName, mv.target))
 	}
@@ -275,9 +276,9 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 		}
 	}
 	pv.Spec = *old.Spec.DeepCopy()
-	pv.Spec.CSI.VolumeHandle = old.Annotations[AnnTargetID]
+	pv.Spec.CSI.VolumeHandle = old.Annotations[moveapi.AnnTargetID]
 	var vc map[string]string
-	if json.Unmarshal([]byte(old.Annotations[AnnTargetContext]), &vc) == nil && vc != nil {
+	if json.Unmarshal([]byte(old.Annotations[moveapi.AnnTargetContext]), &vc) == nil && vc != nil {
 		for k, v := range old.Spec.CSI.VolumeAttributes {
 			if _, ok := vc[k]; !ok && strings.HasPrefix(k, "storage.kubernetes.io/") {
 				vc[k] = v
@@ -287,7 +288,7 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 	}
 	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: m.cfg.TopologyKey, Operator: corev1.NodeSelectorOpIn, Values: []string{mv.to}}}}}}}
-	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(old.Annotations[AnnReclaimPolicy])
+	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(old.Annotations[moveapi.AnnReclaimPolicy])
 	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: mv.ns, Name: mv.name}
 	return pv
 }
@@ -295,7 +296,7 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 // clean deletes the seed, the old volume and the old PV.
 func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
-	if id := pv.Annotations[AnnSeed]; id != "" {
+	if id := pv.Annotations[moveapi.AnnSeed]; id != "" {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			return 0, fmt.Errorf("deleting the seed %s: %w", id, err)
 		}
@@ -303,11 +304,11 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle}); err != nil {
 		return 0, fmt.Errorf("deleting the old volume %s: %w", pv.Spec.CSI.VolumeHandle, err)
 	}
-	durations := m.closePhase(pv, PhaseCleaning)
+	durations := m.closePhase(pv, moveapi.PhaseCleaning)
 	msg := fmt.Sprintf("Moved from node %s to node %s (PV %s, was %s); %d bytes sent after the workload stopped; phases: %s",
 		pinnedFrom(pv, m.cfg.TopologyKey), mv.to, mv.target, pv.Name, bytesOf(pv), durations)
 	if c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns).Get(ctx, mv.name, metav1.GetOptions{}); err == nil {
-		m.cfg.Events.Event(c, corev1.EventTypeNormal, ReasonMoved, msg)
+		m.cfg.Events.Event(c, corev1.EventTypeNormal, moveapi.ReasonMoved, msg)
 	}
 	klog.FromContext(ctx).Info("Moved", "newPV", mv.target, "phases", durations)
 	// The old volume is gone: nothing is left for csi-provisioner to
@@ -341,7 +342,7 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 // from stopping or catching-up.
 func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, err error) error {
 	limit := maxRetries
-	if mv.pv.Annotations[AnnPhase] == PhaseSeeding {
+	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
 		limit = maxSeedRetries
 	}
 	if retryable(err) && attempt < limit {
@@ -349,7 +350,7 @@ func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, e
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	why := abortFailed + what + ": " + err.Error()
-	if mv.pv.Annotations[AnnPhase] == PhaseSeeding {
+	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
 		return m.abort(ctx, mv, why)
 	}
 	return m.startRollBack(ctx, mv, why)
@@ -371,12 +372,12 @@ func retryable(err error) bool {
 
 // abort undoes a move before stopping: the target and the seed deleted,
 // the old PV's reclaim policy back, the annotations and the request gone.
-// why is AnnAbort's value.
+// why is moveapi.AnnAbort's value.
 func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 	pv := mv.pv
-	if pv.Annotations[AnnAbort] != why {
+	if pv.Annotations[moveapi.AnnAbort] != why {
 		var err error
-		if pv, err = m.annotate(ctx, pv, map[string]string{AnnAbort: why}); err != nil {
+		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnAbort: why}); err != nil {
 			return err
 		}
 	}
@@ -384,18 +385,18 @@ func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 		return err
 	}
 	pv = pv.DeepCopy()
-	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(pv.Annotations[AnnReclaimPolicy])
+	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(pv.Annotations[moveapi.AnnReclaimPolicy])
 	for k := range pv.Annotations {
-		if strings.HasPrefix(k, AnnPrefix) {
+		if strings.HasPrefix(k, moveapi.AnnPrefix) {
 			delete(pv.Annotations, k)
 		}
 	}
 	if _, err := m.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("restoring PV %s: %w", pv.Name, err)
 	}
-	result, reason, msg := ResultAborted, ReasonAborted, "Move aborted as asked; the claim stays on its volume on node "+pinnedFrom(pv, m.cfg.TopologyKey)
+	result, reason, msg := ResultAborted, moveapi.ReasonAborted, "Move aborted as asked; the claim stays on its volume on node "+pinnedFrom(pv, m.cfg.TopologyKey)
 	if w, ok := strings.CutPrefix(why, abortFailed); ok {
-		result, reason, msg = ResultFailed, ReasonMoveFailed, "Move to node "+mv.to+" failed, the claim stays on its volume on node "+pinnedFrom(pv, m.cfg.TopologyKey)+": "+w
+		result, reason, msg = ResultFailed, moveapi.ReasonMoveFailed, "Move to node "+mv.to+" failed, the claim stays on its volume on node "+pinnedFrom(pv, m.cfg.TopologyKey)+": "+w
 	}
 	klog.FromContext(ctx).Info("Move aborted", "result", result, "why", why)
 	m.tell(mv, eventType(reason), reason, msg)
@@ -404,7 +405,7 @@ func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 }
 
 func eventType(reason string) string {
-	if reason == ReasonMoveFailed || reason == ReasonRolledBack {
+	if reason == moveapi.ReasonMoveFailed || reason == moveapi.ReasonRolledBack {
 		return corev1.EventTypeWarning
 	}
 	return corev1.EventTypeNormal
@@ -412,12 +413,12 @@ func eventType(reason string) string {
 
 // deleteTarget deletes the move's target volume and seed, when made.
 func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) error {
-	if id := pv.Annotations[AnnTargetID]; id != "" {
+	if id := pv.Annotations[moveapi.AnnTargetID]; id != "" {
 		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			return fmt.Errorf("deleting the target volume %s: %w", id, err)
 		}
 	}
-	if id := pv.Annotations[AnnSeed]; id != "" {
+	if id := pv.Annotations[moveapi.AnnSeed]; id != "" {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			return fmt.Errorf("deleting the seed %s: %w", id, err)
 		}
@@ -428,8 +429,8 @@ func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) e
 // startRollBack turns a move that stopped the workload back.
 func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
 	klog.FromContext(ctx).Info("Rolling the move back", "why", why)
-	extra := map[string]string{AnnAbort: why}
-	return m.advance(ctx, mv, PhaseRollingBack, extra, "rolling back ("+strings.TrimPrefix(why, abortFailed)+"): the claim is made again on its old volume")
+	extra := map[string]string{moveapi.AnnAbort: why}
+	return m.advance(ctx, mv, moveapi.PhaseRollingBack, extra, "rolling back ("+strings.TrimPrefix(why, abortFailed)+"): the claim is made again on its old volume")
 }
 
 // rollBack pre-binds the old PV to the claim and makes the claim again on
@@ -454,10 +455,10 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 		again = claim.UID
 	}
 	if r := pv.Spec.ClaimRef; r == nil || r.UID != "" && r.UID != again || r.Namespace != mv.ns || r.Name != mv.name ||
-		string(pv.Spec.PersistentVolumeReclaimPolicy) != pv.Annotations[AnnReclaimPolicy] {
+		string(pv.Spec.PersistentVolumeReclaimPolicy) != pv.Annotations[moveapi.AnnReclaimPolicy] {
 		pv = pv.DeepCopy()
 		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: mv.ns, Name: mv.name}
-		pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(pv.Annotations[AnnReclaimPolicy])
+		pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(pv.Annotations[moveapi.AnnReclaimPolicy])
 		if pv, err = m.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
 			return 0, fmt.Errorf("pre-binding PV %s to claim %s/%s again: %w", mv.pv.Name, mv.ns, mv.name, err)
 		}
@@ -484,10 +485,10 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 	if err := m.deleteTarget(ctx, pv); err != nil {
 		return 0, err
 	}
-	why := strings.TrimPrefix(pv.Annotations[AnnAbort], abortFailed)
+	why := strings.TrimPrefix(pv.Annotations[moveapi.AnnAbort], abortFailed)
 	pv = pv.DeepCopy()
 	for k := range pv.Annotations {
-		if strings.HasPrefix(k, AnnPrefix) {
+		if strings.HasPrefix(k, moveapi.AnnPrefix) {
 			delete(pv.Annotations, k)
 		}
 	}
@@ -495,8 +496,8 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 		return 0, fmt.Errorf("clearing the move from PV %s: %w", pv.Name, err)
 	}
 	msg := fmt.Sprintf("Move to node %s rolled back (%s); the claim is bound to its old volume %s on node %s again", mv.to, why, pv.Name, pinnedFrom(pv, m.cfg.TopologyKey))
-	m.cfg.Events.Event(claim, corev1.EventTypeWarning, ReasonRolledBack, msg)
-	m.cfg.Events.Event(pv, corev1.EventTypeWarning, ReasonRolledBack, msg)
+	m.cfg.Events.Event(claim, corev1.EventTypeWarning, moveapi.ReasonRolledBack, msg)
+	m.cfg.Events.Event(pv, corev1.EventTypeWarning, moveapi.ReasonRolledBack, msg)
 	m.moves.WithLabelValues(ResultRolledBack).Inc()
 	klog.FromContext(ctx).Info("Move rolled back", "why", why)
 	return 0, nil
@@ -506,8 +507,8 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 // extra annotations written, an Event.
 func (m *Mover) advance(ctx context.Context, mv move, next string, extra map[string]string, what string) error {
 	pv := mv.pv
-	durations := m.closePhase(pv, pv.Annotations[AnnPhase])
-	set := map[string]string{AnnPhase: next, AnnPhaseSince: m.now().UTC().Format(time.RFC3339Nano), AnnDurations: durations, AnnWaiting: ""}
+	durations := m.closePhase(pv, pv.Annotations[moveapi.AnnPhase])
+	set := map[string]string{moveapi.AnnPhase: next, moveapi.AnnPhaseSince: m.now().UTC().Format(time.RFC3339Nano), moveapi.AnnDurations: durations, moveapi.AnnWaiting: ""}
 	for k, v := range extra {
 		set[k] = v
 	}
@@ -517,7 +518,7 @@ func (m *Mover) advance(ctx context.Context, mv move, next string, extra map[str
 	}
 	klog.FromContext(ctx).Info("Move phase", "phase", next)
 	mv.pv = pv
-	m.tell(mv, corev1.EventTypeNormal, ReasonMoving, next+": "+what)
+	m.tell(mv, corev1.EventTypeNormal, moveapi.ReasonMoving, next+": "+what)
 	m.queue.Add(pvKey + pv.Name)
 	return nil
 }
@@ -525,9 +526,9 @@ func (m *Mover) advance(ctx context.Context, mv move, next string, extra map[str
 // closePhase observes the current phase's duration and returns the
 // durations so far with it.
 func (m *Mover) closePhase(pv *corev1.PersistentVolume, phase string) string {
-	d := pv.Annotations[AnnDurations]
-	since, err := time.Parse(time.RFC3339Nano, pv.Annotations[AnnPhaseSince])
-	if err != nil || phase == "" || phase == PhaseRollingBack {
+	d := pv.Annotations[moveapi.AnnDurations]
+	since, err := time.Parse(time.RFC3339Nano, pv.Annotations[moveapi.AnnPhaseSince])
+	if err != nil || phase == "" || phase == moveapi.PhaseRollingBack {
 		return d
 	}
 	took := m.now().Sub(since)
@@ -538,14 +539,14 @@ func (m *Mover) closePhase(pv *corev1.PersistentVolume, phase string) string {
 	return d + phase + "=" + took.Round(time.Millisecond).String()
 }
 
-// wait records what the move waits for (AnnWaiting), for kubectl, and
+// wait records what the move waits for (moveapi.AnnWaiting), for kubectl, and
 // logs it; best effort.
 func (m *Mover) wait(ctx context.Context, mv move, what string) {
 	klog.FromContext(ctx).V(2).Info("Move waiting", "for", what)
-	if mv.pv.Annotations[AnnWaiting] == what {
+	if mv.pv.Annotations[moveapi.AnnWaiting] == what {
 		return
 	}
-	if _, err := m.annotate(ctx, mv.pv, map[string]string{AnnWaiting: what}); err != nil {
+	if _, err := m.annotate(ctx, mv.pv, map[string]string{moveapi.AnnWaiting: what}); err != nil {
 		klog.FromContext(ctx).V(2).Info("Could not record what the move waits for", "err", err.Error())
 	}
 }
@@ -581,7 +582,7 @@ func (m *Mover) annotate(ctx context.Context, pv *corev1.PersistentVolume, set m
 // Annotations a claim made again does not keep: the request, the
 // binding's (the PV controller writes them anew), the provisioner's and
 // the old node's.
-var dropped = []string{AnnMoveTo, "pv.kubernetes.io/bind-completed", "pv.kubernetes.io/bound-by-controller",
+var dropped = []string{moveapi.AnnMoveTo, "pv.kubernetes.io/bind-completed", "pv.kubernetes.io/bound-by-controller",
 	"volume.kubernetes.io/selected-node", "volume.beta.kubernetes.io/storage-provisioner", "volume.kubernetes.io/storage-provisioner"}
 
 // saveClaim is what is kept of the claim to make it again: name, labels,
@@ -612,13 +613,13 @@ func saveClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 // savedClaim is the claim saved on pv, ready to create (no UID); nil when
 // none is saved.
 func savedClaim(pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
-	s := pv.Annotations[AnnClaim]
+	s := pv.Annotations[moveapi.AnnClaim]
 	if s == "" {
 		return nil, nil
 	}
 	var c corev1.PersistentVolumeClaim
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", AnnClaim, err)
+		return nil, fmt.Errorf("annotation %s: %w", moveapi.AnnClaim, err)
 	}
 	return &c, nil
 }
@@ -633,7 +634,7 @@ func contains(l []string, s string) bool {
 }
 
 func bytesOf(pv *corev1.PersistentVolume) int64 {
-	n, _ := strconv.ParseInt(pv.Annotations[AnnBytes], 10, 64)
+	n, _ := strconv.ParseInt(pv.Annotations[moveapi.AnnBytes], 10, 64)
 	return n
 }
 

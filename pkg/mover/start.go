@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/pkg/moveapi"
 	"github.com/carve-csi/carve/topology/pinned"
 )
 
@@ -28,7 +29,7 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	to := c.Annotations[AnnMoveTo]
+	to := c.Annotations[moveapi.AnnMoveTo]
 	if to == "" && c.Spec.VolumeName != "" {
 		// Withdrawn: the PV's move, if it runs, aborts.
 		m.queue.Add(pvKey + c.Spec.VolumeName)
@@ -47,7 +48,7 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if pv.Annotations[AnnPhase] != "" {
+	if pv.Annotations[moveapi.AnnPhase] != "" {
 		m.queue.Add(pvKey + pv.Name)
 		return 0, nil
 	}
@@ -76,8 +77,8 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 	if pv.Annotations == nil {
 		pv.Annotations = map[string]string{}
 	}
-	for k, v := range map[string]string{AnnMoveTo: node, AnnPhase: PhaseSeeding, AnnReclaimPolicy: string(policy),
-		AnnTarget: TargetName(pv.Name, node), AnnPhaseSince: m.now().UTC().Format(time.RFC3339Nano)} {
+	for k, v := range map[string]string{moveapi.AnnMoveTo: node, moveapi.AnnPhase: moveapi.PhaseSeeding, moveapi.AnnReclaimPolicy: string(policy),
+		moveapi.AnnTarget: TargetName(pv.Name, node), moveapi.AnnPhaseSince: m.now().UTC().Format(time.RFC3339Nano)} {
 		pv.Annotations[k] = v
 	}
 	// Retain first: the claim is deleted on the way, and its volume must
@@ -88,8 +89,8 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 	}
 	msg := fmt.Sprintf("Moving from node %s to node %s: seeding (a snapshot, copied to %s while the workload runs)", from, node, node)
 	klog.FromContext(ctx).Info("Move started", "claim", key, "pv", pv.Name, "from", from, "to", node)
-	m.cfg.Events.Event(c, corev1.EventTypeNormal, ReasonMoving, msg)
-	m.cfg.Events.Event(pv, corev1.EventTypeNormal, ReasonMoving, msg)
+	m.cfg.Events.Event(c, corev1.EventTypeNormal, moveapi.ReasonMoving, msg)
+	m.cfg.Events.Event(pv, corev1.EventTypeNormal, moveapi.ReasonMoving, msg)
 	m.queue.Add(pvKey + pv.Name)
 	return 0, nil
 }
@@ -97,12 +98,12 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 // refuse tells why a move cannot start and takes the request off the claim.
 func (m *Mover) refuse(ctx context.Context, c *corev1.PersistentVolumeClaim, why string) error {
 	klog.FromContext(ctx).Info("Move refused", "claim", c.Namespace+"/"+c.Name, "why", why)
-	m.cfg.Events.Event(c, corev1.EventTypeWarning, ReasonMoveFailed, "Not moved: "+why)
+	m.cfg.Events.Event(c, corev1.EventTypeWarning, moveapi.ReasonMoveFailed, "Not moved: "+why)
 	m.moves.WithLabelValues(ResultRefused).Inc()
 	return m.dropRequest(ctx, c.Namespace, c.Name, c.UID)
 }
 
-// dropRequest removes AnnMoveTo from the claim (of that UID, when set).
+// dropRequest removes moveapi.AnnMoveTo from the claim (of that UID, when set).
 func (m *Mover) dropRequest(ctx context.Context, ns, name string, uid types.UID) error {
 	c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -111,13 +112,13 @@ func (m *Mover) dropRequest(ctx context.Context, ns, name string, uid types.UID)
 	if err != nil {
 		return err
 	}
-	if _, ok := c.Annotations[AnnMoveTo]; !ok || uid != "" && c.UID != uid {
+	if _, ok := c.Annotations[moveapi.AnnMoveTo]; !ok || uid != "" && c.UID != uid {
 		return nil
 	}
 	c = c.DeepCopy()
-	delete(c.Annotations, AnnMoveTo)
+	delete(c.Annotations, moveapi.AnnMoveTo)
 	if _, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("taking %s off claim %s/%s: %w", AnnMoveTo, ns, name, err)
+		return fmt.Errorf("taking %s off claim %s/%s: %w", moveapi.AnnMoveTo, ns, name, err)
 	}
 	return nil
 }
@@ -146,7 +147,7 @@ func (m *Mover) targetNode(ctx context.Context, pv *corev1.PersistentVolume, fro
 			continue
 		}
 		n := c.NodeTopology.MatchLabels[m.cfg.TopologyKey]
-		if n == "" || n == from || to != AnyNode && n != to {
+		if n == "" || n == from || to != moveapi.AnyNode && n != to {
 			continue
 		}
 		seen = true
@@ -164,9 +165,9 @@ func (m *Mover) targetNode(ctx context.Context, pv *corev1.PersistentVolume, fro
 	switch {
 	case best != "":
 		return best, "", nil
-	case to == AnyNode && !seen:
+	case to == moveapi.AnyNode && !seen:
 		return "", fmt.Sprintf("no other node reports capacity for StorageClass %s", class), nil
-	case to == AnyNode:
+	case to == moveapi.AnyNode:
 		return "", fmt.Sprintf("no other node has room for %s in StorageClass %s", size.String(), class), nil
 	case !seen:
 		return "", fmt.Sprintf("node %s reports no capacity for StorageClass %s (no connected carve node agent there, or the class's device class has no volume group on it)", to, class), nil

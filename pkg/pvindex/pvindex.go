@@ -25,7 +25,7 @@ import (
 var ErrNotSynced = errors.New("the PersistentVolume cache has not been filled yet")
 
 // moveAnnotations is the prefix of the annotations of a move
-// (pkg/mover.AnnPrefix): the audit and the router read them.
+// (pkg/moveapi.AnnPrefix): the audit and the router read them.
 const moveAnnotations = "carve.dev/move-"
 
 // byHandle is the name of the index on spec.csi.volumeHandle.

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/carve-csi/carve/pkg/moveapi"
 	"github.com/carve-csi/carve/pkg/mover"
 	"github.com/carve-csi/carve/test/harness/cluster"
 )
@@ -61,14 +62,14 @@ func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{mover.AnnMoveTo: to}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnMoveTo: to}}})
 	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "data", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	var msg string
 	waitFor(t, 4*time.Minute, "a MoveFailed event on the claim naming node "+to, func(ctx context.Context) (bool, string, error) {
-		evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", mover.ReasonMoveFailed, to)
+		evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", moveapi.ReasonMoveFailed, to)
 		if err != nil {
 			return false, "", err
 		}
@@ -84,7 +85,7 @@ func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 	if !strings.Contains(msg, "stays on its volume on node "+from) {
 		t.Errorf("the event does not say the claim stays on node %s: %s", from, msg)
 	}
-	if evs, _ := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", mover.ReasonMoving, "seeding"); len(evs) == 0 {
+	if evs, _ := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", moveapi.ReasonMoving, "seeding"); len(evs) == 0 {
 		t.Error("no Moving event for the seeding")
 	}
 
@@ -95,7 +96,7 @@ func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 		}
 		var left []string
 		for k := range p.Annotations {
-			if strings.HasPrefix(k, mover.AnnPrefix) {
+			if strings.HasPrefix(k, moveapi.AnnPrefix) {
 				left = append(left, k)
 			}
 		}
@@ -110,8 +111,8 @@ func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 		t.Errorf("the claim changed: UID %s (was %s), volume %s (was %s), phase %s, deleting %v",
 			now.UID, pvc.UID, now.Spec.VolumeName, pv.Name, now.Status.Phase, now.DeletionTimestamp != nil)
 	}
-	if _, ok := now.Annotations[mover.AnnMoveTo]; ok {
-		t.Errorf("the request %s is still on the claim", mover.AnnMoveTo)
+	if _, ok := now.Annotations[moveapi.AnnMoveTo]; ok {
+		t.Errorf("the request %s is still on the claim", moveapi.AnnMoveTo)
 	}
 	p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil || p.UID != pod.UID || p.DeletionTimestamp != nil {
@@ -202,9 +203,9 @@ func TestMoveBindsTheClaimMadeInTheGap(t *testing.T) {
 	old := seedPV.DeepCopy()
 	old.ObjectMeta = metav1.ObjectMeta{Name: oldName, Annotations: map[string]string{
 		"pv.kubernetes.io/provisioned-by": cluster.DriverName,
-		mover.AnnMoveTo:                   to, mover.AnnPhase: mover.PhaseBinding, mover.AnnReclaimPolicy: "Delete",
-		mover.AnnTarget: target, mover.AnnTargetID: seedPV.Spec.CSI.VolumeHandle, mover.AnnTargetContext: string(vc),
-		mover.AnnClaim: string(saved), mover.AnnPhaseSince: time.Now().UTC().Format(time.RFC3339Nano)}}
+		moveapi.AnnMoveTo:                 to, moveapi.AnnPhase: moveapi.PhaseBinding, moveapi.AnnReclaimPolicy: "Delete",
+		moveapi.AnnTarget: target, moveapi.AnnTargetID: seedPV.Spec.CSI.VolumeHandle, moveapi.AnnTargetContext: string(vc),
+		moveapi.AnnClaim: string(saved), moveapi.AnnPhaseSince: time.Now().UTC().Format(time.RFC3339Nano)}}
 	old.Spec.CSI.VolumeHandle = "moved-away-" + ns // no node has it
 	old.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
 	old.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: "data", UID: "00000000-0000-0000-0000-00000000dead"}
@@ -220,7 +221,7 @@ func TestMoveBindsTheClaimMadeInTheGap(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return strings.Contains(p.Annotations[mover.AnnWaiting], "not this move's"), fmt.Sprint(p.Annotations[mover.AnnWaiting]), nil
+		return strings.Contains(p.Annotations[moveapi.AnnWaiting], "not this move's"), fmt.Sprint(p.Annotations[moveapi.AnnWaiting]), nil
 	})
 
 	// The claim made again in the gap, and its pod.
@@ -259,7 +260,7 @@ func TestMoveBindsTheClaimMadeInTheGap(t *testing.T) {
 	}
 	waitFor(t, settle, "the old PV gone and a Moved event", func(ctx context.Context) (bool, string, error) {
 		_, err := pvs.Get(ctx, oldName, metav1.GetOptions{})
-		evs, _ := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", mover.ReasonMoved, to)
+		evs, _ := eventsWith(ctx, ns, "PersistentVolumeClaim", "data", moveapi.ReasonMoved, to)
 		return apierrors.IsNotFound(err) && len(evs) > 0, fmt.Sprintf("old PV: %v; Moved events %d", err, len(evs)), nil
 	})
 	checkNoNewLVs(t, ctx, before)

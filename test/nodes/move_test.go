@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/carve-csi/carve/pkg/moveapi"
 	"github.com/carve-csi/carve/pkg/mover"
 	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
@@ -330,12 +331,12 @@ func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string,
 			if st.bound.IsZero() {
 				st.bound = st.moved
 			}
-			st.event = lastEventOf(ctx, ns, moveClaim, mover.ReasonMoved)
+			st.event = lastEventOf(ctx, ns, moveClaim, moveapi.ReasonMoved)
 			return out.String(), st
 		case <-tick.C:
 		}
-		if pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{}); err == nil && pv.Annotations[mover.AnnSeed] != "" {
-			st.seed = pv.Annotations[mover.AnnSeed]
+		if pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{}); err == nil && pv.Annotations[moveapi.AnnSeed] != "" {
+			st.seed = pv.Annotations[moveapi.AnnSeed]
 		}
 		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, moveClaim, metav1.GetOptions{})
 		switch {

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestPluginLinksNoMover: the plugin asks for moves and follows them
+// through pkg/moveapi's names only; pkg/mover would bring the controller's
+// informers and CSI types into every user's kubectl (0.7 MB).
+func TestPluginLinksNoMover(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list -deps: %v\n%s", err, stderr)
+	}
+	deps := strings.Fields(string(out))
+	// The check sees what it should.
+	if !slices.Contains(deps, "github.com/carve-csi/carve/pkg/moveapi") {
+		t.Fatalf("go list -deps does not list pkg/moveapi: the check is broken\n%s", out)
+	}
+	if slices.Contains(deps, "github.com/carve-csi/carve/pkg/mover") {
+		t.Error("kubectl-carve links pkg/mover; take the move's names from pkg/moveapi")
+	}
+}

@@ -106,8 +106,9 @@ type Config struct {
 	CatchUp CatchUp
 	// Events records each step on the claim and the old PV.
 	Events record.EventRecorder
-	// Registerer, when set, gets carve_moves_total and
-	// carve_move_phase_seconds.
+	// Registerer, when set, gets carve_moves_total,
+	// carve_move_phase_seconds, carve_move_catch_up_bytes and
+	// carve_move_catch_up_seconds.
 	Registerer prometheus.Registerer
 	// Poll is how often a move that waits looks again (default 2s).
 	Poll time.Duration
@@ -134,12 +135,17 @@ const (
 
 // Mover runs the moves.
 type Mover struct {
-	cfg     Config
-	queue   workqueue.TypedRateLimitingInterface[string]
-	moves   *prometheus.CounterVec
-	phases  *prometheus.HistogramVec
-	started atomic.Bool
-	now     func() time.Time
+	cfg    Config
+	queue  workqueue.TypedRateLimitingInterface[string]
+	moves  *prometheus.CounterVec
+	phases *prometheus.HistogramVec
+	// catchUpBytes and catchUpSeconds are each move's catch-up: the bytes it
+	// sent and how long the copy itself took (the catching-up phase
+	// also waits for the source to close).
+	catchUpBytes   prometheus.Histogram
+	catchUpSeconds prometheus.Histogram
+	started        atomic.Bool
+	now            func() time.Time
 }
 
 // New checks cfg and returns a Mover; its metrics are registered at once.
@@ -175,13 +181,23 @@ func New(cfg Config) (*Mover, error) {
 			Help:    "How long each phase of a move took (seeding, stopping, catching-up, binding, cleaning); stopping to binding is the workload's downtime.",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 16),
 		}, []string{"phase"}),
+		catchUpBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "carve_move_catch_up_bytes",
+			Help:    "What each move's catch-up sent to the target: the data that changed on the volume since the seed, while the workload was stopped.",
+			Buckets: prometheus.ExponentialBuckets(64<<10, 4, 12),
+		}),
+		catchUpSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "carve_move_catch_up_seconds",
+			Help:    "How long each move's catch-up copy took, without the wait for the source to close that carve_move_phase_seconds{phase=\"catching-up\"} also counts.",
+			Buckets: prometheus.ExponentialBuckets(0.25, 2, 16),
+		}),
 		now: time.Now,
 	}
 	for _, r := range results {
 		m.moves.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.moves, m.phases} {
+		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("mover: registering its metrics: %w", err)
 			}

@@ -555,6 +555,69 @@ func TestMoveAbort(t *testing.T) {
 	}
 }
 
+// TestMoveCatchUpMetrics: a move's catch-up is observed once, with the
+// bytes CatchUpCopy answered and the copy's own time; one that never
+// copies is not observed.
+func TestMoveCatchUpMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// fail is CatchUpCopy's error, from the catching-up phase on.
+		fail error
+		// count, bytes and seconds are each histogram's samples and sum.
+		count          uint64
+		bytes, seconds float64
+	}{
+		{name: "moved", count: 1, bytes: 4096, seconds: 1},
+		{name: "the catch-up cannot run", fail: status.Error(codes.NotFound, "node b is gone")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, vols := world(t)
+			reg := prometheus.NewPedanticRegistry()
+			m, err := New(Config{Client: client, Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols,
+				Events: record.NewFakeRecorder(1000), Poll: time.Millisecond, Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each reading of the clock is a second later.
+			clock := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+			m.now = func() time.Time { clock = clock.Add(time.Second); return clock }
+			request(t, client, "b")
+			start(t, m)
+			drive(t, m, 30, func(phase string) {
+				if phase == moveapi.PhaseCatchingUp && tc.fail != nil {
+					vols.failAll["CatchUpCopy"] = tc.fail
+				}
+			})
+			for _, h := range []struct {
+				name string
+				sum  float64
+			}{{"carve_move_catch_up_bytes", tc.bytes}, {"carve_move_catch_up_seconds", tc.seconds}} {
+				count, sum := histogram(t, reg, h.name)
+				if count != tc.count || sum != h.sum {
+					t.Errorf("%s: %d samples, sum %v; want %d, %v", h.name, count, sum, tc.count, h.sum)
+				}
+			}
+		})
+	}
+}
+
+// histogram is the sample count and sum of the histogram name in reg.
+func histogram(t *testing.T, reg prometheus.Gatherer, name string) (uint64, float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("%s is not registered", name)
+	return 0, 0
+}
+
 func counter(t *testing.T, m *Mover, result string) float64 {
 	t.Helper()
 	c, err := m.moves.GetMetricWithLabelValues(result)

@@ -204,7 +204,9 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 		return 0, m.startRollBack(ctx, mv, a)
 	}
 	cctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	began := m.now()
 	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[moveapi.AnnSeed], pv.Annotations[moveapi.AnnTargetID])
+	took := m.now().Sub(began)
 	cancel()
 	if err != nil {
 		if status.Code(err) == codes.FailedPrecondition && attempt < maxRetries {
@@ -213,8 +215,16 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 		}
 		return 0, m.failed(ctx, mv, attempt, "sending what changed since the seed", err)
 	}
-	return 0, m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnBytes: strconv.FormatInt(n, 10)},
+	err = m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnBytes: strconv.FormatInt(n, 10)},
 		fmt.Sprintf("sent %d bytes that changed since the seed; binding the claim to the new volume", n))
+	if err != nil {
+		return 0, err
+	}
+	// Observed once the phase is written: a catch-up that runs again
+	// because the write failed is still one move's.
+	m.catchUpBytes.Observe(float64(n))
+	m.catchUpSeconds.Observe(took.Seconds())
+	return 0, nil
 }
 
 // bind makes the new PV, pre-bound to the claim, and the claim again on

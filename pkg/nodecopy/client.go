@@ -69,7 +69,7 @@ func (p Puller) read(ctx context.Context, src provision.RemoteSource, receive fu
 	}
 	defer func() { _ = conn.Close() }()
 	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(ctx,
-		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, Digest: DefaultDigest})
+		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, Digest: DefaultDigest}, grpc.ForceCodecV2(recvCodec{}))
 	if err != nil {
 		return fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
 	}

@@ -30,10 +30,15 @@ import (
 // the source's size for the copy and of the bytes moved for the limits,
 // and the copy's ratio to each and to the slower (the goal is >= 0.8):
 //
-//	TMPDIR=/dev/shm go test -run '^$' -bench CopyOverTLS -benchtime 5x ./pkg/nodecopy/
+//	TMPDIR=/dev/shm go test -run '^$' -bench CopyOverTLS -benchtime 5x -cpu 2,1 ./pkg/nodecopy/
 //
 // (TMPDIR on tmpfs takes the host's disk out; on a disk, its reads and
-// the target's sync are in both the copy and dd.)
+// the target's sync are in both the copy and dd.) Both ends run in this
+// process, as do both ends of the link: -cpu 2 (GOMAXPROCS) lets each end
+// have about a core, as on two nodes, when the machine is otherwise idle;
+// -cpu 1 puts both ends on one, the copy's CPU cost against the link's.
+// The ratios compare figures of the same round, so either is fair; the
+// machine's other load moves the MiB/s, less the ratios.
 func BenchmarkCopyOverTLS(b *testing.B) {
 	const size, chunk, stride = 1 << 30, 4 << 20, 8 << 20
 	src := filepath.Join(b.TempDir(), "src")

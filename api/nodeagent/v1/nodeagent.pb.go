@@ -39,8 +39,9 @@ const (
 	// SHA-256 of the chunks' SHA-256 digests (32 bytes): what agents
 	// before CHUNK_DIGEST_XXH64 send and check.
 	ChunkDigest_CHUNK_DIGEST_SHA256 ChunkDigest = 0
-	// XXH64 (seed 0) of the chunks' XXH64 digests, each 8 bytes big-endian
-	// (8 bytes, big-endian): an eighth of SHA-256's CPU time.
+	// XXH64 (seed 0) of the chunks' XXH64 digests, each as 8 bytes
+	// big-endian; the digest is 8 bytes, big-endian. About an eighth of
+	// SHA-256's CPU time (docs/benchmarks.md).
 	ChunkDigest_CHUNK_DIGEST_XXH64 ChunkDigest = 1
 )
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/blockcopy"
 	"github.com/carve-csi/carve/pkg/nodeca"
 	"github.com/carve-csi/carve/pkg/provision"
@@ -29,10 +30,15 @@ import (
 // the source's size for the copy and of the bytes moved for the limits,
 // and the copy's ratio to each and to the slower (the goal is >= 0.8):
 //
-//	TMPDIR=/dev/shm go test -run '^$' -bench CopyOverTLS -benchtime 5x ./pkg/nodecopy/
+//	TMPDIR=/dev/shm go test -run '^$' -bench CopyOverTLS -benchtime 5x -cpu 2,1 ./pkg/nodecopy/
 //
 // (TMPDIR on tmpfs takes the host's disk out; on a disk, its reads and
-// the target's sync are in both the copy and dd.)
+// the target's sync are in both the copy and dd.) Both ends run in this
+// process, as do both ends of the link: -cpu 2 (GOMAXPROCS) lets each end
+// have about a core, as on two nodes, when the machine is otherwise idle;
+// -cpu 1 puts both ends on one, the copy's CPU cost against the link's.
+// The ratios compare figures of the same round, so either is fair; the
+// machine's other load moves the MiB/s, less the ratios.
 func BenchmarkCopyOverTLS(b *testing.B) {
 	const size, chunk, stride = 1 << 30, 4 << 20, 8 << 20
 	src := filepath.Join(b.TempDir(), "src")
@@ -198,4 +204,27 @@ func (l *link) stream(b *testing.B, size uint64) time.Duration {
 		b.Fatalf("link: read %d of %d bytes: %v", got, size, err)
 	}
 	return time.Since(start)
+}
+
+// BenchmarkDigest is the CPU cost of each ChunkDigest over data (no
+// zero chunks), per byte:
+//
+//	go test -run '^$' -bench Digest ./pkg/nodecopy/
+func BenchmarkDigest(b *testing.B) {
+	data := make([]byte, readSize)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	for _, alg := range []nodeagentv1.ChunkDigest{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64} {
+		b.Run(alg.String(), func(b *testing.B) {
+			d, err := NewDigest(alg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				d.Data(data)
+			}
+		})
+	}
 }

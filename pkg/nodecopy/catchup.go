@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
@@ -32,27 +30,18 @@ var _ provision.DeltaPuller = Puller{}
 // accepting only src.Node's certificate, reads the catch-up src.CopyID
 // and writes it into dst (ReceiveDelta).
 func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst string, progress func(uint64)) (provision.DeltaResult, error) {
-	tlsCfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: p.Cert, CAs: p.CAs, Now: p.Now}, src.Node)
-	if err != nil {
-		return provision.DeltaResult{}, err
-	}
-	conn, err := grpc.NewClient(src.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow))
-	if err != nil {
-		return provision.DeltaResult{}, fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
-	}
-	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(ctx, &nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID})
-	if err != nil {
-		return provision.DeltaResult{}, fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
-	}
-	res, err := ReceiveDelta(ctx, dst, src.Size, stream, progress)
-	if err != nil {
-		return res, fmt.Errorf("catch-up %s from node %s: %w", src.CopyID, src.Node, err)
-	}
-	return res, nil
+	var res provision.DeltaResult
+	err := p.read(ctx, src, func(stream Receiver) error {
+		var err error
+		res, err = ReceiveDelta(ctx, dst, src.Size, stream, progress)
+		if err != nil {
+			return fmt.Errorf("catch-up %s from node %s: %w", src.CopyID, src.Node, err)
+		}
+		return nil
+	})
+	return res, err
 }
 
 // ReceiveDelta writes a catch-up stream into the device at path, which
@@ -71,15 +60,17 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 	if err != nil {
 		return res, fmt.Errorf("receiving the header: %w", err)
 	}
-	switch hdr := first.GetHeader(); {
+	hdr := first.GetHeader()
+	switch {
 	case hdr == nil:
 		return res, errors.New("the stream does not start with a header")
 	case !hdr.GetDelta():
 		return res, errors.New("the source sent a whole copy, not a catch-up against the base (an agent older than catch-ups?); nothing was written")
 	case uint64(hdr.GetSizeBytes()) != want:
 		return res, fmt.Errorf("the source holds %d bytes, not the %d granted", hdr.GetSizeBytes(), want)
-	case hdr.GetChunkBytes() != SparseChunk:
-		return res, fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", hdr.GetChunkBytes(), SparseChunk)
+	}
+	if _, err := headerDigest(hdr); err != nil {
+		return res, err
 	}
 	out, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL, 0) //nolint:gosec // G304: the device node of an LV provision found
 	if errors.Is(err, unix.EBUSY) {
@@ -99,13 +90,13 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 	if err := out.Close(); err != nil {
 		return res, fmt.Errorf("closing %s after the catch-up: %w", path, err)
 	}
-	sum, err := DigestOf(ctx, path, want)
+	sum, err := DigestOf(ctx, path, want, hdr.GetDigest())
 	if err != nil {
 		return res, fmt.Errorf("reading back %s: %w", path, err)
 	}
-	if !bytes.Equal(sum, trailer.GetSha256()) {
+	if !bytes.Equal(sum, trailer.GetDigest()) {
 		return res, fmt.Errorf("%w: the volume after the catch-up has digest %x, the source %x (did the volume hold the base's data before? its seed copy may be unfinished)",
-			ErrChecksum, sum, trailer.GetSha256())
+			ErrChecksum, sum, trailer.GetDigest())
 	}
 	res.Sum = sum
 	res.Duration = time.Since(start)
@@ -196,5 +187,5 @@ func (c CatchUps) CatchUpCopy(ctx context.Context, req *nodeagentv1.CatchUpCopyR
 	if err != nil {
 		return nil, statusOf(err, "catch-up of "+req.GetTargetVolumeId())
 	}
-	return &nodeagentv1.CatchUpCopyResponse{ReceivedBytes: int64(res.Received), Sha256: res.Sum}, nil
+	return &nodeagentv1.CatchUpCopyResponse{ReceivedBytes: int64(res.Received), Digest: res.Sum}, nil
 }

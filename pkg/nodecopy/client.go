@@ -39,25 +39,39 @@ var _ provision.Puller = Puller{}
 // src.Node's certificate, reads the copy src.CopyID and writes it into
 // dst (Receive).
 func (p Puller) Pull(ctx context.Context, src provision.RemoteSource, dst string, sparse bool, progress func(uint64)) (blockcopy.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var res blockcopy.Result
+	err := p.read(ctx, src, func(stream Receiver) error {
+		var err error
+		res, err = Receive(ctx, dst, src.Size, sparse, stream, progress)
+		if err != nil {
+			return fmt.Errorf("copy %s from node %s: %w", src.CopyID, src.Node, err)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// read dials src.Address, accepting only src.Node's certificate, and
+// gives receive the stream of ReadVolume src.CopyID (asking for
+// DefaultDigest), until it returns. ctx must be canceled after, to end
+// the stream.
+func (p Puller) read(ctx context.Context, src provision.RemoteSource, receive func(Receiver) error) error {
 	tlsCfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: p.Cert, CAs: p.CAs, Now: p.Now}, src.Node)
 	if err != nil {
-		return blockcopy.Result{}, err
+		return err
 	}
 	conn, err := grpc.NewClient(src.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow))
 	if err != nil {
-		return blockcopy.Result{}, fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
+		return fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
 	}
 	defer func() { _ = conn.Close() }()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(ctx, &nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID})
+	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(ctx,
+		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, Digest: DefaultDigest}, grpc.ForceCodecV2(recvCodec{}))
 	if err != nil {
-		return blockcopy.Result{}, fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
+		return fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
 	}
-	res, err := Receive(ctx, dst, src.Size, sparse, stream, progress)
-	if err != nil {
-		return res, fmt.Errorf("copy %s from node %s: %w", src.CopyID, src.Node, err)
-	}
-	return res, nil
+	return receive(stream)
 }

@@ -65,7 +65,7 @@ func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
 }
 
 // readDelta serves the ReadVolume of a catch-up grant.
-func (s *Server) readDelta(ctx context.Context, g Grant, node string, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
+func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeagentv1.ChunkDigest, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "base", g.Base, "targetNode", node)
 	if s.cfg.Deltas == nil {
 		return status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
@@ -73,7 +73,7 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, stream nod
 	var sent Sent
 	err := s.cfg.Deltas.ReadDelta(ctx, g.Source, g.Base, func(vol, base string, size uint64) error {
 		var err error
-		sent, err = SendDelta(ctx, vol, base, size, stream)
+		sent, err = SendDelta(ctx, vol, base, size, alg, stream)
 		return err
 	})
 	if err != nil {
@@ -91,13 +91,17 @@ var ErrInUse = errors.New("the volume is in use")
 // SendDelta streams the first size bytes of the device vol against the
 // device base: a header that says it is a delta, the runs of
 // SparseChunk-aligned chunks where vol differs from base (at most
-// maxData bytes a message), and the trailer with the Digest of vol's
-// size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
+// maxData bytes a message), and the trailer with the Digest (of alg) of
+// vol's size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
 // while it is read; one that is mounted fails the open, ErrInUse). The
 // next pair of blocks is read while one is sent.
-func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Sent, error) {
+func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
+	d, err := NewDigest(alg)
+	if err != nil {
+		return out, err
+	}
 	direct := size%4096 == 0
 	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, direct)
 	if errors.Is(err, unix.EBUSY) {
@@ -113,12 +117,11 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 	}
 	defer old.Close() //nolint:errcheck // read-only
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d := NewDigest()
 	full, free, errc := readPairs(ctx, in, old, vol, base, size)
 	for p := range full {
 		d.Data(p.now)

@@ -59,7 +59,7 @@ func TestSendDelta(t *testing.T) {
 			base, now := based(size, tt.changed)
 			vol, old := writeFile(t, "vol", now), writeFile(t, "base", base)
 			p := &pipe{}
-			sent, err := SendDelta(t.Context(), vol, old, size, p)
+			sent, err := SendDelta(t.Context(), vol, old, size, DefaultDigest, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,12 +99,12 @@ func TestSendDelta(t *testing.T) {
 				t.Errorf("chunks sent %v, want the changed ones %v", covered, want)
 			}
 			tr := p.msgs[len(p.msgs)-1].GetTrailer()
-			sum, err := DigestOf(t.Context(), vol, size)
+			sum, err := DigestOf(t.Context(), vol, size, DefaultDigest)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(tr.GetSha256(), sum) || tr.GetDataBytes() != n || sent.Data != uint64(n) {
-				t.Errorf("trailer %x/%d (sent %d), want the volume's digest %x and %d bytes", tr.GetSha256(), tr.GetDataBytes(), sent.Data, sum, n)
+			if !bytes.Equal(tr.GetDigest(), sum) || tr.GetDataBytes() != n || sent.Data != uint64(n) {
+				t.Errorf("trailer %x/%d (sent %d), want the volume's digest %x and %d bytes", tr.GetDigest(), tr.GetDataBytes(), sent.Data, sum, n)
 			}
 		})
 	}
@@ -140,7 +140,7 @@ func TestReceiveDelta(t *testing.T) {
 	base, now := based(size, changed)
 	stream := func(t *testing.T) *pipe {
 		p := &pipe{}
-		if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, p); err != nil {
+		if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, DefaultDigest, p); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -163,6 +163,22 @@ func TestReceiveDelta(t *testing.T) {
 				return m
 			}},
 		{name: "another size", target: base, want: size - SparseChunk, err: "not the"},
+		{name: "an unknown digest", target: base, want: size, err: "(CopyHeader.digest): unknown digest 7",
+			tamper: func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+				if i == 0 {
+					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: &nodeagentv1.CopyHeader{
+						SizeBytes: size, ChunkBytes: SparseChunk, Delta: true, Digest: 7}}}
+				}
+				return m
+			}},
+		{name: "a header naming another digest than the trailer's", target: base, want: size, sum: true, err: "checksum mismatch",
+			tamper: func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+				if i == 0 {
+					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: &nodeagentv1.CopyHeader{
+						SizeBytes: size, ChunkBytes: SparseChunk, Delta: true, Digest: nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256}}}
+				}
+				return m
+			}},
 		{name: "data out of order", target: base, want: size, err: "out of order",
 			tamper: func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 				if i == 2 {
@@ -174,7 +190,7 @@ func TestReceiveDelta(t *testing.T) {
 			tamper: func(_ int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 				if tr := m.GetTrailer(); tr != nil {
 					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{Trailer: &nodeagentv1.CopyTrailer{
-						Sha256: tr.GetSha256(), DataBytes: tr.GetDataBytes() + 1}}}
+						Digest: tr.GetDigest(), DataBytes: tr.GetDataBytes() + 1}}}
 				}
 				return m
 			}},
@@ -216,7 +232,7 @@ func TestReceiveDelta(t *testing.T) {
 			if res.Received != wantBytes || progress != wantBytes || wantBytes > uint64(len(changed)*SparseChunk) {
 				t.Errorf("received %d (progress %d), want %d: the changed chunks only", res.Received, progress, wantBytes)
 			}
-			if sum, _ := DigestOf(t.Context(), dst, size); !bytes.Equal(res.Sum, sum) {
+			if sum, _ := DigestOf(t.Context(), dst, size, DefaultDigest); !bytes.Equal(res.Sum, sum) {
 				t.Errorf("sum %x, want the target's %x", res.Sum, sum)
 			}
 		})
@@ -367,7 +383,7 @@ func TestCatchUps(t *testing.T) {
 			if len(got) != 1 || got[0] != want {
 				t.Errorf("the provisioner got %+v, want %+v", got, want)
 			}
-			if err == nil && (resp.GetReceivedBytes() != 42 || len(resp.GetSha256()) != 1) {
+			if err == nil && (resp.GetReceivedBytes() != 42 || len(resp.GetDigest()) != 1) {
 				t.Errorf("response %v", resp)
 			}
 		})
@@ -380,7 +396,7 @@ func TestReceiveRefusesDelta(t *testing.T) {
 	const size = 4 * SparseChunk
 	base, now := based(size, []int{1})
 	p := &pipe{}
-	if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, p); err != nil {
+	if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, DefaultDigest, p); err != nil {
 		t.Fatal(err)
 	}
 	dst := writeFile(t, "dst", make([]byte, size))

@@ -4,34 +4,96 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
+	"github.com/cespare/xxhash/v2"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/blockcopy"
 )
 
-// Digest is a copy's end-to-end checksum (CopyTrailer.sha256): the
-// SHA-256 of the SHA-256 digests of the source's SparseChunk-byte chunks
-// in order, the last chunk shorter when the size is not a multiple. It
-// is as strong a check as a SHA-256 of the bytes, and cheaper: the
-// digest of an all-zero chunk is computed once, not once per chunk, so a
-// mostly empty volume costs little to check. Both ends compute it the
-// same way; the chunks must be fed in order, each whole (Data and Zeros
-// take any number of whole chunks, and a short one only at the end).
+// Digest is a copy's end-to-end checksum (CopyTrailer.digest): a hash of
+// the list of the hashes of the source's SparseChunk-byte chunks in
+// order, the last chunk shorter when the size is not a multiple, made
+// as a ChunkDigest says (nodeagent.proto). The hash of an all-zero chunk
+// is computed once, not once per chunk, so a mostly empty volume costs
+// little to check. Both ends compute it the same way; the chunks must be
+// fed in order, each whole (Data and Zeros take any number of whole
+// chunks, and a short one only at the end).
+//
+// The check guards against bugs, torn writes and reading back what was
+// not written, not against an attacker: TLS authenticates the bytes in
+// flight. So a copy asks for XXH64 (DefaultDigest), an eighth of
+// SHA-256's CPU time; SHA-256 stays for agents older than ChunkDigest.
 type Digest struct {
-	h hash.Hash
+	alg  *algorithm
+	list hash.Hash
+	// sum is room for one chunk's hash.
+	sum []byte
 	// n is how many bytes were fed.
 	n uint64
 }
 
-// zeroChunk is the SHA-256 of a whole chunk of zeros.
-var zeroChunk = sha256.Sum256(make([]byte, SparseChunk))
+// DefaultDigest is the digest a target asks of the source.
+const DefaultDigest = nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64
 
-// NewDigest returns an empty Digest.
-func NewDigest() *Digest { return &Digest{h: sha256.New()} }
+// algorithm is how one ChunkDigest hashes a chunk and the list.
+type algorithm struct {
+	// chunk appends the hash of b to dst.
+	chunk func(dst, b []byte) []byte
+	// list is a new hash of the list of chunk hashes.
+	list func() hash.Hash
+	// zero is the hash of a whole chunk of zeros.
+	zero []byte
+}
+
+// algorithms are the digests this agent computes; never written to
+// after init.
+var algorithms = map[nodeagentv1.ChunkDigest]*algorithm{
+	nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256: withZero(&algorithm{
+		chunk: func(dst, b []byte) []byte { s := sha256.Sum256(b); return append(dst, s[:]...) },
+		list:  sha256.New,
+	}),
+	nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64: withZero(&algorithm{
+		chunk: func(dst, b []byte) []byte { return binary.BigEndian.AppendUint64(dst, xxhash.Sum64(b)) },
+		list:  func() hash.Hash { return xxhash.New() },
+	}),
+}
+
+func withZero(a *algorithm) *algorithm {
+	a.zero = a.chunk(nil, make([]byte, SparseChunk))
+	return a
+}
+
+// ErrDigest: a ChunkDigest this agent does not compute.
+var ErrDigest = errors.New("unknown digest")
+
+// NewDigest returns an empty Digest of alg, or ErrDigest naming the ones
+// this agent computes.
+func NewDigest(alg nodeagentv1.ChunkDigest) (*Digest, error) {
+	a, ok := algorithms[alg]
+	if !ok {
+		return nil, fmt.Errorf("%w %v: this agent computes %s", ErrDigest, alg, knownDigests())
+	}
+	return &Digest{alg: a, list: a.list(), sum: make([]byte, 0, len(a.zero))}, nil
+}
+
+// knownDigests names the algorithms, for messages.
+func knownDigests() string {
+	names := make([]string, 0, len(algorithms))
+	for alg := range algorithms {
+		names = append(names, alg.String())
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
 
 // Data feeds the chunks of b, zero or not.
 func (d *Digest) Data(b []byte) {
@@ -44,11 +106,10 @@ func (d *Digest) Data(b []byte) {
 func (d *Digest) Zeros(n uint64) {
 	d.n += n
 	for ; n >= SparseChunk; n -= SparseChunk {
-		d.h.Write(zeroChunk[:])
+		d.list.Write(d.alg.zero)
 	}
 	if n > 0 {
-		sum := sha256.Sum256(zeros[:n])
-		d.h.Write(sum[:])
+		d.list.Write(d.alg.chunk(d.sum[:0], zeros[:n]))
 	}
 }
 
@@ -60,8 +121,7 @@ func (d *Digest) chunk(b []byte) (zero bool) {
 		d.Zeros(uint64(len(b)))
 		return true
 	}
-	sum := sha256.Sum256(b)
-	d.h.Write(sum[:])
+	d.list.Write(d.alg.chunk(d.sum[:0], b))
 	d.n += uint64(len(b))
 	return false
 }
@@ -73,17 +133,20 @@ func isZero(b []byte) bool { return bytes.Equal(b, zeros[:len(b)]) }
 func (d *Digest) Size() uint64 { return d.n }
 
 // Sum is the digest of what was fed.
-func (d *Digest) Sum() []byte { return d.h.Sum(nil) }
+func (d *Digest) Sum() []byte { return d.list.Sum(nil) }
 
-// DigestOf is the Digest of the first size bytes of the file or device
-// at path, read as Send reads a source.
-func DigestOf(ctx context.Context, path string, size uint64) ([]byte, error) {
+// DigestOf is the Digest (of alg) of the first size bytes of the file
+// or device at path, read as Send reads a source.
+func DigestOf(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest) ([]byte, error) {
+	d, err := NewDigest(alg)
+	if err != nil {
+		return nil, err
+	}
 	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	d := NewDigest()
 	buf := alignedBuffer(readSize)
 	for off := uint64(0); off < size; {
 		if err := ctx.Err(); err != nil {

@@ -53,25 +53,29 @@ type Sent struct {
 
 // Send streams the first size bytes of the device at path: the header,
 // the runs of SparseChunk-aligned chunks that hold data (at most maxData
-// bytes a message), and the trailer with the source's Digest. It is a
+// bytes a message), and the trailer with the source's Digest of alg
+// (ErrDigest when this agent does not compute it). It is a
 // pipeline: a goroutine reads ahead (readAhead) while this one finds the
 // data, digests it and hands it to gRPC, whose own goroutine encrypts
 // and writes it.
-func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
+func Send(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
+	d, err := NewDigest(alg)
+	if err != nil {
+		return out, err
+	}
 	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Digest: alg}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d := NewDigest()
 	full, free, errc := readAhead(ctx, in, path, size)
 	for b := range full {
 		err := sendData(s, d, b.data, b.off, &out)
@@ -91,7 +95,7 @@ func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan err
 		return out, err
 	}
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
-		Trailer: &nodeagentv1.CopyTrailer{Sha256: d.Sum(), DataBytes: int64(out.Data)}}}); err != nil {
+		Trailer: &nodeagentv1.CopyTrailer{Digest: d.Sum(), DataBytes: int64(out.Data)}}}); err != nil {
 		return out, fmt.Errorf("sending the trailer: %w", err)
 	}
 	out.Duration = time.Since(start)
@@ -212,7 +216,8 @@ func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) b
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
 	var res blockcopy.Result
-	if err := receiveHeader(r, want); err != nil {
+	d, err := receiveHeader(r, want)
+	if err != nil {
 		return res, err
 	}
 	out, err := os.OpenFile(path, os.O_WRONLY, 0) //nolint:gosec // G304: the device node of an LV provision made
@@ -228,7 +233,7 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 		return res, fmt.Errorf("%s has %d bytes, fewer than the source's %d", path, end, want)
 	}
 	w := &writer{out: out, path: path, sparse: sparse, res: &res}
-	if err := w.receive(ctx, r, want, progress); err != nil {
+	if err := w.receive(ctx, r, want, d, progress); err != nil {
 		return res, err
 	}
 	if !sparse {
@@ -240,26 +245,37 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 }
 
 // receiveHeader receives the header and checks it: the size is want, the
-// digest's chunks are this end's.
-func receiveHeader(r Receiver, want uint64) error {
+// digest is one this end computes, over this end's chunks. It returns
+// the empty Digest to check the stream with.
+func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	first, err := r.Recv()
 	if err != nil {
-		return fmt.Errorf("receiving the header: %w", err)
+		return nil, fmt.Errorf("receiving the header: %w", err)
 	}
 	hdr := first.GetHeader()
 	if hdr == nil {
-		return errors.New("the stream does not start with a header")
+		return nil, errors.New("the stream does not start with a header")
 	}
 	if size := uint64(hdr.GetSizeBytes()); size != want {
-		return fmt.Errorf("the source holds %d bytes, not the %d granted", size, want)
-	}
-	if c := hdr.GetChunkBytes(); c != SparseChunk {
-		return fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
+		return nil, fmt.Errorf("the source holds %d bytes, not the %d granted", size, want)
 	}
 	if hdr.GetDelta() {
-		return errors.New("the source sent a catch-up against a base, not a whole copy")
+		return nil, errors.New("the source sent a catch-up against a base, not a whole copy")
 	}
-	return nil
+	return headerDigest(hdr)
+}
+
+// headerDigest is the empty Digest a header names, over this end's
+// chunks; nothing is written when it is not.
+func headerDigest(hdr *nodeagentv1.CopyHeader) (*Digest, error) {
+	if c := hdr.GetChunkBytes(); c != SparseChunk {
+		return nil, fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
+	}
+	d, err := NewDigest(hdr.GetDigest())
+	if err != nil {
+		return nil, fmt.Errorf("the source's checksum (CopyHeader.digest): %w; nothing was written", err)
+	}
+	return d, nil
 }
 
 // errWriterStopped: the writer ended (with its own error) before the
@@ -270,7 +286,7 @@ var errWriterStopped = errors.New("the writer stopped")
 // run at the same time: this goroutine receives the messages, checks
 // their place and digests them (inbound.pump), the writer writes them
 // (writer.consume), up to pipelined messages behind.
-func (w *writer) receive(ctx context.Context, r Receiver, want uint64, progress func(uint64)) error {
+func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest, progress func(uint64)) error {
 	msgs := make(chan *nodeagentv1.CopyData, pipelined)
 	done := make(chan struct{})
 	var werr error
@@ -278,7 +294,7 @@ func (w *writer) receive(ctx context.Context, r Receiver, want uint64, progress 
 		defer close(done)
 		werr = w.consume(msgs, progress)
 	}()
-	in := &inbound{want: want, d: NewDigest()}
+	in := &inbound{want: want, d: d}
 	perr := in.pump(ctx, r, msgs, done)
 	close(msgs)
 	<-done
@@ -366,8 +382,8 @@ func (in *inbound) check(t *nodeagentv1.CopyTrailer) error {
 	if in.data != uint64(t.GetDataBytes()) {
 		return fmt.Errorf("%w: got %d bytes of data, the source sent %d", ErrChecksum, in.data, t.GetDataBytes())
 	}
-	if sum := in.d.Sum(); !bytes.Equal(sum, t.GetSha256()) {
-		return fmt.Errorf("%w: digest of what was received %x, of the source %x", ErrChecksum, sum, t.GetSha256())
+	if sum := in.d.Sum(); !bytes.Equal(sum, t.GetDigest()) {
+		return fmt.Errorf("%w: digest of what was received %x, of the source %x", ErrChecksum, sum, t.GetDigest())
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"google.golang.org/protobuf/proto"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
@@ -76,7 +80,8 @@ func writeFile(t *testing.T, name string, b []byte) string {
 
 // TestSendReceive: only data is sent; a thick target gets the source's
 // bytes, zeros included, and zeros past them; a sparse target is not
-// written where the source is zero; both check the digest.
+// written where the source is zero; both check the digest, of either
+// algorithm.
 func TestSendReceive(t *testing.T) {
 	const size = 9<<20 + 3*SparseChunk + 512
 	src, want := source(t, size)
@@ -86,10 +91,18 @@ func TestSendReceive(t *testing.T) {
 			dataChunks++
 		}
 	}
-	for _, sparse := range []bool{false, true} {
-		t.Run(map[bool]string{false: "thick", true: "sparse"}[sparse], func(t *testing.T) {
+	for _, tt := range []struct {
+		sparse bool
+		alg    nodeagentv1.ChunkDigest
+	}{
+		{false, DefaultDigest}, {true, DefaultDigest},
+		// What an agent older than ChunkDigest asks for and sends.
+		{false, nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256},
+	} {
+		sparse := tt.sparse
+		t.Run(map[bool]string{false: "thick", true: "sparse"}[sparse]+"/"+tt.alg.String(), func(t *testing.T) {
 			p := &pipe{}
-			sent, err := Send(t.Context(), src, size, p)
+			sent, err := Send(t.Context(), src, size, tt.alg, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,6 +213,11 @@ func TestReceiveRefuses(t *testing.T) {
 				return m
 			}
 		}, "chunks of 4096 bytes"},
+		{"an unknown digest", size, withHeader(func(h *nodeagentv1.CopyHeader) { h.Digest = 7 }),
+			"the source's checksum (CopyHeader.digest): unknown digest 7: this agent computes CHUNK_DIGEST_SHA256, CHUNK_DIGEST_XXH64; nothing was written"},
+		{"a header naming another digest than the trailer's", size, withHeader(func(h *nodeagentv1.CopyHeader) {
+			h.Digest = nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256
+		}), "checksum mismatch"},
 		{"data not in whole chunks", size, func(p *pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 			at := firstData(p)
 			return func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
@@ -224,7 +242,7 @@ func TestReceiveRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &pipe{}
-			if _, err := Send(t.Context(), src, size, p); err != nil {
+			if _, err := Send(t.Context(), src, size, DefaultDigest, p); err != nil {
 				t.Fatal(err)
 			}
 			if tt.tamper != nil {
@@ -239,11 +257,26 @@ func TestReceiveRefuses(t *testing.T) {
 	}
 }
 
+// withHeader is a tamper that changes a copy of the header with edit.
+func withHeader(edit func(*nodeagentv1.CopyHeader)) func(*pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+	return func(*pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+		return func(_ int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+			h := m.GetHeader()
+			if h == nil {
+				return m
+			}
+			h = proto.CloneOf(h)
+			edit(h)
+			return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: h}}
+		}
+	}
+}
+
 // TestSendShortSource: a source shorter than its size is an error, not a
 // copy padded with zeros.
 func TestSendShortSource(t *testing.T) {
 	src := writeFile(t, "src", bytes.Repeat([]byte{1}, 1<<20))
-	if _, err := Send(t.Context(), src, 2<<20, &pipe{}); err == nil {
+	if _, err := Send(t.Context(), src, 2<<20, DefaultDigest, &pipe{}); err == nil {
 		t.Error("Send of a short source succeeded")
 	}
 }
@@ -253,75 +286,151 @@ func TestSendCanceled(t *testing.T) {
 	src := writeFile(t, "src", bytes.Repeat([]byte{1}, 16<<20))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := Send(ctx, src, 16<<20, &pipe{}); !errors.Is(err, context.Canceled) {
+	if _, err := Send(ctx, src, 16<<20, DefaultDigest, &pipe{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Send: %v, want context.Canceled", err)
 	}
 }
 
-// TestTrailerSum: the trailer's digest is the SHA-256 of the SHA-256
-// digests of the source's chunks, and DigestOf computes it from a file.
+// TestTrailerSum: the trailer's digest is the one the header names, the
+// hash of the hashes of the source's chunks, and DigestOf computes it
+// from a file; a digest this agent does not know is refused before
+// anything is read.
 func TestTrailerSum(t *testing.T) {
 	src, want := source(t, 5<<20+100)
-	p := &pipe{}
-	if _, err := Send(t.Context(), src, uint64(len(want)), p); err != nil {
-		t.Fatal(err)
+	for _, alg := range []nodeagentv1.ChunkDigest{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64} {
+		t.Run(alg.String(), func(t *testing.T) {
+			p := &pipe{}
+			if _, err := Send(t.Context(), src, uint64(len(want)), alg, p); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.msgs[0].GetHeader().GetDigest(); got != alg {
+				t.Errorf("header digest %v, want %v", got, alg)
+			}
+			sum := chunkSums(alg, want)
+			if got := p.msgs[len(p.msgs)-1].GetTrailer().GetDigest(); !bytes.Equal(got, sum) {
+				t.Errorf("trailer digest %x, want %x", got, sum)
+			}
+			got, err := DigestOf(t.Context(), src, uint64(len(want)), alg)
+			if err != nil || !bytes.Equal(got, sum) {
+				t.Errorf("DigestOf: %x, %v, want %x", got, err, sum)
+			}
+		})
 	}
-	sum := chunkSums(want)
-	if got := p.msgs[len(p.msgs)-1].GetTrailer().GetSha256(); !bytes.Equal(got, sum) {
-		t.Errorf("trailer digest %x, want %x", got, sum)
-	}
-	got, err := DigestOf(t.Context(), src, uint64(len(want)))
-	if err != nil || !bytes.Equal(got, sum) {
-		t.Errorf("DigestOf: %x, %v, want %x", got, err, sum)
-	}
+	t.Run("unknown", func(t *testing.T) {
+		p := &pipe{}
+		if _, err := Send(t.Context(), src, uint64(len(want)), 7, p); !errors.Is(err, ErrDigest) || len(p.msgs) != 0 {
+			t.Errorf("Send: %v, %d messages, want ErrDigest and none", err, len(p.msgs))
+		}
+		if _, err := DigestOf(t.Context(), src, uint64(len(want)), 7); !errors.Is(err, ErrDigest) {
+			t.Errorf("DigestOf: %v, want ErrDigest", err)
+		}
+	})
 }
 
-// chunkSums is the definition of Digest, computed the plain way.
-func chunkSums(b []byte) []byte {
-	h := sha256.New()
+// chunkSums is the definition of Digest, computed the plain way: for
+// SHA-256, the SHA-256 of the chunks' SHA-256 digests; for XXH64, the
+// XXH64 of the chunks' XXH64 digests, each 8 bytes big-endian.
+func chunkSums(alg nodeagentv1.ChunkDigest, b []byte) []byte {
+	var list []byte
 	for i := 0; i < len(b); i += SparseChunk {
-		s := sha256.Sum256(b[i:min(i+SparseChunk, len(b))])
-		h.Write(s[:])
+		c := b[i:min(i+SparseChunk, len(b))]
+		switch alg {
+		case nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256:
+			s := sha256.Sum256(c)
+			list = append(list, s[:]...)
+		case nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64:
+			list = binary.BigEndian.AppendUint64(list, xxhash.Sum64(c))
+		}
 	}
-	return h.Sum(nil)
+	switch alg {
+	case nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256:
+		s := sha256.Sum256(list)
+		return s[:]
+	case nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64:
+		return binary.BigEndian.AppendUint64(nil, xxhash.Sum64(list))
+	}
+	panic(alg)
 }
 
 // TestDigest: zeros fed as Zeros or as Data, in any split into whole
-// chunks, give the plain digest; a changed byte changes it.
+// chunks, give the plain digest; a changed byte, or a chunk of zeros
+// more, changes it; each algorithm gives its own size of digest.
 func TestDigest(t *testing.T) {
 	data := bytes.Repeat([]byte{1, 2, 3}, SparseChunk)
 	tests := []struct {
 		name string
 		feed func(d *Digest)
+		// want is the bytes whose plain digest the feed gives; nil: a
+		// feed whose digest differs from data's.
 		want []byte
 	}{
-		{"nothing", func(*Digest) {}, chunkSums(nil)},
-		{"zeros as Zeros", func(d *Digest) { d.Zeros(3*SparseChunk + 10) }, chunkSums(make([]byte, 3*SparseChunk+10))},
-		{"zeros as Data", func(d *Digest) { d.Data(make([]byte, 3*SparseChunk+10)) }, chunkSums(make([]byte, 3*SparseChunk+10))},
+		{"nothing", func(*Digest) {}, []byte{}},
+		{"zeros as Zeros", func(d *Digest) { d.Zeros(3*SparseChunk + 10) }, make([]byte, 3*SparseChunk+10)},
+		{"zeros as Data", func(d *Digest) { d.Data(make([]byte, 3*SparseChunk+10)) }, make([]byte, 3*SparseChunk+10)},
 		{"data, zeros, a short end", func(d *Digest) {
 			d.Data(data[:SparseChunk])
 			d.Zeros(SparseChunk)
 			d.Data(data[SparseChunk : 2*SparseChunk+7])
-		}, chunkSums(slices.Concat(data[:SparseChunk], make([]byte, SparseChunk), data[SparseChunk:2*SparseChunk+7]))},
+		}, slices.Concat(data[:SparseChunk], make([]byte, SparseChunk), data[SparseChunk:2*SparseChunk+7])},
 		{"a changed byte", func(d *Digest) {
 			b := bytes.Clone(data)
 			b[5] ^= 1
 			d.Data(b)
 		}, nil},
+		{"a chunk of zeros more", func(d *Digest) {
+			d.Data(data)
+			d.Zeros(SparseChunk)
+		}, nil},
+	}
+	for _, alg := range []struct {
+		alg  nodeagentv1.ChunkDigest
+		size int
+	}{
+		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, sha256.Size},
+		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64, 8},
+	} {
+		for _, tt := range tests {
+			t.Run(alg.alg.String()+"/"+tt.name, func(t *testing.T) {
+				d, err := NewDigest(alg.alg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.feed(d)
+				got := d.Sum()
+				if len(got) != alg.size {
+					t.Errorf("digest of %d bytes, want %d", len(got), alg.size)
+				}
+				if tt.want == nil {
+					if bytes.Equal(got, chunkSums(alg.alg, data)) {
+						t.Error("the digest is data's")
+					}
+					return
+				}
+				if !bytes.Equal(got, chunkSums(alg.alg, tt.want)) || d.Size() != uint64(len(tt.want)) {
+					t.Errorf("digest %x of %d bytes, want %x of %d", got, d.Size(), chunkSums(alg.alg, tt.want), len(tt.want))
+				}
+			})
+		}
+	}
+}
+
+// TestNewDigest: the digests an agent computes, and the refusal of
+// another, which names those it computes.
+func TestNewDigest(t *testing.T) {
+	tests := []struct {
+		alg nodeagentv1.ChunkDigest
+		err string
+	}{
+		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, ""},
+		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64, ""},
+		{7, "unknown digest 7: this agent computes CHUNK_DIGEST_SHA256, CHUNK_DIGEST_XXH64"},
+		{-1, "unknown digest -1"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d := NewDigest()
-			tt.feed(d)
-			got := d.Sum()
-			if tt.want == nil {
-				if bytes.Equal(got, chunkSums(data)) {
-					t.Error("a changed byte left the digest as it was")
-				}
-				return
-			}
-			if !bytes.Equal(got, tt.want) {
-				t.Errorf("digest %x, want %x", got, tt.want)
+		t.Run(tt.alg.String(), func(t *testing.T) {
+			_, err := NewDigest(tt.alg)
+			if tt.err == "" && err != nil || tt.err != "" && (!errors.Is(err, ErrDigest) || !strings.Contains(err.Error(), tt.err)) {
+				t.Errorf("NewDigest(%v): %v, want an error saying %q", tt.alg, err, tt.err)
 			}
 		})
 	}

@@ -26,6 +26,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ChunkDigest names how CopyTrailer.digest is made: a hash of the list
+// of the hashes of the source's chunks of CopyHeader.chunk_bytes bytes,
+// in order, zeros included (the last chunk is shorter when size_bytes is
+// not a multiple). The hash of a chunk of zeros is computed once, not
+// once per such chunk, so a mostly empty volume costs little to check.
+// It guards against bugs, torn writes and reading back what was not
+// written; the TLS of the copy port authenticates the bytes in flight.
+type ChunkDigest int32
+
+const (
+	// SHA-256 of the chunks' SHA-256 digests (32 bytes): what agents
+	// before CHUNK_DIGEST_XXH64 send and check.
+	ChunkDigest_CHUNK_DIGEST_SHA256 ChunkDigest = 0
+	// XXH64 (seed 0) of the chunks' XXH64 digests, each as 8 bytes
+	// big-endian; the digest is 8 bytes, big-endian. About an eighth of
+	// SHA-256's CPU time (docs/benchmarks.md).
+	ChunkDigest_CHUNK_DIGEST_XXH64 ChunkDigest = 1
+)
+
+// Enum value maps for ChunkDigest.
+var (
+	ChunkDigest_name = map[int32]string{
+		0: "CHUNK_DIGEST_SHA256",
+		1: "CHUNK_DIGEST_XXH64",
+	}
+	ChunkDigest_value = map[string]int32{
+		"CHUNK_DIGEST_SHA256": 0,
+		"CHUNK_DIGEST_XXH64":  1,
+	}
+)
+
+func (x ChunkDigest) Enum() *ChunkDigest {
+	p := new(ChunkDigest)
+	*p = x
+	return p
+}
+
+func (x ChunkDigest) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChunkDigest) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_nodeagent_v1_nodeagent_proto_enumTypes[0].Descriptor()
+}
+
+func (ChunkDigest) Type() protoreflect.EnumType {
+	return &file_api_nodeagent_v1_nodeagent_proto_enumTypes[0]
+}
+
+func (x ChunkDigest) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChunkDigest.Descriptor instead.
+func (ChunkDigest) EnumDescriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{0}
+}
+
 type EnrollRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1019,8 +1077,13 @@ func (x *AuthorizeCopyResponse) GetCopyPort() int32 {
 }
 
 type ReadVolumeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CopyId        string                 `protobuf:"bytes,1,opt,name=copy_id,json=copyId,proto3" json:"copy_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CopyId string                 `protobuf:"bytes,1,opt,name=copy_id,json=copyId,proto3" json:"copy_id,omitempty"`
+	// The digest the target asks the trailer to carry. An agent older
+	// than this field sends none (CHUNK_DIGEST_SHA256) and checks only
+	// that one; one older than it on the source ignores it and sends
+	// CHUNK_DIGEST_SHA256, which CopyHeader.digest says.
+	Digest        ChunkDigest `protobuf:"varint,2,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1060,6 +1123,13 @@ func (x *ReadVolumeRequest) GetCopyId() string {
 		return x.CopyId
 	}
 	return ""
+}
+
+func (x *ReadVolumeRequest) GetDigest() ChunkDigest {
+	if x != nil {
+		return x.Digest
+	}
+	return ChunkDigest_CHUNK_DIGEST_SHA256
 }
 
 type ReadVolumeResponse struct {
@@ -1174,7 +1244,10 @@ type CopyHeader struct {
 	// last one, are those of the base, which the target holds already,
 	// not zeros. A target that did not ask for a catch-up refuses such a
 	// stream.
-	Delta         bool `protobuf:"varint,3,opt,name=delta,proto3" json:"delta,omitempty"`
+	Delta bool `protobuf:"varint,3,opt,name=delta,proto3" json:"delta,omitempty"`
+	// How the trailer's digest is made: the one ReadVolumeRequest.digest
+	// asked for. A target that cannot compute it refuses the stream.
+	Digest        ChunkDigest `protobuf:"varint,4,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1228,6 +1301,13 @@ func (x *CopyHeader) GetDelta() bool {
 		return x.Delta
 	}
 	return false
+}
+
+func (x *CopyHeader) GetDigest() ChunkDigest {
+	if x != nil {
+		return x.Digest
+	}
+	return ChunkDigest_CHUNK_DIGEST_SHA256
 }
 
 type CopyData struct {
@@ -1287,12 +1367,9 @@ func (x *CopyData) GetData() []byte {
 
 type CopyTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The source's digest: the SHA-256 of the concatenated SHA-256 digests
-	// of its chunks of chunk_bytes bytes in order, zeros included (the
-	// last chunk is shorter when size_bytes is not a multiple). As strong
-	// as a SHA-256 of the bytes, and cheaper: the digest of a chunk of
-	// zeros is computed once, not once per such chunk.
-	Sha256 []byte `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The source's digest, made as CopyHeader.digest says (ChunkDigest).
+	// Named sha256 before ChunkDigest existed; same field number.
+	Digest []byte `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	// How many bytes the data messages carried.
 	DataBytes     int64 `protobuf:"varint,2,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1329,9 +1406,9 @@ func (*CopyTrailer) Descriptor() ([]byte, []int) {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{21}
 }
 
-func (x *CopyTrailer) GetSha256() []byte {
+func (x *CopyTrailer) GetDigest() []byte {
 	if x != nil {
-		return x.Sha256
+		return x.Digest
 	}
 	return nil
 }
@@ -1452,9 +1529,11 @@ type CatchUpCopyResponse struct {
 	// How many bytes of data the stream carried: the chunks that changed
 	// since base_snapshot_id.
 	ReceivedBytes int64 `protobuf:"varint,1,opt,name=received_bytes,json=receivedBytes,proto3" json:"received_bytes,omitempty"`
-	// The digest (CopyTrailer.sha256) of the target's whole LV after the
-	// catch-up, read back from the device, which equals the source's.
-	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The digest (CopyTrailer.digest, made as the stream's
+	// CopyHeader.digest says) of the target's whole LV after the catch-up,
+	// read back from the device, which equals the source's. Named sha256
+	// before ChunkDigest existed; same field number.
+	Digest        []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1496,9 +1575,9 @@ func (x *CatchUpCopyResponse) GetReceivedBytes() int64 {
 	return 0
 }
 
-func (x *CatchUpCopyResponse) GetSha256() []byte {
+func (x *CatchUpCopyResponse) GetDigest() []byte {
 	if x != nil {
-		return x.Sha256
+		return x.Digest
 	}
 	return nil
 }
@@ -1571,26 +1650,28 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x15AuthorizeCopyResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1b\n" +
-	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\",\n" +
+	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\"e\n" +
 	"\x11ReadVolumeRequest\x12\x17\n" +
-	"\acopy_id\x18\x01 \x01(\tR\x06copyId\"\xc7\x01\n" +
+	"\acopy_id\x18\x01 \x01(\tR\x06copyId\x127\n" +
+	"\x06digest\x18\x02 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\"\xc7\x01\n" +
 	"\x12ReadVolumeResponse\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
 	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
 	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"b\n" +
+	"\x04part\"\x9b\x01\n" +
 	"\n" +
 	"CopyHeader\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1f\n" +
 	"\vchunk_bytes\x18\x02 \x01(\x03R\n" +
 	"chunkBytes\x12\x14\n" +
-	"\x05delta\x18\x03 \x01(\bR\x05delta\"6\n" +
+	"\x05delta\x18\x03 \x01(\bR\x05delta\x127\n" +
+	"\x06digest\x18\x04 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\"6\n" +
 	"\bCopyData\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"D\n" +
 	"\vCopyTrailer\x12\x16\n" +
-	"\x06sha256\x18\x01 \x01(\fR\x06sha256\x12\x1d\n" +
+	"\x06digest\x18\x01 \x01(\fR\x06digest\x12\x1d\n" +
 	"\n" +
 	"data_bytes\x18\x02 \x01(\x03R\tdataBytes\"\x92\x02\n" +
 	"\x12CatchUpCopyRequest\x12(\n" +
@@ -1605,7 +1686,10 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"T\n" +
 	"\x13CatchUpCopyResponse\x12%\n" +
 	"\x0ereceived_bytes\x18\x01 \x01(\x03R\rreceivedBytes\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\fR\x06sha2562\xa4\x06\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest*>\n" +
+	"\vChunkDigest\x12\x17\n" +
+	"\x13CHUNK_DIGEST_SHA256\x10\x00\x12\x16\n" +
+	"\x12CHUNK_DIGEST_XXH64\x10\x012\xa4\x06\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
@@ -1631,63 +1715,67 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
+var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
-	(*EnrollRequest)(nil),              // 0: carve.nodeagent.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 1: carve.nodeagent.v1.EnrollResponse
-	(*InstallCertificateRequest)(nil),  // 2: carve.nodeagent.v1.InstallCertificateRequest
-	(*InstallCertificateResponse)(nil), // 3: carve.nodeagent.v1.InstallCertificateResponse
-	(*WatchCapacityRequest)(nil),       // 4: carve.nodeagent.v1.WatchCapacityRequest
-	(*CapacityReport)(nil),             // 5: carve.nodeagent.v1.CapacityReport
-	(*ClassCapacity)(nil),              // 6: carve.nodeagent.v1.ClassCapacity
-	(*InventoryRequest)(nil),           // 7: carve.nodeagent.v1.InventoryRequest
-	(*InventoryResponse)(nil),          // 8: carve.nodeagent.v1.InventoryResponse
-	(*DeviceClass)(nil),                // 9: carve.nodeagent.v1.DeviceClass
-	(*LogicalVolume)(nil),              // 10: carve.nodeagent.v1.LogicalVolume
-	(*QuarantineOrphanRequest)(nil),    // 11: carve.nodeagent.v1.QuarantineOrphanRequest
-	(*QuarantineOrphanResponse)(nil),   // 12: carve.nodeagent.v1.QuarantineOrphanResponse
-	(*RemoveOrphanRequest)(nil),        // 13: carve.nodeagent.v1.RemoveOrphanRequest
-	(*RemoveOrphanResponse)(nil),       // 14: carve.nodeagent.v1.RemoveOrphanResponse
-	(*AuthorizeCopyRequest)(nil),       // 15: carve.nodeagent.v1.AuthorizeCopyRequest
-	(*AuthorizeCopyResponse)(nil),      // 16: carve.nodeagent.v1.AuthorizeCopyResponse
-	(*ReadVolumeRequest)(nil),          // 17: carve.nodeagent.v1.ReadVolumeRequest
-	(*ReadVolumeResponse)(nil),         // 18: carve.nodeagent.v1.ReadVolumeResponse
-	(*CopyHeader)(nil),                 // 19: carve.nodeagent.v1.CopyHeader
-	(*CopyData)(nil),                   // 20: carve.nodeagent.v1.CopyData
-	(*CopyTrailer)(nil),                // 21: carve.nodeagent.v1.CopyTrailer
-	(*CatchUpCopyRequest)(nil),         // 22: carve.nodeagent.v1.CatchUpCopyRequest
-	(*CatchUpCopyResponse)(nil),        // 23: carve.nodeagent.v1.CatchUpCopyResponse
+	(ChunkDigest)(0),                   // 0: carve.nodeagent.v1.ChunkDigest
+	(*EnrollRequest)(nil),              // 1: carve.nodeagent.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 2: carve.nodeagent.v1.EnrollResponse
+	(*InstallCertificateRequest)(nil),  // 3: carve.nodeagent.v1.InstallCertificateRequest
+	(*InstallCertificateResponse)(nil), // 4: carve.nodeagent.v1.InstallCertificateResponse
+	(*WatchCapacityRequest)(nil),       // 5: carve.nodeagent.v1.WatchCapacityRequest
+	(*CapacityReport)(nil),             // 6: carve.nodeagent.v1.CapacityReport
+	(*ClassCapacity)(nil),              // 7: carve.nodeagent.v1.ClassCapacity
+	(*InventoryRequest)(nil),           // 8: carve.nodeagent.v1.InventoryRequest
+	(*InventoryResponse)(nil),          // 9: carve.nodeagent.v1.InventoryResponse
+	(*DeviceClass)(nil),                // 10: carve.nodeagent.v1.DeviceClass
+	(*LogicalVolume)(nil),              // 11: carve.nodeagent.v1.LogicalVolume
+	(*QuarantineOrphanRequest)(nil),    // 12: carve.nodeagent.v1.QuarantineOrphanRequest
+	(*QuarantineOrphanResponse)(nil),   // 13: carve.nodeagent.v1.QuarantineOrphanResponse
+	(*RemoveOrphanRequest)(nil),        // 14: carve.nodeagent.v1.RemoveOrphanRequest
+	(*RemoveOrphanResponse)(nil),       // 15: carve.nodeagent.v1.RemoveOrphanResponse
+	(*AuthorizeCopyRequest)(nil),       // 16: carve.nodeagent.v1.AuthorizeCopyRequest
+	(*AuthorizeCopyResponse)(nil),      // 17: carve.nodeagent.v1.AuthorizeCopyResponse
+	(*ReadVolumeRequest)(nil),          // 18: carve.nodeagent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),         // 19: carve.nodeagent.v1.ReadVolumeResponse
+	(*CopyHeader)(nil),                 // 20: carve.nodeagent.v1.CopyHeader
+	(*CopyData)(nil),                   // 21: carve.nodeagent.v1.CopyData
+	(*CopyTrailer)(nil),                // 22: carve.nodeagent.v1.CopyTrailer
+	(*CatchUpCopyRequest)(nil),         // 23: carve.nodeagent.v1.CatchUpCopyRequest
+	(*CatchUpCopyResponse)(nil),        // 24: carve.nodeagent.v1.CatchUpCopyResponse
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
-	6,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
-	10, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
-	9,  // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
-	19, // 3: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
-	20, // 4: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
-	21, // 5: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
-	0,  // 6: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
-	2,  // 7: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
-	4,  // 8: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
-	7,  // 9: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	11, // 10: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
-	13, // 11: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
-	15, // 12: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
-	22, // 13: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
-	17, // 14: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
-	1,  // 15: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	3,  // 16: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	5,  // 17: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	8,  // 18: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	12, // 19: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	14, // 20: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	16, // 21: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
-	23, // 22: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
-	18, // 23: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	7,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
+	11, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
+	10, // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
+	0,  // 3: carve.nodeagent.v1.ReadVolumeRequest.digest:type_name -> carve.nodeagent.v1.ChunkDigest
+	20, // 4: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
+	21, // 5: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
+	22, // 6: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
+	0,  // 7: carve.nodeagent.v1.CopyHeader.digest:type_name -> carve.nodeagent.v1.ChunkDigest
+	1,  // 8: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
+	3,  // 9: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
+	5,  // 10: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
+	8,  // 11: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
+	12, // 12: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
+	14, // 13: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	16, // 14: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
+	23, // 15: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
+	18, // 16: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	2,  // 17: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	4,  // 18: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	6,  // 19: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	9,  // 20: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	13, // 21: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	15, // 22: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	17, // 23: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	24, // 24: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
+	19, // 25: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_nodeagent_v1_nodeagent_proto_init() }
@@ -1705,13 +1793,14 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_api_nodeagent_v1_nodeagent_proto_goTypes,
 		DependencyIndexes: file_api_nodeagent_v1_nodeagent_proto_depIdxs,
+		EnumInfos:         file_api_nodeagent_v1_nodeagent_proto_enumTypes,
 		MessageInfos:      file_api_nodeagent_v1_nodeagent_proto_msgTypes,
 	}.Build()
 	File_api_nodeagent_v1_nodeagent_proto = out.File

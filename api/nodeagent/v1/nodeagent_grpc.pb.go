@@ -549,7 +549,8 @@ type NodeCopyClient interface {
 	// the target reads them as zeros), then a trailer with a digest of the
 	// whole source (zeros included; CopyTrailer), which the target checks
 	// before it hands the volume out. An unknown, used or expired copy ID, or a
-	// client that is not the grant's target node, is PERMISSION_DENIED.
+	// client that is not the grant's target node, is PERMISSION_DENIED; a
+	// digest this agent cannot compute is INVALID_ARGUMENT.
 	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
 }
 
@@ -594,7 +595,8 @@ type NodeCopyServer interface {
 	// the target reads them as zeros), then a trailer with a digest of the
 	// whole source (zeros included; CopyTrailer), which the target checks
 	// before it hands the volume out. An unknown, used or expired copy ID, or a
-	// client that is not the grant's target node, is PERMISSION_DENIED.
+	// client that is not the grant's target node, is PERMISSION_DENIED; a
+	// digest this agent cannot compute is INVALID_ARGUMENT.
 	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
 	mustEmbedUnimplementedNodeCopyServer()
 }

@@ -69,8 +69,8 @@ func ParseExceptions(r io.ReaderAt) (Set, error) {
 		}
 		for i := uint64(0); i < perArea; i++ {
 			e := meta[i*exceptionLen:]
-			old, new := le.Uint64(e[0:8]), le.Uint64(e[8:16])
-			if new == 0 {
+			old, cow := le.Uint64(e[0:8]), le.Uint64(e[8:16])
+			if cow == 0 {
 				return set, nil
 			}
 			if old > (1<<64-1)/chunk-1 {

@@ -15,15 +15,16 @@ type Exec struct {
 	Exec utilexec.Interface
 }
 
-// Run implements Runner.
-func (e Exec) Run(ctx context.Context, cmd string, args ...string) ([]byte, error) {
-	c := e.Exec.CommandContext(ctx, cmd, args...)
+// Run implements Runner. The programs are dmsetup and thin_delta
+// (test/deploy's dynamicPrograms lists them under "program").
+func (e Exec) Run(ctx context.Context, program string, args ...string) ([]byte, error) {
+	c := e.Exec.CommandContext(ctx, program, args...)
 	c.SetEnv(append(os.Environ(), "LC_ALL=C"))
 	var stdout, stderr bytes.Buffer
 	c.SetStdout(&stdout)
 	c.SetStderr(&stderr)
 	if err := c.Run(); err != nil {
-		return nil, fmt.Errorf("%s %v: %w: %s", cmd, args, err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("%s %v: %w: %s", program, args, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return stdout.Bytes(), nil
 }

@@ -187,7 +187,7 @@ func (f *Finder) reserve(ctx context.Context, tpool string) error {
 		return nil
 	}
 	if rerr := f.message(ctx, tpool, "release_metadata_snap"); rerr != nil {
-		return fmt.Errorf("reserving a metadata snapshot of %s: %w (and releasing one left reserved: %v)", tpool, err, rerr)
+		return fmt.Errorf("reserving a metadata snapshot of %s: %w (and releasing one left reserved: %w)", tpool, err, rerr)
 	}
 	if err := f.message(ctx, tpool, "reserve_metadata_snap"); err != nil {
 		return fmt.Errorf("reserving a metadata snapshot of %s after releasing one left reserved: %w", tpool, err)

@@ -3,8 +3,6 @@ package changemap
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
-	"strings"
 	"testing"
 )
 
@@ -66,18 +64,7 @@ func TestParseExceptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseExceptions(bytes.NewReader(tt.dev))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
+			checkSet(t, got, err, tt.want, tt.wantErr)
 		})
 	}
 }

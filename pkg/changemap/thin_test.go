@@ -43,20 +43,28 @@ func TestParseThinDelta(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseThinDelta(strings.NewReader(tt.xml))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
+			checkSet(t, got, err, tt.want, tt.wantErr)
 		})
 	}
+}
+
+// checkSet checks a result against the set want or, when wantErr is
+// set, an error saying it; it tells whether the call succeeded.
+func checkSet(t *testing.T, got Set, err error, want Set, wantErr string) bool {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one saying %q", err, wantErr)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	return true
 }
 
 func file(t *testing.T, name string) string {
@@ -150,17 +158,8 @@ func TestThinChanges(t *testing.T) {
 			if p.reserved != tt.wantReserved {
 				t.Errorf("metadata snapshot reserved after the call: %v", p.reserved)
 			}
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
-				}
+			if !checkSet(t, got, err, Set{{128 * 512, 128 * 512}}, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := (Set{{128 * 512, 128 * 512}}); !slices.Equal(got, want) {
-				t.Errorf("got %v, want %v", got, want)
 			}
 			if want := []string{"--metadata-snap", "--snap1", "7", "--snap2", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.deltaArgs, want) || !p.deltaReserved {
 				t.Errorf("thin_delta %q (reserved: %v), want %q with the metadata snapshot reserved", p.deltaArgs, p.deltaReserved, want)

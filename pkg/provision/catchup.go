@@ -259,6 +259,11 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 			"volumeID", volumeID, "base", baseID, "reason", d.Fallback)
 	}
 	rerr := read(d)
+	// The checks after the read run even when the reader's stream has
+	// ended: the target closes it as soon as it checked the data, which
+	// would cancel them and fail a catch-up that was whole.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterReadTimeout)
+	defer cancel()
 	if unusable, aerr := p.sourceSpent(ctx, old); aerr == nil && unusable != nil {
 		return errorf(ErrRefused, "base %s ran out of its snapshot space while it was read; the catch-up is not used: %v", baseID, unusable)
 	}
@@ -274,6 +279,10 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 	}
 	return nil
 }
+
+// afterReadTimeout bounds the checks of a catch-up's source after it
+// was read (two LVM reads).
+const afterReadTimeout = time.Minute
 
 // deltaSource finds, in LVM (not the view: whether a volume is open
 // changes without carve), the volume volumeID of this node and its

@@ -125,7 +125,7 @@ func TestCrossNodeCatchUp(t *testing.T) {
 				t.Errorf("received %d bytes for %d written: want at least those and less than twice", got, written)
 			}
 			c.checkCopy(rid, size, want)
-			sent := c.nodes["node-a"].lastCatchUp(id)
+			sent := c.nodes["node-a"].lastCatchUp(t, id)
 			t.Logf("catch-up %s: the source's log: %v", kind, sent)
 			if sent["method"] != method[k.from] || sent["baseReadBytes"] != "0" || sent["readBytes"] != fmt.Sprint(size) {
 				t.Errorf("the source sent with %v; want method %s, the volume read once and the base not read", sent, method[k.from])
@@ -174,21 +174,23 @@ func TestCrossNodeCatchUp(t *testing.T) {
 // lastCatchUp is the fields of the agent's last log line "Sent a
 // catch-up to another node" for the source volume id: the method and
 // the bytes named and read (klog's key="value" or key=value).
-func (n *agentNode) lastCatchUp(id string) map[string]string {
-	t := n.c.t
+func (n *agentNode) lastCatchUp(t *testing.T, id string) map[string]string {
 	t.Helper()
-	log, err := os.ReadFile(n.log.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var last string
-	for _, line := range strings.Split(string(log), "\n") {
-		if strings.Contains(line, `"Sent a catch-up to another node"`) && strings.Contains(line, `source="`+id+`"`) {
-			last = line
+	// klog writes its buffer out every few seconds.
+	for deadline := time.Now().Add(15 * time.Second); last == ""; time.Sleep(time.Second) {
+		log, err := os.ReadFile(n.log.Name())
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if last == "" {
-		t.Fatalf("%s logged no catch-up of %s (log: %s)", n.name, id, n.log.Name())
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, `"Sent a catch-up to another node"`) && strings.Contains(line, `source="`+id+`"`) {
+				last = line
+			}
+		}
+		if last == "" && time.Now().After(deadline) {
+			t.Fatalf("%s logged no catch-up of %s sent (log: %s)", n.name, id, n.log.Name())
+		}
 	}
 	fields := map[string]string{}
 	for _, m := range logField.FindAllStringSubmatch(last, -1) {

@@ -3,7 +3,8 @@
 # (built with -tags nodeagent,grpcnotrace: the node agent's plugin role without any
 # Kubernetes client, half the resident memory; the node DaemonSets run it),
 # on a Debian runtime that carries the programs the plugin runs: lvm2 (and
-# thin_check, which lvm runs when it activates a thin pool), mkfs/fsck/grow
+# thin_check, which lvm runs when it activates a thin pool; thin_delta and
+# dmsetup, which a move's catch-up runs), mkfs/fsck/grow
 # tools for ext4, xfs and btrfs, and util-linux/mount (mount, umount, blkid,
 # blockdev, findmnt). test/deploy checks that every program carve runs comes
 # from a package installed here.
@@ -53,6 +54,7 @@ LABEL org.opencontainers.image.title="carve" \
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       lvm2 \
+      dmsetup \
       thin-provisioning-tools \
       e2fsprogs \
       xfsprogs \

@@ -14,6 +14,7 @@ import (
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/blockcopy"
+	"github.com/carve-csi/carve/pkg/changemap"
 	"github.com/carve-csi/carve/pkg/config"
 	"github.com/carve-csi/carve/pkg/dmsnapshot"
 	"github.com/carve-csi/carve/pkg/driver"
@@ -78,7 +79,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: unfinished, Formatting: formatting,
-		DevDir: devDir}
+		DevDir: devDir, Changes: &changemap.Finder{Run: changemap.Exec{Exec: realExec}, DevDir: devDir}}
 	// Reads of restores' and clones' sources on other nodes present the
 	// node channel's certificate: nodeChannel fills it in.
 	var puller *nodecopy.Puller

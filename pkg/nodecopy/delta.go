@@ -16,25 +16,27 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/blockcopy"
+	"github.com/carve-csi/carve/pkg/changemap"
 	"github.com/carve-csi/carve/pkg/provision"
 )
 
 // A catch-up is the last step of a move of a volume to another node: the
 // target holds the volume as it was at a base snapshot (a restore of it
 // made there), the workload has stopped, and only what changed since
-// the base is sent. The source reads the volume and the base, chunk by
-// chunk (SparseChunk), and sends the chunks that differ; the trailer
-// carries the Digest of the whole volume, which the target checks
-// against its own LV read back whole. The volume is read as it is, not
-// from a temporary snapshot, so it must not be in use: the source
-// refuses it while it is open and holds it open exclusively while it
-// reads (a mount of it fails meanwhile).
-//
-// The compare reads both devices whole whatever their kind: for a thin
-// volume and its thin snapshot, thin_delta over the pool's metadata
-// would name the changed blocks without reading the others (not used
-// yet); a thick volume and its copy-on-write snapshot have no such map
-// that LVM exposes, and this compare is what they get.
+// the base is sent. The source reads the volume once, whole, and sends
+// the SparseChunk-aligned chunks that its device-mapper metadata names
+// as changed since the base (provision.Delta: thin_delta for a thin
+// volume and base in one pool; the copy-on-write base's exception
+// table for a thick volume; SendChanged), or, where no metadata names
+// them, reads the base too and sends the chunks that differ
+// (SendDelta). Either way the trailer carries the Digest of the whole
+// volume as read, which the target checks against its own LV read back
+// whole: a chunk the metadata failed to name, or one written after it
+// was read, fails the catch-up (DATA_LOSS) instead of leaving the
+// target different. The volume is read as it is, not from a temporary
+// snapshot, so it must not be in use: the source refuses it while it
+// is open and holds it open exclusively while it reads (a mount of it
+// fails meanwhile).
 
 // DeltaReader reads a volume of this node against a snapshot of it, for
 // a catch-up; *provision.Provisioner is one.
@@ -44,11 +46,12 @@ type DeltaReader interface {
 	// baseID is not a snapshot of volumeID, provision.ErrRefused when the
 	// volume is open (in use).
 	DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error)
-	// ReadDelta gives read the device nodes of volumeID and of baseID
-	// and the volume's size, under the volume's lock, with the same
-	// refusals as DeltaSize (checked again now), and fails the read when
-	// the volume was opened meanwhile.
-	ReadDelta(ctx context.Context, volumeID, baseID string, read func(volume, base string, size uint64) error) error
+	// ReadDelta gives read the device nodes of volumeID and of baseID,
+	// the volume's size and its changes since the base when metadata
+	// names them, under the volume's lock, with the same refusals as
+	// DeltaSize (checked again now), and fails the read when the volume
+	// was opened meanwhile.
+	ReadDelta(ctx context.Context, volumeID, baseID string, read func(provision.Delta) error) error
 }
 
 var _ DeltaReader = (*provision.Provisioner)(nil)
@@ -71,16 +74,24 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeag
 		return status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
 	}
 	var sent Sent
-	err := s.cfg.Deltas.ReadDelta(ctx, g.Source, g.Base, func(vol, base string, size uint64) error {
+	var how []any
+	err := s.cfg.Deltas.ReadDelta(ctx, g.Source, g.Base, func(d provision.Delta) error {
 		var err error
-		sent, err = SendDelta(ctx, vol, base, size, alg, stream)
+		// readBytes: what the source reads of its devices.
+		if d.Method == provision.DeltaCompare {
+			how = []any{"method", d.Method, "fallback", d.Fallback, "readBytes", 2 * d.Size, "baseReadBytes", d.Size}
+			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, alg, stream)
+			return err
+		}
+		how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", d.Size, "baseReadBytes", 0}
+		sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, alg, stream)
 		return err
 	})
 	if err != nil {
-		log.Error(err, "A catch-up to another node failed", "sentBytes", sent.Data)
+		log.Error(err, "A catch-up to another node failed", append([]any{"sentBytes", sent.Data}, how...)...)
 		return statusOf(err, "catch-up "+g.ID)
 	}
-	log.Info("Sent a catch-up to another node", "dataBytes", sent.Data, "duration", sent.Duration)
+	log.Info("Sent a catch-up to another node", append([]any{"dataBytes", sent.Data, "duration", sent.Duration}, how...)...)
 	return nil
 }
 
@@ -91,8 +102,8 @@ var ErrInUse = errors.New("the volume is in use")
 // SendDelta streams the first size bytes of the device vol against the
 // device base: a header that says it is a delta, the runs of
 // SparseChunk-aligned chunks where vol differs from base (at most
-// maxData bytes a message), and the trailer with the Digest (of alg) of
-// vol's size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
+// maxData bytes a message), and the trailer with the Digest of vol's
+// size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
 // while it is read; one that is mounted fails the open, ErrInUse). The
 // next pair of blocks is read while one is sent.
 func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
@@ -103,10 +114,7 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagent
 		return out, err
 	}
 	direct := size%4096 == 0
-	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, direct)
-	if errors.Is(err, unix.EBUSY) {
-		return out, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
-	}
+	in, err := openDeltaSource(vol, size, alg, s)
 	if err != nil {
 		return out, err
 	}
@@ -116,10 +124,6 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagent
 		return out, err
 	}
 	defer old.Close() //nolint:errcheck // read-only
-	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg}}}); err != nil {
-		return out, fmt.Errorf("sending the header: %w", err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	full, free, errc := readPairs(ctx, in, old, vol, base, size)
@@ -132,6 +136,61 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagent
 		}
 	}
 	return sendTrailer(s, d, out, start, errc)
+}
+
+// SendChanged streams the first size bytes of the device vol as a
+// catch-up whose changes since the base are named: the header of a
+// delta, the runs of SparseChunk-aligned chunks that hold a byte of
+// changed (at most maxData bytes a message; a chunk of zeros too, as
+// a block discarded since the base must become zeros on the target),
+// and the trailer with the Digest of vol's size bytes, all read: the
+// base is not. vol is opened exclusively as by SendDelta.
+func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+	start := time.Now()
+	var out Sent
+	d, err := NewDigest(alg)
+	if err != nil {
+		return out, err
+	}
+	in, err := openDeltaSource(vol, size, alg, s)
+	if err != nil {
+		return out, err
+	}
+	defer in.Close() //nolint:errcheck // read-only
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	full, free, errc := readAhead(ctx, in, vol, size)
+	for b := range full {
+		err := sendRuns(s, b.data, b.off, &out, func(i, end int) bool {
+			d.Data(b.data[i:end])
+			return !changed.Overlaps(b.off+uint64(i), b.off+uint64(end))
+		})
+		free <- b.data[:cap(b.data)]
+		if err != nil {
+			return out, err
+		}
+	}
+	return sendTrailer(s, d, out, start, errc)
+}
+
+// openDeltaSource opens the volume vol of a catch-up exclusively
+// (O_EXCL: a mount of it fails while it is read; one that is mounted
+// fails the open, ErrInUse) and sends the header of a delta of size
+// bytes.
+func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (*os.File, error) {
+	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
+	if errors.Is(err, unix.EBUSY) {
+		return nil, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg}}}); err != nil {
+		_ = in.Close()
+		return nil, fmt.Errorf("sending the header: %w", err)
+	}
+	return in, nil
 }
 
 // pair is one block of the volume (now) and of its base (was).

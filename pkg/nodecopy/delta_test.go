@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/pkg/changemap"
 	"github.com/carve-csi/carve/pkg/nodeca"
 	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -105,6 +107,86 @@ func TestSendDelta(t *testing.T) {
 			}
 			if !bytes.Equal(tr.GetDigest(), sum) || tr.GetDataBytes() != n || sent.Data != uint64(n) {
 				t.Errorf("trailer %x/%d (sent %d), want the volume's digest %x and %d bytes", tr.GetDigest(), tr.GetDataBytes(), sent.Data, sum, n)
+			}
+		})
+	}
+}
+
+// TestSendChanged: with the changes named, the chunks that hold a
+// named byte are sent (a named chunk of zeros too: a block discarded
+// since the base), whatever the names' granularity, and nothing else;
+// the base is not read; the trailer holds the digest of the whole
+// volume, so a change the names missed fails the target's check.
+func TestSendChanged(t *testing.T) {
+	const size = 3*readSize + 5*SparseChunk + 700
+	const c = SparseChunk
+	lastChunk := size / c
+	tests := []struct {
+		name    string
+		changed []int // chunks the volume differs in
+		named   changemap.Set
+		want    []int // chunks sent
+		missed  bool  // a change is not named: the digest must tell
+	}{
+		{"nothing named", nil, nil, nil, false},
+		{"a byte inside a chunk", []int{3}, changemap.Set{{Off: 3*c + 100, Len: 1}}, []int{3}, false},
+		{"across chunks, unaligned", []int{5, 7}, changemap.Set{{Off: 5*c + 4096, Len: 2*c + 8192}}, []int{5, 6, 7}, false},
+		{"a pool block of 1 MiB", []int{40}, changemap.Set{{Off: 32 * c, Len: 1 << 20}}, seq(32, 48), false},
+		{"a discarded chunk reads zeros", []int{2}, changemap.Set{{Off: 2 * c, Len: c}}, []int{2}, false},
+		{"the short last chunk", []int{lastChunk}, changemap.Set{{Off: uint64(lastChunk * c), Len: 4096}}, []int{lastChunk}, false},
+		{"named beyond the end", nil, changemap.Set{{Off: size + c, Len: c}}, nil, false},
+		{"a change not named", []int{3, 9}, changemap.Set{{Off: 3 * c, Len: c}}, []int{3}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base, now := based(size, tt.changed)
+			if tt.name == "a discarded chunk reads zeros" {
+				clear(now[2*c : 3*c])
+				base[2*c] = 1 // the base's chunk 2 held data
+			}
+			vol := writeFile(t, "vol", now)
+			p := &pipe{}
+			sent, err := SendChanged(t.Context(), vol, size, tt.named, DefaultDigest, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := p.msgs[0].GetHeader(); h.GetSizeBytes() != size || !h.GetDelta() {
+				t.Fatalf("header %v, want a delta of %d bytes", h, size)
+			}
+			var covered []int
+			for _, m := range p.msgs[1 : len(p.msgs)-1] {
+				d := m.GetData()
+				off, l := d.GetOffset(), int64(len(d.GetData()))
+				if off%c != 0 || l > maxData {
+					t.Errorf("data at %d (%d bytes): unaligned or too long", off, l)
+				}
+				for ch := off / c; ch*c < off+l; ch++ {
+					covered = append(covered, int(ch))
+				}
+			}
+			if !slices.Equal(covered, tt.want) {
+				t.Errorf("chunks sent %v, want %v", covered, tt.want)
+			}
+			sum, err := DigestOf(t.Context(), vol, size, DefaultDigest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr := p.msgs[len(p.msgs)-1].GetTrailer(); !bytes.Equal(tr.GetDigest(), sum) || uint64(tr.GetDataBytes()) != sent.Data {
+				t.Errorf("trailer %x/%d, want the volume's digest %x and %d bytes", tr.GetDigest(), tr.GetDataBytes(), sum, sent.Data)
+			}
+			dst := writeFile(t, "dst", base)
+			_, err = ReceiveDelta(t.Context(), dst, size, p, nil)
+			if tt.missed {
+				if !errors.Is(err, ErrChecksum) {
+					t.Errorf("a change not named: %v, want %v", err, ErrChecksum)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(dst); !bytes.Equal(got, now) {
+				t.Error("the target is not the volume")
 			}
 		})
 	}
@@ -261,12 +343,12 @@ func (f deltaFiles) DeltaSize(_ context.Context, id, base string) (uint64, error
 	return uint64(st.Size()), nil
 }
 
-func (f deltaFiles) ReadDelta(ctx context.Context, id, base string, read func(string, string, uint64) error) error {
+func (f deltaFiles) ReadDelta(ctx context.Context, id, base string, read func(provision.Delta) error) error {
 	size, err := f.DeltaSize(ctx, id, base)
 	if err != nil {
 		return err
 	}
-	return read(f.vols[id][0], f.vols[id][1], size)
+	return read(provision.Delta{Volume: f.vols[id][0], Base: f.vols[id][1], Size: size, Method: provision.DeltaCompare})
 }
 
 // TestCatchUpAcrossNodes: a grant with a base is read over the copy

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/pkg/changemap"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -17,7 +18,11 @@ import (
 // copy across nodes of a snapshot of the source (the base), gets only
 // the chunks where the source volume now differs from the base. On the
 // source's node the volume is read as it is (DeltaSize, ReadDelta): it
-// must not be in use. On the target's node (CatchUp) the volume carries
+// must not be in use. Which chunks may differ is named from
+// device-mapper metadata where it can be (ChangeFinder: thin_delta for
+// a thin volume and base in one pool, the exception table of a thick
+// volume's copy-on-write base); elsewhere, or when that fails, the
+// reader compares the volume with the base. On the target's node (CatchUp) the volume carries
 // volume.TagCopyPending from before the first byte is written until its
 // whole content checked out against the source's digest and was synced,
 // so that a crash never leaves it looking finished; a repeat redoes the
@@ -127,6 +132,82 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 	return res, nil
 }
 
+// ChangeFinder names, from device-mapper metadata, the bytes where a
+// volume may differ from a snapshot of it (a superset, in the pool's
+// blocks or the snapshot's chunks); *changemap.Finder is one. Both need
+// the devices active.
+type ChangeFinder interface {
+	// ThinChanges: the thin LV vol of vg against its thin snapshot base,
+	// both in pool.
+	ThinChanges(ctx context.Context, vg, pool, base, vol string) (changemap.Set, error)
+	// SnapshotChanges: the origin of the copy-on-write snapshot snap of
+	// vg against it.
+	SnapshotChanges(ctx context.Context, vg, snap string) (changemap.Set, error)
+}
+
+// How a catch-up's changes were found (Delta.Method).
+const (
+	// DeltaThin: thin_delta over the pool's metadata.
+	DeltaThin = "thin_delta"
+	// DeltaCOW: the base's copy-on-write exception table.
+	DeltaCOW = "cow_exceptions"
+	// DeltaCompare: none; the volume is compared with the base.
+	DeltaCompare = "compare"
+)
+
+// Delta is what ReadDelta hands its reader.
+type Delta struct {
+	// Volume and Base are the device nodes of the volume and its base.
+	Volume, Base string
+	// Size is the volume's size.
+	Size uint64
+	// Method is how the changes were found (DeltaThin, DeltaCOW,
+	// DeltaCompare).
+	Method string
+	// Changed holds, unless Method is DeltaCompare, every byte where the
+	// volume may differ from the base; elsewhere they are the same.
+	Changed changemap.Set
+	// Fallback says, for DeltaCompare, why the metadata was not used.
+	Fallback string
+}
+
+// deltaMethod chooses how the changes of the volume lv since its
+// snapshot base are found: the method, or DeltaCompare and why.
+func deltaMethod(lv, base *lvm.LogicalVolume, finder ChangeFinder) (method, why string) {
+	thin := lv.Attr.Type == lvm.TypeThin
+	switch {
+	case finder == nil:
+		return DeltaCompare, "this node names no changes from metadata"
+	case thin && base.Attr.Type == lvm.TypeThin && lv.Pool != "" && lv.Pool == base.Pool:
+		return DeltaThin, ""
+	case thin && base.Attr.Type == lvm.TypeThin:
+		return DeltaCompare, fmt.Sprintf("the base is in thin pool %q, the volume in %q", base.Pool, lv.Pool)
+	case !thin && lv.Attr.Type == lvm.TypeThick && base.Attr.Type == lvm.TypeSnapshot && base.Origin == lv.Name:
+		return DeltaCOW, ""
+	}
+	return DeltaCompare, fmt.Sprintf("no metadata maps a %s volume's changes since a %s base (origin %q)", lv.Attr.Type, base.Attr.Type, base.Origin)
+}
+
+// changes finds the changes of lv since base (both active) as
+// deltaMethod chooses; a failure of the metadata path falls back to the
+// compare, and says why.
+func (p *Provisioner) changes(ctx context.Context, lv, base *lvm.LogicalVolume) (method string, set changemap.Set, why string) {
+	method, why = deltaMethod(lv, base, p.cfg.Changes)
+	var err error
+	switch method {
+	case DeltaThin:
+		set, err = p.cfg.Changes.ThinChanges(ctx, lv.VolumeGroup, lv.Pool, base.Name, lv.Name)
+	case DeltaCOW:
+		set, err = p.cfg.Changes.SnapshotChanges(ctx, base.VolumeGroup, base.Name)
+	default:
+		return method, nil, why
+	}
+	if err != nil {
+		return DeltaCompare, nil, fmt.Sprintf("%s failed: %v", method, err)
+	}
+	return method, set, ""
+}
+
 // DeltaSize is the size of volume volumeID of this node for a catch-up
 // against its snapshot baseID (see deltaSource).
 func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error) {
@@ -138,13 +219,15 @@ func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (u
 }
 
 // ReadDelta gives read the device nodes of volume volumeID and of its
-// snapshot baseID and the volume's size, for one catch-up of another
-// node, under the volume's lock (busy is ErrBusy). The checks of
-// deltaSource are made again now; a base without a device node is
-// activated, and deactivated after; a volume found open after the read
-// (opened meanwhile, and held) fails it (ErrRefused), as does a
-// copy-on-write base that ran out of space.
-func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, read func(vol, base string, size uint64) error) error {
+// snapshot baseID, the volume's size and its changes since the base
+// (Delta), for one catch-up of another node, under the volume's lock
+// (busy is ErrBusy). The checks of deltaSource are made again now; a
+// base without a device node is activated, and deactivated after; a
+// volume found open after the read (opened meanwhile, and held) fails
+// it (ErrRefused), as does a copy-on-write base that ran out of space.
+// When the changes cannot be named from metadata, the Delta says to
+// compare, and the log says why.
+func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, read func(Delta) error) error {
 	_, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {
 		return errorf(ErrNotFound, "volume %q does not exist: %v", volumeID, err)
@@ -169,7 +252,18 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 	if activated {
 		defer p.deactivateAfterCopy(context.WithoutCancel(ctx), old)
 	}
-	rerr := read(p.devicePath(vol), p.devicePath(old), lv.Size)
+	d := Delta{Volume: p.devicePath(vol), Base: p.devicePath(old), Size: lv.Size}
+	d.Method, d.Changed, d.Fallback = p.changes(ctx, vol, old)
+	if d.Method == DeltaCompare {
+		klog.FromContext(ctx).Info("A catch-up compares the whole volume with its base: its changes cannot be named from metadata",
+			"volumeID", volumeID, "base", baseID, "reason", d.Fallback)
+	}
+	rerr := read(d)
+	// The checks after the read run even when the reader's stream has
+	// ended: the target closes it as soon as it checked the data, which
+	// would cancel them and fail a catch-up that was whole.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterReadTimeout)
+	defer cancel()
 	if unusable, aerr := p.sourceSpent(ctx, old); aerr == nil && unusable != nil {
 		return errorf(ErrRefused, "base %s ran out of its snapshot space while it was read; the catch-up is not used: %v", baseID, unusable)
 	}
@@ -185,6 +279,10 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 	}
 	return nil
 }
+
+// afterReadTimeout bounds the checks of a catch-up's source after it
+// was read (two LVM reads).
+const afterReadTimeout = time.Minute
 
 // deltaSource finds, in LVM (not the view: whether a volume is open
 // changes without carve), the volume volumeID of this node and its

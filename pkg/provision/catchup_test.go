@@ -3,11 +3,13 @@ package provision
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/carve-csi/carve/lvm"
 	"github.com/carve-csi/carve/pkg/blockcopy"
+	"github.com/carve-csi/carve/pkg/changemap"
 	"github.com/carve-csi/carve/pkg/volume"
 )
 
@@ -193,7 +195,8 @@ func TestDeltaSource(t *testing.T) {
 				t.Fatalf("DeltaSize: %v, want %v saying %q", err, tt.kind, tt.msg)
 			}
 			reads := 0
-			err = p.ReadDelta(t.Context(), id, tt.base, func(v, b string, n uint64) error {
+			err = p.ReadDelta(t.Context(), id, tt.base, func(d Delta) error {
+				v, b, n := d.Volume, d.Base, d.Size
 				reads++
 				if !strings.HasSuffix(v, "/vg1/"+name) || !strings.HasSuffix(b, "/vg1/"+snapLV) || n != size {
 					t.Errorf("read %s against %s, %d bytes", v, b, n)
@@ -214,6 +217,90 @@ func TestDeltaSource(t *testing.T) {
 			}
 			if reads != 0 && !tt.openDuring {
 				t.Error("a refused source was read")
+			}
+		})
+	}
+}
+
+// changeFinder is a ChangeFinder that answers set or err and records
+// what it was asked.
+type changeFinder struct {
+	set   changemap.Set
+	err   error
+	asked []string
+}
+
+func (c *changeFinder) ThinChanges(_ context.Context, vg, pool, base, vol string) (changemap.Set, error) {
+	c.asked = append(c.asked, "thin "+vg+"/"+pool+" "+base+".."+vol)
+	return c.set, c.err
+}
+
+func (c *changeFinder) SnapshotChanges(_ context.Context, vg, snap string) (changemap.Set, error) {
+	c.asked = append(c.asked, "cow "+vg+"/"+snap)
+	return c.set, c.err
+}
+
+// TestReadDeltaChanges: a thin volume and base of one pool get their
+// changes from thin_delta, a thick volume and its copy-on-write base
+// from the exception table; any other pair, a node without a
+// ChangeFinder, and a failure of the metadata path fall back to the
+// compare, saying why.
+func TestReadDeltaChanges(t *testing.T) {
+	const size = 64 << 20
+	name := volume.LVNameFor("pvc-source")
+	id := volume.VolumeID("vg1", name)
+	snapLV := volume.SnapshotLVNameFor("seed")
+	base := volume.SnapshotID("node-b", "vg1", snapLV)
+	found := changemap.Set{{Off: 1 << 20, Len: 64 << 10}}
+	thinVol := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-source", "thin", nil), Pool: "pool0",
+		Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+	thinSnap := lvm.LogicalVolume{VolumeGroup: "vg1", Name: snapLV, Size: size, Tags: volume.SnapshotTags("seed", "thin", name), Pool: "pool0",
+		Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+	thickVol := thinVol
+	thickVol.Pool, thickVol.Attr.Type, thickVol.Tags = "", lvm.TypeThick, volume.VolumeTags("pvc-source", "fast", nil)
+	cowSnap := thinSnap
+	cowSnap.Pool, cowSnap.Origin, cowSnap.Attr.Type, cowSnap.Tags = "", name, lvm.TypeSnapshot, volume.SnapshotTags("seed", "fast", name)
+	otherPool := thinSnap
+	otherPool.Pool = "pool1"
+	thinOfThick := thinSnap
+	tests := []struct {
+		name       string
+		vol, snap  lvm.LogicalVolume
+		finder     *changeFinder
+		wantMethod string
+		wantAsked  string
+		wantWhy    string
+	}{
+		{"thin in one pool", thinVol, thinSnap, &changeFinder{set: found}, DeltaThin, "thin vg1/pool0 " + snapLV + ".." + name, ""},
+		{"thick with a COW base", thickVol, cowSnap, &changeFinder{set: found}, DeltaCOW, "cow vg1/" + snapLV, ""},
+		{"nothing changed", thinVol, thinSnap, &changeFinder{}, DeltaThin, "thin vg1/pool0 " + snapLV + ".." + name, ""},
+		{"thin_delta fails", thinVol, thinSnap, &changeFinder{err: errors.New("exit status 1")}, DeltaCompare, "thin vg1/pool0 " + snapLV + ".." + name, "thin_delta failed: exit status 1"},
+		{"the exception table cannot be read", thickVol, cowSnap, &changeFinder{err: errors.New("not a store")}, DeltaCompare, "cow vg1/" + snapLV, "cow_exceptions failed: not a store"},
+		{"pools differ", thinVol, otherPool, &changeFinder{}, DeltaCompare, "", `in thin pool "pool1", the volume in "pool0"`},
+		{"a thick volume with a thin base", thickVol, thinOfThick, &changeFinder{}, DeltaCompare, "", "no metadata maps a thick volume's changes since a thin base"},
+		{"no finder", thinVol, thinSnap, nil, DeltaCompare, "", "names no changes from metadata"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &copyLVM{}
+			f.lvs = []lvm.LogicalVolume{tt.vol, tt.snap}
+			p := remoteProvisioner(t, f, nil)
+			if tt.finder != nil {
+				p.cfg.Changes = tt.finder
+			}
+			var got Delta
+			if err := p.ReadDelta(t.Context(), id, base, func(d Delta) error { got = d; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got.Method != tt.wantMethod || !strings.Contains(got.Fallback, tt.wantWhy) || (tt.wantWhy == "") != (got.Fallback == "") {
+				t.Errorf("method %q (fallback %q), want %q (saying %q)", got.Method, got.Fallback, tt.wantMethod, tt.wantWhy)
+			}
+			wantSet := tt.finder != nil && tt.finder.err == nil && tt.wantMethod != DeltaCompare
+			if wantSet && !slices.Equal(got.Changed, tt.finder.set) || !wantSet && got.Changed != nil {
+				t.Errorf("changed %v", got.Changed)
+			}
+			if tt.finder != nil && strings.Join(tt.finder.asked, ";") != tt.wantAsked {
+				t.Errorf("asked %q, want %q", tt.finder.asked, tt.wantAsked)
 			}
 		})
 	}

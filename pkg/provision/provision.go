@@ -54,6 +54,10 @@ type Config struct {
 	// Snapshots reads a copy-on-write snapshot's state from the kernel
 	// after a copy from it; nil asks LVM (one lvs more).
 	Snapshots SnapshotReader
+	// Changes names a volume's changes since a snapshot of it from
+	// device-mapper metadata, for the source of a catch-up; nil has
+	// every catch-up compare the volume with its base.
+	Changes ChangeFinder
 	// Locator finds the node of a clone's source volume that is not on
 	// this node; nil (no API access) leaves it unknown.
 	Locator Locator

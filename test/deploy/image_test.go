@@ -152,6 +152,8 @@ var dynamicPrograms = map[string][]string{
 	"mountCmd": {"mount"},
 	// mount-utils resizefs: blockdev.
 	"blockDev": {"blockdev"},
+	// changemap.Exec: the catch-up's change finder (pkg/changemap).
+	"program": {"dmsetup", "thin_delta"},
 }
 
 // notInImage are programs that code paths can name but that carve never runs

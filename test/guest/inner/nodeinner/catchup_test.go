@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,13 +91,18 @@ func (c *cluster) copyPending(id string) bool {
 // TestCrossNodeCatchUp: after a seed copy of a snapshot to node-b and
 // 8 MiB written into the source at scattered places, the catch-up makes
 // node-b's volume equal the source (SHA-256) and carries less than
-// twice the bytes written, for thin and thick sources and targets; a
+// twice the bytes written, for thin and thick sources and targets; the
+// source names the changed chunks from device-mapper metadata
+// (thin_delta for a thin source, the base's exception table for a
+// thick one), far fewer than the volume's, and does not read the base
+// (its log says so); a
 // source or a target held open is refused (FAILED_PRECONDITION); a
 // catch-up whose source's agent is killed in the middle leaves the
 // target tagged copy-pending, and its retry converges.
 func TestCrossNodeCatchUp(t *testing.T) {
 	c := newCluster(t, 1536*mib, 768*mib)
 	const size = 64 * mib
+	method := map[string]string{"thin": "thin_delta", "thick": "cow_exceptions"}
 	for _, k := range []struct{ from, to string }{{"thin", "thin"}, {"thick", "thick"}, {"thick", "thin"}} {
 		kind := k.from + "-" + k.to
 		t.Run(kind, func(t *testing.T) {
@@ -118,6 +125,14 @@ func TestCrossNodeCatchUp(t *testing.T) {
 				t.Errorf("received %d bytes for %d written: want at least those and less than twice", got, written)
 			}
 			c.checkCopy(rid, size, want)
+			sent := c.nodes["node-a"].lastCatchUp(t, id)
+			t.Logf("catch-up %s: the source's log: %v", kind, sent)
+			if sent["method"] != method[k.from] || sent["baseReadBytes"] != "0" || sent["readBytes"] != fmt.Sprint(size) {
+				t.Errorf("the source sent with %v; want method %s, the volume read once and the base not read", sent, method[k.from])
+			}
+			if named, err := strconv.ParseInt(sent["namedBytes"], 10, 64); err != nil || named < written || named > size/4 {
+				t.Errorf("the metadata named %q bytes changed of %d (%d written): want at least those written, at most a quarter of the volume", sent["namedBytes"], size, written)
+			}
 		})
 	}
 	t.Run("kill the source's agent", func(t *testing.T) {
@@ -155,6 +170,37 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		c.checkCopy(rid, size, want)
 	})
 }
+
+// lastCatchUp is the fields of the agent's last log line "Sent a
+// catch-up to another node" for the source volume id: the method and
+// the bytes named and read (klog's key="value" or key=value).
+func (n *agentNode) lastCatchUp(t *testing.T, id string) map[string]string {
+	t.Helper()
+	var last string
+	// klog writes its buffer out every few seconds.
+	for deadline := time.Now().Add(15 * time.Second); last == ""; time.Sleep(time.Second) {
+		log, err := os.ReadFile(n.log.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, `"Sent a catch-up to another node"`) && strings.Contains(line, `source="`+id+`"`) {
+				last = line
+			}
+		}
+		if last == "" && time.Now().After(deadline) {
+			t.Fatalf("%s logged no catch-up of %s sent (log: %s)", n.name, id, n.log.Name())
+		}
+	}
+	fields := map[string]string{}
+	for _, m := range logField.FindAllStringSubmatch(last, -1) {
+		fields[m[1]] = strings.Trim(m[2], `"`)
+	}
+	return fields
+}
+
+// logField is one key=value of a klog line.
+var logField = regexp.MustCompile(`(\w+)=("[^"]*"|\S+)`)
 
 // refusedWhileOpen checks that a catch-up is refused while the source
 // (its device dev on node-a) or the target is held open, as by a

@@ -1,0 +1,30 @@
+package changemap
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+
+	utilexec "k8s.io/utils/exec"
+)
+
+// Exec runs commands through k8s.io/utils/exec, never a shell, in the C
+// locale, within the caller's context.
+type Exec struct {
+	Exec utilexec.Interface
+}
+
+// Run implements Runner. The programs are dmsetup and thin_delta
+// (test/deploy's dynamicPrograms lists them under "program").
+func (e Exec) Run(ctx context.Context, program string, args ...string) ([]byte, error) {
+	c := e.Exec.CommandContext(ctx, program, args...)
+	c.SetEnv(append(os.Environ(), "LC_ALL=C"))
+	var stdout, stderr bytes.Buffer
+	c.SetStdout(&stdout)
+	c.SetStderr(&stderr)
+	if err := c.Run(); err != nil {
+		return nil, fmt.Errorf("%s %v: %w: %s", program, args, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
+}

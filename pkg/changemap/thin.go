@@ -1,0 +1,225 @@
+package changemap
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ParseThinDelta reads thin_delta's XML (thin-provisioning-tools 0.9;
+// plain or --verbose) and returns the bytes where the right device may
+// differ from the left: the ranges "different" (both map the block,
+// not to the same data block), "right_only" (written since) and
+// "left_only" (discarded since: reads zeros now), in the pool's blocks
+// (superblock data_block_size, in 512-byte sectors). "same" ranges are
+// left out.
+func ParseThinDelta(r io.Reader) (Set, error) {
+	dec := xml.NewDecoder(r)
+	var set Set
+	var block uint64
+	var kind string // the enclosing range kind, in the --verbose form
+	diffs := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("thin_delta's output: %w", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			switch t.Name.Local {
+			case "superblock":
+				b, err := uintAttr(t, "data_block_size")
+				if err != nil {
+					return nil, err
+				}
+				if b == 0 {
+					return nil, errors.New("thin_delta's output: data_block_size is 0")
+				}
+				block = b * 512
+			case "diff":
+				diffs++
+			case "same", "different", "right_only", "left_only", "range":
+				if t.Name.Local != "range" {
+					kind = t.Name.Local
+				}
+				if !hasAttr(t, "begin") {
+					continue // --verbose: the ranges follow inside
+				}
+				if block == 0 || diffs != 1 {
+					return nil, fmt.Errorf("thin_delta's output: <%s> outside one <diff> of a <superblock>", t.Name.Local)
+				}
+				if kind == "same" {
+					continue
+				}
+				begin, err := uintAttr(t, "begin")
+				if err != nil {
+					return nil, err
+				}
+				n, err := uintAttr(t, "length")
+				if err != nil {
+					return nil, err
+				}
+				set = set.Add(begin*block, n*block)
+			default:
+				return nil, fmt.Errorf("thin_delta's output: unknown element <%s>", t.Name.Local)
+			}
+		case xml.EndElement:
+			if t.Name.Local != "range" {
+				kind = ""
+			}
+		}
+	}
+	if diffs != 1 {
+		return nil, fmt.Errorf("thin_delta's output: %d <diff> elements, want 1", diffs)
+	}
+	return set, nil
+}
+
+func hasAttr(t xml.StartElement, name string) bool {
+	for _, a := range t.Attr {
+		if a.Name.Local == name {
+			return true
+		}
+	}
+	return false
+}
+
+// uintAttr is the attribute name of t, a number.
+func uintAttr(t xml.StartElement, name string) (uint64, error) {
+	for _, a := range t.Attr {
+		if a.Name.Local == name {
+			v, err := strconv.ParseUint(a.Value, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("thin_delta's output: <%s %s=%q>: %w", t.Name.Local, name, a.Value, err)
+			}
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("thin_delta's output: <%s> without %s", t.Name.Local, name)
+}
+
+// Runner runs one command (no shell) and returns its standard output;
+// a command that ran and failed is an error that carries its standard
+// error. Exec is the real one.
+type Runner interface {
+	Run(ctx context.Context, cmd string, args ...string) ([]byte, error)
+}
+
+// Finder names changes from device-mapper metadata. Use one per node
+// (it serializes the thin pools' metadata snapshots, of which a pool
+// has at most one).
+type Finder struct {
+	// Run runs dmsetup and thin_delta.
+	Run Runner
+	// DevDir is where device nodes are (/dev, or DM_DEV_DIR).
+	DevDir string
+	// pools serializes the metadata snapshots.
+	pools sync.Mutex
+}
+
+// releaseTimeout bounds the release of a metadata snapshot, which runs
+// even when the caller's context has ended.
+const releaseTimeout = 30 * time.Second
+
+// ThinChanges names the bytes where the thin LV vol of vg may differ
+// from its thin snapshot base, both active in pool: it reads both
+// devices' thin IDs from their device-mapper tables (which must name
+// one pool), reserves a metadata snapshot of the pool, compares the two
+// mapping trees in it with thin_delta, and releases the snapshot,
+// whatever happened. A snapshot left reserved (by a process that died
+// before releasing it) makes the reserve fail: it is released and the
+// reserve tried once more.
+func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (set Set, err error) {
+	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}, {"base", base}, {"volume", vol}} {
+		if err := checkName(n.what, n.v); err != nil {
+			return nil, err
+		}
+	}
+	baseID, basePool, err := f.thinID(ctx, dmName(vg, base, ""))
+	if err != nil {
+		return nil, err
+	}
+	volID, volPool, err := f.thinID(ctx, dmName(vg, vol, ""))
+	if err != nil {
+		return nil, err
+	}
+	if basePool != volPool {
+		return nil, fmt.Errorf("%s/%s is in pool device %s, its base %s in %s", vg, vol, volPool, base, basePool)
+	}
+	f.pools.Lock()
+	defer f.pools.Unlock()
+	tpool := dmName(vg, pool, "tpool")
+	if err := f.reserve(ctx, tpool); err != nil {
+		return nil, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if rerr := f.message(rctx, tpool, "release_metadata_snap"); rerr != nil && err == nil {
+			err = fmt.Errorf("releasing the metadata snapshot of %s: %w", tpool, rerr)
+		}
+	}()
+	meta := path.Join(f.DevDir, "mapper", dmName(vg, pool+"_tmeta", ""))
+	out, err := f.Run.Run(ctx, "thin_delta", "--metadata-snap", "--snap1", strconv.FormatUint(baseID, 10),
+		"--snap2", strconv.FormatUint(volID, 10), meta)
+	if err != nil {
+		return nil, fmt.Errorf("thin_delta of %s/%s against %s: %w", vg, vol, base, err)
+	}
+	return ParseThinDelta(bytes.NewReader(out))
+}
+
+// reserve reserves the metadata snapshot of the pool device tpool; a
+// failure is taken for one left reserved: released, then tried again.
+func (f *Finder) reserve(ctx context.Context, tpool string) error {
+	err := f.message(ctx, tpool, "reserve_metadata_snap")
+	if err == nil {
+		return nil
+	}
+	if rerr := f.message(ctx, tpool, "release_metadata_snap"); rerr != nil {
+		return fmt.Errorf("reserving a metadata snapshot of %s: %w (and releasing one left reserved: %w)", tpool, err, rerr)
+	}
+	if err := f.message(ctx, tpool, "reserve_metadata_snap"); err != nil {
+		return fmt.Errorf("reserving a metadata snapshot of %s after releasing one left reserved: %w", tpool, err)
+	}
+	return nil
+}
+
+func (f *Finder) message(ctx context.Context, dev, msg string) error {
+	if _, err := f.Run.Run(ctx, "dmsetup", "message", dev, "0", msg); err != nil {
+		return fmt.Errorf("dmsetup message %s %s: %w", dev, msg, err)
+	}
+	return nil
+}
+
+// thinID reads the device-mapper table of the thin device dev: its thin
+// ID and its pool's device (major:minor).
+func (f *Finder) thinID(ctx context.Context, dev string) (uint64, string, error) {
+	out, err := f.Run.Run(ctx, "dmsetup", "table", dev)
+	if err != nil {
+		return 0, "", fmt.Errorf("the table of %s: %w", dev, err)
+	}
+	// One target: "<start> <length> thin <pool dev> <dev id> [<external origin>]".
+	fields := strings.Fields(string(out))
+	if len(fields) < 5 || fields[2] != "thin" || strings.Count(string(out), "\n") > 1 {
+		return 0, "", fmt.Errorf("the table of %s is not one thin target: %q", dev, out)
+	}
+	if len(fields) > 5 {
+		return 0, "", fmt.Errorf("%s has an external origin (%q): its unmapped blocks are not zeros", dev, out)
+	}
+	id, err := strconv.ParseUint(fields[4], 10, 32)
+	if err != nil {
+		return 0, "", fmt.Errorf("the table of %s: thin ID %q: %w", dev, fields[4], err)
+	}
+	return id, fields[3], nil
+}

@@ -1,0 +1,180 @@
+package changemap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestParseThinDelta: the bytes named are the ranges that differ,
+// were written (right_only) or discarded (left_only), in pool blocks;
+// testdata holds thin_delta 0.9.0's real output (testdata/README.md).
+func TestParseThinDelta(t *testing.T) {
+	const block = 128 * 512
+	recorded := Set{{2 * block, block}, {20 * block, block}, {30 * block, 3 * block}}
+	tests := []struct {
+		name    string
+		xml     string
+		want    Set
+		wantErr string
+	}{
+		{"recorded", file(t, "thin_delta.xml"), recorded, ""},
+		{"recorded --verbose", file(t, "thin_delta_verbose.xml"), recorded, ""},
+		{"no change", `<superblock data_block_size="128"><diff left="1" right="2"><same begin="0" length="9"/></diff></superblock>`, nil, ""},
+		{"nothing mapped", `<superblock data_block_size="128"><diff left="1" right="2"></diff></superblock>`, nil, ""},
+		{"neighbours merge", `<superblock data_block_size="1024"><diff left="1" right="2">
+			<different begin="4" length="2"/><right_only begin="6" length="1"/><left_only begin="7" length="1"/><same begin="8" length="1"/>
+			<right_only begin="9" length="1"/></diff></superblock>`, Set{{4 * 1024 * 512, 4 * 1024 * 512}, {9 * 1024 * 512, 1024 * 512}}, ""},
+		{"no block size", `<superblock><diff left="1" right="2"/></superblock>`, nil, "without data_block_size"},
+		{"zero block size", `<superblock data_block_size="0"><diff left="1" right="2"/></superblock>`, nil, "data_block_size is 0"},
+		{"no diff", `<superblock data_block_size="128"></superblock>`, nil, "0 <diff>"},
+		{"range outside a diff", `<superblock data_block_size="128"><different begin="1" length="1"/></superblock>`, nil, "outside"},
+		{"bad number", `<superblock data_block_size="128"><diff><different begin="x" length="1"/></diff></superblock>`, nil, "invalid syntax"},
+		{"no length", `<superblock data_block_size="128"><diff><different begin="1"/></diff></superblock>`, nil, "without length"},
+		{"unknown element", `<superblock data_block_size="128"><diff><moved begin="1" length="1"/></diff></superblock>`, nil, "unknown element <moved>"},
+		{"not XML", `Unable to find mapping tree for snap2 (9)`, nil, "0 <diff>"},
+		{"cut short", `<superblock data_block_size="128"><diff><different begin="1" length="1"/>`, nil, "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseThinDelta(strings.NewReader(tt.xml))
+			checkSet(t, got, err, tt.want, tt.wantErr)
+		})
+	}
+}
+
+// checkSet checks a result against the set want or, when wantErr is
+// set, an error saying it; it tells whether the call succeeded.
+func checkSet(t *testing.T, got Set, err error, want Set, wantErr string) bool {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one saying %q", err, wantErr)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	return true
+}
+
+func file(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// fakePool is a thin pool as dmsetup and thin_delta see it: its devices'
+// tables, whether its metadata snapshot is reserved, and what
+// thin_delta prints.
+type fakePool struct {
+	tables   map[string]string
+	reserved bool
+	// failReserve fails that many reserves even when none is held.
+	failReserve int
+	delta       string
+	deltaErr    error
+	// deltaArgs is the last thin_delta command line.
+	deltaArgs []string
+	// deltaReserved: the metadata snapshot was reserved when thin_delta ran.
+	deltaReserved bool
+}
+
+func (p *fakePool) Run(_ context.Context, cmd string, args ...string) ([]byte, error) {
+	switch {
+	case cmd == "dmsetup" && len(args) == 2 && args[0] == "table":
+		tb, ok := p.tables[args[1]]
+		if !ok {
+			return nil, fmt.Errorf("device %s: no such device", args[1])
+		}
+		return []byte(tb), nil
+	case cmd == "dmsetup" && len(args) == 4 && args[0] == "message" && args[1] == "vg--a-pool-tpool" && args[2] == "0":
+		switch args[3] {
+		case "reserve_metadata_snap":
+			if p.reserved || p.failReserve > 0 {
+				p.failReserve = max(p.failReserve-1, 0)
+				return nil, errors.New("device-mapper: message ioctl failed: Device or resource busy")
+			}
+			p.reserved = true
+		case "release_metadata_snap":
+			if !p.reserved {
+				return nil, errors.New("device-mapper: message ioctl failed: Invalid argument")
+			}
+			p.reserved = false
+		default:
+			return nil, fmt.Errorf("unknown message %q", args[3])
+		}
+		return nil, nil
+	case cmd == "thin_delta":
+		p.deltaArgs, p.deltaReserved = args, p.reserved
+		return []byte(p.delta), p.deltaErr
+	}
+	return nil, fmt.Errorf("unexpected command %s %q", cmd, args)
+}
+
+// TestThinChanges: the thin IDs come from the devices' tables, the
+// metadata snapshot is reserved around thin_delta and always released,
+// and one left reserved is released and the reserve retried once.
+func TestThinChanges(t *testing.T) {
+	delta := `<superblock data_block_size="128"><diff left="7" right="3"><right_only begin="1" length="1"/></diff></superblock>`
+	tables := map[string]string{"vg--a-vol": "0 131072 thin 253:4 3\n", "vg--a-snap": "0 131072 thin 253:4 7\n"}
+	tests := []struct {
+		name         string
+		pool         fakePool
+		wantErr      string
+		wantReserved bool
+	}{
+		{"free pool", fakePool{delta: delta}, "", false},
+		{"left reserved by a crash", fakePool{delta: delta, reserved: true}, "", false},
+		{"reserve fails, none held", fakePool{delta: delta, failReserve: 1}, "and releasing one left reserved", false},
+		{"still busy after the release", fakePool{delta: delta, reserved: true, failReserve: 2}, "after releasing one left reserved", false},
+		{"thin_delta fails", fakePool{delta: "", deltaErr: errors.New("exit status 1")}, "thin_delta of vg-a/vol", false},
+		{"thin_delta prints garbage", fakePool{delta: "<superblock>"}, "thin_delta's output", false},
+		{"base not active", fakePool{tables: map[string]string{"vg--a-vol": tables["vg--a-vol"]}}, "no such device", false},
+		{"another pool", fakePool{tables: map[string]string{"vg--a-vol": tables["vg--a-vol"], "vg--a-snap": "0 131072 thin 253:9 7\n"}}, "in pool device 253:4", false},
+		{"not thin", fakePool{tables: map[string]string{"vg--a-vol": "0 131072 linear 8:16 2048\n", "vg--a-snap": tables["vg--a-snap"]}}, "not one thin target", false},
+		{"external origin", fakePool{tables: map[string]string{"vg--a-vol": "0 131072 thin 253:4 3 253:1\n", "vg--a-snap": tables["vg--a-snap"]}}, "external origin", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.pool
+			if p.tables == nil {
+				p.tables = tables
+			}
+			f := &Finder{Run: &p, DevDir: "/dev"}
+			got, err := f.ThinChanges(t.Context(), "vg-a", "pool", "snap", "vol")
+			if p.reserved != tt.wantReserved {
+				t.Errorf("metadata snapshot reserved after the call: %v", p.reserved)
+			}
+			if !checkSet(t, got, err, Set{{128 * 512, 128 * 512}}, tt.wantErr) {
+				return
+			}
+			if want := []string{"--metadata-snap", "--snap1", "7", "--snap2", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.deltaArgs, want) || !p.deltaReserved {
+				t.Errorf("thin_delta %q (reserved: %v), want %q with the metadata snapshot reserved", p.deltaArgs, p.deltaReserved, want)
+			}
+		})
+	}
+}
+
+// TestThinChangesNames: names that are not LVM's never reach a command.
+func TestThinChangesNames(t *testing.T) {
+	p := &fakePool{}
+	f := &Finder{Run: p, DevDir: "/dev"}
+	for _, n := range [][4]string{{"-vg", "pool", "snap", "vol"}, {"vg", "po ol", "snap", "vol"}, {"vg", "pool", "../snap", "vol"}, {"vg", "pool", "snap", ""}} {
+		if _, err := f.ThinChanges(t.Context(), n[0], n[1], n[2], n[3]); err == nil || !strings.Contains(err.Error(), "not an LVM name") {
+			t.Errorf("%q: %v, want a refusal of the name", n, err)
+		}
+	}
+}

@@ -62,6 +62,9 @@ func TestCrossNodeDrain(t *testing.T) {
 	kubetest.CreateClaimAndPod(t, ctx, bed.Client, idle, once)
 	waitFor(t, podTimeout, "pod once Succeeded", func(ctx context.Context) (bool, string, error) {
 		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "once", metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodFailed {
+			err = fmt.Errorf("it failed: %s", podState(p))
+		}
 		if err != nil {
 			return false, "", err
 		}

@@ -66,7 +66,10 @@ See docs/operations.md ("Moving a volume").`,
 		Short: "Move every carve claim off a node, one at a time (node retirement)",
 		Long: `drain moves each claim bound to a carve volume on NODE to another node
 (--to, or the node with the most free capacity of the claim's class), one at
-a time, waiting for each. Cordon the node first (kubectl cordon NODE) so that
+a time: it waits first for the moves off NODE that run already, then asks for
+each next move only once the one before ended. With --timeout it gives up
+waiting for a move after that long: that move goes on, and drain stops there
+(run it again to go on). Cordon the node first (kubectl cordon NODE) so that
 nothing new lands there. See docs/operations.md ("Retiring a node").`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -85,7 +88,7 @@ nothing new lands there. See docs/operations.md ("Retiring a node").`,
 	}
 	for _, c := range []*cobra.Command{move, drain} {
 		c.Flags().StringVar(&mo.to, "to", moveapi.AnyNode, "the node to move to; * lets carve pick the node of the class with the most free capacity")
-		c.Flags().DurationVar(&mo.timeout, "timeout", 0, "give up waiting after this long (the move goes on); 0: wait until it ends")
+		c.Flags().DurationVar(&mo.timeout, "timeout", 0, "give up waiting for a move after this long (the move goes on; drain stops there); 0: wait until it ends")
 	}
 	move.Flags().BoolVar(&mo.wait, "wait", true, "follow the move until it ends; false: return once it is asked for")
 	move.Flags().BoolVar(&mo.abort, "abort", false, "withdraw the claim's move (before the workload stops), or roll it back (while the changes are sent)")
@@ -287,39 +290,69 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 	return fmt.Errorf("claim %s/%s: no move to abort", ns, name)
 }
 
-// drain moves each claim bound to a carve volume on node, one at a time.
+// drain moves each claim bound to a carve volume on node, one at a time:
+// first it waits for the moves off the node that run already (a drain
+// stopped earlier left them going), then asks for each next move only
+// once the one before ended. When it gives up waiting for a move
+// (--timeout, or interrupted), that move goes on and drain stops there:
+// asking for the next would put two moves in flight.
 func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *moveOptions, node string) error {
 	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	type claimOf struct{ ns, name string }
-	var todo []claimOf
+	type claimOf struct{ ns, name, pv string }
+	var running, todo []claimOf
 	for _, pv := range pvs.Items {
-		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != o.driver || pinned.Node(&pv, topology.Key) != node ||
-			pv.Spec.ClaimRef == nil || pv.Status.Phase != corev1.VolumeBound {
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != o.driver || pinned.Node(&pv, topology.Key) != node || pv.Spec.ClaimRef == nil {
 			continue
 		}
-		todo = append(todo, claimOf{pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name})
+		c := claimOf{pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name, pv.Name}
+		switch {
+		case pv.Annotations[moveapi.AnnPhase] != "":
+			// Its claim may be deleted already (the move past seeding):
+			// the PV is the move's.
+			running = append(running, c)
+		case pv.Status.Phase == corev1.VolumeBound:
+			todo = append(todo, c)
+		}
 	}
-	slices.SortFunc(todo, func(a, b claimOf) int { return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name) })
-	if len(todo) == 0 {
+	byName := func(a, b claimOf) int { return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name) }
+	slices.SortFunc(running, byName)
+	slices.SortFunc(todo, byName)
+	if len(running)+len(todo) == 0 {
 		say(o.streams.Out, "node %s: no bound carve claims\n", node)
 		return nil
 	}
-	say(o.streams.Out, "node %s: %d claim(s) to move\n", node, len(todo))
+	say(o.streams.Out, "node %s: %d claim(s) to move\n", node, len(running)+len(todo))
 	var failed []string
-	for _, c := range todo {
-		if err := o.move(ctx, kube, mo, c.ns, c.name); err != nil {
-			say(o.streams.ErrOut, "claim %s/%s: %v\n", c.ns, c.name, err)
-			failed = append(failed, c.ns+"/"+c.name)
-			if ctx.Err() != nil {
+	all := append(running, todo...)
+	for i, c := range all {
+		if i < len(running) {
+			say(o.streams.Out, "claim %s/%s: its move runs already (volume %s); waiting for it\n", c.ns, c.name, c.pv)
+			err = o.follow(ctx, kube, mo, c.ns, c.name, c.pv)
+		} else {
+			err = o.move(ctx, kube, mo, c.ns, c.name)
+		}
+		if err == nil {
+			continue
+		}
+		say(o.streams.ErrOut, "claim %s/%s: %v\n", c.ns, c.name, err)
+		failed = append(failed, c.ns+"/"+c.name)
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			var left []string
+			for _, n := range all[i+1:] {
+				left = append(left, n.ns+"/"+n.name)
+			}
+			if len(left) == 0 {
 				break
 			}
+			return fmt.Errorf("node %s: stopped waiting for the move of %s/%s (it goes on); %d claim(s) not asked to move: %s (kubectl carve drain %s again waits for that move first)",
+				node, c.ns, c.name, len(left), strings.Join(left, ", "), node)
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("node %s: %d of %d claim(s) not moved: %s", node, len(failed), len(todo), strings.Join(failed, ", "))
+		return fmt.Errorf("node %s: %d of %d claim(s) not moved: %s", node, len(failed), len(all), strings.Join(failed, ", "))
 	}
 	say(o.streams.Out, "node %s: every carve claim moved off it\n", node)
 	return nil

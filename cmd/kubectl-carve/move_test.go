@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,75 @@ func TestMoveAbort(t *testing.T) {
 
 func testStreams() genericiooptions.IOStreams {
 	return genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
+}
+
+// TestDrainOneMoveAtATime: drain asks for a claim's move only once the
+// move before it ended, moves that run already (a drain stopped earlier
+// left them) included; when it gives up waiting for one (--timeout), it
+// stops there and names the claims it did not ask to move.
+func TestDrainOneMoveAtATime(t *testing.T) {
+	// on is a copy of pv-a (db/data-0 on n1) for claim db/name.
+	on := func(objs []runtime.Object, name string, phase corev1.PersistentVolumePhase, ann map[string]string) *corev1.PersistentVolume {
+		for _, o := range objs {
+			if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Name == "pv-a" {
+				pv = pv.DeepCopy()
+				pv.Name, pv.Spec.ClaimRef.Name, pv.Status.Phase, pv.Annotations = "pv-"+name, name, phase, ann
+				return pv
+			}
+		}
+		t.Fatal("no pv-a in the fixture")
+		return nil
+	}
+	for _, tc := range []struct {
+		name  string
+		extra func(objs []runtime.Object) []runtime.Object
+		out   string
+		err   string
+		asked []string // claims of db with AnnMoveTo after
+	}{
+		{name: "the next claim waits for the move before it",
+			extra: func(objs []runtime.Object) []runtime.Object {
+				sc := "carve-thick"
+				return []runtime.Object{on(objs, "data-1", corev1.VolumeBound, nil), &corev1.PersistentVolumeClaim{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "data-1"},
+					Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: &sc, VolumeName: "pv-data-1"},
+					Status:     corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}}
+			},
+			out: "2 claim(s) to move", err: "stopped waiting for the move of db/data-0 (it goes on); 1 claim(s) not asked to move: db/data-1",
+			asked: []string{"data-0"}},
+		{name: "a move that runs already goes first",
+			extra: func(objs []runtime.Object) []runtime.Object {
+				return []runtime.Object{on(objs, "gone", corev1.VolumeReleased, map[string]string{moveapi.AnnPhase: moveapi.PhaseCatchingUp, moveapi.AnnMoveTo: "n2"})}
+			},
+			out: "claim db/gone: its move runs already (volume pv-gone); waiting for it",
+			err: "stopped waiting for the move of db/gone (it goes on); 1 claim(s) not asked to move: db/data-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, _ := cluster()
+			cs := fake.NewClientset(append(objs, tc.extra(objs)...)...)
+			streams := testStreams()
+			o := &options{streams: streams, driver: driver}
+			mo := &moveOptions{to: moveapi.AnyNode, wait: true, timeout: 50 * time.Millisecond, poll: 10 * time.Millisecond}
+			err := o.drain(context.Background(), cs, mo, "n1")
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err %v, want %q", err, tc.err)
+			}
+			if out := streams.Out.(*bytes.Buffer).String(); !strings.Contains(out, tc.out) {
+				t.Errorf("out %q, want %q", out, tc.out)
+			}
+			claims, err := cs.CoreV1().PersistentVolumeClaims("db").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var asked []string
+			for _, c := range claims.Items {
+				if c.Annotations[moveapi.AnnMoveTo] != "" {
+					asked = append(asked, c.Name)
+				}
+			}
+			if !slices.Equal(asked, tc.asked) {
+				t.Errorf("claims asked to move: %v, want %v", asked, tc.asked)
+			}
+		})
+	}
 }

@@ -29,12 +29,15 @@ import (
 const peerName = "peer-1"
 
 // peersFromEnv are the peer nodes CARVE_NODES_PEER asks for (none by
-// default: the other tests expect every unpinned pod on the guest).
+// default: the other tests expect every unpinned pod on the guest). The
+// shipped classes keep 1 GiB spare, the thin one inside its pool: a 2 GiB
+// pool leaves the thin class room (TestCrossNodeDrain moves a thin claim),
+// a 6 GiB volume group the thick class (make measure-move: 1 GiB).
 func peersFromEnv() []cluster.GuestPeerSpec {
 	if on, _ := strconv.ParseBool(os.Getenv("CARVE_NODES_PEER")); !on {
 		return nil
 	}
-	return []cluster.GuestPeerSpec{{Name: peerName}}
+	return []cluster.GuestPeerSpec{{Name: peerName, VGSize: 6 << 30, PoolSize: "2g"}}
 }
 
 // peerNames lists the bed's peer nodes.

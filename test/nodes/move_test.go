@@ -90,7 +90,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		if st.err != nil {
 			t.Fatalf("round %d: kubectl carve move to %s: %v\n%s", r, peerName, st.err, out)
 		}
-		target := checkMoved(t, ctx, ns, oldPV, source, peerName, peer.VG, st)
+		target := checkMoved(t, ctx, ns, moveClaim, oldPV, source, peerName, peer.VG, st.seed)
 		wantPVs = append(wantPVs, target)
 		sum := <-closedSum
 		if sum.err != nil {
@@ -130,7 +130,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		if st.err != nil {
 			t.Fatalf("round %d: kubectl carve move to %s: %v\n%s", r, nodeName, st.err, out)
 		}
-		back := checkMoved(t, ctx, ns, target, handle, nodeName, "carve", st)
+		back := checkMoved(t, ctx, ns, moveClaim, target, handle, nodeName, "carve", st.seed)
 		wantPVs = append(wantPVs, back)
 		pod := waitPodReady(t, ctx, ns, nodeName, podTimeout)
 		ready := st.ready
@@ -244,7 +244,7 @@ func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
 	if st.err != nil {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
 	}
-	target := checkMoved(t, ctx, ns, oldPV, source, peerName, peer.VG, st)
+	target := checkMoved(t, ctx, ns, moveClaim, oldPV, source, peerName, peer.VG, st.seed)
 	handle := volumeHandle(t, target)
 	if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+handle)); strings.Contains(tags, volume.TagCopyPending) {
 		t.Errorf("the moved volume %s is still tagged %s (%s)", handle, volume.TagCopyPending, tags)
@@ -312,8 +312,7 @@ type moveStats struct {
 func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string, moveStats) {
 	t.Helper()
 	st := moveStats{asked: time.Now()}
-	bin := filepath.Join(filepath.Dir(bed.Config.CarveBin), "kubectl-carve")
-	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", bed.Control.Kubeconfig, "move", ns+"/"+moveClaim, "--to", node, "--timeout", "10m")
+	cmd := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--to", node, "--timeout", "10m")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -367,15 +366,22 @@ func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string,
 	}
 }
 
-// checkMoved checks the end of a move of the claim from oldPV (volume
+// kubectlCarve is the command bin/kubectl-carve (built beside bin/carve)
+// with args, through the bed's kubeconfig.
+func kubectlCarve(ctx context.Context, args ...string) *exec.Cmd {
+	bin := filepath.Join(filepath.Dir(bed.Config.CarveBin), "kubectl-carve")
+	return exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", bed.Control.Kubeconfig}, args...)...)
+}
+
+// checkMoved checks the end of a move of claim from oldPV (volume
 // oldHandle) to node: the claim Bound to the mover's PV there, whose LV
-// is in vg; the old PV, the old LV and the seed gone. It returns the new
-// PV's name.
-func checkMoved(t *testing.T, ctx context.Context, ns, oldPV, oldHandle, node, vg string, st moveStats) string {
+// is in vg; the old PV, the old LV and the seed snapshot (its ID, as the
+// old PV's annotation gave it) gone. It returns the new PV's name.
+func checkMoved(t *testing.T, ctx context.Context, ns, claim, oldPV, oldHandle, node, vg, seed string) string {
 	t.Helper()
-	pv := waitClaimBound(t, ns, moveClaim, shortWait)
+	pv := waitClaimBound(t, ns, claim, shortWait)
 	if want := mover.TargetName(oldPV, node); pv != want {
-		t.Errorf("claim %s is bound to %s, want the mover's PV %s", moveClaim, pv, want)
+		t.Errorf("claim %s is bound to %s, want the mover's PV %s", claim, pv, want)
 	}
 	if got := pvNode(t, pv); got != node {
 		t.Errorf("the moved PV %s is on node %s, want %s", pv, got, node)
@@ -387,10 +393,10 @@ func checkMoved(t *testing.T, ctx context.Context, ns, oldPV, oldHandle, node, v
 		t.Errorf("the old PV %s is still there (%v)", oldPV, err)
 	}
 	gone := []string{oldHandle}
-	if _, svg, slv, err := volume.ParseSnapshotID(st.seed); err == nil {
+	if _, svg, slv, err := volume.ParseSnapshotID(seed); err == nil {
 		gone = append(gone, svg+"/"+slv)
 	} else {
-		t.Errorf("the seed snapshot of the move was never seen on PV %s: %q", oldPV, st.seed)
+		t.Errorf("the seed snapshot of the move was never seen on PV %s: %q", oldPV, seed)
 	}
 	for _, lv := range gone {
 		if out := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_name "+lv+" 2>/dev/null || true")); out != "" {

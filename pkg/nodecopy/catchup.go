@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/pkg/changemap"
 	"github.com/carve-csi/carve/pkg/nodeca"
 	"github.com/carve-csi/carve/pkg/provision"
 	"github.com/carve-csi/carve/pkg/volume"
@@ -33,7 +34,7 @@ func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst s
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var res provision.DeltaResult
-	err := p.read(ctx, src, func(stream Receiver) error {
+	err := p.read(ctx, src, true, func(stream Receiver) error {
 		var err error
 		res, err = ReceiveDelta(ctx, dst, src.Size, stream, progress)
 		if err != nil {
@@ -48,9 +49,10 @@ func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst s
 // holds the base already: each data message at its offset, nothing
 // else. The header must say it is a delta of want bytes, and the
 // trailer's byte count must be what came. It syncs the device, then
-// reads its first want bytes back and checks their Digest against the
-// trailer's (ErrChecksum): what decides is the whole device, not the
-// chunks received. The device is opened exclusively (O_EXCL: a mount
+// reads back what the trailer's Digest covers and checks it
+// (ErrChecksum): the first want bytes (DIGEST_SCOPE_VOLUME), or the
+// data messages' places (DIGEST_SCOPE_SENT: the source named its
+// changes from the metadata of the base snapshot). The device is opened exclusively (O_EXCL: a mount
 // of it fails meanwhile). progress, when set, gets the bytes of data
 // written so far.
 func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, progress func(uint64)) (provision.DeltaResult, error) {
@@ -72,6 +74,10 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 	if _, err := headerDigest(hdr); err != nil {
 		return res, err
 	}
+	scope := hdr.GetDigestScope()
+	if _, ok := nodeagentv1.DigestScope_name[int32(scope)]; !ok {
+		return res, fmt.Errorf("the source's checksum covers %v (CopyHeader.digest_scope), this agent checks DIGEST_SCOPE_VOLUME or DIGEST_SCOPE_SENT; nothing was written", scope)
+	}
 	out, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL, 0) //nolint:gosec // G304: the device node of an LV provision found
 	if errors.Is(err, unix.EBUSY) {
 		return res, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up writes only into a volume nothing uses", ErrInUse, path)
@@ -80,7 +86,8 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 		return res, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer func() { _ = out.Close() }() // synced before success is reported
-	trailer, err := writeDelta(ctx, out, path, want, r, &res, progress)
+	var sent changemap.Set
+	trailer, err := writeDelta(ctx, out, path, want, r, &res, &sent, progress)
 	if err != nil {
 		return res, err
 	}
@@ -90,7 +97,12 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 	if err := out.Close(); err != nil {
 		return res, fmt.Errorf("closing %s after the catch-up: %w", path, err)
 	}
-	sum, err := DigestOf(ctx, path, want, hdr.GetDigest())
+	var sum []byte
+	if scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT {
+		sum, err = DigestOfPlaces(ctx, path, want, sent, hdr.GetDigest())
+	} else {
+		sum, err = DigestOf(ctx, path, want, hdr.GetDigest())
+	}
 	if err != nil {
 		return res, fmt.Errorf("reading back %s: %w", path, err)
 	}
@@ -104,8 +116,9 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 }
 
 // writeDelta writes the data messages at their offsets (increasing,
-// within want) and returns the trailer, whose byte count it checks.
-func writeDelta(ctx context.Context, out *os.File, path string, want uint64, r Receiver, res *provision.DeltaResult, progress func(uint64)) (*nodeagentv1.CopyTrailer, error) {
+// within want), each also as an extent of sent (in order, one a
+// message), and returns the trailer, whose byte count it checks.
+func writeDelta(ctx context.Context, out *os.File, path string, want uint64, r Receiver, res *provision.DeltaResult, sent *changemap.Set, progress func(uint64)) (*nodeagentv1.CopyTrailer, error) {
 	var next uint64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -136,6 +149,7 @@ func writeDelta(ctx context.Context, out *os.File, path string, want uint64, r R
 			return nil, fmt.Errorf("writing %s at %d: %w", path, off, err)
 		}
 		next = off + n
+		*sent = append(*sent, changemap.Extent{Off: off, Len: n})
 		res.Received += n
 		if progress != nil {
 			progress(res.Received)

@@ -42,7 +42,7 @@ func (p Puller) Pull(ctx context.Context, src provision.RemoteSource, dst string
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var res blockcopy.Result
-	err := p.read(ctx, src, func(stream Receiver) error {
+	err := p.read(ctx, src, false, func(stream Receiver) error {
 		var err error
 		res, err = Receive(ctx, dst, src.Size, sparse, stream, progress)
 		if err != nil {
@@ -57,7 +57,7 @@ func (p Puller) Pull(ctx context.Context, src provision.RemoteSource, dst string
 // gives receive the stream of ReadVolume src.CopyID (asking for
 // DefaultDigest), until it returns. ctx must be canceled after, to end
 // the stream.
-func (p Puller) read(ctx context.Context, src provision.RemoteSource, receive func(Receiver) error) error {
+func (p Puller) read(ctx context.Context, src provision.RemoteSource, sentOK bool, receive func(Receiver) error) error {
 	tlsCfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: p.Cert, CAs: p.CAs, Now: p.Now}, src.Node)
 	if err != nil {
 		return err
@@ -69,7 +69,7 @@ func (p Puller) read(ctx context.Context, src provision.RemoteSource, receive fu
 	}
 	defer func() { _ = conn.Close() }()
 	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(ctx,
-		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, Digest: DefaultDigest}, grpc.ForceCodecV2(recvCodec{}))
+		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, Digest: DefaultDigest, AcceptsSentDigest: sentOK}, grpc.ForceCodecV2(recvCodec{}))
 	if err != nil {
 		return fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
 	}

@@ -68,7 +68,8 @@ func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
 }
 
 // readDelta serves the ReadVolume of a catch-up grant.
-func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeagentv1.ChunkDigest, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
+// sentOK: the target checks a digest of the data sent (DIGEST_SCOPE_SENT).
+func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeagentv1.ChunkDigest, sentOK bool, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "base", g.Base, "targetNode", node)
 	if s.cfg.Deltas == nil {
 		return status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
@@ -83,8 +84,13 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeag
 			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, alg, stream)
 			return err
 		}
-		how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", d.Size, "baseReadBytes", 0}
-		sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+		if !sentOK {
+			how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", d.Size, "baseReadBytes", 0, "digestScope", "volume"}
+			sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+			return err
+		}
+		sent, err = SendNamed(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+		how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", sent.Data, "baseReadBytes", 0, "digestScope", "sent"}
 		return err
 	})
 	if err != nil {
@@ -114,7 +120,7 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagent
 		return out, err
 	}
 	direct := size%4096 == 0
-	in, err := openDeltaSource(vol, size, alg, s)
+	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
 		return out, err
 	}
@@ -152,7 +158,7 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 	if err != nil {
 		return out, err
 	}
-	in, err := openDeltaSource(vol, size, alg, s)
+	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
 		return out, err
 	}
@@ -173,11 +179,72 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 	return sendTrailer(s, d, out, start, errc)
 }
 
+// SendNamed streams a catch-up whose changes since the base are named,
+// reading only those: the header of a delta whose digest covers the
+// data sent (DIGEST_SCOPE_SENT), the SparseChunk-aligned chunks that
+// hold a byte of changed (a chunk of zeros too, as a block discarded
+// since the base must become zeros on the target), at most maxData
+// bytes a message, and the trailer with the Digest (of alg) of those
+// messages, each offset and then its chunks. Neither the rest of vol
+// nor the base is read: changed comes from the metadata that defines
+// the base snapshot itself, and the seed copy was checked whole. vol
+// is opened exclusively as by SendDelta.
+func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+	start := time.Now()
+	var out Sent
+	d, err := NewDigest(alg)
+	if err != nil {
+		return out, err
+	}
+	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_SENT, s)
+	if err != nil {
+		return out, err
+	}
+	defer in.Close() //nolint:errcheck // read-only
+	buf := alignedBuffer(maxData)
+	for _, e := range chunksOf(changed, size) {
+		for off, end := e.Off, e.Off+e.Len; off < end; {
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+			n := min(uint64(maxData), end-off)
+			if err := readFull(in, vol, buf[:n], off); err != nil {
+				return out, err
+			}
+			d.At(off)
+			d.Data(buf[:n])
+			if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Data{
+				Data: &nodeagentv1.CopyData{Offset: int64(off), Data: buf[:n]}}}); err != nil {
+				return out, fmt.Errorf("sending %d bytes at %d: %w", n, off, err)
+			}
+			out.Data += n
+			off += n
+		}
+	}
+	read := make(chan error, 1)
+	read <- nil // by this goroutine, all of it
+	return sendTrailer(s, d, out, start, read)
+}
+
+// chunksOf is changed widened to whole SparseChunk chunks, within size:
+// the places a catch-up sends, in order.
+func chunksOf(changed changemap.Set, size uint64) changemap.Set {
+	var out changemap.Set
+	for _, e := range changed {
+		off := e.Off / SparseChunk * SparseChunk
+		end := min(size, (e.Off+e.Len+SparseChunk-1)/SparseChunk*SparseChunk)
+		if off < end {
+			out = out.Add(off, end-off)
+		}
+	}
+	return out
+}
+
 // openDeltaSource opens the volume vol of a catch-up exclusively
 // (O_EXCL: a mount of it fails while it is read; one that is mounted
 // fails the open, ErrInUse) and sends the header of a delta of size
 // bytes.
-func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (*os.File, error) {
+func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
 	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
 		return nil, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
@@ -186,7 +253,7 @@ func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, s Sen
 		return nil, err
 	}
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg, DigestScope: scope}}}); err != nil {
 		_ = in.Close()
 		return nil, fmt.Errorf("sending the header: %w", err)
 	}

@@ -115,9 +115,20 @@ func TestSendDelta(t *testing.T) {
 // TestSendChanged: with the changes named, the chunks that hold a
 // named byte are sent (a named chunk of zeros too: a block discarded
 // since the base), whatever the names' granularity, and nothing else;
-// the base is not read; the trailer holds the digest of the whole
-// volume, so a change the names missed fails the target's check.
+// the base is not read. SendChanged's trailer holds the digest of the
+// whole volume, so a change the names missed fails the target's check;
+// SendNamed's covers the places sent (DIGEST_SCOPE_SENT), and it reads
+// nothing else: a change the names missed is not seen, which is why it
+// is used only with names from the snapshot's own metadata.
 func TestSendChanged(t *testing.T) {
+	senders := []struct {
+		name  string
+		send  func(ctx context.Context, vol string, size uint64, named changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error)
+		scope nodeagentv1.DigestScope
+	}{
+		{"volume digest", SendChanged, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME},
+		{"sent digest", SendNamed, nodeagentv1.DigestScope_DIGEST_SCOPE_SENT},
+	}
 	const size = 3*readSize + 5*SparseChunk + 700
 	const c = SparseChunk
 	lastChunk := size / c
@@ -137,56 +148,116 @@ func TestSendChanged(t *testing.T) {
 		{"named beyond the end", nil, changemap.Set{{Off: size + c, Len: c}}, nil, false},
 		{"a change not named", []int{3, 9}, changemap.Set{{Off: 3 * c, Len: c}}, []int{3}, true},
 	}
+	for _, sender := range senders {
+		for _, tt := range tests {
+			t.Run(sender.name+"/"+tt.name, func(t *testing.T) {
+				base, now := based(size, tt.changed)
+				if tt.name == "a discarded chunk reads zeros" {
+					clear(now[2*c : 3*c])
+					base[2*c] = 1 // the base's chunk 2 held data
+				}
+				vol := writeFile(t, "vol", now)
+				p := &pipe{}
+				sent, err := sender.send(t.Context(), vol, size, tt.named, DefaultDigest, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if h := p.msgs[0].GetHeader(); h.GetSizeBytes() != size || !h.GetDelta() || h.GetDigestScope() != sender.scope {
+					t.Fatalf("header %v, want a delta of %d bytes, digest over %v", h, size, sender.scope)
+				}
+				var covered []int
+				for _, m := range p.msgs[1 : len(p.msgs)-1] {
+					d := m.GetData()
+					off, l := d.GetOffset(), int64(len(d.GetData()))
+					if off%c != 0 || l > maxData {
+						t.Errorf("data at %d (%d bytes): unaligned or too long", off, l)
+					}
+					for ch := off / c; ch*c < off+l; ch++ {
+						covered = append(covered, int(ch))
+					}
+				}
+				if !slices.Equal(covered, tt.want) {
+					t.Errorf("chunks sent %v, want %v", covered, tt.want)
+				}
+				var places []changemap.Extent
+				for _, m := range p.msgs[1 : len(p.msgs)-1] {
+					places = append(places, changemap.Extent{Off: uint64(m.GetData().GetOffset()), Len: uint64(len(m.GetData().GetData()))})
+				}
+				sum, err := DigestOf(t.Context(), vol, size, DefaultDigest)
+				if sender.scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT {
+					sum, err = DigestOfPlaces(t.Context(), vol, size, places, DefaultDigest)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tr := p.msgs[len(p.msgs)-1].GetTrailer(); !bytes.Equal(tr.GetDigest(), sum) || uint64(tr.GetDataBytes()) != sent.Data {
+					t.Errorf("trailer %x/%d, want the digest %x and %d bytes", tr.GetDigest(), tr.GetDataBytes(), sum, sent.Data)
+				}
+				dst := writeFile(t, "dst", base)
+				_, err = ReceiveDelta(t.Context(), dst, size, p, nil)
+				if tt.missed && sender.scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT {
+					if err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if tt.missed {
+					if !errors.Is(err, ErrChecksum) {
+						t.Errorf("a change not named: %v, want %v", err, ErrChecksum)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, _ := os.ReadFile(dst); !bytes.Equal(got, now) {
+					t.Error("the target is not the volume")
+				}
+			})
+		}
+	}
+}
+
+// TestSendNamedChecksWhatCame: with a digest of the places sent, a
+// byte changed or a message moved on the way, or a write that did not
+// land, fails the target's check.
+func TestSendNamedChecksWhatCame(t *testing.T) {
+	const size = 2*readSize + 700
+	const c = SparseChunk
+	named := changemap.Set{{Off: 3 * c, Len: 2 * c}, {Off: 40 * c, Len: c}}
+	tests := []struct {
+		name   string
+		tamper func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse
+	}{
+		{"a byte flipped", func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+			if d := m.GetData(); d != nil && i == 1 {
+				d.Data[10] ^= 1
+			}
+			return m
+		}},
+		{"a message moved", func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+			if d := m.GetData(); d != nil && i == 2 {
+				d.Offset += c
+			}
+			return m
+		}},
+		{"a message lost", func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+			if m.GetData() != nil && i == 1 {
+				return nil
+			}
+			return m
+		}},
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			base, now := based(size, tt.changed)
-			if tt.name == "a discarded chunk reads zeros" {
-				clear(now[2*c : 3*c])
-				base[2*c] = 1 // the base's chunk 2 held data
-			}
-			vol := writeFile(t, "vol", now)
+			base, now := based(size, []int{3, 4, 40})
 			p := &pipe{}
-			sent, err := SendChanged(t.Context(), vol, size, tt.named, DefaultDigest, p)
-			if err != nil {
+			if _, err := SendNamed(t.Context(), writeFile(t, "vol", now), size, named, DefaultDigest, p); err != nil {
 				t.Fatal(err)
 			}
-			if h := p.msgs[0].GetHeader(); h.GetSizeBytes() != size || !h.GetDelta() {
-				t.Fatalf("header %v, want a delta of %d bytes", h, size)
-			}
-			var covered []int
-			for _, m := range p.msgs[1 : len(p.msgs)-1] {
-				d := m.GetData()
-				off, l := d.GetOffset(), int64(len(d.GetData()))
-				if off%c != 0 || l > maxData {
-					t.Errorf("data at %d (%d bytes): unaligned or too long", off, l)
-				}
-				for ch := off / c; ch*c < off+l; ch++ {
-					covered = append(covered, int(ch))
-				}
-			}
-			if !slices.Equal(covered, tt.want) {
-				t.Errorf("chunks sent %v, want %v", covered, tt.want)
-			}
-			sum, err := DigestOf(t.Context(), vol, size, DefaultDigest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tr := p.msgs[len(p.msgs)-1].GetTrailer(); !bytes.Equal(tr.GetDigest(), sum) || uint64(tr.GetDataBytes()) != sent.Data {
-				t.Errorf("trailer %x/%d, want the volume's digest %x and %d bytes", tr.GetDigest(), tr.GetDataBytes(), sum, sent.Data)
-			}
-			dst := writeFile(t, "dst", base)
-			_, err = ReceiveDelta(t.Context(), dst, size, p, nil)
-			if tt.missed {
-				if !errors.Is(err, ErrChecksum) {
-					t.Errorf("a change not named: %v, want %v", err, ErrChecksum)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, _ := os.ReadFile(dst); !bytes.Equal(got, now) {
-				t.Error("the target is not the volume")
+			p.tamper = tt.tamper
+			if _, err := ReceiveDelta(t.Context(), writeFile(t, "dst", base), size, p, nil); !errors.Is(err, ErrChecksum) {
+				t.Errorf("ReceiveDelta: %v, want %v", err, ErrChecksum)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/pkg/blockcopy"
+	"github.com/carve-csi/carve/pkg/changemap"
 )
 
 // Digest is a copy's end-to-end checksum (CopyTrailer.digest): a hash of
@@ -129,6 +130,13 @@ func (d *Digest) chunk(b []byte) (zero bool) {
 // isZero tells whether b (at most maxData bytes) is all zeros.
 func isZero(b []byte) bool { return bytes.Equal(b, zeros[:len(b)]) }
 
+// At feeds an offset: in a digest of the data sent (DIGEST_SCOPE_SENT),
+// each message's offset before its chunks, so that the same bytes at
+// another place do not check.
+func (d *Digest) At(off uint64) {
+	d.list.Write(binary.BigEndian.AppendUint64(d.sum[:0], off))
+}
+
 // Size is how many bytes were fed.
 func (d *Digest) Size() uint64 { return d.n }
 
@@ -161,6 +169,37 @@ func DigestOf(ctx context.Context, path string, size uint64, alg nodeagentv1.Chu
 		}
 		d.Data(buf[:n])
 		off += n
+	}
+	return d.Sum(), nil
+}
+
+// DigestOfPlaces is the Digest (of alg) of the places of the file or
+// device at path (within size), each its offset and then its chunks, as
+// SendNamed digests its data messages: places holds one extent a
+// message, in order, as they came (not merged).
+func DigestOfPlaces(ctx context.Context, path string, size uint64, places []changemap.Extent, alg nodeagentv1.ChunkDigest) ([]byte, error) {
+	d, err := NewDigest(alg)
+	if err != nil {
+		return nil, err
+	}
+	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close() //nolint:errcheck // read-only
+	buf := alignedBuffer(maxData)
+	for _, e := range places {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if e.Len > maxData {
+			return nil, fmt.Errorf("a data message of %d bytes at %d, more than the %d a message holds", e.Len, e.Off, maxData)
+		}
+		if err := readFull(in, path, buf[:e.Len], e.Off); err != nil {
+			return nil, err
+		}
+		d.At(e.Off)
+		d.Data(buf[:e.Len])
 	}
 	return d.Sum(), nil
 }

@@ -126,7 +126,7 @@ func (s *Server) ReadVolume(req *nodeagentv1.ReadVolumeRequest, stream nodeagent
 		return status.Error(codes.PermissionDenied, err.Error())
 	}
 	if g.Base != "" {
-		return s.readDelta(ctx, g, node, alg, stream)
+		return s.readDelta(ctx, g, node, alg, req.GetAcceptsSentDigest(), stream)
 	}
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "targetNode", node)
 	var sent Sent

@@ -262,6 +262,9 @@ func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	if hdr.GetDelta() {
 		return nil, errors.New("the source sent a catch-up against a base, not a whole copy")
 	}
+	if sc := hdr.GetDigestScope(); sc != nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME {
+		return nil, fmt.Errorf("the source's checksum covers %v (CopyHeader.digest_scope), a whole copy is checked over DIGEST_SCOPE_VOLUME; nothing was written", sc)
+	}
 	return headerDigest(hdr)
 }
 

@@ -26,6 +26,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DigestScope names what CopyTrailer.digest covers.
+type DigestScope int32
+
+const (
+	// The whole volume, size_bytes of it: every chunk, sent or not.
+	DigestScope_DIGEST_SCOPE_VOLUME DigestScope = 0
+	// Only the data messages, in order: for each, its offset (8 bytes,
+	// big-endian) and then its chunks' digests, hashed as ChunkDigest
+	// says. A catch-up whose source named its changes from the
+	// device-mapper metadata that defines its snapshot (thin_delta, the
+	// COW exception table) sends this, so that neither end reads what did
+	// not change; the seed copy was checked whole when it was made.
+	DigestScope_DIGEST_SCOPE_SENT DigestScope = 1
+)
+
+// Enum value maps for DigestScope.
+var (
+	DigestScope_name = map[int32]string{
+		0: "DIGEST_SCOPE_VOLUME",
+		1: "DIGEST_SCOPE_SENT",
+	}
+	DigestScope_value = map[string]int32{
+		"DIGEST_SCOPE_VOLUME": 0,
+		"DIGEST_SCOPE_SENT":   1,
+	}
+)
+
+func (x DigestScope) Enum() *DigestScope {
+	p := new(DigestScope)
+	*p = x
+	return p
+}
+
+func (x DigestScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DigestScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_nodeagent_v1_nodeagent_proto_enumTypes[0].Descriptor()
+}
+
+func (DigestScope) Type() protoreflect.EnumType {
+	return &file_api_nodeagent_v1_nodeagent_proto_enumTypes[0]
+}
+
+func (x DigestScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DigestScope.Descriptor instead.
+func (DigestScope) EnumDescriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{0}
+}
+
 // ChunkDigest names how CopyTrailer.digest is made: a hash of the list
 // of the hashes of the source's chunks of CopyHeader.chunk_bytes bytes,
 // in order, zeros included (the last chunk is shorter when size_bytes is
@@ -68,11 +122,11 @@ func (x ChunkDigest) String() string {
 }
 
 func (ChunkDigest) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_nodeagent_v1_nodeagent_proto_enumTypes[0].Descriptor()
+	return file_api_nodeagent_v1_nodeagent_proto_enumTypes[1].Descriptor()
 }
 
 func (ChunkDigest) Type() protoreflect.EnumType {
-	return &file_api_nodeagent_v1_nodeagent_proto_enumTypes[0]
+	return &file_api_nodeagent_v1_nodeagent_proto_enumTypes[1]
 }
 
 func (x ChunkDigest) Number() protoreflect.EnumNumber {
@@ -81,7 +135,7 @@ func (x ChunkDigest) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChunkDigest.Descriptor instead.
 func (ChunkDigest) EnumDescriptor() ([]byte, []int) {
-	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{0}
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{1}
 }
 
 type EnrollRequest struct {
@@ -1083,9 +1137,13 @@ type ReadVolumeRequest struct {
 	// than this field sends none (CHUNK_DIGEST_SHA256) and checks only
 	// that one; one older than it on the source ignores it and sends
 	// CHUNK_DIGEST_SHA256, which CopyHeader.digest says.
-	Digest        ChunkDigest `protobuf:"varint,2,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Digest ChunkDigest `protobuf:"varint,2,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
+	// The target of a catch-up can check a digest of only the chunks sent
+	// (DIGEST_SCOPE_SENT). A source older than this field ignores it and
+	// digests the whole volume, which CopyHeader.digest_scope then says.
+	AcceptsSentDigest bool `protobuf:"varint,3,opt,name=accepts_sent_digest,json=acceptsSentDigest,proto3" json:"accepts_sent_digest,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReadVolumeRequest) Reset() {
@@ -1130,6 +1188,13 @@ func (x *ReadVolumeRequest) GetDigest() ChunkDigest {
 		return x.Digest
 	}
 	return ChunkDigest_CHUNK_DIGEST_SHA256
+}
+
+func (x *ReadVolumeRequest) GetAcceptsSentDigest() bool {
+	if x != nil {
+		return x.AcceptsSentDigest
+	}
+	return false
 }
 
 type ReadVolumeResponse struct {
@@ -1247,7 +1312,11 @@ type CopyHeader struct {
 	Delta bool `protobuf:"varint,3,opt,name=delta,proto3" json:"delta,omitempty"`
 	// How the trailer's digest is made: the one ReadVolumeRequest.digest
 	// asked for. A target that cannot compute it refuses the stream.
-	Digest        ChunkDigest `protobuf:"varint,4,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
+	Digest ChunkDigest `protobuf:"varint,4,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
+	// What the trailer's digest covers (DigestScope); DIGEST_SCOPE_SENT
+	// only in a delta whose target set ReadVolumeRequest.
+	// accepts_sent_digest.
+	DigestScope   DigestScope `protobuf:"varint,5,opt,name=digest_scope,json=digestScope,proto3,enum=carve.nodeagent.v1.DigestScope" json:"digest_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1308,6 +1377,13 @@ func (x *CopyHeader) GetDigest() ChunkDigest {
 		return x.Digest
 	}
 	return ChunkDigest_CHUNK_DIGEST_SHA256
+}
+
+func (x *CopyHeader) GetDigestScope() DigestScope {
+	if x != nil {
+		return x.DigestScope
+	}
+	return DigestScope_DIGEST_SCOPE_VOLUME
 }
 
 type CopyData struct {
@@ -1650,15 +1726,16 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x15AuthorizeCopyResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1b\n" +
-	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\"e\n" +
+	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\"\x95\x01\n" +
 	"\x11ReadVolumeRequest\x12\x17\n" +
 	"\acopy_id\x18\x01 \x01(\tR\x06copyId\x127\n" +
-	"\x06digest\x18\x02 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\"\xc7\x01\n" +
+	"\x06digest\x18\x02 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\x12.\n" +
+	"\x13accepts_sent_digest\x18\x03 \x01(\bR\x11acceptsSentDigest\"\xc7\x01\n" +
 	"\x12ReadVolumeResponse\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
 	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
 	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"\x9b\x01\n" +
+	"\x04part\"\xdf\x01\n" +
 	"\n" +
 	"CopyHeader\x12\x1d\n" +
 	"\n" +
@@ -1666,7 +1743,8 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\vchunk_bytes\x18\x02 \x01(\x03R\n" +
 	"chunkBytes\x12\x14\n" +
 	"\x05delta\x18\x03 \x01(\bR\x05delta\x127\n" +
-	"\x06digest\x18\x04 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\"6\n" +
+	"\x06digest\x18\x04 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\x12B\n" +
+	"\fdigest_scope\x18\x05 \x01(\x0e2\x1f.carve.nodeagent.v1.DigestScopeR\vdigestScope\"6\n" +
 	"\bCopyData\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"D\n" +
@@ -1686,7 +1764,10 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"T\n" +
 	"\x13CatchUpCopyResponse\x12%\n" +
 	"\x0ereceived_bytes\x18\x01 \x01(\x03R\rreceivedBytes\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\fR\x06digest*>\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest*=\n" +
+	"\vDigestScope\x12\x17\n" +
+	"\x13DIGEST_SCOPE_VOLUME\x10\x00\x12\x15\n" +
+	"\x11DIGEST_SCOPE_SENT\x10\x01*>\n" +
 	"\vChunkDigest\x12\x17\n" +
 	"\x13CHUNK_DIGEST_SHA256\x10\x00\x12\x16\n" +
 	"\x12CHUNK_DIGEST_XXH64\x10\x012\xa4\x06\n" +
@@ -1715,67 +1796,69 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
-var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
-	(ChunkDigest)(0),                   // 0: carve.nodeagent.v1.ChunkDigest
-	(*EnrollRequest)(nil),              // 1: carve.nodeagent.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 2: carve.nodeagent.v1.EnrollResponse
-	(*InstallCertificateRequest)(nil),  // 3: carve.nodeagent.v1.InstallCertificateRequest
-	(*InstallCertificateResponse)(nil), // 4: carve.nodeagent.v1.InstallCertificateResponse
-	(*WatchCapacityRequest)(nil),       // 5: carve.nodeagent.v1.WatchCapacityRequest
-	(*CapacityReport)(nil),             // 6: carve.nodeagent.v1.CapacityReport
-	(*ClassCapacity)(nil),              // 7: carve.nodeagent.v1.ClassCapacity
-	(*InventoryRequest)(nil),           // 8: carve.nodeagent.v1.InventoryRequest
-	(*InventoryResponse)(nil),          // 9: carve.nodeagent.v1.InventoryResponse
-	(*DeviceClass)(nil),                // 10: carve.nodeagent.v1.DeviceClass
-	(*LogicalVolume)(nil),              // 11: carve.nodeagent.v1.LogicalVolume
-	(*QuarantineOrphanRequest)(nil),    // 12: carve.nodeagent.v1.QuarantineOrphanRequest
-	(*QuarantineOrphanResponse)(nil),   // 13: carve.nodeagent.v1.QuarantineOrphanResponse
-	(*RemoveOrphanRequest)(nil),        // 14: carve.nodeagent.v1.RemoveOrphanRequest
-	(*RemoveOrphanResponse)(nil),       // 15: carve.nodeagent.v1.RemoveOrphanResponse
-	(*AuthorizeCopyRequest)(nil),       // 16: carve.nodeagent.v1.AuthorizeCopyRequest
-	(*AuthorizeCopyResponse)(nil),      // 17: carve.nodeagent.v1.AuthorizeCopyResponse
-	(*ReadVolumeRequest)(nil),          // 18: carve.nodeagent.v1.ReadVolumeRequest
-	(*ReadVolumeResponse)(nil),         // 19: carve.nodeagent.v1.ReadVolumeResponse
-	(*CopyHeader)(nil),                 // 20: carve.nodeagent.v1.CopyHeader
-	(*CopyData)(nil),                   // 21: carve.nodeagent.v1.CopyData
-	(*CopyTrailer)(nil),                // 22: carve.nodeagent.v1.CopyTrailer
-	(*CatchUpCopyRequest)(nil),         // 23: carve.nodeagent.v1.CatchUpCopyRequest
-	(*CatchUpCopyResponse)(nil),        // 24: carve.nodeagent.v1.CatchUpCopyResponse
+	(DigestScope)(0),                   // 0: carve.nodeagent.v1.DigestScope
+	(ChunkDigest)(0),                   // 1: carve.nodeagent.v1.ChunkDigest
+	(*EnrollRequest)(nil),              // 2: carve.nodeagent.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 3: carve.nodeagent.v1.EnrollResponse
+	(*InstallCertificateRequest)(nil),  // 4: carve.nodeagent.v1.InstallCertificateRequest
+	(*InstallCertificateResponse)(nil), // 5: carve.nodeagent.v1.InstallCertificateResponse
+	(*WatchCapacityRequest)(nil),       // 6: carve.nodeagent.v1.WatchCapacityRequest
+	(*CapacityReport)(nil),             // 7: carve.nodeagent.v1.CapacityReport
+	(*ClassCapacity)(nil),              // 8: carve.nodeagent.v1.ClassCapacity
+	(*InventoryRequest)(nil),           // 9: carve.nodeagent.v1.InventoryRequest
+	(*InventoryResponse)(nil),          // 10: carve.nodeagent.v1.InventoryResponse
+	(*DeviceClass)(nil),                // 11: carve.nodeagent.v1.DeviceClass
+	(*LogicalVolume)(nil),              // 12: carve.nodeagent.v1.LogicalVolume
+	(*QuarantineOrphanRequest)(nil),    // 13: carve.nodeagent.v1.QuarantineOrphanRequest
+	(*QuarantineOrphanResponse)(nil),   // 14: carve.nodeagent.v1.QuarantineOrphanResponse
+	(*RemoveOrphanRequest)(nil),        // 15: carve.nodeagent.v1.RemoveOrphanRequest
+	(*RemoveOrphanResponse)(nil),       // 16: carve.nodeagent.v1.RemoveOrphanResponse
+	(*AuthorizeCopyRequest)(nil),       // 17: carve.nodeagent.v1.AuthorizeCopyRequest
+	(*AuthorizeCopyResponse)(nil),      // 18: carve.nodeagent.v1.AuthorizeCopyResponse
+	(*ReadVolumeRequest)(nil),          // 19: carve.nodeagent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),         // 20: carve.nodeagent.v1.ReadVolumeResponse
+	(*CopyHeader)(nil),                 // 21: carve.nodeagent.v1.CopyHeader
+	(*CopyData)(nil),                   // 22: carve.nodeagent.v1.CopyData
+	(*CopyTrailer)(nil),                // 23: carve.nodeagent.v1.CopyTrailer
+	(*CatchUpCopyRequest)(nil),         // 24: carve.nodeagent.v1.CatchUpCopyRequest
+	(*CatchUpCopyResponse)(nil),        // 25: carve.nodeagent.v1.CatchUpCopyResponse
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
-	7,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
-	11, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
-	10, // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
-	0,  // 3: carve.nodeagent.v1.ReadVolumeRequest.digest:type_name -> carve.nodeagent.v1.ChunkDigest
-	20, // 4: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
-	21, // 5: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
-	22, // 6: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
-	0,  // 7: carve.nodeagent.v1.CopyHeader.digest:type_name -> carve.nodeagent.v1.ChunkDigest
-	1,  // 8: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
-	3,  // 9: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
-	5,  // 10: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
-	8,  // 11: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	12, // 12: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
-	14, // 13: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
-	16, // 14: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
-	23, // 15: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
-	18, // 16: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
-	2,  // 17: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	4,  // 18: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	6,  // 19: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	9,  // 20: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	13, // 21: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	15, // 22: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	17, // 23: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
-	24, // 24: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
-	19, // 25: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
+	12, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
+	11, // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
+	1,  // 3: carve.nodeagent.v1.ReadVolumeRequest.digest:type_name -> carve.nodeagent.v1.ChunkDigest
+	21, // 4: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
+	22, // 5: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
+	23, // 6: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
+	1,  // 7: carve.nodeagent.v1.CopyHeader.digest:type_name -> carve.nodeagent.v1.ChunkDigest
+	0,  // 8: carve.nodeagent.v1.CopyHeader.digest_scope:type_name -> carve.nodeagent.v1.DigestScope
+	2,  // 9: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
+	4,  // 10: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
+	6,  // 11: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
+	9,  // 12: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
+	13, // 13: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
+	15, // 14: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	17, // 15: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
+	24, // 16: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
+	19, // 17: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	3,  // 18: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	5,  // 19: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	7,  // 20: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	10, // 21: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	14, // 22: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	16, // 23: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	18, // 24: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	25, // 25: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
+	20, // 26: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_api_nodeagent_v1_nodeagent_proto_init() }
@@ -1793,7 +1876,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,

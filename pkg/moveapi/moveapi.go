@@ -26,6 +26,10 @@ const (
 	AnnTargetContext = AnnPrefix + "target-context"
 	// AnnSeed is the seed snapshot's ID, once made.
 	AnnSeed = AnnPrefix + "seed"
+	// AnnSeedName is the seed snapshot's CSI name: new for each move, so
+	// that a target left by an earlier move to the same node (same CSI
+	// name) is never taken for a copy of this move's seed.
+	AnnSeedName = AnnPrefix + "seed-name"
 	// AnnClaim is the claim as it was before stopping (JSON).
 	AnnClaim = AnnPrefix + "claim"
 	// AnnPhaseSince is when the current phase started (RFC 3339).

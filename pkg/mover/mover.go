@@ -27,13 +27,15 @@
 //   - cleaning: once the claim is bound to the new PV, the seed, the old
 //     volume and the old PV are deleted; Event Moved.
 //
-// Every name is derived from the old PV and the target node, so each
-// step repeated after a crash finds what it made before. Before stopping,
-// an abort (the annotation removed from the claim) or a failure that
-// retrying cannot mend deletes the target and the seed and gives the old
-// PV its reclaim policy back: the original is untouched and in use. After
-// stopping started, such a failure rolls back: the old PV is pre-bound to
-// the claim again and the claim made again on it.
+// Every name is derived from the old PV and the target node (the seed's
+// also from when the move began), so each step repeated after a crash
+// finds what it made before, and a move asked again never takes what an
+// earlier one left for its own. Before stopping, an abort (the annotation
+// removed from the claim) or a failure that retrying cannot mend deletes
+// the target and the seed and gives the old PV its reclaim policy back:
+// the original is untouched and in use. After stopping started, such a
+// failure rolls back: the old PV is pre-bound to the claim again and the
+// claim made again on it.
 package mover
 
 import (
@@ -348,5 +350,14 @@ func hashOf(pvName, node string) string {
 // to node, and the new PV's name.
 func TargetName(pvName, node string) string { return "carve-moved-" + hashOf(pvName, node) }
 
-// SeedName is the CSI name of the seed snapshot of that move.
-func SeedName(pvName, node string) string { return "carve-move-seed-" + hashOf(pvName, node) }
+// SeedName is the CSI name of the seed snapshot of a move of the PV to
+// node that began at since (moveapi.AnnSeedName keeps it): each move has
+// its own seed, so a target volume left by an earlier move to the node
+// (same CSI name, other seed) does not match this move's CreateVolume.
+// since "" is the name of a move begun before seeds had their own.
+func SeedName(pvName, node, since string) string {
+	if since == "" {
+		return "carve-move-seed-" + hashOf(pvName, node)
+	}
+	return "carve-move-seed-" + hashOf(pvName, node+"\x00"+since)
+}

@@ -36,21 +36,51 @@ const (
 	class  = "carve-thin"
 )
 
-// fakeVolumes is the router as the mover sees it: idempotent by name,
-// with failures to inject per call.
+// fakeVolumes is the router as the mover sees it: IDs as carve makes
+// them (a volume "<vg>/<LV of its name>", a snapshot "<node>/<vg>/<LV of
+// its name>"), idempotent by name, with failures to inject per call.
 type fakeVolumes struct {
 	mu        sync.Mutex
 	snapshots map[string]string // ID -> name
 	volumes   map[string]string // ID -> name
+	// gens and gen: each snapshot made is a new point in time.
+	gens map[string]int
+	gen  int
+	// from is what each target volume holds: the seed (ID and
+	// generation) it was restored from.
+	from map[string]string
+	// nodeOf is each volume's node; vgOf a node's volume group (default "vg").
+	nodeOf map[string]string
+	vgOf   map[string]string
+	// away: the nodes whose agent is not connected. The router answers a
+	// DeleteVolume of a volume no PV names and no connected node has with
+	// success: the LV stays on the node that is away.
+	away      map[string]bool
 	created   []*csi.CreateVolumeRequest
+	snapsMade []string
 	fail      map[string]error // call -> error, once
 	failAll   map[string]error // call -> error, every time
+	notReady  bool             // snapshots are made not ready to use
 	catchUps  int
-	deleted   []string
+	// catchUpCalls counts every CatchUpCopy, failed or not; stale the
+	// catch-ups sent on top of a target that is not a copy of their base.
+	catchUpCalls int
+	stale        []string
+	deleted      []string
+}
+
+// oldHandle is the old volume's ID.
+var oldHandle = volume.VolumeID("vg", volume.LVNameFor(oldPV))
+
+// targetHandle is the ID of the target of a move of the old PV to node
+// (in volume group vg).
+func targetHandle(vg, node string) string {
+	return volume.VolumeID(vg, volume.LVNameFor(TargetName(oldPV, node)))
 }
 
 func newFakeVolumes() *fakeVolumes {
-	return &fakeVolumes{snapshots: map[string]string{}, volumes: map[string]string{"vg/old": oldPV},
+	return &fakeVolumes{snapshots: map[string]string{}, volumes: map[string]string{oldHandle: oldPV},
+		gens: map[string]int{}, from: map[string]string{}, nodeOf: map[string]string{oldHandle: "a"}, vgOf: map[string]string{}, away: map[string]bool{},
 		fail: map[string]error{}, failAll: map[string]error{}}
 }
 
@@ -63,15 +93,30 @@ func (f *fakeVolumes) err(call string) error {
 	return err
 }
 
+func (f *fakeVolumes) vg(node string) string {
+	if vg := f.vgOf[node]; vg != "" {
+		return vg
+	}
+	return "vg"
+}
+
 func (f *fakeVolumes) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.err("CreateSnapshot"); err != nil {
 		return nil, err
 	}
-	id := "node-a/vg/" + req.GetName()
-	f.snapshots[id] = req.GetName()
-	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: id, SourceVolumeId: req.GetSourceVolumeId(), ReadyToUse: true}}, nil
+	node := f.nodeOf[req.GetSourceVolumeId()]
+	if node == "" {
+		return nil, status.Errorf(codes.NotFound, "source_volume_id %s", req.GetSourceVolumeId())
+	}
+	id := volume.SnapshotID(node, f.vg(node), volume.SnapshotLVNameFor(req.GetName()))
+	if _, ok := f.snapshots[id]; !ok {
+		f.gen++
+		f.snapshots[id], f.gens[id] = req.GetName(), f.gen
+		f.snapsMade = append(f.snapsMade, id)
+	}
+	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: id, SourceVolumeId: req.GetSourceVolumeId(), ReadyToUse: !f.notReady}}, nil
 }
 
 func (f *fakeVolumes) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
@@ -84,6 +129,9 @@ func (f *fakeVolumes) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotR
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 
+// CreateVolume is idempotent as carve's node agent is: a volume of the
+// name made from the same source is answered again, one from another
+// source is ALREADY_EXISTS.
 func (f *fakeVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -92,9 +140,20 @@ func (f *fakeVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeReque
 	if err != nil && status.Code(err) != codes.Unavailable {
 		return nil, err
 	}
+	node := req.GetAccessibilityRequirements().GetRequisite()[0].GetSegments()[key]
+	seed := req.GetVolumeContentSource().GetSnapshot().GetSnapshotId()
+	id := volume.VolumeID(f.vg(node), volume.LVNameFor(req.GetName()))
+	if _, ok := f.volumes[id]; ok {
+		if had, _, _ := strings.Cut(f.from[id], "#"); had != seed {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with content source %q; %q asked", req.GetName(), had, seed)
+		}
+	} else {
+		if _, ok := f.snapshots[seed]; !ok {
+			return nil, status.Errorf(codes.NotFound, "snapshot %s", seed)
+		}
+		f.volumes[id], f.nodeOf[id], f.from[id] = req.GetName(), node, fmt.Sprintf("%s#%d", seed, f.gens[seed])
+	}
 	// Unavailable: made, but the answer lost.
-	id := "vg/" + req.GetName()
-	f.volumes[id] = req.GetName()
 	if err != nil {
 		return nil, err
 	}
@@ -108,19 +167,30 @@ func (f *fakeVolumes) DeleteVolume(_ context.Context, req *csi.DeleteVolumeReque
 	if err := f.err("DeleteVolume"); err != nil {
 		return nil, err
 	}
-	f.deleted = append(f.deleted, req.GetVolumeId())
-	delete(f.volumes, req.GetVolumeId())
+	id := req.GetVolumeId()
+	f.deleted = append(f.deleted, id)
+	if f.away[f.nodeOf[id]] {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	delete(f.volumes, id)
+	delete(f.from, id)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
 func (f *fakeVolumes) CatchUpCopy(_ context.Context, src, base, target string) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.catchUpCalls++
 	if err := f.err("CatchUpCopy"); err != nil {
 		return 0, err
 	}
 	if f.volumes[src] == "" || f.snapshots[base] == "" || f.volumes[target] == "" {
 		return 0, status.Errorf(codes.NotFound, "catch-up %s %s %s: missing", src, base, target)
+	}
+	// The changes since base, written on a target that does not hold
+	// base, make a volume that is neither.
+	if want := fmt.Sprintf("%s#%d", base, f.gens[base]); f.from[target] != want {
+		f.stale = append(f.stale, fmt.Sprintf("target %s holds %s, the catch-up's base is %s", target, f.from[target], want))
 	}
 	f.catchUps++
 	return 4096, nil
@@ -139,7 +209,7 @@ func world(t *testing.T) (*fake.Clientset, *fakeVolumes) {
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: retain, StorageClassName: class, VolumeMode: &fs,
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "vg/old", FSType: "ext4",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: oldHandle, FSType: "ext4",
 				VolumeAttributes: map[string]string{"storage.kubernetes.io/csiProvisionerIdentity": "123-carve"}}},
 			ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: claim, UID: "claim-uid"},
 			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
@@ -306,7 +376,7 @@ func checkMoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes, to stri
 	if np == nil {
 		t.Fatalf("no new PV %s", target)
 	}
-	if np.Spec.CSI.VolumeHandle != "vg/"+target || np.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete ||
+	if np.Spec.CSI.VolumeHandle != targetHandle("vg", to) || np.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete ||
 		np.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0] != to ||
 		np.Annotations["pv.kubernetes.io/provisioned-by"] != driver ||
 		np.Spec.CSI.VolumeAttributes["storage.kubernetes.io/csiProvisionerIdentity"] != "123-carve" || np.Spec.CSI.VolumeAttributes["carve.dev/node"] != "b" && to == "b" {
@@ -324,8 +394,11 @@ func checkMoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes, to stri
 			t.Errorf("claim made again owned by a pod: %v", c.OwnerReferences)
 		}
 	}
-	if len(vols.snapshots) != 0 || vols.volumes["vg/old"] != "" || vols.volumes["vg/"+target] == "" {
+	if len(vols.snapshots) != 0 || vols.volumes[oldHandle] != "" || vols.volumes[targetHandle("vg", to)] == "" || len(vols.volumes) != 1 {
 		t.Errorf("volumes left: snapshots %v volumes %v", vols.snapshots, vols.volumes)
+	}
+	if len(vols.stale) != 0 {
+		t.Errorf("catch-ups onto a target that is not a copy of their base: %v", vols.stale)
 	}
 	if _, err := client.CoreV1().Pods(ns).Get(context.Background(), "db-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the pod using the claim was not deleted: %v", err)
@@ -361,7 +434,7 @@ func TestMove(t *testing.T) {
 	checkMoved(t, client, vols, "b")
 	req := vols.created[0]
 	if req.GetAccessibilityRequirements().GetRequisite()[0].GetSegments()[key] != "b" ||
-		req.GetVolumeContentSource().GetSnapshot().GetSnapshotId() != "node-a/vg/"+SeedName(oldPV, "b") ||
+		req.GetVolumeContentSource().GetSnapshot().GetSnapshotId() != vols.snapsMade[0] || !strings.HasPrefix(vols.snapsMade[0], "a/vg/") ||
 		req.GetCapacityRange().GetRequiredBytes() != 1<<30 || req.GetParameters()[volume.ParamDeviceClass] != "thin" ||
 		req.GetParameters()["csi.storage.k8s.io/fstype"] != "" || req.GetParameters()[volume.ParamPVCName] != claim ||
 		req.GetVolumeCapabilities()[0].GetMount().GetFsType() != "ext4" ||
@@ -542,7 +615,7 @@ func TestMoveAbort(t *testing.T) {
 			if getPV(t, client, TargetName(oldPV, "b")) != nil {
 				t.Error("a new PV was made")
 			}
-			if len(vols.snapshots) != 0 || vols.volumes["vg/"+TargetName(oldPV, "b")] != "" || vols.volumes["vg/old"] == "" {
+			if len(vols.snapshots) != 0 || vols.volumes[targetHandle("vg", "b")] != "" || vols.volumes[oldHandle] == "" {
 				t.Errorf("volumes: snapshots %v volumes %v", vols.snapshots, vols.volumes)
 			}
 			if ev := eventsOf(rec); !strings.Contains(ev, tc.event) {
@@ -726,5 +799,285 @@ func TestRun(t *testing.T) {
 	}
 	if err := m.Run(context.Background()); err == nil {
 		t.Error("Run ran twice")
+	}
+}
+
+// driveAttempts is drive with the attempt the work queue would pass: the
+// steps run so far in the current phase (each failed step is requeued
+// with backoff, a waiting one looks again). hook runs before each step
+// with the phase and its visit.
+func driveAttempts(t *testing.T, m *Mover, n int, hook func(phase string, visit int)) {
+	t.Helper()
+	client := m.cfg.Client.(*fake.Clientset)
+	visits := map[string]int{}
+	for i := 0; i < n; i++ {
+		pv := getPV(t, client, oldPV)
+		if pv == nil || pv.Annotations[moveapi.AnnPhase] == "" {
+			return
+		}
+		phase := pv.Annotations[moveapi.AnnPhase]
+		if hook != nil {
+			hook(phase, visits[phase])
+		}
+		pvController(t, client)
+		if !step(t, m, visits[phase]) {
+			return
+		}
+		visits[phase]++
+	}
+	t.Fatalf("the move did not end in %d steps: %v", n, getPV(t, client, oldPV).Annotations)
+}
+
+func withdraw(t *testing.T, client *fake.Clientset) {
+	t.Helper()
+	c := getClaim(t, client)
+	delete(c.Annotations, moveapi.AnnMoveTo)
+	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func askAbort(t *testing.T, client *fake.Clientset) {
+	t.Helper()
+	pv := getPV(t, client, oldPV)
+	pv.Annotations[moveapi.AnnAbort] = abortRequested
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkUnmoved checks that a move that ended without moving left nothing:
+// the claim on its old volume, the old PV as it was before the move, no
+// target volume and no seed on any node.
+func checkUnmoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
+	t.Helper()
+	pv := getPV(t, client, oldPV)
+	if pv == nil {
+		t.Fatal("the old PV is gone")
+	}
+	for k := range pv.Annotations {
+		if strings.HasPrefix(k, moveapi.AnnPrefix) {
+			t.Errorf("annotation %s left on the old PV", k)
+		}
+	}
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+		t.Errorf("reclaim policy %s, want Delete back", pv.Spec.PersistentVolumeReclaimPolicy)
+	}
+	c := getClaim(t, client)
+	if c == nil || c.Spec.VolumeName != oldPV || c.Status.Phase != corev1.ClaimBound || c.Annotations[moveapi.AnnMoveTo] != "" {
+		t.Fatalf("claim not bound to its old PV: %+v", c)
+	}
+	if len(vols.snapshots) != 0 || len(vols.volumes) != 1 || vols.volumes[oldHandle] == "" {
+		t.Errorf("left behind: snapshots %v volumes %v", vols.snapshots, vols.volumes)
+	}
+}
+
+// checkResults checks carve_moves_total: want of result, none of the others.
+func checkResults(t *testing.T, m *Mover, want map[string]float64) {
+	t.Helper()
+	for _, r := range results {
+		if got := counter(t, m, r); got != want[r] {
+			t.Errorf("carve_moves_total{result=%q} = %v, want %v", r, got, want[r])
+		}
+	}
+}
+
+// A move that ends without moving, however it ends, leaves nothing on
+// either node: the target and the seed are deleted (by the IDs their
+// names give when an answer was lost), the annotations cleared; it is
+// counted once, and a failure is one MoveFailed Event naming it.
+func TestMoveLeavesNothingBehind(t *testing.T) {
+	dataLoss := status.Error(codes.DataLoss, "target carve-moved-x: its seed copy is not whole (checksum mismatch at 64 MiB)")
+	for _, tc := range []struct {
+		name string
+		// what runs before each step (phase, visit).
+		what   func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int)
+		result string
+		// failedEvent: the MoveFailed Event names this.
+		failedEvent string
+		// catchUps: CatchUpCopy calls (-1: not checked).
+		catchUps int
+	}{
+		{name: "withdrawn while seeding, the target's answer lost", result: ResultAborted, catchUps: 0,
+			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
+				switch {
+				case phase == moveapi.PhaseSeeding && visit == 0:
+					vols.fail["CreateVolume"] = status.Error(codes.Unavailable, "lost")
+				case phase == moveapi.PhaseSeeding && visit == 1:
+					withdraw(t, client)
+				}
+			}},
+		{name: "the target's answers all lost", result: ResultFailed, failedEvent: "copying the seed to node b", catchUps: 0,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+				if phase == moveapi.PhaseSeeding {
+					vols.failAll["CreateVolume"] = status.Error(codes.Unavailable, "node b does not answer")
+				}
+			}},
+		{name: "withdrawn while the seed is not ready, its answer lost", result: ResultAborted, catchUps: 0,
+			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
+				switch {
+				case phase == moveapi.PhaseSeeding && visit == 0:
+					vols.notReady = true
+				case phase == moveapi.PhaseSeeding && visit == 1:
+					withdraw(t, client)
+				}
+			}},
+		{name: "abort asked while stopping", result: ResultRolledBack, catchUps: 0,
+			what: func(t *testing.T, client *fake.Clientset, _ *fakeVolumes, phase string, visit int) {
+				if phase == moveapi.PhaseStopping && visit == 0 {
+					askAbort(t, client)
+				}
+			}},
+		{name: "the catch-up finds the target's seed not whole", result: ResultRolledBack, failedEvent: "DataLoss", catchUps: 1,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+				if phase == moveapi.PhaseCatchingUp {
+					vols.failAll["CatchUpCopy"] = dataLoss
+				}
+			}},
+		{name: "the target node is gone", result: ResultRolledBack, failedEvent: "node b is gone", catchUps: 1,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+				if phase == moveapi.PhaseCatchingUp {
+					vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+				}
+			}},
+		{name: "the target's delete fails once while rolling back", result: ResultRolledBack, failedEvent: "DataLoss", catchUps: 1,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
+				switch {
+				case phase == moveapi.PhaseCatchingUp:
+					vols.failAll["CatchUpCopy"] = dataLoss
+				case phase == moveapi.PhaseRollingBack && visit == 0:
+					vols.fail["DeleteVolume"] = status.Error(codes.Unavailable, "node b does not answer")
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, vols := world(t)
+			m, rec := newMover(t, client, vols)
+			request(t, client, "b")
+			start(t, m)
+			driveAttempts(t, m, 60, func(phase string, visit int) {
+				tc.what(t, client, vols, phase, visit)
+				if phase != moveapi.PhaseSeeding {
+					vols.notReady = false
+				}
+			})
+			checkUnmoved(t, client, vols)
+			checkResults(t, m, map[string]float64{tc.result: 1})
+			if vols.catchUpCalls != tc.catchUps {
+				t.Errorf("CatchUpCopy called %d times, want %d", vols.catchUpCalls, tc.catchUps)
+			}
+			// One on the claim, one on the old PV.
+			ev := eventsOf(rec)
+			failed := strings.Count(ev, moveapi.ReasonMoveFailed)
+			switch {
+			case tc.failedEvent == "" && failed != 0:
+				t.Errorf("a %s event:\n%s", moveapi.ReasonMoveFailed, ev)
+			case tc.failedEvent != "" && failed != 2:
+				t.Errorf("%d %s events, want 2 (the claim's and the PV's):\n%s", failed, moveapi.ReasonMoveFailed, ev)
+			case tc.failedEvent != "" && !strings.Contains(ev, tc.failedEvent):
+				t.Errorf("no %s event naming %q:\n%s", moveapi.ReasonMoveFailed, tc.failedEvent, ev)
+			}
+		})
+	}
+}
+
+// A move asked again after one that failed starts from a fresh seed and
+// a fresh target: the target's name is the same (it derives from the old
+// PV and the node), so one left by the first move is deleted first, and
+// each move has its own seed, so one that could not be deleted is never
+// answered as this move's copy.
+func TestMoveAgainAfterAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// first runs before each step of the first move.
+		first func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int)
+		// vgB is node b's volume group (default "vg").
+		vgB string
+		// left: the first move left its target on node b.
+		left bool
+		// moved: the second move moves; else it fails, naming want.
+		moved bool
+		want  string
+	}{
+		{name: "after a DATA_LOSS", moved: true,
+			first: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+				if phase == moveapi.PhaseCatchingUp {
+					vols.fail["CatchUpCopy"] = status.Error(codes.DataLoss, "the target's seed copy is not whole")
+				}
+			}},
+		{name: "after an abort whose target's answer was lost", moved: true,
+			first: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
+				switch {
+				case phase == moveapi.PhaseSeeding && visit == 0:
+					vols.fail["CreateVolume"] = status.Error(codes.Unavailable, "lost")
+				case phase == moveapi.PhaseSeeding && visit == 1:
+					withdraw(t, client)
+				}
+			}},
+		{name: "after a roll back while node b was away", left: true, moved: true,
+			first: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+				if phase == moveapi.PhaseCatchingUp {
+					vols.away["b"] = true
+					vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+				}
+			}},
+		{name: "node b's volume group named otherwise, its target left", vgB: "vg-b", left: true,
+			want: "an earlier move left it",
+			first: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+				if phase == moveapi.PhaseCatchingUp {
+					vols.away["b"] = true
+					vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, vols := world(t)
+			if tc.vgB != "" {
+				vols.vgOf["b"] = tc.vgB
+			}
+			m, rec := newMover(t, client, vols)
+			request(t, client, "b")
+			start(t, m)
+			driveAttempts(t, m, 60, func(phase string, visit int) { tc.first(t, client, vols, phase, visit) })
+			if getPV(t, client, oldPV).Annotations[moveapi.AnnPhase] != "" || getClaim(t, client).Spec.VolumeName != oldPV {
+				t.Fatal("the first move did not end on the old volume")
+			}
+			vg := "vg"
+			if tc.vgB != "" {
+				vg = tc.vgB
+			}
+			if _, ok := vols.volumes[targetHandle(vg, "b")]; ok != tc.left {
+				t.Fatalf("target left by the first move: %v, want %v (volumes %v)", ok, tc.left, vols.volumes)
+			}
+			firstSeeds := len(vols.snapsMade)
+			// Node b is back; the claim asks again.
+			vols.away = map[string]bool{}
+			vols.failAll = map[string]error{}
+			eventsOf(rec)
+			request(t, client, "b")
+			start(t, m)
+			driveAttempts(t, m, 60, nil)
+			if len(vols.stale) != 0 {
+				t.Fatalf("the second move caught up onto the first's target: %v", vols.stale)
+			}
+			if len(vols.snapsMade) != firstSeeds+1 {
+				t.Errorf("seeds made: %v, want one more than the first move's %d", vols.snapsMade, firstSeeds)
+			}
+			ev := eventsOf(rec)
+			if !tc.moved {
+				if pv := getPV(t, client, oldPV); pv == nil || pv.Annotations[moveapi.AnnPhase] != "" || getClaim(t, client).Spec.VolumeName != oldPV {
+					t.Fatal("the second move did not end on the old volume")
+				}
+				if !strings.Contains(ev, moveapi.ReasonMoveFailed) || !strings.Contains(ev, tc.want) {
+					t.Errorf("no %s event naming %q:\n%s", moveapi.ReasonMoveFailed, tc.want, ev)
+				}
+				return
+			}
+			checkMoved(t, client, vols, "b")
+			last := vols.created[len(vols.created)-1]
+			if got := last.GetVolumeContentSource().GetSnapshot().GetSnapshotId(); got != vols.snapsMade[len(vols.snapsMade)-1] {
+				t.Errorf("the second target restored from %s, not from the second move's seed %s", got, vols.snapsMade[len(vols.snapsMade)-1])
+			}
+		})
 	}
 }

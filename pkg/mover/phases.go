@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/pkg/moveapi"
+	"github.com/carve-csi/carve/pkg/volume"
 	"github.com/carve-csi/carve/topology/pinned"
 )
 
@@ -102,8 +103,27 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 	case claim.Annotations[moveapi.AnnMoveTo] == "":
 		return 0, m.abort(ctx, mv, abortRequested)
 	}
+	if pv.Annotations[moveapi.AnnSeed] == "" && pv.Annotations[moveapi.AnnSeedName] == "" {
+		// Nothing of this move is made yet. The target's name is the same
+		// for every move of the PV to the node: one an earlier move left
+		// (its node away when it was deleted) goes first. Best effort
+		// after a few tries (the router asks every node for a volume no
+		// PV names): this move's own seed keeps a target that stays from
+		// passing for its copy (CreateVolume answers ALREADY_EXISTS).
+		if err := m.deleteLeft(ctx, mv); err != nil {
+			if retryable(err) && attempt < maxSeedRetries {
+				m.wait(ctx, mv, "deleting what an earlier move to node "+mv.to+" left failed (retrying): "+err.Error())
+				return 0, err
+			}
+			klog.FromContext(ctx).Info("Could not delete what an earlier move may have left; going on", "target", mv.target, "err", err.Error())
+		}
+		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnSeedName: SeedName(pv.Name, mv.to, m.now().UTC().Format(time.RFC3339Nano))}); err != nil {
+			return 0, err
+		}
+		mv.pv = pv
+	}
 	if pv.Annotations[moveapi.AnnSeed] == "" {
-		resp, err := m.cfg.Volumes.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: SeedName(pv.Name, mv.to), SourceVolumeId: pv.Spec.CSI.VolumeHandle})
+		resp, err := m.cfg.Volumes.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: seedName(pv), SourceVolumeId: pv.Spec.CSI.VolumeHandle})
 		if err != nil {
 			return 0, m.failed(ctx, mv, attempt, "making the seed snapshot", err)
 		}
@@ -126,6 +146,9 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		cctx, cancel := context.WithTimeout(ctx, copyTimeout)
 		resp, err := m.cfg.Volumes.CreateVolume(cctx, req)
 		cancel()
+		if status.Code(err) == codes.AlreadyExists {
+			err = fmt.Errorf("a volume named %s is on node %s already and is not a copy of this move's seed (an earlier move left it, and carve could not find it to delete it; the audit reports it as an orphan): %w", mv.target, mv.to, err)
+		}
 		if err != nil {
 			return 0, m.failed(ctx, mv, attempt, "copying the seed to node "+mv.to, err)
 		}
@@ -421,26 +444,125 @@ func eventType(reason string) string {
 	return corev1.EventTypeNormal
 }
 
-// deleteTarget deletes the move's target volume and seed, when made.
+// deleteTarget deletes the move's target volume and seed, when they may
+// have been made: by the IDs their answers gave, or, when an answer was
+// lost (the call made them, the mover never learnt it), by the IDs their
+// names give (targetID, seedID). A target is asked for only once the seed
+// is known.
 func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) error {
-	if id := pv.Annotations[moveapi.AnnTargetID]; id != "" {
+	id := pv.Annotations[moveapi.AnnTargetID]
+	if id == "" && pv.Annotations[moveapi.AnnSeed] != "" {
+		var err error
+		if id, err = m.targetID(ctx, pv); err != nil {
+			return err
+		}
+	}
+	if id != "" {
 		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			return fmt.Errorf("deleting the target volume %s: %w", id, err)
 		}
 	}
-	if id := pv.Annotations[moveapi.AnnSeed]; id != "" {
-		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
-			return fmt.Errorf("deleting the seed %s: %w", id, err)
+	seed := pv.Annotations[moveapi.AnnSeed]
+	if seed == "" && pv.Annotations[moveapi.AnnSeedName] != "" {
+		seed = m.seedID(pv, seedName(pv))
+	}
+	if seed != "" {
+		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: seed}); err != nil {
+			return fmt.Errorf("deleting the seed %s: %w", seed, err)
 		}
 	}
 	return nil
 }
 
-// startRollBack turns a move that stopped the workload back.
+// deleteLeft deletes, before a move makes anything, the target volume and
+// the seed of the names an earlier move of the PV to the same node may
+// have left: a retried move must not find them (CreateVolume is
+// idempotent by name: it would answer with the old target and its data).
+func (m *Mover) deleteLeft(ctx context.Context, mv move) error {
+	id, err := m.targetID(ctx, mv.pv)
+	if err != nil {
+		return err
+	}
+	if id != "" {
+		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			return fmt.Errorf("deleting volume %s (%s): %w", id, mv.target, err)
+		}
+	}
+	// The seed of a move begun before seeds had their own name.
+	if seed := m.seedID(mv.pv, SeedName(mv.pv.Name, mv.to, "")); seed != "" {
+		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: seed}); err != nil {
+			return fmt.Errorf("deleting snapshot %s: %w", seed, err)
+		}
+	}
+	return nil
+}
+
+// targetID is the ID the move's target volume has if the target node
+// keeps it in the volume group of the same name as the old volume's (a
+// volume ID is "<volume group>/<LV name>", the LV name derived from the
+// CSI name, and nodes of one configuration name their groups alike);
+// "" when the old handle is not carve's, or a PV of the target's name
+// exists (a volume in use, not a leftover).
+func (m *Mover) targetID(ctx context.Context, pv *corev1.PersistentVolume) (string, error) {
+	target := pv.Annotations[moveapi.AnnTarget]
+	vg := oldVG(pv)
+	if vg == "" || target == "" {
+		return "", nil
+	}
+	_, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, target, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).Info("A PV of the target's name exists; not deleting its volume", "target", target)
+		return "", nil
+	case !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("looking for PV %s: %w", target, err)
+	}
+	return volume.VolumeID(vg, volume.LVNameFor(target)), nil
+}
+
+// oldVG is the volume group of pv's volume; "" when its handle is not
+// carve's.
+func oldVG(pv *corev1.PersistentVolume) string {
+	id, err := volume.ParseID(pv.Spec.CSI.VolumeHandle)
+	if err != nil {
+		return ""
+	}
+	return id.VG
+}
+
+// seedName is the CSI name of the move's seed.
+func seedName(pv *corev1.PersistentVolume) string {
+	if n := pv.Annotations[moveapi.AnnSeedName]; n != "" {
+		return n
+	}
+	return SeedName(pv.Name, pv.Annotations[moveapi.AnnMoveTo], "")
+}
+
+// seedID is the ID of the snapshot name of pv's volume: a snapshot lives
+// in its origin's volume group on its node; "" when that is not known.
+func (m *Mover) seedID(pv *corev1.PersistentVolume, name string) string {
+	vg, node := oldVG(pv), pinnedFrom(pv, m.cfg.TopologyKey)
+	if vg == "" || node == "" {
+		return ""
+	}
+	return volume.SnapshotID(node, vg, volume.SnapshotLVNameFor(name))
+}
+
+// startRollBack turns a move that stopped the workload back. A failure
+// (not an abort asked for) is a MoveFailed Event naming it, once: the
+// phase written, the failing step does not run again.
 func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
 	klog.FromContext(ctx).Info("Rolling the move back", "why", why)
 	extra := map[string]string{moveapi.AnnAbort: why}
-	return m.advance(ctx, mv, moveapi.PhaseRollingBack, extra, "rolling back ("+strings.TrimPrefix(why, abortFailed)+"): the claim is made again on its old volume")
+	reason, failed := strings.CutPrefix(why, abortFailed)
+	if err := m.advance(ctx, mv, moveapi.PhaseRollingBack, extra, "rolling back ("+reason+"): the claim is made again on its old volume"); err != nil {
+		return err
+	}
+	if failed {
+		m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonMoveFailed, "Move to node "+mv.to+" failed after the workload stopped, rolling back to the old volume "+
+			mv.pv.Name+" on node "+pinnedFrom(mv.pv, m.cfg.TopologyKey)+": "+reason)
+	}
+	return nil
 }
 
 // rollBack pre-binds the old PV to the claim and makes the claim again on
@@ -453,21 +575,25 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, err
 	}
-	if err == nil && claim.UID == mv.uid {
+	if err == nil && claim.UID == mv.uid && claim.DeletionTimestamp != nil {
 		// The old claim is still being deleted (its pods stopping).
 		return m.cfg.Poll, nil
 	}
 	// Pre-bound by name, or bound already to the claim made again (the
-	// PV controller writes its UID): taking that UID away again would
+	// PV controller writes its UID), or still to the old claim (an abort
+	// asked before stopping deleted it): taking that UID away would
 	// leave the bound claim Lost.
 	var again types.UID
 	if err == nil {
 		again = claim.UID
 	}
-	if r := pv.Spec.ClaimRef; r == nil || r.UID != "" && r.UID != again || r.Namespace != mv.ns || r.Name != mv.name ||
-		string(pv.Spec.PersistentVolumeReclaimPolicy) != pv.Annotations[moveapi.AnnReclaimPolicy] {
+	r := pv.Spec.ClaimRef
+	refOK := r != nil && (r.UID == "" || r.UID == again) && r.Namespace == mv.ns && r.Name == mv.name
+	if !refOK || string(pv.Spec.PersistentVolumeReclaimPolicy) != pv.Annotations[moveapi.AnnReclaimPolicy] {
 		pv = pv.DeepCopy()
-		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: mv.ns, Name: mv.name}
+		if !refOK {
+			pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: mv.ns, Name: mv.name}
+		}
 		pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimPolicy(pv.Annotations[moveapi.AnnReclaimPolicy])
 		if pv, err = m.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
 			return 0, fmt.Errorf("pre-binding PV %s to claim %s/%s again: %w", mv.pv.Name, mv.ns, mv.name, err)
@@ -510,7 +636,8 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 	m.cfg.Events.Event(pv, corev1.EventTypeWarning, moveapi.ReasonRolledBack, msg)
 	m.moves.WithLabelValues(ResultRolledBack).Inc()
 	klog.FromContext(ctx).Info("Move rolled back", "why", why)
-	return 0, nil
+	// A claim never deleted still asks; one made again does not.
+	return 0, m.dropRequest(ctx, mv.ns, mv.name, claim.UID)
 }
 
 // advance moves to the next phase: the past one's duration recorded,

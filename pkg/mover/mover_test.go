@@ -588,35 +588,8 @@ func TestMoveAbort(t *testing.T) {
 					done = true
 				}
 			})
-			pv := getPV(t, client, oldPV)
-			if pv == nil {
-				t.Fatal("the old PV is gone")
-			}
-			for k := range pv.Annotations {
-				if strings.HasPrefix(k, moveapi.AnnPrefix) {
-					t.Errorf("annotation %s left on the old PV", k)
-				}
-			}
-			if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
-				t.Errorf("reclaim policy %s, want Delete back", pv.Spec.PersistentVolumeReclaimPolicy)
-			}
-			c := getClaim(t, client)
-			if c == nil || c.Spec.VolumeName != oldPV || c.Status.Phase != corev1.ClaimBound || c.Annotations[moveapi.AnnMoveTo] != "" {
-				t.Fatalf("claim not bound to its old PV: %+v", c)
-			}
-			if tc.rolledBack == (c.UID == "claim-uid") {
+			if c := checkUnmoved(t, client, vols); tc.rolledBack == (c.UID == "claim-uid") {
 				t.Errorf("claim UID %s (rolled back: %v)", c.UID, tc.rolledBack)
-			}
-			// The PV controller's binding kept: a claimRef without the
-			// bound claim's UID leaves the claim Lost.
-			if r := pv.Spec.ClaimRef; r == nil || r.UID != c.UID {
-				t.Errorf("the old PV's claimRef %+v, want the bound claim's UID %s", r, c.UID)
-			}
-			if getPV(t, client, TargetName(oldPV, "b")) != nil {
-				t.Error("a new PV was made")
-			}
-			if len(vols.snapshots) != 0 || vols.volumes[targetHandle("vg", "b")] != "" || vols.volumes[oldHandle] == "" {
-				t.Errorf("volumes: snapshots %v volumes %v", vols.snapshots, vols.volumes)
 			}
 			if ev := eventsOf(rec); !strings.Contains(ev, tc.event) {
 				t.Errorf("no %s event:\n%s", tc.event, ev)
@@ -848,8 +821,8 @@ func askAbort(t *testing.T, client *fake.Clientset) {
 
 // checkUnmoved checks that a move that ended without moving left nothing:
 // the claim on its old volume, the old PV as it was before the move, no
-// target volume and no seed on any node.
-func checkUnmoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
+// new PV, no target volume and no seed on any node. It returns the claim.
+func checkUnmoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	pv := getPV(t, client, oldPV)
 	if pv == nil {
@@ -867,9 +840,18 @@ func checkUnmoved(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
 	if c == nil || c.Spec.VolumeName != oldPV || c.Status.Phase != corev1.ClaimBound || c.Annotations[moveapi.AnnMoveTo] != "" {
 		t.Fatalf("claim not bound to its old PV: %+v", c)
 	}
+	// The PV controller's binding kept: a claimRef without the bound
+	// claim's UID leaves the claim Lost.
+	if r := pv.Spec.ClaimRef; r == nil || r.UID != c.UID {
+		t.Errorf("the old PV's claimRef %+v, want the bound claim's UID %s", r, c.UID)
+	}
+	if getPV(t, client, TargetName(oldPV, "b")) != nil {
+		t.Error("a new PV was made")
+	}
 	if len(vols.snapshots) != 0 || len(vols.volumes) != 1 || vols.volumes[oldHandle] == "" {
 		t.Errorf("left behind: snapshots %v volumes %v", vols.snapshots, vols.volumes)
 	}
+	return c
 }
 
 // checkResults checks carve_moves_total: want of result, none of the others.
@@ -882,6 +864,28 @@ func checkResults(t *testing.T, m *Mover, want map[string]float64) {
 	}
 }
 
+// hook runs before a step of a move in phase, its visit-th.
+type hook func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int)
+
+// lostThenWithdrawn: the target's CreateVolume answer is lost (the
+// target made), then the request withdrawn.
+func lostThenWithdrawn(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
+	switch {
+	case phase == moveapi.PhaseSeeding && visit == 0:
+		vols.fail["CreateVolume"] = status.Error(codes.Unavailable, "lost")
+	case phase == moveapi.PhaseSeeding && visit == 1:
+		withdraw(t, client)
+	}
+}
+
+// awayAtCatchUp: node b's agent goes away in catching-up.
+func awayAtCatchUp(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+	if phase == moveapi.PhaseCatchingUp {
+		vols.away["b"] = true
+		vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+	}
+}
+
 // A move that ends without moving, however it ends, leaves nothing on
 // either node: the target and the seed are deleted (by the IDs their
 // names give when an answer was lost), the annotations cleared; it is
@@ -890,23 +894,16 @@ func TestMoveLeavesNothingBehind(t *testing.T) {
 	dataLoss := status.Error(codes.DataLoss, "target carve-moved-x: its seed copy is not whole (checksum mismatch at 64 MiB)")
 	for _, tc := range []struct {
 		name string
-		// what runs before each step (phase, visit).
-		what   func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int)
+		// what runs before each step.
+		what   hook
 		result string
 		// failedEvent: the MoveFailed Event names this.
 		failedEvent string
-		// catchUps: CatchUpCopy calls (-1: not checked).
+		// catchUps: CatchUpCopy calls, failed ones included.
 		catchUps int
 	}{
 		{name: "withdrawn while seeding, the target's answer lost", result: ResultAborted, catchUps: 0,
-			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
-				switch {
-				case phase == moveapi.PhaseSeeding && visit == 0:
-					vols.fail["CreateVolume"] = status.Error(codes.Unavailable, "lost")
-				case phase == moveapi.PhaseSeeding && visit == 1:
-					withdraw(t, client)
-				}
-			}},
+			what: lostThenWithdrawn},
 		{name: "the target's answers all lost", result: ResultFailed, failedEvent: "copying the seed to node b", catchUps: 0,
 			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
 				if phase == moveapi.PhaseSeeding {
@@ -990,7 +987,7 @@ func TestMoveAgainAfterAFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// first runs before each step of the first move.
-		first func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int)
+		first hook
 		// vgB is node b's volume group (default "vg").
 		vgB string
 		// left: the first move left its target on node b.
@@ -1006,29 +1003,12 @@ func TestMoveAgainAfterAFailure(t *testing.T) {
 				}
 			}},
 		{name: "after an abort whose target's answer was lost", moved: true,
-			first: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
-				switch {
-				case phase == moveapi.PhaseSeeding && visit == 0:
-					vols.fail["CreateVolume"] = status.Error(codes.Unavailable, "lost")
-				case phase == moveapi.PhaseSeeding && visit == 1:
-					withdraw(t, client)
-				}
-			}},
+			first: lostThenWithdrawn},
 		{name: "after a roll back while node b was away", left: true, moved: true,
-			first: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
-				if phase == moveapi.PhaseCatchingUp {
-					vols.away["b"] = true
-					vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
-				}
-			}},
+			first: awayAtCatchUp},
 		{name: "node b's volume group named otherwise, its target left", vgB: "vg-b", left: true,
-			want: "an earlier move left it",
-			first: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
-				if phase == moveapi.PhaseCatchingUp {
-					vols.away["b"] = true
-					vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
-				}
-			}},
+			want:  "an earlier move left it",
+			first: awayAtCatchUp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, vols := world(t)

@@ -103,16 +103,19 @@ func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 		return len(left) == 0 && p.Spec.PersistentVolumeReclaimPolicy == pv.Spec.PersistentVolumeReclaimPolicy,
 			fmt.Sprintf("annotations %v, reclaim policy %s (was %s)", left, p.Spec.PersistentVolumeReclaimPolicy, pv.Spec.PersistentVolumeReclaimPolicy), nil
 	})
-	now, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The mover takes the request off the claim last, after the PV.
+	var now *corev1.PersistentVolumeClaim
+	waitFor(t, settle, "the request "+moveapi.AnnMoveTo+" taken off the claim", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if now, err = bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{}); err != nil {
+			return false, "", err
+		}
+		_, asked := now.Annotations[moveapi.AnnMoveTo]
+		return !asked, fmt.Sprintf("annotations %v", now.Annotations), nil
+	})
 	if now.UID != pvc.UID || now.Spec.VolumeName != pv.Name || now.Status.Phase != corev1.ClaimBound || now.DeletionTimestamp != nil {
 		t.Errorf("the claim changed: UID %s (was %s), volume %s (was %s), phase %s, deleting %v",
 			now.UID, pvc.UID, now.Spec.VolumeName, pv.Name, now.Status.Phase, now.DeletionTimestamp != nil)
-	}
-	if _, ok := now.Annotations[moveapi.AnnMoveTo]; ok {
-		t.Errorf("the request %s is still on the claim", moveapi.AnnMoveTo)
 	}
 	p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil || p.UID != pod.UID || p.DeletionTimestamp != nil {

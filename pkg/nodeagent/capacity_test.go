@@ -52,11 +52,15 @@ func TestWatchCapacity(t *testing.T) {
 		{"a thin volume made by carve", func() {
 			e.view.Created(lvm.LogicalVolume{VolumeGroup: "vg1", Name: "t1", Pool: "pool", Size: uint64(gi)})
 		}, 6 * gi, 7 * gi, `volume group "vg2" is missing`},
+		// One change a step: two in one step send one report or two,
+		// as the stream's sender happens to run.
+		{"the thin volume removed by carve", func() {
+			e.view.Removed("vg1", "t1")
+		}, 6 * gi, 8 * gi, `volume group "vg2" is missing`},
 		{"the missing volume group appears", func() {
 			r := e.lvm.r
 			r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 2 * uint64(gi), Free: 2 * uint64(gi), ExtentSize: ex})
 			e.lvm.set(r)
-			e.view.Removed("vg1", "t1")
 			refresh()
 		}, 6 * gi, 8 * gi, ""},
 	}

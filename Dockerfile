@@ -38,10 +38,10 @@ ARG VERSION=dev
 ARG TARGETOS
 ARG TARGETARCH
 RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath -tags grpcnotrace \
-      -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/carve-csi/carve/internal/version.Version=${VERSION}" \
       -o /out/carve ./cmd/carve \
  && GOOS=${TARGETOS} GOARCH=${TARGETARCH} CGO_ENABLED=0 go build -trimpath -tags nodeagent,grpcnotrace \
-      -ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/carve-csi/carve/internal/version.Version=${VERSION}" \
       -o /out/carve-node ./cmd/carve
 
 FROM debian:${DEBIAN_RELEASE}-slim

@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin
 CACHE ?= $(HOME)/.cache/carve
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/carve-csi/carve/pkg/version.Version=$(VERSION)
+LDFLAGS := -X github.com/carve-csi/carve/internal/version.Version=$(VERSION)
 # carve-node's build tags (cmd/carve/nodeagent_test.go checks what they
 # leave out).
 NODE_TAGS := nodeagent,grpcnotrace
@@ -67,8 +67,8 @@ test-unit:
 # Each fuzz target for FUZZTIME, one after the other (go test -fuzz takes
 # one target per run). Their seed corpora already run in test-unit.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./lvm:FuzzParseReport ./pkg/config:FuzzParse \
-  ./pkg/volume:FuzzVolumeName ./pkg/volume:FuzzParseVolumeID
+FUZZ_TARGETS := ./internal/node/lvm:FuzzParseReport ./internal/node/config:FuzzParse \
+  ./internal/volume:FuzzVolumeName ./internal/volume:FuzzParseVolumeID
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

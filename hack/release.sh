@@ -58,7 +58,7 @@ plugin() {
 		name=kubectl-carve-$version-$os-$arch
 		mkdir -p "$work/$name"
 		(cd "$root" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$go" build -trimpath \
-			-ldflags "-s -w -X github.com/carve-csi/carve/pkg/version.Version=$version" \
+			-ldflags "-s -w -X github.com/carve-csi/carve/internal/version.Version=$version" \
 			-o "$work/$name/kubectl-carve" ./cmd/kubectl-carve)
 		install -m 0755 "$root/cmd/kubectl-carve/kubectl_complete-carve" "$work/$name/"
 		install -m 0644 "$root/LICENSE" "$work/$name/"

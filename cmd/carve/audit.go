@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/pvindex"
-	"github.com/carve-csi/carve/pkg/reconcile"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/pvindex"
+	"github.com/carve-csi/carve/internal/controller/reconcile"
+	"github.com/carve-csi/carve/internal/topology"
 )
 
 // nodeCallTimeout bounds one Inventory, QuarantineOrphan or RemoveOrphan

@@ -16,13 +16,13 @@ import (
 	"google.golang.org/grpc"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/nodeagent"
-	"github.com/carve-csi/carve/pkg/nodeca"
-	"github.com/carve-csi/carve/pkg/reconcile"
-	"github.com/carve-csi/carve/pkg/vgview"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/controller/reconcile"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/nodeagent"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/nodeca"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // TestAuditSeesOnlyCarveLVs: the audit's LVs, as the controller reads a

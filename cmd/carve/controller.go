@@ -9,11 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/lostnodes"
-	"github.com/carve-csi/carve/pkg/version"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/lostnodes"
+	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/version"
 )
 
 // runController serves the cluster-wide Identity, Controller and the one

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/pkg/leader"
+	"github.com/carve-csi/carve/internal/controller/leader"
 )
 
 // The Leases of the controller's cluster duties: each duty runs in one

@@ -35,7 +35,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/pkg/version"
+	"github.com/carve-csi/carve/internal/version"
 )
 
 func main() {

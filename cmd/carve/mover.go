@@ -8,13 +8,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/mover"
-	"github.com/carve-csi/carve/pkg/router"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/mover"
+	"github.com/carve-csi/carve/internal/controller/router"
+	"github.com/carve-csi/carve/internal/topology"
 )
 
-// startMover builds the mover (pkg/mover) over the router; what it
+// startMover builds the mover (internal/controller/mover) over the router; what it
 // returns runs it, under leader election when asked.
 func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, srv *router.Server,
 	reg prometheus.Registerer) (func(context.Context) error, error) {

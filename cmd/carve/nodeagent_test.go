@@ -47,7 +47,7 @@ func TestNodeAgentLinksNoKubernetesClient(t *testing.T) {
 		}
 	}
 	// The check sees what it should: the node agent's own packages.
-	for _, want := range []string{"github.com/carve-csi/carve/cmd/carve", "github.com/carve-csi/carve/pkg/driver", "github.com/carve-csi/carve/pkg/nodeagent"} {
+	for _, want := range []string{"github.com/carve-csi/carve/cmd/carve", "github.com/carve-csi/carve/internal/node/driver", "github.com/carve-csi/carve/internal/node/nodeagent"} {
 		if !slices.Contains(deps, want) {
 			t.Fatalf("go list -deps -tags %s does not list %s: the check is broken", nodeAgentTags, want)
 		}
@@ -59,7 +59,7 @@ func TestNodeAgentLinksNoKubernetesClient(t *testing.T) {
 }
 
 // unwantedOnNodes tells a package the node agent must not link: client-go
-// (the node has no API rights), the API types (topology/pinned keeps the
+// (the node has no API rights), the API types (internal/topology/pinned keeps the
 // one it needs apart) and gRPC's request tracing (golang.org/x/net/trace
 // and html/template; off with the grpcnotrace tag).
 func unwantedOnNodes(pkg string) bool {

@@ -14,12 +14,12 @@ import (
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/pkg/nodeagent"
-	"github.com/carve-csi/carve/pkg/nodeca"
-	"github.com/carve-csi/carve/pkg/nodecopy"
-	"github.com/carve-csi/carve/pkg/vgview"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/node/nodeagent"
+	"github.com/carve-csi/carve/internal/node/nodecopy"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/nodeca"
 )
 
 // Keepalive of the node channel: the agent pings an idle controller so

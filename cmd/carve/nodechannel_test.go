@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/pkg/nodeca"
-	"github.com/carve-csi/carve/pkg/vgview"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/nodeca"
 )
 
 // stubReporter is an lvm that always reports r.

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/pkg/registration"
+	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/node/registration"
 )
 
 // DefaultDriverName is carve's CSI driver name.
@@ -87,7 +87,7 @@ type PluginOptions struct {
 	// is re-read to catch changes made outside carve.
 	RefreshInterval time.Duration
 	// WatchLVMBackups refreshes the view as soon as LVM rewrites the
-	// metadata backup of a configured volume group (pkg/lvmwatch), so a
+	// metadata backup of a configured volume group (internal/node/lvmwatch), so a
 	// change made outside carve shows without waiting for RefreshInterval.
 	WatchLVMBackups bool
 	// LVMTimeout bounds every lvm read, and is when a mutation is asked to

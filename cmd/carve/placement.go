@@ -9,13 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/placement"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/placement"
+	"github.com/carve-csi/carve/internal/topology"
 )
 
 // startPlacement builds the placement of restores and clones on their
-// source's node (pkg/placement) from the node channel's capacity reports
+// source's node (internal/controller/placement) from the node channel's capacity reports
 // and PV index; what it returns runs it, under leader election when asked.
 func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, capacity placement.Capacity,
 	pvs placement.PVs, reg prometheus.Registerer) (func(context.Context) error, error) {

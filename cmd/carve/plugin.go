@@ -12,22 +12,22 @@ import (
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 
-	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/blockcopy"
-	"github.com/carve-csi/carve/pkg/changemap"
-	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/dmsnapshot"
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/pkg/erase"
-	"github.com/carve-csi/carve/pkg/fs"
-	"github.com/carve-csi/carve/pkg/lvmwatch"
-	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/nodecopy"
-	"github.com/carve-csi/carve/pkg/provision"
-	"github.com/carve-csi/carve/pkg/registration"
-	"github.com/carve-csi/carve/pkg/version"
-	"github.com/carve-csi/carve/pkg/vgview"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/dmsnapshot"
+	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/fs"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/lvmwatch"
+	"github.com/carve-csi/carve/internal/node/nodecopy"
+	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/node/registration"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/version"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // mutationSettle is how long the view waits after a mutation before its
@@ -74,7 +74,7 @@ func runPlugin(ctx context.Context, o *PluginOptions) error {
 	devDir := volume.DevDir(os.Environ())
 	// No Locator: the node agent holds no Kubernetes API access. Which
 	// node holds a clone's source volume is the controller's to say: it
-	// routes a clone to its source's node (pkg/router).
+	// routes a clone to its source's node (internal/controller/router).
 	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},

@@ -5,7 +5,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/pkg/driver"
+	"github.com/carve-csi/carve/internal/node/driver"
 )
 
 // TestSocketServices: the --endpoint socket serves the Controller service

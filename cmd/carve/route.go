@@ -13,15 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/pkg/capacitywriter"
-	"github.com/carve-csi/carve/pkg/castore"
-	"github.com/carve-csi/carve/pkg/kube"
-	"github.com/carve-csi/carve/pkg/mover"
-	"github.com/carve-csi/carve/pkg/nodeca"
-	"github.com/carve-csi/carve/pkg/nodepool"
-	"github.com/carve-csi/carve/pkg/pvindex"
-	"github.com/carve-csi/carve/pkg/router"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/internal/controller/capacitywriter"
+	"github.com/carve-csi/carve/internal/controller/castore"
+	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/mover"
+	"github.com/carve-csi/carve/internal/controller/nodepool"
+	"github.com/carve-csi/carve/internal/controller/pvindex"
+	"github.com/carve-csi/carve/internal/controller/router"
+	"github.com/carve-csi/carve/internal/nodeca"
+	"github.com/carve-csi/carve/internal/topology"
 )
 
 // RouteOptions configure the controller's node channel: routing the

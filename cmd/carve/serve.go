@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/version"
-	"github.com/carve-csi/carve/pkg/vgview"
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/version"
 )
 
 // newMetricsManager is the CSI metrics manager of a role: its registry takes

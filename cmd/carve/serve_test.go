@@ -11,8 +11,8 @@ import (
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/carve-csi/carve/pkg/registration"
-	"github.com/carve-csi/carve/pkg/vgview"
+	"github.com/carve-csi/carve/internal/node/registration"
+	"github.com/carve-csi/carve/internal/node/vgview"
 )
 
 // TestHealthEndpoints: /healthz (liveness) answers 200 whatever the

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/pkg/driver"
-	"github.com/carve-csi/carve/pkg/marks"
+	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/node/marks"
 )
 
 // stateKinds are the kinds of marks in the state directory, each a

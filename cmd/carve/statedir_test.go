@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/carve-csi/carve/pkg/marks"
+	"github.com/carve-csi/carve/internal/node/marks"
 )
 
 // TestOpenStateRefusesVolatile: a state directory on tmpfs (or ramfs) is

@@ -10,7 +10,7 @@ import (
 )
 
 // TestPluginLinksNoMover: the plugin asks for moves and follows them
-// through pkg/moveapi's names only; pkg/mover would bring the controller's
+// through api/moveapi's names only; internal/controller/mover would bring the controller's
 // informers and CSI types into every user's kubectl (0.7 MB).
 func TestPluginLinksNoMover(t *testing.T) {
 	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", ".")
@@ -25,10 +25,10 @@ func TestPluginLinksNoMover(t *testing.T) {
 	}
 	deps := strings.Fields(string(out))
 	// The check sees what it should.
-	if !slices.Contains(deps, "github.com/carve-csi/carve/pkg/moveapi") {
-		t.Fatalf("go list -deps does not list pkg/moveapi: the check is broken\n%s", out)
+	if !slices.Contains(deps, "github.com/carve-csi/carve/api/moveapi") {
+		t.Fatalf("go list -deps does not list api/moveapi: the check is broken\n%s", out)
 	}
-	if slices.Contains(deps, "github.com/carve-csi/carve/pkg/mover") {
-		t.Error("kubectl-carve links pkg/mover; take the move's names from pkg/moveapi")
+	if slices.Contains(deps, "github.com/carve-csi/carve/internal/controller/mover") {
+		t.Error("kubectl-carve links internal/controller/mover; take the move's names from api/moveapi")
 	}
 }

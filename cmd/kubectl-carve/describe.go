@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/kubeview"
 )
 
 func (o *options) describeCommand() *cobra.Command {

@@ -36,7 +36,7 @@ import (
 	// gcp and azure ones), as kubectl has them; exec plugins need nothing.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
-	"github.com/carve-csi/carve/pkg/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/kubeview"
 )
 
 // Exit codes: a usage error (unknown command or flag, bad -o) is 2, like

@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/pkg/kubeview"
-	"github.com/carve-csi/carve/topology"
+	"github.com/carve-csi/carve/internal/kubectl/kubeview"
+	"github.com/carve-csi/carve/internal/topology"
 )
 
 const driver = "lvm.carve.dev"

@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/pkg/moveapi"
-	"github.com/carve-csi/carve/topology"
-	"github.com/carve-csi/carve/topology/pinned"
+	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/topology/pinned"
 )
 
 // moveOptions are the flags of move and drain.

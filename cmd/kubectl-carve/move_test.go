@@ -14,7 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/carve-csi/carve/pkg/moveapi"
+	"github.com/carve-csi/carve/api/moveapi"
 )
 
 func TestMoveAsks(t *testing.T) {

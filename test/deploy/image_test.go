@@ -143,16 +143,16 @@ func types(e ast.Expr) string {
 // dynamicPrograms resolves the call sites whose program is a variable, by
 // the variable's name; each entry says where the value comes from.
 var dynamicPrograms = map[string][]string{
-	// lvm.runner: Options.Command, default "lvm" (lvm/run.go).
+	// lvm.runner: Options.Command, default "lvm" (internal/node/lvm/run.go).
 	"r.command": {"lvm"},
-	// pkg/fs wraps mount-utils' exec: whatever mount-utils asks for, all
+	// internal/node/fs wraps mount-utils' exec: whatever mount-utils asks for, all
 	// listed from mount-utils' own call sites below.
 	"cmd": nil,
 	// mount-utils: "mount", or "systemd-run" when it found systemd.
 	"mountCmd": {"mount"},
 	// mount-utils resizefs: blockdev.
 	"blockDev": {"blockdev"},
-	// changemap.Exec: the catch-up's change finder (pkg/changemap).
+	// changemap.Exec: the catch-up's change finder (internal/node/changemap).
 	"program": {"dmsetup", "thin_delta"},
 }
 
@@ -413,7 +413,7 @@ func TestDockerfileBuildsStatically(t *testing.T) {
 		// Multi-arch: the build stage cross-compiles for the target.
 		"FROM --platform=$BUILDPLATFORM golang:",
 		"GOOS=${TARGETOS} GOARCH=${TARGETARCH}",
-		"-X github.com/carve-csi/carve/pkg/version.Version=${VERSION}",
+		"-X github.com/carve-csi/carve/internal/version.Version=${VERSION}",
 		"./cmd/carve",
 		"COPY --from=build /out/carve /usr/local/bin/carve",
 		"go build -trimpath -tags nodeagent,grpcnotrace",

@@ -27,7 +27,7 @@ import (
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/internal/node/config"
 )
 
 // The sidecar images carve is tested with (the releases the e2e tier

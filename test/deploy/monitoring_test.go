@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/pkg/metrics"
-	"github.com/carve-csi/carve/pkg/reconcile"
+	"github.com/carve-csi/carve/internal/controller/reconcile"
+	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )

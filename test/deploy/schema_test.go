@@ -16,11 +16,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/carve-csi/carve/pkg/config"
-	"github.com/carve-csi/carve/pkg/erase"
-	"github.com/carve-csi/carve/pkg/fs"
-	"github.com/carve-csi/carve/pkg/router"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/controller/router"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/fs"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // schemaNode is one JSON-schema object of values.schema.json.
@@ -114,13 +114,13 @@ func checkKeysMatch(t *testing.T, root, node schemaNode, where string, typ refle
 	got := node.propertyNames()
 	for _, k := range sortedKeys(keys) {
 		if !slices.Contains(got, k) {
-			t.Errorf("%s: pkg/config decodes %q (%s), but values.schema.json refuses it", where, k, typ)
+			t.Errorf("%s: internal/node/config decodes %q (%s), but values.schema.json refuses it", where, k, typ)
 		}
 	}
 	for _, k := range got {
 		ft, ok := keys[k]
 		if !ok {
-			t.Errorf("%s: values.schema.json accepts %q, which pkg/config's %s does not decode", where, k, typ)
+			t.Errorf("%s: values.schema.json accepts %q, which internal/node/config's %s does not decode", where, k, typ)
 			continue
 		}
 		for ft.Kind() == reflect.Pointer {
@@ -133,7 +133,7 @@ func checkKeysMatch(t *testing.T, root, node schemaNode, where string, typ refle
 }
 
 // TestSchemaMatchesDeviceClassConfig: the chart's schema accepts exactly
-// the device-class keys pkg/config decodes, at both places the chart takes
+// the device-class keys internal/node/config decodes, at both places the chart takes
 // device classes (deviceClasses and nodeGroups[].deviceClasses), and the
 // values it enumerates are carve's own lists; so the two cannot drift.
 func TestSchemaMatchesDeviceClassConfig(t *testing.T) {
@@ -152,17 +152,17 @@ func TestSchemaMatchesDeviceClassConfig(t *testing.T) {
 			methods = append(methods, string(m))
 		}
 		if got := enumOf(root.at(t, root, append(slices.Clone(path), "erase")...)); !sameSet(got, methods) {
-			t.Errorf("%s.erase: the schema allows %q, pkg/erase's methods are %q", where, got, methods)
+			t.Errorf("%s.erase: the schema allows %q, internal/node/erase's methods are %q", where, got, methods)
 		}
 		mkfs := root.at(t, root, append(slices.Clone(path), "mkfsOptions")...)
 		if got := mkfs.propertyNames(); !sameSet(got, fs.MkfsTypes) {
-			t.Errorf("%s.mkfsOptions: the schema takes %q, pkg/fs's filesystems are %q", where, got, fs.MkfsTypes)
+			t.Errorf("%s.mkfsOptions: the schema takes %q, internal/node/fs's filesystems are %q", where, got, fs.MkfsTypes)
 		}
 		name := root.at(t, root, append(slices.Clone(path), "name")...)
 		checkNamePattern(t, where+".name", name)
 	}
 	if got := enumOf(root.at(t, root, "storageClasses", "items", "fsType")); !sameSet(got, fs.MkfsTypes) {
-		t.Errorf("storageClasses.fsType: the schema allows %q, pkg/fs's filesystems are %q", got, fs.MkfsTypes)
+		t.Errorf("storageClasses.fsType: the schema allows %q, internal/node/fs's filesystems are %q", got, fs.MkfsTypes)
 	}
 	checkNamePattern(t, "storageClasses.deviceClass", root.at(t, root, "storageClasses", "items", "deviceClass"))
 }
@@ -198,12 +198,12 @@ func checkNamePattern(t *testing.T, where string, n schemaNode) {
 	for _, name := range []string{"a", "thick", "fast-1", "A", "-a", "a-", "a_b", "a.b", strings.Repeat("a", 63), strings.Repeat("a", 64)} {
 		schema := re.MatchString(name) && (maxLen == 0 || len(name) <= int(maxLen))
 		if schema != config.IsClassName(name) {
-			t.Errorf("%s: the schema says %q is a class name: %v; pkg/config says %v", where, name, schema, config.IsClassName(name))
+			t.Errorf("%s: the schema says %q is a class name: %v; internal/node/config says %v", where, name, schema, config.IsClassName(name))
 		}
 	}
 }
 
-// passThroughPrefix reads pkg/driver's paramPassThroughPrefix, the prefix
+// passThroughPrefix reads internal/node/driver's paramPassThroughPrefix, the prefix
 // of the StorageClass parameters CreateVolume accepts besides the device
 // class, from its source (it is not exported).
 func passThroughPrefix(t *testing.T) string {
@@ -243,7 +243,7 @@ func passThroughPrefix(t *testing.T) string {
 // TestSchemaRefusesParametersCarveRefuses: a StorageClass parameter that
 // CreateVolume would answer InvalidArgument (leaving every claim Pending)
 // fails `helm install` instead. carve accepts carve.dev/device-class (the
-// chart sets it from deviceClass) and keys with pkg/driver's pass-through
+// chart sets it from deviceClass) and keys with internal/node/driver's pass-through
 // prefix (the chart sets csi.storage.k8s.io/fstype from fsType).
 func TestSchemaRefusesParametersCarveRefuses(t *testing.T) {
 	root := loadSchema(t)
@@ -251,7 +251,7 @@ func TestSchemaRefusesParametersCarveRefuses(t *testing.T) {
 	params := root.at(t, root, "storageClasses", "items", "parameters")
 	names, _ := params["propertyNames"].(map[string]any)
 	if got, want := names["pattern"], "^("+regexp.QuoteMeta(prefix)+"|"+regexp.QuoteMeta(router.ParamCrossNodeCopy)+"$)"; got != want {
-		t.Errorf("storageClasses[].parameters: key pattern %q, want %q (pkg/driver's paramPassThroughPrefix, pkg/router's ParamCrossNodeCopy)", got, want)
+		t.Errorf("storageClasses[].parameters: key pattern %q, want %q (internal/node/driver's paramPassThroughPrefix, internal/controller/router's ParamCrossNodeCopy)", got, want)
 	}
 	tmpl, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "helm", "carve", "templates", "storageclasses.yaml"))
 	if err != nil {
@@ -307,7 +307,7 @@ func TestChartTakesEveryDocumentedDeviceClassKey(t *testing.T) {
 			s, _ := v.(string)
 			cfg, err := config.Parse([]byte(s))
 			if err != nil {
-				t.Errorf("%s: pkg/config refuses the rendered file: %v\n%s", o.key(), err, s)
+				t.Errorf("%s: internal/node/config refuses the rendered file: %v\n%s", o.key(), err, s)
 				continue
 			}
 			for _, d := range cfg.DeviceClasses {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/pkg/capacitywriter"
+	"github.com/carve-csi/carve/internal/controller/capacitywriter"
 )
 
 // Scenario 1: a CSIStorageCapacity object for every node x WaitForFirstConsumer

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/internal/controller/placement"
 )
 
 // TestCloneAskedOnAnotherNode: a clone (a PVC whose dataSource is a carve

@@ -11,8 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/carve-csi/carve/pkg/placement"
-	"github.com/carve-csi/carve/pkg/router"
+	"github.com/carve-csi/carve/internal/controller/placement"
+	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // TestVolumeAbnormalEvents: a volume that turns abnormal (here its LV

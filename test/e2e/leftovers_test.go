@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // TestNothingLeftBehind runs last (the finale's order): after every

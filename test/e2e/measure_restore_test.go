@@ -15,8 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/placement"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/controller/placement"
+	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
@@ -25,7 +25,7 @@ import (
 // make test-e2e, like the benchmarks) measures what happens to a restoring
 // pod that is not pinned to its snapshot's node. carve controller selects
 // the snapshot's node for the claim (volume.kubernetes.io/selected-node,
-// pkg/placement) as soon as the claim exists, so the scheduler considers
+// internal/controller/placement) as soon as the claim exists, so the scheduler considers
 // only that node for the pod and csi-provisioner asks carve there. Before
 // it did, the scheduler picked any node with room, carve there answered
 // ResourceExhausted naming the snapshot's node, and the pod wandered from

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/carve-csi/carve/pkg/moveapi"
-	"github.com/carve-csi/carve/pkg/mover"
+	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/controller/mover"
 	"github.com/carve-csi/carve/test/harness/cluster"
 )
 

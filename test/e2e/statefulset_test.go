@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // newStatefulSet returns a StatefulSet of replicas pods, each with a PVC of

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/carve-csi/carve/pkg/moveapi"
-	"github.com/carve-csi/carve/pkg/mover"
-	"github.com/carve-csi/carve/pkg/placement"
+	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/controller/mover"
+	"github.com/carve-csi/carve/internal/controller/placement"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/test/harness/lvmtest"

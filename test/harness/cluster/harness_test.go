@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/internal/node/config"
 )
 
 func fieldEnv(name, path string) corev1.EnvVar {

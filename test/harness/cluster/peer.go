@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/internal/node/config"
 	"github.com/carve-csi/carve/test/harness/guestvm"
 )
 

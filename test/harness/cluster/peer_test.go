@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/carve-csi/carve/pkg/config"
+	"github.com/carve-csi/carve/internal/node/config"
 )
 
 func TestPeerDeviceClasses(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-csi/carve/pkg/router"
+	"github.com/carve-csi/carve/internal/controller/router"
 )
 
 // LocalOnlyClass creates name, a copy of the StorageClass base with

@@ -14,7 +14,7 @@ import (
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 
-// ownerTag is pkg/driver's TagOwner, spelled out: these tests look at LVM
+// ownerTag is internal/node/driver's TagOwner, spelled out: these tests look at LVM
 // from the outside, as an operator would.
 const ownerTag = "carve.dev/owner=carve"
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
 // countingObserver counts the lvm commands the package runs, so the

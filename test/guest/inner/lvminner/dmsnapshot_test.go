@@ -5,8 +5,8 @@ package lvminner
 import (
 	"testing"
 
-	"github.com/carve-csi/carve/lvm"
-	"github.com/carve-csi/carve/pkg/dmsnapshot"
+	"github.com/carve-csi/carve/internal/node/dmsnapshot"
+	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
 // TestDMSnapshotState: the kernel's own state of a copy-on-write

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/lvm"
+	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/pkg/fs"
+	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
@@ -42,7 +42,7 @@ func roundsOr(def int) int {
 }
 
 // TestBenchCreateDelete: CreateVolume + DeleteVolume against raw lvcreate +
-// lvremove with the options carve passes (lvm/args.go). Goal: ratio <= 1.05.
+// lvremove with the options carve passes (internal/node/lvm/args.go). Goal: ratio <= 1.05.
 func TestBenchCreateDelete(t *testing.T) {
 	rounds := roundsOr(10)
 	e := newEnv(t, "benchcd", 2048*mib)
@@ -63,7 +63,7 @@ func TestBenchCreateDelete(t *testing.T) {
 		return time.Since(start)
 	}
 	// carve also marks the LV unfinished in its state directory until it
-	// is ready (pkg/marks): a file and two directory syncs, which its
+	// is ready (internal/node/marks): a file and two directory syncs, which its
 	// side of the ratio includes.
 	viaLVM := func(ctx context.Context, i int) time.Duration {
 		lv := fmt.Sprintf("raw-%d", i)

@@ -22,18 +22,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/pkg/nodeca"
-	"github.com/carve-csi/carve/pkg/router"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/controller/router"
+	"github.com/carve-csi/carve/internal/nodeca"
+	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
-	"github.com/carve-csi/carve/topology"
 )
 
 // The cross-node tests run two node agents (`carve plugin` with the node
 // channel and --node-copy-address) on volume groups of their own in one
 // guest, enrolled with certificates of a test CA as carve controller
-// enrolls them, and route CreateVolume through pkg/router as carve
+// enrolls them, and route CreateVolume through internal/controller/router as carve
 // controller does: a restore or clone asked on node-b of a source on
 // node-a is copied from node-a's agent over mutual TLS, on real
 // device-mapper.

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/pkg/marks"
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
@@ -112,7 +112,7 @@ func TestNoVolumeShowsAnotherVolumesData(t *testing.T) {
 	t.Run("SignatureAtTheEndIsNeverFormatted", func(t *testing.T) { signatureAtTheEndIsNeverFormatted(t, e) })
 }
 
-// The regions where signatures live, as pkg/erase defines them: the
+// The regions where signatures live, as internal/node/erase defines them: the
 // first 4 MiB and 4 KiB, the last 2 MiB.
 const signatureHead, signatureTail = 4*mib + 4096, 2 * mib
 

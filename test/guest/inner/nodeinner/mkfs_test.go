@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/pkg/marks"
+	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/pkg/volume"
+	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 

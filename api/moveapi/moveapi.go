@@ -1,0 +1,68 @@
+// Package moveapi is a move of a claim to another node (internal/controller/mover) as it
+// shows on Kubernetes objects: the annotations that ask for it and hold
+// its state, its phases and its Events' reasons. It imports nothing, so
+// that kubectl-carve, which asks for moves and follows them, does not
+// link the mover.
+package moveapi
+
+// Annotations. AnnMoveTo is the request on the claim; the others live on
+// the old PV while its move runs (pvindex keeps every annotation of the
+// prefix AnnPrefix in its cache: the audit and the router read them).
+const (
+	AnnPrefix = "carve.dev/move-"
+	// AnnMoveTo on a claim asks to move it to that node ("*": the node of
+	// the claim's class with the most free capacity, not the claim's);
+	// on the old PV it is the node the move goes to.
+	AnnMoveTo = AnnPrefix + "to"
+	// AnnPhase is the move's phase (Phase*).
+	AnnPhase = AnnPrefix + "phase"
+	// AnnReclaimPolicy is the old PV's reclaim policy before the move.
+	AnnReclaimPolicy = AnnPrefix + "reclaim-policy"
+	// AnnTarget is the CSI name of the target volume (and the new PV's name).
+	AnnTarget = AnnPrefix + "target"
+	// AnnTargetID is the target volume's ID, once made.
+	AnnTargetID = AnnPrefix + "target-id"
+	// AnnTargetContext is the target volume's volume context (JSON).
+	AnnTargetContext = AnnPrefix + "target-context"
+	// AnnSeed is the seed snapshot's ID, once made.
+	AnnSeed = AnnPrefix + "seed"
+	// AnnSeedName is the seed snapshot's CSI name: new for each move, so
+	// that a target left by an earlier move to the same node (same CSI
+	// name) is never taken for a copy of this move's seed.
+	AnnSeedName = AnnPrefix + "seed-name"
+	// AnnClaim is the claim as it was before stopping (JSON).
+	AnnClaim = AnnPrefix + "claim"
+	// AnnPhaseSince is when the current phase started (RFC 3339).
+	AnnPhaseSince = AnnPrefix + "phase-since"
+	// AnnDurations are the past phases' durations ("seeding=1.5s,...").
+	AnnDurations = AnnPrefix + "durations"
+	// AnnBytes is what the catch-up sent.
+	AnnBytes = AnnPrefix + "bytes"
+	// AnnAbort on the old PV asks to roll a move back while that is
+	// still possible (stopping, catching-up): `kubectl carve move --abort`.
+	AnnAbort = AnnPrefix + "abort"
+	// AnnWaiting says what the move waits for or the last failure it
+	// retries: for `kubectl carve move` to show.
+	AnnWaiting = AnnPrefix + "waiting"
+	// AnyNode as AnnMoveTo lets carve choose the node.
+	AnyNode = "*"
+)
+
+// Phases.
+const (
+	PhaseSeeding     = "seeding"
+	PhaseStopping    = "stopping"
+	PhaseCatchingUp  = "catching-up"
+	PhaseBinding     = "binding"
+	PhaseCleaning    = "cleaning"
+	PhaseRollingBack = "rolling-back"
+)
+
+// Event reasons, on the claim and on the old PV.
+const (
+	ReasonMoving     = "Moving"
+	ReasonMoved      = "Moved"
+	ReasonMoveFailed = "MoveFailed"
+	ReasonAborted    = "MoveAborted"
+	ReasonRolledBack = "MoveRolledBack"
+)

@@ -1,0 +1,50 @@
+package mover
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/carve-csi/carve/api/moveapi"
+)
+
+// PVLister lists carve's PVs with the move's annotations;
+// *pvindex.Index is one (its cache keeps moveapi.AnnPrefix annotations).
+type PVLister interface {
+	List() []*corev1.PersistentVolume
+}
+
+// Claims tells the router which claims a move holds: from stopping on
+// (the claim deleted, or being deleted) until the move ends, nothing must
+// provision a fresh volume for a claim of that namespace and name (a
+// StatefulSet makes a deleted claim again from its template): the move
+// binds it to the moved volume, or to the old one when it rolls back.
+type Claims struct{ PVs PVLister }
+
+// held are the phases in which a move holds its claim's name.
+var held = []string{moveapi.PhaseStopping, moveapi.PhaseCatchingUp, moveapi.PhaseBinding, moveapi.PhaseRollingBack}
+
+// MoveOf describes the move that holds the claim namespace/name, if one does.
+func (c Claims) MoveOf(namespace, name string) (string, bool) {
+	for _, pv := range c.PVs.List() {
+		phase := pv.Annotations[moveapi.AnnPhase]
+		r := pv.Spec.ClaimRef
+		if r == nil || r.Namespace != namespace || r.Name != name || !slices.Contains(held, phase) {
+			continue
+		}
+		return fmt.Sprintf("claim %s/%s is being moved to node %s (PersistentVolume %s, phase %s): it is bound to the moved volume (%s) when the move binds it",
+			namespace, name, pv.Annotations[moveapi.AnnMoveTo], pv.Name, phase, pv.Annotations[moveapi.AnnTarget]), true
+	}
+	return "", false
+}
+
+// Targets are the volumes a move in flight made or makes on pv's behalf
+// and no PV names yet (its target, by CSI name and by ID): the audit
+// must not take them for orphans.
+func Targets(pv *corev1.PersistentVolume) (name, id string) {
+	if pv.Annotations[moveapi.AnnPhase] == "" {
+		return "", ""
+	}
+	return pv.Annotations[moveapi.AnnTarget], pv.Annotations[moveapi.AnnTargetID]
+}

@@ -1,0 +1,275 @@
+package placement
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/topology/pinned"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// Kinds of source a claim can restore or clone.
+const (
+	kindSnapshot = "VolumeSnapshot"
+	kindClaim    = "PersistentVolumeClaim"
+)
+
+// source is what a claim restores (a VolumeSnapshot) or clones (a claim).
+type source struct{ kind, namespace, name string }
+
+func (s source) key() string    { return s.kind + "/" + s.namespace + "/" + s.name }
+func (s source) String() string { return s.kind + " " + s.namespace + "/" + s.name }
+
+// sourceOf is the claim's snapshot or claim source: dataSourceRef when
+// set (it may name another namespace), else dataSource.
+func sourceOf(c *corev1.PersistentVolumeClaim) (source, bool) {
+	var group, kind, name string
+	ns := c.Namespace
+	switch r, d := c.Spec.DataSourceRef, c.Spec.DataSource; {
+	case r != nil:
+		kind, name = r.Kind, r.Name
+		if r.APIGroup != nil {
+			group = *r.APIGroup
+		}
+		if r.Namespace != nil && *r.Namespace != "" {
+			ns = *r.Namespace
+		}
+	case d != nil:
+		kind, name = d.Kind, d.Name
+		if d.APIGroup != nil {
+			group = *d.APIGroup
+		}
+	default:
+		return source{}, false
+	}
+	switch {
+	case group == snapshotGroup && kind == kindSnapshot, group == "" && kind == kindClaim:
+		return source{kind: kind, namespace: ns, name: name}, name != ""
+	}
+	return source{}, false
+}
+
+// candidate tells a claim carve may have to select a node for: unbound,
+// not being deleted, no node selected, restoring or cloning something.
+func candidate(c *corev1.PersistentVolumeClaim) bool {
+	if c.DeletionTimestamp != nil || c.Spec.VolumeName != "" || c.Status.Phase == corev1.ClaimBound {
+		return false
+	}
+	if _, ok := c.Annotations[AnnSelectedNode]; ok {
+		return false
+	}
+	_, ok := sourceOf(c)
+	return ok
+}
+
+// outcome is a decision: result "" is none (nothing for carve to
+// decide); retry asks to look again later (the answer may change).
+type outcome struct {
+	result, node, message string
+	retry                 bool
+}
+
+// sync decides for the claim of key and acts: the annotation, the Event,
+// the count. An error is a failed patch, to retry.
+func (p *Placer) sync(ctx context.Context, key string) (outcome, error) {
+	o, ok, err := p.claims.GetIndexer().GetByKey(key)
+	if err != nil || !ok {
+		return outcome{}, err
+	}
+	c, ok := o.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return outcome{}, nil
+	}
+	out := p.decide(c)
+	if out.result == "" {
+		return out, nil
+	}
+	log := klog.FromContext(ctx).WithValues("claim", key, "result", out.result)
+	if out.result == ResultPlaced {
+		if err := p.place(ctx, c, out.node); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				// The claim changed (the scheduler selected a node, say):
+				// the informer brings the new one and it is decided again.
+				log.V(2).Info("The claim changed before carve selected its node", "err", err.Error())
+				return outcome{}, nil
+			}
+			return out, fmt.Errorf("selecting node %s for claim %s: %w", out.node, key, err)
+		}
+		log.Info("Selected the source's node for a restore or clone", "node", out.node)
+	} else {
+		log.V(2).Info("Not selecting a node", "why", out.message)
+	}
+	p.tell(c, out)
+	return out, nil
+}
+
+// tell records the decision as an Event and a count, once per result.
+func (p *Placer) tell(c *corev1.PersistentVolumeClaim, out outcome) {
+	p.mu.Lock()
+	same := p.told[c.UID] == out.result
+	p.told[c.UID] = out.result
+	p.mu.Unlock()
+	if same {
+		return
+	}
+	p.decisions.WithLabelValues(out.result).Inc()
+	reason := ReasonNotPlaced
+	if out.result == ResultPlaced {
+		reason = ReasonPlaced
+	}
+	p.cfg.Events.Event(c, corev1.EventTypeNormal, reason, out.message)
+}
+
+// place sets the selected node, if the claim is still the one decided
+// on (its resourceVersion: a conflict otherwise).
+func (p *Placer) place(ctx context.Context, c *corev1.PersistentVolumeClaim, node string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": c.ResourceVersion,
+		"annotations":     map[string]string{AnnSelectedNode: node, AnnPlaced: node},
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = p.cfg.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// decide is the decision for claim c (see the package comment).
+func (p *Placer) decide(c *corev1.PersistentVolumeClaim) outcome {
+	if !candidate(c) {
+		return outcome{}
+	}
+	src, _ := sourceOf(c)
+	sc := p.class(c)
+	if sc == nil || sc.Provisioner != p.cfg.Driver || sc.VolumeBindingMode == nil ||
+		*sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+		return outcome{}
+	}
+	if n := c.Annotations[AnnPlaced]; n != "" {
+		return outcome{result: ResultPlacedBefore, message: fmt.Sprintf(
+			"PlacedBefore: the claim carries %s=%s: carve selected a node for it once (a selection taken back since: the node refused the volume), or the claim is to be left to the scheduler; the scheduler chooses the node for %s",
+			AnnPlaced, n, src)}
+	}
+	node, out := p.sourceNode(src)
+	if out.result != "" {
+		return out
+	}
+	dc := sc.Parameters[volume.ParamDeviceClass]
+	class := fmt.Sprintf("device class %q", dc)
+	if dc == "" {
+		class = "its default device class"
+	}
+	want := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	room, ok := p.cfg.Capacity.MaxVolume(node, dc)
+	if !ok {
+		return outcome{result: ResultSourceNodeUnreachable, retry: true, message: fmt.Sprintf(
+			"SourceNodeUnreachable: %s lives on node %s, whose carve node agent is not connected to the controller, so its room is not known; the scheduler chooses the node",
+			src, node)}
+	}
+	if want.Value() > room {
+		return outcome{result: ResultSourceNodeFull, message: fmt.Sprintf(
+			"SourceNodeFull: %s lives on node %s, which can make volumes of at most %s in %s (StorageClass %s); the claim asks %s; the scheduler chooses the node",
+			src, node, bytes(room), class, sc.Name, want.String())}
+	}
+	return outcome{result: ResultPlaced, node: node, message: fmt.Sprintf(
+		"Selected node %s, where %s lives: it has room for %s in %s (StorageClass %s, at most %s now); the claim's pods run there",
+		node, src, want.String(), class, sc.Name, bytes(room))}
+}
+
+func (p *Placer) class(c *corev1.PersistentVolumeClaim) *storagev1.StorageClass {
+	if c.Spec.StorageClassName == nil || *c.Spec.StorageClassName == "" {
+		return nil
+	}
+	o, ok, err := p.classes.GetIndexer().GetByKey(*c.Spec.StorageClassName)
+	if err != nil || !ok {
+		return nil
+	}
+	sc, _ := o.(*storagev1.StorageClass)
+	return sc
+}
+
+// sourceNode is the node src lives on, or the outcome that says why it
+// is not known.
+func (p *Placer) sourceNode(src source) (string, outcome) {
+	unknown := func(format string, args ...any) (string, outcome) {
+		return "", outcome{result: ResultSourceNodeUnknown, retry: true,
+			message: "SourceNodeUnknown: " + fmt.Sprintf(format, args...) + "; the scheduler chooses the node unless it becomes known first"}
+	}
+	notCarve := func(what string) (string, outcome) {
+		return "", outcome{result: ResultSourceNotCarve, message: fmt.Sprintf(
+			"SourceNotCarve: %s is not a volume of %s (%s); carve cannot restore or clone it", src, p.cfg.Driver, what)}
+	}
+	if src.kind == kindClaim {
+		o, ok, err := p.claims.GetIndexer().GetByKey(src.namespace + "/" + src.name)
+		if err != nil || !ok {
+			return unknown("%s does not exist", src)
+		}
+		from, _ := o.(*corev1.PersistentVolumeClaim)
+		if from == nil || from.Spec.VolumeName == "" {
+			return unknown("%s is not bound yet", src)
+		}
+		pv, err := p.cfg.PVs.Get(from.Spec.VolumeName)
+		switch {
+		case err != nil:
+			return unknown("the PersistentVolume of %s is not known yet: %v", src, err)
+		case pv == nil:
+			return unknown("its PersistentVolume %s is not known yet", from.Spec.VolumeName)
+		case pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.Driver:
+			return notCarve("PersistentVolume " + pv.Name + " is another driver's")
+		}
+		if n := pinned.Node(pv, p.cfg.TopologyKey); n != "" {
+			return n, outcome{}
+		}
+		return unknown("its PersistentVolume %s names no node under %s", pv.Name, p.cfg.TopologyKey)
+	}
+
+	if !p.snapshots.HasSynced() || !p.contents.HasSynced() {
+		return unknown("the controller has not listed the VolumeSnapshots yet (are the snapshot CRDs installed?)")
+	}
+	o, ok, err := p.snapshots.GetIndexer().GetByKey(src.namespace + "/" + src.name)
+	if err != nil || !ok {
+		return unknown("%s does not exist", src)
+	}
+	vs, _ := o.(*unstructured.Unstructured)
+	content, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
+	if content == "" {
+		content, _, _ = unstructured.NestedString(vs.Object, "spec", "source", "volumeSnapshotContentName")
+	}
+	if content == "" {
+		return unknown("%s is not bound to a VolumeSnapshotContent yet", src)
+	}
+	o, ok, err = p.contents.GetIndexer().GetByKey(content)
+	if err != nil || !ok {
+		return unknown("its VolumeSnapshotContent %s does not exist", content)
+	}
+	vsc, _ := o.(*unstructured.Unstructured)
+	if d, _, _ := unstructured.NestedString(vsc.Object, "spec", "driver"); d != p.cfg.Driver {
+		return notCarve(fmt.Sprintf("VolumeSnapshotContent %s is driver %q's", content, d))
+	}
+	handle, _, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
+	if handle == "" {
+		handle, _, _ = unstructured.NestedString(vsc.Object, "spec", "source", "snapshotHandle")
+	}
+	if handle == "" {
+		return unknown("its VolumeSnapshotContent %s has no snapshot handle yet", content)
+	}
+	node, _, _, err := volume.ParseSnapshotID(handle)
+	if err != nil {
+		return notCarve(fmt.Sprintf("VolumeSnapshotContent %s's handle %q is not a carve snapshot ID: %v", content, handle, err))
+	}
+	return node, outcome{}
+}
+
+// bytes formats n as a quantity (1Gi, or the bytes when not a round
+// binary size).
+func bytes(n int64) string { return resource.NewQuantity(n, resource.BinarySI).String() }

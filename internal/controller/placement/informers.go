@@ -1,0 +1,198 @@
+package placement
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// bySource indexes claims by the source they restore or clone
+// (sourceKey), so that a change of the source looks at them again.
+const bySource = "source"
+
+func (p *Placer) setupInformers() error {
+	p.factory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trim))
+	p.claims = p.factory.Core().V1().PersistentVolumeClaims().Informer()
+	p.classes = p.factory.Storage().V1().StorageClasses().Informer()
+	if err := p.claims.AddIndexers(cache.Indexers{bySource: func(o any) ([]string, error) {
+		if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
+			if s, ok := sourceOf(c); ok {
+				return []string{s.key()}, nil
+			}
+		}
+		return nil, nil
+	}}); err != nil {
+		return fmt.Errorf("restore placement: indexing claims: %w", err)
+	}
+	if _, err := p.claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    p.onClaim,
+		UpdateFunc: p.onClaimUpdate,
+		DeleteFunc: p.onClaimDeleted,
+	}); err != nil {
+		return fmt.Errorf("restore placement: watching claims: %w", err)
+	}
+
+	p.dyn = dynamicinformer.NewFilteredDynamicSharedInformerFactory(p.cfg.Dynamic, 0, metav1.NamespaceAll, nil)
+	p.snapshots = p.dyn.ForResource(VolumeSnapshots).Informer()
+	p.contents = p.dyn.ForResource(VolumeSnapshotContents).Informer()
+	for _, s := range []struct {
+		inf  cache.SharedIndexInformer
+		keep [][]string
+		of   func(*unstructured.Unstructured) string
+	}{
+		{p.snapshots, snapshotFields, func(u *unstructured.Unstructured) string {
+			return source{kind: kindSnapshot, namespace: u.GetNamespace(), name: u.GetName()}.key()
+		}},
+		{p.contents, contentFields, func(u *unstructured.Unstructured) string {
+			ns, _, _ := unstructured.NestedString(u.Object, "spec", "volumeSnapshotRef", "namespace")
+			name, _, _ := unstructured.NestedString(u.Object, "spec", "volumeSnapshotRef", "name")
+			return source{kind: kindSnapshot, namespace: ns, name: name}.key()
+		}},
+	} {
+		if err := s.inf.SetTransform(trimUnstructured(s.keep)); err != nil {
+			return fmt.Errorf("restore placement: %w", err)
+		}
+		changed := func(o any) {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				p.enqueueBySource(s.of(u))
+			}
+		}
+		if _, err := s.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) },
+		}); err != nil {
+			return fmt.Errorf("restore placement: watching snapshots: %w", err)
+		}
+	}
+	return nil
+}
+
+// onClaim queues a claim carve may have to place, and the claims that
+// clone it (it may just have been bound).
+func (p *Placer) onClaim(o any) {
+	c, ok := o.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	if candidate(c) {
+		p.queue.Add(c.Namespace + "/" + c.Name)
+	}
+	p.enqueueBySource(source{kind: kindClaim, namespace: c.Namespace, name: c.Name}.key())
+}
+
+// onClaimUpdate is onClaim, except for a claim whose selected node was
+// just taken back (csi-provisioner does that when the node refused the
+// volume): it is looked at only after takenBackDelay. csi-provisioner
+// writes the claim it updated into its own informer cache after the
+// update returns; a selection carve patched in meanwhile reaches that
+// cache first and is then overwritten by the older claim, and
+// csi-provisioner, seeing no selected node, never provisions the claim
+// until its next resync (make measure-placement-nodes saw a restore stuck
+// so, with the controller on a slow node).
+func (p *Placer) onClaimUpdate(old, o any) {
+	before, ok1 := old.(*corev1.PersistentVolumeClaim)
+	c, ok2 := o.(*corev1.PersistentVolumeClaim)
+	if ok1 && ok2 && before.Annotations[AnnSelectedNode] != "" && candidate(c) {
+		p.queue.AddAfter(c.Namespace+"/"+c.Name, p.takenBackDelay)
+		p.enqueueBySource(source{kind: kindClaim, namespace: c.Namespace, name: c.Name}.key())
+		return
+	}
+	p.onClaim(o)
+}
+
+func (p *Placer) onClaimDeleted(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
+		p.mu.Lock()
+		delete(p.told, c.UID)
+		p.mu.Unlock()
+	}
+}
+
+func (p *Placer) enqueueBySource(key string) {
+	objs, err := p.claims.GetIndexer().ByIndex(bySource, key)
+	if err != nil {
+		return // only an unknown index fails; it is set up above
+	}
+	for _, o := range objs {
+		if c, ok := o.(*corev1.PersistentVolumeClaim); ok && candidate(c) {
+			p.queue.Add(c.Namespace + "/" + c.Name)
+		}
+	}
+}
+
+// trim is the typed informers' transform: claims and StorageClasses keep
+// only what the placer reads (every claim of the cluster is cached).
+func trim(o any) (any, error) {
+	switch v := o.(type) {
+	case *corev1.PersistentVolumeClaim:
+		out := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace, UID: v.UID,
+			ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
+		for _, k := range []string{AnnSelectedNode, AnnPlaced} {
+			if a, ok := v.Annotations[k]; ok {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = a
+			}
+		}
+		out.Spec.StorageClassName = v.Spec.StorageClassName
+		out.Spec.DataSource = v.Spec.DataSource
+		out.Spec.DataSourceRef = v.Spec.DataSourceRef
+		out.Spec.VolumeName = v.Spec.VolumeName
+		if q, ok := v.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			out.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q}
+		}
+		out.Status.Phase = v.Status.Phase
+		return out, nil
+	case *storagev1.StorageClass:
+		out := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion},
+			Provisioner: v.Provisioner, VolumeBindingMode: v.VolumeBindingMode}
+		if dc, ok := v.Parameters[volume.ParamDeviceClass]; ok {
+			out.Parameters = map[string]string{volume.ParamDeviceClass: dc}
+		}
+		return out, nil
+	}
+	return o, nil // a tombstone: kept as it is
+}
+
+// What the snapshot informers keep of their objects.
+var (
+	snapshotFields = [][]string{{"spec", "source"}, {"status", "boundVolumeSnapshotContentName"}}
+	contentFields  = [][]string{{"spec", "driver"}, {"spec", "source", "snapshotHandle"}, {"spec", "volumeSnapshotRef", "namespace"},
+		{"spec", "volumeSnapshotRef", "name"}, {"status", "snapshotHandle"}}
+)
+
+// trimUnstructured keeps an object's identity and the fields of keep.
+func trimUnstructured(keep [][]string) cache.TransformFunc {
+	return func(o any) (any, error) {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			return o, nil
+		}
+		out := &unstructured.Unstructured{Object: map[string]any{}}
+		out.SetAPIVersion(u.GetAPIVersion())
+		out.SetKind(u.GetKind())
+		out.SetName(u.GetName())
+		out.SetNamespace(u.GetNamespace())
+		out.SetUID(u.GetUID())
+		out.SetResourceVersion(u.GetResourceVersion())
+		for _, path := range keep {
+			if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); err == nil && found {
+				if err := unstructured.SetNestedField(out.Object, v, path...); err != nil {
+					return nil, fmt.Errorf("trimming %s %s: %w", u.GetKind(), u.GetName(), err)
+				}
+			}
+		}
+		return out, nil
+	}
+}

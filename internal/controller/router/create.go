@@ -1,0 +1,168 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// CreateVolume implements csi.ControllerServer: it is sent to the node the
+// accessibility requirement names, with or without a content source (a
+// restore asked on another node than its snapshot's is the node agent's to
+// answer: the snapshot ID names its node). A clone asked on another node
+// than the one its source volume's PersistentVolume names is refused here
+// (cloneElsewhere): the node agent has no API access to tell. Without a
+// requirement that names a node, a restore goes to its snapshot's node and
+// a clone to its source volume's; a plain volume is refused. A restore or
+// clone on another node than its source's is a copy across nodes
+// (grantCopy), unless its StorageClass sets ParamCrossNodeCopy "false". An unreachable node is RESOURCE_EXHAUSTED: nothing was
+// created, and csi-provisioner asks the scheduler for another node (unless
+// an earlier attempt may have started there: see pending).
+func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name: must be set")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities: at least one capability must be given")
+	}
+	if err := s.refuseMoved(req); err != nil {
+		return nil, err
+	}
+	req, copies, err := crossNodeCopy(req)
+	if err != nil {
+		return nil, err
+	}
+	node, err := s.nodeOfCreate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	unsent := codes.ResourceExhausted
+	if s.pending.maybeStarted(req.GetName(), node) {
+		unsent = codes.Unavailable
+	}
+	if from, id, snapshot := s.sourceNode(req); copies && s.cfg.Agents != nil && from != "" && from != node {
+		if ctx, err = s.grantCopy(ctx, req, node, from, id, snapshot, unsent); err != nil {
+			return nil, err
+		}
+	} else if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
+		return nil, err
+	}
+	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
+	if err != nil {
+		if unsent == codes.Unavailable && status.Code(err) == codes.Unavailable {
+			return nil, status.Errorf(codes.Unavailable, "%s; an earlier attempt was sent to node %s and may have started there, so the volume stays on that node",
+				status.Convert(err).Message(), node)
+		}
+		return nil, err
+	}
+	resp, err := call(ctx, c, node, csi.ControllerClient.CreateVolume, req)
+	s.pending.answered(req.GetName(), node, status.Code(err))
+	return resp, err
+}
+
+// cloneElsewhere refuses a clone of the volume id asked on node when the
+// PersistentVolumes pin id to other nodes: RESOURCE_EXHAUSTED naming them,
+// so that csi-provisioner drops the selected node and the scheduler picks
+// again (a clone is made on its source's node only). UNAVAILABLE while the
+// PV index is not filled. A source no PV names (or none, "" id) is the
+// node's to find.
+func (s *Server) cloneElsewhere(node, id string) error {
+	// An ID that is not carve's is no PV's: the node answers NotFound.
+	if !isVolumeID(id) {
+		return nil
+	}
+	nodes, err := s.cfg.Volumes.NodesOf(id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "volume_content_source: volume %s: its node is not known yet: %v; retry later", id, err)
+	}
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == "" })
+	if len(nodes) == 0 || slices.Contains(nodes, node) {
+		return nil
+	}
+	return status.Errorf(codes.ResourceExhausted, "volume_content_source: volume %s lives on node %s, not on %s: a clone is made on its source's node only; "+
+		"the pod is scheduled again (pin it to %s: see docs/backup-restore.md)", id, strings.Join(nodes, ", "), node, nodes[0])
+}
+
+// nodeOfCreate is the node a CreateVolume goes to (see CreateVolume).
+func (s *Server) nodeOfCreate(ctx context.Context, req *csi.CreateVolumeRequest) (string, error) {
+	node, err := s.requiredNode(req.GetAccessibilityRequirements())
+	if err != nil || node != "" {
+		return node, err
+	}
+	switch cs := req.GetVolumeContentSource(); {
+	case cs.GetSnapshot() != nil:
+		id := cs.GetSnapshot().GetSnapshotId()
+		if id == "" {
+			return "", status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id: must be set")
+		}
+		node, _, _, err := volume.ParseSnapshotID(id)
+		if err != nil {
+			// Not a snapshot carve made, so it exists nowhere (NotFound,
+			// as the CSI spec asks of a missing source).
+			return "", status.Errorf(codes.NotFound, "volume_content_source.snapshot.snapshot_id: snapshot %q does not exist: %v", id, err)
+		}
+		return node, nil
+	case cs.GetVolume() != nil:
+		id := cs.GetVolume().GetVolumeId()
+		if id == "" {
+			return "", status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id: must be set")
+		}
+		node, err := s.nodeOfVolume(ctx, id)
+		if errors.Is(err, errNoVolume) {
+			return "", status.Errorf(codes.NotFound, "volume_content_source.volume.volume_id: volume %q does not exist", id)
+		}
+		return node, err
+	}
+	return "", status.Errorf(codes.InvalidArgument, "accessibility_requirements: no requisite or preferred segment names a node under %s; "+
+		"carve makes a volume on the node the scheduler selected (csi-provisioner with --strict-topology, a StorageClass with volumeBindingMode WaitForFirstConsumer)",
+		s.cfg.TopologyKey)
+}
+
+// requiredNode is the node an accessibility requirement names under the
+// topology key: preferred[0]'s, else the requisite's. csi-provisioner with
+// --strict-topology puts the selected node, alone, in both. A requisite
+// of several nodes is what it sends for a claim with no selected node (an
+// Immediate StorageClass): refused, since carve cannot choose a node with
+// room for the scheduler. "" when the requirement has no segment.
+func (s *Server) requiredNode(req *csi.TopologyRequirement) (string, error) {
+	key := s.cfg.TopologyKey
+	var requisite []string
+	for _, t := range req.GetRequisite() {
+		if n := t.GetSegments()[key]; n != "" && !slices.Contains(requisite, n) {
+			requisite = append(requisite, n)
+		}
+	}
+	if len(requisite) > 1 {
+		return "", status.Errorf(codes.InvalidArgument, "accessibility_requirements.requisite: names %d nodes (%s); carve makes a volume only on the node the scheduler selected: "+
+			"use a StorageClass with volumeBindingMode WaitForFirstConsumer", len(requisite), strings.Join(requisite, ", "))
+	}
+	var preferred string
+	if p := req.GetPreferred(); len(p) > 0 {
+		preferred = p[0].GetSegments()[key]
+	}
+	switch {
+	case preferred != "" && len(requisite) == 1 && preferred != requisite[0]:
+		// The CSI spec: every preferred segment is in the requisite.
+		return "", status.Errorf(codes.InvalidArgument, "accessibility_requirements.preferred[0]: node %s is not the requisite's node %s", preferred, requisite[0])
+	case preferred != "":
+		return preferred, nil
+	case len(requisite) == 1:
+		return requisite[0], nil
+	case len(req.GetRequisite())+len(req.GetPreferred()) > 0:
+		return "", status.Errorf(codes.InvalidArgument, "accessibility_requirements: no segment carries the topology key %s", key)
+	}
+	return "", nil
+}
+
+// isVolumeID tells whether id is a volume ID carve hands out.
+func isVolumeID(id string) bool {
+	_, err := volume.ParseID(id)
+	return err == nil
+}

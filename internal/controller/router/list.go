@@ -1,0 +1,164 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// The lists are served, not left Unimplemented: the node agents advertise
+// them, csi-sanity checks them through the controller, and a list on one
+// socket is what tools and health monitors read. A list walks the
+// connected nodes in name order, each node's own pages in turn. Its token
+// is "<node>/<the node's token>": a page resumes on that node (or, when
+// the node is gone, at the next node by name), and the node's token keeps
+// the node's own guarantees (a deleted volume does not shift the next
+// page). "<node>/" starts at that node. A node not connected when a page
+// is asked is not listed; one that fails mid-list fails the page
+// (UNAVAILABLE or its own code), since a partial page cannot say what it
+// lacks.
+
+// pager asks one node for a page from its own token, of at most limit
+// entries (0: all), and returns the entries and the node's next token.
+type pager[E any] func(ctx context.Context, node, token string, limit int32) ([]E, string, error)
+
+// fanList pages through nodes (sorted) from token, returning at most limit
+// entries (0: all) and the next token ("" at the end).
+func fanList[E any](ctx context.Context, nodes []string, token string, limit int32, page pager[E]) ([]E, string, error) {
+	if limit < 0 {
+		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", limit)
+	}
+	from, inner, err := parseToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	nodes = slices.Sorted(slices.Values(nodes))
+	var out []E
+	for i, n := range nodes {
+		if n < from {
+			continue
+		}
+		tok := ""
+		if n == from {
+			tok = inner
+		}
+		for {
+			want := int32(0)
+			if limit > 0 {
+				want = limit - int32(len(out))
+			}
+			entries, next, err := page(ctx, n, tok, want)
+			if err != nil {
+				return nil, "", err
+			}
+			out = append(out, entries...)
+			if next == "" {
+				break
+			}
+			if next == tok {
+				return nil, "", status.Errorf(codes.Internal, "node %s returned its starting token %q as its next token", n, tok)
+			}
+			if limit > 0 && len(out) >= int(limit) {
+				return out, n + "/" + next, nil
+			}
+			tok = next
+		}
+		if limit > 0 && len(out) >= int(limit) && i+1 < len(nodes) {
+			return out, nodes[i+1] + "/", nil
+		}
+	}
+	return out, "", nil
+}
+
+// parseToken reads a list token: the node to start at and that node's own
+// token. A token carve did not hand out is Aborted, as the CSI spec asks.
+func parseToken(token string) (node, inner string, err error) {
+	if token == "" {
+		return "", "", nil
+	}
+	node, inner, ok := strings.Cut(token, "/")
+	if !ok || node == "" {
+		return "", "", status.Errorf(codes.Aborted, "starting_token %q was not returned by carve", token)
+	}
+	return node, inner, nil
+}
+
+// ListVolumes implements csi.ControllerServer over every connected node.
+func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	entries, next, err := fanList(ctx, s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
+		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListVolumesResponse_Entry, string, error) {
+			r, err := send(ctx, s, node, "ListVolumes", csi.ControllerClient.ListVolumes,
+				&csi.ListVolumesRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
+			return r.GetEntries(), r.GetNextToken(), err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
+}
+
+// ControllerListVolumeHealth implements csi.ControllerServer over every
+// connected node.
+func (s *Server) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	entries, next, err := fanList(ctx, s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
+		func(ctx context.Context, node, token string, limit int32) ([]*csi.VolumeHealth, string, error) {
+			r, err := send(ctx, s, node, "ControllerListVolumeHealth", csi.ControllerClient.ControllerListVolumeHealth,
+				&csi.ControllerListVolumeHealthRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
+			return r.GetEntries(), r.GetNextToken(), err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerListVolumeHealthResponse{Entries: entries, NextToken: next}, nil
+}
+
+// ListSnapshots implements csi.ControllerServer: on the node a snapshot_id
+// names, else on the node of source_volume_id, else over every connected
+// node. A filter that names nothing of carve's lists nothing.
+func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	nodes, err := s.snapshotNodes(ctx, req)
+	if errors.Is(err, errNoVolume) {
+		return &csi.ListSnapshotsResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries, next, err := fanList(ctx, nodes, req.GetStartingToken(), req.GetMaxEntries(),
+		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+			r, err := send(ctx, s, node, "ListSnapshots", csi.ControllerClient.ListSnapshots,
+				&csi.ListSnapshotsRequest{MaxEntries: limit, StartingToken: token, SnapshotId: req.GetSnapshotId(),
+					SourceVolumeId: req.GetSourceVolumeId(), Secrets: req.GetSecrets()}, codes.Unavailable)
+			return r.GetEntries(), r.GetNextToken(), err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
+}
+
+// snapshotNodes are the nodes a ListSnapshots asks; errNoVolume when its
+// filter names nothing of carve's.
+func (s *Server) snapshotNodes(ctx context.Context, req *csi.ListSnapshotsRequest) ([]string, error) {
+	if id := req.GetSnapshotId(); id != "" {
+		node, _, _, err := volume.ParseSnapshotID(id)
+		if err != nil {
+			return nil, errNoVolume
+		}
+		return []string{node}, nil
+	}
+	if id := req.GetSourceVolumeId(); id != "" {
+		node, err := s.nodeOfVolume(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return []string{node}, nil
+	}
+	return s.cfg.Nodes.Names(), nil
+}

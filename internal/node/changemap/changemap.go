@@ -1,0 +1,94 @@
+// Package changemap names the places where a volume may differ from a
+// snapshot of it, from the device-mapper metadata that already tracks
+// them, without reading the data: for a thin volume and a thin snapshot
+// in one pool, the pool's mapping trees compared by thin_delta; for a
+// thick volume and its copy-on-write snapshot, the snapshot's exception
+// table. A catch-up of a move (internal/node/nodecopy) sends only those places.
+// What it names is a superset of what changed, in units of the pool's
+// block or the snapshot's chunk; a place it does not name is the same
+// in both.
+package changemap
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Extent is Len bytes at byte offset Off.
+type Extent struct {
+	Off, Len uint64
+}
+
+// Set is a set of byte extents: sorted, not overlapping, not touching
+// (Add keeps it so).
+type Set []Extent
+
+// Add puts [off, off+n) into s and returns the set.
+func (s Set) Add(off, n uint64) Set {
+	if n == 0 {
+		return s
+	}
+	end := off + n
+	i, _ := slices.BinarySearchFunc(s, off, func(e Extent, off uint64) int {
+		switch {
+		case e.Off+e.Len < off:
+			return -1
+		case e.Off > off:
+			return 1
+		}
+		return 0
+	})
+	// s[i] is the first extent that ends at or after off.
+	j := i
+	for j < len(s) && s[j].Off <= end {
+		off, end = min(off, s[j].Off), max(end, s[j].Off+s[j].Len)
+		j++
+	}
+	return slices.Replace(s, i, j, Extent{Off: off, Len: end - off})
+}
+
+// Bytes is how many bytes s holds.
+func (s Set) Bytes() uint64 {
+	var n uint64
+	for _, e := range s {
+		n += e.Len
+	}
+	return n
+}
+
+// Overlaps tells whether any byte of [off, end) is in s.
+func (s Set) Overlaps(off, end uint64) bool {
+	i, _ := slices.BinarySearchFunc(s, off, func(e Extent, off uint64) int {
+		if e.Off+e.Len <= off {
+			return -1
+		}
+		return 1
+	})
+	return i < len(s) && s[i].Off < end
+}
+
+// name is what an LVM volume group or LV name may hold (lvm(8) "Valid
+// names"); checked again here because it goes into device paths and
+// command lines.
+var name = regexp.MustCompile(`^[a-zA-Z0-9+_.][a-zA-Z0-9+_.-]*$`)
+
+// checkName refuses a volume group or LV name LVM would not accept.
+func checkName(what, n string) error {
+	if len(n) > 127 || !name.MatchString(n) {
+		return fmt.Errorf("%s %q is not an LVM name", what, n)
+	}
+	return nil
+}
+
+// dmName is the device-mapper name LVM gives LV lv of vg (and its
+// layer, if any: "tpool", "cow"): the names with each '-' doubled,
+// joined by '-'.
+func dmName(vg, lv, layer string) string {
+	n := strings.ReplaceAll(vg, "-", "--") + "-" + strings.ReplaceAll(lv, "-", "--")
+	if layer != "" {
+		n += "-" + layer
+	}
+	return n
+}

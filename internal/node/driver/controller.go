@@ -1,0 +1,172 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// ControllerConfig holds what the Controller server needs; main builds it.
+type ControllerConfig struct {
+	// Config is the lifecycle's: the provisioner the server maps to.
+	provision.Config
+	// FSTypes are the filesystems this node can make (ext4 and xfs, btrfs
+	// when mkfs.btrfs was found at start-up).
+	FSTypes []string
+}
+
+// ControllerServer implements csi.ControllerServer for this node's volume
+// groups: it checks the requests, maps them to its Provisioner and the
+// answers back, and reads the view for the rest.
+type ControllerServer struct {
+	csi.UnimplementedControllerServer
+	cfg  ControllerConfig
+	node topology.Node
+	p    *provision.Provisioner
+}
+
+var _ csi.ControllerServer = (*ControllerServer)(nil)
+
+// NewControllerServer returns the Controller server of cfg.
+func NewControllerServer(cfg ControllerConfig) *ControllerServer {
+	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), p: provision.New(cfg.Config)}
+}
+
+// Provisioner is the lifecycle the server maps to (the orphan audit uses
+// it too).
+func (s *ControllerServer) Provisioner() *provision.Provisioner { return s.p }
+
+// controllerCaps are the capabilities carve's controller advertises.
+var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+}
+
+func controllerCapabilities(types []csi.ControllerServiceCapability_RPC_Type) *csi.ControllerGetCapabilitiesResponse {
+	caps := make([]*csi.ControllerServiceCapability, 0, len(types))
+	for _, t := range types {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}
+}
+
+// ControllerGetCapabilities implements csi.ControllerServer.
+func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	return controllerCapabilities(controllerCaps), nil
+}
+
+// CreateVolume implements csi.ControllerServer. It is idempotent (see
+// provision.Provisioner.Create).
+func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (resp *csi.CreateVolumeResponse, err error) {
+	phase := sourcePhase(req.GetVolumeContentSource())
+	op := s.cfg.Metrics.Begin(phase, resultOf)
+	defer op.End(&err)
+
+	r, err := s.createRequest(req)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	op.SetClass(r.Class.Name)
+	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
+		// A repeat of a volume made here is answered with it whatever
+		// the requisite says now (CSI: CreateVolume is idempotent);
+		// Create checks that it matches the request.
+		if _, made := s.cfg.View.FindLV(volume.LVNameFor(r.Name)); !made {
+			return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
+		}
+	}
+	lv, err := s.p.Create(ctx, r)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	v := s.volume(lv, r.Class.Name)
+	v.ContentSource = req.GetVolumeContentSource()
+	return &csi.CreateVolumeResponse{Volume: v}, nil
+}
+
+// createRequest checks a CreateVolume and maps it to the provisioner's
+// request.
+func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provision.Request, error) {
+	if err := checkVolumeName(req.GetName()); err != nil {
+		return nil, err
+	}
+	fsType, err := checkCapabilities(req.GetVolumeCapabilities(), s.cfg.FSTypes)
+	if err != nil {
+		return nil, err
+	}
+	wantSource, err := sourceTags(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+	if err != nil {
+		return nil, err
+	}
+	r := &provision.Request{Name: req.GetName(), Class: class, FSType: fsType, Params: req.GetParameters(), SourceTags: wantSource,
+		Range: provision.Range{Required: req.GetCapacityRange().GetRequiredBytes(), Limit: req.GetCapacityRange().GetLimitBytes()}}
+	for _, c := range req.GetVolumeCapabilities() {
+		r.Block = r.Block || c.GetBlock() != nil
+	}
+	switch cs := req.GetVolumeContentSource(); {
+	case cs.GetSnapshot() != nil:
+		r.Source = &provision.Source{ID: cs.GetSnapshot().GetSnapshotId(), Snapshot: true}
+	case cs.GetVolume() != nil:
+		r.Source = &provision.Source{ID: cs.GetVolume().GetVolumeId()}
+	}
+	return r, nil
+}
+
+// volume describes an LV as a CSI volume.
+func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volume {
+	return &csi.Volume{
+		VolumeId:           volume.VolumeID(lv.VolumeGroup, lv.Name),
+		CapacityBytes:      int64(lv.Size),
+		VolumeContext:      map[string]string{volume.ParamDeviceClass: class},
+		AccessibleTopology: []*csi.Topology{s.node.Segment()},
+	}
+}
+
+// DeleteVolume implements csi.ControllerServer (see
+// provision.Provisioner.Delete). It is idempotent: an ID that is not
+// carve's, or an LV that is gone from a volume group that is there, is
+// success.
+func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (resp *csi.DeleteVolumeResponse, err error) {
+	op := s.cfg.Metrics.Begin(metrics.PhaseDelete, resultOf)
+	defer op.End(&err)
+
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
+	}
+	vg, lvName, perr := volume.ParseVolumeID(id)
+	if perr != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
+		// Not an ID carve hands out, so no volume of carve's to delete.
+		klog.FromContext(ctx).V(2).Info("DeleteVolume of an ID that is not carve's; nothing to do", "volumeID", id)
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	class, err := s.p.Delete(ctx, vg, lvName, id)
+	op.SetClass(class)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}

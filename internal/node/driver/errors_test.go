@@ -1,0 +1,31 @@
+package driver
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision"
+)
+
+// Every kind of provision's errors has its code, and its message reaches
+// the user as it is; wrapped lvm errors keep their code and say what was
+// being done.
+func TestToStatusKinds(t *testing.T) {
+	for kind, code := range kindCodes {
+		err := toStatus(provision.Errorf(kind, "volume %q: why", "pvc-1"), "")
+		if status.Code(err) != code || status.Convert(err).Message() != `volume "pvc-1": why` {
+			t.Errorf("%v: got %v, want %v with the message unchanged", kind, err, code)
+		}
+	}
+	err := toStatus(fmt.Errorf("removing vg1/lv: %w", lvm.ErrInUse), "")
+	if status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != "removing vg1/lv: "+lvm.ErrInUse.Error() {
+		t.Errorf("wrapped lvm.ErrInUse: %v", err)
+	}
+	if len(kindCodes) != 10 {
+		t.Errorf("%d kinds mapped, want the 10 of internal/node/provision", len(kindCodes))
+	}
+}

@@ -1,0 +1,441 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/fs"
+	"github.com/carve-csi/carve/internal/node/jobs"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// NodeStageVolume implements csi.NodeServer. A filesystem volume is
+// formatted only when its device carries no signature at all, then mounted
+// at the staging path; a raw block volume needs nothing at this stage.
+//
+// Formatting and mounting (mkfs, or fsck of an existing filesystem, then
+// mount) run as a detached job holding the volume's lock: mkfs of a large
+// volume or fsck of a large dirty one can outlast the kubelet's deadline
+// (2 min), and killing them would throw the work away (and leave a repair
+// half done), so that the retry started from zero again, forever. A call
+// whose deadline comes first answers ABORTED shortly before it; the
+// kubelet takes ABORTED as "operation pending" (not final: the volume may
+// be staged, so it retries NodeStageVolume, and calls NodeUnstageVolume if
+// the pod goes away), and a retry with the same arguments joins the job, or
+// gets the result of the job that ended since.
+func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (resp *csi.NodeStageVolumeResponse, err error) {
+	op := n.begin(metrics.PhaseStage)
+	defer op.End(&err)
+
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	access, err := stageAccess(id, staging, req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	options := stagingOptions(access)
+	args := stageArgs(staging, access, options)
+	if j, ok := n.staging.Get(id); ok {
+		op.SetClass(n.classForMetrics(id))
+		if j.Args == args {
+			return n.awaitStage(ctx, id, j)
+		}
+		if n.staging.Running(id) {
+			return nil, status.Errorf(codes.Aborted, "volume %q is being staged by an earlier call with other arguments; retry later", id)
+		}
+		// An ended stage of other arguments nobody came back for.
+		n.staging.Take(id, j)
+	}
+	if err := n.acquire(id); err != nil {
+		return nil, err
+	}
+	locked := true
+	defer func() {
+		if locked {
+			n.release(id)
+		}
+	}()
+
+	vol, err := parseID(id)
+	if err != nil {
+		return nil, err
+	}
+	device, class, err := n.activeDevice(ctx, vol, req.GetVolumeContext())
+	op.SetClass(class)
+	if err != nil {
+		return nil, err
+	}
+	if access.Block {
+		// Publish bind-mounts the device node itself.
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	switch staged, err := n.staged(vol, device, staging, access, options); {
+	case err != nil:
+		return nil, err
+	case staged:
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+
+	job := stageJob{vol: vol, device: device, staging: staging, access: access, options: options,
+		mkfsOptions: n.mkfsOptions(class, access.FSType)}
+	j, started := n.staging.Start(ctx, id, args, func(ctx context.Context) (struct{}, error) {
+		defer n.release(id)
+		return struct{}{}, n.formatAndMount(ctx, op, job)
+	})
+	if !started {
+		// Cannot happen while the lock is held (a job holds it to its
+		// end); answer as a busy volume.
+		return nil, status.Errorf(codes.Aborted, "volume %q is being staged; retry later", id)
+	}
+	locked = false // the job releases it
+	return n.awaitStage(ctx, id, j)
+}
+
+// stageAccess checks the arguments of a stage and reads its capability.
+func stageAccess(id, staging string, c *csi.VolumeCapability) (volume.Access, error) {
+	if err := nodeRequireID(id); err != nil {
+		return volume.Access{}, err
+	}
+	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
+		return volume.Access{}, err
+	}
+	return nodeAccess(c)
+}
+
+// staged tells whether the volume is staged at staging already, as the
+// capability asks: something else mounted there is refused. It creates
+// the staging directory when it is missing.
+func (n *NodeServer) staged(vol volume.ID, device, staging string, access volume.Access, options []string) (bool, error) {
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return false, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
+	}
+	mp, err := n.cfg.FS.MountPoint(staging)
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "reading the mount at %s: %v", staging, err)
+	}
+	if mp == nil {
+		return false, nil
+	}
+	if !fs.SameDevice(mp.Device, device) {
+		return false, status.Errorf(codes.FailedPrecondition, "staging_target_path %s holds %s, not the device of volume %q (%s)", staging, mp.Device, vol, device)
+	}
+	if mp.Type != "" && mp.Type != access.FSType {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s as %s; the capability asks for %s", vol, staging, mp.Type, access.FSType)
+	}
+	if f := flagConflict(mp.Opts, options); f != "" {
+		return false, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s with mount options %v; the request differs in %q", vol, staging, mp.Opts, f)
+	}
+	// Mounted, so its mkfs ended: a stage that got this far and died
+	// before answering leaves its mark to this one.
+	return true, n.formatted(vol)
+}
+
+// stageAnswerMargin is how long before its deadline at most a stage that
+// waits for its job answers ABORTED, so that the answer beats the
+// client's deadline.
+const stageAnswerMargin = 5 * time.Second
+
+// awaitStage waits for a stage job: its result once it ends (handed out
+// once; the next call starts afresh), ABORTED when the call's deadline
+// comes first.
+func (n *NodeServer) awaitStage(ctx context.Context, id string, j *jobs.Job[struct{}]) (*csi.NodeStageVolumeResponse, error) {
+	wctx, cancel := jobs.AnswerBy(ctx, stageAnswerMargin)
+	defer cancel()
+	if !j.Wait(wctx) {
+		klog.FromContext(ctx).Info("Stage still formatting or checking the filesystem; answering ABORTED, the retry joins it", "volumeID", id)
+		return nil, status.Errorf(codes.Aborted, "volume %q is still being staged (mkfs or fsck of its filesystem is running); retry later", id)
+	}
+	n.staging.Take(id, j)
+	if _, err := j.Result(); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageArgs tells apart the stages of one volume: a retry with the same
+// arguments joins a running stage.
+func stageArgs(staging string, a volume.Access, options []string) string {
+	return strings.Join([]string{staging, a.FSType, strings.Join(options, ",")}, "\x00")
+}
+
+// stageJob is what a stage job formats and mounts.
+type stageJob struct {
+	vol                  volume.ID
+	device, staging      string
+	access               volume.Access
+	options, mkfsOptions []string
+}
+
+// formatAndMount is the work of a stage job: read the device's
+// signature and check it, format the device if it has none, mount it at
+// the staging path (after fsck for an existing filesystem) and grow an
+// existing filesystem to its device. Its steps are timed in op, the phase
+// of the call that started the job. It returns gRPC statuses.
+func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stageJob) error {
+	if err := n.undoUnfinishedMkfs(ctx, j.vol, j.device, j.access.FSType); err != nil {
+		return err
+	}
+	// The signature is read once, inside FormatAndMount (in-process when
+	// the device reads as zeros where signatures live, else by blkid), and
+	// checked here before anything is formatted or mounted.
+	var refused error
+	res, err := n.cfg.FS.FormatAndMount(ctx, j.device, j.staging, j.access.FSType, j.options, j.mkfsOptions, func(existing string) error {
+		refused = checkSignature(j.vol, j.device, existing, j.access.FSType, j.options)
+		if refused == nil && existing == "" {
+			// mkfs runs next: until the stage answers, what it leaves on
+			// the device is carve's, never a pod's.
+			refused = n.formatting(ctx, j.vol)
+		}
+		return refused
+	})
+	timeFormat(op, res, err)
+	switch {
+	case refused != nil:
+		return refused
+	case err != nil && !res.Probed:
+		return status.Errorf(codes.Internal, "volume %q: %v", j.vol, err)
+	case err != nil:
+		return status.Errorf(codes.Internal, "staging volume %q: %v", j.vol, err)
+	}
+	if !res.Formatted {
+		// A filesystem smaller than its device (a volume restored or
+		// cloned bigger than its source, or an expansion cut short) is
+		// grown to the device; one that fills it is left as it is.
+		if err := op.Step(metrics.StepFilesystemGrow, func() error {
+			_, err := n.cfg.FS.Resize(ctx, j.device, j.staging)
+			return err
+		}); err != nil {
+			return status.Errorf(codes.Internal, "staging volume %q: growing its filesystem to the device: %v", j.vol, err)
+		}
+	}
+	if err := n.formatted(j.vol); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Staged volume", "volumeID", j.vol.String(), "device", j.device, "stagingPath", j.staging,
+		"fsType", j.access.FSType, "readAsBlank", res.Blank, "formatted", res.Formatted, "formatDuration", res.Format, "mountDuration", res.Mount)
+	return nil
+}
+
+// timeFormat records the steps FormatAndMount ran, each as long as it
+// took there; it stops at the first that fails, so err (unless the check
+// refused the signature) is the last one's.
+func timeFormat(op *metrics.Op, res fs.FormatResult, err error) {
+	if !res.Probed {
+		if res.Probe > 0 {
+			op.Took(metrics.StepSignatureCheck, res.Probe, err)
+		}
+		return
+	}
+	op.Took(metrics.StepSignatureCheck, res.Probe, nil)
+	if res.Formatted {
+		var mkfsErr error
+		if !res.Mounted {
+			mkfsErr = err
+		}
+		op.Took(metrics.StepMkfs, res.Format, mkfsErr)
+	}
+	if res.Mounted {
+		op.Took(metrics.StepMount, res.Mount, err)
+	}
+}
+
+// formatting marks volume vol's device as being formatted (NodeConfig's
+// Formatting), before mkfs runs. The mark names the LV (its UUID), when
+// known, so that it is never taken for a mark of a later LV of that name.
+func (n *NodeServer) formatting(ctx context.Context, vol volume.ID) error {
+	if n.cfg.Formatting == nil {
+		return nil
+	}
+	var err error
+	if uuid := n.lvUUID(ctx, vol); uuid != "" {
+		err = n.cfg.Formatting.MarkOf(vol.VG, vol.LV, uuid)
+	} else {
+		err = n.cfg.Formatting.Mark(vol.VG, vol.LV)
+	}
+	return markStatus(vol, err)
+}
+
+// formatted takes off volume vol's formatting mark, once its filesystem is
+// mounted and before the stage answers: a mark left on a volume a pod has
+// written to would have the next stage probe it (undoUnfinishedMkfs).
+func (n *NodeServer) formatted(vol volume.ID) error {
+	if n.cfg.Formatting == nil {
+		return nil
+	}
+	return markStatus(vol, n.cfg.Formatting.Clear(vol.VG, vol.LV))
+}
+
+// markStatus is the status of an error writing a formatting mark: a full
+// disk under the state directory is RESOURCE_EXHAUSTED, with what to free.
+func markStatus(vol volume.ID, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return status.Errorf(codes.ResourceExhausted, "volume %q: the disk of carve's state directory (--state-dir) is full: %v", vol, err)
+	}
+	return status.Errorf(codes.Internal, "volume %q: %v", vol, err)
+}
+
+// lvUUID is the UUID of vol's LV: from the view, else from LVM (the view
+// holds an LV carve just made without it until its next refresh); "" when
+// neither can tell, which makes a mark that names no LV.
+func (n *NodeServer) lvUUID(ctx context.Context, vol volume.ID) string {
+	if n.cfg.View != nil {
+		if lv, ok := n.cfg.View.LV(vol.VG, vol.LV); ok && lv.UUID != "" {
+			return lv.UUID
+		}
+	}
+	lv, err := n.cfg.LVM.GetLV(ctx, vol.VG, vol.LV)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Reading the LV's UUID for its formatting mark; the mark names no LV", "volumeID", vol.String())
+		return ""
+	}
+	return lv.UUID
+}
+
+// undoUnfinishedMkfs handles the formatting mark an earlier stage left on
+// vol: the plugin's container killed with its mkfs, the node down during
+// it, or a mark that should not be there at all (the state directory
+// restored from an older copy, a mark that outlived its LV). A mark is
+// only a hint; the device decides (fs ProbeMkfs):
+//   - a mark naming another LV (an earlier one of that name) is dropped;
+//   - a finished filesystem of fsType may hold a pod's data: the mark is
+//     dropped and the stage mounts it as any other;
+//   - what an unfinished mkfs left (an xfs superblock still flagged "in
+//     progress", an ext4 never mounted that does not check clean) would
+//     fail every mount and repair from then on: its signature regions are
+//     zeroed, and the stage formats the now blank device again;
+//   - nothing of fsType: the mark stays, and the stage goes on as ever
+//     (formats a blank device, refuses another filesystem).
+func (n *NodeServer) undoUnfinishedMkfs(ctx context.Context, vol volume.ID, device, fsType string) error {
+	if n.cfg.Formatting == nil {
+		return nil
+	}
+	owner, marked, err := n.cfg.Formatting.Owner(vol.VG, vol.LV)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: %v", vol, err)
+	}
+	if !marked {
+		return nil
+	}
+	log := klog.FromContext(ctx).WithValues("volumeID", vol.String(), "device", device)
+	if owner != "" {
+		if uuid := n.lvUUID(ctx, vol); uuid != "" && uuid != owner {
+			log.Info("Dropping a formatting mark of an earlier LV of the same name", "markedLV", owner, "lv", uuid)
+			return n.formatted(vol)
+		}
+	}
+	state, err := n.cfg.FS.ProbeMkfs(ctx, device, fsType)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: an earlier mkfs of %s was not seen to end, and reading its superblock failed: %v", vol, device, err)
+	}
+	switch state {
+	case fs.MkfsFinished:
+		log.Info("The volume is marked as being formatted, but holds a finished filesystem: dropping the mark and keeping the filesystem", "fsType", fsType)
+		return n.formatted(vol)
+	case fs.MkfsUnfinished:
+		if _, err := n.cfg.Eraser.Erase(ctx, device, erase.Signatures); err != nil {
+			return status.Errorf(codes.Internal, "volume %q: an earlier mkfs of %s did not end, and zeroing what it left failed: %v", vol, device, err)
+		}
+		log.Info("An earlier mkfs of the volume did not end; zeroed its signature regions to make the filesystem again", "fsType", fsType)
+	}
+	return nil
+}
+
+// checkSignature refuses to stage a device whose signature is not what
+// the capability asks for (mounting would fail, formatting would destroy
+// data), and a blank device staged read-only.
+func checkSignature(vol volume.ID, device, existing, fsType string, options []string) error {
+	if existing != "" && existing != fsType {
+		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
+			vol, device, existing, fsType)
+	}
+	if existing == "" && slices.Contains(options, "ro") {
+		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s has no filesystem and the volume is staged read-only; carve does not format it for a reader", vol, device)
+	}
+	return nil
+}
+
+// stagingOptions are the options of a staging mount: the capability's
+// flags, then carve's, which come last so that no flag (defaults, say)
+// undoes them: nodev,nosuid always; ro for a SINGLE_NODE_READER_ONLY
+// volume, so that nothing writes to it, not even fsck or a journal replay
+// (internal/node/fs skips fsck and refuses to format when it sees ro); nouuid for
+// xfs (snapshots and clones carry their origin's UUID, and the second of
+// them would not mount on the same node without it).
+func stagingOptions(a volume.Access) []string {
+	options := slices.Clone(a.Flags)
+	if a.FSType == "xfs" && !slices.Contains(options, "nouuid") {
+		options = append(options, "nouuid")
+	}
+	options = append(options, hardeningFlags...)
+	if a.ReadOnly && !slices.Contains(options, "ro") {
+		options = append(options, "ro")
+	}
+	return options
+}
+
+// NodeUnstageVolume implements csi.NodeServer: it unmounts the staging
+// path and removes it. Repeating it, or unstaging what was never staged,
+// succeeds.
+func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := n.unmountAndRemove(ctx, metrics.PhaseUnstage, id, req.GetStagingTargetPath(), "staging_target_path"); err != nil {
+		return nil, err
+	}
+	n.forgetClass(id)
+	// A stage that ended after its caller gave up is not wanted any more.
+	n.staging.Forget(id)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unmountAndRemove is the whole of unpublish and unstage, timed as phase:
+// unmount path if it is mounted and remove it, under the volume's lock. A
+// path that is not there (never staged, or already cleaned up) is
+// success. The class label is the cached one: LVM is never asked.
+func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, field string) (err error) {
+	op := n.begin(phase)
+	op.SetClass(n.classForMetrics(id))
+	defer op.End(&err)
+
+	if err := nodeRequireID(id); err != nil {
+		return err
+	}
+	if err := nodeCheckPath(path, field); err != nil {
+		return err
+	}
+	if err := n.acquire(id); err != nil {
+		return err
+	}
+	defer n.release(id)
+
+	if err := op.Step(metrics.StepUnmount, func() error { return n.cfg.FS.Cleanup(ctx, path) }); err != nil {
+		return status.Errorf(codes.Internal, "%s of volume %q: unmounting %s %q: %v", phase, id, field, path, err)
+	}
+	klog.FromContext(ctx).Info("Unmounted and removed", "phase", phase, "volumeID", id, field, path)
+	return nil
+}
+
+// mkfsOptions are the mkfs options of a volume of class: the class's
+// mkfsOptions for fsType, or the default when the class (or its file) is
+// not known here.
+func (n *NodeServer) mkfsOptions(class, fsType string) []string {
+	if n.cfg.Classes != nil && class != "" && class != metrics.UnknownClass {
+		if c, ok := n.cfg.Classes.Class(class); ok {
+			return c.MkfsArgs(fsType)
+		}
+	}
+	return fs.DefaultMkfsOptions(fsType)
+}

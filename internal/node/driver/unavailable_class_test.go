@@ -1,0 +1,164 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// One bad device class does not take the node down: a missing or
+// unreadable volume group, one with a missing PV, a missing or failed thin
+// pool make only the classes that use it report no capacity and refuse new
+// volumes with RESOURCE_EXHAUSTED (so the pod goes to another node), while
+// the other classes keep working; readiness names the bad class.
+func TestOneBadClassLeavesTheOthers(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		class string // the class the breakage hits
+		// made is a volume of that class made before the breakage; its
+		// CreateVolume retried afterwards answers retry.
+		made  bool
+		retry codes.Code
+		brk   func(fx *controllerFixture)
+		why   string
+	}{
+		{name: "volume group missing", class: "other", made: true, retry: codes.ResourceExhausted,
+			brk: func(fx *controllerFixture) { fx.lvm.hideVG("vg2") }, why: `volume group "vg2" is missing`},
+		{name: "volume group unreadable", class: "other", made: true, retry: codes.OK,
+			brk: func(fx *controllerFixture) {
+				fx.lvm.unreadable = map[string]error{"vg2": errors.New("checksum error in metadata area")}
+			}, why: `volume group "vg2" could not be read: checksum error`},
+		{name: "volume group with a missing PV", class: "other", made: true, retry: codes.OK,
+			brk: func(fx *controllerFixture) { fx.lvm.vgs["vg2"].MissingPVs = 1 }, why: `volume group "vg2" has 1 missing physical volume(s)`},
+		{name: "thin pool missing", class: "thin",
+			brk: func(fx *controllerFixture) {
+				delete(fx.lvm.pools, "vg1/pool")
+				delete(fx.lvm.lvs, "vg1/pool")
+			}, why: "thin pool vg1/pool is missing"},
+		{name: "thin pool failed", class: "thin", made: true, retry: codes.OK,
+			brk: func(fx *controllerFixture) { fx.lvm.lvs["vg1/pool"].Attr.Health = lvm.HealthFailed }, why: "thin pool vg1/pool is failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newControllerFixture(t)
+			params := map[string]string{volume.ParamDeviceClass: tt.class}
+			if tt.made {
+				mustCreate(t, fx, "made-before", params)
+			}
+			capacity := map[string]int64{}
+			for _, c := range fx.cfg.Names() {
+				capacity[c] = capacityOf(t, fx, c)
+			}
+			tt.brk(fx) // between calls: the fake's state is not in use
+			if err := fx.view.Refresh(ctx); err != nil {
+				t.Fatalf("Refresh = %v; one bad class must not fail it", err)
+			}
+
+			for _, c := range fx.cfg.Names() {
+				got := capacityOf(t, fx, c)
+				switch {
+				case c == tt.class && got != 0:
+					t.Errorf("GetCapacity(%s) = %d, want 0", c, got)
+				case c != tt.class && got != capacity[c]:
+					t.Errorf("GetCapacity(%s) = %d, was %d: a healthy class changed", c, got, capacity[c])
+				}
+			}
+			_, err := fx.cs.CreateVolume(ctx, createReq("new-in-bad-class", gib, params))
+			wantCode(t, err, codes.ResourceExhausted, "cannot make volumes of device class "+tt.class, tt.why)
+			if tt.made {
+				_, err := fx.cs.CreateVolume(ctx, createReq("made-before", gib, params))
+				wantCode(t, err, tt.retry)
+			}
+			if _, err := fx.cs.CreateVolume(ctx, createReq("new-in-good-class", gib, nil)); err != nil {
+				t.Errorf("CreateVolume in healthy class fast: %v", err)
+			}
+			ready := fx.view.Ready()
+			if ready == nil || !strings.Contains(ready.Error(), "device class "+tt.class+": ") || !strings.Contains(ready.Error(), tt.why) {
+				t.Errorf("Ready = %v; want it to name class %s and say %q", ready, tt.class, tt.why)
+			}
+			if strings.Contains(ready.Error(), "device class fast") {
+				t.Errorf("Ready blames the healthy class fast: %v", ready)
+			}
+		})
+	}
+}
+
+func capacityOf(t *testing.T, fx *controllerFixture, class string) int64 {
+	t.Helper()
+	resp, err := fx.cs.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamDeviceClass: class}})
+	if err != nil {
+		t.Fatalf("GetCapacity(%s): %v", class, err)
+	}
+	return resp.GetAvailableCapacity()
+}
+
+// Unpublish and unstage never ask LVM (their metric label comes from what
+// stage and publish cached, else "unknown"), so they work, and answer at
+// once, for a volume whose volume group is missing or unreadable, also
+// after a plugin restart.
+func TestUnpublishAndUnstageNeedNoLVM(t *testing.T) {
+	for _, brk := range []struct {
+		name string
+		do   func(fx *nodeFixture)
+	}{
+		{"volume group missing", func(fx *nodeFixture) { fx.lvm.hideVG("vg1") }},
+		{"volume group unreadable", func(fx *nodeFixture) {
+			fx.lvm.mu.Lock()
+			fx.lvm.unreadable = map[string]error{"vg1": errors.New("read error on /dev/sdb")}
+			fx.lvm.mu.Unlock()
+		}},
+	} {
+		for _, restart := range []bool{false, true} {
+			name := brk.name
+			if restart {
+				name += ", after a plugin restart"
+			}
+			t.Run(name, func(t *testing.T) {
+				fx := newNodeFixture(t)
+				fx.stage(t, mountCap("", sw))
+				fx.publish(t, mountCap("", sw), false)
+				brk.do(fx)
+				if restart {
+					fx.ns = NewNodeServer(fx.ns.cfg)
+				}
+				gets := fx.lvm.gets
+				if _, err := fx.ns.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: fx.id, TargetPath: fx.target}); err != nil {
+					t.Fatalf("unpublish: %v", err)
+				}
+				if _, err := fx.ns.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: fx.id, StagingTargetPath: fx.staging}); err != nil {
+					t.Fatalf("unstage: %v", err)
+				}
+				fx.wantGone(t, fx.target, "target")
+				fx.wantGone(t, fx.staging, "staging path")
+				if fx.lvm.gets != gets {
+					t.Errorf("unpublish and unstage read LVM %d times", fx.lvm.gets-gets)
+				}
+				wantClass := "fast"
+				if restart {
+					wantClass = metrics.UnknownClass
+				}
+				if n := histogramCount(t, fx.reg, "carve_phase_duration_seconds",
+					map[string]string{"phase": metrics.PhaseUnstage, "device_class": wantClass, "result": "OK"}); n != 1 {
+					t.Errorf("unstage recorded %d times with class %s, want 1", n, wantClass)
+				}
+			})
+		}
+	}
+}
+
+// Stage of a volume whose volume group is missing says so.
+func TestStageVolumeGroupMissing(t *testing.T) {
+	fx := newNodeFixture(t)
+	fx.lvm.hideVG("vg1")
+	_, err := fx.ns.NodeStageVolume(context.Background(), fx.stageReq(mountCap("", sw)))
+	wantCode(t, err, codes.NotFound, "volume group vg1 is missing")
+}

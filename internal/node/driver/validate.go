@@ -1,0 +1,99 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// paramPassThroughPrefix marks parameters external-provisioner adds
+// (csi.storage.k8s.io/pvc/name, ... with --extra-create-metadata); they
+// are accepted, and the claim's are recorded in the LV's tags (tags.go).
+const paramPassThroughPrefix = "csi.storage.k8s.io/" //nolint:gosec // G101: a parameter prefix, not a credential
+
+// checkVolumeName validates a CSI volume name.
+func checkVolumeName(name string) error {
+	switch {
+	case name == "":
+		return status.Error(codes.InvalidArgument, "name: must be set")
+	case len(name) > volume.MaxNameLength:
+		return status.Errorf(codes.InvalidArgument, "name: %d bytes long; at most %d are allowed", len(name), volume.MaxNameLength)
+	}
+	return nil
+}
+
+// checkCapabilities validates volume capabilities (volume.ParseCapability,
+// as the node reads them) and returns the fsType of the mount capabilities
+// ("" when all are block). fsTypes lists the filesystems this node can
+// make.
+func checkCapabilities(caps []*csi.VolumeCapability, fsTypes []string) (string, error) {
+	if len(caps) == 0 {
+		return "", status.Error(codes.InvalidArgument, "volume_capabilities: at least one capability must be given")
+	}
+	fsType := ""
+	for i, c := range caps {
+		a, err := volume.ParseCapability(c, fsTypes)
+		if err != nil {
+			return "", capabilityStatus(fmt.Sprintf("volume_capabilities[%d]", i), err)
+		}
+		if a.Block {
+			continue
+		}
+		if fsType != "" && a.FSType != fsType {
+			return "", status.Errorf(codes.InvalidArgument, "volume_capabilities[%d]: fs_type %q conflicts with %q of another capability", i, a.FSType, fsType)
+		}
+		fsType = a.FSType
+	}
+	return fsType, nil
+}
+
+// capabilityStatus is InvalidArgument for a capability that field of the
+// request holds and volume.ParseCapability refused, ResourceExhausted for
+// a filesystem another node may make (volume.ErrFilesystemElsewhere).
+func capabilityStatus(field string, err error) error {
+	var ce *volume.CapabilityError
+	if errors.As(err, &ce) {
+		if errors.Is(err, volume.ErrFilesystemElsewhere) {
+			return status.Error(codes.ResourceExhausted, ce.In(field))
+		}
+		return status.Error(codes.InvalidArgument, ce.In(field))
+	}
+	return status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+}
+
+// classFromParameters picks the device class named by parameters.
+// Unknown keys are InvalidArgument; a well-formed class name that this node
+// has no class for is provision.ErrElsewhere, answered ResourceExhausted
+// (the scheduler should try a node that has it, and this node reports no
+// capacity for it).
+func classFromParameters(params map[string]string, cfg *config.Config, node string) (*config.DeviceClass, error) {
+	name := ""
+	for k, v := range params {
+		switch {
+		case k == volume.ParamDeviceClass:
+			name = v
+		case strings.HasPrefix(k, paramPassThroughPrefix):
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q; carve accepts %q and keys starting with %q", k, volume.ParamDeviceClass, paramPassThroughPrefix)
+		}
+	}
+	if name != "" && !config.IsClassName(name) {
+		return nil, status.Errorf(codes.InvalidArgument, "parameters: %s %q is not a device class name (a DNS-1123 label)", volume.ParamDeviceClass, name)
+	}
+	d, ok := cfg.Class(name)
+	if !ok {
+		if name == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "parameters: %s is not set and node %s has no default device class; its classes: %s", volume.ParamDeviceClass, node, strings.Join(cfg.Names(), ", "))
+		}
+		return nil, provision.Errorf(provision.ErrElsewhere, "parameters: device class %q is not configured on node %s; its classes: %s", name, node, strings.Join(cfg.Names(), ", "))
+	}
+	return d, nil
+}

@@ -1,0 +1,342 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// A catch-up is the last copy of a move of a volume to another node (see
+// internal/node/nodecopy's delta.go): the target volume, made on this node by a
+// copy across nodes of a snapshot of the source (the base), gets only
+// the chunks where the source volume now differs from the base. On the
+// source's node the volume is read as it is (DeltaSize, ReadDelta): it
+// must not be in use. Which chunks may differ is named from
+// device-mapper metadata where it can be (ChangeFinder: thin_delta for
+// a thin volume and base in one pool, the exception table of a thick
+// volume's copy-on-write base); elsewhere, or when that fails, the
+// reader compares the volume with the base. On the target's node (CatchUp) the volume carries
+// volume.TagCopyPending from before the first byte is written until its
+// whole content checked out against the source's digest and was synced,
+// so that a crash never leaves it looking finished; a repeat redoes the
+// catch-up from the start (with a new grant) and converges: the chunks
+// that differ are written again, and the digest of the whole volume
+// decides.
+
+// CatchUpRequest is one catch-up of a volume of this node.
+type CatchUpRequest struct {
+	// VolumeID is the target, a volume of this node.
+	VolumeID string
+	// Source is the grant of the source's node: its ID is the source
+	// volume's, Size the source volume's size.
+	Source RemoteSource
+	// Base is the snapshot of the source that the target was made from
+	// (for messages: the grant names it on the source's side).
+	Base string
+}
+
+// DeltaResult is what a catch-up did.
+type DeltaResult struct {
+	// Received is the bytes of data the stream carried.
+	Received uint64
+	// Sum is the digest of the target's whole content after it, which
+	// equals the source's.
+	Sum []byte
+	// Duration is the time the catch-up took, read-back included.
+	Duration time.Duration
+}
+
+// DeltaPuller writes a catch-up stream from a remote source into the
+// device dst, syncs it, and checks dst's whole content against the
+// source's digest; nodecopy.Puller is one. The Config's Puller must
+// implement it for CatchUp to act.
+type DeltaPuller interface {
+	PullDelta(ctx context.Context, src RemoteSource, dst string, progress func(uint64)) (DeltaResult, error)
+}
+
+// tagAdder puts tags on an LV; *lvm.Client is one (QuarantineLVM).
+type tagAdder interface {
+	ChangeTags(ctx context.Context, vg, name string, add, del []string) error
+}
+
+// CatchUp brings the volume r.VolumeID of this node up to date from the
+// remote source r.Source, under the volume's lock (busy is ErrBusy). A
+// volume that is not here is ErrNotFound; one that is open (staged or
+// mounted), or whose size is not the source's, is ErrRefused. The
+// volume is tagged volume.TagCopyPending first, and the tag is taken off
+// only after the data checked out and was synced; a failure leaves it
+// (the error wraps the puller's, a gRPC status of the source's or
+// nodecopy.ErrChecksum). The catch-up runs within ctx: a canceled call
+// stops it, and its repeat starts again.
+func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResult, error) {
+	var res DeltaResult
+	dp, ok := p.cfg.Puller.(DeltaPuller)
+	if !ok {
+		return res, errorf(ErrUnavailable, "node %s copies from no other node", p.node.Name())
+	}
+	tagger, ok := p.cfg.LVM.(tagAdder)
+	if !ok {
+		return res, errorf(ErrInternal, "the LVM client of node %s cannot tag volumes", p.node.Name())
+	}
+	id, src := r.VolumeID, r.Source
+	vg, name, err := volume.ParseVolumeID(id)
+	if err != nil {
+		return res, errorf(ErrNotFound, "target_volume_id: volume %q does not exist: %v", id, err)
+	}
+	unlock, err := p.Lock(name, "volume "+id)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
+	lv, err := p.volumeFromLVM(ctx, vg, name, id)
+	if err != nil {
+		return res, err
+	}
+	if lv.Attr.Open {
+		return res, errorf(ErrRefused, "target volume %s is open on node %s (staged or mounted): a catch-up writes only into a volume nothing uses", id, p.node.Name())
+	}
+	if lv.Size != src.Size {
+		return res, errorf(ErrRefused, "target volume %s on node %s has %d bytes, the source %s on node %s has %d: a catch-up needs both of one size",
+			id, p.node.Name(), lv.Size, src.ID, src.Node, src.Size)
+	}
+	log := klog.FromContext(ctx).WithValues("volumeID", id, "source", src.ID, "sourceNode", src.Node, "base", r.Base, "copy", src.CopyID)
+	if !volume.CopyPending(lv.Tags) {
+		if err := tagger.ChangeTags(ctx, vg, name, []string{volume.TagCopyPending}, nil); err != nil {
+			return res, wrap(err, "marking "+id+" copy-pending for its catch-up")
+		}
+		pending := *lv
+		pending.Tags = append(append([]string(nil), lv.Tags...), volume.TagCopyPending)
+		p.cfg.View.Created(pending)
+		lv = &pending
+	}
+	write, _, err := p.copyDevice(ctx, lv, "target")
+	if err != nil {
+		return res, err
+	}
+	res, err = dp.PullDelta(ctx, src, p.devicePath(write), nil)
+	if err != nil {
+		return res, fmt.Errorf("catching up %s from %s on node %s (%d bytes written; it stays copy-pending, and a repeat starts again): %w",
+			id, src.ID, src.Node, res.Received, err)
+	}
+	if _, err := p.copied(ctx, write); err != nil {
+		return res, err
+	}
+	log.Info("Caught up with the source volume on another node", "receivedBytes", res.Received, "duration", res.Duration)
+	return res, nil
+}
+
+// ChangeFinder names, from device-mapper metadata, the bytes where a
+// volume may differ from a snapshot of it (a superset, in the pool's
+// blocks or the snapshot's chunks); *changemap.Finder is one. Both need
+// the devices active.
+type ChangeFinder interface {
+	// ThinChanges: the thin LV vol of vg against its thin snapshot base,
+	// both in pool.
+	ThinChanges(ctx context.Context, vg, pool, base, vol string) (changemap.Set, error)
+	// SnapshotChanges: the origin of the copy-on-write snapshot snap of
+	// vg against it.
+	SnapshotChanges(ctx context.Context, vg, snap string) (changemap.Set, error)
+}
+
+// How a catch-up's changes were found (Delta.Method).
+const (
+	// DeltaThin: thin_delta over the pool's metadata.
+	DeltaThin = "thin_delta"
+	// DeltaCOW: the base's copy-on-write exception table.
+	DeltaCOW = "cow_exceptions"
+	// DeltaCompare: none; the volume is compared with the base.
+	DeltaCompare = "compare"
+)
+
+// Delta is what ReadDelta hands its reader.
+type Delta struct {
+	// Volume and Base are the device nodes of the volume and its base.
+	Volume, Base string
+	// Size is the volume's size.
+	Size uint64
+	// Method is how the changes were found (DeltaThin, DeltaCOW,
+	// DeltaCompare).
+	Method string
+	// Changed holds, unless Method is DeltaCompare, every byte where the
+	// volume may differ from the base; elsewhere they are the same.
+	Changed changemap.Set
+	// Fallback says, for DeltaCompare, why the metadata was not used.
+	Fallback string
+}
+
+// deltaMethod chooses how the changes of the volume lv since its
+// snapshot base are found: the method, or DeltaCompare and why.
+func deltaMethod(lv, base *lvm.LogicalVolume, finder ChangeFinder) (method, why string) {
+	thin := lv.Attr.Type == lvm.TypeThin
+	switch {
+	case finder == nil:
+		return DeltaCompare, "this node names no changes from metadata"
+	case thin && base.Attr.Type == lvm.TypeThin && lv.Pool != "" && lv.Pool == base.Pool:
+		return DeltaThin, ""
+	case thin && base.Attr.Type == lvm.TypeThin:
+		return DeltaCompare, fmt.Sprintf("the base is in thin pool %q, the volume in %q", base.Pool, lv.Pool)
+	case !thin && lv.Attr.Type == lvm.TypeThick && base.Attr.Type == lvm.TypeSnapshot && base.Origin == lv.Name:
+		return DeltaCOW, ""
+	}
+	return DeltaCompare, fmt.Sprintf("no metadata maps a %s volume's changes since a %s base (origin %q)", lv.Attr.Type, base.Attr.Type, base.Origin)
+}
+
+// changes finds the changes of lv since base (both active) as
+// deltaMethod chooses; a failure of the metadata path falls back to the
+// compare, and says why.
+func (p *Provisioner) changes(ctx context.Context, lv, base *lvm.LogicalVolume) (method string, set changemap.Set, why string) {
+	method, why = deltaMethod(lv, base, p.cfg.Changes)
+	var err error
+	switch method {
+	case DeltaThin:
+		set, err = p.cfg.Changes.ThinChanges(ctx, lv.VolumeGroup, lv.Pool, base.Name, lv.Name)
+	case DeltaCOW:
+		set, err = p.cfg.Changes.SnapshotChanges(ctx, base.VolumeGroup, base.Name)
+	default:
+		return method, nil, why
+	}
+	if err != nil {
+		return DeltaCompare, nil, fmt.Sprintf("%s failed: %v", method, err)
+	}
+	return method, set, ""
+}
+
+// DeltaSize is the size of volume volumeID of this node for a catch-up
+// against its snapshot baseID (see deltaSource).
+func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error) {
+	lv, _, err := p.deltaSource(ctx, volumeID, baseID)
+	if err != nil {
+		return 0, err
+	}
+	return lv.Size, nil
+}
+
+// ReadDelta gives read the device nodes of volume volumeID and of its
+// snapshot baseID, the volume's size and its changes since the base
+// (Delta), for one catch-up of another node, under the volume's lock
+// (busy is ErrBusy). The checks of deltaSource are made again now; a
+// base without a device node is activated, and deactivated after; a
+// volume found open after the read (opened meanwhile, and held) fails
+// it (ErrRefused), as does a copy-on-write base that ran out of space.
+// When the changes cannot be named from metadata, the Delta says to
+// compare, and the log says why.
+func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, read func(Delta) error) error {
+	_, name, err := volume.ParseVolumeID(volumeID)
+	if err != nil {
+		return errorf(ErrNotFound, "volume %q does not exist: %v", volumeID, err)
+	}
+	unlock, err := p.Lock(name, "volume "+volumeID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	lv, base, err := p.deltaSource(ctx, volumeID, baseID)
+	if err != nil {
+		return err
+	}
+	vol, _, err := p.copyDevice(ctx, lv, "source")
+	if err != nil {
+		return err
+	}
+	old, activated, err := p.copyDevice(ctx, base, "base")
+	if err != nil {
+		return err
+	}
+	if activated {
+		defer p.deactivateAfterCopy(context.WithoutCancel(ctx), old)
+	}
+	d := Delta{Volume: p.devicePath(vol), Base: p.devicePath(old), Size: lv.Size}
+	d.Method, d.Changed, d.Fallback = p.changes(ctx, vol, old)
+	if d.Method == DeltaCompare {
+		klog.FromContext(ctx).Info("A catch-up compares the whole volume with its base: its changes cannot be named from metadata",
+			"volumeID", volumeID, "base", baseID, "reason", d.Fallback)
+	}
+	rerr := read(d)
+	// The checks after the read run even when the reader's stream has
+	// ended: the target closes it as soon as it checked the data, which
+	// would cancel them and fail a catch-up that was whole.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterReadTimeout)
+	defer cancel()
+	if unusable, aerr := p.sourceSpent(ctx, old); aerr == nil && unusable != nil {
+		return errorf(ErrRefused, "base %s ran out of its snapshot space while it was read; the catch-up is not used: %v", baseID, unusable)
+	}
+	if rerr != nil {
+		return rerr
+	}
+	after, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return wrap(err, "reading volume "+volumeID+" after its catch-up")
+	}
+	if after.Attr.Open {
+		return errorf(ErrRefused, "volume %s was opened on node %s while it was read for a catch-up: it may have changed; a catch-up reads only a volume nothing uses", volumeID, p.node.Name())
+	}
+	return nil
+}
+
+// afterReadTimeout bounds the checks of a catch-up's source after it
+// was read (two LVM reads).
+const afterReadTimeout = time.Minute
+
+// deltaSource finds, in LVM (not the view: whether a volume is open
+// changes without carve), the volume volumeID of this node and its
+// snapshot baseID for a catch-up: ErrNotFound when either is not here
+// or baseID is not a snapshot of volumeID; ErrRefused when the volume
+// is open (staged or mounted: still in use) or carries a copy not
+// finished, or the base ran out of its copy-on-write space.
+func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) (*lvm.LogicalVolume, *lvm.LogicalVolume, error) {
+	vg, name, err := volume.ParseVolumeID(volumeID)
+	if err != nil {
+		return nil, nil, errorf(ErrNotFound, "volume_id: volume %q does not exist: %v", volumeID, err)
+	}
+	base, err := p.SnapshotByID(ctx, baseID, false)
+	if errors.Is(err, ErrElsewhere) {
+		return nil, nil, errorf(ErrNotFound, "base_snapshot_id: %v", err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if origin, _ := volume.OriginFromTags(base.Tags); origin != name || base.VolumeGroup != vg {
+		return nil, nil, errorf(ErrNotFound, "base_snapshot_id: snapshot %s is of volume %s, not of %s", baseID, volume.VolumeID(base.VolumeGroup, origin), volumeID)
+	}
+	if err := SnapshotUsable(base); err != nil {
+		return nil, nil, errorf(ErrRefused, "base_snapshot_id: snapshot %s cannot be read: %v", baseID, err)
+	}
+	lv, err := p.volumeFromLVM(ctx, vg, name, volumeID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if lv.Attr.Open {
+		return nil, nil, errorf(ErrRefused, "volume %s is open on node %s (staged or mounted: still in use); a catch-up reads it only once nothing uses it", volumeID, p.node.Name())
+	}
+	if volume.CopyPending(lv.Tags) {
+		return nil, nil, errorf(ErrRefused, "volume %s is still being copied into; it cannot be the source of a catch-up", volumeID)
+	}
+	return lv, base, nil
+}
+
+// volumeFromLVM reads the carve volume vg/name (its ID id) from LVM, not
+// the view (whether it is open changes without carve): ErrNotFound when
+// it is not a carve volume of this node.
+func (p *Provisioner) volumeFromLVM(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
+	if !p.cfg.Classes.HasVolumeGroup(vg) {
+		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, p.node.Name(), vg)
+	}
+	lv, err := p.cfg.LVM.GetLV(ctx, vg, name)
+	if errors.Is(err, lvm.ErrNotFound) {
+		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s", id, p.node.Name())
+	}
+	if err != nil {
+		return nil, wrap(err, "looking up volume "+id)
+	}
+	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindVolume {
+		return nil, errorf(ErrNotFound, "volume %s does not exist: LV %s/%s is not a carve volume", id, vg, name)
+	}
+	return lv, nil
+}

@@ -1,0 +1,307 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// deltaPuller is a Puller and a DeltaPuller: pull is called for each
+// catch-up.
+type deltaPuller struct {
+	pull func(src RemoteSource, dst string) (DeltaResult, error)
+}
+
+func (deltaPuller) Pull(context.Context, RemoteSource, string, bool, func(uint64)) (blockcopy.Result, error) {
+	return blockcopy.Result{}, errors.New("not a catch-up")
+}
+
+func (d deltaPuller) PullDelta(_ context.Context, src RemoteSource, dst string, _ func(uint64)) (DeltaResult, error) {
+	return d.pull(src, dst)
+}
+
+// TestCatchUp: the target is tagged copy-pending while the catch-up
+// runs and untagged only once it succeeded; a failure keeps the tag and
+// its repeat converges; a target that is open, of another size, not
+// here, not carve's or busy is refused before anything is written.
+func TestCatchUp(t *testing.T) {
+	const size = 64 << 20
+	name := volume.LVNameFor("pvc-target")
+	id := volume.VolumeID("vg1", name)
+	src := RemoteSource{CopyID: "c1", ID: "vg9/" + volume.LVNameFor("pvc-source"), Node: "node-a", Address: "10.0.0.1:9811", Size: size}
+	mismatch := errors.New("checksum mismatch")
+	target := func(change func(lv *lvm.LogicalVolume)) lvm.LogicalVolume {
+		lv := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-target", "fast", nil),
+			Attr: lvm.Attributes{Type: lvm.TypeThick, Active: true}}
+		if change != nil {
+			change(&lv)
+		}
+		return lv
+	}
+	tests := []struct {
+		name   string
+		lv     *lvm.LogicalVolume
+		id     string
+		busy   bool
+		fails  int // how many pulls fail (with mismatch) before one succeeds
+		kind   error
+		msg    []string
+		pulled int
+	}{
+		{name: "caught up", lv: ptrTo(target(nil)), id: id, pulled: 1},
+		{name: "after a crash: tagged already", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) })), id: id, pulled: 1},
+		{name: "a digest mismatch, then the repeat", lv: ptrTo(target(nil)), id: id, fails: 1, kind: mismatch, pulled: 2},
+		{name: "open", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Attr.Open = true })), id: id, kind: ErrRefused, msg: []string{"is open on node node-b"}},
+		{name: "another size", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Size = size + 4<<20 })), id: id, kind: ErrRefused,
+			msg: []string{"has 71303168 bytes", src.ID + " on node node-a has 67108864"}},
+		{name: "not here", id: id, kind: ErrNotFound},
+		{name: "not carve's", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = nil })), id: id, kind: ErrNotFound},
+		{name: "of a volume group no class has", lv: ptrTo(target(nil)), id: volume.VolumeID("vg7", name), kind: ErrNotFound},
+		{name: "busy", lv: ptrTo(target(nil)), id: id, busy: true, kind: ErrBusy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &copyLVM{}
+			if tt.lv != nil {
+				f.lvs = append(f.lvs, *tt.lv)
+			}
+			pulls := 0
+			p := remoteProvisioner(t, f, deltaPuller{pull: func(got RemoteSource, dst string) (DeltaResult, error) {
+				pulls++
+				if got != src || !strings.HasSuffix(dst, "/vg1/"+name) {
+					t.Errorf("pulled %+v into %s", got, dst)
+				}
+				if lv, err := f.GetLV(t.Context(), "vg1", name); err != nil || !volume.CopyPending(lv.Tags) {
+					t.Errorf("the target during the catch-up: %+v, %v; want it tagged copy-pending", lv, err)
+				}
+				if pulls <= tt.fails {
+					return DeltaResult{Received: 1 << 20}, mismatch
+				}
+				return DeltaResult{Received: 8 << 20, Sum: []byte{1}}, nil
+			}})
+			if tt.busy {
+				unlock, err := p.Lock(name, "the test")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer unlock()
+			}
+			req := CatchUpRequest{VolumeID: tt.id, Source: src, Base: "node-a/vg9/carvesnap-1"}
+			res, err := p.CatchUp(t.Context(), req)
+			if tt.fails > 0 {
+				if !errors.Is(err, tt.kind) {
+					t.Fatalf("CatchUp: %v, want %v", err, tt.kind)
+				}
+				if lv, _ := f.GetLV(t.Context(), "vg1", name); !volume.CopyPending(lv.Tags) {
+					t.Fatal("a failed catch-up took the copy-pending tag off")
+				}
+				if v, ok := p.cfg.View.LV("vg1", name); !ok || p.Available(&v) {
+					t.Fatal("a failed catch-up left the volume available in the view")
+				}
+				res, err = p.CatchUp(t.Context(), req)
+			}
+			switch {
+			case tt.kind != nil && tt.fails == 0:
+				if !errors.Is(err, tt.kind) {
+					t.Fatalf("CatchUp: %v, want %v", err, tt.kind)
+				}
+				for _, m := range tt.msg {
+					if !strings.Contains(err.Error(), m) {
+						t.Errorf("%q does not say %q", err, m)
+					}
+				}
+				if lv, gerr := f.GetLV(t.Context(), "vg1", name); gerr == nil && volume.CopyPending(lv.Tags) {
+					t.Error("a refused catch-up tagged the target")
+				}
+			case err != nil:
+				t.Fatalf("CatchUp: %v", err)
+			default:
+				if res.Received != 8<<20 {
+					t.Errorf("received %d", res.Received)
+				}
+				lv, _ := f.GetLV(t.Context(), "vg1", name)
+				if volume.CopyPending(lv.Tags) {
+					t.Error("the caught-up target still carries copy-pending")
+				}
+				if v, ok := p.cfg.View.LV("vg1", name); !ok || volume.CopyPending(v.Tags) {
+					t.Errorf("the view's target %+v still carries copy-pending", v)
+				}
+			}
+			if pulls != tt.pulled {
+				t.Errorf("%d pulls, want %d", pulls, tt.pulled)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestDeltaSource: the source of a catch-up is a carve volume of this
+// node, not open and not being copied into, with the base one of its own
+// snapshots here; ReadDelta fails a read after which the volume is open.
+func TestDeltaSource(t *testing.T) {
+	const size = 64 << 20
+	name := volume.LVNameFor("pvc-source")
+	id := volume.VolumeID("vg1", name)
+	snapLV := volume.SnapshotLVNameFor("seed")
+	base := volume.SnapshotID("node-b", "vg1", snapLV)
+	vol := func(change func(lv *lvm.LogicalVolume)) []lvm.LogicalVolume {
+		lv := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-source", "thin", nil), Pool: "pool0",
+			Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+		if change != nil {
+			change(&lv)
+		}
+		snap := lvm.LogicalVolume{VolumeGroup: "vg1", Name: snapLV, Size: size, Tags: volume.SnapshotTags("seed", "thin", name), Pool: "pool0",
+			Attr: lvm.Attributes{Type: lvm.TypeThin}}
+		other := lvm.LogicalVolume{VolumeGroup: "vg1", Name: volume.SnapshotLVNameFor("other"), Size: size,
+			Tags: volume.SnapshotTags("other", "thin", volume.LVNameFor("pvc-other")), Pool: "pool0", Attr: lvm.Attributes{Type: lvm.TypeThin}}
+		return []lvm.LogicalVolume{lv, snap, other}
+	}
+	tests := []struct {
+		name       string
+		lvs        []lvm.LogicalVolume
+		base       string
+		openDuring bool
+		kind       error
+		msg        string
+	}{
+		{name: "readable", lvs: vol(nil), base: base},
+		{name: "open", lvs: vol(func(lv *lvm.LogicalVolume) { lv.Attr.Open = true }), base: base, kind: ErrRefused, msg: "is open on node node-b"},
+		{name: "opened while read", lvs: vol(nil), base: base, openDuring: true, kind: ErrRefused, msg: "was opened"},
+		{name: "still copied into", lvs: vol(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) }), base: base, kind: ErrRefused, msg: "being copied into"},
+		{name: "a base of another volume", lvs: vol(nil), base: volume.SnapshotID("node-b", "vg1", volume.SnapshotLVNameFor("other")), kind: ErrNotFound, msg: "not of " + id},
+		{name: "a base of another node", lvs: vol(nil), base: volume.SnapshotID("node-a", "vg1", snapLV), kind: ErrNotFound, msg: "node node-a"},
+		{name: "a base that is gone", lvs: vol(nil), base: volume.SnapshotID("node-b", "vg1", volume.SnapshotLVNameFor("gone")), kind: ErrNotFound},
+		{name: "a volume that is gone", lvs: vol(nil)[1:], base: base, kind: ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &copyLVM{}
+			f.lvs = tt.lvs
+			p := remoteProvisioner(t, f, nil)
+			got, err := p.DeltaSize(t.Context(), id, tt.base)
+			if tt.kind == nil || tt.openDuring {
+				if err != nil || got != size {
+					t.Fatalf("DeltaSize: %d, %v", got, err)
+				}
+			} else if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("DeltaSize: %v, want %v saying %q", err, tt.kind, tt.msg)
+			}
+			reads := 0
+			err = p.ReadDelta(t.Context(), id, tt.base, func(d Delta) error {
+				v, b, n := d.Volume, d.Base, d.Size
+				reads++
+				if !strings.HasSuffix(v, "/vg1/"+name) || !strings.HasSuffix(b, "/vg1/"+snapLV) || n != size {
+					t.Errorf("read %s against %s, %d bytes", v, b, n)
+				}
+				if tt.openDuring {
+					f.lvs[0].Attr.Open = true
+				}
+				return nil
+			})
+			if tt.kind == nil {
+				if err != nil || reads != 1 {
+					t.Fatalf("ReadDelta: %v (%d reads)", err, reads)
+				}
+				return
+			}
+			if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("ReadDelta: %v, want %v saying %q", err, tt.kind, tt.msg)
+			}
+			if reads != 0 && !tt.openDuring {
+				t.Error("a refused source was read")
+			}
+		})
+	}
+}
+
+// changeFinder is a ChangeFinder that answers set or err and records
+// what it was asked.
+type changeFinder struct {
+	set   changemap.Set
+	err   error
+	asked []string
+}
+
+func (c *changeFinder) ThinChanges(_ context.Context, vg, pool, base, vol string) (changemap.Set, error) {
+	c.asked = append(c.asked, "thin "+vg+"/"+pool+" "+base+".."+vol)
+	return c.set, c.err
+}
+
+func (c *changeFinder) SnapshotChanges(_ context.Context, vg, snap string) (changemap.Set, error) {
+	c.asked = append(c.asked, "cow "+vg+"/"+snap)
+	return c.set, c.err
+}
+
+// TestReadDeltaChanges: a thin volume and base of one pool get their
+// changes from thin_delta, a thick volume and its copy-on-write base
+// from the exception table; any other pair, a node without a
+// ChangeFinder, and a failure of the metadata path fall back to the
+// compare, saying why.
+func TestReadDeltaChanges(t *testing.T) {
+	const size = 64 << 20
+	name := volume.LVNameFor("pvc-source")
+	id := volume.VolumeID("vg1", name)
+	snapLV := volume.SnapshotLVNameFor("seed")
+	base := volume.SnapshotID("node-b", "vg1", snapLV)
+	found := changemap.Set{{Off: 1 << 20, Len: 64 << 10}}
+	thinVol := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-source", "thin", nil), Pool: "pool0",
+		Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+	thinSnap := lvm.LogicalVolume{VolumeGroup: "vg1", Name: snapLV, Size: size, Tags: volume.SnapshotTags("seed", "thin", name), Pool: "pool0",
+		Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+	thickVol := thinVol
+	thickVol.Pool, thickVol.Attr.Type, thickVol.Tags = "", lvm.TypeThick, volume.VolumeTags("pvc-source", "fast", nil)
+	cowSnap := thinSnap
+	cowSnap.Pool, cowSnap.Origin, cowSnap.Attr.Type, cowSnap.Tags = "", name, lvm.TypeSnapshot, volume.SnapshotTags("seed", "fast", name)
+	otherPool := thinSnap
+	otherPool.Pool = "pool1"
+	thinOfThick := thinSnap
+	tests := []struct {
+		name       string
+		vol, snap  lvm.LogicalVolume
+		finder     *changeFinder
+		wantMethod string
+		wantAsked  string
+		wantWhy    string
+	}{
+		{"thin in one pool", thinVol, thinSnap, &changeFinder{set: found}, DeltaThin, "thin vg1/pool0 " + snapLV + ".." + name, ""},
+		{"thick with a COW base", thickVol, cowSnap, &changeFinder{set: found}, DeltaCOW, "cow vg1/" + snapLV, ""},
+		{"nothing changed", thinVol, thinSnap, &changeFinder{}, DeltaThin, "thin vg1/pool0 " + snapLV + ".." + name, ""},
+		{"thin_delta fails", thinVol, thinSnap, &changeFinder{err: errors.New("exit status 1")}, DeltaCompare, "thin vg1/pool0 " + snapLV + ".." + name, "thin_delta failed: exit status 1"},
+		{"the exception table cannot be read", thickVol, cowSnap, &changeFinder{err: errors.New("not a store")}, DeltaCompare, "cow vg1/" + snapLV, "cow_exceptions failed: not a store"},
+		{"pools differ", thinVol, otherPool, &changeFinder{}, DeltaCompare, "", `in thin pool "pool1", the volume in "pool0"`},
+		{"a thick volume with a thin base", thickVol, thinOfThick, &changeFinder{}, DeltaCompare, "", "no metadata maps a thick volume's changes since a thin base"},
+		{"no finder", thinVol, thinSnap, nil, DeltaCompare, "", "names no changes from metadata"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &copyLVM{}
+			f.lvs = []lvm.LogicalVolume{tt.vol, tt.snap}
+			p := remoteProvisioner(t, f, nil)
+			if tt.finder != nil {
+				p.cfg.Changes = tt.finder
+			}
+			var got Delta
+			if err := p.ReadDelta(t.Context(), id, base, func(d Delta) error { got = d; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got.Method != tt.wantMethod || !strings.Contains(got.Fallback, tt.wantWhy) || (tt.wantWhy == "") != (got.Fallback == "") {
+				t.Errorf("method %q (fallback %q), want %q (saying %q)", got.Method, got.Fallback, tt.wantMethod, tt.wantWhy)
+			}
+			wantSet := tt.finder != nil && tt.finder.err == nil && tt.wantMethod != DeltaCompare
+			if wantSet && !slices.Equal(got.Changed, tt.finder.set) || !wantSet && got.Changed != nil {
+				t.Errorf("changed %v", got.Changed)
+			}
+			if tt.finder != nil && strings.Join(tt.finder.asked, ";") != tt.wantAsked {
+				t.Errorf("asked %q, want %q", tt.finder.asked, tt.wantAsked)
+			}
+		})
+	}
+}

@@ -1,0 +1,209 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// Delete removes the volume LV vg/lvName (id is its volume ID, for
+// messages). A volume that is gone, or whose volume group is none of this
+// node's, is deleted already (no error). An LV without carve's owner tag,
+// a thick one that is the origin of any LV (carve's snapshot or another
+// tool's), or one that is open (mounted), is ErrRefused and is not
+// removed. When
+// the volume group of one of this node's classes is missing, the LV cannot
+// be seen, so it is not known to be gone: that is ErrUnavailable, and the
+// caller retries, never dropping a volume that would come back with the
+// disk. class is the volume's device class when known (for metrics).
+func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class string, err error) {
+	unlock, err := p.Lock(lvName, "volume "+id)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if err := p.notFinishing(lvName, id); err != nil {
+		return "", err
+	}
+	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
+	if err != nil || !found {
+		if err == nil {
+			p.clearMark(ctx, vg, lvName)
+		}
+		return "", err
+	}
+	if !volume.IsCarve(lv.Tags) {
+		return "", errorf(ErrRefused, "LV %s does not carry carve's tag %s; carve does not remove it", id, volume.TagOwner)
+	}
+	class, _ = volume.ClassFromTags(lv.Tags)
+	if lv.Attr.Type != lvm.TypeThin {
+		// lvremove takes a thick origin's copy-on-write snapshots with
+		// it; a thin volume's snapshots are volumes of the pool and
+		// outlive it.
+		if snaps := p.snapshotsOf(vg, lvName); len(snaps) > 0 {
+			return class, errorf(ErrRefused, "volume %s has snapshots %s; delete them first (a thick volume's snapshots cannot outlive it)", id, strings.Join(snaps, ", "))
+		}
+		switch deps, err := p.dependentsOf(ctx, vg, lvName); {
+		case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+			return class, vgMissing(id, vg, err)
+		case err != nil:
+			return class, wrap(err, "looking for the snapshots of "+id)
+		case len(deps) > 0:
+			return class, errorf(ErrRefused, "volume %s is the origin of LV %s, which carve did not make as a snapshot (another tool's snapshot, or a clone's copy source); "+
+				"lvremove would remove it with the volume, so carve does not: remove it first", id, strings.Join(deps, ", "))
+		}
+	}
+	p.removeCopySource(ctx, vg, volume.CopySourceLVNameFor(lvName))
+	stepStart := time.Now()
+	err = p.cfg.LVM.RemoveLV(ctx, vg, lvName)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, classLabel(class), time.Since(stepStart), err)
+	switch {
+	case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+		return class, vgMissing(id, vg, err)
+	case errors.Is(err, lvm.ErrNotFound):
+	case errors.Is(err, lvm.ErrInUse):
+		return class, errorf(ErrRefused, "volume %s is in use (open or mounted); unstage it first: %v", id, err)
+	case err != nil:
+		return class, wrap(err, "removing "+id)
+	default:
+		klog.FromContext(ctx).Info("Deleted volume", "volumeID", id)
+	}
+	p.cfg.View.Removed(vg, lvName)
+	p.clearMark(ctx, vg, lvName)
+	return class, nil
+}
+
+// notFinishing is ErrBusy while a CreateVolume's finishing of the LV
+// lvName (its erasure) goes on after the call gave up: that work ends by
+// putting the LV back in the view and clearing its mark, which must not
+// happen after the LV was removed. The caller holds the volume's lock,
+// under which finishing jobs start, so none can start before it is
+// released.
+func (p *Provisioner) notFinishing(lvName, id string) error {
+	if p.finishing.Running(lvName) {
+		return errorf(ErrBusy, "volume %s is still being prepared (a CreateVolume's erasure goes on); retry once it ends", id)
+	}
+	return nil
+}
+
+// DeleteSnapshot removes the snapshot LV vg/lvName of this node (id is its
+// snapshot ID). A snapshot that is gone is deleted already; an LV that is
+// not a carve snapshot is ErrRefused, as is one a copy reads from now.
+func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string) (class string, err error) {
+	unlock, err := p.Lock(lvName, "snapshot "+id)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
+	if err != nil || !found {
+		return "", err
+	}
+	k, class, owned := volume.Owned(lv)
+	if !owned || k != volume.KindSnapshot {
+		return "", errorf(ErrRefused, "LV %s/%s is not a carve snapshot; carve does not remove it", vg, lvName)
+	}
+	stepStart := time.Now()
+	err = p.cfg.LVM.RemoveLV(ctx, vg, lvName)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseSnapshotDelete, metrics.StepLVRemove, class, time.Since(stepStart), err)
+	switch {
+	case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+		return class, vgMissing(id, vg, err)
+	case errors.Is(err, lvm.ErrNotFound):
+	case errors.Is(err, lvm.ErrInUse):
+		return class, errorf(ErrRefused, "snapshot %s is in use (a restore or clone is copying from it); retry later: %v", id, err)
+	case err != nil:
+		return class, wrap(err, "removing snapshot "+id)
+	}
+	p.cfg.View.Removed(vg, lvName)
+	klog.FromContext(ctx).Info("Deleted snapshot", "snapshotID", id)
+	return class, nil
+}
+
+// classLabel is class, or metrics.UnknownClass when it is not known.
+func classLabel(class string) string {
+	if class == "" {
+		return metrics.UnknownClass
+	}
+	return class
+}
+
+// lvToDelete finds the LV a delete names: in the view, else from LVM.
+// found is false when the LV is gone or its VG is not one of this node's
+// (the delete is then done); a configured VG that is missing is an error,
+// so that a delete is never reported done for a volume carve could not see.
+func (p *Provisioner) lvToDelete(ctx context.Context, vg, lvName, id string) (lv lvm.LogicalVolume, found bool, err error) {
+	if lv, ok := p.cfg.View.LV(vg, lvName); ok {
+		return lv, true, nil
+	}
+	got, gerr := p.cfg.LVM.GetLV(ctx, vg, lvName)
+	switch {
+	case errors.Is(gerr, lvm.ErrVolumeGroupNotFound) && p.cfg.Classes.HasVolumeGroup(vg):
+		return lvm.LogicalVolume{}, false, vgMissing(id, vg, gerr)
+	case errors.Is(gerr, lvm.ErrNotFound):
+		return lvm.LogicalVolume{}, false, nil
+	case gerr != nil:
+		return lvm.LogicalVolume{}, false, wrap(gerr, "looking up "+id)
+	}
+	return *got, true, nil
+}
+
+// vgMissing is a delete's answer while the volume group is missing.
+func vgMissing(id, vg string, err error) error {
+	return errorf(ErrUnavailable, "volume %s: volume group %s is missing on this node, so whether its LV is gone cannot be known; "+
+		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
+}
+
+// clearMark drops the marks of a removed LV: the one of a create that
+// never finished, and the one of a stage whose mkfs never ended. One left
+// over is harmless: Create of the same name clears them too.
+func (p *Provisioner) clearMark(ctx context.Context, vg, lv string) {
+	if err := errors.Join(p.cfg.Marks.Clear(vg, lv), p.clearFormatting(vg, lv)); err != nil {
+		klog.FromContext(ctx).Error(err, "Clearing the marks of a removed LV", "vg", vg, "lv", lv)
+	}
+}
+
+// clearFormatting takes off the formatting mark of vg/lv (Config's
+// Formatting), if any.
+func (p *Provisioner) clearFormatting(vg, lv string) error {
+	if p.cfg.Formatting == nil {
+		return nil
+	}
+	return p.cfg.Formatting.Clear(vg, lv)
+}
+
+// dependentsOf names the LVs (vg/lv) whose origin is vg/name, read from
+// LVM: lvremove --yes removes a thick origin's copy-on-write snapshots
+// with it, carve's or another tool's, and the view holds no snapshot
+// another tool made since its last refresh.
+func (p *Provisioner) dependentsOf(ctx context.Context, vg, name string) ([]string, error) {
+	r, err := p.cfg.LVM.Report(ctx, vg)
+	if err != nil {
+		return nil, err
+	}
+	var deps []string
+	for _, lv := range r.LogicalVolumes {
+		if lv.VolumeGroup == vg && lv.Origin == name {
+			deps = append(deps, vg+"/"+lv.Name)
+		}
+	}
+	return deps, nil
+}
+
+// snapshotsOf names the snapshots (their IDs) of the volume LV vg/name.
+func (p *Provisioner) snapshotsOf(vg, name string) []string {
+	var ids []string
+	for _, lv := range p.cfg.View.Snapshots() {
+		if o, _ := volume.OriginFromTags(lv.Tags); lv.VolumeGroup == vg && (o == name || lv.Origin == name) {
+			ids = append(ids, volume.SnapshotID(p.node.Name(), vg, lv.Name))
+		}
+	}
+	return ids
+}

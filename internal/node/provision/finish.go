@@ -1,0 +1,151 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// EraseMethodFor is how a new volume of class is erased before it is
+// handed out (block: it is used as a raw block device). Only raw-block
+// volumes of thick classes are: a filesystem never returns blocks it did
+// not write through its files, and a thin volume reads zeros where it was
+// never written when its pool zeroes new blocks (see the pool check at
+// start-up).
+func EraseMethodFor(class *config.DeviceClass, block bool) erase.Method {
+	if class.Thin() || !block {
+		return erase.None
+	}
+	return class.EraseMethod()
+}
+
+// clearsSignatures tells whether a new volume gets its signature regions
+// zeroed (see finish): a thick filesystem volume made empty. A raw-block
+// volume is never staged with a signature check, a thin one reads zeros
+// where it was never written, and a restored or cloned one holds its
+// source's data.
+func clearsSignatures(r *Request) bool {
+	return !r.Class.Thin() && r.Source == nil && !r.Block
+}
+
+// finish makes a new LV ready to hand out: it zeroes it when method asks
+// for it, then clears its mark (and takes off the tag an older carve
+// marked it with). An LV that is not unfinished is returned as it is.
+// The work runs detached from ctx, so that a CreateVolume whose
+// deadline passes does not throw away an erasure half done: that call gets
+// ErrBusy (csi-provisioner retries and keeps the node), and the retry
+// waits for the same work.
+//
+// made says the LV was made by this call's lvcreate, so LVM need not be
+// asked whether it is still unfinished.
+//
+// clearSignatures zeroes the regions where signatures live
+// (erase.Signatures) of a new thick filesystem volume that has no content
+// source, so that NodeStage reads it as blank without running blkid; it
+// saves a process at stage, so a device it cannot zero (no device node,
+// as with activation disabled) is left as lvcreate made it, and NodeStage
+// asks blkid.
+func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
+	if half, err := p.unfinished(lv); err != nil || !half {
+		return lv, err
+	}
+	work := *lv
+	j, _ := p.finishing.Start(ctx, lv.Name, "", func(jobCtx context.Context) (*lvm.LogicalVolume, error) {
+		return p.finishLV(jobCtx, &work, made, class, method, clearSignatures)
+	})
+	if !j.Wait(ctx) {
+		return nil, errorf(ErrBusy, "volume %s is still being prepared (erase method %s, %d bytes); retry later: %v",
+			volume.VolumeID(lv.VolumeGroup, lv.Name), method, lv.Size, ctx.Err())
+	}
+	done, err := j.Result()
+	if err != nil {
+		return nil, wrap(err, "finishing volume "+volume.VolumeID(lv.VolumeGroup, lv.Name))
+	}
+	return done, nil
+}
+
+// finishLV is the work of finish.
+func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
+	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
+	if !made {
+		// LVM and the marks, not the view, say whether the LV is still
+		// unfinished: a view read before an earlier finishing ended still
+		// shows the old tag, and zeroing a volume already handed out would
+		// destroy its data.
+		cur, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s/%s before finishing it: %w", lv.VolumeGroup, lv.Name, err)
+		}
+		half, err := p.unfinished(cur)
+		if err != nil {
+			return nil, err
+		}
+		if !half {
+			p.cfg.View.Created(*cur)
+			return cur, nil
+		}
+		if cur.Path == "" {
+			cur.Path = lv.Path
+		}
+		lv = cur
+	}
+	if method != erase.None {
+		start := time.Now()
+		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, method)
+		if errors.Is(err, fs.ErrNotExist) {
+			// No device node: the LV is inactive (lvm.conf's activation
+			// settings, or a reboot since lvcreate).
+			var act *lvm.LogicalVolume
+			if act, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name); err == nil {
+				n, err = p.cfg.Eraser.Erase(ctx, act.Path, method)
+			}
+		}
+		p.cfg.Metrics.ObserveStep(metrics.PhaseCreate, metrics.StepErase, class.Name, time.Since(start), err)
+		if err != nil {
+			log.Error(err, "Erasing a new volume failed; the next CreateVolume of it tries again")
+			return nil, fmt.Errorf("erasing %s/%s: %w", lv.VolumeGroup, lv.Name, err)
+		}
+		log.Info("Erased new volume", "method", method, "bytes", n, "duration", time.Since(start))
+	}
+	flushed := method != erase.None
+	if method == erase.None && clearSignatures {
+		start := time.Now()
+		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Signatures)
+		if err != nil {
+			log.Info("Could not zero the signature regions of a new volume; NodeStage will ask blkid", "err", err)
+		} else {
+			flushed = true
+			log.V(2).Info("Zeroed the signature regions of a new volume", "bytes", n, "duration", time.Since(start))
+		}
+	}
+	if !flushed {
+		// lvm2 leaves the LV's metadata in the disk's write cache: flush
+		// it, or the volume could vanish at a power cut after the answer.
+		// No device node (activation off): nothing to flush through.
+		if _, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Flush); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("flushing new volume %s/%s: %w", lv.VolumeGroup, lv.Name, err)
+		}
+	}
+	if volume.IsUnfinished(lv.Tags) {
+		if err := p.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {
+			return nil, fmt.Errorf("marking %s/%s finished: %w", lv.VolumeGroup, lv.Name, err)
+		}
+		lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return t == volume.TagUnfinished })
+	}
+	if err := p.cfg.Marks.Clear(lv.VolumeGroup, lv.Name); err != nil {
+		return nil, err
+	}
+	p.cfg.View.Created(*lv)
+	return lv, nil
+}

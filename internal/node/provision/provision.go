@@ -1,0 +1,274 @@
+// Package provision is carve's volume lifecycle on one node, with no
+// transport in it: making a volume (finding the one made before, checking
+// the room, lvcreate, finishing it), redoing a half-made one, copying from
+// a source, snapshots and their sizing, deleting, and removing orphans. Its
+// errors are *Error values of the kinds in errors.go, or lvm's and state's
+// own wrapped; the CSI edge (internal/node/driver) maps them to gRPC codes.
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/dmsnapshot"
+	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/jobs"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/node/volumelock"
+	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// Config holds what the Provisioner needs; main builds it.
+type Config struct {
+	// NodeName is this node; the provisioner acts on its volume groups
+	// only.
+	NodeName string
+	// Classes is the device-class file.
+	Classes *config.Config
+	// LVM runs the mutations.
+	LVM LVM
+	// View is the in-memory state the reads are served from; it must have
+	// been refreshed once.
+	View *vgview.View
+	// Metrics records phases and steps; nil records nothing.
+	Metrics *metrics.Recorder
+	// Eraser zeroes new raw-block volumes; nil is erase.Devices.
+	Eraser erase.Eraser
+	// Copier copies the data of a restore or clone that is not a thin
+	// snapshot in the class's own pool.
+	Copier Copier
+	// Puller copies the data of a restore or clone from another node
+	// (RemoteSource); nil makes none.
+	Puller Puller
+	// Snapshots reads a copy-on-write snapshot's state from the kernel
+	// after a copy from it; nil asks LVM (one lvs more).
+	Snapshots SnapshotReader
+	// Changes names a volume's changes since a snapshot of it from
+	// device-mapper metadata, for the source of a catch-up; nil has
+	// every catch-up compare the volume with its base.
+	Changes ChangeFinder
+	// Locator finds the node of a clone's source volume that is not on
+	// this node; nil (no API access) leaves it unknown.
+	Locator Locator
+	// Marks records the thick LVs being made until they are ready; it
+	// must be set.
+	Marks *marks.Marks
+	// Formatting is the node server's (NodeConfig): a volume made or
+	// deleted has its mark taken off, so that no mark left by an older LV
+	// of the same name has a stage erase a new one; nil when the node
+	// server has none.
+	Formatting *marks.Marks
+	// Locks are the per-volume locks; nil is a new set (tests share
+	// theirs to hold one).
+	Locks *volumelock.Locks
+	// IsDeviceNode tells whether path is a block device node; nil checks
+	// the file system (tests replace it).
+	IsDeviceNode func(path string) bool
+	// DevDir is the directory LVM makes device nodes under; empty is
+	// volume.DevDir of the process's environment, read once by New.
+	DevDir string
+}
+
+// LVM is what the provisioner needs of LVM; *lvm.Client implements it.
+// The errors are the lvm package's (lvm.ErrNotFound,
+// lvm.ErrInsufficientSpace, lvm.ErrAlreadyExists, lvm.ErrInvalidArgument).
+type LVM interface {
+	// Report reads the named VGs (every one when none is named), their
+	// LVs and thin pools with one command; one named VG that does not
+	// exist is lvm.ErrVolumeGroupNotFound.
+	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
+	// GetLV returns lvm.ErrNotFound when the LV does not exist, and
+	// lvm.ErrVolumeGroupNotFound (also an lvm.ErrNotFound) when its VG
+	// does not.
+	GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
+	// CreateLV returns lvm.ErrAlreadyExists when the name is taken.
+	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
+	// ExtendLV is a no-op for an LV that is already at least size bytes.
+	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
+	// DeleteTags takes tags off an LV; a tag it does not carry is no
+	// error. lvm.ErrNotFound when the LV does not exist.
+	DeleteTags(ctx context.Context, vg, name string, tags ...string) error
+	// RemoveLV returns lvm.ErrNotFound when the LV does not exist,
+	// lvm.ErrVolumeGroupNotFound when its VG does not.
+	RemoveLV(ctx context.Context, vg, name string) error
+	// CreateSnapshot makes a thin snapshot (req.CowSize zero) or a
+	// copy-on-write one; lvm.ErrAlreadyExists when the name is taken,
+	// lvm.ErrNotFound when the origin does not exist.
+	CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error)
+	// ActivateLV activates one LV (a thin LV's pool with it) and returns
+	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
+	// does not exist.
+	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
+	// DeactivateLV deactivates one LV; an inactive one is left as it is.
+	// lvm.ErrNotFound when the LV does not exist.
+	DeactivateLV(ctx context.Context, vg, name string) error
+}
+
+var _ LVM = (*lvm.Client)(nil)
+
+// Settler is an LVM whose mutations may outlive their callers (they are
+// never killed half-way, see lvm.Client): Settle returns once no mutation
+// of the volume group vg runs, or ctx ends (its error).
+type Settler interface {
+	Settle(ctx context.Context, vg string) error
+}
+
+var _ Settler = (*lvm.Client)(nil)
+
+// Copier copies the first size bytes of the device src to the device dst
+// and syncs dst; *blockcopy.Copier implements it. sparse skips the
+// source's all-zero chunks and dst's tail (blockcopy.Options.Sparse).
+// progress, when set, gets the bytes copied so far.
+type Copier interface {
+	Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error)
+}
+
+var _ Copier = blockcopy.Copier{}
+
+// SnapshotReader reads the state of a device-mapper device at a path
+// (dmsnapshot.Reader).
+type SnapshotReader interface {
+	Read(path string) (dmsnapshot.State, error)
+}
+
+// Locator tells where volumes are: a volume ID does not name its node.
+type Locator interface {
+	// NodesOf returns the nodes, sorted, whose PersistentVolumes carry
+	// the volume ID as their handle; none when no PV does; an error when
+	// it cannot be known now (and may be later).
+	NodesOf(volumeID string) ([]string, error)
+}
+
+// Provisioner makes, finishes, copies, snapshots and removes the LVs of
+// this node's volumes.
+type Provisioner struct {
+	cfg   Config
+	node  topology.Node
+	locks *volumelock.Locks
+	// finishing zeroes and marks finished the new LVs, keyed by LV name,
+	// beyond the life of one call (erasing a large volume takes longer
+	// than csi-provisioner's deadline); the retries join it. An ended
+	// finishing is not kept: a retry reads the outcome from the LV's tags.
+	finishing jobs.Set[*lvm.LogicalVolume]
+}
+
+// New returns the Provisioner of cfg.
+func New(cfg Config) *Provisioner {
+	if cfg.Eraser == nil {
+		cfg.Eraser = erase.Devices{}
+	}
+	if cfg.Locks == nil {
+		cfg.Locks = volumelock.New()
+	}
+	if cfg.IsDeviceNode == nil {
+		cfg.IsDeviceNode = volume.IsBlockDevice
+	}
+	if cfg.DevDir == "" {
+		cfg.DevDir = volume.DevDir(os.Environ())
+	}
+	return &Provisioner{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: cfg.Locks}
+}
+
+// devicePath is the device node of an LV.
+func (p *Provisioner) devicePath(lv *lvm.LogicalVolume) string {
+	return volume.DeviceOf(p.cfg.DevDir, lv)
+}
+
+// Lock takes the per-volume lock of an LV name; busy is ErrBusy (what
+// names the volume or snapshot in the message).
+func (p *Provisioner) Lock(lvName, what string) (func(), error) {
+	if !p.locks.TryAcquire(lvName) {
+		return nil, errorf(ErrBusy, "an operation on %s is already in progress; retry later", what)
+	}
+	return func() { p.locks.Release(lvName) }, nil
+}
+
+// Busy tells whether a CreateVolume or DeleteVolume of the LV name is in
+// flight (the orphan audit never counts such an LV as an orphan).
+func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
+
+// BusyNames lists, sorted, the names whose lock is held now: the LVs with
+// a call in flight (the node agent's inventory carries them to the
+// controller's audit).
+func (p *Provisioner) BusyNames() []string { return p.locks.Keys() }
+
+// RemoveOrphan removes the carve LV vg/name that the audit found
+// orphaned and QuarantineOrphan quarantined (its name and tags must say
+// it was orphan-of orphanOf), under the same per-volume lock as
+// CreateVolume and DeleteVolume (busy is an error: the next pass tries
+// again), and clears the marks of its original name. An LV that is gone
+// is success; one without carve's owner tag, not quarantined from
+// orphanOf, with snapshots (carve's or any LV's whose origin it is), or
+// open, is refused.
+func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf string) error {
+	if !p.locks.TryAcquire(name) {
+		return fmt.Errorf("LV %s: an operation is in flight", volume.VolumeID(vg, name))
+	}
+	defer p.locks.Release(name)
+	lv, err := p.cfg.LVM.GetLV(ctx, vg, name)
+	switch {
+	case errors.Is(err, lvm.ErrNotFound):
+		p.cfg.View.Removed(vg, name)
+		return nil
+	case err != nil:
+		return err
+	case !volume.IsCarve(lv.Tags):
+		return fmt.Errorf("LV %s does not carry carve's tag %s", volume.VolumeID(vg, name), volume.TagOwner)
+	}
+	if q, ok := volume.QuarantinedFrom(name, lv.Tags); !ok || q.Original != orphanOf || orphanOf == "" {
+		return fmt.Errorf("LV %s is not an orphan quarantined from %q; carve removes only those", volume.VolumeID(vg, name), orphanOf)
+	}
+	if snaps := p.snapshotsOf(vg, name); len(snaps) > 0 {
+		return fmt.Errorf("LV %s has snapshots %v; carve removes it only once they are deleted", volume.VolumeID(vg, name), snaps)
+	}
+	// lvremove --yes would take another tool's snapshots with it too.
+	switch deps, err := p.dependentsOf(ctx, vg, name); {
+	case err != nil:
+		return fmt.Errorf("LV %s: looking for its snapshots: %w", volume.VolumeID(vg, name), err)
+	case len(deps) > 0:
+		return fmt.Errorf("LV %s is the origin of %v; carve removes it only once no LV has it as origin", volume.VolumeID(vg, name), deps)
+	}
+	class, _ := volume.ClassFromTags(lv.Tags)
+	start := time.Now()
+	err = p.cfg.LVM.RemoveLV(ctx, vg, name)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepLVRemove, class, time.Since(start), err)
+	if err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		return err
+	}
+	p.cfg.View.Removed(vg, name)
+	p.clearMark(ctx, vg, orphanOf)
+	return nil
+}
+
+// Available tells whether an LV is a volume that CreateVolume has handed
+// out: not half-made (unfinished: a crash between lvcreate and its wipe or
+// erasure) and not a restore or clone whose copy is under way
+// (volume.TagCopyPending), nor an orphan the audit quarantined (renamed
+// carve-orphan-<hex>: no volume ID names it). A mark that cannot be read
+// counts as unfinished.
+func (p *Provisioner) Available(lv *lvm.LogicalVolume) bool {
+	if volume.IsQuarantineName(lv.Name) {
+		return false
+	}
+	half, err := p.unfinished(lv)
+	return err == nil && !half && !volume.CopyPending(lv.Tags)
+}
+
+// refreshAfter re-reads LVM after a mutation found less room than the
+// view, so that the capacity published next is true.
+func (p *Provisioner) refreshAfter(ctx context.Context, what string) {
+	if err := p.cfg.View.Refresh(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Refreshing the volume-group view failed", "after", what)
+	}
+}

@@ -1,0 +1,106 @@
+package provision
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// settleLVM is an LVM of one volume group whose lvcreate outlives its
+// caller, as lvm.Client's does: when the caller's context ends, CreateLV
+// answers at once and the LV appears once release is closed; Settle
+// waits for that.
+type settleLVM struct {
+	LVM
+	mu       sync.Mutex
+	lvs      []lvm.LogicalVolume
+	started  chan struct{}
+	release  chan struct{}
+	finished chan struct{}
+}
+
+func (f *settleLVM) Report(context.Context, ...string) (*lvm.Report, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &lvm.Report{ReadAt: time.Now(), LogicalVolumes: slices.Clone(f.lvs),
+		VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20}}}, nil
+}
+
+func (f *settleLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
+	close(f.started)
+	<-ctx.Done()
+	go func() {
+		<-f.release
+		f.mu.Lock()
+		f.lvs = append(f.lvs, lvm.LogicalVolume{VolumeGroup: req.VolumeGroup, Name: req.Name, Size: req.Size, Tags: req.Tags})
+		f.mu.Unlock()
+		close(f.finished)
+	}()
+	return nil, &lvm.CommandError{Args: []string{"lvcreate"}, ExitCode: -1, Err: fmt.Errorf("still running, left to finish in the background: %w", ctx.Err())}
+}
+
+func (f *settleLVM) Settle(ctx context.Context, _ string) error {
+	select {
+	case <-f.finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestRoomHeldWhileAnAbandonedLVCreateRuns: a CreateVolume whose caller
+// gave up during lvcreate leaves the command running; the room lock stays
+// taken until it ends and the view shows what it made, so that no room
+// check passes on free space the command is taking (review 2026-11-26,
+// "Races": the spare could be overcommitted once).
+func TestRoomHeldWhileAnAbandonedLVCreateRuns(t *testing.T) {
+	cfg, err := config.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := marks.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &settleLVM{started: make(chan struct{}), release: make(chan struct{}), finished: make(chan struct{})}
+	view := vgview.New(f, cfg, nil)
+	if err := view.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{NodeName: "node-a", Classes: cfg, LVM: f, View: view, Marks: m})
+	class, _ := cfg.Class("fast")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.started
+		cancel()
+	}()
+	if _, err := p.Create(ctx, &Request{Name: "pvc-1", Class: class, Range: Range{Required: 1 << 30}}); err == nil {
+		t.Fatal("Create succeeded with its context cancelled")
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	if unlock, err := view.LockRoom(short, "vg1"); err == nil {
+		unlock()
+		t.Fatal("the room lock was free while the abandoned lvcreate still ran")
+	}
+	close(f.release)
+	wait, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelWait()
+	unlock, err := view.LockRoom(wait, "vg1")
+	if err != nil {
+		t.Fatalf("the room lock stayed taken after the lvcreate ended: %v", err)
+	}
+	defer unlock()
+	if _, ok := view.LV("vg1", volume.LVNameFor("pvc-1")); !ok {
+		t.Error("the room lock was released before the view showed the LV the lvcreate made")
+	}
+}

@@ -1,0 +1,77 @@
+package provision
+
+import (
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// minFilesystemSize is the smallest device a filesystem can be made on:
+// mkfs.xfs (xfsprogs 5.19 and later, the image's 6.1) refuses anything
+// under 300 MiB, which would fail every NodeStage of a smaller volume.
+var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
+
+// VolumeSize resolves a capacity range to a size in whole units, unit being
+// the step LVM rounds the class's LVs to (lvm.LVOptions.SizeUnit: an extent,
+// or an extent per stripe): required_bytes rounded up, and up to the
+// smallest size fsType can be made on ("" for a block volume); 0 means
+// volume.DefaultVolumeSize (or limit_bytes, when smaller); ErrOutOfRange when the
+// size exceeds limit_bytes. The size is the one LVM will make, so a volume
+// is never larger than limit_bytes.
+func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
+	req, lim := r.Required, r.Limit
+	switch {
+	case req < 0:
+		return 0, errorf(ErrInvalid, "capacity_range: required_bytes %d is negative", req)
+	case lim < 0:
+		return 0, errorf(ErrInvalid, "capacity_range: limit_bytes %d is negative", lim)
+	case lim > 0 && req > lim:
+		return 0, errorf(ErrInvalid, "capacity_range: required_bytes %d exceeds limit_bytes %d", req, lim)
+	}
+	size := uint64(req)
+	if size == 0 {
+		size = volume.DefaultVolumeSize
+		if lim > 0 && uint64(lim) < size {
+			// The largest whole number of units within the limit.
+			size = uint64(lim) / unit * unit
+			if size == 0 {
+				return 0, errorf(ErrOutOfRange, "capacity_range: limit_bytes %d is smaller than one extent (%d bytes, an extent per stripe for a striped class)", lim, unit)
+			}
+		}
+	}
+	if floor := minFilesystemSize[fsType]; size < floor {
+		if lim > 0 && uint64(lim) < floor {
+			return 0, errorf(ErrOutOfRange, "capacity_range: limit_bytes %d is below the %d bytes a %s filesystem needs", lim, floor, fsType)
+		}
+		size = floor
+	}
+	size = vgview.RoundUp(size, unit)
+	if lim > 0 && size > uint64(lim) {
+		return 0, errorf(ErrOutOfRange, "capacity_range: %d bytes rounded up to whole extents (a multiple of %d bytes, an extent per stripe for a striped class) is %d, above limit_bytes %d", req, unit, size, lim)
+	}
+	return size, nil
+}
+
+// sizeFits tells whether an existing volume of size bytes satisfies r.
+func sizeFits(size uint64, r Range) bool {
+	if r.Required > 0 && size < uint64(r.Required) {
+		return false
+	}
+	if r.Limit > 0 && size > uint64(r.Limit) {
+		return false
+	}
+	return true
+}
+
+// sourceSize is the size of a volume made from a source of srcSize bytes
+// when size was asked: at least the source's, rounded to unit, within the
+// limit.
+func sourceSize(size, srcSize, unit uint64, r Range) (uint64, error) {
+	if size >= srcSize {
+		return size, nil
+	}
+	size = vgview.RoundUp(srcSize, unit)
+	if lim := r.Limit; lim > 0 && size > uint64(lim) {
+		return 0, errorf(ErrOutOfRange, "capacity_range: limit_bytes %d is smaller than the content source's %d bytes", lim, srcSize)
+	}
+	return size, nil
+}

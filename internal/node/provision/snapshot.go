@@ -1,0 +1,248 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// A snapshot is an LV beside its volume, in the same volume group: a thin
+// snapshot (lvcreate --snapshot of a thin LV, in the same pool) for a thin
+// class, a copy-on-write snapshot for a thick one. Its identity is in its
+// name and tags alone (internal/volume), so no state outside LVM is kept. A thin
+// snapshot keeps LVM's activation-skip flag: it takes no device until a
+// restore needs it.
+
+// SnapshotRequest is one snapshot to take, checked by the caller.
+type SnapshotRequest struct {
+	// Name is the snapshot's name; its LV name derives from it.
+	Name string
+	// SourceID is the source volume's ID; VolumeGroup and Origin are
+	// what it names.
+	SourceID, VolumeGroup, Origin string
+}
+
+// Snapshot takes a snapshot of a volume, or returns the one taken before
+// of the same name and source (the same name with another source is
+// ErrMismatch). class is the device class of the snapshot, as far as it
+// is known (for metrics), even on an error.
+func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.LogicalVolume, class string, err error) {
+	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
+	snapLV := volume.SnapshotLVNameFor(name)
+	unlock, err := p.Lock(snapLV, "snapshot "+name)
+	if err != nil {
+		return nil, "", err
+	}
+	defer unlock()
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("snapshot", name, "lv", snapLV, "sourceVolumeID", r.SourceID))
+	if existing, ok := p.findSnapshotLV(vg, snapLV); ok {
+		if err := snapshotCompatible(&existing, name, vg, origin); err != nil {
+			return nil, "", err
+		}
+		c, _ := volume.ClassFromTags(existing.Tags)
+		klog.FromContext(ctx).V(2).Info("Snapshot exists already")
+		return &existing, c, nil
+	}
+	src, err := p.sourceLV(ctx, vg, origin, r.SourceID)
+	if err != nil {
+		return nil, "", err
+	}
+	className, _ := volume.ClassFromTags(src.Tags)
+	d, ok := p.cfg.Classes.Class(className)
+	if !ok || d.VolumeGroup != vg {
+		return nil, className, errorf(ErrRefused, "source volume %s is of device class %q, which node %s does not configure in volume group %s now", r.SourceID, className, p.node.Name(), vg)
+	}
+	if d.Thin() != (src.Attr.Type == lvm.TypeThin) {
+		return nil, className, errorf(ErrRefused, "source volume %s is a %s LV, its device class %s is not; carve snapshots only volumes it made", r.SourceID, src.Attr.Type, d.Name)
+	}
+	lv, err = p.takeSnapshot(ctx, r, d, src)
+	return lv, className, err
+}
+
+// takeSnapshot makes the snapshot LV of r of src, a volume of class,
+// under the room lock of its volume group.
+func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class *config.DeviceClass, src *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
+	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
+	snapLV := volume.SnapshotLVNameFor(name)
+	unlockRoom, err := p.cfg.View.LockRoom(ctx, vg)
+	if err != nil {
+		return nil, wrap(err, "snapshot "+name)
+	}
+	defer unlockRoom()
+	sreq := lvm.SnapshotRequest{VolumeGroup: vg, Origin: origin, Name: snapLV,
+		Tags: volume.SnapshotTags(name, class.Name, origin), ActivationSkip: true, OriginLV: src}
+	if err := p.snapshotRoom(class, src, &sreq); err != nil {
+		return nil, err
+	}
+	if asked, made, ok := volume.AskedFromTags(src.Tags); ok && src.Size == made {
+		// Not grown since it was made: the snapshot reports what its
+		// claim asked (see SnapshotSizeBytes).
+		sreq.Tags = append(sreq.Tags, volume.AskedTag(asked, made))
+	}
+	stepStart := time.Now()
+	lv, err := p.cfg.LVM.CreateSnapshot(ctx, sreq)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseSnapshot, metrics.StepLVCreate, class.Name, time.Since(stepStart), err)
+	switch {
+	case errors.Is(err, lvm.ErrAlreadyExists):
+		got, gerr := p.cfg.LVM.GetLV(ctx, vg, snapLV)
+		if gerr != nil {
+			return nil, wrap(gerr, "looking up existing snapshot LV "+vg+"/"+snapLV)
+		}
+		if err := snapshotCompatible(got, name, vg, origin); err != nil {
+			return nil, err
+		}
+		p.cfg.View.Created(*got)
+		return got, nil
+	case errors.Is(err, lvm.ErrInsufficientSpace):
+		p.refreshAfter(ctx, "an out-of-space snapshot")
+		return nil, errorf(ErrNoRoom, "snapshot %q of %s: %v", name, r.SourceID, err)
+	case err != nil:
+		return nil, wrap(err, "creating snapshot LV "+vg+"/"+snapLV)
+	}
+	p.cfg.View.Created(*lv)
+	klog.FromContext(ctx).Info("Created snapshot", "cowSize", sreq.CowSize)
+	return lv, nil
+}
+
+// snapshotRoom checks that class has room for a snapshot of src and sizes
+// a copy-on-write one: a thin snapshot adds src's size to the pool's
+// virtual size, so it counts against the overprovision ratio like a
+// volume; a copy-on-write snapshot takes its copy-on-write space from the
+// volume group.
+func (p *Provisioner) snapshotRoom(class *config.DeviceClass, src *lvm.LogicalVolume, sreq *lvm.SnapshotRequest) error {
+	room, err := p.cfg.View.Capacity(class)
+	if errors.Is(err, vgview.ErrClassUnavailable) {
+		return errorf(ErrUnavailable, "device class %s on node %s cannot take snapshots now: %v", class.Name, p.node.Name(), err)
+	}
+	if err != nil {
+		return wrap(err, "device class "+class.Name)
+	}
+	need := src.Size
+	if !class.Thin() {
+		sreq.CowSize = vgview.RoundUp(class.SnapshotCowSize(src.Size), room.ExtentSize)
+		sreq.Tags = append(sreq.Tags, volume.SizeTag(src.Size))
+		need = sreq.CowSize
+	}
+	if need > room.Available {
+		return errorf(ErrNoRoom, "device class %s on node %s has %d bytes available (after a spare of %d); a snapshot of %s needs %d",
+			class.Name, p.node.Name(), room.Available, class.SpareBytes(), volume.VolumeID(src.VolumeGroup, src.Name), need)
+	}
+	return nil
+}
+
+// findSnapshotLV looks for a snapshot LV in the view, in vg first.
+func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) {
+	if lv, ok := p.cfg.View.LV(vg, name); ok {
+		return lv, true
+	}
+	return p.cfg.View.FindLV(name)
+}
+
+// sourceLV finds a carve volume that a snapshot or clone is taken of,
+// in the view or else from LVM: ErrNotFound when it does not exist on
+// this node.
+func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
+	if lv, ok := p.cfg.View.LV(vg, name); ok && p.cfg.Classes.HasVolumeGroup(vg) {
+		if k, _, owned := volume.Owned(lv); owned && k == volume.KindVolume {
+			return &lv, nil
+		}
+	}
+	return p.volumeFromLVM(ctx, vg, name, id)
+}
+
+// snapshotCompatible checks that an existing snapshot LV is the snapshot a
+// repeated CreateSnapshot asks for.
+func snapshotCompatible(lv *lvm.LogicalVolume, name, vg, origin string) error {
+	if !volume.HasSnapshotName(lv.Tags, name) {
+		other, _, _ := volume.SnapshotNameFromTags(lv.Tags)
+		return errorf(ErrMismatch, "LV %s/%s exists but does not carry snapshot %q in its tags (found %q)", lv.VolumeGroup, lv.Name, name, other)
+	}
+	if o, _ := volume.OriginFromTags(lv.Tags); o != origin || lv.VolumeGroup != vg {
+		return errorf(ErrMismatch, "snapshot %q exists of volume %s; source_volume_id %s asked",
+			name, volume.VolumeID(lv.VolumeGroup, o), volume.VolumeID(vg, origin))
+	}
+	return nil
+}
+
+// SnapshotSize is the size of the volume a snapshot holds: a thin
+// snapshot's own (virtual) size, a copy-on-write snapshot's origin's, as
+// its tag recorded it.
+func SnapshotSize(lv *lvm.LogicalVolume) uint64 {
+	if lv.Attr.Type != lvm.TypeSnapshot {
+		return lv.Size
+	}
+	if n, ok := volume.SizeFromTags(lv.Tags); ok {
+		return n
+	}
+	return 0
+}
+
+// SnapshotSizeBytes is a snapshot's size_bytes (a VolumeSnapshot's
+// restoreSize): what its volume's request asked when carve made that
+// volume bigger (a filesystem's minimum, whole extents), else size, the
+// size of the volume it holds. csi-provisioner refuses a restore asked
+// smaller than it, so a restore asked at the source claim's size is
+// accepted; Create still makes a volume of at least size bytes from it
+// (sourceSize), so no volume made from it is smaller than its data.
+func SnapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
+	if asked, made, ok := volume.AskedFromTags(lv.Tags); ok && made == size {
+		return asked
+	}
+	return size
+}
+
+// SnapshotUsable is nil when a snapshot's content can be read: not a
+// copy-on-write snapshot whose space ran out.
+func SnapshotUsable(lv *lvm.LogicalVolume) error {
+	if lv.Attr.SnapshotInvalid || (lv.Attr.Type == lvm.TypeSnapshot && lv.SnapPercent >= 100) {
+		return fmt.Errorf("snapshot LV %s/%s ran out of copy-on-write space (lv_attr %s, %.2f%% used): its content is lost; delete it", lv.VolumeGroup, lv.Name, lv.Attr.Raw, lv.SnapPercent)
+	}
+	return nil
+}
+
+// SnapshotByID finds a snapshot of this node by ID (not empty):
+// ErrElsewhere (with a message naming the node) for a snapshot of another
+// node, ErrNotFound for one that does not exist. It reads LVM, so that a
+// copy-on-write snapshot that ran out of space shows; with viewFirst, a
+// snapshot the view holds as usable is taken from the view (a restore:
+// its copy reads LVM after it, and a thin snapshot cannot run out of
+// space).
+func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst bool) (*lvm.LogicalVolume, error) {
+	node, vg, lvName, err := volume.ParseSnapshotID(id)
+	if err != nil {
+		return nil, errorf(ErrNotFound, "snapshot %q does not exist: %v", id, err)
+	}
+	if node != p.node.Name() {
+		return nil, errorf(ErrElsewhere, "snapshot %s lives on node %s, not on %s: it can be read only there", id, node, p.node.Name())
+	}
+	if !p.cfg.Classes.HasVolumeGroup(vg) {
+		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: volume group %s is none of its device classes'", id, p.node.Name(), vg)
+	}
+	if lv, ok := p.cfg.View.LV(vg, lvName); ok && viewFirst && SnapshotUsable(&lv) == nil {
+		if k, _, owned := volume.Owned(lv); owned && k == volume.KindSnapshot {
+			return &lv, nil
+		}
+	}
+	// LVM, not the view: a copy-on-write snapshot can run out of space
+	// at any moment, and one that has must not be served.
+	lv, err := p.cfg.LVM.GetLV(ctx, vg, lvName)
+	if errors.Is(err, lvm.ErrNotFound) {
+		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s", id, p.node.Name())
+	}
+	if err != nil {
+		return nil, wrap(err, "looking up snapshot "+id)
+	}
+	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindSnapshot {
+		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: LV %s/%s is not a carve snapshot", id, p.node.Name(), vg, lvName)
+	}
+	return lv, nil
+}

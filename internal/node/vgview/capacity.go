@@ -1,0 +1,125 @@
+package vgview
+
+import (
+	"math"
+
+	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/lvm"
+)
+
+// Capacity is what one device class can still give out on this node.
+type Capacity struct {
+	// Available is the capacity reported through GetCapacity, in bytes, a
+	// whole number of extents.
+	Available uint64
+	// MaxVolume is the largest single volume that fits now.
+	MaxVolume uint64
+	// ExtentSize of the class's volume group; sizes are rounded up to it.
+	ExtentSize uint64
+	// Ceiling is the largest volume the class could hold on this node if
+	// it held nothing else: a request above it can never fit here. Not
+	// reported to Kubernetes; expansion answers OUT_OF_RANGE above it.
+	Ceiling uint64
+	// MetadataFull is set when the volume group's metadata area has no
+	// room for one more volume's metadata: Available and MaxVolume are 0
+	// then, whatever the free extents.
+	MetadataFull bool
+}
+
+// limitByMetadata zeroes c's room when vg's metadata area cannot take one
+// more volume (lvm.VolumeGroup.MetadataFull): every lvcreate would fail.
+func limitByMetadata(c Capacity, vg lvm.VolumeGroup) Capacity {
+	if vg.MetadataFull() {
+		c.Available, c.MaxVolume, c.MetadataFull = 0, 0, true
+	}
+	return c
+}
+
+// ThickCapacity is the room of a thick class: the VG's free space minus the
+// spare. A mirrored class (raid1 with m mirrors) writes every byte m+1
+// times and needs one metadata extent per image, so its room is divided
+// accordingly. Striping does not change the total; whether the free space
+// is spread over enough PVs is left to lvcreate, whose failure is reported
+// as RESOURCE_EXHAUSTED.
+func ThickCapacity(d *config.DeviceClass, vg lvm.VolumeGroup) Capacity {
+	c := Capacity{ExtentSize: vg.ExtentSize}
+	usable := func(free uint64) uint64 {
+		u := sub(free, d.SpareBytes())
+		if m := d.LVCreateOptions.Mirrors; m > 0 {
+			images := uint64(m) + 1
+			u = sub(u, images*vg.ExtentSize) / images
+		}
+		return floorTo(u, vg.ExtentSize)
+	}
+	c.Available = usable(vg.Free)
+	c.MaxVolume = c.Available
+	c.Ceiling = usable(vg.Size)
+	return c
+}
+
+// ThinCapacity is the room of a thin class, the smaller of two bounds:
+//
+//   - the overprovision bound: pool size x ratio minus the virtual size
+//     already given to thin volumes;
+//   - the real-space bound: the pool's real free data space minus the spare,
+//     times the ratio, so that a pool filling up with written data stops
+//     attracting new volumes before it runs out.
+//
+// The spare of a thin class is kept free in the pool, not in the VG.
+func ThinCapacity(d *config.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) Capacity {
+	c := Capacity{ExtentSize: vg.ExtentSize}
+	ratio := d.Ratio()
+	limit := mulRatio(pool.Size, ratio)
+	virtualRoom := sub(limit, pool.VirtualSize)
+	realRoom := mulRatio(realFree(d, pool), ratio)
+	c.Available = floorTo(min(virtualRoom, realRoom), vg.ExtentSize)
+	c.MaxVolume = c.Available
+	c.Ceiling = floorTo(min(limit, mulRatio(sub(pool.Size, d.SpareBytes()), ratio)), vg.ExtentSize)
+	return c
+}
+
+// realFree is the pool's free data space minus the class's spare.
+func realFree(d *config.DeviceClass, pool lvm.ThinPool) uint64 {
+	used := uint64(math.Ceil(float64(pool.Size) * clampPercent(pool.DataPercent) / 100))
+	return sub(sub(pool.Size, used), d.SpareBytes())
+}
+
+func sub(a, b uint64) uint64 {
+	if a <= b {
+		return 0
+	}
+	return a - b
+}
+
+func floorTo(v, unit uint64) uint64 {
+	if unit == 0 {
+		return v
+	}
+	return v / unit * unit
+}
+
+func mulRatio(v uint64, ratio float64) uint64 {
+	f := float64(v) * ratio
+	if f >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(f)
+}
+
+func clampPercent(p float64) float64 {
+	switch {
+	case p < 0 || math.IsNaN(p):
+		return 0
+	case p > 100:
+		return 100
+	}
+	return p
+}
+
+// RoundUp rounds size up to whole extents.
+func RoundUp(size, extent uint64) uint64 {
+	if extent == 0 {
+		return size
+	}
+	return (size + extent - 1) / extent * extent
+}

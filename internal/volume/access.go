@@ -1,0 +1,176 @@
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// ParamDeviceClass is the StorageClass parameter that names the device
+// class; without it the node's default class is used. CreateVolume also
+// puts it into the volume context, where stage and publish read it.
+const ParamDeviceClass = "carve.dev/device-class"
+
+// DefaultFSType is the filesystem of a mount volume that names none.
+const DefaultFSType = "ext4"
+
+// DefaultVolumeSize is the size of a volume whose request names none
+// (required_bytes and limit_bytes both 0).
+const DefaultVolumeSize = 1 << 30
+
+// accessModes are the single-node modes: carve volumes live on one node's
+// disks.
+var accessModes = []csi.VolumeCapability_AccessMode_Mode{
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER,
+}
+
+// AccessModes returns the access modes carve serves.
+func AccessModes() []csi.VolumeCapability_AccessMode_Mode { return slices.Clone(accessModes) }
+
+// AccessModeNames lists AccessModes for messages.
+func AccessModeNames() string {
+	names := make([]string, 0, len(accessModes))
+	for _, m := range accessModes {
+		names = append(names, m.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// mountFlagPattern is what a mount flag may hold: mount flags reach the
+// argv of mount(8) (as one -o list), so they are checked, not passed blind.
+var mountFlagPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.=:/+@-]*$`)
+
+// forbiddenMountFlags would change what kind of mount carve makes.
+var forbiddenMountFlags = []string{"bind", "rbind", "remount", "move"}
+
+// Access is a volume capability carve accepts, read once.
+type Access struct {
+	// Block is a raw block volume; otherwise a filesystem of FSType.
+	Block bool
+	// FSType is the filesystem of a mount capability, DefaultFSType when
+	// it names none; "" for a block volume.
+	FSType string
+	// Flags are the mount flags of a mount capability, each checked.
+	Flags []string
+	// Mode is the access mode, one of AccessModes.
+	Mode csi.VolumeCapability_AccessMode_Mode
+	// ReadOnly is true when the access mode allows reading only.
+	ReadOnly bool
+}
+
+// Describe names the access type for messages: "block" or "mount (ext4)".
+func (a Access) Describe() string {
+	if a.Block {
+		return "block"
+	}
+	return fmt.Sprintf("mount (%s)", a.FSType)
+}
+
+// CapabilityError is what ParseCapability refuses: Part is the part of the
+// capability at fault ("" for all of it, "access_mode", "mount.fs_type",
+// "mount.mount_flags[1]", ...), Reason what is wrong with it.
+type CapabilityError struct {
+	Part, Reason string
+	// Err is ErrFilesystemElsewhere, or nil.
+	Err error
+}
+
+func (e *CapabilityError) Error() string { return e.In("capability") }
+
+// Unwrap returns Err.
+func (e *CapabilityError) Unwrap() error { return e.Err }
+
+// ErrFilesystemElsewhere is what the CapabilityError of a filesystem carve
+// makes (carveMakes) but this node cannot (its mkfs is not installed
+// here) wraps: another node may have the tool, so the caller answers
+// RESOURCE_EXHAUSTED, on which csi-provisioner reschedules a claim that
+// waits for its first consumer, where a filesystem carve never makes is a
+// final INVALID_ARGUMENT.
+var ErrFilesystemElsewhere = errors.New("the filesystem's mkfs is not installed on this node")
+
+// carveMakes are the filesystems carve makes: fs.MkfsTypes, restated
+// (TestCarveMakesWhatFsMakes) because kubectl-carve builds this package
+// for other systems than Linux, which internal/node/fs does not build for.
+var carveMakes = []string{"ext4", "xfs", "btrfs"}
+
+// In is the message for a capability that came as field of a request:
+// "volume_capability.mount.fs_type \"ntfs\" is not supported; ...".
+func (e *CapabilityError) In(field string) string {
+	if e.Part == "" {
+		return field + " " + e.Reason
+	}
+	return field + "." + e.Part + " " + e.Reason
+}
+
+func refuse(part, format string, args ...any) error {
+	return &CapabilityError{Part: part, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ParseCapability reads a volume capability, for both CSI servers: an
+// access mode carve serves, a block or mount access type, a filesystem
+// among fsTypes (the default when it names none) and mount flags that are
+// single safe options. Its errors are *CapabilityError.
+func ParseCapability(c *csi.VolumeCapability, fsTypes []string) (Access, error) {
+	var a Access
+	if c == nil {
+		return a, refuse("", "is required")
+	}
+	if c.GetAccessMode() == nil {
+		return a, refuse("access_mode", "is required")
+	}
+	a.Mode = c.GetAccessMode().GetMode()
+	if !slices.Contains(accessModes, a.Mode) {
+		return a, refuse("access_mode.mode", "%s is not supported; allowed: %s", a.Mode, AccessModeNames())
+	}
+	a.ReadOnly = a.Mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	switch t := c.GetAccessType().(type) {
+	case *csi.VolumeCapability_Block:
+		a.Block = true
+	case *csi.VolumeCapability_Mount:
+		a.FSType = t.Mount.GetFsType()
+		if a.FSType == "" {
+			a.FSType = DefaultFSType
+		}
+		if !slices.Contains(fsTypes, a.FSType) {
+			err := refuse("mount.fs_type", "%q is not supported; allowed: %s", a.FSType, strings.Join(fsTypes, ", "))
+			if slices.Contains(carveMakes, a.FSType) {
+				err = &CapabilityError{Part: "mount.fs_type", Err: ErrFilesystemElsewhere,
+					Reason: fmt.Sprintf("%q cannot be made on this node (mkfs.%s is not installed); this node makes %s", a.FSType, a.FSType, strings.Join(fsTypes, ", "))}
+			}
+			return a, err
+		}
+		flags, err := mountFlags(t.Mount.GetMountFlags(), a)
+		if err != nil {
+			return a, err
+		}
+		a.Flags = flags
+	default:
+		return a, refuse("access_type", "must be block or mount")
+	}
+	return a, nil
+}
+
+// mountFlags checks the mount flags of a capability of access a.
+func mountFlags(flags []string, a Access) ([]string, error) {
+	var out []string
+	for i, f := range flags {
+		part := fmt.Sprintf("mount.mount_flags[%d]", i)
+		switch {
+		case !mountFlagPattern.MatchString(f) || slices.Contains(forbiddenMountFlags, f):
+			return nil, refuse(part, "%q is not allowed: one option per flag, of letters, digits and _.=:/+@-, not bind, rbind, remount or move", f)
+		case f == "suid" || f == "dev":
+			return nil, refuse(part, "%q is not allowed: carve mounts volumes nodev,nosuid, so that no device node or setuid program on a volume takes effect", f)
+		case f == "rw" && a.ReadOnly:
+			return nil, refuse(part, "\"rw\" contradicts access mode %s", a.Mode)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

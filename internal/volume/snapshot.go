@@ -1,0 +1,239 @@
+package volume
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/carve-csi/carve/internal/node/lvm"
+)
+
+// A snapshot is an LV of its own, named from the CSI snapshot name as a
+// volume is from its name, with a prefix no volume LV has (so a snapshot's
+// LV is never taken for a volume, nor a volume's for a snapshot). Its ID
+// is "<node>/<volume group>/<LV name>": a snapshot lives on one node, and
+// a restore asked on another node can say where it is from the ID alone.
+//
+//	carve.dev/owner=carve
+//	carve.dev/snapshot=snapshot-0b6f3c2e-...
+//	carve.dev/class=fast
+//	carve.dev/origin=carve-7d3c1a0e...
+//
+// A volume restored from a snapshot or cloned from a volume carries the
+// source's ID, so that a retried CreateVolume with another source is told
+// apart from a repeat:
+//
+//	carve.dev/from-snapshot=node-a:2Fvg0:2Fcarvesnap-...
+//	carve.dev/from-volume=vg0:2Fcarve-...
+
+// snapshotLVNamePrefix starts the LV name of every snapshot carve makes.
+const snapshotLVNamePrefix = "carvesnap-"
+
+// Snapshot tags.
+const (
+	// TagSnapshotPrefix + the escaped CSI snapshot name marks a snapshot LV.
+	TagSnapshotPrefix = "carve.dev/snapshot="
+	// TagOriginPrefix + the LV name of the volume a snapshot was taken of.
+	// LVM forgets a thin snapshot's origin when the origin is removed; the
+	// tag keeps the snapshot's source_volume_id.
+	TagOriginPrefix = "carve.dev/origin="
+	// TagSizePrefix + the decimal size in bytes of the volume a
+	// copy-on-write snapshot holds (LVM reports the snapshot's size as
+	// its copy-on-write space).
+	TagSizePrefix = "carve.dev/size="
+	// TagAskedPrefix + "<asked>/<made>": the bytes a volume's request
+	// asked and the bytes carve made, only when it made more (a
+	// filesystem's minimum, whole extents). A snapshot of such a volume,
+	// while the volume still has the size it was made with, carries it
+	// too and reports the asked size as its size, so that a restore asked
+	// at the source claim's size is accepted (the restored volume still
+	// gets the source's whole size).
+	TagAskedPrefix = "carve.dev/asked="
+	// TagFromSnapshotPrefix + the escaped snapshot ID a volume was
+	// restored from.
+	TagFromSnapshotPrefix = "carve.dev/from-snapshot="
+	// TagFromVolumePrefix + the escaped volume ID a volume was cloned
+	// from.
+	TagFromVolumePrefix = "carve.dev/from-volume="
+)
+
+// SnapshotLVNameFor derives the LV name of a CSI snapshot name.
+func SnapshotLVNameFor(snapshotName string) string {
+	sum := sha256.Sum256([]byte(snapshotName))
+	return snapshotLVNamePrefix + hex.EncodeToString(sum[:16])
+}
+
+// SnapshotID builds the ID of the snapshot LV lv in volume group vg on node.
+func SnapshotID(node, vg, lv string) string { return node + "/" + vg + "/" + lv }
+
+// ParseSnapshotID splits a snapshot ID into node, volume group and LV
+// name, checking only the form: a node name (DNS-1123 subdomain alphabet)
+// and names LVM accepts, the LV carrying the snapshot prefix.
+func ParseSnapshotID(id string) (node, vg, lv string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 || !strings.HasPrefix(parts[2], snapshotLVNamePrefix) || !isNodeName(parts[0]) {
+		return "", "", "", fmt.Errorf("snapshot ID %q is not of the form <node>/<volume group>/%s<hex>", id, snapshotLVNamePrefix)
+	}
+	if err := lvm.ValidateVGName(parts[1]); err != nil {
+		return "", "", "", fmt.Errorf("snapshot ID %q: %w", id, err)
+	}
+	if err := lvm.ValidateLVName(parts[2]); err != nil {
+		return "", "", "", fmt.Errorf("snapshot ID %q: %w", id, err)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// isNodeName accepts the alphabet and length of a Kubernetes node name
+// (a DNS-1123 subdomain).
+func isNodeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isNodeNameByte(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func isNodeNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.'
+}
+
+// SnapshotTag is the tag that carries a CSI snapshot name.
+func SnapshotTag(snapshotName string) string {
+	return fitTag(TagSnapshotPrefix, escapeTagValue(snapshotName))
+}
+
+// SnapshotTags are the tags of a new snapshot LV of the volume LV origin.
+func SnapshotTags(snapshotName, class, origin string) []string {
+	return []string{TagOwner, SnapshotTag(snapshotName), TagClassPrefix + class, TagOriginPrefix + origin}
+}
+
+// SizeTag is the tag that records the size of a snapshot's volume.
+func SizeTag(size uint64) string { return TagSizePrefix + strconv.FormatUint(size, 10) }
+
+// SizeFromTags returns the size a SizeTag recorded.
+func SizeFromTags(tags []string) (uint64, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagSizePrefix); ok {
+			n, err := strconv.ParseUint(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// AskedTag is the tag that records a volume made bigger than asked.
+func AskedTag(asked, made uint64) string {
+	return TagAskedPrefix + strconv.FormatUint(asked, 10) + "/" + strconv.FormatUint(made, 10)
+}
+
+// AskedFromTags returns what an AskedTag recorded.
+func AskedFromTags(tags []string) (asked, made uint64, ok bool) {
+	for _, t := range tags {
+		if v, found := strings.CutPrefix(t, TagAskedPrefix); found {
+			a, m, cut := strings.Cut(v, "/")
+			asked, err1 := strconv.ParseUint(a, 10, 64)
+			made, err2 := strconv.ParseUint(m, 10, 64)
+			return asked, made, cut && err1 == nil && err2 == nil && asked < made
+		}
+	}
+	return 0, 0, false
+}
+
+// IsSnapshot tells whether an LV's tags mark it as a snapshot.
+func IsSnapshot(tags []string) bool {
+	return slices.ContainsFunc(tags, func(t string) bool { return strings.HasPrefix(t, TagSnapshotPrefix) })
+}
+
+// HasSnapshotName tells whether an LV's tags say it is the snapshot of
+// that CSI name.
+func HasSnapshotName(tags []string, snapshotName string) bool {
+	return slices.Contains(tags, SnapshotTag(snapshotName))
+}
+
+// SnapshotNameFromTags returns the CSI snapshot name carried by an LV's
+// tags; whole is false when it was too long for a tag (name is its head).
+func SnapshotNameFromTags(tags []string) (name string, whole, ok bool) {
+	for _, t := range tags {
+		if v, found := strings.CutPrefix(t, TagSnapshotPrefix); found {
+			return readTag(v)
+		}
+	}
+	return "", false, false
+}
+
+// OriginFromTags returns the LV name of the volume a snapshot was taken of.
+func OriginFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagOriginPrefix); ok && v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// FromSnapshotTag is the tag of a volume restored from snapshot ID id.
+func FromSnapshotTag(id string) string { return fitTag(TagFromSnapshotPrefix, escapeTagValue(id)) }
+
+// FromVolumeTag is the tag of a volume cloned from volume ID id.
+func FromVolumeTag(id string) string { return fitTag(TagFromVolumePrefix, escapeTagValue(id)) }
+
+// SourceTags returns an LV's from-snapshot and from-volume tags, which a
+// repeated CreateVolume must find as it would write them.
+func SourceTags(tags []string) []string {
+	var out []string
+	for _, t := range tags {
+		if strings.HasPrefix(t, TagFromSnapshotPrefix) || strings.HasPrefix(t, TagFromVolumePrefix) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// A restore or clone into a thick class copies the data into a new LV.
+// The LV is made with TagCopyPending, which is removed only once the copy
+// is synced: a retried CreateVolume that finds the tag redoes the copy,
+// and no half-copied LV is reported made. A clone copies from a
+// temporary snapshot of its source (named from the new LV, tagged
+// TagCopySourcePrefix + the new LV's name), so that the copy is of one
+// moment while the source is written.
+const (
+	// TagCopyPending marks an LV whose data copy has not finished.
+	TagCopyPending = "carve.dev/copy=pending"
+	// TagCopySourcePrefix + the LV name of the copy's target marks a
+	// temporary snapshot.
+	TagCopySourcePrefix = "carve.dev/copy-source-for="
+	// copySourceLVNamePrefix starts a temporary snapshot's LV name.
+	copySourceLVNamePrefix = "carvecopy-"
+)
+
+// CopySourceLVNameFor is the name of the temporary snapshot a clone into
+// the LV target copies from.
+func CopySourceLVNameFor(target string) string {
+	return copySourceLVNamePrefix + strings.TrimPrefix(target, lvNamePrefix)
+}
+
+// CopySourceTags are the tags of the temporary snapshot of a copy into
+// the LV target of class.
+func CopySourceTags(target, class string) []string {
+	return []string{TagOwner, TagClassPrefix + class, TagCopySourcePrefix + target}
+}
+
+// CopyTargetFromTags returns the LV a temporary snapshot is the source of.
+func CopyTargetFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagCopySourcePrefix); ok && v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// CopyPending tells whether an LV's data copy has not finished.
+func CopyPending(tags []string) bool { return slices.Contains(tags, TagCopyPending) }

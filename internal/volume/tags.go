@@ -1,0 +1,293 @@
+package volume
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	"github.com/carve-csi/carve/internal/node/lvm"
+)
+
+// Tags carve puts on every LV it makes. LVM tags allow only
+// [A-Za-z0-9_+.-/=!:&#] and every byte of them is VG metadata, whose area
+// bounds how many volumes a VG holds: values are kept readable where they
+// can be and short.
+//
+//	carve.dev/owner=carve
+//	carve.dev/name=pvc-7d3c1a0e-0b6f-4f5e-9d1a-3c2b1a0f9e8d
+//	carve.dev/class=fast
+//	carve.dev/pvc=default/data-pg-0
+const (
+	// TagOwner marks an LV as carve's.
+	TagOwner = "carve.dev/owner=carve"
+	// TagNamePrefix + the escaped CSI volume name (see escapeTagValue),
+	// which under Kubernetes is the PV's name: the LV name is a hash of it,
+	// so this tag detects a hash collision and tells people whose the LV is.
+	TagNamePrefix = "carve.dev/name="
+	// TagClassPrefix + the device class name.
+	TagClassPrefix = "carve.dev/class="
+	// TagClaimPrefix + "<namespace>/<name>" of the PVC, each escaped, when
+	// the request carried them (csi-provisioner --extra-create-metadata).
+	TagClaimPrefix = "carve.dev/pvc="
+	// TagPVPrefix + the escaped PV name, only when the request's
+	// csi.storage.k8s.io/pv/name differs from the CSI volume name (never
+	// with external-provisioner, which uses the PV name as the CSI name).
+	TagPVPrefix = "carve.dev/pv="
+	// TagUnfinished marks an LV whose creation has not finished: lvcreate
+	// puts it on with the other tags (in the same metadata commit), and
+	// carve takes it off once the LV is wiped and, for a raw-block volume,
+	// zeroed. An LV that still carries it has never been handed out and
+	// may hold what its extents held before, so a retried CreateVolume
+	// finishes or redoes the work instead of returning it as it is.
+	TagUnfinished = "carve.dev/unfinished"
+	// TagLegacyVolumePrefix + the hex of the CSI volume name: what carve
+	// wrote before carve.dev/name. Still read, never written.
+	TagLegacyVolumePrefix = "carve.dev/volume="
+)
+
+// MaxNameLength bounds CSI volume and snapshot names. The name is stored
+// in an LVM tag (LVM allows 1024 bytes), escaped where it leaves the tag
+// alphabet; one too long for that is cut and hashed (fitTag). 500 is the
+// bound of older releases, whose hex tag took two bytes a byte.
+const MaxNameLength = 500
+
+// Parameters csi-provisioner adds with --extra-create-metadata.
+const (
+	// ParamPVCName is the PVC's name.
+	ParamPVCName = "csi.storage.k8s.io/pvc/name"
+	// ParamPVCNamespace is the PVC's namespace.
+	ParamPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
+	// ParamPVName is the PV's name.
+	ParamPVName = "csi.storage.k8s.io/pv/name"
+)
+
+// tagEscape starts an escaped byte: tagEscape and two upper-case hex
+// digits. ':' is in LVM's tag alphabet, in no Kubernetes name, and means
+// nothing to a shell.
+const tagEscape = ':'
+
+// tagTruncated separates the head of a value too long for a tag from the
+// hash of the whole value. An escaped value never holds it (tagEscape is
+// always followed by hex digits), so a cut value is never read as whole.
+const tagTruncated = "::"
+
+// tagHashHexDigits is how much of the SHA-256 of a cut value is kept: 128
+// bits, as in LV names.
+const tagHashHexDigits = 32
+
+// isTagValueByte tells whether b stands for itself in an escaped value:
+// LVM's name alphabet, which covers every DNS-1123 name. '/' is escaped so
+// that it can separate a claim's namespace from its name.
+func isTagValueByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
+		b == '+' || b == '_' || b == '.' || b == '-'
+}
+
+// escapeTagValue writes s in the tag alphabet: bytes of isTagValueByte as
+// they are, every other byte as ":XX". It is total and one to one.
+func escapeTagValue(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isTagValueByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		const digits = "0123456789ABCDEF"
+		b.WriteByte(tagEscape)
+		b.WriteByte(digits[c>>4])
+		b.WriteByte(digits[c&0xf])
+	}
+	return b.String()
+}
+
+// unescapeTagValue reverses escapeTagValue. It accepts only what
+// escapeTagValue writes (upper-case digits, no escaped byte that stands
+// for itself), so every value has one spelling and tags compare as
+// strings.
+func unescapeTagValue(v string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if isTagValueByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		if c != tagEscape || i+2 >= len(v) {
+			return "", false
+		}
+		hi, ok1 := upperHex(v[i+1])
+		lo, ok2 := upperHex(v[i+2])
+		d := hi<<4 | lo
+		if !ok1 || !ok2 || isTagValueByte(d) {
+			return "", false
+		}
+		b.WriteByte(d)
+		i += 2
+	}
+	return b.String(), true
+}
+
+func upperHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// fitTag returns prefix+value when that is a tag LVM takes. Otherwise it
+// keeps the head of value (never splitting an escape) and appends
+// tagTruncated and 128 bits of the SHA-256 of value: still readable, and
+// still one tag per value.
+func fitTag(prefix, value string) string {
+	if len(prefix)+len(value) <= lvm.MaxTagLength {
+		return prefix + value
+	}
+	sum := sha256.Sum256([]byte(value))
+	tail := tagTruncated + hex.EncodeToString(sum[:])[:tagHashHexDigits]
+	n := lvm.MaxTagLength - len(prefix) - len(tail)
+	// Step back over a partial ":XX".
+	for k := n - 1; k >= 0 && k >= n-2; k-- {
+		if value[k] == tagEscape {
+			n = k
+			break
+		}
+	}
+	return prefix + value[:n] + tail
+}
+
+// readTag returns the value of a tag of fitTag: unescaped, and whether it
+// is whole or only the head of a value too long for a tag.
+func readTag(value string) (s string, whole, ok bool) {
+	head, _, cut := strings.Cut(value, tagTruncated)
+	s, ok = unescapeTagValue(head)
+	return s, !cut, ok
+}
+
+// VolumeTag is the tag that carries a CSI volume name.
+func VolumeTag(volumeName string) string {
+	return fitTag(TagNamePrefix, escapeTagValue(volumeName))
+}
+
+// legacyVolumeTag is the tag carve wrote for a volume name before
+// carve.dev/name.
+func legacyVolumeTag(volumeName string) string {
+	return TagLegacyVolumePrefix + hex.EncodeToString([]byte(volumeName))
+}
+
+// ClaimTag is the tag that names the PVC a volume was made for.
+func ClaimTag(namespace, name string) string {
+	return fitTag(TagClaimPrefix, escapeTagValue(namespace)+"/"+escapeTagValue(name))
+}
+
+// HasVolumeName tells whether an LV's tags say it is the volume of that
+// CSI name, in the tag of today or of older carve releases.
+func HasVolumeName(tags []string, volumeName string) bool {
+	return slices.Contains(tags, VolumeTag(volumeName)) || slices.Contains(tags, legacyVolumeTag(volumeName))
+}
+
+// VolumeNameFromTags returns the CSI volume name carried by an LV's tags.
+// whole is false when the name was too long for a tag: name is then its
+// head (HasVolumeName still matches the full name).
+func VolumeNameFromTags(tags []string) (name string, whole, ok bool) {
+	for _, t := range tags {
+		if v, found := strings.CutPrefix(t, TagNamePrefix); found {
+			return readTag(v)
+		}
+		if v, found := strings.CutPrefix(t, TagLegacyVolumePrefix); found {
+			b, err := hex.DecodeString(v)
+			if err != nil {
+				return "", false, false
+			}
+			return string(b), true, true
+		}
+	}
+	return "", false, false
+}
+
+// Claim is the PVC a volume was made for.
+type Claim struct {
+	Namespace, Name string
+}
+
+// String is "<namespace>/<name>", as kubectl names a claim.
+func (c Claim) String() string { return c.Namespace + "/" + c.Name }
+
+// ClaimFromTags returns the PVC named by an LV's tags. ok is false when the
+// LV has no claim tag (made without --extra-create-metadata, or by an
+// older carve) or when the claim was too long for a tag.
+func ClaimFromTags(tags []string) (Claim, bool) {
+	for _, t := range tags {
+		v, found := strings.CutPrefix(t, TagClaimPrefix)
+		if !found {
+			continue
+		}
+		ns, name, sep := strings.Cut(v, "/")
+		if !sep || strings.Contains(v, tagTruncated) {
+			return Claim{}, false
+		}
+		n, ok1 := unescapeTagValue(ns)
+		m, ok2 := unescapeTagValue(name)
+		if !ok1 || !ok2 {
+			return Claim{}, false
+		}
+		return Claim{Namespace: n, Name: m}, true
+	}
+	return Claim{}, false
+}
+
+// ClassFromTags returns the device class recorded in an LV's tags.
+func ClassFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagClassPrefix); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// VolumeTags are the tags of a new LV for the CSI volume name in device
+// class class, with the claim when the parameters of CreateVolume name it.
+func VolumeTags(volumeName, class string, params map[string]string) []string {
+	tags := []string{TagOwner, VolumeTag(volumeName), TagClassPrefix + class}
+	ns, name := params[ParamPVCNamespace], params[ParamPVCName]
+	if ns != "" && name != "" {
+		tags = append(tags, ClaimTag(ns, name))
+	}
+	if pv := params[ParamPVName]; pv != "" && pv != volumeName {
+		tags = append(tags, fitTag(TagPVPrefix, escapeTagValue(pv)))
+	}
+	return tags
+}
+
+// IsUnfinished tells whether an LV's tags say its creation has not
+// finished (TagUnfinished).
+func IsUnfinished(tags []string) bool { return slices.Contains(tags, TagUnfinished) }
+
+// Owner is what an LV's tags say of whose it is, as the audits read it.
+type Owner struct {
+	// Class is the device class; empty when the tag is missing.
+	Class string
+	// VolumeName is the CSI volume name, only when the tag holds it whole
+	// (a name too long for a tag keeps only its head there).
+	VolumeName string
+	// Claim is <namespace>/<name> of the claim, when known.
+	Claim string
+}
+
+// OwnerFromTags reads an LV's Owner from its tags.
+func OwnerFromTags(tags []string) Owner {
+	var o Owner
+	o.Class, _ = ClassFromTags(tags)
+	if name, whole, ok := VolumeNameFromTags(tags); ok && whole {
+		o.VolumeName = name
+	}
+	if c, ok := ClaimFromTags(tags); ok {
+		o.Claim = c.String()
+	}
+	return o
+}

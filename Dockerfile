@@ -1,6 +1,6 @@
 # carve's container image: two static binaries of cmd/carve, carve (every
 # role is a subcommand; the controller Deployment runs it) and carve-node
-# (built with -tags nodeagent,grpcnotrace: the node agent's plugin role without any
+# (built with -tags nodeagent,grpcnotrace: the node agent's node role without any
 # Kubernetes client, half the resident memory; the node DaemonSets run it),
 # on a Debian runtime that carries the programs the plugin runs: lvm2 (and
 # thin_check, which lvm runs when it activates a thin pool; thin_delta and

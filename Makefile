@@ -19,8 +19,8 @@ generate:
 	@GO='$(GO)' ./hack/generate.sh
 
 # carve-node is the node agent's binary: cmd/carve with -tags nodeagent,
-# the plugin role without the controller and so without client-go (about
-# half the resident memory of carve plugin; docs/benchmarks.md).
+# the node role without the controller and so without client-go (about
+# half the resident memory of carve node; docs/benchmarks.md).
 # grpcnotrace leaves out gRPC's request tracing (golang.org/x/net/trace and
 # html/template, never served): 3.3 MiB less resident code per process.
 build:
@@ -67,7 +67,7 @@ test-unit:
 # Each fuzz target for FUZZTIME, one after the other (go test -fuzz takes
 # one target per run). Their seed corpora already run in test-unit.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./internal/node/lvm:FuzzParseReport ./internal/node/config:FuzzParse \
+FUZZ_TARGETS := ./internal/node/lvm:FuzzParseReport ./internal/node/deviceclass:FuzzParse \
   ./internal/volume:FuzzVolumeName ./internal/volume:FuzzParseVolumeID
 
 fuzz:

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/controller/kube"
 	"github.com/carve-csi/carve/internal/controller/pvindex"
-	"github.com/carve-csi/carve/internal/controller/reconcile"
 	"github.com/carve-csi/carve/internal/topology"
 )
 
@@ -23,22 +23,22 @@ import (
 // call of the audit.
 const nodeCallTimeout = 30 * time.Second
 
-// agents reaches the node agents' NodeAgent and CSI Controller services;
-// *nodepool.Pool is one.
-type agents interface {
+// nodeAgents reaches the node agents' NodeAgent and CSI Controller services;
+// *agents.Pool is one.
+type nodeAgents interface {
 	Names() []string
 	NodeAgent(ctx context.Context, node string) (nodeagentv1.NodeAgentClient, error)
 	Controller(ctx context.Context, node string) (csi.ControllerClient, error)
 }
 
 // auditNodes is the audit's view of the node agents, over the node channel.
-type auditNodes struct{ pool agents }
+type auditNodes struct{ pool nodeAgents }
 
-var _ reconcile.Nodes = auditNodes{}
+var _ audit.Nodes = auditNodes{}
 
 func (n auditNodes) Names() []string { return n.pool.Names() }
 
-func (n auditNodes) Inventory(ctx context.Context, node string) (*reconcile.Inventory, error) {
+func (n auditNodes) Inventory(ctx context.Context, node string) (*audit.Inventory, error) {
 	c, err := n.pool.NodeAgent(ctx, node)
 	if err != nil {
 		return nil, err
@@ -79,23 +79,23 @@ func (n auditNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf s
 
 // VolumeHealth pages through the node's ControllerListVolumeHealth: its
 // volumes with a health problem, from its view.
-func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]reconcile.VolumeHealth, error) {
+func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]audit.VolumeHealth, error) {
 	c, err := n.pool.Controller(ctx, node)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 	defer cancel()
-	var out []reconcile.VolumeHealth
+	var out []audit.VolumeHealth
 	for token := ""; ; {
 		resp, err := c.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token})
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range resp.GetEntries() {
-			h := reconcile.VolumeHealth{ID: e.GetVolumeId()}
+			h := audit.VolumeHealth{ID: e.GetVolumeId()}
 			for _, s := range e.GetHealthStatuses() {
-				h.Problems = append(h.Problems, reconcile.Problem{Status: s.GetStatus().String(), Reason: s.GetReason(), Message: s.GetMessage()})
+				h.Problems = append(h.Problems, audit.Problem{Status: s.GetStatus().String(), Reason: s.GetReason(), Message: s.GetMessage()})
 			}
 			out = append(out, h)
 		}
@@ -106,13 +106,13 @@ func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]reconcile.
 }
 
 // inventoryOf is a node agent's inventory as the audit reads it.
-func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
-	inv := &reconcile.Inventory{Unreadable: resp.GetUnreadableVolumeGroups(), Busy: resp.GetBusy()}
+func inventoryOf(resp *nodeagentv1.InventoryResponse) *audit.Inventory {
+	inv := &audit.Inventory{Unreadable: resp.GetUnreadableVolumeGroups(), Busy: resp.GetBusy()}
 	for _, d := range resp.GetDeviceClasses() {
-		inv.Classes = append(inv.Classes, reconcile.Class{Name: d.GetName(), VolumeGroup: d.GetVolumeGroup()})
+		inv.Classes = append(inv.Classes, audit.Class{Name: d.GetName(), VolumeGroup: d.GetVolumeGroup()})
 	}
 	for _, lv := range resp.GetVolumes() {
-		l := reconcile.LV{VolumeGroup: lv.GetVolumeGroup(), Name: lv.GetName(), Size: uint64(max(lv.GetSizeBytes(), 0)),
+		l := audit.LV{VolumeGroup: lv.GetVolumeGroup(), Name: lv.GetName(), Size: uint64(max(lv.GetSizeBytes(), 0)),
 			Class: lv.GetDeviceClass(), VolumeName: lv.GetVolumeName(), Claim: lv.GetClaim(), OrphanOf: lv.GetOrphanOf()}
 		if s := lv.GetOrphanedAtUnix(); s > 0 {
 			l.OrphanedAt = time.Unix(s, 0)
@@ -126,16 +126,16 @@ func inventoryOf(resp *nodeagentv1.InventoryResponse) *reconcile.Inventory {
 // with dyn, of their snapshots' validity); what
 // it returns runs it (under leader election when asked) until ctx ends.
 // The index is run by its owner, the route.
-func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool agents,
+func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool nodeAgents,
 	reg prometheus.Registerer) func(context.Context) error {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
-	cfg := reconcile.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
+	cfg := audit.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, PVs: pvs,
 		Nodes: auditNodes{pool}, Grace: o.Audit.Grace, RemovalGrace: o.Audit.RemovalGrace, Interval: o.Audit.Interval, RemoveOrphans: o.Audit.RemoveOrphans,
 		Registerer: reg, Events: rec}
 	if dyn != nil {
 		cfg.Contents = snapshotContents{dyn: dyn, driver: o.DriverName}
 	}
-	a := reconcile.New(cfg)
+	a := audit.New(cfg)
 	return func(ctx context.Context) error {
 		defer stop()
 		if err := o.whileLeading(ctx, client, auditLease, a.Run); err != nil {

@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/controller/reconcile"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/controller/audit"
+	"github.com/carve-csi/carve/internal/node/channel"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
-	"github.com/carve-csi/carve/internal/node/nodeagent"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/nodeca"
 	"github.com/carve-csi/carve/internal/volume"
@@ -43,18 +43,18 @@ func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 			{VolumeGroup: "other", Name: volume.LVNameFor("pvc-2"), Size: 1 << 30, Tags: volume.VolumeTags("pvc-2", "fast", nil)},
 		},
 	}
-	cfg := &config.Config{DeviceClasses: []config.DeviceClass{{Name: "fast", VolumeGroup: "vg1"}}}
+	cfg := &deviceclass.Config{DeviceClasses: []deviceclass.DeviceClass{{Name: "fast", VolumeGroup: "vg1"}}}
 	view := vgview.New(stubReporter{report}, cfg, nil)
 	ca, err := nodeca.NewCA(nodeca.CAOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := nodeagent.New(nodeagent.Config{NodeName: "node-a", TokenFile: filepath.Join(t.TempDir(), "token"),
+	agent, err := channel.New(channel.Config{NodeName: "node-a", TokenFile: filepath.Join(t.TempDir(), "token"),
 		Trust: nodeca.NewPool(ca.Cert), Classes: cfg, Capacity: view, Inventory: view})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inventory := func() *reconcile.Inventory {
+	inventory := func() *audit.Inventory {
 		resp, err := agent.Inventory(t.Context(), &nodeagentv1.InventoryRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -68,7 +68,7 @@ func TestAuditSeesOnlyCarveLVs(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv := inventory()
-	if len(inv.Unreadable) != 0 || !slices.Equal(inv.Classes, []reconcile.Class{{Name: "fast", VolumeGroup: "vg1"}}) {
+	if len(inv.Unreadable) != 0 || !slices.Equal(inv.Classes, []audit.Class{{Name: "fast", VolumeGroup: "vg1"}}) {
 		t.Errorf("after a refresh: unreadable %v, classes %v; want none, fast in vg1", inv.Unreadable, inv.Classes)
 	}
 	got := inv.LVs
@@ -169,9 +169,9 @@ func TestAuditNodes(t *testing.T) {
 		t.Error("a removal on an unreachable node is no error")
 	}
 	health, err := n.VolumeHealth(t.Context(), "node-a")
-	want := []reconcile.VolumeHealth{
-		{ID: "vg1/carve-a", Problems: []reconcile.Problem{{Status: "DEGRADED", Reason: "ThinPoolFull", Message: "m-ThinPoolFull"}}},
-		{ID: "vg1/carve-b", Problems: []reconcile.Problem{{Status: "DEGRADED", Reason: "LogicalVolumeDegraded", Message: "m-LogicalVolumeDegraded"}}},
+	want := []audit.VolumeHealth{
+		{ID: "vg1/carve-a", Problems: []audit.Problem{{Status: "DEGRADED", Reason: "ThinPoolFull", Message: "m-ThinPoolFull"}}},
+		{ID: "vg1/carve-b", Problems: []audit.Problem{{Status: "DEGRADED", Reason: "LogicalVolumeDegraded", Message: "m-LogicalVolumeDegraded"}}},
 	}
 	if err != nil || !reflect.DeepEqual(health, want) {
 		t.Errorf("VolumeHealth of node-a (two pages): %+v, %v; want %+v", health, err, want)

@@ -15,7 +15,7 @@ import (
 var documentedFlagRE = regexp.MustCompile("`--([a-z0-9-]+)`")
 
 // documentedFlags are the flags the rows of section heading's table name
-// in their first cell (a "Moved" row names several).
+// in their first cell.
 func documentedFlags(t *testing.T, doc, heading string) []string {
 	t.Helper()
 	_, rest, ok := strings.Cut(doc, "\n"+heading)
@@ -48,7 +48,7 @@ func TestConfigurationDocumentsEveryFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	for _, role := range []string{"plugin", "controller"} {
+	for _, role := range []string{"node", "controller"} {
 		r := roles(io.Discard)[role]
 		if r.absent != "" {
 			// Not in this build (carve-node has no controller); the

@@ -1,12 +1,12 @@
 // Command carve is carve's program; its roles are subcommands:
 //
-//	carve plugin      the node agent on every node (Identity, Controller, Node)
+//	carve node        the node agent on every node (Identity, Controller, Node)
 //	carve controller  the cluster-wide Identity and Controller the sidecars call
 //	carve version     prints the version (so do carve --version and
 //	                  carve <role> --version)
 //
 // Built with -tags nodeagent it is carve-node, the node agent's binary: the
-// same plugin and version roles without the controller, and so without
+// same node and version roles without the controller, and so without
 // any Kubernetes client (client-go), which would double the agent's
 // resident memory (docs/benchmarks.md). Every file of the controller role,
 // and every file that imports client-go, is built only without the tag
@@ -54,11 +54,11 @@ type role struct {
 
 func roles(stdout io.Writer) map[string]role {
 	return map[string]role{
-		"plugin": {summary: "the CSI plugin on every node: Identity, Controller and Node for its volume groups",
+		"node": {summary: "the node agent on every node: Identity, Controller and Node for its volume groups",
 			flags: func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
-				var o PluginOptions
+				var o NodeOptions
 				o.AddFlags(fs)
-				return o.Validate, func(ctx context.Context) error { return runPlugin(ctx, &o) }
+				return o.Validate, func(ctx context.Context) error { return runNode(ctx, &o) }
 			}},
 		"controller": controllerRole(),
 		"version": {summary: "print the version",
@@ -83,7 +83,7 @@ func say(stderr io.Writer, format string, a ...any) {
 func run(args []string, stdout, stderr io.Writer) int {
 	rs := roles(stdout)
 	usage := func() {
-		names := []string{"plugin", "controller", "version"}
+		names := []string{"node", "controller", "version"}
 		here := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return rs[n].absent != "" })
 		say(stderr, "usage: %s <%s> [flags]; %s <role> -h lists the role's flags\n", program, strings.Join(here, "|"), program)
 		for _, n := range names {

@@ -47,7 +47,7 @@ func TestNodeAgentLinksNoKubernetesClient(t *testing.T) {
 		}
 	}
 	// The check sees what it should: the node agent's own packages.
-	for _, want := range []string{"github.com/carve-csi/carve/cmd/carve", "github.com/carve-csi/carve/internal/node/driver", "github.com/carve-csi/carve/internal/node/nodeagent"} {
+	for _, want := range []string{"github.com/carve-csi/carve/cmd/carve", "github.com/carve-csi/carve/internal/node/driver", "github.com/carve-csi/carve/internal/node/channel"} {
 		if !slices.Contains(deps, want) {
 			t.Fatalf("go list -deps -tags %s does not list %s: the check is broken", nodeAgentTags, want)
 		}

@@ -14,10 +14,10 @@ import (
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/channel"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/driver"
-	"github.com/carve-csi/carve/internal/node/nodeagent"
-	"github.com/carve-csi/carve/internal/node/nodecopy"
+	"github.com/carve-csi/carve/internal/node/peercopy"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -41,32 +41,32 @@ const (
 //
 // Copies across nodes: puller (when set) gets the agent's certificate and
 // the CAs, so that the provisioner's reads from other nodes present this
-// node's identity; with --node-copy-address, orphans (a nodecopy.Reader:
+// node's identity; with --node-copy-address, orphans (a peercopy.Reader:
 // the provisioner) serves this node's sources to the nodes the controller
 // grants them, on a listener of its own.
-func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphans nodeagent.Orphans, svc driver.Services,
-	mm csimetrics.CSIMetricsManager, puller *nodecopy.Puller) (func(context.Context) error, error) {
+func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orphans channel.Orphans, svc driver.Services,
+	mm csimetrics.CSIMetricsManager, puller *peercopy.Puller) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)
-	acfg := nodeagent.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
+	acfg := channel.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
 		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans}
-	var copies *nodecopy.Server
+	var copies *peercopy.Server
 	if o.NodeChannel.CopyAddress != "" {
 		port, err := copyPort(o.NodeChannel.CopyAddress)
 		if err != nil {
 			return nil, err
 		}
-		reader, ok := orphans.(nodecopy.Reader)
+		reader, ok := orphans.(peercopy.Reader)
 		if !ok {
 			return nil, errors.New("--node-copy-address: the node channel has no source reader")
 		}
-		deltas, _ := orphans.(nodecopy.DeltaReader)
-		copies = nodecopy.NewServer(nodecopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Deltas: deltas, Port: port})
+		deltas, _ := orphans.(peercopy.DeltaReader)
+		copies = peercopy.NewServer(peercopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Deltas: deltas, Port: port})
 		acfg.Copies = copies
 	}
-	if target, ok := orphans.(nodecopy.CatchUpTarget); ok && puller != nil {
-		acfg.CatchUps = nodecopy.CatchUps{Target: target}
+	if target, ok := orphans.(peercopy.CatchUpTarget); ok && puller != nil {
+		acfg.CatchUps = peercopy.CatchUps{Target: target}
 	}
-	agent, err := nodeagent.New(acfg)
+	agent, err := channel.New(acfg)
 	if err != nil {
 		return nil, fmt.Errorf("the node channel: %w", err)
 	}
@@ -85,9 +85,9 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphan
 		driver.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg)),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: nodeChannelPing, Timeout: nodeChannelMinPing}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing, PermitWithoutStream: true}),
-			grpc.ChainUnaryInterceptor(nodecopy.TicketInterceptor)),
+			grpc.ChainUnaryInterceptor(peercopy.TicketInterceptor)),
 		driver.WithServices(func(r grpc.ServiceRegistrar) { nodeagentv1.RegisterNodeAgentServer(r, agent) }),
-		driver.WithUnloggedPayloads(nodeagent.UnloggedMethods()...))
+		driver.WithUnloggedPayloads(channel.UnloggedMethods()...))
 	return func(ctx context.Context) error {
 		var lc net.ListenConfig
 		l, err := lc.Listen(ctx, "tcp", o.NodeChannel.Address)
@@ -112,7 +112,7 @@ func nodeChannel(o *PluginOptions, cfg *config.Config, view *vgview.View, orphan
 
 // copyListener returns what serves NodeCopy on --node-copy-address until
 // ctx ends, or nil when copies is.
-func copyListener(o *PluginOptions, agent *nodeagent.Agent, copies *nodecopy.Server) (func(context.Context) error, error) {
+func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server) (func(context.Context) error, error) {
 	if copies == nil {
 		return nil, nil
 	}

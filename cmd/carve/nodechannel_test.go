@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/driver"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -63,14 +63,14 @@ func TestNodeChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	o := &PluginOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName}, NodeName: "node-a",
+	o := &NodeOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName}, NodeName: "node-a",
 		NodeChannel: NodeChannelOptions{Address: freeAddr(t), CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}
-	cfg := &config.Config{DeviceClasses: []config.DeviceClass{{Name: "fast", VolumeGroup: "vg1", Default: true}}}
+	cfg := &deviceclass.Config{DeviceClasses: []deviceclass.DeviceClass{{Name: "fast", VolumeGroup: "vg1", Default: true}}}
 	view := vgview.New(stubReporter{&lvm.Report{VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20}}}}, cfg, nil)
 	if err := view.Refresh(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	mm := newMetricsManager(DefaultDriverName, "plugin")
+	mm := newMetricsManager(DefaultDriverName, "node")
 	svc := driver.Services{
 		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: DefaultDriverName, Version: "test"}),
 		Controller: driver.CentralControllerServer{},
@@ -185,9 +185,9 @@ func TestNodeChannelAddressInUse(t *testing.T) {
 	}
 	defer func() { _ = l.Close() }()
 	dir := t.TempDir()
-	o := &PluginOptions{NodeName: "node-a", NodeChannel: NodeChannelOptions{Address: l.Addr().String(),
+	o := &NodeOptions{NodeName: "node-a", NodeChannel: NodeChannelOptions{Address: l.Addr().String(),
 		CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}
-	cfg := &config.Config{}
+	cfg := &deviceclass.Config{}
 	view := vgview.New(stubReporter{&lvm.Report{}}, cfg, nil)
 	run, err := nodeChannel(o, cfg, view, nil, driver.Services{}, nil, nil)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,9 +71,9 @@ func (o *CommonOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// PluginOptions configure the `carve plugin` role, which runs on every node
+// NodeOptions configure the `carve node` role, which runs on every node
 // and serves Identity, Controller and Node for the node's volume groups.
-type PluginOptions struct {
+type NodeOptions struct {
 	CommonOptions
 	// NodeName is this node's Kubernetes name: the node ID and the value of
 	// the topology key. Defaults to the NODE_NAME environment variable.
@@ -106,14 +105,11 @@ type PluginOptions struct {
 	// StateDir holds what the plugin must remember across restarts and
 	// reboots (the marks of volumes being made); empty is the directory of
 	// the --endpoint socket, where carve kept it before the DaemonSet gave
-	// it a directory of its own (runPlugin adopts marks left there).
+	// it a directory of its own (runNode adopts marks left there).
 	StateDir string
 	// AllowVolatileStateDir lets the plugin start with StateDir on tmpfs
 	// or ramfs, whose marks a reboot loses (tests, throw-away nodes).
 	AllowVolatileStateDir bool
-	// Moved are the flags that moved to carve controller with the audit;
-	// Validate refuses each one set, naming where it went.
-	Moved MovedFlags
 	// NodeChannel configures the port carve's controller reaches this
 	// node's agent on.
 	NodeChannel NodeChannelOptions
@@ -203,60 +199,8 @@ func copyPort(addr string) (int, error) {
 	return int(n), nil
 }
 
-// MovedFlags are the flags `carve plugin` had while it audited its own
-// LVs; the audit runs in `carve controller` now, and the node agent uses
-// no Kubernetes API. They are still accepted on the command line, so that
-// a DaemonSet that sets one fails with a message that says where it went,
-// not with "flag provided but not defined".
-type MovedFlags struct {
-	set []string
-}
-
-// movedFlags name each moved flag and where it went.
-var movedFlags = []struct{ name, to string }{
-	{"audit-interval", "the audit runs in carve controller: set --audit-interval there"},
-	{"orphan-grace-period", "the audit runs in carve controller: set --orphan-grace-period there"},
-	{"remove-orphans", "the audit runs in carve controller: set --remove-orphans there"},
-	{"kubeconfig", "the node agent uses no Kubernetes API: remove it"},
-}
-
-// AddFlags registers the moved flags on fs.
-func (o *MovedFlags) AddFlags(fs *flag.FlagSet) {
-	for _, f := range movedFlags {
-		fs.Var(movedFlag{name: f.name, set: &o.set, bool: f.name == "remove-orphans"}, f.name, "moved: "+f.to)
-	}
-}
-
-// Validate refuses every moved flag that was set.
-func (o *MovedFlags) Validate() error {
-	var errs []error
-	for _, f := range movedFlags {
-		if slices.Contains(o.set, f.name) {
-			errs = append(errs, fmt.Errorf("--%s: not a flag of carve plugin any more; %s", f.name, f.to))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// movedFlag is a flag.Value that records that it was set.
-type movedFlag struct {
-	name string
-	set  *[]string
-	bool bool
-}
-
-func (f movedFlag) String() string { return "" }
-
-func (f movedFlag) Set(string) error {
-	*f.set = append(*f.set, f.name)
-	return nil
-}
-
-// IsBoolFlag lets --remove-orphans be given without a value, as it was.
-func (f movedFlag) IsBoolFlag() bool { return f.bool }
-
-// AddFlags registers the plugin flags on fs.
-func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
+// AddFlags registers the node agent's flags on fs.
+func (o *NodeOptions) AddFlags(fs *flag.FlagSet) {
 	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes node name (node ID and topology value); defaults to $NODE_NAME")
 	fs.StringVar(&o.ConfigPath, "config", "/etc/carve/config.yaml", "device-class file (YAML)")
@@ -272,7 +216,6 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 		"carve's own directory on the node's disk (surviving restarts and reboots; the DaemonSet's is /var/lib/carve) where it marks the volumes it is making and formatting; empty is the directory of the --endpoint socket. Marks found in the socket's directory (where carve kept them before) are moved here at start")
 	fs.BoolVar(&o.AllowVolatileStateDir, "allow-volatile-state-dir", false,
 		"start even when --state-dir is on tmpfs or ramfs, which a reboot empties (a half-erased volume could then be handed out); without it the plugin refuses to start there")
-	o.Moved.AddFlags(fs)
 	o.NodeChannel.AddFlags(fs)
 }
 
@@ -280,7 +223,7 @@ func (o *PluginOptions) AddFlags(fs *flag.FlagSet) {
 var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // Validate checks the plugin flags.
-func (o *PluginOptions) Validate() error {
+func (o *NodeOptions) Validate() error {
 	errs := []error{o.CommonOptions.Validate()}
 	switch {
 	case o.NodeName == "":
@@ -306,12 +249,12 @@ func (o *PluginOptions) Validate() error {
 	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
 		errs = append(errs, fmt.Errorf("--state-dir %q: must be an absolute path (or empty for the directory of the --endpoint socket)", o.StateDir))
 	}
-	errs = append(errs, o.Moved.Validate(), o.NodeChannel.Validate())
+	errs = append(errs, o.NodeChannel.Validate())
 	return errors.Join(errs...)
 }
 
 // stateDir is where the plugin keeps what outlives its restarts.
-func (o *PluginOptions) stateDir() (string, error) {
+func (o *NodeOptions) stateDir() (string, error) {
 	dir := o.StateDir
 	if dir == "" {
 		sock, err := driver.ParseEndpoint(o.Endpoint)
@@ -327,7 +270,7 @@ func (o *PluginOptions) stateDir() (string, error) {
 
 // validateRegistration checks the kubelet registration flags; the CSI
 // socket's path matters only when carve registers.
-func (o *PluginOptions) validateRegistration() []error {
+func (o *NodeOptions) validateRegistration() []error {
 	var errs []error
 	dir := o.KubeletRegistrationDir
 	if !filepath.IsAbs(dir) {

@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/internal/controller/capacitywriter"
+	"github.com/carve-csi/carve/internal/controller/agents"
+	"github.com/carve-csi/carve/internal/controller/capacity"
 	"github.com/carve-csi/carve/internal/controller/castore"
 	"github.com/carve-csi/carve/internal/controller/kube"
 	"github.com/carve-csi/carve/internal/controller/mover"
-	"github.com/carve-csi/carve/internal/controller/nodepool"
 	"github.com/carve-csi/carve/internal/controller/pvindex"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/nodeca"
@@ -102,13 +102,13 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, fmt.Errorf("the controller's certificate: %w", err)
 	}
 	trust := nodeca.NewPool(ca.Cert)
-	writer, err := capacitywriter.New(capacitywriter.Config{Client: client, Namespace: nc.CapacityNamespace,
+	writer, err := capacity.New(capacity.Config{Client: client, Namespace: nc.CapacityNamespace,
 		Driver: o.DriverName, TopologyKey: topology.Key, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
 	identity := nodeca.NewKeypair(own)
-	pool, err := nodepool.New(nodepool.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
+	pool, err := agents.New(agents.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
 		PortName: nc.PortName, ServiceAccount: nc.ServiceAccount, Audience: nc.Audience,
 		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report, Registerer: reg})
 	if err != nil {

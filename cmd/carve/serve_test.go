@@ -72,7 +72,7 @@ func TestKubeletRegistrationFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mm := csimetrics.NewCSIMetricsManagerForPlugin(DefaultDriverName)
 			m := registration.NewMetrics(mm.GetRegistry().Registerer())
-			o := &PluginOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName},
+			o := &NodeOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName},
 				KubeletRegistrationDir: tc.dir, KubeletCSISocket: DefaultKubeletCSISocket}
 			runners := kubeletRegistration(o, m)
 			if len(runners) != tc.wantRunners {

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/controller/placement"
-	"github.com/carve-csi/carve/internal/controller/reconcile"
 )
 
 // InvalidSnapshots pages through the node's ListSnapshots: the IDs of the
@@ -53,9 +53,9 @@ type snapshotContents struct {
 	driver string
 }
 
-var _ reconcile.SnapshotContents = snapshotContents{}
+var _ audit.SnapshotContents = snapshotContents{}
 
-func (s snapshotContents) ContentOf(ctx context.Context, id string) (*reconcile.SnapshotContent, error) {
+func (s snapshotContents) ContentOf(ctx context.Context, id string) (*audit.SnapshotContent, error) {
 	list, err := s.dyn.Resource(placement.VolumeSnapshotContents).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 		return nil, nil // no snapshot API in this cluster
@@ -75,7 +75,7 @@ func (s snapshotContents) ContentOf(ctx context.Context, id string) (*reconcile.
 		if handle != id {
 			continue
 		}
-		c := &reconcile.SnapshotContent{Name: list.Items[i].GetName(), UID: list.Items[i].GetUID()}
+		c := &audit.SnapshotContent{Name: list.Items[i].GetName(), UID: list.Items[i].GetUID()}
 		ns, _, _ := unstructured.NestedString(o, "spec", "volumeSnapshotRef", "namespace")
 		name, _, _ := unstructured.NestedString(o, "spec", "volumeSnapshotRef", "name")
 		uid, _, _ := unstructured.NestedString(o, "spec", "volumeSnapshotRef", "uid")

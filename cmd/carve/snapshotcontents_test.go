@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/controller/placement"
-	"github.com/carve-csi/carve/internal/controller/reconcile"
 )
 
 func (*fakeHealthClient) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest, _ ...grpc.CallOption) (*csi.ListSnapshotsResponse, error) {
@@ -66,10 +66,10 @@ func TestSnapshotContentOf(t *testing.T) {
 	s := snapshotContents{dyn: dyn, driver: "lvm.carve.dev"}
 	for _, tt := range []struct {
 		id   string
-		want *reconcile.SnapshotContent
+		want *audit.SnapshotContent
 	}{
-		{"node-a/vg1/carvesnap-1", &reconcile.SnapshotContent{Name: "dynamic", UID: "uid-dynamic", Snapshot: "db/snap-dynamic", SnapshotUID: "vs-dynamic"}},
-		{"node-a/vg1/carvesnap-2", &reconcile.SnapshotContent{Name: "static", UID: "uid-static", Snapshot: "db/snap-static", SnapshotUID: "vs-static"}},
+		{"node-a/vg1/carvesnap-1", &audit.SnapshotContent{Name: "dynamic", UID: "uid-dynamic", Snapshot: "db/snap-dynamic", SnapshotUID: "vs-dynamic"}},
+		{"node-a/vg1/carvesnap-2", &audit.SnapshotContent{Name: "static", UID: "uid-static", Snapshot: "db/snap-static", SnapshotUID: "vs-static"}},
 		{"node-a/vg1/carvesnap-3", nil},
 	} {
 		got, err := s.ContentOf(t.Context(), tt.id)

@@ -21,7 +21,7 @@ var stateKinds = []string{"unfinished", "formatting"}
 // filesystem a reboot empties (unless --allow-volatile-state-dir), and
 // with the marks an earlier carve left in the --endpoint socket's
 // directory moved in, so that an upgrade loses none.
-func openState(ctx context.Context, o *PluginOptions) (unfinished, formatting *marks.Marks, err error) {
+func openState(ctx context.Context, o *NodeOptions) (unfinished, formatting *marks.Marks, err error) {
 	dir, err := o.stateDir()
 	if err != nil {
 		return nil, nil, err

@@ -25,7 +25,7 @@ func TestOpenStateRefusesVolatile(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(shm) })
 	sock := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	for _, dir := range []string{shm, filepath.Join(shm, "not", "yet")} {
-		o := &PluginOptions{StateDir: dir}
+		o := &NodeOptions{StateDir: dir}
 		o.Endpoint = sock
 		_, _, err := openState(context.Background(), o)
 		if err == nil {
@@ -57,7 +57,7 @@ func TestOpenStateAdoptsTheSocketDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := &PluginOptions{StateDir: stateDir, AllowVolatileStateDir: true}
+	o := &NodeOptions{StateDir: stateDir, AllowVolatileStateDir: true}
 	o.Endpoint = "unix://" + filepath.Join(sockDir, "csi.sock")
 	for _, round := range []string{"upgrade", "restart"} {
 		unfinished, formatting, err := openState(context.Background(), o)

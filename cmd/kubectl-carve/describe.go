@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/internal/kubectl/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/view"
 )
 
 func (o *options) describeCommand() *cobra.Command {
@@ -49,7 +49,7 @@ func (o *options) describeCommand() *cobra.Command {
 
 // describe writes c as kubectl describe writes an object: aligned
 // "Field:  value" lines, then the events.
-func describe(out io.Writer, c *kubeview.Claim, now time.Time) error {
+func describe(out io.Writer, c *view.Claim, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	line := func(indent int, format string, args ...any) {
 		_, _ = fmt.Fprintf(w, strings.Repeat("  ", indent)+format+"\n", args...)

@@ -36,7 +36,7 @@ import (
 	// gcp and azure ones), as kubectl has them; exec plugins need nothing.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
-	"github.com/carve-csi/carve/internal/kubectl/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/view"
 )
 
 // Exit codes: a usage error (unknown command or flag, bad -o) is 2, like
@@ -179,19 +179,19 @@ func (o *options) validate() error {
 	return usageError{fmt.Errorf("--output %q: must be one of table, wide, json, yaml, name", o.output)}
 }
 
-// view builds the kubeview.View for a command: namespaced views read the
+// view builds the view.View for a command: namespaced views read the
 // namespace of -n (or the kubeconfig's context), all of them with -A.
-func (o *options) view() (kubeview.View, error) {
+func (o *options) view() (view.View, error) {
 	c, err := o.connect(o.config)
 	if err != nil {
-		return kubeview.View{}, err
+		return view.View{}, err
 	}
-	v := kubeview.View{Client: c.kube, Dynamic: c.dynamic, Driver: o.driver, AgentService: o.agentService,
+	v := view.View{Client: c.kube, Dynamic: c.dynamic, Driver: o.driver, AgentService: o.agentService,
 		Warn: func(msg string) { say(o.streams.ErrOut, "Warning: %s\n", msg) }}
 	if !o.allNamespaces {
 		ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
 		if err != nil {
-			return kubeview.View{}, fmt.Errorf("the current namespace: %w", err)
+			return view.View{}, fmt.Errorf("the current namespace: %w", err)
 		}
 		v.Namespace = ns
 	}

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/internal/kubectl/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/view"
 	"github.com/carve-csi/carve/internal/topology"
 )
 
@@ -120,7 +120,7 @@ func tool(t *testing.T, args ...string) (int, string, string, *fake.Clientset) {
 	objs, dyn := cluster()
 	cs := fake.NewClientset(objs...)
 	dc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		kubeview.SnapshotResource: "VolumeSnapshotList", kubeview.SnapshotContentResource: "VolumeSnapshotContentList"}, dyn...)
+		view.SnapshotResource: "VolumeSnapshotList", view.SnapshotContentResource: "VolumeSnapshotContentList"}, dyn...)
 	var in, out, errOut bytes.Buffer
 	conn := func(genericclioptions.RESTClientGetter) (clients, error) { return clients{kube: cs, dynamic: dc}, nil }
 	// The kubeconfig goes first: __complete completes its last word.
@@ -337,7 +337,7 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 	code, out, _, _ = tool(t, "describe", "waiting", "-o", "json")
-	var c kubeview.Claim
+	var c view.Claim
 	if err := json.Unmarshal([]byte(out), &c); code != 0 || err != nil || c.Name != "waiting" || len(c.Events) != 1 {
 		t.Errorf("describe -o json = %d, %v: %s", code, err, out)
 	}
@@ -378,7 +378,7 @@ func TestCompletion(t *testing.T) {
 func TestPendingTable(t *testing.T) {
 	var out bytes.Buffer
 	o := &options{output: "table", allNamespaces: true, streams: genericiooptions.IOStreams{Out: &out, ErrOut: &out}}
-	err := o.print(pendingListing([]kubeview.Pending{
+	err := o.print(pendingListing([]view.Pending{
 		{Claim: "web/waiting", StorageClass: "carve-thick", SelectedNode: "n2", Pods: []string{"web/w"}, Since: now.Add(-90 * time.Second),
 			Reason: "ProvisioningFailed", Message: "no room"},
 		{Claim: "web/unused", StorageClass: "carve-thin", Since: now.Add(-26 * time.Hour)},

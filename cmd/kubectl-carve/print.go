@@ -18,7 +18,7 @@ const none = "<none>"
 
 // listing is one view's answer in every output form.
 type listing struct {
-	// rows is what -o json and -o yaml print (a list of kubeview rows).
+	// rows is what -o json and -o yaml print (a list of view rows).
 	rows any
 	// names is what -o name prints, one kind/name per row.
 	names []string

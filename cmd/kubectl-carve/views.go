@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/internal/kubectl/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/view"
 )
 
 // views are kubectl carve's commands.
@@ -33,7 +33,7 @@ func (o *options) views() []*cobra.Command {
 
 // listCommand is a view that lists rows; namespaced ones read the current
 // namespace unless -A.
-func (o *options) listCommand(name, short string, namespaced bool, list func(*cobra.Command, kubeview.View) (listing, error)) *cobra.Command {
+func (o *options) listCommand(name, short string, namespaced bool, list func(*cobra.Command, view.View) (listing, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   name,
 		Short: short,
@@ -55,7 +55,7 @@ func (o *options) listCommand(name, short string, namespaced bool, list func(*co
 	}
 }
 
-func (o *options) nodes(cmd *cobra.Command, v kubeview.View) (listing, error) {
+func (o *options) nodes(cmd *cobra.Command, v view.View) (listing, error) {
 	rows, err := v.Nodes(ctx(cmd))
 	if err != nil {
 		return listing{}, err
@@ -80,7 +80,7 @@ func (o *options) nodes(cmd *cobra.Command, v kubeview.View) (listing, error) {
 	return l, nil
 }
 
-func (o *options) capacity(cmd *cobra.Command, v kubeview.View) (listing, error) {
+func (o *options) capacity(cmd *cobra.Command, v view.View) (listing, error) {
 	rows, err := v.Capacities(ctx(cmd))
 	if err != nil {
 		return listing{}, err
@@ -96,7 +96,7 @@ func (o *options) capacity(cmd *cobra.Command, v kubeview.View) (listing, error)
 	return l, nil
 }
 
-func (o *options) volumes(cmd *cobra.Command, v kubeview.View) (listing, error) {
+func (o *options) volumes(cmd *cobra.Command, v view.View) (listing, error) {
 	rows, err := v.Volumes(ctx(cmd))
 	if err != nil {
 		return listing{}, err
@@ -123,7 +123,7 @@ func (o *options) volumes(cmd *cobra.Command, v kubeview.View) (listing, error) 
 	return l, nil
 }
 
-func (o *options) pending(cmd *cobra.Command, v kubeview.View) (listing, error) {
+func (o *options) pending(cmd *cobra.Command, v view.View) (listing, error) {
 	rows, err := v.PendingClaims(ctx(cmd))
 	if err != nil {
 		return listing{}, err
@@ -132,7 +132,7 @@ func (o *options) pending(cmd *cobra.Command, v kubeview.View) (listing, error) 
 }
 
 // pendingListing is the pending view's listing at time now.
-func pendingListing(rows []kubeview.Pending, now time.Time) listing {
+func pendingListing(rows []view.Pending, now time.Time) listing {
 	l := listing{rows: rows, namespaces: []string{}, columns: []metav1.TableColumnDefinition{
 		col("PVC"), col("StorageClass"), col("Age"), col("Selected Node"), col("Pods"), col("Last Event")}}
 	for _, r := range rows {
@@ -153,7 +153,7 @@ func pendingListing(rows []kubeview.Pending, now time.Time) listing {
 	return l
 }
 
-func (o *options) snapshots(cmd *cobra.Command, v kubeview.View) (listing, error) {
+func (o *options) snapshots(cmd *cobra.Command, v view.View) (listing, error) {
 	rows, err := v.Snapshots(ctx(cmd))
 	if err != nil {
 		return listing{}, err
@@ -175,7 +175,7 @@ func (o *options) snapshots(cmd *cobra.Command, v kubeview.View) (listing, error
 	return l, nil
 }
 
-func (o *options) orphans(cmd *cobra.Command, v kubeview.View) (listing, error) {
+func (o *options) orphans(cmd *cobra.Command, v view.View) (listing, error) {
 	rows, err := v.Findings(ctx(cmd))
 	if err != nil {
 		return listing{}, err

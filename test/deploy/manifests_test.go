@@ -27,7 +27,7 @@ import (
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 )
 
 // The sidecar images carve is tested with (the releases the e2e tier
@@ -270,7 +270,7 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 	plugin := container(t, spec, "carve")
 	if plugin.SecurityContext == nil || plugin.SecurityContext.Privileged == nil || !*plugin.SecurityContext.Privileged {
-		t.Error("the carve plugin container is not privileged")
+		t.Error("the carve node container is not privileged")
 	}
 	mounts := map[string]corev1.VolumeMount{}
 	for _, m := range plugin.VolumeMounts {
@@ -309,8 +309,8 @@ func TestNodeDaemonSet(t *testing.T) {
 	// the ConfigMap's mount, metrics on the port the Service targets, and
 	// the node channel on the pod's own address with the CA and the token
 	// where the pod mounts them.
-	if len(plugin.Args) == 0 || plugin.Args[0] != "plugin" {
-		t.Errorf("plugin args %v do not start with the plugin role", plugin.Args)
+	if len(plugin.Args) == 0 || plugin.Args[0] != "node" {
+		t.Errorf("plugin args %v do not start with the node role", plugin.Args)
 	}
 	// carve-node: the node agent's binary, which links no Kubernetes
 	// client (the image's carve has the controller role too).
@@ -449,7 +449,7 @@ func nodeConfigVolume(t *testing.T, spec corev1.PodSpec) (deviceClasses string, 
 }
 
 // TestNodeRunsOnlyTheAgent: every node DaemonSet, node groups' included,
-// runs one container, carve plugin; no sidecar runs on the nodes.
+// runs one container, carve node; no sidecar runs on the nodes.
 func TestNodeRunsOnlyTheAgent(t *testing.T) {
 	objs := typedObjects(t, renderChartValues(t, `
 nodeGroups:
@@ -461,8 +461,8 @@ nodeGroups:
 		if !ok {
 			t.Fatalf("no %s rendered: %v", key, sortedKeys(objs))
 		}
-		if cs := tmpl.Spec.Containers; len(cs) != 1 || cs[0].Name != "carve" || len(cs[0].Args) == 0 || cs[0].Args[0] != "plugin" {
-			t.Errorf("%s runs %d containers (%+v), want carve plugin alone", key, len(cs), cs)
+		if cs := tmpl.Spec.Containers; len(cs) != 1 || cs[0].Name != "carve" || len(cs[0].Args) == 0 || cs[0].Args[0] != "node" {
+			t.Errorf("%s runs %d containers (%+v), want carve node alone", key, len(cs), cs)
 		} else if !reflect.DeepEqual(cs[0].Command, nodeAgentCommand) {
 			t.Errorf("%s runs %v plugin, want %v plugin", key, cs[0].Command, nodeAgentCommand)
 		}
@@ -1038,11 +1038,11 @@ func TestDeviceClassesAndStorageClasses(t *testing.T) {
 	cm := get[*corev1.ConfigMap](t, objs, "ConfigMap carve-system/carve-device-classes")
 	// The plugin's own parser: strict keys, one default, valid names and
 	// options.
-	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]))
+	cfg, err := deviceclass.Parse([]byte(cm.Data["config.yaml"]))
 	if err != nil {
 		t.Fatalf("config.yaml is not a valid device-class file: %v", err)
 	}
-	classes := map[string]*config.DeviceClass{}
+	classes := map[string]*deviceclass.DeviceClass{}
 	defaults := 0
 	for i := range cfg.DeviceClasses {
 		c := &cfg.DeviceClasses[i]

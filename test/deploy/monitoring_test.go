@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/internal/controller/reconcile"
+	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -441,7 +441,7 @@ func makeMetadataThinPool(t *testing.T, vg *lvmtest.LoopVG, pool string) {
 func auditMetrics(t *testing.T) plugintest.Metrics {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	a := reconcile.New(reconcile.Config{Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Client: fake.NewClientset(),
+	a := audit.New(audit.Config{Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Client: fake.NewClientset(),
 		Nodes: oneNode{}, Grace: time.Minute, Interval: time.Minute, Registerer: reg, Events: record.NewFakeRecorder(10)})
 	a.Pass(t.Context(), time.Now(), nil)
 	got, err := reg.Gather()
@@ -486,8 +486,8 @@ type oneNode struct{}
 
 func (oneNode) Names() []string { return []string{"node-a"} }
 
-func (oneNode) Inventory(context.Context, string) (*reconcile.Inventory, error) {
-	return &reconcile.Inventory{Classes: []reconcile.Class{{Name: "thick", VolumeGroup: "vg"}}}, nil
+func (oneNode) Inventory(context.Context, string) (*audit.Inventory, error) {
+	return &audit.Inventory{Classes: []audit.Class{{Name: "thick", VolumeGroup: "vg"}}}, nil
 }
 
 func (oneNode) QuarantineOrphan(context.Context, string, string, string, time.Time) (string, error) {
@@ -496,13 +496,13 @@ func (oneNode) QuarantineOrphan(context.Context, string, string, string, time.Ti
 
 func (oneNode) RemoveOrphan(context.Context, string, string, string, string) error { return nil }
 
-func (oneNode) VolumeHealth(context.Context, string) ([]reconcile.VolumeHealth, error) {
+func (oneNode) VolumeHealth(context.Context, string) ([]audit.VolumeHealth, error) {
 	return nil, nil
 }
 
 func (oneNode) InvalidSnapshots(context.Context, string) ([]string, error) { return nil, nil }
 
-// TestDashboardAndRulesUseExportedMetrics starts a real `carve plugin` on a
+// TestDashboardAndRulesUseExportedMetrics starts a real `carve node` on a
 // loop-device volume group (activation disabled: metadata only), with a
 // thick and a thin class, drives the phases that work without a kernel
 // device (capacity, create, delete, and a create that does not fit), scrapes

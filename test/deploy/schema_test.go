@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/carve-csi/carve/internal/controller/router"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/volume"
@@ -114,13 +114,13 @@ func checkKeysMatch(t *testing.T, root, node schemaNode, where string, typ refle
 	got := node.propertyNames()
 	for _, k := range sortedKeys(keys) {
 		if !slices.Contains(got, k) {
-			t.Errorf("%s: internal/node/config decodes %q (%s), but values.schema.json refuses it", where, k, typ)
+			t.Errorf("%s: internal/node/deviceclass decodes %q (%s), but values.schema.json refuses it", where, k, typ)
 		}
 	}
 	for _, k := range got {
 		ft, ok := keys[k]
 		if !ok {
-			t.Errorf("%s: values.schema.json accepts %q, which internal/node/config's %s does not decode", where, k, typ)
+			t.Errorf("%s: values.schema.json accepts %q, which internal/node/deviceclass's %s does not decode", where, k, typ)
 			continue
 		}
 		for ft.Kind() == reflect.Pointer {
@@ -133,12 +133,12 @@ func checkKeysMatch(t *testing.T, root, node schemaNode, where string, typ refle
 }
 
 // TestSchemaMatchesDeviceClassConfig: the chart's schema accepts exactly
-// the device-class keys internal/node/config decodes, at both places the chart takes
+// the device-class keys internal/node/deviceclass decodes, at both places the chart takes
 // device classes (deviceClasses and nodeGroups[].deviceClasses), and the
 // values it enumerates are carve's own lists; so the two cannot drift.
 func TestSchemaMatchesDeviceClassConfig(t *testing.T) {
 	root := loadSchema(t)
-	typ := reflect.TypeFor[config.DeviceClass]()
+	typ := reflect.TypeFor[deviceclass.DeviceClass]()
 	for _, path := range [][]string{
 		{"deviceClasses", "items"},
 		{"nodeGroups", "items", "deviceClasses", "items"},
@@ -186,7 +186,7 @@ func sameSet(a, b []string) bool {
 }
 
 // checkNamePattern: the schema's pattern for a device-class name agrees
-// with config.IsClassName on names either side of the rules.
+// with deviceclass.IsClassName on names either side of the rules.
 func checkNamePattern(t *testing.T, where string, n schemaNode) {
 	t.Helper()
 	pat, _ := n["pattern"].(string)
@@ -197,8 +197,8 @@ func checkNamePattern(t *testing.T, where string, n schemaNode) {
 	maxLen, _ := n["maxLength"].(float64)
 	for _, name := range []string{"a", "thick", "fast-1", "A", "-a", "a-", "a_b", "a.b", strings.Repeat("a", 63), strings.Repeat("a", 64)} {
 		schema := re.MatchString(name) && (maxLen == 0 || len(name) <= int(maxLen))
-		if schema != config.IsClassName(name) {
-			t.Errorf("%s: the schema says %q is a class name: %v; internal/node/config says %v", where, name, schema, config.IsClassName(name))
+		if schema != deviceclass.IsClassName(name) {
+			t.Errorf("%s: the schema says %q is a class name: %v; internal/node/deviceclass says %v", where, name, schema, deviceclass.IsClassName(name))
 		}
 	}
 }
@@ -305,9 +305,9 @@ func TestChartTakesEveryDocumentedDeviceClassKey(t *testing.T) {
 		data, _ := o["data"].(map[string]any)
 		for _, v := range data {
 			s, _ := v.(string)
-			cfg, err := config.Parse([]byte(s))
+			cfg, err := deviceclass.Parse([]byte(s))
 			if err != nil {
-				t.Errorf("%s: internal/node/config refuses the rendered file: %v\n%s", o.key(), err, s)
+				t.Errorf("%s: internal/node/deviceclass refuses the rendered file: %v\n%s", o.key(), err, s)
 				continue
 			}
 			for _, d := range cfg.DeviceClasses {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/controller/capacitywriter"
+	"github.com/carve-csi/carve/internal/controller/capacity"
 )
 
 // Scenario 1: a CSIStorageCapacity object for every node x WaitForFirstConsumer
@@ -55,11 +55,11 @@ func TestCapacityObjectsPerNodeAndClass(t *testing.T) {
 						t.Errorf("CSIStorageCapacity %s is owned by pod %s: the controller writes it, no node pod owns it", obj.Name, o.Name)
 					}
 				}
-				if got := obj.Labels[capacitywriter.LabelManagedBy]; got != capacitywriter.ManagedBy {
-					t.Errorf("CSIStorageCapacity %s label %s=%q, want %q (carve controller writes it)", obj.Name, capacitywriter.LabelManagedBy, got, capacitywriter.ManagedBy)
+				if got := obj.Labels[capacity.LabelManagedBy]; got != capacity.ManagedBy {
+					t.Errorf("CSIStorageCapacity %s label %s=%q, want %q (carve controller writes it)", obj.Name, capacity.LabelManagedBy, got, capacity.ManagedBy)
 				}
-				if got := obj.Labels[capacitywriter.LabelNode]; got != n.Name {
-					t.Errorf("CSIStorageCapacity %s label %s=%q, want the node %s", obj.Name, capacitywriter.LabelNode, got, n.Name)
+				if got := obj.Labels[capacity.LabelNode]; got != n.Name {
+					t.Errorf("CSIStorageCapacity %s label %s=%q, want the node %s", obj.Name, capacity.LabelNode, got, n.Name)
 				}
 				if !thin && (obj.MaximumVolumeSize == nil || obj.MaximumVolumeSize.Value() != obj.Capacity.Value()) {
 					t.Errorf("CSIStorageCapacity %s maximumVolumeSize %v, want %v (one VG: the largest volume is all the room)", obj.Name, obj.MaximumVolumeSize, obj.Capacity)

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/topology/pinned"
 	"github.com/carve-csi/carve/internal/volume"
@@ -250,7 +250,7 @@ func expectedThickCapacity(ctx context.Context, n *cluster.Node) (int64, error) 
 	return int64(avail - avail%vg.ExtentSize), nil
 }
 
-func shippedClass(name string) *config.DeviceClass {
+func shippedClass(name string) *deviceclass.DeviceClass {
 	for i := range bed.DeviceClasses.DeviceClasses {
 		if bed.DeviceClasses.DeviceClasses[i].Name == name {
 			return &bed.DeviceClasses.DeviceClasses[i]
@@ -362,7 +362,7 @@ func checkVolumeOnNode(t *testing.T, ctx context.Context, pvc *corev1.Persistent
 func pvNode(pv *corev1.PersistentVolume) string { return pinned.Node(pv, cluster.TopologyKey) }
 
 // metricSum sums the samples of one metric whose labels contain every
-// label="value" pair given, over every node's carve plugin.
+// label="value" pair given, over every node's carve node.
 func metricSum(ctx context.Context, name string, labels ...string) (float64, error) {
 	var total float64
 	for _, n := range bed.Nodes {

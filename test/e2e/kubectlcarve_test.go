@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/carve-csi/carve/internal/kubectl/kubeview"
+	"github.com/carve-csi/carve/internal/kubectl/view"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
@@ -69,9 +69,9 @@ func TestKubectlCarve(t *testing.T) {
 	node := waitPodNode(t, ns, "app", settle)
 
 	// The claim's namespace and -A list it; another namespace does not.
-	var vols []kubeview.Volume
+	var vols []view.Volume
 	carve(&vols, "volumes", "-A")
-	var mine *kubeview.Volume
+	var mine *view.Volume
 	for i := range vols {
 		if vols[i].Claim == ns+"/data" {
 			mine = &vols[i]
@@ -80,7 +80,7 @@ func TestKubectlCarve(t *testing.T) {
 	if mine == nil {
 		t.Fatalf("kubectl carve volumes -A lacks %s/data: %+v", ns, vols)
 	}
-	var inNS, elsewhere []kubeview.Volume
+	var inNS, elsewhere []view.Volume
 	carve(&inNS, "volumes", "-n", ns)
 	carve(&elsewhere, "-n", bed.Namespace, "volumes")
 	if len(inNS) != 1 || inNS[0].Claim != ns+"/data" {
@@ -103,7 +103,7 @@ func TestKubectlCarve(t *testing.T) {
 		t.Errorf("kubectl carve volumes says %+v; the bed has PV %s, pod %s/app on %s, LV %v on %v", *mine, pvc.Spec.VolumeName, ns, node, lv, nodes)
 	}
 
-	var caps []kubeview.Capacity
+	var caps []view.Capacity
 	carve(&caps, "capacity")
 	seen := 0
 	for _, c := range caps {
@@ -128,7 +128,7 @@ func TestKubectlCarve(t *testing.T) {
 
 	// The 1 TiB claim fits nowhere: Pending, with its pod and last event.
 	waitFor(t, settle, "kubectl carve pending to list the 1 TiB claim with an event", func(context.Context) (bool, string, error) {
-		var pend []kubeview.Pending
+		var pend []view.Pending
 		carve(&pend, "pending", "-n", ns)
 		for _, p := range pend {
 			if p.Claim == ns+"/huge" {
@@ -164,9 +164,9 @@ func TestKubectlCarve(t *testing.T) {
 // an agent that is not Ready says why.
 func checkCarveNodes(t *testing.T, ctx context.Context, carve func(any, ...string)) {
 	t.Helper()
-	var nodes []kubeview.Node
+	var nodes []view.Node
 	carve(&nodes, "nodes")
-	byName := map[string]kubeview.Node{}
+	byName := map[string]view.Node{}
 	for _, n := range nodes {
 		byName[n.Node] = n
 	}
@@ -210,7 +210,7 @@ func checkCarveNodes(t *testing.T, ctx context.Context, carve func(any, ...strin
 func checkCarveDescribe(t *testing.T, ctx context.Context, carve func(any, ...string), text func(...string) string,
 	pvc *corev1.PersistentVolumeClaim, node string, lv *lvm.LogicalVolume) {
 	t.Helper()
-	var c kubeview.Claim
+	var c view.Claim
 	carve(&c, "describe", pvc.Name, "-n", pvc.Namespace)
 	var vg string
 	for _, n := range bed.Nodes {
@@ -267,7 +267,7 @@ func checkCarveSnapshots(t *testing.T, ctx context.Context, carve func(any, ...s
 		t.Fatal(err)
 	}
 	waitFor(t, settle, "kubectl carve snapshots to show the snapshot on its node or with carve's error", func(context.Context) (bool, string, error) {
-		var snaps []kubeview.Snapshot
+		var snaps []view.Snapshot
 		carve(&snaps, "snapshots", "-n", ns)
 		if len(snaps) != 1 {
 			return false, fmt.Sprintf("%+v", snaps), nil
@@ -278,7 +278,7 @@ func checkCarveSnapshots(t *testing.T, ctx context.Context, carve func(any, ...s
 		}
 		return s.ReadyToUse && s.Node == node || s.Error != "", fmt.Sprintf("%+v", s), nil
 	})
-	var elsewhere []kubeview.Snapshot
+	var elsewhere []view.Snapshot
 	carve(&elsewhere, "snapshots", "-n", bed.Namespace)
 	for _, s := range elsewhere {
 		if s.Namespace == ns {

@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 		Name:   "e2e",
 		Config: configFromEnv,
 		Up: func(bed *cluster.Cluster, took time.Duration) {
-			fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve plugin (the node agent, its node channel on %s), and the controller Deployment's processes (carve controller, %s) enrolling them over the node channel.\n",
+			fmt.Printf("e2e: test bed up in %s: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (node lifecycle controller off), %d simulated nodes, each with its own carve node (the node agent, its node channel on %s), and the controller Deployment's processes (carve controller, %s) enrolling them over the node channel.\n",
 				took, len(bed.Nodes), bed.NodeChannel.IP, sidecarNames(bed))
 			fmt.Printf("e2e: LVM on the host runs with activation DISABLED (lvm.conf global/activation=0 in each node's LVM_SYSTEM_DIR): LVs are metadata only, no /dev node appears. No kubelet runs: pods are scheduled and bound, containers never start.\n")
 		},

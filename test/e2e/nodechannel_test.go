@@ -36,7 +36,7 @@ import (
 )
 
 // The node channel of issue 21, the test bed's own layout: each simulated
-// node's carve plugin serves the node channel on its own port of the
+// node's carve node serves the node channel on its own port of the
 // host's address, and the controller Deployment's carve controller (run
 // by the harness with its shipped flags and service account) enrolls
 // those agents with real TokenReviews, routes the sidecars' CSI

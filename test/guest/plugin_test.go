@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The plugin tests run the real `carve plugin` binary inside the guest on
+// The plugin tests run the real `carve node` binary inside the guest on
 // loop-device volume groups with real device-mapper, mkfs and mount. Each
 // host test boots the guest once and runs one inner test package there
 // (test/guest/inner/...): the Go code is built here, where it runs about 28

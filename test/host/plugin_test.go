@@ -27,7 +27,7 @@ import (
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
-// The carve plugin binary against a real VG on a loop device, activation
+// The carve node binary against a real VG on a loop device, activation
 // disabled: the controller side (create, capacity, list, delete, restart)
 // works with LVM metadata alone. The node side needs device-mapper and runs
 // in the guest tier.
@@ -232,7 +232,7 @@ func TestPluginRefusesBadFile(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("deviceClasses:\n  - {name: a, volumeGroup: %s, sparee: 1Gi}\n", vg.Name)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctxFor(t), bin, "plugin", "--node-name", pluginNode, "--kubelet-registration-dir=",
+	cmd := exec.CommandContext(ctxFor(t), bin, "node", "--node-name", pluginNode, "--kubelet-registration-dir=",
 		"--config", cfg, "--endpoint", "unix://"+filepath.Join(dir, "csi.sock"))
 	cmd.Env = append(os.Environ(), vg.Env()...)
 	out, err := cmd.CombinedOutput()

@@ -17,7 +17,7 @@ import (
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
-// carveMetrics scrapes the carve plugin of the guest node (from inside the
+// carveMetrics scrapes the carve node of the guest node (from inside the
 // guest: the pod's address is on the guest's bridge).
 func carveMetrics(t *testing.T, ctx context.Context) plugintest.Metrics {
 	t.Helper()

@@ -396,7 +396,7 @@ func TestPluginKilledWhilePodWrites(t *testing.T) {
 		return n
 	}
 	// The node agent is carve-node (the DaemonSet's command).
-	guestExec(t, "pkill -KILL -f '^/usr/local/bin/carve-node plugin'")
+	guestExec(t, "pkill -KILL -f '^/usr/local/bin/carve-node node'")
 	atKill := lines()
 	waitFor(t, podTimeout, "the carve container restarted and running", func(ctx context.Context) (bool, string, error) {
 		p := carvePod(t, ctx)

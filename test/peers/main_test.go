@@ -113,7 +113,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: starting TopoLVM: %v\n", err)
 		code = 1
 	} else {
-		fmt.Printf("peers: test bed up in %s: control plane, %d simulated nodes each with carve's node agent (carve plugin alone, deploy/kubernetes flags; carve controller and its sidecars run once) and TopoLVM (topolvm-node, lvmd embedded) on loop-device VGs of the same size; TopoLVM's controller and central csi-provisioner (its chart's flags); run directory %s\n",
+		fmt.Printf("peers: test bed up in %s: control plane, %d simulated nodes each with carve's node agent (carve node alone, deploy/kubernetes flags; carve controller and its sidecars run once) and TopoLVM (topolvm-node, lvmd embedded) on loop-device VGs of the same size; TopoLVM's controller and central csi-provisioner (its chart's flags); run directory %s\n",
 			time.Since(start).Round(time.Millisecond), len(bed.Nodes), bed.Config.RunDir)
 		code = m.Run()
 	}

@@ -141,11 +141,11 @@ func TestPeersIdle(t *testing.T) {
 		fmt.Printf("ratio carve/TopoLVM idle LVM commands per minute, %d volumes on %s: carve %.2f (%d in %s: %s), TopoLVM %.2f (%d)%s\n",
 			want, idleNode, float64(carveCount)/minutes, carveCount, to.Sub(from).Round(time.Second), strings.Join(carveBy, ", "),
 			float64(tvCmds)/minutes, tvCmds, ratioText(float64(carveCount), float64(tvCmds)))
-		fmt.Printf("ratio carve/TopoLVM node agent resident memory, %d volumes: %.2f (carve plugin, alone on the node, %s after the window, peak %s, at the window's start %s; "+
+		fmt.Printf("ratio carve/TopoLVM node agent resident memory, %d volumes: %.2f (carve node, alone on the node, %s after the window, peak %s, at the window's start %s; "+
 			"topolvm-node (lvmd embedded) %s, peak %s, at the window's start %s)\n",
 			want, memAfter[0].rss/memAfter[1].rss, mib(memAfter[0].rss), mib(memAfter[0].hwm), mib(memBefore[0].rss),
 			mib(memAfter[1].rss), mib(memAfter[1].hwm), mib(memBefore[1].rss))
-		fmt.Printf("peers: resident memory after the window, %d volumes, anonymous + mapped files: carve plugin %s + %s (Go heap in use %s, heap released to the OS %s, heap idle %s, stacks %s, from its /metrics); "+
+		fmt.Printf("peers: resident memory after the window, %d volumes, anonymous + mapped files: carve node %s + %s (Go heap in use %s, heap released to the OS %s, heap idle %s, stacks %s, from its /metrics); "+
 			"topolvm-node %s + %s; carve's central processes, once for the cluster: %s\n",
 			want, mib(memAfter[0].anon), mib(memAfter[0].file), goMem(after, "heap_inuse"), goMem(after, "heap_released"), goMem(after, "heap_idle"), goMem(after, "stack_inuse"),
 			mib(memAfter[1].anon), mib(memAfter[1].file), centralMemory(t))

@@ -402,7 +402,7 @@ func agentKinds() []agentKind {
 		return []*cluster.Process{p}
 	}
 	kinds := []agentKind{
-		{"carve plugin", carveSide.name, true, plugin},
+		{"carve node", carveSide.name, true, plugin},
 		{"topolvm-node", topolvmSide.name, true, tvNode},
 		{"carve controller", carveSide.name, false, central(bed.Central.Controller())},
 		{"csi-provisioner (carve, central)", carveSide.name, false, central(bed.Central.Provisioner())},

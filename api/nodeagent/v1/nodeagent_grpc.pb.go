@@ -38,7 +38,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// NodeAgent is served by `carve plugin` on --node-channel-address.
+// NodeAgent is served by `carve node` on --node-channel-address.
 type NodeAgentClient interface {
 	// Enroll returns the node's proof of who it is (a service-account token
 	// bound to its pod, audience carve's controller) and a certificate
@@ -217,7 +217,7 @@ func (c *nodeAgentClient) CatchUpCopy(ctx context.Context, in *CatchUpCopyReques
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
 //
-// NodeAgent is served by `carve plugin` on --node-channel-address.
+// NodeAgent is served by `carve node` on --node-channel-address.
 type NodeAgentServer interface {
 	// Enroll returns the node's proof of who it is (a service-account token
 	// bound to its pod, audience carve's controller) and a certificate
@@ -539,7 +539,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// NodeCopy is served by `carve plugin` on --node-copy-address, to other
+// NodeCopy is served by `carve node` on --node-copy-address, to other
 // node agents only: a client must present a node certificate from
 // carve's CA (carve://node/<name>), and may read only what a grant of
 // AuthorizeCopy names for that node.
@@ -585,7 +585,7 @@ type NodeCopy_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeResponse]
 // All implementations must embed UnimplementedNodeCopyServer
 // for forward compatibility.
 //
-// NodeCopy is served by `carve plugin` on --node-copy-address, to other
+// NodeCopy is served by `carve node` on --node-copy-address, to other
 // node agents only: a client must present a node certificate from
 // carve's CA (carve://node/<name>), and may read only what a grant of
 // AuthorizeCopy names for that node.

@@ -108,7 +108,7 @@ const (
 )
 
 // Capacity is the room the node agents last reported;
-// *capacitywriter.Writer satisfies it.
+// *capacity.Writer satisfies it.
 type Capacity interface {
 	// MaxVolume is the largest volume the node's device class can make
 	// now ("" is the node's default class); ok is false when the node's

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/node/nodecopy"
+	"github.com/carve-csi/carve/internal/node/peercopy"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -33,7 +33,7 @@ const ParamCrossNodeCopy = "carve.dev/cross-node-copy"
 const copyGrantValidity = 120
 
 // Agents reach the node agents' own service and address, for copies
-// across nodes; *nodepool.Pool is one.
+// across nodes; *agents.Pool is one.
 type Agents interface {
 	// NodeAgent is the NodeAgent client of node's agent (an error wraps
 	// ErrUnreachable when there is no connection).
@@ -89,7 +89,7 @@ func (s *Server) sourceNode(req *csi.CreateVolumeRequest) (node, id string, snap
 
 // grantCopy asks the source's node to grant node one read of the source
 // of req, and returns ctx carrying the grant for node's CreateVolume
-// (nodecopy.Metadata). A source node that serves no copies, or cannot be
+// (peercopy.Metadata). A source node that serves no copies, or cannot be
 // reached, is RESOURCE_EXHAUSTED (unsent) naming it: the claim goes back
 // to the scheduler, which may pick the source's node. A source it does
 // not have is no grant and no error: the target answers (a retry of a
@@ -132,7 +132,7 @@ func (s *Server) grantCopy(ctx context.Context, req *csi.CreateVolumeRequest, no
 	rs := provision.RemoteSource{CopyID: copyID, ID: id, Snapshot: snapshot, Node: from,
 		Address: net.JoinHostPort(host, strconv.Itoa(int(resp.GetCopyPort()))), Size: uint64(resp.GetSizeBytes())}
 	log.V(2).Info("Granted a copy across nodes", "copy", copyID, "size", rs.Size, "address", rs.Address)
-	return metadata.AppendToOutgoingContext(ctx, nodecopy.Metadata(rs)...), nil
+	return metadata.AppendToOutgoingContext(ctx, peercopy.Metadata(rs)...), nil
 }
 
 // newCopyID is a random copy ID.

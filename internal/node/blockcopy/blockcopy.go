@@ -170,7 +170,7 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 }
 
 // Finish syncs and closes out, the target dst of a copy that began at
-// start, and returns res with the copy's duration (internal/node/nodecopy's copies
+// start, and returns res with the copy's duration (internal/node/peercopy's copies
 // across nodes end the same way).
 func Finish(out *os.File, dst string, start time.Time, res Result) (Result, error) {
 	if err := out.Sync(); err != nil {

@@ -3,7 +3,7 @@
 // them, without reading the data: for a thin volume and a thin snapshot
 // in one pool, the pool's mapping trees compared by thin_delta; for a
 // thick volume and its copy-on-write snapshot, the snapshot's exception
-// table. A catch-up of a move (internal/node/nodecopy) sends only those places.
+// table. A catch-up of a move (internal/node/peercopy) sends only those places.
 // What it names is a superset of what changed, in units of the pool's
 // block or the snapshot's chunk; a place it does not name is the same
 // in both.

@@ -26,7 +26,7 @@ func (CentralControllerServer) ControllerGetCapabilities(context.Context, *csi.C
 // only answers NodeGetCapabilities with EXPAND_VOLUME: csi-resizer, finding
 // no controller expansion, asks the same socket whether the node side
 // expands, and refuses to start when that call fails. Every other call is
-// Unimplemented; the real Node service runs in `carve plugin` on each node.
+// Unimplemented; the real Node service runs in `carve node` on each node.
 type CentralNodeServer struct {
 	csi.UnimplementedNodeServer
 }

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/provision"
@@ -49,7 +49,7 @@ type controllerFixture struct {
 	lvm    *fakeLVM
 	copier *fakeCopier
 	eraser *fakeEraser
-	cfg    *config.Config
+	cfg    *deviceclass.Config
 	view   *vgview.View
 	cs     *ControllerServer
 	// locator, when set before restart, is the controller's Locator.
@@ -84,7 +84,7 @@ func newControllerFixture(t *testing.T) *controllerFixture {
 	f.addVG("vg1", 10<<30)
 	f.addThinPool("vg1", "pool", 4<<30)
 	f.addVG("vg2", 2<<30)
-	cfg, err := config.Parse([]byte(testClasses))
+	cfg, err := deviceclass.Parse([]byte(testClasses))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -108,7 +108,7 @@ deviceClasses:
 func newEraseFixture(t *testing.T) *controllerFixture {
 	t.Helper()
 	fx := newControllerFixture(t)
-	cfg, err := config.Parse([]byte(eraseClasses))
+	cfg, err := deviceclass.Parse([]byte(eraseClasses))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 // GetPluginCapabilities implements csi.IdentityServer: the controller
-// service (unless NoController), topology constraints (plugin role) and online expansion, which
+// service (unless NoController), topology constraints (node role) and online expansion, which
 // carve does on the node (NodeExpandVolume).
 func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/jobs"
@@ -48,8 +48,8 @@ type NodeConfig struct {
 	// under the view's per-volume-group room lock, which CreateVolume
 	// holds too, and applies it to the view at once. Without them an
 	// expansion is checked by LVM alone, which lets a thin volume grow past
-	// its class's overprovision ratio; the plugin role must set both.
-	Classes *config.Config
+	// its class's overprovision ratio; the node role must set both.
+	Classes *deviceclass.Config
 	View    *vgview.View
 	// Formatting marks the volumes whose mkfs has begun and not been seen
 	// to end, so that a stage after a killed mkfs makes the filesystem

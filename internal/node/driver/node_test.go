@@ -17,7 +17,7 @@ import (
 	testingexec "k8s.io/utils/exec/testing"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/fs/fstest"
@@ -48,7 +48,7 @@ deviceClasses:
 
 // nodeFixture is a Node server over the fake LVM, mount-utils'
 // FakeMounter and the fake filesystem tools, with one 1 GiB volume of
-// class "fast" in a 10 GiB vg1, wired as the plugin role wires it: with
+// class "fast" in a 10 GiB vg1, wired as the node role wires it: with
 // the device classes and a view of the volume groups shared with a
 // Controller server.
 type nodeFixture struct {
@@ -60,7 +60,7 @@ type nodeFixture struct {
 	cs      *ControllerServer
 	view    *vgview.View
 	// formatting is the node's formatting marks, shared with the
-	// controller as the plugin role shares them.
+	// controller as the node role shares them.
 	formatting *marks.Marks
 	// wiped lists the devices whose signature regions were zeroed.
 	wiped []string
@@ -76,7 +76,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	dir := t.TempDir()
 	fx.staging = filepath.Join(dir, "staging", "pv-1")
 	fx.target = filepath.Join(dir, "pods", "pod-1", "volumes", "pv-1")
-	cfg, err := config.Parse([]byte(nodeClasses))
+	cfg, err := deviceclass.Parse([]byte(nodeClasses))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1162,7 +1162,7 @@ func (listFails) List() ([]mount.MountPoint, error) {
 // review finding 27: the error was dropped and the answer was NOT_FOUND).
 func TestNodeGetVolumeHealthMountTableUnreadable(t *testing.T) {
 	fx := newNodeFixture(t)
-	cfg, err := config.Parse([]byte(nodeClasses))
+	cfg, err := deviceclass.Parse([]byte(nodeClasses))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -74,7 +74,7 @@ func capabilityStatus(field string, err error) error {
 // has no class for is provision.ErrElsewhere, answered ResourceExhausted
 // (the scheduler should try a node that has it, and this node reports no
 // capacity for it).
-func classFromParameters(params map[string]string, cfg *config.Config, node string) (*config.DeviceClass, error) {
+func classFromParameters(params map[string]string, cfg *deviceclass.Config, node string) (*deviceclass.DeviceClass, error) {
 	name := ""
 	for k, v := range params {
 		switch {
@@ -85,7 +85,7 @@ func classFromParameters(params map[string]string, cfg *config.Config, node stri
 			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q; carve accepts %q and keys starting with %q", k, volume.ParamDeviceClass, paramPassThroughPrefix)
 		}
 	}
-	if name != "" && !config.IsClassName(name) {
+	if name != "" && !deviceclass.IsClassName(name) {
 		return nil, status.Errorf(codes.InvalidArgument, "parameters: %s %q is not a device class name (a DNS-1123 label)", volume.ParamDeviceClass, name)
 	}
 	d, ok := cfg.Class(name)

@@ -14,7 +14,7 @@ import (
 )
 
 // A catch-up is the last copy of a move of a volume to another node (see
-// internal/node/nodecopy's delta.go): the target volume, made on this node by a
+// internal/node/peercopy's delta.go): the target volume, made on this node by a
 // copy across nodes of a snapshot of the source (the base), gets only
 // the chunks where the source volume now differs from the base. On the
 // source's node the volume is read as it is (DeltaSize, ReadDelta): it
@@ -55,7 +55,7 @@ type DeltaResult struct {
 
 // DeltaPuller writes a catch-up stream from a remote source into the
 // device dst, syncs it, and checks dst's whole content against the
-// source's digest; nodecopy.Puller is one. The Config's Puller must
+// source's digest; peercopy.Puller is one. The Config's Puller must
 // implement it for CatchUp to act.
 type DeltaPuller interface {
 	PullDelta(ctx context.Context, src RemoteSource, dst string, progress func(uint64)) (DeltaResult, error)
@@ -73,7 +73,7 @@ type tagAdder interface {
 // volume is tagged volume.TagCopyPending first, and the tag is taken off
 // only after the data checked out and was synced; a failure leaves it
 // (the error wraps the puller's, a gRPC status of the source's or
-// nodecopy.ErrChecksum). The catch-up runs within ctx: a canceled call
+// peercopy.ErrChecksum). The catch-up runs within ctx: a canceled call
 // stops it, and its repeat starts again.
 func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResult, error) {
 	var res DeltaResult

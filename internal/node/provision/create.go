@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -22,7 +22,7 @@ type Request struct {
 	// Name is the volume's name; the LV name derives from it.
 	Name string
 	// Class is the device class to make it in.
-	Class *config.DeviceClass
+	Class *deviceclass.DeviceClass
 	// FSType is the filesystem it will hold ("" for a raw-block volume).
 	FSType string
 	// Range is the asked capacity range.
@@ -294,7 +294,7 @@ func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size ui
 // its metadata. The view can be stale: space freed outside carve shows
 // only at the next periodic refresh, and a refusal makes Kubernetes move
 // the pod to another node, so LVM is read once before refusing.
-func (p *Provisioner) checkRoom(ctx context.Context, class *config.DeviceClass, size uint64, room *vgview.Capacity) error {
+func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceClass, size uint64, room *vgview.Capacity) error {
 	if size > room.Available || room.MetadataFull {
 		var err error
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {

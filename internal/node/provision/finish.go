@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -23,7 +23,7 @@ import (
 // not write through its files, and a thin volume reads zeros where it was
 // never written when its pool zeroes new blocks (see the pool check at
 // start-up).
-func EraseMethodFor(class *config.DeviceClass, block bool) erase.Method {
+func EraseMethodFor(class *deviceclass.DeviceClass, block bool) erase.Method {
 	if class.Thin() || !block {
 		return erase.None
 	}
@@ -56,7 +56,7 @@ func clearsSignatures(r *Request) bool {
 // saves a process at stage, so a device it cannot zero (no device node,
 // as with activation disabled) is left as lvcreate made it, and NodeStage
 // asks blkid.
-func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	if half, err := p.unfinished(lv); err != nil || !half {
 		return lv, err
 	}
@@ -76,7 +76,7 @@ func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bo
 }
 
 // finishLV is the work of finish.
-func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *config.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {
 		// LVM and the marks, not the view, say whether the LV is still

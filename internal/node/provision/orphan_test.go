@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -96,7 +96,7 @@ func (f *orphanLVM) RenameLV(_ context.Context, vg, name, newName string) error 
 // directory.
 func orphanProvisioner(t *testing.T, f *orphanLVM) (*Provisioner, *vgview.View, *volumelock.Locks, *marks.Marks) {
 	t.Helper()
-	cfg, err := config.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
+	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/jobs"
@@ -35,7 +35,7 @@ type Config struct {
 	// only.
 	NodeName string
 	// Classes is the device-class file.
-	Classes *config.Config
+	Classes *deviceclass.Config
 	// LVM runs the mutations.
 	LVM LVM
 	// View is the in-memory state the reads are served from; it must have

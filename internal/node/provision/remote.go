@@ -8,7 +8,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -40,7 +40,7 @@ type RemoteSource struct {
 // Puller fills the device dst from a remote source, checks the data it
 // received against the source's checksum, and syncs dst; sparse leaves
 // dst's chunks that are zeros in the source unwritten (a new thin LV
-// reads zeros there). nodecopy.Puller is one.
+// reads zeros there). peercopy.Puller is one.
 type Puller interface {
 	Pull(ctx context.Context, src RemoteSource, dst string, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
@@ -82,7 +82,7 @@ func (p *Provisioner) resolveRemote(rs *RemoteSource) (*contentSource, error) {
 // pullInto fills dst (tagged volume.TagCopyPending) from a remote source
 // and then removes the tag. It runs detached from the request, as
 // copyInto does.
-func (p *Provisioner) pullInto(ctx context.Context, dst *lvm.LogicalVolume, class *config.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) pullInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
 	defer cancel()
 	rs := src.remote

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/carve-csi/carve/internal/node/blockcopy"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -56,7 +56,7 @@ func (f pullerFunc) Pull(ctx context.Context, src RemoteSource, dst string, spar
 // thin class; its device nodes are files under a temporary directory.
 func remoteProvisioner(t *testing.T, f *copyLVM, p Puller) *Provisioner {
 	t.Helper()
-	cfg, err := config.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n  - name: thin\n    volumeGroup: vg1\n    thinPool: pool0\n"))
+	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n  - name: thin\n    volumeGroup: vg1\n    thinPool: pool0\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

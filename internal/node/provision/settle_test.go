@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -63,7 +63,7 @@ func (f *settleLVM) Settle(ctx context.Context, _ string) error {
 // check passes on free space the command is taking (review 2026-11-26,
 // "Races": the spare could be overcommitted once).
 func TestRoomHeldWhileAnAbandonedLVCreateRuns(t *testing.T) {
-	cfg, err := config.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
+	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
@@ -70,7 +70,7 @@ func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.
 
 // takeSnapshot makes the snapshot LV of r of src, a volume of class,
 // under the room lock of its volume group.
-func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class *config.DeviceClass, src *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
 	snapLV := volume.SnapshotLVNameFor(name)
 	unlockRoom, err := p.cfg.View.LockRoom(ctx, vg)
@@ -118,7 +118,7 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 // virtual size, so it counts against the overprovision ratio like a
 // volume; a copy-on-write snapshot takes its copy-on-write space from the
 // volume group.
-func (p *Provisioner) snapshotRoom(class *config.DeviceClass, src *lvm.LogicalVolume, sreq *lvm.SnapshotRequest) error {
+func (p *Provisioner) snapshotRoom(class *deviceclass.DeviceClass, src *lvm.LogicalVolume, sreq *lvm.SnapshotRequest) error {
 	room, err := p.cfg.View.Capacity(class)
 	if errors.Is(err, vgview.ErrClassUnavailable) {
 		return errorf(ErrUnavailable, "device class %s on node %s cannot take snapshots now: %v", class.Name, p.node.Name(), err)

@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
@@ -128,13 +128,13 @@ func (p *Provisioner) sourceElsewhere(id string, notHere error) error {
 
 // thinInto tells whether a source can become a volume of class as a thin
 // snapshot: a thin LV in the class's pool.
-func (src *contentSource) thinInto(class *config.DeviceClass) bool {
+func (src *contentSource) thinInto(class *deviceclass.DeviceClass) bool {
 	return class.Thin() && src.lv.Attr.Type == lvm.TypeThin && src.lv.VolumeGroup == class.VolumeGroup && src.lv.Pool == class.ThinPool
 }
 
 // copiesIntoThin tells whether a volume of class made from src is a copy
 // into a thin LV: the class is thin and src is not a thin LV of its pool.
-func (src *contentSource) copiesIntoThin(class *config.DeviceClass) bool {
+func (src *contentSource) copiesIntoThin(class *deviceclass.DeviceClass) bool {
 	return class.Thin() && !src.thinInto(class)
 }
 
@@ -295,7 +295,7 @@ func (p *Provisioner) existingFromSource(ctx context.Context, lv *lvm.LogicalVol
 }
 
 // grow extends a thin volume made from a smaller source to size bytes.
-func (p *Provisioner) grow(ctx context.Context, lv *lvm.LogicalVolume, size uint64, class *config.DeviceClass, phase string) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) grow(ctx context.Context, lv *lvm.LogicalVolume, size uint64, class *deviceclass.DeviceClass, phase string) (*lvm.LogicalVolume, error) {
 	if lv.Size >= size {
 		return lv, nil
 	}
@@ -314,7 +314,7 @@ func (p *Provisioner) grow(ctx context.Context, lv *lvm.LogicalVolume, size uint
 // and the target's tail (sparseInto). A clone reads a temporary
 // snapshot of its source, removed afterwards. The copy runs detached from
 // the request (see above) and is redone from the start when retried.
-func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *config.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
+func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	if src.remote != nil {
 		return p.pullInto(ctx, dst, class, src, phase, sparse)
 	}
@@ -443,7 +443,7 @@ func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVo
 
 // copySource makes (again, if a crashed try left one) the temporary
 // snapshot of a clone's source volume.
-func (p *Provisioner) copySource(ctx context.Context, target string, class *config.DeviceClass, src *lvm.LogicalVolume) (lvm.LogicalVolume, error) {
+func (p *Provisioner) copySource(ctx context.Context, target string, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (lvm.LogicalVolume, error) {
 	name := volume.CopySourceLVNameFor(target)
 	// A snapshot left by an earlier try is of an older moment: make it
 	// anew, so that the clone is of the source as it is now.

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
@@ -22,7 +22,7 @@ import (
 // at all before), 1 otherwise.
 func TestClassAvailabilitySeries(t *testing.T) {
 	cfg := testConfig()
-	cfg.DeviceClasses = append(cfg.DeviceClasses, config.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
+	cfg.DeviceClasses = append(cfg.DeviceClasses, deviceclass.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
 	good := func() lvm.Report {
 		r := testReport()
 		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: 1})

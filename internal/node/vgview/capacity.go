@@ -3,7 +3,7 @@ package vgview
 import (
 	"math"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
@@ -41,7 +41,7 @@ func limitByMetadata(c Capacity, vg lvm.VolumeGroup) Capacity {
 // accordingly. Striping does not change the total; whether the free space
 // is spread over enough PVs is left to lvcreate, whose failure is reported
 // as RESOURCE_EXHAUSTED.
-func ThickCapacity(d *config.DeviceClass, vg lvm.VolumeGroup) Capacity {
+func ThickCapacity(d *deviceclass.DeviceClass, vg lvm.VolumeGroup) Capacity {
 	c := Capacity{ExtentSize: vg.ExtentSize}
 	usable := func(free uint64) uint64 {
 		u := sub(free, d.SpareBytes())
@@ -66,7 +66,7 @@ func ThickCapacity(d *config.DeviceClass, vg lvm.VolumeGroup) Capacity {
 //     attracting new volumes before it runs out.
 //
 // The spare of a thin class is kept free in the pool, not in the VG.
-func ThinCapacity(d *config.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) Capacity {
+func ThinCapacity(d *deviceclass.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) Capacity {
 	c := Capacity{ExtentSize: vg.ExtentSize}
 	ratio := d.Ratio()
 	limit := mulRatio(pool.Size, ratio)
@@ -79,7 +79,7 @@ func ThinCapacity(d *config.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) 
 }
 
 // realFree is the pool's free data space minus the class's spare.
-func realFree(d *config.DeviceClass, pool lvm.ThinPool) uint64 {
+func realFree(d *deviceclass.DeviceClass, pool lvm.ThinPool) uint64 {
 	used := uint64(math.Ceil(float64(pool.Size) * clampPercent(pool.DataPercent) / 100))
 	return sub(sub(pool.Size, used), d.SpareBytes())
 }

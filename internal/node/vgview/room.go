@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -42,7 +42,7 @@ func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
 // class could hold even with nothing else in it, ErrNoRoom when the growth
 // does not fit now, ErrClassUnavailable when the class cannot take
 // anything. Call it with the volume group's room lock held.
-func (v *View) RoomToGrow(d *config.DeviceClass, from, to uint64) (uint64, error) {
+func (v *View) RoomToGrow(d *deviceclass.DeviceClass, from, to uint64) (uint64, error) {
 	c, err := v.Capacity(d)
 	if err != nil {
 		return 0, err
@@ -102,7 +102,7 @@ type PoolRoom struct {
 // PoolRoom is the real room of thin class d's pool, from the pool's
 // data_percent; ErrClassUnavailable (wrapped) as Capacity. Call it with
 // the volume group's room lock held.
-func (v *View) PoolRoom(d *config.DeviceClass) (PoolRoom, error) {
+func (v *View) PoolRoom(d *deviceclass.DeviceClass) (PoolRoom, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if !d.Thin() {

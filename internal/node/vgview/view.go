@@ -21,7 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -43,7 +43,7 @@ var ErrClassUnavailable = errors.New("device class unavailable")
 // View is the in-memory view. It is safe for concurrent use.
 type View struct {
 	reporter Reporter
-	cfg      *config.Config
+	cfg      *deviceclass.Config
 	rec      *metrics.Recorder
 
 	mu    sync.RWMutex
@@ -84,7 +84,7 @@ type View struct {
 }
 
 // New returns an empty view; call Refresh before using it.
-func New(r Reporter, cfg *config.Config, rec *metrics.Recorder) *View {
+func New(r Reporter, cfg *deviceclass.Config, rec *metrics.Recorder) *View {
 	v := &View{reporter: r, cfg: cfg, rec: rec,
 		vgs: map[string]lvm.VolumeGroup{}, lvs: map[string]lvm.LogicalVolume{}, pools: map[string]lvm.ThinPool{},
 		dirty: make(chan struct{}, 1), now: time.Now, runTimeout: 2 * time.Minute}
@@ -346,7 +346,7 @@ var unusablePool = []lvm.Health{lvm.HealthFailed, lvm.HealthMetadataReadOnly, lv
 
 // classProblemLocked says why class d cannot take volumes, wrapping
 // ErrClassUnavailable; nil when it can.
-func (v *View) classProblemLocked(d *config.DeviceClass) error {
+func (v *View) classProblemLocked(d *deviceclass.DeviceClass) error {
 	fail := func(reason, format string, args ...any) error {
 		return notReady(reason, fmt.Errorf("device class %s: %s: %w", d.Name, fmt.Sprintf(format, args...), ErrClassUnavailable))
 	}
@@ -375,13 +375,13 @@ func (v *View) classProblemLocked(d *config.DeviceClass) error {
 
 // Capacity is the room of class d; ErrClassUnavailable (wrapped, with the
 // reason) when the class cannot take volumes now.
-func (v *View) Capacity(d *config.DeviceClass) (Capacity, error) {
+func (v *View) Capacity(d *deviceclass.DeviceClass) (Capacity, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.capacityLocked(d)
 }
 
-func (v *View) capacityLocked(d *config.DeviceClass) (Capacity, error) {
+func (v *View) capacityLocked(d *deviceclass.DeviceClass) (Capacity, error) {
 	if err := v.classProblemLocked(d); err != nil {
 		return Capacity{}, err
 	}

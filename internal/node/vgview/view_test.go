@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -34,19 +34,19 @@ func qty(s string) *resource.Quantity {
 func TestThickCapacity(t *testing.T) {
 	tests := []struct {
 		name  string
-		class config.DeviceClass
+		class deviceclass.DeviceClass
 		free  uint64
 		want  uint64
 	}{
-		{"no spare", config.DeviceClass{}, 10 * gi, 10 * gi},
-		{"spare", config.DeviceClass{Spare: qty("1Gi")}, 10 * gi, 9 * gi},
-		{"spare larger than free", config.DeviceClass{Spare: qty("2Gi")}, 1 * gi, 0},
-		{"spare equal to free", config.DeviceClass{Spare: qty("1Gi")}, 1 * gi, 0},
-		{"rounded down to extents", config.DeviceClass{Spare: qty("1Mi")}, 100 * mi, 96 * mi},
-		{"raid1 one mirror", config.DeviceClass{LVCreateOptions: lvm.LVOptions{Mirrors: 1}}, 10 * gi, (10*gi - 2*ex) / 2},
-		{"raid1 two mirrors, spare", config.DeviceClass{Spare: qty("1Gi"), LVCreateOptions: lvm.LVOptions{Mirrors: 2}}, 10*gi + 3*ex, 3 * gi},
-		{"stripes do not change the total", config.DeviceClass{LVCreateOptions: lvm.LVOptions{Stripes: 2}}, 8 * gi, 8 * gi},
-		{"empty vg", config.DeviceClass{}, 0, 0},
+		{"no spare", deviceclass.DeviceClass{}, 10 * gi, 10 * gi},
+		{"spare", deviceclass.DeviceClass{Spare: qty("1Gi")}, 10 * gi, 9 * gi},
+		{"spare larger than free", deviceclass.DeviceClass{Spare: qty("2Gi")}, 1 * gi, 0},
+		{"spare equal to free", deviceclass.DeviceClass{Spare: qty("1Gi")}, 1 * gi, 0},
+		{"rounded down to extents", deviceclass.DeviceClass{Spare: qty("1Mi")}, 100 * mi, 96 * mi},
+		{"raid1 one mirror", deviceclass.DeviceClass{LVCreateOptions: lvm.LVOptions{Mirrors: 1}}, 10 * gi, (10*gi - 2*ex) / 2},
+		{"raid1 two mirrors, spare", deviceclass.DeviceClass{Spare: qty("1Gi"), LVCreateOptions: lvm.LVOptions{Mirrors: 2}}, 10*gi + 3*ex, 3 * gi},
+		{"stripes do not change the total", deviceclass.DeviceClass{LVCreateOptions: lvm.LVOptions{Stripes: 2}}, 8 * gi, 8 * gi},
+		{"empty vg", deviceclass.DeviceClass{}, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +80,7 @@ func TestThinCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := config.DeviceClass{ThinPool: "pool", OverprovisionRatio: tt.ratio}
+			d := deviceclass.DeviceClass{ThinPool: "pool", OverprovisionRatio: tt.ratio}
 			if tt.spare != "" {
 				d.Spare = qty(tt.spare)
 			}
@@ -179,8 +179,8 @@ func (f *fakeReporter) set(r lvm.Report, err error) {
 	f.report, f.err = r, err
 }
 
-func testConfig() *config.Config {
-	return &config.Config{DeviceClasses: []config.DeviceClass{
+func testConfig() *deviceclass.Config {
+	return &deviceclass.Config{DeviceClasses: []deviceclass.DeviceClass{
 		{Name: "thick", VolumeGroup: "vg1", Default: true, Spare: qty("1Gi")},
 		{Name: "thin", VolumeGroup: "vg1", ThinPool: "pool", OverprovisionRatio: 2},
 	}}
@@ -389,7 +389,7 @@ func TestViewRunRefreshesAfterMutation(t *testing.T) {
 // capacity. Only carve's volume groups are read.
 func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
 	cfg := testConfig()
-	cfg.DeviceClasses = append(cfg.DeviceClasses, config.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
+	cfg.DeviceClasses = append(cfg.DeviceClasses, deviceclass.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
 	good := func() lvm.Report {
 		r := testReport()
 		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: 2})

@@ -2,7 +2,7 @@
 // etcd, kube-apiserver, kube-scheduler and kube-controller-manager; one real
 // node, a qemu guest with a kubelet, containerd and device-mapper running
 // the shipped DaemonSet from carve's image; and three simulated nodes with
-// volume groups of 2, 4 and 10 GiB, each running `carve plugin` and
+// volume groups of 2, 4 and 10 GiB, each running `carve node` and
 // csi-provisioner as processes), applies an example StorageClass and two
 // StatefulSets, prints where every volume landed and what the real node's
 // containers see, and keeps the cluster up until Ctrl-C, then tears
@@ -154,7 +154,7 @@ Deployment from carve's image: db's volumes are real LVs, formatted and
 mounted, and df above ran inside each container.
 What is simulated: node-small, node-medium and node-large have no kubelet
 (spread's pods are scheduled and bound, their containers never start); their
-carve plugins run as processes with LVM activation disabled (the host kernel
+carve nodes run as processes with LVM activation disabled (the host kernel
 has no device-mapper), so their LVs are LVM metadata without a /dev node.
 `, realNode)
 	fmt.Printf(`

@@ -21,7 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/test/harness/guestvm"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
@@ -102,7 +102,7 @@ type Cluster struct {
 	NodeChannel *NodeChannel
 	// DeviceClasses is the device-class file shipped in deploy/ (before the
 	// harness points it at each node's volume group).
-	DeviceClasses *config.Config
+	DeviceClasses *deviceclass.Config
 	// Namespace is carve's namespace from the manifests.
 	Namespace string
 	// GuestNodes are the running real nodes.
@@ -327,13 +327,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 }
 
 // checkNodeContainers returns an error unless the node DaemonSet runs
-// `carve plugin` alone (the node agent): a container the harness does not
+// `carve node` alone (the node agent): a container the harness does not
 // know would silently not run.
 func checkNodeContainers(ds *appsv1.DaemonSet) error {
 	var errs []error
 	for i := range ds.Spec.Template.Spec.Containers {
 		if ct := &ds.Spec.Template.Spec.Containers[i]; !isCarvePlugin(ct) {
-			errs = append(errs, fmt.Errorf("the node DaemonSet %s/%s runs container %s (%s) beside carve plugin, which the test bed does not run", ds.Namespace, ds.Name, ct.Name, ct.Image))
+			errs = append(errs, fmt.Errorf("the node DaemonSet %s/%s runs container %s (%s) beside carve node, which the test bed does not run", ds.Namespace, ds.Name, ct.Name, ct.Image))
 		}
 	}
 	return errors.Join(errs...)
@@ -341,7 +341,7 @@ func checkNodeContainers(ds *appsv1.DaemonSet) error {
 
 // startNode gives a simulated node its volume group, device-class file and
 // node-channel files (its token bound to pod, the node's DaemonSet pod)
-// and starts its carve plugin.
+// and starts its carve node.
 func (c *Cluster) startNode(ctx context.Context, ds *appsv1.DaemonSet, spec NodeSpec, pod string) error {
 	cfg := c.Config
 	dir := filepath.Join(cfg.RunDir, "nodes", spec.Name)
@@ -381,7 +381,7 @@ func (c *Cluster) startNode(ctx context.Context, ds *appsv1.DaemonSet, spec Node
 		return err
 	}
 	if err := n.startPlugin(ctx, ds, cfg.CarveBin, filepath.Join(cfg.RunDir, "logs"), spec.PluginArgs, cfg.Lifetime); err != nil {
-		return fmt.Errorf("carve plugin of node %s: %w", spec.Name, err)
+		return fmt.Errorf("carve node of node %s: %w", spec.Name, err)
 	}
 	return nil
 }
@@ -474,7 +474,7 @@ func (c *Cluster) enrollFromGuest(ctx context.Context) error {
 
 // shippedDeviceClasses reads the device-class file from the ConfigMap that
 // the DaemonSet mounts at the plugin's --config path.
-func (c *Cluster) shippedDeviceClasses(namespace string) (*config.Config, error) {
+func (c *Cluster) shippedDeviceClasses(namespace string) (*deviceclass.Config, error) {
 	for _, o := range c.Manifests.Find("ConfigMap") {
 		cm := &corev1.ConfigMap{}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cm); err != nil {
@@ -484,7 +484,7 @@ func (c *Cluster) shippedDeviceClasses(namespace string) (*config.Config, error)
 		if !ok || cm.Namespace != namespace {
 			continue
 		}
-		cfg := &config.Config{}
+		cfg := &deviceclass.Config{}
 		if err := yaml.UnmarshalStrict([]byte(data), cfg); err != nil {
 			return nil, fmt.Errorf("ConfigMap %s/%s config.yaml: %w", cm.Namespace, cm.Name, err)
 		}

@@ -1,7 +1,7 @@
 // Package cluster runs carve's end-to-end test bed as plain processes:
 // etcd, kube-apiserver, kube-scheduler and kube-controller-manager built
 // from source on 127.0.0.1; simulated nodes that each own a volume group
-// on loop devices (LVM activation disabled) and a `carve plugin` process
+// on loop devices (LVM activation disabled) and a `carve node` process
 // (the node agent) started with the flags of carve's own DaemonSet, its
 // node channel on the host's IPv4 address; and the controller Deployment's
 // containers (carve controller, csi-provisioner, csi-snapshotter,

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 )
 
 func fieldEnv(name, path string) corev1.EnvVar {
@@ -41,15 +41,15 @@ func TestContainerCommand(t *testing.T) {
 		wantEnv:  wantEnv,
 	}, {
 		name:     "$(VAR) expanded, a separate flag value skipped, positional args kept",
-		args:     []string{"plugin", "--csi-address", "$(ADDRESS)", "--node-name=$(NODE_NAME)", "--keep=$(UNKNOWN)"},
+		args:     []string{"node", "--csi-address", "$(ADDRESS)", "--node-name=$(NODE_NAME)", "--keep=$(UNKNOWN)"},
 		env:      downward,
-		wantArgs: []string{"plugin", "--node-name=n1", "--keep=$(UNKNOWN)", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
+		wantArgs: []string{"node", "--node-name=n1", "--keep=$(UNKNOWN)", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
 		wantEnv:  wantEnv,
 	}, {
 		name:     "the pod's IP filled in",
-		args:     []string{"plugin", "--node-channel-address=$(POD_IP):9809"},
+		args:     []string{"node", "--node-channel-address=$(POD_IP):9809"},
 		env:      []corev1.EnvVar{fieldEnv("POD_IP", "status.podIP")},
-		wantArgs: []string{"plugin", "--node-channel-address=192.0.2.7:9809", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
+		wantArgs: []string{"node", "--node-channel-address=192.0.2.7:9809", "--csi-address=/run/n1.sock", "--kubeconfig=/kc"},
 		wantEnv:  []string{"POD_IP=192.0.2.7"},
 	}, {
 		name:    "an unsimulated downward field is refused",
@@ -81,7 +81,7 @@ func TestContainerCommand(t *testing.T) {
 
 func TestNodeConfigPointsClassesAtTheNodesVG(t *testing.T) {
 	spare := resource.MustParse("1Gi")
-	shipped := &config.Config{DeviceClasses: []config.DeviceClass{
+	shipped := &deviceclass.Config{DeviceClasses: []deviceclass.DeviceClass{
 		{Name: "thick", VolumeGroup: "carve", Default: true, Spare: &spare},
 		{Name: "thin", VolumeGroup: "carve", ThinPool: "pool0", OverprovisionRatio: 4},
 	}}
@@ -110,7 +110,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugin, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	plugin, err := daemonSetContainer(ds, "carve node", isCarvePlugin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestShippedManifestsParse(t *testing.T) {
 	}
 	for _, want := range []string{"node-channel-address", "node-channel-ca-file", "node-channel-token-file"} {
 		if _, ok := flagValue(plugin.Args, want); !ok {
-			t.Errorf("the DaemonSet's carve plugin args %q lack --%s (the node channel)", plugin.Args, want)
+			t.Errorf("the DaemonSet's carve node args %q lack --%s (the node channel)", plugin.Args, want)
 		}
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName == "" {

@@ -222,7 +222,7 @@ func (m *Manifests) PinDeployment(namespace, name, node string) error {
 }
 
 // AddNodeAgentArg appends arg ("--name=value") to the args of the node
-// DaemonSet's carve plugin container (a flag the test bed needs and the
+// DaemonSet's carve node container (a flag the test bed needs and the
 // shipped manifests leave off).
 func (m *Manifests) AddNodeAgentArg(arg string) error {
 	ds, err := m.NodeDaemonSet()
@@ -255,10 +255,10 @@ func (m *Manifests) AddNodeAgentArg(arg string) error {
 			return unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
 		}
 	}
-	return fmt.Errorf("no carve plugin container in DaemonSet %s/%s", ds.Namespace, ds.Name)
+	return fmt.Errorf("no carve node container in DaemonSet %s/%s", ds.Namespace, ds.Name)
 }
 
-// NodeDaemonSet returns the DaemonSet whose pod runs `carve plugin` (the
+// NodeDaemonSet returns the DaemonSet whose pod runs `carve node` (the
 // node agent).
 func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, error) {
 	for _, o := range m.Find("DaemonSet") {
@@ -266,11 +266,11 @@ func (m *Manifests) NodeDaemonSet() (*appsv1.DaemonSet, error) {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
 			return nil, fmt.Errorf("DaemonSet %s: %w", o.GetName(), err)
 		}
-		if _, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin); err == nil {
+		if _, err := daemonSetContainer(ds, "carve node", isCarvePlugin); err == nil {
 			return ds, nil
 		}
 	}
-	return nil, errors.New("no DaemonSet in the manifests runs `carve plugin`")
+	return nil, errors.New("no DaemonSet in the manifests runs `carve node`")
 }
 
 // SetDeviceClasses replaces the device-class file (config.yaml) of the
@@ -306,7 +306,7 @@ func (m *Manifests) CarveImage() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	c, err := daemonSetContainer(ds, "carve node", isCarvePlugin)
 	if err != nil {
 		return "", err
 	}

@@ -27,7 +27,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 )
@@ -44,21 +44,21 @@ type NodeSpec struct {
 	// VGSize is the size of the node's volume group's backing file.
 	VGSize int64
 	// PluginArgs are flags ("--name=value") the test bed sets on this
-	// node's carve plugin beyond the DaemonSet's (a short grace period).
+	// node's carve node beyond the DaemonSet's (a short grace period).
 	PluginArgs []string
 }
 
 // Node is one simulated node: its API objects, its volume group and its
-// carve plugin (the node agent), with what the kubelet would give it.
+// carve node (the node agent), with what the kubelet would give it.
 type Node struct {
 	Name string
 	// VG is the node's volume group (activation disabled).
 	VG *lvmtest.LoopVG
 	// LVM reads the node's volume group through carve's lvm package.
 	LVM *lvm.Client
-	// Socket is the carve plugin's unix socket.
+	// Socket is the carve node's unix socket.
 	Socket string
-	// MetricsURL is the carve plugin's Prometheus endpoint.
+	// MetricsURL is the carve node's Prometheus endpoint.
 	MetricsURL string
 	// PodName is the carve-node DaemonSet pod the controller manager made
 	// for this node; the agent's token is bound to it.
@@ -204,8 +204,8 @@ func waitDaemonSetPods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.
 // deploy/ with every class pointed at the node's own volume group. Thin
 // classes are dropped, since a thin pool needs device-mapper, which the
 // host kernel lacks (TESTBED.md); carve reports 0 bytes for them.
-func nodeConfig(shipped *config.Config, vg string) *config.Config {
-	out := &config.Config{}
+func nodeConfig(shipped *deviceclass.Config, vg string) *deviceclass.Config {
+	out := &deviceclass.Config{}
 	for _, c := range shipped.DeviceClasses {
 		if c.Thin() {
 			continue
@@ -245,12 +245,12 @@ func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 	return flags
 }
 
-// startPlugin starts `carve plugin` for the node with the program and args
+// startPlugin starts `carve node` for the node with the program and args
 // of the DaemonSet's carve container (carve-node, beside carveBin), with
 // pluginFlags replaced (extra are the test bed's own, "--name=value"),
 // with no API access (no kubeconfig, no token), and waits for its socket.
 func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, logs string, extra []string, lifetime time.Duration) error {
-	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	c, err := daemonSetContainer(ds, "carve node", isCarvePlugin)
 	if err != nil {
 		return err
 	}
@@ -441,8 +441,8 @@ func runsCarveRole(role string) func(*corev1.Container) bool {
 	}
 }
 
-// isCarvePlugin tells the container that runs `carve plugin`.
-var isCarvePlugin = runsCarveRole("plugin")
+// isCarvePlugin tells the container that runs `carve node`.
+var isCarvePlugin = runsCarveRole("node")
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // service account sa (a token from the TokenRequest API valid for the
@@ -463,7 +463,7 @@ func serviceAccountKubeconfig(ctx context.Context, cs kubernetes.Interface, cp *
 }
 
 // writeConfig writes the node's device-class file.
-func (n *Node) writeConfig(cfg *config.Config) error {
+func (n *Node) writeConfig(cfg *deviceclass.Config) error {
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err
@@ -488,7 +488,7 @@ func (n *Node) RemoveLV(ctx context.Context, name string) error {
 	return err
 }
 
-// Plugin is the node's carve plugin process.
+// Plugin is the node's carve node process.
 func (n *Node) Plugin() *Process { return n.plugin }
 
 // ThreeNodes are the simulated nodes of the e2e tier and of make

@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/test/harness/guestvm"
 )
 
@@ -155,7 +155,7 @@ func (c *Cluster) startGuestPeers(ctx context.Context, ds *appsv1.DaemonSet) err
 	if err != nil {
 		return err
 	}
-	ct, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	ct, err := daemonSetContainer(ds, "carve node", isCarvePlugin)
 	if err != nil {
 		return err
 	}
@@ -242,11 +242,11 @@ func (c *Cluster) startGuestPeers(ctx context.Context, ds *appsv1.DaemonSet) err
 
 // bedDeviceClasses is the device-class file the test bed ships to its
 // nodes: Config.DeviceClasses when set, else the manifests'.
-func (c *Cluster) bedDeviceClasses() (*config.Config, error) {
+func (c *Cluster) bedDeviceClasses() (*deviceclass.Config, error) {
 	if c.Config.DeviceClasses == "" {
 		return c.DeviceClasses, nil
 	}
-	cfg := &config.Config{}
+	cfg := &deviceclass.Config{}
 	if err := yaml.UnmarshalStrict([]byte(c.Config.DeviceClasses), cfg); err != nil {
 		return nil, fmt.Errorf("Config.DeviceClasses: %w", err)
 	}
@@ -258,7 +258,7 @@ func (c *Cluster) bedDeviceClasses() (*config.Config, error) {
 // "carve" as shipped) pointed at vg, and the thin pools those classes
 // name. Classes on other volume groups stay as they are (a class absent
 // from the guest node is absent from its peer too).
-func peerDeviceClasses(bed *config.Config, vg string) (*config.Config, []string) {
+func peerDeviceClasses(bed *deviceclass.Config, vg string) (*deviceclass.Config, []string) {
 	main := ""
 	for _, dc := range bed.DeviceClasses {
 		if dc.Default {
@@ -268,7 +268,7 @@ func peerDeviceClasses(bed *config.Config, vg string) (*config.Config, []string)
 	if main == "" && len(bed.DeviceClasses) > 0 {
 		main = bed.DeviceClasses[0].VolumeGroup
 	}
-	out := &config.Config{}
+	out := &deviceclass.Config{}
 	var pools []string
 	for _, dc := range bed.DeviceClasses {
 		if dc.VolumeGroup == main {
@@ -317,7 +317,7 @@ if ! vgs %[3]s > /dev/null 2>&1; then
 // flags of a process that is not in a pod replaced (as for a simulated
 // node), and its pid in agent.pid.
 func (p *GuestPeer) startScript(ds *appsv1.DaemonSet, bin string) (string, error) {
-	c, err := daemonSetContainer(ds, "carve plugin", isCarvePlugin)
+	c, err := daemonSetContainer(ds, "carve node", isCarvePlugin)
 	if err != nil {
 		return "", err
 	}

@@ -5,18 +5,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/carve-csi/carve/internal/node/config"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
 )
 
 func TestPeerDeviceClasses(t *testing.T) {
 	tests := []struct {
 		name      string
-		classes   []config.DeviceClass
+		classes   []deviceclass.DeviceClass
 		wantVGs   []string
 		wantPools []string
 	}{{
 		name: "shipped classes and an absent one",
-		classes: []config.DeviceClass{
+		classes: []deviceclass.DeviceClass{
 			{Name: "thick", VolumeGroup: "carve", Default: true},
 			{Name: "thin", VolumeGroup: "carve", ThinPool: "pool0"},
 			{Name: "absent", VolumeGroup: "carve-absent"},
@@ -25,7 +25,7 @@ func TestPeerDeviceClasses(t *testing.T) {
 		wantPools: []string{"pool0"},
 	}, {
 		name: "no default class: the first class's volume group",
-		classes: []config.DeviceClass{
+		classes: []deviceclass.DeviceClass{
 			{Name: "a", VolumeGroup: "vg0", ThinPool: "p1"},
 			{Name: "b", VolumeGroup: "vg0", ThinPool: "p1"},
 			{Name: "c", VolumeGroup: "vg0", ThinPool: "p2"},
@@ -35,7 +35,7 @@ func TestPeerDeviceClasses(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			bed := &config.Config{DeviceClasses: tt.classes}
+			bed := &deviceclass.Config{DeviceClasses: tt.classes}
 			got, pools := peerDeviceClasses(bed, "carve-peer-1")
 			var vgs []string
 			for _, dc := range got.DeviceClasses {

@@ -1,4 +1,4 @@
-// Package plugintest runs a real `carve plugin` (or `carve controller`)
+// Package plugintest runs a real `carve node` (or `carve controller`)
 // process for the root test tiers: it writes the device-class file, starts
 // the binary with its documented command line, waits until Probe answers
 // ready over the unix socket, and scrapes the process's /metrics. It
@@ -56,7 +56,7 @@ type Options struct {
 	OwnProcessGroup bool
 }
 
-// Plugin is a running `carve plugin` (or `carve controller`) process.
+// Plugin is a running `carve node` (or `carve controller`) process.
 type Plugin struct {
 	// Endpoint is the --endpoint value (unix://<socket>).
 	Endpoint string
@@ -82,7 +82,7 @@ func Start(ctx context.Context, opts Options) (*Plugin, error) {
 	if err := os.WriteFile(cfg, []byte(opts.Config), 0o644); err != nil {
 		return nil, fmt.Errorf("plugintest: writing the config: %w", err)
 	}
-	args := []string{"plugin",
+	args := []string{"node",
 		"--node-name", opts.NodeName,
 		"--config", cfg,
 		"--kubelet-registration-dir=",

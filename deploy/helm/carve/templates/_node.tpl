@@ -17,7 +17,7 @@ top context), group (a nodeGroups entry, or an empty dict for carve-node).
 {{- end -}}
 # The node DaemonSet{{ if $g.name }} of node group {{ $g.name }} (nodes labelled
 # carve.dev/node-group={{ $g.name }}){{ end }}: the node agent, one container
-# (carve-node plugin) on every node that holds volumes. It serves the kubelet
+# (carve-node node) on every node that holds volumes. It serves the kubelet
 # (Node service, on the socket it registers in the kubelet's
 # plugins_registry directory) and, on the node channel (TLS port
 # node-channel), the controller: carve controller calls this node's
@@ -149,7 +149,7 @@ spec:
             - --
             - /usr/local/bin/carve-node
           args:
-            - plugin
+            - node
             - --endpoint=unix:///csi/csi.sock
             - --node-name=$(NODE_NAME)
             - --config=/etc/carve/config.yaml

@@ -30,7 +30,7 @@ import (
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
-// The cross-node tests run two node agents (`carve plugin` with the node
+// The cross-node tests run two node agents (`carve node` with the node
 // channel and --node-copy-address) on volume groups of their own in one
 // guest, enrolled with certificates of a test CA as carve controller
 // enrolls them, and route CreateVolume through internal/controller/router as carve

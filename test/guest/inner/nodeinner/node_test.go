@@ -1,7 +1,7 @@
 //go:build guestinner
 
 // Package nodeinner runs inside the qemu guest (test/guest starts it): the
-// node side of the real `carve plugin` binary on a loop-device volume
+// node side of the real `carve node` binary on a loop-device volume
 // group, what csi-sanity cannot see. A volume's data survives unstaging and
 // a plugin restart without being formatted again, and a published volume
 // grows online with its filesystem.

@@ -1,7 +1,7 @@
 //go:build guestinner
 
 // Package sanityinner runs inside the qemu guest (test/guest starts it): it
-// makes a loop-device volume group, starts the real `carve plugin` binary on
+// makes a loop-device volume group, starts the real `carve node` binary on
 // it and runs csi-sanity against the plugin's socket, once with a thick and
 // once with a thin default device class, then checks the plugin's metrics
 // against what ran and against `vgs`.

@@ -1,0 +1,368 @@
+package agents
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"k8s.io/klog/v2"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/nodeca"
+)
+
+// keepaliveParams detect a dead node within about 20 s: a ping after 10 s
+// without traffic, 10 s to answer. The agent's server must permit pings
+// this often (keepalive.EnforcementPolicy MinTime ≤ 10 s, with
+// PermitWithoutStream), or it closes the connection as abusive.
+var keepaliveParams = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}
+
+// dial makes a client connection to addr (host:port) with cfg. It is lazy:
+// nothing is sent until a call or Connect.
+func (p *Pool) dial(addr string, cfg *tls.Config) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithKeepaliveParams(keepaliveParams),
+		// The capacity stream keeps the connection busy; never let gRPC
+		// put it to sleep between calls either.
+		grpc.WithIdleTimeout(0))
+	if err != nil {
+		return nil, fmt.Errorf("node channel to %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// agent is the pool's side of one node agent endpoint: it enrolls the
+// agent, keeps the verified connection and reads its capacity stream.
+type agent struct {
+	p      *Pool
+	ep     endpoint
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	conn    *grpc.ClientConn // the verified connection; nil while there is none
+	lastErr error            // why there is none
+	tried   bool             // an enrollment has ended, well or not
+}
+
+func newAgent(p *Pool, ep endpoint) *agent {
+	return &agent{p: p, ep: ep, done: make(chan struct{}), lastErr: errors.New("not enrolled yet")}
+}
+
+func (a *agent) start(ctx context.Context) {
+	log := klog.FromContext(ctx).WithValues("node", a.ep.Node, "pod", a.ep.Pod, "address", a.ep.Addr)
+	ctx, a.cancel = context.WithCancel(klog.NewContext(ctx, log))
+	go a.run(ctx)
+}
+
+// stop closes the agent's connections and waits until its goroutines are
+// done, so that no capacity report of it follows.
+func (a *agent) stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+}
+
+// current is the verified connection, or why there is none.
+func (a *agent) current(node string) (*grpc.ClientConn, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.conn == nil && !a.tried:
+		// Not ErrUnreachable: the agent may well be fine, and a create
+		// refused now would move the claim off its node for nothing
+		// (the router answers UNAVAILABLE, csi-provisioner retries).
+		return nil, fmt.Errorf("node %s: its agent's first enrollment since the controller started has not finished", node)
+	case a.conn == nil:
+		return nil, fmt.Errorf("node %s: no verified connection (%w): %w", node, a.lastErr, ErrUnreachable)
+	}
+	return a.conn, nil
+}
+
+func (a *agent) set(conn *grpc.ClientConn, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.conn, a.lastErr, a.tried = conn, err, true
+}
+
+// run enrolls the agent and keeps a verified connection to it until ctx
+// ends: again at half the certificate's life (the new connection replaces
+// the old one), and again whenever the connection is lost. Failures back
+// off from minBackoff, doubling, to maxBackoff.
+func (a *agent) run(ctx context.Context) {
+	defer close(a.done)
+	log := klog.FromContext(ctx)
+	var draining sync.WaitGroup
+	defer draining.Wait()
+	var cur *link
+	defer func() {
+		if cur != nil {
+			cur.close()
+		}
+	}()
+	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
+	for {
+		var wait time.Duration
+		next, err := a.connect(ctx)
+		switch {
+		case ctx.Err() != nil:
+			if next != nil {
+				next.close()
+			}
+			return
+		case err != nil:
+			wait = bo.next()
+			if cur == nil {
+				a.set(nil, err)
+			}
+			log.Error(err, "Node agent not connected; retrying", "retryIn", wait, "stillServing", cur != nil)
+		default:
+			bo.reset()
+			if old := cur; old != nil {
+				old.stopWatch()
+				draining.Go(func() { old.drain(ctx, a.p.t.drainGrace) })
+				log.V(2).Info("Node agent certificate renewed", "renewAt", next.renewAt)
+			} else {
+				log.Info("Node agent connected", "renewAt", next.renewAt)
+			}
+			cur = next
+			a.set(cur.conn, nil)
+			cur.startWatch(ctx, a)
+			wait = time.Until(cur.renewAt)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-cur.lostCh():
+			t.Stop()
+			if ctx.Err() != nil {
+				return // the link saw the end first
+			}
+			lived := time.Since(cur.since)
+			cur.close()
+			cur = nil
+			a.set(nil, errors.New("connection lost; enrolling again"))
+			log.Info("Node agent connection lost; enrolling again", "lived", lived)
+			if lived < a.p.t.maxBackoff && !sleep(ctx, bo.next()) {
+				return // a connection that keeps dropping is not re-enrolled in a loop
+			}
+		}
+	}
+}
+
+// connect enrolls the agent and opens the verified connection.
+func (a *agent) connect(ctx context.Context) (*link, error) {
+	// A controller that starts beside a thousand agents enrolls a few at a
+	// time, so that its TokenReviews come at the client's pace and none
+	// waits out its timeout in client-go's rate limiter.
+	select {
+	case a.p.enrollSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	cert, err := a.enroll(ctx)
+	<-a.p.enrollSlots
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	a.p.countEnrollment(err)
+	if err != nil {
+		return nil, fmt.Errorf("enroll: %w", err)
+	}
+	conn, err := a.dialVerified(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	renew := max(cert.NotAfter.Sub(now)/2, a.p.t.minBackoff)
+	return newLink(ctx, conn, now, now.Add(renew)), nil
+}
+
+// dialVerified opens the connection every other call uses: the agent must
+// present carve://node/<node> from a trusted CA. It returns once the
+// connection is ready, or with the handshake's error.
+func (a *agent) dialVerified(ctx context.Context) (*grpc.ClientConn, error) {
+	cfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: a.p.cfg.Identity, CAs: a.p.cfg.Trust}, a.ep.Node)
+	if err != nil {
+		return nil, err
+	}
+	// gRPC's states do not say why a handshake failed; keep the reason.
+	var refused atomic.Pointer[error]
+	verify := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		err := verify(cs)
+		if err != nil {
+			refused.Store(&err)
+		}
+		return err
+	}
+	conn, err := a.p.dial(a.ep.Addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.p.t.callTimeout)
+	defer cancel()
+	conn.Connect()
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			return conn, nil
+		}
+		if s == connectivity.TransientFailure || !conn.WaitForStateChange(ctx, s) {
+			_ = conn.Close() // never used
+			why := errors.New("no connection")
+			if e := refused.Load(); e != nil {
+				why = *e
+			} else if ctx.Err() != nil {
+				why = ctx.Err()
+			}
+			return nil, fmt.Errorf("verified connection: %w", why)
+		}
+	}
+}
+
+// link is one verified connection and its capacity watch.
+type link struct {
+	conn    *grpc.ClientConn
+	since   time.Time
+	renewAt time.Time
+	lost    chan struct{} // closed when the connection leaves Ready, or the agent stops
+
+	watchStop context.CancelFunc
+	watchDone chan struct{}
+}
+
+func newLink(ctx context.Context, conn *grpc.ClientConn, since, renewAt time.Time) *link {
+	l := &link{conn: conn, since: since, renewAt: renewAt, lost: make(chan struct{})}
+	go func() {
+		defer close(l.lost)
+		// Ends when the state leaves Ready (Close included) or ctx ends.
+		for s := conn.GetState(); s == connectivity.Ready; s = conn.GetState() {
+			if !conn.WaitForStateChange(ctx, s) {
+				return
+			}
+		}
+	}()
+	return l
+}
+
+// lostCh is nil (never ready) for no link.
+func (l *link) lostCh() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.lost
+}
+
+// startWatch reads the capacity stream into OnCapacity until stopWatch,
+// reopening it whenever it ends.
+func (l *link) startWatch(ctx context.Context, a *agent) {
+	ctx, l.watchStop = context.WithCancel(ctx)
+	l.watchDone = make(chan struct{})
+	go func() {
+		defer close(l.watchDone)
+		a.watchCapacity(ctx, nodeagentv1.NewNodeAgentClient(l.conn))
+	}()
+}
+
+// stopWatch ends the capacity watch and waits for it.
+func (l *link) stopWatch() {
+	if l.watchStop != nil {
+		l.watchStop()
+		<-l.watchDone
+		l.watchStop = nil
+	}
+}
+
+func (l *link) close() {
+	l.stopWatch()
+	_ = l.conn.Close() // in-flight calls fail with Canceled; the pool is stopping or the connection is gone
+}
+
+// drain closes a replaced connection after grace, so that the calls already
+// made on it can finish, or at once when the agent stops.
+func (l *link) drain(ctx context.Context, grace time.Duration) {
+	sleep(ctx, grace)
+	l.close()
+}
+
+// watchCapacity hands every capacity report of the agent to OnCapacity
+// and reopens the stream whenever it ends, until ctx ends.
+func (a *agent) watchCapacity(ctx context.Context, client nodeagentv1.NodeAgentClient) {
+	log := klog.FromContext(ctx)
+	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
+	for {
+		err := a.readCapacity(ctx, client, &bo)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := bo.next()
+		log.Error(err, "Capacity stream ended; reopening", "retryIn", wait)
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+func (a *agent) readCapacity(ctx context.Context, client nodeagentv1.NodeAgentClient, bo *backoff) error {
+	stream, err := client.WatchCapacity(ctx, &nodeagentv1.WatchCapacityRequest{})
+	if err != nil {
+		return fmt.Errorf("WatchCapacity: %w", err)
+	}
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("WatchCapacity: %w", err)
+		}
+		bo.reset()
+		if n := r.GetNodeName(); n != "" && n != a.ep.Node {
+			// The connection is verified as a.ep.Node; a report about
+			// another node is a bug in the agent, never data to trust.
+			klog.FromContext(ctx).Error(nil, "Capacity report names another node; dropped", "reportNode", n)
+			continue
+		}
+		a.p.cfg.OnCapacity(a.ep.Node, r)
+	}
+}
+
+// backoff doubles from min to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,122 @@
+package agents
+
+import (
+	"cmp"
+	"net"
+	"slices"
+	"strconv"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// endpoint is one node agent as its EndpointSlice shows it. Any change to
+// it (a new pod, a new address) makes a new connection.
+type endpoint struct {
+	Node string
+	// Pod and UID are the endpoint's targetRef; UID may be empty.
+	Pod  string
+	UID  types.UID
+	Addr string // host:port of the node channel
+}
+
+// candidate is an endpoint with its ready condition, which only chooses
+// between two pods of a node: a readiness change alone is no new agent.
+type candidate struct {
+	endpoint
+	ready bool
+}
+
+// endpointsOf reads the node agents from slices: one endpoint per node. An
+// agent that is not ready is still used: readiness says that one of its
+// device classes is unavailable, and the controller must still reach it for
+// the others (and hear that one's capacity is zero). An endpoint is skipped
+// when it is terminating, names no node, no pod or no address, or its slice
+// has no port named portName. Where a node shows several pods, the ready
+// ones are kept (a rolling update's new pod before the old one is marked
+// terminating). The same pod in
+// several slices (one per address family, or twice during a slice
+// reshuffle) counts once, at its lowest address.
+//
+// Two pods claiming one node are refused, both, and returned in conflicts.
+// A node runs one agent (a DaemonSet), so two ready pods on one node are
+// either a DaemonSet rolling update with maxSurge, where the old pod leaves
+// within seconds, or a pod that is not carve's agent but matches the
+// Service's selector. The slice cannot tell them apart, and enrollment
+// would pass for either if its token is bound to its own pod, so connecting
+// the "right" one would be a guess that an attacker could win; refusing
+// both costs a few seconds of a rolling update (csi-provisioner retries).
+func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map[string]endpoint, conflicts map[string][]endpoint) {
+	byNode := map[string][]candidate{}
+	for _, s := range items {
+		if s.AddressType == discoveryv1.AddressTypeFQDN {
+			continue // the controller dials pod IPs
+		}
+		port, ok := namedPort(s, portName)
+		if !ok {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Terminating != nil && *e.Conditions.Terminating {
+				continue
+			}
+			if e.NodeName == nil || *e.NodeName == "" || e.TargetRef == nil ||
+				e.TargetRef.Kind != "Pod" || e.TargetRef.Name == "" || len(e.Addresses) == 0 {
+				continue
+			}
+			byNode[*e.NodeName] = append(byNode[*e.NodeName], candidate{
+				endpoint: endpoint{
+					Node: *e.NodeName,
+					Pod:  e.TargetRef.Name,
+					UID:  e.TargetRef.UID,
+					Addr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(port))),
+				},
+				// A nil ready condition means unknown, which the API
+				// says to read as ready.
+				ready: e.Conditions.Ready == nil || *e.Conditions.Ready,
+			})
+		}
+	}
+	nodes = map[string]endpoint{}
+	conflicts = map[string][]endpoint{}
+	for node, cs := range byNode {
+		slices.SortFunc(cs, func(a, b candidate) int {
+			if c := cmp.Compare(a.Pod, b.Pod); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Addr, b.Addr)
+		})
+		cs = slices.CompactFunc(cs, func(a, b candidate) bool { return samePod(a.endpoint, b.endpoint) })
+		if len(cs) > 1 {
+			if ready := slices.DeleteFunc(slices.Clone(cs), func(c candidate) bool { return !c.ready }); len(ready) > 0 {
+				cs = ready
+			}
+		}
+		eps := make([]endpoint, len(cs))
+		for i, c := range cs {
+			eps[i] = c.endpoint
+		}
+		if len(eps) > 1 {
+			conflicts[node] = eps
+			continue
+		}
+		nodes[node] = eps[0]
+	}
+	return nodes, conflicts
+}
+
+// samePod tells whether two endpoints are the same pod: the same name, and
+// the same UID when both have one.
+func samePod(a, b endpoint) bool {
+	return a.Pod == b.Pod && (a.UID == "" || b.UID == "" || a.UID == b.UID)
+}
+
+// namedPort is the slice's port called name.
+func namedPort(s *discoveryv1.EndpointSlice, name string) (int32, bool) {
+	for _, p := range s.Ports {
+		if p.Name != nil && *p.Name == name && p.Port != nil && *p.Port > 0 {
+			return *p.Port, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,509 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/controller/mover"
+	carvemetrics "github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/topology/pinned"
+)
+
+// Event reasons.
+const (
+	ReasonOrphan            = "OrphanedVolume"
+	ReasonOrphanQuarantined = "OrphanedVolumeQuarantined"
+	ReasonOrphanRemoved     = "OrphanedVolumeRemoved"
+	ReasonQuarantineClaimed = "QuarantinedVolumeClaimed"
+	ReasonMissing           = "VolumeDataMissing"
+)
+
+// askAtOnce bounds how many nodes one pass audits at once.
+const askAtOnce = 16
+
+// Nodes are the node agents, reached over the node channel; main adapts
+// the controller's node pool.
+type Nodes interface {
+	// Names lists the nodes whose agent is connected now.
+	Names() []string
+	// Inventory reads a node's LVM side from its agent.
+	Inventory(ctx context.Context, node string) (*Inventory, error)
+	// QuarantineOrphan deactivates and renames an orphaned LV of node
+	// (carve-orphan-<hex>, tagged with its name and at) under that node's
+	// per-volume locks, and returns its new name ("" when it was gone):
+	// an error when an operation on it is in flight (the next pass tries
+	// again), when it is not carve's, has no claim tag, has snapshots or
+	// is open; codes.Unimplemented from an agent older than the
+	// quarantine.
+	QuarantineOrphan(ctx context.Context, node, vg, name string, at time.Time) (string, error)
+	// RemoveOrphan removes a quarantined orphan of node (quarantined
+	// from the LV name orphanOf) under that node's per-volume lock: an
+	// error when an operation on it is in flight (the next pass tries
+	// again), when it is not carve's, not that quarantine, or has
+	// snapshots; nil when it is gone.
+	RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error
+	// VolumeHealth reads the node's volumes that have a health problem
+	// (its ControllerListVolumeHealth, from its view).
+	VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error)
+	// InvalidSnapshots lists the IDs of the node's snapshots that are not
+	// ready to use (its ListSnapshots): thick snapshots whose
+	// copy-on-write space ran out.
+	InvalidSnapshots(ctx context.Context, node string) ([]string, error)
+}
+
+// Inventory is one node's LVM side, as its agent reported it.
+type Inventory struct {
+	// LVs are carve's LVs (owner tag) in the node's configured volume
+	// groups, as of its view's last refresh and carve's own mutations.
+	LVs []LV
+	// Classes are the node's device classes (the gauges show each).
+	Classes []Class
+	// Unreadable are the configured volume groups the node could not
+	// read: their LVs are unknown, not absent.
+	Unreadable []string
+	// Busy are the LV names with an operation (a CreateVolume, a
+	// DeleteVolume) in flight on the node.
+	Busy []string
+}
+
+// readable tells whether the inventory holds a fresh read of volume group
+// vg: configured on the node and read.
+func (inv *Inventory) readable(vg string) bool {
+	return slices.ContainsFunc(inv.Classes, func(c Class) bool { return c.VolumeGroup == vg }) && !slices.Contains(inv.Unreadable, vg)
+}
+
+func (inv *Inventory) busy(name string) bool { return slices.Contains(inv.Busy, name) }
+
+// Config is what the audit needs; main builds it.
+type Config struct {
+	// Driver is carve's CSI driver name; TopologyKey the node-affinity
+	// key of carve's PVs.
+	Driver, TopologyKey string
+	Client              kubernetes.Interface
+	// PVs is the cache of carve's PVs.
+	PVs PVs
+	// Nodes reaches the node agents.
+	Nodes Nodes
+	// Grace is how long an LV must lack a PV (a PV its LV) before it is
+	// reported (and, with RemoveOrphans, quarantined); Interval how often
+	// the audit runs.
+	Grace, Interval time.Duration
+	// RemovalGrace is how long an orphan stays quarantined, with no PV
+	// naming it, before it is removed (RemoveOrphans only).
+	RemovalGrace time.Duration
+	// RemoveOrphans quarantines an orphan once reported, and removes it
+	// after RemovalGrace in quarantine; false (the default, without
+	// --remove-orphans) only reports.
+	RemoveOrphans bool
+	// Registerer takes the audit's metrics.
+	Registerer prometheus.Registerer
+	// Events records the Events.
+	Events record.EventRecorder
+	// Contents finds the VolumeSnapshotContent of an invalid snapshot;
+	// nil leaves snapshots alone.
+	Contents SnapshotContents
+}
+
+// Auditor runs the audit loop over every connected node.
+type Auditor struct {
+	cfg Config
+	m   *metrics
+	// nodes hold each connected node's clocks and announcements; only
+	// Pass touches the map, and each node's entry only its own audit.
+	nodes map[string]*nodeAudit
+}
+
+// nodeAudit is the state of one node's audit while its agent stays
+// connected: a node that disconnects (its agent restarted, say) starts
+// every clock anew, so it reports late, never early.
+type nodeAudit struct {
+	node    string
+	decider *Decider
+	// reported holds what was already logged and announced as an Event,
+	// so that each finding is announced once while the node stays
+	// connected and the controller leads.
+	reported map[string]bool
+	// oldAgent is set once the agent answered that it cannot quarantine
+	// (logged once).
+	oldAgent bool
+	// abnormal are the node's PVs announced abnormal, by PV name, until
+	// they recover (announced once more) or go.
+	abnormal map[string]abnormal
+	// invalid are the node's snapshot IDs announced invalid.
+	invalid map[string]bool
+}
+
+// errOldAgent is a quarantine's answer from an agent older than it: the
+// orphan stays reported, and nothing is an error.
+var errOldAgent = errors.New("the node agent cannot quarantine orphans")
+
+// New returns an Auditor; its metrics are registered at once.
+func New(cfg Config) *Auditor {
+	return &Auditor{cfg: cfg, m: newMetrics(cfg.Registerer), nodes: map[string]*nodeAudit{}}
+}
+
+// PVs is the cache of carve's PersistentVolumes (internal/controller/pvindex).
+type PVs interface {
+	// WaitForSync waits until the cache holds its first full list; false
+	// when ctx ended first.
+	WaitForSync(ctx context.Context) bool
+	// List returns carve's PVs, every node's.
+	List() []*corev1.PersistentVolume
+}
+
+// Run audits every Interval until ctx ends, against the PV cache (which
+// its owner runs). No audit runs until the cache is synced, so a cold
+// cache never makes an orphan.
+func (a *Auditor) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithName("audit")
+	ctx = klog.NewContext(ctx, log)
+	if !a.cfg.PVs.WaitForSync(ctx) {
+		return nil // ctx ended
+	}
+	log.Info("Auditing the nodes' carve LVs against the PersistentVolumes", "gracePeriod", a.cfg.Grace, "interval", a.cfg.Interval,
+		"removeOrphans", a.cfg.RemoveOrphans, "removalGracePeriod", a.cfg.RemovalGrace)
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		a.Pass(ctx, time.Now(), a.pvsOf(a.cfg.PVs.List()))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// pvsOf turns carve's PVs into the decision's PVs.
+func (a *Auditor) pvsOf(pvs []*corev1.PersistentVolume) []PV {
+	var out []PV
+	for _, pv := range pvs {
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != a.cfg.Driver {
+			continue
+		}
+		out = append(out, PVFrom(pv, a.cfg.TopologyKey))
+	}
+	return out
+}
+
+// PVFrom is the decision's view of a PersistentVolume of carve.
+func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
+	p := PV{Name: pv.Name, Node: pinned.Node(pv, topologyKey),
+		Going: pv.DeletionTimestamp != nil ||
+			pv.Status.Phase == corev1.VolumeReleased && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete}
+	if pv.Spec.CSI != nil {
+		p.Handle = pv.Spec.CSI.VolumeHandle
+	}
+	if r := pv.Spec.ClaimRef; r != nil {
+		p.Claim, p.ClaimUID = r.Namespace+"/"+r.Name, string(r.UID)
+	}
+	p.MoveTarget, p.MoveTargetHandle = mover.Targets(pv)
+	return p
+}
+
+// Pass runs one audit of every connected node over pvs (carve's PVs,
+// every node's) at now.
+func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
+	names := a.cfg.Nodes.Names()
+	for n := range a.nodes {
+		if !slices.Contains(names, n) {
+			delete(a.nodes, n)
+			a.m.forget(n)
+		}
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, askAtOnce)
+	for _, n := range names {
+		na := a.nodes[n]
+		if na == nil {
+			na = &nodeAudit{node: n, decider: NewDecider(a.cfg.Grace, a.cfg.RemovalGrace), reported: map[string]bool{}, invalid: map[string]bool{}}
+			a.nodes[n] = na
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			a.passNode(ctx, now, na, pvs)
+		})
+	}
+	wg.Wait()
+}
+
+// passNode audits one node.
+func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pvs []PV) {
+	log := klog.FromContext(ctx).WithValues("node", na.node)
+	ctx = klog.NewContext(ctx, log)
+	inv, err := a.cfg.Nodes.Inventory(ctx, na.node)
+	if err != nil {
+		// Nothing judged: the clocks run on, the gauges keep the last
+		// pass's findings, and the timestamp of an error shows.
+		err = fmt.Errorf("reading the inventory of node %s: %w", na.node, err)
+		a.m.ran(na.node, now, err)
+		log.Error(err, "Audit pass incomplete")
+		return
+	}
+	f := na.decider.Decide(Input{Now: now, LVs: inv.LVs, PVs: pvs, Node: na.node,
+		Readable: inv.readable, Busy: inv.busy})
+	var errs []error
+	orphans := f.Orphans[:0]
+	for _, o := range f.Orphans {
+		alive, err := a.claimAlive(ctx, o.LV)
+		if err != nil {
+			// Unknown: not reported this pass, and its clock runs on.
+			errs = append(errs, err)
+			continue
+		}
+		if alive {
+			// csi-provisioner still wants it (a PV write failing for
+			// long, say): not an orphan, and the clock starts anew.
+			log.V(2).Info("LV without a PV, but its claim still exists; not an orphan", "lv", o.ID(), "claim", o.Claim)
+			na.decider.Reset(o.ID())
+			continue
+		}
+		orphans = append(orphans, o)
+	}
+	for _, o := range orphans {
+		a.announceOrphan(log, na, o)
+	}
+	for _, x := range f.Missing {
+		a.announceMissing(log, na, x)
+	}
+	for _, q := range f.Quarantined {
+		if q.ClaimedBy != "" {
+			a.announceClaimed(log, na, q)
+		}
+	}
+	quarantined := f.Quarantined
+	if a.cfg.RemoveOrphans {
+		var left []Orphan
+		for _, o := range orphans {
+			if o.Claim == "" {
+				// Nothing tells whose it was: reported, never touched.
+				left = append(left, o)
+				continue
+			}
+			q, err := a.quarantine(ctx, na, o, now)
+			if errors.Is(err, errOldAgent) {
+				left = append(left, o)
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				left = append(left, o)
+				continue
+			}
+			if q != nil {
+				quarantined = append(quarantined, *q)
+			}
+		}
+		orphans = left
+		kept := quarantined[:0]
+		for _, q := range quarantined {
+			if !q.Removable {
+				kept = append(kept, q)
+				continue
+			}
+			if err := a.remove(ctx, na, q); err != nil {
+				errs = append(errs, err)
+				kept = append(kept, q)
+			}
+		}
+		quarantined = kept
+	}
+	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
+	na.forgetAnnounced(orphans, f.Missing, quarantined)
+	errs = append(errs, a.judgeNode(ctx, log, na, inv, pvs, f.Missing)...)
+	a.m.ran(na.node, now, errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		log.Error(err, "Audit pass incomplete")
+	}
+}
+
+// judgeNode judges the health of node na's volumes and snapshots.
+func (a *Auditor) judgeNode(ctx context.Context, log klog.Logger, na *nodeAudit, inv *Inventory, pvs []PV, missing []Missing) []error {
+	var errs []error
+	if health, err := a.cfg.Nodes.VolumeHealth(ctx, na.node); err != nil {
+		// The health gauges and announcements stay as they were.
+		errs = append(errs, fmt.Errorf("reading the volume health of node %s: %w", na.node, err))
+	} else {
+		a.judgeHealth(log, na, inv, pvs, health, missing)
+	}
+	if a.cfg.Contents != nil {
+		if err := a.judgeSnapshots(ctx, log, na); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// claimAlive tells whether the PVC named by an orphan's tags still exists
+// and is the one the volume was made for (csi-provisioner names a PV
+// "pvc-<claim UID>"). An LV whose tags name no claim cannot be checked:
+// false.
+func (a *Auditor) claimAlive(ctx context.Context, lv LV) (bool, error) {
+	ns, name, ok := cut(lv.Claim)
+	if !ok {
+		return false, nil
+	}
+	pvc, err := a.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up claim %s of LV %s: %w", lv.Claim, lv.ID(), err)
+	}
+	return pvc.DeletionTimestamp == nil && lv.VolumeName == "pvc-"+string(pvc.UID), nil
+}
+
+func nodeRef(node string) *corev1.ObjectReference {
+	// The kubelet's own Events on a Node use its name as the UID.
+	return &corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node), APIVersion: "v1"}
+}
+
+func (a *Auditor) announceOrphan(log klog.Logger, na *nodeAudit, o Orphan) {
+	key := "orphan/" + o.ID()
+	if na.reported[key] {
+		return
+	}
+	na.reported[key] = true
+	claim := o.Claim
+	if claim == "" {
+		claim = "unknown (no claim tag: carve never quarantines or removes it)"
+	}
+	log.Info("Orphaned volume: no PersistentVolume points at this LV", "lv", o.ID(), "size", o.Size,
+		"deviceClass", o.Class, "claim", claim, "volume", o.VolumeName, "since", o.Since.UTC().Format(time.RFC3339))
+	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeWarning, ReasonOrphan,
+		"LV %s (%d bytes, device class %s) has had no PersistentVolume since %s; it was made for claim %s (volume %s). See carve's operations runbook: orphaned volumes",
+		o.ID(), o.Size, o.Class, o.Since.UTC().Format(time.RFC3339), claim, o.VolumeName)
+}
+
+func (a *Auditor) announceMissing(log klog.Logger, na *nodeAudit, x Missing) {
+	key := "missing/" + x.Name
+	if na.reported[key] {
+		return
+	}
+	na.reported[key] = true
+	log.Error(nil, "Volume data missing: the LV of this PersistentVolume is gone from the volume group", "pv", x.Name,
+		"lv", x.Handle, "claim", x.Claim, "since", x.Since.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("the LV %s of PersistentVolume %s is gone from node %s's volume group since %s (disk replaced or volume group made anew?); its data is lost. See carve's operations runbook: missing data",
+		x.Handle, x.Name, na.node, x.Since.UTC().Format(time.RFC3339))
+	a.cfg.Events.Event(&corev1.ObjectReference{Kind: "PersistentVolume", Name: x.Name, APIVersion: "v1"},
+		corev1.EventTypeWarning, ReasonMissing, msg)
+	if ns, name, ok := cut(x.Claim); ok {
+		a.cfg.Events.Event(&corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: name,
+			UID: types.UID(x.ClaimUID), APIVersion: "v1"}, corev1.EventTypeWarning, ReasonMissing, msg)
+	}
+}
+
+// announceClaimed warns, once, of a PV that names a quarantined orphan:
+// carve keeps it, and someone must restore it.
+func (a *Auditor) announceClaimed(log klog.Logger, na *nodeAudit, q Quarantined) {
+	key := "claimed/" + q.ID()
+	if na.reported[key] {
+		return
+	}
+	na.reported[key] = true
+	log.Info("A PersistentVolume names a quarantined orphan; it is kept until restored", "lv", q.ID(), "originalLV", q.OriginalID(),
+		"pv", q.ClaimedBy, "quarantinedSince", q.Since.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("PersistentVolume %s names LV %s, which carve quarantined as orphan %s on node %s at %s; carve keeps it. "+
+		"Restore it on the node: lvrename %s %s %s (carve's operations runbook: orphaned volumes)",
+		q.ClaimedBy, q.OriginalID(), q.ID(), na.node, q.Since.UTC().Format(time.RFC3339), q.VolumeGroup, q.Name, q.OrphanOf)
+	a.cfg.Events.Event(nodeRef(na.node), corev1.EventTypeWarning, ReasonQuarantineClaimed, msg)
+	a.cfg.Events.Event(&corev1.ObjectReference{Kind: "PersistentVolume", Name: q.ClaimedBy, APIVersion: "v1"},
+		corev1.EventTypeWarning, ReasonQuarantineClaimed, msg)
+}
+
+// forgetAnnounced drops what is no longer found, so that it is announced
+// again if it comes back.
+func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing, quarantined []Quarantined) {
+	now := map[string]bool{}
+	for _, o := range orphans {
+		now["orphan/"+o.ID()] = true
+	}
+	for _, x := range missing {
+		now["missing/"+x.Name] = true
+	}
+	for _, q := range quarantined {
+		if q.ClaimedBy != "" {
+			now["claimed/"+q.ID()] = true
+		}
+	}
+	for k := range na.reported {
+		if !now[k] {
+			delete(na.reported, k)
+		}
+	}
+}
+
+// quarantine is the first step of an orphan's removal (only with
+// --remove-orphans): the node deactivates and renames it. It returns the
+// quarantined orphan, nil when the LV was gone. An agent older than the
+// quarantine is left alone: the orphan stays reported.
+func (a *Auditor) quarantine(ctx context.Context, na *nodeAudit, o Orphan, now time.Time) (*Quarantined, error) {
+	log := klog.FromContext(ctx)
+	newName, err := a.cfg.Nodes.QuarantineOrphan(ctx, na.node, o.VolumeGroup, o.Name, now)
+	if status.Code(err) == codes.Unimplemented {
+		if !na.oldAgent {
+			na.oldAgent = true
+			log.Info("The node's agent cannot quarantine orphans (older than carve controller); its orphans are only reported until it is upgraded")
+		}
+		return nil, errOldAgent
+	}
+	a.m.quarantinedTotal.WithLabelValues(na.node, o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
+	if err != nil {
+		return nil, fmt.Errorf("quarantining orphaned LV %s: %w", o.ID(), err)
+	}
+	na.decider.Reset(o.ID())
+	if newName == "" {
+		return nil, nil
+	}
+	q := Quarantined{LV: o.LV, Since: now.Truncate(time.Second)}
+	q.Name, q.OrphanOf, q.OrphanedAt = newName, o.Name, q.Since
+	log.Info("Quarantined orphaned volume: deactivated and renamed, data kept", "lv", o.ID(), "as", q.ID(), "size", o.Size,
+		"deviceClass", o.Class, "claim", o.Claim, "volume", o.VolumeName, "removalAfter", a.cfg.RemovalGrace)
+	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeNormal, ReasonOrphanQuarantined,
+		"quarantined orphaned LV %s as %s (%d bytes, device class %s, claim %s, volume %s; no PersistentVolume since %s): deactivated, data kept; "+
+			"removed after %s unless a PersistentVolume names it (--remove-orphans). Restore: lvrename %s %s %s",
+		o.ID(), q.ID(), o.Size, o.Class, o.Claim, o.VolumeName, o.Since.UTC().Format(time.RFC3339), a.cfg.RemovalGrace,
+		o.VolumeGroup, newName, o.Name)
+	return &q, nil
+}
+
+// remove is the second step (only with --remove-orphans): it removes a
+// quarantined orphan whose removal grace period has passed.
+func (a *Auditor) remove(ctx context.Context, na *nodeAudit, q Quarantined) error {
+	log := klog.FromContext(ctx)
+	err := a.cfg.Nodes.RemoveOrphan(ctx, na.node, q.VolumeGroup, q.Name, q.OrphanOf)
+	a.m.removed.WithLabelValues(na.node, q.Class, q.VolumeGroup, carvemetrics.Result(err)).Inc()
+	if err != nil {
+		return fmt.Errorf("removing quarantined orphan %s: %w", q.ID(), err)
+	}
+	log.Info("Removed quarantined orphan", "lv", q.ID(), "originalLV", q.OriginalID(), "size", q.Size, "deviceClass", q.Class,
+		"claim", q.Claim, "volume", q.VolumeName, "quarantinedSince", q.Since.UTC().Format(time.RFC3339))
+	a.cfg.Events.Eventf(nodeRef(na.node), corev1.EventTypeNormal, ReasonOrphanRemoved,
+		"removed orphaned LV %s (LV %s before its quarantine at %s; %d bytes, device class %s, claim %s, volume %s): "+
+			"quarantined for %s with no PersistentVolume naming it (--remove-orphans)",
+		q.ID(), q.OriginalID(), q.Since.UTC().Format(time.RFC3339), q.Size, q.Class, q.Claim, q.VolumeName, a.cfg.RemovalGrace)
+	return nil
+}
+
+// cut splits "a/b".
+func cut(s string) (string, string, bool) {
+	a, b, ok := strings.Cut(s, "/")
+	return a, b, ok && a != "" && b != ""
+}

@@ -1,0 +1,92 @@
+package capacity
+
+import (
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// pendingTTL bounds how long the writer waits for the informer to show
+// one of its own writes before it trusts the informer again (a write of
+// someone else may have overtaken it, so that it is never shown).
+const pendingTTL = 10 * time.Second
+
+// A pendingWrite is a write the informer does not show yet. The item of
+// its object may come back meanwhile (a new report while the write was in
+// flight); acting on the informer's older copy would write again, or
+// create what exists, for nothing. Instead the item waits for the
+// informer's event of the write, which queues it again.
+type pendingWrite struct {
+	obj   *storagev1.CSIStorageCapacity // nil: deleted
+	until time.Time
+}
+
+// settle records a successful write of object name (obj nil: deleted)
+// unless the informer shows it already. The check and the record are
+// under the lock observe takes, and the informer updates its store before
+// it calls observe, so the write is either seen here or cleared there.
+func (w *Writer) settle(name string, obj *storagev1.CSIStorageCapacity) {
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	o, ok, _ := w.objects.GetByKey(w.cfg.Namespace + "/" + name)
+	var cur *storagev1.CSIStorageCapacity
+	if ok {
+		cur = w.ours(o)
+	}
+	if shows(cur, obj) {
+		delete(w.pending, name)
+		return
+	}
+	w.pending[name] = pendingWrite{obj: obj, until: time.Now().Add(pendingTTL)}
+}
+
+// observe clears the pending write of c's name once an event shows it.
+func (w *Writer) observe(c *storagev1.CSIStorageCapacity, deleted bool) {
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	name := c.Name
+	p, ok := w.pending[name]
+	if !ok {
+		return
+	}
+	if deleted {
+		c = nil
+	}
+	if shows(c, p.obj) {
+		delete(w.pending, name)
+	}
+}
+
+// awaiting reports whether object name has a write the informer does not
+// show yet, and for how long it will be waited for.
+func (w *Writer) awaiting(name string) (time.Duration, bool) {
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	p, ok := w.pending[name]
+	if !ok {
+		return 0, false
+	}
+	left := time.Until(p.until)
+	if left <= 0 {
+		delete(w.pending, name)
+		return 0, false
+	}
+	return left, true
+}
+
+// shows reports whether cur, the informer's copy (nil: none), is what was
+// written (nil: deleted), as far as the writer cares.
+func shows(cur, written *storagev1.CSIStorageCapacity) bool {
+	if cur == nil || written == nil {
+		return cur == nil && written == nil
+	}
+	if cur.UID != written.UID || !equalQuantities(cur, written) {
+		return false
+	}
+	for k, v := range written.Labels {
+		if cur.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,465 @@
+// Package capacity writes the CSIStorageCapacity objects the
+// scheduler reads (one per node and carve StorageClass) from the capacity
+// the node agents stream to the controller (api/nodeagent/v1
+// CapacityReport). Nothing is polled: a report, a StorageClass event or a
+// change to one of the writer's own objects queues the (node, class) pairs
+// it affects, and a worker writes an object only when what it holds
+// differs from what it should hold.
+//
+// Restarts. The objects are the scheduler's only view of carve's nodes:
+// an object deleted makes its node unschedulable for claims of that class,
+// an object left behind for a node whose agent is gone makes the scheduler
+// send claims to a node that cannot serve them, and csi-provisioner keeps
+// retrying such a claim on that node (only ResourceExhausted reschedules
+// it). So after a restart (or a change of leader) the writer keeps the
+// objects it finds, untouched, until their node reports (they are then
+// corrected) or until a grace period has passed (Config.StartupGrace,
+// one minute by default): a node whose agent has not reported by then
+// cannot be reached, and its objects are deleted, as they are at once for
+// a node reported gone (Report with nil). Objects of a StorageClass that
+// no longer exists, or no longer belongs to carve, are deleted as soon as
+// the StorageClasses are known.
+//
+// Only StorageClasses of the driver whose binding mode is
+// WaitForFirstConsumer get objects: the scheduler consults capacity only
+// for claims whose binding waits for a pod, and carve refuses Immediate
+// claims.
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// DefaultStartupGrace is how long after Run starts the objects of a node
+// that has not reported yet are kept as they are.
+const DefaultStartupGrace = time.Minute
+
+// defaultWorkers write objects in parallel: one slow API call must not hold
+// back every other node's capacity.
+const defaultWorkers = 2
+
+// Retries of a failed write back off from baseDelay to maxDelay; the
+// queue keeps only the newest wish per (node, class), so a retry writes
+// the capacity current at the time.
+const (
+	baseDelay = 200 * time.Millisecond
+	maxDelay  = time.Minute
+)
+
+// Config is what the writer needs; main builds it.
+type Config struct {
+	// Client writes CSIStorageCapacity objects and watches StorageClasses.
+	Client kubernetes.Interface
+	// Namespace is where the objects live (the controller's namespace).
+	Namespace string
+	// Driver is carve's CSI driver name: only StorageClasses with this
+	// provisioner get objects.
+	Driver string
+	// TopologyKey is the node label of carve's topology (topology.Key).
+	TopologyKey string
+	// Registerer, when set, gets carve_capacity_object_writes_total.
+	Registerer prometheus.Registerer
+	// StartupGrace is how long after Run starts the objects of nodes that
+	// have not reported yet are kept (see the package comment); 0 means
+	// DefaultStartupGrace.
+	StartupGrace time.Duration
+	// Owner, when set, becomes the owner of every object (the controller's
+	// Deployment, say), so that they are garbage-collected with it.
+	Owner *metav1.OwnerReference
+	// Workers is how many writes may be in flight; 0 means 2.
+	Workers int
+}
+
+// Writer keeps the CSIStorageCapacity objects of carve's nodes in line
+// with their capacity reports.
+type Writer struct {
+	cfg      Config
+	selector labels.Set      // on every object of this writer
+	sel      labels.Selector // selector, parsed
+	queue    workqueue.TypedRateLimitingInterface[item]
+	writes   *prometheus.CounterVec
+
+	scFactory, objFactory informers.SharedInformerFactory
+	scReg, objReg         cache.ResourceEventHandlerRegistration
+	objects               cache.Indexer
+	started               atomic.Bool
+
+	mu sync.Mutex
+	// nodes holds each node's last report; a nil entry is a node reported
+	// gone, remembered until the grace ends so that its objects are not
+	// kept as those of a node not heard from yet.
+	nodes map[string]*nodeCapacity
+	// classes maps carve's StorageClasses to the device class they name
+	// ("" for the node's default class).
+	classes   map[string]string
+	graceOver bool
+
+	// pending holds the writer's own writes the informer has not shown
+	// yet, by object name (see settle).
+	pmu     sync.Mutex
+	pending map[string]pendingWrite
+}
+
+// nodeCapacity is what a node reported, by device class.
+type nodeCapacity struct {
+	classes map[string]classCapacity
+	// def is the node's default device class, "" if it has none.
+	def string
+}
+
+// classCapacity is what one object of the class should hold.
+type classCapacity struct {
+	available, maxVolume int64
+}
+
+// New returns a Writer with its informers and metrics set up; Run starts
+// it. Report may be called before Run.
+func New(cfg Config) (*Writer, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("capacity writer: Client is required")
+	case cfg.Namespace == "":
+		return nil, errors.New("capacity writer: Namespace is required")
+	case cfg.TopologyKey == "":
+		return nil, errors.New("capacity writer: TopologyKey is required")
+	case cfg.StartupGrace < 0:
+		return nil, fmt.Errorf("capacity writer: StartupGrace %s must not be negative", cfg.StartupGrace)
+	}
+	if errs := validation.IsValidLabelValue(cfg.Driver); cfg.Driver == "" || len(errs) > 0 {
+		return nil, fmt.Errorf("capacity writer: Driver %q must be a valid label value: %v", cfg.Driver, errs)
+	}
+	if cfg.StartupGrace == 0 {
+		cfg.StartupGrace = DefaultStartupGrace
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = defaultWorkers
+	}
+	w := &Writer{
+		cfg:      cfg,
+		selector: labels.Set{LabelManagedBy: ManagedBy, LabelDriver: cfg.Driver},
+		sel:      labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelDriver: cfg.Driver}),
+		queue: workqueue.NewTypedRateLimitingQueue(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[item](baseDelay, maxDelay)),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carve_capacity_object_writes_total",
+			Help: "Writes of CSIStorageCapacity objects by carve controller, by op (create, update or delete) and result (success, conflict: the writer's view was stale and it looks again, or error).",
+		}, []string{"op", "result"}),
+		nodes:   map[string]*nodeCapacity{},
+		classes: map[string]string{},
+		pending: map[string]pendingWrite{},
+	}
+	for _, op := range []string{opCreate, opUpdate, opDelete} {
+		for _, r := range []string{resultSuccess, resultConflict, resultError} {
+			w.writes.WithLabelValues(op, r)
+		}
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(w.writes); err != nil {
+			return nil, fmt.Errorf("capacity writer metrics: %w", err)
+		}
+	}
+	if err := w.setupInformers(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Writer) setupInformers() error {
+	w.scFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0, informers.WithTransform(trimStorageClass))
+	scs := w.scFactory.Storage().V1().StorageClasses().Informer()
+	var err error
+	w.scReg, err = scs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.onStorageClass(o, false) },
+		UpdateFunc: func(_, o any) { w.onStorageClass(o, false) },
+		DeleteFunc: func(o any) { w.onStorageClass(o, true) },
+	})
+	if err != nil {
+		return fmt.Errorf("capacity writer: watching StorageClasses: %w", err)
+	}
+
+	w.objFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0,
+		informers.WithNamespace(w.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = w.selector.String() }))
+	objs := w.objFactory.Storage().V1().CSIStorageCapacities().Informer()
+	if err := objs.AddIndexers(cache.Indexers{
+		indexKey:  w.indexBy(func(k key) string { return k.String() }),
+		indexNode: w.indexBy(func(k key) string { return k.node }),
+		indexSC:   w.indexBy(func(k key) string { return k.sc }),
+	}); err != nil {
+		return fmt.Errorf("capacity writer: indexing CSIStorageCapacities: %w", err)
+	}
+	w.objects = objs.GetIndexer()
+	enqueue := func(o any, deleted bool) {
+		if c := w.ours(o); c != nil {
+			w.observe(c, deleted)
+			w.queue.Add(w.itemOf(c))
+		}
+	}
+	w.objReg, err = objs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { enqueue(o, false) },
+		UpdateFunc: func(_, o any) { enqueue(o, false) },
+		DeleteFunc: func(o any) { enqueue(o, true) },
+	})
+	if err != nil {
+		return fmt.Errorf("capacity writer: watching CSIStorageCapacities: %w", err)
+	}
+	return nil
+}
+
+// Run watches the StorageClasses and the writer's own objects and writes
+// until ctx ends. It may be called once.
+func (w *Writer) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("capacity writer: Run called twice")
+	}
+	log := klog.FromContext(ctx).WithName("capacity")
+	ctx = klog.NewContext(ctx, log)
+	defer w.queue.ShutDown()
+	grace := time.NewTimer(w.cfg.StartupGrace)
+	defer grace.Stop()
+
+	w.scFactory.Start(ctx.Done())
+	w.objFactory.Start(ctx.Done())
+	defer w.scFactory.Shutdown()
+	defer w.objFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), w.scReg.HasSynced, w.objReg.HasSynced) {
+		return nil
+	}
+	w.mu.Lock()
+	classes := len(w.classes)
+	w.mu.Unlock()
+	log.Info("Writing CSIStorageCapacity objects", "namespace", w.cfg.Namespace, "storageClasses", classes,
+		"existingObjects", len(w.objects.List()), "startupGrace", w.cfg.StartupGrace)
+
+	var wg sync.WaitGroup
+	for range w.cfg.Workers {
+		wg.Go(func() {
+			for w.processNext(ctx) {
+			}
+		})
+	}
+	select {
+	case <-ctx.Done():
+	case <-grace.C:
+		w.endGrace(ctx)
+		<-ctx.Done()
+	}
+	w.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// endGrace makes nodes that have not reported count as gone, and looks at
+// every object again.
+func (w *Writer) endGrace(ctx context.Context) {
+	w.mu.Lock()
+	w.graceOver = true
+	maps.DeleteFunc(w.nodes, func(_ string, n *nodeCapacity) bool { return n == nil })
+	w.mu.Unlock()
+	objs := w.objects.List()
+	klog.FromContext(ctx).V(2).Info("Startup grace over: objects of nodes that have not reported go", "objects", len(objs))
+	for _, o := range objs {
+		if c := w.ours(o); c != nil {
+			w.queue.Add(w.itemOf(c))
+		}
+	}
+}
+
+// Report records node's capacity; nil means the node no longer has an
+// agent (it left the node agents' EndpointSlices), and its objects are
+// deleted. A stream that broke is not a nil report: the last values
+// stand until the node reports again. node must be the identity the node
+// channel verified; the report's own node_name is not trusted. Report
+// never blocks on the API server and may be called from any goroutine.
+func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
+	if node == "" {
+		return
+	}
+	now := fromReport(r)
+	w.mu.Lock()
+	old, seen := w.nodes[node]
+	if seen && now.equal(old) {
+		w.mu.Unlock()
+		return
+	}
+	if now == nil && w.graceOver {
+		delete(w.nodes, node)
+	} else {
+		w.nodes[node] = now
+	}
+	scs := make([]string, 0, len(w.classes))
+	for sc := range w.classes {
+		scs = append(scs, sc)
+	}
+	w.mu.Unlock()
+	for _, sc := range scs {
+		w.queue.Add(item{key: key{node: node, sc: sc}})
+	}
+	// Objects of classes the writer no longer counts are its own too.
+	w.enqueueIndexed(indexNode, node)
+}
+
+func (w *Writer) enqueueIndexed(index, value string) {
+	objs, err := w.objects.ByIndex(index, value)
+	if err != nil {
+		return // only an unknown index fails; the indexes are fixed above
+	}
+	for _, o := range objs {
+		if c := w.ours(o); c != nil {
+			w.queue.Add(w.itemOf(c))
+		}
+	}
+}
+
+// fromReport is what r says, nil for nil. A class reported unavailable
+// holds nothing, and negative figures count as 0.
+func fromReport(r *nodeagentv1.CapacityReport) *nodeCapacity {
+	if r == nil {
+		return nil
+	}
+	n := &nodeCapacity{classes: make(map[string]classCapacity, len(r.GetClasses()))}
+	for _, c := range r.GetClasses() {
+		var cc classCapacity
+		if c.GetUnavailable() == "" {
+			cc = classCapacity{available: max(c.GetAvailableBytes(), 0), maxVolume: max(c.GetMaximumVolumeBytes(), 0)}
+		}
+		n.classes[c.GetDeviceClass()] = cc
+		if c.GetIsDefault() && n.def == "" {
+			n.def = c.GetDeviceClass()
+		}
+	}
+	return n
+}
+
+func (n *nodeCapacity) equal(o *nodeCapacity) bool {
+	if n == nil || o == nil {
+		return n == o
+	}
+	return n.def == o.def && maps.Equal(n.classes, o.classes)
+}
+
+// onStorageClass follows a StorageClass: the pairs of every known node and
+// every object of the class are looked at again when what it names changes.
+func (w *Writer) onStorageClass(o any, deleted bool) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o, deleted = d.Obj, true
+	}
+	sc, ok := o.(*storagev1.StorageClass)
+	if !ok {
+		return
+	}
+	dc, counts := w.classOf(sc)
+	counts = counts && !deleted
+	w.mu.Lock()
+	old, had := w.classes[sc.Name]
+	if counts {
+		w.classes[sc.Name] = dc
+	} else {
+		delete(w.classes, sc.Name)
+	}
+	changed := had != counts || old != dc
+	var nodes []string
+	if changed && counts {
+		for n := range w.nodes {
+			nodes = append(nodes, n)
+		}
+	}
+	w.mu.Unlock()
+	if !changed {
+		return
+	}
+	for _, n := range nodes {
+		w.queue.Add(item{key: key{node: n, sc: sc.Name}})
+	}
+	w.enqueueIndexed(indexSC, sc.Name)
+}
+
+// classOf is the device class sc names ("" for the node's default) and
+// whether sc gets objects at all.
+func (w *Writer) classOf(sc *storagev1.StorageClass) (string, bool) {
+	if sc.Provisioner != w.cfg.Driver || sc.VolumeBindingMode == nil ||
+		*sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+		return "", false
+	}
+	return sc.Parameters[volume.ParamDeviceClass], true
+}
+
+// trimStorageClass keeps what classOf reads.
+func trimStorageClass(o any) (any, error) {
+	sc, ok := o.(*storagev1.StorageClass)
+	if !ok {
+		return o, nil
+	}
+	out := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: sc.Name, UID: sc.UID, ResourceVersion: sc.ResourceVersion},
+		Provisioner:       sc.Provisioner,
+		VolumeBindingMode: sc.VolumeBindingMode,
+	}
+	if dc, ok := sc.Parameters[volume.ParamDeviceClass]; ok {
+		out.Parameters = map[string]string{volume.ParamDeviceClass: dc}
+	}
+	return out, nil
+}
+
+// desired is what the object of k should hold; nil with act true means it
+// should not exist, act false that it is left as it is (its node has not
+// reported since the start, and the grace is not over).
+func (w *Writer) desired(k key) (want *classCapacity, act bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	dc, counts := w.classes[k.sc]
+	n, seen := w.nodes[k.node]
+	switch {
+	case !counts:
+		return nil, true
+	case !seen && !w.graceOver:
+		return nil, false
+	case n == nil:
+		return nil, true
+	}
+	if dc == "" {
+		dc = n.def
+	}
+	c := n.classes[dc] // a class the node lacks, or no default: 0
+	return &c, true
+}
+
+// MaxVolume is the largest volume the node's device class can make now,
+// as its last report said (deviceClass "" is the node's default class; a
+// class the node lacks, or one reported unavailable, is 0). ok is false
+// when the node has not reported since the start, or was reported gone:
+// its agent is not connected, and nothing is known of its room. It reads
+// only what Report recorded, so it answers on every replica, leader of
+// the writer or not.
+func (w *Writer) MaxVolume(node, deviceClass string) (bytes int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.nodes[node]
+	if n == nil {
+		return 0, false
+	}
+	if deviceClass == "" {
+		deviceClass = n.def
+	}
+	return n.classes[deviceClass].maxVolume, true
+}

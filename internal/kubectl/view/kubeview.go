@@ -1,0 +1,461 @@
+// Package view answers operators' questions about carve from the
+// Kubernetes API alone (no node access, no metrics): each node's agent
+// (ready or why not, registered, version, free space), the capacity each
+// node reports per device class, which PVC, pod, node and LV each volume
+// is, which PVCs of carve's StorageClasses are Pending and why, which node
+// each snapshot lives on, everything about one claim, and what the node
+// audit found (orphaned LVs, volumes whose data is gone). kubectl-carve
+// prints what it returns.
+package view
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/topology/pinned"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// deviceClassParam is the StorageClass parameter and volume context key
+// that names a volume's device class (empty: the node's default class).
+const deviceClassParam = "carve.dev/device-class"
+
+// selectedNodeAnnotation is where the scheduler writes the node it picked
+// for a WaitForFirstConsumer claim.
+const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
+
+// The PV controller names the provisioner of a claim it waits for in these
+// annotations (the beta one on older clusters).
+const (
+	provisionerAnnotation     = "volume.kubernetes.io/storage-provisioner"
+	betaProvisionerAnnotation = "volume.beta.kubernetes.io/storage-provisioner"
+)
+
+// Capacity is one CSIStorageCapacity object carve published: what a node
+// reports for one StorageClass (one device class), and carve's volumes of
+// that class on the node.
+type Capacity struct {
+	// Name is the CSIStorageCapacity object's name (in carve's namespace).
+	Name              string `json:"name"`
+	Node              string `json:"node"`
+	DeviceClass       string `json:"deviceClass"`
+	StorageClass      string `json:"storageClass"`
+	CapacityBytes     int64  `json:"capacityBytes"`
+	MaximumVolumeSize int64  `json:"maximumVolumeSizeBytes,omitempty"`
+	Volumes           int    `json:"volumes"`
+	ProvisionedBytes  int64  `json:"provisionedBytes"`
+}
+
+// Volume is one PersistentVolume of carve's driver.
+type Volume struct {
+	PV          string   `json:"pv"`
+	Claim       string   `json:"claim,omitempty"` // namespace/name
+	Pods        []string `json:"pods,omitempty"`  // namespace/name of pods using the claim
+	Node        string   `json:"node"`
+	DeviceClass string   `json:"deviceClass"`
+	VolumeGroup string   `json:"volumeGroup"`
+	LV          string   `json:"lv"`
+	SizeBytes   int64    `json:"sizeBytes"`
+	Phase       string   `json:"phase"`
+	// StorageClass and Created are the PV's (the claim's without PV rights).
+	StorageClass string    `json:"storageClass,omitempty"`
+	Created      time.Time `json:"created,omitzero"`
+}
+
+// Pending is a PVC of one of carve's StorageClasses that is not bound.
+type Pending struct {
+	Claim        string    `json:"claim"` // namespace/name
+	StorageClass string    `json:"storageClass"`
+	SelectedNode string    `json:"selectedNode,omitempty"`
+	Pods         []string  `json:"pods,omitempty"`
+	Since        time.Time `json:"since"`
+	// Reason and Message are the claim's last event (empty when none).
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// View reads the API for the driver named Driver. Each view makes one List
+// per kind of object it reads and joins them in memory: its cost does not
+// grow with the number of claims.
+type View struct {
+	Client kubernetes.Interface
+	// Dynamic reads the snapshot API (VolumeSnapshots are not in client-go's
+	// typed clientset); only Snapshots needs it.
+	Dynamic dynamic.Interface
+	Driver  string
+	// AgentService is the headless Service over the node agents (the node
+	// channel's), whose endpoints say whether an agent is reachable;
+	// "" is the chart's default, carve-node (a chart installed with
+	// nameOverride names it <prefix>-node).
+	AgentService string
+	// Namespace limits the views of namespaced objects (volumes, pending
+	// claims, snapshots) to one namespace; "" is all of them.
+	Namespace string
+	// Warn, when set, hears what a view had to leave out (a kind the user
+	// may not list) while still answering.
+	Warn func(msg string)
+}
+
+// namespacedRights reports whether err is the refusal a user with rights
+// in one namespace gets for a cluster-wide list, in a namespaced view:
+// the view then answers from what the namespace holds.
+func (v View) namespacedRights(err error) bool {
+	return v.Namespace != "" && apierrors.IsForbidden(err)
+}
+
+// warn passes msg to Warn, if set.
+func (v View) warn(msg string) {
+	if v.Warn != nil {
+		v.Warn(msg)
+	}
+}
+
+// storageClasses returns carve's StorageClasses by name, each with its
+// device class.
+func (v View) storageClasses(ctx context.Context) (map[string]string, error) {
+	list, err := v.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	out := map[string]string{}
+	for _, sc := range list.Items {
+		if sc.Provisioner == v.Driver {
+			out[sc.Name] = sc.Parameters[deviceClassParam]
+		}
+	}
+	return out, nil
+}
+
+// podsByClaim maps namespace/claim to the pods that use it.
+func (v View) podsByClaim(ctx context.Context) (map[string][]string, error) {
+	pods, err := v.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	out := map[string][]string{}
+	for _, p := range pods.Items {
+		for _, vol := range p.Spec.Volumes {
+			if c := vol.PersistentVolumeClaim; c != nil {
+				k := p.Namespace + "/" + c.ClaimName
+				out[k] = append(out[k], p.Namespace+"/"+p.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Volumes lists carve's PersistentVolumes, sorted by node and name; with
+// a Namespace, those whose claim is in it. A user who may not list
+// PersistentVolumes (namespaced rights) gets the namespace's claims of
+// carve instead, without what only the PV knows (volume group and LV).
+func (v View) Volumes(ctx context.Context) ([]Volume, error) {
+	pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil && !v.namespacedRights(err) {
+		return nil, fmt.Errorf("listing PersistentVolumes: %w", err)
+	}
+	forbidden := err != nil
+	pods, err := v.podsByClaim(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Volume
+	if forbidden {
+		v.warn("may not list PersistentVolumes: volume group and LV are left out")
+		if out, err = v.claimVolumes(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, vol := range v.pvVolumes(pvs.Items) {
+			if v.Namespace == "" || strings.HasPrefix(vol.Claim, v.Namespace+"/") {
+				out = append(out, vol)
+			}
+		}
+	}
+	for i := range out {
+		out[i].Pods = pods[out[i].Claim]
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node != out[j].Node {
+			return out[i].Node < out[j].Node
+		}
+		return out[i].PV < out[j].PV
+	})
+	return out, nil
+}
+
+// pvVolumes are the volumes of carve's PersistentVolumes among pvs.
+func (v View) pvVolumes(pvs []corev1.PersistentVolume) []Volume {
+	var out []Volume
+	for i := range pvs {
+		if vol, ok := v.pvVolume(&pvs[i]); ok {
+			out = append(out, vol)
+		}
+	}
+	return out
+}
+
+// pvVolume is what pv says of its volume; false if pv is not carve's.
+func (v View) pvVolume(pv *corev1.PersistentVolume) (Volume, bool) {
+	csi := pv.Spec.CSI
+	if csi == nil || csi.Driver != v.Driver {
+		return Volume{}, false
+	}
+	vol := Volume{PV: pv.Name, Node: pinned.Node(pv, topology.Key), DeviceClass: csi.VolumeAttributes[deviceClassParam],
+		StorageClass: pv.Spec.StorageClassName, Phase: string(pv.Status.Phase), Created: pv.CreationTimestamp.Time}
+	if vg, lv, err := volume.ParseVolumeID(csi.VolumeHandle); err == nil {
+		vol.VolumeGroup, vol.LV = vg, lv
+	} else {
+		vol.LV = csi.VolumeHandle // not carve's form: show it as it is
+	}
+	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+		vol.SizeBytes = q.Value()
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		vol.Claim = ref.Namespace + "/" + ref.Name
+	}
+	return vol, true
+}
+
+// claimVolumes are the bound claims of the namespace that carve
+// provisioned, as far as the claims tell: the provisioner and the node are
+// the annotations the PV controller and the scheduler write.
+func (v View) claimVolumes(ctx context.Context) ([]Volume, error) {
+	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing PersistentVolumeClaims: %w", err)
+	}
+	var out []Volume
+	for i := range pvcs.Items {
+		c := &pvcs.Items[i]
+		if !v.provisionedBy(c) || c.Spec.VolumeName == "" {
+			continue
+		}
+		vol := Volume{PV: c.Spec.VolumeName, Claim: c.Namespace + "/" + c.Name, Node: c.Annotations[selectedNodeAnnotation],
+			Phase: string(corev1.VolumeBound), Created: c.CreationTimestamp.Time}
+		if c.Spec.StorageClassName != nil {
+			vol.StorageClass = *c.Spec.StorageClassName
+		}
+		if q, ok := c.Status.Capacity[corev1.ResourceStorage]; ok {
+			vol.SizeBytes = q.Value()
+		}
+		out = append(out, vol)
+	}
+	return out, nil
+}
+
+// provisionedBy reports whether the PV controller marked c as one for
+// carve's driver to provision.
+func (v View) provisionedBy(c *corev1.PersistentVolumeClaim) bool {
+	return c.Annotations[provisionerAnnotation] == v.Driver || c.Annotations[betaProvisionerAnnotation] == v.Driver
+}
+
+// Capacities lists the capacity carve published per node and StorageClass,
+// with the volumes of that class on the node, sorted by node and class.
+func (v View) Capacities(ctx context.Context) ([]Capacity, error) { return v.capacities(ctx, true) }
+
+// capacities is Capacities, with the volumes only if withVolumes.
+func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, error) {
+	classes, err := v.storageClasses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := v.Client.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing CSIStorageCapacities: %w", err)
+	}
+	// Every node's volumes, whatever the namespace of their claims.
+	var vols []Volume
+	if withVolumes {
+		pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing PersistentVolumes: %w", err)
+		}
+		vols = v.pvVolumes(pvs.Items)
+	}
+	var out []Capacity
+	for _, c := range caps.Items {
+		dc, ok := classes[c.StorageClassName]
+		if !ok {
+			continue
+		}
+		row := Capacity{Name: c.Name, Node: capacityNode(&c), StorageClass: c.StorageClassName, DeviceClass: dc}
+		if c.Capacity != nil {
+			row.CapacityBytes = c.Capacity.Value()
+		}
+		if c.MaximumVolumeSize != nil {
+			row.MaximumVolumeSize = c.MaximumVolumeSize.Value()
+		}
+		for _, vol := range vols {
+			if vol.Node == row.Node && vol.DeviceClass == dc {
+				row.Volumes++
+				row.ProvisionedBytes += vol.SizeBytes
+			}
+		}
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node != out[j].Node {
+			return out[i].Node < out[j].Node
+		}
+		return out[i].StorageClass < out[j].StorageClass
+	})
+	return out, nil
+}
+
+// capacityNode is the node a CSIStorageCapacity object describes.
+func capacityNode(c *storagev1.CSIStorageCapacity) string {
+	if c.NodeTopology == nil {
+		return ""
+	}
+	return c.NodeTopology.MatchLabels[topology.Key]
+}
+
+// eventTime is when an event last happened.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.FirstTimestamp.Time
+}
+
+// PendingClaims lists the unbound PVCs of carve's StorageClasses with their
+// last event, oldest first.
+func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
+	// A user with namespaced rights may not list StorageClasses: the
+	// claims' provisioner annotation then tells carve's.
+	classes, err := v.storageClasses(ctx)
+	if err != nil && !v.namespacedRights(err) {
+		return nil, err
+	}
+	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing PersistentVolumeClaims: %w", err)
+	}
+	pods, err := v.podsByClaim(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// One list of every claim's events, not one per claim.
+	events, err := v.Client.CoreV1().Events(v.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=PersistentVolumeClaim",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the events of PersistentVolumeClaims: %w", err)
+	}
+	byClaim := map[string][]corev1.Event{}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "PersistentVolumeClaim" {
+			k := e.Namespace + "/" + e.InvolvedObject.Name
+			byClaim[k] = append(byClaim[k], e)
+		}
+	}
+	var out []Pending
+	for _, pvc := range pvcs.Items {
+		sc := ""
+		if pvc.Spec.StorageClassName != nil {
+			sc = *pvc.Spec.StorageClassName
+		}
+		_, ours := classes[sc]
+		if classes == nil {
+			ours = v.provisionedBy(&pvc)
+		}
+		if !ours || pvc.Status.Phase != corev1.ClaimPending {
+			continue
+		}
+		key := pvc.Namespace + "/" + pvc.Name
+		p := Pending{Claim: key, StorageClass: sc, SelectedNode: pvc.Annotations[selectedNodeAnnotation],
+			Pods: pods[key], Since: pvc.CreationTimestamp.Time}
+		if last := lastEvent(byClaim[key]); last != nil {
+			p.Reason, p.Message = last.Reason, last.Message
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
+	return out, nil
+}
+
+// lastEvent is the most recent of events (by last, then first, timestamp).
+func lastEvent(events []corev1.Event) *corev1.Event {
+	var last *corev1.Event
+	for i := range events {
+		if last == nil || !eventTime(&events[i]).Before(eventTime(last)) {
+			last = &events[i]
+		}
+	}
+	return last
+}
+
+// Event reasons carve's node audit records (internal/controller/audit): on a Node, an
+// LV no PV points at, its quarantine and removal (--remove-orphans), and a
+// PV that names a quarantined LV; on a PV, one whose LV is gone.
+const (
+	reasonOrphan      = "OrphanedVolume"
+	reasonQuarantined = "OrphanedVolumeQuarantined"
+	reasonRemoved     = "OrphanedVolumeRemoved"
+	reasonClaimed     = "QuarantinedVolumeClaimed"
+	reasonMissing     = "VolumeDataMissing"
+)
+
+// auditComponent is the source of the audit's Events (carve controller's
+// recorder).
+const auditComponent = "carve-controller"
+
+// Finding is one thing carve's node audit reported as an event: an
+// orphaned LV, its quarantine or removal, or a PV naming a quarantined LV
+// (on a Node), or a volume whose data is missing (on a PV; the copy on
+// its PVC is left out).
+type Finding struct {
+	// Kind is the event's reason: OrphanedVolume,
+	// OrphanedVolumeQuarantined, OrphanedVolumeRemoved,
+	// QuarantinedVolumeClaimed or VolumeDataMissing.
+	Kind     string    `json:"kind"`
+	Object   string    `json:"object"`
+	Message  string    `json:"message"`
+	Count    int32     `json:"count"`
+	LastSeen time.Time `json:"lastSeen"`
+}
+
+// Findings lists the audit's events still held by the API (events expire,
+// one hour by default), newest first: two lists, carve controller's
+// events on Nodes and the VolumeDataMissing ones.
+func (v View) Findings(ctx context.Context) ([]Finding, error) {
+	var out []Finding
+	for _, q := range []struct {
+		selector string
+		kind     string
+		reasons  []string
+	}{
+		{"involvedObject.kind=Node,source=" + auditComponent, "Node", []string{reasonOrphan, reasonQuarantined, reasonRemoved, reasonClaimed}},
+		{"reason=" + reasonMissing, "PersistentVolume", []string{reasonMissing}},
+	} {
+		events, err := v.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: q.selector})
+		if err != nil {
+			return nil, fmt.Errorf("listing the audit's events (%s): %w", q.selector, err)
+		}
+		for i := range events.Items {
+			e := &events.Items[i]
+			if !slices.Contains(q.reasons, e.Reason) || e.InvolvedObject.Kind != q.kind {
+				continue
+			}
+			out = append(out, Finding{Kind: e.Reason, Object: strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name,
+				Message: e.Message, Count: e.Count, LastSeen: eventTime(e)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LastSeen.After(out[j].LastSeen) })
+	return out, nil
+}

@@ -1,0 +1,84 @@
+package channel
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net/url"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/nodeca"
+)
+
+// Enroll implements nodeagentv1.NodeAgentServer: the node's name, its
+// token as the kubelet last wrote it (surrounding white space removed)
+// and a certificate request signed by the agent's key. A token file that
+// cannot be read or is empty is FAILED_PRECONDITION: the pod lacks its
+// projected token.
+func (a *Agent) Enroll(context.Context, *nodeagentv1.EnrollRequest) (*nodeagentv1.EnrollResponse, error) {
+	data, err := os.ReadFile(a.cfg.TokenFile)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"node %s: reading the service-account token (--node-channel-token-file): %v", a.cfg.NodeName, err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"node %s: the service-account token file %s (--node-channel-token-file) is empty", a.cfg.NodeName, a.cfg.TokenFile)
+	}
+	csr, err := a.csr()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "node %s: certificate request: %v", a.cfg.NodeName, err)
+	}
+	return &nodeagentv1.EnrollResponse{NodeName: a.cfg.NodeName, Token: token, CsrDer: csr}, nil
+}
+
+// csr is a certificate request for the agent's key. Its subject and SAN
+// are for people reading it: the controller takes the node from the
+// token's review, never from the request.
+func (a *Agent) csr() ([]byte, error) {
+	uri, err := nodeca.NodeURI(a.cfg.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, err
+	}
+	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: a.cfg.NodeName},
+		URIs:    []*url.URL{u},
+	}, a.key)
+}
+
+// InstallCertificate implements nodeagentv1.NodeAgentServer: the
+// certificate is presented from the next handshake on (connections open
+// keep theirs). It is refused (INVALID_ARGUMENT) unless it is for the
+// agent's key, names exactly this node, and chains to a trusted CA now:
+// what the controller will check when it dials the node. Installing the
+// certificate already presented again is a no-op.
+func (a *Agent) InstallCertificate(ctx context.Context, req *nodeagentv1.InstallCertificateRequest) (*nodeagentv1.InstallCertificateResponse, error) {
+	cert, err := x509.ParseCertificate(req.GetCertificateDer())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "certificate_der: %v", err)
+	}
+	if !a.key.PublicKey.Equal(cert.PublicKey) {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"certificate_der: the certificate (serial %x) is for another key than this agent's; enroll again", cert.SerialNumber)
+	}
+	if err := nodeca.VerifyNodeCertificate(cert, a.cfg.Trust, a.cfg.Now(), a.cfg.NodeName); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "certificate_der: %v", err)
+	}
+	a.cert.Set(&tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: a.key, Leaf: cert})
+	klog.FromContext(ctx).Info("Presenting the node certificate the controller signed",
+		"serial", cert.SerialNumber.Text(16), "notAfter", cert.NotAfter)
+	return &nodeagentv1.InstallCertificateResponse{}, nil
+}

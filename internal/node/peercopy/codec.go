@@ -1,0 +1,84 @@
+package peercopy
+
+import (
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+)
+
+// recvCodec is the codec of a copy's client (Puller): protobuf, as the
+// source's, except that a data message's bytes are copied once, from
+// gRPC's buffers into the message, not twice (into one buffer, then by
+// protobuf into the message): a copy of every byte received saved, and
+// a 2 MiB buffer less a message (the profile's largest copy on the
+// target after TLS). Anything but a data message in its canonical
+// encoding is left to protobuf.
+type recvCodec struct{}
+
+var _ encoding.CodecV2 = recvCodec{}
+
+// Name is protobuf's: the source sees the usual content type.
+func (recvCodec) Name() string { return protocodec.Name }
+
+func (recvCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return encoding.GetCodecV2(protocodec.Name).Marshal(v)
+}
+
+func (recvCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*nodeagentv1.ReadVolumeResponse)
+	if !ok {
+		return encoding.GetCodecV2(protocodec.Name).Unmarshal(data, v)
+	}
+	b := data.Materialize() // a new slice, which the message may keep
+	if d, ok := parseData(b); ok {
+		proto.Reset(m)
+		m.Part = &nodeagentv1.ReadVolumeResponse_Data{Data: d}
+		return nil
+	}
+	return proto.Unmarshal(b, m)
+}
+
+// parseData is the CopyData that b, an encoded ReadVolumeResponse,
+// holds, with its Data in b, when b is only that: the data field once,
+// holding at most an offset and the bytes, each once. Anything else is
+// not ok, for proto.Unmarshal to decode.
+func parseData(b []byte) (*nodeagentv1.CopyData, bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 2 || typ != protowire.BytesType {
+		return nil, false
+	}
+	msg, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 || n+m != len(b) {
+		return nil, false
+	}
+	d := &nodeagentv1.CopyData{}
+	var seenOffset, seenData bool
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return nil, false
+		}
+		msg = msg[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType && !seenOffset:
+			v, n := protowire.ConsumeVarint(msg)
+			if n < 0 {
+				return nil, false
+			}
+			d.Offset, seenOffset, msg = int64(v), true, msg[n:]
+		case num == 2 && typ == protowire.BytesType && !seenData:
+			v, n := protowire.ConsumeBytes(msg)
+			if n < 0 {
+				return nil, false
+			}
+			d.Data, seenData, msg = v, true, msg[n:]
+		default:
+			return nil, false
+		}
+	}
+	return d, true
+}

@@ -1,0 +1,453 @@
+package peercopy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/node/blockcopy"
+)
+
+// SparseChunk is the unit of zeros not sent: blockcopy's, dm-thin's
+// smallest pool chunk.
+const SparseChunk = blockcopy.SparseChunk
+
+// readSize is the size of each read of the source, readBuffers how many
+// such reads may be ahead of the sends, and maxData the most data one
+// message carries (under gRPC's 4 MiB default message limit).
+const (
+	readSize    = 4 << 20
+	maxData     = 2 << 20
+	readBuffers = 3
+)
+
+// ErrChecksum: the data the target got is not the source's.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// zeros is what an all-zero chunk is compared with and what a gap is
+// written with; never written to.
+var zeros [maxData]byte
+
+// Sender is the source's end of a ReadVolume stream.
+type Sender interface {
+	Send(*nodeagentv1.ReadVolumeResponse) error
+}
+
+// Receiver is the target's end of a ReadVolume stream.
+type Receiver interface {
+	Recv() (*nodeagentv1.ReadVolumeResponse, error)
+}
+
+// Sent is what Send sent.
+type Sent struct {
+	// Data is the bytes sent; the rest of the size were zeros.
+	Data uint64
+	// Duration is the time the stream took.
+	Duration time.Duration
+}
+
+// Send streams the first size bytes of the device at path: the header,
+// the runs of SparseChunk-aligned chunks that hold data (at most maxData
+// bytes a message), and the trailer with the source's Digest of alg
+// (ErrDigest when this agent does not compute it). It is a
+// pipeline: a goroutine reads ahead (readAhead) while this one finds the
+// data, digests it and hands it to gRPC, whose own goroutine encrypts
+// and writes it.
+func Send(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+	start := time.Now()
+	var out Sent
+	d, err := NewDigest(alg)
+	if err != nil {
+		return out, err
+	}
+	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	if err != nil {
+		return out, err
+	}
+	defer in.Close() //nolint:errcheck // read-only
+	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Digest: alg}}}); err != nil {
+		return out, fmt.Errorf("sending the header: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	full, free, errc := readAhead(ctx, in, path, size)
+	for b := range full {
+		err := sendData(s, d, b.data, b.off, &out)
+		free <- b.data[:cap(b.data)]
+		if err != nil {
+			return out, err
+		}
+	}
+	return sendTrailer(s, d, out, start, errc)
+}
+
+// sendTrailer ends a stream whose data went out: once the reader
+// (errc) ended without error, the trailer with the digest d of the whole
+// source.
+func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan error) (Sent, error) {
+	if err := <-errc; err != nil {
+		return out, err
+	}
+	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
+		Trailer: &nodeagentv1.CopyTrailer{Digest: d.Sum(), DataBytes: int64(out.Data)}}}); err != nil {
+		return out, fmt.Errorf("sending the trailer: %w", err)
+	}
+	out.Duration = time.Since(start)
+	return out, nil
+}
+
+// block is one read of the source.
+type block struct {
+	data []byte
+	off  uint64
+}
+
+// readAhead reads the source in readSize blocks into readBuffers
+// buffers that the caller hands back on free. full is closed at the end;
+// errc then holds the reader's error (nil when all was read).
+func readAhead(ctx context.Context, in *os.File, path string, size uint64) (<-chan block, chan<- []byte, <-chan error) {
+	full := make(chan block, readBuffers)
+	free := make(chan []byte, readBuffers)
+	errc := make(chan error, 1)
+	for range readBuffers {
+		free <- alignedBuffer(readSize)
+	}
+	go func() {
+		defer close(full)
+		errc <- readBlocks(ctx, in, path, size, full, free)
+	}()
+	return full, free, errc
+}
+
+// readBlocks reads the source into the free buffers, in order, onto
+// full.
+func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full chan<- block, free <-chan []byte) error {
+	for off := uint64(0); off < size; {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := min(uint64(readSize), size-off)
+		if _, err := in.ReadAt(buf[:n], int64(off)); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = blockcopy.ErrShortSource
+			}
+			return fmt.Errorf("reading %s at %d: %w", path, off, err)
+		}
+		select {
+		case full <- block{data: buf[:n], off: off}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		off += n
+	}
+	return nil
+}
+
+// alignedBuffer is a buffer of n bytes at a 4096-byte boundary, as
+// O_DIRECT asks.
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+4096)
+	skip := 0
+	if r := int(uintptrOf(b) % 4096); r != 0 {
+		skip = 4096 - r
+	}
+	return b[skip : skip+n : skip+n]
+}
+
+// sendData digests the chunks of b (at off) and sends those that hold
+// data, in runs of at most maxData bytes.
+func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
+	return sendRuns(s, b, off, out, func(i, end int) bool { return d.chunk(b[i:end]) })
+}
+
+// sendRuns sends the SparseChunk-byte chunks of b (at off) that skip,
+// called once for each chunk in order, does not leave out, in runs of
+// at most maxData bytes.
+func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) bool) error {
+	run := -1
+	flush := func(end int) error {
+		if run < 0 {
+			return nil
+		}
+		if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Data{
+			Data: &nodeagentv1.CopyData{Offset: int64(off) + int64(run), Data: b[run:end]}}}); err != nil {
+			return fmt.Errorf("sending %d bytes at %d: %w", end-run, off+uint64(run), err)
+		}
+		out.Data += uint64(end - run)
+		run = -1
+		return nil
+	}
+	for i := 0; i < len(b); i += SparseChunk {
+		end := min(i+SparseChunk, len(b))
+		if skip(i, end) {
+			if err := flush(i); err != nil {
+				return err
+			}
+			continue
+		}
+		if run < 0 {
+			run = i
+		} else if end-run > maxData {
+			if err := flush(i); err != nil {
+				return err
+			}
+			run = i
+		}
+	}
+	return flush(len(b))
+}
+
+// Receive writes a ReadVolume stream into the device at path: the data,
+// and the zeros between (not written when sparse: a new thin LV in a
+// pool that zeroes new blocks reads zeros where nothing was written),
+// then, unless sparse, zeros past the source's size to the device's end
+// (it may hold an earlier volume's data). It checks the header's size is
+// want and the trailer's Digest is that of what it got, then syncs.
+// progress, when set, gets the bytes of the source done so far.
+func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
+	start := time.Now()
+	var res blockcopy.Result
+	d, err := receiveHeader(r, want)
+	if err != nil {
+		return res, err
+	}
+	out, err := os.OpenFile(path, os.O_WRONLY, 0) //nolint:gosec // G304: the device node of an LV provision made
+	if err != nil {
+		return res, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer func() { _ = out.Close() }() // synced before success is reported
+	end, err := out.Seek(0, io.SeekEnd)
+	if err != nil {
+		return res, fmt.Errorf("size of %s: %w", path, err)
+	}
+	if uint64(end) < want {
+		return res, fmt.Errorf("%s has %d bytes, fewer than the source's %d", path, end, want)
+	}
+	w := &writer{out: out, path: path, sparse: sparse, res: &res}
+	if err := w.receive(ctx, r, want, d, progress); err != nil {
+		return res, err
+	}
+	if !sparse {
+		if err := w.zeroTail(want, uint64(end)); err != nil {
+			return res, err
+		}
+	}
+	return blockcopy.Finish(out, path, start, res)
+}
+
+// receiveHeader receives the header and checks it: the size is want, the
+// digest is one this end computes, over this end's chunks. It returns
+// the empty Digest to check the stream with.
+func receiveHeader(r Receiver, want uint64) (*Digest, error) {
+	first, err := r.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("receiving the header: %w", err)
+	}
+	hdr := first.GetHeader()
+	if hdr == nil {
+		return nil, errors.New("the stream does not start with a header")
+	}
+	if size := uint64(hdr.GetSizeBytes()); size != want {
+		return nil, fmt.Errorf("the source holds %d bytes, not the %d granted", size, want)
+	}
+	if hdr.GetDelta() {
+		return nil, errors.New("the source sent a catch-up against a base, not a whole copy")
+	}
+	if sc := hdr.GetDigestScope(); sc != nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME {
+		return nil, fmt.Errorf("the source's checksum covers %v (CopyHeader.digest_scope), a whole copy is checked over DIGEST_SCOPE_VOLUME; nothing was written", sc)
+	}
+	return headerDigest(hdr)
+}
+
+// headerDigest is the empty Digest a header names, over this end's
+// chunks; nothing is written when it is not.
+func headerDigest(hdr *nodeagentv1.CopyHeader) (*Digest, error) {
+	if c := hdr.GetChunkBytes(); c != SparseChunk {
+		return nil, fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
+	}
+	d, err := NewDigest(hdr.GetDigest())
+	if err != nil {
+		return nil, fmt.Errorf("the source's checksum (CopyHeader.digest): %w; nothing was written", err)
+	}
+	return d, nil
+}
+
+// errWriterStopped: the writer ended (with its own error) before the
+// stream did.
+var errWriterStopped = errors.New("the writer stopped")
+
+// receive writes the stream's data and checks its trailer. Two stages
+// run at the same time: this goroutine receives the messages, checks
+// their place and digests them (inbound.pump), the writer writes them
+// (writer.consume), up to pipelined messages behind.
+func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest, progress func(uint64)) error {
+	msgs := make(chan *nodeagentv1.CopyData, pipelined)
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		werr = w.consume(msgs, progress)
+	}()
+	in := &inbound{want: want, d: d}
+	perr := in.pump(ctx, r, msgs, done)
+	close(msgs)
+	<-done
+	switch {
+	case errors.Is(perr, errWriterStopped):
+		return werr
+	case perr != nil:
+		return fmt.Errorf("%w (%d of %d bytes written)", perr, w.res.Bytes, want)
+	case werr != nil:
+		return werr
+	}
+	if err := w.zerosTo(want); err != nil {
+		return err
+	}
+	if progress != nil {
+		progress(w.res.Bytes)
+	}
+	return nil
+}
+
+// pipelined is how many messages the stream is read ahead of the writes.
+const pipelined = 8
+
+// inbound is the target's reading side: where the stream is, and the
+// Digest of what it got.
+type inbound struct {
+	want uint64
+	d    *Digest
+	// data is how many bytes of data were received.
+	data uint64
+}
+
+// pump hands the stream's data messages to the writer, digested, until
+// the trailer (checked), an error, or the writer's end (done).
+func (in *inbound) pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv1.CopyData, done <-chan struct{}) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("the copy stopped: %w", err)
+		}
+		m, err := r.Recv()
+		if errors.Is(err, io.EOF) {
+			return errors.New("the stream ended without its trailer")
+		}
+		if err != nil {
+			return fmt.Errorf("receiving: %w", err)
+		}
+		if t := m.GetTrailer(); t != nil {
+			return in.check(t)
+		}
+		d := m.GetData()
+		if err := in.take(d); err != nil {
+			return err
+		}
+		select {
+		case msgs <- d:
+		case <-done:
+			return errWriterStopped
+		}
+	}
+}
+
+// take checks that a data message comes after the last one, in whole
+// chunks within the source, and digests the zeros before it and it.
+func (in *inbound) take(d *nodeagentv1.CopyData) error {
+	if d == nil {
+		return errors.New("a stream message after the header that is neither data nor the trailer")
+	}
+	at := in.d.Size()
+	off, n := uint64(d.GetOffset()), uint64(len(d.GetData()))
+	switch {
+	case d.GetOffset() < 0 || off < at || off+n > in.want || n == 0:
+		return fmt.Errorf("data at %d (%d bytes) is out of order or past the source's %d bytes (at %d now)", d.GetOffset(), n, in.want, at)
+	case off%SparseChunk != 0 || (off+n)%SparseChunk != 0 && off+n != in.want:
+		return fmt.Errorf("data at %d (%d bytes) is not whole chunks of %d bytes", off, n, SparseChunk)
+	}
+	in.d.Zeros(off - at)
+	in.d.Data(d.GetData())
+	in.data += n
+	return nil
+}
+
+// check digests the zeros after the last data and checks the trailer.
+func (in *inbound) check(t *nodeagentv1.CopyTrailer) error {
+	in.d.Zeros(in.want - in.d.Size())
+	if in.data != uint64(t.GetDataBytes()) {
+		return fmt.Errorf("%w: got %d bytes of data, the source sent %d", ErrChecksum, in.data, t.GetDataBytes())
+	}
+	if sum := in.d.Sum(); !bytes.Equal(sum, t.GetDigest()) {
+		return fmt.Errorf("%w: digest of what was received %x, of the source %x", ErrChecksum, sum, t.GetDigest())
+	}
+	return nil
+}
+
+// writer is the target's writing side: res.Bytes is where it is.
+type writer struct {
+	out    *os.File
+	path   string
+	sparse bool
+	res    *blockcopy.Result
+}
+
+// consume writes the data messages (inbound checked their place) and
+// the zeros between them.
+func (w *writer) consume(msgs <-chan *nodeagentv1.CopyData, progress func(uint64)) error {
+	for d := range msgs {
+		off := uint64(d.GetOffset())
+		if err := w.zerosTo(off); err != nil {
+			return err
+		}
+		if err := w.write(d.GetData(), off); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(w.res.Bytes)
+		}
+	}
+	return nil
+}
+
+func (w *writer) write(b []byte, off uint64) error {
+	if _, err := w.out.WriteAt(b, int64(off)); err != nil {
+		return fmt.Errorf("writing %s at %d: %w", w.path, off, err)
+	}
+	w.res.Bytes = off + uint64(len(b))
+	return nil
+}
+
+// zerosTo fills the source's zeros up to to, unless sparse.
+func (w *writer) zerosTo(to uint64) error {
+	for w.res.Bytes < to {
+		n := min(uint64(len(zeros)), to-w.res.Bytes)
+		if w.sparse {
+			w.res.Skipped += n
+		} else if _, err := w.out.WriteAt(zeros[:n], int64(w.res.Bytes)); err != nil {
+			return fmt.Errorf("writing zeros to %s at %d: %w", w.path, w.res.Bytes, err)
+		}
+		w.res.Bytes += n
+	}
+	return nil
+}
+
+// zeroTail zeroes the device past the source's size up to end.
+func (w *writer) zeroTail(from, end uint64) error {
+	for off := from; off < end; {
+		n := min(uint64(len(zeros)), end-off)
+		if _, err := w.out.WriteAt(zeros[:n], int64(off)); err != nil {
+			return fmt.Errorf("zeroing %s at %d: %w", w.path, off, err)
+		}
+		off += n
+		w.res.Zeroed += n
+	}
+	return nil
+}

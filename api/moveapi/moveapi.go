@@ -66,3 +66,13 @@ const (
 	ReasonAborted    = "MoveAborted"
 	ReasonRolledBack = "MoveRolledBack"
 )
+
+// Targets are the volumes a move in flight made or makes on behalf of the
+// old PV with these annotations and that no PV names yet (its target, by
+// CSI name and by ID): the audit must not take them for orphans.
+func Targets(pvAnnotations map[string]string) (name, id string) {
+	if pvAnnotations[AnnPhase] == "" {
+		return "", ""
+	}
+	return pvAnnotations[AnnTarget], pvAnnotations[AnnTargetID]
+}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/controller/kube"
 	"github.com/carve-csi/carve/internal/controller/lostnodes"
-	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/version"
 )
@@ -23,13 +23,13 @@ import (
 // that owns it, and it audits the nodes' LVs over the node channel.
 func runController(ctx context.Context, o *ControllerOptions) error {
 	mm := newMetricsManager(o.DriverName, "controller")
-	svc := driver.Services{
+	svc := csiserver.Services{
 		// Routing, the controller serves CreateVolume for csi-provisioner,
 		// which needs the topology capability for --strict-topology.
-		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
+		Identity: csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: o.Route.Service != ""}),
-		Controller: driver.CentralControllerServer{},
-		Node:       driver.CentralNodeServer{},
+		Controller: csiserver.ResizerOnlyController{},
+		Node:       csiserver.ResizerOnlyNode{},
 	}
 	var after []func(context.Context) error
 	if o.Route.Service != "" {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
@@ -88,8 +89,8 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 		pcfg.Puller = puller
 	}
 	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes})
-	services := driver.Services{
-		Identity: driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
+	services := csiserver.Services{
+		Identity: csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),
 		Controller: controller,
 		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
@@ -122,13 +123,13 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 // or without the node channel's Controller service unless asked. The
 // kubelet needs only Identity and Node; the Controller service belongs
 // behind the node channel's TLS and enrollment.
-func socketServices(o *NodeOptions, all driver.Services, serving func(context.Context) error) driver.Services {
+func socketServices(o *NodeOptions, all csiserver.Services, serving func(context.Context) error) csiserver.Services {
 	if o.NodeChannel.controllerOnSocket() {
 		return all
 	}
 	local := all
 	local.Controller = nil
-	local.Identity = driver.NewIdentityServer(driver.IdentityConfig{Name: o.DriverName, Version: version.Version,
+	local.Identity = csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 		Topology: true, Ready: serving, NoController: true})
 	return local
 }
@@ -193,7 +194,7 @@ func kubeletRegistration(o *NodeOptions, m *registration.Metrics) []func(context
 // serve runs the metrics endpoint (if asked), the gRPC server and, once the
 // CSI socket listens, each of after (which run until ctx ends), until ctx
 // ends or one of them fails; it returns when all of them returned.
-func serve(ctx context.Context, o *CommonOptions, svc driver.Services, mm csimetrics.CSIMetricsManager,
+func serve(ctx context.Context, o *CommonOptions, svc csiserver.Services, mm csimetrics.CSIMetricsManager,
 	ready func(context.Context) error, after []func(context.Context) error, logKV ...any) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -204,14 +205,14 @@ func serve(ctx context.Context, o *CommonOptions, svc driver.Services, mm csimet
 			return err
 		}
 	}
-	l, err := driver.Listen(o.Endpoint)
+	l, err := csiserver.Listen(o.Endpoint)
 	if err != nil {
 		return err
 	}
 	klog.InfoS("carve started", append([]any{"version", version.Version, "driver", o.DriverName}, logKV...)...)
 	running := 1 + len(after)
 	done := make(chan error, running)
-	go func() { done <- serveGRPC(ctx, driver.NewGRPCServer(svc, mm), l) }()
+	go func() { done <- serveGRPC(ctx, csiserver.NewGRPCServer(svc, mm), l) }()
 	for _, run := range after {
 		go func() { done <- run(ctx) }()
 	}

@@ -5,16 +5,16 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/csiserver"
 )
 
 // TestSocketServices: the --endpoint socket serves the Controller service
 // without the node channel or when asked, never otherwise, and its
 // Identity says which.
 func TestSocketServices(t *testing.T) {
-	all := driver.Services{
-		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: "lvm.carve.dev", Topology: true}),
-		Controller: driver.CentralControllerServer{},
+	all := csiserver.Services{
+		Identity:   csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: "lvm.carve.dev", Topology: true}),
+		Controller: csiserver.ResizerOnlyController{},
 		Node:       &csi.UnimplementedNodeServer{},
 	}
 	tests := []struct {

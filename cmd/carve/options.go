@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/node/registration"
 )
 
@@ -57,7 +57,7 @@ var driverNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0
 // Validate checks the common flags.
 func (o *CommonOptions) Validate() error {
 	var errs []error
-	if _, err := driver.ParseEndpoint(o.Endpoint); err != nil {
+	if _, err := csiserver.ParseEndpoint(o.Endpoint); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint: %w", err))
 	}
 	if !driverNameRE.MatchString(o.DriverName) {
@@ -257,7 +257,7 @@ func (o *NodeOptions) Validate() error {
 func (o *NodeOptions) stateDir() (string, error) {
 	dir := o.StateDir
 	if dir == "" {
-		sock, err := driver.ParseEndpoint(o.Endpoint)
+		sock, err := csiserver.ParseEndpoint(o.Endpoint)
 		if err != nil {
 			return "", err
 		}

@@ -4,8 +4,6 @@ import (
 	"os"
 	"path"
 	"strings"
-
-	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
 // DefaultDevDir is where LVM makes device nodes when DM_DEV_DIR is not set.
@@ -29,15 +27,6 @@ func DevDir(env []string) string {
 // Device is the device node of the volume id under devDir (DevDir):
 // <devDir>/<volume group>/<LV name>, the link LVM makes.
 func Device(devDir string, id ID) string { return path.Join(devDir, id.VG, id.LV) }
-
-// DeviceOf is the device node of lv: the path LVM reported, else the one
-// Device builds under devDir.
-func DeviceOf(devDir string, lv *lvm.LogicalVolume) string {
-	if lv.Path != "" {
-		return lv.Path
-	}
-	return Device(devDir, ID{VG: lv.VolumeGroup, LV: lv.Name})
-}
 
 // IsBlockDevice tells whether p (after symlinks) is a block device node.
 func IsBlockDevice(p string) bool {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
@@ -21,7 +22,7 @@ func FuzzVolumeName(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, name, other, ns, claim string) {
 		lv := LVNameFor(name)
-		if err := lvm.ValidateLVName(lv); err != nil || len(lv) != len(lvNamePrefix)+32 || LVNameFor(name) != lv {
+		if err := lvmname.LV(lv); err != nil || len(lv) != len(lvNamePrefix)+32 || LVNameFor(name) != lv {
 			t.Fatalf("LVNameFor(%q) = %q: %v", name, lv, err)
 		}
 		if other != name && LVNameFor(other) == lv {
@@ -35,7 +36,7 @@ func FuzzVolumeName(f *testing.F) {
 
 		tags := VolumeTags(name, "fast", map[string]string{ParamPVCNamespace: ns, ParamPVCName: claim, ParamPVName: other})
 		for _, tag := range tags {
-			if err := lvm.ValidateTag(tag); err != nil {
+			if err := lvmname.Tag(tag); err != nil {
 				t.Errorf("tag %q: %v", tag, err)
 			}
 		}
@@ -66,7 +67,7 @@ func FuzzVolumeName(f *testing.F) {
 		// read as another claim.
 		if c, ok := ClaimFromTags(tags); ok && (c.Namespace != ns || c.Name != claim) {
 			t.Errorf("claim %s/%s reads back as %s", ns, claim, c)
-		} else if !ok && ns != "" && claim != "" && len(TagClaimPrefix)+len(escapeTagValue(ns))+1+len(escapeTagValue(claim)) <= lvm.MaxTagLength {
+		} else if !ok && ns != "" && claim != "" && len(TagClaimPrefix)+len(escapeTagValue(ns))+1+len(escapeTagValue(claim)) <= lvmname.MaxTagLength {
 			t.Errorf("claim %s/%s fits a tag but does not read back", ns, claim)
 		}
 
@@ -80,7 +81,7 @@ func FuzzVolumeName(f *testing.F) {
 		// The same name as a snapshot's: an LV name no volume ID accepts,
 		// tags LVM accepts, an ID that parses back, the name read back.
 		snap := SnapshotLVNameFor(name)
-		if err := lvm.ValidateLVName(snap); err != nil {
+		if err := lvmname.LV(snap); err != nil {
 			t.Errorf("SnapshotLVNameFor(%q) = %q: %v", name, snap, err)
 		}
 		if _, _, err := ParseVolumeID(VolumeID("vg0", snap)); err == nil {
@@ -121,10 +122,10 @@ func FuzzParseVolumeID(f *testing.F) {
 		if VolumeID(vg, lv) != id {
 			t.Errorf("ParseVolumeID(%q) = %q, %q: not its parts", id, vg, lv)
 		}
-		if err := lvm.ValidateVGName(vg); err != nil {
+		if err := lvmname.VG(vg); err != nil {
 			t.Errorf("ParseVolumeID(%q) accepted VG %q: %v", id, vg, err)
 		}
-		if err := lvm.ValidateLVName(lv); err != nil || !strings.HasPrefix(lv, lvNamePrefix) {
+		if err := lvmname.LV(lv); err != nil || !strings.HasPrefix(lv, lvNamePrefix) {
 			t.Errorf("ParseVolumeID(%q) accepted LV %q: %v", id, lv, err)
 		}
 	})

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // A carve volume ID is "<volume group>/<LV name>": the node side finds the
@@ -42,10 +42,10 @@ func ParseVolumeID(id string) (vg, lv string, err error) {
 	if !ok || vg == "" || !strings.HasPrefix(lv, lvNamePrefix) || strings.Contains(lv, "/") {
 		return "", "", fmt.Errorf("volume ID %q is not of the form <volume group>/%s<hex>", id, lvNamePrefix)
 	}
-	if err := lvm.ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return "", "", fmt.Errorf("volume ID %q: %w", id, err)
 	}
-	if err := lvm.ValidateLVName(lv); err != nil {
+	if err := lvmname.LV(lv); err != nil {
 		return "", "", fmt.Errorf("volume ID %q: %w", id, err)
 	}
 	return vg, lv, nil

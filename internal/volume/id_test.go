@@ -4,8 +4,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
 func TestLVNameFor(t *testing.T) {
@@ -100,7 +98,7 @@ func TestOwned(t *testing.T) {
 		{"not carve's", []string{TagSnapshotPrefix + "x", TagClassPrefix + "fast"}, 0, "", false},
 	}
 	for _, tt := range tests {
-		kind, class, ok := Owned(lvm.LogicalVolume{Tags: tt.tags})
+		kind, class, ok := Owned(tt.tags)
 		if kind != tt.kind || class != tt.class || ok != tt.wantOwned {
 			t.Errorf("%s: Owned = %v, %q, %v; want %v, %q, %v", tt.name, kind, class, ok, tt.kind, tt.class, tt.wantOwned)
 		}

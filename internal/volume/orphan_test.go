@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 func TestQuarantineName(t *testing.T) {
@@ -13,7 +13,7 @@ func TestQuarantineName(t *testing.T) {
 	if !ok || q != "carve-orphan-"+name[len("carve-"):] || !IsQuarantineName(q) || IsQuarantineName(name) {
 		t.Fatalf("QuarantineName(%s) = %q, %v", name, q, ok)
 	}
-	if err := lvm.ValidateLVName(q); err != nil {
+	if err := lvmname.LV(q); err != nil {
 		t.Errorf("quarantine name %q: %v", q, err)
 	}
 	for _, bad := range []string{q, "home", "carve-", SnapshotLVNameFor("s")} {
@@ -51,7 +51,7 @@ func TestQuarantinedFrom(t *testing.T) {
 		if !IsOrphanTag(tag) {
 			t.Errorf("IsOrphanTag(%q) = false", tag)
 		}
-		if err := lvm.ValidateTag(tag); err != nil {
+		if err := lvmname.Tag(tag); err != nil {
 			t.Errorf("tag %q: %v", tag, err)
 		}
 	}

@@ -2,8 +2,6 @@ package volume
 
 import (
 	"slices"
-
-	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
 // Kind is what a carve LV stands for.
@@ -23,19 +21,19 @@ const (
 // IsCarve tells whether tags mark an LV as carve's.
 func IsCarve(tags []string) bool { return slices.Contains(tags, TagOwner) }
 
-// Owned tells whether an LV is carve's, what it stands for and of which
+// Owned tells, from an LV's tags, whether it is carve's, what it stands for and of which
 // device class. An LV carve made for a snapshot carries a snapshot tag;
 // every other LV with the owner tag is a volume (also those of carve
 // releases that knew no snapshots).
-func Owned(lv lvm.LogicalVolume) (kind Kind, class string, ok bool) {
-	if !IsCarve(lv.Tags) {
+func Owned(tags []string) (kind Kind, class string, ok bool) {
+	if !IsCarve(tags) {
 		return 0, "", false
 	}
-	class, _ = ClassFromTags(lv.Tags)
-	if IsSnapshot(lv.Tags) {
+	class, _ = ClassFromTags(tags)
+	if IsSnapshot(tags) {
 		return KindSnapshot, class, true
 	}
-	if _, ok := CopyTargetFromTags(lv.Tags); ok {
+	if _, ok := CopyTargetFromTags(tags); ok {
 		return KindCopySource, class, true
 	}
 	return KindVolume, class, true

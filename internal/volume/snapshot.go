@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // A snapshot is an LV of its own, named from the CSI snapshot name as a
@@ -77,10 +77,10 @@ func ParseSnapshotID(id string) (node, vg, lv string, err error) {
 	if len(parts) != 3 || !strings.HasPrefix(parts[2], snapshotLVNamePrefix) || !isNodeName(parts[0]) {
 		return "", "", "", fmt.Errorf("snapshot ID %q is not of the form <node>/<volume group>/%s<hex>", id, snapshotLVNamePrefix)
 	}
-	if err := lvm.ValidateVGName(parts[1]); err != nil {
+	if err := lvmname.VG(parts[1]); err != nil {
 		return "", "", "", fmt.Errorf("snapshot ID %q: %w", id, err)
 	}
-	if err := lvm.ValidateLVName(parts[2]); err != nil {
+	if err := lvmname.LV(parts[2]); err != nil {
 		return "", "", "", fmt.Errorf("snapshot ID %q: %w", id, err)
 	}
 	return parts[0], parts[1], parts[2], nil

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // Tags carve puts on every LV it makes. LVM tags allow only
@@ -144,12 +144,12 @@ func upperHex(c byte) (byte, bool) {
 // tagTruncated and 128 bits of the SHA-256 of value: still readable, and
 // still one tag per value.
 func fitTag(prefix, value string) string {
-	if len(prefix)+len(value) <= lvm.MaxTagLength {
+	if len(prefix)+len(value) <= lvmname.MaxTagLength {
 		return prefix + value
 	}
 	sum := sha256.Sum256([]byte(value))
 	tail := tagTruncated + hex.EncodeToString(sum[:])[:tagHashHexDigits]
-	n := lvm.MaxTagLength - len(prefix) - len(tail)
+	n := lvmname.MaxTagLength - len(prefix) - len(tail)
 	// Step back over a partial ":XX".
 	for k := n - 1; k >= 0 && k >= n-2; k-- {
 		if value[k] == tagEscape {

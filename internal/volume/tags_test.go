@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // uuidPV is the CSI name external-provisioner gives a volume: the PV name.
@@ -58,17 +58,17 @@ func oddNames() []string {
 		"pvc-1", uuidPV, "with space", "ünïcode ✓", "sanity name with spaces/and:colons",
 		string(all), strings.Repeat("n", 128), strings.Repeat("n", MaxNameLength),
 		strings.Repeat("/", MaxNameLength), strings.Repeat("ab/", MaxNameLength/3),
-		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)),
-		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)+1),
-		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)-2) + "/",
-		strings.Repeat("x", lvm.MaxTagLength-len(TagNamePrefix)-1) + "/",
+		strings.Repeat("x", lvmname.MaxTagLength-len(TagNamePrefix)),
+		strings.Repeat("x", lvmname.MaxTagLength-len(TagNamePrefix)+1),
+		strings.Repeat("x", lvmname.MaxTagLength-len(TagNamePrefix)-2) + "/",
+		strings.Repeat("x", lvmname.MaxTagLength-len(TagNamePrefix)-1) + "/",
 	}
 }
 
 func TestVolumeTag(t *testing.T) {
 	for _, name := range oddNames() {
 		tag := VolumeTag(name)
-		if err := lvm.ValidateTag(tag); err != nil {
+		if err := lvmname.Tag(tag); err != nil {
 			t.Errorf("VolumeTag(%.40q...) is not an LVM tag: %v", name, err)
 		}
 		tags := []string{TagOwner, tag, TagClassPrefix + "fast"}
@@ -79,7 +79,7 @@ func TestVolumeTag(t *testing.T) {
 			t.Errorf("VolumeTag(%.40q...) matches another name", name)
 		}
 		got, whole, ok := VolumeNameFromTags(tags)
-		fits := len(TagNamePrefix)+len(escapeTagValue(name)) <= lvm.MaxTagLength
+		fits := len(TagNamePrefix)+len(escapeTagValue(name)) <= lvmname.MaxTagLength
 		switch {
 		case !ok:
 			t.Errorf("VolumeNameFromTags(VolumeTag(%.40q...)) found nothing", name)
@@ -103,8 +103,8 @@ func TestVolumeTagForm(t *testing.T) {
 	b := a[:len(a)-1] + "\xa8"
 	ta, tb := VolumeTag(a), VolumeTag(b)
 	cut := regexp.MustCompile(`^carve\.dev/name=(:C3|:A9)+::[0-9a-f]{32}$`)
-	if !cut.MatchString(ta) || !cut.MatchString(tb) || len(ta) > lvm.MaxTagLength {
-		t.Errorf("VolumeTag of a long name = %q (%d bytes), want its head, '::' and a hash within %d bytes", ta, len(ta), lvm.MaxTagLength)
+	if !cut.MatchString(ta) || !cut.MatchString(tb) || len(ta) > lvmname.MaxTagLength {
+		t.Errorf("VolumeTag of a long name = %q (%d bytes), want its head, '::' and a hash within %d bytes", ta, len(ta), lvmname.MaxTagLength)
 	}
 	if ta == tb {
 		t.Errorf("two long names with one head share the tag %q", ta)
@@ -133,7 +133,7 @@ func TestLegacyVolumeTag(t *testing.T) {
 }
 
 func TestClaimTag(t *testing.T) {
-	long := strings.Repeat("c", lvm.MaxTagLength)
+	long := strings.Repeat("c", lvmname.MaxTagLength)
 	tests := []struct {
 		ns, name string
 		want     string // "" when the claim is too long to be read back
@@ -148,7 +148,7 @@ func TestClaimTag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		tag := ClaimTag(tt.ns, tt.name)
-		if err := lvm.ValidateTag(tag); err != nil {
+		if err := lvmname.Tag(tag); err != nil {
 			t.Errorf("ClaimTag(%q, %.40q...) is not an LVM tag: %v", tt.ns, tt.name, err)
 		}
 		got, ok := ClaimFromTags([]string{TagOwner, tag})
@@ -219,7 +219,7 @@ func TestTagBytesPerVolume(t *testing.T) {
 
 func TestAskedTag(t *testing.T) {
 	tag := AskedTag(256<<20, 300<<20)
-	if err := lvm.ValidateTag(tag); err != nil {
+	if err := lvmname.Tag(tag); err != nil {
 		t.Fatalf("AskedTag %q: %v", tag, err)
 	}
 	for _, tc := range []struct {

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/internal/controller/mover"
+	"github.com/carve-csi/carve/api/moveapi"
 	carvemetrics "github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/topology/pinned"
 )
@@ -213,7 +213,7 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 	if r := pv.Spec.ClaimRef; r != nil {
 		p.Claim, p.ClaimUID = r.Namespace+"/"+r.Name, string(r.UID)
 	}
-	p.MoveTarget, p.MoveTargetHandle = mover.Targets(pv)
+	p.MoveTarget, p.MoveTargetHandle = moveapi.Targets(pv.Annotations)
 	return p
 }
 

@@ -38,13 +38,3 @@ func (c Claims) MoveOf(namespace, name string) (string, bool) {
 	}
 	return "", false
 }
-
-// Targets are the volumes a move in flight made or makes on pv's behalf
-// and no PV names yet (its target, by CSI name and by ID): the audit
-// must not take them for orphans.
-func Targets(pv *corev1.PersistentVolume) (name, id string) {
-	if pv.Annotations[moveapi.AnnPhase] == "" {
-		return "", ""
-	}
-	return pv.Annotations[moveapi.AnnTarget], pv.Annotations[moveapi.AnnTargetID]
-}

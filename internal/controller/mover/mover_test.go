@@ -726,11 +726,11 @@ func TestMoveRefused(t *testing.T) {
 
 func TestTargets(t *testing.T) {
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{moveapi.AnnTarget: "carve-moved-x", moveapi.AnnTargetID: "vg/x"}}}
-	if n, id := Targets(pv); n != "" || id != "" {
+	if n, id := moveapi.Targets(pv.Annotations); n != "" || id != "" {
 		t.Errorf("no move in flight: %q %q", n, id)
 	}
 	pv.Annotations[moveapi.AnnPhase] = moveapi.PhaseSeeding
-	if n, id := Targets(pv); n != "carve-moved-x" || id != "vg/x" {
+	if n, id := moveapi.Targets(pv.Annotations); n != "carve-moved-x" || id != "vg/x" {
 		t.Errorf("in flight: %q %q", n, id)
 	}
 	// pvindex keeps the move's annotations in its cache.

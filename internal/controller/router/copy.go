@@ -17,8 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/node/peercopy"
-	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/copyticket"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -89,7 +88,7 @@ func (s *Server) sourceNode(req *csi.CreateVolumeRequest) (node, id string, snap
 
 // grantCopy asks the source's node to grant node one read of the source
 // of req, and returns ctx carrying the grant for node's CreateVolume
-// (peercopy.Metadata). A source node that serves no copies, or cannot be
+// (copyticket.Metadata). A source node that serves no copies, or cannot be
 // reached, is RESOURCE_EXHAUSTED (unsent) naming it: the claim goes back
 // to the scheduler, which may pick the source's node. A source it does
 // not have is no grant and no error: the target answers (a retry of a
@@ -129,10 +128,10 @@ func (s *Server) grantCopy(ctx context.Context, req *csi.CreateVolumeRequest, no
 	default:
 		return ctx, fromNode(from, err)
 	}
-	rs := provision.RemoteSource{CopyID: copyID, ID: id, Snapshot: snapshot, Node: from,
+	rs := copyticket.Ticket{CopyID: copyID, ID: id, Snapshot: snapshot, Node: from,
 		Address: net.JoinHostPort(host, strconv.Itoa(int(resp.GetCopyPort()))), Size: uint64(resp.GetSizeBytes())}
 	log.V(2).Info("Granted a copy across nodes", "copy", copyID, "size", rs.Size, "address", rs.Address)
-	return metadata.AppendToOutgoingContext(ctx, peercopy.Metadata(rs)...), nil
+	return metadata.AppendToOutgoingContext(ctx, copyticket.Metadata(rs)...), nil
 }
 
 // newCopyID is a random copy ID.

@@ -8,10 +8,10 @@
 // the connected node agents. (It remembers only, in memory, the creates
 // whose outcome on a node is in doubt: see pending.)
 //
-// It replaces driver.CentralControllerServer in the controller role. The
-// controller role keeps driver.NewIdentityServer (which must advertise
+// It replaces csiserver.ResizerOnlyController in the controller role. The
+// controller role keeps csiserver.NewIdentityServer (which must advertise
 // VOLUME_ACCESSIBILITY_CONSTRAINTS, or csi-provisioner sends no
-// accessibility requirements) and driver.CentralNodeServer (csi-resizer
+// accessibility requirements) and csiserver.ResizerOnlyNode (csi-resizer
 // asks it for EXPAND_VOLUME: carve grows volumes on the node).
 //
 // Codes: a call that was never sent because the node's agent is not
@@ -33,6 +33,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/csiserver"
 )
 
 // ErrUnreachable: no verified connection to the node's agent exists;
@@ -87,36 +89,9 @@ var _ csi.ControllerServer = (*Server)(nil)
 // New returns the router of cfg.
 func New(cfg Config) *Server { return &Server{cfg: cfg} }
 
-// caps are what the router serves. Not advertised:
-//   - GET_CAPACITY: the controller writes CSIStorageCapacity objects
-//     itself from the nodes' capacity streams (csi-provisioner runs
-//     without --enable-capacity).
-//   - EXPAND_VOLUME: the node agents do not serve ControllerExpandVolume;
-//     NodeExpandVolume grows the volume.
-//   - PUBLISH_UNPUBLISH_VOLUME, MODIFY_VOLUME: carve has neither.
-//
-// The lists are served across the nodes (list.go says why).
-var caps = []csi.ControllerServiceCapability_RPC_Type{
-	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
-	csi.ControllerServiceCapability_RPC_GET_VOLUME,
-	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
-	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
-	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
-	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
-	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
-	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
-}
-
 // ControllerGetCapabilities implements csi.ControllerServer.
 func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	out := make([]*csi.ControllerServiceCapability, 0, len(caps))
-	for _, t := range caps {
-		out = append(out, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
-			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
-	}
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: out}, nil
+	return csiserver.ControllerCapabilities(csiserver.ControllerRPCs...), nil
 }
 
 // rpc is a ControllerClient method, as a method expression

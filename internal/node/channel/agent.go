@@ -168,6 +168,6 @@ func (a *Agent) AuthorizeCopy(ctx context.Context, req *nodeagentv1.AuthorizeCop
 }
 
 // UnloggedMethods are the methods whose payloads must stay out of logs
-// (driver.WithUnloggedPayloads): Enroll's response carries the node's
+// (csiserver.WithUnloggedPayloads): Enroll's response carries the node's
 // token.
 func UnloggedMethods() []string { return []string{nodeagentv1.NodeAgent_Enroll_FullMethodName} }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -37,7 +38,7 @@ func (f *failingReporter) Report(ctx context.Context, vgs ...string) (*lvm.Repor
 // volume group LVM cannot read is listed as such.
 func TestInventory(t *testing.T) {
 	// Longer than a tag holds: the tag keeps its head only.
-	long := "pvc-" + strings.Repeat("x", lvm.MaxTagLength)
+	long := "pvc-" + strings.Repeat("x", lvmname.MaxTagLength)
 	lvs := []lvm.LogicalVolume{
 		{VolumeGroup: "vg1", Name: volume.LVNameFor("pvc-1"), Size: uint64(gi), Tags: volume.VolumeTags("pvc-1", "thick",
 			map[string]string{volume.ParamPVCNamespace: "db", volume.ParamPVCName: "data-0"})},

@@ -13,6 +13,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -109,7 +110,7 @@ func (d *DeviceClass) validate() error {
 	}
 	if d.VolumeGroup == "" {
 		errs = append(errs, errors.New("volumeGroup: must be set"))
-	} else if err := lvm.ValidateVGName(d.VolumeGroup); err != nil {
+	} else if err := lvmname.VG(d.VolumeGroup); err != nil {
 		// The lvm package's own rules: a name every lvcreate would refuse
 		// does not load.
 		errs = append(errs, fmt.Errorf("volumeGroup: %w", err))
@@ -124,7 +125,7 @@ func (d *DeviceClass) validate() error {
 		errs = append(errs, fmt.Errorf("spare %s: at most %d bytes (the largest size carve gives LVM)", d.Spare, int64(lvm.MaxSize)))
 	}
 	if d.Thin() {
-		if err := lvm.ValidateLVName(d.ThinPool); err != nil {
+		if err := lvmname.LV(d.ThinPool); err != nil {
 			errs = append(errs, fmt.Errorf("thinPool: %w", err))
 		}
 		if d.OverprovisionRatio != 0 && (d.OverprovisionRatio < 1 || math.IsInf(d.OverprovisionRatio, 0) || math.IsNaN(d.OverprovisionRatio)) {

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/csiserver"
+	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision"
@@ -45,40 +47,16 @@ func NewControllerServer(cfg ControllerConfig) *ControllerServer {
 // it too).
 func (s *ControllerServer) Provisioner() *provision.Provisioner { return s.p }
 
-// controllerCaps are the capabilities carve's controller advertises.
-var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
-	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
-	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
-	csi.ControllerServiceCapability_RPC_GET_VOLUME,
-	csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
-	csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
-	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
-	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
-	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
-	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
-}
-
-func controllerCapabilities(types []csi.ControllerServiceCapability_RPC_Type) *csi.ControllerGetCapabilitiesResponse {
-	caps := make([]*csi.ControllerServiceCapability, 0, len(types))
-	for _, t := range types {
-		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
-			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
-	}
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}
-}
-
 // ControllerGetCapabilities implements csi.ControllerServer.
 func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return controllerCapabilities(controllerCaps), nil
+	return csiserver.ControllerCapabilities(csiserver.NodeControllerRPCs...), nil
 }
 
 // CreateVolume implements csi.ControllerServer. It is idempotent (see
 // provision.Provisioner.Create).
 func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (resp *csi.CreateVolumeResponse, err error) {
 	phase := sourcePhase(req.GetVolumeContentSource())
-	op := s.cfg.Metrics.Begin(phase, resultOf)
+	op := s.cfg.Metrics.Begin(phase, csiserver.ResultOf)
 	defer op.End(&err)
 
 	r, err := s.createRequest(req)
@@ -150,7 +128,7 @@ func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volu
 // carve's, or an LV that is gone from a volume group that is there, is
 // success.
 func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (resp *csi.DeleteVolumeResponse, err error) {
-	op := s.cfg.Metrics.Begin(metrics.PhaseDelete, resultOf)
+	op := s.cfg.Metrics.Begin(metrics.PhaseDelete, csiserver.ResultOf)
 	defer op.End(&err)
 
 	id := req.GetVolumeId()
@@ -158,7 +136,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
 	}
 	vg, lvName, perr := volume.ParseVolumeID(id)
-	if perr != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
+	if perr != nil || lvmname.VG(vg) != nil || lvmname.LV(lvName) != nil {
 		// Not an ID carve hands out, so no volume of carve's to delete.
 		klog.FromContext(ctx).V(2).Info("DeleteVolume of an ID that is not carve's; nothing to do", "volumeID", id)
 		return &csi.DeleteVolumeResponse{}, nil

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/carve-csi/carve/internal/csiserver"
+	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision"
@@ -22,7 +24,7 @@ import (
 // node's, a class this node does not have, a class whose volume group is
 // missing, or capabilities carve cannot serve have 0 bytes.
 func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (resp *csi.GetCapacityResponse, err error) {
-	op := s.cfg.Metrics.Begin(metrics.PhaseCapacity, resultOf)
+	op := s.cfg.Metrics.Begin(metrics.PhaseCapacity, csiserver.ResultOf)
 	defer op.End(&err)
 
 	none := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}
@@ -124,7 +126,7 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
 	}
 	vg, lvName, err := volume.ParseVolumeID(id)
-	if err != nil || lvm.ValidateVGName(vg) != nil || lvm.ValidateLVName(lvName) != nil {
+	if err != nil || lvmname.VG(vg) != nil || lvmname.LV(lvName) != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: not a carve volume ID", id)
 	}
 	// Another node's volume group that this node can see (nodes sharing

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision"
@@ -23,7 +24,7 @@ import (
 // same name and source is the same snapshot, the same name with another
 // source is AlreadyExists.
 func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (resp *csi.CreateSnapshotResponse, err error) {
-	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshot, resultOf)
+	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshot, csiserver.ResultOf)
 	defer op.End(&err)
 
 	name, srcID := req.GetName(), req.GetSourceVolumeId()
@@ -89,7 +90,7 @@ func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 // node is FailedPrecondition: its LV cannot be seen from here, so it is not
 // known to be gone.
 func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (resp *csi.DeleteSnapshotResponse, err error) {
-	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshotDelete, resultOf)
+	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshotDelete, csiserver.ResultOf)
 	defer op.End(&err)
 	id := req.GetSnapshotId()
 	if id == "" {

@@ -464,7 +464,7 @@ func TestRestoreByCopy(t *testing.T) {
 					t.Errorf("copied from %s; want the %s", c.src, map[bool]string{true: "temporary snapshot " + tmp, false: "snapshot " + wantSrc}[tt.clone])
 				}
 				for _, l := range fx.lvm.lvs {
-					if k, _, _ := volume.Owned(*l); k == volume.KindCopySource {
+					if k, _, _ := volume.Owned(l.Tags); k == volume.KindCopySource {
 						t.Errorf("temporary snapshot %s left behind", l.Name)
 					}
 				}

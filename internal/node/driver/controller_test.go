@@ -833,25 +833,6 @@ func TestControllerGetCapabilities(t *testing.T) {
 			t.Errorf("capability %v advertised but not implemented", not)
 		}
 	}
-	central, err := CentralControllerServer{}.ControllerGetCapabilities(context.Background(), nil)
-	if err != nil || len(central.GetCapabilities()) != 0 {
-		t.Errorf("central controller capabilities = %v, %v; want none (expansion is node-side)", central, err)
-	}
-}
-
-// TestCentralNodeServer: csi-resizer asks the controller's socket for
-// NodeGetCapabilities when it finds no controller expansion, and refuses to
-// start unless the answer holds EXPAND_VOLUME. Nothing else is served.
-func TestCentralNodeServer(t *testing.T) {
-	ctx := context.Background()
-	got := nodeCapabilityTypes(t, CentralNodeServer{})
-	if len(got) != 1 || got[0] != csi.NodeServiceCapability_RPC_EXPAND_VOLUME {
-		t.Errorf("central node capabilities = %v, want only EXPAND_VOLUME", got)
-	}
-	_, err := CentralNodeServer{}.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vg/lv", VolumePath: "/x"})
-	wantCode(t, err, codes.Unimplemented)
-	_, err = CentralNodeServer{}.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{})
-	wantCode(t, err, codes.Unimplemented)
 }
 
 // TestListVolumesListsOnlyAvailableVolumes: an LV left half-made by a crash

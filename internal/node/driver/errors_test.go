@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -27,5 +29,25 @@ func TestToStatusKinds(t *testing.T) {
 	}
 	if len(kindCodes) != 10 {
 		t.Errorf("%d kinds mapped, want the 10 of internal/node/provision", len(kindCodes))
+	}
+}
+
+func TestToStatus(t *testing.T) {
+	tests := []struct {
+		err  error
+		code codes.Code
+	}{
+		{status.Error(codes.Aborted, "x"), codes.Aborted},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{context.Canceled, codes.Canceled},
+		{errors.New("boom"), codes.Internal},
+	}
+	for _, tt := range tests {
+		if got := status.Code(toStatus(tt.err, "doing")); got != tt.code {
+			t.Errorf("toStatus(%v) = %v, want %v", tt.err, got, tt.code)
+		}
+	}
+	if toStatus(nil, "x") != nil {
+		t.Error("toStatus(nil) != nil")
 	}
 }

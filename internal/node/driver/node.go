@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
@@ -110,22 +111,13 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 
 // NodeGetCapabilities implements csi.NodeServer.
 func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return nodeCapabilities(
+	return csiserver.NodeCapabilities(
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	), nil
-}
-
-func nodeCapabilities(types ...csi.NodeServiceCapability_RPC_Type) *csi.NodeGetCapabilitiesResponse {
-	caps := make([]*csi.NodeServiceCapability, 0, len(types))
-	for _, t := range types {
-		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
-			Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
-	}
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}
 }
 
 // NodeGetInfo implements csi.NodeServer.
@@ -140,7 +132,7 @@ func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 // begin starts timing a phase of a node call; the phase ends with the
 // call (defer op.End(&err)), labelled with the gRPC code it returns.
 func (n *NodeServer) begin(phase string) *metrics.Op {
-	return n.cfg.Metrics.Begin(phase, resultOf)
+	return n.cfg.Metrics.Begin(phase, csiserver.ResultOf)
 }
 
 // acquire marks a volume busy; release undoes it.
@@ -276,7 +268,7 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 		return "", class, status.Errorf(codes.FailedPrecondition, "volume_id %q: LV %s/%s does not carry carve's tag %s; carve serves only its own volumes",
 			vol, lv.VolumeGroup, lv.Name, volume.TagOwner)
 	}
-	return volume.DeviceOf(n.cfg.DevDir, lv), class, nil
+	return lv.Device(n.cfg.DevDir), class, nil
 }
 
 // trusted tells whether the fast path may serve vol as a volume of class,
@@ -296,7 +288,7 @@ func (n *NodeServer) trusted(vol volume.ID, class string) bool {
 	if !ok || volume.CopyPending(lv.Tags) {
 		return false
 	}
-	kind, lvClass, ok := volume.Owned(lv)
+	kind, lvClass, ok := volume.Owned(lv.Tags)
 	return ok && kind == volume.KindVolume && lvClass == class
 }
 

@@ -44,7 +44,7 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		return nil, err
 	}
 	op.SetClass(class)
-	device := volume.DeviceOf(n.cfg.DevDir, lv)
+	device := lv.Device(n.cfg.DevDir)
 	block, err := n.expandPath(vol, device, path, access)
 	if err != nil {
 		return nil, err

@@ -117,7 +117,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		return nil, lookupStatus(vol, err)
 	}
 	h := volumeHealth(id, lv, nil)
-	device := volume.DeviceOf(n.cfg.DevDir, lv)
+	device := lv.Device(n.cfg.DevDir)
 	notMounted := func(p string) {
 		h.HealthStatuses = append(h.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
 			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "NotMounted",

@@ -90,7 +90,7 @@ func TestCloneTemporarySnapshotRoom(t *testing.T) {
 	_, err := fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.ResourceExhausted, "class fast", "snapshot")
 	for _, l := range fx.lvm.lvs {
-		if k, _, _ := volume.Owned(*l); k == volume.KindCopySource {
+		if k, _, _ := volume.Owned(l.Tags); k == volume.KindCopySource {
 			t.Errorf("temporary snapshot %s made although the room check refused it", l.Name)
 		}
 	}

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // Options configure a Client. The zero value is usable.
@@ -124,7 +126,7 @@ func (c *Client) extentSize(ctx context.Context, vg string) (uint64, error) {
 // the group, not from LVM's message).
 func (c *Client) Report(ctx context.Context, vgs ...string) (*Report, error) {
 	for _, vg := range vgs {
-		if err := ValidateVGName(vg); err != nil {
+		if err := lvmname.VG(vg); err != nil {
 			return nil, err
 		}
 	}
@@ -149,7 +151,7 @@ func (c *Client) Report(ctx context.Context, vgs ...string) (*Report, error) {
 // VolumeGroup returns one volume group; ErrVolumeGroupNotFound (an
 // ErrNotFound) when it does not exist.
 func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, error) {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return nil, err
 	}
 	out, err := c.run(ctx, vgsArgs(vg)...)
@@ -188,7 +190,7 @@ func (c *Client) lvsFailed(ctx context.Context, vg string, err error) error {
 func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error) {
 	var rest []string
 	if vg != "" {
-		if err := ValidateVGName(vg); err != nil {
+		if err := lvmname.VG(vg); err != nil {
 			return nil, err
 		}
 		rest = append(rest, vg)
@@ -203,11 +205,11 @@ func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error
 // FindByTag returns the LVs that carry tag (in any VG when vg is empty).
 // No match is an empty slice, not an error; nor is a vg that does not exist.
 func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume, error) {
-	if err := ValidateTag(tag); err != nil {
+	if err := lvmname.Tag(tag); err != nil {
 		return nil, err
 	}
 	if vg != "" {
-		if err := ValidateVGName(vg); err != nil {
+		if err := lvmname.VG(vg); err != nil {
 			return nil, err
 		}
 	}
@@ -234,7 +236,7 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 // GetLV returns one LV; ErrNotFound when it does not exist,
 // ErrVolumeGroupNotFound (also an ErrNotFound) when its VG does not.
 func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return nil, err
 	}
 	if err := validateName("logical volume", name); err != nil {

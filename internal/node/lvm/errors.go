@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of them when the
@@ -12,7 +14,7 @@ var (
 	ErrNotFound          = errors.New("not found")
 	ErrInsufficientSpace = errors.New("insufficient space")
 	ErrAlreadyExists     = errors.New("already exists")
-	ErrInvalidArgument   = errors.New("invalid argument")
+	ErrInvalidArgument   = lvmname.ErrInvalid
 	// ErrInUse is an LV that cannot be removed because it is open
 	// (mounted, or held by a process).
 	ErrInUse = errors.New("in use")

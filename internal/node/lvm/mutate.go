@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
 // CreateLV creates a thick or thin LV. ErrAlreadyExists when the name is
@@ -94,13 +96,13 @@ func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string
 // is the time of the call.
 func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*LogicalVolume, error) {
 	vg, origin, name := req.VolumeGroup, req.Origin, req.Name
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return nil, err
 	}
 	if err := validateName("origin", origin); err != nil {
 		return nil, err
 	}
-	if err := ValidateLVName(name); err != nil {
+	if err := lvmname.LV(name); err != nil {
 		return nil, err
 	}
 	if err := validateTags(req.Tags); err != nil {
@@ -167,7 +169,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 // lvextend. ErrNotFound when the LV does not exist, ErrInsufficientSpace
 // when the VG cannot hold the growth.
 func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*LogicalVolume, error) {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return nil, err
 	}
 	if err := validateName("logical volume", name); err != nil {
@@ -220,7 +222,7 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 // activation-skip flag) and one after (to see the result); it runs only
 // after a reboot or a deactivation, never on the usual path.
 func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return nil, err
 	}
 	if err := validateName("logical volume", name); err != nil {
@@ -271,7 +273,7 @@ func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 // VG's lock; a failure is explained from LVM state (explainChange, what
 // names the change in its message).
 func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []string) error {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return err
 	}
 	if err := validateName("logical volume", name); err != nil {
@@ -293,7 +295,7 @@ func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []str
 // ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound when its
 // VG does not.
 func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return err
 	}
 	if err := validateName("logical volume", name); err != nil {
@@ -318,7 +320,7 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 // converges. ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound
 // when its VG does not.
 func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return err
 	}
 	if err := validateName("logical volume", name); err != nil {
@@ -341,7 +343,7 @@ func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []str
 // follows the name when it is active. ErrNotFound when the LV (or its VG)
 // does not exist, ErrAlreadyExists when newName is taken.
 func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return err
 	}
 	for _, n := range []string{name, newName} {
@@ -365,7 +367,7 @@ func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
 // ErrInUse when it is open. It runs lvremove without looking the LV up first;
 // only a failure costs a read, to tell why.
 func (c *Client) RemoveLV(ctx context.Context, vg, name string) error {
-	if err := ValidateVGName(vg); err != nil {
+	if err := lvmname.VG(vg); err != nil {
 		return err
 	}
 	if err := validateName("logical volume", name); err != nil {

@@ -1,6 +1,9 @@
 package lvm
 
-import "time"
+import (
+	"path"
+	"time"
+)
 
 // VolumeGroup is one volume group as LVM reports it. Sizes are in bytes.
 type VolumeGroup struct {
@@ -201,4 +204,13 @@ type SnapshotRequest struct {
 // the lvm subcommand ("lvcreate", "fullreport", ...); err is nil on success.
 type Observer interface {
 	ObserveCommand(command string, duration time.Duration, err error)
+}
+
+// Device is lv's device node: the path LVM reported, else the link LVM
+// makes under devDir (<devDir>/<volume group>/<LV name>).
+func (lv *LogicalVolume) Device(devDir string) string {
+	if lv.Path != "" {
+		return lv.Path
+	}
+	return path.Join(devDir, lv.VolumeGroup, lv.Name)
 }

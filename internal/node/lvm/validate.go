@@ -3,17 +3,15 @@ package lvm
 import (
 	"fmt"
 	"math/bits"
-	"strings"
+
+	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// LVM's own limits (lvm(8) "VALID NAMES", lib/misc/lvm-string.c). Names and
-// tags are checked against them before any command runs, so a bad value is
-// an ErrInvalidArgument and never becomes an argv element.
+// carve's own limits within LVM's (lvm(8) "VALID NAMES" for names and tags:
+// package lvmname). Options are checked against them before any command
+// runs, so a bad value is an ErrInvalidArgument and never becomes an argv
+// element.
 const (
-	// MaxNameLength is the longest VG or LV name LVM accepts (NAME_LEN - 1).
-	MaxNameLength = 127
-	// MaxTagLength is the longest tag carve passes to LVM.
-	MaxTagLength = 1024
 	// MaxStripes is LVM's limit on stripes.
 	MaxStripes = 128
 	// MaxMirrors is the most extra raid1 images LVM allows (10 images).
@@ -26,94 +24,17 @@ const (
 	minStripeSize = 4 << 10
 )
 
-// reservedLVPrefixes and reservedLVSubstrings are the LV names LVM keeps for
-// itself. The list follows lvm(8) and adds the integrity layers (_imeta,
-// _idata) of newer releases: refusing a name LVM would accept is harmless,
-// the reverse is not.
-var (
-	reservedLVPrefixes   = []string{"snapshot", "pvmove"}
-	reservedLVSubstrings = []string{
-		"_cdata", "_cmeta", "_corig", "_idata", "_imeta", "_iorig", "_mimage", "_mlog",
-		"_pmspare", "_rimage", "_rmeta", "_tdata", "_tmeta", "_vdata", "_vorigin", "_wcorig",
-	}
-)
-
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
-func isNameChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '+' || c == '_' || c == '.' || c == '-'
-}
-
-func isTagChar(c byte) bool {
-	return isNameChar(c) || strings.IndexByte("/=!:&#", c) >= 0
-}
-
-// validateName checks what VG and LV names share: LVM's alphabet
-// [a-zA-Z0-9+_.-], no leading '-', not "." or "..", at most 127 bytes.
-func validateName(kind, name string) error {
-	switch {
-	case name == "":
-		return invalid("%s name is empty", kind)
-	case name == "." || name == "..":
-		return invalid("%s name %q is reserved", kind, name)
-	case name[0] == '-':
-		return invalid("%s name %q begins with '-'", kind, name)
-	case len(name) > MaxNameLength:
-		return invalid("%s name is %d bytes long, at most %d are allowed", kind, len(name), MaxNameLength)
-	}
-	for i := 0; i < len(name); i++ {
-		if !isNameChar(name[i]) {
-			return invalid("%s name %q holds %q; allowed are a-z A-Z 0-9 + _ . -", kind, name, name[i])
-		}
-	}
-	return nil
-}
-
-// ValidateVGName reports whether name is a volume group name LVM accepts.
-func ValidateVGName(name string) error { return validateName("volume group", name) }
-
-// ValidateLVName reports whether name is a logical volume name LVM accepts,
-// reserved names included.
-func ValidateLVName(name string) error {
-	if err := validateName("logical volume", name); err != nil {
-		return err
-	}
-	for _, p := range reservedLVPrefixes {
-		if strings.HasPrefix(name, p) {
-			return invalid("logical volume name %q: names beginning with %q are reserved by LVM", name, p)
-		}
-	}
-	for _, s := range reservedLVSubstrings {
-		if strings.Contains(name, s) {
-			return invalid("logical volume name %q: names holding %q are reserved by LVM", name, s)
-		}
-	}
-	return nil
-}
-
-// ValidateTag reports whether tag is an LVM tag: 1 to 1024 bytes of
-// [A-Za-z0-9_+.-/=!:&#].
-func ValidateTag(tag string) error {
-	switch {
-	case tag == "":
-		return invalid("tag is empty")
-	case len(tag) > MaxTagLength:
-		return invalid("tag is %d bytes long, at most %d are allowed", len(tag), MaxTagLength)
-	}
-	for i := 0; i < len(tag); i++ {
-		if !isTagChar(tag[i]) {
-			return invalid("tag %q holds %q; allowed are A-Z a-z 0-9 _ + . - / = ! : & #", tag, tag[i])
-		}
-	}
-	return nil
-}
+// validateName checks a name of kind ("origin", "logical volume") against
+// LVM's alphabet and length.
+func validateName(kind, name string) error { return lvmname.Validate(kind, name) }
 
 func validateTags(tags []string) error {
 	for _, t := range tags {
-		if err := ValidateTag(t); err != nil {
+		if err := lvmname.Tag(t); err != nil {
 			return err
 		}
 	}
@@ -156,10 +77,10 @@ func (o LVOptions) IsZero() bool { return o == LVOptions{} }
 
 // Validate checks a request before any command runs.
 func (r CreateRequest) Validate() error {
-	if err := ValidateVGName(r.VolumeGroup); err != nil {
+	if err := lvmname.VG(r.VolumeGroup); err != nil {
 		return err
 	}
-	if err := ValidateLVName(r.Name); err != nil {
+	if err := lvmname.LV(r.Name); err != nil {
 		return err
 	}
 	if r.Size > MaxSize {
@@ -172,7 +93,7 @@ func (r CreateRequest) Validate() error {
 		return err
 	}
 	if r.ThinPool != "" {
-		if err := ValidateLVName(r.ThinPool); err != nil {
+		if err := lvmname.LV(r.ThinPool); err != nil {
 			return fmt.Errorf("thin pool: %w", err)
 		}
 		if !r.Options.IsZero() {

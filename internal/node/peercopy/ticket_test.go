@@ -10,28 +10,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/copyticket"
 	"github.com/carve-csi/carve/internal/node/provision"
 )
-
-// TestTicketMetadata: a ticket survives the metadata; a malformed one is
-// refused naming its key; none is nil.
-func TestTicketMetadata(t *testing.T) {
-	rs := provision.RemoteSource{CopyID: "c1", ID: "node-a/vg/snap", Snapshot: true, Node: "node-a", Address: "10.0.0.1:9811", Size: 1 << 30}
-	got, err := FromMetadata(metadata.Pairs(Metadata(rs)...))
-	if err != nil || got == nil || *got != rs {
-		t.Fatalf("FromMetadata: %+v, %v; want %+v", got, err, rs)
-	}
-	if got, err := FromMetadata(metadata.MD{}); got != nil || err != nil {
-		t.Errorf("no ticket: %+v, %v", got, err)
-	}
-	for key, value := range map[string]string{mdKind: "disk", mdNode: "Node_A", mdAddress: "nowhere", mdSize: "0", mdSource: ""} {
-		md := metadata.Pairs(Metadata(rs)...)
-		md.Set(key, value)
-		if _, err := FromMetadata(md); err == nil {
-			t.Errorf("%s=%q: accepted", key, value)
-		}
-	}
-}
 
 // TestTicketInterceptor: CreateVolume gets the ticket in its context,
 // other calls are untouched, a malformed ticket is INVALID_ARGUMENT.
@@ -44,12 +25,12 @@ func TestTicketInterceptor(t *testing.T) {
 		seen = got != nil && *got == rs
 		return nil, nil
 	}
-	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(Metadata(rs)...))
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(copyticket.Metadata(rs)...))
 	if _, err := TicketInterceptor(ctx, nil, create, handler); err != nil || !seen {
 		t.Errorf("CreateVolume with a ticket: %v", err)
 	}
-	bad := metadata.Pairs(Metadata(rs)...)
-	bad.Set(mdSize, "x")
+	bad := metadata.Pairs(copyticket.Metadata(rs)...)
+	bad.Set("carve-copy-source-size", "x")
 	if _, err := TicketInterceptor(metadata.NewIncomingContext(t.Context(), bad), nil, create, handler); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a malformed ticket: %v, want INVALID_ARGUMENT", err)
 	}

@@ -335,7 +335,7 @@ func (p *Provisioner) volumeFromLVM(ctx context.Context, vg, name, id string) (*
 	if err != nil {
 		return nil, wrap(err, "looking up volume "+id)
 	}
-	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindVolume {
+	if k, _, owned := volume.Owned(lv.Tags); !owned || k != volume.KindVolume {
 		return nil, errorf(ErrNotFound, "volume %s does not exist: LV %s/%s is not a carve volume", id, vg, name)
 	}
 	return lv, nil

@@ -106,7 +106,7 @@ func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string)
 	if err != nil || !found {
 		return "", err
 	}
-	k, class, owned := volume.Owned(lv)
+	k, class, owned := volume.Owned(lv.Tags)
 	if !owned || k != volume.KindSnapshot {
 		return "", errorf(ErrRefused, "LV %s/%s is not a carve snapshot; carve does not remove it", vg, lvName)
 	}

@@ -109,7 +109,7 @@ func (p *Provisioner) QuarantineOrphan(ctx context.Context, vg, name string, at 
 // quarantinable refuses what QuarantineOrphan must not touch.
 func (p *Provisioner) quarantinable(ctx context.Context, lv *lvm.LogicalVolume) error {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindVolume {
+	if k, _, owned := volume.Owned(lv.Tags); !owned || k != volume.KindVolume {
 		return fmt.Errorf("LV %s is not a carve volume (tag %s)", id, volume.TagOwner)
 	}
 	if _, ok := volume.ClaimFromTags(lv.Tags); !ok {

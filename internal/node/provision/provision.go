@@ -182,7 +182,7 @@ func New(cfg Config) *Provisioner {
 
 // devicePath is the device node of an LV.
 func (p *Provisioner) devicePath(lv *lvm.LogicalVolume) string {
-	return volume.DeviceOf(p.cfg.DevDir, lv)
+	return lv.Device(p.cfg.DevDir)
 }
 
 // Lock takes the per-volume lock of an LV name; busy is ErrBusy (what

@@ -1,6 +1,8 @@
 package provision
 
 import (
+	"github.com/carve-csi/carve/internal/copyticket"
+
 	"context"
 	"time"
 
@@ -23,19 +25,8 @@ import (
 // new grant): the LV keeps its tag, so it is never handed out half-filled.
 
 // RemoteSource is a content source on another node that this node may
-// read once.
-type RemoteSource struct {
-	// CopyID names the grant on the source node.
-	CopyID string
-	// ID is the snapshot or volume ID; Snapshot tells which.
-	ID       string
-	Snapshot bool
-	// Node is the source's node; Address is where its agent serves the
-	// copy (host:port).
-	Node, Address string
-	// Size is the size of the volume the source holds.
-	Size uint64
-}
+// read once: the copy ticket carve controller granted.
+type RemoteSource = copyticket.Ticket
 
 // Puller fills the device dst from a remote source, checks the data it
 // received against the source's checksum, and syncs dst; sparse leaves

@@ -152,7 +152,7 @@ func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) 
 // this node.
 func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if lv, ok := p.cfg.View.LV(vg, name); ok && p.cfg.Classes.HasVolumeGroup(vg) {
-		if k, _, owned := volume.Owned(lv); owned && k == volume.KindVolume {
+		if k, _, owned := volume.Owned(lv.Tags); owned && k == volume.KindVolume {
 			return &lv, nil
 		}
 	}
@@ -228,7 +228,7 @@ func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst boo
 		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: volume group %s is none of its device classes'", id, p.node.Name(), vg)
 	}
 	if lv, ok := p.cfg.View.LV(vg, lvName); ok && viewFirst && SnapshotUsable(&lv) == nil {
-		if k, _, owned := volume.Owned(lv); owned && k == volume.KindSnapshot {
+		if k, _, owned := volume.Owned(lv.Tags); owned && k == volume.KindSnapshot {
 			return &lv, nil
 		}
 	}
@@ -241,7 +241,7 @@ func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst boo
 	if err != nil {
 		return nil, wrap(err, "looking up snapshot "+id)
 	}
-	if k, _, owned := volume.Owned(*lv); !owned || k != volume.KindSnapshot {
+	if k, _, owned := volume.Owned(lv.Tags); !owned || k != volume.KindSnapshot {
 		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: LV %s/%s is not a carve snapshot", id, p.node.Name(), vg, lvName)
 	}
 	return lv, nil

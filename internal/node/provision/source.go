@@ -499,7 +499,7 @@ func (p *Provisioner) removeCopySource(ctx context.Context, vg, name string) {
 	if !ok {
 		return
 	}
-	if k, _, owned := volume.Owned(lv); !owned || k != volume.KindCopySource {
+	if k, _, owned := volume.Owned(lv.Tags); !owned || k != volume.KindCopySource {
 		return
 	}
 	err := p.cfg.LVM.RemoveLV(ctx, vg, name)

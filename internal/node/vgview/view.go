@@ -446,7 +446,7 @@ func (v *View) owned(kind volume.Kind) []lvm.LogicalVolume {
 		if !slices.Contains(vgs, lv.VolumeGroup) {
 			continue
 		}
-		if k, _, ok := volume.Owned(lv); ok && k == kind {
+		if k, _, ok := volume.Owned(lv.Tags); ok && k == kind {
 			out = append(out, lv)
 		}
 	}
@@ -545,7 +545,7 @@ func (v *View) publishLocked() {
 	for _, lv := range v.lvs {
 		// A quarantined orphan is no volume any more; the controller's
 		// carve_quarantined_volumes counts it.
-		if k, class, ok := volume.Owned(lv); ok && k == volume.KindVolume && !volume.IsQuarantineName(lv.Name) {
+		if k, class, ok := volume.Owned(lv.Tags); ok && k == volume.KindVolume && !volume.IsQuarantineName(lv.Name) {
 			counts[lv.VolumeGroup+"/"+class]++
 		}
 	}
@@ -609,7 +609,7 @@ func (v *View) snapshotStatesLocked() []metrics.SnapshotState {
 		if lv.Attr.Type != lvm.TypeSnapshot || !slices.Contains(vgs, lv.VolumeGroup) {
 			continue
 		}
-		k, class, ok := volume.Owned(lv)
+		k, class, ok := volume.Owned(lv.Tags)
 		if !ok || k != volume.KindSnapshot {
 			continue
 		}

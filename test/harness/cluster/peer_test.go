@@ -74,7 +74,7 @@ func TestPeerStartScriptUsesTheDaemonSetsCommand(t *testing.T) {
 	}
 	for _, want := range []string{
 		"'setsid' 'env' 'NODE_NAME=peer-1' 'POD_IP=10.213.0.1'",
-		"'/carve/peers/bin/carve-node' 'plugin'",
+		"'/carve/peers/bin/carve-node' 'node'",
 		"'--node-name=peer-1'",
 		"'--node-channel-address=10.213.0.1:19809'",
 		"'--node-copy-address=10.213.0.1:19802'",

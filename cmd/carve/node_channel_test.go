@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
-	"github.com/carve-csi/carve/internal/node/driver"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/nodeca"
@@ -71,10 +71,10 @@ func TestNodeChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	mm := newMetricsManager(DefaultDriverName, "node")
-	svc := driver.Services{
-		Identity:   driver.NewIdentityServer(driver.IdentityConfig{Name: DefaultDriverName, Version: "test"}),
-		Controller: driver.CentralControllerServer{},
-		Node:       driver.CentralNodeServer{},
+	svc := csiserver.Services{
+		Identity:   csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: DefaultDriverName, Version: "test"}),
+		Controller: csiserver.ResizerOnlyController{},
+		Node:       csiserver.ResizerOnlyNode{},
 	}
 	run, err := nodeChannel(o, cfg, view, nil, svc, mm, nil)
 	if err != nil {
@@ -189,7 +189,7 @@ func TestNodeChannelAddressInUse(t *testing.T) {
 		CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}
 	cfg := &deviceclass.Config{}
 	view := vgview.New(stubReporter{&lvm.Report{}}, cfg, nil)
-	run, err := nodeChannel(o, cfg, view, nil, driver.Services{}, nil, nil)
+	run, err := nodeChannel(o, cfg, view, nil, csiserver.Services{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/internal/node/driver"
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/node/marks"
 )
 
@@ -29,7 +29,7 @@ func openState(ctx context.Context, o *NodeOptions) (unfinished, formatting *mar
 	if err := refuseVolatile(ctx, dir, o.AllowVolatileStateDir); err != nil {
 		return nil, nil, err
 	}
-	sock, err := driver.ParseEndpoint(o.Endpoint)
+	sock, err := csiserver.ParseEndpoint(o.Endpoint)
 	if err != nil {
 		return nil, nil, err
 	}

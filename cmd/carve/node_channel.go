@@ -14,9 +14,9 @@ import (
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/node/channel"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
-	"github.com/carve-csi/carve/internal/node/driver"
 	"github.com/carve-csi/carve/internal/node/peercopy"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/nodeca"
@@ -44,7 +44,7 @@ const (
 // node's identity; with --node-copy-address, orphans (a peercopy.Reader:
 // the provisioner) serves this node's sources to the nodes the controller
 // grants them, on a listener of its own.
-func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orphans channel.Orphans, svc driver.Services,
+func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orphans channel.Orphans, svc csiserver.Services,
 	mm csimetrics.CSIMetricsManager, puller *peercopy.Puller) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)
 	acfg := channel.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
@@ -81,13 +81,13 @@ func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orp
 	if err != nil {
 		return nil, fmt.Errorf("the node channel: %w", err)
 	}
-	srv := driver.NewGRPCServer(driver.Services{Identity: svc.Identity, Controller: svc.Controller}, mm,
-		driver.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg)),
+	srv := csiserver.NewGRPCServer(csiserver.Services{Identity: svc.Identity, Controller: svc.Controller}, mm,
+		csiserver.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg)),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: nodeChannelPing, Timeout: nodeChannelMinPing}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing, PermitWithoutStream: true}),
 			grpc.ChainUnaryInterceptor(peercopy.TicketInterceptor)),
-		driver.WithServices(func(r grpc.ServiceRegistrar) { nodeagentv1.RegisterNodeAgentServer(r, agent) }),
-		driver.WithUnloggedPayloads(channel.UnloggedMethods()...))
+		csiserver.WithServices(func(r grpc.ServiceRegistrar) { nodeagentv1.RegisterNodeAgentServer(r, agent) }),
+		csiserver.WithUnloggedPayloads(channel.UnloggedMethods()...))
 	return func(ctx context.Context) error {
 		var lc net.ListenConfig
 		l, err := lc.Listen(ctx, "tcp", o.NodeChannel.Address)

@@ -1,4 +1,4 @@
-package driver
+package csiserver
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/carve-csi/carve/internal/metrics"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/carve-csi/carve/internal/metrics"
 )
 
 // TestLoggingInterceptorStripsSecrets: neither the request log (V5) nor the
@@ -104,11 +105,10 @@ func TestLoggingInterceptorLevels(t *testing.T) {
 // TestServerMetrics runs the gRPC server on a unix socket with both
 // interceptors and checks csi_plugin_operations_seconds per method and code.
 func TestServerMetrics(t *testing.T) {
-	fx := newControllerFixture(t)
 	mm := csimetrics.NewCSIMetricsManagerForPlugin("lvm.carve.dev")
 	srv := NewGRPCServer(Services{
 		Identity:   NewIdentityServer(IdentityConfig{Name: "lvm.carve.dev", Version: "test", Topology: true}),
-		Controller: fx.cs,
+		Controller: namedVolumes{},
 	}, mm)
 	endpoint := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	l, err := Listen(endpoint)
@@ -132,10 +132,10 @@ func TestServerMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := csi.NewControllerClient(conn)
-	if _, err := cc.CreateVolume(ctx, createReq("pvc-1", gib, nil)); err != nil {
+	if _, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = cc.CreateVolume(ctx, createReq("", gib, nil))
+	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{})
 	wantCode(t, err, codes.InvalidArgument)
 	// Node is not registered on this server.
 	_, err = csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
@@ -219,26 +219,6 @@ func TestListenReplacesStaleSocketOnly(t *testing.T) {
 	}
 }
 
-func TestToStatus(t *testing.T) {
-	tests := []struct {
-		err  error
-		code codes.Code
-	}{
-		{status.Error(codes.Aborted, "x"), codes.Aborted},
-		{context.DeadlineExceeded, codes.DeadlineExceeded},
-		{context.Canceled, codes.Canceled},
-		{errors.New("boom"), codes.Internal},
-	}
-	for _, tt := range tests {
-		if got := status.Code(toStatus(tt.err, "doing")); got != tt.code {
-			t.Errorf("toStatus(%v) = %v, want %v", tt.err, got, tt.code)
-		}
-	}
-	if toStatus(nil, "x") != nil {
-		t.Error("toStatus(nil) != nil")
-	}
-}
-
 // resultCases are errors a CSI call may end with and the result label of
 // each: the name of its gRPC code.
 var resultCases = []struct {
@@ -254,18 +234,18 @@ var resultCases = []struct {
 // TestResultOf: the phase metrics' result label is the gRPC code's name.
 func TestResultOf(t *testing.T) {
 	for _, tc := range resultCases {
-		if got := resultOf(tc.err); got != tc.want {
-			t.Errorf("resultOf(%v) = %q, want %q", tc.err, got, tc.want)
+		if got := ResultOf(tc.err); got != tc.want {
+			t.Errorf("ResultOf(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }
 
 // TestObservePhaseLabelsResultWithGRPCCode: a phase timed with a metrics.Op
-// that resultOf labels records the gRPC code of the error it ends with.
+// that ResultOf labels records the gRPC code of the error it ends with.
 func TestObservePhaseLabelsResultWithGRPCCode(t *testing.T) {
 	for _, tc := range resultCases {
 		reg := prometheus.NewRegistry()
-		op := metrics.NewRecorder(reg).Begin(metrics.PhaseCreate, resultOf)
+		op := metrics.NewRecorder(reg).Begin(metrics.PhaseCreate, ResultOf)
 		op.SetClass("fast")
 		err := tc.err
 		op.End(&err)
@@ -290,4 +270,16 @@ func TestObservePhaseLabelsResultWithGRPCCode(t *testing.T) {
 			t.Errorf("err %v: phase results %v, want [%s]", tc.err, results, tc.want)
 		}
 	}
+}
+
+// namedVolumes is a Controller whose CreateVolume wants a name.
+type namedVolumes struct {
+	csi.UnimplementedControllerServer
+}
+
+func (namedVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name: must be set")
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vg/" + req.GetName()}}, nil
 }

@@ -1,4 +1,4 @@
-package driver
+package csiserver
 
 import (
 	"context"
@@ -94,11 +94,11 @@ func MetricsInterceptor(m csimetrics.CSIMetricsManager) grpc.UnaryServerIntercep
 	return connection.ExtendedCSIMetricsManager{CSIMetricsManager: m}.RecordMetricsServerInterceptor
 }
 
-// resultOf is the result label of carve's phase metrics for the error a
+// ResultOf is the result label of carve's phase metrics for the error a
 // call returns: the name of its gRPC code ("OK" for nil). An error without
 // a status counts as Internal, as grpc-go would send it. The mapping lives
 // here, at the edge, so that internal/metrics needs no gRPC.
-func resultOf(err error) string {
+func ResultOf(err error) string {
 	if err == nil {
 		return "OK"
 	}

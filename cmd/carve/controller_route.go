@@ -122,7 +122,12 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool, Moves: mover.Claims{PVs: pvs}})
+	refusals, err := router.NewRefusals(reg)
+	if err != nil {
+		return nil, err
+	}
+	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool, Moves: mover.Claims{PVs: pvs},
+		Refusals: refusals})
 	move, err := startMover(ctx, o, client, srv, reg)
 	if err != nil {
 		return nil, err

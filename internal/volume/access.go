@@ -15,6 +15,12 @@ import (
 // puts it into the volume context, where stage and publish read it.
 const ParamDeviceClass = "carve.dev/device-class"
 
+// ContextVolumeName is the volume context key of the volume's CSI name:
+// CreateVolume puts it there (carve controller checks it), and stage and
+// publish serve a handle only with the name its LV was made for, so that
+// a PersistentVolume written with another volume's handle reaches nothing.
+const ContextVolumeName = "carve.dev/volume-name"
+
 // DefaultFSType is the filesystem of a mount volume that names none.
 const DefaultFSType = "ext4"
 

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/internal/controller/audit"
+	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -455,6 +456,28 @@ func auditMetrics(t *testing.T) plugintest.Metrics {
 	return m
 }
 
+// refusalMetrics are the router's counts of refused node answers: a
+// controller exports a series only once a node has lied, which no
+// running controller here does.
+func refusalMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	r, err := router.NewRefusals(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Count("n1", "topology")
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := plugintest.Metrics{}
+	for _, f := range got {
+		m[f.GetName()] = f
+	}
+	return m
+}
+
 // snapshotMetrics are the per-snapshot series of a plugin with one thick
 // snapshot: a plugin exports them only for snapshots that exist, and a
 // copy-on-write snapshot needs device-mapper, which the plugin above
@@ -629,7 +652,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

@@ -109,6 +109,26 @@ func (x *Index) NodesOf(handle string) ([]string, error) {
 	return nodes, nil
 }
 
+// PVsOf returns, sorted, the names of carve's PVs with the volume handle.
+// ErrNotSynced before the first full list.
+func (x *Index) PVsOf(handle string) ([]string, error) {
+	if !x.informer.HasSynced() {
+		return nil, ErrNotSynced
+	}
+	objs, err := x.informer.GetIndexer().ByIndex(byHandle, handle)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, o := range objs {
+		if pv, ok := o.(*corev1.PersistentVolume); ok {
+			names = append(names, pv.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 // Trim is the informer's transform: what the controller does not read
 // never reaches the cache.
 func Trim(driver string) cache.TransformFunc {

@@ -64,7 +64,13 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	resp, err := call(ctx, c, node, csi.ControllerClient.CreateVolume, req)
 	s.pending.answered(req.GetName(), node, status.Code(err))
-	return resp, err
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkCreated(ctx, node, req.GetName(), resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // cloneElsewhere refuses a clone of the volume id asked on node when the

@@ -35,6 +35,9 @@ type agent struct {
 	crash map[string]bool
 	// hang, by method name: the call blocks until the caller gives up.
 	hang map[string]bool
+	// tamper, when set, changes each answer before it is sent: a node
+	// that lies.
+	tamper func(method string, resp any)
 
 	log *callLog
 	lis *trackingListener
@@ -127,6 +130,17 @@ func (a *agent) serve(ctx context.Context, method, id string) (bool, error) {
 	return true, nil
 }
 
+// answer is resp as the agent sends it: tampered with, when told to.
+func answer[R any](a *agent, method string, resp R) R {
+	a.mu.Lock()
+	tamper := a.tamper
+	a.mu.Unlock()
+	if tamper != nil {
+		tamper(method, resp)
+	}
+	return resp
+}
+
 func (a *agent) has(id string) bool { return slices.Contains(a.volumes, id) }
 
 func (a *agent) notFound(id string) error {
@@ -142,8 +156,9 @@ func (a *agent) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) 
 	if ok, err := a.serve(ctx, "CreateVolume", req.GetName()); !ok {
 		return nil, err
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: volume.VolumeID("vg0", volume.LVNameFor(req.GetName())),
-		AccessibleTopology: []*csi.Topology{topology.ForNode(a.name).Segment()}}}, nil
+	return answer(a, "CreateVolume", &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: volume.VolumeID("vg0", volume.LVNameFor(req.GetName())),
+		VolumeContext:      map[string]string{volume.ContextVolumeName: req.GetName()},
+		AccessibleTopology: []*csi.Topology{topology.ForNode(a.name).Segment()}}}), nil
 }
 
 func (a *agent) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
@@ -191,8 +206,8 @@ func (a *agent) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotReque
 	if !a.has(req.GetSourceVolumeId()) {
 		return nil, a.notFound(req.GetSourceVolumeId())
 	}
-	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SourceVolumeId: req.GetSourceVolumeId(),
-		SnapshotId: volume.SnapshotID(a.name, "vg0", volume.SnapshotLVNameFor(req.GetName()))}}, nil
+	return answer(a, "CreateSnapshot", &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SourceVolumeId: req.GetSourceVolumeId(),
+		SnapshotId: volume.SnapshotID(a.name, "vg0", volume.SnapshotLVNameFor(req.GetName()))}}), nil
 }
 
 func (a *agent) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
@@ -206,7 +221,7 @@ func (a *agent) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*
 	if ok, err := a.serve(ctx, "GetSnapshot", req.GetSnapshotId()); !ok {
 		return nil, err
 	}
-	return &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: req.GetSnapshotId()}}, nil
+	return answer(a, "GetSnapshot", &csi.GetSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: req.GetSnapshotId()}}), nil
 }
 
 // page lists ids after token, at most limit (0: all); the token is the last
@@ -232,9 +247,10 @@ func (a *agent) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*
 	ids, next := page(a.volumes, req.GetStartingToken(), req.GetMaxEntries())
 	resp := &csi.ListVolumesResponse{NextToken: next}
 	for _, id := range ids {
-		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id}})
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id,
+			AccessibleTopology: []*csi.Topology{topology.ForNode(a.name).Segment()}}})
 	}
-	return resp, nil
+	return answer(a, "ListVolumes", resp), nil
 }
 
 func (a *agent) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
@@ -264,7 +280,7 @@ func (a *agent) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest
 	for _, id := range ids {
 		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: &csi.Snapshot{SnapshotId: id}})
 	}
-	return resp, nil
+	return answer(a, "ListSnapshots", resp), nil
 }
 
 // nodes is a fake Nodes over the agents, each a real gRPC server on an
@@ -302,10 +318,12 @@ func (n *nodes) Names() []string {
 	return append(slices.Collect(maps.Keys(n.clients)), n.listed...)
 }
 
-// locator is a fake Locator: handle -> nodes, or err for every lookup.
+// locator is a fake Locator: handle -> nodes, or err for every lookup;
+// names, when set, are the PVs' names by handle.
 type locator struct {
-	pvs map[string][]string
-	err error
+	pvs   map[string][]string
+	names map[string][]string
+	err   error
 }
 
 func (l locator) NodesOf(handle string) ([]string, error) {
@@ -313,6 +331,20 @@ func (l locator) NodesOf(handle string) ([]string, error) {
 		return nil, l.err
 	}
 	return l.pvs[handle], nil
+}
+
+// PVsOf is names[handle], else a name for each node of handle
+// ("pv-on-<node>").
+func (l locator) PVsOf(handle string) ([]string, error) {
+	if l.names != nil && l.err == nil {
+		return l.names[handle], nil
+	}
+	nodes, err := l.NodesOf(handle)
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		names = append(names, "pv-on-"+n)
+	}
+	return names, err
 }
 
 // cluster starts the agents and returns their Nodes and the log of their

@@ -96,7 +96,7 @@ func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListVolumesResponse_Entry, string, error) {
 			r, err := send(ctx, s, node, "ListVolumes", csi.ControllerClient.ListVolumes,
 				&csi.ListVolumesRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
-			return r.GetEntries(), r.GetNextToken(), err
+			return s.ownVolumes(ctx, node, r.GetEntries()), r.GetNextToken(), err
 		})
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 			r, err := send(ctx, s, node, "ListSnapshots", csi.ControllerClient.ListSnapshots,
 				&csi.ListSnapshotsRequest{MaxEntries: limit, StartingToken: token, SnapshotId: req.GetSnapshotId(),
 					SourceVolumeId: req.GetSourceVolumeId(), Secrets: req.GetSecrets()}, codes.Unavailable)
-			return r.GetEntries(), r.GetNextToken(), err
+			return s.ownSnapshots(ctx, node, r.GetEntries()), r.GetNextToken(), err
 		})
 	if err != nil {
 		return nil, err

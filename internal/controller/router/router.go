@@ -57,6 +57,9 @@ type Locator interface {
 	// no PV has it, "" for a PV pinned to no node. An error (the index not
 	// filled yet) means the answer is not known.
 	NodesOf(handle string) ([]string, error)
+	// PVsOf returns the names of the PVs that hold handle, with the same
+	// error.
+	PVsOf(handle string) ([]string, error)
 }
 
 // Config holds what the router needs; main builds it.
@@ -73,6 +76,9 @@ type Config struct {
 	Agents Agents
 	// Moves, when set, holds back the claims being moved (moves.go).
 	Moves Moves
+	// Refusals counts the node answers refused (answers.go); nil counts
+	// none (they are still refused and logged).
+	Refusals *Refusals
 }
 
 // Server implements csi.ControllerServer by routing. Calls carve does not

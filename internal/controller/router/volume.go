@@ -73,7 +73,17 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	if err != nil {
 		return nil, err
 	}
-	return send(ctx, s, node, "CreateSnapshot", csi.ControllerClient.CreateSnapshot, req, codes.Unavailable)
+	resp, err := send(ctx, s, node, "CreateSnapshot", csi.ControllerClient.CreateSnapshot, req, codes.Unavailable)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkSnapshot(ctx, node, "CreateSnapshot", resp.GetSnapshot(), ""); err != nil {
+		return nil, err
+	}
+	if got := resp.GetSnapshot().GetSourceVolumeId(); got != req.GetSourceVolumeId() {
+		return nil, s.refuse(ctx, node, "CreateSnapshot", refusedVolumeID, "source_volume_id %q for a snapshot of %q", got, req.GetSourceVolumeId())
+	}
+	return resp, nil
 }
 
 // volumeNode is nodeOfVolume for a call that needs the volume: an empty ID
@@ -120,5 +130,12 @@ func (s *Server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "snapshot_id: snapshot %q does not exist: %v", id, err)
 	}
-	return send(ctx, s, node, "GetSnapshot", csi.ControllerClient.GetSnapshot, req, codes.Unavailable)
+	resp, err := send(ctx, s, node, "GetSnapshot", csi.ControllerClient.GetSnapshot, req, codes.Unavailable)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkSnapshot(ctx, node, "GetSnapshot", resp.GetSnapshot(), id); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }

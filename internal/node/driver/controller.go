@@ -77,6 +77,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, toStatus(err, "")
 	}
 	v := s.volume(lv, r.Class.Name)
+	v.VolumeContext[volume.ContextVolumeName] = r.Name
 	v.ContentSource = req.GetVolumeContentSource()
 	return &csi.CreateVolumeResponse{Volume: v}, nil
 }

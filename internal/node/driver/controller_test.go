@@ -270,7 +270,8 @@ func TestCreateVolume(t *testing.T) {
 			}
 			class, _ := volume.ClassFromTags(lv.Tags)
 			name, whole, _ := volume.VolumeNameFromTags(lv.Tags)
-			if name != req.GetName() || !whole || class != v.GetVolumeContext()[volume.ParamDeviceClass] || !volume.IsCarve(lv.Tags) {
+			if name != req.GetName() || !whole || class != v.GetVolumeContext()[volume.ParamDeviceClass] || !volume.IsCarve(lv.Tags) ||
+				v.GetVolumeContext()[volume.ContextVolumeName] != req.GetName() {
 				t.Errorf("tags %v; volume context %v", lv.Tags, v.GetVolumeContext())
 			}
 			if (class == "thin") != (lv.Pool == "pool") {

@@ -249,8 +249,9 @@ func lookupStatus(vol volume.ID, err error) error {
 // an inactive one is activated (see activate). The class is returned with
 // an error too, once known: the metrics of the call carry it.
 func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeContext map[string]string) (device, class string, err error) {
+	name := volumeContext[volume.ContextVolumeName]
 	device = n.device(vol)
-	if class = volumeContext[volume.ParamDeviceClass]; class != "" && n.isDeviceNode(device) && n.trusted(vol, class) {
+	if class = volumeContext[volume.ParamDeviceClass]; class != "" && volume.LVNameFor(name) == vol.LV && n.isDeviceNode(device) && n.trusted(vol, class) {
 		return device, n.rememberClass(vol.String(), class), nil
 	}
 	if n.cfg.Classes != nil && !n.cfg.Classes.HasVolumeGroup(vol.VG) {
@@ -260,6 +261,14 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	lv, class, err := n.lookup(ctx, vol)
 	if err != nil {
 		return "", metrics.UnknownClass, err
+	}
+	// A handle is served only under the name its LV was made for (its LV
+	// name is derived from it): a PV written with another volume's handle
+	// reaches nothing, whoever wrote it.
+	if volume.LVNameFor(name) != vol.LV {
+		return "", class, status.Errorf(codes.FailedPrecondition,
+			"volume_context %s=%q does not name volume %q: carve serves a volume only to the PersistentVolume made for it (CreateVolume writes the name into its volumeAttributes)",
+			volume.ContextVolumeName, name, vol)
 	}
 	if lv, err = n.activate(ctx, vol, lv); err != nil {
 		return "", class, err

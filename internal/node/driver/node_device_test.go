@@ -36,12 +36,12 @@ func TestStageAndPublishLookup(t *testing.T) {
 				fx.setLV(fx.id, func(lv *lvm.LogicalVolume) { lv.Attr.Active = false })
 			}
 			stage := fx.stageReq(mountCap("", sw))
-			stage.VolumeContext = tc.volumeCtx
+			stage.VolumeContext = fx.volumeContext(tc.volumeCtx)
 			_, err := fx.ns.NodeStageVolume(context.Background(), stage)
 			wantCode(t, err, tc.wantCode)
 			if err == nil {
 				publish := fx.publishReq(mountCap("", sw), false)
-				publish.VolumeContext = tc.volumeCtx
+				publish.VolumeContext = fx.volumeContext(tc.volumeCtx)
 				if _, err := fx.ns.NodePublishVolume(context.Background(), publish); err != nil {
 					t.Fatalf("publish: %v", err)
 				}

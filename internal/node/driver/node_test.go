@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,13 +67,18 @@ type nodeFixture struct {
 	wiped []string
 
 	id, device, staging, target string
+	// name is the CSI name of the volume id, which its PV's volume
+	// context carries; names holds every volume's made here, by ID.
+	name  string
+	names map[string]string
 }
 
 func newNodeFixture(t *testing.T) *nodeFixture {
 	t.Helper()
 	fx := &nodeFixture{lvm: newFakeLVM(), mounter: mount.NewFakeMounter(nil), tools: fstest.New(), reg: prometheus.NewRegistry()}
 	fx.lvm.addVG("vg1", 10*uint64(gib))
-	fx.id, fx.device = fx.addVolume(t, "pvc-1")
+	fx.name = "pvc-1"
+	fx.id, fx.device = fx.addVolume(t, fx.name)
 	dir := t.TempDir()
 	fx.staging = filepath.Join(dir, "staging", "pv-1")
 	fx.target = filepath.Join(dir, "pods", "pod-1", "volumes", "pv-1")
@@ -129,6 +135,7 @@ func (fx *nodeFixture) addVolume(t *testing.T, name string) (string, string) {
 		t.Fatal(err)
 	}
 	fx.tools.SetSize(lv.Path, lv.Size)
+	fx.named(volume.VolumeID("vg1", lv.Name), name)
 	return volume.VolumeID("vg1", lv.Name), lv.Path
 }
 
@@ -142,7 +149,16 @@ func (fx *nodeFixture) addThinVolume(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fx.named(volume.VolumeID("vg1", lv.Name), name)
 	return volume.VolumeID("vg1", lv.Name)
+}
+
+// named records that the volume id was made for the CSI name.
+func (fx *nodeFixture) named(id, name string) {
+	if fx.names == nil {
+		fx.names = map[string]string{}
+	}
+	fx.names[id] = name
 }
 
 // setLV changes the fake LV of id.
@@ -153,12 +169,25 @@ func (fx *nodeFixture) setLV(id string, change func(*lvm.LogicalVolume)) {
 }
 
 func (fx *nodeFixture) stageReq(c *csi.VolumeCapability) *csi.NodeStageVolumeRequest {
-	return &csi.NodeStageVolumeRequest{VolumeId: fx.id, StagingTargetPath: fx.staging, VolumeCapability: c}
+	return &csi.NodeStageVolumeRequest{VolumeId: fx.id, StagingTargetPath: fx.staging, VolumeCapability: c,
+		VolumeContext: fx.volumeContext(nil)}
 }
 
 func (fx *nodeFixture) publishReq(c *csi.VolumeCapability, readOnly bool) *csi.NodePublishVolumeRequest {
 	return &csi.NodePublishVolumeRequest{VolumeId: fx.id, StagingTargetPath: fx.staging, TargetPath: fx.target,
-		VolumeCapability: c, Readonly: readOnly}
+		VolumeCapability: c, Readonly: readOnly, VolumeContext: fx.volumeContext(nil)}
+}
+
+// volumeContext is the volume context of fx.id's PV: its name (fx.name
+// for an ID no volume here has), and more.
+func (fx *nodeFixture) volumeContext(more map[string]string) map[string]string {
+	name, ok := fx.names[fx.id]
+	if !ok {
+		name = fx.name
+	}
+	vc := map[string]string{volume.ContextVolumeName: name}
+	maps.Copy(vc, more)
+	return vc
 }
 
 func (fx *nodeFixture) stage(t *testing.T, c *csi.VolumeCapability) {

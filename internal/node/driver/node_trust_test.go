@@ -15,8 +15,9 @@ import (
 // context and a device node take the fast path only when the class is the
 // handle's volume group's and the view holds the LV as carve's finished
 // volume of that class; anything else goes to the full lookup, which
-// refuses an LV of a volume group no class uses, one that is not carve's
-// and one whose copy has not finished (review N8).
+// refuses an LV of a volume group no class uses, one that is not carve's,
+// one whose copy has not finished, and a handle whose PV was made for
+// another volume (its volume context names another, or none).
 func TestStageAndPublishTrustNoRequest(t *testing.T) {
 	// otherVG makes vg9, which no class uses, with a carve-tagged LV of
 	// class fast in it, and points the fixture at it.
@@ -47,6 +48,10 @@ func TestStageAndPublishTrustNoRequest(t *testing.T) {
 		label string
 	}{
 		{name: "carve's volume of that class: fast path", class: "fast", label: "fast"},
+		{name: "a PV made for another volume", class: "fast", prepare: func(t *testing.T, fx *nodeFixture) { fx.named(fx.id, "pvc-other") },
+			code: codes.FailedPrecondition, msg: []string{"volume_context", volume.ContextVolumeName, `"pvc-other"`}},
+		{name: "a PV that names no volume", class: "fast", prepare: func(t *testing.T, fx *nodeFixture) { fx.named(fx.id, "") },
+			code: codes.FailedPrecondition, msg: []string{"volume_context", volume.ContextVolumeName}},
 		{name: "volume group no class uses", class: "fast", prepare: otherVG,
 			code: codes.FailedPrecondition, msg: []string{"volume_id", "vg9", "not one of this node's device classes"}},
 		{name: "copy not finished", class: "fast", prepare: tag(func(tags []string) []string { return append(tags, volume.TagCopyPending) }),
@@ -77,14 +82,14 @@ func TestStageAndPublishTrustNoRequest(t *testing.T) {
 					c = blockCap(sw)
 				}
 				stage := fx.stageReq(c)
-				stage.VolumeContext = vctx
+				stage.VolumeContext = fx.volumeContext(vctx)
 				_, err := fx.ns.NodeStageVolume(context.Background(), stage)
 				if rpc == "publish" {
 					if err != nil && tc.code == codes.OK {
 						t.Fatalf("stage: %v", err)
 					}
 					publish := fx.publishReq(c, false)
-					publish.VolumeContext = vctx
+					publish.VolumeContext = fx.volumeContext(vctx)
 					_, err = fx.ns.NodePublishVolume(context.Background(), publish)
 				}
 				wantCode(t, err, tc.code, tc.msg...)

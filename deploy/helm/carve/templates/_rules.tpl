@@ -169,6 +169,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "Orphaned volumes and missing data go unnoticed on this node. carve controller's log says why: the node's agent unreachable over the node channel, the API server unreachable, or RBAC (the carve-controller-audit ClusterRole).") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveNodeAnswersRefused"
+  "expr" `sum by (node, reason) (increase(carve_node_answers_refused_total[10m])) > 0
+`
+  "for" "0m" "severity" "critical"
+  "summary" `The node agent of {{ $labels.node }} answered about what is not its own ({{ $labels.reason }})`
+  "description" "carve controller refused an answer of this node's agent that named another node's volume, snapshot or topology, or a volume another PersistentVolume holds: the node may be compromised (root on it can make its agent say anything) or run a broken build. Nothing was written from the answer; the controller's log has it (\"Refused a node agent's answer\").") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveLostNodeVolumes"
   "expr" `max(carve_lost_node_volumes) > 0
 `

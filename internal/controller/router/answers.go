@@ -1,0 +1,130 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// The controller trusts a node only about that node. A node's TLS
+// identity proves who answers, not what the answer says: every ID and
+// topology a node returns, which csi-provisioner writes into a PV and the
+// router later routes by, is checked against the node the call went to
+// before it leaves the router. An answer that names another node, or a
+// volume another PV holds, is refused (INTERNAL, the node named), logged
+// and counted in carve_node_answers_refused_total.
+
+// The reasons of carve_node_answers_refused_total.
+const (
+	refusedTopology      = "topology"
+	refusedVolumeID      = "volume_id"
+	refusedVolumeOfPV    = "volume_of_another_pv"
+	refusedVolumeContext = "volume_context"
+	refusedSnapshotID    = "snapshot_id"
+)
+
+// Refusals counts the answers of nodes the router refused.
+type Refusals struct{ total *prometheus.CounterVec }
+
+// NewRefusals registers carve_node_answers_refused_total with reg (none
+// when nil).
+func NewRefusals(reg prometheus.Registerer) (*Refusals, error) {
+	r := &Refusals{total: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "carve_node_answers_refused_total",
+		Help: "Answers of node agents that carve controller refused because they named another node's volume, snapshot or topology, by node and reason; any is a node that lies or a bug.",
+	}, []string{"node", "reason"})}
+	if reg != nil {
+		if err := reg.Register(r.total); err != nil {
+			return nil, fmt.Errorf("router: registering its metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Count counts one refused answer of node.
+func (r *Refusals) Count(node, reason string) {
+	if r != nil {
+		r.total.WithLabelValues(node, reason).Inc()
+	}
+}
+
+// refuse logs and counts a refused answer of node and returns its status.
+func (s *Server) refuse(ctx context.Context, node, method, reason, format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	klog.FromContext(ctx).Error(nil, "Refused a node agent's answer: it names what is not that node's", "node", node, "call", method, "reason", reason, "answer", msg)
+	s.cfg.Refusals.Count(node, reason)
+	return status.Errorf(codes.Internal, "node %s answered %s with %s; carve trusts a node only about its own volumes, so the answer is refused", node, method, msg)
+}
+
+// checkCreated refuses a CreateVolume answer of node for the volume named
+// name that is not exactly that node's: its topology must be node's one
+// segment, its ID one no PersistentVolume of another name holds, and its
+// volume context must name the volume it was asked for.
+func (s *Server) checkCreated(ctx context.Context, node, name string, resp *csi.CreateVolumeResponse) error {
+	v := resp.GetVolume()
+	if t := v.GetAccessibleTopology(); len(t) != 1 || !s.isNode(t[0], node) {
+		return s.refuse(ctx, node, "CreateVolume", refusedTopology, "accessible_topology %v", t)
+	}
+	id := v.GetVolumeId()
+	if vid, err := volume.ParseID(id); err != nil || vid.LV != volume.LVNameFor(name) {
+		return s.refuse(ctx, node, "CreateVolume", refusedVolumeID, "volume_id %q, which is not the ID of volume %s", id, name)
+	}
+	if got := v.GetVolumeContext()[volume.ContextVolumeName]; got != name {
+		return s.refuse(ctx, node, "CreateVolume", refusedVolumeContext, "volume_context %s=%q for volume %s", volume.ContextVolumeName, got, name)
+	}
+	pvs, err := s.cfg.Volumes.PVsOf(id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "node %s made volume %s: which PersistentVolumes hold it is not known yet: %v; retry later", node, id, err)
+	}
+	if others := slices.DeleteFunc(pvs, func(pv string) bool { return pv == name }); len(others) > 0 {
+		return s.refuse(ctx, node, "CreateVolume", refusedVolumeOfPV, "volume_id %q, which PersistentVolume %s holds", id, others[0])
+	}
+	return nil
+}
+
+// isNode tells whether t is node's segment and nothing else.
+func (s *Server) isNode(t *csi.Topology, node string) bool {
+	seg := t.GetSegments()
+	return len(seg) == 1 && seg[s.cfg.TopologyKey] == node
+}
+
+// checkSnapshot refuses a snapshot a node answered with that is not on
+// that node (its ID names the node it lives on, and later calls go there)
+// or, with want set, is not the one asked for.
+func (s *Server) checkSnapshot(ctx context.Context, node, method string, snap *csi.Snapshot, want string) error {
+	id := snap.GetSnapshotId()
+	owner, _, _, err := volume.ParseSnapshotID(id)
+	if err != nil || owner != node || (want != "" && id != want) {
+		return s.refuse(ctx, node, method, refusedSnapshotID, "snapshot_id %q", id)
+	}
+	return nil
+}
+
+// ownSnapshots keeps the entries of a node's ListSnapshots page that are
+// that node's, refusing (and counting) the others.
+func (s *Server) ownSnapshots(ctx context.Context, node string, entries []*csi.ListSnapshotsResponse_Entry) []*csi.ListSnapshotsResponse_Entry {
+	return slices.DeleteFunc(entries, func(e *csi.ListSnapshotsResponse_Entry) bool {
+		return s.checkSnapshot(ctx, node, "ListSnapshots", e.GetSnapshot(), "") != nil
+	})
+}
+
+// ownVolumes keeps the entries of a node's ListVolumes page whose
+// topology is that node's, refusing (and counting) the others.
+func (s *Server) ownVolumes(ctx context.Context, node string, entries []*csi.ListVolumesResponse_Entry) []*csi.ListVolumesResponse_Entry {
+	return slices.DeleteFunc(entries, func(e *csi.ListVolumesResponse_Entry) bool {
+		t := e.GetVolume().GetAccessibleTopology()
+		if len(t) == 1 && s.isNode(t[0], node) {
+			return false
+		}
+		_ = s.refuse(ctx, node, "ListVolumes", refusedTopology, "volume %q with accessible_topology %v", e.GetVolume().GetVolumeId(), t)
+		return true
+	})
+}

@@ -9,12 +9,14 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/paging"
 	"github.com/carve-csi/carve/internal/controller/pvindex"
 	"github.com/carve-csi/carve/internal/topology"
 )
@@ -87,11 +89,8 @@ func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]audit.Volu
 	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 	defer cancel()
 	var out []audit.VolumeHealth
-	for token := ""; ; {
+	err = walkPages(func(token string) (proto.Message, string, int, error) {
 		resp, err := c.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token})
-		if err != nil {
-			return nil, err
-		}
 		for _, e := range resp.GetEntries() {
 			h := audit.VolumeHealth{ID: e.GetVolumeId()}
 			for _, s := range e.GetHealthStatuses() {
@@ -99,8 +98,27 @@ func (n auditNodes) VolumeHealth(ctx context.Context, node string) ([]audit.Volu
 			}
 			out = append(out, h)
 		}
-		if token = resp.GetNextToken(); token == "" {
-			return out, nil
+		return resp, resp.GetNextToken(), len(resp.GetEntries()), err
+	})
+	return out, err
+}
+
+// walkPages follows a node's list from its first page within paging's
+// limits: page asks for the page at token and returns it, its next token
+// and its number of entries. A node past the limits, or one that hands
+// out a token twice, fails its own list (paging.ErrRefused).
+func walkPages(page func(token string) (proto.Message, string, int, error)) error {
+	walk := paging.New(paging.Default(), "")
+	for token := ""; ; {
+		resp, next, entries, err := page(token)
+		if err != nil {
+			return err
+		}
+		if err := walk.Page(entries, proto.Size(resp), next); err != nil {
+			return err
+		}
+		if token = next; token == "" {
+			return nil
 		}
 	}
 }

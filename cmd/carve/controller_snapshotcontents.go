@@ -7,20 +7,25 @@ import (
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/controller/placement"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // InvalidSnapshots pages through the node's ListSnapshots: the IDs of the
 // snapshots it reports not ready to use (carve's ListSnapshots says so
-// only of a thick snapshot whose copy-on-write space ran out).
+// only of a thick snapshot whose copy-on-write space ran out). A node is
+// trusted only about its own snapshots: an ID that names another node is
+// left out.
 func (n auditNodes) InvalidSnapshots(ctx context.Context, node string) ([]string, error) {
 	c, err := n.pool.Controller(ctx, node)
 	if err != nil {
@@ -29,20 +34,21 @@ func (n auditNodes) InvalidSnapshots(ctx context.Context, node string) ([]string
 	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 	defer cancel()
 	var out []string
-	for token := ""; ; {
+	err = walkPages(func(token string) (proto.Message, string, int, error) {
 		resp, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: token})
-		if err != nil {
-			return nil, err
-		}
 		for _, e := range resp.GetEntries() {
-			if s := e.GetSnapshot(); !s.GetReadyToUse() {
+			s := e.GetSnapshot()
+			if owner, _, _, perr := volume.ParseSnapshotID(s.GetSnapshotId()); perr != nil || owner != node {
+				klog.FromContext(ctx).Error(nil, "Refused a node agent's answer: a snapshot that is not the node's", "node", node, "snapshotID", s.GetSnapshotId())
+				continue
+			}
+			if !s.GetReadyToUse() {
 				out = append(out, s.GetSnapshotId())
 			}
 		}
-		if token = resp.GetNextToken(); token == "" {
-			return out, nil
-		}
-	}
+		return resp, resp.GetNextToken(), len(resp.GetEntries()), err
+	})
+	return out, err
 }
 
 // snapshotContents finds carve's VolumeSnapshotContents through the

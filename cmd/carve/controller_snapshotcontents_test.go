@@ -4,17 +4,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/carve-csi/carve/internal/controller/audit"
+	"github.com/carve-csi/carve/internal/controller/paging"
 	"github.com/carve-csi/carve/internal/controller/placement"
 )
 
@@ -23,14 +26,16 @@ func (*fakeHealthClient) ListSnapshots(_ context.Context, req *csi.ListSnapshots
 		return &csi.ListSnapshotsResponse_Entry{Snapshot: &csi.Snapshot{SnapshotId: id, ReadyToUse: ready}}
 	}
 	if req.GetStartingToken() == "" {
-		return &csi.ListSnapshotsResponse{Entries: []*csi.ListSnapshotsResponse_Entry{entry("node-a/vg1/carvesnap-ok", true), entry("node-a/vg1/carvesnap-lost", false)},
+		return &csi.ListSnapshotsResponse{Entries: []*csi.ListSnapshotsResponse_Entry{entry("node-a/vg1/carvesnap-ok", true), entry("node-a/vg1/carvesnap-lost", false),
+			entry("node-b/vg1/carvesnap-forged", false), entry("vg1/carvesnap-no-node", false)},
 			NextToken: "node-a/vg1/carvesnap-lost"}, nil
 	}
 	return &csi.ListSnapshotsResponse{Entries: []*csi.ListSnapshotsResponse_Entry{entry("node-a/vg1/carvesnap-too", false)}}, nil
 }
 
 // TestAuditInvalidSnapshots: the audit's invalid snapshots are those the
-// node lists not ready, over every page.
+// node lists not ready, over every page; entries that are not the node's
+// own (another node's ID, or no carve ID) are left out.
 func TestAuditInvalidSnapshots(t *testing.T) {
 	n := auditNodes{fakeAgents{&fakeAgentClient{}}}
 	got, err := n.InvalidSnapshots(t.Context(), "node-a")
@@ -76,5 +81,18 @@ func TestSnapshotContentOf(t *testing.T) {
 		if err != nil || (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
 			t.Errorf("ContentOf(%s) = %+v, %v; want %+v", tt.id, got, err, tt.want)
 		}
+	}
+}
+
+// TestWalkPagesRefusesACycle: a node whose list pages come back to a
+// token they handed out before fails its list instead of paging forever.
+func TestWalkPagesRefusesACycle(t *testing.T) {
+	pages := 0
+	err := walkPages(func(token string) (proto.Message, string, int, error) {
+		pages++
+		return &csi.ListSnapshotsResponse{}, []string{"x", "y"}[pages%2], 0, nil
+	})
+	if !errors.Is(err, paging.ErrRefused) || pages > 3 {
+		t.Errorf("after %d pages: %v, want refused at the third", pages, err)
 	}
 }

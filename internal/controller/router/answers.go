@@ -29,6 +29,7 @@ const (
 	refusedVolumeOfPV    = "volume_of_another_pv"
 	refusedVolumeContext = "volume_context"
 	refusedSnapshotID    = "snapshot_id"
+	refusedPaging        = "paging"
 )
 
 // Refusals counts the answers of nodes the router refused.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/controller/paging"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -170,5 +171,62 @@ func onCreate(change func(v *csi.Volume)) func(method string, resp any) {
 		if r, ok := resp.(*csi.CreateVolumeResponse); ok {
 			change(r.Volume)
 		}
+	}
+}
+
+// TestListRefusesEndlessPages: a node whose pages hand out a token it
+// handed out before, or run past the limits, fails the list with
+// INTERNAL naming it, counted; honest pages within the limits pass.
+func TestListRefusesEndlessPages(t *testing.T) {
+	// onePerPage makes node-b page one volume at a time, honestly.
+	onePerPage := func(method string, resp any) {
+		if r, ok := resp.(*csi.ListVolumesResponse); ok && len(r.Entries) > 1 {
+			r.Entries = r.Entries[:1]
+			r.NextToken = r.Entries[0].GetVolume().GetVolumeId()
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		limits paging.Limits
+		tamper func(method string, resp any)
+		refuse bool
+	}{
+		{name: "honest pages", limits: paging.Limits{Pages: 3, Entries: 10, Bytes: 1 << 20}, tamper: onePerPage},
+		{name: "tokens handed out before, in a cycle", limits: paging.Default(), refuse: true,
+			tamper: func() func(string, any) {
+				var pages int
+				return func(method string, resp any) {
+					if r, ok := resp.(*csi.ListVolumesResponse); ok {
+						pages++
+						r.NextToken = []string{"x", "y"}[pages%2]
+					}
+				}
+			}()},
+		{name: "past the page limit", limits: paging.Limits{Pages: 2, Entries: 10, Bytes: 1 << 20}, tamper: onePerPage, refuse: true},
+		{name: "past the entry limit", limits: paging.Limits{Pages: 10, Entries: 2, Bytes: 1 << 20}, refuse: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &agent{name: "node-a", volumes: slices.Sorted(slices.Values([]string{vid("a1"), vid("a2")}))}
+			b := &agent{name: "node-b", volumes: slices.Sorted(slices.Values([]string{vid("b1"), vid("b2"), vid("b3")})), tamper: tt.tamper}
+			ns, _ := cluster(t, a, b)
+			r, err := NewRefusals(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key, Refusals: r, Paging: tt.limits})
+			resp, err := s.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
+			if !tt.refuse {
+				if err != nil || len(resp.GetEntries()) != 5 {
+					t.Fatalf("listed %d volumes, %v; want the 5", len(resp.GetEntries()), err)
+				}
+				return
+			}
+			if status.Code(err) != codes.Internal {
+				t.Fatalf("list: %v, want INTERNAL", err)
+			}
+			if n := testutil.ToFloat64(r.total.WithLabelValues("node-b", refusedPaging)); n != 1 {
+				t.Errorf("node-b's refusals counted %v, want 1", n)
+			}
+		})
 	}
 }

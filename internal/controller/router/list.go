@@ -9,7 +9,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/carve-csi/carve/internal/controller/paging"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -30,8 +32,11 @@ import (
 type pager[E any] func(ctx context.Context, node, token string, limit int32) ([]E, string, error)
 
 // fanList pages through nodes (sorted) from token, returning at most limit
-// entries (0: all) and the next token ("" at the end).
-func fanList[E any](ctx context.Context, nodes []string, token string, limit int32, page pager[E]) ([]E, string, error) {
+// entries (0: all) and the next token ("" at the end). Each node's pages
+// are followed within paging's limits: a node past them, or one that
+// hands out a token twice, fails the list (refused, as an answer about
+// what it does not hold).
+func fanList[E proto.Message](ctx context.Context, s *Server, method string, nodes []string, token string, limit int32, page pager[E]) ([]E, string, error) {
 	if limit < 0 {
 		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", limit)
 	}
@@ -49,6 +54,7 @@ func fanList[E any](ctx context.Context, nodes []string, token string, limit int
 		if n == from {
 			tok = inner
 		}
+		walk := paging.New(s.limits(), tok)
 		for {
 			want := int32(0)
 			if limit > 0 {
@@ -58,12 +64,16 @@ func fanList[E any](ctx context.Context, nodes []string, token string, limit int
 			if err != nil {
 				return nil, "", err
 			}
+			size := 0
+			for _, e := range entries {
+				size += proto.Size(e)
+			}
+			if err := walk.Page(len(entries), size, next); err != nil {
+				return nil, "", s.refuse(ctx, n, method, refusedPaging, "pages past the limits: %v", err)
+			}
 			out = append(out, entries...)
 			if next == "" {
 				break
-			}
-			if next == tok {
-				return nil, "", status.Errorf(codes.Internal, "node %s returned its starting token %q as its next token", n, tok)
 			}
 			if limit > 0 && len(out) >= int(limit) {
 				return out, n + "/" + next, nil
@@ -92,7 +102,7 @@ func parseToken(token string) (node, inner string, err error) {
 
 // ListVolumes implements csi.ControllerServer over every connected node.
 func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	entries, next, err := fanList(ctx, s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
+	entries, next, err := fanList(ctx, s, "ListVolumes", s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
 		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListVolumesResponse_Entry, string, error) {
 			r, err := send(ctx, s, node, "ListVolumes", csi.ControllerClient.ListVolumes,
 				&csi.ListVolumesRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
@@ -107,7 +117,7 @@ func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 // ControllerListVolumeHealth implements csi.ControllerServer over every
 // connected node.
 func (s *Server) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
-	entries, next, err := fanList(ctx, s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
+	entries, next, err := fanList(ctx, s, "ControllerListVolumeHealth", s.cfg.Nodes.Names(), req.GetStartingToken(), req.GetMaxEntries(),
 		func(ctx context.Context, node, token string, limit int32) ([]*csi.VolumeHealth, string, error) {
 			r, err := send(ctx, s, node, "ControllerListVolumeHealth", csi.ControllerClient.ControllerListVolumeHealth,
 				&csi.ControllerListVolumeHealthRequest{MaxEntries: limit, StartingToken: token}, codes.Unavailable)
@@ -130,7 +140,7 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	if err != nil {
 		return nil, err
 	}
-	entries, next, err := fanList(ctx, nodes, req.GetStartingToken(), req.GetMaxEntries(),
+	entries, next, err := fanList(ctx, s, "ListSnapshots", nodes, req.GetStartingToken(), req.GetMaxEntries(),
 		func(ctx context.Context, node, token string, limit int32) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
 			r, err := send(ctx, s, node, "ListSnapshots", csi.ControllerClient.ListSnapshots,
 				&csi.ListSnapshotsRequest{MaxEntries: limit, StartingToken: token, SnapshotId: req.GetSnapshotId(),

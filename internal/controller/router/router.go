@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/controller/paging"
 	"github.com/carve-csi/carve/internal/csiserver"
 )
 
@@ -79,6 +80,16 @@ type Config struct {
 	// Refusals counts the node answers refused (answers.go); nil counts
 	// none (they are still refused and logged).
 	Refusals *Refusals
+	// Paging bounds each node's list pages; zero is paging.Default.
+	Paging paging.Limits
+}
+
+// limits are the paging limits of one node's list.
+func (s *Server) limits() paging.Limits {
+	if s.cfg.Paging == (paging.Limits{}) {
+		return paging.Default()
+	}
+	return s.cfg.Paging
 }
 
 // Server implements csi.ControllerServer by routing. Calls carve does not

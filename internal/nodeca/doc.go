@@ -1,5 +1,5 @@
-// Package nodeca is carve's own certificate authority for the node channel
-// (issue 21): the mTLS link between the carve controller and the node
+// Package nodeca is carve's own certificate authority for the node channel:
+// the mTLS link between the carve controller and the node
 // agents. It makes and stores the CA, issues short-lived leaf certificates
 // whose identity is either the controller or exactly one node, swaps
 // certificates and trusted CAs without a restart, and builds the TLS

@@ -1,5 +1,5 @@
-// Package agents is the carve controller's side of the node channel
-// (issue 21): it finds the node agents through the EndpointSlices of their
+// Package agents is the carve controller's side of the node channel:
+// it finds the node agents through the EndpointSlices of their
 // headless Service, proves who each one is, and keeps one verified gRPC
 // connection per node, over which the router sends CSI Controller calls and
 // from which the nodes' capacity streams are read.

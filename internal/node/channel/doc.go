@@ -1,4 +1,4 @@
-// Package channel is the node's end of the node channel (issue 21): what
+// Package channel is the node's end of the node channel: what
 // `carve node` serves to carve's controller on --node-channel-address,
 // beside the CSI Controller service for its own volume groups.
 //

@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/node/marks"
 )
 
@@ -17,10 +16,8 @@ import (
 // directory of its own: volumes being made, filesystems being made.
 var stateKinds = []string{"unfinished", "formatting"}
 
-// openState opens the plugin's marks in its state directory: refused on a
-// filesystem a reboot empties (unless --allow-volatile-state-dir), and
-// with the marks an earlier carve left in the --endpoint socket's
-// directory moved in, so that an upgrade loses none.
+// openState opens the node agent's marks in its state directory: refused
+// on a filesystem a reboot empties (unless --allow-volatile-state-dir).
 func openState(ctx context.Context, o *NodeOptions) (unfinished, formatting *marks.Marks, err error) {
 	dir, err := o.stateDir()
 	if err != nil {
@@ -29,27 +26,11 @@ func openState(ctx context.Context, o *NodeOptions) (unfinished, formatting *mar
 	if err := refuseVolatile(ctx, dir, o.AllowVolatileStateDir); err != nil {
 		return nil, nil, err
 	}
-	sock, err := csiserver.ParseEndpoint(o.Endpoint)
-	if err != nil {
-		return nil, nil, err
-	}
-	oldDir, err := filepath.Abs(filepath.Dir(sock))
-	if err != nil {
-		return nil, nil, err
-	}
 	opened := make([]*marks.Marks, len(stateKinds))
 	for i, kind := range stateKinds {
 		m, err := marks.Open(filepath.Join(dir, kind))
 		if err != nil {
 			return nil, nil, fmt.Errorf("--state-dir %s: %w", dir, err)
-		}
-		n, err := m.Adopt(filepath.Join(oldDir, kind))
-		if err != nil {
-			return nil, nil, fmt.Errorf("--state-dir %s: moving the marks an earlier carve left in %s: %w", dir, oldDir, err)
-		}
-		if n > 0 {
-			klog.FromContext(ctx).Info("Moved the marks an earlier carve kept in the socket's directory into the state directory",
-				"kind", kind, "marks", n, "from", filepath.Join(oldDir, kind), "to", m.Dir())
 		}
 		opened[i] = m
 	}

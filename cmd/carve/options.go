@@ -104,8 +104,7 @@ type NodeOptions struct {
 	KubeletCSISocket string
 	// StateDir holds what the plugin must remember across restarts and
 	// reboots (the marks of volumes being made); empty is the directory of
-	// the --endpoint socket, where carve kept it before the DaemonSet gave
-	// it a directory of its own (runNode adopts marks left there).
+	// the --endpoint socket.
 	StateDir string
 	// AllowVolatileStateDir lets the plugin start with StateDir on tmpfs
 	// or ramfs, whose marks a reboot loses (tests, throw-away nodes).
@@ -213,7 +212,7 @@ func (o *NodeOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.KubeletCSISocket, "kubelet-csi-socket", DefaultKubeletCSISocket,
 		"path of the --endpoint socket as the kubelet sees it on the host; carve hands it to the kubelet at registration")
 	fs.StringVar(&o.StateDir, "state-dir", "",
-		"carve's own directory on the node's disk (surviving restarts and reboots; the DaemonSet's is /var/lib/carve) where it marks the volumes it is making and formatting; empty is the directory of the --endpoint socket. Marks found in the socket's directory (where carve kept them before) are moved here at start")
+		"carve's own directory on the node's disk (surviving restarts and reboots; the DaemonSet's is /var/lib/carve) where it marks the volumes it is making and formatting; empty is the directory of the --endpoint socket")
 	fs.BoolVar(&o.AllowVolatileStateDir, "allow-volatile-state-dir", false,
 		"start even when --state-dir is on tmpfs or ramfs, which a reboot empties (a half-erased volume could then be handed out); without it the plugin refuses to start there")
 	o.NodeChannel.AddFlags(fs)

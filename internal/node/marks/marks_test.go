@@ -146,46 +146,6 @@ func TestMarkOwner(t *testing.T) {
 	}
 }
 
-// Marks of an earlier carve's directory move into the new one, content
-// and all; a mark in both (a crash during the move) keeps the new one.
-func TestAdopt(t *testing.T) {
-	const uuid, newer = "IjYeuk-LGsf-T6VI-F93h-13Fd-JSqi-dA6eI4", "3x7LfM-nXDm-mduX-NNPr-Ef5b-ygRD-i1A8B6"
-	base := t.TempDir()
-	old, err := Open(filepath.Join(base, "csi", "formatting"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := Open(filepath.Join(base, "carve", "formatting"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, err := range []error{old.Mark("vg1", "a"), old.MarkOf("vg1", "b", uuid), old.MarkOf("vg2", "c", uuid), m.MarkOf("vg2", "c", newer)} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	n, err := m.Adopt(old.Dir())
-	if err != nil || n != 3 {
-		t.Fatalf("Adopt = %d, %v; want 3 marks", n, err)
-	}
-	for _, w := range []struct{ vg, lv, owner string }{{"vg1", "a", ""}, {"vg1", "b", uuid}, {"vg2", "c", newer}} {
-		if owner, marked, err := m.Owner(w.vg, w.lv); err != nil || !marked || owner != w.owner {
-			t.Errorf("%s/%s after Adopt: %q, %v, %v; want %q, marked", w.vg, w.lv, owner, marked, err, w.owner)
-		}
-		if marked, err := old.Has(w.vg, w.lv); err != nil || marked {
-			t.Errorf("%s/%s still in the old directory (%v)", w.vg, w.lv, err)
-		}
-	}
-	if entries, err := os.ReadDir(old.Dir()); err != nil || len(entries) != 0 {
-		t.Errorf("the old directory holds %v (%v)", entries, err)
-	}
-	for _, dir := range []string{old.Dir(), filepath.Join(base, "missing"), m.Dir()} {
-		if n, err := m.Adopt(dir); err != nil || n != 0 {
-			t.Errorf("Adopt(%s) again = %d, %v; want 0, nil", dir, n, err)
-		}
-	}
-}
-
 func TestVolatile(t *testing.T) {
 	got, err := Volatile(t.TempDir())
 	if err != nil {

@@ -59,9 +59,11 @@ type cluster struct {
 	caPEM []byte
 	nodes map[string]*agentNode
 	// pvs is the PersistentVolume index: volume ID -> node.
-	mu     sync.Mutex
-	pvs    map[string][]string
-	router *router.Server
+	mu  sync.Mutex
+	pvs map[string][]string
+	// pvNames are the names of those PVs, by volume ID.
+	pvNames map[string]string
+	router  *router.Server
 }
 
 // agentNode is one node agent.
@@ -257,6 +259,17 @@ func (c *cluster) NodesOf(handle string) ([]string, error) {
 	return c.pvs[handle], nil
 }
 
+// PVsOf names the PV of each volume a test made with a PV: the volume's
+// own name, as csi-provisioner names it.
+func (c *cluster) PVsOf(handle string) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.pvNames[handle]; ok {
+		return []string{n}, nil
+	}
+	return nil, nil
+}
+
 func (c *cluster) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeAgentClient, error) {
 	n, ok := c.nodes[node]
 	if !ok || n.conn == nil {
@@ -284,6 +297,10 @@ func (c *cluster) source(name, class string, size, chunk, stride int64) (string,
 	id := v.GetVolume().GetVolumeId()
 	c.mu.Lock()
 	c.pvs[id] = []string{"node-a"}
+	if c.pvNames == nil {
+		c.pvNames = map[string]string{}
+	}
+	c.pvNames[id] = name
 	c.mu.Unlock()
 	dev, err := plugintest.DevicePath(id)
 	if err != nil {

@@ -80,14 +80,22 @@ type Volumes interface {
 	DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error)
 	CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
 	DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error)
+	// DeleteVolumeOn deletes a volume on node and asks no other node:
+	// the move's target, which no PV names yet. UNAVAILABLE: node is not
+	// connected, nothing is known.
+	DeleteVolumeOn(ctx context.Context, node string, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error)
+	// ControllerGetVolumeOn asks node only about a volume: NOT_FOUND, it
+	// is not there; UNAVAILABLE, node is not connected.
+	ControllerGetVolumeOn(ctx context.Context, node string, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error)
 }
 
 // CatchUp sends a volume's changes since a snapshot of it to a volume
-// restored from that snapshot on another node; *router.Server is one.
-// FAILED_PRECONDITION: the source is still open on its node (its pod's
-// volume not unstaged yet); the mover retries it.
+// restored from that snapshot on targetNode; *router.Server is one. The
+// target is looked for on targetNode only: UNAVAILABLE when that node is
+// not connected. FAILED_PRECONDITION: the source is still open on its
+// node (its pod's volume not unstaged yet); the mover retries it.
 type CatchUp interface {
-	CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetVolumeID string) (received int64, err error)
+	CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error)
 }
 
 // Config is what the mover needs; main builds it.

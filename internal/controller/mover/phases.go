@@ -3,6 +3,7 @@ package mover
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	case moveapi.PhaseCleaning:
 		return m.clean(ctx, mv)
 	case moveapi.PhaseRollingBack:
-		return m.rollBack(ctx, mv)
+		return m.rollBack(ctx, mv, attempt)
 	}
 	klog.FromContext(ctx).Info("Unknown move phase; leaving the PV alone", "phase", pv.Annotations[moveapi.AnnPhase])
 	return 0, nil
@@ -106,10 +107,10 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 	if pv.Annotations[moveapi.AnnSeed] == "" && pv.Annotations[moveapi.AnnSeedName] == "" {
 		// Nothing of this move is made yet. The target's name is the same
 		// for every move of the PV to the node: one an earlier move left
-		// (its node away when it was deleted) goes first. Best effort
-		// after a few tries (the router asks every node for a volume no
-		// PV names): this move's own seed keeps a target that stays from
-		// passing for its copy (CreateVolume answers ALREADY_EXISTS).
+		// goes first, deleted on that node. Best effort after a few tries
+		// (the node may be away): this move's own seed keeps a target
+		// that stays from passing for its copy (CreateVolume answers
+		// ALREADY_EXISTS).
 		if err := m.deleteLeft(ctx, mv); err != nil {
 			if retryable(err) && attempt < maxSeedRetries {
 				m.wait(ctx, mv, "deleting what an earlier move to node "+mv.to+" left failed (retrying): "+err.Error())
@@ -228,7 +229,7 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 	}
 	cctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	began := m.now()
-	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[moveapi.AnnSeed], pv.Annotations[moveapi.AnnTargetID])
+	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[moveapi.AnnSeed], mv.to, pv.Annotations[moveapi.AnnTargetID])
 	took := m.now().Sub(began)
 	cancel()
 	if err != nil {
@@ -458,10 +459,22 @@ func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) e
 		}
 	}
 	if id != "" {
-		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			return fmt.Errorf("deleting the target volume %s: %w", id, err)
+		node := pv.Annotations[moveapi.AnnMoveTo]
+		if _, err := m.cfg.Volumes.DeleteVolumeOn(ctx, node, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			if status.Code(err) == codes.Unavailable {
+				err = fmt.Errorf("%w: %w", errTargetAway, err)
+			}
+			return fmt.Errorf("deleting the target volume %s on node %s: %w", id, node, err)
 		}
 	}
+	return m.deleteSeed(ctx, pv)
+}
+
+// errTargetAway: the target's node did not answer its deletion.
+var errTargetAway = errors.New("the target's node is away")
+
+// deleteSeed deletes the move's seed, by its ID or the one its name gives.
+func (m *Mover) deleteSeed(ctx context.Context, pv *corev1.PersistentVolume) error {
 	seed := pv.Annotations[moveapi.AnnSeed]
 	if seed == "" && pv.Annotations[moveapi.AnnSeedName] != "" {
 		seed = m.seedID(pv, seedName(pv))
@@ -484,8 +497,8 @@ func (m *Mover) deleteLeft(ctx context.Context, mv move) error {
 		return err
 	}
 	if id != "" {
-		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			return fmt.Errorf("deleting volume %s (%s): %w", id, mv.target, err)
+		if _, err := m.cfg.Volumes.DeleteVolumeOn(ctx, mv.to, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			return fmt.Errorf("deleting volume %s (%s) on node %s: %w", id, mv.target, mv.to, err)
 		}
 	}
 	// The seed of a move begun before seeds had their own name.
@@ -567,8 +580,10 @@ func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
 
 // rollBack pre-binds the old PV to the claim and makes the claim again on
 // it once the old one is gone; when it is bound, the target and the seed
-// go and the move ends.
-func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
+// go and the move ends. A target whose node stays away (UNAVAILABLE
+// after maxSeedRetries) is left there: the claim is back on its old
+// volume, and the next move to that node deletes it first (deleteLeft).
+func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	pv := mv.pv
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns)
 	claim, err := claims.Get(ctx, mv.name, metav1.GetOptions{})
@@ -619,7 +634,16 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 		return m.cfg.Poll, nil
 	}
 	if err := m.deleteTarget(ctx, pv); err != nil {
-		return 0, err
+		if !errors.Is(err, errTargetAway) || attempt < maxSeedRetries {
+			m.wait(ctx, mv, "rolling back: "+err.Error())
+			return 0, err
+		}
+		klog.FromContext(ctx).Info("Leaving the target on its node, which is away; the next move there deletes it", "err", err.Error())
+		m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonRolledBack, fmt.Sprintf("Left the target volume %s on node %s, which does not answer: the next move to that node deletes it, and carve audit reports it until then (%v)",
+			pv.Annotations[moveapi.AnnTargetID], mv.to, err))
+		if err := m.deleteSeed(ctx, pv); err != nil {
+			return 0, err
+		}
 	}
 	why := strings.TrimPrefix(pv.Annotations[moveapi.AnnAbort], abortFailed)
 	pv = pv.DeepCopy()

@@ -40,7 +40,15 @@ const (
 	AnnBytes = AnnPrefix + "bytes"
 	// AnnAbort on the old PV asks to roll a move back while that is
 	// still possible (stopping, catching-up): `kubectl carve move --abort`.
+	// On a parked move it releases the claim's name and keeps the target
+	// and the seed.
 	AnnAbort = AnnPrefix + "abort"
+	// AnnParked is why a move is parked (PhaseParked): the old volume
+	// could not be vouched for, so nothing of the move is deleted.
+	AnnParked = AnnPrefix + "parked"
+	// AnnParkedFrom is the phase a parked move resumes at once its old
+	// volume answers again.
+	AnnParkedFrom = AnnPrefix + "parked-from"
 	// AnnWaiting says what the move waits for or the last failure it
 	// retries: for `kubectl carve move` to show.
 	AnnWaiting = AnnPrefix + "waiting"
@@ -56,6 +64,11 @@ const (
 	PhaseBinding     = "binding"
 	PhaseCleaning    = "cleaning"
 	PhaseRollingBack = "rolling-back"
+	// PhaseParked: the move stopped where it was because its old volume
+	// is not known to be there and whole (its node does not answer, or
+	// the volume is gone): the target and the seed, which may hold the
+	// only copy, are kept until the node answers or an operator decides.
+	PhaseParked = "parked"
 )
 
 // Event reasons, on the claim and on the old PV.
@@ -65,6 +78,7 @@ const (
 	ReasonMoveFailed = "MoveFailed"
 	ReasonAborted    = "MoveAborted"
 	ReasonRolledBack = "MoveRolledBack"
+	ReasonParked     = "MoveParked"
 )
 
 // Targets are the volumes a move in flight made or makes on behalf of the

@@ -183,6 +183,13 @@ func moveProgress(ctx context.Context, kube kubernetes.Interface, ns, name, oldP
 		return progress{}, err
 	}
 	gone := apierrors.IsNotFound(err)
+	if !gone && pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseParked {
+		// A parked move waits for a node or for someone to decide: following
+		// it ends here.
+		line := fmt.Sprintf("parked (to node %s): %s; the target and the seed are kept (see kubectl carve move --abort)",
+			pv.Annotations[moveapi.AnnMoveTo], pv.Annotations[moveapi.AnnParked])
+		return progress{line: line, done: true, failed: errors.New("the move is parked: " + pv.Annotations[moveapi.AnnParked])}, nil
+	}
 	if !gone && pv.Annotations[moveapi.AnnPhase] != "" {
 		line := pv.Annotations[moveapi.AnnPhase] + " (to node " + pv.Annotations[moveapi.AnnMoveTo] + ")"
 		if w := pv.Annotations[moveapi.AnnWaiting]; w != "" {
@@ -273,6 +280,14 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 		case moveapi.PhaseSeeding, moveapi.PhaseStopping, moveapi.PhaseCatchingUp:
 		case moveapi.PhaseRollingBack:
 			say(o.streams.Out, "claim %s/%s: the move is rolling back already\n", ns, name)
+			return nil
+		case moveapi.PhaseParked:
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnAbort: "requested"}}})
+			if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("asking to abort the parked move of %s/%s: %w", ns, name, err)
+			}
+			say(o.streams.Out, "claim %s/%s: abort asked of the parked move; the claim's name is released, the target %s on node %s and the seed are kept; the move rolls back if volume %s answers again\n",
+				ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], pv.Name)
 			return nil
 		default:
 			return fmt.Errorf("claim %s/%s: the move is in phase %s, past the point of return: it completes on its own", ns, name, phase)

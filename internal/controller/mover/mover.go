@@ -35,7 +35,9 @@
 // the target and the seed and gives the old PV its reclaim policy back:
 // the original is untouched and in use. After stopping started, such a
 // failure rolls back: the old PV is pre-bound to the claim again and the
-// claim made again on it.
+// claim made again on it. Neither deletes the target or the seed unless
+// the old volume's node vouches for it (there, whole); else the move
+// parks, keeping both (park.go).
 package mover
 
 import (
@@ -117,8 +119,8 @@ type Config struct {
 	// Events records each step on the claim and the old PV.
 	Events record.EventRecorder
 	// Registerer, when set, gets carve_moves_total,
-	// carve_move_phase_seconds, carve_move_catch_up_bytes and
-	// carve_move_catch_up_seconds.
+	// carve_move_phase_seconds, carve_move_catch_up_bytes,
+	// carve_move_catch_up_seconds and carve_moves_parked.
 	Registerer prometheus.Registerer
 	// Poll is how often a move that waits looks again (default 2s).
 	Poll time.Duration
@@ -154,8 +156,10 @@ type Mover struct {
 	// also waits for the source to close).
 	catchUpBytes   prometheus.Histogram
 	catchUpSeconds prometheus.Histogram
-	started        atomic.Bool
-	now            func() time.Time
+	// parked is 1 for each old PV whose move is parked.
+	parked  *prometheus.GaugeVec
+	started atomic.Bool
+	now     func() time.Time
 }
 
 // New checks cfg and returns a Mover; its metrics are registered at once.
@@ -201,13 +205,17 @@ func New(cfg Config) (*Mover, error) {
 			Help:    "How long each move's catch-up copy took, without the wait for the source to close that carve_move_phase_seconds{phase=\"catching-up\"} also counts.",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 16),
 		}),
+		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_moves_parked",
+			Help: "1 for each move that is parked (by its old PV): its old volume could not be vouched for (its node does not answer, or the volume is gone), so the target and the seed, which may hold the only copy, are kept.",
+		}, []string{"pv"}),
 		now: time.Now,
 	}
 	for _, r := range results {
 		m.moves.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds} {
+		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds, m.parked} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("mover: registering its metrics: %w", err)
 			}
@@ -231,6 +239,8 @@ func (m *Mover) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("mover")
 	ctx = klog.NewContext(ctx, log)
 	defer m.queue.ShutDown()
+	// Another leader counts the parked moves once this one stops.
+	defer m.parked.Reset()
 	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithTransform(trim))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	pvs := factory.Core().V1().PersistentVolumes().Informer()

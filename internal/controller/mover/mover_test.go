@@ -611,7 +611,7 @@ func TestMoveAbort(t *testing.T) {
 			}},
 		{name: "the catch-up cannot run", at: moveapi.PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: moveapi.ReasonRolledBack,
 			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes) {
-				vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+				vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "the target is not on node b")
 			}},
 		{name: "abort asked while catching up", at: moveapi.PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: moveapi.ReasonRolledBack,
 			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
@@ -661,7 +661,7 @@ func TestMoveCatchUpMetrics(t *testing.T) {
 		bytes, seconds float64
 	}{
 		{name: "moved", count: 1, bytes: 4096, seconds: 1},
-		{name: "the catch-up cannot run", fail: status.Error(codes.NotFound, "node b is gone")},
+		{name: "the catch-up cannot run", fail: status.Error(codes.NotFound, "the target is not on node b")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, vols := world(t)

@@ -61,6 +61,7 @@ func (mv move) claimRef() *corev1.ObjectReference {
 func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Duration, error) {
 	pv, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		m.parked.DeleteLabelValues(name)
 		return 0, nil
 	}
 	if err != nil {
@@ -68,6 +69,9 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	}
 	mv := m.moveOf(pv)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pv", name, "claim", mv.ns+"/"+mv.name, "to", mv.to))
+	if pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseParked {
+		m.parked.DeleteLabelValues(name)
+	}
 	switch pv.Annotations[moveapi.AnnPhase] {
 	case "":
 		return 0, nil
@@ -83,6 +87,8 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 		return m.clean(ctx, mv)
 	case moveapi.PhaseRollingBack:
 		return m.rollBack(ctx, mv, attempt)
+	case moveapi.PhaseParked:
+		return m.parkedStep(ctx, mv)
 	}
 	klog.FromContext(ctx).Info("Unknown move phase; leaving the PV alone", "phase", pv.Annotations[moveapi.AnnPhase])
 	return 0, nil
@@ -330,6 +336,16 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 // clean deletes the seed, the old volume and the old PV.
 func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
+	// The claim is bound to the target: the seed and the old volume go
+	// only once the target answers for itself, there and whole.
+	bad, err := m.vouch(ctx, mv.to, pv.Annotations[moveapi.AnnTargetID])
+	if err != nil {
+		return 0, err
+	}
+	if bad != "" {
+		m.wait(ctx, mv, "keeping the old volume and the seed: "+bad)
+		return max(m.cfg.Poll, parkedPoll), nil
+	}
 	if id := pv.Annotations[moveapi.AnnSeed]; id != "" {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			return 0, fmt.Errorf("deleting the seed %s: %w", id, err)
@@ -361,7 +377,7 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 		}
 	}
 	uid := pv.UID
-	err := m.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = m.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("deleting the old PV %s: %w", pv.Name, err)
 	}
@@ -384,8 +400,20 @@ func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, e
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	why := abortFailed + what + ": " + err.Error()
-	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
+	switch mv.pv.Annotations[moveapi.AnnPhase] {
+	case moveapi.PhaseSeeding:
 		return m.abort(ctx, mv, why)
+	case moveapi.PhaseCatchingUp:
+		// The catch-up fails when the source's node is lost too: rolling
+		// back would bind the claim to a volume nobody can read and then
+		// delete the target, the only copy left.
+		bad, verr := m.vouchOld(ctx, mv.pv)
+		if verr != nil {
+			return verr
+		}
+		if bad != "" {
+			return m.park(ctx, mv, what+" failed ("+err.Error()+") and "+bad)
+		}
 	}
 	return m.startRollBack(ctx, mv, why)
 }
@@ -413,6 +441,16 @@ func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 		var err error
 		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnAbort: why}); err != nil {
 			return err
+		}
+	}
+	if hasCopy(pv) {
+		bad, err := m.vouchOld(ctx, pv)
+		if err != nil {
+			return err
+		}
+		if bad != "" {
+			mv.pv = pv
+			return m.park(ctx, mv, "aborting ("+strings.TrimPrefix(why, abortFailed)+"), but "+bad)
 		}
 	}
 	if err := m.deleteTarget(ctx, pv); err != nil {
@@ -632,6 +670,15 @@ func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Durati
 			m.wait(ctx, mv, fmt.Sprintf("claim %s/%s is bound to %s, not to its old volume %s", mv.ns, mv.name, claim.Spec.VolumeName, pv.Name))
 		}
 		return m.cfg.Poll, nil
+	}
+	// Bound again: the target and the seed go only if the old volume is
+	// there to hold the data.
+	bad, err := m.vouchOld(ctx, pv)
+	if err != nil {
+		return 0, err
+	}
+	if bad != "" {
+		return 0, m.park(ctx, mv, "rolling back to the old volume, but "+bad)
 	}
 	if err := m.deleteTarget(ctx, pv); err != nil {
 		if !errors.Is(err, errTargetAway) || attempt < maxSeedRetries {

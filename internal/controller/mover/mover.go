@@ -156,8 +156,8 @@ type Mover struct {
 	// also waits for the source to close).
 	catchUpBytes   prometheus.Histogram
 	catchUpSeconds prometheus.Histogram
-	// parked is 1 for each old PV whose move is parked.
-	parked  *prometheus.GaugeVec
+	// parked are the old PVs whose move is parked.
+	parked  *parkedMoves
 	started atomic.Bool
 	now     func() time.Time
 }
@@ -205,17 +205,17 @@ func New(cfg Config) (*Mover, error) {
 			Help:    "How long each move's catch-up copy took, without the wait for the source to close that carve_move_phase_seconds{phase=\"catching-up\"} also counts.",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 16),
 		}),
-		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		parked: &parkedMoves{pvs: map[string]bool{}, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "carve_moves_parked",
-			Help: "1 for each move that is parked (by its old PV): its old volume could not be vouched for (its node does not answer, or the volume is gone), so the target and the seed, which may hold the only copy, are kept.",
-		}, []string{"pv"}),
+			Help: "Moves that are parked: their old volume could not be vouched for (its node does not answer, or the volume is gone), so the target and the seed, which may hold the only copy, are kept. 0 on a replica that does not lead.",
+		})},
 		now: time.Now,
 	}
 	for _, r := range results {
 		m.moves.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds, m.parked} {
+		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds, m.parked.gauge} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("mover: registering its metrics: %w", err)
 			}
@@ -240,7 +240,7 @@ func (m *Mover) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, log)
 	defer m.queue.ShutDown()
 	// Another leader counts the parked moves once this one stops.
-	defer m.parked.Reset()
+	defer m.parked.reset()
 	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithTransform(trim))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	pvs := factory.Core().V1().PersistentVolumes().Informer()

@@ -3,9 +3,11 @@ package mover
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -70,7 +72,7 @@ func (m *Mover) park(ctx context.Context, mv move, why string) error {
 	if err != nil {
 		return err
 	}
-	m.parked.WithLabelValues(mv.pv.Name).Set(1)
+	m.parked.add(mv.pv.Name)
 	m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonParked, fmt.Sprintf(
 		"Move to node %s parked in %s: %s. The target %s on node %s and the seed are kept; the move resumes once the old volume %s answers again, or see `kubectl carve move --abort`",
 		mv.to, from, why, mv.pv.Annotations[moveapi.AnnTargetID], mv.to, mv.pv.Name))
@@ -82,7 +84,7 @@ func (m *Mover) park(ctx context.Context, mv move, why string) error {
 // until then it keeps everything.
 func (m *Mover) parkedStep(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
-	m.parked.WithLabelValues(pv.Name).Set(1)
+	m.parked.add(pv.Name)
 	why, err := m.vouchOld(ctx, pv)
 	if err != nil {
 		return 0, err
@@ -102,6 +104,35 @@ func (m *Mover) parkedStep(ctx context.Context, mv move) (time.Duration, error) 
 	if err := m.advance(ctx, mv, next, extra, "the old volume answers again; resuming"); err != nil {
 		return 0, err
 	}
-	m.parked.DeleteLabelValues(pv.Name)
+	m.parked.drop(pv.Name)
 	return 0, nil
+}
+
+// parkedMoves are the old PVs whose move is parked, counted by
+// carve_moves_parked; each PV once however often its move is seen.
+type parkedMoves struct {
+	mu    sync.Mutex
+	pvs   map[string]bool
+	gauge prometheus.Gauge
+}
+
+func (p *parkedMoves) add(pv string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pvs[pv] = true
+	p.gauge.Set(float64(len(p.pvs)))
+}
+
+func (p *parkedMoves) drop(pv string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pvs, pv)
+	p.gauge.Set(float64(len(p.pvs)))
+}
+
+func (p *parkedMoves) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.pvs)
+	p.gauge.Set(0)
 }

@@ -61,7 +61,7 @@ func (mv move) claimRef() *corev1.ObjectReference {
 func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Duration, error) {
 	pv, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		m.parked.DeleteLabelValues(name)
+		m.parked.drop(name)
 		return 0, nil
 	}
 	if err != nil {
@@ -70,7 +70,7 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	mv := m.moveOf(pv)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pv", name, "claim", mv.ns+"/"+mv.name, "to", mv.to))
 	if pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseParked {
-		m.parked.DeleteLabelValues(name)
+		m.parked.drop(name)
 	}
 	switch pv.Annotations[moveapi.AnnPhase] {
 	case "":

@@ -79,6 +79,8 @@ func TestMoveProgress(t *testing.T) {
 		{name: "rolled back", objs: []runtime.Object{pv(nil), claim("old", nil), ev(moveapi.ReasonRolledBack, "rolled back", 0)},
 			line: "MoveRolledBack: rolled back", done: true, failed: true},
 		{name: "the claim between its two lives", objs: []runtime.Object{}, line: "waiting for the claim to be bound again"},
+		{name: "parked", objs: []runtime.Object{pv(map[string]string{moveapi.AnnPhase: moveapi.PhaseParked, moveapi.AnnMoveTo: "n2",
+			moveapi.AnnParked: "node n1 does not answer"})}, line: "parked (to node n2): node n1 does not answer", done: true, failed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := moveProgress(context.Background(), fake.NewClientset(tc.objs...), "db", "data-0", "old")
@@ -100,6 +102,7 @@ func TestMoveAbort(t *testing.T) {
 		abort       bool
 	}{
 		{name: "while catching up: rolled back", phase: moveapi.PhaseCatchingUp, out: "abort asked", abort: true},
+		{name: "parked: the claim released", phase: moveapi.PhaseParked, out: "claim's name is released", abort: true},
 		{name: "while binding: too late", phase: moveapi.PhaseBinding, code: exitError, out: "past the point of return"},
 		{name: "no move", code: exitError, out: "no move to abort"},
 	} {
@@ -122,6 +125,9 @@ func TestMoveAbort(t *testing.T) {
 			pv, _ := cs.CoreV1().PersistentVolumes().Get(context.Background(), "pv-a", metav1.GetOptions{})
 			if got := pv.Annotations[moveapi.AnnAbort] != ""; got != tc.abort {
 				t.Errorf("abort asked on the PV: %v, want %v", got, tc.abort)
+			}
+			if out := o.streams.Out.(*bytes.Buffer).String(); err == nil && !strings.Contains(out, tc.out) {
+				t.Errorf("printed %q, want %q", out, tc.out)
 			}
 		})
 	}

@@ -686,7 +686,7 @@ func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Durati
 			return 0, err
 		}
 		klog.FromContext(ctx).Info("Leaving the target on its node, which is away; the next move there deletes it", "err", err.Error())
-		m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonRolledBack, fmt.Sprintf("Left the target volume %s on node %s, which does not answer: the next move to that node deletes it, and carve audit reports it until then (%v)",
+		m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonRolledBack, fmt.Sprintf("Left the target volume %s on node %s, which does not answer: the next move to that node deletes it, and carve controller's audit reports it until then (%v)",
 			pv.Annotations[moveapi.AnnTargetID], mv.to, err))
 		if err := m.deleteSeed(ctx, pv); err != nil {
 			return 0, err

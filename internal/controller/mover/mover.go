@@ -70,9 +70,10 @@ const (
 	ResultFailed     = "failed"
 	ResultRolledBack = "rolled_back"
 	ResultRefused    = "refused"
+	ResultSalvaged   = "salvaged"
 )
 
-var results = []string{ResultMoved, ResultAborted, ResultFailed, ResultRolledBack, ResultRefused}
+var results = []string{ResultMoved, ResultAborted, ResultFailed, ResultRolledBack, ResultRefused, ResultSalvaged}
 
 // Volumes is the CSI Controller the mover makes and deletes volumes and
 // snapshots through; *router.Server is one. Each call is idempotent by
@@ -188,7 +189,7 @@ func New(cfg Config) (*Mover, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseDelay, maxDelay)),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_moves_total",
-			Help: "Moves of claims to another node (kubectl carve move) that ended, by result: moved, aborted (asked to), failed (given up before the workload stopped; the original untouched), rolled_back (given up after; the claim bound to its old volume again), refused (never started).",
+			Help: "Moves of claims to another node (kubectl carve move) that ended, by result: moved, aborted (asked to), failed (given up before the workload stopped; the original untouched), rolled_back (given up after; the claim bound to its old volume again), refused (never started), salvaged (a parked move bound to its target as of the seed, as asked).",
 		}, []string{"result"}),
 		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carve_move_phase_seconds",

@@ -85,6 +85,9 @@ func (m *Mover) park(ctx context.Context, mv move, why string) error {
 func (m *Mover) parkedStep(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
 	m.parked.add(pv.Name)
+	if pv.Annotations[moveapi.AnnSalvage] != "" {
+		return m.salvage(ctx, mv)
+	}
 	why, err := m.vouchOld(ctx, pv)
 	if err != nil {
 		return 0, err
@@ -135,4 +138,48 @@ func (p *parkedMoves) reset() {
 	defer p.mu.Unlock()
 	clear(p.pvs)
 	p.gauge.Set(0)
+}
+
+// salvage binds the claim of a move parked while catching up to its
+// target as it is, the data as of the seed (moveapi.AnnSalvage asks it):
+// the move goes on to binding, and its cleaning leaves what is on the
+// lost node. The target must answer for itself first. A move parked in
+// another phase is not salvaged: its claim may be bound to the old
+// volume again, or its target never made.
+func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
+	pv := mv.pv
+	if from := pv.Annotations[moveapi.AnnParkedFrom]; from != moveapi.PhaseCatchingUp {
+		m.wait(ctx, mv, "parked in "+from+": only a move parked while catching up can be salvaged")
+		return max(m.cfg.Poll, parkedPoll), nil
+	}
+	bad, err := m.vouch(ctx, mv.to, pv.Annotations[moveapi.AnnTargetID])
+	if err != nil {
+		return 0, err
+	}
+	if bad != "" {
+		m.wait(ctx, mv, "salvaging: "+bad)
+		return max(m.cfg.Poll, parkedPoll), nil
+	}
+	lost := lostText(pv)
+	klog.FromContext(ctx).Info("Salvaging the parked move: binding the claim to its target as of the seed", "lost", lost)
+	err = m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnParked: "", moveapi.AnnParkedFrom: ""},
+		"salvaging as asked: binding the claim to the target as of the seed")
+	if err != nil {
+		return 0, err
+	}
+	m.parked.drop(pv.Name)
+	m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonSalvaged, fmt.Sprintf(
+		"Salvaging as asked: claim %s/%s is bound to the target %s on node %s, which holds the data as of the seed: %s",
+		mv.ns, mv.name, pv.Annotations[moveapi.AnnTargetID], mv.to, lost))
+	return 0, nil
+}
+
+// lostText says which writes a salvage of pv's move loses.
+func lostText(pv *corev1.PersistentVolume) string {
+	seed, stopped, ok := moveapi.WritesLost(pv.Annotations)
+	if !ok {
+		return "the writes made after the seed are lost (when the seed was made is not recorded)"
+	}
+	return fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s), at most %s, are lost",
+		seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
 }

@@ -2,8 +2,10 @@ package mover
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -215,6 +217,83 @@ func TestParkedMove(t *testing.T) {
 		driveAttempts(t, m, 30, nil)
 		checkUnmoved(t, client, vols)
 		checkResults(t, m, map[string]float64{ResultRolledBack: 1})
+	})
+}
+
+// TestSalvage: a move parked while catching up, its source's node lost
+// for good, is bound to its target as asked: the claim on the target's
+// new PV, the old PV gone, the old volume and the seed left on the lost
+// node, and a MoveSalvaged Event saying which writes are lost (from the
+// seed to the stop). A move parked in another phase is not salvaged.
+func TestSalvage(t *testing.T) {
+	salvage := func(t *testing.T, client *fake.Clientset) {
+		t.Helper()
+		pv := getPV(t, client, oldPV)
+		pv.Annotations[moveapi.AnnSalvage] = "requested"
+		if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("parked while catching up", func(t *testing.T) {
+		client, vols := world(t)
+		m, rec := newMover(t, client, vols)
+		// Each reading of the clock is a minute later.
+		clock := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+		m.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
+		request(t, client, "b")
+		start(t, m)
+		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, _ int) {
+			if phase == moveapi.PhaseCatchingUp {
+				vols.away["a"] = true
+			}
+		})
+		seed, stopped, ok := moveapi.WritesLost(getPV(t, client, oldPV).Annotations)
+		if !ok || !stopped.After(seed) {
+			t.Fatalf("seed %v, stopped %v, recorded %v", seed, stopped, ok)
+		}
+		eventsOf(rec)
+		salvage(t, client)
+		drive(t, m, 20, nil)
+		if getPV(t, client, oldPV) != nil {
+			t.Error("the old PV is still there")
+		}
+		target := TargetName(oldPV, "b")
+		if c := getClaim(t, client); c == nil || c.Spec.VolumeName != target || c.Status.Phase != corev1.ClaimBound {
+			t.Fatalf("claim not bound to the target's PV %s: %+v", target, c)
+		}
+		if vols.volumes[targetHandle("vg", "b")] == "" || vols.volumes[oldHandle] == "" || len(vols.snapshots) != 1 {
+			t.Errorf("volumes %v snapshots %v: want the target, and the old volume and the seed left on node a", vols.volumes, vols.snapshots)
+		}
+		ev := eventsOf(rec)
+		want := fmt.Sprintf("at most %s, are lost", stopped.Sub(seed))
+		if n := strings.Count(ev, moveapi.ReasonSalvaged); n < 3 || !strings.Contains(ev, want) || !strings.Contains(ev, seed.Format(time.RFC3339)) {
+			t.Errorf("%d %s events, want 3 naming %q and the seed's time:\n%s", n, moveapi.ReasonSalvaged, want, ev)
+		}
+		checkResults(t, m, map[string]float64{ResultSalvaged: 1})
+		if got := testutil.ToFloat64(m.parked.gauge); got != 0 {
+			t.Errorf("carve_moves_parked = %v after the salvage, want 0", got)
+		}
+	})
+	t.Run("parked while rolling back", func(t *testing.T) {
+		client, vols := world(t)
+		m, _ := newMover(t, client, vols)
+		request(t, client, "b")
+		start(t, m)
+		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) {
+			if phase == moveapi.PhaseCatchingUp && visit == 0 {
+				vols.away["a"] = true
+				askAbort(t, client)
+			}
+		})
+		salvage(t, client)
+		for i := range 3 {
+			step(t, m, i)
+		}
+		pv := getPV(t, client, oldPV)
+		if pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseParked || !strings.Contains(pv.Annotations[moveapi.AnnWaiting], "only a move parked while catching up") {
+			t.Errorf("annotations %v: want still parked, saying why", pv.Annotations)
+		}
+		checkKept(t, vols)
 	})
 }
 

@@ -137,7 +137,8 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if !resp.GetSnapshot().GetReadyToUse() {
 			return m.cfg.Poll, nil
 		}
-		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnSeed: resp.GetSnapshot().GetSnapshotId()}); err != nil {
+		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnSeed: resp.GetSnapshot().GetSnapshotId(),
+			moveapi.AnnSeedTime: m.now().UTC().Format(time.RFC3339Nano)}); err != nil {
 			return 0, err
 		}
 		mv.pv = pv
@@ -214,7 +215,8 @@ func (m *Mover) stop(ctx context.Context, mv move, attempt int) (time.Duration, 
 		}
 		return m.cfg.Poll, nil
 	}
-	return 0, m.advance(ctx, mv, moveapi.PhaseCatchingUp, nil, "the claim is gone; sending what changed since the seed")
+	return 0, m.advance(ctx, mv, moveapi.PhaseCatchingUp, map[string]string{moveapi.AnnStopped: m.now().UTC().Format(time.RFC3339Nano)},
+		"the claim is gone; sending what changed since the seed")
 }
 
 // usesClaim tells whether pod mounts claim.
@@ -346,19 +348,31 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 		m.wait(ctx, mv, "keeping the old volume and the seed: "+bad)
 		return max(m.cfg.Poll, parkedPoll), nil
 	}
-	if id := pv.Annotations[moveapi.AnnSeed]; id != "" {
+	salvaged := pv.Annotations[moveapi.AnnSalvage] != ""
+	// A salvaged move's seed and old volume are on the node that was
+	// lost: they are left there (the audit reports them should it come
+	// back), only the old PV goes.
+	if id := pv.Annotations[moveapi.AnnSeed]; id != "" && !salvaged {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			return 0, fmt.Errorf("deleting the seed %s: %w", id, err)
 		}
 	}
-	if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle}); err != nil {
-		return 0, fmt.Errorf("deleting the old volume %s: %w", pv.Spec.CSI.VolumeHandle, err)
+	if !salvaged {
+		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle}); err != nil {
+			return 0, fmt.Errorf("deleting the old volume %s: %w", pv.Spec.CSI.VolumeHandle, err)
+		}
 	}
 	durations := m.closePhase(pv, moveapi.PhaseCleaning)
+	typ, reason, result := corev1.EventTypeNormal, moveapi.ReasonMoved, ResultMoved
 	msg := fmt.Sprintf("Moved from node %s to node %s (PV %s, was %s); %d bytes sent after the workload stopped; phases: %s",
 		pinnedFrom(pv, m.cfg.TopologyKey), mv.to, mv.target, pv.Name, bytesOf(pv), durations)
+	if salvaged {
+		typ, reason, result = corev1.EventTypeWarning, moveapi.ReasonSalvaged, ResultSalvaged
+		msg = fmt.Sprintf("Salvaged onto node %s (PV %s, was %s on node %s): %s; the old volume and the seed stay on node %s",
+			mv.to, mv.target, pv.Name, pinnedFrom(pv, m.cfg.TopologyKey), lostText(pv), pinnedFrom(pv, m.cfg.TopologyKey))
+	}
 	if c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns).Get(ctx, mv.name, metav1.GetOptions{}); err == nil {
-		m.cfg.Events.Event(c, corev1.EventTypeNormal, moveapi.ReasonMoved, msg)
+		m.cfg.Events.Event(c, typ, reason, msg)
 	}
 	klog.FromContext(ctx).Info("Moved", "newPV", mv.target, "phases", durations)
 	// The old volume is gone: nothing is left for csi-provisioner to
@@ -381,7 +395,7 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("deleting the old PV %s: %w", pv.Name, err)
 	}
-	m.moves.WithLabelValues(ResultMoved).Inc()
+	m.moves.WithLabelValues(result).Inc()
 	return 0, nil
 }
 

@@ -1,9 +1,11 @@
 // Package moveapi is a move of a claim to another node (internal/controller/mover) as it
 // shows on Kubernetes objects: the annotations that ask for it and hold
-// its state, its phases and its Events' reasons. It imports nothing, so
-// that kubectl-carve, which asks for moves and follows them, does not
-// link the mover.
+// its state, its phases and its Events' reasons. It imports nothing but
+// the standard library, so that kubectl-carve, which asks for moves and
+// follows them, does not link the mover.
 package moveapi
+
+import "time"
 
 // Annotations. AnnMoveTo is the request on the claim; the others live on
 // the old PV while its move runs (pvindex keeps every annotation of the
@@ -30,6 +32,16 @@ const (
 	// that a target left by an earlier move to the same node (same CSI
 	// name) is never taken for a copy of this move's seed.
 	AnnSeedName = AnnPrefix + "seed-name"
+	// AnnSeedTime is when the seed snapshot was made (RFC 3339).
+	AnnSeedTime = AnnPrefix + "seed-time"
+	// AnnStopped is when the workload was stopped: the claim gone, no pod
+	// writing to the old volume any more (RFC 3339).
+	AnnStopped = AnnPrefix + "stopped"
+	// AnnSalvage on the old PV of a move parked while catching up asks to
+	// bind the claim to the target as it is, the data as of the seed:
+	// `kubectl carve move --salvage`. What was written between the seed
+	// and the stop is lost (WritesLost).
+	AnnSalvage = AnnPrefix + "salvage"
 	// AnnClaim is the claim as it was before stopping (JSON).
 	AnnClaim = AnnPrefix + "claim"
 	// AnnPhaseSince is when the current phase started (RFC 3339).
@@ -40,7 +52,15 @@ const (
 	AnnBytes = AnnPrefix + "bytes"
 	// AnnAbort on the old PV asks to roll a move back while that is
 	// still possible (stopping, catching-up): `kubectl carve move --abort`.
+	// On a parked move it releases the claim's name and keeps the target
+	// and the seed.
 	AnnAbort = AnnPrefix + "abort"
+	// AnnParked is why a move is parked (PhaseParked): the old volume
+	// could not be vouched for, so nothing of the move is deleted.
+	AnnParked = AnnPrefix + "parked"
+	// AnnParkedFrom is the phase a parked move resumes at once its old
+	// volume answers again.
+	AnnParkedFrom = AnnPrefix + "parked-from"
 	// AnnWaiting says what the move waits for or the last failure it
 	// retries: for `kubectl carve move` to show.
 	AnnWaiting = AnnPrefix + "waiting"
@@ -56,6 +76,11 @@ const (
 	PhaseBinding     = "binding"
 	PhaseCleaning    = "cleaning"
 	PhaseRollingBack = "rolling-back"
+	// PhaseParked: the move stopped where it was because its old volume
+	// is not known to be there and whole (its node does not answer, or
+	// the volume is gone): the target and the seed, which may hold the
+	// only copy, are kept until the node answers or an operator decides.
+	PhaseParked = "parked"
 )
 
 // Event reasons, on the claim and on the old PV.
@@ -65,7 +90,21 @@ const (
 	ReasonMoveFailed = "MoveFailed"
 	ReasonAborted    = "MoveAborted"
 	ReasonRolledBack = "MoveRolledBack"
+	ReasonParked     = "MoveParked"
+	ReasonSalvaged   = "MoveSalvaged"
 )
+
+// WritesLost is the time of writes a salvage loses: from the seed to the
+// stop of the workload, as the old PV's annotations record them; ok is
+// false when they do not (a move begun by an older carve).
+func WritesLost(pvAnnotations map[string]string) (seed, stopped time.Time, ok bool) {
+	seed, err1 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnSeedTime])
+	stopped, err2 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnStopped])
+	if err1 != nil || err2 != nil || stopped.Before(seed) {
+		return time.Time{}, time.Time{}, false
+	}
+	return seed, stopped, true
+}
 
 // Targets are the volumes a move in flight made or makes on behalf of the
 // old PV with these annotations and that no PV names yet (its target, by

@@ -26,6 +26,7 @@ type moveOptions struct {
 	to      string
 	wait    bool
 	abort   bool
+	salvage bool
 	timeout time.Duration
 	poll    time.Duration
 }
@@ -41,7 +42,10 @@ changed is sent, and the claim (deleted and made again under the same name)
 is bound to the new volume; a StatefulSet's pod then starts on the new node.
 It sets the annotation ` + moveapi.AnnMoveTo + ` on the claim and, unless --wait=false,
 follows the move until it ends. --abort withdraws a move before the workload
-was stopped, or rolls it back while the changes are being sent.
+was stopped, or rolls it back while the changes are being sent; on a parked
+move (its old node lost) it releases the claim's name. --salvage binds the
+claim of a move parked while catching up to its target as of the seed, and
+says which writes are lost.
 See docs/operations.md ("Moving a volume").`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -55,8 +59,13 @@ See docs/operations.md ("Moving a volume").`,
 			if err != nil {
 				return err
 			}
-			if mo.abort {
+			switch {
+			case mo.abort && mo.salvage:
+				return usageError{errors.New("--abort and --salvage exclude each other")}
+			case mo.abort:
 				return o.abortMove(ctx(cmd), c.kube, ns, name)
+			case mo.salvage:
+				return o.salvageMove(ctx(cmd), c.kube, ns, name)
 			}
 			return o.move(ctx(cmd), c.kube, mo, ns, name)
 		},
@@ -92,6 +101,7 @@ nothing new lands there. See docs/operations.md ("Retiring a node").`,
 	}
 	move.Flags().BoolVar(&mo.wait, "wait", true, "follow the move until it ends; false: return once it is asked for")
 	move.Flags().BoolVar(&mo.abort, "abort", false, "withdraw the claim's move (before the workload stops), or roll it back (while the changes are sent)")
+	move.Flags().BoolVar(&mo.salvage, "salvage", false, "bind the claim of a move parked while catching up (its old node lost) to the target as of the seed; the writes since the seed are lost")
 	return []*cobra.Command{move, drain}
 }
 
@@ -183,6 +193,13 @@ func moveProgress(ctx context.Context, kube kubernetes.Interface, ns, name, oldP
 		return progress{}, err
 	}
 	gone := apierrors.IsNotFound(err)
+	if !gone && pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseParked {
+		// A parked move waits for a node or for someone to decide: following
+		// it ends here.
+		line := fmt.Sprintf("parked (to node %s): %s; the target and the seed are kept (see kubectl carve move --abort)",
+			pv.Annotations[moveapi.AnnMoveTo], pv.Annotations[moveapi.AnnParked])
+		return progress{line: line, done: true, failed: errors.New("the move is parked: " + pv.Annotations[moveapi.AnnParked])}, nil
+	}
 	if !gone && pv.Annotations[moveapi.AnnPhase] != "" {
 		line := pv.Annotations[moveapi.AnnPhase] + " (to node " + pv.Annotations[moveapi.AnnMoveTo] + ")"
 		if w := pv.Annotations[moveapi.AnnWaiting]; w != "" {
@@ -274,6 +291,14 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 		case moveapi.PhaseRollingBack:
 			say(o.streams.Out, "claim %s/%s: the move is rolling back already\n", ns, name)
 			return nil
+		case moveapi.PhaseParked:
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnAbort: "requested"}}})
+			if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("asking to abort the parked move of %s/%s: %w", ns, name, err)
+			}
+			say(o.streams.Out, "claim %s/%s: abort asked of the parked move; the claim's name is released, the target %s on node %s and the seed are kept; the move rolls back if volume %s answers again\n",
+				ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], pv.Name)
+			return nil
 		default:
 			return fmt.Errorf("claim %s/%s: the move is in phase %s, past the point of return: it completes on its own", ns, name, phase)
 		}
@@ -356,4 +381,37 @@ func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *move
 	}
 	say(o.streams.Out, "node %s: every carve claim moved off it\n", node)
 	return nil
+}
+
+// salvageMove asks carve controller to bind the claim of a move parked
+// while catching up to its target, as of the seed, and says which writes
+// that loses.
+func (o *options) salvageMove(ctx context.Context, kube kubernetes.Interface, ns, name string) error {
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, pv := range pvs.Items {
+		r, phase := pv.Spec.ClaimRef, pv.Annotations[moveapi.AnnPhase]
+		if r == nil || r.Namespace != ns || r.Name != name || phase == "" {
+			continue
+		}
+		if phase != moveapi.PhaseParked || pv.Annotations[moveapi.AnnParkedFrom] != moveapi.PhaseCatchingUp {
+			return fmt.Errorf("claim %s/%s: the move is in phase %s (parked from %q): only a move parked while catching up can be salvaged",
+				ns, name, phase, pv.Annotations[moveapi.AnnParkedFrom])
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnSalvage: "requested"}}})
+		if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("asking to salvage the move of %s/%s: %w", ns, name, err)
+		}
+		lost := "the writes made after the seed are lost (when the seed was made is not recorded)"
+		if seed, stopped, ok := moveapi.WritesLost(pv.Annotations); ok {
+			lost = fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s), at most %s, are lost",
+				seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
+		}
+		say(o.streams.Out, "claim %s/%s: salvage asked: the claim is bound to the target %s on node %s, which holds the data as of the seed; %s\n",
+			ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], lost)
+		return nil
+	}
+	return fmt.Errorf("claim %s/%s: no move to salvage", ns, name)
 }

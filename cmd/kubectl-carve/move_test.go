@@ -79,6 +79,8 @@ func TestMoveProgress(t *testing.T) {
 		{name: "rolled back", objs: []runtime.Object{pv(nil), claim("old", nil), ev(moveapi.ReasonRolledBack, "rolled back", 0)},
 			line: "MoveRolledBack: rolled back", done: true, failed: true},
 		{name: "the claim between its two lives", objs: []runtime.Object{}, line: "waiting for the claim to be bound again"},
+		{name: "parked", objs: []runtime.Object{pv(map[string]string{moveapi.AnnPhase: moveapi.PhaseParked, moveapi.AnnMoveTo: "n2",
+			moveapi.AnnParked: "node n1 does not answer"})}, line: "parked (to node n2): node n1 does not answer", done: true, failed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := moveProgress(context.Background(), fake.NewClientset(tc.objs...), "db", "data-0", "old")
@@ -100,6 +102,7 @@ func TestMoveAbort(t *testing.T) {
 		abort       bool
 	}{
 		{name: "while catching up: rolled back", phase: moveapi.PhaseCatchingUp, out: "abort asked", abort: true},
+		{name: "parked: the claim released", phase: moveapi.PhaseParked, out: "claim's name is released", abort: true},
 		{name: "while binding: too late", phase: moveapi.PhaseBinding, code: exitError, out: "past the point of return"},
 		{name: "no move", code: exitError, out: "no move to abort"},
 	} {
@@ -122,6 +125,54 @@ func TestMoveAbort(t *testing.T) {
 			pv, _ := cs.CoreV1().PersistentVolumes().Get(context.Background(), "pv-a", metav1.GetOptions{})
 			if got := pv.Annotations[moveapi.AnnAbort] != ""; got != tc.abort {
 				t.Errorf("abort asked on the PV: %v, want %v", got, tc.abort)
+			}
+			if out := o.streams.Out.(*bytes.Buffer).String(); err == nil && !strings.Contains(out, tc.out) {
+				t.Errorf("printed %q, want %q", out, tc.out)
+			}
+		})
+	}
+}
+
+func TestMoveSalvage(t *testing.T) {
+	parked := func(from string) map[string]string {
+		return map[string]string{moveapi.AnnPhase: moveapi.PhaseParked, moveapi.AnnParkedFrom: from, moveapi.AnnMoveTo: "n2",
+			moveapi.AnnTargetID: "vg/target", moveapi.AnnSeedTime: "2026-12-06T12:00:00Z", moveapi.AnnStopped: "2026-12-06T12:07:30Z"}
+	}
+	for _, tc := range []struct {
+		name    string
+		ann     map[string]string
+		out     string
+		salvage bool
+	}{
+		{name: "parked while catching up", ann: parked(moveapi.PhaseCatchingUp), salvage: true,
+			out: "bound to the target vg/target on node n2, which holds the data as of the seed; the writes from the seed (2026-12-06T12:00:00Z) until the workload stopped (2026-12-06T12:07:30Z), at most 7m30s, are lost"},
+		{name: "parked while rolling back", ann: parked(moveapi.PhaseRollingBack), out: "only a move parked while catching up"},
+		{name: "not parked", ann: map[string]string{moveapi.AnnPhase: moveapi.PhaseCatchingUp}, out: "only a move parked while catching up"},
+		{name: "no move", out: "no move to salvage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, _ := cluster()
+			for _, o := range objs {
+				if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Name == "pv-a" && tc.ann != nil {
+					pv.Annotations = tc.ann
+				}
+			}
+			cs := fake.NewClientset(objs...)
+			o := &options{streams: testStreams()}
+			err := o.salvageMove(context.Background(), cs, "db", "data-0")
+			if (err == nil) != tc.salvage {
+				t.Fatalf("err %v, want salvage %v", err, tc.salvage)
+			}
+			got := o.streams.Out.(*bytes.Buffer).String()
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.Contains(got, tc.out) {
+				t.Errorf("%q, want %q", got, tc.out)
+			}
+			pv, _ := cs.CoreV1().PersistentVolumes().Get(context.Background(), "pv-a", metav1.GetOptions{})
+			if asked := pv.Annotations[moveapi.AnnSalvage] != ""; asked != tc.salvage {
+				t.Errorf("salvage asked on the PV: %v, want %v", asked, tc.salvage)
 			}
 		})
 	}

@@ -318,6 +318,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveVolumeDataMissing", "carve_volumes_missing"},
 		{"CarveAuditStale", "carve_audit_timestamp_seconds"},
 		{"CarveLostNodeVolumes", "carve_lost_node_volumes"},
+		{"CarveMoveParked", "carve_moves_parked"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {

@@ -23,14 +23,18 @@ type PVLister interface {
 type Claims struct{ PVs PVLister }
 
 // held are the phases in which a move holds its claim's name.
-var held = []string{moveapi.PhaseStopping, moveapi.PhaseCatchingUp, moveapi.PhaseBinding, moveapi.PhaseRollingBack}
+// A parked move holds it too (a fresh empty volume must not start in
+// place of the kept copy without someone deciding so), until it is asked
+// to abort: then the claim can be made anew, as for a node lost for good.
+var held = []string{moveapi.PhaseStopping, moveapi.PhaseCatchingUp, moveapi.PhaseBinding, moveapi.PhaseRollingBack, moveapi.PhaseParked}
 
 // MoveOf describes the move that holds the claim namespace/name, if one does.
 func (c Claims) MoveOf(namespace, name string) (string, bool) {
 	for _, pv := range c.PVs.List() {
 		phase := pv.Annotations[moveapi.AnnPhase]
 		r := pv.Spec.ClaimRef
-		if r == nil || r.Namespace != namespace || r.Name != name || !slices.Contains(held, phase) {
+		if r == nil || r.Namespace != namespace || r.Name != name || !slices.Contains(held, phase) ||
+			phase == moveapi.PhaseParked && pv.Annotations[moveapi.AnnAbort] != "" {
 			continue
 		}
 		return fmt.Sprintf("claim %s/%s is being moved to node %s (PersistentVolume %s, phase %s): it is bound to the moved volume (%s) when the move binds it",

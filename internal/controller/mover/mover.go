@@ -35,7 +35,9 @@
 // the target and the seed and gives the old PV its reclaim policy back:
 // the original is untouched and in use. After stopping started, such a
 // failure rolls back: the old PV is pre-bound to the claim again and the
-// claim made again on it.
+// claim made again on it. Neither deletes the target or the seed unless
+// the old volume's node vouches for it (there, whole); else the move
+// parks, keeping both (park.go).
 package mover
 
 import (
@@ -68,9 +70,10 @@ const (
 	ResultFailed     = "failed"
 	ResultRolledBack = "rolled_back"
 	ResultRefused    = "refused"
+	ResultSalvaged   = "salvaged"
 )
 
-var results = []string{ResultMoved, ResultAborted, ResultFailed, ResultRolledBack, ResultRefused}
+var results = []string{ResultMoved, ResultAborted, ResultFailed, ResultRolledBack, ResultRefused, ResultSalvaged}
 
 // Volumes is the CSI Controller the mover makes and deletes volumes and
 // snapshots through; *router.Server is one. Each call is idempotent by
@@ -80,14 +83,22 @@ type Volumes interface {
 	DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error)
 	CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
 	DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error)
+	// DeleteVolumeOn deletes a volume on node and asks no other node:
+	// the move's target, which no PV names yet. UNAVAILABLE: node is not
+	// connected, nothing is known.
+	DeleteVolumeOn(ctx context.Context, node string, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error)
+	// ControllerGetVolumeOn asks node only about a volume: NOT_FOUND, it
+	// is not there; UNAVAILABLE, node is not connected.
+	ControllerGetVolumeOn(ctx context.Context, node string, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error)
 }
 
 // CatchUp sends a volume's changes since a snapshot of it to a volume
-// restored from that snapshot on another node; *router.Server is one.
-// FAILED_PRECONDITION: the source is still open on its node (its pod's
-// volume not unstaged yet); the mover retries it.
+// restored from that snapshot on targetNode; *router.Server is one. The
+// target is looked for on targetNode only: UNAVAILABLE when that node is
+// not connected. FAILED_PRECONDITION: the source is still open on its
+// node (its pod's volume not unstaged yet); the mover retries it.
 type CatchUp interface {
-	CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetVolumeID string) (received int64, err error)
+	CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error)
 }
 
 // Config is what the mover needs; main builds it.
@@ -109,8 +120,8 @@ type Config struct {
 	// Events records each step on the claim and the old PV.
 	Events record.EventRecorder
 	// Registerer, when set, gets carve_moves_total,
-	// carve_move_phase_seconds, carve_move_catch_up_bytes and
-	// carve_move_catch_up_seconds.
+	// carve_move_phase_seconds, carve_move_catch_up_bytes,
+	// carve_move_catch_up_seconds and carve_moves_parked.
 	Registerer prometheus.Registerer
 	// Poll is how often a move that waits looks again (default 2s).
 	Poll time.Duration
@@ -146,8 +157,10 @@ type Mover struct {
 	// also waits for the source to close).
 	catchUpBytes   prometheus.Histogram
 	catchUpSeconds prometheus.Histogram
-	started        atomic.Bool
-	now            func() time.Time
+	// parked are the old PVs whose move is parked.
+	parked  *parkedMoves
+	started atomic.Bool
+	now     func() time.Time
 }
 
 // New checks cfg and returns a Mover; its metrics are registered at once.
@@ -176,7 +189,7 @@ func New(cfg Config) (*Mover, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseDelay, maxDelay)),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_moves_total",
-			Help: "Moves of claims to another node (kubectl carve move) that ended, by result: moved, aborted (asked to), failed (given up before the workload stopped; the original untouched), rolled_back (given up after; the claim bound to its old volume again), refused (never started).",
+			Help: "Moves of claims to another node (kubectl carve move) that ended, by result: moved, aborted (asked to), failed (given up before the workload stopped; the original untouched), rolled_back (given up after; the claim bound to its old volume again), refused (never started), salvaged (a parked move bound to its target as of the seed, as asked).",
 		}, []string{"result"}),
 		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carve_move_phase_seconds",
@@ -193,13 +206,17 @@ func New(cfg Config) (*Mover, error) {
 			Help:    "How long each move's catch-up copy took, without the wait for the source to close that carve_move_phase_seconds{phase=\"catching-up\"} also counts.",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 16),
 		}),
+		parked: &parkedMoves{pvs: map[string]bool{}, gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "carve_moves_parked",
+			Help: "Moves that are parked: their old volume could not be vouched for (its node does not answer, or the volume is gone), so the target and the seed, which may hold the only copy, are kept. 0 on a replica that does not lead.",
+		})},
 		now: time.Now,
 	}
 	for _, r := range results {
 		m.moves.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds} {
+		for _, c := range []prometheus.Collector{m.moves, m.phases, m.catchUpBytes, m.catchUpSeconds, m.parked.gauge} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("mover: registering its metrics: %w", err)
 			}
@@ -223,6 +240,8 @@ func (m *Mover) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("mover")
 	ctx = klog.NewContext(ctx, log)
 	defer m.queue.ShutDown()
+	// Another leader counts the parked moves once this one stops.
+	defer m.parked.reset()
 	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithTransform(trim))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	pvs := factory.Core().V1().PersistentVolumes().Informer()

@@ -52,10 +52,11 @@ type fakeVolumes struct {
 	// nodeOf is each volume's node; vgOf a node's volume group (default "vg").
 	nodeOf map[string]string
 	vgOf   map[string]string
-	// away: the nodes whose agent is not connected. The router answers a
-	// DeleteVolume of a volume no PV names and no connected node has with
-	// success: the LV stays on the node that is away.
-	away      map[string]bool
+	// away: the nodes whose agent is not connected: a call routed to one
+	// is UNAVAILABLE.
+	away map[string]bool
+	// pending: the volumes tagged copy-pending.
+	pending   map[string]bool
 	created   []*csi.CreateVolumeRequest
 	snapsMade []string
 	fail      map[string]error // call -> error, once
@@ -80,7 +81,7 @@ func targetHandle(vg, node string) string {
 
 func newFakeVolumes() *fakeVolumes {
 	return &fakeVolumes{snapshots: map[string]string{}, volumes: map[string]string{oldHandle: oldPV},
-		gens: map[string]int{}, from: map[string]string{}, nodeOf: map[string]string{oldHandle: "a"}, vgOf: map[string]string{}, away: map[string]bool{},
+		gens: map[string]int{}, from: map[string]string{}, nodeOf: map[string]string{oldHandle: "a"}, vgOf: map[string]string{}, away: map[string]bool{}, pending: map[string]bool{},
 		fail: map[string]error{}, failAll: map[string]error{}}
 }
 
@@ -177,12 +178,58 @@ func (f *fakeVolumes) DeleteVolume(_ context.Context, req *csi.DeleteVolumeReque
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-func (f *fakeVolumes) CatchUpCopy(_ context.Context, src, base, target string) (int64, error) {
+// DeleteVolumeOn deletes the volume on node: UNAVAILABLE when node is
+// away, nothing done when the volume is on another node.
+func (f *fakeVolumes) DeleteVolumeOn(_ context.Context, node string, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.err("DeleteVolume"); err != nil {
+		return nil, err
+	}
+	id := req.GetVolumeId()
+	f.deleted = append(f.deleted, id)
+	if f.away[node] {
+		return nil, status.Errorf(codes.Unavailable, "the agent of node %s is unreachable", node)
+	}
+	if f.nodeOf[id] == node {
+		delete(f.volumes, id)
+		delete(f.from, id)
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// ControllerGetVolumeOn answers for node: UNAVAILABLE when it is away,
+// NOT_FOUND when the volume is not there, FAILED_PRECONDITION when it is
+// copy-pending.
+func (f *fakeVolumes) ControllerGetVolumeOn(_ context.Context, node string, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := req.GetVolumeId()
+	switch {
+	case f.away[node]:
+		return nil, status.Errorf(codes.Unavailable, "the agent of node %s is unreachable", node)
+	case f.volumes[id] == "" || f.nodeOf[id] != node:
+		return nil, status.Errorf(codes.NotFound, "volume %s is not on node %s", id, node)
+	case f.pending[id]:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: its data copy has not finished", id)
+	}
+	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: id}}, nil
+}
+
+func (f *fakeVolumes) CatchUpCopy(_ context.Context, src, base, to, target string) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.catchUpCalls++
 	if err := f.err("CatchUpCopy"); err != nil {
 		return 0, err
+	}
+	for _, n := range []string{f.nodeOf[src], to} {
+		if f.away[n] {
+			return 0, status.Errorf(codes.Unavailable, "catch-up: the agent of node %s is unreachable", n)
+		}
+	}
+	if f.nodeOf[target] != to {
+		return 0, status.Errorf(codes.NotFound, "catch-up: target %s is not on node %s", target, to)
 	}
 	if f.volumes[src] == "" || f.snapshots[base] == "" || f.volumes[target] == "" {
 		return 0, status.Errorf(codes.NotFound, "catch-up %s %s %s: missing", src, base, target)
@@ -564,7 +611,7 @@ func TestMoveAbort(t *testing.T) {
 			}},
 		{name: "the catch-up cannot run", at: moveapi.PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: moveapi.ReasonRolledBack,
 			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes) {
-				vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+				vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "the target is not on node b")
 			}},
 		{name: "abort asked while catching up", at: moveapi.PhaseCatchingUp, rolledBack: true, result: ResultRolledBack, event: moveapi.ReasonRolledBack,
 			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes) {
@@ -614,7 +661,7 @@ func TestMoveCatchUpMetrics(t *testing.T) {
 		bytes, seconds float64
 	}{
 		{name: "moved", count: 1, bytes: 4096, seconds: 1},
-		{name: "the catch-up cannot run", fail: status.Error(codes.NotFound, "node b is gone")},
+		{name: "the catch-up cannot run", fail: status.Error(codes.NotFound, "the target is not on node b")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, vols := world(t)
@@ -878,11 +925,11 @@ func lostThenWithdrawn(t *testing.T, client *fake.Clientset, vols *fakeVolumes, 
 	}
 }
 
-// awayAtCatchUp: node b's agent goes away in catching-up.
+// awayAtCatchUp: node b's agent goes away in catching-up and stays
+// away: the router answers UNAVAILABLE for everything sent to it.
 func awayAtCatchUp(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
 	if phase == moveapi.PhaseCatchingUp {
 		vols.away["b"] = true
-		vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
 	}
 }
 
@@ -931,10 +978,13 @@ func TestMoveLeavesNothingBehind(t *testing.T) {
 					vols.failAll["CatchUpCopy"] = dataLoss
 				}
 			}},
-		{name: "the target node is gone", result: ResultRolledBack, failedEvent: "node b is gone", catchUps: 1,
-			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
-				if phase == moveapi.PhaseCatchingUp {
-					vols.failAll["CatchUpCopy"] = status.Error(codes.NotFound, "node b is gone")
+		{name: "the target node away until the move rolls back", result: ResultRolledBack, failedEvent: "node b is unreachable", catchUps: maxRetries + 1,
+			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
+				switch {
+				case phase == moveapi.PhaseCatchingUp:
+					vols.away["b"] = true
+				case phase == moveapi.PhaseRollingBack && visit == 2:
+					vols.away["b"] = false
 				}
 			}},
 		{name: "the target's delete fails once while rolling back", result: ResultRolledBack, failedEvent: "DataLoss", catchUps: 1,
@@ -952,7 +1002,7 @@ func TestMoveLeavesNothingBehind(t *testing.T) {
 			m, rec := newMover(t, client, vols)
 			request(t, client, "b")
 			start(t, m)
-			driveAttempts(t, m, 60, func(phase string, visit int) {
+			driveAttempts(t, m, 80, func(phase string, visit int) {
 				tc.what(t, client, vols, phase, visit)
 				if phase != moveapi.PhaseSeeding {
 					vols.notReady = false
@@ -1018,7 +1068,7 @@ func TestMoveAgainAfterAFailure(t *testing.T) {
 			m, rec := newMover(t, client, vols)
 			request(t, client, "b")
 			start(t, m)
-			driveAttempts(t, m, 60, func(phase string, visit int) { tc.first(t, client, vols, phase, visit) })
+			driveAttempts(t, m, 80, func(phase string, visit int) { tc.first(t, client, vols, phase, visit) })
 			if getPV(t, client, oldPV).Annotations[moveapi.AnnPhase] != "" || getClaim(t, client).Spec.VolumeName != oldPV {
 				t.Fatal("the first move did not end on the old volume")
 			}

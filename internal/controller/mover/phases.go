@@ -3,6 +3,7 @@ package mover
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ func (mv move) claimRef() *corev1.ObjectReference {
 func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Duration, error) {
 	pv, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		m.parked.drop(name)
 		return 0, nil
 	}
 	if err != nil {
@@ -67,6 +69,9 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	}
 	mv := m.moveOf(pv)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pv", name, "claim", mv.ns+"/"+mv.name, "to", mv.to))
+	if pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseParked {
+		m.parked.drop(name)
+	}
 	switch pv.Annotations[moveapi.AnnPhase] {
 	case "":
 		return 0, nil
@@ -81,7 +86,9 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	case moveapi.PhaseCleaning:
 		return m.clean(ctx, mv)
 	case moveapi.PhaseRollingBack:
-		return m.rollBack(ctx, mv)
+		return m.rollBack(ctx, mv, attempt)
+	case moveapi.PhaseParked:
+		return m.parkedStep(ctx, mv)
 	}
 	klog.FromContext(ctx).Info("Unknown move phase; leaving the PV alone", "phase", pv.Annotations[moveapi.AnnPhase])
 	return 0, nil
@@ -106,10 +113,10 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 	if pv.Annotations[moveapi.AnnSeed] == "" && pv.Annotations[moveapi.AnnSeedName] == "" {
 		// Nothing of this move is made yet. The target's name is the same
 		// for every move of the PV to the node: one an earlier move left
-		// (its node away when it was deleted) goes first. Best effort
-		// after a few tries (the router asks every node for a volume no
-		// PV names): this move's own seed keeps a target that stays from
-		// passing for its copy (CreateVolume answers ALREADY_EXISTS).
+		// goes first, deleted on that node. Best effort after a few tries
+		// (the node may be away): this move's own seed keeps a target
+		// that stays from passing for its copy (CreateVolume answers
+		// ALREADY_EXISTS).
 		if err := m.deleteLeft(ctx, mv); err != nil {
 			if retryable(err) && attempt < maxSeedRetries {
 				m.wait(ctx, mv, "deleting what an earlier move to node "+mv.to+" left failed (retrying): "+err.Error())
@@ -130,7 +137,8 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if !resp.GetSnapshot().GetReadyToUse() {
 			return m.cfg.Poll, nil
 		}
-		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnSeed: resp.GetSnapshot().GetSnapshotId()}); err != nil {
+		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnSeed: resp.GetSnapshot().GetSnapshotId(),
+			moveapi.AnnSeedTime: m.now().UTC().Format(time.RFC3339Nano)}); err != nil {
 			return 0, err
 		}
 		mv.pv = pv
@@ -207,7 +215,8 @@ func (m *Mover) stop(ctx context.Context, mv move, attempt int) (time.Duration, 
 		}
 		return m.cfg.Poll, nil
 	}
-	return 0, m.advance(ctx, mv, moveapi.PhaseCatchingUp, nil, "the claim is gone; sending what changed since the seed")
+	return 0, m.advance(ctx, mv, moveapi.PhaseCatchingUp, map[string]string{moveapi.AnnStopped: m.now().UTC().Format(time.RFC3339Nano)},
+		"the claim is gone; sending what changed since the seed")
 }
 
 // usesClaim tells whether pod mounts claim.
@@ -228,7 +237,7 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 	}
 	cctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	began := m.now()
-	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[moveapi.AnnSeed], pv.Annotations[moveapi.AnnTargetID])
+	n, err := m.cfg.CatchUp.CatchUpCopy(cctx, pv.Spec.CSI.VolumeHandle, pv.Annotations[moveapi.AnnSeed], mv.to, pv.Annotations[moveapi.AnnTargetID])
 	took := m.now().Sub(began)
 	cancel()
 	if err != nil {
@@ -329,19 +338,41 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 // clean deletes the seed, the old volume and the old PV.
 func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
-	if id := pv.Annotations[moveapi.AnnSeed]; id != "" {
+	// The claim is bound to the target: the seed and the old volume go
+	// only once the target answers for itself, there and whole.
+	bad, err := m.vouch(ctx, mv.to, pv.Annotations[moveapi.AnnTargetID])
+	if err != nil {
+		return 0, err
+	}
+	if bad != "" {
+		m.wait(ctx, mv, "keeping the old volume and the seed: "+bad)
+		return max(m.cfg.Poll, parkedPoll), nil
+	}
+	salvaged := pv.Annotations[moveapi.AnnSalvage] != ""
+	// A salvaged move's seed and old volume are on the node that was
+	// lost: they are left there (the audit reports them should it come
+	// back), only the old PV goes.
+	if id := pv.Annotations[moveapi.AnnSeed]; id != "" && !salvaged {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			return 0, fmt.Errorf("deleting the seed %s: %w", id, err)
 		}
 	}
-	if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle}); err != nil {
-		return 0, fmt.Errorf("deleting the old volume %s: %w", pv.Spec.CSI.VolumeHandle, err)
+	if !salvaged {
+		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle}); err != nil {
+			return 0, fmt.Errorf("deleting the old volume %s: %w", pv.Spec.CSI.VolumeHandle, err)
+		}
 	}
 	durations := m.closePhase(pv, moveapi.PhaseCleaning)
+	typ, reason, result := corev1.EventTypeNormal, moveapi.ReasonMoved, ResultMoved
 	msg := fmt.Sprintf("Moved from node %s to node %s (PV %s, was %s); %d bytes sent after the workload stopped; phases: %s",
 		pinnedFrom(pv, m.cfg.TopologyKey), mv.to, mv.target, pv.Name, bytesOf(pv), durations)
+	if salvaged {
+		typ, reason, result = corev1.EventTypeWarning, moveapi.ReasonSalvaged, ResultSalvaged
+		msg = fmt.Sprintf("Salvaged onto node %s (PV %s, was %s on node %s): %s; the old volume and the seed stay on node %s",
+			mv.to, mv.target, pv.Name, pinnedFrom(pv, m.cfg.TopologyKey), lostText(pv), pinnedFrom(pv, m.cfg.TopologyKey))
+	}
 	if c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns).Get(ctx, mv.name, metav1.GetOptions{}); err == nil {
-		m.cfg.Events.Event(c, corev1.EventTypeNormal, moveapi.ReasonMoved, msg)
+		m.cfg.Events.Event(c, typ, reason, msg)
 	}
 	klog.FromContext(ctx).Info("Moved", "newPV", mv.target, "phases", durations)
 	// The old volume is gone: nothing is left for csi-provisioner to
@@ -360,11 +391,11 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 		}
 	}
 	uid := pv.UID
-	err := m.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = m.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("deleting the old PV %s: %w", pv.Name, err)
 	}
-	m.moves.WithLabelValues(ResultMoved).Inc()
+	m.moves.WithLabelValues(result).Inc()
 	return 0, nil
 }
 
@@ -383,8 +414,20 @@ func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, e
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	why := abortFailed + what + ": " + err.Error()
-	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
+	switch mv.pv.Annotations[moveapi.AnnPhase] {
+	case moveapi.PhaseSeeding:
 		return m.abort(ctx, mv, why)
+	case moveapi.PhaseCatchingUp:
+		// The catch-up fails when the source's node is lost too: rolling
+		// back would bind the claim to a volume nobody can read and then
+		// delete the target, the only copy left.
+		bad, verr := m.vouchOld(ctx, mv.pv)
+		if verr != nil {
+			return verr
+		}
+		if bad != "" {
+			return m.park(ctx, mv, what+" failed ("+err.Error()+") and "+bad)
+		}
 	}
 	return m.startRollBack(ctx, mv, why)
 }
@@ -412,6 +455,16 @@ func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 		var err error
 		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnAbort: why}); err != nil {
 			return err
+		}
+	}
+	if hasCopy(pv) {
+		bad, err := m.vouchOld(ctx, pv)
+		if err != nil {
+			return err
+		}
+		if bad != "" {
+			mv.pv = pv
+			return m.park(ctx, mv, "aborting ("+strings.TrimPrefix(why, abortFailed)+"), but "+bad)
 		}
 	}
 	if err := m.deleteTarget(ctx, pv); err != nil {
@@ -458,10 +511,22 @@ func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) e
 		}
 	}
 	if id != "" {
-		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			return fmt.Errorf("deleting the target volume %s: %w", id, err)
+		node := pv.Annotations[moveapi.AnnMoveTo]
+		if _, err := m.cfg.Volumes.DeleteVolumeOn(ctx, node, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			if status.Code(err) == codes.Unavailable {
+				err = fmt.Errorf("%w: %w", errTargetAway, err)
+			}
+			return fmt.Errorf("deleting the target volume %s on node %s: %w", id, node, err)
 		}
 	}
+	return m.deleteSeed(ctx, pv)
+}
+
+// errTargetAway: the target's node did not answer its deletion.
+var errTargetAway = errors.New("the target's node is away")
+
+// deleteSeed deletes the move's seed, by its ID or the one its name gives.
+func (m *Mover) deleteSeed(ctx context.Context, pv *corev1.PersistentVolume) error {
 	seed := pv.Annotations[moveapi.AnnSeed]
 	if seed == "" && pv.Annotations[moveapi.AnnSeedName] != "" {
 		seed = m.seedID(pv, seedName(pv))
@@ -484,8 +549,8 @@ func (m *Mover) deleteLeft(ctx context.Context, mv move) error {
 		return err
 	}
 	if id != "" {
-		if _, err := m.cfg.Volumes.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			return fmt.Errorf("deleting volume %s (%s): %w", id, mv.target, err)
+		if _, err := m.cfg.Volumes.DeleteVolumeOn(ctx, mv.to, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			return fmt.Errorf("deleting volume %s (%s) on node %s: %w", id, mv.target, mv.to, err)
 		}
 	}
 	// The seed of a move begun before seeds had their own name.
@@ -567,8 +632,10 @@ func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
 
 // rollBack pre-binds the old PV to the claim and makes the claim again on
 // it once the old one is gone; when it is bound, the target and the seed
-// go and the move ends.
-func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
+// go and the move ends. A target whose node stays away (UNAVAILABLE
+// after maxSeedRetries) is left there: the claim is back on its old
+// volume, and the next move to that node deletes it first (deleteLeft).
+func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	pv := mv.pv
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns)
 	claim, err := claims.Get(ctx, mv.name, metav1.GetOptions{})
@@ -618,8 +685,26 @@ func (m *Mover) rollBack(ctx context.Context, mv move) (time.Duration, error) {
 		}
 		return m.cfg.Poll, nil
 	}
-	if err := m.deleteTarget(ctx, pv); err != nil {
+	// Bound again: the target and the seed go only if the old volume is
+	// there to hold the data.
+	bad, err := m.vouchOld(ctx, pv)
+	if err != nil {
 		return 0, err
+	}
+	if bad != "" {
+		return 0, m.park(ctx, mv, "rolling back to the old volume, but "+bad)
+	}
+	if err := m.deleteTarget(ctx, pv); err != nil {
+		if !errors.Is(err, errTargetAway) || attempt < maxSeedRetries {
+			m.wait(ctx, mv, "rolling back: "+err.Error())
+			return 0, err
+		}
+		klog.FromContext(ctx).Info("Leaving the target on its node, which is away; the next move there deletes it", "err", err.Error())
+		m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonRolledBack, fmt.Sprintf("Left the target volume %s on node %s, which does not answer: the next move to that node deletes it, and carve controller's audit reports it until then (%v)",
+			pv.Annotations[moveapi.AnnTargetID], mv.to, err))
+		if err := m.deleteSeed(ctx, pv); err != nil {
+			return 0, err
+		}
 	}
 	why := strings.TrimPrefix(pv.Annotations[moveapi.AnnAbort], abortFailed)
 	pv = pv.DeepCopy()

@@ -16,28 +16,32 @@ import (
 
 // CatchUpCopy is the catch-up of a move (internal/controller/mover): the volume
 // targetVolumeID, made on another node by a restore of baseSnapshotID
-// (a snapshot of sourceVolumeID), gets the chunks where sourceVolumeID
-// now differs from the base. It finds the source's node from the
-// snapshot ID (and checks that the volume is there), the target's from
-// its PV or by asking the nodes, has the source's agent grant the
+// (a snapshot of sourceVolumeID) on targetNode, gets the chunks where
+// sourceVolumeID now differs from the base. It finds the source's node
+// from the snapshot ID (and checks that the volume is there); the target
+// is on the node the caller names, which is the only node asked about
+// it: no other node's answer (or silence) decides where the target is.
+// It has the source's agent grant the
 // target's node one read of the delta (AuthorizeCopy with the base),
 // and has the target's agent read it (CatchUpCopy), which checks the
 // target's whole content against the source's before it answers. It
 // returns the bytes of data the target received.
 //
 // Errors are gRPC statuses naming the volumes and nodes: an argument
-// missing or malformed is INVALID_ARGUMENT; a volume that no node has is
+// missing or malformed is INVALID_ARGUMENT; a source that no node has is
 // NOT_FOUND; a base of another node than the source volume, or source
 // and target on one node, is FAILED_PRECONDITION; a node agent not
-// connected is UNAVAILABLE; an agent that does not serve catch-ups is
+// connected is UNAVAILABLE (the target's node too: absent from the pool
+// now, it may be back in a moment, as in a rolling update); an agent that does not serve catch-ups is
 // UNIMPLEMENTED. The agents' own answers keep their codes: notably
 // FAILED_PRECONDITION for a source or target still open (the workload
 // has not let go of it yet: retry) and DATA_LOSS for a target whose
 // content did not check out (it keeps its copy-pending tag). Every
 // failure may be retried: a repeat starts the catch-up again and
 // converges.
-func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetVolumeID string) (received int64, err error) {
-	for _, a := range []struct{ name, v string }{{"source volume ID", sourceVolumeID}, {"base snapshot ID", baseSnapshotID}, {"target volume ID", targetVolumeID}} {
+func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error) {
+	for _, a := range []struct{ name, v string }{{"source volume ID", sourceVolumeID}, {"base snapshot ID", baseSnapshotID},
+		{"target node", targetNode}, {"target volume ID", targetVolumeID}} {
 		if a.v == "" {
 			return 0, status.Errorf(codes.InvalidArgument, "catch-up: the %s must be set", a.name)
 		}
@@ -61,10 +65,7 @@ func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID
 	if srcNode != from {
 		return 0, status.Errorf(codes.FailedPrecondition, "catch-up: the source volume %s is on node %s, its base snapshot %s on node %s", sourceVolumeID, srcNode, baseSnapshotID, from)
 	}
-	to, err := s.catchUpNode(ctx, targetVolumeID, "target")
-	if err != nil {
-		return 0, err
-	}
+	to := targetNode
 	if to == from {
 		return 0, status.Errorf(codes.FailedPrecondition, "catch-up: the source volume %s and the target %s are both on node %s", sourceVolumeID, targetVolumeID, from)
 	}

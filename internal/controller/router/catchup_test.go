@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -65,8 +66,9 @@ func (a *catchUpAgents) NodeAgent(_ context.Context, node string) (nodeagentv1.N
 func (a *catchUpAgents) Host(node string) (string, error) { return "10.0.0." + node[len(node)-1:], nil }
 
 // TestCatchUpCopy: the router finds the source's node from the base
-// snapshot (checked against the volume's PV) and the target's by asking
-// the nodes, grants the delta on the source and has the target read it;
+// snapshot (checked against the volume's PV) and takes the target's node
+// from the caller, asking no other node about the target (node-c claims
+// to have it too, and is never asked); it grants the delta on the source and has the target read it;
 // each refusal names the volumes and nodes and keeps the agents' codes.
 func TestCatchUpCopy(t *testing.T) {
 	src, dst, base := vid("vol-a"), vid("vol-b"), sid("node-a", "seed")
@@ -75,11 +77,13 @@ func TestCatchUpCopy(t *testing.T) {
 	tests := []struct {
 		name           string
 		src, base, dst string
-		pvs            map[string][]string
-		errs           map[string]map[string]error // nil: both nodes answer
-		wantCalls      []string
-		code           codes.Code
-		msg            []string
+		// to is the target's node (default node-b).
+		to        string
+		pvs       map[string][]string
+		errs      map[string]map[string]error // nil: both nodes answer
+		wantCalls []string
+		code      codes.Code
+		msg       []string
 	}{
 		{name: "caught up", src: src, base: base, dst: dst, wantCalls: []string{grant, catchUp}},
 		{name: "the target found through its PV", src: src, base: base, dst: dst,
@@ -87,10 +91,12 @@ func TestCatchUpCopy(t *testing.T) {
 		{name: "no base", src: src, dst: dst, code: codes.InvalidArgument, msg: []string{"base snapshot ID must be set"}},
 		{name: "a malformed base", src: src, base: "nonsense", dst: dst, code: codes.InvalidArgument, msg: []string{"nonsense"}},
 		{name: "a malformed target", src: src, base: base, dst: "nonsense", code: codes.InvalidArgument, msg: []string{"nonsense"}},
-		{name: "a target no node has", src: src, base: base, dst: vid("gone"), code: codes.NotFound, msg: []string{"target volume " + vid("gone"), "on no node"}},
+		{name: "the target's node not in the pool", src: src, base: base, dst: dst, to: "node-x",
+			code: codes.Unavailable, msg: []string{"node node-x is unreachable"}},
+		{name: "no target node", src: src, base: base, dst: dst, to: "-", code: codes.InvalidArgument, msg: []string{"target node must be set"}},
 		{name: "a base of another node than the source", src: src, base: sid("node-b", "seed"), dst: dst,
 			code: codes.FailedPrecondition, msg: []string{"source volume " + src + " is on node node-a", "on node node-b"}},
-		{name: "source and target on one node", src: src, base: base, dst: src,
+		{name: "source and target on one node", src: src, base: base, dst: src, to: "node-a",
 			code: codes.FailedPrecondition, msg: []string{"both on node node-a"}},
 		{name: "a source still open", src: src, base: base, dst: dst,
 			errs:      map[string]map[string]error{"node-a": {"AuthorizeCopy": status.Error(codes.FailedPrecondition, "volume is open")}, "node-b": nil},
@@ -106,7 +112,8 @@ func TestCatchUpCopy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ns, _ := cluster(t, &agent{name: "node-a", volumes: []string{src}}, &agent{name: "node-b", volumes: []string{dst}})
+			ns, log := cluster(t, &agent{name: "node-a", volumes: []string{src}}, &agent{name: "node-b", volumes: []string{dst}},
+				&agent{name: "node-c", volumes: []string{dst}})
 			ag := &catchUpAgents{errs: tt.errs}
 			if ag.errs == nil {
 				ag.errs = map[string]map[string]error{"node-a": nil, "node-b": nil}
@@ -116,7 +123,14 @@ func TestCatchUpCopy(t *testing.T) {
 				pvs = map[string][]string{src: {"node-a"}}
 			}
 			s := New(Config{Nodes: ns, Volumes: locator{pvs: pvs}, TopologyKey: topology.Key, Agents: ag})
-			got, err := s.CatchUpCopy(t.Context(), tt.src, tt.base, tt.dst)
+			to := tt.to
+			switch to {
+			case "":
+				to = "node-b"
+			case "-":
+				to = ""
+			}
+			got, err := s.CatchUpCopy(t.Context(), tt.src, tt.base, to, tt.dst)
 			if tt.code != codes.OK {
 				wantStatus(t, err, tt.code, tt.msg...)
 			} else if err != nil || got != 8<<20 {
@@ -124,6 +138,11 @@ func TestCatchUpCopy(t *testing.T) {
 			}
 			if !slices.Equal(ag.calls, tt.wantCalls) {
 				t.Errorf("calls %q, want %q", ag.calls, tt.wantCalls)
+			}
+			for _, c := range log.all() {
+				if strings.Contains(c, tt.dst) {
+					t.Errorf("a node was asked about the target: %s", c)
+				}
 			}
 		})
 	}

@@ -185,6 +185,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "Their LVs were on the deleted node's disks: the data is gone, and their pods stay Pending until the claims are deleted. The NodeLost Events on the PVs and PVCs name them. With --delete-claims-of-lost-nodes carve controller deletes them once the Node has stayed absent for --lost-node-grace-period (30 min by default; PVs whose reclaim policy is Retain only with --delete-retained-claims-of-lost-nodes): until then this alert says they will go, and past it that the deletion fails (carve_lost_node_volumes_deleted_total, result error; the controller's log says why).") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveMoveParked"
+  "expr" `max(carve_moves_parked) > 0
+`
+  "for" "5m" "severity" "critical"
+  "summary" `{{ $value }} move(s) of carve claims are parked: their old volume cannot be vouched for`
+  "description" "A move (kubectl carve move or drain) lost its old volume's node, or the old volume, while the workload was stopped or while rolling back. Its target volume and seed are kept, as they may hold the only copy of the data; no empty volume is provisioned in its claim's place until the node answers again (the move then resumes) or kubectl carve move --abort releases the claim. MoveParked Events on the claim and the old PV name them.") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveNotRegisteredWithKubelet"
   "expr" `max by (node) (carve_kubelet_registration{state=~"waiting|failed"}) == 1
 `

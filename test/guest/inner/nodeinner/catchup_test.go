@@ -63,7 +63,7 @@ func (c *cluster) catchUp(src, base, dst string) int64 {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		got, err := c.router.CatchUpCopy(ctx, src, base, dst)
+		got, err := c.router.CatchUpCopy(ctx, src, base, "node-b", dst)
 		cancel()
 		if err == nil {
 			return got
@@ -154,7 +154,7 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 			defer cancel()
-			_, err := c.router.CatchUpCopy(ctx, id, snap, rid)
+			_, err := c.router.CatchUpCopy(ctx, id, snap, "node-b", rid)
 			done <- err
 		}()
 		lv := c.waitCopying(2 * time.Minute)
@@ -220,7 +220,7 @@ func (c *cluster) refusedWhileOpen(src, base, dst, dev string) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		_, err = c.router.CatchUpCopy(ctx, src, base, dst)
+		_, err = c.router.CatchUpCopy(ctx, src, base, "node-b", dst)
 		cancel()
 		_ = f.Close()
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "open") {

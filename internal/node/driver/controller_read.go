@@ -105,11 +105,17 @@ func checkPage(maxEntries int32, token string) error {
 }
 
 // ControllerGetVolume implements csi.ControllerServer; it reads the LV from
-// LVM (not the view). Its health is ControllerGetVolumeHealth's.
+// LVM (not the view). Its health is ControllerGetVolumeHealth's. A volume
+// that is not made yet (half-made, or its data copy unfinished) is
+// NotFound, as ListVolumes leaves it out: no CreateVolume answered it, and
+// a move deletes its other copies only once this answers OK.
 func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 	lv, err := s.lookup(ctx, req.GetVolumeId())
 	if err != nil {
 		return nil, err
+	}
+	if !s.p.Available(lv) {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not made yet: it is half-made or its data copy has not finished (tags %v)", req.GetVolumeId(), lv.Tags)
 	}
 	class, _ := volume.ClassFromTags(lv.Tags)
 	return &csi.ControllerGetVolumeResponse{

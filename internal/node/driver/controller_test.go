@@ -749,12 +749,20 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg-other", Name: name, Size: 1, Tags: own.Tags}); err != nil {
 		t.Fatal(err)
 	}
+	// A volume whose data copy has not finished (a restore, a move's
+	// target): not made yet, as ListVolumes says.
+	copying := volume.LVNameFor("copying")
+	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: copying, Size: 1,
+		Tags: append(slices.Clone(own.Tags), volume.TagCopyPending)}); err != nil {
+		t.Fatal(err)
+	}
 	getTests := []struct {
 		name string
 		id   string
 		code codes.Code
 	}{
 		{"existing", id, codes.OK},
+		{"its copy not finished", volume.VolumeID("vg1", copying), codes.NotFound},
 		{"empty", "", codes.InvalidArgument},
 		{"not a carve ID", "fake-vol-id", codes.NotFound},
 		{"gone", volume.VolumeID("vg1", volume.LVNameFor("never")), codes.NotFound},

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,8 +47,7 @@ type Nodes interface {
 	// per-volume locks, and returns its new name ("" when it was gone):
 	// an error when an operation on it is in flight (the next pass tries
 	// again), when it is not carve's, has no claim tag, has snapshots or
-	// is open; codes.Unimplemented from an agent older than the
-	// quarantine.
+	// is open.
 	QuarantineOrphan(ctx context.Context, node, vg, name string, at time.Time) (string, error)
 	// RemoveOrphan removes a quarantined orphan of node (quarantined
 	// from the LV name orphanOf) under that node's per-volume lock: an
@@ -139,19 +136,12 @@ type nodeAudit struct {
 	// so that each finding is announced once while the node stays
 	// connected and the controller leads.
 	reported map[string]bool
-	// oldAgent is set once the agent answered that it cannot quarantine
-	// (logged once).
-	oldAgent bool
 	// abnormal are the node's PVs announced abnormal, by PV name, until
 	// they recover (announced once more) or go.
 	abnormal map[string]abnormal
 	// invalid are the node's snapshot IDs announced invalid.
 	invalid map[string]bool
 }
-
-// errOldAgent is a quarantine's answer from an agent older than it: the
-// orphan stays reported, and nothing is an error.
-var errOldAgent = errors.New("the node agent cannot quarantine orphans")
 
 // New returns an Auditor; its metrics are registered at once.
 func New(cfg Config) *Auditor {
@@ -298,10 +288,6 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 				continue
 			}
 			q, err := a.quarantine(ctx, na, o, now)
-			if errors.Is(err, errOldAgent) {
-				left = append(left, o)
-				continue
-			}
 			if err != nil {
 				errs = append(errs, err)
 				left = append(left, o)
@@ -452,18 +438,10 @@ func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing, quaran
 
 // quarantine is the first step of an orphan's removal (only with
 // --remove-orphans): the node deactivates and renames it. It returns the
-// quarantined orphan, nil when the LV was gone. An agent older than the
-// quarantine is left alone: the orphan stays reported.
+// quarantined orphan, nil when the LV was gone.
 func (a *Auditor) quarantine(ctx context.Context, na *nodeAudit, o Orphan, now time.Time) (*Quarantined, error) {
 	log := klog.FromContext(ctx)
 	newName, err := a.cfg.Nodes.QuarantineOrphan(ctx, na.node, o.VolumeGroup, o.Name, now)
-	if status.Code(err) == codes.Unimplemented {
-		if !na.oldAgent {
-			na.oldAgent = true
-			log.Info("The node's agent cannot quarantine orphans (older than carve controller); its orphans are only reported until it is upgraded")
-		}
-		return nil, errOldAgent
-	}
 	a.m.quarantinedTotal.WithLabelValues(na.node, o.Class, o.VolumeGroup, carvemetrics.Result(err)).Inc()
 	if err != nil {
 		return nil, fmt.Errorf("quarantining orphaned LV %s: %w", o.ID(), err)

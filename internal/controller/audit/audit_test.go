@@ -283,8 +283,8 @@ func checkEvents(t *testing.T, got, want []string) {
 
 // TestPassQuarantineClaimed: a PV re-made by hand with the old handle of
 // a quarantined orphan keeps it past the removal grace period, is not
-// reported as missing data, and is told how to restore it; an agent older
-// than the quarantine leaves its orphans reported.
+// reported as missing data, and is told how to restore it; an orphan whose
+// quarantine fails stays reported.
 func TestPassQuarantineClaimed(t *testing.T) {
 	const grace, removal = time.Minute, time.Hour
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
@@ -293,7 +293,7 @@ func TestPassQuarantineClaimed(t *testing.T) {
 	inv := &Inventory{Classes: []Class{{"fast", "vg1"}}, LVs: []LV{q, {VolumeGroup: "vg1", Name: "carve-b", Class: "fast", Size: 1, VolumeName: "pvc-b", Claim: "ns/b"}}}
 	nodes := &fakeNodes{names: []string{node}, inv: map[string]*Inventory{node: inv},
 		quarantine: func(context.Context, string, string, string, time.Time) (string, error) {
-			return "", status.Error(codes.Unimplemented, "unknown method QuarantineOrphan")
+			return "", status.Error(codes.FailedPrecondition, "LV vg1/carve-b is open")
 		}}
 	var removed []string
 	nodes.remove = func(_ context.Context, _, vg, name, _ string) error {
@@ -325,9 +325,8 @@ func TestPassQuarantineClaimed(t *testing.T) {
 	checkGauges(t, []gauge{
 		{a.m.missing.WithLabelValues(node, "vg1"), 0},
 		{a.m.quarantined.WithLabelValues(node, "fast", "vg1"), 1},
-		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1}, // carve-b: the agent is too old to quarantine it
-		{a.m.quarantinedTotal.WithLabelValues(node, "fast", "vg1", "error"), 0},
-		{a.m.lastRun.WithLabelValues(node, "error"), 0},
+		{a.m.orphans.WithLabelValues(node, "fast", "vg1"), 1}, // carve-b: its quarantine failed
+		{a.m.quarantinedTotal.WithLabelValues(node, "fast", "vg1", "error"), 2},
 	})
 }
 

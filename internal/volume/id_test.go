@@ -94,7 +94,6 @@ func TestOwned(t *testing.T) {
 	}{
 		{"volume", VolumeTags("pvc-1", "fast", nil), KindVolume, "fast", true},
 		{"snapshot", SnapshotTags("snap-1", "fast", LVNameFor("pvc-1")), KindSnapshot, "fast", true},
-		{"legacy volume", []string{TagOwner, TagLegacyVolumePrefix + "70766331", TagClassPrefix + "slow"}, KindVolume, "slow", true},
 		{"not carve's", []string{TagSnapshotPrefix + "x", TagClassPrefix + "fast"}, 0, "", false},
 	}
 	for _, tt := range tests {

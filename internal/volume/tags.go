@@ -41,15 +41,12 @@ const (
 	// may hold what its extents held before, so a retried CreateVolume
 	// finishes or redoes the work instead of returning it as it is.
 	TagUnfinished = "carve.dev/unfinished"
-	// TagLegacyVolumePrefix + the hex of the CSI volume name: what carve
-	// wrote before carve.dev/name. Still read, never written.
-	TagLegacyVolumePrefix = "carve.dev/volume="
 )
 
 // MaxNameLength bounds CSI volume and snapshot names. The name is stored
 // in an LVM tag (LVM allows 1024 bytes), escaped where it leaves the tag
-// alphabet; one too long for that is cut and hashed (fitTag). 500 is the
-// bound of older releases, whose hex tag took two bytes a byte.
+// alphabet; one too long for that is cut and hashed (fitTag). 500 is well
+// above the 128 bytes the CSI spec asks a driver to take.
 const MaxNameLength = 500
 
 // Parameters csi-provisioner adds with --extra-create-metadata.
@@ -173,21 +170,15 @@ func VolumeTag(volumeName string) string {
 	return fitTag(TagNamePrefix, escapeTagValue(volumeName))
 }
 
-// legacyVolumeTag is the tag carve wrote for a volume name before
-// carve.dev/name.
-func legacyVolumeTag(volumeName string) string {
-	return TagLegacyVolumePrefix + hex.EncodeToString([]byte(volumeName))
-}
-
 // ClaimTag is the tag that names the PVC a volume was made for.
 func ClaimTag(namespace, name string) string {
 	return fitTag(TagClaimPrefix, escapeTagValue(namespace)+"/"+escapeTagValue(name))
 }
 
 // HasVolumeName tells whether an LV's tags say it is the volume of that
-// CSI name, in the tag of today or of older carve releases.
+// CSI name.
 func HasVolumeName(tags []string, volumeName string) bool {
-	return slices.Contains(tags, VolumeTag(volumeName)) || slices.Contains(tags, legacyVolumeTag(volumeName))
+	return slices.Contains(tags, VolumeTag(volumeName))
 }
 
 // VolumeNameFromTags returns the CSI volume name carried by an LV's tags.
@@ -197,13 +188,6 @@ func VolumeNameFromTags(tags []string) (name string, whole, ok bool) {
 	for _, t := range tags {
 		if v, found := strings.CutPrefix(t, TagNamePrefix); found {
 			return readTag(v)
-		}
-		if v, found := strings.CutPrefix(t, TagLegacyVolumePrefix); found {
-			b, err := hex.DecodeString(v)
-			if err != nil {
-				return "", false, false
-			}
-			return string(b), true, true
 		}
 	}
 	return "", false, false
@@ -218,8 +202,8 @@ type Claim struct {
 func (c Claim) String() string { return c.Namespace + "/" + c.Name }
 
 // ClaimFromTags returns the PVC named by an LV's tags. ok is false when the
-// LV has no claim tag (made without --extra-create-metadata, or by an
-// older carve) or when the claim was too long for a tag.
+// LV has no claim tag (made without --extra-create-metadata) or when the
+// claim was too long for a tag.
 func ClaimFromTags(tags []string) (Claim, bool) {
 	for _, t := range tags {
 		v, found := strings.CutPrefix(t, TagClaimPrefix)

@@ -1,7 +1,6 @@
 package volume
 
 import (
-	"encoding/hex"
 	"regexp"
 	"slices"
 	"strings"
@@ -111,27 +110,6 @@ func TestVolumeTagForm(t *testing.T) {
 	}
 }
 
-// LVs made before carve.dev/name carry the hex tag; they are still found.
-func TestLegacyVolumeTag(t *testing.T) {
-	for _, name := range oddNames() {
-		tags := []string{TagOwner, TagLegacyVolumePrefix + hex.EncodeToString([]byte(name)), TagClassPrefix + "fast"}
-		if !HasVolumeName(tags, name) {
-			t.Errorf("HasVolumeName(legacy tag of %.40q...) is false", name)
-		}
-		if HasVolumeName(tags, name+"x") {
-			t.Errorf("legacy tag of %.40q... matches another name", name)
-		}
-		if got, whole, ok := VolumeNameFromTags(tags); !ok || !whole || got != name {
-			t.Errorf("VolumeNameFromTags(legacy tag of %.40q...) = %.40q, %v, %v", name, got, whole, ok)
-		}
-	}
-	for _, tags := range [][]string{{TagOwner}, {TagLegacyVolumePrefix + "zz"}, {TagNamePrefix + "a b"}, nil} {
-		if got, _, ok := VolumeNameFromTags(tags); ok {
-			t.Errorf("VolumeNameFromTags(%q) = %q, want nothing", tags, got)
-		}
-	}
-}
-
 func TestClaimTag(t *testing.T) {
 	long := strings.Repeat("c", lvmname.MaxTagLength)
 	tests := []struct {
@@ -190,30 +168,6 @@ func TestVolumeTags(t *testing.T) {
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s: VolumeTags = %q, want %q", tt.name, got, tt.want)
 		}
-	}
-}
-
-// metadataBytes is what tags cost in a VG's text metadata: LVM writes
-// `tags = ["a", "b"]`, so each tag adds its quotes and ", ".
-func metadataBytes(tags []string) int {
-	n := 0
-	for _, t := range tags {
-		n += len(t) + 4
-	}
-	return n
-}
-
-// TestTagBytesPerVolume keeps the tags of a Kubernetes volume small: every
-// byte is VG metadata, which bounds how many volumes a VG holds.
-func TestTagBytesPerVolume(t *testing.T) {
-	params := map[string]string{ParamPVCNamespace: "default", ParamPVCName: "data-postgres-0", ParamPVName: uuidPV}
-	before := []string{TagOwner, legacyVolumeTag(uuidPV), TagClassPrefix + "fast"}
-	after := VolumeTags(uuidPV, "fast", params)
-	noClaim := VolumeTags(uuidPV, "fast", nil)
-	b, a, n := metadataBytes(before), metadataBytes(after), metadataBytes(noClaim)
-	t.Logf("tag bytes in VG metadata per volume: hex name %d; readable name %d; readable name and claim %d", b, n, a)
-	if n >= b || a >= b {
-		t.Errorf("tags cost %d bytes (%d with the claim), the hex tag %d", n, a, b)
 	}
 }
 

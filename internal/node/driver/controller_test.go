@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -379,24 +378,17 @@ func TestCreateVolumeRecordsClaim(t *testing.T) {
 		t.Errorf("ClaimFromTags = %v, %v", c, ok)
 	}
 
-	legacy := "pvc-made-by-an-older-carve"
-	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(legacy), Size: uint64(gib),
-		Tags: []string{volume.TagOwner, volume.TagLegacyVolumePrefix + hex.EncodeToString([]byte(legacy)), volume.TagClassPrefix + "fast"}}); err != nil {
-		t.Fatal(err)
-	}
 	fx.restart(t)
-	for _, name := range []string{pv, legacy} {
-		resp, err := fx.cs.CreateVolume(ctx, createReq(name, gib, params))
-		if err != nil || resp.GetVolume().GetVolumeId() != volume.VolumeID("vg1", volume.LVNameFor(name)) {
-			t.Errorf("retried CreateVolume(%s) = %v, %v", name, resp, err)
-		}
+	resp, err = fx.cs.CreateVolume(ctx, createReq(pv, gib, params))
+	if err != nil || resp.GetVolume().GetVolumeId() != volume.VolumeID("vg1", volume.LVNameFor(pv)) {
+		t.Errorf("retried CreateVolume(%s) = %v, %v", pv, resp, err)
 	}
 	list, err := fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{})
-	if err != nil || len(list.GetEntries()) != 2 {
-		t.Errorf("ListVolumes = %v, %v; want both volumes", list, err)
+	if err != nil || len(list.GetEntries()) != 1 {
+		t.Errorf("ListVolumes = %v, %v; want the volume", list, err)
 	}
-	if n := len(fx.lvm.lvs); n != 3 { // the pool and the two volumes
-		t.Errorf("%d LVs in LVM, want the pool and two volumes", n)
+	if n := len(fx.lvm.lvs); n != 2 { // the pool and the volume
+		t.Errorf("%d LVs in LVM, want the pool and the volume", n)
 	}
 }
 

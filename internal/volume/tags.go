@@ -34,13 +34,6 @@ const (
 	// csi.storage.k8s.io/pv/name differs from the CSI volume name (never
 	// with external-provisioner, which uses the PV name as the CSI name).
 	TagPVPrefix = "carve.dev/pv="
-	// TagUnfinished marks an LV whose creation has not finished: lvcreate
-	// puts it on with the other tags (in the same metadata commit), and
-	// carve takes it off once the LV is wiped and, for a raw-block volume,
-	// zeroed. An LV that still carries it has never been handed out and
-	// may hold what its extents held before, so a retried CreateVolume
-	// finishes or redoes the work instead of returning it as it is.
-	TagUnfinished = "carve.dev/unfinished"
 )
 
 // MaxNameLength bounds CSI volume and snapshot names. The name is stored
@@ -247,10 +240,6 @@ func VolumeTags(volumeName, class string, params map[string]string) []string {
 	}
 	return tags
 }
-
-// IsUnfinished tells whether an LV's tags say its creation has not
-// finished (TagUnfinished).
-func IsUnfinished(tags []string) bool { return slices.Contains(tags, TagUnfinished) }
 
 // Owner is what an LV's tags say of whose it is, as the audits read it.
 type Owner struct {

@@ -837,8 +837,7 @@ func TestControllerGetCapabilities(t *testing.T) {
 }
 
 // TestListVolumesListsOnlyAvailableVolumes: an LV left half-made by a crash
-// (its unfinished mark, or the carve.dev/unfinished tag of older carve
-// versions) and a restore whose copy is under way
+// (its unfinished mark) and a restore whose copy is under way
 // (carve.dev/copy=pending) are no volumes yet: no CreateVolume returned
 // them, and the retry finishes or remakes them. ListVolumes and
 // ControllerListVolumeHealth (here with the LVs inactive, so unhealthy)
@@ -853,7 +852,6 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 		tags []string
 	}{
 		{"half-made", nil}, // marked in the state directory
-		{"half-made-before", []string{volume.TagUnfinished}},
 		{"copying", []string{volume.TagCopyPending}},
 	} {
 		lv := volume.LVNameFor(tt.name)
@@ -909,7 +907,7 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 	}
 	for _, id := range marked {
 		lv := strings.TrimPrefix(id, "vg1/")
-		if err := fx.lvm.DeleteTags(ctx, "vg1", lv, volume.TagUnfinished, volume.TagCopyPending); err != nil {
+		if err := fx.lvm.DeleteTags(ctx, "vg1", lv, volume.TagCopyPending); err != nil {
 			t.Fatal(err)
 		}
 		if err := fx.marks.Clear("vg1", lv); err != nil {
@@ -919,8 +917,8 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if vols, _ := listed(); len(vols) != 4 {
-		t.Errorf("once finished, listed %v; want all four", vols)
+	if vols, _ := listed(); len(vols) != 3 {
+		t.Errorf("once finished, listed %v; want all three", vols)
 	}
 }
 

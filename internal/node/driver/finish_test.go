@@ -77,23 +77,18 @@ func (f *fakeLVM) lvTags(vg, name string) ([]string, bool) {
 // tagged as older carve versions did.
 func (fx *controllerFixture) unfinished(t *testing.T, vg, name string) bool {
 	t.Helper()
-	tags, _ := fx.lvm.lvTags(vg, name)
 	marked, err := fx.marks.Has(vg, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return marked || volume.IsUnfinished(tags)
+	return marked
 }
 
-// wantFinished fails the test unless the LV vg/name is finished: no mark,
-// and not the tag older carve versions wrote (carve writes it no more).
+// wantFinished fails the test unless the LV vg/name is finished: no mark.
 func (fx *controllerFixture) wantFinished(t *testing.T, vg, name string) {
 	t.Helper()
 	if fx.unfinished(t, vg, name) {
 		t.Errorf("%s/%s is still unfinished after CreateVolume answered", vg, name)
-	}
-	if tags, _ := fx.lvm.lvTags(vg, name); volume.IsUnfinished(tags) {
-		t.Errorf("%s/%s carries %s, which carve no longer writes: %v", vg, name, volume.TagUnfinished, tags)
 	}
 }
 
@@ -198,8 +193,7 @@ func TestCreateVolumeRetriesAFailedErasure(t *testing.T) {
 
 // TestCreateVolumeNeverAdoptsAHalfMadeLV: a plugin that crashed between
 // lvcreate (which commits the LV with its tags) and the end of its wipe
-// or zeroing left an LV marked unfinished (in the state directory, or with
-// the tag volume.TagUnfinished of older carve versions). The retry after
+// or zeroing left an LV marked unfinished in the state directory. The retry after
 // the restart finishes the work: it zeroes a raw-block volume, and makes
 // any other volume again (lvcreate's wipe had maybe not run), never
 // returning the LV as it was.
@@ -208,20 +202,15 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 		name      string
 		cap       *csi.VolumeCapability
 		seen      bool // the view knew the LV (it was read at restart)
-		tagged    bool // marked with the old tag, not in the state directory
 		wantErase erase.Method
 		remade    bool
 	}{
-		{"block, seen at restart", blockCap(sw), true, false, erase.ZeroOut, false},
-		{"block, made behind the view", blockCap(sw), false, false, erase.ZeroOut, false},
+		{"block, seen at restart", blockCap(sw), true, erase.ZeroOut, false},
+		{"block, made behind the view", blockCap(sw), false, erase.ZeroOut, false},
 		// A filesystem volume is made again; the new LV gets its
 		// signature regions zeroed.
-		{"filesystem, seen at restart", mountCap("ext4", sw), true, false, erase.Signatures, true},
-		{"filesystem, made behind the view", mountCap("ext4", sw), false, false, erase.Signatures, true},
-		{"block, tagged, seen at restart", blockCap(sw), true, true, erase.ZeroOut, false},
-		{"block, tagged, made behind the view", blockCap(sw), false, true, erase.ZeroOut, false},
-		{"filesystem, tagged, seen at restart", mountCap("ext4", sw), true, true, erase.Signatures, true},
-		{"filesystem, tagged, made behind the view", mountCap("ext4", sw), false, true, erase.Signatures, true},
+		{"filesystem, seen at restart", mountCap("ext4", sw), true, erase.Signatures, true},
+		{"filesystem, made behind the view", mountCap("ext4", sw), false, erase.Signatures, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,9 +220,7 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 				// What lvcreate had committed when the plugin died; the
 				// "old" tag tells a remade LV from this one.
 				tags := append(volume.VolumeTags("pvc-1", "fast", nil), "old")
-				if tt.tagged {
-					tags = append(tags, volume.TagUnfinished)
-				} else if err := fx.marks.Mark("vg1", lvName); err != nil {
+				if err := fx.marks.Mark("vg1", lvName); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: lvName, Size: uint64(gib),

@@ -429,12 +429,8 @@ func (p *Provisioner) mustRedo(lv *lvm.LogicalVolume, method erase.Method) (bool
 }
 
 // unfinished tells whether an LV has not been made ready yet: it has a mark
-// (marks.Marks), or the tag carve marked LVs with before
-// (volume.TagUnfinished; still honoured, never written).
+// (marks.Marks).
 func (p *Provisioner) unfinished(lv *lvm.LogicalVolume) (bool, error) {
-	if volume.IsUnfinished(lv.Tags) {
-		return true, nil
-	}
 	marked, err := p.cfg.Marks.Has(lv.VolumeGroup, lv.Name)
 	if err != nil {
 		return false, errorf(ErrInternal, "volume %s: %v", volume.VolumeID(lv.VolumeGroup, lv.Name), err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -40,8 +39,7 @@ func clearsSignatures(r *Request) bool {
 }
 
 // finish makes a new LV ready to hand out: it zeroes it when method asks
-// for it, then clears its mark (and takes off the tag an older carve
-// marked it with). An LV that is not unfinished is returned as it is.
+// for it, then clears its mark. An LV that is not unfinished is returned as it is.
 // The work runs detached from ctx, so that a CreateVolume whose
 // deadline passes does not throw away an erasure half done: that call gets
 // ErrBusy (csi-provisioner retries and keeps the node), and the retry
@@ -136,12 +134,6 @@ func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made 
 		if _, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Flush); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("flushing new volume %s/%s: %w", lv.VolumeGroup, lv.Name, err)
 		}
-	}
-	if volume.IsUnfinished(lv.Tags) {
-		if err := p.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagUnfinished); err != nil {
-			return nil, fmt.Errorf("marking %s/%s finished: %w", lv.VolumeGroup, lv.Name, err)
-		}
-		lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return t == volume.TagUnfinished })
 	}
 	if err := p.cfg.Marks.Clear(lv.VolumeGroup, lv.Name); err != nil {
 		return nil, err

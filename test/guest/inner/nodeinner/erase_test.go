@@ -273,8 +273,8 @@ func newBlockVolumeReadsOnlyZeros(t *testing.T, e *env) {
 
 // createVolumeFinishesAHalfMadeLV: a plugin killed between lvcreate (which
 // commits the LV and its tags) and the end of its wipe and zeroing leaves
-// an LV marked unfinished (a file in the plugin's state directory, or the
-// tag carve.dev/unfinished of earlier builds) over extents that still hold
+// an LV marked unfinished (a file in the plugin's state directory) over
+// extents that still hold
 // a deleted volume's bytes (here: a pattern, and a whole ext4). After a
 // restart, the retried CreateVolume zeroes the raw-block one, and makes
 // the filesystem one again, so NodeStage formats a new filesystem instead
@@ -285,13 +285,11 @@ func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	halfMade := func(name string, tagged bool) string {
+	halfMade := func(name string) string {
 		lv := volume.LVNameFor(name)
 		args := []string{"lvcreate", "--yes", "--wipesignatures", "n", "--zero", "n", "--name", lv, "--size", "32m"}
 		tags := volume.VolumeTags(name, class, nil)
-		if tagged {
-			tags = append(tags, volume.TagUnfinished)
-		} else if err := marks.Mark(e.vg.Name, lv); err != nil {
+		if err := marks.Mark(e.vg.Name, lv); err != nil {
 			t.Fatal(err)
 		}
 		for _, tag := range tags {
@@ -304,21 +302,18 @@ func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
 	}
 	type halfMadeLV struct{ name, dev, oldUUID string }
 	var blocks, filesystems []halfMadeLV
-	for _, tagged := range []bool{false, true} {
-		suffix := map[bool]string{false: "-marked", true: "-tagged"}[tagged]
-		b := halfMadeLV{name: "half-block" + suffix}
-		b.dev = halfMade(b.name, tagged)
-		writeDevice(t, b.dev, pattern)
-		f := halfMadeLV{name: "half-fs" + suffix}
-		f.dev = halfMade(f.name, tagged)
-		if _, err := plugintest.Run(ctx, "mkfs.ext4", "-q", "-F", f.dev); err != nil {
-			t.Fatal(err)
-		}
-		if f.oldUUID, err = plugintest.FilesystemUUID(ctx, f.dev); err != nil || f.oldUUID == "" {
-			t.Fatalf("the old filesystem has no UUID (%q, %v)", f.oldUUID, err)
-		}
-		blocks, filesystems = append(blocks, b), append(filesystems, f)
+	b := halfMadeLV{name: "half-block-marked"}
+	b.dev = halfMade(b.name)
+	writeDevice(t, b.dev, pattern)
+	f := halfMadeLV{name: "half-fs-marked"}
+	f.dev = halfMade(f.name)
+	if _, err := plugintest.Run(ctx, "mkfs.ext4", "-q", "-F", f.dev); err != nil {
+		t.Fatal(err)
 	}
+	if f.oldUUID, err = plugintest.FilesystemUUID(ctx, f.dev); err != nil || f.oldUUID == "" {
+		t.Fatalf("the old filesystem has no UUID (%q, %v)", f.oldUUID, err)
+	}
+	blocks, filesystems = append(blocks, b), append(filesystems, f)
 	// The crash: the plugin comes back and reads LVM afresh.
 	e.stop()
 	e.start()
@@ -344,9 +339,6 @@ func createVolumeFinishesAHalfMadeLV(t *testing.T, e *env) {
 	}
 	for _, id := range ids {
 		lv := lvName(t, id)
-		if tags := e.lvField(lv, "lv_tags"); strings.Contains(tags, volume.TagUnfinished) {
-			t.Errorf("%s still carries %s after CreateVolume returned it: %s", id, volume.TagUnfinished, tags)
-		}
 		if marked, err := marks.Has(e.vg.Name, lv); err != nil || marked {
 			t.Errorf("%s is still marked unfinished after CreateVolume returned it (%v)", id, err)
 		}

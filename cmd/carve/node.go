@@ -73,9 +73,6 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	realExec := utilexec.New()
 	// Where lvm makes device nodes, read once, as lvm.New read it.
 	devDir := volume.DevDir(os.Environ())
-	// No Locator: the node agent holds no Kubernetes API access. Which
-	// node holds a clone's source volume is the controller's to say: it
-	// routes a clone to its source's node (internal/controller/router).
 	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},

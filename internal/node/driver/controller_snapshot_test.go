@@ -15,7 +15,6 @@ import (
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/lvm"
-	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -561,50 +560,21 @@ func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
 }
 
-// fakeLocator maps volume IDs to the nodes of their PVs.
-type fakeLocator struct {
-	nodes map[string][]string
-	err   error
-}
-
-func (l *fakeLocator) NodesOf(id string) ([]string, error) { return l.nodes[id], l.err }
-
-// TestCloneSourceOnAnotherNode: a clone asked on a node that does not hold
-// its source volume is ResourceExhausted naming the node whose PV holds
-// it (csi-provisioner then drops this node), NotFound when no other
-// node's PV has it, Unavailable while that cannot be known yet; nothing
-// is made.
-func TestCloneSourceOnAnotherNode(t *testing.T) {
+// TestCloneSourceNotHere: a clone asked on a node that does not hold its
+// source volume is NotFound (the controller sends a clone to its source's
+// node, or grants a copy from there); nothing is made.
+func TestCloneSourceNotHere(t *testing.T) {
 	gone := "vg1/" + volume.LVNameFor("gone")
 	// Another node's volume group, which this node does not configure.
 	foreign := "vg-b/" + volume.LVNameFor("pvc-b")
-	tests := []struct {
-		name    string
-		source  string
-		locator provision.Locator
-		code    codes.Code
-		msg     []string
-	}{
-		{"PV on another node", gone, &fakeLocator{nodes: map[string][]string{gone: {"node-b"}}},
-			codes.ResourceExhausted, []string{"lives on node node-b, not on " + testNode, "docs/backup-restore.md"}},
-		{"PV on another node, its volume group unknown here", foreign, &fakeLocator{nodes: map[string][]string{foreign: {"node-b"}}},
-			codes.ResourceExhausted, []string{"lives on node node-b"}},
-		{"PV on this node, LV gone", gone, &fakeLocator{nodes: map[string][]string{gone: {testNode}}},
-			codes.NotFound, []string{"does not exist on node " + testNode, "nor on any other node"}},
-		{"no PV", gone, &fakeLocator{}, codes.NotFound, []string{"nor on any other node"}},
-		{"PV cache not filled", gone, &fakeLocator{err: errors.New("not synced")}, codes.Unavailable, []string{"not synced", "retry"}},
-		{"no API access", gone, nil, codes.NotFound, []string{"does not exist", "the node agent has no API access"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, source := range []string{gone, foreign} {
+		t.Run(source, func(t *testing.T) {
 			fx := newControllerFixture(t)
-			fx.locator = tt.locator
-			fx.restart(t)
 			fx.mustVolume(t, "pvc-1", gib, nil)
 			req := createReq("pvc-clone", gib, nil)
-			req.VolumeContentSource = fromVolume(tt.source)
+			req.VolumeContentSource = fromVolume(source)
 			_, err := fx.cs.CreateVolume(context.Background(), req)
-			wantCode(t, err, tt.code, tt.msg...)
+			wantCode(t, err, codes.NotFound, "does not exist", "carve controller sends a clone to its source's node")
 			if n := len(fx.view.Volumes()); n != 1 {
 				t.Errorf("a refused clone left %d volumes, want the first alone", n)
 			}

@@ -51,8 +51,6 @@ type controllerFixture struct {
 	cfg    *deviceclass.Config
 	view   *vgview.View
 	cs     *ControllerServer
-	// locator, when set before restart, is the controller's Locator.
-	locator provision.Locator
 	// snapshots, when set before restart, is the controller's
 	// SnapshotReader.
 	snapshots provision.SnapshotReader
@@ -110,7 +108,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 		fx.locks = volumelock.New()
 	}
 	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
-		View: fx.view, Eraser: fx.eraser, Copier: fx.copier, Locator: fx.locator, Marks: fx.marks,
+		View: fx.view, Eraser: fx.eraser, Copier: fx.copier, Marks: fx.marks,
 		Snapshots: fx.snapshots, IsDeviceNode: fx.isDeviceNode, Locks: fx.locks}, FSTypes: []string{"ext4", "xfs"}})
 }
 

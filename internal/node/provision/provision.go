@@ -58,9 +58,6 @@ type Config struct {
 	// device-mapper metadata, for the source of a catch-up; nil has
 	// every catch-up compare the volume with its base.
 	Changes ChangeFinder
-	// Locator finds the node of a clone's source volume that is not on
-	// this node; nil (no API access) leaves it unknown.
-	Locator Locator
 	// Marks records the thick LVs being made until they are ready; it
 	// must be set.
 	Marks *marks.Marks
@@ -140,14 +137,6 @@ var _ Copier = blockcopy.Copier{}
 // (dmsnapshot.Reader).
 type SnapshotReader interface {
 	Read(path string) (dmsnapshot.State, error)
-}
-
-// Locator tells where volumes are: a volume ID does not name its node.
-type Locator interface {
-	// NodesOf returns the nodes, sorted, whose PersistentVolumes carry
-	// the volume ID as their handle; none when no PV does; an error when
-	// it cannot be known now (and may be later).
-	NodesOf(volumeID string) ([]string, error)
 }
 
 // Provisioner makes, finishes, copies, snapshots and removes the LVs of

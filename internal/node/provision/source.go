@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -47,8 +46,8 @@ type contentSource struct {
 
 // resolveSource finds the LV of a content source on this node. A source
 // of another node is ErrElsewhere naming that node (so that the pod is
-// scheduled again): a snapshot ID names its node, a volume's node is that
-// of its PersistentVolume (the Locator). A source that exists nowhere is
+// scheduled again): a snapshot ID names its node, a volume's node is carve
+// controller's to know. A source that exists nowhere is
 // ErrNotFound; a copy-on-write snapshot whose space ran out, or whose
 // size tag is gone, is ErrRefused. A source of another node that the
 // request's context grants a copy of (RemoteSource) is that remote source.
@@ -86,7 +85,7 @@ func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSou
 	}
 	lv, err := p.sourceLV(ctx, vg, name, id)
 	if errors.Is(err, ErrNotFound) {
-		return nil, p.sourceElsewhere(id, err)
+		return nil, p.sourceElsewhere(err)
 	}
 	if err != nil {
 		return nil, err
@@ -98,32 +97,11 @@ func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSou
 }
 
 // sourceElsewhere answers for a clone's source volume that is not on this
-// node (notHere says why): ErrElsewhere naming the node whose
-// PersistentVolume holds it, so that csi-provisioner drops this node and
-// the scheduler picks again; ErrNotFound when no other node's PV has it
-// (or which node holds it cannot be known: no Locator, as in the node
-// agent, which has no API access); ErrUnavailable
-// while the PV cache is not filled yet.
-func (p *Provisioner) sourceElsewhere(id string, notHere error) error {
-	msg := notHere.Error()
-	if p.cfg.Locator == nil {
-		return errorf(ErrNotFound, "volume_content_source: %s (which node holds it is not known here: the node agent has no API access; carve controller sends a clone to its source's node)", msg)
-	}
-	nodes, err := p.cfg.Locator.NodesOf(id)
-	if err != nil {
-		return errorf(ErrUnavailable, "volume_content_source: %s, and which node holds it is not known yet: %v; retry later", msg, err)
-	}
-	var others []string
-	for _, n := range nodes {
-		if n != "" && n != p.node.Name() {
-			others = append(others, n)
-		}
-	}
-	if len(others) == 0 {
-		return errorf(ErrNotFound, "volume_content_source: %s, nor on any other node (no PersistentVolume of another node has it)", msg)
-	}
-	return errorf(ErrElsewhere, "volume_content_source: volume %s lives on node %s, not on %s: a clone is made on its source's node only; "+
-		"the pod is scheduled again (pin it to %s: see docs/backup-restore.md)", id, strings.Join(others, ", "), p.node.Name(), others[0])
+// node (notHere says why): ErrNotFound. Which node holds it is carve
+// controller's to know (the node agent has no API access): it sends a
+// clone to its source's node, or grants a copy from there.
+func (p *Provisioner) sourceElsewhere(notHere error) error {
+	return errorf(ErrNotFound, "volume_content_source: %s (carve controller sends a clone to its source's node, or grants a copy from there)", notHere.Error())
 }
 
 // thinInto tells whether a source can become a volume of class as a thin

@@ -269,10 +269,16 @@ func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 	return nil
 }
 
-// changeLV runs one lvchange-like mutation of the LV vg/name under its
-// VG's lock; a failure is explained from LVM state (explainChange, what
-// names the change in its message).
+// changeLV runs one lvchange-like mutation of the LV vg/name; a failure
+// is explained from LVM state (explainChange, what names the change in its
+// message).
 func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []string) error {
+	return c.mutateLV(ctx, vg, name, args, func(err error) error { return c.explainChange(ctx, vg, name, what, err) })
+}
+
+// mutateLV runs one mutation (args) of the LV vg/name under its VG's lock,
+// the names checked first; a failure is what explain makes of it.
+func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, explain func(error) error) error {
 	if err := lvmname.VG(vg); err != nil {
 		return err
 	}
@@ -285,7 +291,7 @@ func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []str
 	}
 	defer func() { unlock() }()
 	if _, err := c.mutate(ctx, &unlock, args...); err != nil {
-		return c.explainChange(ctx, vg, name, what, err)
+		return explain(err)
 	}
 	return nil
 }
@@ -367,19 +373,9 @@ func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
 // ErrInUse when it is open. It runs lvremove without looking the LV up first;
 // only a failure costs a read, to tell why.
 func (c *Client) RemoveLV(ctx context.Context, vg, name string) error {
-	if err := lvmname.VG(vg); err != nil {
-		return err
-	}
-	if err := validateName("logical volume", name); err != nil {
-		return err
-	}
-	unlock, err := c.locks.Lock(ctx, vg)
+	err := c.mutateLV(ctx, vg, name, removeArgs(vg, name), func(err error) error { return c.explainRemove(ctx, vg, name, err) })
 	if err != nil {
 		return err
-	}
-	defer func() { unlock() }()
-	if _, err := c.mutate(ctx, &unlock, removeArgs(vg, name)...); err != nil {
-		return c.explainRemove(ctx, vg, name, err)
 	}
 	klog.V(2).InfoS("removed logical volume", "vg", vg, "lv", name)
 	return nil

@@ -181,7 +181,7 @@ func requiredPrograms(t *testing.T) map[string]string {
 	t.Helper()
 	root := repoRoot(t)
 	var carveDirs []string
-	for _, d := range []string{"cmd", "pkg", "lvm", "topology", "internal"} {
+	for _, d := range []string{"cmd", "api", "internal"} {
 		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
 			carveDirs = append(carveDirs, filepath.Join(root, d))
 		}

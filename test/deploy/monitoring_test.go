@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/internal/controller/audit"
+	"github.com/carve-csi/carve/internal/controller/mover"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
@@ -457,6 +458,33 @@ func auditMetrics(t *testing.T) plugintest.Metrics {
 	return m
 }
 
+// moverMetrics are the mover's: carve controller runs it only with the
+// node channel, which the controller here does not have.
+func moverMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	r := router.New(router.Config{})
+	if _, err := mover.New(mover.Config{Client: fake.NewClientset(), Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node",
+		Volumes: r, CatchUp: r, Events: record.NewFakeRecorder(10), Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	return gather(t, reg)
+}
+
+// gather is what reg holds, by family name.
+func gather(t *testing.T, reg *prometheus.Registry) plugintest.Metrics {
+	t.Helper()
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := plugintest.Metrics{}
+	for _, f := range got {
+		m[f.GetName()] = f
+	}
+	return m
+}
+
 // refusalMetrics are the router's counts of refused node answers: a
 // controller exports a series only once a node has lied, which no
 // running controller here does.
@@ -468,15 +496,7 @@ func refusalMetrics(t *testing.T) plugintest.Metrics {
 		t.Fatal(err)
 	}
 	r.Count("n1", "topology")
-	got, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := plugintest.Metrics{}
-	for _, f := range got {
-		m[f.GetName()] = f
-	}
-	return m
+	return gather(t, reg)
 }
 
 // snapshotMetrics are the per-snapshot series of a plugin with one thick
@@ -653,7 +673,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), moverMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

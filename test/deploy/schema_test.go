@@ -208,7 +208,7 @@ func checkNamePattern(t *testing.T, where string, n schemaNode) {
 // class, from its source (it is not exported).
 func passThroughPrefix(t *testing.T) string {
 	t.Helper()
-	file := filepath.Join(repoRoot(t), "pkg", "driver", "validate.go")
+	file := filepath.Join(repoRoot(t), "internal", "node", "driver", "validate.go")
 	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -137,8 +137,9 @@ const (
 	maxDelay       = time.Minute
 	maxRetries     = 40
 	maxSeedRetries = 6
-	// workers: a long copy holds its worker; the others serve the other
-	// moves (one key is never run twice at once).
+	// workers serve the moves (one key is never run twice at once); a
+	// seed's copy holds none while it runs (seedcopy.go), a catch-up
+	// holds its worker.
 	workers     = 4
 	defaultPoll = 2 * time.Second
 	// copyTimeout bounds the seed's copy and the catch-up: a copy runs at
@@ -158,9 +159,13 @@ type Mover struct {
 	catchUpBytes   prometheus.Histogram
 	catchUpSeconds prometheus.Histogram
 	// parked are the old PVs whose move is parked.
-	parked  *parkedMoves
-	started atomic.Bool
-	now     func() time.Time
+	parked *parkedMoves
+	// seeds are the seeds' copies in flight; seedWait is how long the
+	// step that starts one waits for its answer (seedAnswerWait).
+	seeds    *seedCopies
+	seedWait time.Duration
+	started  atomic.Bool
+	now      func() time.Time
 }
 
 // New checks cfg and returns a Mover; its metrics are registered at once.
@@ -210,7 +215,9 @@ func New(cfg Config) (*Mover, error) {
 			Name: "carve_moves_parked",
 			Help: "Moves that are parked: their old volume could not be vouched for (its node does not answer, or the volume is gone), so the target and the seed, which may hold the only copy, are kept. 0 on a replica that does not lead.",
 		})},
-		now: time.Now,
+		seeds:    newSeedCopies(),
+		seedWait: seedAnswerWait,
+		now:      time.Now,
 	}
 	for _, r := range results {
 		m.moves.WithLabelValues(r)

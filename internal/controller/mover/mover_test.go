@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +69,23 @@ type fakeVolumes struct {
 	catchUpCalls int
 	stale        []string
 	deleted      []string
+	// copying: how many CreateVolume calls more answer that an earlier
+	// call's copy still runs (ABORTED, moveapi.ErrorCopyInProgress).
+	copying int
+	// hold, when set, holds each CreateVolume until it is closed: a copy
+	// that takes hours.
+	hold chan struct{}
+}
+
+// copyRunning is a node's answer to a repeated CreateVolume whose copy
+// still runs.
+func copyRunning(name string) error {
+	st, err := status.New(codes.Aborted, "volume "+name+": its data is still being copied into it by an earlier call; retry later").
+		WithDetails(&errdetails.ErrorInfo{Reason: moveapi.ErrorCopyInProgress, Domain: moveapi.ErrorDomain})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
 }
 
 // oldHandle is the old volume's ID.
@@ -133,10 +151,21 @@ func (f *fakeVolumes) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotR
 // CreateVolume is idempotent as carve's node agent is: a volume of the
 // name made from the same source is answered again, one from another
 // source is ALREADY_EXISTS.
-func (f *fakeVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+func (f *fakeVolumes) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created = append(f.created, req)
+	if f.copying > 0 {
+		f.copying--
+		return nil, copyRunning(req.GetName())
+	}
 	err := f.err("CreateVolume")
 	if err != nil && status.Code(err) != codes.Unavailable {
 		return nil, err

@@ -38,10 +38,9 @@ import (
 // notably FAILED_PRECONDITION for a source or target still open (the
 // workload has not let go of it yet: retry), the same code with an
 // ErrorInfo reason (moveapi's Error*) for a refusal no retry mends, and
-// DATA_LOSS for a target whose
-// content did not check out (it keeps its copy-pending tag). Every
-// failure may be retried: a repeat starts the catch-up again and
-// converges.
+// DATA_LOSS for a target whose content did not check out (it keeps its
+// copy-pending tag). A repeat starts the catch-up again and converges
+// where the cause went away.
 func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error) {
 	for _, a := range []struct{ name, v string }{{"source volume ID", sourceVolumeID}, {"base snapshot ID", baseSnapshotID},
 		{"target node", targetNode}, {"target volume ID", targetVolumeID}} {

@@ -75,6 +75,11 @@ type fakeVolumes struct {
 	// hold, when set, holds each CreateVolume until it is closed: a copy
 	// that takes hours.
 	hold chan struct{}
+	// sizes are the volumes' sizes (1 GiB when not set); targetSize, when
+	// set, is what CreateVolume makes instead of the asked size (a volume
+	// group of larger extents).
+	sizes      map[string]int64
+	targetSize int64
 }
 
 // copyRunning is a node's answer to a repeated CreateVolume whose copy
@@ -100,7 +105,7 @@ func targetHandle(vg, node string) string {
 func newFakeVolumes() *fakeVolumes {
 	return &fakeVolumes{snapshots: map[string]string{}, volumes: map[string]string{oldHandle: oldPV},
 		gens: map[string]int{}, from: map[string]string{}, nodeOf: map[string]string{oldHandle: "a"}, vgOf: map[string]string{}, away: map[string]bool{}, pending: map[string]bool{},
-		fail: map[string]error{}, failAll: map[string]error{}}
+		fail: map[string]error{}, failAll: map[string]error{}, sizes: map[string]int64{}}
 }
 
 func (f *fakeVolumes) err(call string) error {
@@ -182,12 +187,16 @@ func (f *fakeVolumes) CreateVolume(ctx context.Context, req *csi.CreateVolumeReq
 			return nil, status.Errorf(codes.NotFound, "snapshot %s", seed)
 		}
 		f.volumes[id], f.nodeOf[id], f.from[id] = req.GetName(), node, fmt.Sprintf("%s#%d", seed, f.gens[seed])
+		f.sizes[id] = req.GetCapacityRange().GetRequiredBytes()
+		if f.targetSize != 0 {
+			f.sizes[id] = f.targetSize
+		}
 	}
 	// Unavailable: made, but the answer lost.
 	if err != nil {
 		return nil, err
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: req.GetCapacityRange().GetRequiredBytes(),
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: f.sizeOf(id),
 		VolumeContext: map[string]string{"carve.dev/node": "b"}}}, nil
 }
 
@@ -242,7 +251,14 @@ func (f *fakeVolumes) ControllerGetVolumeOn(_ context.Context, node string, req 
 	case f.pending[id]:
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: its data copy has not finished", id)
 	}
-	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: id}}, nil
+	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: f.sizeOf(id)}}, nil
+}
+
+func (f *fakeVolumes) sizeOf(id string) int64 {
+	if n := f.sizes[id]; n != 0 {
+		return n
+	}
+	return 1 << 30
 }
 
 func (f *fakeVolumes) CatchUpCopy(_ context.Context, src, base, to, target string) (int64, error) {

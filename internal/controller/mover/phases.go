@@ -166,6 +166,15 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		}
 		mv.pv = pv
 	}
+	// The catch-up refuses a target of another size than the source;
+	// known now, that ends the move before the workload stops.
+	why, err := m.sizesDiffer(ctx, mv)
+	if err != nil {
+		return 0, m.failed(ctx, mv, attempt, "reading the sizes of the volume and its copy", err)
+	}
+	if why != "" {
+		return 0, m.abort(ctx, mv, abortFailed+why)
+	}
 	saved, err := json.Marshal(saveClaim(claim))
 	if err != nil {
 		return 0, fmt.Errorf("saving claim %s/%s: %w", mv.ns, mv.name, err)
@@ -241,6 +250,9 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 	took := m.now().Sub(began)
 	cancel()
 	if err != nil {
+		if why := refusedForGood(err); why != "" {
+			return 0, m.failed(ctx, mv, attempt, "sending what changed since the seed ("+why+"; no retry mends that)", err)
+		}
 		if status.Code(err) == codes.FailedPrecondition && attempt < maxRetries {
 			m.wait(ctx, mv, "the source is still open on its node (its pod's volume not unstaged yet): "+err.Error())
 			return 0, fmt.Errorf("catching up: %w", err)

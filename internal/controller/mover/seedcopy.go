@@ -224,3 +224,48 @@ func reasonOf(err error) string {
 	}
 	return ""
 }
+
+// refusedForGood says what a FAILED_PRECONDITION refusal of the catch-up
+// that no retry mends is about, by its ErrorInfo reason; "" for any
+// other answer (a source or target still open is mended by the
+// workload's stop, and retried).
+func refusedForGood(err error) string {
+	if status.Code(err) != codes.FailedPrecondition {
+		return ""
+	}
+	switch reasonOf(err) {
+	case moveapi.ErrorSizeMismatch:
+		return "the target is not of the source's size"
+	case moveapi.ErrorBaseOverflowed:
+		return "the seed ran out of its copy-on-write space, so it no longer holds what the target was copied from"
+	case moveapi.ErrorSourceCopyPending:
+		return "the source is itself still being copied into"
+	}
+	return ""
+}
+
+// sizesDiffer tells, once the target is made, why the catch-up would
+// refuse it for its size: "" when the volume and the target are of one
+// size (or a node does not say its volume's size: the catch-up checks
+// it then). A target node whose volume group has larger extents or
+// another stripe makes the target larger, and a claim grown while the
+// seed was copied makes the volume larger. Each node is asked about its
+// own volume only.
+func (m *Mover) sizesDiffer(ctx context.Context, mv move) (string, error) {
+	from, id := pinnedFrom(mv.pv, m.cfg.TopologyKey), mv.pv.Spec.CSI.VolumeHandle
+	src, err := m.cfg.Volumes.ControllerGetVolumeOn(ctx, from, &csi.ControllerGetVolumeRequest{VolumeId: id})
+	if err != nil {
+		return "", fmt.Errorf("volume %s on node %s: %w", id, from, err)
+	}
+	target := mv.pv.Annotations[moveapi.AnnTargetID]
+	dst, err := m.cfg.Volumes.ControllerGetVolumeOn(ctx, mv.to, &csi.ControllerGetVolumeRequest{VolumeId: target})
+	if err != nil {
+		return "", fmt.Errorf("the target %s on node %s: %w", target, mv.to, err)
+	}
+	a, b := src.GetVolume().GetCapacityBytes(), dst.GetVolume().GetCapacityBytes()
+	if a == 0 || b == 0 || a == b {
+		return "", nil
+	}
+	return fmt.Sprintf("the target %s on node %s has %d bytes, the volume %s on node %s has %d: the catch-up needs both of one size "+
+		"(the nodes' volume groups differ in extent size or stripes, or the claim was resized while the seed was copied)", target, mv.to, b, id, from, a), nil
+}

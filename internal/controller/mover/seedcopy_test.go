@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -165,4 +166,79 @@ func stoppedMove(t *testing.T, client *fake.Clientset, vols *fakeVolumes) string
 		t.Fatal(err)
 	}
 	return name
+}
+
+// TestMoveRefusedForGood: what the catch-up refuses for good ends the
+// move at once with its own reason: a target of another size is found
+// at the end of seeding, before the workload stops; a catch-up refused
+// for its target's size, an overflowed seed or a source still copied
+// into rolls back at the first refusal instead of being retried as "the
+// source is still open", which is retried until the workload lets go.
+func TestMoveRefusedForGood(t *testing.T) {
+	t.Run("a target of another size", func(t *testing.T) {
+		client, vols := world(t)
+		m, rec := newMover(t, client, vols)
+		vols.targetSize = 1<<30 + 4<<20
+		request(t, client, "b")
+		start(t, m)
+		var phases []string
+		driveAttempts(t, m, 30, func(phase string, _ int) { phases = append(phases, phase) })
+		for _, p := range phases {
+			if p != moveapi.PhaseSeeding {
+				t.Errorf("the move reached %s: the workload was stopped", p)
+			}
+		}
+		checkUnmoved(t, client, vols)
+		checkResults(t, m, map[string]float64{ResultFailed: 1})
+		if _, err := client.CoreV1().Pods(ns).Get(context.Background(), "db-0", metav1.GetOptions{}); err != nil {
+			t.Errorf("the pod using the claim: %v", err)
+		}
+		if ev := eventsOf(rec); !strings.Contains(ev, moveapi.ReasonMoveFailed) || !strings.Contains(ev, "has 1077936128 bytes") {
+			t.Errorf("no MoveFailed naming the sizes in the events:\n%s", ev)
+		}
+	})
+	for _, tt := range []struct {
+		reason, says string
+	}{
+		{moveapi.ErrorSizeMismatch, "not of the source's size"},
+		{moveapi.ErrorBaseOverflowed, "copy-on-write space"},
+		{moveapi.ErrorSourceCopyPending, "still being copied into"},
+	} {
+		t.Run(tt.reason, func(t *testing.T) {
+			client, vols := world(t)
+			m, rec := newMover(t, client, vols)
+			st, err := status.New(codes.FailedPrecondition, "refused").
+				WithDetails(&errdetails.ErrorInfo{Reason: tt.reason, Domain: moveapi.ErrorDomain})
+			if err != nil {
+				t.Fatal(err)
+			}
+			vols.failAll["CatchUpCopy"] = st.Err()
+			request(t, client, "b")
+			start(t, m)
+			driveAttempts(t, m, 60, nil)
+			checkUnmoved(t, client, vols)
+			checkResults(t, m, map[string]float64{ResultRolledBack: 1})
+			if vols.catchUpCalls != 1 {
+				t.Errorf("%d catch-ups, want the one refused", vols.catchUpCalls)
+			}
+			if ev := eventsOf(rec); !strings.Contains(ev, moveapi.ReasonMoveFailed) || !strings.Contains(ev, tt.says) {
+				t.Errorf("no MoveFailed saying %q in the events:\n%s", tt.says, ev)
+			}
+		})
+	}
+	t.Run("the source still open", func(t *testing.T) {
+		client, vols := world(t)
+		m, _ := newMover(t, client, vols)
+		request(t, client, "b")
+		start(t, m)
+		driveAttempts(t, m, 60, func(phase string, visit int) {
+			if phase == moveapi.PhaseCatchingUp && visit < 10 {
+				vols.fail["CatchUpCopy"] = status.Error(codes.FailedPrecondition, "volume is open on node a")
+			}
+		})
+		checkMoved(t, client, vols, "b")
+		if vols.catchUpCalls != 11 {
+			t.Errorf("%d catch-ups, want 11: ten refused while the source was open", vols.catchUpCalls)
+		}
+	})
 }

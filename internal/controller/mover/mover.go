@@ -77,7 +77,9 @@ var results = []string{ResultMoved, ResultAborted, ResultFailed, ResultRolledBac
 
 // Volumes is the CSI Controller the mover makes and deletes volumes and
 // snapshots through; *router.Server is one. Each call is idempotent by
-// name (create) or ID (delete), as the CSI spec asks.
+// name (create) or ID (delete), as the CSI spec asks. A CreateVolume
+// whose copy an earlier call started and still runs is ABORTED with the
+// ErrorInfo reason moveapi.ErrorCopyInProgress.
 type Volumes interface {
 	CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error)
 	DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error)
@@ -96,7 +98,8 @@ type Volumes interface {
 // restored from that snapshot on targetNode; *router.Server is one. The
 // target is looked for on targetNode only: UNAVAILABLE when that node is
 // not connected. FAILED_PRECONDITION: the source is still open on its
-// node (its pod's volume not unstaged yet); the mover retries it.
+// node (its pod's volume not unstaged yet), which the mover retries, or,
+// with an ErrorInfo reason (moveapi's Error*), a refusal no retry mends.
 type CatchUp interface {
 	CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error)
 }

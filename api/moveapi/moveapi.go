@@ -115,3 +115,25 @@ func Targets(pvAnnotations map[string]string) (name, id string) {
 	}
 	return pvAnnotations[AnnTarget], pvAnnotations[AnnTargetID]
 }
+
+// Reasons of the google.rpc.ErrorInfo (domain ErrorDomain) a node agent
+// puts on a status the mover decides on: the code alone does not tell
+// a copy still running from another holder of the volume, nor a
+// refusal no retry mends from one the workload's stop mends.
+const (
+	ErrorDomain = "carve.dev"
+	// ErrorCopyInProgress (ABORTED): the volume's data is being copied
+	// into it by an earlier call of the same CreateVolume; a repeat once
+	// the copy ends answers with the volume.
+	ErrorCopyInProgress = "COPY_IN_PROGRESS"
+	// ErrorSizeMismatch (FAILED_PRECONDITION): a catch-up's target is not
+	// of its source's size.
+	ErrorSizeMismatch = "SIZE_MISMATCH"
+	// ErrorBaseOverflowed (FAILED_PRECONDITION): a catch-up's base, a
+	// copy-on-write snapshot, ran out of its space: it no longer holds
+	// what the target was copied from.
+	ErrorBaseOverflowed = "BASE_OVERFLOWED"
+	// ErrorSourceCopyPending (FAILED_PRECONDITION): a catch-up's source
+	// is itself still being copied into.
+	ErrorSourceCopyPending = "SOURCE_COPY_PENDING"
+)

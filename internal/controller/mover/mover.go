@@ -77,7 +77,9 @@ var results = []string{ResultMoved, ResultAborted, ResultFailed, ResultRolledBac
 
 // Volumes is the CSI Controller the mover makes and deletes volumes and
 // snapshots through; *router.Server is one. Each call is idempotent by
-// name (create) or ID (delete), as the CSI spec asks.
+// name (create) or ID (delete), as the CSI spec asks. A CreateVolume
+// whose copy an earlier call started and still runs is ABORTED with the
+// ErrorInfo reason moveapi.ErrorCopyInProgress.
 type Volumes interface {
 	CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error)
 	DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error)
@@ -96,7 +98,8 @@ type Volumes interface {
 // restored from that snapshot on targetNode; *router.Server is one. The
 // target is looked for on targetNode only: UNAVAILABLE when that node is
 // not connected. FAILED_PRECONDITION: the source is still open on its
-// node (its pod's volume not unstaged yet); the mover retries it.
+// node (its pod's volume not unstaged yet), which the mover retries, or,
+// with an ErrorInfo reason (moveapi's Error*), a refusal no retry mends.
 type CatchUp interface {
 	CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error)
 }
@@ -137,8 +140,9 @@ const (
 	maxDelay       = time.Minute
 	maxRetries     = 40
 	maxSeedRetries = 6
-	// workers: a long copy holds its worker; the others serve the other
-	// moves (one key is never run twice at once).
+	// workers serve the moves (one key is never run twice at once); a
+	// seed's copy holds none while it runs (seedcopy.go), a catch-up
+	// holds its worker.
 	workers     = 4
 	defaultPoll = 2 * time.Second
 	// copyTimeout bounds the seed's copy and the catch-up: a copy runs at
@@ -158,9 +162,13 @@ type Mover struct {
 	catchUpBytes   prometheus.Histogram
 	catchUpSeconds prometheus.Histogram
 	// parked are the old PVs whose move is parked.
-	parked  *parkedMoves
-	started atomic.Bool
-	now     func() time.Time
+	parked *parkedMoves
+	// seeds are the seeds' copies in flight; seedWait is how long the
+	// step that starts one waits for its answer (seedAnswerWait).
+	seeds    *seedCopies
+	seedWait time.Duration
+	started  atomic.Bool
+	now      func() time.Time
 }
 
 // New checks cfg and returns a Mover; its metrics are registered at once.
@@ -210,7 +218,9 @@ func New(cfg Config) (*Mover, error) {
 			Name: "carve_moves_parked",
 			Help: "Moves that are parked: their old volume could not be vouched for (its node does not answer, or the volume is gone), so the target and the seed, which may hold the only copy, are kept. 0 on a replica that does not lead.",
 		})},
-		now: time.Now,
+		seeds:    newSeedCopies(),
+		seedWait: seedAnswerWait,
+		now:      time.Now,
 	}
 	for _, r := range results {
 		m.moves.WithLabelValues(r)

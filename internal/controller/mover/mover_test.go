@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +69,28 @@ type fakeVolumes struct {
 	catchUpCalls int
 	stale        []string
 	deleted      []string
+	// copying: how many CreateVolume calls more answer that an earlier
+	// call's copy still runs (ABORTED, moveapi.ErrorCopyInProgress).
+	copying int
+	// hold, when set, holds each CreateVolume until it is closed: a copy
+	// that takes hours.
+	hold chan struct{}
+	// sizes are the volumes' sizes (1 GiB when not set); targetSize, when
+	// set, is what CreateVolume makes instead of the asked size (a volume
+	// group of larger extents).
+	sizes      map[string]int64
+	targetSize int64
+}
+
+// copyRunning is a node's answer to a repeated CreateVolume whose copy
+// still runs.
+func copyRunning(name string) error {
+	st, err := status.New(codes.Aborted, "volume "+name+": its data is still being copied into it by an earlier call; retry later").
+		WithDetails(&errdetails.ErrorInfo{Reason: moveapi.ErrorCopyInProgress, Domain: moveapi.ErrorDomain})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
 }
 
 // oldHandle is the old volume's ID.
@@ -82,7 +105,7 @@ func targetHandle(vg, node string) string {
 func newFakeVolumes() *fakeVolumes {
 	return &fakeVolumes{snapshots: map[string]string{}, volumes: map[string]string{oldHandle: oldPV},
 		gens: map[string]int{}, from: map[string]string{}, nodeOf: map[string]string{oldHandle: "a"}, vgOf: map[string]string{}, away: map[string]bool{}, pending: map[string]bool{},
-		fail: map[string]error{}, failAll: map[string]error{}}
+		fail: map[string]error{}, failAll: map[string]error{}, sizes: map[string]int64{}}
 }
 
 func (f *fakeVolumes) err(call string) error {
@@ -133,10 +156,21 @@ func (f *fakeVolumes) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotR
 // CreateVolume is idempotent as carve's node agent is: a volume of the
 // name made from the same source is answered again, one from another
 // source is ALREADY_EXISTS.
-func (f *fakeVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+func (f *fakeVolumes) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created = append(f.created, req)
+	if f.copying > 0 {
+		f.copying--
+		return nil, copyRunning(req.GetName())
+	}
 	err := f.err("CreateVolume")
 	if err != nil && status.Code(err) != codes.Unavailable {
 		return nil, err
@@ -153,12 +187,16 @@ func (f *fakeVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeReque
 			return nil, status.Errorf(codes.NotFound, "snapshot %s", seed)
 		}
 		f.volumes[id], f.nodeOf[id], f.from[id] = req.GetName(), node, fmt.Sprintf("%s#%d", seed, f.gens[seed])
+		f.sizes[id] = req.GetCapacityRange().GetRequiredBytes()
+		if f.targetSize != 0 {
+			f.sizes[id] = f.targetSize
+		}
 	}
 	// Unavailable: made, but the answer lost.
 	if err != nil {
 		return nil, err
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: req.GetCapacityRange().GetRequiredBytes(),
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: f.sizeOf(id),
 		VolumeContext: map[string]string{"carve.dev/node": "b"}}}, nil
 }
 
@@ -213,7 +251,14 @@ func (f *fakeVolumes) ControllerGetVolumeOn(_ context.Context, node string, req 
 	case f.pending[id]:
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: its data copy has not finished", id)
 	}
-	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: id}}, nil
+	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: f.sizeOf(id)}}, nil
+}
+
+func (f *fakeVolumes) sizeOf(id string) int64 {
+	if n := f.sizes[id]; n != 0 {
+		return n
+	}
+	return 1 << 30
 }
 
 func (f *fakeVolumes) CatchUpCopy(_ context.Context, src, base, to, target string) (int64, error) {

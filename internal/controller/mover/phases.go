@@ -62,6 +62,7 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	pv, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		m.parked.drop(name)
+		m.seeds.drop(name)
 		return 0, nil
 	}
 	if err != nil {
@@ -71,6 +72,9 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pv", name, "claim", mv.ns+"/"+mv.name, "to", mv.to))
 	if pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseParked {
 		m.parked.drop(name)
+	}
+	if pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseSeeding {
+		m.seeds.drop(name)
 	}
 	switch pv.Annotations[moveapi.AnnPhase] {
 	case "":
@@ -151,20 +155,25 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		if why != "" {
 			return 0, m.abort(ctx, mv, abortFailed+why)
 		}
-		cctx, cancel := context.WithTimeout(ctx, copyTimeout)
-		resp, err := m.cfg.Volumes.CreateVolume(cctx, req)
-		cancel()
-		if status.Code(err) == codes.AlreadyExists {
-			err = fmt.Errorf("a volume named %s is on node %s already and is not a copy of this move's seed (an earlier move left it, and carve could not find it to delete it; the audit reports it as an orphan): %w", mv.target, mv.to, err)
-		}
-		if err != nil {
-			return 0, m.failed(ctx, mv, attempt, "copying the seed to node "+mv.to, err)
+		resp, after, err := m.copySeed(ctx, mv, req)
+		if err != nil || resp == nil {
+			// Copying, or given up (the move aborted or parked).
+			return after, err
 		}
 		vc, _ := json.Marshal(resp.GetVolume().GetVolumeContext())
 		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnTargetID: resp.GetVolume().GetVolumeId(), moveapi.AnnTargetContext: string(vc)}); err != nil {
 			return 0, err
 		}
 		mv.pv = pv
+	}
+	// The catch-up refuses a target of another size than the source;
+	// known now, that ends the move before the workload stops.
+	why, err := m.sizesDiffer(ctx, mv)
+	if err != nil {
+		return 0, m.failed(ctx, mv, attempt, "reading the sizes of the volume and its copy", err)
+	}
+	if why != "" {
+		return 0, m.abort(ctx, mv, abortFailed+why)
 	}
 	saved, err := json.Marshal(saveClaim(claim))
 	if err != nil {
@@ -241,6 +250,9 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 	took := m.now().Sub(began)
 	cancel()
 	if err != nil {
+		if why := refusedForGood(err); why != "" {
+			return 0, m.failed(ctx, mv, attempt, "sending what changed since the seed ("+why+"; no retry mends that)", err)
+		}
 		if status.Code(err) == codes.FailedPrecondition && attempt < maxRetries {
 			m.wait(ctx, mv, "the source is still open on its node (its pod's volume not unstaged yet): "+err.Error())
 			return 0, fmt.Errorf("catching up: %w", err)
@@ -451,6 +463,7 @@ func retryable(err error) bool {
 // why is moveapi.AnnAbort's value.
 func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 	pv := mv.pv
+	m.seeds.drop(pv.Name)
 	if pv.Annotations[moveapi.AnnAbort] != why {
 		var err error
 		if pv, err = m.annotate(ctx, pv, map[string]string{moveapi.AnnAbort: why}); err != nil {

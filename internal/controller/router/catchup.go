@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 
@@ -33,12 +34,13 @@ import (
 // and target on one node, is FAILED_PRECONDITION; a node agent not
 // connected is UNAVAILABLE (the target's node too: absent from the pool
 // now, it may be back in a moment, as in a rolling update); an agent that does not serve catch-ups is
-// UNIMPLEMENTED. The agents' own answers keep their codes: notably
-// FAILED_PRECONDITION for a source or target still open (the workload
-// has not let go of it yet: retry) and DATA_LOSS for a target whose
-// content did not check out (it keeps its copy-pending tag). Every
-// failure may be retried: a repeat starts the catch-up again and
-// converges.
+// UNIMPLEMENTED. The agents' own answers keep their codes and details:
+// notably FAILED_PRECONDITION for a source or target still open (the
+// workload has not let go of it yet: retry), the same code with an
+// ErrorInfo reason (moveapi's Error*) for a refusal no retry mends, and
+// DATA_LOSS for a target whose content did not check out (it keeps its
+// copy-pending tag). A repeat starts the catch-up again and converges
+// where the cause went away.
 func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error) {
 	for _, a := range []struct{ name, v string }{{"source volume ID", sourceVolumeID}, {"base snapshot ID", baseSnapshotID},
 		{"target node", targetNode}, {"target volume ID", targetVolumeID}} {
@@ -123,8 +125,10 @@ func unreachable(ctx context.Context, node string, err error) error {
 	return status.Errorf(codes.Unavailable, "catch-up: the agent of node %s is unreachable; nothing was sent: %v", node, err)
 }
 
-// catchUpError is a node's answer to a catch-up's call, its code kept.
+// catchUpError is a node's answer to a catch-up's call, its code and
+// details kept: a reason there tells the mover a refusal no retry mends.
 func catchUpError(node, doing string, err error) error {
-	st := status.Convert(err)
-	return status.Errorf(st.Code(), "catch-up: %s: node %s: %s", doing, node, st.Message())
+	p := status.Convert(err).Proto()
+	p.Message = fmt.Sprintf("catch-up: %s: node %s: %s", doing, node, p.GetMessage())
+	return status.FromProto(p).Err()
 }

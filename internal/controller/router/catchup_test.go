@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/topology"
 )
@@ -84,6 +86,8 @@ func TestCatchUpCopy(t *testing.T) {
 		wantCalls []string
 		code      codes.Code
 		msg       []string
+		// reason: the ErrorInfo reason the agent's answer carried, kept.
+		reason string
 	}{
 		{name: "caught up", src: src, base: base, dst: dst, wantCalls: []string{grant, catchUp}},
 		{name: "the target found through its PV", src: src, base: base, dst: dst,
@@ -101,6 +105,12 @@ func TestCatchUpCopy(t *testing.T) {
 		{name: "a source still open", src: src, base: base, dst: dst,
 			errs:      map[string]map[string]error{"node-a": {"AuthorizeCopy": status.Error(codes.FailedPrecondition, "volume is open")}, "node-b": nil},
 			wantCalls: []string{grant}, code: codes.FailedPrecondition, msg: []string{"granting the catch-up of " + src, "node node-a: volume is open"}},
+		{name: "a base that overflowed", src: src, base: base, dst: dst,
+			errs:      map[string]map[string]error{"node-a": {"AuthorizeCopy": refusal(moveapi.ErrorBaseOverflowed, "base ran out")}, "node-b": nil},
+			wantCalls: []string{grant}, code: codes.FailedPrecondition, msg: []string{"node node-a: base ran out"}, reason: moveapi.ErrorBaseOverflowed},
+		{name: "a target of another size", src: src, base: base, dst: dst,
+			errs:      map[string]map[string]error{"node-a": nil, "node-b": {"CatchUpCopy": refusal(moveapi.ErrorSizeMismatch, "has 2 bytes")}},
+			wantCalls: []string{grant, catchUp}, code: codes.FailedPrecondition, msg: []string{"node node-b: has 2 bytes"}, reason: moveapi.ErrorSizeMismatch},
 		{name: "an older source agent", src: src, base: base, dst: dst,
 			errs:      map[string]map[string]error{"node-a": {"AuthorizeCopy": status.Error(codes.Unimplemented, "no catch-ups")}, "node-b": nil},
 			wantCalls: []string{grant}, code: codes.Unimplemented, msg: []string{"node node-a"}},
@@ -133,6 +143,9 @@ func TestCatchUpCopy(t *testing.T) {
 			got, err := s.CatchUpCopy(t.Context(), tt.src, tt.base, to, tt.dst)
 			if tt.code != codes.OK {
 				wantStatus(t, err, tt.code, tt.msg...)
+				if r := reasonOf(err); r != tt.reason {
+					t.Errorf("reason %q, want %q", r, tt.reason)
+				}
 			} else if err != nil || got != 8<<20 {
 				t.Fatalf("CatchUpCopy: %d, %v", got, err)
 			}
@@ -146,4 +159,24 @@ func TestCatchUpCopy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusal is an agent's FAILED_PRECONDITION with an ErrorInfo reason.
+func refusal(reason, msg string) error {
+	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: moveapi.ErrorDomain})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
+// reasonOf is the reason of the ErrorInfo of carve's domain on err's
+// status, or "".
+func reasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == moveapi.ErrorDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
 }

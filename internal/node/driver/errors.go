@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -41,7 +43,20 @@ func toStatus(err error, what string) error {
 	if what != "" {
 		msg = what + ": " + msg
 	}
-	return status.Error(codeOf(err), msg)
+	return withReason(status.New(codeOf(err), msg), provision.ReasonOf(err)).Err()
+}
+
+// withReason is st with an ErrorInfo of carve's domain naming reason, the
+// distinction its code does not make; st itself when reason is "".
+func withReason(st *status.Status, reason string) *status.Status {
+	if reason == "" {
+		return st
+	}
+	d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: moveapi.ErrorDomain})
+	if err != nil {
+		return st
+	}
+	return d
 }
 
 // codeOf is the gRPC code of a domain error.

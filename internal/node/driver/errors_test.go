@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision"
 )
@@ -49,5 +51,24 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil, "x") != nil {
 		t.Error("toStatus(nil) != nil")
+	}
+}
+
+// A provision error with a reason carries it as an ErrorInfo of carve's
+// domain; one without carries no details.
+func TestToStatusReason(t *testing.T) {
+	err := toStatus(&provision.Error{Kind: provision.ErrBusy, Msg: "copying", Reason: moveapi.ErrorCopyInProgress}, "")
+	st := status.Convert(err)
+	var got []string
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == moveapi.ErrorDomain {
+			got = append(got, info.GetReason())
+		}
+	}
+	if st.Code() != codes.Aborted || len(got) != 1 || got[0] != moveapi.ErrorCopyInProgress {
+		t.Errorf("got %v with reasons %v, want ABORTED with %s", err, got, moveapi.ErrorCopyInProgress)
+	}
+	if d := status.Convert(toStatus(provision.Errorf(provision.ErrBusy, "busy"), "")).Details(); len(d) != 0 {
+		t.Errorf("details %v on an error without a reason", d)
 	}
 }

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/changemap"
 	"github.com/carve-csi/carve/internal/node/provision"
@@ -457,20 +460,25 @@ func TestCatchUpAcrossNodes(t *testing.T) {
 		req    *nodeagentv1.AuthorizeCopyRequest
 		refuse error
 		want   codes.Code
+		reason string
 	}{
 		{name: "a base with a snapshot source", req: &nodeagentv1.AuthorizeCopyRequest{CopyId: "x", SnapshotId: "node-a/vg/s", BaseSnapshotId: "node-a/vg/base",
 			TargetNode: "node-b", TargetVolumeName: "v"}, want: codes.InvalidArgument},
 		{name: "a base that is not the volume's", req: &nodeagentv1.AuthorizeCopyRequest{CopyId: "x", VolumeId: "vg/vol", BaseSnapshotId: "node-a/vg/other",
 			TargetNode: "node-b", TargetVolumeName: "v"}, want: codes.NotFound},
 		{name: "a volume still open", req: grant("x"), refuse: provision.Errorf(provision.ErrRefused, "open"), want: codes.FailedPrecondition},
+		{name: "a volume still copied into", req: grant("x"), refuse: &provision.Error{Kind: provision.ErrRefused, Msg: "copied into", Reason: moveapi.ErrorSourceCopyPending},
+			want: codes.FailedPrecondition, reason: moveapi.ErrorSourceCopyPending},
+		{name: "a base that overflowed", req: grant("x"), refuse: &provision.Error{Kind: provision.ErrRefused, Msg: "ran out", Reason: moveapi.ErrorBaseOverflowed},
+			want: codes.FailedPrecondition, reason: moveapi.ErrorBaseOverflowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := e.srv.cfg.Deltas.(deltaFiles)
 			d.refuse = tt.refuse
 			e.srv.cfg.Deltas = d
-			if _, err := e.srv.Authorize(t.Context(), tt.req); status.Code(err) != tt.want {
-				t.Errorf("Authorize: %v, want %s", err, tt.want)
+			if _, err := e.srv.Authorize(t.Context(), tt.req); status.Code(err) != tt.want || reasonOf(err) != tt.reason {
+				t.Errorf("Authorize: %v (reason %q), want %s (reason %q)", err, reasonOf(err), tt.want, tt.reason)
 			}
 		})
 	}
@@ -497,10 +505,11 @@ func TestCatchUps(t *testing.T) {
 		return r
 	}
 	tests := []struct {
-		name string
-		req  *nodeagentv1.CatchUpCopyRequest
-		err  error
-		want codes.Code
+		name   string
+		req    *nodeagentv1.CatchUpCopyRequest
+		err    error
+		want   codes.Code
+		reason string
 	}{
 		{name: "caught up", req: ok},
 		{name: "no target", req: with(func(r *nodeagentv1.CatchUpCopyRequest) { r.TargetVolumeId = "" }), want: codes.InvalidArgument},
@@ -509,7 +518,10 @@ func TestCatchUps(t *testing.T) {
 		{name: "a malformed source volume", req: with(func(r *nodeagentv1.CatchUpCopyRequest) { r.SourceVolumeId = "vg/vol" }), want: codes.InvalidArgument},
 		{name: "a bad source node", req: with(func(r *nodeagentv1.CatchUpCopyRequest) { r.SourceNode = "Node_A" }), want: codes.InvalidArgument},
 		{name: "a target that is not here", req: ok, err: provision.Errorf(provision.ErrNotFound, "gone"), want: codes.NotFound},
-		{name: "a target in use or of another size", req: ok, err: provision.Errorf(provision.ErrRefused, "open"), want: codes.FailedPrecondition},
+		{name: "a target in use", req: ok, err: provision.Errorf(provision.ErrRefused, "open"), want: codes.FailedPrecondition},
+		{name: "a target of another size", req: ok, err: &provision.Error{Kind: provision.ErrRefused, Msg: "size", Reason: moveapi.ErrorSizeMismatch},
+			want: codes.FailedPrecondition, reason: moveapi.ErrorSizeMismatch},
+		{name: "the source refused for good", req: ok, err: fmt.Errorf("catching up: %w", overflowed()), want: codes.FailedPrecondition, reason: moveapi.ErrorBaseOverflowed},
 		{name: "a catch-up in flight", req: ok, err: provision.Errorf(provision.ErrBusy, "busy"), want: codes.Aborted},
 		{name: "a digest mismatch", req: ok, err: errors.Join(errors.New("catching up"), ErrChecksum), want: codes.DataLoss},
 		{name: "the source refused", req: ok, err: status.Error(codes.PermissionDenied, "unknown copy"), want: codes.PermissionDenied},
@@ -522,8 +534,8 @@ func TestCatchUps(t *testing.T) {
 				return provision.DeltaResult{Received: 42, Sum: []byte{1}}, tt.err
 			})}
 			resp, err := c.CatchUpCopy(t.Context(), tt.req)
-			if status.Code(err) != tt.want {
-				t.Fatalf("CatchUpCopy: %v, want %s", err, tt.want)
+			if status.Code(err) != tt.want || reasonOf(err) != tt.reason {
+				t.Fatalf("CatchUpCopy: %v (reason %q), want %s (reason %q)", err, reasonOf(err), tt.want, tt.reason)
 			}
 			if tt.want == codes.InvalidArgument {
 				if len(got) != 0 {
@@ -559,4 +571,25 @@ func TestReceiveRefusesDelta(t *testing.T) {
 	if got, _ := os.ReadFile(dst); !bytes.Equal(got, make([]byte, size)) {
 		t.Error("the refused stream was written")
 	}
+}
+
+// reasonOf is the reason of the ErrorInfo of carve's domain on err's
+// status, or "".
+func reasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == moveapi.ErrorDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// overflowed is the source's answer to a catch-up whose base ran out of
+// its space.
+func overflowed() error {
+	st, err := status.New(codes.FailedPrecondition, "base ran out").WithDetails(&errdetails.ErrorInfo{Reason: moveapi.ErrorBaseOverflowed, Domain: moveapi.ErrorDomain})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
 }

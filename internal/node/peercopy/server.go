@@ -5,12 +5,14 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/nodeca"
@@ -181,5 +183,14 @@ func statusOf(err error, what string) error {
 			break
 		}
 	}
-	return status.Errorf(code, "%s: %v", what, err)
+	st := status.Newf(code, "%s: %v", what, err)
+	if reason := provision.ReasonOf(err); reason != "" {
+		// The reason tells a refusal no retry mends (a catch-up's target
+		// of another size, its base overflowed, its source still copied
+		// into) from one the workload's stop mends, which the code alike.
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: moveapi.ErrorDomain}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }

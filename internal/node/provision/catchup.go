@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/changemap"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -103,7 +104,7 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 		return res, errorf(ErrRefused, "target volume %s is open on node %s (staged or mounted): a catch-up writes only into a volume nothing uses", id, p.node.Name())
 	}
 	if lv.Size != src.Size {
-		return res, errorf(ErrRefused, "target volume %s on node %s has %d bytes, the source %s on node %s has %d: a catch-up needs both of one size",
+		return res, reasonf(ErrRefused, moveapi.ErrorSizeMismatch, "target volume %s on node %s has %d bytes, the source %s on node %s has %d: a catch-up needs both of one size",
 			id, p.node.Name(), lv.Size, src.ID, src.Node, src.Size)
 	}
 	log := klog.FromContext(ctx).WithValues("volumeID", id, "source", src.ID, "sourceNode", src.Node, "base", r.Base, "copy", src.CopyID)
@@ -265,7 +266,7 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterReadTimeout)
 	defer cancel()
 	if unusable, aerr := p.sourceSpent(ctx, old); aerr == nil && unusable != nil {
-		return errorf(ErrRefused, "base %s ran out of its snapshot space while it was read; the catch-up is not used: %v", baseID, unusable)
+		return reasonf(ErrRefused, moveapi.ErrorBaseOverflowed, "base %s ran out of its snapshot space while it was read; the catch-up is not used: %v", baseID, unusable)
 	}
 	if rerr != nil {
 		return rerr
@@ -306,7 +307,7 @@ func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) 
 		return nil, nil, errorf(ErrNotFound, "base_snapshot_id: snapshot %s is of volume %s, not of %s", baseID, volume.VolumeID(base.VolumeGroup, origin), volumeID)
 	}
 	if err := SnapshotUsable(base); err != nil {
-		return nil, nil, errorf(ErrRefused, "base_snapshot_id: snapshot %s cannot be read: %v", baseID, err)
+		return nil, nil, reasonf(ErrRefused, moveapi.ErrorBaseOverflowed, "base_snapshot_id: snapshot %s cannot be read: %v", baseID, err)
 	}
 	lv, err := p.volumeFromLVM(ctx, vg, name, volumeID)
 	if err != nil {
@@ -316,7 +317,7 @@ func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) 
 		return nil, nil, errorf(ErrRefused, "volume %s is open on node %s (staged or mounted: still in use); a catch-up reads it only once nothing uses it", volumeID, p.node.Name())
 	}
 	if volume.CopyPending(lv.Tags) {
-		return nil, nil, errorf(ErrRefused, "volume %s is still being copied into; it cannot be the source of a catch-up", volumeID)
+		return nil, nil, reasonf(ErrRefused, moveapi.ErrorSourceCopyPending, "volume %s is still being copied into; it cannot be the source of a catch-up", volumeID)
 	}
 	return lv, base, nil
 }

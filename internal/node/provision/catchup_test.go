@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -54,13 +55,15 @@ func TestCatchUp(t *testing.T) {
 		kind   error
 		msg    []string
 		pulled int
+		// reason is the refusal's Reason: set for one no retry mends.
+		reason string
 	}{
 		{name: "caught up", lv: ptrTo(target(nil)), id: id, pulled: 1},
 		{name: "after a crash: tagged already", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) })), id: id, pulled: 1},
 		{name: "a digest mismatch, then the repeat", lv: ptrTo(target(nil)), id: id, fails: 1, kind: mismatch, pulled: 2},
 		{name: "open", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Attr.Open = true })), id: id, kind: ErrRefused, msg: []string{"is open on node node-b"}},
 		{name: "another size", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Size = size + 4<<20 })), id: id, kind: ErrRefused,
-			msg: []string{"has 71303168 bytes", src.ID + " on node node-a has 67108864"}},
+			msg: []string{"has 71303168 bytes", src.ID + " on node node-a has 67108864"}, reason: moveapi.ErrorSizeMismatch},
 		{name: "not here", id: id, kind: ErrNotFound},
 		{name: "not carve's", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = nil })), id: id, kind: ErrNotFound},
 		{name: "of a volume group no class has", lv: ptrTo(target(nil)), id: volume.VolumeID("vg7", name), kind: ErrNotFound},
@@ -111,6 +114,9 @@ func TestCatchUp(t *testing.T) {
 			case tt.kind != nil && tt.fails == 0:
 				if !errors.Is(err, tt.kind) {
 					t.Fatalf("CatchUp: %v, want %v", err, tt.kind)
+				}
+				if r := ReasonOf(err); r != tt.reason {
+					t.Errorf("CatchUp: reason %q, want %q", r, tt.reason)
 				}
 				for _, m := range tt.msg {
 					if !strings.Contains(err.Error(), m) {
@@ -171,11 +177,17 @@ func TestDeltaSource(t *testing.T) {
 		openDuring bool
 		kind       error
 		msg        string
+		reason     string
 	}{
 		{name: "readable", lvs: vol(nil), base: base},
 		{name: "open", lvs: vol(func(lv *lvm.LogicalVolume) { lv.Attr.Open = true }), base: base, kind: ErrRefused, msg: "is open on node node-b"},
 		{name: "opened while read", lvs: vol(nil), base: base, openDuring: true, kind: ErrRefused, msg: "was opened"},
-		{name: "still copied into", lvs: vol(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) }), base: base, kind: ErrRefused, msg: "being copied into"},
+		{name: "still copied into", lvs: vol(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) }), base: base, kind: ErrRefused, msg: "being copied into", reason: moveapi.ErrorSourceCopyPending},
+		{name: "a base that overflowed", lvs: func() []lvm.LogicalVolume {
+			l := vol(nil)
+			l[1].Attr.SnapshotInvalid = true
+			return l
+		}(), base: base, kind: ErrRefused, msg: "ran out", reason: moveapi.ErrorBaseOverflowed},
 		{name: "a base of another volume", lvs: vol(nil), base: volume.SnapshotID("node-b", "vg1", volume.SnapshotLVNameFor("other")), kind: ErrNotFound, msg: "not of " + id},
 		{name: "a base of another node", lvs: vol(nil), base: volume.SnapshotID("node-a", "vg1", snapLV), kind: ErrNotFound, msg: "node node-a"},
 		{name: "a base that is gone", lvs: vol(nil), base: volume.SnapshotID("node-b", "vg1", volume.SnapshotLVNameFor("gone")), kind: ErrNotFound},
@@ -191,8 +203,8 @@ func TestDeltaSource(t *testing.T) {
 				if err != nil || got != size {
 					t.Fatalf("DeltaSize: %d, %v", got, err)
 				}
-			} else if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.msg) {
-				t.Fatalf("DeltaSize: %v, want %v saying %q", err, tt.kind, tt.msg)
+			} else if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.msg) || ReasonOf(err) != tt.reason {
+				t.Fatalf("DeltaSize: %v (reason %q), want %v saying %q (reason %q)", err, ReasonOf(err), tt.kind, tt.msg, tt.reason)
 			}
 			reads := 0
 			err = p.ReadDelta(t.Context(), id, tt.base, func(d Delta) error {

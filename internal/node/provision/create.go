@@ -98,7 +98,10 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 		if c.src == nil {
 			return nil, errorf(ErrRefused, "volume %q: LV %s is still to be copied from its source, which cannot be read now: %v", r.Name, lv.Name, c.srcErr)
 		}
-		if lv, err = p.copyInto(ctx, lv, r.Class, c.src, c.phase, p.sparseInto(&c)); err != nil {
+		p.copying.Store(lvName, true)
+		lv, err = p.copyInto(ctx, lv, r.Class, c.src, c.phase, p.sparseInto(&c))
+		p.copying.Delete(lvName)
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -46,6 +46,10 @@ var (
 type Error struct {
 	Kind error
 	Msg  string
+	// Reason, when set, is one of moveapi's Error* reasons: what the
+	// kind's code alone does not tell a caller that decides on it (the
+	// edge puts it in the status as an ErrorInfo).
+	Reason string
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -61,6 +65,20 @@ func errorf(kind error, format string, args ...any) error {
 
 // Errorf is errorf for the edge's own checks that share these kinds.
 func Errorf(kind error, format string, args ...any) error { return errorf(kind, format, args...) }
+
+// reasonf is errorf with a Reason.
+func reasonf(kind error, reason, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...), Reason: reason}
+}
+
+// ReasonOf is the Reason of the *Error err wraps, or "".
+func ReasonOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
 
 // wrap says what was being done when err (from lvm or the view) happened;
 // an *Error, already meant for the user, is returned as it is.

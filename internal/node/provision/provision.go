@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
@@ -150,6 +152,11 @@ type Provisioner struct {
 	// than csi-provisioner's deadline); the retries join it. An ended
 	// finishing is not kept: a retry reads the outcome from the LV's tags.
 	finishing jobs.Set[*lvm.LogicalVolume]
+	// copying are the LV names whose data a Create copies into now,
+	// under their lock: a repeat of the Create that finds the lock held
+	// says so (moveapi.ErrorCopyInProgress), so that its caller waits for
+	// the copy instead of giving up on it.
+	copying sync.Map
 }
 
 // New returns the Provisioner of cfg.
@@ -178,6 +185,9 @@ func (p *Provisioner) devicePath(lv *lvm.LogicalVolume) string {
 // names the volume or snapshot in the message).
 func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 	if !p.locks.TryAcquire(lvName) {
+		if _, ok := p.copying.Load(lvName); ok {
+			return nil, reasonf(ErrBusy, moveapi.ErrorCopyInProgress, "%s: its data is still being copied into it by an earlier call; retry later", what)
+		}
 		return nil, errorf(ErrBusy, "an operation on %s is already in progress; retry later", what)
 	}
 	return func() { p.locks.Release(lvName) }, nil

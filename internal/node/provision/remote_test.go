@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -155,5 +156,46 @@ func TestRemoteSourceMatches(t *testing.T) {
 		if got := p.remoteSourceFor(WithRemoteSource(t.Context(), rs), &Source{ID: "node-a/vg9/carvesnap-0123", Snapshot: true}); got != nil {
 			t.Errorf("grant %+v used", rs)
 		}
+	}
+}
+
+// TestCreateBusyWhileCopying: a repeat of a Create whose copy from
+// another node still runs is busy, and says that a copy runs
+// (moveapi.ErrorCopyInProgress: the mover waits for it); busy for any
+// other reason does not say so.
+func TestCreateBusyWhileCopying(t *testing.T) {
+	const snap = "node-a/vg9/carvesnap-0123"
+	rs := &RemoteSource{CopyID: "c1", ID: snap, Snapshot: true, Node: "node-a", Address: "10.0.0.1:9811", Size: 64 << 20}
+	pulling, release := make(chan struct{}), make(chan struct{})
+	p := remoteProvisioner(t, &copyLVM{}, pullerFunc(func(_ context.Context, src RemoteSource, _ string, _ bool, _ func(uint64)) (blockcopy.Result, error) {
+		close(pulling)
+		<-release
+		return blockcopy.Result{Bytes: src.Size}, nil
+	}))
+	d, _ := p.cfg.Classes.Class("fast")
+	req := &Request{Name: "pvc-1", Class: d, FSType: "ext4", Range: Range{Required: 64 << 20},
+		Source: &Source{ID: snap, Snapshot: true}, SourceTags: []string{volume.FromSnapshotTag(snap)}}
+	ctx := WithRemoteSource(t.Context(), rs)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Create(ctx, req)
+		done <- err
+	}()
+	<-pulling
+	_, err := p.Create(ctx, req)
+	if !errors.Is(err, ErrBusy) || ReasonOf(err) != moveapi.ErrorCopyInProgress {
+		t.Errorf("a repeat while the copy runs: %v (reason %q), want ErrBusy with reason %s", err, ReasonOf(err), moveapi.ErrorCopyInProgress)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the first Create: %v", err)
+	}
+	unlock, err := p.Lock(volume.LVNameFor("pvc-1"), "volume pvc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if _, err := p.Create(ctx, req); !errors.Is(err, ErrBusy) || ReasonOf(err) != "" {
+		t.Errorf("a Create while another operation holds the volume: %v (reason %q), want ErrBusy without a reason", err, ReasonOf(err))
 	}
 }

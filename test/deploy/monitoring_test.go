@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/internal/controller/audit"
+	"github.com/carve-csi/carve/internal/controller/capacity"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
@@ -319,6 +320,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveAuditStale", "carve_audit_timestamp_seconds"},
 		{"CarveLostNodeVolumes", "carve_lost_node_volumes"},
 		{"CarveMoveParked", "carve_moves_parked"},
+		{"CarveCapacityDeletionsHeld", "carve_capacity_deletions_held"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {
@@ -475,6 +477,31 @@ func refusalMetrics(t *testing.T) plugintest.Metrics {
 	m := plugintest.Metrics{}
 	for _, f := range got {
 		m[f.GetName()] = f
+	}
+	return m
+}
+
+// capacityMetrics are the capacity writer's: a controller registers them
+// only with --node-channel-service, which the controller above (no API
+// server, no node agents) runs without. The writer exports both from its
+// start.
+func capacityMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := capacity.New(capacity.Config{Client: fake.NewClientset(), Namespace: "carve-system",
+		Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := plugintest.Metrics{}
+	for _, f := range got {
+		m[f.GetName()] = f
+	}
+	if m["carve_capacity_deletions_held"] == nil {
+		t.Fatal("the capacity writer does not export carve_capacity_deletions_held from its start")
 	}
 	return m
 }
@@ -653,7 +680,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), capacityMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

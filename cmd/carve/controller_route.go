@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/controller/agents"
@@ -133,7 +134,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, err
 	}
 	duties := []func(context.Context) error{pool.Run, pvs.Run, place, move, func(ctx context.Context) error {
-		return o.whileLeading(ctx, client, capacityLease, writer.Run)
+		return o.leadCapacity(ctx, client, writer, capacityRejoinDelay)
 	}, func(ctx context.Context) error {
 		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
 	}}
@@ -145,6 +146,56 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		duties = append(duties, startAudit(ctx, o, client, dyn, pvs, pool, reg))
 	}
 	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }}, nil
+}
+
+// capacityRejoinDelay is how long a replica whose capacity writer gave up
+// the Lease waits before it stands for it again: twice the Lease's
+// duration, so that the other replicas, which try every few seconds,
+// take it first.
+const capacityRejoinDelay = 30 * time.Second
+
+// leadCapacity runs the capacity writer while this replica holds
+// capacityLease, until ctx ends. A writer that has held its deletions for
+// a grace (too few of the nodes it knows report to this replica:
+// internal/controller/capacity) ends its term: the Lease is released, so
+// that a replica that reaches the nodes can lead, and this one stands
+// again after rejoin. The controller does not exit for it, as losing the
+// Lease otherwise makes it: a restart would cut this replica's node
+// channel, its routing of CSI calls and its other duties, none of which
+// depend on the Lease, and bring back the same view of the nodes.
+func (o *ControllerOptions) leadCapacity(ctx context.Context, client kubernetes.Interface, w *capacity.Writer,
+	rejoin time.Duration) error {
+	for {
+		term, end := context.WithCancel(ctx)
+		var gaveUp bool
+		err := o.whileLeading(term, client, capacityLease, func(ctx context.Context) error {
+			err := w.Run(ctx)
+			if !errors.Is(err, capacity.ErrDeletionsHeld) {
+				return err
+			}
+			gaveUp = true
+			klog.FromContext(ctx).Error(err, "Giving up the capacity Lease to a replica that may reach the nodes",
+				"lease", capacityLease, "standAgainIn", rejoin)
+			// Ending the term releases the Lease (leader.Run releases
+			// on cancel) and returns nil, not a lost Lease.
+			end()
+			return nil
+		})
+		end()
+		if !gaveUp || ctx.Err() != nil {
+			return err
+		}
+		if !o.LeaderElection {
+			continue // the only writer: it starts again, with a new grace
+		}
+		t := time.NewTimer(rejoin)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // renewIdentity issues the controller a new certificate every period, so

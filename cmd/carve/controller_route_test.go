@@ -6,6 +6,15 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/controller/capacity"
+	"github.com/carve-csi/carve/internal/topology"
 )
 
 // TestRunAll: one part failing stops the others and is reported; parts
@@ -28,5 +37,76 @@ func TestRunAll(t *testing.T) {
 				t.Errorf("runAll = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestCapacityLeaderGivesUpTheLease: a capacity writer whose nodes all
+// drop holds its deletions, then ends its term: the Lease is released
+// for a replica that may reach the nodes, the controller goes on (no
+// error), and the replica stands for the Lease again later.
+func TestCapacityLeaderGivesUpTheLease(t *testing.T) {
+	const ns = "carve-system"
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	client := fake.NewClientset(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
+		Provisioner: "lvm.carve.dev", VolumeBindingMode: &wffc})
+	w, err := capacity.New(capacity.Config{Client: client, Namespace: ns, Driver: "lvm.carve.dev",
+		TopologyKey: topology.Key, StartupGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &ControllerOptions{LeaderElection: true, LeaderElectionNamespace: ns}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- o.leadCapacity(ctx, client, w, 500*time.Millisecond) }()
+
+	holder := func() string {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, capacityLease, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	objects := func() int {
+		l, err := client.StorageV1().CSIStorageCapacities(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s", what)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("leadCapacity returned %v while %s", err, what)
+			default:
+			}
+		}
+	}
+	eventually("leading", func() bool { return holder() != "" })
+	for _, n := range []string{"node-a", "node-b"} {
+		w.Report(n, &nodeagentv1.CapacityReport{Classes: []*nodeagentv1.ClassCapacity{
+			{DeviceClass: "ssd", AvailableBytes: 1 << 30, MaximumVolumeBytes: 1 << 30, IsDefault: true}}})
+	}
+	eventually("objects written", func() bool { return objects() == 2 })
+	w.Report("node-a", nil)
+	w.Report("node-b", nil)
+	eventually("the Lease released", func() bool { return holder() == "" })
+	if n := objects(); n != 2 {
+		t.Errorf("%d objects left, want both kept", n)
+	}
+	eventually("leading again", func() bool { return holder() != "" })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("leadCapacity = %v, want nil once its context ended", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("leadCapacity still runs 10 s after its context ended")
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-csi/carve/internal/controller/audit"
+	"github.com/carve-csi/carve/internal/controller/capacity"
 	"github.com/carve-csi/carve/internal/controller/mover"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/metrics"
@@ -320,6 +321,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveAuditStale", "carve_audit_timestamp_seconds"},
 		{"CarveLostNodeVolumes", "carve_lost_node_volumes"},
 		{"CarveMoveParked", "carve_moves_parked"},
+		{"CarveCapacityDeletionsHeld", "carve_capacity_deletions_held"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {
@@ -499,6 +501,24 @@ func refusalMetrics(t *testing.T) plugintest.Metrics {
 	return gather(t, reg)
 }
 
+// capacityMetrics are the capacity writer's: a controller registers them
+// only with --node-channel-service, which the controller above (no API
+// server, no node agents) runs without. The writer exports both from its
+// start.
+func capacityMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := capacity.New(capacity.Config{Client: fake.NewClientset(), Namespace: "carve-system",
+		Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	m := gather(t, reg)
+	if m["carve_capacity_deletions_held"] == nil {
+		t.Fatal("the capacity writer does not export carve_capacity_deletions_held from its start")
+	}
+	return m
+}
+
 // snapshotMetrics are the per-snapshot series of a plugin with one thick
 // snapshot: a plugin exports them only for snapshots that exist, and a
 // copy-on-write snapshot needs device-mapper, which the plugin above
@@ -673,7 +693,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), moverMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), moverMetrics(t), capacityMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

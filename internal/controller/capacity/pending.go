@@ -28,7 +28,7 @@ type pendingWrite struct {
 func (w *Writer) settle(name string, obj *storagev1.CSIStorageCapacity) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
-	o, ok, _ := w.objects.GetByKey(w.cfg.Namespace + "/" + name)
+	o, ok, _ := w.s.Load().objects.GetByKey(w.cfg.Namespace + "/" + name)
 	var cur *storagev1.CSIStorageCapacity
 	if ok {
 		cur = w.ours(o)

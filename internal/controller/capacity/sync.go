@@ -30,17 +30,18 @@ const attempts = 3
 var errStale = errors.New("object changed while being written")
 
 func (w *Writer) processNext(ctx context.Context) bool {
-	it, shutdown := w.queue.Get()
+	s := w.s.Load()
+	it, shutdown := s.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer w.queue.Done(it)
+	defer s.queue.Done(it)
 	if ctx.Err() != nil {
 		return false
 	}
 	err := w.sync(ctx, it)
 	if err == nil {
-		w.queue.Forget(it)
+		s.queue.Forget(it)
 		return true
 	}
 	log := klog.FromContext(ctx)
@@ -48,12 +49,12 @@ func (w *Writer) processNext(ctx context.Context) bool {
 		// Retrying the same object cannot help; a new report or a
 		// StorageClass event queues the pair again.
 		log.Error(err, "The API server refuses the CSIStorageCapacity; not retrying", "node", it.node, "storageClass", it.sc)
-		w.queue.Forget(it)
+		s.queue.Forget(it)
 		return true
 	}
 	log.Error(err, "Writing CSIStorageCapacity failed; retrying", "node", it.node,
-		"storageClass", it.sc, "object", it.stray, "retries", w.queue.NumRequeues(it))
-	w.queue.AddRateLimited(it)
+		"storageClass", it.sc, "object", it.stray, "retries", s.queue.NumRequeues(it))
+	s.queue.AddRateLimited(it)
 	return true
 }
 
@@ -74,8 +75,9 @@ func permanent(err error) bool {
 
 // sync makes the object of it what it should be.
 func (w *Writer) sync(ctx context.Context, it item) error {
+	s := w.s.Load()
 	if it.stray != "" {
-		o, ok, _ := w.objects.GetByKey(w.cfg.Namespace + "/" + it.stray)
+		o, ok, _ := s.objects.GetByKey(w.cfg.Namespace + "/" + it.stray)
 		if c := w.ours(o); ok && c != nil {
 			if _, readable := w.keyOf(c); !readable {
 				return w.delete(ctx, c, "it names no node or StorageClass")
@@ -87,10 +89,10 @@ func (w *Writer) sync(ctx context.Context, it item) error {
 	name := w.objectName(k)
 	if left, ok := w.awaiting(name); ok {
 		// The informer's event of the last write queues it again.
-		w.queue.AddAfter(it, left)
+		s.queue.AddAfter(it, left)
 		return nil
 	}
-	objs, err := w.objects.ByIndex(indexKey, k.String())
+	objs, err := s.objects.ByIndex(indexKey, k.String())
 	if err != nil {
 		return fmt.Errorf("listing the objects of %s: %w", k, err)
 	}
@@ -106,8 +108,10 @@ func (w *Writer) sync(ctx context.Context, it item) error {
 			errs = append(errs, w.delete(ctx, c, "another object holds node "+k.node+" and StorageClass "+k.sc))
 		}
 	}
-	want, act := w.desired(k)
+	want, act, after := w.desired(ctx, k)
 	switch {
+	case after > 0:
+		s.queue.AddAfter(it, after)
 	case !act:
 	case want == nil && cur != nil:
 		errs = append(errs, w.delete(ctx, cur, "no node or StorageClass wants it"))

@@ -15,10 +15,20 @@
 // objects it finds, untouched, until their node reports (they are then
 // corrected) or until a grace period has passed (Config.StartupGrace,
 // one minute by default): a node whose agent has not reported by then
-// cannot be reached, and its objects are deleted, as they are at once for
-// a node reported gone (Report with nil). Objects of a StorageClass that
-// no longer exists, or no longer belongs to carve, are deleted as soon as
-// the StorageClasses are known.
+// cannot be reached, and its objects are deleted, as they are (a second
+// later, see below) for a node reported gone (Report with nil). Objects
+// of a StorageClass that no longer exists, or no longer belongs to carve,
+// are deleted as soon as the StorageClasses are known.
+//
+// An unhealthy leader. Whether a node reports depends on this replica's
+// own node channel as much as on the node: a leader whose network, or
+// whose view of the CA, is broken reaches no agent, and deleting for want
+// of reports would empty the cluster's capacity while another replica
+// reaches every node. So deletions for want of a node are held (see
+// held.go) while the nodes that would lose their objects at once
+// outnumber the nodes that report; writes for the nodes that report go
+// on. A writer that holds for a grace returns ErrDeletionsHeld from Run,
+// so that its replica gives up the Lease to one that may reach the nodes.
 //
 // Only StorageClasses of the driver whose binding mode is
 // WaitForFirstConsumer get objects: the scheduler consults capacity only
@@ -77,10 +87,13 @@ type Config struct {
 	Driver string
 	// TopologyKey is the node label of carve's topology (topology.Key).
 	TopologyKey string
-	// Registerer, when set, gets carve_capacity_object_writes_total.
+	// Registerer, when set, gets carve_capacity_object_writes_total and
+	// carve_capacity_deletions_held.
 	Registerer prometheus.Registerer
 	// StartupGrace is how long after Run starts the objects of nodes that
-	// have not reported yet are kept (see the package comment); 0 means
+	// have not reported yet are kept (see the package comment), how long
+	// nodes dropped count as dropped at once, and how long deletions are
+	// held before Run gives up (ErrDeletionsHeld); 0 means
 	// DefaultStartupGrace.
 	StartupGrace time.Duration
 	// Owner, when set, becomes the owner of every object (the controller's
@@ -93,16 +106,16 @@ type Config struct {
 // Writer keeps the CSIStorageCapacity objects of carve's nodes in line
 // with their capacity reports.
 type Writer struct {
-	cfg      Config
-	selector labels.Set      // on every object of this writer
-	sel      labels.Selector // selector, parsed
-	queue    workqueue.TypedRateLimitingInterface[item]
-	writes   *prometheus.CounterVec
+	cfg       Config
+	selector  labels.Set      // on every object of this writer
+	sel       labels.Selector // selector, parsed
+	writes    *prometheus.CounterVec
+	heldGauge prometheus.Gauge
 
-	scFactory, objFactory informers.SharedInformerFactory
-	scReg, objReg         cache.ResourceEventHandlerRegistration
-	objects               cache.Indexer
-	started               atomic.Bool
+	// s is the current Run's session (before the first Run, the one it
+	// will use); running says a Run is under way.
+	s       atomic.Pointer[session]
+	running atomic.Bool
 
 	mu sync.Mutex
 	// nodes holds each node's last report; a nil entry is a node reported
@@ -113,11 +126,30 @@ type Writer struct {
 	// ("" for the node's default class).
 	classes   map[string]string
 	graceOver bool
+	// drops holds when nodes dropped: reported gone, or silent when the
+	// grace ended, with objects to lose. A node that reports again leaves
+	// it; an entry older than the grace is forgotten.
+	drops map[string]time.Time
+	// held says deletions for want of a node are held, since heldSince.
+	held      bool
+	heldSince time.Time
 
 	// pending holds the writer's own writes the informer has not shown
 	// yet, by object name (see settle).
 	pmu     sync.Mutex
 	pending map[string]pendingWrite
+}
+
+// session is what one Run works with. The informers and the queue are
+// made anew for every Run, as neither starts again once stopped, and a
+// writer that gave up its Lease runs again when its replica leads again.
+type session struct {
+	queue                 workqueue.TypedRateLimitingInterface[item]
+	scFactory, objFactory informers.SharedInformerFactory
+	scReg, objReg         cache.ResourceEventHandlerRegistration
+	objects               cache.Indexer
+	// spent says a Run has used the session; only Run touches it.
+	spent bool
 }
 
 // nodeCapacity is what a node reported, by device class.
@@ -158,14 +190,17 @@ func New(cfg Config) (*Writer, error) {
 		cfg:      cfg,
 		selector: labels.Set{LabelManagedBy: ManagedBy, LabelDriver: cfg.Driver},
 		sel:      labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelDriver: cfg.Driver}),
-		queue: workqueue.NewTypedRateLimitingQueue(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[item](baseDelay, maxDelay)),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_capacity_object_writes_total",
 			Help: "Writes of CSIStorageCapacity objects by carve controller, by op (create, update or delete) and result (success, conflict: the writer's view was stale and it looks again, or error).",
 		}, []string{"op", "result"}),
+		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "carve_capacity_deletions_held",
+			Help: "1 while carve controller's capacity writer holds back deletions of CSIStorageCapacity objects because the nodes that would lose their objects at once outnumber the nodes that report (it reaches no node, or most dropped together), else 0; 0 on a replica that does not write.",
+		}),
 		nodes:   map[string]*nodeCapacity{},
 		classes: map[string]string{},
+		drops:   map[string]time.Time{},
 		pending: map[string]pendingWrite{},
 	}
 	for _, op := range []string{opCreate, opUpdate, opDelete} {
@@ -174,82 +209,107 @@ func New(cfg Config) (*Writer, error) {
 		}
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(w.writes); err != nil {
-			return nil, fmt.Errorf("capacity writer metrics: %w", err)
+		for _, c := range []prometheus.Collector{w.writes, w.heldGauge} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("capacity writer metrics: %w", err)
+			}
 		}
 	}
-	if err := w.setupInformers(); err != nil {
+	s, err := w.newSession()
+	if err != nil {
 		return nil, err
 	}
+	w.s.Store(s)
 	return w, nil
 }
 
-func (w *Writer) setupInformers() error {
-	w.scFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0, informers.WithTransform(trimStorageClass))
-	scs := w.scFactory.Storage().V1().StorageClasses().Informer()
+func (w *Writer) newSession() (*session, error) {
+	s := &session{queue: workqueue.NewTypedRateLimitingQueue(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[item](baseDelay, maxDelay))}
+	s.scFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0, informers.WithTransform(trimStorageClass))
+	scs := s.scFactory.Storage().V1().StorageClasses().Informer()
 	var err error
-	w.scReg, err = scs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.scReg, err = scs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.onStorageClass(o, false) },
 		UpdateFunc: func(_, o any) { w.onStorageClass(o, false) },
 		DeleteFunc: func(o any) { w.onStorageClass(o, true) },
 	})
 	if err != nil {
-		return fmt.Errorf("capacity writer: watching StorageClasses: %w", err)
+		return nil, fmt.Errorf("capacity writer: watching StorageClasses: %w", err)
 	}
 
-	w.objFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0,
+	s.objFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0,
 		informers.WithNamespace(w.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = w.selector.String() }))
-	objs := w.objFactory.Storage().V1().CSIStorageCapacities().Informer()
+	objs := s.objFactory.Storage().V1().CSIStorageCapacities().Informer()
 	if err := objs.AddIndexers(cache.Indexers{
 		indexKey:  w.indexBy(func(k key) string { return k.String() }),
 		indexNode: w.indexBy(func(k key) string { return k.node }),
 		indexSC:   w.indexBy(func(k key) string { return k.sc }),
 	}); err != nil {
-		return fmt.Errorf("capacity writer: indexing CSIStorageCapacities: %w", err)
+		return nil, fmt.Errorf("capacity writer: indexing CSIStorageCapacities: %w", err)
 	}
-	w.objects = objs.GetIndexer()
+	s.objects = objs.GetIndexer()
 	enqueue := func(o any, deleted bool) {
 		if c := w.ours(o); c != nil {
 			w.observe(c, deleted)
-			w.queue.Add(w.itemOf(c))
+			s.queue.Add(w.itemOf(c))
 		}
 	}
-	w.objReg, err = objs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.objReg, err = objs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { enqueue(o, false) },
 		UpdateFunc: func(_, o any) { enqueue(o, false) },
 		DeleteFunc: func(o any) { enqueue(o, true) },
 	})
 	if err != nil {
-		return fmt.Errorf("capacity writer: watching CSIStorageCapacities: %w", err)
+		return nil, fmt.Errorf("capacity writer: watching CSIStorageCapacities: %w", err)
 	}
-	return nil
+	return s, nil
 }
 
 // Run watches the StorageClasses and the writer's own objects and writes
-// until ctx ends. It may be called once.
+// until ctx ends, or until it has held its deletions for the grace: it
+// then returns an error that wraps ErrDeletionsHeld, and the objects stay
+// as they are. Run may be called again once it has returned; each Run
+// starts with a grace, as after a restart.
 func (w *Writer) Run(ctx context.Context) error {
-	if !w.started.CompareAndSwap(false, true) {
-		return errors.New("capacity writer: Run called twice")
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("capacity writer: Run called while it runs")
 	}
+	defer w.running.Store(false)
 	log := klog.FromContext(ctx).WithName("capacity")
 	ctx = klog.NewContext(ctx, log)
-	defer w.queue.ShutDown()
+	s := w.s.Load()
+	if s.spent {
+		var err error
+		if s, err = w.newSession(); err != nil {
+			return err
+		}
+	}
+	s.spent = true
+	w.begin()
+	w.s.Store(s)
+	defer w.stopHolding()
+	defer s.queue.ShutDown()
 	grace := time.NewTimer(w.cfg.StartupGrace)
 	defer grace.Stop()
 
-	w.scFactory.Start(ctx.Done())
-	w.objFactory.Start(ctx.Done())
-	defer w.scFactory.Shutdown()
-	defer w.objFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), w.scReg.HasSynced, w.objReg.HasSynced) {
+	// Run may end before ctx (ErrDeletionsHeld): the informers stop
+	// with it, before Shutdown waits for them.
+	ctx, cancel := context.WithCancel(ctx)
+	defer s.scFactory.Shutdown()
+	defer s.objFactory.Shutdown()
+	defer cancel()
+	s.scFactory.Start(ctx.Done())
+	s.objFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), s.scReg.HasSynced, s.objReg.HasSynced) {
 		return nil
 	}
 	w.mu.Lock()
 	classes := len(w.classes)
 	w.mu.Unlock()
 	log.Info("Writing CSIStorageCapacity objects", "namespace", w.cfg.Namespace, "storageClasses", classes,
-		"existingObjects", len(w.objects.List()), "startupGrace", w.cfg.StartupGrace)
+		"existingObjects", len(s.objects.List()), "startupGrace", w.cfg.StartupGrace)
 
 	var wg sync.WaitGroup
 	for range w.cfg.Workers {
@@ -258,29 +318,49 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	select {
-	case <-ctx.Done():
-	case <-grace.C:
-		w.endGrace(ctx)
-		<-ctx.Done()
-	}
-	w.queue.ShutDown()
+	err := w.watchHealth(ctx, grace)
+	s.queue.ShutDown()
 	wg.Wait()
-	return nil
+	return err
+}
+
+// begin forgets what the last Run learnt of the StorageClasses (the new
+// informer tells them again, deletions included) and of the grace.
+func (w *Writer) begin() {
+	w.mu.Lock()
+	clear(w.classes)
+	clear(w.drops)
+	w.graceOver = false
+	w.mu.Unlock()
+	w.pmu.Lock()
+	clear(w.pending)
+	w.pmu.Unlock()
 }
 
 // endGrace makes nodes that have not reported count as gone, and looks at
 // every object again.
 func (w *Writer) endGrace(ctx context.Context) {
+	s := w.s.Load()
+	now := time.Now()
 	w.mu.Lock()
 	w.graceOver = true
 	maps.DeleteFunc(w.nodes, func(_ string, n *nodeCapacity) bool { return n == nil })
+	for _, node := range s.objects.ListIndexFuncValues(indexNode) {
+		if w.nodes[node] == nil {
+			w.drops[node] = now
+		}
+	}
 	w.mu.Unlock()
-	objs := w.objects.List()
+	objs := s.objects.List()
 	klog.FromContext(ctx).V(2).Info("Startup grace over: objects of nodes that have not reported go", "objects", len(objs))
-	for _, o := range objs {
+	w.enqueueAll(s)
+}
+
+// enqueueAll looks at every object again.
+func (w *Writer) enqueueAll(s *session) {
+	for _, o := range s.objects.List() {
 		if c := w.ours(o); c != nil {
-			w.queue.Add(w.itemOf(c))
+			s.queue.Add(w.itemOf(c))
 		}
 	}
 }
@@ -296,6 +376,7 @@ func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
 		return
 	}
 	now := fromReport(r)
+	s := w.s.Load()
 	w.mu.Lock()
 	old, seen := w.nodes[node]
 	if seen && now.equal(old) {
@@ -307,26 +388,32 @@ func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
 	} else {
 		w.nodes[node] = now
 	}
+	switch {
+	case now != nil:
+		delete(w.drops, node)
+	case old != nil || w.hasObjects(s, node):
+		w.drops[node] = time.Now()
+	}
 	scs := make([]string, 0, len(w.classes))
 	for sc := range w.classes {
 		scs = append(scs, sc)
 	}
 	w.mu.Unlock()
 	for _, sc := range scs {
-		w.queue.Add(item{key: key{node: node, sc: sc}})
+		s.queue.Add(item{key: key{node: node, sc: sc}})
 	}
 	// Objects of classes the writer no longer counts are its own too.
-	w.enqueueIndexed(indexNode, node)
+	w.enqueueIndexed(s, indexNode, node)
 }
 
-func (w *Writer) enqueueIndexed(index, value string) {
-	objs, err := w.objects.ByIndex(index, value)
+func (w *Writer) enqueueIndexed(s *session, index, value string) {
+	objs, err := s.objects.ByIndex(index, value)
 	if err != nil {
 		return // only an unknown index fails; the indexes are fixed above
 	}
 	for _, o := range objs {
 		if c := w.ours(o); c != nil {
-			w.queue.Add(w.itemOf(c))
+			s.queue.Add(w.itemOf(c))
 		}
 	}
 }
@@ -388,10 +475,11 @@ func (w *Writer) onStorageClass(o any, deleted bool) {
 	if !changed {
 		return
 	}
+	s := w.s.Load()
 	for _, n := range nodes {
-		w.queue.Add(item{key: key{node: n, sc: sc.Name}})
+		s.queue.Add(item{key: key{node: n, sc: sc.Name}})
 	}
-	w.enqueueIndexed(indexSC, sc.Name)
+	w.enqueueIndexed(s, indexSC, sc.Name)
 }
 
 // classOf is the device class sc names ("" for the node's default) and
@@ -423,25 +511,27 @@ func trimStorageClass(o any) (any, error) {
 
 // desired is what the object of k should hold; nil with act true means it
 // should not exist, act false that it is left as it is (its node has not
-// reported since the start, and the grace is not over).
-func (w *Writer) desired(k key) (want *classCapacity, act bool) {
+// reported since the start, and the grace is not over; or deletions for
+// want of a node are held), after above 0 that it is looked at again
+// then (its node dropped a moment ago).
+func (w *Writer) desired(ctx context.Context, k key) (want *classCapacity, act bool, after time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	dc, counts := w.classes[k.sc]
 	n, seen := w.nodes[k.node]
 	switch {
 	case !counts:
-		return nil, true
+		return nil, true, 0
 	case !seen && !w.graceOver:
-		return nil, false
+		return nil, false, 0
 	case n == nil:
-		return nil, true
+		return w.goneLocked(ctx, k.node)
 	}
 	if dc == "" {
 		dc = n.def
 	}
 	c := n.classes[dc] // a class the node lacks, or no default: 0
-	return &c, true
+	return &c, true, 0
 }
 
 // MaxVolume is the largest volume the node's device class can make now,

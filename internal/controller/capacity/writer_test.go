@@ -91,7 +91,7 @@ func start(t *testing.T, grace time.Duration, objs ...runtime.Object) *harness {
 	})
 	h := &harness{t: t, client: client, w: w, reg: reg, ctx: ctx}
 	h.eventually("informers synced", func() error {
-		if !w.scReg.HasSynced() || !w.objReg.HasSynced() {
+		if !w.s.Load().scReg.HasSynced() || !w.s.Load().objReg.HasSynced() {
 			return errors.New("not synced")
 		}
 		return nil
@@ -137,7 +137,7 @@ func (h *harness) holds(node, scName string, avail, maxVol int64) {
 				return fmt.Errorf("capacity %v max %v, want %d, %d", c.Capacity, c.MaximumVolumeSize, avail, maxVol)
 			}
 		}
-		o, ok, _ := h.w.objects.GetByKey(testNS + "/" + h.w.objectName(key{node: node, sc: scName}))
+		o, ok, _ := h.w.s.Load().objects.GetByKey(testNS + "/" + h.w.objectName(key{node: node, sc: scName}))
 		switch {
 		case avail < 0 && ok:
 			return errors.New("still in the informer")
@@ -481,6 +481,9 @@ func TestGraceEndsInRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := start(t, 50*time.Millisecond, wffc("fast", "ssd"), (&harness{w: old}).existing("node-b", "fast", gi))
+	// node-a reports, so that node-b is one node of two lost, not every
+	// node (TestNoNodeReachedHoldsDeletions).
+	h.w.Report("node-a", report("node-a", class{name: "ssd", avail: gi, maxVol: gi}))
 	h.holds("node-b", "fast", -1, 0)
 }
 
@@ -696,14 +699,14 @@ func TestPendingWrites(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, o := range w.objects.List() {
-				if err := w.objects.Delete(o); err != nil {
+			for _, o := range w.s.Load().objects.List() {
+				if err := w.s.Load().objects.Delete(o); err != nil {
 					t.Fatal(err)
 				}
 			}
 			clear(w.pending)
 			if tt.store != nil {
-				if err := w.objects.Add(tt.store); err != nil {
+				if err := w.s.Load().objects.Add(tt.store); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -193,6 +193,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "A move (kubectl carve move or drain) lost its old volume's node, or the old volume, while the workload was stopped or while rolling back. Its target volume and seed are kept, as they may hold the only copy of the data; no empty volume is provisioned in its claim's place until the node answers again (the move then resumes) or kubectl carve move --abort releases the claim. MoveParked Events on the claim and the old PV name them.") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveCapacityDeletionsHeld"
+  "expr" `max(max_over_time(carve_capacity_deletions_held[5m])) > 0
+`
+  "for" "10m" "severity" "warning"
+  "summary" "carve's capacity leaders keep holding deletions of CSIStorageCapacity objects"
+  "description" "For 10 minutes, each leader of the Lease carve-controller-capacity in turn found that more of carve's nodes would lose their CSIStorageCapacity objects at once than report to it, kept their last capacity, and gave the Lease up. Either the controller replicas cannot reach the node agents (the node channel: network, NetworkPolicy, the node channel's CA), or most nodes' agents are gone. Until it ends, the scheduler still sends claims to the silent nodes. The controller's log says which nodes (\"Holding deletions of CSIStorageCapacity objects\").") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveNotRegisteredWithKubelet"
   "expr" `max by (node) (carve_kubelet_registration{state=~"waiting|failed"}) == 1
 `

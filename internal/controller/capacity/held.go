@@ -1,0 +1,177 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// ErrDeletionsHeld is wrapped by the error Run returns when it has held
+// its deletions for the grace (Config.StartupGrace). Its caller gives up
+// the Lease and stands for it again later, so that a replica whose node
+// channel reaches the nodes leads instead.
+var ErrDeletionsHeld = errors.New("deletions of CSIStorageCapacity objects held")
+
+// The rule. A node is lost when its objects would go for want of the
+// node: it was reported gone, or it was silent when the grace ended, and
+// either it still has objects or it dropped within the last grace. The
+// writer holds every deletion for want of a node while the lost nodes
+// outnumber the nodes that report, that is while more than half of the
+// nodes it knows (lost or reporting) would lose their objects within one
+// grace. A leader that reaches no node is the extreme case (none
+// reports); one node of many leaving for good, or nodes leaving one by
+// one more than a grace apart, lose their objects as before.
+//
+// Why the nodes that report are the measure: the objects are the
+// scheduler's only view of carve's nodes. When most of them vanish at once,
+// the likelier cause is the leader's own reach (a broken CNI on its node,
+// a stale CA) or the agents' Service, not most nodes failing together,
+// and deleting would stop every new claim in the cluster. Keeping the
+// last values of a node that is truly gone only sends some claims to a
+// node that cannot serve them, as during the start-up grace.
+//
+// A node reported gone loses its objects a moment (settleFor) after, not at
+// once, so that nodes the pool drops together are judged together rather
+// than one by one, each time against a majority that is about to drop.
+
+// settleFor is how long a dropped node's objects wait before they are judged,
+// and how often the hold is looked at again.
+func (w *Writer) settleFor() time.Duration {
+	return max(min(w.cfg.StartupGrace/4, time.Second), time.Millisecond)
+}
+
+// goneLocked is desired's answer for an object whose node is gone
+// (reported gone, or silent past the grace); w.mu is held.
+func (w *Writer) goneLocked(ctx context.Context, node string) (want *classCapacity, act bool, after time.Duration) {
+	now := time.Now()
+	if at, ok := w.drops[node]; ok {
+		if left := w.settleFor() - now.Sub(at); left > 0 {
+			return nil, false, left
+		}
+	}
+	if !w.held {
+		lost, reporting := w.countLocked(now)
+		if len(lost) > reporting {
+			w.holdLocked(ctx, now, lost, reporting)
+		}
+	}
+	return nil, !w.held, 0
+}
+
+// hasObjects reports whether node has objects in the session's view.
+func (w *Writer) hasObjects(s *session, node string) bool {
+	objs, err := s.objects.ByIndex(indexNode, node)
+	return err == nil && len(objs) > 0
+}
+
+// countLocked is the lost nodes and how many nodes report; it forgets
+// drops older than the grace. w.mu is held.
+func (w *Writer) countLocked(now time.Time) (lost []string, reporting int) {
+	for _, n := range w.nodes {
+		if n != nil {
+			reporting++
+		}
+	}
+	seen := map[string]bool{}
+	for node, at := range w.drops {
+		if now.Sub(at) >= w.cfg.StartupGrace {
+			delete(w.drops, node)
+			continue
+		}
+		seen[node] = true
+	}
+	s := w.s.Load()
+	for _, node := range s.objects.ListIndexFuncValues(indexNode) {
+		n, known := w.nodes[node]
+		if n == nil && (known || w.graceOver) && w.hasObjects(s, node) {
+			seen[node] = true
+		}
+	}
+	lost = make([]string, 0, len(seen))
+	for node := range seen {
+		lost = append(lost, node)
+	}
+	slices.Sort(lost)
+	return lost, reporting
+}
+
+// holdLocked starts holding; w.mu is held.
+func (w *Writer) holdLocked(ctx context.Context, now time.Time, lost []string, reporting int) {
+	w.held, w.heldSince = true, now
+	w.heldGauge.Set(1)
+	klog.FromContext(ctx).Error(nil, "Holding deletions of CSIStorageCapacity objects: more nodes would lose their objects at once than report, "+
+		"which points at this replica's reach of the node agents rather than at the nodes; their last capacity stays",
+		"lost", len(lost), "reporting", reporting, "lostNodes", firstOf(lost, 10), "giveUpIn", w.cfg.StartupGrace)
+}
+
+// firstOf is at most n of names, for a log line.
+func firstOf(names []string, n int) []string {
+	return names[:min(len(names), n)]
+}
+
+// watchHealth runs the grace and looks at the hold every settle until ctx
+// ends (nil) or deletions have been held for the grace (an error wrapping
+// ErrDeletionsHeld).
+func (w *Writer) watchHealth(ctx context.Context, grace *time.Timer) error {
+	tick := time.NewTicker(w.settleFor())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-grace.C:
+			w.endGrace(ctx)
+		case now := <-tick.C:
+			ended, err := w.reassess(ctx, now)
+			if err != nil {
+				return err
+			}
+			if ended {
+				// As after a start: nodes still silent get a grace to
+				// report, rather than losing their objects while they
+				// reconnect behind the ones that did.
+				grace.Reset(w.cfg.StartupGrace)
+				w.enqueueAll(w.s.Load())
+			}
+		}
+	}
+}
+
+// reassess holds or releases deletions by the rule; ended says a hold
+// ended, err that it has lasted the grace.
+func (w *Writer) reassess(ctx context.Context, now time.Time) (ended bool, err error) {
+	log := klog.FromContext(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lost, reporting := w.countLocked(now)
+	hold := len(lost) > reporting
+	switch {
+	case hold && !w.held:
+		w.holdLocked(ctx, now, lost, reporting)
+	case !hold && w.held:
+		w.held = false
+		w.heldGauge.Set(0)
+		w.graceOver = false
+		log.Info("Deletions of CSIStorageCapacity objects resume: the nodes that would lose their objects no longer outnumber the nodes that report; nodes still silent have a new grace",
+			"lost", len(lost), "reporting", reporting, "grace", w.cfg.StartupGrace)
+		return true, nil
+	}
+	if w.held && now.Sub(w.heldSince) >= w.cfg.StartupGrace {
+		return false, fmt.Errorf("capacity writer: %w for %s: %d nodes lost, %d report (%v); giving up the lead",
+			ErrDeletionsHeld, now.Sub(w.heldSince).Round(time.Millisecond), len(lost), reporting, firstOf(lost, 10))
+	}
+	return false, nil
+}
+
+// stopHolding ends a Run's hold: a replica that does not write holds
+// nothing.
+func (w *Writer) stopHolding() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held = false
+	w.heldGauge.Set(0)
+}

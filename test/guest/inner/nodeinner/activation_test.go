@@ -14,6 +14,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	carvevolume "github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
@@ -36,6 +37,9 @@ func TestStageActivatesInactiveVolumes(t *testing.T) {
 	e.start()
 
 	capability := plugintest.MountCapability("ext4")
+	// The snapshot is named as CreateVolume names a volume's LV, so that
+	// stage serves it under that name.
+	snapLV := carvevolume.LVNameFor("act-snap")
 	type volume struct {
 		name, id, class string
 		data            []byte
@@ -54,7 +58,6 @@ func TestStageActivatesInactiveVolumes(t *testing.T) {
 
 	// A thin snapshot made with lvcreate's defaults carries the
 	// activation-skip flag ('k'), which a plain lvchange -ay ignores.
-	snapLV := "carve-" + strings.Repeat("5a", 16)
 	if _, err := e.vg.LVM(ctx, "lvcreate", "--snapshot", "--name", snapLV,
 		"--addtag", "carve.dev/owner=carve", "--addtag", "carve.dev/class=thin", e.vg.Name+"/"+lvName(t, vols[1].id)); err != nil {
 		t.Fatal(err)
@@ -65,7 +68,7 @@ func TestStageActivatesInactiveVolumes(t *testing.T) {
 		}
 	})
 	snap := &volume{name: "act-snap", id: e.vg.Name + "/" + snapLV, class: "thin", data: vols[1].data, p: e.paths("act-snap")}
-	e.volumeContext[snap.id] = map[string]string{"carve.dev/device-class": "thin"}
+	e.volumeContext[snap.id] = map[string]string{carvevolume.ParamDeviceClass: "thin", carvevolume.ContextVolumeName: snap.name}
 	if attr := e.lvAttr(snapLV); len(attr) < 10 || attr[9] != 'k' {
 		t.Fatalf("the snapshot's lv_attr is %q; the test needs the activation-skip flag", attr)
 	}

@@ -174,15 +174,20 @@ func statefulSet(ns, name string) *appsv1.StatefulSet {
 	}
 }
 
-// readValues returns what the StatefulSet's pod reads from both volumes,
-// and the filesystem type of each.
+// readValues reads the values the StatefulSet's pod wrote to its two
+// volumes and their filesystems' types. A Running pod's script may not
+// have written both yet, so it waits until both are there.
 func readValues(t *testing.T, ns, pod string) (values, fsTypes string) {
 	t.Helper()
-	out := podExec(t, ns, pod, "cat /thick/value /thin/value; stat -f -c %T /thick /thin")
-	lines := strings.Fields(out)
-	if len(lines) != 4 {
-		t.Fatalf("pod %s read %q, want two values and two filesystem types", pod, out)
-	}
+	var lines []string
+	waitFor(t, podTimeout, "pod "+ns+"/"+pod+" to have written both values", func(ctx context.Context) (bool, string, error) {
+		out, err := kubectl(ctx, "exec", "-n", ns, pod, "--", "/bin/sh", "-c", "cat /thick/value /thin/value; stat -f -c %T /thick /thin")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		lines = strings.Fields(out)
+		return len(lines) == 4, fmt.Sprintf("read %q, want two values and two filesystem types", out), nil
+	})
 	return lines[0] + " " + lines[1], lines[2] + " " + lines[3]
 }
 

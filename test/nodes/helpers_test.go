@@ -45,6 +45,9 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 	kubetest.Poll(t, 500*time.Millisecond, timeout, what, cond, nil)
 }
 
+// notYet tells waitFor to ask again, showing err as the status.
+func notYet(err error) (bool, string, error) { return false, err.Error(), nil }
+
 // waitCarveRunning waits until the DaemonSet's pod on the guest node has
 // every container running, the controller Deployment's pod too, and the
 // kubelet has registered carve (the CSINode lists the driver).

@@ -183,7 +183,7 @@ func readValues(t *testing.T, ns, pod string) (values, fsTypes string) {
 	waitFor(t, podTimeout, "pod "+ns+"/"+pod+" to have written both values", func(ctx context.Context) (bool, string, error) {
 		out, err := kubectl(ctx, "exec", "-n", ns, pod, "--", "/bin/sh", "-c", "cat /thick/value /thin/value; stat -f -c %T /thick /thin")
 		if err != nil {
-			return false, err.Error(), nil
+			return notYet(err)
 		}
 		lines = strings.Fields(out)
 		return len(lines) == 4, fmt.Sprintf("read %q, want two values and two filesystem types", out), nil
@@ -345,11 +345,11 @@ func TestKubeletVolumeStatsMatchDf(t *testing.T) {
 	waitFor(t, 2*time.Minute, "kubelet_volume_stats_* agreeing with df", func(ctx context.Context) (bool, string, error) {
 		capacity, err := kubeletVolumeStat(ctx, "kubelet_volume_stats_capacity_bytes", ns, "data")
 		if err != nil {
-			return false, err.Error(), nil //nolint:nilerr // not yet: the error is the status shown, and polling goes on
+			return notYet(err)
 		}
 		usedStat, err := kubeletVolumeStat(ctx, "kubelet_volume_stats_used_bytes", ns, "data")
 		if err != nil {
-			return false, err.Error(), nil //nolint:nilerr // not yet: the error is the status shown, and polling goes on
+			return notYet(err)
 		}
 		// df's used is (blocks - free) like carve's; a few blocks of
 		// journal or metadata activity may lie between the two reads.
@@ -451,7 +451,7 @@ func TestNodeRebootKeepsData(t *testing.T) {
 	waitFor(t, 2*podTimeout, "db-0 running again after the reboot", func(ctx context.Context) (bool, string, error) {
 		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "db-0", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error(), nil //nolint:nilerr // not yet: the error is the status shown, and polling goes on
+			return notYet(err)
 		}
 		again = p
 		c := containerStatus(p, "app")

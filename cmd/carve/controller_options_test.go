@@ -6,6 +6,9 @@ import (
 	"flag"
 	"testing"
 	"time"
+
+	"github.com/carve-csi/carve/internal/controller/castore"
+	"github.com/carve-csi/carve/internal/nodeca"
 )
 
 func TestControllerOptions(t *testing.T) {
@@ -36,6 +39,8 @@ func TestControllerOptions(t *testing.T) {
 		{"routing without the node service account", func(o *ControllerOptions) { o.Route = routing(); o.Route.ServiceAccount = "" }, "--node-service-account"},
 		{"routing without an audience", func(o *ControllerOptions) { o.Route = routing(); o.Route.Audience = "" }, "--node-token-audience"},
 		{"routing without a CA name", func(o *ControllerOptions) { o.Route = routing(); o.Route.CAName = "" }, "--node-channel-ca"},
+		{"a CA too short-lived to rotate", func(o *ControllerOptions) { o.Route = routing(); o.Route.CAValidity = 30 * time.Second }, "--node-channel-ca-validity"},
+		{"no propagation", func(o *ControllerOptions) { o.Route = routing(); o.Route.CAPropagation = 0 }, "--node-channel-ca-propagation"},
 		{"no routing: its other flags are not read", func(o *ControllerOptions) { o.Route = RouteOptions{} }, ""},
 		{"audit off", func(o *ControllerOptions) { o.Audit.Interval = 0 }, ""},
 		{"audit too often", func(o *ControllerOptions) { o.Audit.Interval = time.Millisecond }, "--audit-interval"},
@@ -58,7 +63,8 @@ func TestControllerOptions(t *testing.T) {
 // routing is a complete set of the controller's routing flags.
 func routing() RouteOptions {
 	return RouteOptions{Service: "carve-node", Namespace: "carve-system", CapacityNamespace: "carve-system",
-		PortName: "node-channel", ServiceAccount: "carve-node", Audience: "carve-controller", CAName: "carve-node-channel-ca"}
+		PortName: "node-channel", ServiceAccount: "carve-node", Audience: "carve-controller", CAName: "carve-node-channel-ca",
+		CAValidity: nodeca.DefaultCAValidity, CAPropagation: castore.DefaultPropagation}
 }
 
 // TestControllerDeletionDefaults: the deletions carve makes on its own

@@ -44,6 +44,11 @@ type RouteOptions struct {
 	// CAName names the Secret holding the CA and the ConfigMap holding its
 	// certificate for the node agents.
 	CAName string
+	// CAValidity is how long the CAs the controller makes are valid.
+	CAValidity time.Duration
+	// CAPropagation is the longest a new CA waits for every node agent to
+	// trust it before it signs.
+	CAPropagation time.Duration
 }
 
 // AddFlags registers the node channel flags on fs.
@@ -55,6 +60,8 @@ func (o *RouteOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServiceAccount, "node-service-account", "carve-node", "service account of the node agents; an agent proving another identity is refused")
 	fs.StringVar(&o.Audience, "node-token-audience", "carve-controller", "audience of the node agents' projected service-account tokens")
 	fs.StringVar(&o.CAName, "node-channel-ca", "carve-node-channel-ca", "name of the Secret (the CA, controller only) and ConfigMap (its certificate, mounted by the node agents) of the node channel")
+	fs.DurationVar(&o.CAValidity, "node-channel-ca-validity", nodeca.DefaultCAValidity, "how long the node channel CAs the controller makes are valid; a CA is rotated when a third of its life is left")
+	fs.DurationVar(&o.CAPropagation, "node-channel-ca-propagation", castore.DefaultPropagation, "the longest a new node channel CA is trusted beside the old one before it signs, when not every node agent accepts it sooner")
 }
 
 // Validate checks the node channel flags.
@@ -71,8 +78,20 @@ func (o *RouteOptions) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must be set when --node-channel-service is", f.name))
 		}
 	}
+	if o.CAValidity < minCAValidity {
+		errs = append(errs, fmt.Errorf("--node-channel-ca-validity %s: must be at least %s", o.CAValidity, minCAValidity))
+	}
+	if o.CAPropagation <= 0 {
+		errs = append(errs, fmt.Errorf("--node-channel-ca-propagation %s: must be positive", o.CAPropagation))
+	}
 	return errors.Join(errs...)
 }
+
+// minCAValidity leaves a rotation, which starts when a third of the CA's
+// life is left, room for the CA to reach every node first (the kubelet
+// and the agents see a changed bundle within seconds; tests rotate
+// CAs this short).
+const minCAValidity = time.Minute
 
 // route is the controller's routing: the CSI Controller server for the
 // sidecars and what keeps it fed.
@@ -90,11 +109,19 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, fmt.Errorf("the node channel (--node-channel-service): %w", err)
 	}
 	nc := &o.Route
-	ca, err := castore.Ensure(ctx, client, nc.Namespace, nc.CAName)
+	var pool *agents.Pool // set below: the store's hooks run only once Run starts
+	store, err := castore.New(castore.Config{Client: client, Namespace: nc.Namespace, Name: nc.CAName, Registerer: reg,
+		Policy:   castore.Policy{Validity: nc.CAValidity, Propagation: nc.CAPropagation},
+		Accepted: func(ctx context.Context, ca *nodeca.CA) error { return pool.Accepts(ctx, ca) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	cas, err := store.Start(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the node channel's CA: %w", err)
 	}
-	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
+	iss, err := nodeca.NewIssuer(cas.Active, nodeca.IssuerOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -102,14 +129,14 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, fmt.Errorf("the controller's certificate: %w", err)
 	}
-	trust := nodeca.NewPool(ca.Cert)
+	trust := nodeca.NewPool(cas.Trusted()...)
 	writer, err := capacity.New(capacity.Config{Client: client, Namespace: nc.CapacityNamespace,
 		Driver: o.DriverName, TopologyKey: topology.Key, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
 	identity := nodeca.NewKeypair(own)
-	pool, err := agents.New(agents.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
+	pool, err = agents.New(agents.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
 		PortName: nc.PortName, ServiceAccount: nc.ServiceAccount, Audience: nc.Audience,
 		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report, Registerer: reg})
 	if err != nil {
@@ -133,10 +160,17 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	duties := []func(context.Context) error{pool.Run, pvs.Run, place, move, func(ctx context.Context) error {
+	store.OnChange(func(ctx context.Context, st castore.State) {
+		trust.Set(st.Trusted()...)
+		if !castore.SameCA(iss.CA(), st.Active) {
+			iss.SetCA(st.Active)
+			if err := pool.Reissue(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Reissuing the node channel's certificates under the new CA")
+			}
+		}
+	})
+	duties := []func(context.Context) error{pool.Run, pvs.Run, place, move, store.Run, func(ctx context.Context) error {
 		return o.leadCapacity(ctx, client, writer, capacityRejoinDelay)
-	}, func(ctx context.Context) error {
-		return renewIdentity(ctx, iss, identity, nodeca.DefaultLeafValidity/2)
 	}}
 	if o.Audit.Interval > 0 {
 		dyn, err := kube.Dynamic(o.Kubeconfig, "carve-controller")
@@ -195,27 +229,6 @@ func (o *ControllerOptions) leadCapacity(ctx context.Context, client kubernetes.
 			return nil
 		case <-t.C:
 		}
-	}
-}
-
-// renewIdentity issues the controller a new certificate every period, so
-// that the one it presents never expires while it runs.
-func renewIdentity(ctx context.Context, iss *nodeca.Issuer, k *nodeca.Keypair, period time.Duration) error {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		cert, err := iss.IssueController()
-		if err != nil {
-			// The current one is still valid for another half period.
-			klog.ErrorS(err, "Renewing the controller's node-channel certificate failed; trying again next period", "period", period)
-			continue
-		}
-		k.Set(cert)
 	}
 }
 

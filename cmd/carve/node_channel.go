@@ -8,6 +8,7 @@ import (
 	"time"
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -30,6 +31,17 @@ import (
 const (
 	nodeChannelPing    = 30 * time.Second
 	nodeChannelMinPing = 5 * time.Second
+)
+
+// Bounds of what any pod that reaches a node's ports may hold open before
+// it proves anything: a TLS handshake must end within handshakeTimeout,
+// and the copy port, which other nodes dial once per copy, holds at most
+// maxCopyConnections connections of at most maxCopyStreams streams each
+// (a copy is one stream).
+const (
+	handshakeTimeout   = 10 * time.Second
+	maxCopyConnections = 64
+	maxCopyStreams     = 4
 )
 
 // nodeChannel builds the node channel: the node agent and a TLS gRPC
@@ -82,7 +94,7 @@ func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orp
 		return nil, fmt.Errorf("the node channel: %w", err)
 	}
 	srv := csiserver.NewGRPCServer(csiserver.Services{Identity: svc.Identity, Controller: svc.Controller}, mm,
-		csiserver.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg)),
+		csiserver.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.ConnectionTimeout(handshakeTimeout),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: nodeChannelPing, Timeout: nodeChannelMinPing}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing, PermitWithoutStream: true}),
 			grpc.ChainUnaryInterceptor(peercopy.TicketInterceptor)),
@@ -120,7 +132,8 @@ func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server)
 	if err != nil {
 		return nil, fmt.Errorf("--node-copy-address: %w", err)
 	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.MaxConcurrentStreams(maxCopyStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing}))
 	nodeagentv1.RegisterNodeCopyServer(srv, copies)
 	return func(ctx context.Context) error {
@@ -129,7 +142,7 @@ func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server)
 		if err != nil {
 			return fmt.Errorf("--node-copy-address %s: %w", o.NodeChannel.CopyAddress, err)
 		}
-		klog.InfoS("Serving copies to other nodes", "address", l.Addr().String())
-		return serveGRPC(ctx, srv, l)
+		klog.InfoS("Serving copies to other nodes", "address", l.Addr().String(), "maxConnections", maxCopyConnections)
+		return serveGRPC(ctx, srv, netutil.LimitListener(l, maxCopyConnections))
 	}, nil
 }

@@ -20,9 +20,10 @@ import (
 // a forgotten key does not live forever.
 const DefaultCAValidity = 365 * 24 * time.Hour
 
-// clockSkew backdates NotBefore so that a node whose clock is a little behind
-// the controller's accepts a certificate issued a moment ago.
-const clockSkew = 5 * time.Minute
+// ClockSkew backdates NotBefore so that a node whose clock is a little behind
+// the controller's accepts a certificate issued a moment ago. A CA's life
+// is NotAfter minus NotBefore minus ClockSkew.
+const ClockSkew = 5 * time.Minute
 
 // CA is a certificate authority: its self-signed certificate and its key.
 type CA struct {
@@ -60,7 +61,7 @@ func NewCA(opts CAOptions) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: "carve node channel CA"},
-		NotBefore:             now.Add(-clockSkew),
+		NotBefore:             now.Add(-ClockSkew),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,

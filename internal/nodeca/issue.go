@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,9 +61,10 @@ type IssuerOptions struct {
 	ControllerValidity time.Duration
 }
 
-// Issuer signs controller and node certificates with a CA.
+// Issuer signs controller and node certificates with a CA, which SetCA
+// replaces while it runs (a CA rotation).
 type Issuer struct {
-	ca                 *CA
+	ca                 atomic.Pointer[CA]
 	now                func() time.Time
 	nodeValidity       time.Duration
 	controllerValidity time.Duration
@@ -76,8 +78,9 @@ func NewIssuer(ca *CA, opts IssuerOptions) (*Issuer, error) {
 	if opts.NodeValidity < 0 || opts.ControllerValidity < 0 {
 		return nil, errors.New("issuer: validity must be positive")
 	}
-	iss := &Issuer{ca: ca, now: clock(opts.Now),
+	iss := &Issuer{now: clock(opts.Now),
 		nodeValidity: opts.NodeValidity, controllerValidity: opts.ControllerValidity}
+	iss.ca.Store(ca)
 	if iss.nodeValidity == 0 {
 		iss.nodeValidity = DefaultLeafValidity
 	}
@@ -86,6 +89,12 @@ func NewIssuer(ca *CA, opts IssuerOptions) (*Issuer, error) {
 	}
 	return iss, nil
 }
+
+// SetCA makes ca sign every certificate issued from now on.
+func (iss *Issuer) SetCA(ca *CA) { iss.ca.Store(ca) }
+
+// CA is the CA that signs now.
+func (iss *Issuer) CA() *CA { return iss.ca.Load() }
 
 // IssueController generates a key and a client certificate whose identity
 // is the controller.
@@ -146,17 +155,18 @@ func (iss *Issuer) issue(cn, uri string, usage x509.ExtKeyUsage, validity time.D
 // sign makes a leaf certificate for pub whose only identity is uri. The
 // common name is for people reading the certificate; nothing checks it.
 func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validity time.Duration) ([]byte, error) {
+	ca := iss.ca.Load()
 	now := iss.now()
 	notAfter := now.Add(validity)
-	if notAfter.After(iss.ca.Cert.NotAfter) {
+	if notAfter.After(ca.Cert.NotAfter) {
 		// A leaf never outlives its CA: it would fail verification anyway.
-		notAfter = iss.ca.Cert.NotAfter
+		notAfter = ca.Cert.NotAfter
 	}
 	tmpl, err := leafTemplate(cn, uri, usage, now, notAfter)
 	if err != nil {
 		return nil, err
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.ca.Cert, pub, iss.ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("sign certificate for %s: %w", uri, err)
 	}
@@ -177,7 +187,7 @@ func leafTemplate(cn, uri string, usage x509.ExtKeyUsage, now, notAfter time.Tim
 	return &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    now.Add(-clockSkew),
+		NotBefore:    now.Add(-ClockSkew),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},

@@ -883,7 +883,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			expand("namespace", "discovery.k8s.io", "endpointslices", "list", "watch"),
 			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "delete"),
 			expand("namespace", "", "secrets", "create"),
-			expandNamed("namespace", "", "secrets", "carve-node-channel-ca", "get"),
+			expandNamed("namespace", "", "secrets", "carve-node-channel-ca", "get", "update"),
 			expand("namespace", "", "configmaps", "create"),
 			expandNamed("namespace", "", "configmaps", "carve-node-channel-ca", "get", "update"),
 			// The mover (kubectl carve move): it deletes the claim and

@@ -21,11 +21,14 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
+	"github.com/carve-csi/carve/internal/controller/agents"
 	"github.com/carve-csi/carve/internal/controller/audit"
 	"github.com/carve-csi/carve/internal/controller/capacity"
+	"github.com/carve-csi/carve/internal/controller/castore"
 	"github.com/carve-csi/carve/internal/controller/mover"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/nodeca"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
@@ -519,6 +522,42 @@ func capacityMetrics(t *testing.T) plugintest.Metrics {
 	return m
 }
 
+// nodeChannelMetrics are the CA store's and the agent pool's: a
+// controller registers them only with --node-channel-service, and the
+// pool exports a node's certificate expiry only once it has enrolled it.
+func nodeChannelMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	client := fake.NewClientset()
+	store, err := castore.New(castore.Config{Client: client, Namespace: "carve-system", Name: "carve-node-channel-ca", Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := nodeca.NewIssuer(st.Active, nodeca.IssuerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := iss.IssueController()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := agents.New(agents.Config{Client: client, Namespace: "carve-system", Service: "carve-node", PortName: "node-channel",
+		ServiceAccount: "carve-node", Audience: "carve-controller", Issuer: iss, Identity: nodeca.NewKeypair(own),
+		Trust: nodeca.NewPool(st.Trusted()...), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Reissue(ctx); err != nil { // the controller's own certificate's series
+		t.Fatal(err)
+	}
+	return gather(t, reg)
+}
+
 // snapshotMetrics are the per-snapshot series of a plugin with one thick
 // snapshot: a plugin exports them only for snapshots that exist, and a
 // copy-on-write snapshot needs device-mapper, which the plugin above
@@ -693,7 +732,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), moverMetrics(t), capacityMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), moverMetrics(t), capacityMetrics(t), nodeChannelMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

@@ -101,7 +101,7 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 				// StorageClasses they are per
 				cluster("create", "authentication.k8s.io", "tokenreviews"),
 				local("list", "discovery.k8s.io", "endpointslices"), local("watch", "discovery.k8s.io", "endpointslices"),
-				local("create", "", "secrets"), named(local("get", "", "secrets"), ca),
+				local("create", "", "secrets"), named(local("get", "", "secrets"), ca), named(local("update", "", "secrets"), ca),
 				local("create", "", "configmaps"), named(local("get", "", "configmaps"), ca), named(local("update", "", "configmaps"), ca),
 				local("get", "storage.k8s.io", "csistoragecapacities"), local("list", "storage.k8s.io", "csistoragecapacities"),
 				local("watch", "storage.k8s.io", "csistoragecapacities"), local("create", "storage.k8s.io", "csistoragecapacities"),
@@ -140,6 +140,7 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 				cluster("delete", "", "nodes"), cluster("patch", "", "nodes"),
 				in("default", "create", "", "pods"), in("default", "update", "", "pods"), in("default", "patch", "", "pods"),
 				local("get", "", "secrets"), local("list", "", "secrets"), named(local("get", "", "secrets"), "other"),
+				named(local("update", "", "secrets"), "other"),
 				named(local("update", "", "configmaps"), "other"),
 				in("default", "create", "storage.k8s.io", "csistoragecapacities"),
 				in("kube-system", "create", "coordination.k8s.io", "leases"),

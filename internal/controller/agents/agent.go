@@ -47,6 +47,7 @@ type agent struct {
 	ep     endpoint
 	cancel context.CancelFunc
 	done   chan struct{}
+	renew  chan struct{} // enroll again now: another CA signs
 
 	mu      sync.Mutex
 	conn    *grpc.ClientConn // the verified connection; nil while there is none
@@ -55,7 +56,7 @@ type agent struct {
 }
 
 func newAgent(p *Pool, ep endpoint) *agent {
-	return &agent{p: p, ep: ep, done: make(chan struct{}), lastErr: errors.New("not enrolled yet")}
+	return &agent{p: p, ep: ep, done: make(chan struct{}), renew: make(chan struct{}, 1), lastErr: errors.New("not enrolled yet")}
 }
 
 func (a *agent) start(ctx context.Context) {
@@ -138,6 +139,7 @@ func (a *agent) run(ctx context.Context) {
 			}
 			cur = next
 			a.set(cur.conn, nil)
+			a.p.certExpiry.WithLabelValues(roleNode, a.ep.Node).Set(float64(next.notAfter.Unix()))
 			cur.startWatch(ctx, a)
 			wait = time.Until(cur.renewAt)
 		}
@@ -147,6 +149,9 @@ func (a *agent) run(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-a.renew:
+			t.Stop()
+			log.Info("Node agent enrolls again: another CA signs")
 		case <-cur.lostCh():
 			t.Stop()
 			if ctx.Err() != nil {
@@ -189,7 +194,9 @@ func (a *agent) connect(ctx context.Context) (*link, error) {
 	}
 	now := time.Now()
 	renew := max(cert.NotAfter.Sub(now)/2, a.p.t.minBackoff)
-	return newLink(ctx, conn, now, now.Add(renew)), nil
+	l := newLink(ctx, conn, now, now.Add(renew))
+	l.notAfter = cert.NotAfter
+	return l, nil
 }
 
 // dialVerified opens the connection every other call uses: the agent must
@@ -237,10 +244,11 @@ func (a *agent) dialVerified(ctx context.Context) (*grpc.ClientConn, error) {
 
 // link is one verified connection and its capacity watch.
 type link struct {
-	conn    *grpc.ClientConn
-	since   time.Time
-	renewAt time.Time
-	lost    chan struct{} // closed when the connection leaves Ready, or the agent stops
+	conn     *grpc.ClientConn
+	since    time.Time
+	renewAt  time.Time
+	notAfter time.Time     // of the node's certificate
+	lost     chan struct{} // closed when the connection leaves Ready, or the agent stops
 
 	watchStop context.CancelFunc
 	watchDone chan struct{}

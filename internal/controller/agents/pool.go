@@ -98,9 +98,12 @@ type Pool struct {
 	cfg         Config
 	t           timing
 	enrollments *prometheus.CounterVec
+	certExpiry  *prometheus.GaugeVec
 	running     atomic.Bool
-	synced      chan struct{}
-	enrollSlots chan struct{} // one token per enrollment under way
+	// identityChanged wakes keepIdentity when the certificate changed.
+	identityChanged chan struct{}
+	synced          chan struct{}
+	enrollSlots     chan struct{} // one token per enrollment under way
 
 	mu         sync.Mutex
 	agents     map[string]*agent     // by node: the pool's members
@@ -117,7 +120,11 @@ func New(cfg Config) (*Pool, error) {
 		cfg.OnCapacity = func(string, *nodeagentv1.CapacityReport) {}
 	}
 	p := &Pool{cfg: cfg, t: defaultTiming(), synced: make(chan struct{}), enrollSlots: make(chan struct{}, maxEnrolling),
-		agents: map[string]*agent{}, contested: map[string][]endpoint{},
+		agents: map[string]*agent{}, contested: map[string][]endpoint{}, identityChanged: make(chan struct{}, 1),
+		certExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_node_channel_certificate_expiry_timestamp_seconds",
+			Help: "When the node channel's certificates expire (Unix seconds): the controller's own (role controller) and each connected node's (role node); each is renewed at half its life.",
+		}, []string{"role", "node"}),
 		enrollments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_node_enrollments_total",
 			Help: "Enrollments of node agents by carve controller, by result: success, refused (the agent's token did not match its endpoint), error (the agent or the API server failed).",
@@ -127,8 +134,10 @@ func New(cfg Config) (*Pool, error) {
 		p.enrollments.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(p.enrollments); err != nil {
-			return nil, fmt.Errorf("register carve_node_enrollments_total: %w", err)
+		for _, c := range []prometheus.Collector{p.enrollments, p.certExpiry} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("node pool metrics: %w", err)
+			}
 		}
 	}
 	return p, nil
@@ -166,6 +175,12 @@ func (p *Pool) Run(ctx context.Context) error {
 		return nil
 	}
 	defer p.stopAll()
+	identityDone := make(chan struct{})
+	go func() {
+		defer close(identityDone)
+		p.keepIdentity(ctx)
+	}()
+	defer func() { <-identityDone }()
 	log.Info("Watching node agents", "namespace", p.cfg.Namespace, "service", p.cfg.Service, "port", p.cfg.PortName)
 	for {
 		p.reconcile(ctx, inf.GetStore().List())
@@ -310,6 +325,7 @@ func (p *Pool) reconcile(ctx context.Context, objs []any) {
 	}
 	for _, node := range gone {
 		log.Info("Node agent left the pool", "node", node)
+		p.certExpiry.DeleteLabelValues(roleNode, node)
 		p.cfg.OnCapacity(node, nil)
 	}
 	for _, a := range start {

@@ -1,22 +1,28 @@
-// Package castore keeps the node channel's CA (internal/nodeca) in Kubernetes:
-// the CA's certificate and key in a Secret that only the controller may
-// read, and its certificate alone in a ConfigMap of the same name that the
-// node DaemonSet mounts to know which controller to trust.
+// Package castore keeps the node channel's CA (internal/nodeca) in Kubernetes
+// and rotates it: the CAs' certificates and keys in a Secret that only the
+// controller may read, and the certificates the nodes must trust in a
+// ConfigMap of the same name that the node DaemonSet mounts.
 //
 // The Secret has the layout of a kubernetes.io/tls Secret (tls.crt,
-// tls.key), the layout cert-manager's CA issuer reads, so a CA made by
-// cert-manager can be put in its place.
+// tls.key: the CA that signs), the layout cert-manager's CA issuer reads,
+// so a CA made by cert-manager can be put in its place. During a rotation
+// it also holds the next CA (next.crt, next.key) and, after the switch,
+// the certificate of the one before (previous.crt).
 //
-// Rotation of the CA itself is not done here yet. It would go: make the
-// next CA and keep it beside the current one (a second Secret, say
-// <name>-next); publish both certificates in ca.crt (the bundle holds any
-// number of PEM blocks, and nodeca.ParseBundle reads them all), and wait until
-// every node agent has reloaded the mounted bundle into its nodeca.Pool;
-// switch the Secret to the next CA, so the controller's certificate and
-// every node certificate are reissued by it at their next renewal; once
-// the last certificate of the old CA has expired, drop it from ca.crt.
-// Until then Ensure writes ca.crt as exactly the current CA: a CA that was
-// replaced (its key leaked, say) must not stay trusted by accident.
+// A rotation goes in three steps, each one write of the Secret, so that
+// every replica that reads it agrees on where the rotation stands:
+//
+//  1. staged: a next CA is made and trusted beside the current one (the
+//     ConfigMap holds both) when a third of the current CA's life is left,
+//     or when an operator asks (annotation carve.dev/rotate-ca);
+//  2. switched: once every node agent accepts a certificate of the next CA
+//     (the controller tries one on each; Propagation bounds the wait), the
+//     next CA signs, the controller's certificate and every node's are
+//     reissued, and the old CA stays trusted while leaves it signed live;
+//  3. dropped: the old CA leaves the ConfigMap once its last leaf expired.
+//
+// A CA that expired while no controller ran is replaced at once: nothing
+// it signed verifies any more, so nothing is lost by replacing it.
 package castore
 
 import (
@@ -24,7 +30,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"time"
 
@@ -42,104 +47,321 @@ import (
 // certificates, PEM, one block each.
 const BundleKey = "ca.crt"
 
-// expiryWarning is how long before the CA expires Ensure starts warning.
-const expiryWarning = 30 * 24 * time.Hour
+// The Secret's keys beside tls.crt and tls.key, and its annotations.
+const (
+	nextCertKey     = "next.crt"
+	nextKeyKey      = "next.key"
+	previousCertKey = "previous.crt"
+	// RotateAnnotation on the Secret asks for a rotation now (any value);
+	// the controller removes it when it stages the next CA.
+	RotateAnnotation     = "carve.dev/rotate-ca"
+	nextSinceAnnotation  = "carve.dev/ca-next-since"
+	previousTrustedUntil = "carve.dev/ca-previous-trusted-until"
+	annotationTimeLayout = time.RFC3339
+)
 
-// managedBy labels what Ensure creates, so that an operator sees who made it.
+// managedBy labels what the store creates, so that an operator sees who made it.
 var managedBy = map[string]string{"app.kubernetes.io/managed-by": "carve-controller"}
 
-// Ensure returns the CA stored in Secret <name> of namespace, creating it
-// with nodeca.NewCA when the Secret does not exist, and makes ConfigMap
-// <name> hold ca.crt = the CA's certificate, writing it only when it
-// holds anything else. Replicas may call it at the same time: the first
-// Create wins and every other caller reads that CA back. A Secret that
-// exists but does not hold a usable CA is an error naming it; it is never
-// replaced by a new CA silently, since every node would stop trusting the
-// controller.
-func Ensure(ctx context.Context, client kubernetes.Interface, namespace, name string) (*nodeca.CA, error) {
-	if client == nil || namespace == "" || name == "" {
-		return nil, errors.New("CA store: a client, a namespace and a name are required")
-	}
-	ca, err := ensureSecret(ctx, client, namespace, name)
-	if err != nil {
-		return nil, err
-	}
-	if left := time.Until(ca.Cert.NotAfter); left < expiryWarning {
-		klog.FromContext(ctx).Info("Warning: the node channel CA expires soon and carve does not rotate it yet; "+
-			"delete the Secret before then and restart the controller (every node certificate is reissued)",
-			"secret", namespace+"/"+name, "notAfter", ca.Cert.NotAfter, "left", left.Round(time.Hour))
-	}
-	if err := ensureBundle(ctx, client, namespace, name, ca.Cert); err != nil {
-		return nil, err
-	}
-	return ca, nil
+// State is where the CA stands.
+type State struct {
+	// Active signs every certificate.
+	Active *nodeca.CA
+	// Next is trusted, does not sign yet; it was staged at NextSince.
+	Next      *nodeca.CA
+	NextSince time.Time
+	// Previous signed before Active; trusted until PreviousUntil.
+	Previous      *x509.Certificate
+	PreviousUntil time.Time
+	// RotateRequested: an operator asked for a rotation.
+	RotateRequested bool
 }
 
-func ensureSecret(ctx context.Context, client kubernetes.Interface, namespace, name string) (*nodeca.CA, error) {
-	log := klog.FromContext(ctx)
-	secrets := client.CoreV1().Secrets(namespace)
-	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
-	if err == nil {
-		return fromSecret(s)
+// Trusted is what a peer's certificate may chain to: the active CA, the
+// next one and the previous one, in that order.
+func (s State) Trusted() []*x509.Certificate {
+	out := []*x509.Certificate{s.Active.Cert}
+	if s.Next != nil {
+		out = append(out, s.Next.Cert)
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading CA Secret %s/%s: %w", namespace, name, err)
+	if s.Previous != nil {
+		out = append(out, s.Previous)
 	}
-	ca, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("making the CA for Secret %s/%s: %w", namespace, name, err)
+	return out
+}
+
+// SameCA reports whether a and b are the same CA.
+func SameCA(a, b *nodeca.CA) bool {
+	return a != nil && b != nil && bytes.Equal(a.Cert.Raw, b.Cert.Raw)
+}
+
+// sameCAs reports whether a and b hold the same certificates.
+func sameCAs(a, b State) bool {
+	x, y := a.Trusted(), b.Trusted()
+	if len(x) != len(y) || (a.Next == nil) != (b.Next == nil) || (a.Previous == nil) != (b.Previous == nil) {
+		return false
 	}
-	certPEM, keyPEM, err := ca.MarshalPEM()
-	if err != nil {
-		return nil, fmt.Errorf("making the CA for Secret %s/%s: %w", namespace, name, err)
-	}
-	s = &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: managedBy},
-		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM},
-	}
-	created, err := secrets.Create(ctx, s, metav1.CreateOptions{})
-	switch {
-	case err == nil:
-		log.Info("Created the node channel CA", "secret", namespace+"/"+name, "notAfter", ca.Cert.NotAfter)
-		return fromSecret(created)
-	case apierrors.IsAlreadyExists(err):
-		// Another replica won the race: its CA is the one.
-		s, err = secrets.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("reading CA Secret %s/%s another replica created: %w", namespace, name, err)
+	for i := range x {
+		if !bytes.Equal(x[i].Raw, y[i].Raw) {
+			return false
 		}
-		return fromSecret(s)
-	default:
-		return nil, fmt.Errorf("creating CA Secret %s/%s: %w", namespace, name, err)
 	}
+	return true
 }
 
-// fromSecret parses the CA of s; an error names the Secret and says how to
-// start over.
-func fromSecret(s *corev1.Secret) (*nodeca.CA, error) {
+// Policy is when the store rotates.
+type Policy struct {
+	// Validity of the CAs it makes; 0 means nodeca.DefaultCAValidity.
+	Validity time.Duration
+	// Propagation is the longest a next CA waits for every node agent to
+	// trust it before it signs anyway: the kubelet writes a changed
+	// ConfigMap into the pods within about a minute. 0 means
+	// DefaultPropagation.
+	Propagation time.Duration
+	// Overlap is how long the previous CA stays trusted after the switch:
+	// every replica issues itself a certificate of the new CA when it
+	// reads the Secret, and has every node agent enroll again, within
+	// a minute; the connections they replace have their own certificates
+	// already. 0 means DefaultOverlap. It never exceeds a sixth of the new
+	// CA's life, so that a short-lived CA (a test's) can rotate again.
+	Overlap time.Duration
+}
+
+// DefaultPropagation is Policy.Propagation's default.
+const DefaultPropagation = 10 * time.Minute
+
+// DefaultOverlap is Policy.Overlap's default.
+const DefaultOverlap = time.Hour
+
+func (p Policy) withDefaults() Policy {
+	if p.Validity == 0 {
+		p.Validity = nodeca.DefaultCAValidity
+	}
+	if p.Propagation == 0 {
+		p.Propagation = DefaultPropagation
+	}
+	if p.Overlap == 0 {
+		p.Overlap = DefaultOverlap
+	}
+	return p
+}
+
+// step is what plan decided.
+type step string
+
+// The steps of a rotation, the values of carve_node_channel_ca_rotations_total's label.
+const (
+	stepNone     step = ""
+	stepStage    step = "staged"
+	stepSwitch   step = "switched"
+	stepDrop     step = "dropped"
+	stepReplaced step = "replaced"
+)
+
+// plan is the next step from s at now. nextTrusted tells whether every
+// node agent accepts the next CA; switching waits for it, or for the
+// Propagation, or for the active CA to be near its end (a sixth of its
+// life: staging starts at a third).
+func plan(s State, now time.Time, p Policy, nextTrusted bool) step {
+	a := s.Active.Cert
+	life := lifeOf(a)
+	left := a.NotAfter.Sub(now)
+	switch {
+	case left <= 0:
+		return stepReplaced
+	case s.Previous != nil && !now.Before(s.PreviousUntil):
+		return stepDrop
+	case s.Next == nil && s.Previous == nil && (s.RotateRequested || left < life/3):
+		return stepStage
+	case s.Next != nil && (nextTrusted || now.Sub(s.NextSince) >= p.Propagation || left < life/6):
+		return stepSwitch
+	}
+	return stepNone
+}
+
+// lifeOf is how long the CA was made to live: its NotBefore is backdated
+// by nodeca.ClockSkew (a CA made elsewhere is taken as 5 minutes
+// younger, which only rotates it a little sooner).
+func lifeOf(c *x509.Certificate) time.Duration {
+	return c.NotAfter.Sub(c.NotBefore.Add(nodeca.ClockSkew))
+}
+
+// apply makes the step's new state. newCA makes a CA.
+func apply(s State, st step, now time.Time, p Policy, newCA func() (*nodeca.CA, error)) (State, error) {
+	switch st {
+	case stepStage:
+		next, err := newCA()
+		if err != nil {
+			return s, err
+		}
+		s.Next, s.NextSince, s.RotateRequested = next, now, false
+	case stepSwitch:
+		s.Previous = s.Active.Cert
+		s.PreviousUntil = now.Add(min(p.Overlap, lifeOf(s.Next.Cert)/6))
+		if s.Previous.NotAfter.Before(s.PreviousUntil) {
+			// No leaf it signed outlives it.
+			s.PreviousUntil = s.Previous.NotAfter
+		}
+		s.Active, s.Next, s.NextSince = s.Next, nil, time.Time{}
+	case stepDrop:
+		s.Previous, s.PreviousUntil = nil, time.Time{}
+	case stepReplaced:
+		if s.Next != nil && now.Before(s.Next.Cert.NotAfter) {
+			s.Active = s.Next
+		} else {
+			ca, err := newCA()
+			if err != nil {
+				return s, err
+			}
+			s.Active = ca
+		}
+		s.Next, s.NextSince, s.Previous, s.PreviousUntil, s.RotateRequested = nil, time.Time{}, nil, time.Time{}, false
+	}
+	return s, nil
+}
+
+// read returns the Secret and the state it holds; a Secret that does not
+// exist is (nil, State{}, nil).
+func read(ctx context.Context, client kubernetes.Interface, namespace, name string) (*corev1.Secret, State, error) {
+	s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, State{}, nil
+	}
+	if err != nil {
+		return nil, State{}, fmt.Errorf("reading CA Secret %s/%s: %w", namespace, name, err)
+	}
+	st, err := fromSecret(s)
+	return s, st, err
+}
+
+// fromSecret parses the state of s; an error names the Secret and says how
+// to start over.
+func fromSecret(s *corev1.Secret) (State, error) {
 	where := fmt.Sprintf("CA Secret %s/%s", s.Namespace, s.Name)
 	const fix = "fix or delete the Secret (a new CA then replaces it, and every node certificate is reissued)"
 	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
 		if len(s.Data[k]) == 0 {
-			return nil, fmt.Errorf("%s: no %s: %s", where, k, fix)
+			return State{}, fmt.Errorf("%s: no %s: %s", where, k, fix)
 		}
 	}
-	ca, err := nodeca.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", where, err, fix)
+	var st State
+	var err error
+	if st.Active, err = nodeca.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]); err != nil {
+		return State{}, fmt.Errorf("%s: %w: %s", where, err, fix)
 	}
-	if now := time.Now(); now.After(ca.Cert.NotAfter) {
-		return nil, fmt.Errorf("%s: the CA expired at %s: %s", where, ca.Cert.NotAfter.UTC().Format(time.RFC3339), fix)
+	if len(s.Data[nextCertKey]) > 0 {
+		if st.Next, err = nodeca.ParseCA(s.Data[nextCertKey], s.Data[nextKeyKey]); err != nil {
+			return State{}, fmt.Errorf("%s: %s: %w: %s", where, nextCertKey, err, fix)
+		}
+		if st.NextSince, err = annotationTime(s, nextSinceAnnotation); err != nil {
+			return State{}, fmt.Errorf("%s: %w: %s", where, err, fix)
+		}
 	}
-	return ca, nil
+	if len(s.Data[previousCertKey]) > 0 {
+		certs, err := nodeca.ParseBundle(s.Data[previousCertKey])
+		if err != nil {
+			return State{}, fmt.Errorf("%s: %s: %w: %s", where, previousCertKey, err, fix)
+		}
+		if len(certs) != 1 {
+			return State{}, fmt.Errorf("%s: %s: %d certificates, want one: %s", where, previousCertKey, len(certs), fix)
+		}
+		st.Previous = certs[0]
+		if st.PreviousUntil, err = annotationTime(s, previousTrustedUntil); err != nil {
+			return State{}, fmt.Errorf("%s: %w: %s", where, err, fix)
+		}
+	}
+	_, st.RotateRequested = s.Annotations[RotateAnnotation]
+	return st, nil
 }
 
-// ensureBundle makes ConfigMap <name> hold exactly cert in ca.crt.
-func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, name string, cert *x509.Certificate) error {
+func annotationTime(s *corev1.Secret, key string) (time.Time, error) {
+	t, err := time.Parse(annotationTimeLayout, s.Annotations[key])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("annotation %s: %w", key, err)
+	}
+	return t, nil
+}
+
+// toSecret writes st into s (a copy), keeping s's other labels and
+// annotations.
+func toSecret(s *corev1.Secret, st State) (*corev1.Secret, error) {
+	s = s.DeepCopy()
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	for _, k := range []string{nextCertKey, nextKeyKey, previousCertKey} {
+		delete(s.Data, k)
+	}
+	for _, k := range []string{nextSinceAnnotation, previousTrustedUntil, RotateAnnotation} {
+		delete(s.Annotations, k)
+	}
+	var err error
+	if s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], err = st.Active.MarshalPEM(); err != nil {
+		return nil, err
+	}
+	if st.Next != nil {
+		if s.Data[nextCertKey], s.Data[nextKeyKey], err = st.Next.MarshalPEM(); err != nil {
+			return nil, err
+		}
+		s.Annotations[nextSinceAnnotation] = st.NextSince.UTC().Format(annotationTimeLayout)
+	}
+	if st.Previous != nil {
+		s.Data[previousCertKey] = pemOf(st.Previous)
+		s.Annotations[previousTrustedUntil] = st.PreviousUntil.UTC().Format(annotationTimeLayout)
+	}
+	if st.RotateRequested {
+		s.Annotations[RotateAnnotation] = "requested"
+	}
+	return s, nil
+}
+
+func pemOf(certs ...*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	return out
+}
+
+// create makes the Secret with a new CA; another replica's Create that
+// won the race is read back.
+func create(ctx context.Context, client kubernetes.Interface, namespace, name string, p Policy) (State, error) {
+	ca, err := nodeca.NewCA(nodeca.CAOptions{Validity: p.Validity})
+	if err != nil {
+		return State{}, fmt.Errorf("making the CA for Secret %s/%s: %w", namespace, name, err)
+	}
+	s, err := toSecret(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: managedBy},
+		Type:       corev1.SecretTypeTLS,
+	}, State{Active: ca})
+	if err != nil {
+		return State{}, fmt.Errorf("making the CA for Secret %s/%s: %w", namespace, name, err)
+	}
+	created, err := client.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).Info("Created the node channel CA", "secret", namespace+"/"+name, "notAfter", ca.Cert.NotAfter)
+		return fromSecret(created)
+	case apierrors.IsAlreadyExists(err):
+		// Another replica won the race: its CA is the one.
+		_, st, err := read(ctx, client, namespace, name)
+		if err == nil && st.Active == nil {
+			err = fmt.Errorf("CA Secret %s/%s: gone right after another replica created it", namespace, name)
+		}
+		return st, err
+	default:
+		return State{}, fmt.Errorf("creating CA Secret %s/%s: %w", namespace, name, err)
+	}
+}
+
+// ensureBundle makes ConfigMap <name> hold exactly certs in ca.crt.
+func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, name string, certs []*x509.Certificate) error {
 	log := klog.FromContext(ctx)
 	maps := client.CoreV1().ConfigMaps(namespace)
-	want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+	want := pemOf(certs...)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := maps.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -160,7 +382,7 @@ func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, n
 		if err != nil {
 			return err
 		}
-		if holdsExactly(cm.Data[BundleKey], cert) {
+		if holdsExactly(cm.Data[BundleKey], certs) {
 			return nil
 		}
 		cm = cm.DeepCopy()
@@ -171,7 +393,7 @@ func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, n
 		if _, err := maps.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		log.Info("Replaced the CA bundle: it did not hold exactly the current CA", "configMap", namespace+"/"+name)
+		log.Info("Published the trusted CAs", "configMap", namespace+"/"+name, "cas", len(certs))
 		return nil
 	})
 	if err != nil {
@@ -180,9 +402,18 @@ func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, n
 	return nil
 }
 
-// holdsExactly reports whether bundle is cert and nothing else, whatever
-// the whitespace around it.
-func holdsExactly(bundle string, cert *x509.Certificate) bool {
-	certs, err := nodeca.ParseBundle([]byte(bundle))
-	return err == nil && len(certs) == 1 && bytes.Equal(certs[0].Raw, cert.Raw)
+// holdsExactly reports whether bundle is certs in that order and nothing
+// else, whatever the whitespace around them: a CA that was dropped (its
+// key leaked, say) must not stay trusted by accident.
+func holdsExactly(bundle string, certs []*x509.Certificate) bool {
+	got, err := nodeca.ParseBundle([]byte(bundle))
+	if err != nil || len(got) != len(certs) {
+		return false
+	}
+	for i := range got {
+		if !bytes.Equal(got[i].Raw, certs[i].Raw) {
+			return false
+		}
+	}
+	return true
 }

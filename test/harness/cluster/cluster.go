@@ -113,6 +113,8 @@ type Cluster struct {
 	SnapshotController *SnapshotController
 
 	kubeletProxy *kubeletProxy
+	// stopMirror ends the simulated kubelets' copy of the CA bundle.
+	stopMirror context.CancelFunc
 	// extra are the processes started with StartProcess (a peer driver
 	// beside carve); they stop first.
 	extra []*Process
@@ -414,6 +416,7 @@ func (c *Cluster) startCentral(ctx context.Context, d *appsv1.Deployment) error 
 			return err
 		}
 	}
+	c.startCAMirror(ca)
 	if err := c.Central.startSidecars(ctx, c.Client, c.Control, d, cfg.BinDir, dir, logs, cfg.Lifetime); err != nil {
 		return err
 	}
@@ -462,6 +465,7 @@ func (c *Cluster) enrollFromGuest(ctx context.Context) error {
 		}
 		nodes = append(nodes, n.Name)
 	}
+	c.startCAMirror(ca)
 	scs, err := c.StorageClasses()
 	if err != nil {
 		return err
@@ -578,9 +582,24 @@ func (c *Cluster) DumpLogs(lines int) {
 	fmt.Fprint(os.Stderr, c.peerLogs(lines))
 }
 
+// startCAMirror keeps the simulated nodes' CA files current with the
+// controller's ConfigMap, which now holds ca, until Stop.
+func (c *Cluster) startCAMirror(ca []byte) {
+	files := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		files[i] = n.ChannelCAFile
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopMirror = cancel
+	go c.NodeChannel.mirrorCABundle(ctx, c.Client, files, ca)
+}
+
 // Stop stops every process (by its own pid) and removes the volume groups,
 // loop devices and etcd's data. Logs stay in the run directory.
 func (c *Cluster) Stop() error {
+	if c.stopMirror != nil {
+		c.stopMirror()
+	}
 	var errs []error
 	if err := c.stopGuestNodes(); err != nil {
 		errs = append(errs, err)

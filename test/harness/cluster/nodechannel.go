@@ -252,3 +252,38 @@ func (nc *NodeChannel) waitCapacity(ctx context.Context, cs kubernetes.Interface
 		}
 	}
 }
+
+// mirrorCABundle does the kubelet's part of the ConfigMap the node
+// DaemonSet mounts, for the simulated nodes: whenever the controller
+// changes ca.crt (a CA rotation), it writes it into every node's file,
+// replacing the file as the kubelet's atomic writer does, until ctx ends.
+func (nc *NodeChannel) mirrorCABundle(ctx context.Context, cs kubernetes.Interface, files []string, last []byte) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cm, err := cs.CoreV1().ConfigMaps(nc.Namespace).Get(ctx, nc.CAName, metav1.GetOptions{})
+		if err != nil || cm.Data["ca.crt"] == "" || cm.Data["ca.crt"] == string(last) {
+			continue
+		}
+		last = []byte(cm.Data["ca.crt"])
+		for _, f := range files {
+			if err := replaceFile(f, last); err != nil {
+				fmt.Fprintf(os.Stderr, "harness: writing the CA bundle %s: %v\n", f, err)
+			}
+		}
+	}
+}
+
+// replaceFile puts data at path by renaming a new file over it.
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -177,6 +177,30 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "carve controller refused an answer of this node's agent that named another node's volume, snapshot or topology, or a volume another PersistentVolume holds: the node may be compromised (root on it can make its agent say anything) or run a broken build. Nothing was written from the answer; the controller's log has it (\"Refused a node agent's answer\").") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveNodeChannelCAExpiring"
+  "expr" `min(carve_node_channel_ca_expiry_timestamp_seconds{ca="active"}) - time() < 30 * 86400
+`
+  "for" "1h" "severity" "critical"
+  "summary" `The node channel's CA expires in {{ $value | humanizeDuration }} and has not been rotated`
+  "description" "carve controller rotates its CA when a third of the CA's life is left; this one is closer to its end, so the rotation is not happening (the controller's log says why: \"Keeping the node channel's CA\"). When the CA expires every handshake between the controller and the node agents fails, and no volume is made, deleted or snapshotted. Ask for a rotation now or replace the CA (runbook).") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveNodeChannelCertificateExpiring"
+  "expr" `min by (role, node) (carve_node_channel_certificate_expiry_timestamp_seconds) - time() < 3600
+`
+  "for" "10m" "severity" "warning"
+  "summary" `The node channel certificate of the {{ $labels.role }} {{ $labels.node }} expires within the hour`
+  "description" "Certificates of the node channel are renewed at half their life (12 h of 24 h); one that is an hour from its end was not renewed: the node's agent cannot enroll again (see CarveNodeEnrollmentsFailing) or the controller cannot sign. When it expires the controller loses that node.") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveNodeEnrollmentsFailing"
+  "expr" `sum by (result) (increase(carve_node_enrollments_total{result!="success"}[15m])) > 0
+`
+  "for" "30m" "severity" "warning"
+  "summary" `Enrollments of node agents keep failing ({{ $labels.result }})`
+  "description" "carve controller could not enroll a node agent for half an hour: refused means the agent's token did not match its endpoint (an impostor, or a pod that is not carve's node agent behind the Service); error means the agent, its CA bundle or the API server failed. A node that cannot enroll gets no volumes once its certificate expires. The controller's log names the node (\"Node agent not connected\").") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarveLostNodeVolumes"
   "expr" `max(carve_lost_node_volumes) > 0
 `

@@ -46,9 +46,9 @@ var notOnBed = append([]promcheck.Missing{
 }, promcheck.DeviceMapperSeries()...)
 
 // noLyingNode: the counter of refused node answers has a series only once
-// a node's answer was refused, and every node agent of the bed answers
-// truly (the router's unit tests drive a lying one).
-const noLyingNode = "no node agent of the e2e bed lies: carve_node_answers_refused_total has a series only once carve controller refused an answer (internal/controller/router TestNodeAnswersAboutOtherNodesAreRefused counts them)"
+// a node's answer was refused; the bed's one lying agent (TestLyingNode,
+// which counts them) leaves behind a restarted controller.
+const noLyingNode = "no node agent lies to the controller TestPrometheus scrapes: carve_node_answers_refused_total has a series only once carve controller refused an answer, and TestLyingNode, which drives a lying agent and checks the counter, restarts the controller when it ends"
 
 // noKubeStateMetrics: kube-state-metrics is not built like the Prometheus
 // server because the Go module proxy refuses it (tried 2026-11-27:

@@ -301,12 +301,7 @@ func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, e
 // ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound when its
 // VG does not.
 func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
-	if err := lvmname.VG(vg); err != nil {
-		return err
-	}
-	if err := validateName("logical volume", name); err != nil {
-		return err
-	}
+	// changeLV checks vg and name.
 	if len(tags) == 0 {
 		return invalid("deleting tags of %s/%s: no tag named", vg, name)
 	}
@@ -326,12 +321,7 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 // converges. ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound
 // when its VG does not.
 func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
-	if err := lvmname.VG(vg); err != nil {
-		return err
-	}
-	if err := validateName("logical volume", name); err != nil {
-		return err
-	}
+	// changeLV checks vg and name.
 	if len(add)+len(del) == 0 {
 		return invalid("changing tags of %s/%s: no tag named", vg, name)
 	}

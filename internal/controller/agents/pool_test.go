@@ -54,6 +54,7 @@ const (
 type fakeAgent struct {
 	nodeagentv1.UnimplementedNodeAgentServer
 	csi.UnimplementedControllerServer
+	csi.UnimplementedIdentityServer
 
 	claims string // the node it names in Enroll
 	token  string
@@ -111,6 +112,10 @@ func (f *fakeAgent) ControllerGetCapabilities(context.Context, *csi.ControllerGe
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
 		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
 	}}}, nil
+}
+
+func (f *fakeAgent) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: "lvm.carve.dev", VendorVersion: "fake"}, nil
 }
 
 // selfSigned is the agent's bootstrap certificate.
@@ -242,6 +247,7 @@ func (e *env) serve(f *fakeAgent, addr string) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	nodeagentv1.RegisterNodeAgentServer(srv, f)
 	csi.RegisterControllerServer(srv, f)
+	csi.RegisterIdentityServer(srv, f)
 	go func() { _ = srv.Serve(ln) }()
 	e.t.Cleanup(srv.Stop)
 	f.addr, f.srv = ln.Addr().String(), srv

@@ -37,15 +37,19 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Run runs duty while this replica holds the Lease, until ctx ends; it
-// returns duty's error. Losing the Lease ends the replica's duty: Run
-// returns an error, and the caller exits to start over as a follower.
+// Run runs duty while this replica holds the Lease, until ctx ends or
+// duty returns; it then releases the Lease and returns duty's error, so
+// that a duty that fails is not left holding the Lease. Losing the Lease
+// ends the replica's duty: Run returns an error, and the caller exits to
+// start over as a follower.
 func Run(ctx context.Context, cfg Config, duty func(context.Context) error) error {
 	if err := cfg.complete(); err != nil {
 		return err
 	}
 	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Lease},
 		Client: cfg.Client.CoordinationV1(), LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity}}
+	term, end := context.WithCancel(ctx)
+	defer end()
 	done := make(chan error, 1)
 	var led, lost atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -56,14 +60,15 @@ func Run(ctx context.Context, cfg Config, duty func(context.Context) error) erro
 				klog.FromContext(ctx).Info("Leading", "lease", cfg.Namespace+"/"+cfg.Lease, "identity", cfg.Identity)
 				led.Store(true)
 				done <- duty(ctx)
+				end() // the duty is over: release the Lease
 			},
-			OnStoppedLeading: func() { lost.Store(ctx.Err() == nil) },
+			OnStoppedLeading: func() { lost.Store(term.Err() == nil) },
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	le.Run(ctx)
+	le.Run(term)
 	if led.Load() {
 		if err := <-done; err != nil {
 			return err

@@ -65,6 +65,28 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunEndsWithAFailedDuty: a duty that fails ends Run at once with its
+// error and releases the Lease, so that another replica may lead.
+func TestRunEndsWithAFailedDuty(t *testing.T) {
+	client := fake.NewClientset()
+	cfg := Config{Client: client, Namespace: "carve", Lease: "carve-controller", Identity: "a",
+		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, func(context.Context) error { return errors.New("the duty failed") }) }()
+	if err := <-done; err == nil || err.Error() != "the duty failed" {
+		t.Errorf("Run = %v, want the duty's error", err)
+	}
+	lease, err := client.CoordinationV1().Leases("carve").Get(context.Background(), "carve-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Errorf("the Lease is still held by %q after the duty failed", *h)
+	}
+}
+
 // TestCompleteDefaults: a config without timings gets client-go's usual
 // ones and an identity of its own.
 func TestCompleteDefaults(t *testing.T) {

@@ -318,7 +318,7 @@ func TestLyingNode(t *testing.T) {
 		if n := l.calledTimes("DeleteVolume"); n != 0 {
 			t.Errorf("the liar got %d DeleteVolume calls", n)
 		}
-		if lvsNamed(t, ctx, small, volume.LVNameFor("liar-victim")) != 1 {
+		if lvsNamed(t, ctx, small, "liar-victim") != 1 {
 			t.Error("node-small's volume is gone")
 		}
 		// The controller cannot delete it while the liar claims it too.
@@ -335,7 +335,8 @@ func TestLyingNode(t *testing.T) {
 			entries := make([]*csi.ListSnapshotsResponse_Entry, 100)
 			for i := range entries {
 				entries[i] = &csi.ListSnapshotsResponse_Entry{Snapshot: &csi.Snapshot{
-					SnapshotId: volume.SnapshotID(liarNode, "vg-liar", fmt.Sprintf("snap-%d-%d", n, i)), SourceVolumeId: "vg-liar/x", ReadyToUse: true}}
+					SnapshotId:     volume.SnapshotID(liarNode, "vg-liar", volume.SnapshotLVNameFor(fmt.Sprintf("s-%d-%d", n, i))),
+					SourceVolumeId: volume.VolumeID("vg-liar", volume.LVNameFor("liar-own")), ReadyToUse: true}}
 			}
 			return &csi.ListSnapshotsResponse{Entries: entries, NextToken: strconv.Itoa(n + 1)}, nil
 		}

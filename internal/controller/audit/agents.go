@@ -151,15 +151,24 @@ func (n AgentNodes) InvalidSnapshots(ctx context.Context, node string) ([]string
 	var out []string
 	err = walkPages(func(token string) (proto.Message, string, int, error) {
 		resp, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: token})
+		refused, first := 0, ""
 		for _, e := range resp.GetEntries() {
 			s := e.GetSnapshot()
 			if owner, _, _, perr := volume.ParseSnapshotID(s.GetSnapshotId()); perr != nil || owner != node {
-				klog.FromContext(ctx).Error(nil, "Refused a node agent's answer: a snapshot that is not the node's", "node", node, "snapshotID", s.GetSnapshotId())
+				if refused == 0 {
+					first = s.GetSnapshotId()
+				}
+				refused++
 				continue
 			}
 			if !s.GetReadyToUse() {
 				out = append(out, s.GetSnapshotId())
 			}
+		}
+		if refused > 0 {
+			// Once a page: a node that lists others' snapshots fills no log.
+			klog.FromContext(ctx).Error(nil, "Refused entries of a node agent's snapshot page: they are not the node's",
+				"node", node, "refused", refused, "first", first)
 		}
 		return resp, resp.GetNextToken(), len(resp.GetEntries()), err
 	})

@@ -51,9 +51,11 @@ func NewRefusals(reg prometheus.Registerer) (*Refusals, error) {
 }
 
 // Count counts one refused answer of node.
-func (r *Refusals) Count(node, reason string) {
-	if r != nil {
-		r.total.WithLabelValues(node, reason).Inc()
+func (r *Refusals) Count(node, reason string) { r.add(node, reason, 1) }
+
+func (r *Refusals) add(node, reason string, n int) {
+	if r != nil && n > 0 {
+		r.total.WithLabelValues(node, reason).Add(float64(n))
 	}
 }
 
@@ -112,20 +114,55 @@ func (s *Server) checkSnapshot(ctx context.Context, node, method string, snap *c
 // ownSnapshots keeps the entries of a node's ListSnapshots page that are
 // that node's, refusing (and counting) the others.
 func (s *Server) ownSnapshots(ctx context.Context, node string, entries []*csi.ListSnapshotsResponse_Entry) []*csi.ListSnapshotsResponse_Entry {
-	return slices.DeleteFunc(entries, func(e *csi.ListSnapshotsResponse_Entry) bool {
-		return s.checkSnapshot(ctx, node, "ListSnapshots", e.GetSnapshot(), "") != nil
+	var refused pageRefusals
+	kept := slices.DeleteFunc(entries, func(e *csi.ListSnapshotsResponse_Entry) bool {
+		id := e.GetSnapshot().GetSnapshotId()
+		if owner, _, _, err := volume.ParseSnapshotID(id); err != nil || owner != node {
+			refused.add(fmt.Sprintf("snapshot_id %q", id))
+			return true
+		}
+		return false
 	})
+	refused.report(ctx, s, node, "ListSnapshots", refusedSnapshotID)
+	return kept
 }
 
 // ownVolumes keeps the entries of a node's ListVolumes page whose
 // topology is that node's, refusing (and counting) the others.
 func (s *Server) ownVolumes(ctx context.Context, node string, entries []*csi.ListVolumesResponse_Entry) []*csi.ListVolumesResponse_Entry {
-	return slices.DeleteFunc(entries, func(e *csi.ListVolumesResponse_Entry) bool {
+	var refused pageRefusals
+	kept := slices.DeleteFunc(entries, func(e *csi.ListVolumesResponse_Entry) bool {
 		t := e.GetVolume().GetAccessibleTopology()
 		if len(t) == 1 && s.isNode(t[0], node) {
 			return false
 		}
-		_ = s.refuse(ctx, node, "ListVolumes", refusedTopology, "volume %q with accessible_topology %v", e.GetVolume().GetVolumeId(), t)
+		refused.add(fmt.Sprintf("volume %q with accessible_topology %v", e.GetVolume().GetVolumeId(), t))
 		return true
 	})
+	refused.report(ctx, s, node, "ListVolumes", refusedTopology)
+	return kept
+}
+
+// pageRefusals are the entries of one list page refused: they are logged
+// once per page, with the first of them, so that a node that lists a
+// million entries of others' fills no log.
+type pageRefusals struct {
+	n     int
+	first string
+}
+
+func (p *pageRefusals) add(what string) {
+	if p.n == 0 {
+		p.first = what
+	}
+	p.n++
+}
+
+func (p *pageRefusals) report(ctx context.Context, s *Server, node, method, reason string) {
+	if p.n == 0 {
+		return
+	}
+	klog.FromContext(ctx).Error(nil, "Refused entries of a node agent's list page: they name what is not that node's",
+		"node", node, "call", method, "reason", reason, "refused", p.n, "first", p.first)
+	s.cfg.Refusals.add(node, reason, p.n)
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -10,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/carve-csi/carve/internal/controller/paging"
 	"github.com/carve-csi/carve/internal/topology"
@@ -111,17 +114,22 @@ func TestNodeAnswersAboutOtherNodesAreRefused(t *testing.T) {
 // topology) loses those entries, counted; the honest node's entries and
 // the liar's own stay, so the lists go on for every node.
 func TestListsKeepOnlyEachNodesOwn(t *testing.T) {
+	const forgedPerPage = 500
 	forged := volume.SnapshotID("node-a", "vg0", volume.SnapshotLVNameFor("forged"))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(t.Context(), logger)
 	s, r := liarRouter(t, func(method string, resp any) {
 		switch r := resp.(type) {
 		case *csi.ListSnapshotsResponse:
-			r.Entries = append(r.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: &csi.Snapshot{SnapshotId: forged}})
+			for range forgedPerPage {
+				r.Entries = append(r.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: &csi.Snapshot{SnapshotId: forged}})
+			}
 		case *csi.ListVolumesResponse:
 			r.Entries = append(r.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: vid("vol-a"),
 				AccessibleTopology: []*csi.Topology{seg("node-a")}}})
 		}
 	})
-	snaps, err := s.ListSnapshots(t.Context(), &csi.ListSnapshotsRequest{})
+	snaps, err := s.ListSnapshots(ctx, &csi.ListSnapshotsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +151,12 @@ func TestListsKeepOnlyEachNodesOwn(t *testing.T) {
 	if want := []string{vid("vol-a") + "@node-a", vid("vol-b") + "@node-b"}; !slices.Equal(ids, want) {
 		t.Errorf("volumes %q, want %q", ids, want)
 	}
-	if a, b := testutil.ToFloat64(r.total.WithLabelValues("node-b", refusedSnapshotID)), testutil.ToFloat64(r.total.WithLabelValues("node-b", refusedTopology)); a != 1 || b != 1 {
-		t.Errorf("refused: %v snapshots, %v volumes; want 1 each", a, b)
+	if a, b := testutil.ToFloat64(r.total.WithLabelValues("node-b", refusedSnapshotID)), testutil.ToFloat64(r.total.WithLabelValues("node-b", refusedTopology)); a != forgedPerPage || b != 1 {
+		t.Errorf("refused: %v snapshots, %v volumes; want %d and 1", a, b, forgedPerPage)
+	}
+	logged := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if n := strings.Count(logged, "Refused entries of a node agent's list page"); n != 1 {
+		t.Errorf("%d log lines for one page of %d refused snapshots, want 1", n, forgedPerPage)
 	}
 }
 

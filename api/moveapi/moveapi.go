@@ -136,4 +136,8 @@ const (
 	// ErrorSourceCopyPending (FAILED_PRECONDITION): a catch-up's source
 	// is itself still being copied into.
 	ErrorSourceCopyPending = "SOURCE_COPY_PENDING"
+	// ErrorNotFromBase (FAILED_PRECONDITION): a catch-up's target was not
+	// made from its base (its source tag names another snapshot, or
+	// none): what it holds is not what the changes are counted from.
+	ErrorNotFromBase = "TARGET_NOT_FROM_BASE"
 )

@@ -73,6 +73,9 @@ func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orp
 		}
 		deltas, _ := orphans.(peercopy.DeltaReader)
 		copies = peercopy.NewServer(peercopy.ServerConfig{NodeName: o.NodeName, Reader: reader, Deltas: deltas, Port: port})
+		if err := copies.RegisterMetrics(mm.GetRegistry().Registerer()); err != nil {
+			return nil, fmt.Errorf("--node-copy-address: %w", err)
+		}
 		acfg.Copies = copies
 	}
 	if target, ok := orphans.(peercopy.CatchUpTarget); ok && puller != nil {

@@ -1141,6 +1141,9 @@ type ReadVolumeRequest struct {
 	// The target of a catch-up can check a digest of only the chunks sent
 	// (DIGEST_SCOPE_SENT). A source older than this field ignores it and
 	// digests the whole volume, which CopyHeader.digest_scope then says.
+	// A target in a thin pool that does not zero new blocks leaves it
+	// unset (a block it provisions keeps old data beside what it writes)
+	// and refuses a DIGEST_SCOPE_SENT stream.
 	AcceptsSentDigest bool `protobuf:"varint,3,opt,name=accepts_sent_digest,json=acceptsSentDigest,proto3" json:"accepts_sent_digest,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache

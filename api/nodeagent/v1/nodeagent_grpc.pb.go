@@ -103,11 +103,16 @@ type NodeAgentClient interface {
 	// source_address, source_volume_id or base_snapshot_id, or with
 	// size_bytes <= 0, is INVALID_ARGUMENT; a target that does not exist
 	// here is NOT_FOUND; one that is open (staged or mounted: still in
-	// use), or whose size is not size_bytes, is FAILED_PRECONDITION (the
-	// message names both sizes); a catch-up or another operation on the
-	// same volume in flight is ABORTED; the source's refusals come back
-	// with their codes (PERMISSION_DENIED for a grant that is unknown,
-	// used or expired; FAILED_PRECONDITION for a source that is open);
+	// use), or whose size is not size_bytes (the message names both
+	// sizes; ErrorInfo reason SIZE_MISMATCH), or that was not made from
+	// base_snapshot_id (its source tag names another snapshot; reason
+	// TARGET_NOT_FROM_BASE), is FAILED_PRECONDITION; a thin target whose
+	// pool has not the real room for its size (the catch-up may provision
+	// any block the seed did not) is RESOURCE_EXHAUSTED; a catch-up or
+	// another operation on the same volume in flight is ABORTED; the
+	// source's refusals come back with their codes (PERMISSION_DENIED
+	// for a grant that is unknown, used or expired; FAILED_PRECONDITION
+	// for a source that is open);
 	// data that does not check out against the source's digest is
 	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
 	// grant, or a full copy, must follow); an interrupted stream is
@@ -282,11 +287,16 @@ type NodeAgentServer interface {
 	// source_address, source_volume_id or base_snapshot_id, or with
 	// size_bytes <= 0, is INVALID_ARGUMENT; a target that does not exist
 	// here is NOT_FOUND; one that is open (staged or mounted: still in
-	// use), or whose size is not size_bytes, is FAILED_PRECONDITION (the
-	// message names both sizes); a catch-up or another operation on the
-	// same volume in flight is ABORTED; the source's refusals come back
-	// with their codes (PERMISSION_DENIED for a grant that is unknown,
-	// used or expired; FAILED_PRECONDITION for a source that is open);
+	// use), or whose size is not size_bytes (the message names both
+	// sizes; ErrorInfo reason SIZE_MISMATCH), or that was not made from
+	// base_snapshot_id (its source tag names another snapshot; reason
+	// TARGET_NOT_FROM_BASE), is FAILED_PRECONDITION; a thin target whose
+	// pool has not the real room for its size (the catch-up may provision
+	// any block the seed did not) is RESOURCE_EXHAUSTED; a catch-up or
+	// another operation on the same volume in flight is ABORTED; the
+	// source's refusals come back with their codes (PERMISSION_DENIED
+	// for a grant that is unknown, used or expired; FAILED_PRECONDITION
+	// for a source that is open);
 	// data that does not check out against the source's digest is
 	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
 	// grant, or a full copy, must follow); an interrupted stream is

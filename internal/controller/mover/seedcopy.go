@@ -240,6 +240,8 @@ func refusedForGood(err error) string {
 		return "the seed ran out of its copy-on-write space, so it no longer holds what the target was copied from"
 	case moveapi.ErrorSourceCopyPending:
 		return "the source is itself still being copied into"
+	case moveapi.ErrorNotFromBase:
+		return "the target was not made from the seed, so it does not hold what the changes are counted from"
 	}
 	return ""
 }

@@ -203,6 +203,7 @@ func TestMoveRefusedForGood(t *testing.T) {
 		{moveapi.ErrorSizeMismatch, "not of the source's size"},
 		{moveapi.ErrorBaseOverflowed, "copy-on-write space"},
 		{moveapi.ErrorSourceCopyPending, "still being copied into"},
+		{moveapi.ErrorNotFromBase, "not made from the seed"},
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
 			client, vols := world(t)

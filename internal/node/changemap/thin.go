@@ -137,9 +137,13 @@ const releaseTimeout = 30 * time.Second
 // devices' thin IDs from their device-mapper tables (which must name
 // one pool), reserves a metadata snapshot of the pool, compares the two
 // mapping trees in it with thin_delta, and releases the snapshot,
-// whatever happened. A snapshot left reserved (by a process that died
-// before releasing it) makes the reserve fail: it is released and the
-// reserve tried once more.
+// whatever happened. It releases only a snapshot it reserved itself: a
+// pool holds at most one, and one held already (by another tool, such
+// as thin_ls or a backup reading the pool's metadata, or left by an
+// agent killed between its reserve and its release) makes the reserve
+// fail with ErrMetadataSnapHeld, which the caller takes for "no
+// metadata path" (a catch-up then compares the volume with its base).
+// The holder, or an administrator once no tool reads it, releases it.
 func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (set Set, err error) {
 	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}, {"base", base}, {"volume", vol}} {
 		if err := checkName(n.what, n.v); err != nil {
@@ -179,20 +183,52 @@ func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (s
 	return ParseThinDelta(bytes.NewReader(out))
 }
 
-// reserve reserves the metadata snapshot of the pool device tpool; a
-// failure is taken for one left reserved: released, then tried again.
+// ErrMetadataSnapHeld: the pool's metadata snapshot is held already,
+// by another program or by an agent that died holding it; carve does
+// not release it.
+var ErrMetadataSnapHeld = errors.New("the thin pool's metadata snapshot is held already")
+
+// reserve reserves the metadata snapshot of the pool device tpool. A
+// failure is never answered by a release: the pool's status tells
+// whether a snapshot is held (ErrMetadataSnapHeld, naming how to
+// release it) or the reserve failed for another reason.
 func (f *Finder) reserve(ctx context.Context, tpool string) error {
 	err := f.message(ctx, tpool, "reserve_metadata_snap")
 	if err == nil {
 		return nil
 	}
-	if rerr := f.message(ctx, tpool, "release_metadata_snap"); rerr != nil {
-		return fmt.Errorf("reserving a metadata snapshot of %s: %w (and releasing one left reserved: %w)", tpool, err, rerr)
+	root, serr := f.heldRoot(ctx, tpool)
+	switch {
+	case serr != nil:
+		return fmt.Errorf("reserving a metadata snapshot of %s: %w (and reading the pool's status: %w)", tpool, err, serr)
+	case root != "":
+		return fmt.Errorf("reserving a metadata snapshot of %s: %w (block %s): another program reads the pool's metadata (thin_ls, a backup), or a carve agent was killed before releasing its own; "+
+			"carve releases only a snapshot it reserved, and names changes without thin_delta meanwhile; once no program reads it: dmsetup message %s 0 release_metadata_snap",
+			tpool, ErrMetadataSnapHeld, root, tpool)
 	}
-	if err := f.message(ctx, tpool, "reserve_metadata_snap"); err != nil {
-		return fmt.Errorf("reserving a metadata snapshot of %s after releasing one left reserved: %w", tpool, err)
+	return fmt.Errorf("reserving a metadata snapshot of %s (none is held): %w", tpool, err)
+}
+
+// heldRoot is the block of the metadata snapshot the thin-pool device
+// tpool holds, from its status ("<start> <length> thin-pool <transaction
+// id> <used>/<total metadata> <used>/<total data> <held metadata root>
+// ..."), or "" when it holds none ("-").
+func (f *Finder) heldRoot(ctx context.Context, tpool string) (string, error) {
+	out, err := f.Run.Run(ctx, "dmsetup", "status", tpool)
+	if err != nil {
+		return "", fmt.Errorf("the status of %s: %w", tpool, err)
 	}
-	return nil
+	fields := strings.Fields(string(out))
+	if len(fields) < 7 || fields[2] != "thin-pool" || strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+		return "", fmt.Errorf("the status of %s is not one thin-pool target: %q", tpool, out)
+	}
+	if fields[6] == "-" {
+		return "", nil
+	}
+	if _, err := strconv.ParseUint(fields[6], 10, 64); err != nil {
+		return "", fmt.Errorf("the status of %s: held metadata root %q: %w", tpool, fields[6], err)
+	}
+	return fields[6], nil
 }
 
 func (f *Finder) message(ctx context.Context, dev, msg string) error {

@@ -117,6 +117,14 @@ func (p *fakePool) Run(_ context.Context, cmd string, args ...string) ([]byte, e
 			return nil, fmt.Errorf("unknown message %q", args[3])
 		}
 		return nil, nil
+	case cmd == "dmsetup" && len(args) == 2 && args[0] == "status" && args[1] == "vg--a-pool-tpool":
+		// As a pool of thin-provisioning-tools' kernel prints it; the
+		// seventh field is the held metadata root.
+		root := "-"
+		if p.reserved {
+			root = "2051"
+		}
+		return []byte("0 8388608 thin-pool 4 243/4096 512/65536 " + root + " rw discard_passdown queue_if_no_space - 1024\n"), nil
 	case cmd == "thin_delta":
 		p.deltaArgs, p.deltaReserved = args, p.reserved
 		return []byte(p.delta), p.deltaErr
@@ -125,8 +133,9 @@ func (p *fakePool) Run(_ context.Context, cmd string, args ...string) ([]byte, e
 }
 
 // TestThinChanges: the thin IDs come from the devices' tables, the
-// metadata snapshot is reserved around thin_delta and always released,
-// and one left reserved is released and the reserve retried once.
+// metadata snapshot is reserved around thin_delta and always released;
+// one held already (by another program, or left by a killed agent) is
+// never released: the call fails with ErrMetadataSnapHeld.
 func TestThinChanges(t *testing.T) {
 	delta := `<superblock data_block_size="128"><diff left="7" right="3"><right_only begin="1" length="1"/></diff></superblock>`
 	tables := map[string]string{"vg--a-vol": "0 131072 thin 253:4 3\n", "vg--a-snap": "0 131072 thin 253:4 7\n"}
@@ -137,9 +146,8 @@ func TestThinChanges(t *testing.T) {
 		wantReserved bool
 	}{
 		{"free pool", fakePool{delta: delta}, "", false},
-		{"left reserved by a crash", fakePool{delta: delta, reserved: true}, "", false},
-		{"reserve fails, none held", fakePool{delta: delta, failReserve: 1}, "and releasing one left reserved", false},
-		{"still busy after the release", fakePool{delta: delta, reserved: true, failReserve: 2}, "after releasing one left reserved", false},
+		{"held by another program", fakePool{delta: delta, reserved: true}, "metadata snapshot is held already (block 2051)", true},
+		{"reserve fails, none held", fakePool{delta: delta, failReserve: 1}, "(none is held)", false},
 		{"thin_delta fails", fakePool{delta: "", deltaErr: errors.New("exit status 1")}, "thin_delta of vg-a/vol", false},
 		{"thin_delta prints garbage", fakePool{delta: "<superblock>"}, "thin_delta's output", false},
 		{"base not active", fakePool{tables: map[string]string{"vg--a-vol": tables["vg--a-vol"]}}, "no such device", false},
@@ -155,6 +163,9 @@ func TestThinChanges(t *testing.T) {
 			}
 			f := &Finder{Run: &p, DevDir: "/dev"}
 			got, err := f.ThinChanges(t.Context(), "vg-a", "pool", "snap", "vol")
+			if tt.wantReserved && !errors.Is(err, ErrMetadataSnapHeld) {
+				t.Errorf("ThinChanges with a snapshot held: %v, want %v", err, ErrMetadataSnapHeld)
+			}
 			if p.reserved != tt.wantReserved {
 				t.Errorf("metadata snapshot reserved after the call: %v", p.reserved)
 			}

@@ -29,14 +29,15 @@ var _ provision.DeltaPuller = Puller{}
 
 // PullDelta implements provision.DeltaPuller: it dials src.Address,
 // accepting only src.Node's certificate, reads the catch-up src.CopyID
-// and writes it into dst (ReceiveDelta).
-func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst string, progress func(uint64)) (provision.DeltaResult, error) {
+// (asking for a digest of the data sent only when sentOK) and writes it
+// into dst (ReceiveDelta).
+func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst string, sentOK bool, progress func(uint64)) (provision.DeltaResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var res provision.DeltaResult
-	err := p.read(ctx, src, true, func(stream Receiver) error {
+	err := p.read(ctx, src, sentOK, func(stream Receiver) error {
 		var err error
-		res, err = ReceiveDelta(ctx, dst, src.Size, stream, progress)
+		res, err = ReceiveDelta(ctx, dst, src.Size, sentOK, stream, progress)
 		if err != nil {
 			return fmt.Errorf("catch-up %s from node %s: %w", src.CopyID, src.Node, err)
 		}
@@ -52,10 +53,11 @@ func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst s
 // reads back what the trailer's Digest covers and checks it
 // (ErrChecksum): the first want bytes (DIGEST_SCOPE_VOLUME), or the
 // data messages' places (DIGEST_SCOPE_SENT: the source named its
-// changes from the metadata of the base snapshot). The device is opened exclusively (O_EXCL: a mount
-// of it fails meanwhile). progress, when set, gets the bytes of data
-// written so far.
-func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, progress func(uint64)) (provision.DeltaResult, error) {
+// changes from the metadata of the base snapshot), which only sentOK
+// accepts: a target that did not ask for it refuses it before it
+// writes. The device is opened exclusively (O_EXCL: a mount of it fails
+// meanwhile). progress, when set, gets the bytes of data written so far.
+func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r Receiver, progress func(uint64)) (provision.DeltaResult, error) {
 	start := time.Now()
 	var res provision.DeltaResult
 	first, err := r.Recv()
@@ -77,6 +79,9 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, r Receiver, pro
 	scope := hdr.GetDigestScope()
 	if _, ok := nodeagentv1.DigestScope_name[int32(scope)]; !ok {
 		return res, fmt.Errorf("the source's checksum covers %v (CopyHeader.digest_scope), this agent checks DIGEST_SCOPE_VOLUME or DIGEST_SCOPE_SENT; nothing was written", scope)
+	}
+	if scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT && !sentOK {
+		return res, errors.New("the source's checksum covers only the data it sends (DIGEST_SCOPE_SENT), and this target asked for one of the whole volume; nothing was written")
 	}
 	out, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL, 0) //nolint:gosec // G304: the device node of an LV provision found
 	if errors.Is(err, unix.EBUSY) {

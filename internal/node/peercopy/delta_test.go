@@ -197,7 +197,7 @@ func TestSendChanged(t *testing.T) {
 					t.Errorf("trailer %x/%d, want the digest %x and %d bytes", tr.GetDigest(), tr.GetDataBytes(), sum, sent.Data)
 				}
 				dst := writeFile(t, "dst", base)
-				_, err = ReceiveDelta(t.Context(), dst, size, p, nil)
+				_, err = ReceiveDelta(t.Context(), dst, size, true, p, nil)
 				if tt.missed && sender.scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT {
 					if err != nil {
 						t.Fatal(err)
@@ -259,7 +259,7 @@ func TestSendNamedChecksWhatCame(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.tamper = tt.tamper
-			if _, err := ReceiveDelta(t.Context(), writeFile(t, "dst", base), size, p, nil); !errors.Is(err, ErrChecksum) {
+			if _, err := ReceiveDelta(t.Context(), writeFile(t, "dst", base), size, true, p, nil); !errors.Is(err, ErrChecksum) {
 				t.Errorf("ReceiveDelta: %v, want %v", err, ErrChecksum)
 			}
 		})
@@ -284,6 +284,27 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestReceiveDeltaRefusesSentScope: a target that asked for a digest of
+// the whole volume (its thin pool does not zero new blocks) refuses a
+// stream whose digest covers only the data sent, before it writes.
+func TestReceiveDeltaRefusesSentScope(t *testing.T) {
+	const size = readSize + 9*SparseChunk
+	base, now := based(size, []int{2, 3, 40})
+	named := changemap.Set{{Off: 2 * SparseChunk, Len: 2 * SparseChunk}, {Off: 40 * SparseChunk, Len: SparseChunk}}
+	p := &pipe{}
+	if _, err := SendNamed(t.Context(), writeFile(t, "vol", now), size, named, DefaultDigest, p); err != nil {
+		t.Fatal(err)
+	}
+	dst := writeFile(t, "dst", base)
+	_, err := ReceiveDelta(t.Context(), dst, size, false, p, nil)
+	if err == nil || !strings.Contains(err.Error(), "DIGEST_SCOPE_SENT") {
+		t.Fatalf("ReceiveDelta of a SENT-scope stream, not accepted: %v, want a refusal naming DIGEST_SCOPE_SENT", err)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, base) {
+		t.Error("the refused catch-up wrote into the target")
+	}
 }
 
 // TestReceiveDelta: the target writes the data at its offsets and
@@ -364,7 +385,7 @@ func TestReceiveDelta(t *testing.T) {
 			p.tamper = tt.tamper
 			dst := writeFile(t, "dst", tt.target)
 			var progress uint64
-			res, err := ReceiveDelta(t.Context(), dst, tt.want, p, func(n uint64) { progress = n })
+			res, err := ReceiveDelta(t.Context(), dst, tt.want, true, p, func(n uint64) { progress = n })
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) || errors.Is(err, ErrChecksum) != tt.sum {
 					t.Fatalf("ReceiveDelta: %v, want an error saying %q (checksum: %v)", err, tt.err, tt.sum)
@@ -445,7 +466,7 @@ func TestCatchUpAcrossNodes(t *testing.T) {
 	}
 	dst := writeFile(t, "dst", base)
 	p := Puller{Cert: nodeca.NewKeypair(e.cert(t, "node-b")), CAs: e.trust}
-	res, err := p.PullDelta(t.Context(), provision.RemoteSource{CopyID: "c1", ID: "vg/vol", Node: "node-a", Address: e.addr, Size: size}, dst, nil)
+	res, err := p.PullDelta(t.Context(), provision.RemoteSource{CopyID: "c1", ID: "vg/vol", Node: "node-a", Address: e.addr, Size: size}, dst, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

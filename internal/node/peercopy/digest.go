@@ -34,6 +34,7 @@ import (
 // flight. So a copy asks for XXH64 (DefaultDigest), an eighth of
 // SHA-256's CPU time; SHA-256 stays for agents older than ChunkDigest.
 type Digest struct {
+	kind nodeagentv1.ChunkDigest
 	alg  *algorithm
 	list hash.Hash
 	// sum is room for one chunk's hash.
@@ -83,7 +84,7 @@ func NewDigest(alg nodeagentv1.ChunkDigest) (*Digest, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %v: this agent computes %s", ErrDigest, alg, knownDigests())
 	}
-	return &Digest{alg: a, list: a.list(), sum: make([]byte, 0, len(a.zero))}, nil
+	return &Digest{kind: alg, alg: a, list: a.list(), sum: make([]byte, 0, len(a.zero))}, nil
 }
 
 // knownDigests names the algorithms, for messages.

@@ -41,11 +41,16 @@ type Grant struct {
 }
 
 // Grants holds an agent's unused grants, in memory only: a restarted
-// agent has none, and the copy's retry asks for a new one.
+// agent has none, and the copy's retry asks for a new one. A grant left
+// unread (its copy failed before the read, or the controller gave up on
+// it) lapses at its expiry: each call drops the expired ones and counts
+// them (Expired).
 type Grants struct {
 	now func() time.Time
 	mu  sync.Mutex
 	m   map[string]Grant
+	// expired counts the grants dropped unread at their expiry.
+	expired uint64
 }
 
 // NewGrants returns an empty set; now nil is time.Now.
@@ -64,12 +69,7 @@ func (s *Grants) Add(g Grant) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	for id, o := range s.m {
-		if !now.Before(o.Expires) {
-			delete(s.m, id)
-		}
-	}
+	s.sweepLocked()
 	if o, ok := s.m[g.ID]; ok {
 		if o != g {
 			return fmt.Errorf("copy %s: granted already for another source or target", g.ID)
@@ -95,6 +95,7 @@ func (s *Grants) Take(id, peer string) (Grant, error) {
 	}
 	if !s.now().Before(g.Expires) {
 		delete(s.m, id)
+		s.expired++
 		return Grant{}, fmt.Errorf("copy %q: %w at %s", id, ErrExpired, g.Expires.UTC().Format(time.RFC3339))
 	}
 	if g.TargetNode != peer {
@@ -104,9 +105,30 @@ func (s *Grants) Take(id, peer string) (Grant, error) {
 	return g, nil
 }
 
-// Len is how many grants wait for their read.
+// Len is how many grants wait for their read, the expired ones dropped.
 func (s *Grants) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweepLocked()
 	return len(s.m)
+}
+
+// Expired is how many grants lapsed unread since the set was made, the
+// ones expired by now included.
+func (s *Grants) Expired() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked()
+	return s.expired
+}
+
+// sweepLocked drops the expired grants and counts them.
+func (s *Grants) sweepLocked() {
+	now := s.now()
+	for id, g := range s.m {
+		if !now.Before(g.Expires) {
+			delete(s.m, id)
+			s.expired++
+		}
+	}
 }

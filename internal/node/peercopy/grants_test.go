@@ -2,8 +2,13 @@ package peercopy
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestGrants: a grant is read once, by its target node only, before it
@@ -55,6 +60,37 @@ func TestGrants(t *testing.T) {
 	}
 }
 
+// TestGrantsExpire: a grant left unread lapses at its expiry and is
+// counted once, whether a read finds it expired or nothing asks for it;
+// a grant read in time is not counted.
+func TestGrantsExpire(t *testing.T) {
+	now := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	s := NewGrants(func() time.Time { return now })
+	for i, valid := range []time.Duration{time.Minute, time.Minute, 5 * time.Minute} {
+		g := Grant{ID: "c" + string(rune('0'+i)), Source: "vg/v", TargetNode: "node-b", TargetName: "pvc-1", Expires: now.Add(valid)}
+		if err := s.Add(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Take("c2", "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Expired(); n != 0 {
+		t.Fatalf("Expired before any expiry: %d", n)
+	}
+	now = now.Add(time.Minute)
+	if _, err := s.Take("c0", "node-b"); !errors.Is(err, ErrExpired) {
+		t.Fatalf("Take after expiry: %v, want %v", err, ErrExpired)
+	}
+	if n, left := s.Expired(), s.Len(); n != 2 || left != 0 {
+		t.Errorf("Expired %d, Len %d; want 2 (c0 read late, c1 never read) and none left", n, left)
+	}
+	now = now.Add(time.Hour)
+	if n := s.Expired(); n != 2 {
+		t.Errorf("Expired %d later, want each grant counted once: 2", n)
+	}
+}
+
 // TestGrantsAdd: the same grant again is no error, another under its ID
 // is, an incomplete one is, expired ones are dropped, and the set is
 // bounded.
@@ -92,5 +128,30 @@ func TestGrantsAdd(t *testing.T) {
 	}
 	if n := s.Len(); n != MaxGrants {
 		t.Errorf("Len %d, want %d", n, MaxGrants)
+	}
+}
+
+// TestExpiredGrantsMetric: carve_copy_grants_expired_total counts the
+// grants of a Server that lapsed unread, by the time of the scrape.
+func TestExpiredGrantsMetric(t *testing.T) {
+	now := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	s := NewServer(ServerConfig{NodeName: "node-a", Now: func() time.Time { return now }})
+	reg := prometheus.NewPedanticRegistry()
+	if err := s.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.grants.Add(Grant{ID: "c1", Source: "vg/v", TargetNode: "node-b", TargetName: "pvc-1", Expires: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(n int) string {
+		return "# HELP carve_copy_grants_expired_total Copy grants of this node (a restore, clone or catch-up on another node reading one of this node's sources) that lapsed unread: the copy failed before its read, or the controller gave it up.\n" +
+			"# TYPE carve_copy_grants_expired_total counter\ncarve_copy_grants_expired_total " + strconv.Itoa(n) + "\n"
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0))); err != nil {
+		t.Error(err)
+	}
+	now = now.Add(time.Minute)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(1))); err != nil {
+		t.Errorf("after the grant's expiry: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -66,6 +67,15 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Now = time.Now
 	}
 	return &Server{cfg: cfg, grants: NewGrants(cfg.Now)}
+}
+
+// RegisterMetrics registers carve_copy_grants_expired_total, the
+// grants of this node that lapsed unread, with reg.
+func (s *Server) RegisterMetrics(reg prometheus.Registerer) error {
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "carve_copy_grants_expired_total",
+		Help: "Copy grants of this node (a restore, clone or catch-up on another node reading one of this node's sources) that lapsed unread: the copy failed before its read, or the controller gave it up.",
+	}, func() float64 { return float64(s.grants.Expired()) }))
 }
 
 // Authorize answers AuthorizeCopy: it checks the source is here and

@@ -211,7 +211,13 @@ func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) b
 // pool that zeroes new blocks reads zeros where nothing was written),
 // then, unless sparse, zeros past the source's size to the device's end
 // (it may hold an earlier volume's data). It checks the header's size is
-// want and the trailer's Digest is that of what it got, then syncs.
+// want and the trailer's Digest is that of what it got, then syncs, then
+// reads the first want bytes of the device back (DigestOf, O_DIRECT where
+// it can) and checks their Digest against the trailer's too
+// (ErrChecksum): the stream's check covers the bytes in flight, the
+// read-back what the device holds, including the chunks a sparse copy
+// left unwritten (a pool whose zeroing was turned off reads another
+// volume's old data there) and anything written beside the copy.
 // progress, when set, gets the bytes of the source done so far.
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
@@ -233,7 +239,8 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 		return res, fmt.Errorf("%s has %d bytes, fewer than the source's %d", path, end, want)
 	}
 	w := &writer{out: out, path: path, sparse: sparse, res: &res}
-	if err := w.receive(ctx, r, want, d, progress); err != nil {
+	sum, err := w.receive(ctx, r, want, d, progress)
+	if err != nil {
 		return res, err
 	}
 	if !sparse {
@@ -241,7 +248,28 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 			return res, err
 		}
 	}
-	return blockcopy.Finish(out, path, start, res)
+	if res, err = blockcopy.Finish(out, path, start, res); err != nil {
+		return res, err
+	}
+	if err := readBack(ctx, path, want, d.kind, sum); err != nil {
+		return res, err
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// readBack reads the first size bytes of the device at path and checks
+// their Digest of alg is sum, the source's: ErrChecksum when not.
+func readBack(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, sum []byte) error {
+	got, err := DigestOf(ctx, path, size, alg)
+	if err != nil {
+		return fmt.Errorf("reading back %s after the copy: %w", path, err)
+	}
+	if !bytes.Equal(got, sum) {
+		return fmt.Errorf("%w: %s read back after the copy has digest %x, the source %x (the stream checked out: the device does not hold what was written to it)",
+			ErrChecksum, path, got, sum)
+	}
+	return nil
 }
 
 // receiveHeader receives the header and checks it: the size is want, the
@@ -289,7 +317,7 @@ var errWriterStopped = errors.New("the writer stopped")
 // run at the same time: this goroutine receives the messages, checks
 // their place and digests them (inbound.pump), the writer writes them
 // (writer.consume), up to pipelined messages behind.
-func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest, progress func(uint64)) error {
+func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest, progress func(uint64)) ([]byte, error) {
 	msgs := make(chan *nodeagentv1.CopyData, pipelined)
 	done := make(chan struct{})
 	var werr error
@@ -303,19 +331,19 @@ func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest
 	<-done
 	switch {
 	case errors.Is(perr, errWriterStopped):
-		return werr
+		return nil, werr
 	case perr != nil:
-		return fmt.Errorf("%w (%d of %d bytes written)", perr, w.res.Bytes, want)
+		return nil, fmt.Errorf("%w (%d of %d bytes written)", perr, w.res.Bytes, want)
 	case werr != nil:
-		return werr
+		return nil, werr
 	}
 	if err := w.zerosTo(want); err != nil {
-		return err
+		return nil, err
 	}
 	if progress != nil {
 		progress(w.res.Bytes)
 	}
-	return nil
+	return in.sum, nil
 }
 
 // pipelined is how many messages the stream is read ahead of the writes.
@@ -328,6 +356,8 @@ type inbound struct {
 	d    *Digest
 	// data is how many bytes of data were received.
 	data uint64
+	// sum is the source's Digest, once the trailer checked out.
+	sum []byte
 }
 
 // pump hands the stream's data messages to the writer, digested, until
@@ -388,6 +418,7 @@ func (in *inbound) check(t *nodeagentv1.CopyTrailer) error {
 	if sum := in.d.Sum(); !bytes.Equal(sum, t.GetDigest()) {
 		return fmt.Errorf("%w: digest of what was received %x, of the source %x", ErrChecksum, sum, t.GetDigest())
 	}
+	in.sum = t.GetDigest()
 	return nil
 }
 

@@ -109,8 +109,12 @@ func TestSendReceive(t *testing.T) {
 			if most := uint64(dataChunks * SparseChunk); sent.Data > most || sent.Data == 0 {
 				t.Errorf("sent %d bytes of data, want at most %d (the chunks with data) of %d", sent.Data, most, size)
 			}
-			// The target is bigger than the source and holds old data.
+			// The target is bigger than the source and holds old data; a
+			// sparse one is a new thin LV, which reads zeros.
 			old := bytes.Repeat([]byte{0xee}, size+2<<20)
+			if sparse {
+				clear(old[:size])
+			}
 			dst := writeFile(t, "dst", old)
 			var last uint64
 			res, err := Receive(t.Context(), dst, size, sparse, p, func(n uint64) { last = n })
@@ -153,6 +157,24 @@ func TestSendReceive(t *testing.T) {
 				t.Errorf("Result %+v", res)
 			}
 		})
+	}
+}
+
+// TestReceiveReadsBack: a sparse copy into a device that does not read
+// zeros where nothing was written (a thin pool whose zeroing was turned
+// off) gets a stream that checks out, and fails when the device is read
+// back: the copy is not reported done.
+func TestReceiveReadsBack(t *testing.T) {
+	const size = 4<<20 + 5*SparseChunk
+	src, _ := source(t, size)
+	p := &pipe{}
+	if _, err := Send(t.Context(), src, size, DefaultDigest, p); err != nil {
+		t.Fatal(err)
+	}
+	dst := writeFile(t, "dst", bytes.Repeat([]byte{0xee}, size))
+	_, err := Receive(t.Context(), dst, size, true, p, nil)
+	if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "read back") {
+		t.Fatalf("Receive into a target with old data where the copy wrote nothing: %v, want %v on the read-back", err, ErrChecksum)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -11,6 +12,7 @@ import (
 	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/changemap"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -38,8 +40,9 @@ type CatchUpRequest struct {
 	// Source is the grant of the source's node: its ID is the source
 	// volume's, Size the source volume's size.
 	Source RemoteSource
-	// Base is the snapshot of the source that the target was made from
-	// (for messages: the grant names it on the source's side).
+	// Base is the snapshot of the source that the target was made from:
+	// the target must carry its from-snapshot tag (the grant names it on
+	// the source's side).
 	Base string
 }
 
@@ -55,11 +58,12 @@ type DeltaResult struct {
 }
 
 // DeltaPuller writes a catch-up stream from a remote source into the
-// device dst, syncs it, and checks dst's whole content against the
-// source's digest; peercopy.Puller is one. The Config's Puller must
-// implement it for CatchUp to act.
+// device dst, syncs it, and checks dst against the source's digest: its
+// whole content, or, when sentOK, only the places written, if the
+// source digests only those (DIGEST_SCOPE_SENT); peercopy.Puller is
+// one. The Config's Puller must implement it for CatchUp to act.
 type DeltaPuller interface {
-	PullDelta(ctx context.Context, src RemoteSource, dst string, progress func(uint64)) (DeltaResult, error)
+	PullDelta(ctx context.Context, src RemoteSource, dst string, sentOK bool, progress func(uint64)) (DeltaResult, error)
 }
 
 // tagAdder puts tags on an LV; *lvm.Client is one (QuarantineLVM).
@@ -70,7 +74,8 @@ type tagAdder interface {
 // CatchUp brings the volume r.VolumeID of this node up to date from the
 // remote source r.Source, under the volume's lock (busy is ErrBusy). A
 // volume that is not here is ErrNotFound; one that is open (staged or
-// mounted), or whose size is not the source's, is ErrRefused. The
+// mounted), was not made from r.Base, or whose size is not the
+// source's, is ErrRefused (the last two with a reason no retry mends). The
 // volume is tagged volume.TagCopyPending first, and the tag is taken off
 // only after the data checked out and was synced; a failure leaves it
 // (the error wraps the puller's, a gRPC status of the source's or
@@ -103,25 +108,36 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 	if lv.Attr.Open {
 		return res, errorf(ErrRefused, "target volume %s is open on node %s (staged or mounted): a catch-up writes only into a volume nothing uses", id, p.node.Name())
 	}
+	if !slices.Contains(volume.SourceTags(lv.Tags), volume.FromSnapshotTag(r.Base)) {
+		return res, reasonf(ErrRefused, moveapi.ErrorNotFromBase, "target volume %s on node %s was not made from base %s (its source tags: %q): a catch-up sends only what changed since the base, so its target must hold the base",
+			id, p.node.Name(), r.Base, volume.SourceTags(lv.Tags))
+	}
 	if lv.Size != src.Size {
 		return res, reasonf(ErrRefused, moveapi.ErrorSizeMismatch, "target volume %s on node %s has %d bytes, the source %s on node %s has %d: a catch-up needs both of one size",
 			id, p.node.Name(), lv.Size, src.ID, src.Node, src.Size)
 	}
 	log := klog.FromContext(ctx).WithValues("volumeID", id, "source", src.ID, "sourceNode", src.Node, "base", r.Base, "copy", src.CopyID)
-	if !volume.CopyPending(lv.Tags) {
-		if err := tagger.ChangeTags(ctx, vg, name, []string{volume.TagCopyPending}, nil); err != nil {
-			return res, wrap(err, "marking "+id+" copy-pending for its catch-up")
+	sentOK := true
+	if lv.Attr.Type == lvm.TypeThin {
+		if sentOK, err = p.markThinCatchUp(ctx, tagger, lv); err != nil {
+			return res, err
 		}
+		if !sentOK {
+			log.Info("The target's thin pool does not zero new blocks: the catch-up checks the whole volume, not only the places it writes", "pool", lv.Pool)
+		}
+	} else if err := p.markCatchUp(ctx, tagger, lv); err != nil {
+		return res, err
+	}
+	if !volume.CopyPending(lv.Tags) {
 		pending := *lv
 		pending.Tags = append(append([]string(nil), lv.Tags...), volume.TagCopyPending)
-		p.cfg.View.Created(pending)
 		lv = &pending
 	}
 	write, _, err := p.copyDevice(ctx, lv, "target")
 	if err != nil {
 		return res, err
 	}
-	res, err = dp.PullDelta(ctx, src, p.devicePath(write), nil)
+	res, err = dp.PullDelta(ctx, src, p.devicePath(write), sentOK, nil)
 	if err != nil {
 		return res, fmt.Errorf("catching up %s from %s on node %s (%d bytes written; it stays copy-pending, and a repeat starts again): %w",
 			id, src.ID, src.Node, res.Received, err)
@@ -131,6 +147,79 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 	}
 	log.Info("Caught up with the source volume on another node", "receivedBytes", res.Received, "duration", res.Duration)
 	return res, nil
+}
+
+// markCatchUp tags lv copy-pending for its catch-up (it may carry the
+// tag already, after a crash) and tells the view.
+func (p *Provisioner) markCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.LogicalVolume) error {
+	if volume.CopyPending(lv.Tags) {
+		return nil
+	}
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	if err := tagger.ChangeTags(ctx, lv.VolumeGroup, lv.Name, []string{volume.TagCopyPending}, nil); err != nil {
+		return wrap(err, "marking "+id+" copy-pending for its catch-up")
+	}
+	pending := *lv
+	pending.Tags = append(append([]string(nil), lv.Tags...), volume.TagCopyPending)
+	p.cfg.View.Created(pending)
+	return nil
+}
+
+// markThinCatchUp checks, under the volume group's room lock, that a
+// catch-up into the thin LV lv fits its pool's real room, and tags lv
+// copy-pending (markCatchUp) before it releases the lock, so that the
+// next check counts lv's size as a copy still running. The bound is
+// lv's size, as for the seed: the catch-up may provision any block the
+// seed left unprovisioned, and which ones is known only once it ran; a
+// pool that fills stops every thin volume in it. It also tells whether
+// the catch-up may check only the places it writes (sentOK): not in a
+// pool that does not zero new blocks, where a block the catch-up
+// provisions keeps another volume's old data beside what it writes.
+// Whether the pool zeroes is read from LVM now (the view is refreshed):
+// it may have been turned off since the seed. The pool's chunk size is
+// not read, so every such pool gets the whole check, even one of 64 KiB
+// chunks that the catch-up's writes would cover whole.
+func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.LogicalVolume) (sentOK bool, err error) {
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	cname, _ := volume.ClassFromTags(lv.Tags)
+	class, ok := p.cfg.Classes.Class(cname)
+	if !ok || !class.Thin() || class.VolumeGroup != lv.VolumeGroup || class.ThinPool != lv.Pool {
+		return false, errorf(ErrRefused, "target volume %s on node %s: thin pool %s is no thin device class's of this node (class tag %q): its room cannot be checked", id, p.node.Name(), lv.Pool, cname)
+	}
+	unlockRoom, err := p.cfg.View.LockRoom(ctx, lv.VolumeGroup)
+	if err != nil {
+		return false, wrap(err, "volume "+id)
+	}
+	defer unlockRoom()
+	if err := p.cfg.View.Refresh(ctx); err != nil {
+		return false, wrap(err, "reading thin pool "+lv.VolumeGroup+"/"+lv.Pool+" before the catch-up of "+id)
+	}
+	// A target tagged already (a repeat after a crash) counts in the
+	// pool's Pending: its own size is not asked twice.
+	var own uint64
+	if volume.CopyPending(lv.Tags) {
+		own = lv.Size
+	}
+	var zeroes bool
+	err = p.checkPoolRoom(ctx, class, func(room vgview.PoolRoom) uint64 {
+		zeroes = room.ZeroNewBlocks
+		return sub(lv.Size, own)
+	}, func(room vgview.PoolRoom, n uint64) error {
+		return errorf(ErrNoRoom, "device class %s on node %s: the catch-up of %s into thin pool %s may write %d bytes of real space (the volume's size: it may provision any block the seed did not); the pool has %d bytes free (after a spare of %d%s)",
+			class.Name, p.node.Name(), id, room.Pool, n, room.Free, class.SpareBytes(), pendingNote(room))
+	})
+	if err != nil {
+		return false, err
+	}
+	return zeroes, p.markCatchUp(ctx, tagger, lv)
+}
+
+// sub is a-b, or 0 when b is larger.
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }
 
 // ChangeFinder names, from device-mapper metadata, the bytes where a

@@ -17,50 +17,80 @@ import (
 // deltaPuller is a Puller and a DeltaPuller: pull is called for each
 // catch-up.
 type deltaPuller struct {
-	pull func(src RemoteSource, dst string) (DeltaResult, error)
+	pull func(src RemoteSource, dst string, sentOK bool) (DeltaResult, error)
 }
 
 func (deltaPuller) Pull(context.Context, RemoteSource, string, bool, func(uint64)) (blockcopy.Result, error) {
 	return blockcopy.Result{}, errors.New("not a catch-up")
 }
 
-func (d deltaPuller) PullDelta(_ context.Context, src RemoteSource, dst string, _ func(uint64)) (DeltaResult, error) {
-	return d.pull(src, dst)
+func (d deltaPuller) PullDelta(_ context.Context, src RemoteSource, dst string, sentOK bool, _ func(uint64)) (DeltaResult, error) {
+	return d.pull(src, dst, sentOK)
 }
 
 // TestCatchUp: the target is tagged copy-pending while the catch-up
 // runs and untagged only once it succeeded; a failure keeps the tag and
-// its repeat converges; a target that is open, of another size, not
-// here, not carve's or busy is refused before anything is written.
+// its repeat converges; a target that is open, not made from the base,
+// of another size, not here, not carve's or busy, or a thin one whose
+// pool has not the room for its size, is refused before anything is
+// written; a thin target whose pool does not zero new blocks asks for a
+// digest of the whole volume.
 func TestCatchUp(t *testing.T) {
 	const size = 64 << 20
+	const base = "node-a/vg9/carvesnap-1"
 	name := volume.LVNameFor("pvc-target")
 	id := volume.VolumeID("vg1", name)
 	src := RemoteSource{CopyID: "c1", ID: "vg9/" + volume.LVNameFor("pvc-source"), Node: "node-a", Address: "10.0.0.1:9811", Size: size}
 	mismatch := errors.New("checksum mismatch")
 	target := func(change func(lv *lvm.LogicalVolume)) lvm.LogicalVolume {
-		lv := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-target", "fast", nil),
+		lv := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: append(volume.VolumeTags("pvc-target", "fast", nil), volume.FromSnapshotTag(base)),
 			Attr: lvm.Attributes{Type: lvm.TypeThick, Active: true}}
 		if change != nil {
 			change(&lv)
 		}
 		return lv
 	}
+	thin := func(lv *lvm.LogicalVolume) {
+		lv.Tags = append(volume.VolumeTags("pvc-target", "thin", nil), volume.FromSnapshotTag(base))
+		lv.Pool, lv.Attr.Type = "pool0", lvm.TypeThin
+	}
+	// pool is the 4 GiB thin pool with used percent of its data.
+	pool := func(used float64, zeroes bool) *lvm.ThinPool {
+		return &lvm.ThinPool{Name: "pool0", VolumeGroup: "vg1", Size: 4 << 30, DataPercent: used, ZeroNewBlocks: zeroes}
+	}
+	// roomFor100MiB leaves 100 MiB of the pool free.
+	const roomFor100MiB = 100 * (1 - 100.0/4096)
 	tests := []struct {
 		name   string
 		lv     *lvm.LogicalVolume
+		pool   *lvm.ThinPool
 		id     string
 		busy   bool
 		fails  int // how many pulls fail (with mismatch) before one succeeds
 		kind   error
 		msg    []string
 		pulled int
+		// sentOK is what the pull may accept: a digest of what was sent.
+		sentOK bool
 		// reason is the refusal's Reason: set for one no retry mends.
 		reason string
 	}{
-		{name: "caught up", lv: ptrTo(target(nil)), id: id, pulled: 1},
-		{name: "after a crash: tagged already", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) })), id: id, pulled: 1},
-		{name: "a digest mismatch, then the repeat", lv: ptrTo(target(nil)), id: id, fails: 1, kind: mismatch, pulled: 2},
+		{name: "caught up", lv: ptrTo(target(nil)), id: id, pulled: 1, sentOK: true},
+		{name: "made from another snapshot", lv: ptrTo(target(func(lv *lvm.LogicalVolume) {
+			lv.Tags = append(volume.VolumeTags("pvc-target", "fast", nil), volume.FromSnapshotTag("node-a/vg9/carvesnap-2"))
+		})), id: id, kind: ErrRefused, msg: []string{"was not made from base " + base}, reason: moveapi.ErrorNotFromBase},
+		{name: "made from no snapshot", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = volume.VolumeTags("pvc-target", "fast", nil) })),
+			id: id, kind: ErrRefused, msg: []string{"was not made from base"}, reason: moveapi.ErrorNotFromBase},
+		{name: "thin, in a pool that zeroes new blocks", lv: ptrTo(target(thin)), id: id, pulled: 1, sentOK: true},
+		{name: "thin, in a pool that does not zero new blocks", lv: ptrTo(target(thin)), pool: pool(0, false), id: id, pulled: 1, sentOK: false},
+		{name: "thin, in a pool without room for its size", lv: ptrTo(target(thin)), pool: pool(99, true), id: id, kind: ErrNoRoom,
+			msg: []string{"may write 67108864 bytes", "thin pool vg1/pool0"}},
+		{name: "thin, a repeat counts its own size once", lv: ptrTo(target(func(lv *lvm.LogicalVolume) {
+			thin(lv)
+			lv.Tags = append(lv.Tags, volume.TagCopyPending)
+		})), pool: pool(roomFor100MiB, true), id: id, pulled: 1, sentOK: true},
+		{name: "after a crash: tagged already", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Tags = append(lv.Tags, volume.TagCopyPending) })), id: id, pulled: 1, sentOK: true},
+		{name: "a digest mismatch, then the repeat", lv: ptrTo(target(nil)), id: id, fails: 1, kind: mismatch, pulled: 2, sentOK: true},
 		{name: "open", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Attr.Open = true })), id: id, kind: ErrRefused, msg: []string{"is open on node node-b"}},
 		{name: "another size", lv: ptrTo(target(func(lv *lvm.LogicalVolume) { lv.Size = size + 4<<20 })), id: id, kind: ErrRefused,
 			msg: []string{"has 71303168 bytes", src.ID + " on node node-a has 67108864"}, reason: moveapi.ErrorSizeMismatch},
@@ -71,15 +101,18 @@ func TestCatchUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &copyLVM{}
+			f := &copyLVM{pool: tt.pool}
 			if tt.lv != nil {
 				f.lvs = append(f.lvs, *tt.lv)
 			}
 			pulls := 0
-			p := remoteProvisioner(t, f, deltaPuller{pull: func(got RemoteSource, dst string) (DeltaResult, error) {
+			p := remoteProvisioner(t, f, deltaPuller{pull: func(got RemoteSource, dst string, sentOK bool) (DeltaResult, error) {
 				pulls++
 				if got != src || !strings.HasSuffix(dst, "/vg1/"+name) {
 					t.Errorf("pulled %+v into %s", got, dst)
+				}
+				if sentOK != tt.sentOK {
+					t.Errorf("the pull may accept a digest of the data sent: %v, want %v", sentOK, tt.sentOK)
 				}
 				if lv, err := f.GetLV(t.Context(), "vg1", name); err != nil || !volume.CopyPending(lv.Tags) {
 					t.Errorf("the target during the catch-up: %+v, %v; want it tagged copy-pending", lv, err)
@@ -96,7 +129,7 @@ func TestCatchUp(t *testing.T) {
 				}
 				defer unlock()
 			}
-			req := CatchUpRequest{VolumeID: tt.id, Source: src, Base: "node-a/vg9/carvesnap-1"}
+			req := CatchUpRequest{VolumeID: tt.id, Source: src, Base: base}
 			res, err := p.CatchUp(t.Context(), req)
 			if tt.fails > 0 {
 				if !errors.Is(err, tt.kind) {

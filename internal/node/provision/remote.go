@@ -20,8 +20,8 @@ import (
 // from the source node's agent, and sends the CreateVolume here with the
 // grant (a RemoteSource in its context). The volume is made as any copy
 // is (an empty LV tagged volume.TagCopyPending), filled by the Puller,
-// which checks the data's SHA-256 before it returns, and only then marked
-// made. A copy cut short is redone from the start by the retry (with a
+// which checks the data's digest as it came and again as the device reads
+// it back, and only then marked made: a mismatch leaves the tag on. A copy cut short is redone from the start by the retry (with a
 // new grant): the LV keeps its tag, so it is never handed out half-filled.
 
 // RemoteSource is a content source on another node that this node may
@@ -29,7 +29,8 @@ import (
 type RemoteSource = copyticket.Ticket
 
 // Puller fills the device dst from a remote source, checks the data it
-// received against the source's checksum, and syncs dst; sparse leaves
+// received against the source's checksum, syncs dst, and reads dst back
+// to check it holds that data; sparse leaves
 // dst's chunks that are zeros in the source unwritten (a new thin LV
 // reads zeros there). peercopy.Puller is one.
 type Puller interface {

@@ -20,12 +20,19 @@ import (
 type copyLVM struct {
 	orphanLVM
 	created []lvm.CreateRequest
+	// pool, when set, is the thin pool's report; else an empty 4 GiB pool
+	// that zeroes new blocks.
+	pool *lvm.ThinPool
 }
 
 func (f *copyLVM) Report(context.Context, ...string) (*lvm.Report, error) {
+	pool := lvm.ThinPool{Name: "pool0", VolumeGroup: "vg1", Size: 4 << 30, ZeroNewBlocks: true}
+	if f.pool != nil {
+		pool = *f.pool
+	}
 	return &lvm.Report{ReadAt: time.Now(), LogicalVolumes: slices.Clone(f.lvs),
 		VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20}},
-		ThinPools:    []lvm.ThinPool{{Name: "pool0", VolumeGroup: "vg1", Size: 4 << 30, ZeroNewBlocks: true}}}, nil
+		ThinPools:    []lvm.ThinPool{pool}}, nil
 }
 
 func (f *copyLVM) CreateLV(_ context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {

@@ -127,18 +127,26 @@ func (src *contentSource) copiesIntoThin(class *deviceclass.DeviceClass) bool {
 // into the pool count for their whole size (vgview.PoolRoom). The caller
 // holds the room lock.
 func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uint64) error {
-	class := c.Class
-	room, err := p.cfg.View.PoolRoom(class)
-	if err != nil {
-		return wrap(err, "device class "+class.Name)
-	}
-	need := func() uint64 {
+	return p.checkPoolRoom(ctx, c.Class, func(room vgview.PoolRoom) uint64 {
 		if room.ZeroNewBlocks {
 			return c.src.size
 		}
 		return size
+	}, func(room vgview.PoolRoom, n uint64) error {
+		return errorf(ErrNoRoom, "device class %s on node %s: copying %s into thin pool %s needs %d bytes of real space (the source's size: a copy writes the source's data, and the overprovision ratio does not apply to it); the pool has %d bytes free (after a spare of %d%s)",
+			c.Class.Name, p.node.Name(), c.src.id, room.Pool, n, room.Free, c.Class.SpareBytes(), pendingNote(room))
+	})
+}
+
+// checkPoolRoom checks that need(room) bytes fit the real room of thin
+// class's pool (vgview.PoolRoom), reading LVM once more before it
+// refuses with refuse's error. The caller holds the room lock.
+func (p *Provisioner) checkPoolRoom(ctx context.Context, class *deviceclass.DeviceClass, need func(vgview.PoolRoom) uint64, refuse func(vgview.PoolRoom, uint64) error) error {
+	room, err := p.cfg.View.PoolRoom(class)
+	if err != nil {
+		return wrap(err, "device class "+class.Name)
 	}
-	if need() > room.Free {
+	if need(room) > room.Free {
 		// Space freed outside carve shows at the next refresh: read LVM
 		// once before refusing, as checkRoom does.
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
@@ -147,15 +155,19 @@ func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uin
 			return wrap(err, "device class "+class.Name)
 		}
 	}
-	if n := need(); n > room.Free {
-		pending := ""
-		if room.Pending > 0 {
-			pending = fmt.Sprintf(", less %d bytes that copies still running into it may write", room.Pending)
-		}
-		return errorf(ErrNoRoom, "device class %s on node %s: copying %s into thin pool %s needs %d bytes of real space (the source's size: a copy writes the source's data, and the overprovision ratio does not apply to it); the pool has %d bytes free (after a spare of %d%s)",
-			class.Name, p.node.Name(), c.src.id, room.Pool, n, room.Free, class.SpareBytes(), pending)
+	if n := need(room); n > room.Free {
+		return refuse(room, n)
 	}
 	return nil
+}
+
+// pendingNote says, for a refusal, what copies still running into the
+// pool hold of its room.
+func pendingNote(room vgview.PoolRoom) string {
+	if room.Pending == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", less %d bytes that copies still running into it may write", room.Pending)
 }
 
 // sparseInto tells whether c's copy may skip the source's zeros: its

@@ -95,7 +95,9 @@ func (c *cluster) copyPending(id string) bool {
 // source names the changed chunks from device-mapper metadata
 // (thin_delta for a thin source, the base's exception table for a
 // thick one), far fewer than the volume's, reads only those and not the
-// base, and digests only what it sent (its log says so); a
+// base, and digests only what it sent (its log says so), except into
+// a target pool whose zeroing was turned off after the seed, where the
+// digest covers the whole volume; a
 // source or a target held open is refused (FAILED_PRECONDITION); a
 // catch-up whose source's agent is killed in the middle leaves the
 // target tagged copy-pending, and its retry converges.
@@ -137,6 +139,36 @@ func TestCrossNodeCatchUp(t *testing.T) {
 			}
 		})
 	}
+	t.Run("thin-thin into a pool that does not zero", func(t *testing.T) {
+		// Zeroing turned off on the target's pool after the seed: a block
+		// the catch-up provisions there keeps old data beside what it
+		// writes, so the target asks for a digest of the whole volume
+		// and reads all of it back.
+		b := c.nodes["node-b"]
+		zero := func(on string) {
+			if _, err := b.vg.LVM(context.Background(), "lvchange", "--zero", on, b.vg.Name+"/pool0"); err != nil {
+				t.Fatalf("lvchange --zero %s %s/pool0: %v", on, b.vg.Name, err)
+			}
+		}
+		id, _ := c.source("mv-nozero", "thin", size, 3*mib, 8*mib)
+		snap := c.snapshotOnA("seed-nozero", id)
+		rid := c.restoreRetrying("moved-nozero", "thin", size, snapshotSource(snap))
+		zero("n")
+		t.Cleanup(func() { zero("y") })
+		c.changeSource(id, "nozero", size, 32, 256*1024)
+		dev, err := plugintest.DevicePath(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := hashDevice(t, dev, size)
+		c.catchUp(id, snap, rid)
+		c.checkCopy(rid, size, want)
+		sent := c.nodes["node-a"].lastCatchUp(t, id)
+		t.Logf("catch-up into a pool that does not zero: the source's log: %v", sent)
+		if sent["method"] != "thin_delta" || sent["digestScope"] != "volume" {
+			t.Errorf("the source sent with %v; want the changes named by thin_delta and a digest of the whole volume (digestScope volume)", sent)
+		}
+	})
 	t.Run("kill the source's agent", func(t *testing.T) {
 		// Larger: the catch-up (its changes sent, written, synced and
 		// read back) takes longer than the 300 ms before the kill.

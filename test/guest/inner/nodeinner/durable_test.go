@@ -42,7 +42,11 @@ type durableStep struct {
 // kept one. The checks: a deleted LV is not listed by LVM; a grown LV has
 // its new size; a staged or grown filesystem is staged again by a new
 // plugin on the replayed disk without mkfs, with the UUID and at least the
-// size it had when the call answered.
+// size it had when the call answered. Without carve's flushes after
+// lvremove and lvextend, the thick deletion and both raw-block growths
+// fail; the thin deletion (its pool commits the delete with a flush), the
+// stages (mkfs fsyncs the device) and the filesystem growths (resize2fs
+// and xfs_growfs flush) are durable by themselves.
 func TestEveryMutationIsDurableAtItsAnswer(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

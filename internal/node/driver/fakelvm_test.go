@@ -100,12 +100,15 @@ func newFakeLVM() *fakeLVM {
 
 const fakeExtent = 4 << 20
 
-// addVG adds a volume group of size bytes with 4 MiB extents.
+// pvOf is the device of the one PV of a fake volume group.
+func pvOf(vg string) string { return "/dev/fake-pv-of-" + vg }
+
+// addVG adds a volume group of size bytes with 4 MiB extents on one PV.
 func (f *fakeLVM) addVG(name string, size uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.vgs[name] = &lvm.VolumeGroup{Name: name, Size: size, Free: size, ExtentSize: fakeExtent,
-		ExtentCount: size / fakeExtent, FreeExtents: size / fakeExtent}
+		ExtentCount: size / fakeExtent, FreeExtents: size / fakeExtent, PhysicalVolumes: []string{pvOf(name)}}
 }
 
 // addThinPool carves a thin pool of size bytes out of vg.

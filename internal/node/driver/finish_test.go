@@ -30,6 +30,9 @@ type fakeEraser struct {
 	// gate.
 	reached chan struct{}
 	fail    error
+	// observe, when set, sees each erasure as it is asked, before it is
+	// recorded.
+	observe func(path string, m erase.Method)
 }
 
 type erased struct {
@@ -39,8 +42,11 @@ type erased struct {
 
 func (e *fakeEraser) Erase(ctx context.Context, path string, m erase.Method) (int64, error) {
 	e.mu.Lock()
-	gate, fail, reached := e.gate, e.fail, e.reached
+	gate, fail, reached, observe := e.gate, e.fail, e.reached, e.observe
 	e.mu.Unlock()
+	if observe != nil {
+		observe(path, m)
+	}
 	if gate != nil {
 		if reached != nil {
 			reached <- struct{}{}

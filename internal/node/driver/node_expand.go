@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -154,11 +155,29 @@ func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, 
 	}); err != nil {
 		return nil, toStatus(err, fmt.Sprintf("extending volume %q to %d bytes", vol, required))
 	}
+	if err := erase.FlushAll(ctx, n.cfg.Eraser, n.metadataDevices(lv)); err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %q: making its extension durable: %v", vol, err)
+	}
 	if n.cfg.View != nil {
 		n.cfg.View.Extended(*lv, *grown)
 	}
 	klog.FromContext(ctx).Info("Extended LV", "volumeID", vol.String(), "from", lv.Size, "to", grown.Size)
 	return grown, nil
+}
+
+// metadataDevices are what a flush makes a metadata change of lv's volume
+// group durable through: lvm2 leaves the change in the disks' write
+// caches (erase.Flush), and a growth a power cut undoes is one the
+// kubelet and the PersistentVolume already count. They are the volume
+// group's PVs as the view last read them, or else the LV's own device,
+// which reaches the PVs under it.
+func (n *NodeServer) metadataDevices(lv *lvm.LogicalVolume) []string {
+	if n.cfg.View != nil {
+		if pvs := n.cfg.View.PhysicalVolumes(lv.VolumeGroup); len(pvs) > 0 {
+			return pvs
+		}
+	}
+	return []string{lv.Device(n.cfg.DevDir)}
 }
 
 // checkGrowth takes the room lock of the volume's group and checks the

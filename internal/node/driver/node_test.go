@@ -65,6 +65,9 @@ type nodeFixture struct {
 	formatting *marks.Marks
 	// wiped lists the devices whose signature regions were zeroed.
 	wiped []string
+	// flushed lists the devices flushed, each with the size of the LV
+	// of id at the time.
+	flushed []flushedAt
 
 	id, device, staging, target string
 	// name is the CSI name of the volume id, which its PV's volume
@@ -100,10 +103,29 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 }
 
 // signatureWiper zeroes signature regions in the fake tools: the device
-// then reads as blank.
+// then reads as blank. It records flushes (fx.flushed).
 type signatureWiper struct{ fx *nodeFixture }
 
-func (w signatureWiper) Erase(_ context.Context, path string, m erase.Method) (int64, error) {
+// flushedAt is a flush of the device path while the LV of the fixture's
+// volume was lvSize bytes.
+type flushedAt struct {
+	path   string
+	lvSize uint64
+}
+
+func (w signatureWiper) Erase(ctx context.Context, path string, m erase.Method) (int64, error) {
+	if m == erase.Flush {
+		vg, name, err := volume.ParseVolumeID(w.fx.id)
+		if err != nil {
+			return 0, err
+		}
+		lv, err := w.fx.lvm.GetLV(ctx, vg, name)
+		if err != nil {
+			return 0, err
+		}
+		w.fx.flushed = append(w.fx.flushed, flushedAt{path, lv.Size})
+		return 0, nil
+	}
 	if m != erase.Signatures {
 		return 0, fmt.Errorf("the node erased %s with %s; it only zeroes signature regions", path, m)
 	}

@@ -5,6 +5,7 @@ package erase
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,12 +37,14 @@ const (
 	// (it is not in Methods): it leaves the rest of the device as it was.
 	Signatures Method = "signatures"
 	// Flush zeroes nothing: it only flushes the device's write cache
-	// (fsync), for a new volume that nothing else flushed. lvm2 writes
-	// its metadata without a FLUSH (seen in the guest under
-	// dm-log-writes), so a new LV that nothing was written to could
-	// vanish at a power cut after CreateVolume answered; a flush of the
-	// LV's device reaches the PVs under it and their cached metadata
-	// with them. Not a method a device class can name either.
+	// (fsync). lvm2 writes its metadata with O_DIRECT and without a
+	// FLUSH (seen in the guest under dm-log-writes), so a new LV that
+	// nothing was written to could vanish at a power cut after
+	// CreateVolume answered, a removed one come back, an extension be
+	// lost: a flush of the LV's device reaches the PVs under it and
+	// their cached metadata with them, a flush of the PVs themselves
+	// (FlushAll) what no LV's device reaches any more. Not a method a
+	// device class can name either.
 	Flush Method = "flush"
 )
 
@@ -294,6 +297,21 @@ func IsMethod(s string) bool {
 // does not exist. Devices is the real one; tests fake it.
 type Eraser interface {
 	Erase(ctx context.Context, path string, m Method) (int64, error)
+}
+
+// FlushAll flushes the write cache of each device at paths with e (the
+// Flush method), all of them even when one fails, and returns the
+// failures joined. A volume group's metadata change is durable once each
+// of its PVs is flushed: lvm2 writes the metadata with O_DIRECT, which
+// leaves it in the disks' write caches, and sends no FLUSH of its own.
+func FlushAll(ctx context.Context, e Eraser, paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if _, err := e.Erase(ctx, p, Flush); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Devices is the Eraser of real devices (Device).

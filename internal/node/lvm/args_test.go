@@ -81,7 +81,7 @@ func TestReadArgs(t *testing.T) {
 			{"fullreport", "--all", "--reportformat", "json", "--units", "b", "--nosuffix"},
 			{"--configreport", "vg", "-o", vgFields},
 			{"--configreport", "lv", "-o", lvFields},
-			{"--configreport", "pv", "-o", "pv_name", "-S", "pv_size<0"},
+			{"--configreport", "pv", "-o", "pv_name", "--configreport", "seg"},
 		}},
 		{"vgs", vgsArgs("vg0"), [][]string{{"vgs", "--reportformat", "json"}, {"-o", vgFields, "-S", `vg_name="vg0"`}}},
 		{"lvs one", lvsArgs(false, "-S", `lv_name="lv1"`, "vg0"), [][]string{{"lvs", "--reportformat"}, {"-o", lvFields, "-S", `lv_name="lv1"`, "vg0"}}},

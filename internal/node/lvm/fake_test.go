@@ -17,8 +17,10 @@ import (
 // the state in LVM's JSON shape; mutations go to the mutate hook, which
 // answers success by default and may change the state.
 type fakeLVM struct {
-	mu    sync.Mutex
-	vgs   []jsonVG
+	mu  sync.Mutex
+	vgs []jsonVG
+	// pvs are the PVs of each VG, by its name.
+	pvs   map[string][]jsonPV
 	lvs   []jsonLV
 	calls [][]string
 	// mutate answers lvcreate, lvextend, lvremove and lvchange; when it is
@@ -42,9 +44,12 @@ func loadFake(t *testing.T, fixture string) *fakeLVM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeLVM{}
+	f := &fakeLVM{pvs: map[string][]jsonPV{}}
 	for _, sub := range raw.Report {
 		f.vgs = append(f.vgs, sub.VG...)
+		for _, vg := range sub.VG {
+			f.pvs[vg.Name] = sub.PV
+		}
 		f.lvs = append(f.lvs, sub.LV...)
 	}
 	return f
@@ -130,6 +135,7 @@ func jsonOut(v any) output {
 func (f *fakeLVM) fullreport(args []string) output {
 	type sub struct {
 		VG []jsonVG `json:"vg"`
+		PV []jsonPV `json:"pv"`
 		LV []jsonLV `json:"lv"`
 	}
 	named := args[slices.Index(args, "pvseg_size<0")+1:]
@@ -144,7 +150,7 @@ func (f *fakeLVM) fullreport(args []string) output {
 		if len(named) > 0 && !slices.Contains(named, vg.Name) {
 			continue
 		}
-		s := sub{VG: []jsonVG{vg}, LV: []jsonLV{}}
+		s := sub{VG: []jsonVG{vg}, PV: append([]jsonPV{}, f.pvs[vg.Name]...), LV: []jsonLV{}}
 		for _, lv := range f.lvs {
 			if lv.VG == vg.Name {
 				s.LV = append(s.LV, lv)

@@ -191,7 +191,7 @@ func TestRecordThin(t *testing.T) {
 		Tags: []string{"carve.dev/owner=carve"}}, 64<<20)...)
 	r.must(createArgs(CreateRequest{VolumeGroup: vg, Name: "thin2", ThinPool: "pool0"}, 512<<20)...)
 	r.must(createArgs(CreateRequest{VolumeGroup: vg, Name: "thick1"}, 8<<20)...)
-	r.must(snapshotArgs(vg, "thin1", "snap1", []string{"carve.dev/owner=carve"})...)
+	r.must(snapshotArgs(SnapshotRequest{VolumeGroup: vg, Origin: "thin1", Name: "snap1", Tags: []string{"carve.dev/owner=carve"}}, 0)...)
 	// Some data in the pool, so that data_percent is not zero.
 	f, err := os.OpenFile("/dev/"+vg+"/thin1", os.O_WRONLY, 0)
 	if err != nil {
@@ -211,6 +211,6 @@ func TestRecordThin(t *testing.T) {
 	r.save("fullreport-thin.json", fullReportArgs())
 	r.save("lvs-thin-list.json", lvsArgs(true, vg))
 	r.fail("thin-create-no-pool", createArgs(CreateRequest{VolumeGroup: vg, Name: "t9", ThinPool: "nopool"}, 4<<20))
-	r.fail("snapshot-exists", snapshotArgs(vg, "thin1", "snap1", nil))
+	r.fail("snapshot-exists", snapshotArgs(SnapshotRequest{VolumeGroup: vg, Origin: "thin1", Name: "snap1"}, 0))
 	r.saveFailures("failures-thin.json")
 }

@@ -31,17 +31,18 @@ var (
 
 // fullReportArgs is the one command that reads everything: `lvm fullreport`
 // has a sub-report per object kind and, unlike `vgs -o +lv_name`, keeps the
-// volume groups that have no LV. The pv, segment and pv-segment
-// sub-reports cannot be switched off, so each gets one field and a
-// selection that matches nothing. vgs limits it to those volume groups
-// (validated names); none means all.
+// volume groups that have no LV. The pv sub-report names each volume
+// group's PVs (what a flush of its metadata goes to); the segment and
+// pv-segment sub-reports cannot be switched off, so each gets one field
+// and a selection that matches nothing. vgs limits it to those volume
+// groups (validated names); none means all.
 func fullReportArgs(vgs ...string) []string {
 	args := []string{"fullreport", "--all"}
 	args = append(args, reportFlags...)
 	args = append(args,
 		"--configreport", "vg", "-o", vgFields,
 		"--configreport", "lv", "-o", lvFields,
-		"--configreport", "pv", "-o", "pv_name", "-S", "pv_size<0",
+		"--configreport", "pv", "-o", "pv_name",
 		"--configreport", "seg", "-o", "segtype", "-S", "seg_size<0",
 		"--configreport", "pvseg", "-o", "pvseg_start", "-S", "pvseg_size<0",
 	)
@@ -70,8 +71,13 @@ func lvsArgs(all bool, rest ...string) []string {
 type jsonReport struct {
 	Report []struct {
 		VG []jsonVG `json:"vg"`
+		PV []jsonPV `json:"pv"`
 		LV []jsonLV `json:"lv"`
 	} `json:"report"`
+}
+
+type jsonPV struct {
+	Name string `json:"pv_name"`
 }
 
 type jsonVG struct {
@@ -231,11 +237,21 @@ func parseReport(stdout []byte) (*Report, error) {
 	var pools []jsonLV
 	var poolLVs []LogicalVolume
 	for _, sub := range raw.Report {
+		// fullreport has one sub-report per volume group: its PVs are
+		// those of the sub-report's volume group.
+		var pvs []string
+		for _, j := range sub.PV {
+			// A missing PV is "[unknown]": there is no device to reach.
+			if strings.HasPrefix(j.Name, "/") {
+				pvs = append(pvs, j.Name)
+			}
+		}
 		for _, j := range sub.VG {
 			vg, err := j.volumeGroup()
 			if err != nil {
 				return nil, err
 			}
+			vg.PhysicalVolumes = pvs
 			r.VolumeGroups = append(r.VolumeGroups, vg)
 		}
 		for _, j := range sub.LV {

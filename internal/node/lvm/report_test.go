@@ -26,26 +26,28 @@ func TestParseReportThick(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantVGs := []VolumeGroup{
-		{Name: "rec-empty", UUID: "nmPc91-zF06-ub39-PXX6-5jIa-LLke-4ufLo0", Size: 264241152, Free: 264241152,
-			ExtentSize: 4 << 20, ExtentCount: 63, FreeExtents: 63, PVCount: 1},
-		{Name: "rec-thick", UUID: "cjB0Zx-TfWS-o7ZN-416z-Y7XK-3wYz-RfmBKQ", Size: 1065353216, Free: 1040187392,
-			ExtentSize: 4 << 20, ExtentCount: 254, FreeExtents: 248, PVCount: 2},
+		{Name: "rec-empty", UUID: "Gte180-vBQD-RGiH-vqIC-wu1b-Ut7k-89io43", Size: 264241152, Free: 264241152,
+			ExtentSize: 4 << 20, ExtentCount: 63, FreeExtents: 63, PVCount: 1,
+			MetadataAreaSize: 1044480, MetadataAreaFree: 520704, PhysicalVolumes: []string{"/dev/loop5"}},
+		{Name: "rec-thick", UUID: "cYnH2p-LzKs-3W2r-B5V7-tsXD-ZS3f-DI2OAH", Size: 1065353216, Free: 1040187392,
+			ExtentSize: 4 << 20, ExtentCount: 254, FreeExtents: 248, PVCount: 2,
+			MetadataAreaSize: 1044480, MetadataAreaFree: 519168, PhysicalVolumes: []string{"/dev/loop3", "/dev/loop4"}},
 	}
 	if !reflect.DeepEqual(r.VolumeGroups, wantVGs) {
 		t.Errorf("VGs:\n got %+v\nwant %+v", r.VolumeGroups, wantVGs)
 	}
 	wantLVs := []LogicalVolume{
-		{Name: "carve-aaaa", VolumeGroup: "rec-thick", UUID: "IjYeuk-LGsf-T6VI-F93h-13Fd-JSqi-dA6eI4", Size: 12 << 20,
+		{Name: "carve-aaaa", VolumeGroup: "rec-thick", UUID: "GvwDc2-1xIl-qj4D-pAXC-cEEU-w6Bf-Ox2Xhb", Size: 12 << 20,
 			Tags: []string{"carve.dev/class=fast", "carve.dev/owner=carve", "carve.dev/volume=7076632d31"},
 			Attr: Attributes{Type: TypeThick, Health: HealthOK, Raw: "-wi-XX----"},
-			Path: "/dev/rec-thick/carve-aaaa", Layout: "linear"},
-		{Name: "plain", VolumeGroup: "rec-thick", UUID: "3x7LfM-nXDm-mduX-NNPr-Ef5b-ygRD-i1A8B6", Size: 4 << 20,
+			Path: "/dev/rec-thick/carve-aaaa", Layout: "linear", Time: recorded("2026-12-06 09:29:06 +0000")},
+		{Name: "plain", VolumeGroup: "rec-thick", UUID: "8wkRGn-ZJGp-mh45-5uVe-AgK3-iN0A-vJELYG", Size: 4 << 20,
 			Attr: Attributes{Type: TypeThick, Health: HealthOK, Raw: "-wi-XX----"},
-			Path: "/dev/rec-thick/plain", Layout: "linear"},
-		{Name: "striped", VolumeGroup: "rec-thick", UUID: "Wpxx9v-l8RH-N0Ay-1CZv-ockl-ZXm5-soWGwe", Size: 8 << 20,
+			Path: "/dev/rec-thick/plain", Layout: "linear", Time: recorded("2026-12-06 09:29:07 +0000")},
+		{Name: "striped", VolumeGroup: "rec-thick", UUID: "CrD8la-b06L-aZee-UeYy-gBMC-ZsRj-POgHwS", Size: 8 << 20,
 			Tags: []string{"carve.dev/owner=carve"},
 			Attr: Attributes{Type: TypeThick, Health: HealthOK, Raw: "-wi-XX----"},
-			Path: "/dev/rec-thick/striped", Layout: "striped"},
+			Path: "/dev/rec-thick/striped", Layout: "striped", Time: recorded("2026-12-06 09:29:07 +0000")},
 	}
 	if !reflect.DeepEqual(r.LogicalVolumes, wantLVs) {
 		t.Errorf("LVs:\n got %+v\nwant %+v", r.LogicalVolumes, wantLVs)
@@ -83,6 +85,10 @@ func TestParseReportMissingPV(t *testing.T) {
 	vg := r.FindVG("rec-partial")
 	if vg == nil || vg.MissingPVs != 1 || vg.PVCount != 2 || vg.FreeExtents != 0 {
 		t.Fatalf("VG = %+v, want 1 of 2 PVs missing and no free extents", vg)
+	}
+	// The missing PV is "[unknown]" in the report: no device to flush.
+	if !reflect.DeepEqual(vg.PhysicalVolumes, []string{"/dev/loop3"}) {
+		t.Errorf("PVs %q, want only the one still there", vg.PhysicalVolumes)
 	}
 	tests := []struct {
 		lv     string
@@ -205,4 +211,13 @@ func TestLVTimeAndSnapPercent(t *testing.T) {
 	if !lvs[1].Time.IsZero() || lvs[1].SnapPercent != 0 {
 		t.Errorf("origin: time %v, snap percent %v; want zero", lvs[1].Time, lvs[1].SnapPercent)
 	}
+}
+
+// recorded is an lv_time of a recording.
+func recorded(s string) time.Time {
+	t, err := time.Parse(lvTimeLayout, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
 }

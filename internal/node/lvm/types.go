@@ -28,6 +28,11 @@ type VolumeGroup struct {
 	// area bounds how many LVs the VG holds. Zero when not reported.
 	MetadataAreaSize uint64
 	MetadataAreaFree uint64
+	// PhysicalVolumes are the device paths of the PVs LVM found (a
+	// missing one is left out), as fullreport reads them; nil from other
+	// reads. lvm2 writes the VG's metadata to them with O_DIRECT and no
+	// FLUSH: a flush of each makes a metadata change durable.
+	PhysicalVolumes []string
 }
 
 // LVMetadataBytes bounds the bytes of vg_mda_free one more LV takes: its

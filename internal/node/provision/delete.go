@@ -3,12 +3,14 @@ package provision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -22,7 +24,9 @@ import (
 // the volume group of one of this node's classes is missing, the LV cannot
 // be seen, so it is not known to be gone: that is ErrUnavailable, and the
 // caller retries, never dropping a volume that would come back with the
-// disk. class is the volume's device class when known (for metrics).
+// disk. The removal is flushed to the disks before Delete returns
+// (flushRemoval). class is the volume's device class when known (for
+// metrics).
 func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class string, err error) {
 	unlock, err := p.Lock(lvName, "volume "+id)
 	if err != nil {
@@ -35,7 +39,10 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
 	if err != nil || !found {
 		if err == nil {
-			p.clearMark(ctx, vg, lvName)
+			// Gone already, maybe by a call whose flush failed.
+			if err = p.flushRemoval(ctx, vg, id); err == nil {
+				p.clearMark(ctx, vg, lvName)
+			}
 		}
 		return "", err
 	}
@@ -75,9 +82,27 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	default:
 		klog.FromContext(ctx).Info("Deleted volume", "volumeID", id)
 	}
+	if err := p.flushRemoval(ctx, vg, id); err != nil {
+		return class, err
+	}
 	p.cfg.View.Removed(vg, lvName)
 	p.clearMark(ctx, vg, lvName)
 	return class, nil
+}
+
+// flushRemoval makes the removal of volume or snapshot id, an LV of vg,
+// durable before the call answers: lvm2 leaves the metadata change in
+// the disks' write caches (erase.Flush), and a volume that a power cut
+// brings back is one the cluster believes gone, with its data. It
+// flushes the volume group's PVs as the view last read them; a volume
+// group the view does not hold is none of this node's, and has nothing
+// to flush. A failed flush fails the call, whose retry finds the LV gone
+// and flushes again.
+func (p *Provisioner) flushRemoval(ctx context.Context, vg, id string) error {
+	if err := erase.FlushAll(ctx, p.cfg.Eraser, p.cfg.View.PhysicalVolumes(vg)); err != nil {
+		return fmt.Errorf("making the removal of %s durable: %w", id, err)
+	}
+	return nil
 }
 
 // notFinishing is ErrBusy while a CreateVolume's finishing of the LV
@@ -104,6 +129,9 @@ func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string)
 	defer unlock()
 	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
 	if err != nil || !found {
+		if err == nil {
+			err = p.flushRemoval(ctx, vg, id)
+		}
 		return "", err
 	}
 	k, class, owned := volume.Owned(lv.Tags)
@@ -121,6 +149,9 @@ func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string)
 		return class, errorf(ErrRefused, "snapshot %s is in use (a restore or clone is copying from it); retry later: %v", id, err)
 	case err != nil:
 		return class, wrap(err, "removing snapshot "+id)
+	}
+	if err := p.flushRemoval(ctx, vg, id); err != nil {
+		return class, err
 	}
 	p.cfg.View.Removed(vg, lvName)
 	klog.FromContext(ctx).Info("Deleted snapshot", "snapshotID", id)

@@ -650,6 +650,15 @@ func (v *View) Readable(vg string) bool {
 	return !bad
 }
 
+// PhysicalVolumes are the device paths of the PVs of volume group vg as
+// the last refresh read them (a missing PV left out); nil when the view
+// does not hold vg.
+func (v *View) PhysicalVolumes(vg string) []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return slices.Clone(v.vgs[vg].PhysicalVolumes)
+}
+
 // ReadAt is when the view's last full report was taken.
 func (v *View) ReadAt() time.Time {
 	v.mu.RLock()

@@ -231,7 +231,7 @@ func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (o
 		names[i] = pod.Name
 	}
 	return outcome{result: ResultPlaced, node: node, message: fmt.Sprintf(
-		"Selected node %s, where %s lives: it has room for %s in %s (StorageClass %s, at most %s now), and the claim's pod %s can run there",
+		"Selected node %s, where %s lives: it has room for %s in %s (StorageClass %s, at most %s now), and the pods waiting for the claim (%s) can run there",
 		node, src, want.String(), class, sc.Name, bytes(room), strings.Join(names, ", "))}, nil
 }
 

@@ -397,7 +397,7 @@ func TestDecide(t *testing.T) {
 				})}
 				return w
 			}(),
-			claim: "c", result: ResultPlaced, node: "node-a", event: "and the claim's pod pod-z can run there"},
+			claim: "c", result: ResultPlaced, node: "node-a", event: "and the pods waiting for the claim (pod-z) can run there"},
 		{name: "the source's node is not a Node",
 			world: world{objs: []runtime.Object{claim("c", "thick", "1Gi", fromSnapshot("snap"))},
 				dyn: []runtime.Object{snapshot("snap", "content-1"), content("content-1", testDriver, volume.SnapshotID("node-z", "vg", volume.SnapshotLVNameFor("s")))},
@@ -422,7 +422,7 @@ func TestDecide(t *testing.T) {
 				w.pvs = fakePVs{"pv-data": pv("pv-data", testDriver, "node-a")}
 				return w
 			}(),
-			claim: "c", result: ResultPlaced, node: "node-a", event: "pod pod-c, pod-z can run there"},
+			claim: "c", result: ResultPlaced, node: "node-a", event: "the pods waiting for the claim (pod-c, pod-z) can run there"},
 		{name: "the pod does not fit the source's node's free CPU",
 			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), func() *corev1.Pod {
 				p := pendingPod("busy", nil, func(p *corev1.Pod) {

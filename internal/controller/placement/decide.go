@@ -19,7 +19,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/controller/podfit"
-
 	"github.com/carve-csi/carve/internal/topology/pinned"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -182,7 +181,7 @@ func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (o
 	}
 	cannot := func(format string, args ...any) outcome {
 		return outcome{result: ResultPodCannotRun, message: fmt.Sprintf("PodCannotRunThere: %s lives on node %s, ", src, node) +
-			fmt.Sprintf(format, args...) + "; the scheduler chooses the node, and the volume is copied there from the source"}
+			fmt.Sprintf(format, args...) + "; the scheduler chooses the node, and the volume is copied there from the source's node (where the StorageClass allows copies across nodes)"}
 	}
 	// A Node the cache does not hold is nil (a thread-safe store's GetByKey never fails).
 	o, _, _ := p.nodes.GetIndexer().GetByKey(node)

@@ -74,9 +74,10 @@ See docs/operations.md ("Moving a volume").`,
 		Use:   "drain NODE",
 		Short: "Move every carve claim off a node, one at a time (node retirement)",
 		Long: `drain moves each claim bound to a carve volume on NODE to another node
-(--to, or the node with the most free capacity of the claim's class), one at
-a time: it waits first for the moves off NODE that run already, then asks for
-each next move only once the one before ended. With --timeout it gives up
+(--to, or, of the nodes where the claim's pods can run, the one with the most
+free capacity of the claim's class), one at a time: it waits first for the
+moves off NODE that run already, then asks for each next move only once the
+one before ended. With --timeout it gives up
 waiting for a move after that long: that move goes on, and drain stops there
 (run it again to go on). Cordon the node first (kubectl cordon NODE) so that
 nothing new lands there. See docs/operations.md ("Retiring a node").`,
@@ -96,7 +97,7 @@ nothing new lands there. See docs/operations.md ("Retiring a node").`,
 		},
 	}
 	for _, c := range []*cobra.Command{move, drain} {
-		c.Flags().StringVar(&mo.to, "to", moveapi.AnyNode, "the node to move to; * lets carve pick the node of the class with the most free capacity")
+		c.Flags().StringVar(&mo.to, "to", moveapi.AnyNode, "the node to move to; * lets carve pick, of the nodes where the claim's pods can run, the one with the most free capacity of the class")
 		c.Flags().DurationVar(&mo.timeout, "timeout", 0, "give up waiting for a move after this long (the move goes on; drain stops there); 0: wait until it ends")
 	}
 	move.Flags().BoolVar(&mo.wait, "wait", true, "follow the move until it ends; false: return once it is asked for")

@@ -892,6 +892,9 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			expand("cluster", "", "persistentvolumeclaims", "create", "delete"),
 			expand("cluster", "", "persistentvolumes", "update"),
 			expand("cluster", "", "pods", "list", "delete"),
+			// The placement of restores watches the pods that wait for a
+			// node (and lists a source node's pods: what they request).
+			expand("cluster", "", "pods", "watch"),
 		),
 	})
 }

@@ -25,8 +25,9 @@ import (
 // make test-e2e, like the benchmarks) measures what happens to a restoring
 // pod that is not pinned to its snapshot's node. carve controller selects
 // the snapshot's node for the claim (volume.kubernetes.io/selected-node,
-// internal/controller/placement) as soon as the claim exists, so the scheduler considers
-// only that node for the pod and csi-provisioner asks carve there. Before
+// internal/controller/placement) as soon as its pod waits and can run
+// there, so the scheduler considers only that node for the pod and
+// csi-provisioner asks carve there. Before
 // it did, the scheduler picked any node with room, carve there answered
 // ResourceExhausted naming the snapshot's node, and the pod wandered from
 // node to node (issue 23: it never got there in five minutes). Every

@@ -108,8 +108,10 @@ func TestRBACAgainstAPIServer(t *testing.T) {
 				local("update", "storage.k8s.io", "csistoragecapacities"), local("delete", "storage.k8s.io", "csistoragecapacities"),
 				cluster("list", "storage.k8s.io", "storageclasses"), cluster("watch", "storage.k8s.io", "storageclasses"),
 				// carve controller's placement of restores and clones: the
-				// claims it selects a node for, the snapshots it follows
+				// claims it selects a node for, the snapshots it follows,
+				// the pending pods and the nodes they could run on
 				in("default", "patch", "", "persistentvolumeclaims"),
+				cluster("list", "", "pods"), cluster("watch", "", "pods"),
 				in("default", "list", "snapshot.storage.k8s.io", "volumesnapshots"),
 				in("default", "watch", "snapshot.storage.k8s.io", "volumesnapshots"),
 				// csi-provisioner

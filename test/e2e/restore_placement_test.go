@@ -25,13 +25,21 @@ import (
 // TestRestorePlacedWithSource: carve controller selects the source's node
 // for a new, unpinned restore (a claim of the WaitForFirstConsumer thick
 // class from a carve VolumeSnapshot) and for a new clone (from a carve
-// claim), before any pod exists: the claim gets
+// claim) once a pod that uses it waits and can run there: the claim gets
 // volume.kubernetes.io/selected-node = the source's node and a
 // PlacedWithSource Event, csi-provisioner provisions it there at once
 // (carve on that node is asked for the restore or clone, and no other node
-// is), and carve_restore_placements_total counts it. A restore bigger than
-// the source's node can hold gets no node and a NotPlaced Event saying
-// SourceNodeFull.
+// is), and carve_restore_placements_total counts it. Before the pod
+// exists nothing is selected. A restore bigger than the source's node can
+// hold gets no node and a NotPlaced Event saying SourceNodeFull. A
+// restore whose pod's nodeSelector excludes the source's node is never
+// pinned there: carve says PodCannotRunThere, and the scheduler selects
+// the pod's node.
+//
+// The pods of the placed cases name a scheduler that does not run
+// (unscheduled), so that only carve selects a node: kube-scheduler, acting
+// on the same pod, could otherwise select one first (then carve leaves
+// it), which the test would take for carve's choice.
 //
 // The simulated nodes have no device-mapper, so the restore or clone
 // fails on the source's node at the copy and the claim never binds (its
@@ -91,6 +99,9 @@ func TestRestorePlacedWithSource(t *testing.T) {
 		if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := bed.Client.CoreV1().Pods(ns).Create(ctx, unscheduled(newPod(ns, "too-big-app", "too-big")), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		want := fmt.Sprintf("SourceNodeFull: VolumeSnapshot %s/snap lives on node %s", ns, holder.Name)
 		waitFor(t, settle, "a NotPlaced event on the claim: "+want, func(ctx context.Context) (bool, string, error) {
 			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "too-big", placement.ReasonNotPlaced, want)
@@ -111,13 +122,80 @@ func TestRestorePlacedWithSource(t *testing.T) {
 			t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", placement.ResultSourceNodeFull, before, after)
 		}
 	})
+
+	t.Run("pod cannot run on the source's node", func(t *testing.T) {
+		var other *cluster.Node
+		for _, n := range bed.Nodes {
+			if n.Name != holder.Name && other == nil {
+				other = n
+			}
+		}
+		elsewhere := func(p *corev1.Pod) *corev1.Pod {
+			p.Spec.NodeSelector = map[string]string{cluster.TopologyKey: other.Name}
+			return p
+		}
+		before := controllerPlacements(t, ctx, placement.ResultPodCannotRun)
+
+		// Only carve decides: it says why not and selects nothing.
+		c := newPVC(ns, "elsewhere", thickSC, restoreSize)
+		fromSnap(c)
+		createPVCAndPod(t, ctx, c, unscheduled(elsewhere(newPod(ns, "elsewhere-app", "elsewhere"))))
+		want := fmt.Sprintf("PodCannotRunThere: VolumeSnapshot %s/snap lives on node %s, where pod elsewhere-app cannot run: its nodeSelector %s=%s does not match",
+			ns, holder.Name, cluster.TopologyKey, other.Name)
+		waitFor(t, settle, "a NotPlaced event on the claim: "+want, func(ctx context.Context) (bool, string, error) {
+			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "elsewhere", placement.ReasonNotPlaced, want)
+			if err != nil {
+				return false, "", err
+			}
+			all, _ := events(ctx, ns, "PersistentVolumeClaim", "elsewhere")
+			return len(evs) > 0, fmt.Sprint(all), nil
+		})
+		got, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "elsewhere", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sel, ok := got.Annotations[annSelected]; ok {
+			t.Errorf("the claim got selected node %q; want none (its pod cannot run on the source's node, and no scheduler runs for it)", sel)
+		}
+		if after := controllerPlacements(t, ctx, placement.ResultPodCannotRun); after != before+1 {
+			t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", placement.ResultPodCannotRun, before, after)
+		}
+
+		// With kube-scheduler: the claim goes to the pod's node, never to
+		// the source's.
+		c = newPVC(ns, "scheduled", thickSC, restoreSize)
+		fromSnap(c)
+		node, _ := createAndWaitSelected(t, ctx, c, elsewhere(newPod(ns, "scheduled-app", "scheduled")))
+		t.Cleanup(func() { deleteRestore(t, ns, "scheduled", "scheduled-app", other) })
+		if node != other.Name {
+			t.Errorf("the claim's selected node is %s, want %s (the pod's nodeSelector's; the source's node is %s)", node, other.Name, holder.Name)
+		}
+		got, err = bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "scheduled", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := got.Annotations[placement.AnnPlaced]; ok {
+			t.Errorf("carve selected node %q for the claim (%s); want the scheduler's choice", p, placement.AnnPlaced)
+		}
+		if evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "scheduled", placement.ReasonPlaced, ""); err != nil || len(evs) > 0 {
+			t.Errorf("PlacedWithSource events %v (%v), want none", evs, err)
+		}
+	})
 }
 
-// checkPlaced creates claim c with no pod and checks that carve selects
-// holder for it, with an Event and a count, and that csi-provisioner then
-// asks carve on holder, and no other node, for the volume (phase is the
+// unscheduled names a scheduler that does not run: the pod waits, no node
+// chosen, for as long as it exists.
+func unscheduled(p *corev1.Pod) *corev1.Pod {
+	p.Spec.SchedulerName = "carve-e2e-nobody"
+	return p
+}
+
+// checkPlaced creates claim c and an unscheduled pod that uses it, checks
+// that nothing is selected before the pod exists, that carve then selects
+// holder, with an Event and a count, and that csi-provisioner then asks
+// carve on holder, and no other node, for the volume (phase is the
 // carve_phase_duration_seconds phase: restore or clone). It deletes the
-// claim and what carve made for it.
+// claim, the pod and what carve made for it.
 func checkPlaced(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeClaim, holder *cluster.Node, phase string) {
 	t.Helper()
 	asked, err := scrape(ctx, holder.MetricsURL, "carve_phase_duration_seconds_count", `phase="`+phase+`"`)
@@ -125,12 +203,26 @@ func checkPlaced(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeCl
 		t.Fatal(err)
 	}
 	placed := controllerPlacements(t, ctx, placement.ResultPlaced)
-	node, took := createAndWaitSelected(t, ctx, c)
-	t.Cleanup(func() { deleteRestore(t, c.Namespace, c.Name, "", holder) })
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := c.Name + "-app"
+	t.Cleanup(func() { deleteRestore(t, c.Namespace, c.Name, pod, holder) })
+	// The placer decides within milliseconds of a change; a second with
+	// no pod and no selection shows it waits for the pod.
+	time.Sleep(time.Second)
+	if got, err := bed.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{}); err != nil || got.Annotations[annSelected] != "" {
+		t.Fatalf("claim %s before its pod: annotations %v (%v), want no selected node", c.Name, got.Annotations, err)
+	}
+	node, took := waitSelected(t, ctx, c, func() {
+		if _, err := bed.Client.CoreV1().Pods(c.Namespace).Create(ctx, unscheduled(newPod(c.Namespace, pod, c.Name)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if node != holder.Name {
 		t.Fatalf("the claim's selected node is %s, want the source's node %s", node, holder.Name)
 	}
-	t.Logf("%s: selected node %s %s after the claim was created", c.Name, node, took.Round(time.Millisecond))
+	t.Logf("%s: selected node %s %s after its pod was created", c.Name, node, took.Round(time.Millisecond))
 	got, err := bed.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -165,10 +257,16 @@ func checkPlaced(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeCl
 	}
 }
 
-// createAndWaitSelected creates c and returns the node selected for it
-// and how long after the create it was selected, from a watch of the
-// claim started before.
-func createAndWaitSelected(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeClaim) (string, time.Duration) {
+// createAndWaitSelected creates c and pod and returns the node selected
+// for c and how long after the create it was selected.
+func createAndWaitSelected(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeClaim, pod *corev1.Pod) (string, time.Duration) {
+	t.Helper()
+	return waitSelected(t, ctx, c, func() { kubetest.CreateClaimAndPod(t, ctx, bed.Client, c, pod) })
+}
+
+// waitSelected runs create and returns the node then selected for c and
+// how long after create began, from a watch of the claim started before.
+func waitSelected(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeClaim, create func()) (string, time.Duration) {
 	t.Helper()
 	pvcs := bed.Client.CoreV1().PersistentVolumeClaims(c.Namespace)
 	w, err := pvcs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", c.Name).String()})
@@ -177,9 +275,7 @@ func createAndWaitSelected(t *testing.T, ctx context.Context, c *corev1.Persiste
 	}
 	defer w.Stop()
 	start := time.Now()
-	if _, err := pvcs.Create(ctx, c, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	create()
 	timeout := time.After(settle)
 	for {
 		select {

@@ -48,9 +48,12 @@ func TestCrossNodeDrain(t *testing.T) {
 	moves := watchMoves(t, ctx, ns)
 	onGuest := map[string]string{"kubernetes.io/hostname": nodeName}
 
-	app := newPod(ns, "app", "app", false, sleeper)
-	app.Spec.NodeSelector = onGuest
-	createClaimAndPod(t, newPVC(ns, "app", thickSC, drainSize), app)
+	// The claim, not the pod, is pinned to the guest: a pod whose
+	// nodeSelector names the guest could not run on the peer, and the
+	// mover refuses a target the claim's pods cannot run on.
+	appClaim := newPVC(ns, "app", thickSC, drainSize)
+	appClaim.Annotations = map[string]string{placement.AnnSelectedNode: nodeName}
+	createClaimAndPod(t, appClaim, newPod(ns, "app", "app", false, sleeper))
 	fileSum := strings.Fields(podExec(t, ns, "app", "head -c 16777216 /dev/urandom > /data/f && head -c 65536 /dev/urandom > /data/log && sync && sha256sum /data/f"))[0]
 
 	once := newPod(ns, "once", "idle", true, "dd if=/dev/urandom of=/dev/xvda bs=1M count=16 iflag=fullblock oflag=direct status=none")

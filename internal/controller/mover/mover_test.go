@@ -326,6 +326,9 @@ func world(t *testing.T) (*fake.Clientset, *fakeVolumes) {
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: driver,
 		Parameters: map[string]string{volume.ParamDeviceClass: "thin", "csi.storage.k8s.io/fstype": "ext4"}}
 	objs := []runtime.Object{pv, c, pod, other, sc}
+	for _, n := range []string{"a", "b", "c"} {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{key: n, "zone": "z1"}}})
+	}
 	for n, room := range map[string]string{"a": "100Gi", "b": "10Gi", "c": "20Gi"} {
 		q := resource.MustParse(room)
 		objs = append(objs, &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Name: "cap-" + n, Namespace: "carve"},
@@ -773,20 +776,71 @@ func counter(t *testing.T, m *Mover, result string) float64 {
 }
 
 func TestMoveRefused(t *testing.T) {
+	tainted := func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	zone := func(z string) func(*corev1.Node) { return func(n *corev1.Node) { n.Labels["zone"] = z } }
 	for _, tc := range []struct {
 		name, to, want string
 		edit           func(c *corev1.PersistentVolumeClaim)
-		wantTarget     string
+		// nodes and pod edit the nodes and the claim's pod db-0.
+		nodes      map[string]func(*corev1.Node)
+		pod        func(*corev1.Pod)
+		wantTarget string
 	}{
 		{name: "any node: the one with the most room", to: moveapi.AnyNode, wantTarget: "c"},
 		{name: "the named node", to: "b", wantTarget: "b"},
 		{name: "its own node", to: "a", want: "on node a already"},
 		{name: "a node without carve", to: "x", want: "node x reports no capacity"},
 		{name: "not bound", to: "b", want: "not bound", edit: func(c *corev1.PersistentVolumeClaim) { c.Status.Phase = corev1.ClaimPending }},
+		{name: "the named node has a taint the pod does not tolerate", to: "b", nodes: map[string]func(*corev1.Node){"b": tainted},
+			want: "pod db-0 cannot run on node b: it does not tolerate the node's taint dedicated=gpu:NoSchedule (after the move the claim's pods could run only there)"},
+		{name: "the named node's labels do not match the pod's nodeSelector", to: "b", nodes: map[string]func(*corev1.Node){"b": zone("z2")},
+			pod:  func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "z1"} },
+			want: "pod db-0 cannot run on node b: its nodeSelector zone=z1 does not match the node's labels"},
+		{name: "the named node is excluded by the pod's required node affinity", to: "b",
+			pod: func(p *corev1.Pod) {
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+						Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{"a", "c"}}}}}}}}
+			},
+			want: "pod db-0 cannot run on node b: its required node affinity"},
+		{name: "a tainted node the pod tolerates", to: "b", nodes: map[string]func(*corev1.Node){"b": tainted},
+			pod: func(p *corev1.Pod) {
+				p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+			},
+			wantTarget: "b"},
+		{name: "any node: the roomiest node the pod cannot run on is skipped", to: moveapi.AnyNode,
+			nodes: map[string]func(*corev1.Node){"c": tainted}, wantTarget: "b"},
+		{name: "any node: none the pod can run on", to: moveapi.AnyNode,
+			nodes: map[string]func(*corev1.Node){"b": tainted, "c": func(n *corev1.Node) { n.Spec.Unschedulable = true }},
+			want:  "no other node with room for 1Gi in StorageClass carve-thin can run the claim's pods: pod db-0 cannot run on node c: the node is cordoned"},
+		{name: "no pod uses the claim: any node with room", to: "b", nodes: map[string]func(*corev1.Node){"b": tainted},
+			pod: func(p *corev1.Pod) { p.Spec.Volumes = nil }, wantTarget: "b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, vols := world(t)
 			m, rec := newMover(t, client, vols)
+			for name, edit := range tc.nodes {
+				n, err := client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				edit(n)
+				if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.pod != nil {
+				p, err := client.CoreV1().Pods(ns).Get(context.Background(), "db-0", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tc.pod(p)
+				if _, err := client.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tc.edit != nil {
 				c := getClaim(t, client)
 				tc.edit(c)

@@ -1,8 +1,10 @@
 package mover
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/controller/podfit"
 	"github.com/carve-csi/carve/internal/topology/pinned"
 )
 
@@ -62,7 +65,7 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 	if from == "" {
 		return 0, m.refuse(ctx, c, fmt.Sprintf("its PersistentVolume %s names no node under %s", pv.Name, m.cfg.TopologyKey))
 	}
-	node, why, err := m.targetNode(ctx, pv, from, to)
+	node, why, err := m.targetNode(ctx, c, pv, from, to)
 	if err != nil {
 		return 0, err
 	}
@@ -126,8 +129,12 @@ func (m *Mover) dropRequest(ctx context.Context, ns, name string, uid types.UID)
 // targetNode resolves the request to a node, or says why it cannot go
 // there (why != ""). A node must have a CSIStorageCapacity object of the
 // PV's class (carve controller writes one per node whose agent is
-// connected and class) with room for the PV.
-func (m *Mover) targetNode(ctx context.Context, pv *corev1.PersistentVolume, from, to string) (node, why string, err error) {
+// connected and class) with room for the PV, and every pod that uses
+// the claim now must be able to run on it (podfit.Why: its nodeSelector,
+// required node affinity and tolerations of the node's taints), or the
+// workload, stopped for the move, would not start again. Of the nodes
+// that qualify, * takes the one with the most room.
+func (m *Mover) targetNode(ctx context.Context, c *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, from, to string) (node, why string, err error) {
 	if to == from {
 		return "", fmt.Sprintf("it is on node %s already", from), nil
 	}
@@ -140,7 +147,11 @@ func (m *Mover) targetNode(ctx context.Context, pv *corev1.PersistentVolume, fro
 		return "", "", fmt.Errorf("listing CSIStorageCapacity objects: %w", err)
 	}
 	size := pv.Spec.Capacity[corev1.ResourceStorage]
-	best, bestRoom := "", int64(-1)
+	type candidate struct {
+		node string
+		room int64
+	}
+	var roomy []candidate
 	seen := false
 	for _, c := range caps.Items {
 		if c.StorageClassName != class || c.NodeTopology == nil {
@@ -158,19 +169,82 @@ func (m *Mover) targetNode(ctx context.Context, pv *corev1.PersistentVolume, fro
 		if room == nil || room.Cmp(size) < 0 {
 			continue
 		}
-		if room.Value() > bestRoom || room.Value() == bestRoom && n < best {
-			best, bestRoom = n, room.Value()
-		}
+		roomy = append(roomy, candidate{n, room.Value()})
 	}
 	switch {
-	case best != "":
-		return best, "", nil
-	case to == moveapi.AnyNode && !seen:
+	case len(roomy) == 0 && to == moveapi.AnyNode && !seen:
 		return "", fmt.Sprintf("no other node reports capacity for StorageClass %s", class), nil
-	case to == moveapi.AnyNode:
+	case len(roomy) == 0 && to == moveapi.AnyNode:
 		return "", fmt.Sprintf("no other node has room for %s in StorageClass %s", size.String(), class), nil
-	case !seen:
+	case len(roomy) == 0 && !seen:
 		return "", fmt.Sprintf("node %s reports no capacity for StorageClass %s (no connected carve node agent there, or the class's device class has no volume group on it)", to, class), nil
+	case len(roomy) == 0:
+		return "", fmt.Sprintf("node %s has no room for %s in StorageClass %s", to, size.String(), class), nil
 	}
-	return "", fmt.Sprintf("node %s has no room for %s in StorageClass %s", to, size.String(), class), nil
+	slices.SortFunc(roomy, func(a, b candidate) int {
+		if a.room != b.room {
+			return cmp.Compare(b.room, a.room)
+		}
+		return strings.Compare(a.node, b.node)
+	})
+	pods, err := m.podsOf(ctx, c)
+	if err != nil {
+		return "", "", err
+	}
+	var refused []string
+	for _, cand := range roomy {
+		why, err := m.podsFit(ctx, pods, cand.node)
+		if err != nil {
+			return "", "", err
+		}
+		if why == "" {
+			return cand.node, "", nil
+		}
+		refused = append(refused, why)
+	}
+	if to != moveapi.AnyNode {
+		return "", refused[0] + " (after the move the claim's pods could run only there)", nil
+	}
+	return "", fmt.Sprintf("no other node with room for %s in StorageClass %s can run the claim's pods: %s",
+		size.String(), class, strings.Join(refused, "; ")), nil
+}
+
+// podsOf is the pods that use claim c and have not ended: the workload
+// whose pods must run on the move's target.
+func (m *Mover) podsOf(ctx context.Context, c *corev1.PersistentVolumeClaim) ([]*corev1.Pod, error) {
+	l, err := m.cfg.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	var out []*corev1.Pod
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !usesClaim(p, c.Name) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// podsFit is "" when every pod of pods may run on node (podfit.Why),
+// else why the first may not, naming the pod, the node and the
+// constraint. With no pod (the workload scaled down) any node fits.
+func (m *Mover) podsFit(ctx context.Context, pods []*corev1.Pod, node string) (string, error) {
+	if len(pods) == 0 {
+		return "", nil
+	}
+	n, err := m.cfg.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("node %s is not a Node of the cluster", node), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading node %s: %w", node, err)
+	}
+	for _, p := range pods {
+		if why := podfit.Why(p, n); why != "" {
+			return fmt.Sprintf("pod %s cannot run on node %s: %s", p.Name, node, why), nil
+		}
+	}
+	return "", nil
 }

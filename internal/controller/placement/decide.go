@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -11,9 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/controller/podfit"
 	"github.com/carve-csi/carve/internal/topology/pinned"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -90,7 +95,10 @@ func (p *Placer) sync(ctx context.Context, key string) (outcome, error) {
 	if !ok {
 		return outcome{}, nil
 	}
-	out := p.decide(c)
+	out, err := p.decide(ctx, c)
+	if err != nil {
+		return outcome{}, fmt.Errorf("deciding for claim %s: %w", key, err)
+	}
 	if out.result == "" {
 		return out, nil
 	}
@@ -144,25 +152,50 @@ func (p *Placer) place(ctx context.Context, c *corev1.PersistentVolumeClaim, nod
 	return err
 }
 
-// decide is the decision for claim c (see the package comment).
-func (p *Placer) decide(c *corev1.PersistentVolumeClaim) outcome {
+// decide is the decision for claim c (see the package comment). An
+// error is a failed read of the API, to retry.
+func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (outcome, error) {
 	if !candidate(c) {
-		return outcome{}
+		return outcome{}, nil
 	}
 	src, _ := sourceOf(c)
 	sc := p.class(c)
 	if sc == nil || sc.Provisioner != p.cfg.Driver || sc.VolumeBindingMode == nil ||
 		*sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
-		return outcome{}
+		return outcome{}, nil
 	}
 	if n := c.Annotations[AnnPlaced]; n != "" {
 		return outcome{result: ResultPlacedBefore, message: fmt.Sprintf(
 			"PlacedBefore: the claim carries %s=%s: carve selected a node for it once (a selection taken back since: the node refused the volume), or the claim is to be left to the scheduler; the scheduler chooses the node for %s",
-			AnnPlaced, n, src)}
+			AnnPlaced, n, src)}, nil
+	}
+	pods := p.waiting(c)
+	if len(pods) == 0 {
+		// Where the claim's pods may run is not known until one exists;
+		// its arrival looks again (onPod).
+		return outcome{}, nil
 	}
 	node, out := p.sourceNode(src)
 	if out.result != "" {
-		return out
+		return out, nil
+	}
+	cannot := func(format string, args ...any) outcome {
+		return outcome{result: ResultPodCannotRun, message: fmt.Sprintf("PodCannotRunThere: %s lives on node %s, ", src, node) +
+			fmt.Sprintf(format, args...) + "; the scheduler chooses the node, and the volume is copied there from the source's node (where the StorageClass allows copies across nodes)"}
+	}
+	// A Node the cache does not hold is nil (a thread-safe store's GetByKey never fails).
+	o, _, _ := p.nodes.GetIndexer().GetByKey(node)
+	n, _ := o.(*corev1.Node)
+	if n == nil {
+		return cannot("which is not a Node of the cluster"), nil
+	}
+	for _, pod := range pods {
+		if why := podfit.Why(pod, n); why != "" {
+			return cannot("where pod %s cannot run: %s", pod.Name, why), nil
+		}
+		if why := p.otherVolumes(pod, c.Name, n); why != "" {
+			return cannot("where pod %s cannot run: %s", pod.Name, why), nil
+		}
 	}
 	dc := sc.Parameters[volume.ParamDeviceClass]
 	class := fmt.Sprintf("device class %q", dc)
@@ -174,16 +207,80 @@ func (p *Placer) decide(c *corev1.PersistentVolumeClaim) outcome {
 	if !ok {
 		return outcome{result: ResultSourceNodeUnreachable, retry: true, message: fmt.Sprintf(
 			"SourceNodeUnreachable: %s lives on node %s, whose carve node agent is not connected to the controller, so its room is not known; the scheduler chooses the node",
-			src, node)}
+			src, node)}, nil
 	}
 	if want.Value() > room {
 		return outcome{result: ResultSourceNodeFull, message: fmt.Sprintf(
 			"SourceNodeFull: %s lives on node %s, which can make volumes of at most %s in %s (StorageClass %s); the claim asks %s; the scheduler chooses the node",
-			src, node, bytes(room), class, sc.Name, want.String())}
+			src, node, bytes(room), class, sc.Name, want.String())}, nil
+	}
+	// Last, as it asks the API server: the pods bound to the node, whose
+	// requests take from its allocatable resources. "0": the API server's
+	// cache answers.
+	bound, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), ResourceVersion: "0"})
+	if err != nil {
+		return outcome{}, fmt.Errorf("listing the pods on node %s: %w", node, err)
+	}
+	if why := podfit.Room(n, bound.Items, pods...); why != "" {
+		return cannot("where the claim's pods do not fit: %s", why), nil
+	}
+	names := make([]string, len(pods))
+	for i, pod := range pods {
+		names[i] = pod.Name
 	}
 	return outcome{result: ResultPlaced, node: node, message: fmt.Sprintf(
-		"Selected node %s, where %s lives: it has room for %s in %s (StorageClass %s, at most %s now); the claim's pods run there",
-		node, src, want.String(), class, sc.Name, bytes(room))}
+		"Selected node %s, where %s lives: it has room for %s in %s (StorageClass %s, at most %s now), and the pods waiting for the claim (%s) can run there",
+		node, src, want.String(), class, sc.Name, bytes(room), strings.Join(names, ", "))}, nil
+}
+
+// waiting is the pods that use claim c and wait for a node.
+func (p *Placer) waiting(c *corev1.PersistentVolumeClaim) []*corev1.Pod {
+	objs, err := p.pods.GetIndexer().ByIndex(byClaim, c.Namespace+"/"+c.Name)
+	if err != nil {
+		return nil // only an unknown index fails; it is set up in setupInformers
+	}
+	var out []*corev1.Pod
+	for _, o := range objs {
+		if pod, ok := o.(*corev1.Pod); ok && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodPending {
+			out = append(out, pod)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// otherVolumes is "" when the pod's other claims allow node n: a claim
+// bound to a PersistentVolume whose node affinity excludes n, or one for
+// which another node is selected, would keep the pod off n.
+func (p *Placer) otherVolumes(pod *corev1.Pod, claim string, n *corev1.Node) string {
+	for _, name := range claimsOf(pod) {
+		if name == claim {
+			continue
+		}
+		o, ok, err := p.claims.GetIndexer().GetByKey(pod.Namespace + "/" + name)
+		if err != nil || !ok {
+			continue
+		}
+		other, _ := o.(*corev1.PersistentVolumeClaim)
+		if other == nil {
+			continue
+		}
+		if sel := other.Annotations[AnnSelectedNode]; other.Spec.VolumeName == "" && sel != "" && sel != n.Name {
+			return fmt.Sprintf("it also uses claim %s, for which node %s is selected", name, sel)
+		}
+		if other.Spec.VolumeName == "" {
+			continue
+		}
+		pv, err := p.cfg.PVs.Get(other.Spec.VolumeName)
+		if err != nil || pv == nil || pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+			continue
+		}
+		if ok, err := nodeaffinity.NewLazyErrorNodeSelector(pv.Spec.NodeAffinity.Required).Match(n); err != nil || !ok {
+			return fmt.Sprintf("it also uses claim %s, whose PersistentVolume %s's node affinity excludes the node", name, pv.Name)
+		}
+	}
+	return ""
 }
 
 func (p *Placer) class(c *corev1.PersistentVolumeClaim) *storagev1.StorageClass {

@@ -7,6 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -15,13 +16,43 @@ import (
 )
 
 // bySource indexes claims by the source they restore or clone
-// (sourceKey), so that a change of the source looks at them again.
-const bySource = "source"
+// (sourceKey), so that a change of the source looks at them again;
+// byClaim indexes pending pods by the claims they use (namespace/name).
+const (
+	bySource = "source"
+	byClaim  = "claim"
+)
 
 func (p *Placer) setupInformers() error {
 	p.factory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trim))
 	p.claims = p.factory.Core().V1().PersistentVolumeClaims().Informer()
 	p.classes = p.factory.Storage().V1().StorageClasses().Informer()
+	p.nodes = p.factory.Core().V1().Nodes().Informer()
+	// Only the pods no node is chosen for: those are the ones a
+	// placement decides for, and they are few.
+	p.podFactory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trim),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
+		}))
+	p.pods = p.podFactory.Core().V1().Pods().Informer()
+	if err := p.pods.AddIndexers(cache.Indexers{byClaim: func(o any) ([]string, error) {
+		if pod, ok := o.(*corev1.Pod); ok {
+			var keys []string
+			for _, c := range claimsOf(pod) {
+				keys = append(keys, pod.Namespace+"/"+c)
+			}
+			return keys, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return fmt.Errorf("restore placement: indexing pods: %w", err)
+	}
+	if _, err := p.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    p.onPod,
+		UpdateFunc: func(_, o any) { p.onPod(o) },
+	}); err != nil {
+		return fmt.Errorf("restore placement: watching pods: %w", err)
+	}
 	if err := p.claims.AddIndexers(cache.Indexers{bySource: func(o any) ([]string, error) {
 		if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
 			if s, ok := sourceOf(c); ok {
@@ -118,6 +149,38 @@ func (p *Placer) onClaimDeleted(o any) {
 	}
 }
 
+// onPod queues the claims a pending pod uses that carve may have to place:
+// a restore or clone is placed only once a pod that uses it waits.
+func (p *Placer) onPod(o any) {
+	pod, ok := o.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName != "" {
+		return
+	}
+	for _, name := range claimsOf(pod) {
+		key := pod.Namespace + "/" + name
+		if c, ok, err := p.claims.GetIndexer().GetByKey(key); err == nil && ok {
+			if c, ok := c.(*corev1.PersistentVolumeClaim); ok && candidate(c) {
+				p.queue.Add(key)
+			}
+		}
+	}
+}
+
+// claimsOf names the claims pod uses: its persistentVolumeClaim volumes'
+// and its generic ephemeral volumes' (<pod>-<volume>).
+func claimsOf(pod *corev1.Pod) []string {
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
+		case v.Ephemeral != nil:
+			out = append(out, pod.Name+"-"+v.Name)
+		}
+	}
+	return out
+}
+
 func (p *Placer) enqueueBySource(key string) {
 	objs, err := p.claims.GetIndexer().ByIndex(bySource, key)
 	if err != nil {
@@ -130,10 +193,19 @@ func (p *Placer) enqueueBySource(key string) {
 	}
 }
 
-// trim is the typed informers' transform: claims and StorageClasses keep
-// only what the placer reads (every claim of the cluster is cached).
+// trim is the typed informers' transform: claims, StorageClasses, nodes
+// and pending pods keep only what the placer reads (every claim and node
+// of the cluster is cached).
 func trim(o any) (any, error) {
 	switch v := o.(type) {
+	case *corev1.Pod:
+		return trimPod(v), nil
+	case *corev1.Node:
+		out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion, Labels: v.Labels}}
+		out.Spec.Taints = v.Spec.Taints
+		out.Spec.Unschedulable = v.Spec.Unschedulable
+		out.Status.Allocatable = v.Status.Allocatable
+		return out, nil
 	case *corev1.PersistentVolumeClaim:
 		out := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace, UID: v.UID,
 			ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
@@ -163,6 +235,37 @@ func trim(o any) (any, error) {
 		return out, nil
 	}
 	return o, nil // a tombstone: kept as it is
+}
+
+// trimPod keeps what tells where a pod may run (podfit) and which claims
+// it uses.
+func trimPod(v *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace, UID: v.UID,
+		ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
+	out.Spec.NodeName = v.Spec.NodeName
+	out.Spec.NodeSelector = v.Spec.NodeSelector
+	if a := v.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		out.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity}
+	}
+	out.Spec.Tolerations = v.Spec.Tolerations
+	out.Spec.Overhead = v.Spec.Overhead
+	out.Spec.Resources = v.Spec.Resources
+	for _, vol := range v.Spec.Volumes {
+		switch {
+		case vol.PersistentVolumeClaim != nil:
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: vol.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: vol.PersistentVolumeClaim}})
+		case vol.Ephemeral != nil:
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: vol.Name, VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}})
+		}
+	}
+	for _, c := range v.Spec.InitContainers {
+		out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy})
+	}
+	for _, c := range v.Spec.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Resources: c.Resources})
+	}
+	out.Status.Phase = v.Status.Phase
+	return out
 }
 
 // What the snapshot informers keep of their objects.

@@ -1,35 +1,47 @@
 // Package placement puts a new restore or clone of a carve volume on its
-// source's node before the scheduler chooses one. A local volume can be
-// restored or cloned only where its source lives; left to itself, the
-// scheduler picks any node with room for the claim, carve there refuses
-// the CreateVolume (RESOURCE_EXHAUSTED naming the source's node), and the
-// pod wanders from node to node until the scheduler happens to pick the
-// right one (make measure-restore-placement saw it never did in five
-// minutes).
+// source's node, when the pod that waits for it can run there, before
+// the scheduler chooses a node. A restore or clone on its source's node is
+// made in place (a thin snapshot of a thin source is instant); on any
+// other node it is copied from the source's node over the network (the
+// router's copies across nodes), which takes as long as the data. Left to
+// itself, the scheduler picks any node with room for the claim.
 //
 // So the controller's leader watches the claims of carve's
 // WaitForFirstConsumer StorageClasses whose dataSource (or dataSourceRef)
-// is a carve VolumeSnapshot or a carve PVC, and while such a claim is
-// unbound and no node is selected for it, sets the annotation
-// volume.kubernetes.io/selected-node to the source's node when that
-// node's last capacity report has room for the claim's request in the
-// claim's device class. kube-scheduler's volume binder then considers
-// only that node for the claim's pods, and the PV controller provisions
-// the claim at once, before a pod exists. It writes
-// carve.dev/placed-with-source with the same node in the same patch, and
-// never selects a node for a claim that carries it: when the node refuses
-// the volume anyway, csi-provisioner takes the selection back and the
-// scheduler chooses, rather than carve and the node refusing in a loop.
-// (A claim created with it, whatever its value, is left to the scheduler:
-// the way to opt out.)
+// is a carve VolumeSnapshot or a carve PVC, and the pods no node is chosen
+// for yet. While such a claim is unbound and no node is selected for it,
+// once a pending pod uses it, it sets the annotation
+// volume.kubernetes.io/selected-node to the source's node when every
+// pending pod of the claim can run there (the node's labels match its
+// nodeSelector and required node affinity, it tolerates the node's
+// NoSchedule and NoExecute taints and the cordon, its other claims are
+// not pinned to another node, and the node's allocatable resources, less
+// what the pods on it request, hold its requests: package podfit, the
+// scheduler's own rules) and that node's last capacity report has room
+// for the claim's request in the claim's device class. kube-scheduler's
+// volume binder then considers only that node for the claim's pods, and
+// the PV controller provisions the claim there. Otherwise it leaves the
+// claim to the scheduler, which chooses a node where the pod can run and
+// the restore is copied to. With no pod yet nothing is decided: where the
+// claim's pods may run is not known. The scheduler, acting on the same
+// pod, may select a node first; then carve leaves that choice (its patch
+// carries the claim's resourceVersion), and the restore is copied.
+//
+// It writes carve.dev/placed-with-source with the same node in the same
+// patch, and never selects a node for a claim that carries it: when the
+// node refuses the volume anyway, csi-provisioner takes the selection
+// back and the scheduler chooses, rather than carve and the node refusing
+// in a loop. (A claim created with it, whatever its value, is left to the
+// scheduler: the way to opt out.)
 //
 // Each decision is an Event on the claim (Normal PlacedWithSource, or
 // Normal NotPlaced whose message starts with the reason: SourceNodeFull,
 // SourceNodeUnreachable, SourceNodeUnknown, SourceNotCarve,
-// PlacedBefore) and a count in carve_restore_placements_total{result}.
-// Claims carve has nothing to decide for (another driver's class, an
-// Immediate class, no source or a source that is neither a snapshot nor a
-// claim, a node already selected, bound, being deleted) get neither.
+// PodCannotRunThere, PlacedBefore) and a count in
+// carve_restore_placements_total{result}. Claims carve has nothing to
+// decide for (another driver's class, an Immediate class, no source or a
+// source that is neither a snapshot nor a claim, a node already selected,
+// bound, being deleted, no pending pod) get neither.
 package placement
 
 import (
@@ -87,10 +99,11 @@ const (
 	ResultSourceNodeUnknown     = "source_node_unknown"
 	ResultSourceNotCarve        = "source_not_carve"
 	ResultPlacedBefore          = "placed_before"
+	ResultPodCannotRun          = "pod_cannot_run_there"
 )
 
 var results = []string{ResultPlaced, ResultSourceNodeFull, ResultSourceNodeUnreachable,
-	ResultSourceNodeUnknown, ResultSourceNotCarve, ResultPlacedBefore}
+	ResultSourceNodeUnknown, ResultSourceNotCarve, ResultPlacedBefore, ResultPodCannotRun}
 
 // Retries of a claim whose source's node is not known or not reachable
 // yet back off from baseDelay to maxDelay, maxRetries times (about three
@@ -125,7 +138,9 @@ type PVs interface {
 
 // Config is what the placer needs; main builds it.
 type Config struct {
-	// Client watches claims and StorageClasses and patches claims.
+	// Client watches claims, StorageClasses, nodes and the pods that
+	// wait for a node, lists the pods on a source's node, and patches
+	// claims.
 	Client kubernetes.Interface
 	// Dynamic watches VolumeSnapshots and VolumeSnapshotContents.
 	Dynamic dynamic.Interface
@@ -151,10 +166,14 @@ type Placer struct {
 	decisions *prometheus.CounterVec
 	started   atomic.Bool
 
-	factory   informers.SharedInformerFactory
-	dyn       dynamicinformer.DynamicSharedInformerFactory
-	claims    cache.SharedIndexInformer
-	classes   cache.SharedIndexInformer
+	factory    informers.SharedInformerFactory
+	podFactory informers.SharedInformerFactory
+	dyn        dynamicinformer.DynamicSharedInformerFactory
+	claims     cache.SharedIndexInformer
+	classes    cache.SharedIndexInformer
+	nodes      cache.SharedIndexInformer
+	// pods are the pods no node is chosen for yet.
+	pods      cache.SharedIndexInformer
 	snapshots cache.SharedIndexInformer
 	contents  cache.SharedIndexInformer
 
@@ -190,7 +209,7 @@ func New(cfg Config) (*Placer, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseDelay, maxDelay)),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_restore_placements_total",
-			Help: "Decisions of carve controller on new restores and clones of carve volumes, by result: placed (the claim's node selected: its source's), or why not: source_node_full, source_node_unreachable, source_node_unknown, source_not_carve, placed_before.",
+			Help: "Decisions of carve controller on new restores and clones of carve volumes, by result: placed (the claim's node selected: its source's), or why not: source_node_full, source_node_unreachable, source_node_unknown, source_not_carve, placed_before, pod_cannot_run_there.",
 		}, []string{"result"}),
 		told:           map[types.UID]string{},
 		takenBackDelay: takenBackDelay,
@@ -219,6 +238,8 @@ func (p *Placer) Run(ctx context.Context) error {
 	defer p.queue.ShutDown()
 	p.factory.Start(ctx.Done())
 	defer p.factory.Shutdown()
+	p.podFactory.Start(ctx.Done())
+	defer p.podFactory.Shutdown()
 	var snaps sync.WaitGroup
 	snaps.Go(func() { p.startSnapshots(ctx) })
 	defer snaps.Wait()
@@ -226,7 +247,7 @@ func (p *Placer) Run(ctx context.Context) error {
 	// Not the snapshot informers: without the snapshot CRDs they never
 	// sync, and clones still need placing. A restore seen before they
 	// have synced is looked at again (sourceNode).
-	if !cache.WaitForCacheSync(ctx.Done(), p.claims.HasSynced, p.classes.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), p.claims.HasSynced, p.classes.HasSynced, p.nodes.HasSynced, p.pods.HasSynced) {
 		return nil
 	}
 	log.Info("Placing new restores and clones on their source's node")

@@ -160,12 +160,43 @@ func content(name, driver, handle string) *unstructured.Unstructured {
 
 var snapHandle = volume.SnapshotID("node-a", "vg-a", volume.SnapshotLVNameFor("snapshot-1"))
 
-// world is what one case's API server and node reports hold.
+// world is what one case's API server and node reports hold. The API
+// server holds nodes node-a and node-b (testNode) and, unless noPod,
+// the pending pod pod-c that uses claim c, besides objs.
 type world struct {
 	objs     []runtime.Object
 	dyn      []runtime.Object
 	pvs      fakePVs
 	capacity fakeCapacity
+	noPod    bool
+	// nodes, when set, replace node-a and node-b.
+	nodes []runtime.Object
+}
+
+// testNode is a node with 4 CPUs, 8Gi of memory, room for 10 pods,
+// labels zone=z1 and carve's topology label.
+func testNode(name string, opts ...func(*corev1.Node)) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{testKey: name, "zone": "z1"}}}
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"),
+		corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("10")}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
+}
+
+// pendingPod is a pod no node is chosen for, that uses claims.
+func pendingPod(name string, claims []string, opts ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	for _, c := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 type harness struct {
@@ -179,7 +210,15 @@ type harness struct {
 
 func start(t *testing.T, w world) *harness {
 	t.Helper()
-	client := fake.NewClientset(append(classes(), w.objs...)...)
+	nodes := w.nodes
+	if nodes == nil {
+		nodes = []runtime.Object{testNode("node-a"), testNode("node-b")}
+	}
+	objs := append(classes(), nodes...)
+	if !w.noPod {
+		objs = append(objs, pendingPod("pod-c", []string{"c"}))
+	}
+	client := fake.NewClientset(append(objs, w.objs...)...)
 	client.Resources = []*metav1.APIResourceList{{GroupVersion: "snapshot.storage.k8s.io/v1",
 		APIResources: []metav1.APIResource{{Name: "volumesnapshots"}, {Name: "volumesnapshotcontents"}}}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
@@ -201,12 +240,15 @@ func (h *harness) informers(t *testing.T) {
 	t.Helper()
 	h.p.factory.Start(h.ctx.Done())
 	h.p.dyn.Start(h.ctx.Done())
+	h.p.podFactory.Start(h.ctx.Done())
 	t.Cleanup(func() {
 		h.cancel()
 		h.p.factory.Shutdown()
+		h.p.podFactory.Shutdown()
 		h.p.dyn.Shutdown()
 	})
-	if !cache.WaitForCacheSync(h.ctx.Done(), h.p.claims.HasSynced, h.p.classes.HasSynced, h.p.snapshots.HasSynced, h.p.contents.HasSynced) {
+	if !cache.WaitForCacheSync(h.ctx.Done(), h.p.claims.HasSynced, h.p.classes.HasSynced, h.p.snapshots.HasSynced, h.p.contents.HasSynced,
+		h.p.nodes.HasSynced, h.p.pods.HasSynced) {
 		t.Fatal("informers did not sync")
 	}
 }
@@ -322,7 +364,90 @@ func TestDecide(t *testing.T) {
 			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap"), annotated(AnnPlaced, "node-a"))),
 			claim: "c", result: ResultPlacedBefore, event: "PlacedBefore: the claim carries carve.dev/placed-with-source=node-a"},
 
+		{name: "the pod's nodeSelector excludes the source's node",
+			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), pendingPod("pod-z", []string{"c"}, func(p *corev1.Pod) {
+				p.Spec.NodeSelector = map[string]string{"zone": "z2"}
+			})),
+			claim: "c", result: ResultPodCannotRun,
+			event: "Normal NotPlaced PodCannotRunThere: VolumeSnapshot app/snap lives on node node-a, where pod pod-z cannot run: its nodeSelector zone=z2 does not match the node's labels; the scheduler chooses the node"},
+		{name: "the pod's required node affinity excludes the source's node",
+			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), pendingPod("pod-z", []string{"c"}, func(p *corev1.Pod) {
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+						Key: testKey, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-a"}}}}}}}}
+			})),
+			claim: "c", result: ResultPodCannotRun, event: "where pod pod-z cannot run: its required node affinity"},
+		{name: "the source's node has a taint the pod does not tolerate",
+			world: func() world {
+				w := snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")))
+				w.nodes = []runtime.Object{testNode("node-a", func(n *corev1.Node) {
+					n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+				})}
+				return w
+			}(),
+			claim: "c", result: ResultPodCannotRun, event: "where pod pod-c cannot run: it does not tolerate the node's taint dedicated=gpu:NoSchedule"},
+		{name: "a tainted source's node the pod tolerates",
+			world: func() world {
+				w := snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), pendingPod("pod-z", []string{"c"}, func(p *corev1.Pod) {
+					p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+				}))
+				w.noPod = true
+				w.nodes = []runtime.Object{testNode("node-a", func(n *corev1.Node) {
+					n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+				})}
+				return w
+			}(),
+			claim: "c", result: ResultPlaced, node: "node-a", event: "and the pods waiting for the claim (pod-z) can run there"},
+		{name: "the source's node is not a Node",
+			world: world{objs: []runtime.Object{claim("c", "thick", "1Gi", fromSnapshot("snap"))},
+				dyn: []runtime.Object{snapshot("snap", "content-1"), content("content-1", testDriver, volume.SnapshotID("node-z", "vg", volume.SnapshotLVNameFor("s")))},
+				pvs: fakePVs{}, capacity: fakeCapacity{"node-z": {"ssd": 5 * gi}}},
+			claim: "c", result: ResultPodCannotRun, event: "lives on node node-z, which is not a Node of the cluster"},
+		{name: "the pod's other claim is bound to a volume on another node",
+			world: func() world {
+				w := snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), claim("wal", "thick", "1Gi", boundTo("pv-wal")),
+					pendingPod("pod-z", []string{"c", "wal"}))
+				w.pvs = fakePVs{"pv-wal": pv("pv-wal", testDriver, "node-b")}
+				return w
+			}(),
+			claim: "c", result: ResultPodCannotRun, event: "it also uses claim wal, whose PersistentVolume pv-wal's node affinity excludes the node"},
+		{name: "the pod's other claim has another node selected",
+			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), claim("wal", "thick", "1Gi", annotated(AnnSelectedNode, "node-b")),
+				pendingPod("pod-z", []string{"c", "wal"})),
+			claim: "c", result: ResultPodCannotRun, event: "it also uses claim wal, for which node node-b is selected"},
+		{name: "the pod's other claim is on the source's node too",
+			world: func() world {
+				w := snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), claim("data", "thick", "1Gi", boundTo("pv-data")),
+					pendingPod("pod-z", []string{"c", "data"}))
+				w.pvs = fakePVs{"pv-data": pv("pv-data", testDriver, "node-a")}
+				return w
+			}(),
+			claim: "c", result: ResultPlaced, node: "node-a", event: "the pods waiting for the claim (pod-c, pod-z) can run there"},
+		{name: "the pod does not fit the source's node's free CPU",
+			world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), func() *corev1.Pod {
+				p := pendingPod("busy", nil, func(p *corev1.Pod) {
+					p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3500m")}
+				})
+				p.Spec.NodeName, p.Status.Phase = "node-a", corev1.PodRunning
+				return p
+			}(), pendingPod("pod-z", []string{"c"}, func(p *corev1.Pod) {
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			})),
+			claim: "c", result: ResultPodCannotRun, event: "where the claim's pods do not fit: insufficient cpu: the pod requests 1, the node has 4 allocatable of which 3500m is requested"},
+
 		// Nothing for carve to decide: no annotation, no Event.
+		{name: "no pod uses the claim yet", world: func() world {
+			w := snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")))
+			w.noPod = true
+			return w
+		}(), claim: "c"},
+		{name: "the claim's only pod has a node already", world: func() world {
+			w := snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap")), pendingPod("pod-c", []string{"c"}, func(p *corev1.Pod) {
+				p.Spec.NodeName, p.Status.Phase = "node-b", corev1.PodRunning
+			}))
+			w.noPod = true
+			return w
+		}(), claim: "c"},
 		{name: "node already selected", world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap"), annotated(AnnSelectedNode, "node-b"))), claim: "c"},
 		{name: "bound", world: snapWorld(claim("c", "thick", "1Gi", fromSnapshot("snap"), boundTo("pv-1"))), claim: "c"},
 		{name: "Immediate class", world: snapWorld(claim("c", "now", "1Gi", fromSnapshot("snap"))), claim: "c"},
@@ -460,9 +585,10 @@ func TestClaimUpdateAfterTakeBack(t *testing.T) {
 	}
 }
 
-// TestRun: the workers place a restore created while they run, and a
-// clone once its source is bound (the source's change looks at the clone
-// again).
+// TestRun: the workers place a restore created while they run once a
+// pod that uses it waits (the pod's arrival looks at the claim again;
+// before it nothing is decided), and a clone once its source is bound
+// (the source's change looks at the clone again).
 func TestRun(t *testing.T) {
 	pvs := fakePVs{"pv-src": pv("pv-src", testDriver, "node-b")}
 	h := start(t, world{objs: []runtime.Object{claim("src", "thick", "1Gi")},
@@ -500,6 +626,15 @@ func TestRun(t *testing.T) {
 			}
 		}
 	}
+	time.Sleep(100 * time.Millisecond)
+	if c, err := pvcs.Get(h.ctx, "restore", metav1.GetOptions{}); err != nil || c.Annotations[AnnSelectedNode] != "" {
+		t.Fatalf("before its pod: claim restore %v (%v), want no selected node", c.Annotations, err)
+	}
+	for _, p := range []*corev1.Pod{pendingPod("restore-app", []string{"restore"}), pendingPod("clone-app", []string{"clone"})} {
+		if _, err := h.client.CoreV1().Pods(ns).Create(h.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitAnnotation("restore", "node-a")
 	src, err := pvcs.Get(h.ctx, "src", metav1.GetOptions{})
 	if err != nil {
@@ -516,7 +651,8 @@ func TestRun(t *testing.T) {
 // placed, and a restore's node is unknown.
 func TestWithoutSnapshotAPI(t *testing.T) {
 	h := start(t, world{objs: []runtime.Object{claim("src", "thick", "1Gi", boundTo("pv-src")),
-		claim("clone", "thick", "1Gi", fromClaim("src")), claim("restore", "thick", "1Gi", fromSnapshot("snap"))},
+		claim("clone", "thick", "1Gi", fromClaim("src")), claim("restore", "thick", "1Gi", fromSnapshot("snap")),
+		pendingPod("app", []string{"clone", "restore"})},
 		pvs: fakePVs{"pv-src": pv("pv-src", testDriver, "node-a")}, capacity: fakeCapacity{"node-a": {"ssd": gi}}})
 	h.client.Resources = nil
 	done := make(chan error, 1)

@@ -1,0 +1,138 @@
+// Package podfit tells whether a pod could run on a node, by the rules
+// kube-scheduler filters nodes with (through k8s.io/component-helpers,
+// the scheduler's own helpers): the node's labels against the pod's
+// nodeSelector and required node affinity, the node's NoSchedule and
+// NoExecute taints (and the cordon) against the pod's tolerations, and
+// the node's allocatable resources, less what the pods bound to it
+// request, against the pod's requests. The controller asks it before it
+// pins a volume, and so the pods that use it, to a node: a restore on its
+// source's node (placement), a move's target (mover).
+//
+// Each check answers "" when the pod may run there, else a sentence that
+// names the constraint, for an Event.
+package podfit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// unschedulable is the taint kube-scheduler treats a cordoned node as
+// having (its NodeUnschedulable filter): a pod that tolerates it may
+// still go there.
+var unschedulable = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+
+// Why is "" when pod may run on node by its nodeSelector, its required
+// node affinity and its tolerations; else why not, naming the
+// constraint (the node's name is the caller's to say).
+func Why(pod *corev1.Pod, node *corev1.Node) string {
+	if len(pod.Spec.NodeSelector) > 0 {
+		ok, err := nodeaffinity.NewRequiredNodeAffinity(pod.Spec.NodeSelector, nil).Match(node)
+		if err != nil || !ok {
+			return fmt.Sprintf("its nodeSelector %s does not match the node's labels", selector(pod.Spec.NodeSelector))
+		}
+	}
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		ok, err := nodeaffinity.NewRequiredNodeAffinity(nil, a).Match(node)
+		if err != nil {
+			return fmt.Sprintf("its required node affinity is not valid: %v", err)
+		}
+		if !ok {
+			return "its required node affinity (requiredDuringSchedulingIgnoredDuringExecution) does not match the node"
+		}
+	}
+	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, &unschedulable, false) {
+		return "the node is cordoned (unschedulable) and the pod does not tolerate " + unschedulable.ToString()
+	}
+	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
+		func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}, false)
+	if untolerated {
+		return "it does not tolerate the node's taint " + taint.ToString()
+	}
+	return ""
+}
+
+// Room is "" when the node's allocatable resources, less the requests
+// of bound (the pods on the node that have not ended), hold the
+// requests of pods together; else which resource is short. bound may
+// hold pods of other nodes and pods among pods: they are skipped.
+func Room(node *corev1.Node, bound []corev1.Pod, pods ...*corev1.Pod) string {
+	want := corev1.ResourceList{}
+	skip := map[string]bool{}
+	for _, p := range pods {
+		add(want, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+		skip[p.Namespace+"/"+p.Name] = true
+	}
+	used := corev1.ResourceList{}
+	count := int64(len(pods))
+	for i := range bound {
+		p := &bound[i]
+		if p.Spec.NodeName != node.Name || skip[p.Namespace+"/"+p.Name] ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		add(used, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+		count++
+	}
+	if most, ok := node.Status.Allocatable[corev1.ResourcePods]; ok && count > most.Value() {
+		return fmt.Sprintf("the node runs %d pods already, its most (allocatable pods: %s)", count-int64(len(pods)), most.String())
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		name := corev1.ResourceName(n)
+		q := want[name]
+		if q.IsZero() {
+			continue
+		}
+		free := node.Status.Allocatable[name].DeepCopy()
+		free.Sub(used[name])
+		if free.Cmp(q) < 0 {
+			alloc := node.Status.Allocatable[name]
+			return fmt.Sprintf("insufficient %s: the pod requests %s, the node has %s allocatable of which %s is requested by its pods",
+				n, q.String(), alloc.String(), orZero(used[name]))
+		}
+	}
+	return ""
+}
+
+func add(to, l corev1.ResourceList) {
+	for n, q := range l {
+		sum := to[n].DeepCopy()
+		sum.Add(q)
+		to[n] = sum
+	}
+}
+
+func orZero(q resource.Quantity) string {
+	if q.IsZero() {
+		return "0"
+	}
+	return q.String()
+}
+
+// selector writes a nodeSelector as k=v,k=v in key order.
+func selector(s map[string]string) string {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + s[k]
+	}
+	return strings.Join(keys, ",")
+}

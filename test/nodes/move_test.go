@@ -332,7 +332,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	waitFor(t, 10*time.Minute, "the move back stopping the workload", func(ctx context.Context) (bool, string, error) {
 		select {
 		case err := <-done:
-			return false, "", fmt.Errorf("kubectl carve move ended before the workload stopped: %v\n%s", err, moveOut.String())
+			return false, "", fmt.Errorf("kubectl carve move ended before the workload stopped: %w\n%s", err, moveOut.String())
 		default:
 		}
 		p, phase, err := phaseOf(ctx)

@@ -291,11 +291,12 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 
 	// To the peer first: its agent is the one the test can end.
 	firstPV := pvOf(t, ns, moveClaim)
+	firstHandle := volumeHandle(t, firstPV)
 	out, st := runMove(t, ctx, ns, peerName, firstPV)
 	if st.err != nil {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
 	}
-	oldPV := checkMoved(t, ctx, ns, moveClaim, firstPV, volumeHandle(t, firstPV), peerName, peer.VG, st.seed)
+	oldPV := checkMoved(t, ctx, ns, moveClaim, firstPV, firstHandle, peerName, peer.VG, st.seed)
 	source := volumeHandle(t, oldPV)
 	files := filesOnLV(t, ctx, source)
 	// The pod on the peer holds the claim while the move back stops it:

@@ -265,7 +265,8 @@ func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
 
 // TestCrossNodeMoveParksWhenTheSourceDies (make test-nodes-peer): the
 // move's source node is lost for good. The claim is first moved to the
-// peer (the node whose agent the test ends), then back to the guest
+// peer (the node whose agent the test ends) while its pod appends to
+// /data/log, then back to the guest
 // node, the peer cordoned as a failing node is. While the move back
 // stops the workload (the claim being deleted, held by the StatefulSet's
 // pod on the peer), the test reads the SHA-256 of the seed snapshot on
@@ -292,7 +293,9 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	// To the peer first: its agent is the one the test can end.
 	firstPV := pvOf(t, ns, moveClaim)
 	firstHandle := volumeHandle(t, firstPV)
+	stopWriter := startWriter(t, ctx, ns)
 	out, st := runMove(t, ctx, ns, peerName, firstPV)
+	stopWriter()
 	if st.err != nil {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
 	}

@@ -268,8 +268,8 @@ func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
 // peer (the node whose agent the test ends) while its pod appends to
 // /data/log, then back to the guest
 // node, the peer cordoned as a failing node is. While the move back
-// stops the workload (the claim being deleted, held by the StatefulSet's
-// pod on the peer), the test reads the SHA-256 of the seed snapshot on
+// stops the workload (the claim being deleted, held by a finalizer of
+// the test's as by a pod still terminating), the test reads the SHA-256 of the seed snapshot on
 // the peer and of the target on the guest node, then kills the peer's
 // agent for good and removes its volume group, and only then deletes
 // the pod (the absent kubelet's part): every catch-up finds its source
@@ -315,6 +315,11 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 		return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
 	})
 	cordon(t, ctx, peerName, true)
+	// A pod ends at once on the peer (its grace period is 0), so the
+	// test's own finalizer holds the claim while the workload stops, as
+	// a pod still terminating would: the catch-up begins only once the
+	// test lets the claim go.
+	release := holdClaim(t, ctx, ns, moveClaim)
 
 	// Back to the guest node.
 	cmd := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--to", nodeName, "--timeout", "20m")
@@ -380,6 +385,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 			t.Errorf("the peer after the test: %v", err)
 		}
 	})
+	release()
 	lostAt := time.Now()
 	waitFor(t, 15*time.Minute, "the move parked", func(ctx context.Context) (bool, string, error) {
 		// The absent kubelet's part: the pod on the peer goes.
@@ -479,6 +485,48 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 		t.Errorf("on %s the pod reads\n%s\nwant what the source held\n%s", pod.Spec.NodeName, got, files)
 	}
 	t.Logf("salvaged: %s", strings.TrimSpace(string(salvage)))
+}
+
+// holdFinalizer is the test's finalizer that holds a claim being deleted.
+const holdFinalizer = "carve.dev/test-hold"
+
+// holdClaim adds holdFinalizer to the claim ns/name; the returned func
+// (also run at cleanup) takes it away again.
+func holdClaim(t *testing.T, ctx context.Context, ns, name string) func() {
+	t.Helper()
+	claims := bed.Client.CoreV1().PersistentVolumeClaims(ns)
+	c, err := claims.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Finalizers = append(c.Finalizers, holdFinalizer)
+	if _, err := claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	uid := c.UID
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			ctx := context.Background()
+			for range 10 {
+				c, err := claims.Get(ctx, name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || err == nil && c.UID != uid {
+					return
+				}
+				if err == nil {
+					c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == holdFinalizer })
+					if _, err = claims.Update(ctx, c, metav1.UpdateOptions{}); err == nil {
+						return
+					}
+				}
+				t.Logf("releasing claim %s/%s: %v", ns, name, err)
+				time.Sleep(time.Second)
+			}
+			t.Errorf("claim %s/%s keeps finalizer %s", ns, name, holdFinalizer)
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 // moveStatefulSet is the moved StatefulSet: not pinned (the move picks

@@ -414,9 +414,12 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	if from := pv.Annotations[moveapi.AnnParkedFrom]; from != moveapi.PhaseCatchingUp || !strings.Contains(pv.Annotations[moveapi.AnnParked], peerName) {
 		t.Errorf("parked from %q for %q, want from %s naming node %s", from, pv.Annotations[moveapi.AnnParked], moveapi.PhaseCatchingUp, peerName)
 	}
-	if ev := lastEventOf(ctx, ns, moveClaim, moveapi.ReasonParked); !strings.Contains(ev, target) {
-		t.Errorf("the %s Event on the claim: %q, want it naming the kept target %s", moveapi.ReasonParked, ev, target)
-	}
+	// Events are recorded in the background: the park's may follow its
+	// phase by a moment.
+	waitFor(t, shortWait, "the "+moveapi.ReasonParked+" Event on the claim naming the kept target "+target, func(ctx context.Context) (bool, string, error) {
+		ev := lastEventOf(ctx, ns, moveClaim, moveapi.ReasonParked)
+		return strings.Contains(ev, target), ev, nil
+	})
 
 	// A rollback would have bound the claim to the old volume and deleted
 	// the target within a few polls: for a full parked poll after the

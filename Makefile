@@ -200,10 +200,13 @@ test-nodes: deps build deploy-tools cachedir
 # bed plus a peer node (a second node agent with its own volume group in
 # the guest, CARVE_NODES_PEER=1), and only the tests that need it
 # (TestCrossNode*).
+# NODES_PEER_RUN narrows the peer tier to the tests it matches (go test
+# -run), e.g. NODES_PEER_RUN=^TestCrossNodeMoveParks.
+NODES_PEER_RUN ?= ^TestCrossNode
 test-nodes-peer: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_NODES_PEER=1 \
-	  $(GO) test -tags nodes -count=1 -timeout 30m -run '^TestCrossNode' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes-peer.log | ./hack/summarize-go-test.sh nodes-peer
+	  $(GO) test -tags nodes -count=1 -timeout 40m -run '$(NODES_PEER_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes-peer.log | ./hack/summarize-go-test.sh nodes-peer
 
 # A measurement on real nodes, not part of make test: a StatefulSet's
 # claim moved to the peer node and back (TestCrossNodeMoveStatefulSet), a

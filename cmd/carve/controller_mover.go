@@ -20,7 +20,7 @@ func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	reg prometheus.Registerer) (func(context.Context) error, error) {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
 	m, err := mover.New(mover.Config{Client: client, Driver: o.DriverName, TopologyKey: topology.Key,
-		CapacityNamespace: o.Route.CapacityNamespace, Volumes: srv, CatchUp: srv, Events: rec, Registerer: reg})
+		CapacityNamespace: o.Route.CapacityNamespace, Volumes: srv, CatchUp: srv, Events: rec, Registerer: reg, Retries: o.MoveRetries})
 	if err != nil {
 		stop()
 		return nil, err

@@ -38,6 +38,9 @@ type ControllerOptions struct {
 	// LeaderElectionNamespace holds the Lease; empty is the pod's own
 	// namespace.
 	LeaderElectionNamespace string
+	// MoveRetries is how often a move retries a failing step once its
+	// workload stopped before it gives up (mover.Config.Retries).
+	MoveRetries int
 	// Route configures routing to the node agents over the node channel.
 	Route RouteOptions
 	// Audit configures the comparison of the nodes' LVs with carve's PVs.
@@ -54,6 +57,7 @@ func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.DeleteRetainedClaimsOfLostNodes, "delete-retained-claims-of-lost-nodes", false, "with --delete-claims-of-lost-nodes: delete also the claims and PersistentVolumes whose reclaim policy is Retain (without it they are only reported)")
 	fs.BoolVar(&o.LeaderElection, "leader-election", true, "only the replica holding the Lease carve-controller watches for lost nodes, only the holder of carve-controller-capacity writes CSIStorageCapacity objects, only the holder of carve-controller-placement selects the node of new restores and clones, only the holder of carve-controller-audit audits the nodes' LVs, and only the holder of carve-controller-mover moves claims to other nodes")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty is the pod's own namespace")
+	fs.IntVar(&o.MoveRetries, "move-retries", 40, "how often a move (kubectl carve move, drain) retries a failing step once its workload stopped, each after a backoff doubling from 1s to 1m (40: about 35 minutes), before it gives up: it rolls back, or parks when the old volume's node does not vouch for it")
 	o.Route.AddFlags(fs)
 	o.Audit.AddFlags(fs)
 }
@@ -69,6 +73,9 @@ func (o *ControllerOptions) Validate() error {
 	}
 	if o.LostNodeGrace < time.Second {
 		errs = append(errs, fmt.Errorf("--lost-node-grace-period %v: must be at least 1s", o.LostNodeGrace))
+	}
+	if o.MoveRetries < 1 {
+		errs = append(errs, fmt.Errorf("--move-retries %d: must be at least 1", o.MoveRetries))
 	}
 	if o.DeleteRetainedClaimsOfLostNodes && !o.DeleteClaimsOfLostNodes {
 		errs = append(errs, errors.New("--delete-retained-claims-of-lost-nodes: needs --delete-claims-of-lost-nodes"))

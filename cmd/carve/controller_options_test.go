@@ -14,7 +14,7 @@ import (
 func TestControllerOptions(t *testing.T) {
 	valid := func() ControllerOptions {
 		return ControllerOptions{CommonOptions: CommonOptions{Endpoint: "unix:///csi/csi.sock", DriverName: DefaultDriverName},
-			LostNodesInterval: time.Minute, LostNodeGrace: 30 * time.Minute, LeaderElection: true,
+			LostNodesInterval: time.Minute, LostNodeGrace: 30 * time.Minute, LeaderElection: true, MoveRetries: 40,
 			Audit: AuditOptions{Interval: time.Minute, Grace: 6 * time.Hour, RemovalGrace: 7 * 24 * time.Hour}}
 	}
 	tests := []struct {
@@ -31,6 +31,7 @@ func TestControllerOptions(t *testing.T) {
 		{"no lost-node grace period", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes, o.LostNodeGrace = true, 0 }, "--lost-node-grace-period"},
 		{"deleting retained claims", func(o *ControllerOptions) { o.DeleteClaimsOfLostNodes, o.DeleteRetainedClaimsOfLostNodes = true, true }, ""},
 		{"deleting retained claims alone", func(o *ControllerOptions) { o.DeleteRetainedClaimsOfLostNodes = true }, "--delete-retained-claims-of-lost-nodes: needs --delete-claims-of-lost-nodes"},
+		{"no move retries", func(o *ControllerOptions) { o.MoveRetries = 0 }, "--move-retries"},
 		{"bad endpoint", func(o *ControllerOptions) { o.Endpoint = "tcp://x:1" }, "--endpoint"},
 		{"routing", func(o *ControllerOptions) { o.Route = routing() }, ""},
 		{"routing without a namespace", func(o *ControllerOptions) { o.Route = routing(); o.Route.Namespace = "" }, "--node-channel-namespace"},
@@ -87,6 +88,7 @@ func TestControllerDeletionDefaults(t *testing.T) {
 		{"--remove-orphans", o.Audit.RemoveOrphans, false},
 		{"--orphan-grace-period", o.Audit.Grace, 6 * time.Hour},
 		{"--orphan-removal-grace-period", o.Audit.RemovalGrace, 7 * 24 * time.Hour},
+		{"--move-retries", o.MoveRetries, 40},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s defaults to %v, want %v", c.flag, c.got, c.want)

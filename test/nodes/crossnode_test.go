@@ -40,6 +40,22 @@ func peersFromEnv() []cluster.GuestPeerSpec {
 	return []cluster.GuestPeerSpec{{Name: peerName, VGSize: 6 << 30, PoolSize: "2g"}}
 }
 
+// peerMoveRetries is carve controller's --move-retries on a bed with a
+// peer: a move whose catch-up cannot reach its source gives up after
+// about 3 minutes (backoffs of 1, 2, 4 ... 32 s, then 60 s twice) rather
+// than 35, so that TestCrossNodeMoveParksWhenTheSourceDies sees it park
+// within the tier's time. The other moves' retries (a target agent
+// started again, a source not yet unstaged) end well within that.
+const peerMoveRetries = 8
+
+// peerControllerArgs are the controller flags a bed with peers sets.
+func peerControllerArgs(peers []cluster.GuestPeerSpec) []string {
+	if len(peers) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("--move-retries=%d", peerMoveRetries)}
+}
+
 // peerNames lists the bed's peer nodes.
 func peerNames(b *cluster.Cluster) string {
 	var names []string

@@ -98,6 +98,7 @@ func configFromEnv() (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	peers := peersFromEnv()
 	cfg := cluster.Config{
 		BinDir:    binDir,
 		CarveBin:  carve,
@@ -120,7 +121,9 @@ func configFromEnv() (cluster.Config, error) {
 		ControllerOnGuest: len(simulated) > 0,
 		// A second node agent with real device-mapper beside the guest's
 		// (make test-nodes-peer): copies across nodes.
-		GuestPeers: peersFromEnv(),
+		GuestPeers: peers,
+		// What the peer tier needs of carve controller.
+		ControllerArgs: peerControllerArgs(peers),
 	}
 	return cfg, cluster.Requirements(cfg)
 }

@@ -263,6 +263,275 @@ func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
 	t.Logf("the peer's agent killed during the catch-up and started again; moved: %s", st.event)
 }
 
+// TestCrossNodeMoveParksWhenTheSourceDies (make test-nodes-peer): the
+// move's source node is lost for good. The claim is first moved to the
+// peer (the node whose agent the test ends) while its pod appends to
+// /data/log, then back to the guest
+// node, the peer cordoned as a failing node is. While the move back
+// stops the workload (the claim being deleted, held by a finalizer of
+// the test's as by a pod still terminating), the test reads the SHA-256 of the seed snapshot on
+// the peer and of the target on the guest node, then kills the peer's
+// agent for good and removes its volume group, and only then deletes
+// the pod (the absent kubelet's part): every catch-up finds its source
+// gone. When the catch-up gives up (carve controller's --move-retries,
+// peerMoveRetries here: where a rollback began before moves parked),
+// the move parks: phase parked from catching-up, a MoveParked Event,
+// kubectl carve move exits non-zero saying so; for a full parked poll
+// after (the mover looks again at once and then every 30 s), the target
+// LV stays in the guest's volume group with the seed's bytes, not
+// copy-pending, the seed stays recorded, the claim stays unbound and no
+// MoveRolledBack Event comes. Then `kubectl carve move --salvage` says
+// which writes are lost (from the seed's time to the stop, as recorded),
+// the claim binds to the mover's PV on the target, the old PV goes, a
+// MoveSalvaged Event names the loss, and the StatefulSet's pod runs on
+// the guest node and reads the files the source held.
+func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
+	peer := needPeer(t)
+	ctx := testCtx(t, 25*time.Minute)
+	ns, _, _ := moveSetUp(t, ctx, "movelost")
+
+	// To the peer first: its agent is the one the test can end.
+	firstPV := pvOf(t, ns, moveClaim)
+	firstHandle := volumeHandle(t, firstPV)
+	stopWriter := startWriter(t, ctx, ns)
+	out, st := runMove(t, ctx, ns, peerName, firstPV)
+	stopWriter()
+	if st.err != nil {
+		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
+	}
+	oldPV := checkMoved(t, ctx, ns, moveClaim, firstPV, firstHandle, peerName, peer.VG, st.seed)
+	source := volumeHandle(t, oldPV)
+	files := filesOnLV(t, ctx, source)
+	// The pod on the peer holds the claim while the move back stops it:
+	// the test chooses when the catch-up may begin.
+	waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
+		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no pod (its StatefulSet makes it again)", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
+	})
+	cordon(t, ctx, peerName, true)
+	// A pod ends at once on the peer (its grace period is 0), so the
+	// test's own finalizer holds the claim while the workload stops, as
+	// a pod still terminating would: the catch-up begins only once the
+	// test lets the claim go.
+	release := holdClaim(t, ctx, ns, moveClaim)
+
+	// Back to the guest node.
+	cmd := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--to", nodeName, "--timeout", "20m")
+	var moveOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &moveOut, &moveOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	phaseOf := func(ctx context.Context) (*corev1.PersistentVolume, string, error) {
+		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
+		if err != nil {
+			return nil, "", err
+		}
+		return pv, pv.Annotations[moveapi.AnnPhase], nil
+	}
+	var pv *corev1.PersistentVolume
+	waitFor(t, 10*time.Minute, "the move back stopping the workload", func(ctx context.Context) (bool, string, error) {
+		select {
+		case err := <-done:
+			return false, "", fmt.Errorf("kubectl carve move ended before the workload stopped: %w\n%s", err, moveOut.String())
+		default:
+		}
+		p, phase, err := phaseOf(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		if phase != "" && phase != moveapi.PhaseSeeding && phase != moveapi.PhaseStopping {
+			return false, "", fmt.Errorf("the move is in phase %s before the test ended the source: %v", phase, p.Annotations)
+		}
+		pv = p
+		return phase == moveapi.PhaseStopping, "phase " + phase, nil
+	})
+	seed, target := pv.Annotations[moveapi.AnnSeed], pv.Annotations[moveapi.AnnTargetID]
+	_, seedVG, seedLV, err := volume.ParseSnapshotID(seed)
+	if err != nil {
+		t.Fatalf("the seed %q: %v", seed, err)
+	}
+	if seedVG != peer.VG || !strings.HasPrefix(target, "carve/") {
+		t.Fatalf("the seed %s is not in %s's volume group %s, or the target %s not in %s's carve", seed, peerName, peer.VG, target, nodeName)
+	}
+	guest := bed.GuestNode(nodeName)
+	seedSum, err := guest.SHA256OfLV(ctx, seedVG+"/"+seedLV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := guest.SHA256OfLV(ctx, target); err != nil || got != seedSum {
+		t.Fatalf("the target %s has SHA-256 %s (%v) once seeded, want the seed's %s", target, got, err, seedSum)
+	}
+
+	// The source node lost for good: its agent gone, its volume group
+	// with the old volume and the seed too.
+	if err := peer.KillAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dev := strings.TrimSpace(guestExec(t, "pvs --noheadings -o pv_name -S vg_name="+peer.VG))
+	guestExec(t, fmt.Sprintf("vgremove -q -ff -y %s && pvremove -q -ff -y %s", peer.VG, dev))
+	// Later tests find the peer as the bed made it: an empty volume
+	// group, its agent running.
+	t.Cleanup(func() {
+		if err := peer.StartAgent(context.Background()); err != nil {
+			t.Errorf("the peer after the test: %v", err)
+		}
+	})
+	release()
+	lostAt := time.Now()
+	waitFor(t, 15*time.Minute, "the move parked", func(ctx context.Context) (bool, string, error) {
+		// The absent kubelet's part: the pod on the peer goes.
+		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
+			return false, "", err
+		}
+		p, phase, err := phaseOf(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		if phase == "" || phase == moveapi.PhaseRollingBack || phase == moveapi.PhaseBinding {
+			return false, "", fmt.Errorf("the move went on to phase %q with its source lost: %v", phase, p.Annotations)
+		}
+		pv = p
+		return phase == moveapi.PhaseParked, fmt.Sprintf("phase %s: %s", phase, p.Annotations[moveapi.AnnWaiting]), nil
+	})
+	t.Logf("parked %s after the source was lost: %s", time.Since(lostAt).Round(time.Second), pv.Annotations[moveapi.AnnParked])
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(moveOut.String(), "parked") {
+			t.Errorf("kubectl carve move of a parked move: %v, want a failure saying parked:\n%s", err, moveOut.String())
+		}
+	case <-time.After(shortWait):
+		t.Error("kubectl carve move still follows the parked move")
+	}
+	if from := pv.Annotations[moveapi.AnnParkedFrom]; from != moveapi.PhaseCatchingUp || !strings.Contains(pv.Annotations[moveapi.AnnParked], peerName) {
+		t.Errorf("parked from %q for %q, want from %s naming node %s", from, pv.Annotations[moveapi.AnnParked], moveapi.PhaseCatchingUp, peerName)
+	}
+	// Events are recorded in the background: the park's may follow its
+	// phase by a moment.
+	waitFor(t, shortWait, "the "+moveapi.ReasonParked+" Event on the claim naming the kept target "+target, func(ctx context.Context) (bool, string, error) {
+		ev := lastEventOf(ctx, ns, moveClaim, moveapi.ReasonParked)
+		return strings.Contains(ev, target), ev, nil
+	})
+
+	// A rollback would have bound the claim to the old volume and deleted
+	// the target within a few polls: for a full parked poll after the
+	// mover's next look, nothing of the kind.
+	waitFor(t, shortWait, "the parked move's next look", func(ctx context.Context) (bool, string, error) {
+		p, _, err := phaseOf(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		return strings.HasPrefix(p.Annotations[moveapi.AnnWaiting], "parked: "), p.Annotations[moveapi.AnnWaiting], nil
+	})
+	for end := time.Now().Add(35 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
+		p, phase, err := phaseOf(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if phase != moveapi.PhaseParked || p.Annotations[moveapi.AnnSeed] != seed || p.Annotations[moveapi.AnnTargetID] != target {
+			t.Fatalf("the parked move changed: %v", p.Annotations)
+		}
+		if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+target+" 2>/dev/null || echo gone")); tags == "gone" || strings.Contains(tags, volume.TagCopyPending) {
+			t.Fatalf("the target %s while parked: %q, want it there and not %s", target, tags, volume.TagCopyPending)
+		}
+		if c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, moveClaim, metav1.GetOptions{}); err == nil && c.Spec.VolumeName != "" {
+			t.Fatalf("claim %s is bound to %s while the move is parked", moveClaim, c.Spec.VolumeName)
+		}
+	}
+	if ev := lastEventOf(ctx, ns, moveClaim, moveapi.ReasonRolledBack); !strings.HasPrefix(ev, "no Event") {
+		t.Errorf("a %s Event: %s", moveapi.ReasonRolledBack, ev)
+	}
+	if got, err := guest.SHA256OfLV(ctx, target); err != nil || got != seedSum {
+		t.Errorf("the parked target %s has SHA-256 %s (%v), want the seed's %s", target, got, err, seedSum)
+	}
+
+	// Salvage.
+	seedAt, stoppedAt, ok := moveapi.WritesLost(pv.Annotations)
+	if !ok {
+		t.Fatalf("the seed's time or the stop's is not recorded: %v", pv.Annotations)
+	}
+	salvage, err := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--salvage").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl carve move --salvage: %v\n%s", err, salvage)
+	}
+	lost := fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s)", seedAt.Format(time.RFC3339), stoppedAt.Format(time.RFC3339))
+	if !strings.Contains(string(salvage), lost) || !strings.Contains(string(salvage), "are lost") || !strings.Contains(string(salvage), target) {
+		t.Errorf("kubectl carve move --salvage said:\n%s\nwant it naming the target %s and the lost writes: %s ... are lost", salvage, target, lost)
+	}
+	moved := waitClaimBound(t, ns, moveClaim, 5*time.Minute)
+	if want := mover.TargetName(oldPV, nodeName); moved != want {
+		t.Errorf("claim %s is bound to %s, want the mover's PV %s", moveClaim, moved, want)
+	}
+	if h := volumeHandle(t, moved); h != target {
+		t.Errorf("the salvaged PV %s has volume %s, want the target %s", moved, h, target)
+	}
+	waitFor(t, shortWait, "the old PV "+oldPV+" gone", func(ctx context.Context) (bool, string, error) {
+		_, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "still there", err
+	})
+	if ev := lastEventOf(ctx, ns, moveClaim, moveapi.ReasonSalvaged); !strings.Contains(ev, "are lost") {
+		t.Errorf("the %s Event: %q, want it naming the lost writes", moveapi.ReasonSalvaged, ev)
+	}
+	pod := waitPodReady(t, ctx, ns, nodeName, 2*podTimeout)
+	if got := podExec(t, ns, movePod, "cd /data && sha256sum f log"); got != files {
+		t.Errorf("on %s the pod reads\n%s\nwant what the source held\n%s", pod.Spec.NodeName, got, files)
+	}
+	t.Logf("salvaged: %s", strings.TrimSpace(string(salvage)))
+}
+
+// holdFinalizer is the test's finalizer that holds a claim being deleted.
+const holdFinalizer = "carve.dev/test-hold"
+
+// holdClaim adds holdFinalizer to the claim ns/name; the returned func
+// (also run at cleanup) takes it away again.
+func holdClaim(t *testing.T, ctx context.Context, ns, name string) func() {
+	t.Helper()
+	claims := bed.Client.CoreV1().PersistentVolumeClaims(ns)
+	c, err := claims.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Finalizers = append(c.Finalizers, holdFinalizer)
+	if _, err := claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	uid := c.UID
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			ctx := context.Background()
+			for range 10 {
+				c, err := claims.Get(ctx, name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || err == nil && c.UID != uid {
+					return
+				}
+				if err == nil {
+					c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == holdFinalizer })
+					if _, err = claims.Update(ctx, c, metav1.UpdateOptions{}); err == nil {
+						return
+					}
+				}
+				t.Logf("releasing claim %s/%s: %v", ns, name, err)
+				time.Sleep(time.Second)
+			}
+			t.Errorf("claim %s/%s keeps finalizer %s", ns, name, holdFinalizer)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
 // moveStatefulSet is the moved StatefulSet: not pinned (the move picks
 // the node), its pod only sleeps.
 func moveStatefulSet(ns string) *appsv1.StatefulSet {

@@ -128,11 +128,18 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Poll is how often a move that waits looks again (default 2s).
 	Poll time.Duration
+	// Retries is how often a failing step of a move whose workload
+	// stopped is retried, each after a backoff doubling from baseDelay to
+	// maxDelay, before the move gives up: it rolls back, or parks when
+	// the old volume cannot be vouched for (default maxRetries, about 35
+	// minutes).
+	Retries int
 }
 
 // Retries: a step failing with a code worth retrying is retried with a
-// backoff from baseDelay to maxDelay, maxRetries times (about half an
-// hour), then the move gives up (roll back); before the workload stops,
+// backoff from baseDelay to maxDelay, Config.Retries times (maxRetries,
+// about 35 minutes, by default), then the move gives up (roll back, or
+// park); before the workload stops,
 // giving up costs nothing (the claim is untouched; ask again), so the
 // seeding gives up after maxSeedRetries (about a minute).
 const (
@@ -190,6 +197,9 @@ func New(cfg Config) (*Mover, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = defaultPoll
+	}
+	if cfg.Retries <= 0 {
+		cfg.Retries = maxRetries
 	}
 	m := &Mover{
 		cfg: cfg,

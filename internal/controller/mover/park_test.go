@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/carve-csi/carve/api/moveapi"
 )
@@ -169,6 +170,38 @@ func TestMoveParksWhenTheOldVolumeIsLost(t *testing.T) {
 			if c := getClaim(t, client); (c != nil && c.Spec.VolumeName == oldPV) != (tc.rebound || tc.from == moveapi.PhaseSeeding) {
 				t.Errorf("claim %+v", c)
 			}
+		})
+	}
+}
+
+// TestMoveRetriesAsConfigured: Config.Retries is how often the
+// catch-up of a source whose node does not answer is tried again before
+// the move gives up (and parks, the old volume not vouched for); the
+// default is maxRetries.
+func TestMoveRetriesAsConfigured(t *testing.T) {
+	for _, retries := range []int{0, 3} {
+		t.Run(fmt.Sprintf("Retries %d", retries), func(t *testing.T) {
+			client, vols := world(t)
+			rec := record.NewFakeRecorder(1000)
+			m, err := New(Config{Client: client, Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols, Events: rec, Poll: time.Millisecond, Retries: retries})
+			if err != nil {
+				t.Fatal(err)
+			}
+			request(t, client, "b")
+			start(t, m)
+			driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, _ int) {
+				if phase == moveapi.PhaseCatchingUp {
+					vols.away["a"] = true
+				}
+			})
+			want := retries + 1
+			if retries == 0 {
+				want = maxRetries + 1
+			}
+			if vols.catchUpCalls != want {
+				t.Errorf("CatchUpCopy called %d times before the move parked, want %d", vols.catchUpCalls, want)
+			}
+			checkKept(t, vols)
 		})
 	}
 }

@@ -253,7 +253,7 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 		if why := refusedForGood(err); why != "" {
 			return 0, m.failed(ctx, mv, attempt, "sending what changed since the seed ("+why+"; no retry mends that)", err)
 		}
-		if status.Code(err) == codes.FailedPrecondition && attempt < maxRetries {
+		if status.Code(err) == codes.FailedPrecondition && attempt < m.cfg.Retries {
 			m.wait(ctx, mv, "the source is still open on its node (its pod's volume not unstaged yet): "+err.Error())
 			return 0, fmt.Errorf("catching up: %w", err)
 		}
@@ -412,12 +412,12 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 }
 
 // failed handles a step's failure: a retryable one (the code says so, or
-// it is not a gRPC status) is retried maxRetries times (maxSeedRetries
+// it is not a gRPC status) is retried Config.Retries times (maxSeedRetries
 // while seeding); then, or at once
 // for any other, the move gives up: an abort before stopping, a roll back
 // from stopping or catching-up.
 func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, err error) error {
-	limit := maxRetries
+	limit := m.cfg.Retries
 	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
 		limit = maxSeedRetries
 	}

@@ -66,13 +66,14 @@ type Config struct {
 	// shipped ConfigMap (a test bed's disks differ from a real fleet's).
 	DeviceClasses string
 	// ControllerArgs are flags ("--name=value") the test bed sets on
-	// carve controller beyond the Deployment's.
+	// carve controller beyond the Deployment's: on the processes it runs
+	// for simulated nodes, else in the Deployment a guest node runs.
 	ControllerArgs []string
 	// ControllerOnGuest runs the controller Deployment on the first guest
 	// node's kubelet even beside simulated nodes (make demo): a controller
 	// run as host processes cannot reach a guest's pod network, while one
 	// in the guest reaches the simulated nodes' agents at the host's
-	// address. Central stays nil; ControllerArgs do not apply.
+	// address. Central stays nil; ControllerArgs go into the Deployment.
 	ControllerOnGuest bool
 	// ExtraManifests are files of objects applied after deploy/ (a
 	// component's RBAC, say).
@@ -242,6 +243,15 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		// Simulated nodes never run a pod: keep the scheduler off them.
 		if err := c.Manifests.PinDeployment(controller.Namespace, controller.Name, cfg.GuestNodes[0].Name); err != nil {
 			return c, err
+		}
+	}
+	if len(cfg.Nodes) == 0 || cfg.ControllerOnGuest {
+		// A guest's kubelet runs the controller Deployment: the flags go
+		// into it.
+		for _, a := range cfg.ControllerArgs {
+			if err := c.Manifests.AddControllerArg(a); err != nil {
+				return c, err
+			}
 		}
 	}
 	c.Namespace = ds.Namespace

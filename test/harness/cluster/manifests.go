@@ -229,25 +229,42 @@ func (m *Manifests) AddNodeAgentArg(arg string) error {
 	if err != nil {
 		return err
 	}
-	for _, o := range m.Find("DaemonSet") {
-		if o.GetNamespace() != ds.Namespace || o.GetName() != ds.Name {
+	return m.addArg("DaemonSet", ds.Namespace, ds.Name, &ds.Spec.Template.Spec, isCarvePlugin, arg)
+}
+
+// AddControllerArg appends arg ("--name=value") to the args of the
+// controller Deployment's carve controller container.
+func (m *Manifests) AddControllerArg(arg string) error {
+	d, err := m.ControllerDeployment()
+	if err != nil {
+		return err
+	}
+	return m.addArg("Deployment", d.Namespace, d.Name, &d.Spec.Template.Spec, isCarveController, arg)
+}
+
+// addArg appends arg to the args of the container is picks in the pod
+// template of the object kind namespace/name (spec is that template
+// decoded).
+func (m *Manifests) addArg(kind, namespace, name string, spec *corev1.PodSpec, is func(*corev1.Container) bool, arg string) error {
+	for _, o := range m.Find(kind) {
+		if o.GetNamespace() != namespace || o.GetName() != name {
 			continue
 		}
 		containers, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 		if err != nil {
-			return fmt.Errorf("the containers of DaemonSet %s/%s: %w", ds.Namespace, ds.Name, err)
+			return fmt.Errorf("the containers of %s %s/%s: %w", kind, namespace, name, err)
 		}
-		for i := range ds.Spec.Template.Spec.Containers {
-			if !isCarvePlugin(&ds.Spec.Template.Spec.Containers[i]) {
+		for i := range spec.Containers {
+			if !is(&spec.Containers[i]) {
 				continue
 			}
 			ct, ok := containers[i].(map[string]any)
 			if !ok {
-				return fmt.Errorf("DaemonSet %s/%s: container %d is not an object", ds.Namespace, ds.Name, i)
+				return fmt.Errorf("%s %s/%s: container %d is not an object", kind, namespace, name, i)
 			}
 			args, _, err := unstructured.NestedStringSlice(ct, "args")
 			if err != nil {
-				return fmt.Errorf("DaemonSet %s/%s: the args of container %d: %w", ds.Namespace, ds.Name, i, err)
+				return fmt.Errorf("%s %s/%s: the args of container %d: %w", kind, namespace, name, i, err)
 			}
 			if err := unstructured.SetNestedStringSlice(ct, append(args, arg), "args"); err != nil {
 				return err
@@ -255,7 +272,7 @@ func (m *Manifests) AddNodeAgentArg(arg string) error {
 			return unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
 		}
 	}
-	return fmt.Errorf("no carve node container in DaemonSet %s/%s", ds.Namespace, ds.Name)
+	return fmt.Errorf("no container for %s in %s %s/%s", arg, kind, namespace, name)
 }
 
 // NodeDaemonSet returns the DaemonSet whose pod runs `carve node` (the

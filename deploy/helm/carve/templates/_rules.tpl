@@ -178,7 +178,7 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
 
 {{- $rules = append $rules (dict
   "alert" "CarveNodeChannelCAExpiring"
-  "expr" `min(carve_node_channel_ca_expiry_timestamp_seconds{ca="active"}) - time() < 30 * 86400
+  "expr" `min(carve_node_channel_ca_expiry_timestamp_seconds{ca="active"}) - time() < 2592000
 `
   "for" "1h" "severity" "critical"
   "summary" `The node channel's CA expires in {{ $value | humanizeDuration }} and has not been rotated`

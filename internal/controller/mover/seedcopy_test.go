@@ -117,10 +117,12 @@ func TestSeedCopyHoldsNoWorker(t *testing.T) {
 	waitPhase(t, client, oldPV, moveapi.PhaseStopping)
 }
 
-// waitPhase waits until the move of pv reaches phase.
+// waitPhase waits until the move of pv reaches phase. The deadline only
+// ends a test that hangs: the order of the phases is what is checked, and
+// a machine compiling beside the race-enabled tests takes seconds per step.
 func waitPhase(t *testing.T, client *fake.Clientset, pv, phase string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		p := getPV(t, client, pv)
 		if p != nil && p.Annotations[moveapi.AnnPhase] == phase {

@@ -62,20 +62,33 @@ func hasCopy(pv *corev1.PersistentVolume) bool {
 }
 
 // park stops the move where it is, keeping what it made; why names what
-// could not be vouched for. An abort asked before is dropped: it is asked
-// again of the parked move (moveapi.AnnAbort) to release the claim.
+// could not be vouched for. An abort the user asked for stays asked (the
+// parked move then releases the claim's name and rolls back once the old
+// volume answers); a failure is dropped, so that the move resumes where
+// it parked.
 func (m *Mover) park(ctx context.Context, mv move, why string) error {
 	from := mv.pv.Annotations[moveapi.AnnPhase]
+	abort := ""
+	if mv.pv.Annotations[moveapi.AnnAbort] == abortRequested {
+		abort = abortRequested
+	}
 	klog.FromContext(ctx).Info("Parking the move: its target and seed are kept", "from", from, "why", why)
-	err := m.advance(ctx, mv, moveapi.PhaseParked, map[string]string{moveapi.AnnParked: why, moveapi.AnnParkedFrom: from, moveapi.AnnAbort: ""},
+	err := m.advance(ctx, mv, moveapi.PhaseParked, map[string]string{moveapi.AnnParked: why, moveapi.AnnParkedFrom: from, moveapi.AnnAbort: abort},
 		"the target and the seed are kept: "+why)
 	if err != nil {
 		return err
 	}
 	m.parked.add(mv.pv.Name)
+	next := "the move resumes once the old volume " + mv.pv.Name + " answers again, or see `kubectl carve move --abort`"
+	if abort != "" {
+		next = "the move rolls back once the old volume " + mv.pv.Name + " answers again"
+	}
+	if from == moveapi.PhaseCatchingUp {
+		next += "; `kubectl carve move --salvage` binds the claim to the target as of the seed"
+	}
 	m.tell(mv, corev1.EventTypeWarning, moveapi.ReasonParked, fmt.Sprintf(
-		"Move to node %s parked in %s: %s. The target %s on node %s and the seed are kept; the move resumes once the old volume %s answers again, or see `kubectl carve move --abort`",
-		mv.to, from, why, mv.pv.Annotations[moveapi.AnnTargetID], mv.to, mv.pv.Name))
+		"Move to node %s parked in %s: %s. The target %s on node %s and the seed are kept; %s",
+		mv.to, from, why, mv.pv.Annotations[moveapi.AnnTargetID], mv.to, next))
 	return nil
 }
 

@@ -84,6 +84,8 @@ func TestMoveParksWhenTheOldVolumeIsLost(t *testing.T) {
 		from, why string
 		// rebound: the claim was made again on the old PV first.
 		rebound bool
+		// aborted: the user asked to abort, so the claim's name is free.
+		aborted bool
 	}{
 		{name: "the source's node lost during the catch-up", from: moveapi.PhaseCatchingUp, why: "node a does not answer",
 			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
@@ -118,7 +120,7 @@ func TestMoveParksWhenTheOldVolumeIsLost(t *testing.T) {
 					vols.pending[oldHandle] = true
 				}
 			}},
-		{name: "abort asked while catching up, the source's node lost", from: moveapi.PhaseRollingBack, why: "node a does not answer", rebound: true,
+		{name: "abort asked while catching up, the source's node lost", from: moveapi.PhaseCatchingUp, why: "node a does not answer", aborted: true,
 			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
 				if phase == moveapi.PhaseCatchingUp && visit == 0 {
 					vols.away["a"] = true
@@ -164,8 +166,8 @@ func TestMoveParksWhenTheOldVolumeIsLost(t *testing.T) {
 				t.Errorf("carve_moves_parked = %v, want 1", got)
 			}
 			checkResults(t, m, nil)
-			if _, held := (Claims{PVs: clientPVs{client}}).MoveOf(ns, claim); !held {
-				t.Error("the parked move does not hold the claim's name")
+			if _, held := (Claims{PVs: clientPVs{client}}).MoveOf(ns, claim); held == tc.aborted {
+				t.Errorf("the parked move holds the claim's name: %v, want %v", held, !tc.aborted)
 			}
 			if c := getClaim(t, client); (c != nil && c.Spec.VolumeName == oldPV) != (tc.rebound || tc.from == moveapi.PhaseSeeding) {
 				t.Errorf("claim %+v", c)
@@ -232,6 +234,25 @@ func TestParkedMove(t *testing.T) {
 		if got := testutil.ToFloat64(m.parked.gauge); got != 0 {
 			t.Errorf("carve_moves_parked = %v after the move, want 0", got)
 		}
+	})
+	t.Run("abort asked while catching up, then the source's node back", func(t *testing.T) {
+		client, vols := world(t)
+		m, _ := newMover(t, client, vols)
+		request(t, client, "b")
+		start(t, m)
+		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) {
+			if phase == moveapi.PhaseCatchingUp && visit == 0 {
+				vols.away["a"] = true
+				askAbort(t, client)
+			}
+		})
+		if why, held := (Claims{PVs: clientPVs{client}}).MoveOf(ns, claim); held {
+			t.Errorf("the aborted parked move holds the claim's name: %s", why)
+		}
+		vols.away["a"] = false
+		driveAttempts(t, m, 30, nil)
+		checkUnmoved(t, client, vols)
+		checkResults(t, m, map[string]float64{ResultRolledBack: 1})
 	})
 	t.Run("abort asked, then the source's node back", func(t *testing.T) {
 		client, vols, m := parkAtCatchUp(t)
@@ -307,7 +328,7 @@ func TestSalvage(t *testing.T) {
 			t.Errorf("carve_moves_parked = %v after the salvage, want 0", got)
 		}
 	})
-	t.Run("parked while rolling back", func(t *testing.T) {
+	t.Run("abort asked while catching up, the source's node lost", func(t *testing.T) {
 		client, vols := world(t)
 		m, _ := newMover(t, client, vols)
 		request(t, client, "b")
@@ -316,6 +337,27 @@ func TestSalvage(t *testing.T) {
 			if phase == moveapi.PhaseCatchingUp && visit == 0 {
 				vols.away["a"] = true
 				askAbort(t, client)
+			}
+		})
+		salvage(t, client)
+		drive(t, m, 20, nil)
+		target := TargetName(oldPV, "b")
+		if c := getClaim(t, client); c == nil || c.Spec.VolumeName != target || c.Status.Phase != corev1.ClaimBound {
+			t.Fatalf("claim not bound to the target's PV %s: %+v", target, c)
+		}
+		checkResults(t, m, map[string]float64{ResultSalvaged: 1})
+	})
+	t.Run("parked while rolling back", func(t *testing.T) {
+		client, vols := world(t)
+		m, _ := newMover(t, client, vols)
+		request(t, client, "b")
+		start(t, m)
+		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, _ int) {
+			switch phase {
+			case moveapi.PhaseCatchingUp:
+				vols.failAll["CatchUpCopy"] = status.Error(codes.DataLoss, "the target's seed copy is not whole")
+			case moveapi.PhaseRollingBack:
+				delete(vols.volumes, oldHandle)
 			}
 		})
 		salvage(t, client)

@@ -426,20 +426,8 @@ func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, e
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	why := abortFailed + what + ": " + err.Error()
-	switch mv.pv.Annotations[moveapi.AnnPhase] {
-	case moveapi.PhaseSeeding:
+	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
 		return m.abort(ctx, mv, why)
-	case moveapi.PhaseCatchingUp:
-		// The catch-up fails when the source's node is lost too: rolling
-		// back would bind the claim to a volume nobody can read and then
-		// delete the target, the only copy left.
-		bad, verr := m.vouchOld(ctx, mv.pv)
-		if verr != nil {
-			return verr
-		}
-		if bad != "" {
-			return m.park(ctx, mv, what+" failed ("+err.Error()+") and "+bad)
-		}
 	}
 	return m.startRollBack(ctx, mv, why)
 }
@@ -630,9 +618,25 @@ func (m *Mover) seedID(pv *corev1.PersistentVolume, name string) string {
 // (not an abort asked for) is a MoveFailed Event naming it, once: the
 // phase written, the failing step does not run again.
 func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
+	reason, failed := strings.CutPrefix(why, abortFailed)
+	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseCatchingUp {
+		// The claim is gone and the target holds the data as of the seed.
+		// With the source's node lost too, rolling back would bind the
+		// claim to a volume nobody can read and then delete the target,
+		// the only copy left; parked here, the move can still be salvaged.
+		bad, err := m.vouchOld(ctx, mv.pv)
+		if err != nil {
+			return err
+		}
+		if bad != "" {
+			if !failed {
+				reason = "asked to abort"
+			}
+			return m.park(ctx, mv, reason+", but "+bad)
+		}
+	}
 	klog.FromContext(ctx).Info("Rolling the move back", "why", why)
 	extra := map[string]string{moveapi.AnnAbort: why}
-	reason, failed := strings.CutPrefix(why, abortFailed)
 	if err := m.advance(ctx, mv, moveapi.PhaseRollingBack, extra, "rolling back ("+reason+"): the claim is made again on its old volume"); err != nil {
 		return err
 	}

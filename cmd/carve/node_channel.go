@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,18 @@ const (
 	maxCopyConnections = 64
 	maxCopyStreams     = 4
 )
+
+// copyLimits are the copy port's bounds; copyPortLimits gives the ones
+// carve runs with.
+type copyLimits struct {
+	handshake   time.Duration
+	connections int
+	streams     uint32
+}
+
+func copyPortLimits() copyLimits {
+	return copyLimits{handshake: handshakeTimeout, connections: maxCopyConnections, streams: maxCopyStreams}
+}
 
 // nodeChannel builds the node channel: the node agent and a TLS gRPC
 // server with the plugin's Identity and Controller servers (the same
@@ -135,17 +148,23 @@ func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server)
 	if err != nil {
 		return nil, fmt.Errorf("--node-copy-address: %w", err)
 	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.ConnectionTimeout(handshakeTimeout),
-		grpc.MaxConcurrentStreams(maxCopyStreams),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing}))
-	nodeagentv1.RegisterNodeCopyServer(srv, copies)
 	return func(ctx context.Context) error {
 		var lc net.ListenConfig
 		l, err := lc.Listen(ctx, "tcp", o.NodeChannel.CopyAddress)
 		if err != nil {
 			return fmt.Errorf("--node-copy-address %s: %w", o.NodeChannel.CopyAddress, err)
 		}
-		klog.InfoS("Serving copies to other nodes", "address", l.Addr().String(), "maxConnections", maxCopyConnections)
-		return serveGRPC(ctx, srv, netutil.LimitListener(l, maxCopyConnections))
+		lim := copyPortLimits()
+		klog.InfoS("Serving copies to other nodes", "address", l.Addr().String(), "maxConnections", lim.connections)
+		return serveCopyPort(ctx, l, tlsCfg, copies, lim)
 	}, nil
+}
+
+// serveCopyPort serves copies on l, within lim, until ctx ends.
+func serveCopyPort(ctx context.Context, l net.Listener, tlsCfg *tls.Config, copies nodeagentv1.NodeCopyServer, lim copyLimits) error {
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.ConnectionTimeout(lim.handshake),
+		grpc.MaxConcurrentStreams(lim.streams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: nodeChannelMinPing}))
+	nodeagentv1.RegisterNodeCopyServer(srv, copies)
+	return serveGRPC(ctx, srv, netutil.LimitListener(l, lim.connections))
 }

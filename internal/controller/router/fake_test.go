@@ -158,7 +158,7 @@ func (a *agent) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) 
 	}
 	return answer(a, "CreateVolume", &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: volume.VolumeID("vg0", volume.LVNameFor(req.GetName())),
 		VolumeContext:      map[string]string{volume.ContextVolumeName: req.GetName()},
-		AccessibleTopology: []*csi.Topology{topology.ForNode(a.name).Segment()}}}), nil
+		AccessibleTopology: []*csi.Topology{&csi.Topology{Segments: topology.Segments(a.name)}}}}), nil
 }
 
 func (a *agent) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
@@ -248,7 +248,7 @@ func (a *agent) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*
 	resp := &csi.ListVolumesResponse{NextToken: next}
 	for _, id := range ids {
 		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{VolumeId: id,
-			AccessibleTopology: []*csi.Topology{topology.ForNode(a.name).Segment()}}})
+			AccessibleTopology: []*csi.Topology{&csi.Topology{Segments: topology.Segments(a.name)}}}})
 	}
 	return answer(a, "ListVolumes", resp), nil
 }

@@ -32,7 +32,7 @@ type ControllerConfig struct {
 type ControllerServer struct {
 	csi.UnimplementedControllerServer
 	cfg  ControllerConfig
-	node topology.Node
+	node nodeTopology
 	p    *provision.Provisioner
 }
 
@@ -40,7 +40,7 @@ var _ csi.ControllerServer = (*ControllerServer)(nil)
 
 // NewControllerServer returns the Controller server of cfg.
 func NewControllerServer(cfg ControllerConfig) *ControllerServer {
-	return &ControllerServer{cfg: cfg, node: topology.ForNode(cfg.NodeName), p: provision.New(cfg.Config)}
+	return &ControllerServer{cfg: cfg, node: nodeTopology{name: cfg.NodeName}, p: provision.New(cfg.Config)}
 }
 
 // Provisioner is the lifecycle the server maps to (the orphan audit uses
@@ -64,12 +64,12 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, toStatus(err, "")
 	}
 	op.SetClass(r.Class.Name)
-	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
+	if !s.node.accepts(req.GetAccessibilityRequirements()) {
 		// A repeat of a volume made here is answered with it whatever
 		// the requisite says now (CSI: CreateVolume is idempotent);
 		// Create checks that it matches the request.
 		if _, made := s.cfg.View.FindLV(volume.LVNameFor(r.Name)); !made {
-			return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.Name())
+			return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.name)
 		}
 	}
 	lv, err := s.p.Create(ctx, r)
@@ -96,7 +96,7 @@ func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provisi
 	if err != nil {
 		return nil, err
 	}
-	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.name)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volu
 		VolumeId:           volume.VolumeID(lv.VolumeGroup, lv.Name),
 		CapacityBytes:      int64(lv.Size),
 		VolumeContext:      map[string]string{volume.ParamDeviceClass: class},
-		AccessibleTopology: []*csi.Topology{s.node.Segment()},
+		AccessibleTopology: []*csi.Topology{s.node.segment()},
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -29,13 +30,13 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 
 	none := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}
 	for _, c := range req.GetVolumeCapabilities() {
-		if _, err := volume.ParseCapability(c, s.cfg.FSTypes); err != nil {
+		if _, err := capability.Parse(c, s.cfg.FSTypes); err != nil {
 			// The capacity for volumes carve cannot make (a multi-node
 			// mode, a filesystem without tools here) is none.
 			return none, nil
 		}
 	}
-	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.name)
 	if errors.Is(err, provision.ErrElsewhere) || (err != nil && len(req.GetParameters()) == 0) {
 		// A class this node lacks (or no default class): nothing here.
 		return none, nil
@@ -44,7 +45,7 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		return nil, err
 	}
 	op.SetClass(class.Name)
-	if !s.node.HasCapacityIn(req.GetAccessibleTopology()) {
+	if !s.node.hasCapacityIn(req.GetAccessibleTopology()) {
 		return none, nil
 	}
 	room, err := s.cfg.View.Capacity(class)
@@ -138,7 +139,7 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 	// Another node's volume group that this node can see (nodes sharing
 	// one device-mapper, as a test bed's peers do) is not this node's.
 	if s.cfg.Classes != nil && !s.cfg.Classes.HasVolumeGroup(vg) {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist on node %s: volume group %s is none of its device classes'", id, s.node.Name(), vg)
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist on node %s: volume group %s is none of its device classes'", id, s.node.name, vg)
 	}
 	lv, err := s.cfg.LVM.GetLV(ctx, vg, lvName)
 	if err != nil {
@@ -166,7 +167,7 @@ func (s *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 	}
 	if len(req.GetParameters()) > 0 {
-		class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.Name())
+		class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.name)
 		if err != nil {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 		}

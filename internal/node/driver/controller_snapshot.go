@@ -37,11 +37,11 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if err := checkSnapshotParameters(req.GetParameters()); err != nil {
 		return nil, err
 	}
-	if !s.node.Accepts(req.GetAccessibilityRequirements()) {
+	if !s.node.accepts(req.GetAccessibilityRequirements()) {
 		// carve does not advertise SNAPSHOT_ACCESSIBILITY_CONSTRAINTS, so
 		// a CO should not send these; one that does is told why they
 		// cannot be met.
-		return nil, status.Errorf(codes.InvalidArgument, "accessibility_requirements: a snapshot lives on its volume's node, %s=%s, which the requisite topology does not include", topology.Key, s.node.Name())
+		return nil, status.Errorf(codes.InvalidArgument, "accessibility_requirements: a snapshot lives on its volume's node, %s=%s, which the requisite topology does not include", topology.Key, s.node.name)
 	}
 	vg, origin, perr := volume.ParseVolumeID(srcID)
 	if perr != nil {
@@ -75,7 +75,7 @@ func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 	origin, _ := volume.OriginFromTags(lv.Tags)
 	snap := &csi.Snapshot{
 		SizeBytes:      int64(provision.SnapshotSizeBytes(provision.SnapshotSize(lv), lv)),
-		SnapshotId:     volume.SnapshotID(s.node.Name(), lv.VolumeGroup, lv.Name),
+		SnapshotId:     volume.SnapshotID(s.node.name, lv.VolumeGroup, lv.Name),
 		SourceVolumeId: volume.VolumeID(lv.VolumeGroup, origin),
 		ReadyToUse:     provision.SnapshotUsable(lv) == nil,
 	}
@@ -101,8 +101,8 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		klog.FromContext(ctx).V(2).Info("DeleteSnapshot of an ID that is not carve's; nothing to do", "snapshotID", id)
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if node != s.node.Name() {
-		return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s lives on node %s, not on %s; only that node can delete it", id, node, s.node.Name())
+	if node != s.node.name {
+		return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s lives on node %s, not on %s; only that node can delete it", id, node, s.node.name)
 	}
 	class, err := s.p.DeleteSnapshot(ctx, vg, lvName, id)
 	op.SetClass(class)

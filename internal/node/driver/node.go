@@ -17,6 +17,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
@@ -25,7 +26,6 @@ import (
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
-	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -125,7 +125,7 @@ func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 	return &csi.NodeGetInfoResponse{
 		NodeId:             n.cfg.NodeName,
 		MaxVolumesPerNode:  n.cfg.MaxVolumes,
-		AccessibleTopology: topology.ForNode(n.cfg.NodeName).Segment(),
+		AccessibleTopology: nodeTopology{name: n.cfg.NodeName}.segment(),
 	}, nil
 }
 
@@ -327,11 +327,11 @@ func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.Logica
 }
 
 // nodeAccess reads the capability of a node call (volume_capability)
-// with volume.ParseCapability: the node formats and grows the filesystems
+// with capability.Parse: the node formats and grows the filesystems
 // internal/node/fs makes.
-func nodeAccess(c *csi.VolumeCapability) (volume.Access, error) {
-	a, err := volume.ParseCapability(c, fs.MkfsTypes)
-	var ce *volume.CapabilityError
+func nodeAccess(c *csi.VolumeCapability) (capability.Access, error) {
+	a, err := capability.Parse(c, fs.MkfsTypes)
+	var ce *capability.Error
 	if errors.As(err, &ce) {
 		return a, status.Error(codes.InvalidArgument, ce.In("volume_capability"))
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -75,7 +76,7 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 
 // expandAccess checks the arguments of an expansion and reads its
 // capability, if it has one (nil otherwise).
-func expandAccess(req *csi.NodeExpandVolumeRequest) (*volume.Access, error) {
+func expandAccess(req *csi.NodeExpandVolumeRequest) (*capability.Access, error) {
 	if err := nodeRequireID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
@@ -104,7 +105,7 @@ func expandAccess(req *csi.NodeExpandVolumeRequest) (*volume.Access, error) {
 // expandPath checks volume_path of an expansion: a directory where the
 // volume's filesystem is mounted, or a file (a published raw block
 // volume), as the capability, if given, says. It tells which.
-func (n *NodeServer) expandPath(vol volume.ID, device, path string, access *volume.Access) (block bool, err error) {
+func (n *NodeServer) expandPath(vol volume.ID, device, path string, access *capability.Access) (block bool, err error) {
 	if err := nodeCheckPath(path, "volume_path"); err != nil {
 		return false, err
 	}

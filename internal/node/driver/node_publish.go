@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -72,7 +73,7 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 // (readonly, or a reader-only access mode) or the flags do. "rw"
 // contradicting the CO is refused rather than left to mount(8), where the
 // last of ro and rw would win.
-func publishAccess(req *csi.NodePublishVolumeRequest) (a volume.Access, readOnly bool, err error) {
+func publishAccess(req *csi.NodePublishVolumeRequest) (a capability.Access, readOnly bool, err error) {
 	if err := nodeRequireID(req.GetVolumeId()); err != nil {
 		return a, false, err
 	}
@@ -94,7 +95,7 @@ func publishAccess(req *csi.NodePublishVolumeRequest) (a volume.Access, readOnly
 // publishSource is what a publish bind-mounts: the device node of a raw
 // block volume, the staging path of a filesystem, which must hold the
 // volume's device.
-func (n *NodeServer) publishSource(vol volume.ID, device, staging string, access volume.Access) (string, error) {
+func (n *NodeServer) publishSource(vol volume.ID, device, staging string, access capability.Access) (string, error) {
 	if access.Block {
 		return device, nil
 	}
@@ -111,7 +112,7 @@ func (n *NodeServer) publishSource(vol volume.ID, device, staging string, access
 // published tells whether the volume is published at target already, as
 // the request asks: another volume, access type or read-only flag there
 // is refused.
-func (n *NodeServer) published(vol volume.ID, device, target string, access volume.Access, readOnly bool) (bool, error) {
+func (n *NodeServer) published(vol volume.ID, device, target string, access capability.Access, readOnly bool) (bool, error) {
 	mp, err := n.cfg.FS.MountPoint(target)
 	if err != nil {
 		return false, status.Errorf(codes.Internal, "reading the mount at %s: %v", target, err)
@@ -137,7 +138,7 @@ func (n *NodeServer) published(vol volume.ID, device, target string, access volu
 // checkSingleWriter refuses a second publish of a SINGLE_NODE_SINGLE_WRITER
 // volume: its device may be mounted at its own staging path and target
 // only.
-func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target string, access volume.Access) error {
+func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target string, access capability.Access) error {
 	if access.Mode != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		return nil
 	}
@@ -155,7 +156,7 @@ func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target st
 
 // publishOptions are the options of a publish bind mount: the flags (of a
 // filesystem volume), then ro last, so that it wins.
-func publishOptions(a volume.Access, readOnly bool) []string {
+func publishOptions(a capability.Access, readOnly bool) []string {
 	options := []string{"bind"}
 	if !a.Block {
 		options = append(options, slices.DeleteFunc(slices.Clone(a.Flags), func(f string) bool { return f == "ro" })...)

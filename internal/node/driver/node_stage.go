@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/jobs"
@@ -103,12 +104,12 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 }
 
 // stageAccess checks the arguments of a stage and reads its capability.
-func stageAccess(id, staging string, c *csi.VolumeCapability) (volume.Access, error) {
+func stageAccess(id, staging string, c *csi.VolumeCapability) (capability.Access, error) {
 	if err := nodeRequireID(id); err != nil {
-		return volume.Access{}, err
+		return capability.Access{}, err
 	}
 	if err := nodeCheckPath(staging, "staging_target_path"); err != nil {
-		return volume.Access{}, err
+		return capability.Access{}, err
 	}
 	return nodeAccess(c)
 }
@@ -116,7 +117,7 @@ func stageAccess(id, staging string, c *csi.VolumeCapability) (volume.Access, er
 // staged tells whether the volume is staged at staging already, as the
 // capability asks: something else mounted there is refused. It creates
 // the staging directory when it is missing.
-func (n *NodeServer) staged(vol volume.ID, device, staging string, access volume.Access, options []string) (bool, error) {
+func (n *NodeServer) staged(vol volume.ID, device, staging string, access capability.Access, options []string) (bool, error) {
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return false, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
 	}
@@ -165,7 +166,7 @@ func (n *NodeServer) awaitStage(ctx context.Context, id string, j *jobs.Job[stru
 
 // stageArgs tells apart the stages of one volume: a retry with the same
 // arguments joins a running stage.
-func stageArgs(staging string, a volume.Access, options []string) string {
+func stageArgs(staging string, a capability.Access, options []string) string {
 	return strings.Join([]string{staging, a.FSType, strings.Join(options, ",")}, "\x00")
 }
 
@@ -173,7 +174,7 @@ func stageArgs(staging string, a volume.Access, options []string) string {
 type stageJob struct {
 	vol                  volume.ID
 	device, staging      string
-	access               volume.Access
+	access               capability.Access
 	options, mkfsOptions []string
 }
 
@@ -375,7 +376,7 @@ func checkSignature(vol volume.ID, device, existing, fsType string, options []st
 // (internal/node/fs skips fsck and refuses to format when it sees ro); nouuid for
 // xfs (snapshots and clones carry their origin's UUID, and the second of
 // them would not mount on the same node without it).
-func stagingOptions(a volume.Access) []string {
+func stagingOptions(a capability.Access) []string {
 	options := slices.Clone(a.Flags)
 	if a.FSType == "xfs" && !slices.Contains(options, "nouuid") {
 		options = append(options, "nouuid")

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/volume"
@@ -30,7 +31,7 @@ func checkVolumeName(name string) error {
 	return nil
 }
 
-// checkCapabilities validates volume capabilities (volume.ParseCapability,
+// checkCapabilities validates volume capabilities (capability.Parse,
 // as the node reads them) and returns the fsType of the mount capabilities
 // ("" when all are block). fsTypes lists the filesystems this node can
 // make.
@@ -40,7 +41,7 @@ func checkCapabilities(caps []*csi.VolumeCapability, fsTypes []string) (string, 
 	}
 	fsType := ""
 	for i, c := range caps {
-		a, err := volume.ParseCapability(c, fsTypes)
+		a, err := capability.Parse(c, fsTypes)
 		if err != nil {
 			return "", capabilityStatus(fmt.Sprintf("volume_capabilities[%d]", i), err)
 		}
@@ -56,12 +57,12 @@ func checkCapabilities(caps []*csi.VolumeCapability, fsTypes []string) (string, 
 }
 
 // capabilityStatus is InvalidArgument for a capability that field of the
-// request holds and volume.ParseCapability refused, ResourceExhausted for
-// a filesystem another node may make (volume.ErrFilesystemElsewhere).
+// request holds and capability.Parse refused, ResourceExhausted for
+// a filesystem another node may make (capability.ErrFilesystemElsewhere).
 func capabilityStatus(field string, err error) error {
-	var ce *volume.CapabilityError
+	var ce *capability.Error
 	if errors.As(err, &ce) {
-		if errors.Is(err, volume.ErrFilesystemElsewhere) {
+		if errors.Is(err, capability.ErrFilesystemElsewhere) {
 			return status.Error(codes.ResourceExhausted, ce.In(field))
 		}
 		return status.Error(codes.InvalidArgument, ce.In(field))

@@ -85,11 +85,11 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 	var res DeltaResult
 	dp, ok := p.cfg.Puller.(DeltaPuller)
 	if !ok {
-		return res, errorf(ErrUnavailable, "node %s copies from no other node", p.node.Name())
+		return res, errorf(ErrUnavailable, "node %s copies from no other node", p.cfg.NodeName)
 	}
 	tagger, ok := p.cfg.LVM.(tagAdder)
 	if !ok {
-		return res, errorf(ErrInternal, "the LVM client of node %s cannot tag volumes", p.node.Name())
+		return res, errorf(ErrInternal, "the LVM client of node %s cannot tag volumes", p.cfg.NodeName)
 	}
 	id, src := r.VolumeID, r.Source
 	vg, name, err := volume.ParseVolumeID(id)
@@ -106,15 +106,15 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 		return res, err
 	}
 	if lv.Attr.Open {
-		return res, errorf(ErrRefused, "target volume %s is open on node %s (staged or mounted): a catch-up writes only into a volume nothing uses", id, p.node.Name())
+		return res, errorf(ErrRefused, "target volume %s is open on node %s (staged or mounted): a catch-up writes only into a volume nothing uses", id, p.cfg.NodeName)
 	}
 	if !slices.Contains(volume.SourceTags(lv.Tags), volume.FromSnapshotTag(r.Base)) {
 		return res, reasonf(ErrRefused, moveapi.ErrorNotFromBase, "target volume %s on node %s was not made from base %s (its source tags: %q): a catch-up sends only what changed since the base, so its target must hold the base",
-			id, p.node.Name(), r.Base, volume.SourceTags(lv.Tags))
+			id, p.cfg.NodeName, r.Base, volume.SourceTags(lv.Tags))
 	}
 	if lv.Size != src.Size {
 		return res, reasonf(ErrRefused, moveapi.ErrorSizeMismatch, "target volume %s on node %s has %d bytes, the source %s on node %s has %d: a catch-up needs both of one size",
-			id, p.node.Name(), lv.Size, src.ID, src.Node, src.Size)
+			id, p.cfg.NodeName, lv.Size, src.ID, src.Node, src.Size)
 	}
 	log := klog.FromContext(ctx).WithValues("volumeID", id, "source", src.ID, "sourceNode", src.Node, "base", r.Base, "copy", src.CopyID)
 	sentOK := true
@@ -184,7 +184,7 @@ func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *
 	cname, _ := volume.ClassFromTags(lv.Tags)
 	class, ok := p.cfg.Classes.Class(cname)
 	if !ok || !class.Thin() || class.VolumeGroup != lv.VolumeGroup || class.ThinPool != lv.Pool {
-		return false, errorf(ErrRefused, "target volume %s on node %s: thin pool %s is no thin device class's of this node (class tag %q): its room cannot be checked", id, p.node.Name(), lv.Pool, cname)
+		return false, errorf(ErrRefused, "target volume %s on node %s: thin pool %s is no thin device class's of this node (class tag %q): its room cannot be checked", id, p.cfg.NodeName, lv.Pool, cname)
 	}
 	unlockRoom, err := p.cfg.View.LockRoom(ctx, lv.VolumeGroup)
 	if err != nil {
@@ -206,7 +206,7 @@ func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *
 		return sub(lv.Size, own)
 	}, func(room vgview.PoolRoom, n uint64) error {
 		return errorf(ErrNoRoom, "device class %s on node %s: the catch-up of %s into thin pool %s may write %d bytes of real space (the volume's size: it may provision any block the seed did not); the pool has %d bytes free (after a spare of %d%s)",
-			class.Name, p.node.Name(), id, room.Pool, n, room.Free, class.SpareBytes(), pendingNote(room))
+			class.Name, p.cfg.NodeName, id, room.Pool, n, room.Free, class.SpareBytes(), pendingNote(room))
 	})
 	if err != nil {
 		return false, err
@@ -365,7 +365,7 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 		return wrap(err, "reading volume "+volumeID+" after its catch-up")
 	}
 	if after.Attr.Open {
-		return errorf(ErrRefused, "volume %s was opened on node %s while it was read for a catch-up: it may have changed; a catch-up reads only a volume nothing uses", volumeID, p.node.Name())
+		return errorf(ErrRefused, "volume %s was opened on node %s while it was read for a catch-up: it may have changed; a catch-up reads only a volume nothing uses", volumeID, p.cfg.NodeName)
 	}
 	return nil
 }
@@ -403,7 +403,7 @@ func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) 
 		return nil, nil, err
 	}
 	if lv.Attr.Open {
-		return nil, nil, errorf(ErrRefused, "volume %s is open on node %s (staged or mounted: still in use); a catch-up reads it only once nothing uses it", volumeID, p.node.Name())
+		return nil, nil, errorf(ErrRefused, "volume %s is open on node %s (staged or mounted: still in use); a catch-up reads it only once nothing uses it", volumeID, p.cfg.NodeName)
 	}
 	if volume.CopyPending(lv.Tags) {
 		return nil, nil, reasonf(ErrRefused, moveapi.ErrorSourceCopyPending, "volume %s is still being copied into; it cannot be the source of a catch-up", volumeID)
@@ -416,11 +416,11 @@ func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) 
 // it is not a carve volume of this node.
 func (p *Provisioner) volumeFromLVM(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if !p.cfg.Classes.HasVolumeGroup(vg) {
-		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, p.node.Name(), vg)
+		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, p.cfg.NodeName, vg)
 	}
 	lv, err := p.cfg.LVM.GetLV(ctx, vg, name)
 	if errors.Is(err, lvm.ErrNotFound) {
-		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s", id, p.node.Name())
+		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s", id, p.cfg.NodeName)
 	}
 	if err != nil {
 		return nil, wrap(err, "looking up volume "+id)

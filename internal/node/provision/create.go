@@ -207,7 +207,7 @@ func (p *Provisioner) existingWhileUnavailable(ctx context.Context, c *createCal
 	if !ok {
 		// Not a fault of the request: the scheduler should pick another
 		// node, as GetCapacity reports 0 for the class here.
-		return nil, errorf(ErrNoRoom, "node %s cannot make volumes of device class %s now: %v", p.node.Name(), c.Class.Name, why)
+		return nil, errorf(ErrNoRoom, "node %s cannot make volumes of device class %s now: %v", p.cfg.NodeName, c.Class.Name, why)
 	}
 	if err := p.compatible(&lv, c.Request); err != nil {
 		return nil, err
@@ -303,17 +303,17 @@ func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceCl
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Refreshing the volume-group view before refusing a volume failed")
 		} else if *room, err = p.cfg.View.Capacity(class); errors.Is(err, vgview.ErrClassUnavailable) {
-			return errorf(ErrNoRoom, "node %s cannot make volumes of device class %s now: %v", p.node.Name(), class.Name, err)
+			return errorf(ErrNoRoom, "node %s cannot make volumes of device class %s now: %v", p.cfg.NodeName, class.Name, err)
 		} else if err != nil {
 			return wrap(err, "device class "+class.Name)
 		}
 	}
 	if room.MetadataFull {
 		return errorf(ErrNoRoom, "volume group %s of device class %s on node %s has no room left in its LVM metadata area "+
-			"for one more volume (whatever its free space); see \"Metadata area\" in docs/install.md", class.VolumeGroup, class.Name, p.node.Name())
+			"for one more volume (whatever its free space); see \"Metadata area\" in docs/install.md", class.VolumeGroup, class.Name, p.cfg.NodeName)
 	}
 	if size > room.Available {
-		return errorf(ErrNoRoom, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, p.node.Name(), room.Available, class.SpareBytes(), size)
+		return errorf(ErrNoRoom, "device class %s on node %s has %d bytes available (after a spare of %d), %d asked", class.Name, p.cfg.NodeName, room.Available, class.SpareBytes(), size)
 	}
 	return nil
 }

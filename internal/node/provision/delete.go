@@ -233,7 +233,7 @@ func (p *Provisioner) snapshotsOf(vg, name string) []string {
 	var ids []string
 	for _, lv := range p.cfg.View.Snapshots() {
 		if o, _ := volume.OriginFromTags(lv.Tags); lv.VolumeGroup == vg && (o == name || lv.Origin == name) {
-			ids = append(ids, volume.SnapshotID(p.node.Name(), vg, lv.Name))
+			ids = append(ids, volume.SnapshotID(p.cfg.NodeName, vg, lv.Name))
 		}
 	}
 	return ids

@@ -27,7 +27,6 @@ import (
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
-	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -145,7 +144,6 @@ type SnapshotReader interface {
 // this node's volumes.
 type Provisioner struct {
 	cfg   Config
-	node  topology.Node
 	locks *volumelock.Locks
 	// finishing zeroes and marks finished the new LVs, keyed by LV name,
 	// beyond the life of one call (erasing a large volume takes longer
@@ -173,7 +171,7 @@ func New(cfg Config) *Provisioner {
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())
 	}
-	return &Provisioner{cfg: cfg, node: topology.ForNode(cfg.NodeName), locks: cfg.Locks}
+	return &Provisioner{cfg: cfg, locks: cfg.Locks}
 }
 
 // devicePath is the device node of an LV.

@@ -54,7 +54,7 @@ func RemoteSourceFrom(ctx context.Context) *RemoteSource {
 // remoteSourceFor is the RemoteSource of ctx when it is cs, else nil.
 func (p *Provisioner) remoteSourceFor(ctx context.Context, cs *Source) *RemoteSource {
 	rs := RemoteSourceFrom(ctx)
-	if rs == nil || rs.ID != cs.ID || rs.Snapshot != cs.Snapshot || rs.Node == p.node.Name() {
+	if rs == nil || rs.ID != cs.ID || rs.Snapshot != cs.Snapshot || rs.Node == p.cfg.NodeName {
 		return nil
 	}
 	return rs
@@ -147,7 +147,7 @@ func (p *Provisioner) ReadSource(ctx context.Context, id string, snapshot bool, 
 		cname, ok := volume.ClassFromTags(src.lv.Tags)
 		class, known := p.cfg.Classes.Class(cname)
 		if !ok || !known {
-			return errorf(ErrRefused, "volume_content_source: volume %s has no device class of node %s (tag %q)", id, p.node.Name(), cname)
+			return errorf(ErrRefused, "volume_content_source: volume %s has no device class of node %s (tag %q)", id, p.cfg.NodeName, cname)
 		}
 		if from, err = p.copySource(ctx, lvName, class, &src.lv); err != nil {
 			return err

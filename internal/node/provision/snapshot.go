@@ -59,7 +59,7 @@ func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.
 	className, _ := volume.ClassFromTags(src.Tags)
 	d, ok := p.cfg.Classes.Class(className)
 	if !ok || d.VolumeGroup != vg {
-		return nil, className, errorf(ErrRefused, "source volume %s is of device class %q, which node %s does not configure in volume group %s now", r.SourceID, className, p.node.Name(), vg)
+		return nil, className, errorf(ErrRefused, "source volume %s is of device class %q, which node %s does not configure in volume group %s now", r.SourceID, className, p.cfg.NodeName, vg)
 	}
 	if d.Thin() != (src.Attr.Type == lvm.TypeThin) {
 		return nil, className, errorf(ErrRefused, "source volume %s is a %s LV, its device class %s is not; carve snapshots only volumes it made", r.SourceID, src.Attr.Type, d.Name)
@@ -121,7 +121,7 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 func (p *Provisioner) snapshotRoom(class *deviceclass.DeviceClass, src *lvm.LogicalVolume, sreq *lvm.SnapshotRequest) error {
 	room, err := p.cfg.View.Capacity(class)
 	if errors.Is(err, vgview.ErrClassUnavailable) {
-		return errorf(ErrUnavailable, "device class %s on node %s cannot take snapshots now: %v", class.Name, p.node.Name(), err)
+		return errorf(ErrUnavailable, "device class %s on node %s cannot take snapshots now: %v", class.Name, p.cfg.NodeName, err)
 	}
 	if err != nil {
 		return wrap(err, "device class "+class.Name)
@@ -134,7 +134,7 @@ func (p *Provisioner) snapshotRoom(class *deviceclass.DeviceClass, src *lvm.Logi
 	}
 	if need > room.Available {
 		return errorf(ErrNoRoom, "device class %s on node %s has %d bytes available (after a spare of %d); a snapshot of %s needs %d",
-			class.Name, p.node.Name(), room.Available, class.SpareBytes(), volume.VolumeID(src.VolumeGroup, src.Name), need)
+			class.Name, p.cfg.NodeName, room.Available, class.SpareBytes(), volume.VolumeID(src.VolumeGroup, src.Name), need)
 	}
 	return nil
 }
@@ -221,11 +221,11 @@ func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst boo
 	if err != nil {
 		return nil, errorf(ErrNotFound, "snapshot %q does not exist: %v", id, err)
 	}
-	if node != p.node.Name() {
-		return nil, errorf(ErrElsewhere, "snapshot %s lives on node %s, not on %s: it can be read only there", id, node, p.node.Name())
+	if node != p.cfg.NodeName {
+		return nil, errorf(ErrElsewhere, "snapshot %s lives on node %s, not on %s: it can be read only there", id, node, p.cfg.NodeName)
 	}
 	if !p.cfg.Classes.HasVolumeGroup(vg) {
-		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: volume group %s is none of its device classes'", id, p.node.Name(), vg)
+		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: volume group %s is none of its device classes'", id, p.cfg.NodeName, vg)
 	}
 	if lv, ok := p.cfg.View.LV(vg, lvName); ok && viewFirst && SnapshotUsable(&lv) == nil {
 		if k, _, owned := volume.Owned(lv.Tags); owned && k == volume.KindSnapshot {
@@ -236,13 +236,13 @@ func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst boo
 	// at any moment, and one that has must not be served.
 	lv, err := p.cfg.LVM.GetLV(ctx, vg, lvName)
 	if errors.Is(err, lvm.ErrNotFound) {
-		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s", id, p.node.Name())
+		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s", id, p.cfg.NodeName)
 	}
 	if err != nil {
 		return nil, wrap(err, "looking up snapshot "+id)
 	}
 	if k, _, owned := volume.Owned(lv.Tags); !owned || k != volume.KindSnapshot {
-		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: LV %s/%s is not a carve snapshot", id, p.node.Name(), vg, lvName)
+		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s: LV %s/%s is not a carve snapshot", id, p.cfg.NodeName, vg, lvName)
 	}
 	return lv, nil
 }

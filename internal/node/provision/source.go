@@ -134,7 +134,7 @@ func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uin
 		return size
 	}, func(room vgview.PoolRoom, n uint64) error {
 		return errorf(ErrNoRoom, "device class %s on node %s: copying %s into thin pool %s needs %d bytes of real space (the source's size: a copy writes the source's data, and the overprovision ratio does not apply to it); the pool has %d bytes free (after a spare of %d%s)",
-			c.Class.Name, p.node.Name(), c.src.id, room.Pool, n, room.Free, c.Class.SpareBytes(), pendingNote(room))
+			c.Class.Name, p.cfg.NodeName, c.src.id, room.Pool, n, room.Free, c.Class.SpareBytes(), pendingNote(room))
 	})
 }
 

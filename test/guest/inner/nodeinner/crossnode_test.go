@@ -344,8 +344,8 @@ func fill(n int64, seed string) []byte {
 func (c *cluster) restore(ctx context.Context, name, class string, size int64, src *csi.VolumeContentSource) (string, error) {
 	v, err := c.router.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")}, Parameters: map[string]string{"carve.dev/device-class": class},
-		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{topology.ForNode("node-b").Segment()},
-			Preferred: []*csi.Topology{topology.ForNode("node-b").Segment()}},
+		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{&csi.Topology{Segments: topology.Segments("node-b")}},
+			Preferred: []*csi.Topology{&csi.Topology{Segments: topology.Segments("node-b")}}},
 		VolumeContentSource: src})
 	if err != nil {
 		return "", err

@@ -1,4 +1,7 @@
-package volume
+// Package capability reads the CSI volume capabilities a node serves: the
+// access modes, block or a filesystem it can make, and mount flags that
+// are single safe options.
+package capability
 
 import (
 	"errors"
@@ -8,25 +11,10 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/carve-csi/carve/internal/node/fs"
+	"github.com/carve-csi/carve/internal/volume"
 )
-
-// ParamDeviceClass is the StorageClass parameter that names the device
-// class; without it the node's default class is used. CreateVolume also
-// puts it into the volume context, where stage and publish read it.
-const ParamDeviceClass = "carve.dev/device-class"
-
-// ContextVolumeName is the volume context key of the volume's CSI name:
-// CreateVolume puts it there (carve controller checks it), and stage and
-// publish serve a handle only with the name its LV was made for, so that
-// a PersistentVolume written with another volume's handle reaches nothing.
-const ContextVolumeName = "carve.dev/volume-name"
-
-// DefaultFSType is the filesystem of a mount volume that names none.
-const DefaultFSType = "ext4"
-
-// DefaultVolumeSize is the size of a volume whose request names none
-// (required_bytes and limit_bytes both 0).
-const DefaultVolumeSize = 1 << 30
 
 // accessModes are the single-node modes: carve volumes live on one node's
 // disks.
@@ -60,7 +48,7 @@ var forbiddenMountFlags = []string{"bind", "rbind", "remount", "move"}
 type Access struct {
 	// Block is a raw block volume; otherwise a filesystem of FSType.
 	Block bool
-	// FSType is the filesystem of a mount capability, DefaultFSType when
+	// FSType is the filesystem of a mount capability, volume.DefaultFSType when
 	// it names none; "" for a block volume.
 	FSType string
 	// Flags are the mount flags of a mount capability, each checked.
@@ -79,36 +67,31 @@ func (a Access) Describe() string {
 	return fmt.Sprintf("mount (%s)", a.FSType)
 }
 
-// CapabilityError is what ParseCapability refuses: Part is the part of the
+// Error is what Parse refuses: Part is the part of the
 // capability at fault ("" for all of it, "access_mode", "mount.fs_type",
 // "mount.mount_flags[1]", ...), Reason what is wrong with it.
-type CapabilityError struct {
+type Error struct {
 	Part, Reason string
 	// Err is ErrFilesystemElsewhere, or nil.
 	Err error
 }
 
-func (e *CapabilityError) Error() string { return e.In("capability") }
+func (e *Error) Error() string { return e.In("capability") }
 
 // Unwrap returns Err.
-func (e *CapabilityError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// ErrFilesystemElsewhere is what the CapabilityError of a filesystem carve
-// makes (carveMakes) but this node cannot (its mkfs is not installed
+// ErrFilesystemElsewhere is what the Error of a filesystem carve
+// makes (fs.MkfsTypes) but this node cannot (its mkfs is not installed
 // here) wraps: another node may have the tool, so the caller answers
 // RESOURCE_EXHAUSTED, on which csi-provisioner reschedules a claim that
 // waits for its first consumer, where a filesystem carve never makes is a
 // final INVALID_ARGUMENT.
 var ErrFilesystemElsewhere = errors.New("the filesystem's mkfs is not installed on this node")
 
-// carveMakes are the filesystems carve makes: fs.MkfsTypes, restated
-// (TestCarveMakesWhatFsMakes) because kubectl-carve builds this package
-// for other systems than Linux, which internal/node/fs does not build for.
-var carveMakes = []string{"ext4", "xfs", "btrfs"}
-
 // In is the message for a capability that came as field of a request:
 // "volume_capability.mount.fs_type \"ntfs\" is not supported; ...".
-func (e *CapabilityError) In(field string) string {
+func (e *Error) In(field string) string {
 	if e.Part == "" {
 		return field + " " + e.Reason
 	}
@@ -116,14 +99,14 @@ func (e *CapabilityError) In(field string) string {
 }
 
 func refuse(part, format string, args ...any) error {
-	return &CapabilityError{Part: part, Reason: fmt.Sprintf(format, args...)}
+	return &Error{Part: part, Reason: fmt.Sprintf(format, args...)}
 }
 
-// ParseCapability reads a volume capability, for both CSI servers: an
+// Parse reads a volume capability, for both CSI servers: an
 // access mode carve serves, a block or mount access type, a filesystem
 // among fsTypes (the default when it names none) and mount flags that are
-// single safe options. Its errors are *CapabilityError.
-func ParseCapability(c *csi.VolumeCapability, fsTypes []string) (Access, error) {
+// single safe options. Its errors are *Error.
+func Parse(c *csi.VolumeCapability, fsTypes []string) (Access, error) {
 	var a Access
 	if c == nil {
 		return a, refuse("", "is required")
@@ -142,12 +125,12 @@ func ParseCapability(c *csi.VolumeCapability, fsTypes []string) (Access, error) 
 	case *csi.VolumeCapability_Mount:
 		a.FSType = t.Mount.GetFsType()
 		if a.FSType == "" {
-			a.FSType = DefaultFSType
+			a.FSType = volume.DefaultFSType
 		}
 		if !slices.Contains(fsTypes, a.FSType) {
 			err := refuse("mount.fs_type", "%q is not supported; allowed: %s", a.FSType, strings.Join(fsTypes, ", "))
-			if slices.Contains(carveMakes, a.FSType) {
-				err = &CapabilityError{Part: "mount.fs_type", Err: ErrFilesystemElsewhere,
+			if slices.Contains(fs.MkfsTypes, a.FSType) {
+				err = &Error{Part: "mount.fs_type", Err: ErrFilesystemElsewhere,
 					Reason: fmt.Sprintf("%q cannot be made on this node (mkfs.%s is not installed); this node makes %s", a.FSType, a.FSType, strings.Join(fsTypes, ", "))}
 			}
 			return a, err

@@ -1,4 +1,4 @@
-package volume
+package capability
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-
-	"github.com/carve-csi/carve/internal/node/fs"
 )
 
 func mountCapability(fsType string, mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
@@ -18,7 +16,7 @@ func mountCapability(fsType string, mode csi.VolumeCapability_AccessMode_Mode, f
 	}
 }
 
-func TestParseCapability(t *testing.T) {
+func TestParse(t *testing.T) {
 	const (
 		sw = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 		ro = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
@@ -56,20 +54,20 @@ func TestParseCapability(t *testing.T) {
 		{name: "rw for a reader", cap: mountCapability("", ro, "rw"), msg: `"rw" contradicts access mode SINGLE_NODE_READER_ONLY`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseCapability(tc.cap, fsTypes)
+			got, err := Parse(tc.cap, fsTypes)
 			if tc.msg == "" {
 				if err != nil || got.Block != tc.want.Block || got.FSType != tc.want.FSType || got.Mode != tc.want.Mode ||
 					got.ReadOnly != tc.want.ReadOnly || !slices.Equal(got.Flags, tc.want.Flags) {
-					t.Errorf("ParseCapability = %+v, %v; want %+v", got, err, tc.want)
+					t.Errorf("Parse = %+v, %v; want %+v", got, err, tc.want)
 				}
 				return
 			}
-			var ce *CapabilityError
+			var ce *Error
 			if !errors.As(err, &ce) || !strings.Contains(ce.In("volume_capability"), tc.msg) {
-				t.Errorf("ParseCapability = %v, want a CapabilityError saying %q", err, tc.msg)
+				t.Errorf("Parse = %v, want a Error saying %q", err, tc.msg)
 			}
 			if got := errors.Is(err, ErrFilesystemElsewhere); got != tc.elsewhere {
-				t.Errorf("ParseCapability = %v: errors.Is(ErrFilesystemElsewhere) = %v, want %v", err, got, tc.elsewhere)
+				t.Errorf("Parse = %v: errors.Is(ErrFilesystemElsewhere) = %v, want %v", err, got, tc.elsewhere)
 			}
 		})
 	}
@@ -84,13 +82,5 @@ func TestAccessDescribe(t *testing.T) {
 	}
 	if got := AccessModes(); len(got) != 4 || !strings.Contains(AccessModeNames(), got[3].String()) {
 		t.Errorf("AccessModes = %v, names %q", got, AccessModeNames())
-	}
-}
-
-// TestCarveMakesWhatFsMakes: the filesystems this package knows carve
-// makes are internal/node/fs's.
-func TestCarveMakesWhatFsMakes(t *testing.T) {
-	if !slices.Equal(carveMakes, fs.MkfsTypes) {
-		t.Errorf("carveMakes %v, fs.MkfsTypes %v: they must be the same", carveMakes, fs.MkfsTypes)
 	}
 }

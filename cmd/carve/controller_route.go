@@ -155,7 +155,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, err
 	}
 	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool, Moves: mover.Claims{PVs: pvs},
-		Refusals: refusals})
+		Refusals: refusals, Sent: router.ClaimAnnotations{Client: client}})
 	move, err := startMover(ctx, o, client, srv, reg)
 	if err != nil {
 		return nil, err

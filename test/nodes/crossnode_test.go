@@ -15,9 +15,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
+	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
@@ -298,4 +300,131 @@ func deletePodWaitUnmounted(t *testing.T, ns, pod, handle string) {
 		mounts := strings.TrimSpace(guestExec(t, "grep -e "+lv+" -e "+strings.ReplaceAll(lv, "-", "--")+" /proc/self/mountinfo || true"))
 		return mounts == "", "mounts: " + mounts, nil
 	})
+}
+
+// TestCrossNodeRestoreSpansAControllerRestart (make test-nodes-peer): a
+// restore onto the peer whose copy spans a restart of carve controller
+// (every replica's pod deleted at once, csi-provisioner with them) and the
+// new controller's enrollment of the peer. The peer's agent is stopped
+// (SIGSTOP) as soon as its new LV is tagged copy=pending, so the copy
+// cannot end before the restart; the controller pods are deleted and come
+// back while it is stopped (the new controller cannot reach the peer, and
+// must not move the claim off it: the claim records where its create was
+// sent); then the agent runs on. The claim binds on the peer, its LV holds
+// the source's bytes and no longer carries the tag, and no second LV of
+// the claim is left on the guest node.
+func TestCrossNodeRestoreSpansAControllerRestart(t *testing.T) {
+	peer := needPeer(t)
+	ns := newNamespace(t, "crossrestart")
+	ctx := testCtx(t, 20*time.Minute)
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = "128Mi"
+	_, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 96)
+	// The LVs outside the peer's volume group: the guest node's.
+	guestLVs := fmt.Sprintf("lvs --noheadings -o vg_name,lv_name | awk '$1 != %q' | sort", peer.VG)
+	before := strings.TrimSpace(guestExec(t, guestLVs))
+
+	group := "snapshot.storage.k8s.io"
+	pvc := newPVC(ns, "restored", thickSC, size)
+	pvc.Annotations = map[string]string{placement.AnnSelectedNode: peerName}
+	pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pending := fmt.Sprintf("lvs --noheadings -o lv_tags %s | grep -q %s", peer.VG, volume.TagCopyPending)
+	if err := peer.StopAgentWhen(ctx, pending, 3*time.Minute); err != nil {
+		t.Fatalf("%v; last events of the claim: %s", err, claimEvents(ctx, ns, "restored"))
+	}
+	stopped := time.Now()
+	continued := false
+	t.Cleanup(func() {
+		if !continued {
+			if err := peer.ContinueAgent(context.WithoutCancel(ctx)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+
+	selector := labels.Set{"app.kubernetes.io/name": "carve", "app.kubernetes.io/component": "controller"}.String()
+	old, err := bed.Client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := map[string]bool{}
+	zero := int64(0)
+	for _, p := range old.Items {
+		gone[p.Name] = true
+		if err := bed.Client.CoreV1().Pods(bed.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 6*time.Minute, "new controller pods running", func(ctx context.Context) (bool, string, error) {
+		pods, err := bed.Client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, "", err
+		}
+		running := 0
+		var state []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if !gone[p.Name] && allRunning(p) {
+				running++
+			}
+			state = append(state, p.Name+": "+podState(p))
+		}
+		return running == len(old.Items) && len(pods.Items) == len(old.Items), strings.Join(state, "; "), nil
+	})
+	// The new controller cannot enroll the stopped peer; once it has
+	// given that up, csi-provisioner's retry of the create is answered
+	// that an earlier attempt was sent there, and the claim stays.
+	inDoubt := "an earlier attempt was sent to node " + peerName
+	waitFor(t, 6*time.Minute, "csi-provisioner told that the claim stays on "+peerName, func(ctx context.Context) (bool, string, error) {
+		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "restored", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if got := c.Annotations[placement.AnnSelectedNode]; got != peerName {
+			return false, "", fmt.Errorf("while the peer was stopped the claim was sent back to the scheduler (selected node %q); last events: %s", got, claimEvents(ctx, ns, "restored"))
+		}
+		if got := c.Annotations[router.AnnCreateSentTo]; got != peerName {
+			return false, "", fmt.Errorf("the claim records its create sent to %q, want %s", got, peerName)
+		}
+		evs, err := bed.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=restored"})
+		if err != nil {
+			return false, "", err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, inDoubt) {
+				return true, "", nil
+			}
+		}
+		return false, claimEvents(ctx, ns, "restored"), nil
+	})
+	if err := peer.ContinueAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	continued = true
+	t.Logf("the peer's agent stopped mid-copy for %s, across the controller's restart", time.Since(stopped).Round(time.Second))
+
+	pv := waitClaimBound(t, ns, "restored", 10*time.Minute)
+	handle := volumeHandle(t, pv)
+	if got := pvNode(t, pv); got != peerName {
+		t.Errorf("PV %s is on node %s, want %s", pv, got, peerName)
+	}
+	if tags := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_tags "+handle)); strings.Contains(tags, volume.TagCopyPending) {
+		t.Errorf("the bound volume %s is still tagged %s (%s)", handle, volume.TagCopyPending, tags)
+	}
+	got, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != sourceSum {
+		t.Errorf("the LV %s on %s has SHA-256 %s, want the source's %s", handle, peerName, got, sourceSum)
+	}
+	if after := strings.TrimSpace(guestExec(t, guestLVs)); after != before {
+		t.Errorf("the guest node's volume group changed during the restore: LVs before\n%s\nafter\n%s", before, after)
+	}
 }

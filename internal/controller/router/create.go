@@ -5,10 +5,12 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -43,27 +45,25 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	// Not sent is RESOURCE_EXHAUSTED, unless an earlier attempt may have
+	// started on node (notSentCreate).
 	unsent := codes.ResourceExhausted
-	if s.pending.maybeStarted(req.GetName(), node) {
-		unsent = codes.Unavailable
-	}
 	if from, id, snapshot := s.sourceNode(req); copies && s.cfg.Agents != nil && from != "" && from != node {
 		if ctx, err = s.grantCopy(ctx, req, node, from, id, snapshot, unsent); err != nil {
-			return nil, err
+			return nil, s.notSentCreate(ctx, req, node, err)
 		}
 	} else if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
 		return nil, err
 	}
 	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
 	if err != nil {
-		if unsent == codes.Unavailable && status.Code(err) == codes.Unavailable {
-			return nil, status.Errorf(codes.Unavailable, "%s; an earlier attempt was sent to node %s and may have started there, so the volume stays on that node",
-				status.Convert(err).Message(), node)
-		}
+		return nil, s.notSentCreate(ctx, req, node, err)
+	}
+	if err := s.sending(ctx, req, node); err != nil {
 		return nil, err
 	}
 	resp, err := call(ctx, c, node, csi.ControllerClient.CreateVolume, req)
-	s.pending.answered(req.GetName(), node, status.Code(err))
+	s.answered(ctx, req, node, status.Code(err))
 	if err != nil {
 		return nil, err
 	}
@@ -172,3 +172,81 @@ func isVolumeID(id string) bool {
 	_, err := volume.ParseID(id)
 	return err == nil
 }
+
+// claimOf is the namespace and name of the claim a CreateVolume is for
+// (csi-provisioner's --extra-create-metadata), "" when it does not say.
+func claimOf(req *csi.CreateVolumeRequest) (namespace, name string) {
+	return req.GetParameters()[volume.ParamPVCNamespace], req.GetParameters()[volume.ParamPVCName]
+}
+
+// notSentCreate is the answer to a CreateVolume that could not be sent to
+// node (err): RESOURCE_EXHAUSTED moves the claim to another node, unless
+// an earlier attempt was sent to node and may have started there; then
+// UNAVAILABLE, so that the claim stays.
+func (s *Server) notSentCreate(ctx context.Context, req *csi.CreateVolumeRequest, node string, err error) error {
+	if status.Code(err) != codes.ResourceExhausted {
+		return err
+	}
+	msg := status.Convert(err).Message()
+	earlier, serr := s.sentEarlier(ctx, req, node)
+	switch {
+	case serr != nil:
+		return status.Errorf(codes.Unavailable, "%s; whether an earlier attempt was sent to node %s is not known (%v), so the claim stays for now", msg, node, serr)
+	case earlier:
+		return status.Errorf(codes.Unavailable, "%s; an earlier attempt was sent to node %s and may have started there, so the volume stays on that node", msg, node)
+	}
+	return err
+}
+
+// sentEarlier tells whether a CreateVolume of req was sent to node and
+// not answered for sure: as the claim records it (AnnCreateSentTo), which
+// every replica reads, or, for a request that names no claim, as this
+// replica remembers.
+func (s *Server) sentEarlier(ctx context.Context, req *csi.CreateVolumeRequest, node string) (bool, error) {
+	ns, claim := claimOf(req)
+	if s.cfg.Sent == nil || claim == "" {
+		return s.pending.maybeStarted(req.GetName(), node), nil
+	}
+	sent, err := s.cfg.Sent.SentTo(ctx, ns, claim)
+	return sent == node, err
+}
+
+// sending records, before a CreateVolume leaves for node, that it does:
+// on the claim for every replica and a restart (in memory for a request
+// that names no claim). A claim that cannot be annotated is UNAVAILABLE,
+// nothing sent.
+func (s *Server) sending(ctx context.Context, req *csi.CreateVolumeRequest, node string) error {
+	ns, claim := claimOf(req)
+	if s.cfg.Sent == nil || claim == "" {
+		s.pending.sending(req.GetName(), node)
+		return nil
+	}
+	if err := s.cfg.Sent.Sending(ctx, ns, claim, node); err != nil {
+		return status.Errorf(codes.Unavailable, "recording on claim %s/%s that its volume is being made on node %s: %v; nothing was sent", ns, claim, node, err)
+	}
+	return nil
+}
+
+// answered records node's answer; an answer that says the node made
+// nothing takes the claim's record off, so that the claim may go to
+// another node.
+func (s *Server) answered(ctx context.Context, req *csi.CreateVolumeRequest, node string, code codes.Code) {
+	ns, claim := claimOf(req)
+	if s.cfg.Sent == nil || claim == "" {
+		s.pending.answered(req.GetName(), node, code)
+		return
+	}
+	if !definite(code) || code == codes.OK {
+		return
+	}
+	// The call's own deadline may have passed: the record is the
+	// controller's bookkeeping, not the caller's.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if err := s.cfg.Sent.NotMade(ctx, ns, claim); err != nil {
+		klog.FromContext(ctx).Error(err, "Taking the record of a create off its claim; the claim stays on the node while the node cannot be reached", "node", node)
+	}
+}
+
+// bookkeepingTimeout bounds the API call that takes a claim's record off.
+const bookkeepingTimeout = 10 * time.Second

@@ -7,12 +7,17 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // seg is node's topology segment.
@@ -274,5 +279,70 @@ func TestCloneWhileTheIndexFills(t *testing.T) {
 	wantStatus(t, err, codes.Unavailable, "volume_content_source", "not known yet")
 	if got := log.all(); len(got) != 0 {
 		t.Errorf("calls sent: %q", got)
+	}
+}
+
+// A create in doubt keeps its claim on its node for every replica and
+// past a restart: the claim records the node before the call leaves
+// (AnnCreateSentTo), a router with no memory of the call reads it, and
+// the node's answer that it made nothing takes it off.
+func TestCreateInDoubtOutlivesTheReplica(t *testing.T) {
+	as := newAgents()
+	as["node-a"].hang = map[string]bool{"CreateVolume": true}
+	first, _ := newRouter(t, as, nil)
+	ns := first.cfg.Nodes.(*nodes)
+	client := fake.NewClientset(
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "data-1"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "data-2"}})
+	sent := ClaimAnnotations{Client: client}
+	first.cfg.Sent = sent
+	// A replica that restarted, or the other one: same nodes, no memory.
+	second := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key, Sent: sent})
+	create := func(r *Server, claim string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a"),
+			Parameters: map[string]string{volume.ParamPVCNamespace: "app", volume.ParamPVCName: claim}})
+		return err
+	}
+	record := func(claim string) string {
+		c, err := client.CoreV1().PersistentVolumeClaims("app").Get(context.Background(), claim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Annotations[AnnCreateSentTo]
+	}
+	steps := []struct {
+		name   string
+		do     func()
+		r      *Server
+		claim  string
+		code   codes.Code
+		msg    []string
+		record string
+	}{
+		{name: "first attempt times out on the node", r: first, claim: "data-1", code: codes.DeadlineExceeded, record: "node-a"},
+		{name: "node gone, another replica: the claim stays", do: func() { as["node-a"].set(func() { as["node-a"].hang = nil }); ns.hide("node-a") },
+			r: second, claim: "data-1", code: codes.Unavailable, msg: []string{"node-a", "earlier attempt"}, record: "node-a"},
+		{name: "another claim may move", r: second, claim: "data-2", code: codes.ResourceExhausted, msg: []string{"nothing was created"}},
+		{name: "node back, it made nothing: the record goes", do: func() {
+			ns.unhide("node-a")
+			as["node-a"].set(func() {
+				as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.ResourceExhausted, "no room")}
+			})
+		}, r: second, claim: "data-1", code: codes.ResourceExhausted, msg: []string{"no room"}},
+		{name: "settled: gone again may move", do: func() { ns.hide("node-a") }, r: first, claim: "data-1", code: codes.ResourceExhausted},
+	}
+	for _, st := range steps {
+		if st.do != nil {
+			st.do()
+		}
+		err := create(st.r, st.claim)
+		t.Run(st.name, func(t *testing.T) {
+			wantStatus(t, err, st.code, st.msg...)
+			if got := record(st.claim); got != st.record {
+				t.Errorf("claim %s records %q, want %q", st.claim, got, st.record)
+			}
+		})
 	}
 }

@@ -7,16 +7,16 @@ import (
 )
 
 // pending remembers, by CSI volume name, the node a CreateVolume was sent
-// to when its answer did not say whether the node started it (the codes
-// csi-provisioner reads as "may be in progress": it retries on the same
-// node). While a name is pending, not reaching that node is UNAVAILABLE,
-// not RESOURCE_EXHAUSTED: this call sent nothing, but an earlier one may
-// have made the volume there, and moving the claim would leave that LV
-// behind. A definite answer from the node clears the name.
+// to until the node's answer says whether it started it (the codes
+// csi-provisioner reads as "may be in progress" do not: it retries on the
+// same node). While a name is pending, not reaching that node is
+// UNAVAILABLE, not RESOURCE_EXHAUSTED: this call sent nothing, but an
+// earlier one may have made the volume there, and moving the claim would
+// leave that LV behind. A definite answer from the node clears the name.
 //
-// It lives in memory only: a controller that restarts, or another replica
-// taking the lead, does not know what the last one sent (the orphan audit
-// finds an LV left that way).
+// It is for requests that name no claim; for one that does, the claim's
+// AnnCreateSentTo (sent.go) holds the same fact where every replica, and
+// a controller that restarted, reads it.
 type pending struct {
 	mu    sync.Mutex
 	names map[string]string // CSI volume name -> node
@@ -34,21 +34,38 @@ func (p *pending) maybeStarted(name, node string) bool {
 	return p.names[name] == node
 }
 
-// answered records the answer node gave to a CreateVolume of name.
-func (p *pending) answered(name, node string, code codes.Code) {
+// sending records that a CreateVolume of name is about to be sent to
+// node.
+func (p *pending) sending(name, node string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.names == nil {
+		p.names = map[string]string{}
+	}
+	if _, ok := p.names[name]; ok || len(p.names) < maxPending {
+		p.names[name] = node
+	}
+}
+
+// answered records the answer node gave to a CreateVolume of name.
+func (p *pending) answered(name, node string, code codes.Code) {
+	if !definite(code) {
+		p.sending(name, node)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.names[name] == node {
+		delete(p.names, name)
+	}
+}
+
+// definite tells an answer that says whether the node made the volume:
+// every code but those csi-provisioner reads as "may be in progress".
+func definite(code codes.Code) bool {
 	switch code {
 	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.Aborted:
-		if p.names == nil {
-			p.names = map[string]string{}
-		}
-		if _, ok := p.names[name]; ok || len(p.names) < maxPending {
-			p.names[name] = node
-		}
-	default:
-		if p.names[name] == node {
-			delete(p.names, name)
-		}
+		return false
 	}
+	return true
 }

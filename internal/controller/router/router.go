@@ -82,6 +82,9 @@ type Config struct {
 	Refusals *Refusals
 	// Paging bounds each node's list pages; zero is paging.Default.
 	Paging paging.Limits
+	// Sent keeps, on each claim, the node its CreateVolume was sent to
+	// (sent.go); nil keeps it in this replica's memory only.
+	Sent SentCreates
 }
 
 // limits are the paging limits of one node's list.

@@ -386,17 +386,42 @@ func (p *GuestPeer) KillAgent(ctx context.Context) error {
 // between seeing it and the kill. It fails when condition does not hold
 // within timeout, and then kills nothing.
 func (p *GuestPeer) KillAgentWhen(ctx context.Context, condition string, timeout time.Duration) error {
+	return p.signalWhen(ctx, condition, "KILL", timeout)
+}
+
+// StopAgentWhen stops the peer's agent (SIGSTOP: a hung process, a paused
+// machine) as soon as condition holds, as KillAgentWhen kills it;
+// ContinueAgent lets it run again.
+func (p *GuestPeer) StopAgentWhen(ctx context.Context, condition string, timeout time.Duration) error {
+	return p.signalWhen(ctx, condition, "STOP", timeout)
+}
+
+// ContinueAgent lets an agent StopAgentWhen stopped run again (SIGCONT).
+func (p *GuestPeer) ContinueAgent(ctx context.Context) error {
+	if _, err := p.Guest.Exec(ctx, fmt.Sprintf("kill -CONT $(cat %s)", path.Join(p.guestDir, "agent.pid"))); err != nil {
+		return fmt.Errorf("continue the agent of peer %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// signalWhen sends the agent sig once condition holds; after KILL, it
+// waits for the process to be gone.
+func (p *GuestPeer) signalWhen(ctx context.Context, condition, sig string, timeout time.Duration) error {
 	pid := path.Join(p.guestDir, "agent.pid")
+	wait := ""
+	if sig == "KILL" {
+		wait = fmt.Sprintf("while kill -0 $(cat %s) 2> /dev/null; do sleep 0.05; done", pid)
+	}
 	script := fmt.Sprintf(`end=$(( $(date +%%s) + %[1]d ))
 until { %[2]s ; } > /dev/null 2>&1; do
   [ $(date +%%s) -lt $end ] || { echo "the condition did not hold within %[1]d s: %[3]s"; exit 1; }
   sleep 0.05
 done
-kill -KILL $(cat %[4]s)
-while kill -0 $(cat %[4]s) 2> /dev/null; do sleep 0.05; done
-`, int(timeout.Seconds()), condition, strings.ReplaceAll(condition, `"`, `'`), pid)
+kill -%[5]s $(cat %[4]s)
+%[6]s
+`, int(timeout.Seconds()), condition, strings.ReplaceAll(condition, `"`, `'`), pid, sig, wait)
 	if _, err := p.Guest.Exec(ctx, script); err != nil {
-		return fmt.Errorf("kill the agent of peer %s: %w", p.Name, err)
+		return fmt.Errorf("signal %s to the agent of peer %s: %w", sig, p.Name, err)
 	}
 	return nil
 }

@@ -124,9 +124,12 @@ manifests: helm
 # Regenerates, in a copy of deploy/, everything generated there (the
 # snapshot CRDs of hack/snapshot-crds.sh, the chart's copy of the
 # dashboard, what make manifests renders) and fails when the copy differs
-# from the working tree, which it leaves alone (hack/verify.sh).
+# from the working tree, which it leaves alone (hack/verify.sh); and
+# checks every relative link of the README and docs/ (a file that exists,
+# an anchor that is a heading there: test/deploy's TestDocLinks).
 verify: helm
 	@GO='$(GO)' HELM=$(CACHE)/bin/helm ./hack/verify.sh
+	@$(GO) test -tags deploytest -count=1 -run '^TestDocLinks$$' ./test/deploy/
 
 # Release artifacts of VERSION (a tag vX.Y.Z) in $(DIST): the chart archive
 # and its repository index, the manifests with that image tag, the

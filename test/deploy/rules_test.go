@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -69,12 +68,7 @@ func TestRunbookAnchors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	anchors := map[string]bool{}
-	heading := regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*$`)
-	drop := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
-	for _, m := range heading.FindAllStringSubmatch(string(doc), -1) {
-		anchors[strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-")] = true
-	}
+	anchors := mdAnchors(string(doc))
 	n := 0
 	for _, g := range loadRules(t).Groups {
 		for _, r := range g.Rules {

@@ -1,0 +1,123 @@
+//go:build deploytest
+
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// mdAnchors are the anchors GitHub gives the headings of a Markdown
+// document: lower case, punctuation dropped, spaces as hyphens, a repeat
+// suffixed -1, -2, ...; headings in code blocks are not headings.
+func mdAnchors(doc string) map[string]bool {
+	drop := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range proseLines(doc) {
+		m := regexp.MustCompile(`^#{1,6}\s+(.+?)\s*#*\s*$`).FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		a := strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-")
+		if n := seen[a]; n > 0 {
+			anchors[a+"-"+strconv.Itoa(n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
+}
+
+// proseLines are a Markdown document's lines outside fenced code blocks.
+func proseLines(doc string) []string {
+	var out []string
+	fenced := false
+	for _, line := range strings.Split(doc, "\n") {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestDocLinks: every relative link in the README and docs/ names a file
+// of the repository, and every anchor a heading of the document it points
+// into, so that a renamed heading or a moved file breaks the build, not
+// the reader.
+func TestDocLinks(t *testing.T) {
+	root := repoRoot(t)
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "CHANGELOG.md"))
+	link := regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	code := regexp.MustCompile("`[^`]*`")
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(path string) (map[string]bool, error) {
+		if a, ok := anchors[path]; ok {
+			return a, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		anchors[path] = mdAnchors(string(b))
+		return anchors[path], nil
+	}
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, doc)
+		for _, line := range proseLines(string(b)) {
+			for _, m := range link.FindAllStringSubmatch(code.ReplaceAllString(line, ""), -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				checked++
+				file, frag, _ := strings.Cut(target, "#")
+				path := doc
+				if file != "" {
+					path = filepath.Join(filepath.Dir(doc), file)
+					if _, err := os.Stat(path); err != nil {
+						t.Errorf("%s: link %q: no file %s", rel, target, file)
+						continue
+					}
+				}
+				if frag == "" {
+					continue
+				}
+				if !strings.HasSuffix(path, ".md") {
+					t.Errorf("%s: link %q: an anchor into a file that is not Markdown", rel, target)
+					continue
+				}
+				a, err := anchorsOf(path)
+				if err != nil {
+					t.Errorf("%s: link %q: %v", rel, target, err)
+					continue
+				}
+				if !a[frag] {
+					t.Errorf("%s: link %q: no heading with anchor #%s", rel, target, frag)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no relative link found: the link pattern is wrong")
+	}
+	t.Logf("%d relative links checked", checked)
+}

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/nodeca"
 )
 
 // heldCopies is a NodeCopy server whose reads wait until release is
@@ -62,18 +61,7 @@ func ready(c *grpc.ClientConn, wait time.Duration) bool {
 // connection is not served until one ends; past the stream limit a new
 // copy on a connection waits until one ends.
 func TestCopyPortLimits(t *testing.T) {
-	ca, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := iss.IssueController()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cert := controllerCert(t)
 	lim := copyLimits{handshake: 300 * time.Millisecond, connections: 3, streams: 2}
 	if def := copyPortLimits(); def.handshake <= 0 || def.connections <= 0 || def.streams == 0 {
 		t.Fatalf("carve runs the copy port without a bound: %+v", def)

@@ -45,11 +45,9 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// TestNodeChannel: the node channel serves the plugin's Identity and
-// Controller servers and NodeAgent (not Node) over TLS, only once the CA
-// bundle it waits for exists, through the socket's metrics; it stops
-// promptly with a capacity stream open.
-func TestNodeChannel(t *testing.T) {
+// controllerCert is a new CA and a controller certificate it issued.
+func controllerCert(t *testing.T) (*nodeca.CA, *tls.Certificate) {
+	t.Helper()
 	ca, err := nodeca.NewCA(nodeca.CAOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +56,19 @@ func TestNodeChannel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := iss.IssueController()
+	cert, err := iss.IssueController()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ca, cert
+}
+
+// TestNodeChannel: the node channel serves the plugin's Identity and
+// Controller servers and NodeAgent (not Node) over TLS, only once the CA
+// bundle it waits for exists, through the socket's metrics; it stops
+// promptly with a capacity stream open.
+func TestNodeChannel(t *testing.T) {
+	ca, ctrl := controllerCert(t)
 	dir := t.TempDir()
 	o := &NodeOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName}, NodeName: "node-a",
 		NodeChannel: NodeChannelOptions{Address: freeAddr(t), CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}

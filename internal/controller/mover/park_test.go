@@ -208,6 +208,23 @@ func TestMoveRetriesAsConfigured(t *testing.T) {
 	}
 }
 
+// parkAbortedWhileCatchingUp drives a move to parked: asked to abort
+// while catching up, the source's node lost.
+func parkAbortedWhileCatchingUp(t *testing.T) (*fake.Clientset, *fakeVolumes, *Mover) {
+	t.Helper()
+	client, vols := world(t)
+	m, _ := newMover(t, client, vols)
+	request(t, client, "b")
+	start(t, m)
+	driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) {
+		if phase == moveapi.PhaseCatchingUp && visit == 0 {
+			vols.away["a"] = true
+			askAbort(t, client)
+		}
+	})
+	return client, vols, m
+}
+
 // TestParkedMove: a parked move resumes where it parked once the old
 // volume answers; asked to abort, it releases the claim's name and still
 // keeps the target and the seed while the old volume does not answer,
@@ -236,16 +253,7 @@ func TestParkedMove(t *testing.T) {
 		}
 	})
 	t.Run("abort asked while catching up, then the source's node back", func(t *testing.T) {
-		client, vols := world(t)
-		m, _ := newMover(t, client, vols)
-		request(t, client, "b")
-		start(t, m)
-		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) {
-			if phase == moveapi.PhaseCatchingUp && visit == 0 {
-				vols.away["a"] = true
-				askAbort(t, client)
-			}
-		})
+		client, vols, m := parkAbortedWhileCatchingUp(t)
 		if why, held := (Claims{PVs: clientPVs{client}}).MoveOf(ns, claim); held {
 			t.Errorf("the aborted parked move holds the claim's name: %s", why)
 		}
@@ -329,16 +337,7 @@ func TestSalvage(t *testing.T) {
 		}
 	})
 	t.Run("abort asked while catching up, the source's node lost", func(t *testing.T) {
-		client, vols := world(t)
-		m, _ := newMover(t, client, vols)
-		request(t, client, "b")
-		start(t, m)
-		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) {
-			if phase == moveapi.PhaseCatchingUp && visit == 0 {
-				vols.away["a"] = true
-				askAbort(t, client)
-			}
-		})
+		client, _, m := parkAbortedWhileCatchingUp(t)
 		salvage(t, client)
 		drive(t, m, 20, nil)
 		target := TargetName(oldPV, "b")

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/controller/loop"
 )
 
 // Values of the op and result labels of carve_capacity_object_writes_total.
@@ -29,33 +31,16 @@ const attempts = 3
 // errStale says the object changed under the writer; the item is retried.
 var errStale = errors.New("object changed while being written")
 
-func (w *Writer) processNext(ctx context.Context) bool {
-	s := w.s.Load()
-	it, shutdown := s.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer s.queue.Done(it)
-	if ctx.Err() != nil {
-		return false
-	}
+// syncItem writes one object; an object the API server refuses as
+// invalid is not retried (a new report or a StorageClass event queues
+// the pair again).
+func (w *Writer) syncItem(ctx context.Context, it item, _ int) (loop.Result, error) {
 	err := w.sync(ctx, it)
-	if err == nil {
-		s.queue.Forget(it)
-		return true
+	if err != nil && permanent(err) {
+		klog.FromContext(ctx).Error(err, "The API server refuses the CSIStorageCapacity; not retrying", "node", it.node, "storageClass", it.sc)
+		return loop.Result{}, nil
 	}
-	log := klog.FromContext(ctx)
-	if permanent(err) {
-		// Retrying the same object cannot help; a new report or a
-		// StorageClass event queues the pair again.
-		log.Error(err, "The API server refuses the CSIStorageCapacity; not retrying", "node", it.node, "storageClass", it.sc)
-		s.queue.Forget(it)
-		return true
-	}
-	log.Error(err, "Writing CSIStorageCapacity failed; retrying", "node", it.node,
-		"storageClass", it.sc, "object", it.stray, "retries", s.queue.NumRequeues(it))
-	s.queue.AddRateLimited(it)
-	return true
+	return loop.Result{}, err
 }
 
 // permanent reports whether every error in err is the API server

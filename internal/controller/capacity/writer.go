@@ -53,10 +53,10 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/controller/loop"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -144,7 +144,7 @@ type Writer struct {
 // made anew for every Run, as neither starts again once stopped, and a
 // writer that gave up its Lease runs again when its replica leads again.
 type session struct {
-	queue                 workqueue.TypedRateLimitingInterface[item]
+	queue                 loop.Queue[item]
 	scFactory, objFactory informers.SharedInformerFactory
 	scReg, objReg         cache.ResourceEventHandlerRegistration
 	objects               cache.Indexer
@@ -224,8 +224,7 @@ func New(cfg Config) (*Writer, error) {
 }
 
 func (w *Writer) newSession() (*session, error) {
-	s := &session{queue: workqueue.NewTypedRateLimitingQueue(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[item](baseDelay, maxDelay))}
+	s := &session{queue: loop.NewQueue[item](baseDelay, maxDelay)}
 	s.scFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0, informers.WithTransform(trimStorageClass))
 	scs := s.scFactory.Storage().V1().StorageClasses().Informer()
 	var err error
@@ -311,16 +310,9 @@ func (w *Writer) Run(ctx context.Context) error {
 	log.Info("Writing CSIStorageCapacity objects", "namespace", w.cfg.Namespace, "storageClasses", classes,
 		"existingObjects", len(s.objects.List()), "startupGrace", w.cfg.StartupGrace)
 
-	var wg sync.WaitGroup
-	for range w.cfg.Workers {
-		wg.Go(func() {
-			for w.processNext(ctx) {
-			}
-		})
-	}
+	stop := loop.Workers(ctx, s.queue, w.cfg.Workers, w.syncItem)
 	err := w.watchHealth(ctx, grace)
-	s.queue.ShutDown()
-	wg.Wait()
+	stop()
 	return err
 }
 

@@ -46,7 +46,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,10 +57,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/controller/loop"
 )
 
 // Results: carve_moves_total's result label.
@@ -160,7 +160,7 @@ const (
 // Mover runs the moves.
 type Mover struct {
 	cfg    Config
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  loop.Queue[string]
 	moves  *prometheus.CounterVec
 	phases *prometheus.HistogramVec
 	// catchUpBytes and catchUpSeconds are each move's catch-up: the bytes it
@@ -202,9 +202,8 @@ func New(cfg Config) (*Mover, error) {
 		cfg.Retries = maxRetries
 	}
 	m := &Mover{
-		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueue(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseDelay, maxDelay)),
+		cfg:   cfg,
+		queue: loop.NewQueue[string](baseDelay, maxDelay),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_moves_total",
 			Help: "Moves of claims to another node (kubectl carve move) that ended, by result: moved, aborted (asked to), failed (given up before the workload stopped; the original untouched), rolled_back (given up after; the claim bound to its old volume again), refused (never started), salvaged (a parked move bound to its target as of the seed, as asked).",
@@ -310,16 +309,9 @@ func (m *Mover) Run(ctx context.Context) error {
 		return nil
 	}
 	log.Info("Moving claims that ask for it", "annotation", moveapi.AnnMoveTo)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for m.processNext(ctx) {
-			}
-		})
-	}
+	stop := loop.Workers(ctx, m.queue, workers, m.sync)
 	<-ctx.Done()
-	m.queue.ShutDown()
-	wg.Wait()
+	stop()
 	return nil
 }
 
@@ -349,34 +341,19 @@ func trim(o any) (any, error) {
 	return o, nil
 }
 
-func (m *Mover) processNext(ctx context.Context) bool {
-	k, quit := m.queue.Get()
-	if quit {
-		return false
-	}
-	defer m.queue.Done(k)
+// sync looks at one queued claim or PV.
+func (m *Mover) sync(ctx context.Context, k string, attempt int) (loop.Result, error) {
 	var (
 		after time.Duration
 		err   error
 	)
-	attempt := m.queue.NumRequeues(k)
 	switch {
-	case len(k) > len(claimKey) && k[:len(claimKey)] == claimKey:
+	case strings.HasPrefix(k, claimKey) && len(k) > len(claimKey):
 		after, err = m.syncClaim(ctx, k[len(claimKey):])
-	case len(k) > len(pvKey) && k[:len(pvKey)] == pvKey:
+	case strings.HasPrefix(k, pvKey) && len(k) > len(pvKey):
 		after, err = m.syncPV(ctx, k[len(pvKey):], attempt)
 	}
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "A move step failed; trying again", "key", k, "attempt", attempt)
-		m.queue.AddRateLimited(k)
-	case after > 0:
-		m.queue.Forget(k)
-		m.queue.AddAfter(k, after)
-	default:
-		m.queue.Forget(k)
-	}
-	return true
+	return loop.Result{After: after}, err
 }
 
 // hashOf is the short hash the move's names carry.

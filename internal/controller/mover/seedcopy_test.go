@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/controller/loop"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -106,7 +107,7 @@ func TestSeedCopyHoldsNoWorker(t *testing.T) {
 	m.queue.Add(pvKey + other)
 	go func() {
 		defer close(stopped)
-		for m.processNext(ctx) {
+		for loop.Next(ctx, m.queue, m.sync) {
 		}
 	}()
 	waitPhase(t, client, other, moveapi.PhaseBinding)

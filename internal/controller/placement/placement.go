@@ -63,8 +63,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/controller/loop"
 )
 
 // Annotations on the claim.
@@ -162,7 +163,7 @@ type Config struct {
 // Placer selects the source's node for new restores and clones.
 type Placer struct {
 	cfg       Config
-	queue     workqueue.TypedRateLimitingInterface[string]
+	queue     loop.Queue[string]
 	decisions *prometheus.CounterVec
 	started   atomic.Bool
 
@@ -204,9 +205,8 @@ func New(cfg Config) (*Placer, error) {
 		return nil, fmt.Errorf("restore placement: %v required", missing)
 	}
 	p := &Placer{
-		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueue(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseDelay, maxDelay)),
+		cfg:   cfg,
+		queue: loop.NewQueue[string](baseDelay, maxDelay),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_restore_placements_total",
 			Help: "Decisions of carve controller on new restores and clones of carve volumes, by result: placed (the claim's node selected: its source's), or why not: source_node_full, source_node_unreachable, source_node_unknown, source_not_carve, placed_before, pod_cannot_run_there.",
@@ -251,16 +251,9 @@ func (p *Placer) Run(ctx context.Context) error {
 		return nil
 	}
 	log.Info("Placing new restores and clones on their source's node")
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for p.processNext(ctx) {
-			}
-		})
-	}
+	stop := loop.Workers(ctx, p.queue, workers, p.syncKey)
 	<-ctx.Done()
-	p.queue.ShutDown()
-	wg.Wait()
+	stop()
 	return nil
 }
 
@@ -301,21 +294,9 @@ func served(l *metav1.APIResourceList, resource string) bool {
 	return false
 }
 
-func (p *Placer) processNext(ctx context.Context) bool {
-	k, quit := p.queue.Get()
-	if quit {
-		return false
-	}
-	defer p.queue.Done(k)
+// syncKey places one claim; a claim whose decision must wait is looked
+// at again with backoff, at most maxRetries times.
+func (p *Placer) syncKey(ctx context.Context, k string, attempt int) (loop.Result, error) {
 	out, err := p.sync(ctx, k)
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "Placing a claim failed; trying again", "claim", k)
-		p.queue.AddRateLimited(k)
-	case out.retry && p.queue.NumRequeues(k) < maxRetries:
-		p.queue.AddRateLimited(k)
-	default:
-		p.queue.Forget(k)
-	}
-	return true
+	return loop.Result{Again: err == nil && out.retry && attempt < maxRetries}, err
 }

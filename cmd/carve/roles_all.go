@@ -13,7 +13,7 @@ const program = "carve"
 // controllerRole is carve controller, which carve-node (-tags nodeagent)
 // leaves out.
 func controllerRole() role {
-	return role{summary: "the cluster-wide Identity and Controller services that csi-resizer talks to",
+	return role{summary: "the cluster-wide CSI Controller the sidecars call, routed to the node agents; placement, moves, the audit and the capacity objects",
 		flags: func(fs *flag.FlagSet) (func() error, func(context.Context) error) {
 			var o ControllerOptions
 			o.AddFlags(fs)

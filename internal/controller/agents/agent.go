@@ -53,6 +53,10 @@ type agent struct {
 	conn    *grpc.ClientConn // the verified connection; nil while there is none
 	lastErr error            // why there is none
 	tried   bool             // an enrollment has ended, well or not
+	// acceptedCA is the next CA (its certificate, DER) this agent was
+	// seen to accept; its bundle only grows until the switch, so it is
+	// not asked again.
+	acceptedCA []byte
 }
 
 func newAgent(p *Pool, ep endpoint) *agent {

@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -30,13 +31,25 @@ const maxProbing = 16
 
 // Accepts returns nil when every node agent of the pool accepts the
 // controller's certificate signed by ca: each is called over a new
-// connection presenting such a certificate. An agent not connected now
-// counts as not accepting: it may not have the CA's bundle yet.
+// connection presenting such a certificate, once (an agent seen to accept
+// ca is not asked again). An agent not connected now counts as not
+// accepting: it may not have the CA's bundle yet.
 func (p *Pool) Accepts(ctx context.Context, ca *nodeca.CA) error {
 	select {
 	case <-p.synced:
 	default:
 		return errors.New("the controller has not listed the node agents yet")
+	}
+	p.mu.Lock()
+	agents := make([]*agent, 0, len(p.agents))
+	for _, a := range p.agents {
+		if !a.hasAccepted(ca) {
+			agents = append(agents, a)
+		}
+	}
+	p.mu.Unlock()
+	if len(agents) == 0 {
+		return nil
 	}
 	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{ControllerValidity: time.Hour})
 	if err != nil {
@@ -47,12 +60,6 @@ func (p *Pool) Accepts(ctx context.Context, ca *nodeca.CA) error {
 		return err
 	}
 	id := nodeca.NewKeypair(cert)
-	p.mu.Lock()
-	agents := make([]*agent, 0, len(p.agents))
-	for _, a := range p.agents {
-		agents = append(agents, a)
-	}
-	p.mu.Unlock()
 	slices.SortFunc(agents, func(a, b *agent) int { return cmp.Compare(a.ep.Node, b.ep.Node) })
 	errs := make([]error, len(agents))
 	slots := make(chan struct{}, maxProbing)
@@ -63,11 +70,22 @@ func (p *Pool) Accepts(ctx context.Context, ca *nodeca.CA) error {
 			defer func() { <-slots }()
 			if err := a.accepts(ctx, id); err != nil {
 				errs[i] = fmt.Errorf("node %s: %w", a.ep.Node, err)
+				return
 			}
+			a.mu.Lock()
+			a.acceptedCA = ca.Cert.Raw
+			a.mu.Unlock()
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// hasAccepted tells whether the agent was seen to accept ca.
+func (a *agent) hasAccepted(ca *nodeca.CA) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return bytes.Equal(a.acceptedCA, ca.Cert.Raw)
 }
 
 // accepts calls the agent's Identity service presenting id.

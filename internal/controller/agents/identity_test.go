@@ -38,6 +38,11 @@ func TestCASwitch(t *testing.T) {
 	if err := e.pool.Accepts(t.Context(), next); err != nil {
 		t.Fatalf("Accepts once the agent trusts the next CA: %v", err)
 	}
+	// An agent seen to accept the CA is not asked again.
+	asked := f.infos.Load()
+	if err := e.pool.Accepts(t.Context(), next); err != nil || f.infos.Load() != asked {
+		t.Errorf("Accepts again: %v, %d more probes, want none", err, f.infos.Load()-asked)
+	}
 	if n := f.installs.Load(); n != 1 {
 		t.Fatalf("%d installs before the switch, want 1", n)
 	}

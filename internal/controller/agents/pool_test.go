@@ -64,6 +64,7 @@ type fakeAgent struct {
 	present  *tls.Certificate
 	enrolls  atomic.Int32
 	installs atomic.Int32
+	infos    atomic.Int32 // GetPluginInfo calls
 	reports  chan *nodeagentv1.CapacityReport
 	end      chan struct{} // a send ends the current capacity stream
 	addr     string
@@ -115,6 +116,7 @@ func (f *fakeAgent) ControllerGetCapabilities(context.Context, *csi.ControllerGe
 }
 
 func (f *fakeAgent) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	f.infos.Add(1)
 	return &csi.GetPluginInfoResponse{Name: "lvm.carve.dev", VendorVersion: "fake"}, nil
 }
 

@@ -36,6 +36,10 @@ const dataDisk = 12 << 30
 // (the test bed's one addition to the shipped device-class file).
 const absentClass = "absent"
 
+// postgresPort is the port the database tier's PostgreSQL listens on in
+// the guest's own network (a hostNetwork pod), forwarded to the host.
+const postgresPort = 5432
+
 // carveImage is the image the DaemonSet runs; the tests' pods run it too
 // (it has a shell, coreutils and util-linux), so no other image is needed.
 var carveImage string
@@ -79,6 +83,14 @@ func configFromEnv() (cluster.Config, error) {
 	if len(archives) == 0 {
 		return cluster.Config{}, fmt.Errorf("no image archives (*.tar) in CARVE_IMAGES=%s", images)
 	}
+	// The database tier (make test-databases) adds its PostgreSQL image
+	// and makes the server's port reachable from the host, where its
+	// client records every acknowledged transaction.
+	var hostPorts []int
+	if pg := os.Getenv("CARVE_POSTGRES_IMAGE"); pg != "" {
+		archives = append(archives, pg)
+		hostPorts = []int{postgresPort}
+	}
 	m, err := cluster.LoadManifests(deploy)
 	if err != nil {
 		return cluster.Config{}, err
@@ -111,6 +123,7 @@ func configFromEnv() (cluster.Config, error) {
 		ExtraManifests:        []string{filepath.Join(deploy, "components", "snapshot-class", "snapshotclass.yaml")},
 		GuestNodes: []cluster.GuestNodeSpec{{
 			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: cluster.ShippedClassesFirstBoot("3g"),
+			HostPorts: hostPorts,
 		}},
 		Images:        archives,
 		DeviceClasses: withAbsent,

@@ -268,6 +268,22 @@ func (n *Node) Stop(timeout time.Duration) error {
 	return nil
 }
 
+// PowerCut ends the guest as a power cut would: qemu is killed at once,
+// and whatever the guest had not yet written to its disks (its page
+// cache, a write still queued) is lost; what it flushed is on the disk
+// files, which a later Start boots from.
+func (n *Node) PowerCut() {
+	n.mu.Lock()
+	r := n.running
+	n.running = nil
+	n.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+}
+
 // Exec runs script with the guest's /bin/sh (as root, in the host's
 // userland) and returns its combined output. A non-zero exit is an error
 // that carries the output.

@@ -219,7 +219,7 @@ test-databases: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  pg=$$(GO='$(GO)' ./hack/postgres-image.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_POSTGRES_IMAGE=$$pg CARVE_CACHE=$(CACHE) \
-	  $(GO) test -tags nodes,databases -count=1 -timeout 45m -run '$(DATABASES_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-databases.log | ./hack/summarize-go-test.sh databases
+	  $(GO) test -tags nodes,databases -count=1 -timeout 60m -run '$(DATABASES_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-databases.log | ./hack/summarize-go-test.sh databases
 
 # A measurement on real nodes, not part of make test: a StatefulSet's
 # claim moved to the peer node and back (TestCrossNodeMoveStatefulSet), a

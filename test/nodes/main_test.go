@@ -87,9 +87,11 @@ func configFromEnv() (cluster.Config, error) {
 	// and makes the server's port reachable from the host, where its
 	// client records every acknowledged transaction.
 	var hostPorts []int
+	lifetime := 40 * time.Minute
 	if pg := os.Getenv("CARVE_POSTGRES_IMAGE"); pg != "" {
 		archives = append(archives, pg)
 		hostPorts = []int{postgresPort}
+		lifetime = time.Hour
 	}
 	m, err := cluster.LoadManifests(deploy)
 	if err != nil {
@@ -127,7 +129,7 @@ func configFromEnv() (cluster.Config, error) {
 		}},
 		Images:        archives,
 		DeviceClasses: withAbsent,
-		Lifetime:      40 * time.Minute,
+		Lifetime:      lifetime,
 		// Simulated nodes (make measure-placement-nodes) need the
 		// controller on the guest, where it reaches every agent.
 		Nodes:             simulated,

@@ -155,6 +155,17 @@ func startPostgres(t *testing.T, ns string, pod *corev1.Pod) time.Duration {
 	return time.Since(start)
 }
 
+// checkRecovered fails the test unless the server in pod started by
+// replaying WAL, as after a crash, and logs what its log says of it.
+func checkRecovered(t *testing.T, ns, pod string) {
+	t.Helper()
+	log, err := pgExec(testCtx(t, time.Minute), ns, pod, time.Minute, "grep -E 'redo|recover|interrupted|ready to accept' /tmp/postgres.log")
+	t.Logf("%s: the server's log of its start:\n%s", pod, log)
+	if err != nil || !strings.Contains(log, "redo starts") || !strings.Contains(log, "redo done") {
+		t.Errorf("%s: the server did not start by replaying WAL, as it must on a volume as a crash left it (%v)", pod, err)
+	}
+}
+
 // initBench fills pgbench's tables (scale 1: 100,000 accounts) and makes
 // the client's table of acknowledged ids.
 func initBench(t *testing.T, ns, pod string) {
@@ -407,11 +418,7 @@ func TestDatabaseSnapshotOfTheLiveDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", false))
-			log, _ := pgExec(ctx, ns, "pg-restored", time.Minute, "grep -E 'redo|recover|consistent|ready to accept' /tmp/postgres.log")
-			t.Logf("the restored server's log:\n%s", log)
-			if !strings.Contains(log, "redo done") && !strings.Contains(log, "redo starts") {
-				t.Errorf("the restored server did not replay WAL (not crash-consistent state seen?): %s", log)
-			}
+			checkRecovered(t, ns, "pg-restored")
 
 			checkDatabase(t, ns, "pg", all)
 			checkDatabase(t, ns, "pg-restored", before)
@@ -580,8 +587,7 @@ func TestDatabasePowerCut(t *testing.T) {
 	})
 	close(w.stop)
 	<-w.done
-	log, _ := pgExec(ctx, ns, "pg", time.Minute, "grep -E 'redo|recover|interrupted|ready to accept' /tmp/postgres.log")
-	t.Logf("the server's log after the cut:\n%s", log)
+	checkRecovered(t, ns, "pg")
 	t.Logf("the client saw %d failed transactions or connections around the cut (the first: %v)", w.errs, w.first)
 	all := w.acks.All()
 	checkDatabase(t, ns, "pg", all)

@@ -230,6 +230,7 @@ type ackWriter struct {
 	mu     sync.Mutex
 	errs   int
 	first  error
+	last   error
 	lastID int64
 }
 
@@ -291,6 +292,14 @@ func (w *ackWriter) fail(err error) {
 	if w.first == nil {
 		w.first = err
 	}
+	w.last = err
+}
+
+// lastErr is the client's latest failure.
+func (w *ackWriter) lastErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
 }
 
 // finish stops the writer and fails the test if any of its transactions
@@ -583,7 +592,7 @@ func TestDatabasePowerCut(t *testing.T) {
 	back := time.Since(cut)
 	waitFor(t, 5*time.Minute, "the client's transactions acknowledged again", func(context.Context) (bool, string, error) {
 		n := len(w.acks.Before(time.Now())) - len(w.acks.Before(cut))
-		return n >= 20, fmt.Sprintf("%d acknowledged since the cut", n), nil
+		return n >= 20, fmt.Sprintf("%d acknowledged since the cut; the client's last error: %v", n, w.lastErr()), nil
 	})
 	close(w.stop)
 	<-w.done

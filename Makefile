@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/internal/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes measure-move test-host-side test-nodes test-nodes-peer demo bench bench-peers soak deps clean cachedir
+.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes measure-move test-host-side test-nodes test-nodes-peer test-databases demo bench bench-peers soak deps clean cachedir
 
 all: build
 
@@ -51,10 +51,10 @@ lint: cachedir
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
+	$(GO) vet -tags hosttest,guesttest,guestinner,e2e,nodes,databases,peers,deploytest ./...
 	$(GO) vet -tags $(NODE_TAGS) ./cmd/carve
 	@test -f $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && touch $(CACHE)/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION); }
-	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,peers,deploytest ./...
+	$(CACHE)/bin/golangci-lint run --build-tags hosttest,guesttest,guestinner,e2e,nodes,databases,peers,deploytest ./...
 	$(CACHE)/bin/golangci-lint run --build-tags $(NODE_TAGS) ./cmd/carve
 	@test -f $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION) || { GOBIN=$(CACHE)/bin $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) && touch $(CACHE)/bin/.actionlint-$(ACTIONLINT_VERSION); }
 	$(CACHE)/bin/actionlint .github/workflows/*.yaml
@@ -210,6 +210,19 @@ test-nodes-peer: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_NODES_PEER=1 \
 	  $(GO) test -tags nodes -count=1 -timeout 40m -run '$(NODES_PEER_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes-peer.log | ./hack/summarize-go-test.sh nodes-peer
+
+# Databases on real nodes, not part of make test (docs/development.md): the
+# real-node bed plus the PostgreSQL image of hack/postgres-image.sh; the
+# TestDatabase* scenarios run pgbench and a client outside the guest
+# through snapshots, online expansion and kills of carve, and check every
+# acknowledged transaction, pgbench's invariant, pg_amcheck and
+# pg_checksums. DATABASES_RUN narrows them (go test -run).
+DATABASES_RUN ?= ^TestDatabase
+test-databases: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  pg=$$(GO='$(GO)' ./hack/postgres-image.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_POSTGRES_IMAGE=$$pg CARVE_CACHE=$(CACHE) \
+	  $(GO) test -tags nodes,databases -count=1 -timeout 60m -run '$(DATABASES_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-databases.log | ./hack/summarize-go-test.sh databases
 
 # A measurement on real nodes, not part of make test: a StatefulSet's
 # claim moved to the peer node and back (TestCrossNodeMoveStatefulSet), a

@@ -58,35 +58,10 @@ done < <(awk 'toupper($1) == "FROM" {for (i = 2; i <= NF; i++) if ($i !~ /^--/) 
 hashfiles() { (cd "$root" && sha256sum "$@") | sha256sum | cut -c1-16; }
 
 # The recipes of the base images this script can make. Each key covers what
-# the recipe depends on; the Debian archive's content on the day is not an
-# input (it cannot be pinned without snapshot.debian.org), so a base is
-# remade only when a recipe changes or its image is gone.
-mirror=http://deb.debian.org
-debian_sources=(
-	"deb $mirror/debian $release main"
-	"deb $mirror/debian $release-updates main"
-	"deb $mirror/debian-security $release-security main"
-)
-# As the official slim images: no documentation or locales.
-debian_dpkgopts=(
-	'path-exclude=/usr/share/man/*'
-	'path-exclude=/usr/share/doc/*'
-	'path-include=/usr/share/doc/*/copyright'
-	'path-exclude=/usr/share/locale/*'
-	'path-exclude=/usr/share/info/*'
-)
-# As the official images: apt keeps no downloaded packages or binary
-# caches, so a Dockerfile's apt-get install leaves only what it installed.
-apt_clean='rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true'
-debian_aptopts=(
-	"DPkg::Post-Invoke { \"$apt_clean\"; }"
-	"APT::Update::Post-Invoke { \"$apt_clean\"; }"
-	'Dir::Cache::pkgcache ""'
-	'Dir::Cache::srcpkgcache ""'
-	'Acquire::Languages "none"'
-)
-debian_image=docker.io/library/debian:$release-slim
-debian_key=$(printf '%s\n' v2 minbase "$release" "${debian_sources[@]}" "${debian_dpkgopts[@]}" "${debian_aptopts[@]}" | sha256sum | cut -c1-16)
+# the recipe depends on; debian:<release>-slim's recipe is the one
+# hack/lib/debian-base.sh holds.
+# shellcheck source=hack/lib/debian-base.sh
+. "$root/hack/lib/debian-base.sh"
 goroot=$("$go" env GOROOT)
 host_go=$("$goroot/bin/go" env GOVERSION)
 # As the official golang image (buildpack-deps:<release>-scm underneath,
@@ -116,7 +91,7 @@ srcsof() {
 }
 mapfile -t srcs < <({ srcsof ./cmd/carve ./test/harness/ociimage/cmd/ociarchive && srcsof -tags nodeagent,grpcnotrace ./cmd/carve; } | sed "s|^$root/||" | sort -u)
 [ ${#srcs[@]} -gt 0 ] || die "go list found no source files for ./cmd/carve"
-ctx_files=(Dockerfile go.mod go.sum hack/image.sh)
+ctx_files=(Dockerfile go.mod go.sum hack/image.sh hack/lib/debian-base.sh)
 [ -f "$root/.dockerignore" ] && ctx_files+=(.dockerignore)
 key=$( {
 	hashfiles "${ctx_files[@]}" "${srcs[@]}"
@@ -130,10 +105,9 @@ if [ -f "$out/carve.tar" ] && [ -f "$out/Dockerfile.sha256" ]; then
 	exit 0
 fi
 
-mkdir -p "$images/carve" "$images/bases"
+mkdir -p "$images/carve"
 # One build at a time uses the store.
-exec 9>"$images/.lock"
-flock 9
+store_lock
 if [ -f "$out/carve.tar" ]; then # built while we waited
 	echo "$out/carve.tar"
 	exit 0
@@ -141,50 +115,7 @@ fi
 start=$(date +%s)
 say "store locked"
 
-# A private store and registries.conf: nothing of the machine's containers
-# setup is read or changed, and short names resolve to docker.io only.
-cat >"$images/registries.conf" <<'EOF'
-unqualified-search-registries = ["docker.io"]
-short-name-mode = "permissive"
-EOF
-export CONTAINERS_REGISTRIES_CONF=$images/registries.conf
-export BUILDAH_ISOLATION=chroot
-bah() { buildah --root "$images/buildah/root" --runroot "$images/buildah/run" --storage-driver vfs "$@"; }
-# Working containers left by an interrupted run.
-bah rm --all >/dev/null
-
-# have NAME KEY: the store holds NAME as made by the recipe with KEY.
-have() {
-	local stamp=$images/bases/$2 id
-	[ -f "$stamp" ] || return 1
-	id=$(bah inspect --type image --format '{{.FromImageID}}' "$1" 2>/dev/null) || return 1
-	[ "sha256:${id#sha256:}" = "$(cat "$stamp")" ]
-}
-# commit CONTAINER NAME KEY: commits, records the image ID under KEY and
-# drops the image NAME named before.
-commit() {
-	local old
-	old=$(bah inspect --type image --format '{{.FromImageID}}' "$2" 2>/dev/null || true)
-	bah commit --quiet --rm --iidfile "$images/bases/$3.tmp" "$1" "$2" >/dev/null
-	mv "$images/bases/$3.tmp" "$images/bases/$3"
-	if [ -n "$old" ] && [ "sha256:${old#sha256:}" != "$(cat "$images/bases/$3")" ]; then bah rmi "$old" >/dev/null 2>&1 || true; fi
-}
-
-tmp=$(mktemp -d "$images/build.XXXXXX")
-trap 'rm -rf "$tmp"; bah rm --all >/dev/null 2>&1 || true' EXIT
-
-if ! have "$debian_image" "$debian_key"; then
-	say "making $debian_image (mmdebstrap --variant=minbase $release)"
-	opts=()
-	for o in "${debian_dpkgopts[@]}"; do opts+=(--dpkgopt="$o"); done
-	for o in "${debian_aptopts[@]}"; do opts+=(--aptopt="$o"); done
-	mmdebstrap --quiet --variant=minbase "${opts[@]}" "$release" "$tmp/debian.tar" "${debian_sources[@]}"
-	c=$(bah from scratch)
-	bah add --quiet "$c" "$tmp/debian.tar" / >/dev/null
-	rm -f "$tmp/debian.tar"
-	bah config --cmd bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
-	commit "$c" "$debian_image" "$debian_key"
-fi
+debian_base
 
 if ! have "$golang_image" "$golang_key"; then
 	[ "$host_go" = "go$go_version" ] || die "the Dockerfile builds with Go $go_version, this machine's Go ($goroot) is $host_go: install go$go_version"

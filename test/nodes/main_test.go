@@ -36,6 +36,10 @@ const dataDisk = 12 << 30
 // (the test bed's one addition to the shipped device-class file).
 const absentClass = "absent"
 
+// postgresPort is the port the database tier's PostgreSQL listens on in
+// the guest's own network (a hostNetwork pod), forwarded to the host.
+const postgresPort = 5432
+
 // carveImage is the image the DaemonSet runs; the tests' pods run it too
 // (it has a shell, coreutils and util-linux), so no other image is needed.
 var carveImage string
@@ -79,6 +83,16 @@ func configFromEnv() (cluster.Config, error) {
 	if len(archives) == 0 {
 		return cluster.Config{}, fmt.Errorf("no image archives (*.tar) in CARVE_IMAGES=%s", images)
 	}
+	// The database tier (make test-databases) adds its PostgreSQL image
+	// and makes the server's port reachable from the host, where its
+	// client records every acknowledged transaction.
+	var hostPorts []int
+	lifetime := 40 * time.Minute
+	if pg := os.Getenv("CARVE_POSTGRES_IMAGE"); pg != "" {
+		archives = append(archives, pg)
+		hostPorts = []int{postgresPort}
+		lifetime = time.Hour
+	}
 	m, err := cluster.LoadManifests(deploy)
 	if err != nil {
 		return cluster.Config{}, err
@@ -111,10 +125,11 @@ func configFromEnv() (cluster.Config, error) {
 		ExtraManifests:        []string{filepath.Join(deploy, "components", "snapshot-class", "snapshotclass.yaml")},
 		GuestNodes: []cluster.GuestNodeSpec{{
 			Name: nodeName, DataDiskSize: dataDisk, FirstBoot: cluster.ShippedClassesFirstBoot("3g"),
+			HostPorts: hostPorts,
 		}},
 		Images:        archives,
 		DeviceClasses: withAbsent,
-		Lifetime:      40 * time.Minute,
+		Lifetime:      lifetime,
 		// Simulated nodes (make measure-placement-nodes) need the
 		// controller on the guest, where it reaches every agent.
 		Nodes:             simulated,

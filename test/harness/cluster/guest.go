@@ -30,6 +30,9 @@ type GuestNodeSpec struct {
 	// FirstBoot runs in the guest at its first boot, before the kubelet:
 	// it makes the volume groups the device classes name.
 	FirstBoot string
+	// HostPorts are guest ports (of hostNetwork pods) made reachable on
+	// the host's loopback: GuestNode.HostPorts maps each to its address.
+	HostPorts []int
 }
 
 // GuestNode is a real node of the test bed.
@@ -38,6 +41,9 @@ type GuestNode struct {
 	// KubeletAddr is the host's loopback address of the node's kubelet
 	// API (its /metrics, /stats/summary, /pods).
 	KubeletAddr string
+	// HostPorts maps each of GuestNodeSpec.HostPorts to the host's
+	// loopback host:port forwarded to it.
+	HostPorts map[int]string
 }
 
 // guestNodeIP is the InternalIP of the i-th guest node (from 0). The
@@ -65,8 +71,19 @@ func (c *Cluster) startGuestNodes(ctx context.Context) error {
 				forwards = append(forwards, guestvm.Forward{GuestPort: n.ChannelPort, HostAddr: n.ChannelAddr})
 			}
 		}
+		hostPorts := map[int]string{}
+		var hostForwards []guestvm.HostForward
+		for _, gp := range spec.HostPorts {
+			p, err := FreePort()
+			if err != nil {
+				return err
+			}
+			hostPorts[gp] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+			hostForwards = append(hostForwards, guestvm.HostForward{HostAddr: hostPorts[gp], GuestPort: gp})
+		}
 		n, err := guestnode.New(guestnode.Spec{
 			Forwards:        forwards,
+			HostForwards:    hostForwards,
 			Name:            spec.Name,
 			NodeIP:          ip,
 			WorkDir:         dir,
@@ -83,7 +100,7 @@ func (c *Cluster) startGuestNodes(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		g := &GuestNode{Node: n, KubeletAddr: addr}
+		g := &GuestNode{Node: n, KubeletAddr: addr, HostPorts: hostPorts}
 		c.GuestNodes = append(c.GuestNodes, g)
 		start := time.Now()
 		if err := g.Boot(ctx, c.Client); err != nil {

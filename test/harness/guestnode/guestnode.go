@@ -63,6 +63,10 @@ type Spec struct {
 	// guestvm.GuestForwardIP (the simulated nodes' agents, for a
 	// controller that runs in this guest).
 	Forwards []guestvm.Forward
+	// HostForwards are more guest ports reachable on the host's loopback
+	// (a hostNetwork pod's server that a test's client outside the guest
+	// talks to).
+	HostForwards []guestvm.HostForward
 	// DataDiskSize is the size of the data disk (/dev/vdb), sparse.
 	DataDiskSize int64
 	// FirstBoot is a shell script run once, at the first boot, before the
@@ -197,7 +201,7 @@ func (n *Node) Start(ctx context.Context) error {
 		Args:         []string{"/bin/sh", guestvm.GuestPath("node.sh")},
 		Modules:      []string{"bridge", "veth", "br_netfilter"},
 		Forwards:     append([]guestvm.Forward{{GuestPort: GuestAPIServerPort, HostAddr: s.APIServer}}, s.Forwards...),
-		HostForwards: []guestvm.HostForward{{HostAddr: s.KubeletHostAddr, GuestPort: KubeletPort}},
+		HostForwards: append([]guestvm.HostForward{{HostAddr: s.KubeletHostAddr, GuestPort: KubeletPort}}, s.HostForwards...),
 		Disks:        []string{filepath.Join(s.WorkDir, systemDisk), filepath.Join(s.WorkDir, dataDisk)},
 		Timeout:      s.Lifetime,
 		MemoryMiB:    s.MemoryMiB,
@@ -262,6 +266,22 @@ func (n *Node) Stop(timeout time.Duration) error {
 		return fmt.Errorf("guestnode %s: %w", n.Spec.Name, r.err)
 	}
 	return nil
+}
+
+// PowerCut ends the guest as a power cut would: qemu is killed at once,
+// and whatever the guest had not yet written to its disks (its page
+// cache, a write still queued) is lost; what it flushed is on the disk
+// files, which a later Start boots from.
+func (n *Node) PowerCut() {
+	n.mu.Lock()
+	r := n.running
+	n.running = nil
+	n.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
 }
 
 // Exec runs script with the guest's /bin/sh (as root, in the host's

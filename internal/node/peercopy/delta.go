@@ -69,7 +69,7 @@ func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
 
 // readDelta serves the ReadVolume of a catch-up grant.
 // sentOK: the target checks a digest of the data sent (DIGEST_SCOPE_SENT).
-func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeagentv1.ChunkDigest, sentOK bool, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
+func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK bool, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "base", g.Base, "targetNode", node)
 	if s.cfg.Deltas == nil {
 		return status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
@@ -81,15 +81,15 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeag
 		// readBytes: what the source reads of its devices.
 		if d.Method == provision.DeltaCompare {
 			how = []any{"method", d.Method, "fallback", d.Fallback, "readBytes", 2 * d.Size, "baseReadBytes", d.Size}
-			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, alg, stream)
+			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, stream)
 			return err
 		}
 		if !sentOK {
 			how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", d.Size, "baseReadBytes", 0, "digestScope", "volume"}
-			sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+			sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, stream)
 			return err
 		}
-		sent, err = SendNamed(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+		sent, err = SendNamed(ctx, d.Volume, d.Size, d.Changed, stream)
 		how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", sent.Data, "baseReadBytes", 0, "digestScope", "sent"}
 		return err
 	})
@@ -112,15 +112,12 @@ var ErrInUse = errors.New("the volume is in use")
 // size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
 // while it is read; one that is mounted fails the open, ErrInUse). The
 // next pair of blocks is read while one is sent.
-func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
+	d := NewDigest()
 	direct := size%4096 == 0
-	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
+	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
 		return out, err
 	}
@@ -151,14 +148,11 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagent
 // a block discarded since the base must become zeros on the target),
 // and the trailer with the Digest of vol's size bytes, all read: the
 // base is not. vol is opened exclusively as by SendDelta.
-func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
-	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
+	d := NewDigest()
+	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
 		return out, err
 	}
@@ -184,19 +178,16 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 // data sent (DIGEST_SCOPE_SENT), the SparseChunk-aligned chunks that
 // hold a byte of changed (a chunk of zeros too, as a block discarded
 // since the base must become zeros on the target), at most maxData
-// bytes a message, and the trailer with the Digest (of alg) of those
+// bytes a message, and the trailer with the Digest of those
 // messages, each offset and then its chunks. Neither the rest of vol
 // nor the base is read: changed comes from the metadata that defines
 // the base snapshot itself, and the seed copy was checked whole. vol
 // is opened exclusively as by SendDelta.
-func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
-	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_SENT, s)
+	d := NewDigest()
+	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_SENT, s)
 	if err != nil {
 		return out, err
 	}
@@ -244,7 +235,7 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 // (O_EXCL: a mount of it fails while it is read; one that is mounted
 // fails the open, ErrInUse) and sends the header of a delta of size
 // bytes.
-func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
+func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
 	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
 		return nil, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
@@ -253,7 +244,7 @@ func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, scope
 		return nil, err
 	}
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg, DigestScope: scope}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, DigestScope: scope}}}); err != nil {
 		_ = in.Close()
 		return nil, fmt.Errorf("sending the header: %w", err)
 	}

@@ -53,25 +53,21 @@ type Sent struct {
 
 // Send streams the first size bytes of the device at path: the header,
 // the runs of SparseChunk-aligned chunks that hold data (at most maxData
-// bytes a message), and the trailer with the source's Digest of alg
-// (ErrDigest when this agent does not compute it). It is a
+// bytes a message), and the trailer with the source's Digest. It is a
 // pipeline: a goroutine reads ahead (readAhead) while this one finds the
 // data, digests it and hands it to gRPC, whose own goroutine encrypts
 // and writes it.
-func Send(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
+	d := NewDigest()
 	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Digest: alg}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -251,7 +247,7 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	if res, err = blockcopy.Finish(out, path, start, res); err != nil {
 		return res, err
 	}
-	if err := readBack(ctx, path, want, d.kind, sum); err != nil {
+	if err := readBack(ctx, path, want, sum); err != nil {
 		return res, err
 	}
 	res.Duration = time.Since(start)
@@ -259,9 +255,9 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 }
 
 // readBack reads the first size bytes of the device at path and checks
-// their Digest of alg is sum, the source's: ErrChecksum when not.
-func readBack(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, sum []byte) error {
-	got, err := DigestOf(ctx, path, size, alg)
+// their Digest is sum, the source's: ErrChecksum when not.
+func readBack(ctx context.Context, path string, size uint64, sum []byte) error {
+	got, err := DigestOf(ctx, path, size)
 	if err != nil {
 		return fmt.Errorf("reading back %s after the copy: %w", path, err)
 	}
@@ -273,8 +269,8 @@ func readBack(ctx context.Context, path string, size uint64, alg nodeagentv1.Chu
 }
 
 // receiveHeader receives the header and checks it: the size is want, the
-// digest is one this end computes, over this end's chunks. It returns
-// the empty Digest to check the stream with.
+// digest is over this end's chunks. It returns the empty Digest to check
+// the stream with.
 func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	first, err := r.Recv()
 	if err != nil {
@@ -293,20 +289,19 @@ func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	if sc := hdr.GetDigestScope(); sc != nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME {
 		return nil, fmt.Errorf("the source's checksum covers %v (CopyHeader.digest_scope), a whole copy is checked over DIGEST_SCOPE_VOLUME; nothing was written", sc)
 	}
-	return headerDigest(hdr)
+	if err := checkChunks(hdr); err != nil {
+		return nil, err
+	}
+	return NewDigest(), nil
 }
 
-// headerDigest is the empty Digest a header names, over this end's
-// chunks; nothing is written when it is not.
-func headerDigest(hdr *nodeagentv1.CopyHeader) (*Digest, error) {
+// checkChunks checks that a header's digest is over this end's chunks;
+// nothing is written when it is not.
+func checkChunks(hdr *nodeagentv1.CopyHeader) error {
 	if c := hdr.GetChunkBytes(); c != SparseChunk {
-		return nil, fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
+		return fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
 	}
-	d, err := NewDigest(hdr.GetDigest())
-	if err != nil {
-		return nil, fmt.Errorf("the source's checksum (CopyHeader.digest): %w; nothing was written", err)
-	}
-	return d, nil
+	return nil
 }
 
 // errWriterStopped: the writer ended (with its own error) before the

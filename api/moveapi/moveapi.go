@@ -96,7 +96,7 @@ const (
 
 // WritesLost is the time of writes a salvage loses: from the seed to the
 // stop of the workload, as the old PV's annotations record them; ok is
-// false when they do not (a move begun by an older carve).
+// false when they do not (an annotation removed or edited by hand).
 func WritesLost(pvAnnotations map[string]string) (seed, stopped time.Time, ok bool) {
 	seed, err1 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnSeedTime])
 	stopped, err2 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnStopped])

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash"
-	"io"
+	"iter"
 	"os"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -94,56 +94,51 @@ func (d *Digest) Size() uint64 { return d.n }
 // Sum is the digest of what was fed.
 func (d *Digest) Sum() []byte { return d.list.Sum(nil) }
 
-// DigestOf is the Digest of the first size bytes of the file
-// or device at path, read as Send reads a source.
+// DigestOf is the Digest of the first size bytes of the file or device
+// at path, read as Send reads a source.
 func DigestOf(ctx context.Context, path string, size uint64) ([]byte, error) {
-	d := NewDigest()
-	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
-	if err != nil {
-		return nil, err
-	}
-	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(readSize)
-	for off := uint64(0); off < size; {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		n := min(uint64(readSize), size-off)
-		if _, err := in.ReadAt(buf[:n], int64(off)); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = blockcopy.ErrShortSource
+	whole := func(yield func(changemap.Extent) bool) {
+		for off := uint64(0); off < size; off += readSize {
+			if !yield(changemap.Extent{Off: off, Len: min(readSize, size-off)}) {
+				return
 			}
-			return nil, fmt.Errorf("reading %s at %d: %w", path, off, err)
 		}
-		d.Data(buf[:n])
-		off += n
 	}
-	return d.Sum(), nil
+	return digestRead(ctx, path, size, whole, readSize, false)
 }
 
-// DigestOfPlaces is the Digest of the places of the file or
-// device at path (within size), each its offset and then its chunks, as
-// SendNamed digests its data messages: places holds one extent a
-// message, in order, as they came (not merged).
+// DigestOfPlaces is the Digest of the places of the file or device at
+// path (within size), each its offset and then its chunks, as SendNamed
+// digests its data messages: places holds one extent a message, in
+// order, as they came (not merged).
 func DigestOfPlaces(ctx context.Context, path string, size uint64, places []changemap.Extent) ([]byte, error) {
+	return digestRead(ctx, path, size, slices.Values(places), maxData, true)
+}
+
+// digestRead reads the extents of the file or device at path (of size
+// bytes), each at most most bytes, in order, and returns the Digest of
+// their data, each extent's offset first when placed.
+func digestRead(ctx context.Context, path string, size uint64, extents iter.Seq[changemap.Extent], most uint64, placed bool) ([]byte, error) {
 	d := NewDigest()
 	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(maxData)
-	for _, e := range places {
+	buf := alignedBuffer(int(most))
+	for e := range extents {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if e.Len > maxData {
-			return nil, fmt.Errorf("a data message of %d bytes at %d, more than the %d a message holds", e.Len, e.Off, maxData)
+		if e.Len > most {
+			return nil, fmt.Errorf("a data message of %d bytes at %d, more than the %d a message holds", e.Len, e.Off, most)
 		}
 		if err := readFull(in, path, buf[:e.Len], e.Off); err != nil {
 			return nil, err
 		}
-		d.At(e.Off)
+		if placed {
+			d.At(e.Off)
+		}
 		d.Data(buf[:e.Len])
 	}
 	return d.Sum(), nil

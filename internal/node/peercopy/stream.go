@@ -132,11 +132,8 @@ func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full
 			return ctx.Err()
 		}
 		n := min(uint64(readSize), size-off)
-		if _, err := in.ReadAt(buf[:n], int64(off)); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = blockcopy.ErrShortSource
-			}
-			return fmt.Errorf("reading %s at %d: %w", path, off, err)
+		if err := readFull(in, path, buf[:n], off); err != nil {
+			return err
 		}
 		select {
 		case full <- block{data: buf[:n], off: off}:

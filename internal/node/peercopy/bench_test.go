@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -117,12 +117,12 @@ func cpuTime(b *testing.B) time.Duration {
 func readAll(b *testing.B, path string, size uint64) time.Duration {
 	b.Helper()
 	start := time.Now()
-	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	in, err := directio.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(readSize)
+	buf := directio.Aligned(readSize)
 	for off := uint64(0); off < size; off += readSize {
 		if _, err := in.ReadAt(buf[:min(readSize, size-off)], int64(off)); err != nil {
 			b.Fatal(err)

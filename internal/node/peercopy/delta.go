@@ -17,6 +17,7 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
@@ -122,7 +123,7 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	old, err := blockcopy.Open(base, os.O_RDONLY, direct)
+	old, err := directio.Open(base, os.O_RDONLY, direct)
 	if err != nil {
 		return out, err
 	}
@@ -192,7 +193,7 @@ func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.S
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(maxData)
+	buf := directio.Aligned(maxData)
 	for _, e := range chunksOf(changed, size) {
 		for off, end := e.Off, e.Off+e.Len; off < end; {
 			if err := ctx.Err(); err != nil {
@@ -236,7 +237,7 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 // fails the open, ErrInUse) and sends the header of a delta of size
 // bytes.
 func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
-	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
+	in, err := directio.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
 		return nil, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
 	}
@@ -266,7 +267,7 @@ func readPairs(ctx context.Context, in, old *os.File, vol, base string, size uin
 	free := make(chan pair, 2)
 	errc := make(chan error, 1)
 	for range 2 {
-		free <- pair{now: alignedBuffer(readSize), was: alignedBuffer(readSize)}
+		free <- pair{now: directio.Aligned(readSize), was: directio.Aligned(readSize)}
 	}
 	go func() {
 		defer close(full)

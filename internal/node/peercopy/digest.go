@@ -12,8 +12,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/directio"
 )
 
 // Digest is a copy's end-to-end checksum (CopyTrailer.digest): XXH64 of
@@ -120,12 +120,12 @@ func DigestOfPlaces(ctx context.Context, path string, size uint64, places []chan
 // their data, each extent's offset first when placed.
 func digestRead(ctx context.Context, path string, size uint64, extents iter.Seq[changemap.Extent], most uint64, placed bool) ([]byte, error) {
 	d := NewDigest()
-	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	in, err := directio.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(int(most))
+	buf := directio.Aligned(int(most))
 	for e := range extents {
 		if err := ctx.Err(); err != nil {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/directio"
 )
 
 // SparseChunk is the unit of zeros not sent: blockcopy's, dm-thin's
@@ -61,7 +62,7 @@ func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error)
 	start := time.Now()
 	var out Sent
 	d := NewDigest()
-	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	in, err := directio.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return out, err
 	}
@@ -112,7 +113,7 @@ func readAhead(ctx context.Context, in *os.File, path string, size uint64) (<-ch
 	free := make(chan []byte, readBuffers)
 	errc := make(chan error, 1)
 	for range readBuffers {
-		free <- alignedBuffer(readSize)
+		free <- directio.Aligned(readSize)
 	}
 	go func() {
 		defer close(full)
@@ -143,17 +144,6 @@ func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full
 		off += n
 	}
 	return nil
-}
-
-// alignedBuffer is a buffer of n bytes at a 4096-byte boundary, as
-// O_DIRECT asks.
-func alignedBuffer(n int) []byte {
-	b := make([]byte, n+4096)
-	skip := 0
-	if r := int(uintptrOf(b) % 4096); r != 0 {
-		skip = 4096 - r
-	}
-	return b[skip : skip+n : skip+n]
 }
 
 // sendData digests the chunks of b (at off) and sends those that hold

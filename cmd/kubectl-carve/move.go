@@ -405,11 +405,7 @@ func (o *options) salvageMove(ctx context.Context, kube kubernetes.Interface, ns
 		if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("asking to salvage the move of %s/%s: %w", ns, name, err)
 		}
-		lost := "the writes made after the seed are lost (when the seed was made is not recorded)"
-		if seed, stopped, ok := moveapi.WritesLost(pv.Annotations); ok {
-			lost = fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s), at most %s, are lost",
-				seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
-		}
+		lost := moveapi.WritesLostText(pv.Annotations)
 		say(o.streams.Out, "claim %s/%s: salvage asked: the claim is bound to the target %s on node %s, which holds the data as of the seed; %s\n",
 			ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], lost)
 		return nil

@@ -378,7 +378,7 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	if salvaged {
 		typ, reason, result = corev1.EventTypeWarning, moveapi.ReasonSalvaged, ResultSalvaged
 		msg = fmt.Sprintf("Salvaged onto node %s (PV %s, was %s on node %s): %s; the old volume and the seed stay on node %s",
-			mv.to, mv.target, pv.Name, pinnedFrom(pv, m.cfg.TopologyKey), lostText(pv), pinnedFrom(pv, m.cfg.TopologyKey))
+			mv.to, mv.target, pv.Name, pinnedFrom(pv, m.cfg.TopologyKey), moveapi.WritesLostText(pv.Annotations), pinnedFrom(pv, m.cfg.TopologyKey))
 	}
 	if c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns).Get(ctx, mv.name, metav1.GetOptions{}); err == nil {
 		m.cfg.Events.Event(c, typ, reason, msg)

@@ -151,27 +151,16 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 // base is not. vol is opened exclusively as by SendDelta.
 func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
-	var out Sent
 	d := NewDigest()
 	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
-		return out, err
+		return Sent{}, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	full, free, errc := readAhead(ctx, in, vol, size)
-	for b := range full {
-		err := sendRuns(s, b.data, b.off, &out, func(i, end int) bool {
-			d.Data(b.data[i:end])
-			return !changed.Overlaps(b.off+uint64(i), b.off+uint64(end))
-		})
-		free <- b.data[:cap(b.data)]
-		if err != nil {
-			return out, err
-		}
-	}
-	return sendTrailer(s, d, out, start, errc)
+	return sendRead(ctx, in, vol, size, s, d, start, func(off uint64, chunk []byte) bool {
+		d.Data(chunk)
+		return !changed.Overlaps(off, off+uint64(len(chunk)))
+	})
 }
 
 // SendNamed streams a catch-up whose changes since the base are named,

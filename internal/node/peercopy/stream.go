@@ -71,11 +71,21 @@ func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error)
 		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
+	// The chunks that hold data, found in the digest's pass.
+	return sendRead(ctx, in, path, size, s, d, start, func(_ uint64, chunk []byte) bool { return d.chunk(chunk) })
+}
+
+// sendRead reads the first size bytes of in (path) ahead of the sends
+// (readAhead) and sends the chunks of each block that skip, called once
+// for each chunk in order with its offset, does not leave out (sendRuns),
+// then the trailer with the digest d, which skip feeds.
+func sendRead(ctx context.Context, in *os.File, path string, size uint64, s Sender, d *Digest, start time.Time, skip func(off uint64, chunk []byte) bool) (Sent, error) {
+	var out Sent
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	full, free, errc := readAhead(ctx, in, path, size)
 	for b := range full {
-		err := sendData(s, d, b.data, b.off, &out)
+		err := sendRuns(s, b.data, b.off, &out, func(i, end int) bool { return skip(b.off+uint64(i), b.data[i:end]) })
 		free <- b.data[:cap(b.data)]
 		if err != nil {
 			return out, err
@@ -144,12 +154,6 @@ func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full
 		off += n
 	}
 	return nil
-}
-
-// sendData digests the chunks of b (at off) and sends those that hold
-// data, in runs of at most maxData bytes.
-func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
-	return sendRuns(s, b, off, out, func(i, end int) bool { return d.chunk(b[i:end]) })
 }
 
 // sendRuns sends the SparseChunk-byte chunks of b (at off) that skip,

@@ -18,7 +18,7 @@ func TestBuffers(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, buf := range map[string][]byte{"Aligned": a, "Buffer": b} {
-			if len(buf) != n || uintptr(unsafe.Pointer(&buf[0]))%Align != 0 { //nolint:gosec // G103: the test reads the address
+			if len(buf) != n || uintptr(unsafe.Pointer(&buf[0]))%Align != 0 {
 				t.Errorf("%s(%d): %d bytes at %p, want %d at a multiple of %d", name, n, len(buf), &buf[0], n, Align)
 			}
 		}
@@ -33,7 +33,7 @@ func TestBuffers(t *testing.T) {
 	for i := range 256 {
 		n := 1 + i*37
 		a := Aligned(n)
-		if len(a) != n || uintptr(unsafe.Pointer(&a[0]))%Align != 0 { //nolint:gosec // G103: the test reads the address
+		if len(a) != n || uintptr(unsafe.Pointer(&a[0]))%Align != 0 {
 			t.Fatalf("Aligned(%d): %d bytes at %p, want %d at a multiple of %d", n, len(a), &a[0], n, Align)
 		}
 		keep = append(keep, a)

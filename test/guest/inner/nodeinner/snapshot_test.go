@@ -134,12 +134,11 @@ func hashDevice(t *testing.T, dev string, size int64) [32]byte {
 		t.Fatal(err)
 	}
 	defer closeRead(t, f)
-	buf := directio.Aligned(4 * int(mib))
-	defer func() {
-		if err := syscall.Munmap(buf); err != nil {
-			t.Error(err)
-		}
-	}()
+	buf, release, err := directio.Buffer(4 * int(mib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	h := sha256.New()
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		if _, err := f.ReadAt(buf, off); err != nil {

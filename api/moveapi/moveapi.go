@@ -5,7 +5,10 @@
 // follows them, does not link the mover.
 package moveapi
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Annotations. AnnMoveTo is the request on the claim; the others live on
 // the old PV while its move runs (pvindex keeps every annotation of the
@@ -96,7 +99,7 @@ const (
 
 // WritesLost is the time of writes a salvage loses: from the seed to the
 // stop of the workload, as the old PV's annotations record them; ok is
-// false when they do not (a move begun by an older carve).
+// false when they do not (an annotation removed or edited by hand).
 func WritesLost(pvAnnotations map[string]string) (seed, stopped time.Time, ok bool) {
 	seed, err1 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnSeedTime])
 	stopped, err2 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnStopped])
@@ -104,6 +107,17 @@ func WritesLost(pvAnnotations map[string]string) (seed, stopped time.Time, ok bo
 		return time.Time{}, time.Time{}, false
 	}
 	return seed, stopped, true
+}
+
+// WritesLostText says, for people, which writes a salvage of the move
+// of the old PV with these annotations loses (WritesLost).
+func WritesLostText(pvAnnotations map[string]string) string {
+	seed, stopped, ok := WritesLost(pvAnnotations)
+	if !ok {
+		return "the writes made after the seed are lost (when the seed was made is not recorded)"
+	}
+	return fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s), at most %s, are lost",
+		seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
 }
 
 // Targets are the volumes a move in flight made or makes on behalf of the

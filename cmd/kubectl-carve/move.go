@@ -271,49 +271,70 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err == nil && c.Annotations[moveapi.AnnMoveTo] != "" {
+	withdrawn := err == nil && c.Annotations[moveapi.AnnMoveTo] != ""
+	if withdrawn {
 		patch := []byte(`{"metadata":{"annotations":{"` + moveapi.AnnMoveTo + `":null}}}`)
 		if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("withdrawing the move of %s/%s: %w", ns, name, err)
 		}
 		say(o.streams.Out, "claim %s/%s: move withdrawn\n", ns, name)
 	}
-	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
+	pv, ok, err := movingPV(ctx, kube, ns, name)
+	switch {
+	case err != nil:
 		return err
+	case !ok && withdrawn:
+		return nil
+	case !ok:
+		return fmt.Errorf("claim %s/%s: no move to abort", ns, name)
 	}
-	for _, pv := range pvs.Items {
-		r, phase := pv.Spec.ClaimRef, pv.Annotations[moveapi.AnnPhase]
-		if r == nil || r.Namespace != ns || r.Name != name || phase == "" {
-			continue
-		}
-		switch phase {
-		case moveapi.PhaseSeeding, moveapi.PhaseStopping, moveapi.PhaseCatchingUp:
-		case moveapi.PhaseRollingBack:
-			say(o.streams.Out, "claim %s/%s: the move is rolling back already\n", ns, name)
-			return nil
-		case moveapi.PhaseParked:
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnAbort: "requested"}}})
-			if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return fmt.Errorf("asking to abort the parked move of %s/%s: %w", ns, name, err)
-			}
-			say(o.streams.Out, "claim %s/%s: abort asked of the parked move; the claim's name is released, the target %s on node %s and the seed are kept; the move rolls back if volume %s answers again\n",
-				ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], pv.Name)
-			return nil
-		default:
-			return fmt.Errorf("claim %s/%s: the move is in phase %s, past the point of return: it completes on its own", ns, name, phase)
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnAbort: "requested"}}})
-		if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	switch phase := pv.Annotations[moveapi.AnnPhase]; phase {
+	case moveapi.PhaseSeeding, moveapi.PhaseStopping, moveapi.PhaseCatchingUp:
+		if err := ask(ctx, kube, pv.Name, moveapi.AnnAbort); err != nil {
 			return fmt.Errorf("asking to roll the move of %s/%s back: %w", ns, name, err)
 		}
 		say(o.streams.Out, "claim %s/%s: abort asked (phase %s); the claim stays on, or goes back to, volume %s\n", ns, name, phase, pv.Name)
 		return nil
-	}
-	if err == nil && c.Annotations[moveapi.AnnMoveTo] != "" {
+	case moveapi.PhaseRollingBack:
+		say(o.streams.Out, "claim %s/%s: the move is rolling back already\n", ns, name)
 		return nil
+	case moveapi.PhaseParked:
+		if err := ask(ctx, kube, pv.Name, moveapi.AnnAbort); err != nil {
+			return fmt.Errorf("asking to abort the parked move of %s/%s: %w", ns, name, err)
+		}
+		say(o.streams.Out, "claim %s/%s: abort asked of the parked move; the claim's name is released, the target %s on node %s and the seed are kept; the move rolls back if volume %s answers again\n",
+			ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], pv.Name)
+		return nil
+	default:
+		return fmt.Errorf("claim %s/%s: the move is in phase %s, past the point of return: it completes on its own", ns, name, phase)
 	}
-	return fmt.Errorf("claim %s/%s: no move to abort", ns, name)
+}
+
+// movingPV is the PV bound to claim ns/name that carries a move's phase;
+// ok is false when none does.
+func movingPV(ctx context.Context, kube kubernetes.Interface, ns, name string) (pv *corev1.PersistentVolume, ok bool, err error) {
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, false, err
+	}
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		if r := pv.Spec.ClaimRef; r != nil && r.Namespace == ns && r.Name == name && pv.Annotations[moveapi.AnnPhase] != "" {
+			return pv, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// ask sets the annotation key of PV pvName to "requested": a request to
+// carve controller's mover (moveapi.AnnAbort, moveapi.AnnSalvage).
+func ask(ctx context.Context, kube kubernetes.Interface, pvName, key string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: "requested"}}})
+	if err != nil {
+		return err
+	}
+	_, err = kube.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // drain moves each claim bound to a carve volume on node, one at a time:
@@ -388,31 +409,21 @@ func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *move
 // while catching up to its target, as of the seed, and says which writes
 // that loses.
 func (o *options) salvageMove(ctx context.Context, kube kubernetes.Interface, ns, name string) error {
-	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	pv, ok, err := movingPV(ctx, kube, ns, name)
 	if err != nil {
 		return err
 	}
-	for _, pv := range pvs.Items {
-		r, phase := pv.Spec.ClaimRef, pv.Annotations[moveapi.AnnPhase]
-		if r == nil || r.Namespace != ns || r.Name != name || phase == "" {
-			continue
-		}
-		if phase != moveapi.PhaseParked || pv.Annotations[moveapi.AnnParkedFrom] != moveapi.PhaseCatchingUp {
-			return fmt.Errorf("claim %s/%s: the move is in phase %s (parked from %q): only a move parked while catching up can be salvaged",
-				ns, name, phase, pv.Annotations[moveapi.AnnParkedFrom])
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{moveapi.AnnSalvage: "requested"}}})
-		if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("asking to salvage the move of %s/%s: %w", ns, name, err)
-		}
-		lost := "the writes made after the seed are lost (when the seed was made is not recorded)"
-		if seed, stopped, ok := moveapi.WritesLost(pv.Annotations); ok {
-			lost = fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s), at most %s, are lost",
-				seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
-		}
-		say(o.streams.Out, "claim %s/%s: salvage asked: the claim is bound to the target %s on node %s, which holds the data as of the seed; %s\n",
-			ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], lost)
-		return nil
+	if !ok {
+		return fmt.Errorf("claim %s/%s: no move to salvage", ns, name)
 	}
-	return fmt.Errorf("claim %s/%s: no move to salvage", ns, name)
+	if phase := pv.Annotations[moveapi.AnnPhase]; phase != moveapi.PhaseParked || pv.Annotations[moveapi.AnnParkedFrom] != moveapi.PhaseCatchingUp {
+		return fmt.Errorf("claim %s/%s: the move is in phase %s (parked from %q): only a move parked while catching up can be salvaged",
+			ns, name, phase, pv.Annotations[moveapi.AnnParkedFrom])
+	}
+	if err := ask(ctx, kube, pv.Name, moveapi.AnnSalvage); err != nil {
+		return fmt.Errorf("asking to salvage the move of %s/%s: %w", ns, name, err)
+	}
+	say(o.streams.Out, "claim %s/%s: salvage asked: the claim is bound to the target %s on node %s, which holds the data as of the seed; %s\n",
+		ns, name, pv.Annotations[moveapi.AnnTargetID], pv.Annotations[moveapi.AnnMoveTo], moveapi.WritesLostText(pv.Annotations))
+	return nil
 }

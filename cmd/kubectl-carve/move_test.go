@@ -103,6 +103,7 @@ func TestMoveAbort(t *testing.T) {
 	}{
 		{name: "while catching up: rolled back", phase: moveapi.PhaseCatchingUp, out: "abort asked", abort: true},
 		{name: "parked: the claim released", phase: moveapi.PhaseParked, out: "claim's name is released", abort: true},
+		{name: "rolling back already", phase: moveapi.PhaseRollingBack, out: "rolling back already"},
 		{name: "while binding: too late", phase: moveapi.PhaseBinding, code: exitError, out: "past the point of return"},
 		{name: "no move", code: exitError, out: "no move to abort"},
 	} {

@@ -30,9 +30,17 @@ func (p Peer) check() error {
 // refused. Session tickets are off so that every connection is checked
 // against the CAs and the clock of its own handshake.
 func ServerConfig(p Peer) (*tls.Config, error) {
+	return listenerConfig(p, x509.ExtKeyUsageClientAuth, identity(ControllerURI))
+}
+
+// listenerConfig is a listener's TLS of p: TLS 1.3 only, no session
+// tickets, and a client certificate required that chains to p's CAs for
+// usage and names what wantOf wants.
+func listenerConfig(p Peer, usage x509.ExtKeyUsage, wantOf func(*x509.Certificate) (string, error)) (*tls.Config, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
+	now := clock(p.Now)
 	return &tls.Config{
 		MinVersion:             tls.VersionTLS13,
 		GetCertificate:         p.Cert.GetCertificate,
@@ -40,7 +48,7 @@ func ServerConfig(p Peer) (*tls.Config, error) {
 		SessionTicketsDisabled: true,
 		Time:                   p.Now,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPeer(cs, p.CAs, clock(p.Now), x509.ExtKeyUsageClientAuth, identity(ControllerURI))
+			return verifyPeer(cs, p.CAs, now, usage, wantOf)
 		},
 	}, nil
 }

@@ -20,20 +20,7 @@ import (
 // (carve://node/<name>); the controller's identity, or any other, is
 // refused. Which node may read what is the caller's to check (PeerNode).
 func CopyServerConfig(p Peer) (*tls.Config, error) {
-	if err := p.check(); err != nil {
-		return nil, err
-	}
-	now := clock(p.Now)
-	return &tls.Config{
-		MinVersion:             tls.VersionTLS13,
-		GetCertificate:         p.Cert.GetCertificate,
-		ClientAuth:             tls.RequireAnyClientCert, // verified below against the current pool
-		SessionTicketsDisabled: true,
-		Time:                   p.Now,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPeer(cs, p.CAs, now, x509.ExtKeyUsageServerAuth, nodeIdentity)
-		},
-	}, nil
+	return listenerConfig(p, x509.ExtKeyUsageServerAuth, nodeIdentity)
 }
 
 // PeerNode is the node a connection's verified peer certificate names:

@@ -33,8 +33,8 @@ const (
 	// The whole volume, size_bytes of it: every chunk, sent or not.
 	DigestScope_DIGEST_SCOPE_VOLUME DigestScope = 0
 	// Only the data messages, in order: for each, its offset (8 bytes,
-	// big-endian) and then its chunks' digests, hashed as ChunkDigest
-	// says. A catch-up whose source named its changes from the
+	// big-endian) and then its chunks' digests, hashed as
+	// CopyTrailer.digest says. A catch-up whose source named its changes from the
 	// device-mapper metadata that defines its snapshot (thin_delta, the
 	// COW exception table) sends this, so that neither end reads what did
 	// not change; the seed copy was checked whole when it was made.
@@ -78,64 +78,6 @@ func (x DigestScope) Number() protoreflect.EnumNumber {
 // Deprecated: Use DigestScope.Descriptor instead.
 func (DigestScope) EnumDescriptor() ([]byte, []int) {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{0}
-}
-
-// ChunkDigest names how CopyTrailer.digest is made: a hash of the list
-// of the hashes of the source's chunks of CopyHeader.chunk_bytes bytes,
-// in order, zeros included (the last chunk is shorter when size_bytes is
-// not a multiple). The hash of a chunk of zeros is computed once, not
-// once per such chunk, so a mostly empty volume costs little to check.
-// It guards against bugs, torn writes and reading back what was not
-// written; the TLS of the copy port authenticates the bytes in flight.
-type ChunkDigest int32
-
-const (
-	// SHA-256 of the chunks' SHA-256 digests (32 bytes): what agents
-	// before CHUNK_DIGEST_XXH64 send and check.
-	ChunkDigest_CHUNK_DIGEST_SHA256 ChunkDigest = 0
-	// XXH64 (seed 0) of the chunks' XXH64 digests, each as 8 bytes
-	// big-endian; the digest is 8 bytes, big-endian. About an eighth of
-	// SHA-256's CPU time (docs/benchmarks.md).
-	ChunkDigest_CHUNK_DIGEST_XXH64 ChunkDigest = 1
-)
-
-// Enum value maps for ChunkDigest.
-var (
-	ChunkDigest_name = map[int32]string{
-		0: "CHUNK_DIGEST_SHA256",
-		1: "CHUNK_DIGEST_XXH64",
-	}
-	ChunkDigest_value = map[string]int32{
-		"CHUNK_DIGEST_SHA256": 0,
-		"CHUNK_DIGEST_XXH64":  1,
-	}
-)
-
-func (x ChunkDigest) Enum() *ChunkDigest {
-	p := new(ChunkDigest)
-	*p = x
-	return p
-}
-
-func (x ChunkDigest) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (ChunkDigest) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_nodeagent_v1_nodeagent_proto_enumTypes[1].Descriptor()
-}
-
-func (ChunkDigest) Type() protoreflect.EnumType {
-	return &file_api_nodeagent_v1_nodeagent_proto_enumTypes[1]
-}
-
-func (x ChunkDigest) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use ChunkDigest.Descriptor instead.
-func (ChunkDigest) EnumDescriptor() ([]byte, []int) {
-	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{1}
 }
 
 type EnrollRequest struct {
@@ -662,7 +604,7 @@ type LogicalVolume struct {
 	// <namespace>/<name> of the claim the LV was made for, when known.
 	Claim string `protobuf:"bytes,6,opt,name=claim,proto3" json:"claim,omitempty"`
 	// Set on a quarantined orphan (its name is carve-orphan-<hex>): the LV
-	// name it had before the quarantine. An older agent never sets it.
+	// name it had before the quarantine.
 	OrphanOf string `protobuf:"bytes,7,opt,name=orphan_of,json=orphanOf,proto3" json:"orphan_of,omitempty"`
 	// When a quarantined orphan was quarantined, Unix seconds of the
 	// controller's clock; 0 when its tags do not say.
@@ -988,10 +930,8 @@ type AuthorizeCopyRequest struct {
 	// is open (staged or mounted somewhere) is FAILED_PRECONDITION, here
 	// and again when the read starts; a base that is not a snapshot of
 	// volume_id on this node is NOT_FOUND; base_snapshot_id with
-	// snapshot_id is INVALID_ARGUMENT. An agent older than this field
-	// ignores it and grants a whole copy (of a temporary snapshot), whose
-	// header does not say delta: the target's CatchUpCopy refuses that
-	// stream and writes nothing.
+	// snapshot_id is INVALID_ARGUMENT. The target's CatchUpCopy refuses
+	// a stream whose header does not say delta and writes nothing.
 	BaseSnapshotId string `protobuf:"bytes,7,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1133,18 +1073,12 @@ func (x *AuthorizeCopyResponse) GetCopyPort() int32 {
 type ReadVolumeRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CopyId string                 `protobuf:"bytes,1,opt,name=copy_id,json=copyId,proto3" json:"copy_id,omitempty"`
-	// The digest the target asks the trailer to carry. An agent older
-	// than this field sends none (CHUNK_DIGEST_SHA256) and checks only
-	// that one; one older than it on the source ignores it and sends
-	// CHUNK_DIGEST_SHA256, which CopyHeader.digest says.
-	Digest ChunkDigest `protobuf:"varint,2,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
 	// The target of a catch-up can check a digest of only the chunks sent
-	// (DIGEST_SCOPE_SENT). A source older than this field ignores it and
-	// digests the whole volume, which CopyHeader.digest_scope then says.
-	// A target in a thin pool that does not zero new blocks leaves it
-	// unset (a block it provisions keeps old data beside what it writes)
-	// and refuses a DIGEST_SCOPE_SENT stream.
-	AcceptsSentDigest bool `protobuf:"varint,3,opt,name=accepts_sent_digest,json=acceptsSentDigest,proto3" json:"accepts_sent_digest,omitempty"`
+	// (DIGEST_SCOPE_SENT). A target in a thin pool that does not zero new
+	// blocks leaves it unset (a block it provisions keeps old data beside
+	// what it writes) and refuses a DIGEST_SCOPE_SENT stream; the source
+	// then digests the whole volume (DIGEST_SCOPE_VOLUME).
+	AcceptsSentDigest bool `protobuf:"varint,2,opt,name=accepts_sent_digest,json=acceptsSentDigest,proto3" json:"accepts_sent_digest,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1184,13 +1118,6 @@ func (x *ReadVolumeRequest) GetCopyId() string {
 		return x.CopyId
 	}
 	return ""
-}
-
-func (x *ReadVolumeRequest) GetDigest() ChunkDigest {
-	if x != nil {
-		return x.Digest
-	}
-	return ChunkDigest_CHUNK_DIGEST_SHA256
 }
 
 func (x *ReadVolumeRequest) GetAcceptsSentDigest() bool {
@@ -1313,13 +1240,10 @@ type CopyHeader struct {
 	// not zeros. A target that did not ask for a catch-up refuses such a
 	// stream.
 	Delta bool `protobuf:"varint,3,opt,name=delta,proto3" json:"delta,omitempty"`
-	// How the trailer's digest is made: the one ReadVolumeRequest.digest
-	// asked for. A target that cannot compute it refuses the stream.
-	Digest ChunkDigest `protobuf:"varint,4,opt,name=digest,proto3,enum=carve.nodeagent.v1.ChunkDigest" json:"digest,omitempty"`
 	// What the trailer's digest covers (DigestScope); DIGEST_SCOPE_SENT
 	// only in a delta whose target set ReadVolumeRequest.
 	// accepts_sent_digest.
-	DigestScope   DigestScope `protobuf:"varint,5,opt,name=digest_scope,json=digestScope,proto3,enum=carve.nodeagent.v1.DigestScope" json:"digest_scope,omitempty"`
+	DigestScope   DigestScope `protobuf:"varint,4,opt,name=digest_scope,json=digestScope,proto3,enum=carve.nodeagent.v1.DigestScope" json:"digest_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1373,13 +1297,6 @@ func (x *CopyHeader) GetDelta() bool {
 		return x.Delta
 	}
 	return false
-}
-
-func (x *CopyHeader) GetDigest() ChunkDigest {
-	if x != nil {
-		return x.Digest
-	}
-	return ChunkDigest_CHUNK_DIGEST_SHA256
 }
 
 func (x *CopyHeader) GetDigestScope() DigestScope {
@@ -1446,8 +1363,15 @@ func (x *CopyData) GetData() []byte {
 
 type CopyTrailer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The source's digest, made as CopyHeader.digest says (ChunkDigest).
-	// Named sha256 before ChunkDigest existed; same field number.
+	// The source's digest: XXH64 (seed 0) of the list of the XXH64
+	// digests of the source's chunks of CopyHeader.chunk_bytes bytes, in
+	// order, zeros included (the last chunk is shorter when size_bytes is
+	// not a multiple), each as 8 bytes big-endian; the digest is 8 bytes,
+	// big-endian, over what CopyHeader.digest_scope says. The hash of a
+	// chunk of zeros is computed once, not once per such chunk, so a
+	// mostly empty volume costs little to check. It guards against bugs,
+	// torn writes and reading back what was not written; the TLS of the
+	// copy port authenticates the bytes in flight, so a fast hash serves.
 	Digest []byte `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	// How many bytes the data messages carried.
 	DataBytes     int64 `protobuf:"varint,2,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
@@ -1608,10 +1532,8 @@ type CatchUpCopyResponse struct {
 	// How many bytes of data the stream carried: the chunks that changed
 	// since base_snapshot_id.
 	ReceivedBytes int64 `protobuf:"varint,1,opt,name=received_bytes,json=receivedBytes,proto3" json:"received_bytes,omitempty"`
-	// The digest (CopyTrailer.digest, made as the stream's
-	// CopyHeader.digest says) of the target's whole LV after the catch-up,
-	// read back from the device, which equals the source's. Named sha256
-	// before ChunkDigest existed; same field number.
+	// The digest (as CopyTrailer.digest) of what the target read back
+	// from its LV after the catch-up, which equals the source's.
 	Digest        []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1729,25 +1651,23 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x15AuthorizeCopyResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1b\n" +
-	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\"\x95\x01\n" +
+	"\tcopy_port\x18\x02 \x01(\x05R\bcopyPort\"\\\n" +
 	"\x11ReadVolumeRequest\x12\x17\n" +
-	"\acopy_id\x18\x01 \x01(\tR\x06copyId\x127\n" +
-	"\x06digest\x18\x02 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\x12.\n" +
-	"\x13accepts_sent_digest\x18\x03 \x01(\bR\x11acceptsSentDigest\"\xc7\x01\n" +
+	"\acopy_id\x18\x01 \x01(\tR\x06copyId\x12.\n" +
+	"\x13accepts_sent_digest\x18\x02 \x01(\bR\x11acceptsSentDigest\"\xc7\x01\n" +
 	"\x12ReadVolumeResponse\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.carve.nodeagent.v1.CopyHeaderH\x00R\x06header\x122\n" +
 	"\x04data\x18\x02 \x01(\v2\x1c.carve.nodeagent.v1.CopyDataH\x00R\x04data\x12;\n" +
 	"\atrailer\x18\x03 \x01(\v2\x1f.carve.nodeagent.v1.CopyTrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"\xdf\x01\n" +
+	"\x04part\"\xa6\x01\n" +
 	"\n" +
 	"CopyHeader\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1f\n" +
 	"\vchunk_bytes\x18\x02 \x01(\x03R\n" +
 	"chunkBytes\x12\x14\n" +
-	"\x05delta\x18\x03 \x01(\bR\x05delta\x127\n" +
-	"\x06digest\x18\x04 \x01(\x0e2\x1f.carve.nodeagent.v1.ChunkDigestR\x06digest\x12B\n" +
-	"\fdigest_scope\x18\x05 \x01(\x0e2\x1f.carve.nodeagent.v1.DigestScopeR\vdigestScope\"6\n" +
+	"\x05delta\x18\x03 \x01(\bR\x05delta\x12B\n" +
+	"\fdigest_scope\x18\x04 \x01(\x0e2\x1f.carve.nodeagent.v1.DigestScopeR\vdigestScope\"6\n" +
 	"\bCopyData\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"D\n" +
@@ -1770,10 +1690,7 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x06digest\x18\x02 \x01(\fR\x06digest*=\n" +
 	"\vDigestScope\x12\x17\n" +
 	"\x13DIGEST_SCOPE_VOLUME\x10\x00\x12\x15\n" +
-	"\x11DIGEST_SCOPE_SENT\x10\x01*>\n" +
-	"\vChunkDigest\x12\x17\n" +
-	"\x13CHUNK_DIGEST_SHA256\x10\x00\x12\x16\n" +
-	"\x12CHUNK_DIGEST_XXH64\x10\x012\xa4\x06\n" +
+	"\x11DIGEST_SCOPE_SENT\x10\x012\xa4\x06\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
@@ -1799,69 +1716,66 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 	return file_api_nodeagent_v1_nodeagent_proto_rawDescData
 }
 
-var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(DigestScope)(0),                   // 0: carve.nodeagent.v1.DigestScope
-	(ChunkDigest)(0),                   // 1: carve.nodeagent.v1.ChunkDigest
-	(*EnrollRequest)(nil),              // 2: carve.nodeagent.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 3: carve.nodeagent.v1.EnrollResponse
-	(*InstallCertificateRequest)(nil),  // 4: carve.nodeagent.v1.InstallCertificateRequest
-	(*InstallCertificateResponse)(nil), // 5: carve.nodeagent.v1.InstallCertificateResponse
-	(*WatchCapacityRequest)(nil),       // 6: carve.nodeagent.v1.WatchCapacityRequest
-	(*CapacityReport)(nil),             // 7: carve.nodeagent.v1.CapacityReport
-	(*ClassCapacity)(nil),              // 8: carve.nodeagent.v1.ClassCapacity
-	(*InventoryRequest)(nil),           // 9: carve.nodeagent.v1.InventoryRequest
-	(*InventoryResponse)(nil),          // 10: carve.nodeagent.v1.InventoryResponse
-	(*DeviceClass)(nil),                // 11: carve.nodeagent.v1.DeviceClass
-	(*LogicalVolume)(nil),              // 12: carve.nodeagent.v1.LogicalVolume
-	(*QuarantineOrphanRequest)(nil),    // 13: carve.nodeagent.v1.QuarantineOrphanRequest
-	(*QuarantineOrphanResponse)(nil),   // 14: carve.nodeagent.v1.QuarantineOrphanResponse
-	(*RemoveOrphanRequest)(nil),        // 15: carve.nodeagent.v1.RemoveOrphanRequest
-	(*RemoveOrphanResponse)(nil),       // 16: carve.nodeagent.v1.RemoveOrphanResponse
-	(*AuthorizeCopyRequest)(nil),       // 17: carve.nodeagent.v1.AuthorizeCopyRequest
-	(*AuthorizeCopyResponse)(nil),      // 18: carve.nodeagent.v1.AuthorizeCopyResponse
-	(*ReadVolumeRequest)(nil),          // 19: carve.nodeagent.v1.ReadVolumeRequest
-	(*ReadVolumeResponse)(nil),         // 20: carve.nodeagent.v1.ReadVolumeResponse
-	(*CopyHeader)(nil),                 // 21: carve.nodeagent.v1.CopyHeader
-	(*CopyData)(nil),                   // 22: carve.nodeagent.v1.CopyData
-	(*CopyTrailer)(nil),                // 23: carve.nodeagent.v1.CopyTrailer
-	(*CatchUpCopyRequest)(nil),         // 24: carve.nodeagent.v1.CatchUpCopyRequest
-	(*CatchUpCopyResponse)(nil),        // 25: carve.nodeagent.v1.CatchUpCopyResponse
+	(*EnrollRequest)(nil),              // 1: carve.nodeagent.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 2: carve.nodeagent.v1.EnrollResponse
+	(*InstallCertificateRequest)(nil),  // 3: carve.nodeagent.v1.InstallCertificateRequest
+	(*InstallCertificateResponse)(nil), // 4: carve.nodeagent.v1.InstallCertificateResponse
+	(*WatchCapacityRequest)(nil),       // 5: carve.nodeagent.v1.WatchCapacityRequest
+	(*CapacityReport)(nil),             // 6: carve.nodeagent.v1.CapacityReport
+	(*ClassCapacity)(nil),              // 7: carve.nodeagent.v1.ClassCapacity
+	(*InventoryRequest)(nil),           // 8: carve.nodeagent.v1.InventoryRequest
+	(*InventoryResponse)(nil),          // 9: carve.nodeagent.v1.InventoryResponse
+	(*DeviceClass)(nil),                // 10: carve.nodeagent.v1.DeviceClass
+	(*LogicalVolume)(nil),              // 11: carve.nodeagent.v1.LogicalVolume
+	(*QuarantineOrphanRequest)(nil),    // 12: carve.nodeagent.v1.QuarantineOrphanRequest
+	(*QuarantineOrphanResponse)(nil),   // 13: carve.nodeagent.v1.QuarantineOrphanResponse
+	(*RemoveOrphanRequest)(nil),        // 14: carve.nodeagent.v1.RemoveOrphanRequest
+	(*RemoveOrphanResponse)(nil),       // 15: carve.nodeagent.v1.RemoveOrphanResponse
+	(*AuthorizeCopyRequest)(nil),       // 16: carve.nodeagent.v1.AuthorizeCopyRequest
+	(*AuthorizeCopyResponse)(nil),      // 17: carve.nodeagent.v1.AuthorizeCopyResponse
+	(*ReadVolumeRequest)(nil),          // 18: carve.nodeagent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),         // 19: carve.nodeagent.v1.ReadVolumeResponse
+	(*CopyHeader)(nil),                 // 20: carve.nodeagent.v1.CopyHeader
+	(*CopyData)(nil),                   // 21: carve.nodeagent.v1.CopyData
+	(*CopyTrailer)(nil),                // 22: carve.nodeagent.v1.CopyTrailer
+	(*CatchUpCopyRequest)(nil),         // 23: carve.nodeagent.v1.CatchUpCopyRequest
+	(*CatchUpCopyResponse)(nil),        // 24: carve.nodeagent.v1.CatchUpCopyResponse
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
-	8,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
-	12, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
-	11, // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
-	1,  // 3: carve.nodeagent.v1.ReadVolumeRequest.digest:type_name -> carve.nodeagent.v1.ChunkDigest
-	21, // 4: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
-	22, // 5: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
-	23, // 6: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
-	1,  // 7: carve.nodeagent.v1.CopyHeader.digest:type_name -> carve.nodeagent.v1.ChunkDigest
-	0,  // 8: carve.nodeagent.v1.CopyHeader.digest_scope:type_name -> carve.nodeagent.v1.DigestScope
-	2,  // 9: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
-	4,  // 10: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
-	6,  // 11: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
-	9,  // 12: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	13, // 13: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
-	15, // 14: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
-	17, // 15: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
-	24, // 16: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
-	19, // 17: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
-	3,  // 18: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	5,  // 19: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	7,  // 20: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	10, // 21: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	14, // 22: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	16, // 23: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	18, // 24: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
-	25, // 25: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
-	20, // 26: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	7,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
+	11, // 1: carve.nodeagent.v1.InventoryResponse.volumes:type_name -> carve.nodeagent.v1.LogicalVolume
+	10, // 2: carve.nodeagent.v1.InventoryResponse.device_classes:type_name -> carve.nodeagent.v1.DeviceClass
+	20, // 3: carve.nodeagent.v1.ReadVolumeResponse.header:type_name -> carve.nodeagent.v1.CopyHeader
+	21, // 4: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
+	22, // 5: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
+	0,  // 6: carve.nodeagent.v1.CopyHeader.digest_scope:type_name -> carve.nodeagent.v1.DigestScope
+	1,  // 7: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
+	3,  // 8: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
+	5,  // 9: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
+	8,  // 10: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
+	12, // 11: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
+	14, // 12: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	16, // 13: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
+	23, // 14: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
+	18, // 15: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	2,  // 16: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	4,  // 17: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	6,  // 18: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	9,  // 19: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	13, // 20: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	15, // 21: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	17, // 22: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	24, // 23: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
+	19, // 24: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	16, // [16:25] is the sub-list for method output_type
+	7,  // [7:16] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_api_nodeagent_v1_nodeagent_proto_init() }
@@ -1879,7 +1793,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      1,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,

@@ -61,9 +61,6 @@ type NodeAgentClient interface {
 	// next pass tries again); one that is gone is success; one that is not
 	// carve's, carries no claim tag, has snapshots, is the origin of
 	// another LV, or is open, is refused (FAILED_PRECONDITION).
-	//
-	// An agent older than this call answers UNIMPLEMENTED, and the
-	// controller then only reports the orphan.
 	QuarantineOrphan(ctx context.Context, in *QuarantineOrphanRequest, opts ...grpc.CallOption) (*QuarantineOrphanResponse, error)
 	// RemoveOrphan is the second step: it removes one quarantined orphan
 	// (the inventory's LogicalVolume with orphan_of set) once the
@@ -72,9 +69,8 @@ type NodeAgentClient interface {
 	// FAILED_PRECONDITION (the next pass tries again); one that is gone is
 	// success; one that is not carve's, not quarantined from orphan_of, has
 	// snapshots, or is the origin of another LV, is refused
-	// (FAILED_PRECONDITION). A request without orphan_of (a controller
-	// older than the quarantine, which removed at once) is INVALID_ARGUMENT:
-	// such a controller removes nothing through this agent.
+	// (FAILED_PRECONDITION). A request without orphan_of is
+	// INVALID_ARGUMENT: the agent removes only what it quarantined.
 	RemoveOrphan(ctx context.Context, in *RemoveOrphanRequest, opts ...grpc.CallOption) (*RemoveOrphanResponse, error)
 	// AuthorizeCopy lets one other node read a snapshot or volume of this
 	// node once, for a restore or clone made there (a copy across nodes):
@@ -82,9 +78,10 @@ type NodeAgentClient interface {
 	// records the grant; the target node's agent then calls
 	// NodeCopy.ReadVolume with the copy ID on this node's copy port before
 	// the grant expires. A source that does not exist here is NOT_FOUND;
-	// one that cannot be read is FAILED_PRECONDITION. An agent older than
-	// this call answers UNIMPLEMENTED, and the controller then refuses the
-	// copy as before (the restore or clone is made on its source's node).
+	// one that cannot be read is FAILED_PRECONDITION. An agent that serves
+	// no copies (no --node-copy-address) answers UNIMPLEMENTED, and the
+	// controller then refuses the copy (the restore or clone is made on
+	// its source's node).
 	AuthorizeCopy(ctx context.Context, in *AuthorizeCopyRequest, opts ...grpc.CallOption) (*AuthorizeCopyResponse, error)
 	// CatchUpCopy is served by the TARGET node's agent, for the move of a
 	// volume to this node: target_volume_id is an LV of this node that an
@@ -116,8 +113,9 @@ type NodeAgentClient interface {
 	// data that does not check out against the source's digest is
 	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
 	// grant, or a full copy, must follow); an interrupted stream is
-	// UNAVAILABLE or INTERNAL. An agent older than this call answers
-	// UNIMPLEMENTED: it cannot take a move.
+	// UNAVAILABLE or INTERNAL. An agent without the node channel's
+	// certificate to read from other nodes answers UNIMPLEMENTED: it
+	// cannot take a move.
 	CatchUpCopy(ctx context.Context, in *CatchUpCopyRequest, opts ...grpc.CallOption) (*CatchUpCopyResponse, error)
 }
 
@@ -245,9 +243,6 @@ type NodeAgentServer interface {
 	// next pass tries again); one that is gone is success; one that is not
 	// carve's, carries no claim tag, has snapshots, is the origin of
 	// another LV, or is open, is refused (FAILED_PRECONDITION).
-	//
-	// An agent older than this call answers UNIMPLEMENTED, and the
-	// controller then only reports the orphan.
 	QuarantineOrphan(context.Context, *QuarantineOrphanRequest) (*QuarantineOrphanResponse, error)
 	// RemoveOrphan is the second step: it removes one quarantined orphan
 	// (the inventory's LogicalVolume with orphan_of set) once the
@@ -256,9 +251,8 @@ type NodeAgentServer interface {
 	// FAILED_PRECONDITION (the next pass tries again); one that is gone is
 	// success; one that is not carve's, not quarantined from orphan_of, has
 	// snapshots, or is the origin of another LV, is refused
-	// (FAILED_PRECONDITION). A request without orphan_of (a controller
-	// older than the quarantine, which removed at once) is INVALID_ARGUMENT:
-	// such a controller removes nothing through this agent.
+	// (FAILED_PRECONDITION). A request without orphan_of is
+	// INVALID_ARGUMENT: the agent removes only what it quarantined.
 	RemoveOrphan(context.Context, *RemoveOrphanRequest) (*RemoveOrphanResponse, error)
 	// AuthorizeCopy lets one other node read a snapshot or volume of this
 	// node once, for a restore or clone made there (a copy across nodes):
@@ -266,9 +260,10 @@ type NodeAgentServer interface {
 	// records the grant; the target node's agent then calls
 	// NodeCopy.ReadVolume with the copy ID on this node's copy port before
 	// the grant expires. A source that does not exist here is NOT_FOUND;
-	// one that cannot be read is FAILED_PRECONDITION. An agent older than
-	// this call answers UNIMPLEMENTED, and the controller then refuses the
-	// copy as before (the restore or clone is made on its source's node).
+	// one that cannot be read is FAILED_PRECONDITION. An agent that serves
+	// no copies (no --node-copy-address) answers UNIMPLEMENTED, and the
+	// controller then refuses the copy (the restore or clone is made on
+	// its source's node).
 	AuthorizeCopy(context.Context, *AuthorizeCopyRequest) (*AuthorizeCopyResponse, error)
 	// CatchUpCopy is served by the TARGET node's agent, for the move of a
 	// volume to this node: target_volume_id is an LV of this node that an
@@ -300,8 +295,9 @@ type NodeAgentServer interface {
 	// data that does not check out against the source's digest is
 	// DATA_LOSS (the LV keeps its copy-pending tag: a repeat with a new
 	// grant, or a full copy, must follow); an interrupted stream is
-	// UNAVAILABLE or INTERNAL. An agent older than this call answers
-	// UNIMPLEMENTED: it cannot take a move.
+	// UNAVAILABLE or INTERNAL. An agent without the node channel's
+	// certificate to read from other nodes answers UNIMPLEMENTED: it
+	// cannot take a move.
 	CatchUpCopy(context.Context, *CatchUpCopyRequest) (*CatchUpCopyResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
@@ -559,8 +555,7 @@ type NodeCopyClient interface {
 	// the target reads them as zeros), then a trailer with a digest of the
 	// whole source (zeros included; CopyTrailer), which the target checks
 	// before it hands the volume out. An unknown, used or expired copy ID, or a
-	// client that is not the grant's target node, is PERMISSION_DENIED; a
-	// digest this agent cannot compute is INVALID_ARGUMENT.
+	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
 }
 
@@ -605,8 +600,7 @@ type NodeCopyServer interface {
 	// the target reads them as zeros), then a trailer with a digest of the
 	// whole source (zeros included; CopyTrailer), which the target checks
 	// before it hands the volume out. An unknown, used or expired copy ID, or a
-	// client that is not the grant's target node, is PERMISSION_DENIED; a
-	// digest this agent cannot compute is INVALID_ARGUMENT.
+	// client that is not the grant's target node, is PERMISSION_DENIED.
 	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
 	mustEmbedUnimplementedNodeCopyServer()
 }

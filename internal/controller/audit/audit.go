@@ -249,24 +249,49 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 	}
 	f := na.decider.Decide(Input{Now: now, LVs: inv.LVs, PVs: pvs, Node: na.node,
 		Readable: inv.readable, Busy: inv.busy})
+	orphans, errs := a.unclaimed(ctx, log, na, f.Orphans)
+	a.announce(log, na, orphans, f)
+	quarantined := f.Quarantined
+	if a.cfg.RemoveOrphans {
+		var actErrs []error
+		orphans, quarantined, actErrs = a.act(ctx, na, orphans, quarantined, now)
+		errs = append(errs, actErrs...)
+	}
+	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
+	na.forgetAnnounced(orphans, f.Missing, quarantined)
+	errs = append(errs, a.judgeNode(ctx, log, na, inv, pvs, f.Missing)...)
+	a.m.ran(na.node, now, errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		log.Error(err, "Audit pass incomplete")
+	}
+}
+
+// unclaimed is the orphans whose claim is gone. One whose claim still
+// exists (csi-provisioner still wants it: a PV write failing for long,
+// say) is not an orphan, and its clock starts anew; one whose claim
+// cannot be read is not reported this pass, and its clock runs on.
+func (a *Auditor) unclaimed(ctx context.Context, log klog.Logger, na *nodeAudit, found []Orphan) ([]Orphan, []error) {
 	var errs []error
-	orphans := f.Orphans[:0]
-	for _, o := range f.Orphans {
+	orphans := found[:0]
+	for _, o := range found {
 		alive, err := a.claimAlive(ctx, o.LV)
 		if err != nil {
-			// Unknown: not reported this pass, and its clock runs on.
 			errs = append(errs, err)
 			continue
 		}
 		if alive {
-			// csi-provisioner still wants it (a PV write failing for
-			// long, say): not an orphan, and the clock starts anew.
 			log.V(2).Info("LV without a PV, but its claim still exists; not an orphan", "lv", o.ID(), "claim", o.Claim)
 			na.decider.Reset(o.ID())
 			continue
 		}
 		orphans = append(orphans, o)
 	}
+	return orphans, errs
+}
+
+// announce logs and records an Event for what a pass found on node na
+// (each of them once: na remembers what it announced).
+func (a *Auditor) announce(log klog.Logger, na *nodeAudit, orphans []Orphan, f Findings) {
 	for _, o := range orphans {
 		a.announceOrphan(log, na, o)
 	}
@@ -278,46 +303,43 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 			a.announceClaimed(log, na, q)
 		}
 	}
-	quarantined := f.Quarantined
-	if a.cfg.RemoveOrphans {
-		var left []Orphan
-		for _, o := range orphans {
-			if o.Claim == "" {
-				// Nothing tells whose it was: reported, never touched.
-				left = append(left, o)
-				continue
-			}
-			q, err := a.quarantine(ctx, na, o, now)
-			if err != nil {
-				errs = append(errs, err)
-				left = append(left, o)
-				continue
-			}
-			if q != nil {
-				quarantined = append(quarantined, *q)
-			}
+}
+
+// act quarantines the orphans whose claim is known and removes the
+// quarantined orphans whose grace has passed (--remove-orphans). It
+// returns the orphans and quarantined orphans left after it: an orphan
+// that names no claim is reported, never touched; a step that failed
+// leaves its LV as it was.
+func (a *Auditor) act(ctx context.Context, na *nodeAudit, orphans []Orphan, quarantined []Quarantined, now time.Time) ([]Orphan, []Quarantined, []error) {
+	var errs []error
+	var left []Orphan
+	for _, o := range orphans {
+		if o.Claim == "" {
+			left = append(left, o)
+			continue
 		}
-		orphans = left
-		kept := quarantined[:0]
-		for _, q := range quarantined {
-			if !q.Removable {
-				kept = append(kept, q)
-				continue
-			}
-			if err := a.remove(ctx, na, q); err != nil {
-				errs = append(errs, err)
-				kept = append(kept, q)
-			}
+		q, err := a.quarantine(ctx, na, o, now)
+		if err != nil {
+			errs = append(errs, err)
+			left = append(left, o)
+			continue
 		}
-		quarantined = kept
+		if q != nil {
+			quarantined = append(quarantined, *q)
+		}
 	}
-	a.m.publish(na.node, inv.Classes, orphans, f.Missing, quarantined)
-	na.forgetAnnounced(orphans, f.Missing, quarantined)
-	errs = append(errs, a.judgeNode(ctx, log, na, inv, pvs, f.Missing)...)
-	a.m.ran(na.node, now, errors.Join(errs...))
-	if err := errors.Join(errs...); err != nil {
-		log.Error(err, "Audit pass incomplete")
+	kept := quarantined[:0]
+	for _, q := range quarantined {
+		if !q.Removable {
+			kept = append(kept, q)
+			continue
+		}
+		if err := a.remove(ctx, na, q); err != nil {
+			errs = append(errs, err)
+			kept = append(kept, q)
+		}
 	}
+	return left, kept, errs
 }
 
 // judgeNode judges the health of node na's volumes and snapshots.

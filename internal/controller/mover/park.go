@@ -173,7 +173,7 @@ func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
 		m.wait(ctx, mv, "salvaging: "+bad)
 		return max(m.cfg.Poll, parkedPoll), nil
 	}
-	lost := lostText(pv)
+	lost := moveapi.WritesLostText(pv.Annotations)
 	klog.FromContext(ctx).Info("Salvaging the parked move: binding the claim to its target as of the seed", "lost", lost)
 	err = m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnParked: "", moveapi.AnnParkedFrom: ""},
 		"salvaging as asked: binding the claim to the target as of the seed")
@@ -185,14 +185,4 @@ func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
 		"Salvaging as asked: claim %s/%s is bound to the target %s on node %s, which holds the data as of the seed: %s",
 		mv.ns, mv.name, pv.Annotations[moveapi.AnnTargetID], mv.to, lost))
 	return 0, nil
-}
-
-// lostText says which writes a salvage of pv's move loses.
-func lostText(pv *corev1.PersistentVolume) string {
-	seed, stopped, ok := moveapi.WritesLost(pv.Annotations)
-	if !ok {
-		return "the writes made after the seed are lost (when the seed was made is not recorded)"
-	}
-	return fmt.Sprintf("the writes from the seed (%s) until the workload stopped (%s), at most %s, are lost",
-		seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
 }

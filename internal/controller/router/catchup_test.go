@@ -111,7 +111,7 @@ func TestCatchUpCopy(t *testing.T) {
 		{name: "a target of another size", src: src, base: base, dst: dst,
 			errs:      map[string]map[string]error{"node-a": nil, "node-b": {"CatchUpCopy": refusal(moveapi.ErrorSizeMismatch, "has 2 bytes")}},
 			wantCalls: []string{grant, catchUp}, code: codes.FailedPrecondition, msg: []string{"node node-b: has 2 bytes"}, reason: moveapi.ErrorSizeMismatch},
-		{name: "an older source agent", src: src, base: base, dst: dst,
+		{name: "a source agent that serves no catch-ups", src: src, base: base, dst: dst,
 			errs:      map[string]map[string]error{"node-a": {"AuthorizeCopy": status.Error(codes.Unimplemented, "no catch-ups")}, "node-b": nil},
 			wantCalls: []string{grant}, code: codes.Unimplemented, msg: []string{"node node-a"}},
 		{name: "a target that did not check out", src: src, base: base, dst: dst,

@@ -124,7 +124,7 @@ func (s *Server) grantCopy(ctx context.Context, req *csi.CreateVolumeRequest, no
 		log.V(2).Info("The source's node does not have it; the target answers", "err", err)
 		return ctx, nil
 	case codes.Unimplemented:
-		return ctx, refuse("that node copies its volumes to no other node (its agent is older, or runs without --node-copy-address)")
+		return ctx, refuse("that node copies its volumes to no other node (its agent runs without --node-copy-address)")
 	default:
 		return ctx, fromNode(from, err)
 	}

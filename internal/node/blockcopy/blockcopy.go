@@ -19,7 +19,7 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/carve-csi/carve/internal/node/directio"
 )
 
 // DefaultBufferSize is the size of each read and write: large enough that
@@ -27,9 +27,8 @@ import (
 // the way of the plugin's memory limit.
 const DefaultBufferSize = 4 << 20
 
-// align is what O_DIRECT asks of offsets, lengths and buffers on every
-// block device carve meets (logical blocks of 512 or 4096 bytes).
-const align = 4096
+// align is what O_DIRECT asks of offsets, lengths and buffers.
+const align = directio.Align
 
 // Options tune a copy; the zero value is a buffered copy of
 // DefaultBufferSize chunks.
@@ -92,7 +91,7 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 		return res, fmt.Errorf("buffer size %d is not a positive multiple of %d (of %d for a sparse copy)", bufSize, align, SparseChunk)
 	}
 	direct := opts.Direct && size%align == 0
-	out, err := open(dst, os.O_WRONLY, direct)
+	out, err := directio.Open(dst, os.O_WRONLY, direct)
 	if err != nil {
 		return res, err
 	}
@@ -107,22 +106,21 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 		if err := out.Close(); err != nil {
 			return res, fmt.Errorf("closing %s: %w", dst, err)
 		}
-		if out, err = open(dst, os.O_WRONLY, false); err != nil {
+		if out, err = directio.Open(dst, os.O_WRONLY, false); err != nil {
 			return res, err
 		}
 	}
-	in, err := open(src, os.O_RDONLY, direct)
+	in, err := directio.Open(src, os.O_RDONLY, direct)
 	if err != nil {
 		return res, err
 	}
 	defer in.Close() //nolint:errcheck // read-only; nothing to flush
 
-	// An anonymous mapping is page-aligned, as O_DIRECT needs.
-	buf, err := unix.Mmap(-1, 0, bufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	buf, release, err := directio.Buffer(bufSize)
 	if err != nil {
-		return res, fmt.Errorf("allocating a %d-byte copy buffer: %w", bufSize, err)
+		return res, fmt.Errorf("the copy buffer: %w", err)
 	}
-	defer unix.Munmap(buf) //nolint:errcheck // unmapping our own mapping fails only on a bad address
+	defer release()
 
 	for res.Bytes < size {
 		if err := ctx.Err(); err != nil {
@@ -224,25 +222,6 @@ func write(out *os.File, chunk []byte, off int64, sparse bool) (skipped uint64, 
 	return skipped, flush(len(chunk))
 }
 
-// open opens path with flag, with O_DIRECT when direct is set and the
-// filesystem takes it.
-func open(path string, flag int, direct bool) (*os.File, error) {
-	if direct {
-		f, err := os.OpenFile(path, flag|unix.O_DIRECT, 0) //nolint:gosec // G304: device paths the driver built from LVM's report
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EINVAL) {
-			return nil, fmt.Errorf("opening %s: %w", path, err)
-		}
-	}
-	f, err := os.OpenFile(path, flag, 0) //nolint:gosec // G304: device paths the driver built from LVM's report
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
-	}
-	return f, nil
-}
-
 // Copier copies with fixed options; the driver holds one.
 type Copier struct {
 	Options Options
@@ -257,7 +236,3 @@ func (c Copier) Copy(ctx context.Context, dst, src string, size uint64, sparse b
 	o.Progress = progress
 	return Copy(ctx, dst, src, size, o)
 }
-
-// Open opens a device with flag, with O_DIRECT when direct is set and
-// the filesystem takes it (a copy across nodes reads its source so).
-func Open(path string, flag int, direct bool) (*os.File, error) { return open(path, flag, direct) }

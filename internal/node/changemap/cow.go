@@ -10,6 +10,8 @@ import (
 	"path"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/carve-csi/carve/internal/node/directio"
 )
 
 // The persistent exception store of a device-mapper snapshot (the
@@ -81,14 +83,14 @@ func ParseExceptions(r io.ReaderAt) (Set, error) {
 	}
 }
 
-// alignedBuf is n bytes at a page boundary, as O_DIRECT needs (an
-// anonymous mapping is page-aligned), and the function that frees them.
+// alignedBuf is n bytes at a page boundary, as O_DIRECT needs, and the
+// function that frees them.
 func alignedBuf(n int) ([]byte, func()) {
-	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	b, release, err := directio.Buffer(n)
 	if err != nil {
 		return make([]byte, n), func() {} // an O_DIRECT read of it then fails, and the caller falls back
 	}
-	return b, func() { _ = unix.Munmap(b) }
+	return b, release
 }
 
 // SnapshotChanges names the bytes of the origin of the thick snapshot

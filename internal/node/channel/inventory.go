@@ -59,15 +59,15 @@ func (a *Agent) QuarantineOrphan(ctx context.Context, req *nodeagentv1.Quarantin
 // RemoveOrphan implements nodeagentv1.NodeAgentServer: the controller's
 // audit removes a quarantined orphan (--remove-orphans) through it. Only
 // an LV of a configured volume group can be named, and only with the name
-// it had before its quarantine: a controller older than the quarantine
-// sends none, and removes nothing.
+// it had before its quarantine, so that nothing but a quarantined orphan
+// is removed.
 func (a *Agent) RemoveOrphan(ctx context.Context, req *nodeagentv1.RemoveOrphanRequest) (*nodeagentv1.RemoveOrphanResponse, error) {
 	vg, name := req.GetVolumeGroup(), req.GetName()
 	if err := a.orphanRequest(vg, name); err != nil {
 		return nil, err
 	}
 	if req.GetOrphanOf() == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "orphan_of: must be set; node %s removes only orphans it quarantined first (is carve controller older than the node agent?)", a.cfg.NodeName)
+		return nil, status.Errorf(codes.InvalidArgument, "orphan_of: must be set; node %s removes only orphans it quarantined first", a.cfg.NodeName)
 	}
 	if err := a.cfg.Orphans.RemoveOrphan(ctx, vg, name, req.GetOrphanOf()); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "removing orphaned LV %s: %v", volume.VolumeID(vg, name), err)

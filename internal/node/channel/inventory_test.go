@@ -141,7 +141,7 @@ func TestRemoveOrphan(t *testing.T) {
 		wantGone []string
 	}{
 		{"removed", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1", Name: "carve-orphan-x", OrphanOf: "carve-x"}, codes.OK, "", []string{"vg1/carve-orphan-x<carve-x"}},
-		{"a controller older than the quarantine removes nothing", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1", Name: "carve-x"},
+		{"without the name before the quarantine nothing is removed", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1", Name: "carve-x"},
 			codes.InvalidArgument, "orphan_of", nil},
 		{"a volume group carve does not use", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "root", Name: "home"}, codes.InvalidArgument, "volume_group", nil},
 		{"no name", &fakeOrphans{}, &nodeagentv1.RemoveOrphanRequest{VolumeGroup: "vg1"}, codes.InvalidArgument, "name", nil},

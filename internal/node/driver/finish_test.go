@@ -79,8 +79,7 @@ func (f *fakeLVM) lvTags(vg, name string) ([]string, bool) {
 	return slices.Clone(lv.Tags), true
 }
 
-// unfinished tells whether the LV vg/name is still unfinished: marked, or
-// tagged as older carve versions did.
+// unfinished tells whether the LV vg/name is still unfinished: marked.
 func (fx *controllerFixture) unfinished(t *testing.T, vg, name string) bool {
 	t.Helper()
 	marked, err := fx.marks.Has(vg, name)

@@ -380,3 +380,30 @@ func flagConflict(opts, want []string) string {
 	}
 	return ""
 }
+
+// unmountAndRemove is the whole of unpublish and unstage, timed as phase:
+// unmount path if it is mounted and remove it, under the volume's lock. A
+// path that is not there (never staged, or already cleaned up) is
+// success. The class label is the cached one: LVM is never asked.
+func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, field string) (err error) {
+	op := n.begin(phase)
+	op.SetClass(n.classForMetrics(id))
+	defer op.End(&err)
+
+	if err := nodeRequireID(id); err != nil {
+		return err
+	}
+	if err := nodeCheckPath(path, field); err != nil {
+		return err
+	}
+	if err := n.acquire(id); err != nil {
+		return err
+	}
+	defer n.release(id)
+
+	if err := op.Step(metrics.StepUnmount, func() error { return n.cfg.FS.Cleanup(ctx, path) }); err != nil {
+		return status.Errorf(codes.Internal, "%s of volume %q: unmounting %s %q: %v", phase, id, field, path, err)
+	}
+	klog.FromContext(ctx).Info("Unmounted and removed", "phase", phase, "volumeID", id, field, path)
+	return nil
+}

@@ -7,8 +7,7 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/erase"
 )
 
@@ -35,7 +34,7 @@ const (
 // judged is what is on the device (a filesystem that refuses O_DIRECT, as
 // tmpfs does for test files, is read through the cache).
 func ReadsBlank(device string) (bool, error) {
-	f, err := openDirect(device)
+	f, err := directio.Open(device, os.O_RDONLY, true)
 	if err != nil {
 		return false, err
 	}
@@ -44,12 +43,11 @@ func ReadsBlank(device string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("size of %s: %w", device, err)
 	}
-	// An anonymous mapping is page-aligned, as O_DIRECT needs.
-	buf, err := unix.Mmap(-1, 0, blankChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	buf, release, err := directio.Buffer(blankChunk)
 	if err != nil {
-		return false, fmt.Errorf("allocating a %d-byte read buffer: %w", blankChunk, err)
+		return false, fmt.Errorf("the read buffer: %w", err)
 	}
-	defer unix.Munmap(buf) //nolint:errcheck // unmapping our own mapping fails only on a bad address
+	defer release()
 
 	for _, r := range erase.SignatureRegions(size) {
 		for off := r[0]; off < r[1]; {
@@ -77,21 +75,4 @@ func ReadsBlank(device string) (bool, error) {
 // second buffer of zeros).
 func allZero(b []byte) bool {
 	return len(b) == 0 || b[0] == 0 && bytes.Equal(b[1:], b[:len(b)-1])
-}
-
-// openDirect opens path read-only with O_DIRECT, or without it where the
-// filesystem refuses it.
-func openDirect(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0) //nolint:gosec // G304: the device node of a volume, built from validated names
-	if err == nil {
-		return f, nil
-	}
-	if !errors.Is(err, unix.EINVAL) {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
-	}
-	f, err = os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0) //nolint:gosec // G304: as above
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
-	}
-	return f, nil
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/carve-csi/carve/internal/node/directio"
 )
 
 // MkfsState is what ProbeMkfs finds on a device whose mkfs may not have
@@ -124,17 +126,16 @@ func (f *FS) readHead(device string) ([]byte, error) {
 	if r, ok := f.exec.(HeadReader); ok {
 		return r.ReadHead(device, superblockHead)
 	}
-	d, err := openDirect(device)
+	d, err := directio.Open(device, os.O_RDONLY, true)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close() //nolint:errcheck // read-only; nothing to flush
-	// An anonymous mapping is page-aligned, as O_DIRECT needs.
-	buf, err := unix.Mmap(-1, 0, superblockHead, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	buf, release, err := directio.Buffer(superblockHead)
 	if err != nil {
-		return nil, fmt.Errorf("allocating a %d-byte read buffer: %w", superblockHead, err)
+		return nil, fmt.Errorf("the read buffer: %w", err)
 	}
-	defer unix.Munmap(buf) //nolint:errcheck // unmapping our own mapping fails only on a bad address
+	defer release()
 	n, err := d.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("reading the superblock of %s: %w", device, err)

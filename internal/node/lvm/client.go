@@ -236,10 +236,7 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 // GetLV returns one LV; ErrNotFound when it does not exist,
 // ErrVolumeGroupNotFound (also an ErrNotFound) when its VG does not.
 func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
-	if err := lvmname.VG(vg); err != nil {
-		return nil, err
-	}
-	if err := validateName("logical volume", name); err != nil {
+	if err := validateLV(vg, name); err != nil {
 		return nil, err
 	}
 	// A selection, unlike "vg/name", answers an empty report for a missing

@@ -169,10 +169,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 // lvextend. ErrNotFound when the LV does not exist, ErrInsufficientSpace
 // when the VG cannot hold the growth.
 func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*LogicalVolume, error) {
-	if err := lvmname.VG(vg); err != nil {
-		return nil, err
-	}
-	if err := validateName("logical volume", name); err != nil {
+	if err := validateLV(vg, name); err != nil {
 		return nil, err
 	}
 	if size > MaxSize {
@@ -222,10 +219,7 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 // activation-skip flag) and one after (to see the result); it runs only
 // after a reboot or a deactivation, never on the usual path.
 func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
-	if err := lvmname.VG(vg); err != nil {
-		return nil, err
-	}
-	if err := validateName("logical volume", name); err != nil {
+	if err := validateLV(vg, name); err != nil {
 		return nil, err
 	}
 	unlock, err := c.locks.Lock(ctx, vg)
@@ -279,10 +273,7 @@ func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []str
 // mutateLV runs one mutation (args) of the LV vg/name under its VG's lock,
 // the names checked first; a failure is what explain makes of it.
 func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, explain func(error) error) error {
-	if err := lvmname.VG(vg); err != nil {
-		return err
-	}
-	if err := validateName("logical volume", name); err != nil {
+	if err := validateLV(vg, name); err != nil {
 		return err
 	}
 	unlock, err := c.locks.Lock(ctx, vg)

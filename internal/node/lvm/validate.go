@@ -32,6 +32,14 @@ func invalid(format string, args ...any) error {
 // LVM's alphabet and length.
 func validateName(kind, name string) error { return lvmname.Validate(kind, name) }
 
+// validateLV checks the names of the LV vg/name.
+func validateLV(vg, name string) error {
+	if err := lvmname.VG(vg); err != nil {
+		return err
+	}
+	return validateName("logical volume", name)
+}
+
 func validateTags(tags []string) error {
 	for _, t := range tags {
 		if err := lvmname.Tag(t); err != nil {

@@ -129,8 +129,8 @@ func (m *Marks) write(p string, content []byte) error {
 var ownerRE = regexp.MustCompile(`^[0-9A-Za-z]{6}(-[0-9A-Za-z]{4}){5}-[0-9A-Za-z]{6}$`)
 
 // Owner returns the owner a mark of vg/lv names, and whether vg/lv is
-// marked. A mark without one (made by Mark, or by a carve before owners,
-// or torn by a crash before it was synced) names "".
+// marked. A mark without one (made by Mark, or torn by a crash before it
+// was synced) names "".
 func (m *Marks) Owner(vg, lv string) (owner string, marked bool, err error) {
 	p, err := m.path(vg, lv)
 	if err != nil {

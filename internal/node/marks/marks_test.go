@@ -97,8 +97,8 @@ func BenchmarkMarkClear(b *testing.B) {
 	}
 }
 
-// A mark made once the LV exists names it (its UUID); one made before, by
-// an older carve, or torn by a crash before its sync names nobody.
+// A mark made once the LV exists names it (its UUID); one made before, or
+// torn by a crash before its sync, names nobody.
 func TestMarkOwner(t *testing.T) {
 	const uuid = "IjYeuk-LGsf-T6VI-F93h-13Fd-JSqi-dA6eI4"
 	m, err := Open(t.TempDir())

@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
-	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -118,12 +117,12 @@ func cpuTime(b *testing.B) time.Duration {
 func readAll(b *testing.B, path string, size uint64) time.Duration {
 	b.Helper()
 	start := time.Now()
-	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	in, err := directio.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(readSize)
+	buf := directio.Aligned(readSize)
 	for off := uint64(0); off < size; off += readSize {
 		if _, err := in.ReadAt(buf[:min(readSize, size-off)], int64(off)); err != nil {
 			b.Fatal(err)
@@ -206,8 +205,8 @@ func (l *link) stream(b *testing.B, size uint64) time.Duration {
 	return time.Since(start)
 }
 
-// BenchmarkDigest is the CPU cost of each ChunkDigest over data (no
-// zero chunks), per byte:
+// BenchmarkDigest is the CPU cost of the Digest over data (no zero
+// chunks), per byte:
 //
 //	go test -run '^$' -bench Digest ./internal/node/peercopy/
 func BenchmarkDigest(b *testing.B) {
@@ -215,16 +214,9 @@ func BenchmarkDigest(b *testing.B) {
 	for i := range data {
 		data[i] = byte(i*7 + 1)
 	}
-	for _, alg := range []nodeagentv1.ChunkDigest{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64} {
-		b.Run(alg.String(), func(b *testing.B) {
-			d, err := NewDigest(alg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(len(data)))
-			for b.Loop() {
-				d.Data(data)
-			}
-		})
+	d := NewDigest()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		d.Data(data)
 	}
 }

@@ -69,11 +69,11 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r 
 	case hdr == nil:
 		return res, errors.New("the stream does not start with a header")
 	case !hdr.GetDelta():
-		return res, errors.New("the source sent a whole copy, not a catch-up against the base (an agent older than catch-ups?); nothing was written")
+		return res, errors.New("the source sent a whole copy, not a catch-up against the base; nothing was written")
 	case uint64(hdr.GetSizeBytes()) != want:
 		return res, fmt.Errorf("the source holds %d bytes, not the %d granted", hdr.GetSizeBytes(), want)
 	}
-	if _, err := headerDigest(hdr); err != nil {
+	if err := checkChunks(hdr); err != nil {
 		return res, err
 	}
 	scope := hdr.GetDigestScope()
@@ -104,9 +104,9 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r 
 	}
 	var sum []byte
 	if scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT {
-		sum, err = DigestOfPlaces(ctx, path, want, sent, hdr.GetDigest())
+		sum, err = DigestOfPlaces(ctx, path, want, sent)
 	} else {
-		sum, err = DigestOf(ctx, path, want, hdr.GetDigest())
+		sum, err = DigestOf(ctx, path, want)
 	}
 	if err != nil {
 		return res, fmt.Errorf("reading back %s: %w", path, err)

@@ -54,8 +54,7 @@ func (p Puller) Pull(ctx context.Context, src provision.RemoteSource, dst string
 }
 
 // read dials src.Address, accepting only src.Node's certificate, and
-// gives receive the stream of ReadVolume src.CopyID (asking for
-// DefaultDigest), until it returns. ctx must be canceled after, to end
+// gives receive the stream of ReadVolume src.CopyID, until it returns. ctx must be canceled after, to end
 // the stream.
 func (p Puller) read(ctx context.Context, src provision.RemoteSource, sentOK bool, receive func(Receiver) error) error {
 	tlsCfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: p.Cert, CAs: p.CAs, Now: p.Now}, src.Node)
@@ -69,7 +68,7 @@ func (p Puller) read(ctx context.Context, src provision.RemoteSource, sentOK boo
 	}
 	defer func() { _ = conn.Close() }()
 	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(ctx,
-		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, Digest: DefaultDigest, AcceptsSentDigest: sentOK}, grpc.ForceCodecV2(recvCodec{}))
+		&nodeagentv1.ReadVolumeRequest{CopyId: src.CopyID, AcceptsSentDigest: sentOK}, grpc.ForceCodecV2(recvCodec{}))
 	if err != nil {
 		return fmt.Errorf("node %s at %s: %w", src.Node, src.Address, err)
 	}

@@ -57,7 +57,7 @@ func TestRecvCodec(t *testing.T) {
 		{"an offset twice", inner(offset(7), offset(9), bytesField(data)), false},
 		{"an unknown field", inner(offset(7), bytesField(data), protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1)), false},
 		{"a header", msg(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-			Header: &nodeagentv1.CopyHeader{SizeBytes: 1 << 30, ChunkBytes: SparseChunk, Digest: DefaultDigest}}}), false},
+			Header: &nodeagentv1.CopyHeader{SizeBytes: 1 << 30, ChunkBytes: SparseChunk}}}), false},
 		{"a trailer", msg(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
 			Trailer: &nodeagentv1.CopyTrailer{Digest: []byte{1, 2}, DataBytes: 9}}}), false},
 		{"data, then a trailer", append(dataMsg(0, data), msg(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{
@@ -87,7 +87,7 @@ func TestRecvCodec(t *testing.T) {
 		})
 	}
 	t.Run("not a stream message", func(t *testing.T) {
-		want := &nodeagentv1.ReadVolumeRequest{CopyId: "c1", Digest: DefaultDigest}
+		want := &nodeagentv1.ReadVolumeRequest{CopyId: "c1"}
 		got := &nodeagentv1.ReadVolumeRequest{}
 		if err := (recvCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg(want))}, got); err != nil || !proto.Equal(got, want) {
 			t.Errorf("decoded %v, %v, want %v", got, err, want)

@@ -17,6 +17,7 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
@@ -69,7 +70,7 @@ func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
 
 // readDelta serves the ReadVolume of a catch-up grant.
 // sentOK: the target checks a digest of the data sent (DIGEST_SCOPE_SENT).
-func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeagentv1.ChunkDigest, sentOK bool, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
+func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK bool, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "base", g.Base, "targetNode", node)
 	if s.cfg.Deltas == nil {
 		return status.Errorf(codes.Unimplemented, "node %s serves no catch-ups against a base snapshot", s.cfg.NodeName)
@@ -81,15 +82,15 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, alg nodeag
 		// readBytes: what the source reads of its devices.
 		if d.Method == provision.DeltaCompare {
 			how = []any{"method", d.Method, "fallback", d.Fallback, "readBytes", 2 * d.Size, "baseReadBytes", d.Size}
-			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, alg, stream)
+			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, stream)
 			return err
 		}
 		if !sentOK {
 			how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", d.Size, "baseReadBytes", 0, "digestScope", "volume"}
-			sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+			sent, err = SendChanged(ctx, d.Volume, d.Size, d.Changed, stream)
 			return err
 		}
-		sent, err = SendNamed(ctx, d.Volume, d.Size, d.Changed, alg, stream)
+		sent, err = SendNamed(ctx, d.Volume, d.Size, d.Changed, stream)
 		how = []any{"method", d.Method, "namedBytes", d.Changed.Bytes(), "readBytes", sent.Data, "baseReadBytes", 0, "digestScope", "sent"}
 		return err
 	})
@@ -112,20 +113,17 @@ var ErrInUse = errors.New("the volume is in use")
 // size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
 // while it is read; one that is mounted fails the open, ErrInUse). The
 // next pair of blocks is read while one is sent.
-func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
+	d := NewDigest()
 	direct := size%4096 == 0
-	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
+	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	old, err := blockcopy.Open(base, os.O_RDONLY, direct)
+	old, err := directio.Open(base, os.O_RDONLY, direct)
 	if err != nil {
 		return out, err
 	}
@@ -151,32 +149,18 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, alg nodeagent
 // a block discarded since the base must become zeros on the target),
 // and the trailer with the Digest of vol's size bytes, all read: the
 // base is not. vol is opened exclusively as by SendDelta.
-func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
-	var out Sent
-	d, err := NewDigest(alg)
+	d := NewDigest()
+	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
 	if err != nil {
-		return out, err
-	}
-	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME, s)
-	if err != nil {
-		return out, err
+		return Sent{}, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	full, free, errc := readAhead(ctx, in, vol, size)
-	for b := range full {
-		err := sendRuns(s, b.data, b.off, &out, func(i, end int) bool {
-			d.Data(b.data[i:end])
-			return !changed.Overlaps(b.off+uint64(i), b.off+uint64(end))
-		})
-		free <- b.data[:cap(b.data)]
-		if err != nil {
-			return out, err
-		}
-	}
-	return sendTrailer(s, d, out, start, errc)
+	return sendRead(ctx, in, vol, size, s, d, start, func(off uint64, chunk []byte) bool {
+		d.Data(chunk)
+		return !changed.Overlaps(off, off+uint64(len(chunk)))
+	})
 }
 
 // SendNamed streams a catch-up whose changes since the base are named,
@@ -184,24 +168,21 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 // data sent (DIGEST_SCOPE_SENT), the SparseChunk-aligned chunks that
 // hold a byte of changed (a chunk of zeros too, as a block discarded
 // since the base must become zeros on the target), at most maxData
-// bytes a message, and the trailer with the Digest (of alg) of those
+// bytes a message, and the trailer with the Digest of those
 // messages, each offset and then its chunks. Neither the rest of vol
 // nor the base is read: changed comes from the metadata that defines
 // the base snapshot itself, and the seed copy was checked whole. vol
 // is opened exclusively as by SendDelta.
-func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
-	in, err := openDeltaSource(vol, size, alg, nodeagentv1.DigestScope_DIGEST_SCOPE_SENT, s)
+	d := NewDigest()
+	in, err := openDeltaSource(vol, size, nodeagentv1.DigestScope_DIGEST_SCOPE_SENT, s)
 	if err != nil {
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
-	buf := alignedBuffer(maxData)
+	buf := directio.Aligned(maxData)
 	for _, e := range chunksOf(changed, size) {
 		for off, end := e.Off, e.Off+e.Len; off < end; {
 			if err := ctx.Err(); err != nil {
@@ -244,8 +225,8 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 // (O_EXCL: a mount of it fails while it is read; one that is mounted
 // fails the open, ErrInUse) and sends the header of a delta of size
 // bytes.
-func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
-	in, err := blockcopy.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
+func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
+	in, err := directio.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
 		return nil, provision.Errorf(provision.ErrRefused, "%v: %s (mounted or held by another program); a catch-up reads only a volume nothing uses", ErrInUse, vol)
 	}
@@ -253,7 +234,7 @@ func openDeltaSource(vol string, size uint64, alg nodeagentv1.ChunkDigest, scope
 		return nil, err
 	}
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, Digest: alg, DigestScope: scope}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Delta: true, DigestScope: scope}}}); err != nil {
 		_ = in.Close()
 		return nil, fmt.Errorf("sending the header: %w", err)
 	}
@@ -275,7 +256,7 @@ func readPairs(ctx context.Context, in, old *os.File, vol, base string, size uin
 	free := make(chan pair, 2)
 	errc := make(chan error, 1)
 	for range 2 {
-		free <- pair{now: alignedBuffer(readSize), was: alignedBuffer(readSize)}
+		free <- pair{now: directio.Aligned(readSize), was: directio.Aligned(readSize)}
 	}
 	go func() {
 		defer close(full)

@@ -64,7 +64,7 @@ func TestSendDelta(t *testing.T) {
 			base, now := based(size, tt.changed)
 			vol, old := writeFile(t, "vol", now), writeFile(t, "base", base)
 			p := &pipe{}
-			sent, err := SendDelta(t.Context(), vol, old, size, DefaultDigest, p)
+			sent, err := SendDelta(t.Context(), vol, old, size, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestSendDelta(t *testing.T) {
 				t.Errorf("chunks sent %v, want the changed ones %v", covered, want)
 			}
 			tr := p.msgs[len(p.msgs)-1].GetTrailer()
-			sum, err := DigestOf(t.Context(), vol, size, DefaultDigest)
+			sum, err := DigestOf(t.Context(), vol, size)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestSendDelta(t *testing.T) {
 func TestSendChanged(t *testing.T) {
 	senders := []struct {
 		name  string
-		send  func(ctx context.Context, vol string, size uint64, named changemap.Set, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error)
+		send  func(ctx context.Context, vol string, size uint64, named changemap.Set, s Sender) (Sent, error)
 		scope nodeagentv1.DigestScope
 	}{
 		{"volume digest", SendChanged, nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME},
@@ -161,7 +161,7 @@ func TestSendChanged(t *testing.T) {
 				}
 				vol := writeFile(t, "vol", now)
 				p := &pipe{}
-				sent, err := sender.send(t.Context(), vol, size, tt.named, DefaultDigest, p)
+				sent, err := sender.send(t.Context(), vol, size, tt.named, p)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -186,9 +186,9 @@ func TestSendChanged(t *testing.T) {
 				for _, m := range p.msgs[1 : len(p.msgs)-1] {
 					places = append(places, changemap.Extent{Off: uint64(m.GetData().GetOffset()), Len: uint64(len(m.GetData().GetData()))})
 				}
-				sum, err := DigestOf(t.Context(), vol, size, DefaultDigest)
+				sum, err := DigestOf(t.Context(), vol, size)
 				if sender.scope == nodeagentv1.DigestScope_DIGEST_SCOPE_SENT {
-					sum, err = DigestOfPlaces(t.Context(), vol, size, places, DefaultDigest)
+					sum, err = DigestOfPlaces(t.Context(), vol, size, places)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -255,7 +255,7 @@ func TestSendNamedChecksWhatCame(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			base, now := based(size, []int{3, 4, 40})
 			p := &pipe{}
-			if _, err := SendNamed(t.Context(), writeFile(t, "vol", now), size, named, DefaultDigest, p); err != nil {
+			if _, err := SendNamed(t.Context(), writeFile(t, "vol", now), size, named, p); err != nil {
 				t.Fatal(err)
 			}
 			p.tamper = tt.tamper
@@ -294,7 +294,7 @@ func TestReceiveDeltaRefusesSentScope(t *testing.T) {
 	base, now := based(size, []int{2, 3, 40})
 	named := changemap.Set{{Off: 2 * SparseChunk, Len: 2 * SparseChunk}, {Off: 40 * SparseChunk, Len: SparseChunk}}
 	p := &pipe{}
-	if _, err := SendNamed(t.Context(), writeFile(t, "vol", now), size, named, DefaultDigest, p); err != nil {
+	if _, err := SendNamed(t.Context(), writeFile(t, "vol", now), size, named, p); err != nil {
 		t.Fatal(err)
 	}
 	dst := writeFile(t, "dst", base)
@@ -317,7 +317,7 @@ func TestReceiveDelta(t *testing.T) {
 	base, now := based(size, changed)
 	stream := func(t *testing.T) *pipe {
 		p := &pipe{}
-		if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, DefaultDigest, p); err != nil {
+		if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, p); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -340,19 +340,21 @@ func TestReceiveDelta(t *testing.T) {
 				return m
 			}},
 		{name: "another size", target: base, want: size - SparseChunk, err: "not the"},
-		{name: "an unknown digest", target: base, want: size, err: "(CopyHeader.digest): unknown digest 7",
+		{name: "another chunk size", target: base, want: size, err: "chunks of 4096 bytes",
 			tamper: func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 				if i == 0 {
 					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: &nodeagentv1.CopyHeader{
-						SizeBytes: size, ChunkBytes: SparseChunk, Delta: true, Digest: 7}}}
+						SizeBytes: size, ChunkBytes: 4096, Delta: true}}}
 				}
 				return m
 			}},
-		{name: "a header naming another digest than the trailer's", target: base, want: size, sum: true, err: "checksum mismatch",
-			tamper: func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
-				if i == 0 {
-					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{Header: &nodeagentv1.CopyHeader{
-						SizeBytes: size, ChunkBytes: SparseChunk, Delta: true, Digest: nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256}}}
+		{name: "a trailer with another digest", target: base, want: size, sum: true, err: "checksum mismatch",
+			tamper: func(_ int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
+				if tr := m.GetTrailer(); tr != nil {
+					d := bytes.Clone(tr.GetDigest())
+					d[0] ^= 1
+					return &nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Trailer{Trailer: &nodeagentv1.CopyTrailer{
+						Digest: d, DataBytes: tr.GetDataBytes()}}}
 				}
 				return m
 			}},
@@ -409,7 +411,7 @@ func TestReceiveDelta(t *testing.T) {
 			if res.Received != wantBytes || progress != wantBytes || wantBytes > uint64(len(changed)*SparseChunk) {
 				t.Errorf("received %d (progress %d), want %d: the changed chunks only", res.Received, progress, wantBytes)
 			}
-			if sum, _ := DigestOf(t.Context(), dst, size, DefaultDigest); !bytes.Equal(res.Sum, sum) {
+			if sum, _ := DigestOf(t.Context(), dst, size); !bytes.Equal(res.Sum, sum) {
 				t.Errorf("sum %x, want the target's %x", res.Sum, sum)
 			}
 		})
@@ -582,7 +584,7 @@ func TestReceiveRefusesDelta(t *testing.T) {
 	const size = 4 * SparseChunk
 	base, now := based(size, []int{1})
 	p := &pipe{}
-	if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, DefaultDigest, p); err != nil {
+	if _, err := SendDelta(t.Context(), writeFile(t, "vol", now), writeFile(t, "base", base), size, p); err != nil {
 		t.Fatal(err)
 	}
 	dst := writeFile(t, "dst", make([]byte, size))

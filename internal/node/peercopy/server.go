@@ -127,24 +127,18 @@ func (s *Server) ReadVolume(req *nodeagentv1.ReadVolumeRequest, stream nodeagent
 	if err != nil {
 		return status.Errorf(codes.PermissionDenied, "copy %q: %v", req.GetCopyId(), err)
 	}
-	alg := req.GetDigest()
-	if _, err := NewDigest(alg); err != nil {
-		// Before the grant is taken: a target that asks for one this
-		// agent knows may still read it.
-		return status.Errorf(codes.InvalidArgument, "digest: %v", err)
-	}
 	g, err := s.grants.Take(req.GetCopyId(), node)
 	if err != nil {
 		return status.Error(codes.PermissionDenied, err.Error())
 	}
 	if g.Base != "" {
-		return s.readDelta(ctx, g, node, alg, req.GetAcceptsSentDigest(), stream)
+		return s.readDelta(ctx, g, node, req.GetAcceptsSentDigest(), stream)
 	}
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "targetNode", node)
 	var sent Sent
 	err = s.cfg.Reader.ReadSource(ctx, g.Source, g.Snapshot, g.TargetName, func(dev string, size uint64) error {
 		var err error
-		sent, err = Send(ctx, dev, size, alg, stream)
+		sent, err = Send(ctx, dev, size, stream)
 		return err
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -202,80 +201,4 @@ func errorsCause(err error) error {
 		}
 	}
 	return err
-}
-
-// TestReadVolumeDigest: the source sends the digest the target asks
-// for: SHA-256 to a target older than ChunkDigest (which asks none),
-// and refuses one it does not compute without using up the grant.
-func TestReadVolumeDigest(t *testing.T) {
-	e := newCopyEnv(t)
-	tests := []struct {
-		name string
-		ask  nodeagentv1.ChunkDigest
-		code codes.Code
-		err  string
-	}{
-		{"none, as an agent older than ChunkDigest asks", 0, codes.OK, ""},
-		{"XXH64", nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64, codes.OK, ""},
-		{"unknown", 7, codes.InvalidArgument, "digest: unknown digest 7: this agent computes CHUNK_DIGEST_SHA256, CHUNK_DIGEST_XXH64"},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			id := "c" + strconv.Itoa(i)
-			e.grant(t, id, "node-b")
-			hdr, got, err := e.read(t, id, tt.ask)
-			if status.Code(err) != tt.code || err != nil && !strings.Contains(err.Error(), tt.err) {
-				t.Fatalf("ReadVolume asking %v: %v, want %s saying %q", tt.ask, err, tt.code, tt.err)
-			}
-			if err != nil {
-				if _, err := e.pull(t, "node-b", id); err != nil {
-					t.Errorf("the grant after a refused digest: %v, want it still readable", err)
-				}
-				return
-			}
-			if hdr.GetDigest() != tt.ask || !bytes.Equal(got, e.data) {
-				t.Errorf("header digest %v, want %v; the copy is the source: %t", hdr.GetDigest(), tt.ask, bytes.Equal(got, e.data))
-			}
-		})
-	}
-}
-
-// read reads copy id as node-b asking for digest ask, as Puller does,
-// and returns the header and what was written.
-func (e *copyEnv) read(t *testing.T, id string, ask nodeagentv1.ChunkDigest) (*nodeagentv1.CopyHeader, []byte, error) {
-	t.Helper()
-	tlsCfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: nodeca.NewKeypair(e.cert(t, "node-b")), CAs: e.trust}, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	stream, err := nodeagentv1.NewNodeCopyClient(conn).ReadVolume(t.Context(), &nodeagentv1.ReadVolumeRequest{CopyId: id, Digest: ask})
-	if err != nil {
-		return nil, nil, err
-	}
-	rec := &recorder{r: stream}
-	dst := writeFile(t, "dst", make([]byte, len(e.data)))
-	if _, err := Receive(t.Context(), dst, uint64(len(e.data)), false, rec, nil); err != nil {
-		return rec.header, nil, errorsCause(err)
-	}
-	got, err := os.ReadFile(dst)
-	return rec.header, got, err
-}
-
-// recorder is a Receiver that keeps the header it passes on.
-type recorder struct {
-	r      Receiver
-	header *nodeagentv1.CopyHeader
-}
-
-func (r *recorder) Recv() (*nodeagentv1.ReadVolumeResponse, error) {
-	m, err := r.r.Recv()
-	if h := m.GetHeader(); h != nil {
-		r.header = h
-	}
-	return m, err
 }

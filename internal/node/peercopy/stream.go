@@ -11,6 +11,7 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
+	"github.com/carve-csi/carve/internal/node/directio"
 )
 
 // SparseChunk is the unit of zeros not sent: blockcopy's, dm-thin's
@@ -53,32 +54,38 @@ type Sent struct {
 
 // Send streams the first size bytes of the device at path: the header,
 // the runs of SparseChunk-aligned chunks that hold data (at most maxData
-// bytes a message), and the trailer with the source's Digest of alg
-// (ErrDigest when this agent does not compute it). It is a
+// bytes a message), and the trailer with the source's Digest. It is a
 // pipeline: a goroutine reads ahead (readAhead) while this one finds the
 // data, digests it and hands it to gRPC, whose own goroutine encrypts
 // and writes it.
-func Send(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, s Sender) (Sent, error) {
+func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
-	d, err := NewDigest(alg)
-	if err != nil {
-		return out, err
-	}
-	in, err := blockcopy.Open(path, os.O_RDONLY, size%4096 == 0)
+	d := NewDigest()
+	in, err := directio.Open(path, os.O_RDONLY, size%4096 == 0)
 	if err != nil {
 		return out, err
 	}
 	defer in.Close() //nolint:errcheck // read-only
 	if err := s.Send(&nodeagentv1.ReadVolumeResponse{Part: &nodeagentv1.ReadVolumeResponse_Header{
-		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk, Digest: alg}}}); err != nil {
+		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
+	// The chunks that hold data, found in the digest's pass.
+	return sendRead(ctx, in, path, size, s, d, start, func(_ uint64, chunk []byte) bool { return d.chunk(chunk) })
+}
+
+// sendRead reads the first size bytes of in (path) ahead of the sends
+// (readAhead) and sends the chunks of each block that skip, called once
+// for each chunk in order with its offset, does not leave out (sendRuns),
+// then the trailer with the digest d, which skip feeds.
+func sendRead(ctx context.Context, in *os.File, path string, size uint64, s Sender, d *Digest, start time.Time, skip func(off uint64, chunk []byte) bool) (Sent, error) {
+	var out Sent
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	full, free, errc := readAhead(ctx, in, path, size)
 	for b := range full {
-		err := sendData(s, d, b.data, b.off, &out)
+		err := sendRuns(s, b.data, b.off, &out, func(i, end int) bool { return skip(b.off+uint64(i), b.data[i:end]) })
 		free <- b.data[:cap(b.data)]
 		if err != nil {
 			return out, err
@@ -116,7 +123,7 @@ func readAhead(ctx context.Context, in *os.File, path string, size uint64) (<-ch
 	free := make(chan []byte, readBuffers)
 	errc := make(chan error, 1)
 	for range readBuffers {
-		free <- alignedBuffer(readSize)
+		free <- directio.Aligned(readSize)
 	}
 	go func() {
 		defer close(full)
@@ -136,11 +143,8 @@ func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full
 			return ctx.Err()
 		}
 		n := min(uint64(readSize), size-off)
-		if _, err := in.ReadAt(buf[:n], int64(off)); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = blockcopy.ErrShortSource
-			}
-			return fmt.Errorf("reading %s at %d: %w", path, off, err)
+		if err := readFull(in, path, buf[:n], off); err != nil {
+			return err
 		}
 		select {
 		case full <- block{data: buf[:n], off: off}:
@@ -150,23 +154,6 @@ func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full
 		off += n
 	}
 	return nil
-}
-
-// alignedBuffer is a buffer of n bytes at a 4096-byte boundary, as
-// O_DIRECT asks.
-func alignedBuffer(n int) []byte {
-	b := make([]byte, n+4096)
-	skip := 0
-	if r := int(uintptrOf(b) % 4096); r != 0 {
-		skip = 4096 - r
-	}
-	return b[skip : skip+n : skip+n]
-}
-
-// sendData digests the chunks of b (at off) and sends those that hold
-// data, in runs of at most maxData bytes.
-func sendData(s Sender, d *Digest, b []byte, off uint64, out *Sent) error {
-	return sendRuns(s, b, off, out, func(i, end int) bool { return d.chunk(b[i:end]) })
 }
 
 // sendRuns sends the SparseChunk-byte chunks of b (at off) that skip,
@@ -251,7 +238,7 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	if res, err = blockcopy.Finish(out, path, start, res); err != nil {
 		return res, err
 	}
-	if err := readBack(ctx, path, want, d.kind, sum); err != nil {
+	if err := readBack(ctx, path, want, sum); err != nil {
 		return res, err
 	}
 	res.Duration = time.Since(start)
@@ -259,9 +246,9 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 }
 
 // readBack reads the first size bytes of the device at path and checks
-// their Digest of alg is sum, the source's: ErrChecksum when not.
-func readBack(ctx context.Context, path string, size uint64, alg nodeagentv1.ChunkDigest, sum []byte) error {
-	got, err := DigestOf(ctx, path, size, alg)
+// their Digest is sum, the source's: ErrChecksum when not.
+func readBack(ctx context.Context, path string, size uint64, sum []byte) error {
+	got, err := DigestOf(ctx, path, size)
 	if err != nil {
 		return fmt.Errorf("reading back %s after the copy: %w", path, err)
 	}
@@ -273,8 +260,8 @@ func readBack(ctx context.Context, path string, size uint64, alg nodeagentv1.Chu
 }
 
 // receiveHeader receives the header and checks it: the size is want, the
-// digest is one this end computes, over this end's chunks. It returns
-// the empty Digest to check the stream with.
+// digest is over this end's chunks. It returns the empty Digest to check
+// the stream with.
 func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	first, err := r.Recv()
 	if err != nil {
@@ -293,20 +280,19 @@ func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	if sc := hdr.GetDigestScope(); sc != nodeagentv1.DigestScope_DIGEST_SCOPE_VOLUME {
 		return nil, fmt.Errorf("the source's checksum covers %v (CopyHeader.digest_scope), a whole copy is checked over DIGEST_SCOPE_VOLUME; nothing was written", sc)
 	}
-	return headerDigest(hdr)
+	if err := checkChunks(hdr); err != nil {
+		return nil, err
+	}
+	return NewDigest(), nil
 }
 
-// headerDigest is the empty Digest a header names, over this end's
-// chunks; nothing is written when it is not.
-func headerDigest(hdr *nodeagentv1.CopyHeader) (*Digest, error) {
+// checkChunks checks that a header's digest is over this end's chunks;
+// nothing is written when it is not.
+func checkChunks(hdr *nodeagentv1.CopyHeader) error {
 	if c := hdr.GetChunkBytes(); c != SparseChunk {
-		return nil, fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
+		return fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
 	}
-	d, err := NewDigest(hdr.GetDigest())
-	if err != nil {
-		return nil, fmt.Errorf("the source's checksum (CopyHeader.digest): %w; nothing was written", err)
-	}
-	return d, nil
+	return nil
 }
 
 // errWriterStopped: the writer ended (with its own error) before the

@@ -3,7 +3,6 @@ package peercopy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -91,18 +90,10 @@ func TestSendReceive(t *testing.T) {
 			dataChunks++
 		}
 	}
-	for _, tt := range []struct {
-		sparse bool
-		alg    nodeagentv1.ChunkDigest
-	}{
-		{false, DefaultDigest}, {true, DefaultDigest},
-		// What an agent older than ChunkDigest asks for and sends.
-		{false, nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256},
-	} {
-		sparse := tt.sparse
-		t.Run(map[bool]string{false: "thick", true: "sparse"}[sparse]+"/"+tt.alg.String(), func(t *testing.T) {
+	for _, sparse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "thick", true: "sparse"}[sparse], func(t *testing.T) {
 			p := &pipe{}
-			sent, err := Send(t.Context(), src, size, tt.alg, p)
+			sent, err := Send(t.Context(), src, size, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +159,7 @@ func TestReceiveReadsBack(t *testing.T) {
 	const size = 4<<20 + 5*SparseChunk
 	src, _ := source(t, size)
 	p := &pipe{}
-	if _, err := Send(t.Context(), src, size, DefaultDigest, p); err != nil {
+	if _, err := Send(t.Context(), src, size, p); err != nil {
 		t.Fatal(err)
 	}
 	dst := writeFile(t, "dst", bytes.Repeat([]byte{0xee}, size))
@@ -235,11 +226,10 @@ func TestReceiveRefuses(t *testing.T) {
 				return m
 			}
 		}, "chunks of 4096 bytes"},
-		{"an unknown digest", size, withHeader(func(h *nodeagentv1.CopyHeader) { h.Digest = 7 }),
-			"the source's checksum (CopyHeader.digest): unknown digest 7: this agent computes CHUNK_DIGEST_SHA256, CHUNK_DIGEST_XXH64; nothing was written"},
-		{"a header naming another digest than the trailer's", size, withHeader(func(h *nodeagentv1.CopyHeader) {
-			h.Digest = nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256
-		}), "checksum mismatch"},
+		{"a catch-up against a base", size, withHeader(func(h *nodeagentv1.CopyHeader) { h.Delta = true }), "not a whole copy"},
+		{"a digest of the data sent only", size, withHeader(func(h *nodeagentv1.CopyHeader) {
+			h.DigestScope = nodeagentv1.DigestScope_DIGEST_SCOPE_SENT
+		}), "a whole copy is checked over DIGEST_SCOPE_VOLUME"},
 		{"data not in whole chunks", size, func(p *pipe) func(int, *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
 			at := firstData(p)
 			return func(i int, m *nodeagentv1.ReadVolumeResponse) *nodeagentv1.ReadVolumeResponse {
@@ -264,7 +254,7 @@ func TestReceiveRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &pipe{}
-			if _, err := Send(t.Context(), src, size, DefaultDigest, p); err != nil {
+			if _, err := Send(t.Context(), src, size, p); err != nil {
 				t.Fatal(err)
 			}
 			if tt.tamper != nil {
@@ -298,7 +288,7 @@ func withHeader(edit func(*nodeagentv1.CopyHeader)) func(*pipe) func(int, *nodea
 // copy padded with zeros.
 func TestSendShortSource(t *testing.T) {
 	src := writeFile(t, "src", bytes.Repeat([]byte{1}, 1<<20))
-	if _, err := Send(t.Context(), src, 2<<20, DefaultDigest, &pipe{}); err == nil {
+	if _, err := Send(t.Context(), src, 2<<20, &pipe{}); err == nil {
 		t.Error("Send of a short source succeeded")
 	}
 }
@@ -308,75 +298,42 @@ func TestSendCanceled(t *testing.T) {
 	src := writeFile(t, "src", bytes.Repeat([]byte{1}, 16<<20))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := Send(ctx, src, 16<<20, DefaultDigest, &pipe{}); !errors.Is(err, context.Canceled) {
+	if _, err := Send(ctx, src, 16<<20, &pipe{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Send: %v, want context.Canceled", err)
 	}
 }
 
-// TestTrailerSum: the trailer's digest is the one the header names, the
-// hash of the hashes of the source's chunks, and DigestOf computes it
-// from a file; a digest this agent does not know is refused before
-// anything is read.
+// TestTrailerSum: the trailer's digest is the hash of the hashes of the
+// source's chunks, and DigestOf computes it from a file.
 func TestTrailerSum(t *testing.T) {
 	src, want := source(t, 5<<20+100)
-	for _, alg := range []nodeagentv1.ChunkDigest{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64} {
-		t.Run(alg.String(), func(t *testing.T) {
-			p := &pipe{}
-			if _, err := Send(t.Context(), src, uint64(len(want)), alg, p); err != nil {
-				t.Fatal(err)
-			}
-			if got := p.msgs[0].GetHeader().GetDigest(); got != alg {
-				t.Errorf("header digest %v, want %v", got, alg)
-			}
-			sum := chunkSums(alg, want)
-			if got := p.msgs[len(p.msgs)-1].GetTrailer().GetDigest(); !bytes.Equal(got, sum) {
-				t.Errorf("trailer digest %x, want %x", got, sum)
-			}
-			got, err := DigestOf(t.Context(), src, uint64(len(want)), alg)
-			if err != nil || !bytes.Equal(got, sum) {
-				t.Errorf("DigestOf: %x, %v, want %x", got, err, sum)
-			}
-		})
+	p := &pipe{}
+	if _, err := Send(t.Context(), src, uint64(len(want)), p); err != nil {
+		t.Fatal(err)
 	}
-	t.Run("unknown", func(t *testing.T) {
-		p := &pipe{}
-		if _, err := Send(t.Context(), src, uint64(len(want)), 7, p); !errors.Is(err, ErrDigest) || len(p.msgs) != 0 {
-			t.Errorf("Send: %v, %d messages, want ErrDigest and none", err, len(p.msgs))
-		}
-		if _, err := DigestOf(t.Context(), src, uint64(len(want)), 7); !errors.Is(err, ErrDigest) {
-			t.Errorf("DigestOf: %v, want ErrDigest", err)
-		}
-	})
+	sum := chunkSums(want)
+	if got := p.msgs[len(p.msgs)-1].GetTrailer().GetDigest(); !bytes.Equal(got, sum) {
+		t.Errorf("trailer digest %x, want %x", got, sum)
+	}
+	got, err := DigestOf(t.Context(), src, uint64(len(want)))
+	if err != nil || !bytes.Equal(got, sum) {
+		t.Errorf("DigestOf: %x, %v, want %x", got, err, sum)
+	}
 }
 
-// chunkSums is the definition of Digest, computed the plain way: for
-// SHA-256, the SHA-256 of the chunks' SHA-256 digests; for XXH64, the
+// chunkSums is the definition of Digest, computed the plain way: the
 // XXH64 of the chunks' XXH64 digests, each 8 bytes big-endian.
-func chunkSums(alg nodeagentv1.ChunkDigest, b []byte) []byte {
+func chunkSums(b []byte) []byte {
 	var list []byte
 	for i := 0; i < len(b); i += SparseChunk {
-		c := b[i:min(i+SparseChunk, len(b))]
-		switch alg {
-		case nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256:
-			s := sha256.Sum256(c)
-			list = append(list, s[:]...)
-		case nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64:
-			list = binary.BigEndian.AppendUint64(list, xxhash.Sum64(c))
-		}
+		list = binary.BigEndian.AppendUint64(list, xxhash.Sum64(b[i:min(i+SparseChunk, len(b))]))
 	}
-	switch alg {
-	case nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256:
-		s := sha256.Sum256(list)
-		return s[:]
-	case nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64:
-		return binary.BigEndian.AppendUint64(nil, xxhash.Sum64(list))
-	}
-	panic(alg)
+	return binary.BigEndian.AppendUint64(nil, xxhash.Sum64(list))
 }
 
 // TestDigest: zeros fed as Zeros or as Data, in any split into whole
 // chunks, give the plain digest; a changed byte, or a chunk of zeros
-// more, changes it; each algorithm gives its own size of digest.
+// more, changes it; the digest is 8 bytes.
 func TestDigest(t *testing.T) {
 	data := bytes.Repeat([]byte{1, 2, 3}, SparseChunk)
 	tests := []struct {
@@ -404,55 +361,22 @@ func TestDigest(t *testing.T) {
 			d.Zeros(SparseChunk)
 		}, nil},
 	}
-	for _, alg := range []struct {
-		alg  nodeagentv1.ChunkDigest
-		size int
-	}{
-		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, sha256.Size},
-		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64, 8},
-	} {
-		for _, tt := range tests {
-			t.Run(alg.alg.String()+"/"+tt.name, func(t *testing.T) {
-				d, err := NewDigest(alg.alg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt.feed(d)
-				got := d.Sum()
-				if len(got) != alg.size {
-					t.Errorf("digest of %d bytes, want %d", len(got), alg.size)
-				}
-				if tt.want == nil {
-					if bytes.Equal(got, chunkSums(alg.alg, data)) {
-						t.Error("the digest is data's")
-					}
-					return
-				}
-				if !bytes.Equal(got, chunkSums(alg.alg, tt.want)) || d.Size() != uint64(len(tt.want)) {
-					t.Errorf("digest %x of %d bytes, want %x of %d", got, d.Size(), chunkSums(alg.alg, tt.want), len(tt.want))
-				}
-			})
-		}
-	}
-}
-
-// TestNewDigest: the digests an agent computes, and the refusal of
-// another, which names those it computes.
-func TestNewDigest(t *testing.T) {
-	tests := []struct {
-		alg nodeagentv1.ChunkDigest
-		err string
-	}{
-		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_SHA256, ""},
-		{nodeagentv1.ChunkDigest_CHUNK_DIGEST_XXH64, ""},
-		{7, "unknown digest 7: this agent computes CHUNK_DIGEST_SHA256, CHUNK_DIGEST_XXH64"},
-		{-1, "unknown digest -1"},
-	}
 	for _, tt := range tests {
-		t.Run(tt.alg.String(), func(t *testing.T) {
-			_, err := NewDigest(tt.alg)
-			if tt.err == "" && err != nil || tt.err != "" && (!errors.Is(err, ErrDigest) || !strings.Contains(err.Error(), tt.err)) {
-				t.Errorf("NewDigest(%v): %v, want an error saying %q", tt.alg, err, tt.err)
+		t.Run(tt.name, func(t *testing.T) {
+			d := NewDigest()
+			tt.feed(d)
+			got := d.Sum()
+			if len(got) != 8 {
+				t.Errorf("digest of %d bytes, want 8", len(got))
+			}
+			if tt.want == nil {
+				if bytes.Equal(got, chunkSums(data)) {
+					t.Error("the digest is data's")
+				}
+				return
+			}
+			if !bytes.Equal(got, chunkSums(tt.want)) || d.Size() != uint64(len(tt.want)) {
+				t.Errorf("digest %x of %d bytes, want %x of %d", got, d.Size(), chunkSums(tt.want), len(tt.want))
 			}
 		})
 	}

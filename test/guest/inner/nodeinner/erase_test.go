@@ -13,12 +13,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -67,9 +67,7 @@ func openDirect(t *testing.T, dev string) (*os.File, []byte, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := make([]byte, mib+4096)
-	off := 4096 - int(uintptr(unsafe.Pointer(&raw[0]))%4096)
-	return f, raw[off : off+int(mib)], func() {
+	return f, directio.Aligned(int(mib)), func() {
 		if err := f.Close(); err != nil {
 			t.Error(err)
 		}

@@ -82,7 +82,7 @@ func TestCopyReadsBackWhatLanded(t *testing.T) {
 	}
 	stream := func() *memStream {
 		s := &memStream{}
-		if _, err := peercopy.Send(t.Context(), src, uint64(size), peercopy.DefaultDigest, s); err != nil {
+		if _, err := peercopy.Send(t.Context(), src, uint64(size), s); err != nil {
 			t.Fatal(err)
 		}
 		return s

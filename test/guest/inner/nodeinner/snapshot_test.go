@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
@@ -117,20 +118,11 @@ func readDevice(t *testing.T, dev string, off, n int64) []byte {
 		t.Fatal(err)
 	}
 	defer closeRead(t, f)
-	buf := alignedBuffer(int(n))
+	buf := directio.Aligned(int(n))
 	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatalf("reading %s: %v", dev, err)
 	}
 	return buf
-}
-
-// alignedBuffer is a page-aligned buffer, as O_DIRECT needs.
-func alignedBuffer(n int) []byte {
-	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
 
 // hashDevice is the SHA-256 of the first size bytes of a device, read with
@@ -142,12 +134,11 @@ func hashDevice(t *testing.T, dev string, size int64) [32]byte {
 		t.Fatal(err)
 	}
 	defer closeRead(t, f)
-	buf := alignedBuffer(4 * int(mib))
-	defer func() {
-		if err := syscall.Munmap(buf); err != nil {
-			t.Error(err)
-		}
-	}()
+	buf, release, err := directio.Buffer(4 * int(mib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	h := sha256.New()
 	for off := int64(0); off < size; off += int64(len(buf)) {
 		if _, err := f.ReadAt(buf, off); err != nil {
@@ -287,7 +278,7 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 				writeErr = err
 			}
 		}()
-		buf := alignedBuffer(64 * block)
+		buf := directio.Aligned(64 * block)
 		for round := uint64(1); ; round++ {
 			for off := int64(0); off < size; off += int64(len(buf)) {
 				select {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
@@ -742,7 +743,7 @@ func readDirect(t *testing.T, path string, n int) []byte {
 		t.Fatal(err)
 	}
 	defer closeRead(t, f)
-	buf := alignedBuffer(n)
+	buf := directio.Aligned(n)
 	k, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)

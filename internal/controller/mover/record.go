@@ -1,0 +1,208 @@
+// The bookkeeping of a move: the names and IDs of what it makes, its
+// phase and wait annotations, its Events, and the claim it saves.
+
+package mover
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/topology/pinned"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// targetID is the ID the move's target volume has if the target node
+// keeps it in the volume group of the same name as the old volume's (a
+// volume ID is "<volume group>/<LV name>", the LV name derived from the
+// CSI name, and nodes of one configuration name their groups alike);
+// "" when the old handle is not carve's, or a PV of the target's name
+// exists (a volume in use, not a leftover).
+func (m *Mover) targetID(ctx context.Context, pv *corev1.PersistentVolume) (string, error) {
+	target := pv.Annotations[moveapi.AnnTarget]
+	vg := oldVG(pv)
+	if vg == "" || target == "" {
+		return "", nil
+	}
+	_, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, target, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).Info("A PV of the target's name exists; not deleting its volume", "target", target)
+		return "", nil
+	case !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("looking for PV %s: %w", target, err)
+	}
+	return volume.VolumeID(vg, volume.LVNameFor(target)), nil
+}
+
+// oldVG is the volume group of pv's volume; "" when its handle is not
+// carve's.
+func oldVG(pv *corev1.PersistentVolume) string {
+	id, err := volume.ParseID(pv.Spec.CSI.VolumeHandle)
+	if err != nil {
+		return ""
+	}
+	return id.VG
+}
+
+// seedName is the CSI name of the move's seed.
+func seedName(pv *corev1.PersistentVolume) string {
+	if n := pv.Annotations[moveapi.AnnSeedName]; n != "" {
+		return n
+	}
+	return SeedName(pv.Name, pv.Annotations[moveapi.AnnMoveTo], "")
+}
+
+// seedID is the ID of the snapshot name of pv's volume: a snapshot lives
+// in its origin's volume group on its node; "" when that is not known.
+func (m *Mover) seedID(pv *corev1.PersistentVolume, name string) string {
+	vg, node := oldVG(pv), pinnedFrom(pv, m.cfg.TopologyKey)
+	if vg == "" || node == "" {
+		return ""
+	}
+	return volume.SnapshotID(node, vg, volume.SnapshotLVNameFor(name))
+}
+
+// advance moves to the next phase: the past one's duration recorded,
+// extra annotations written, an Event.
+func (m *Mover) advance(ctx context.Context, mv move, next string, extra map[string]string, what string) error {
+	pv := mv.pv
+	durations := m.closePhase(pv, pv.Annotations[moveapi.AnnPhase])
+	set := map[string]string{moveapi.AnnPhase: next, moveapi.AnnPhaseSince: m.now().UTC().Format(time.RFC3339Nano), moveapi.AnnDurations: durations, moveapi.AnnWaiting: ""}
+	for k, v := range extra {
+		set[k] = v
+	}
+	pv, err := m.annotate(ctx, pv, set)
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Move phase", "phase", next)
+	mv.pv = pv
+	m.tell(mv, corev1.EventTypeNormal, moveapi.ReasonMoving, next+": "+what)
+	m.queue.Add(pvKey + pv.Name)
+	return nil
+}
+
+// closePhase observes the current phase's duration and returns the
+// durations so far with it.
+func (m *Mover) closePhase(pv *corev1.PersistentVolume, phase string) string {
+	d := pv.Annotations[moveapi.AnnDurations]
+	since, err := time.Parse(time.RFC3339Nano, pv.Annotations[moveapi.AnnPhaseSince])
+	if err != nil || phase == "" || phase == moveapi.PhaseRollingBack {
+		return d
+	}
+	took := m.now().Sub(since)
+	m.phases.WithLabelValues(phase).Observe(took.Seconds())
+	if d != "" {
+		d += ","
+	}
+	return d + phase + "=" + took.Round(time.Millisecond).String()
+}
+
+// wait records what the move waits for (moveapi.AnnWaiting), for kubectl, and
+// logs it; best effort.
+func (m *Mover) wait(ctx context.Context, mv move, what string) {
+	klog.FromContext(ctx).V(2).Info("Move waiting", "for", what)
+	if mv.pv.Annotations[moveapi.AnnWaiting] == what {
+		return
+	}
+	if _, err := m.annotate(ctx, mv.pv, map[string]string{moveapi.AnnWaiting: what}); err != nil {
+		klog.FromContext(ctx).V(2).Info("Could not record what the move waits for", "err", err.Error())
+	}
+}
+
+// tell records an Event on the claim (by reference: it may be gone) and
+// on the old PV.
+func (m *Mover) tell(mv move, typ, reason, msg string) {
+	m.cfg.Events.Event(mv.claimRef(), typ, reason, msg)
+	m.cfg.Events.Event(mv.pv, typ, reason, msg)
+}
+
+// annotate sets (or, for "", removes) annotations on pv and returns it
+// updated.
+func (m *Mover) annotate(ctx context.Context, pv *corev1.PersistentVolume, set map[string]string) (*corev1.PersistentVolume, error) {
+	pv = pv.DeepCopy()
+	if pv.Annotations == nil {
+		pv.Annotations = map[string]string{}
+	}
+	for k, v := range set {
+		if v == "" {
+			delete(pv.Annotations, k)
+		} else {
+			pv.Annotations[k] = v
+		}
+	}
+	out, err := m.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("recording the move on PV %s: %w", pv.Name, err)
+	}
+	return out, nil
+}
+
+// Annotations a claim made again does not keep: the request, the
+// binding's (the PV controller writes them anew), the provisioner's and
+// the old node's.
+var dropped = []string{moveapi.AnnMoveTo, "pv.kubernetes.io/bind-completed", "pv.kubernetes.io/bound-by-controller",
+	"volume.kubernetes.io/selected-node", "volume.beta.kubernetes.io/storage-provisioner", "volume.kubernetes.io/storage-provisioner"}
+
+// saveClaim is what is kept of the claim to make it again: name, labels,
+// annotations, owners that are not pods (a pod's owner reference would
+// have the new claim collected with the old pod), and its spec.
+func saveClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	out := &corev1.PersistentVolumeClaim{}
+	out.Name, out.Namespace, out.UID = c.Name, c.Namespace, c.UID
+	out.Labels = c.Labels
+	for k, v := range c.Annotations {
+		if !slices.Contains(dropped, k) {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	for _, r := range c.OwnerReferences {
+		if r.Kind != "Pod" {
+			out.OwnerReferences = append(out.OwnerReferences, r)
+		}
+	}
+	out.Spec = *c.Spec.DeepCopy()
+	out.Spec.VolumeName = ""
+	return out
+}
+
+// savedClaim is the claim saved on pv, ready to create (no UID); nil when
+// none is saved.
+func savedClaim(pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
+	s := pv.Annotations[moveapi.AnnClaim]
+	if s == "" {
+		return nil, nil
+	}
+	var c corev1.PersistentVolumeClaim
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", moveapi.AnnClaim, err)
+	}
+	return &c, nil
+}
+
+func bytesOf(pv *corev1.PersistentVolume) int64 {
+	n, _ := strconv.ParseInt(pv.Annotations[moveapi.AnnBytes], 10, 64)
+	return n
+}
+
+// fresh is a saved claim ready to create: no UID.
+func fresh(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	c = c.DeepCopy()
+	c.UID, c.ResourceVersion = "", ""
+	return c
+}
+
+func pinnedFrom(pv *corev1.PersistentVolume, key string) string { return pinned.Node(pv, key) }

@@ -1,0 +1,254 @@
+// The copy of a source's data into a new LV: the copy itself, detached
+// from its request, the temporary snapshot a clone is read from, and
+// the removal of what an unfinished copy left.
+
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/deviceclass"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/vgview"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// copyTimeout bounds a copy that runs detached from its request.
+const copyTimeout = 12 * time.Hour
+
+// removeUnfinishedCopy removes the LV of an unfinished copy into a thin
+// LV, found again by a retry (lv, never handed out), so that the copy
+// goes into a new LV, and re-reads the room.
+func (p *Provisioner) removeUnfinishedCopy(ctx context.Context, lv *lvm.LogicalVolume, c *createCall, room *vgview.Capacity) error {
+	if err := sameVolume(lv, c.Request); err != nil {
+		return err
+	}
+	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
+	if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		return wrap(err, "removing the unfinished copy "+id)
+	}
+	p.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+	klog.FromContext(ctx).Info("Removed a thin LV whose copy did not finish; making it again", "volumeID", id)
+	var err error
+	if *room, err = p.cfg.View.Capacity(c.Class); err != nil {
+		return wrap(err, "device class "+c.Class.Name)
+	}
+	return nil
+}
+
+// copyInto copies src's data into the new LV dst (which carries
+// TagCopyPending), then removes the tag; sparse skips the source's zeros
+// and the target's tail (sparseInto). A clone reads a temporary
+// snapshot of its source, removed afterwards. The copy runs detached from
+// the request (see above) and is redone from the start when retried.
+func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
+	if src.remote != nil {
+		return p.pullInto(ctx, dst, class, src, phase, sparse)
+	}
+	if p.cfg.Copier == nil {
+		return nil, errorf(ErrInternal, "no copier configured")
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
+	defer cancel()
+	log := klog.FromContext(ctx).WithValues("lv", dst.Name, "source", src.id)
+
+	from := src.lv
+	var tmp string
+	if !src.snapshot {
+		var err error
+		if from, err = p.copySource(ctx, dst.Name, class, &src.lv); err != nil {
+			return nil, err
+		}
+		tmp = from.Name
+		// Done or failed, the copy needs it no more: a retry takes a new
+		// one, of the source as it is then.
+		defer p.removeCopySource(ctx, dst.VolumeGroup, tmp)
+	}
+	read, activated, err := p.copyDevice(ctx, &from, "source")
+	if err != nil {
+		return nil, err
+	}
+	if activated && src.snapshot {
+		// A snapshot kept as a snapshot stays inactive until needed (a
+		// thin one has the activation-skip flag): deactivate it again,
+		// copied or not, so that its device is not left open to writes.
+		defer p.deactivateAfterCopy(ctx, read)
+	}
+	if err := SnapshotUsable(read); err != nil {
+		return nil, errorf(ErrRefused, "source %s: %v", src.id, err)
+	}
+	write, _, err := p.copyDevice(ctx, dst, "target")
+	if err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	var copied uint64
+	res, err := p.cfg.Copier.Copy(ctx, p.devicePath(write), p.devicePath(read), src.size, sparse, func(n uint64) {
+		p.cfg.Metrics.AddCopiedBytes(phase, class.Name, n-copied)
+		copied = n
+	})
+	p.cfg.Metrics.ObserveStep(phase, metrics.StepCopy, class.Name, time.Since(t), err)
+	// A copy-on-write source that ran out of space during the copy (or
+	// before it: the view the source was found in may be older) was read
+	// half old, half lost, or not at all. The copy is then not used, and
+	// stays unfinished.
+	unusable, aerr := p.sourceSpent(ctx, read)
+	if aerr == nil && unusable != nil {
+		return nil, errorf(ErrRefused, "source %s ran out of its snapshot space; the copy into %s is not used: %v", src.id, dst.Name, unusable)
+	}
+	if err != nil {
+		return nil, errorf(ErrInternal, "copying %s into %s (%d of %d bytes done; a retry copies again): %v", src.id, dst.Name, res.Bytes, src.size, err)
+	}
+	if aerr != nil {
+		return nil, wrap(aerr, "reading the copy's source "+from.VolumeGroup+"/"+from.Name+" after the copy")
+	}
+	// The copy is synced: it is whole whatever happens next. The tag goes
+	// first, the temporary snapshot after (one left by a crash is removed
+	// by the retry or by DeleteVolume).
+	done, err := p.copied(ctx, write)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("Copied the volume's data", "bytes", res.Bytes, "skippedZeros", res.Skipped, "duration", res.Duration)
+	return done, nil
+}
+
+// sourceSpent tells, after a copy from lv, whether lv ran out of its
+// copy-on-write space (unusable says how), or err when that cannot be
+// read. Only a copy-on-write snapshot can; its state comes from the
+// kernel (no lvm command), or from LVM when the kernel's cannot be read.
+func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (unusable, err error) {
+	if lv.Attr.Type != lvm.TypeSnapshot {
+		return nil, nil
+	}
+	if p.cfg.Snapshots != nil {
+		st, err := p.cfg.Snapshots.Read(p.devicePath(lv))
+		switch {
+		case err == nil && st.Snapshot && st.Invalid:
+			return fmt.Errorf("snapshot LV %s/%s ran out of copy-on-write space (device-mapper status %q): its content is lost; delete it", lv.VolumeGroup, lv.Name, st.Status), nil
+		case err == nil && st.Snapshot:
+			return nil, nil
+		case err == nil:
+			err = fmt.Errorf("the device is not a device-mapper snapshot (status %q)", st.Status)
+		}
+		klog.FromContext(ctx).V(2).Info("Reading a snapshot's state from device-mapper failed; asking LVM", "lv", lv.VolumeGroup+"/"+lv.Name, "err", err)
+	}
+	after, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return nil, err
+	}
+	return SnapshotUsable(after), nil
+}
+
+// copyDevice returns an LV of a copy with its device node: an active LV
+// has one, so the common case asks LVM nothing; an LV without one (after
+// a reboot, or a snapshot made with the activation-skip flag) is
+// activated, and activated says so.
+func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (got *lvm.LogicalVolume, activated bool, err error) {
+	if p.cfg.IsDeviceNode(p.devicePath(lv)) {
+		return lv, false, nil
+	}
+	got, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return nil, false, wrap(err, "activating the copy's "+what+" "+lv.VolumeGroup+"/"+lv.Name)
+	}
+	return got, true, nil
+}
+
+// deactivateAfterCopy deactivates a source that copyDevice activated; a
+// failure (another copy reading it now, say) is logged, not returned: the
+// copy is whole either way.
+func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVolume) {
+	if err := p.cfg.LVM.DeactivateLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "Deactivating a snapshot activated for a copy failed; it stays active", "lv", lv.VolumeGroup+"/"+lv.Name)
+		return
+	}
+	inactive := *lv
+	inactive.Attr.Active = false
+	p.cfg.View.Created(inactive)
+}
+
+// copySource makes (again, if a crashed try left one) the temporary
+// snapshot of a clone's source volume.
+func (p *Provisioner) copySource(ctx context.Context, target string, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (lvm.LogicalVolume, error) {
+	name := volume.CopySourceLVNameFor(target)
+	// A snapshot left by an earlier try is of an older moment: make it
+	// anew, so that the clone is of the source as it is now.
+	p.removeCopySource(ctx, src.VolumeGroup, name)
+	req := lvm.SnapshotRequest{VolumeGroup: src.VolumeGroup, Origin: src.Name, Name: name, Tags: volume.CopySourceTags(target, class.Name), OriginLV: src}
+	srcClass := class
+	if c, ok := volume.ClassFromTags(src.Tags); ok {
+		if d, ok := p.cfg.Classes.Class(c); ok {
+			srcClass = d
+		}
+	}
+	// It takes room as any snapshot does (its copy-on-write space from the
+	// volume group, or a thin LV's virtual size in the pool): checked and
+	// made under the room lock, so that it never eats the spare that a
+	// concurrent create or expansion counted on.
+	unlockRoom, err := p.cfg.View.LockRoom(ctx, src.VolumeGroup)
+	if err != nil {
+		return lvm.LogicalVolume{}, wrap(err, "the temporary snapshot of "+src.Name)
+	}
+	defer unlockRoom()
+	switch {
+	case srcClass.Thin() == (src.Attr.Type == lvm.TypeThin):
+		if err := p.snapshotRoom(srcClass, src, &req); err != nil {
+			return lvm.LogicalVolume{}, err
+		}
+		// Not a snapshot a restore reads: no size tag.
+		req.Tags = volume.CopySourceTags(target, class.Name)
+	case src.Attr.Type != lvm.TypeThin:
+		// A source whose class is gone or changed: size the space by
+		// the class asked, as before.
+		room, err := p.cfg.View.Capacity(srcClass)
+		if err != nil {
+			return lvm.LogicalVolume{}, wrap(err, "room for the temporary snapshot of "+src.Name)
+		}
+		req.CowSize = vgview.RoundUp(srcClass.SnapshotCowSize(src.Size), room.ExtentSize)
+	}
+	lv, err := p.cfg.LVM.CreateSnapshot(ctx, req)
+	if errors.Is(err, lvm.ErrInsufficientSpace) {
+		p.refreshAfter(ctx, "an out-of-space temporary snapshot")
+		return lvm.LogicalVolume{}, errorf(ErrNoRoom, "the temporary snapshot %s of %s that a clone copies from: %v", name, src.Name, err)
+	}
+	if err != nil {
+		return lvm.LogicalVolume{}, wrap(err, "creating the temporary snapshot "+name+" of "+src.Name)
+	}
+	p.cfg.View.Created(*lv)
+	return *lv, nil
+}
+
+// removeCopySource removes a temporary snapshot if it is there; a failure
+// is logged, not returned: the copy it served is whole.
+func (p *Provisioner) removeCopySource(ctx context.Context, vg, name string) {
+	lv, ok := p.cfg.View.LV(vg, name)
+	if !ok {
+		return
+	}
+	if k, _, owned := volume.Owned(lv.Tags); !owned || k != volume.KindCopySource {
+		return
+	}
+	err := p.cfg.LVM.RemoveLV(ctx, vg, name)
+	if err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "Removing a clone's temporary snapshot failed; it is removed with its volume", "lv", vg+"/"+name)
+		return
+	}
+	p.cfg.View.Removed(vg, name)
+}
+
+func withoutTag(tags []string, tag string) []string {
+	out := make([]string, 0, len(tags))
+	for _, t := range tags {
+		if t != tag {
+			out = append(out, t)
+		}
+	}
+	return out
+}

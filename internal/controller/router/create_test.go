@@ -220,7 +220,11 @@ func TestCreateVolumeAfterAnAttemptInDoubt(t *testing.T) {
 		if st.do != nil {
 			st.do()
 		}
-		err := create(st.claim, 300*time.Millisecond)
+		timeout := 30 * time.Second
+		if st.code == codes.DeadlineExceeded {
+			timeout = 300 * time.Millisecond // the call the node holds
+		}
+		err := create(st.claim, timeout)
 		t.Run(st.name, func(t *testing.T) { wantStatus(t, err, st.code, st.msg...) })
 	}
 }
@@ -298,8 +302,10 @@ func TestCreateInDoubtOutlivesTheReplica(t *testing.T) {
 	first.cfg.Sent = sent
 	// A replica that restarted, or the other one: same nodes, no memory.
 	second := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key, Sent: sent})
-	create := func(r *Server, claim string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// Only the call the node holds needs a short deadline; an answer
+	// must never race one on a busy machine.
+	create := func(r *Server, claim string, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a"),
 			Parameters: map[string]string{volume.ParamPVCNamespace: "app", volume.ParamPVCName: claim}})
@@ -337,7 +343,11 @@ func TestCreateInDoubtOutlivesTheReplica(t *testing.T) {
 		if st.do != nil {
 			st.do()
 		}
-		err := create(st.r, st.claim)
+		timeout := 30 * time.Second
+		if st.code == codes.DeadlineExceeded {
+			timeout = 300 * time.Millisecond
+		}
+		err := create(st.r, st.claim, timeout)
 		t.Run(st.name, func(t *testing.T) {
 			wantStatus(t, err, st.code, st.msg...)
 			if got := record(st.claim); got != st.record {

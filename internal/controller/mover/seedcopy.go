@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/carve-csi/carve/api/moveapi"
+	"github.com/carve-csi/carve/internal/controller/reason"
 )
 
 // The seed's copy to the target node is one CreateVolume that lasts as
@@ -161,7 +161,7 @@ func (m *Mover) copySeed(ctx context.Context, mv move, req *csi.CreateVolumeRequ
 		m.seeds.drop(mv.pv.Name)
 		return resp, 0, nil
 	}
-	if copyInProgress(err) {
+	if reason.CopyInProgress(err) {
 		now := m.now()
 		if c.busySince.IsZero() {
 			c.busySince = now
@@ -202,29 +202,6 @@ func answered(ctx context.Context, done <-chan struct{}, wait time.Duration) boo
 	return false
 }
 
-// copyInProgress tells an ABORTED answer that says the target's data is
-// still being copied into it (moveapi.ErrorCopyInProgress). ABORTED for
-// anything else (another operation on the volume, an agent that does
-// not say why) stays a failure to retry a few times.
-func copyInProgress(err error) bool {
-	return status.Code(err) == codes.Aborted && reasonOf(err) == moveapi.ErrorCopyInProgress
-}
-
-// reasonOf is the reason of the ErrorInfo of carve's domain on err's
-// status, or "".
-func reasonOf(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == moveapi.ErrorDomain {
-			return info.GetReason()
-		}
-	}
-	return ""
-}
-
 // refusedForGood says what a FAILED_PRECONDITION refusal of the catch-up
 // that no retry mends is about, by its ErrorInfo reason; "" for any
 // other answer (a source or target still open is mended by the
@@ -233,7 +210,7 @@ func refusedForGood(err error) string {
 	if status.Code(err) != codes.FailedPrecondition {
 		return ""
 	}
-	switch reasonOf(err) {
+	switch reason.Of(err) {
 	case moveapi.ErrorSizeMismatch:
 		return "the target is not of the source's size"
 	case moveapi.ErrorBaseOverflowed:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/carve-csi/carve/api/moveapi"
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/controller/reason"
 	"github.com/carve-csi/carve/internal/topology"
 )
 
@@ -143,7 +144,7 @@ func TestCatchUpCopy(t *testing.T) {
 			got, err := s.CatchUpCopy(t.Context(), tt.src, tt.base, to, tt.dst)
 			if tt.code != codes.OK {
 				wantStatus(t, err, tt.code, tt.msg...)
-				if r := reasonOf(err); r != tt.reason {
+				if r := reason.Of(err); r != tt.reason {
 					t.Errorf("reason %q, want %q", r, tt.reason)
 				}
 			} else if err != nil || got != 8<<20 {
@@ -162,21 +163,13 @@ func TestCatchUpCopy(t *testing.T) {
 }
 
 // refusal is an agent's FAILED_PRECONDITION with an ErrorInfo reason.
-func refusal(reason, msg string) error {
-	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: moveapi.ErrorDomain})
+func refusal(why, msg string) error { return withReason(codes.FailedPrecondition, why, msg) }
+
+// withReason is an agent's answer of code with an ErrorInfo reason.
+func withReason(code codes.Code, why, msg string) error {
+	st, err := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Reason: why, Domain: moveapi.ErrorDomain})
 	if err != nil {
 		panic(err)
 	}
 	return st.Err()
-}
-
-// reasonOf is the reason of the ErrorInfo of carve's domain on err's
-// status, or "".
-func reasonOf(err error) string {
-	for _, d := range status.Convert(err).Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == moveapi.ErrorDomain {
-			return info.GetReason()
-		}
-	}
-	return ""
 }

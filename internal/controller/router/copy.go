@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/controller/reason"
 	"github.com/carve-csi/carve/internal/copyticket"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -141,4 +143,71 @@ func newCopyID() (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// copyRuns remembers, by node and CSI volume name, the copies across
+// nodes that may still run on their target after the call that started
+// them ended: the target copies detached from the call, so a call cut
+// short (its deadline, a connection replaced on a certificate renewal)
+// leaves the copy running, and the repeats of the CreateVolume answer
+// ABORTED (reason.CopyInProgress) until it ends. Such a repeat needs no
+// new grant from the source's node: the target would leave it unread,
+// and it would lapse, counted as a grant left behind. So a repeat of a
+// name remembered here is first sent without one; only an answer that
+// says no copy runs any more (any other failure) is followed, in the
+// same call, by a new grant and the CreateVolume with it.
+//
+// It is this replica's memory, and only saves grants: a repeat it does
+// not know of (another replica, a restart) is granted as any first call.
+type copyRuns struct {
+	mu    sync.Mutex
+	names map[copyRun]bool
+}
+
+type copyRun struct{ node, name string }
+
+// maxCopyRuns bounds the copies remembered; beyond it, repeats are
+// granted anew.
+const maxCopyRuns = 10000
+
+// mayRun tells whether a copy into name may still run on node.
+func (r *copyRuns) mayRun(node, name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.names[copyRun{node, name}]
+}
+
+// answered records node's answer to a CreateVolume of name: a copy may
+// still run after an answer that does not say how it ended.
+func (r *copyRuns) answered(node, name string, err error) {
+	if !copyMayRun(err) {
+		r.forget(node, name)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.names == nil {
+		r.names = map[copyRun]bool{}
+	}
+	if len(r.names) < maxCopyRuns {
+		r.names[copyRun{node, name}] = true
+	}
+}
+
+// forget drops name on node.
+func (r *copyRuns) forget(node, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.names, copyRun{node, name})
+}
+
+// copyMayRun tells an answer to a CreateVolume after which the copy it
+// asked for may still run on the target: the target says so, or the
+// answer does not say how the call ended.
+func copyMayRun(err error) bool {
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable:
+		return true
+	}
+	return reason.CopyInProgress(err)
 }

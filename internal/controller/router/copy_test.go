@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/api/moveapi"
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/topology"
 )
@@ -133,6 +134,75 @@ func TestCreateVolumeAcrossNodes(t *testing.T) {
 			for _, p := range log.of("Parameters") {
 				if p != "node-b carve.dev/device-class" && p != "node-b " {
 					t.Errorf("parameters sent: %q, want no %s", p, ParamCrossNodeCopy)
+				}
+			}
+		})
+	}
+}
+
+// TestRepeatOfARunningCopyNeedsNoGrant: the repeats of a CreateVolume
+// whose copy still runs on the target (its first call cut short) are
+// sent without a new grant, which the target would leave unread; once
+// the target says no copy runs, the same call is granted anew.
+func TestRepeatOfARunningCopyNeedsNoGrant(t *testing.T) {
+	const ticket, none = "node-b 10.0.0.a:9811 1073741824", "node-b  "
+	busy := withReason(codes.Aborted, moveapi.ErrorCopyInProgress, "its data is still being copied into it")
+	grant := "node-a " + sid("node-a", "s") + " to node-b for pvc-1"
+	type step struct {
+		// fail is node-b's answer to every CreateVolume, unticketed
+		// to one without a ticket; nil answers the volume.
+		fail, unticketed error
+		code             codes.Code
+		// grants and tickets are those of this step's call.
+		grants, tickets []string
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{name: "a copy cut short and still running, then done", steps: []step{
+			{fail: status.Error(codes.DeadlineExceeded, "deadline"), code: codes.DeadlineExceeded, grants: []string{grant}, tickets: []string{ticket}},
+			{fail: busy, code: codes.Aborted, tickets: []string{none}},
+			{fail: busy, code: codes.Aborted, tickets: []string{none}},
+			{tickets: []string{none}},
+			// A new call of the name, once made: granted as a first call.
+			{grants: []string{grant}, tickets: []string{ticket}},
+		}},
+		{name: "the target answers that the copy runs", steps: []step{
+			{fail: busy, code: codes.Aborted, grants: []string{grant}, tickets: []string{ticket}},
+			{fail: busy, code: codes.Aborted, tickets: []string{none}},
+		}},
+		{name: "the copy ended unfinished: granted in the same call", steps: []step{
+			{fail: status.Error(codes.Unavailable, "connection replaced"), code: codes.Unavailable, grants: []string{grant}, tickets: []string{ticket}},
+			{unticketed: status.Error(codes.FailedPrecondition, "still to be copied, its source cannot be read"), grants: []string{grant}, tickets: []string{none, ticket}},
+			{grants: []string{grant}, tickets: []string{ticket}},
+		}},
+		{name: "a definite failure is granted anew on the next call", steps: []step{
+			{fail: status.Error(codes.Internal, "copy failed"), code: codes.Internal, grants: []string{grant}, tickets: []string{ticket}},
+			{grants: []string{grant}, tickets: []string{ticket}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &agent{name: "node-b"}
+			ns, log := cluster(t, &agent{name: "node-a"}, b)
+			ag := &agents{errs: map[string]error{"node-a": nil, "node-b": nil}}
+			s := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key, Agents: ag})
+			for i, st := range tt.steps {
+				b.set(func() {
+					b.fail = map[string]error{"CreateVolume": st.fail, "CreateVolume without a ticket": st.unticketed}
+				})
+				grants, tickets := len(ag.grants), len(log.inOrder("Ticket"))
+				_, err := s.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: mountRWO,
+					AccessibilityRequirements: strict("node-b"), VolumeContentSource: fromSnapshot(sid("node-a", "s"))})
+				if got := status.Code(err); got != st.code {
+					t.Fatalf("call %d: %v, want code %s", i+1, err, st.code)
+				}
+				if got := ag.grants[grants:]; !slices.Equal(got, st.grants) {
+					t.Errorf("call %d: grants %q, want %q", i+1, got, st.grants)
+				}
+				if got := log.inOrder("Ticket")[tickets:]; !slices.Equal(got, st.tickets) {
+					t.Errorf("call %d: CreateVolume tickets %q, want %q", i+1, got, st.tickets)
 				}
 			}
 		})

@@ -48,13 +48,35 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	// Not sent is RESOURCE_EXHAUSTED, unless an earlier attempt may have
 	// started on node (notSentCreate).
 	unsent := codes.ResourceExhausted
-	if from, id, snapshot := s.sourceNode(req); copies && s.cfg.Agents != nil && from != "" && from != node {
-		if ctx, err = s.grantCopy(ctx, req, node, from, id, snapshot, unsent); err != nil {
-			return nil, s.notSentCreate(ctx, req, node, err)
+	from, id, snapshot := s.sourceNode(req)
+	if !copies || s.cfg.Agents == nil || from == "" || from == node {
+		if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
+			return nil, err
 		}
-	} else if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
-		return nil, err
+		return s.sendCreate(ctx, req, node, unsent)
 	}
+	// A copy that may still run on node (copyRuns) is asked about
+	// without a new grant, which it would leave unread.
+	if s.copyRuns.mayRun(node, req.GetName()) {
+		resp, err := s.sendCreate(ctx, req, node, unsent)
+		if err == nil || copyMayRun(err) || ctx.Err() != nil {
+			s.copyRuns.answered(node, req.GetName(), err)
+			return resp, err
+		}
+		klog.FromContext(ctx).V(2).Info("No copy runs on the node any more; granting a new one", "node", node, "answer", err)
+		s.copyRuns.forget(node, req.GetName())
+	}
+	if ctx, err = s.grantCopy(ctx, req, node, from, id, snapshot, unsent); err != nil {
+		return nil, s.notSentCreate(ctx, req, node, err)
+	}
+	resp, err := s.sendCreate(ctx, req, node, unsent)
+	s.copyRuns.answered(node, req.GetName(), err)
+	return resp, err
+}
+
+// sendCreate sends a CreateVolume to node, recording it on the claim
+// first, and checks the answer.
+func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, node string, unsent codes.Code) (*csi.CreateVolumeResponse, error) {
 	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
 	if err != nil {
 		return nil, s.notSentCreate(ctx, req, node, err)

@@ -65,6 +65,13 @@ func (l *callLog) add(node, method, id string) {
 
 // of lists the calls of method, as "node id", sorted.
 func (l *callLog) of(method string) []string {
+	out := l.inOrder(method)
+	slices.Sort(out)
+	return out
+}
+
+// inOrder is "node id" of every call of method, in the order made.
+func (l *callLog) inOrder(method string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
@@ -73,7 +80,6 @@ func (l *callLog) of(method string) []string {
 			out = append(out, n+" "+strings.TrimPrefix(rest, method+" "))
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -141,6 +147,14 @@ func answer[R any](a *agent, method string, resp R) R {
 	return resp
 }
 
+// failUnticketed tells whether a CreateVolume that carries no copy
+// ticket is answered as told for "CreateVolume without a ticket".
+func (a *agent) failUnticketed(ticket string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return strings.TrimSpace(ticket) == "" && a.fail["CreateVolume without a ticket"] != nil
+}
+
 func (a *agent) has(id string) bool { return slices.Contains(a.volumes, id) }
 
 func (a *agent) notFound(id string) error {
@@ -153,7 +167,11 @@ func (a *agent) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) 
 		strings.Join(metadata.ValueFromIncomingContext(ctx, "carve-copy-source-size"), ",")
 	a.log.add(a.name, "Ticket", ticket)
 	a.log.add(a.name, "Parameters", strings.Join(slices.Sorted(maps.Keys(req.GetParameters())), ","))
-	if ok, err := a.serve(ctx, "CreateVolume", req.GetName()); !ok {
+	method := "CreateVolume"
+	if a.failUnticketed(ticket) {
+		method = "CreateVolume without a ticket"
+	}
+	if ok, err := a.serve(ctx, method, req.GetName()); !ok {
 		return nil, err
 	}
 	return answer(a, "CreateVolume", &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: volume.VolumeID("vg0", volume.LVNameFor(req.GetName())),

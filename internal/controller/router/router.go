@@ -100,8 +100,9 @@ func (s *Server) limits() paging.Limits {
 // Unimplemented and not advertised.
 type Server struct {
 	csi.UnimplementedControllerServer
-	cfg     Config
-	pending pending
+	cfg      Config
+	pending  pending
+	copyRuns copyRuns
 }
 
 var _ csi.ControllerServer = (*Server)(nil)

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
@@ -78,7 +80,14 @@ func waitCarveRunning(ctx context.Context, bed *cluster.Cluster) error {
 		if !registered {
 			last += "CSINode without carve; "
 		}
-		if running >= 2 && running == total && registered {
+		published, err := capacityPublished(ctx, bed)
+		if err != nil {
+			return err
+		}
+		if published != "" {
+			last += published + "; "
+		}
+		if running >= 2 && running == total && registered && published == "" {
 			return nil
 		}
 		select {
@@ -88,6 +97,34 @@ func waitCarveRunning(ctx context.Context, bed *cluster.Cluster) error {
 		}
 	}
 	return fmt.Errorf("carve's pods did not all run within 6 minutes: %s", last)
+}
+
+// capacityPublished says which of the guest node and the peers has no
+// CSIStorageCapacity yet, "" when each has one: the controller publishes
+// a node's capacity once it reaches that node's agent, and a test that
+// starts before would see its first CreateVolume refused as unreachable
+// (and its claim sent back to the scheduler).
+func capacityPublished(ctx context.Context, bed *cluster.Cluster) (string, error) {
+	caps, err := bed.Client.StorageV1().CSIStorageCapacities(bed.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	var missing []string
+	nodes := []string{nodeName}
+	for _, p := range bed.GuestPeers {
+		nodes = append(nodes, p.Name)
+	}
+	for _, n := range nodes {
+		if !slices.ContainsFunc(caps.Items, func(c storagev1.CSIStorageCapacity) bool {
+			return c.NodeTopology != nil && c.NodeTopology.MatchLabels[topology.Key] == n
+		}) {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	return "no CSIStorageCapacity yet for " + strings.Join(missing, ", "), nil
 }
 
 // simulated says whether node is one of the bed's simulated nodes or

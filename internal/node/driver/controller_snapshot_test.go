@@ -15,6 +15,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -132,7 +133,7 @@ func TestCreateSnapshot(t *testing.T) {
 			if tt.wantType == lvm.TypeThin && (lv.Attr.Active || !lv.Attr.ActivationSkip) {
 				t.Errorf("thin snapshot LV active %v, activation skip %v: want inactive until needed", lv.Attr.Active, lv.Attr.ActivationSkip)
 			}
-			if free := fx.lvm.vgs["vg1"].Free; free != tt.wantVGFree {
+			if free := fx.lvm.VGs["vg1"].Free; free != tt.wantVGFree {
 				t.Errorf("vg1 free %d, want %d", free, tt.wantVGFree)
 			}
 
@@ -263,7 +264,7 @@ func TestDeleteVolumeWithSnapshots(t *testing.T) {
 	if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: thin}); err != nil {
 		t.Fatalf("DeleteVolume of a thin volume with a snapshot: %v", err)
 	}
-	fx.lvm.lvs[tsnap.GetSnapshotId()[len(testNode)+1:]].Origin = "" // LVM forgets the removed origin
+	fx.lvm.LVs[tsnap.GetSnapshotId()[len(testNode)+1:]].Origin = "" // LVM forgets the removed origin
 	fx.restart(t)
 	got, err := fx.cs.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: tsnap.GetSnapshotId()})
 	if err != nil || got.GetSnapshot().GetSourceVolumeId() != thin || !got.GetSnapshot().GetReadyToUse() {
@@ -439,7 +440,7 @@ func TestRestoreByCopy(t *testing.T) {
 					if !volume.CopyPending(lv.Tags) {
 						t.Fatalf("a half-copied LV lost its copy-pending tag: %v", lv.Tags)
 					}
-					if _, ok := fx.lvm.lvs["vg1/"+volume.CopySourceLVNameFor(lv.Name)]; ok {
+					if _, ok := fx.lvm.LVs["vg1/"+volume.CopySourceLVNameFor(lv.Name)]; ok {
 						t.Error("a failed copy left its temporary snapshot")
 					}
 					fx.restart(t)
@@ -462,7 +463,7 @@ func TestRestoreByCopy(t *testing.T) {
 				if tmp := "/dev/vg1/" + volume.CopySourceLVNameFor(lv.Name); tt.clone && c.src != tmp || !tt.clone && c.src != wantSrc {
 					t.Errorf("copied from %s; want the %s", c.src, map[bool]string{true: "temporary snapshot " + tmp, false: "snapshot " + wantSrc}[tt.clone])
 				}
-				for _, l := range fx.lvm.lvs {
+				for _, l := range fx.lvm.LVs {
 					if k, _, _ := volume.Owned(l.Tags); k == volume.KindCopySource {
 						t.Errorf("temporary snapshot %s left behind", l.Name)
 					}
@@ -490,7 +491,7 @@ func TestFullCOWSnapshot(t *testing.T) {
 	fx := newControllerFixture(t)
 	vol := fx.mustVolume(t, "pvc-1", gib, nil)
 	snap := fx.mustSnapshot(t, "snap-1", vol)
-	lv := fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]]
+	lv := fx.lvm.LVs[snap.GetSnapshotId()[len(testNode)+1:]]
 	lv.Attr = lvm.ParseAttributes("swi-I-s---")
 	lv.SnapPercent = 100
 	fx.restart(t)
@@ -543,9 +544,9 @@ func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
 	snap := fx.mustSnapshot(t, "snap-1", vol)
 	key := snap.GetSnapshotId()[len(testNode)+1:]
 	fx.copier.during = func() {
-		fx.lvm.mu.Lock()
-		defer fx.lvm.mu.Unlock()
-		fx.lvm.lvs[key].Attr = lvm.ParseAttributes("swi-I-s---")
+		fx.lvm.Mu.Lock()
+		defer fx.lvm.Mu.Unlock()
+		fx.lvm.LVs[key].Attr = lvm.ParseAttributes("swi-I-s---")
 	}
 	req := createReq("pvc-new", gib, nil)
 	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
@@ -585,15 +586,15 @@ func TestCloneSourceNotHere(t *testing.T) {
 // fakeSnapshots reads the fake LVM's snapshots as the kernel would show
 // them, by device path.
 type fakeSnapshots struct {
-	lvm   *fakeLVM
+	lvm   *provisiontest.LVM
 	reads int
 }
 
 func (f *fakeSnapshots) Read(path string) (dmsnapshot.State, error) {
-	f.lvm.mu.Lock()
-	defer f.lvm.mu.Unlock()
+	f.lvm.Mu.Lock()
+	defer f.lvm.Mu.Unlock()
 	f.reads++
-	lv, ok := f.lvm.lvs[strings.TrimPrefix(path, "/dev/")]
+	lv, ok := f.lvm.LVs[strings.TrimPrefix(path, "/dev/")]
 	if !ok {
 		return dmsnapshot.State{}, fmt.Errorf("%s: no such device", path)
 	}
@@ -637,19 +638,19 @@ func TestThickRestoreReads(t *testing.T) {
 			vol := fx.mustVolume(t, "pvc-1", gib, nil)
 			snap := fx.mustSnapshot(t, "snap-1", vol)
 			if tt.full {
-				fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]].Attr = lvm.ParseAttributes("swi-I-s---")
+				fx.lvm.LVs[snap.GetSnapshotId()[len(testNode)+1:]].Attr = lvm.ParseAttributes("swi-I-s---")
 			}
-			gets, activations := fx.lvm.gets, len(fx.lvm.activations)
+			gets, activations := fx.lvm.Gets, len(fx.lvm.Activations)
 			req := createReq("pvc-new", gib, nil)
 			req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 			_, err := fx.cs.CreateVolume(ctx, req)
-			if n := fx.lvm.gets - gets; n != tt.lvmReads {
+			if n := fx.lvm.Gets - gets; n != tt.lvmReads {
 				t.Errorf("the restore read LVM %d times, want %d", n, tt.lvmReads)
 			}
 			if dm.reads != tt.dmReads {
 				t.Errorf("the restore read device-mapper %d times, want %d", dm.reads, tt.dmReads)
 			}
-			if n := len(fx.lvm.activations) - activations; n != 0 {
+			if n := len(fx.lvm.Activations) - activations; n != 0 {
 				t.Errorf("the restore activated %d LVs that had device nodes", n)
 			}
 			if !tt.full {

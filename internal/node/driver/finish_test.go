@@ -68,17 +68,6 @@ func (e *fakeEraser) erasures() []erased {
 	return slices.Clone(e.calls)
 }
 
-// lvTags is the tags of an LV in the fake.
-func (f *fakeLVM) lvTags(vg, name string) ([]string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	lv, ok := f.lvs[vg+"/"+name]
-	if !ok {
-		return nil, false
-	}
-	return slices.Clone(lv.Tags), true
-}
-
 // unfinished tells whether the LV vg/name is still unfinished: marked.
 func (fx *controllerFixture) unfinished(t *testing.T, vg, name string) bool {
 	t.Helper()
@@ -252,7 +241,7 @@ func TestCreateVolumeNeverAdoptsAHalfMadeLV(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tags, ok := fx.lvm.lvTags("vg1", lvName)
+			tags, ok := fx.lvm.LVTags("vg1", lvName)
 			if !ok || fx.unfinished(t, "vg1", lvName) {
 				t.Fatalf("LV after the retry: present %v, unfinished %v, tags %v", ok, fx.unfinished(t, "vg1", lvName), tags)
 			}
@@ -357,14 +346,14 @@ func TestCreateVolumeMarksThickLVsWhileMaking(t *testing.T) {
 			fx := newEraseFixture(t)
 			lv := volume.LVNameFor("pvc-1")
 			var markedDuring []bool
-			fx.lvm.onCreate = func(lvm.CreateRequest) {
+			fx.lvm.OnCreate = func(lvm.CreateRequest) {
 				marked, err := fx.marks.Has("vg1", lv)
 				if err != nil {
 					t.Error(err)
 				}
 				markedDuring = append(markedDuring, marked)
 			}
-			fx.lvm.failNext = tt.failCreate
+			fx.lvm.FailNext = tt.failCreate
 			req := createReq("pvc-1", gib, map[string]string{volume.ParamDeviceClass: tt.class})
 			req.VolumeCapabilities = []*csi.VolumeCapability{tt.cap}
 			_, err := fx.cs.CreateVolume(context.Background(), req)
@@ -393,7 +382,7 @@ func TestCreateVolumeKeepsAFinishedLVTheViewMissed(t *testing.T) {
 		if _, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil)); err != nil {
 			t.Fatalf("CreateVolume %d: %v", i+1, err)
 		}
-		if tags, _ := fx.lvm.lvTags("vg1", lv); !slices.Contains(tags, "old") {
+		if tags, _ := fx.lvm.LVTags("vg1", lv); !slices.Contains(tags, "old") {
 			t.Fatalf("CreateVolume %d remade the finished LV: tags %v", i+1, tags)
 		}
 		if fx.unfinished(t, "vg1", lv) {
@@ -484,7 +473,7 @@ func TestDeleteVolumeWaitsForTheErasureInFlight(t *testing.T) {
 		}
 	}
 	if _, inView := fx.view.LV("vg1", name); inView {
-		if _, inLVM := fx.lvm.lvTags("vg1", name); !inLVM {
+		if _, inLVM := fx.lvm.LVTags("vg1", name); !inLVM {
 			t.Error("the erasure's end put back in the view an LV DeleteVolume had removed")
 		}
 	}
@@ -500,7 +489,7 @@ func TestDeleteVolumeWaitsForTheErasureInFlight(t *testing.T) {
 	if _, ok := fx.view.LV("vg1", name); ok {
 		t.Error("the view holds the deleted LV")
 	}
-	if _, ok := fx.lvm.lvTags("vg1", name); ok {
+	if _, ok := fx.lvm.LVTags("vg1", name); ok {
 		t.Error("the LV was not removed")
 	}
 	if fx.unfinished(t, "vg1", name) {

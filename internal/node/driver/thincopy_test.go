@@ -40,7 +40,7 @@ func TestCopyIntoThin(t *testing.T) {
 			fx := newControllerFixture(t)
 			vol := fx.mustVolume(t, "pvc-1", gib, nil)
 			snap := fx.mustSnapshot(t, "snap-1", vol)
-			pool := fx.lvm.pools["vg1/pool"]
+			pool := fx.lvm.Pools["vg1/pool"]
 			pool.ZeroNewBlocks, pool.DataPercent = tt.zeroes, tt.dataPercent
 			fx.restart(t)
 			req := createReq("pvc-new", gib, thinParams)
@@ -55,7 +55,7 @@ func TestCopyIntoThin(t *testing.T) {
 			_, err := fx.cs.CreateVolume(ctx, req)
 			if tt.wantCode != codes.OK {
 				wantCode(t, err, tt.wantCode, "vg1/pool", strconv.FormatInt(gib, 10), "free")
-				if _, ok := fx.lvm.lvs[target]; ok || len(fx.copier.copies) != 0 {
+				if _, ok := fx.lvm.LVs[target]; ok || len(fx.copier.copies) != 0 {
 					t.Errorf("a refused restore made LV %s (%v) or copied %v", target, ok, fx.copier.copies)
 				}
 				return
@@ -89,7 +89,7 @@ func TestCloneTemporarySnapshotRoom(t *testing.T) {
 	req.VolumeContentSource = fromVolume(src)
 	_, err := fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.ResourceExhausted, "class fast", "snapshot")
-	for _, l := range fx.lvm.lvs {
+	for _, l := range fx.lvm.LVs {
 		if k, _, _ := volume.Owned(l.Tags); k == volume.KindCopySource {
 			t.Errorf("temporary snapshot %s made although the room check refused it", l.Name)
 		}
@@ -125,14 +125,14 @@ func TestCopySourceDeactivated(t *testing.T) {
 				snap := fx.mustSnapshot(t, "snap-1", vol)
 				req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 				lv := fx.lv(t, snap.GetSnapshotId())
-				fx.lvm.lvs["vg1/"+lv.Name].Attr.Active = false
+				fx.lvm.LVs["vg1/"+lv.Name].Attr.Active = false
 				want = append(want, "vg1/"+lv.Name)
 			}
 			resp, err := fx.cs.CreateVolume(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := fx.lvm.deactivations; !slices.Equal(got, want) {
+			if got := fx.lvm.Deactivations; !slices.Equal(got, want) {
 				t.Errorf("deactivated %v, want %v", got, want)
 			}
 			if lv := fx.lv(t, resp.GetVolume().GetVolumeId()); !lv.Attr.Active {

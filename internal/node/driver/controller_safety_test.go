@@ -29,8 +29,8 @@ func TestRestoreWithoutSizeTag(t *testing.T) {
 	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 	_, err := fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.FailedPrecondition, snap.GetSnapshotId(), volume.TagSizePrefix)
-	if len(fx.copier.copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
-		t.Errorf("a restore from a snapshot of unknown size made a volume (copies %v)", fx.copier.copies)
+	if len(fx.copier.Copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
+		t.Errorf("a restore from a snapshot of unknown size made a volume (copies %v)", fx.copier.Copies)
 	}
 }
 

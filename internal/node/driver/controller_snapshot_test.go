@@ -2,54 +2,19 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/volume"
 )
-
-// fakeCopier records the copies asked of it; failNext fails the next one
-// after half the bytes, as a killed plugin leaves it.
-type fakeCopier struct {
-	mu       sync.Mutex
-	copies   []fakeCopy
-	failNext bool
-	// during, when set, runs in the middle of each copy.
-	during func()
-}
-
-type fakeCopy struct {
-	dst, src string
-	size     uint64
-	sparse   bool
-}
-
-func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.during != nil {
-		c.during()
-	}
-	if c.failNext {
-		c.failNext = false
-		progress(size / 2)
-		return blockcopy.Result{Bytes: size / 2}, errors.New("killed mid-copy")
-	}
-	c.copies = append(c.copies, fakeCopy{dst, src, size, sparse})
-	progress(size)
-	return blockcopy.Result{Bytes: size}, nil
-}
 
 var thinParams = map[string]string{volume.ParamDeviceClass: "thin"}
 
@@ -339,8 +304,8 @@ func TestRestoreAndCloneThin(t *testing.T) {
 			if lv.Attr.Type != lvm.TypeThin || lv.Origin == "" || lv.Attr.ActivationSkip || lv.Size != tt.wantSize {
 				t.Errorf("LV %+v: want a thin snapshot, activation not skipped, of %d bytes", lv, tt.wantSize)
 			}
-			if len(fx.copier.copies) != 0 {
-				t.Errorf("a thin restore copied: %v", fx.copier.copies)
+			if len(fx.copier.Copies) != 0 {
+				t.Errorf("a thin restore copied: %v", fx.copier.Copies)
 			}
 			again, err := fx.cs.CreateVolume(ctx, req)
 			if err != nil || again.GetVolume().GetVolumeId() != resp.GetVolume().GetVolumeId() {
@@ -433,7 +398,7 @@ func TestRestoreByCopy(t *testing.T) {
 					wantSrc = fx.lv(t, snap.GetSnapshotId()).Path
 				}
 				if crash {
-					fx.copier.failNext = true
+					fx.copier.FailNext = true
 					_, err := fx.cs.CreateVolume(ctx, req)
 					wantCode(t, err, codes.Internal, "a retry copies again")
 					lv := fx.lv(t, "vg1/"+volume.LVNameFor("pvc-new"))
@@ -453,15 +418,15 @@ func TestRestoreByCopy(t *testing.T) {
 				if volume.CopyPending(lv.Tags) || lv.Origin != "" {
 					t.Errorf("copied LV %+v: want no copy-pending tag, no origin", lv)
 				}
-				if len(fx.copier.copies) != 1 {
-					t.Fatalf("copies %v, want one", fx.copier.copies)
+				if len(fx.copier.Copies) != 1 {
+					t.Fatalf("copies %v, want one", fx.copier.Copies)
 				}
-				c := fx.copier.copies[0]
-				if c.dst != lv.Path || c.size != uint64(gib) {
+				c := fx.copier.Copies[0]
+				if c.Dst != lv.Path || c.Size != uint64(gib) {
 					t.Errorf("copy %+v: want %d bytes into %s", c, gib, lv.Path)
 				}
-				if tmp := "/dev/vg1/" + volume.CopySourceLVNameFor(lv.Name); tt.clone && c.src != tmp || !tt.clone && c.src != wantSrc {
-					t.Errorf("copied from %s; want the %s", c.src, map[bool]string{true: "temporary snapshot " + tmp, false: "snapshot " + wantSrc}[tt.clone])
+				if tmp := "/dev/vg1/" + volume.CopySourceLVNameFor(lv.Name); tt.clone && c.Src != tmp || !tt.clone && c.Src != wantSrc {
+					t.Errorf("copied from %s; want the %s", c.Src, map[bool]string{true: "temporary snapshot " + tmp, false: "snapshot " + wantSrc}[tt.clone])
 				}
 				for _, l := range fx.lvm.LVs {
 					if k, _, _ := volume.Owned(l.Tags); k == volume.KindCopySource {
@@ -476,8 +441,8 @@ func TestRestoreByCopy(t *testing.T) {
 					}
 				}
 				// A repeat copies nothing.
-				if _, err := fx.cs.CreateVolume(ctx, req); err != nil || len(fx.copier.copies) != 1 {
-					t.Errorf("repeat: %v, copies %d", err, len(fx.copier.copies))
+				if _, err := fx.cs.CreateVolume(ctx, req); err != nil || len(fx.copier.Copies) != 1 {
+					t.Errorf("repeat: %v, copies %d", err, len(fx.copier.Copies))
 				}
 			})
 		}
@@ -507,7 +472,7 @@ func TestFullCOWSnapshot(t *testing.T) {
 	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 	_, err = fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
-	if len(fx.copier.copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
+	if len(fx.copier.Copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
 		t.Error("a restore from a full COW snapshot made a volume")
 	}
 }
@@ -543,7 +508,7 @@ func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
 	vol := fx.mustVolume(t, "pvc-1", gib, nil)
 	snap := fx.mustSnapshot(t, "snap-1", vol)
 	key := snap.GetSnapshotId()[len(testNode)+1:]
-	fx.copier.during = func() {
+	fx.copier.During = func() {
 		fx.lvm.Mu.Lock()
 		defer fx.lvm.Mu.Unlock()
 		fx.lvm.LVs[key].Attr = lvm.ParseAttributes("swi-I-s---")
@@ -556,7 +521,7 @@ func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
 	if !volume.CopyPending(lv.Tags) {
 		t.Errorf("a copy of a snapshot that filled up meanwhile is marked done: %v", lv.Tags)
 	}
-	fx.copier.during = nil
+	fx.copier.During = nil
 	_, err = fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
 }

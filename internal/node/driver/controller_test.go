@@ -47,7 +47,7 @@ deviceClasses:
 
 type controllerFixture struct {
 	lvm    *provisiontest.LVM
-	copier *fakeCopier
+	copier *provisiontest.Copier
 	eraser *fakeEraser
 	cfg    *deviceclass.Config
 	view   *vgview.View
@@ -100,7 +100,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fx.copier == nil {
-		fx.copier = &fakeCopier{}
+		fx.copier = &provisiontest.Copier{}
 	}
 	if fx.marks == nil {
 		fx.marks = openMarks(t)

@@ -435,8 +435,8 @@ func TestRestoreByCopy(t *testing.T) {
 				}
 				// The copied data is never zeroed, not even where
 				// signatures live.
-				for _, e := range fx.eraser.erasures() {
-					if e.path == lv.Path {
+				for _, e := range fx.eraser.Erasures() {
+					if e.Path == lv.Path {
 						t.Errorf("the copied volume was erased: %v", e)
 					}
 				}

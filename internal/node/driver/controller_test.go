@@ -48,7 +48,7 @@ deviceClasses:
 type controllerFixture struct {
 	lvm    *provisiontest.LVM
 	copier *provisiontest.Copier
-	eraser *fakeEraser
+	eraser *provisiontest.Eraser
 	cfg    *deviceclass.Config
 	view   *vgview.View
 	cs     *ControllerServer
@@ -86,7 +86,7 @@ func newControllerFixture(t *testing.T) *controllerFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &controllerFixture{lvm: f, cfg: cfg, eraser: &fakeEraser{}}
+	fx := &controllerFixture{lvm: f, cfg: cfg, eraser: &provisiontest.Eraser{}}
 	fx.restart(t)
 	return fx
 }

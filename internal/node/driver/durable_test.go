@@ -50,7 +50,7 @@ func TestDeleteFlushesTheRemoval(t *testing.T) {
 	var flushes []string // each "path, LV gone|LV still there"
 	// watched is the LV (vg/name) whose removal the flushes must follow.
 	var watched string
-	fx.eraser.observe = func(path string, m erase.Method) {
+	fx.eraser.Observe = func(path string, m erase.Method) {
 		if m != erase.Flush || watched == "" {
 			return
 		}
@@ -86,15 +86,15 @@ func TestDeleteFlushesTheRemoval(t *testing.T) {
 
 	id := mustCreate(t, fx, "pvc-flush-fails", nil)
 	watched = id
-	fx.eraser.mu.Lock()
-	fx.eraser.fail = errors.New("the disk is gone")
-	fx.eraser.mu.Unlock()
+	fx.eraser.Mu.Lock()
+	fx.eraser.Fail = errors.New("the disk is gone")
+	fx.eraser.Mu.Unlock()
 	_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
 	wantCode(t, err, codes.Internal, "the disk is gone")
 	check("DeleteVolume whose flush fails", provisiontest.PVOf("vg1")+", LV gone")
-	fx.eraser.mu.Lock()
-	fx.eraser.fail = nil
-	fx.eraser.mu.Unlock()
+	fx.eraser.Mu.Lock()
+	fx.eraser.Fail = nil
+	fx.eraser.Mu.Unlock()
 	if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 		t.Fatal(err)
 	}
 	fx.formatting = openMarks(t)
-	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, Eraser: &fakeEraser{},
+	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, Eraser: &provisiontest.Eraser{},
 		Marks: openMarks(t), Formatting: fx.formatting}, FSTypes: []string{"ext4", "xfs"}})
 	fx.ns = NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
 		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg),

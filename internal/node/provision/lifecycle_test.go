@@ -40,6 +40,7 @@ deviceClasses:
 type lifecycle struct {
 	lvm    *provisiontest.LVM
 	copier *provisiontest.Copier
+	eraser *provisiontest.Eraser
 	cfg    *deviceclass.Config
 	view   *vgview.View
 	p      *Provisioner
@@ -51,11 +52,17 @@ type lifecycle struct {
 
 func newLifecycle(t *testing.T) *lifecycle {
 	t.Helper()
+	return newLifecycleOf(t, lifecycleClasses)
+}
+
+// newLifecycleOf is newLifecycle with the device classes of classes.
+func newLifecycleOf(t *testing.T, classes string) *lifecycle {
+	t.Helper()
 	f := provisiontest.NewLVM()
 	f.AddVG("vg1", 10<<30)
 	f.AddThinPool("vg1", "pool", 4<<30)
 	f.AddVG("vg2", 2<<30)
-	cfg, err := deviceclass.Parse([]byte(lifecycleClasses))
+	cfg, err := deviceclass.Parse([]byte(classes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +70,7 @@ func newLifecycle(t *testing.T) *lifecycle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lifecycle{lvm: f, copier: &provisiontest.Copier{}, cfg: cfg, marks: m, locks: volumelock.New()}
+	l := &lifecycle{lvm: f, copier: &provisiontest.Copier{}, eraser: &provisiontest.Eraser{}, cfg: cfg, marks: m, locks: volumelock.New()}
 	l.restart(t)
 	return l
 }
@@ -76,7 +83,7 @@ func (l *lifecycle) restart(t *testing.T) {
 	if err := l.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.p = New(Config{NodeName: "node-a", Classes: l.cfg, LVM: l.lvm, View: l.view, Copier: l.copier, Marks: l.marks, Locks: l.locks})
+	l.p = New(Config{NodeName: "node-a", Classes: l.cfg, LVM: l.lvm, View: l.view, Copier: l.copier, Eraser: l.eraser, Marks: l.marks, Locks: l.locks})
 }
 
 func (l *lifecycle) class(t *testing.T, name string) *deviceclass.DeviceClass {
@@ -88,7 +95,8 @@ func (l *lifecycle) class(t *testing.T, name string) *deviceclass.DeviceClass {
 	return c
 }
 
-// request asks for a volume of size bytes in class, from src when set.
+// request asks for an ext4 volume of size bytes in class, from src when
+// set.
 func (l *lifecycle) request(t *testing.T, name string, size int64, class string, src *Source) *Request {
 	r := &Request{Name: name, Class: l.class(t, class), FSType: "ext4", Range: Range{Required: size}, Source: src}
 	switch {
@@ -127,4 +135,21 @@ func (l *lifecycle) mustSnapshot(t *testing.T, name, id string) *lvm.LogicalVolu
 
 func snapshotSource(lv *lvm.LogicalVolume) *Source {
 	return &Source{ID: volume.SnapshotID("node-a", lv.VolumeGroup, lv.Name), Snapshot: true}
+}
+
+// block asks for a raw-block volume of size bytes in class.
+func (l *lifecycle) block(t *testing.T, name string, size int64, class string) *Request {
+	r := l.request(t, name, size, class, nil)
+	r.FSType, r.Block = "", true
+	return r
+}
+
+// unfinished tells whether the LV vg/name is still unfinished: marked.
+func (l *lifecycle) unfinished(t *testing.T, vg, name string) bool {
+	t.Helper()
+	marked, err := l.marks.Has(vg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return marked
 }

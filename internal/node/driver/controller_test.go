@@ -52,12 +52,6 @@ type controllerFixture struct {
 	cfg    *deviceclass.Config
 	view   *vgview.View
 	cs     *ControllerServer
-	// snapshots, when set before restart, is the controller's
-	// SnapshotReader.
-	snapshots provision.SnapshotReader
-	// isDeviceNode, when set before restart, replaces the check for a
-	// device node.
-	isDeviceNode func(string) bool
 	// locks are the controller's per-volume locks; they outlive restarts.
 	locks *volumelock.Locks
 	// marks outlive restarts, as the plugin's state directory does.
@@ -110,7 +104,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 	}
 	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
 		View: fx.view, Eraser: fx.eraser, Copier: fx.copier, Marks: fx.marks,
-		Snapshots: fx.snapshots, IsDeviceNode: fx.isDeviceNode, Locks: fx.locks}, FSTypes: []string{"ext4", "xfs"}})
+		Locks: fx.locks}, FSTypes: []string{"ext4", "xfs"}})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {

@@ -44,6 +44,10 @@ type lifecycle struct {
 	cfg    *deviceclass.Config
 	view   *vgview.View
 	p      *Provisioner
+	// snapshots and isDeviceNode, when set before restart, are the
+	// provisioner's SnapshotReader and device-node check.
+	snapshots    SnapshotReader
+	isDeviceNode func(string) bool
 	// marks and locks outlive restarts, as the state directory and the
 	// process's locks do.
 	marks *marks.Marks
@@ -83,7 +87,8 @@ func (l *lifecycle) restart(t *testing.T) {
 	if err := l.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.p = New(Config{NodeName: "node-a", Classes: l.cfg, LVM: l.lvm, View: l.view, Copier: l.copier, Eraser: l.eraser, Marks: l.marks, Locks: l.locks})
+	l.p = New(Config{NodeName: "node-a", Classes: l.cfg, LVM: l.lvm, View: l.view, Copier: l.copier, Eraser: l.eraser, Marks: l.marks, Locks: l.locks,
+		Snapshots: l.snapshots, IsDeviceNode: l.isDeviceNode})
 }
 
 func (l *lifecycle) class(t *testing.T, name string) *deviceclass.DeviceClass {
@@ -152,4 +157,24 @@ func (l *lifecycle) unfinished(t *testing.T, vg, name string) bool {
 		t.Fatal(err)
 	}
 	return marked
+}
+
+// lv is the fake LVM's LV of a volume or snapshot ID.
+func (l *lifecycle) lv(t *testing.T, id string) *lvm.LogicalVolume {
+	t.Helper()
+	vg, name, err := volume.ParseVolumeID(id)
+	if _, svg, sname, serr := volume.ParseSnapshotID(id); serr == nil {
+		vg, name, err = svg, sname, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.lvm.Mu.Lock()
+	defer l.lvm.Mu.Unlock()
+	lv, ok := l.lvm.LVs[vg+"/"+name]
+	if !ok {
+		t.Fatalf("no LV %s/%s", vg, name)
+	}
+	c := *lv
+	return &c
 }

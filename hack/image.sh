@@ -11,8 +11,8 @@
 #
 # <key> covers every input: the Dockerfile and .dockerignore, go.mod/go.sum,
 # the Go files cmd/carve is built from (carve, and carve-node with -tags
-# nodeagent), VERSION, the image name, the base images' keys and this
-# script. A warm run (same key) does nothing.
+# nodeagent), VERSION, the image name, the base images' keys and the
+# scripts. A warm run (same key) does nothing.
 #
 # The Dockerfile's FROM images cannot be pulled, so they are made here and
 # kept in a private buildah store ($CARVE_CACHE/images/buildah), each keyed
@@ -54,9 +54,8 @@ while read -r from; do
 	bases+=("$from")
 done < <(awk 'toupper($1) == "FROM" {for (i = 2; i <= NF; i++) if ($i !~ /^--/) {print $i; break}}' "$dockerfile")
 
-# hashfiles FILE...: one hash over the files' names and contents.
-hashfiles() { (cd "$root" && sha256sum "$@") | sha256sum | cut -c1-16; }
-
+# shellcheck source=hack/lib/images.sh
+. "$root/hack/lib/images.sh"
 # The recipes of the base images this script can make. Each key covers what
 # the recipe depends on; debian:<release>-slim's recipe is the one
 # hack/lib/debian-base.sh holds.
@@ -83,37 +82,20 @@ for b in "${bases[@]}"; do
 	esac
 done
 
-# What cmd/carve is built from, as the build stage builds it (CGO_ENABLED=0),
-# carve and carve-node (-tags nodeagent,grpcnotrace), and the archive writer.
-srcsof() {
-	(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
-		'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' "$@")
-}
-mapfile -t srcs < <({ srcsof ./cmd/carve ./test/harness/ociimage/cmd/ociarchive && srcsof -tags nodeagent,grpcnotrace ./cmd/carve; } | sed "s|^$root/||" | sort -u)
+# What cmd/carve is built from, as the build stage builds it: carve and
+# carve-node (-tags nodeagent,grpcnotrace), and the archive writer.
+mapfile -t srcs < <({ go_sources ./cmd/carve ./test/harness/ociimage/cmd/ociarchive &&
+	go_sources -tags nodeagent,grpcnotrace ./cmd/carve; } | sort -u)
 [ ${#srcs[@]} -gt 0 ] || die "go list found no source files for ./cmd/carve"
-ctx_files=(Dockerfile go.mod go.sum hack/image.sh hack/lib/debian-base.sh)
+ctx_files=(Dockerfile go.mod go.sum hack/image.sh hack/lib/images.sh hack/lib/debian-base.sh)
 [ -f "$root/.dockerignore" ] && ctx_files+=(.dockerignore)
-key=$( {
-	hashfiles "${ctx_files[@]}" "${srcs[@]}"
-	printf '%s\n' "$version" "$name" "$debian_key" "$golang_key"
-} | sha256sum | cut -c1-16)
+key=$(cache_key "${ctx_files[@]}" "${srcs[@]}" -- "$version" "$name" "$debian_key" "$golang_key")
 out=$images/carve/$key
-
-if [ -f "$out/carve.tar" ] && [ -f "$out/Dockerfile.sha256" ]; then
-	say "cached: $out/carve.tar"
-	echo "$out/carve.tar"
-	exit 0
-fi
 
 mkdir -p "$images/carve"
 # One build at a time uses the store.
-store_lock
-if [ -f "$out/carve.tar" ]; then # built while we waited
-	echo "$out/carve.tar"
-	exit 0
-fi
+exit_if_cached "$out/carve.tar" "$out/Dockerfile.sha256"
 start=$(date +%s)
-say "store locked"
 
 debian_base
 
@@ -151,20 +133,11 @@ bah bud --quiet --pull-never --isolation chroot --layers=false \
 	--volume "$modcache:/go/pkg/mod" --volume "$gocache:/root/.cache/go-build" \
 	"${buildargs[@]}" -f "$dockerfile" -t "$name" "$root" >/dev/null
 say "built; writing the archive"
-rm -rf "$tmp/layout"
-bah push --quiet "$name" "oci:$tmp/layout:$name"
-bah rmi "$name" >/dev/null
-bah rmi --prune >/dev/null 2>&1 || true
-
-# Layers inflated: a guest under TCG spends longer inflating gzip than
-# reading twice the bytes.
-mkdir -p "$tmp/out"
-(cd "$root" && CGO_ENABLED=0 "$go" run ./test/harness/ociimage/cmd/ociarchive layout -uncompressed -name "$name" -o "$tmp/out/carve.tar" "$tmp/layout")
+oci_archive "$name" carve.tar
 echo "$(sha256sum <"$dockerfile" | cut -d' ' -f1)  $dockerfile" >"$tmp/out/Dockerfile.sha256"
 rm -rf "$out"
 mv "$tmp/out" "$out"
 
-# Keep the three newest builds.
-ls -1dt "$images"/carve/*/ | tail -n +4 | xargs -r rm -rf
+keep_newest "$images/carve" 3
 say "built in $(($(date +%s) - start)) s: $out/carve.tar ($(du -m "$out/carve.tar" | cut -f1) MB)"
 echo "$out/carve.tar"

@@ -45,16 +45,12 @@ snapshotter=$(image_of csi-snapshotter)
 carve_tar=$("$root/hack/image.sh")
 bindir=$("$root/hack/e2e-tools.sh")
 
-# The files (in this module) that the pause program and the archive writer
-# are built from.
-mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
-	'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' \
-	./test/cmd/pause ./test/harness/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
-key=$( {
-	(cd "$root" && sha256sum go.mod go.sum hack/images.sh "${srcs[@]}")
-	sha256sum "$bindir/csi-provisioner" "$bindir/csi-resizer" "$bindir/csi-snapshotter" | cut -d' ' -f1
-	printf '%s\n' "$carve_tar" "$provisioner" "$resizer" "$snapshotter" "$pause_name" "$("$go" env GOVERSION)"
-} | sha256sum | cut -c1-16)
+# shellcheck source=hack/lib/images.sh
+. "$root/hack/lib/images.sh"
+mapfile -t srcs < <(go_sources ./test/cmd/pause ./test/harness/ociimage/cmd/ociarchive)
+sidecars=$(sha256sum "$bindir/csi-provisioner" "$bindir/csi-resizer" "$bindir/csi-snapshotter" | cut -d' ' -f1)
+key=$(cache_key go.mod go.sum hack/images.sh hack/lib/images.sh "${srcs[@]}" \
+	-- "$sidecars" "$carve_tar" "$provisioner" "$resizer" "$snapshotter" "$pause_name" "$("$go" env GOVERSION)")
 out=$images/set/$key
 
 if [ -f "$out/images.txt" ]; then
@@ -90,7 +86,6 @@ if mv -T "$tmp" "$out" 2>/dev/null; then
 fi
 [ -f "$out/images.txt" ] || die "could not move the archives into $out"
 
-# Keep the three newest sets.
-ls -1dt "$images"/set/*/ | tail -n +4 | xargs -r rm -rf
+keep_newest "$images/set" 3
 say "ready in $out ($(du -shL "$out" | cut -f1), $(cd "$out" && du -m ./*.tar | awk '{printf "%s %s MB; ", $2, $1}'))"
 echo "$out"

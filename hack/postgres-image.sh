@@ -40,6 +40,8 @@ done
 
 release=$(sed -n 's/^ARG DEBIAN_RELEASE=\(.*\)$/\1/p' "$root/Dockerfile")
 [ -n "$release" ] || die "the Dockerfile has no ARG DEBIAN_RELEASE="
+# shellcheck source=hack/lib/images.sh
+. "$root/hack/lib/images.sh"
 # shellcheck source=hack/lib/debian-base.sh
 . "$root/hack/lib/debian-base.sh"
 
@@ -48,29 +50,14 @@ release=$(sed -n 's/^ARG DEBIAN_RELEASE=\(.*\)$/\1/p' "$root/Dockerfile")
 packages=(postgresql-$major postgresql-client-$major)
 unneeded=(libllvm14 libz3-4 perl perl-modules-5.36 libperl5.36 libgdbm6 libgdbm-compat4 ssl-cert postgresql-common)
 
-mapfile -t srcs < <(cd "$root" && CGO_ENABLED=0 "$go" list -deps -f \
-	'{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}{{end}}' \
-	./test/harness/ociimage/cmd/ociarchive | sed "s|^$root/||" | sort -u)
-key=$( {
-	(cd "$root" && sha256sum go.mod go.sum hack/postgres-image.sh hack/lib/debian-base.sh "${srcs[@]}")
-	printf '%s\n' "$name" "$debian_key" "${packages[@]}" "${unneeded[@]}"
-} | sha256sum | cut -c1-16)
+mapfile -t srcs < <(go_sources ./test/harness/ociimage/cmd/ociarchive)
+key=$(cache_key go.mod go.sum hack/postgres-image.sh hack/lib/images.sh hack/lib/debian-base.sh "${srcs[@]}" \
+	-- "$name" "$debian_key" "${packages[@]}" "${unneeded[@]}")
 out=$images/postgres/$key
 
-if [ -f "$out/postgres.tar" ]; then
-	say "cached: $out/postgres.tar"
-	echo "$out/postgres.tar"
-	exit 0
-fi
-
 mkdir -p "$images/postgres"
-store_lock
-if [ -f "$out/postgres.tar" ]; then # built while we waited
-	echo "$out/postgres.tar"
-	exit 0
-fi
+exit_if_cached "$out/postgres.tar"
 start=$(date +%s)
-say "store locked"
 debian_base
 
 say "installing ${packages[*]} on $debian_image"
@@ -95,17 +82,9 @@ bah config --env PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/
 # is not in the archive at all.
 bah commit --quiet --squash --rm "$c" "$name" >/dev/null
 say "built; writing the archive"
-bah push --quiet "$name" "oci:$tmp/layout:$name"
-bah rmi "$name" >/dev/null
-bah rmi --prune >/dev/null 2>&1 || true
-
-# Layers inflated, as carve's: the guest under TCG reads bytes faster than
-# it inflates them.
-mkdir -p "$tmp/out"
-(cd "$root" && CGO_ENABLED=0 "$go" run ./test/harness/ociimage/cmd/ociarchive layout -uncompressed -name "$name" -o "$tmp/out/postgres.tar" "$tmp/layout")
+oci_archive "$name" postgres.tar
 rm -rf "$out"
 mv "$tmp/out" "$out"
-# Keep the two newest builds.
-ls -1dt "$images"/postgres/*/ | tail -n +3 | xargs -r rm -rf
+keep_newest "$images/postgres" 2
 say "built in $(($(date +%s) - start)) s: $out/postgres.tar ($(du -m "$out/postgres.tar" | cut -f1) MB)"
 echo "$out/postgres.tar"

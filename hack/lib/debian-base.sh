@@ -1,15 +1,14 @@
-# Sourced by the scripts that build images daemonless (hack/image.sh,
-# hack/postgres-image.sh): the private buildah store under $images and the
-# recipe of debian:<release>-slim made there with mmdebstrap. The caller
-# sets images (the store's directory), release (a Debian release name),
-# say and die, and is root.
+# Sourced, after hack/lib/images.sh, by the scripts that build images on a
+# locally made Debian base (hack/image.sh, hack/postgres-image.sh): the
+# recipe of debian:<release>-slim made with mmdebstrap in the private
+# buildah store. The caller sets release (a Debian release name).
 #
 # After sourcing: debian_image and debian_key name the base and its recipe
 # (the key covers the recipe only; the Debian archive's content on the day
-# is not an input: it cannot be pinned without snapshot.debian.org).
-# store_lock takes the store (one build at a time) and sets up bah, have,
-# commit and $tmp (removed on exit); debian_base makes the base unless the
-# store holds it as the recipe makes it.
+# is not an input: it cannot be pinned without snapshot.debian.org). have
+# and commit keep a base's image ID under its recipe's key; debian_base,
+# called under the store's lock, makes the base unless the store holds it
+# as the recipe makes it.
 
 mirror=http://deb.debian.org
 debian_sources=(
@@ -38,8 +37,6 @@ debian_aptopts=(
 debian_image=docker.io/library/debian:$release-slim
 debian_key=$(printf '%s\n' v2 minbase "$release" "${debian_sources[@]}" "${debian_dpkgopts[@]}" "${debian_aptopts[@]}" | sha256sum | cut -c1-16)
 
-bah() { buildah --root "$images/buildah/root" --runroot "$images/buildah/run" --storage-driver vfs "$@"; }
-
 # have NAME KEY: the store holds NAME as made by the recipe with KEY.
 have() {
 	local stamp=$images/bases/$2 id
@@ -56,25 +53,6 @@ commit() {
 	bah commit --quiet --rm --iidfile "$images/bases/$3.tmp" "$1" "$2" >/dev/null
 	mv "$images/bases/$3.tmp" "$images/bases/$3"
 	if [ -n "$old" ] && [ "sha256:${old#sha256:}" != "$(cat "$images/bases/$3")" ]; then bah rmi "$old" >/dev/null 2>&1 || true; fi
-}
-
-# store_lock: waits for the store (fd 9 holds the lock until exit), points
-# buildah at a private registries.conf (nothing of the machine's containers
-# setup is read or changed; short names resolve to docker.io only), drops
-# working containers an interrupted run left and makes $tmp.
-store_lock() {
-	mkdir -p "$images/bases"
-	exec 9>"$images/.lock"
-	flock 9
-	cat >"$images/registries.conf" <<'CONF'
-unqualified-search-registries = ["docker.io"]
-short-name-mode = "permissive"
-CONF
-	export CONTAINERS_REGISTRIES_CONF=$images/registries.conf
-	export BUILDAH_ISOLATION=chroot
-	bah rm --all >/dev/null
-	tmp=$(mktemp -d "$images/build.XXXXXX")
-	trap 'rm -rf "$tmp"; bah rm --all >/dev/null 2>&1 || true' EXIT
 }
 
 # debian_base: makes $debian_image unless the store has it.

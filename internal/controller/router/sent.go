@@ -13,10 +13,12 @@ import (
 
 // AnnCreateSentTo is the annotation on a claim that names the node its
 // CreateVolume was sent to: written before the call leaves, taken off when
-// that node answers that it made nothing. Every replica reads it, and so
-// does a controller that restarted, so that a create in doubt (the call
-// sent, its answer never seen) keeps the claim on that node rather than
-// making its volume a second time elsewhere and leaving the first behind.
+// that node answers for sure, that it made nothing or that it made the
+// volume (csi-provisioner then writes the PersistentVolume, which is the
+// record from there on). Every replica reads it, and so does a controller
+// that restarted, so that a create in doubt (the call sent, its answer
+// never seen) keeps the claim on that node rather than making its volume a
+// second time elsewhere and leaving the first behind.
 const AnnCreateSentTo = "carve.dev/create-sent-to"
 
 // SentCreates keeps AnnCreateSentTo on claims.
@@ -25,11 +27,10 @@ type SentCreates interface {
 	// none is recorded (or the claim is gone).
 	SentTo(ctx context.Context, namespace, claim string) (string, error)
 	// Sending records node before a CreateVolume of the claim is sent
-	// there.
+	// there; a record that names node already stays as it is.
 	Sending(ctx context.Context, namespace, claim, node string) error
-	// NotMade takes the record off once node answered that it made
-	// nothing.
-	NotMade(ctx context.Context, namespace, claim string) error
+	// Answered takes the record off once the node answered for sure.
+	Answered(ctx context.Context, namespace, claim string) error
 }
 
 // ClaimAnnotations keeps AnnCreateSentTo through the API server.
@@ -51,13 +52,21 @@ func (c ClaimAnnotations) SentTo(ctx context.Context, namespace, claim string) (
 	return pvc.Annotations[AnnCreateSentTo], nil
 }
 
-// Sending annotates the claim; a claim that is gone needs no record.
+// Sending annotates the claim unless it names node already: a retry on
+// the same node costs a read, not a write. The read is a quorum read, not
+// the watch cache's, since skipping a record another replica or a person
+// just took off would send a create with no record. A claim that is gone
+// needs no record.
 func (c ClaimAnnotations) Sending(ctx context.Context, namespace, claim, node string) error {
+	sent, err := c.SentTo(ctx, namespace, claim)
+	if err != nil || sent == node {
+		return err
+	}
 	return c.patch(ctx, namespace, claim, &node)
 }
 
-// NotMade takes the annotation off.
-func (c ClaimAnnotations) NotMade(ctx context.Context, namespace, claim string) error {
+// Answered takes the annotation off.
+func (c ClaimAnnotations) Answered(ctx context.Context, namespace, claim string) error {
 	return c.patch(ctx, namespace, claim, nil)
 }
 

@@ -22,15 +22,15 @@ func TestRestoreWithoutSizeTag(t *testing.T) {
 	fx := newControllerFixture(t)
 	vol := fx.mustVolume(t, "pvc-1", gib, nil)
 	snap := fx.mustSnapshot(t, "snap-1", vol)
-	lv := fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]]
+	lv := fx.lvm.LVs[snap.GetSnapshotId()[len(testNode)+1:]]
 	lv.Tags = slices.DeleteFunc(lv.Tags, func(t string) bool { return strings.HasPrefix(t, volume.TagSizePrefix) })
 	fx.restart(t)
 	req := createReq("pvc-new", gib, nil)
 	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 	_, err := fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.FailedPrecondition, snap.GetSnapshotId(), volume.TagSizePrefix)
-	if len(fx.copier.copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
-		t.Errorf("a restore from a snapshot of unknown size made a volume (copies %v)", fx.copier.copies)
+	if len(fx.copier.Copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
+		t.Errorf("a restore from a snapshot of unknown size made a volume (copies %v)", fx.copier.Copies)
 	}
 }
 
@@ -51,7 +51,7 @@ func TestDeleteVolumeWithOthersSnapshots(t *testing.T) {
 	_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol})
 	wantCode(t, err, codes.FailedPrecondition, "vg1/backup-tool-snap")
 	for _, name := range []string{lvName, "backup-tool-snap"} {
-		if _, ok := fx.lvm.lvs["vg1/"+name]; !ok {
+		if _, ok := fx.lvm.LVs["vg1/"+name]; !ok {
 			t.Errorf("LV vg1/%s was removed", name)
 		}
 	}

@@ -2,53 +2,16 @@ package driver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/carve-csi/carve/internal/node/blockcopy"
-	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
-
-// fakeCopier records the copies asked of it; failNext fails the next one
-// after half the bytes, as a killed plugin leaves it.
-type fakeCopier struct {
-	mu       sync.Mutex
-	copies   []fakeCopy
-	failNext bool
-	// during, when set, runs in the middle of each copy.
-	during func()
-}
-
-type fakeCopy struct {
-	dst, src string
-	size     uint64
-	sparse   bool
-}
-
-func (c *fakeCopier) Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.during != nil {
-		c.during()
-	}
-	if c.failNext {
-		c.failNext = false
-		progress(size / 2)
-		return blockcopy.Result{Bytes: size / 2}, errors.New("killed mid-copy")
-	}
-	c.copies = append(c.copies, fakeCopy{dst, src, size, sparse})
-	progress(size)
-	return blockcopy.Result{Bytes: size}, nil
-}
 
 var thinParams = map[string]string{volume.ParamDeviceClass: "thin"}
 
@@ -132,7 +95,7 @@ func TestCreateSnapshot(t *testing.T) {
 			if tt.wantType == lvm.TypeThin && (lv.Attr.Active || !lv.Attr.ActivationSkip) {
 				t.Errorf("thin snapshot LV active %v, activation skip %v: want inactive until needed", lv.Attr.Active, lv.Attr.ActivationSkip)
 			}
-			if free := fx.lvm.vgs["vg1"].Free; free != tt.wantVGFree {
+			if free := fx.lvm.VGs["vg1"].Free; free != tt.wantVGFree {
 				t.Errorf("vg1 free %d, want %d", free, tt.wantVGFree)
 			}
 
@@ -263,7 +226,7 @@ func TestDeleteVolumeWithSnapshots(t *testing.T) {
 	if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: thin}); err != nil {
 		t.Fatalf("DeleteVolume of a thin volume with a snapshot: %v", err)
 	}
-	fx.lvm.lvs[tsnap.GetSnapshotId()[len(testNode)+1:]].Origin = "" // LVM forgets the removed origin
+	fx.lvm.LVs[tsnap.GetSnapshotId()[len(testNode)+1:]].Origin = "" // LVM forgets the removed origin
 	fx.restart(t)
 	got, err := fx.cs.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: tsnap.GetSnapshotId()})
 	if err != nil || got.GetSnapshot().GetSourceVolumeId() != thin || !got.GetSnapshot().GetReadyToUse() {
@@ -338,8 +301,8 @@ func TestRestoreAndCloneThin(t *testing.T) {
 			if lv.Attr.Type != lvm.TypeThin || lv.Origin == "" || lv.Attr.ActivationSkip || lv.Size != tt.wantSize {
 				t.Errorf("LV %+v: want a thin snapshot, activation not skipped, of %d bytes", lv, tt.wantSize)
 			}
-			if len(fx.copier.copies) != 0 {
-				t.Errorf("a thin restore copied: %v", fx.copier.copies)
+			if len(fx.copier.Copies) != 0 {
+				t.Errorf("a thin restore copied: %v", fx.copier.Copies)
 			}
 			again, err := fx.cs.CreateVolume(ctx, req)
 			if err != nil || again.GetVolume().GetVolumeId() != resp.GetVolume().GetVolumeId() {
@@ -393,96 +356,6 @@ func TestRestoreSourceRefused(t *testing.T) {
 	}
 }
 
-// TestRestoreByCopy: restores and clones that are not thin snapshots of a
-// thin LV in the class's pool copy the data into a new LV, which carries
-// the copy-pending tag until the copy is done; a copy cut short is
-// redone by the retry; a clone copies from a temporary snapshot, removed
-// afterwards.
-func TestRestoreByCopy(t *testing.T) {
-	tests := []struct {
-		name       string
-		srcParams  map[string]string
-		dstParams  map[string]string
-		clone      bool
-		wantTmpCOW bool
-	}{
-		{"thick restore", nil, nil, false, false},
-		{"thick clone", nil, nil, true, true},
-		{"thin snapshot restored thick", thinParams, nil, false, false},
-		{"thick snapshot restored thin", nil, thinParams, false, false},
-		{"thin clone into thick", thinParams, nil, true, false},
-	}
-	for _, tt := range tests {
-		for _, crash := range []bool{false, true} {
-			name := tt.name
-			if crash {
-				name += ", killed mid-copy"
-			}
-			t.Run(name, func(t *testing.T) {
-				ctx := context.Background()
-				fx := newControllerFixture(t)
-				vol := fx.mustVolume(t, "pvc-1", gib, tt.srcParams)
-				req := createReq("pvc-new", gib, tt.dstParams)
-				req.VolumeContentSource = fromVolume(vol)
-				srcLV := fx.lv(t, vol)
-				wantSrc := srcLV.Path
-				if !tt.clone {
-					snap := fx.mustSnapshot(t, "snap-1", vol)
-					req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
-					wantSrc = fx.lv(t, snap.GetSnapshotId()).Path
-				}
-				if crash {
-					fx.copier.failNext = true
-					_, err := fx.cs.CreateVolume(ctx, req)
-					wantCode(t, err, codes.Internal, "a retry copies again")
-					lv := fx.lv(t, "vg1/"+volume.LVNameFor("pvc-new"))
-					if !volume.CopyPending(lv.Tags) {
-						t.Fatalf("a half-copied LV lost its copy-pending tag: %v", lv.Tags)
-					}
-					if _, ok := fx.lvm.lvs["vg1/"+volume.CopySourceLVNameFor(lv.Name)]; ok {
-						t.Error("a failed copy left its temporary snapshot")
-					}
-					fx.restart(t)
-				}
-				resp, err := fx.cs.CreateVolume(ctx, req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				lv := fx.lv(t, resp.GetVolume().GetVolumeId())
-				if volume.CopyPending(lv.Tags) || lv.Origin != "" {
-					t.Errorf("copied LV %+v: want no copy-pending tag, no origin", lv)
-				}
-				if len(fx.copier.copies) != 1 {
-					t.Fatalf("copies %v, want one", fx.copier.copies)
-				}
-				c := fx.copier.copies[0]
-				if c.dst != lv.Path || c.size != uint64(gib) {
-					t.Errorf("copy %+v: want %d bytes into %s", c, gib, lv.Path)
-				}
-				if tmp := "/dev/vg1/" + volume.CopySourceLVNameFor(lv.Name); tt.clone && c.src != tmp || !tt.clone && c.src != wantSrc {
-					t.Errorf("copied from %s; want the %s", c.src, map[bool]string{true: "temporary snapshot " + tmp, false: "snapshot " + wantSrc}[tt.clone])
-				}
-				for _, l := range fx.lvm.lvs {
-					if k, _, _ := volume.Owned(l.Tags); k == volume.KindCopySource {
-						t.Errorf("temporary snapshot %s left behind", l.Name)
-					}
-				}
-				// The copied data is never zeroed, not even where
-				// signatures live.
-				for _, e := range fx.eraser.erasures() {
-					if e.path == lv.Path {
-						t.Errorf("the copied volume was erased: %v", e)
-					}
-				}
-				// A repeat copies nothing.
-				if _, err := fx.cs.CreateVolume(ctx, req); err != nil || len(fx.copier.copies) != 1 {
-					t.Errorf("repeat: %v, copies %d", err, len(fx.copier.copies))
-				}
-			})
-		}
-	}
-}
-
 // TestFullCOWSnapshot: a copy-on-write snapshot whose space ran out is
 // not ready to use, and no restore reads it.
 func TestFullCOWSnapshot(t *testing.T) {
@@ -490,7 +363,7 @@ func TestFullCOWSnapshot(t *testing.T) {
 	fx := newControllerFixture(t)
 	vol := fx.mustVolume(t, "pvc-1", gib, nil)
 	snap := fx.mustSnapshot(t, "snap-1", vol)
-	lv := fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]]
+	lv := fx.lvm.LVs[snap.GetSnapshotId()[len(testNode)+1:]]
 	lv.Attr = lvm.ParseAttributes("swi-I-s---")
 	lv.SnapPercent = 100
 	fx.restart(t)
@@ -506,7 +379,7 @@ func TestFullCOWSnapshot(t *testing.T) {
 	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
 	_, err = fx.cs.CreateVolume(ctx, req)
 	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
-	if len(fx.copier.copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
+	if len(fx.copier.Copies) != 0 || slices.ContainsFunc(fx.view.Volumes(), func(l lvm.LogicalVolume) bool { return l.Name == volume.LVNameFor("pvc-new") }) {
 		t.Error("a restore from a full COW snapshot made a volume")
 	}
 }
@@ -534,32 +407,6 @@ func TestListSnapshotsPaging(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument)
 }
 
-// TestCOWSnapshotFillsDuringCopy: a copy-on-write snapshot that runs out of
-// space while a restore copies it leaves the copy unfinished.
-func TestCOWSnapshotFillsDuringCopy(t *testing.T) {
-	ctx := context.Background()
-	fx := newControllerFixture(t)
-	vol := fx.mustVolume(t, "pvc-1", gib, nil)
-	snap := fx.mustSnapshot(t, "snap-1", vol)
-	key := snap.GetSnapshotId()[len(testNode)+1:]
-	fx.copier.during = func() {
-		fx.lvm.mu.Lock()
-		defer fx.lvm.mu.Unlock()
-		fx.lvm.lvs[key].Attr = lvm.ParseAttributes("swi-I-s---")
-	}
-	req := createReq("pvc-new", gib, nil)
-	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
-	_, err := fx.cs.CreateVolume(ctx, req)
-	wantCode(t, err, codes.FailedPrecondition, "snapshot space")
-	lv := fx.lv(t, "vg1/"+volume.LVNameFor("pvc-new"))
-	if !volume.CopyPending(lv.Tags) {
-		t.Errorf("a copy of a snapshot that filled up meanwhile is marked done: %v", lv.Tags)
-	}
-	fx.copier.during = nil
-	_, err = fx.cs.CreateVolume(ctx, req)
-	wantCode(t, err, codes.FailedPrecondition, "copy-on-write space")
-}
-
 // TestCloneSourceNotHere: a clone asked on a node that does not hold its
 // source volume is NotFound (the controller sends a clone to its source's
 // node, or grants a copy from there); nothing is made.
@@ -577,90 +424,6 @@ func TestCloneSourceNotHere(t *testing.T) {
 			wantCode(t, err, codes.NotFound, "does not exist", "carve controller sends a clone to its source's node")
 			if n := len(fx.view.Volumes()); n != 1 {
 				t.Errorf("a refused clone left %d volumes, want the first alone", n)
-			}
-		})
-	}
-}
-
-// fakeSnapshots reads the fake LVM's snapshots as the kernel would show
-// them, by device path.
-type fakeSnapshots struct {
-	lvm   *fakeLVM
-	reads int
-}
-
-func (f *fakeSnapshots) Read(path string) (dmsnapshot.State, error) {
-	f.lvm.mu.Lock()
-	defer f.lvm.mu.Unlock()
-	f.reads++
-	lv, ok := f.lvm.lvs[strings.TrimPrefix(path, "/dev/")]
-	if !ok {
-		return dmsnapshot.State{}, fmt.Errorf("%s: no such device", path)
-	}
-	if lv.Attr.Type != lvm.TypeSnapshot {
-		return dmsnapshot.State{}, nil
-	}
-	if lv.Attr.SnapshotInvalid {
-		return dmsnapshot.State{Snapshot: true, Invalid: true, Status: "Invalid"}, nil
-	}
-	return dmsnapshot.State{Snapshot: true, Status: "16/2097152 16"}, nil
-}
-
-// TestThickRestoreReads: a thick restore whose snapshot the view holds
-// and whose LVs have their device nodes reads the snapshot's state once,
-// after the copy: from the kernel (no lvm command), or from LVM when the
-// kernel's cannot be read (the raw lvcreate + dd + lvchange read neither);
-// a snapshot that the view still shows usable but that ran out of space
-// leaves the copy unfinished.
-func TestThickRestoreReads(t *testing.T) {
-	for _, tt := range []struct {
-		name     string
-		kernel   bool
-		full     bool
-		lvmReads int
-		dmReads  int
-	}{
-		{"from the kernel", true, false, 0, 1},
-		{"from the kernel, full", true, true, 0, 1},
-		{"from LVM", false, false, 1, 0},
-		{"from LVM, full", false, true, 1, 0},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			fx := newControllerFixture(t)
-			dm := &fakeSnapshots{lvm: fx.lvm}
-			if tt.kernel {
-				fx.snapshots = dm
-			}
-			fx.isDeviceNode = func(string) bool { return true }
-			fx.restart(t)
-			vol := fx.mustVolume(t, "pvc-1", gib, nil)
-			snap := fx.mustSnapshot(t, "snap-1", vol)
-			if tt.full {
-				fx.lvm.lvs[snap.GetSnapshotId()[len(testNode)+1:]].Attr = lvm.ParseAttributes("swi-I-s---")
-			}
-			gets, activations := fx.lvm.gets, len(fx.lvm.activations)
-			req := createReq("pvc-new", gib, nil)
-			req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
-			_, err := fx.cs.CreateVolume(ctx, req)
-			if n := fx.lvm.gets - gets; n != tt.lvmReads {
-				t.Errorf("the restore read LVM %d times, want %d", n, tt.lvmReads)
-			}
-			if dm.reads != tt.dmReads {
-				t.Errorf("the restore read device-mapper %d times, want %d", dm.reads, tt.dmReads)
-			}
-			if n := len(fx.lvm.activations) - activations; n != 0 {
-				t.Errorf("the restore activated %d LVs that had device nodes", n)
-			}
-			if !tt.full {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			wantCode(t, err, codes.FailedPrecondition, "snapshot space")
-			if lv := fx.lv(t, "vg1/"+volume.LVNameFor("pvc-new")); !volume.CopyPending(lv.Tags) {
-				t.Errorf("a copy of a full snapshot is marked done: %v", lv.Tags)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
 	"github.com/carve-csi/carve/internal/topology"
@@ -45,18 +46,12 @@ deviceClasses:
 `
 
 type controllerFixture struct {
-	lvm    *fakeLVM
-	copier *fakeCopier
-	eraser *fakeEraser
+	lvm    *provisiontest.LVM
+	copier *provisiontest.Copier
+	eraser *provisiontest.Eraser
 	cfg    *deviceclass.Config
 	view   *vgview.View
 	cs     *ControllerServer
-	// snapshots, when set before restart, is the controller's
-	// SnapshotReader.
-	snapshots provision.SnapshotReader
-	// isDeviceNode, when set before restart, replaces the check for a
-	// device node.
-	isDeviceNode func(string) bool
 	// locks are the controller's per-volume locks; they outlive restarts.
 	locks *volumelock.Locks
 	// marks outlive restarts, as the plugin's state directory does.
@@ -77,15 +72,15 @@ func openMarks(t *testing.T) *marks.Marks {
 // free, 5 GiB after the spare of class fast), vg2 of 2 GiB.
 func newControllerFixture(t *testing.T) *controllerFixture {
 	t.Helper()
-	f := newFakeLVM()
-	f.addVG("vg1", 10<<30)
-	f.addThinPool("vg1", "pool", 4<<30)
-	f.addVG("vg2", 2<<30)
+	f := provisiontest.NewLVM()
+	f.AddVG("vg1", 10<<30)
+	f.AddThinPool("vg1", "pool", 4<<30)
+	f.AddVG("vg2", 2<<30)
 	cfg, err := deviceclass.Parse([]byte(testClasses))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &controllerFixture{lvm: f, cfg: cfg, eraser: &fakeEraser{}}
+	fx := &controllerFixture{lvm: f, cfg: cfg, eraser: &provisiontest.Eraser{}}
 	fx.restart(t)
 	return fx
 }
@@ -99,7 +94,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fx.copier == nil {
-		fx.copier = &fakeCopier{}
+		fx.copier = &provisiontest.Copier{}
 	}
 	if fx.marks == nil {
 		fx.marks = openMarks(t)
@@ -109,7 +104,7 @@ func (fx *controllerFixture) restart(t *testing.T) {
 	}
 	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: fx.cfg, LVM: fx.lvm,
 		View: fx.view, Eraser: fx.eraser, Copier: fx.copier, Marks: fx.marks,
-		Snapshots: fx.snapshots, IsDeviceNode: fx.isDeviceNode, Locks: fx.locks}, FSTypes: []string{"ext4", "xfs"}})
+		Locks: fx.locks}, FSTypes: []string{"ext4", "xfs"}})
 }
 
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
@@ -312,7 +307,7 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 			if err == nil && resp.GetVolume().GetVolumeId() != id {
 				t.Errorf("volume ID %q, want %q", resp.GetVolume().GetVolumeId(), id)
 			}
-			if n := len(fx.lvm.lvs); n != 2 { // the pool and the one volume
+			if n := len(fx.lvm.LVs); n != 2 { // the pool and the one volume
 				t.Errorf("%d LVs in LVM, want the pool and one volume", n)
 			}
 		})
@@ -385,7 +380,7 @@ func TestCreateVolumeRecordsClaim(t *testing.T) {
 	if err != nil || len(list.GetEntries()) != 1 {
 		t.Errorf("ListVolumes = %v, %v; want the volume", list, err)
 	}
-	if n := len(fx.lvm.lvs); n != 2 { // the pool and the volume
+	if n := len(fx.lvm.LVs); n != 2 { // the pool and the volume
 		t.Errorf("%d LVs in LVM, want the pool and the volume", n)
 	}
 }
@@ -428,7 +423,7 @@ func TestCreateVolumeLVMErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newControllerFixture(t)
-			fx.lvm.failNext = tt.err
+			fx.lvm.FailNext = tt.err
 			_, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil))
 			wantCode(t, err, tt.code, tt.err.Error())
 		})
@@ -484,14 +479,14 @@ func TestDeleteVolume(t *testing.T) {
 		}, code: codes.FailedPrecondition, msg: []string{volume.TagOwner}},
 		{name: "open", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", nil)
-			fx.lvm.mu.Lock()
-			fx.lvm.lvs[id].Attr.Open = true
-			fx.lvm.mu.Unlock()
+			fx.lvm.Mu.Lock()
+			fx.lvm.LVs[id].Attr.Open = true
+			fx.lvm.Mu.Unlock()
 			return id
 		}, code: codes.FailedPrecondition, msg: []string{"in use"}},
 		{name: "lvremove fails", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", nil)
-			fx.lvm.failNext = errors.New("lvm crashed")
+			fx.lvm.FailNext = errors.New("lvm crashed")
 			return id
 		}, code: codes.Internal, msg: []string{"lvm crashed"}},
 		// The volume group is this node's but missing (disks not seen yet
@@ -500,7 +495,7 @@ func TestDeleteVolume(t *testing.T) {
 		// answered OK with the LV (and its data) orphaned.
 		{name: "volume group missing", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "other"})
-			fx.lvm.hideVG("vg2")
+			fx.lvm.HideVG("vg2")
 			if err := fx.view.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -508,16 +503,16 @@ func TestDeleteVolume(t *testing.T) {
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group missing, the view not refreshed yet", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "other"})
-			fx.lvm.hideVG("vg2")
+			fx.lvm.HideVG("vg2")
 			return id
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group missing, an LV the view never held", setup: func(t *testing.T, fx *controllerFixture) string {
-			fx.lvm.hideVG("vg2")
+			fx.lvm.HideVG("vg2")
 			return volume.VolumeID("vg2", volume.LVNameFor("made-before-a-restart"))
 		}, code: codes.Unavailable, msg: []string{"volume group vg2 is missing"}},
 		{name: "volume group unreadable", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", map[string]string{volume.ParamDeviceClass: "other"})
-			fx.lvm.unreadable = map[string]error{"vg2": errors.New("checksum error in metadata")}
+			fx.lvm.Unreadable = map[string]error{"vg2": errors.New("checksum error in metadata")}
 			if err := fx.view.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -525,7 +520,7 @@ func TestDeleteVolume(t *testing.T) {
 		}, code: codes.Internal, msg: []string{"checksum error"}},
 		{name: "gone under our feet", setup: func(t *testing.T, fx *controllerFixture) string {
 			id := mustCreate(t, fx, "pvc-1", nil)
-			fx.lvm.failNext = fmt.Errorf("lvremove: %w", lvm.ErrNotFound)
+			fx.lvm.FailNext = fmt.Errorf("lvremove: %w", lvm.ErrNotFound)
 			return id
 		}, code: codes.OK},
 	}
@@ -537,12 +532,12 @@ func TestDeleteVolume(t *testing.T) {
 			id := tt.setup(t, fx)
 			_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: map[string]string{"k": "v"}})
 			wantCode(t, err, tt.code, tt.msg...)
-			if fx.lvm.hidden["vg2"] != nil || fx.lvm.unreadable != nil {
+			if fx.lvm.Hidden["vg2"] != nil || fx.lvm.Unreadable != nil {
 				// Once the volume group is back the LV is there, and
 				// the retried DeleteVolume removes it.
-				fx.lvm.unreadable = nil
-				if fx.lvm.hidden["vg2"] != nil {
-					fx.lvm.showVG("vg2")
+				fx.lvm.Unreadable = nil
+				if fx.lvm.Hidden["vg2"] != nil {
+					fx.lvm.ShowVG("vg2")
 				}
 				vg, lvName, _ := volume.ParseVolumeID(id)
 				if _, gerr := fx.lvm.GetLV(ctx, vg, lvName); gerr == nil {
@@ -587,7 +582,7 @@ func mustCreate(t *testing.T, fx *controllerFixture, name string, params map[str
 func TestGetCapacity(t *testing.T) {
 	ctx := context.Background()
 	fx := newControllerFixture(t)
-	reportsBefore := fx.lvm.reports
+	reportsBefore := fx.lvm.Reports
 	tests := []struct {
 		name    string
 		req     *csi.GetCapacityRequest
@@ -620,8 +615,8 @@ func TestGetCapacity(t *testing.T) {
 			}
 		})
 	}
-	if fx.lvm.reports != reportsBefore {
-		t.Errorf("GetCapacity ran %d LVM reports; it must answer from the view", fx.lvm.reports-reportsBefore)
+	if fx.lvm.Reports != reportsBefore {
+		t.Errorf("GetCapacity ran %d LVM reports; it must answer from the view", fx.lvm.Reports-reportsBefore)
 	}
 
 	// Capacity follows mutations without a refresh.
@@ -639,9 +634,9 @@ func TestGetCapacity(t *testing.T) {
 	}
 
 	// A VG that vanished has no capacity.
-	fx.lvm.mu.Lock()
-	delete(fx.lvm.vgs, "vg2")
-	fx.lvm.mu.Unlock()
+	fx.lvm.Mu.Lock()
+	delete(fx.lvm.VGs, "vg2")
+	fx.lvm.Mu.Unlock()
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -735,7 +730,7 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.lvm.addVG("vg-other", 1<<30)
+	fx.lvm.AddVG("vg-other", 1<<30)
 	if _, err := fx.lvm.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: "vg-other", Name: name, Size: 1, Tags: own.Tags}); err != nil {
 		t.Fatal(err)
 	}
@@ -864,11 +859,11 @@ func TestListVolumesListsOnlyAvailableVolumes(t *testing.T) {
 		}
 		marked = append(marked, volume.VolumeID("vg1", lv))
 	}
-	fx.lvm.mu.Lock()
+	fx.lvm.Mu.Lock()
 	for _, id := range append([]string{done}, marked...) {
-		fx.lvm.lvs[id].Attr.Active = false
+		fx.lvm.LVs[id].Attr.Active = false
 	}
-	fx.lvm.mu.Unlock()
+	fx.lvm.Mu.Unlock()
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -961,11 +956,11 @@ func TestListVolumesLeavesOutQuarantinedOrphans(t *testing.T) {
 		Tags: append(volume.VolumeTags("gone", "fast", nil), volume.OrphanTags(orig, time.Unix(1e9, 0))...)}); err != nil {
 		t.Fatal(err)
 	}
-	fx.lvm.mu.Lock()
+	fx.lvm.Mu.Lock()
 	for _, id := range []string{done, volume.VolumeID("vg1", qname)} {
-		fx.lvm.lvs[id].Attr.Active = false // unhealthy, so the health list shows it
+		fx.lvm.LVs[id].Attr.Active = false // unhealthy, so the health list shows it
 	}
-	fx.lvm.mu.Unlock()
+	fx.lvm.Mu.Unlock()
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -29,7 +30,7 @@ func TestNodeExpandVolumeFlushesTheGrowth(t *testing.T) {
 		}
 	}
 	expand()
-	want := []flushedAt{{path: pvOf("vg1"), lvSize: 2 * uint64(gib)}}
+	want := []flushedAt{{path: provisiontest.PVOf("vg1"), lvSize: 2 * uint64(gib)}}
 	if !slices.Equal(fx.flushed, want) {
 		t.Errorf("flushes %+v, want %+v: the volume group's PV, once the LV has its new size", fx.flushed, want)
 	}
@@ -49,13 +50,13 @@ func TestDeleteFlushesTheRemoval(t *testing.T) {
 	var flushes []string // each "path, LV gone|LV still there"
 	// watched is the LV (vg/name) whose removal the flushes must follow.
 	var watched string
-	fx.eraser.observe = func(path string, m erase.Method) {
+	fx.eraser.Observe = func(path string, m erase.Method) {
 		if m != erase.Flush || watched == "" {
 			return
 		}
 		vg, name, _ := strings.Cut(watched, "/")
 		state := "LV gone"
-		if _, ok := fx.lvm.lvTags(vg, name); ok {
+		if _, ok := fx.lvm.LVTags(vg, name); ok {
 			state = "LV still there"
 		}
 		mu.Lock()
@@ -79,25 +80,25 @@ func TestDeleteFlushesTheRemoval(t *testing.T) {
 		if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			t.Fatal(err)
 		}
-		check("DeleteVolume "+id, pvOf("vg1")+", LV gone")
+		check("DeleteVolume "+id, provisiontest.PVOf("vg1")+", LV gone")
 		watched = ""
 	}
 
 	id := mustCreate(t, fx, "pvc-flush-fails", nil)
 	watched = id
-	fx.eraser.mu.Lock()
-	fx.eraser.fail = errors.New("the disk is gone")
-	fx.eraser.mu.Unlock()
+	fx.eraser.Mu.Lock()
+	fx.eraser.Fail = errors.New("the disk is gone")
+	fx.eraser.Mu.Unlock()
 	_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
 	wantCode(t, err, codes.Internal, "the disk is gone")
-	check("DeleteVolume whose flush fails", pvOf("vg1")+", LV gone")
-	fx.eraser.mu.Lock()
-	fx.eraser.fail = nil
-	fx.eraser.mu.Unlock()
+	check("DeleteVolume whose flush fails", provisiontest.PVOf("vg1")+", LV gone")
+	fx.eraser.Mu.Lock()
+	fx.eraser.Fail = nil
+	fx.eraser.Mu.Unlock()
 	if _, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 		t.Fatal(err)
 	}
-	check("the retry", pvOf("vg1")+", LV gone")
+	check("the retry", provisiontest.PVOf("vg1")+", LV gone")
 	watched = ""
 
 	vol := fx.mustVolume(t, "pvc-snapped", gib, thinParams)
@@ -111,5 +112,5 @@ func TestDeleteFlushesTheRemoval(t *testing.T) {
 	if _, err := fx.cs.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()}); err != nil {
 		t.Fatal(err)
 	}
-	check("DeleteSnapshot", pvOf("vg1")+", LV gone")
+	check("DeleteSnapshot", provisiontest.PVOf("vg1")+", LV gone")
 }

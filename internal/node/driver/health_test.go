@@ -62,10 +62,10 @@ func TestControllerVolumeHealthRPCs(t *testing.T) {
 	good := mustCreate(t, fx, "good", nil)
 	bad1 := mustCreate(t, fx, "bad-1", nil)
 	bad2 := mustCreate(t, fx, "bad-2", nil)
-	fx.lvm.mu.Lock()
-	fx.lvm.lvs[bad1].Attr.Active = false
-	fx.lvm.lvs[bad2].Attr.Health = lvm.HealthPartial
-	fx.lvm.mu.Unlock()
+	fx.lvm.Mu.Lock()
+	fx.lvm.LVs[bad1].Attr.Active = false
+	fx.lvm.LVs[bad2].Attr.Health = lvm.HealthPartial
+	fx.lvm.Mu.Unlock()
 	if err := fx.view.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

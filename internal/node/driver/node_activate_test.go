@@ -82,13 +82,13 @@ func TestNodeActivatesTheLVItNeeds(t *testing.T) {
 		{name: "activation fails", code: codes.Internal, msg: []string{"activating its inactive LV", "device-mapper: reload ioctl failed"},
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				deactivate(fx, fx.id)
-				fx.lvm.failNext = fmt.Errorf("lvchange: exit code 5: device-mapper: reload ioctl failed")
+				fx.lvm.FailNext = fmt.Errorf("lvchange: exit code 5: device-mapper: reload ioctl failed")
 			},
 			call: stageFS},
 		{name: "the LV vanished before its activation", code: codes.NotFound, msg: []string{"does not exist"},
 			prepare: func(t *testing.T, fx *nodeFixture) {
 				deactivate(fx, fx.id)
-				fx.lvm.failNext = fmt.Errorf("lv: %w", lvm.ErrNotFound)
+				fx.lvm.FailNext = fmt.Errorf("lv: %w", lvm.ErrNotFound)
 			},
 			call: stageFS},
 	}
@@ -103,13 +103,13 @@ func TestNodeActivatesTheLVItNeeds(t *testing.T) {
 			if tc.code == codes.OK {
 				want = []string{fx.id}
 			}
-			if got := fx.lvm.activations; !slices.Equal(append([]string{}, got...), want) {
+			if got := fx.lvm.Activations; !slices.Equal(append([]string{}, got...), want) {
 				t.Errorf("activated %v, want %v", got, want)
 			}
 			for _, key := range tc.activated {
-				fx.lvm.mu.Lock()
-				active := fx.lvm.lvs[key].Attr.Active
-				fx.lvm.mu.Unlock()
+				fx.lvm.Mu.Lock()
+				active := fx.lvm.LVs[key].Attr.Active
+				fx.lvm.Mu.Unlock()
 				if !active {
 					t.Errorf("%s is still inactive", key)
 				}

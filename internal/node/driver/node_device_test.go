@@ -46,8 +46,8 @@ func TestStageAndPublishLookup(t *testing.T) {
 					t.Fatalf("publish: %v", err)
 				}
 			}
-			if fx.lvm.gets != tc.wantGets {
-				t.Errorf("stage and publish read the LV %d times, want %d", fx.lvm.gets, tc.wantGets)
+			if fx.lvm.Gets != tc.wantGets {
+				t.Errorf("stage and publish read the LV %d times, want %d", fx.lvm.Gets, tc.wantGets)
 			}
 			if got := sampleCountOf(t, fx, "stage", "fast"); err == nil && got != 1 {
 				t.Errorf("stage phase with device_class=fast counted %d times, want 1", got)

@@ -60,7 +60,7 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 		{name: "class unavailable: a PV of the volume group is missing", required: 2 * gib, code: codes.ResourceExhausted, want: gib,
 			msg: []string{"missing physical volume"},
 			prepare: func(t *testing.T, fx *nodeFixture) {
-				fx.lvm.vgs["vg1"].MissingPVs = 1
+				fx.lvm.VGs["vg1"].MissingPVs = 1
 				if err := fx.view.Refresh(context.Background()); err != nil {
 					t.Fatal(err)
 				}
@@ -129,15 +129,15 @@ func TestNodeExpandAndCreateShareTheRoom(t *testing.T) {
 	t.Run("no refresh needed", func(t *testing.T) {
 		fx := newNodeFixture(t)
 		fx.publish(t, blockCap(sw), false)
-		reports := fx.lvm.reports
+		reports := fx.lvm.Reports
 		if err := expand(fx, 5*gib); err != nil {
 			t.Fatal(err)
 		}
 		if err := create(fx); err != nil {
 			t.Fatal(err)
 		}
-		if fx.lvm.reports != reports {
-			t.Errorf("%d LVM reports ran; the growth must count in the view at once", fx.lvm.reports-reports)
+		if fx.lvm.Reports != reports {
+			t.Errorf("%d LVM reports ran; the growth must count in the view at once", fx.lvm.Reports-reports)
 		}
 	})
 }

@@ -60,7 +60,7 @@ func TestStageRemakesAFilesystemWhoseMkfsNeverEnded(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newNodeFixture(t)
 			vg, lv, _ := volume.ParseVolumeID(fx.id)
-			uuid := fx.lvm.lvs[vg+"/"+lv].UUID
+			uuid := fx.lvm.LVs[vg+"/"+lv].UUID
 			var err error
 			switch tt.mark {
 			case "":

@@ -25,6 +25,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
@@ -53,7 +54,7 @@ deviceClasses:
 // the device classes and a view of the volume groups shared with a
 // Controller server.
 type nodeFixture struct {
-	lvm     *fakeLVM
+	lvm     *provisiontest.LVM
 	mounter *mount.FakeMounter
 	tools   *fstest.Tools
 	reg     *prometheus.Registry
@@ -78,8 +79,8 @@ type nodeFixture struct {
 
 func newNodeFixture(t *testing.T) *nodeFixture {
 	t.Helper()
-	fx := &nodeFixture{lvm: newFakeLVM(), mounter: mount.NewFakeMounter(nil), tools: fstest.New(), reg: prometheus.NewRegistry()}
-	fx.lvm.addVG("vg1", 10*uint64(gib))
+	fx := &nodeFixture{lvm: provisiontest.NewLVM(), mounter: mount.NewFakeMounter(nil), tools: fstest.New(), reg: prometheus.NewRegistry()}
+	fx.lvm.AddVG("vg1", 10*uint64(gib))
 	fx.name = "pvc-1"
 	fx.id, fx.device = fx.addVolume(t, fx.name)
 	dir := t.TempDir()
@@ -94,7 +95,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 		t.Fatal(err)
 	}
 	fx.formatting = openMarks(t)
-	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, Eraser: &fakeEraser{},
+	fx.cs = NewControllerServer(ControllerConfig{Config: provision.Config{NodeName: testNode, Classes: cfg, LVM: fx.lvm, View: fx.view, Eraser: &provisiontest.Eraser{},
 		Marks: openMarks(t), Formatting: fx.formatting}, FSTypes: []string{"ext4", "xfs"}})
 	fx.ns = NewNodeServer(NodeConfig{NodeName: testNode, MaxVolumes: 100, LVM: fx.lvm,
 		FS: fs.New(fx.mounter, fx.tools), Metrics: metrics.NewRecorder(fx.reg),
@@ -165,7 +166,7 @@ func (fx *nodeFixture) addVolume(t *testing.T, name string) (string, string) {
 // 1 GiB thin LV of class thin; it returns the LV's ID.
 func (fx *nodeFixture) addThinVolume(t *testing.T, name string) string {
 	t.Helper()
-	fx.lvm.addThinPool("vg1", "pool", 4*uint64(gib))
+	fx.lvm.AddThinPool("vg1", "pool", 4*uint64(gib))
 	lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg1", Name: volume.LVNameFor(name),
 		Size: uint64(gib), ThinPool: "pool", Tags: []string{volume.TagOwner, volume.VolumeTag(name), volume.TagClassPrefix + "thin"}})
 	if err != nil {
@@ -185,9 +186,9 @@ func (fx *nodeFixture) named(id, name string) {
 
 // setLV changes the fake LV of id.
 func (fx *nodeFixture) setLV(id string, change func(*lvm.LogicalVolume)) {
-	fx.lvm.mu.Lock()
-	defer fx.lvm.mu.Unlock()
-	change(fx.lvm.lvs[id])
+	fx.lvm.Mu.Lock()
+	defer fx.lvm.Mu.Unlock()
+	change(fx.lvm.LVs[id])
 }
 
 func (fx *nodeFixture) stageReq(c *csi.VolumeCapability) *csi.NodeStageVolumeRequest {
@@ -464,8 +465,8 @@ func TestNodeStageVolume(t *testing.T) {
 			},
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("", sw)) },
 			check: func(t *testing.T, fx *nodeFixture) {
-				if len(fx.lvm.activations) != 0 || fx.mountAt(fx.staging) != nil {
-					t.Errorf("activations %v, staging mount %v; want neither", fx.lvm.activations, fx.mountAt(fx.staging))
+				if len(fx.lvm.Activations) != 0 || fx.mountAt(fx.staging) != nil {
+					t.Errorf("activations %v, staging mount %v; want neither", fx.lvm.Activations, fx.mountAt(fx.staging))
 				}
 			}},
 		{name: "inactive LV: activated, then staged",
@@ -474,8 +475,8 @@ func TestNodeStageVolume(t *testing.T) {
 			},
 			req: func(fx *nodeFixture) *csi.NodeStageVolumeRequest { return fx.stageReq(mountCap("", sw)) },
 			check: func(t *testing.T, fx *nodeFixture) {
-				if !slices.Equal(fx.lvm.activations, []string{fx.id}) || fx.mountAt(fx.staging) == nil {
-					t.Errorf("activations %v, staging mount %v; want the volume's LV activated and staged", fx.lvm.activations, fx.mountAt(fx.staging))
+				if !slices.Equal(fx.lvm.Activations, []string{fx.id}) || fx.mountAt(fx.staging) == nil {
+					t.Errorf("activations %v, staging mount %v; want the volume's LV activated and staged", fx.lvm.Activations, fx.mountAt(fx.staging))
 				}
 			}},
 		{name: "blank device: formatted ext4 and mounted",

@@ -22,7 +22,7 @@ func TestStageAndPublishTrustNoRequest(t *testing.T) {
 	// otherVG makes vg9, which no class uses, with a carve-tagged LV of
 	// class fast in it, and points the fixture at it.
 	otherVG := func(t *testing.T, fx *nodeFixture) {
-		fx.lvm.addVG("vg9", 10*uint64(gib))
+		fx.lvm.AddVG("vg9", 10*uint64(gib))
 		lv, err := fx.lvm.CreateLV(context.Background(), lvm.CreateRequest{VolumeGroup: "vg9", Name: volume.LVNameFor("victim"),
 			Size: uint64(gib), Tags: []string{volume.TagOwner, volume.VolumeTag("victim"), volume.TagClassPrefix + "fast"}})
 		if err != nil {
@@ -99,8 +99,8 @@ func TestStageAndPublishTrustNoRequest(t *testing.T) {
 					}
 					return
 				}
-				if want := tc.gets / 2 * map[string]int{"stage": 1, "publish": 2}[rpc]; fx.lvm.gets != want {
-					t.Errorf("read the LV %d times, want %d", fx.lvm.gets, want)
+				if want := tc.gets / 2 * map[string]int{"stage": 1, "publish": 2}[rpc]; fx.lvm.Gets != want {
+					t.Errorf("read the LV %d times, want %d", fx.lvm.Gets, want)
 				}
 				if got := sampleCountOf(t, fx, "stage", tc.label); got != 1 {
 					t.Errorf("stage phase with device_class=%s counted %d times, want 1", tc.label, got)

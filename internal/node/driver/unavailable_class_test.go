@@ -32,20 +32,20 @@ func TestOneBadClassLeavesTheOthers(t *testing.T) {
 		why   string
 	}{
 		{name: "volume group missing", class: "other", made: true, retry: codes.ResourceExhausted,
-			brk: func(fx *controllerFixture) { fx.lvm.hideVG("vg2") }, why: `volume group "vg2" is missing`},
+			brk: func(fx *controllerFixture) { fx.lvm.HideVG("vg2") }, why: `volume group "vg2" is missing`},
 		{name: "volume group unreadable", class: "other", made: true, retry: codes.OK,
 			brk: func(fx *controllerFixture) {
-				fx.lvm.unreadable = map[string]error{"vg2": errors.New("checksum error in metadata area")}
+				fx.lvm.Unreadable = map[string]error{"vg2": errors.New("checksum error in metadata area")}
 			}, why: `volume group "vg2" could not be read: checksum error`},
 		{name: "volume group with a missing PV", class: "other", made: true, retry: codes.OK,
-			brk: func(fx *controllerFixture) { fx.lvm.vgs["vg2"].MissingPVs = 1 }, why: `volume group "vg2" has 1 missing physical volume(s)`},
+			brk: func(fx *controllerFixture) { fx.lvm.VGs["vg2"].MissingPVs = 1 }, why: `volume group "vg2" has 1 missing physical volume(s)`},
 		{name: "thin pool missing", class: "thin",
 			brk: func(fx *controllerFixture) {
-				delete(fx.lvm.pools, "vg1/pool")
-				delete(fx.lvm.lvs, "vg1/pool")
+				delete(fx.lvm.Pools, "vg1/pool")
+				delete(fx.lvm.LVs, "vg1/pool")
 			}, why: "thin pool vg1/pool is missing"},
 		{name: "thin pool failed", class: "thin", made: true, retry: codes.OK,
-			brk: func(fx *controllerFixture) { fx.lvm.lvs["vg1/pool"].Attr.Health = lvm.HealthFailed }, why: "thin pool vg1/pool is failed"},
+			brk: func(fx *controllerFixture) { fx.lvm.LVs["vg1/pool"].Attr.Health = lvm.HealthFailed }, why: "thin pool vg1/pool is failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,11 +110,11 @@ func TestUnpublishAndUnstageNeedNoLVM(t *testing.T) {
 		name string
 		do   func(fx *nodeFixture)
 	}{
-		{"volume group missing", func(fx *nodeFixture) { fx.lvm.hideVG("vg1") }},
+		{"volume group missing", func(fx *nodeFixture) { fx.lvm.HideVG("vg1") }},
 		{"volume group unreadable", func(fx *nodeFixture) {
-			fx.lvm.mu.Lock()
-			fx.lvm.unreadable = map[string]error{"vg1": errors.New("read error on /dev/sdb")}
-			fx.lvm.mu.Unlock()
+			fx.lvm.Mu.Lock()
+			fx.lvm.Unreadable = map[string]error{"vg1": errors.New("read error on /dev/sdb")}
+			fx.lvm.Mu.Unlock()
 		}},
 	} {
 		for _, restart := range []bool{false, true} {
@@ -130,7 +130,7 @@ func TestUnpublishAndUnstageNeedNoLVM(t *testing.T) {
 				if restart {
 					fx.ns = NewNodeServer(fx.ns.cfg)
 				}
-				gets := fx.lvm.gets
+				gets := fx.lvm.Gets
 				if _, err := fx.ns.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: fx.id, TargetPath: fx.target}); err != nil {
 					t.Fatalf("unpublish: %v", err)
 				}
@@ -139,8 +139,8 @@ func TestUnpublishAndUnstageNeedNoLVM(t *testing.T) {
 				}
 				fx.wantGone(t, fx.target, "target")
 				fx.wantGone(t, fx.staging, "staging path")
-				if fx.lvm.gets != gets {
-					t.Errorf("unpublish and unstage read LVM %d times", fx.lvm.gets-gets)
+				if fx.lvm.Gets != gets {
+					t.Errorf("unpublish and unstage read LVM %d times", fx.lvm.Gets-gets)
 				}
 				wantClass := "fast"
 				if restart {
@@ -158,7 +158,7 @@ func TestUnpublishAndUnstageNeedNoLVM(t *testing.T) {
 // Stage of a volume whose volume group is missing says so.
 func TestStageVolumeGroupMissing(t *testing.T) {
 	fx := newNodeFixture(t)
-	fx.lvm.hideVG("vg1")
+	fx.lvm.HideVG("vg1")
 	_, err := fx.ns.NodeStageVolume(context.Background(), fx.stageReq(mountCap("", sw)))
 	wantCode(t, err, codes.NotFound, "volume group vg1 is missing")
 }

@@ -1,4 +1,8 @@
-package driver
+// Package provisiontest holds an in-memory LVM for the tests of the
+// volume lifecycle (provision) and of its CSI edge (driver): volume groups
+// with a size and 4 MiB extents, thick and thin LVs, snapshots, and the
+// lvm package's errors, kept as state rather than as a script of calls.
+package provisiontest
 
 import (
 	"context"
@@ -11,114 +15,117 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
-// fakeLVM is an in-memory LVM for unit tests: volume groups with a size and
-// an extent size, thick and thin LVs, and the lvm package's errors.
-type fakeLVM struct {
-	mu      sync.Mutex
-	vgs     map[string]*lvm.VolumeGroup
-	lvs     map[string]*lvm.LogicalVolume // key vg/name
-	pools   map[string]*lvm.ThinPool      // key vg/name
-	reports int
-	gets    int
+// LVM is an in-memory LVM: it implements what provision.LVM asks. A test
+// reads or changes its fields holding Mu.
+type LVM struct {
+	Mu    sync.Mutex
+	VGs   map[string]*lvm.VolumeGroup
+	LVs   map[string]*lvm.LogicalVolume // key vg/name
+	Pools map[string]*lvm.ThinPool      // key vg/name
+	// Reports and Gets count the calls of Report and GetLV.
+	Reports, Gets int
 	// uuids counts the UUIDs handed out.
 	uuids int
-	// activations lists the LVs (vg/name) ActivateLV activated,
-	// deactivations those DeactivateLV deactivated.
-	activations, deactivations []string
-	// failNext, when set, is returned by the next mutation.
-	failNext error
-	// unreadable makes every read of a VG fail with its error, as LVM does
+	// Activations lists the LVs (vg/name) ActivateLV activated,
+	// Deactivations those DeactivateLV deactivated.
+	Activations, Deactivations []string
+	// FailNext, when set, is returned by the next mutation.
+	FailNext error
+	// Unreadable makes every read of a VG fail with its error, as LVM does
 	// for a VG with damaged metadata.
-	unreadable map[string]error
-	// hidden holds the VGs (with their LVs and pools) whose disks are
-	// gone: LVM does not see them until showVG.
-	hidden map[string]*hiddenVG
-	// onCreate, when set, is called with each CreateLV request first.
-	onCreate func(lvm.CreateRequest)
+	Unreadable map[string]error
+	// Hidden holds the VGs (with their LVs and pools) whose disks are
+	// gone: LVM does not see them until ShowVG.
+	Hidden map[string]*HiddenVG
+	// OnCreate, when set, is called with each CreateLV request first.
+	OnCreate func(lvm.CreateRequest)
 }
 
-type hiddenVG struct {
+// HiddenVG is a volume group HideVG took away, as it was.
+type HiddenVG struct {
 	vg    *lvm.VolumeGroup
 	lvs   map[string]*lvm.LogicalVolume
 	pools map[string]*lvm.ThinPool
 }
 
-// hideVG makes a VG and everything in it invisible, as when its disks are
-// missing; showVG brings it back as it was.
-func (f *fakeLVM) hideVG(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := &hiddenVG{vg: f.vgs[name], lvs: map[string]*lvm.LogicalVolume{}, pools: map[string]*lvm.ThinPool{}}
-	for k, lv := range f.lvs {
+// HideVG makes a VG and everything in it invisible, as when its disks are
+// missing; ShowVG brings it back as it was.
+func (f *LVM) HideVG(name string) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	h := &HiddenVG{vg: f.VGs[name], lvs: map[string]*lvm.LogicalVolume{}, pools: map[string]*lvm.ThinPool{}}
+	for k, lv := range f.LVs {
 		if lv.VolumeGroup == name {
 			h.lvs[k] = lv
-			delete(f.lvs, k)
+			delete(f.LVs, k)
 		}
 	}
-	for k, p := range f.pools {
+	for k, p := range f.Pools {
 		if p.VolumeGroup == name {
 			h.pools[k] = p
-			delete(f.pools, k)
+			delete(f.Pools, k)
 		}
 	}
-	delete(f.vgs, name)
-	if f.hidden == nil {
-		f.hidden = map[string]*hiddenVG{}
+	delete(f.VGs, name)
+	if f.Hidden == nil {
+		f.Hidden = map[string]*HiddenVG{}
 	}
-	f.hidden[name] = h
+	f.Hidden[name] = h
 }
 
-func (f *fakeLVM) showVG(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := f.hidden[name]
-	f.vgs[name] = h.vg
+// ShowVG brings back a VG HideVG took away.
+func (f *LVM) ShowVG(name string) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	h := f.Hidden[name]
+	f.VGs[name] = h.vg
 	for k, lv := range h.lvs {
-		f.lvs[k] = lv
+		f.LVs[k] = lv
 	}
 	for k, p := range h.pools {
-		f.pools[k] = p
+		f.Pools[k] = p
 	}
-	delete(f.hidden, name)
+	delete(f.Hidden, name)
 }
 
 // vgErrLocked is the error LVM gives for an LV of vg: the VG is missing or
 // unreadable; nil when it can be read.
-func (f *fakeLVM) vgErrLocked(vg string) error {
-	if err := f.unreadable[vg]; err != nil {
+func (f *LVM) vgErrLocked(vg string) error {
+	if err := f.Unreadable[vg]; err != nil {
 		return err
 	}
-	if _, ok := f.vgs[vg]; !ok {
+	if _, ok := f.VGs[vg]; !ok {
 		return fmt.Errorf("%s: %w", vg, lvm.ErrVolumeGroupNotFound)
 	}
 	return nil
 }
 
-func newFakeLVM() *fakeLVM {
-	return &fakeLVM{vgs: map[string]*lvm.VolumeGroup{}, lvs: map[string]*lvm.LogicalVolume{}, pools: map[string]*lvm.ThinPool{}}
+// NewLVM is an LVM without volume groups.
+func NewLVM() *LVM {
+	return &LVM{VGs: map[string]*lvm.VolumeGroup{}, LVs: map[string]*lvm.LogicalVolume{}, Pools: map[string]*lvm.ThinPool{}}
 }
 
 const fakeExtent = 4 << 20
 
-// pvOf is the device of the one PV of a fake volume group.
-func pvOf(vg string) string { return "/dev/fake-pv-of-" + vg }
+// PVOf is the device of the one PV of a fake volume group.
+func PVOf(vg string) string { return "/dev/fake-pv-of-" + vg }
 
-// addVG adds a volume group of size bytes with 4 MiB extents on one PV.
-func (f *fakeLVM) addVG(name string, size uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.vgs[name] = &lvm.VolumeGroup{Name: name, Size: size, Free: size, ExtentSize: fakeExtent,
-		ExtentCount: size / fakeExtent, FreeExtents: size / fakeExtent, PhysicalVolumes: []string{pvOf(name)}}
+// AddVG adds a volume group of size bytes with 4 MiB extents on one PV.
+func (f *LVM) AddVG(name string, size uint64) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.VGs[name] = &lvm.VolumeGroup{Name: name, Size: size, Free: size, ExtentSize: fakeExtent,
+		ExtentCount: size / fakeExtent, FreeExtents: size / fakeExtent, PhysicalVolumes: []string{PVOf(name)}}
 }
 
-// addThinPool carves a thin pool of size bytes out of vg.
-func (f *fakeLVM) addThinPool(vg, name string, size uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.vgs[vg].Free -= size
-	f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
-	f.pools[vg+"/"+name] = &lvm.ThinPool{Name: name, VolumeGroup: vg, Size: size}
-	f.lvs[vg+"/"+name] = &lvm.LogicalVolume{Name: name, VolumeGroup: vg, Size: size,
+// AddThinPool carves a thin pool of size bytes out of vg.
+func (f *LVM) AddThinPool(vg, name string, size uint64) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.VGs[vg].Free -= size
+	f.VGs[vg].FreeExtents = f.VGs[vg].Free / fakeExtent
+	f.Pools[vg+"/"+name] = &lvm.ThinPool{Name: name, VolumeGroup: vg, Size: size}
+	f.LVs[vg+"/"+name] = &lvm.LogicalVolume{Name: name, VolumeGroup: vg, Size: size,
 		Attr: lvm.Attributes{Type: lvm.TypeThinPool, Active: true, Health: lvm.HealthOK}}
 }
 
@@ -132,10 +139,10 @@ func roundUp(size uint64) uint64 {
 // Report answers as the lvm package does: the named VGs (all when none
 // is named); a named VG that is missing or unreadable fails the report,
 // with lvm.ErrVolumeGroupNotFound when it is the only one named and missing.
-func (f *fakeLVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reports++
+func (f *LVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.Reports++
 	for _, vg := range vgs {
 		if err := f.vgErrLocked(vg); err != nil {
 			if len(vgs) > 1 && errors.Is(err, lvm.ErrVolumeGroupNotFound) {
@@ -146,17 +153,17 @@ func (f *fakeLVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error
 	}
 	named := func(vg string) bool { return len(vgs) == 0 || slices.Contains(vgs, vg) }
 	r := &lvm.Report{ReadAt: time.Now()}
-	for _, vg := range f.vgs {
+	for _, vg := range f.VGs {
 		if named(vg.Name) {
 			r.VolumeGroups = append(r.VolumeGroups, *vg)
 		}
 	}
-	for _, lv := range f.lvs {
+	for _, lv := range f.LVs {
 		if named(lv.VolumeGroup) {
 			r.LogicalVolumes = append(r.LogicalVolumes, *lv)
 		}
 	}
-	for _, p := range f.pools {
+	for _, p := range f.Pools {
 		if named(p.VolumeGroup) {
 			r.ThinPools = append(r.ThinPools, *p)
 		}
@@ -176,10 +183,10 @@ func compare(a, b string) int {
 	return 0
 }
 
-func (f *fakeLVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gets++
+func (f *LVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.Gets++
 	if err := f.vgErrLocked(vg); err != nil {
 		return nil, err
 	}
@@ -193,35 +200,35 @@ func (f *fakeLVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolum
 
 // lvLocked is LV vg/name, or an error wrapping lvm.ErrNotFound, as the
 // lvm package reports a missing LV; f.mu is held.
-func (f *fakeLVM) lvLocked(vg, name string) (*lvm.LogicalVolume, error) {
-	lv, ok := f.lvs[vg+"/"+name]
+func (f *LVM) lvLocked(vg, name string) (*lvm.LogicalVolume, error) {
+	lv, ok := f.LVs[vg+"/"+name]
 	if !ok {
 		return nil, fmt.Errorf("lv %s/%s: %w", vg, name, lvm.ErrNotFound)
 	}
 	return lv, nil
 }
 
-func (f *fakeLVM) takeFailure() error {
-	err := f.failNext
-	f.failNext = nil
+func (f *LVM) takeFailure() error {
+	err := f.FailNext
+	f.FailNext = nil
 	return err
 }
 
-func (f *fakeLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
-	if f.onCreate != nil {
-		f.onCreate(req)
+func (f *LVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
+	if f.OnCreate != nil {
+		f.OnCreate(req)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return nil, err
 	}
-	vg, ok := f.vgs[req.VolumeGroup]
+	vg, ok := f.VGs[req.VolumeGroup]
 	if !ok {
 		return nil, fmt.Errorf("vg %s: %w", req.VolumeGroup, lvm.ErrNotFound)
 	}
 	key := req.VolumeGroup + "/" + req.Name
-	if _, ok := f.lvs[key]; ok {
+	if _, ok := f.LVs[key]; ok {
 		return nil, fmt.Errorf("lv %s: %w", key, lvm.ErrAlreadyExists)
 	}
 	size := roundUp(req.Size)
@@ -229,7 +236,7 @@ func (f *fakeLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.Log
 		Tags: slices.Clone(req.Tags), Path: "/dev/" + key,
 		Attr: lvm.Attributes{Type: lvm.TypeThick, Active: true, Health: lvm.HealthOK}}
 	if req.ThinPool != "" {
-		pool, ok := f.pools[req.VolumeGroup+"/"+req.ThinPool]
+		pool, ok := f.Pools[req.VolumeGroup+"/"+req.ThinPool]
 		if !ok {
 			return nil, fmt.Errorf("thin pool %s: %w", req.ThinPool, lvm.ErrNotFound)
 		}
@@ -248,15 +255,15 @@ func (f *fakeLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.Log
 	// result does not.
 	f.uuids++
 	lv.UUID = fmt.Sprintf("%06d-fake-uuid-0000-0000-0000-000000", f.uuids)
-	f.lvs[key] = lv
+	f.LVs[key] = lv
 	c := *lv
 	c.UUID = ""
 	return &c, nil
 }
 
-func (f *fakeLVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *LVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return nil, err
 	}
@@ -268,13 +275,13 @@ func (f *fakeLVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*
 	if size > lv.Size {
 		grow := size - lv.Size
 		if lv.Pool != "" {
-			f.pools[vg+"/"+lv.Pool].VirtualSize += grow
+			f.Pools[vg+"/"+lv.Pool].VirtualSize += grow
 		} else {
-			if grow > f.vgs[vg].Free {
+			if grow > f.VGs[vg].Free {
 				return nil, fmt.Errorf("vg %s: %w", vg, lvm.ErrInsufficientSpace)
 			}
-			f.vgs[vg].Free -= grow
-			f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+			f.VGs[vg].Free -= grow
+			f.VGs[vg].FreeExtents = f.VGs[vg].Free / fakeExtent
 		}
 		lv.Size = size
 	}
@@ -282,9 +289,9 @@ func (f *fakeLVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*
 	return &c, nil
 }
 
-func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *LVM) RemoveLV(ctx context.Context, vg, name string) error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return err
 	}
@@ -292,7 +299,7 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 		return err
 	}
 	key := vg + "/" + name
-	lv, ok := f.lvs[key]
+	lv, ok := f.LVs[key]
 	if !ok {
 		return fmt.Errorf("lv %s: %w", key, lvm.ErrNotFound)
 	}
@@ -300,29 +307,29 @@ func (f *fakeLVM) RemoveLV(ctx context.Context, vg, name string) error {
 		return fmt.Errorf("lv %s is open: %w", key, lvm.ErrInUse)
 	}
 	if lv.Pool != "" {
-		p := f.pools[vg+"/"+lv.Pool]
+		p := f.Pools[vg+"/"+lv.Pool]
 		p.VirtualSize -= lv.Size
 		p.ThinVolumes--
 	} else {
-		f.vgs[vg].Free += lv.Size
-		f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+		f.VGs[vg].Free += lv.Size
+		f.VGs[vg].FreeExtents = f.VGs[vg].Free / fakeExtent
 		// lvremove --yes takes a thick origin's snapshots with it.
-		for k, s := range f.lvs {
+		for k, s := range f.LVs {
 			if s.VolumeGroup == vg && s.Origin == name && s.Attr.Type == lvm.TypeSnapshot {
-				f.vgs[vg].Free += s.Size
-				delete(f.lvs, k)
+				f.VGs[vg].Free += s.Size
+				delete(f.LVs, k)
 			}
 		}
-		f.vgs[vg].FreeExtents = f.vgs[vg].Free / fakeExtent
+		f.VGs[vg].FreeExtents = f.VGs[vg].Free / fakeExtent
 	}
-	delete(f.lvs, key)
+	delete(f.LVs, key)
 	return nil
 }
 
 // DeleteTags takes tags off an LV as lvchange --deltag does.
-func (f *fakeLVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return err
 	}
@@ -338,9 +345,9 @@ func (f *fakeLVM) DeleteTags(ctx context.Context, vg, name string, tags ...strin
 }
 
 // DeactivateLV deactivates one LV as the lvm package does.
-func (f *fakeLVM) DeactivateLV(ctx context.Context, vg, name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return err
 	}
@@ -350,16 +357,16 @@ func (f *fakeLVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	}
 	if lv.Attr.Active {
 		lv.Attr.Active = false
-		f.deactivations = append(f.deactivations, vg+"/"+name)
+		f.Deactivations = append(f.Deactivations, vg+"/"+name)
 	}
 	return nil
 }
 
 // ActivateLV activates one LV as the lvm package does: a thin LV's pool
 // with it, whatever the activation-skip flag.
-func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *LVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return nil, err
 	}
@@ -369,9 +376,9 @@ func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.Logical
 	}
 	if !lv.Attr.Active {
 		lv.Attr.Active = true
-		f.activations = append(f.activations, vg+"/"+name)
+		f.Activations = append(f.Activations, vg+"/"+name)
 		if lv.Pool != "" {
-			f.lvs[vg+"/"+lv.Pool].Attr.Active = true
+			f.LVs[vg+"/"+lv.Pool].Attr.Active = true
 		}
 	}
 	c := *lv
@@ -381,21 +388,21 @@ func (f *fakeLVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.Logical
 // CreateSnapshot makes a thin snapshot (inactive when it keeps the
 // activation-skip flag) or a copy-on-write one taking CowSize of the VG,
 // as the lvm package does.
-func (f *fakeLVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *LVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if err := f.takeFailure(); err != nil {
 		return nil, err
 	}
 	if err := f.vgErrLocked(req.VolumeGroup); err != nil {
 		return nil, err
 	}
-	o, ok := f.lvs[req.VolumeGroup+"/"+req.Origin]
+	o, ok := f.LVs[req.VolumeGroup+"/"+req.Origin]
 	if !ok {
 		return nil, fmt.Errorf("origin %s: %w", req.Origin, lvm.ErrNotFound)
 	}
 	key := req.VolumeGroup + "/" + req.Name
-	if _, ok := f.lvs[key]; ok {
+	if _, ok := f.LVs[key]; ok {
 		return nil, fmt.Errorf("lv %s: %w", key, lvm.ErrAlreadyExists)
 	}
 	lv := &lvm.LogicalVolume{Name: req.Name, VolumeGroup: req.VolumeGroup, Size: o.Size, Tags: slices.Clone(req.Tags),
@@ -406,7 +413,7 @@ func (f *fakeLVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (
 		}
 		lv.Pool = o.Pool
 		lv.Attr = lvm.Attributes{Type: lvm.TypeThin, Active: !req.ActivationSkip, Health: lvm.HealthOK, ActivationSkip: req.ActivationSkip}
-		p := f.pools[req.VolumeGroup+"/"+o.Pool]
+		p := f.Pools[req.VolumeGroup+"/"+o.Pool]
 		p.VirtualSize += lv.Size
 		p.ThinVolumes++
 	} else {
@@ -414,7 +421,7 @@ func (f *fakeLVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (
 			return nil, fmt.Errorf("origin %s is not thick: %w", req.Origin, lvm.ErrInvalidArgument)
 		}
 		size := roundUp(req.CowSize)
-		vg := f.vgs[req.VolumeGroup]
+		vg := f.VGs[req.VolumeGroup]
 		if size > vg.Free {
 			return nil, fmt.Errorf("vg %s has %d bytes free, %d asked: %w", vg.Name, vg.Free, size, lvm.ErrInsufficientSpace)
 		}
@@ -423,9 +430,18 @@ func (f *fakeLVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (
 		lv.Size = size
 		lv.Attr = lvm.Attributes{Type: lvm.TypeSnapshot, Active: o.Attr.Active, Health: lvm.HealthOK}
 	}
-	f.lvs[key] = lv
+	f.LVs[key] = lv
 	c := *lv
 	return &c, nil
 }
 
-var _ LVM = (*fakeLVM)(nil)
+// LVTags is the tags of an LV, and whether it exists.
+func (f *LVM) LVTags(vg, name string) ([]string, bool) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	lv, ok := f.LVs[vg+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return slices.Clone(lv.Tags), true
+}

@@ -89,8 +89,6 @@ func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, n
 		s.answered(ctx, req, node, status.Code(err))
 		return nil, err
 	}
-	// An answer refused here keeps the record: the node made a volume
-	// that no PersistentVolume may ever hold.
 	if err := s.checkCreated(ctx, node, req.GetName(), resp); err != nil {
 		return nil, err
 	}
@@ -252,24 +250,26 @@ func (s *Server) sending(ctx context.Context, req *csi.CreateVolumeRequest, node
 	return nil
 }
 
-// answered records node's answer; a definite one takes the claim's
-// record off: the node made nothing, so the claim may go to another node,
-// or it made the volume, whose PersistentVolume csi-provisioner writes
-// next and which is the record from then on.
+// answered records node's answer; one that says the node made nothing
+// takes the claim's record off, so that the claim may go to another node.
+// A volume made keeps it: csi-provisioner may end before it writes the
+// PersistentVolume, and its next attempt must still find the claim tied
+// to the node that holds the volume (the record costs nothing on a bound
+// claim, and a retry finds it there already).
 func (s *Server) answered(ctx context.Context, req *csi.CreateVolumeRequest, node string, code codes.Code) {
 	ns, claim := claimOf(req)
 	if s.cfg.Sent == nil || claim == "" {
 		s.pending.answered(req.GetName(), node, code)
 		return
 	}
-	if !definite(code) {
+	if !definite(code) || code == codes.OK {
 		return
 	}
 	// The call's own deadline may have passed: the record is the
 	// controller's bookkeeping, not the caller's.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
-	if err := s.cfg.Sent.Answered(ctx, ns, claim); err != nil {
+	if err := s.cfg.Sent.NotMade(ctx, ns, claim); err != nil {
 		klog.FromContext(ctx).Error(err, "Taking the record of a create off its claim; the claim stays on the node while the node cannot be reached", "node", node)
 	}
 }

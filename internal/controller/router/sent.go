@@ -29,8 +29,9 @@ type SentCreates interface {
 	// Sending records node before a CreateVolume of the claim is sent
 	// there; a record that names node already stays as it is.
 	Sending(ctx context.Context, namespace, claim, node string) error
-	// Answered takes the record off once the node answered for sure.
-	Answered(ctx context.Context, namespace, claim string) error
+	// NotMade takes the record off once the node answered that it made
+	// nothing.
+	NotMade(ctx context.Context, namespace, claim string) error
 }
 
 // ClaimAnnotations keeps AnnCreateSentTo through the API server.
@@ -65,8 +66,8 @@ func (c ClaimAnnotations) Sending(ctx context.Context, namespace, claim, node st
 	return c.patch(ctx, namespace, claim, &node)
 }
 
-// Answered takes the annotation off.
-func (c ClaimAnnotations) Answered(ctx context.Context, namespace, claim string) error {
+// NotMade takes the annotation off.
+func (c ClaimAnnotations) NotMade(ctx context.Context, namespace, claim string) error {
 	return c.patch(ctx, namespace, claim, nil)
 }
 

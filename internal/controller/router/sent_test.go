@@ -8,6 +8,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,8 +21,9 @@ import (
 
 // TestCreateRecordCostsOneWriteEachWay: the claim's record of a create is
 // written once however often the create is retried on its node, written
-// again when someone took it off meanwhile, and taken off once the node
-// made the volume; an answer the router refuses keeps it.
+// again when someone took it off meanwhile, kept when the node made the
+// volume (and when the router refuses the answer), and taken off when the
+// node made nothing.
 func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 	as := newAgents()
 	r, _ := newRouter(t, as, nil)
@@ -77,11 +79,20 @@ func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, claim: "data-1", code: codes.DeadlineExceeded, record: "node-a", patches: 3},
-		{name: "the node made it: taken off", do: hang(false), claim: "data-1", code: codes.OK, record: "", patches: 4},
-		{name: "made at the first attempt: written and taken off", claim: "data-2", code: codes.OK, record: "", patches: 6},
+		// csi-provisioner may end before it writes the PV: its next
+		// attempt must still find the claim tied to the node.
+		{name: "the node made it: kept", do: hang(false), claim: "data-1", code: codes.OK, record: "node-a", patches: 3},
+		{name: "made at the first attempt: written once", claim: "data-2", code: codes.OK, record: "node-a", patches: 4},
+		{name: "and repeated: not written again", claim: "data-2", code: codes.OK, record: "node-a", patches: 4},
 		{name: "an answer the router refuses: kept", do: func() {
 			as["node-a"].set(func() { as["node-a"].tamper = onCreate(func(v *csi.Volume) { v.VolumeContext = nil }) })
-		}, claim: "data-3", code: codes.Internal, record: "node-a", patches: 7},
+		}, claim: "data-3", code: codes.Internal, record: "node-a", patches: 5},
+		{name: "the node made nothing: taken off", do: func() {
+			as["node-a"].set(func() {
+				as["node-a"].tamper = nil
+				as["node-a"].fail = map[string]error{"CreateVolume": status.Error(codes.ResourceExhausted, "no room")}
+			})
+		}, claim: "data-3", code: codes.ResourceExhausted, record: "", patches: 6},
 	}
 	for _, st := range steps {
 		if st.do != nil {

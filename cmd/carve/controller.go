@@ -31,7 +31,7 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		Controller: csiserver.ResizerOnlyController{},
 		Node:       csiserver.ResizerOnlyNode{},
 	}
-	var after []func(context.Context) error
+	var after, leading []func(context.Context) error
 	if o.Route.Service != "" {
 		r, err := startRoute(ctx, o, mm.GetRegistry().Registerer())
 		if err != nil {
@@ -39,6 +39,7 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		}
 		svc.Controller = r.server
 		after = append(after, r.run)
+		leading = append(leading, r.leading...)
 	} else if o.Audit.Interval > 0 {
 		klog.InfoS("Not auditing the nodes' LVs: the audit reads them over the node channel, and --node-channel-service is empty")
 	}
@@ -47,13 +48,22 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		if err != nil {
 			return err
 		}
-		after = append(after, run)
+		leading = append(leading, run)
+	}
+	if len(leading) > 0 {
+		client, err := kube.Client(o.Kubeconfig, "carve-controller")
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		after = append(after, func(ctx context.Context) error {
+			return o.whileLeading(ctx, client, leaseName, func(ctx context.Context) error { return runAll(ctx, leading...) })
+		})
 	}
 	return serve(ctx, &o.CommonOptions, svc, mm, func(context.Context) error { return nil }, after)
 }
 
-// lostNodesWatch builds the watch for the volumes of deleted nodes, run
-// under leader election.
+// lostNodesWatch builds the watch for the volumes of deleted nodes (one
+// of the leader's duties).
 func lostNodesWatch(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (func(context.Context) error, error) {
 	client, err := kube.Client(o.Kubeconfig, "carve-controller")
 	if err != nil {
@@ -65,6 +75,6 @@ func lostNodesWatch(ctx context.Context, o *ControllerOptions, reg prometheus.Re
 		DeleteRetained: o.DeleteRetainedClaimsOfLostNodes, Registerer: reg})
 	return func(ctx context.Context) error {
 		defer stop()
-		return o.whileLeading(ctx, client, leaseName, w.Run)
+		return w.Run(ctx)
 	}, nil
 }

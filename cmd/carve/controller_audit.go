@@ -18,7 +18,7 @@ import (
 
 // startAudit builds the audit of the nodes' LVs against the PV index (and,
 // with dyn, of their snapshots' validity); what
-// it returns runs it (under leader election when asked) until ctx ends.
+// it returns runs it (one of the leader's duties) until ctx ends.
 // The index is run by its owner, the route.
 func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool audit.Agents,
 	reg prometheus.Registerer) func(context.Context) error {
@@ -32,7 +32,7 @@ func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	a := audit.New(cfg)
 	return func(ctx context.Context) error {
 		defer stop()
-		if err := o.whileLeading(ctx, client, auditLease, a.Run); err != nil {
+		if err := a.Run(ctx); err != nil {
 			return fmt.Errorf("the audit: %w", err)
 		}
 		return nil

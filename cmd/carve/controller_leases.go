@@ -12,22 +12,18 @@ import (
 
 // The Leases of the controller's cluster duties: each duty runs in one
 // replica at a time, the holder of its Lease, while every replica serves
-// the CSI calls. docs/configuration.md (--leader-election) names them.
+// the CSI calls (two replicas would fight over the same objects, announce
+// every finding twice and race through the same steps).
+// docs/configuration.md (--leader-election) names them.
 const (
-	// leaseName: the lost-node watch.
+	// leaseName: the leader's duties, together: the lost-node watch, the
+	// placement of new restores and clones, the audit and the mover.
 	leaseName = "carve-controller"
-	// capacityLease: the CSIStorageCapacity writer; two replicas writing
-	// the same objects would only fight.
+	// capacityLease: the CSIStorageCapacity writer leads apart: its
+	// leader hands the Lease over when it reaches too few of the nodes
+	// (another replica may reach them), which must not stop a move or the
+	// audit.
 	capacityLease = "carve-controller-capacity"
-	// placementLease: the node of new restores and clones; two replicas
-	// would only decide the same twice.
-	placementLease = "carve-controller-placement"
-	// auditLease: the audit of the nodes; two replicas would announce
-	// every finding twice and race to remove orphans.
-	auditLease = "carve-controller-audit"
-	// moverLease: moves of claims to other nodes (kubectl carve move);
-	// two would race through the same steps.
-	moverLease = "carve-controller-mover"
 )
 
 // whileLeading runs duty until ctx ends: with --leader-election only while

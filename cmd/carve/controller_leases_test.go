@@ -32,7 +32,7 @@ func TestLeasesAreDocumented(t *testing.T) {
 	var o ControllerOptions
 	o.AddFlags(fs)
 	help := fs.Lookup("leader-election").Usage
-	for _, lease := range []string{leaseName, capacityLease, placementLease, auditLease, moverLease} {
+	for _, lease := range []string{leaseName, capacityLease} {
 		if !strings.Contains(row, "`"+lease+"`") {
 			t.Errorf("docs/configuration.md's --leader-election row does not name the Lease %s", lease)
 		}

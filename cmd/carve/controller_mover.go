@@ -14,8 +14,8 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// startMover builds the mover (internal/controller/mover) over the router; what it
-// returns runs it, under leader election when asked.
+// startMover builds the mover (internal/controller/mover) over the router;
+// what it returns runs it (one of the leader's duties).
 func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, srv *router.Server,
 	reg prometheus.Registerer) (func(context.Context) error, error) {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
@@ -27,6 +27,6 @@ func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	}
 	return func(ctx context.Context) error {
 		defer stop()
-		return o.whileLeading(ctx, client, moverLease, m.Run)
+		return m.Run(ctx)
 	}, nil
 }

@@ -16,7 +16,7 @@ import (
 
 // startPlacement builds the placement of restores and clones on their
 // source's node (internal/controller/placement) from the node channel's capacity reports
-// and PV index; what it returns runs it, under leader election when asked.
+// and PV index; what it returns runs it (one of the leader's duties).
 func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, capacity placement.Capacity,
 	pvs placement.PVs, reg prometheus.Registerer) (func(context.Context) error, error) {
 	dyn, err := kube.Dynamic(o.Kubeconfig, "carve-controller")
@@ -32,6 +32,6 @@ func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes
 	}
 	return func(ctx context.Context) error {
 		defer stop()
-		return o.whileLeading(ctx, client, placementLease, p.Run)
+		return p.Run(ctx)
 	}, nil
 }

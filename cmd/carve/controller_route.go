@@ -97,7 +97,10 @@ const minCAValidity = time.Minute
 // sidecars and what keeps it fed.
 type route struct {
 	server *router.Server
-	run    func(context.Context) error
+	// run runs what every replica runs; leading, the leader's duties
+	// (runController runs them under the Lease).
+	run     func(context.Context) error
+	leading []func(context.Context) error
 }
 
 // startRoute builds the routing controller: the CA, the node pool, the PV
@@ -169,17 +172,18 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 			}
 		}
 	})
-	duties := []func(context.Context) error{pool.Run, pvs.Run, place, move, store.Run, func(ctx context.Context) error {
+	duties := []func(context.Context) error{pool.Run, pvs.Run, store.Run, func(ctx context.Context) error {
 		return o.leadCapacity(ctx, client, writer, capacityRejoinDelay)
 	}}
+	leading := []func(context.Context) error{place, move}
 	if o.Audit.Interval > 0 {
 		dyn, err := kube.Dynamic(o.Kubeconfig, "carve-controller")
 		if err != nil {
 			return nil, fmt.Errorf("the audit: %w", err)
 		}
-		duties = append(duties, startAudit(ctx, o, client, dyn, pvs, pool, reg))
+		leading = append(leading, startAudit(ctx, o, client, dyn, pvs, pool, reg))
 	}
-	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }}, nil
+	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }, leading: leading}, nil
 }
 
 // capacityRejoinDelay is how long a replica whose capacity writer gave up
@@ -244,7 +248,7 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 	var errs []error
 	for range fns {
 		if err := <-done; err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "A part of the node channel stopped; stopping the rest")
+			klog.ErrorS(err, "A duty stopped; stopping the others")
 			errs = append(errs, err)
 		}
 		cancel()

@@ -59,7 +59,6 @@ func withReason(st *status.Status, reason string) *status.Status {
 	return d
 }
 
-// codeOf is the gRPC code of a domain error.
 func codeOf(err error) codes.Code {
 	if pe := (*provision.Error)(nil); errors.As(err, &pe) {
 		if c, ok := kindCodes[pe.Kind]; ok {

@@ -196,13 +196,10 @@ func SourceTags(tags []string) []string {
 	return out
 }
 
-// A restore or clone into a thick class copies the data into a new LV.
-// The LV is made with TagCopyPending, which is removed only once the copy
-// is synced: a retried CreateVolume that finds the tag redoes the copy,
-// and no half-copied LV is reported made. A clone copies from a
-// temporary snapshot of its source (named from the new LV, tagged
-// TagCopySourcePrefix + the new LV's name), so that the copy is of one
-// moment while the source is written.
+// A restore or clone into a thick class copies into a new LV made with
+// TagCopyPending, removed once the copy is synced, so that a retry redoes the
+// copy and no half-copied LV is reported made. A clone reads a temporary
+// snapshot of its source (TagCopySourcePrefix + the new LV's name).
 const (
 	// TagCopyPending marks an LV whose data copy has not finished.
 	TagCopyPending = "carve.dev/copy=pending"

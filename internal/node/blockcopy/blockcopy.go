@@ -1,13 +1,10 @@
-// Package blockcopy copies the bytes of one block device to another: the
-// data of a restore or a clone that is not a thin snapshot. Into a thick
-// volume it writes every byte of the target, zeros included (the source's
-// zeros, and zeros past the source's end), because the target's extents
-// may hold an earlier volume's data. Into a new thin volume (Sparse) it
-// writes only the chunks that hold data: dm-thin has no zero detection and
-// provisions a block for every zero written, while a block never written
-// reads as zeros. It syncs the target before it reports the copy done. It does not resume: a copy that was cut short is redone from
-// the start, which is always correct and, at device speed, rarely longer
-// than finding where it stopped.
+// Package blockcopy copies one block device to another: the data of a restore
+// or clone that is not a thin snapshot. Into a thick volume it writes every
+// byte, zeros included, as the extents may hold older data; into a new thin
+// volume (Sparse) only the chunks with data, as dm-thin provisions a block
+// for every zero written. It syncs before it reports the copy done, and does
+// not resume: a cut copy is redone, at device speed rarely longer than
+// finding where it stopped.
 package blockcopy
 
 import (

@@ -36,15 +36,10 @@ const (
 	// blank without running blkid. Not a method a device class can name
 	// (it is not in Methods): it leaves the rest of the device as it was.
 	Signatures Method = "signatures"
-	// Flush zeroes nothing: it only flushes the device's write cache
-	// (fsync). lvm2 writes its metadata with O_DIRECT and without a
-	// FLUSH (seen in the guest under dm-log-writes), so a new LV that
-	// nothing was written to could vanish at a power cut after
-	// CreateVolume answered, a removed one come back, an extension be
-	// lost: a flush of the LV's device reaches the PVs under it and
-	// their cached metadata with them, a flush of the PVs themselves
-	// (FlushAll) what no LV's device reaches any more. Not a method a
-	// device class can name either.
+	// Flush only flushes the device's write cache (fsync): lvm2 writes metadata
+	// with O_DIRECT and no FLUSH, so a new, removed or grown LV could be undone by
+	// a power cut after the call answered. An LV's device reaches the PVs under
+	// it; FlushAll flushes the PVs themselves. No device class can name it.
 	Flush Method = "flush"
 )
 
@@ -161,17 +156,10 @@ func write(ctx context.Context, f target, size int64) error {
 	return nil
 }
 
-// The regions of a device where a signature can live, as far as libblkid
-// (what blkid -p and lvcreate's signature wipe use) looks without first
-// finding a magic nearer. Head: every filesystem, partition table, LVM
-// label, LUKS header, md 1.1/1.2, bcache and swap header starts in the
-// first MiB (ext at 1 KiB, xfs and LUKS at 0, btrfs at 64 KiB, the LVM
-// label at 512 B, swap at the end of the first page); the farthest are
-// VMFS at 1 and 2 MiB, bcachefs's copy at 2 MiB and LUKS2's last
-// secondary header at 4 MiB, 4 KiB long. Tail: md 0.90 and 1.0, the GPT
-// backup, ZFS's last two labels, DRBD, bcachefs's copy 1 MiB from the end
-// and the firmware RAID formats; the farthest is Promise FastTrack's,
-// 3087 sectors (1.5 MiB) from the end.
+// The regions of a device where libblkid (blkid -p, lvcreate's wipe) looks for
+// a signature. Head: everything up to LUKS2's last secondary header, 4 KiB at
+// 4 MiB. Tail: md 0.90/1.0, the GPT backup, ZFS, DRBD, bcachefs and firmware
+// RAID, the farthest Promise FastTrack's 1.5 MiB from the end.
 const (
 	signatureHead = 4<<20 + 4<<10
 	signatureTail = 2 << 20

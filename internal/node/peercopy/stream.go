@@ -193,19 +193,13 @@ func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) b
 	return flush(len(b))
 }
 
-// Receive writes a ReadVolume stream into the device at path: the data,
-// and the zeros between (not written when sparse: a new thin LV in a
-// pool that zeroes new blocks reads zeros where nothing was written),
-// then, unless sparse, zeros past the source's size to the device's end
-// (it may hold an earlier volume's data). It checks the header's size is
-// want and the trailer's Digest is that of what it got, then syncs, then
-// reads the first want bytes of the device back (DigestOf, O_DIRECT where
-// it can) and checks their Digest against the trailer's too
-// (ErrChecksum): the stream's check covers the bytes in flight, the
-// read-back what the device holds, including the chunks a sparse copy
-// left unwritten (a pool whose zeroing was turned off reads another
-// volume's old data there) and anything written beside the copy.
-// progress, when set, gets the bytes of the source done so far.
+// Receive writes a ReadVolume stream into the device at path: the data and,
+// unless sparse (a new thin LV in a zeroing pool), the zeros between and past
+// the source's size, as the device may hold older data. It checks the header
+// size and the trailer's Digest, syncs, then reads the first want bytes back
+// (DigestOf) against the Digest too (ErrChecksum): the stream's check covers
+// the bytes in flight, the read-back what the device holds. progress, when
+// set, gets the bytes of the source done.
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
 	var res blockcopy.Result

@@ -18,13 +18,10 @@ import (
 type Method string
 
 const (
-	// ZeroOut asks the kernel to zero the device (BLKZEROOUT, what
-	// `blkdiscard --zeroout` does): the kernel sends WRITE ZEROES where
-	// the device offers it, with NOUNMAP (the ioctl asks the device to
-	// keep the blocks allocated, not to discard them), and writes zero
-	// pages itself elsewhere. Neither carries a flush, so Device syncs
-	// the device afterwards (see zeroOut). A plain discard is never
-	// used, because only some devices read zeros after it.
+	// ZeroOut asks the kernel to zero the device (BLKZEROOUT, as `blkdiscard
+	// --zeroout`): WRITE ZEROES with NOUNMAP where the device offers it, else
+	// zero pages. A plain discard is never used: only some devices read zeros
+	// after it.
 	ZeroOut Method = "zeroout"
 	// Write writes zeros from carve, block by block: for devices whose
 	// WRITE ZEROES offload is not trusted.
@@ -113,12 +110,9 @@ type blockFile struct{ *os.File }
 
 func (f blockFile) ZeroRange(off, length int64) error { return zeroRange(f.File, off, length) }
 
-// zeroOut issues BLKZEROOUT chunk by chunk, then syncs. The ioctl
-// returns once the device has acknowledged the zeroing, which a device
-// with a volatile write cache (a SATA SSD, an NVMe drive without
-// power-loss protection) may still hold in that cache: without the flush
-// a power cut after the volume is handed out could bring the previous
-// tenant's bytes back.
+// zeroOut issues BLKZEROOUT chunk by chunk, then syncs: a device with a
+// volatile write cache may still hold the acknowledged zeroing there, and a
+// power cut could bring the previous tenant's bytes back.
 func zeroOut(ctx context.Context, f target, size int64) error {
 	for off := int64(0); off < size; off += chunk {
 		if err := ctx.Err(); err != nil {

@@ -74,10 +74,9 @@ type Config struct {
 	// Registerer, when set, gets carve_capacity_object_writes_total and
 	// carve_capacity_deletions_held.
 	Registerer prometheus.Registerer
-	// StartupGrace is how long after Run starts the objects of nodes that
-	// have not reported yet are kept (see the package comment), how long
-	// nodes dropped count as dropped at once, and how long deletions are
-	// held before Run gives up (ErrDeletionsHeld); 0 means
+	// StartupGrace is how long the objects of nodes not yet reported are kept
+	// after Run starts, how long dropped nodes count as dropped together, and
+	// how long deletions are held before ErrDeletionsHeld; 0 means
 	// DefaultStartupGrace.
 	StartupGrace time.Duration
 	// Owner, when set, becomes the owner of every object (the controller's
@@ -341,12 +340,11 @@ func (w *Writer) enqueueAll(s *session) {
 	}
 }
 
-// Report records node's capacity; nil means the node no longer has an
-// agent (it left the node agents' EndpointSlices), and its objects are
-// deleted. A stream that broke is not a nil report: the last values
-// stand until the node reports again. node must be the identity the node
-// channel verified; the report's own node_name is not trusted. Report
-// never blocks on the API server and may be called from any goroutine.
+// Report records node's capacity; nil means the node left the agents'
+// EndpointSlices, and its objects are deleted (a broken stream is not nil:
+// the last values stand). node must be the identity the channel verified,
+// not the report's node_name. It never blocks and may be called from any
+// goroutine.
 func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
 	if node == "" {
 		return

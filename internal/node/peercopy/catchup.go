@@ -20,10 +20,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The target's side of a catch-up (delta.go says what one is): NodeAgent
-// CatchUpCopy (CatchUps) asks the provisioner to bring a volume up to
-// date (provision.Provisioner.CatchUp), which tags it copy-pending and
-// has the Puller read the delta stream into it (PullDelta).
+// The target's side of a catch-up (delta.go): CatchUps has the provisioner
+// tag the volume copy-pending and the Puller read the delta into it.
 
 var _ provision.DeltaPuller = Puller{}
 

@@ -207,10 +207,8 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 	return out
 }
 
-// openDeltaSource opens the volume vol of a catch-up exclusively
-// (O_EXCL: a mount of it fails while it is read; one that is mounted
-// fails the open, ErrInUse) and sends the header of a delta of size
-// bytes.
+// openDeltaSource opens vol exclusively (a mounted one fails, ErrInUse) and
+// sends the header of a delta of size bytes.
 func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
 	in, err := directio.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {

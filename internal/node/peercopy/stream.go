@@ -52,12 +52,9 @@ type Sent struct {
 	Duration time.Duration
 }
 
-// Send streams the first size bytes of the device at path: the header,
-// the runs of SparseChunk-aligned chunks that hold data (at most maxData
-// bytes a message), and the trailer with the source's Digest. It is a
-// pipeline: a goroutine reads ahead (readAhead) while this one finds the
-// data, digests it and hands it to gRPC, whose own goroutine encrypts
-// and writes it.
+// Send streams the first size bytes of the device at path: the header, the
+// runs of SparseChunk-aligned chunks that hold data, and the trailer with the
+// Digest. A goroutine reads ahead while this one digests and hands to gRPC.
 func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent

@@ -11,7 +11,6 @@ import (
 // volume name hashes to) and tagged, and removed only after a second grace
 // (docs/operations.md, "Orphaned volumes", says how to restore it).
 
-// orphanLVNamePrefix starts the name of a quarantined orphan.
 const orphanLVNamePrefix = lvNamePrefix + "orphan-"
 
 const (

@@ -18,7 +18,6 @@ import (
 // carries the source's ID (carve.dev/from-snapshot=, carve.dev/from-volume=),
 // so that a retry with another source is told from a repeat.
 
-// snapshotLVNamePrefix starts the LV name of every snapshot carve makes.
 const snapshotLVNamePrefix = "carvesnap-"
 
 // Snapshot tags.

@@ -95,7 +95,6 @@ func hasAttr(t xml.StartElement, name string) bool {
 	return false
 }
 
-// uintAttr is the attribute name of t, a number.
 func uintAttr(t xml.StartElement, name string) (uint64, error) {
 	for _, a := range t.Attr {
 		if a.Name.Local == name {

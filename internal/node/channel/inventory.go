@@ -71,7 +71,6 @@ func (a *Agent) RemoveOrphan(ctx context.Context, req *nodeagentv1.RemoveOrphanR
 	return &nodeagentv1.RemoveOrphanResponse{}, nil
 }
 
-// orphanRequest checks the LV an orphan call names.
 func (a *Agent) orphanRequest(vg, name string) error {
 	if !slices.Contains(a.cfg.Classes.VolumeGroups(), vg) {
 		return status.Errorf(codes.InvalidArgument, "volume_group %q: not a volume group of node %s's device classes", vg, a.cfg.NodeName)

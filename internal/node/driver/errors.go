@@ -14,7 +14,6 @@ import (
 	"github.com/carve-csi/carve/internal/node/vgview"
 )
 
-// kindCodes are the gRPC codes of provision's error kinds.
 var kindCodes = map[error]codes.Code{
 	provision.ErrBusy:        codes.Aborted,
 	provision.ErrMismatch:    codes.AlreadyExists,

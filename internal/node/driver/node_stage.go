@@ -93,7 +93,6 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	return n.awaitStage(ctx, id, j)
 }
 
-// stageAccess checks the arguments of a stage and reads its capability.
 func stageAccess(id, staging string, c *csi.VolumeCapability) (capability.Access, error) {
 	if err := nodeRequireID(id); err != nil {
 		return capability.Access{}, err

@@ -47,7 +47,6 @@ var Methods = []Method{ZeroOut, Write, None}
 // is checked between chunks, so a stop waits for at most one chunk.
 const chunk = 64 << 20
 
-// writeBuffer is the size of one write of the Write method.
 const writeBuffer = 1 << 20
 
 // Device zeroes the whole device (or file) at path with method m and

@@ -16,7 +16,6 @@ type MountInfoLister interface {
 	MountInfo() ([]mount.MountInfo, error)
 }
 
-// procMountInfo is the mount table HostMounter reads.
 const procMountInfo = "/proc/self/mountinfo"
 
 // MountInfo implements MountInfoLister.

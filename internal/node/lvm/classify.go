@@ -30,7 +30,6 @@ func classify(err, kind error, reason string) error {
 	return fmt.Errorf("%s: %w: %w", reason, kind, err)
 }
 
-// commandFacts gives the exit code and stderr of a command failure.
 func commandFacts(err error) (exitCode int, stderr string, ok bool) {
 	var ce *CommandError
 	if !errors.As(err, &ce) || ce.Err != nil {

@@ -38,7 +38,6 @@ type runner interface {
 	run(ctx context.Context, args []string) (output, error)
 }
 
-// runnerFunc lets a plain function be a runner.
 type runnerFunc func(ctx context.Context, args []string) (output, error)
 
 func (f runnerFunc) run(ctx context.Context, args []string) (output, error) { return f(ctx, args) }

@@ -195,7 +195,6 @@ func (m *Marks) Has(vg, lv string) (bool, error) {
 	return false, fmt.Errorf("reading the unfinished-volume mark of %s/%s: %w", vg, lv, err)
 }
 
-// syncDir makes the entries of dir durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir) //nolint:gosec // G304: the marks' own directories
 	if err != nil {

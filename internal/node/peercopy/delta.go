@@ -276,7 +276,6 @@ func readPairs(ctx context.Context, in, old *os.File, vol, base string, size uin
 	return full, free, errc
 }
 
-// readFull reads len(b) bytes of f (path) at off.
 func readFull(f *os.File, path string, b []byte, off uint64) error {
 	if _, err := f.ReadAt(b, int64(off)); err != nil {
 		if errors.Is(err, io.EOF) {

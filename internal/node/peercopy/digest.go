@@ -24,13 +24,10 @@ import (
 // eighth of SHA-256's CPU time, serves.
 type Digest struct {
 	list hash.Hash
-	// sum is room for one chunk's hash.
-	sum []byte
-	// n is how many bytes were fed.
-	n uint64
+	sum  []byte
+	n    uint64
 }
 
-// chunkHash appends the hash of the chunk b to dst.
 func chunkHash(dst, b []byte) []byte { return binary.BigEndian.AppendUint64(dst, xxhash.Sum64(b)) }
 
 // zeroChunkHash is the hash of a whole chunk of zeros; never written to.

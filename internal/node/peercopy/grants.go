@@ -120,7 +120,6 @@ func (s *Grants) Expired() uint64 {
 	return s.expired
 }
 
-// sweepLocked drops the expired grants and counts them.
 func (s *Grants) sweepLocked() {
 	now := s.now()
 	for id, g := range s.m {

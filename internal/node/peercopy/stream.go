@@ -106,7 +106,6 @@ func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan err
 	return out, nil
 }
 
-// block is one read of the source.
 type block struct {
 	data []byte
 	off  uint64
@@ -331,7 +330,6 @@ const pipelined = 8
 type inbound struct {
 	want uint64
 	d    *Digest
-	// data is how many bytes of data were received.
 	data uint64
 	// sum is the source's Digest, once the trailer checked out.
 	sum []byte
@@ -447,7 +445,6 @@ func (w *writer) zerosTo(to uint64) error {
 	return nil
 }
 
-// zeroTail zeroes the device past the source's size up to end.
 func (w *writer) zeroTail(from, end uint64) error {
 	for off := from; off < end; {
 		n := min(uint64(len(zeros)), end-off)

@@ -141,7 +141,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// retryDelay is the wait before the next attempt after a refusal.
 func (s *Server) retryDelay() time.Duration {
 	s.mu.Lock()
 	n := s.failures
@@ -166,7 +165,6 @@ func (s *Server) renew(old *socket, why string) *socket {
 	return sock
 }
 
-// setState records st and shows it in the metric.
 func (s *Server) setState(st State) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -529,7 +529,6 @@ func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 	v.markDirtyLocked()
 }
 
-// publishLocked hands the per-class state to the metrics gauges.
 func (v *View) publishLocked() {
 	if v.rec == nil {
 		return

@@ -13,8 +13,8 @@ export CARVE_CACHE := $(CACHE)
 
 all: build
 
-# The Go code of api/nodeagent/v1 from its .proto (committed; run after
-# editing the .proto).
+# The Go code of api/ from its .proto files (committed; run after editing a
+# .proto), with protoc 3.21.12 and the Go plugins of go.mod's tool block.
 generate:
 	@GO='$(GO)' ./hack/generate.sh
 
@@ -121,12 +121,14 @@ manifests: helm
 	$(GO) run ./hack/manifests --helm $(CACHE)/bin/helm --chart deploy/helm/carve --out deploy/kubernetes \
 	  --component deploy/kubernetes/components/monitoring --rules deploy/prometheus/carve-rules.yaml
 
-# Regenerates, in a copy of deploy/, everything generated there (the
-# snapshot CRDs of hack/snapshot-crds.sh, the chart's copy of the
-# dashboard, what make manifests renders) and fails when the copy differs
-# from the working tree, which it leaves alone (hack/verify.sh); and
-# checks every relative link of the README and docs/ (a file that exists,
-# an anchor that is a heading there: test/deploy's TestDocLinks).
+# Regenerates, in scratch copies, the protobuf code of api/ (make generate)
+# and everything generated in deploy/ (the snapshot CRDs of
+# hack/snapshot-crds.sh, the chart's copy of the dashboard, what make
+# manifests renders), checks go.mod and go.sum with go mod tidy -diff, and
+# fails when any differs from the working tree, which it leaves alone
+# (hack/verify.sh); and checks every relative link of the README and docs/
+# (a file that exists, an anchor that is a heading there: test/deploy's
+# TestDocLinks).
 verify: helm
 	@GO='$(GO)' HELM=$(CACHE)/bin/helm ./hack/verify.sh
 	@$(GO) test -tags deploytest -count=1 -run '^TestDocLinks$$' ./test/deploy/

@@ -17,6 +17,8 @@ declare -A need=(
   [blkid]=util-linux
   [modprobe]=kmod
   [openssl]=openssl
+  # make generate and make verify: hack/generate.sh checks its version.
+  [protoc]=protobuf-compiler
   # Real kubelet nodes in guests (test/harness/guestnode): the container runtime,
   # the CNI plugins, and socat for qemu's per-connection forward to the
   # host's apiserver.

@@ -16,10 +16,9 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// startAudit builds the audit of the nodes' LVs against the PV index (and,
-// with dyn, of their snapshots' validity); what
-// it returns runs it (one of the leader's duties) until ctx ends.
-// The index is run by its owner, the route.
+// startAudit builds the audit of the nodes' LVs against the route's PV index
+// (with dyn, of their snapshots too); what it returns runs it (one of the
+// leader's duties) until ctx ends.
 func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool audit.Agents,
 	reg prometheus.Registerer) func(context.Context) error {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")

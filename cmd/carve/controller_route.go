@@ -193,14 +193,10 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 const capacityRejoinDelay = 30 * time.Second
 
 // leadCapacity runs the capacity writer while this replica holds
-// capacityLease, until ctx ends. A writer that has held its deletions for
-// a grace (too few of the nodes it knows report to this replica:
-// internal/controller/capacity) ends its term: the Lease is released, so
-// that a replica that reaches the nodes can lead, and this one stands
-// again after rejoin. The controller does not exit for it, as losing the
-// Lease otherwise makes it: a restart would cut this replica's node
-// channel, its routing of CSI calls and its other duties, none of which
-// depend on the Lease, and bring back the same view of the nodes.
+// capacityLease. A writer that held its deletions for a grace (too few nodes
+// report to this replica) releases the Lease so that a replica that reaches
+// the nodes can lead, and stands again after rejoin; the process does not
+// exit: its routing and other duties do not depend on the Lease.
 func (o *ControllerOptions) leadCapacity(ctx context.Context, client kubernetes.Interface, w *capacity.Writer,
 	rejoin time.Duration) error {
 	for {

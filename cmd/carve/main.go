@@ -2,20 +2,14 @@
 //
 //	carve node        the node agent on every node (Identity, Controller, Node)
 //	carve controller  the cluster-wide Identity and Controller the sidecars call
-//	carve version     prints the version (so do carve --version and
-//	                  carve <role> --version)
+//	carve version     prints the version (so does --version)
 //
-// Built with -tags nodeagent it is carve-node, the node agent's binary: the
-// same node and version roles without the controller, and so without
-// any Kubernetes client (client-go), which would double the agent's
-// resident memory (docs/benchmarks.md). Every file of the controller role,
-// and every file that imports client-go, is built only without the tag
-// (//go:build !nodeagent); TestNodeAgentLinksNoKubernetesClient checks it.
-//
-// Logging flags are component-base's, as the CSI sidecars have them: -v,
-// --vmodule and --logging-format=text|json.
-//
-// main only parses flags and wires the real components together.
+// Built with -tags nodeagent it is carve-node: the node and version roles
+// without client-go, which would double the agent's resident memory
+// (docs/benchmarks.md). Controller files and files that import client-go
+// carry //go:build !nodeagent (TestNodeAgentLinksNoKubernetesClient).
+// Logging flags are component-base's, as the CSI sidecars have them. main
+// only parses flags and wires the real components together.
 package main
 
 import (

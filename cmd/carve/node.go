@@ -64,11 +64,9 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	view := startView(ctx, o, cfg, lvmClient, rec)
 	fsTypes := fs.Makeable(exec.LookPath)
 	ready := func(context.Context) error { return view.Ready() }
-	// Probe answers whether the plugin can serve at all. It must not
-	// follow a missing class: csi-provisioner waits at start until Probe
-	// says ready, so one absent volume group would stop the node's healthy
-	// classes from provisioning. /readyz (the pod's readiness) reports
-	// the missing class.
+	// Probe must not follow a missing class: csi-provisioner waits at start
+	// until Probe says ready, so one absent volume group would stop the healthy
+	// classes too. /readyz reports the missing class.
 	serving := func(context.Context) error { return view.Serving() }
 	realExec := utilexec.New()
 	// Where lvm makes device nodes, read once, as lvm.New read it.
@@ -136,11 +134,9 @@ func socketServices(o *NodeOptions, all csiserver.Services, serving func(context
 // LVM's metadata backups.
 func startView(ctx context.Context, o *NodeOptions, cfg *deviceclass.Config, lvmClient *lvm.Client, rec *metrics.Recorder) *vgview.View {
 	view := vgview.New(lvmClient, cfg, rec)
-	// A node whose volume group or thin pool is missing, or whose LVM
-	// cannot be read, still serves: exiting would only restart the pod in
-	// a loop. The view reports no room for the classes it cannot see,
-	// /readyz says what is wrong, and the periodic refresh
-	// notices when it is fixed.
+	// A node whose volume group or LVM cannot be read still serves (exiting
+	// would only restart the pod in a loop): its classes have no room, /readyz
+	// says why, and the periodic refresh notices the fix.
 	if err := view.Refresh(ctx); err != nil {
 		klog.ErrorS(err, "Reading LVM failed; serving anyway, not ready until a refresh succeeds")
 	} else if err := view.Ready(); err != nil {

@@ -57,18 +57,12 @@ func copyPortLimits() copyLimits {
 	return copyLimits{handshake: handshakeTimeout, connections: maxCopyConnections, streams: maxCopyStreams}
 }
 
-// nodeChannel builds the node channel: the node agent and a TLS gRPC
-// server with the plugin's Identity and Controller servers (the same
-// ones its socket serves) and NodeAgent (its inventory and orphan removal
-// over orphans, the provisioner), under the socket's interceptors
-// and metrics. What it returns listens on --node-channel-address and
-// serves until ctx ends.
-//
-// Copies across nodes: puller (when set) gets the agent's certificate and
-// the CAs, so that the provisioner's reads from other nodes present this
-// node's identity; with --node-copy-address, orphans (a peercopy.Reader:
-// the provisioner) serves this node's sources to the nodes the controller
-// grants them, on a listener of its own.
+// nodeChannel builds the node channel's TLS gRPC server: the Identity and
+// Controller servers its socket serves and NodeAgent, under the socket's
+// interceptors and metrics, on --node-channel-address until ctx ends.
+// puller, when set, gets the agent's certificate so that reads from other
+// nodes present this node's identity; with --node-copy-address, orphans (a
+// peercopy.Reader) serves this node's sources to the nodes granted them.
 func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orphans channel.Orphans, svc csiserver.Services,
 	mm csimetrics.CSIMetricsManager, puller *peercopy.Puller) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)

@@ -92,12 +92,9 @@ type NodeOptions struct {
 	// LVMTimeout bounds every lvm read, and is when a mutation is asked to
 	// stop (SIGINT); mutations are never killed.
 	LVMTimeout time.Duration
-	// KubeletRegistrationDir is the kubelet's plugin-registration
-	// directory as mounted in the container (the host's
-	// /var/lib/kubelet/plugins_registry). carve serves
-	// <driver name>-reg.sock there, and the kubelet registers the driver
-	// through it. Empty: no registration (no kubelet: tests, simulated
-	// nodes).
+	// KubeletRegistrationDir is the kubelet's plugins_registry as mounted in the
+	// container, where carve serves <driver name>-reg.sock for the kubelet to
+	// register the driver; empty registers nothing (tests, simulated nodes).
 	KubeletRegistrationDir string
 	// KubeletCSISocket is the path of the CSI socket (--endpoint) as the
 	// kubelet sees it on the host; the kubelet dials it for node calls.

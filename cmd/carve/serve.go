@@ -64,14 +64,11 @@ func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsMana
 	return done, nil
 }
 
-// addHealth adds the kubelet's probes to mux. /healthz is liveness: 200
-// whenever the process serves, whatever the node's volume groups look
-// like, so that a node whose volume group is missing does not have its
-// plugin restarted in a loop. /readyz is readiness: 200 when ready returns
-// nil, 503 otherwise. Both answer anyone who reaches the port (the pod IP),
-// so /readyz says only the reason codes (vgview.Reasons, e.g. "not ready:
-// vg-missing"): LVM's text names disks, volume groups and paths. The full
-// error goes to the log, once each time it changes, and to the CSI Probe.
+// addHealth adds the kubelet's probes to mux: /healthz (liveness) answers 200
+// whenever the process serves, so that a missing volume group does not
+// restart the pod in a loop; /readyz answers 503 with reason codes only
+// (vgview.Reasons): anyone who reaches the pod IP may ask, and LVM's text
+// names disks and paths. The full error goes to the log and the CSI Probe.
 func addHealth(mux *http.ServeMux, ready func(context.Context) error) {
 	var last notReadyLog
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answerHealth(w, nil) })

@@ -16,12 +16,10 @@ type IdentityConfig struct {
 	Name string
 	// Version is carve's version.
 	Version string
-	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS: set by the
-	// plugin role, whose volumes belong to one node. (Snapshots are
-	// node-local too, but SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not
-	// advertised: no Kubernetes component reads it, and csi-sanity
-	// v5.6.0 compares the returned topology with reflect.DeepEqual,
-	// protobuf size cache included, so no plugin that returns it passes.)
+	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (the node role's
+	// volumes belong to one node). SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not:
+	// nothing in Kubernetes reads it, and csi-sanity v5.6.0 fails any plugin that
+	// returns it (reflect.DeepEqual over protobuf internals).
 	Topology bool
 	// Ready is asked by Probe; nil means ready. A nil func is always ready.
 	Ready func(ctx context.Context) error

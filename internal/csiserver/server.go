@@ -59,10 +59,8 @@ func WithUnloggedPayloads(fullMethods ...string) ServerOption {
 }
 
 // NewGRPCServer returns a gRPC server with the services registered and the
-// logging and (when m is not nil) metrics interceptors installed. The
-// metrics interceptor runs outermost so it times the whole call. Streams
-// are logged; they are not timed (a stream lasts as long as its caller
-// wants).
+// logging and (m not nil) metrics interceptors, metrics outermost to time the
+// whole call. Streams are logged, not timed: they last as their callers want.
 func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager, opts ...ServerOption) *grpc.Server {
 	var o serverOptions
 	for _, opt := range opts {

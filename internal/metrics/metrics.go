@@ -156,7 +156,6 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 	return r
 }
 
-// observePhase records one phase that ended with result.
 func (r *Recorder) observePhase(phase, deviceClass string, d time.Duration, result string) {
 	if r == nil {
 		return

@@ -139,7 +139,6 @@ func pemBlock(data []byte, typ string) ([]byte, error) {
 	return block.Bytes, nil
 }
 
-// newSerial returns a random 128-bit serial number.
 func newSerial() (*big.Int, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 // LV names are derived from the CSI volume name, never the raw name: CSI
 // names can be longer than LVM allows and use characters it does not.
 
-// lvNamePrefix starts every LV name carve makes.
 const lvNamePrefix = "carve-"
 
 // LVNameFor derives the LV name of a CSI volume name: the prefix and 32 hex

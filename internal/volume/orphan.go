@@ -6,15 +6,11 @@ import (
 	"time"
 )
 
-// An orphan the controller's audit quarantines (--remove-orphans) keeps
-// its data: it is deactivated, renamed from carve-<hex> to
-// carve-orphan-<hex> (a name people recognise, and one no volume name
-// hashes to) and tagged with the name it had and when it was
-// quarantined. Only after a second grace period is it removed. Renaming
-// it back (lvrename <vg> carve-orphan-<hex> carve-<hex>) restores it
-// (docs/operations.md, "Orphaned volumes").
+// An orphan the audit quarantines (--remove-orphans) keeps its data: it is
+// deactivated, renamed from carve-<hex> to carve-orphan-<hex> (a name no
+// volume name hashes to) and tagged, and removed only after a second grace
+// (docs/operations.md, "Orphaned volumes", says how to restore it).
 
-// orphanLVNamePrefix starts the name of a quarantined orphan.
 const orphanLVNamePrefix = lvNamePrefix + "orphan-"
 
 const (

@@ -11,25 +11,13 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// A snapshot is an LV of its own, named from the CSI snapshot name as a
-// volume is from its name, with a prefix no volume LV has (so a snapshot's
-// LV is never taken for a volume, nor a volume's for a snapshot). Its ID
-// is "<node>/<volume group>/<LV name>": a snapshot lives on one node, and
-// a restore asked on another node can say where it is from the ID alone.
-//
-//	carve.dev/owner=carve
-//	carve.dev/snapshot=snapshot-0b6f3c2e-...
-//	carve.dev/class=fast
-//	carve.dev/origin=carve-7d3c1a0e...
-//
-// A volume restored from a snapshot or cloned from a volume carries the
-// source's ID, so that a retried CreateVolume with another source is told
-// apart from a repeat:
-//
-//	carve.dev/from-snapshot=node-a:2Fvg0:2Fcarvesnap-...
-//	carve.dev/from-volume=vg0:2Fcarve-...
+// A snapshot is an LV of its own, named from the CSI snapshot name with a
+// prefix no volume LV has. Its ID is "<node>/<volume group>/<LV name>", so a
+// restore asked on another node knows where it is from the ID alone. Its tags
+// are the owner, snapshot name, class and origin; a volume restored or cloned
+// carries the source's ID (carve.dev/from-snapshot=, carve.dev/from-volume=),
+// so that a retry with another source is told from a repeat.
 
-// snapshotLVNamePrefix starts the LV name of every snapshot carve makes.
 const snapshotLVNamePrefix = "carvesnap-"
 
 // Snapshot tags.
@@ -44,13 +32,10 @@ const (
 	// copy-on-write snapshot holds (LVM reports the snapshot's size as
 	// its copy-on-write space).
 	TagSizePrefix = "carve.dev/size="
-	// TagAskedPrefix + "<asked>/<made>": the bytes a volume's request
-	// asked and the bytes carve made, only when it made more (a
-	// filesystem's minimum, whole extents). A snapshot of such a volume,
-	// while the volume still has the size it was made with, carries it
-	// too and reports the asked size as its size, so that a restore asked
-	// at the source claim's size is accepted (the restored volume still
-	// gets the source's whole size).
+	// TagAskedPrefix + "<asked>/<made>": what a volume's request asked and
+	// carve made, when it made more (a filesystem's minimum, whole extents).
+	// A snapshot of the volume at that size carries it too and reports the
+	// asked size, so that a restore at the source claim's size is accepted.
 	TagAskedPrefix = "carve.dev/asked="
 	// TagFromSnapshotPrefix + the escaped snapshot ID a volume was
 	// restored from.
@@ -196,13 +181,10 @@ func SourceTags(tags []string) []string {
 	return out
 }
 
-// A restore or clone into a thick class copies the data into a new LV.
-// The LV is made with TagCopyPending, which is removed only once the copy
-// is synced: a retried CreateVolume that finds the tag redoes the copy,
-// and no half-copied LV is reported made. A clone copies from a
-// temporary snapshot of its source (named from the new LV, tagged
-// TagCopySourcePrefix + the new LV's name), so that the copy is of one
-// moment while the source is written.
+// A restore or clone into a thick class copies into a new LV made with
+// TagCopyPending, removed once the copy is synced, so that a retry redoes the
+// copy and no half-copied LV is reported made. A clone reads a temporary
+// snapshot of its source (TagCopySourcePrefix + the new LV's name).
 const (
 	// TagCopyPending marks an LV whose data copy has not finished.
 	TagCopyPending = "carve.dev/copy=pending"

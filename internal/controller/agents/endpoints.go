@@ -27,25 +27,14 @@ type candidate struct {
 	ready bool
 }
 
-// endpointsOf reads the node agents from slices: one endpoint per node. An
-// agent that is not ready is still used: readiness says that one of its
-// device classes is unavailable, and the controller must still reach it for
-// the others (and hear that one's capacity is zero). An endpoint is skipped
-// when it is terminating, names no node, no pod or no address, or its slice
-// has no port named portName. Where a node shows several pods, the ready
-// ones are kept (a rolling update's new pod before the old one is marked
-// terminating). The same pod in
-// several slices (one per address family, or twice during a slice
-// reshuffle) counts once, at its lowest address.
-//
-// Two pods claiming one node are refused, both, and returned in conflicts.
-// A node runs one agent (a DaemonSet), so two ready pods on one node are
-// either a DaemonSet rolling update with maxSurge, where the old pod leaves
-// within seconds, or a pod that is not carve's agent but matches the
-// Service's selector. The slice cannot tell them apart, and enrollment
-// would pass for either if its token is bound to its own pod, so connecting
-// the "right" one would be a guess that an attacker could win; refusing
-// both costs a few seconds of a rolling update (csi-provisioner retries).
+// endpointsOf reads the node agents from slices, one endpoint per node. An
+// agent that is not ready is still used: one of its classes is unavailable,
+// and the controller must still reach it for the others. Endpoints that are
+// terminating or lack a node, pod, address or port are skipped; of several
+// pods on a node the ready ones are kept; a pod in several slices counts once,
+// at its lowest address. Two pods claiming one node are both refused
+// (conflicts): a surge or an impostor matching the Service look the same, and
+// picking one would be a guess an attacker could win.
 func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map[string]endpoint, conflicts map[string][]endpoint) {
 	byNode := map[string][]candidate{}
 	for _, s := range items {

@@ -29,11 +29,9 @@ const probeTimeout = 10 * time.Second
 // maxProbing is how many agents Accepts asks at once.
 const maxProbing = 16
 
-// Accepts returns nil when every node agent of the pool accepts the
-// controller's certificate signed by ca: each is called over a new
-// connection presenting such a certificate, once (an agent seen to accept
-// ca is not asked again). An agent not connected now counts as not
-// accepting: it may not have the CA's bundle yet.
+// Accepts returns nil when every agent of the pool accepts the controller's
+// certificate signed by ca, asked once each over a new connection. An agent
+// not connected counts as not accepting: it may lack the CA's bundle yet.
 func (p *Pool) Accepts(ctx context.Context, ca *nodeca.CA) error {
 	select {
 	case <-p.synced:

@@ -1,16 +1,11 @@
-// Package audit is the controller's audit of the nodes' volumes: for
-// each node whose agent is connected, it compares the node's carve LVs
-// (its agent's inventory, over the node channel) with the
-// PersistentVolumes of carve's driver and finds LVs no PV points at
-// (orphans: a claim deleted while its volume was being made, a PV deleted
-// by hand) and PVs pinned to the node whose LV is gone (missing data: a
-// disk replaced, a volume group made anew). It reports both (metrics,
-// Events, log lines). Only when asked to (--remove-orphans) does it act on
-// an orphan, through the node's agent, and in two steps with a grace
-// period before each: it quarantines it (deactivated, renamed
-// carve-orphan-<hex>, data kept, restored by renaming it back), and
-// removes it only if it stays unclaimed in quarantine for the second
-// grace period. An LV whose tags name no claim is never touched.
+// Package audit is the controller's audit of the nodes' volumes: for each
+// node whose agent is connected, it compares the agent's inventory of carve
+// LVs with carve's PersistentVolumes, and reports (metrics, Events, logs) LVs
+// no PV points at (orphans) and PVs pinned to the node whose LV is gone.
+// Only with --remove-orphans does it act on an orphan, in two steps each
+// after a grace period: quarantine (renamed carve-orphan-<hex>, data kept),
+// then removal if it stays unclaimed. An LV whose tags name no claim is never
+// touched (docs/operations.md, "Orphaned volumes").
 package audit
 
 import (
@@ -153,20 +148,14 @@ func NewDecider(grace, removalGrace time.Duration) *Decider {
 		missingSince: map[string]time.Time{}, quarantineSince: map[string]time.Time{}}
 }
 
-// Decide runs one pass. An LV is an orphan when, in every pass for at
-// least the grace period, no PV had its handle or its volume name (or
-// named it as the target of its move) and no operation on it was in flight: a volume being created has no PV until
-// CreateVolume returns and csi-provisioner writes it, and the grace period
-// covers that gap (a create in flight restarts the clock). A restarted
-// audit (a node agent that reconnected, a new leader) starts every clock
-// anew, so it reports late, never early. A PV misses its LV when it is
-// pinned to the node, is not going away, its volume group was read, and
-// its LV has been absent for the grace period; a PV whose LV is in
-// quarantine misses nothing: the quarantined orphan is claimed by it.
-// A quarantined orphan is removable once the removal grace period has
-// passed since its quarantine (its tag: a new leader does not restart
-// it), while no PV names it by its own handle, or by its old handle or its
-// volume name while no LV of its old name exists again, and no operation
+// Decide runs one pass. An LV is an orphan when for the whole grace period no
+// PV named it (by handle, volume name or as its move's target) and no call on
+// it was in flight: the grace covers a create whose PV is not written yet. A
+// restarted audit starts every clock anew, so it reports late, never early. A
+// PV misses its LV when it is pinned to the node, not going away, its volume
+// group was read and the LV was absent for the grace period; a quarantined LV
+// it names is not missing. A quarantined orphan is removable once the removal
+// grace has passed since its quarantine tag, while no PV names it and no call
 // on it is in flight.
 func (d *Decider) Decide(in Input) Findings {
 	var f Findings

@@ -16,27 +16,14 @@ import (
 // channel reaches the nodes leads instead.
 var ErrDeletionsHeld = errors.New("deletions of CSIStorageCapacity objects held")
 
-// The rule. A node is lost when its objects would go for want of the
-// node: it was reported gone, or it was silent when the grace ended, and
-// either it still has objects or it dropped within the last grace. The
-// writer holds every deletion for want of a node while the lost nodes
-// outnumber the nodes that report, that is while more than half of the
-// nodes it knows (lost or reporting) would lose their objects within one
-// grace. A leader that reaches no node is the extreme case (none
-// reports); one node of many leaving for good, or nodes leaving one by
-// one more than a grace apart, lose their objects as before.
-//
-// Why the nodes that report are the measure: the objects are the
-// scheduler's only view of carve's nodes. When most of them vanish at once,
-// the likelier cause is the leader's own reach (a broken CNI on its node,
-// a stale CA) or the agents' Service, not most nodes failing together,
-// and deleting would stop every new claim in the cluster. Keeping the
-// last values of a node that is truly gone only sends some claims to a
-// node that cannot serve them, as during the start-up grace.
-//
-// A node reported gone loses its objects a moment (settleFor) after, not at
-// once, so that nodes the pool drops together are judged together rather
-// than one by one, each time against a majority that is about to drop.
+// The rule: a node is lost when its objects would go for want of it
+// (reported gone, or silent when the grace ended). Deletions for want of a
+// node are held while lost nodes outnumber reporting ones. When most nodes
+// vanish at once the likelier cause is the leader's own reach (its CNI, a
+// stale CA) or the Service, and deleting would stop every new claim; keeping
+// a gone node's values only misroutes some claims, as during the start-up
+// grace. A dropped node waits settleFor, so that nodes dropped together are
+// judged together.
 
 // settleFor is how long a dropped node's objects wait before they are judged,
 // and how often the hold is looked at again.

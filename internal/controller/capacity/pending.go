@@ -11,11 +11,9 @@ import (
 // someone else may have overtaken it, so that it is never shown).
 const pendingTTL = 10 * time.Second
 
-// A pendingWrite is a write the informer does not show yet. The item of
-// its object may come back meanwhile (a new report while the write was in
-// flight); acting on the informer's older copy would write again, or
-// create what exists, for nothing. Instead the item waits for the
-// informer's event of the write, which queues it again.
+// A pendingWrite is a write the informer does not show yet: acting on the
+// informer's older copy meanwhile would write again for nothing, so the item
+// waits for the informer's event of the write, which queues it again.
 type pendingWrite struct {
 	obj   *storagev1.CSIStorageCapacity // nil: deleted
 	until time.Time

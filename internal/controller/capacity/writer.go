@@ -1,39 +1,23 @@
-// Package capacity writes the CSIStorageCapacity objects the
-// scheduler reads (one per node and carve StorageClass) from the capacity
-// the node agents stream to the controller (api/nodeagent/v1
-// CapacityReport). Nothing is polled: a report, a StorageClass event or a
-// change to one of the writer's own objects queues the (node, class) pairs
-// it affects, and a worker writes an object only when what it holds
-// differs from what it should hold.
+// Package capacity writes the CSIStorageCapacity objects the scheduler
+// reads (one per node and carve WaitForFirstConsumer StorageClass: carve
+// refuses Immediate claims) from the capacity reports the node agents
+// stream. Nothing is polled: a report, a StorageClass event or a change to
+// one of its own objects queues the (node, class) pairs affected, and a
+// worker writes only what differs.
 //
-// Restarts. The objects are the scheduler's only view of carve's nodes:
-// an object deleted makes its node unschedulable for claims of that class,
-// an object left behind for a node whose agent is gone makes the scheduler
-// send claims to a node that cannot serve them, and csi-provisioner keeps
-// retrying such a claim on that node (only ResourceExhausted reschedules
-// it). So after a restart (or a change of leader) the writer keeps the
-// objects it finds, untouched, until their node reports (they are then
-// corrected) or until a grace period has passed (Config.StartupGrace,
-// one minute by default): a node whose agent has not reported by then
-// cannot be reached, and its objects are deleted, as they are (a second
-// later, see below) for a node reported gone (Report with nil). Objects
-// of a StorageClass that no longer exists, or no longer belongs to carve,
-// are deleted as soon as the StorageClasses are known.
+// The objects are the scheduler's only view of carve's nodes: one deleted
+// makes its node unschedulable for the class, one left for a gone agent
+// sends claims where they fail, and csi-provisioner retries those on the
+// same node. So after a restart or a change of leader the writer keeps what
+// it finds until the node reports or Config.StartupGrace passes; then, as
+// for a node reported gone, the node's objects are deleted. Objects of a
+// class that is gone or not carve's are deleted once classes are known.
 //
-// An unhealthy leader. Whether a node reports depends on this replica's
-// own node channel as much as on the node: a leader whose network, or
-// whose view of the CA, is broken reaches no agent, and deleting for want
-// of reports would empty the cluster's capacity while another replica
-// reaches every node. So deletions for want of a node are held (see
-// held.go) while the nodes that would lose their objects at once
-// outnumber the nodes that report; writes for the nodes that report go
-// on. A writer that holds for a grace returns ErrDeletionsHeld from Run,
-// so that its replica gives up the Lease to one that may reach the nodes.
-//
-// Only StorageClasses of the driver whose binding mode is
-// WaitForFirstConsumer get objects: the scheduler consults capacity only
-// for claims whose binding waits for a pod, and carve refuses Immediate
-// claims.
+// Whether a node reports depends on this replica's node channel as much as
+// on the node, so deletions for want of reports are held (held.go) while
+// the nodes that would lose their objects outnumber those that report; a
+// writer that holds past a grace returns ErrDeletionsHeld from Run, so
+// that its replica gives up the Lease to one that may reach the nodes.
 package capacity
 
 import (
@@ -90,10 +74,9 @@ type Config struct {
 	// Registerer, when set, gets carve_capacity_object_writes_total and
 	// carve_capacity_deletions_held.
 	Registerer prometheus.Registerer
-	// StartupGrace is how long after Run starts the objects of nodes that
-	// have not reported yet are kept (see the package comment), how long
-	// nodes dropped count as dropped at once, and how long deletions are
-	// held before Run gives up (ErrDeletionsHeld); 0 means
+	// StartupGrace is how long the objects of nodes not yet reported are kept
+	// after Run starts, how long dropped nodes count as dropped together, and
+	// how long deletions are held before ErrDeletionsHeld; 0 means
 	// DefaultStartupGrace.
 	StartupGrace time.Duration
 	// Owner, when set, becomes the owner of every object (the controller's
@@ -357,12 +340,11 @@ func (w *Writer) enqueueAll(s *session) {
 	}
 }
 
-// Report records node's capacity; nil means the node no longer has an
-// agent (it left the node agents' EndpointSlices), and its objects are
-// deleted. A stream that broke is not a nil report: the last values
-// stand until the node reports again. node must be the identity the node
-// channel verified; the report's own node_name is not trusted. Report
-// never blocks on the API server and may be called from any goroutine.
+// Report records node's capacity; nil means the node left the agents'
+// EndpointSlices, and its objects are deleted (a broken stream is not nil:
+// the last values stand). node must be the identity the channel verified,
+// not the report's node_name. It never blocks and may be called from any
+// goroutine.
 func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
 	if node == "" {
 		return

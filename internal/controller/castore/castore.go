@@ -1,28 +1,17 @@
-// Package castore keeps the node channel's CA (internal/nodeca) in Kubernetes
-// and rotates it: the CAs' certificates and keys in a Secret that only the
-// controller may read, and the certificates the nodes must trust in a
-// ConfigMap of the same name that the node DaemonSet mounts.
+// Package castore keeps the node channel's CA (internal/nodeca) in a Secret
+// only the controller may read, in the layout of a kubernetes.io/tls Secret
+// (so cert-manager's CA issuer can supply it), and the certificates the nodes
+// trust in the ConfigMap of the same name. It rotates the CA in three steps,
+// each one write of the Secret so that every replica agrees where it stands
+// (docs/architecture.md, "CA rotation"):
 //
-// The Secret has the layout of a kubernetes.io/tls Secret (tls.crt,
-// tls.key: the CA that signs), the layout cert-manager's CA issuer reads,
-// so a CA made by cert-manager can be put in its place. During a rotation
-// it also holds the next CA (next.crt, next.key) and, after the switch,
-// the certificate of the one before (previous.crt).
-//
-// A rotation goes in three steps, each one write of the Secret, so that
-// every replica that reads it agrees on where the rotation stands:
-//
-//  1. staged: a next CA is made and trusted beside the current one (the
-//     ConfigMap holds both) when a third of the current CA's life is left,
-//     or when an operator asks (annotation carve.dev/rotate-ca);
-//  2. switched: once every node agent accepts a certificate of the next CA
-//     (the controller tries one on each; Propagation bounds the wait), the
-//     next CA signs, the controller's certificate and every node's are
-//     reissued, and the old CA stays trusted while leaves it signed live;
+//  1. staged: a next CA is trusted beside the current one, when a third of
+//     its life is left or on carve.dev/rotate-ca;
+//  2. switched: once every agent accepts the next CA's certificates, it
+//     signs, and every leaf is reissued;
 //  3. dropped: the old CA leaves the ConfigMap once its last leaf expired.
 //
-// A CA that expired while no controller ran is replaced at once: nothing
-// it signed verifies any more, so nothing is lost by replacing it.
+// A CA that expired while no controller ran is replaced at once.
 package castore
 
 import (

@@ -1,17 +1,10 @@
-// Package lostnodes is the cluster controller's half of carve's duties:
-// the PersistentVolumes of carve pinned to a node whose Node object has
-// been deleted. Their LVs were on that node's disks; while the PVs exist,
-// their claims keep their pods Pending forever. It reports them (a metric,
-// an Event on each claim, a log line) and, only when asked, deletes the
-// claims and the PVs, so that a StatefulSet makes new, empty volumes
-// elsewhere. It never acts while the Node object exists, nor before the
-// Node has stayed absent for a grace period (a Node deleted and
-// re-registered, as `kubectl delete node` and a kubelet restart do, keeps
-// its claims), nor on a PV whose reclaim policy is Retain unless asked.
-//
-// When a Node was first found absent is kept in the leader's memory: a
-// new leader (or a restart) starts every clock anew, which only delays a
-// deletion, never hastens one.
+// Package lostnodes reports carve's PersistentVolumes pinned to a node whose
+// Node object was deleted (their claims keep pods Pending) with a metric, an
+// Event per claim and a log line, and, only when asked, deletes the claims
+// and PVs so that a StatefulSet makes new volumes elsewhere. It never acts
+// while the Node exists or before it stayed absent for a grace period (a
+// re-registered Node keeps its claims), nor on a Retain PV unless asked. The
+// clock lives in the leader's memory, so a new leader only delays.
 package lostnodes
 
 import (

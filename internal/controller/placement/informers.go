@@ -118,15 +118,11 @@ func (p *Placer) onClaim(o any) {
 	p.enqueueBySource(source{kind: kindClaim, namespace: c.Namespace, name: c.Name}.key())
 }
 
-// onClaimUpdate is onClaim, except for a claim whose selected node was
-// just taken back (csi-provisioner does that when the node refused the
-// volume): it is looked at only after takenBackDelay. csi-provisioner
-// writes the claim it updated into its own informer cache after the
-// update returns; a selection carve patched in meanwhile reaches that
-// cache first and is then overwritten by the older claim, and
-// csi-provisioner, seeing no selected node, never provisions the claim
-// until its next resync (make measure-placement-nodes saw a restore stuck
-// so, with the controller on a slow node).
+// onClaimUpdate is onClaim, except that a claim whose selected node was just
+// taken back (the node refused the volume) waits takenBackDelay: a selection
+// carve patched before csi-provisioner's informer cache caught up with its own
+// update would be overwritten there by the older claim, and the claim would
+// wait for the next resync (seen by make measure-placement-nodes).
 func (p *Placer) onClaimUpdate(old, o any) {
 	before, ok1 := old.(*corev1.PersistentVolumeClaim)
 	c, ok2 := o.(*corev1.PersistentVolumeClaim)

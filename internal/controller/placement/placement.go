@@ -1,47 +1,27 @@
 // Package placement puts a new restore or clone of a carve volume on its
-// source's node, when the pod that waits for it can run there, before
-// the scheduler chooses a node. A restore or clone on its source's node is
-// made in place (a thin snapshot of a thin source is instant); on any
-// other node it is copied from the source's node over the network (the
-// router's copies across nodes), which takes as long as the data. Left to
-// itself, the scheduler picks any node with room for the claim.
+// source's node, when the pod that waits for it can run there, before the
+// scheduler chooses a node: there it is made in place (a thin snapshot of a
+// thin source is instant), anywhere else it is copied over the network,
+// which takes as long as the data (docs/backup-restore.md).
 //
-// So the controller's leader watches the claims of carve's
-// WaitForFirstConsumer StorageClasses whose dataSource (or dataSourceRef)
-// is a carve VolumeSnapshot or a carve PVC, and the pods no node is chosen
-// for yet. While such a claim is unbound and no node is selected for it,
-// once a pending pod uses it, it sets the annotation
-// volume.kubernetes.io/selected-node to the source's node when every
-// pending pod of the claim can run there (the node's labels match its
-// nodeSelector and required node affinity, it tolerates the node's
-// NoSchedule and NoExecute taints and the cordon, its other claims are
-// not pinned to another node, and the node's allocatable resources, less
-// what the pods on it request, hold its requests: package podfit, the
-// scheduler's own rules) and that node's last capacity report has room
-// for the claim's request in the claim's device class. kube-scheduler's
-// volume binder then considers only that node for the claim's pods, and
-// the PV controller provisions the claim there. Otherwise it leaves the
-// claim to the scheduler, which chooses a node where the pod can run and
-// the restore is copied to. With no pod yet nothing is decided: where the
-// claim's pods may run is not known. The scheduler, acting on the same
-// pod, may select a node first; then carve leaves that choice (its patch
-// carries the claim's resourceVersion), and the restore is copied.
+// The leader watches the unbound claims of carve's WaitForFirstConsumer
+// classes whose source is a carve VolumeSnapshot or PVC. Once a pending pod
+// uses such a claim and no node is selected, it sets
+// volume.kubernetes.io/selected-node to the source's node when every pending
+// pod of the claim can run there (package podfit: the scheduler's own rules
+// for labels, affinity, taints, pinned claims and resources) and the node's
+// last capacity report has room; otherwise the scheduler chooses and the
+// restore is copied. The patch carries the claim's resourceVersion, so a
+// choice the scheduler made first stands.
 //
-// It writes carve.dev/placed-with-source with the same node in the same
-// patch, and never selects a node for a claim that carries it: when the
-// node refuses the volume anyway, csi-provisioner takes the selection
-// back and the scheduler chooses, rather than carve and the node refusing
-// in a loop. (A claim created with it, whatever its value, is left to the
-// scheduler: the way to opt out.)
+// The same patch writes carve.dev/placed-with-source, and a claim that
+// carries it is never placed again: when the node refuses the volume,
+// csi-provisioner takes the selection back and the scheduler chooses,
+// rather than carve and the node refusing in a loop. A claim created with
+// it opts out.
 //
-// Each decision is an Event on the claim (Normal PlacedWithSource, or
-// Normal NotPlaced whose message starts with the reason: SourceNodeFull,
-// SourceNodeUnreachable, SourceNodeUnknown, SourceNotCarve,
-// PodCannotRunThere, PlacedBefore) and a count in
-// carve_restore_placements_total{result}. Claims carve has nothing to
-// decide for (another driver's class, an Immediate class, no source or a
-// source that is neither a snapshot nor a claim, a node already selected,
-// bound, being deleted, no pending pod) get neither.
+// Each decision is an Event on the claim (PlacedWithSource, or NotPlaced
+// with its reason first) and a count in carve_restore_placements_total.
 package placement
 
 import (

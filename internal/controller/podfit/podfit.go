@@ -1,15 +1,9 @@
-// Package podfit tells whether a pod could run on a node, by the rules
-// kube-scheduler filters nodes with (through k8s.io/component-helpers,
-// the scheduler's own helpers): the node's labels against the pod's
-// nodeSelector and required node affinity, the node's NoSchedule and
-// NoExecute taints (and the cordon) against the pod's tolerations, and
-// the node's allocatable resources, less what the pods bound to it
-// request, against the pod's requests. The controller asks it before it
-// pins a volume, and so the pods that use it, to a node: a restore on its
-// source's node (placement), a move's target (mover).
-//
-// Each check answers "" when the pod may run there, else a sentence that
-// names the constraint, for an Event.
+// Package podfit tells whether a pod could run on a node by kube-scheduler's
+// own filters (k8s.io/component-helpers): node selector and required
+// affinity, NoSchedule and NoExecute taints and the cordon, and allocatable
+// resources less what bound pods request. Placement and the mover ask it
+// before they pin a volume to a node. Each check answers "" or a sentence
+// naming the constraint, for an Event.
 package podfit
 
 import (

@@ -31,14 +31,11 @@ const moveAnnotations = "carve.dev/move-"
 // byHandle is the name of the index on spec.csi.volumeHandle.
 const byHandle = "handle"
 
-// Index is the cache. Its informer lists and watches every
-// PersistentVolume: the API offers no selector on spec.csi.driver or on
-// node affinity, and carve cannot label the PVs csi-provisioner writes.
-// Its transform keeps only the name of a PV of another driver, and of
-// carve's only the handle, node affinity, claim, reclaim policy, phase
-// and the annotations of a move in flight (moveAnnotations: a few PVs
-// carry them, for a while), so the cache holds a few hundred bytes per PV. The cost to the API
-// server is one PV watcher per controller replica.
+// Index is the cache. Its informer watches every PersistentVolume (no
+// selector reaches spec.csi.driver, and csi-provisioner's PVs carry no carve
+// label); the transform keeps a foreign PV's name only, and of carve's the
+// handle, node affinity, claim, reclaim policy, phase and move annotations:
+// a few hundred bytes per PV.
 type Index struct {
 	driver, key string
 	factory     informers.SharedInformerFactory

@@ -115,7 +115,6 @@ func (v View) namespacedRights(err error) bool {
 	return v.Namespace != "" && apierrors.IsForbidden(err)
 }
 
-// warn passes msg to Warn, if set.
 func (v View) warn(msg string) {
 	if v.Warn != nil {
 		v.Warn(msg)
@@ -322,7 +321,6 @@ func capacityNode(c *storagev1.CSIStorageCapacity) string {
 	return c.NodeTopology.MatchLabels[topology.Key]
 }
 
-// eventTime is when an event last happened.
 func eventTime(e *corev1.Event) time.Time {
 	switch {
 	case !e.LastTimestamp.IsZero():

@@ -1,13 +1,10 @@
-// Package blockcopy copies the bytes of one block device to another: the
-// data of a restore or a clone that is not a thin snapshot. Into a thick
-// volume it writes every byte of the target, zeros included (the source's
-// zeros, and zeros past the source's end), because the target's extents
-// may hold an earlier volume's data. Into a new thin volume (Sparse) it
-// writes only the chunks that hold data: dm-thin has no zero detection and
-// provisions a block for every zero written, while a block never written
-// reads as zeros. It syncs the target before it reports the copy done. It does not resume: a copy that was cut short is redone from
-// the start, which is always correct and, at device speed, rarely longer
-// than finding where it stopped.
+// Package blockcopy copies one block device to another: the data of a restore
+// or clone that is not a thin snapshot. Into a thick volume it writes every
+// byte, zeros included, as the extents may hold older data; into a new thin
+// volume (Sparse) only the chunks with data, as dm-thin provisions a block
+// for every zero written. It syncs before it reports the copy done, and does
+// not resume: a cut copy is redone, at device speed rarely longer than
+// finding where it stopped.
 package blockcopy
 
 import (
@@ -36,19 +33,15 @@ type Options struct {
 	// BufferSize is the size of each read and write, a multiple of 4096;
 	// 0 means DefaultBufferSize.
 	BufferSize int
-	// Direct opens both sides with O_DIRECT, so that a copy of a large
-	// volume does not evict the node's page cache. Where the filesystem
-	// refuses O_DIRECT (tmpfs, in tests), or the copy's size or the
-	// target's is not a multiple of 4096 (LVM makes extents as small as
-	// one sector: vgcreate -s takes any power of two from the sector size
-	// up), the copy is buffered instead; it is synced all the same.
+	// Direct opens both sides with O_DIRECT, so that a large copy does not evict
+	// the page cache. Where the filesystem refuses it (tmpfs in tests) or a size
+	// is not a multiple of 4096 (LVM extents may be one sector), the copy is
+	// buffered, and synced all the same.
 	Direct bool
-	// Sparse skips the all-zero chunks of the source (SparseChunk bytes,
-	// aligned) and leaves the target past the copy as it is: for a new
-	// thin volume, whose unwritten blocks read as zeros. A chunk with any
-	// data is written whole, zeros included, so that a pool block it
-	// provisions holds nothing but the source's bytes. Do not set it for
-	// a target that may hold other data.
+	// Sparse skips the source's all-zero chunks (SparseChunk, aligned) and leaves
+	// the target past the copy as it is: only for a new thin volume, whose
+	// unwritten blocks read as zeros. A chunk with data is written whole, so that
+	// a pool block it provisions holds only the source's bytes.
 	Sparse bool
 	// Progress, when set, is called after each chunk with the bytes
 	// copied so far.
@@ -76,10 +69,9 @@ type Result struct {
 // ErrShortSource is a source that ended before size bytes.
 var ErrShortSource = errors.New("source is shorter than the copy")
 
-// Copy copies the first size bytes of src to the start of dst (both paths,
-// both existing), zeroes the rest of dst (unless Sparse), and syncs dst. The context is checked between chunks; an
-// ended context stops the copy with its error, leaving dst partly
-// written. Result.Bytes is set also when the copy fails.
+// Copy copies the first size bytes of src to the start of dst, zeroes the
+// rest of dst (unless Sparse) and syncs dst. An ended context stops it
+// between chunks, dst partly written; Result.Bytes is set on failure too.
 func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Result, error) {
 	start := time.Now()
 	var res Result

@@ -146,7 +146,6 @@ func Parse(c *csi.VolumeCapability, fsTypes []string) (Access, error) {
 	return a, nil
 }
 
-// mountFlags checks the mount flags of a capability of access a.
 func mountFlags(flags []string, a Access) ([]string, error) {
 	var out []string
 	for i, f := range flags {

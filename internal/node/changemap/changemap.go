@@ -1,12 +1,8 @@
 // Package changemap names the places where a volume may differ from a
-// snapshot of it, from the device-mapper metadata that already tracks
-// them, without reading the data: for a thin volume and a thin snapshot
-// in one pool, the pool's mapping trees compared by thin_delta; for a
-// thick volume and its copy-on-write snapshot, the snapshot's exception
-// table. A catch-up of a move (internal/node/peercopy) sends only those places.
-// What it names is a superset of what changed, in units of the pool's
-// block or the snapshot's chunk; a place it does not name is the same
-// in both.
+// snapshot of it from device-mapper metadata, without reading the data:
+// thin_delta over a pool's mapping trees, or a copy-on-write snapshot's
+// exception table. What it names is a superset of the changes, in pool blocks
+// or snapshot chunks, so a place it does not name is the same in both.
 package changemap
 
 import (

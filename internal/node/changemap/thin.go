@@ -95,7 +95,6 @@ func hasAttr(t xml.StartElement, name string) bool {
 	return false
 }
 
-// uintAttr is the attribute name of t, a number.
 func uintAttr(t xml.StartElement, name string) (uint64, error) {
 	for _, a := range t.Attr {
 		if a.Name.Local == name {
@@ -132,18 +131,13 @@ type Finder struct {
 // even when the caller's context has ended.
 const releaseTimeout = 30 * time.Second
 
-// ThinChanges names the bytes where the thin LV vol of vg may differ
-// from its thin snapshot base, both active in pool: it reads both
-// devices' thin IDs from their device-mapper tables (which must name
-// one pool), reserves a metadata snapshot of the pool, compares the two
-// mapping trees in it with thin_delta, and releases the snapshot,
-// whatever happened. It releases only a snapshot it reserved itself: a
-// pool holds at most one, and one held already (by another tool, such
-// as thin_ls or a backup reading the pool's metadata, or left by an
-// agent killed between its reserve and its release) makes the reserve
-// fail with ErrMetadataSnapHeld, which the caller takes for "no
-// metadata path" (a catch-up then compares the volume with its base).
-// The holder, or an administrator once no tool reads it, releases it.
+// ThinChanges names the bytes where the thin LV vol of vg may differ from its
+// thin snapshot base, both active in pool: it reads their thin IDs from the
+// device-mapper tables, reserves a metadata snapshot of the pool, compares the
+// trees with thin_delta, and releases the snapshot it reserved. A pool holds
+// one at most: one held already (another tool, or an agent killed in between)
+// is ErrMetadataSnapHeld, which the caller takes for "compare instead"; its
+// holder, or an administrator, releases it.
 func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (set Set, err error) {
 	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}, {"base", base}, {"volume", vol}} {
 		if err := checkName(n.what, n.v); err != nil {

@@ -59,12 +59,10 @@ func (a *Agent) csr() ([]byte, error) {
 	}, a.key)
 }
 
-// InstallCertificate implements nodeagentv1.NodeAgentServer: the
-// certificate is presented from the next handshake on (connections open
-// keep theirs). It is refused (INVALID_ARGUMENT) unless it is for the
-// agent's key, names exactly this node, and chains to a trusted CA now:
-// what the controller will check when it dials the node. Installing the
-// certificate already presented again is a no-op.
+// InstallCertificate implements nodeagentv1.NodeAgentServer: the certificate
+// is presented from the next handshake on. It must be for the agent's key,
+// name exactly this node and chain to a trusted CA now, as the controller
+// will check (else INVALID_ARGUMENT); installing the same one again is a no-op.
 func (a *Agent) InstallCertificate(ctx context.Context, req *nodeagentv1.InstallCertificateRequest) (*nodeagentv1.InstallCertificateResponse, error) {
 	cert, err := x509.ParseCertificate(req.GetCertificateDer())
 	if err != nil {

@@ -13,12 +13,10 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Inventory implements nodeagentv1.NodeAgentServer: carve's volumes in the
-// configured volume groups with their tags read, the volume groups whose
-// listing is not fresh (their volumes are unknown, not absent), the
-// device classes, and the LV names with a call in flight. The names in
-// flight are read first: a call that starts after the listing is caught
-// by the next inventory, and one that ended before it shows in it.
+// Inventory implements nodeagentv1.NodeAgentServer: carve's volumes with
+// their tags, the volume groups whose listing is stale (volumes unknown, not
+// absent), the classes, and the LV names with a call in flight, read first so
+// that no call falls between the two reads.
 func (a *Agent) Inventory(context.Context, *nodeagentv1.InventoryRequest) (*nodeagentv1.InventoryResponse, error) {
 	resp := &nodeagentv1.InventoryResponse{}
 	if a.cfg.Orphans != nil {
@@ -56,11 +54,9 @@ func (a *Agent) QuarantineOrphan(ctx context.Context, req *nodeagentv1.Quarantin
 	return &nodeagentv1.QuarantineOrphanResponse{Name: got}, nil
 }
 
-// RemoveOrphan implements nodeagentv1.NodeAgentServer: the controller's
-// audit removes a quarantined orphan (--remove-orphans) through it. Only
-// an LV of a configured volume group can be named, and only with the name
-// it had before its quarantine, so that nothing but a quarantined orphan
-// is removed.
+// RemoveOrphan implements nodeagentv1.NodeAgentServer for the audit's
+// --remove-orphans: only an LV of a configured volume group, named with the
+// name it had before its quarantine, so that nothing else is removed.
 func (a *Agent) RemoveOrphan(ctx context.Context, req *nodeagentv1.RemoveOrphanRequest) (*nodeagentv1.RemoveOrphanResponse, error) {
 	vg, name := req.GetVolumeGroup(), req.GetName()
 	if err := a.orphanRequest(vg, name); err != nil {
@@ -75,7 +71,6 @@ func (a *Agent) RemoveOrphan(ctx context.Context, req *nodeagentv1.RemoveOrphanR
 	return &nodeagentv1.RemoveOrphanResponse{}, nil
 }
 
-// orphanRequest checks the LV an orphan call names.
 func (a *Agent) orphanRequest(vg, name string) error {
 	if !slices.Contains(a.cfg.Classes.VolumeGroups(), vg) {
 		return status.Errorf(codes.InvalidArgument, "volume_group %q: not a volume group of node %s's device classes", vg, a.cfg.NodeName)

@@ -78,7 +78,6 @@ func (r Reader) Read(path string) (State, error) {
 // errShort is a reply that does not hold what its header says.
 var errShort = errors.New("device-mapper reply is shorter than its header says")
 
-// parse reads the targets of a DM_TABLE_STATUS reply.
 func parse(buf []byte) (State, error) {
 	if len(buf) < unix.SizeofDmIoctl {
 		return State{}, errShort

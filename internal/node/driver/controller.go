@@ -114,7 +114,6 @@ func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provisi
 	return r, nil
 }
 
-// volume describes an LV as a CSI volume.
 func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volume {
 	return &csi.Volume{
 		VolumeId:           volume.VolumeID(lv.VolumeGroup, lv.Name),

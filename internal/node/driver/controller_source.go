@@ -9,7 +9,6 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// sourcePhase is the metrics phase of a CreateVolume.
 func sourcePhase(cs *csi.VolumeContentSource) string {
 	switch {
 	case cs.GetSnapshot() != nil:

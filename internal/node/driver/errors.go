@@ -14,7 +14,6 @@ import (
 	"github.com/carve-csi/carve/internal/node/vgview"
 )
 
-// kindCodes are the gRPC codes of provision's error kinds.
 var kindCodes = map[error]codes.Code{
 	provision.ErrBusy:        codes.Aborted,
 	provision.ErrMismatch:    codes.AlreadyExists,
@@ -59,7 +58,6 @@ func withReason(st *status.Status, reason string) *status.Status {
 	return d
 }
 
-// codeOf is the gRPC code of a domain error.
 func codeOf(err error) codes.Code {
 	if pe := (*provision.Error)(nil); errors.As(err, &pe) {
 		if c, ok := kindCodes[pe.Kind]; ok {

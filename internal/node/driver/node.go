@@ -43,13 +43,10 @@ type NodeConfig struct {
 	FS fs.Interface
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
-	// Classes is the device-class file and View the controller's view of
-	// the volume groups (the same one): NodeExpandVolume checks a growth
-	// against the room of the volume's class (spare, overprovision ratio)
-	// under the view's per-volume-group room lock, which CreateVolume
-	// holds too, and applies it to the view at once. Without them an
-	// expansion is checked by LVM alone, which lets a thin volume grow past
-	// its class's overprovision ratio; the node role must set both.
+	// Classes and View (the controller's, shared) let NodeExpandVolume check a
+	// growth against its class's room under the room lock CreateVolume takes;
+	// without them LVM alone checks, and a thin volume could grow past the
+	// overprovision ratio. The node role sets both.
 	Classes *deviceclass.Config
 	View    *vgview.View
 	// Formatting marks the volumes whose mkfs has begun and not been seen
@@ -183,7 +180,6 @@ func parseID(id string) (volume.ID, error) {
 	return vol, nil
 }
 
-// device is the device node of vol.
 func (n *NodeServer) device(vol volume.ID) string { return volume.Device(n.cfg.DevDir, vol) }
 
 // errCopyPending is findLV's error for a volume whose data copy (restore
@@ -239,15 +235,12 @@ func lookupStatus(vol volume.ID, err error) error {
 	return toStatus(err, fmt.Sprintf("reading the LV of volume %q", vol))
 }
 
-// activeDevice returns the device node and device class of a carve
-// volume, for stage and publish, activating its LV when it is inactive. An
-// active LV has its device node, so the common case runs no LVM command:
-// the class is the one CreateVolume put into the volume context, trusted
-// only when the view agrees (trusted). Otherwise LVM is asked: a volume
-// whose volume group no class uses, or whose LV is not carve's or is
-// half-copied, is FailedPrecondition; one that does not exist is NotFound;
-// an inactive one is activated (see activate). The class is returned with
-// an error too, once known: the metrics of the call carry it.
+// activeDevice returns the device node and device class of a carve volume
+// for stage and publish, activating its LV when inactive. The common case
+// runs no LVM command: the volume context's class is trusted when the view
+// agrees. Otherwise LVM is asked: a volume group no class uses, an LV not
+// carve's or half-copied is FailedPrecondition, a missing one NotFound. The
+// class comes back with an error too, for the call's metrics.
 func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeContext map[string]string) (device, class string, err error) {
 	name := volumeContext[volume.ContextVolumeName]
 	device = n.device(vol)
@@ -280,12 +273,10 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	return lv.Device(n.cfg.DevDir), class, nil
 }
 
-// trusted tells whether the fast path may serve vol as a volume of class,
-// the class its volume context names: the request is anyone's who may
-// write a PV, so the class must be one of this node's, of the handle's
-// volume group, and the view (no LVM command) must hold the LV as one of
-// carve's volumes of that class whose data copy is done. Anything else
-// goes to the full lookup, which refuses what it must.
+// trusted tells whether the fast path may serve vol as a volume of class:
+// the volume context is anyone's who may write a PV, so the class must be
+// this node's, of the handle's volume group, and the view must hold the LV as
+// carve's, of that class, its copy done.
 func (n *NodeServer) trusted(vol volume.ID, class string) bool {
 	if n.cfg.Classes == nil || n.cfg.View == nil {
 		return false
@@ -301,12 +292,10 @@ func (n *NodeServer) trusted(vol volume.ID, class string) bool {
 	return ok && kind == volume.KindVolume && lvClass == class
 }
 
-// activate makes sure a volume's LV is active, so that it has a device
-// node. After a reboot LVs are inactive unless the host's LVM activated
-// them (lvm2's udev rules or its activation service), which hosts without
-// lvm2, or with autoactivation restricted, do not do. So the node
-// activates the one LV a call needs, nothing else, and only an LV that
-// carries carve's owner tag. An active LV is returned as it is.
+// activate makes sure a volume's LV is active, so that it has a device node:
+// hosts without lvm2's autoactivation leave LVs inactive after a reboot. Only
+// the one LV a call needs is activated, and only if carve's owner tag is on
+// it.
 func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	if lv.Attr.Active {
 		return lv, nil

@@ -133,14 +133,11 @@ func (n *NodeServer) expandPath(vol volume.ID, device, path string, access *capa
 	return false, nil
 }
 
-// extend grows the LV of volume vol to required bytes: under the volume
-// group's room lock, after checking the growth against its class's room as
-// CreateVolume checks a new volume (NodeConfig.Classes and View). A growth
-// that does not fit now is RESOURCE_EXHAUSTED (the kubelet retries it
-// later); a size above limit_bytes after rounding to extents, or above
-// what the class could ever hold on this node, is OUT_OF_RANGE (the CSI
-// code for a capacity range the plugin cannot serve: the request must
-// change). The view hears of the growth at once (View.Extended).
+// extend grows the LV of vol to required bytes under the volume group's room
+// lock, checked against its class's room as CreateVolume checks a new volume.
+// A growth that does not fit now is RESOURCE_EXHAUSTED (the kubelet retries);
+// one past limit_bytes after rounding, or past what the class could ever hold
+// here, is OUT_OF_RANGE: the request must change.
 func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, class string, lv *lvm.LogicalVolume, required, limit uint64) (*lvm.LogicalVolume, error) {
 	if n.cfg.Classes != nil && n.cfg.View != nil {
 		unlock, err := n.checkGrowth(ctx, vol, class, lv, required, limit)
@@ -167,11 +164,9 @@ func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, 
 }
 
 // metadataDevices are what a flush makes a metadata change of lv's volume
-// group durable through: lvm2 leaves the change in the disks' write
-// caches (erase.Flush), and a growth a power cut undoes is one the
-// kubelet and the PersistentVolume already count. They are the volume
-// group's PVs as the view last read them, or else the LV's own device,
-// which reaches the PVs under it.
+// group durable through (erase.Flush): a growth a power cut undoes is one the
+// PV already counts. They are the group's PVs as the view last read them, or
+// else the LV's own device.
 func (n *NodeServer) metadataDevices(lv *lvm.LogicalVolume) []string {
 	if n.cfg.View != nil {
 		if pvs := n.cfg.View.PhysicalVolumes(lv.VolumeGroup); len(pvs) > 0 {

@@ -73,20 +73,12 @@ func (n *NodeServer) lvUUID(ctx context.Context, vol volume.ID) string {
 	return lv.UUID
 }
 
-// undoUnfinishedMkfs handles the formatting mark an earlier stage left on
-// vol: the plugin's container killed with its mkfs, the node down during
-// it, or a mark that should not be there at all (the state directory
-// restored from an older copy, a mark that outlived its LV). A mark is
-// only a hint; the device decides (fs ProbeMkfs):
-//   - a mark naming another LV (an earlier one of that name) is dropped;
-//   - a finished filesystem of fsType may hold a pod's data: the mark is
-//     dropped and the stage mounts it as any other;
-//   - what an unfinished mkfs left (an xfs superblock still flagged "in
-//     progress", an ext4 never mounted that does not check clean) would
-//     fail every mount and repair from then on: its signature regions are
-//     zeroed, and the stage formats the now blank device again;
-//   - nothing of fsType: the mark stays, and the stage goes on as ever
-//     (formats a blank device, refuses another filesystem).
+// undoUnfinishedMkfs handles the formatting mark an earlier stage left on vol
+// (a mkfs killed, or a mark that should not be there). The mark is a hint;
+// the device decides (fs ProbeMkfs): a mark of another LV, or a finished
+// filesystem of fsType, drops the mark; what an unfinished mkfs left would
+// fail every mount and repair, so its signature regions are zeroed and the
+// stage formats again; with nothing of fsType the mark stays.
 func (n *NodeServer) undoUnfinishedMkfs(ctx context.Context, vol volume.ID, device, fsType string) error {
 	if n.cfg.Formatting == nil {
 		return nil

@@ -19,20 +19,13 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// NodeStageVolume implements csi.NodeServer. A filesystem volume is
-// formatted only when its device carries no signature at all, then mounted
-// at the staging path; a raw block volume needs nothing at this stage.
-//
-// Formatting and mounting (mkfs, or fsck of an existing filesystem, then
-// mount) run as a detached job holding the volume's lock: mkfs of a large
-// volume or fsck of a large dirty one can outlast the kubelet's deadline
-// (2 min), and killing them would throw the work away (and leave a repair
-// half done), so that the retry started from zero again, forever. A call
-// whose deadline comes first answers ABORTED shortly before it; the
-// kubelet takes ABORTED as "operation pending" (not final: the volume may
-// be staged, so it retries NodeStageVolume, and calls NodeUnstageVolume if
-// the pod goes away), and a retry with the same arguments joins the job, or
-// gets the result of the job that ended since.
+// NodeStageVolume implements csi.NodeServer: a filesystem volume is formatted
+// only when its device carries no signature at all, then mounted at the
+// staging path. mkfs, or fsck then mount, run as a detached job holding the
+// volume's lock: on a large volume they can outlast the kubelet's deadline,
+// and killing them would have every retry start from zero. A call whose
+// deadline comes first answers ABORTED (the kubelet retries, or unstages),
+// and a retry joins the job or gets the result of the one that ended.
 func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (resp *csi.NodeStageVolumeResponse, err error) {
 	op := n.begin(metrics.PhaseStage)
 	defer op.End(&err)
@@ -100,7 +93,6 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	return n.awaitStage(ctx, id, j)
 }
 
-// stageAccess checks the arguments of a stage and reads its capability.
 func stageAccess(id, staging string, c *csi.VolumeCapability) (capability.Access, error) {
 	if err := nodeRequireID(id); err != nil {
 		return capability.Access{}, err
@@ -167,7 +159,6 @@ func stageArgs(staging string, a capability.Access, options []string) string {
 	return strings.Join([]string{staging, a.FSType, strings.Join(options, ",")}, "\x00")
 }
 
-// stageJob is what a stage job formats and mounts.
 type stageJob struct {
 	vol                  volume.ID
 	device, staging      string
@@ -262,13 +253,10 @@ func checkSignature(vol volume.ID, device, existing, fsType string, options []st
 	return nil
 }
 
-// stagingOptions are the options of a staging mount: the capability's
-// flags, then carve's, which come last so that no flag (defaults, say)
-// undoes them: nodev,nosuid always; ro for a SINGLE_NODE_READER_ONLY
-// volume, so that nothing writes to it, not even fsck or a journal replay
-// (internal/node/fs skips fsck and refuses to format when it sees ro); nouuid for
-// xfs (snapshots and clones carry their origin's UUID, and the second of
-// them would not mount on the same node without it).
+// stagingOptions are the capability's mount flags, then carve's, last so that
+// none undoes them: nodev,nosuid; ro for SINGLE_NODE_READER_ONLY, so that not
+// even fsck or a journal replay writes; nouuid for xfs, whose snapshots and
+// clones share their origin's UUID.
 func stagingOptions(a capability.Access) []string {
 	options := slices.Clone(a.Flags)
 	if a.FSType == "xfs" && !slices.Contains(options, "nouuid") {

@@ -13,7 +13,6 @@ type nodeTopology struct {
 	name string
 }
 
-// segment is this node's segment, in the form CSI responses carry.
 func (n nodeTopology) segment() *csi.Topology {
 	return &csi.Topology{Segments: topology.Segments(n.name)}
 }

@@ -20,7 +20,6 @@ import (
 // are accepted, and the claim's are recorded in the LV's tags (tags.go).
 const paramPassThroughPrefix = "csi.storage.k8s.io/" //nolint:gosec // G101: a parameter prefix, not a credential
 
-// checkVolumeName validates a CSI volume name.
 func checkVolumeName(name string) error {
 	switch {
 	case name == "":

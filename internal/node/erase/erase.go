@@ -18,13 +18,10 @@ import (
 type Method string
 
 const (
-	// ZeroOut asks the kernel to zero the device (BLKZEROOUT, what
-	// `blkdiscard --zeroout` does): the kernel sends WRITE ZEROES where
-	// the device offers it, with NOUNMAP (the ioctl asks the device to
-	// keep the blocks allocated, not to discard them), and writes zero
-	// pages itself elsewhere. Neither carries a flush, so Device syncs
-	// the device afterwards (see zeroOut). A plain discard is never
-	// used, because only some devices read zeros after it.
+	// ZeroOut asks the kernel to zero the device (BLKZEROOUT, as `blkdiscard
+	// --zeroout`): WRITE ZEROES with NOUNMAP where the device offers it, else
+	// zero pages. A plain discard is never used: only some devices read zeros
+	// after it.
 	ZeroOut Method = "zeroout"
 	// Write writes zeros from carve, block by block: for devices whose
 	// WRITE ZEROES offload is not trusted.
@@ -36,15 +33,10 @@ const (
 	// blank without running blkid. Not a method a device class can name
 	// (it is not in Methods): it leaves the rest of the device as it was.
 	Signatures Method = "signatures"
-	// Flush zeroes nothing: it only flushes the device's write cache
-	// (fsync). lvm2 writes its metadata with O_DIRECT and without a
-	// FLUSH (seen in the guest under dm-log-writes), so a new LV that
-	// nothing was written to could vanish at a power cut after
-	// CreateVolume answered, a removed one come back, an extension be
-	// lost: a flush of the LV's device reaches the PVs under it and
-	// their cached metadata with them, a flush of the PVs themselves
-	// (FlushAll) what no LV's device reaches any more. Not a method a
-	// device class can name either.
+	// Flush only flushes the device's write cache (fsync): lvm2 writes metadata
+	// with O_DIRECT and no FLUSH, so a new, removed or grown LV could be undone by
+	// a power cut after the call answered. An LV's device reaches the PVs under
+	// it; FlushAll flushes the PVs themselves. No device class can name it.
 	Flush Method = "flush"
 )
 
@@ -55,7 +47,6 @@ var Methods = []Method{ZeroOut, Write, None}
 // is checked between chunks, so a stop waits for at most one chunk.
 const chunk = 64 << 20
 
-// writeBuffer is the size of one write of the Write method.
 const writeBuffer = 1 << 20
 
 // Device zeroes the whole device (or file) at path with method m and
@@ -118,12 +109,9 @@ type blockFile struct{ *os.File }
 
 func (f blockFile) ZeroRange(off, length int64) error { return zeroRange(f.File, off, length) }
 
-// zeroOut issues BLKZEROOUT chunk by chunk, then syncs. The ioctl
-// returns once the device has acknowledged the zeroing, which a device
-// with a volatile write cache (a SATA SSD, an NVMe drive without
-// power-loss protection) may still hold in that cache: without the flush
-// a power cut after the volume is handed out could bring the previous
-// tenant's bytes back.
+// zeroOut issues BLKZEROOUT chunk by chunk, then syncs: a device with a
+// volatile write cache may still hold the acknowledged zeroing there, and a
+// power cut could bring the previous tenant's bytes back.
 func zeroOut(ctx context.Context, f target, size int64) error {
 	for off := int64(0); off < size; off += chunk {
 		if err := ctx.Err(); err != nil {
@@ -161,17 +149,10 @@ func write(ctx context.Context, f target, size int64) error {
 	return nil
 }
 
-// The regions of a device where a signature can live, as far as libblkid
-// (what blkid -p and lvcreate's signature wipe use) looks without first
-// finding a magic nearer. Head: every filesystem, partition table, LVM
-// label, LUKS header, md 1.1/1.2, bcache and swap header starts in the
-// first MiB (ext at 1 KiB, xfs and LUKS at 0, btrfs at 64 KiB, the LVM
-// label at 512 B, swap at the end of the first page); the farthest are
-// VMFS at 1 and 2 MiB, bcachefs's copy at 2 MiB and LUKS2's last
-// secondary header at 4 MiB, 4 KiB long. Tail: md 0.90 and 1.0, the GPT
-// backup, ZFS's last two labels, DRBD, bcachefs's copy 1 MiB from the end
-// and the firmware RAID formats; the farthest is Promise FastTrack's,
-// 3087 sectors (1.5 MiB) from the end.
+// The regions of a device where libblkid (blkid -p, lvcreate's wipe) looks for
+// a signature. Head: everything up to LUKS2's last secondary header, 4 KiB at
+// 4 MiB. Tail: md 0.90/1.0, the GPT backup, ZFS, DRBD, bcachefs and firmware
+// RAID, the farthest Promise FastTrack's 1.5 MiB from the end.
 const (
 	signatureHead = 4<<20 + 4<<10
 	signatureTail = 2 << 20

@@ -18,21 +18,13 @@ const (
 	blankAlign = 4096
 )
 
-// ReadsBlank tells whether device (a block device, or a file in tests)
-// reads as zeros in every region where a signature can live
-// (erase.SignatureRegions: the first 4 MiB and 4 KiB, the last 2 MiB,
-// which hold every offset libblkid probes before it finds a magic; all
-// of a smaller device;
-// CreateVolume zeroes them on a new thick filesystem volume). Then no tool
-// can find a signature on it: blkid would exit 2, and the device may be
-// formatted without running it. Any byte that is not zero answers false,
-// whether or not it belongs to a signature: this is stricter than blkid,
-// which finds nothing on a device with leftover data but no signature, so
-// such a device still goes to blkid, never straight to mkfs.
-//
-// The device is read with O_DIRECT, past the page cache, so that what is
-// judged is what is on the device (a filesystem that refuses O_DIRECT, as
-// tmpfs does for test files, is read through the cache).
+// ReadsBlank tells whether device reads as zeros in every region where a
+// signature can live (erase.SignatureRegions; CreateVolume zeroes them on a
+// new thick filesystem volume): then blkid would find nothing, and the device
+// may be formatted without running it. Any nonzero byte answers false, which
+// is stricter than blkid, so leftover data still goes to blkid, never
+// straight to mkfs. It reads with O_DIRECT, so that what is judged is on the
+// device, except where the filesystem refuses it (tmpfs in tests).
 func ReadsBlank(device string) (bool, error) {
 	f, err := directio.Open(device, os.O_RDONLY, true)
 	if err != nil {

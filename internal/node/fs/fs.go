@@ -1,12 +1,10 @@
 // Package fs formats, mounts, grows and measures the filesystems of carve's
-// volumes. FormatAndMount runs its steps itself: it reads the signature
-// (in-process when the device reads as zeros wherever a signature could
-// be, ReadsBlank; else with blkid), formats only a device without any, or
-// checks an existing filesystem with fsck, and mounts. k8s.io/mount-utils
-// parses blkid's answer, mounts and grows filesystems (ResizeFs); every
-// command runs through k8s.io/utils/exec, bound to the caller's context.
-// The node server reaches it only through Interface, so it is tested with
-// mount-utils' FakeMounter and a fake exec (fstest).
+// volumes. FormatAndMount reads the signature (in-process when the device
+// reads as zeros where one could be, else with blkid), formats only a device
+// without any or checks an existing filesystem with fsck, and mounts;
+// k8s.io/mount-utils parses blkid, mounts and grows. Every command runs
+// through k8s.io/utils/exec bound to the caller's context, and the node
+// server reaches it only through Interface (fakes in fstest).
 package fs
 
 import (
@@ -25,17 +23,12 @@ import (
 
 // Interface is what carve's node server needs of filesystems and mounts.
 type Interface interface {
-	// FormatAndMount reads the signature on device once (ReadsBlank, then
-	// blkid as DiskFormat unless the device read as blank) and hands it
-	// to check; when check returns an error, FormatAndMount
-	// returns that error as it is, having done nothing else. Otherwise it
-	// formats device with fsType only when it carries no signature
-	// (mkfs.<fsType> with mkfsOptions, which must pass
-	// ValidateMkfsOptions) and options do not hold "ro", or runs fsck -a
-	// on an existing filesystem mounted read-write, then mounts it at
-	// target with options. A device with data is never formatted; one
-	// holding another filesystem would be mounted as fsType, which fails,
-	// so check refuses it first.
+	// FormatAndMount reads the signature on device once and hands it to check,
+	// whose error it returns having done nothing else. Otherwise it formats
+	// device with fsType only when it carries no signature and options do not
+	// hold "ro" (mkfsOptions must pass ValidateMkfsOptions), or runs fsck -a on
+	// an existing filesystem mounted read-write, then mounts it at target. A
+	// device with data is never formatted.
 	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error)
 	// Mount mounts source at target; options holding "bind" make a bind
 	// mount (with "ro" applied by a remount, as mount(8) requires).

@@ -29,16 +29,12 @@ func Makeable(lookPath func(file string) (string, error)) []string {
 // every filesystem mountable on (RHEL 8's); docs/install.md lists it.
 const OldestKernel = "4.18"
 
-// defaultMkfsOptions are the options mkfs gets when a device class names
-// none for a filesystem. They keep what the image's tools make (Debian
-// bookworm: xfsprogs 6.1, e2fsprogs 1.47.0, btrfs-progs 6.2) mountable,
-// read-write, on OldestKernel, and turn off the discard of the whole
-// device, which on a large LV of a device with slow discard takes longer
-// than the kubelet's deadline and gains nothing on a new volume:
-//   - xfs: bigtime and inobtcount (on by default since xfsprogs 5.15) need
-//     Linux 5.10; nrext64 (on by default in later xfsprogs) needs 5.19;
-//   - ext4: orphan_file (on by default in upstream e2fsprogs 1.47's
-//     mke2fs.conf) needs 5.15 to mount read-write;
+// defaultMkfsOptions are mkfs's options when a device class names none: what
+// the image's tools make (bookworm: xfsprogs 6.1, e2fsprogs 1.47.0,
+// btrfs-progs 6.2) must mount read-write on OldestKernel, and discarding a
+// whole large LV can outlast the kubelet's deadline for no gain:
+//   - xfs: bigtime and inobtcount need Linux 5.10, nrext64 5.19;
+//   - ext4: orphan_file needs 5.15 to mount read-write;
 //   - btrfs: the 6.2 defaults (no-holes, free-space-tree) need 4.5.
 var defaultMkfsOptions = map[string][]string{
 	"xfs":   {"-K", "-m", "bigtime=0,inobtcount=0", "-i", "nrext64=0"},

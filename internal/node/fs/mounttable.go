@@ -16,7 +16,6 @@ type MountInfoLister interface {
 	MountInfo() ([]mount.MountInfo, error)
 }
 
-// procMountInfo is the mount table HostMounter reads.
 const procMountInfo = "/proc/self/mountinfo"
 
 // MountInfo implements MountInfoLister.
@@ -33,12 +32,10 @@ func (h *HostMounter) MountInfo() ([]mount.MountInfo, error) {
 }
 
 // mountsOfDevice returns the mount points in infos that show device: a
-// filesystem on it (the mount's device numbers are device's, or its source
-// names device), or device's
-// node bind-mounted from devtmpfs (a raw block volume). For the latter the
-// node is found under the devtmpfs mount of this namespace (/dev) from the
-// bind's root: the stat that compares it touches devtmpfs, in memory, and
-// never the bind's own mount point, which may be another pod's.
+// filesystem on it (by device numbers or source), or its node bind-mounted
+// from devtmpfs (a raw block volume), found under this namespace's /dev from
+// the bind's root, so that the stat never touches the bind's own mount
+// point, which may be another pod's.
 func mountsOfDevice(infos []mount.MountInfo, device string) ([]string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(device, &st); err != nil {

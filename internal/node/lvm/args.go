@@ -16,19 +16,13 @@ func addTags(args, tags []string) []string {
 	return args
 }
 
-// createArgs builds lvcreate for a thick or a thin LV of size bytes.
-//
-// Thick LVs get --wipesignatures y --zero y: their extents may have held an
-// LV that was removed, and NodeStage formats only a device on which blkid
-// finds no filesystem. An old signature left in place would make carve mount
-// the previous tenant's filesystem instead of formatting a new one, so LVM
-// must wipe known signatures and zero the first 4 KiB. --yes answers the
-// wipe prompt. Zeroing needs the LV active; where activation is disabled
-// (the host tier) LVM warns "not zeroed" and goes on, which is fine there
-// because no device node exists to be read.
-//
-// Thin LVs need neither: blocks of a new thin volume that were never written
-// read as zeros whatever the pool held before.
+// createArgs builds lvcreate for a thick or a thin LV of size bytes. Thick
+// LVs get --wipesignatures y --zero y (--yes answers the prompt): their
+// extents may have held a removed LV, and NodeStage formats only a device on
+// which blkid finds no filesystem, so an old signature would have carve mount
+// the previous tenant's filesystem. Where activation is disabled (the host
+// tier) LVM warns "not zeroed": no device node exists to be read. Thin LVs
+// read zeros where never written and need neither.
 func createArgs(req CreateRequest, size uint64) []string {
 	args := []string{"lvcreate", "--yes"}
 	if req.ThinPool != "" {
@@ -77,12 +71,10 @@ func extendArgs(vg, name string, size uint64) []string {
 	return []string{"lvextend", "--size", bytesArg(size), vg + "/" + name}
 }
 
-// activateArgs builds lvchange to activate one LV (and, for a thin LV, its
-// pool, which LVM activates with it). An LV that carries the
-// activation-skip flag (thin snapshots made by lvcreate's default, or by
-// other tools) is left inactive by a plain `lvchange --activate y`, which
-// still succeeds, so --ignoreactivationskip is added for such an LV, and
-// only for it.
+// activateArgs builds lvchange to activate one LV (a thin LV's pool with it).
+// A plain `lvchange --activate y` succeeds yet leaves an LV with the
+// activation-skip flag inactive, so --ignoreactivationskip is added for such
+// an LV, and only for it.
 func activateArgs(vg, name string, skip bool) []string {
 	args := []string{"lvchange", "--activate", "y"}
 	if skip {
@@ -97,7 +89,6 @@ func deactivateArgs(vg, name string) []string {
 	return []string{"lvchange", "--activate", "n", vg + "/" + name}
 }
 
-// delTagsArgs builds lvchange --deltag for each tag.
 func delTagsArgs(vg, name string, tags []string) []string {
 	args := []string{"lvchange"}
 	for _, t := range tags {
@@ -117,7 +108,6 @@ func changeTagsArgs(vg, name string, add, del []string) []string {
 	return append(args, vg+"/"+name)
 }
 
-// renameArgs builds lvrename of vg/name to newName.
 func renameArgs(vg, name, newName string) []string {
 	return []string{"lvrename", vg, name, newName}
 }

@@ -8,7 +8,6 @@ package lvm
 //
 // Older releases print fewer characters; missing ones decode as unset.
 
-// volumeTypes maps lv_attr's first character to carve's volume type.
 var volumeTypes = map[byte]VolumeType{
 	'-': TypeThick, // linear or striped
 	'm': TypeThick, // mirrored
@@ -32,7 +31,6 @@ var volumeTypes = map[byte]VolumeType{
 	'D': TypeInternal, // vdo pool data
 }
 
-// healths maps lv_attr's ninth character to a Health.
 var healths = map[byte]Health{
 	'-': HealthOK,
 	'p': HealthPartial,

@@ -7,20 +7,12 @@ import (
 	"strings"
 )
 
-// A failed mutation is classified from LVM's state, read afresh after the
-// failure (the VG lock is still held, so no mutation of ours changed it in
-// between), and from the exit status:
-//
-//   - exit status 2 or 3 (no such command, invalid command line): the
-//     arguments were wrong -> ErrInvalidArgument;
-//   - the VG, origin or pool is missing, the LV exists, the free extents are
-//     fewer than the extents needed, a thin pool is full, the LV is open:
-//     facts of the report, not of the message;
-//   - only then LVM's message: "insufficient" covers allocations that fail
-//     although enough extents are free in total (stripes or raid images
-//     needing free space on several PVs).
-//
-// The fresh read is spent only on the failure path.
+// A failed mutation is classified from LVM's state read afresh after it
+// (under the VG lock still held, so none of carve's mutations came between)
+// and from the exit status: 2 or 3 is ErrInvalidArgument; then facts of the
+// report (VG, origin or pool missing, LV exists, too few free extents, pool
+// full, LV open); only then LVM's message ("insufficient": free extents that
+// stripes or raid images cannot use). The fresh read costs only failures.
 
 const (
 	exitNoSuchCommand   = 2
@@ -38,7 +30,6 @@ func classify(err, kind error, reason string) error {
 	return fmt.Errorf("%s: %w: %w", reason, kind, err)
 }
 
-// commandFacts gives the exit code and stderr of a command failure.
 func commandFacts(err error) (exitCode int, stderr string, ok bool) {
 	var ce *CommandError
 	if !errors.As(err, &ce) || ce.Err != nil {

@@ -48,8 +48,7 @@ type Client struct {
 	devDir   string
 	locks    VGLocks
 	// running counts mutations, also those whose callers gave up (Wait).
-	running sync.WaitGroup
-	// hungGrace is hungGrace (tests shorten it).
+	running   sync.WaitGroup
 	hungGrace time.Duration
 
 	mu sync.Mutex
@@ -87,10 +86,8 @@ func newClient(opts Options, r runner, env []string) *Client {
 // LVM's device nodes are.
 func (c *Client) ControlNode() string { return path.Join(c.devDir, "mapper", "control") }
 
-// lvPath is the device node LVM gives vg/lv.
 func (c *Client) lvPath(vg, lv string) string { return path.Join(c.devDir, vg, lv) }
 
-// remember caches the extent sizes a report carries.
 func (c *Client) remember(vgs []VolumeGroup) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -101,7 +98,6 @@ func (c *Client) remember(vgs []VolumeGroup) {
 	}
 }
 
-// extentSize returns vg's extent size, reading the VG only the first time.
 func (c *Client) extentSize(ctx context.Context, vg string) (uint64, error) {
 	c.mu.Lock()
 	ext, ok := c.extents[vg]
@@ -116,14 +112,11 @@ func (c *Client) extentSize(ctx context.Context, vg string) (uint64, error) {
 	return v.ExtentSize, nil
 }
 
-// Report reads volume groups, their logical volumes (internal ones
-// included) and thin pools with one lvm command: the volume groups named,
-// or every one on the host when none is. Naming them keeps a volume group
-// that is not carve's, and that LVM cannot read, from failing the report.
-// A named volume group that does not exist is absent from a report that
-// succeeds; a report of one named volume group that fails because the
-// group does not exist is ErrVolumeGroupNotFound (decided by a read of
-// the group, not from LVM's message).
+// Report reads volume groups, their logical volumes (internal ones included)
+// and thin pools with one lvm command: the ones named, or every one. Naming
+// them keeps a volume group that is not carve's, and that LVM cannot read,
+// from failing the report. A single named group that does not exist is
+// ErrVolumeGroupNotFound, decided by a read of the group, not by the message.
 func (c *Client) Report(ctx context.Context, vgs ...string) (*Report, error) {
 	for _, vg := range vgs {
 		if err := lvmname.VG(vg); err != nil {

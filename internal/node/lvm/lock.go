@@ -6,15 +6,11 @@ import (
 )
 
 // VGLocks is a set of per-volume-group locks whose waiting honours the
-// caller's context. The zero value is ready to use. The Client's own set
-// serializes the mutations of each volume group inside the process.
-// LVM locks a VG itself, but only for the length of one command; carve's
-// mutations are read-decide-write sequences (extend reads the size first, a
-// failed create reads the free space to classify the failure) that must not
-// interleave with another mutation of the same VG. Reads never take these
-// locks, so a report is never stuck behind a long lvcreate. Waiting honours
-// the context, so a caller whose deadline passes gives up instead of
-// queueing forever.
+// caller's context; the zero value is ready to use. LVM locks a VG for one
+// command only, while carve's mutations read, decide and write (extend reads
+// the size, a failed create reads the free space) and must not interleave on
+// one VG. Reads never take these locks, so a report never waits behind a long
+// lvcreate.
 type VGLocks struct {
 	mu    sync.Mutex
 	locks map[string]*vgLock

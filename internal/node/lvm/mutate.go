@@ -11,16 +11,10 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// CreateLV creates a thick or thin LV. ErrAlreadyExists when the name is
-// taken, ErrInsufficientSpace when the VG (or the pool) cannot hold it,
-// ErrNotFound when the VG or the thin pool does not exist,
-// ErrInvalidArgument for a bad name, tag, size or option.
-//
-// The size is rounded up to whole extents (a zero size to one extent). The
-// result is built from the request, not read back: Name, VolumeGroup, Size,
-// Tags, Pool, Path, Layout, Attr.Type and Attr.Health are set; UUID is empty
-// and Attr.Active/Open are false because they depend on LVM's activation
-// settings (use GetLV for the live state).
+// CreateLV creates a thick or thin LV, its size rounded up to whole extents.
+// ErrAlreadyExists, ErrInsufficientSpace (VG or pool), ErrNotFound (VG or
+// pool), ErrInvalidArgument. The result is built from the request, not read
+// back: UUID is empty and Attr.Active/Open are false (GetLV has them).
 func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolume, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -85,15 +79,11 @@ func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string
 	return c.CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: vg, Origin: origin, Name: name, Tags: tags})
 }
 
-// CreateSnapshot creates a snapshot of an LV: a thin snapshot of a thin
-// origin when req.CowSize is zero, an old-style copy-on-write snapshot of
-// a thick origin otherwise. ErrNotFound when the origin does not exist,
-// ErrInvalidArgument when it is not of the kind the request needs (or a
-// name or tag is bad), ErrAlreadyExists when the name is taken,
-// ErrInsufficientSpace when the pool or the VG cannot hold it. The result
-// of a thin snapshot has the origin's size and pool, that of a
-// copy-on-write snapshot its copy-on-write size (as lvs reports it); Time
-// is the time of the call.
+// CreateSnapshot creates a thin snapshot of a thin origin (req.CowSize zero)
+// or a copy-on-write snapshot of a thick one. ErrNotFound, ErrInvalidArgument
+// (origin of the wrong kind, bad name or tag), ErrAlreadyExists,
+// ErrInsufficientSpace. The result has the origin's size and pool, or the
+// copy-on-write size; Time is the call's.
 func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*LogicalVolume, error) {
 	vg, origin, name := req.VolumeGroup, req.Origin, req.Name
 	if err := lvmname.VG(vg); err != nil {
@@ -206,18 +196,11 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	return c.GetLV(ctx, vg, name)
 }
 
-// ActivateLV activates the LV vg/name and returns it as LVM reports it
-// afterwards. An LV that is active already is returned without running
-// lvchange. A thin LV's pool is activated by LVM along with it; an LV with
-// the activation-skip flag is activated all the same. ErrNotFound when the
-// LV (or its VG) does not exist. An lvchange that succeeds but leaves the
-// LV inactive (lvm.conf's activation/volume_list excluding it, for
-// example) is an error that says so.
-//
-// It holds the VG's lock, so an activation does not interleave with a
-// mutation of the same VG. It costs a read before lvchange (to learn the
-// activation-skip flag) and one after (to see the result); it runs only
-// after a reboot or a deactivation, never on the usual path.
+// ActivateLV activates the LV vg/name (a thin LV's pool with it, the
+// activation-skip flag ignored) and returns it as LVM reports it; an active
+// LV is returned without lvchange. ErrNotFound; an lvchange that leaves the
+// LV inactive (activation/volume_list) is an error that says so. It holds the
+// VG's lock and costs two reads, but runs only after a reboot or deactivation.
 func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
 	if err := validateLV(vg, name); err != nil {
 		return nil, err

@@ -293,7 +293,6 @@ func parseReport(stdout []byte) (*Report, error) {
 	return r, nil
 }
 
-// parseLVs decodes an lvs report.
 func parseLVs(stdout []byte) ([]LogicalVolume, error) {
 	r, err := parseReport(stdout)
 	if err != nil {

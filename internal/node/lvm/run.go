@@ -38,7 +38,6 @@ type runner interface {
 	run(ctx context.Context, args []string) (output, error)
 }
 
-// runnerFunc lets a plain function be a runner.
 type runnerFunc func(ctx context.Context, args []string) (output, error)
 
 func (f runnerFunc) run(ctx context.Context, args []string) (output, error) { return f(ctx, args) }
@@ -102,28 +101,14 @@ func (r execRunner) run(ctx context.Context, args []string) (output, error) {
 var mutations = map[string]bool{"lvcreate": true, "lvextend": true, "lvremove": true, "lvchange": true,
 	"lvrename": true, "lvconvert": true, "lvresize": true, "vgchange": true}
 
-// noMonitoring and archiveRetention are the settings of the --config of
-// every mutation (withMutationConfig): lvm takes one --config per command
-// ("Option --config may not be repeated"), so they share one string.
-//
-// activation/monitoring=0: an lvm that activates a thin pool or a
-// copy-on-write snapshot otherwise asks dmeventd to monitor it, and, as
-// the node's container does not share the host's /run, finds none and
-// starts one inside the container, where it lives and dies with the
-// container and the host's dmeventd never hears of the LV (docs/lvm.md,
-// "lvm2 in the node's container"). carve relies on no monitoring.
-//
-// backup/retain_days=0 (not for an activation, which archives nothing)
-// bounds LVM's metadata archive (backup/archive_dir, one file with the
-// VG's whole metadata before each change) to lvm.conf's backup/retain_min
-// newest files per volume group (LVM's default 10): with LVM's default
-// retain_days of 30, every volume carve makes, tags, grows and removes
-// leaves files for a month, and a busy volume group's archive grows to
-// hundreds of MiB in thousands of files (measured: 675 MiB in 2201 files
-// while filling one metadata area). LVM expires a VG's archive only when
-// it archives that VG again, so only carve's volume groups are affected.
-// The backup (backup/backup, backup/<vg>), which internal/node/lvmwatch watches, is
-// one file per VG and is left as lvm.conf says.
+// noMonitoring and archiveRetention share the one --config lvm takes per
+// mutation (docs/lvm.md, "lvm2 in the node's container"). Without
+// activation/monitoring=0, activating a thin pool or a copy-on-write snapshot
+// starts a dmeventd inside the container that the host's never hears of;
+// carve relies on no monitoring. backup/retain_days=0 (not for an activation)
+// bounds the metadata archive to retain_min files per volume group: LVM's 30
+// days grew a busy group's archive to 675 MiB in 2201 files. LVM expires only
+// the archives of groups it archives again, so only carve's are affected.
 const (
 	noMonitoring     = "activation/monitoring=0"
 	archiveRetention = "backup/retain_days=0"
@@ -144,7 +129,6 @@ func withMutationConfig(args []string) []string {
 	return append(out, args[1:]...)
 }
 
-// isMutation tells whether an lvm command line changes LVM's state.
 func isMutation(args []string) bool { return len(args) > 0 && mutations[args[0]] }
 
 // hungGrace is how long a read may go on after its deadline and kill
@@ -186,14 +170,12 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 	return c.finish(args, start, res.out, res.err)
 }
 
-// mutate runs an lvm command that changes LVM's state, under the VG lock
-// the caller took (*unlock releases it). The command is never killed: it
-// runs detached from ctx, bounded by Options.Timeout, after which it gets
-// SIGINT (LVM honours it between metadata updates). When ctx ends first,
-// mutate returns ctx's error at once; the command keeps running, and the
-// VG lock with it: *unlock becomes a no-op and the lock is released when
-// the command exits, so no other mutation of the VG starts meanwhile.
-// Wait waits for such commands.
+// mutate runs an lvm command that changes LVM's state, under the VG lock the
+// caller took (*unlock releases it). The command is never killed: it runs
+// detached from ctx, bounded by Options.Timeout (then SIGINT, which LVM
+// honours between metadata updates). When ctx ends first mutate returns at
+// once, but the VG lock stays held until the command exits (*unlock becomes a
+// no-op), so no other mutation of the VG starts meanwhile.
 func (c *Client) mutate(ctx context.Context, unlock *func(), args ...string) ([]byte, error) {
 	args = withMutationConfig(args)
 	type result struct {
@@ -268,8 +250,6 @@ func (c *Client) killDelay() time.Duration {
 	return killDelay
 }
 
-// finish reports a command's duration and turns its failure into a
-// *CommandError.
 func (c *Client) finish(args []string, start time.Time, out output, err error) ([]byte, error) {
 	d := time.Since(start)
 	if err == nil && out.ExitCode != 0 {

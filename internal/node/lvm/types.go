@@ -35,12 +35,9 @@ type VolumeGroup struct {
 	PhysicalVolumes []string
 }
 
-// LVMetadataBytes bounds the bytes of vg_mda_free one more LV takes: its
-// text in the VG metadata is about 480 bytes with carve's tags (measured:
-// 1100 volumes fill a 1 MiB area), and a little over 1 KiB with every
-// name and tag as long as LVM allows; this is twice that. LVM refuses a
-// metadata change when the text would exceed the area's maximum, and
-// vg_mda_free is what is left below that maximum.
+// LVMetadataBytes bounds the bytes of vg_mda_free one more LV takes: twice the
+// text of an LV whose names and tags are as long as LVM allows (with carve's
+// usual tags about 480 bytes: 1100 volumes fill a 1 MiB area).
 const LVMetadataBytes = 2048
 
 // MetadataFull tells whether the VG's metadata area cannot take one more

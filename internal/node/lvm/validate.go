@@ -28,11 +28,8 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
-// validateName checks a name of kind ("origin", "logical volume") against
-// LVM's alphabet and length.
 func validateName(kind, name string) error { return lvmname.Validate(kind, name) }
 
-// validateLV checks the names of the LV vg/name.
 func validateLV(vg, name string) error {
 	if err := lvmname.VG(vg); err != nil {
 		return err

@@ -1,11 +1,8 @@
-// Package lvmwatch tells when the LVM metadata of a volume group changes,
-// whoever changes it: with LVM's default configuration (backup/backup = 1)
-// every command that changes a volume group's metadata rewrites that
-// group's backup file, backup/<vg> under the LVM system directory. Watching
-// that directory with inotify lets carve's view notice a change made
-// outside carve (an lvcreate by hand, a PV added) at once rather than on
-// its next periodic refresh. A change that writes no backup (backups
-// disabled, another backup_dir) still waits for the periodic refresh.
+// Package lvmwatch tells when a volume group's LVM metadata changes, whoever
+// changes it: with backup/backup = 1 every such command rewrites backup/<vg>
+// under the LVM system directory, and inotify on that directory lets the view
+// notice a change made outside carve at once. Without backups the periodic
+// refresh still catches it.
 package lvmwatch
 
 import (

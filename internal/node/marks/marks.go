@@ -1,21 +1,14 @@
-// Package marks keeps durable marks of the logical volumes carve has
-// begun to make and not yet handed out.
+// Package marks keeps durable marks of the logical volumes carve has begun
+// to make and not yet handed out. lvcreate commits a new LV before it wipes
+// and zeroes its start (and a raw-block volume is erased after that), so a
+// power cut or a killed container in between leaves an LV over a deleted
+// volume's data; its mark has the retried CreateVolume erase or remake it.
 //
-// lvcreate commits a new LV to the volume group's metadata before it wipes
-// its signatures and zeroes its start, and a raw-block volume is erased
-// after that. A node that loses power in between, or a container killed
-// with its lvcreate, leaves an LV over extents that still hold what a
-// deleted volume left. Its mark says so to the retried CreateVolume, which
-// then erases or remakes it instead of handing it out.
-//
-// A mark is a file, <dir>/<vg>/<lv>, made and synced before lvcreate runs
-// and removed, synced again, once the LV is ready. That costs two
-// directory syncs where a tag taken off with lvchange would cost a second
-// LVM metadata commit. A mark made once the LV exists (MarkOf) holds its
-// owner, the LV's UUID, so that a mark that outlived its LV is not taken
-// for one of a new LV of the same name. The directory must outlive the
-// plugin's container and the node's reboots: carve's own directory on the
-// node's disk (Volatile tells a tmpfs or ramfs).
+// A mark is a file, <dir>/<vg>/<lv>, synced before lvcreate and removed once
+// the LV is ready: two directory syncs instead of a second LVM metadata
+// commit. A mark made once the LV exists (MarkOf) holds the LV's UUID, so
+// that it is not taken for a new LV's of the same name. The directory must
+// outlive the container and reboots (Volatile tells a tmpfs or ramfs).
 package marks
 
 import (
@@ -202,7 +195,6 @@ func (m *Marks) Has(vg, lv string) (bool, error) {
 	return false, fmt.Errorf("reading the unfinished-volume mark of %s/%s: %w", vg, lv, err)
 }
 
-// syncDir makes the entries of dir durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir) //nolint:gosec // G304: the marks' own directories
 	if err != nil {

@@ -20,10 +20,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The target's side of a catch-up (delta.go says what one is): NodeAgent
-// CatchUpCopy (CatchUps) asks the provisioner to bring a volume up to
-// date (provision.Provisioner.CatchUp), which tags it copy-pending and
-// has the Puller read the delta stream into it (PullDelta).
+// The target's side of a catch-up (delta.go): CatchUps has the provisioner
+// tag the volume copy-pending and the Puller read the delta into it.
 
 var _ provision.DeltaPuller = Puller{}
 
@@ -46,17 +44,12 @@ func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst s
 	return res, err
 }
 
-// ReceiveDelta writes a catch-up stream into the device at path, which
-// holds the base already: each data message at its offset, nothing
-// else. The header must say it is a delta of want bytes, and the
-// trailer's byte count must be what came. It syncs the device, then
-// reads back what the trailer's Digest covers and checks it
-// (ErrChecksum): the first want bytes (DIGEST_SCOPE_VOLUME), or the
-// data messages' places (DIGEST_SCOPE_SENT: the source named its
-// changes from the metadata of the base snapshot), which only sentOK
-// accepts: a target that did not ask for it refuses it before it
-// writes. The device is opened exclusively (O_EXCL: a mount of it fails
-// meanwhile). progress, when set, gets the bytes of data written so far.
+// ReceiveDelta writes a catch-up stream into the device at path, which holds
+// the base already: each data message at its offset. The header must say a
+// delta of want bytes, and the trailer count what came. It syncs, then reads
+// back what the trailer's Digest covers (ErrChecksum): the first want bytes,
+// or only the places sent (DIGEST_SCOPE_SENT), which only sentOK accepts. The
+// device is opened with O_EXCL; progress, when set, gets the bytes written.
 func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r Receiver, progress func(uint64)) (provision.DeltaResult, error) {
 	start := time.Now()
 	var res provision.DeltaResult

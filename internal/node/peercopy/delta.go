@@ -21,23 +21,13 @@ import (
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
-// A catch-up is the last step of a move of a volume to another node: the
-// target holds the volume as it was at a base snapshot (a restore of it
-// made there), the workload has stopped, and only what changed since
-// the base is sent. The source reads the volume once, whole, and sends
-// the SparseChunk-aligned chunks that its device-mapper metadata names
-// as changed since the base (provision.Delta: thin_delta for a thin
-// volume and base in one pool; the copy-on-write base's exception
-// table for a thick volume; SendChanged), or, where no metadata names
-// them, reads the base too and sends the chunks that differ
-// (SendDelta). Either way the trailer carries the Digest of the whole
-// volume as read, which the target checks against its own LV read back
-// whole: a chunk the metadata failed to name, or one written after it
-// was read, fails the catch-up (DATA_LOSS) instead of leaving the
-// target different. The volume is read as it is, not from a temporary
-// snapshot, so it must not be in use: the source refuses it while it
-// is open and holds it open exclusively while it reads (a mount of it
-// fails meanwhile).
+// A catch-up, the last step of a move, sends only what changed since a base
+// snapshot the target holds already, once the workload stopped. The source
+// reads the volume once and sends the chunks its device-mapper metadata names
+// (SendChanged, SendNamed), or reads the base too and sends the chunks that
+// differ (SendDelta). The trailer's Digest is checked against the target read
+// back, so a chunk missed or written after the read fails it (DATA_LOSS).
+// The volume is read as it is, held open exclusively: it must not be in use.
 
 // DeltaReader reads a volume of this node against a snapshot of it, for
 // a catch-up; *provision.Provisioner is one.
@@ -163,16 +153,12 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 	})
 }
 
-// SendNamed streams a catch-up whose changes since the base are named,
-// reading only those: the header of a delta whose digest covers the
-// data sent (DIGEST_SCOPE_SENT), the SparseChunk-aligned chunks that
-// hold a byte of changed (a chunk of zeros too, as a block discarded
-// since the base must become zeros on the target), at most maxData
-// bytes a message, and the trailer with the Digest of those
-// messages, each offset and then its chunks. Neither the rest of vol
-// nor the base is read: changed comes from the metadata that defines
-// the base snapshot itself, and the seed copy was checked whole. vol
-// is opened exclusively as by SendDelta.
+// SendNamed streams a catch-up reading only the changes named: a delta header
+// whose digest covers the data sent (DIGEST_SCOPE_SENT), the SparseChunk
+// chunks holding a byte of changed (zeros too: a block discarded since the
+// base must become zeros), and the trailer. Neither the rest of vol nor the
+// base is read: changed comes from the base snapshot's own metadata, and the
+// seed copy was checked whole. vol is opened exclusively.
 func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -221,10 +207,8 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 	return out
 }
 
-// openDeltaSource opens the volume vol of a catch-up exclusively
-// (O_EXCL: a mount of it fails while it is read; one that is mounted
-// fails the open, ErrInUse) and sends the header of a delta of size
-// bytes.
+// openDeltaSource opens vol exclusively (a mounted one fails, ErrInUse) and
+// sends the header of a delta of size bytes.
 func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
 	in, err := directio.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
@@ -292,7 +276,6 @@ func readPairs(ctx context.Context, in, old *os.File, vol, base string, size uin
 	return full, free, errc
 }
 
-// readFull reads len(b) bytes of f (path) at off.
 func readFull(f *os.File, path string, b []byte, off uint64) error {
 	if _, err := f.ReadAt(b, int64(off)); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -16,27 +16,18 @@ import (
 	"github.com/carve-csi/carve/internal/node/directio"
 )
 
-// Digest is a copy's end-to-end checksum (CopyTrailer.digest): XXH64 of
-// the list of the XXH64 hashes of the source's SparseChunk-byte chunks
-// in order, the last chunk shorter when the size is not a multiple
-// (nodeagent.proto). The hash of an all-zero chunk is computed once, not
-// once per chunk, so a mostly empty volume costs little to check. Both
-// ends compute it the same way; the chunks must be fed in order, each
-// whole (Data and Zeros take any number of whole chunks, and a short one
-// only at the end).
-//
-// The check guards against bugs, torn writes and reading back what was
-// not written, not against an attacker: TLS authenticates the bytes in
-// flight. So XXH64 serves, an eighth of SHA-256's CPU time.
+// Digest is a copy's end-to-end checksum (CopyTrailer.digest, nodeagent.proto):
+// XXH64 of the XXH64 hashes of the source's SparseChunk chunks in order, the
+// last one shorter; an all-zero chunk's hash is computed once. Chunks must be
+// fed in order, each whole. It guards against bugs, torn writes and reading
+// back what was not written, not against an attacker (TLS does), so XXH64, an
+// eighth of SHA-256's CPU time, serves.
 type Digest struct {
 	list hash.Hash
-	// sum is room for one chunk's hash.
-	sum []byte
-	// n is how many bytes were fed.
-	n uint64
+	sum  []byte
+	n    uint64
 }
 
-// chunkHash appends the hash of the chunk b to dst.
 func chunkHash(dst, b []byte) []byte { return binary.BigEndian.AppendUint64(dst, xxhash.Sum64(b)) }
 
 // zeroChunkHash is the hash of a whole chunk of zeros; never written to.

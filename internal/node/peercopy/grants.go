@@ -40,11 +40,9 @@ type Grant struct {
 	Expires time.Time
 }
 
-// Grants holds an agent's unused grants, in memory only: a restarted
-// agent has none, and the copy's retry asks for a new one. A grant left
-// unread (its copy failed before the read, or the controller gave up on
-// it) lapses at its expiry: each call drops the expired ones and counts
-// them (Expired).
+// Grants holds an agent's unused grants in memory only (a restarted agent
+// has none; the copy's retry asks anew); unread grants lapse at expiry and
+// are counted (Expired).
 type Grants struct {
 	now func() time.Time
 	mu  sync.Mutex
@@ -122,7 +120,6 @@ func (s *Grants) Expired() uint64 {
 	return s.expired
 }
 
-// sweepLocked drops the expired grants and counts them.
 func (s *Grants) sweepLocked() {
 	now := s.now()
 	for id, g := range s.m {

@@ -162,7 +162,6 @@ func callerNode(ctx context.Context) (string, error) {
 	return nodeca.PeerNode(info.State)
 }
 
-// statusOf is the gRPC status of a provision error.
 func statusOf(err error, what string) error {
 	if _, ok := status.FromError(err); ok {
 		return err

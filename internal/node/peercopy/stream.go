@@ -52,12 +52,9 @@ type Sent struct {
 	Duration time.Duration
 }
 
-// Send streams the first size bytes of the device at path: the header,
-// the runs of SparseChunk-aligned chunks that hold data (at most maxData
-// bytes a message), and the trailer with the source's Digest. It is a
-// pipeline: a goroutine reads ahead (readAhead) while this one finds the
-// data, digests it and hands it to gRPC, whose own goroutine encrypts
-// and writes it.
+// Send streams the first size bytes of the device at path: the header, the
+// runs of SparseChunk-aligned chunks that hold data, and the trailer with the
+// Digest. A goroutine reads ahead while this one digests and hands to gRPC.
 func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -109,7 +106,6 @@ func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan err
 	return out, nil
 }
 
-// block is one read of the source.
 type block struct {
 	data []byte
 	off  uint64
@@ -193,19 +189,13 @@ func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) b
 	return flush(len(b))
 }
 
-// Receive writes a ReadVolume stream into the device at path: the data,
-// and the zeros between (not written when sparse: a new thin LV in a
-// pool that zeroes new blocks reads zeros where nothing was written),
-// then, unless sparse, zeros past the source's size to the device's end
-// (it may hold an earlier volume's data). It checks the header's size is
-// want and the trailer's Digest is that of what it got, then syncs, then
-// reads the first want bytes of the device back (DigestOf, O_DIRECT where
-// it can) and checks their Digest against the trailer's too
-// (ErrChecksum): the stream's check covers the bytes in flight, the
-// read-back what the device holds, including the chunks a sparse copy
-// left unwritten (a pool whose zeroing was turned off reads another
-// volume's old data there) and anything written beside the copy.
-// progress, when set, gets the bytes of the source done so far.
+// Receive writes a ReadVolume stream into the device at path: the data and,
+// unless sparse (a new thin LV in a zeroing pool), the zeros between and past
+// the source's size, as the device may hold older data. It checks the header
+// size and the trailer's Digest, syncs, then reads the first want bytes back
+// (DigestOf) against the Digest too (ErrChecksum): the stream's check covers
+// the bytes in flight, the read-back what the device holds. progress, when
+// set, gets the bytes of the source done.
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
 	var res blockcopy.Result
@@ -340,7 +330,6 @@ const pipelined = 8
 type inbound struct {
 	want uint64
 	d    *Digest
-	// data is how many bytes of data were received.
 	data uint64
 	// sum is the source's Digest, once the trailer checked out.
 	sum []byte
@@ -456,7 +445,6 @@ func (w *writer) zerosTo(to uint64) error {
 	return nil
 }
 
-// zeroTail zeroes the device past the source's size up to end.
 func (w *writer) zeroTail(from, end uint64) error {
 	for off := from; off < end; {
 		n := min(uint64(len(zeros)), end-off)

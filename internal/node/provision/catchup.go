@@ -16,22 +16,13 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A catch-up is the last copy of a move of a volume to another node (see
-// internal/node/peercopy's delta.go): the target volume, made on this node by a
-// copy across nodes of a snapshot of the source (the base), gets only
-// the chunks where the source volume now differs from the base. On the
-// source's node the volume is read as it is (DeltaSize, ReadDelta): it
-// must not be in use. Which chunks may differ is named from
-// device-mapper metadata where it can be (ChangeFinder: thin_delta for
-// a thin volume and base in one pool, the exception table of a thick
-// volume's copy-on-write base); elsewhere, or when that fails, the
-// reader compares the volume with the base. On the target's node (CatchUp) the volume carries
-// volume.TagCopyPending from before the first byte is written until its
-// whole content checked out against the source's digest and was synced,
-// so that a crash never leaves it looking finished; a repeat redoes the
-// catch-up from the start (with a new grant) and converges: the chunks
-// that differ are written again, and the digest of the whole volume
-// decides.
+// A catch-up is the last copy of a move (internal/node/peercopy, delta.go):
+// the target, a copy of a snapshot of the source (the base), gets only the
+// chunks where the source now differs from the base, named from device-mapper
+// metadata where it can be (ChangeFinder), else by comparing. The target
+// carries volume.TagCopyPending until its whole content checked out against
+// the source's digest and was synced, so a crash never leaves it looking
+// finished; a repeat starts over and converges.
 
 // CatchUpRequest is one catch-up of a volume of this node.
 type CatchUpRequest struct {
@@ -71,16 +62,11 @@ type tagAdder interface {
 	ChangeTags(ctx context.Context, vg, name string, add, del []string) error
 }
 
-// CatchUp brings the volume r.VolumeID of this node up to date from the
-// remote source r.Source, under the volume's lock (busy is ErrBusy). A
-// volume that is not here is ErrNotFound; one that is open (staged or
-// mounted), was not made from r.Base, or whose size is not the
-// source's, is ErrRefused (the last two with a reason no retry mends). The
-// volume is tagged volume.TagCopyPending first, and the tag is taken off
-// only after the data checked out and was synced; a failure leaves it
-// (the error wraps the puller's, a gRPC status of the source's or
-// peercopy.ErrChecksum). The catch-up runs within ctx: a canceled call
-// stops it, and its repeat starts again.
+// CatchUp brings the volume r.VolumeID of this node up to date from
+// r.Source under the volume's lock (ErrBusy). ErrNotFound: not here;
+// ErrRefused: open, not made from r.Base, or not the source's size. The
+// copy-pending tag comes off only once the data checked out and was synced;
+// a canceled call stops, and its repeat starts again.
 func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResult, error) {
 	var res DeltaResult
 	dp, ok := p.cfg.Puller.(DeltaPuller)
@@ -165,20 +151,13 @@ func (p *Provisioner) markCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.
 	return nil
 }
 
-// markThinCatchUp checks, under the volume group's room lock, that a
-// catch-up into the thin LV lv fits its pool's real room, and tags lv
-// copy-pending (markCatchUp) before it releases the lock, so that the
-// next check counts lv's size as a copy still running. The bound is
-// lv's size, as for the seed: the catch-up may provision any block the
-// seed left unprovisioned, and which ones is known only once it ran; a
-// pool that fills stops every thin volume in it. It also tells whether
-// the catch-up may check only the places it writes (sentOK): not in a
-// pool that does not zero new blocks, where a block the catch-up
-// provisions keeps another volume's old data beside what it writes.
-// Whether the pool zeroes is read from LVM now (the view is refreshed):
-// it may have been turned off since the seed. The pool's chunk size is
-// not read, so every such pool gets the whole check, even one of 64 KiB
-// chunks that the catch-up's writes would cover whole.
+// markThinCatchUp checks under the room lock that a catch-up into the thin
+// LV lv fits its pool's real room (bounded by lv's size, as for the seed: a
+// full pool stops every thin volume in it) and tags lv copy-pending before
+// releasing the lock, so that the next check counts it. sentOK is false in a
+// pool that does not zero new blocks (read from LVM now: it may have changed
+// since the seed), where a newly provisioned block keeps old data beside the
+// writes.
 func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.LogicalVolume) (sentOK bool, err error) {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 	cname, _ := volume.ClassFromTags(lv.Tags)
@@ -214,7 +193,6 @@ func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *
 	return zeroes, p.markCatchUp(ctx, tagger, lv)
 }
 
-// sub is a-b, or 0 when b is larger.
 func sub(a, b uint64) uint64 {
 	if b > a {
 		return 0
@@ -249,8 +227,7 @@ const (
 type Delta struct {
 	// Volume and Base are the device nodes of the volume and its base.
 	Volume, Base string
-	// Size is the volume's size.
-	Size uint64
+	Size         uint64
 	// Method is how the changes were found (DeltaThin, DeltaCOW,
 	// DeltaCompare).
 	Method string
@@ -308,15 +285,11 @@ func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (u
 	return lv.Size, nil
 }
 
-// ReadDelta gives read the device nodes of volume volumeID and of its
-// snapshot baseID, the volume's size and its changes since the base
-// (Delta), for one catch-up of another node, under the volume's lock
-// (busy is ErrBusy). The checks of deltaSource are made again now; a
-// base without a device node is activated, and deactivated after; a
-// volume found open after the read (opened meanwhile, and held) fails
-// it (ErrRefused), as does a copy-on-write base that ran out of space.
-// When the changes cannot be named from metadata, the Delta says to
-// compare, and the log says why.
+// ReadDelta hands read the device nodes of volume volumeID and its snapshot
+// baseID, the size and the changes since the base, under the volume's lock
+// (ErrBusy). deltaSource's checks are made again; a base without a device
+// node is activated for the read; a volume opened meanwhile, or a
+// copy-on-write base that overflowed, fails it (ErrRefused).
 func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, read func(Delta) error) error {
 	_, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {
@@ -370,8 +343,6 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 	return nil
 }
 
-// afterReadTimeout bounds the checks of a catch-up's source after it
-// was read (two LVM reads).
 const afterReadTimeout = time.Minute
 
 // deltaSource finds, in LVM (not the view: whether a volume is open

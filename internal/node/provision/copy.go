@@ -19,7 +19,6 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// copyTimeout bounds a copy that runs detached from its request.
 const copyTimeout = 12 * time.Hour
 
 // removeUnfinishedCopy removes the LV of an unfinished copy into a thin

@@ -51,7 +51,6 @@ type Source struct {
 	Snapshot bool
 }
 
-// phase is the metrics phase of r.
 func (r *Request) phase() string {
 	switch {
 	case r.Source == nil:
@@ -62,7 +61,6 @@ func (r *Request) phase() string {
 	return metrics.PhaseClone
 }
 
-// createCall is one Create, as provision needs it.
 type createCall struct {
 	*Request
 	lvName string
@@ -196,7 +194,6 @@ func (p *Provisioner) releaseRoomWhenSettled(ctx context.Context, vg string, unl
 	}()
 }
 
-// settledRefreshTimeout bounds releaseRoomWhenSettled's refresh.
 const settledRefreshTimeout = time.Minute
 
 // existingWhileUnavailable answers while c's class is unavailable (why):

@@ -15,18 +15,12 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Delete removes the volume LV vg/lvName (id is its volume ID, for
-// messages). A volume that is gone, or whose volume group is none of this
-// node's, is deleted already (no error). An LV without carve's owner tag,
-// a thick one that is the origin of any LV (carve's snapshot or another
-// tool's), or one that is open (mounted), is ErrRefused and is not
-// removed. When
-// the volume group of one of this node's classes is missing, the LV cannot
-// be seen, so it is not known to be gone: that is ErrUnavailable, and the
-// caller retries, never dropping a volume that would come back with the
-// disk. The removal is flushed to the disks before Delete returns
-// (flushRemoval). class is the volume's device class when known (for
-// metrics).
+// Delete removes the volume LV vg/lvName (id names it in messages); one gone,
+// or in a volume group not of this node, is deleted already. An LV without
+// carve's owner tag, a thick origin of any LV, or an open one is ErrRefused.
+// While a class's volume group is missing the LV cannot be seen, so the
+// answer is ErrUnavailable: a volume that comes back with the disk is never
+// dropped. The removal is flushed to the disks before Delete returns.
 func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class string, err error) {
 	unlock, err := p.Lock(lvName, "volume "+id)
 	if err != nil {
@@ -90,14 +84,10 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	return class, nil
 }
 
-// flushRemoval makes the removal of volume or snapshot id, an LV of vg,
-// durable before the call answers: lvm2 leaves the metadata change in
-// the disks' write caches (erase.Flush), and a volume that a power cut
-// brings back is one the cluster believes gone, with its data. It
-// flushes the volume group's PVs as the view last read them; a volume
-// group the view does not hold is none of this node's, and has nothing
-// to flush. A failed flush fails the call, whose retry finds the LV gone
-// and flushes again.
+// flushRemoval makes the removal of id, an LV of vg, durable before the call
+// answers: lvm2 leaves the metadata change in the disks' write caches, and a
+// volume a power cut brings back is one the cluster believes gone. A failed
+// flush fails the call, whose retry finds the LV gone and flushes again.
 func (p *Provisioner) flushRemoval(ctx context.Context, vg, id string) error {
 	if err := erase.FlushAll(ctx, p.cfg.Eraser, p.cfg.View.PhysicalVolumes(vg)); err != nil {
 		return fmt.Errorf("making the removal of %s durable: %w", id, err)
@@ -105,12 +95,9 @@ func (p *Provisioner) flushRemoval(ctx context.Context, vg, id string) error {
 	return nil
 }
 
-// notFinishing is ErrBusy while a CreateVolume's finishing of the LV
-// lvName (its erasure) goes on after the call gave up: that work ends by
-// putting the LV back in the view and clearing its mark, which must not
-// happen after the LV was removed. The caller holds the volume's lock,
-// under which finishing jobs start, so none can start before it is
-// released.
+// notFinishing is ErrBusy while a CreateVolume's erasure of lvName goes on
+// after its call gave up: that work ends by putting the LV back in the view.
+// The caller holds the volume's lock, so none can start meanwhile.
 func (p *Provisioner) notFinishing(lvName, id string) error {
 	if p.finishing.Running(lvName) {
 		return errorf(ErrBusy, "volume %s is still being prepared (a CreateVolume's erasure goes on); retry once it ends", id)
@@ -158,7 +145,6 @@ func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string)
 	return class, nil
 }
 
-// classLabel is class, or metrics.UnknownClass when it is not known.
 func classLabel(class string) string {
 	if class == "" {
 		return metrics.UnknownClass

@@ -66,7 +66,6 @@ func errorf(kind error, format string, args ...any) error {
 // Errorf is errorf for the edge's own checks that share these kinds.
 func Errorf(kind error, format string, args ...any) error { return errorf(kind, format, args...) }
 
-// reasonf is errorf with a Reason.
 func reasonf(kind error, reason, format string, args ...any) error {
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...), Reason: reason}
 }

@@ -38,22 +38,13 @@ func clearsSignatures(r *Request) bool {
 	return !r.Class.Thin() && r.Source == nil && !r.Block
 }
 
-// finish makes a new LV ready to hand out: it zeroes it when method asks
-// for it, then clears its mark. An LV that is not unfinished is returned as it is.
-// The work runs detached from ctx, so that a CreateVolume whose
+// finish makes a new LV ready to hand out: it zeroes it when method asks,
+// then clears its mark (made: this call's lvcreate made it, so LVM need not
+// be asked). The work runs detached from ctx, so that a CreateVolume whose
 // deadline passes does not throw away an erasure half done: that call gets
-// ErrBusy (csi-provisioner retries and keeps the node), and the retry
-// waits for the same work.
-//
-// made says the LV was made by this call's lvcreate, so LVM need not be
-// asked whether it is still unfinished.
-//
-// clearSignatures zeroes the regions where signatures live
-// (erase.Signatures) of a new thick filesystem volume that has no content
-// source, so that NodeStage reads it as blank without running blkid; it
-// saves a process at stage, so a device it cannot zero (no device node,
-// as with activation disabled) is left as lvcreate made it, and NodeStage
-// asks blkid.
+// ErrBusy and the retry waits for the same work. clearSignatures zeroes the
+// signature regions of a new empty thick filesystem volume, so that NodeStage
+// skips blkid; a device it cannot zero is left for blkid to read.
 func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	if half, err := p.unfinished(lv); err != nil || !half {
 		return lv, err
@@ -73,7 +64,6 @@ func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bo
 	return done, nil
 }
 
-// finishLV is the work of finish.
 func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {

@@ -27,18 +27,12 @@ type QuarantineLVM interface {
 
 var _ QuarantineLVM = (*lvm.Client)(nil)
 
-// QuarantineOrphan is the first step of removing an orphan the audit
-// found (--remove-orphans): the carve volume LV vg/name is deactivated,
-// tagged with its name and at (the controller's clock), and renamed to
-// volume.QuarantineName, all under the per-volume locks of both names
-// (busy is an error: the next pass tries again). Its data stays; only
-// RemoveOrphan, after a second grace period, removes it. It returns the
-// new name; an LV that is gone, and quarantined already, is success, one
-// gone without a trace returns "" and no error. Refused: an LV without
-// carve's owner tag or without a claim tag (nothing tells whose it was,
-// so carve never touches it), one with snapshots or that is another
-// LV's origin (their tags name it), and one that is open (deactivation
-// fails).
+// QuarantineOrphan is the first step of removing an orphan the audit found
+// (--remove-orphans): the carve volume LV vg/name is deactivated, tagged with
+// its name and at, and renamed to volume.QuarantineName under the locks of
+// both names; only RemoveOrphan, after a second grace, removes its data. It
+// returns the new name ("" for an LV gone without a trace). Refused: an LV
+// without carve's owner or claim tag, with snapshots or dependents, or open.
 func (p *Provisioner) QuarantineOrphan(ctx context.Context, vg, name string, at time.Time) (string, error) {
 	id := volume.VolumeID(vg, name)
 	newName, ok := volume.QuarantineName(name)

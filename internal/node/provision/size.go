@@ -10,13 +10,10 @@ import (
 // under 300 MiB, which would fail every NodeStage of a smaller volume.
 var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
 
-// VolumeSize resolves a capacity range to a size in whole units, unit being
-// the step LVM rounds the class's LVs to (lvm.LVOptions.SizeUnit: an extent,
-// or an extent per stripe): required_bytes rounded up, and up to the
-// smallest size fsType can be made on ("" for a block volume); 0 means
-// volume.DefaultVolumeSize (or limit_bytes, when smaller); ErrOutOfRange when the
-// size exceeds limit_bytes. The size is the one LVM will make, so a volume
-// is never larger than limit_bytes.
+// VolumeSize resolves r to a size in whole units (lvm.LVOptions.SizeUnit):
+// required_bytes rounded up, at least the smallest fsType can be made on; 0
+// is volume.DefaultVolumeSize (or limit_bytes, when smaller). It is the size
+// LVM makes, so past limit_bytes it is ErrOutOfRange.
 func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
 	req, lim := r.Required, r.Limit
 	switch {
@@ -31,7 +28,6 @@ func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
 	if size == 0 {
 		size = volume.DefaultVolumeSize
 		if lim > 0 && uint64(lim) < size {
-			// The largest whole number of units within the limit.
 			size = uint64(lim) / unit * unit
 			if size == 0 {
 				return 0, errorf(ErrOutOfRange, "capacity_range: limit_bytes %d is smaller than one extent (%d bytes, an extent per stripe for a striped class)", lim, unit)

@@ -186,13 +186,10 @@ func SnapshotSize(lv *lvm.LogicalVolume) uint64 {
 	return 0
 }
 
-// SnapshotSizeBytes is a snapshot's size_bytes (a VolumeSnapshot's
-// restoreSize): what its volume's request asked when carve made that
-// volume bigger (a filesystem's minimum, whole extents), else size, the
-// size of the volume it holds. csi-provisioner refuses a restore asked
-// smaller than it, so a restore asked at the source claim's size is
-// accepted; Create still makes a volume of at least size bytes from it
-// (sourceSize), so no volume made from it is smaller than its data.
+// SnapshotSizeBytes is a snapshot's size_bytes (restoreSize): what its
+// volume's request asked when carve made the volume bigger, else size.
+// csi-provisioner refuses a restore asked smaller, so one at the source
+// claim's size is accepted; Create still makes it at least size (sourceSize).
 func SnapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
 	if asked, made, ok := volume.AskedFromTags(lv.Tags); ok && made == size {
 		return asked
@@ -209,13 +206,10 @@ func SnapshotUsable(lv *lvm.LogicalVolume) error {
 	return nil
 }
 
-// SnapshotByID finds a snapshot of this node by ID (not empty):
-// ErrElsewhere (with a message naming the node) for a snapshot of another
-// node, ErrNotFound for one that does not exist. It reads LVM, so that a
-// copy-on-write snapshot that ran out of space shows; with viewFirst, a
-// snapshot the view holds as usable is taken from the view (a restore:
-// its copy reads LVM after it, and a thin snapshot cannot run out of
-// space).
+// SnapshotByID finds a snapshot of this node by ID: ErrElsewhere (naming the
+// node) or ErrNotFound. It reads LVM, where an overflowed copy-on-write
+// snapshot shows; with viewFirst a usable one in the view is taken (a
+// restore, whose copy reads LVM after).
 func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst bool) (*lvm.LogicalVolume, error) {
 	node, vg, lvName, err := volume.ParseSnapshotID(id)
 	if err != nil {

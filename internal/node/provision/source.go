@@ -15,17 +15,12 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A volume made from a content source (a restore from a snapshot, a clone
-// of a volume) is, when the source is a thin LV in the pool of the asked
-// class, a writable thin snapshot of it: instant, sharing blocks. Any
-// other pairing copies the data into a new LV (blockcopy): the LV is made
-// with volume.TagCopyPending, the data is copied and synced, and only
-// then is the tag removed and the volume reported made. A clone copies
-// from a temporary snapshot of its source, so that the copy is of one
-// moment while the source is written. The copy is detached from the
-// request's context: csi-provisioner gives up on a long call and retries,
-// the retries answer ErrBusy while the copy runs, and the first retry
-// after it finishes finds the volume made.
+// A volume made from a content source is a writable thin snapshot of it when
+// the source is a thin LV in the class's pool; any other pairing copies the
+// data (blockcopy) into a new LV tagged volume.TagCopyPending until the data
+// is synced. A clone copies from a temporary snapshot of its source (one
+// moment). The copy is detached from the request: csi-provisioner's retries
+// answer ErrBusy while it runs.
 
 // contentSource is a resolved volume_content_source.
 type contentSource struct {
@@ -34,20 +29,17 @@ type contentSource struct {
 	// size is the size of the volume it holds.
 	size uint64
 	// id is the snapshot or volume ID, what names it in messages.
-	id string
-	// snapshot is true for a snapshot, false for a volume.
+	id       string
 	snapshot bool
 	// remote is set for a source on another node (lv is then unset).
 	remote *RemoteSource
 }
 
-// resolveSource finds the LV of a content source on this node. A source
-// of another node is ErrElsewhere naming that node (so that the pod is
-// scheduled again): a snapshot ID names its node, a volume's node is carve
-// controller's to know. A source that exists nowhere is
-// ErrNotFound; a copy-on-write snapshot whose space ran out, or whose
-// size tag is gone, is ErrRefused. A source of another node that the
-// request's context grants a copy of (RemoteSource) is that remote source.
+// resolveSource finds the LV of a content source on this node. A source of
+// another node is ErrElsewhere naming it (a volume's node is the
+// controller's to know), or the RemoteSource the request's context grants; a
+// source found nowhere is ErrNotFound; an overflowed or untagged
+// copy-on-write snapshot is ErrRefused.
 func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSource, error) {
 	if rs := p.remoteSourceFor(ctx, cs); rs != nil {
 		return p.resolveRemote(rs)
@@ -55,8 +47,6 @@ func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSo
 	return p.resolveLocal(ctx, cs)
 }
 
-// resolveLocal finds the LV of a content source on this node (see
-// resolveSource).
 func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSource, error) {
 	if cs.Snapshot {
 		lv, err := p.SnapshotByID(ctx, cs.ID, true)
@@ -113,16 +103,11 @@ func (src *contentSource) copiesIntoThin(class *deviceclass.DeviceClass) bool {
 	return class.Thin() && !src.thinInto(class)
 }
 
-// checkCopyRoom checks, for a copy into a thin LV of size bytes, that
-// what the copy writes fits the pool's real free space minus the spare,
-// without the overprovision ratio: dm-thin provisions every block written,
-// and a pool that fills stops every thin volume in it. The copy writes
-// only the source's chunks that hold data (sparseInto), but which those
-// are is known only by reading the whole source, as long as the copy
-// itself; the bound is the source's size (a pool that does not zero new
-// blocks gets every byte of the target, so size). Copies still running
-// into the pool count for their whole size (vgview.PoolRoom). The caller
-// holds the room lock.
+// checkCopyRoom checks that a copy into a thin LV of size bytes fits the
+// pool's real free space minus the spare, without the overprovision ratio: a
+// pool that fills stops every thin volume in it. Which chunks hold data is
+// known only by reading the whole source, so the bound is size; copies still
+// running count whole (vgview.PoolRoom). The caller holds the room lock.
 func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uint64) error {
 	return p.checkPoolRoom(ctx, c.Class, func(room vgview.PoolRoom) uint64 {
 		if room.ZeroNewBlocks {
@@ -179,7 +164,6 @@ func (p *Provisioner) sparseInto(c *createCall) bool {
 	return ok && pool.ZeroNewBlocks
 }
 
-// sourceTag is the tag of a volume made from src.
 func (src *contentSource) sourceTag() string {
 	if src.snapshot {
 		return volume.FromSnapshotTag(src.id)
@@ -261,7 +245,6 @@ func (p *Provisioner) existingFromSource(ctx context.Context, lv *lvm.LogicalVol
 	return lv, nil
 }
 
-// grow extends a thin volume made from a smaller source to size bytes.
 func (p *Provisioner) grow(ctx context.Context, lv *lvm.LogicalVolume, size uint64, class *deviceclass.DeviceClass, phase string) (*lvm.LogicalVolume, error) {
 	if lv.Size >= size {
 		return lv, nil

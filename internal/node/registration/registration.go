@@ -1,15 +1,8 @@
-// Package registration registers carve with the kubelet, the job that
-// node-driver-registrar used to do beside the plugin.
-//
-// The kubelet's plugin watcher watches its plugins_registry directory for
-// unix sockets. carve serves the plugin-registration API
-// (k8s.io/kubelet/pkg/apis/pluginregistration/v1) on
-// <dir>/<driver name>-reg.sock there: the kubelet sees the socket appear,
-// asks GetInfo for the driver name, the path of the CSI socket on the host
-// and the CSI versions, registers the driver (it calls NodeGetInfo on the
-// CSI socket, labels the Node with the topology key and fills the CSINode
-// object) and reports the outcome with NotifyRegistrationStatus. Removing
-// the socket deregisters the driver, so the socket goes when carve stops.
+// Package registration registers carve with the kubelet, as
+// node-driver-registrar would: it serves the plugin-registration API on
+// <dir>/<driver name>-reg.sock in the kubelet's plugins_registry, answers
+// GetInfo (driver name, CSI socket path, versions) and hears the outcome in
+// NotifyRegistrationStatus. Removing the socket deregisters the driver.
 package registration
 
 import (
@@ -103,14 +96,11 @@ func (s *Server) State() State {
 	return s.state
 }
 
-// Run serves the registration socket until ctx ends, then removes it so
-// that the kubelet deregisters the driver, and returns nil. It returns an
-// error only when the socket cannot be made at start: the directory is
-// missing, or something that is not a socket has the socket's name. A
-// stale socket of an earlier run is replaced. Later, a socket file that
-// vanished is made anew at the next check, and after the kubelet refused
-// the registration the socket is made anew after a delay, so that the
-// kubelet tries again (node-driver-registrar exits for the same purpose).
+// Run serves the registration socket until ctx ends, then removes it, and
+// returns nil; it fails only when the socket cannot be made at start. A stale
+// socket is replaced, one that vanished is made anew at the next check, and
+// after a refused registration it is made anew after a delay, so that the
+// kubelet tries again.
 func (s *Server) Run(ctx context.Context) error {
 	s.log = klog.FromContext(ctx).WithValues("socket", s.path)
 	if fi, err := os.Stat(s.cfg.Dir); err != nil {
@@ -151,7 +141,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// retryDelay is the wait before the next attempt after a refusal.
 func (s *Server) retryDelay() time.Duration {
 	s.mu.Lock()
 	n := s.failures
@@ -176,7 +165,6 @@ func (s *Server) renew(old *socket, why string) *socket {
 	return sock
 }
 
-// setState records st and shows it in the metric.
 func (s *Server) setState(st State) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,7 +10,6 @@ type signal struct {
 	ch chan struct{}
 }
 
-// wait returns a channel closed at the next fire.
 func (s *signal) wait() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -33,15 +33,11 @@ func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
 	return unlock, nil
 }
 
-// RoomToGrow checks that a volume of class d may grow from `from` to at
-// least `to` bytes under the class's rules, as creation is checked: the
-// growth must fit in the class's available capacity (free space minus the
-// spare; for thin classes the overprovision ratio and the pool's real free
-// space). It returns the size the volume will have, `to` rounded up to
-// whole extents (per stripe, for a striped class). ErrBeyondClass (wrapped) when that size is more than the
-// class could hold even with nothing else in it, ErrNoRoom when the growth
-// does not fit now, ErrClassUnavailable when the class cannot take
-// anything. Call it with the volume group's room lock held.
+// RoomToGrow checks, as creation is checked, that a volume of class d may
+// grow from `from` to at least `to` bytes, and returns the size it will have
+// (`to` rounded to whole extents, per stripe). ErrBeyondClass (wrapped): more
+// than the class could ever hold; ErrNoRoom: not now; ErrClassUnavailable.
+// The caller holds the volume group's room lock.
 func (v *View) RoomToGrow(d *deviceclass.DeviceClass, from, to uint64) (uint64, error) {
 	c, err := v.Capacity(d)
 	if err != nil {

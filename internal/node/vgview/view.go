@@ -1,12 +1,9 @@
-// Package vgview keeps carve's in-memory view of this node's volume groups:
-// their free space, thin pools and carve's LVs. GetCapacity, ListVolumes
-// and CreateVolume's idempotency lookup read it instead of running an LVM
-// command per call. It is kept current three ways: every mutation carve
-// makes is applied to it at once from the mutation's result, an
-// asynchronous full refresh follows mutations shortly after, and a periodic
-// refresh catches changes made outside carve. Each refresh also updates the
-// per-class gauges of the metrics Recorder, and Changes wakes whoever
-// streams the capacity (the node channel) after every refresh and mutation.
+// Package vgview keeps carve's in-memory view of this node's volume groups
+// (free space, thin pools, carve's LVs), which GetCapacity, ListVolumes and
+// CreateVolume's repeat lookup read instead of running LVM per call. Each
+// mutation applies its result at once, a full refresh follows shortly, and a
+// periodic refresh catches changes made outside carve; Changes wakes the
+// capacity stream after each.
 package vgview
 
 import (
@@ -104,16 +101,12 @@ func (v *View) StaleAfter(d time.Duration) {
 	v.staleAfter = d
 }
 
-// Refresh reads the configured volume groups and replaces the view with
-// what it read. A volume group that does not exist leaves the view; one
-// that LVM cannot read keeps its last known state and makes its classes
-// unavailable (Capacity, Ready), while the other classes get the fresh
-// state: one bad volume group does not take the others down. Refresh
-// fails only when nothing could be read for a reason that is not one
-// volume group's (the context ended); the previous view is then kept.
-// Ready does not report that error: a caller's deadline or cancellation
-// (a CreateVolume whose client gave up) says nothing about LVM, and must
-// not make the whole plugin not ready. Run records its own timeouts.
+// Refresh reads the configured volume groups and replaces the view. A group
+// that does not exist leaves the view; one LVM cannot read keeps its last
+// state and makes its classes unavailable, so that one bad group does not
+// take the others down. Refresh fails only when the context ended (the view
+// is kept); Ready ignores that error: a caller that gave up says nothing
+// about LVM.
 func (v *View) Refresh(ctx context.Context) error {
 	v.mu.RLock()
 	gen := v.gen
@@ -536,7 +529,6 @@ func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 	v.markDirtyLocked()
 }
 
-// publishLocked hands the per-class state to the metrics gauges.
 func (v *View) publishLocked() {
 	if v.rec == nil {
 		return

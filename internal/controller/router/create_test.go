@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/carve-csi/carve/internal/topology"
-	"github.com/carve-csi/carve/internal/volume"
 )
 
 // seg is node's topology segment.
@@ -304,20 +303,6 @@ func TestCreateInDoubtOutlivesTheReplica(t *testing.T) {
 	second := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key, Sent: sent})
 	// Only the call the node holds needs a short deadline; an answer
 	// must never race one on a busy machine.
-	create := func(r *Server, claim string, timeout time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a"),
-			Parameters: map[string]string{volume.ParamPVCNamespace: "app", volume.ParamPVCName: claim}})
-		return err
-	}
-	record := func(claim string) string {
-		c, err := client.CoreV1().PersistentVolumeClaims("app").Get(context.Background(), claim, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Annotations[AnnCreateSentTo]
-	}
 	steps := []struct {
 		name   string
 		do     func()
@@ -347,10 +332,10 @@ func TestCreateInDoubtOutlivesTheReplica(t *testing.T) {
 		if st.code == codes.DeadlineExceeded {
 			timeout = 300 * time.Millisecond
 		}
-		err := create(st.r, st.claim, timeout)
+		err := createForClaim(st.r, st.claim, timeout)
 		t.Run(st.name, func(t *testing.T) {
 			wantStatus(t, err, st.code, st.msg...)
-			if got := record(st.claim); got != st.record {
+			if got := recordOn(t, client, st.claim); got != st.record {
 				t.Errorf("claim %s records %q, want %q", st.claim, got, st.record)
 			}
 		})

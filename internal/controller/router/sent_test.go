@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -38,20 +39,6 @@ func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 	})
 	r.cfg.Sent = ClaimAnnotations{Client: client}
 
-	create := func(claim string, timeout time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a"),
-			Parameters: map[string]string{volume.ParamPVCNamespace: "app", volume.ParamPVCName: claim}})
-		return err
-	}
-	record := func(claim string) string {
-		c, err := client.CoreV1().PersistentVolumeClaims("app").Get(context.Background(), claim, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Annotations[AnnCreateSentTo]
-	}
 	hang := func(on bool) func() {
 		return func() {
 			as["node-a"].set(func() {
@@ -103,10 +90,10 @@ func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 		if st.code == codes.DeadlineExceeded {
 			timeout = 300 * time.Millisecond
 		}
-		err := create(st.claim, timeout)
+		err := createForClaim(r, st.claim, timeout)
 		t.Run(st.name, func(t *testing.T) {
 			wantStatus(t, err, st.code)
-			if got := record(st.claim); got != st.record {
+			if got := recordOn(t, client, st.claim); got != st.record {
 				t.Errorf("claim %s records %q, want %q", st.claim, got, st.record)
 			}
 			if got := patches.Load(); got != st.patches {
@@ -114,4 +101,24 @@ func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// createForClaim asks r for the volume of claim app/<claim> on node-a,
+// giving the call timeout.
+func createForClaim(r *Server, claim string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a"),
+		Parameters: map[string]string{volume.ParamPVCNamespace: "app", volume.ParamPVCName: claim}})
+	return err
+}
+
+// recordOn is the node claim app/<claim> records its create was sent to.
+func recordOn(t *testing.T, client kubernetes.Interface, claim string) string {
+	t.Helper()
+	c, err := client.CoreV1().PersistentVolumeClaims("app").Get(context.Background(), claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Annotations[AnnCreateSentTo]
 }

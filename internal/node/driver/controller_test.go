@@ -31,20 +31,6 @@ const (
 	testNode = "node-a"
 )
 
-const testClasses = `
-deviceClasses:
-  - name: fast
-    volumeGroup: vg1
-    default: true
-    spare: 1Gi
-  - name: thin
-    volumeGroup: vg1
-    thinPool: pool
-    overprovisionRatio: 2
-  - name: other
-    volumeGroup: vg2
-`
-
 type controllerFixture struct {
 	lvm    *provisiontest.LVM
 	copier *provisiontest.Copier
@@ -76,7 +62,7 @@ func newControllerFixture(t *testing.T) *controllerFixture {
 	f.AddVG("vg1", 10<<30)
 	f.AddThinPool("vg1", "pool", 4<<30)
 	f.AddVG("vg2", 2<<30)
-	cfg, err := deviceclass.Parse([]byte(testClasses))
+	cfg, err := deviceclass.Parse([]byte(provisiontest.Classes))
 	if err != nil {
 		t.Fatal(err)
 	}

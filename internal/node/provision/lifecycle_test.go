@@ -18,22 +18,6 @@ const (
 	gib = int64(1) << 30
 )
 
-// lifecycleClasses: fast (thick, default, 1 GiB spare) and thin (the
-// pool of vg1, ratio 2) on vg1; other on vg2.
-const lifecycleClasses = `
-deviceClasses:
-  - name: fast
-    volumeGroup: vg1
-    default: true
-    spare: 1Gi
-  - name: thin
-    volumeGroup: vg1
-    thinPool: pool
-    overprovisionRatio: 2
-  - name: other
-    volumeGroup: vg2
-`
-
 // lifecycle is a Provisioner over provisiontest's LVM and copier: vg1 of
 // 10 GiB holding a 4 GiB thin pool (6 GiB free, 5 GiB after the spare of
 // class fast), vg2 of 2 GiB.
@@ -56,7 +40,7 @@ type lifecycle struct {
 
 func newLifecycle(t *testing.T) *lifecycle {
 	t.Helper()
-	return newLifecycleOf(t, lifecycleClasses)
+	return newLifecycleOf(t, provisiontest.Classes)
 }
 
 // newLifecycleOf is newLifecycle with the device classes of classes.

@@ -100,6 +100,23 @@ func (f *LVM) vgErrLocked(vg string) error {
 	return nil
 }
 
+// Classes is the device-class file the lifecycle and edge tests share:
+// fast (thick, default, 1 GiB spare) and thin (the pool of vg1, ratio 2)
+// on vg1; other on vg2.
+const Classes = `
+deviceClasses:
+  - name: fast
+    volumeGroup: vg1
+    default: true
+    spare: 1Gi
+  - name: thin
+    volumeGroup: vg1
+    thinPool: pool
+    overprovisionRatio: 2
+  - name: other
+    volumeGroup: vg2
+`
+
 // NewLVM is an LVM without volume groups.
 func NewLVM() *LVM {
 	return &LVM{VGs: map[string]*lvm.VolumeGroup{}, LVs: map[string]*lvm.LogicalVolume{}, Pools: map[string]*lvm.ThinPool{}}

@@ -251,12 +251,15 @@ measure-placement-nodes: deps build cachedir
 # The newcomer's tour (root): the e2e cluster with one real node (a qemu
 # guest running the shipped DaemonSet from carve's image) and three
 # simulated nodes of 2, 4 and 10 GiB, an example StorageClass and two
-# StatefulSets, a table of where every volume landed and what the real
-# node's containers see; up until Ctrl-C, then everything is torn down.
+# StatefulSets (on the real node, PostgreSQL with data checksums under
+# pgbench, from hack/postgres-image.sh's image), a table of where every
+# volume landed and what the real node's containers see, each database's
+# size and TPS; up until Ctrl-C, then everything is torn down.
 demo: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  pg=$$(GO='$(GO)' ./hack/postgres-image.sh) && \
 	  $(GO) build -o $(BIN)/carve-demo ./test/cmd/demo && \
-	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
+	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --postgres-image $$pg --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
 # First everything the tiers build (test-prep), beside lint, then the
 # unit tests. Then the guest tier (a qemu guest on both cores) runs beside

@@ -142,16 +142,22 @@ func startPostgres(t *testing.T, ns string, pod *corev1.Pod) time.Duration {
 	if _, err := bed.Client.CoreV1().Pods(ns).Create(testCtx(t, time.Minute), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPodRunning(t, ns, pod.Name, "")
-	waitFor(t, 10*time.Minute, "PostgreSQL in "+pod.Name+" answering", func(ctx context.Context) (bool, string, error) {
-		out, err := pgExec(ctx, ns, pod.Name, time.Minute, psql+"-c 'select 1'")
+	waitPostgres(t, ns, pod.Name)
+	return time.Since(start)
+}
+
+// waitPostgres waits until the pod runs and its server answers.
+func waitPostgres(t *testing.T, ns, pod string) {
+	t.Helper()
+	waitPodRunning(t, ns, pod, "")
+	waitFor(t, 10*time.Minute, "PostgreSQL in "+pod+" answering", func(ctx context.Context) (bool, string, error) {
+		out, err := pgExec(ctx, ns, pod, time.Minute, psql+"-c 'select 1'")
 		if err != nil {
-			log, _ := pgExec(ctx, ns, pod.Name, time.Minute, "tail -n 3 /tmp/postgres.log")
+			log, _ := pgExec(ctx, ns, pod, time.Minute, "tail -n 3 /tmp/postgres.log")
 			return false, fmt.Sprintf("%v; log: %s", err, log), nil
 		}
 		return strings.TrimSpace(out) == "1", out, nil
 	})
-	return time.Since(start)
 }
 
 // checkRecovered fails the test unless the server in pod started by

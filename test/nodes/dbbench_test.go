@@ -117,9 +117,16 @@ mkfs.ext4 -q -E nodiscard -O ^orphan_file /dev/carve/%[1]s
 mkdir -p %[2]s
 mount /dev/carve/%[1]s %[2]s`, lv, dir))
 	t.Cleanup(func() {
-		out, err := bed.GuestNode(nodeName).Exec(testCtx(t, 2*time.Minute), fmt.Sprintf(`export DM_DISABLE_UDEV=1
-for i in $(seq 30); do umount %[2]s 2>/dev/null && break; sleep 1; done
-lvremove -q -y carve/%[1]s && rmdir %[2]s`, lv, dir))
+		// The pod's container may still hold the filesystem for a while
+		// after its pod is gone from the API (deletePodGone).
+		out, err := bed.GuestNode(nodeName).Exec(testCtx(t, 3*time.Minute), fmt.Sprintf(`export DM_DISABLE_UDEV=1
+for i in $(seq 90); do
+	if mountpoint -q %[2]s; then umount %[2]s 2>/dev/null; fi
+	if ! mountpoint -q %[2]s && lvremove -q -y carve/%[1]s 2>/dev/null; then break; fi
+	sleep 1
+done
+if lvs carve/%[1]s >/dev/null 2>&1; then lvremove -q -y carve/%[1]s; exit 1; fi
+rmdir %[2]s`, lv, dir))
 		if err != nil {
 			t.Errorf("remove the raw LV %s: %v: %s", lv, err, out)
 		}
@@ -127,8 +134,9 @@ lvremove -q -y carve/%[1]s && rmdir %[2]s`, lv, dir))
 	return dir
 }
 
-// deletePodGone deletes the pod and waits until the API no longer has it
-// (the kubelet has stopped its containers).
+// deletePodGone deletes the pod and waits until the API no longer has it.
+// With the tier's grace period of 0 the API drops it at once, while the
+// kubelet may still be stopping its container.
 func deletePodGone(t *testing.T, ns, pod string) {
 	t.Helper()
 	err := bed.Client.CoreV1().Pods(ns).Delete(testCtx(t, time.Minute), pod, metav1.DeleteOptions{})

@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/carve-csi/carve/internal/version.Version=$(VERSION)
 NODE_TAGS := nodeagent,grpcnotrace
 export CARVE_CACHE := $(CACHE)
 
-.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes measure-move test-host-side test-nodes test-nodes-peer test-databases demo bench bench-peers soak deps clean cachedir
+.PHONY: all build generate image images manifests verify helm krew release-artifacts release-push-chart lint test test-unit fuzz test-host test-guest test-deploy deploy-tools test-e2e test-e2e-oldest measure-restore-placement measure-placement-nodes measure-move test-host-side test-nodes test-nodes-peer test-databases bench-database demo bench bench-peers soak deps clean cachedir
 
 all: build
 
@@ -226,6 +226,20 @@ test-databases: deps build cachedir
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_POSTGRES_IMAGE=$$pg CARVE_CACHE=$(CACHE) \
 	  $(GO) test -tags nodes,databases -count=1 -timeout 60m -run '$(DATABASES_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-databases.log | ./hack/summarize-go-test.sh databases
 
+# A measurement on the database tier's bed, not part of make test:
+# pgbench's TPS on PostgreSQL on a carve thick claim, on a raw LV of the
+# same volume group made by hand in the same guest, and on a carve thin
+# claim (TestMeasureDatabaseTPS), BENCH_DATABASE_ROUNDS rounds (default
+# 3); the MEASURE line gives the medians and the ratios.
+BENCH_DATABASE_ROUNDS ?= 3
+bench-database: deps build cachedir
+	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  pg=$$(GO='$(GO)' ./hack/postgres-image.sh) && \
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_POSTGRES_IMAGE=$$pg CARVE_CACHE=$(CACHE) \
+	  CARVE_MEASURE_ROUNDS='$(BENCH_DATABASE_ROUNDS)' \
+	  $(GO) test -tags nodes,databases -count=1 -timeout 60m -run '^TestMeasureDatabaseTPS$$' -v ./test/nodes/ 2>&1 | tee $(CACHE)/bench-database.log | ./hack/summarize-go-test.sh bench-database
+	@grep 'MEASURE' $(CACHE)/bench-database.log
+
 # A measurement on real nodes, not part of make test: a StatefulSet's
 # claim moved to the peer node and back (TestCrossNodeMoveStatefulSet), a
 # MOVE_SIZE claim (default 1Gi), MOVE_ROUNDS rounds (default 3); the
@@ -253,12 +267,15 @@ measure-placement-nodes: deps build cachedir
 # The newcomer's tour (root): the e2e cluster with one real node (a qemu
 # guest running the shipped DaemonSet from carve's image) and three
 # simulated nodes of 2, 4 and 10 GiB, an example StorageClass and two
-# StatefulSets, a table of where every volume landed and what the real
-# node's containers see; up until Ctrl-C, then everything is torn down.
+# StatefulSets (on the real node, PostgreSQL with data checksums under
+# pgbench, from hack/postgres-image.sh's image), a table of where every
+# volume landed and what the real node's containers see, each database's
+# size and TPS; up until Ctrl-C, then everything is torn down.
 demo: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
+	  pg=$$(GO='$(GO)' ./hack/postgres-image.sh) && \
 	  $(GO) build -o $(BIN)/carve-demo ./test/cmd/demo && \
-	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
+	  $(BIN)/carve-demo --bin-dir $$bindir --images $$imgdir --postgres-image $$pg --carve $(CURDIR)/$(BIN)/carve --deploy $(CURDIR)/deploy/kubernetes
 
 # First everything the tiers build (test-prep), beside lint, then the
 # unit tests. Then the guest tier (a qemu guest on both cores) runs beside

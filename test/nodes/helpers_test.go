@@ -17,7 +17,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/test/harness/cluster"
@@ -49,6 +51,26 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 
 // notYet tells waitFor to ask again, showing err as the status.
 func notYet(err error) (bool, string, error) { return false, err.Error(), nil }
+
+// waitSnapshotReady waits until the VolumeSnapshot ns/name is ReadyToUse
+// and returns it as it was then (its status.restoreSize, say).
+func waitSnapshotReady(t *testing.T, dc dynamic.Interface, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	var ready *unstructured.Unstructured
+	waitFor(t, podTimeout, "the VolumeSnapshot "+ns+"/"+name+" ReadyToUse", func(ctx context.Context) (bool, string, error) {
+		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ok, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
+		if ok {
+			ready = vs
+		}
+		status, _, _ := unstructured.NestedMap(vs.Object, "status")
+		return ok, fmt.Sprintf("status %v", status), nil
+	})
+	return ready
+}
 
 // waitCarveRunning waits until the DaemonSet's pod on the guest node has
 // every container running, the controller Deployment's pod too, and the

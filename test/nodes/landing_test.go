@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
@@ -54,14 +53,7 @@ func TestMeasureRestoreLanding(t *testing.T) {
 	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
-		return ready, fmt.Sprint(vs.Object["status"]), nil
-	})
+	waitSnapshotReady(t, dc, ns, "snap")
 
 	kinds := []struct {
 		name   string

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/test/harness/cluster"
@@ -71,15 +69,7 @@ func TestPrometheus(t *testing.T) {
 	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "thick"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, podTimeout, "the thick VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
-		status, _, _ := unstructured.NestedMap(vs.Object, "status")
-		return ready, fmt.Sprintf("status %v", status), nil
-	})
+	waitSnapshotReady(t, dc, ns, "snap")
 	driven := time.Now()
 
 	targets, stop, err := bed.PodScrapeTargets(ctx)

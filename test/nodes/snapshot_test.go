@@ -4,7 +4,6 @@ package nodes
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,17 +46,8 @@ func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 	// snapshot's restoreSize is what the claim asked, so that a restore
 	// asked at the source claim's size passes csi-provisioner's check
 	// (which refuses a restore smaller than its snapshot).
-	var restoreSize string
-	waitFor(t, podTimeout, "the VolumeSnapshot ReadyToUse", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		restoreSize, _, _ = unstructured.NestedString(vs.Object, "status", "restoreSize")
-		ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse")
-		status, _, _ := unstructured.NestedMap(vs.Object, "status")
-		return ready, fmt.Sprintf("status %v", status), nil
-	})
+	vs := waitSnapshotReady(t, dc, ns, "snap")
+	restoreSize, _, _ := unstructured.NestedString(vs.Object, "status", "restoreSize")
 	ready := time.Since(start)
 	podExec(t, ns, "app", "echo after > /data/f && echo after > /data/g && sync")
 

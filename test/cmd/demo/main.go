@@ -4,9 +4,11 @@
 // the shipped DaemonSet from carve's image; and three simulated nodes with
 // volume groups of 2, 4 and 10 GiB, each running `carve node` and
 // csi-provisioner as processes), applies an example StorageClass and two
-// StatefulSets, prints where every volume landed and what the real node's
-// containers see, and keeps the cluster up until Ctrl-C, then tears
-// everything down. It needs root (qemu, loop devices, LVM).
+// StatefulSets, one of them PostgreSQL servers under pgbench on the real
+// node, prints where every volume landed, what the real node's containers
+// see and each database's size and transactions per second, and keeps the
+// cluster up until Ctrl-C, printing the databases' figures each minute,
+// then tears everything down. It needs root (qemu, loop devices, LVM).
 package main
 
 import (
@@ -43,8 +45,8 @@ const realNode = "real-1"
 
 // options are the demo's flags.
 type options struct {
-	binDir, carve, deploy, images string
-	lifetime, wait                time.Duration
+	binDir, carve, deploy, images, postgres string
+	lifetime, wait                          time.Duration
 }
 
 func main() {
@@ -54,8 +56,9 @@ func main() {
 	fs.StringVar(&o.carve, "carve", "bin/carve", "the carve binary (make build)")
 	fs.StringVar(&o.deploy, "deploy", "deploy/kubernetes", "carve's manifests")
 	fs.StringVar(&o.images, "images", os.Getenv("CARVE_IMAGES"), "directory of the image archives the real node imports (make images)")
+	fs.StringVar(&o.postgres, "postgres-image", os.Getenv("CARVE_POSTGRES_IMAGE"), "the PostgreSQL image archive db's pods run (hack/postgres-image.sh)")
 	fs.DurationVar(&o.lifetime, "lifetime", 8*time.Hour, "the cluster is torn down after this even without Ctrl-C")
-	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "how long to wait for every PVC and pod to be bound")
+	fs.DurationVar(&o.wait, "wait", 15*time.Minute, "how long to wait for every PVC and pod to be bound and every database to run pgbench")
 	klog.InitFlags(fs)
 	if err := fs.Set("v", "0"); err != nil {
 		panic(err)
@@ -71,13 +74,14 @@ func main() {
 
 func run(o options) error {
 	start := time.Now()
-	if o.binDir == "" || o.images == "" {
-		return errors.New("--bin-dir (or CARVE_E2E_BIN) and --images (or CARVE_IMAGES) are required; `make demo` sets them")
+	if o.binDir == "" || o.images == "" || o.postgres == "" {
+		return errors.New("--bin-dir (or CARVE_E2E_BIN), --images (or CARVE_IMAGES) and --postgres-image (or CARVE_POSTGRES_IMAGE) are required; `make demo` sets them")
 	}
 	archives, err := filepath.Glob(filepath.Join(o.images, "*.tar"))
 	if err != nil || len(archives) == 0 {
 		return fmt.Errorf("no image archives in %s (make images builds them): %w", o.images, err)
 	}
+	archives = append(archives, o.postgres)
 	carve, err := filepath.Abs(o.carve)
 	if err != nil {
 		return err
@@ -91,10 +95,11 @@ func run(o options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.lifetime)
 	defer cancel()
 
-	// Measured warm on 2 cores (2026-11-26): the real node was Ready after
-	// 4 min 8 s, most of it containerd importing the image archives under
-	// qemu's emulation (TCG); the table followed at 5 min.
-	fmt.Println("Starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager, three simulated nodes and one real node (a qemu guest, emulated: about 4 minutes on 2 cores, most of it importing the image archives)...")
+	// Measured warm on 2 cores (2026-11-26, before PostgreSQL): the real
+	// node was Ready after 4 min 8 s, most of it containerd importing the
+	// image archives under qemu's emulation (TCG); the table followed at
+	// 5 min.
+	fmt.Println("Starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager, three simulated nodes and one real node (a qemu guest, emulated: about 5 minutes on 2 cores, most of it importing the image archives, PostgreSQL's among them)...")
 	bed, err := cluster.Start(ctx, cluster.Config{
 		BinDir: o.binDir, CarveBin: carve, DeployDir: deploy, Lifetime: o.lifetime,
 		Nodes: []cluster.NodeSpec{
@@ -123,26 +128,30 @@ func run(o options) error {
 		fmt.Printf("Done. Logs stay in %s\n", filepath.Join(bed.Config.RunDir, "logs"))
 	}()
 
-	image, err := bed.Manifests.CarveImage()
-	if err != nil {
-		return err
-	}
-	objs, err := cluster.ParseManifests([]byte(strings.ReplaceAll(string(example), "CARVE_IMAGE", image)), "demo.yaml")
+	objs, err := cluster.ParseManifests(example, "demo.yaml")
 	if err != nil {
 		return err
 	}
 	if err := objs.Apply(ctx, bed.Control.Config); err != nil {
 		return fmt.Errorf("apply the example: %w", err)
 	}
-	fmt.Printf("Applied StorageClass carve-demo, StatefulSet demo/db (3 x 1 GiB, on %s) and demo/spread (6 x 1 GiB, on the simulated nodes); waiting for every PVC to be bound and db's pods to run...\n", realNode)
-	if err := waitPlaced(ctx, bed, "demo", 9, o.wait); err != nil {
+	fmt.Printf("Applied StorageClass carve-demo, StatefulSet demo/db (2 PostgreSQL 15 servers on 1 GiB volumes, on %s) and demo/spread (6 x 1 GiB, on the simulated nodes); waiting for every PVC to be bound and each db pod's PostgreSQL to be made (initdb --data-checksums, emulated: a few minutes) and to run pgbench...\n", realNode)
+	if err := waitPlaced(ctx, bed, "demo", 8, o.wait); err != nil {
 		bed.DumpLogs(20)
 		return err
 	}
-	if err := waitCapacity(ctx, bed, 30*time.Second); err != nil {
-		fmt.Printf("(%v; the last column may lag)\n", err)
+	dbs, err := startDatabases(ctx, bed, "demo")
+	if err != nil {
+		return err
 	}
-	if err := printTable(ctx, bed, "demo"); err != nil {
+	fmt.Printf("pgbench runs in %s; counting a minute of its transactions...\n", strings.Join(dbs.pods, " and "))
+	if err := dbs.measure(ctx, tpsWindow); err != nil {
+		return err
+	}
+	if err := waitCapacity(ctx, bed, 30*time.Second); err != nil {
+		fmt.Printf("(%v; the capacity column may lag)\n", err)
+	}
+	if err := printTable(ctx, bed, "demo", dbs); err != nil {
 		return err
 	}
 	fmt.Printf("\nTable printed %s after start.\n", time.Since(start).Round(100*time.Millisecond))
@@ -151,7 +160,15 @@ func run(o options) error {
 What is real: the control plane; on %[1]s a kubelet, containerd and
 device-mapper in a qemu guest, running the shipped DaemonSet and controller
 Deployment from carve's image: db's volumes are real LVs, formatted and
-mounted, and df above ran inside each container.
+mounted, and df above ran inside each container. Each db pod is a
+PostgreSQL 15 made on its volume with data checksums (fsync and synchronous
+commit on, PostgreSQL's defaults) with pgbench's TPC-B-like transactions
+running against it, one client, as fast as the guest allows: POSTGRES SIZE
+is pg_database_size, TPS the transactions the server committed per second
+over the last minute (pg_stat_database.xact_commit). Under qemu's emulation
+(no KVM here) the figures are a guest's, not a disk's: carve's thick volume
+is a plain device-mapper linear target, PostgreSQL writes through it as
+through any LV.
 What is simulated: node-small, node-medium and node-large have no kubelet
 (spread's pods are scheduled and bound, their containers never start); their
 carve nodes run as processes with LVM activation disabled (the host kernel
@@ -174,10 +191,15 @@ kubectl:     %s (built with the control plane), e.g.
 	for _, g := range bed.GuestNodes {
 		fmt.Printf("  %s: kubelet log %s, boot log %s\n", g.Spec.Name, g.LogPath("kubelet"), g.LogPath("boot"))
 	}
-	fmt.Println("\nThe cluster stays up; press Ctrl-C to tear it down.")
+	fmt.Printf("  PostgreSQL: %s --kubeconfig %s -n demo exec db-0 -- psql -h /tmp -U postgres\n", kubectl, bed.Control.Kubeconfig)
+	fmt.Println("\nThe cluster stays up; each minute a line gives every database's size and TPS over the last minute. Press Ctrl-C to tear it down.")
 
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	sample := time.NewTicker(dbSampleEvery)
+	defer sample.Stop()
+	report := time.NewTicker(tpsWindow)
+	defer report.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -186,6 +208,12 @@ kubectl:     %s (built with the control plane), e.g.
 			if err := bed.CheckAlive(); err != nil {
 				return err
 			}
+		case <-sample.C:
+			if err := dbs.sample(ctx); err != nil && ctx.Err() == nil {
+				fmt.Printf("(%v)\n", err)
+			}
+		case now := <-report.C:
+			fmt.Println(dbs.line(now))
 		}
 	}
 }
@@ -210,12 +238,14 @@ func waitPlaced(ctx context.Context, bed *cluster.Cluster, ns string, want int, 
 				bound++
 			}
 		}
-		for _, p := range pods.Items {
+		for i := range pods.Items {
+			p := &pods.Items[i]
 			if p.Spec.NodeName != "" {
 				placed++
 			}
-			// Pods on the real node must also run.
-			if bed.GuestNode(p.Spec.NodeName) != nil && p.Status.Phase != corev1.PodRunning {
+			// Pods on the real node must also be Ready: their databases
+			// made and pgbench running.
+			if bed.GuestNode(p.Spec.NodeName) != nil && !podReady(p) {
 				waiting++
 			}
 		}
@@ -223,7 +253,7 @@ func waitPlaced(ctx context.Context, bed *cluster.Cluster, ns string, want int, 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node, %d on the real node not running%s", timeout, ns, bound, want, placed, want, waiting, unenrolledGuests(ctx, bed))
+			return fmt.Errorf("after %s in namespace %s: %d of %d PVCs Bound, %d of %d pods bound to a node, %d on the real node not Ready%s", timeout, ns, bound, want, placed, want, waiting, unenrolledGuests(ctx, bed))
 		}
 		select {
 		case <-ctx.Done():
@@ -280,9 +310,23 @@ func waitCapacity(ctx context.Context, bed *cluster.Cluster, timeout time.Durati
 	}
 }
 
+// podReady says whether the pod runs and its Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // printTable prints pod -> node -> PVC -> PV -> LV (from lvs) -> the
-// node's remaining published capacity.
-func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
+// node's remaining published capacity -> df in the container, and the
+// database's size and TPS for the pods that run PostgreSQL.
+func printTable(ctx context.Context, bed *cluster.Cluster, ns string, dbs *databases) error {
 	pods, err := bed.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -299,7 +343,7 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	if _, err := fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT\tIN THE CONTAINER: df /data"); err != nil {
+	if _, err := fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPV\tLV (lvs)\tLV SIZE\tNODE CAPACITY LEFT\tIN THE CONTAINER: df /data\tPOSTGRES SIZE\tTPS (LAST MINUTE)"); err != nil {
 		return err
 	}
 	for _, p := range pods.Items {
@@ -340,7 +384,8 @@ func printTable(ctx context.Context, bed *cluster.Cluster, ns string) error {
 				return err
 			}
 		}
-		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName], inside); err != nil {
+		dbSize, tps := dbs.columns(p.Name)
+		if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, claim, pvc.Spec.VolumeName, lvName, lvSize, capacity[p.Spec.NodeName], inside, dbSize, tps); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package kubetest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -15,23 +16,30 @@ import (
 
 // LocalOnlyClass creates name, a copy of the StorageClass base with
 // carve.dev/cross-node-copy "false" (its restores and clones are made on
-// their source's node or refused, never copied), deleted when the test
-// ends, and waits until carve controller has written its capacity, in
-// capacityNS, on as many nodes as base's (the scheduler considers a node
-// for a claim of a class only where it has). It returns name.
+// their source's node or refused, never copied), as ClassLike does.
 func LocalOnlyClass(t *testing.T, ctx context.Context, cs kubernetes.Interface, capacityNS, base, name string) string {
+	t.Helper()
+	return ClassLike(t, ctx, cs, capacityNS, base, name, map[string]string{router.ParamCrossNodeCopy: "false"})
+}
+
+// ClassLike creates name, a copy of the StorageClass base with params
+// set over base's parameters, deleted when the test ends, and waits until
+// carve controller has written its capacity, in capacityNS, on as many
+// nodes as base's (the scheduler considers a node for a claim of a class
+// only where it has). It returns name.
+func ClassLike(t *testing.T, ctx context.Context, cs kubernetes.Interface, capacityNS, base, name string, params map[string]string) string {
 	t.Helper()
 	sc, err := cs.StorageV1().StorageClasses().Get(ctx, base, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := sc.DeepCopy()
-	local.ObjectMeta = metav1.ObjectMeta{Name: name}
-	if local.Parameters == nil {
-		local.Parameters = map[string]string{}
+	like := sc.DeepCopy()
+	like.ObjectMeta = metav1.ObjectMeta{Name: name}
+	if like.Parameters == nil {
+		like.Parameters = map[string]string{}
 	}
-	local.Parameters[router.ParamCrossNodeCopy] = "false"
-	if _, err := cs.StorageV1().StorageClasses().Create(ctx, local, metav1.CreateOptions{}); err != nil {
+	maps.Copy(like.Parameters, params)
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, like, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -129,3 +129,30 @@ func (b Balances) Check() error {
 	return fmt.Errorf("pgbench's invariant is broken: sum(pgbench_accounts.abalance) %d, sum(pgbench_tellers.tbalance) %d, sum(pgbench_branches.bbalance) %d, sum(pgbench_history.delta) %d (all four must be equal)",
 		b.Accounts, b.Tellers, b.Branches, b.History)
 }
+
+// ParseTPS reads the transactions per second of a pgbench run's summary
+// (the "tps = N (without initial connection time)" line). A summary that
+// counts a failed transaction, or has no such line, is an error: the
+// figure of a run that failed measures nothing.
+func ParseTPS(out string) (float64, error) {
+	tps, found := 0.0, false
+	for line := range strings.Lines(out) {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "number of failed transactions: "); ok && !strings.HasPrefix(rest, "0 ") {
+			return 0, fmt.Errorf("pgbench: %s", line)
+		}
+		rest, ok := strings.CutPrefix(line, "tps = ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.Fields(rest + " ")[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("pgbench's line %q: %w", line, err)
+		}
+		tps, found = v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("pgbench printed no tps line: %q", out)
+	}
+	return tps, nil
+}

@@ -89,3 +89,31 @@ func TestBalancesCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTPS(t *testing.T) {
+	// pgbench 15's summary of a 40 s run with two clients.
+	const summary = `transaction type: <builtin: TPC-B (sort of)>
+scaling factor: 1
+query mode: simple
+number of clients: 2
+number of threads: 2
+maximum number of tries: 1
+duration: 40 s
+number of transactions actually processed: 1497
+number of failed transactions: 0 (0.000%)
+latency average = 53.438 ms
+initial connection time = 18.722 ms
+tps = 37.426604 (without initial connection time)
+`
+	tps, err := ParseTPS(summary)
+	if err != nil || tps != 37.426604 {
+		t.Errorf("ParseTPS = %v, %v; want 37.426604", tps, err)
+	}
+	failed := strings.Replace(summary, "failed transactions: 0 (0.000%)", "failed transactions: 3 (0.200%)", 1)
+	if _, err := ParseTPS(failed); err == nil {
+		t.Error("ParseTPS took a run with failed transactions")
+	}
+	if _, err := ParseTPS("pgbench: error: connection to server on socket \"/tmp/.s.PGSQL.5432\" failed\n"); err == nil {
+		t.Error("ParseTPS took output without a tps line")
+	}
+}

@@ -79,6 +79,9 @@ func waitCarveRunning(ctx context.Context, bed *cluster.Cluster) error {
 	deadline := time.Now().Add(6 * time.Minute)
 	var last string
 	for time.Now().Before(deadline) {
+		if err := bed.CheckAlive(); err != nil {
+			return fmt.Errorf("waiting for carve's pods: %w", err)
+		}
 		pods, err := bed.Client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{
 			LabelSelector: labels.Set{"app.kubernetes.io/name": "carve"}.String()})
 		if err != nil {
@@ -118,7 +121,54 @@ func waitCarveRunning(ctx context.Context, bed *cluster.Cluster) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
-	return fmt.Errorf("carve's pods did not all run within 6 minutes: %s", last)
+	return fmt.Errorf("carve's pods did not all run within 6 minutes: %s\n%s", last, carveState(ctx, bed))
+}
+
+// carveState says what the control plane made of carve's workloads: each
+// DaemonSet's and Deployment's counts, where each pod is (an unscheduled
+// pod's reason among them) and the namespace's last warnings. It is what
+// a failed start needs to be understood from its report alone.
+func carveState(ctx context.Context, bed *cluster.Cluster) string {
+	var b strings.Builder
+	if dss, err := bed.Client.AppsV1().DaemonSets(bed.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
+		fmt.Fprintf(&b, "DaemonSets: %v\n", err)
+	} else {
+		for _, ds := range dss.Items {
+			fmt.Fprintf(&b, "DaemonSet %s: desired %d, scheduled %d, ready %d, misscheduled %d\n", ds.Name,
+				ds.Status.DesiredNumberScheduled, ds.Status.CurrentNumberScheduled, ds.Status.NumberReady, ds.Status.NumberMisscheduled)
+		}
+	}
+	if ds, err := bed.Client.AppsV1().Deployments(bed.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
+		fmt.Fprintf(&b, "Deployments: %v\n", err)
+	} else {
+		for _, d := range ds.Items {
+			fmt.Fprintf(&b, "Deployment %s: replicas %d, ready %d\n", d.Name, d.Status.Replicas, d.Status.ReadyReplicas)
+		}
+	}
+	if pods, err := bed.Client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
+		fmt.Fprintf(&b, "pods: %v\n", err)
+	} else {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "pod %s on %q: %s\n", p.Name, p.Spec.NodeName, podState(&p))
+		}
+	}
+	if evs, err := bed.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err != nil {
+		fmt.Fprintf(&b, "events: %v\n", err)
+	} else {
+		items := evs.Items
+		if len(items) > 10 {
+			items = items[len(items)-10:]
+		}
+		for _, e := range items {
+			fmt.Fprintf(&b, "event %s/%s %s: %s (x%d)\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
+		}
+	}
+	if n, err := bed.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
+		fmt.Fprintf(&b, "node %s: %v\n", nodeName, err)
+	} else {
+		fmt.Fprintf(&b, "node %s: taints %v, unschedulable %v\n", nodeName, n.Spec.Taints, n.Spec.Unschedulable)
+	}
+	return b.String()
 }
 
 // capacityPublished says which of the guest node and the peers has no

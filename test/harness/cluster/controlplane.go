@@ -62,13 +62,13 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 	if cp.pki, err = newPKI(pkiDir, lifetime+time.Hour); err != nil {
 		return cp, fmt.Errorf("keys and certificates: %w", err)
 	}
-	ports := make([]int, 5)
+	ports := make([]int, 3)
 	for i := range ports {
 		if ports[i], err = FreePort(); err != nil {
 			return cp, err
 		}
 	}
-	etcdClient, etcdPeer, apiPort, schedPort, kcmPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 	logs := filepath.Join(dir, "logs")
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
@@ -136,9 +136,13 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 		"--authorization-kubeconfig", cp.Kubeconfig,
 		"--bind-address", "127.0.0.1",
 		"--leader-elect=false",
+		// Nothing here reads the scheduler's or the controller manager's
+		// own endpoints, and a port found free may be taken (by one of the
+		// apiserver's connections, say) before the process binds it,
+		// which ends the process.
+		"--secure-port=0",
 	}
-	sched, err := startProcess(ctx, logs, "kube-scheduler", filepath.Join(binDir, "kube-scheduler"),
-		append(common, "--secure-port", strconv.Itoa(schedPort)), nil, lifetime)
+	sched, err := startProcess(ctx, logs, "kube-scheduler", filepath.Join(binDir, "kube-scheduler"), common, nil, lifetime)
 	if err != nil {
 		return cp, err
 	}
@@ -151,7 +155,6 @@ func startControlPlane(ctx context.Context, binDir, dir string, lifetime time.Du
 	}
 	kcm, err := startProcess(ctx, logs, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"),
 		append(common,
-			"--secure-port", strconv.Itoa(kcmPort),
 			"--controllers", controllers,
 			"--root-ca-file", cp.pki.CACert,
 			"--service-account-private-key-file", cp.pki.SAKey,

@@ -65,12 +65,21 @@ func (tr Tier) Main(m *testing.M, bed **cluster.Cluster) int {
 		err = tr.Ready(ctx, b)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: starting the %s test bed: %v\n", tr.Name, err)
+		fail := fmt.Sprintf("FAIL: starting the %s test bed: %v", tr.Name, err)
+		if b != nil {
+			if aerr := b.CheckAlive(); aerr != nil {
+				fail += fmt.Sprintf("\n(and %v)", aerr)
+			}
+		}
+		fmt.Fprintln(os.Stderr, fail)
 		if b != nil {
 			b.DumpLogs(tr.DumpLines)
 			if serr := b.Stop(); serr != nil {
 				fmt.Fprintf(os.Stderr, "teardown: %v\n", serr)
 			}
+			// Said again below the logs: a CI report shows a run's last
+			// lines, and the logs would push the reason out of them.
+			fmt.Fprintln(os.Stderr, fail)
 		}
 		return 1
 	}

@@ -4,13 +4,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/controller/kube"
 	"github.com/carve-csi/carve/internal/controller/lostnodes"
+	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/version"
@@ -31,9 +32,29 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		Controller: csiserver.ResizerOnlyController{},
 		Node:       csiserver.ResizerOnlyNode{},
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Only the routing and the lost-node watch talk to the API server.
+	var (
+		client kubernetes.Interface
+		objs   *objects.Cache
+	)
+	if o.Route.Service != "" || o.LostNodesInterval > 0 {
+		var err error
+		if client, err = kube.Client(o.Kubeconfig, "carve-controller"); err != nil {
+			return err
+		}
+		objs = objects.New(client, o.DriverName, ctx.Done())
+		// The informers stop before Shutdown waits for them, also when
+		// serve ends with an error.
+		defer func() {
+			cancel()
+			objs.Shutdown()
+		}()
+	}
 	var after, leading []func(context.Context) error
 	if o.Route.Service != "" {
-		r, err := startRoute(ctx, o, mm.GetRegistry().Registerer())
+		r, err := startRoute(ctx, o, client, objs, mm.GetRegistry().Registerer())
 		if err != nil {
 			return err
 		}
@@ -44,17 +65,13 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 		klog.InfoS("Not auditing the nodes' LVs: the audit reads them over the node channel, and --node-channel-service is empty")
 	}
 	if o.LostNodesInterval > 0 {
-		run, err := lostNodesWatch(ctx, o, mm.GetRegistry().Registerer())
+		run, err := lostNodesWatch(ctx, o, client, objs, mm.GetRegistry().Registerer())
 		if err != nil {
 			return err
 		}
 		leading = append(leading, run)
 	}
 	if len(leading) > 0 {
-		client, err := kube.Client(o.Kubeconfig, "carve-controller")
-		if err != nil {
-			return fmt.Errorf("leader election: %w", err)
-		}
 		after = append(after, func(ctx context.Context) error {
 			return o.whileLeading(ctx, client, leaseName, func(ctx context.Context) error { return runAll(ctx, leading...) })
 		})
@@ -64,13 +81,10 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 
 // lostNodesWatch builds the watch for the volumes of deleted nodes (one
 // of the leader's duties).
-func lostNodesWatch(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (func(context.Context) error, error) {
-	client, err := kube.Client(o.Kubeconfig, "carve-controller")
-	if err != nil {
-		return nil, fmt.Errorf("the lost-node watch (--lost-nodes-interval=0 turns it off): %w", err)
-	}
+func lostNodesWatch(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache,
+	reg prometheus.Registerer) (func(context.Context) error, error) {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
-	w := lostnodes.New(lostnodes.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, Events: rec,
+	w := lostnodes.New(lostnodes.Config{Driver: o.DriverName, TopologyKey: topology.Key, Client: client, Objects: objs, Events: rec,
 		Interval: o.LostNodesInterval, DeleteClaims: o.DeleteClaimsOfLostNodes, Grace: o.LostNodeGrace,
 		DeleteRetained: o.DeleteRetainedClaimsOfLostNodes, Registerer: reg})
 	return func(ctx context.Context) error {

@@ -10,16 +10,17 @@ import (
 
 	"github.com/carve-csi/carve/internal/controller/kube"
 	"github.com/carve-csi/carve/internal/controller/mover"
+	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/topology"
 )
 
 // startMover builds the mover (internal/controller/mover) over the router;
 // what it returns runs it (one of the leader's duties).
-func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, srv *router.Server,
+func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache, srv *router.Server,
 	reg prometheus.Registerer) (func(context.Context) error, error) {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
-	m, err := mover.New(mover.Config{Client: client, Driver: o.DriverName, TopologyKey: topology.Key,
+	m, err := mover.New(mover.Config{Client: client, Objects: objs, Driver: o.DriverName, TopologyKey: topology.Key,
 		CapacityNamespace: o.Route.CapacityNamespace, Volumes: srv, CatchUp: srv, Events: rec, Registerer: reg, Retries: o.MoveRetries})
 	if err != nil {
 		stop()

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-csi/carve/internal/controller/kube"
+	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/controller/placement"
 	"github.com/carve-csi/carve/internal/topology"
 )
@@ -17,14 +18,14 @@ import (
 // startPlacement builds the placement of restores and clones on their
 // source's node (internal/controller/placement) from the node channel's capacity reports
 // and PV index; what it returns runs it (one of the leader's duties).
-func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, capacity placement.Capacity,
+func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache, capacity placement.Capacity,
 	pvs placement.PVs, reg prometheus.Registerer) (func(context.Context) error, error) {
 	dyn, err := kube.Dynamic(o.Kubeconfig, "carve-controller")
 	if err != nil {
 		return nil, fmt.Errorf("the placement of restores: %w", err)
 	}
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")
-	p, err := placement.New(placement.Config{Client: client, Dynamic: dyn, Driver: o.DriverName, TopologyKey: topology.Key,
+	p, err := placement.New(placement.Config{Client: client, Objects: objs, Dynamic: dyn, Driver: o.DriverName, TopologyKey: topology.Key,
 		Capacity: capacity, PVs: pvs, Events: rec, Registerer: reg})
 	if err != nil {
 		stop()

@@ -19,6 +19,7 @@ import (
 	"github.com/carve-csi/carve/internal/controller/castore"
 	"github.com/carve-csi/carve/internal/controller/kube"
 	"github.com/carve-csi/carve/internal/controller/mover"
+	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/controller/pvindex"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/nodeca"
@@ -106,11 +107,8 @@ type route struct {
 // startRoute builds the routing controller: the CA, the node pool, the PV
 // index, the capacity writer, the placement of restores, the mover and, unless
 // --audit-interval is 0, the audit of the nodes' LVs.
-func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Registerer) (*route, error) {
-	client, err := kube.Client(o.Kubeconfig, "carve-controller")
-	if err != nil {
-		return nil, fmt.Errorf("the node channel (--node-channel-service): %w", err)
-	}
+func startRoute(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache,
+	reg prometheus.Registerer) (*route, error) {
 	nc := &o.Route
 	var pool *agents.Pool // set below: the store's hooks run only once Run starts
 	store, err := castore.New(castore.Config{Client: client, Namespace: nc.Namespace, Name: nc.CAName, Registerer: reg,
@@ -133,7 +131,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 		return nil, fmt.Errorf("the controller's certificate: %w", err)
 	}
 	trust := nodeca.NewPool(cas.Trusted()...)
-	writer, err := capacity.New(capacity.Config{Client: client, Namespace: nc.CapacityNamespace,
+	writer, err := capacity.New(capacity.Config{Client: client, Objects: objs, Namespace: nc.CapacityNamespace,
 		Driver: o.DriverName, TopologyKey: topology.Key, Registerer: reg})
 	if err != nil {
 		return nil, err
@@ -145,11 +143,11 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	pvs, err := pvindex.New(client, o.DriverName, topology.Key)
+	pvs, err := pvindex.New(objs, o.DriverName, topology.Key)
 	if err != nil {
 		return nil, err
 	}
-	place, err := startPlacement(ctx, o, client, writer, pvs, reg)
+	place, err := startPlacement(ctx, o, client, objs, writer, pvs, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +157,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 	}
 	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool, Moves: mover.Claims{PVs: pvs},
 		Refusals: refusals, Sent: router.ClaimAnnotations{Client: client}})
-	move, err := startMover(ctx, o, client, srv, reg)
+	move, err := startMover(ctx, o, client, objs, srv, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +170,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, reg prometheus.Regist
 			}
 		}
 	})
-	duties := []func(context.Context) error{pool.Run, pvs.Run, store.Run, func(ctx context.Context) error {
+	duties := []func(context.Context) error{pool.Run, store.Run, func(ctx context.Context) error {
 		return o.leadCapacity(ctx, client, writer, capacityRejoinDelay)
 	}}
 	leading := []func(context.Context) error{place, move}

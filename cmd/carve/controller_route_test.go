@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
+
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -49,7 +51,9 @@ func TestCapacityLeaderGivesUpTheLease(t *testing.T) {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	client := fake.NewClientset(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
 		Provisioner: "lvm.carve.dev", VolumeBindingMode: &wffc})
-	w, err := capacity.New(capacity.Config{Client: client, Namespace: ns, Driver: "lvm.carve.dev",
+	objs := objects.New(client, "lvm.carve.dev", t.Context().Done())
+	t.Cleanup(objs.Shutdown)
+	w, err := capacity.New(capacity.Config{Client: client, Objects: objs, Namespace: ns, Driver: "lvm.carve.dev",
 		TopologyKey: topology.Key, StartupGrace: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +71,7 @@ func TestCapacityLeaderGivesUpTheLease(t *testing.T) {
 		}
 		return *l.Spec.HolderIdentity
 	}
-	objects := func() int {
+	written := func() int {
 		l, err := client.StorageV1().CSIStorageCapacities(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -92,11 +96,11 @@ func TestCapacityLeaderGivesUpTheLease(t *testing.T) {
 		w.Report(n, &nodeagentv1.CapacityReport{Classes: []*nodeagentv1.ClassCapacity{
 			{DeviceClass: "ssd", AvailableBytes: 1 << 30, MaximumVolumeBytes: 1 << 30, IsDefault: true}}})
 	}
-	eventually("objects written", func() bool { return objects() == 2 })
+	eventually("objects written", func() bool { return written() == 2 })
 	w.Report("node-a", nil)
 	w.Report("node-b", nil)
 	eventually("the Lease released", func() bool { return holder() == "" })
-	if n := objects(); n != 2 {
+	if n := written(); n != 2 {
 		t.Errorf("%d objects left, want both kept", n)
 	}
 	eventually("leading again", func() bool { return holder() != "" })

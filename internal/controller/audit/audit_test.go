@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -17,8 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
-
-	"github.com/carve-csi/carve/internal/controller/pvindex"
 )
 
 const (
@@ -131,7 +131,7 @@ func pvsThroughCache(t *testing.T, a *Auditor, pvs ...*corev1.PersistentVolume) 
 	t.Helper()
 	var objs []*corev1.PersistentVolume
 	for _, pv := range pvs {
-		o, err := pvindex.Trim(testDriver)(pv)
+		o, err := objects.Trim(testDriver)(pv)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,12 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/topology/pinned"
 )
@@ -45,7 +45,9 @@ type Config struct {
 	// of its PVs.
 	Driver, TopologyKey string
 	Client              kubernetes.Interface
-	Events              record.EventRecorder
+	// Objects is the process's cache of Nodes and PVs.
+	Objects *objects.Cache
+	Events  record.EventRecorder
 	// Interval is how often every PV is checked again (a Node deleted
 	// while no replica led is found at the next pass).
 	Interval time.Duration
@@ -104,25 +106,23 @@ func New(cfg Config) *Watch {
 }
 
 // Run watches Nodes and carve's PVs until ctx ends: a pass runs at every
-// Node deletion and every Interval. Both informers hold trimmed objects
-// (a Node's name, a PV's handle, node and claim).
+// Node deletion and every Interval.
 func (w *Watch) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("lostnodes")
 	ctx = klog.NewContext(ctx, log)
-	factory := informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0, informers.WithTransform(trim(w.cfg.Driver)))
-	nodes := factory.Core().V1().Nodes().Informer()
-	pvs := factory.Core().V1().PersistentVolumes().Informer()
+	nodes, pvs := w.cfg.Objects.Nodes(), w.cfg.Objects.PersistentVolumes()
 	kick := make(chan struct{}, 1)
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
+	reg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
 		select {
 		case kick <- struct{}{}:
 		default:
 		}
-	}}); err != nil {
+	}})
+	if err != nil {
 		return fmt.Errorf("watching Nodes: %w", err)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	defer func() { _ = nodes.RemoveEventHandler(reg) }() // fails only once the informer stopped
+	w.cfg.Objects.Start()
 	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pvs.HasSynced) {
 		return nil
 	}
@@ -172,27 +172,6 @@ func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	}
 	v.Retain = pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain
 	return v, true
-}
-
-// trim keeps what the watch reads.
-func trim(driver string) cache.TransformFunc {
-	return func(o any) (any, error) {
-		switch x := o.(type) {
-		case *corev1.Node:
-			return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: x.Name, UID: x.UID, ResourceVersion: x.ResourceVersion}}, nil
-		case *corev1.PersistentVolume:
-			out := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: x.Name, UID: x.UID,
-				ResourceVersion: x.ResourceVersion, DeletionTimestamp: x.DeletionTimestamp}}
-			if x.Spec.CSI != nil && x.Spec.CSI.Driver == driver {
-				out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: x.Spec.CSI.VolumeHandle}
-				out.Spec.NodeAffinity = x.Spec.NodeAffinity
-				out.Spec.ClaimRef = x.Spec.ClaimRef
-				out.Spec.PersistentVolumeReclaimPolicy = x.Spec.PersistentVolumeReclaimPolicy
-			}
-			return out, nil
-		}
-		return o, nil
-	}
 }
 
 // Pass handles vols (carve's PVs pinned to nodes) at now; nodeExists is

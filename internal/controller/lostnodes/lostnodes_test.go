@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -252,7 +254,7 @@ func TestGrace(t *testing.T) {
 func TestTrimKeepsReclaimPolicy(t *testing.T) {
 	pv := pvOn("pv-x", testDriver, "node-x", "data-x")
 	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
-	o, err := trim(testDriver)(pv)
+	o, err := objects.Trim(testDriver)(pv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -61,6 +60,7 @@ import (
 
 	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/controller/loop"
+	"github.com/carve-csi/carve/internal/controller/objects"
 )
 
 // Results: carve_moves_total's result label.
@@ -109,6 +109,9 @@ type Config struct {
 	// Client reads and writes claims, PVs, pods, StorageClasses and
 	// CSIStorageCapacity objects.
 	Client kubernetes.Interface
+	// Objects is the process's cache of claims and PVs, whose changes
+	// queue moves.
+	Objects *objects.Cache
 	// Driver is carve's CSI driver name.
 	Driver string
 	// TopologyKey is the key of carve's node topology (topology.Key).
@@ -185,7 +188,7 @@ func New(cfg Config) (*Mover, error) {
 		name string
 		ok   bool
 	}{
-		{"Client", cfg.Client != nil}, {"Driver", cfg.Driver != ""}, {"TopologyKey", cfg.TopologyKey != ""},
+		{"Client", cfg.Client != nil}, {"Objects", cfg.Objects != nil}, {"Driver", cfg.Driver != ""}, {"TopologyKey", cfg.TopologyKey != ""},
 		{"Volumes", cfg.Volumes != nil}, {"CatchUp", cfg.CatchUp != nil}, {"Events", cfg.Events != nil},
 	} {
 		if !f.ok {
@@ -261,9 +264,7 @@ func (m *Mover) Run(ctx context.Context) error {
 	defer m.queue.ShutDown()
 	// Another leader counts the parked moves once this one stops.
 	defer m.parked.reset()
-	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithTransform(trim))
-	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
-	pvs := factory.Core().V1().PersistentVolumes().Informer()
+	claims, pvs := m.cfg.Objects.Claims(), m.cfg.Objects.PersistentVolumes()
 	// Only what starts, withdraws, aborts or advances a move queues it:
 	// a step that waits looks again by itself (Poll), and one that failed
 	// after its backoff; the move's own writes (what it waits for) must
@@ -287,7 +288,7 @@ func (m *Mover) Run(ctx context.Context) error {
 		prefix string
 		of     func(any) (string, string, bool)
 	}{{claims, claimKey, claimAnn}, {pvs, pvKey, pvAnn}} {
-		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: func(o any) {
 				if k, v, ok := h.of(o); ok && v != "" && v != "\x00" {
 					m.queue.Add(h.prefix + k)
@@ -299,12 +300,13 @@ func (m *Mover) Run(ctx context.Context) error {
 					m.queue.Add(h.prefix + k)
 				}
 			},
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("mover: watching: %w", err)
 		}
+		defer func() { _ = h.inf.RemoveEventHandler(reg) }() // fails only once the informer stopped
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	m.cfg.Objects.Start()
 	if !cache.WaitForCacheSync(ctx.Done(), claims.HasSynced, pvs.HasSynced) {
 		return nil
 	}
@@ -313,32 +315,6 @@ func (m *Mover) Run(ctx context.Context) error {
 	<-ctx.Done()
 	stop()
 	return nil
-}
-
-// trim keeps what the informers' handlers read: names and annotations.
-func trim(o any) (any, error) {
-	switch v := o.(type) {
-	case *corev1.PersistentVolumeClaim:
-		out := &corev1.PersistentVolumeClaim{}
-		out.Name, out.Namespace, out.UID, out.ResourceVersion = v.Name, v.Namespace, v.UID, v.ResourceVersion
-		if a := v.Annotations[moveapi.AnnMoveTo]; a != "" {
-			out.Annotations = map[string]string{moveapi.AnnMoveTo: a}
-		}
-		return out, nil
-	case *corev1.PersistentVolume:
-		out := &corev1.PersistentVolume{}
-		out.Name, out.UID, out.ResourceVersion = v.Name, v.UID, v.ResourceVersion
-		for _, k := range []string{moveapi.AnnPhase, moveapi.AnnAbort} {
-			if a := v.Annotations[k]; a != "" {
-				if out.Annotations == nil {
-					out.Annotations = map[string]string{}
-				}
-				out.Annotations[k] = a
-			}
-		}
-		return out, nil
-	}
-	return o, nil
 }
 
 // sync looks at one queued claim or PV.

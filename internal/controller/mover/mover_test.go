@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -339,10 +341,18 @@ func world(t *testing.T) (*fake.Clientset, *fakeVolumes) {
 
 func ptr[T any](v T) *T { return &v }
 
+// objectsOf is a process's object cache over client, for the test's
+// lifetime.
+func objectsOf(t *testing.T, client *fake.Clientset) *objects.Cache {
+	objs := objects.New(client, driver, t.Context().Done())
+	t.Cleanup(objs.Shutdown)
+	return objs
+}
+
 func newMover(t *testing.T, client *fake.Clientset, vols *fakeVolumes) (*Mover, *record.FakeRecorder) {
 	t.Helper()
 	rec := record.NewFakeRecorder(1000)
-	m, err := New(Config{Client: client, Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols, Events: rec, Poll: time.Millisecond})
+	m, err := New(Config{Client: client, Objects: objectsOf(t, client), Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols, Events: rec, Poll: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,13 +560,12 @@ func TestMove(t *testing.T) {
 func TestMoveClaimMadeAgainInTheGap(t *testing.T) {
 	client, vols := world(t)
 	m, _ := newMover(t, client, vols)
-	idx, err := pvindex.New(client, driver, key)
+	idx, err := pvindex.New(objectsOf(t, client), driver, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = idx.Run(ctx) }()
 	if !idx.WaitForSync(ctx) {
 		t.Fatal("no sync")
 	}
@@ -714,7 +723,7 @@ func TestMoveCatchUpMetrics(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client, vols := world(t)
 			reg := prometheus.NewPedanticRegistry()
-			m, err := New(Config{Client: client, Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols,
+			m, err := New(Config{Client: client, Objects: objectsOf(t, client), Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols,
 				Events: record.NewFakeRecorder(1000), Poll: time.Millisecond, Registerer: reg})
 			if err != nil {
 				t.Fatal(err)
@@ -880,7 +889,7 @@ func TestTargets(t *testing.T) {
 		t.Errorf("in flight: %q %q", n, id)
 	}
 	// pvindex keeps the move's annotations in its cache.
-	out, err := pvindex.Trim(driver)(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{moveapi.AnnPhase: moveapi.PhaseSeeding, "other": "x"}},
+	out, err := objects.Trim(driver)(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{moveapi.AnnPhase: moveapi.PhaseSeeding, "other": "x"}},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver}}}})
 	if err != nil {
 		t.Fatal(err)

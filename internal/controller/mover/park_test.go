@@ -185,7 +185,7 @@ func TestMoveRetriesAsConfigured(t *testing.T) {
 		t.Run(fmt.Sprintf("Retries %d", retries), func(t *testing.T) {
 			client, vols := world(t)
 			rec := record.NewFakeRecorder(1000)
-			m, err := New(Config{Client: client, Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols, Events: rec, Poll: time.Millisecond, Retries: retries})
+			m, err := New(Config{Client: client, Objects: objectsOf(t, client), Driver: driver, TopologyKey: key, Volumes: vols, CatchUp: vols, Events: rec, Poll: time.Millisecond, Retries: retries})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -290,12 +290,10 @@ func (m *Mover) bind(ctx context.Context, mv move) (time.Duration, error) {
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns)
 	claim, err := claims.Get(ctx, mv.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		c, err := savedClaim(mv.pv)
-		if err != nil || c == nil {
+		c, err := claimToMakeAgain(mv.pv, mv.target)
+		if err != nil {
 			return 0, fmt.Errorf("the saved claim %s/%s on PV %s: %w", mv.ns, mv.name, mv.pv.Name, err)
 		}
-		c = fresh(c)
-		c.Spec.VolumeName = mv.target
 		if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return 0, fmt.Errorf("making claim %s/%s again: %w", mv.ns, mv.name, err)
 		}

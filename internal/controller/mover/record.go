@@ -198,11 +198,19 @@ func bytesOf(pv *corev1.PersistentVolume) int64 {
 	return n
 }
 
-// fresh is a saved claim ready to create: no UID.
-func fresh(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
-	c = c.DeepCopy()
+// claimToMakeAgain is the claim saved on pv, ready to create bound to
+// the PV volumeName.
+func claimToMakeAgain(pv *corev1.PersistentVolume, volumeName string) (*corev1.PersistentVolumeClaim, error) {
+	c, err := savedClaim(pv)
+	if err == nil && c == nil {
+		err = fmt.Errorf("no annotation %s", moveapi.AnnClaim)
+	}
+	if err != nil {
+		return nil, err
+	}
 	c.UID, c.ResourceVersion = "", ""
-	return c
+	c.Spec.VolumeName = volumeName
+	return c, nil
 }
 
 func pinnedFrom(pv *corev1.PersistentVolume, key string) string { return pinned.Node(pv, key) }

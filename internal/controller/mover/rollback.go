@@ -245,12 +245,10 @@ func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Durati
 		mv.pv = pv
 	}
 	if apierrors.IsNotFound(err) {
-		c, err := savedClaim(pv)
-		if err != nil || c == nil {
+		c, err := claimToMakeAgain(pv, pv.Name)
+		if err != nil {
 			return 0, fmt.Errorf("the saved claim %s/%s on PV %s: %w", mv.ns, mv.name, pv.Name, err)
 		}
-		c = fresh(c)
-		c.Spec.VolumeName = pv.Name
 		if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return 0, fmt.Errorf("making claim %s/%s again: %w", mv.ns, mv.name, err)
 		}

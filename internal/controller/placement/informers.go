@@ -4,15 +4,12 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/carve-csi/carve/internal/volume"
 )
 
 // bySource indexes claims by the source they restore or clone
@@ -23,14 +20,12 @@ const (
 	byClaim  = "claim"
 )
 
+// setupInformers sets up the placer's own informers: the pods no node is
+// chosen for and the snapshots. Run starts them.
 func (p *Placer) setupInformers() error {
-	p.factory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trim))
-	p.claims = p.factory.Core().V1().PersistentVolumeClaims().Informer()
-	p.classes = p.factory.Storage().V1().StorageClasses().Informer()
-	p.nodes = p.factory.Core().V1().Nodes().Informer()
 	// Only the pods no node is chosen for: those are the ones a
 	// placement decides for, and they are few.
-	p.podFactory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trim),
+	p.podFactory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trimPods),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
 		}))
@@ -53,24 +48,6 @@ func (p *Placer) setupInformers() error {
 	}); err != nil {
 		return fmt.Errorf("restore placement: watching pods: %w", err)
 	}
-	if err := p.claims.AddIndexers(cache.Indexers{bySource: func(o any) ([]string, error) {
-		if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
-			if s, ok := sourceOf(c); ok {
-				return []string{s.key()}, nil
-			}
-		}
-		return nil, nil
-	}}); err != nil {
-		return fmt.Errorf("restore placement: indexing claims: %w", err)
-	}
-	if _, err := p.claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    p.onClaim,
-		UpdateFunc: p.onClaimUpdate,
-		DeleteFunc: p.onClaimDeleted,
-	}); err != nil {
-		return fmt.Errorf("restore placement: watching claims: %w", err)
-	}
-
 	p.dyn = dynamicinformer.NewFilteredDynamicSharedInformerFactory(p.cfg.Dynamic, 0, metav1.NamespaceAll, nil)
 	p.snapshots = p.dyn.ForResource(VolumeSnapshots).Informer()
 	p.contents = p.dyn.ForResource(VolumeSnapshotContents).Informer()
@@ -103,6 +80,34 @@ func (p *Placer) setupInformers() error {
 		}
 	}
 	return nil
+}
+
+// watchShared takes the claims, StorageClasses and Nodes from the
+// process's cache, indexes the claims by source and queues their changes;
+// stop takes the handler off again. The cache's informers are started by
+// the caller.
+func (p *Placer) watchShared() (stop func(), err error) {
+	p.claims, p.classes, p.nodes = p.cfg.Objects.Claims(), p.cfg.Objects.StorageClasses(), p.cfg.Objects.Nodes()
+	if err := p.claims.AddIndexers(cache.Indexers{bySource: func(o any) ([]string, error) {
+		if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
+			if s, ok := sourceOf(c); ok {
+				return []string{s.key()}, nil
+			}
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("restore placement: indexing claims: %w", err)
+	}
+	reg, err := p.claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    p.onClaim,
+		UpdateFunc: p.onClaimUpdate,
+		DeleteFunc: p.onClaimDeleted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("restore placement: watching claims: %w", err)
+	}
+
+	return func() { _ = p.claims.RemoveEventHandler(reg) }, nil // fails only once the informer stopped
 }
 
 // onClaim queues a claim carve may have to place, and the claims that
@@ -189,46 +194,10 @@ func (p *Placer) enqueueBySource(key string) {
 	}
 }
 
-// trim is the typed informers' transform: claims, StorageClasses, nodes
-// and pending pods keep only what the placer reads (every claim and node
-// of the cluster is cached).
-func trim(o any) (any, error) {
-	switch v := o.(type) {
-	case *corev1.Pod:
+// trimPods is the pod informer's transform.
+func trimPods(o any) (any, error) {
+	if v, ok := o.(*corev1.Pod); ok {
 		return trimPod(v), nil
-	case *corev1.Node:
-		out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion, Labels: v.Labels}}
-		out.Spec.Taints = v.Spec.Taints
-		out.Spec.Unschedulable = v.Spec.Unschedulable
-		out.Status.Allocatable = v.Status.Allocatable
-		return out, nil
-	case *corev1.PersistentVolumeClaim:
-		out := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace, UID: v.UID,
-			ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
-		for _, k := range []string{AnnSelectedNode, AnnPlaced} {
-			if a, ok := v.Annotations[k]; ok {
-				if out.Annotations == nil {
-					out.Annotations = map[string]string{}
-				}
-				out.Annotations[k] = a
-			}
-		}
-		out.Spec.StorageClassName = v.Spec.StorageClassName
-		out.Spec.DataSource = v.Spec.DataSource
-		out.Spec.DataSourceRef = v.Spec.DataSourceRef
-		out.Spec.VolumeName = v.Spec.VolumeName
-		if q, ok := v.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-			out.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q}
-		}
-		out.Status.Phase = v.Status.Phase
-		return out, nil
-	case *storagev1.StorageClass:
-		out := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion},
-			Provisioner: v.Provisioner, VolumeBindingMode: v.VolumeBindingMode}
-		if dc, ok := v.Parameters[volume.ParamDeviceClass]; ok {
-			out.Parameters = map[string]string{volume.ParamDeviceClass: dc}
-		}
-		return out, nil
 	}
 	return o, nil // a tombstone: kept as it is
 }

@@ -46,6 +46,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/controller/loop"
+	"github.com/carve-csi/carve/internal/controller/objects"
 )
 
 // Annotations on the claim.
@@ -119,10 +120,11 @@ type PVs interface {
 
 // Config is what the placer needs; main builds it.
 type Config struct {
-	// Client watches claims, StorageClasses, nodes and the pods that
-	// wait for a node, lists the pods on a source's node, and patches
-	// claims.
+	// Client watches the pods that wait for a node, lists the pods on a
+	// source's node, and patches claims.
 	Client kubernetes.Interface
+	// Objects is the process's cache of claims, StorageClasses and Nodes.
+	Objects *objects.Cache
 	// Dynamic watches VolumeSnapshots and VolumeSnapshotContents.
 	Dynamic dynamic.Interface
 	// Driver is carve's CSI driver name.
@@ -147,7 +149,6 @@ type Placer struct {
 	decisions *prometheus.CounterVec
 	started   atomic.Bool
 
-	factory    informers.SharedInformerFactory
 	podFactory informers.SharedInformerFactory
 	dyn        dynamicinformer.DynamicSharedInformerFactory
 	claims     cache.SharedIndexInformer
@@ -173,7 +174,7 @@ func New(cfg Config) (*Placer, error) {
 		name string
 		ok   bool
 	}{
-		{"Client", cfg.Client != nil}, {"Dynamic", cfg.Dynamic != nil}, {"Driver", cfg.Driver != ""},
+		{"Client", cfg.Client != nil}, {"Objects", cfg.Objects != nil}, {"Dynamic", cfg.Dynamic != nil}, {"Driver", cfg.Driver != ""},
 		{"TopologyKey", cfg.TopologyKey != ""}, {"Capacity", cfg.Capacity != nil}, {"PVs", cfg.PVs != nil},
 		{"Events", cfg.Events != nil},
 	} {
@@ -216,8 +217,12 @@ func (p *Placer) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("placement")
 	ctx = klog.NewContext(ctx, log)
 	defer p.queue.ShutDown()
-	p.factory.Start(ctx.Done())
-	defer p.factory.Shutdown()
+	stopWatching, err := p.watchShared()
+	if err != nil {
+		return err
+	}
+	defer stopWatching()
+	p.cfg.Objects.Start()
 	p.podFactory.Start(ctx.Done())
 	defer p.podFactory.Shutdown()
 	var snaps sync.WaitGroup

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -224,13 +226,15 @@ func start(t *testing.T, w world) *harness {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		VolumeSnapshots: "VolumeSnapshotList", VolumeSnapshotContents: "VolumeSnapshotContentList"}, w.dyn...)
 	rec := record.NewFakeRecorder(100)
-	p, err := New(Config{Client: client, Dynamic: dyn, Driver: testDriver, TopologyKey: testKey,
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cached := objects.New(client, testDriver, ctx.Done())
+	t.Cleanup(cached.Shutdown)
+	t.Cleanup(cancel) // before the Shutdown: cleanups run last first
+	p, err := New(Config{Client: client, Objects: cached, Dynamic: dyn, Driver: testDriver, TopologyKey: testKey,
 		Capacity: w.capacity, PVs: w.pvs, Events: rec, Registerer: prometheus.NewPedanticRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
 	return &harness{p: p, client: client, dyn: dyn, events: rec, ctx: ctx, cancel: cancel}
 }
 
@@ -238,12 +242,16 @@ func start(t *testing.T, w world) *harness {
 // calls sync itself.
 func (h *harness) informers(t *testing.T) {
 	t.Helper()
-	h.p.factory.Start(h.ctx.Done())
+	stop, err := h.p.watchShared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.p.cfg.Objects.Start()
 	h.p.dyn.Start(h.ctx.Done())
 	h.p.podFactory.Start(h.ctx.Done())
 	t.Cleanup(func() {
+		stop()
 		h.cancel()
-		h.p.factory.Shutdown()
 		h.p.podFactory.Shutdown()
 		h.p.dyn.Shutdown()
 	})
@@ -572,6 +580,13 @@ func TestClaimUpdateAfterTakeBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := start(t, world{pvs: fakePVs{}, capacity: fakeCapacity{}})
+			// The claims' index, with no informer started: only the
+			// handler's own queueing is looked at.
+			stop, err := h.p.watchShared()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
 			q := &queueRecorder{TypedRateLimitingInterface: h.p.queue, after: map[string]time.Duration{}}
 			h.p.queue = q
 			h.p.onClaimUpdate(tc.old, tc.new)

@@ -9,14 +9,11 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/topology/pinned"
 )
 
@@ -24,29 +21,22 @@ import (
 // full list: the answer is not known yet.
 var ErrNotSynced = errors.New("the PersistentVolume cache has not been filled yet")
 
-// moveAnnotations is the prefix of the annotations of a move
-// (api/moveapi.AnnPrefix): the audit and the router read them.
-const moveAnnotations = "carve.dev/move-"
-
 // byHandle is the name of the index on spec.csi.volumeHandle.
 const byHandle = "handle"
 
-// Index is the cache. Its informer watches every PersistentVolume (no
-// selector reaches spec.csi.driver, and csi-provisioner's PVs carry no carve
-// label); the transform keeps a foreign PV's name only, and of carve's the
-// handle, node affinity, claim, reclaim policy, phase and move annotations:
-// a few hundred bytes per PV.
+// Index is the cache: the process's PV informer (internal/controller/objects),
+// which holds every PV (no selector reaches spec.csi.driver, and
+// csi-provisioner's PVs carry no carve label), trimmed, with an index by
+// handle.
 type Index struct {
 	driver, key string
-	factory     informers.SharedInformerFactory
 	informer    cache.SharedIndexInformer
 }
 
-// New returns the cache of driver's PVs, whose node affinity is on
-// topologyKey; it fills once Run runs.
-func New(client kubernetes.Interface, driver, topologyKey string) (*Index, error) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Trim(driver)))
-	inf := factory.Core().V1().PersistentVolumes().Informer()
+// New returns the cache of driver's PVs in objs, whose node affinity is on
+// topologyKey, and starts filling it.
+func New(objs *objects.Cache, driver, topologyKey string) (*Index, error) {
+	inf := objs.PersistentVolumes()
 	err := inf.AddIndexers(cache.Indexers{byHandle: func(o any) ([]string, error) {
 		pv, ok := o.(*corev1.PersistentVolume)
 		if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver {
@@ -57,15 +47,8 @@ func New(client kubernetes.Interface, driver, topologyKey string) (*Index, error
 	if err != nil {
 		return nil, err
 	}
-	return &Index{driver: driver, key: topologyKey, factory: factory, informer: inf}, nil
-}
-
-// Run fills and keeps the cache until ctx ends.
-func (x *Index) Run(ctx context.Context) error {
-	x.factory.Start(ctx.Done())
-	<-ctx.Done()
-	x.factory.Shutdown()
-	return nil
+	objs.Start()
+	return &Index{driver: driver, key: topologyKey, informer: inf}, nil
 }
 
 // WaitForSync waits until the cache holds its first full list; false when
@@ -124,36 +107,6 @@ func (x *Index) PVsOf(handle string) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
-}
-
-// Trim is the informer's transform: what the controller does not read
-// never reaches the cache.
-func Trim(driver string) cache.TransformFunc {
-	return func(o any) (any, error) {
-		pv, ok := o.(*corev1.PersistentVolume)
-		if !ok {
-			return o, nil // a tombstone: keep as it is
-		}
-		out := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pv.Name, UID: pv.UID,
-			ResourceVersion: pv.ResourceVersion, DeletionTimestamp: pv.DeletionTimestamp}}
-		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver {
-			return out, nil
-		}
-		out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle}
-		out.Spec.NodeAffinity = pv.Spec.NodeAffinity
-		out.Spec.ClaimRef = pv.Spec.ClaimRef
-		out.Spec.PersistentVolumeReclaimPolicy = pv.Spec.PersistentVolumeReclaimPolicy
-		out.Status.Phase = pv.Status.Phase
-		for k, v := range pv.Annotations {
-			if strings.HasPrefix(k, moveAnnotations) {
-				if out.Annotations == nil {
-					out.Annotations = map[string]string{}
-				}
-				out.Annotations[k] = v
-			}
-		}
-		return out, nil
-	}
 }
 
 // Get returns the PV of that name as the cache holds it (trimmed: a PV of

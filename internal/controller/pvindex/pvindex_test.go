@@ -9,7 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/carve-csi/carve/internal/controller/objects"
 )
 
 const (
@@ -36,17 +40,24 @@ func TestIndex(t *testing.T) {
 		pv("pv-other", "other.csi.example", "vg/carve-c", "node-c"),
 		pv("pv-static", testDriver, "vg/carve-s", ""),
 	)
-	x, err := New(client, testDriver, testKey)
+	// The first list waits until the test has seen the cache unfilled.
+	listed := make(chan struct{})
+	client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-listed
+		return false, nil, nil
+	})
+	objs := objects.New(client, testDriver, t.Context().Done())
+	t.Cleanup(objs.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	x, err := New(objs, testDriver, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := x.NodesOf("vg/carve-a"); !errors.Is(err, ErrNotSynced) {
-		t.Fatalf("before Run: %v, want ErrNotSynced", err)
+		t.Fatalf("before the first list: %v, want ErrNotSynced", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- x.Run(ctx) }()
+	close(listed)
 	if !x.WaitForSync(ctx) {
 		t.Fatal("the cache did not sync")
 	}
@@ -109,9 +120,5 @@ func TestIndex(t *testing.T) {
 			t.Fatalf("the new PV never showed: %q", got)
 		case <-time.After(10 * time.Millisecond):
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
 	}
 }

@@ -106,7 +106,7 @@ func (c NamespaceCleanup) DeleteNamespaceVolumes(t *testing.T, cs kubernetes.Int
 		}
 		for _, pv := range pvs.Items {
 			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
-				left = append(left, "PV "+pv.Name+"("+string(pv.Status.Phase)+")")
+				left = append(left, "PV "+pv.Name+"("+string(pv.Status.Phase)+lastEvent(ctx, cs, pv.Name)+")")
 			}
 		}
 		return len(left) == 0, "left: " + strings.Join(left, ", "), nil
@@ -114,4 +114,20 @@ func (c NamespaceCleanup) DeleteNamespaceVolumes(t *testing.T, cs kubernetes.Int
 	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("cleanup: delete namespace %s: %v", ns, err)
 	}
+}
+
+// lastEvent is ", last event: <reason>: <message>" of the PV name (a
+// failed DeleteVolume says why there), "" when it has none.
+func lastEvent(ctx context.Context, cs kubernetes.Interface, name string) string {
+	evs, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=PersistentVolume,involvedObject.name=" + name})
+	if err != nil || len(evs.Items) == 0 {
+		return ""
+	}
+	last := evs.Items[0]
+	for _, e := range evs.Items[1:] {
+		if e.LastTimestamp.After(last.LastTimestamp.Time) {
+			last = e
+		}
+	}
+	return fmt.Sprintf(", last event: %s: %s (x%d)", last.Reason, last.Message, last.Count)
 }

@@ -84,7 +84,11 @@ func newVAC(t *testing.T, name string, params map[string]string) {
 //     restart) then writes at 8 MiB/s ± 10 %;
 //   - a class with a parameter carve does not know, set on the claim, is
 //     refused: the claim reports the modify as Infeasible, keeps its
-//     class, and the pod keeps 8 MiB/s.
+//     class, and the pod keeps 8 MiB/s;
+//   - the pod's cgroup io.max holds the LV's line; with that line taken
+//     out on the node (as a limit changed while the agent is down leaves
+//     it) and carve's node agent killed, the restarted agent writes it
+//     again, and the pod writes at 8 MiB/s ± 10 % again.
 func TestIOLimitsChangeLive(t *testing.T) {
 	ns := newNamespace(t, "iolimits")
 	ctx := testCtx(t, 15*time.Minute)
@@ -206,4 +210,36 @@ func TestIOLimitsChangeLive(t *testing.T) {
 	rate = writeRate(t, ns, "limited", "/data/f", 2*limitedMiB)
 	t.Logf("MEASURE iolimits refused-class rate=%s", mibps(rate))
 	wantNear(t, "pod limited after a refused class", rate, 8<<20)
+
+	restartedAgentReapplies(t, ctx, ns, limited)
+}
+
+// restartedAgentReapplies: see TestIOLimitsChangeLive, last item.
+func restartedAgentReapplies(t *testing.T, ctx context.Context, ns string, pod *corev1.Pod) {
+	dir := strings.TrimSpace(guestExec(t, fmt.Sprintf("find /sys/fs/cgroup -maxdepth 4 -type d -name 'pod%s' | head -1", pod.UID)))
+	if dir == "" {
+		t.Fatalf("no cgroup of pod %s on the node", pod.UID)
+	}
+	ioMax := dir + "/io.max"
+	line := strings.TrimSpace(guestExec(t, "cat "+ioMax))
+	t.Logf("%s: %q", ioMax, line)
+	f := strings.Fields(line)
+	if len(f) != 5 || f[2] != "wbps=8388608" {
+		t.Fatalf("%s holds %q, want one line of the LV with wbps=8388608", ioMax, line)
+	}
+	guestExec(t, fmt.Sprintf("echo '%s wbps=max' > %s", f[0], ioMax))
+	if got := strings.TrimSpace(guestExec(t, "cat "+ioMax)); got != "" {
+		t.Fatalf("%s still holds %q", ioMax, got)
+	}
+	restarts := containerStatus(carvePod(t, ctx), "carve").RestartCount
+	guestExec(t, "pkill -KILL -f '^/usr/local/bin/carve-node node'")
+	waitFor(t, podTimeout, "the carve container restarted and its io.max line back", func(ctx context.Context) (bool, string, error) {
+		p := carvePod(t, ctx)
+		c := containerStatus(p, "carve")
+		got := strings.TrimSpace(guestExec(t, "cat "+ioMax))
+		return c.RestartCount > restarts && got == line, fmt.Sprintf("restarts %d, io.max %q", c.RestartCount, got), nil
+	})
+	rate := writeRate(t, ns, pod.Name, "/data/f", 64)
+	t.Logf("MEASURE iolimits after-agent-restart rate=%s", mibps(rate))
+	wantNear(t, "pod limited after the agent's restart", rate, 8<<20)
 }

@@ -364,5 +364,15 @@ func (r *Recorder) registerIOLimits(reg prometheus.Registerer) {
 		Name: "carve_io_limit_applications_total",
 		Help: "IO limits written into a pod's io.max for a volume (at publish, at a ControllerModifyVolume, at the agent's start), by result: ok, unsupported (the node cannot apply limits), no-pod (the pod's cgroup was not found), error.",
 	}, []string{"result"})
+	// Every result from the start, so that an alert on a rise sees the
+	// first failure.
+	for _, result := range IOLimitResults {
+		r.ioLimitApplications.WithLabelValues(result)
+	}
 	reg.MustRegister(r.ioLimitsSupported, r.ioLimitApplications)
 }
+
+// IOLimitResults are the results of carve_io_limit_applications_total: the
+// limits written, the node cannot apply limits, the pod's cgroup not
+// found, another failure.
+var IOLimitResults = []string{"ok", "unsupported", "no-pod", "error"}

@@ -53,6 +53,30 @@ func wantNear(t *testing.T, what string, rate, limit float64) {
 	}
 }
 
+// limitedRate measures a writer under limit up to three times and
+// returns the highest rate: every one must stay below the limit and its
+// tolerance, and the highest must come within the tolerance. Under TCG,
+// with other tiers sharing the 2 cores, a throttled writer whose vCPU or
+// the kernel's throttle timer is starved falls short of its limit (seen:
+// 6.95 MiB/s at 8, the next sample 7.81); it can never pass it.
+func limitedRate(t *testing.T, what, ns, pod, path string, mib int, limit float64) float64 {
+	t.Helper()
+	best := 0.0
+	for i := 0; i < 3; i++ {
+		rate := writeRate(t, ns, pod, path, mib)
+		t.Logf("MEASURE iolimits %s sample=%d rate=%s", what, i+1, mibps(rate))
+		if rate > limit*(1+rateTolerance) {
+			t.Errorf("%s: %s, above the limit %s", what, mibps(rate), mibps(limit))
+		}
+		best = max(best, rate)
+		if math.Abs(best-limit)/limit <= rateTolerance {
+			break
+		}
+	}
+	wantNear(t, what, best, limit)
+	return best
+}
+
 // newVAC makes a VolumeAttributesClass of carve with params, deleted at
 // the end of the test.
 func newVAC(t *testing.T, name string, params map[string]string) {
@@ -125,13 +149,8 @@ func TestIOLimitsChangeLive(t *testing.T) {
 	createClaimAndPod(t, newPVC(ns, "free", thickSC, "512Mi"), newPod(ns, "free", "free", false, sleeper))
 
 	const limitedMiB = 32 // 8 s at 4 MiB/s
-	rate := writeRate(t, ns, "limited", "/data/f", limitedMiB)
-	t.Logf("MEASURE iolimits class=4Mi rate=%s", mibps(rate))
-	wantNear(t, "pod limited, class of 4 MiB/s", rate, 4<<20)
-
-	rate = writeRate(t, ns, "block", "/dev/xvda", 24)
-	t.Logf("MEASURE iolimits storageclass=3Mi block rate=%s", mibps(rate))
-	wantNear(t, "pod block, StorageClass of 3 MiB/s", rate, 3<<20)
+	limitedRate(t, "class=4Mi", ns, "limited", "/data/f", limitedMiB, 4<<20)
+	limitedRate(t, "storageclass=3Mi block", ns, "block", "/dev/xvda", 24, 3<<20)
 
 	const freeMiB = 128
 	alone := writeRate(t, ns, "free", "/data/f", freeMiB)
@@ -185,9 +204,8 @@ func TestIOLimitsChangeLive(t *testing.T) {
 		return c.Status.CurrentVolumeAttributesClassName != nil && *c.Status.CurrentVolumeAttributesClassName == faster, st, nil
 	})
 	took := time.Since(sent)
-	rate = writeRate(t, ns, "limited", "/data/f", 2*limitedMiB)
-	t.Logf("MEASURE iolimits class=8Mi after-change=%s rate=%s", took.Round(100*time.Millisecond), mibps(rate))
-	wantNear(t, "pod limited, class changed to 8 MiB/s", rate, 8<<20)
+	t.Logf("MEASURE iolimits class=8Mi after-change=%s", took.Round(100*time.Millisecond))
+	limitedRate(t, "class=8Mi", ns, "limited", "/data/f", 2*limitedMiB, 8<<20)
 	if p := waitPodRunning(t, ns, "limited", ""); p.UID != limited.UID || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("the pod was replaced or restarted (uid %s -> %s, restarts %d)", limited.UID, p.UID, p.Status.ContainerStatuses[0].RestartCount)
 	}
@@ -210,9 +228,7 @@ func TestIOLimitsChangeLive(t *testing.T) {
 				c.Status.CurrentVolumeAttributesClassName != nil && *c.Status.CurrentVolumeAttributesClassName == faster && named,
 			fmt.Sprintf("%s; a Warning names the parameter: %v", st, named), nil
 	})
-	rate = writeRate(t, ns, "limited", "/data/f", 2*limitedMiB)
-	t.Logf("MEASURE iolimits refused-class rate=%s", mibps(rate))
-	wantNear(t, "pod limited after a refused class", rate, 8<<20)
+	limitedRate(t, "refused-class", ns, "limited", "/data/f", 2*limitedMiB, 8<<20)
 
 	restartedAgentReapplies(t, ctx, ns, limited)
 }
@@ -242,7 +258,5 @@ func restartedAgentReapplies(t *testing.T, ctx context.Context, ns string, pod *
 		got := strings.TrimSpace(guestExec(t, "cat "+ioMax))
 		return c.RestartCount > restarts && got == line, fmt.Sprintf("restarts %d, io.max %q", c.RestartCount, got), nil
 	})
-	rate := writeRate(t, ns, pod.Name, "/data/f", 64)
-	t.Logf("MEASURE iolimits after-agent-restart rate=%s", mibps(rate))
-	wantNear(t, "pod limited after the agent's restart", rate, 8<<20)
+	limitedRate(t, "after-agent-restart", ns, pod.Name, "/data/f", 64, 8<<20)
 }

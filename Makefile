@@ -197,9 +197,12 @@ measure-restore-placement: deps build deploy-tools cachedir
 # and device-mapper, running carve's image and the sidecars of make images.
 # Its TestPrometheus runs the Prometheus server of make deploy-tools
 # (which installs helm too).
+# NODES_RUN narrows the real-node tier to the tests it matches (go test
+# -run), e.g. NODES_RUN=^TestIOLimitsChangeLive$$; the default runs all.
+NODES_RUN ?= .
 test-nodes: deps build deploy-tools cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
-	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_CACHE=$(CACHE) $(GO) test -tags nodes -count=1 -timeout 40m -skip '^(TestMeasure|TestCrossNode)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
+	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_CACHE=$(CACHE) $(GO) test -tags nodes -count=1 -timeout 40m -run '$(NODES_RUN)' -skip '^(TestMeasure|TestCrossNode)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-nodes.log | ./hack/summarize-go-test.sh nodes
 
 # Copies across nodes on real nodes, not part of make test: the real-node
 # bed plus a peer node (a second node agent with its own volume group in

@@ -21,6 +21,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/driver"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
+	"github.com/carve-csi/carve/internal/node/iolimit"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/lvmwatch"
 	"github.com/carve-csi/carve/internal/node/peercopy"
@@ -83,15 +84,25 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 		puller = &peercopy.Puller{}
 		pcfg.Puller = puller
 	}
-	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes})
+	node := driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
+		LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec,
+		Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}, DevDir: devDir,
+		Cgroups: iolimit.Cgroups{Root: o.CgroupRoot}})
+	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes, Limits: node})
 	services := csiserver.Services{
 		Identity: csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: true, Ready: serving}),
 		Controller: controller,
-		Node: driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
-			LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec,
-			Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}, DevDir: devDir}),
+		Node:       node,
 	}
+	// Limits changed while the agent was down, or pod cgroups the
+	// kubelet made again, get the volumes' limits now; failures are
+	// logged and counted by ReapplyIOLimits.
+	go func() {
+		if err := node.ReapplyIOLimits(ctx); err != nil {
+			klog.ErrorS(err, "Some IO limits could not be applied at start")
+		}
+	}()
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if o.NodeChannel.Address != "" {
 		runChannel, err := nodeChannel(o, cfg, view, controller.Provisioner(), services, mm, puller)

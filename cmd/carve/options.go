@@ -106,6 +106,9 @@ type NodeOptions struct {
 	// AllowVolatileStateDir lets the plugin start with StateDir on tmpfs
 	// or ramfs, whose marks a reboot loses (tests, throw-away nodes).
 	AllowVolatileStateDir bool
+	// CgroupRoot is the host's cgroup v2 hierarchy as the agent sees it,
+	// where volumes' IO limits go into pods' io.max; empty applies none.
+	CgroupRoot string
 	// NodeChannel configures the port carve's controller reaches this
 	// node's agent on.
 	NodeChannel NodeChannelOptions
@@ -212,6 +215,8 @@ func (o *NodeOptions) AddFlags(fs *flag.FlagSet) {
 		"carve's own directory on the node's disk (surviving restarts and reboots; the DaemonSet's is /var/lib/carve) where it marks the volumes it is making and formatting; empty is the directory of the --endpoint socket")
 	fs.BoolVar(&o.AllowVolatileStateDir, "allow-volatile-state-dir", false,
 		"start even when --state-dir is on tmpfs or ramfs, which a reboot empties (a half-erased volume could then be handed out); without it the plugin refuses to start there")
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup",
+		"the host's cgroup v2 hierarchy as carve sees it (the DaemonSet mounts it at /host/sys/fs/cgroup), where volumes' IO limits are written into the io.max of the pods they are published to; empty applies none and refuses to publish a volume with limits")
 	o.NodeChannel.AddFlags(fs)
 }
 
@@ -244,6 +249,9 @@ func (o *NodeOptions) Validate() error {
 	}
 	if o.StateDir != "" && !filepath.IsAbs(o.StateDir) {
 		errs = append(errs, fmt.Errorf("--state-dir %q: must be an absolute path (or empty for the directory of the --endpoint socket)", o.StateDir))
+	}
+	if o.CgroupRoot != "" && !filepath.IsAbs(o.CgroupRoot) {
+		errs = append(errs, fmt.Errorf("--cgroup-root %q: must be an absolute path (or empty to apply no IO limits)", o.CgroupRoot))
 	}
 	errs = append(errs, o.NodeChannel.Validate())
 	return errors.Join(errs...)

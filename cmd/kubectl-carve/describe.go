@@ -74,6 +74,11 @@ func describe(out io.Writer, c *view.Claim, now time.Time) error {
 		pods = append(pods, strings.TrimPrefix(p, c.Namespace+"/"))
 	}
 	line(0, "Used By:\t%s", orNone(strings.Join(pods, ",")))
+	line(0, "Attributes Class:\t%s", orNone(c.AttributesClass))
+	if c.Modify != "" {
+		line(1, "Modify:\t%s", c.Modify)
+	}
+	line(0, "IO Limits:\t%s", orNone(attributes(c.IOLimits)))
 	line(0, "Node:\t%s", orNone(c.Node))
 	if c.SelectedNode != "" && c.SelectedNode != c.Node {
 		line(0, "Selected Node:\t%s", c.SelectedNode)

@@ -327,7 +327,7 @@ func TestDescribe(t *testing.T) {
 	words := regexp.MustCompile(` +`).ReplaceAllString(out, " ")
 	for _, want := range []string{
 		"Name: data-0\n", "Namespace: db\n", "Status: Bound\n", "Device Class: thick\n",
-		"Used By: db-0\n", "Node: n1\n", "Volume: pv-a\n", " Volume Group: carve\n",
+		"Used By: db-0\n", "Attributes Class: <none>\n", "IO Limits: <none>\n", "Node: n1\n", "Volume: pv-a\n", " Volume Group: carve\n",
 		" LV: carve-pv-a\n", "Age: 26h\n",
 		` kubelet_volume_stats_used_bytes{namespace="db",persistentvolumeclaim="data-0"}`,
 		"Events: <none>\n",

@@ -15,7 +15,9 @@ import (
 //     classes (NodeControllerRPCs).
 //   - EXPAND_VOLUME: the node agents do not serve ControllerExpandVolume;
 //     NodeExpandVolume grows the volume.
-//   - PUBLISH_UNPUBLISH_VOLUME, MODIFY_VOLUME: carve has neither.
+//   - PUBLISH_UNPUBLISH_VOLUME: carve attaches nothing.
+//
+// MODIFY_VOLUME changes a volume's IO limits (VolumeAttributesClass).
 var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
@@ -27,6 +29,7 @@ var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
 	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 }
 
 // NodeControllerRPCs are those a node agent's Controller serves, for its

@@ -73,6 +73,9 @@ type Recorder struct {
 	snapshotInvalid *prometheus.GaugeVec
 
 	classAvailable *prometheus.GaugeVec
+
+	ioLimitsSupported   *prometheus.GaugeVec
+	ioLimitApplications *prometheus.CounterVec
 }
 
 // NewRecorder creates the metrics and registers them with reg.
@@ -150,6 +153,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		Name: "carve_device_class_available",
 		Help: "1 when a device class of this node can take new volumes; 0 when it cannot, with reason the code of why (vg-missing, vg-unreadable, pv-missing, thin-pool-missing, thin-pool-unusable, metadata-full, lvm-error, lvm-timeout, not-loaded). One series per configured class.",
 	}, []string{"device_class", "volume_group", "reason"})
+	r.registerIOLimits(reg)
 	reg.MustRegister(r.snapshotCOWUsed, r.snapshotInvalid, r.classAvailable)
 	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.copiedBytes, r.vgSize, r.vgFree,
 		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes, r.lastRefreshResult)
@@ -317,3 +321,58 @@ func Result(err error) string {
 	}
 	return "success"
 }
+
+// SetIOLimitSupport records whether the node can apply IO limits: reason
+// "ok" or why not.
+func (r *Recorder) SetIOLimitSupport(reason string) {
+	if r == nil {
+		return
+	}
+	r.ioLimitsSupported.Reset()
+	v := 0.0
+	if reason == "ok" {
+		v = 1
+	}
+	r.ioLimitsSupported.WithLabelValues(reason).Set(v)
+}
+
+// CountIOLimitApplication counts one write of a pod's io.max, by result.
+func (r *Recorder) CountIOLimitApplication(result string) {
+	if r == nil {
+		return
+	}
+	r.ioLimitApplications.WithLabelValues(result).Inc()
+}
+
+// IOLimitApplications is the counter of one result, for tests.
+func (r *Recorder) IOLimitApplications(result string) prometheus.Counter {
+	return r.ioLimitApplications.WithLabelValues(result)
+}
+
+// IOLimitsSupported is the gauge of one reason, for tests.
+func (r *Recorder) IOLimitsSupported(reason string) prometheus.Gauge {
+	return r.ioLimitsSupported.WithLabelValues(reason)
+}
+
+// registerIOLimits makes and registers the IO limit metrics.
+func (r *Recorder) registerIOLimits(reg prometheus.Registerer) {
+	r.ioLimitsSupported = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "carve_io_limits_supported",
+		Help: "1 when this node can apply volumes' IO limits to pods (cgroup v2 with the io controller); 0 when it cannot, with reason no-cgroup-v2, no-io-controller or disabled (no --cgroup-root). One series.",
+	}, []string{"reason"})
+	r.ioLimitApplications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "carve_io_limit_applications_total",
+		Help: "IO limits written into a pod's io.max for a volume (at publish, at a ControllerModifyVolume, at the agent's start), by result: ok, unsupported (the node cannot apply limits), no-pod (the pod's cgroup was not found), error.",
+	}, []string{"result"})
+	// Every result from the start, so that an alert on a rise sees the
+	// first failure.
+	for _, result := range IOLimitResults {
+		r.ioLimitApplications.WithLabelValues(result)
+	}
+	reg.MustRegister(r.ioLimitsSupported, r.ioLimitApplications)
+}
+
+// IOLimitResults are the results of carve_io_limit_applications_total: the
+// limits written, the node cannot apply limits, the pod's cgroup not
+// found, another failure.
+var IOLimitResults = []string{"ok", "unsupported", "no-pod", "error"}

@@ -287,6 +287,7 @@ func TestNodeDaemonSet(t *testing.T) {
 		{"/csi", "/var/lib/kubelet/plugins/lvm.carve.dev", ""},
 		{"/registration", "/var/lib/kubelet/plugins_registry", ""},
 		{"/var/lib/carve", "/var/lib/carve", ""},
+		{"/host/sys/fs/cgroup", "/sys/fs/cgroup", ""},
 	} {
 		m, ok := mounts[tc.mountPath]
 		if !ok {
@@ -381,6 +382,11 @@ func TestNodeDaemonSet(t *testing.T) {
 	}
 	if got, _ := flagValue(plugin.Args, "--kubelet-csi-socket"); got != hostPaths[mounts["/csi"].Name]+"/csi.sock" {
 		t.Errorf("--kubelet-csi-socket=%q is not the --endpoint socket in the socket-dir host path %q", got, hostPaths[mounts["/csi"].Name])
+	}
+	// IO limits go into pods' cgroups: the host's hierarchy, not the
+	// container's own view of it.
+	if got, _ := flagValue(plugin.Args, "--cgroup-root"); got == "" || hostPaths[mounts[got].Name] != "/sys/fs/cgroup" {
+		t.Errorf("--cgroup-root=%q is not where the plugin mounts the host's /sys/fs/cgroup", got)
 	}
 
 	// The kubelet probes carve itself, on the metrics port: liveness at

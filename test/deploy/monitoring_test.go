@@ -325,6 +325,7 @@ func TestAlertRules(t *testing.T) {
 		{"CarveLostNodeVolumes", "carve_lost_node_volumes"},
 		{"CarveMoveParked", "carve_moves_parked"},
 		{"CarveCapacityDeletionsHeld", "carve_capacity_deletions_held"},
+		{"CarveIOLimitsNotApplied", "carve_io_limit_applications_total"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {

@@ -3,6 +3,7 @@ package mover
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -1217,5 +1218,31 @@ func TestMoveAgainAfterAFailure(t *testing.T) {
 				t.Errorf("the second target restored from %s, not from the second move's seed %s", got, vols.snapsMade[len(vols.snapsMade)-1])
 			}
 		})
+	}
+}
+
+// TestMoveCarriesTheVolumeAttributesClass: the target is made with the
+// IO limits of the PV's VolumeAttributesClass, as csi-provisioner makes a
+// claim's volume, so the moved volume keeps them.
+func TestMoveCarriesTheVolumeAttributesClass(t *testing.T) {
+	client, vols := world(t)
+	ctx := context.Background()
+	pv := getPV(t, client, oldPV)
+	pv.Spec.VolumeAttributesClassName = ptr("fast")
+	if _, err := client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vac := &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, DriverName: driver,
+		Parameters: map[string]string{volume.ParamWriteBytesPerSecond: "8Mi"}}
+	if _, err := client.StorageV1().VolumeAttributesClasses().Create(ctx, vac, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMover(t, client, vols)
+	request(t, client, "b")
+	start(t, m)
+	drive(t, m, 30, nil)
+	checkMoved(t, client, vols, "b")
+	if got := vols.created[0].GetMutableParameters(); !reflect.DeepEqual(got, vac.Parameters) {
+		t.Errorf("the target's mutable parameters %v, want %v", got, vac.Parameters)
 	}
 }

@@ -34,6 +34,19 @@ func (m *Mover) targetRequest(ctx context.Context, mv move, seed string) (_ *csi
 		}
 	}
 	params[volume.ParamPVCName], params[volume.ParamPVCNamespace], params[volume.ParamPVName] = mv.name, mv.ns, mv.target
+	// The limits the claim has now (its VolumeAttributesClass, as
+	// csi-provisioner sends them) go with the volume to the target.
+	var mutable map[string]string
+	if vac := pv.Spec.VolumeAttributesClassName; vac != nil && *vac != "" {
+		c, err := m.cfg.Client.StorageV1().VolumeAttributesClasses().Get(ctx, *vac, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Sprintf("its VolumeAttributesClass %s does not exist: the target's IO limits are not known", *vac), nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		mutable = c.Parameters
+	}
 	size := pv.Spec.Capacity[corev1.ResourceStorage]
 	top := []*csi.Topology{{Segments: map[string]string{m.cfg.TopologyKey: mv.to}}}
 	return &csi.CreateVolumeRequest{
@@ -41,6 +54,7 @@ func (m *Mover) targetRequest(ctx context.Context, mv move, seed string) (_ *csi
 		CapacityRange:             &csi.CapacityRange{RequiredBytes: size.Value()},
 		VolumeCapabilities:        capabilities(pv),
 		Parameters:                params,
+		MutableParameters:         mutable,
 		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: top, Preferred: top},
 		VolumeContentSource:       &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: seed}}},
 	}, "", nil

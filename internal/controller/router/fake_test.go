@@ -207,6 +207,16 @@ func (a *agent) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetV
 	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: req.GetVolumeId()}}, nil
 }
 
+func (a *agent) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	if ok, err := a.serve(ctx, "ControllerModifyVolume", req.GetVolumeId()); !ok {
+		return nil, err
+	}
+	if !a.has(req.GetVolumeId()) {
+		return nil, a.notFound(req.GetVolumeId())
+	}
+	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
 func (a *agent) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
 	if ok, err := a.serve(ctx, "ControllerGetVolumeHealth", req.GetVolumeId()); !ok {
 		return nil, err

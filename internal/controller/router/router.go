@@ -96,8 +96,8 @@ func (s *Server) limits() paging.Limits {
 }
 
 // Server implements csi.ControllerServer by routing. Calls carve does not
-// serve (publish, controller expansion, modify, GetCapacity) are
-// Unimplemented and not advertised.
+// serve (publish, controller expansion, GetCapacity) are Unimplemented
+// and not advertised.
 type Server struct {
 	csi.UnimplementedControllerServer
 	cfg      Config

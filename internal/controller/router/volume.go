@@ -62,6 +62,25 @@ func (s *Server) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 	return send(ctx, s, node, "ControllerGetVolumeHealth", csi.ControllerClient.ControllerGetVolumeHealth, req, codes.Unavailable)
 }
 
+// ControllerModifyVolume implements csi.ControllerServer: the node that
+// holds the volume records the new IO limits and applies them to the pods
+// it has the volume published to. Mutable parameters that are not limits
+// are refused here, INVALID_ARGUMENT naming the parameter and the values
+// allowed, before any node is asked.
+func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
+	}
+	if _, err := volume.ParseIOLimits(req.GetMutableParameters(), volume.IOLimits{}, false); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "mutable_parameters: %v", err)
+	}
+	node, err := s.volumeNode(ctx, "volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	return send(ctx, s, node, "ControllerModifyVolume", csi.ControllerClient.ControllerModifyVolume, req, codes.Unavailable)
+}
+
 // CreateSnapshot implements csi.ControllerServer: a snapshot is made on
 // its source volume's node. A source no node has is NotFound, as the CSI
 // spec asks.

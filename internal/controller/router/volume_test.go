@@ -16,6 +16,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/controller/pvindex"
 	"github.com/carve-csi/carve/internal/topology"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // volumeCalls are the calls routed by the volume's node: each sends id.
@@ -38,6 +39,11 @@ var volumeCalls = map[string]func(ctx context.Context, r *Server, id string) err
 	},
 	"CreateSnapshot": func(ctx context.Context, r *Server, id string) error {
 		_, err := r.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: id})
+		return err
+	},
+	"ControllerModifyVolume": func(ctx context.Context, r *Server, id string) error {
+		_, err := r.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id,
+			MutableParameters: map[string]string{volume.ParamWriteBytesPerSecond: "10Mi"}})
 		return err
 	},
 }
@@ -267,6 +273,7 @@ func TestCapabilities(t *testing.T) {
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("capabilities %v, want %v", got, want)
@@ -283,10 +290,6 @@ func TestCapabilities(t *testing.T) {
 			_, err := r.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: vid("a")})
 			return err
 		},
-		"ControllerModifyVolume": func() error {
-			_, err := r.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: vid("a")})
-			return err
-		},
 	} {
 		if code := status.Code(call()); code != codes.Unimplemented {
 			t.Errorf("%s: code %v, want Unimplemented", name, code)
@@ -296,3 +299,24 @@ func TestCapabilities(t *testing.T) {
 
 // The PV index is the Locator main hands the router.
 var _ Locator = (*pvindex.Index)(nil)
+
+// A mutable parameter that is no limit is refused before any node is
+// asked, naming the parameter and the values allowed.
+func TestModifyVolumeRefusesWhatIsNoLimit(t *testing.T) {
+	ns, calls := cluster(t, &agent{name: "node-a", volumes: []string{vid("vol-a")}})
+	r := New(Config{Nodes: ns, Volumes: locator{}, TopologyKey: topology.Key})
+	for _, tc := range []struct {
+		params map[string]string
+		want   []string
+	}{
+		{map[string]string{"XXX_FakeKey": "x"}, []string{"XXX_FakeKey", "not a mutable parameter", volume.ParamWriteIOPS}},
+		{map[string]string{volume.ParamWriteBytesPerSecond: "fast"}, []string{volume.ParamWriteBytesPerSecond, `"fast"`, "allowed"}},
+		{map[string]string{volume.ParamReadIOPS: "-3"}, []string{volume.ParamReadIOPS, "whole number"}},
+	} {
+		_, err := r.ControllerModifyVolume(context.Background(), &csi.ControllerModifyVolumeRequest{VolumeId: vid("vol-a"), MutableParameters: tc.params})
+		wantStatus(t, err, codes.InvalidArgument, tc.want...)
+	}
+	if got := calls.of("ControllerModifyVolume"); len(got) != 0 {
+		t.Errorf("refused modifies reached nodes: %v", got)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // Claim is everything the API knows about one claim of carve's: the claim,
@@ -36,7 +38,15 @@ type Claim struct {
 	LV           string            `json:"lv,omitempty"`
 	FSType       string            `json:"fsType,omitempty"`
 	Attributes   map[string]string `json:"volumeAttributes,omitempty"`
-	Events       []Event           `json:"events,omitempty"`
+	// AttributesClass is the claim's VolumeAttributesClass now (its
+	// status), and Modify what csi-resizer reports of a change to
+	// another ("Infeasible to slow", say).
+	AttributesClass string `json:"volumeAttributesClass,omitempty"`
+	Modify          string `json:"modifyVolumeStatus,omitempty"`
+	// IOLimits are the volume's IO limit parameters, by name: its
+	// StorageClass's, with its VolumeAttributesClass's over them.
+	IOLimits map[string]string `json:"ioLimits,omitempty"`
+	Events   []Event           `json:"events,omitempty"`
 	// Metrics are PromQL selectors of the series that watch this volume.
 	Metrics []string `json:"metrics,omitempty"`
 }
@@ -117,12 +127,48 @@ func claimOf(pvc *corev1.PersistentVolumeClaim) *Claim {
 	if pvc.Spec.VolumeMode != nil {
 		c.VolumeMode = string(*pvc.Spec.VolumeMode)
 	}
+	if cur := pvc.Status.CurrentVolumeAttributesClassName; cur != nil {
+		c.AttributesClass = *cur
+	}
+	if m := pvc.Status.ModifyVolumeStatus; m != nil {
+		c.Modify = fmt.Sprintf("%s to %s", m.Status, m.TargetVolumeAttributesClassName)
+	}
 	return c
+}
+
+// addIOLimits adds the limits of the claim's StorageClass parameters
+// (params, nil when unknown) and of its VolumeAttributesClass.
+func (v View) addIOLimits(ctx context.Context, c *Claim, params map[string]string) error {
+	set := func(p map[string]string) {
+		for k, val := range p {
+			if volume.IsIOLimitParam(k) {
+				if c.IOLimits == nil {
+					c.IOLimits = map[string]string{}
+				}
+				c.IOLimits[k] = val
+			}
+		}
+	}
+	set(params)
+	if c.AttributesClass == "" {
+		return nil
+	}
+	vac, err := v.Client.StorageV1().VolumeAttributesClasses().Get(ctx, c.AttributesClass, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		set(vac.Parameters)
+	case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+		v.warn(fmt.Sprintf("VolumeAttributesClass %s: %v", c.AttributesClass, err))
+	default:
+		return fmt.Errorf("reading VolumeAttributesClass %s: %w", c.AttributesClass, err)
+	}
+	return nil
 }
 
 // addClassAndVolume adds what c's StorageClass and PV say: the device
 // class, the node, volume group and LV.
 func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
+	var scParams map[string]string
 	if c.StorageClass != "" {
 		sc, err := v.Client.StorageV1().StorageClasses().Get(ctx, c.StorageClass, metav1.GetOptions{})
 		switch {
@@ -131,6 +177,7 @@ func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
 				v.warn(fmt.Sprintf("StorageClass %s is %s's, not %s's", sc.Name, sc.Provisioner, v.Driver))
 			}
 			c.DeviceClass = sc.Parameters[deviceClassParam]
+			scParams = sc.Parameters
 		case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
 			v.warn(fmt.Sprintf("StorageClass %s: %v", c.StorageClass, err))
 		default:
@@ -154,7 +201,7 @@ func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
 			return fmt.Errorf("reading PersistentVolume %s: %w", c.PV, err)
 		}
 	}
-	return nil
+	return v.addIOLimits(ctx, c, scParams)
 }
 
 // addEvents adds the events of the object kind/name among events.

@@ -20,6 +20,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
@@ -404,5 +406,30 @@ func TestOneListPerKind(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDescribeIOLimits: a claim's IO limits are its StorageClass's with
+// its current VolumeAttributesClass's over them; a modify csi-resizer
+// reports shows as it is.
+func TestDescribeIOLimits(t *testing.T) {
+	class := sc("carve-limited", driver, "thick")
+	class.Parameters[volume.ParamWriteBytesPerSecond] = "4Mi"
+	class.Parameters[volume.ParamReadIOPS] = "100"
+	vac := &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, DriverName: driver,
+		Parameters: map[string]string{volume.ParamWriteBytesPerSecond: "8Mi"}}
+	claim := pvc("db", "limited", "carve-limited", corev1.ClaimBound, t0, nil)
+	fast := "fast"
+	claim.Status.CurrentVolumeAttributesClassName = &fast
+	claim.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{TargetVolumeAttributesClassName: "bogus",
+		Status: corev1.PersistentVolumeClaimModifyVolumeInfeasible}
+	v := View{Client: fake.NewClientset(class, vac, claim), Driver: driver, Namespace: "db", Warn: func(m string) { t.Errorf("warning %q", m) }}
+	got, err := v.Describe(context.Background(), "limited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{volume.ParamWriteBytesPerSecond: "8Mi", volume.ParamReadIOPS: "100"}
+	if !reflect.DeepEqual(got.IOLimits, want) || got.AttributesClass != "fast" || got.Modify != "Infeasible to bogus" {
+		t.Errorf("limits %v, class %q, modify %q; want %v, fast, Infeasible to bogus", got.IOLimits, got.AttributesClass, got.Modify, want)
 	}
 }

@@ -24,6 +24,19 @@ type ControllerConfig struct {
 	// FSTypes are the filesystems this node can make (ext4 and xfs, btrfs
 	// when mkfs.btrfs was found at start-up).
 	FSTypes []string
+	// Limits applies a volume's IO limits to the pods it is published
+	// to once ControllerModifyVolume recorded them (the node server);
+	// nil only records them.
+	Limits LimitApplier
+}
+
+// LimitApplier applies a volume's IO limits to the pods it is published
+// to now; *NodeServer is one.
+type LimitApplier interface {
+	// ApplyIOLimits writes limits into the io.max of every pod that has
+	// the volume published, and returns how many; an error names what
+	// failed (gRPC status).
+	ApplyIOLimits(ctx context.Context, vol volume.ID, limits volume.IOLimits) (int, error)
 }
 
 // ControllerServer implements csi.ControllerServer for this node's volume
@@ -100,7 +113,11 @@ func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provisi
 	if err != nil {
 		return nil, err
 	}
-	r := &provision.Request{Name: req.GetName(), Class: class, FSType: fsType, Params: req.GetParameters(), SourceTags: wantSource,
+	limits, err := ioLimitsFromRequest(req.GetParameters(), req.GetMutableParameters())
+	if err != nil {
+		return nil, err
+	}
+	r := &provision.Request{Name: req.GetName(), Class: class, FSType: fsType, Params: req.GetParameters(), SourceTags: wantSource, IOLimits: limits,
 		Range: provision.Range{Required: req.GetCapacityRange().GetRequiredBytes(), Limit: req.GetCapacityRange().GetLimitBytes()}}
 	for _, c := range req.GetVolumeCapabilities() {
 		r.Block = r.Block || c.GetBlock() != nil

@@ -21,6 +21,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
+	"github.com/carve-csi/carve/internal/node/iolimit"
 	"github.com/carve-csi/carve/internal/node/jobs"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
@@ -60,6 +61,11 @@ type NodeConfig struct {
 	// volume.DevDir of the plugin's environment ($DM_DEV_DIR or /dev, as
 	// the lvm client reads it), read once by NewNodeServer.
 	DevDir string
+	// Cgroups is the host's cgroup v2 hierarchy, where a volume's IO
+	// limits go into the io.max of the pods it is published to; an empty
+	// Root applies none, and a publish of a volume with limits is then
+	// refused.
+	Cgroups iolimit.Cgroups
 }
 
 // NodeServer implements csi.NodeServer. It keeps no state of its own
@@ -86,6 +92,8 @@ type NodeServer struct {
 
 	// isDeviceNode tells whether path is a block device node; tests replace it.
 	isDeviceNode func(path string) bool
+	// deviceOf reads a block device node's numbers; tests replace it.
+	deviceOf func(path string) (iolimit.Device, error)
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
@@ -101,7 +109,7 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())
 	}
-	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice}
+	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice, deviceOf: iolimit.DeviceOf}
 	n.staging.Keep = true
 	return n
 }

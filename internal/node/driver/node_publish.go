@@ -47,6 +47,12 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err != nil {
 		return nil, err
 	}
+	// Before the mount: the kubelet makes the pod's cgroup before it
+	// mounts the pod's volumes, and a pod must never see its volume
+	// without its limits.
+	if err := n.limitTarget(ctx, vol, device, target); err != nil {
+		return nil, err
+	}
 	switch published, err := n.published(vol, device, target, access, readOnly); {
 	case err != nil:
 		return nil, err

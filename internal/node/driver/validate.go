@@ -80,9 +80,10 @@ func classFromParameters(params map[string]string, cfg *deviceclass.Config, node
 		switch {
 		case k == volume.ParamDeviceClass:
 			name = v
-		case strings.HasPrefix(k, paramPassThroughPrefix):
+		case strings.HasPrefix(k, paramPassThroughPrefix), volume.IsIOLimitParam(k):
 		default:
-			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q; carve accepts %q and keys starting with %q", k, volume.ParamDeviceClass, paramPassThroughPrefix)
+			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q; carve accepts %q, %s and keys starting with %q",
+				k, volume.ParamDeviceClass, strings.Join(volume.IOLimitParams(), ", "), paramPassThroughPrefix)
 		}
 	}
 	if name != "" && !deviceclass.IsClassName(name) {
@@ -96,4 +97,18 @@ func classFromParameters(params map[string]string, cfg *deviceclass.Config, node
 		return nil, provision.Errorf(provision.ErrElsewhere, "parameters: device class %q is not configured on node %s; its classes: %s", name, node, strings.Join(cfg.Names(), ", "))
 	}
 	return d, nil
+}
+
+// ioLimitsFromRequest reads a CreateVolume's starting IO limits: the
+// StorageClass's parameters, then its mutable parameters (of a
+// VolumeAttributesClass) over them, which hold nothing but limits.
+func ioLimitsFromRequest(params, mutable map[string]string) (volume.IOLimits, error) {
+	l, err := volume.ParseIOLimits(params, volume.IOLimits{}, true)
+	if err != nil {
+		return l, status.Errorf(codes.InvalidArgument, "parameters: %v", err)
+	}
+	if l, err = volume.ParseIOLimits(mutable, l, false); err != nil {
+		return l, status.Errorf(codes.InvalidArgument, "mutable_parameters: %v", err)
+	}
+	return l, nil
 }

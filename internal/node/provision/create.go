@@ -38,6 +38,8 @@ type Request struct {
 	// Block is true when the volume is used as a raw block device (some
 	// capability asks for block access).
 	Block bool
+	// IOLimits are the volume's starting IO limits, recorded in its tags.
+	IOLimits volume.IOLimits
 }
 
 // Range is a capacity range in bytes; 0 is unset.
@@ -322,7 +324,7 @@ func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceCl
 func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (lv *lvm.LogicalVolume, made bool, err error) {
 	class := c.Class
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: c.lvName, Size: size,
-		Tags: append(volume.VolumeTags(c.Name, class.Name, c.Params), askedTags(c.Range, size)...)}
+		Tags: slices.Concat(volume.VolumeTags(c.Name, class.Name, c.Params), askedTags(c.Range, size), volume.IOLimitTags(c.IOLimits))}
 	marked := false
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool

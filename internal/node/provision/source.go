@@ -180,6 +180,7 @@ func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size ui
 	class, src, lvName := c.Class, c.src, c.lvName
 	log := klog.FromContext(ctx).WithValues("source", src.id)
 	tags := append(volume.VolumeTags(c.Name, class.Name, c.Params), src.sourceTag())
+	tags = append(tags, volume.IOLimitTags(c.IOLimits)...)
 	tags = append(tags, askedTags(c.Range, size)...)
 	var lv *lvm.LogicalVolume
 	var err error

@@ -234,6 +234,7 @@ func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 		{"node-channel-address", n.ChannelAddr},
 		{"node-channel-ca-file", n.ChannelCAFile},
 		{"node-channel-token-file", n.ChannelTokenFile},
+		{"cgroup-root", n.cgroupRoot()},
 	}
 	if n.CopyAddr != "" {
 		flags = append(flags, FlagValue{"node-copy-address", n.CopyAddr})
@@ -243,6 +244,20 @@ func (n *Node) pluginFlags(metricsPort int, extra []string) []FlagValue {
 		flags = append(flags, FlagValue{name, value})
 	}
 	return flags
+}
+
+// cgroupRoot is the simulated node's cgroup tree: a directory beside its
+// socket whose cgroup.controllers names the io controller and that holds
+// no pod, since no pod runs on a simulated node. IO limits a
+// ControllerModifyVolume sets are then recorded on the LV and reach no
+// pod; the real-node tier applies them to real pods' cgroups.
+func (n *Node) cgroupRoot() string { return filepath.Join(filepath.Dir(n.Socket), "cgroup") }
+
+func (n *Node) makeCgroupRoot() error {
+	if err := os.MkdirAll(n.cgroupRoot(), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(n.cgroupRoot(), "cgroup.controllers"), []byte("cpu io memory pids\n"), 0o644)
 }
 
 // startPlugin starts `carve node` for the node with the program and args
@@ -264,6 +279,9 @@ func (n *Node) startPlugin(ctx context.Context, ds *appsv1.DaemonSet, carveBin, 
 		return fmt.Errorf("node channel address %q: %w", n.ChannelAddr, err)
 	}
 	pod := PodFields{Namespace: ds.Namespace, Node: n.Name, Pod: n.PodName, IP: host}
+	if err := n.makeCgroupRoot(); err != nil {
+		return err
+	}
 	args, env, err := ContainerCommand(c, pod, n.pluginFlags(port, extra))
 	if err != nil {
 		return err

@@ -331,6 +331,8 @@ func (p *GuestPeer) startScript(ds *appsv1.DaemonSet, bin string) (string, error
 		{"node-channel-ca-file", path.Join(p.guestDir, "ca.crt")},
 		{"node-channel-token-file", path.Join(p.guestDir, "token")},
 		{"node-copy-address", net.JoinHostPort(p.IP, strconv.Itoa(p.CopyPort))},
+		// A process in the guest sees the guest's cgroup tree where it is.
+		{"cgroup-root", "/sys/fs/cgroup"},
 	}
 	pod := PodFields{Namespace: ds.Namespace, Node: p.Name, Pod: p.PodName, IP: p.IP}
 	args, env, err := ContainerCommand(c, pod, flags)

@@ -161,6 +161,10 @@ spec:
             # carve's own directory on the node's disk (node.stateDir):
             # the marks of volumes being made and formatted.
             - --state-dir=/var/lib/carve
+            # The host's cgroup hierarchy (the container's own
+            # /sys/fs/cgroup shows only its own cgroup): volumes' IO
+            # limits go into the io.max of the pods they are published to.
+            - --cgroup-root=/host/sys/fs/cgroup
             # The node channel: the pod's own address (the one its
             # EndpointSlice names), the CA bundle and the projected token.
             - --node-channel-address=$(POD_IP):{{ $v.node.nodeChannelPort }}
@@ -239,6 +243,8 @@ spec:
               mountPropagation: Bidirectional
             - name: dev
               mountPath: /dev
+            - name: cgroup
+              mountPath: /host/sys/fs/cgroup
             - name: lvm-config
               mountPath: /etc/lvm
             - name: lvm-lock
@@ -274,6 +280,10 @@ spec:
         - name: dev
           hostPath:
             path: /dev
+            type: Directory
+        - name: cgroup
+          hostPath:
+            path: /sys/fs/cgroup
             type: Directory
         # The host's LVM configuration, metadata backups and archives, and
         # LVM's lock directory: lvm2 in the container and on the host then

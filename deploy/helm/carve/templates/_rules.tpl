@@ -233,6 +233,14 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" `Pods on this node cannot mount carve volumes, and the node lacks the topology label the scheduler places carve volumes by. State failed: the plugin's log has the kubelet's reason ("The kubelet could not register carve"). State waiting: the kubelet never called; check that the registration-dir volume is the kubelet's plugins_registry directory.`) -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveIOLimitsNotApplied"
+  "expr" `sum by (node, result) (increase(carve_io_limit_applications_total{result!="ok"}[15m])) > 0
+`
+  "for" "1m" "severity" "warning"
+  "summary" `IO limits of carve volumes could not be applied to pods on {{ $labels.node }}: {{ $labels.result }}`
+  "description" "A volume with IO limits (VolumeAttributesClass or StorageClass parameters) was published, modified or re-applied at the node agent's start, and its limits could not be written into a pod's cgroup io.max. unsupported: the node has no cgroup v2 or no io controller, or --cgroup-root is empty (carve_io_limits_supported says which); the publish is refused, so the pod does not start. no-pod: the pod's cgroup was not found under --cgroup-root. error: the node agent's log names the failure.") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarvePVCPendingTooLong"
   "expr" `max by (namespace, persistentvolumeclaim) (kube_persistentvolumeclaim_status_phase{phase="Pending"}) == 1
 and on (namespace, persistentvolumeclaim)

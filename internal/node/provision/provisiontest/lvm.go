@@ -361,6 +361,31 @@ func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) e
 	return nil
 }
 
+// ChangeTags takes tags off and puts tags on an LV as one lvchange
+// --deltag ... --addtag ... does.
+func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	if err := f.vgErrLocked(vg); err != nil {
+		return err
+	}
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return err
+	}
+	tags := slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return slices.Contains(del, t) })
+	for _, t := range add {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	lv.Tags = tags
+	return nil
+}
+
 // DeactivateLV deactivates one LV as the lvm package does.
 func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	f.Mu.Lock()

@@ -1,0 +1,192 @@
+// Package iolimit applies a volume's IO limits to the pods it is published
+// to: a line of the cgroup v2 io.max of the pod's cgroup for the volume's
+// device (its major:minor). The pod's cgroup is found from its UID, which
+// the kubelet's target path holds, under the names of both cgroup drivers
+// (cgroupfs: kubepods/burstable/pod<uid>; systemd:
+// kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with
+// _>.slice). A node without cgroup v2 or without the io controller is an
+// error (ErrUnsupported), never a limit silently left out.
+package iolimit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// ErrUnsupported: the node cannot apply IO limits (no cgroup v2, no io
+// controller, or none configured). The error wrapping it says which.
+var ErrUnsupported = errors.New("this node cannot apply IO limits")
+
+// ErrNoPod: no cgroup of the pod was found (the pod is gone, or the
+// kubelet has not made it yet).
+var ErrNoPod = errors.New("pod cgroup not found")
+
+// Reasons of Support, as the metric carve_io_limits_supported shows them.
+const (
+	ReasonOK             = "ok"
+	ReasonDisabled       = "disabled"
+	ReasonNoCgroupV2     = "no-cgroup-v2"
+	ReasonNoIOController = "no-io-controller"
+)
+
+// Device is a block device's numbers.
+type Device struct{ Major, Minor uint32 }
+
+func (d Device) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) }
+
+// Line is the io.max line that sets l for dev: every limit named, "max"
+// where none is set, so that writing it replaces what the cgroup held for
+// dev (a line of only "max" takes dev's entry out).
+func Line(dev Device, l volume.IOLimits) string {
+	return dev.String() + " " + l.String()
+}
+
+// Target paths of the kubelet: a filesystem volume's
+// <kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount, a raw block
+// volume's <kubelet>/plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid>.
+var (
+	uidPattern   = `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`
+	mountTarget  = regexp.MustCompile(`/pods/(` + uidPattern + `)/volumes/kubernetes\.io~csi/[^/]+/mount$`)
+	deviceTarget = regexp.MustCompile(`/volumeDevices/publish/[^/]+/(` + uidPattern + `)$`)
+)
+
+// PodUID returns the UID of the pod a kubelet target path belongs to.
+func PodUID(target string) (string, bool) {
+	target = filepath.Clean(target)
+	for _, re := range []*regexp.Regexp{mountTarget, deviceTarget} {
+		if m := re.FindStringSubmatch(target); m != nil {
+			return strings.ToLower(m[1]), true
+		}
+	}
+	return "", false
+}
+
+// Cgroups is the node's cgroup v2 hierarchy mounted at Root (the host's
+// /sys/fs/cgroup as the agent sees it).
+type Cgroups struct {
+	// Root is where the host's cgroup v2 hierarchy is mounted; empty
+	// turns IO limits off (Support says disabled).
+	Root string
+}
+
+// Support tells whether limits can be applied: nil, or an error wrapping
+// ErrUnsupported, with its reason (a Reason* constant).
+func (c Cgroups) Support() (string, error) {
+	if c.Root == "" {
+		return ReasonDisabled, fmt.Errorf("%w: no cgroup root configured (--cgroup-root)", ErrUnsupported)
+	}
+	b, err := os.ReadFile(filepath.Join(c.Root, "cgroup.controllers"))
+	if err != nil {
+		return ReasonNoCgroupV2, fmt.Errorf("%w: %s is not a cgroup v2 hierarchy (reading cgroup.controllers: %w)", ErrUnsupported, c.Root, err)
+	}
+	if !slices.Contains(strings.Fields(string(b)), "io") {
+		return ReasonNoIOController, fmt.Errorf("%w: the io controller is not available in %s (cgroup.controllers: %q)", ErrUnsupported, c.Root, strings.TrimSpace(string(b)))
+	}
+	return ReasonOK, nil
+}
+
+// podDirNames are the names a pod's cgroup has under the two drivers.
+func podDirNames(uid string) []string {
+	u := strings.ReplaceAll(uid, "-", "_")
+	return []string{"pod" + uid, "kubepods-pod" + u + ".slice", "kubepods-burstable-pod" + u + ".slice", "kubepods-besteffort-pod" + u + ".slice"}
+}
+
+// kubepodsParents are where the kubelet puts pod cgroups by default, by
+// QoS class, under both drivers.
+var kubepodsParents = []string{
+	"kubepods", "kubepods/burstable", "kubepods/besteffort",
+	"kubepods.slice", "kubepods.slice/kubepods-burstable.slice", "kubepods.slice/kubepods-besteffort.slice",
+}
+
+// PodDir returns the cgroup directory of pod uid: first where the kubelet
+// puts it by default, then up to four levels under Root, through
+// directories named *kubepods*, burstable or besteffort below Root's own
+// (a kubelet with its own --cgroup-root); the rest of the tree (system
+// slices, containers) is not read.
+func (c Cgroups) PodDir(uid string) (string, error) {
+	names := podDirNames(uid)
+	for _, p := range kubepodsParents {
+		for _, n := range names {
+			if d := filepath.Join(c.Root, p, n); isDir(d) {
+				return d, nil
+			}
+		}
+	}
+	var found string
+	var walk func(dir string, depth int)
+	walk = func(dir string, depth int) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if found != "" || !e.IsDir() {
+				continue
+			}
+			if slices.Contains(names, e.Name()) {
+				found = filepath.Join(dir, e.Name())
+				return
+			}
+			if depth < 3 && (dir == c.Root || strings.Contains(e.Name(), "kubepods") || e.Name() == "burstable" || e.Name() == "besteffort") {
+				walk(filepath.Join(dir, e.Name()), depth+1)
+			}
+		}
+	}
+	walk(c.Root, 0)
+	if found == "" {
+		return "", fmt.Errorf("%w: pod %s under %s", ErrNoPod, uid, c.Root)
+	}
+	return found, nil
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// Set writes l for dev into the io.max of the cgroup dir. A cgroup
+// without io.max (the io controller not enabled for it by its parent's
+// cgroup.subtree_control) is ErrUnsupported.
+func (c Cgroups) Set(dir string, dev Device, l volume.IOLimits) error {
+	file := filepath.Join(dir, "io.max")
+	if _, err := os.Stat(file); err != nil {
+		return fmt.Errorf("%w: %s has no io.max (the io controller is not enabled for it in %s): %w",
+			ErrUnsupported, dir, filepath.Join(filepath.Dir(dir), "cgroup.subtree_control"), err)
+	}
+	// io.max exists; without O_CREATE no file is ever made (O_TRUNC, as
+	// a shell's redirection, is what a cgroup file takes).
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0) //nolint:gosec // G304: io.max of a pod's cgroup under the configured root, found by PodDir
+
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", file, err)
+	}
+	_, werr := f.WriteString(Line(dev, l))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("writing %q to %s: %w", Line(dev, l), file, werr)
+	}
+	return nil
+}
+
+// DeviceOf returns the numbers of the block device node at path.
+func DeviceOf(path string) (Device, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return Device{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return Device{}, fmt.Errorf("%s is not a block device", path)
+	}
+	return Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
+}

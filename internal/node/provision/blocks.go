@@ -177,12 +177,14 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 	if err := read(snaps); err != nil {
 		return err
 	}
-	for i, s := range snaps {
+	for _, a := range args {
+		s := snaps[0]
+		snaps = snaps[1:]
 		if unusable, err := p.sourceSpent(ctx, s); err == nil && unusable != nil {
-			return errorf(ErrRefused, "%s: snapshot %s ran out of its copy-on-write space while its blocks were read: %v", args[i].field, args[i].id, unusable)
+			return errorf(ErrRefused, "%s: snapshot %s ran out of its copy-on-write space while its blocks were read: %v", a.field, a.id, unusable)
 		}
 	}
-	klog.FromContext(ctx).V(2).Info("Read snapshot metadata", "snapshots", len(snaps), "took", time.Since(start))
+	klog.FromContext(ctx).V(2).Info("Read snapshot metadata", "snapshots", len(args), "took", time.Since(start))
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -233,7 +234,7 @@ func (c *cluster) lvField(t *testing.T, vgLV, field string) string {
 func (c *cluster) metadataSnapHeld(t *testing.T) bool {
 	t.Helper()
 	vg := c.nodes["node-a"].vg.Name
-	out, err := c.nodes["node-a"].vg.Command(context.Background(), "dmsetup", "status", strings.ReplaceAll(vg, "-", "--")+"-pool0-tpool").CombinedOutput()
+	out, err := exec.CommandContext(context.Background(), "dmsetup", "status", strings.ReplaceAll(vg, "-", "--")+"-pool0-tpool").CombinedOutput()
 	if err != nil {
 		t.Fatalf("dmsetup status: %v: %s", err, out)
 	}
@@ -259,7 +260,7 @@ func (c *cluster) metadataSnapHeld(t *testing.T) bool {
 // no metadata snapshot is held and no snapshot the agent activated is
 // left active.
 func TestSnapshotMetadata(t *testing.T) {
-	c := newCluster(t, 768*mib, 384*mib)
+	c := newCluster(t, 1024*mib, 448*mib)
 	cl := c.metadataClient()
 	vgName := c.nodes["node-a"].vg.Name
 	chunk, err := strconv.ParseInt(c.lvField(t, vgName+"/pool0", "chunk_size"), 10, 64)

@@ -57,7 +57,10 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 	var m BlockMap
 	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, func(snaps []*lvm.LogicalVolume) error {
 		s := snaps[0]
-		m.Capacity = SnapshotSize(s)
+		var err error
+		if m.Capacity, err = snapshotCapacity(s, "snapshot_id", id); err != nil {
+			return err
+		}
 		if s.Attr.Type != lvm.TypeThin {
 			m.Method, m.Blocks = MapWhole, changemap.Set{}.Add(0, m.Capacity)
 			return nil
@@ -94,8 +97,10 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 		if err := deltaPair(base, target, baseID, targetID); err != nil {
 			return err
 		}
-		m.Capacity = SnapshotSize(target)
 		var err error
+		if m.Capacity, err = snapshotCapacity(target, "target_snapshot_id", targetID); err != nil {
+			return err
+		}
 		if target.Attr.Type == lvm.TypeThin {
 			m.Method = MapThinDelta
 			m.Blocks, err = p.cfg.Changes.ThinChanges(ctx, target.VolumeGroup, target.Pool, base.Name, target.Name)
@@ -207,6 +212,16 @@ func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 			baseID, base.Time.UTC().Format(time.RFC3339), targetID, target.Time.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// snapshotCapacity is the size of the volume the snapshot lv holds: a
+// thick snapshot whose size tag is gone is ErrRefused, naming the tag.
+func snapshotCapacity(lv *lvm.LogicalVolume, field, id string) (uint64, error) {
+	n := SnapshotSize(lv)
+	if n == 0 {
+		return 0, errorf(ErrRefused, "%s: snapshot %s records no size (its tag %s<bytes> is gone): put it back with lvchange --addtag", field, id, volume.TagSizePrefix)
+	}
+	return n, nil
 }
 
 // wrapBlocks is a failure of the metadata path: ErrUnavailable when the

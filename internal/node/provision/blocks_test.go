@@ -93,6 +93,8 @@ func TestSnapshotBlocksRefused(t *testing.T) {
 	lvs, id := blockSnaps(t)
 	overflowed := slices.Clone(lvs)
 	overflowed[3].Attr.SnapshotInvalid = true
+	untagged := slices.Clone(lvs)
+	untagged[4].Tags = volume.SnapshotTags("cnew", "fast", volume.LVNameFor("pvc-thick"))
 	tests := []struct {
 		name       string
 		lvs        []lvm.LogicalVolume
@@ -115,6 +117,7 @@ func TestSnapshotBlocksRefused(t *testing.T) {
 		{name: "being made", snap: id("new"), hold: "new", kind: ErrBusy, msg: "snapshot_id " + id("new") + " (a snapshot being made or deleted)"},
 		{name: "base being made", base: id("old"), snap: id("new"), hold: "old", kind: ErrBusy, msg: "base_snapshot_id"},
 		{name: "overflowed", lvs: overflowed, base: id("cold"), snap: id("cnew"), kind: ErrRefused, msg: "base_snapshot_id: snapshot " + id("cold") + ": snapshot LV"},
+		{name: "a thick target without its size tag", lvs: untagged, base: id("cold"), snap: id("cnew"), kind: ErrRefused, msg: "target_snapshot_id: snapshot " + id("cnew") + " records no size"},
 		{name: "metadata snapshot held", snap: id("new"), finderErr: changemap.ErrMetadataSnapHeld, kind: ErrUnavailable, msg: "held already"},
 		{name: "thin_dump fails", snap: id("new"), finderErr: errors.New("exit status 1"), kind: ErrInternal, msg: "the mapped blocks of snapshot"},
 	}

@@ -40,7 +40,7 @@ import (
 // workload wrote.
 
 const (
-	metaSize  = 64 * mib
+	metaSize  = 32 * mib
 	metaBlock = 4096
 )
 
@@ -120,6 +120,24 @@ func (w *workload) mark(off, n int64, written bool) {
 	for c := off / w.chunk; c <= (off+n-1)/w.chunk; c++ {
 		w.mapped[c] = written
 	}
+}
+
+// emptyOnA makes an empty volume of class on node-a and records its PV.
+func (c *cluster) emptyOnA(name, class string) string {
+	t := c.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	v, err := c.nodes["node-a"].local().CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: metaSize},
+		VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")}, Parameters: map[string]string{"carve.dev/device-class": class}})
+	if err != nil {
+		t.Fatalf("CreateVolume %s on node-a: %v", name, err)
+	}
+	id := v.GetVolume().GetVolumeId()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pvs[id] = []string{"node-a"}
+	return id
 }
 
 // metadataClient serves the router's SnapshotMetadata service on a unix
@@ -260,7 +278,7 @@ func (c *cluster) metadataSnapHeld(t *testing.T) bool {
 // no metadata snapshot is held and no snapshot the agent activated is
 // left active.
 func TestSnapshotMetadata(t *testing.T) {
-	c := newCluster(t, 1024*mib, 448*mib)
+	c := newCluster(t, 768*mib, 256*mib)
 	cl := c.metadataClient()
 	vgName := c.nodes["node-a"].vg.Name
 	chunk, err := strconv.ParseInt(c.lvField(t, vgName+"/pool0", "chunk_size"), 10, 64)
@@ -272,7 +290,7 @@ func TestSnapshotMetadata(t *testing.T) {
 		for seed := range 3 {
 			name := fmt.Sprintf("meta-%s-%d", class, seed)
 			t.Run(name, func(t *testing.T) {
-				id, _ := c.source(name, class, metaSize, 64<<10, metaSize) // 64 KiB at 0
+				id := c.emptyOnA(name, class)
 				dev, err := plugintest.DevicePath(id)
 				if err != nil {
 					t.Fatal(err)
@@ -283,20 +301,18 @@ func TestSnapshotMetadata(t *testing.T) {
 				}
 				defer func() { _ = f.Close() }()
 				w := &workload{rng: rand.New(rand.NewPCG(uint64(seed), 36)), f: f, thin: class == "thin", chunk: chunk, mapped: map[int64]bool{}}
-				w.changed = map[int64]bool{}
-				w.mark(0, 64<<10, true)
 				w.phase(t, 1000, 8, 10, name+"-1")
 				s1 := c.snapshotOnA(name+"-s1", id)
 				s1At := time.Now()
 				mappedAtS1 := maps.Clone(w.mapped)
-				w.phase(t, 500, 4, 20, name+"-2")
+				w.phase(t, 400, 4, 25, name+"-2")
 				written2 := w.changed
 				mappedAtS2 := maps.Clone(w.mapped)
 				if d := time.Second + 100*time.Millisecond - time.Since(s1At); d > 0 {
 					time.Sleep(d) // LVM times snapshots to the second
 				}
 				s2 := c.snapshotOnA(name+"-s2", id)
-				w.phase(t, 100, 4, 20, name+"-3")
+				w.phase(t, 60, 4, 25, name+"-3")
 				if seed == 0 && class == "thin" {
 					firstS1 = s1
 				}

@@ -174,7 +174,7 @@ type metaMessages interface {
 
 // drain reads a stream to its end: its extents and how many messages,
 // checking each message's type, capacity and count.
-func drain[T metaMessages](t *testing.T, recv func() (T, error), max int) ([]extent, int, error) {
+func drain[T metaMessages](t *testing.T, recv func() (T, error), most int) ([]extent, int, error) {
 	t.Helper()
 	var out []extent
 	msgs := 0
@@ -187,8 +187,8 @@ func drain[T metaMessages](t *testing.T, recv func() (T, error), max int) ([]ext
 			return out, msgs, err
 		}
 		msgs++
-		if m.GetBlockMetadataType() != csi.BlockMetadataType_VARIABLE_LENGTH || m.GetVolumeCapacityBytes() != metaSize || (max > 0 && len(m.GetBlockMetadata()) > max) {
-			t.Fatalf("a message of type %v, capacity %d, %d extents (max %d)", m.GetBlockMetadataType(), m.GetVolumeCapacityBytes(), len(m.GetBlockMetadata()), max)
+		if m.GetBlockMetadataType() != csi.BlockMetadataType_VARIABLE_LENGTH || m.GetVolumeCapacityBytes() != metaSize || (most > 0 && len(m.GetBlockMetadata()) > most) {
+			t.Fatalf("a message of type %v, capacity %d, %d extents (max %d)", m.GetBlockMetadataType(), m.GetVolumeCapacityBytes(), len(m.GetBlockMetadata()), most)
 		}
 		for _, b := range m.GetBlockMetadata() {
 			out = append(out, extent{b.GetByteOffset(), b.GetSizeBytes()})
@@ -196,15 +196,15 @@ func drain[T metaMessages](t *testing.T, recv func() (T, error), max int) ([]ext
 	}
 }
 
-func (c *cluster) delta(t *testing.T, cl csi.SnapshotMetadataClient, base, target string, start int64, max int32) ([]extent, int, error) {
+func (c *cluster) delta(t *testing.T, cl csi.SnapshotMetadataClient, base, target string, start int64, most int32) ([]extent, int, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
-	s, err := cl.GetMetadataDelta(ctx, &csi.GetMetadataDeltaRequest{BaseSnapshotId: base, TargetSnapshotId: target, StartingOffset: start, MaxResults: max})
+	s, err := cl.GetMetadataDelta(ctx, &csi.GetMetadataDeltaRequest{BaseSnapshotId: base, TargetSnapshotId: target, StartingOffset: start, MaxResults: most})
 	if err != nil {
 		return nil, 0, err
 	}
-	return drain(t, s.Recv, int(max))
+	return drain(t, s.Recv, int(most))
 }
 
 func (c *cluster) allocated(t *testing.T, cl csi.SnapshotMetadataClient, snap string) ([]extent, error) {

@@ -227,12 +227,14 @@ func (c *cluster) readSnapshot(t *testing.T, id string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := c.nodes["node-a"].vg.LVM(context.Background(), "lvchange", "-ay", "-K", vg+"/"+lv); err != nil {
-		t.Fatalf("activating %s: %v: %s", id, err, out)
-	}
 	dev, err := plugintest.DevicePath(vg + "/" + lv)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(dev); err != nil { // a thick snapshot is active with its origin
+		if out, err := c.nodes["node-a"].vg.LVM(context.Background(), "lvchange", "-ay", "-K", vg+"/"+lv); err != nil {
+			t.Fatalf("activating %s: %v: %s", id, err, out)
+		}
 	}
 	return readDevice(t, dev, 0, metaSize)
 }
@@ -406,6 +408,9 @@ func TestSnapshotMetadata(t *testing.T) {
 				t.Logf("SNAPMETA %s seed %d: %d blocks written or discarded (%d discards written as zeros); %d blocks differ between the snapshots (%d bytes); delta %d extents in %d messages, %d bytes (%.2f x the bytes that differ), named in %s; allocated %d bytes",
 					class, seed, w.blocks, w.zeroed, differ, differ*metaBlock, len(delta), msgs, deltaBytes, float64(deltaBytes)/float64(differ*metaBlock), took.Round(time.Millisecond), sumExtents(alloc))
 
+				if seed > 0 {
+					return // paging and order are the same for every seed
+				}
 				half, pages, err := c.delta(t, cl, s1, s2, metaSize/2, 7)
 				if err != nil {
 					t.Fatalf("GetMetadataDelta from the middle: %v", err)

@@ -27,8 +27,9 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 	svc := csiserver.Services{
 		// Routing, the controller serves CreateVolume for csi-provisioner,
 		// which needs the topology capability for --strict-topology.
+		// It routes the SnapshotMetadata service to the nodes too.
 		Identity: csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
-			Topology: o.Route.Service != ""}),
+			Topology: o.Route.Service != "", SnapshotMetadata: o.Route.Service != ""}),
 		Controller: csiserver.ResizerOnlyController{},
 		Node:       csiserver.ResizerOnlyNode{},
 	}
@@ -59,6 +60,7 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 			return err
 		}
 		svc.Controller = r.server
+		svc.SnapshotMetadata = r.server.Metadata()
 		after = append(after, r.run)
 		leading = append(leading, r.leading...)
 	} else if o.Audit.Interval > 0 {

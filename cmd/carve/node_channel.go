@@ -20,6 +20,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/channel"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/peercopy"
+	"github.com/carve-csi/carve/internal/node/snapmeta"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -87,6 +88,9 @@ func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orp
 	}
 	if target, ok := orphans.(peercopy.CatchUpTarget); ok && puller != nil {
 		acfg.CatchUps = peercopy.CatchUps{Target: target}
+	}
+	if src, ok := orphans.(snapmeta.Source); ok {
+		acfg.Blocks = &snapmeta.Server{Source: src}
 	}
 	agent, err := channel.New(acfg)
 	if err != nil {

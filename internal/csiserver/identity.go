@@ -27,6 +27,9 @@ type IdentityConfig struct {
 	// node agent's socket when its Controller service is served only on
 	// the node channel.
 	NoController bool
+	// SnapshotMetadata advertises SNAPSHOT_METADATA_SERVICE: the
+	// controller's socket serves the SnapshotMetadata service.
+	SnapshotMetadata bool
 }
 
 // IdentityServer implements csi.IdentityServer.
@@ -51,7 +54,8 @@ func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 }
 
 // GetPluginCapabilities implements csi.IdentityServer: the controller
-// service (unless NoController), topology constraints (node role) and online expansion, which
+// service (unless NoController), topology constraints (node role), the
+// snapshot metadata service (routing controller) and online expansion, which
 // carve does on the node (NodeExpandVolume).
 func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
@@ -63,6 +67,9 @@ func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	}
 	if s.cfg.Topology {
 		caps = append(caps, svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	}
+	if s.cfg.SnapshotMetadata {
+		caps = append(caps, svc(csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE))
 	}
 	caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
 		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})

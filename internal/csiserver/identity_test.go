@@ -3,6 +3,7 @@ package csiserver
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -54,6 +55,15 @@ func TestIdentity(t *testing.T) {
 		if ty := c.GetService().GetType(); ty == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS || ty == csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS {
 			t.Error("the central role advertises topology")
 		}
+		if c.GetService().GetType() == csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE {
+			t.Error("a socket without the SnapshotMetadata service advertises it")
+		}
+	}
+	routing, _ := NewIdentityServer(IdentityConfig{Name: "x", Topology: true, SnapshotMetadata: true}).GetPluginCapabilities(ctx, nil)
+	if !slices.ContainsFunc(routing.GetCapabilities(), func(c *csi.PluginCapability) bool {
+		return c.GetService().GetType() == csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE
+	}) {
+		t.Errorf("the routing controller does not advertise SNAPSHOT_METADATA_SERVICE: %v", routing.GetCapabilities())
 	}
 
 	for _, tt := range []struct {

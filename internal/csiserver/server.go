@@ -19,6 +19,10 @@ type Services struct {
 	Identity   csi.IdentityServer
 	Controller csi.ControllerServer
 	Node       csi.NodeServer
+	// SnapshotMetadata is served by the controller only, beside its
+	// Identity and Controller (the external-snapshot-metadata sidecar
+	// reaches it on the same socket).
+	SnapshotMetadata csi.SnapshotMetadataServer
 }
 
 // ServerOption adds to what NewGRPCServer builds.
@@ -81,6 +85,9 @@ func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager, opts ...ServerO
 	}
 	if svc.Node != nil {
 		csi.RegisterNodeServer(s, svc.Node)
+	}
+	if svc.SnapshotMetadata != nil {
+		csi.RegisterSnapshotMetadataServer(s, svc.SnapshotMetadata)
 	}
 	for _, register := range o.register {
 		register(s)

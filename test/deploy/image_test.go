@@ -152,8 +152,9 @@ var dynamicPrograms = map[string][]string{
 	"mountCmd": {"mount"},
 	// mount-utils resizefs: blockdev.
 	"blockDev": {"blockdev"},
-	// changemap.Exec: the catch-up's change finder (internal/node/changemap).
-	"program": {"dmsetup", "thin_delta"},
+	// changemap.Exec: the change finder of catch-ups and snapshot
+	// metadata (internal/node/changemap).
+	"program": {"dmsetup", "thin_delta", "thin_dump"},
 }
 
 // notInImage are programs that code paths can name but that carve never runs

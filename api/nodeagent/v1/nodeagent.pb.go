@@ -1583,6 +1583,206 @@ func (x *CatchUpCopyResponse) GetDigest() []byte {
 	return nil
 }
 
+type SnapshotBlocksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot (the target of a delta): an ID of this node.
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The older snapshot of the same volume a delta is against; empty
+	// asks for the allocated blocks of snapshot_id.
+	BaseSnapshotId string `protobuf:"bytes,2,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
+	// The byte the answer starts at: extents that end at or before it
+	// are left out (one that holds it is sent whole).
+	StartingOffset int64 `protobuf:"varint,3,opt,name=starting_offset,json=startingOffset,proto3" json:"starting_offset,omitempty"`
+	// The most extents per message; 0 is 1024.
+	MaxResults    int32 `protobuf:"varint,4,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotBlocksRequest) Reset() {
+	*x = SnapshotBlocksRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotBlocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotBlocksRequest) ProtoMessage() {}
+
+func (x *SnapshotBlocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotBlocksRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotBlocksRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SnapshotBlocksRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *SnapshotBlocksRequest) GetBaseSnapshotId() string {
+	if x != nil {
+		return x.BaseSnapshotId
+	}
+	return ""
+}
+
+func (x *SnapshotBlocksRequest) GetStartingOffset() int64 {
+	if x != nil {
+		return x.StartingOffset
+	}
+	return 0
+}
+
+func (x *SnapshotBlocksRequest) GetMaxResults() int32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+type SnapshotBlocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's snapshot_id and base_snapshot_id: what the extents
+	// are of.
+	SnapshotId     string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	BaseSnapshotId string `protobuf:"bytes,2,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
+	// The size of the volume snapshot_id holds; the same in every
+	// message, and every extent ends at or below it.
+	VolumeCapacityBytes int64 `protobuf:"varint,3,opt,name=volume_capacity_bytes,json=volumeCapacityBytes,proto3" json:"volume_capacity_bytes,omitempty"`
+	// Extents in increasing order, not overlapping, within this message
+	// and across the stream.
+	Blocks        []*BlockExtent `protobuf:"bytes,4,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotBlocksResponse) Reset() {
+	*x = SnapshotBlocksResponse{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotBlocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotBlocksResponse) ProtoMessage() {}
+
+func (x *SnapshotBlocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotBlocksResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotBlocksResponse) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SnapshotBlocksResponse) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *SnapshotBlocksResponse) GetBaseSnapshotId() string {
+	if x != nil {
+		return x.BaseSnapshotId
+	}
+	return ""
+}
+
+func (x *SnapshotBlocksResponse) GetVolumeCapacityBytes() int64 {
+	if x != nil {
+		return x.VolumeCapacityBytes
+	}
+	return 0
+}
+
+func (x *SnapshotBlocksResponse) GetBlocks() []*BlockExtent {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
+}
+
+type BlockExtent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64                  `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockExtent) Reset() {
+	*x = BlockExtent{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockExtent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockExtent) ProtoMessage() {}
+
+func (x *BlockExtent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockExtent.ProtoReflect.Descriptor instead.
+func (*BlockExtent) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *BlockExtent) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *BlockExtent) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
 var File_api_nodeagent_v1_nodeagent_proto protoreflect.FileDescriptor
 
 const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
@@ -1687,10 +1887,26 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"size_bytes\x18\a \x01(\x03R\tsizeBytes\"T\n" +
 	"\x13CatchUpCopyResponse\x12%\n" +
 	"\x0ereceived_bytes\x18\x01 \x01(\x03R\rreceivedBytes\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\fR\x06digest*=\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xac\x01\n" +
+	"\x15SnapshotBlocksRequest\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12(\n" +
+	"\x10base_snapshot_id\x18\x02 \x01(\tR\x0ebaseSnapshotId\x12'\n" +
+	"\x0fstarting_offset\x18\x03 \x01(\x03R\x0estartingOffset\x12\x1f\n" +
+	"\vmax_results\x18\x04 \x01(\x05R\n" +
+	"maxResults\"\xd0\x01\n" +
+	"\x16SnapshotBlocksResponse\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12(\n" +
+	"\x10base_snapshot_id\x18\x02 \x01(\tR\x0ebaseSnapshotId\x122\n" +
+	"\x15volume_capacity_bytes\x18\x03 \x01(\x03R\x13volumeCapacityBytes\x127\n" +
+	"\x06blocks\x18\x04 \x03(\v2\x1f.carve.nodeagent.v1.BlockExtentR\x06blocks\"=\n" +
+	"\vBlockExtent\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length*=\n" +
 	"\vDigestScope\x12\x17\n" +
 	"\x13DIGEST_SCOPE_VOLUME\x10\x00\x12\x15\n" +
-	"\x11DIGEST_SCOPE_SENT\x10\x012\xa4\x06\n" +
+	"\x11DIGEST_SCOPE_SENT\x10\x012\x8f\a\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
@@ -1699,7 +1915,8 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x10QuarantineOrphan\x12+.carve.nodeagent.v1.QuarantineOrphanRequest\x1a,.carve.nodeagent.v1.QuarantineOrphanResponse\x12a\n" +
 	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponse\x12d\n" +
 	"\rAuthorizeCopy\x12(.carve.nodeagent.v1.AuthorizeCopyRequest\x1a).carve.nodeagent.v1.AuthorizeCopyResponse\x12^\n" +
-	"\vCatchUpCopy\x12&.carve.nodeagent.v1.CatchUpCopyRequest\x1a'.carve.nodeagent.v1.CatchUpCopyResponse2i\n" +
+	"\vCatchUpCopy\x12&.carve.nodeagent.v1.CatchUpCopyRequest\x1a'.carve.nodeagent.v1.CatchUpCopyResponse\x12i\n" +
+	"\x0eSnapshotBlocks\x12).carve.nodeagent.v1.SnapshotBlocksRequest\x1a*.carve.nodeagent.v1.SnapshotBlocksResponse0\x012i\n" +
 	"\bNodeCopy\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.carve.nodeagent.v1.ReadVolumeRequest\x1a&.carve.nodeagent.v1.ReadVolumeResponse0\x01B9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
@@ -1717,7 +1934,7 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 }
 
 var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(DigestScope)(0),                   // 0: carve.nodeagent.v1.DigestScope
 	(*EnrollRequest)(nil),              // 1: carve.nodeagent.v1.EnrollRequest
@@ -1744,6 +1961,9 @@ var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*CopyTrailer)(nil),                // 22: carve.nodeagent.v1.CopyTrailer
 	(*CatchUpCopyRequest)(nil),         // 23: carve.nodeagent.v1.CatchUpCopyRequest
 	(*CatchUpCopyResponse)(nil),        // 24: carve.nodeagent.v1.CatchUpCopyResponse
+	(*SnapshotBlocksRequest)(nil),      // 25: carve.nodeagent.v1.SnapshotBlocksRequest
+	(*SnapshotBlocksResponse)(nil),     // 26: carve.nodeagent.v1.SnapshotBlocksResponse
+	(*BlockExtent)(nil),                // 27: carve.nodeagent.v1.BlockExtent
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	7,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
@@ -1753,29 +1973,32 @@ var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	21, // 4: carve.nodeagent.v1.ReadVolumeResponse.data:type_name -> carve.nodeagent.v1.CopyData
 	22, // 5: carve.nodeagent.v1.ReadVolumeResponse.trailer:type_name -> carve.nodeagent.v1.CopyTrailer
 	0,  // 6: carve.nodeagent.v1.CopyHeader.digest_scope:type_name -> carve.nodeagent.v1.DigestScope
-	1,  // 7: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
-	3,  // 8: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
-	5,  // 9: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
-	8,  // 10: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
-	12, // 11: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
-	14, // 12: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
-	16, // 13: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
-	23, // 14: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
-	18, // 15: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
-	2,  // 16: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	4,  // 17: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	6,  // 18: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	9,  // 19: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	13, // 20: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	15, // 21: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	17, // 22: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
-	24, // 23: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
-	19, // 24: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	27, // 7: carve.nodeagent.v1.SnapshotBlocksResponse.blocks:type_name -> carve.nodeagent.v1.BlockExtent
+	1,  // 8: carve.nodeagent.v1.NodeAgent.Enroll:input_type -> carve.nodeagent.v1.EnrollRequest
+	3,  // 9: carve.nodeagent.v1.NodeAgent.InstallCertificate:input_type -> carve.nodeagent.v1.InstallCertificateRequest
+	5,  // 10: carve.nodeagent.v1.NodeAgent.WatchCapacity:input_type -> carve.nodeagent.v1.WatchCapacityRequest
+	8,  // 11: carve.nodeagent.v1.NodeAgent.Inventory:input_type -> carve.nodeagent.v1.InventoryRequest
+	12, // 12: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:input_type -> carve.nodeagent.v1.QuarantineOrphanRequest
+	14, // 13: carve.nodeagent.v1.NodeAgent.RemoveOrphan:input_type -> carve.nodeagent.v1.RemoveOrphanRequest
+	16, // 14: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
+	23, // 15: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
+	25, // 16: carve.nodeagent.v1.NodeAgent.SnapshotBlocks:input_type -> carve.nodeagent.v1.SnapshotBlocksRequest
+	18, // 17: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	2,  // 18: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	4,  // 19: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	6,  // 20: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	9,  // 21: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	13, // 22: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	15, // 23: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	17, // 24: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	24, // 25: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
+	26, // 26: carve.nodeagent.v1.NodeAgent.SnapshotBlocks:output_type -> carve.nodeagent.v1.SnapshotBlocksResponse
+	19, // 27: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_nodeagent_v1_nodeagent_proto_init() }
@@ -1794,7 +2017,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

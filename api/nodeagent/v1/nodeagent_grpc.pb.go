@@ -32,6 +32,7 @@ const (
 	NodeAgent_RemoveOrphan_FullMethodName       = "/carve.nodeagent.v1.NodeAgent/RemoveOrphan"
 	NodeAgent_AuthorizeCopy_FullMethodName      = "/carve.nodeagent.v1.NodeAgent/AuthorizeCopy"
 	NodeAgent_CatchUpCopy_FullMethodName        = "/carve.nodeagent.v1.NodeAgent/CatchUpCopy"
+	NodeAgent_SnapshotBlocks_FullMethodName     = "/carve.nodeagent.v1.NodeAgent/SnapshotBlocks"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -117,6 +118,27 @@ type NodeAgentClient interface {
 	// certificate to read from other nodes answers UNIMPLEMENTED: it
 	// cannot take a move.
 	CatchUpCopy(ctx context.Context, in *CatchUpCopyRequest, opts ...grpc.CallOption) (*CatchUpCopyResponse, error)
+	// SnapshotBlocks names, from device-mapper metadata, the blocks of a
+	// snapshot of this node (the CSI SnapshotMetadata service's
+	// GetMetadataAllocated, base_snapshot_id empty) or where it differs
+	// from an older snapshot of the same volume (GetMetadataDelta), which
+	// the controller serves by routing here. The agent reads the metadata
+	// first (the snapshots' locks held, a thin pool's metadata snapshot
+	// reserved), releases all of it, and then streams the extents, at
+	// most max_results (or 1024 when 0) per message, from the one that
+	// holds starting_offset or the first after it; every message names
+	// the snapshots and the volume's capacity. A stream whose client went
+	// away ends at the next message.
+	//
+	// Errors, each naming the field: a snapshot_id or base_snapshot_id
+	// missing, a base of another volume or taken after the snapshot, or
+	// max_results < 0, is INVALID_ARGUMENT; a snapshot that is not on this
+	// node, unknown or deleted, is NOT_FOUND; a starting_offset < 0 or
+	// beyond the capacity is OUT_OF_RANGE; a snapshot being made or
+	// deleted now is ABORTED; a thick snapshot that ran out of its
+	// copy-on-write space is FAILED_PRECONDITION; a thin pool whose
+	// metadata snapshot another program holds is UNAVAILABLE.
+	SnapshotBlocks(ctx context.Context, in *SnapshotBlocksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotBlocksResponse], error)
 }
 
 type nodeAgentClient struct {
@@ -216,6 +238,25 @@ func (c *nodeAgentClient) CatchUpCopy(ctx context.Context, in *CatchUpCopyReques
 	return out, nil
 }
 
+func (c *nodeAgentClient) SnapshotBlocks(ctx context.Context, in *SnapshotBlocksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotBlocksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeAgent_ServiceDesc.Streams[1], NodeAgent_SnapshotBlocks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotBlocksRequest, SnapshotBlocksResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_SnapshotBlocksClient = grpc.ServerStreamingClient[SnapshotBlocksResponse]
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -299,6 +340,27 @@ type NodeAgentServer interface {
 	// certificate to read from other nodes answers UNIMPLEMENTED: it
 	// cannot take a move.
 	CatchUpCopy(context.Context, *CatchUpCopyRequest) (*CatchUpCopyResponse, error)
+	// SnapshotBlocks names, from device-mapper metadata, the blocks of a
+	// snapshot of this node (the CSI SnapshotMetadata service's
+	// GetMetadataAllocated, base_snapshot_id empty) or where it differs
+	// from an older snapshot of the same volume (GetMetadataDelta), which
+	// the controller serves by routing here. The agent reads the metadata
+	// first (the snapshots' locks held, a thin pool's metadata snapshot
+	// reserved), releases all of it, and then streams the extents, at
+	// most max_results (or 1024 when 0) per message, from the one that
+	// holds starting_offset or the first after it; every message names
+	// the snapshots and the volume's capacity. A stream whose client went
+	// away ends at the next message.
+	//
+	// Errors, each naming the field: a snapshot_id or base_snapshot_id
+	// missing, a base of another volume or taken after the snapshot, or
+	// max_results < 0, is INVALID_ARGUMENT; a snapshot that is not on this
+	// node, unknown or deleted, is NOT_FOUND; a starting_offset < 0 or
+	// beyond the capacity is OUT_OF_RANGE; a snapshot being made or
+	// deleted now is ABORTED; a thick snapshot that ran out of its
+	// copy-on-write space is FAILED_PRECONDITION; a thin pool whose
+	// metadata snapshot another program holds is UNAVAILABLE.
+	SnapshotBlocks(*SnapshotBlocksRequest, grpc.ServerStreamingServer[SnapshotBlocksResponse]) error
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -332,6 +394,9 @@ func (UnimplementedNodeAgentServer) AuthorizeCopy(context.Context, *AuthorizeCop
 }
 func (UnimplementedNodeAgentServer) CatchUpCopy(context.Context, *CatchUpCopyRequest) (*CatchUpCopyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CatchUpCopy not implemented")
+}
+func (UnimplementedNodeAgentServer) SnapshotBlocks(*SnapshotBlocksRequest, grpc.ServerStreamingServer[SnapshotBlocksResponse]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotBlocks not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -491,6 +556,17 @@ func _NodeAgent_CatchUpCopy_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_SnapshotBlocks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotBlocksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeAgentServer).SnapshotBlocks(m, &grpc.GenericServerStream[SnapshotBlocksRequest, SnapshotBlocksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_SnapshotBlocksServer = grpc.ServerStreamingServer[SnapshotBlocksResponse]
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -531,6 +607,11 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchCapacity",
 			Handler:       _NodeAgent_WatchCapacity_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SnapshotBlocks",
+			Handler:       _NodeAgent_SnapshotBlocks_Handler,
 			ServerStreams: true,
 		},
 	},

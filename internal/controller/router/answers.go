@@ -30,6 +30,9 @@ const (
 	refusedVolumeContext = "volume_context"
 	refusedSnapshotID    = "snapshot_id"
 	refusedPaging        = "paging"
+	// refusedBlocks (snapmeta.go): a SnapshotBlocks answer whose extents
+	// break the stream's rules.
+	refusedBlocks = "blocks"
 )
 
 // Refusals counts the answers of nodes the router refused.

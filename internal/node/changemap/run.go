@@ -15,7 +15,7 @@ type Exec struct {
 	Exec utilexec.Interface
 }
 
-// Run implements Runner. The programs are dmsetup and thin_delta
+// Run implements Runner. The programs are dmsetup, thin_delta and thin_dump
 // (test/deploy's dynamicPrograms lists them under "program").
 func (e Exec) Run(ctx context.Context, program string, args ...string) ([]byte, error) {
 	c := e.Exec.CommandContext(ctx, program, args...)

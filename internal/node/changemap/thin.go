@@ -155,11 +155,60 @@ func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (s
 	if basePool != volPool {
 		return nil, fmt.Errorf("%s/%s is in pool device %s, its base %s in %s", vg, vol, volPool, base, basePool)
 	}
+	err = f.withMetadataSnap(ctx, vg, pool, func(meta string) error {
+		out, err := f.Run.Run(ctx, "thin_delta", "--metadata-snap", "--snap1", strconv.FormatUint(baseID, 10),
+			"--snap2", strconv.FormatUint(volID, 10), meta)
+		if err != nil {
+			return fmt.Errorf("thin_delta of %s/%s against %s: %w", vg, vol, base, err)
+		}
+		set, err = ParseThinDelta(bytes.NewReader(out))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// ThinMapped names the bytes of the thin LV vol of vg (active, in pool)
+// that map a pool block: what was written to it (or to its origin
+// before it was taken) and not discarded since. Elsewhere it reads
+// zeros. Like ThinChanges it reads a reserved metadata snapshot of the
+// pool, with thin_dump, and always releases the snapshot it reserved.
+func (f *Finder) ThinMapped(ctx context.Context, vg, pool, vol string) (set Set, err error) {
+	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}, {"volume", vol}} {
+		if err := checkName(n.what, n.v); err != nil {
+			return nil, err
+		}
+	}
+	id, _, err := f.thinID(ctx, dmName(vg, vol, ""))
+	if err != nil {
+		return nil, err
+	}
+	err = f.withMetadataSnap(ctx, vg, pool, func(meta string) error {
+		out, err := f.Run.Run(ctx, "thin_dump", "--metadata-snap", "--dev-id", strconv.FormatUint(id, 10), meta)
+		if err != nil {
+			return fmt.Errorf("thin_dump of %s/%s: %w", vg, vol, err)
+		}
+		set, err = ParseThinDump(bytes.NewReader(out), id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// withMetadataSnap reserves the metadata snapshot of the thin pool pool
+// of vg, runs read with the path of the pool's metadata device, and
+// releases the snapshot, even when ctx has ended. A pool holds one
+// snapshot at most, so the Finder runs one at a time.
+func (f *Finder) withMetadataSnap(ctx context.Context, vg, pool string, read func(meta string) error) (err error) {
 	f.pools.Lock()
 	defer f.pools.Unlock()
 	tpool := dmName(vg, pool, "tpool")
 	if err := f.reserve(ctx, tpool); err != nil {
-		return nil, err
+		return err
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -168,13 +217,7 @@ func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (s
 			err = fmt.Errorf("releasing the metadata snapshot of %s: %w", tpool, rerr)
 		}
 	}()
-	meta := path.Join(f.DevDir, "mapper", dmName(vg, pool+"_tmeta", ""))
-	out, err := f.Run.Run(ctx, "thin_delta", "--metadata-snap", "--snap1", strconv.FormatUint(baseID, 10),
-		"--snap2", strconv.FormatUint(volID, 10), meta)
-	if err != nil {
-		return nil, fmt.Errorf("thin_delta of %s/%s against %s: %w", vg, vol, base, err)
-	}
-	return ParseThinDelta(bytes.NewReader(out))
+	return read(path.Join(f.DevDir, "mapper", dmName(vg, pool+"_tmeta", "")))
 }
 
 // ErrMetadataSnapHeld: the pool's metadata snapshot is held already,

@@ -90,6 +90,11 @@ type fakePool struct {
 	deltaArgs []string
 	// deltaReserved: the metadata snapshot was reserved when thin_delta ran.
 	deltaReserved bool
+	// dump is what thin_dump prints; dumpArgs and dumpReserved as for
+	// thin_delta.
+	dump         string
+	dumpArgs     []string
+	dumpReserved bool
 }
 
 func (p *fakePool) Run(_ context.Context, cmd string, args ...string) ([]byte, error) {
@@ -125,6 +130,9 @@ func (p *fakePool) Run(_ context.Context, cmd string, args ...string) ([]byte, e
 			root = "2051"
 		}
 		return []byte("0 8388608 thin-pool 4 243/4096 512/65536 " + root + " rw discard_passdown queue_if_no_space - 1024\n"), nil
+	case cmd == "thin_dump":
+		p.dumpArgs, p.dumpReserved = args, p.reserved
+		return []byte(p.dump), p.deltaErr
 	case cmd == "thin_delta":
 		p.deltaArgs, p.deltaReserved = args, p.reserved
 		return []byte(p.delta), p.deltaErr
@@ -187,5 +195,79 @@ func TestThinChangesNames(t *testing.T) {
 		if _, err := f.ThinChanges(t.Context(), n[0], n[1], n[2], n[3]); err == nil || !strings.Contains(err.Error(), "not an LVM name") {
 			t.Errorf("%q: %v, want a refusal of the name", n, err)
 		}
+	}
+}
+
+// TestParseThinDump: the bytes a device maps, single and range
+// mappings, in pool blocks; testdata holds thin_dump 0.9.0's real output
+// for device 2 of testdata/thin_delta_metadata.xml (testdata/README.md).
+func TestParseThinDump(t *testing.T) {
+	const block = 128 * 512
+	tests := []struct {
+		name    string
+		xml     string
+		dev     uint64
+		want    Set
+		wantErr string
+	}{
+		{"recorded", file(t, "thin_dump.xml"), 2, Set{{0, 4 * block}, {10 * block, block}, {30 * block, 3 * block}}, ""},
+		{"recorded, asked for another device", file(t, "thin_dump.xml"), 1, nil, "device 2, want 1"},
+		{"nothing mapped", `<superblock data_block_size="128"><device dev_id="4"></device></superblock>`, 4, nil, ""},
+		{"no device", `<superblock data_block_size="128"></superblock>`, 4, nil, "0 <device>"},
+		{"two devices", `<superblock data_block_size="128"><device dev_id="4"/><device dev_id="4"/></superblock>`, 4, nil, "2 <device>"},
+		{"mapping outside a device", `<superblock data_block_size="128"><single_mapping origin_block="1" data_block="1" time="0"/></superblock>`, 4, nil, "outside"},
+		{"no block size", `<superblock><device dev_id="4"/></superblock>`, 4, nil, "without data_block_size"},
+		{"out of range", `<superblock data_block_size="128"><device dev_id="4"><range_mapping origin_begin="18446744073709551" data_begin="0" length="2" time="0"/></device></superblock>`, 4, nil, "out of range"},
+		{"no length", `<superblock data_block_size="128"><device dev_id="4"><range_mapping origin_begin="1" data_begin="0" time="0"/></device></superblock>`, 4, nil, "without length"},
+		{"unknown element", `<superblock data_block_size="128"><device dev_id="4"><def name="1"/></device></superblock>`, 4, nil, "unknown element <def>"},
+		{"not XML", `bad checksum in superblock`, 4, nil, "0 <device>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseThinDump(strings.NewReader(tt.xml), tt.dev)
+			checkSet(t, got, err, tt.want, tt.wantErr)
+		})
+	}
+}
+
+// TestThinMapped: thin_dump of the volume's thin ID runs on a reserved
+// metadata snapshot, which is always released; one held already is
+// ErrMetadataSnapHeld and stays held.
+func TestThinMapped(t *testing.T) {
+	dump := `<superblock data_block_size="128"><device dev_id="3"><single_mapping origin_block="1" data_block="9" time="0"/></device></superblock>`
+	tables := map[string]string{"vg--a-vol": "0 131072 thin 253:4 3\n"}
+	tests := []struct {
+		name         string
+		pool         fakePool
+		wantErr      string
+		wantReserved bool
+	}{
+		{"free pool", fakePool{dump: dump}, "", false},
+		{"held by another program", fakePool{dump: dump, reserved: true}, "held already", true},
+		{"thin_dump fails", fakePool{deltaErr: errors.New("exit status 1")}, "thin_dump of vg-a/vol", false},
+		{"thin_dump of another device", fakePool{dump: strings.Replace(dump, `"3"`, `"4"`, 1)}, "device 4, want 3", false},
+		{"not active", fakePool{tables: map[string]string{}}, "no such device", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.pool
+			if p.tables == nil {
+				p.tables = tables
+			}
+			f := &Finder{Run: &p, DevDir: "/dev"}
+			got, err := f.ThinMapped(t.Context(), "vg-a", "pool", "vol")
+			if tt.wantReserved != errors.Is(err, ErrMetadataSnapHeld) {
+				t.Errorf("ThinMapped: %v; want ErrMetadataSnapHeld: %v", err, tt.wantReserved)
+			}
+			if p.reserved != tt.wantReserved {
+				t.Errorf("metadata snapshot reserved after the call: %v", p.reserved)
+			}
+			if !checkSet(t, got, err, Set{{128 * 512, 128 * 512}}, tt.wantErr) {
+				return
+			}
+			if want := []string{"--metadata-snap", "--dev-id", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.dumpArgs, want) || !p.dumpReserved {
+				t.Errorf("thin_dump %q (reserved: %v), want %q with the metadata snapshot reserved", p.dumpArgs, p.dumpReserved, want)
+			}
+		})
 	}
 }

@@ -89,6 +89,9 @@ type Config struct {
 	// CatchUps brings this node's volumes up to date from other nodes
 	// (the last copy of a move); nil takes none (catchup.go).
 	CatchUps CatchUps
+	// Blocks names the blocks of this node's snapshots (the controller's
+	// SnapshotMetadata service); nil names none (blocks.go).
+	Blocks Blocks
 	// Now is the clock certificates are checked against; nil is time.Now.
 	Now func() time.Time
 }

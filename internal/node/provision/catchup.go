@@ -202,8 +202,8 @@ func sub(a, b uint64) uint64 {
 
 // ChangeFinder names, from device-mapper metadata, the bytes where a
 // volume may differ from a snapshot of it (a superset, in the pool's
-// blocks or the snapshot's chunks); *changemap.Finder is one. Both need
-// the devices active.
+// blocks or the snapshot's chunks), and the blocks a thin LV maps;
+// *changemap.Finder is one. Each needs its devices active.
 type ChangeFinder interface {
 	// ThinChanges: the thin LV vol of vg against its thin snapshot base,
 	// both in pool.
@@ -211,6 +211,9 @@ type ChangeFinder interface {
 	// SnapshotChanges: the origin of the copy-on-write snapshot snap of
 	// vg against it.
 	SnapshotChanges(ctx context.Context, vg, snap string) (changemap.Set, error)
+	// ThinMapped: the blocks the thin LV vol of vg, in pool, maps (a
+	// snapshot's allocated blocks, blocks.go).
+	ThinMapped(ctx context.Context, vg, pool, vol string) (changemap.Set, error)
 }
 
 // How a catch-up's changes were found (Delta.Method).

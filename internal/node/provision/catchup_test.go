@@ -280,6 +280,11 @@ func (c *changeFinder) ThinChanges(_ context.Context, vg, pool, base, vol string
 	return c.set, c.err
 }
 
+func (c *changeFinder) ThinMapped(_ context.Context, vg, pool, vol string) (changemap.Set, error) {
+	c.asked = append(c.asked, "mapped "+vg+"/"+pool+" "+vol)
+	return c.set, c.err
+}
+
 func (c *changeFinder) SnapshotChanges(_ context.Context, vg, snap string) (changemap.Set, error) {
 	c.asked = append(c.asked, "cow "+vg+"/"+snap)
 	return c.set, c.err

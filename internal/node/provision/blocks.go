@@ -1,0 +1,247 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// A snapshot's block map names, from device-mapper metadata and without
+// reading data, where a snapshot holds data (allocated) or where two
+// snapshots of one volume may differ (delta): what a backup reads
+// instead of the whole volume. The devices are active only while the
+// metadata is read, under the snapshots' per-volume locks, and the thin
+// pool's metadata snapshot is released before the answer is handed on,
+// so that nothing stays reserved while a slow client reads it.
+
+// How a block map was made (BlockMap.Method).
+const (
+	// MapThinDump: the thin snapshot's mappings (thin_dump).
+	MapThinDump = "thin_dump"
+	// MapThinDelta: thin_delta between the two thin snapshots.
+	MapThinDelta = "thin_delta"
+	// MapCOW: the copy-on-write exception tables of the two snapshots.
+	MapCOW = "cow_exceptions"
+	// MapWhole: the whole volume (a thick snapshot's allocated blocks:
+	// a thick LV is allocated whole).
+	MapWhole = "whole"
+)
+
+// BlockMap is the answer of SnapshotAllocated and SnapshotDelta.
+type BlockMap struct {
+	// Capacity is the size in bytes of the volume the (target)
+	// snapshot holds; every block lies below it.
+	Capacity uint64
+	// Blocks are the bytes that hold data, or that may differ: exactly
+	// the pool's blocks for a thin snapshot, a superset in the
+	// snapshot's chunks for a thick one.
+	Blocks changemap.Set
+	// Method says how Blocks were found (Map*).
+	Method string
+}
+
+// SnapshotAllocated is the block map of the allocated blocks of the
+// snapshot id of this node: a thin snapshot's mapped blocks; a thick
+// snapshot's whole volume. Errors: ErrInvalid, ErrNotFound (a snapshot
+// that is not here, or not carve's), ErrBusy (one being made or
+// deleted), ErrRefused (one that overflowed, or a node that names no
+// blocks); each message names the field.
+func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMap, error) {
+	var m BlockMap
+	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, func(snaps []*lvm.LogicalVolume) error {
+		s := snaps[0]
+		var err error
+		if m.Capacity, err = snapshotCapacity(s, "snapshot_id", id); err != nil {
+			return err
+		}
+		if s.Attr.Type != lvm.TypeThin {
+			m.Method, m.Blocks = MapWhole, changemap.Set{}.Add(0, m.Capacity)
+			return nil
+		}
+		set, err := p.cfg.Changes.ThinMapped(ctx, s.VolumeGroup, s.Pool, s.Name)
+		if err != nil {
+			return wrapBlocks(err, "the mapped blocks of snapshot "+id)
+		}
+		m.Method, m.Blocks = MapThinDump, set
+		return nil
+	})
+	if err != nil {
+		return BlockMap{}, err
+	}
+	m.Blocks = clip(m.Blocks, m.Capacity)
+	return m, nil
+}
+
+// SnapshotDelta is the block map of where the snapshot targetID of this
+// node may differ from baseID, an older snapshot of the same volume:
+// thin_delta's exact answer in the pool's blocks for thin snapshots; for
+// thick ones the chunks of the origin written since the base was taken
+// (the base's exception table, and the target's, which it holds already
+// unless the two were taken in one second), which holds every chunk
+// written between the two and those written after the target too: a
+// superset. Bytes the volume grew by between them differ as well.
+// Errors as SnapshotAllocated's, and ErrInvalid for a base of another
+// volume or taken after the target.
+func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string) (BlockMap, error) {
+	var m BlockMap
+	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
+	err := p.withSnapshots(ctx, args, func(snaps []*lvm.LogicalVolume) error {
+		base, target := snaps[0], snaps[1]
+		if err := deltaPair(base, target, baseID, targetID); err != nil {
+			return err
+		}
+		var err error
+		if m.Capacity, err = snapshotCapacity(target, "target_snapshot_id", targetID); err != nil {
+			return err
+		}
+		if target.Attr.Type == lvm.TypeThin {
+			m.Method = MapThinDelta
+			m.Blocks, err = p.cfg.Changes.ThinChanges(ctx, target.VolumeGroup, target.Pool, base.Name, target.Name)
+			if err != nil {
+				return wrapBlocks(err, "the blocks where snapshot "+targetID+" differs from "+baseID)
+			}
+			return nil
+		}
+		m.Method = MapCOW
+		for _, s := range snaps {
+			set, err := p.cfg.Changes.SnapshotChanges(ctx, s.VolumeGroup, s.Name)
+			if err != nil {
+				return wrapBlocks(err, "the exception table of snapshot "+volume.SnapshotID(p.cfg.NodeName, s.VolumeGroup, s.Name))
+			}
+			for _, e := range set {
+				m.Blocks = m.Blocks.Add(e.Off, e.Len)
+			}
+		}
+		if old := SnapshotSize(base); old < m.Capacity {
+			m.Blocks = m.Blocks.Add(old, m.Capacity-old)
+		}
+		return nil
+	})
+	if err != nil {
+		return BlockMap{}, err
+	}
+	m.Blocks = clip(m.Blocks, m.Capacity)
+	return m, nil
+}
+
+// snapshotArg is one snapshot ID of a request and the field it came in.
+type snapshotArg struct{ field, id string }
+
+// withSnapshots finds the snapshots args name, under their per-volume
+// locks (one being made or deleted is ErrBusy), with their devices
+// active, and runs read; it deactivates what it activated and checks
+// that no copy-on-write snapshot ran out of space meanwhile.
+func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, read func([]*lvm.LogicalVolume) error) error {
+	if p.cfg.Changes == nil {
+		return errorf(ErrRefused, "node %s names no blocks from device-mapper metadata", p.cfg.NodeName)
+	}
+	snaps := make([]*lvm.LogicalVolume, 0, len(args))
+	for _, a := range args {
+		if a.id == "" {
+			return errorf(ErrInvalid, "%s: must be set", a.field)
+		}
+		_, _, name, err := volume.ParseSnapshotID(a.id)
+		if err != nil {
+			return errorf(ErrNotFound, "%s: snapshot %q does not exist: %v", a.field, a.id, err)
+		}
+		unlock, err := p.Lock(name, a.field+" "+a.id+" (a snapshot being made or deleted)")
+		if err != nil {
+			if len(snaps) == 1 && snaps[0].Name == name {
+				return errorf(ErrInvalid, "%s and %s: both name snapshot %s", args[0].field, a.field, a.id)
+			}
+			return err
+		}
+		defer unlock()
+		lv, err := p.SnapshotByID(ctx, a.id, false)
+		if errors.Is(err, ErrElsewhere) {
+			return errorf(ErrNotFound, "%s: %v", a.field, err)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.field, err)
+		}
+		if err := SnapshotUsable(lv); err != nil {
+			return errorf(ErrRefused, "%s: snapshot %s: %v", a.field, a.id, err)
+		}
+		dev, activated, err := p.copyDevice(ctx, lv, "snapshot")
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.field, err)
+		}
+		if activated {
+			defer p.deactivateAfterCopy(context.WithoutCancel(ctx), dev)
+		}
+		snaps = append(snaps, dev)
+	}
+	start := time.Now()
+	if err := read(snaps); err != nil {
+		return err
+	}
+	for _, a := range args {
+		s := snaps[0]
+		snaps = snaps[1:]
+		if unusable, err := p.sourceSpent(ctx, s); err == nil && unusable != nil {
+			return errorf(ErrRefused, "%s: snapshot %s ran out of its copy-on-write space while its blocks were read: %v", a.field, a.id, unusable)
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Read snapshot metadata", "snapshots", len(args), "took", time.Since(start))
+	return nil
+}
+
+// deltaPair refuses a base that is not an older snapshot of the
+// target's volume (ErrInvalid). Snapshots taken in one second are not
+// told apart: for them either order is answered alike.
+func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
+	bo, _ := volume.OriginFromTags(base.Tags)
+	to, _ := volume.OriginFromTags(target.Tags)
+	if bo != to || base.VolumeGroup != target.VolumeGroup {
+		return errorf(ErrInvalid, "base_snapshot_id: snapshot %s is of volume %s, target_snapshot_id %s of volume %s: a delta is between two snapshots of one volume",
+			baseID, volume.VolumeID(base.VolumeGroup, bo), targetID, volume.VolumeID(target.VolumeGroup, to))
+	}
+	if base.Attr.Type != target.Attr.Type || base.Pool != target.Pool {
+		return errorf(ErrRefused, "base_snapshot_id: snapshot %s is a %s LV (pool %q), target_snapshot_id %s a %s LV (pool %q): no metadata maps the changes between them",
+			baseID, base.Attr.Type, base.Pool, targetID, target.Attr.Type, target.Pool)
+	}
+	if !base.Time.IsZero() && !target.Time.IsZero() && base.Time.After(target.Time) {
+		return errorf(ErrInvalid, "base_snapshot_id: snapshot %s was taken at %s, after target_snapshot_id %s (%s): the base must be the older",
+			baseID, base.Time.UTC().Format(time.RFC3339), targetID, target.Time.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// snapshotCapacity is the size of the volume the snapshot lv holds: a
+// thick snapshot whose size tag is gone is ErrRefused, naming the tag.
+func snapshotCapacity(lv *lvm.LogicalVolume, field, id string) (uint64, error) {
+	n := SnapshotSize(lv)
+	if n == 0 {
+		return 0, errorf(ErrRefused, "%s: snapshot %s records no size (its tag %s<bytes> is gone): put it back with lvchange --addtag", field, id, volume.TagSizePrefix)
+	}
+	return n, nil
+}
+
+// wrapBlocks is a failure of the metadata path: ErrUnavailable when the
+// pool's metadata snapshot is held by another (a retry may succeed),
+// ErrInternal otherwise.
+func wrapBlocks(err error, what string) error {
+	if errors.Is(err, changemap.ErrMetadataSnapHeld) {
+		return errorf(ErrUnavailable, "%s: %v", what, err)
+	}
+	return errorf(ErrInternal, "%s: %v", what, err)
+}
+
+// clip is s cut at size.
+func clip(s changemap.Set, size uint64) changemap.Set {
+	out := make(changemap.Set, 0, len(s))
+	for _, e := range s {
+		if e.Off >= size {
+			break
+		}
+		out = append(out, changemap.Extent{Off: e.Off, Len: min(e.Len, size-e.Off)})
+	}
+	return out
+}

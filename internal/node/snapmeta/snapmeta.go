@@ -1,0 +1,140 @@
+// Package snapmeta answers the node channel's SnapshotBlocks: the block
+// maps of this node's snapshots (internal/node/provision reads them from
+// device-mapper metadata), sent as pages of extents from a starting
+// offset. The controller serves them as the CSI SnapshotMetadata
+// service (internal/controller/router).
+package snapmeta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/provision"
+)
+
+// DefaultMaxResults is how many extents a message holds when the
+// request does not say: 1024 extents are 16 KiB of protobuf, well under
+// gRPC's 4 MiB message limit.
+const DefaultMaxResults = 1024
+
+// Source makes the block maps; *provision.Provisioner is one. Its
+// errors are provision's kinds.
+type Source interface {
+	SnapshotAllocated(ctx context.Context, id string) (provision.BlockMap, error)
+	SnapshotDelta(ctx context.Context, baseID, targetID string) (provision.BlockMap, error)
+}
+
+// Server answers SnapshotBlocks from Source.
+type Server struct {
+	Source Source
+}
+
+// SnapshotBlocks implements the node channel's SnapshotBlocks: see
+// api/nodeagent/v1. The whole map is made before the first message, so
+// that no lock or metadata snapshot is held while the client reads.
+func (s *Server) SnapshotBlocks(req *nodeagentv1.SnapshotBlocksRequest, stream nodeagentv1.NodeAgent_SnapshotBlocksServer) error {
+	ctx := stream.Context()
+	if req.GetMaxResults() < 0 {
+		return status.Errorf(codes.InvalidArgument, "max_results: %d is negative", req.GetMaxResults())
+	}
+	if req.GetStartingOffset() < 0 {
+		return status.Errorf(codes.OutOfRange, "starting_offset: %d is negative", req.GetStartingOffset())
+	}
+	var m provision.BlockMap
+	var err error
+	if req.GetBaseSnapshotId() == "" {
+		m, err = s.Source.SnapshotAllocated(ctx, req.GetSnapshotId())
+	} else {
+		m, err = s.Source.SnapshotDelta(ctx, req.GetBaseSnapshotId(), req.GetSnapshotId())
+	}
+	if err != nil {
+		return statusOf(err)
+	}
+	if m.Capacity > math.MaxInt64 {
+		return status.Errorf(codes.Internal, "snapshot_id: the volume's capacity %d is out of range", m.Capacity)
+	}
+	if uint64(req.GetStartingOffset()) > m.Capacity {
+		return status.Errorf(codes.OutOfRange, "starting_offset: %d is beyond the volume's capacity of %d bytes", req.GetStartingOffset(), m.Capacity)
+	}
+	blocks := From(m.Blocks, uint64(req.GetStartingOffset()))
+	klog.FromContext(ctx).V(2).Info("Sending snapshot blocks", "snapshotID", req.GetSnapshotId(), "base", req.GetBaseSnapshotId(),
+		"method", m.Method, "extents", len(blocks), "bytes", blocks.Bytes())
+	per := int(req.GetMaxResults())
+	if per == 0 {
+		per = DefaultMaxResults
+	}
+	for _, page := range Pages(blocks, per) {
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		resp := &nodeagentv1.SnapshotBlocksResponse{SnapshotId: req.GetSnapshotId(), BaseSnapshotId: req.GetBaseSnapshotId(),
+			VolumeCapacityBytes: int64(m.Capacity), Blocks: make([]*nodeagentv1.BlockExtent, 0, len(page))}
+		for _, e := range page {
+			resp.Blocks = append(resp.Blocks, &nodeagentv1.BlockExtent{Offset: int64(e.Off), Length: int64(e.Len)})
+		}
+		if err := stream.Send(resp); err != nil {
+			return fmt.Errorf("sending snapshot blocks: %w", err)
+		}
+	}
+	return nil
+}
+
+// From is the part of s from the extent that holds start, or the first
+// after it: extents that end at or before start are left out.
+func From(s changemap.Set, start uint64) changemap.Set {
+	for i, e := range s {
+		if e.Off+e.Len > start {
+			return s[i:]
+		}
+	}
+	return nil
+}
+
+// Pages cuts s into pages of at most per extents (per > 0); no extents
+// is no page.
+func Pages(s changemap.Set, per int) []changemap.Set {
+	var pages []changemap.Set
+	for len(s) > 0 {
+		n := min(per, len(s))
+		pages = append(pages, s[:n])
+		s = s[n:]
+	}
+	return pages
+}
+
+// statusOf is a block map's error as a gRPC status: its kind's code,
+// its message (which names the field) unchanged.
+func statusOf(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	for _, k := range []struct {
+		kind error
+		code codes.Code
+	}{
+		{provision.ErrInvalid, codes.InvalidArgument},
+		{provision.ErrNotFound, codes.NotFound},
+		{provision.ErrElsewhere, codes.NotFound},
+		{provision.ErrBusy, codes.Aborted},
+		{provision.ErrRefused, codes.FailedPrecondition},
+		{provision.ErrUnavailable, codes.Unavailable},
+		{provision.ErrOutOfRange, codes.OutOfRange},
+		{context.Canceled, codes.Canceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+	} {
+		if errors.Is(err, k.kind) {
+			code = k.code
+			break
+		}
+	}
+	return status.Error(code, err.Error())
+}

@@ -90,9 +90,10 @@ exec sleep infinity
 `
 }
 
-// postgresPod runs PostgreSQL on claim. The live database's pod is on the
-// guest's own network (hostNetwork), where the host's forward reaches it;
-// a restored one needs no client outside.
+// postgresPod runs PostgreSQL on claim, on the guest node (a bed with a
+// peer has another Node, where no kubelet runs pods). The live
+// database's pod is on the guest's own network (hostNetwork), where the
+// host's forward reaches it; a restored one needs no client outside.
 func postgresPod(ns, name, claim string, hostNetwork bool) *corev1.Pod {
 	fsync := "on"
 	if breakSwitch() == "fsync-off" {
@@ -104,6 +105,7 @@ func postgresPod(ns, name, claim string, hostNetwork bool) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &zero,
 			HostNetwork:                   hostNetwork,
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},
 			Containers: []corev1.Container{{
 				Name:            "postgres",
 				Image:           postgresImage,

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -571,8 +572,11 @@ type powerCut struct {
 	name string
 	// load is how long pgbench runs before the cut (with during: before
 	// the operation starts).
-	load      time.Duration
-	during    func(t *testing.T, c *cutScenario) string
+	load   time.Duration
+	during func(t *testing.T, c *cutScenario) string
+	// atCut says, from the API (the node is down), how far the
+	// operation had come at the cut: that it was cut mid-way.
+	atCut     func(ctx context.Context, c *cutScenario) string
 	converged func(t *testing.T, c *cutScenario)
 }
 
@@ -639,6 +643,13 @@ var powerCuts = []powerCut{{
 		kubetest.CreateClaimAndPod(t, testCtx(t, time.Minute), bed.Client, newPVC(c.ns, "other", thickSC, "1Gi"), pod)
 		return lvCountAbove(c.lvs)
 	},
+	atCut: func(ctx context.Context, c *cutScenario) string {
+		pvc, err := bed.Client.CoreV1().PersistentVolumeClaims(c.ns).Get(ctx, "other", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("the new claim %s (volume %q)", pvc.Status.Phase, pvc.Spec.VolumeName)
+	},
 	converged: func(t *testing.T, c *cutScenario) {
 		pv := waitClaimBound(t, c.ns, "other", 2*podTimeout)
 		waitPodRunning(t, c.ns, "other", "")
@@ -660,6 +671,14 @@ var powerCuts = []powerCut{{
 		}
 		return lvCountAbove(c.lvs)
 	},
+	atCut: func(ctx context.Context, c *cutScenario) string {
+		vs, err := c.dc.Resource(kubetest.VolumeSnapshots).Namespace(c.ns).Get(ctx, "snap", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		status, _, _ := unstructured.NestedMap(vs.Object, "status")
+		return fmt.Sprintf("the VolumeSnapshot's status %v", status)
+	},
 	converged: func(t *testing.T, c *cutScenario) {
 		waitSnapshotReady(t, c.dc, c.ns, "snap")
 		newLVs(t, c.lvs, 1)
@@ -678,6 +697,14 @@ var powerCuts = []powerCut{{
 			t.Fatal(err)
 		}
 		return fmt.Sprintf("[ $(lvs --noheadings --units b --nosuffix -o lv_size %s) -gt %d ]", handle, 1<<30)
+	},
+	atCut: func(ctx context.Context, c *cutScenario) string {
+		pvc, err := bed.Client.CoreV1().PersistentVolumeClaims(c.ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		got := pvc.Status.Capacity[corev1.ResourceStorage]
+		return fmt.Sprintf("the claim's capacity %s, its conditions %v", got.String(), pvc.Status.Conditions)
 	},
 	converged: func(t *testing.T, c *cutScenario) {
 		waitFor(t, 2*podTimeout, "the claim's status capacity at 2Gi", func(ctx context.Context) (bool, string, error) {
@@ -731,7 +758,7 @@ func TestDatabasePowerCut(t *testing.T) {
 			if pc.during != nil {
 				moment = pc.during(t, c)
 			}
-			back := cutAndRecover(t, c.ns, w, moment)
+			back := cutAndRecover(t, c, w, moment, pc.atCut)
 			if pc.converged != nil {
 				pc.converged(t, c)
 			}
@@ -754,22 +781,27 @@ func TestDatabasePowerCut(t *testing.T) {
 }
 
 // cutAndRecover cuts the guest's power (as soon as the guest's shell
-// condition moment holds, when set), boots it again, and waits until the
-// pod pg runs a new container, its server answers after WAL replay and
-// the client has transactions acknowledged again. It returns the time
-// from the cut to the server answering.
-func cutAndRecover(t *testing.T, ns string, w *ackWriter, moment string) time.Duration {
+// condition moment holds, when set; atCut, when set, is logged then),
+// boots it again, and waits until the pod pg runs a new container, its
+// server answers after WAL replay and the client has transactions
+// acknowledged again. It returns the time from the cut to the server
+// answering.
+func cutAndRecover(t *testing.T, c *cutScenario, w *ackWriter, moment string, atCut func(context.Context, *cutScenario) string) time.Duration {
 	t.Helper()
+	ns := c.ns
 	g := bed.GuestNode(nodeName)
 	if moment != "" {
 		if _, err := g.Exec(testCtx(t, 5*time.Minute), "until "+moment+"; do sleep 0.05; done"); err != nil {
 			t.Fatalf("waiting for the moment of the cut (%s): %v", moment, err)
 		}
 	}
-	atCut := w.acks.Len()
+	acked := w.acks.Len()
 	cut := time.Now()
 	g.PowerCut()
-	t.Logf("power cut after %d acknowledged transactions", atCut)
+	t.Logf("power cut after %d acknowledged transactions", acked)
+	if atCut != nil {
+		t.Logf("at the cut: %s", atCut(testCtx(t, time.Minute), c))
+	}
 	if err := g.Boot(testCtx(t, 15*time.Minute), bed.Client); err != nil {
 		t.Fatalf("boot again: %v", err)
 	}
@@ -778,8 +810,8 @@ func cutAndRecover(t *testing.T, ns string, w *ackWriter, moment string) time.Du
 		if err != nil {
 			return notYet(err)
 		}
-		c := containerStatus(p, "postgres")
-		started := c != nil && c.State.Running != nil && c.State.Running.StartedAt.After(cut)
+		st := containerStatus(p, "postgres")
+		started := st != nil && st.State.Running != nil && st.State.Running.StartedAt.After(cut)
 		return allRunning(p) && started, podState(p), nil
 	})
 	waitFor(t, 10*time.Minute, "PostgreSQL answering after the cut", func(ctx context.Context) (bool, string, error) {

@@ -150,11 +150,12 @@ func TestCrossNodeDatabaseMove(t *testing.T) {
 	toPeer := st.moved.Sub(st.asked)
 	t.Logf("moved to %s in %s (%d transactions acknowledged, none can be while the database is on the peer); %s", peerName, toPeer.Round(time.Second), atStop, st.event)
 
+	peerHandle := volumeHandle(t, onPeer)
 	out, st = runMove(t, ctx, ns, moveClaim, nodeName, onPeer)
 	if st.err != nil {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", nodeName, st.err, out)
 	}
-	checkMoved(t, ctx, ns, moveClaim, onPeer, volumeHandle(t, onPeer), nodeName, "carve", st.seed)
+	checkMoved(t, ctx, ns, moveClaim, onPeer, peerHandle, nodeName, "carve", st.seed)
 	waitPodReady(t, ctx, ns, nodeName, podTimeout)
 	waitPostgres(t, ns, movePod)
 	log, _ := pgExec(ctx, ns, movePod, time.Minute, "grep -E 'redo|recover|interrupted|ready to accept' /tmp/postgres.log")

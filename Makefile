@@ -222,11 +222,22 @@ test-nodes-peer: deps build cachedir
 # through snapshots, online expansion and kills of carve, and check every
 # acknowledged transaction, pgbench's invariant, pg_amcheck and
 # pg_checksums. DATABASES_RUN narrows them (go test -run).
+# DATABASES_PEER=1 adds the peer node of make test-nodes-peer to the bed
+# and, by default, the scenarios that need it (TestCrossNodeDatabase*:
+# a restore onto the peer, a move there and back). DATABASES_CUTS picks
+# TestDatabasePowerCut's cuts by number (e.g. 3,4; default all five).
+DATABASES_PEER ?=
+DATABASES_CUTS ?=
+ifeq ($(DATABASES_PEER),1)
+DATABASES_RUN ?= ^(TestDatabase|TestCrossNodeDatabase)
+else
 DATABASES_RUN ?= ^TestDatabase
+endif
 test-databases: deps build cachedir
 	@bindir=$$(./hack/e2e-tools.sh) && imgdir=$$(VERSION='$(VERSION)' GO='$(GO)' ./hack/images.sh) && \
 	  pg=$$(GO='$(GO)' ./hack/postgres-image.sh) && \
 	  CARVE_E2E_BIN=$$bindir CARVE_BIN=$(CURDIR)/$(BIN)/carve CARVE_IMAGES=$$imgdir CARVE_POSTGRES_IMAGE=$$pg CARVE_CACHE=$(CACHE) \
+	  CARVE_NODES_PEER='$(DATABASES_PEER)' CARVE_DATABASES_CUTS='$(DATABASES_CUTS)' \
 	  $(GO) test -tags nodes,databases -count=1 -timeout 60m -run '$(DATABASES_RUN)' -v ./test/nodes/ 2>&1 | tee $(CACHE)/test-databases.log | ./hack/summarize-go-test.sh databases
 
 # A measurement on the database tier's bed, not part of make test:

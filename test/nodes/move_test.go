@@ -85,7 +85,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		source := volumeHandle(t, oldPV)
 		stopWriter := startWriter(t, ctx, ns)
 		closedSum := sumWhenClosed(ctx, source)
-		out, st := runMove(t, ctx, ns, peerName, oldPV)
+		out, st := runMove(t, ctx, ns, moveClaim, peerName, oldPV)
 		stopWriter()
 		if st.err != nil {
 			t.Fatalf("round %d: kubectl carve move to %s: %v\n%s", r, peerName, st.err, out)
@@ -126,7 +126,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 
 		// Back to the guest node: the pod on the peer never runs, and
 		// only a forced delete (the test's, as the kubelet) ends it.
-		out, st = runMove(t, ctx, ns, nodeName, target)
+		out, st = runMove(t, ctx, ns, moveClaim, nodeName, target)
 		if st.err != nil {
 			t.Fatalf("round %d: kubectl carve move to %s: %v\n%s", r, nodeName, st.err, out)
 		}
@@ -237,7 +237,7 @@ func TestCrossNodeMoveSurvivesKillingThePeer(t *testing.T) {
 		}
 		killed <- err
 	}()
-	out, st := runMove(t, ctx, ns, peerName, oldPV)
+	out, st := runMove(t, ctx, ns, moveClaim, peerName, oldPV)
 	if err := <-killed; err != nil {
 		t.Fatalf("%v; kubectl carve move said:\n%s", err, out)
 	}
@@ -294,7 +294,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	firstPV := pvOf(t, ns, moveClaim)
 	firstHandle := volumeHandle(t, firstPV)
 	stopWriter := startWriter(t, ctx, ns)
-	out, st := runMove(t, ctx, ns, peerName, firstPV)
+	out, st := runMove(t, ctx, ns, moveClaim, peerName, firstPV)
 	stopWriter()
 	if st.err != nil {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", peerName, st.err, out)
@@ -574,14 +574,15 @@ type moveStats struct {
 }
 
 // runMove runs `kubectl carve move ns/claim --to node` (it waits until
-// the move ends) and, beside it, watches the claim: when the claim is
+// the move ends) and, beside it, watches the claim (moving to the guest
+// node, also whether the StatefulSet's pod movePod is Ready there): when the claim is
 // being deleted while pods of the namespace are on the peer, it deletes
 // them at once (no kubelet there ends them). It returns the command's
 // output and what it saw.
-func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string, moveStats) {
+func runMove(t *testing.T, ctx context.Context, ns, claim, node, oldPV string) (string, moveStats) {
 	t.Helper()
 	st := moveStats{asked: time.Now()}
-	cmd := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--to", node, "--timeout", "10m")
+	cmd := kubectlCarve(ctx, "move", ns+"/"+claim, "--to", node, "--timeout", "10m")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -599,14 +600,14 @@ func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string,
 			if st.bound.IsZero() {
 				st.bound = st.moved
 			}
-			st.event = lastEventOf(ctx, ns, moveClaim, moveapi.ReasonMoved)
+			st.event = lastEventOf(ctx, ns, claim, moveapi.ReasonMoved)
 			return out.String(), st
 		case <-tick.C:
 		}
 		if pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{}); err == nil && pv.Annotations[moveapi.AnnSeed] != "" {
 			st.seed = pv.Annotations[moveapi.AnnSeed]
 		}
-		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, moveClaim, metav1.GetOptions{})
+		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
 		switch {
 		case err != nil:
 		case uid == "":
@@ -618,7 +619,7 @@ func runMove(t *testing.T, ctx context.Context, ns, node, oldPV string) (string,
 			// it was deleted at most one poll ago, so the downtime
 			// measured from here is short by less than a poll.
 			st.stopped = time.Now()
-			t.Logf("claim %s/%s was deleted and made again between two polls", ns, moveClaim)
+			t.Logf("claim %s/%s was deleted and made again between two polls", ns, claim)
 		case c.UID != uid && c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != oldPV && st.bound.IsZero():
 			st.bound = time.Now()
 		}

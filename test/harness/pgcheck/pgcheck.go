@@ -59,6 +59,21 @@ func (a *Acks) Before(t time.Time) []int64 {
 	return out
 }
 
+// LongestGap returns the two consecutive acknowledgements furthest apart
+// in time: for a client that writes without pause, the last one before
+// the database's longest stop and the first one after it (zero times
+// with fewer than two acknowledgements).
+func (a *Acks) LongestGap() (last, first time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := 1; i < len(a.at); i++ {
+		if a.at[i].Sub(a.at[i-1]) > first.Sub(last) {
+			last, first = a.at[i-1], a.at[i]
+		}
+	}
+	return last, first
+}
+
 // Missing returns, sorted, the acknowledged ids that present lacks.
 func Missing(acked, present []int64) []int64 {
 	have := make(map[int64]struct{}, len(present))

@@ -36,6 +36,22 @@ func TestAcksBeforeCutsAtTheSnapshot(t *testing.T) {
 	}
 }
 
+func TestAcksLongestGapIsTheStop(t *testing.T) {
+	var a Acks
+	if last, first := a.LongestGap(); !last.IsZero() || !first.IsZero() {
+		t.Errorf("no acknowledgement: LongestGap = %v, %v, want zero times", last, first)
+	}
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 40 * time.Second, 41 * time.Second, 50 * time.Second}
+	for i, d := range at {
+		a.Add(int64(i+1), t0.Add(d))
+	}
+	last, first := a.LongestGap()
+	if !last.Equal(t0.Add(3*time.Second)) || !first.Equal(t0.Add(40*time.Second)) {
+		t.Errorf("LongestGap = %s, %s after t0, want 3s, 40s (the 37 s stop, not the 9 s pause after it)", last.Sub(t0), first.Sub(t0))
+	}
+}
+
 func TestAcksIsSafeForConcurrentUse(t *testing.T) {
 	var a Acks
 	var wg sync.WaitGroup

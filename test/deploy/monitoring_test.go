@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-csi/carve/internal/controller/objects"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -470,7 +472,8 @@ func moverMetrics(t *testing.T) plugintest.Metrics {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	r := router.New(router.Config{})
-	if _, err := mover.New(mover.Config{Client: fake.NewClientset(), Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node",
+	client := fake.NewClientset()
+	if _, err := mover.New(mover.Config{Client: client, Objects: objects.New(client, "lvm.carve.dev", nil), Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node",
 		Volumes: r, CatchUp: r, Events: record.NewFakeRecorder(10), Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +515,8 @@ func refusalMetrics(t *testing.T) plugintest.Metrics {
 func capacityMetrics(t *testing.T) plugintest.Metrics {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	if _, err := capacity.New(capacity.Config{Client: fake.NewClientset(), Namespace: "carve-system",
+	client := fake.NewClientset()
+	if _, err := capacity.New(capacity.Config{Client: client, Objects: objects.New(client, "lvm.carve.dev", nil), Namespace: "carve-system",
 		Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}

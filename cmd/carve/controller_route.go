@@ -131,7 +131,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 		return nil, fmt.Errorf("the controller's certificate: %w", err)
 	}
 	trust := nodeca.NewPool(cas.Trusted()...)
-	writer, err := capacity.New(capacity.Config{Client: client, Objects: objs, Namespace: nc.CapacityNamespace,
+	writer, err := capacity.New(capacity.Config{Client: client, Namespace: nc.CapacityNamespace,
 		Driver: o.DriverName, TopologyKey: topology.Key, Registerer: reg})
 	if err != nil {
 		return nil, err

@@ -53,7 +53,7 @@ func TestCapacityLeaderGivesUpTheLease(t *testing.T) {
 		Provisioner: "lvm.carve.dev", VolumeBindingMode: &wffc})
 	objs := objects.New(client, "lvm.carve.dev", t.Context().Done())
 	t.Cleanup(objs.Shutdown)
-	w, err := capacity.New(capacity.Config{Client: client, Objects: objs, Namespace: ns, Driver: "lvm.carve.dev",
+	w, err := capacity.New(capacity.Config{Client: client, Namespace: ns, Driver: "lvm.carve.dev",
 		TopologyKey: topology.Key, StartupGrace: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -515,8 +515,7 @@ func refusalMetrics(t *testing.T) plugintest.Metrics {
 func capacityMetrics(t *testing.T) plugintest.Metrics {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	client := fake.NewClientset()
-	if _, err := capacity.New(capacity.Config{Client: client, Objects: objects.New(client, "lvm.carve.dev", nil), Namespace: "carve-system",
+	if _, err := capacity.New(capacity.Config{Client: fake.NewClientset(), Namespace: "carve-system",
 		Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func (h *harness) wantHeld(want float64) {
 
 // leftBy are the objects of nodes, in fast, that a previous leader wrote.
 func leftBy(nodes ...string) []runtime.Object {
-	old, err := New(Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	old, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
 	if err != nil {
 		panic(err)
 	}
@@ -148,7 +148,7 @@ func TestHoldEndsWhenNodesReport(t *testing.T) {
 func TestHeldTooLongGivesUp(t *testing.T) {
 	client := fake.NewClientset(leftBy("node-a", "node-b")...)
 	reg := prometheus.NewPedanticRegistry()
-	w, err := New(Config{Client: client, Objects: objectsOf(t, client), Namespace: testNS, Driver: testDriver, TopologyKey: testKey,
+	w, err := New(Config{Client: client, Namespace: testNS, Driver: testDriver, TopologyKey: testKey,
 		Registerer: reg, StartupGrace: 300 * time.Millisecond, Workers: 1})
 	if err != nil {
 		t.Fatal(err)

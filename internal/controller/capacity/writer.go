@@ -41,7 +41,6 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/controller/loop"
-	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -63,10 +62,8 @@ const (
 
 // Config is what the writer needs; main builds it.
 type Config struct {
-	// Client writes CSIStorageCapacity objects.
+	// Client writes CSIStorageCapacity objects and watches StorageClasses.
 	Client kubernetes.Interface
-	// Objects is the process's cache of StorageClasses.
-	Objects *objects.Cache
 	// Namespace is where the objects live (the controller's namespace).
 	Namespace string
 	// Driver is carve's CSI driver name: only StorageClasses with this
@@ -126,18 +123,14 @@ type Writer struct {
 	pending map[string]pendingWrite
 }
 
-// session is what one Run works with. The objects' informer and the
-// queue are made anew for every Run, as neither starts again once
-// stopped, and a writer that gave up its Lease runs again when its
-// replica leads again.
+// session is what one Run works with. The informers and the queue are
+// made anew for every Run, as neither starts again once stopped, and a
+// writer that gave up its Lease runs again when its replica leads again.
 type session struct {
-	queue      loop.Queue[item]
-	objFactory informers.SharedInformerFactory
-	objReg     cache.ResourceEventHandlerRegistration
-	objects    cache.Indexer
-	// synced is closed once Run's handlers have seen every StorageClass
-	// and object.
-	synced chan struct{}
+	queue                 loop.Queue[item]
+	scFactory, objFactory informers.SharedInformerFactory
+	scReg, objReg         cache.ResourceEventHandlerRegistration
+	objects               cache.Indexer
 	// spent says a Run has used the session; only Run touches it.
 	spent bool
 }
@@ -160,8 +153,6 @@ func New(cfg Config) (*Writer, error) {
 	switch {
 	case cfg.Client == nil:
 		return nil, errors.New("capacity writer: Client is required")
-	case cfg.Objects == nil:
-		return nil, errors.New("capacity writer: Objects is required")
 	case cfg.Namespace == "":
 		return nil, errors.New("capacity writer: Namespace is required")
 	case cfg.TopologyKey == "":
@@ -216,7 +207,19 @@ func New(cfg Config) (*Writer, error) {
 }
 
 func (w *Writer) newSession() (*session, error) {
-	s := &session{queue: loop.NewQueue[item](baseDelay, maxDelay), synced: make(chan struct{})}
+	s := &session{queue: loop.NewQueue[item](baseDelay, maxDelay)}
+	s.scFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0, informers.WithTransform(trimStorageClass))
+	scs := s.scFactory.Storage().V1().StorageClasses().Informer()
+	var err error
+	s.scReg, err = scs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.onStorageClass(o, false) },
+		UpdateFunc: func(_, o any) { w.onStorageClass(o, false) },
+		DeleteFunc: func(o any) { w.onStorageClass(o, true) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capacity writer: watching StorageClasses: %w", err)
+	}
+
 	s.objFactory = informers.NewSharedInformerFactoryWithOptions(w.cfg.Client, 0,
 		informers.WithNamespace(w.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = w.selector.String() }))
@@ -235,7 +238,6 @@ func (w *Writer) newSession() (*session, error) {
 			s.queue.Add(w.itemOf(c))
 		}
 	}
-	var err error
 	s.objReg, err = objs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { enqueue(o, false) },
 		UpdateFunc: func(_, o any) { enqueue(o, false) },
@@ -277,24 +279,14 @@ func (w *Writer) Run(ctx context.Context) error {
 	// Run may end before ctx (ErrDeletionsHeld): the informers stop
 	// with it, before Shutdown waits for them.
 	ctx, cancel := context.WithCancel(ctx)
+	defer s.scFactory.Shutdown()
 	defer s.objFactory.Shutdown()
 	defer cancel()
-	scs := w.cfg.Objects.StorageClasses()
-	scReg, err := scs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.onStorageClass(o, false) },
-		UpdateFunc: func(_, o any) { w.onStorageClass(o, false) },
-		DeleteFunc: func(o any) { w.onStorageClass(o, true) },
-	})
-	if err != nil {
-		return fmt.Errorf("capacity writer: watching StorageClasses: %w", err)
-	}
-	defer func() { _ = scs.RemoveEventHandler(scReg) }() // fails only once the informer stopped
-	w.cfg.Objects.Start()
+	s.scFactory.Start(ctx.Done())
 	s.objFactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), scReg.HasSynced, s.objReg.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), s.scReg.HasSynced, s.objReg.HasSynced) {
 		return nil
 	}
-	close(s.synced)
 	w.mu.Lock()
 	classes := len(w.classes)
 	w.mu.Unlock()
@@ -302,7 +294,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		"existingObjects", len(s.objects.List()), "startupGrace", w.cfg.StartupGrace)
 
 	stop := loop.Workers(ctx, s.queue, w.cfg.Workers, w.syncItem)
-	err = w.watchHealth(ctx, grace)
+	err := w.watchHealth(ctx, grace)
 	stop()
 	return err
 }
@@ -472,6 +464,23 @@ func (w *Writer) classOf(sc *storagev1.StorageClass) (string, bool) {
 		return "", false
 	}
 	return sc.Parameters[volume.ParamDeviceClass], true
+}
+
+// trimStorageClass keeps what classOf reads.
+func trimStorageClass(o any) (any, error) {
+	sc, ok := o.(*storagev1.StorageClass)
+	if !ok {
+		return o, nil
+	}
+	out := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: sc.Name, UID: sc.UID, ResourceVersion: sc.ResourceVersion},
+		Provisioner:       sc.Provisioner,
+		VolumeBindingMode: sc.VolumeBindingMode,
+	}
+	if dc, ok := sc.Parameters[volume.ParamDeviceClass]; ok {
+		out.Parameters = map[string]string{volume.ParamDeviceClass: dc}
+	}
+	return out, nil
 }
 
 // desired is what the object of k should hold; nil with act true means it

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/controller/objects"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	storagev1 "k8s.io/api/storage/v1"
@@ -78,7 +75,7 @@ func start(t *testing.T, grace time.Duration, objs ...runtime.Object) *harness {
 	reg := prometheus.NewPedanticRegistry()
 	// One worker: items are written in the order they were queued, so a
 	// later write proves an earlier item was handled.
-	w, err := New(Config{Client: client, Objects: objectsOf(t, client), Namespace: testNS, Driver: testDriver, TopologyKey: testKey,
+	w, err := New(Config{Client: client, Namespace: testNS, Driver: testDriver, TopologyKey: testKey,
 		Registerer: reg, StartupGrace: grace, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -93,11 +90,12 @@ func start(t *testing.T, grace time.Duration, objs ...runtime.Object) *harness {
 		}
 	})
 	h := &harness{t: t, client: client, w: w, reg: reg, ctx: ctx}
-	select {
-	case <-w.s.Load().synced:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the informers did not sync")
-	}
+	h.eventually("informers synced", func() error {
+		if !w.s.Load().scReg.HasSynced() || !w.s.Load().objReg.HasSynced() {
+			return errors.New("not synced")
+		}
+		return nil
+	})
 	return h
 }
 
@@ -419,7 +417,7 @@ func (h *harness) existing(node, scName string, avail int64) *storagev1.CSIStora
 
 func TestRestart(t *testing.T) {
 	// A writer only to build the objects a previous one left.
-	old, err := New(Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	old, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +476,7 @@ func TestRestart(t *testing.T) {
 }
 
 func TestGraceEndsInRun(t *testing.T) {
-	old, err := New(Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	old, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,14 +597,13 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	ok := Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey}
+	ok := Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey}
 	tests := []struct {
 		name    string
 		mutate  func(*Config)
 		wantErr string
 	}{
 		{"no client", func(c *Config) { c.Client = nil }, "Client"},
-		{"no object cache", func(c *Config) { c.Objects = nil }, "Objects"},
 		{"no namespace", func(c *Config) { c.Namespace = "" }, "Namespace"},
 		{"no driver", func(c *Config) { c.Driver = "" }, "Driver"},
 		{"driver not a label value", func(c *Config) { c.Driver = strings.Repeat("d", 64) }, "Driver"},
@@ -637,7 +634,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestNamesAndLabels(t *testing.T) {
-	w, err := New(Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	w, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,7 +672,7 @@ func TestNamesAndLabels(t *testing.T) {
 }
 
 func TestPendingWrites(t *testing.T) {
-	w, err := New(Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	w, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -736,7 +733,7 @@ func TestPendingWrites(t *testing.T) {
 // TestMaxVolume: what the placement of restores reads, straight from the
 // reports, before and without Run.
 func TestMaxVolume(t *testing.T) {
-	w, err := New(Config{Client: fake.NewClientset(), Objects: idleObjects(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
+	w, err := New(Config{Client: fake.NewClientset(), Namespace: testNS, Driver: testDriver, TopologyKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -761,15 +758,3 @@ func TestMaxVolume(t *testing.T) {
 		}
 	}
 }
-
-// objectsOf is a process's object cache over client, for the test's
-// lifetime.
-func objectsOf(t *testing.T, client kubernetes.Interface) *objects.Cache {
-	objs := objects.New(client, testDriver, t.Context().Done())
-	t.Cleanup(objs.Shutdown)
-	return objs
-}
-
-// idleObjects is an object cache for a writer that never runs: nothing
-// starts its informers.
-func idleObjects() *objects.Cache { return objects.New(fake.NewClientset(), testDriver, nil) }

@@ -9,7 +9,9 @@
 // what its duties need (the PV index), and a duty that stops leaves the
 // informer to the others. Objects scoped to a namespace, a label or a field (the node
 // agents' EndpointSlices, the CSIStorageCapacities, the pending pods) are
-// listed apart by the duty that reads them.
+// listed apart by the duty that reads them, and so are the capacity
+// writer's StorageClasses: its informers are made anew for each term it
+// leads.
 package objects
 
 import (
@@ -75,8 +77,8 @@ const (
 )
 
 // Trim is the cache's transform: of each object it keeps what some duty
-// reads (the restore placement, the mover, the lost-node watch, the
-// capacity writer, the PV index), and nothing else reaches memory.
+// reads (the restore placement, the mover, the lost-node watch, the PV
+// index), and nothing else reaches memory.
 func Trim(driver string) cache.TransformFunc {
 	return func(o any) (any, error) {
 		switch v := o.(type) {

@@ -69,16 +69,15 @@ func TestKubeletRegistersCarve(t *testing.T) {
 }
 
 // TestNodeWithoutTheClassVolumeGroup: a device class whose volume group
-// this node lacks leaves the carve pod up (no restarts, not ready), the
-// node reports zero capacity for it, and a claim of that class is never
-// sent there. It runs before the tests that kill the plugin and reboot the
-// node (go test runs a file's tests in order), so any restart is a crash
-// loop; the class has been in the device-class file since the bed started.
+// this node lacks leaves the carve pod up (no restart during the test,
+// not ready), the node reports zero capacity for it, and a claim of that
+// class is never sent there. The class has been in the device-class file
+// since the bed started, so a crash loop would show as a restart here.
 func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
 	ns := newNamespace(t, "absent")
 	ctx := testCtx(t, 10*time.Minute)
-	// Other tests kill the agent on purpose: only a restart during this
-	// one counts.
+	// Other tests kill the agent on purpose (the IO-limits test runs
+	// before this one): only a restart during this one counts.
 	restarts := containerStatus(carvePod(t, ctx), "carve").RestartCount
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	sc := &storagev1.StorageClass{

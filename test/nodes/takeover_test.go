@@ -5,6 +5,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,10 +109,17 @@ func podPIDs(t *testing.T, p *corev1.Pod) string {
 		}
 		ids = append(ids, id)
 	}
-	script := fmt.Sprintf("grep -l -E '%s' /proc/[0-9]*/cgroup | cut -d/ -f3 | sort -n | tr '\\n' ' '", strings.Join(ids, "|"))
-	out := strings.TrimSpace(guestExec(t, script))
-	if n := len(strings.Fields(out)); n < len(ids) {
-		t.Fatalf("found %d processes for the %d containers of %s: %q", n, len(ids), p.Name, out)
+	// -s: a process that exits between the glob and grep's read is no
+	// error; grep would otherwise print its name among the PIDs.
+	script := fmt.Sprintf("grep -s -l -E '%s' /proc/[0-9]*/cgroup | cut -d/ -f3 | sort -n | tr '\\n' ' '", strings.Join(ids, "|"))
+	out := strings.Fields(guestExec(t, script))
+	for _, pid := range out {
+		if _, err := strconv.Atoi(pid); err != nil {
+			t.Fatalf("the guest listed %q among the PIDs of %s: %q", pid, p.Name, out)
+		}
 	}
-	return out
+	if len(out) < len(ids) {
+		t.Fatalf("found %d processes for the %d containers of %s: %q", len(out), len(ids), p.Name, out)
+	}
+	return strings.Join(out, " ")
 }

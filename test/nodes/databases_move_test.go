@@ -11,12 +11,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
-	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
@@ -109,29 +107,7 @@ func TestCrossNodeDatabaseMove(t *testing.T) {
 	if addr == "" {
 		t.Fatal("the guest node forwards no port to PostgreSQL: run make test-databases (CARVE_POSTGRES_IMAGE)")
 	}
-	ns := newNamespace(t, "pgmove")
-	pvs := watchPVs(t, ctx, ns)
-	// Runs before the namespace's cleanup: a pod left on the peer (the
-	// test failed there) would never end, nor would its claim.
-	t.Cleanup(func() {
-		ctx := context.Background()
-		orphan := metav1.DeletePropagationOrphan
-		if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, moveSet, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
-			t.Log(err)
-		}
-		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
-			t.Log(err)
-		}
-	})
-	cordon(t, ctx, peerName, true)
-	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
-	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, postgresStatefulSet(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if pod := waitPodReady(t, ctx, ns, "", 5*time.Minute); pod.Spec.NodeName != nodeName {
-		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
-	}
-	cordon(t, ctx, peerName, false)
+	ns, pvs := startMovedSet(t, ctx, "pgmove", postgresStatefulSet)
 	waitPostgres(t, ns, movePod)
 	initBench(t, ns, movePod)
 	w := startAckWriter(t, addr)

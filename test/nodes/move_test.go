@@ -165,10 +165,20 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 }
 
 // moveSetUp makes, in a new namespace, the moved StatefulSet with its
-// first pod on the guest node (the peer cordoned meanwhile), and writes
-// /data/f. It returns the namespace, the watch of the PVs made for it
-// and /data/f's SHA-256.
+// first pod on the guest node and writes /data/f. It returns the
+// namespace, the watch of the PVs made for it and /data/f's SHA-256.
 func moveSetUp(t *testing.T, ctx context.Context, prefix string) (string, *pvWatch, string) {
+	t.Helper()
+	ns, pvs := startMovedSet(t, ctx, prefix, moveStatefulSet)
+	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
+	return ns, pvs, fileSum
+}
+
+// startMovedSet makes, in a new namespace, the StatefulSet set makes for
+// it (named moveSet), with its first pod ready on the guest node: the
+// peer is cordoned meanwhile. It returns the namespace and the watch of
+// the PVs made for it.
+func startMovedSet(t *testing.T, ctx context.Context, prefix string, set func(ns string) *appsv1.StatefulSet) (string, *pvWatch) {
 	t.Helper()
 	ns := newNamespace(t, prefix)
 	pvs := watchPVs(t, ctx, ns)
@@ -186,16 +196,14 @@ func moveSetUp(t *testing.T, ctx context.Context, prefix string) (string, *pvWat
 	})
 	cordon(t, ctx, peerName, true)
 	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
-	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, moveStatefulSet(ns), metav1.CreateOptions{}); err != nil {
+	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, set(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := waitPodReady(t, ctx, ns, "", 5*time.Minute)
-	if pod.Spec.NodeName != nodeName {
+	if pod := waitPodReady(t, ctx, ns, "", 5*time.Minute); pod.Spec.NodeName != nodeName {
 		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
 	}
 	cordon(t, ctx, peerName, false)
-	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
-	return ns, pvs, fileSum
+	return ns, pvs
 }
 
 // startWriter starts moveWriter in the pod (kubectl exec) and waits until

@@ -72,7 +72,7 @@ if [ ! -s "$P/PG_VERSION" ]; then
 	` + asPostgres + `initdb --data-checksums --no-locale --encoding=UTF8 --auth=trust -U postgres -D "$P" >/tmp/initdb.log
 	cat >>"$P/postgresql.conf" <<EOF
 listen_addresses = '*'
-port = ` + fmt.Sprint(postgresPort) + `
+port = $PGPORT
 unix_socket_directories = '/tmp'
 fsync = ` + fsync + `
 synchronous_commit = on
@@ -93,10 +93,17 @@ exec sleep infinity
 }
 
 // postgresPod runs PostgreSQL on claim, on the guest node (a bed with a
-// peer has another Node, where no kubelet runs pods). The live
-// database's pod is on the guest's own network (hostNetwork), where the
-// host's forward reaches it; a restored one needs no client outside.
-func postgresPod(ns, name, claim string, hostNetwork bool) *corev1.Pod {
+// peer has another Node, where no kubelet runs pods). A live database's
+// pod is on the guest's own network (hostNetwork) and listens on
+// hostPort, one of the ports the host forwards, where its client
+// outside reaches it; a restored one (hostPort 0) needs no client
+// outside and listens on postgresPort in its own network. PGPORT tells
+// the server and every psql and pgbench run in the container the port.
+func postgresPod(ns, name, claim string, hostPort int) *corev1.Pod {
+	port := hostPort
+	if port == 0 {
+		port = postgresPort
+	}
 	fsync := "on"
 	if breakSwitch() == "fsync-off" {
 		fsync = "off"
@@ -106,13 +113,14 @@ func postgresPod(ns, name, claim string, hostNetwork bool) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &zero,
-			HostNetwork:                   hostNetwork,
+			HostNetwork:                   hostPort != 0,
 			NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},
 			Containers: []corev1.Container{{
 				Name:            "postgres",
 				Image:           postgresImage,
 				ImagePullPolicy: corev1.PullNever,
 				Command:         []string{"/bin/sh", "-c", postgresScript(fsync)},
+				Env:             []corev1.EnvVar{{Name: "PGPORT", Value: strconv.Itoa(port)}},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -386,7 +394,7 @@ func liveDatabase(t *testing.T, ns, sc, size string) string {
 	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(testCtx(t, time.Minute), newPVC(ns, "data", sc, size), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	took := startPostgres(t, ns, postgresPod(ns, "pg", "data", true))
+	took := startPostgres(t, ns, postgresPod(ns, "pg", "data", postgresPort))
 	t.Logf("PostgreSQL answering %s after its pod was created", took.Round(time.Second))
 	initBench(t, ns, "pg")
 	return addr
@@ -445,7 +453,7 @@ func TestDatabaseSnapshotOfTheLiveDatabase(t *testing.T) {
 			if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, restored, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", false))
+			recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", 0))
 			checkRecovered(t, ns, "pg-restored")
 
 			checkDatabase(t, ns, "pg", all)

@@ -586,6 +586,11 @@ type powerCut struct {
 	// the operation starts).
 	load   time.Duration
 	during func(t *testing.T, c *cutScenario) string
+	// fromInside: the guest cuts its own power (sysrq b: reboot at once,
+	// nothing synced) the moment during's condition holds; the host's
+	// polling of a guest command takes too long to land inside an
+	// operation of one lvcreate.
+	fromInside bool
 	// atCut says, from the API (the node is down), how far the
 	// operation had come at the cut: that it was cut mid-way.
 	atCut     func(ctx context.Context, c *cutScenario) string
@@ -671,17 +676,22 @@ var powerCuts = []powerCut{{
 		}
 	},
 }, {
-	// A snapshot of the live claim: the cut comes as soon as its LV is
-	// made, before the VolumeSnapshot is ReadyToUse.
-	name: "during a snapshot",
-	load: 10 * time.Second,
+	// A snapshot of the live claim: the guest cuts its power as soon as
+	// lvcreate has made the snapshot's first device-mapper device, before
+	// the VolumeSnapshot is ReadyToUse (a thick snapshot is one lvcreate).
+	name:       "during a snapshot",
+	load:       10 * time.Second,
+	fromInside: true,
 	during: func(t *testing.T, c *cutScenario) string {
 		c.lvs = guestLVs(t)
+		devices := strings.TrimSpace(guestExec(t, "set -- /dev/mapper/*; echo $#"))
 		t.Cleanup(func() { deleteSnapshot(t, c.dc, c.ns, "snap") })
 		if err := kubetest.CreateVolumeSnapshot(testCtx(t, time.Minute), c.dc, c.ns, "snap", snapshotClass, "data"); err != nil {
 			t.Fatal(err)
 		}
-		return lvCountAbove(c.lvs)
+		// Shell builtins only: a poll that runs no command (lvs would wait
+		// for lvcreate's lock) sees the device within milliseconds.
+		return "set -- /dev/mapper/*; [ $# -gt " + devices + " ]"
 	},
 	atCut: func(ctx context.Context, c *cutScenario) string {
 		vs, err := c.dc.Resource(kubetest.VolumeSnapshots).Namespace(c.ns).Get(ctx, "snap", metav1.GetOptions{})
@@ -777,7 +787,7 @@ func TestDatabasePowerCut(t *testing.T) {
 			if pc.during != nil {
 				moment = pc.during(t, c)
 			}
-			back := cutAndRecover(t, c, w, moment, pc.atCut)
+			back := cutAndRecover(t, c, w, moment, pc.fromInside, pc.atCut)
 			if pc.converged != nil {
 				pc.converged(t, c)
 			}
@@ -820,16 +830,23 @@ func cutsFromEnv() (map[int]bool, error) {
 }
 
 // cutAndRecover cuts the guest's power (as soon as the guest's shell
-// condition moment holds, when set; atCut, when set, is logged then),
-// boots it again, and waits until the pod pg runs a new container, its
+// condition moment holds, when set; from inside the guest when
+// fromInside; atCut, when set, is logged then), boots it again, and waits until the pod pg runs a new container, its
 // server answers after WAL replay and the client has transactions
 // acknowledged again. It returns the time from the cut to the server
 // answering.
-func cutAndRecover(t *testing.T, c *cutScenario, w *ackWriter, moment string, atCut func(context.Context, *cutScenario) string) time.Duration {
+func cutAndRecover(t *testing.T, c *cutScenario, w *ackWriter, moment string, fromInside bool, atCut func(context.Context, *cutScenario) string) time.Duration {
 	t.Helper()
 	ns := c.ns
 	g := bed.GuestNode(nodeName)
-	if moment != "" {
+	switch {
+	case fromInside:
+		// The command never ends: the guest is gone first.
+		_, err := g.Exec(testCtx(t, 5*time.Minute), "until "+moment+"; do sleep 0.01; done; echo 1 > /proc/sys/kernel/sysrq; echo b > /proc/sysrq-trigger; sleep 60")
+		if err == nil || !strings.Contains(err.Error(), "the guest ended") {
+			t.Fatalf("the guest's own power cut at (%s): %v, want the guest ended", moment, err)
+		}
+	case moment != "":
 		if _, err := g.Exec(testCtx(t, 5*time.Minute), "until "+moment+"; do sleep 0.05; done"); err != nil {
 			t.Fatalf("waiting for the moment of the cut (%s): %v", moment, err)
 		}

@@ -82,6 +82,9 @@ max_connections = 20
 jit = off
 EOF
 	echo "host all all all trust" >>"$P/pg_hba.conf"
+	# initdb syncs what it wrote, not these appends: a power cut soon
+	# after would leave them zeros (ext4's delayed allocation).
+	sync "$P/postgresql.conf" "$P/pg_hba.conf"
 fi
 # The lock file of a server that ran elsewhere (a snapshot's source, a
 # killed container) names a process of another PID namespace; this

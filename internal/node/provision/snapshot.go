@@ -49,8 +49,13 @@ func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.
 			return nil, "", err
 		}
 		c, _ := volume.ClassFromTags(existing.Tags)
-		klog.FromContext(ctx).V(2).Info("Snapshot exists already")
-		return &existing, c, nil
+		if !halfMade(&existing) {
+			klog.FromContext(ctx).V(2).Info("Snapshot exists already")
+			return &existing, c, nil
+		}
+		if err := p.removeHalfMade(ctx, &existing); err != nil {
+			return nil, c, err
+		}
 	}
 	src, err := p.sourceLV(ctx, vg, origin, r.SourceID)
 	if err != nil {
@@ -99,6 +104,13 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 		}
 		if err := snapshotCompatible(got, name, vg, origin); err != nil {
 			return nil, err
+		}
+		if halfMade(got) {
+			// The view had not seen it; the next attempt makes it anew.
+			if err := p.removeHalfMade(ctx, got); err != nil {
+				return nil, err
+			}
+			return nil, errorf(ErrBusy, "snapshot %q: a half-made snapshot LV %s/%s was found and removed; it is made again on the next attempt", name, vg, snapLV)
 		}
 		p.cfg.View.Created(*got)
 		return got, nil
@@ -197,9 +209,35 @@ func SnapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
 	return size
 }
 
+// halfMade tells an LV carve made as a snapshot (its tags say so) that
+// LVM holds as a plain LV. lvcreate makes a copy-on-write snapshot in
+// two metadata commits: first its copy-on-write store, as an ordinary LV
+// with every tag, then the snapshot of the origin. A crash between the two
+// leaves the store, which holds nothing of the origin: it must never pass
+// for the snapshot. A thin snapshot is made in one commit.
+func halfMade(lv *lvm.LogicalVolume) bool {
+	k, _, owned := volume.Owned(lv.Tags)
+	return owned && (k == volume.KindSnapshot || k == volume.KindCopySource) &&
+		lv.Attr.Type != lvm.TypeSnapshot && lv.Attr.Type != lvm.TypeThin
+}
+
+// removeHalfMade removes a half-made snapshot LV (see halfMade): nothing
+// reads it, and it holds no data.
+func (p *Provisioner) removeHalfMade(ctx context.Context, lv *lvm.LogicalVolume) error {
+	klog.FromContext(ctx).Info("Removing a half-made snapshot: LVM holds it as a plain LV, not a snapshot (a crash cut its lvcreate short)", "lv", lv.VolumeGroup+"/"+lv.Name, "lvAttr", lv.Attr.Raw)
+	if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
+		return wrap(err, "removing the half-made snapshot LV "+lv.VolumeGroup+"/"+lv.Name)
+	}
+	p.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+	return nil
+}
+
 // SnapshotUsable is nil when a snapshot's content can be read: not a
-// copy-on-write snapshot whose space ran out.
+// half-made snapshot, nor a copy-on-write snapshot whose space ran out.
 func SnapshotUsable(lv *lvm.LogicalVolume) error {
+	if halfMade(lv) {
+		return fmt.Errorf("snapshot LV %s/%s was never completed: LVM holds it as a plain LV (lv_attr %s), not a snapshot, as when a crash cuts its lvcreate short; it holds nothing of its origin, and taking the snapshot again replaces it", lv.VolumeGroup, lv.Name, lv.Attr.Raw)
+	}
 	if lv.Attr.SnapshotInvalid || (lv.Attr.Type == lvm.TypeSnapshot && lv.SnapPercent >= 100) {
 		return fmt.Errorf("snapshot LV %s/%s ran out of copy-on-write space (lv_attr %s, %.2f%% used): its content is lost; delete it", lv.VolumeGroup, lv.Name, lv.Attr.Raw, lv.SnapPercent)
 	}

@@ -55,3 +55,21 @@ func ParseEncryption(params map[string]string) (bool, error) {
 // device (/dev/mapper/<name>): one per LV name, which is unique on the
 // node (carve-<hex of the CSI name>).
 func MapperName(lv string) string { return "carve-luks-" + strings.TrimPrefix(lv, "carve-") }
+
+// The CreateVolume secrets carve controller sends a node with a new
+// encrypted volume (never stored: the node writes the wrapped key into
+// the volume's LUKS2 header, and the key into its keyslot only).
+const (
+	// SecretVolumeKey is the volume's key, base64 (standard encoding).
+	SecretVolumeKey = "carve.dev/volume-key" //nolint:gosec // G101: a secret's name, not a credential
+	// SecretKeyID is the key ID the controller records for the volume.
+	SecretKeyID = "carve.dev/volume-key-id" //nolint:gosec // G101: a secret's name, not a credential
+	// SecretWrappedKey is the key wrapped under the controller's KEK.
+	SecretWrappedKey = "carve.dev/volume-key-wrapped" //nolint:gosec // G101: a secret's name, not a credential
+)
+
+// IsKeySecret tells whether a CreateVolume secret is one of carve's own
+// key secrets, which only carve controller may set.
+func IsKeySecret(k string) bool {
+	return k == SecretVolumeKey || k == SecretKeyID || k == SecretWrappedKey
+}

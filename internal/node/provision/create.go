@@ -40,6 +40,8 @@ type Request struct {
 	Block bool
 	// IOLimits are the volume's starting IO limits, recorded in its tags.
 	IOLimits volume.IOLimits
+	// Encryption is set for an encrypted volume (a LUKS2 device).
+	Encryption *Encryption
 }
 
 // Range is a capacity range in bytes; 0 is unset.
@@ -88,8 +90,19 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	}
 	defer unlock()
 	c := createCall{Request: r, lvName: lvName, method: EraseMethodFor(r.Class, r.Block), phase: r.phase()}
+	if r.Encryption != nil {
+		if p.cfg.LUKS == nil {
+			return nil, errorf(ErrElsewhere, "volume %q: %s is %q and node %s has no cryptsetup", r.Name, volume.ParamEncryption, volume.EncryptionLUKS2, p.cfg.NodeName)
+		}
+		// Through dm-crypt the previous tenant's bytes read as noise,
+		// never as their plaintext: nothing to zero.
+		c.method = erase.None
+	}
 	lv, made, err := p.provision(ctx, &c)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSourceEncryption(r, c.src); err != nil {
 		return nil, err
 	}
 	// Outside the room lock: copying or zeroing a large volume must not
@@ -110,6 +123,13 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	}
 	if err := p.clearFormatting(lv.VolumeGroup, lv.Name); err != nil {
 		return nil, errorf(ErrInternal, "volume %q: %v", r.Name, err)
+	}
+	if r.Encryption != nil {
+		if err := p.ensureLUKS(ctx, lv, r, c.phase); err != nil {
+			return nil, err
+		}
+	} else if r.Source != nil && volume.Encrypted(lv.Tags) {
+		return nil, encryptionMismatch(r, r.Source.ID, true)
 	}
 	return lv, nil
 }
@@ -324,7 +344,7 @@ func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceCl
 func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (lv *lvm.LogicalVolume, made bool, err error) {
 	class := c.Class
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: c.lvName, Size: size,
-		Tags: slices.Concat(volume.VolumeTags(c.Name, class.Name, c.Params), askedTags(c.Range, size), volume.IOLimitTags(c.IOLimits))}
+		Tags: slices.Concat(volume.VolumeTags(c.Name, class.Name, c.Params), askedTags(c.Range, size), volume.IOLimitTags(c.IOLimits), encryptionTags(c.Request))}
 	marked := false
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool

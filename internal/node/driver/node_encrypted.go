@@ -1,0 +1,172 @@
+// Encrypted volumes on the node: NodeStageVolume opens the LUKS2 device
+// with the key carve controller releases to this node, and every later
+// call (format, mount, publish, expand, stats) uses the opened device;
+// NodeUnstageVolume closes it.
+
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/channel"
+	"github.com/carve-csi/carve/internal/node/luks"
+	"github.com/carve-csi/carve/internal/node/provision"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// VolumeKeys asks carve controller for the key of an encrypted volume of
+// this node; *channel.Keys is one. Its errors: channel.ErrNoController
+// (nothing asked), *channel.KeyRefusedError (the controller said no).
+type VolumeKeys interface {
+	VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) ([]byte, error)
+}
+
+// mapperOf is the opened device of vol (it may not exist).
+func (n *NodeServer) mapperOf(vol volume.ID) (name, path string) {
+	name = volume.MapperName(vol.LV)
+	return name, luks.MapperPath(n.cfg.DevDir, name)
+}
+
+// openedDevice is vol's opened LUKS device when it is open, else device
+// (the LV's): what a staged encrypted volume is formatted, mounted,
+// published, grown and measured through.
+func (n *NodeServer) openedDevice(vol volume.ID, device string) string {
+	if _, mapper := n.mapperOf(vol); n.isDeviceNode(mapper) {
+		return mapper
+	}
+	return device
+}
+
+// encrypted tells whether vol is an encrypted volume: its LV's tag, from
+// the view (no LVM command in the common case), else from LVM. A LUKS
+// device whose LV lost its tag is still never formatted: the signature
+// check finds crypto_LUKS and refuses.
+func (n *NodeServer) encrypted(ctx context.Context, vol volume.ID) (bool, error) {
+	if n.cfg.View != nil {
+		if lv, ok := n.cfg.View.LV(vol.VG, vol.LV); ok {
+			return volume.Encrypted(lv.Tags), nil
+		}
+	}
+	lv, err := n.cfg.LVM.GetLV(ctx, vol.VG, vol.LV)
+	if err != nil {
+		return false, lookupStatus(vol, err)
+	}
+	return volume.Encrypted(lv.Tags), nil
+}
+
+// openEncrypted returns the device a stage goes on with: device itself
+// for a plain volume; for an encrypted one its opened LUKS device, opened
+// now with the key carve controller releases when it is not open yet.
+// Nothing here ever formats: a missing header, a missing token, a refused
+// or wrong key are errors that name the volume.
+func (n *NodeServer) openEncrypted(ctx context.Context, op *metrics.Op, vol volume.ID, device string) (string, error) {
+	name, mapper := n.mapperOf(vol)
+	if device == mapper {
+		return device, nil // open already (activeDevice found it)
+	}
+	enc, err := n.encrypted(ctx, vol)
+	if err != nil || !enc {
+		return device, err
+	}
+	if n.isDeviceNode(mapper) {
+		return mapper, nil
+	}
+	result := "error"
+	start := time.Now()
+	err = n.open(ctx, vol, device, name, &result)
+	n.cfg.Metrics.CountLUKSOpen(result)
+	op.Took(metrics.StepLUKSOpen, time.Since(start), err)
+	if err != nil {
+		return "", err
+	}
+	klog.FromContext(ctx).Info("Opened the encrypted volume", "volumeID", vol.String(), "device", mapper)
+	return mapper, nil
+}
+
+func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name string, result *string) error {
+	if n.cfg.LUKS == nil || n.cfg.Keys == nil {
+		*result = "unavailable"
+		return status.Errorf(codes.FailedPrecondition, "volume %q is encrypted, and this node agent opens no encrypted volumes (no cryptsetup, or no node channel to carve controller)", vol)
+	}
+	has, err := provision.HasLUKSHeader(device)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: reading the start of %s: %v", vol, device, err)
+	}
+	if !has {
+		*result = "no_header"
+		return status.Errorf(codes.FailedPrecondition, "volume %q is encrypted (its LV carries %s), but its device %s holds no LUKS2 header: the header is lost or overwritten, "+
+			"so its data cannot be decrypted; carve does not format it", vol, volume.TagEncrypted, device)
+	}
+	tok, err := n.cfg.LUKS.ReadToken(ctx, device)
+	if errors.Is(err, luks.ErrNoToken) {
+		*result = "no_header"
+		return status.Errorf(codes.FailedPrecondition, "volume %q: its LUKS2 header holds no key of carve's (%v); carve does not format it", vol, err)
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %q: reading its LUKS2 token: %v", vol, err)
+	}
+	key, err := n.cfg.Keys.VolumeKey(ctx, vol.String(), tok.KeyID, tok.Wrapped)
+	var refused *channel.KeyRefusedError
+	switch {
+	case errors.As(err, &refused):
+		*result = "refused"
+		return status.Errorf(codes.FailedPrecondition, "volume %q: %v; carve does not format it", vol, err)
+	case errors.Is(err, channel.ErrNoController):
+		*result = "unavailable"
+		return status.Errorf(codes.Unavailable, "volume %q is encrypted and its key comes from carve controller: %v; retry later", vol, err)
+	case err != nil:
+		return status.Errorf(codes.Unavailable, "volume %q: asking carve controller for its key: %v", vol, err)
+	}
+	// The key lives in this process only for the open: cryptsetup holds
+	// the volume key in the kernel from here on.
+	defer clear(key)
+	err = n.cfg.LUKS.Open(ctx, device, name, key)
+	switch {
+	case errors.Is(err, luks.ErrWrongKey):
+		*result = "wrong_key"
+		return status.Errorf(codes.FailedPrecondition, "volume %q: the key carve controller released for key ID %s opens no keyslot of its LUKS2 header (a wrong or altered key, or a header that was crypto-erased); carve does not format it",
+			vol, tok.KeyID)
+	case err != nil:
+		return status.Errorf(codes.Internal, "volume %q: opening its LUKS2 device: %v", vol, err)
+	}
+	*result = "opened"
+	return nil
+}
+
+// closeEncrypted closes vol's opened LUKS device, if it is open: after
+// unstage nothing of the volume's key stays on the node.
+func (n *NodeServer) closeEncrypted(ctx context.Context, vol volume.ID) error {
+	name, mapper := n.mapperOf(vol)
+	if !n.isDeviceNode(mapper) {
+		return nil
+	}
+	if n.cfg.LUKS == nil {
+		return status.Errorf(codes.Internal, "volume %q: its encrypted device %s is open and this node has no cryptsetup to close it", vol, mapper)
+	}
+	if err := n.cfg.LUKS.Close(ctx, name); err != nil {
+		return status.Errorf(codes.Internal, "volume %q: closing its encrypted device %s: %v", vol, mapper, err)
+	}
+	klog.FromContext(ctx).Info("Closed the encrypted volume", "volumeID", vol.String(), "device", mapper)
+	return nil
+}
+
+// resizeEncrypted grows vol's opened LUKS device to its grown LV; a
+// volume not open (not staged) has nothing to grow: its next open sees
+// the LV's size.
+func (n *NodeServer) resizeEncrypted(ctx context.Context, vol volume.ID) error {
+	name, mapper := n.mapperOf(vol)
+	if !n.isDeviceNode(mapper) || n.cfg.LUKS == nil {
+		return nil
+	}
+	if err := n.cfg.LUKS.Resize(ctx, name, nil); err != nil {
+		return status.Errorf(codes.Internal, "volume %q: growing its encrypted device %s: %v", vol, mapper, err)
+	}
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -108,7 +109,9 @@ func (c Cryptsetup) path() string {
 // carries its code (exitCode reads it).
 func (c Cryptsetup) run(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	cmd := c.Exec.CommandContext(ctx, c.path(), args...)
-	cmd.SetEnv([]string{"LC_ALL=C", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+	// The process's environment carries DM_DEV_DIR and DM_DISABLE_UDEV,
+	// which libdevmapper reads as lvm does.
+	cmd.SetEnv(append(os.Environ(), "LC_ALL=C"))
 	cmd.SetStdin(bytes.NewReader(stdin))
 	out, err := cmd.CombinedOutput()
 	if err != nil {

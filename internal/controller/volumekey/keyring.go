@@ -164,7 +164,7 @@ func split(wrapped string) (kek string, sealed []byte, err error) {
 	}
 	sealed, err = base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil {
-		return "", nil, fmt.Errorf("wrapped key: %v: %w", err, ErrUnwrap)
+		return "", nil, fmt.Errorf("wrapped key: %w: %w", err, ErrUnwrap)
 	}
 	return parts[1], sealed, nil
 }

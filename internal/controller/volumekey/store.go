@@ -19,7 +19,7 @@ import (
 const kekDataPrefix = "kek-"
 
 // DefaultSecret is the Secret's name in the controller's namespace.
-const DefaultSecret = "carve-volume-kek"
+const DefaultSecret = "carve-volume-kek" //nolint:gosec // G101: a Secret's name, not a credential
 
 // Store reads the keyring from its Secret, makes the Secret when there is
 // none, and adds KEKs to it. It is safe for concurrent use.

@@ -26,6 +26,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
 	"github.com/carve-csi/carve/internal/volume"
@@ -100,6 +101,9 @@ type NodeServer struct {
 	isDeviceNode func(path string) bool
 	// deviceOf reads a block device node's numbers; tests replace it.
 	deviceOf func(path string) (iolimit.Device, error)
+	// hasLUKSHeader tells whether a device starts with a LUKS header;
+	// tests replace it.
+	hasLUKSHeader func(path string) (bool, error)
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
@@ -115,7 +119,8 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())
 	}
-	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice, deviceOf: iolimit.DeviceOf}
+	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice, deviceOf: iolimit.DeviceOf,
+		hasLUKSHeader: provision.HasLUKSHeader}
 	n.staging.Keep = true
 	return n
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/channel"
 	"github.com/carve-csi/carve/internal/node/luks"
-	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -95,7 +94,7 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 		*result = "unavailable"
 		return status.Errorf(codes.FailedPrecondition, "volume %q is encrypted, and this node agent opens no encrypted volumes (no cryptsetup, or no node channel to carve controller)", vol)
 	}
-	has, err := provision.HasLUKSHeader(device)
+	has, err := n.hasLUKSHeader(device)
 	if err != nil {
 		return status.Errorf(codes.Internal, "volume %q: reading the start of %s: %v", vol, device, err)
 	}

@@ -91,7 +91,7 @@ func containsPattern(t *testing.T, path string, n int64) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	needle := luksPattern[:40]
 	buf := make([]byte, 4*mib+int64(len(needle)))
 	var off int64
@@ -122,7 +122,7 @@ func containsPattern(t *testing.T, path string, n int64) bool {
 // it: its header on the freed extents opens with the key no more. The
 // crypto-erase is timed against zeroing the same size.
 func TestEncryptedVolume(t *testing.T) {
-	if out, err := exec.Command("modprobe", "dm_crypt").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
 	}
 	const size = 512 * mib
@@ -264,7 +264,7 @@ func TestEncryptedVolume(t *testing.T) {
 	unstage()
 
 	// The key, as the releaser gives it, for the check after the delete.
-	tokOut, err := exec.Command("cryptsetup", "token", "export", "--token-id", "0", raw).Output()
+	tokOut, err := exec.CommandContext(context.Background(), "cryptsetup", "token", "export", "--token-id", "0", raw).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestEncryptedVolume(t *testing.T) {
 		t.Fatalf("the releaser refused the key: %s", ans.GetRefused())
 	}
 	opens := func(dev string) bool {
-		cmd := exec.Command("cryptsetup", "open", "--test-passphrase", "--key-file", "-", dev)
+		cmd := exec.CommandContext(context.Background(), "cryptsetup", "open", "--test-passphrase", "--key-file", "-", dev)
 		cmd.Stdin = bytes.NewReader(ans.GetKey())
 		return cmd.Run() == nil
 	}

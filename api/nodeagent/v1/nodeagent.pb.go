@@ -1862,7 +1862,13 @@ type VolumeKeyAnswer struct {
 	Key []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Why the controller refused, when it did (key empty): names the
 	// volume and the check that failed.
-	Refused       string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	Refused string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	// Set when the request's wrapped key is under an older key-encryption
+	// key than the newest: the same key wrapped under the newest, which the
+	// agent writes into the volume's header in place of the old token
+	// once the volume is open (a KEK rotation reaches each volume at its
+	// next stage).
+	RewrappedKey  string `protobuf:"bytes,4,opt,name=rewrapped_key,json=rewrappedKey,proto3" json:"rewrapped_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1914,6 +1920,13 @@ func (x *VolumeKeyAnswer) GetKey() []byte {
 func (x *VolumeKeyAnswer) GetRefused() string {
 	if x != nil {
 		return x.Refused
+	}
+	return ""
+}
+
+func (x *VolumeKeyAnswer) GetRewrappedKey() string {
+	if x != nil {
+		return x.RewrappedKey
 	}
 	return ""
 }
@@ -2045,12 +2058,13 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x15\n" +
 	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x1f\n" +
 	"\vwrapped_key\x18\x04 \x01(\tR\n" +
-	"wrappedKey\"\\\n" +
+	"wrappedKey\"\x81\x01\n" +
 	"\x0fVolumeKeyAnswer\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
-	"\arefused\x18\x03 \x01(\tR\arefused*=\n" +
+	"\arefused\x18\x03 \x01(\tR\arefused\x12#\n" +
+	"\rrewrapped_key\x18\x04 \x01(\tR\frewrappedKey*=\n" +
 	"\vDigestScope\x12\x17\n" +
 	"\x13DIGEST_SCOPE_VOLUME\x10\x00\x12\x15\n" +
 	"\x11DIGEST_SCOPE_SENT\x10\x012\xec\a\n" +

@@ -85,6 +85,7 @@ func (r *Releaser) Answer(ctx context.Context, node string, req *nodeagentv1.Vol
 	switch {
 	case err == nil:
 		ans.Key = key
+		ans.RewrappedKey = r.rewrap(ctx, req, key)
 		r.released.Inc()
 		klog.FromContext(ctx).V(2).Info("Released a volume key to its node", "node", node, "volumeID", req.GetVolumeId(), "keyID", req.GetKeyId())
 	case reason != "":
@@ -137,4 +138,22 @@ func (r *Releaser) release(ctx context.Context, node string, req *nodeagentv1.Vo
 		return nil, RefusedUnwrap, fmt.Errorf("volume %s: %w", id, err)
 	}
 	return key, "", err
+}
+
+// rewrap is key wrapped under the newest KEK when the request's wrapped
+// key is under an older one, else "".
+func (r *Releaser) rewrap(ctx context.Context, req *nodeagentv1.VolumeKeyRequest, key []byte) string {
+	ring, err := r.keys.Keyring(ctx)
+	if err != nil {
+		return ""
+	}
+	if kek, err := KEKOf(req.GetWrappedKey()); err != nil || kek == ring.Newest() {
+		return ""
+	}
+	w, err := ring.Wrap(req.GetKeyId(), key)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Wrapping a volume key under the newest key-encryption key", "volumeID", req.GetVolumeId())
+		return ""
+	}
+	return w
 }

@@ -83,3 +83,33 @@ func TestReleaseOnlyToTheVolumesNode(t *testing.T) {
 		t.Errorf("a volume also pinned to another node: %+v", a)
 	}
 }
+
+// TestReleaseRewrapsUnderTheNewestKEK: a key wrapped under an older KEK is
+// released with the same key wrapped under the newest, for the node to
+// write into the header; one under the newest is not.
+func TestReleaseRewrapsUnderTheNewestKEK(t *testing.T) {
+	old := testRing(t, "1")
+	both := testRing(t, "1", "2")
+	key, _ := NewKey()
+	id := KeyIDFor("pvc-a")
+	w1, _ := old.Wrap(id, key)
+	const vol = "vg/carve-aaaa"
+	r, err := NewReleaser(fixedKeys{both}, fakeHolders{vol: {{PV: "pvc-a", Node: "n1", KeyID: id}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.Answer(context.Background(), "n1", &nodeagentv1.VolumeKeyRequest{VolumeId: vol, KeyId: id, WrappedKey: w1})
+	if !bytes.Equal(a.GetKey(), key) || a.GetRewrappedKey() == "" {
+		t.Fatalf("answer %+v", a)
+	}
+	if k, _ := KEKOf(a.GetRewrappedKey()); k != "2" {
+		t.Errorf("rewrapped under KEK %s", k)
+	}
+	if got, err := both.Unwrap(id, a.GetRewrappedKey()); err != nil || !bytes.Equal(got, key) {
+		t.Errorf("the rewrapped key unwraps to %x, %v", got, err)
+	}
+	a = r.Answer(context.Background(), "n1", &nodeagentv1.VolumeKeyRequest{VolumeId: vol, KeyId: id, WrappedKey: a.GetRewrappedKey()})
+	if len(a.GetKey()) == 0 || a.GetRewrappedKey() != "" {
+		t.Errorf("a key under the newest KEK: %+v", a)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,15 @@ import (
 
 // kekDataPrefix starts the Secret's data keys: kek-<ID>, 32 bytes each.
 const kekDataPrefix = "kek-"
+
+// RotateAnnotation on the Secret asks for a new KEK: the first replica
+// that reads it adds one and takes the annotation off.
+const RotateAnnotation = "carve.dev/rotate-kek"
+
+// reloadEvery is how old a keyring read may be before Keyring reads the
+// Secret again: a rotation asked for, or made by another replica,
+// reaches every replica within it.
+const reloadEvery = time.Minute
 
 // DefaultSecret is the Secret's name in the controller's namespace.
 const DefaultSecret = "carve-volume-kek" //nolint:gosec // G101: a Secret's name, not a credential
@@ -29,6 +39,7 @@ type Store struct {
 
 	mu   sync.Mutex
 	ring *Keyring
+	read time.Time // when ring was read
 }
 
 // NewStore returns the store of the Secret namespace/name.
@@ -41,10 +52,17 @@ func NewStore(client kubernetes.Interface, namespace, name string) *Store {
 func (s *Store) Keyring(ctx context.Context) (*Keyring, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ring != nil {
+	if s.ring != nil && time.Since(s.read) < reloadEvery {
 		return s.ring, nil
 	}
-	return s.load(ctx)
+	ring, err := s.load(ctx)
+	if err != nil && s.ring != nil {
+		// The last keyring still opens every volume it opened; the next
+		// call reads again.
+		klog.FromContext(ctx).Error(err, "Reading the key-encryption Secret again; keeping the keys read before")
+		return s.ring, nil
+	}
+	return ring, err
 }
 
 // Reload reads the Secret again: a KEK another replica added since (a
@@ -66,11 +84,16 @@ func (s *Store) load(ctx context.Context) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := sec.Annotations[RotateAnnotation]; ok {
+		if sec, err = s.addKEK(ctx, sec); err != nil {
+			return nil, err
+		}
+	}
 	ring, err := fromSecret(sec)
 	if err != nil {
 		return nil, fmt.Errorf("key-encryption Secret %s: %w (restore it from a backup: without it no encrypted volume opens)", s.where(), err)
 	}
-	s.ring = ring
+	s.ring, s.read = ring, time.Now()
 	return ring, nil
 }
 
@@ -115,29 +138,48 @@ func (s *Store) Rotate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading key-encryption Secret %s: %w", s.where(), err)
 	}
+	if sec, err = s.addKEK(ctx, sec); err != nil {
+		return "", err
+	}
+	if s.ring, err = fromSecret(sec); err != nil {
+		return "", err
+	}
+	s.read = time.Now()
+	return s.ring.Newest(), nil
+}
+
+// addKEK writes sec back with one KEK more and without RotateAnnotation,
+// and returns what the API server holds then; a conflict (another replica
+// rotated first) reads the Secret again instead.
+func (s *Store) addKEK(ctx context.Context, sec *corev1.Secret) (*corev1.Secret, error) {
 	ring, err := fromSecret(sec)
 	if err != nil {
-		return "", fmt.Errorf("key-encryption Secret %s: %w", s.where(), err)
+		return nil, fmt.Errorf("key-encryption Secret %s: %w", s.where(), err)
 	}
 	n, _ := strconv.ParseUint(ring.Newest(), 10, 64)
 	id := strconv.FormatUint(n+1, 10)
 	kek, err := newKEK()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	sec = sec.DeepCopy()
 	sec.Data[kekDataPrefix+id] = kek
+	delete(sec.Annotations, RotateAnnotation)
 	// The resourceVersion makes a concurrent rotation fail with a
 	// conflict rather than lose a KEK.
 	updated, err := s.client.CoreV1().Secrets(s.namespace).Update(ctx, sec, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		got, gerr := s.client.CoreV1().Secrets(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+		if gerr != nil {
+			return nil, fmt.Errorf("reading key-encryption Secret %s: %w", s.where(), gerr)
+		}
+		return got, nil
+	}
 	if err != nil {
-		return "", fmt.Errorf("adding key-encryption key %s to Secret %s: %w", id, s.where(), err)
+		return nil, fmt.Errorf("adding key-encryption key %s to Secret %s: %w", id, s.where(), err)
 	}
-	if s.ring, err = fromSecret(updated); err != nil {
-		return "", err
-	}
-	klog.FromContext(ctx).Info("Added a key-encryption key; new volume keys are wrapped under it", "secret", s.where(), "kek", id)
-	return id, nil
+	klog.FromContext(ctx).Info("Added a key-encryption key; new volume keys are wrapped under it, and each volume's key is wrapped again at its next stage", "secret", s.where(), "kek", id)
+	return updated, nil
 }
 
 func newKEK() ([]byte, error) {

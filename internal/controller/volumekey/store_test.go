@@ -53,3 +53,31 @@ func TestStoreCreatesAndRotates(t *testing.T) {
 		t.Error("reload missed KEK 2")
 	}
 }
+
+// TestRotationByAnnotation: the annotation on the Secret has the next
+// read add a KEK and take the annotation off.
+func TestRotationByAnnotation(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	s := NewStore(client, "carve-system", DefaultSecret)
+	if _, err := s.Keyring(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := client.CoreV1().Secrets("carve-system").Get(ctx, DefaultSecret, metav1.GetOptions{})
+	sec.Annotations = map[string]string{RotateAnnotation: "requested"}
+	if _, err := client.CoreV1().Secrets("carve-system").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reload(ctx)
+	if err != nil || r.Newest() != "2" || !r.Has("1") {
+		t.Fatalf("after the annotation: %v, %v", r.IDs(), err)
+	}
+	sec, _ = client.CoreV1().Secrets("carve-system").Get(ctx, DefaultSecret, metav1.GetOptions{})
+	if _, ok := sec.Annotations[RotateAnnotation]; ok || len(sec.Data) != 2 {
+		t.Errorf("Secret after the rotation: annotations %v, %d keys", sec.Annotations, len(sec.Data))
+	}
+	// Read again: no second rotation.
+	if r, _ = s.Reload(ctx); r.Newest() != "2" {
+		t.Errorf("rotated again: %v", r.IDs())
+	}
+}

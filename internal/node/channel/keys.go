@@ -104,31 +104,33 @@ func (k *Keys) Connected() bool {
 
 // VolumeKey asks the controller for the key of the volume volumeID of this
 // node, whose header holds wrapped under keyID. It tries each stream
-// until one carries the request; the answer is the key, a
-// *KeyRefusedError, ErrNoController, or the context's error.
-func (k *Keys) VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) ([]byte, error) {
+// until one carries the request; the answer is the key (and, after a
+// rotation of the controller's KEK, the key wrapped under the newest,
+// for the header), a *KeyRefusedError, ErrNoController, or the
+// context's error.
+func (k *Keys) VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) (key []byte, rewrapped string, err error) {
 	k.mu.Lock()
 	streams := append([]*keyStream(nil), k.streams...)
 	k.mu.Unlock()
 	if len(streams) == 0 {
-		return nil, ErrNoController
+		return nil, "", ErrNoController
 	}
 	var errs []error
 	for _, ks := range streams {
-		key, err := k.ask(ctx, ks, volumeID, keyID, wrapped)
-		if err == nil || ctx.Err() != nil {
-			return key, err
+		a, err := k.ask(ctx, ks, volumeID, keyID, wrapped)
+		if err == nil {
+			return a.GetKey(), a.GetRewrappedKey(), nil
 		}
 		var refused *KeyRefusedError
-		if errors.As(err, &refused) {
-			return nil, err
+		if errors.As(err, &refused) || ctx.Err() != nil {
+			return nil, "", err
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("%w: every stream failed: %w", ErrNoController, errors.Join(errs...))
+	return nil, "", fmt.Errorf("%w: every stream failed: %w", ErrNoController, errors.Join(errs...))
 }
 
-func (k *Keys) ask(ctx context.Context, ks *keyStream, volumeID, keyID, wrapped string) ([]byte, error) {
+func (k *Keys) ask(ctx context.Context, ks *keyStream, volumeID, keyID, wrapped string) (*nodeagentv1.VolumeKeyAnswer, error) {
 	w := make(chan *nodeagentv1.VolumeKeyAnswer, 1)
 	k.mu.Lock()
 	k.next++
@@ -154,7 +156,7 @@ func (k *Keys) ask(ctx context.Context, ks *keyStream, volumeID, keyID, wrapped 
 			}
 			return nil, &KeyRefusedError{Reason: r}
 		}
-		return a.GetKey(), nil
+		return a, nil
 	case <-ks.done:
 		return nil, errors.New("the controller's stream ended before it answered")
 	case <-ctx.Done():

@@ -18,7 +18,7 @@ import (
 func TestVolumeKeys(t *testing.T) {
 	e := newEnv(t)
 	keys := e.agent.cfg.Keys
-	if _, err := keys.VolumeKey(t.Context(), "vg/lv", "id", "w"); !errors.Is(err, ErrNoController) {
+	if _, _, err := keys.VolumeKey(t.Context(), "vg/lv", "id", "w"); !errors.Is(err, ErrNoController) {
 		t.Fatalf("without a stream: %v", err)
 	}
 	addr := e.serve(t)
@@ -38,6 +38,7 @@ func TestVolumeKeys(t *testing.T) {
 			a := &nodeagentv1.VolumeKeyAnswer{RequestId: r.GetRequestId()}
 			if r.GetVolumeId() == "vg/good" && r.GetKeyId() == "id" && r.GetWrappedKey() == "w" {
 				a.Key = bytes.Repeat([]byte{7}, 32)
+				a.RewrappedKey = "w2"
 			} else {
 				a.Refused = "not yours"
 			}
@@ -53,12 +54,12 @@ func TestVolumeKeys(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	key, err := keys.VolumeKey(t.Context(), "vg/good", "id", "w")
-	if err != nil || !bytes.Equal(key, bytes.Repeat([]byte{7}, 32)) {
-		t.Fatalf("VolumeKey = %x, %v", key, err)
+	key, rewrapped, err := keys.VolumeKey(t.Context(), "vg/good", "id", "w")
+	if err != nil || !bytes.Equal(key, bytes.Repeat([]byte{7}, 32)) || rewrapped != "w2" {
+		t.Fatalf("VolumeKey = %x, %q, %v", key, rewrapped, err)
 	}
 	var refused *KeyRefusedError
-	if _, err := keys.VolumeKey(t.Context(), "vg/other", "id", "w"); !errors.As(err, &refused) || refused.Reason != "not yours" {
+	if _, _, err := keys.VolumeKey(t.Context(), "vg/other", "id", "w"); !errors.As(err, &refused) || refused.Reason != "not yours" {
 		t.Fatalf("refused: %v", err)
 	}
 	cancel()

@@ -24,7 +24,10 @@ import (
 // this node; *channel.Keys is one. Its errors: channel.ErrNoController
 // (nothing asked), *channel.KeyRefusedError (the controller said no).
 type VolumeKeys interface {
-	VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) ([]byte, error)
+	// VolumeKey returns the key, and the key wrapped under the
+	// controller's newest KEK when the header's is under an older one
+	// ("" otherwise).
+	VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) (key []byte, rewrapped string, err error)
 }
 
 // mapperOf is the opened device of vol (it may not exist).
@@ -111,7 +114,7 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 	if err != nil {
 		return status.Errorf(codes.Internal, "volume %q: reading its LUKS2 token: %v", vol, err)
 	}
-	key, err := n.cfg.Keys.VolumeKey(ctx, vol.String(), tok.KeyID, tok.Wrapped)
+	key, rewrapped, err := n.cfg.Keys.VolumeKey(ctx, vol.String(), tok.KeyID, tok.Wrapped)
 	var refused *channel.KeyRefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -136,6 +139,16 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 		return status.Errorf(codes.Internal, "volume %q: opening its LUKS2 device: %v", vol, err)
 	}
 	*result = "opened"
+	if rewrapped != "" {
+		// The controller's KEK was rotated: the header gets the key
+		// wrapped under the newest, so that the old KEK can go. A
+		// failure keeps the old token, which still opens.
+		if err := n.cfg.LUKS.ReplaceToken(ctx, device, luks.Token{KeyID: tok.KeyID, Wrapped: rewrapped}); err != nil {
+			klog.FromContext(ctx).Error(err, "Writing the key wrapped under the newest key-encryption key into the volume's header; the old one stays", "volumeID", vol.String())
+		} else {
+			klog.FromContext(ctx).Info("Wrote the volume's key, wrapped under the newest key-encryption key, into its header", "volumeID", vol.String())
+		}
+	}
 	return nil
 }
 
@@ -156,15 +169,35 @@ func (n *NodeServer) closeEncrypted(ctx context.Context, vol volume.ID) error {
 	return nil
 }
 
-// resizeEncrypted grows vol's opened LUKS device to its grown LV; a
-// volume not open (not staged) has nothing to grow: its next open sees
-// the LV's size.
-func (n *NodeServer) resizeEncrypted(ctx context.Context, vol volume.ID) error {
+// resizeEncrypted grows vol's opened LUKS device (its LV's device is
+// device) to its grown LV; a volume not open (not staged) has nothing to
+// grow: its next open sees the LV's size. cryptsetup grows it with the
+// volume key the kernel keyring holds; where the keyring does not hold
+// it, the controller's key is asked for again and given on stdin.
+func (n *NodeServer) resizeEncrypted(ctx context.Context, vol volume.ID, device string) error {
 	name, mapper := n.mapperOf(vol)
 	if !n.isDeviceNode(mapper) || n.cfg.LUKS == nil {
 		return nil
 	}
-	if err := n.cfg.LUKS.Resize(ctx, name, nil); err != nil {
+	err := n.cfg.LUKS.Resize(ctx, name, nil)
+	if err == nil || n.cfg.Keys == nil {
+		return resizeStatus(vol, mapper, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Growing the encrypted device without its key failed; asking carve controller for it", "volumeID", vol.String(), "err", err.Error())
+	tok, terr := n.cfg.LUKS.ReadToken(ctx, device)
+	if terr != nil {
+		return resizeStatus(vol, mapper, errors.Join(err, terr))
+	}
+	key, _, kerr := n.cfg.Keys.VolumeKey(ctx, vol.String(), tok.KeyID, tok.Wrapped)
+	if kerr != nil {
+		return status.Errorf(codes.Unavailable, "volume %q: growing its encrypted device %s needs its key, which carve controller did not give: %v", vol, mapper, kerr)
+	}
+	defer clear(key)
+	return resizeStatus(vol, mapper, n.cfg.LUKS.Resize(ctx, name, key))
+}
+
+func resizeStatus(vol volume.ID, mapper string, err error) error {
+	if err != nil {
 		return status.Errorf(codes.Internal, "volume %q: growing its encrypted device %s: %v", vol, mapper, err)
 	}
 	return nil

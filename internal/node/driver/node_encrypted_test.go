@@ -102,8 +102,14 @@ type answerKeys struct {
 	answer func(volumeID, keyID, wrapped string) ([]byte, error)
 }
 
-func (k answerKeys) VolumeKey(_ context.Context, volumeID, keyID, wrapped string) ([]byte, error) {
-	return k.answer(volumeID, keyID, wrapped)
+func (k answerKeys) VolumeKey(_ context.Context, volumeID, keyID, wrapped string) ([]byte, string, error) {
+	key, err := k.answer(volumeID, keyID, wrapped)
+	rewrapped := ""
+	if err == nil && wrapped == "carve1.1.x" {
+		// As after a rotation: the same key under KEK 2.
+		rewrapped = "carve1.2.y"
+	}
+	return key, rewrapped, err
 }
 
 // TestStageOfAnEncryptedVolumeNeverFormatsWithoutItsKey: an encrypted
@@ -181,7 +187,7 @@ func TestStageOfAnEncryptedVolumeNeverFormatsWithoutItsKey(t *testing.T) {
 	}
 	// The controller's key: asked with the header's key ID and wrapped key.
 	answer = func(v, k, w string) ([]byte, error) {
-		if v != fx.id || k != tok.KeyID || w != tok.Wrapped {
+		if v != fx.id || k != tok.KeyID || w != tok.Wrapped && w != "carve1.2.y" {
 			return nil, &channel.KeyRefusedError{Reason: "asked " + v + " " + k + " " + w}
 		}
 		return bytes.Clone(key), nil
@@ -201,5 +207,9 @@ func TestStageOfAnEncryptedVolumeNeverFormatsWithoutItsKey(t *testing.T) {
 	}
 	if crypt.isOpen(name) {
 		t.Error("unstage left the device open")
+	}
+	// The open after a rotation wrote the rewrapped key into the header.
+	if got, _ := crypt.ReadToken(context.Background(), fx.device); got.Wrapped != "carve1.2.y" || got.KeyID != tok.KeyID {
+		t.Errorf("token after the open: %+v, want the key rewrapped under KEK 2", got)
 	}
 }

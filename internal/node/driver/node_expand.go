@@ -65,7 +65,7 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	}
 	// An encrypted volume's opened device grows to its LV (again after
 	// an expansion cut short) before its filesystem does.
-	if err := n.resizeEncrypted(ctx, vol); err != nil {
+	if err := n.resizeEncrypted(ctx, vol, lv.Device(n.cfg.DevDir)); err != nil {
 		return nil, err
 	}
 	if !block {

@@ -226,7 +226,11 @@ func (c Cryptsetup) Close(ctx context.Context, name string) error {
 
 // Resize implements Interface.
 func (c Cryptsetup) Resize(ctx context.Context, name string, key []byte) error {
-	_, err := c.run(ctx, key, "resize", "--key-file", "-", name)
+	args := []string{"resize", "--batch-mode"}
+	if key != nil {
+		args = append(args, "--key-file", "-")
+	}
+	_, err := c.run(ctx, key, append(args, name)...)
 	return err
 }
 

@@ -38,11 +38,30 @@ import (
 // agent, as the controller's pool does. The agent runs cryptsetup on
 // real dm-crypt.
 
-// fixedRing is the controller's keyring, held in memory.
-type fixedRing struct{ r *volumekey.Keyring }
+// memRing is the controller's keyring, held in memory; the test swaps it
+// as a rotation does.
+type memRing struct {
+	mu sync.Mutex
+	r  *volumekey.Keyring
+}
 
-func (k fixedRing) Keyring(context.Context) (*volumekey.Keyring, error) { return k.r, nil }
-func (k fixedRing) Reload(context.Context) (*volumekey.Keyring, error)  { return k.r, nil }
+func (k *memRing) Keyring(context.Context) (*volumekey.Keyring, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.r, nil
+}
+func (k *memRing) Reload(ctx context.Context) (*volumekey.Keyring, error) { return k.Keyring(ctx) }
+
+func (k *memRing) set(keks map[string][]byte) error {
+	r, err := volumekey.NewKeyring(keks)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.r = r
+	return nil
+}
 
 // keyHolders is the PV index the releaser reads: the PVs the test made.
 type keyHolders struct {
@@ -125,23 +144,23 @@ func TestEncryptedVolume(t *testing.T) {
 	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
 	}
-	const size = 512 * mib
+	const size, grown = 512 * mib, 576 * mib
 	c := newCluster(t, size+256*mib, 64*mib)
 	a := c.nodes["node-a"]
 	kek := make([]byte, volumekey.KeySize)
 	if _, err := rand.Read(kek); err != nil {
 		t.Fatal(err)
 	}
-	ring, err := volumekey.NewKeyring(map[string][]byte{"1": kek})
-	if err != nil {
+	ring := &memRing{}
+	if err := ring.set(map[string][]byte{"1": kek}); err != nil {
 		t.Fatal(err)
 	}
 	holders := &keyHolders{m: map[string][]pvindex.Holder{}}
-	rel, err := volumekey.NewReleaser(fixedRing{ring}, holders, nil)
+	rel, err := volumekey.NewReleaser(ring, holders, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := router.New(router.Config{Nodes: c, Volumes: c, TopologyKey: topology.Key, Agents: c, Keys: fixedRing{ring}})
+	rt := router.New(router.Config{Nodes: c, Volumes: c, TopologyKey: topology.Key, Agents: c, Keys: ring})
 
 	// The controller's answers: the releaser's, unless the test makes it
 	// hand out a wrong key.
@@ -222,6 +241,20 @@ func TestEncryptedVolume(t *testing.T) {
 		t.Fatal("the raw LV holds the plaintext pattern")
 	}
 	t.Logf("the pattern is in %s and not in the raw LV %s", mapper, raw)
+	// Online expansion through the LUKS layer: the LV, the opened device,
+	// then the filesystem.
+	before := fsSize(t, staging)
+	ectx, ecancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer ecancel()
+	if _, err := node.NodeExpandVolume(ectx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: staging,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: grown}, VolumeCapability: plugintest.MountCapability("ext4")}); err != nil {
+		t.Fatalf("NodeExpandVolume: %v", err)
+	}
+	if after := fsSize(t, staging); after < before+60*mib {
+		t.Fatalf("the filesystem grew from %d to %d bytes; want about 64 MiB more", before, after)
+	} else {
+		t.Logf("expanded online through LUKS: filesystem %d -> %d bytes", before, after)
+	}
 	unstage()
 
 	// Refused: the PV index records another key ID for the volume.
@@ -252,11 +285,42 @@ func TestEncryptedVolume(t *testing.T) {
 	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, luksPattern) {
 		t.Fatalf("after the refused stages the file reads %d bytes, %v: the volume was formatted", len(got), err)
 	}
+	unstage()
+
+	// A rotation: KEK 2 joins; the next stage rewraps the volume's key
+	// under it in the header; with KEK 1 gone the volume still opens.
+	kek2 := make([]byte, volumekey.KeySize)
+	if _, err := rand.Read(kek2); err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.set(map[string][]byte{"1": kek, "2": kek2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stage(); err != nil {
+		t.Fatalf("NodeStageVolume after the rotation: %v", err)
+	}
+	unstage()
+	tokAfter, err := exec.CommandContext(context.Background(), "cryptsetup", "token", "export", "--token-id", "0", raw).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := luks.ParseToken(tokAfter); err != nil || !strings.HasPrefix(tok.Wrapped, "carve1.2.") || tok.KeyID != keyID {
+		t.Fatalf("the header's token after the rotation: %+v, %v; want the key wrapped under KEK 2", tok, err)
+	}
+	if err := ring.set(map[string][]byte{"2": kek2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stage(); err != nil {
+		t.Fatalf("NodeStageVolume with KEK 1 dropped: %v", err)
+	}
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, luksPattern) {
+		t.Fatalf("after the rotation the file reads %d bytes, %v", len(got), err)
+	}
 	m, err := a.plugin.Scrape(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for result, want := range map[string]float64{"opened": 2, "refused": 2, "wrong_key": 1} {
+	for result, want := range map[string]float64{"opened": 4, "refused": 2, "wrong_key": 1} {
 		if got, _, _ := m.Counter("carve_encrypted_volume_opens_total", map[string]string{"result": result}); got != want {
 			t.Errorf("carve_encrypted_volume_opens_total{result=%q} = %v, want %v", result, got, want)
 		}
@@ -289,14 +353,14 @@ func TestEncryptedVolume(t *testing.T) {
 	}
 	deleteTook := time.Since(start)
 	// The freed extents, as an LV that neither zeroes nor wipes them.
-	if out, err := a.vg.LVM(context.Background(), "lvcreate", "--yes", "-Zn", "-Wn", "-L", fmt.Sprintf("%dm", size/mib), "-n", "after", a.vg.Name); err != nil {
+	if out, err := a.vg.LVM(context.Background(), "lvcreate", "--yes", "-Zn", "-Wn", "-L", fmt.Sprintf("%dm", grown/mib), "-n", "after", a.vg.Name); err != nil {
 		t.Fatalf("lvcreate on the freed extents: %v: %s", err, out)
 	}
 	after := "/dev/" + a.vg.Name + "/after"
 	if opens(after) {
 		t.Fatal("the deleted volume's header still opens with its key")
 	}
-	if containsPattern(t, after, size) {
+	if containsPattern(t, after, grown) {
 		t.Fatal("the freed extents hold the plaintext pattern")
 	}
 	// What a plain volume's erasure costs on the same size.
@@ -306,7 +370,7 @@ func TestEncryptedVolume(t *testing.T) {
 	}
 	zeroTook := time.Since(start)
 	fmt.Printf("CRYPTO-ERASE size %d MiB: DeleteVolume with luksErase %s, zeroing the same size (BLKZEROOUT) %s\n",
-		size/mib, deleteTook.Round(time.Millisecond), zeroTook.Round(time.Millisecond))
+		grown/mib, deleteTook.Round(time.Millisecond), zeroTook.Round(time.Millisecond))
 }
 
 // tokenRequest is the request the agent would make from a token's JSON.

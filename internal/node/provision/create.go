@@ -102,9 +102,6 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSourceEncryption(r, c.src); err != nil {
-		return nil, err
-	}
 	// Outside the room lock: copying or zeroing a large volume must not
 	// hold up the other creates of the volume group.
 	if volume.CopyPending(lv.Tags) {
@@ -165,6 +162,11 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	}
 	size, err := p.sizeFor(ctx, c, room.ExtentSize)
 	if err != nil {
+		return nil, false, err
+	}
+	// Before anything is made: a restore or clone's encryption must be
+	// its source's.
+	if err := checkSourceEncryption(c.Request, c.src); err != nil {
 		return nil, false, err
 	}
 	if lv, done, err := p.lookupExisting(ctx, c, size, &room); err != nil || done {

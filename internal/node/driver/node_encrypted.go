@@ -152,6 +152,20 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 	return nil
 }
 
+// checkOpened refuses to publish an encrypted volume that is not open
+// (not staged): its LV holds only ciphertext, which a pod must never get
+// as its raw block device.
+func (n *NodeServer) checkOpened(ctx context.Context, vol volume.ID, device string) error {
+	if _, mapper := n.mapperOf(vol); device == mapper {
+		return nil
+	}
+	enc, err := n.encrypted(ctx, vol)
+	if err != nil || !enc {
+		return err
+	}
+	return status.Errorf(codes.FailedPrecondition, "volume %q is encrypted and not open on this node: NodeStageVolume opens it before it is published", vol)
+}
+
 // closeEncrypted closes vol's opened LUKS device, if it is open: after
 // unstage nothing of the volume's key stays on the node.
 func (n *NodeServer) closeEncrypted(ctx context.Context, vol volume.ID) error {

@@ -145,6 +145,10 @@ func TestStageOfAnEncryptedVolumeNeverFormatsWithoutItsKey(t *testing.T) {
 		}
 	}
 
+	// A raw-block publish before the stage would hand out ciphertext.
+	if _, err := fx.ns.NodePublishVolume(context.Background(), fx.publishReq(blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), false)); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("publish of an encrypted volume not open: %v", err)
+	}
 	// No header on a device whose LV says it is encrypted.
 	header = false
 	if err := stage(); status.Code(err) != codes.FailedPrecondition {

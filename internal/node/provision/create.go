@@ -125,8 +125,12 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 		if err := p.ensureLUKS(ctx, lv, r, c.phase); err != nil {
 			return nil, err
 		}
-	} else if r.Source != nil && volume.Encrypted(lv.Tags) {
-		return nil, encryptionMismatch(r, r.Source.ID, true)
+	} else if r.Source != nil && c.src != nil && c.src.remote != nil {
+		// A source on another node was not seen before the copy: a plain
+		// volume must not hand out another node's ciphertext as data.
+		if has, err := HasLUKSHeader(p.devicePath(lv)); err == nil && has {
+			return nil, encryptionMismatch(r, r.Source.ID, true)
+		}
 	}
 	return lv, nil
 }

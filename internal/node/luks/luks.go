@@ -76,11 +76,9 @@ type Interface interface {
 	Erase(ctx context.Context, device string) error
 }
 
-// Cryptsetup runs the cryptsetup program.
+// Cryptsetup runs the cryptsetup program from $PATH.
 type Cryptsetup struct {
 	Exec utilexec.Interface
-	// Path is the program; empty is "cryptsetup" from $PATH.
-	Path string
 }
 
 var _ Interface = Cryptsetup{}
@@ -98,17 +96,10 @@ const (
 var formatArgs = []string{"luksFormat", "--type", "luks2", "--batch-mode",
 	"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", "-"}
 
-func (c Cryptsetup) path() string {
-	if c.Path == "" {
-		return "cryptsetup"
-	}
-	return c.Path
-}
-
 // run runs cryptsetup with stdin and returns its output; an exit error
 // carries its code (exitCode reads it).
 func (c Cryptsetup) run(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-	cmd := c.Exec.CommandContext(ctx, c.path(), args...)
+	cmd := c.Exec.CommandContext(ctx, "cryptsetup", args...)
 	// The process's environment carries DM_DEV_DIR and DM_DISABLE_UDEV,
 	// which libdevmapper reads as lvm does.
 	cmd.SetEnv(append(os.Environ(), "LC_ALL=C"))

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -118,6 +119,11 @@ func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *
 	p.cfg.Metrics.ObserveStep(phase, metrics.StepLUKSFormat, r.Class.Name, time.Since(start), err)
 	if err != nil {
 		return wrap(err, "writing the LUKS2 header of "+dev)
+	}
+	// The header is the volume's only way to its data: on the media
+	// before CreateVolume answers (architecture.md, "Durability").
+	if _, err := p.cfg.Eraser.Erase(ctx, dev, erase.Flush); err != nil {
+		return errorf(ErrInternal, "volume %q: flushing its LUKS2 header to the disk: %v", r.Name, err)
 	}
 	klog.FromContext(ctx).Info("Encrypted the new volume", "keyID", r.Encryption.Token.KeyID)
 	return nil

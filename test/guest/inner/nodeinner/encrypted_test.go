@@ -144,7 +144,7 @@ func TestEncryptedVolume(t *testing.T) {
 	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
 	}
-	const size, grown = 512 * mib, 576 * mib
+	const size, grown = 256 * mib, 320 * mib
 	c := newCluster(t, size+256*mib, 64*mib)
 	a := c.nodes["node-a"]
 	kek := make([]byte, volumekey.KeySize)

@@ -129,6 +129,12 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 		// A source on another node was not seen before the copy: a plain
 		// volume must not hand out another node's ciphertext as data.
 		if has, err := HasLUKSHeader(p.devicePath(lv)); err == nil && has {
+			// Never handed out: removed, so that no orphan is left.
+			if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil {
+				klog.FromContext(ctx).Error(err, "Removing the copy of an encrypted source made for a plain volume")
+			} else {
+				p.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+			}
 			return nil, encryptionMismatch(r, r.Source.ID, true)
 		}
 	}

@@ -395,3 +395,116 @@ func tokenRequest(t *testing.T, id string, j []byte) *nodeagentv1.VolumeKeyReque
 	}
 	return &nodeagentv1.VolumeKeyRequest{RequestId: 1, VolumeId: id, KeyId: tok.KeyID, WrappedKey: tok.Wrapped}
 }
+
+// TestEncryptedRestoreOnAnotherNode: a snapshot of an encrypted volume on
+// node-a restored on node-b (a copy across nodes, as a move's seed is)
+// carries the ciphertext and its header: the restore records the
+// source's key ID, node-b opens it with the key the releaser gives node-b
+// for it, and reads the file written on node-a. A plain restore of the
+// same snapshot is INVALID_ARGUMENT naming the parameter.
+func TestEncryptedRestoreOnAnotherNode(t *testing.T) {
+	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
+		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
+	}
+	const size = 64 * mib
+	c := newCluster(t, 512*mib, 64*mib)
+	kek := make([]byte, volumekey.KeySize)
+	if _, err := rand.Read(kek); err != nil {
+		t.Fatal(err)
+	}
+	ring := &memRing{}
+	if err := ring.set(map[string][]byte{"1": kek}); err != nil {
+		t.Fatal(err)
+	}
+	holders := &keyHolders{m: map[string][]pvindex.Holder{}}
+	rel, err := volumekey.NewReleaser(ring, holders, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := router.New(router.Config{Nodes: c, Volumes: c, TopologyKey: topology.Key, Agents: c, Keys: ring})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, n := range []string{"node-a", "node-b"} {
+		serveKeys(ctx, t, c.nodes[n], func(r *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer {
+			return rel.Answer(ctx, n, r)
+		})
+	}
+	params := map[string]string{volume.ParamDeviceClass: "thick", volume.ParamEncryption: volume.EncryptionLUKS2}
+	create := func(name, node string, params map[string]string, src *csi.VolumeContentSource) (*csi.Volume, error) {
+		deadline := time.Now().Add(5 * time.Minute)
+		for {
+			rctx, rcancel := context.WithTimeout(context.Background(), rpcTimeout)
+			v, err := rt.CreateVolume(rctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size},
+				VolumeCapabilities: []*csi.VolumeCapability{plugintest.MountCapability("ext4")}, Parameters: params, VolumeContentSource: src,
+				AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: topology.Segments(node)}},
+					Preferred: []*csi.Topology{{Segments: topology.Segments(node)}}}})
+			rcancel()
+			switch code := status.Code(err); {
+			case err == nil:
+				id := v.GetVolume().GetVolumeId()
+				holders.set(id, pvindex.Holder{PV: name, Node: node, KeyID: v.GetVolume().GetVolumeContext()[volume.ContextKeyID]})
+				c.mu.Lock()
+				c.pvs[id] = []string{node}
+				c.mu.Unlock()
+				return v.GetVolume(), nil
+			case (code == codes.Aborted || code == codes.Unavailable) && time.Now().Before(deadline):
+				time.Sleep(2 * time.Second)
+			default:
+				return nil, err
+			}
+		}
+	}
+	stage := func(n *agentNode, v *csi.Volume, staging string) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(context.Background(), rpcTimeout)
+		defer scancel()
+		if _, err := csi.NewNodeClient(n.plugin.Conn).NodeStageVolume(sctx, &csi.NodeStageVolumeRequest{VolumeId: v.GetVolumeId(), StagingTargetPath: staging,
+			VolumeCapability: plugintest.MountCapability("ext4"), VolumeContext: v.GetVolumeContext()}); err != nil {
+			t.Fatalf("NodeStageVolume of %s on %s: %v", v.GetVolumeId(), n.name, err)
+		}
+	}
+	unstage := func(n *agentNode, v *csi.Volume, staging string) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(context.Background(), rpcTimeout)
+		defer scancel()
+		if _, err := csi.NewNodeClient(n.plugin.Conn).NodeUnstageVolume(sctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.GetVolumeId(), StagingTargetPath: staging}); err != nil {
+			t.Fatalf("NodeUnstageVolume of %s on %s: %v", v.GetVolumeId(), n.name, err)
+		}
+	}
+
+	src, err := create("pvc-src", "node-a", params, nil)
+	if err != nil {
+		t.Fatalf("CreateVolume on node-a: %v", err)
+	}
+	stagingA := filepath.Join(t.TempDir(), "a")
+	stage(c.nodes["node-a"], src, stagingA)
+	writeSynced(t, filepath.Join(stagingA, "pattern"), luksPattern)
+	unstage(c.nodes["node-a"], src, stagingA)
+	snap := c.snapshotOnA("snap-enc", src.GetVolumeId())
+
+	restored, err := create("pvc-restored", "node-b", params, snapshotSource(snap))
+	if err != nil {
+		t.Fatalf("encrypted restore on node-b: %v", err)
+	}
+	if got, want := restored.GetVolumeContext()[volume.ContextKeyID], src.GetVolumeContext()[volume.ContextKeyID]; got != want || got == "" {
+		t.Fatalf("the restore records key ID %q; its source's is %q", got, want)
+	}
+	stagingB := filepath.Join(t.TempDir(), "b")
+	stage(c.nodes["node-b"], restored, stagingB)
+	if got, err := os.ReadFile(filepath.Join(stagingB, "pattern")); err != nil || !bytes.Equal(got, luksPattern) {
+		t.Fatalf("node-b reads %d bytes of the file, %v", len(got), err)
+	}
+	raw, err := plugintest.DevicePath(restored.GetVolumeId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if containsPattern(t, raw, size) {
+		t.Fatal("node-b's raw LV holds the plaintext pattern")
+	}
+	unstage(c.nodes["node-b"], restored, stagingB)
+
+	_, err = create("pvc-plain", "node-b", map[string]string{volume.ParamDeviceClass: "thick"}, snapshotSource(snap))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), volume.ParamEncryption) {
+		t.Fatalf("a plain restore of the encrypted snapshot = %v, want INVALID_ARGUMENT naming %s", err, volume.ParamEncryption)
+	}
+}

@@ -372,8 +372,13 @@ func (a *agent) serveKeys(ctx context.Context, client nodeagentv1.NodeAgentClien
 		}
 		wait := bo.next()
 		if status.Code(err) == codes.Unimplemented {
-			// An agent that opens no encrypted volumes.
-			wait = a.p.t.maxBackoff
+			// An agent that opens no encrypted volumes (no cryptsetup,
+			// or a build without the stream): asked again now and then.
+			log.V(2).Info("The node agent serves no volume keys", "err", err.Error())
+			if !sleep(ctx, a.p.t.maxBackoff) {
+				return
+			}
+			continue
 		}
 		log.Error(err, "Volume key stream ended; reopening", "retryIn", wait)
 		if !sleep(ctx, wait) {

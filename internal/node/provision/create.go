@@ -128,7 +128,7 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	} else if r.Source != nil && c.src != nil && c.src.remote != nil {
 		// A source on another node was not seen before the copy: a plain
 		// volume must not hand out another node's ciphertext as data.
-		if has, err := HasLUKSHeader(p.devicePath(lv)); err == nil && has {
+		if has, err := p.cfg.HasLUKSHeader(p.devicePath(lv)); err == nil && has {
 			// Never handed out: removed, so that no orphan is left.
 			if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil {
 				klog.FromContext(ctx).Error(err, "Removing the copy of an encrypted source made for a plain volume")

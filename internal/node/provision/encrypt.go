@@ -85,7 +85,7 @@ func encryptionMismatch(r *Request, source string, sourceEncrypted bool) error {
 // its source's header, whose token it reports in r.Encryption.
 func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *Request, phase string) error {
 	dev := p.devicePath(lv)
-	has, err := HasLUKSHeader(dev)
+	has, err := p.cfg.HasLUKSHeader(dev)
 	if err != nil {
 		return errorf(ErrInternal, "volume %q: reading the start of %s: %v", r.Name, dev, err)
 	}
@@ -150,7 +150,7 @@ func (p *Provisioner) cryptoErase(ctx context.Context, lv *lvm.LogicalVolume, id
 		}
 	}
 	dev := p.devicePath(cur)
-	has, err := HasLUKSHeader(dev)
+	has, err := p.cfg.HasLUKSHeader(dev)
 	if err != nil {
 		return errorf(ErrInternal, "volume %s: reading the start of %s: %v", id, dev, err)
 	}

@@ -77,6 +77,9 @@ type Config struct {
 	// LUKS runs cryptsetup for encrypted volumes; nil makes none (a
 	// node without cryptsetup).
 	LUKS luks.Interface
+	// HasLUKSHeader tells whether a device starts with a LUKS header;
+	// nil reads it (HasLUKSHeader; tests replace it).
+	HasLUKSHeader func(path string) (bool, error)
 	// DevDir is the directory LVM makes device nodes under; empty is
 	// volume.DevDir of the process's environment, read once by New.
 	DevDir string
@@ -174,6 +177,9 @@ func New(cfg Config) *Provisioner {
 	}
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())
+	}
+	if cfg.HasLUKSHeader == nil {
+		cfg.HasLUKSHeader = HasLUKSHeader
 	}
 	return &Provisioner{cfg: cfg, locks: cfg.Locks}
 }

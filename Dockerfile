@@ -55,6 +55,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       lvm2 \
       dmsetup \
+      cryptsetup-bin \
       thin-provisioning-tools \
       e2fsprogs \
       xfsprogs \

@@ -17,6 +17,8 @@ declare -A need=(
   [blkid]=util-linux
   [modprobe]=kmod
   [openssl]=openssl
+  # Encrypted volumes (LUKS2): the guest tier's node agents run it.
+  [cryptsetup]=cryptsetup-bin
   # make generate and make verify: hack/generate.sh checks its version.
   [protoc]=protobuf-compiler
   # Real kubelet nodes in guests (test/harness/guestnode): the container runtime,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/controller/agents"
 	"github.com/carve-csi/carve/internal/controller/capacity"
 	"github.com/carve-csi/carve/internal/controller/castore"
@@ -22,6 +23,7 @@ import (
 	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/controller/pvindex"
 	"github.com/carve-csi/carve/internal/controller/router"
+	"github.com/carve-csi/carve/internal/controller/volumekey"
 	"github.com/carve-csi/carve/internal/nodeca"
 	"github.com/carve-csi/carve/internal/topology"
 )
@@ -45,6 +47,10 @@ type RouteOptions struct {
 	// CAName names the Secret holding the CA and the ConfigMap holding its
 	// certificate for the node agents.
 	CAName string
+	// VolumeKEK names the Secret holding the key-encryption keys of
+	// encrypted volumes (made when absent); empty makes no encrypted
+	// volumes.
+	VolumeKEK string
 	// CAValidity is how long the CAs the controller makes are valid.
 	CAValidity time.Duration
 	// CAPropagation is the longest a new CA waits for every node agent to
@@ -61,6 +67,7 @@ func (o *RouteOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServiceAccount, "node-service-account", "carve-node", "service account of the node agents; an agent proving another identity is refused")
 	fs.StringVar(&o.Audience, "node-token-audience", "carve-controller", "audience of the node agents' projected service-account tokens")
 	fs.StringVar(&o.CAName, "node-channel-ca", "carve-node-channel-ca", "name of the Secret (the CA, controller only) and ConfigMap (its certificate, mounted by the node agents) of the node channel")
+	fs.StringVar(&o.VolumeKEK, "volume-kek-secret", volumekey.DefaultSecret, "name of the Secret (controller only) holding the key-encryption keys that wrap the keys of encrypted volumes; made when absent; empty: no encrypted volumes")
 	fs.DurationVar(&o.CAValidity, "node-channel-ca-validity", nodeca.DefaultCAValidity, "how long the node channel CAs the controller makes are valid; a CA is rotated when a third of its life is left")
 	fs.DurationVar(&o.CAPropagation, "node-channel-ca-propagation", castore.DefaultPropagation, "the longest a new node channel CA is trusted beside the old one before it signs, when not every node agent accepts it sooner")
 }
@@ -137,13 +144,17 @@ func startRoute(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 		return nil, err
 	}
 	identity := nodeca.NewKeypair(own)
-	pool, err = agents.New(agents.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
-		PortName: nc.PortName, ServiceAccount: nc.ServiceAccount, Audience: nc.Audience,
-		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report, Registerer: reg})
+	pvs, err := pvindex.New(objs, o.DriverName, topology.Key)
 	if err != nil {
 		return nil, err
 	}
-	pvs, err := pvindex.New(objs, o.DriverName, topology.Key)
+	keys, onKeyRequest, err := volumeKeys(client, nc, pvs, reg)
+	if err != nil {
+		return nil, err
+	}
+	pool, err = agents.New(agents.Config{Client: client, Namespace: nc.Namespace, Service: nc.Service,
+		PortName: nc.PortName, ServiceAccount: nc.ServiceAccount, Audience: nc.Audience,
+		Issuer: iss, Identity: identity, Trust: trust, OnCapacity: writer.Report, OnKeyRequest: onKeyRequest, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +167,7 @@ func startRoute(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 		return nil, err
 	}
 	srv := router.New(router.Config{Nodes: pool, Volumes: pvs, TopologyKey: topology.Key, Agents: pool, Moves: mover.Claims{PVs: pvs},
-		Refusals: refusals, Sent: router.ClaimAnnotations{Client: client}})
+		Refusals: refusals, Sent: router.ClaimAnnotations{Client: client}, Keys: keys})
 	move, err := startMover(ctx, o, client, objs, srv, reg)
 	if err != nil {
 		return nil, err
@@ -248,4 +259,20 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 		cancel()
 	}
 	return errors.Join(errs...)
+}
+
+// volumeKeys is the keyring of encrypted volumes (the Secret
+// --volume-kek-secret) and the answer to the nodes' key requests; both
+// nil with --volume-kek-secret empty.
+func volumeKeys(client kubernetes.Interface, nc *RouteOptions, pvs *pvindex.Index, reg prometheus.Registerer) (router.VolumeKeys,
+	func(context.Context, string, *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer, error) {
+	if nc.VolumeKEK == "" {
+		return nil, nil, nil
+	}
+	store := volumekey.NewStore(client, nc.Namespace, nc.VolumeKEK)
+	rel, err := volumekey.NewReleaser(store, pvs, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, rel.Answer, nil
 }

@@ -16,12 +16,14 @@ import (
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/channel"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/driver"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/iolimit"
+	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/lvmwatch"
 	"github.com/carve-csi/carve/internal/node/peercopy"
@@ -77,6 +79,21 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: unfinished, Formatting: formatting,
 		DevDir: devDir, Changes: &changemap.Finder{Run: changemap.Exec{Exec: realExec}, DevDir: devDir}}
+	// Encrypted volumes need cryptsetup (in carve's image) and the node
+	// channel, over which carve controller releases their keys.
+	var crypt luks.Interface
+	if _, err := exec.LookPath("cryptsetup"); err == nil {
+		crypt = luks.Cryptsetup{Exec: realExec}
+		pcfg.LUKS = crypt
+	} else {
+		klog.InfoS("cryptsetup not found: this node makes and opens no encrypted volumes")
+	}
+	var keys *channel.Keys
+	var volumeKeys driver.VolumeKeys
+	if o.NodeChannel.Address != "" {
+		keys = channel.NewKeys()
+		volumeKeys = keys
+	}
 	// Reads of restores' and clones' sources on other nodes present the
 	// node channel's certificate: nodeChannel fills it in.
 	var puller *peercopy.Puller
@@ -87,7 +104,7 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	node := driver.NewNodeServer(driver.NodeConfig{NodeName: o.NodeName, MaxVolumes: o.MaxVolumes,
 		LVM: lvmClient, FS: fs.New(fs.NewHostMounter(realExec), realExec), Metrics: rec,
 		Classes: cfg, View: view, Formatting: formatting, Eraser: erase.Devices{}, DevDir: devDir,
-		Cgroups: iolimit.Cgroups{Root: o.CgroupRoot}})
+		Cgroups: iolimit.Cgroups{Root: o.CgroupRoot}, LUKS: crypt, Keys: volumeKeys})
 	controller := driver.NewControllerServer(driver.ControllerConfig{Config: pcfg, FSTypes: fsTypes, Limits: node})
 	services := csiserver.Services{
 		Identity: csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
@@ -105,7 +122,7 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	}()
 	after := kubeletRegistration(o, registration.NewMetrics(mm.GetRegistry().Registerer()))
 	if o.NodeChannel.Address != "" {
-		runChannel, err := nodeChannel(o, cfg, view, controller.Provisioner(), services, mm, puller)
+		runChannel, err := nodeChannel(o, cfg, view, controller.Provisioner(), services, mm, puller, keys)
 		if err != nil {
 			return err
 		}

@@ -65,10 +65,10 @@ func copyPortLimits() copyLimits {
 // nodes present this node's identity; with --node-copy-address, orphans (a
 // peercopy.Reader) serves this node's sources to the nodes granted them.
 func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orphans channel.Orphans, svc csiserver.Services,
-	mm csimetrics.CSIMetricsManager, puller *peercopy.Puller) (func(context.Context) error, error) {
+	mm csimetrics.CSIMetricsManager, puller *peercopy.Puller, keys *channel.Keys) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)
 	acfg := channel.Config{NodeName: o.NodeName, TokenFile: o.NodeChannel.TokenFile,
-		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans}
+		Trust: bundle.Pool(), Classes: cfg, Capacity: view, Inventory: view, Orphans: orphans, Keys: keys}
 	var copies *peercopy.Server
 	if o.NodeChannel.CopyAddress != "" {
 		port, err := copyPort(o.NodeChannel.CopyAddress)

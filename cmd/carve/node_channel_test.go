@@ -83,7 +83,7 @@ func TestNodeChannel(t *testing.T) {
 		Controller: csiserver.ResizerOnlyController{},
 		Node:       csiserver.ResizerOnlyNode{},
 	}
-	run, err := nodeChannel(o, cfg, view, nil, svc, mm, nil)
+	run, err := nodeChannel(o, cfg, view, nil, svc, mm, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestNodeChannelAddressInUse(t *testing.T) {
 		CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}
 	cfg := &deviceclass.Config{}
 	view := vgview.New(stubReporter{&lvm.Report{}}, cfg, nil)
-	run, err := nodeChannel(o, cfg, view, nil, csiserver.Services{}, nil, nil)
+	run, err := nodeChannel(o, cfg, view, nil, csiserver.Services{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,6 +79,11 @@ func describe(out io.Writer, c *view.Claim, now time.Time) error {
 		line(1, "Modify:\t%s", c.Modify)
 	}
 	line(0, "IO Limits:\t%s", orNone(attributes(c.IOLimits)))
+	encryption := orNone(c.Encryption)
+	if c.KeyID != "" {
+		encryption += " (key ID " + c.KeyID + ")"
+	}
+	line(0, "Encryption:\t%s", encryption)
 	line(0, "Node:\t%s", orNone(c.Node))
 	if c.SelectedNode != "" && c.SelectedNode != c.Node {
 		line(0, "Selected Node:\t%s", c.SelectedNode)

@@ -45,6 +45,12 @@ const (
 	// StepCopy copies a volume's data into a new thick LV (restore and
 	// clone into a thick class).
 	StepCopy = "copy"
+	// StepLUKSFormat writes an encrypted volume's LUKS2 header (create),
+	// StepLUKSOpen opens it (stage: the controller's key and cryptsetup
+	// open), StepCryptoErase destroys its keyslots (delete).
+	StepLUKSFormat  = "luks_format"
+	StepLUKSOpen    = "luks_open"
+	StepCryptoErase = "crypto_erase"
 )
 
 // Buckets from 1 ms to about 2 minutes: LVM commands take tens of ms,
@@ -76,6 +82,7 @@ type Recorder struct {
 
 	ioLimitsSupported   *prometheus.GaugeVec
 	ioLimitApplications *prometheus.CounterVec
+	luksOpens           *prometheus.CounterVec
 }
 
 // NewRecorder creates the metrics and registers them with reg.
@@ -88,7 +95,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		}, []string{"phase", "device_class", "result"}),
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "carve_step_duration_seconds",
-			Help:    "Duration of one step of a phase (lvcreate, erase, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount, copy) by device class and result (success or error).",
+			Help:    "Duration of one step of a phase (lvcreate, erase, signature_check, mkfs, mount, bind_mount, lvextend, fs_grow, lvremove, unmount, copy, luks_format, luks_open, crypto_erase) by device class and result (success or error).",
 			Buckets: durationBuckets,
 		}, []string{"phase", "step", "device_class", "result"}),
 		lvmDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -154,6 +161,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		Help: "1 when a device class of this node can take new volumes; 0 when it cannot, with reason the code of why (vg-missing, vg-unreadable, pv-missing, thin-pool-missing, thin-pool-unusable, metadata-full, lvm-error, lvm-timeout, not-loaded). One series per configured class.",
 	}, []string{"device_class", "volume_group", "reason"})
 	r.registerIOLimits(reg)
+	r.registerLUKS(reg)
 	reg.MustRegister(r.snapshotCOWUsed, r.snapshotInvalid, r.classAvailable)
 	reg.MustRegister(r.phaseDuration, r.stepDuration, r.lvmDuration, r.copiedBytes, r.vgSize, r.vgFree,
 		r.capacity, r.thinDataPercent, r.thinMetaPercent, r.thinZeroing, r.mdaSize, r.mdaFree, r.volumes, r.lastRefreshResult)
@@ -352,6 +360,37 @@ func (r *Recorder) IOLimitApplications(result string) prometheus.Counter {
 // IOLimitsSupported is the gauge of one reason, for tests.
 func (r *Recorder) IOLimitsSupported(reason string) prometheus.Gauge {
 	return r.ioLimitsSupported.WithLabelValues(reason)
+}
+
+// LUKSOpenResults are the results of carve_encrypted_volume_opens_total:
+// opened; refused (the controller released no key); wrong_key (the key
+// opened no keyslot); no_header (an LV marked encrypted whose device holds
+// no LUKS2 header or no carve token); unavailable (no controller
+// connected); error.
+var LUKSOpenResults = []string{"opened", "refused", "wrong_key", "no_header", "unavailable", "error"}
+
+// CountLUKSOpen counts one attempt to open an encrypted volume, by result.
+func (r *Recorder) CountLUKSOpen(result string) {
+	if r == nil {
+		return
+	}
+	r.luksOpens.WithLabelValues(result).Inc()
+}
+
+// LUKSOpens is the counter of one result, for tests.
+func (r *Recorder) LUKSOpens(result string) prometheus.Counter {
+	return r.luksOpens.WithLabelValues(result)
+}
+
+func (r *Recorder) registerLUKS(reg prometheus.Registerer) {
+	r.luksOpens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "carve_encrypted_volume_opens_total",
+		Help: "Opens of encrypted volumes by NodeStageVolume, by result: opened, refused (carve controller released no key), wrong_key, no_header (an LV marked encrypted without its LUKS2 header or carve's token), unavailable (no controller connected), error.",
+	}, []string{"result"})
+	for _, result := range LUKSOpenResults {
+		r.luksOpens.WithLabelValues(result)
+	}
+	reg.MustRegister(r.luksOpens)
 }
 
 // registerIOLimits makes and registers the IO limit metrics.

@@ -328,6 +328,8 @@ func TestAlertRules(t *testing.T) {
 		{"CarveMoveParked", "carve_moves_parked"},
 		{"CarveCapacityDeletionsHeld", "carve_capacity_deletions_held"},
 		{"CarveIOLimitsNotApplied", "carve_io_limit_applications_total"},
+		{"CarveVolumeKeyRefused", "carve_volume_key_refusals_total"},
+		{"CarveEncryptedVolumeNotOpened", "carve_encrypted_volume_opens_total"},
 	} {
 		expr, ok := alerts[tc.alert]
 		if !ok {

@@ -1783,6 +1783,154 @@ func (x *BlockExtent) GetLength() int64 {
 	return 0
 }
 
+type VolumeKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the agent, unique per stream; the answer repeats it.
+	RequestId uint64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The volume to open: its volume ID (<volume group>/<LV>) on this node.
+	VolumeId string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// The key ID and the wrapped key that the volume's LUKS2 header holds
+	// (its carve token).
+	KeyId         string `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	WrappedKey    string `protobuf:"bytes,4,opt,name=wrapped_key,json=wrappedKey,proto3" json:"wrapped_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeKeyRequest) Reset() {
+	*x = VolumeKeyRequest{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeKeyRequest) ProtoMessage() {}
+
+func (x *VolumeKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeKeyRequest.ProtoReflect.Descriptor instead.
+func (*VolumeKeyRequest) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *VolumeKeyRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *VolumeKeyRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *VolumeKeyRequest) GetWrappedKey() string {
+	if x != nil {
+		return x.WrappedKey
+	}
+	return ""
+}
+
+type VolumeKeyAnswer struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The volume key, 32 bytes; empty when refused.
+	Key []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Why the controller refused, when it did (key empty): names the
+	// volume and the check that failed.
+	Refused string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	// Set when the request's wrapped key is under an older key-encryption
+	// key than the newest: the same key wrapped under the newest, which the
+	// agent writes into the volume's header in place of the old token
+	// once the volume is open (a KEK rotation reaches each volume at its
+	// next stage).
+	RewrappedKey  string `protobuf:"bytes,4,opt,name=rewrapped_key,json=rewrappedKey,proto3" json:"rewrapped_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeKeyAnswer) Reset() {
+	*x = VolumeKeyAnswer{}
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeKeyAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeKeyAnswer) ProtoMessage() {}
+
+func (x *VolumeKeyAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_api_nodeagent_v1_nodeagent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeKeyAnswer.ProtoReflect.Descriptor instead.
+func (*VolumeKeyAnswer) Descriptor() ([]byte, []int) {
+	return file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *VolumeKeyAnswer) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *VolumeKeyAnswer) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *VolumeKeyAnswer) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *VolumeKeyAnswer) GetRewrappedKey() string {
+	if x != nil {
+		return x.RewrappedKey
+	}
+	return ""
+}
+
 var File_api_nodeagent_v1_nodeagent_proto protoreflect.FileDescriptor
 
 const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
@@ -1903,10 +2051,23 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\x06blocks\x18\x04 \x03(\v2\x1f.carve.nodeagent.v1.BlockExtentR\x06blocks\"=\n" +
 	"\vBlockExtent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x02 \x01(\x03R\x06length*=\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length\"\x86\x01\n" +
+	"\x10VolumeKeyRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x1f\n" +
+	"\vwrapped_key\x18\x04 \x01(\tR\n" +
+	"wrappedKey\"\x81\x01\n" +
+	"\x0fVolumeKeyAnswer\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\tR\arefused\x12#\n" +
+	"\rrewrapped_key\x18\x04 \x01(\tR\frewrappedKey*=\n" +
 	"\vDigestScope\x12\x17\n" +
 	"\x13DIGEST_SCOPE_VOLUME\x10\x00\x12\x15\n" +
-	"\x11DIGEST_SCOPE_SENT\x10\x012\x8f\a\n" +
+	"\x11DIGEST_SCOPE_SENT\x10\x012\xec\a\n" +
 	"\tNodeAgent\x12O\n" +
 	"\x06Enroll\x12!.carve.nodeagent.v1.EnrollRequest\x1a\".carve.nodeagent.v1.EnrollResponse\x12s\n" +
 	"\x12InstallCertificate\x12-.carve.nodeagent.v1.InstallCertificateRequest\x1a..carve.nodeagent.v1.InstallCertificateResponse\x12_\n" +
@@ -1916,7 +2077,9 @@ const file_api_nodeagent_v1_nodeagent_proto_rawDesc = "" +
 	"\fRemoveOrphan\x12'.carve.nodeagent.v1.RemoveOrphanRequest\x1a(.carve.nodeagent.v1.RemoveOrphanResponse\x12d\n" +
 	"\rAuthorizeCopy\x12(.carve.nodeagent.v1.AuthorizeCopyRequest\x1a).carve.nodeagent.v1.AuthorizeCopyResponse\x12^\n" +
 	"\vCatchUpCopy\x12&.carve.nodeagent.v1.CatchUpCopyRequest\x1a'.carve.nodeagent.v1.CatchUpCopyResponse\x12i\n" +
-	"\x0eSnapshotBlocks\x12).carve.nodeagent.v1.SnapshotBlocksRequest\x1a*.carve.nodeagent.v1.SnapshotBlocksResponse0\x012i\n" +
+	"\x0eSnapshotBlocks\x12).carve.nodeagent.v1.SnapshotBlocksRequest\x1a*.carve.nodeagent.v1.SnapshotBlocksResponse0\x01\x12[\n" +
+	"\n" +
+	"VolumeKeys\x12#.carve.nodeagent.v1.VolumeKeyAnswer\x1a$.carve.nodeagent.v1.VolumeKeyRequest(\x010\x012i\n" +
 	"\bNodeCopy\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.carve.nodeagent.v1.ReadVolumeRequest\x1a&.carve.nodeagent.v1.ReadVolumeResponse0\x01B9Z7github.com/carve-csi/carve/api/nodeagent/v1;nodeagentv1b\x06proto3"
@@ -1934,7 +2097,7 @@ func file_api_nodeagent_v1_nodeagent_proto_rawDescGZIP() []byte {
 }
 
 var file_api_nodeagent_v1_nodeagent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_api_nodeagent_v1_nodeagent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(DigestScope)(0),                   // 0: carve.nodeagent.v1.DigestScope
 	(*EnrollRequest)(nil),              // 1: carve.nodeagent.v1.EnrollRequest
@@ -1964,6 +2127,8 @@ var file_api_nodeagent_v1_nodeagent_proto_goTypes = []any{
 	(*SnapshotBlocksRequest)(nil),      // 25: carve.nodeagent.v1.SnapshotBlocksRequest
 	(*SnapshotBlocksResponse)(nil),     // 26: carve.nodeagent.v1.SnapshotBlocksResponse
 	(*BlockExtent)(nil),                // 27: carve.nodeagent.v1.BlockExtent
+	(*VolumeKeyRequest)(nil),           // 28: carve.nodeagent.v1.VolumeKeyRequest
+	(*VolumeKeyAnswer)(nil),            // 29: carve.nodeagent.v1.VolumeKeyAnswer
 }
 var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	7,  // 0: carve.nodeagent.v1.CapacityReport.classes:type_name -> carve.nodeagent.v1.ClassCapacity
@@ -1983,19 +2148,21 @@ var file_api_nodeagent_v1_nodeagent_proto_depIdxs = []int32{
 	16, // 14: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:input_type -> carve.nodeagent.v1.AuthorizeCopyRequest
 	23, // 15: carve.nodeagent.v1.NodeAgent.CatchUpCopy:input_type -> carve.nodeagent.v1.CatchUpCopyRequest
 	25, // 16: carve.nodeagent.v1.NodeAgent.SnapshotBlocks:input_type -> carve.nodeagent.v1.SnapshotBlocksRequest
-	18, // 17: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
-	2,  // 18: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
-	4,  // 19: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
-	6,  // 20: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
-	9,  // 21: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
-	13, // 22: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
-	15, // 23: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
-	17, // 24: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
-	24, // 25: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
-	26, // 26: carve.nodeagent.v1.NodeAgent.SnapshotBlocks:output_type -> carve.nodeagent.v1.SnapshotBlocksResponse
-	19, // 27: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
+	29, // 17: carve.nodeagent.v1.NodeAgent.VolumeKeys:input_type -> carve.nodeagent.v1.VolumeKeyAnswer
+	18, // 18: carve.nodeagent.v1.NodeCopy.ReadVolume:input_type -> carve.nodeagent.v1.ReadVolumeRequest
+	2,  // 19: carve.nodeagent.v1.NodeAgent.Enroll:output_type -> carve.nodeagent.v1.EnrollResponse
+	4,  // 20: carve.nodeagent.v1.NodeAgent.InstallCertificate:output_type -> carve.nodeagent.v1.InstallCertificateResponse
+	6,  // 21: carve.nodeagent.v1.NodeAgent.WatchCapacity:output_type -> carve.nodeagent.v1.CapacityReport
+	9,  // 22: carve.nodeagent.v1.NodeAgent.Inventory:output_type -> carve.nodeagent.v1.InventoryResponse
+	13, // 23: carve.nodeagent.v1.NodeAgent.QuarantineOrphan:output_type -> carve.nodeagent.v1.QuarantineOrphanResponse
+	15, // 24: carve.nodeagent.v1.NodeAgent.RemoveOrphan:output_type -> carve.nodeagent.v1.RemoveOrphanResponse
+	17, // 25: carve.nodeagent.v1.NodeAgent.AuthorizeCopy:output_type -> carve.nodeagent.v1.AuthorizeCopyResponse
+	24, // 26: carve.nodeagent.v1.NodeAgent.CatchUpCopy:output_type -> carve.nodeagent.v1.CatchUpCopyResponse
+	26, // 27: carve.nodeagent.v1.NodeAgent.SnapshotBlocks:output_type -> carve.nodeagent.v1.SnapshotBlocksResponse
+	28, // 28: carve.nodeagent.v1.NodeAgent.VolumeKeys:output_type -> carve.nodeagent.v1.VolumeKeyRequest
+	19, // 29: carve.nodeagent.v1.NodeCopy.ReadVolume:output_type -> carve.nodeagent.v1.ReadVolumeResponse
+	19, // [19:30] is the sub-list for method output_type
+	8,  // [8:19] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -2017,7 +2184,7 @@ func file_api_nodeagent_v1_nodeagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_nodeagent_v1_nodeagent_proto_rawDesc), len(file_api_nodeagent_v1_nodeagent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,7 @@ const (
 	NodeAgent_AuthorizeCopy_FullMethodName      = "/carve.nodeagent.v1.NodeAgent/AuthorizeCopy"
 	NodeAgent_CatchUpCopy_FullMethodName        = "/carve.nodeagent.v1.NodeAgent/CatchUpCopy"
 	NodeAgent_SnapshotBlocks_FullMethodName     = "/carve.nodeagent.v1.NodeAgent/SnapshotBlocks"
+	NodeAgent_VolumeKeys_FullMethodName         = "/carve.nodeagent.v1.NodeAgent/VolumeKeys"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -139,6 +140,19 @@ type NodeAgentClient interface {
 	// copy-on-write space is FAILED_PRECONDITION; a thin pool whose
 	// metadata snapshot another program holds is UNAVAILABLE.
 	SnapshotBlocks(ctx context.Context, in *SnapshotBlocksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotBlocksResponse], error)
+	// VolumeKeys carries the node's requests for the keys of its encrypted
+	// volumes to the controller, which alone can unwrap them: the
+	// controller opens the stream (it dials the agents; an agent cannot
+	// reach the controller), the agent sends a VolumeKeyRequest whenever a
+	// NodeStageVolume must open an encrypted volume, and the controller
+	// answers each with a VolumeKeyAnswer of the same request_id. The
+	// controller unwraps a key only for a volume whose PersistentVolume
+	// pins it to this node and records the key ID the request names
+	// (docs/architecture.md, "Encrypted volumes"). The agent keeps the
+	// stream of every controller replica that opens one and asks any; a
+	// stream ends when the controller's context does, or with UNAVAILABLE
+	// when the agent shuts down.
+	VolumeKeys(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[VolumeKeyAnswer, VolumeKeyRequest], error)
 }
 
 type nodeAgentClient struct {
@@ -257,6 +271,19 @@ func (c *nodeAgentClient) SnapshotBlocks(ctx context.Context, in *SnapshotBlocks
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeAgent_SnapshotBlocksClient = grpc.ServerStreamingClient[SnapshotBlocksResponse]
 
+func (c *nodeAgentClient) VolumeKeys(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[VolumeKeyAnswer, VolumeKeyRequest], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeAgent_ServiceDesc.Streams[2], NodeAgent_VolumeKeys_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[VolumeKeyAnswer, VolumeKeyRequest]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_VolumeKeysClient = grpc.BidiStreamingClient[VolumeKeyAnswer, VolumeKeyRequest]
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -361,6 +388,19 @@ type NodeAgentServer interface {
 	// copy-on-write space is FAILED_PRECONDITION; a thin pool whose
 	// metadata snapshot another program holds is UNAVAILABLE.
 	SnapshotBlocks(*SnapshotBlocksRequest, grpc.ServerStreamingServer[SnapshotBlocksResponse]) error
+	// VolumeKeys carries the node's requests for the keys of its encrypted
+	// volumes to the controller, which alone can unwrap them: the
+	// controller opens the stream (it dials the agents; an agent cannot
+	// reach the controller), the agent sends a VolumeKeyRequest whenever a
+	// NodeStageVolume must open an encrypted volume, and the controller
+	// answers each with a VolumeKeyAnswer of the same request_id. The
+	// controller unwraps a key only for a volume whose PersistentVolume
+	// pins it to this node and records the key ID the request names
+	// (docs/architecture.md, "Encrypted volumes"). The agent keeps the
+	// stream of every controller replica that opens one and asks any; a
+	// stream ends when the controller's context does, or with UNAVAILABLE
+	// when the agent shuts down.
+	VolumeKeys(grpc.BidiStreamingServer[VolumeKeyAnswer, VolumeKeyRequest]) error
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -397,6 +437,9 @@ func (UnimplementedNodeAgentServer) CatchUpCopy(context.Context, *CatchUpCopyReq
 }
 func (UnimplementedNodeAgentServer) SnapshotBlocks(*SnapshotBlocksRequest, grpc.ServerStreamingServer[SnapshotBlocksResponse]) error {
 	return status.Error(codes.Unimplemented, "method SnapshotBlocks not implemented")
+}
+func (UnimplementedNodeAgentServer) VolumeKeys(grpc.BidiStreamingServer[VolumeKeyAnswer, VolumeKeyRequest]) error {
+	return status.Error(codes.Unimplemented, "method VolumeKeys not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -567,6 +610,13 @@ func _NodeAgent_SnapshotBlocks_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeAgent_SnapshotBlocksServer = grpc.ServerStreamingServer[SnapshotBlocksResponse]
 
+func _NodeAgent_VolumeKeys_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeAgentServer).VolumeKeys(&grpc.GenericServerStream[VolumeKeyAnswer, VolumeKeyRequest]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_VolumeKeysServer = grpc.BidiStreamingServer[VolumeKeyAnswer, VolumeKeyRequest]
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -613,6 +663,12 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "SnapshotBlocks",
 			Handler:       _NodeAgent_SnapshotBlocks_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "VolumeKeys",
+			Handler:       _NodeAgent_VolumeKeys_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "api/nodeagent/v1/nodeagent.proto",

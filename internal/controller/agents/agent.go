@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
@@ -285,9 +287,15 @@ func (l *link) lostCh() <-chan struct{} {
 func (l *link) startWatch(ctx context.Context, a *agent) {
 	ctx, l.watchStop = context.WithCancel(ctx)
 	l.watchDone = make(chan struct{})
+	client := nodeagentv1.NewNodeAgentClient(l.conn)
 	go func() {
 		defer close(l.watchDone)
-		a.watchCapacity(ctx, nodeagentv1.NewNodeAgentClient(l.conn))
+		var keys sync.WaitGroup
+		if a.p.cfg.OnKeyRequest != nil {
+			keys.Go(func() { a.serveKeys(ctx, client) })
+		}
+		a.watchCapacity(ctx, client)
+		keys.Wait()
 	}()
 }
 
@@ -348,6 +356,51 @@ func (a *agent) readCapacity(ctx context.Context, client nodeagentv1.NodeAgentCl
 			continue
 		}
 		a.p.cfg.OnCapacity(a.ep.Node, r)
+	}
+}
+
+// serveKeys keeps the agent's VolumeKeys stream open until ctx ends,
+// answering each key request with OnKeyRequest, and reopens it whenever
+// it ends.
+func (a *agent) serveKeys(ctx context.Context, client nodeagentv1.NodeAgentClient) {
+	log := klog.FromContext(ctx)
+	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
+	for {
+		err := a.answerKeys(ctx, client, &bo)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := bo.next()
+		if status.Code(err) == codes.Unimplemented {
+			// An agent that opens no encrypted volumes (no cryptsetup,
+			// or a build without the stream): asked again now and then.
+			log.V(2).Info("The node agent serves no volume keys", "err", err.Error())
+			if !sleep(ctx, a.p.t.maxBackoff) {
+				return
+			}
+			continue
+		}
+		log.Error(err, "Volume key stream ended; reopening", "retryIn", wait)
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+func (a *agent) answerKeys(ctx context.Context, client nodeagentv1.NodeAgentClient, bo *backoff) error {
+	stream, err := client.VolumeKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("VolumeKeys: %w", err)
+	}
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("VolumeKeys: %w", err)
+		}
+		bo.reset()
+		if err := stream.Send(a.p.cfg.OnKeyRequest(ctx, a.ep.Node, req)); err != nil {
+			return fmt.Errorf("VolumeKeys: %w", err)
+		}
 	}
 }
 

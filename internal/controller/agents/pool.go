@@ -62,6 +62,11 @@ type Config struct {
 	// the nil call comes after that node's last report. Nothing is called
 	// when Run ends (the next leader reports). Nil ignores the reports.
 	OnCapacity func(node string, r *nodeagentv1.CapacityReport)
+	// OnKeyRequest answers a node agent's request for a volume key, sent
+	// on the VolumeKeys stream the pool keeps open to every connected
+	// agent; node is the identity of that verified connection. Nil opens
+	// no such stream (the agents then open no encrypted volume).
+	OnKeyRequest func(ctx context.Context, node string, req *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer
 	// Registerer, when set, gets carve_node_enrollments_total.
 	Registerer prometheus.Registerer
 }

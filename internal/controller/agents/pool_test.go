@@ -66,9 +66,11 @@ type fakeAgent struct {
 	installs atomic.Int32
 	infos    atomic.Int32 // GetPluginInfo calls
 	reports  chan *nodeagentv1.CapacityReport
-	end      chan struct{} // a send ends the current capacity stream
-	addr     string
-	srv      *grpc.Server
+	// keyAnswers gets the answers to VolumeKeys' requests.
+	keyAnswers chan *nodeagentv1.VolumeKeyAnswer
+	end        chan struct{} // a send ends the current capacity stream
+	addr       string
+	srv        *grpc.Server
 }
 
 func (f *fakeAgent) Enroll(context.Context, *nodeagentv1.EnrollRequest) (*nodeagentv1.EnrollResponse, error) {
@@ -107,6 +109,21 @@ func (f *fakeAgent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, s grpc.Se
 			}
 		}
 	}
+}
+
+// VolumeKeys asks for one key on each stream the pool opens and hands the
+// answer to keyAnswers.
+func (f *fakeAgent) VolumeKeys(s grpc.BidiStreamingServer[nodeagentv1.VolumeKeyAnswer, nodeagentv1.VolumeKeyRequest]) error {
+	if err := s.Send(&nodeagentv1.VolumeKeyRequest{RequestId: 3, VolumeId: "vg/carve-aa", KeyId: "k", WrappedKey: "w"}); err != nil {
+		return err
+	}
+	a, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	f.keyAnswers <- a
+	<-s.Context().Done()
+	return nil
 }
 
 func (f *fakeAgent) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
@@ -186,6 +203,11 @@ func newEnv(t *testing.T, nodeValidity time.Duration) *env {
 	e.pool, err = New(Config{Client: e.client, Namespace: testNS, Service: testService, PortName: testPort,
 		ServiceAccount: testSA, Audience: testAudience, Issuer: iss, Identity: e.ctrl, Trust: e.trust,
 		OnCapacity: func(node string, r *nodeagentv1.CapacityReport) { e.caps <- capEvent{node, r} },
+		OnKeyRequest: func(_ context.Context, node string, r *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer {
+			// The answer names the node the request came from, as the
+			// pool saw it.
+			return &nodeagentv1.VolumeKeyAnswer{RequestId: r.GetRequestId(), Refused: "asked by " + node + " for " + r.GetVolumeId()}
+		},
 		Registerer: e.reg})
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +243,7 @@ func (e *env) agent(node, pod string, uid types.UID, edit func(*authv1.TokenRevi
 		e.t.Fatal(err)
 	}
 	f := &fakeAgent{claims: node, token: "token-of-" + pod, key: key, cert: nodeca.NewKeypair(selfSigned(e.t, key)),
-		reports: make(chan *nodeagentv1.CapacityReport, 10), end: make(chan struct{})}
+		reports: make(chan *nodeagentv1.CapacityReport, 10), end: make(chan struct{}), keyAnswers: make(chan *nodeagentv1.VolumeKeyAnswer, 10)}
 	st := goodReview(node, pod, string(uid))
 	if edit != nil {
 		edit(&st)
@@ -608,5 +630,25 @@ func TestUnreachableOnlyAfterAnAttempt(t *testing.T) {
 	a.set(nil, errors.New("refused"))
 	if _, err := p.conn("node-a"); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("after a failed enrollment: %v, want ErrUnreachable", err)
+	}
+}
+
+// TestKeyRequestsCarryTheVerifiedNode: the pool opens a VolumeKeys stream
+// to each connected agent and answers its requests with OnKeyRequest,
+// naming the node of the verified connection (not anything the agent
+// says).
+func TestKeyRequestsCarryTheVerifiedNode(t *testing.T) {
+	e := newEnv(t, 0)
+	const node, pod, uid = "node-a", "carve-node-abcde", types.UID("uid-a")
+	f := e.agent(node, pod, uid, nil)
+	e.publish("s1", node, pod, uid, f)
+	e.run()
+	select {
+	case a := <-f.keyAnswers:
+		if a.GetRequestId() != 3 || a.GetRefused() != "asked by node-a for vg/carve-aa" {
+			t.Errorf("answer %+v", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the agent's key request")
 	}
 }

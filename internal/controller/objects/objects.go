@@ -105,7 +105,7 @@ func Trim(driver string) cache.TransformFunc {
 }
 
 // trimPV keeps a PV of another driver by name; of driver's, the handle,
-// node affinity, claim, reclaim policy, phase and carve's annotations: a
+// an encrypted volume's key ID, node affinity, claim, reclaim policy, phase and carve's annotations: a
 // few hundred bytes per PV.
 func trimPV(v *corev1.PersistentVolume, driver string) *corev1.PersistentVolume {
 	out := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID,
@@ -114,6 +114,11 @@ func trimPV(v *corev1.PersistentVolume, driver string) *corev1.PersistentVolume 
 		return out
 	}
 	out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: v.Spec.CSI.VolumeHandle}
+	if id, ok := v.Spec.CSI.VolumeAttributes[volume.ContextKeyID]; ok {
+		// The key ID the controller releases an encrypted volume's key
+		// for (internal/controller/volumekey).
+		out.Spec.CSI.VolumeAttributes = map[string]string{volume.ContextKeyID: id}
+	}
 	out.Spec.NodeAffinity = v.Spec.NodeAffinity
 	out.Spec.ClaimRef = v.Spec.ClaimRef
 	out.Spec.PersistentVolumeReclaimPolicy = v.Spec.PersistentVolumeReclaimPolicy

@@ -9,12 +9,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/carve-csi/carve/internal/controller/objects"
 	"github.com/carve-csi/carve/internal/topology/pinned"
+	"github.com/carve-csi/carve/internal/volume"
 )
 
 // ErrNotSynced is returned by a lookup before the cache holds its first
@@ -122,4 +124,31 @@ func (x *Index) Get(name string) (*corev1.PersistentVolume, error) {
 	}
 	pv, _ := o.(*corev1.PersistentVolume)
 	return pv, nil
+}
+
+// Holder is one of carve's PVs of a volume handle: its name, the node it
+// is pinned to ("" for none) and the key ID its volume attributes record
+// (an encrypted volume's; "" for a plain one).
+type Holder struct {
+	PV, Node, KeyID string
+}
+
+// HoldersOf returns carve's PVs with the volume handle, sorted by name.
+// ErrNotSynced before the first full list.
+func (x *Index) HoldersOf(handle string) ([]Holder, error) {
+	if !x.informer.HasSynced() {
+		return nil, ErrNotSynced
+	}
+	objs, err := x.informer.GetIndexer().ByIndex(byHandle, handle)
+	if err != nil {
+		return nil, err
+	}
+	var out []Holder
+	for _, o := range objs {
+		if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
+			out = append(out, Holder{PV: pv.Name, Node: pinned.Node(pv, x.key), KeyID: pv.Spec.CSI.VolumeAttributes[volume.ContextKeyID]})
+		}
+	}
+	slices.SortFunc(out, func(a, b Holder) int { return strings.Compare(a.PV, b.PV) })
+	return out, nil
 }

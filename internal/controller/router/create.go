@@ -41,6 +41,10 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	req, kc, err := s.withVolumeKey(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	node, err := s.nodeOfCreate(ctx, req)
 	if err != nil {
 		return nil, err
@@ -53,12 +57,12 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		if err := s.cloneElsewhere(node, req.GetVolumeContentSource().GetVolume().GetVolumeId()); err != nil {
 			return nil, err
 		}
-		return s.sendCreate(ctx, req, node, unsent)
+		return s.sendCreate(ctx, req, node, unsent, kc)
 	}
 	// A copy that may still run on node (copyRuns) is asked about
 	// without a new grant, which it would leave unread.
 	if s.copyRuns.mayRun(node, req.GetName()) {
-		resp, err := s.sendCreate(ctx, req, node, unsent)
+		resp, err := s.sendCreate(ctx, req, node, unsent, kc)
 		if err == nil || copyMayRun(err) || ctx.Err() != nil {
 			s.copyRuns.answered(node, req.GetName(), err)
 			return resp, err
@@ -69,14 +73,14 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if ctx, err = s.grantCopy(ctx, req, node, from, id, snapshot, unsent); err != nil {
 		return nil, s.notSentCreate(ctx, req, node, err)
 	}
-	resp, err := s.sendCreate(ctx, req, node, unsent)
+	resp, err := s.sendCreate(ctx, req, node, unsent, kc)
 	s.copyRuns.answered(node, req.GetName(), err)
 	return resp, err
 }
 
 // sendCreate sends a CreateVolume to node, recording it on the claim
 // first, and checks the answer.
-func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, node string, unsent codes.Code) (*csi.CreateVolumeResponse, error) {
+func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, node string, unsent codes.Code, kc keyCheck) (*csi.CreateVolumeResponse, error) {
 	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
 	if err != nil {
 		return nil, s.notSentCreate(ctx, req, node, err)
@@ -90,6 +94,9 @@ func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, n
 		return nil, err
 	}
 	if err := s.checkCreated(ctx, node, req.GetName(), resp); err != nil {
+		return nil, err
+	}
+	if err := s.checkKey(ctx, node, kc, resp); err != nil {
 		return nil, err
 	}
 	s.answered(ctx, req, node, codes.OK)

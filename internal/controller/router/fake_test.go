@@ -174,8 +174,15 @@ func (a *agent) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) 
 	if ok, err := a.serve(ctx, method, req.GetName()); !ok {
 		return nil, err
 	}
+	vc := map[string]string{volume.ContextVolumeName: req.GetName()}
+	if id := req.GetSecrets()[volume.SecretKeyID]; id != "" {
+		// What a node does with an encrypted volume's key: its key ID
+		// goes into the volume context.
+		vc[volume.ContextKeyID] = id
+		a.log.add(a.name, "Secrets", strings.Join(slices.Sorted(maps.Keys(req.GetSecrets())), ","))
+	}
 	return answer(a, "CreateVolume", &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: volume.VolumeID("vg0", volume.LVNameFor(req.GetName())),
-		VolumeContext:      map[string]string{volume.ContextVolumeName: req.GetName()},
+		VolumeContext:      vc,
 		AccessibleTopology: []*csi.Topology{&csi.Topology{Segments: topology.Segments(a.name)}}}}), nil
 }
 

@@ -82,6 +82,9 @@ type Config struct {
 	Refusals *Refusals
 	// Paging bounds each node's list pages; zero is paging.Default.
 	Paging paging.Limits
+	// Keys wraps the keys of new encrypted volumes (encrypt.go); nil
+	// makes none (such a CreateVolume is FAILED_PRECONDITION).
+	Keys VolumeKeys
 	// Sent keeps, on each claim, the node its CreateVolume was sent to
 	// (sent.go); nil keeps it in this replica's memory only.
 	Sent SentCreates

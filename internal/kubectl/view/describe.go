@@ -46,7 +46,12 @@ type Claim struct {
 	// IOLimits are the volume's IO limit parameters, by name: its
 	// StorageClass's, with its VolumeAttributesClass's over them.
 	IOLimits map[string]string `json:"ioLimits,omitempty"`
-	Events   []Event           `json:"events,omitempty"`
+	// Encryption is the volume's: "luks2" or "none", from its PV's volume
+	// attributes, else from its StorageClass; KeyID is an encrypted
+	// volume's key ID (its PV's).
+	Encryption string  `json:"encryption,omitempty"`
+	KeyID      string  `json:"encryptionKeyID,omitempty"`
+	Events     []Event `json:"events,omitempty"`
 	// Metrics are PromQL selectors of the series that watch this volume.
 	Metrics []string `json:"metrics,omitempty"`
 }
@@ -201,7 +206,24 @@ func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
 			return fmt.Errorf("reading PersistentVolume %s: %w", c.PV, err)
 		}
 	}
+	c.addEncryption(scParams)
 	return v.addIOLimits(ctx, c, scParams)
+}
+
+// addEncryption sets c's encryption from its PV's volume attributes
+// (what CreateVolume made), else from its StorageClass's parameters
+// (what it will make).
+func (c *Claim) addEncryption(params map[string]string) {
+	switch {
+	case c.Attributes[volume.ParamEncryption] != "":
+		c.Encryption, c.KeyID = c.Attributes[volume.ParamEncryption], c.Attributes[volume.ContextKeyID]
+	case c.PV != "" && c.Attributes != nil:
+		c.Encryption = volume.EncryptionNone
+	case params[volume.ParamEncryption] != "":
+		c.Encryption = params[volume.ParamEncryption]
+	case params != nil:
+		c.Encryption = volume.EncryptionNone
+	}
 }
 
 // addEvents adds the events of the object kind/name among events.

@@ -433,3 +433,32 @@ func TestDescribeIOLimits(t *testing.T) {
 		t.Errorf("limits %v, class %q, modify %q; want %v, fast, Infeasible to bogus", got.IOLimits, got.AttributesClass, got.Modify, want)
 	}
 }
+
+// TestDescribeEncryption: a bound claim's encryption and key ID come from
+// its PV; a pending one's from its StorageClass.
+func TestDescribeEncryption(t *testing.T) {
+	class := sc("carve-enc", driver, "thick")
+	class.Parameters[volume.ParamEncryption] = volume.EncryptionLUKS2
+	p := pv("pv-e", driver, "n1", "thick", "carve/carve-e", "1Gi", "db", "enc")
+	p.Spec.CSI.VolumeAttributes[volume.ParamEncryption] = volume.EncryptionLUKS2
+	p.Spec.CSI.VolumeAttributes[volume.ContextKeyID] = "0123456789abcdef0123456789abcdef"
+	bound := pvc("db", "enc", "carve-enc", corev1.ClaimBound, t0, nil)
+	bound.Spec.VolumeName = "pv-e"
+	pending := pvc("db", "enc-pending", "carve-enc", corev1.ClaimPending, t0, nil)
+	plain := pvc("db", "plain", "carve-thick", corev1.ClaimPending, t0, nil)
+	v := View{Client: fake.NewClientset(class, sc("carve-thick", driver, "thick"), p, bound, pending, plain), Driver: driver, Namespace: "db",
+		Warn: func(m string) { t.Errorf("warning %q", m) }}
+	for name, want := range map[string][2]string{
+		"enc":         {volume.EncryptionLUKS2, "0123456789abcdef0123456789abcdef"},
+		"enc-pending": {volume.EncryptionLUKS2, ""},
+		"plain":       {volume.EncryptionNone, ""},
+	} {
+		got, err := v.Describe(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Encryption != want[0] || got.KeyID != want[1] {
+			t.Errorf("%s: encryption %q, key ID %q; want %q, %q", name, got.Encryption, got.KeyID, want[0], want[1])
+		}
+	}
+}

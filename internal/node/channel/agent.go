@@ -92,6 +92,10 @@ type Config struct {
 	// Blocks names the blocks of this node's snapshots (the controller's
 	// SnapshotMetadata service); nil names none (blocks.go).
 	Blocks Blocks
+	// Keys carries the node's requests for the keys of its encrypted
+	// volumes to the controllers' VolumeKeys streams; nil opens none
+	// (keys.go).
+	Keys *Keys
 	// Now is the clock certificates are checked against; nil is time.Now.
 	Now func() time.Time
 }

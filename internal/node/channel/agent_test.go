@@ -99,7 +99,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.agent, err = New(Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: testClasses(),
-		Capacity: e.view, Inventory: e.view})
+		Capacity: e.view, Inventory: e.view, Keys: NewKeys()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,6 +92,10 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	v := s.volume(lv, r.Class.Name)
 	v.VolumeContext[volume.ContextVolumeName] = r.Name
+	if r.Encryption != nil {
+		v.VolumeContext[volume.ParamEncryption] = volume.EncryptionLUKS2
+		v.VolumeContext[volume.ContextKeyID] = r.Encryption.Token.KeyID
+	}
 	v.ContentSource = req.GetVolumeContentSource()
 	return &csi.CreateVolumeResponse{Volume: v}, nil
 }
@@ -118,7 +122,11 @@ func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provisi
 	if err != nil {
 		return nil, err
 	}
-	r := &provision.Request{Name: req.GetName(), Class: class, FSType: fsType, Params: req.GetParameters(), SourceTags: wantSource, IOLimits: limits,
+	enc, err := encryptionFromRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	r := &provision.Request{Name: req.GetName(), Class: class, FSType: fsType, Params: req.GetParameters(), SourceTags: wantSource, IOLimits: limits, Encryption: enc,
 		Range: provision.Range{Required: req.GetCapacityRange().GetRequiredBytes(), Limit: req.GetCapacityRange().GetLimitBytes()}}
 	for _, c := range req.GetVolumeCapabilities() {
 		r.Block = r.Block || c.GetBlock() != nil

@@ -23,9 +23,11 @@ import (
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/iolimit"
 	"github.com/carve-csi/carve/internal/node/jobs"
+	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/nodestatus"
+	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
 	"github.com/carve-csi/carve/internal/volume"
@@ -62,6 +64,11 @@ type NodeConfig struct {
 	// volume.DevDir of the plugin's environment ($DM_DEV_DIR or /dev, as
 	// the lvm client reads it), read once by NewNodeServer.
 	DevDir string
+	// LUKS runs cryptsetup and Keys asks carve controller for volume
+	// keys: NodeStageVolume opens encrypted volumes with both; with
+	// either nil it opens none (node_encrypted.go).
+	LUKS luks.Interface
+	Keys VolumeKeys
 	// Cgroups is the host's cgroup v2 hierarchy, where a volume's IO
 	// limits go into the io.max of the pods it is published to; an empty
 	// Root applies none, and a publish of a volume with limits is then
@@ -95,6 +102,9 @@ type NodeServer struct {
 	isDeviceNode func(path string) bool
 	// deviceOf reads a block device node's numbers; tests replace it.
 	deviceOf func(path string) (iolimit.Device, error)
+	// hasLUKSHeader tells whether a device starts with a LUKS header;
+	// tests replace it.
+	hasLUKSHeader func(path string) (bool, error)
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
@@ -110,7 +120,8 @@ func NewNodeServer(cfg NodeConfig) *NodeServer {
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())
 	}
-	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice, deviceOf: iolimit.DeviceOf}
+	n := &NodeServer{cfg: cfg, busy: volumelock.New(), classes: map[string]string{}, isDeviceNode: volume.IsBlockDevice, deviceOf: iolimit.DeviceOf,
+		hasLUKSHeader: provision.HasLUKSHeader}
 	n.staging.Keep = true
 	return n
 }
@@ -254,7 +265,7 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	name := volumeContext[volume.ContextVolumeName]
 	device = n.device(vol)
 	if class = volumeContext[volume.ParamDeviceClass]; class != "" && volume.LVNameFor(name) == vol.LV && n.isDeviceNode(device) && n.trusted(vol, class) {
-		return device, n.rememberClass(vol.String(), class), nil
+		return n.openedDevice(vol, device), n.rememberClass(vol.String(), class), nil
 	}
 	if n.cfg.Classes != nil && !n.cfg.Classes.HasVolumeGroup(vol.VG) {
 		return "", metrics.UnknownClass, status.Errorf(codes.FailedPrecondition,
@@ -279,7 +290,7 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 		return "", class, status.Errorf(codes.FailedPrecondition, "volume_id %q: LV %s/%s does not carry carve's tag %s; carve serves only its own volumes",
 			vol, lv.VolumeGroup, lv.Name, volume.TagOwner)
 	}
-	return lv.Device(n.cfg.DevDir), class, nil
+	return n.openedDevice(vol, lv.Device(n.cfg.DevDir)), class, nil
 }
 
 // trusted tells whether the fast path may serve vol as a volume of class:

@@ -47,7 +47,7 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		return nil, err
 	}
 	op.SetClass(class)
-	device := lv.Device(n.cfg.DevDir)
+	device := n.openedDevice(vol, lv.Device(n.cfg.DevDir))
 	block, err := n.expandPath(vol, device, path, access)
 	if err != nil {
 		return nil, err
@@ -63,6 +63,11 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		if lv, err = n.extend(ctx, op, vol, class, lv, required, uint64(req.GetCapacityRange().GetLimitBytes())); err != nil {
 			return nil, err
 		}
+	}
+	// An encrypted volume's opened device grows to its LV (again after
+	// an expansion cut short) before its filesystem does.
+	if err := n.resizeEncrypted(ctx, vol, lv.Device(n.cfg.DevDir)); err != nil {
+		return nil, err
 	}
 	if !block {
 		if err := op.Step(metrics.StepFilesystemGrow, func() error {

@@ -116,6 +116,9 @@ func (n *NodeServer) ApplyIOLimits(ctx context.Context, vol volume.ID, limits vo
 	if !n.isDeviceNode(device) {
 		return 0, nil // inactive: published nowhere
 	}
+	// An encrypted volume's pods use its opened device: its numbers are
+	// the ones in io.max.
+	device = n.openedDevice(vol, device)
 	targets, err := n.cfg.FS.MountsOf(device)
 	if err != nil {
 		return 0, status.Errorf(codes.Internal, "listing the mounts of %s: %v", device, err)

@@ -43,6 +43,9 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err != nil {
 		return nil, err
 	}
+	if err := n.checkOpened(ctx, vol, device); err != nil {
+		return nil, err
+	}
 	source, err := n.publishSource(vol, device, staging, access)
 	if err != nil {
 		return nil, err

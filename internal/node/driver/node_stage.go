@@ -67,6 +67,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err != nil {
 		return nil, err
 	}
+	if device, err = n.openEncrypted(ctx, op, vol, device); err != nil {
+		return nil, err
+	}
 	if access.Block {
 		// Publish bind-mounts the device node itself.
 		return &csi.NodeStageVolumeResponse{}, nil
@@ -276,6 +279,16 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	id := req.GetVolumeId()
 	if err := n.unmountAndRemove(ctx, metrics.PhaseUnstage, id, req.GetStagingTargetPath(), "staging_target_path"); err != nil {
 		return nil, err
+	}
+	if vol, err := volume.ParseID(id); err == nil {
+		if err := n.acquire(id); err != nil {
+			return nil, err
+		}
+		err := n.closeEncrypted(ctx, vol)
+		n.release(id)
+		if err != nil {
+			return nil, err
+		}
 	}
 	n.forgetClass(id)
 	// A stage that ended after its caller gave up is not wanted any more.

@@ -31,7 +31,7 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	if err != nil {
 		return nil, err
 	}
-	st, err := n.mountedAt(id, n.device(vol), path)
+	st, err := n.mountedAt(id, n.openedDevice(vol, n.device(vol)), path)
 	if err != nil {
 		return nil, err
 	}

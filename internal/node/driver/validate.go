@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
+	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -80,10 +82,10 @@ func classFromParameters(params map[string]string, cfg *deviceclass.Config, node
 		switch {
 		case k == volume.ParamDeviceClass:
 			name = v
-		case strings.HasPrefix(k, paramPassThroughPrefix), volume.IsIOLimitParam(k):
+		case strings.HasPrefix(k, paramPassThroughPrefix), volume.IsIOLimitParam(k), k == volume.ParamEncryption:
 		default:
-			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q; carve accepts %q, %s and keys starting with %q",
-				k, volume.ParamDeviceClass, strings.Join(volume.IOLimitParams(), ", "), paramPassThroughPrefix)
+			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q; carve accepts %q, %q, %s and keys starting with %q",
+				k, volume.ParamDeviceClass, volume.ParamEncryption, strings.Join(volume.IOLimitParams(), ", "), paramPassThroughPrefix)
 		}
 	}
 	if name != "" && !deviceclass.IsClassName(name) {
@@ -111,4 +113,28 @@ func ioLimitsFromRequest(params, mutable map[string]string) (volume.IOLimits, er
 		return l, status.Errorf(codes.InvalidArgument, "mutable_parameters: %v", err)
 	}
 	return l, nil
+}
+
+// encryptionFromRequest reads a CreateVolume's encryption: nil for a
+// plain volume; for an encrypted one without a content source, the key,
+// key ID and wrapped key carve controller sent in its secrets.
+func encryptionFromRequest(req *csi.CreateVolumeRequest) (*provision.Encryption, error) {
+	enc, err := volume.ParseEncryption(req.GetParameters())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "parameters: %v", err)
+	}
+	if !enc {
+		return nil, nil
+	}
+	if req.GetVolumeContentSource() != nil {
+		// The header, and so the key, come with the source's data.
+		return &provision.Encryption{}, nil
+	}
+	sec := req.GetSecrets()
+	key, err := base64.StdEncoding.DecodeString(sec[volume.SecretVolumeKey])
+	if err != nil || len(key) != 32 || sec[volume.SecretKeyID] == "" || sec[volume.SecretWrappedKey] == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets: an encrypted volume (%s %q) needs its key from carve controller (%s, %s, %s); "+
+			"the node agent takes CreateVolume only from carve controller", volume.ParamEncryption, volume.EncryptionLUKS2, volume.SecretVolumeKey, volume.SecretKeyID, volume.SecretWrappedKey)
+	}
+	return &provision.Encryption{Key: key, Token: luks.Token{KeyID: sec[volume.SecretKeyID], Wrapped: sec[volume.SecretWrappedKey]}}, nil
 }

@@ -40,6 +40,8 @@ type Request struct {
 	Block bool
 	// IOLimits are the volume's starting IO limits, recorded in its tags.
 	IOLimits volume.IOLimits
+	// Encryption is set for an encrypted volume (a LUKS2 device).
+	Encryption *Encryption
 }
 
 // Range is a capacity range in bytes; 0 is unset.
@@ -88,6 +90,14 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	}
 	defer unlock()
 	c := createCall{Request: r, lvName: lvName, method: EraseMethodFor(r.Class, r.Block), phase: r.phase()}
+	if r.Encryption != nil {
+		if p.cfg.LUKS == nil {
+			return nil, errorf(ErrElsewhere, "volume %q: %s is %q and node %s has no cryptsetup", r.Name, volume.ParamEncryption, volume.EncryptionLUKS2, p.cfg.NodeName)
+		}
+		// Through dm-crypt the previous tenant's bytes read as noise,
+		// never as their plaintext: nothing to zero.
+		c.method = erase.None
+	}
 	lv, made, err := p.provision(ctx, &c)
 	if err != nil {
 		return nil, err
@@ -110,6 +120,23 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	}
 	if err := p.clearFormatting(lv.VolumeGroup, lv.Name); err != nil {
 		return nil, errorf(ErrInternal, "volume %q: %v", r.Name, err)
+	}
+	if r.Encryption != nil {
+		if err := p.ensureLUKS(ctx, lv, r, c.phase); err != nil {
+			return nil, err
+		}
+	} else if r.Source != nil && c.src != nil && c.src.remote != nil {
+		// A source on another node was not seen before the copy: a plain
+		// volume must not hand out another node's ciphertext as data.
+		if has, err := p.cfg.HasLUKSHeader(p.devicePath(lv)); err == nil && has {
+			// Never handed out: removed, so that no orphan is left.
+			if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil {
+				klog.FromContext(ctx).Error(err, "Removing the copy of an encrypted source made for a plain volume")
+			} else {
+				p.cfg.View.Removed(lv.VolumeGroup, lv.Name)
+			}
+			return nil, encryptionMismatch(r, r.Source.ID, true)
+		}
 	}
 	return lv, nil
 }
@@ -145,6 +172,11 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	}
 	size, err := p.sizeFor(ctx, c, room.ExtentSize)
 	if err != nil {
+		return nil, false, err
+	}
+	// Before anything is made: a restore or clone's encryption must be
+	// its source's.
+	if err := checkSourceEncryption(c.Request, c.src); err != nil {
 		return nil, false, err
 	}
 	if lv, done, err := p.lookupExisting(ctx, c, size, &room); err != nil || done {
@@ -324,7 +356,7 @@ func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceCl
 func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (lv *lvm.LogicalVolume, made bool, err error) {
 	class := c.Class
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: c.lvName, Size: size,
-		Tags: slices.Concat(volume.VolumeTags(c.Name, class.Name, c.Params), askedTags(c.Range, size), volume.IOLimitTags(c.IOLimits))}
+		Tags: slices.Concat(volume.VolumeTags(c.Name, class.Name, c.Params), askedTags(c.Range, size), volume.IOLimitTags(c.IOLimits), encryptionTags(c.Request))}
 	marked := false
 	if class.Thin() {
 		creq.ThinPool = class.ThinPool

@@ -61,6 +61,11 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 				"lvremove would remove it with the volume, so carve does not: remove it first", id, strings.Join(deps, ", "))
 		}
 	}
+	if volume.Encrypted(lv.Tags) {
+		if err := p.cryptoErase(ctx, &lv, id, class); err != nil {
+			return class, err
+		}
+	}
 	p.removeCopySource(ctx, vg, volume.CopySourceLVNameFor(lvName))
 	stepStart := time.Now()
 	err = p.cfg.LVM.RemoveLV(ctx, vg, lvName)

@@ -35,7 +35,7 @@ func EraseMethodFor(class *deviceclass.DeviceClass, block bool) erase.Method {
 // where it was never written, and a restored or cloned one holds its
 // source's data.
 func clearsSignatures(r *Request) bool {
-	return !r.Class.Thin() && r.Source == nil && !r.Block
+	return !r.Class.Thin() && r.Source == nil && !r.Block && r.Encryption == nil
 }
 
 // finish makes a new LV ready to hand out: it zeroes it when method asks,

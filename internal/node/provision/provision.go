@@ -23,6 +23,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/dmsnapshot"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/jobs"
+	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/vgview"
@@ -73,6 +74,12 @@ type Config struct {
 	// IsDeviceNode tells whether path is a block device node; nil checks
 	// the file system (tests replace it).
 	IsDeviceNode func(path string) bool
+	// LUKS runs cryptsetup for encrypted volumes; nil makes none (a
+	// node without cryptsetup).
+	LUKS luks.Interface
+	// HasLUKSHeader tells whether a device starts with a LUKS header;
+	// nil reads it (HasLUKSHeader; tests replace it).
+	HasLUKSHeader func(path string) (bool, error)
 	// DevDir is the directory LVM makes device nodes under; empty is
 	// volume.DevDir of the process's environment, read once by New.
 	DevDir string
@@ -170,6 +177,9 @@ func New(cfg Config) *Provisioner {
 	}
 	if cfg.DevDir == "" {
 		cfg.DevDir = volume.DevDir(os.Environ())
+	}
+	if cfg.HasLUKSHeader == nil {
+		cfg.HasLUKSHeader = HasLUKSHeader
 	}
 	return &Provisioner{cfg: cfg, locks: cfg.Locks}
 }

@@ -88,6 +88,11 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 	if err := p.snapshotRoom(class, src, &sreq); err != nil {
 		return nil, err
 	}
+	if volume.Encrypted(src.Tags) {
+		// Its data is the origin's ciphertext: a restore of it must be
+		// encrypted too.
+		sreq.Tags = append(sreq.Tags, volume.TagEncrypted)
+	}
 	if asked, made, ok := volume.AskedFromTags(src.Tags); ok && src.Size == made {
 		// Not grown since it was made: the snapshot reports what its
 		// claim asked (see SnapshotSizeBytes).

@@ -182,6 +182,7 @@ func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size ui
 	tags := append(volume.VolumeTags(c.Name, class.Name, c.Params), src.sourceTag())
 	tags = append(tags, volume.IOLimitTags(c.IOLimits)...)
 	tags = append(tags, askedTags(c.Range, size)...)
+	tags = append(tags, encryptionTags(c.Request)...)
 	var lv *lvm.LogicalVolume
 	var err error
 	t := time.Now()

@@ -241,6 +241,22 @@ sum by (node, phase) (increase(carve_phase_duration_seconds_count{result!~"OK|Re
   "description" "A volume with IO limits (VolumeAttributesClass or StorageClass parameters) was published, modified or re-applied at the node agent's start, and its limits could not be written into a pod's cgroup io.max. unsupported: the node has no cgroup v2 or no io controller, or --cgroup-root is empty (carve_io_limits_supported says which); the publish is refused, so the pod does not start. no-pod: the pod's cgroup was not found under --cgroup-root. error: the node agent's log names the failure.") -}}
 
 {{- $rules = append $rules (dict
+  "alert" "CarveVolumeKeyRefused"
+  "expr" `sum by (node, reason) (increase(carve_volume_key_refusals_total{reason=~"other_node|key_id|unwrap"}[10m])) > 0
+`
+  "for" "0m" "severity" "critical"
+  "summary" `carve controller refused the node agent of {{ $labels.node }} a volume key ({{ $labels.reason }})`
+  "description" "A node agent asked for the key of an encrypted volume that is not its own: a volume whose PersistentVolume is on another node (other_node), a key ID that PersistentVolume does not record (key_id), or a wrapped key that does not unwrap for it (unwrap: another volume's, altered, or under a key-encryption key the Secret lost). No key was released. The node may be compromised, or the key-encryption Secret lost a key; the controller's log has each request (\"Refused a node's request for a volume key\").") -}}
+
+{{- $rules = append $rules (dict
+  "alert" "CarveEncryptedVolumeNotOpened"
+  "expr" `sum by (node, result) (increase(carve_encrypted_volume_opens_total{result=~"refused|wrong_key|no_header"}[15m])) > 0
+`
+  "for" "1m" "severity" "warning"
+  "summary" `An encrypted carve volume could not be opened on {{ $labels.node }}: {{ $labels.result }}`
+  "description" "NodeStageVolume of an encrypted volume failed and the pod waits: carve controller refused its key (refused), the key opened no keyslot of its LUKS2 header (wrong_key), or the LV marked encrypted holds no LUKS2 header or no token of carve's (no_header). carve never formats such a volume. The kubelet's Event on the pod names the volume; the runbook says what each result means.") -}}
+
+{{- $rules = append $rules (dict
   "alert" "CarvePVCPendingTooLong"
   "expr" `max by (namespace, persistentvolumeclaim) (kube_persistentvolumeclaim_status_phase{phase="Pending"}) == 1
 and on (namespace, persistentvolumeclaim)

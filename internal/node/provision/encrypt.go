@@ -1,0 +1,169 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/erase"
+	"github.com/carve-csi/carve/internal/node/luks"
+	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/volume"
+)
+
+// Encryption is an encrypted volume's part of a Request.
+type Encryption struct {
+	// Key is the new volume's key (from carve controller, which keeps it
+	// wrapped); nil for a restore or clone, whose header and key come
+	// with its source's data.
+	Key []byte
+	// Token is what the header keeps: the key ID and the wrapped key.
+	// Create fills it in from the header of a restore or clone.
+	Token luks.Token
+}
+
+// luksMagic starts every LUKS header (LUKS1 and LUKS2).
+var luksMagic = []byte{'L', 'U', 'K', 'S', 0xba, 0xbe}
+
+// HasLUKSHeader tells whether the device at path starts with a LUKS
+// header. It reads six bytes in-process, so that a node without
+// cryptsetup can still tell an encrypted volume from a plain one.
+func HasLUKSHeader(path string) (bool, error) {
+	f, err := os.Open(path) //nolint:gosec // G304: a device path carve derives from its own volume IDs
+	if err != nil {
+		return false, err
+	}
+	defer f.Close() //nolint:errcheck // read-only
+	b := make([]byte, len(luksMagic))
+	if _, err := io.ReadFull(f, b); err != nil {
+		return false, err
+	}
+	return string(b) == string(luksMagic), nil
+}
+
+// encryptionTags are the tags of r's LV beyond the volume's own.
+func encryptionTags(r *Request) []string {
+	if r.Encryption == nil {
+		return nil
+	}
+	return []string{volume.TagEncrypted}
+}
+
+// checkSourceEncryption refuses a restore or clone whose source's
+// encryption is not the request's (read from the source LV's tags when it
+// is on this node): its data would be ciphertext in a plain volume, or a
+// plain filesystem in a volume marked encrypted.
+func checkSourceEncryption(r *Request, src *contentSource) error {
+	if src == nil || src.remote != nil {
+		return nil
+	}
+	if enc := volume.Encrypted(src.lv.Tags); enc != (r.Encryption != nil) {
+		return encryptionMismatch(r, src.id, enc)
+	}
+	return nil
+}
+
+func encryptionMismatch(r *Request, source string, sourceEncrypted bool) error {
+	if sourceEncrypted {
+		return errorf(ErrInvalid, "parameters: the source %s of volume %q is encrypted (LUKS2) and %s is not %q: a restore or clone of an encrypted volume must be encrypted too",
+			source, r.Name, volume.ParamEncryption, volume.EncryptionLUKS2)
+	}
+	return errorf(ErrInvalid, "parameters: %s is %q and the source %s of volume %q is not encrypted: carve encrypts new volumes only, never a copy of plain data",
+		volume.ParamEncryption, volume.EncryptionLUKS2, source, r.Name)
+}
+
+// ensureLUKS makes lv's device an encrypted volume's, under the volume's
+// lock: a new volume gets its LUKS2 header and token (again, when a crash
+// left a header without its token: such a volume was never handed out);
+// one found with both (a repeat) is kept; a restore or clone must hold
+// its source's header, whose token it reports in r.Encryption.
+func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *Request, phase string) error {
+	dev := p.devicePath(lv)
+	has, err := p.cfg.HasLUKSHeader(dev)
+	if err != nil {
+		return errorf(ErrInternal, "volume %q: reading the start of %s: %v", r.Name, dev, err)
+	}
+	if r.Source != nil {
+		if !has {
+			return encryptionMismatch(r, r.Source.ID, false)
+		}
+		tok, err := p.cfg.LUKS.ReadToken(ctx, dev)
+		if err != nil {
+			return errorf(ErrRefused, "volume %q: its source's LUKS2 header holds no key of carve's: %v", r.Name, err)
+		}
+		r.Encryption.Token = tok
+		return nil
+	}
+	if has {
+		tok, err := p.cfg.LUKS.ReadToken(ctx, dev)
+		switch {
+		case err == nil:
+			r.Encryption.Token = tok
+			return nil
+		case !errors.Is(err, luks.ErrNoToken):
+			return wrap(err, "reading the LUKS2 token of "+dev)
+		}
+		klog.FromContext(ctx).Info("The new volume's LUKS2 header has no token (a create cut short); formatting it again")
+	}
+	if len(r.Encryption.Key) == 0 {
+		return errorf(ErrInvalid, "volume %q: an encrypted volume needs its key from carve controller (secrets %s)", r.Name, volume.SecretVolumeKey)
+	}
+	start := time.Now()
+	err = p.cfg.LUKS.Format(ctx, dev, r.Encryption.Key, r.Encryption.Token)
+	p.cfg.Metrics.ObserveStep(phase, metrics.StepLUKSFormat, r.Class.Name, time.Since(start), err)
+	if err != nil {
+		return wrap(err, "writing the LUKS2 header of "+dev)
+	}
+	// The header is the volume's only way to its data: on the media
+	// before CreateVolume answers (architecture.md, "Durability").
+	if _, err := p.cfg.Eraser.Erase(ctx, dev, erase.Flush); err != nil {
+		return errorf(ErrInternal, "volume %q: flushing its LUKS2 header to the disk: %v", r.Name, err)
+	}
+	klog.FromContext(ctx).Info("Encrypted the new volume", "keyID", r.Encryption.Token.KeyID)
+	return nil
+}
+
+// cryptoErase destroys the keyslots of an encrypted volume's header
+// before its LV is removed: its data is unreadable from then on, whoever
+// holds its key, so no zeroing pass is needed. An LV whose header is not
+// there (a create cut short) has nothing to erase.
+func (p *Provisioner) cryptoErase(ctx context.Context, lv *lvm.LogicalVolume, id, class string) error {
+	if p.cfg.LUKS == nil {
+		return errorf(ErrUnavailable, "volume %s is encrypted and this node runs without cryptsetup; it cannot be crypto-erased here", id)
+	}
+	cur, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil {
+		return wrap(err, "reading "+id)
+	}
+	if cur.Attr.Open {
+		return errorf(ErrRefused, "volume %s is in use (open or mounted); unstage it first", id)
+	}
+	if !cur.Attr.Active {
+		if cur, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name); err != nil {
+			return wrap(err, "activating "+id+" to erase its LUKS2 header")
+		}
+	}
+	dev := p.devicePath(cur)
+	has, err := p.cfg.HasLUKSHeader(dev)
+	if err != nil {
+		return errorf(ErrInternal, "volume %s: reading the start of %s: %v", id, dev, err)
+	}
+	if !has {
+		return nil
+	}
+	start := time.Now()
+	err = p.cfg.LUKS.Erase(ctx, dev)
+	took := time.Since(start)
+	p.cfg.Metrics.ObserveStep(metrics.PhaseDelete, metrics.StepCryptoErase, classLabel(class), took, err)
+	if err != nil {
+		return wrap(err, fmt.Sprintf("crypto-erasing %s (luksErase)", id))
+	}
+	klog.FromContext(ctx).Info("Crypto-erased the volume: its LUKS2 keyslots are destroyed", "volumeID", id, "took", took)
+	return nil
+}

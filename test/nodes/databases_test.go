@@ -706,7 +706,14 @@ var powerCuts = []powerCut{{
 	},
 	converged: func(t *testing.T, c *cutScenario) {
 		waitSnapshotReady(t, c.dc, c.ns, "snap")
-		newLVs(t, c.lvs, 1)
+		// The cut comes between lvcreate's two commits: what is left is
+		// the copy-on-write store as a plain LV, which must not pass for
+		// the ready snapshot.
+		for _, lv := range newLVs(t, c.lvs, 1) {
+			if attr := strings.TrimSpace(guestExec(t, "lvs --noheadings -o lv_attr "+lv)); !strings.HasPrefix(attr, "s") {
+				t.Errorf("the ready snapshot's LV %s has lv_attr %q: not a copy-on-write snapshot", lv, attr)
+			}
+		}
 	},
 }, {
 	// An online expansion from 1 Gi to 2 Gi: the cut comes as soon as

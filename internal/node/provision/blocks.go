@@ -21,14 +21,11 @@ import (
 // pool's metadata snapshot is released before the answer is handed on,
 // so that nothing stays reserved while a slow client reads it.
 
-// How a block map was made (BlockMap.Method).
+// How a block map was made (BlockMap.Method; a delta's methods,
+// MapThinDelta and MapCOW, are changedBlocks').
 const (
 	// MapThinDump: the thin snapshot's mappings (thin_dump).
 	MapThinDump = "thin_dump"
-	// MapThinDelta: thin_delta between the two thin snapshots.
-	MapThinDelta = "thin_delta"
-	// MapCOW: the copy-on-write exception tables of the two snapshots.
-	MapCOW = "cow_exceptions"
 	// MapWhole: the whole volume (a thick snapshot's allocated blocks:
 	// a thick LV is allocated whole).
 	MapWhole = "whole"
@@ -80,15 +77,12 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 }
 
 // SnapshotDelta is the block map of where the snapshot targetID of this
-// node may differ from baseID, an older snapshot of the same volume:
-// thin_delta's exact answer in the pool's blocks for thin snapshots; for
-// thick ones the chunks of the origin written since the base was taken
-// (the base's exception table, and the target's, which it holds already
-// unless the two were taken in one second), which holds every chunk
-// written between the two and those written after the target too: a
-// superset. Bytes the volume grew by between them differ as well.
-// Errors as SnapshotAllocated's, and ErrInvalid for a base of another
-// volume or taken after the target.
+// node may differ from baseID, an older snapshot of the same volume, as
+// changedBlocks names it for a move's catch-up too: thin_delta's exact
+// answer in the pool's blocks for thin snapshots; for thick ones the
+// union of both exception tables and the bytes the volume grew by, a
+// superset. Errors as SnapshotAllocated's, and ErrInvalid for a base of
+// another volume or taken after the target.
 func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string) (BlockMap, error) {
 	var m BlockMap
 	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
@@ -101,26 +95,12 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 		if m.Capacity, err = snapshotCapacity(target, "target_snapshot_id", targetID); err != nil {
 			return err
 		}
-		if target.Attr.Type == lvm.TypeThin {
-			m.Method = MapThinDelta
-			m.Blocks, err = p.cfg.Changes.ThinChanges(ctx, target.VolumeGroup, target.Pool, base.Name, target.Name)
-			if err != nil {
-				return wrapBlocks(err, "the blocks where snapshot "+targetID+" differs from "+baseID)
-			}
-			return nil
+		m.Method, m.Blocks, err = p.changedBlocks(ctx, base, target)
+		if errors.Is(err, ErrRefused) {
+			return errorf(ErrRefused, "base_snapshot_id: snapshot %s, target_snapshot_id %s: %v", baseID, targetID, err)
 		}
-		m.Method = MapCOW
-		for _, s := range snaps {
-			set, err := p.cfg.Changes.SnapshotChanges(ctx, s.VolumeGroup, s.Name)
-			if err != nil {
-				return wrapBlocks(err, "the exception table of snapshot "+volume.SnapshotID(p.cfg.NodeName, s.VolumeGroup, s.Name))
-			}
-			for _, e := range set {
-				m.Blocks = m.Blocks.Add(e.Off, e.Len)
-			}
-		}
-		if old := SnapshotSize(base); old < m.Capacity {
-			m.Blocks = m.Blocks.Add(old, m.Capacity-old)
+		if err != nil {
+			return wrapBlocks(err, "the blocks where snapshot "+targetID+" differs from "+baseID)
 		}
 		return nil
 	})
@@ -194,7 +174,8 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 }
 
 // deltaPair refuses a base that is not an older snapshot of the
-// target's volume (ErrInvalid). Snapshots taken in one second are not
+// target's volume (ErrInvalid); changedBlocks refuses a pair of kinds or
+// pools no metadata maps. Snapshots taken in one second are not
 // told apart: for them either order is answered alike.
 func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	bo, _ := volume.OriginFromTags(base.Tags)
@@ -202,10 +183,6 @@ func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	if bo != to || base.VolumeGroup != target.VolumeGroup {
 		return errorf(ErrInvalid, "base_snapshot_id: snapshot %s is of volume %s, target_snapshot_id %s of volume %s: a delta is between two snapshots of one volume",
 			baseID, volume.VolumeID(base.VolumeGroup, bo), targetID, volume.VolumeID(target.VolumeGroup, to))
-	}
-	if base.Attr.Type != target.Attr.Type || base.Pool != target.Pool {
-		return errorf(ErrRefused, "base_snapshot_id: snapshot %s is a %s LV (pool %q), target_snapshot_id %s a %s LV (pool %q): no metadata maps the changes between them",
-			baseID, base.Attr.Type, base.Pool, targetID, target.Attr.Type, target.Pool)
 	}
 	if !base.Time.IsZero() && !target.Time.IsZero() && base.Time.After(target.Time) {
 		return errorf(ErrInvalid, "base_snapshot_id: snapshot %s was taken at %s, after target_snapshot_id %s (%s): the base must be the older",

@@ -52,7 +52,10 @@ type BlockMap struct {
 // blocks); each message names the field.
 func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMap, error) {
 	var m BlockMap
-	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, func(snaps []*lvm.LogicalVolume) error {
+	// A thick snapshot's answer is its size alone: its device is not
+	// activated for it.
+	thin := func(lv *lvm.LogicalVolume) bool { return lv.Attr.Type == lvm.TypeThin }
+	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, thin, func(snaps []*lvm.LogicalVolume) error {
 		s := snaps[0]
 		var err error
 		if m.Capacity, err = snapshotCapacity(s, "snapshot_id", id); err != nil {
@@ -86,7 +89,9 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string) (BlockMap, error) {
 	var m BlockMap
 	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
-	err := p.withSnapshots(ctx, args, func(snaps []*lvm.LogicalVolume) error {
+	// Only thin and copy-on-write devices carry metadata to read.
+	mapped := func(lv *lvm.LogicalVolume) bool { return lv.Attr.Type == lvm.TypeThin || lv.Attr.Type == lvm.TypeSnapshot }
+	err := p.withSnapshots(ctx, args, mapped, func(snaps []*lvm.LogicalVolume) error {
 		base, target := snaps[0], snaps[1]
 		if err := deltaPair(base, target, baseID, targetID); err != nil {
 			return err
@@ -115,10 +120,11 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 type snapshotArg struct{ field, id string }
 
 // withSnapshots finds the snapshots args name, under their per-volume
-// locks (one being made or deleted is ErrBusy), with their devices
-// active, and runs read; it deactivates what it activated and checks
-// that no copy-on-write snapshot ran out of space meanwhile.
-func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, read func([]*lvm.LogicalVolume) error) error {
+// locks (one being made or deleted is ErrBusy), with the devices of those
+// device says the read needs active, and runs read; it deactivates what it
+// activated and checks that no copy-on-write snapshot it read ran out of
+// space meanwhile.
+func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, device func(*lvm.LogicalVolume) bool, read func([]*lvm.LogicalVolume) error) error {
 	if p.cfg.Changes == nil {
 		return errorf(ErrRefused, "node %s names no blocks from device-mapper metadata", p.cfg.NodeName)
 	}
@@ -149,6 +155,10 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 		if err := SnapshotUsable(lv); err != nil {
 			return errorf(ErrRefused, "%s: snapshot %s: %v", a.field, a.id, err)
 		}
+		if !device(lv) {
+			snaps = append(snaps, lv)
+			continue
+		}
 		dev, activated, err := p.copyDevice(ctx, lv, "snapshot")
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.field, err)
@@ -165,6 +175,9 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 	for _, a := range args {
 		s := snaps[0]
 		snaps = snaps[1:]
+		if !device(s) {
+			continue
+		}
 		if unusable, err := p.sourceSpent(ctx, s); err == nil && unusable != nil {
 			return errorf(ErrRefused, "%s: snapshot %s ran out of its copy-on-write space while its blocks were read: %v", a.field, a.id, unusable)
 		}

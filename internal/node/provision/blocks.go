@@ -65,7 +65,12 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 			m.Method, m.Blocks = MapWhole, changemap.Set{}.Add(0, m.Capacity)
 			return nil
 		}
-		set, err := p.cfg.Changes.ThinMapped(ctx, s.VolumeGroup, s.Pool, s.Name)
+		var set changemap.Set
+		if s.ThinID != 0 {
+			set, err = p.cfg.Changes.ThinMappedOfID(ctx, s.VolumeGroup, s.Pool, s.ThinID)
+		} else {
+			set, err = p.cfg.Changes.ThinMapped(ctx, s.VolumeGroup, s.Pool, s.Name)
+		}
 		if err != nil {
 			return wrapBlocks(err, "the mapped blocks of snapshot "+id)
 		}
@@ -90,7 +95,9 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 	var m BlockMap
 	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
 	// Only thin and copy-on-write devices carry metadata to read.
-	mapped := func(lv *lvm.LogicalVolume) bool { return lv.Attr.Type == lvm.TypeThin || lv.Attr.Type == lvm.TypeSnapshot }
+	mapped := func(lv *lvm.LogicalVolume) bool {
+		return lv.Attr.Type == lvm.TypeThin || lv.Attr.Type == lvm.TypeSnapshot
+	}
 	err := p.withSnapshots(ctx, args, mapped, func(snaps []*lvm.LogicalVolume) error {
 		base, target := snaps[0], snaps[1]
 		if err := deltaPair(base, target, baseID, targetID); err != nil {
@@ -159,6 +166,10 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, dev
 			snaps = append(snaps, lv)
 			continue
 		}
+		if withID, ok := p.thinIDFromLVM(ctx, lv); ok {
+			snaps = append(snaps, withID)
+			continue
+		}
 		dev, activated, err := p.copyDevice(ctx, lv, "snapshot")
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.field, err)
@@ -184,6 +195,33 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, dev
 	}
 	klog.FromContext(ctx).V(2).Info("Read snapshot metadata", "snapshots", len(args), "took", time.Since(start))
 	return nil
+}
+
+// thinIDReader reads a thin LV's thin ID from LVM's metadata;
+// *lvm.Client is one.
+type thinIDReader interface {
+	ThinID(ctx context.Context, vg, name string) (uint64, error)
+}
+
+// thinIDFromLVM is the thin LV lv with its thin ID read from LVM's
+// metadata, when its pool is active: then its blocks are read without
+// activating it, which is most of a call's time under a slow activation.
+// Not ok (activate it and read its device's table instead) for another
+// LV, a pool that is not active, an LVM that cannot tell, or a failure,
+// which is logged.
+func (p *Provisioner) thinIDFromLVM(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, bool) {
+	r, ok := p.cfg.LVM.(thinIDReader)
+	if !ok || lv.Attr.Type != lvm.TypeThin || lv.Pool == "" || !p.cfg.Changes.PoolActive(lv.VolumeGroup, lv.Pool) {
+		return nil, false
+	}
+	id, err := r.ThinID(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil || id == 0 {
+		klog.FromContext(ctx).V(2).Info("Reading a thin ID from LVM failed; activating the LV to read its table", "lv", lv.VolumeGroup+"/"+lv.Name, "thinID", id, "err", err)
+		return nil, false
+	}
+	withID := *lv
+	withID.ThinID = id
+	return &withID, true
 }
 
 // deltaPair refuses a base that is not an older snapshot of the

@@ -215,3 +215,63 @@ func TestSnapshotBlocksActivateOnlyWhatTheyRead(t *testing.T) {
 		})
 	}
 }
+
+// thinIDs is noDeviceMapper whose LVM tells thin IDs (failing for the
+// names in fail).
+type thinIDs struct {
+	noDeviceMapper
+	ids  map[string]uint64
+	fail bool
+}
+
+func (f *thinIDs) ThinID(_ context.Context, vg, name string) (uint64, error) {
+	if f.fail {
+		return 0, errors.New("lvs failed")
+	}
+	id, ok := f.ids[name]
+	if !ok {
+		return 0, lvm.ErrNotFound
+	}
+	return id, nil
+}
+
+// TestSnapshotBlocksReadThinIDsFromLVM: with the pool active, a thin
+// snapshot's blocks are read by the thin IDs LVM's metadata gives, with no
+// snapshot activated; with the pool inactive, or LVM failing to tell, the
+// snapshots are activated to read their tables, as before.
+func TestSnapshotBlocksReadThinIDsFromLVM(t *testing.T) {
+	lvs, id := blockSnaps(t)
+	ids := map[string]uint64{volume.SnapshotLVNameFor("old"): 7, volume.SnapshotLVNameFor("new"): 9}
+	for _, tt := range []struct {
+		name            string
+		base            string
+		poolActive      bool
+		fail            bool
+		wantAsked       string
+		wantActivations int
+	}{
+		{"allocated", "", true, false, "mapped id vg1/pool0 9", 0},
+		{"delta", "old", true, false, "thin ids vg1/pool0 7..9", 0},
+		{"pool inactive", "old", false, false, "", 1},
+		{"LVM fails", "", true, true, "", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &thinIDs{ids: ids, fail: tt.fail}
+			f.lvs = slices.Clone(lvs)
+			p := remoteProvisioner(t, &f.copyLVM, nil)
+			p.cfg.LVM = f
+			p.cfg.IsDeviceNode = func(string) bool { return false }
+			finder := &changeFinder{set: changemap.Set{{Off: 0, Len: 64 << 10}}, poolActive: tt.poolActive}
+			p.cfg.Changes = finder
+			var err error
+			if tt.base == "" {
+				_, err = p.SnapshotAllocated(t.Context(), id("new"))
+			} else {
+				_, err = p.SnapshotDelta(t.Context(), id(tt.base), id("new"))
+			}
+			if (tt.wantActivations == 0) != (err == nil) || f.activations != tt.wantActivations || strings.Join(finder.asked, ";") != tt.wantAsked {
+				t.Fatalf("got %v after %d activations, asked %q; want %d activations, asked %q", err, f.activations, finder.asked, tt.wantActivations, tt.wantAsked)
+			}
+		})
+	}
+}

@@ -215,6 +215,12 @@ type ChangeFinder interface {
 	// ThinMapped: the blocks the thin LV vol of vg, in pool, maps (a
 	// snapshot's allocated blocks, blocks.go).
 	ThinMapped(ctx context.Context, vg, pool, vol string) (changemap.Set, error)
+	// ThinChangesOfIDs and ThinMappedOfID are the same by the thin IDs
+	// LVM's metadata gives, the thin devices inactive; the pool must be
+	// active (PoolActive).
+	ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, volID uint64) (changemap.Set, error)
+	ThinMappedOfID(ctx context.Context, vg, pool string, id uint64) (changemap.Set, error)
+	PoolActive(vg, pool string) bool
 }
 
 // DeltaCompare is a catch-up's Delta.Method when no metadata named its

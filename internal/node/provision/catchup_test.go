@@ -3,6 +3,7 @@ package provision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -268,12 +269,25 @@ func TestDeltaSource(t *testing.T) {
 }
 
 // changeFinder is a ChangeFinder that answers set or err and records
-// what it was asked.
+// what it was asked; its pools are active when poolActive is set.
 type changeFinder struct {
-	set   changemap.Set
-	err   error
-	asked []string
+	set        changemap.Set
+	err        error
+	asked      []string
+	poolActive bool
 }
+
+func (c *changeFinder) ThinChangesOfIDs(_ context.Context, vg, pool string, baseID, volID uint64) (changemap.Set, error) {
+	c.asked = append(c.asked, fmt.Sprintf("thin ids %s/%s %d..%d", vg, pool, baseID, volID))
+	return c.set, c.err
+}
+
+func (c *changeFinder) ThinMappedOfID(_ context.Context, vg, pool string, id uint64) (changemap.Set, error) {
+	c.asked = append(c.asked, fmt.Sprintf("mapped id %s/%s %d", vg, pool, id))
+	return c.set, c.err
+}
+
+func (c *changeFinder) PoolActive(string, string) bool { return c.poolActive }
 
 func (c *changeFinder) ThinChanges(_ context.Context, vg, pool, base, vol string) (changemap.Set, error) {
 	c.asked = append(c.asked, "thin "+vg+"/"+pool+" "+base+".."+vol)

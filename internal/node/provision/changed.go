@@ -30,8 +30,10 @@ const (
 // same volume. lv is a later snapshot of that volume (a backup's delta) or
 // the volume itself (a move's catch-up); both must be active.
 //
-//   - Thin, both in one pool: thin_delta between their thin IDs: the pool
-//     blocks mapped differently (rewritten, written or discarded since).
+//   - Thin, both in one pool: thin_delta between their thin IDs (from
+//     LVM's metadata when the caller read them, lvm.LogicalVolume.ThinID,
+//     else from the active devices' tables): the pool blocks mapped
+//     differently (rewritten, written or discarded since).
 //   - Thick: the exception table of base, which lists each chunk of the
 //     origin written since base was taken, so every chunk that differs;
 //     when lv is a copy-on-write snapshot too, its own table as well,
@@ -52,7 +54,11 @@ func (p *Provisioner) changedBlocks(ctx context.Context, base, lv *lvm.LogicalVo
 	thin := lv.Attr.Type == lvm.TypeThin
 	switch {
 	case thin && base.Attr.Type == lvm.TypeThin && lv.Pool != "" && lv.Pool == base.Pool:
-		set, err = finder.ThinChanges(ctx, lv.VolumeGroup, lv.Pool, base.Name, lv.Name)
+		if base.ThinID != 0 && lv.ThinID != 0 {
+			set, err = finder.ThinChangesOfIDs(ctx, lv.VolumeGroup, lv.Pool, base.ThinID, lv.ThinID)
+		} else {
+			set, err = finder.ThinChanges(ctx, lv.VolumeGroup, lv.Pool, base.Name, lv.Name)
+		}
 		if err != nil {
 			return MapThinDelta, nil, fmt.Errorf("%s failed: %w", MapThinDelta, err)
 		}

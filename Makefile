@@ -324,7 +324,7 @@ test-host-side: deps build deploy-tools cachedir
 BENCH_RUN ?=
 BENCH_ROUNDS ?=
 bench: deps cachedir
-	CARVE_BENCH_RUN='$(BENCH_RUN)' CARVE_BENCH_ROUNDS='$(BENCH_ROUNDS)' $(GO) test -tags guesttest -count=1 -p 1 -timeout 60m -run '^TestBench$(if $(BENCH_RUN),Plugin)' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
+	CARVE_BENCH_RUN='$(BENCH_RUN)' CARVE_BENCH_ROUNDS='$(BENCH_ROUNDS)' CARVE_BENCH_DELTA_GIB='$(BENCH_DELTA_GIB)' $(GO) test -tags guesttest -count=1 -p 1 -timeout 60m -run '^TestBench$(if $(BENCH_RUN),Plugin)' -v ./test/guest/... 2>&1 | tee $(CACHE)/bench.log | ./hack/summarize-go-test.sh bench
 	@grep '^ratio' $(CACHE)/bench.log
 
 # The kill soak alone, long (docs/development.md, "The kill soak"):

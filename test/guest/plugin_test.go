@@ -87,7 +87,8 @@ func TestPluginNode(t *testing.T) {
 // CARVE_BENCH_RUN (make bench BENCH_RUN=...) picks some of the inner
 // benchmarks by -test.run pattern, e.g. ^TestBenchNodeStage$;
 // CARVE_BENCH_ROUNDS (BENCH_ROUNDS) sets the rounds of the create+delete
-// and stage benchmarks.
+// and stage benchmarks; CARVE_BENCH_DELTA_GIB (BENCH_DELTA_GIB) the size of
+// TestBenchSnapshotDelta's thin volume.
 func TestBenchPlugin(t *testing.T) {
 	run := "^TestBench"
 	if v := os.Getenv("CARVE_BENCH_RUN"); v != "" {
@@ -96,6 +97,9 @@ func TestBenchPlugin(t *testing.T) {
 	args := []string{"-test.run", run}
 	if v := os.Getenv("CARVE_BENCH_ROUNDS"); v != "" {
 		args = append(args, "-bench-rounds", v)
+	}
+	if v := os.Getenv("CARVE_BENCH_DELTA_GIB"); v != "" {
+		args = append(args, "-bench-delta-gib", v)
 	}
 	out := runInGuest(t, guestRun{
 		pkg:       "./inner/nodeinner",

@@ -224,7 +224,8 @@ test-nodes-peer: deps build cachedir
 # pg_checksums. DATABASES_RUN narrows them (go test -run).
 # DATABASES_PEER=1 adds the peer node of make test-nodes-peer to the bed
 # and, by default, the scenarios that need it (TestCrossNodeDatabase*:
-# a restore onto the peer, a move there and back). DATABASES_CUTS picks
+# a restore onto the peer, a move there and back, a drain of two
+# databases there and back). DATABASES_CUTS picks
 # TestDatabasePowerCut's cuts by number (e.g. 3,4; default all five).
 DATABASES_PEER ?=
 DATABASES_CUTS ?=

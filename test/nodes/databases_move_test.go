@@ -11,12 +11,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
-	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
@@ -81,7 +79,7 @@ func TestCrossNodeDatabaseRestoreOnThePeer(t *testing.T) {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", nodeName, st.err, out)
 	}
 	checkMoved(t, ctx, ns, "restored", onPeer, peerHandle, nodeName, "carve", st.seed)
-	recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", false))
+	recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", 0))
 	checkRecovered(t, ns, "pg-restored")
 
 	checkDatabase(t, ns, "pg", all)
@@ -109,29 +107,7 @@ func TestCrossNodeDatabaseMove(t *testing.T) {
 	if addr == "" {
 		t.Fatal("the guest node forwards no port to PostgreSQL: run make test-databases (CARVE_POSTGRES_IMAGE)")
 	}
-	ns := newNamespace(t, "pgmove")
-	pvs := watchPVs(t, ctx, ns)
-	// Runs before the namespace's cleanup: a pod left on the peer (the
-	// test failed there) would never end, nor would its claim.
-	t.Cleanup(func() {
-		ctx := context.Background()
-		orphan := metav1.DeletePropagationOrphan
-		if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, moveSet, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
-			t.Log(err)
-		}
-		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
-			t.Log(err)
-		}
-	})
-	cordon(t, ctx, peerName, true)
-	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
-	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, postgresStatefulSet(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if pod := waitPodReady(t, ctx, ns, "", 5*time.Minute); pod.Spec.NodeName != nodeName {
-		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
-	}
-	cordon(t, ctx, peerName, false)
+	ns, pvs := startMovedSets(t, ctx, "pgmove", postgresSet(moveSet, postgresPort))
 	waitPostgres(t, ns, movePod)
 	initBench(t, ns, movePod)
 	w := startAckWriter(t, addr)
@@ -156,7 +132,7 @@ func TestCrossNodeDatabaseMove(t *testing.T) {
 		t.Fatalf("kubectl carve move to %s: %v\n%s", nodeName, st.err, out)
 	}
 	checkMoved(t, ctx, ns, moveClaim, onPeer, peerHandle, nodeName, "carve", st.seed)
-	waitPodReady(t, ctx, ns, nodeName, podTimeout)
+	waitPodReady(t, ctx, ns, movePod, nodeName, podTimeout)
 	waitPostgres(t, ns, movePod)
 	log, _ := pgExec(ctx, ns, movePod, time.Minute, "grep -E 'redo|recover|interrupted|ready to accept' /tmp/postgres.log")
 	t.Logf("back on %s, the server's log of its start:\n%s", nodeName, log)
@@ -176,27 +152,119 @@ func TestCrossNodeDatabaseMove(t *testing.T) {
 		peerName, time.Since(began).Round(time.Second), toPeer.Round(time.Second), st.moved.Sub(st.asked).Round(time.Second), first.Sub(last).Round(time.Second), len(all), atStop)
 }
 
-// postgresStatefulSet is TestCrossNodeDatabaseMove's StatefulSet: one
-// PostgreSQL (postgresPod's container, on the guest's network) with a
-// thick 1Gi claim from its template, not pinned: a move must be free to
-// take its pod to the target.
-func postgresStatefulSet(ns string) *appsv1.StatefulSet {
-	one := int32(1)
-	pod := postgresPod(ns, movePod, "data", true)
-	pod.Spec.NodeSelector = nil
-	pod.Spec.Volumes = nil
-	claim := newPVC(ns, "data", thickSC, "1Gi")
-	claim.Namespace = ""
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: moveSet, Namespace: ns},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": moveSet}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": moveSet}},
-				Spec:       pod.Spec,
+// TestCrossNodeDatabaseDrain: `kubectl carve drain` of the guest node
+// (cordoned first, as docs/operations.md asks) with two live PostgreSQL
+// StatefulSets, each with its own client recording every acknowledged
+// transaction and pgbench writing until the move stops it, to the peer;
+// then of the peer back to the guest node (the peer runs no pods). Both
+// databases start again on their claims, hold every transaction their
+// clients had acknowledged, and the checks pass on both. Each client's
+// downtime is reported.
+func TestCrossNodeDatabaseDrain(t *testing.T) {
+	needPeer(t)
+	began := time.Now()
+	ctx := testCtx(t, 45*time.Minute)
+	type database struct {
+		set, pod string
+		port     int
+		w        *ackWriter
+	}
+	dbs := []*database{{set: "dba", port: postgresPort}, {set: "dbb", port: postgresSecondPort}}
+	var sets []func(string) *appsv1.StatefulSet
+	for _, d := range dbs {
+		if bed.GuestNode(nodeName).HostPorts[d.port] == "" {
+			t.Fatalf("the guest node forwards no port %d: run make test-databases (CARVE_POSTGRES_IMAGE)", d.port)
+		}
+		d.pod = d.set + "-0"
+		sets = append(sets, postgresSet(d.set, d.port))
+	}
+	ns, pvs := startMovedSets(t, ctx, "pgdrain", sets...)
+	for _, d := range dbs {
+		waitPostgres(t, ns, d.pod)
+		initBench(t, ns, d.pod)
+		d.w = startAckWriter(t, bed.GuestNode(nodeName).HostPorts[d.port])
+		// pgbench's kubectl exec ends when the move stops its pod.
+		startBench(t, ns, d.pod, 30*time.Minute)
+	}
+	for _, d := range dbs {
+		waitAcked(t, d.w, 300)
+	}
+
+	drain := func(from, to string) time.Duration {
+		cordon(t, ctx, from, true)
+		t.Cleanup(func() { cordon(t, context.Background(), from, false) })
+		start := time.Now()
+		out, err := kubectlCarve(ctx, "drain", from, "--to", to, "--timeout", "15m").CombinedOutput()
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("kubectl carve drain %s --to %s: %v\n%s", from, to, err, out)
+		}
+		t.Logf("kubectl carve drain %s --to %s took %s:\n%s", from, to, took.Round(time.Second), out)
+		for _, want := range []string{fmt.Sprintf("node %s: 2 claim(s) to move", from), fmt.Sprintf("node %s: every carve claim moved off it", from)} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("kubectl carve drain %s said nothing like %q", from, want)
+			}
+		}
+		for _, d := range dbs {
+			if got := pvNode(t, pvOf(t, ns, "data-"+d.pod)); got != to {
+				t.Errorf("claim data-%s is bound to a volume on %s after the drain, want %s", d.pod, got, to)
+			}
+		}
+		cordon(t, ctx, from, false)
+		return took
+	}
+	toPeer := drain(nodeName, peerName)
+	atStop := make([]int, len(dbs))
+	for i, d := range dbs {
+		atStop[i] = d.w.acks.Len()
+	}
+	back := drain(peerName, nodeName)
+
+	var report []string
+	for i, d := range dbs {
+		waitPodReady(t, ctx, ns, d.pod, nodeName, podTimeout)
+		waitPostgres(t, ns, d.pod)
+		waitFor(t, 5*time.Minute, d.set+"'s client acknowledged again", func(context.Context) (bool, string, error) {
+			n := d.w.acks.Len() - atStop[i]
+			return n >= 20, fmt.Sprintf("%d acknowledged since the drain back; the client's last error: %v", n, d.w.lastErr()), nil
+		})
+		close(d.w.stop)
+		<-d.w.done
+		last, first := d.w.acks.LongestGap()
+		all := d.w.acks.All()
+		checkDatabase(t, ns, d.pod, all)
+		report = append(report, fmt.Sprintf("%s: downtime %s, %d acknowledged ids checked (%d before the drain)", d.set, first.Sub(last).Round(time.Second), len(all), atStop[i]))
+	}
+	if n := len(pvs.names()); n != 6 {
+		t.Errorf("PVs made for namespace %s: %v, want the first two and the mover's four", ns, pvs.names())
+	}
+	t.Logf("MEASURE database drain to %s and back: %s in all; drain to the peer %s, back %s; %s",
+		peerName, time.Since(began).Round(time.Second), toPeer.Round(time.Second), back.Round(time.Second), strings.Join(report, "; "))
+}
+
+// postgresSet makes a StatefulSet named name: one PostgreSQL
+// (postgresPod's container, on the guest's network, on hostPort) with a
+// thick 1Gi claim "data" from its template, not pinned: a move must be
+// free to take its pod to the target.
+func postgresSet(name string, hostPort int) func(ns string) *appsv1.StatefulSet {
+	return func(ns string) *appsv1.StatefulSet {
+		one := int32(1)
+		pod := postgresPod(ns, name+"-0", "data", hostPort)
+		pod.Spec.NodeSelector = nil
+		pod.Spec.Volumes = nil
+		claim := newPVC(ns, "data", thickSC, "1Gi")
+		claim.Namespace = ""
+		return &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: appsv1.StatefulSetSpec{
+				Replicas: &one,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+					Spec:       pod.Spec,
+				},
+				VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
 			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
-		},
+		}
 	}
 }

@@ -72,7 +72,7 @@ if [ ! -s "$P/PG_VERSION" ]; then
 	` + asPostgres + `initdb --data-checksums --no-locale --encoding=UTF8 --auth=trust -U postgres -D "$P" >/tmp/initdb.log
 	cat >>"$P/postgresql.conf" <<EOF
 listen_addresses = '*'
-port = ` + fmt.Sprint(postgresPort) + `
+port = $PGPORT
 unix_socket_directories = '/tmp'
 fsync = ` + fsync + `
 synchronous_commit = on
@@ -93,10 +93,17 @@ exec sleep infinity
 }
 
 // postgresPod runs PostgreSQL on claim, on the guest node (a bed with a
-// peer has another Node, where no kubelet runs pods). The live
-// database's pod is on the guest's own network (hostNetwork), where the
-// host's forward reaches it; a restored one needs no client outside.
-func postgresPod(ns, name, claim string, hostNetwork bool) *corev1.Pod {
+// peer has another Node, where no kubelet runs pods). A live database's
+// pod is on the guest's own network (hostNetwork) and listens on
+// hostPort, one of the ports the host forwards, where its client
+// outside reaches it; a restored one (hostPort 0) needs no client
+// outside and listens on postgresPort in its own network. PGPORT tells
+// the server and every psql and pgbench run in the container the port.
+func postgresPod(ns, name, claim string, hostPort int) *corev1.Pod {
+	port := hostPort
+	if port == 0 {
+		port = postgresPort
+	}
 	fsync := "on"
 	if breakSwitch() == "fsync-off" {
 		fsync = "off"
@@ -106,13 +113,14 @@ func postgresPod(ns, name, claim string, hostNetwork bool) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &zero,
-			HostNetwork:                   hostNetwork,
+			HostNetwork:                   hostPort != 0,
 			NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},
 			Containers: []corev1.Container{{
 				Name:            "postgres",
 				Image:           postgresImage,
 				ImagePullPolicy: corev1.PullNever,
 				Command:         []string{"/bin/sh", "-c", postgresScript(fsync)},
+				Env:             []corev1.EnvVar{{Name: "PGPORT", Value: strconv.Itoa(port)}},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -386,7 +394,7 @@ func liveDatabase(t *testing.T, ns, sc, size string) string {
 	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(testCtx(t, time.Minute), newPVC(ns, "data", sc, size), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	took := startPostgres(t, ns, postgresPod(ns, "pg", "data", true))
+	took := startPostgres(t, ns, postgresPod(ns, "pg", "data", postgresPort))
 	t.Logf("PostgreSQL answering %s after its pod was created", took.Round(time.Second))
 	initBench(t, ns, "pg")
 	return addr
@@ -445,7 +453,7 @@ func TestDatabaseSnapshotOfTheLiveDatabase(t *testing.T) {
 			if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, restored, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", false))
+			recovered := startPostgres(t, ns, postgresPod(ns, "pg-restored", "restored", 0))
 			checkRecovered(t, ns, "pg-restored")
 
 			checkDatabase(t, ns, "pg", all)
@@ -578,6 +586,11 @@ type powerCut struct {
 	// the operation starts).
 	load   time.Duration
 	during func(t *testing.T, c *cutScenario) string
+	// fromInside: the guest cuts its own power (sysrq b: reboot at once,
+	// nothing synced) the moment during's condition holds; the host's
+	// polling of a guest command takes too long to land inside an
+	// operation of one lvcreate.
+	fromInside bool
 	// atCut says, from the API (the node is down), how far the
 	// operation had come at the cut: that it was cut mid-way.
 	atCut     func(ctx context.Context, c *cutScenario) string
@@ -663,17 +676,22 @@ var powerCuts = []powerCut{{
 		}
 	},
 }, {
-	// A snapshot of the live claim: the cut comes as soon as its LV is
-	// made, before the VolumeSnapshot is ReadyToUse.
-	name: "during a snapshot",
-	load: 10 * time.Second,
+	// A snapshot of the live claim: the guest cuts its power as soon as
+	// lvcreate has made the snapshot's first device-mapper device, before
+	// the VolumeSnapshot is ReadyToUse (a thick snapshot is one lvcreate).
+	name:       "during a snapshot",
+	load:       10 * time.Second,
+	fromInside: true,
 	during: func(t *testing.T, c *cutScenario) string {
 		c.lvs = guestLVs(t)
+		devices := strings.TrimSpace(guestExec(t, "set -- /dev/mapper/*; echo $#"))
 		t.Cleanup(func() { deleteSnapshot(t, c.dc, c.ns, "snap") })
 		if err := kubetest.CreateVolumeSnapshot(testCtx(t, time.Minute), c.dc, c.ns, "snap", snapshotClass, "data"); err != nil {
 			t.Fatal(err)
 		}
-		return lvCountAbove(c.lvs)
+		// Shell builtins only: a poll that runs no command (lvs would wait
+		// for lvcreate's lock) sees the device within milliseconds.
+		return "set -- /dev/mapper/*; [ $# -gt " + devices + " ]"
 	},
 	atCut: func(ctx context.Context, c *cutScenario) string {
 		vs, err := c.dc.Resource(kubetest.VolumeSnapshots).Namespace(c.ns).Get(ctx, "snap", metav1.GetOptions{})
@@ -769,7 +787,7 @@ func TestDatabasePowerCut(t *testing.T) {
 			if pc.during != nil {
 				moment = pc.during(t, c)
 			}
-			back := cutAndRecover(t, c, w, moment, pc.atCut)
+			back := cutAndRecover(t, c, w, moment, pc.fromInside, pc.atCut)
 			if pc.converged != nil {
 				pc.converged(t, c)
 			}
@@ -812,16 +830,23 @@ func cutsFromEnv() (map[int]bool, error) {
 }
 
 // cutAndRecover cuts the guest's power (as soon as the guest's shell
-// condition moment holds, when set; atCut, when set, is logged then),
-// boots it again, and waits until the pod pg runs a new container, its
+// condition moment holds, when set; from inside the guest when
+// fromInside; atCut, when set, is logged then), boots it again, and waits until the pod pg runs a new container, its
 // server answers after WAL replay and the client has transactions
 // acknowledged again. It returns the time from the cut to the server
 // answering.
-func cutAndRecover(t *testing.T, c *cutScenario, w *ackWriter, moment string, atCut func(context.Context, *cutScenario) string) time.Duration {
+func cutAndRecover(t *testing.T, c *cutScenario, w *ackWriter, moment string, fromInside bool, atCut func(context.Context, *cutScenario) string) time.Duration {
 	t.Helper()
 	ns := c.ns
 	g := bed.GuestNode(nodeName)
-	if moment != "" {
+	switch {
+	case fromInside:
+		// The command never ends: the guest is gone first.
+		_, err := g.Exec(testCtx(t, 5*time.Minute), "until "+moment+"; do sleep 0.01; done; echo 1 > /proc/sys/kernel/sysrq; echo b > /proc/sysrq-trigger; sleep 60")
+		if err == nil || !strings.Contains(err.Error(), "the guest ended") {
+			t.Fatalf("the guest's own power cut at (%s): %v, want the guest ended", moment, err)
+		}
+	case moment != "":
 		if _, err := g.Exec(testCtx(t, 5*time.Minute), "until "+moment+"; do sleep 0.05; done"); err != nil {
 			t.Fatalf("waiting for the moment of the cut (%s): %v", moment, err)
 		}

@@ -52,11 +52,11 @@ func TestMeasureDatabaseTPS(t *testing.T) {
 		}
 	}
 	rawDir := rawLV(t, ns)
-	raw := postgresPod(ns, "pg-raw", "", false)
+	raw := postgresPod(ns, "pg-raw", "", 0)
 	raw.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
 	dirType := corev1.HostPathDirectory
 	raw.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: rawDir, Type: &dirType}}
-	pods := []*corev1.Pod{postgresPod(ns, "pg-thick", "thick", false), postgresPod(ns, "pg-thin", "thin", false), raw}
+	pods := []*corev1.Pod{postgresPod(ns, "pg-thick", "thick", 0), postgresPod(ns, "pg-thin", "thin", 0), raw}
 	// The raw LV's pod goes before the LV: its mount keeps the LV open.
 	t.Cleanup(func() { deletePodGone(t, ns, "pg-raw") })
 	for _, p := range pods {

@@ -40,6 +40,10 @@ const absentClass = "absent"
 // the guest's own network (a hostNetwork pod), forwarded to the host.
 const postgresPort = 5432
 
+// postgresSecondPort is the second live database's port (the drain moves
+// two), forwarded to the host like postgresPort.
+const postgresSecondPort = 5433
+
 // carveImage is the image the DaemonSet runs; the tests' pods run it too
 // (it has a shell, coreutils and util-linux), so no other image is needed.
 var carveImage string
@@ -90,7 +94,7 @@ func configFromEnv() (cluster.Config, error) {
 	lifetime := 40 * time.Minute
 	if pg := os.Getenv("CARVE_POSTGRES_IMAGE"); pg != "" {
 		archives = append(archives, pg)
-		hostPorts = []int{postgresPort}
+		hostPorts = []int{postgresPort, postgresSecondPort}
 		lifetime = time.Hour
 	}
 	m, err := cluster.LoadManifests(deploy)

@@ -132,7 +132,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		}
 		back := checkMoved(t, ctx, ns, moveClaim, target, handle, nodeName, "carve", st.seed)
 		wantPVs = append(wantPVs, back)
-		pod := waitPodReady(t, ctx, ns, nodeName, podTimeout)
+		pod := waitPodReady(t, ctx, ns, movePod, nodeName, podTimeout)
 		ready := st.ready
 		if ready.IsZero() {
 			ready = time.Now()
@@ -165,20 +165,36 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 }
 
 // moveSetUp makes, in a new namespace, the moved StatefulSet with its
-// first pod on the guest node (the peer cordoned meanwhile), and writes
-// /data/f. It returns the namespace, the watch of the PVs made for it
-// and /data/f's SHA-256.
+// first pod on the guest node and writes /data/f. It returns the
+// namespace, the watch of the PVs made for it and /data/f's SHA-256.
 func moveSetUp(t *testing.T, ctx context.Context, prefix string) (string, *pvWatch, string) {
+	t.Helper()
+	ns, pvs := startMovedSets(t, ctx, prefix, moveStatefulSet)
+	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
+	return ns, pvs, fileSum
+}
+
+// startMovedSets makes, in a new namespace, the StatefulSets sets make
+// for it (one replica each), each with its pod ready on the guest node:
+// the peer is cordoned meanwhile. It returns the namespace and the watch
+// of the PVs made for it.
+func startMovedSets(t *testing.T, ctx context.Context, prefix string, sets ...func(ns string) *appsv1.StatefulSet) (string, *pvWatch) {
 	t.Helper()
 	ns := newNamespace(t, prefix)
 	pvs := watchPVs(t, ctx, ns)
+	var made []*appsv1.StatefulSet
+	for _, set := range sets {
+		made = append(made, set(ns))
+	}
 	// Runs before the namespace's cleanup: a pod left on the peer (the
 	// test failed there) would never end, nor would its claim.
 	t.Cleanup(func() {
 		ctx := context.Background()
 		orphan := metav1.DeletePropagationOrphan
-		if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, moveSet, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
-			t.Log(err)
+		for _, set := range made {
+			if err := bed.Client.AppsV1().StatefulSets(ns).Delete(ctx, set.Name, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil && !apierrors.IsNotFound(err) {
+				t.Log(err)
+			}
 		}
 		if _, err := cluster.ForceDeletePodsOn(ctx, bed.Client, peerName); err != nil {
 			t.Log(err)
@@ -186,16 +202,18 @@ func moveSetUp(t *testing.T, ctx context.Context, prefix string) (string, *pvWat
 	})
 	cordon(t, ctx, peerName, true)
 	t.Cleanup(func() { cordon(t, context.Background(), peerName, false) })
-	if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, moveStatefulSet(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, set := range made {
+		if _, err := bed.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	pod := waitPodReady(t, ctx, ns, "", 5*time.Minute)
-	if pod.Spec.NodeName != nodeName {
-		t.Fatalf("the StatefulSet's first pod is on %s, want %s", pod.Spec.NodeName, nodeName)
+	for _, set := range made {
+		if pod := waitPodReady(t, ctx, ns, set.Name+"-0", "", 5*time.Minute); pod.Spec.NodeName != nodeName {
+			t.Fatalf("the StatefulSet %s's first pod is on %s, want %s", set.Name, pod.Spec.NodeName, nodeName)
+		}
 	}
 	cordon(t, ctx, peerName, false)
-	fileSum := strings.Fields(podExec(t, ns, movePod, fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", moveFileMiB<<20)))[0]
-	return ns, pvs, fileSum
+	return ns, pvs
 }
 
 // startWriter starts moveWriter in the pod (kubectl exec) and waits until
@@ -483,7 +501,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	if ev := lastEventOf(ctx, ns, moveClaim, moveapi.ReasonSalvaged); !strings.Contains(ev, "are lost") {
 		t.Errorf("the %s Event: %q, want it naming the lost writes", moveapi.ReasonSalvaged, ev)
 	}
-	pod := waitPodReady(t, ctx, ns, nodeName, 2*podTimeout)
+	pod := waitPodReady(t, ctx, ns, movePod, nodeName, 2*podTimeout)
 	if got := podExec(t, ns, movePod, "cd /data && sha256sum f log"); got != files {
 		t.Errorf("on %s the pod reads\n%s\nwant what the source held\n%s", pod.Spec.NodeName, got, files)
 	}
@@ -729,13 +747,13 @@ rmdir "$d"
 	return strings.TrimSpace(out)
 }
 
-// waitPodReady waits until the StatefulSet's pod is Ready (on node, when
+// waitPodReady waits until a StatefulSet's pod is Ready (on node, when
 // set) and returns it.
-func waitPodReady(t *testing.T, ctx context.Context, ns, node string, timeout time.Duration) *corev1.Pod {
+func waitPodReady(t *testing.T, ctx context.Context, ns, pod, node string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var got *corev1.Pod
-	waitFor(t, timeout, "pod "+movePod+" Ready", func(ctx context.Context) (bool, string, error) {
-		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
+	waitFor(t, timeout, "pod "+pod+" Ready", func(ctx context.Context) (bool, string, error) {
+		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, "no pod (its StatefulSet makes it again)", nil
 		}

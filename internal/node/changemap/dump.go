@@ -3,7 +3,6 @@ package changemap
 import (
 	"encoding/xml"
 	"errors"
-	"fmt"
 	"io"
 )
 
@@ -13,17 +12,18 @@ import (
 // in 512-byte sectors). A dump of another device, of several, or of
 // none is an error: a device with no mapping is still listed, empty.
 func ParseThinDump(r io.Reader, dev uint64) (Set, error) {
+	const x = toolXML("thin_dump")
 	dec := xml.NewDecoder(r)
 	var set Set
 	var block uint64
 	devices := 0
 	for {
-		tok, err := dec.Token()
+		tok, err := x.next(dec)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("thin_dump's output: %w", err)
+			return nil, err
 		}
 		t, ok := tok.(xml.StartElement)
 		if !ok {
@@ -31,47 +31,41 @@ func ParseThinDump(r io.Reader, dev uint64) (Set, error) {
 		}
 		switch t.Name.Local {
 		case "superblock":
-			b, err := uintAttr(t, "data_block_size")
-			if err != nil {
+			if block, err = x.blockBytes(t); err != nil {
 				return nil, err
 			}
-			if b == 0 {
-				return nil, errors.New("thin_dump's output: data_block_size is 0")
-			}
-			block = b * 512
 		case "device":
-			id, err := uintAttr(t, "dev_id")
+			id, err := x.uint(t, "dev_id")
 			if err != nil {
 				return nil, err
 			}
 			if id != dev {
-				return nil, fmt.Errorf("thin_dump's output: device %d, want %d", id, dev)
+				return nil, x.errorf("device %d, want %d", id, dev)
 			}
 			devices++
 		case "single_mapping", "range_mapping":
 			if block == 0 || devices != 1 {
-				return nil, fmt.Errorf("thin_dump's output: <%s> outside one <device> of a <superblock>", t.Name.Local)
+				return nil, x.errorf("<%s> outside one <device> of a <superblock>", t.Name.Local)
 			}
 			var begin, n uint64
 			if t.Name.Local == "single_mapping" {
-				begin, err = uintAttr(t, "origin_block")
+				begin, err = x.uint(t, "origin_block")
 				n = 1
-			} else if begin, err = uintAttr(t, "origin_begin"); err == nil {
-				n, err = uintAttr(t, "length")
+			} else if begin, err = x.uint(t, "origin_begin"); err == nil {
+				n, err = x.uint(t, "length")
 			}
 			if err != nil {
 				return nil, err
 			}
-			if most := (1<<64 - 1) / block; n > most || begin > most-n {
-				return nil, fmt.Errorf("thin_dump's output: <%s> at block %d of %d is out of range", t.Name.Local, begin, n)
+			if set, err = x.add(set, t, begin, n, block); err != nil {
+				return nil, err
 			}
-			set = set.Add(begin*block, n*block)
 		default:
-			return nil, fmt.Errorf("thin_dump's output: unknown element <%s>", t.Name.Local)
+			return nil, x.errorf("unknown element <%s>", t.Name.Local)
 		}
 	}
 	if devices != 1 {
-		return nil, fmt.Errorf("thin_dump's output: %d <device> elements, want 1", devices)
+		return nil, x.errorf("%d <device> elements, want 1", devices)
 	}
 	return set, nil
 }

@@ -23,31 +23,27 @@ import (
 // (superblock data_block_size, in 512-byte sectors). "same" ranges are
 // left out.
 func ParseThinDelta(r io.Reader) (Set, error) {
+	const x = toolXML("thin_delta")
 	dec := xml.NewDecoder(r)
 	var set Set
 	var block uint64
 	var kind string // the enclosing range kind, in the --verbose form
 	diffs := 0
 	for {
-		tok, err := dec.Token()
+		tok, err := x.next(dec)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("thin_delta's output: %w", err)
+			return nil, err
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
 			switch t.Name.Local {
 			case "superblock":
-				b, err := uintAttr(t, "data_block_size")
-				if err != nil {
+				if block, err = x.blockBytes(t); err != nil {
 					return nil, err
 				}
-				if b == 0 {
-					return nil, errors.New("thin_delta's output: data_block_size is 0")
-				}
-				block = b * 512
 			case "diff":
 				diffs++
 			case "same", "different", "right_only", "left_only", "range":
@@ -58,22 +54,24 @@ func ParseThinDelta(r io.Reader) (Set, error) {
 					continue // --verbose: the ranges follow inside
 				}
 				if block == 0 || diffs != 1 {
-					return nil, fmt.Errorf("thin_delta's output: <%s> outside one <diff> of a <superblock>", t.Name.Local)
+					return nil, x.errorf("<%s> outside one <diff> of a <superblock>", t.Name.Local)
 				}
 				if kind == "same" {
 					continue
 				}
-				begin, err := uintAttr(t, "begin")
+				begin, err := x.uint(t, "begin")
 				if err != nil {
 					return nil, err
 				}
-				n, err := uintAttr(t, "length")
+				n, err := x.uint(t, "length")
 				if err != nil {
 					return nil, err
 				}
-				set = set.Add(begin*block, n*block)
+				if set, err = x.add(set, t, begin, n, block); err != nil {
+					return nil, err
+				}
 			default:
-				return nil, fmt.Errorf("thin_delta's output: unknown element <%s>", t.Name.Local)
+				return nil, x.errorf("unknown element <%s>", t.Name.Local)
 			}
 		case xml.EndElement:
 			if t.Name.Local != "range" {
@@ -82,31 +80,9 @@ func ParseThinDelta(r io.Reader) (Set, error) {
 		}
 	}
 	if diffs != 1 {
-		return nil, fmt.Errorf("thin_delta's output: %d <diff> elements, want 1", diffs)
+		return nil, x.errorf("%d <diff> elements, want 1", diffs)
 	}
 	return set, nil
-}
-
-func hasAttr(t xml.StartElement, name string) bool {
-	for _, a := range t.Attr {
-		if a.Name.Local == name {
-			return true
-		}
-	}
-	return false
-}
-
-func uintAttr(t xml.StartElement, name string) (uint64, error) {
-	for _, a := range t.Attr {
-		if a.Name.Local == name {
-			v, err := strconv.ParseUint(a.Value, 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("thin_delta's output: <%s %s=%q>: %w", t.Name.Local, name, a.Value, err)
-			}
-			return v, nil
-		}
-	}
-	return 0, fmt.Errorf("thin_delta's output: <%s> without %s", t.Name.Local, name)
 }
 
 // Runner runs one command (no shell) and returns its standard output;

@@ -39,6 +39,8 @@ func TestParseThinDelta(t *testing.T) {
 		{"bad number", `<superblock data_block_size="128"><diff><different begin="x" length="1"/></diff></superblock>`, nil, "invalid syntax"},
 		{"no length", `<superblock data_block_size="128"><diff><different begin="1"/></diff></superblock>`, nil, "without length"},
 		{"unknown element", `<superblock data_block_size="128"><diff><moved begin="1" length="1"/></diff></superblock>`, nil, "unknown element <moved>"},
+		{"out of range", `<superblock data_block_size="128"><diff left="1" right="2"><different begin="18446744073709551" length="2"/></diff></superblock>`, nil, "thin_delta's output: <different> at block 18446744073709551 of 2 is out of range"},
+		{"block size out of range", `<superblock data_block_size="36028797018963968"><diff left="1" right="2"/></superblock>`, nil, "data_block_size is 36028797018963968"},
 		{"not XML", `Unable to find mapping tree for snap2 (9)`, nil, "0 <diff>"},
 		{"cut short", `<superblock data_block_size="128"><diff><different begin="1" length="1"/>`, nil, "unexpected EOF"},
 	}
@@ -219,7 +221,7 @@ func TestParseThinDump(t *testing.T) {
 		{"two devices", `<superblock data_block_size="128"><device dev_id="4"/><device dev_id="4"/></superblock>`, 4, nil, "2 <device>"},
 		{"mapping outside a device", `<superblock data_block_size="128"><single_mapping origin_block="1" data_block="1" time="0"/></superblock>`, 4, nil, "outside"},
 		{"no block size", `<superblock><device dev_id="4"/></superblock>`, 4, nil, "without data_block_size"},
-		{"out of range", `<superblock data_block_size="128"><device dev_id="4"><range_mapping origin_begin="18446744073709551" data_begin="0" length="2" time="0"/></device></superblock>`, 4, nil, "out of range"},
+		{"out of range", `<superblock data_block_size="128"><device dev_id="4"><range_mapping origin_begin="18446744073709551" data_begin="0" length="2" time="0"/></device></superblock>`, 4, nil, "thin_dump's output: <range_mapping> at block 18446744073709551 of 2 is out of range"},
 		{"no length", `<superblock data_block_size="128"><device dev_id="4"><range_mapping origin_begin="1" data_begin="0" time="0"/></device></superblock>`, 4, nil, "without length"},
 		{"unknown element", `<superblock data_block_size="128"><device dev_id="4"><def name="1"/></device></superblock>`, 4, nil, "unknown element <def>"},
 		{"not XML", `bad checksum in superblock`, 4, nil, "0 <device>"},

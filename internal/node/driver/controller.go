@@ -12,6 +12,7 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
@@ -74,7 +75,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 
 	r, err := s.createRequest(req)
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	op.SetClass(r.Class.Name)
 	if !s.node.accepts(req.GetAccessibilityRequirements()) {
@@ -87,7 +88,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	lv, err := s.p.Create(ctx, r)
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	v := s.volume(lv, r.Class.Name)
 	v.VolumeContext[volume.ContextVolumeName] = r.Name
@@ -161,7 +162,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	class, err := s.p.Delete(ctx, vg, lvName, id)
 	op.SetClass(class)
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }

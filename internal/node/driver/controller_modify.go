@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -34,7 +35,7 @@ func (s *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	}
 	limits, err := s.p.SetIOLimits(ctx, vol.VG, vol.LV, req.GetMutableParameters())
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	if s.cfg.Limits == nil {
 		return &csi.ControllerModifyVolumeResponse{}, nil

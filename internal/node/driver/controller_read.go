@@ -15,6 +15,7 @@ import (
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/capability"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
@@ -53,7 +54,7 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		return none, nil
 	}
 	if err != nil {
-		return nil, toStatus(err, "capacity of device class "+class.Name)
+		return nil, nodestatus.Of(err, "capacity of device class "+class.Name)
 	}
 	return &csi.GetCapacityResponse{
 		AvailableCapacity: int64(room.Available),
@@ -143,7 +144,7 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 	}
 	lv, err := s.cfg.LVM.GetLV(ctx, vg, lvName)
 	if err != nil {
-		return nil, toStatus(err, "volume "+id)
+		return nil, nodestatus.Of(err, "volume "+id)
 	}
 	if !volume.IsCarve(lv.Tags) {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: LV %s is not carve's", id, id)

@@ -14,6 +14,7 @@ import (
 	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
@@ -50,7 +51,7 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	lv, class, err := s.p.Snapshot(ctx, provision.SnapshotRequest{Name: name, SourceID: srcID, VolumeGroup: vg, Origin: origin})
 	op.SetClass(class)
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	return &csi.CreateSnapshotResponse{Snapshot: s.snapshot(lv)}, nil
 }
@@ -107,7 +108,7 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	class, err := s.p.DeleteSnapshot(ctx, vg, lvName, id)
 	op.SetClass(class)
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	return &csi.DeleteSnapshotResponse{}, nil
 }
@@ -159,7 +160,7 @@ func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshot
 		return nil, status.Error(codes.NotFound, err.Error())
 	}
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, nodestatus.Of(err, "")
 	}
 	return &csi.GetSnapshotResponse{Snapshot: s.snapshot(lv)}, nil
 }

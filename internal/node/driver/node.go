@@ -25,6 +25,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/jobs"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
 	"github.com/carve-csi/carve/internal/volume"
@@ -240,7 +241,7 @@ func lookupStatus(vol volume.ID, err error) error {
 	case errors.Is(err, errCopyPending):
 		return status.Errorf(codes.FailedPrecondition, "volume %q: %v", vol, err)
 	}
-	return toStatus(err, fmt.Sprintf("reading the LV of volume %q", vol))
+	return nodestatus.Of(err, fmt.Sprintf("reading the LV of volume %q", vol))
 }
 
 // activeDevice returns the device node and device class of a carve volume
@@ -317,7 +318,7 @@ func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.Logica
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: activating LV %s/%s: %v", vol, lv.VolumeGroup, lv.Name, err)
 	}
 	if err != nil {
-		return nil, toStatus(err, fmt.Sprintf("volume %q: activating its inactive LV %s/%s", vol, lv.VolumeGroup, lv.Name))
+		return nil, nodestatus.Of(err, fmt.Sprintf("volume %q: activating its inactive LV %s/%s", vol, lv.VolumeGroup, lv.Name))
 	}
 	klog.FromContext(ctx).Info("Activated the volume's LV, which was inactive", "volumeID", vol.String(), "lv", lv.VolumeGroup+"/"+lv.Name, "pool", lv.Pool)
 	return got, nil

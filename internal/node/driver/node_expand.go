@@ -16,6 +16,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/fs"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -151,7 +152,7 @@ func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, 
 		grown, err = n.cfg.LVM.ExtendLV(ctx, lv.VolumeGroup, lv.Name, required)
 		return err
 	}); err != nil {
-		return nil, toStatus(err, fmt.Sprintf("extending volume %q to %d bytes", vol, required))
+		return nil, nodestatus.Of(err, fmt.Sprintf("extending volume %q to %d bytes", vol, required))
 	}
 	if err := erase.FlushAll(ctx, n.cfg.Eraser, n.metadataDevices(lv)); err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %q: making its extension durable: %v", vol, err)
@@ -187,12 +188,12 @@ func (n *NodeServer) checkGrowth(ctx context.Context, vol volume.ID, class strin
 	}
 	unlock, err = n.cfg.View.LockRoom(ctx, lv.VolumeGroup)
 	if err != nil {
-		return nil, toStatus(err, fmt.Sprintf("extending volume %q", vol))
+		return nil, nodestatus.Of(err, fmt.Sprintf("extending volume %q", vol))
 	}
 	size, err := n.cfg.View.RoomToGrow(d, lv.Size, required)
 	if err != nil {
 		unlock()
-		return nil, toStatus(err, fmt.Sprintf("extending volume %q from %d to %d bytes", vol, lv.Size, required))
+		return nil, nodestatus.Of(err, fmt.Sprintf("extending volume %q from %d to %d bytes", vol, lv.Size, required))
 	}
 	if limit > 0 && size > limit {
 		unlock()

@@ -15,6 +15,7 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/nodeca"
 	"github.com/carve-csi/carve/internal/volume"
@@ -197,7 +198,7 @@ func (c CatchUps) CatchUpCopy(ctx context.Context, req *nodeagentv1.CatchUpCopyR
 		return nil, status.Errorf(codes.DataLoss, "catch-up of %s: %v", req.GetTargetVolumeId(), err)
 	}
 	if err != nil {
-		return nil, statusOf(err, "catch-up of "+req.GetTargetVolumeId())
+		return nil, nodestatus.OfRead(err, "catch-up of "+req.GetTargetVolumeId())
 	}
 	return &nodeagentv1.CatchUpCopyResponse{ReceivedBytes: int64(res.Received), Digest: res.Sum}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/changemap"
 	"github.com/carve-csi/carve/internal/node/directio"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
@@ -86,7 +87,7 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK boo
 	})
 	if err != nil {
 		log.Error(err, "A catch-up to another node failed", append([]any{"sentBytes", sent.Data}, how...)...)
-		return statusOf(err, "catch-up "+g.ID)
+		return nodestatus.OfRead(err, "catch-up "+g.ID)
 	}
 	log.Info("Sent a catch-up to another node", append([]any{"dataBytes", sent.Data, "duration", sent.Duration}, how...)...)
 	return nil

@@ -6,15 +6,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/carve-csi/carve/api/moveapi"
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -111,7 +110,7 @@ func (s *Server) Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRe
 	g.Expires = s.cfg.Now().Add(min(valid, MaxValidity))
 	size, err := s.sourceSize(ctx, g)
 	if err != nil {
-		return nil, statusOf(err, "the source of copy "+g.ID)
+		return nil, nodestatus.OfRead(err, "the source of copy "+g.ID)
 	}
 	if err := s.grants.Add(g); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "copy %s: %v", g.ID, err)
@@ -143,7 +142,7 @@ func (s *Server) ReadVolume(req *nodeagentv1.ReadVolumeRequest, stream nodeagent
 	})
 	if err != nil {
 		log.Error(err, "A copy to another node failed", "sentBytes", sent.Data)
-		return statusOf(err, "copy "+g.ID)
+		return nodestatus.OfRead(err, "copy "+g.ID)
 	}
 	log.Info("Sent a copy to another node", "dataBytes", sent.Data, "duration", sent.Duration)
 	return nil
@@ -160,40 +159,4 @@ func callerNode(ctx context.Context) (string, error) {
 		return "", errors.New("the caller did not come over TLS")
 	}
 	return nodeca.PeerNode(info.State)
-}
-
-func statusOf(err error, what string) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	for _, k := range []struct {
-		kind error
-		code codes.Code
-	}{
-		{provision.ErrNotFound, codes.NotFound},
-		{provision.ErrElsewhere, codes.NotFound},
-		{provision.ErrBusy, codes.Aborted},
-		{provision.ErrRefused, codes.FailedPrecondition},
-		{provision.ErrNoRoom, codes.ResourceExhausted},
-		{provision.ErrUnavailable, codes.Unavailable},
-		{provision.ErrInvalid, codes.InvalidArgument},
-		{context.Canceled, codes.Canceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded},
-	} {
-		if errors.Is(err, k.kind) {
-			code = k.code
-			break
-		}
-	}
-	st := status.Newf(code, "%s: %v", what, err)
-	if reason := provision.ReasonOf(err); reason != "" {
-		// The reason tells a refusal no retry mends (a catch-up's target
-		// of another size, its base overflowed, its source still copied
-		// into) from one the workload's stop mends, which the code alike.
-		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: moveapi.ErrorDomain}); derr == nil {
-			st = d
-		}
-	}
-	return st.Err()
 }

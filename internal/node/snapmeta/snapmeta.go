@@ -7,7 +7,6 @@ package snapmeta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -17,6 +16,7 @@ import (
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/changemap"
+	"github.com/carve-csi/carve/internal/node/nodestatus"
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
@@ -56,7 +56,7 @@ func (s *Server) SnapshotBlocks(req *nodeagentv1.SnapshotBlocksRequest, stream n
 		m, err = s.Source.SnapshotDelta(ctx, req.GetBaseSnapshotId(), req.GetSnapshotId())
 	}
 	if err != nil {
-		return statusOf(err)
+		return nodestatus.OfRead(err, "")
 	}
 	if m.Capacity > math.MaxInt64 {
 		return status.Errorf(codes.Internal, "snapshot_id: the volume's capacity %d is out of range", m.Capacity)
@@ -108,33 +108,4 @@ func Pages(s changemap.Set, per int) []changemap.Set {
 		s = s[n:]
 	}
 	return pages
-}
-
-// statusOf is a block map's error as a gRPC status: its kind's code,
-// its message (which names the field) unchanged.
-func statusOf(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	for _, k := range []struct {
-		kind error
-		code codes.Code
-	}{
-		{provision.ErrInvalid, codes.InvalidArgument},
-		{provision.ErrNotFound, codes.NotFound},
-		{provision.ErrElsewhere, codes.NotFound},
-		{provision.ErrBusy, codes.Aborted},
-		{provision.ErrRefused, codes.FailedPrecondition},
-		{provision.ErrUnavailable, codes.Unavailable},
-		{provision.ErrOutOfRange, codes.OutOfRange},
-		{context.Canceled, codes.Canceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded},
-	} {
-		if errors.Is(err, k.kind) {
-			code = k.code
-			break
-		}
-	}
-	return status.Error(code, err.Error())
 }

@@ -1,4 +1,7 @@
-package driver
+// Package nodestatus turns the node agent's domain errors (from
+// internal/node/provision, lvm and the volume group view) into gRPC
+// statuses: the one table of codes every service of the agent answers by.
+package nodestatus
 
 import (
 	"context"
@@ -27,11 +30,23 @@ var kindCodes = map[error]codes.Code{
 	provision.ErrInternal:    codes.Internal,
 }
 
-// toStatus maps an error from internal/node/provision, the lvm package or the state
-// view to a gRPC status; it is the one place where domain errors become
-// codes. what, when not empty, says what was being done, for the message.
-// An error that already is a status is returned unchanged.
-func toStatus(err error, what string) error {
+// Of maps an error from internal/node/provision, the lvm package or the
+// volume group view to a gRPC status. what, when not empty, says what was
+// being done, for the message. An error that already is a status is
+// returned unchanged. provision.ErrElsewhere is RESOURCE_EXHAUSTED: on a
+// CSI call it means "not on this node", and the provisioner picks another.
+func Of(err error, what string) error {
+	return of(err, what, codes.ResourceExhausted)
+}
+
+// OfRead is Of for the calls that read what this node holds for a peer or
+// the controller (a copy, a block map): there, what lives on another node
+// is NOT_FOUND, as for any name this node does not hold.
+func OfRead(err error, what string) error {
+	return of(err, what, codes.NotFound)
+}
+
+func of(err error, what string, elsewhere codes.Code) error {
 	if err == nil {
 		return nil
 	}
@@ -42,12 +57,16 @@ func toStatus(err error, what string) error {
 	if what != "" {
 		msg = what + ": " + msg
 	}
-	return withReason(status.New(codeOf(err), msg), provision.ReasonOf(err)).Err()
+	code := codeOf(err)
+	if errors.Is(err, provision.ErrElsewhere) {
+		code = elsewhere
+	}
+	return WithReason(status.New(code, msg), provision.ReasonOf(err)).Err()
 }
 
-// withReason is st with an ErrorInfo of carve's domain naming reason, the
+// WithReason is st with an ErrorInfo of carve's domain naming reason, the
 // distinction its code does not make; st itself when reason is "".
-func withReason(st *status.Status, reason string) *status.Status {
+func WithReason(st *status.Status, reason string) *status.Status {
 	if reason == "" {
 		return st
 	}

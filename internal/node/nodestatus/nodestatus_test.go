@@ -1,4 +1,4 @@
-package driver
+package nodestatus
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 // Every kind of provision's errors has its code, and its message reaches
 // the user as it is; wrapped lvm errors keep their code and say what was
 // being done.
-func TestToStatusKinds(t *testing.T) {
+func TestOfKinds(t *testing.T) {
 	for kind, code := range kindCodes {
-		err := toStatus(provision.Errorf(kind, "volume %q: why", "pvc-1"), "")
+		err := Of(provision.Errorf(kind, "volume %q: why", "pvc-1"), "")
 		if status.Code(err) != code || status.Convert(err).Message() != `volume "pvc-1": why` {
 			t.Errorf("%v: got %v, want %v with the message unchanged", kind, err, code)
 		}
 	}
-	err := toStatus(fmt.Errorf("removing vg1/lv: %w", lvm.ErrInUse), "")
+	err := Of(fmt.Errorf("removing vg1/lv: %w", lvm.ErrInUse), "")
 	if status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != "removing vg1/lv: "+lvm.ErrInUse.Error() {
 		t.Errorf("wrapped lvm.ErrInUse: %v", err)
 	}
@@ -34,7 +34,7 @@ func TestToStatusKinds(t *testing.T) {
 	}
 }
 
-func TestToStatus(t *testing.T) {
+func TestOf(t *testing.T) {
 	tests := []struct {
 		err  error
 		code codes.Code
@@ -45,19 +45,19 @@ func TestToStatus(t *testing.T) {
 		{errors.New("boom"), codes.Internal},
 	}
 	for _, tt := range tests {
-		if got := status.Code(toStatus(tt.err, "doing")); got != tt.code {
-			t.Errorf("toStatus(%v) = %v, want %v", tt.err, got, tt.code)
+		if got := status.Code(Of(tt.err, "doing")); got != tt.code {
+			t.Errorf("Of(%v) = %v, want %v", tt.err, got, tt.code)
 		}
 	}
-	if toStatus(nil, "x") != nil {
-		t.Error("toStatus(nil) != nil")
+	if Of(nil, "x") != nil {
+		t.Error("Of(nil) != nil")
 	}
 }
 
 // A provision error with a reason carries it as an ErrorInfo of carve's
 // domain; one without carries no details.
-func TestToStatusReason(t *testing.T) {
-	err := toStatus(&provision.Error{Kind: provision.ErrBusy, Msg: "copying", Reason: moveapi.ErrorCopyInProgress}, "")
+func TestOfReason(t *testing.T) {
+	err := Of(&provision.Error{Kind: provision.ErrBusy, Msg: "copying", Reason: moveapi.ErrorCopyInProgress}, "")
 	st := status.Convert(err)
 	var got []string
 	for _, d := range st.Details() {
@@ -68,7 +68,22 @@ func TestToStatusReason(t *testing.T) {
 	if st.Code() != codes.Aborted || len(got) != 1 || got[0] != moveapi.ErrorCopyInProgress {
 		t.Errorf("got %v with reasons %v, want ABORTED with %s", err, got, moveapi.ErrorCopyInProgress)
 	}
-	if d := status.Convert(toStatus(provision.Errorf(provision.ErrBusy, "busy"), "")).Details(); len(d) != 0 {
+	if d := status.Convert(Of(provision.Errorf(provision.ErrBusy, "busy"), "")).Details(); len(d) != 0 {
 		t.Errorf("details %v on an error without a reason", d)
+	}
+}
+
+// What lives on another node is RESOURCE_EXHAUSTED on a CSI call (the
+// provisioner picks another node) and NOT_FOUND on a read for a peer.
+func TestElsewhere(t *testing.T) {
+	err := provision.Errorf(provision.ErrElsewhere, "snapshot s lives on node b")
+	if got := status.Code(Of(err, "")); got != codes.ResourceExhausted {
+		t.Errorf("Of: %v, want ResourceExhausted", got)
+	}
+	if got := status.Code(OfRead(fmt.Errorf("reading: %w", err), "")); got != codes.NotFound {
+		t.Errorf("OfRead: %v, want NotFound", got)
+	}
+	if got := status.Code(OfRead(provision.Errorf(provision.ErrBusy, "b"), "")); got != codes.Aborted {
+		t.Errorf("OfRead of a busy error: %v, want Aborted", got)
 	}
 }

@@ -3,7 +3,8 @@
 // the optional kustomization deploy/kubernetes/snapshot-controller (the
 // chart's snapshot-controller template with snapshotController.enabled=true
 // and the CRDs of the chart's files/snapshot-crds directory), and the kustomize component
-// of the chart's NetworkPolicy (components/node-channel-network-policy).
+// of the chart's NetworkPolicy (components/node-channel-network-policy) and of
+// its external-snapshot-metadata sidecar (components/snapshot-metadata).
 //
 // `make manifests` runs it with the helm of $CARVE_CACHE/bin; test/deploy
 // runs it into a temporary directory and fails when the committed base
@@ -118,6 +119,9 @@ func generate(helm, chart, out string) error {
 		return err
 	}
 	if err := generateNetworkPolicy(helm, chart, filepath.Join(out, networkPolicyDir)); err != nil {
+		return err
+	}
+	if err := generateSnapshotMetadata(helm, chart, filepath.Join(out, snapshotMetadataDir)); err != nil {
 		return err
 	}
 	return generateSnapshotController(helm, chart, filepath.Join(out, snapshotControllerDir))

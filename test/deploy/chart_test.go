@@ -435,6 +435,16 @@ func TestComponentsMatchChart(t *testing.T) {
 			holds:     []holds{{"VolumeSnapshotClass /carve", `"lvm.carve.dev"`, true}, {deployment, `"csi-snapshotter"`, true}},
 		},
 		{
+			// Off by default: never run against the real sidecar. The
+			// component's CA is a placeholder the API server refuses.
+			component: "snapshot-metadata",
+			values:    []string{"sidecars.snapshotMetadata.enabled=true", "sidecars.snapshotMetadata.tls.caCert=REPLACE-WITH-THE-BASE64-PEM-OF-THE-CA"},
+			changes: []string{deployment, "Service carve-system/carve-snapshot-metadata", "SnapshotMetadataService /lvm.carve.dev",
+				"ClusterRole /carve-controller-snapshot-metadata", "ClusterRoleBinding /carve-controller-snapshot-metadata"},
+			holds: []holds{{deployment, `"csi-snapshot-metadata"`, true}, {deployment, `"carve-snapshot-metadata-tls"`, true},
+				{"SnapshotMetadataService /lvm.carve.dev", `"carve-snapshot-metadata.carve-system:6443"`, true}},
+		},
+		{
 			component: "node-channel-network-policy",
 			values:    []string{"networkPolicy.enabled=true"},
 			changes:   []string{"NetworkPolicy carve-system/carve-node-channel"},

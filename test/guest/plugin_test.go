@@ -87,7 +87,8 @@ func TestPluginNode(t *testing.T) {
 // CARVE_BENCH_RUN (make bench BENCH_RUN=...) picks some of the inner
 // benchmarks by -test.run pattern, e.g. ^TestBenchNodeStage$;
 // CARVE_BENCH_ROUNDS (BENCH_ROUNDS) sets the rounds of the create+delete
-// and stage benchmarks.
+// and stage benchmarks; CARVE_BENCH_DELTA_GIB (BENCH_DELTA_GIB) the size of
+// TestBenchSnapshotDelta's thin volume.
 func TestBenchPlugin(t *testing.T) {
 	run := "^TestBench"
 	if v := os.Getenv("CARVE_BENCH_RUN"); v != "" {
@@ -97,13 +98,16 @@ func TestBenchPlugin(t *testing.T) {
 	if v := os.Getenv("CARVE_BENCH_ROUNDS"); v != "" {
 		args = append(args, "-bench-rounds", v)
 	}
+	if v := os.Getenv("CARVE_BENCH_DELTA_GIB"); v != "" {
+		args = append(args, "-bench-delta-gib", v)
+	}
 	out := runInGuest(t, guestRun{
 		pkg:       "./inner/nodeinner",
 		args:      args,
-		timeout:   20 * time.Minute,
+		timeout:   30 * time.Minute,
 		withCarve: true,
 	})
-	if n := strings.Count(out, "\nratio carve"); run == "^TestBench" && n != 6 || n == 0 {
-		t.Errorf("the guest printed %d of the 6 carve ratio lines", n)
+	if n := strings.Count(out, "\nratio carve"); run == "^TestBench" && n != 7 || n == 0 {
+		t.Errorf("the guest printed %d of the 7 carve ratio lines", n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -131,11 +132,23 @@ func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (s
 	if basePool != volPool {
 		return nil, fmt.Errorf("%s/%s is in pool device %s, its base %s in %s", vg, vol, volPool, base, basePool)
 	}
+	return f.ThinChangesOfIDs(ctx, vg, pool, baseID, volID)
+}
+
+// ThinChangesOfIDs is ThinChanges between the thin devices of pool whose
+// thin IDs LVM's metadata gives (lvm.Client.ThinID): neither device need
+// be active, only the pool (PoolActive).
+func (f *Finder) ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, volID uint64) (set Set, err error) {
+	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}} {
+		if err := checkName(n.what, n.v); err != nil {
+			return nil, err
+		}
+	}
 	err = f.withMetadataSnap(ctx, vg, pool, func(meta string) error {
 		out, err := f.Run.Run(ctx, "thin_delta", "--metadata-snap", "--snap1", strconv.FormatUint(baseID, 10),
 			"--snap2", strconv.FormatUint(volID, 10), meta)
 		if err != nil {
-			return fmt.Errorf("thin_delta of %s/%s against %s: %w", vg, vol, base, err)
+			return fmt.Errorf("thin_delta of thin devices %d and %d of %s/%s: %w", baseID, volID, vg, pool, err)
 		}
 		set, err = ParseThinDelta(bytes.NewReader(out))
 		return err
@@ -161,10 +174,21 @@ func (f *Finder) ThinMapped(ctx context.Context, vg, pool, vol string) (set Set,
 	if err != nil {
 		return nil, err
 	}
+	return f.ThinMappedOfID(ctx, vg, pool, id)
+}
+
+// ThinMappedOfID is ThinMapped of the thin device of pool whose thin ID
+// LVM's metadata gives: the device need not be active, only the pool.
+func (f *Finder) ThinMappedOfID(ctx context.Context, vg, pool string, id uint64) (set Set, err error) {
+	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}} {
+		if err := checkName(n.what, n.v); err != nil {
+			return nil, err
+		}
+	}
 	err = f.withMetadataSnap(ctx, vg, pool, func(meta string) error {
 		out, err := f.Run.Run(ctx, "thin_dump", "--metadata-snap", "--dev-id", strconv.FormatUint(id, 10), meta)
 		if err != nil {
-			return fmt.Errorf("thin_dump of %s/%s: %w", vg, vol, err)
+			return fmt.Errorf("thin_dump of thin device %d of %s/%s: %w", id, vg, pool, err)
 		}
 		set, err = ParseThinDump(bytes.NewReader(out), id)
 		return err
@@ -173,6 +197,17 @@ func (f *Finder) ThinMapped(ctx context.Context, vg, pool, vol string) (set Set,
 		return nil, err
 	}
 	return set, nil
+}
+
+// PoolActive tells whether the thin pool pool of vg is active: its pool
+// device (the "-tpool" layer), which takes the metadata snapshot's
+// messages, has a device node.
+func (f *Finder) PoolActive(vg, pool string) bool {
+	if checkName("volume group", vg) != nil || checkName("thin pool", pool) != nil {
+		return false
+	}
+	st, err := os.Stat(path.Join(f.DevDir, "mapper", dmName(vg, pool, "tpool")))
+	return err == nil && st.Mode()&os.ModeDevice != 0
 }
 
 // withMetadataSnap reserves the metadata snapshot of the thin pool pool

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestParseThinDelta: the bytes named are the ranges that differ,
@@ -158,7 +160,7 @@ func TestThinChanges(t *testing.T) {
 		{"free pool", fakePool{delta: delta}, "", false},
 		{"held by another program", fakePool{delta: delta, reserved: true}, "metadata snapshot is held already (block 2051)", true},
 		{"reserve fails, none held", fakePool{delta: delta, failReserve: 1}, "(none is held)", false},
-		{"thin_delta fails", fakePool{delta: "", deltaErr: errors.New("exit status 1")}, "thin_delta of vg-a/vol", false},
+		{"thin_delta fails", fakePool{delta: "", deltaErr: errors.New("exit status 1")}, "thin_delta of thin devices 7 and 3 of vg-a/pool", false},
 		{"thin_delta prints garbage", fakePool{delta: "<superblock>"}, "thin_delta's output", false},
 		{"base not active", fakePool{tables: map[string]string{"vg--a-vol": tables["vg--a-vol"]}}, "no such device", false},
 		{"another pool", fakePool{tables: map[string]string{"vg--a-vol": tables["vg--a-vol"], "vg--a-snap": "0 131072 thin 253:9 7\n"}}, "in pool device 253:4", false},
@@ -246,7 +248,7 @@ func TestThinMapped(t *testing.T) {
 	}{
 		{"free pool", fakePool{dump: dump}, "", false},
 		{"held by another program", fakePool{dump: dump, reserved: true}, "held already", true},
-		{"thin_dump fails", fakePool{deltaErr: errors.New("exit status 1")}, "thin_dump of vg-a/vol", false},
+		{"thin_dump fails", fakePool{deltaErr: errors.New("exit status 1")}, "thin_dump of thin device 3 of vg-a/pool", false},
 		{"thin_dump of another device", fakePool{dump: strings.Replace(dump, `"3"`, `"4"`, 1)}, "device 4, want 3", false},
 		{"not active", fakePool{tables: map[string]string{}}, "no such device", false},
 	}
@@ -271,5 +273,27 @@ func TestThinMapped(t *testing.T) {
 				t.Errorf("thin_dump %q (reserved: %v), want %q with the metadata snapshot reserved", p.dumpArgs, p.dumpReserved, want)
 			}
 		})
+	}
+}
+
+// TestPoolActive: a pool is active when its "-tpool" device node exists; a
+// missing node, a regular file in its place, or a name that is not LVM's
+// is not.
+func TestPoolActive(t *testing.T) {
+	dev := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dev, "mapper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A device node needs root (make test runs the unit tier as root);
+	// without it only the negative cases are checked.
+	node := unix.Mknod(filepath.Join(dev, "mapper", "vg--a-pool0-tpool"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 250))) == nil
+	if err := os.WriteFile(filepath.Join(dev, "mapper", "vg--a-pool1-tpool"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := &Finder{DevDir: dev}
+	for pool, want := range map[string]bool{"pool0": node, "pool1": false, "pool2": false, "../pool0": false} {
+		if got := f.PoolActive("vg-a", pool); got != want {
+			t.Errorf("PoolActive(vg-a, %s) = %v, want %v", pool, got, want)
+		}
 	}
 }

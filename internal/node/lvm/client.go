@@ -13,10 +13,12 @@ package lvm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -248,4 +250,55 @@ func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, er
 		}
 	}
 	return nil, fmt.Errorf("logical volume %s/%s: %w", vg, name, ErrNotFound)
+}
+
+// ThinID is the thin device ID LVM's metadata gives the thin LV vg/name:
+// the ID the pool's own metadata knows it by (thin_delta's --snap1, --snap2,
+// thin_dump's --dev-id), read without activating the LV. ErrNotFound when
+// the LV does not exist; an error when it is not one thin segment.
+func (c *Client) ThinID(ctx context.Context, vg, name string) (uint64, error) {
+	if err := validateLV(vg, name); err != nil {
+		return 0, err
+	}
+	args := append([]string{"lvs"}, reportFlags...)
+	out, err := c.run(ctx, append(args, "-o", "lv_name,thin_id", "-S", fmt.Sprintf("lv_name=%q", name), vg)...)
+	if err != nil {
+		return 0, c.lvsFailed(ctx, vg, fmt.Errorf("reading the thin ID of %s/%s: %w", vg, name, err))
+	}
+	return parseThinID(out, vg, name)
+}
+
+// parseThinID reads the one row of `lvs -o lv_name,thin_id` (a segment
+// field: a row per segment) for LV vg/name.
+func parseThinID(out []byte, vg, name string) (uint64, error) {
+	var r struct {
+		Report []struct {
+			LV []struct {
+				Name   string `json:"lv_name"`
+				ThinID string `json:"thin_id"`
+			} `json:"lv"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return 0, fmt.Errorf("the thin ID of %s/%s: %w", vg, name, err)
+	}
+	var rows []string
+	for _, rep := range r.Report {
+		for _, lv := range rep.LV {
+			if lv.Name == name {
+				rows = append(rows, lv.ThinID)
+			}
+		}
+	}
+	switch {
+	case len(rows) == 0:
+		return 0, fmt.Errorf("logical volume %s/%s: %w", vg, name, ErrNotFound)
+	case len(rows) > 1 || rows[0] == "":
+		return 0, fmt.Errorf("%s/%s is not one thin segment (thin_id %q)", vg, name, rows)
+	}
+	id, err := strconv.ParseUint(rows[0], 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("the thin ID of %s/%s: %w", vg, name, err)
+	}
+	return id, nil
 }

@@ -123,6 +123,9 @@ type LogicalVolume struct {
 	// SnapPercent is the used share (0-100) of an old-style snapshot's
 	// copy-on-write space; 0 for other LVs.
 	SnapPercent float64
+	// ThinID is a thin LV's thin device ID when its reader asked LVM for
+	// it (Client.ThinID); reports leave it 0.
+	ThinID uint64
 }
 
 // ThinPool is a thin pool with its usage.

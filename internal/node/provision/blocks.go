@@ -21,14 +21,11 @@ import (
 // pool's metadata snapshot is released before the answer is handed on,
 // so that nothing stays reserved while a slow client reads it.
 
-// How a block map was made (BlockMap.Method).
+// How a block map was made (BlockMap.Method; a delta's methods,
+// MapThinDelta and MapCOW, are changedBlocks').
 const (
 	// MapThinDump: the thin snapshot's mappings (thin_dump).
 	MapThinDump = "thin_dump"
-	// MapThinDelta: thin_delta between the two thin snapshots.
-	MapThinDelta = "thin_delta"
-	// MapCOW: the copy-on-write exception tables of the two snapshots.
-	MapCOW = "cow_exceptions"
 	// MapWhole: the whole volume (a thick snapshot's allocated blocks:
 	// a thick LV is allocated whole).
 	MapWhole = "whole"
@@ -55,7 +52,10 @@ type BlockMap struct {
 // blocks); each message names the field.
 func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMap, error) {
 	var m BlockMap
-	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, func(snaps []*lvm.LogicalVolume) error {
+	// A thick snapshot's answer is its size alone: its device is not
+	// activated for it.
+	thin := func(lv *lvm.LogicalVolume) bool { return lv.Attr.Type == lvm.TypeThin }
+	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, thin, func(snaps []*lvm.LogicalVolume) error {
 		s := snaps[0]
 		var err error
 		if m.Capacity, err = snapshotCapacity(s, "snapshot_id", id); err != nil {
@@ -65,7 +65,12 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 			m.Method, m.Blocks = MapWhole, changemap.Set{}.Add(0, m.Capacity)
 			return nil
 		}
-		set, err := p.cfg.Changes.ThinMapped(ctx, s.VolumeGroup, s.Pool, s.Name)
+		var set changemap.Set
+		if s.ThinID != 0 {
+			set, err = p.cfg.Changes.ThinMappedOfID(ctx, s.VolumeGroup, s.Pool, s.ThinID)
+		} else {
+			set, err = p.cfg.Changes.ThinMapped(ctx, s.VolumeGroup, s.Pool, s.Name)
+		}
 		if err != nil {
 			return wrapBlocks(err, "the mapped blocks of snapshot "+id)
 		}
@@ -80,19 +85,20 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 }
 
 // SnapshotDelta is the block map of where the snapshot targetID of this
-// node may differ from baseID, an older snapshot of the same volume:
-// thin_delta's exact answer in the pool's blocks for thin snapshots; for
-// thick ones the chunks of the origin written since the base was taken
-// (the base's exception table, and the target's, which it holds already
-// unless the two were taken in one second), which holds every chunk
-// written between the two and those written after the target too: a
-// superset. Bytes the volume grew by between them differ as well.
-// Errors as SnapshotAllocated's, and ErrInvalid for a base of another
-// volume or taken after the target.
+// node may differ from baseID, an older snapshot of the same volume, as
+// changedBlocks names it for a move's catch-up too: thin_delta's exact
+// answer in the pool's blocks for thin snapshots; for thick ones the
+// union of both exception tables and the bytes the volume grew by, a
+// superset. Errors as SnapshotAllocated's, and ErrInvalid for a base of
+// another volume or taken after the target.
 func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string) (BlockMap, error) {
 	var m BlockMap
 	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
-	err := p.withSnapshots(ctx, args, func(snaps []*lvm.LogicalVolume) error {
+	// Only thin and copy-on-write devices carry metadata to read.
+	mapped := func(lv *lvm.LogicalVolume) bool {
+		return lv.Attr.Type == lvm.TypeThin || lv.Attr.Type == lvm.TypeSnapshot
+	}
+	err := p.withSnapshots(ctx, args, mapped, func(snaps []*lvm.LogicalVolume) error {
 		base, target := snaps[0], snaps[1]
 		if err := deltaPair(base, target, baseID, targetID); err != nil {
 			return err
@@ -101,26 +107,12 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 		if m.Capacity, err = snapshotCapacity(target, "target_snapshot_id", targetID); err != nil {
 			return err
 		}
-		if target.Attr.Type == lvm.TypeThin {
-			m.Method = MapThinDelta
-			m.Blocks, err = p.cfg.Changes.ThinChanges(ctx, target.VolumeGroup, target.Pool, base.Name, target.Name)
-			if err != nil {
-				return wrapBlocks(err, "the blocks where snapshot "+targetID+" differs from "+baseID)
-			}
-			return nil
+		m.Method, m.Blocks, err = p.changedBlocks(ctx, base, target)
+		if errors.Is(err, ErrRefused) {
+			return errorf(ErrRefused, "base_snapshot_id: snapshot %s, target_snapshot_id %s: %v", baseID, targetID, err)
 		}
-		m.Method = MapCOW
-		for _, s := range snaps {
-			set, err := p.cfg.Changes.SnapshotChanges(ctx, s.VolumeGroup, s.Name)
-			if err != nil {
-				return wrapBlocks(err, "the exception table of snapshot "+volume.SnapshotID(p.cfg.NodeName, s.VolumeGroup, s.Name))
-			}
-			for _, e := range set {
-				m.Blocks = m.Blocks.Add(e.Off, e.Len)
-			}
-		}
-		if old := SnapshotSize(base); old < m.Capacity {
-			m.Blocks = m.Blocks.Add(old, m.Capacity-old)
+		if err != nil {
+			return wrapBlocks(err, "the blocks where snapshot "+targetID+" differs from "+baseID)
 		}
 		return nil
 	})
@@ -135,10 +127,11 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 type snapshotArg struct{ field, id string }
 
 // withSnapshots finds the snapshots args name, under their per-volume
-// locks (one being made or deleted is ErrBusy), with their devices
-// active, and runs read; it deactivates what it activated and checks
-// that no copy-on-write snapshot ran out of space meanwhile.
-func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, read func([]*lvm.LogicalVolume) error) error {
+// locks (one being made or deleted is ErrBusy), with the devices of those
+// device says the read needs active, and runs read; it deactivates what it
+// activated and checks that no copy-on-write snapshot it read ran out of
+// space meanwhile.
+func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, device func(*lvm.LogicalVolume) bool, read func([]*lvm.LogicalVolume) error) error {
 	if p.cfg.Changes == nil {
 		return errorf(ErrRefused, "node %s names no blocks from device-mapper metadata", p.cfg.NodeName)
 	}
@@ -169,6 +162,14 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 		if err := SnapshotUsable(lv); err != nil {
 			return errorf(ErrRefused, "%s: snapshot %s: %v", a.field, a.id, err)
 		}
+		if !device(lv) {
+			snaps = append(snaps, lv)
+			continue
+		}
+		if withID, ok := p.thinIDFromLVM(ctx, lv); ok {
+			snaps = append(snaps, withID)
+			continue
+		}
 		dev, activated, err := p.copyDevice(ctx, lv, "snapshot")
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.field, err)
@@ -185,6 +186,9 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 	for _, a := range args {
 		s := snaps[0]
 		snaps = snaps[1:]
+		if !device(s) {
+			continue
+		}
 		if unusable, err := p.sourceSpent(ctx, s); err == nil && unusable != nil {
 			return errorf(ErrRefused, "%s: snapshot %s ran out of its copy-on-write space while its blocks were read: %v", a.field, a.id, unusable)
 		}
@@ -193,8 +197,36 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, rea
 	return nil
 }
 
+// thinIDReader reads a thin LV's thin ID from LVM's metadata;
+// *lvm.Client is one.
+type thinIDReader interface {
+	ThinID(ctx context.Context, vg, name string) (uint64, error)
+}
+
+// thinIDFromLVM is the thin LV lv with its thin ID read from LVM's
+// metadata, when its pool is active: then its blocks are read without
+// activating it, which is most of a call's time under a slow activation.
+// Not ok (activate it and read its device's table instead) for another
+// LV, a pool that is not active, an LVM that cannot tell, or a failure,
+// which is logged.
+func (p *Provisioner) thinIDFromLVM(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, bool) {
+	r, ok := p.cfg.LVM.(thinIDReader)
+	if !ok || lv.Attr.Type != lvm.TypeThin || lv.Pool == "" || !p.cfg.Changes.PoolActive(lv.VolumeGroup, lv.Pool) {
+		return nil, false
+	}
+	id, err := r.ThinID(ctx, lv.VolumeGroup, lv.Name)
+	if err != nil || id == 0 {
+		klog.FromContext(ctx).V(2).Info("Reading a thin ID from LVM failed; activating the LV to read its table", "lv", lv.VolumeGroup+"/"+lv.Name, "thinID", id, "err", err)
+		return nil, false
+	}
+	withID := *lv
+	withID.ThinID = id
+	return &withID, true
+}
+
 // deltaPair refuses a base that is not an older snapshot of the
-// target's volume (ErrInvalid). Snapshots taken in one second are not
+// target's volume (ErrInvalid); changedBlocks refuses a pair of kinds or
+// pools no metadata maps. Snapshots taken in one second are not
 // told apart: for them either order is answered alike.
 func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	bo, _ := volume.OriginFromTags(base.Tags)
@@ -202,10 +234,6 @@ func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	if bo != to || base.VolumeGroup != target.VolumeGroup {
 		return errorf(ErrInvalid, "base_snapshot_id: snapshot %s is of volume %s, target_snapshot_id %s of volume %s: a delta is between two snapshots of one volume",
 			baseID, volume.VolumeID(base.VolumeGroup, bo), targetID, volume.VolumeID(target.VolumeGroup, to))
-	}
-	if base.Attr.Type != target.Attr.Type || base.Pool != target.Pool {
-		return errorf(ErrRefused, "base_snapshot_id: snapshot %s is a %s LV (pool %q), target_snapshot_id %s a %s LV (pool %q): no metadata maps the changes between them",
-			baseID, base.Attr.Type, base.Pool, targetID, target.Attr.Type, target.Pool)
 	}
 	if !base.Time.IsZero() && !target.Time.IsZero() && base.Time.After(target.Time) {
 		return errorf(ErrInvalid, "base_snapshot_id: snapshot %s was taken at %s, after target_snapshot_id %s (%s): the base must be the older",

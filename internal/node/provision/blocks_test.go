@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -155,6 +156,121 @@ func TestSnapshotBlocksRefused(t *testing.T) {
 			}
 			if names := p.BusyNames(); len(names) != want {
 				t.Errorf("locks held after the call: %v", names)
+			}
+		})
+	}
+}
+
+// noDeviceMapper is copyLVM on a host without device-mapper: activation
+// fails, and is counted.
+type noDeviceMapper struct {
+	copyLVM
+	activations int
+}
+
+func (f *noDeviceMapper) ActivateLV(_ context.Context, vg, name string) (*lvm.LogicalVolume, error) {
+	f.activations++
+	return nil, errors.New("activating " + vg + "/" + name + ": no device-mapper")
+}
+
+// TestSnapshotBlocksActivateOnlyWhatTheyRead: a thick snapshot's
+// allocated blocks (its whole volume) are answered without activating it,
+// so on a node whose device-mapper cannot activate it too, and so is the
+// refusal of a delta between LVs that carry no metadata (plain LVs tagged
+// as snapshots); a thin snapshot's blocks are read from its device's
+// table, so it is activated.
+func TestSnapshotBlocksActivateOnlyWhatTheyRead(t *testing.T) {
+	lvs, id := blockSnaps(t)
+	plain := func(name string, when time.Time) lvm.LogicalVolume {
+		return lvm.LogicalVolume{VolumeGroup: "vg1", Name: volume.SnapshotLVNameFor(name), Size: 64 << 20, Time: when,
+			Tags: volume.SnapshotTags(name, "fast", volume.LVNameFor("pvc-plain")), Attr: lvm.Attributes{Type: lvm.TypeThick}}
+	}
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	lvs = append(lvs, plain("p1", at), plain("p2", at.Add(time.Minute)))
+	for _, tt := range []struct {
+		base, snap      string
+		wantActivations int
+		wantErr         string
+	}{{"", "cold", 0, ""}, {"", "old", 1, "no device-mapper"}, {"p1", "p2", 0, "no metadata maps"}} {
+		t.Run(tt.base+".."+tt.snap, func(t *testing.T) {
+			f := &noDeviceMapper{}
+			f.lvs = slices.Clone(lvs)
+			p := remoteProvisioner(t, &f.copyLVM, nil)
+			p.cfg.LVM = f
+			p.cfg.IsDeviceNode = func(string) bool { return false }
+			p.cfg.Changes = &changeFinder{}
+			var m BlockMap
+			var err error
+			if tt.base == "" {
+				m, err = p.SnapshotAllocated(t.Context(), id(tt.snap))
+			} else {
+				m, err = p.SnapshotDelta(t.Context(), id(tt.base), id(tt.snap))
+			}
+			if (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) || f.activations != tt.wantActivations {
+				t.Fatalf("got %v (%v) after %d activations; want an error saying %q, %d activations", m.Blocks, err, f.activations, tt.wantErr, tt.wantActivations)
+			}
+			if tt.wantErr == "" && (m.Method != MapWhole || !slices.Equal(m.Blocks, changemap.Set{{Off: 0, Len: 64 << 20}})) {
+				t.Errorf("got %v by %s, want the whole volume", m.Blocks, m.Method)
+			}
+		})
+	}
+}
+
+// thinIDs is noDeviceMapper whose LVM tells thin IDs (failing for the
+// names in fail).
+type thinIDs struct {
+	noDeviceMapper
+	ids  map[string]uint64
+	fail bool
+}
+
+func (f *thinIDs) ThinID(_ context.Context, vg, name string) (uint64, error) {
+	if f.fail {
+		return 0, errors.New("lvs failed")
+	}
+	id, ok := f.ids[name]
+	if !ok {
+		return 0, lvm.ErrNotFound
+	}
+	return id, nil
+}
+
+// TestSnapshotBlocksReadThinIDsFromLVM: with the pool active, a thin
+// snapshot's blocks are read by the thin IDs LVM's metadata gives, with no
+// snapshot activated; with the pool inactive, or LVM failing to tell, the
+// snapshots are activated to read their tables, as before.
+func TestSnapshotBlocksReadThinIDsFromLVM(t *testing.T) {
+	lvs, id := blockSnaps(t)
+	ids := map[string]uint64{volume.SnapshotLVNameFor("old"): 7, volume.SnapshotLVNameFor("new"): 9}
+	for _, tt := range []struct {
+		name            string
+		base            string
+		poolActive      bool
+		fail            bool
+		wantAsked       string
+		wantActivations int
+	}{
+		{"allocated", "", true, false, "mapped id vg1/pool0 9", 0},
+		{"delta", "old", true, false, "thin ids vg1/pool0 7..9", 0},
+		{"pool inactive", "old", false, false, "", 1},
+		{"LVM fails", "", true, true, "", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &thinIDs{ids: ids, fail: tt.fail}
+			f.lvs = slices.Clone(lvs)
+			p := remoteProvisioner(t, &f.copyLVM, nil)
+			p.cfg.LVM = f
+			p.cfg.IsDeviceNode = func(string) bool { return false }
+			finder := &changeFinder{set: changemap.Set{{Off: 0, Len: 64 << 10}}, poolActive: tt.poolActive}
+			p.cfg.Changes = finder
+			var err error
+			if tt.base == "" {
+				_, err = p.SnapshotAllocated(t.Context(), id("new"))
+			} else {
+				_, err = p.SnapshotDelta(t.Context(), id(tt.base), id("new"))
+			}
+			if (tt.wantActivations == 0) != (err == nil) || f.activations != tt.wantActivations || strings.Join(finder.asked, ";") != tt.wantAsked {
+				t.Fatalf("got %v after %d activations, asked %q; want %d activations, asked %q", err, f.activations, finder.asked, tt.wantActivations, tt.wantAsked)
 			}
 		})
 	}

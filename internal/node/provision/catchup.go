@@ -19,7 +19,8 @@ import (
 // A catch-up is the last copy of a move (internal/node/peercopy, delta.go):
 // the target, a copy of a snapshot of the source (the base), gets only the
 // chunks where the source now differs from the base, named from device-mapper
-// metadata where it can be (ChangeFinder), else by comparing. The target
+// metadata where it can be (changedBlocks, which also answers a backup's
+// delta between two snapshots), else by comparing. The target
 // carries volume.TagCopyPending until its whole content checked out against
 // the source's digest and was synced, so a crash never leaves it looking
 // finished; a repeat starts over and converges.
@@ -214,24 +215,25 @@ type ChangeFinder interface {
 	// ThinMapped: the blocks the thin LV vol of vg, in pool, maps (a
 	// snapshot's allocated blocks, blocks.go).
 	ThinMapped(ctx context.Context, vg, pool, vol string) (changemap.Set, error)
+	// ThinChangesOfIDs and ThinMappedOfID are the same by the thin IDs
+	// LVM's metadata gives, the thin devices inactive; the pool must be
+	// active (PoolActive).
+	ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, volID uint64) (changemap.Set, error)
+	ThinMappedOfID(ctx context.Context, vg, pool string, id uint64) (changemap.Set, error)
+	PoolActive(vg, pool string) bool
 }
 
-// How a catch-up's changes were found (Delta.Method).
-const (
-	// DeltaThin: thin_delta over the pool's metadata.
-	DeltaThin = "thin_delta"
-	// DeltaCOW: the base's copy-on-write exception table.
-	DeltaCOW = "cow_exceptions"
-	// DeltaCompare: none; the volume is compared with the base.
-	DeltaCompare = "compare"
-)
+// DeltaCompare is a catch-up's Delta.Method when no metadata named its
+// changes: the volume is compared with the base (the others are
+// changedBlocks': MapThinDelta, MapCOW).
+const DeltaCompare = "compare"
 
 // Delta is what ReadDelta hands its reader.
 type Delta struct {
 	// Volume and Base are the device nodes of the volume and its base.
 	Volume, Base string
 	Size         uint64
-	// Method is how the changes were found (DeltaThin, DeltaCOW,
+	// Method is how the changes were found (MapThinDelta, MapCOW,
 	// DeltaCompare).
 	Method string
 	// Changed holds, unless Method is DeltaCompare, every byte where the
@@ -241,39 +243,14 @@ type Delta struct {
 	Fallback string
 }
 
-// deltaMethod chooses how the changes of the volume lv since its
-// snapshot base are found: the method, or DeltaCompare and why.
-func deltaMethod(lv, base *lvm.LogicalVolume, finder ChangeFinder) (method, why string) {
-	thin := lv.Attr.Type == lvm.TypeThin
-	switch {
-	case finder == nil:
-		return DeltaCompare, "this node names no changes from metadata"
-	case thin && base.Attr.Type == lvm.TypeThin && lv.Pool != "" && lv.Pool == base.Pool:
-		return DeltaThin, ""
-	case thin && base.Attr.Type == lvm.TypeThin:
-		return DeltaCompare, fmt.Sprintf("the base is in thin pool %q, the volume in %q", base.Pool, lv.Pool)
-	case !thin && lv.Attr.Type == lvm.TypeThick && base.Attr.Type == lvm.TypeSnapshot && base.Origin == lv.Name:
-		return DeltaCOW, ""
-	}
-	return DeltaCompare, fmt.Sprintf("no metadata maps a %s volume's changes since a %s base (origin %q)", lv.Attr.Type, base.Attr.Type, base.Origin)
-}
-
-// changes finds the changes of lv since base (both active) as
-// deltaMethod chooses; a failure of the metadata path falls back to the
+// changes finds the changes of lv since base (both active) with
+// changedBlocks, the function that answers a backup's delta; a pair it
+// does not map, or a failure of the metadata path, falls back to the
 // compare, and says why.
 func (p *Provisioner) changes(ctx context.Context, lv, base *lvm.LogicalVolume) (method string, set changemap.Set, why string) {
-	method, why = deltaMethod(lv, base, p.cfg.Changes)
-	var err error
-	switch method {
-	case DeltaThin:
-		set, err = p.cfg.Changes.ThinChanges(ctx, lv.VolumeGroup, lv.Pool, base.Name, lv.Name)
-	case DeltaCOW:
-		set, err = p.cfg.Changes.SnapshotChanges(ctx, base.VolumeGroup, base.Name)
-	default:
-		return method, nil, why
-	}
+	method, set, err := p.changedBlocks(ctx, base, lv)
 	if err != nil {
-		return DeltaCompare, nil, fmt.Sprintf("%s failed: %v", method, err)
+		return DeltaCompare, nil, err.Error()
 	}
 	return method, set, ""
 }

@@ -3,6 +3,7 @@ package provision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -268,12 +269,25 @@ func TestDeltaSource(t *testing.T) {
 }
 
 // changeFinder is a ChangeFinder that answers set or err and records
-// what it was asked.
+// what it was asked; its pools are active when poolActive is set.
 type changeFinder struct {
-	set   changemap.Set
-	err   error
-	asked []string
+	set        changemap.Set
+	err        error
+	asked      []string
+	poolActive bool
 }
+
+func (c *changeFinder) ThinChangesOfIDs(_ context.Context, vg, pool string, baseID, volID uint64) (changemap.Set, error) {
+	c.asked = append(c.asked, fmt.Sprintf("thin ids %s/%s %d..%d", vg, pool, baseID, volID))
+	return c.set, c.err
+}
+
+func (c *changeFinder) ThinMappedOfID(_ context.Context, vg, pool string, id uint64) (changemap.Set, error) {
+	c.asked = append(c.asked, fmt.Sprintf("mapped id %s/%s %d", vg, pool, id))
+	return c.set, c.err
+}
+
+func (c *changeFinder) PoolActive(string, string) bool { return c.poolActive }
 
 func (c *changeFinder) ThinChanges(_ context.Context, vg, pool, base, vol string) (changemap.Set, error) {
 	c.asked = append(c.asked, "thin "+vg+"/"+pool+" "+base+".."+vol)
@@ -309,7 +323,7 @@ func TestReadDeltaChanges(t *testing.T) {
 	thickVol := thinVol
 	thickVol.Pool, thickVol.Attr.Type, thickVol.Tags = "", lvm.TypeThick, volume.VolumeTags("pvc-source", "fast", nil)
 	cowSnap := thinSnap
-	cowSnap.Pool, cowSnap.Origin, cowSnap.Attr.Type, cowSnap.Tags = "", name, lvm.TypeSnapshot, volume.SnapshotTags("seed", "fast", name)
+	cowSnap.Pool, cowSnap.Origin, cowSnap.Attr.Type, cowSnap.Tags = "", name, lvm.TypeSnapshot, append(volume.SnapshotTags("seed", "fast", name), volume.SizeTag(size))
 	otherPool := thinSnap
 	otherPool.Pool = "pool1"
 	thinOfThick := thinSnap
@@ -321,14 +335,14 @@ func TestReadDeltaChanges(t *testing.T) {
 		wantAsked  string
 		wantWhy    string
 	}{
-		{"thin in one pool", thinVol, thinSnap, &changeFinder{set: found}, DeltaThin, "thin vg1/pool0 " + snapLV + ".." + name, ""},
-		{"thick with a COW base", thickVol, cowSnap, &changeFinder{set: found}, DeltaCOW, "cow vg1/" + snapLV, ""},
-		{"nothing changed", thinVol, thinSnap, &changeFinder{}, DeltaThin, "thin vg1/pool0 " + snapLV + ".." + name, ""},
+		{"thin in one pool", thinVol, thinSnap, &changeFinder{set: found}, MapThinDelta, "thin vg1/pool0 " + snapLV + ".." + name, ""},
+		{"thick with a COW base", thickVol, cowSnap, &changeFinder{set: found}, MapCOW, "cow vg1/" + snapLV, ""},
+		{"nothing changed", thinVol, thinSnap, &changeFinder{}, MapThinDelta, "thin vg1/pool0 " + snapLV + ".." + name, ""},
 		{"thin_delta fails", thinVol, thinSnap, &changeFinder{err: errors.New("exit status 1")}, DeltaCompare, "thin vg1/pool0 " + snapLV + ".." + name, "thin_delta failed: exit status 1"},
 		{"the exception table cannot be read", thickVol, cowSnap, &changeFinder{err: errors.New("not a store")}, DeltaCompare, "cow vg1/" + snapLV, "cow_exceptions failed: not a store"},
 		{"pools differ", thinVol, otherPool, &changeFinder{}, DeltaCompare, "", `in thin pool "pool1", the volume in "pool0"`},
-		{"a thick volume with a thin base", thickVol, thinOfThick, &changeFinder{}, DeltaCompare, "", "no metadata maps a thick volume's changes since a thin base"},
-		{"no finder", thinVol, thinSnap, nil, DeltaCompare, "", "names no changes from metadata"},
+		{"a thick volume with a thin base", thickVol, thinOfThick, &changeFinder{}, DeltaCompare, "", "no metadata maps the changes of a thick LV (origin \"\") since a thin base"},
+		{"no finder", thinVol, thinSnap, nil, DeltaCompare, "", "names no changes from device-mapper metadata"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

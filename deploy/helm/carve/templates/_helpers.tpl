@@ -98,3 +98,10 @@ dict: level, format. */}}
 - --logging-format={{ .format }}
 {{- end }}
 {{- end }}
+
+{{/*
+The TLS Secret of the external-snapshot-metadata sidecar.
+*/}}
+{{- define "carve.snapshotMetadataSecret" -}}
+{{- .Values.sidecars.snapshotMetadata.tls.secretName | default (printf "%s-snapshot-metadata-tls" (include "carve.fullname" .)) -}}
+{{- end }}

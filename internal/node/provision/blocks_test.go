@@ -176,8 +176,8 @@ func (f *noDeviceMapper) ActivateLV(_ context.Context, vg, name string) (*lvm.Lo
 // TestSnapshotBlocksActivateOnlyWhatTheyRead: a thick snapshot's
 // allocated blocks (its whole volume) are answered without activating it,
 // so on a node whose device-mapper cannot activate it too, and so is the
-// refusal of a delta between plain LVs tagged as snapshots (half made:
-// see halfMade); a thin snapshot's blocks are read from its device's
+// refusal of a delta between LVs that carry no metadata (plain LVs tagged
+// as snapshots); a thin snapshot's blocks are read from its device's
 // table, so it is activated.
 func TestSnapshotBlocksActivateOnlyWhatTheyRead(t *testing.T) {
 	lvs, id := blockSnaps(t)
@@ -191,7 +191,7 @@ func TestSnapshotBlocksActivateOnlyWhatTheyRead(t *testing.T) {
 		base, snap      string
 		wantActivations int
 		wantErr         string
-	}{{"", "cold", 0, ""}, {"", "old", 1, "no device-mapper"}, {"p1", "p2", 0, "never completed"}} {
+	}{{"", "cold", 0, ""}, {"", "old", 1, "no device-mapper"}, {"p1", "p2", 0, "no metadata maps"}} {
 		t.Run(tt.base+".."+tt.snap, func(t *testing.T) {
 			f := &noDeviceMapper{}
 			f.lvs = slices.Clone(lvs)

@@ -214,15 +214,19 @@ func SnapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
 	return size
 }
 
-// halfMade tells an LV carve made as a snapshot (its tags say so) that
-// LVM holds as a plain LV. lvcreate makes a copy-on-write snapshot in
-// two metadata commits: first its copy-on-write store, as an ordinary LV
-// with every tag, then the snapshot of the origin. A crash between the two
+// halfMade tells a copy-on-write snapshot carve asked for that LVM holds
+// as a plain LV. lvcreate makes one in two metadata commits: first its
+// copy-on-write store, as an ordinary LV with every tag carve asked for
+// (the origin's size among them: carve tags every copy-on-write snapshot
+// with it), then the snapshot of the origin. A crash between the two
 // leaves the store, which holds nothing of the origin: it must never pass
-// for the snapshot. A thin snapshot is made in one commit.
+// for the snapshot. A thin snapshot is made in one commit. (A plain LV
+// with snapshot tags and no size tag is none carve made; test beds
+// without device-mapper use such LVs as stand-ins for snapshots.)
 func halfMade(lv *lvm.LogicalVolume) bool {
 	k, _, owned := volume.Owned(lv.Tags)
-	return owned && (k == volume.KindSnapshot || k == volume.KindCopySource) &&
+	_, sized := volume.SizeFromTags(lv.Tags)
+	return owned && sized && (k == volume.KindSnapshot || k == volume.KindCopySource) &&
 		lv.Attr.Type != lvm.TypeSnapshot && lv.Attr.Type != lvm.TypeThin
 }
 

@@ -890,6 +890,8 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			expand("namespace", "storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "delete"),
 			expand("namespace", "", "secrets", "create"),
 			expandNamed("namespace", "", "secrets", "carve-node-channel-ca", "get", "update"),
+			// The key-encryption keys of encrypted volumes.
+			expandNamed("namespace", "", "secrets", "carve-volume-kek", "get", "update"),
 			expand("namespace", "", "configmaps", "create"),
 			expandNamed("namespace", "", "configmaps", "carve-node-channel-ca", "get", "update"),
 			// The mover (kubectl carve move): it deletes the claim and

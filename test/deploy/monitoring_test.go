@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/controller/volumekey"
+
 	"github.com/carve-csi/carve/internal/controller/objects"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -510,6 +513,21 @@ func refusalMetrics(t *testing.T) plugintest.Metrics {
 	return gather(t, reg)
 }
 
+// volumeKeyMetrics are the volume keys' releaser's; its refusals by node
+// and reason show once one is counted (here a request naming no volume).
+func volumeKeyMetrics(t *testing.T) plugintest.Metrics {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	r, err := volumekey.NewReleaser(nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans := r.Answer(t.Context(), "n1", &nodeagentv1.VolumeKeyRequest{}); ans.GetRefused() == "" {
+		t.Fatal("a request for the key of no volume was not refused")
+	}
+	return gather(t, reg)
+}
+
 // capacityMetrics are the capacity writer's: a controller registers them
 // only with --node-channel-service, which the controller above (no API
 // server, no node agents) runs without. The writer exports both from its
@@ -738,7 +756,7 @@ current-context: none
 	// it, with the labels either gives it.
 	fams := plugintest.Metrics{}
 	labelSets := map[string]map[string]bool{} // series name -> label names
-	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), moverMetrics(t), capacityMetrics(t), nodeChannelMetrics(t)} {
+	for _, scraped := range []plugintest.Metrics{pluginFams, ctrlFams, auditMetrics(t), snapshotMetrics(t), refusalMetrics(t), volumeKeyMetrics(t), moverMetrics(t), capacityMetrics(t), nodeChannelMetrics(t)} {
 		for name, f := range scraped {
 			fams[name] = f
 			names := []string{name}

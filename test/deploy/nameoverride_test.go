@@ -176,8 +176,8 @@ func checkNames(t *testing.T, objs []object, prefix string, chosen ...string) {
 						continue
 					}
 					for _, n := range r.ResourceNames {
-						if want := prefix + "-node-channel-ca"; n != want {
-							t.Errorf("%s grants %s %q, want the node channel's CA %s", o.key(), res, n, want)
+						if ca, kek := prefix+"-node-channel-ca", prefix+"-volume-kek"; n != ca && (res != "secrets" || n != kek) {
+							t.Errorf("%s grants %s %q, want the node channel's CA %s or the volume keys' Secret %s", o.key(), res, n, ca, kek)
 						}
 					}
 				}

@@ -43,7 +43,13 @@ var notOnBed = append([]promcheck.Missing{
 	{Selector: `kube_persistentvolumeclaim_info`, Reason: noKubeStateMetrics},
 	{Selector: `kube_storageclass_info`, Reason: noKubeStateMetrics},
 	{Selector: `carve_node_answers_refused_total`, Reason: noLyingNode},
+	{Selector: `carve_volume_key_refusals_total`, Reason: noKeyRefused},
 }, promcheck.DeviceMapperSeries()...)
+
+// noKeyRefused: the counter of refused volume-key requests has a series
+// only once carve controller refused one; no node of the bed asks for a
+// key that is not its own.
+const noKeyRefused = "no node agent of the e2e bed asks for another volume's key: carve_volume_key_refusals_total has a series only once carve controller refused a request (internal/controller/volumekey's TestReleaseOnlyToTheVolumesNode and the guest tier's TestEncryptedVolume drive refusals)"
 
 // noLyingNode: the counter of refused node answers has a series only once
 // a node's answer was refused; the bed's one lying agent (TestLyingNode,

@@ -293,6 +293,15 @@ func createClaimAndPod(t *testing.T, pvc *corev1.PersistentVolumeClaim, pod *cor
 	return waitPodRunning(t, pod.Namespace, pod.Name, "")
 }
 
+// createPod creates pod (its claim exists) and waits until it runs.
+func createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if _, err := bed.Client.CoreV1().Pods(pod.Namespace).Create(testCtx(t, time.Minute), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	return waitPodRunning(t, pod.Namespace, pod.Name, "")
+}
+
 // waitPodRunning waits until the pod (a new one, when notUID is set: not
 // the pod of that UID) runs all its containers, and returns it.
 func waitPodRunning(t *testing.T, ns, name string, notUID string) *corev1.Pod {

@@ -155,9 +155,11 @@ func restage(t *testing.T, ns, handle, sum string) {
 	t.Helper()
 	deletePodWaitUnmounted(t, ns, "app", handle)
 	mapped := volume.MapperName(handle[strings.Index(handle, "/")+1:])
-	if out := strings.TrimSpace(guestExec(t, "dmsetup info -c --noheadings -o name "+mapped+" 2>/dev/null || true")); out != "" {
-		t.Errorf("the unstaged volume's device %s is still open", mapped)
-	}
+	// Unstage unmounts, then closes the device.
+	waitFor(t, shortWait, "the unstaged volume's device "+mapped+" closed", func(ctx context.Context) (bool, string, error) {
+		out := strings.TrimSpace(guestExec(t, "dmsetup info -c --noheadings -o name "+mapped+" 2>/dev/null || true"))
+		return out == "", "dmsetup: " + out, nil
+	})
 	createPod(t, newPod(ns, "app", "data", false, sleeper))
 	if got := podExec(t, ns, "app", "sha256sum < /data/p"); got != sum {
 		t.Fatalf("the staged volume reads %q, want %q", got, sum)

@@ -98,7 +98,7 @@ func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
 	}
 	guest := bed.GuestNode(nodeName)
 	const size = "64Mi"
-	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 32)
+	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, thickSC, size, 32)
 
 	group := "snapshot.storage.k8s.io"
 	steps := []struct {
@@ -147,16 +147,16 @@ func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
 }
 
 // crossNodeSource makes, in ns, the source of a copy across nodes: a
-// thick ext4 claim "data" of size on the guest node, to which a pod writes
+// claim "data" of class sc and size on the guest node, to which a pod writes
 // mib MiB of random bytes (/data/f) before it goes, and a ready
 // VolumeSnapshot "snap" of it (deleted at cleanup). It returns the file's
 // SHA-256 and the source LV's, which, unmounted, no longer changes: the
 // snapshot's.
-func crossNodeSource(t *testing.T, ctx context.Context, dc dynamic.Interface, ns, size string, mib int) (fileSum, sourceSum string) {
+func crossNodeSource(t *testing.T, ctx context.Context, dc dynamic.Interface, ns, sc, size string, mib int) (fileSum, sourceSum string) {
 	t.Helper()
 	writer := newPod(ns, "writer", "data", false, sleeper)
 	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
-	createClaimAndPod(t, newPVC(ns, "data", thickSC, size), writer)
+	createClaimAndPod(t, newPVC(ns, "data", sc, size), writer)
 	fileSum = strings.Fields(podExec(t, ns, "writer", fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum /data/f", mib<<20)))[0]
 	source := volumeHandle(t, pvOf(t, ns, "data"))
 	deletePodWaitUnmounted(t, ns, "writer", source)
@@ -189,7 +189,7 @@ func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
 	// A bigger source than TestCrossNodeRestoreOnRealNodes': a longer
 	// copy to kill in the middle of.
 	const size = "128Mi"
-	_, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 96)
+	_, sourceSum := crossNodeSource(t, ctx, dc, ns, thickSC, size, 96)
 
 	group := "snapshot.storage.k8s.io"
 	pvc := newPVC(ns, "restored", thickSC, size)
@@ -300,7 +300,7 @@ func TestCrossNodeRestoreSpansAControllerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size = "128Mi"
-	_, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 96)
+	_, sourceSum := crossNodeSource(t, ctx, dc, ns, thickSC, size, 96)
 	// The LVs outside the peer's volume group: the guest node's.
 	guestLVs := fmt.Sprintf("lvs --noheadings -o vg_name,lv_name | awk '$1 != %q' | sort", peer.VG)
 	before := strings.TrimSpace(guestExec(t, guestLVs))

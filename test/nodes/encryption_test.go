@@ -274,22 +274,8 @@ func TestCrossNodeEncryptedVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := encryptedClass(t, ctx, ns)
-	writer := newPod(ns, "writer", "data", false, sleeper)
-	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
-	createClaimAndPod(t, newPVC(ns, "data", sc, "96Mi"), writer)
-	fileSum := podExec(t, ns, "writer", fmt.Sprintf("head -c %d /dev/urandom > /data/f && sync && sha256sum < /data/f", 16<<20))
+	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, sc, "96Mi", 16)
 	sourcePV := pvOf(t, ns, "data")
-	source := volumeHandle(t, sourcePV)
-	deletePodWaitUnmounted(t, ns, "writer", source)
-	sourceSum, err := bed.GuestNode(nodeName).SHA256OfLV(ctx, source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, dc, ns, "snap")
 
 	group := "snapshot.storage.k8s.io"
 	pvc := newPVC(ns, "restored", sc, "96Mi")
@@ -318,7 +304,7 @@ func TestCrossNodeEncryptedVolume(t *testing.T) {
 	reader := newPod(ns, "reader", "restored", false, sleeper)
 	reader.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
 	createPod(t, reader)
-	if got := podExec(t, ns, "reader", "sha256sum < /data/f"); got != fileSum {
+	if got := strings.Fields(podExec(t, ns, "reader", "sha256sum /data/f"))[0]; got != fileSum {
 		t.Errorf("the moved volume's file reads %q, want the source's %q", got, fileSum)
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -145,4 +149,80 @@ func TestDelete(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeleteFlushesTheRemoval: lvm2 leaves its metadata in the disks'
+// write caches, so Delete and DeleteSnapshot flush the volume group's PVs
+// once lvremove has run, before they return; a flush that fails fails the
+// call (with the flush's error, which the edge answers as INTERNAL), and
+// its retry, which finds the LV gone, flushes again.
+func TestDeleteFlushesTheRemoval(t *testing.T) {
+	l := newLifecycle(t)
+	var mu sync.Mutex
+	var flushes []string // each "path, LV gone|LV still there"
+	// watched is the LV (vg/name) whose removal the flushes must follow.
+	var watched string
+	l.eraser.Observe = func(path string, m erase.Method) {
+		if m != erase.Flush || watched == "" {
+			return
+		}
+		vg, name, _ := strings.Cut(watched, "/")
+		state := "LV gone"
+		if _, ok := l.lvm.LVTags(vg, name); ok {
+			state = "LV still there"
+		}
+		mu.Lock()
+		flushes = append(flushes, path+", "+state)
+		mu.Unlock()
+	}
+	check := func(what string, want ...string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(flushes, want) {
+			t.Errorf("%s: flushes %q, want %q", what, flushes, want)
+		}
+		flushes = nil
+	}
+
+	for _, class := range []string{"fast", "thin"} {
+		id := l.mustVolume(t, "pvc-"+class, gib, class)
+		check("Create") // not watched: a create flushes the LV's own device
+		watched = id
+		if err := l.deleteVolume(t, id); err != nil {
+			t.Fatal(err)
+		}
+		check("Delete "+id, provisiontest.PVOf("vg1")+", LV gone")
+		watched = ""
+	}
+
+	id := l.mustVolume(t, "pvc-flush-fails", gib, "fast")
+	watched = id
+	gone := errors.New("the disk is gone")
+	l.eraser.Mu.Lock()
+	l.eraser.Fail = gone
+	l.eraser.Mu.Unlock()
+	err := l.deleteVolume(t, id)
+	var kinded *Error
+	if !errors.Is(err, gone) || errors.As(err, &kinded) {
+		t.Errorf("Delete whose flush fails = %v, want the flush's error, of no kind", err)
+	}
+	check("Delete whose flush fails", provisiontest.PVOf("vg1")+", LV gone")
+	l.eraser.Mu.Lock()
+	l.eraser.Fail = nil
+	l.eraser.Mu.Unlock()
+	if err := l.deleteVolume(t, id); err != nil {
+		t.Fatal(err)
+	}
+	check("the retry", provisiontest.PVOf("vg1")+", LV gone")
+	watched = ""
+
+	vol := l.mustVolume(t, "pvc-snapped", gib, "thin")
+	snap := l.mustSnapshot(t, "snap-1", vol)
+	check("Snapshot")
+	watched = snap.VolumeGroup + "/" + snap.Name
+	if err := l.deleteSnapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	check("DeleteSnapshot", provisiontest.PVOf("vg1")+", LV gone")
 }

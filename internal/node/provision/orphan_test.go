@@ -20,8 +20,8 @@ import (
 // GiB of it free.
 var vg1 = lvm.VolumeGroup{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20, PhysicalVolumes: []string{provisiontest.PVOf("vg1")}}
 
-// newOrphanLVM is an LVM holding vg1 and lvs.
-func newOrphanLVM(lvs ...lvm.LogicalVolume) *provisiontest.LVM {
+// newVG1LVM is an LVM holding vg1 and lvs.
+func newVG1LVM(lvs ...lvm.LogicalVolume) *provisiontest.LVM {
 	f := provisiontest.NewLVM()
 	f.SetReport(lvm.Report{VolumeGroups: []lvm.VolumeGroup{vg1}, LogicalVolumes: lvs})
 	return f
@@ -110,7 +110,7 @@ func TestRemoveOrphan(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := newOrphanLVM(lvs...)
+			f := newVG1LVM(lvs...)
 			p, view, locks, m := orphanProvisioner(t, f)
 			if tt.of != "" {
 				if err := m.Mark("vg1", tt.of); err != nil {
@@ -191,7 +191,7 @@ func TestQuarantineOrphan(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := newOrphanLVM(lvs...)
+			f := newVG1LVM(lvs...)
 			f.LVs["vg1/"+open].Attr.Open = true
 			p, view, locks, _ := orphanProvisioner(t, f)
 			if tt.busy != "" {

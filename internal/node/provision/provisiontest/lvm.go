@@ -177,18 +177,28 @@ func roundUp(size uint64) uint64 {
 
 // Report answers as the lvm package does: the named VGs (all when none
 // is named); a named VG that is missing or unreadable fails the report,
-// with lvm.ErrVolumeGroupNotFound when it is the only one named and missing.
+// with lvm.ErrVolumeGroupNotFound when it is the only one named and
+// missing, else with one error naming every VG that failed, as
+// fullreport's exit code 5 does.
 func (f *LVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	f.Reports++
+	var errs []error
 	for _, vg := range vgs {
-		if err := f.vgErrLocked(vg); err != nil {
-			if len(vgs) > 1 && errors.Is(err, lvm.ErrVolumeGroupNotFound) {
-				err = fmt.Errorf("fullreport: exit code 5: volume group %s not found", vg)
-			}
+		err := f.vgErrLocked(vg)
+		switch {
+		case err == nil:
+			continue
+		case len(vgs) == 1:
 			return nil, err
+		case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+			err = fmt.Errorf("volume group %s not found", vg)
 		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("fullreport: exit code 5: %w", errors.Join(errs...))
 	}
 	named := func(vg string) bool { return len(vgs) == 0 || slices.Contains(vgs, vg) }
 	r := &lvm.Report{ReadAt: time.Now()}

@@ -384,3 +384,73 @@ func TestDeleteVolumeWithOthersSnapshots(t *testing.T) {
 		t.Errorf("Delete once the other snapshot is gone: %v", err)
 	}
 }
+
+// TestSnapshotSizeIsWhatTheClaimAsked: a volume Create made bigger than
+// asked (xfs's minimum, whole extents) records the ask; its snapshot's
+// size in bytes is the asked size, also read back from LVM's tags alone,
+// so that a restore asked at the source claim's size passes
+// csi-provisioner's check, and the restored volume still gets the
+// source's whole size. A volume made as asked, or grown since it was
+// made, has its size.
+func TestSnapshotSizeIsWhatTheClaimAsked(t *testing.T) {
+	tests := []struct {
+		name     string
+		fs       string
+		asked    int64
+		class    string
+		grow     int64 // grown to this before the snapshot (0: not)
+		made     int64
+		reported int64
+	}{
+		{"xfs minimum, thick", "xfs", 256 * mib, "fast", 0, 300 * mib, 256 * mib},
+		{"xfs minimum, thin", "xfs", 256 * mib, "thin", 0, 300 * mib, 256 * mib},
+		{"whole extents", "ext4", 101 * mib, "fast", 0, 104 * mib, 101 * mib},
+		{"as asked", "ext4", 64 * mib, "fast", 0, 64 * mib, 64 * mib},
+		{"grown since", "xfs", 256 * mib, "fast", 512 * mib, 512 * mib, 512 * mib},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := newLifecycle(t)
+			req := l.request(t, "pvc-1", tt.asked, tt.class, nil)
+			req.FSType = tt.fs
+			made, err := l.p.Create(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := volume.VolumeID(made.VolumeGroup, made.Name)
+			if tt.grow > 0 {
+				if _, err := l.lvm.ExtendLV(ctx, made.VolumeGroup, made.Name, uint64(tt.grow)); err != nil {
+					t.Fatal(err)
+				}
+				l.restart(t)
+			}
+			snap := l.mustSnapshot(t, "snap-1", id)
+			if got := int64(l.lv(t, id).Size); got != tt.made {
+				t.Fatalf("volume made %d bytes, want %d", got, tt.made)
+			}
+			if got := int64(SnapshotSizeBytes(SnapshotSize(snap), snap)); got != tt.reported {
+				t.Errorf("snapshot size in bytes %d, want %d", got, tt.reported)
+			}
+			l.restart(t) // read back from LVM's tags alone
+			back, err := l.p.SnapshotByID(ctx, snapshotID(snap), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := int64(SnapshotSizeBytes(SnapshotSize(back), back)); got != tt.reported {
+				t.Errorf("after a restart the snapshot's size in bytes is %d, want %d", got, tt.reported)
+			}
+			// Restored at the size the snapshot reports: the source's
+			// whole size.
+			rreq := l.request(t, "pvc-restored", tt.reported, tt.class, snapshotSource(snap))
+			rreq.FSType = tt.fs
+			restored, err := l.p.Create(ctx, rreq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(restored.Size) != tt.made {
+				t.Errorf("restored volume %d bytes, want the source's %d", restored.Size, tt.made)
+			}
+		})
+	}
+}

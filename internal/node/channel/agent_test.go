@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -17,6 +15,7 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -27,33 +26,13 @@ const (
 	node = "node-a"
 )
 
-// reporter answers every report with its current state, as LVM would.
-type reporter struct {
-	mu sync.Mutex
-	r  lvm.Report
-}
-
-func (f *reporter) Report(context.Context, ...string) (*lvm.Report, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r := f.r
-	r.ReadAt = time.Now()
-	return &r, nil
-}
-
-func (f *reporter) set(r lvm.Report) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.r = r
-}
-
 // env is an agent over a real volume-group view, with carve's CA and a
 // CA nobody trusts.
 type env struct {
 	ca, other     *nodeca.CA
 	iss, otherIss *nodeca.Issuer
 	trust         *nodeca.Pool
-	lvm           *reporter
+	lvm           *provisiontest.LVM
 	view          *vgview.View
 	agent         *Agent
 	tokenFile     string
@@ -83,13 +62,14 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.trust = nodeca.NewPool(e.ca.Cert)
-	e.lvm = &reporter{r: lvm.Report{
+	e.lvm = provisiontest.NewLVM()
+	e.lvm.SetReport(lvm.Report{
 		VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 20 * uint64(gi), Free: 10 * uint64(gi), ExtentSize: ex}},
 		LogicalVolumes: []lvm.LogicalVolume{
 			{Name: "pool", VolumeGroup: "vg1", Size: 4 * uint64(gi), Attr: lvm.Attributes{Type: lvm.TypeThinPool}},
 		},
 		ThinPools: []lvm.ThinPool{{Name: "pool", VolumeGroup: "vg1", Size: 4 * uint64(gi)}},
-	}}
+	})
 	e.view = vgview.New(e.lvm, testClasses(), nil)
 	if err := e.view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)

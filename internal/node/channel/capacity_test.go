@@ -44,9 +44,9 @@ func TestWatchCapacity(t *testing.T) {
 			for range 3 {
 				refresh() // nothing moved: nothing sent
 			}
-			r := e.lvm.r
-			r.VolumeGroups = []lvm.VolumeGroup{{Name: "vg1", Size: 20 * uint64(gi), Free: 6 * uint64(gi), ExtentSize: ex}}
-			e.lvm.set(r)
+			e.lvm.Mu.Lock()
+			e.lvm.VGs["vg1"].Free = 6 * uint64(gi)
+			e.lvm.Mu.Unlock()
 			refresh()
 		}, 6 * gi, 8 * gi, `volume group "vg2" is missing`},
 		{"a thin volume made by carve", func() {
@@ -58,9 +58,7 @@ func TestWatchCapacity(t *testing.T) {
 			e.view.Removed("vg1", "t1")
 		}, 6 * gi, 8 * gi, `volume group "vg2" is missing`},
 		{"the missing volume group appears", func() {
-			r := e.lvm.r
-			r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 2 * uint64(gi), Free: 2 * uint64(gi), ExtentSize: ex})
-			e.lvm.set(r)
+			e.lvm.AddVG("vg2", 2*uint64(gi))
 			refresh()
 		}, 6 * gi, 8 * gi, ""},
 	}

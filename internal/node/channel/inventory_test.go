@@ -18,21 +18,10 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
 )
-
-// failingReporter cannot read vg2.
-type failingReporter struct{ reporter }
-
-func (f *failingReporter) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
-	for _, vg := range vgs {
-		if vg == "vg2" {
-			return nil, errors.New("vg2: checksum error in metadata")
-		}
-	}
-	return f.reporter.Report(ctx, vgs...)
-}
 
 // TestInventory: carve's volumes with their tags read, nothing else; a
 // volume group LVM cannot read is listed as such.
@@ -54,11 +43,14 @@ func TestInventory(t *testing.T) {
 	classes := &deviceclass.Config{DeviceClasses: []deviceclass.DeviceClass{
 		{Name: "thick", VolumeGroup: "vg1"}, {Name: "thin", VolumeGroup: "vg1", ThinPool: "pool"}, {Name: "broken", VolumeGroup: "vg2"},
 	}}
-	lvmState := &failingReporter{reporter{r: lvm.Report{
+	// LVM cannot read vg2.
+	lvmState := provisiontest.NewLVM()
+	lvmState.SetReport(lvm.Report{
 		VolumeGroups:   []lvm.VolumeGroup{{Name: "vg1", Size: 20 * uint64(gi), ExtentSize: ex}, {Name: "other"}, {Name: "vg2"}},
 		LogicalVolumes: lvs,
 		ThinPools:      []lvm.ThinPool{{Name: "pool", VolumeGroup: "vg1", Size: 4 * uint64(gi)}},
-	}}}
+	})
+	lvmState.Unreadable = map[string]error{"vg2": errors.New("vg2: checksum error in metadata")}
 	view := vgview.New(lvmState, classes, nil)
 	e := newEnv(t)
 	a, err := New(Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: classes, Capacity: view, Inventory: view,

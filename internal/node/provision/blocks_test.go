@@ -10,6 +10,7 @@ import (
 
 	"github.com/carve-csi/carve/internal/node/changemap"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -60,8 +61,7 @@ func TestSnapshotBlocks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &copyLVM{}
-			f.lvs = slices.Clone(lvs)
+			f := newCopyLVM(nil, lvs...)
 			p := remoteProvisioner(t, f, nil)
 			finder := &changeFinder{set: found}
 			p.cfg.Changes = finder
@@ -124,10 +124,9 @@ func TestSnapshotBlocksRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &copyLVM{}
-			f.lvs = slices.Clone(lvs)
+			f := newCopyLVM(nil, lvs...)
 			if tt.lvs != nil {
-				f.lvs = tt.lvs
+				f = newCopyLVM(nil, tt.lvs...)
 			}
 			p := remoteProvisioner(t, f, nil)
 			p.cfg.Changes = &changeFinder{err: tt.finderErr}
@@ -161,10 +160,10 @@ func TestSnapshotBlocksRefused(t *testing.T) {
 	}
 }
 
-// noDeviceMapper is copyLVM on a host without device-mapper: activation
+// noDeviceMapper is an LVM on a host without device-mapper: activation
 // fails, and is counted.
 type noDeviceMapper struct {
-	copyLVM
+	*provisiontest.LVM
 	activations int
 }
 
@@ -193,9 +192,8 @@ func TestSnapshotBlocksActivateOnlyWhatTheyRead(t *testing.T) {
 		wantErr         string
 	}{{"", "cold", 0, ""}, {"", "old", 1, "no device-mapper"}, {"p1", "p2", 0, "no metadata maps"}} {
 		t.Run(tt.base+".."+tt.snap, func(t *testing.T) {
-			f := &noDeviceMapper{}
-			f.lvs = slices.Clone(lvs)
-			p := remoteProvisioner(t, &f.copyLVM, nil)
+			f := &noDeviceMapper{LVM: newCopyLVM(nil, lvs...)}
+			p := remoteProvisioner(t, f.LVM, nil)
 			p.cfg.LVM = f
 			p.cfg.IsDeviceNode = func(string) bool { return false }
 			p.cfg.Changes = &changeFinder{}
@@ -257,8 +255,8 @@ func TestSnapshotBlocksReadThinIDsFromLVM(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &thinIDs{ids: ids, fail: tt.fail}
-			f.lvs = slices.Clone(lvs)
-			p := remoteProvisioner(t, &f.copyLVM, nil)
+			f.LVM = newCopyLVM(nil, lvs...)
+			p := remoteProvisioner(t, f.LVM, nil)
 			p.cfg.LVM = f
 			p.cfg.IsDeviceNode = func(string) bool { return false }
 			finder := &changeFinder{set: changemap.Set{{Off: 0, Len: 64 << 10}}, poolActive: tt.poolActive}

@@ -102,10 +102,11 @@ func TestCatchUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &copyLVM{pool: tt.pool}
+			var lvs []lvm.LogicalVolume
 			if tt.lv != nil {
-				f.lvs = append(f.lvs, *tt.lv)
+				lvs = append(lvs, *tt.lv)
 			}
+			f := newCopyLVM(tt.pool, lvs...)
 			pulls := 0
 			p := remoteProvisioner(t, f, deltaPuller{pull: func(got RemoteSource, dst string, sentOK bool) (DeltaResult, error) {
 				pulls++
@@ -229,8 +230,7 @@ func TestDeltaSource(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &copyLVM{}
-			f.lvs = tt.lvs
+			f := newCopyLVM(nil, tt.lvs...)
 			p := remoteProvisioner(t, f, nil)
 			got, err := p.DeltaSize(t.Context(), id, tt.base)
 			if tt.kind == nil || tt.openDuring {
@@ -248,7 +248,9 @@ func TestDeltaSource(t *testing.T) {
 					t.Errorf("read %s against %s, %d bytes", v, b, n)
 				}
 				if tt.openDuring {
-					f.lvs[0].Attr.Open = true
+					f.Mu.Lock()
+					f.LVs[tt.lvs[0].VolumeGroup+"/"+tt.lvs[0].Name].Attr.Open = true
+					f.Mu.Unlock()
 				}
 				return nil
 			})
@@ -346,8 +348,7 @@ func TestReadDeltaChanges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &copyLVM{}
-			f.lvs = []lvm.LogicalVolume{tt.vol, tt.snap}
+			f := newCopyLVM(nil, tt.vol, tt.snap)
 			p := remoteProvisioner(t, f, nil)
 			if tt.finder != nil {
 				p.cfg.Changes = tt.finder

@@ -67,7 +67,7 @@ func TestChangedBlocks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := remoteProvisioner(t, &copyLVM{}, nil)
+			p := remoteProvisioner(t, newCopyLVM(nil), nil)
 			finder := &changeFinder{set: found, err: tt.finderErr}
 			p.cfg.Changes = finder
 			if tt.noFinder {

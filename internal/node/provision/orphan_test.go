@@ -2,7 +2,6 @@ package provision
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -11,90 +10,26 @@ import (
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/node/volumelock"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// orphanLVM is an LVM of one volume group holding lvs; it answers the
-// calls RemoveOrphan and QuarantineOrphan make (the others are not
-// called: nil LVM panics).
-type orphanLVM struct {
-	LVM
-	lvs     []lvm.LogicalVolume
-	removed []string
-	// open LVs cannot be deactivated.
-	open []string
-}
+// vg1 is the one volume group of the orphan and copy tests: 10 GiB, 8
+// GiB of it free.
+var vg1 = lvm.VolumeGroup{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20, PhysicalVolumes: []string{provisiontest.PVOf("vg1")}}
 
-var _ QuarantineLVM = (*orphanLVM)(nil)
-
-func (f *orphanLVM) Report(context.Context, ...string) (*lvm.Report, error) {
-	return &lvm.Report{ReadAt: time.Now(), LogicalVolumes: slices.Clone(f.lvs),
-		VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20}}}, nil
-}
-
-func (f *orphanLVM) find(vg, name string) int {
-	return slices.IndexFunc(f.lvs, func(lv lvm.LogicalVolume) bool { return lv.VolumeGroup == vg && lv.Name == name })
-}
-
-func (f *orphanLVM) GetLV(_ context.Context, vg, name string) (*lvm.LogicalVolume, error) {
-	if i := f.find(vg, name); i >= 0 {
-		lv := f.lvs[i]
-		lv.Tags = slices.Clone(lv.Tags)
-		return &lv, nil
-	}
-	return nil, lvm.ErrNotFound
-}
-
-func (f *orphanLVM) RemoveLV(_ context.Context, vg, name string) error {
-	f.removed = append(f.removed, vg+"/"+name)
-	f.lvs = slices.DeleteFunc(f.lvs, func(lv lvm.LogicalVolume) bool { return lv.VolumeGroup == vg && lv.Name == name })
-	return nil
-}
-
-func (f *orphanLVM) DeactivateLV(_ context.Context, vg, name string) error {
-	i := f.find(vg, name)
-	switch {
-	case i < 0:
-		return lvm.ErrNotFound
-	case slices.Contains(f.open, name):
-		return errors.New("logical volume in use")
-	}
-	f.lvs[i].Attr.Active = false
-	return nil
-}
-
-func (f *orphanLVM) ChangeTags(_ context.Context, vg, name string, add, del []string) error {
-	i := f.find(vg, name)
-	if i < 0 {
-		return lvm.ErrNotFound
-	}
-	tags := slices.DeleteFunc(f.lvs[i].Tags, func(t string) bool { return slices.Contains(del, t) })
-	for _, t := range add {
-		if !slices.Contains(tags, t) {
-			tags = append(tags, t)
-		}
-	}
-	f.lvs[i].Tags = tags
-	return nil
-}
-
-func (f *orphanLVM) RenameLV(_ context.Context, vg, name, newName string) error {
-	i := f.find(vg, name)
-	switch {
-	case i < 0:
-		return lvm.ErrNotFound
-	case f.find(vg, newName) >= 0:
-		return lvm.ErrAlreadyExists
-	}
-	f.lvs[i].Name = newName
-	return nil
+// newVG1LVM is an LVM holding vg1 and lvs.
+func newVG1LVM(lvs ...lvm.LogicalVolume) *provisiontest.LVM {
+	f := provisiontest.NewLVM()
+	f.SetReport(lvm.Report{VolumeGroups: []lvm.VolumeGroup{vg1}, LogicalVolumes: lvs})
+	return f
 }
 
 // orphanProvisioner is a Provisioner over f with marks in a temporary
 // directory.
-func orphanProvisioner(t *testing.T, f *orphanLVM) (*Provisioner, *vgview.View, *volumelock.Locks, *marks.Marks) {
+func orphanProvisioner(t *testing.T, f *provisiontest.LVM) (*Provisioner, *vgview.View, *volumelock.Locks, *marks.Marks) {
 	t.Helper()
 	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
 	if err != nil {
@@ -175,7 +110,7 @@ func TestRemoveOrphan(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := &orphanLVM{lvs: slices.Clone(lvs)}
+			f := newVG1LVM(lvs...)
 			p, view, locks, m := orphanProvisioner(t, f)
 			if tt.of != "" {
 				if err := m.Mark("vg1", tt.of); err != nil {
@@ -192,8 +127,8 @@ func TestRemoveOrphan(t *testing.T) {
 			if (err != nil) != (tt.wantErr != "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("RemoveOrphan: %v, want an error saying %q", err, tt.wantErr)
 			}
-			if got := len(f.removed) > 0; got != tt.removed {
-				t.Errorf("removed %v, want an LV removed: %v", f.removed, tt.removed)
+			if got := len(f.Removals) > 0; got != tt.removed {
+				t.Errorf("removed %v, want an LV removed: %v", f.Removals, tt.removed)
 			}
 			if _, inView := view.LV("vg1", tt.lv); tt.removed && inView {
 				t.Error("the removed LV is still in the view")
@@ -256,10 +191,8 @@ func TestQuarantineOrphan(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := &orphanLVM{lvs: slices.Clone(lvs), open: []string{open}}
-			for i := range f.lvs {
-				f.lvs[i].Tags = slices.Clone(f.lvs[i].Tags)
-			}
+			f := newVG1LVM(lvs...)
+			f.LVs["vg1/"+open].Attr.Open = true
 			p, view, locks, _ := orphanProvisioner(t, f)
 			if tt.busy != "" {
 				locks.TryAcquire(tt.busy)
@@ -271,11 +204,11 @@ func TestQuarantineOrphan(t *testing.T) {
 			if got != tt.wantQuarantined {
 				t.Errorf("new name %q, want %q", got, tt.wantQuarantined)
 			}
-			if len(f.removed) > 0 {
-				t.Errorf("removed %v: the first step never removes", f.removed)
+			if len(f.Removals) > 0 {
+				t.Errorf("removed %v: the first step never removes", f.Removals)
 			}
 			if tt.wantQuarantined == "" {
-				if tt.wantErr != "" && f.find("vg1", tt.lv) < 0 {
+				if _, there := f.LVTags("vg1", tt.lv); tt.wantErr != "" && !there {
 					t.Errorf("refused, yet %s is gone", tt.lv)
 				}
 				return

@@ -5,52 +5,27 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// copyLVM is orphanLVM that also makes LVs and takes tags off.
-type copyLVM struct {
-	orphanLVM
-	created []lvm.CreateRequest
-	// pool, when set, is the thin pool's report; else an empty 4 GiB pool
-	// that zeroes new blocks.
-	pool *lvm.ThinPool
-}
-
-func (f *copyLVM) Report(context.Context, ...string) (*lvm.Report, error) {
-	pool := lvm.ThinPool{Name: "pool0", VolumeGroup: "vg1", Size: 4 << 30, ZeroNewBlocks: true}
-	if f.pool != nil {
-		pool = *f.pool
+// newCopyLVM is an LVM holding vg1, the thin pool pool0 (pool, when set,
+// else an empty 4 GiB pool that zeroes new blocks) and lvs.
+func newCopyLVM(pool *lvm.ThinPool, lvs ...lvm.LogicalVolume) *provisiontest.LVM {
+	p := lvm.ThinPool{Name: "pool0", VolumeGroup: "vg1", Size: 4 << 30, ZeroNewBlocks: true}
+	if pool != nil {
+		p = *pool
 	}
-	return &lvm.Report{ReadAt: time.Now(), LogicalVolumes: slices.Clone(f.lvs),
-		VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20}},
-		ThinPools:    []lvm.ThinPool{pool}}, nil
-}
-
-func (f *copyLVM) CreateLV(_ context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
-	if f.find(req.VolumeGroup, req.Name) >= 0 {
-		return nil, lvm.ErrAlreadyExists
-	}
-	f.created = append(f.created, req)
-	lv := lvm.LogicalVolume{VolumeGroup: req.VolumeGroup, Name: req.Name, Size: req.Size, Tags: slices.Clone(req.Tags), Pool: req.ThinPool,
-		Attr: lvm.Attributes{Type: lvm.TypeThick, Active: true}}
-	if req.ThinPool != "" {
-		lv.Attr.Type = lvm.TypeThin
-	}
-	f.lvs = append(f.lvs, lv)
-	return &lv, nil
-}
-
-func (f *copyLVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
-	return f.ChangeTags(ctx, vg, name, nil, tags)
+	f := provisiontest.NewLVM()
+	f.SetReport(lvm.Report{VolumeGroups: []lvm.VolumeGroup{vg1}, LogicalVolumes: lvs, ThinPools: []lvm.ThinPool{p}})
+	return f
 }
 
 // pullerFunc is a Puller.
@@ -62,7 +37,7 @@ func (f pullerFunc) Pull(ctx context.Context, src RemoteSource, dst string, spar
 
 // remoteProvisioner is a Provisioner of node-b over f with a thick and a
 // thin class; its device nodes are files under a temporary directory.
-func remoteProvisioner(t *testing.T, f *copyLVM, p Puller) *Provisioner {
+func remoteProvisioner(t *testing.T, f *provisiontest.LVM, p Puller) *Provisioner {
 	t.Helper()
 	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n  - name: thin\n    volumeGroup: vg1\n    thinPool: pool0\n"))
 	if err != nil {
@@ -91,7 +66,9 @@ func TestCreateFromRemoteSource(t *testing.T) {
 	rs := &RemoteSource{CopyID: "c1", ID: snap, Snapshot: true, Node: "node-a", Address: "10.0.0.1:9811", Size: 64 << 20}
 	for _, class := range []string{"fast", "thin"} {
 		t.Run(class, func(t *testing.T) {
-			f := &copyLVM{}
+			f := newCopyLVM(nil)
+			var created []lvm.CreateRequest
+			f.OnCreate = func(r lvm.CreateRequest) { created = append(created, r) }
 			var pulls []RemoteSource
 			var sparse []bool
 			fail := errors.New("the source's agent was killed")
@@ -135,10 +112,10 @@ func TestCreateFromRemoteSource(t *testing.T) {
 			if sparse[0] != want || sparse[1] != want {
 				t.Errorf("sparse %v, want %v (a new thin LV in a zeroing pool)", sparse, want)
 			}
-			if class == "thin" && len(f.removed) != 1 {
-				t.Errorf("removed %q: the unfinished thin copy must be made anew", f.removed)
+			if class == "thin" && len(f.Removals) != 1 {
+				t.Errorf("removed %q: the unfinished thin copy must be made anew", f.Removals)
 			}
-			for _, c := range f.created {
+			for _, c := range created {
 				if !slices.Contains(c.Tags, volume.TagCopyPending) {
 					t.Errorf("lvcreate %s without %s", c.Name, volume.TagCopyPending)
 				}
@@ -150,8 +127,7 @@ func TestCreateFromRemoteSource(t *testing.T) {
 // TestRemoteSourceMatches: a grant for another source, or for this node,
 // is not used: the source is looked for here.
 func TestRemoteSourceMatches(t *testing.T) {
-	f := &copyLVM{}
-	p := remoteProvisioner(t, f, pullerFunc(func(context.Context, RemoteSource, string, bool, func(uint64)) (blockcopy.Result, error) {
+	p := remoteProvisioner(t, newCopyLVM(nil), pullerFunc(func(context.Context, RemoteSource, string, bool, func(uint64)) (blockcopy.Result, error) {
 		t.Error("pulled")
 		return blockcopy.Result{}, nil
 	}))
@@ -174,7 +150,7 @@ func TestCreateBusyWhileCopying(t *testing.T) {
 	const snap = "node-a/vg9/carvesnap-0123"
 	rs := &RemoteSource{CopyID: "c1", ID: snap, Snapshot: true, Node: "node-a", Address: "10.0.0.1:9811", Size: 64 << 20}
 	pulling, release := make(chan struct{}), make(chan struct{})
-	p := remoteProvisioner(t, &copyLVM{}, pullerFunc(func(_ context.Context, src RemoteSource, _ string, _ bool, _ func(uint64)) (blockcopy.Result, error) {
+	p := remoteProvisioner(t, newCopyLVM(nil), pullerFunc(func(_ context.Context, src RemoteSource, _ string, _ bool, _ func(uint64)) (blockcopy.Result, error) {
 		close(pulling)
 		<-release
 		return blockcopy.Result{Bytes: src.Size}, nil

@@ -3,36 +3,25 @@ package provision
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// settleLVM is an LVM of one volume group whose lvcreate outlives its
-// caller, as lvm.Client's does: when the caller's context ends, CreateLV
-// answers at once and the LV appears once release is closed; Settle
-// waits for that.
+// settleLVM is provisiontest's LVM whose lvcreate outlives its caller, as
+// lvm.Client's does: when the caller's context ends, CreateLV answers at
+// once and the LV appears once release is closed; Settle waits for that.
 type settleLVM struct {
-	LVM
-	mu       sync.Mutex
-	lvs      []lvm.LogicalVolume
+	*provisiontest.LVM
 	started  chan struct{}
 	release  chan struct{}
 	finished chan struct{}
-}
-
-func (f *settleLVM) Report(context.Context, ...string) (*lvm.Report, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &lvm.Report{ReadAt: time.Now(), LogicalVolumes: slices.Clone(f.lvs),
-		VolumeGroups: []lvm.VolumeGroup{{Name: "vg1", Size: 10 << 30, Free: 8 << 30, ExtentSize: 4 << 20}}}, nil
 }
 
 func (f *settleLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
@@ -40,9 +29,9 @@ func (f *settleLVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.L
 	<-ctx.Done()
 	go func() {
 		<-f.release
-		f.mu.Lock()
-		f.lvs = append(f.lvs, lvm.LogicalVolume{VolumeGroup: req.VolumeGroup, Name: req.Name, Size: req.Size, Tags: req.Tags})
-		f.mu.Unlock()
+		if _, err := f.LVM.CreateLV(context.Background(), req); err != nil {
+			panic(err)
+		}
 		close(f.finished)
 	}()
 	return nil, &lvm.CommandError{Args: []string{"lvcreate"}, ExitCode: -1, Err: fmt.Errorf("still running, left to finish in the background: %w", ctx.Err())}
@@ -71,7 +60,7 @@ func TestRoomHeldWhileAnAbandonedLVCreateRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &settleLVM{started: make(chan struct{}), release: make(chan struct{}), finished: make(chan struct{})}
+	f := &settleLVM{LVM: newVG1LVM(), started: make(chan struct{}), release: make(chan struct{}), finished: make(chan struct{})}
 	view := vgview.New(f, cfg, nil)
 	if err := view.Refresh(context.Background()); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
+	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -107,20 +108,19 @@ func TestRoundUp(t *testing.T) {
 	}
 }
 
-// fakeReporter answers reports from a fixed state, as LVM does: limited to
-// the named VGs, failing when a named VG is missing (ErrVolumeGroupNotFound
-// when it is the only one named) or unreadable; err fails every report. It
-// counts calls and records the names asked.
+// fakeReporter answers reports from report as provisiontest's LVM does
+// (only the VGs named, a named one missing or unreadable an error), with
+// what the view's tests also ask of a report: err fails every one, vgErr
+// makes the VGs it names unreadable, block holds a report until it is
+// closed, and calls and asked count the reports and record the names.
 type fakeReporter struct {
 	mu     sync.Mutex
 	report lvm.Report
 	err    error
-	// vgErr makes every report that names the VG fail with its error.
-	vgErr map[string]error
-	calls int
-	asked [][]string
-	// block, when set, is waited on inside Report.
-	block chan struct{}
+	vgErr  map[string]error
+	calls  int
+	asked  [][]string
+	block  chan struct{}
 }
 
 func (f *fakeReporter) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
@@ -139,38 +139,10 @@ func (f *fakeReporter) Report(ctx context.Context, vgs ...string) (*lvm.Report, 
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
-	for _, vg := range vgs {
-		if e := vgErr[vg]; e != nil {
-			errs = append(errs, e)
-		} else if !slices.ContainsFunc(r.VolumeGroups, func(v lvm.VolumeGroup) bool { return v.Name == vg }) {
-			if len(vgs) == 1 {
-				return nil, fmt.Errorf("%s: %w", vg, lvm.ErrVolumeGroupNotFound)
-			}
-			errs = append(errs, fmt.Errorf("volume group %s not found", vg))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("fullreport: exit code 5: %w", errors.Join(errs...))
-	}
-	out := lvm.Report{ReadAt: time.Now()}
-	named := func(vg string) bool { return len(vgs) == 0 || slices.Contains(vgs, vg) }
-	for _, vg := range r.VolumeGroups {
-		if named(vg.Name) {
-			out.VolumeGroups = append(out.VolumeGroups, vg)
-		}
-	}
-	for _, lv := range r.LogicalVolumes {
-		if named(lv.VolumeGroup) {
-			out.LogicalVolumes = append(out.LogicalVolumes, lv)
-		}
-	}
-	for _, p := range r.ThinPools {
-		if named(p.VolumeGroup) {
-			out.ThinPools = append(out.ThinPools, p)
-		}
-	}
-	return &out, nil
+	state := provisiontest.NewLVM()
+	state.SetReport(r)
+	state.Unreadable = vgErr
+	return state.Report(ctx, vgs...)
 }
 
 func (f *fakeReporter) set(r lvm.Report, err error) {

@@ -15,8 +15,9 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
-// LVM is an in-memory LVM: it implements what provision.LVM asks. A test
-// reads or changes its fields holding Mu.
+// LVM is an in-memory LVM: it implements what provision.LVM and
+// provision.QuarantineLVM ask. A test reads or changes its fields holding
+// Mu.
 type LVM struct {
 	Mu    sync.Mutex
 	VGs   map[string]*lvm.VolumeGroup
@@ -27,8 +28,9 @@ type LVM struct {
 	// uuids counts the UUIDs handed out.
 	uuids int
 	// Activations lists the LVs (vg/name) ActivateLV activated,
-	// Deactivations those DeactivateLV deactivated.
-	Activations, Deactivations []string
+	// Deactivations those DeactivateLV deactivated, Removals those
+	// RemoveLV removed.
+	Activations, Deactivations, Removals []string
 	// FailNext, when set, is returned by the next mutation.
 	FailNext error
 	// Unreadable makes every read of a VG fail with its error, as LVM does
@@ -124,6 +126,26 @@ func NewLVM() *LVM {
 
 const fakeExtent = 4 << 20
 
+// SetReport replaces the whole state with what r reports, as it is: the
+// VGs, LVs and thin pools of a hand-written report, whose sizes need not
+// add up. A thin pool r lists without its LV gets none.
+func (f *LVM) SetReport(r lvm.Report) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.VGs, f.LVs, f.Pools = map[string]*lvm.VolumeGroup{}, map[string]*lvm.LogicalVolume{}, map[string]*lvm.ThinPool{}
+	for _, vg := range r.VolumeGroups {
+		vg.PhysicalVolumes = slices.Clone(vg.PhysicalVolumes)
+		f.VGs[vg.Name] = &vg
+	}
+	for _, lv := range r.LogicalVolumes {
+		lv.Tags = slices.Clone(lv.Tags)
+		f.LVs[lv.VolumeGroup+"/"+lv.Name] = &lv
+	}
+	for _, p := range r.ThinPools {
+		f.Pools[p.VolumeGroup+"/"+p.Name] = &p
+	}
+}
+
 // PVOf is the device of the one PV of a fake volume group.
 func PVOf(vg string) string { return "/dev/fake-pv-of-" + vg }
 
@@ -155,18 +177,28 @@ func roundUp(size uint64) uint64 {
 
 // Report answers as the lvm package does: the named VGs (all when none
 // is named); a named VG that is missing or unreadable fails the report,
-// with lvm.ErrVolumeGroupNotFound when it is the only one named and missing.
+// with lvm.ErrVolumeGroupNotFound when it is the only one named and
+// missing, else with one error naming every VG that failed, as
+// fullreport's exit code 5 does.
 func (f *LVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	f.Reports++
+	var errs []error
 	for _, vg := range vgs {
-		if err := f.vgErrLocked(vg); err != nil {
-			if len(vgs) > 1 && errors.Is(err, lvm.ErrVolumeGroupNotFound) {
-				err = fmt.Errorf("fullreport: exit code 5: volume group %s not found", vg)
-			}
+		err := f.vgErrLocked(vg)
+		switch {
+		case err == nil:
+			continue
+		case len(vgs) == 1:
 			return nil, err
+		case errors.Is(err, lvm.ErrVolumeGroupNotFound):
+			err = fmt.Errorf("volume group %s not found", vg)
 		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("fullreport: exit code 5: %w", errors.Join(errs...))
 	}
 	named := func(vg string) bool { return len(vgs) == 0 || slices.Contains(vgs, vg) }
 	r := &lvm.Report{ReadAt: time.Now()}
@@ -340,6 +372,28 @@ func (f *LVM) RemoveLV(ctx context.Context, vg, name string) error {
 		f.VGs[vg].FreeExtents = f.VGs[vg].Free / fakeExtent
 	}
 	delete(f.LVs, key)
+	f.Removals = append(f.Removals, key)
+	return nil
+}
+
+// RenameLV renames an LV as lvrename does: lvm.ErrNotFound when it does
+// not exist, lvm.ErrAlreadyExists when the new name is taken.
+func (f *LVM) RenameLV(ctx context.Context, vg, name, newName string) error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	lv, err := f.lvLocked(vg, name)
+	if err != nil {
+		return err
+	}
+	if _, ok := f.LVs[vg+"/"+newName]; ok {
+		return fmt.Errorf("lv %s/%s: %w", vg, newName, lvm.ErrAlreadyExists)
+	}
+	delete(f.LVs, vg+"/"+name)
+	lv.Name, lv.Path = newName, "/dev/"+vg+"/"+newName
+	f.LVs[vg+"/"+newName] = lv
 	return nil
 }
 
@@ -386,7 +440,8 @@ func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string
 	return nil
 }
 
-// DeactivateLV deactivates one LV as the lvm package does.
+// DeactivateLV deactivates one LV as the lvm package does; an open LV
+// is lvchange's own error, of no lvm class.
 func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -396,6 +451,9 @@ func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	lv, err := f.lvLocked(vg, name)
 	if err != nil {
 		return err
+	}
+	if lv.Attr.Open && lv.Attr.Active {
+		return fmt.Errorf("lvchange: logical volume %s/%s in use", vg, name)
 	}
 	if lv.Attr.Active {
 		lv.Attr.Active = false
@@ -419,8 +477,8 @@ func (f *LVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolu
 	if !lv.Attr.Active {
 		lv.Attr.Active = true
 		f.Activations = append(f.Activations, vg+"/"+name)
-		if lv.Pool != "" {
-			f.LVs[vg+"/"+lv.Pool].Attr.Active = true
+		if pool, ok := f.LVs[vg+"/"+lv.Pool]; ok && lv.Pool != "" {
+			pool.Attr.Active = true
 		}
 	}
 	c := *lv

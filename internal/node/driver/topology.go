@@ -6,9 +6,7 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// nodeTopology answers the questions the CSI calls ask about segments:
-// is this node's segment acceptable for a volume
-// (accessibility_requirements), and is a GetCapacity segment this node's.
+// nodeTopology answers the CSI calls' questions about segments.
 type nodeTopology struct {
 	name string
 }
@@ -22,11 +20,9 @@ func (n nodeTopology) is(t *csi.Topology) bool {
 	return t != nil && topology.NodeOf(t.GetSegments()) == n.name
 }
 
-// accepts tells whether a volume with these accessibility requirements
-// may be created on this node. Without requirements, or without a
-// requisite list, any node may hold the volume (preferred is only a
-// hint, and the volume can only be made here). With a requisite list,
-// this node's segment must be in it.
+// accepts tells whether this node may hold a volume with req. Without a
+// requisite list any node may (preferred is a hint); with one, this node's
+// segment must be in it.
 func (n nodeTopology) accepts(req *csi.TopologyRequirement) bool {
 	requisite := req.GetRequisite()
 	if len(requisite) == 0 {
@@ -40,9 +36,8 @@ func (n nodeTopology) accepts(req *csi.TopologyRequirement) bool {
 	return false
 }
 
-// hasCapacityIn tells whether GetCapacity for this segment should report
-// this node's space: a missing or empty segment means "this node"; any
-// other segment, another node's or one with foreign keys, has none of it.
+// hasCapacityIn tells whether a GetCapacity segment is this node's: a
+// missing or empty one is.
 func (n nodeTopology) hasCapacityIn(t *csi.Topology) bool {
 	if len(t.GetSegments()) == 0 {
 		return true

@@ -20,27 +20,17 @@ import (
 // Request is one volume to make, checked by the caller.
 type Request struct {
 	// Name is the volume's name; the LV name derives from it.
-	Name string
-	// Class is the device class to make it in.
-	Class *deviceclass.DeviceClass
-	// FSType is the filesystem it will hold ("" for a raw-block volume).
+	Name   string
+	Class  *deviceclass.DeviceClass
 	FSType string
-	// Range is the asked capacity range.
-	Range Range
-	// Params are the request's parameters; the claim's are recorded in
-	// the LV's tags.
+	Range  Range
+	// Params are the request's parameters; the claim's go into the LV's tags.
 	Params map[string]string
-	// Source is the content source (nil for an empty volume).
 	Source *Source
-	// SourceTags are the tags that record Source on the volume (the ones
-	// a repeat must find on the LV made before).
+	// SourceTags record Source; a repeat must find them on the existing LV.
 	SourceTags []string
-	// Block is true when the volume is used as a raw block device (some
-	// capability asks for block access).
-	Block bool
-	// IOLimits are the volume's starting IO limits, recorded in its tags.
-	IOLimits volume.IOLimits
-	// Encryption is set for an encrypted volume (a LUKS2 device).
+	Block      bool
+	IOLimits   volume.IOLimits
 	Encryption *Encryption
 }
 
@@ -70,12 +60,10 @@ type createCall struct {
 	lvName string
 	method erase.Method
 	phase  string
-	// src is the resolved content source (nil without one, or when it
-	// could not be resolved: srcErr says why).
+	// src is the resolved content source; srcErr says why it is nil.
 	src    *contentSource
 	srcErr error
-	// fresh is set when this call made the LV a copy goes into (lvcreate
-	// answered): nothing was ever written to it.
+	// fresh: this call made the copy's LV, so nothing was ever written to it.
 	fresh bool
 }
 

@@ -1,9 +1,7 @@
 // Package provision is carve's volume lifecycle on one node, with no
-// transport in it: making a volume (finding the one made before, checking
-// the room, lvcreate, finishing it), redoing a half-made one, copying from
-// a source, snapshots and their sizing, deleting, and removing orphans. Its
-// errors are *Error values of the kinds in errors.go, or lvm's and state's
-// own wrapped; the CSI edge (internal/node/driver) maps them to gRPC codes.
+// transport: making, copying, snapshotting and deleting volumes, and
+// removing orphans. Its errors are *Error kinds (errors.go) or lvm's wrapped;
+// the CSI edge maps them to gRPC codes.
 package provision
 
 import (
@@ -33,129 +31,99 @@ import (
 
 // Config holds what the Provisioner needs; main builds it.
 type Config struct {
-	// NodeName is this node; the provisioner acts on its volume groups
-	// only.
+	// NodeName is this node.
 	NodeName string
-	// Classes is the device-class file.
-	Classes *deviceclass.Config
-	// LVM runs the mutations.
-	LVM LVM
-	// View is the in-memory state the reads are served from; it must have
-	// been refreshed once.
+	Classes  *deviceclass.Config
+	LVM      LVM
+	// View is the in-memory state reads use; refreshed once before use.
 	View *vgview.View
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
 	// Eraser zeroes new raw-block volumes; nil is erase.Devices.
 	Eraser erase.Eraser
-	// Copier copies the data of a restore or clone that is not a thin
-	// snapshot in the class's own pool.
+	// Copier copies a restore or clone that is not a thin snapshot in the
+	// class's own pool.
 	Copier Copier
-	// Puller copies the data of a restore or clone from another node
-	// (RemoteSource); nil makes none.
+	// Puller copies from another node; nil makes none.
 	Puller Puller
-	// Snapshots reads a copy-on-write snapshot's state from the kernel
-	// after a copy from it; nil asks LVM (one lvs more).
+	// Snapshots reads a copy-on-write snapshot's kernel state; nil asks LVM.
 	Snapshots SnapshotReader
-	// Changes names a volume's changes since a snapshot of it from
-	// device-mapper metadata, for the source of a catch-up; nil has
-	// every catch-up compare the volume with its base.
+	// Changes names changes from device-mapper metadata; nil makes every
+	// catch-up compare data.
 	Changes ChangeFinder
-	// Marks records the thick LVs being made until they are ready; it
-	// must be set.
+	// Marks records thick LVs being made until ready; required.
 	Marks *marks.Marks
-	// Formatting is the node server's (NodeConfig): a volume made or
-	// deleted has its mark taken off, so that no mark left by an older LV
-	// of the same name has a stage erase a new one; nil when the node
-	// server has none.
+	// Formatting is the node server's: a made or deleted volume's mark comes
+	// off, so an older LV's mark never has a stage erase a new one.
 	Formatting *marks.Marks
-	// Locks are the per-volume locks; nil is a new set (tests share
-	// theirs to hold one).
+	// Locks are the per-volume locks; nil is a new set.
 	Locks *volumelock.Locks
-	// IsDeviceNode tells whether path is a block device node; nil checks
-	// the file system (tests replace it).
+	// IsDeviceNode tells whether path is a block device; nil checks the file.
 	IsDeviceNode func(path string) bool
-	// LUKS runs cryptsetup for encrypted volumes; nil makes none (a
-	// node without cryptsetup).
+	// LUKS runs cryptsetup; nil makes no encrypted volumes.
 	LUKS luks.Interface
-	// HasLUKSHeader tells whether a device starts with a LUKS header;
-	// nil reads it (HasLUKSHeader; tests replace it).
+	// HasLUKSHeader overrides HasLUKSHeader in tests.
 	HasLUKSHeader func(path string) (bool, error)
-	// DevDir is the directory LVM makes device nodes under; empty is
-	// volume.DevDir of the process's environment, read once by New.
+	// DevDir is where LVM makes device nodes; empty is volume.DevDir.
 	DevDir string
 }
 
 // LVM is what the provisioner needs of LVM; *lvm.Client implements it.
-// The errors are the lvm package's (lvm.ErrNotFound,
-// lvm.ErrInsufficientSpace, lvm.ErrAlreadyExists, lvm.ErrInvalidArgument).
 type LVM interface {
-	// Report reads the named VGs (every one when none is named), their
-	// LVs and thin pools with one command; one named VG that does not
-	// exist is lvm.ErrVolumeGroupNotFound.
+	// Report reads the named VGs (all when none); a missing named VG is
+	// lvm.ErrVolumeGroupNotFound.
 	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
-	// GetLV returns lvm.ErrNotFound when the LV does not exist, and
-	// lvm.ErrVolumeGroupNotFound (also an lvm.ErrNotFound) when its VG
-	// does not.
+	// GetLV returns lvm.ErrNotFound, or lvm.ErrVolumeGroupNotFound (also an
+	// ErrNotFound) when the VG is missing.
 	GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
 	// CreateLV returns lvm.ErrAlreadyExists when the name is taken.
 	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
 	// ExtendLV is a no-op for an LV that is already at least size bytes.
 	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
-	// DeleteTags takes tags off an LV; a tag it does not carry is no
-	// error. lvm.ErrNotFound when the LV does not exist.
+	// DeleteTags takes tags off; a missing tag is no error.
 	DeleteTags(ctx context.Context, vg, name string, tags ...string) error
-	// RemoveLV returns lvm.ErrNotFound when the LV does not exist,
-	// lvm.ErrVolumeGroupNotFound when its VG does not.
+	// RemoveLV returns lvm.ErrNotFound or lvm.ErrVolumeGroupNotFound.
 	RemoveLV(ctx context.Context, vg, name string) error
-	// CreateSnapshot makes a thin snapshot (req.CowSize zero) or a
-	// copy-on-write one; lvm.ErrAlreadyExists when the name is taken,
-	// lvm.ErrNotFound when the origin does not exist.
+	// CreateSnapshot makes a thin snapshot (CowSize zero) or a copy-on-write
+	// one.
 	CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error)
-	// ActivateLV activates one LV (a thin LV's pool with it) and returns
-	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
-	// does not exist.
+	// ActivateLV activates an LV (and a thin LV's pool); an active one is
+	// returned as it is.
 	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
-	// DeactivateLV deactivates one LV; an inactive one is left as it is.
-	// lvm.ErrNotFound when the LV does not exist.
+	// DeactivateLV deactivates an LV; an inactive one is left as it is.
 	DeactivateLV(ctx context.Context, vg, name string) error
 }
 
 var _ LVM = (*lvm.Client)(nil)
 
-// Settler is an LVM whose mutations may outlive their callers (they are
-// never killed half-way, see lvm.Client): Settle returns once no mutation
-// of the volume group vg runs, or ctx ends (its error).
+// Settler's Settle returns once no mutation of vg runs (mutations are
+// never killed half-way and may outlive their callers), or ctx ends.
 type Settler interface {
 	Settle(ctx context.Context, vg string) error
 }
 
 var _ Settler = (*lvm.Client)(nil)
 
-// Copier copies the first size bytes of the device src to the device dst
-// and syncs dst; *blockcopy.Copier implements it. sparse skips the
-// source's all-zero chunks and dst's tail (blockcopy.Options.Sparse).
-// progress, when set, gets the bytes copied so far.
+// Copier copies size bytes of src to dst and syncs dst; sparse skips zero
+// chunks (blockcopy.Options.Sparse); progress gets the bytes copied.
 type Copier interface {
 	Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
 
 var _ Copier = blockcopy.Copier{}
 
-// SnapshotReader reads the state of a device-mapper device at a path
-// (dmsnapshot.Reader).
+// SnapshotReader reads a device-mapper snapshot's state (dmsnapshot.Reader).
 type SnapshotReader interface {
 	Read(path string) (dmsnapshot.State, error)
 }
 
-// Provisioner makes, finishes, copies, snapshots and removes the LVs of
-// this node's volumes.
+// Provisioner makes, copies, snapshots and removes this node's volume LVs.
 type Provisioner struct {
 	cfg   Config
 	locks *volumelock.Locks
-	// finishing zeroes and marks finished the new LVs, keyed by LV name,
-	// beyond the life of one call (erasing a large volume takes longer
-	// than csi-provisioner's deadline); the retries join it. An ended
-	// finishing is not kept: a retry reads the outcome from the LV's tags.
+	// finishing erases new LVs beyond one call (erasing a large volume outlasts
+	// csi-provisioner's deadline); retries join it. Ended work is not kept: a
+	// retry reads the outcome from the LV's tags.
 	finishing jobs.Set[*lvm.LogicalVolume]
 	// copying are the LV names whose data a Create copies into now,
 	// under their lock: a repeat of the Create that finds the lock held

@@ -125,10 +125,8 @@ type Provisioner struct {
 	// csi-provisioner's deadline); retries join it. Ended work is not kept: a
 	// retry reads the outcome from the LV's tags.
 	finishing jobs.Set[*lvm.LogicalVolume]
-	// copying are the LV names whose data a Create copies into now,
-	// under their lock: a repeat of the Create that finds the lock held
-	// says so (moveapi.ErrorCopyInProgress), so that its caller waits for
-	// the copy instead of giving up on it.
+	// copying holds the LV names a Create copies into now: a repeat that finds
+	// one says moveapi.ErrorCopyInProgress, so its caller waits for the copy.
 	copying sync.Map
 }
 
@@ -152,13 +150,11 @@ func New(cfg Config) *Provisioner {
 	return &Provisioner{cfg: cfg, locks: cfg.Locks}
 }
 
-// devicePath is the device node of an LV.
 func (p *Provisioner) devicePath(lv *lvm.LogicalVolume) string {
 	return lv.Device(p.cfg.DevDir)
 }
 
-// Lock takes the per-volume lock of an LV name; busy is ErrBusy (what
-// names the volume or snapshot in the message).
+// Lock takes the per-volume lock of lvName; busy is ErrBusy.
 func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 	if !p.locks.TryAcquire(lvName) {
 		if _, ok := p.copying.Load(lvName); ok {
@@ -169,23 +165,18 @@ func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 	return func() { p.locks.Release(lvName) }, nil
 }
 
-// Busy tells whether a CreateVolume or DeleteVolume of the LV name is in
-// flight (the orphan audit never counts such an LV as an orphan).
+// Busy tells whether a call holds lvName's lock; the orphan audit never
+// counts such an LV.
 func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
 
-// BusyNames lists, sorted, the names whose lock is held now: the LVs with
-// a call in flight (the node agent's inventory carries them to the
-// controller's audit).
+// BusyNames lists, sorted, the names whose lock is held now.
 func (p *Provisioner) BusyNames() []string { return p.locks.Keys() }
 
-// RemoveOrphan removes the carve LV vg/name that the audit found
-// orphaned and QuarantineOrphan quarantined (its name and tags must say
-// it was orphan-of orphanOf), under the same per-volume lock as
-// CreateVolume and DeleteVolume (busy is an error: the next pass tries
-// again), and clears the marks of its original name. An LV that is gone
-// is success; one without carve's owner tag, not quarantined from
-// orphanOf, with snapshots (carve's or any LV's whose origin it is), or
-// open, is refused.
+// RemoveOrphan removes carve LV vg/name that QuarantineOrphan quarantined
+// from orphanOf, under its per-volume lock (busy is an error: the next pass
+// tries again), and clears its original name's marks. A gone LV is success;
+// one not carve's, not quarantined from orphanOf, with snapshots, or open
+// is refused.
 func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf string) error {
 	if !p.locks.TryAcquire(name) {
 		return fmt.Errorf("LV %s: an operation is in flight", volume.VolumeID(vg, name))
@@ -207,7 +198,6 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf strin
 	if snaps := p.snapshotsOf(vg, name); len(snaps) > 0 {
 		return fmt.Errorf("LV %s has snapshots %v; carve removes it only once they are deleted", volume.VolumeID(vg, name), snaps)
 	}
-	// lvremove --yes would take another tool's snapshots with it too.
 	switch deps, err := p.dependentsOf(ctx, vg, name); {
 	case err != nil:
 		return fmt.Errorf("LV %s: looking for its snapshots: %w", volume.VolumeID(vg, name), err)
@@ -226,12 +216,9 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf strin
 	return nil
 }
 
-// Available tells whether an LV is a volume that CreateVolume has handed
-// out: not half-made (unfinished: a crash between lvcreate and its wipe or
-// erasure) and not a restore or clone whose copy is under way
-// (volume.TagCopyPending), nor an orphan the audit quarantined (renamed
-// carve-orphan-<hex>: no volume ID names it). A mark that cannot be read
-// counts as unfinished.
+// Available tells whether CreateVolume has handed lv out: not half-made,
+// not copy-pending, not a quarantined orphan. An unreadable mark counts as
+// unfinished.
 func (p *Provisioner) Available(lv *lvm.LogicalVolume) bool {
 	if volume.IsQuarantineName(lv.Name) {
 		return false
@@ -240,8 +227,7 @@ func (p *Provisioner) Available(lv *lvm.LogicalVolume) bool {
 	return err == nil && !half && !volume.CopyPending(lv.Tags)
 }
 
-// refreshAfter re-reads LVM after a mutation found less room than the
-// view, so that the capacity published next is true.
+// refreshAfter re-reads LVM after a mutation found less room than the view.
 func (p *Provisioner) refreshAfter(ctx context.Context, what string) {
 	if err := p.cfg.View.Refresh(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Refreshing the volume-group view failed", "after", what)

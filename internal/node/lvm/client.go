@@ -21,6 +21,7 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
+// Options configure a Client; the zero value is usable.
 type Options struct {
 	// Command is the lvm binary; default "lvm" from PATH.
 	Command string

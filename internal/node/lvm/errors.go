@@ -52,6 +52,7 @@ func (e *CommandError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the classification and the exec error.
 func (e *CommandError) Unwrap() []error {
 	var errs []error
 	if e.Kind != nil {

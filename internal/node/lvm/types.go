@@ -44,6 +44,7 @@ func (vg *VolumeGroup) MetadataFull() bool {
 // VolumeType is an LV's kind, from lv_attr's first character.
 type VolumeType string
 
+// The volume types carve distinguishes.
 const (
 	TypeThick    VolumeType = "thick"     // linear, striped, raid, mirror
 	TypeThin     VolumeType = "thin"      // a thin volume (V)
@@ -53,8 +54,10 @@ const (
 	TypeOther    VolumeType = "other"
 )
 
+// Health is an LV's health, from lv_attr's ninth character.
 type Health string
 
+// The health states of lv_attr.
 const (
 	HealthOK               Health = "ok"
 	HealthPartial          Health = "partial"            // p: a PV is missing

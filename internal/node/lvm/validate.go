@@ -71,6 +71,7 @@ func (o LVOptions) SizeUnit(extent uint64) uint64 {
 // IsZero reports whether o asks for LVM's defaults.
 func (o LVOptions) IsZero() bool { return o == LVOptions{} }
 
+// Validate checks a request before any command runs.
 func (r CreateRequest) Validate() error {
 	if err := lvmname.VG(r.VolumeGroup); err != nil {
 		return err

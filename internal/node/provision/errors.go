@@ -42,6 +42,7 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
+// Unwrap returns the kind, for errors.Is.
 func (e *Error) Unwrap() error { return e.Kind }
 
 // errorf formats %w as %v: the kind alone decides the answer.
@@ -49,6 +50,7 @@ func errorf(kind error, format string, args ...any) error {
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Errorf is errorf for the edge's own checks.
 func Errorf(kind error, format string, args ...any) error { return errorf(kind, format, args...) }
 
 func reasonf(kind error, reason, format string, args ...any) error {

@@ -328,6 +328,7 @@ func (f *LVM) RemoveLV(ctx context.Context, vg, name string) error {
 	return nil
 }
 
+// DeleteTags implements provision.LVM.
 func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -345,6 +346,7 @@ func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) e
 	return nil
 }
 
+// ChangeTags implements provision.TagLVM.
 func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -368,6 +370,7 @@ func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string
 	return nil
 }
 
+// DeactivateLV implements provision.LVM.
 func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()

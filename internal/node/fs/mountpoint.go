@@ -5,9 +5,8 @@ import (
 	"path/filepath"
 )
 
-// MakeMountPoint creates the mount point of a bind mount: an empty file for
-// a raw block volume, a directory for a filesystem; one that exists is left
-// alone.
+// MakeMountPoint creates a bind mount's mount point: a file for a raw block
+// volume, a directory for a filesystem; an existing one is left alone.
 func MakeMountPoint(target string, block bool) error {
 	if block {
 		return makeFile(target)
@@ -15,8 +14,6 @@ func MakeMountPoint(target string, block bool) error {
 	return os.MkdirAll(target, 0o750)
 }
 
-// makeFile creates path (and its parent) as an empty file, the mount point
-// of a raw block volume; an existing file is left alone.
 func makeFile(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
@@ -37,9 +34,8 @@ func IsDirectory(path string) (bool, error) {
 	return st.IsDir(), nil
 }
 
-// SamePath tells whether mounted, a mount point as the mount table shows
-// it (canonical), is ours, one of carve's own paths: only ours is resolved,
-// so that no other mount point is stat'ed.
+// SamePath tells whether mounted (canonical, from the mount table) is ours;
+// only ours is resolved, so no other mount point is stat'ed.
 func SamePath(mounted, ours string) bool {
 	r, err := filepath.EvalSymlinks(ours)
 	if err != nil {

@@ -34,14 +34,17 @@ func (h *HostMounter) WithContext(ctx context.Context) mount.Interface {
 	return &boundMounter{Interface: h.Interface, exec: h.exec, ctx: ctx}
 }
 
+// Mount runs under context.Background; FS never calls it.
 func (h *HostMounter) Mount(source, target, fsType string, options []string) error {
 	return h.WithContext(context.Background()).Mount(source, target, fsType, options)
 }
 
+// MountSensitive: see Mount.
 func (h *HostMounter) MountSensitive(source, target, fsType string, options, sensitive []string) error {
 	return h.WithContext(context.Background()).MountSensitive(source, target, fsType, options, sensitive)
 }
 
+// Unmount: see Mount.
 func (h *HostMounter) Unmount(target string) error {
 	return h.WithContext(context.Background()).Unmount(target)
 }

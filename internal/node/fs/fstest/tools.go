@@ -193,6 +193,7 @@ func (t *Tools) command(ctx context.Context, cmd string, args []string) utilexec
 	return testingexec.InitFakeCmd(fc, cmd, args...)
 }
 
+// LookPath finds every tool.
 func (t *Tools) LookPath(file string) (string, error) { return "/usr/sbin/" + file, nil }
 
 func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {

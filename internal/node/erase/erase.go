@@ -24,6 +24,7 @@ const (
 	// Write writes zeros from carve, for devices whose WRITE ZEROES is not
 	// trusted.
 	Write Method = "write"
+	// None erases nothing.
 	None  Method = "none"
 	// Signatures zeroes only the SignatureRegions, so NodeStage reads a new
 	// thick filesystem volume as blank without blkid. Not a class method.

@@ -29,6 +29,7 @@ func (l *Locks) TryAcquire(key string) bool {
 	return true
 }
 
+// Release frees key; a key not held is left alone.
 func (l *Locks) Release(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -43,6 +44,7 @@ func (l *Locks) IsHeld(key string) bool {
 	return busy
 }
 
+// Held tells how many keys are held.
 func (l *Locks) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -13,10 +13,9 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A snapshot's block map names, from device-mapper metadata without reading
-// data, where a snapshot holds data or where two snapshots may differ. The
-// devices are active, and the pool's metadata snapshot held, only while the
-// metadata is read, so nothing stays reserved while a slow client reads.
+// Block maps come from device-mapper metadata, without reading data. Devices
+// and the pool's metadata snapshot are held only while it is read, never
+// while a slow client reads the answer.
 
 // How a block map was made (BlockMap.Method).
 const (
@@ -29,15 +28,13 @@ const (
 type BlockMap struct {
 	// Capacity is the size of the snapshot's volume; every block lies below it.
 	Capacity uint64
-	// Blocks hold data or may differ: exact for a thin snapshot, a superset in
-	// chunks for a thick one.
+	// Blocks are exact for a thin snapshot, a superset in chunks for a thick one.
 	Blocks changemap.Set
 	Method string
 }
 
 // SnapshotAllocated is the block map of snapshot id's allocated blocks.
-// Errors: ErrInvalid, ErrNotFound, ErrBusy (being made or deleted),
-// ErrRefused (overflowed, or no blocks named).
+// Errors: ErrInvalid, ErrNotFound, ErrBusy, ErrRefused.
 func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMap, error) {
 	var m BlockMap
 	// A thick snapshot's answer is its size alone: no activation.
@@ -71,9 +68,8 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 	return m, nil
 }
 
-// SnapshotDelta is the block map of where snapshot targetID may differ from
-// the older baseID of the same volume (changedBlocks): exact for thin
-// snapshots, a superset for thick ones. Errors as SnapshotAllocated's.
+// SnapshotDelta is where snapshot targetID may differ from the older baseID
+// of the same volume (changedBlocks). Errors as SnapshotAllocated's.
 func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string) (BlockMap, error) {
 	var m BlockMap
 	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
@@ -107,9 +103,8 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 
 type snapshotArg struct{ field, id string }
 
-// withSnapshots runs read with args' snapshots found under their per-volume
-// locks and the devices device asks for active; it deactivates what it
-// activated and checks that no copy-on-write snapshot overflowed meanwhile.
+// withSnapshots runs read under the snapshots' per-volume locks with the
+// devices device asks for active, then checks no copy-on-write one overflowed.
 func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, device func(*lvm.LogicalVolume) bool, read func([]*lvm.LogicalVolume) error) error {
 	if p.cfg.Changes == nil {
 		return errorf(ErrRefused, "node %s names no blocks from device-mapper metadata", p.cfg.NodeName)
@@ -180,9 +175,8 @@ type thinIDReader interface {
 	ThinID(ctx context.Context, vg, name string) (uint64, error)
 }
 
-// thinIDFromLVM is lv with its thin ID from LVM's metadata when its pool is
-// active, so its blocks are read without activating it (most of a call's
-// time under a slow activation). Not ok otherwise; failures are logged.
+// thinIDFromLVM reads lv's thin ID from LVM when its pool is active, sparing
+// the activation, most of a call's time. Not ok otherwise.
 func (p *Provisioner) thinIDFromLVM(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, bool) {
 	r, ok := p.cfg.LVM.(thinIDReader)
 	if !ok || lv.Attr.Type != lvm.TypeThin || lv.Pool == "" || !p.cfg.Changes.PoolActive(lv.VolumeGroup, lv.Pool) {
@@ -199,8 +193,7 @@ func (p *Provisioner) thinIDFromLVM(ctx context.Context, lv *lvm.LogicalVolume) 
 }
 
 // deltaPair refuses a base that is not an older snapshot of the target's
-// volume. Snapshots taken in one second are not ordered: either order is
-// answered alike.
+// volume; snapshots of one second are not ordered.
 func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	bo, _ := volume.OriginFromTags(base.Tags)
 	to, _ := volume.OriginFromTags(target.Tags)
@@ -224,8 +217,7 @@ func snapshotCapacity(lv *lvm.LogicalVolume, field, id string) (uint64, error) {
 	return n, nil
 }
 
-// wrapBlocks: ErrUnavailable when another holds the pool's metadata
-// snapshot (a retry may succeed), ErrInternal otherwise.
+// wrapBlocks: ErrUnavailable while another holds the metadata snapshot.
 func wrapBlocks(err error, what string) error {
 	if errors.Is(err, changemap.ErrMetadataSnapHeld) {
 		return errorf(ErrUnavailable, "%s: %v", what, err)

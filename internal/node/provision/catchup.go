@@ -27,8 +27,7 @@ type CatchUpRequest struct {
 	VolumeID string
 	// Source is the source node's grant; Size is the source volume's.
 	Source RemoteSource
-	// Base is the snapshot of the source the target was made from (its
-	// from-snapshot tag).
+	// Base is the snapshot of the source the target was made from.
 	Base string
 }
 
@@ -41,8 +40,7 @@ type DeltaResult struct {
 }
 
 // DeltaPuller writes a catch-up stream into dst, syncs it and checks it
-// against the source's digest: whole, or only the places written when
-// sentOK and the source digests only those. peercopy.Puller is one.
+// against the source's digest (only the places written when sentOK).
 type DeltaPuller interface {
 	PullDelta(ctx context.Context, src RemoteSource, dst string, sentOK bool, progress func(uint64)) (DeltaResult, error)
 }
@@ -51,8 +49,7 @@ type tagAdder interface {
 	ChangeTags(ctx context.Context, vg, name string, add, del []string) error
 }
 
-// CatchUp brings volume r.VolumeID up to date from r.Source under its lock
-// (ErrBusy). ErrRefused: open, not made from r.Base, or of another size. The
+// CatchUp brings r.VolumeID up to date from r.Source under its lock. The
 // copy-pending tag comes off only once the data checked out and was synced.
 func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResult, error) {
 	var res DeltaResult
@@ -137,11 +134,10 @@ func (p *Provisioner) markCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.
 	return nil
 }
 
-// markThinCatchUp checks under the room lock that a catch-up into thin lv
-// fits its pool (a full pool stops every thin volume in it), and tags lv
-// before releasing the lock so the next check counts it. sentOK is false in
-// a pool that does not zero new blocks (read now: it may have changed),
-// where a new block keeps old data beside the writes.
+// markThinCatchUp checks under the room lock that the catch-up fits thin lv's
+// pool (a full pool stops all its volumes) and tags lv before unlocking.
+// sentOK is false in a pool that does not zero new blocks, where a new block
+// keeps old data beside the writes.
 func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.LogicalVolume) (sentOK bool, err error) {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 	cname, _ := volume.ClassFromTags(lv.Tags)
@@ -183,15 +179,12 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// ChangeFinder names from device-mapper metadata where a volume may differ
-// from a snapshot (a superset) and what a thin LV maps; devices must be
-// active. *changemap.Finder is one.
+// ChangeFinder names changes from device-mapper metadata; *changemap.Finder.
 type ChangeFinder interface {
 	ThinChanges(ctx context.Context, vg, pool, base, vol string) (changemap.Set, error)
 	SnapshotChanges(ctx context.Context, vg, snap string) (changemap.Set, error)
 	ThinMapped(ctx context.Context, vg, pool, vol string) (changemap.Set, error)
-	// The *OfIDs variants take LVM's thin IDs; the thin devices may be
-	// inactive, the pool must be active.
+	// The *OfIDs variants need only the pool active.
 	ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, volID uint64) (changemap.Set, error)
 	ThinMappedOfID(ctx context.Context, vg, pool string, id uint64) (changemap.Set, error)
 	PoolActive(vg, pool string) bool
@@ -210,8 +203,7 @@ type Delta struct {
 	Fallback string
 }
 
-// changes finds lv's changes since base with changedBlocks; an unmapped pair
-// or metadata failure falls back to the compare, and says why.
+// changes falls back to the compare, and says why, when changedBlocks fails.
 func (p *Provisioner) changes(ctx context.Context, lv, base *lvm.LogicalVolume) (method string, set changemap.Set, why string) {
 	method, set, err := p.changedBlocks(ctx, base, lv)
 	if err != nil {
@@ -229,9 +221,8 @@ func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (u
 	return lv.Size, nil
 }
 
-// ReadDelta hands read the devices of volumeID and its snapshot baseID and
-// the changes, under the volume's lock (ErrBusy). A volume opened meanwhile,
-// or an overflowed copy-on-write base, fails it (ErrRefused).
+// ReadDelta hands read the devices and changes under the volume's lock. A
+// volume opened meanwhile, or an overflowed base, is ErrRefused.
 func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, read func(Delta) error) error {
 	_, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {
@@ -286,9 +277,8 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 
 const afterReadTimeout = time.Minute
 
-// deltaSource finds volumeID and its snapshot baseID in LVM (whether a
-// volume is open changes without carve): ErrNotFound, or ErrRefused when the
-// volume is open or copy-pending, or the base overflowed.
+// deltaSource reads LVM (whether a volume is open changes without carve):
+// ErrNotFound, or ErrRefused when open, copy-pending, or the base overflowed.
 func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) (*lvm.LogicalVolume, *lvm.LogicalVolume, error) {
 	vg, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {

@@ -8,9 +8,8 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
-// Changed blocks are named in one place: a backup's delta (SnapshotDelta)
-// and a move's catch-up (ReadDelta) both call changedBlocks, so every move
-// runs the code a backup tool is answered with on real device-mapper.
+// A backup's delta and a move's catch-up both use changedBlocks, so every
+// move runs the code a backup tool is answered with.
 
 const (
 	// MapThinDelta: thin_delta, exact at the pool's block.

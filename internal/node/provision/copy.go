@@ -19,8 +19,7 @@ import (
 
 const copyTimeout = 12 * time.Hour
 
-// removeUnfinishedCopy removes an unfinished copy's thin LV so the copy goes
-// into a new LV, and re-reads the room.
+// removeUnfinishedCopy removes an unfinished copy's thin LV to copy anew.
 func (p *Provisioner) removeUnfinishedCopy(ctx context.Context, lv *lvm.LogicalVolume, c *createCall, room *vgview.Capacity) error {
 	if err := sameVolume(lv, c.Request); err != nil {
 		return err
@@ -38,9 +37,8 @@ func (p *Provisioner) removeUnfinishedCopy(ctx context.Context, lv *lvm.LogicalV
 	return nil
 }
 
-// copyInto copies src into dst (tagged TagCopyPending), then removes the tag;
-// sparse skips the source's zeros. A clone reads a temporary snapshot of its
-// source. The copy runs detached from the request and restarts when retried.
+// copyInto copies src into copy-pending dst, then removes the tag; a clone
+// reads a temporary snapshot. It runs detached and restarts when retried.
 func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	if src.remote != nil {
 		return p.pullInto(ctx, dst, class, src, phase, sparse)
@@ -85,8 +83,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 		copied = n
 	})
 	p.cfg.Metrics.ObserveStep(phase, metrics.StepCopy, class.Name, time.Since(t), err)
-	// A copy-on-write source that ran out of space was read half lost: the copy
-	// is not used, and stays unfinished.
+	// A copy-on-write source that overflowed was read half lost: keep unfinished.
 	unusable, aerr := p.sourceSpent(ctx, read)
 	if aerr == nil && unusable != nil {
 		return nil, errorf(ErrRefused, "source %s ran out of its snapshot space; the copy into %s is not used: %v", src.id, dst.Name, unusable)
@@ -97,8 +94,8 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	if aerr != nil {
 		return nil, wrap(aerr, "reading the copy's source "+from.VolumeGroup+"/"+from.Name+" after the copy")
 	}
-	// Synced: the copy is whole. The tag goes first, the temporary snapshot
-	// after (the retry or DeleteVolume removes one left by a crash).
+	// Synced: whole. The tag goes first; a crash leaves the temporary snapshot
+	// to the retry or DeleteVolume.
 	done, err := p.copied(ctx, write)
 	if err != nil {
 		return nil, err
@@ -107,8 +104,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	return done, nil
 }
 
-// sourceSpent tells whether copy-on-write snapshot lv ran out of space (from
-// the kernel, else LVM).
+// sourceSpent tells whether copy-on-write snapshot lv overflowed.
 func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (unusable, err error) {
 	if lv.Attr.Type != lvm.TypeSnapshot {
 		return nil, nil
@@ -132,8 +128,7 @@ func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (u
 	return SnapshotUsable(after), nil
 }
 
-// copyDevice returns lv with a device node, activating it when it has none
-// (after a reboot, or the activation-skip flag); activated says so.
+// copyDevice activates lv when it has no device node; activated says so.
 func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (got *lvm.LogicalVolume, activated bool, err error) {
 	if p.cfg.IsDeviceNode(p.devicePath(lv)) {
 		return lv, false, nil
@@ -168,8 +163,7 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *devi
 			srcClass = d
 		}
 	}
-	// Made under the room lock, so it never eats the spare a concurrent create
-	// or expansion counted on.
+	// Under the room lock, so it never eats the spare others counted on.
 	unlockRoom, err := p.cfg.View.LockRoom(ctx, src.VolumeGroup)
 	if err != nil {
 		return lvm.LogicalVolume{}, wrap(err, "the temporary snapshot of "+src.Name)

@@ -125,8 +125,7 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	return lv, nil
 }
 
-// provision returns the LV made before for a repeat, else a new one (made);
-// either may be unfinished.
+// provision returns the LV made before, else a new one (made).
 func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.LogicalVolume, made bool, err error) {
 	// Under the room lock shared with NodeExpandVolume: two requests that each
 	// fit alone must not both pass the check and together eat into the spare.
@@ -204,8 +203,7 @@ func (p *Provisioner) releaseRoomWhenSettled(ctx context.Context, vg string, unl
 
 const settledRefreshTimeout = time.Minute
 
-// existingWhileUnavailable still answers a retry for a volume made before
-// the class became unavailable; nothing new is made.
+// existingWhileUnavailable still answers a retry for a volume made before.
 func (p *Provisioner) existingWhileUnavailable(ctx context.Context, c *createCall, why error) (*lvm.LogicalVolume, error) {
 	lv, ok := p.cfg.View.FindLV(c.lvName)
 	if !ok {
@@ -226,11 +224,10 @@ func (p *Provisioner) existingWhileUnavailable(ctx context.Context, c *createCal
 	return &lv, nil
 }
 
-// sizeFor is the size of c's volume and resolves its source; an unreadable
-// source is an error only for a volume still to be made.
+// sizeFor also resolves c's source; an unreadable one matters only for a
+// volume still to be made.
 func (p *Provisioner) sizeFor(ctx context.Context, c *createCall, extent uint64) (uint64, error) {
-	// LVM rounds a striped LV to whole extents per stripe: round the same way
-	// so limit_bytes and the room check see what lvcreate makes.
+	// Round as lvcreate does (extents per stripe) for limit_bytes and room.
 	unit := extent
 	if !c.Class.Thin() {
 		unit = c.Class.LVCreateOptions.SizeUnit(extent)
@@ -247,18 +244,15 @@ func (p *Provisioner) sizeFor(ctx context.Context, c *createCall, extent uint64)
 	return size, nil
 }
 
-// lookupExisting answers a repeat from the LV made before; a half-made one
-// is removed (and the room re-read) to be made again.
+// lookupExisting answers a repeat; a half-made LV is removed to be remade.
 func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size uint64, room *vgview.Capacity) (lv *lvm.LogicalVolume, done bool, err error) {
 	found, ok := p.cfg.View.FindLV(c.lvName)
 	if ok && c.srcErr == nil && volume.CopyPending(found.Tags) && c.src.copiesIntoThin(c.Class) {
-		// A copy into a thin LV skips the source's zeros, which only a new LV
-		// reads as zeros.
+		// Only a new thin LV reads the skipped zeros as zeros.
 		return nil, false, p.removeUnfinishedCopy(ctx, &found, c, room)
 	}
 	if ok && (c.srcErr == nil && volume.CopyPending(found.Tags) || c.src != nil && c.src.thinInto(c.Class)) {
-		// An unfinished copy is redone by the caller; a thin volume from a smaller
-		// source is grown if a crash came between.
+		// The caller redoes an unfinished copy; a crash may have left it ungrown.
 		lv, err := p.existingFromSource(ctx, &found, c, size)
 		return lv, true, err
 	}
@@ -350,8 +344,7 @@ func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (l
 		if cerr := p.cfg.Marks.Clear(class.VolumeGroup, c.lvName); cerr != nil {
 			klog.FromContext(ctx).Error(cerr, "Clearing the mark of a volume LVM had no room for")
 		}
-		// Something outside carve took space: re-read so the capacity published
-		// next is true.
+		// Something outside carve took space: re-read for true capacity.
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Refreshing the volume-group view after an out-of-space lvcreate failed")
 		}
@@ -364,9 +357,8 @@ func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (l
 	return lv, true, nil
 }
 
-// existingAfterCreate answers when lvcreate found c's LV: the view missed
-// it, so LVM is asked and the call is a repeat. marked: the mark predates
-// this call.
+// existingAfterCreate answers when lvcreate found c's LV the view missed;
+// marked: the mark predates this call.
 func (p *Provisioner) existingAfterCreate(ctx context.Context, c *createCall, marked bool) (*lvm.LogicalVolume, error) {
 	class := c.Class
 	existing, err := p.cfg.LVM.GetLV(ctx, class.VolumeGroup, c.lvName)
@@ -377,8 +369,7 @@ func (p *Provisioner) existingAfterCreate(ctx context.Context, c *createCall, ma
 		return nil, err
 	}
 	if !class.Thin() && !marked {
-		// This call's own mark, on an LV made and finished before that the view
-		// missed.
+		// This call's mark, on an LV finished before that the view missed.
 		if err := p.cfg.Marks.Clear(class.VolumeGroup, c.lvName); err != nil {
 			return nil, errorf(ErrInternal, "volume %q: %v", c.Name, err)
 		}
@@ -430,8 +421,8 @@ func (p *Provisioner) unfinished(lv *lvm.LogicalVolume) (bool, error) {
 	return marked, nil
 }
 
-// redo removes a half-made LV, never handed out, so lvcreate makes it again.
-// ok is false when LVM shows it finished after all (the view was older).
+// redo removes a half-made LV, never handed out, to be made again; not ok
+// when LVM shows it finished after all.
 func (p *Provisioner) redo(ctx context.Context, lv *lvm.LogicalVolume) (ok bool, err error) {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 	// LVM decides, not the view: removing a handed-out volume loses data.

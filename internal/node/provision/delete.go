@@ -43,8 +43,7 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	}
 	class, _ = volume.ClassFromTags(lv.Tags)
 	if lv.Attr.Type != lvm.TypeThin {
-		// lvremove takes a thick origin's snapshots with it; a thin volume's
-		// snapshots outlive it.
+		// lvremove would take a thick origin's snapshots with it.
 		if snaps := p.snapshotsOf(vg, lvName); len(snaps) > 0 {
 			return class, errorf(ErrRefused, "volume %s has snapshots %s; delete them first (a thick volume's snapshots cannot outlive it)", id, strings.Join(snaps, ", "))
 		}
@@ -96,8 +95,7 @@ func (p *Provisioner) flushRemoval(ctx context.Context, vg, id string) error {
 	return nil
 }
 
-// notFinishing is ErrBusy while a given-up CreateVolume still erases
-// lvName; the caller's volume lock keeps new ones from starting.
+// notFinishing is ErrBusy while a given-up CreateVolume still erases lvName.
 func (p *Provisioner) notFinishing(lvName, id string) error {
 	if p.finishing.Running(lvName) {
 		return errorf(ErrBusy, "volume %s is still being prepared (a CreateVolume's erasure goes on); retry once it ends", id)
@@ -105,8 +103,7 @@ func (p *Provisioner) notFinishing(lvName, id string) error {
 	return nil
 }
 
-// DeleteSnapshot removes snapshot LV vg/lvName; one gone is deleted
-// already; not carve's, or one a copy reads now, is ErrRefused.
+// DeleteSnapshot removes snapshot LV vg/lvName; ErrRefused while copied.
 func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string) (class string, err error) {
 	unlock, err := p.Lock(lvName, "snapshot "+id)
 	if err != nil {
@@ -175,8 +172,7 @@ func vgMissing(id, vg string, err error) error {
 		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
 }
 
-// clearMark drops a removed LV's create and formatting marks; one left
-// over is harmless, as Create of the same name clears them too.
+// clearMark drops a removed LV's marks; a leftover is harmless.
 func (p *Provisioner) clearMark(ctx context.Context, vg, lv string) {
 	if err := errors.Join(p.cfg.Marks.Clear(vg, lv), p.clearFormatting(vg, lv)); err != nil {
 		klog.FromContext(ctx).Error(err, "Clearing the marks of a removed LV", "vg", vg, "lv", lv)

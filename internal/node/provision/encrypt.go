@@ -19,18 +19,15 @@ import (
 
 // Encryption is an encrypted volume's part of a Request.
 type Encryption struct {
-	// Key is the new volume's key; nil for a restore or clone, whose header
-	// comes with the source's data.
+	// Key is nil for a restore or clone: the header comes with the data.
 	Key []byte
-	// Token is the header's key ID and wrapped key; Create fills it for a
-	// restore or clone.
+	// Token is the header's key ID and wrapped key.
 	Token luks.Token
 }
 
 var luksMagic = []byte{'L', 'U', 'K', 'S', 0xba, 0xbe}
 
-// HasLUKSHeader tells whether the device at path starts with a LUKS header,
-// read in-process so a node without cryptsetup can tell.
+// HasLUKSHeader reads the magic in-process: no cryptsetup needed.
 func HasLUKSHeader(path string) (bool, error) {
 	f, err := os.Open(path) //nolint:gosec // G304: a device path carve derives from its own volume IDs
 	if err != nil {
@@ -51,8 +48,7 @@ func encryptionTags(r *Request) []string {
 	return []string{volume.TagEncrypted}
 }
 
-// checkSourceEncryption refuses a restore or clone whose source's encryption
-// is not the request's: ciphertext in a plain volume, or the reverse.
+// checkSourceEncryption refuses a restore or clone of other encryption.
 func checkSourceEncryption(r *Request, src *contentSource) error {
 	if src == nil || src.remote != nil {
 		return nil
@@ -112,8 +108,7 @@ func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *
 	if err != nil {
 		return wrap(err, "writing the LUKS2 header of "+dev)
 	}
-	// The header is the only way to the data: durable before CreateVolume
-	// answers.
+	// The header is the only way to the data: durable before answering.
 	if _, err := p.cfg.Eraser.Erase(ctx, dev, erase.Flush); err != nil {
 		return errorf(ErrInternal, "volume %q: flushing its LUKS2 header to the disk: %v", r.Name, err)
 	}
@@ -121,8 +116,7 @@ func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *
 	return nil
 }
 
-// cryptoErase destroys the header's keyslots before the LV is removed: the
-// data is unreadable from then on, so no zeroing pass is needed.
+// cryptoErase destroys the keyslots: the data is unreadable, no zeroing.
 func (p *Provisioner) cryptoErase(ctx context.Context, lv *lvm.LogicalVolume, id, class string) error {
 	if p.cfg.LUKS == nil {
 		return errorf(ErrUnavailable, "volume %s is encrypted and this node runs without cryptsetup; it cannot be crypto-erased here", id)

@@ -5,8 +5,7 @@ import (
 	"fmt"
 )
 
-// The kinds of lifecycle errors; an *Error carries one, and the CSI edge
-// maps each to a gRPC code.
+// The kinds of lifecycle errors; the CSI edge maps each to a gRPC code.
 var (
 	// ErrBusy: an operation on the volume is in flight; retry later.
 	ErrBusy = errors.New("busy")
@@ -30,13 +29,11 @@ var (
 	ErrInternal = errors.New("internal")
 )
 
-// Error is an error of one of the kinds above; its message is the one a
-// user sees, without the kind's name.
+// Error is an error of one kind; its message is what a user sees.
 type Error struct {
 	Kind error
 	Msg  string
-	// Reason is one of moveapi's Error* reasons, for callers that decide on
-	// it (an ErrorInfo in the status).
+	// Reason is a moveapi Error* reason, sent as an ErrorInfo.
 	Reason string
 }
 

@@ -26,8 +26,7 @@ func EraseMethodFor(class *deviceclass.DeviceClass, block bool) erase.Method {
 	return class.EraseMethod()
 }
 
-// clearsSignatures tells whether a new volume gets its signature regions
-// zeroed: a thick, empty filesystem volume.
+// clearsSignatures: a thick, empty filesystem volume.
 func clearsSignatures(r *Request) bool {
 	return !r.Class.Thin() && r.Source == nil && !r.Block && r.Encryption == nil
 }
@@ -59,8 +58,7 @@ func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bo
 func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {
-		// LVM and the marks decide, not the view: zeroing a volume already handed
-		// out would destroy its data.
+		// LVM and the marks decide: zeroing a handed-out volume destroys data.
 		cur, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s/%s before finishing it: %w", lv.VolumeGroup, lv.Name, err)
@@ -107,8 +105,7 @@ func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made 
 		}
 	}
 	if !flushed {
-		// lvm2 leaves the metadata in the disk's write cache: flush it, or the
-		// volume could vanish at a power cut after the answer.
+		// lvm2 leaves metadata in the disk's cache: flush, or a power cut undoes it.
 		if _, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Flush); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("flushing new volume %s/%s: %w", lv.VolumeGroup, lv.Name, err)
 		}

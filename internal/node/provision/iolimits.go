@@ -19,9 +19,8 @@ type TagLVM interface {
 
 var _ TagLVM = (*lvm.Client)(nil)
 
-// SetIOLimits records params' IO limits over vg/name's in its tags, under
-// its lock, and returns the limits it now has. Errors: ErrInvalid,
-// ErrNotFound, ErrBusy.
+// SetIOLimits records params' IO limits in vg/name's tags under its lock and
+// returns its limits. Errors: ErrInvalid, ErrNotFound, ErrBusy.
 func (p *Provisioner) SetIOLimits(ctx context.Context, vg, name string, params map[string]string) (volume.IOLimits, error) {
 	id := volume.VolumeID(vg, name)
 	if _, err := volume.ParseIOLimits(params, volume.IOLimits{}, false); err != nil {

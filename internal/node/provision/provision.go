@@ -41,15 +41,13 @@ type Config struct {
 	Metrics *metrics.Recorder
 	// Eraser zeroes new raw-block volumes; nil is erase.Devices.
 	Eraser erase.Eraser
-	// Copier copies a restore or clone that is not a thin snapshot in the
-	// class's own pool.
+	// Copier copies what is not a thin snapshot in the class's pool.
 	Copier Copier
 	// Puller copies from another node; nil makes none.
 	Puller Puller
 	// Snapshots reads a copy-on-write snapshot's kernel state; nil asks LVM.
 	Snapshots SnapshotReader
-	// Changes names changes from device-mapper metadata; nil makes every
-	// catch-up compare data.
+	// Changes names changes from metadata; nil makes catch-ups compare data.
 	Changes ChangeFinder
 	// Marks records thick LVs being made until ready; required.
 	Marks *marks.Marks
@@ -70,11 +68,9 @@ type Config struct {
 
 // LVM is what the provisioner needs of LVM; *lvm.Client implements it.
 type LVM interface {
-	// Report reads the named VGs (all when none); a missing named VG is
-	// lvm.ErrVolumeGroupNotFound.
+	// Report reads the named VGs (all when none).
 	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
-	// GetLV returns lvm.ErrNotFound, or lvm.ErrVolumeGroupNotFound (also an
-	// ErrNotFound) when the VG is missing.
+	// GetLV returns lvm.ErrNotFound or lvm.ErrVolumeGroupNotFound.
 	GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
 	// CreateLV returns lvm.ErrAlreadyExists when the name is taken.
 	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
@@ -84,11 +80,9 @@ type LVM interface {
 	DeleteTags(ctx context.Context, vg, name string, tags ...string) error
 	// RemoveLV returns lvm.ErrNotFound or lvm.ErrVolumeGroupNotFound.
 	RemoveLV(ctx context.Context, vg, name string) error
-	// CreateSnapshot makes a thin snapshot (CowSize zero) or a copy-on-write
-	// one.
+	// CreateSnapshot makes a thin (CowSize zero) or copy-on-write snapshot.
 	CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error)
-	// ActivateLV activates an LV (and a thin LV's pool); an active one is
-	// returned as it is.
+	// ActivateLV activates an LV and a thin LV's pool.
 	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
 	// DeactivateLV deactivates an LV; an inactive one is left as it is.
 	DeactivateLV(ctx context.Context, vg, name string) error
@@ -96,16 +90,15 @@ type LVM interface {
 
 var _ LVM = (*lvm.Client)(nil)
 
-// Settler's Settle returns once no mutation of vg runs (mutations are
-// never killed half-way and may outlive their callers), or ctx ends.
+// Settler's Settle waits until no mutation of vg runs (they may outlive
+// their callers), or ctx ends.
 type Settler interface {
 	Settle(ctx context.Context, vg string) error
 }
 
 var _ Settler = (*lvm.Client)(nil)
 
-// Copier copies size bytes of src to dst and syncs dst; sparse skips zero
-// chunks (blockcopy.Options.Sparse); progress gets the bytes copied.
+// Copier copies size bytes of src to dst and syncs dst.
 type Copier interface {
 	Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
@@ -125,8 +118,8 @@ type Provisioner struct {
 	// csi-provisioner's deadline); retries join it. Ended work is not kept: a
 	// retry reads the outcome from the LV's tags.
 	finishing jobs.Set[*lvm.LogicalVolume]
-	// copying holds the LV names a Create copies into now: a repeat that finds
-	// one says moveapi.ErrorCopyInProgress, so its caller waits for the copy.
+	// copying holds LVs a Create copies into: a repeat says
+	// moveapi.ErrorCopyInProgress so its caller waits.
 	copying sync.Map
 }
 
@@ -165,8 +158,7 @@ func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 	return func() { p.locks.Release(lvName) }, nil
 }
 
-// Busy tells whether a call holds lvName's lock; the orphan audit never
-// counts such an LV.
+// Busy tells whether a call holds lvName's lock.
 func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
 
 // BusyNames lists, sorted, the names whose lock is held now.

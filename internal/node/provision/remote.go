@@ -21,13 +21,11 @@ import (
 // checked the data's digest as received and as read back, so a copy cut
 // short is never handed out; the retry redoes it with a new grant.
 
-// RemoteSource is the copy ticket carve controller granted: one read of a
-// source on another node.
+// RemoteSource is the copy ticket carve controller granted.
 type RemoteSource = copyticket.Ticket
 
-// Puller fills dst from a remote source, checks the data against the
-// source's checksum, syncs dst and reads it back; sparse leaves chunks that
-// are zeros in the source unwritten. peercopy.Puller is one.
+// Puller fills dst from a remote source, checks its digest, syncs and reads
+// back; sparse leaves zero chunks unwritten.
 type Puller interface {
 	Pull(ctx context.Context, src RemoteSource, dst string, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
@@ -63,8 +61,7 @@ func (p *Provisioner) resolveRemote(rs *RemoteSource) (*contentSource, error) {
 	return &contentSource{size: rs.Size, id: rs.ID, snapshot: rs.Snapshot, remote: rs}, nil
 }
 
-// pullInto fills dst from a remote source, then removes its copy-pending
-// tag; it runs detached from the request.
+// pullInto fills copy-pending dst from a remote source, detached.
 func (p *Provisioner) pullInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
 	defer cancel()
@@ -103,8 +100,7 @@ func (p *Provisioner) copied(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.L
 	return &done, nil
 }
 
-// SourceSize is the volume size of a local snapshot or volume, for a copy
-// to another node: ErrNotFound or ErrRefused.
+// SourceSize is a local source's volume size, for a copy elsewhere.
 func (p *Provisioner) SourceSize(ctx context.Context, id string, snapshot bool) (uint64, error) {
 	src, err := p.resolveLocal(ctx, &Source{ID: id, Snapshot: snapshot})
 	if err != nil {

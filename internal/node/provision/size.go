@@ -55,8 +55,7 @@ func sizeFits(size uint64, r Range) bool {
 	return true
 }
 
-// sourceSize is the size of a volume made from a source: at least the
-// source's, rounded to unit, within the limit.
+// sourceSize is at least the source's size, rounded, within the limit.
 func sourceSize(size, srcSize, unit uint64, r Range) (uint64, error) {
 	if size >= srcSize {
 		return size, nil

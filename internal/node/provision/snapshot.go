@@ -28,8 +28,7 @@ type SnapshotRequest struct {
 }
 
 // Snapshot takes a snapshot, or returns the one of the same name and source
-// (another source is ErrMismatch). class is returned even on errors, for
-// metrics.
+// (another source is ErrMismatch); class is returned even on errors.
 func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.LogicalVolume, class string, err error) {
 	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
 	snapLV := volume.SnapshotLVNameFor(name)
@@ -152,8 +151,7 @@ func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) 
 	return p.cfg.View.FindLV(name)
 }
 
-// sourceLV finds the carve volume a snapshot or clone is taken of, in the
-// view else LVM: ErrNotFound when not on this node.
+// sourceLV finds the carve volume a snapshot or clone is of; ErrNotFound.
 func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if lv, ok := p.cfg.View.LV(vg, name); ok && p.cfg.Classes.HasVolumeGroup(vg) {
 		if k, _, owned := volume.Owned(lv.Tags); owned && k == volume.KindVolume {
@@ -175,8 +173,7 @@ func snapshotCompatible(lv *lvm.LogicalVolume, name, vg, origin string) error {
 	return nil
 }
 
-// SnapshotSize is the volume size a snapshot holds: a thin snapshot's own,
-// a copy-on-write snapshot's origin's from its tag.
+// SnapshotSize is a thin snapshot's own size, a copy-on-write one's origin's.
 func SnapshotSize(lv *lvm.LogicalVolume) uint64 {
 	if lv.Attr.Type != lvm.TypeSnapshot {
 		return lv.Size

@@ -75,9 +75,7 @@ func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSou
 	return &contentSource{lv: *lv, size: lv.Size, id: id}, nil
 }
 
-// sourceElsewhere is ErrNotFound: carve controller, not the agent (no API
-// access), knows the source's node and sends the clone there or grants a
-// copy.
+// sourceElsewhere is ErrNotFound: carve controller knows the source's node.
 func (p *Provisioner) sourceElsewhere(notHere error) error {
 	return errorf(ErrNotFound, "volume_content_source: %s (carve controller sends a clone to its source's node, or grants a copy from there)", notHere.Error())
 }
@@ -108,8 +106,7 @@ func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uin
 	})
 }
 
-// checkPoolRoom checks need(room) against the thin pool's real room,
-// re-reading LVM once before refusing. The caller holds the room lock.
+// checkPoolRoom re-reads LVM once before refusing; room lock held.
 func (p *Provisioner) checkPoolRoom(ctx context.Context, class *deviceclass.DeviceClass, need func(vgview.PoolRoom) uint64, refuse func(vgview.PoolRoom, uint64) error) error {
 	room, err := p.cfg.View.PoolRoom(class)
 	if err != nil {
@@ -136,9 +133,7 @@ func pendingNote(room vgview.PoolRoom) string {
 	return fmt.Sprintf(", less %d bytes that copies still running into it may write", room.Pending)
 }
 
-// sparseInto tells whether c's copy may skip zeros: its target is a thin LV
-// this call made in a pool that zeroes new blocks, so skipped chunks read
-// as zeros.
+// sparseInto: the target is a thin LV this call made in a zeroing pool.
 func (p *Provisioner) sparseInto(c *createCall) bool {
 	if !c.fresh || !c.Class.Thin() {
 		return false
@@ -206,8 +201,7 @@ func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size ui
 	return lv, nil
 }
 
-// existingFromSource grows a thin LV a crash left ungrown; one whose copy
-// did not finish is returned to be copied again.
+// existingFromSource grows a thin LV a crash left ungrown.
 func (p *Provisioner) existingFromSource(ctx context.Context, lv *lvm.LogicalVolume, c *createCall, size uint64) (*lvm.LogicalVolume, error) {
 	if err := sameVolume(lv, c.Request); err != nil {
 		return nil, err

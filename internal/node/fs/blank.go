@@ -17,11 +17,9 @@ const (
 	blankAlign = 4096
 )
 
-// ReadsBlank tells whether device reads as zeros in every region a
-// signature can live in (erase.SignatureRegions): then blkid would find
-// nothing. Any nonzero byte answers false, stricter than blkid, so leftover
-// data still goes to blkid, never straight to mkfs. It reads O_DIRECT where
-// the filesystem allows, so what is judged is on the device.
+// ReadsBlank tells whether device reads as zeros in every region a signature
+// can live in. Stricter than blkid: leftovers still go to blkid, never
+// straight to mkfs. O_DIRECT where allowed, so the device itself is judged.
 func ReadsBlank(device string) (bool, error) {
 	f, err := directio.Open(device, os.O_RDONLY, true)
 	if err != nil {
@@ -57,8 +55,7 @@ func ReadsBlank(device string) (bool, error) {
 	return true, nil
 }
 
-// allZero compares b with itself shifted by one: one vectorised
-// bytes.Equal and no buffer of zeros.
+// allZero compares b with itself shifted by one: no buffer of zeros.
 func allZero(b []byte) bool {
 	return len(b) == 0 || b[0] == 0 && bytes.Equal(b[1:], b[:len(b)-1])
 }

@@ -6,8 +6,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// contextExec binds the commands mount-utils starts (blkid, resize2fs,
-// xfs_growfs, btrfs) to the request's context.
+// contextExec binds mount-utils' commands to the request's context.
 type contextExec struct {
 	ctx  context.Context
 	exec utilexec.Interface

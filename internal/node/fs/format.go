@@ -27,9 +27,7 @@ type FormatResult struct {
 	Mount   time.Duration
 }
 
-// FormatAndMount implements Interface: read the signature, let check refuse
-// it, mkfs a device without any (or fsck an existing filesystem unless
-// read-only), then mount.
+// FormatAndMount implements Interface; its steps are timed here.
 func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error) {
 	// Checked here too, so nothing unchecked reaches mkfs.
 	if err := ValidateMkfsOptions(fsType, mkfsOptions); err != nil {
@@ -80,8 +78,7 @@ func (f *FS) formatAndMount(ctx context.Context, m mount.Interface, res *FormatR
 	return m.MountSensitive(device, target, fsType, append(slices.Clone(options), "defaults"), nil)
 }
 
-// mkfs runs mkfs.<fsType> with the checked options, then mount-utils' force
-// flags, then the device.
+// mkfs runs mkfs.<fsType>: the checked options, mount-utils' force flags.
 func (f *FS) mkfs(ctx context.Context, device, fsType string, options []string) error {
 	args := slices.Clone(options)
 	switch fsType {
@@ -104,8 +101,7 @@ const (
 	fsckUncorrected = 4
 )
 
-// fsck runs fsck -a before a read-write mount, as mount-utils does: only
-// errors it could not correct stop the mount.
+// fsck runs fsck -a before a read-write mount, as mount-utils does.
 func (f *FS) fsck(ctx context.Context, device string) error {
 	log := klog.FromContext(ctx).WithValues("device", device)
 	out, err := f.exec.CommandContext(ctx, "fsck", "-a", device).CombinedOutput()
@@ -127,8 +123,7 @@ func (f *FS) fsck(ctx context.Context, device string) error {
 	return nil
 }
 
-// signature reads what is on device: nothing when ReadsBlank, else blkid's
-// answer. blank tells which way was taken.
+// signature is blkid's answer unless ReadsBlank; blank says which.
 func (f *FS) signature(ctx context.Context, ex *contextExec, device string) (existing string, blank bool, err error) {
 	blank, err = ReadsBlank(device)
 	if err != nil {

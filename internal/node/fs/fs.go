@@ -1,7 +1,5 @@
-// Package fs formats, mounts, grows and measures carve's filesystems.
-// FormatAndMount formats only a device without any signature and checks an
-// existing filesystem with fsck. Commands run through k8s.io/utils/exec bound
-// to the caller's context; the node server uses Interface (fakes in fstest).
+// Package fs formats, mounts, grows and measures carve's filesystems, through
+// k8s.io/utils/exec bound to the caller's context.
 package fs
 
 import (
@@ -20,30 +18,26 @@ import (
 
 // Interface is what carve's node server needs of filesystems and mounts.
 type Interface interface {
-	// FormatAndMount reads device's signature once and hands it to check, whose
-	// error stops it. Then it formats device only when it carries no signature
-	// and options lack "ro", or runs fsck -a on an existing filesystem to be
-	// mounted read-write, and mounts it at target. Data is never formatted.
+	// FormatAndMount hands device's signature to check, whose error stops it;
+	// then it formats a device without any signature (unless "ro"), or fsck -a's
+	// an existing filesystem mounted read-write, and mounts. Data is never
+	// formatted.
 	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error)
-	// Mount mounts source at target; "bind" makes a bind mount, with "ro"
-	// applied by a remount as mount(8) requires.
+	// Mount mounts source at target; "bind" binds, with "ro" by a remount.
 	Mount(ctx context.Context, source, target, fsType string, options []string) error
-	// Cleanup unmounts target if mounted and removes it; a missing target is
-	// success.
+	// Cleanup unmounts and removes target; a missing target is success.
 	Cleanup(ctx context.Context, target string) error
 	// MountPoint returns the mount at path, nil when there is none.
 	MountPoint(path string) (*mount.MountPoint, error)
 	// MountsOf returns the paths where device is mounted, bind mounts included.
 	MountsOf(device string) ([]string, error)
-	// Resize grows device's filesystem, mounted at mountPath, to the device;
-	// false when it has no filesystem. A filesystem that fills it succeeds.
+	// Resize grows device's filesystem to the device; false without one.
 	Resize(ctx context.Context, device, mountPath string) (bool, error)
 	// Stats returns the usage of the filesystem that holds path.
 	Stats(path string) (Stats, error)
 	// DeviceSize returns the size in bytes of the block device at path.
 	DeviceSize(ctx context.Context, path string) (uint64, error)
-	// ProbeMkfs tells whether an mkfs of fsType on device ended
-	// (MkfsFinished), did not (MkfsUnfinished), or left nothing (NoFilesystem).
+	// ProbeMkfs tells whether an mkfs of fsType on device ended.
 	ProbeMkfs(ctx context.Context, device, fsType string) (MkfsState, error)
 }
 
@@ -53,8 +47,7 @@ type Stats struct {
 	TotalInodes, FreeInodes, UsedInodes   int64
 }
 
-// ContextMounter runs its mount and umount commands under a context; FS
-// uses WithContext when its mounter implements it.
+// ContextMounter runs mount and umount under a context.
 type ContextMounter interface {
 	mount.Interface
 	WithContext(ctx context.Context) mount.Interface
@@ -81,8 +74,7 @@ func (f *FS) bind(ctx context.Context) (mount.Interface, *contextExec) {
 	return m, &contextExec{ctx: ctx, exec: f.exec}
 }
 
-// DiskFormat returns blkid's filesystem type, "" without any signature, a
-// description for other data (a partition table).
+// DiskFormat returns blkid's type, "" without any signature.
 func (f *FS) DiskFormat(ctx context.Context, device string) (string, error) {
 	m, ex := f.bind(ctx)
 	return diskFormat(m, ex, device)
@@ -108,8 +100,7 @@ func (f *FS) Mount(ctx context.Context, source, target, fsType string, options [
 // Cleanup implements Interface.
 func (f *FS) Cleanup(ctx context.Context, target string) error {
 	m, _ := f.bind(ctx)
-	// The extensive check reads the mount table, so a bind mount within the
-	// same filesystem is seen too.
+	// The extensive check also sees a bind mount within one filesystem.
 	if err := mount.CleanupMountPoint(target, m, true); err != nil {
 		return fmt.Errorf("unmounting and removing %s: %w", target, err)
 	}
@@ -144,10 +135,9 @@ func (f *FS) MountPoint(path string) (*mount.MountPoint, error) {
 // tablePath drops the suffix the kernel adds for a deleted mount point.
 func tablePath(p string) string { return strings.TrimSuffix(p, `\040(deleted)`) }
 
-// MountsOf implements Interface. With mountinfo (HostMounter), a mount is
-// device's by device numbers, or, for a node bind-mounted from devtmpfs,
-// by the node it shows; otherwise by source name. Only device and devtmpfs
-// nodes are stat'ed, never another mount's mount point or source.
+// MountsOf implements Interface, matching mountinfo device numbers (or a
+// devtmpfs node's) where it can, else the source name. Only device and
+// devtmpfs nodes are stat'ed, never another mount's paths.
 func (f *FS) MountsOf(device string) ([]string, error) {
 	if mi, ok := f.mounter.(MountInfoLister); ok {
 		infos, err := mi.MountInfo()
@@ -193,16 +183,14 @@ func (f *FS) DeviceSize(ctx context.Context, path string) (uint64, error) {
 	return size, nil
 }
 
-// SameDevice tells whether two device paths name one device
-// (/dev/<vg>/<lv> and /dev/mapper/<vg>-<lv> both link to /dev/dm-N). Only
-// for carve's own paths; MountsOf uses sameSource.
+// SameDevice tells whether two of carve's device paths name one device
+// (both /dev/<vg>/<lv> and /dev/mapper/<vg>-<lv> link to /dev/dm-N).
 func SameDevice(a, b string) bool {
 	return a == b || resolve(a) == resolve(b)
 }
 
-// sameSource tells whether a mount's source names device. Only sources
-// under /dev (devtmpfs, in memory) are resolved, so nothing on another
-// mount is looked up.
+// sameSource resolves only sources under /dev (devtmpfs, in memory), so
+// nothing on another mount is looked up.
 func sameSource(source, device string) bool {
 	if source == device {
 		return true

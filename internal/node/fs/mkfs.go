@@ -11,9 +11,8 @@ import (
 // MkfsTypes are the filesystems carve makes.
 var MkfsTypes = []string{"ext4", "xfs", "btrfs"}
 
-// Makeable returns the MkfsTypes this host can make: ext4 and xfs, and
-// btrfs when mkfs.btrfs is found. The stage accepts all of MkfsTypes: it
-// mounts a filesystem made elsewhere without its mkfs.
+// Makeable returns the MkfsTypes this host can make (btrfs only with
+// mkfs.btrfs); stages mount all of them.
 func Makeable(lookPath func(file string) (string, error)) []string {
 	types := []string{"ext4", "xfs"}
 	if _, err := lookPath("mkfs.btrfs"); err == nil {
@@ -22,8 +21,7 @@ func Makeable(lookPath func(file string) (string, error)) []string {
 	return types
 }
 
-// OldestKernel is the oldest host kernel the default mkfs options keep
-// filesystems mountable on (RHEL 8's); docs/install.md lists it.
+// OldestKernel is the oldest kernel the default mkfs options support.
 const OldestKernel = "4.18"
 
 // defaultMkfsOptions: what the image's tools make must mount read-write on
@@ -58,9 +56,8 @@ type flagRule struct {
 	keys []string // subopts: the allowed keys
 }
 
-// mkfsFlags are the flags carve passes to each mkfs. Flags naming another
-// file or device, changing what is written where, or labelling every volume
-// the same (-L, -U) are left out on purpose.
+// mkfsFlags are the flags carve passes to each mkfs; flags naming other
+// files or devices, or labelling every volume alike, are left out.
 var mkfsFlags = map[string]map[string]flagRule{
 	"xfs": {
 		"-K": {kind: noValue},
@@ -103,8 +100,7 @@ var (
 	wordPattern    = regexp.MustCompile(`^[a-z0-9]+$`)
 )
 
-// ValidateMkfsOptions checks options (a flag, then its value) against the
-// flags carve allows for mkfs.<fsType>; nothing else reaches its argv.
+// ValidateMkfsOptions checks options against mkfs.<fsType>'s allowed flags.
 func ValidateMkfsOptions(fsType string, options []string) error {
 	flags, ok := mkfsFlags[fsType]
 	if !ok {

@@ -19,12 +19,10 @@ import (
 type MkfsState int
 
 const (
-	// NoFilesystem: no superblock of the type (blank, leftovers, another
-	// signature, or a type ProbeMkfs does not read).
+	// NoFilesystem: no superblock of the type.
 	NoFilesystem MkfsState = iota
-	// MkfsUnfinished: an xfs still flagged sb_inprogress (the kernel refuses to
-	// mount it), or an ext2/3/4 never mounted that does not check clean. It
-	// holds nobody's data.
+	// MkfsUnfinished: an xfs flagged sb_inprogress, or a never-mounted ext2/3/4
+	// that does not check clean. It holds nobody's data.
 	MkfsUnfinished
 	// MkfsFinished: a filesystem an mkfs finished; it may hold data.
 	MkfsFinished
@@ -55,15 +53,13 @@ const (
 	extMntOff     = extSuperblock + 52 // s_mnt_count: mounts since the last check
 )
 
-// HeadReader reads a device's first n bytes; an exec passed to New that
-// implements it (fstest) is used instead of the device.
+// HeadReader reads a device's first n bytes (fstest's fake).
 type HeadReader interface {
 	ReadHead(device string, n int) ([]byte, error)
 }
 
-// ProbeMkfs tells whether a stage's mkfs of fsType on device ended, from
-// the superblock and, for a never-mounted ext2/3/4, e2fsck -n -f. Only
-// MkfsUnfinished may be zeroed.
+// ProbeMkfs tells whether a stage's mkfs ended, from the superblock (and
+// e2fsck -n -f for a never-mounted ext). Only MkfsUnfinished may be zeroed.
 func (f *FS) ProbeMkfs(ctx context.Context, device, fsType string) (MkfsState, error) {
 	head, err := f.readHead(device)
 	if err != nil {

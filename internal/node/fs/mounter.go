@@ -12,9 +12,8 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// HostMounter is a real node's mounter: mount-utils reads the mount table,
-// and mount(8)/umount(8) run under the request's context (mount-utils'
-// own Mounter has none, so a hung mount would outlive its request).
+// HostMounter runs mount(8) and umount(8) under the request's context
+// (mount-utils' own Mounter has none: a hung mount outlives its request).
 type HostMounter struct {
 	mount.Interface
 	exec utilexec.Interface
@@ -49,8 +48,8 @@ func (h *HostMounter) Unmount(target string) error {
 	return h.WithContext(context.Background()).Unmount(target)
 }
 
-// CanSafelySkipMountPointCheck is false: carve's umount runs through exec
-// and does not ignore "not mounted", so the mount point is checked first.
+// CanSafelySkipMountPointCheck is false: carve's umount does not ignore
+// "not mounted".
 func (h *HostMounter) CanSafelySkipMountPointCheck() bool { return false }
 
 type boundMounter struct {
@@ -68,8 +67,7 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	if !bind {
 		return b.run(source, target, fsType, options, sensitive)
 	}
-	// A remount without the source's flags fails on a locked mount with a
-	// message that hides the cause.
+	// A remount without the source's flags fails on a locked mount, obscurely.
 	flags, err := sourceFlags(source)
 	if err != nil {
 		return err
@@ -77,15 +75,13 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	if err := b.run(source, target, fsType, bindOpts, nil); err != nil {
 		return err
 	}
-	// A bind mount ignores options: apply them with a remount, repeating the
-	// source's flags so the kernel accepts it.
+	// A bind ignores options: remount with them and the source's flags.
 	remountOpts = append(remountOpts, flags...)
 	err = b.run(source, target, fsType, remountOpts, remountSensitive)
 	if err == nil {
 		return nil
 	}
-	// Never leave the bind without its options: undo it, even when ctx ended,
-	// so the retry starts from nothing.
+	// Never leave the bind without its options, even when ctx ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), rollbackTimeout)
 	defer cancel()
 	if out, uerr := b.exec.CommandContext(ctx, "umount", target).CombinedOutput(); uerr != nil {
@@ -125,8 +121,7 @@ func (b *boundMounter) Unmount(target string) error {
 	return nil
 }
 
-// sourceFlags: the kernel refuses to drop nosuid, nodev, noexec of a locked
-// mount in a bind remount.
+// sourceFlags: a bind remount may not drop a locked mount's flags.
 func sourceFlags(source string) ([]string, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(source, &st); err != nil {

@@ -5,8 +5,7 @@ import (
 	"path/filepath"
 )
 
-// MakeMountPoint creates a bind mount's mount point: a file for a raw block
-// volume, a directory for a filesystem; an existing one is left alone.
+// MakeMountPoint creates a file (raw block) or directory mount point.
 func MakeMountPoint(target string, block bool) error {
 	if block {
 		return makeFile(target)
@@ -34,8 +33,7 @@ func IsDirectory(path string) (bool, error) {
 	return st.IsDir(), nil
 }
 
-// SamePath tells whether mounted (canonical, from the mount table) is ours;
-// only ours is resolved, so no other mount point is stat'ed.
+// SamePath resolves only ours, so no other mount point is stat'ed.
 func SamePath(mounted, ours string) bool {
 	r, err := filepath.EvalSymlinks(ours)
 	if err != nil {

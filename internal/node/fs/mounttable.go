@@ -8,8 +8,7 @@ import (
 	mount "k8s.io/mount-utils"
 )
 
-// MountInfoLister also reads mountinfo (device numbers and root), so a
-// device's mounts are found without stat'ing their mount points.
+// MountInfoLister reads mountinfo, so mounts need no stat.
 type MountInfoLister interface {
 	MountInfo() ([]mount.MountInfo, error)
 }
@@ -29,10 +28,8 @@ func (h *HostMounter) MountInfo() ([]mount.MountInfo, error) {
 	return infos, nil
 }
 
-// mountsOfDevice returns the mount points showing device: a filesystem on
-// it, or its node bind-mounted from devtmpfs, found under this namespace's
-// /dev from the bind's root so the bind's own mount point (maybe another
-// pod's) is never stat'ed.
+// mountsOfDevice returns the mount points showing device, a bind-mounted
+// devtmpfs node found via the bind's root so no mount point is stat'ed.
 func mountsOfDevice(infos []mount.MountInfo, device string) ([]string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(device, &st); err != nil {

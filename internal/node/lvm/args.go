@@ -42,10 +42,8 @@ func createArgs(req CreateRequest, size uint64) []string {
 	return append(args, req.VolumeGroup)
 }
 
-// snapshotArgs builds lvcreate for a copy-on-write snapshot of size bytes,
-// or a thin snapshot when size is zero. The activation-skip flag is set as
-// asked, never left to lvm.conf: a kept snapshot stays inactive, one used
-// as a volume must come up after a reboot.
+// snapshotArgs builds lvcreate for a copy-on-write snapshot, or a thin one
+// when size is zero. activation-skip is set as asked, never left to lvm.conf.
 func snapshotArgs(req SnapshotRequest, size uint64) []string {
 	args := []string{"lvcreate", "--yes", "--snapshot"}
 	if size > 0 {
@@ -109,8 +107,7 @@ func removeArgs(vg, name string) []string {
 	return []string{"lvremove", "--yes", vg + "/" + name}
 }
 
-// roundToExtents rounds size up to whole extents (per stripe for striped
-// LVs) as LVM does; zero becomes one extent.
+// roundToExtents rounds up to extents (per stripe) as LVM does; 0 is one.
 func roundToExtents(size, extent uint64, stripes int) uint64 {
 	n := (size + extent - 1) / extent
 	if n == 0 {
@@ -123,8 +120,7 @@ func roundToExtents(size, extent uint64, stripes int) uint64 {
 	return n * extent
 }
 
-// extentsNeeded is the free extents an LV of n extents takes: raid1 keeps a
-// full copy per image plus one metadata extent each.
+// extentsNeeded: raid1 takes a copy and a metadata extent per image.
 func extentsNeeded(n uint64, o LVOptions) uint64 {
 	if o.Mirrors > 0 {
 		return uint64(o.Mirrors+1) * (n + 1)

@@ -36,9 +36,8 @@ func commandFacts(err error) (exitCode int, stderr string, ok bool) {
 	return ce.ExitCode, ce.Stderr, true
 }
 
-// failureState reads the state of vg needed to classify err; a returned
-// error is for the caller to return as is. Only vg is read, so another
-// unreadable VG does not stop the classification.
+// failureState reads only vg, so another unreadable VG does not stop the
+// classification; a returned error is returned as is.
 func (c *Client) failureState(ctx context.Context, vg, what string, err error) (*Report, int, string, error) {
 	code, stderr, ok := commandFacts(err)
 	if !ok || ctx.Err() != nil {
@@ -142,8 +141,7 @@ func (c *Client) explainSnapshot(ctx context.Context, vg, origin, name string, e
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// explainExtend classifies a failed lvextend; an LV found large enough
-// (grown meanwhile) is a success.
+// explainExtend: an LV grown large enough meanwhile is a success.
 func (c *Client) explainExtend(ctx context.Context, lv *LogicalVolume, size, extents uint64, err error) (*LogicalVolume, error) {
 	what := fmt.Sprintf("extending %s/%s", lv.VolumeGroup, lv.Name)
 	rep, _, stderr, ferr := c.failureState(ctx, lv.VolumeGroup, what, err)
@@ -206,8 +204,7 @@ func (c *Client) explainRename(ctx context.Context, vg, name, newName string, er
 	})
 }
 
-// explainLV classifies a failed command on vg/name: the VG or LV gone, then
-// what more explains, else the command's own error.
+// explainLV: the VG or LV gone, then more, else the command's error.
 func (c *Client) explainLV(ctx context.Context, vg, name, what string, err error, more func(*Report) error) error {
 	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
 	if rep == nil {
@@ -227,8 +224,7 @@ func (c *Client) explainLV(ctx context.Context, vg, name, what string, err error
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// explainActivate classifies a failed activation; an LV found active after
-// all is a success.
+// explainActivate: an LV found active after all is a success.
 func (c *Client) explainActivate(ctx context.Context, vg, name string, err error) (*LogicalVolume, error) {
 	what := fmt.Sprintf("activating %s/%s", vg, name)
 	rep, _, _, ferr := c.failureState(ctx, vg, what, err)

@@ -44,8 +44,7 @@ type Client struct {
 	hungGrace time.Duration
 
 	mu sync.Mutex
-	// extents caches each VG's extent size (fixed at vgcreate), so CreateLV
-	// need not read the LV back.
+	// extents caches each VG's extent size, fixed at vgcreate.
 	extents map[string]uint64
 }
 
@@ -149,8 +148,7 @@ func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, erro
 	return v, nil
 }
 
-// lvsFailed tells a read of a missing vg (ErrVolumeGroupNotFound) by
-// reading the VG, not the message.
+// lvsFailed tells a missing vg by reading it, not by the message.
 func (c *Client) lvsFailed(ctx context.Context, vg string, err error) error {
 	if vg == "" || ctx.Err() != nil {
 		return err
@@ -177,8 +175,7 @@ func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error
 	return parseLVs(out)
 }
 
-// FindByTag returns the LVs that carry tag (any VG when vg is empty); none,
-// or a missing vg, is an empty slice.
+// FindByTag returns the LVs carrying tag; none is an empty slice.
 func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume, error) {
 	if err := lvmname.Tag(tag); err != nil {
 		return nil, err
@@ -212,8 +209,7 @@ func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, er
 	if err := validateLV(vg, name); err != nil {
 		return nil, err
 	}
-	// A selection answers an empty report for a missing LV, unlike "vg/name":
-	// not found is a fact of the data, not of a message.
+	// A selection makes a missing LV an empty report, not a message.
 	out, err := c.run(ctx, lvsArgs(false, "-S", fmt.Sprintf("lv_name=%q", name), vg)...)
 	if err != nil {
 		return nil, c.lvsFailed(ctx, vg, fmt.Errorf("reading logical volume %s/%s: %w", vg, name, err))
@@ -245,8 +241,7 @@ func (c *Client) ThinID(ctx context.Context, vg, name string) (uint64, error) {
 	return parseThinID(out, vg, name)
 }
 
-// parseThinID reads the one row of `lvs -o lv_name,thin_id` (one row per
-// segment).
+// parseThinID reads `lvs -o lv_name,thin_id` (one row per segment).
 func parseThinID(out []byte, vg, name string) (uint64, error) {
 	var r struct {
 		Report []struct {

@@ -19,8 +19,7 @@ type vgLock struct {
 	refs int           // holders and waiters; the entry goes when it drops to 0
 }
 
-// Lock takes vg's lock and returns its release; ctx's error if ctx ends
-// first.
+// Lock takes vg's lock and returns its release.
 func (l *VGLocks) Lock(ctx context.Context, vg string) (func(), error) {
 	l.mu.Lock()
 	if l.locks == nil {

@@ -69,8 +69,7 @@ func sortedTags(tags []string) []string {
 	return slices.Compact(t)
 }
 
-// CreateThinSnapshot is CreateSnapshot of a thin origin without
-// activation-skip.
+// CreateThinSnapshot snapshots a thin origin without activation-skip.
 func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string, tags []string) (*LogicalVolume, error) {
 	return c.CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: vg, Origin: origin, Name: name, Tags: tags})
 }
@@ -145,8 +144,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 	return lv, nil
 }
 
-// ExtendLV grows an LV to at least size bytes; one that large is returned
-// without lvextend. ErrNotFound, ErrInsufficientSpace.
+// ExtendLV grows an LV to at least size bytes; no-op when large enough.
 func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*LogicalVolume, error) {
 	if err := validateLV(vg, name); err != nil {
 		return nil, err
@@ -221,8 +219,7 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	return got, nil
 }
 
-// DeactivateLV deactivates vg/name; an inactive LV is left as it is. An
-// open LV is lvchange's own error.
+// DeactivateLV deactivates vg/name; an inactive LV is left as it is.
 func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 	if err := c.changeLV(ctx, vg, name, "deactivating", deactivateArgs(vg, name)); err != nil {
 		return err
@@ -252,8 +249,7 @@ func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, e
 	return nil
 }
 
-// DeleteTags takes tags off vg/name in one commit; a missing tag is no
-// error, so a repeat converges. ErrNotFound, ErrVolumeGroupNotFound.
+// DeleteTags takes tags off vg/name in one commit; missing tags are fine.
 func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
 	if len(tags) == 0 {
 		return invalid("deleting tags of %s/%s: no tag named", vg, name)
@@ -268,8 +264,7 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 	return nil
 }
 
-// ChangeTags takes del off and puts add on vg/name in one commit, converging
-// on repeat. ErrNotFound, ErrVolumeGroupNotFound.
+// ChangeTags changes vg/name's tags in one commit, converging on repeat.
 func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
 	if len(add)+len(del) == 0 {
 		return invalid("changing tags of %s/%s: no tag named", vg, name)
@@ -284,8 +279,7 @@ func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []str
 	return nil
 }
 
-// RenameLV renames vg/name (an active LV's device node follows).
-// ErrNotFound, ErrAlreadyExists.
+// RenameLV renames vg/name; ErrNotFound, ErrAlreadyExists.
 func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
 	if err := lvmname.VG(vg); err != nil {
 		return err

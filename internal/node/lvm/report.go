@@ -10,8 +10,7 @@ import (
 	"time"
 )
 
-// State is read from JSON reports in bytes without suffixes, so nothing
-// depends on the locale or column layout. LVM prints every value as a string.
+// JSON reports in bytes without suffixes: independent of locale and layout.
 var reportFlags = []string{"--reportformat", "json", "--units", "b", "--nosuffix"}
 
 // The fields carve reads. Selections quote names; validation keeps quotes out.
@@ -212,9 +211,8 @@ func decodeReport(stdout []byte) (*jsonReport, error) {
 	return &r, nil
 }
 
-// parseReport turns fullreport's (or vgs/lvs's) JSON into a Report. Thin
-// pools come from the LVs: usage from the pool's row, virtual size and
-// count from the thin LVs naming it.
+// parseReport turns fullreport's JSON into a Report; thin pools' virtual
+// size and count come from their thin LVs.
 func parseReport(stdout []byte) (*Report, error) {
 	raw, err := decodeReport(stdout)
 	if err != nil {

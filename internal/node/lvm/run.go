@@ -28,8 +28,8 @@ type output struct {
 	ExitCode int
 }
 
-// runner runs one lvm command line. A non-zero exit is an output; the error
-// is for commands that could not run or were stopped. Tests replace it.
+// runner runs one lvm command line; a non-zero exit is an output, not an
+// error. Tests replace it.
 type runner interface {
 	run(ctx context.Context, args []string) (output, error)
 }
@@ -44,8 +44,7 @@ type execRunner struct {
 	killDelay time.Duration
 }
 
-// commandEnv keeps the caller's environment (LVM_SYSTEM_DIR), sets the C
-// locale and no fd-leak warnings, then opts.Env, which wins.
+// commandEnv sets the C locale and no fd-leak warnings; opts.Env wins.
 func commandEnv(extra []string) []string {
 	env := append(os.Environ(), "LC_ALL=C", "LVM_SUPPRESS_FD_WARNINGS=1")
 	return append(env, extra...)
@@ -100,8 +99,7 @@ const (
 	archiveRetention = "backup/retain_days=0"
 )
 
-// withMutationConfig adds --config after a mutation's subcommand
-// (archiveRetention not for an activation).
+// withMutationConfig adds --config after a mutation's subcommand.
 func withMutationConfig(args []string) []string {
 	if len(args) == 0 {
 		return args
@@ -187,8 +185,7 @@ func (c *Client) mutate(ctx context.Context, unlock *func(), args ...string) ([]
 	return nil, &CommandError{Args: args, ExitCode: -1, Err: fmt.Errorf("still running, left to finish in the background: %w", ctx.Err())}
 }
 
-// Settle returns once no mutation of vg runs (abandoned ones included), or
-// ctx ends.
+// Settle waits until no mutation of vg runs, or ctx ends.
 func (c *Client) Settle(ctx context.Context, vg string) error {
 	unlock, err := c.locks.Lock(ctx, vg)
 	if err != nil {

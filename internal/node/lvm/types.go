@@ -35,8 +35,7 @@ type VolumeGroup struct {
 // bytes: 1100 volumes fill 1 MiB).
 const LVMetadataBytes = 2048
 
-// MetadataFull tells whether the metadata area cannot take one more LV;
-// never without metadata figures.
+// MetadataFull tells whether the metadata area cannot take one more LV.
 func (vg *VolumeGroup) MetadataFull() bool {
 	return vg.MetadataAreaSize > 0 && vg.MetadataAreaFree < LVMetadataBytes
 }
@@ -132,8 +131,7 @@ type Report struct {
 	ReadAt         time.Time
 }
 
-// LVOptions are the extra lvcreate options carve allows; zero is LVM's
-// defaults.
+// LVOptions are the extra lvcreate options carve allows.
 type LVOptions struct {
 	Stripes    int    `json:"stripes,omitempty"`
 	StripeSize uint64 `json:"stripeSize,omitempty"`
@@ -158,8 +156,7 @@ type SnapshotRequest struct {
 	Origin      string
 	Name        string
 	Tags        []string
-	// CowSize makes a copy-on-write snapshot of a thick origin; zero a thin
-	// snapshot of a thin origin.
+	// CowSize makes a copy-on-write snapshot; zero a thin one.
 	CowSize uint64
 	// OriginLV, when set, saves reading the origin: one lvcreate.
 	OriginLV *LogicalVolume
@@ -173,8 +170,7 @@ type Observer interface {
 	ObserveCommand(command string, duration time.Duration, err error)
 }
 
-// Device is lv's device node: the reported path, else
-// <devDir>/<vg>/<lv>.
+// Device is lv's device node: the reported path, else <devDir>/<vg>/<lv>.
 func (lv *LogicalVolume) Device(devDir string) string {
 	if lv.Path != "" {
 		return lv.Path

@@ -12,8 +12,7 @@ import (
 const (
 	MaxStripes = 128
 	MaxMirrors = 9
-	// MaxSize keeps extent arithmetic far from overflow; LVM's own limit is
-	// 8 EiB.
+	// MaxSize keeps extent arithmetic far from overflow.
 	MaxSize       = 1 << 62
 	minStripeSize = 4 << 10
 )
@@ -59,8 +58,7 @@ func (o LVOptions) Validate() error {
 	return nil
 }
 
-// SizeUnit is what LVM rounds an LV's size to: one extent, or one per
-// stripe. A caller that must stay within a limit rounds to this.
+// SizeUnit is what LVM rounds an LV's size to; limits round to it.
 func (o LVOptions) SizeUnit(extent uint64) uint64 {
 	if o.Stripes > 1 {
 		return extent * uint64(o.Stripes)

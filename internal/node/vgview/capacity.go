@@ -14,11 +14,9 @@ type Capacity struct {
 	// MaxVolume is the largest single volume that fits now.
 	MaxVolume  uint64
 	ExtentSize uint64
-	// Ceiling is the largest volume the class could ever hold here; expansion
-	// above it is OUT_OF_RANGE. Not reported to Kubernetes.
+	// Ceiling is the most the class could ever hold here (not reported).
 	Ceiling uint64
-	// MetadataFull: the metadata area cannot take one more volume, so
-	// Available and MaxVolume are 0 whatever the free extents.
+	// MetadataFull: no room for one more volume's metadata, so no capacity.
 	MetadataFull bool
 }
 

@@ -2,8 +2,7 @@ package vgview
 
 import "sync"
 
-// signal closes each Wait channel at the next fire; nothing is allocated
-// while nobody waits.
+// signal allocates nothing while nobody waits.
 type signal struct {
 	mu sync.Mutex
 	ch chan struct{}
@@ -27,7 +26,6 @@ func (s *signal) fire() {
 	}
 }
 
-// Changes returns a channel closed at the view's next change (a refresh,
-// failed or not, or Created, Removed, Extended). Take it before reading the
-// view so no change is missed; changes coalesce, and one may change nothing.
+// Changes returns a channel closed at the view's next change. Take it before
+// reading the view so no change is missed.
 func (v *View) Changes() <-chan struct{} { return v.changes.wait() }

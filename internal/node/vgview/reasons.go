@@ -15,8 +15,7 @@ const (
 	ReasonThinPoolMissing  = "thin-pool-missing"  // a configured thin pool does not exist
 	ReasonThinPoolUnusable = "thin-pool-unusable" // a configured thin pool is failed, read-only or partial
 	ReasonUnknown          = "not-ready"          // an error that carries no reason
-	// ReasonMetadataFull is not Ready's: such a class has no capacity, but its
-	// volumes serve on.
+	// ReasonMetadataFull is not Ready's: the volumes serve on.
 	ReasonMetadataFull = "metadata-full"
 )
 
@@ -31,8 +30,7 @@ func (e *NotReadyError) Unwrap() error { return e.Err }
 
 func notReady(reason string, err error) error { return &NotReadyError{Reason: reason, Err: err} }
 
-// Reasons are err's reason codes, sorted and unique: the outermost on each
-// branch of its tree, ReasonUnknown for a branch without one.
+// Reasons are err's reason codes, sorted and unique.
 func Reasons(err error) []string {
 	var out []string
 	var walk func(error)

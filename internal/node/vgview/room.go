@@ -58,8 +58,7 @@ func (v *View) RoomToGrow(d *deviceclass.DeviceClass, from, to uint64) (uint64, 
 	return size, nil
 }
 
-// Extended applies a growth to the view at once so the next room check
-// counts it, and asks for a refresh soon.
+// Extended applies a growth at once so the next room check counts it.
 func (v *View) Extended(before, after lvm.LogicalVolume) {
 	defer v.changes.fire()
 	v.mu.Lock()
@@ -73,20 +72,17 @@ func (v *View) Extended(before, after lvm.LogicalVolume) {
 	v.applyLocked(lvm.LogicalVolume{VolumeGroup: after.VolumeGroup, Pool: after.Pool, Size: after.Size - before.Size}, +1)
 }
 
-// PoolRoom is the real room of a thin class's pool: what written data (a
-// copy) may take, without the ratio.
+// PoolRoom is what written data may take of a thin pool.
 type PoolRoom struct {
 	Pool string
 	// Free is the free data space minus the spare and Pending.
 	Free uint64
-	// Pending is the virtual size of copy-pending LVs in the pool: each may
-	// write up to its size.
+	// Pending: copy-pending LVs may each write up to their size.
 	Pending       uint64
 	ZeroNewBlocks bool
 }
 
-// PoolRoom is thin class d's pool's real room; call it holding the room
-// lock.
+// PoolRoom is d's pool's real room; hold the room lock.
 func (v *View) PoolRoom(d *deviceclass.DeviceClass) (PoolRoom, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()

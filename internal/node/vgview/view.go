@@ -23,8 +23,7 @@ import (
 
 // Reporter reads LVM state with one command; *lvm.Client implements it.
 type Reporter interface {
-	// Report reads the named VGs (all when none); a single missing one is
-	// lvm.ErrVolumeGroupNotFound.
+	// Report reads the named VGs (all when none).
 	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
 }
 
@@ -42,14 +41,12 @@ type View struct {
 	vgs   map[string]lvm.VolumeGroup
 	lvs   map[string]lvm.LogicalVolume // key vg/name
 	pools map[string]lvm.ThinPool      // key vg/name
-	// unreadable holds the VGs whose last read failed: their last known state
-	// stays, and their classes are unavailable.
+	// unreadable VGs keep their last state; their classes are unavailable.
 	unreadable map[string]error
 	readAt     time.Time
 	lastErr    error
 	loaded     bool
-	// lastRead is when a report last came back, even one discarded for a racing
-	// mutation; staleAfter (0: never) bounds its age for Ready.
+	// lastRead counts discarded reports too; staleAfter bounds its age.
 	lastRead   time.Time
 	staleAfter time.Duration
 	now        func() time.Time
@@ -193,8 +190,7 @@ func (v *View) read(ctx context.Context, vgs []string) (r *lvm.Report, unreadabl
 	return r, unreadable, nil
 }
 
-// Run refreshes every interval, and settle after a mutation, until ctx
-// ends. Errors are logged; Ready shows them.
+// Run refreshes periodically and after mutations until ctx ends.
 func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -270,8 +266,7 @@ func (v *View) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Serving is nil once the view was read, its last refresh succeeded and at
-// least one configured VG was readable.
+// Serving is nil once a VG was read and the last refresh succeeded.
 func (v *View) Serving() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -374,8 +369,7 @@ func (v *View) Pool(vg, name string) (lvm.ThinPool, bool) {
 	return p, ok
 }
 
-// Changed asks for a refresh soon after a mutation the caller cannot
-// describe.
+// Changed asks for a refresh soon.
 func (v *View) Changed() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -410,8 +404,7 @@ func (v *View) owned(kind volume.Kind) []lvm.LogicalVolume {
 
 func (v *View) configuredVGs() []string { return v.cfg.VolumeGroups() }
 
-// Created applies a new LV to the view and asks for a refresh soon (a
-// mirrored LV uses more than its size).
+// Created applies a new LV and asks for a refresh (mirrors use more).
 func (v *View) Created(lv lvm.LogicalVolume) {
 	defer v.changes.fire()
 	v.mu.Lock()
@@ -471,8 +464,7 @@ func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 		}
 		v.vgs[lv.VolumeGroup] = vg
 	}
-	// Every LV adds its text to the VG's metadata: count it until the next
-	// report.
+	// Every LV adds metadata text: count it until the next report.
 	if vg, ok := v.vgs[lv.VolumeGroup]; ok && vg.MetadataAreaSize > 0 {
 		if sign > 0 {
 			vg.MetadataAreaFree = sub(vg.MetadataAreaFree, lvm.LVMetadataBytes)
@@ -522,8 +514,7 @@ func (v *View) publishLocked() {
 	v.rec.SetClassAvailability(v.availabilityLocked())
 }
 
-// availabilityLocked gives every class's availability and reason; a failed
-// or missing refresh makes every class unavailable.
+// availabilityLocked: a failed or missing refresh fails every class.
 func (v *View) availabilityLocked() []metrics.ClassAvailability {
 	out := make([]metrics.ClassAvailability, 0, len(v.cfg.DeviceClasses))
 	for i := range v.cfg.DeviceClasses {
@@ -545,8 +536,7 @@ func (v *View) availabilityLocked() []metrics.ClassAvailability {
 	return out
 }
 
-// snapshotStatesLocked: how full each copy-on-write snapshot is and whether
-// it overflowed.
+// snapshotStatesLocked: copy-on-write snapshots' fill and overflow.
 func (v *View) snapshotStatesLocked() []metrics.SnapshotState {
 	vgs := v.configuredVGs()
 	var out []metrics.SnapshotState
@@ -580,8 +570,7 @@ func (v *View) UnzeroedThinClasses() []string {
 	return names
 }
 
-// Readable tells whether the view holds a fresh read of vg (readable, or
-// known missing): an LV absent from it is gone.
+// Readable: the view holds a fresh read of vg; absent LVs are gone.
 func (v *View) Readable(vg string) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()

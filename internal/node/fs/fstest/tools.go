@@ -1,6 +1,5 @@
-// Package fstest fakes the filesystem tools (blkid, mkfs.*, fsck, resize,
-// blockdev, mount, umount) as a k8s.io/utils/exec Interface that keeps each
-// device's signature: tests state what is on a device and check what ran.
+// Package fstest fakes the filesystem tools as a k8s.io/utils/exec Interface
+// that keeps each device's signature.
 package fstest
 
 import (
@@ -26,8 +25,7 @@ type Tools struct {
 	ctxs    []context.Context
 	ctxErrs []error
 	holds   map[string]chan struct{}
-	// unfinished: an mkfs did not finish there; mounted: a read-write mount
-	// held it (ReadHead shows both; e2fsck fails on an unfinished one).
+	// unfinished: an mkfs did not finish; mounted: once mounted read-write.
 	unfinished, mounted map[string]bool
 }
 
@@ -50,8 +48,7 @@ func (t *Tools) SetFormat(device, format string) {
 	delete(t.unfinished, device)
 }
 
-// SetRemains puts what an unfinished mkfs of fsType leaves on device: blkid
-// names fsType, the superblock says unfinished, e2fsck -n fails.
+// SetRemains puts what an unfinished mkfs of fsType leaves on device.
 func (t *Tools) SetRemains(device, fsType string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -66,8 +63,7 @@ func (t *Tools) SetMounted(device string) {
 	t.mounted[device] = true
 }
 
-// ReadHead implements fs.HeadReader: the superblock of what is on device
-// (xfs and ext2/3/4; zeros otherwise).
+// ReadHead implements fs.HeadReader.
 func (t *Tools) ReadHead(device string, n int) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -121,9 +117,8 @@ func (t *Tools) FailIf(match func(argv []string) bool, err error) {
 	t.failIf = append(t.failIf, failRule{match: match, err: err})
 }
 
-// Hold keeps later runs of command running until release. One whose context
-// ends first fails with its error, as the real one would be killed, so a
-// test sees whether carve lets it run to its end.
+// Hold keeps later runs of command running until release; one whose context
+// ends first fails, as the real one would be killed.
 func (t *Tools) Hold(command string) (release func()) {
 	ch := make(chan struct{})
 	t.mu.Lock()
@@ -154,8 +149,7 @@ func (t *Tools) Ran(name string) [][]string {
 	return out
 }
 
-// Contexts returns each command's context; context.TODO for one started
-// through Command, which carve never does.
+// Contexts returns each command's context (context.TODO via Command).
 func (t *Tools) Contexts() []context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()

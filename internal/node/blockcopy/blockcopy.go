@@ -27,9 +27,8 @@ const align = directio.Align
 type Options struct {
 	// BufferSize is a multiple of 4096; 0 means DefaultBufferSize.
 	BufferSize int
-	// Direct uses O_DIRECT so a large copy does not evict the page cache. Where
-	// the filesystem refuses it or a size is not a multiple of 4096 (an extent
-	// may be one sector), the copy is buffered and synced all the same.
+	// Direct uses O_DIRECT so a large copy does not evict the page cache; where
+	// refused, or for sizes not a multiple of 4096, the copy is buffered.
 	Direct bool
 	// Sparse skips the source's all-zero chunks and leaves the target past the
 	// copy as it is: only for a new thin volume. A chunk with data is written
@@ -56,9 +55,8 @@ type Result struct {
 // ErrShortSource is a source that ended before size bytes.
 var ErrShortSource = errors.New("source is shorter than the copy")
 
-// Copy copies size bytes of src to dst, zeroes the rest of dst (unless
-// Sparse) and syncs. An ended ctx stops it between chunks; Result.Bytes is
-// set on failure too.
+// Copy copies size bytes of src to dst, zeroes the rest (unless Sparse) and
+// syncs. An ended ctx stops it between chunks.
 func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Result, error) {
 	start := time.Now()
 	var res Result

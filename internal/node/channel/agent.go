@@ -119,8 +119,7 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Shutdown ends every capacity stream (UNAVAILABLE: the controller
-// reconnects), so a graceful stop need not wait for endless streams.
-// Idempotent.
+// reconnects), so a graceful stop need not wait for them.
 func (a *Agent) Shutdown() { a.stopOnce.Do(func() { close(a.stopping) }) }
 
 // ServerTLS is the node channel's TLS 1.3: it handshakes only with a client

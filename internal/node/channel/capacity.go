@@ -11,9 +11,8 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// WatchCapacity implements nodeagentv1.NodeAgentServer: the capacity at
-// once, then after each change that moves a value. It ends with the
-// caller's context, or UNAVAILABLE at Shutdown.
+// WatchCapacity implements nodeagentv1.NodeAgentServer: the capacity now,
+// then after each change that moves a value.
 func (a *Agent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, stream grpc.ServerStreamingServer[nodeagentv1.CapacityReport]) error {
 	ctx := stream.Context()
 	var last *nodeagentv1.CapacityReport

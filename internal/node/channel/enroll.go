@@ -18,9 +18,8 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// Enroll implements nodeagentv1.NodeAgentServer: the node's name, its token
-// as the kubelet last wrote it, and a CSR for the agent's key. An unreadable
-// or empty token is FAILED_PRECONDITION.
+// Enroll implements nodeagentv1.NodeAgentServer. An unreadable or empty
+// token is FAILED_PRECONDITION.
 func (a *Agent) Enroll(context.Context, *nodeagentv1.EnrollRequest) (*nodeagentv1.EnrollResponse, error) {
 	data, err := os.ReadFile(a.cfg.TokenFile)
 	if err != nil {
@@ -56,9 +55,8 @@ func (a *Agent) csr() ([]byte, error) {
 	}, a.key)
 }
 
-// InstallCertificate implements nodeagentv1.NodeAgentServer: it must be for
-// the agent's key, name exactly this node and chain to a trusted CA now
-// (else INVALID_ARGUMENT); the same one again is a no-op.
+// InstallCertificate implements nodeagentv1.NodeAgentServer: the certificate
+// must be for the agent's key, name this node and chain to a trusted CA.
 func (a *Agent) InstallCertificate(ctx context.Context, req *nodeagentv1.InstallCertificateRequest) (*nodeagentv1.InstallCertificateResponse, error) {
 	cert, err := x509.ParseCertificate(req.GetCertificateDer())
 	if err != nil {

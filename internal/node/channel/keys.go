@@ -98,10 +98,9 @@ func (k *Keys) Connected() bool {
 	return len(k.streams) > 0
 }
 
-// VolumeKey asks a controller for volumeID's key, wrapped under keyID,
-// trying each stream until one carries it. It returns the key (and after a
-// KEK rotation the key rewrapped for the header), a *KeyRefusedError,
-// ErrNoController, or ctx's error.
+// VolumeKey asks a controller for volumeID's key over each stream in turn. It
+// returns the key (and its rewrapping after a KEK rotation), a
+// *KeyRefusedError, ErrNoController, or ctx's error.
 func (k *Keys) VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) (key []byte, rewrapped string, err error) {
 	k.mu.Lock()
 	streams := append([]*keyStream(nil), k.streams...)

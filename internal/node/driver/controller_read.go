@@ -58,9 +58,8 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 	}, nil
 }
 
-// ListVolumes implements csi.ControllerServer from the view, sorted by ID.
-// The token is the last ID of the previous page, so a deletion between pages
-// does not shift the next page. Only available volumes are listed.
+// ListVolumes implements csi.ControllerServer from the view. The token is the
+// last ID of the previous page, so a deletion does not shift pages.
 func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	token := req.GetStartingToken()
 	if err := checkPage(req.GetMaxEntries(), token); err != nil {
@@ -99,8 +98,7 @@ func checkPage(maxEntries int32, token string) error {
 }
 
 // ControllerGetVolume implements csi.ControllerServer, reading LVM. A volume
-// not made yet is NotFound, as in ListVolumes: a move deletes the other
-// copies only once this answers OK.
+// not made yet is NotFound: a move deletes other copies only after an OK.
 func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 	lv, err := s.lookup(ctx, req.GetVolumeId())
 	if err != nil {

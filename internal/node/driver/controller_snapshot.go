@@ -79,9 +79,8 @@ func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 	return snap
 }
 
-// DeleteSnapshot implements csi.ControllerServer. An ID that is not carve's,
-// or a gone snapshot, is success; another node's is FailedPrecondition, as it
-// cannot be seen to be gone.
+// DeleteSnapshot implements csi.ControllerServer. Another node's snapshot is
+// FailedPrecondition: it cannot be seen to be gone.
 func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (resp *csi.DeleteSnapshotResponse, err error) {
 	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshotDelete, csiserver.ResultOf)
 	defer op.End(&err)

@@ -44,9 +44,8 @@ type NodeConfig struct {
 	FS fs.Interface
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
-	// Classes and View let NodeExpandVolume check a growth against its class's
-	// room under the room lock CreateVolume takes; without them a thin volume
-	// could grow past the overprovision ratio.
+	// Classes and View let NodeExpandVolume check a growth under the room lock;
+	// without them a thin volume could grow past the overprovision ratio.
 	Classes *deviceclass.Config
 	View    *vgview.View
 	// Formatting marks volumes whose mkfs has begun and not been seen to end,
@@ -221,10 +220,9 @@ func lookupStatus(vol volume.ID, err error) error {
 	return nodestatus.Of(err, fmt.Sprintf("reading the LV of volume %q", vol))
 }
 
-// activeDevice returns the device node and class of a volume, activating its
-// LV when inactive. The common case runs no LVM command (trusted); otherwise
-// a volume group no class uses, or an LV not carve's or half-copied, is
-// FailedPrecondition. The class comes back with errors too, for metrics.
+// activeDevice returns a volume's device node and class, activating its LV.
+// The common case runs no LVM command (trusted). The class comes back with
+// errors too, for metrics.
 func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeContext map[string]string) (device, class string, err error) {
 	name := volumeContext[volume.ContextVolumeName]
 	device = n.device(vol)

@@ -56,9 +56,8 @@ func (n *NodeServer) encrypted(ctx context.Context, vol volume.ID) (bool, error)
 	return volume.Encrypted(lv.Tags), nil
 }
 
-// openEncrypted returns the device a stage goes on with: device for a plain
-// volume, else its opened LUKS device. Nothing here formats: a missing
-// header or token, or a refused or wrong key, is an error.
+// openEncrypted returns the device a stage goes on with: device, or the
+// opened LUKS device. Nothing here formats.
 func (n *NodeServer) openEncrypted(ctx context.Context, op *metrics.Op, vol volume.ID, device string) (string, error) {
 	name, mapper := n.mapperOf(vol)
 	if device == mapper {
@@ -171,8 +170,7 @@ func (n *NodeServer) closeEncrypted(ctx context.Context, vol volume.ID) error {
 }
 
 // resizeEncrypted grows vol's opened LUKS device to its LV; one not open
-// sees the size at its next open. Where the keyring lacks the volume key,
-// the controller's key is asked for again.
+// sees the size at its next open.
 func (n *NodeServer) resizeEncrypted(ctx context.Context, vol volume.ID, device string) error {
 	name, mapper := n.mapperOf(vol)
 	if !n.isDeviceNode(mapper) || n.cfg.LUKS == nil {

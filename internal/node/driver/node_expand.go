@@ -134,9 +134,8 @@ func (n *NodeServer) expandPath(vol volume.ID, device, path string, access *capa
 	return false, nil
 }
 
-// extend grows vol's LV under the room lock, checked against its class's
-// room like CreateVolume. What does not fit now is RESOURCE_EXHAUSTED
-// (kubelet retries); past limit_bytes or the class's maximum, OUT_OF_RANGE.
+// extend grows vol's LV under the room lock: RESOURCE_EXHAUSTED when it does
+// not fit now, OUT_OF_RANGE past limit_bytes or the class's maximum.
 func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, class string, lv *lvm.LogicalVolume, required, limit uint64) (*lvm.LogicalVolume, error) {
 	if n.cfg.Classes != nil && n.cfg.View != nil {
 		unlock, err := n.checkGrowth(ctx, vol, class, lv, required, limit)

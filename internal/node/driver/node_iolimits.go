@@ -94,8 +94,7 @@ func limitStatus(vol volume.ID, err error) error {
 }
 
 // ApplyIOLimits implements LimitApplier under the volume's lock, so no
-// publish runs beside it with the limits it read before. A volume published
-// nowhere is success.
+// publish runs beside it with the limits it read before.
 func (n *NodeServer) ApplyIOLimits(ctx context.Context, vol volume.ID, limits volume.IOLimits) (int, error) {
 	if err := n.acquire(vol.String()); err != nil {
 		return 0, err
@@ -133,9 +132,8 @@ func (n *NodeServer) ApplyIOLimits(ctx context.Context, vol volume.ID, limits vo
 	return applied, nil
 }
 
-// ReapplyIOLimits applies every volume's IO limits at the agent's start, for
-// limits changed while it was down or pod cgroups made again. It returns the
-// first failure.
+// ReapplyIOLimits applies every volume's IO limits at the agent's start; it
+// returns the first failure.
 func (n *NodeServer) ReapplyIOLimits(ctx context.Context) error {
 	if n.cfg.View == nil {
 		return nil

@@ -160,9 +160,7 @@ type stageJob struct {
 	options, mkfsOptions []string
 }
 
-// formatAndMount is a stage job's work: check the signature, format a blank
-// device, mount (after fsck), and grow an existing filesystem. It returns
-// gRPC statuses.
+// formatAndMount is a stage job's work; it returns gRPC statuses.
 func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stageJob) error {
 	if err := n.undoUnfinishedMkfs(ctx, j.vol, j.device, j.access.FSType); err != nil {
 		return err

@@ -20,9 +20,8 @@ func (n nodeTopology) is(t *csi.Topology) bool {
 	return t != nil && topology.NodeOf(t.GetSegments()) == n.name
 }
 
-// accepts tells whether this node may hold a volume with req. Without a
-// requisite list any node may (preferred is a hint); with one, this node's
-// segment must be in it.
+// accepts tells whether this node may hold a volume with req: any node
+// without a requisite list, else this node's segment must be in it.
 func (n nodeTopology) accepts(req *csi.TopologyRequirement) bool {
 	requisite := req.GetRequisite()
 	if len(requisite) == 0 {

@@ -67,9 +67,8 @@ func capabilityStatus(field string, err error) error {
 	return status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 }
 
-// classFromParameters picks the named device class. A class this node lacks
-// is provision.ErrElsewhere (ResourceExhausted): the scheduler should try a
-// node that has it.
+// classFromParameters picks the named device class; one this node lacks is
+// provision.ErrElsewhere, so the scheduler tries another node.
 func classFromParameters(params map[string]string, cfg *deviceclass.Config, node string) (*deviceclass.DeviceClass, error) {
 	name := ""
 	for k, v := range params {

@@ -25,7 +25,7 @@ const (
 	// trusted.
 	Write Method = "write"
 	// None erases nothing.
-	None  Method = "none"
+	None Method = "none"
 	// Signatures zeroes only the SignatureRegions, so NodeStage reads a new
 	// thick filesystem volume as blank without blkid. Not a class method.
 	Signatures Method = "signatures"
@@ -43,9 +43,8 @@ const chunk = 64 << 20
 
 const writeBuffer = 1 << 20
 
-// Device zeroes the device at path with m and returns the bytes zeroed. It
-// opens O_EXCL, so a mounted or exclusively open device is refused rather
-// than overwritten under a user. An ended ctx stops it between chunks.
+// Device zeroes path with m and returns the bytes zeroed. O_EXCL refuses a
+// mounted or open device rather than overwrite it under a user.
 func Device(ctx context.Context, path string, m Method) (int64, error) {
 	if m == None {
 		return 0, nil
@@ -157,9 +156,8 @@ func SignatureRegions(size int64) [][2]int64 {
 	return regions
 }
 
-// signatures: lvcreate zeroes only a new LV's first 4 KiB and wipes the
-// signatures its libblkid finds, leaving the rest of a removed volume's
-// bytes in place.
+// signatures: lvcreate zeroes only a new LV's first 4 KiB and wipes what
+// libblkid finds, leaving a removed volume's other bytes.
 func signatures(ctx context.Context, path string) (int64, error) {
 	// #nosec G304 -- path is the device node of an LV carve just made.
 	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
@@ -254,9 +252,8 @@ type Eraser interface {
 	Erase(ctx context.Context, path string, m Method) (int64, error)
 }
 
-// FlushAll flushes each device at paths, all even when one fails, and joins
-// the failures. A VG's metadata change is durable once each PV is flushed:
-// lvm2's O_DIRECT writes stay in the disks' caches, and it sends no FLUSH.
+// FlushAll flushes each device at paths and joins the failures: a VG's
+// metadata change is durable once each PV is flushed.
 func FlushAll(ctx context.Context, e Eraser, paths []string) error {
 	var errs []error
 	for _, p := range paths {

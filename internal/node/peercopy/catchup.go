@@ -42,10 +42,9 @@ func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst s
 	return res, err
 }
 
-// ReceiveDelta writes a catch-up stream into the device at path, which
-// holds the base already. It syncs, then reads back what the trailer's
-// Digest covers (ErrChecksum): the first want bytes, or only the places
-// sent (DIGEST_SCOPE_SENT), which only sentOK accepts. path is opened O_EXCL.
+// ReceiveDelta writes a catch-up stream into path, which holds the base. It
+// syncs, then reads back what the Digest covers (ErrChecksum): all of want,
+// or only the places sent when sentOK.
 func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r Receiver, progress func(uint64)) (provision.DeltaResult, error) {
 	start := time.Now()
 	var res provision.DeltaResult

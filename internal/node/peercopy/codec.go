@@ -10,10 +10,8 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// recvCodec is protobuf, except that a data message's bytes are copied
-// once from gRPC's buffers into the message rather than twice: a 2 MiB
-// buffer less a message, the target's largest copy after TLS in profiles.
-// Anything but a canonical data message is left to protobuf.
+// recvCodec copies a data message's bytes once from gRPC's buffers, not
+// twice: the target's largest copy after TLS. Anything else is protobuf's.
 type recvCodec struct{}
 
 var _ encoding.CodecV2 = recvCodec{}

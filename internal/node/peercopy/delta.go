@@ -34,8 +34,7 @@ type DeltaReader interface {
 	// DeltaSize: provision.ErrNotFound, or ErrRefused when the volume is open.
 	DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error)
 	// ReadDelta gives read the devices, size and named changes under the
-	// volume's lock, refusing as DeltaSize does and when the volume was opened
-	// meanwhile.
+	// volume's lock, refusing as DeltaSize does.
 	ReadDelta(ctx context.Context, volumeID, baseID string, read func(provision.Delta) error) error
 }
 
@@ -87,10 +86,8 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK boo
 // ErrInUse: the catch-up's exclusive open failed (mounted or held).
 var ErrInUse = errors.New("the volume is in use")
 
-// SendDelta streams vol's first size bytes against base: a delta header,
-// the SparseChunk chunks where vol differs, and the Digest of all of vol.
-// vol is opened O_EXCL, so a mount fails while it is read (ErrInUse if
-// mounted already).
+// SendDelta streams vol against base: the chunks where vol differs, then the
+// Digest of all of vol. O_EXCL makes a mount fail while vol is read.
 func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -120,9 +117,8 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 	return sendTrailer(s, d, out, start, errc)
 }
 
-// SendChanged streams a catch-up of the chunks holding a byte of changed
-// (zeros too: a block discarded since the base must become zeros), with the
-// Digest of all of vol; the base is not read.
+// SendChanged streams the chunks holding a byte of changed (zeros too: a
+// discarded block must become zeros) and the Digest of all of vol.
 func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	d := NewDigest()
@@ -137,9 +133,8 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 	})
 }
 
-// SendNamed streams only the chunks holding a byte of changed, with a digest
-// of the data sent (DIGEST_SCOPE_SENT). Neither the rest of vol nor the base
-// is read: changed comes from the base snapshot's metadata, and the seed was
+// SendNamed streams only the chunks of changed, with a digest of the data
+// sent: changed comes from the base snapshot's metadata, and the seed was
 // checked whole.
 func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()

@@ -173,11 +173,9 @@ func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) b
 	return flush(len(b))
 }
 
-// Receive writes a ReadVolume stream into path: the data and, unless sparse
-// (a new thin LV in a zeroing pool), the zeros, as the device may hold old
-// data. It checks the header and the Digest, syncs, then reads the device
-// back against the Digest (ErrChecksum): the stream's check covers bytes in
-// flight, the read-back what the device holds.
+// Receive writes a ReadVolume stream into path, zeros too unless sparse (the
+// device may hold old data). It checks the Digest on the stream and again on
+// the synced device read back (ErrChecksum).
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
 	var res blockcopy.Result
@@ -264,9 +262,8 @@ func checkChunks(hdr *nodeagentv1.CopyHeader) error {
 
 var errWriterStopped = errors.New("the writer stopped")
 
-// receive writes the data and checks the trailer: this goroutine receives,
-// places and digests (inbound.pump) while the writer writes (consume), up to
-// pipelined messages behind.
+// receive receives, places and digests (inbound.pump) while the writer
+// writes (consume), up to pipelined messages behind.
 func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest, progress func(uint64)) ([]byte, error) {
 	msgs := make(chan *nodeagentv1.CopyData, pipelined)
 	done := make(chan struct{})

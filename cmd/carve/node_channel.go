@@ -149,7 +149,6 @@ func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server)
 	}, nil
 }
 
-// serveCopyPort serves copies on l, within lim, until ctx ends.
 func serveCopyPort(ctx context.Context, l net.Listener, tlsCfg *tls.Config, copies nodeagentv1.NodeCopyServer, lim copyLimits) error {
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.ConnectionTimeout(lim.handshake),
 		grpc.MaxConcurrentStreams(lim.streams),

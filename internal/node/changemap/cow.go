@@ -77,7 +77,6 @@ func ParseExceptions(r io.ReaderAt) (Set, error) {
 	}
 }
 
-// alignedBuf is n page-aligned bytes for O_DIRECT, and its free.
 func alignedBuf(n int) ([]byte, func()) {
 	b, release, err := directio.Buffer(n)
 	if err != nil {

@@ -264,7 +264,6 @@ func (f *Finder) message(ctx context.Context, dev, msg string) error {
 	return nil
 }
 
-// thinID reads dev's dm table: its thin ID and pool device (major:minor).
 func (f *Finder) thinID(ctx context.Context, dev string) (uint64, string, error) {
 	out, err := f.Run.Run(ctx, "dmsetup", "table", dev)
 	if err != nil {

@@ -34,7 +34,6 @@ func (a *Agent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, stream grpc.S
 	}
 }
 
-// report is the capacity of every class, as GetCapacity answers.
 func (a *Agent) report() *nodeagentv1.CapacityReport {
 	r := &nodeagentv1.CapacityReport{NodeName: a.cfg.NodeName}
 	for i := range a.cfg.Classes.DeviceClasses {

@@ -91,7 +91,6 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	return &csi.CreateVolumeResponse{Volume: v}, nil
 }
 
-// createRequest checks a CreateVolume and maps it to the provisioner's.
 func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provision.Request, error) {
 	if err := checkVolumeName(req.GetName()); err != nil {
 		return nil, err

@@ -37,7 +37,6 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, err
 	}
 	if !s.node.accepts(req.GetAccessibilityRequirements()) {
-		// carve does not advertise SNAPSHOT_ACCESSIBILITY_CONSTRAINTS.
 		return nil, status.Errorf(codes.InvalidArgument, "accessibility_requirements: a snapshot lives on its volume's node, %s=%s, which the requisite topology does not include", topology.Key, s.node.name)
 	}
 	vg, origin, perr := volume.ParseVolumeID(srcID)

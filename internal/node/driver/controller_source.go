@@ -19,7 +19,6 @@ func sourcePhase(cs *csi.VolumeContentSource) string {
 	return metrics.PhaseCreate
 }
 
-// sourceTags record a content source on the volume made from it.
 func sourceTags(cs *csi.VolumeContentSource) ([]string, error) {
 	switch {
 	case cs == nil:

@@ -16,7 +16,6 @@ import (
 // writes to unallocated blocks fail soon.
 const thinPoolFullPercent = 95
 
-// volumeHealth describes an LV's problems; pool is a thin LV's pool or nil.
 func volumeHealth(id string, lv *lvm.LogicalVolume, pool *lvm.ThinPool) *csi.VolumeHealth {
 	h := &csi.VolumeHealth{VolumeId: id}
 	add := func(t csi.VolumeHealthErrorType, reason, format string, args ...any) {

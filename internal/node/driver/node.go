@@ -140,7 +140,6 @@ func (n *NodeServer) acquire(volumeID string) error {
 
 func (n *NodeServer) release(volumeID string) { n.busy.Release(volumeID) }
 
-// rememberClass caches and returns a volume's class for metric labels.
 func (n *NodeServer) rememberClass(volumeID, class string) string {
 	n.classMu.Lock()
 	defer n.classMu.Unlock()
@@ -292,7 +291,6 @@ func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.Logica
 	return got, nil
 }
 
-// nodeAccess reads a node call's volume_capability.
 func nodeAccess(c *csi.VolumeCapability) (capability.Access, error) {
 	a, err := capability.Parse(c, fs.MkfsTypes)
 	var ce *capability.Error

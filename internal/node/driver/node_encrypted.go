@@ -32,7 +32,6 @@ func (n *NodeServer) mapperOf(vol volume.ID) (name, path string) {
 	return name, luks.MapperPath(n.cfg.DevDir, name)
 }
 
-// openedDevice is vol's opened LUKS device when open, else device.
 func (n *NodeServer) openedDevice(vol volume.ID, device string) string {
 	if _, mapper := n.mapperOf(vol); n.isDeviceNode(mapper) {
 		return mapper

@@ -77,7 +77,6 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: int64(lv.Size)}, nil
 }
 
-// expandAccess checks an expansion and reads its capability (nil if none).
 func expandAccess(req *csi.NodeExpandVolumeRequest) (*capability.Access, error) {
 	if err := nodeRequireID(req.GetVolumeId()); err != nil {
 		return nil, err

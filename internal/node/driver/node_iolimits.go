@@ -21,7 +21,6 @@ const (
 	limitError       = "error"
 )
 
-// limitsOf are vol's IO limits from the view.
 func (n *NodeServer) limitsOf(vol volume.ID) volume.IOLimits {
 	if n.cfg.View == nil {
 		return volume.IOLimits{}
@@ -47,7 +46,6 @@ func (n *NodeServer) limitTarget(ctx context.Context, vol volume.ID, device, tar
 	return nil
 }
 
-// limit writes limits into target's pod io.max and counts the outcome.
 func (n *NodeServer) limit(device, target string, limits volume.IOLimits) error {
 	err := n.writeLimit(device, target, limits)
 	switch {

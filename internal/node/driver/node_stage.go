@@ -160,7 +160,6 @@ type stageJob struct {
 	options, mkfsOptions []string
 }
 
-// formatAndMount is a stage job's work; it returns gRPC statuses.
 func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stageJob) error {
 	if err := n.undoUnfinishedMkfs(ctx, j.vol, j.device, j.access.FSType); err != nil {
 		return err
@@ -274,7 +273,6 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// mkfsOptions are the class's mkfs options for fsType, else the defaults.
 func (n *NodeServer) mkfsOptions(class, fsType string) []string {
 	if n.cfg.Classes != nil && class != "" && class != metrics.UnknownClass {
 		if c, ok := n.cfg.Classes.Class(class); ok {

@@ -52,7 +52,6 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	}}, nil
 }
 
-// mountedAt checks that device is mounted at path: NotFound otherwise.
 func (n *NodeServer) mountedAt(id, device, path string) (os.FileInfo, error) {
 	if !filepath.IsAbs(path) {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not at %q: not an absolute path", id, path)
@@ -98,7 +97,6 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	}
 	lv, _, err := n.findLV(ctx, vol)
 	if lvGone(err) {
-		// A gone LV still mounted where the CO says is broken on this node.
 		h, merr := n.goneButMounted(vol, publish, staging)
 		if merr != nil {
 			return nil, status.Errorf(codes.Internal, "volume %s: its LV is gone, and whether it is still mounted cannot be told: %v", vol, merr)

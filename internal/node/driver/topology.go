@@ -15,7 +15,6 @@ func (n nodeTopology) segment() *csi.Topology {
 	return &csi.Topology{Segments: topology.Segments(n.name)}
 }
 
-// is tells whether a segment names this node alone.
 func (n nodeTopology) is(t *csi.Topology) bool {
 	return t != nil && topology.NodeOf(t.GetSegments()) == n.name
 }

@@ -84,7 +84,6 @@ func Device(ctx context.Context, path string, m Method) (int64, error) {
 	return size, nil
 }
 
-// target is an opened device, or a fake that records the calls.
 type target interface {
 	Name() string
 	WriteAt(b []byte, off int64) (int, error)
@@ -184,7 +183,6 @@ func signatures(ctx context.Context, path string) (int64, error) {
 	return n, nil
 }
 
-// zeroSignatures zeroes f's SignatureRegions and syncs.
 func zeroSignatures(ctx context.Context, f target, size int64, block bool) (int64, error) {
 	var n int64
 	for _, r := range SignatureRegions(size) {

@@ -123,7 +123,6 @@ func (f *FS) fsck(ctx context.Context, device string) error {
 	return nil
 }
 
-// signature is blkid's answer unless ReadsBlank; blank says which.
 func (f *FS) signature(ctx context.Context, ex *contextExec, device string) (existing string, blank bool, err error) {
 	blank, err = ReadsBlank(device)
 	if err != nil {

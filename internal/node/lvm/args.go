@@ -59,7 +59,6 @@ func snapshotArgs(req SnapshotRequest, size uint64) []string {
 	return append(addTags(args, req.Tags), req.VolumeGroup+"/"+req.Origin)
 }
 
-// extendArgs builds lvextend; the node grows the filesystem afterwards.
 func extendArgs(vg, name string, size uint64) []string {
 	return []string{"lvextend", "--size", bytesArg(size), vg + "/" + name}
 }
@@ -88,7 +87,6 @@ func delTagsArgs(vg, name string, tags []string) []string {
 	return append(args, vg+"/"+name)
 }
 
-// changeTagsArgs builds one lvchange, one metadata commit.
 func changeTagsArgs(vg, name string, add, del []string) []string {
 	args := []string{"lvchange"}
 	for _, t := range del {

@@ -241,7 +241,6 @@ func (c *Client) ThinID(ctx context.Context, vg, name string) (uint64, error) {
 	return parseThinID(out, vg, name)
 }
 
-// parseThinID reads `lvs -o lv_name,thin_id` (one row per segment).
 func parseThinID(out []byte, vg, name string) (uint64, error) {
 	var r struct {
 		Report []struct {

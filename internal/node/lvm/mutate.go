@@ -228,12 +228,10 @@ func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 	return nil
 }
 
-// changeLV runs one lvchange-like mutation; what names it in messages.
 func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []string) error {
 	return c.mutateLV(ctx, vg, name, args, func(err error) error { return c.explainChange(ctx, vg, name, what, err) })
 }
 
-// mutateLV runs one mutation of vg/name under its VG's lock.
 func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, explain func(error) error) error {
 	if err := validateLV(vg, name); err != nil {
 		return err

@@ -49,7 +49,6 @@ func vgsArgs(vg string) []string {
 	return append(args, "-o", vgFields, "-S", fmt.Sprintf("vg_name=%q", vg))
 }
 
-// lvsArgs reads LVs; all adds hidden (internal) LVs.
 func lvsArgs(all bool, rest ...string) []string {
 	args := []string{"lvs"}
 	if all {

@@ -90,7 +90,6 @@ func codeOf(err error) codes.Code {
 		// and the kubelet retry an expansion later.
 		return codes.ResourceExhausted
 	case errors.Is(err, vgview.ErrBeyondClass):
-		// No retry can succeed: the capacity range must change.
 		return codes.OutOfRange
 	case errors.Is(err, lvm.ErrNotFound):
 		return codes.NotFound

@@ -170,7 +170,6 @@ func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.S
 	return sendTrailer(s, d, out, start, read)
 }
 
-// chunksOf widens changed to whole chunks within size.
 func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 	var out changemap.Set
 	for _, e := range changed {
@@ -183,7 +182,6 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 	return out
 }
 
-// openDeltaSource opens vol exclusively and sends a delta header.
 func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
 	in, err := directio.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
@@ -258,7 +256,6 @@ func readFull(f *os.File, path string, b []byte, off uint64) error {
 	return nil
 }
 
-// sendChanged sends the chunks of now that differ from was.
 func sendChanged(s Sender, now, was []byte, off uint64, out *Sent) error {
 	return sendRuns(s, now, off, out, func(i, end int) bool { return bytes.Equal(now[i:end], was[i:end]) })
 }

@@ -81,7 +81,6 @@ func sendRead(ctx context.Context, in *os.File, path string, size uint64, s Send
 	return sendTrailer(s, d, out, start, errc)
 }
 
-// sendTrailer sends the trailer once the reader ended without error.
 func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan error) (Sent, error) {
 	if err := <-errc; err != nil {
 		return out, err
@@ -215,7 +214,6 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	return res, nil
 }
 
-// readBack checks path's first size bytes against sum (ErrChecksum).
 func readBack(ctx context.Context, path string, size uint64, sum []byte) error {
 	got, err := DigestOf(ctx, path, size)
 	if err != nil {
@@ -228,7 +226,6 @@ func readBack(ctx context.Context, path string, size uint64, sum []byte) error {
 	return nil
 }
 
-// receiveHeader checks the header and returns the Digest to check with.
 func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	first, err := r.Recv()
 	if err != nil {
@@ -296,7 +293,6 @@ func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest
 // pipelined is how many messages the stream is read ahead of the writes.
 const pipelined = 8
 
-// inbound is the target's reading side.
 type inbound struct {
 	want uint64
 	d    *Digest

@@ -310,7 +310,6 @@ func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) 
 	return lv, base, nil
 }
 
-// volumeFromLVM reads carve volume vg/name from LVM, not the view.
 func (p *Provisioner) volumeFromLVM(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if !p.cfg.Classes.HasVolumeGroup(vg) {
 		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, p.cfg.NodeName, vg)

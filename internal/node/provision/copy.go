@@ -151,7 +151,6 @@ func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVo
 	p.cfg.View.Created(inactive)
 }
 
-// copySource makes the temporary snapshot of a clone's source.
 func (p *Provisioner) copySource(ctx context.Context, target string, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (lvm.LogicalVolume, error) {
 	name := volume.CopySourceLVNameFor(target)
 	// An earlier try's snapshot is older: clone the source as it is now.
@@ -176,7 +175,6 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *devi
 		}
 		req.Tags = volume.CopySourceTags(target, class.Name)
 	case src.Attr.Type != lvm.TypeThin:
-		// A source whose class is gone or changed: size by the class asked.
 		room, err := p.cfg.View.Capacity(srcClass)
 		if err != nil {
 			return lvm.LogicalVolume{}, wrap(err, "room for the temporary snapshot of "+src.Name)

@@ -257,7 +257,6 @@ func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size ui
 		return lv, true, err
 	}
 	if c.srcErr != nil && !ok {
-		// A made volume outlives its source.
 		return nil, true, c.srcErr
 	}
 	if !ok {
@@ -412,7 +411,6 @@ func (p *Provisioner) mustRedo(lv *lvm.LogicalVolume, method erase.Method) (bool
 	return p.unfinished(lv)
 }
 
-// unfinished tells whether lv still has its mark.
 func (p *Provisioner) unfinished(lv *lvm.LogicalVolume) (bool, error) {
 	marked, err := p.cfg.Marks.Has(lv.VolumeGroup, lv.Name)
 	if err != nil {

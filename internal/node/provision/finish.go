@@ -80,7 +80,6 @@ func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made 
 		start := time.Now()
 		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, method)
 		if errors.Is(err, fs.ErrNotExist) {
-			// No device node: the LV is inactive (lvm.conf, or a reboot).
 			var act *lvm.LogicalVolume
 			if act, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name); err == nil {
 				n, err = p.cfg.Eraser.Erase(ctx, act.Path, method)

@@ -61,7 +61,6 @@ func (p *Provisioner) resolveRemote(rs *RemoteSource) (*contentSource, error) {
 	return &contentSource{size: rs.Size, id: rs.ID, snapshot: rs.Snapshot, remote: rs}, nil
 }
 
-// pullInto fills copy-pending dst from a remote source, detached.
 func (p *Provisioner) pullInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
 	defer cancel()

@@ -67,7 +67,6 @@ func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.
 	return lv, className, err
 }
 
-// takeSnapshot snapshots src under its volume group's room lock.
 func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
 	snapLV := volume.SnapshotLVNameFor(name)
@@ -151,7 +150,6 @@ func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) 
 	return p.cfg.View.FindLV(name)
 }
 
-// sourceLV finds the carve volume a snapshot or clone is of; ErrNotFound.
 func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if lv, ok := p.cfg.View.LV(vg, name); ok && p.cfg.Classes.HasVolumeGroup(vg) {
 		if k, _, owned := volume.Owned(lv.Tags); owned && k == volume.KindVolume {

@@ -20,7 +20,6 @@ import (
 // tagged volume.TagCopyPending until synced, a clone from a temporary
 // snapshot. The copy is detached: retries answer ErrBusy while it runs.
 
-// contentSource is a resolved volume_content_source.
 type contentSource struct {
 	lv       lvm.LogicalVolume
 	size     uint64
@@ -125,7 +124,6 @@ func (p *Provisioner) checkPoolRoom(ctx context.Context, class *deviceclass.Devi
 	return nil
 }
 
-// pendingNote names the room running copies hold.
 func pendingNote(room vgview.PoolRoom) string {
 	if room.Pending == 0 {
 		return ""

@@ -186,7 +186,6 @@ func (s *Server) notified(registered bool, reason string) {
 	}
 }
 
-// socket is one registration socket file and the gRPC server behind it.
 type socket struct {
 	path     string
 	file     os.FileInfo

@@ -92,7 +92,6 @@ func (v *View) Refresh(ctx context.Context) error {
 	v.mu.RUnlock()
 	r, unreadable, err := v.read(ctx, v.configuredVGs())
 	if err != nil {
-		// The watchers hear of the attempt too.
 		v.changes.fire()
 		return fmt.Errorf("read LVM state: %w", err)
 	}
@@ -205,7 +204,6 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 				return
 			case <-time.After(settle):
 			}
-			// One report per burst of mutations.
 			select {
 			case <-v.dirty:
 			default:
@@ -296,7 +294,6 @@ func (v *View) loadedLocked() error {
 // unusablePool: LVM cannot give a new thin volume blocks in these states.
 var unusablePool = []lvm.Health{lvm.HealthFailed, lvm.HealthMetadataReadOnly, lvm.HealthPartial}
 
-// classProblemLocked says why d cannot take volumes (ErrClassUnavailable).
 func (v *View) classProblemLocked(d *deviceclass.DeviceClass) error {
 	fail := func(reason, format string, args ...any) error {
 		return notReady(reason, fmt.Errorf("device class %s: %s: %w", d.Name, fmt.Sprintf(format, args...), ErrClassUnavailable))

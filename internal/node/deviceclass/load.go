@@ -224,7 +224,7 @@ func (d *DeviceClass) SnapshotCowSize(size uint64) uint64 {
 	if p == 0 {
 		p = DefaultSnapshotSpacePercent
 	}
-	// size is at most lvm.MaxSize (2^63), so nothing here overflows.
+	// size is at most lvm.MaxSize (2^62), so nothing here overflows.
 	data := size/100*p + (size%100*p+99)/100
 	return data + (data+127)/128
 }

@@ -44,7 +44,7 @@ const chunk = 64 << 20
 const writeBuffer = 1 << 20
 
 // Device zeroes path with m and returns the bytes zeroed. O_EXCL refuses a
-// mounted or open device rather than overwrite it under a user.
+// mounted or exclusively opened device rather than overwrite it under a user.
 func Device(ctx context.Context, path string, m Method) (int64, error) {
 	if m == None {
 		return 0, nil

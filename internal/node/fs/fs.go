@@ -19,9 +19,9 @@ import (
 // Interface is what carve's node server needs of filesystems and mounts.
 type Interface interface {
 	// FormatAndMount hands device's signature to check, whose error stops it;
-	// then it formats a device without any signature (unless "ro"), or fsck -a's
-	// an existing filesystem mounted read-write, and mounts. Data is never
-	// formatted.
+	// then it formats a device without any signature (unless "ro"), or runs
+	// fsck -a on an existing filesystem to be mounted read-write, and mounts.
+	// Data is never formatted.
 	FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error)
 	// Mount mounts source at target; "bind" binds, with "ro" by a remount.
 	Mount(ctx context.Context, source, target, fsType string, options []string) error

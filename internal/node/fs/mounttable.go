@@ -28,8 +28,9 @@ func (h *HostMounter) MountInfo() ([]mount.MountInfo, error) {
 	return infos, nil
 }
 
-// mountsOfDevice returns the mount points showing device, a bind-mounted
-// devtmpfs node found via the bind's root so no mount point is stat'ed.
+// mountsOfDevice returns the mount points showing device; a bind-mounted
+// devtmpfs node is found via the bind's root, so the bind's own mount point
+// (maybe another pod's) is never stat'ed.
 func mountsOfDevice(infos []mount.MountInfo, device string) ([]string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(device, &st); err != nil {

@@ -1,9 +1,9 @@
 // Package lvm runs lvm2 commands for carve: no shell, LC_ALL=C, a deadline
 // on every call, JSON reports decoded into typed structs, typed errors, and
 // mutations serialized per volume group. Names and tags are validated before
-// any command runs. On success a mutation is one lvm command whose result is
-// built from the request and the cached extent size; only a failure costs a
-// read, to tell why.
+// any command runs. On success CreateLV and RemoveLV are one lvm command,
+// their result built from the request and the cached extent size; a failure
+// costs an extra read, to tell why.
 package lvm
 
 import (

@@ -10,8 +10,9 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// recvCodec copies a data message's bytes once from gRPC's buffers, not
-// twice: the target's largest copy after TLS. Anything else is protobuf's.
+// recvCodec copies a data message's bytes once, from gRPC's buffers into the
+// message, not twice: that saves the target's largest copy after TLS in
+// profiles, and a 2 MiB buffer per message. Anything else is protobuf's.
 type recvCodec struct{}
 
 var _ encoding.CodecV2 = recvCodec{}

@@ -38,24 +38,20 @@ import (
 // full refresh, so a burst of creates costs one report.
 const mutationSettle = 2 * time.Second
 
-// shutdownLVMWait bounds how long the plugin waits at exit for lvm
-// mutations still running: within the pod's default 30 s grace, after the
-// 10 s given to in-flight CSI calls.
+// shutdownLVMWait bounds the wait for running lvm mutations at exit: within
+// the pod's 30s grace, after the 10s given to CSI calls.
 const shutdownLVMWait = 15 * time.Second
 
-// refreshTimeout is what vgview.View.Run gives one refresh.
 const refreshTimeout = 2 * time.Minute
 
-// runNode wires the real LVM client, mounter, exec and metrics into the
-// three CSI servers, serves them on one socket and, once that listens,
-// registers the plugin with the kubelet and, when asked, serves the node
-// channel. It uses no Kubernetes API: no client is built on this path.
+// runNode serves the three CSI servers on one socket, then registers with
+// the kubelet and, when asked, serves the node channel. It uses no
+// Kubernetes API.
 func runNode(ctx context.Context, o *NodeOptions) error {
 	cfg, err := deviceclass.Load(o.ConfigPath)
 	if err != nil {
 		return err
 	}
-	// Volumes being made, and filesystems being made on them.
 	unfinished, formatting, err := openState(ctx, o)
 	if err != nil {
 		return err
@@ -67,20 +63,17 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	view := startView(ctx, o, cfg, lvmClient, rec)
 	fsTypes := fs.Makeable(exec.LookPath)
 	ready := func(context.Context) error { return view.Ready() }
-	// Probe must not follow a missing class: csi-provisioner waits at start
-	// until Probe says ready, so one absent volume group would stop the healthy
-	// classes too. /readyz reports the missing class.
+	// Probe must not follow a missing class: csi-provisioner waits until Probe
+	// says ready, so one absent VG would stop the healthy classes too.
 	serving := func(context.Context) error { return view.Serving() }
 	realExec := utilexec.New()
-	// Where lvm makes device nodes, read once, as lvm.New read it.
 	devDir := volume.DevDir(os.Environ())
 	pcfg := provision.Config{NodeName: o.NodeName, Classes: cfg,
 		LVM: lvmClient, View: view, Metrics: rec, Eraser: erase.Devices{},
 		Copier:    blockcopy.Copier{Options: blockcopy.Options{Direct: true}},
 		Snapshots: dmsnapshot.Reader{Control: lvmClient.ControlNode()}, Marks: unfinished, Formatting: formatting,
 		DevDir: devDir, Changes: &changemap.Finder{Run: changemap.Exec{Exec: realExec}, DevDir: devDir}}
-	// Encrypted volumes need cryptsetup (in carve's image) and the node
-	// channel, over which carve controller releases their keys.
+	// Encrypted volumes need cryptsetup and the node channel for their keys.
 	var crypt luks.Interface
 	if _, err := exec.LookPath("cryptsetup"); err == nil {
 		crypt = luks.Cryptsetup{Exec: realExec}
@@ -94,8 +87,8 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 		keys = channel.NewKeys()
 		volumeKeys = keys
 	}
-	// Reads of restores' and clones' sources on other nodes present the
-	// node channel's certificate: nodeChannel fills it in.
+	// Cross-node reads present the node channel's certificate (nodeChannel sets
+	// it).
 	var puller *peercopy.Puller
 	if o.NodeChannel.Address != "" {
 		puller = &peercopy.Puller{}
@@ -112,9 +105,8 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 		Controller: controller,
 		Node:       node,
 	}
-	// Limits changed while the agent was down, or pod cgroups the
-	// kubelet made again, get the volumes' limits now; failures are
-	// logged and counted by ReapplyIOLimits.
+	// Reapply limits changed while the agent was down, or to pod cgroups the
+	// kubelet made again.
 	go func() {
 		if err := node.ReapplyIOLimits(ctx); err != nil {
 			klog.ErrorS(err, "Some IO limits could not be applied at start")
@@ -130,10 +122,8 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	}
 	err = serve(ctx, &o.CommonOptions, socketServices(o, services, serving), mm, ready, after,
 		"node", o.NodeName, "deviceClasses", cfg.Names(), "filesystems", fsTypes)
-	// An lvm mutation whose CSI call ended (deadline, or the 10 s
-	// shutdown grace) keeps running and is never killed; wait for it
-	// within a bound, so that the container does not exit under an lvm
-	// that is writing metadata (its children die with it).
+	// An lvm mutation whose call ended keeps running; wait for it, bounded, so
+	// the container does not exit under an lvm writing metadata.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownLVMWait)
 	defer cancel()
 	if werr := lvmClient.Wait(wctx); werr != nil {
@@ -142,10 +132,8 @@ func runNode(ctx context.Context, o *NodeOptions) error {
 	return err
 }
 
-// socketServices are the services of the --endpoint socket: all of them,
-// or without the node channel's Controller service unless asked. The
-// kubelet needs only Identity and Node; the Controller service belongs
-// behind the node channel's TLS and enrollment.
+// socketServices: the kubelet needs only Identity and Node; the Controller
+// service belongs behind the node channel's TLS unless asked for here.
 func socketServices(o *NodeOptions, all csiserver.Services, serving func(context.Context) error) csiserver.Services {
 	if o.NodeChannel.controllerOnSocket() {
 		return all
@@ -157,35 +145,31 @@ func socketServices(o *NodeOptions, all csiserver.Services, serving func(context
 	return local
 }
 
-// startView reads the node's volume groups once and keeps the view of them
-// current from then on: the periodic refresh and, when asked, the watch of
-// LVM's metadata backups.
+// startView reads the VGs once and keeps the view current: periodic
+// refresh and, when asked, the LVM backup watch.
 func startView(ctx context.Context, o *NodeOptions, cfg *deviceclass.Config, lvmClient *lvm.Client, rec *metrics.Recorder) *vgview.View {
 	view := vgview.New(lvmClient, cfg, rec)
-	// A node whose volume group or LVM cannot be read still serves (exiting
-	// would only restart the pod in a loop): its classes have no room, /readyz
-	// says why, and the periodic refresh notices the fix.
+	// A node whose VG cannot be read still serves (exiting would only loop the
+	// pod): its classes have no room, /readyz says why, and the refresh notices
+	// the fix.
 	if err := view.Refresh(ctx); err != nil {
 		klog.ErrorS(err, "Reading LVM failed; serving anyway, not ready until a refresh succeeds")
 	} else if err := view.Ready(); err != nil {
 		klog.ErrorS(err, "The device-class file names volume groups or thin pools this node lacks; serving anyway, not ready until they appear", "config", o.ConfigPath)
 	}
 	for _, c := range view.UnzeroedThinClasses() {
-		// Not fatal (admins make pools with --zero n for speed, on
-		// purpose), but loud: carve_thin_pool_zeroing is 0 for the
-		// class and CarveThinPoolNotZeroing fires.
+		// Not fatal (pools made with --zero n on purpose), but loud: the metric and
+		// CarveThinPoolNotZeroing show it.
 		klog.ErrorS(nil, "The thin pool of this device class does not zero new blocks: a new volume can read data a deleted volume wrote; "+
 			"run `lvchange --zero y <vg>/<pool>`", "deviceClass", c)
 	}
-	// Not ready once no report has come back for three refresh intervals
-	// and the longest a refresh may take: a hung lvm shows.
+	// A hung lvm shows once no report came back for three intervals and a
+	// refresh's timeout.
 	view.StaleAfter(3*o.RefreshInterval + refreshTimeout)
 	go view.Run(ctx, o.RefreshInterval, mutationSettle)
 	if o.WatchLVMBackups {
 		dir := lvmwatch.BackupDir(os.Getenv)
 		go func() {
-			// Without the watch, changes made outside carve still show
-			// after --capacity-refresh-interval.
 			if err := lvmwatch.Watch(ctx, dir, cfg.VolumeGroups(), func(string) { view.Changed() }); err != nil {
 				klog.ErrorS(err, "Not watching LVM metadata backups; changes made outside carve show on the periodic refresh", "dir", dir)
 			}
@@ -194,8 +178,8 @@ func startView(ctx context.Context, o *NodeOptions, cfg *deviceclass.Config, lvm
 	return view
 }
 
-// kubeletRegistration returns what registers the plugin with the kubelet
-// (none when --kubelet-registration-dir is empty); m shows the state.
+// kubeletRegistration registers with the kubelet (none without
+// --kubelet-registration-dir).
 func kubeletRegistration(o *NodeOptions, m *registration.Metrics) []func(context.Context) error {
 	if o.KubeletRegistrationDir == "" {
 		m.Set(registration.StateDisabled)
@@ -212,9 +196,9 @@ func kubeletRegistration(o *NodeOptions, m *registration.Metrics) []func(context
 	}}
 }
 
-// serve runs the metrics endpoint (if asked), the gRPC server and, once the
-// CSI socket listens, each of after (which run until ctx ends), until ctx
-// ends or one of them fails; it returns when all of them returned.
+// serve runs the metrics endpoint, the gRPC server and, once the socket
+// listens, each of after, until ctx ends or one fails; it returns when all
+// returned.
 func serve(ctx context.Context, o *CommonOptions, svc csiserver.Services, mm csimetrics.CSIMetricsManager,
 	ready func(context.Context) error, after []func(context.Context) error, logKV ...any) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -247,8 +231,8 @@ func serve(ctx context.Context, o *CommonOptions, svc csiserver.Services, mm csi
 		running--
 		errs = append(errs, err)
 	}
-	// One ended: stop the others, and wait for them (the registration
-	// socket must be gone before carve exits).
+	// Stop the others and wait: the registration socket must be gone before
+	// carve exits.
 	cancel()
 	for ; running > 0; running-- {
 		errs = append(errs, <-done)

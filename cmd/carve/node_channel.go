@@ -25,20 +25,16 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// Keepalive of the node channel: the agent pings an idle controller so
-// that a stream to a controller that vanished ends, and lets the
-// controller ping as often as every nodeChannelMinPing (a client pinging
-// more often is cut off by gRPC with "too many pings"; the controller pings
-// every 10 s, and half that leaves room for timer jitter).
+// Node channel keepalive: the agent pings an idle controller so a stream to
+// a vanished one ends, and allows pings every nodeChannelMinPing (the
+// controller pings every 10s; half leaves room for jitter).
 const (
 	nodeChannelPing    = 30 * time.Second
 	nodeChannelMinPing = 5 * time.Second
 )
 
-// Bounds of what any pod that reaches a node's ports may hold open before
-// it proves anything: a TLS handshake must end within handshakeTimeout,
-// and the copy port, which other nodes dial once per copy, holds at most
-// maxCopyConnections connections of at most maxCopyStreams streams each
+// Bounds on what any pod reaching a node's ports holds open before proving
+// anything: the handshake time, and the copy port's connections and streams
 // (a copy is one stream).
 const (
 	handshakeTimeout   = 10 * time.Second
@@ -46,8 +42,6 @@ const (
 	maxCopyStreams     = 4
 )
 
-// copyLimits are the copy port's bounds; copyPortLimits gives the ones
-// carve runs with.
 type copyLimits struct {
 	handshake   time.Duration
 	connections int
@@ -58,12 +52,10 @@ func copyPortLimits() copyLimits {
 	return copyLimits{handshake: handshakeTimeout, connections: maxCopyConnections, streams: maxCopyStreams}
 }
 
-// nodeChannel builds the node channel's TLS gRPC server: the Identity and
-// Controller servers its socket serves and NodeAgent, under the socket's
-// interceptors and metrics, on --node-channel-address until ctx ends.
-// puller, when set, gets the agent's certificate so that reads from other
-// nodes present this node's identity; with --node-copy-address, orphans (a
-// peercopy.Reader) serves this node's sources to the nodes granted them.
+// nodeChannel builds the node channel's TLS gRPC server (Identity,
+// Controller, NodeAgent) on --node-channel-address. puller gets the agent's
+// certificate for cross-node reads; with --node-copy-address, orphans serves
+// this node's sources to granted nodes.
 func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orphans channel.Orphans, svc csiserver.Services,
 	mm csimetrics.CSIMetricsManager, puller *peercopy.Puller, keys *channel.Keys) (func(context.Context) error, error) {
 	bundle := nodeca.NewBundleFile(o.NodeChannel.CAFile)
@@ -136,8 +128,7 @@ func nodeChannel(o *NodeOptions, cfg *deviceclass.Config, view *vgview.View, orp
 	}, nil
 }
 
-// copyListener returns what serves NodeCopy on --node-copy-address until
-// ctx ends, or nil when copies is.
+// copyListener serves NodeCopy on --node-copy-address; nil without copies.
 func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server) (func(context.Context) error, error) {
 	if copies == nil {
 		return nil, nil
@@ -158,7 +149,6 @@ func copyListener(o *NodeOptions, agent *channel.Agent, copies *peercopy.Server)
 	}, nil
 }
 
-// serveCopyPort serves copies on l, within lim, until ctx ends.
 func serveCopyPort(ctx context.Context, l net.Listener, tlsCfg *tls.Config, copies nodeagentv1.NodeCopyServer, lim copyLimits) error {
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.ConnectionTimeout(lim.handshake),
 		grpc.MaxConcurrentStreams(lim.streams),

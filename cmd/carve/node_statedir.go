@@ -12,12 +12,11 @@ import (
 	"github.com/carve-csi/carve/internal/node/marks"
 )
 
-// stateKinds are the kinds of marks in the state directory, each a
-// directory of its own: volumes being made, filesystems being made.
+// stateKinds: volumes being made, filesystems being made.
 var stateKinds = []string{"unfinished", "formatting"}
 
-// openState opens the node agent's marks in its state directory: refused
-// on a filesystem a reboot empties (unless --allow-volatile-state-dir).
+// openState opens the marks, refused on a filesystem a reboot empties
+// unless --allow-volatile-state-dir.
 func openState(ctx context.Context, o *NodeOptions) (unfinished, formatting *marks.Marks, err error) {
 	dir, err := o.stateDir()
 	if err != nil {
@@ -37,9 +36,7 @@ func openState(ctx context.Context, o *NodeOptions) (unfinished, formatting *mar
 	return opened[0], opened[1], nil
 }
 
-// refuseVolatile refuses a state directory on tmpfs or ramfs unless
-// allowed; a directory that does not exist yet is judged by the nearest
-// one above it that does (where marks.Open will make it).
+// refuseVolatile judges a missing dir by its nearest existing parent.
 func refuseVolatile(ctx context.Context, dir string, allow bool) error {
 	probe := dir
 	for {

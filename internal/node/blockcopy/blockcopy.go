@@ -1,10 +1,8 @@
-// Package blockcopy copies one block device to another: the data of a restore
-// or clone that is not a thin snapshot. Into a thick volume it writes every
-// byte, zeros included, as the extents may hold older data; into a new thin
-// volume (Sparse) only the chunks with data, as dm-thin provisions a block
-// for every zero written. It syncs before it reports the copy done, and does
-// not resume: a cut copy is redone, at device speed rarely longer than
-// finding where it stopped.
+// Package blockcopy copies one block device to another: a restore or clone
+// that is not a thin snapshot. Into a thick volume it writes every byte, as
+// the extents may hold older data; into a new thin volume (Sparse) only
+// chunks with data, as dm-thin provisions a block for every zero written. It
+// syncs before reporting done and does not resume: a cut copy is redone.
 package blockcopy
 
 import (
@@ -19,59 +17,46 @@ import (
 	"github.com/carve-csi/carve/internal/node/directio"
 )
 
-// DefaultBufferSize is the size of each read and write: large enough that
-// per-call costs vanish against device time, small enough to stay out of
-// the way of the plugin's memory limit.
+// DefaultBufferSize makes per-call costs vanish against device time while
+// staying clear of the plugin's memory limit.
 const DefaultBufferSize = 4 << 20
 
-// align is what O_DIRECT asks of offsets, lengths and buffers.
 const align = directio.Align
 
-// Options tune a copy; the zero value is a buffered copy of
-// DefaultBufferSize chunks.
+// Options tune a copy; the zero value is buffered, DefaultBufferSize chunks.
 type Options struct {
-	// BufferSize is the size of each read and write, a multiple of 4096;
-	// 0 means DefaultBufferSize.
+	// BufferSize is a multiple of 4096; 0 means DefaultBufferSize.
 	BufferSize int
-	// Direct opens both sides with O_DIRECT, so that a large copy does not evict
-	// the page cache. Where the filesystem refuses it (tmpfs in tests) or a size
-	// is not a multiple of 4096 (LVM extents may be one sector), the copy is
-	// buffered, and synced all the same.
+	// Direct uses O_DIRECT so a large copy does not evict the page cache; where
+	// refused, or for sizes not a multiple of 4096, the copy is buffered.
 	Direct bool
-	// Sparse skips the source's all-zero chunks (SparseChunk, aligned) and leaves
-	// the target past the copy as it is: only for a new thin volume, whose
-	// unwritten blocks read as zeros. A chunk with data is written whole, so that
-	// a pool block it provisions holds only the source's bytes.
+	// Sparse skips the source's all-zero chunks and leaves the target past the
+	// copy as it is: only for a new thin volume. A chunk with data is written
+	// whole, so a pool block it provisions holds only the source's bytes.
 	Sparse bool
-	// Progress, when set, is called after each chunk with the bytes
-	// copied so far.
+	// Progress gets the bytes copied after each chunk.
 	Progress func(copied uint64)
 }
 
-// SparseChunk is the unit a sparse copy skips: dm-thin's smallest (and
-// LVM's default) pool chunk, so that a skipped chunk of a pool with
-// 64 KiB chunks is never provisioned at all.
+// SparseChunk is dm-thin's smallest (and LVM's default) pool chunk, so a
+// skipped chunk of a 64 KiB-chunk pool is never provisioned.
 const SparseChunk = 64 << 10
 
 // Result is what a copy did.
 type Result struct {
-	// Bytes is how many bytes of the source were copied: written to the
-	// target, or (Sparse) found all zero and skipped.
-	Bytes uint64
-	// Skipped is how many of those were zeros not written (Sparse).
+	// Bytes of the source were copied: written, or (Sparse) skipped as zeros.
+	Bytes   uint64
 	Skipped uint64
-	// Zeroed is how many bytes of the target past the copy were zeroed.
-	Zeroed uint64
-	// Duration is the time the copy took, the final sync included.
+	Zeroed  uint64
+	// Duration includes the final sync.
 	Duration time.Duration
 }
 
 // ErrShortSource is a source that ended before size bytes.
 var ErrShortSource = errors.New("source is shorter than the copy")
 
-// Copy copies the first size bytes of src to the start of dst, zeroes the
-// rest of dst (unless Sparse) and syncs dst. An ended context stops it
-// between chunks, dst partly written; Result.Bytes is set on failure too.
+// Copy copies size bytes of src to dst, zeroes the rest (unless Sparse) and
+// syncs. An ended ctx stops it between chunks.
 func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Result, error) {
 	start := time.Now()
 	var res Result
@@ -93,7 +78,6 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 		return res, fmt.Errorf("size of %s: %w", dst, err)
 	}
 	if direct && end%align != 0 {
-		// Its tail could not be written with O_DIRECT.
 		direct = false
 		if err := out.Close(); err != nil {
 			return res, fmt.Errorf("closing %s: %w", dst, err)
@@ -137,10 +121,8 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 			opts.Progress(res.Bytes)
 		}
 	}
-	// A target bigger than the copy (a restore asked bigger than its
-	// snapshot) may hold an earlier volume's data past it: zero the rest,
-	// so that the new volume shows the source's bytes and zeros only. A
-	// new thin target reads zeros there already.
+	// A target bigger than the copy may hold an earlier volume's data past it:
+	// zero it. A new thin target reads zeros there already.
 	if opts.Sparse {
 		return Finish(out, dst, start, res)
 	}
@@ -159,9 +141,8 @@ func Copy(ctx context.Context, dst, src string, size uint64, opts Options) (Resu
 	return Finish(out, dst, start, res)
 }
 
-// Finish syncs and closes out, the target dst of a copy that began at
-// start, and returns res with the copy's duration (internal/node/peercopy's copies
-// across nodes end the same way).
+// Finish syncs and closes the copy's target and sets its duration
+// (peercopy's copies end the same way).
 func Finish(out *os.File, dst string, start time.Time, res Result) (Result, error) {
 	if err := out.Sync(); err != nil {
 		return res, fmt.Errorf("syncing %s after the copy: %w", dst, err)
@@ -173,12 +154,10 @@ func Finish(out *os.File, dst string, start time.Time, res Result) (Result, erro
 	return res, nil
 }
 
-// zeros is what an all-zero chunk of a sparse copy is compared with.
 var zeros [SparseChunk]byte
 
-// write writes chunk at off; sparse, it writes only the runs of
-// SparseChunk-aligned chunks that hold data and returns how many bytes it
-// skipped. off is a multiple of SparseChunk (the buffer size is).
+// write writes chunk at off; sparse, only the chunks that hold data, and
+// returns the bytes skipped. off is a multiple of SparseChunk.
 func write(out *os.File, chunk []byte, off int64, sparse bool) (skipped uint64, err error) {
 	if !sparse {
 		if _, err := out.WriteAt(chunk, off); err != nil {
@@ -186,7 +165,6 @@ func write(out *os.File, chunk []byte, off int64, sparse bool) (skipped uint64, 
 		}
 		return 0, nil
 	}
-	// run is the start of the pending run of chunks with data, -1 none.
 	run := -1
 	flush := func(end int) error {
 		if run < 0 {
@@ -219,9 +197,7 @@ type Copier struct {
 	Options Options
 }
 
-// Copy is Copy with the Copier's options, sparse or not as asked;
-// progress reports the bytes copied so far after each chunk (nil for
-// none).
+// Copy is Copy with the Copier's options; progress may be nil.
 func (c Copier) Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (Result, error) {
 	o := c.Options
 	o.Sparse = sparse

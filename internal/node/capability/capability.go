@@ -1,6 +1,4 @@
-// Package capability reads the CSI volume capabilities a node serves: the
-// access modes, block or a filesystem it can make, and mount flags that
-// are single safe options.
+// Package capability reads the CSI volume capabilities a node serves.
 package capability
 
 import (
@@ -16,8 +14,7 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// accessModes are the single-node modes: carve volumes live on one node's
-// disks.
+// accessModes are single-node: carve volumes live on one node's disks.
 var accessModes = []csi.VolumeCapability_AccessMode_Mode{
 	csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
 	csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
@@ -37,8 +34,7 @@ func AccessModeNames() string {
 	return strings.Join(names, ", ")
 }
 
-// mountFlagPattern is what a mount flag may hold: mount flags reach the
-// argv of mount(8) (as one -o list), so they are checked, not passed blind.
+// mountFlagPattern: mount flags reach mount(8)'s argv, so they are checked.
 var mountFlagPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.=:/+@-]*$`)
 
 // forbiddenMountFlags would change what kind of mount carve makes.
@@ -46,16 +42,12 @@ var forbiddenMountFlags = []string{"bind", "rbind", "remount", "move"}
 
 // Access is a volume capability carve accepts, read once.
 type Access struct {
-	// Block is a raw block volume; otherwise a filesystem of FSType.
 	Block bool
-	// FSType is the filesystem of a mount capability, volume.DefaultFSType when
-	// it names none; "" for a block volume.
-	FSType string
-	// Flags are the mount flags of a mount capability, each checked.
-	Flags []string
-	// Mode is the access mode, one of AccessModes.
-	Mode csi.VolumeCapability_AccessMode_Mode
-	// ReadOnly is true when the access mode allows reading only.
+	// FSType is a mount capability's filesystem (volume.DefaultFSType when
+	// unnamed); "" for a block volume.
+	FSType   string
+	Flags    []string
+	Mode     csi.VolumeCapability_AccessMode_Mode
 	ReadOnly bool
 }
 
@@ -67,9 +59,8 @@ func (a Access) Describe() string {
 	return fmt.Sprintf("mount (%s)", a.FSType)
 }
 
-// Error is what Parse refuses: Part is the part of the
-// capability at fault ("" for all of it, "access_mode", "mount.fs_type",
-// "mount.mount_flags[1]", ...), Reason what is wrong with it.
+// Error is what Parse refuses: Part is the part at fault ("" for all,
+// "access_mode", "mount.mount_flags[1]", ...), Reason what is wrong.
 type Error struct {
 	Part, Reason string
 	// Err is ErrFilesystemElsewhere, or nil.
@@ -81,16 +72,12 @@ func (e *Error) Error() string { return e.In("capability") }
 // Unwrap returns Err.
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrFilesystemElsewhere is what the Error of a filesystem carve
-// makes (fs.MkfsTypes) but this node cannot (its mkfs is not installed
-// here) wraps: another node may have the tool, so the caller answers
-// RESOURCE_EXHAUSTED, on which csi-provisioner reschedules a claim that
-// waits for its first consumer, where a filesystem carve never makes is a
-// final INVALID_ARGUMENT.
+// ErrFilesystemElsewhere: carve makes the filesystem but this node lacks its
+// mkfs. Another node may have it, so the answer is RESOURCE_EXHAUSTED (which
+// reschedules a WaitForFirstConsumer claim), not INVALID_ARGUMENT.
 var ErrFilesystemElsewhere = errors.New("the filesystem's mkfs is not installed on this node")
 
-// In is the message for a capability that came as field of a request:
-// "volume_capability.mount.fs_type \"ntfs\" is not supported; ...".
+// In is the message for a capability that came as field of a request.
 func (e *Error) In(field string) string {
 	if e.Part == "" {
 		return field + " " + e.Reason
@@ -102,10 +89,9 @@ func refuse(part, format string, args ...any) error {
 	return &Error{Part: part, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Parse reads a volume capability, for both CSI servers: an
-// access mode carve serves, a block or mount access type, a filesystem
-// among fsTypes (the default when it names none) and mount flags that are
-// single safe options. Its errors are *Error.
+// Parse reads a volume capability for both CSI servers: a served access
+// mode, block or mount, a filesystem among fsTypes, and single safe mount
+// flags. Its errors are *Error.
 func Parse(c *csi.VolumeCapability, fsTypes []string) (Access, error) {
 	var a Access
 	if c == nil {

@@ -1,8 +1,7 @@
-// Package changemap names the places where a volume may differ from a
-// snapshot of it from device-mapper metadata, without reading the data:
-// thin_delta over a pool's mapping trees, or a copy-on-write snapshot's
-// exception table. What it names is a superset of the changes, in pool blocks
-// or snapshot chunks, so a place it does not name is the same in both.
+// Package changemap names, from device-mapper metadata without reading data,
+// where a volume may differ from a snapshot of it: thin_delta over a pool's
+// mapping trees, or a copy-on-write snapshot's exception table. It names a
+// superset, in pool blocks or snapshot chunks: an unnamed place is the same.
 package changemap
 
 import (
@@ -17,8 +16,7 @@ type Extent struct {
 	Off, Len uint64
 }
 
-// Set is a set of byte extents: sorted, not overlapping, not touching
-// (Add keeps it so).
+// Set is a set of byte extents: sorted, not overlapping, not touching.
 type Set []Extent
 
 // Add puts [off, off+n) into s and returns the set.
@@ -36,7 +34,6 @@ func (s Set) Add(off, n uint64) Set {
 		}
 		return 0
 	})
-	// s[i] is the first extent that ends at or after off.
 	j := i
 	for j < len(s) && s[j].Off <= end {
 		off, end = min(off, s[j].Off), max(end, s[j].Off+s[j].Len)
@@ -65,12 +62,10 @@ func (s Set) Overlaps(off, end uint64) bool {
 	return i < len(s) && s[i].Off < end
 }
 
-// name is what an LVM volume group or LV name may hold (lvm(8) "Valid
-// names"); checked again here because it goes into device paths and
-// command lines.
+// name is LVM's name alphabet (lvm(8)), checked again here as names reach
+// device paths and command lines.
 var name = regexp.MustCompile(`^[a-zA-Z0-9+_.][a-zA-Z0-9+_.-]*$`)
 
-// checkName refuses a volume group or LV name LVM would not accept.
 func checkName(what, n string) error {
 	if len(n) > 127 || !name.MatchString(n) {
 		return fmt.Errorf("%s %q is not an LVM name", what, n)
@@ -78,9 +73,8 @@ func checkName(what, n string) error {
 	return nil
 }
 
-// dmName is the device-mapper name LVM gives LV lv of vg (and its
-// layer, if any: "tpool", "cow"): the names with each '-' doubled,
-// joined by '-'.
+// dmName is the device-mapper name LVM gives vg/lv (and its layer): each
+// '-' doubled, joined by '-'.
 func dmName(vg, lv, layer string) string {
 	n := strings.ReplaceAll(vg, "-", "--") + "-" + strings.ReplaceAll(lv, "-", "--")
 	if layer != "" {

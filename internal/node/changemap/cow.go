@@ -14,29 +14,23 @@ import (
 	"github.com/carve-csi/carve/internal/node/directio"
 )
 
-// The persistent exception store of a device-mapper snapshot (the
-// kernel's dm-snap-persistent.c), on its "-cow" device: chunk 0 is the
-// header; then areas, each one metadata chunk of exceptions (16 bytes
-// each: the origin's chunk, then the chunk of the COW device that holds
-// its old data, both little-endian) followed by as many data chunks as
-// the metadata chunk holds exceptions. The first exception whose new
-// chunk is 0 (the header's chunk, never a data chunk) ends the table.
+// The persistent exception store of a dm snapshot (dm-snap-persistent.c), on
+// its "-cow" device: chunk 0 is the header; then areas of one metadata chunk
+// of 16-byte exceptions (origin chunk, COW chunk, little-endian) followed by
+// as many data chunks. The first exception whose new chunk is 0 ends it.
 const (
 	cowMagic     = 0x70416e53 // "SnAp"
 	cowVersion   = 1
 	exceptionLen = 16
 	headerRead   = 4096 // what O_DIRECT reads of the header
-	// maxChunkSectors is the largest chunk taken: LVM's largest is
-	// 512 KiB; twice that leaves room.
+	// maxChunkSectors is twice LVM's largest chunk (512 KiB).
 	maxChunkSectors = 2048
 )
 
-// ParseExceptions reads a snapshot's exception table from its COW
-// device r and returns the bytes of the origin written since the
-// snapshot was taken (each exception's origin chunk, whole): the only
-// places where the origin may differ from the snapshot. A store marked
-// invalid, of another version, or that does not start with the magic
-// is an error.
+// ParseExceptions reads a snapshot's exception table from its COW device and
+// returns the origin's bytes written since the snapshot (whole chunks): the
+// only places where the two may differ. An invalid store, another version,
+// or a missing magic is an error.
 func ParseExceptions(r io.ReaderAt) (Set, error) {
 	hdr, free := alignedBuf(headerRead)
 	defer free()
@@ -83,8 +77,6 @@ func ParseExceptions(r io.ReaderAt) (Set, error) {
 	}
 }
 
-// alignedBuf is n bytes at a page boundary, as O_DIRECT needs, and the
-// function that frees them.
 func alignedBuf(n int) ([]byte, func()) {
 	b, release, err := directio.Buffer(n)
 	if err != nil {
@@ -93,10 +85,9 @@ func alignedBuf(n int) ([]byte, func()) {
 	return b, release
 }
 
-// SnapshotChanges names the bytes of the origin of the thick snapshot
-// snap of vg written since the snapshot was taken, from the exception
-// table on the snapshot's COW device (which must be active), read with
-// O_DIRECT: the snapshot target writes that device past its page cache.
+// SnapshotChanges names the origin bytes written since thick snapshot snap
+// was taken, from its active COW device, read O_DIRECT: the snapshot target
+// writes that device past the page cache.
 func (f *Finder) SnapshotChanges(_ context.Context, vg, snap string) (Set, error) {
 	if err := checkName("volume group", vg); err != nil {
 		return nil, err

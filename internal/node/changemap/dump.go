@@ -6,11 +6,9 @@ import (
 	"io"
 )
 
-// ParseThinDump reads thin_dump's XML (thin-provisioning-tools 0.9) of
-// the one thin device dev (thin_dump --dev-id) and returns the bytes
-// that device maps, in the pool's blocks (superblock data_block_size,
-// in 512-byte sectors). A dump of another device, of several, or of
-// none is an error: a device with no mapping is still listed, empty.
+// ParseThinDump reads thin_dump's XML (thin-provisioning-tools 0.9) of the
+// one thin device dev and returns the bytes it maps, in the pool's blocks. A
+// dump of another device, several, or none is an error.
 func ParseThinDump(r io.Reader, dev uint64) (Set, error) {
 	const x = toolXML("thin_dump")
 	dec := xml.NewDecoder(r)

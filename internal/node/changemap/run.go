@@ -9,14 +9,13 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// Exec runs commands through k8s.io/utils/exec, never a shell, in the C
-// locale, within the caller's context.
+// Exec runs commands through k8s.io/utils/exec, no shell, in the C locale.
 type Exec struct {
 	Exec utilexec.Interface
 }
 
-// Run implements Runner. The programs are dmsetup, thin_delta and thin_dump
-// (test/deploy's dynamicPrograms lists them under "program").
+// Run implements Runner. The programs (dmsetup, thin_delta, thin_dump) are
+// listed under "program" in test/deploy's dynamicPrograms.
 func (e Exec) Run(ctx context.Context, program string, args ...string) ([]byte, error) {
 	c := e.Exec.CommandContext(ctx, program, args...)
 	c.SetEnv(append(os.Environ(), "LC_ALL=C"))

@@ -15,13 +15,10 @@ import (
 	"time"
 )
 
-// ParseThinDelta reads thin_delta's XML (thin-provisioning-tools 0.9;
-// plain or --verbose) and returns the bytes where the right device may
-// differ from the left: the ranges "different" (both map the block,
-// not to the same data block), "right_only" (written since) and
-// "left_only" (discarded since: reads zeros now), in the pool's blocks
-// (superblock data_block_size, in 512-byte sectors). "same" ranges are
-// left out.
+// ParseThinDelta reads thin_delta's XML (thin-provisioning-tools 0.9) and
+// returns where the right device may differ from the left, in pool blocks:
+// "different", "right_only" (written since) and "left_only" (discarded
+// since: reads zeros now).
 func ParseThinDelta(r io.Reader) (Set, error) {
 	const x = toolXML("thin_delta")
 	dec := xml.NewDecoder(r)
@@ -85,36 +82,28 @@ func ParseThinDelta(r io.Reader) (Set, error) {
 	return set, nil
 }
 
-// Runner runs one command (no shell) and returns its standard output;
-// a command that ran and failed is an error that carries its standard
-// error. Exec is the real one.
+// Runner runs one command without a shell and returns its stdout; a failure
+// carries its stderr.
 type Runner interface {
 	Run(ctx context.Context, cmd string, args ...string) ([]byte, error)
 }
 
-// Finder names changes from device-mapper metadata. Use one per node
-// (it serializes the thin pools' metadata snapshots, of which a pool
-// has at most one).
+// Finder names changes from device-mapper metadata. Use one per node: it
+// serializes the pools' metadata snapshots, of which a pool has at most one.
 type Finder struct {
-	// Run runs dmsetup and thin_delta.
-	Run Runner
-	// DevDir is where device nodes are (/dev, or DM_DEV_DIR).
+	Run    Runner
 	DevDir string
-	// pools serializes the metadata snapshots.
-	pools sync.Mutex
+	pools  sync.Mutex
 }
 
-// releaseTimeout bounds the release of a metadata snapshot, which runs
-// even when the caller's context has ended.
+// releaseTimeout bounds the release, which runs even after ctx ended.
 const releaseTimeout = 30 * time.Second
 
-// ThinChanges names the bytes where the thin LV vol of vg may differ from its
-// thin snapshot base, both active in pool: it reads their thin IDs from the
-// device-mapper tables, reserves a metadata snapshot of the pool, compares the
-// trees with thin_delta, and releases the snapshot it reserved. A pool holds
-// one at most: one held already (another tool, or an agent killed in between)
-// is ErrMetadataSnapHeld, which the caller takes for "compare instead"; its
-// holder, or an administrator, releases it.
+// ThinChanges names where thin LV vol may differ from its thin snapshot base,
+// both active in pool: thin IDs from the dm tables, then thin_delta over a
+// reserved metadata snapshot, always released. A snapshot held already
+// (another tool, or an agent killed in between) is ErrMetadataSnapHeld: the
+// caller compares instead, and the holder or an administrator releases it.
 func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (set Set, err error) {
 	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}, {"base", base}, {"volume", vol}} {
 		if err := checkName(n.what, n.v); err != nil {
@@ -135,9 +124,8 @@ func (f *Finder) ThinChanges(ctx context.Context, vg, pool, base, vol string) (s
 	return f.ThinChangesOfIDs(ctx, vg, pool, baseID, volID)
 }
 
-// ThinChangesOfIDs is ThinChanges between the thin devices of pool whose
-// thin IDs LVM's metadata gives (lvm.Client.ThinID): neither device need
-// be active, only the pool (PoolActive).
+// ThinChangesOfIDs is ThinChanges by LVM's thin IDs: only the pool need be
+// active.
 func (f *Finder) ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, volID uint64) (set Set, err error) {
 	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}} {
 		if err := checkName(n.what, n.v); err != nil {
@@ -159,11 +147,9 @@ func (f *Finder) ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, 
 	return set, nil
 }
 
-// ThinMapped names the bytes of the thin LV vol of vg (active, in pool)
-// that map a pool block: what was written to it (or to its origin
-// before it was taken) and not discarded since. Elsewhere it reads
-// zeros. Like ThinChanges it reads a reserved metadata snapshot of the
-// pool, with thin_dump, and always releases the snapshot it reserved.
+// ThinMapped names the bytes of thin LV vol that map a pool block (written,
+// and not discarded since); elsewhere it reads zeros. It uses thin_dump
+// over a reserved metadata snapshot, always released.
 func (f *Finder) ThinMapped(ctx context.Context, vg, pool, vol string) (set Set, err error) {
 	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}, {"volume", vol}} {
 		if err := checkName(n.what, n.v); err != nil {
@@ -177,8 +163,8 @@ func (f *Finder) ThinMapped(ctx context.Context, vg, pool, vol string) (set Set,
 	return f.ThinMappedOfID(ctx, vg, pool, id)
 }
 
-// ThinMappedOfID is ThinMapped of the thin device of pool whose thin ID
-// LVM's metadata gives: the device need not be active, only the pool.
+// ThinMappedOfID is ThinMapped by LVM's thin ID: only the pool need be
+// active.
 func (f *Finder) ThinMappedOfID(ctx context.Context, vg, pool string, id uint64) (set Set, err error) {
 	for _, n := range []struct{ what, v string }{{"volume group", vg}, {"thin pool", pool}} {
 		if err := checkName(n.what, n.v); err != nil {
@@ -199,9 +185,8 @@ func (f *Finder) ThinMappedOfID(ctx context.Context, vg, pool string, id uint64)
 	return set, nil
 }
 
-// PoolActive tells whether the thin pool pool of vg is active: its pool
-// device (the "-tpool" layer), which takes the metadata snapshot's
-// messages, has a device node.
+// PoolActive tells whether pool's "-tpool" device, which takes the metadata
+// snapshot messages, has a device node.
 func (f *Finder) PoolActive(vg, pool string) bool {
 	if checkName("volume group", vg) != nil || checkName("thin pool", pool) != nil {
 		return false
@@ -210,10 +195,8 @@ func (f *Finder) PoolActive(vg, pool string) bool {
 	return err == nil && st.Mode()&os.ModeDevice != 0
 }
 
-// withMetadataSnap reserves the metadata snapshot of the thin pool pool
-// of vg, runs read with the path of the pool's metadata device, and
-// releases the snapshot, even when ctx has ended. A pool holds one
-// snapshot at most, so the Finder runs one at a time.
+// withMetadataSnap runs read with pool's metadata device path under a
+// reserved metadata snapshot, released even after ctx ended.
 func (f *Finder) withMetadataSnap(ctx context.Context, vg, pool string, read func(meta string) error) (err error) {
 	f.pools.Lock()
 	defer f.pools.Unlock()
@@ -231,15 +214,12 @@ func (f *Finder) withMetadataSnap(ctx context.Context, vg, pool string, read fun
 	return read(path.Join(f.DevDir, "mapper", dmName(vg, pool+"_tmeta", "")))
 }
 
-// ErrMetadataSnapHeld: the pool's metadata snapshot is held already,
-// by another program or by an agent that died holding it; carve does
-// not release it.
+// ErrMetadataSnapHeld: another program, or a dead agent, holds the pool's
+// metadata snapshot; carve does not release it.
 var ErrMetadataSnapHeld = errors.New("the thin pool's metadata snapshot is held already")
 
-// reserve reserves the metadata snapshot of the pool device tpool. A
-// failure is never answered by a release: the pool's status tells
-// whether a snapshot is held (ErrMetadataSnapHeld, naming how to
-// release it) or the reserve failed for another reason.
+// reserve reserves tpool's metadata snapshot. A failure is never answered by
+// a release: the pool's status tells whether one is held.
 func (f *Finder) reserve(ctx context.Context, tpool string) error {
 	err := f.message(ctx, tpool, "reserve_metadata_snap")
 	if err == nil {
@@ -257,10 +237,8 @@ func (f *Finder) reserve(ctx context.Context, tpool string) error {
 	return fmt.Errorf("reserving a metadata snapshot of %s (none is held): %w", tpool, err)
 }
 
-// heldRoot is the block of the metadata snapshot the thin-pool device
-// tpool holds, from its status ("<start> <length> thin-pool <transaction
-// id> <used>/<total metadata> <used>/<total data> <held metadata root>
-// ..."), or "" when it holds none ("-").
+// heldRoot is the held metadata root from tpool's status ("<start> <length>
+// thin-pool <trans id> <meta> <data> <held root> ..."), "" for "-".
 func (f *Finder) heldRoot(ctx context.Context, tpool string) (string, error) {
 	out, err := f.Run.Run(ctx, "dmsetup", "status", tpool)
 	if err != nil {
@@ -286,8 +264,6 @@ func (f *Finder) message(ctx context.Context, dev, msg string) error {
 	return nil
 }
 
-// thinID reads the device-mapper table of the thin device dev: its thin
-// ID and its pool's device (major:minor).
 func (f *Finder) thinID(ctx context.Context, dev string) (uint64, string, error) {
 	out, err := f.Run.Run(ctx, "dmsetup", "table", dev)
 	if err != nil {

@@ -8,15 +8,14 @@ import (
 	"strconv"
 )
 
-// toolXML reads the XML one of thin-provisioning-tools' programs wrote;
-// its value is the program's name, which every error names.
+// toolXML reads a thin-provisioning-tools program's XML; its value, the
+// program's name, is in every error.
 type toolXML string
 
 func (x toolXML) errorf(format string, a ...any) error {
 	return fmt.Errorf(string(x)+"'s output: "+format, a...)
 }
 
-// next is the next start or end element; io.EOF at the end.
 func (x toolXML) next(dec *xml.Decoder) (xml.Token, error) {
 	for {
 		tok, err := dec.Token()
@@ -46,8 +45,8 @@ func (x toolXML) uint(t xml.StartElement, name string) (uint64, error) {
 	return 0, x.errorf("<%s> without %s", t.Name.Local, name)
 }
 
-// blockBytes is a <superblock>'s data block size in bytes (the tools
-// give it in 512-byte sectors).
+// blockBytes is a <superblock>'s data block size in bytes (given in
+// sectors).
 func (x toolXML) blockBytes(t xml.StartElement) (uint64, error) {
 	b, err := x.uint(t, "data_block_size")
 	if err != nil {
@@ -59,8 +58,7 @@ func (x toolXML) blockBytes(t xml.StartElement) (uint64, error) {
 	return b * 512, nil
 }
 
-// add is set with n blocks of block bytes from block begin, refusing a
-// range that does not fit in 64 bits of bytes.
+// add refuses a range that does not fit in 64 bits of bytes.
 func (x toolXML) add(set Set, t xml.StartElement, begin, n, block uint64) (Set, error) {
 	if most := (1<<64 - 1) / block; n > most || begin > most-n {
 		return nil, x.errorf("<%s> at block %d of %d is out of range", t.Name.Local, begin, n)

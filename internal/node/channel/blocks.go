@@ -7,10 +7,8 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// Blocks names the blocks of this node's snapshots from device-mapper
-// metadata; *snapmeta.Server is one.
+// Blocks names snapshot blocks; *snapmeta.Server is one.
 type Blocks interface {
-	// SnapshotBlocks answers SnapshotBlocks, its errors gRPC statuses.
 	SnapshotBlocks(req *nodeagentv1.SnapshotBlocksRequest, stream nodeagentv1.NodeAgent_SnapshotBlocksServer) error
 }
 

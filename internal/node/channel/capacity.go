@@ -11,15 +11,12 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// WatchCapacity implements nodeagentv1.NodeAgentServer: the node's
-// capacity at once, then again after every change of the view that moves
-// a value (a report equal to the last one sent is not sent). It ends when
-// the caller's context does, or with UNAVAILABLE at Shutdown.
+// WatchCapacity implements nodeagentv1.NodeAgentServer: the capacity now,
+// then after each change that moves a value.
 func (a *Agent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, stream grpc.ServerStreamingServer[nodeagentv1.CapacityReport]) error {
 	ctx := stream.Context()
 	var last *nodeagentv1.CapacityReport
 	for {
-		// Taken before the read, so no change after it is missed.
 		changed := a.cfg.Capacity.Changes()
 		if r := a.report(); last == nil || !proto.Equal(r, last) {
 			if err := stream.Send(r); err != nil {
@@ -37,8 +34,6 @@ func (a *Agent) WatchCapacity(_ *nodeagentv1.WatchCapacityRequest, stream grpc.S
 	}
 }
 
-// report is the node's capacity now, every class of the config in its
-// order, from the same view and function GetCapacity answers from.
 func (a *Agent) report() *nodeagentv1.CapacityReport {
 	r := &nodeagentv1.CapacityReport{NodeName: a.cfg.NodeName}
 	for i := range a.cfg.Classes.DeviceClasses {
@@ -54,7 +49,6 @@ func (a *Agent) report() *nodeagentv1.CapacityReport {
 	return r
 }
 
-// clampInt64 is n as the proto's int64, never negative.
 func clampInt64(n uint64) int64 {
 	if n > math.MaxInt64 {
 		return math.MaxInt64

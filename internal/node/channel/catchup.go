@@ -9,10 +9,8 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// CatchUps brings this node's volumes up to date from volumes of other
-// nodes, the last copy of a move; peercopy.CatchUps is one.
+// CatchUps takes a move's last copy; peercopy.CatchUps is one.
 type CatchUps interface {
-	// CatchUpCopy answers CatchUpCopy, its errors gRPC statuses.
 	CatchUpCopy(ctx context.Context, req *nodeagentv1.CatchUpCopyRequest) (*nodeagentv1.CatchUpCopyResponse, error)
 }
 

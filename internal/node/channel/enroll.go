@@ -18,11 +18,8 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// Enroll implements nodeagentv1.NodeAgentServer: the node's name, its
-// token as the kubelet last wrote it (surrounding white space removed)
-// and a certificate request signed by the agent's key. A token file that
-// cannot be read or is empty is FAILED_PRECONDITION: the pod lacks its
-// projected token.
+// Enroll implements nodeagentv1.NodeAgentServer. An unreadable or empty
+// token is FAILED_PRECONDITION.
 func (a *Agent) Enroll(context.Context, *nodeagentv1.EnrollRequest) (*nodeagentv1.EnrollResponse, error) {
 	data, err := os.ReadFile(a.cfg.TokenFile)
 	if err != nil {
@@ -41,8 +38,7 @@ func (a *Agent) Enroll(context.Context, *nodeagentv1.EnrollRequest) (*nodeagentv
 	return &nodeagentv1.EnrollResponse{NodeName: a.cfg.NodeName, Token: token, CsrDer: csr}, nil
 }
 
-// csr is a certificate request for the agent's key. Its subject and SAN
-// are for people reading it: the controller takes the node from the
+// csr's subject is for people: the controller takes the node from the
 // token's review, never from the request.
 func (a *Agent) csr() ([]byte, error) {
 	uri, err := nodeca.NodeURI(a.cfg.NodeName)
@@ -60,9 +56,7 @@ func (a *Agent) csr() ([]byte, error) {
 }
 
 // InstallCertificate implements nodeagentv1.NodeAgentServer: the certificate
-// is presented from the next handshake on. It must be for the agent's key,
-// name exactly this node and chain to a trusted CA now, as the controller
-// will check (else INVALID_ARGUMENT); installing the same one again is a no-op.
+// must be for the agent's key, name this node and chain to a trusted CA.
 func (a *Agent) InstallCertificate(ctx context.Context, req *nodeagentv1.InstallCertificateRequest) (*nodeagentv1.InstallCertificateResponse, error) {
 	cert, err := x509.ParseCertificate(req.GetCertificateDer())
 	if err != nil {

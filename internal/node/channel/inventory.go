@@ -13,10 +13,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Inventory implements nodeagentv1.NodeAgentServer: carve's volumes with
-// their tags, the volume groups whose listing is stale (volumes unknown, not
-// absent), the classes, and the LV names with a call in flight, read first so
-// that no call falls between the two reads.
+// Inventory implements nodeagentv1.NodeAgentServer. Busy names are read
+// first, so that no call falls between the two reads.
 func (a *Agent) Inventory(context.Context, *nodeagentv1.InventoryRequest) (*nodeagentv1.InventoryResponse, error) {
 	resp := &nodeagentv1.InventoryResponse{}
 	if a.cfg.Orphans != nil {
@@ -36,9 +34,8 @@ func (a *Agent) Inventory(context.Context, *nodeagentv1.InventoryRequest) (*node
 	return resp, nil
 }
 
-// QuarantineOrphan implements nodeagentv1.NodeAgentServer: the
-// controller's audit quarantines an orphan (--remove-orphans) through it.
-// Only an LV of a configured volume group can be named.
+// QuarantineOrphan implements nodeagentv1.NodeAgentServer, for configured
+// volume groups only.
 func (a *Agent) QuarantineOrphan(ctx context.Context, req *nodeagentv1.QuarantineOrphanRequest) (*nodeagentv1.QuarantineOrphanResponse, error) {
 	vg, name := req.GetVolumeGroup(), req.GetName()
 	if err := a.orphanRequest(vg, name); err != nil {
@@ -54,9 +51,8 @@ func (a *Agent) QuarantineOrphan(ctx context.Context, req *nodeagentv1.Quarantin
 	return &nodeagentv1.QuarantineOrphanResponse{Name: got}, nil
 }
 
-// RemoveOrphan implements nodeagentv1.NodeAgentServer for the audit's
-// --remove-orphans: only an LV of a configured volume group, named with the
-// name it had before its quarantine, so that nothing else is removed.
+// RemoveOrphan implements nodeagentv1.NodeAgentServer: only an LV of a
+// configured volume group named by its pre-quarantine name.
 func (a *Agent) RemoveOrphan(ctx context.Context, req *nodeagentv1.RemoveOrphanRequest) (*nodeagentv1.RemoveOrphanResponse, error) {
 	vg, name := req.GetVolumeGroup(), req.GetName()
 	if err := a.orphanRequest(vg, name); err != nil {
@@ -84,7 +80,6 @@ func (a *Agent) orphanRequest(vg, name string) error {
 	return nil
 }
 
-// inventoryLV reads lv's tags as the node's audit does.
 func inventoryLV(lv *lvm.LogicalVolume) *nodeagentv1.LogicalVolume {
 	o := volume.OwnerFromTags(lv.Tags)
 	out := &nodeagentv1.LogicalVolume{VolumeGroup: lv.VolumeGroup, Name: lv.Name, SizeBytes: clampInt64(lv.Size),

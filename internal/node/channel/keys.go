@@ -13,19 +13,16 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// ErrNoController is VolumeKey's error while no controller holds a
-// VolumeKeys stream to this agent: nothing was asked.
+// ErrNoController: no controller holds a VolumeKeys stream; nothing asked.
 var ErrNoController = errors.New("no carve controller is connected to this node's agent")
 
-// KeyRefusedError is the controller's refusal of a key request: its
-// reason, as the controller wrote it (it names the volume and the check).
+// KeyRefusedError is the controller's refusal, its reason as written.
 type KeyRefusedError struct{ Reason string }
 
 func (e *KeyRefusedError) Error() string { return "carve controller refused the key: " + e.Reason }
 
-// Keys carries the node's key requests to the controller over the
-// VolumeKeys streams the controller replicas open (it dials the agents;
-// the agent has no way to reach it). It is safe for concurrent use.
+// Keys carries key requests over the VolumeKeys streams the controller
+// replicas open (the agent cannot dial them). Safe for concurrent use.
 type Keys struct {
 	mu      sync.Mutex
 	streams []*keyStream
@@ -42,8 +39,8 @@ type keyStream struct {
 // NewKeys returns a Keys with no stream.
 func NewKeys() *Keys { return &Keys{waiting: map[uint64]chan *nodeagentv1.VolumeKeyAnswer{}} }
 
-// VolumeKeys implements nodeagentv1.NodeAgentServer: the controller's
-// stream, served until its context ends (or UNAVAILABLE at Shutdown).
+// VolumeKeys implements nodeagentv1.NodeAgentServer: a controller's stream,
+// served until it ends (UNAVAILABLE at Shutdown).
 func (a *Agent) VolumeKeys(stream grpc.BidiStreamingServer[nodeagentv1.VolumeKeyAnswer, nodeagentv1.VolumeKeyRequest]) error {
 	if a.cfg.Keys == nil {
 		return status.Errorf(codes.Unimplemented, "node %s opens no encrypted volumes", a.cfg.NodeName)
@@ -51,7 +48,6 @@ func (a *Agent) VolumeKeys(stream grpc.BidiStreamingServer[nodeagentv1.VolumeKey
 	return a.cfg.Keys.serve(stream, a.stopping)
 }
 
-// serve reads the answers of one controller's stream until it ends.
 func (k *Keys) serve(s grpc.BidiStreamingServer[nodeagentv1.VolumeKeyAnswer, nodeagentv1.VolumeKeyRequest], stopping <-chan struct{}) error {
 	ks := &keyStream{s: s, done: make(chan struct{})}
 	k.mu.Lock()
@@ -102,12 +98,9 @@ func (k *Keys) Connected() bool {
 	return len(k.streams) > 0
 }
 
-// VolumeKey asks the controller for the key of the volume volumeID of this
-// node, whose header holds wrapped under keyID. It tries each stream
-// until one carries the request; the answer is the key (and, after a
-// rotation of the controller's KEK, the key wrapped under the newest,
-// for the header), a *KeyRefusedError, ErrNoController, or the
-// context's error.
+// VolumeKey asks a controller for volumeID's key over each stream in turn. It
+// returns the key (and its rewrapping after a KEK rotation), a
+// *KeyRefusedError, ErrNoController, or ctx's error.
 func (k *Keys) VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) (key []byte, rewrapped string, err error) {
 	k.mu.Lock()
 	streams := append([]*keyStream(nil), k.streams...)

@@ -32,12 +32,10 @@ func Load(path string) (*Config, error) {
 	return cfg, nil
 }
 
-// Parse decodes a device-class file, rejecting unknown keys, and validates
-// it.
+// Parse decodes a device-class file, rejecting unknown keys, and validates.
 func Parse(data []byte) (*Config, error) {
-	// YAMLToJSONStrict rejects duplicate keys; the case-sensitive strict
-	// decoder rejects unknown keys, "thinpool" for "thinPool" included
-	// (encoding/json, under yaml.UnmarshalStrict, matches keys ignoring case).
+	// The case-sensitive strict decoder rejects "thinpool" for "thinPool":
+	// yaml.UnmarshalStrict's encoding/json matches keys ignoring case.
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
@@ -56,18 +54,15 @@ func Parse(data []byte) (*Config, error) {
 	return &cfg, nil
 }
 
-// dns1123Label is the form of a device-class name.
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// IsClassName tells whether name has the form of a device-class name, a
-// DNS-1123 label: what the device-class file and StorageClasses may name.
+// IsClassName tells whether name is a DNS-1123 label.
 func IsClassName(name string) bool {
 	return len(name) <= 63 && dns1123Label.MatchString(name)
 }
 
-// Validate checks the file without looking at the machine: names,
-// duplicates, the default, quantities and options. Every problem found is
-// reported, each naming the class and the key.
+// Validate checks the file without looking at the machine; every problem is
+// reported, naming the class and key.
 func (c *Config) Validate() error {
 	var errs []error
 	if len(c.DeviceClasses) == 0 {
@@ -111,8 +106,6 @@ func (d *DeviceClass) validate() error {
 	if d.VolumeGroup == "" {
 		errs = append(errs, errors.New("volumeGroup: must be set"))
 	} else if err := lvmname.VG(d.VolumeGroup); err != nil {
-		// The lvm package's own rules: a name every lvcreate would refuse
-		// does not load.
 		errs = append(errs, fmt.Errorf("volumeGroup: %w", err))
 	}
 	switch {
@@ -120,8 +113,7 @@ func (d *DeviceClass) validate() error {
 	case d.Spare.Sign() < 0:
 		errs = append(errs, fmt.Errorf("spare %s: must not be negative", d.Spare))
 	case d.Spare.Cmp(*resource.NewQuantity(lvm.MaxSize, resource.BinarySI)) > 0:
-		// Quantity.Value of a larger spare does not fit an int64 (1e30
-		// read as 0, no spare at all).
+		// Quantity.Value of a larger spare overflows int64 (1e30 reads as 0).
 		errs = append(errs, fmt.Errorf("spare %s: at most %d bytes (the largest size carve gives LVM)", d.Spare, int64(lvm.MaxSize)))
 	}
 	if d.Thin() {
@@ -173,8 +165,7 @@ func sortedKeys(m map[string][]string) []string {
 	return keys
 }
 
-// Class returns the class named name; an empty name means the default class.
-// ok is false when there is no such class (or no default).
+// Class returns the class named name, or the default for "".
 func (c *Config) Class(name string) (*DeviceClass, bool) {
 	for i := range c.DeviceClasses {
 		d := &c.DeviceClasses[i]
@@ -185,8 +176,7 @@ func (c *Config) Class(name string) (*DeviceClass, bool) {
 	return nil, false
 }
 
-// VolumeGroups lists the volume groups the classes use, each once, in
-// file order.
+// VolumeGroups lists the classes' volume groups once each, in file order.
 func (c *Config) VolumeGroups() []string {
 	var vgs []string
 	for _, d := range c.DeviceClasses {
@@ -225,17 +215,16 @@ func (d *DeviceClass) Ratio() float64 {
 	return d.OverprovisionRatio
 }
 
-// SnapshotCowSize is the copy-on-write space of a snapshot of a thick
-// volume of size bytes: SnapshotSpacePercent of it (default
-// DefaultSnapshotSpacePercent), rounded up to the byte, plus 1/128 of that
-// for the copy-on-write store's own metadata (16 bytes per 4 KiB chunk,
-// twice over), so that 100 % holds a rewrite of the whole volume.
+// SnapshotCowSize is the copy-on-write space of a snapshot of a thick volume
+// of size bytes: SnapshotSpacePercent of it, plus 1/128 for the store's own
+// metadata (16 bytes per 4 KiB chunk, twice over), so 100 % holds a rewrite
+// of the whole volume.
 func (d *DeviceClass) SnapshotCowSize(size uint64) uint64 {
 	p := uint64(d.SnapshotSpacePercent)
 	if p == 0 {
 		p = DefaultSnapshotSpacePercent
 	}
-	// size is at most lvm.MaxSize (2^63), so nothing here overflows.
+	// size is at most lvm.MaxSize (2^62), so nothing here overflows.
 	data := size/100*p + (size%100*p+99)/100
 	return data + (data+127)/128
 }

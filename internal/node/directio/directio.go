@@ -1,6 +1,5 @@
-// Package directio opens devices past the page cache (O_DIRECT) and
-// makes the page-aligned buffers such reads and writes need, for every
-// node package that reads or writes a volume's device.
+// Package directio opens devices with O_DIRECT and makes the aligned
+// buffers it needs.
 package directio
 
 import (
@@ -12,13 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Align is what O_DIRECT asks of offsets, lengths and buffers on every
-// block device carve meets (logical blocks of 512 or 4096 bytes).
+// Align is what O_DIRECT asks of offsets, lengths and buffers on the block
+// devices carve meets (512 or 4096-byte logical blocks).
 const Align = 4096
 
-// Open opens path with flag, with O_DIRECT when direct is set and the
-// filesystem takes it: one that refuses it (EINVAL: tmpfs, in tests) is
-// opened without. The error names path.
+// Open opens path, with O_DIRECT when direct and the filesystem takes it
+// (tmpfs refuses: EINVAL).
 func Open(path string, flag int, direct bool) (*os.File, error) {
 	if direct {
 		f, err := os.OpenFile(path, flag|unix.O_DIRECT, 0) //nolint:gosec // G304: device paths the node built from validated LVM names
@@ -36,10 +34,9 @@ func Open(path string, flag int, direct bool) (*os.File, error) {
 	return f, nil
 }
 
-// Buffer is n bytes of an anonymous mapping (page-aligned, and given
-// back to the kernel at once by release rather than at the next garbage
-// collection), for a buffer whose owner knows when it is done with it.
-// release must be called once, after the last use.
+// Buffer is n bytes of an anonymous mapping, given back to the kernel at
+// once by release (called once, after the last use) rather than at the next
+// GC.
 func Buffer(n int) (buf []byte, release func(), err error) {
 	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
@@ -48,9 +45,8 @@ func Buffer(n int) (buf []byte, release func(), err error) {
 	return b, func() { _ = unix.Munmap(b) }, nil
 }
 
-// Aligned is n bytes at an Align boundary from the Go heap: for buffers
-// passed between goroutines of a pipeline, where no one place knows the
-// last use, so the garbage collector frees them.
+// Aligned is n Align-aligned bytes from the Go heap, for pipeline buffers
+// whose last use no one place knows.
 func Aligned(n int) []byte {
 	b := make([]byte, n+Align)
 	skip := 0

@@ -1,9 +1,7 @@
-// Package dmsnapshot reads the state of a device-mapper copy-on-write
-// snapshot straight from the kernel (the DM_TABLE_STATUS ioctl on the
-// device-mapper control node), without running lvm. Every lvm read scans
-// the node's devices, which costs about a quarter of a second on a slow
-// node; a thick restore needs one read after its copy, to know that the
-// snapshot it copied did not run out of space meanwhile, and this is it.
+// Package dmsnapshot reads a device-mapper copy-on-write snapshot's state
+// from the kernel (DM_TABLE_STATUS) without running lvm, whose device scan
+// costs about a quarter second on a slow node: a thick restore reads it once
+// after its copy, to know the snapshot did not overflow meanwhile.
 package dmsnapshot
 
 import (
@@ -19,31 +17,25 @@ import (
 
 // State is what the kernel reports of a device.
 type State struct {
-	// Snapshot is true when the device's one target is a snapshot.
 	Snapshot bool
-	// Invalid is true for a snapshot that can no longer be read: it ran
-	// out of copy-on-write space (the kernel's "Invalid" or "Overflow",
-	// or a store that is full), or a merge failed.
+	// Invalid: the snapshot ran out of copy-on-write space (or is full), or a
+	// merge failed; it can no longer be read.
 	Invalid bool
-	// Status is the target's status line, as dmsetup status prints it.
+	// Status is the target's status line as dmsetup status prints it.
 	Status string
 }
 
 // Reader reads through one control node.
 type Reader struct {
-	// Control is the device-mapper control node, /dev/mapper/control
-	// (under DM_DEV_DIR when that is set).
+	// Control is the device-mapper control node (under DM_DEV_DIR).
 	Control string
 }
 
-// bufSize holds the header and a few targets' status lines; a snapshot
-// device has one target with a short line.
+// bufSize holds the header and a few short status lines.
 const bufSize = 16 << 10
 
-// Read returns the state of the device-mapper device whose node is path
-// (a symlink such as /dev/vg/lv is followed). It errs when path is not a
-// block device, when the device is not a device-mapper device, or when
-// the control node cannot be used.
+// Read returns the state of the dm device whose node is path (symlinks
+// followed); an error for anything but a dm block device.
 func (r Reader) Read(path string) (State, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
@@ -57,15 +49,13 @@ func (r Reader) Read(path string) (State, error) {
 		return State{}, fmt.Errorf("device-mapper control: %w", err)
 	}
 	defer ctl.Close() //nolint:errcheck // read-only use; nothing to flush
-	// Backed by uint64s, so that the header is aligned as the kernel's
-	// struct dm_ioctl is.
+	// uint64s align the header as the kernel's struct dm_ioctl.
 	words := make([]uint64, bufSize/8)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), bufSize) //nolint:gosec // G103: the ioctl's buffer, sized above
 	hdr := (*unix.DmIoctl)(unsafe.Pointer(&words[0]))                //nolint:gosec // G103: the ioctl's header at its start
 	hdr.Version = [3]uint32{unix.DM_VERSION_MAJOR, 0, 0}
 	hdr.Data_size = bufSize
 	hdr.Data_start = unix.SizeofDmIoctl
-	// The device by number: no name to mangle as LVM does.
 	hdr.Dev = st.Rdev
 	// A status read must not flush the device's queued I/O.
 	hdr.Flags = unix.DM_NOFLUSH_FLAG
@@ -75,7 +65,6 @@ func (r Reader) Read(path string) (State, error) {
 	return parse(buf)
 }
 
-// errShort is a reply that does not hold what its header says.
 var errShort = errors.New("device-mapper reply is shorter than its header says")
 
 func parse(buf []byte) (State, error) {
@@ -87,8 +76,6 @@ func parse(buf []byte) (State, error) {
 		return State{}, fmt.Errorf("device-mapper reply did not fit %d bytes", len(buf))
 	}
 	if hdr.Target_count != 1 {
-		// A snapshot device has one target; a device of several is not
-		// one.
 		return State{}, nil
 	}
 	start := int(hdr.Data_start)
@@ -108,11 +95,10 @@ func parse(buf []byte) (State, error) {
 	return State{Snapshot: true, Invalid: bad, Status: status}, nil
 }
 
-// invalid reads a snapshot target's status line: "Invalid", "Overflow"
-// or "Merge failed" when it can no longer be read, else
-// "<allocated>/<total> <metadata>" in sectors (a store that is full is as
-// good as invalid: the next write to the origin invalidates it, and lvs
-// reports 100 % as such). A line it cannot read is an error.
+// invalid reads a snapshot status line: "Invalid", "Overflow" or "Merge
+// failed", else "<allocated>/<total> <metadata>" in sectors. A full store is
+// as good as invalid: the next origin write invalidates it, and lvs reports
+// 100 % as such.
 func invalid(status string) (bool, error) {
 	switch status {
 	case "Invalid", "Overflow", "Merge failed":

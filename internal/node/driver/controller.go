@@ -20,29 +20,23 @@ import (
 
 // ControllerConfig holds what the Controller server needs; main builds it.
 type ControllerConfig struct {
-	// Config is the lifecycle's: the provisioner the server maps to.
+	// Config is the provisioner the server maps to.
 	provision.Config
-	// FSTypes are the filesystems this node can make (ext4 and xfs, btrfs
-	// when mkfs.btrfs was found at start-up).
+	// FSTypes are the filesystems this node can make.
 	FSTypes []string
-	// Limits applies a volume's IO limits to the pods it is published
-	// to once ControllerModifyVolume recorded them (the node server);
-	// nil only records them.
+	// Limits applies recorded IO limits to published pods; nil only records them.
 	Limits LimitApplier
 }
 
-// LimitApplier applies a volume's IO limits to the pods it is published
-// to now; *NodeServer is one.
+// LimitApplier applies a volume's IO limits to the pods it is published to.
 type LimitApplier interface {
-	// ApplyIOLimits writes limits into the io.max of every pod that has
-	// the volume published, and returns how many; an error names what
-	// failed (gRPC status).
+	// ApplyIOLimits writes limits into the io.max of every pod that has the
+	// volume published and returns how many; errors are gRPC statuses.
 	ApplyIOLimits(ctx context.Context, vol volume.ID, limits volume.IOLimits) (int, error)
 }
 
 // ControllerServer implements csi.ControllerServer for this node's volume
-// groups: it checks the requests, maps them to its Provisioner and the
-// answers back, and reads the view for the rest.
+// groups, mapping requests to its Provisioner.
 type ControllerServer struct {
 	csi.UnimplementedControllerServer
 	cfg  ControllerConfig
@@ -57,8 +51,7 @@ func NewControllerServer(cfg ControllerConfig) *ControllerServer {
 	return &ControllerServer{cfg: cfg, node: nodeTopology{name: cfg.NodeName}, p: provision.New(cfg.Config)}
 }
 
-// Provisioner is the lifecycle the server maps to (the orphan audit uses
-// it too).
+// Provisioner is the lifecycle the server maps to.
 func (s *ControllerServer) Provisioner() *provision.Provisioner { return s.p }
 
 // ControllerGetCapabilities implements csi.ControllerServer.
@@ -66,8 +59,7 @@ func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 	return csiserver.ControllerCapabilities(csiserver.NodeControllerRPCs...), nil
 }
 
-// CreateVolume implements csi.ControllerServer. It is idempotent (see
-// provision.Provisioner.Create).
+// CreateVolume implements csi.ControllerServer; it is idempotent.
 func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (resp *csi.CreateVolumeResponse, err error) {
 	phase := sourcePhase(req.GetVolumeContentSource())
 	op := s.cfg.Metrics.Begin(phase, csiserver.ResultOf)
@@ -79,9 +71,8 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	op.SetClass(r.Class.Name)
 	if !s.node.accepts(req.GetAccessibilityRequirements()) {
-		// A repeat of a volume made here is answered with it whatever
-		// the requisite says now (CSI: CreateVolume is idempotent);
-		// Create checks that it matches the request.
+		// CSI idempotency: a volume made here answers its repeat whatever the
+		// requisite says now; Create checks it matches.
 		if _, made := s.cfg.View.FindLV(volume.LVNameFor(r.Name)); !made {
 			return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements: the requisite topology does not include this node (%s=%s)", topology.Key, s.node.name)
 		}
@@ -100,8 +91,6 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	return &csi.CreateVolumeResponse{Volume: v}, nil
 }
 
-// createRequest checks a CreateVolume and maps it to the provisioner's
-// request.
 func (s *ControllerServer) createRequest(req *csi.CreateVolumeRequest) (*provision.Request, error) {
 	if err := checkVolumeName(req.GetName()); err != nil {
 		return nil, err
@@ -149,10 +138,8 @@ func (s *ControllerServer) volume(lv *lvm.LogicalVolume, class string) *csi.Volu
 	}
 }
 
-// DeleteVolume implements csi.ControllerServer (see
-// provision.Provisioner.Delete). It is idempotent: an ID that is not
-// carve's, or an LV that is gone from a volume group that is there, is
-// success.
+// DeleteVolume implements csi.ControllerServer. An ID that is not carve's,
+// or an LV gone from a present volume group, is success.
 func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (resp *csi.DeleteVolumeResponse, err error) {
 	op := s.cfg.Metrics.Begin(metrics.PhaseDelete, csiserver.ResultOf)
 	defer op.End(&err)
@@ -163,7 +150,6 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	}
 	vg, lvName, perr := volume.ParseVolumeID(id)
 	if perr != nil || lvmname.VG(vg) != nil || lvmname.LV(lvName) != nil {
-		// Not an ID carve hands out, so no volume of carve's to delete.
 		klog.FromContext(ctx).V(2).Info("DeleteVolume of an ID that is not carve's; nothing to do", "volumeID", id)
 		return &csi.DeleteVolumeResponse{}, nil
 	}

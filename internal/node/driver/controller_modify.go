@@ -13,14 +13,9 @@ import (
 )
 
 // ControllerModifyVolume implements csi.ControllerServer: the mutable
-// parameters are IO limits (volume.ParseIOLimits); they are recorded in
-// the LV's tags, where NodePublish and a restarted agent find them, and
-// applied at once to every pod that has the volume published. A
-// parameter carve does not know, or a value out of bounds, is
-// INVALID_ARGUMENT naming it and the values allowed; a repeat changes
-// nothing and succeeds. A node that cannot apply limits (no cgroup v2, no
-// io controller) answers FAILED_PRECONDITION once the limits are
-// recorded.
+// parameters are IO limits, recorded in the LV's tags (where NodePublish and
+// a restarted agent find them) and applied at once to published pods. A node
+// that cannot apply limits answers FAILED_PRECONDITION after recording them.
 func (s *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {

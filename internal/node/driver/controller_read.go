@@ -21,10 +21,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// GetCapacity implements csi.ControllerServer from the in-memory view (no
-// LVM command runs). It reports this node only: a segment that is not this
-// node's, a class this node does not have, a class whose volume group is
-// missing, or capabilities carve cannot serve have 0 bytes.
+// GetCapacity implements csi.ControllerServer from the in-memory view; it
+// reports this node only, 0 bytes for anything it cannot serve.
 func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (resp *csi.GetCapacityResponse, err error) {
 	op := s.cfg.Metrics.Begin(metrics.PhaseCapacity, csiserver.ResultOf)
 	defer op.End(&err)
@@ -32,14 +30,11 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 	none := &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}
 	for _, c := range req.GetVolumeCapabilities() {
 		if _, err := capability.Parse(c, s.cfg.FSTypes); err != nil {
-			// The capacity for volumes carve cannot make (a multi-node
-			// mode, a filesystem without tools here) is none.
 			return none, nil
 		}
 	}
 	class, err := classFromParameters(req.GetParameters(), s.cfg.Classes, s.node.name)
 	if errors.Is(err, provision.ErrElsewhere) || (err != nil && len(req.GetParameters()) == 0) {
-		// A class this node lacks (or no default class): nothing here.
 		return none, nil
 	}
 	if err != nil {
@@ -63,10 +58,8 @@ func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 	}, nil
 }
 
-// ListVolumes implements csi.ControllerServer from the in-memory view,
-// sorted by volume ID. The token is the last ID of the previous page, so a
-// volume deleted between pages does not shift the next page. Only
-// available volumes are listed (see available).
+// ListVolumes implements csi.ControllerServer from the view. The token is the
+// last ID of the previous page, so a deletion does not shift pages.
 func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	token := req.GetStartingToken()
 	if err := checkPage(req.GetMaxEntries(), token); err != nil {
@@ -90,10 +83,8 @@ func (s *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	return resp, nil
 }
 
-// checkPage checks the paging fields of ListVolumes and
-// ControllerListVolumeHealth: a page token is the last volume ID of the
-// previous page, so anything else was not returned by carve (Aborted, as
-// the CSI spec asks).
+// checkPage checks paging fields: a token is a volume ID, anything else is
+// Aborted, as the CSI spec asks.
 func checkPage(maxEntries int32, token string) error {
 	if maxEntries < 0 {
 		return status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", maxEntries)
@@ -106,11 +97,8 @@ func checkPage(maxEntries int32, token string) error {
 	return nil
 }
 
-// ControllerGetVolume implements csi.ControllerServer; it reads the LV from
-// LVM (not the view). Its health is ControllerGetVolumeHealth's. A volume
-// that is not made yet (half-made, or its data copy unfinished) is
-// NotFound, as ListVolumes leaves it out: no CreateVolume answered it, and
-// a move deletes its other copies only once this answers OK.
+// ControllerGetVolume implements csi.ControllerServer, reading LVM. A volume
+// not made yet is NotFound: a move deletes other copies only after an OK.
 func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 	lv, err := s.lookup(ctx, req.GetVolumeId())
 	if err != nil {
@@ -127,8 +115,7 @@ func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.Con
 }
 
 // lookup finds a carve volume by ID: InvalidArgument for an empty ID,
-// NotFound for an ID that is not carve's, of a volume group no class of
-// this node uses, or an LV that is gone or not carve's.
+// NotFound for anything not a carve LV of this node's volume groups.
 func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalVolume, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
@@ -137,8 +124,7 @@ func (s *ControllerServer) lookup(ctx context.Context, id string) (*lvm.LogicalV
 	if err != nil || lvmname.VG(vg) != nil || lvmname.LV(lvName) != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist: not a carve volume ID", id)
 	}
-	// Another node's volume group that this node can see (nodes sharing
-	// one device-mapper, as a test bed's peers do) is not this node's.
+	// Peers sharing one device-mapper see each other's volume groups.
 	if s.cfg.Classes != nil && !s.cfg.Classes.HasVolumeGroup(vg) {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist on node %s: volume group %s is none of its device classes'", id, s.node.name, vg)
 	}

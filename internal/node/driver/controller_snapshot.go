@@ -20,10 +20,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// CreateSnapshot implements csi.ControllerServer (see
-// provision.Provisioner.Snapshot). It is idempotent by snapshot name: the
-// same name and source is the same snapshot, the same name with another
-// source is AlreadyExists.
+// CreateSnapshot implements csi.ControllerServer, idempotent by name: the
+// same name with another source is AlreadyExists.
 func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (resp *csi.CreateSnapshotResponse, err error) {
 	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshot, csiserver.ResultOf)
 	defer op.End(&err)
@@ -39,9 +37,6 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, err
 	}
 	if !s.node.accepts(req.GetAccessibilityRequirements()) {
-		// carve does not advertise SNAPSHOT_ACCESSIBILITY_CONSTRAINTS, so
-		// a CO should not send these; one that does is told why they
-		// cannot be met.
 		return nil, status.Errorf(codes.InvalidArgument, "accessibility_requirements: a snapshot lives on its volume's node, %s=%s, which the requisite topology does not include", topology.Key, s.node.name)
 	}
 	vg, origin, perr := volume.ParseVolumeID(srcID)
@@ -56,10 +51,8 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	return &csi.CreateSnapshotResponse{Snapshot: s.snapshot(lv)}, nil
 }
 
-// checkSnapshotParameters accepts what csi-snapshotter adds
-// (csi.storage.k8s.io/volumesnapshot/name, ... with
-// --extra-create-metadata) and nothing else: carve has no snapshot
-// parameters of its own; a thick snapshot's size is the device class's.
+// checkSnapshotParameters accepts only what csi-snapshotter adds with
+// --extra-create-metadata: carve has no snapshot parameters.
 func checkSnapshotParameters(params map[string]string) error {
 	for k := range params {
 		if !strings.HasPrefix(k, paramPassThroughPrefix) {
@@ -69,9 +62,8 @@ func checkSnapshotParameters(params map[string]string) error {
 	return nil
 }
 
-// snapshot describes a snapshot LV as a CSI snapshot. A copy-on-write
-// snapshot whose space ran out has lost its content: it is reported not
-// ready to use, and no restore reads it.
+// snapshot describes a snapshot LV. A copy-on-write snapshot that ran out of
+// space has lost its content: it is not ready to use.
 func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 	origin, _ := volume.OriginFromTags(lv.Tags)
 	snap := &csi.Snapshot{
@@ -86,10 +78,8 @@ func (s *ControllerServer) snapshot(lv *lvm.LogicalVolume) *csi.Snapshot {
 	return snap
 }
 
-// DeleteSnapshot implements csi.ControllerServer. An ID that is not
-// carve's, or a snapshot that is gone, is success. A snapshot of another
-// node is FailedPrecondition: its LV cannot be seen from here, so it is not
-// known to be gone.
+// DeleteSnapshot implements csi.ControllerServer. Another node's snapshot is
+// FailedPrecondition: it cannot be seen to be gone.
 func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (resp *csi.DeleteSnapshotResponse, err error) {
 	op := s.cfg.Metrics.Begin(metrics.PhaseSnapshotDelete, csiserver.ResultOf)
 	defer op.End(&err)
@@ -113,10 +103,8 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 
-// ListSnapshots implements csi.ControllerServer from the in-memory view,
-// sorted by snapshot ID; the token is the last ID of the previous page. A
-// copy-on-write snapshot that ran out of space shows as not ready from
-// the next refresh of the view on (GetSnapshot and restores read LVM).
+// ListSnapshots implements csi.ControllerServer from the view, sorted by ID,
+// paged like ListVolumes.
 func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	token := req.GetStartingToken()
 	if req.GetMaxEntries() < 0 {
@@ -148,9 +136,8 @@ func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 	return resp, nil
 }
 
-// GetSnapshot implements csi.ControllerServer; it reads the snapshot from
-// LVM, so that ready_to_use is current. A snapshot of another node is
-// NotFound here.
+// GetSnapshot implements csi.ControllerServer, reading LVM so that
+// ready_to_use is current. Another node's snapshot is NotFound.
 func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
 	if req.GetSnapshotId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id: must be set")

@@ -19,8 +19,6 @@ func sourcePhase(cs *csi.VolumeContentSource) string {
 	return metrics.PhaseCreate
 }
 
-// sourceTags are the tags that record a content source on the volume made
-// from it (none without a source).
 func sourceTags(cs *csi.VolumeContentSource) ([]string, error) {
 	switch {
 	case cs == nil:

@@ -10,16 +10,12 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// CSI 1.13 reports a volume's condition as a list of health entries (it
-// replaced VolumeCondition); an empty list means healthy. carve reads them
-// from the LV's attributes and, for thin volumes, its pool's usage.
+// CSI 1.13 health entries replace VolumeCondition; an empty list is healthy.
 
-// thinPoolFullPercent is the data or metadata use at which a thin pool's
-// volumes are reported DEGRADED: writes to unallocated blocks fail soon.
+// thinPoolFullPercent is the pool use at which thin volumes are DEGRADED:
+// writes to unallocated blocks fail soon.
 const thinPoolFullPercent = 95
 
-// volumeHealth describes an LV's health problems; pool is the thin pool of
-// a thin LV, nil otherwise.
 func volumeHealth(id string, lv *lvm.LogicalVolume, pool *lvm.ThinPool) *csi.VolumeHealth {
 	h := &csi.VolumeHealth{VolumeId: id}
 	add := func(t csi.VolumeHealthErrorType, reason, format string, args ...any) {
@@ -36,7 +32,6 @@ func volumeHealth(id string, lv *lvm.LogicalVolume, pool *lvm.ThinPool) *csi.Vol
 	case lvm.HealthRefreshNeeded, lvm.HealthMismatchesExist, lvm.HealthMetadataReadOnly, lvm.HealthOutOfData:
 		add(csi.VolumeHealthErrorType_DEGRADED, "LogicalVolumeDegraded", "LVM reports the LV as %s", a.Health)
 	case lvm.HealthWriteMostly, lvm.HealthReshaping:
-		// Normal raid states, not problems.
 	default:
 		add(csi.VolumeHealthErrorType_UNKNOWN_VOLUME_HEALTH_TYPE, "LogicalVolumeHealthUnknown", "LVM reports the LV's health as %s", a.Health)
 	}
@@ -49,8 +44,7 @@ func volumeHealth(id string, lv *lvm.LogicalVolume, pool *lvm.ThinPool) *csi.Vol
 	return h
 }
 
-// ControllerGetVolumeHealth implements csi.ControllerServer; it reads the
-// LV from LVM, so the answer is current.
+// ControllerGetVolumeHealth implements csi.ControllerServer, reading LVM.
 func (s *ControllerServer) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
 	lv, err := s.lookup(ctx, req.GetVolumeId())
 	if err != nil {
@@ -59,7 +53,6 @@ func (s *ControllerServer) ControllerGetVolumeHealth(ctx context.Context, req *c
 	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: volumeHealth(req.GetVolumeId(), lv, s.poolOf(lv))}, nil
 }
 
-// poolOf is the thin pool of a thin LV, from the view; nil otherwise.
 func (s *ControllerServer) poolOf(lv *lvm.LogicalVolume) *lvm.ThinPool {
 	if lv.Pool == "" {
 		return nil
@@ -70,10 +63,8 @@ func (s *ControllerServer) poolOf(lv *lvm.LogicalVolume) *lvm.ThinPool {
 	return nil
 }
 
-// ControllerListVolumeHealth implements csi.ControllerServer: the volumes
-// with at least one health problem, from the in-memory view (as old as its
-// last refresh), paged like ListVolumes and, like it, of available
-// volumes only.
+// ControllerListVolumeHealth implements csi.ControllerServer: available
+// volumes with a health problem, from the view, paged like ListVolumes.
 func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	token := req.GetStartingToken()
 	if err := checkPage(req.GetMaxEntries(), token); err != nil {

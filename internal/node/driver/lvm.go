@@ -2,6 +2,5 @@ package driver
 
 import "github.com/carve-csi/carve/internal/node/provision"
 
-// LVM is what the CSI servers need of LVM (provision.LVM); the node
-// server uses it as well.
+// LVM is what the CSI servers need of LVM.
 type LVM = provision.LVM

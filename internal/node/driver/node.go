@@ -33,77 +33,57 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// NodeConfig holds what the Node server needs; main builds the real ones.
+// NodeConfig holds what the Node server needs.
 type NodeConfig struct {
-	// NodeName is the Kubernetes node name: the node ID and the value of
-	// the topology segment.
+	// NodeName is the node ID and the topology segment's value.
 	NodeName string
 	// MaxVolumes is max_volumes_per_node; 0 means no limit.
 	MaxVolumes int64
-	// LVM is the same interface the controller uses.
-	LVM LVM
-	// FS formats, mounts, grows and measures filesystems: fs.New with the
-	// real mounter and exec in main, fakes in tests.
+	LVM        LVM
+	// FS formats, mounts, grows and measures filesystems.
 	FS fs.Interface
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
-	// Classes and View (the controller's, shared) let NodeExpandVolume check a
-	// growth against its class's room under the room lock CreateVolume takes;
-	// without them LVM alone checks, and a thin volume could grow past the
-	// overprovision ratio. The node role sets both.
+	// Classes and View let NodeExpandVolume check a growth under the room lock;
+	// without them a thin volume could grow past the overprovision ratio.
 	Classes *deviceclass.Config
 	View    *vgview.View
-	// Formatting marks the volumes whose mkfs has begun and not been seen
-	// to end, so that a stage after a killed mkfs makes the filesystem
-	// again instead of failing on its remains; nil turns that off.
+	// Formatting marks volumes whose mkfs has begun and not been seen to end,
+	// so a stage after a killed mkfs formats again; nil turns that off.
 	Formatting *marks.Marks
-	// Eraser zeroes the signature regions of such a device; nil is
-	// erase.Devices.
+	// Eraser zeroes signature regions; nil is erase.Devices.
 	Eraser erase.Eraser
-	// DevDir is the directory LVM makes device nodes under; empty is
-	// volume.DevDir of the plugin's environment ($DM_DEV_DIR or /dev, as
-	// the lvm client reads it), read once by NewNodeServer.
+	// DevDir is where LVM makes device nodes; empty is volume.DevDir.
 	DevDir string
-	// LUKS runs cryptsetup and Keys asks carve controller for volume
-	// keys: NodeStageVolume opens encrypted volumes with both; with
-	// either nil it opens none (node_encrypted.go).
+	// LUKS and Keys open encrypted volumes; with either nil none is opened.
 	LUKS luks.Interface
 	Keys VolumeKeys
-	// Cgroups is the host's cgroup v2 hierarchy, where a volume's IO
-	// limits go into the io.max of the pods it is published to; an empty
-	// Root applies none, and a publish of a volume with limits is then
-	// refused.
+	// Cgroups is the host's cgroup v2 hierarchy for IO limits; an empty Root
+	// applies none, and a publish of a volume with limits is refused.
 	Cgroups iolimit.Cgroups
 }
 
-// NodeServer implements csi.NodeServer. It keeps no state of its own
-// beyond a per-volume guard and a cache of metric labels: what is staged
-// and published is read from the mount table, what exists from LVM.
+// NodeServer implements csi.NodeServer. What is staged and published is read
+// from the mount table, what exists from LVM.
 type NodeServer struct {
 	csi.UnimplementedNodeServer
 	cfg NodeConfig
 
-	// busy holds the IDs of volumes with an operation in flight: a second
-	// operation on the same volume gets Aborted and is retried by kubelet,
+	// busy makes a second operation on a volume Aborted (kubelet retries)
 	// rather than racing the first on the same mount points.
 	busy *volumelock.Locks
 
-	// staging holds the stage jobs (format and mount) by volume ID: they
-	// outlive the call that started them, hold the volume's lock to their
-	// end, and keep their result for the retry (see NodeStageVolume).
+	// staging holds stage jobs by volume ID: they outlive their call, hold the
+	// volume's lock to their end, and keep their result for the retry.
 	staging jobs.Set[struct{}]
 
-	// classes caches the device class of a volume for metric labels, so
-	// unpublish and unstage need not ask LVM.
+	// classes caches volume classes for metric labels, so unpublish and
+	// unstage need not ask LVM.
 	classMu sync.Mutex
 	classes map[string]string
 
-	// isDeviceNode tells whether path is a block device node; tests replace it.
-	isDeviceNode func(path string) bool
-	// deviceOf reads a block device node's numbers; tests replace it.
-	deviceOf func(path string) (iolimit.Device, error)
-	// hasLUKSHeader tells whether a device starts with a LUKS header;
-	// tests replace it.
+	isDeviceNode  func(path string) bool
+	deviceOf      func(path string) (iolimit.Device, error)
 	hasLUKSHeader func(path string) (bool, error)
 }
 
@@ -146,13 +126,11 @@ func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 	}, nil
 }
 
-// begin starts timing a phase of a node call; the phase ends with the
-// call (defer op.End(&err)), labelled with the gRPC code it returns.
+// begin starts timing a phase; defer op.End(&err) ends it.
 func (n *NodeServer) begin(phase string) *metrics.Op {
 	return n.cfg.Metrics.Begin(phase, csiserver.ResultOf)
 }
 
-// acquire marks a volume busy; release undoes it.
 func (n *NodeServer) acquire(volumeID string) error {
 	if !n.busy.TryAcquire(volumeID) {
 		return status.Errorf(codes.Aborted, "an operation on volume %q is in progress", volumeID)
@@ -162,8 +140,6 @@ func (n *NodeServer) acquire(volumeID string) error {
 
 func (n *NodeServer) release(volumeID string) { n.busy.Release(volumeID) }
 
-// rememberClass caches the device class of a volume (for metric labels of
-// later calls) and returns it.
 func (n *NodeServer) rememberClass(volumeID, class string) string {
 	n.classMu.Lock()
 	defer n.classMu.Unlock()
@@ -177,10 +153,9 @@ func (n *NodeServer) forgetClass(volumeID string) {
 	delete(n.classes, volumeID)
 }
 
-// classForMetrics returns the class of a volume for a metric label: from
-// the cache (filled by stage and publish), else "unknown". It never asks
-// LVM: unpublish and unstage must work, and answer at once, whatever state
-// the volume's volume group is in (missing, unreadable, hung).
+// classForMetrics returns the cached class of a volume, else "unknown". It
+// never asks LVM: unpublish and unstage must answer whatever state the
+// volume group is in (missing, hung).
 func (n *NodeServer) classForMetrics(volumeID string) string {
 	n.classMu.Lock()
 	defer n.classMu.Unlock()
@@ -190,8 +165,7 @@ func (n *NodeServer) classForMetrics(volumeID string) string {
 	return metrics.UnknownClass
 }
 
-// parseID reads the volume ID of a node call, once: NotFound when it is
-// not carve's.
+// parseID reads a node call's volume ID: NotFound when it is not carve's.
 func parseID(id string) (volume.ID, error) {
 	vol, err := volume.ParseID(id)
 	if err != nil {
@@ -202,15 +176,10 @@ func parseID(id string) (volume.ID, error) {
 
 func (n *NodeServer) device(vol volume.ID) string { return volume.Device(n.cfg.DevDir, vol) }
 
-// errCopyPending is findLV's error for a volume whose data copy (restore
-// or clone) has not finished.
 var errCopyPending = errors.New("its data copy (restore or clone) has not finished; CreateVolume finishes it")
 
-// findLV reads the LV of a volume and its device class (which it caches
-// for metric labels). Its errors are lvm's (ErrNotFound,
-// ErrVolumeGroupNotFound, ...) and errCopyPending: CreateVolume never
-// reports such a volume made; it is refused all the same rather than
-// served as half a copy.
+// findLV reads the LV of a volume and its class. A half-copied volume is
+// errCopyPending: CreateVolume never reported it made, so it is not served.
 func (n *NodeServer) findLV(ctx context.Context, vol volume.ID) (*lvm.LogicalVolume, string, error) {
 	lv, err := n.cfg.LVM.GetLV(ctx, vol.VG, vol.LV)
 	if err != nil {
@@ -226,21 +195,16 @@ func (n *NodeServer) findLV(ctx context.Context, vol volume.ID) (*lvm.LogicalVol
 	return lv, n.rememberClass(vol.String(), class), nil
 }
 
-// lvGone tells whether an error of findLV says the volume's LV (or its
-// whole volume group) is gone.
 func lvGone(err error) bool {
 	return errors.Is(err, lvm.ErrVolumeGroupNotFound) || errors.Is(err, lvm.ErrNotFound)
 }
 
-// lookup is findLV for a call that needs the LV, its errors as statuses
-// (lookupStatus).
 func (n *NodeServer) lookup(ctx context.Context, vol volume.ID) (*lvm.LogicalVolume, string, error) {
 	lv, class, err := n.findLV(ctx, vol)
 	return lv, class, lookupStatus(vol, err)
 }
 
-// lookupStatus is the status of an error of findLV: NotFound when the LV
-// or its volume group is gone.
+// lookupStatus: NotFound when the LV or its volume group is gone.
 func lookupStatus(vol volume.ID, err error) error {
 	switch {
 	case err == nil:
@@ -255,12 +219,9 @@ func lookupStatus(vol volume.ID, err error) error {
 	return nodestatus.Of(err, fmt.Sprintf("reading the LV of volume %q", vol))
 }
 
-// activeDevice returns the device node and device class of a carve volume
-// for stage and publish, activating its LV when inactive. The common case
-// runs no LVM command: the volume context's class is trusted when the view
-// agrees. Otherwise LVM is asked: a volume group no class uses, an LV not
-// carve's or half-copied is FailedPrecondition, a missing one NotFound. The
-// class comes back with an error too, for the call's metrics.
+// activeDevice returns a volume's device node and class, activating its LV.
+// The common case runs no LVM command (trusted). The class comes back with
+// errors too, for metrics.
 func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeContext map[string]string) (device, class string, err error) {
 	name := volumeContext[volume.ContextVolumeName]
 	device = n.device(vol)
@@ -275,9 +236,8 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	if err != nil {
 		return "", metrics.UnknownClass, err
 	}
-	// A handle is served only under the name its LV was made for (its LV
-	// name is derived from it): a PV written with another volume's handle
-	// reaches nothing, whoever wrote it.
+	// A PV written with another volume's handle reaches nothing: the LV name
+	// is derived from the handle.
 	if volume.LVNameFor(name) != vol.LV {
 		return "", class, status.Errorf(codes.FailedPrecondition,
 			"volume_context %s=%q does not name volume %q: carve serves a volume only to the PersistentVolume made for it (CreateVolume writes the name into its volumeAttributes)",
@@ -293,10 +253,8 @@ func (n *NodeServer) activeDevice(ctx context.Context, vol volume.ID, volumeCont
 	return n.openedDevice(vol, lv.Device(n.cfg.DevDir)), class, nil
 }
 
-// trusted tells whether the fast path may serve vol as a volume of class:
-// the volume context is anyone's who may write a PV, so the class must be
-// this node's, of the handle's volume group, and the view must hold the LV as
-// carve's, of that class, its copy done.
+// trusted tells whether the fast path may serve vol as class: anyone who
+// may write a PV writes the volume context, so the view must confirm it.
 func (n *NodeServer) trusted(vol volume.ID, class string) bool {
 	if n.cfg.Classes == nil || n.cfg.View == nil {
 		return false
@@ -312,10 +270,8 @@ func (n *NodeServer) trusted(vol volume.ID, class string) bool {
 	return ok && kind == volume.KindVolume && lvClass == class
 }
 
-// activate makes sure a volume's LV is active, so that it has a device node:
-// hosts without lvm2's autoactivation leave LVs inactive after a reboot. Only
-// the one LV a call needs is activated, and only if carve's owner tag is on
-// it.
+// activate activates a carve-owned LV: hosts without lvm2 autoactivation
+// leave LVs inactive after a reboot.
 func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	if lv.Attr.Active {
 		return lv, nil
@@ -335,9 +291,6 @@ func (n *NodeServer) activate(ctx context.Context, vol volume.ID, lv *lvm.Logica
 	return got, nil
 }
 
-// nodeAccess reads the capability of a node call (volume_capability)
-// with capability.Parse: the node formats and grows the filesystems
-// internal/node/fs makes.
 func nodeAccess(c *csi.VolumeCapability) (capability.Access, error) {
 	a, err := capability.Parse(c, fs.MkfsTypes)
 	var ce *capability.Error
@@ -347,8 +300,7 @@ func nodeAccess(c *csi.VolumeCapability) (capability.Access, error) {
 	return a, err
 }
 
-// nodeCheckPath validates a path the CO gives: required and absolute (it
-// reaches the argv of mount and of the filesystem tools).
+// nodeCheckPath requires an absolute path: it reaches mount's argv.
 func nodeCheckPath(p, field string) error {
 	if p == "" {
 		return status.Errorf(codes.InvalidArgument, "%s is required", field)
@@ -366,21 +318,16 @@ func nodeRequireID(id string) error {
 	return nil
 }
 
-// hardeningFlags are the options of every filesystem mount carve makes: a
-// device node or a setuid program on a volume does nothing, whoever wrote
-// it (a container running as root can make both).
+// hardeningFlags make device nodes and setuid programs on a volume inert; a
+// container running as root can make both.
 var hardeningFlags = []string{"nodev", "nosuid"}
 
-// comparableFlags are the mount flags a user may ask for that the mount
-// table shows for a mount point (per-mount flags, unlike filesystem
-// options), so a repeated stage or publish can be checked against the
-// mount that is there.
+// comparableFlags are per-mount flags the mount table shows, so a repeated
+// stage or publish can be checked against the existing mount.
 var comparableFlags = []string{"ro", "noexec", "noatime", "nodiratime"}
 
-// flagConflict names the first comparable flag on which the mount options
-// opts and the wanted flags differ; "" when they agree on all of them.
-// Filesystem options (discard, data=...) cannot be told from the mount
-// table and are taken as agreeing.
+// flagConflict names the first comparable flag on which opts and want
+// differ; "" when none does. Filesystem options are taken as agreeing.
 func flagConflict(opts, want []string) string {
 	for _, f := range comparableFlags {
 		if slices.Contains(opts, f) != slices.Contains(want, f) {
@@ -390,10 +337,8 @@ func flagConflict(opts, want []string) string {
 	return ""
 }
 
-// unmountAndRemove is the whole of unpublish and unstage, timed as phase:
-// unmount path if it is mounted and remove it, under the volume's lock. A
-// path that is not there (never staged, or already cleaned up) is
-// success. The class label is the cached one: LVM is never asked.
+// unmountAndRemove is unpublish and unstage: unmount path and remove it,
+// under the volume's lock. A missing path is success; LVM is never asked.
 func (n *NodeServer) unmountAndRemove(ctx context.Context, phase, id, path, field string) (err error) {
 	op := n.begin(phase)
 	op.SetClass(n.classForMetrics(id))

@@ -1,6 +1,5 @@
-// Encrypted volumes on the node: NodeStageVolume opens the LUKS2 device
-// with the key carve controller releases to this node, and every later
-// call (format, mount, publish, expand, stats) uses the opened device;
+// Encrypted volumes: NodeStageVolume opens the LUKS2 device with the key
+// carve controller releases, later calls use the opened device, and
 // NodeUnstageVolume closes it.
 
 package driver
@@ -20,25 +19,19 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// VolumeKeys asks carve controller for the key of an encrypted volume of
-// this node; *channel.Keys is one. Its errors: channel.ErrNoController
-// (nothing asked), *channel.KeyRefusedError (the controller said no).
+// VolumeKeys asks carve controller for an encrypted volume's key. Errors:
+// channel.ErrNoController, *channel.KeyRefusedError.
 type VolumeKeys interface {
-	// VolumeKey returns the key, and the key wrapped under the
-	// controller's newest KEK when the header's is under an older one
-	// ("" otherwise).
+	// VolumeKey returns the key, and the key rewrapped under the newest KEK
+	// when the header's is older ("" otherwise).
 	VolumeKey(ctx context.Context, volumeID, keyID, wrapped string) (key []byte, rewrapped string, err error)
 }
 
-// mapperOf is the opened device of vol (it may not exist).
 func (n *NodeServer) mapperOf(vol volume.ID) (name, path string) {
 	name = volume.MapperName(vol.LV)
 	return name, luks.MapperPath(n.cfg.DevDir, name)
 }
 
-// openedDevice is vol's opened LUKS device when it is open, else device
-// (the LV's): what a staged encrypted volume is formatted, mounted,
-// published, grown and measured through.
 func (n *NodeServer) openedDevice(vol volume.ID, device string) string {
 	if _, mapper := n.mapperOf(vol); n.isDeviceNode(mapper) {
 		return mapper
@@ -46,10 +39,9 @@ func (n *NodeServer) openedDevice(vol volume.ID, device string) string {
 	return device
 }
 
-// encrypted tells whether vol is an encrypted volume: its LV's tag, from
-// the view (no LVM command in the common case), else from LVM. A LUKS
-// device whose LV lost its tag is still never formatted: the signature
-// check finds crypto_LUKS and refuses.
+// encrypted tells whether vol is encrypted, by its LV's tag. A LUKS device
+// whose LV lost its tag is still never formatted: the signature check
+// refuses crypto_LUKS.
 func (n *NodeServer) encrypted(ctx context.Context, vol volume.ID) (bool, error) {
 	if n.cfg.View != nil {
 		if lv, ok := n.cfg.View.LV(vol.VG, vol.LV); ok {
@@ -63,11 +55,8 @@ func (n *NodeServer) encrypted(ctx context.Context, vol volume.ID) (bool, error)
 	return volume.Encrypted(lv.Tags), nil
 }
 
-// openEncrypted returns the device a stage goes on with: device itself
-// for a plain volume; for an encrypted one its opened LUKS device, opened
-// now with the key carve controller releases when it is not open yet.
-// Nothing here ever formats: a missing header, a missing token, a refused
-// or wrong key are errors that name the volume.
+// openEncrypted returns the device a stage goes on with: device, or the
+// opened LUKS device. Nothing here formats.
 func (n *NodeServer) openEncrypted(ctx context.Context, op *metrics.Op, vol volume.ID, device string) (string, error) {
 	name, mapper := n.mapperOf(vol)
 	if device == mapper {
@@ -126,8 +115,7 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 	case err != nil:
 		return status.Errorf(codes.Unavailable, "volume %q: asking carve controller for its key: %v", vol, err)
 	}
-	// The key lives in this process only for the open: cryptsetup holds
-	// the volume key in the kernel from here on.
+	// cryptsetup holds the volume key in the kernel from here on.
 	defer clear(key)
 	err = n.cfg.LUKS.Open(ctx, device, name, key)
 	switch {
@@ -140,9 +128,8 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 	}
 	*result = "opened"
 	if rewrapped != "" {
-		// The controller's KEK was rotated: the header gets the key
-		// wrapped under the newest, so that the old KEK can go. A
-		// failure keeps the old token, which still opens.
+		// After a KEK rotation the header gets the key under the newest KEK so the
+		// old one can go; a failure keeps the old token, which still opens.
 		if err := n.cfg.LUKS.ReplaceToken(ctx, device, luks.Token{KeyID: tok.KeyID, Wrapped: rewrapped}); err != nil {
 			klog.FromContext(ctx).Error(err, "Writing the key wrapped under the newest key-encryption key into the volume's header; the old one stays", "volumeID", vol.String())
 		} else {
@@ -152,9 +139,8 @@ func (n *NodeServer) open(ctx context.Context, vol volume.ID, device, name strin
 	return nil
 }
 
-// checkOpened refuses to publish an encrypted volume that is not open
-// (not staged): its LV holds only ciphertext, which a pod must never get
-// as its raw block device.
+// checkOpened refuses to publish an encrypted volume that is not open: a
+// pod must never get its ciphertext as a raw block device.
 func (n *NodeServer) checkOpened(ctx context.Context, vol volume.ID, device string) error {
 	if _, mapper := n.mapperOf(vol); device == mapper {
 		return nil
@@ -166,8 +152,7 @@ func (n *NodeServer) checkOpened(ctx context.Context, vol volume.ID, device stri
 	return status.Errorf(codes.FailedPrecondition, "volume %q is encrypted and not open on this node: NodeStageVolume opens it before it is published", vol)
 }
 
-// closeEncrypted closes vol's opened LUKS device, if it is open: after
-// unstage nothing of the volume's key stays on the node.
+// closeEncrypted closes vol's LUKS device, so no key stays after unstage.
 func (n *NodeServer) closeEncrypted(ctx context.Context, vol volume.ID) error {
 	name, mapper := n.mapperOf(vol)
 	if !n.isDeviceNode(mapper) {
@@ -183,11 +168,8 @@ func (n *NodeServer) closeEncrypted(ctx context.Context, vol volume.ID) error {
 	return nil
 }
 
-// resizeEncrypted grows vol's opened LUKS device (its LV's device is
-// device) to its grown LV; a volume not open (not staged) has nothing to
-// grow: its next open sees the LV's size. cryptsetup grows it with the
-// volume key the kernel keyring holds; where the keyring does not hold
-// it, the controller's key is asked for again and given on stdin.
+// resizeEncrypted grows vol's opened LUKS device to its LV; one not open
+// sees the size at its next open.
 func (n *NodeServer) resizeEncrypted(ctx context.Context, vol volume.ID, device string) error {
 	name, mapper := n.mapperOf(vol)
 	if !n.isDeviceNode(mapper) || n.cfg.LUKS == nil {

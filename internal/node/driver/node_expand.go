@@ -20,10 +20,9 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// NodeExpandVolume implements csi.NodeServer: lvextend to required_bytes,
-// then an online grow of the mounted filesystem; a raw block volume is
-// only extended. Repeating it extends nothing and grows nothing more, and
-// it also completes an expansion that stopped between the two steps.
+// NodeExpandVolume implements csi.NodeServer: lvextend, then an online grow
+// of the mounted filesystem. A repeat completes an expansion that stopped
+// between the two steps.
 func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (resp *csi.NodeExpandVolumeResponse, err error) {
 	op := n.begin(metrics.PhaseExpand)
 	defer op.End(&err)
@@ -52,9 +51,8 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	if err != nil {
 		return nil, err
 	}
-	// A mounted filesystem's LV is active. A raw block volume's may not be
-	// (deactivated under a published target file): its device node is what
-	// the pod uses, so it is activated before it grows.
+	// A raw block volume's LV may be inactive; its device node is what the pod
+	// uses.
 	if lv, err = n.activate(ctx, vol, lv); err != nil {
 		return nil, err
 	}
@@ -64,8 +62,7 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 			return nil, err
 		}
 	}
-	// An encrypted volume's opened device grows to its LV (again after
-	// an expansion cut short) before its filesystem does.
+	// The opened LUKS device grows before its filesystem.
 	if err := n.resizeEncrypted(ctx, vol, lv.Device(n.cfg.DevDir)); err != nil {
 		return nil, err
 	}
@@ -80,8 +77,6 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: int64(lv.Size)}, nil
 }
 
-// expandAccess checks the arguments of an expansion and reads its
-// capability, if it has one (nil otherwise).
 func expandAccess(req *csi.NodeExpandVolumeRequest) (*capability.Access, error) {
 	if err := nodeRequireID(req.GetVolumeId()); err != nil {
 		return nil, err
@@ -108,9 +103,8 @@ func expandAccess(req *csi.NodeExpandVolumeRequest) (*capability.Access, error) 
 	return &a, nil
 }
 
-// expandPath checks volume_path of an expansion: a directory where the
-// volume's filesystem is mounted, or a file (a published raw block
-// volume), as the capability, if given, says. It tells which.
+// expandPath checks volume_path: a directory with the filesystem mounted,
+// or a file (a published raw block volume). It tells which.
 func (n *NodeServer) expandPath(vol volume.ID, device, path string, access *capability.Access) (block bool, err error) {
 	if err := nodeCheckPath(path, "volume_path"); err != nil {
 		return false, err
@@ -139,11 +133,8 @@ func (n *NodeServer) expandPath(vol volume.ID, device, path string, access *capa
 	return false, nil
 }
 
-// extend grows the LV of vol to required bytes under the volume group's room
-// lock, checked against its class's room as CreateVolume checks a new volume.
-// A growth that does not fit now is RESOURCE_EXHAUSTED (the kubelet retries);
-// one past limit_bytes after rounding, or past what the class could ever hold
-// here, is OUT_OF_RANGE: the request must change.
+// extend grows vol's LV under the room lock: RESOURCE_EXHAUSTED when it does
+// not fit now, OUT_OF_RANGE past limit_bytes or the class's maximum.
 func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, class string, lv *lvm.LogicalVolume, required, limit uint64) (*lvm.LogicalVolume, error) {
 	if n.cfg.Classes != nil && n.cfg.View != nil {
 		unlock, err := n.checkGrowth(ctx, vol, class, lv, required, limit)
@@ -169,10 +160,8 @@ func (n *NodeServer) extend(ctx context.Context, op *metrics.Op, vol volume.ID, 
 	return grown, nil
 }
 
-// metadataDevices are what a flush makes a metadata change of lv's volume
-// group durable through (erase.Flush): a growth a power cut undoes is one the
-// PV already counts. They are the group's PVs as the view last read them, or
-// else the LV's own device.
+// metadataDevices are what a flush makes the metadata change durable
+// through: the group's PVs from the view, else the LV's device.
 func (n *NodeServer) metadataDevices(lv *lvm.LogicalVolume) []string {
 	if n.cfg.View != nil {
 		if pvs := n.cfg.View.PhysicalVolumes(lv.VolumeGroup); len(pvs) > 0 {
@@ -182,9 +171,8 @@ func (n *NodeServer) metadataDevices(lv *lvm.LogicalVolume) []string {
 	return []string{lv.Device(n.cfg.DevDir)}
 }
 
-// checkGrowth takes the room lock of the volume's group and checks the
-// growth against the room of its class; the caller holds the lock, to be
-// released with unlock, while it extends.
+// checkGrowth takes the room lock (released by unlock) and checks the
+// growth against the room of the class.
 func (n *NodeServer) checkGrowth(ctx context.Context, vol volume.ID, class string, lv *lvm.LogicalVolume, required, limit uint64) (unlock func(), err error) {
 	d, ok := n.cfg.Classes.Class(class)
 	if class == metrics.UnknownClass || !ok || d.VolumeGroup != lv.VolumeGroup || d.ThinPool != lv.Pool {

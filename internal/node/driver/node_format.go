@@ -1,6 +1,5 @@
-// The crash-safe marks of a stage's mkfs: a volume is marked while it is
-// formatted, and a stage that finds a mark undoes what an unfinished mkfs
-// left.
+// Crash-safe marks of a stage's mkfs: a stage that finds a mark undoes what
+// an unfinished mkfs left.
 
 package driver
 
@@ -18,9 +17,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// formatting marks volume vol's device as being formatted (NodeConfig's
-// Formatting), before mkfs runs. The mark names the LV (its UUID), when
-// known, so that it is never taken for a mark of a later LV of that name.
+// formatting marks vol as being formatted, before mkfs. The mark names the
+// LV's UUID so it is never taken for a later LV of that name.
 func (n *NodeServer) formatting(ctx context.Context, vol volume.ID) error {
 	if n.cfg.Formatting == nil {
 		return nil
@@ -34,9 +32,8 @@ func (n *NodeServer) formatting(ctx context.Context, vol volume.ID) error {
 	return markStatus(vol, err)
 }
 
-// formatted takes off volume vol's formatting mark, once its filesystem is
-// mounted and before the stage answers: a mark left on a volume a pod has
-// written to would have the next stage probe it (undoUnfinishedMkfs).
+// formatted removes the mark once the filesystem is mounted: a mark left on
+// a volume a pod wrote to would make the next stage probe it.
 func (n *NodeServer) formatted(vol volume.ID) error {
 	if n.cfg.Formatting == nil {
 		return nil
@@ -44,8 +41,7 @@ func (n *NodeServer) formatted(vol volume.ID) error {
 	return markStatus(vol, n.cfg.Formatting.Clear(vol.VG, vol.LV))
 }
 
-// markStatus is the status of an error writing a formatting mark: a full
-// disk under the state directory is RESOURCE_EXHAUSTED, with what to free.
+// markStatus: a full state directory is RESOURCE_EXHAUSTED.
 func markStatus(vol volume.ID, err error) error {
 	switch {
 	case err == nil:
@@ -56,9 +52,8 @@ func markStatus(vol volume.ID, err error) error {
 	return status.Errorf(codes.Internal, "volume %q: %v", vol, err)
 }
 
-// lvUUID is the UUID of vol's LV: from the view, else from LVM (the view
-// holds an LV carve just made without it until its next refresh); "" when
-// neither can tell, which makes a mark that names no LV.
+// lvUUID is vol's LV UUID from the view, else LVM (the view lacks a new LV
+// until its refresh); "" makes a mark that names no LV.
 func (n *NodeServer) lvUUID(ctx context.Context, vol volume.ID) string {
 	if n.cfg.View != nil {
 		if lv, ok := n.cfg.View.LV(vol.VG, vol.LV); ok && lv.UUID != "" {
@@ -73,12 +68,9 @@ func (n *NodeServer) lvUUID(ctx context.Context, vol volume.ID) string {
 	return lv.UUID
 }
 
-// undoUnfinishedMkfs handles the formatting mark an earlier stage left on vol
-// (a mkfs killed, or a mark that should not be there). The mark is a hint;
-// the device decides (fs ProbeMkfs): a mark of another LV, or a finished
-// filesystem of fsType, drops the mark; what an unfinished mkfs left would
-// fail every mount and repair, so its signature regions are zeroed and the
-// stage formats again; with nothing of fsType the mark stays.
+// undoUnfinishedMkfs handles a mark an earlier stage left. The device
+// decides: another LV's mark, or a finished fsType filesystem, drops it;
+// remains of an unfinished mkfs are zeroed so the stage formats again.
 func (n *NodeServer) undoUnfinishedMkfs(ctx context.Context, vol volume.ID, device, fsType string) error {
 	if n.cfg.Formatting == nil {
 		return nil

@@ -21,8 +21,6 @@ const (
 	limitError       = "error"
 )
 
-// limitsOf are the IO limits the view holds for vol (none for an LV it
-// does not hold).
 func (n *NodeServer) limitsOf(vol volume.ID) volume.IOLimits {
 	if n.cfg.View == nil {
 		return volume.IOLimits{}
@@ -34,10 +32,8 @@ func (n *NodeServer) limitsOf(vol volume.ID) volume.IOLimits {
 	return volume.IOLimitsFromTags(lv.Tags)
 }
 
-// limitTarget applies vol's IO limits, if it has any, to the pod of the
-// kubelet's target path, at publish: a node that cannot apply them is
-// FAILED_PRECONDITION (the kubelet's Event on the pod says why), a pod
-// cgroup not found UNAVAILABLE (the kubelet retries).
+// limitTarget applies vol's IO limits to the target's pod at publish: a node
+// that cannot is FAILED_PRECONDITION, a missing pod cgroup UNAVAILABLE.
 func (n *NodeServer) limitTarget(ctx context.Context, vol volume.ID, device, target string) error {
 	limits := n.limitsOf(vol)
 	if !limits.Any() {
@@ -50,8 +46,6 @@ func (n *NodeServer) limitTarget(ctx context.Context, vol volume.ID, device, tar
 	return nil
 }
 
-// limit writes limits for device into the io.max of target's pod, and
-// counts the outcome.
 func (n *NodeServer) limit(device, target string, limits volume.IOLimits) error {
 	err := n.writeLimit(device, target, limits)
 	switch {
@@ -97,12 +91,8 @@ func limitStatus(vol volume.ID, err error) error {
 	return status.Errorf(code, "volume %q has IO limits and they could not be applied: %v", vol, err)
 }
 
-// ApplyIOLimits implements LimitApplier: limits go into the io.max of
-// every pod that vol's device is published to now (the kubelet's target
-// paths among its mounts), under the volume's lock, so that no publish
-// runs beside it with the limits it read before. A volume published
-// nowhere is success; a node that cannot apply limits is
-// FAILED_PRECONDITION when limits are set.
+// ApplyIOLimits implements LimitApplier under the volume's lock, so no
+// publish runs beside it with the limits it read before.
 func (n *NodeServer) ApplyIOLimits(ctx context.Context, vol volume.ID, limits volume.IOLimits) (int, error) {
 	if err := n.acquire(vol.String()); err != nil {
 		return 0, err
@@ -116,8 +106,7 @@ func (n *NodeServer) ApplyIOLimits(ctx context.Context, vol volume.ID, limits vo
 	if !n.isDeviceNode(device) {
 		return 0, nil // inactive: published nowhere
 	}
-	// An encrypted volume's pods use its opened device: its numbers are
-	// the ones in io.max.
+	// Pods of an encrypted volume use its opened device's numbers.
 	device = n.openedDevice(vol, device)
 	targets, err := n.cfg.FS.MountsOf(device)
 	if err != nil {
@@ -141,10 +130,8 @@ func (n *NodeServer) ApplyIOLimits(ctx context.Context, vol volume.ID, limits vo
 	return applied, nil
 }
 
-// ReapplyIOLimits applies the IO limits of every volume that carries
-// some to the pods it is published to: at the agent's start, so that a
-// limit changed while it was down, or a pod cgroup made again, holds
-// them. Failures are logged and counted, and the first is returned.
+// ReapplyIOLimits applies every volume's IO limits at the agent's start; it
+// returns the first failure.
 func (n *NodeServer) ReapplyIOLimits(ctx context.Context) error {
 	if n.cfg.View == nil {
 		return nil

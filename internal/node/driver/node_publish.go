@@ -18,8 +18,7 @@ import (
 )
 
 // NodePublishVolume implements csi.NodeServer: a bind mount of the staging
-// path (filesystem volumes) or of the device node (raw block volumes) onto
-// the target, read-only when asked.
+// path or raw device node onto the target.
 func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (resp *csi.NodePublishVolumeResponse, err error) {
 	op := n.begin(metrics.PhasePublish)
 	defer op.End(&err)
@@ -50,9 +49,7 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err != nil {
 		return nil, err
 	}
-	// Before the mount: the kubelet makes the pod's cgroup before it
-	// mounts the pod's volumes, and a pod must never see its volume
-	// without its limits.
+	// Before the mount: a pod must never see its volume without its limits.
 	if err := n.limitTarget(ctx, vol, device, target); err != nil {
 		return nil, err
 	}
@@ -77,11 +74,9 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-// publishAccess checks the arguments of a publish and reads its
-// capability, and whether the mount is to be read-only: when the CO asks
-// (readonly, or a reader-only access mode) or the flags do. "rw"
+// publishAccess checks a publish and tells whether to mount read-only. "rw"
 // contradicting the CO is refused rather than left to mount(8), where the
-// last of ro and rw would win.
+// last of ro and rw wins.
 func publishAccess(req *csi.NodePublishVolumeRequest) (a capability.Access, readOnly bool, err error) {
 	if err := nodeRequireID(req.GetVolumeId()); err != nil {
 		return a, false, err
@@ -101,9 +96,8 @@ func publishAccess(req *csi.NodePublishVolumeRequest) (a capability.Access, read
 	return a, req.GetReadonly() || a.ReadOnly || slices.Contains(a.Flags, "ro"), nil
 }
 
-// publishSource is what a publish bind-mounts: the device node of a raw
-// block volume, the staging path of a filesystem, which must hold the
-// volume's device.
+// publishSource is the raw device node, or the staging path, which must
+// hold the volume's device.
 func (n *NodeServer) publishSource(vol volume.ID, device, staging string, access capability.Access) (string, error) {
 	if access.Block {
 		return device, nil
@@ -118,9 +112,8 @@ func (n *NodeServer) publishSource(vol volume.ID, device, staging string, access
 	return staging, nil
 }
 
-// published tells whether the volume is published at target already, as
-// the request asks: another volume, access type or read-only flag there
-// is refused.
+// published tells whether vol is published at target as asked; anything
+// else there is refused.
 func (n *NodeServer) published(vol volume.ID, device, target string, access capability.Access, readOnly bool) (bool, error) {
 	mp, err := n.cfg.FS.MountPoint(target)
 	if err != nil {
@@ -145,8 +138,7 @@ func (n *NodeServer) published(vol volume.ID, device, target string, access capa
 }
 
 // checkSingleWriter refuses a second publish of a SINGLE_NODE_SINGLE_WRITER
-// volume: its device may be mounted at its own staging path and target
-// only.
+// volume.
 func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target string, access capability.Access) error {
 	if access.Mode != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		return nil
@@ -163,8 +155,7 @@ func (n *NodeServer) checkSingleWriter(vol volume.ID, device, staging, target st
 	return nil
 }
 
-// publishOptions are the options of a publish bind mount: the flags (of a
-// filesystem volume), then ro last, so that it wins.
+// publishOptions puts ro last, so that it wins.
 func publishOptions(a capability.Access, readOnly bool) []string {
 	options := []string{"bind"}
 	if !a.Block {
@@ -176,10 +167,8 @@ func publishOptions(a capability.Access, readOnly bool) []string {
 	return options
 }
 
-// undoPublish removes whatever a failed publish left mounted at target (the
-// target was checked to be no mount point before), so that the retry
-// starts from nothing rather than finding a mount without its options.
-// It returns what to add to the error message.
+// undoPublish unmounts what a failed publish left, so the retry starts
+// clean. It returns what to add to the error message.
 func (n *NodeServer) undoPublish(ctx context.Context, target string) string {
 	mp, err := n.cfg.FS.MountPoint(target)
 	if err != nil {
@@ -188,7 +177,6 @@ func (n *NodeServer) undoPublish(ctx context.Context, target string) string {
 	if mp == nil {
 		return ""
 	}
-	// Also when the request's context is what ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := n.cfg.FS.Cleanup(ctx, target); err != nil {
@@ -198,8 +186,7 @@ func (n *NodeServer) undoPublish(ctx context.Context, target string) string {
 	return fmt.Sprintf(" (the mount left at %s was undone)", target)
 }
 
-// NodeUnpublishVolume implements csi.NodeServer: it unmounts the target
-// and removes it. Repeating it succeeds.
+// NodeUnpublishVolume implements csi.NodeServer; repeating it succeeds.
 func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	if err := n.unmountAndRemove(ctx, metrics.PhaseUnpublish, req.GetVolumeId(), req.GetTargetPath(), "target_path"); err != nil {
 		return nil, err

@@ -19,13 +19,12 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// NodeStageVolume implements csi.NodeServer: a filesystem volume is formatted
-// only when its device carries no signature at all, then mounted at the
-// staging path. mkfs, or fsck then mount, run as a detached job holding the
-// volume's lock: on a large volume they can outlast the kubelet's deadline,
-// and killing them would have every retry start from zero. A call whose
-// deadline comes first answers ABORTED (the kubelet retries, or unstages),
-// and a retry joins the job or gets the result of the one that ended.
+// NodeStageVolume implements csi.NodeServer: a device without any signature
+// is formatted, then mounted at the staging path. mkfs or fsck+mount run as
+// a detached job holding the volume's lock: on a large volume they outlast
+// the kubelet's deadline, and killing them would restart every retry from
+// zero. A call whose deadline comes first answers ABORTED; a retry joins the
+// job or takes its result.
 func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (resp *csi.NodeStageVolumeResponse, err error) {
 	op := n.begin(metrics.PhaseStage)
 	defer op.End(&err)
@@ -45,7 +44,6 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		if n.staging.Running(id) {
 			return nil, status.Errorf(codes.Aborted, "volume %q is being staged by an earlier call with other arguments; retry later", id)
 		}
-		// An ended stage of other arguments nobody came back for.
 		n.staging.Take(id, j)
 	}
 	if err := n.acquire(id); err != nil {
@@ -71,7 +69,6 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, err
 	}
 	if access.Block {
-		// Publish bind-mounts the device node itself.
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	switch staged, err := n.staged(vol, device, staging, access, options); {
@@ -88,8 +85,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return struct{}{}, n.formatAndMount(ctx, op, job)
 	})
 	if !started {
-		// Cannot happen while the lock is held (a job holds it to its
-		// end); answer as a busy volume.
+		// Cannot happen: a job holds the lock to its end.
 		return nil, status.Errorf(codes.Aborted, "volume %q is being staged; retry later", id)
 	}
 	locked = false // the job releases it
@@ -106,9 +102,8 @@ func stageAccess(id, staging string, c *csi.VolumeCapability) (capability.Access
 	return nodeAccess(c)
 }
 
-// staged tells whether the volume is staged at staging already, as the
-// capability asks: something else mounted there is refused. It creates
-// the staging directory when it is missing.
+// staged tells whether vol is staged at staging as asked, refusing anything
+// else mounted there; it creates a missing staging directory.
 func (n *NodeServer) staged(vol volume.ID, device, staging string, access capability.Access, options []string) (bool, error) {
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return false, status.Errorf(codes.Internal, "creating staging_target_path %s: %v", staging, err)
@@ -129,19 +124,16 @@ func (n *NodeServer) staged(vol volume.ID, device, staging string, access capabi
 	if f := flagConflict(mp.Opts, options); f != "" {
 		return false, status.Errorf(codes.AlreadyExists, "volume %q is staged at %s with mount options %v; the request differs in %q", vol, staging, mp.Opts, f)
 	}
-	// Mounted, so its mkfs ended: a stage that got this far and died
-	// before answering leaves its mark to this one.
+	// Mounted, so mkfs ended: drop a mark a dead earlier stage left.
 	return true, n.formatted(vol)
 }
 
-// stageAnswerMargin is how long before its deadline at most a stage that
-// waits for its job answers ABORTED, so that the answer beats the
-// client's deadline.
+// stageAnswerMargin makes a waiting stage answer ABORTED before the client's
+// deadline.
 const stageAnswerMargin = 5 * time.Second
 
-// awaitStage waits for a stage job: its result once it ends (handed out
-// once; the next call starts afresh), ABORTED when the call's deadline
-// comes first.
+// awaitStage waits for a stage job: its result (handed out once), or ABORTED
+// when the call's deadline comes first.
 func (n *NodeServer) awaitStage(ctx context.Context, id string, j *jobs.Job[struct{}]) (*csi.NodeStageVolumeResponse, error) {
 	wctx, cancel := jobs.AnswerBy(ctx, stageAnswerMargin)
 	defer cancel()
@@ -156,8 +148,7 @@ func (n *NodeServer) awaitStage(ctx context.Context, id string, j *jobs.Job[stru
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-// stageArgs tells apart the stages of one volume: a retry with the same
-// arguments joins a running stage.
+// stageArgs keys a stage: a retry with the same arguments joins it.
 func stageArgs(staging string, a capability.Access, options []string) string {
 	return strings.Join([]string{staging, a.FSType, strings.Join(options, ",")}, "\x00")
 }
@@ -169,24 +160,17 @@ type stageJob struct {
 	options, mkfsOptions []string
 }
 
-// formatAndMount is the work of a stage job: read the device's
-// signature and check it, format the device if it has none, mount it at
-// the staging path (after fsck for an existing filesystem) and grow an
-// existing filesystem to its device. Its steps are timed in op, the phase
-// of the call that started the job. It returns gRPC statuses.
 func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stageJob) error {
 	if err := n.undoUnfinishedMkfs(ctx, j.vol, j.device, j.access.FSType); err != nil {
 		return err
 	}
-	// The signature is read once, inside FormatAndMount (in-process when
-	// the device reads as zeros where signatures live, else by blkid), and
-	// checked here before anything is formatted or mounted.
+	// FormatAndMount reads the signature once; it is checked here before
+	// anything is formatted or mounted.
 	var refused error
 	res, err := n.cfg.FS.FormatAndMount(ctx, j.device, j.staging, j.access.FSType, j.options, j.mkfsOptions, func(existing string) error {
 		refused = checkSignature(j.vol, j.device, existing, j.access.FSType, j.options)
 		if refused == nil && existing == "" {
-			// mkfs runs next: until the stage answers, what it leaves on
-			// the device is carve's, never a pod's.
+			// Until the stage answers, what mkfs leaves is carve's, never a pod's.
 			refused = n.formatting(ctx, j.vol)
 		}
 		return refused
@@ -201,9 +185,8 @@ func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stage
 		return status.Errorf(codes.Internal, "staging volume %q: %v", j.vol, err)
 	}
 	if !res.Formatted {
-		// A filesystem smaller than its device (a volume restored or
-		// cloned bigger than its source, or an expansion cut short) is
-		// grown to the device; one that fills it is left as it is.
+		// A filesystem smaller than its device (restored or cloned bigger, or an
+		// expansion cut short) is grown.
 		if err := op.Step(metrics.StepFilesystemGrow, func() error {
 			_, err := n.cfg.FS.Resize(ctx, j.device, j.staging)
 			return err
@@ -219,9 +202,7 @@ func (n *NodeServer) formatAndMount(ctx context.Context, op *metrics.Op, j stage
 	return nil
 }
 
-// timeFormat records the steps FormatAndMount ran, each as long as it
-// took there; it stops at the first that fails, so err (unless the check
-// refused the signature) is the last one's.
+// timeFormat records the steps FormatAndMount ran; err is the last one's.
 func timeFormat(op *metrics.Op, res fs.FormatResult, err error) {
 	if !res.Probed {
 		if res.Probe > 0 {
@@ -242,9 +223,8 @@ func timeFormat(op *metrics.Op, res fs.FormatResult, err error) {
 	}
 }
 
-// checkSignature refuses to stage a device whose signature is not what
-// the capability asks for (mounting would fail, formatting would destroy
-// data), and a blank device staged read-only.
+// checkSignature refuses a signature the capability does not ask for
+// (formatting would destroy data) and a blank device staged read-only.
 func checkSignature(vol volume.ID, device, existing, fsType string, options []string) error {
 	if existing != "" && existing != fsType {
 		return status.Errorf(codes.FailedPrecondition, "volume %q: device %s holds %q, the capability asks for %s; carve never formats a device that has data",
@@ -256,10 +236,9 @@ func checkSignature(vol volume.ID, device, existing, fsType string, options []st
 	return nil
 }
 
-// stagingOptions are the capability's mount flags, then carve's, last so that
-// none undoes them: nodev,nosuid; ro for SINGLE_NODE_READER_ONLY, so that not
-// even fsck or a journal replay writes; nouuid for xfs, whose snapshots and
-// clones share their origin's UUID.
+// stagingOptions are the capability's flags, then carve's so none undoes
+// them: nodev,nosuid; ro for a reader-only volume so not even a journal
+// replay writes; nouuid for xfs, whose snapshots share their origin's UUID.
 func stagingOptions(a capability.Access) []string {
 	options := slices.Clone(a.Flags)
 	if a.FSType == "xfs" && !slices.Contains(options, "nouuid") {
@@ -272,9 +251,8 @@ func stagingOptions(a capability.Access) []string {
 	return options
 }
 
-// NodeUnstageVolume implements csi.NodeServer: it unmounts the staging
-// path and removes it. Repeating it, or unstaging what was never staged,
-// succeeds.
+// NodeUnstageVolume implements csi.NodeServer; repeating it, or unstaging
+// what was never staged, succeeds.
 func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := n.unmountAndRemove(ctx, metrics.PhaseUnstage, id, req.GetStagingTargetPath(), "staging_target_path"); err != nil {
@@ -291,14 +269,10 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		}
 	}
 	n.forgetClass(id)
-	// A stage that ended after its caller gave up is not wanted any more.
 	n.staging.Forget(id)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// mkfsOptions are the mkfs options of a volume of class: the class's
-// mkfsOptions for fsType, or the default when the class (or its file) is
-// not known here.
 func (n *NodeServer) mkfsOptions(class, fsType string) []string {
 	if n.cfg.Classes != nil && class != "" && class != metrics.UnknownClass {
 		if c, ok := n.cfg.Classes.Class(class); ok {

@@ -15,10 +15,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// NodeGetVolumeStats implements csi.NodeServer: bytes and inodes of a
-// mounted filesystem (statfs), the device size of a raw block volume. It
-// needs no LVM command, since kubelet calls it for every volume every
-// minute; NotFound when the volume is not mounted at volume_path.
+// NodeGetVolumeStats implements csi.NodeServer with statfs or the device
+// size and no LVM command: kubelet calls it every minute for every volume.
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := nodeRequireID(id); err != nil {
@@ -54,8 +52,6 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	}}, nil
 }
 
-// mountedAt checks that device is mounted at path (as a filesystem or a
-// bind-mounted device node): NotFound otherwise.
 func (n *NodeServer) mountedAt(id, device, path string) (os.FileInfo, error) {
 	if !filepath.IsAbs(path) {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not at %q: not an absolute path", id, path)
@@ -80,9 +76,8 @@ func (n *NodeServer) mountedAt(id, device, path string) (os.FileInfo, error) {
 	return st, nil
 }
 
-// NodeGetVolumeHealth implements csi.NodeServer: the LV's health from its
-// attributes (missing, inactive, partial, failed, ...), plus INACCESSIBLE
-// when the volume is not mounted at a path the CO names.
+// NodeGetVolumeHealth implements csi.NodeServer: the LV's health, plus
+// INACCESSIBLE when it is not mounted where the CO says.
 func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
 	if err := nodeRequireID(id); err != nil {
@@ -102,11 +97,8 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	}
 	lv, _, err := n.findLV(ctx, vol)
 	if lvGone(err) {
-		// The LV is gone; if it is still mounted where the CO says, the
-		// volume is on this node but broken, which the CO should hear.
 		h, merr := n.goneButMounted(vol, publish, staging)
 		if merr != nil {
-			// Not knowing whether it is mounted is not "not mounted".
 			return nil, status.Errorf(codes.Internal, "volume %s: its LV is gone, and whether it is still mounted cannot be told: %v", vol, merr)
 		}
 		if h != nil {
@@ -131,8 +123,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 			publishIsDir = d
 		}
 	}
-	// A raw block volume is never mounted at its staging path, so the
-	// staging path is checked only for a volume published as a filesystem.
+	// A raw block volume is never mounted at its staging path.
 	if staging != "" && publishIsDir {
 		if _, err := n.mountedAt(id, device, staging); err != nil {
 			notMounted(staging)
@@ -141,10 +132,8 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
 }
 
-// goneButMounted is the health of a volume whose LV is gone while
-// something is still mounted at one of the paths the CO names ("" paths
-// are skipped); nil when nothing is. An error when the mount table cannot
-// be read.
+// goneButMounted is the health of a gone LV still mounted at one of paths;
+// nil when nothing is.
 func (n *NodeServer) goneButMounted(vol volume.ID, paths ...string) (*csi.VolumeHealth, error) {
 	for _, p := range paths {
 		if p == "" {

@@ -6,9 +6,7 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// nodeTopology answers the questions the CSI calls ask about segments:
-// is this node's segment acceptable for a volume
-// (accessibility_requirements), and is a GetCapacity segment this node's.
+// nodeTopology answers the CSI calls' questions about segments.
 type nodeTopology struct {
 	name string
 }
@@ -17,16 +15,12 @@ func (n nodeTopology) segment() *csi.Topology {
 	return &csi.Topology{Segments: topology.Segments(n.name)}
 }
 
-// is tells whether a segment names this node alone.
 func (n nodeTopology) is(t *csi.Topology) bool {
 	return t != nil && topology.NodeOf(t.GetSegments()) == n.name
 }
 
-// accepts tells whether a volume with these accessibility requirements
-// may be created on this node. Without requirements, or without a
-// requisite list, any node may hold the volume (preferred is only a
-// hint, and the volume can only be made here). With a requisite list,
-// this node's segment must be in it.
+// accepts tells whether this node may hold a volume with req: any node
+// without a requisite list, else this node's segment must be in it.
 func (n nodeTopology) accepts(req *csi.TopologyRequirement) bool {
 	requisite := req.GetRequisite()
 	if len(requisite) == 0 {
@@ -40,9 +34,8 @@ func (n nodeTopology) accepts(req *csi.TopologyRequirement) bool {
 	return false
 }
 
-// hasCapacityIn tells whether GetCapacity for this segment should report
-// this node's space: a missing or empty segment means "this node"; any
-// other segment, another node's or one with foreign keys, has none of it.
+// hasCapacityIn tells whether a GetCapacity segment is this node's: a
+// missing or empty one is.
 func (n nodeTopology) hasCapacityIn(t *csi.Topology) bool {
 	if len(t.GetSegments()) == 0 {
 		return true

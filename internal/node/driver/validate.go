@@ -17,9 +17,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// paramPassThroughPrefix marks parameters external-provisioner adds
-// (csi.storage.k8s.io/pvc/name, ... with --extra-create-metadata); they
-// are accepted, and the claim's are recorded in the LV's tags (tags.go).
+// paramPassThroughPrefix marks external-provisioner's extra metadata; the
+// claim's are recorded in the LV's tags.
 const paramPassThroughPrefix = "csi.storage.k8s.io/" //nolint:gosec // G101: a parameter prefix, not a credential
 
 func checkVolumeName(name string) error {
@@ -32,10 +31,8 @@ func checkVolumeName(name string) error {
 	return nil
 }
 
-// checkCapabilities validates volume capabilities (capability.Parse,
-// as the node reads them) and returns the fsType of the mount capabilities
-// ("" when all are block). fsTypes lists the filesystems this node can
-// make.
+// checkCapabilities validates capabilities and returns the mount fsType
+// ("" when all are block).
 func checkCapabilities(caps []*csi.VolumeCapability, fsTypes []string) (string, error) {
 	if len(caps) == 0 {
 		return "", status.Error(codes.InvalidArgument, "volume_capabilities: at least one capability must be given")
@@ -57,9 +54,8 @@ func checkCapabilities(caps []*csi.VolumeCapability, fsTypes []string) (string, 
 	return fsType, nil
 }
 
-// capabilityStatus is InvalidArgument for a capability that field of the
-// request holds and capability.Parse refused, ResourceExhausted for
-// a filesystem another node may make (capability.ErrFilesystemElsewhere).
+// capabilityStatus: InvalidArgument, or ResourceExhausted for a filesystem
+// another node may make.
 func capabilityStatus(field string, err error) error {
 	var ce *capability.Error
 	if errors.As(err, &ce) {
@@ -71,11 +67,8 @@ func capabilityStatus(field string, err error) error {
 	return status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 }
 
-// classFromParameters picks the device class named by parameters.
-// Unknown keys are InvalidArgument; a well-formed class name that this node
-// has no class for is provision.ErrElsewhere, answered ResourceExhausted
-// (the scheduler should try a node that has it, and this node reports no
-// capacity for it).
+// classFromParameters picks the named device class; one this node lacks is
+// provision.ErrElsewhere, so the scheduler tries another node.
 func classFromParameters(params map[string]string, cfg *deviceclass.Config, node string) (*deviceclass.DeviceClass, error) {
 	name := ""
 	for k, v := range params {
@@ -101,9 +94,8 @@ func classFromParameters(params map[string]string, cfg *deviceclass.Config, node
 	return d, nil
 }
 
-// ioLimitsFromRequest reads a CreateVolume's starting IO limits: the
-// StorageClass's parameters, then its mutable parameters (of a
-// VolumeAttributesClass) over them, which hold nothing but limits.
+// ioLimitsFromRequest reads the StorageClass's IO limits, with the
+// VolumeAttributesClass's mutable parameters over them.
 func ioLimitsFromRequest(params, mutable map[string]string) (volume.IOLimits, error) {
 	l, err := volume.ParseIOLimits(params, volume.IOLimits{}, true)
 	if err != nil {
@@ -115,9 +107,8 @@ func ioLimitsFromRequest(params, mutable map[string]string) (volume.IOLimits, er
 	return l, nil
 }
 
-// encryptionFromRequest reads a CreateVolume's encryption: nil for a
-// plain volume; for an encrypted one without a content source, the key,
-// key ID and wrapped key carve controller sent in its secrets.
+// encryptionFromRequest is nil for a plain volume; else the key, key ID and
+// wrapped key from carve controller's secrets (none with a source).
 func encryptionFromRequest(req *csi.CreateVolumeRequest) (*provision.Encryption, error) {
 	enc, err := volume.ParseEncryption(req.GetParameters())
 	if err != nil {
@@ -127,7 +118,6 @@ func encryptionFromRequest(req *csi.CreateVolumeRequest) (*provision.Encryption,
 		return nil, nil
 	}
 	if req.GetVolumeContentSource() != nil {
-		// The header, and so the key, come with the source's data.
 		return &provision.Encryption{}, nil
 	}
 	sec := req.GetSecrets()

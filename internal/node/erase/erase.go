@@ -1,6 +1,5 @@
-// Package erase zeroes block devices, so that a new volume never shows the
-// bytes of a volume that used the same extents before it, or only the
-// regions where signatures live, so that a new volume reads as blank.
+// Package erase zeroes block devices, whole or where signatures live, so a
+// new volume never shows its extents' previous bytes or signatures.
 package erase
 
 import (
@@ -18,42 +17,34 @@ import (
 type Method string
 
 const (
-	// ZeroOut asks the kernel to zero the device (BLKZEROOUT, as `blkdiscard
-	// --zeroout`): WRITE ZEROES with NOUNMAP where the device offers it, else
-	// zero pages. A plain discard is never used: only some devices read zeros
-	// after it.
+	// ZeroOut is BLKZEROOUT (as blkdiscard --zeroout): WRITE ZEROES with
+	// NOUNMAP where offered, else zero pages. A plain discard is never used:
+	// only some devices read zeros after it.
 	ZeroOut Method = "zeroout"
-	// Write writes zeros from carve, block by block: for devices whose
-	// WRITE ZEROES offload is not trusted.
+	// Write writes zeros from carve, for devices whose WRITE ZEROES is not
+	// trusted.
 	Write Method = "write"
 	// None erases nothing.
 	None Method = "none"
-	// Signatures zeroes only the SignatureRegions of the device: what a
-	// new thick filesystem volume gets, so that NodeStage reads it as
-	// blank without running blkid. Not a method a device class can name
-	// (it is not in Methods): it leaves the rest of the device as it was.
+	// Signatures zeroes only the SignatureRegions, so NodeStage reads a new
+	// thick filesystem volume as blank without blkid. Not a class method.
 	Signatures Method = "signatures"
-	// Flush only flushes the device's write cache (fsync): lvm2 writes metadata
-	// with O_DIRECT and no FLUSH, so a new, removed or grown LV could be undone by
-	// a power cut after the call answered. An LV's device reaches the PVs under
-	// it; FlushAll flushes the PVs themselves. No device class can name it.
+	// Flush only fsyncs: lvm2 writes metadata with O_DIRECT and no FLUSH, so a
+	// power cut could undo a new, removed or grown LV after the call answered.
+	// FlushAll flushes the PVs themselves. Not a class method.
 	Flush Method = "flush"
 )
 
 // Methods are the valid methods, the default first.
 var Methods = []Method{ZeroOut, Write, None}
 
-// chunk is how much one ioctl or one round of writes covers: the context
-// is checked between chunks, so a stop waits for at most one chunk.
+// chunk bounds how long a stop waits: ctx is checked between chunks.
 const chunk = 64 << 20
 
 const writeBuffer = 1 << 20
 
-// Device zeroes the whole device (or file) at path with method m and
-// returns the number of bytes zeroed. It opens the device exclusively
-// (O_EXCL), so a device that is mounted or open elsewhere in exclusive mode
-// is refused rather than overwritten under a user. It stops between chunks
-// when ctx ends, with ctx's error; whatever was zeroed stays zeroed.
+// Device zeroes path with m and returns the bytes zeroed. O_EXCL refuses a
+// mounted or exclusively opened device rather than overwrite it under a user.
 func Device(ctx context.Context, path string, m Method) (int64, error) {
 	if m == None {
 		return 0, nil
@@ -93,25 +84,20 @@ func Device(ctx context.Context, path string, m Method) (int64, error) {
 	return size, nil
 }
 
-// target is what an erase writes to: the opened device (blockFile), or a
-// fake that records the order of the calls.
 type target interface {
 	Name() string
 	WriteAt(b []byte, off int64) (int, error)
-	// ZeroRange is one BLKZEROOUT.
 	ZeroRange(off, length int64) error
-	// Sync is fsync: of a block device, a FLUSH of its write cache.
+	// Sync of a block device flushes its write cache.
 	Sync() error
 }
 
-// blockFile is the target of an opened device or file.
 type blockFile struct{ *os.File }
 
 func (f blockFile) ZeroRange(off, length int64) error { return zeroRange(f.File, off, length) }
 
-// zeroOut issues BLKZEROOUT chunk by chunk, then syncs: a device with a
-// volatile write cache may still hold the acknowledged zeroing there, and a
-// power cut could bring the previous tenant's bytes back.
+// zeroOut syncs after BLKZEROOUT: a volatile write cache may still hold the
+// zeroing, and a power cut could bring the previous tenant's bytes back.
 func zeroOut(ctx context.Context, f target, size int64) error {
 	for off := int64(0); off < size; off += chunk {
 		if err := ctx.Err(); err != nil {
@@ -127,8 +113,6 @@ func zeroOut(ctx context.Context, f target, size int64) error {
 	return nil
 }
 
-// write writes zeros chunk by chunk and syncs at the end, so that the
-// zeros are on the device before the volume is handed out.
 func write(ctx context.Context, f target, size int64) error {
 	buf := make([]byte, writeBuffer)
 	for off := int64(0); off < size; {
@@ -149,23 +133,18 @@ func write(ctx context.Context, f target, size int64) error {
 	return nil
 }
 
-// The regions of a device where libblkid (blkid -p, lvcreate's wipe) looks for
-// a signature. Head: everything up to LUKS2's last secondary header, 4 KiB at
-// 4 MiB. Tail: md 0.90/1.0, the GPT backup, ZFS, DRBD, bcachefs and firmware
-// RAID, the farthest Promise FastTrack's 1.5 MiB from the end.
+// Where libblkid (blkid -p, lvcreate's wipe) looks for signatures. Head: up
+// to LUKS2's last secondary header (4 KiB at 4 MiB). Tail: md 0.90/1.0, the
+// GPT backup, ZFS, DRBD, bcachefs and firmware RAID, the farthest Promise
+// FastTrack's 1.5 MiB from the end.
 const (
 	signatureHead = 4<<20 + 4<<10
 	signatureTail = 2 << 20
-	// regionAlign keeps the tail's start on what O_DIRECT and BLKZEROOUT
-	// ask of offsets.
-	regionAlign = 4096
+	regionAlign   = 4096
 )
 
-// SignatureRegions returns the byte ranges, [start, end), of a device of
-// size bytes where a signature can live: the first 4 MiB and 4 KiB and
-// the last 2 MiB (from a 4 KiB boundary), or the whole of a smaller
-// device. Device's Signatures zeroes them; internal/node/fs reads them to tell a
-// blank device without running blkid.
+// SignatureRegions returns the [start, end) byte ranges of a device of size
+// bytes where a signature can live, or the whole of a smaller device.
 func SignatureRegions(size int64) [][2]int64 {
 	headEnd := min(size, signatureHead)
 	tailStart := max(headEnd, (size-signatureTail)/regionAlign*regionAlign)
@@ -176,10 +155,8 @@ func SignatureRegions(size int64) [][2]int64 {
 	return regions
 }
 
-// signatures is Device's Signatures: lvcreate zeroes only the first 4 KiB
-// of a new LV and wipes the signatures its libblkid finds, leaving the
-// rest of a removed volume's bytes in place. A block device is zeroed
-// with BLKZEROOUT, a file by writing zeros.
+// signatures: lvcreate zeroes only a new LV's first 4 KiB and wipes what
+// libblkid finds, leaving a removed volume's other bytes.
 func signatures(ctx context.Context, path string) (int64, error) {
 	// #nosec G304 -- path is the device node of an LV carve just made.
 	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
@@ -206,9 +183,6 @@ func signatures(ctx context.Context, path string) (int64, error) {
 	return n, nil
 }
 
-// zeroSignatures zeroes the SignatureRegions of f, a device of size
-// bytes (a block device with BLKZEROOUT, a file by writing zeros), and
-// syncs it.
 func zeroSignatures(ctx context.Context, f target, size int64, block bool) (int64, error) {
 	var n int64
 	for _, r := range SignatureRegions(size) {
@@ -226,16 +200,14 @@ func zeroSignatures(ctx context.Context, f target, size int64, block bool) (int6
 		}
 		n += r[1] - r[0]
 	}
-	// A block device too: its BLKZEROOUT carries no flush (see zeroOut).
 	if err := f.Sync(); err != nil {
 		return n, fmt.Errorf("syncing %s: %w", f.Name(), err)
 	}
 	return n, nil
 }
 
-// flush is Device's Flush: fsync of the device, which for a block device
-// sends a FLUSH down to every device under it. It opens the device
-// read-only: a flush writes nothing of its own, and needs no exclusivity.
+// flush fsyncs the device, which sends a FLUSH to every device under it. A
+// read-only open suffices and needs no exclusivity.
 func flush(path string) error {
 	// #nosec G304 -- path is the device node of an LV carve just made.
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -252,7 +224,6 @@ func flush(path string) error {
 	return nil
 }
 
-// zeroRange issues one BLKZEROOUT.
 func zeroRange(f *os.File, off, length int64) error {
 	r := [2]uint64{uint64(off), uint64(length)}
 	// #nosec G103 -- BLKZEROOUT takes a pointer to {start, length}; r
@@ -273,18 +244,14 @@ func IsMethod(s string) bool {
 	return false
 }
 
-// Eraser zeroes the device at path with method m and returns how many
-// bytes it zeroed; an error wrapping fs.ErrNotExist when the device node
-// does not exist. Devices is the real one; tests fake it.
+// Eraser zeroes the device at path with m and returns the bytes zeroed; an
+// error wrapping fs.ErrNotExist when the node does not exist.
 type Eraser interface {
 	Erase(ctx context.Context, path string, m Method) (int64, error)
 }
 
-// FlushAll flushes the write cache of each device at paths with e (the
-// Flush method), all of them even when one fails, and returns the
-// failures joined. A volume group's metadata change is durable once each
-// of its PVs is flushed: lvm2 writes the metadata with O_DIRECT, which
-// leaves it in the disks' write caches, and sends no FLUSH of its own.
+// FlushAll flushes each device at paths and joins the failures: a VG's
+// metadata change is durable once each PV is flushed.
 func FlushAll(ctx context.Context, e Eraser, paths []string) error {
 	var errs []error
 	for _, p := range paths {

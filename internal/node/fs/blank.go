@@ -12,19 +12,14 @@ import (
 )
 
 const (
-	// blankChunk is the size of each read.
 	blankChunk = 1 << 20
 	// blankAlign is what O_DIRECT asks of offsets, lengths and buffers.
 	blankAlign = 4096
 )
 
-// ReadsBlank tells whether device reads as zeros in every region where a
-// signature can live (erase.SignatureRegions; CreateVolume zeroes them on a
-// new thick filesystem volume): then blkid would find nothing, and the device
-// may be formatted without running it. Any nonzero byte answers false, which
-// is stricter than blkid, so leftover data still goes to blkid, never
-// straight to mkfs. It reads with O_DIRECT, so that what is judged is on the
-// device, except where the filesystem refuses it (tmpfs in tests).
+// ReadsBlank tells whether device reads as zeros in every region a signature
+// can live in. Stricter than blkid: leftovers still go to blkid, never
+// straight to mkfs. O_DIRECT where allowed, so the device itself is judged.
 func ReadsBlank(device string) (bool, error) {
 	f, err := directio.Open(device, os.O_RDONLY, true)
 	if err != nil {
@@ -43,8 +38,6 @@ func ReadsBlank(device string) (bool, error) {
 
 	for _, r := range erase.SignatureRegions(size) {
 		for off := r[0]; off < r[1]; {
-			// Whole aligned chunks; the last one may reach past the end,
-			// where the read stops short.
 			n := min(int64(blankChunk), (r[1]-off+blankAlign-1)/blankAlign*blankAlign)
 			got, err := f.ReadAt(buf[:n], off)
 			if err != nil && !errors.Is(err, io.EOF) {
@@ -62,9 +55,7 @@ func ReadsBlank(device string) (bool, error) {
 	return true, nil
 }
 
-// allZero tells whether every byte of b is zero: the first is, and each
-// equals the one before it (one bytes.Equal, which is vectorised, and no
-// second buffer of zeros).
+// allZero compares b with itself shifted by one: no buffer of zeros.
 func allZero(b []byte) bool {
 	return len(b) == 0 || b[0] == 0 && bytes.Equal(b[1:], b[:len(b)-1])
 }

@@ -6,9 +6,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// contextExec binds the commands mount-utils starts through Command
-// (blkid for GetDiskFormat; resize2fs, xfs_growfs and btrfs for ResizeFs)
-// to the context of the request.
+// contextExec binds mount-utils' commands to the request's context.
 type contextExec struct {
 	ctx  context.Context
 	exec utilexec.Interface

@@ -13,35 +13,23 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// FormatResult tells what FormatAndMount did and how long each step took,
-// as timed where the step ran.
+// FormatResult tells what FormatAndMount did and how long each step took.
 type FormatResult struct {
-	// Probed is true when the signature was read; Probe is the time
-	// spent reading it (ReadsBlank, then blkid unless the device read as
-	// blank), whether it was read or failed.
+	// Probed: the signature was read; Probe is the time it took, failed or not.
 	Probed bool
 	Probe  time.Duration
-	// Blank is true when the device read as zeros where signatures live,
-	// so blkid did not run.
-	Blank bool
-	// Formatted is true when mkfs ran.
+	// Blank: the device read as zeros where signatures live; blkid did not run.
+	Blank     bool
 	Formatted bool
-	// Format is the time spent in mkfs (zero when it did not run).
-	Format time.Duration
-	// Mounted is true when the mount was attempted (mkfs succeeded or was
-	// not needed, fsck found nothing it could not correct); Mount is the
-	// time the step took, fsck included when it ran.
+	Format    time.Duration
+	// Mounted: the mount was attempted; Mount includes fsck.
 	Mounted bool
 	Mount   time.Duration
 }
 
-// FormatAndMount implements Interface. Its steps, each timed here: read
-// the signature (signature), let check refuse it, make the filesystem on
-// a device with no signature at all (mkfs), or check an existing one
-// (fsck, unless mounted read-only), then mount.
+// FormatAndMount implements Interface; its steps are timed here.
 func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, options, mkfsOptions []string, check func(existing string) error) (FormatResult, error) {
-	// Checked here too, so that nothing unchecked reaches mkfs whoever
-	// the caller is.
+	// Checked here too, so nothing unchecked reaches mkfs.
 	if err := ValidateMkfsOptions(fsType, mkfsOptions); err != nil {
 		return FormatResult{}, fmt.Errorf("mkfs options of %s: %w", fsType, err)
 	}
@@ -63,13 +51,11 @@ func (f *FS) FormatAndMount(ctx context.Context, device, target, fsType string, 
 	return res, nil
 }
 
-// formatAndMount is FormatAndMount after the check: mkfs or fsck, then
-// mount, filling res.
 func (f *FS) formatAndMount(ctx context.Context, m mount.Interface, res *FormatResult, existing, device, target, fsType string, options, mkfsOptions []string) error {
 	readOnly := slices.Contains(options, "ro")
 	if existing == "" {
-		// The one rule kept from mount-utils: only a device without any
-		// signature is formatted, and never one to be mounted read-only.
+		// The one rule kept from mount-utils: only a device without any signature
+		// is formatted, and never one to be mounted read-only.
 		if readOnly {
 			return fmt.Errorf("the device has no filesystem and is to be mounted read-only: not formatting it")
 		}
@@ -89,13 +75,10 @@ func (f *FS) formatAndMount(ctx context.Context, m mount.Interface, res *FormatR
 		}
 	}
 	res.Mounted = true
-	// "defaults" as mount-utils adds it; options is the caller's slice.
 	return m.MountSensitive(device, target, fsType, append(slices.Clone(options), "defaults"), nil)
 }
 
-// mkfs makes a filesystem of fsType on device: the options (checked by
-// ValidateMkfsOptions) first, then the force flags mount-utils gives
-// (-F -m0 for ext4, -f for xfs), then the device.
+// mkfs runs mkfs.<fsType>: the checked options, mount-utils' force flags.
 func (f *FS) mkfs(ctx context.Context, device, fsType string, options []string) error {
 	args := slices.Clone(options)
 	switch fsType {
@@ -113,15 +96,12 @@ func (f *FS) mkfs(ctx context.Context, device, fsType string, options []string) 
 	return nil
 }
 
-// fsck exit statuses (fsck(8)).
 const (
 	fsckCorrected   = 1
 	fsckUncorrected = 4
 )
 
-// fsck repairs what fsck -a can on device before it is mounted read-write,
-// as mount-utils does: only errors it could not correct stop the mount; a
-// missing fsck or any other failure is logged and the mount goes on.
+// fsck runs fsck -a before a read-write mount, as mount-utils does.
 func (f *FS) fsck(ctx context.Context, device string) error {
 	log := klog.FromContext(ctx).WithValues("device", device)
 	out, err := f.exec.CommandContext(ctx, "fsck", "-a", device).CombinedOutput()
@@ -143,16 +123,9 @@ func (f *FS) fsck(ctx context.Context, device string) error {
 	return nil
 }
 
-// signature reads what is on device: a device that reads as zeros where
-// signatures live (ReadsBlank) has none, and blkid does not run; anything
-// else is read by blkid (DiskFormat), which names a filesystem or a
-// partition table, or finds no signature among leftover data. blank tells
-// which way was taken.
 func (f *FS) signature(ctx context.Context, ex *contextExec, device string) (existing string, blank bool, err error) {
 	blank, err = ReadsBlank(device)
 	if err != nil {
-		// blkid decides, as it did before the read: a device it
-		// cannot read either stops the stage there.
 		klog.FromContext(ctx).V(2).Info("Could not read the signature regions of the device; asking blkid", "device", device, "err", err)
 	}
 	if blank {

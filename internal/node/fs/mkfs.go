@@ -8,15 +8,11 @@ import (
 	"strings"
 )
 
-// MkfsTypes are the filesystems carve makes, the keys of a device class's
-// mkfsOptions.
+// MkfsTypes are the filesystems carve makes.
 var MkfsTypes = []string{"ext4", "xfs", "btrfs"}
 
-// Makeable returns the MkfsTypes this host can make, for the filesystems a
-// new volume may ask for: ext4 and xfs, whose tools every carve image and
-// supported node has, and btrfs when lookPath (exec.LookPath) finds
-// mkfs.btrfs. The node's stage accepts every MkfsTypes: it mounts a
-// filesystem made elsewhere without its mkfs.
+// Makeable returns the MkfsTypes this host can make (btrfs only with
+// mkfs.btrfs); stages mount all of them.
 func Makeable(lookPath func(file string) (string, error)) []string {
 	types := []string{"ext4", "xfs"}
 	if _, err := lookPath("mkfs.btrfs"); err == nil {
@@ -25,14 +21,12 @@ func Makeable(lookPath func(file string) (string, error)) []string {
 	return types
 }
 
-// OldestKernel is the oldest host kernel the default mkfs options keep
-// every filesystem mountable on (RHEL 8's); docs/install.md lists it.
+// OldestKernel is the oldest kernel the default mkfs options support.
 const OldestKernel = "4.18"
 
-// defaultMkfsOptions are mkfs's options when a device class names none: what
-// the image's tools make (bookworm: xfsprogs 6.1, e2fsprogs 1.47.0,
-// btrfs-progs 6.2) must mount read-write on OldestKernel, and discarding a
-// whole large LV can outlast the kubelet's deadline for no gain:
+// defaultMkfsOptions: what the image's tools make must mount read-write on
+// OldestKernel, and discarding a whole large LV can outlast the kubelet's
+// deadline for no gain:
 //   - xfs: bigtime and inobtcount need Linux 5.10, nrext64 5.19;
 //   - ext4: orphan_file needs 5.15 to mount read-write;
 //   - btrfs: the 6.2 defaults (no-holes, free-space-tree) need 4.5.
@@ -42,13 +36,11 @@ var defaultMkfsOptions = map[string][]string{
 	"btrfs": {"-K"},
 }
 
-// DefaultMkfsOptions returns the default mkfs options of fsType (none for
-// a type carve does not make).
+// DefaultMkfsOptions returns fsType's default mkfs options.
 func DefaultMkfsOptions(fsType string) []string {
 	return slices.Clone(defaultMkfsOptions[fsType])
 }
 
-// valueKind is what follows an mkfs flag.
 type valueKind int
 
 const (
@@ -59,16 +51,13 @@ const (
 	word                      // one lower-case word (a usage type)
 )
 
-// flagRule is what one flag of an mkfs tool may carry.
 type flagRule struct {
 	kind valueKind
 	keys []string // subopts: the allowed keys
 }
 
-// mkfsFlags are the flags carve passes to each mkfs. Anything that names
-// another file or device (xfs -d name=, -l logdev=; ext4 -J device=, -d
-// root-directory), changes what is written where (ext4 -S, -E offset=) or
-// labels every volume the same (-L, -U) is left out on purpose.
+// mkfsFlags are the flags carve passes to each mkfs; flags naming other
+// files or devices, or labelling every volume alike, are left out.
 var mkfsFlags = map[string]map[string]flagRule{
 	"xfs": {
 		"-K": {kind: noValue},
@@ -111,10 +100,7 @@ var (
 	wordPattern    = regexp.MustCompile(`^[a-z0-9]+$`)
 )
 
-// ValidateMkfsOptions checks options, argv elements for mkfs.<fsType> in
-// order (a flag, then its value as the next element), against the flags
-// carve allows for that tool; the error names the element and what is
-// allowed. Nothing else reaches mkfs's command line.
+// ValidateMkfsOptions checks options against mkfs.<fsType>'s allowed flags.
 func ValidateMkfsOptions(fsType string, options []string) error {
 	flags, ok := mkfsFlags[fsType]
 	if !ok {

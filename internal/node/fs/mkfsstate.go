@@ -15,18 +15,14 @@ import (
 	"github.com/carve-csi/carve/internal/node/directio"
 )
 
-// MkfsState is what ProbeMkfs finds on a device whose mkfs may not have
-// ended.
+// MkfsState is what ProbeMkfs finds.
 type MkfsState int
 
 const (
-	// NoFilesystem: no superblock of the filesystem type (a blank device,
-	// leftovers, another signature, or a type ProbeMkfs does not read).
+	// NoFilesystem: no superblock of the type.
 	NoFilesystem MkfsState = iota
-	// MkfsUnfinished: what an mkfs that never ended left: an xfs whose
-	// superblock is still flagged in progress (sb_inprogress, which the
-	// kernel refuses to mount), or an ext2/3/4 never mounted that does not
-	// check clean (e2fsck -n -f). It holds nobody's data.
+	// MkfsUnfinished: an xfs flagged sb_inprogress, or a never-mounted ext2/3/4
+	// that does not check clean. It holds nobody's data.
 	MkfsUnfinished
 	// MkfsFinished: a filesystem an mkfs finished; it may hold data.
 	MkfsFinished
@@ -42,12 +38,10 @@ func (s MkfsState) String() string {
 	return "none"
 }
 
-// superblockHead is how much of a device ProbeMkfs reads: xfs's
-// superblock is at 0, ext2/3/4's at 1024 (1024 bytes).
+// superblockHead covers xfs's superblock at 0 and ext4's at 1024.
 const superblockHead = 4096
 
-// Superblock fields ProbeMkfs reads (xfs_format.h's xfs_dsb; ext4.h's
-// ext4_super_block, at its offset 1024 on the device).
+// Superblock fields (xfs_format.h xfs_dsb; ext4.h ext4_super_block at 1024).
 const (
 	xfsMagic         = "XFSB"
 	xfsInProgressOff = 126 // sb_inprogress: set by mkfs.xfs until it ends
@@ -59,16 +53,13 @@ const (
 	extMntOff     = extSuperblock + 52 // s_mnt_count: mounts since the last check
 )
 
-// HeadReader reads the first n bytes of a device. An exec passed to New
-// that implements it (fstest's fake) is used in place of the device.
+// HeadReader reads a device's first n bytes (fstest's fake).
 type HeadReader interface {
 	ReadHead(device string, n int) ([]byte, error)
 }
 
-// ProbeMkfs tells whether the mkfs of fsType that a stage began on device
-// ended: it reads the superblock, and runs e2fsck -n -f (read-only) on an
-// ext2/3/4 that was never mounted. A stage that finds its formatting mark
-// asks it before anything is zeroed: only MkfsUnfinished may be.
+// ProbeMkfs tells whether a stage's mkfs ended, from the superblock (and
+// e2fsck -n -f for a never-mounted ext). Only MkfsUnfinished may be zeroed.
 func (f *FS) ProbeMkfs(ctx context.Context, device, fsType string) (MkfsState, error) {
 	head, err := f.readHead(device)
 	if err != nil {
@@ -94,8 +85,7 @@ func (f *FS) ProbeMkfs(ctx context.Context, device, fsType string) (MkfsState, e
 	return NoFilesystem, fmt.Errorf("e2fsck -n -f %s: %w", device, err)
 }
 
-// mkfsStateOf reads the superblock of fsType in head (the device's first
-// bytes); check says that e2fsck must decide.
+// mkfsStateOf reads fsType's superblock in head; check: e2fsck decides.
 func mkfsStateOf(head []byte, fsType string) (state MkfsState, check bool) {
 	switch fsType {
 	case "xfs":
@@ -110,8 +100,7 @@ func mkfsStateOf(head []byte, fsType string) (state MkfsState, check bool) {
 		if len(head) < extSuperblock*2 || binary.LittleEndian.Uint16(head[extMagicOff:]) != extMagic {
 			return NoFilesystem, false
 		}
-		// The kernel writes both at a read-write mount: whatever a pod
-		// wrote is behind one.
+		// The kernel writes both at a read-write mount: a pod's data may be behind.
 		if binary.LittleEndian.Uint32(head[extMtimeOff:]) != 0 || binary.LittleEndian.Uint16(head[extMntOff:]) != 0 {
 			return MkfsFinished, false
 		}
@@ -120,8 +109,7 @@ func mkfsStateOf(head []byte, fsType string) (state MkfsState, check bool) {
 	return NoFilesystem, false
 }
 
-// readHead reads the first superblockHead bytes of device, past the page
-// cache where the device allows it.
+// readHead reads past the page cache where the device allows.
 func (f *FS) readHead(device string) ([]byte, error) {
 	if r, ok := f.exec.(HeadReader); ok {
 		return r.ReadHead(device, superblockHead)

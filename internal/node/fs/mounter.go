@@ -12,15 +12,12 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// HostMounter is the mounter of a real node: mount-utils' Mounter reads the
-// mount table and checks mount points, while mount(8) and umount(8) run
-// through exec under the context of the request (mount-utils' own Mounter
-// runs them without one, so a hung mount would outlive its request).
+// HostMounter runs mount(8) and umount(8) under the request's context
+// (mount-utils' own Mounter has none: a hung mount outlives its request).
 type HostMounter struct {
 	mount.Interface
 	exec utilexec.Interface
-	// mountInfoPath is the mountinfo file MountInfo reads; empty means
-	// /proc/self/mountinfo (tests name their own).
+	// mountInfoPath is empty for /proc/self/mountinfo.
 	mountInfoPath string
 }
 
@@ -36,7 +33,7 @@ func (h *HostMounter) WithContext(ctx context.Context) mount.Interface {
 	return &boundMounter{Interface: h.Interface, exec: h.exec, ctx: ctx}
 }
 
-// Mount without a context runs under context.Background; FS never calls it.
+// Mount runs under context.Background; FS never calls it.
 func (h *HostMounter) Mount(source, target, fsType string, options []string) error {
 	return h.WithContext(context.Background()).Mount(source, target, fsType, options)
 }
@@ -51,10 +48,8 @@ func (h *HostMounter) Unmount(target string) error {
 	return h.WithContext(context.Background()).Unmount(target)
 }
 
-// CanSafelySkipMountPointCheck is false: mount-utils' Mounter answers true
-// when its own Unmount ignores "not mounted", and then CleanupMountPoint
-// unmounts without looking first. carve's umount runs through exec, so the
-// mount point is checked before unmounting.
+// CanSafelySkipMountPointCheck is false: carve's umount does not ignore
+// "not mounted".
 func (h *HostMounter) CanSafelySkipMountPointCheck() bool { return false }
 
 type boundMounter struct {
@@ -72,8 +67,7 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	if !bind {
 		return b.run(source, target, fsType, options, sensitive)
 	}
-	// Read before anything is mounted: a remount without the source's
-	// flags fails on a locked mount with a message that hides the cause.
+	// A remount without the source's flags fails on a locked mount, obscurely.
 	flags, err := sourceFlags(source)
 	if err != nil {
 		return err
@@ -81,16 +75,13 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	if err := b.run(source, target, fsType, bindOpts, nil); err != nil {
 		return err
 	}
-	// A bind mount ignores options: apply them (ro, noatime, ...) with a
-	// remount, keeping the flags the source has so the kernel accepts it.
+	// A bind ignores options: remount with them and the source's flags.
 	remountOpts = append(remountOpts, flags...)
 	err = b.run(source, target, fsType, remountOpts, remountSensitive)
 	if err == nil {
 		return nil
 	}
-	// Never leave the bind without its options (a read-write mount where
-	// read-only was asked): undo it, also when the request's context is
-	// what ended, so a retry starts from nothing mounted.
+	// Never leave the bind without its options, even when ctx ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), rollbackTimeout)
 	defer cancel()
 	if out, uerr := b.exec.CommandContext(ctx, "umount", target).CombinedOutput(); uerr != nil {
@@ -100,7 +91,6 @@ func (b *boundMounter) MountSensitive(source, target, fsType string, options, se
 	return fmt.Errorf("%w (the bind mount was undone)", err)
 }
 
-// rollbackTimeout bounds the umount that undoes a half-made bind mount.
 const rollbackTimeout = 30 * time.Second
 
 func (b *boundMounter) MountSensitiveWithoutSystemd(source, target, fsType string, options, sensitive []string) error {
@@ -121,7 +111,6 @@ func (b *boundMounter) run(source, target, fsType string, options, sensitive []s
 	return nil
 }
 
-// CanSafelySkipMountPointCheck: see HostMounter's.
 func (b *boundMounter) CanSafelySkipMountPointCheck() bool { return false }
 
 func (b *boundMounter) Unmount(target string) error {
@@ -132,9 +121,7 @@ func (b *boundMounter) Unmount(target string) error {
 	return nil
 }
 
-// sourceFlags are the flags of the filesystem holding source that a bind
-// remount must repeat (the kernel refuses to drop nosuid, nodev, noexec on
-// a locked mount).
+// sourceFlags: a bind remount may not drop a locked mount's flags.
 func sourceFlags(source string) ([]string, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(source, &st); err != nil {

@@ -5,9 +5,7 @@ import (
 	"path/filepath"
 )
 
-// MakeMountPoint creates the mount point of a bind mount: an empty file for
-// a raw block volume, a directory for a filesystem; one that exists is left
-// alone.
+// MakeMountPoint creates a file (raw block) or directory mount point.
 func MakeMountPoint(target string, block bool) error {
 	if block {
 		return makeFile(target)
@@ -15,8 +13,6 @@ func MakeMountPoint(target string, block bool) error {
 	return os.MkdirAll(target, 0o750)
 }
 
-// makeFile creates path (and its parent) as an empty file, the mount point
-// of a raw block volume; an existing file is left alone.
 func makeFile(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
@@ -37,9 +33,7 @@ func IsDirectory(path string) (bool, error) {
 	return st.IsDir(), nil
 }
 
-// SamePath tells whether mounted, a mount point as the mount table shows
-// it (canonical), is ours, one of carve's own paths: only ours is resolved,
-// so that no other mount point is stat'ed.
+// SamePath resolves only ours, so no other mount point is stat'ed.
 func SamePath(mounted, ours string) bool {
 	r, err := filepath.EvalSymlinks(ours)
 	if err != nil {

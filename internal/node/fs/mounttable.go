@@ -8,10 +8,7 @@ import (
 	mount "k8s.io/mount-utils"
 )
 
-// MountInfoLister is a mounter that also reads the mount table with each
-// mount's device numbers and root (/proc/self/mountinfo), so that the
-// mounts of a device are found without stat'ing their mount points.
-// HostMounter is one.
+// MountInfoLister reads mountinfo, so mounts need no stat.
 type MountInfoLister interface {
 	MountInfo() ([]mount.MountInfo, error)
 }
@@ -31,18 +28,15 @@ func (h *HostMounter) MountInfo() ([]mount.MountInfo, error) {
 	return infos, nil
 }
 
-// mountsOfDevice returns the mount points in infos that show device: a
-// filesystem on it (by device numbers or source), or its node bind-mounted
-// from devtmpfs (a raw block volume), found under this namespace's /dev from
-// the bind's root, so that the stat never touches the bind's own mount
-// point, which may be another pod's.
+// mountsOfDevice returns the mount points showing device; a bind-mounted
+// devtmpfs node is found via the bind's root, so the bind's own mount point
+// (maybe another pod's) is never stat'ed.
 func mountsOfDevice(infos []mount.MountInfo, device string) ([]string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(device, &st); err != nil {
 		return nil, fmt.Errorf("reading the device numbers of %s: %w", device, err)
 	}
 	major, minor := int(unix.Major(st.Rdev)), int(unix.Minor(st.Rdev))
-	// Where each devtmpfs instance is mounted whole (root "/").
 	devRoots := map[[2]int]string{}
 	for _, mi := range infos {
 		if mi.FsType == "devtmpfs" && mi.Root == "/" {
@@ -55,8 +49,7 @@ func mountsOfDevice(infos []mount.MountInfo, device string) ([]string, error) {
 	for _, mi := range infos {
 		switch {
 		case mi.Major == major && mi.Minor == minor, sameSource(mi.Source, device):
-			// btrfs shows an anonymous device number: its source names
-			// the device.
+			// btrfs shows an anonymous device number: its source names the device.
 			paths = append(paths, tablePath(mi.MountPoint))
 		case mi.FsType == "devtmpfs" && mi.Root != "/":
 			dir, ok := devRoots[[2]int{mi.Major, mi.Minor}]

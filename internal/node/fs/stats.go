@@ -16,11 +16,10 @@ func (f *FS) Stats(path string) (Stats, error) {
 	s := Stats{
 		TotalBytes:     int64(st.Blocks) * bs,
 		AvailableBytes: int64(st.Bavail) * bs,
-		// Used counts what is taken, reserved blocks excluded, as df does.
-		UsedBytes:   int64(st.Blocks-st.Bfree) * bs,
-		TotalInodes: int64(st.Files),
-		FreeInodes:  int64(st.Ffree),
-		UsedInodes:  int64(st.Files - st.Ffree),
+		UsedBytes:      int64(st.Blocks-st.Bfree) * bs,
+		TotalInodes:    int64(st.Files),
+		FreeInodes:     int64(st.Ffree),
+		UsedInodes:     int64(st.Files - st.Ffree),
 	}
 	return s, nil
 }

@@ -1,10 +1,7 @@
 // Package iolimit applies a volume's IO limits to the pods it is published
-// to: a line of the cgroup v2 io.max of the pod's cgroup for the volume's
-// device (its major:minor). The pod's cgroup is found from its UID, which
-// the kubelet's target path holds, under the names of both cgroup drivers
-// (cgroupfs: kubepods/burstable/pod<uid>; systemd:
-// kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with
-// _>.slice). A node without cgroup v2 or without the io controller is an
+// to: a line of the pod cgroup's io.max for the device's major:minor. The pod
+// cgroup is found from the UID in the kubelet's target path, under both
+// cgroup drivers' names. A node without cgroup v2 or the io controller is an
 // error (ErrUnsupported), never a limit silently left out.
 package iolimit
 
@@ -22,12 +19,10 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// ErrUnsupported: the node cannot apply IO limits (no cgroup v2, no io
-// controller, or none configured). The error wrapping it says which.
+// ErrUnsupported: no cgroup v2, no io controller, or none configured.
 var ErrUnsupported = errors.New("this node cannot apply IO limits")
 
-// ErrNoPod: no cgroup of the pod was found (the pod is gone, or the
-// kubelet has not made it yet).
+// ErrNoPod: no pod cgroup found (gone, or not made yet).
 var ErrNoPod = errors.New("pod cgroup not found")
 
 // Reasons of Support, as the metric carve_io_limits_supported shows them.
@@ -43,16 +38,13 @@ type Device struct{ Major, Minor uint32 }
 
 func (d Device) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) }
 
-// Line is the io.max line that sets l for dev: every limit named, "max"
-// where none is set, so that writing it replaces what the cgroup held for
-// dev (a line of only "max" takes dev's entry out).
+// Line is the io.max line setting l for dev, "max" where unset, so it
+// replaces dev's entry (all "max" removes it).
 func Line(dev Device, l volume.IOLimits) string {
 	return dev.String() + " " + l.String()
 }
 
-// Target paths of the kubelet: a filesystem volume's
-// <kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount, a raw block
-// volume's <kubelet>/plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid>.
+// The kubelet's target paths, of a filesystem and of a raw block volume.
 var (
 	uidPattern   = `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`
 	mountTarget  = regexp.MustCompile(`/pods/(` + uidPattern + `)/volumes/kubernetes\.io~csi/[^/]+/mount$`)
@@ -70,16 +62,13 @@ func PodUID(target string) (string, bool) {
 	return "", false
 }
 
-// Cgroups is the node's cgroup v2 hierarchy mounted at Root (the host's
-// /sys/fs/cgroup as the agent sees it).
+// Cgroups is the host's cgroup v2 hierarchy as the agent sees it.
 type Cgroups struct {
-	// Root is where the host's cgroup v2 hierarchy is mounted; empty
-	// turns IO limits off (Support says disabled).
+	// Root empty turns IO limits off.
 	Root string
 }
 
-// Support tells whether limits can be applied: nil, or an error wrapping
-// ErrUnsupported, with its reason (a Reason* constant).
+// Support is nil, or ErrUnsupported with its reason (a Reason* constant).
 func (c Cgroups) Support() (string, error) {
 	if c.Root == "" {
 		return ReasonDisabled, fmt.Errorf("%w: no cgroup root configured (--cgroup-root)", ErrUnsupported)
@@ -94,24 +83,20 @@ func (c Cgroups) Support() (string, error) {
 	return ReasonOK, nil
 }
 
-// podDirNames are the names a pod's cgroup has under the two drivers.
 func podDirNames(uid string) []string {
 	u := strings.ReplaceAll(uid, "-", "_")
 	return []string{"pod" + uid, "kubepods-pod" + u + ".slice", "kubepods-burstable-pod" + u + ".slice", "kubepods-besteffort-pod" + u + ".slice"}
 }
 
-// kubepodsParents are where the kubelet puts pod cgroups by default, by
-// QoS class, under both drivers.
+// kubepodsParents are the kubelet's default pod cgroup parents by QoS.
 var kubepodsParents = []string{
 	"kubepods", "kubepods/burstable", "kubepods/besteffort",
 	"kubepods.slice", "kubepods.slice/kubepods-burstable.slice", "kubepods.slice/kubepods-besteffort.slice",
 }
 
-// PodDir returns the cgroup directory of pod uid: first where the kubelet
-// puts it by default, then up to four levels under Root, through
-// directories named *kubepods*, burstable or besteffort below Root's own
-// (a kubelet with its own --cgroup-root); the rest of the tree (system
-// slices, containers) is not read.
+// PodDir returns pod uid's cgroup: first where the kubelet puts it by
+// default, then up to four levels down through *kubepods*, burstable or
+// besteffort directories (a custom --cgroup-root); nothing else is read.
 func (c Cgroups) PodDir(uid string) (string, error) {
 	names := podDirNames(uid)
 	for _, p := range kubepodsParents {
@@ -153,17 +138,15 @@ func isDir(p string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// Set writes l for dev into the io.max of the cgroup dir. A cgroup
-// without io.max (the io controller not enabled for it by its parent's
-// cgroup.subtree_control) is ErrUnsupported.
+// Set writes l for dev into dir's io.max. No io.max (the parent does not
+// enable io in cgroup.subtree_control) is ErrUnsupported.
 func (c Cgroups) Set(dir string, dev Device, l volume.IOLimits) error {
 	file := filepath.Join(dir, "io.max")
 	if _, err := os.Stat(file); err != nil {
 		return fmt.Errorf("%w: %s has no io.max (the io controller is not enabled for it in %s): %w",
 			ErrUnsupported, dir, filepath.Join(filepath.Dir(dir), "cgroup.subtree_control"), err)
 	}
-	// io.max exists; without O_CREATE no file is ever made (O_TRUNC, as
-	// a shell's redirection, is what a cgroup file takes).
+	// No O_CREATE: no file is ever made; cgroup files take O_TRUNC.
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0) //nolint:gosec // G304: io.max of a pod's cgroup under the configured root, found by PodDir
 
 	if err != nil {

@@ -1,9 +1,7 @@
-// Package jobs runs work that must not be cut short by the deadline of the
-// call that started it (zeroing a large volume, mkfs or fsck of a large
-// filesystem): the work runs detached from the call's context, one job per
-// key, and a retry of the call joins the job in flight instead of starting
-// the work again from zero. With Keep, a job's result also waits for the
-// retry that comes after the job ended.
+// Package jobs runs work that must outlive the deadline of the call that
+// started it (zeroing, mkfs or fsck of a large volume): detached from the
+// call's context, one job per key, joined by the call's retries instead of
+// restarting from zero.
 package jobs
 
 import (
@@ -14,10 +12,8 @@ import (
 
 // Set is the jobs of one kind, by key. The zero value is ready to use.
 type Set[T any] struct {
-	// Keep keeps a job that ended until Take or Forget removes it, so that
-	// the result reaches a retry that comes after the end; without it an
-	// ended job is forgotten at once (callers then read the outcome from
-	// the world, as CreateVolume reads the LV's tags).
+	// Keep keeps an ended job's result for a later retry until Take or Forget;
+	// otherwise callers read the outcome from the world (the LV's tags).
 	Keep bool
 
 	mu   sync.Mutex
@@ -26,8 +22,7 @@ type Set[T any] struct {
 
 // Job is one run of detached work.
 type Job[T any] struct {
-	// Args tells what the job was started for, so that a call with other
-	// arguments can tell it is not its own.
+	// Args tells a call with other arguments the job is not its own.
 	Args string
 
 	done chan struct{}
@@ -59,10 +54,9 @@ func (j *Job[T]) Wait(ctx context.Context) bool {
 	}
 }
 
-// Start returns key's job and false when there is one (in flight, or ended
-// and kept); otherwise it starts run as key's job, with args, and returns
-// it and true. run gets ctx's values (its logger) without its deadline or
-// cancellation: the work goes on after the caller gave up.
+// Start returns key's job and false when there is one; otherwise it starts
+// run as key's job and returns it and true. run gets ctx's values without
+// its deadline or cancellation: the work goes on after the caller gave up.
 func (s *Set[T]) Start(ctx context.Context, key, args string, run func(context.Context) (T, error)) (*Job[T], bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,9 +103,8 @@ func (s *Set[T]) Running(key string) bool {
 	}
 }
 
-// Take removes j, key's job, once it has ended: its result has been handed
-// out, and the next call for key starts afresh. It does nothing while j is
-// in flight or when key has another job.
+// Take removes j once ended, its result handed out; nothing while j runs or
+// when key has another job.
 func (s *Set[T]) Take(key string, j *Job[T]) {
 	select {
 	case <-j.done:
@@ -125,18 +118,16 @@ func (s *Set[T]) Take(key string, j *Job[T]) {
 	}
 }
 
-// Forget removes key's job if it has ended (its result is no longer
-// wanted); a job in flight stays.
+// Forget removes key's job if it ended; a running one stays.
 func (s *Set[T]) Forget(key string) {
 	if j, ok := s.Get(key); ok {
 		s.Take(key, j)
 	}
 }
 
-// AnswerBy is the context a caller waits for a job under: ctx, ending a
-// margin before ctx's deadline (half the time left, at most
-// maxMargin), so that the caller can still answer "in progress" itself
-// before its client's deadline turns the answer into DeadlineExceeded.
+// AnswerBy ends ctx a margin before its deadline (half the time left, at
+// most maxMargin), so the caller can answer "in progress" before its
+// client's deadline turns the answer into DeadlineExceeded.
 func AnswerBy(ctx context.Context, maxMargin time.Duration) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {

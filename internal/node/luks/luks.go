@@ -1,9 +1,7 @@
-// Package luks runs cryptsetup for carve's encrypted volumes: a LUKS2
-// header on the volume's LV, with one keyslot opened by the volume's own
-// key and a token that holds the key wrapped by carve controller; the
-// opened device under /dev/mapper; resize, close and the crypto-erase of
-// a deleted volume. A key reaches cryptsetup on its standard input only,
-// never in an argument or a file.
+// Package luks runs cryptsetup for carve's encrypted volumes: a LUKS2 header
+// with one keyslot for the volume's key and a token holding that key wrapped
+// by carve controller; open, resize, close and crypto-erase. A key reaches
+// cryptsetup on stdin only, never in an argument or a file.
 package luks
 
 import (
@@ -19,7 +17,6 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// Errors the callers tell apart.
 var (
 	// ErrWrongKey: the key opens no keyslot of the header.
 	ErrWrongKey = errors.New("the key opens no keyslot of the LUKS2 header")
@@ -30,20 +27,17 @@ var (
 // TokenType is the type of carve's LUKS2 token.
 const TokenType = "carve-volume-key"
 
-// HeaderBytes is the LUKS2 header's size at cryptsetup's defaults: the
-// data start this far into the LV, which is what a crypto-erase wipes
-// besides the keyslots.
+// HeaderBytes is LUKS2's header at cryptsetup's defaults: the data start,
+// which a crypto-erase wipes besides the keyslots.
 const HeaderBytes = 16 << 20
 
-// Token is what carve keeps in a volume's LUKS2 header: its key ID and
-// its key, wrapped by the controller.
+// Token is carve's token: the key ID and the controller-wrapped key.
 type Token struct {
 	KeyID   string
 	Wrapped string
 }
 
-// token is the JSON of carve's LUKS2 token (cryptsetup needs type and
-// keyslots).
+// token is the JSON of carve's token (cryptsetup needs type and keyslots).
 type token struct {
 	Type     string   `json:"type"`
 	Keyslots []string `json:"keyslots"`
@@ -53,26 +47,22 @@ type token struct {
 
 // Interface is what carve asks of cryptsetup; Cryptsetup implements it.
 type Interface interface {
-	// IsLUKS tells whether device holds a LUKS header.
 	IsLUKS(ctx context.Context, device string) (bool, error)
-	// Format writes a new LUKS2 header on device with one keyslot for key
-	// and carve's token t. It destroys the device's data.
+	// Format writes a new LUKS2 header with one keyslot for key and token t,
+	// destroying the device's data.
 	Format(ctx context.Context, device string, key []byte, t Token) error
 	// ReadToken reads carve's token; ErrNoToken when there is none.
 	ReadToken(ctx context.Context, device string) (Token, error)
-	// ReplaceToken replaces carve's token (a key wrapped again).
 	ReplaceToken(ctx context.Context, device string, t Token) error
-	// Open opens device as /dev/mapper/<name> with key; ErrWrongKey when
-	// the key opens no keyslot.
+	// Open opens device as /dev/mapper/<name>; ErrWrongKey.
 	Open(ctx context.Context, device, name string, key []byte) error
 	// Close closes /dev/mapper/<name>; one that is not open is success.
 	Close(ctx context.Context, name string) error
-	// Resize grows the opened device name to its LV; key is the
-	// volume's (LUKS2 asks for it when the kernel keyring does not hold
-	// the volume key).
+	// Resize grows the opened device to its LV; LUKS2 asks for key when the
+	// kernel keyring lacks the volume key.
 	Resize(ctx context.Context, name string, key []byte) error
-	// Erase destroys every keyslot of device's header (luksErase): its
-	// data can never be decrypted again, whoever holds its key.
+	// Erase destroys every keyslot (luksErase): the data can never be decrypted
+	// again.
 	Erase(ctx context.Context, device string) error
 }
 
@@ -83,25 +73,21 @@ type Cryptsetup struct {
 
 var _ Interface = Cryptsetup{}
 
-// cryptsetup's exit codes (cryptsetup(8), RETURN CODES).
 const (
 	exitWrongParams = 1
 	exitNoPerm      = 2 // a wrong passphrase or key
 	exitWrongDevice = 4
 )
 
-// formatArgs: a volume key is 256 random bits, so a slow key derivation
-// adds nothing against guessing and would cost seconds and (argon2) a
-// gigabyte of memory per open; PBKDF2 at its minimum count does.
+// formatArgs: a volume key is 256 random bits, so a slow KDF adds nothing
+// against guessing and would cost seconds and (argon2) a gigabyte per open.
 var formatArgs = []string{"luksFormat", "--type", "luks2", "--batch-mode",
 	"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", "-"}
 
-// run runs cryptsetup with stdin and returns its output; an exit error
-// carries its code (exitCode reads it).
+// run runs cryptsetup with stdin; an exit error carries its code.
 func (c Cryptsetup) run(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	cmd := c.Exec.CommandContext(ctx, "cryptsetup", args...)
-	// The process's environment carries DM_DEV_DIR and DM_DISABLE_UDEV,
-	// which libdevmapper reads as lvm does.
+	// DM_DEV_DIR and DM_DISABLE_UDEV pass on to libdevmapper, as for lvm.
 	cmd.SetEnv(append(os.Environ(), "LC_ALL=C"))
 	cmd.SetStdin(bytes.NewReader(stdin))
 	out, err := cmd.CombinedOutput()
@@ -111,8 +97,7 @@ func (c Cryptsetup) run(ctx context.Context, stdin []byte, args ...string) ([]by
 	return out, nil
 }
 
-// Error is a cryptsetup run that failed: its arguments (never a key:
-// keys go on stdin) and output.
+// Error is a failed cryptsetup run: arguments (never a key) and output.
 type Error struct {
 	Args   []string
 	Output string
@@ -125,8 +110,6 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// exitCode is the exit code of a cryptsetup run's error, -1 when it did
-// not exit.
 func exitCode(err error) int {
 	var ee utilexec.ExitError
 	if errors.As(err, &ee) {
@@ -231,6 +214,5 @@ func (c Cryptsetup) Erase(ctx context.Context, device string) error {
 	return err
 }
 
-// MapperPath is the opened device of name under devDir (/dev, or
-// $DM_DEV_DIR).
+// MapperPath is name's opened device under devDir.
 func MapperPath(devDir, name string) string { return filepath.Join(devDir, "mapper", name) }

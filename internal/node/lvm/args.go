@@ -2,10 +2,9 @@ package lvm
 
 import "strconv"
 
-// Command lines of the mutations. Every name in them has been validated, so
-// none begins with '-' and none can be taken for an option. Sizes are passed
-// in bytes ("<n>b") already rounded to whole extents, so LVM does no
-// rounding of its own that the result would not show.
+// Command lines of the mutations. Every name is validated, so none can be
+// taken for an option. Sizes are bytes ("<n>b") already rounded to extents,
+// so LVM does no rounding the result would not show.
 
 func bytesArg(n uint64) string { return strconv.FormatUint(n, 10) + "b" }
 
@@ -16,13 +15,11 @@ func addTags(args, tags []string) []string {
 	return args
 }
 
-// createArgs builds lvcreate for a thick or a thin LV of size bytes. Thick
-// LVs get --wipesignatures y --zero y (--yes answers the prompt): their
-// extents may have held a removed LV, and NodeStage formats only a device on
-// which blkid finds no filesystem, so an old signature would have carve mount
-// the previous tenant's filesystem. Where activation is disabled (the host
-// tier) LVM warns "not zeroed": no device node exists to be read. Thin LVs
-// read zeros where never written and need neither.
+// createArgs builds lvcreate. Thick LVs get --wipesignatures y --zero y:
+// their extents may have held a removed LV, and NodeStage formats only a
+// device without a signature, so an old one would mount the previous
+// tenant's filesystem. Where activation is disabled LVM warns "not zeroed":
+// no device node exists to be read. Thin LVs read zeros and need neither.
 func createArgs(req CreateRequest, size uint64) []string {
 	args := []string{"lvcreate", "--yes"}
 	if req.ThinPool != "" {
@@ -45,11 +42,8 @@ func createArgs(req CreateRequest, size uint64) []string {
 	return append(args, req.VolumeGroup)
 }
 
-// snapshotArgs builds lvcreate for a snapshot of size bytes of
-// copy-on-write space (already rounded), or a thin snapshot when size is
-// zero. A thin snapshot's activation-skip flag is set as asked, never left
-// to lvm.conf: a snapshot kept as a snapshot stays inactive until needed,
-// one used as a volume must come up after a reboot.
+// snapshotArgs builds lvcreate for a copy-on-write snapshot, or a thin one
+// when size is zero. activation-skip is set as asked, never left to lvm.conf.
 func snapshotArgs(req SnapshotRequest, size uint64) []string {
 	args := []string{"lvcreate", "--yes", "--snapshot"}
 	if size > 0 {
@@ -65,16 +59,13 @@ func snapshotArgs(req SnapshotRequest, size uint64) []string {
 	return append(addTags(args, req.Tags), req.VolumeGroup+"/"+req.Origin)
 }
 
-// extendArgs builds lvextend to size bytes. The filesystem is not touched:
-// the node grows it after the device.
 func extendArgs(vg, name string, size uint64) []string {
 	return []string{"lvextend", "--size", bytesArg(size), vg + "/" + name}
 }
 
-// activateArgs builds lvchange to activate one LV (a thin LV's pool with it).
-// A plain `lvchange --activate y` succeeds yet leaves an LV with the
-// activation-skip flag inactive, so --ignoreactivationskip is added for such
-// an LV, and only for it.
+// activateArgs builds lvchange --activate y. It succeeds yet leaves an LV
+// with the activation-skip flag inactive, so --ignoreactivationskip is added
+// for such an LV only.
 func activateArgs(vg, name string, skip bool) []string {
 	args := []string{"lvchange", "--activate", "y"}
 	if skip {
@@ -83,8 +74,7 @@ func activateArgs(vg, name string, skip bool) []string {
 	return append(args, vg+"/"+name)
 }
 
-// deactivateArgs builds lvchange to deactivate one LV (a thin LV's pool
-// stays active).
+// deactivateArgs builds lvchange --activate n; a thin pool stays active.
 func deactivateArgs(vg, name string) []string {
 	return []string{"lvchange", "--activate", "n", vg + "/" + name}
 }
@@ -97,8 +87,6 @@ func delTagsArgs(vg, name string, tags []string) []string {
 	return append(args, vg+"/"+name)
 }
 
-// changeTagsArgs builds one lvchange that takes tags off and puts tags on
-// (one metadata commit).
 func changeTagsArgs(vg, name string, add, del []string) []string {
 	args := []string{"lvchange"}
 	for _, t := range del {
@@ -112,15 +100,12 @@ func renameArgs(vg, name, newName string) []string {
 	return []string{"lvrename", vg, name, newName}
 }
 
-// removeArgs builds lvremove; --yes answers the prompt LVM shows for an
-// active LV.
+// removeArgs builds lvremove; --yes answers the prompt for an active LV.
 func removeArgs(vg, name string) []string {
 	return []string{"lvremove", "--yes", vg + "/" + name}
 }
 
-// roundToExtents rounds size up to whole extents, and to a multiple of the
-// stripe count for striped LVs, as LVM does. Zero becomes one extent (the
-// smallest LV there is).
+// roundToExtents rounds up to extents (per stripe) as LVM does; 0 is one.
 func roundToExtents(size, extent uint64, stripes int) uint64 {
 	n := (size + extent - 1) / extent
 	if n == 0 {
@@ -133,8 +118,7 @@ func roundToExtents(size, extent uint64, stripes int) uint64 {
 	return n * extent
 }
 
-// extentsNeeded is how many free extents an LV of n extents takes from the
-// VG: raid1 keeps a full copy per image plus one metadata extent each.
+// extentsNeeded: raid1 takes a copy and a metadata extent per image.
 func extentsNeeded(n uint64, o LVOptions) uint64 {
 	if o.Mirrors > 0 {
 		return uint64(o.Mirrors+1) * (n + 1)

@@ -1,12 +1,12 @@
 package lvm
 
-// lv_attr is a string of (up to) ten characters, one state each (lvs(8)):
+// lv_attr (lvs(8)), one state per character:
 //
 //	1 volume type   2 permissions   3 allocation policy   4 fixed minor
 //	5 state         6 device open   7 target type         8 zero new blocks
 //	9 health        10 skip activation
 //
-// Older releases print fewer characters; missing ones decode as unset.
+// Older releases print fewer; missing ones decode as unset.
 
 var volumeTypes = map[byte]VolumeType{
 	'-': TypeThick, // linear or striped
@@ -46,9 +46,8 @@ var healths = map[byte]Health{
 	'X': HealthUnknown,
 }
 
-// ParseAttributes decodes lv_attr. Unknown characters decode as
-// TypeOther / HealthUnknown rather than failing: a newer LVM must not make
-// the whole report unreadable.
+// ParseAttributes decodes lv_attr. Unknown characters decode as TypeOther /
+// HealthUnknown: a newer LVM must not make the report unreadable.
 func ParseAttributes(attr string) Attributes {
 	a := Attributes{Raw: attr, Type: TypeOther, Health: HealthOK}
 	at := func(i int) byte {

@@ -7,12 +7,11 @@ import (
 	"strings"
 )
 
-// A failed mutation is classified from LVM's state read afresh after it
-// (under the VG lock still held, so none of carve's mutations came between)
-// and from the exit status: 2 or 3 is ErrInvalidArgument; then facts of the
-// report (VG, origin or pool missing, LV exists, too few free extents, pool
-// full, LV open); only then LVM's message ("insufficient": free extents that
-// stripes or raid images cannot use). The fresh read costs only failures.
+// A failed mutation is classified from LVM's state read afresh under the VG
+// lock still held, and from the exit status: 2 or 3 is ErrInvalidArgument;
+// then facts of the report (missing VG, origin or pool, LV exists, too few
+// extents, pool full, LV open); only then LVM's message ("insufficient":
+// extents stripes or raid images cannot use). Only failures pay the read.
 
 const (
 	exitNoSuchCommand   = 2
@@ -20,7 +19,6 @@ const (
 	insufficientMessage = "insufficient"
 )
 
-// classify records kind in err's CommandError and wraps err with the reason.
 func classify(err, kind error, reason string) error {
 	var ce *CommandError
 	if errors.As(err, &ce) {
@@ -33,17 +31,13 @@ func classify(err, kind error, reason string) error {
 func commandFacts(err error) (exitCode int, stderr string, ok bool) {
 	var ce *CommandError
 	if !errors.As(err, &ce) || ce.Err != nil {
-		// Not run, or stopped by the context: nothing LVM decided.
 		return 0, "", false
 	}
 	return ce.ExitCode, ce.Stderr, true
 }
 
-// failureState reads the state of volume group vg needed to classify err,
-// or explains why it cannot. The returned error is what the caller should
-// return as is. Only vg is read, so another volume group that LVM cannot
-// read does not stop the classification; a vg that is missing is a report
-// without it.
+// failureState reads only vg, so another unreadable VG does not stop the
+// classification; a returned error is returned as is.
 func (c *Client) failureState(ctx context.Context, vg, what string, err error) (*Report, int, string, error) {
 	code, stderr, ok := commandFacts(err)
 	if !ok || ctx.Err() != nil {
@@ -66,7 +60,6 @@ func hintsInsufficient(stderr string) bool {
 	return strings.Contains(strings.ToLower(stderr), insufficientMessage)
 }
 
-// poolFull reports whether a thin pool can take no new data or metadata.
 func poolFull(p *ThinPool) bool { return p.DataPercent >= 100 || p.MetadataPercent >= 100 }
 
 func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents uint64, err error) error {
@@ -83,15 +76,13 @@ func (c *Client) explainCreate(ctx context.Context, req CreateRequest, extents u
 		return classify(err, ErrAlreadyExists, what+": the name is taken")
 	}
 	if vg.MetadataFull() {
-		// "VG ... metadata ... exceeds maximum metadata size": no LV fits
-		// however many extents are free.
+		// No LV fits in a full metadata area, however many extents are free.
 		return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: the volume group's metadata area is full (%d of %d bytes free)",
 			what, vg.MetadataAreaFree, vg.MetadataAreaSize))
 	}
 	if vg.MissingPVs > 0 {
-		// LVM changes nothing in a partial VG ("Cannot change VG ... while
-		// PVs are missing"), and the missing PVs' extents are gone anyway:
-		// no space here until an operator restores or removes the PV.
+		// LVM changes nothing in a partial VG, and the missing PVs' extents are
+		// gone: no space until an operator restores or removes the PV.
 		return classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: %d physical volume(s) of the volume group are missing; LVM allocates nothing in it",
 			what, vg.MissingPVs))
 	}
@@ -150,8 +141,7 @@ func (c *Client) explainSnapshot(ctx context.Context, vg, origin, name string, e
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// explainExtend classifies a failed lvextend. An LV that turns out to be
-// large enough (grown meanwhile by someone else) is a success.
+// explainExtend: an LV grown large enough meanwhile is a success.
 func (c *Client) explainExtend(ctx context.Context, lv *LogicalVolume, size, extents uint64, err error) (*LogicalVolume, error) {
 	what := fmt.Sprintf("extending %s/%s", lv.VolumeGroup, lv.Name)
 	rep, _, stderr, ferr := c.failureState(ctx, lv.VolumeGroup, what, err)
@@ -171,7 +161,6 @@ func (c *Client) explainExtend(ctx context.Context, lv *LogicalVolume, size, ext
 			return nil, classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: thin pool %s is full", what, p.Name))
 		}
 	} else if vg.ExtentSize > 0 {
-		// A lower bound: striped and raid LVs need more than the growth.
 		if grow := extents - cur.Size/vg.ExtentSize; grow > vg.FreeExtents {
 			return nil, classify(err, ErrInsufficientSpace, fmt.Sprintf("%s: volume group has %d free extents, %d needed",
 				what, vg.FreeExtents, grow))
@@ -201,14 +190,10 @@ func (c *Client) explainRemove(ctx context.Context, vg, name string, err error) 
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// explainChange classifies a failed lvchange other than an activation:
-// the VG or the LV gone, or the command's own error.
 func (c *Client) explainChange(ctx context.Context, vg, name, doing string, err error) error {
 	return c.explainLV(ctx, vg, name, fmt.Sprintf("%s %s/%s", doing, vg, name), err, nil)
 }
 
-// explainRename classifies a failed lvrename: the LV or its VG gone, or
-// the new name taken.
 func (c *Client) explainRename(ctx context.Context, vg, name, newName string, err error) error {
 	what := fmt.Sprintf("renaming %s/%s to %s", vg, name, newName)
 	return c.explainLV(ctx, vg, name, what, err, func(rep *Report) error {
@@ -219,9 +204,7 @@ func (c *Client) explainRename(ctx context.Context, vg, name, newName string, er
 	})
 }
 
-// explainLV classifies a failed command on the LV vg/name from LVM's state
-// after it: the VG or the LV gone, then what more explains (nil: nothing),
-// else the command's own error.
+// explainLV: the VG or LV gone, then more, else the command's error.
 func (c *Client) explainLV(ctx context.Context, vg, name, what string, err error, more func(*Report) error) error {
 	rep, _, _, ferr := c.failureState(ctx, vg, what, err)
 	if rep == nil {
@@ -241,8 +224,7 @@ func (c *Client) explainLV(ctx context.Context, vg, name, what string, err error
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// explainActivate classifies a failed lvchange --activate y. An LV found
-// active after all (activated meanwhile from outside) is a success.
+// explainActivate: an LV found active after all is a success.
 func (c *Client) explainActivate(ctx context.Context, vg, name string, err error) (*LogicalVolume, error) {
 	what := fmt.Sprintf("activating %s/%s", vg, name)
 	rep, _, _, ferr := c.failureState(ctx, vg, what, err)

@@ -1,14 +1,9 @@
-// Package lvm runs lvm2 commands for carve: without a shell, with LC_ALL=C,
-// a deadline on every call, JSON reports decoded into typed structs, typed
-// errors, and mutations serialized per volume group.
-//
-// Every method validates its names and tags against LVM's rules before any
-// command runs. Reads (Report, VolumeGroup, ListLVs, FindByTag, GetLV) run
-// concurrently; mutations (CreateLV, CreateThinSnapshot, ExtendLV, RemoveLV,
-// and the activation ActivateLV) of one volume group run one at a time. On
-// the success path each of the first four is exactly one lvm command: results are built from the request and the
-// volume group's extent size (read once per VG and cached), not read back.
-// Only a failure costs an extra read, to tell why it failed.
+// Package lvm runs lvm2 commands for carve: no shell, LC_ALL=C, a deadline
+// on every call, JSON reports decoded into typed structs, typed errors, and
+// mutations serialized per volume group. Names and tags are validated before
+// any command runs. On success CreateLV and RemoveLV are one lvm command,
+// their result built from the request and the cached extent size; a failure
+// costs an extra read, to tell why.
 package lvm
 
 import (
@@ -26,37 +21,30 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// Options configure a Client. The zero value is usable.
+// Options configure a Client; the zero value is usable.
 type Options struct {
 	// Command is the lvm binary; default "lvm" from PATH.
 	Command string
-	// Env is added to the environment of every command (LVM_SYSTEM_DIR from
-	// the caller's environment is kept as it is).
+	// Env is added to every command's environment.
 	Env []string
-	// Timeout bounds every command that has no earlier context deadline;
-	// default 2 minutes.
-	Timeout time.Duration
-	// Observer, when set, receives every command's duration.
+	// Timeout bounds every command without an earlier deadline; default 2m.
+	Timeout  time.Duration
 	Observer Observer
 }
 
-// Client runs lvm2 commands. It is safe for concurrent use: mutations of one
-// volume group are serialized, reads run concurrently.
+// Client runs lvm2 commands; safe for concurrent use.
 type Client struct {
-	opts     Options
-	runner   runner
-	timeout  time.Duration
-	observer Observer
-	devDir   string
-	locks    VGLocks
-	// running counts mutations, also those whose callers gave up (Wait).
+	opts      Options
+	runner    runner
+	timeout   time.Duration
+	observer  Observer
+	devDir    string
+	locks     VGLocks
 	running   sync.WaitGroup
 	hungGrace time.Duration
 
 	mu sync.Mutex
-	// extents caches each volume group's extent size: it is fixed when the
-	// VG is made, and knowing it lets CreateLV compute the rounded size
-	// without reading the LV back.
+	// extents caches each VG's extent size, fixed at vgcreate.
 	extents map[string]uint64
 }
 
@@ -75,7 +63,6 @@ func newClient(opts Options, r runner, env []string) *Client {
 	if c.timeout <= 0 {
 		c.timeout = defaultTimeout
 	}
-	// LVM names device nodes under $DM_DEV_DIR when it is set.
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "DM_DEV_DIR="); ok && v != "" {
 			c.devDir = v
@@ -84,8 +71,7 @@ func newClient(opts Options, r runner, env []string) *Client {
 	return c
 }
 
-// ControlNode is the device-mapper control node, under $DM_DEV_DIR as
-// LVM's device nodes are.
+// ControlNode is the device-mapper control node, under $DM_DEV_DIR.
 func (c *Client) ControlNode() string { return path.Join(c.devDir, "mapper", "control") }
 
 func (c *Client) lvPath(vg, lv string) string { return path.Join(c.devDir, vg, lv) }
@@ -114,11 +100,10 @@ func (c *Client) extentSize(ctx context.Context, vg string) (uint64, error) {
 	return v.ExtentSize, nil
 }
 
-// Report reads volume groups, their logical volumes (internal ones included)
-// and thin pools with one lvm command: the ones named, or every one. Naming
-// them keeps a volume group that is not carve's, and that LVM cannot read,
-// from failing the report. A single named group that does not exist is
-// ErrVolumeGroupNotFound, decided by a read of the group, not by the message.
+// Report reads the named volume groups (all when none), their LVs (internal
+// ones too) and thin pools with one command. Naming them keeps a foreign,
+// unreadable VG from failing the report. A single missing named group is
+// ErrVolumeGroupNotFound, decided by a read of the group, not the message.
 func (c *Client) Report(ctx context.Context, vgs ...string) (*Report, error) {
 	for _, vg := range vgs {
 		if err := lvmname.VG(vg); err != nil {
@@ -137,14 +122,12 @@ func (c *Client) Report(ctx context.Context, vgs ...string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The state is at least as new as the moment the command started.
 	r.ReadAt = start
 	c.remember(r.VolumeGroups)
 	return r, nil
 }
 
-// VolumeGroup returns one volume group; ErrVolumeGroupNotFound (an
-// ErrNotFound) when it does not exist.
+// VolumeGroup returns one volume group; ErrVolumeGroupNotFound.
 func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, error) {
 	if err := lvmname.VG(vg); err != nil {
 		return nil, err
@@ -165,10 +148,7 @@ func (c *Client) VolumeGroup(ctx context.Context, vg string) (*VolumeGroup, erro
 	return v, nil
 }
 
-// lvsFailed explains a failed read (lvs, fullreport) of vg: LVM fails a
-// read of a volume group that does not exist, which the caller should see
-// as ErrVolumeGroupNotFound. That is decided by a read of the VG, not from
-// the message.
+// lvsFailed tells a missing vg by reading it, not by the message.
 func (c *Client) lvsFailed(ctx context.Context, vg string, err error) error {
 	if vg == "" || ctx.Err() != nil {
 		return err
@@ -179,9 +159,7 @@ func (c *Client) lvsFailed(ctx context.Context, vg string, err error) error {
 	return err
 }
 
-// ListLVs lists the LVs of a volume group (all VGs when vg is empty),
-// internal LVs (thin pool data and metadata, raid images) included.
-// ErrVolumeGroupNotFound when vg does not exist.
+// ListLVs lists the LVs of vg (all VGs when empty), internal ones included.
 func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error) {
 	var rest []string
 	if vg != "" {
@@ -197,8 +175,7 @@ func (c *Client) ListLVs(ctx context.Context, vg string) ([]LogicalVolume, error
 	return parseLVs(out)
 }
 
-// FindByTag returns the LVs that carry tag (in any VG when vg is empty).
-// No match is an empty slice, not an error; nor is a vg that does not exist.
+// FindByTag returns the LVs carrying tag; none is an empty slice.
 func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume, error) {
 	if err := lvmname.Tag(tag); err != nil {
 		return nil, err
@@ -208,9 +185,8 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 			return nil, err
 		}
 	}
-	// "@tag" names every LV with that tag in every VG, and also every LV of
-	// a VG that carries the tag itself; LVM offers no "tag within VG"
-	// argument. Both are filtered here.
+	// "@tag" also names every LV of a VG carrying the tag; LVM has no "tag
+	// within VG" argument, so both are filtered here.
 	out, err := c.run(ctx, lvsArgs(false, "@"+tag)...)
 	if err != nil {
 		return nil, fmt.Errorf("finding logical volumes tagged %s: %w", tag, err)
@@ -228,14 +204,12 @@ func (c *Client) FindByTag(ctx context.Context, vg, tag string) ([]LogicalVolume
 	return lvs, nil
 }
 
-// GetLV returns one LV; ErrNotFound when it does not exist,
-// ErrVolumeGroupNotFound (also an ErrNotFound) when its VG does not.
+// GetLV returns one LV; ErrNotFound, or ErrVolumeGroupNotFound.
 func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
 	if err := validateLV(vg, name); err != nil {
 		return nil, err
 	}
-	// A selection, unlike "vg/name", answers an empty report for a missing
-	// LV: "not found" is then a fact of the data, not of a message.
+	// A selection makes a missing LV an empty report, not a message.
 	out, err := c.run(ctx, lvsArgs(false, "-S", fmt.Sprintf("lv_name=%q", name), vg)...)
 	if err != nil {
 		return nil, c.lvsFailed(ctx, vg, fmt.Errorf("reading logical volume %s/%s: %w", vg, name, err))
@@ -252,10 +226,9 @@ func (c *Client) GetLV(ctx context.Context, vg, name string) (*LogicalVolume, er
 	return nil, fmt.Errorf("logical volume %s/%s: %w", vg, name, ErrNotFound)
 }
 
-// ThinID is the thin device ID LVM's metadata gives the thin LV vg/name:
-// the ID the pool's own metadata knows it by (thin_delta's --snap1, --snap2,
-// thin_dump's --dev-id), read without activating the LV. ErrNotFound when
-// the LV does not exist; an error when it is not one thin segment.
+// ThinID is the thin device ID the pool's metadata knows vg/name by
+// (thin_delta --snap1, thin_dump --dev-id), read without activating it.
+// ErrNotFound; an error when it is not one thin segment.
 func (c *Client) ThinID(ctx context.Context, vg, name string) (uint64, error) {
 	if err := validateLV(vg, name); err != nil {
 		return 0, err
@@ -268,8 +241,6 @@ func (c *Client) ThinID(ctx context.Context, vg, name string) (uint64, error) {
 	return parseThinID(out, vg, name)
 }
 
-// parseThinID reads the one row of `lvs -o lv_name,thin_id` (a segment
-// field: a row per segment) for LV vg/name.
 func parseThinID(out []byte, vg, name string) (uint64, error) {
 	var r struct {
 		Report []struct {

@@ -8,20 +8,16 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// Sentinel errors. Errors returned by this package wrap one of them when the
-// cause is known, so callers test with errors.Is.
+// Sentinel errors; this package's errors wrap one when the cause is known.
 var (
 	ErrNotFound          = errors.New("not found")
 	ErrInsufficientSpace = errors.New("insufficient space")
 	ErrAlreadyExists     = errors.New("already exists")
 	ErrInvalidArgument   = lvmname.ErrInvalid
-	// ErrInUse is an LV that cannot be removed because it is open
-	// (mounted, or held by a process).
+	// ErrInUse is an open LV that cannot be removed.
 	ErrInUse = errors.New("in use")
-	// ErrVolumeGroupNotFound is an ErrNotFound whose cause is that the
-	// volume group itself is missing, not only the LV: a caller that must
-	// not take "not found" as "gone for good" (deletion) tells the two
-	// apart with errors.Is.
+	// ErrVolumeGroupNotFound is an ErrNotFound of the whole VG: a deletion must
+	// not take it as "gone for good".
 	ErrVolumeGroupNotFound = fmt.Errorf("volume group %w", ErrNotFound)
 )
 
@@ -30,8 +26,7 @@ type CommandError struct {
 	Args     []string
 	ExitCode int
 	Stderr   string
-	// Kind is one of the sentinel errors when the failure was classified,
-	// nil otherwise.
+	// Kind is the sentinel the failure was classified as, or nil.
 	Kind error
 	Err  error
 }
@@ -40,12 +35,10 @@ func (e *CommandError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lvm %s: ", strings.Join(e.Args, " "))
 	if e.Err != nil {
-		// Not run, or stopped (deadline): the exit code means nothing.
 		b.WriteString(e.Err.Error())
 	} else {
 		fmt.Fprintf(&b, "exit code %d", e.ExitCode)
 	}
-	// LVM indents and wraps its messages; one line reads better in logs.
 	var lines []string
 	for _, l := range strings.Split(e.Stderr, "\n") {
 		if l = strings.TrimSpace(l); l != "" {
@@ -59,7 +52,7 @@ func (e *CommandError) Error() string {
 	return b.String()
 }
 
-// Unwrap lets errors.Is find both the classification and the exec error.
+// Unwrap returns the classification and the exec error.
 func (e *CommandError) Unwrap() []error {
 	var errs []error
 	if e.Kind != nil {

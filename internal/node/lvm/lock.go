@@ -5,12 +5,10 @@ import (
 	"sync"
 )
 
-// VGLocks is a set of per-volume-group locks whose waiting honours the
-// caller's context; the zero value is ready to use. LVM locks a VG for one
-// command only, while carve's mutations read, decide and write (extend reads
-// the size, a failed create reads the free space) and must not interleave on
-// one VG. Reads never take these locks, so a report never waits behind a long
-// lvcreate.
+// VGLocks is a set of per-VG locks whose waiting honours the context; the
+// zero value is ready. LVM locks a VG for one command only, while carve's
+// mutations read, decide and write and must not interleave. Reads never
+// take them, so a report never waits behind a long lvcreate.
 type VGLocks struct {
 	mu    sync.Mutex
 	locks map[string]*vgLock
@@ -21,8 +19,7 @@ type vgLock struct {
 	refs int           // holders and waiters; the entry goes when it drops to 0
 }
 
-// Lock takes the lock of vg and returns the function that releases it;
-// ctx's error when ctx ends first.
+// Lock takes vg's lock and returns its release.
 func (l *VGLocks) Lock(ctx context.Context, vg string) (func(), error) {
 	l.mu.Lock()
 	if l.locks == nil {

@@ -11,10 +11,9 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// CreateLV creates a thick or thin LV, its size rounded up to whole extents.
-// ErrAlreadyExists, ErrInsufficientSpace (VG or pool), ErrNotFound (VG or
-// pool), ErrInvalidArgument. The result is built from the request, not read
-// back: UUID is empty and Attr.Active/Open are false (GetLV has them).
+// CreateLV creates a thick or thin LV, its size rounded up to extents.
+// ErrAlreadyExists, ErrInsufficientSpace, ErrNotFound, ErrInvalidArgument.
+// The result is built from the request: UUID is empty, Active/Open false.
 func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolume, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -49,7 +48,6 @@ func (c *Client) CreateLV(ctx context.Context, req CreateRequest) (*LogicalVolum
 	return lv, nil
 }
 
-// layoutOf is the lv_layout LVM gives the LV a request makes.
 func layoutOf(req CreateRequest) string {
 	switch {
 	case req.ThinPool != "":
@@ -62,7 +60,6 @@ func layoutOf(req CreateRequest) string {
 	return "linear"
 }
 
-// sortedTags returns the tags as LVM reports them: sorted, duplicates once.
 func sortedTags(tags []string) []string {
 	if len(tags) == 0 {
 		return nil
@@ -72,18 +69,14 @@ func sortedTags(tags []string) []string {
 	return slices.Compact(t)
 }
 
-// CreateThinSnapshot creates a thin snapshot named name of the thin LV
-// origin, with activation not skipped: CreateSnapshot with no
-// copy-on-write size.
+// CreateThinSnapshot snapshots a thin origin without activation-skip.
 func (c *Client) CreateThinSnapshot(ctx context.Context, vg, origin, name string, tags []string) (*LogicalVolume, error) {
 	return c.CreateSnapshot(ctx, SnapshotRequest{VolumeGroup: vg, Origin: origin, Name: name, Tags: tags})
 }
 
-// CreateSnapshot creates a thin snapshot of a thin origin (req.CowSize zero)
-// or a copy-on-write snapshot of a thick one. ErrNotFound, ErrInvalidArgument
-// (origin of the wrong kind, bad name or tag), ErrAlreadyExists,
-// ErrInsufficientSpace. The result has the origin's size and pool, or the
-// copy-on-write size; Time is the call's.
+// CreateSnapshot creates a thin snapshot of a thin origin (CowSize zero) or
+// a copy-on-write one of a thick origin. ErrNotFound, ErrInvalidArgument,
+// ErrAlreadyExists, ErrInsufficientSpace.
 func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*LogicalVolume, error) {
 	vg, origin, name := req.VolumeGroup, req.Origin, req.Name
 	if err := lvmname.VG(vg); err != nil {
@@ -106,10 +99,8 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 		return nil, err
 	}
 	defer func() { unlock() }()
-	// The origin's size and pool are part of the result, and its kind
-	// decides which snapshot LVM would make: read it first, unless the
-	// caller knows it (an origin that changed meanwhile fails lvcreate,
-	// which explainSnapshot reads).
+	// The origin's kind decides which snapshot LVM makes: read it unless the
+	// caller did (a changed origin fails lvcreate, which explainSnapshot reads).
 	o := req.OriginLV
 	if o == nil || o.Name != origin || o.VolumeGroup != vg {
 		if o, err = c.GetLV(ctx, vg, origin); err != nil {
@@ -141,8 +132,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 			return nil, fmt.Errorf("snapshot %s/%s of %s: %w", vg, name, origin, err)
 		}
 		size = roundToExtents(req.CowSize, ext, 0)
-		// LVM reports an old-style snapshot's lv_size as its
-		// copy-on-write space, which is what it takes from the VG.
+		// LVM reports an old-style snapshot's lv_size as its copy-on-write space.
 		lv.Attr = Attributes{Type: TypeSnapshot, Health: HealthOK}
 		lv.Size, lv.Pool, lv.Layout = size, "", "linear"
 	}
@@ -154,10 +144,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Logi
 	return lv, nil
 }
 
-// ExtendLV grows an LV to at least size bytes (rounded up to extents). An LV
-// that is already that large is returned unchanged, without running
-// lvextend. ErrNotFound when the LV does not exist, ErrInsufficientSpace
-// when the VG cannot hold the growth.
+// ExtendLV grows an LV to at least size bytes; no-op when large enough.
 func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*LogicalVolume, error) {
 	if err := validateLV(vg, name); err != nil {
 		return nil, err
@@ -191,16 +178,13 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 		lv.Size = newSize
 		return lv, nil
 	}
-	// Striped and raid LVs are rounded by LVM to their geometry, which the
-	// LV report does not show: read the size LVM chose.
+	// LVM rounds striped and raid LVs to a geometry the report does not show.
 	return c.GetLV(ctx, vg, name)
 }
 
-// ActivateLV activates the LV vg/name (a thin LV's pool with it, the
-// activation-skip flag ignored) and returns it as LVM reports it; an active
-// LV is returned without lvchange. ErrNotFound; an lvchange that leaves the
-// LV inactive (activation/volume_list) is an error that says so. It holds the
-// VG's lock and costs two reads, but runs only after a reboot or deactivation.
+// ActivateLV activates vg/name (a thin LV's pool with it, activation-skip
+// ignored) and returns it; an active LV needs no lvchange. An lvchange that
+// leaves it inactive (activation/volume_list) is an error that says so.
 func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolume, error) {
 	if err := validateLV(vg, name); err != nil {
 		return nil, err
@@ -235,9 +219,7 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	return got, nil
 }
 
-// DeactivateLV deactivates the LV vg/name (lvchange --activate n): its
-// device node goes. An inactive LV is left as it is. ErrNotFound when the
-// LV does not exist; an open LV is lvchange's own error.
+// DeactivateLV deactivates vg/name; an inactive LV is left as it is.
 func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 	if err := c.changeLV(ctx, vg, name, "deactivating", deactivateArgs(vg, name)); err != nil {
 		return err
@@ -246,15 +228,10 @@ func (c *Client) DeactivateLV(ctx context.Context, vg, name string) error {
 	return nil
 }
 
-// changeLV runs one lvchange-like mutation of the LV vg/name; a failure
-// is explained from LVM state (explainChange, what names the change in its
-// message).
 func (c *Client) changeLV(ctx context.Context, vg, name, what string, args []string) error {
 	return c.mutateLV(ctx, vg, name, args, func(err error) error { return c.explainChange(ctx, vg, name, what, err) })
 }
 
-// mutateLV runs one mutation (args) of the LV vg/name under its VG's lock,
-// the names checked first; a failure is what explain makes of it.
 func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, explain func(error) error) error {
 	if err := validateLV(vg, name); err != nil {
 		return err
@@ -270,12 +247,8 @@ func (c *Client) mutateLV(ctx context.Context, vg, name string, args []string, e
 	return nil
 }
 
-// DeleteTags takes tags off the LV vg/name with one lvchange (one metadata
-// commit). A tag the LV does not carry is no error, so a repeat converges.
-// ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound when its
-// VG does not.
+// DeleteTags takes tags off vg/name in one commit; missing tags are fine.
 func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
-	// changeLV checks vg and name.
 	if len(tags) == 0 {
 		return invalid("deleting tags of %s/%s: no tag named", vg, name)
 	}
@@ -289,13 +262,8 @@ func (c *Client) DeleteTags(ctx context.Context, vg, name string, tags ...string
 	return nil
 }
 
-// ChangeTags takes the tags del off the LV vg/name and puts the tags add
-// on, with one lvchange (one metadata commit). A tag to delete that the LV
-// does not carry, or one to add that it carries, is no error, so a repeat
-// converges. ErrNotFound when the LV does not exist, ErrVolumeGroupNotFound
-// when its VG does not.
+// ChangeTags changes vg/name's tags in one commit, converging on repeat.
 func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
-	// changeLV checks vg and name.
 	if len(add)+len(del) == 0 {
 		return invalid("changing tags of %s/%s: no tag named", vg, name)
 	}
@@ -309,9 +277,7 @@ func (c *Client) ChangeTags(ctx context.Context, vg, name string, add, del []str
 	return nil
 }
 
-// RenameLV renames the LV vg/name to newName (lvrename): its device node
-// follows the name when it is active. ErrNotFound when the LV (or its VG)
-// does not exist, ErrAlreadyExists when newName is taken.
+// RenameLV renames vg/name; ErrNotFound, ErrAlreadyExists.
 func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
 	if err := lvmname.VG(vg); err != nil {
 		return err
@@ -333,9 +299,7 @@ func (c *Client) RenameLV(ctx context.Context, vg, name, newName string) error {
 	return nil
 }
 
-// RemoveLV removes an LV; ErrNotFound when it (or its VG) does not exist,
-// ErrInUse when it is open. It runs lvremove without looking the LV up first;
-// only a failure costs a read, to tell why.
+// RemoveLV removes an LV without looking it up first; ErrNotFound, ErrInUse.
 func (c *Client) RemoveLV(ctx context.Context, vg, name string) error {
 	err := c.mutateLV(ctx, vg, name, removeArgs(vg, name), func(err error) error { return c.explainRemove(ctx, vg, name, err) })
 	if err != nil {

@@ -10,13 +10,10 @@ import (
 	"time"
 )
 
-// State is read only from LVM's JSON reports, in bytes without unit
-// suffixes, so nothing depends on the locale or on column layout. LVM prints
-// every value as a JSON string.
+// JSON reports in bytes without suffixes: independent of locale and layout.
 var reportFlags = []string{"--reportformat", "json", "--units", "b", "--nosuffix"}
 
-// The fields carve reads. Selection strings quote names, which validation
-// keeps free of quotes.
+// The fields carve reads. Selections quote names; validation keeps quotes out.
 var (
 	vgFields = strings.Join([]string{
 		"vg_name", "vg_uuid", "vg_size", "vg_free", "vg_extent_size", "vg_extent_count",
@@ -29,13 +26,10 @@ var (
 	}, ",")
 )
 
-// fullReportArgs is the one command that reads everything: `lvm fullreport`
-// has a sub-report per object kind and, unlike `vgs -o +lv_name`, keeps the
-// volume groups that have no LV. The pv sub-report names each volume
-// group's PVs (what a flush of its metadata goes to); the segment and
-// pv-segment sub-reports cannot be switched off, so each gets one field
-// and a selection that matches nothing. vgs limits it to those volume
-// groups (validated names); none means all.
+// fullReportArgs reads everything in one command: unlike `vgs -o +lv_name`,
+// fullreport keeps VGs without LVs, and its pv sub-report names the PVs a
+// metadata flush goes to. The segment sub-reports cannot be switched off, so
+// each gets one field and a selection that matches nothing.
 func fullReportArgs(vgs ...string) []string {
 	args := []string{"fullreport", "--all"}
 	args = append(args, reportFlags...)
@@ -49,15 +43,12 @@ func fullReportArgs(vgs ...string) []string {
 	return append(args, vgs...)
 }
 
-// vgsArgs reads one volume group; a missing one is an empty report, not a
-// failure, because it is a selection rather than a name.
+// vgsArgs reads one VG; a selection makes a missing one an empty report.
 func vgsArgs(vg string) []string {
 	args := append([]string{"vgs"}, reportFlags...)
 	return append(args, "-o", vgFields, "-S", fmt.Sprintf("vg_name=%q", vg))
 }
 
-// lvsArgs reads LVs: lvsArgs(false, "-S", sel, vg), lvsArgs(true, vg), ...
-// all adds hidden (internal) LVs.
 func lvsArgs(all bool, rest ...string) []string {
 	args := []string{"lvs"}
 	if all {
@@ -115,8 +106,7 @@ type jsonLV struct {
 // lvTimeLayout is how LVM prints lv_time under LC_ALL=C.
 const lvTimeLayout = "2006-01-02 15:04:05 -0700"
 
-// numbers collects the first conversion error of a row, so that one error
-// check covers all fields.
+// numbers keeps a row's first conversion error, so one check covers all.
 type numbers struct{ err error }
 
 func (n *numbers) uint(field, s string) uint64 {
@@ -139,8 +129,7 @@ func (n *numbers) float(field, s string) float64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	// ParseFloat takes "NaN" and "Inf"; a NaN percentage would make every
-	// comparison of a pool's use false.
+	// A NaN percentage would make every comparison of a pool's use false.
 	if (err != nil || math.IsNaN(v) || math.IsInf(v, 0)) && n.err == nil {
 		n.err = fmt.Errorf("field %s: %q is not a number", field, s)
 		v = 0
@@ -148,7 +137,6 @@ func (n *numbers) float(field, s string) float64 {
 	return v
 }
 
-// splitTags splits LVM's comma-separated tag list (tags cannot hold commas).
 func splitTags(s string) []string {
 	if s == "" {
 		return nil
@@ -183,7 +171,6 @@ func (j jsonLV) logicalVolume() (LogicalVolume, error) {
 	var n numbers
 	attr := ParseAttributes(j.Attr)
 	name := j.Name
-	// With --all, hidden LVs are printed in brackets: [pool_tdata].
 	if strings.HasPrefix(name, "[") && strings.HasSuffix(name, "]") {
 		name = name[1 : len(name)-1]
 		if attr.Type == TypeThick || attr.Type == TypeOther {
@@ -205,8 +192,7 @@ func (j jsonLV) logicalVolume() (LogicalVolume, error) {
 	if attr.Type == TypeSnapshot {
 		lv.SnapPercent = n.float("data_percent", j.DataPercent)
 	}
-	// A time LVM prints otherwise (another time_format in lvm.conf) is
-	// left unknown rather than failing the report.
+	// Another time_format in lvm.conf leaves the time unknown, not a failure.
 	if t, err := time.Parse(lvTimeLayout, j.Time); err == nil {
 		lv.Time = t
 	}
@@ -224,10 +210,8 @@ func decodeReport(stdout []byte) (*jsonReport, error) {
 	return &r, nil
 }
 
-// parseReport turns the JSON of fullreport (or of vgs/lvs, which have the
-// same shape with fewer sub-reports) into a Report. Thin pools are derived
-// from the LVs: their usage from the pool's own row, their virtual size and
-// count from the thin LVs that name them.
+// parseReport turns fullreport's JSON into a Report; thin pools' virtual
+// size and count come from their thin LVs.
 func parseReport(stdout []byte) (*Report, error) {
 	raw, err := decodeReport(stdout)
 	if err != nil {
@@ -237,11 +221,8 @@ func parseReport(stdout []byte) (*Report, error) {
 	var pools []jsonLV
 	var poolLVs []LogicalVolume
 	for _, sub := range raw.Report {
-		// fullreport has one sub-report per volume group: its PVs are
-		// those of the sub-report's volume group.
 		var pvs []string
 		for _, j := range sub.PV {
-			// A missing PV is "[unknown]": there is no device to reach.
 			if strings.HasPrefix(j.Name, "/") {
 				pvs = append(pvs, j.Name)
 			}
@@ -269,8 +250,7 @@ func parseReport(stdout []byte) (*Report, error) {
 	for i, j := range pools {
 		var n numbers
 		p := ThinPool{
-			// The LV's name, brackets of a hidden LV taken off, so that
-			// FindLV and FindThinPool agree.
+			// Without the brackets of a hidden LV, so FindLV and FindThinPool agree.
 			Name:            poolLVs[i].Name,
 			VolumeGroup:     j.VG,
 			Size:            n.uint("lv_size", j.Size),

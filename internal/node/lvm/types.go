@@ -7,47 +7,40 @@ import (
 
 // VolumeGroup is one volume group as LVM reports it. Sizes are in bytes.
 type VolumeGroup struct {
-	Name       string
-	UUID       string
-	Size       uint64
-	Free       uint64
-	ExtentSize uint64
-	// ExtentCount and FreeExtents are the sizes above in extents.
+	Name        string
+	UUID        string
+	Size        uint64
+	Free        uint64
+	ExtentSize  uint64
 	ExtentCount uint64
 	FreeExtents uint64
-	// MissingPVs counts physical volumes that LVM could not find (a VG with
-	// missing PVs is "partial").
+	// MissingPVs counts PVs LVM could not find (the VG is "partial").
 	MissingPVs int
 	// PVCount is the number of physical volumes, missing ones included.
 	PVCount int
 	Tags    []string
-	// MetadataAreaSize and MetadataAreaFree are the size and free space of
-	// the VG's smallest metadata area (vg_mda_size, vg_mda_free), in
-	// bytes. Every LV adds its text to the VG metadata, and when the text
-	// no longer fits, every lvcreate fails whatever the free extents: the
-	// area bounds how many LVs the VG holds. Zero when not reported.
+	// MetadataAreaSize and MetadataAreaFree are of the VG's smallest metadata
+	// area. Every LV adds its text to it, and when full every lvcreate fails
+	// whatever the free extents. Zero when not reported.
 	MetadataAreaSize uint64
 	MetadataAreaFree uint64
-	// PhysicalVolumes are the device paths of the PVs LVM found (a
-	// missing one is left out), as fullreport reads them; nil from other
-	// reads. lvm2 writes the VG's metadata to them with O_DIRECT and no
-	// FLUSH: a flush of each makes a metadata change durable.
+	// PhysicalVolumes are the found PVs' paths (fullreport only). lvm2 writes
+	// metadata to them with O_DIRECT and no FLUSH: a flush of each makes a
+	// metadata change durable.
 	PhysicalVolumes []string
 }
 
-// LVMetadataBytes bounds the bytes of vg_mda_free one more LV takes: twice the
-// text of an LV whose names and tags are as long as LVM allows (with carve's
-// usual tags about 480 bytes: 1100 volumes fill a 1 MiB area).
+// LVMetadataBytes bounds what one more LV takes of vg_mda_free: twice the
+// text of an LV with the longest names and tags (carve's usual is about 480
+// bytes: 1100 volumes fill 1 MiB).
 const LVMetadataBytes = 2048
 
-// MetadataFull tells whether the VG's metadata area cannot take one more
-// LV. A VG reported without metadata figures (size 0) is never full.
+// MetadataFull tells whether the metadata area cannot take one more LV.
 func (vg *VolumeGroup) MetadataFull() bool {
 	return vg.MetadataAreaSize > 0 && vg.MetadataAreaFree < LVMetadataBytes
 }
 
-// VolumeType tells what kind of logical volume an LV is, decoded from the
-// first character of lv_attr (and the segment type).
+// VolumeType is an LV's kind, from lv_attr's first character.
 type VolumeType string
 
 // The volume types carve distinguishes.
@@ -60,7 +53,7 @@ const (
 	TypeOther    VolumeType = "other"
 )
 
-// Health is the health of an LV, decoded from lv_attr's ninth character.
+// Health is an LV's health, from lv_attr's ninth character.
 type Health string
 
 // The health states of lv_attr.
@@ -83,19 +76,15 @@ type Attributes struct {
 	Active bool
 	Open   bool
 	Health Health
-	// SnapshotInvalid is set for an old-style (copy-on-write) snapshot
-	// whose copy-on-write space ran out (lv_attr's fifth character 'I' or
-	// 'S'): its content is gone.
+	// SnapshotInvalid: a copy-on-write snapshot's space ran out (lv_attr[4] 'I'
+	// or 'S'); its content is gone.
 	SnapshotInvalid bool
-	// ActivationSkip is set when LVM skips the LV on ordinary activation
-	// (lv_attr's tenth character, 'k'); thin snapshots get it by default.
+	// ActivationSkip: lv_attr[9] 'k'; thin snapshots get it by default.
 	ActivationSkip bool
-	// ZeroNewBlocks is set on a thin pool that zeroes a data block before
-	// its first use (lv_attr's eighth character, 'z'): without it, a new
-	// thin LV can read what a removed one wrote.
+	// ZeroNewBlocks: a thin pool zeroes a block before first use (lv_attr[7]
+	// 'z'); without it a new thin LV can read what a removed one wrote.
 	ZeroNewBlocks bool
-	// Raw is lv_attr as LVM printed it, for logs.
-	Raw string
+	Raw           string
 }
 
 // LogicalVolume is one LV as LVM reports it.
@@ -103,71 +92,50 @@ type LogicalVolume struct {
 	Name        string
 	VolumeGroup string
 	UUID        string
-	// Size is the LV's (virtual, for thin LVs) size in bytes.
-	Size uint64
-	Tags []string
-	Attr Attributes
-	// Pool is the thin pool of a thin LV, empty otherwise.
-	Pool string
-	// Origin is the origin LV of a snapshot, empty otherwise.
-	Origin string
-	// Path is the device node (/dev/<vg>/<lv>); it exists only while the LV
-	// is active.
+	Size        uint64
+	Tags        []string
+	Attr        Attributes
+	Pool        string
+	Origin      string
+	// Path is the device node; it exists only while the LV is active.
 	Path string
-	// Layout is LVM's lv_layout ("linear", "striped", "raid,raid1",
-	// "thin,sparse", "thin,pool", ...).
+	// Layout is lv_layout ("linear", "raid,raid1", "thin,sparse", ...).
 	Layout string
-	// Time is when LVM created the LV (lv_time, to the second); zero when
-	// the report did not carry it.
+	// Time is lv_time (to the second); zero when not reported.
 	Time time.Time
-	// SnapPercent is the used share (0-100) of an old-style snapshot's
-	// copy-on-write space; 0 for other LVs.
+	// SnapPercent is the used share of a copy-on-write snapshot's space.
 	SnapPercent float64
-	// ThinID is a thin LV's thin device ID when its reader asked LVM for
-	// it (Client.ThinID); reports leave it 0.
+	// ThinID is set only by Client.ThinID; reports leave it 0.
 	ThinID uint64
 }
 
 // ThinPool is a thin pool with its usage.
 type ThinPool struct {
-	Name        string
-	VolumeGroup string
-	// Size is the pool's data size in bytes.
-	Size uint64
-	// DataPercent and MetadataPercent are the used share, 0-100.
+	Name            string
+	VolumeGroup     string
+	Size            uint64
 	DataPercent     float64
 	MetadataPercent float64
-	// MetadataSize is the size of the pool's metadata LV in bytes.
-	MetadataSize uint64
-	// VirtualSize is the sum of the sizes of the thin LVs in the pool.
-	VirtualSize uint64
-	// ThinVolumes counts the thin LVs in the pool.
-	ThinVolumes int
-	// ZeroNewBlocks tells whether the pool zeroes data blocks before their
-	// first use (lvcreate --zero y, LVM's default for pools).
+	MetadataSize    uint64
+	VirtualSize     uint64
+	ThinVolumes     int
+	// ZeroNewBlocks: the pool zeroes blocks before first use (LVM's default).
 	ZeroNewBlocks bool
 }
 
 // Report is the state of the volume groups read with one LVM command.
 type Report struct {
-	VolumeGroups []VolumeGroup
-	// LogicalVolumes holds every LV, thin pools and internal LVs included.
+	VolumeGroups   []VolumeGroup
 	LogicalVolumes []LogicalVolume
 	ThinPools      []ThinPool
-	// ReadAt is when the report was taken.
-	ReadAt time.Time
+	ReadAt         time.Time
 }
 
-// LVOptions are the extra lvcreate options carve allows (the allow-list).
-// The zero value means LVM's defaults.
+// LVOptions are the extra lvcreate options carve allows.
 type LVOptions struct {
-	// Stripes is lvcreate --stripes; 0 or 1 means no striping.
-	Stripes int `json:"stripes,omitempty"`
-	// StripeSize is lvcreate --stripesize in bytes (a power of two); needs
-	// Stripes > 1.
+	Stripes    int    `json:"stripes,omitempty"`
 	StripeSize uint64 `json:"stripeSize,omitempty"`
-	// Mirrors is the number of extra copies of a raid1 LV (lvcreate --type
-	// raid1 --mirrors N); 0 means no mirroring.
+	// Mirrors is raid1's extra copies (--mirrors); 0 is none.
 	Mirrors int `json:"mirrors,omitempty"`
 }
 
@@ -175,11 +143,9 @@ type LVOptions struct {
 type CreateRequest struct {
 	VolumeGroup string
 	Name        string
-	// Size in bytes; rounded up to whole extents.
-	Size uint64
-	Tags []string
-	// ThinPool, when set, makes a thin LV in that pool (Options must be
-	// zero then).
+	Size        uint64
+	Tags        []string
+	// ThinPool makes a thin LV in that pool (Options must be zero).
 	ThinPool string
 	Options  LVOptions
 }
@@ -187,32 +153,24 @@ type CreateRequest struct {
 // SnapshotRequest describes one snapshot to create.
 type SnapshotRequest struct {
 	VolumeGroup string
-	// Origin is the LV to snapshot.
-	Origin string
-	Name   string
-	Tags   []string
-	// CowSize, when set, makes an old-style copy-on-write snapshot of a
-	// thick origin with that much space for changed blocks (rounded up to
-	// extents); zero makes a thin snapshot of a thin origin.
+	Origin      string
+	Name        string
+	Tags        []string
+	// CowSize makes a copy-on-write snapshot; zero a thin one.
 	CowSize uint64
-	// OriginLV, when set, is the origin as the caller last read it (its
-	// type, size, pool and layout): CreateSnapshot then does not read it
-	// again, and the snapshot costs one lvcreate.
+	// OriginLV, when set, saves reading the origin: one lvcreate.
 	OriginLV *LogicalVolume
-	// ActivationSkip keeps LVM's activation-skip flag on a thin snapshot,
-	// so that it stays inactive until activated on purpose; false clears
-	// it (a snapshot used as a volume must come up after a reboot).
+	// ActivationSkip keeps a thin snapshot inactive until activated on
+	// purpose; false clears it (a volume must come up after a reboot).
 	ActivationSkip bool
 }
 
-// Observer receives the duration of every LVM command that ran. command is
-// the lvm subcommand ("lvcreate", "fullreport", ...); err is nil on success.
+// Observer receives every lvm command's duration; err is nil on success.
 type Observer interface {
 	ObserveCommand(command string, duration time.Duration, err error)
 }
 
-// Device is lv's device node: the path LVM reported, else the link LVM
-// makes under devDir (<devDir>/<volume group>/<LV name>).
+// Device is lv's device node: the reported path, else <devDir>/<vg>/<lv>.
 func (lv *LogicalVolume) Device(devDir string) string {
 	if lv.Path != "" {
 		return lv.Path

@@ -7,20 +7,13 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// carve's own limits within LVM's (lvm(8) "VALID NAMES" for names and tags:
-// package lvmname). Options are checked against them before any command
-// runs, so a bad value is an ErrInvalidArgument and never becomes an argv
-// element.
+// carve's limits within LVM's, checked before any command runs: a bad value
+// is ErrInvalidArgument and never becomes an argv element.
 const (
-	// MaxStripes is LVM's limit on stripes.
 	MaxStripes = 128
-	// MaxMirrors is the most extra raid1 images LVM allows (10 images).
 	MaxMirrors = 9
-	// MaxSize is the largest size, in bytes, carve passes to LVM: it keeps
-	// extent arithmetic far from overflow, and LVM's own limit (8 EiB) is
-	// more than any disk holds anyway.
-	MaxSize = 1 << 62
-	// minStripeSize is the smallest stripe size LVM accepts (one page).
+	// MaxSize keeps extent arithmetic far from overflow.
+	MaxSize       = 1 << 62
 	minStripeSize = 4 << 10
 )
 
@@ -46,10 +39,9 @@ func validateTags(tags []string) error {
 	return nil
 }
 
-// Validate reports whether the options are within carve's allow-list and
-// LVM's limits: stripes 0-128, a power-of-two stripe size of at least 4 KiB
-// only with stripes > 1, raid1 mirrors 0-9, and not striping and mirroring at
-// once.
+// Validate checks o against carve's allow-list and LVM's limits: stripes
+// 0-128, a power-of-two stripe size >= 4 KiB with stripes > 1, mirrors 0-9,
+// not striping and mirroring at once.
 func (o LVOptions) Validate() error {
 	switch {
 	case o.Stripes < 0 || o.Stripes > MaxStripes:
@@ -66,10 +58,7 @@ func (o LVOptions) Validate() error {
 	return nil
 }
 
-// SizeUnit is the step LVM rounds the size of an LV with these options to,
-// in a volume group of extent-byte extents: one extent, or one per stripe
-// for a striped LV (each stripe holds whole extents). A caller that must
-// stay within a limit rounds to this, not to the extent alone.
+// SizeUnit is what LVM rounds an LV's size to; limits round to it.
 func (o LVOptions) SizeUnit(extent uint64) uint64 {
 	if o.Stripes > 1 {
 		return extent * uint64(o.Stripes)

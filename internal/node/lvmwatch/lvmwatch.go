@@ -1,8 +1,7 @@
-// Package lvmwatch tells when a volume group's LVM metadata changes, whoever
-// changes it: with backup/backup = 1 every such command rewrites backup/<vg>
-// under the LVM system directory, and inotify on that directory lets the view
-// notice a change made outside carve at once. Without backups the periodic
-// refresh still catches it.
+// Package lvmwatch tells when a VG's LVM metadata changes, whoever changes
+// it: with backup/backup = 1 every change rewrites backup/<vg>, and inotify
+// there notices changes made outside carve at once. Without backups the
+// periodic refresh still catches them.
 package lvmwatch
 
 import (
@@ -16,9 +15,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// BackupDir is where LVM writes metadata backups unless lvm.conf says
-// otherwise: backup/ under the LVM system directory (LVM_SYSTEM_DIR, as
-// getenv returns it, or /etc/lvm).
+// BackupDir is backup/ under LVM_SYSTEM_DIR (or /etc/lvm), unless lvm.conf
+// says otherwise.
 func BackupDir(getenv func(string) string) string {
 	sys := getenv("LVM_SYSTEM_DIR")
 	if sys == "" {
@@ -27,11 +25,10 @@ func BackupDir(getenv func(string) string) string {
 	return filepath.Join(sys, "backup")
 }
 
-// Watch calls changed with the volume group's name each time the backup
-// file of one of vgs in dir is written or replaced, until ctx ends; then it returns nil. Calls are made
-// one at a time from Watch's goroutine. It creates dir (as LVM does on its
-// first backup) when it is missing, and returns an error when dir cannot
-// be watched, before any call.
+// Watch calls changed, one call at a time, each time one of vgs' backup
+// files in dir is written or replaced, until ctx ends (then nil). It creates
+// a missing dir as LVM would, and fails before any call if dir cannot be
+// watched.
 func Watch(ctx context.Context, dir string, vgs []string, changed func(vg string)) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("LVM backup directory: %w", err)
@@ -58,8 +55,7 @@ func Watch(ctx context.Context, dir string, vgs []string, changed func(vg string
 			if !ok {
 				return nil
 			}
-			// LVM writes a temporary file and renames it to <vg>: the
-			// rename shows as Create of <vg>.
+			// LVM renames a temporary file to <vg>: a Create of <vg>.
 			if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write) {
 				if vg := filepath.Base(ev.Name); slices.Contains(vgs, vg) {
 					logger.V(4).Info("LVM metadata of a volume group changed", "volumeGroup", vg, "event", ev.Op.String())
@@ -70,8 +66,7 @@ func Watch(ctx context.Context, dir string, vgs []string, changed func(vg string
 			if !ok {
 				return nil
 			}
-			// An overflow loses events: treat it as a change of every
-			// group.
+			// An overflow loses events: treat it as a change of every group.
 			logger.Error(err, "LVM backup watch error; refreshing anyway")
 			for _, vg := range vgs {
 				changed(vg)

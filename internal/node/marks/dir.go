@@ -6,17 +6,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Filesystem magic numbers (statfs f_type, linux/magic.h) of the
-// filesystems whose files do not outlive a reboot.
+// statfs f_type magics (linux/magic.h) of filesystems a reboot empties.
 const (
 	tmpfsMagic = 0x01021994
 	ramfsMagic = 0x858458f6
 )
 
-// Volatile names the filesystem dir is on when it does not outlive a
-// reboot (tmpfs, ramfs), "" otherwise. Marks there are lost with the
-// node's power, and with them what they protect (an LV half erased is
-// handed out, a filesystem whose mkfs was killed fails every stage).
+// Volatile names dir's filesystem when a reboot empties it (tmpfs, ramfs),
+// else "". Marks lost there would hand out a half-erased LV, or fail every
+// stage after a killed mkfs.
 func Volatile(dir string) (string, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {

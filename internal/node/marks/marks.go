@@ -1,14 +1,12 @@
-// Package marks keeps durable marks of the logical volumes carve has begun
-// to make and not yet handed out. lvcreate commits a new LV before it wipes
-// and zeroes its start (and a raw-block volume is erased after that), so a
-// power cut or a killed container in between leaves an LV over a deleted
-// volume's data; its mark has the retried CreateVolume erase or remake it.
+// Package marks keeps durable marks of the LVs carve has begun to make and
+// not handed out. lvcreate commits an LV before it wipes and zeroes it, so a
+// power cut in between leaves an LV over a deleted volume's data; its mark
+// has the retried CreateVolume erase or remake it.
 //
-// A mark is a file, <dir>/<vg>/<lv>, synced before lvcreate and removed once
+// A mark is a file <dir>/<vg>/<lv>, synced before lvcreate and removed once
 // the LV is ready: two directory syncs instead of a second LVM metadata
-// commit. A mark made once the LV exists (MarkOf) holds the LV's UUID, so
-// that it is not taken for a new LV's of the same name. The directory must
-// outlive the container and reboots (Volatile tells a tmpfs or ramfs).
+// commit. MarkOf's mark holds the LV's UUID, so it is never taken for a new
+// LV's of the same name. The directory must outlive reboots (Volatile).
 package marks
 
 import (
@@ -22,8 +20,8 @@ import (
 	"strings"
 )
 
-// Marks is the set of marks under one directory. Its methods may be called
-// concurrently for different LVs; the caller serialises calls for one LV.
+// Marks is the set of marks under one directory; callers serialise calls
+// for one LV.
 type Marks struct {
 	dir string
 }
@@ -45,8 +43,8 @@ func Open(dir string) (*Marks, error) {
 // Dir is the directory the marks live in.
 func (m *Marks) Dir() string { return m.dir }
 
-// path is the mark of vg/lv. LVM names hold no slash and are never "." or
-// "..", so the path stays inside dir; check rejects anything else.
+// path keeps the mark inside dir: LVM names hold no slash and are never "."
+// or "..".
 func (m *Marks) path(vg, lv string) (string, error) {
 	for _, n := range []string{vg, lv} {
 		if n == "" || n == "." || n == ".." || filepath.Base(n) != n {
@@ -56,15 +54,13 @@ func (m *Marks) path(vg, lv string) (string, error) {
 	return filepath.Join(m.dir, vg, lv), nil
 }
 
-// Mark records, durably, that vg/lv is being made. It returns once the
-// mark would survive a power loss. The mark names no owner (the LV may not
-// exist yet); one there already is left as it is.
+// Mark records durably that vg/lv is being made; it returns once the mark
+// survives a power loss. An existing mark is kept.
 func (m *Marks) Mark(vg, lv string) error {
 	return m.mark(vg, lv, nil)
 }
 
-// MarkOf is Mark for an LV that exists: the mark holds owner, the LV's
-// UUID, which Owner returns.
+// MarkOf is Mark for an existing LV: the mark holds owner, its UUID.
 func (m *Marks) MarkOf(vg, lv, owner string) error {
 	if !ownerRE.MatchString(owner) {
 		return fmt.Errorf("marking %s/%s unfinished: owner %q is not an LVM UUID", vg, lv, owner)
@@ -83,8 +79,7 @@ func (m *Marks) mark(vg, lv string, content []byte) error {
 	return nil
 }
 
-// write makes the mark p with content (nil: an empty mark, or the one
-// there), durably.
+// write makes mark p durably (nil content keeps an existing one).
 func (m *Marks) write(p string, content []byte) error {
 	vgDir := filepath.Dir(p)
 	if _, err := os.Stat(vgDir); errors.Is(err, fs.ErrNotExist) {
@@ -118,12 +113,10 @@ func (m *Marks) write(p string, content []byte) error {
 	return syncDir(vgDir)
 }
 
-// ownerRE is an LVM UUID as lvs prints it (6-4-4-4-4-4-6 characters).
 var ownerRE = regexp.MustCompile(`^[0-9A-Za-z]{6}(-[0-9A-Za-z]{4}){5}-[0-9A-Za-z]{6}$`)
 
-// Owner returns the owner a mark of vg/lv names, and whether vg/lv is
-// marked. A mark without one (made by Mark, or torn by a crash before it
-// was synced) names "".
+// Owner returns the owner vg/lv's mark names ("" for Mark's, or one torn by
+// a crash) and whether it is marked.
 func (m *Marks) Owner(vg, lv string) (owner string, marked bool, err error) {
 	p, err := m.path(vg, lv)
 	if err != nil {
@@ -142,7 +135,6 @@ func (m *Marks) Owner(vg, lv string) (owner string, marked bool, err error) {
 	return "", true, nil
 }
 
-// readSmall reads up to 128 bytes of the file p: a mark is no longer.
 func readSmall(p string) ([]byte, error) {
 	f, err := os.Open(p) //nolint:gosec // G304: a mark's path (path, or the walk of the marks' directory)
 	if err != nil {
@@ -157,9 +149,8 @@ func readSmall(p string) ([]byte, error) {
 	return b[:n], nil
 }
 
-// Clear removes the mark of vg/lv, durably; no mark is no error. A mark
-// that came back after a power loss would make a retried CreateVolume
-// remake a volume already handed out, so the caller answers only after
+// Clear removes vg/lv's mark durably; none is no error. A mark back after a
+// power loss would remake a handed-out volume, so callers answer only after
 // Clear returned.
 func (m *Marks) Clear(vg, lv string) error {
 	p, err := m.path(vg, lv)

@@ -1,6 +1,5 @@
-// Package nodestatus turns the node agent's domain errors (from
-// internal/node/provision, lvm and the volume group view) into gRPC
-// statuses: the one table of codes every service of the agent answers by.
+// Package nodestatus maps the node agent's domain errors to gRPC statuses:
+// the one table every service of the agent answers by.
 package nodestatus
 
 import (
@@ -30,18 +29,15 @@ var kindCodes = map[error]codes.Code{
 	provision.ErrInternal:    codes.Internal,
 }
 
-// Of maps an error from internal/node/provision, the lvm package or the
-// volume group view to a gRPC status. what, when not empty, says what was
-// being done, for the message. An error that already is a status is
-// returned unchanged. provision.ErrElsewhere is RESOURCE_EXHAUSTED: on a
-// CSI call it means "not on this node", and the provisioner picks another.
+// Of maps an error of provision, lvm or the view to a gRPC status; what says
+// what was being done. A status passes unchanged. provision.ErrElsewhere is
+// RESOURCE_EXHAUSTED: the provisioner picks another node.
 func Of(err error, what string) error {
 	return of(err, what, codes.ResourceExhausted)
 }
 
-// OfRead is Of for the calls that read what this node holds for a peer or
-// the controller (a copy, a block map): there, what lives on another node
-// is NOT_FOUND, as for any name this node does not hold.
+// OfRead is Of for reads on behalf of a peer or the controller: another
+// node's item is NOT_FOUND, like any name this node does not hold.
 func OfRead(err error, what string) error {
 	return of(err, what, codes.NotFound)
 }
@@ -64,8 +60,8 @@ func of(err error, what string, elsewhere codes.Code) error {
 	return WithReason(status.New(code, msg), provision.ReasonOf(err)).Err()
 }
 
-// WithReason is st with an ErrorInfo of carve's domain naming reason, the
-// distinction its code does not make; st itself when reason is "".
+// WithReason adds an ErrorInfo naming reason, which the code does not tell;
+// st itself for "".
 func WithReason(st *status.Status, reason string) *status.Status {
 	if reason == "" {
 		return st
@@ -94,7 +90,6 @@ func codeOf(err error) codes.Code {
 		// and the kubelet retry an expansion later.
 		return codes.ResourceExhausted
 	case errors.Is(err, vgview.ErrBeyondClass):
-		// No retry can succeed: the capacity range must change.
 		return codes.OutOfRange
 	case errors.Is(err, lvm.ErrNotFound):
 		return codes.NotFound

@@ -21,15 +21,12 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The target's side of a catch-up (delta.go): CatchUps has the provisioner
-// tag the volume copy-pending and the Puller read the delta into it.
+// The target's side of a catch-up (delta.go).
 
 var _ provision.DeltaPuller = Puller{}
 
-// PullDelta implements provision.DeltaPuller: it dials src.Address,
-// accepting only src.Node's certificate, reads the catch-up src.CopyID
-// (asking for a digest of the data sent only when sentOK) and writes it
-// into dst (ReceiveDelta).
+// PullDelta implements provision.DeltaPuller: it reads catch-up src.CopyID
+// from src.Address, accepting only src.Node's certificate, into dst.
 func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst string, sentOK bool, progress func(uint64)) (provision.DeltaResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -45,12 +42,9 @@ func (p Puller) PullDelta(ctx context.Context, src provision.RemoteSource, dst s
 	return res, err
 }
 
-// ReceiveDelta writes a catch-up stream into the device at path, which holds
-// the base already: each data message at its offset. The header must say a
-// delta of want bytes, and the trailer count what came. It syncs, then reads
-// back what the trailer's Digest covers (ErrChecksum): the first want bytes,
-// or only the places sent (DIGEST_SCOPE_SENT), which only sentOK accepts. The
-// device is opened with O_EXCL; progress, when set, gets the bytes written.
+// ReceiveDelta writes a catch-up stream into path, which holds the base. It
+// syncs, then reads back what the Digest covers (ErrChecksum): all of want,
+// or only the places sent when sentOK.
 func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r Receiver, progress func(uint64)) (provision.DeltaResult, error) {
 	start := time.Now()
 	var res provision.DeltaResult
@@ -114,9 +108,8 @@ func ReceiveDelta(ctx context.Context, path string, want uint64, sentOK bool, r 
 	return res, nil
 }
 
-// writeDelta writes the data messages at their offsets (increasing,
-// within want), each also as an extent of sent (in order, one a
-// message), and returns the trailer, whose byte count it checks.
+// writeDelta writes data messages at their increasing offsets within want,
+// records each as an extent of sent, and returns the checked trailer.
 func writeDelta(ctx context.Context, out *os.File, path string, want uint64, r Receiver, res *provision.DeltaResult, sent *changemap.Set, progress func(uint64)) (*nodeagentv1.CopyTrailer, error) {
 	var next uint64
 	for {
@@ -156,8 +149,7 @@ func writeDelta(ctx context.Context, out *os.File, path string, want uint64, r R
 	}
 }
 
-// CatchUpTarget brings a volume of this node up to date from a volume of
-// another node; *provision.Provisioner is one.
+// CatchUpTarget is *provision.Provisioner.
 type CatchUpTarget interface {
 	CatchUp(ctx context.Context, r provision.CatchUpRequest) (provision.DeltaResult, error)
 }
@@ -169,8 +161,7 @@ type CatchUps struct {
 	Target CatchUpTarget
 }
 
-// CatchUpCopy checks the request, runs the catch-up and answers with
-// the gRPC codes nodeagent.proto documents.
+// CatchUpCopy answers with the codes nodeagent.proto documents.
 func (c CatchUps) CatchUpCopy(ctx context.Context, req *nodeagentv1.CatchUpCopyRequest) (*nodeagentv1.CatchUpCopyResponse, error) {
 	for _, f := range []struct{ name, v string }{
 		{"target_volume_id", req.GetTargetVolumeId()}, {"copy_id", req.GetCopyId()}, {"source_node", req.GetSourceNode()},

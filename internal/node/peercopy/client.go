@@ -14,30 +14,25 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// Flow-control windows of a copy's connection: large, so that a stream
-// of data is not held up waiting for window updates (gRPC's default
-// 64 KiB window, grown by its estimate, starts slow).
+// Large flow-control windows: gRPC's default 64 KiB window starts slow.
 const (
 	streamWindow = 16 << 20
 	connWindow   = 32 << 20
 )
 
 // Puller is the target's side: it reads a remote source from its node's
-// copy port and writes it into a device. It implements provision.Puller.
+// copy port into a device. It implements provision.Puller.
 type Puller struct {
-	// Cert is this node's certificate (the node channel's), presented to
-	// the source node; CAs are the CAs its certificate must chain to.
+	// Cert is this node's channel certificate; CAs are the CAs a source's
+	// certificate must chain to.
 	Cert *nodeca.Keypair
 	CAs  *nodeca.Pool
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
+	Now  func() time.Time
 }
 
 var _ provision.Puller = Puller{}
 
-// Pull implements provision.Puller: it dials src.Address, accepting only
-// src.Node's certificate, reads the copy src.CopyID and writes it into
-// dst (Receive).
+// Pull implements provision.Puller.
 func (p Puller) Pull(ctx context.Context, src provision.RemoteSource, dst string, sparse bool, progress func(uint64)) (blockcopy.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -53,9 +48,8 @@ func (p Puller) Pull(ctx context.Context, src provision.RemoteSource, dst string
 	return res, err
 }
 
-// read dials src.Address, accepting only src.Node's certificate, and
-// gives receive the stream of ReadVolume src.CopyID, until it returns. ctx must be canceled after, to end
-// the stream.
+// read gives receive the stream of ReadVolume src.CopyID from src.Address,
+// accepting only src.Node's certificate; ctx must be canceled after.
 func (p Puller) read(ctx context.Context, src provision.RemoteSource, sentOK bool, receive func(Receiver) error) error {
 	tlsCfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: p.Cert, CAs: p.CAs, Now: p.Now}, src.Node)
 	if err != nil {

@@ -10,13 +10,9 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 )
 
-// recvCodec is the codec of a copy's client (Puller): protobuf, as the
-// source's, except that a data message's bytes are copied once, from
-// gRPC's buffers into the message, not twice (into one buffer, then by
-// protobuf into the message): a copy of every byte received saved, and
-// a 2 MiB buffer less a message (the profile's largest copy on the
-// target after TLS). Anything but a data message in its canonical
-// encoding is left to protobuf.
+// recvCodec copies a data message's bytes once, from gRPC's buffers into the
+// message, not twice: that saves the target's largest copy after TLS in
+// profiles, and a 2 MiB buffer per message. Anything else is protobuf's.
 type recvCodec struct{}
 
 var _ encoding.CodecV2 = recvCodec{}
@@ -42,10 +38,8 @@ func (recvCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return proto.Unmarshal(b, m)
 }
 
-// parseData is the CopyData that b, an encoded ReadVolumeResponse,
-// holds, with its Data in b, when b is only that: the data field once,
-// holding at most an offset and the bytes, each once. Anything else is
-// not ok, for proto.Unmarshal to decode.
+// parseData is the CopyData b encodes, its Data aliasing b, when b is only
+// that in canonical form; otherwise not ok.
 func parseData(b []byte) (*nodeagentv1.CopyData, bool) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 || num != 2 || typ != protowire.BytesType {

@@ -22,33 +22,24 @@ import (
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
-// A catch-up, the last step of a move, sends only what changed since a base
-// snapshot the target holds already, once the workload stopped. The source
-// reads the volume once and sends the chunks its device-mapper metadata names
-// (SendChanged, SendNamed), or reads the base too and sends the chunks that
-// differ (SendDelta). The trailer's Digest is checked against the target read
-// back, so a chunk missed or written after the read fails it (DATA_LOSS).
-// The volume is read as it is, held open exclusively: it must not be in use.
+// A catch-up, a move's last step, sends only what changed since a base
+// snapshot the target holds, once the workload stopped: the chunks
+// device-mapper metadata names (SendChanged, SendNamed), or those that differ
+// from the base (SendDelta). The target checks the trailer's Digest on read
+// back, so a chunk missed or written after the read fails (DATA_LOSS). The
+// volume is held open exclusively: it must not be in use.
 
-// DeltaReader reads a volume of this node against a snapshot of it, for
-// a catch-up; *provision.Provisioner is one.
+// DeltaReader is *provision.Provisioner.
 type DeltaReader interface {
-	// DeltaSize is the size of volume volumeID for a catch-up against its
-	// snapshot baseID: provision.ErrNotFound when either is not here or
-	// baseID is not a snapshot of volumeID, provision.ErrRefused when the
-	// volume is open (in use).
+	// DeltaSize: provision.ErrNotFound, or ErrRefused when the volume is open.
 	DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error)
-	// ReadDelta gives read the device nodes of volumeID and of baseID,
-	// the volume's size and its changes since the base when metadata
-	// names them, under the volume's lock, with the same refusals as
-	// DeltaSize (checked again now), and fails the read when the volume
-	// was opened meanwhile.
+	// ReadDelta gives read the devices, size and named changes under the
+	// volume's lock, refusing as DeltaSize does.
 	ReadDelta(ctx context.Context, volumeID, baseID string, read func(provision.Delta) error) error
 }
 
 var _ DeltaReader = (*provision.Provisioner)(nil)
 
-// sourceSize is the size of a grant's source, checked readable.
 func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
 	if g.Base == "" {
 		return s.cfg.Reader.SourceSize(ctx, g.Source, g.Snapshot)
@@ -59,8 +50,8 @@ func (s *Server) sourceSize(ctx context.Context, g Grant) (uint64, error) {
 	return s.cfg.Deltas.DeltaSize(ctx, g.Source, g.Base)
 }
 
-// readDelta serves the ReadVolume of a catch-up grant.
-// sentOK: the target checks a digest of the data sent (DIGEST_SCOPE_SENT).
+// readDelta serves a catch-up grant's ReadVolume; sentOK: the target checks
+// a digest of the data sent.
 func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK bool, stream nodeagentv1.NodeCopy_ReadVolumeServer) error {
 	log := klog.FromContext(ctx).WithValues("copy", g.ID, "source", g.Source, "base", g.Base, "targetNode", node)
 	if s.cfg.Deltas == nil {
@@ -70,7 +61,6 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK boo
 	var how []any
 	err := s.cfg.Deltas.ReadDelta(ctx, g.Source, g.Base, func(d provision.Delta) error {
 		var err error
-		// readBytes: what the source reads of its devices.
 		if d.Method == provision.DeltaCompare {
 			how = []any{"method", d.Method, "fallback", d.Fallback, "readBytes", 2 * d.Size, "baseReadBytes", d.Size}
 			sent, err = SendDelta(ctx, d.Volume, d.Base, d.Size, stream)
@@ -93,17 +83,11 @@ func (s *Server) readDelta(ctx context.Context, g Grant, node string, sentOK boo
 	return nil
 }
 
-// ErrInUse: the volume of a catch-up is open elsewhere (its exclusive
-// open failed: it is mounted, or held exclusively).
+// ErrInUse: the catch-up's exclusive open failed (mounted or held).
 var ErrInUse = errors.New("the volume is in use")
 
-// SendDelta streams the first size bytes of the device vol against the
-// device base: a header that says it is a delta, the runs of
-// SparseChunk-aligned chunks where vol differs from base (at most
-// maxData bytes a message), and the trailer with the Digest of vol's
-// size bytes. vol is opened exclusively (O_EXCL: a mount of it fails
-// while it is read; one that is mounted fails the open, ErrInUse). The
-// next pair of blocks is read while one is sent.
+// SendDelta streams vol against base: the chunks where vol differs, then the
+// Digest of all of vol. O_EXCL makes a mount fail while vol is read.
 func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -133,13 +117,8 @@ func SendDelta(ctx context.Context, vol, base string, size uint64, s Sender) (Se
 	return sendTrailer(s, d, out, start, errc)
 }
 
-// SendChanged streams the first size bytes of the device vol as a
-// catch-up whose changes since the base are named: the header of a
-// delta, the runs of SparseChunk-aligned chunks that hold a byte of
-// changed (at most maxData bytes a message; a chunk of zeros too, as
-// a block discarded since the base must become zeros on the target),
-// and the trailer with the Digest of vol's size bytes, all read: the
-// base is not. vol is opened exclusively as by SendDelta.
+// SendChanged streams the chunks holding a byte of changed (zeros too: a
+// discarded block must become zeros) and the Digest of all of vol.
 func SendChanged(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	d := NewDigest()
@@ -154,12 +133,9 @@ func SendChanged(ctx context.Context, vol string, size uint64, changed changemap
 	})
 }
 
-// SendNamed streams a catch-up reading only the changes named: a delta header
-// whose digest covers the data sent (DIGEST_SCOPE_SENT), the SparseChunk
-// chunks holding a byte of changed (zeros too: a block discarded since the
-// base must become zeros), and the trailer. Neither the rest of vol nor the
-// base is read: changed comes from the base snapshot's own metadata, and the
-// seed copy was checked whole. vol is opened exclusively.
+// SendNamed streams only the chunks of changed, with a digest of the data
+// sent: changed comes from the base snapshot's metadata, and the seed was
+// checked whole.
 func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.Set, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -194,8 +170,6 @@ func SendNamed(ctx context.Context, vol string, size uint64, changed changemap.S
 	return sendTrailer(s, d, out, start, read)
 }
 
-// chunksOf is changed widened to whole SparseChunk chunks, within size:
-// the places a catch-up sends, in order.
 func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 	var out changemap.Set
 	for _, e := range changed {
@@ -208,8 +182,6 @@ func chunksOf(changed changemap.Set, size uint64) changemap.Set {
 	return out
 }
 
-// openDeltaSource opens vol exclusively (a mounted one fails, ErrInUse) and
-// sends the header of a delta of size bytes.
 func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s Sender) (*os.File, error) {
 	in, err := directio.Open(vol, os.O_RDONLY|unix.O_EXCL, size%4096 == 0)
 	if errors.Is(err, unix.EBUSY) {
@@ -226,16 +198,13 @@ func openDeltaSource(vol string, size uint64, scope nodeagentv1.DigestScope, s S
 	return in, nil
 }
 
-// pair is one block of the volume (now) and of its base (was).
 type pair struct {
 	now, was []byte
 	off      uint64
 }
 
-// readPairs reads the volume and the base in readSize blocks, both of a
-// block at once, into two pairs of buffers that the caller hands back
-// on free. full is closed at the end; errc then holds the reader's error
-// (nil when all was read).
+// readPairs reads volume and base in readSize blocks into buffers the caller
+// hands back on free; when full closes, errc holds the reader's error.
 func readPairs(ctx context.Context, in, old *os.File, vol, base string, size uint64) (<-chan pair, chan<- pair, <-chan error) {
 	full := make(chan pair, 1)
 	free := make(chan pair, 2)
@@ -287,8 +256,6 @@ func readFull(f *os.File, path string, b []byte, off uint64) error {
 	return nil
 }
 
-// sendChanged sends the chunks of now (at off) that differ from was, in
-// runs of at most maxData bytes.
 func sendChanged(s Sender, now, was []byte, off uint64, out *Sent) error {
 	return sendRuns(s, now, off, out, func(i, end int) bool { return bytes.Equal(now[i:end], was[i:end]) })
 }

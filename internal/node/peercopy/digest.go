@@ -16,12 +16,10 @@ import (
 	"github.com/carve-csi/carve/internal/node/directio"
 )
 
-// Digest is a copy's end-to-end checksum (CopyTrailer.digest, nodeagent.proto):
-// XXH64 of the XXH64 hashes of the source's SparseChunk chunks in order, the
-// last one shorter; an all-zero chunk's hash is computed once. Chunks must be
-// fed in order, each whole. It guards against bugs, torn writes and reading
-// back what was not written, not against an attacker (TLS does), so XXH64, an
-// eighth of SHA-256's CPU time, serves.
+// Digest is a copy's end-to-end checksum: XXH64 of the XXH64 hashes of the
+// source's SparseChunk chunks in order (nodeagent.proto). It guards against
+// bugs, torn writes and reading back what was not written, not an attacker
+// (TLS does), so XXH64, an eighth of SHA-256's CPU, serves.
 type Digest struct {
 	list hash.Hash
 	sum  []byte
@@ -30,7 +28,6 @@ type Digest struct {
 
 func chunkHash(dst, b []byte) []byte { return binary.BigEndian.AppendUint64(dst, xxhash.Sum64(b)) }
 
-// zeroChunkHash is the hash of a whole chunk of zeros; never written to.
 var zeroChunkHash = chunkHash(nil, make([]byte, SparseChunk))
 
 // NewDigest returns an empty Digest.
@@ -56,9 +53,8 @@ func (d *Digest) Zeros(n uint64) {
 	}
 }
 
-// chunk feeds one chunk (at most SparseChunk bytes) and tells whether it
-// was all zeros: the sender's test of what to send, made in the same
-// pass as the digest.
+// chunk feeds one chunk and tells whether it was all zeros: the sender's
+// test of what to send, in the digest's pass.
 func (d *Digest) chunk(b []byte) (zero bool) {
 	if isZero(b) {
 		d.Zeros(uint64(len(b)))
@@ -69,12 +65,10 @@ func (d *Digest) chunk(b []byte) (zero bool) {
 	return false
 }
 
-// isZero tells whether b (at most maxData bytes) is all zeros.
 func isZero(b []byte) bool { return bytes.Equal(b, zeros[:len(b)]) }
 
-// At feeds an offset: in a digest of the data sent (DIGEST_SCOPE_SENT),
-// each message's offset before its chunks, so that the same bytes at
-// another place do not check.
+// At feeds an offset (DIGEST_SCOPE_SENT), so the same bytes at another
+// place do not check.
 func (d *Digest) At(off uint64) {
 	d.list.Write(binary.BigEndian.AppendUint64(d.sum[:0], off))
 }
@@ -85,8 +79,7 @@ func (d *Digest) Size() uint64 { return d.n }
 // Sum is the digest of what was fed.
 func (d *Digest) Sum() []byte { return d.list.Sum(nil) }
 
-// DigestOf is the Digest of the first size bytes of the file or device
-// at path, read as Send reads a source.
+// DigestOf is the Digest of path's first size bytes, read as Send reads.
 func DigestOf(ctx context.Context, path string, size uint64) ([]byte, error) {
 	whole := func(yield func(changemap.Extent) bool) {
 		for off := uint64(0); off < size; off += readSize {
@@ -98,17 +91,14 @@ func DigestOf(ctx context.Context, path string, size uint64) ([]byte, error) {
 	return digestRead(ctx, path, size, whole, readSize, false)
 }
 
-// DigestOfPlaces is the Digest of the places of the file or device at
-// path (within size), each its offset and then its chunks, as SendNamed
-// digests its data messages: places holds one extent a message, in
-// order, as they came (not merged).
+// DigestOfPlaces is the Digest of places of path as SendNamed digests them:
+// one extent a message, in order, not merged.
 func DigestOfPlaces(ctx context.Context, path string, size uint64, places []changemap.Extent) ([]byte, error) {
 	return digestRead(ctx, path, size, slices.Values(places), maxData, true)
 }
 
-// digestRead reads the extents of the file or device at path (of size
-// bytes), each at most most bytes, in order, and returns the Digest of
-// their data, each extent's offset first when placed.
+// digestRead digests path's extents in order, each at most most bytes and
+// led by its offset when placed.
 func digestRead(ctx context.Context, path string, size uint64, extents iter.Seq[changemap.Extent], most uint64, placed bool) ([]byte, error) {
 	d := NewDigest()
 	in, err := directio.Open(path, os.O_RDONLY, size%4096 == 0)

@@ -9,45 +9,34 @@ import (
 
 // The ways a read of a copy is refused.
 var (
-	// ErrUnknownCopy: no grant has the copy ID (never granted, already
-	// read, or forgotten by a restart of the agent).
+	// ErrUnknownCopy: never granted, already read, or lost with a restart.
 	ErrUnknownCopy = errors.New("unknown copy")
-	// ErrExpired: the grant was not used in time.
-	ErrExpired = errors.New("copy grant expired")
-	// ErrWrongPeer: the caller is not the node the grant is for.
-	ErrWrongPeer = errors.New("copy granted to another node")
+	ErrExpired     = errors.New("copy grant expired")
+	ErrWrongPeer   = errors.New("copy granted to another node")
 )
 
-// MaxGrants bounds the grants an agent holds: each is a few hundred bytes,
-// and only the controller makes them, but a bound keeps a runaway one
-// from growing the agent's memory.
+// MaxGrants bounds the grants an agent holds against a runaway controller.
 const MaxGrants = 1024
 
 // Grant lets one node read one source of this node once.
 type Grant struct {
-	// ID is the copy's ID, random, chosen by the controller.
 	ID string
 	// Source is the snapshot or volume ID; Snapshot tells which.
 	Source   string
 	Snapshot bool
-	// TargetNode may read it; TargetName is the CSI name of the volume
-	// it makes.
+	// TargetNode may read it; TargetName is the volume it makes.
 	TargetNode, TargetName string
-	// Base, for a catch-up, is a snapshot of the volume Source: only
-	// what differs from it is sent (delta.go).
-	Base string
-	// Expires is when the grant lapses unused.
+	// Base, for a catch-up, is a snapshot of Source; only what differs is sent.
+	Base    string
 	Expires time.Time
 }
 
-// Grants holds an agent's unused grants in memory only (a restarted agent
-// has none; the copy's retry asks anew); unread grants lapse at expiry and
-// are counted (Expired).
+// Grants holds an agent's unused grants in memory only (the copy's retry
+// asks anew after a restart); unread grants lapse and are counted.
 type Grants struct {
-	now func() time.Time
-	mu  sync.Mutex
-	m   map[string]Grant
-	// expired counts the grants dropped unread at their expiry.
+	now     func() time.Time
+	mu      sync.Mutex
+	m       map[string]Grant
 	expired uint64
 }
 
@@ -59,8 +48,7 @@ func NewGrants(now func() time.Time) *Grants {
 	return &Grants{now: now, m: map[string]Grant{}}
 }
 
-// Add records g. The same grant again is no error (a retried
-// AuthorizeCopy); another with g's ID is.
+// Add records g; the same grant again is no error (a retried AuthorizeCopy).
 func (s *Grants) Add(g Grant) error {
 	if g.ID == "" || g.Source == "" || g.TargetNode == "" || g.TargetName == "" {
 		return errors.New("a grant needs an ID, a source, a target node and a target volume name")
@@ -81,9 +69,8 @@ func (s *Grants) Add(g Grant) error {
 	return nil
 }
 
-// Take returns the grant of id for a read by node peer and forgets it:
-// a grant is read once. A caller that is not its target is refused and
-// the grant kept (so that another node cannot spend it).
+// Take returns id's grant for peer and forgets it (read once). Another
+// caller is refused and the grant kept, so no other node can spend it.
 func (s *Grants) Take(id, peer string) (Grant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,8 +98,7 @@ func (s *Grants) Len() int {
 	return len(s.m)
 }
 
-// Expired is how many grants lapsed unread since the set was made, the
-// ones expired by now included.
+// Expired is how many grants lapsed unread.
 func (s *Grants) Expired() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -18,9 +18,8 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// Grant validity: what AuthorizeCopy asks is kept within these bounds;
-// none asked is DefaultValidity. A grant only waits for its read to
-// start: the read itself may last longer.
+// Grant validity bounds; a grant only waits for its read to start, which
+// may last longer.
 const (
 	DefaultValidity = 2 * time.Minute
 	MaxValidity     = 10 * time.Minute
@@ -28,9 +27,7 @@ const (
 
 // Reader reads this node's sources; *provision.Provisioner is one.
 type Reader interface {
-	// SourceSize is the size of the volume a snapshot or volume holds.
 	SourceSize(ctx context.Context, id string, snapshot bool) (uint64, error)
-	// ReadSource gives read the device node of the source and that size.
 	ReadSource(ctx context.Context, id string, snapshot bool, target string, read func(device string, size uint64) error) error
 }
 
@@ -38,22 +35,16 @@ var _ Reader = (*provision.Provisioner)(nil)
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	// NodeName is this node.
 	NodeName string
-	// Reader reads the sources.
-	Reader Reader
-	// Deltas reads volumes against their snapshots, for catch-ups (a
-	// grant with a base snapshot); nil grants none.
+	Reader   Reader
+	// Deltas reads volumes against snapshots for catch-ups; nil grants none.
 	Deltas DeltaReader
-	// Port is the port NodeCopy is served on, which AuthorizeCopy tells
-	// the controller.
+	// Port is NodeCopy's port, told to the controller.
 	Port int
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
+	Now  func() time.Time
 }
 
-// Server is the source's side: it grants copies (Authorize, for the
-// node agent's AuthorizeCopy) and serves NodeCopy.
+// Server is the source's side: it grants copies and serves NodeCopy.
 type Server struct {
 	nodeagentv1.UnimplementedNodeCopyServer
 	cfg    ServerConfig
@@ -68,8 +59,7 @@ func NewServer(cfg ServerConfig) *Server {
 	return &Server{cfg: cfg, grants: NewGrants(cfg.Now)}
 }
 
-// RegisterMetrics registers carve_copy_grants_expired_total, the
-// grants of this node that lapsed unread, with reg.
+// RegisterMetrics registers carve_copy_grants_expired_total with reg.
 func (s *Server) RegisterMetrics(reg prometheus.Registerer) error {
 	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "carve_copy_grants_expired_total",
@@ -77,8 +67,7 @@ func (s *Server) RegisterMetrics(reg prometheus.Registerer) error {
 	}, func() float64 { return float64(s.grants.Expired()) }))
 }
 
-// Authorize answers AuthorizeCopy: it checks the source is here and
-// readable and records the grant.
+// Authorize answers AuthorizeCopy: the source must be here and readable.
 func (s *Server) Authorize(ctx context.Context, req *nodeagentv1.AuthorizeCopyRequest) (*nodeagentv1.AuthorizeCopyResponse, error) {
 	g := Grant{ID: req.GetCopyId(), TargetNode: req.GetTargetNode(), TargetName: req.GetTargetVolumeName()}
 	switch {
@@ -148,7 +137,6 @@ func (s *Server) ReadVolume(req *nodeagentv1.ReadVolumeRequest, stream nodeagent
 	return nil
 }
 
-// callerNode is the node whose verified certificate the call came with.
 func callerNode(ctx context.Context) (string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {

@@ -14,13 +14,10 @@ import (
 	"github.com/carve-csi/carve/internal/node/directio"
 )
 
-// SparseChunk is the unit of zeros not sent: blockcopy's, dm-thin's
-// smallest pool chunk.
+// SparseChunk is the unit of zeros not sent: dm-thin's smallest chunk.
 const SparseChunk = blockcopy.SparseChunk
 
-// readSize is the size of each read of the source, readBuffers how many
-// such reads may be ahead of the sends, and maxData the most data one
-// message carries (under gRPC's 4 MiB default message limit).
+// maxData stays under gRPC's 4 MiB default message limit.
 const (
 	readSize    = 4 << 20
 	maxData     = 2 << 20
@@ -30,8 +27,7 @@ const (
 // ErrChecksum: the data the target got is not the source's.
 var ErrChecksum = errors.New("checksum mismatch")
 
-// zeros is what an all-zero chunk is compared with and what a gap is
-// written with; never written to.
+// zeros is never written to.
 var zeros [maxData]byte
 
 // Sender is the source's end of a ReadVolume stream.
@@ -46,15 +42,12 @@ type Receiver interface {
 
 // Sent is what Send sent.
 type Sent struct {
-	// Data is the bytes sent; the rest of the size were zeros.
-	Data uint64
-	// Duration is the time the stream took.
+	Data     uint64
 	Duration time.Duration
 }
 
-// Send streams the first size bytes of the device at path: the header, the
-// runs of SparseChunk-aligned chunks that hold data, and the trailer with the
-// Digest. A goroutine reads ahead while this one digests and hands to gRPC.
+// Send streams the first size bytes of path: header, the chunks that hold
+// data, and the trailer with the Digest. A goroutine reads ahead.
 func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error) {
 	start := time.Now()
 	var out Sent
@@ -68,14 +61,11 @@ func Send(ctx context.Context, path string, size uint64, s Sender) (Sent, error)
 		Header: &nodeagentv1.CopyHeader{SizeBytes: int64(size), ChunkBytes: SparseChunk}}}); err != nil {
 		return out, fmt.Errorf("sending the header: %w", err)
 	}
-	// The chunks that hold data, found in the digest's pass.
 	return sendRead(ctx, in, path, size, s, d, start, func(_ uint64, chunk []byte) bool { return d.chunk(chunk) })
 }
 
-// sendRead reads the first size bytes of in (path) ahead of the sends
-// (readAhead) and sends the chunks of each block that skip, called once
-// for each chunk in order with its offset, does not leave out (sendRuns),
-// then the trailer with the digest d, which skip feeds.
+// sendRead reads in ahead of the sends and sends each block's chunks that
+// skip does not leave out, then the trailer with d, which skip feeds.
 func sendRead(ctx context.Context, in *os.File, path string, size uint64, s Sender, d *Digest, start time.Time, skip func(off uint64, chunk []byte) bool) (Sent, error) {
 	var out Sent
 	ctx, cancel := context.WithCancel(ctx)
@@ -91,9 +81,6 @@ func sendRead(ctx context.Context, in *os.File, path string, size uint64, s Send
 	return sendTrailer(s, d, out, start, errc)
 }
 
-// sendTrailer ends a stream whose data went out: once the reader
-// (errc) ended without error, the trailer with the digest d of the whole
-// source.
 func sendTrailer(s Sender, d *Digest, out Sent, start time.Time, errc <-chan error) (Sent, error) {
 	if err := <-errc; err != nil {
 		return out, err
@@ -111,9 +98,8 @@ type block struct {
 	off  uint64
 }
 
-// readAhead reads the source in readSize blocks into readBuffers
-// buffers that the caller hands back on free. full is closed at the end;
-// errc then holds the reader's error (nil when all was read).
+// readAhead reads in readSize blocks into buffers handed back on free; when
+// full closes, errc holds the reader's error.
 func readAhead(ctx context.Context, in *os.File, path string, size uint64) (<-chan block, chan<- []byte, <-chan error) {
 	full := make(chan block, readBuffers)
 	free := make(chan []byte, readBuffers)
@@ -128,8 +114,6 @@ func readAhead(ctx context.Context, in *os.File, path string, size uint64) (<-ch
 	return full, free, errc
 }
 
-// readBlocks reads the source into the free buffers, in order, onto
-// full.
 func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full chan<- block, free <-chan []byte) error {
 	for off := uint64(0); off < size; {
 		var buf []byte
@@ -152,9 +136,8 @@ func readBlocks(ctx context.Context, in *os.File, path string, size uint64, full
 	return nil
 }
 
-// sendRuns sends the SparseChunk-byte chunks of b (at off) that skip,
-// called once for each chunk in order, does not leave out, in runs of
-// at most maxData bytes.
+// sendRuns sends b's chunks that skip does not leave out, in runs of at
+// most maxData bytes.
 func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) bool) error {
 	run := -1
 	flush := func(end int) error {
@@ -189,13 +172,9 @@ func sendRuns(s Sender, b []byte, off uint64, out *Sent, skip func(i, end int) b
 	return flush(len(b))
 }
 
-// Receive writes a ReadVolume stream into the device at path: the data and,
-// unless sparse (a new thin LV in a zeroing pool), the zeros between and past
-// the source's size, as the device may hold older data. It checks the header
-// size and the trailer's Digest, syncs, then reads the first want bytes back
-// (DigestOf) against the Digest too (ErrChecksum): the stream's check covers
-// the bytes in flight, the read-back what the device holds. progress, when
-// set, gets the bytes of the source done.
+// Receive writes a ReadVolume stream into path, zeros too unless sparse (the
+// device may hold old data). It checks the Digest on the stream and again on
+// the synced device read back (ErrChecksum).
 func Receive(ctx context.Context, path string, want uint64, sparse bool, r Receiver, progress func(uint64)) (blockcopy.Result, error) {
 	start := time.Now()
 	var res blockcopy.Result
@@ -235,8 +214,6 @@ func Receive(ctx context.Context, path string, want uint64, sparse bool, r Recei
 	return res, nil
 }
 
-// readBack reads the first size bytes of the device at path and checks
-// their Digest is sum, the source's: ErrChecksum when not.
 func readBack(ctx context.Context, path string, size uint64, sum []byte) error {
 	got, err := DigestOf(ctx, path, size)
 	if err != nil {
@@ -249,9 +226,6 @@ func readBack(ctx context.Context, path string, size uint64, sum []byte) error {
 	return nil
 }
 
-// receiveHeader receives the header and checks it: the size is want, the
-// digest is over this end's chunks. It returns the empty Digest to check
-// the stream with.
 func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	first, err := r.Recv()
 	if err != nil {
@@ -276,8 +250,6 @@ func receiveHeader(r Receiver, want uint64) (*Digest, error) {
 	return NewDigest(), nil
 }
 
-// checkChunks checks that a header's digest is over this end's chunks;
-// nothing is written when it is not.
 func checkChunks(hdr *nodeagentv1.CopyHeader) error {
 	if c := hdr.GetChunkBytes(); c != SparseChunk {
 		return fmt.Errorf("the source's checksum is over chunks of %d bytes, not %d", c, SparseChunk)
@@ -285,14 +257,10 @@ func checkChunks(hdr *nodeagentv1.CopyHeader) error {
 	return nil
 }
 
-// errWriterStopped: the writer ended (with its own error) before the
-// stream did.
 var errWriterStopped = errors.New("the writer stopped")
 
-// receive writes the stream's data and checks its trailer. Two stages
-// run at the same time: this goroutine receives the messages, checks
-// their place and digests them (inbound.pump), the writer writes them
-// (writer.consume), up to pipelined messages behind.
+// receive receives, places and digests (inbound.pump) while the writer
+// writes (consume), up to pipelined messages behind.
 func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest, progress func(uint64)) ([]byte, error) {
 	msgs := make(chan *nodeagentv1.CopyData, pipelined)
 	done := make(chan struct{})
@@ -325,8 +293,6 @@ func (w *writer) receive(ctx context.Context, r Receiver, want uint64, d *Digest
 // pipelined is how many messages the stream is read ahead of the writes.
 const pipelined = 8
 
-// inbound is the target's reading side: where the stream is, and the
-// Digest of what it got.
 type inbound struct {
 	want uint64
 	d    *Digest
@@ -335,8 +301,8 @@ type inbound struct {
 	sum []byte
 }
 
-// pump hands the stream's data messages to the writer, digested, until
-// the trailer (checked), an error, or the writer's end (done).
+// pump hands digested data messages to the writer until the trailer, an
+// error, or done.
 func (in *inbound) pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv1.CopyData, done <-chan struct{}) error {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -364,8 +330,8 @@ func (in *inbound) pump(ctx context.Context, r Receiver, msgs chan<- *nodeagentv
 	}
 }
 
-// take checks that a data message comes after the last one, in whole
-// chunks within the source, and digests the zeros before it and it.
+// take checks a message follows the last, in whole chunks within the
+// source, and digests the zeros before it and it.
 func (in *inbound) take(d *nodeagentv1.CopyData) error {
 	if d == nil {
 		return errors.New("a stream message after the header that is neither data nor the trailer")
@@ -384,7 +350,6 @@ func (in *inbound) take(d *nodeagentv1.CopyData) error {
 	return nil
 }
 
-// check digests the zeros after the last data and checks the trailer.
 func (in *inbound) check(t *nodeagentv1.CopyTrailer) error {
 	in.d.Zeros(in.want - in.d.Size())
 	if in.data != uint64(t.GetDataBytes()) {
@@ -397,7 +362,6 @@ func (in *inbound) check(t *nodeagentv1.CopyTrailer) error {
 	return nil
 }
 
-// writer is the target's writing side: res.Bytes is where it is.
 type writer struct {
 	out    *os.File
 	path   string
@@ -405,8 +369,6 @@ type writer struct {
 	res    *blockcopy.Result
 }
 
-// consume writes the data messages (inbound checked their place) and
-// the zeros between them.
 func (w *writer) consume(msgs <-chan *nodeagentv1.CopyData, progress func(uint64)) error {
 	for d := range msgs {
 		off := uint64(d.GetOffset())
@@ -431,7 +393,6 @@ func (w *writer) write(b []byte, off uint64) error {
 	return nil
 }
 
-// zerosTo fills the source's zeros up to to, unless sparse.
 func (w *writer) zerosTo(to uint64) error {
 	for w.res.Bytes < to {
 		n := min(uint64(len(zeros)), to-w.res.Bytes)

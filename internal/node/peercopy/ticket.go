@@ -13,9 +13,8 @@ import (
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
-// TicketInterceptor puts the ticket a CreateVolume carries into its
-// context (provision.WithRemoteSource). Install it on the node channel
-// only: there, only carve controller reaches CreateVolume.
+// TicketInterceptor puts a CreateVolume's ticket into its context. Install it
+// on the node channel only, where only carve controller calls CreateVolume.
 func TicketInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if info.FullMethod != csi.Controller_CreateVolume_FullMethodName {
 		return handler(ctx, req)

@@ -13,47 +13,31 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A snapshot's block map names, from device-mapper metadata and without
-// reading data, where a snapshot holds data (allocated) or where two
-// snapshots of one volume may differ (delta): what a backup reads
-// instead of the whole volume. The devices are active only while the
-// metadata is read, under the snapshots' per-volume locks, and the thin
-// pool's metadata snapshot is released before the answer is handed on,
-// so that nothing stays reserved while a slow client reads it.
+// Block maps come from device-mapper metadata, without reading data. Devices
+// and the pool's metadata snapshot are held only while it is read, never
+// while a slow client reads the answer.
 
-// How a block map was made (BlockMap.Method; a delta's methods,
-// MapThinDelta and MapCOW, are changedBlocks').
+// How a block map was made (BlockMap.Method).
 const (
-	// MapThinDump: the thin snapshot's mappings (thin_dump).
 	MapThinDump = "thin_dump"
-	// MapWhole: the whole volume (a thick snapshot's allocated blocks:
-	// a thick LV is allocated whole).
+	// MapWhole: a thick snapshot, allocated whole.
 	MapWhole = "whole"
 )
 
 // BlockMap is the answer of SnapshotAllocated and SnapshotDelta.
 type BlockMap struct {
-	// Capacity is the size in bytes of the volume the (target)
-	// snapshot holds; every block lies below it.
+	// Capacity is the size of the snapshot's volume; every block lies below it.
 	Capacity uint64
-	// Blocks are the bytes that hold data, or that may differ: exactly
-	// the pool's blocks for a thin snapshot, a superset in the
-	// snapshot's chunks for a thick one.
+	// Blocks are exact for a thin snapshot, a superset in chunks for a thick one.
 	Blocks changemap.Set
-	// Method says how Blocks were found (Map*).
 	Method string
 }
 
-// SnapshotAllocated is the block map of the allocated blocks of the
-// snapshot id of this node: a thin snapshot's mapped blocks; a thick
-// snapshot's whole volume. Errors: ErrInvalid, ErrNotFound (a snapshot
-// that is not here, or not carve's), ErrBusy (one being made or
-// deleted), ErrRefused (one that overflowed, or a node that names no
-// blocks); each message names the field.
+// SnapshotAllocated is the block map of snapshot id's allocated blocks.
+// Errors: ErrInvalid, ErrNotFound, ErrBusy, ErrRefused.
 func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMap, error) {
 	var m BlockMap
-	// A thick snapshot's answer is its size alone: its device is not
-	// activated for it.
+	// A thick snapshot's answer is its size alone: no activation.
 	thin := func(lv *lvm.LogicalVolume) bool { return lv.Attr.Type == lvm.TypeThin }
 	err := p.withSnapshots(ctx, []snapshotArg{{"snapshot_id", id}}, thin, func(snaps []*lvm.LogicalVolume) error {
 		s := snaps[0]
@@ -84,17 +68,11 @@ func (p *Provisioner) SnapshotAllocated(ctx context.Context, id string) (BlockMa
 	return m, nil
 }
 
-// SnapshotDelta is the block map of where the snapshot targetID of this
-// node may differ from baseID, an older snapshot of the same volume, as
-// changedBlocks names it for a move's catch-up too: thin_delta's exact
-// answer in the pool's blocks for thin snapshots; for thick ones the
-// union of both exception tables and the bytes the volume grew by, a
-// superset. Errors as SnapshotAllocated's, and ErrInvalid for a base of
-// another volume or taken after the target.
+// SnapshotDelta is where snapshot targetID may differ from the older baseID
+// of the same volume (changedBlocks). Errors as SnapshotAllocated's.
 func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string) (BlockMap, error) {
 	var m BlockMap
 	args := []snapshotArg{{"base_snapshot_id", baseID}, {"target_snapshot_id", targetID}}
-	// Only thin and copy-on-write devices carry metadata to read.
 	mapped := func(lv *lvm.LogicalVolume) bool {
 		return lv.Attr.Type == lvm.TypeThin || lv.Attr.Type == lvm.TypeSnapshot
 	}
@@ -123,14 +101,10 @@ func (p *Provisioner) SnapshotDelta(ctx context.Context, baseID, targetID string
 	return m, nil
 }
 
-// snapshotArg is one snapshot ID of a request and the field it came in.
 type snapshotArg struct{ field, id string }
 
-// withSnapshots finds the snapshots args name, under their per-volume
-// locks (one being made or deleted is ErrBusy), with the devices of those
-// device says the read needs active, and runs read; it deactivates what it
-// activated and checks that no copy-on-write snapshot it read ran out of
-// space meanwhile.
+// withSnapshots runs read under the snapshots' per-volume locks with the
+// devices device asks for active, then checks no copy-on-write one overflowed.
 func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, device func(*lvm.LogicalVolume) bool, read func([]*lvm.LogicalVolume) error) error {
 	if p.cfg.Changes == nil {
 		return errorf(ErrRefused, "node %s names no blocks from device-mapper metadata", p.cfg.NodeName)
@@ -197,18 +171,12 @@ func (p *Provisioner) withSnapshots(ctx context.Context, args []snapshotArg, dev
 	return nil
 }
 
-// thinIDReader reads a thin LV's thin ID from LVM's metadata;
-// *lvm.Client is one.
 type thinIDReader interface {
 	ThinID(ctx context.Context, vg, name string) (uint64, error)
 }
 
-// thinIDFromLVM is the thin LV lv with its thin ID read from LVM's
-// metadata, when its pool is active: then its blocks are read without
-// activating it, which is most of a call's time under a slow activation.
-// Not ok (activate it and read its device's table instead) for another
-// LV, a pool that is not active, an LVM that cannot tell, or a failure,
-// which is logged.
+// thinIDFromLVM reads lv's thin ID from LVM when its pool is active, sparing
+// the activation, most of a call's time. Not ok otherwise.
 func (p *Provisioner) thinIDFromLVM(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, bool) {
 	r, ok := p.cfg.LVM.(thinIDReader)
 	if !ok || lv.Attr.Type != lvm.TypeThin || lv.Pool == "" || !p.cfg.Changes.PoolActive(lv.VolumeGroup, lv.Pool) {
@@ -224,10 +192,8 @@ func (p *Provisioner) thinIDFromLVM(ctx context.Context, lv *lvm.LogicalVolume) 
 	return &withID, true
 }
 
-// deltaPair refuses a base that is not an older snapshot of the
-// target's volume (ErrInvalid); changedBlocks refuses a pair of kinds or
-// pools no metadata maps. Snapshots taken in one second are not
-// told apart: for them either order is answered alike.
+// deltaPair refuses a base that is not an older snapshot of the target's
+// volume; snapshots of one second are not ordered.
 func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	bo, _ := volume.OriginFromTags(base.Tags)
 	to, _ := volume.OriginFromTags(target.Tags)
@@ -242,8 +208,7 @@ func deltaPair(base, target *lvm.LogicalVolume, baseID, targetID string) error {
 	return nil
 }
 
-// snapshotCapacity is the size of the volume the snapshot lv holds: a
-// thick snapshot whose size tag is gone is ErrRefused, naming the tag.
+// snapshotCapacity is ErrRefused for a thick snapshot whose size tag is gone.
 func snapshotCapacity(lv *lvm.LogicalVolume, field, id string) (uint64, error) {
 	n := SnapshotSize(lv)
 	if n == 0 {
@@ -252,9 +217,7 @@ func snapshotCapacity(lv *lvm.LogicalVolume, field, id string) (uint64, error) {
 	return n, nil
 }
 
-// wrapBlocks is a failure of the metadata path: ErrUnavailable when the
-// pool's metadata snapshot is held by another (a retry may succeed),
-// ErrInternal otherwise.
+// wrapBlocks: ErrUnavailable while another holds the metadata snapshot.
 func wrapBlocks(err error, what string) error {
 	if errors.Is(err, changemap.ErrMetadataSnapHeld) {
 		return errorf(ErrUnavailable, "%s: %v", what, err)
@@ -262,7 +225,6 @@ func wrapBlocks(err error, what string) error {
 	return errorf(ErrInternal, "%s: %v", what, err)
 }
 
-// clip is s cut at size.
 func clip(s changemap.Set, size uint64) changemap.Set {
 	out := make(changemap.Set, 0, len(s))
 	for _, e := range s {

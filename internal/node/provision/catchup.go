@@ -16,58 +16,41 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A catch-up is the last copy of a move (internal/node/peercopy, delta.go):
-// the target, a copy of a snapshot of the source (the base), gets only the
-// chunks where the source now differs from the base, named from device-mapper
-// metadata where it can be (changedBlocks, which also answers a backup's
-// delta between two snapshots), else by comparing. The target
-// carries volume.TagCopyPending until its whole content checked out against
-// the source's digest and was synced, so a crash never leaves it looking
-// finished; a repeat starts over and converges.
+// A catch-up is a move's last copy (peercopy, delta.go): the target, copied
+// from a snapshot of the source (the base), gets only the chunks that differ
+// since, from device-mapper metadata where possible, else by comparing. The
+// target keeps volume.TagCopyPending until its content matched the source's
+// digest and was synced, so a crash never leaves it looking finished.
 
 // CatchUpRequest is one catch-up of a volume of this node.
 type CatchUpRequest struct {
-	// VolumeID is the target, a volume of this node.
 	VolumeID string
-	// Source is the grant of the source's node: its ID is the source
-	// volume's, Size the source volume's size.
+	// Source is the source node's grant; Size is the source volume's.
 	Source RemoteSource
-	// Base is the snapshot of the source that the target was made from:
-	// the target must carry its from-snapshot tag (the grant names it on
-	// the source's side).
+	// Base is the snapshot of the source the target was made from.
 	Base string
 }
 
 // DeltaResult is what a catch-up did.
 type DeltaResult struct {
-	// Received is the bytes of data the stream carried.
 	Received uint64
-	// Sum is the digest of the target's whole content after it, which
-	// equals the source's.
-	Sum []byte
-	// Duration is the time the catch-up took, read-back included.
+	// Sum is the digest of the target's whole content, equal to the source's.
+	Sum      []byte
 	Duration time.Duration
 }
 
-// DeltaPuller writes a catch-up stream from a remote source into the
-// device dst, syncs it, and checks dst against the source's digest: its
-// whole content, or, when sentOK, only the places written, if the
-// source digests only those (DIGEST_SCOPE_SENT); peercopy.Puller is
-// one. The Config's Puller must implement it for CatchUp to act.
+// DeltaPuller writes a catch-up stream into dst, syncs it and checks it
+// against the source's digest (only the places written when sentOK).
 type DeltaPuller interface {
 	PullDelta(ctx context.Context, src RemoteSource, dst string, sentOK bool, progress func(uint64)) (DeltaResult, error)
 }
 
-// tagAdder puts tags on an LV; *lvm.Client is one (QuarantineLVM).
 type tagAdder interface {
 	ChangeTags(ctx context.Context, vg, name string, add, del []string) error
 }
 
-// CatchUp brings the volume r.VolumeID of this node up to date from
-// r.Source under the volume's lock (ErrBusy). ErrNotFound: not here;
-// ErrRefused: open, not made from r.Base, or not the source's size. The
-// copy-pending tag comes off only once the data checked out and was synced;
-// a canceled call stops, and its repeat starts again.
+// CatchUp brings r.VolumeID up to date from r.Source under its lock. The
+// copy-pending tag comes off only once the data checked out and was synced.
 func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResult, error) {
 	var res DeltaResult
 	dp, ok := p.cfg.Puller.(DeltaPuller)
@@ -136,8 +119,7 @@ func (p *Provisioner) CatchUp(ctx context.Context, r CatchUpRequest) (DeltaResul
 	return res, nil
 }
 
-// markCatchUp tags lv copy-pending for its catch-up (it may carry the
-// tag already, after a crash) and tells the view.
+// markCatchUp tags lv copy-pending (maybe again, after a crash).
 func (p *Provisioner) markCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.LogicalVolume) error {
 	if volume.CopyPending(lv.Tags) {
 		return nil
@@ -152,13 +134,10 @@ func (p *Provisioner) markCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.
 	return nil
 }
 
-// markThinCatchUp checks under the room lock that a catch-up into the thin
-// LV lv fits its pool's real room (bounded by lv's size, as for the seed: a
-// full pool stops every thin volume in it) and tags lv copy-pending before
-// releasing the lock, so that the next check counts it. sentOK is false in a
-// pool that does not zero new blocks (read from LVM now: it may have changed
-// since the seed), where a newly provisioned block keeps old data beside the
-// writes.
+// markThinCatchUp checks under the room lock that the catch-up fits thin lv's
+// pool (a full pool stops all its volumes) and tags lv before unlocking.
+// sentOK is false in a pool that does not zero new blocks, where a new block
+// keeps old data beside the writes.
 func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *lvm.LogicalVolume) (sentOK bool, err error) {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 	cname, _ := volume.ClassFromTags(lv.Tags)
@@ -174,8 +153,7 @@ func (p *Provisioner) markThinCatchUp(ctx context.Context, tagger tagAdder, lv *
 	if err := p.cfg.View.Refresh(ctx); err != nil {
 		return false, wrap(err, "reading thin pool "+lv.VolumeGroup+"/"+lv.Pool+" before the catch-up of "+id)
 	}
-	// A target tagged already (a repeat after a crash) counts in the
-	// pool's Pending: its own size is not asked twice.
+	// A target tagged already counts in the pool's Pending.
 	var own uint64
 	if volume.CopyPending(lv.Tags) {
 		own = lv.Size
@@ -201,52 +179,31 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// ChangeFinder names, from device-mapper metadata, the bytes where a
-// volume may differ from a snapshot of it (a superset, in the pool's
-// blocks or the snapshot's chunks), and the blocks a thin LV maps;
-// *changemap.Finder is one. Each needs its devices active.
+// ChangeFinder names changes from device-mapper metadata; *changemap.Finder.
 type ChangeFinder interface {
-	// ThinChanges: the thin LV vol of vg against its thin snapshot base,
-	// both in pool.
 	ThinChanges(ctx context.Context, vg, pool, base, vol string) (changemap.Set, error)
-	// SnapshotChanges: the origin of the copy-on-write snapshot snap of
-	// vg against it.
 	SnapshotChanges(ctx context.Context, vg, snap string) (changemap.Set, error)
-	// ThinMapped: the blocks the thin LV vol of vg, in pool, maps (a
-	// snapshot's allocated blocks, blocks.go).
 	ThinMapped(ctx context.Context, vg, pool, vol string) (changemap.Set, error)
-	// ThinChangesOfIDs and ThinMappedOfID are the same by the thin IDs
-	// LVM's metadata gives, the thin devices inactive; the pool must be
-	// active (PoolActive).
+	// The *OfIDs variants need only the pool active.
 	ThinChangesOfIDs(ctx context.Context, vg, pool string, baseID, volID uint64) (changemap.Set, error)
 	ThinMappedOfID(ctx context.Context, vg, pool string, id uint64) (changemap.Set, error)
 	PoolActive(vg, pool string) bool
 }
 
-// DeltaCompare is a catch-up's Delta.Method when no metadata named its
-// changes: the volume is compared with the base (the others are
-// changedBlocks': MapThinDelta, MapCOW).
+// DeltaCompare is the Delta.Method when no metadata named the changes.
 const DeltaCompare = "compare"
 
 // Delta is what ReadDelta hands its reader.
 type Delta struct {
-	// Volume and Base are the device nodes of the volume and its base.
 	Volume, Base string
 	Size         uint64
-	// Method is how the changes were found (MapThinDelta, MapCOW,
-	// DeltaCompare).
-	Method string
-	// Changed holds, unless Method is DeltaCompare, every byte where the
-	// volume may differ from the base; elsewhere they are the same.
-	Changed changemap.Set
-	// Fallback says, for DeltaCompare, why the metadata was not used.
+	Method       string
+	// Changed holds every byte that may differ, unless Method is DeltaCompare.
+	Changed  changemap.Set
 	Fallback string
 }
 
-// changes finds the changes of lv since base (both active) with
-// changedBlocks, the function that answers a backup's delta; a pair it
-// does not map, or a failure of the metadata path, falls back to the
-// compare, and says why.
+// changes falls back to the compare, and says why, when changedBlocks fails.
 func (p *Provisioner) changes(ctx context.Context, lv, base *lvm.LogicalVolume) (method string, set changemap.Set, why string) {
 	method, set, err := p.changedBlocks(ctx, base, lv)
 	if err != nil {
@@ -255,8 +212,7 @@ func (p *Provisioner) changes(ctx context.Context, lv, base *lvm.LogicalVolume) 
 	return method, set, ""
 }
 
-// DeltaSize is the size of volume volumeID of this node for a catch-up
-// against its snapshot baseID (see deltaSource).
+// DeltaSize is the size of volumeID for a catch-up against baseID.
 func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (uint64, error) {
 	lv, _, err := p.deltaSource(ctx, volumeID, baseID)
 	if err != nil {
@@ -265,11 +221,8 @@ func (p *Provisioner) DeltaSize(ctx context.Context, volumeID, baseID string) (u
 	return lv.Size, nil
 }
 
-// ReadDelta hands read the device nodes of volume volumeID and its snapshot
-// baseID, the size and the changes since the base, under the volume's lock
-// (ErrBusy). deltaSource's checks are made again; a base without a device
-// node is activated for the read; a volume opened meanwhile, or a
-// copy-on-write base that overflowed, fails it (ErrRefused).
+// ReadDelta hands read the devices and changes under the volume's lock. A
+// volume opened meanwhile, or an overflowed base, is ErrRefused.
 func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, read func(Delta) error) error {
 	_, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {
@@ -302,9 +255,8 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 			"volumeID", volumeID, "base", baseID, "reason", d.Fallback)
 	}
 	rerr := read(d)
-	// The checks after the read run even when the reader's stream has
-	// ended: the target closes it as soon as it checked the data, which
-	// would cancel them and fail a catch-up that was whole.
+	// The target closes the stream as soon as it checked the data: the checks
+	// after the read must not be canceled with it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterReadTimeout)
 	defer cancel()
 	if unusable, aerr := p.sourceSpent(ctx, old); aerr == nil && unusable != nil {
@@ -325,12 +277,8 @@ func (p *Provisioner) ReadDelta(ctx context.Context, volumeID, baseID string, re
 
 const afterReadTimeout = time.Minute
 
-// deltaSource finds, in LVM (not the view: whether a volume is open
-// changes without carve), the volume volumeID of this node and its
-// snapshot baseID for a catch-up: ErrNotFound when either is not here
-// or baseID is not a snapshot of volumeID; ErrRefused when the volume
-// is open (staged or mounted: still in use) or carries a copy not
-// finished, or the base ran out of its copy-on-write space.
+// deltaSource reads LVM (whether a volume is open changes without carve):
+// ErrNotFound, or ErrRefused when open, copy-pending, or the base overflowed.
 func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) (*lvm.LogicalVolume, *lvm.LogicalVolume, error) {
 	vg, name, err := volume.ParseVolumeID(volumeID)
 	if err != nil {
@@ -362,9 +310,6 @@ func (p *Provisioner) deltaSource(ctx context.Context, volumeID, baseID string) 
 	return lv, base, nil
 }
 
-// volumeFromLVM reads the carve volume vg/name (its ID id) from LVM, not
-// the view (whether it is open changes without carve): ErrNotFound when
-// it is not a carve volume of this node.
 func (p *Provisioner) volumeFromLVM(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if !p.cfg.Classes.HasVolumeGroup(vg) {
 		return nil, errorf(ErrNotFound, "volume %s does not exist on node %s: volume group %s is none of its device classes'", id, p.cfg.NodeName, vg)

@@ -8,44 +8,27 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
-// Which blocks changed since a snapshot is named in one place: a backup's
-// delta between two snapshots (SnapshotDelta, which answers the node
-// channel's SnapshotBlocks and so the CSI SnapshotMetadata service) and a
-// move's catch-up against its seed (ReadDelta) both call changedBlocks.
-// Every move, and every restore moved on from its first copy, thus runs
-// the code a backup tool is answered with, on real device-mapper.
+// A backup's delta and a move's catch-up both use changedBlocks, so every
+// move runs the code a backup tool is answered with.
 
-// How the changes since a base were found (BlockMap.Method, Delta.Method).
 const (
-	// MapThinDelta: thin_delta between the two thin devices, exact at the
-	// pool's block.
+	// MapThinDelta: thin_delta, exact at the pool's block.
 	MapThinDelta = "thin_delta"
-	// MapCOW: the copy-on-write exception tables: a superset in the
-	// snapshots' chunks.
+	// MapCOW: the copy-on-write exception tables, a superset in chunks.
 	MapCOW = "cow_exceptions"
 )
 
-// changedBlocks names, from device-mapper metadata and without reading
-// data, every byte where lv may differ from base, an older snapshot of the
-// same volume. lv is a later snapshot of that volume (a backup's delta) or
-// the volume itself (a move's catch-up); both must be active.
+// changedBlocks names, from device-mapper metadata, every byte where lv (a
+// later snapshot, or the volume) may differ from base, an older snapshot;
+// both active.
+//   - Thin, one pool: thin_delta between their thin IDs.
+//   - Thick: base's exception table (every origin chunk written since), and
+//     lv's own when it is a snapshot too, which base's holds unless both
+//     were taken in one second (LVM's clock does not order them); plus the
+//     bytes the volume grew by. A superset.
 //
-//   - Thin, both in one pool: thin_delta between their thin IDs (from
-//     LVM's metadata when the caller read them, lvm.LogicalVolume.ThinID,
-//     else from the active devices' tables): the pool blocks mapped
-//     differently (rewritten, written or discarded since).
-//   - Thick: the exception table of base, which lists each chunk of the
-//     origin written since base was taken, so every chunk that differs;
-//     when lv is a copy-on-write snapshot too, its own table as well,
-//     which base's holds already unless the two were taken in the same
-//     second (LVM's clock does not order them then). A superset: chunks
-//     written after lv are named too.
-//   - For a thick pair, the bytes the volume grew by since base.
-//
-// A pair no metadata maps (another pool, a thin base of a thick volume, a
-// node without a ChangeFinder) is ErrRefused; a failure to read the
-// metadata is returned as it is, wrapped with the method. The caller
-// decides: the catch-up compares data instead, a backup's delta fails.
+// A pair no metadata maps is ErrRefused; the catch-up then compares data,
+// a backup's delta fails.
 func (p *Provisioner) changedBlocks(ctx context.Context, base, lv *lvm.LogicalVolume) (method string, set changemap.Set, err error) {
 	finder := p.cfg.Changes
 	if finder == nil {

@@ -1,6 +1,4 @@
-// The copy of a source's data into a new LV: the copy itself, detached
-// from its request, the temporary snapshot a clone is read from, and
-// the removal of what an unfinished copy left.
+// The copy of a source's data into a new LV, detached from its request.
 
 package provision
 
@@ -21,9 +19,7 @@ import (
 
 const copyTimeout = 12 * time.Hour
 
-// removeUnfinishedCopy removes the LV of an unfinished copy into a thin
-// LV, found again by a retry (lv, never handed out), so that the copy
-// goes into a new LV, and re-reads the room.
+// removeUnfinishedCopy removes an unfinished copy's thin LV to copy anew.
 func (p *Provisioner) removeUnfinishedCopy(ctx context.Context, lv *lvm.LogicalVolume, c *createCall, room *vgview.Capacity) error {
 	if err := sameVolume(lv, c.Request); err != nil {
 		return err
@@ -41,11 +37,8 @@ func (p *Provisioner) removeUnfinishedCopy(ctx context.Context, lv *lvm.LogicalV
 	return nil
 }
 
-// copyInto copies src's data into the new LV dst (which carries
-// TagCopyPending), then removes the tag; sparse skips the source's zeros
-// and the target's tail (sparseInto). A clone reads a temporary
-// snapshot of its source, removed afterwards. The copy runs detached from
-// the request (see above) and is redone from the start when retried.
+// copyInto copies src into copy-pending dst, then removes the tag; a clone
+// reads a temporary snapshot. It runs detached and restarts when retried.
 func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	if src.remote != nil {
 		return p.pullInto(ctx, dst, class, src, phase, sparse)
@@ -65,8 +58,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 			return nil, err
 		}
 		tmp = from.Name
-		// Done or failed, the copy needs it no more: a retry takes a new
-		// one, of the source as it is then.
+		// A retry takes a new snapshot, of the source as it is then.
 		defer p.removeCopySource(ctx, dst.VolumeGroup, tmp)
 	}
 	read, activated, err := p.copyDevice(ctx, &from, "source")
@@ -74,9 +66,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 		return nil, err
 	}
 	if activated && src.snapshot {
-		// A snapshot kept as a snapshot stays inactive until needed (a
-		// thin one has the activation-skip flag): deactivate it again,
-		// copied or not, so that its device is not left open to writes.
+		// Deactivate again, copied or not, so the device is not left open to writes.
 		defer p.deactivateAfterCopy(ctx, read)
 	}
 	if err := SnapshotUsable(read); err != nil {
@@ -93,10 +83,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 		copied = n
 	})
 	p.cfg.Metrics.ObserveStep(phase, metrics.StepCopy, class.Name, time.Since(t), err)
-	// A copy-on-write source that ran out of space during the copy (or
-	// before it: the view the source was found in may be older) was read
-	// half old, half lost, or not at all. The copy is then not used, and
-	// stays unfinished.
+	// A copy-on-write source that overflowed was read half lost: keep unfinished.
 	unusable, aerr := p.sourceSpent(ctx, read)
 	if aerr == nil && unusable != nil {
 		return nil, errorf(ErrRefused, "source %s ran out of its snapshot space; the copy into %s is not used: %v", src.id, dst.Name, unusable)
@@ -107,9 +94,8 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	if aerr != nil {
 		return nil, wrap(aerr, "reading the copy's source "+from.VolumeGroup+"/"+from.Name+" after the copy")
 	}
-	// The copy is synced: it is whole whatever happens next. The tag goes
-	// first, the temporary snapshot after (one left by a crash is removed
-	// by the retry or by DeleteVolume).
+	// Synced: whole. The tag goes first; a crash leaves the temporary snapshot
+	// to the retry or DeleteVolume.
 	done, err := p.copied(ctx, write)
 	if err != nil {
 		return nil, err
@@ -118,10 +104,7 @@ func (p *Provisioner) copyInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	return done, nil
 }
 
-// sourceSpent tells, after a copy from lv, whether lv ran out of its
-// copy-on-write space (unusable says how), or err when that cannot be
-// read. Only a copy-on-write snapshot can; its state comes from the
-// kernel (no lvm command), or from LVM when the kernel's cannot be read.
+// sourceSpent tells whether copy-on-write snapshot lv overflowed.
 func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (unusable, err error) {
 	if lv.Attr.Type != lvm.TypeSnapshot {
 		return nil, nil
@@ -145,10 +128,7 @@ func (p *Provisioner) sourceSpent(ctx context.Context, lv *lvm.LogicalVolume) (u
 	return SnapshotUsable(after), nil
 }
 
-// copyDevice returns an LV of a copy with its device node: an active LV
-// has one, so the common case asks LVM nothing; an LV without one (after
-// a reboot, or a snapshot made with the activation-skip flag) is
-// activated, and activated says so.
+// copyDevice activates lv when it has no device node; activated says so.
 func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, what string) (got *lvm.LogicalVolume, activated bool, err error) {
 	if p.cfg.IsDeviceNode(p.devicePath(lv)) {
 		return lv, false, nil
@@ -160,9 +140,7 @@ func (p *Provisioner) copyDevice(ctx context.Context, lv *lvm.LogicalVolume, wha
 	return got, true, nil
 }
 
-// deactivateAfterCopy deactivates a source that copyDevice activated; a
-// failure (another copy reading it now, say) is logged, not returned: the
-// copy is whole either way.
+// deactivateAfterCopy logs a failure: the copy is whole either way.
 func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVolume) {
 	if err := p.cfg.LVM.DeactivateLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
 		klog.FromContext(ctx).Error(err, "Deactivating a snapshot activated for a copy failed; it stays active", "lv", lv.VolumeGroup+"/"+lv.Name)
@@ -173,12 +151,9 @@ func (p *Provisioner) deactivateAfterCopy(ctx context.Context, lv *lvm.LogicalVo
 	p.cfg.View.Created(inactive)
 }
 
-// copySource makes (again, if a crashed try left one) the temporary
-// snapshot of a clone's source volume.
 func (p *Provisioner) copySource(ctx context.Context, target string, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (lvm.LogicalVolume, error) {
 	name := volume.CopySourceLVNameFor(target)
-	// A snapshot left by an earlier try is of an older moment: make it
-	// anew, so that the clone is of the source as it is now.
+	// An earlier try's snapshot is older: clone the source as it is now.
 	p.removeCopySource(ctx, src.VolumeGroup, name)
 	req := lvm.SnapshotRequest{VolumeGroup: src.VolumeGroup, Origin: src.Name, Name: name, Tags: volume.CopySourceTags(target, class.Name), OriginLV: src}
 	srcClass := class
@@ -187,10 +162,7 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *devi
 			srcClass = d
 		}
 	}
-	// It takes room as any snapshot does (its copy-on-write space from the
-	// volume group, or a thin LV's virtual size in the pool): checked and
-	// made under the room lock, so that it never eats the spare that a
-	// concurrent create or expansion counted on.
+	// Under the room lock, so it never eats the spare others counted on.
 	unlockRoom, err := p.cfg.View.LockRoom(ctx, src.VolumeGroup)
 	if err != nil {
 		return lvm.LogicalVolume{}, wrap(err, "the temporary snapshot of "+src.Name)
@@ -201,11 +173,8 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *devi
 		if err := p.snapshotRoom(srcClass, src, &req); err != nil {
 			return lvm.LogicalVolume{}, err
 		}
-		// Not a snapshot a restore reads: no size tag.
 		req.Tags = volume.CopySourceTags(target, class.Name)
 	case src.Attr.Type != lvm.TypeThin:
-		// A source whose class is gone or changed: size the space by
-		// the class asked, as before.
 		room, err := p.cfg.View.Capacity(srcClass)
 		if err != nil {
 			return lvm.LogicalVolume{}, wrap(err, "room for the temporary snapshot of "+src.Name)
@@ -224,8 +193,7 @@ func (p *Provisioner) copySource(ctx context.Context, target string, class *devi
 	return *lv, nil
 }
 
-// removeCopySource removes a temporary snapshot if it is there; a failure
-// is logged, not returned: the copy it served is whole.
+// removeCopySource logs a failure: the copy it served is whole.
 func (p *Provisioner) removeCopySource(ctx context.Context, vg, name string) {
 	lv, ok := p.cfg.View.LV(vg, name)
 	if !ok {

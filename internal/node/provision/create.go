@@ -20,27 +20,17 @@ import (
 // Request is one volume to make, checked by the caller.
 type Request struct {
 	// Name is the volume's name; the LV name derives from it.
-	Name string
-	// Class is the device class to make it in.
-	Class *deviceclass.DeviceClass
-	// FSType is the filesystem it will hold ("" for a raw-block volume).
+	Name   string
+	Class  *deviceclass.DeviceClass
 	FSType string
-	// Range is the asked capacity range.
-	Range Range
-	// Params are the request's parameters; the claim's are recorded in
-	// the LV's tags.
+	Range  Range
+	// Params are the request's parameters; the claim's go into the LV's tags.
 	Params map[string]string
-	// Source is the content source (nil for an empty volume).
 	Source *Source
-	// SourceTags are the tags that record Source on the volume (the ones
-	// a repeat must find on the LV made before).
+	// SourceTags record Source; a repeat must find them on the existing LV.
 	SourceTags []string
-	// Block is true when the volume is used as a raw block device (some
-	// capability asks for block access).
-	Block bool
-	// IOLimits are the volume's starting IO limits, recorded in its tags.
-	IOLimits volume.IOLimits
-	// Encryption is set for an encrypted volume (a LUKS2 device).
+	Block      bool
+	IOLimits   volume.IOLimits
 	Encryption *Encryption
 }
 
@@ -70,18 +60,16 @@ type createCall struct {
 	lvName string
 	method erase.Method
 	phase  string
-	// src is the resolved content source (nil without one, or when it
-	// could not be resolved: srcErr says why).
+	// src is the resolved content source; srcErr says why it is nil.
 	src    *contentSource
 	srcErr error
-	// fresh is set when this call made the LV a copy goes into (lvcreate
-	// answered): nothing was ever written to it.
+	// fresh: this call made the copy's LV, so nothing was ever written to it.
 	fresh bool
 }
 
 // Create returns the LV of a volume, ready to hand out. It is idempotent:
-// the LV name derives from the request name, and the LV's tags carry the
-// name and class, so a retry (also after a restart) finds the LV it made.
+// the LV name derives from the request name and its tags carry name and
+// class, so a retry (also after a restart) finds the LV it made.
 func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolume, error) {
 	lvName := volume.LVNameFor(r.Name)
 	unlock, err := p.Lock(lvName, "volume "+r.Name)
@@ -94,16 +82,14 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 		if p.cfg.LUKS == nil {
 			return nil, errorf(ErrElsewhere, "volume %q: %s is %q and node %s has no cryptsetup", r.Name, volume.ParamEncryption, volume.EncryptionLUKS2, p.cfg.NodeName)
 		}
-		// Through dm-crypt the previous tenant's bytes read as noise,
-		// never as their plaintext: nothing to zero.
+		// Through dm-crypt the previous tenant's bytes read as noise: no zeroing.
 		c.method = erase.None
 	}
 	lv, made, err := p.provision(ctx, &c)
 	if err != nil {
 		return nil, err
 	}
-	// Outside the room lock: copying or zeroing a large volume must not
-	// hold up the other creates of the volume group.
+	// Outside the room lock: copying or zeroing must not hold up other creates.
 	if volume.CopyPending(lv.Tags) {
 		if c.src == nil {
 			return nil, errorf(ErrRefused, "volume %q: LV %s is still to be copied from its source, which cannot be read now: %v", r.Name, lv.Name, c.srcErr)
@@ -126,10 +112,8 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 			return nil, err
 		}
 	} else if r.Source != nil && c.src != nil && c.src.remote != nil {
-		// A source on another node was not seen before the copy: a plain
-		// volume must not hand out another node's ciphertext as data.
+		// A plain volume must not hand out another node's ciphertext as data.
 		if has, err := p.cfg.HasLUKSHeader(p.devicePath(lv)); err == nil && has {
-			// Never handed out: removed, so that no orphan is left.
 			if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil {
 				klog.FromContext(ctx).Error(err, "Removing the copy of an encrypted source made for a plain volume")
 			} else {
@@ -141,21 +125,16 @@ func (p *Provisioner) Create(ctx context.Context, r *Request) (*lvm.LogicalVolum
 	return lv, nil
 }
 
-// provision returns the LV of a Create: the one made before when it is a
-// repeat, else a new one made by lvcreate (made is then true). Either may
-// still be unfinished (finish makes it ready).
+// provision returns the LV made before, else a new one (made).
 func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.LogicalVolume, made bool, err error) {
-	// The room check and lvcreate run under the volume group's room lock,
-	// shared with NodeExpandVolume: two volumes (or a volume and a growth)
-	// that each fit alone must not both pass the check and together eat
-	// into the spare.
+	// Under the room lock shared with NodeExpandVolume: two requests that each
+	// fit alone must not both pass the check and together eat into the spare.
 	unlockRoom, err := p.cfg.View.LockRoom(ctx, c.Class.VolumeGroup)
 	if err != nil {
 		return nil, false, wrap(err, "volume "+c.Name)
 	}
 	defer func() {
 		if err != nil && ctx.Err() != nil {
-			// The caller gave up, maybe under a running lvcreate.
 			p.releaseRoomWhenSettled(ctx, c.Class.VolumeGroup, unlockRoom)
 			return
 		}
@@ -174,8 +153,7 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	if err != nil {
 		return nil, false, err
 	}
-	// Before anything is made: a restore or clone's encryption must be
-	// its source's.
+	// A restore or clone's encryption must be its source's.
 	if err := checkSourceEncryption(c.Request, c.src); err != nil {
 		return nil, false, err
 	}
@@ -197,14 +175,10 @@ func (p *Provisioner) provision(ctx context.Context, c *createCall) (lv *lvm.Log
 	return p.create(ctx, c, size)
 }
 
-// releaseRoomWhenSettled releases the room lock of vg (unlock) once no
-// mutation of vg runs any more, and the view has been re-read. An lvm
-// command whose caller gave up goes on in the background (it is never
-// killed half-way) and keeps the volume group's LVM lock, but the room it
-// takes is in neither the view nor any room check: released at once, the
-// next create's check would pass on the old free space and, once that
-// lvcreate ends, eat into the spare. An LVM without Settler is released
-// at once.
+// releaseRoomWhenSettled releases vg's room lock once no mutation of vg runs
+// and the view is re-read. An lvm command whose caller gave up goes on (it
+// is never killed half-way) and its room is in no view yet: released at
+// once, the next create's check would pass on the old free space.
 func (p *Provisioner) releaseRoomWhenSettled(ctx context.Context, vg string, unlock func()) {
 	s, ok := p.cfg.LVM.(Settler)
 	if !ok {
@@ -215,8 +189,7 @@ func (p *Provisioner) releaseRoomWhenSettled(ctx context.Context, vg string, unl
 	bg := context.WithoutCancel(ctx)
 	go func() {
 		defer unlock()
-		// No deadline: the command is bounded by lvm's own timeout, and
-		// while it runs no mutation of vg can start anyway.
+		// No deadline: lvm's own timeout bounds the command.
 		if err := s.Settle(bg, vg); err != nil {
 			log.Error(err, "Waiting for the lvm commands of a volume group", "vg", vg)
 		}
@@ -230,14 +203,11 @@ func (p *Provisioner) releaseRoomWhenSettled(ctx context.Context, vg string, unl
 
 const settledRefreshTimeout = time.Minute
 
-// existingWhileUnavailable answers while c's class is unavailable (why):
-// a retry for a volume made before the class became unavailable (a PV
-// lost since, say) still gets its volume; nothing new is made.
+// existingWhileUnavailable still answers a retry for a volume made before.
 func (p *Provisioner) existingWhileUnavailable(ctx context.Context, c *createCall, why error) (*lvm.LogicalVolume, error) {
 	lv, ok := p.cfg.View.FindLV(c.lvName)
 	if !ok {
-		// Not a fault of the request: the scheduler should pick another
-		// node, as GetCapacity reports 0 for the class here.
+		// The scheduler should pick another node; GetCapacity reports 0 here.
 		return nil, errorf(ErrNoRoom, "node %s cannot make volumes of device class %s now: %v", p.cfg.NodeName, c.Class.Name, why)
 	}
 	if err := p.compatible(&lv, c.Request); err != nil {
@@ -254,13 +224,10 @@ func (p *Provisioner) existingWhileUnavailable(ctx context.Context, c *createCal
 	return &lv, nil
 }
 
-// sizeFor is the size of c's volume, and resolves its source (c.src, or
-// c.srcErr: a source that cannot be read is an error only for a volume
-// still to be made).
+// sizeFor also resolves c's source; an unreadable one matters only for a
+// volume still to be made.
 func (p *Provisioner) sizeFor(ctx context.Context, c *createCall, extent uint64) (uint64, error) {
-	// LVM rounds a striped LV to whole extents per stripe: size it the
-	// same way here, so that limit_bytes and the room check see what
-	// lvcreate will make.
+	// Round as lvcreate does (extents per stripe) for limit_bytes and room.
 	unit := extent
 	if !c.Class.Thin() {
 		unit = c.Class.LVCreateOptions.SizeUnit(extent)
@@ -277,24 +244,19 @@ func (p *Provisioner) sizeFor(ctx context.Context, c *createCall, extent uint64)
 	return size, nil
 }
 
-// lookupExisting answers a repeat from the LV made before, when done; it
-// removes a half-made one (and re-reads the room) so that it is made again.
+// lookupExisting answers a repeat; a half-made LV is removed to be remade.
 func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size uint64, room *vgview.Capacity) (lv *lvm.LogicalVolume, done bool, err error) {
 	found, ok := p.cfg.View.FindLV(c.lvName)
 	if ok && c.srcErr == nil && volume.CopyPending(found.Tags) && c.src.copiesIntoThin(c.Class) {
-		// A copy into a thin LV skips the source's zeros, which only a
-		// new LV reads as zeros: make it anew.
+		// Only a new thin LV reads the skipped zeros as zeros.
 		return nil, false, p.removeUnfinishedCopy(ctx, &found, c, room)
 	}
 	if ok && (c.srcErr == nil && volume.CopyPending(found.Tags) || c.src != nil && c.src.thinInto(c.Class)) {
-		// A copy left unfinished is redone by the caller; a thin volume
-		// made from a smaller source is grown if a crash came between.
+		// The caller redoes an unfinished copy; a crash may have left it ungrown.
 		lv, err := p.existingFromSource(ctx, &found, c, size)
 		return lv, true, err
 	}
 	if c.srcErr != nil && !ok {
-		// A volume made from a source stays made when the source is
-		// deleted afterwards; only one still to be made needs it.
 		return nil, true, c.srcErr
 	}
 	if !ok {
@@ -324,10 +286,9 @@ func (p *Provisioner) lookupExisting(ctx context.Context, c *createCall, size ui
 	return nil, false, nil
 }
 
-// checkRoom checks that class has room for size bytes and one more LV in
-// its metadata. The view can be stale: space freed outside carve shows
-// only at the next periodic refresh, and a refusal makes Kubernetes move
-// the pod to another node, so LVM is read once before refusing.
+// checkRoom checks class's room for size bytes and one LV of metadata. The
+// view can be stale and a refusal moves the pod elsewhere, so LVM is read
+// once before refusing.
 func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceClass, size uint64, room *vgview.Capacity) error {
 	if size > room.Available || room.MetadataFull {
 		var err error
@@ -349,10 +310,9 @@ func (p *Provisioner) checkRoom(ctx context.Context, class *deviceclass.DeviceCl
 	return nil
 }
 
-// create makes c's LV of size bytes with lvcreate. A thick LV is marked
-// first: lvcreate commits a thick LV before it wipes and zeroes it, and
-// the mark, made durable first, stays until finish, so that an LV left by
-// a crash in between is never taken for a finished one.
+// create makes c's LV with lvcreate. A thick LV is marked first, durably:
+// lvcreate commits it before wiping and zeroing, so an LV left by a crash
+// in between is never taken for finished.
 func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (lv *lvm.LogicalVolume, made bool, err error) {
 	class := c.Class
 	creq := lvm.CreateRequest{VolumeGroup: class.VolumeGroup, Name: c.lvName, Size: size,
@@ -366,7 +326,6 @@ func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (l
 			err = p.cfg.Marks.Mark(class.VolumeGroup, c.lvName)
 		}
 		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-			// The node's disk, not the volume group: another node may do.
 			return nil, false, errorf(ErrNoRoom, "volume %q: the disk of this node's carve state directory (--state-dir) is full, so carve cannot mark the volume it would make: %v", c.Name, err)
 		}
 		if err != nil {
@@ -381,13 +340,10 @@ func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (l
 		return lv, false, err
 	}
 	if errors.Is(err, lvm.ErrInsufficientSpace) {
-		// lvcreate committed nothing: the mark would only be left over.
 		if cerr := p.cfg.Marks.Clear(class.VolumeGroup, c.lvName); cerr != nil {
 			klog.FromContext(ctx).Error(cerr, "Clearing the mark of a volume LVM had no room for")
 		}
-		// LVM had less room than the view: something outside carve took
-		// space. Re-read now so that the capacity published next (the
-		// provisioner asks again right after this error) is true.
+		// Something outside carve took space: re-read for true capacity.
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Refreshing the volume-group view after an out-of-space lvcreate failed")
 		}
@@ -400,10 +356,8 @@ func (p *Provisioner) create(ctx context.Context, c *createCall, size uint64) (l
 	return lv, true, nil
 }
 
-// existingAfterCreate answers when lvcreate found c's LV there: the view
-// missed it (made outside carve's view, or it was stale), so LVM is asked
-// and the call is a repeat. marked says the mark was there before this
-// call.
+// existingAfterCreate answers when lvcreate found c's LV the view missed;
+// marked: the mark predates this call.
 func (p *Provisioner) existingAfterCreate(ctx context.Context, c *createCall, marked bool) (*lvm.LogicalVolume, error) {
 	class := c.Class
 	existing, err := p.cfg.LVM.GetLV(ctx, class.VolumeGroup, c.lvName)
@@ -414,9 +368,7 @@ func (p *Provisioner) existingAfterCreate(ctx context.Context, c *createCall, ma
 		return nil, err
 	}
 	if !class.Thin() && !marked {
-		// The mark is this call's own, and the LV is not the one it was
-		// made for: an LV made before (and finished) that the view
-		// missed.
+		// This call's mark, on an LV finished before that the view missed.
 		if err := p.cfg.Marks.Clear(class.VolumeGroup, c.lvName); err != nil {
 			return nil, errorf(ErrInternal, "volume %q: %v", c.Name, err)
 		}
@@ -429,8 +381,7 @@ func (p *Provisioner) existingAfterCreate(ctx context.Context, c *createCall, ma
 		}
 		return existing, nil
 	}
-	// Made by a run that crashed before finishing it; the next retry
-	// finds it in the view and makes it again.
+	// Left by a crashed run; the next retry makes it again.
 	redone, err := p.redo(ctx, existing)
 	if err != nil {
 		return nil, err
@@ -442,8 +393,7 @@ func (p *Provisioner) existingAfterCreate(ctx context.Context, c *createCall, ma
 		c.Name, volume.VolumeID(existing.VolumeGroup, existing.Name))
 }
 
-// askedTags are the tags of a volume of size bytes made for r: the asked
-// size, when carve makes more (volume.AskedTag).
+// askedTags record the asked size when carve makes more.
 func askedTags(r Range, size uint64) []string {
 	if asked := r.Required; asked > 0 && uint64(asked) < size {
 		return []string{volume.AskedTag(uint64(asked), size)}
@@ -451,10 +401,9 @@ func askedTags(r Range, size uint64) []string {
 	return nil
 }
 
-// mustRedo tells whether an existing LV was left half-made by a crash and
-// must be made again: it is still unfinished, nothing is finishing it now,
-// and it will not be zeroed (zeroing covers what lvcreate's wipe would have
-// done, so finish completes such an LV instead).
+// mustRedo tells whether a crash left lv half-made and it must be made again:
+// unfinished, nothing finishing it now, and not to be zeroed (zeroing covers
+// lvcreate's wipe, so finish completes such an LV instead).
 func (p *Provisioner) mustRedo(lv *lvm.LogicalVolume, method erase.Method) (bool, error) {
 	if method != erase.None || p.finishing.Running(lv.Name) {
 		return false, nil
@@ -462,8 +411,6 @@ func (p *Provisioner) mustRedo(lv *lvm.LogicalVolume, method erase.Method) (bool
 	return p.unfinished(lv)
 }
 
-// unfinished tells whether an LV has not been made ready yet: it has a mark
-// (marks.Marks).
 func (p *Provisioner) unfinished(lv *lvm.LogicalVolume) (bool, error) {
 	marked, err := p.cfg.Marks.Has(lv.VolumeGroup, lv.Name)
 	if err != nil {
@@ -472,14 +419,11 @@ func (p *Provisioner) unfinished(lv *lvm.LogicalVolume) (bool, error) {
 	return marked, nil
 }
 
-// redo removes a half-made LV, which was never handed out, so that it is
-// made again with lvcreate's wipe and zeroing. ok is false when LVM shows
-// the LV finished after all (the view was older): then it is kept, and the
-// caller returns lv as it is.
+// redo removes a half-made LV, never handed out, to be made again; not ok
+// when LVM shows it finished after all.
 func (p *Provisioner) redo(ctx context.Context, lv *lvm.LogicalVolume) (ok bool, err error) {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
-	// LVM, not the view, decides: removing a volume that was handed out
-	// would lose its data.
+	// LVM decides, not the view: removing a handed-out volume loses data.
 	cur, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
 	switch {
 	case errors.Is(err, lvm.ErrNotFound):
@@ -503,8 +447,7 @@ func (p *Provisioner) redo(ctx context.Context, lv *lvm.LogicalVolume) (ok bool,
 	return true, nil
 }
 
-// compatible checks that an existing LV is the volume r asks for again:
-// its name, class and source, and a size within the capacity range.
+// compatible checks a repeat: name, class, source and size in range.
 func (p *Provisioner) compatible(lv *lvm.LogicalVolume, r *Request) error {
 	if err := sameVolume(lv, r); err != nil {
 		return err
@@ -515,8 +458,6 @@ func (p *Provisioner) compatible(lv *lvm.LogicalVolume, r *Request) error {
 	return nil
 }
 
-// sameVolume checks the name, class and source of an existing LV against
-// a repeated request.
 func sameVolume(lv *lvm.LogicalVolume, r *Request) error {
 	id := volume.VolumeID(lv.VolumeGroup, lv.Name)
 	if !volume.HasVolumeName(lv.Tags, r.Name) {

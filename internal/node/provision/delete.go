@@ -15,11 +15,10 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Delete removes the volume LV vg/lvName (id names it in messages); one gone,
-// or in a volume group not of this node, is deleted already. An LV without
-// carve's owner tag, a thick origin of any LV, or an open one is ErrRefused.
-// While a class's volume group is missing the LV cannot be seen, so the
-// answer is ErrUnavailable: a volume that comes back with the disk is never
+// Delete removes the volume LV vg/lvName; one gone, or not in this node's
+// volume groups, is deleted already. Not carve's, a thick origin, or open is
+// ErrRefused. While the volume group is missing the answer is
+// ErrUnavailable, so a volume that comes back with the disk is never
 // dropped. The removal is flushed to the disks before Delete returns.
 func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class string, err error) {
 	unlock, err := p.Lock(lvName, "volume "+id)
@@ -33,7 +32,6 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	lv, found, err := p.lvToDelete(ctx, vg, lvName, id)
 	if err != nil || !found {
 		if err == nil {
-			// Gone already, maybe by a call whose flush failed.
 			if err = p.flushRemoval(ctx, vg, id); err == nil {
 				p.clearMark(ctx, vg, lvName)
 			}
@@ -45,9 +43,7 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	}
 	class, _ = volume.ClassFromTags(lv.Tags)
 	if lv.Attr.Type != lvm.TypeThin {
-		// lvremove takes a thick origin's copy-on-write snapshots with
-		// it; a thin volume's snapshots are volumes of the pool and
-		// outlive it.
+		// lvremove would take a thick origin's snapshots with it.
 		if snaps := p.snapshotsOf(vg, lvName); len(snaps) > 0 {
 			return class, errorf(ErrRefused, "volume %s has snapshots %s; delete them first (a thick volume's snapshots cannot outlive it)", id, strings.Join(snaps, ", "))
 		}
@@ -89,10 +85,9 @@ func (p *Provisioner) Delete(ctx context.Context, vg, lvName, id string) (class 
 	return class, nil
 }
 
-// flushRemoval makes the removal of id, an LV of vg, durable before the call
-// answers: lvm2 leaves the metadata change in the disks' write caches, and a
-// volume a power cut brings back is one the cluster believes gone. A failed
-// flush fails the call, whose retry finds the LV gone and flushes again.
+// flushRemoval flushes the disks' write caches: a volume a power cut brings
+// back is one the cluster believes gone. The retry of a failed flush finds
+// the LV gone and flushes again.
 func (p *Provisioner) flushRemoval(ctx context.Context, vg, id string) error {
 	if err := erase.FlushAll(ctx, p.cfg.Eraser, p.cfg.View.PhysicalVolumes(vg)); err != nil {
 		return fmt.Errorf("making the removal of %s durable: %w", id, err)
@@ -100,9 +95,7 @@ func (p *Provisioner) flushRemoval(ctx context.Context, vg, id string) error {
 	return nil
 }
 
-// notFinishing is ErrBusy while a CreateVolume's erasure of lvName goes on
-// after its call gave up: that work ends by putting the LV back in the view.
-// The caller holds the volume's lock, so none can start meanwhile.
+// notFinishing is ErrBusy while a given-up CreateVolume still erases lvName.
 func (p *Provisioner) notFinishing(lvName, id string) error {
 	if p.finishing.Running(lvName) {
 		return errorf(ErrBusy, "volume %s is still being prepared (a CreateVolume's erasure goes on); retry once it ends", id)
@@ -110,9 +103,7 @@ func (p *Provisioner) notFinishing(lvName, id string) error {
 	return nil
 }
 
-// DeleteSnapshot removes the snapshot LV vg/lvName of this node (id is its
-// snapshot ID). A snapshot that is gone is deleted already; an LV that is
-// not a carve snapshot is ErrRefused, as is one a copy reads from now.
+// DeleteSnapshot removes snapshot LV vg/lvName; ErrRefused while copied.
 func (p *Provisioner) DeleteSnapshot(ctx context.Context, vg, lvName, id string) (class string, err error) {
 	unlock, err := p.Lock(lvName, "snapshot "+id)
 	if err != nil {
@@ -157,10 +148,9 @@ func classLabel(class string) string {
 	return class
 }
 
-// lvToDelete finds the LV a delete names: in the view, else from LVM.
-// found is false when the LV is gone or its VG is not one of this node's
-// (the delete is then done); a configured VG that is missing is an error,
-// so that a delete is never reported done for a volume carve could not see.
+// lvToDelete finds the LV in the view, else LVM; found is false when it is
+// gone or not this node's. A missing configured VG is an error, so a delete
+// is never reported done for a volume carve could not see.
 func (p *Provisioner) lvToDelete(ctx context.Context, vg, lvName, id string) (lv lvm.LogicalVolume, found bool, err error) {
 	if lv, ok := p.cfg.View.LV(vg, lvName); ok {
 		return lv, true, nil
@@ -177,23 +167,18 @@ func (p *Provisioner) lvToDelete(ctx context.Context, vg, lvName, id string) (lv
 	return *got, true, nil
 }
 
-// vgMissing is a delete's answer while the volume group is missing.
 func vgMissing(id, vg string, err error) error {
 	return errorf(ErrUnavailable, "volume %s: volume group %s is missing on this node, so whether its LV is gone cannot be known; "+
 		"the deletion waits until the volume group is back (or is removed from the device-class file): %v", id, vg, err)
 }
 
-// clearMark drops the marks of a removed LV: the one of a create that
-// never finished, and the one of a stage whose mkfs never ended. One left
-// over is harmless: Create of the same name clears them too.
+// clearMark drops a removed LV's marks; a leftover is harmless.
 func (p *Provisioner) clearMark(ctx context.Context, vg, lv string) {
 	if err := errors.Join(p.cfg.Marks.Clear(vg, lv), p.clearFormatting(vg, lv)); err != nil {
 		klog.FromContext(ctx).Error(err, "Clearing the marks of a removed LV", "vg", vg, "lv", lv)
 	}
 }
 
-// clearFormatting takes off the formatting mark of vg/lv (Config's
-// Formatting), if any.
 func (p *Provisioner) clearFormatting(vg, lv string) error {
 	if p.cfg.Formatting == nil {
 		return nil
@@ -201,10 +186,9 @@ func (p *Provisioner) clearFormatting(vg, lv string) error {
 	return p.cfg.Formatting.Clear(vg, lv)
 }
 
-// dependentsOf names the LVs (vg/lv) whose origin is vg/name, read from
-// LVM: lvremove --yes removes a thick origin's copy-on-write snapshots
-// with it, carve's or another tool's, and the view holds no snapshot
-// another tool made since its last refresh.
+// dependentsOf names the LVs whose origin is vg/name, from LVM: lvremove
+// --yes takes a thick origin's snapshots with it, also another tool's that
+// the view has not seen yet.
 func (p *Provisioner) dependentsOf(ctx context.Context, vg, name string) ([]string, error) {
 	r, err := p.cfg.LVM.Report(ctx, vg)
 	if err != nil {
@@ -219,7 +203,6 @@ func (p *Provisioner) dependentsOf(ctx context.Context, vg, name string) ([]stri
 	return deps, nil
 }
 
-// snapshotsOf names the snapshots (their IDs) of the volume LV vg/name.
 func (p *Provisioner) snapshotsOf(vg, name string) []string {
 	var ids []string
 	for _, lv := range p.cfg.View.Snapshots() {

@@ -19,21 +19,15 @@ import (
 
 // Encryption is an encrypted volume's part of a Request.
 type Encryption struct {
-	// Key is the new volume's key (from carve controller, which keeps it
-	// wrapped); nil for a restore or clone, whose header and key come
-	// with its source's data.
+	// Key is nil for a restore or clone: the header comes with the data.
 	Key []byte
-	// Token is what the header keeps: the key ID and the wrapped key.
-	// Create fills it in from the header of a restore or clone.
+	// Token is the header's key ID and wrapped key.
 	Token luks.Token
 }
 
-// luksMagic starts every LUKS header (LUKS1 and LUKS2).
 var luksMagic = []byte{'L', 'U', 'K', 'S', 0xba, 0xbe}
 
-// HasLUKSHeader tells whether the device at path starts with a LUKS
-// header. It reads six bytes in-process, so that a node without
-// cryptsetup can still tell an encrypted volume from a plain one.
+// HasLUKSHeader reads the magic in-process: no cryptsetup needed.
 func HasLUKSHeader(path string) (bool, error) {
 	f, err := os.Open(path) //nolint:gosec // G304: a device path carve derives from its own volume IDs
 	if err != nil {
@@ -47,7 +41,6 @@ func HasLUKSHeader(path string) (bool, error) {
 	return string(b) == string(luksMagic), nil
 }
 
-// encryptionTags are the tags of r's LV beyond the volume's own.
 func encryptionTags(r *Request) []string {
 	if r.Encryption == nil {
 		return nil
@@ -55,10 +48,7 @@ func encryptionTags(r *Request) []string {
 	return []string{volume.TagEncrypted}
 }
 
-// checkSourceEncryption refuses a restore or clone whose source's
-// encryption is not the request's (read from the source LV's tags when it
-// is on this node): its data would be ciphertext in a plain volume, or a
-// plain filesystem in a volume marked encrypted.
+// checkSourceEncryption refuses a restore or clone of other encryption.
 func checkSourceEncryption(r *Request, src *contentSource) error {
 	if src == nil || src.remote != nil {
 		return nil
@@ -78,11 +68,9 @@ func encryptionMismatch(r *Request, source string, sourceEncrypted bool) error {
 		volume.ParamEncryption, volume.EncryptionLUKS2, source, r.Name)
 }
 
-// ensureLUKS makes lv's device an encrypted volume's, under the volume's
-// lock: a new volume gets its LUKS2 header and token (again, when a crash
+// ensureLUKS gives a new volume its LUKS2 header and token (again if a crash
 // left a header without its token: such a volume was never handed out);
-// one found with both (a repeat) is kept; a restore or clone must hold
-// its source's header, whose token it reports in r.Encryption.
+// one with both is kept; a restore or clone must hold its source's header.
 func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *Request, phase string) error {
 	dev := p.devicePath(lv)
 	has, err := p.cfg.HasLUKSHeader(dev)
@@ -120,8 +108,7 @@ func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *
 	if err != nil {
 		return wrap(err, "writing the LUKS2 header of "+dev)
 	}
-	// The header is the volume's only way to its data: on the media
-	// before CreateVolume answers (architecture.md, "Durability").
+	// The header is the only way to the data: durable before answering.
 	if _, err := p.cfg.Eraser.Erase(ctx, dev, erase.Flush); err != nil {
 		return errorf(ErrInternal, "volume %q: flushing its LUKS2 header to the disk: %v", r.Name, err)
 	}
@@ -129,10 +116,7 @@ func (p *Provisioner) ensureLUKS(ctx context.Context, lv *lvm.LogicalVolume, r *
 	return nil
 }
 
-// cryptoErase destroys the keyslots of an encrypted volume's header
-// before its LV is removed: its data is unreadable from then on, whoever
-// holds its key, so no zeroing pass is needed. An LV whose header is not
-// there (a create cut short) has nothing to erase.
+// cryptoErase destroys the keyslots: the data is unreadable, no zeroing.
 func (p *Provisioner) cryptoErase(ctx context.Context, lv *lvm.LogicalVolume, id, class string) error {
 	if p.cfg.LUKS == nil {
 		return errorf(ErrUnavailable, "volume %s is encrypted and this node runs without cryptsetup; it cannot be crypto-erased here", id)

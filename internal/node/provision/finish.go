@@ -16,12 +16,9 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// EraseMethodFor is how a new volume of class is erased before it is
-// handed out (block: it is used as a raw block device). Only raw-block
-// volumes of thick classes are: a filesystem never returns blocks it did
-// not write through its files, and a thin volume reads zeros where it was
-// never written when its pool zeroes new blocks (see the pool check at
-// start-up).
+// EraseMethodFor is how a new volume of class is erased before it is handed
+// out. Only raw-block thick volumes are: a filesystem never returns blocks
+// it did not write, and a thin volume in a zeroing pool reads zeros.
 func EraseMethodFor(class *deviceclass.DeviceClass, block bool) erase.Method {
 	if class.Thin() || !block {
 		return erase.None
@@ -29,22 +26,16 @@ func EraseMethodFor(class *deviceclass.DeviceClass, block bool) erase.Method {
 	return class.EraseMethod()
 }
 
-// clearsSignatures tells whether a new volume gets its signature regions
-// zeroed (see finish): a thick filesystem volume made empty. A raw-block
-// volume is never staged with a signature check, a thin one reads zeros
-// where it was never written, and a restored or cloned one holds its
-// source's data.
+// clearsSignatures: a thick, empty filesystem volume.
 func clearsSignatures(r *Request) bool {
 	return !r.Class.Thin() && r.Source == nil && !r.Block && r.Encryption == nil
 }
 
-// finish makes a new LV ready to hand out: it zeroes it when method asks,
-// then clears its mark (made: this call's lvcreate made it, so LVM need not
-// be asked). The work runs detached from ctx, so that a CreateVolume whose
-// deadline passes does not throw away an erasure half done: that call gets
-// ErrBusy and the retry waits for the same work. clearSignatures zeroes the
-// signature regions of a new empty thick filesystem volume, so that NodeStage
-// skips blkid; a device it cannot zero is left for blkid to read.
+// finish zeroes a new LV when method asks, then clears its mark. The work
+// runs detached from ctx, so a CreateVolume past its deadline does not throw
+// away an erasure half done: that call gets ErrBusy and the retry waits for
+// the same work. clearSignatures zeroes the signature regions of a new
+// empty thick filesystem volume, so that NodeStage skips blkid.
 func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	if half, err := p.unfinished(lv); err != nil || !half {
 		return lv, err
@@ -67,10 +58,7 @@ func (p *Provisioner) finish(ctx context.Context, lv *lvm.LogicalVolume, made bo
 func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made bool, class *deviceclass.DeviceClass, method erase.Method, clearSignatures bool) (*lvm.LogicalVolume, error) {
 	log := klog.FromContext(ctx).WithValues("lv", lv.Name, "vg", lv.VolumeGroup)
 	if !made {
-		// LVM and the marks, not the view, say whether the LV is still
-		// unfinished: a view read before an earlier finishing ended still
-		// shows the old tag, and zeroing a volume already handed out would
-		// destroy its data.
+		// LVM and the marks decide: zeroing a handed-out volume destroys data.
 		cur, err := p.cfg.LVM.GetLV(ctx, lv.VolumeGroup, lv.Name)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s/%s before finishing it: %w", lv.VolumeGroup, lv.Name, err)
@@ -92,8 +80,6 @@ func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made 
 		start := time.Now()
 		n, err := p.cfg.Eraser.Erase(ctx, lv.Path, method)
 		if errors.Is(err, fs.ErrNotExist) {
-			// No device node: the LV is inactive (lvm.conf's activation
-			// settings, or a reboot since lvcreate).
 			var act *lvm.LogicalVolume
 			if act, err = p.cfg.LVM.ActivateLV(ctx, lv.VolumeGroup, lv.Name); err == nil {
 				n, err = p.cfg.Eraser.Erase(ctx, act.Path, method)
@@ -118,9 +104,7 @@ func (p *Provisioner) finishLV(ctx context.Context, lv *lvm.LogicalVolume, made 
 		}
 	}
 	if !flushed {
-		// lvm2 leaves the LV's metadata in the disk's write cache: flush
-		// it, or the volume could vanish at a power cut after the answer.
-		// No device node (activation off): nothing to flush through.
+		// lvm2 leaves metadata in the disk's cache: flush, or a power cut undoes it.
 		if _, err := p.cfg.Eraser.Erase(ctx, lv.Path, erase.Flush); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("flushing new volume %s/%s: %w", lv.VolumeGroup, lv.Name, err)
 		}

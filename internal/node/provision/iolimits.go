@@ -11,22 +11,16 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// TagLVM is what recording a volume's IO limits needs of LVM beside LVM;
-// *lvm.Client implements it.
+// TagLVM changes LV tags; *lvm.Client implements it.
 type TagLVM interface {
-	// ChangeTags takes tags off and puts tags on an LV in one commit;
-	// lvm.ErrNotFound when the LV does not exist.
+	// ChangeTags changes tags in one commit; lvm.ErrNotFound without the LV.
 	ChangeTags(ctx context.Context, vg, name string, add, del []string) error
 }
 
 var _ TagLVM = (*lvm.Client)(nil)
 
-// SetIOLimits records on the volume vg/name the IO limits of params (the
-// mutable parameters of a ControllerModifyVolume) over those it carries,
-// in its tags, under the volume's lock, and returns the limits it now
-// has. A parameter that is not a limit, or a value out of bounds, is
-// ErrInvalid; a volume that is not here ErrNotFound; one with an operation
-// in flight ErrBusy. A repeat changes nothing.
+// SetIOLimits records params' IO limits in vg/name's tags under its lock and
+// returns its limits. Errors: ErrInvalid, ErrNotFound, ErrBusy.
 func (p *Provisioner) SetIOLimits(ctx context.Context, vg, name string, params map[string]string) (volume.IOLimits, error) {
 	id := volume.VolumeID(vg, name)
 	if _, err := volume.ParseIOLimits(params, volume.IOLimits{}, false); err != nil {

@@ -13,26 +13,20 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// QuarantineLVM is what quarantining an orphan needs of LVM beside LVM;
-// *lvm.Client implements it. The Config's LVM must implement it for
-// QuarantineOrphan to act.
+// QuarantineLVM is what QuarantineOrphan needs of LVM beside LVM.
 type QuarantineLVM interface {
-	// ChangeTags takes tags off and puts tags on an LV in one commit;
-	// lvm.ErrNotFound when the LV does not exist.
+	// ChangeTags changes tags in one commit; lvm.ErrNotFound without the LV.
 	ChangeTags(ctx context.Context, vg, name string, add, del []string) error
-	// RenameLV renames an LV; lvm.ErrNotFound when it does not exist,
-	// lvm.ErrAlreadyExists when the new name is taken.
+	// RenameLV renames an LV; lvm.ErrNotFound, lvm.ErrAlreadyExists.
 	RenameLV(ctx context.Context, vg, name, newName string) error
 }
 
 var _ QuarantineLVM = (*lvm.Client)(nil)
 
-// QuarantineOrphan is the first step of removing an orphan the audit found
-// (--remove-orphans): the carve volume LV vg/name is deactivated, tagged with
-// its name and at, and renamed to volume.QuarantineName under the locks of
-// both names; only RemoveOrphan, after a second grace, removes its data. It
-// returns the new name ("" for an LV gone without a trace). Refused: an LV
-// without carve's owner or claim tag, with snapshots or dependents, or open.
+// QuarantineOrphan deactivates an orphan LV, tags it with its name and at,
+// and renames it to volume.QuarantineName; only RemoveOrphan, after a second
+// grace, removes its data. It returns the new name ("" for an LV gone).
+// Refused: not carve's, with snapshots or dependents, or open.
 func (p *Provisioner) QuarantineOrphan(ctx context.Context, vg, name string, at time.Time) (string, error) {
 	id := volume.VolumeID(vg, name)
 	newName, ok := volume.QuarantineName(name)
@@ -75,14 +69,11 @@ func (p *Provisioner) QuarantineOrphan(ctx context.Context, vg, name string, at 
 		return "", err
 	}
 	log := klog.FromContext(ctx)
-	// Deactivation goes first: it fails on an open LV, which is left as
-	// it was.
+	// Deactivation fails on an open LV, which is left as it was.
 	if err := p.cfg.LVM.DeactivateLV(ctx, vg, name); err != nil {
 		return "", fmt.Errorf("LV %s: deactivating it before the quarantine: %w", id, err)
 	}
-	// A repeat after a crash, or an LV renamed back by hand, may carry
-	// older orphan tags: the new ones replace them, so the second grace
-	// runs from now (later, never earlier).
+	// Newer orphan tags replace older ones: the second grace runs from now.
 	old := slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return !volume.IsOrphanTag(t) })
 	if err := q.ChangeTags(ctx, vg, name, volume.OrphanTags(name, at), old); err != nil {
 		return "", fmt.Errorf("LV %s: tagging it for the quarantine: %w", id, err)

@@ -1,9 +1,7 @@
 // Package provision is carve's volume lifecycle on one node, with no
-// transport in it: making a volume (finding the one made before, checking
-// the room, lvcreate, finishing it), redoing a half-made one, copying from
-// a source, snapshots and their sizing, deleting, and removing orphans. Its
-// errors are *Error values of the kinds in errors.go, or lvm's and state's
-// own wrapped; the CSI edge (internal/node/driver) maps them to gRPC codes.
+// transport: making, copying, snapshotting and deleting volumes, and
+// removing orphans. Its errors are *Error kinds (errors.go) or lvm's wrapped;
+// the CSI edge maps them to gRPC codes.
 package provision
 
 import (
@@ -33,134 +31,95 @@ import (
 
 // Config holds what the Provisioner needs; main builds it.
 type Config struct {
-	// NodeName is this node; the provisioner acts on its volume groups
-	// only.
+	// NodeName is this node.
 	NodeName string
-	// Classes is the device-class file.
-	Classes *deviceclass.Config
-	// LVM runs the mutations.
-	LVM LVM
-	// View is the in-memory state the reads are served from; it must have
-	// been refreshed once.
+	Classes  *deviceclass.Config
+	LVM      LVM
+	// View is the in-memory state reads use; refreshed once before use.
 	View *vgview.View
 	// Metrics records phases and steps; nil records nothing.
 	Metrics *metrics.Recorder
 	// Eraser zeroes new raw-block volumes; nil is erase.Devices.
 	Eraser erase.Eraser
-	// Copier copies the data of a restore or clone that is not a thin
-	// snapshot in the class's own pool.
+	// Copier copies what is not a thin snapshot in the class's pool.
 	Copier Copier
-	// Puller copies the data of a restore or clone from another node
-	// (RemoteSource); nil makes none.
+	// Puller copies from another node; nil makes none.
 	Puller Puller
-	// Snapshots reads a copy-on-write snapshot's state from the kernel
-	// after a copy from it; nil asks LVM (one lvs more).
+	// Snapshots reads a copy-on-write snapshot's kernel state; nil asks LVM.
 	Snapshots SnapshotReader
-	// Changes names a volume's changes since a snapshot of it from
-	// device-mapper metadata, for the source of a catch-up; nil has
-	// every catch-up compare the volume with its base.
+	// Changes names changes from metadata; nil makes catch-ups compare data.
 	Changes ChangeFinder
-	// Marks records the thick LVs being made until they are ready; it
-	// must be set.
+	// Marks records thick LVs being made until ready; required.
 	Marks *marks.Marks
-	// Formatting is the node server's (NodeConfig): a volume made or
-	// deleted has its mark taken off, so that no mark left by an older LV
-	// of the same name has a stage erase a new one; nil when the node
-	// server has none.
+	// Formatting is the node server's: a made or deleted volume's mark comes
+	// off, so an older LV's mark never has a stage erase a new one.
 	Formatting *marks.Marks
-	// Locks are the per-volume locks; nil is a new set (tests share
-	// theirs to hold one).
+	// Locks are the per-volume locks; nil is a new set.
 	Locks *volumelock.Locks
-	// IsDeviceNode tells whether path is a block device node; nil checks
-	// the file system (tests replace it).
+	// IsDeviceNode tells whether path is a block device; nil checks the file.
 	IsDeviceNode func(path string) bool
-	// LUKS runs cryptsetup for encrypted volumes; nil makes none (a
-	// node without cryptsetup).
+	// LUKS runs cryptsetup; nil makes no encrypted volumes.
 	LUKS luks.Interface
-	// HasLUKSHeader tells whether a device starts with a LUKS header;
-	// nil reads it (HasLUKSHeader; tests replace it).
+	// HasLUKSHeader overrides HasLUKSHeader in tests.
 	HasLUKSHeader func(path string) (bool, error)
-	// DevDir is the directory LVM makes device nodes under; empty is
-	// volume.DevDir of the process's environment, read once by New.
+	// DevDir is where LVM makes device nodes; empty is volume.DevDir.
 	DevDir string
 }
 
 // LVM is what the provisioner needs of LVM; *lvm.Client implements it.
-// The errors are the lvm package's (lvm.ErrNotFound,
-// lvm.ErrInsufficientSpace, lvm.ErrAlreadyExists, lvm.ErrInvalidArgument).
 type LVM interface {
-	// Report reads the named VGs (every one when none is named), their
-	// LVs and thin pools with one command; one named VG that does not
-	// exist is lvm.ErrVolumeGroupNotFound.
+	// Report reads the named VGs (all when none).
 	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
-	// GetLV returns lvm.ErrNotFound when the LV does not exist, and
-	// lvm.ErrVolumeGroupNotFound (also an lvm.ErrNotFound) when its VG
-	// does not.
+	// GetLV returns lvm.ErrNotFound or lvm.ErrVolumeGroupNotFound.
 	GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
 	// CreateLV returns lvm.ErrAlreadyExists when the name is taken.
 	CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error)
 	// ExtendLV is a no-op for an LV that is already at least size bytes.
 	ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error)
-	// DeleteTags takes tags off an LV; a tag it does not carry is no
-	// error. lvm.ErrNotFound when the LV does not exist.
+	// DeleteTags takes tags off; a missing tag is no error.
 	DeleteTags(ctx context.Context, vg, name string, tags ...string) error
-	// RemoveLV returns lvm.ErrNotFound when the LV does not exist,
-	// lvm.ErrVolumeGroupNotFound when its VG does not.
+	// RemoveLV returns lvm.ErrNotFound or lvm.ErrVolumeGroupNotFound.
 	RemoveLV(ctx context.Context, vg, name string) error
-	// CreateSnapshot makes a thin snapshot (req.CowSize zero) or a
-	// copy-on-write one; lvm.ErrAlreadyExists when the name is taken,
-	// lvm.ErrNotFound when the origin does not exist.
+	// CreateSnapshot makes a thin (CowSize zero) or copy-on-write snapshot.
 	CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error)
-	// ActivateLV activates one LV (a thin LV's pool with it) and returns
-	// it; an active LV is returned as it is. lvm.ErrNotFound when the LV
-	// does not exist.
+	// ActivateLV activates an LV and a thin LV's pool.
 	ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error)
-	// DeactivateLV deactivates one LV; an inactive one is left as it is.
-	// lvm.ErrNotFound when the LV does not exist.
+	// DeactivateLV deactivates an LV; an inactive one is left as it is.
 	DeactivateLV(ctx context.Context, vg, name string) error
 }
 
 var _ LVM = (*lvm.Client)(nil)
 
-// Settler is an LVM whose mutations may outlive their callers (they are
-// never killed half-way, see lvm.Client): Settle returns once no mutation
-// of the volume group vg runs, or ctx ends (its error).
+// Settler's Settle waits until no mutation of vg runs (they may outlive
+// their callers), or ctx ends.
 type Settler interface {
 	Settle(ctx context.Context, vg string) error
 }
 
 var _ Settler = (*lvm.Client)(nil)
 
-// Copier copies the first size bytes of the device src to the device dst
-// and syncs dst; *blockcopy.Copier implements it. sparse skips the
-// source's all-zero chunks and dst's tail (blockcopy.Options.Sparse).
-// progress, when set, gets the bytes copied so far.
+// Copier copies size bytes of src to dst and syncs dst.
 type Copier interface {
 	Copy(ctx context.Context, dst, src string, size uint64, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
 
 var _ Copier = blockcopy.Copier{}
 
-// SnapshotReader reads the state of a device-mapper device at a path
-// (dmsnapshot.Reader).
+// SnapshotReader reads a device-mapper snapshot's state (dmsnapshot.Reader).
 type SnapshotReader interface {
 	Read(path string) (dmsnapshot.State, error)
 }
 
-// Provisioner makes, finishes, copies, snapshots and removes the LVs of
-// this node's volumes.
+// Provisioner makes, copies, snapshots and removes this node's volume LVs.
 type Provisioner struct {
 	cfg   Config
 	locks *volumelock.Locks
-	// finishing zeroes and marks finished the new LVs, keyed by LV name,
-	// beyond the life of one call (erasing a large volume takes longer
-	// than csi-provisioner's deadline); the retries join it. An ended
-	// finishing is not kept: a retry reads the outcome from the LV's tags.
+	// finishing erases new LVs beyond one call (erasing a large volume outlasts
+	// csi-provisioner's deadline); retries join it. Ended work is not kept: a
+	// retry reads the outcome from the LV's tags.
 	finishing jobs.Set[*lvm.LogicalVolume]
-	// copying are the LV names whose data a Create copies into now,
-	// under their lock: a repeat of the Create that finds the lock held
-	// says so (moveapi.ErrorCopyInProgress), so that its caller waits for
-	// the copy instead of giving up on it.
+	// copying holds LVs a Create copies into: a repeat says
+	// moveapi.ErrorCopyInProgress so its caller waits.
 	copying sync.Map
 }
 
@@ -184,13 +143,11 @@ func New(cfg Config) *Provisioner {
 	return &Provisioner{cfg: cfg, locks: cfg.Locks}
 }
 
-// devicePath is the device node of an LV.
 func (p *Provisioner) devicePath(lv *lvm.LogicalVolume) string {
 	return lv.Device(p.cfg.DevDir)
 }
 
-// Lock takes the per-volume lock of an LV name; busy is ErrBusy (what
-// names the volume or snapshot in the message).
+// Lock takes the per-volume lock of lvName; busy is ErrBusy.
 func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 	if !p.locks.TryAcquire(lvName) {
 		if _, ok := p.copying.Load(lvName); ok {
@@ -201,23 +158,17 @@ func (p *Provisioner) Lock(lvName, what string) (func(), error) {
 	return func() { p.locks.Release(lvName) }, nil
 }
 
-// Busy tells whether a CreateVolume or DeleteVolume of the LV name is in
-// flight (the orphan audit never counts such an LV as an orphan).
+// Busy tells whether a call holds lvName's lock.
 func (p *Provisioner) Busy(lvName string) bool { return p.locks.IsHeld(lvName) }
 
-// BusyNames lists, sorted, the names whose lock is held now: the LVs with
-// a call in flight (the node agent's inventory carries them to the
-// controller's audit).
+// BusyNames lists, sorted, the names whose lock is held now.
 func (p *Provisioner) BusyNames() []string { return p.locks.Keys() }
 
-// RemoveOrphan removes the carve LV vg/name that the audit found
-// orphaned and QuarantineOrphan quarantined (its name and tags must say
-// it was orphan-of orphanOf), under the same per-volume lock as
-// CreateVolume and DeleteVolume (busy is an error: the next pass tries
-// again), and clears the marks of its original name. An LV that is gone
-// is success; one without carve's owner tag, not quarantined from
-// orphanOf, with snapshots (carve's or any LV's whose origin it is), or
-// open, is refused.
+// RemoveOrphan removes carve LV vg/name that QuarantineOrphan quarantined
+// from orphanOf, under its per-volume lock (busy is an error: the next pass
+// tries again), and clears its original name's marks. A gone LV is success;
+// one not carve's, not quarantined from orphanOf, with snapshots, or open
+// is refused.
 func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf string) error {
 	if !p.locks.TryAcquire(name) {
 		return fmt.Errorf("LV %s: an operation is in flight", volume.VolumeID(vg, name))
@@ -239,7 +190,6 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf strin
 	if snaps := p.snapshotsOf(vg, name); len(snaps) > 0 {
 		return fmt.Errorf("LV %s has snapshots %v; carve removes it only once they are deleted", volume.VolumeID(vg, name), snaps)
 	}
-	// lvremove --yes would take another tool's snapshots with it too.
 	switch deps, err := p.dependentsOf(ctx, vg, name); {
 	case err != nil:
 		return fmt.Errorf("LV %s: looking for its snapshots: %w", volume.VolumeID(vg, name), err)
@@ -258,12 +208,9 @@ func (p *Provisioner) RemoveOrphan(ctx context.Context, vg, name, orphanOf strin
 	return nil
 }
 
-// Available tells whether an LV is a volume that CreateVolume has handed
-// out: not half-made (unfinished: a crash between lvcreate and its wipe or
-// erasure) and not a restore or clone whose copy is under way
-// (volume.TagCopyPending), nor an orphan the audit quarantined (renamed
-// carve-orphan-<hex>: no volume ID names it). A mark that cannot be read
-// counts as unfinished.
+// Available tells whether CreateVolume has handed lv out: not half-made,
+// not copy-pending, not a quarantined orphan. An unreadable mark counts as
+// unfinished.
 func (p *Provisioner) Available(lv *lvm.LogicalVolume) bool {
 	if volume.IsQuarantineName(lv.Name) {
 		return false
@@ -272,8 +219,7 @@ func (p *Provisioner) Available(lv *lvm.LogicalVolume) bool {
 	return err == nil && !half && !volume.CopyPending(lv.Tags)
 }
 
-// refreshAfter re-reads LVM after a mutation found less room than the
-// view, so that the capacity published next is true.
+// refreshAfter re-reads LVM after a mutation found less room than the view.
 func (p *Provisioner) refreshAfter(ctx context.Context, what string) {
 	if err := p.cfg.View.Refresh(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Refreshing the volume-group view failed", "after", what)

@@ -15,32 +15,24 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A restore or clone asked on another node than its source's is a copy
-// across nodes: carve controller grants this node one read of the source
-// from the source node's agent, and sends the CreateVolume here with the
-// grant (a RemoteSource in its context). The volume is made as any copy
-// is (an empty LV tagged volume.TagCopyPending), filled by the Puller,
-// which checks the data's digest as it came and again as the device reads
-// it back, and only then marked made: a mismatch leaves the tag on. A copy cut short is redone from the start by the retry (with a
-// new grant): the LV keeps its tag, so it is never handed out half-filled.
+// A restore or clone on another node than its source's is a copy across
+// nodes: carve controller grants one read of the source (a RemoteSource in
+// the context). The LV stays tagged volume.TagCopyPending until the Puller
+// checked the data's digest as received and as read back, so a copy cut
+// short is never handed out; the retry redoes it with a new grant.
 
-// RemoteSource is a content source on another node that this node may
-// read once: the copy ticket carve controller granted.
+// RemoteSource is the copy ticket carve controller granted.
 type RemoteSource = copyticket.Ticket
 
-// Puller fills the device dst from a remote source, checks the data it
-// received against the source's checksum, syncs dst, and reads dst back
-// to check it holds that data; sparse leaves
-// dst's chunks that are zeros in the source unwritten (a new thin LV
-// reads zeros there). peercopy.Puller is one.
+// Puller fills dst from a remote source, checks its digest, syncs and reads
+// back; sparse leaves zero chunks unwritten.
 type Puller interface {
 	Pull(ctx context.Context, src RemoteSource, dst string, sparse bool, progress func(uint64)) (blockcopy.Result, error)
 }
 
 type remoteKey struct{}
 
-// WithRemoteSource returns ctx carrying src: the CreateVolume served with
-// it may read src when its content source is src.ID.
+// WithRemoteSource returns ctx carrying src for the CreateVolume it serves.
 func WithRemoteSource(ctx context.Context, src *RemoteSource) context.Context {
 	return context.WithValue(ctx, remoteKey{}, src)
 }
@@ -51,7 +43,6 @@ func RemoteSourceFrom(ctx context.Context) *RemoteSource {
 	return rs
 }
 
-// remoteSourceFor is the RemoteSource of ctx when it is cs, else nil.
 func (p *Provisioner) remoteSourceFor(ctx context.Context, cs *Source) *RemoteSource {
 	rs := RemoteSourceFrom(ctx)
 	if rs == nil || rs.ID != cs.ID || rs.Snapshot != cs.Snapshot || rs.Node == p.cfg.NodeName {
@@ -60,7 +51,6 @@ func (p *Provisioner) remoteSourceFor(ctx context.Context, cs *Source) *RemoteSo
 	return rs
 }
 
-// resolveRemote is the contentSource of a remote source.
 func (p *Provisioner) resolveRemote(rs *RemoteSource) (*contentSource, error) {
 	if p.cfg.Puller == nil {
 		return nil, errorf(ErrElsewhere, "volume_content_source: %s lives on node %s, and this node copies from no other node", rs.ID, rs.Node)
@@ -71,9 +61,6 @@ func (p *Provisioner) resolveRemote(rs *RemoteSource) (*contentSource, error) {
 	return &contentSource{size: rs.Size, id: rs.ID, snapshot: rs.Snapshot, remote: rs}, nil
 }
 
-// pullInto fills dst (tagged volume.TagCopyPending) from a remote source
-// and then removes the tag. It runs detached from the request, as
-// copyInto does.
 func (p *Provisioner) pullInto(ctx context.Context, dst *lvm.LogicalVolume, class *deviceclass.DeviceClass, src *contentSource, phase string, sparse bool) (*lvm.LogicalVolume, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
 	defer cancel()
@@ -101,8 +88,7 @@ func (p *Provisioner) pullInto(ctx context.Context, dst *lvm.LogicalVolume, clas
 	return done, nil
 }
 
-// copied marks the copy into lv finished: its data is synced, so it is
-// whole whatever happens next.
+// copied removes the copy-pending tag once the data is synced.
 func (p *Provisioner) copied(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	if err := p.cfg.LVM.DeleteTags(ctx, lv.VolumeGroup, lv.Name, volume.TagCopyPending); err != nil {
 		return nil, wrap(err, "marking the copy into "+lv.Name+" finished")
@@ -113,9 +99,7 @@ func (p *Provisioner) copied(ctx context.Context, lv *lvm.LogicalVolume) (*lvm.L
 	return &done, nil
 }
 
-// SourceSize is the size of the volume a snapshot or volume of this node
-// holds, for a copy to another node: ErrNotFound when it is not here,
-// ErrRefused when it cannot be read.
+// SourceSize is a local source's volume size, for a copy elsewhere.
 func (p *Provisioner) SourceSize(ctx context.Context, id string, snapshot bool) (uint64, error) {
 	src, err := p.resolveLocal(ctx, &Source{ID: id, Snapshot: snapshot})
 	if err != nil {
@@ -124,13 +108,10 @@ func (p *Provisioner) SourceSize(ctx context.Context, id string, snapshot bool) 
 	return src.size, nil
 }
 
-// ReadSource gives read the device node of a snapshot or volume of this
-// node and the size of the volume it holds, for one copy to another node
-// (target is the CSI name of the volume the copy makes). A volume is read
-// from a temporary snapshot of it (named after target, removed after), so
-// that the copy is of one moment; a snapshot without a device node is
-// activated, and deactivated after. A copy-on-write snapshot that ran out
-// of space while it was read fails the copy (ErrRefused).
+// ReadSource gives read the device node and volume size of a snapshot or
+// volume, for one copy to another node. A volume is read through a
+// temporary snapshot (named after target) so the copy is of one moment. A
+// copy-on-write snapshot that overflowed while read fails it (ErrRefused).
 func (p *Provisioner) ReadSource(ctx context.Context, id string, snapshot bool, target string, read func(device string, size uint64) error) error {
 	src, err := p.resolveLocal(ctx, &Source{ID: id, Snapshot: snapshot})
 	if err != nil {

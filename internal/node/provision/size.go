@@ -5,15 +5,13 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// minFilesystemSize is the smallest device a filesystem can be made on:
-// mkfs.xfs (xfsprogs 5.19 and later, the image's 6.1) refuses anything
-// under 300 MiB, which would fail every NodeStage of a smaller volume.
+// minFilesystemSize: mkfs.xfs (xfsprogs 5.19+) refuses devices under
+// 300 MiB, which would fail every NodeStage.
 var minFilesystemSize = map[string]uint64{"xfs": 300 << 20}
 
-// VolumeSize resolves r to a size in whole units (lvm.LVOptions.SizeUnit):
-// required_bytes rounded up, at least the smallest fsType can be made on; 0
-// is volume.DefaultVolumeSize (or limit_bytes, when smaller). It is the size
-// LVM makes, so past limit_bytes it is ErrOutOfRange.
+// VolumeSize resolves r to whole units: required_bytes rounded up, at least
+// fsType's minimum; 0 is volume.DefaultVolumeSize (or a smaller limit).
+// Past limit_bytes it is ErrOutOfRange.
 func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
 	req, lim := r.Required, r.Limit
 	switch {
@@ -47,7 +45,6 @@ func VolumeSize(r Range, unit uint64, fsType string) (uint64, error) {
 	return size, nil
 }
 
-// sizeFits tells whether an existing volume of size bytes satisfies r.
 func sizeFits(size uint64, r Range) bool {
 	if r.Required > 0 && size < uint64(r.Required) {
 		return false
@@ -58,9 +55,7 @@ func sizeFits(size uint64, r Range) bool {
 	return true
 }
 
-// sourceSize is the size of a volume made from a source of srcSize bytes
-// when size was asked: at least the source's, rounded to unit, within the
-// limit.
+// sourceSize is at least the source's size, rounded, within the limit.
 func sourceSize(size, srcSize, unit uint64, r Range) (uint64, error) {
 	if size >= srcSize {
 		return size, nil

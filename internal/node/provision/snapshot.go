@@ -15,26 +15,20 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A snapshot is an LV beside its volume, in the same volume group: a thin
-// snapshot (lvcreate --snapshot of a thin LV, in the same pool) for a thin
-// class, a copy-on-write snapshot for a thick one. Its identity is in its
-// name and tags alone (internal/volume), so no state outside LVM is kept. A thin
-// snapshot keeps LVM's activation-skip flag: it takes no device until a
-// restore needs it.
+// A snapshot is an LV beside its volume: a thin snapshot in the pool for a
+// thin class, a copy-on-write one for a thick class. Its identity is in its
+// name and tags alone. A thin snapshot keeps LVM's activation-skip flag: it
+// takes no device until a restore needs it.
 
 // SnapshotRequest is one snapshot to take, checked by the caller.
 type SnapshotRequest struct {
-	// Name is the snapshot's name; its LV name derives from it.
 	Name string
-	// SourceID is the source volume's ID; VolumeGroup and Origin are
-	// what it names.
+	// SourceID is the source volume's ID, in VolumeGroup/Origin.
 	SourceID, VolumeGroup, Origin string
 }
 
-// Snapshot takes a snapshot of a volume, or returns the one taken before
-// of the same name and source (the same name with another source is
-// ErrMismatch). class is the device class of the snapshot, as far as it
-// is known (for metrics), even on an error.
+// Snapshot takes a snapshot, or returns the one of the same name and source
+// (another source is ErrMismatch); class is returned even on errors.
 func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.LogicalVolume, class string, err error) {
 	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
 	snapLV := volume.SnapshotLVNameFor(name)
@@ -73,8 +67,6 @@ func (p *Provisioner) Snapshot(ctx context.Context, r SnapshotRequest) (lv *lvm.
 	return lv, className, err
 }
 
-// takeSnapshot makes the snapshot LV of r of src, a volume of class,
-// under the room lock of its volume group.
 func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class *deviceclass.DeviceClass, src *lvm.LogicalVolume) (*lvm.LogicalVolume, error) {
 	vg, origin, name := r.VolumeGroup, r.Origin, r.Name
 	snapLV := volume.SnapshotLVNameFor(name)
@@ -89,13 +81,11 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 		return nil, err
 	}
 	if volume.Encrypted(src.Tags) {
-		// Its data is the origin's ciphertext: a restore of it must be
-		// encrypted too.
+		// The origin's ciphertext: a restore must be encrypted too.
 		sreq.Tags = append(sreq.Tags, volume.TagEncrypted)
 	}
 	if asked, made, ok := volume.AskedFromTags(src.Tags); ok && src.Size == made {
-		// Not grown since it was made: the snapshot reports what its
-		// claim asked (see SnapshotSizeBytes).
+		// Not grown since: the snapshot reports what its claim asked.
 		sreq.Tags = append(sreq.Tags, volume.AskedTag(asked, made))
 	}
 	stepStart := time.Now()
@@ -111,7 +101,6 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 			return nil, err
 		}
 		if halfMade(got) {
-			// The view had not seen it; the next attempt makes it anew.
 			if err := p.removeHalfMade(ctx, got); err != nil {
 				return nil, err
 			}
@@ -130,11 +119,9 @@ func (p *Provisioner) takeSnapshot(ctx context.Context, r SnapshotRequest, class
 	return lv, nil
 }
 
-// snapshotRoom checks that class has room for a snapshot of src and sizes
-// a copy-on-write one: a thin snapshot adds src's size to the pool's
-// virtual size, so it counts against the overprovision ratio like a
-// volume; a copy-on-write snapshot takes its copy-on-write space from the
-// volume group.
+// snapshotRoom checks room for a snapshot of src: a thin one counts src's
+// size against the overprovision ratio, a copy-on-write one takes its space
+// from the volume group.
 func (p *Provisioner) snapshotRoom(class *deviceclass.DeviceClass, src *lvm.LogicalVolume, sreq *lvm.SnapshotRequest) error {
 	room, err := p.cfg.View.Capacity(class)
 	if errors.Is(err, vgview.ErrClassUnavailable) {
@@ -156,7 +143,6 @@ func (p *Provisioner) snapshotRoom(class *deviceclass.DeviceClass, src *lvm.Logi
 	return nil
 }
 
-// findSnapshotLV looks for a snapshot LV in the view, in vg first.
 func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) {
 	if lv, ok := p.cfg.View.LV(vg, name); ok {
 		return lv, true
@@ -164,9 +150,6 @@ func (p *Provisioner) findSnapshotLV(vg, name string) (lvm.LogicalVolume, bool) 
 	return p.cfg.View.FindLV(name)
 }
 
-// sourceLV finds a carve volume that a snapshot or clone is taken of,
-// in the view or else from LVM: ErrNotFound when it does not exist on
-// this node.
 func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.LogicalVolume, error) {
 	if lv, ok := p.cfg.View.LV(vg, name); ok && p.cfg.Classes.HasVolumeGroup(vg) {
 		if k, _, owned := volume.Owned(lv.Tags); owned && k == volume.KindVolume {
@@ -176,8 +159,6 @@ func (p *Provisioner) sourceLV(ctx context.Context, vg, name, id string) (*lvm.L
 	return p.volumeFromLVM(ctx, vg, name, id)
 }
 
-// snapshotCompatible checks that an existing snapshot LV is the snapshot a
-// repeated CreateSnapshot asks for.
 func snapshotCompatible(lv *lvm.LogicalVolume, name, vg, origin string) error {
 	if !volume.HasSnapshotName(lv.Tags, name) {
 		other, _, _ := volume.SnapshotNameFromTags(lv.Tags)
@@ -190,9 +171,7 @@ func snapshotCompatible(lv *lvm.LogicalVolume, name, vg, origin string) error {
 	return nil
 }
 
-// SnapshotSize is the size of the volume a snapshot holds: a thin
-// snapshot's own (virtual) size, a copy-on-write snapshot's origin's, as
-// its tag recorded it.
+// SnapshotSize is a thin snapshot's own size, a copy-on-write one's origin's.
 func SnapshotSize(lv *lvm.LogicalVolume) uint64 {
 	if lv.Attr.Type != lvm.TypeSnapshot {
 		return lv.Size
@@ -203,10 +182,9 @@ func SnapshotSize(lv *lvm.LogicalVolume) uint64 {
 	return 0
 }
 
-// SnapshotSizeBytes is a snapshot's size_bytes (restoreSize): what its
-// volume's request asked when carve made the volume bigger, else size.
-// csi-provisioner refuses a restore asked smaller, so one at the source
-// claim's size is accepted; Create still makes it at least size (sourceSize).
+// SnapshotSizeBytes is a snapshot's size_bytes: what its volume's request
+// asked when carve made it bigger, else size. csi-provisioner refuses a
+// restore asked smaller than this.
 func SnapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
 	if asked, made, ok := volume.AskedFromTags(lv.Tags); ok && made == size {
 		return asked
@@ -214,15 +192,12 @@ func SnapshotSizeBytes(size uint64, lv *lvm.LogicalVolume) uint64 {
 	return size
 }
 
-// halfMade tells a copy-on-write snapshot carve asked for that LVM holds
-// as a plain LV. lvcreate makes one in two metadata commits: first its
-// copy-on-write store, as an ordinary LV with every tag carve asked for
-// (the origin's size among them: carve tags every copy-on-write snapshot
-// with it), then the snapshot of the origin. A crash between the two
-// leaves the store, which holds nothing of the origin: it must never pass
-// for the snapshot. A thin snapshot is made in one commit. (A plain LV
-// with snapshot tags and no size tag is none carve made; test beds
-// without device-mapper use such LVs as stand-ins for snapshots.)
+// halfMade tells a copy-on-write snapshot that LVM holds as a plain LV.
+// lvcreate makes one in two commits: the store, an ordinary LV with all the
+// tags (the origin's size among them), then the snapshot. A crash between
+// leaves a store holding nothing of the origin, which must never pass for
+// the snapshot. (A plain LV with snapshot tags but no size tag is a test
+// bed's stand-in without device-mapper.)
 func halfMade(lv *lvm.LogicalVolume) bool {
 	k, _, owned := volume.Owned(lv.Tags)
 	_, sized := volume.SizeFromTags(lv.Tags)
@@ -230,8 +205,7 @@ func halfMade(lv *lvm.LogicalVolume) bool {
 		lv.Attr.Type != lvm.TypeSnapshot && lv.Attr.Type != lvm.TypeThin
 }
 
-// removeHalfMade removes a half-made snapshot LV (see halfMade): nothing
-// reads it, and it holds no data.
+// removeHalfMade removes a half-made snapshot LV; it holds no data.
 func (p *Provisioner) removeHalfMade(ctx context.Context, lv *lvm.LogicalVolume) error {
 	klog.FromContext(ctx).Info("Removing a half-made snapshot: LVM holds it as a plain LV, not a snapshot (a crash cut its lvcreate short)", "lv", lv.VolumeGroup+"/"+lv.Name, "lvAttr", lv.Attr.Raw)
 	if err := p.cfg.LVM.RemoveLV(ctx, lv.VolumeGroup, lv.Name); err != nil && !errors.Is(err, lvm.ErrNotFound) {
@@ -241,8 +215,7 @@ func (p *Provisioner) removeHalfMade(ctx context.Context, lv *lvm.LogicalVolume)
 	return nil
 }
 
-// SnapshotUsable is nil when a snapshot's content can be read: not a
-// half-made snapshot, nor a copy-on-write snapshot whose space ran out.
+// SnapshotUsable is nil unless the snapshot is half-made or overflowed.
 func SnapshotUsable(lv *lvm.LogicalVolume) error {
 	if halfMade(lv) {
 		return fmt.Errorf("snapshot LV %s/%s was never completed: LVM holds it as a plain LV (lv_attr %s), not a snapshot, as when a crash cuts its lvcreate short; it holds nothing of its origin, and taking the snapshot again replaces it", lv.VolumeGroup, lv.Name, lv.Attr.Raw)
@@ -253,10 +226,9 @@ func SnapshotUsable(lv *lvm.LogicalVolume) error {
 	return nil
 }
 
-// SnapshotByID finds a snapshot of this node by ID: ErrElsewhere (naming the
-// node) or ErrNotFound. It reads LVM, where an overflowed copy-on-write
-// snapshot shows; with viewFirst a usable one in the view is taken (a
-// restore, whose copy reads LVM after).
+// SnapshotByID finds a snapshot of this node by ID (ErrElsewhere,
+// ErrNotFound) in LVM, where an overflow shows; viewFirst takes a usable
+// one from the view (a restore, whose copy reads LVM after).
 func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst bool) (*lvm.LogicalVolume, error) {
 	node, vg, lvName, err := volume.ParseSnapshotID(id)
 	if err != nil {
@@ -273,8 +245,7 @@ func (p *Provisioner) SnapshotByID(ctx context.Context, id string, viewFirst boo
 			return &lv, nil
 		}
 	}
-	// LVM, not the view: a copy-on-write snapshot can run out of space
-	// at any moment, and one that has must not be served.
+	// A copy-on-write snapshot can overflow at any moment.
 	lv, err := p.cfg.LVM.GetLV(ctx, vg, lvName)
 	if errors.Is(err, lvm.ErrNotFound) {
 		return nil, errorf(ErrNotFound, "snapshot %s does not exist on node %s", id, p.cfg.NodeName)

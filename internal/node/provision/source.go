@@ -15,31 +15,23 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// A volume made from a content source is a writable thin snapshot of it when
-// the source is a thin LV in the class's pool; any other pairing copies the
-// data (blockcopy) into a new LV tagged volume.TagCopyPending until the data
-// is synced. A clone copies from a temporary snapshot of its source (one
-// moment). The copy is detached from the request: csi-provisioner's retries
-// answer ErrBusy while it runs.
+// A volume from a source is a writable thin snapshot when the source is a
+// thin LV in the class's pool; otherwise the data is copied into a new LV
+// tagged volume.TagCopyPending until synced, a clone from a temporary
+// snapshot. The copy is detached: retries answer ErrBusy while it runs.
 
-// contentSource is a resolved volume_content_source.
 type contentSource struct {
-	// lv is the snapshot or volume LV to read.
-	lv lvm.LogicalVolume
-	// size is the size of the volume it holds.
-	size uint64
-	// id is the snapshot or volume ID, what names it in messages.
+	lv       lvm.LogicalVolume
+	size     uint64
 	id       string
 	snapshot bool
-	// remote is set for a source on another node (lv is then unset).
-	remote *RemoteSource
+	remote   *RemoteSource
 }
 
-// resolveSource finds the LV of a content source on this node. A source of
-// another node is ErrElsewhere naming it (a volume's node is the
-// controller's to know), or the RemoteSource the request's context grants; a
-// source found nowhere is ErrNotFound; an overflowed or untagged
-// copy-on-write snapshot is ErrRefused.
+// resolveSource finds the LV of a content source. Another node's source is
+// ErrElsewhere (the controller knows where) or the context's RemoteSource;
+// none is ErrNotFound; an overflowed or untagged copy-on-write snapshot is
+// ErrRefused.
 func (p *Provisioner) resolveSource(ctx context.Context, cs *Source) (*contentSource, error) {
 	if rs := p.remoteSourceFor(ctx, cs); rs != nil {
 		return p.resolveRemote(rs)
@@ -58,8 +50,7 @@ func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSou
 		}
 		size := SnapshotSize(lv)
 		if size == 0 {
-			// A copy of 0 bytes would hand out an empty volume as the
-			// restore.
+			// A copy of 0 bytes would hand out an empty volume as the restore.
 			return nil, errorf(ErrRefused, "volume_content_source: snapshot %s cannot be restored: its LV %s/%s has no size tag %s<bytes> (removed by hand or by another tool?), so the size of the volume it holds is unknown",
 				cs.ID, lv.VolumeGroup, lv.Name, volume.TagSizePrefix)
 		}
@@ -83,31 +74,25 @@ func (p *Provisioner) resolveLocal(ctx context.Context, cs *Source) (*contentSou
 	return &contentSource{lv: *lv, size: lv.Size, id: id}, nil
 }
 
-// sourceElsewhere answers for a clone's source volume that is not on this
-// node (notHere says why): ErrNotFound. Which node holds it is carve
-// controller's to know (the node agent has no API access): it sends a
-// clone to its source's node, or grants a copy from there.
+// sourceElsewhere is ErrNotFound: carve controller knows the source's node.
 func (p *Provisioner) sourceElsewhere(notHere error) error {
 	return errorf(ErrNotFound, "volume_content_source: %s (carve controller sends a clone to its source's node, or grants a copy from there)", notHere.Error())
 }
 
-// thinInto tells whether a source can become a volume of class as a thin
-// snapshot: a thin LV in the class's pool.
+// thinInto: src is a thin LV in class's pool.
 func (src *contentSource) thinInto(class *deviceclass.DeviceClass) bool {
 	return class.Thin() && src.lv.Attr.Type == lvm.TypeThin && src.lv.VolumeGroup == class.VolumeGroup && src.lv.Pool == class.ThinPool
 }
 
-// copiesIntoThin tells whether a volume of class made from src is a copy
-// into a thin LV: the class is thin and src is not a thin LV of its pool.
+// copiesIntoThin: class is thin and src is not a thin LV of its pool.
 func (src *contentSource) copiesIntoThin(class *deviceclass.DeviceClass) bool {
 	return class.Thin() && !src.thinInto(class)
 }
 
-// checkCopyRoom checks that a copy into a thin LV of size bytes fits the
-// pool's real free space minus the spare, without the overprovision ratio: a
-// pool that fills stops every thin volume in it. Which chunks hold data is
-// known only by reading the whole source, so the bound is size; copies still
-// running count whole (vgview.PoolRoom). The caller holds the room lock.
+// checkCopyRoom checks a copy into a thin LV against the pool's real free
+// space minus the spare, without the overprovision ratio: a full pool stops
+// every thin volume in it. The bound is size, as which chunks hold data is
+// unknown until read. The caller holds the room lock.
 func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uint64) error {
 	return p.checkPoolRoom(ctx, c.Class, func(room vgview.PoolRoom) uint64 {
 		if room.ZeroNewBlocks {
@@ -120,17 +105,13 @@ func (p *Provisioner) checkCopyRoom(ctx context.Context, c *createCall, size uin
 	})
 }
 
-// checkPoolRoom checks that need(room) bytes fit the real room of thin
-// class's pool (vgview.PoolRoom), reading LVM once more before it
-// refuses with refuse's error. The caller holds the room lock.
+// checkPoolRoom re-reads LVM once before refusing; room lock held.
 func (p *Provisioner) checkPoolRoom(ctx context.Context, class *deviceclass.DeviceClass, need func(vgview.PoolRoom) uint64, refuse func(vgview.PoolRoom, uint64) error) error {
 	room, err := p.cfg.View.PoolRoom(class)
 	if err != nil {
 		return wrap(err, "device class "+class.Name)
 	}
 	if need(room) > room.Free {
-		// Space freed outside carve shows at the next refresh: read LVM
-		// once before refusing, as checkRoom does.
 		if rerr := p.cfg.View.Refresh(ctx); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Refreshing the volume-group view before refusing a copy failed")
 		} else if room, err = p.cfg.View.PoolRoom(class); err != nil {
@@ -143,8 +124,6 @@ func (p *Provisioner) checkPoolRoom(ctx context.Context, class *deviceclass.Devi
 	return nil
 }
 
-// pendingNote says, for a refusal, what copies still running into the
-// pool hold of its room.
 func pendingNote(room vgview.PoolRoom) string {
 	if room.Pending == 0 {
 		return ""
@@ -152,10 +131,7 @@ func pendingNote(room vgview.PoolRoom) string {
 	return fmt.Sprintf(", less %d bytes that copies still running into it may write", room.Pending)
 }
 
-// sparseInto tells whether c's copy may skip the source's zeros: its
-// target is a thin LV this call made (never written: every block reads
-// as zeros until written) in a pool that zeroes new blocks (a block the
-// copy provisions reads zeros where a skipped chunk lies in it).
+// sparseInto: the target is a thin LV this call made in a zeroing pool.
 func (p *Provisioner) sparseInto(c *createCall) bool {
 	if !c.fresh || !c.Class.Thin() {
 		return false
@@ -171,11 +147,9 @@ func (src *contentSource) sourceTag() string {
 	return volume.FromVolumeTag(src.id)
 }
 
-// makeFromSource makes the LV of c from its source, of size bytes: a thin
-// snapshot of the source (grown to size) when the source is a thin LV of
-// the class's pool, else an empty LV carrying volume.TagCopyPending, which
-// the caller fills (copyInto) outside the room lock. The caller holds the
-// volume's lock and the room lock and has checked the room for size bytes.
+// makeFromSource makes c's LV: a thin snapshot of the source (grown to
+// size), else an empty copy-pending LV that the caller fills outside the
+// room lock. The caller holds the volume and room locks and checked room.
 func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size uint64) (*lvm.LogicalVolume, error) {
 	class, src, lvName := c.Class, c.src, c.lvName
 	log := klog.FromContext(ctx).WithValues("source", src.id)
@@ -200,7 +174,6 @@ func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size ui
 	}
 	p.cfg.Metrics.ObserveStep(c.phase, metrics.StepLVCreate, class.Name, time.Since(t), err)
 	if errors.Is(err, lvm.ErrAlreadyExists) {
-		// The view missed it: ask LVM and treat it as a repeat.
 		got, gerr := p.cfg.LVM.GetLV(ctx, class.VolumeGroup, lvName)
 		if gerr != nil {
 			return nil, wrap(gerr, "looking up existing LV "+volume.VolumeID(class.VolumeGroup, lvName))
@@ -226,9 +199,7 @@ func (p *Provisioner) makeFromSource(ctx context.Context, c *createCall, size ui
 	return lv, nil
 }
 
-// existingFromSource answers for an LV made from a source before: a thin
-// one is grown to size if a crash came before its growth; one whose copy
-// did not finish is returned for the caller to copy again.
+// existingFromSource grows a thin LV a crash left ungrown.
 func (p *Provisioner) existingFromSource(ctx context.Context, lv *lvm.LogicalVolume, c *createCall, size uint64) (*lvm.LogicalVolume, error) {
 	if err := sameVolume(lv, c.Request); err != nil {
 		return nil, err

@@ -1,8 +1,6 @@
-// Package registration registers carve with the kubelet, as
-// node-driver-registrar would: it serves the plugin-registration API on
-// <dir>/<driver name>-reg.sock in the kubelet's plugins_registry, answers
-// GetInfo (driver name, CSI socket path, versions) and hears the outcome in
-// NotifyRegistrationStatus. Removing the socket deregisters the driver.
+// Package registration registers carve with the kubelet as
+// node-driver-registrar would: it serves <dir>/<driver>-reg.sock in
+// plugins_registry. Removing the socket deregisters the driver.
 package registration
 
 import (
@@ -31,47 +29,37 @@ const (
 	maxRetryDelay        = 5 * time.Minute
 )
 
-// SocketPath is the registration socket of driver in dir, named as the
-// kubelet's documentation and node-driver-registrar name it.
+// SocketPath is driver's registration socket in dir.
 func SocketPath(dir, driver string) string {
 	return filepath.Join(dir, driver+"-reg.sock")
 }
 
 // Config says what carve tells the kubelet and where.
 type Config struct {
-	// Dir is the kubelet's plugin-registration directory as carve sees it
-	// (the host's /var/lib/kubelet/plugins_registry, mounted). It must
-	// exist: the kubelet makes it.
+	// Dir is the host's plugins_registry as mounted; the kubelet makes it.
 	Dir string
 	// DriverName is the CSI driver name; it also names the socket.
 	DriverName string
-	// CSISocket is the path of carve's CSI socket as the kubelet sees it
-	// (on the host), handed to the kubelet by GetInfo.
+	// CSISocket is carve's CSI socket path on the host.
 	CSISocket string
 	// Metrics receives the registration state; nil records nothing.
 	Metrics *Metrics
-	// CheckInterval is how often Run checks that the socket file is still
-	// there (and makes it anew when it is not); 0 means 30 s.
+	// CheckInterval is how often Run remakes a vanished socket; 0 means 30s.
 	CheckInterval time.Duration
-	// RetryDelay is how long Run waits after the kubelet refused the
-	// registration before it makes the socket anew, which makes the
-	// kubelet try again; it doubles with every refusal in a row, up to 5
-	// minutes. 0 means 10 s.
+	// RetryDelay is the wait before remaking the socket after a refusal, which
+	// has the kubelet try again; it doubles per refusal up to 5m. 0 means 10s.
 	RetryDelay time.Duration
 }
 
 // Server serves the registration socket. Make it with New.
 type Server struct {
-	cfg  Config
-	path string
-	// refused wakes Run when the kubelet reports a failed registration.
+	cfg     Config
+	path    string
 	refused chan struct{}
-	// log is Run's context logger, also used by the gRPC handlers.
-	log klog.Logger
+	log     klog.Logger
 
-	mu    sync.Mutex
-	state State
-	// failures counts refusals in a row, for the retry backoff.
+	mu       sync.Mutex
+	state    State
 	failures int
 }
 
@@ -96,11 +84,9 @@ func (s *Server) State() State {
 	return s.state
 }
 
-// Run serves the registration socket until ctx ends, then removes it, and
-// returns nil; it fails only when the socket cannot be made at start. A stale
-// socket is replaced, one that vanished is made anew at the next check, and
-// after a refused registration it is made anew after a delay, so that the
-// kubelet tries again.
+// Run serves the socket until ctx ends, then removes it; it fails only when
+// the socket cannot be made at start. A vanished socket is remade at the
+// next check, and after a refusal, so that the kubelet tries again.
 func (s *Server) Run(ctx context.Context) error {
 	s.log = klog.FromContext(ctx).WithValues("socket", s.path)
 	if fi, err := os.Stat(s.cfg.Dir); err != nil {
@@ -129,7 +115,6 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		case <-retry:
 			retry = nil
-			// The kubelet may have registered carve meanwhile.
 			if s.State() == StateFailed {
 				sock = s.renew(sock, "the kubelet refused the registration")
 			}
@@ -152,8 +137,7 @@ func (s *Server) retryDelay() time.Duration {
 	return min(d, maxRetryDelay)
 }
 
-// renew replaces old with a new socket; nil when that fails (the next
-// check tries again).
+// renew replaces old; nil when that fails (the next check retries).
 func (s *Server) renew(old *socket, why string) *socket {
 	s.log.Info("Making the kubelet registration socket anew", "reason", why)
 	old.close()
@@ -178,9 +162,8 @@ func (s *Server) setState(st State) {
 	s.cfg.Metrics.Set(st)
 }
 
-// notified handles the kubelet's NotifyRegistrationStatus. Recent kubelets
-// re-register their plugins periodically, so a repeated success is logged
-// only at high verbosity; every refusal is an error in the log.
+// notified logs a repeated success only at high verbosity: recent kubelets
+// re-register plugins periodically.
 func (s *Server) notified(registered bool, reason string) {
 	prev := s.State()
 	if !registered {
@@ -203,20 +186,16 @@ func (s *Server) notified(registered bool, reason string) {
 	}
 }
 
-// socket is one registration socket file and the gRPC server behind it.
 type socket struct {
-	path string
-	// file identifies the socket file, to tell it from a successor's.
-	file os.FileInfo
-	srv  *grpc.Server
-	done chan struct{} // closed when srv stopped serving
-	log  klog.Logger
-	// replaced is set once a foreign file at path was logged.
+	path     string
+	file     os.FileInfo
+	srv      *grpc.Server
+	done     chan struct{} // closed when srv stopped serving
+	log      klog.Logger
 	replaced bool
 }
 
-// listen makes the socket file (replacing a stale socket, but nothing else)
-// and serves the registration API on it.
+// listen makes the socket file (replacing a stale socket only) and serves.
 func (s *Server) listen() (*socket, error) {
 	if err := removeStale(s.log, s.path); err != nil {
 		return nil, err
@@ -225,7 +204,6 @@ func (s *Server) listen() (*socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", s.path, err)
 	}
-	// close removes the file itself, and only while it is still this one.
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	fi, err := os.Lstat(s.path)
 	if err != nil {
@@ -234,7 +212,6 @@ func (s *Server) listen() (*socket, error) {
 	srv := grpc.NewServer()
 	registerapi.RegisterRegistrationServer(srv, handler{s: s})
 	sock := &socket{path: s.path, file: fi, srv: srv, done: make(chan struct{}), log: s.log}
-	// Before serving: the kubelet's report must not be overwritten.
 	s.setState(StateWaiting)
 	go func() {
 		defer close(sock.done)
@@ -246,8 +223,8 @@ func (s *Server) listen() (*socket, error) {
 	return sock, nil
 }
 
-// removeStale removes a socket left at path by an earlier run. Anything
-// else at path is an error: it is not carve's to delete.
+// removeStale removes an earlier run's socket; anything else at path is not
+// carve's to delete.
 func removeStale(log klog.Logger, path string) error {
 	fi, err := os.Lstat(path)
 	switch {
@@ -265,9 +242,8 @@ func removeStale(log klog.Logger, path string) error {
 	return nil
 }
 
-// lost tells why the socket no longer reaches its server ("" when it
-// does, or when the file at its path belongs to someone else now, which is
-// left alone).
+// lost tells why the socket no longer reaches its server; "" when it does
+// or when someone else's file is at its path now.
 func (k *socket) lost() string {
 	if k == nil {
 		return "no socket"
@@ -294,13 +270,10 @@ func (k *socket) lost() string {
 	}
 }
 
-// close removes the socket file while it is still this socket's, then
-// stops the server. A nil socket is closed.
 func (k *socket) close() {
 	if k == nil {
 		return
 	}
-	// The file first: the kubelet deregisters the driver when it goes.
 	if fi, err := os.Lstat(k.path); err == nil && sameFile(fi, k.file) {
 		if err := os.Remove(k.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			k.log.Error(err, "Removing the kubelet registration socket failed")
@@ -310,22 +283,19 @@ func (k *socket) close() {
 	<-k.done
 }
 
-// sameFile tells whether a and b describe the same file. The inode alone
-// does not tell: a file made after another was removed often gets its
-// inode number; the modification time tells them apart.
+// sameFile: a new file often reuses a removed one's inode; the modification
+// time tells them apart.
 func sameFile(a, b os.FileInfo) bool {
 	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
-// handler implements the registration API for a Server.
 type handler struct {
 	registerapi.UnimplementedRegistrationServer
 	s *Server
 }
 
-// GetInfo implements registerapi.RegistrationServer. The kubelet asks it
-// at registration and, in recent versions, every few seconds to check
-// that the plugin lives, so it is logged only at high verbosity.
+// GetInfo implements registerapi.RegistrationServer; recent kubelets call it
+// every few seconds, so it logs at high verbosity only.
 func (h handler) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	h.s.log.V(5).Info("The kubelet asked for the plugin info")
 	return &registerapi.PluginInfo{
@@ -347,8 +317,7 @@ type State string
 
 // The registration states, the values of the metric's state label.
 const (
-	// StateDisabled: no registration directory was given, so there is no
-	// kubelet to register with (tests, simulated nodes).
+	// StateDisabled: no registration directory (tests, simulated nodes).
 	StateDisabled State = "disabled"
 	// StateWaiting: the socket is up; the kubelet has not reported yet.
 	StateWaiting State = "waiting"
@@ -361,9 +330,8 @@ const (
 // States are every State, in the order the metric lists them.
 var States = []State{StateDisabled, StateWaiting, StateRegistered, StateFailed}
 
-// Metrics is the carve_kubelet_registration gauge: one series per state,
-// 1 for the current state and 0 for the others. A nil *Metrics records
-// nothing.
+// Metrics is the carve_kubelet_registration gauge, 1 for the current state.
+// A nil *Metrics records nothing.
 type Metrics struct {
 	state *prometheus.GaugeVec
 }

@@ -1,8 +1,6 @@
-// Package snapmeta answers the node channel's SnapshotBlocks: the block
-// maps of this node's snapshots (internal/node/provision reads them from
-// device-mapper metadata), sent as pages of extents from a starting
-// offset. The controller serves them as the CSI SnapshotMetadata
-// service (internal/controller/router).
+// Package snapmeta answers the node channel's SnapshotBlocks with pages of
+// extents of snapshot block maps; the controller serves them as CSI
+// SnapshotMetadata.
 package snapmeta
 
 import (
@@ -20,13 +18,11 @@ import (
 	"github.com/carve-csi/carve/internal/node/provision"
 )
 
-// DefaultMaxResults is how many extents a message holds when the
-// request does not say: 1024 extents are 16 KiB of protobuf, well under
-// gRPC's 4 MiB message limit.
+// DefaultMaxResults: 1024 extents are 16 KiB of protobuf, well under gRPC's
+// 4 MiB limit.
 const DefaultMaxResults = 1024
 
-// Source makes the block maps; *provision.Provisioner is one. Its
-// errors are provision's kinds.
+// Source makes block maps; *provision.Provisioner is one.
 type Source interface {
 	SnapshotAllocated(ctx context.Context, id string) (provision.BlockMap, error)
 	SnapshotDelta(ctx context.Context, baseID, targetID string) (provision.BlockMap, error)
@@ -37,9 +33,9 @@ type Server struct {
 	Source Source
 }
 
-// SnapshotBlocks implements the node channel's SnapshotBlocks: see
-// api/nodeagent/v1. The whole map is made before the first message, so
-// that no lock or metadata snapshot is held while the client reads.
+// SnapshotBlocks implements the node channel's SnapshotBlocks. The whole map
+// is made before the first message, so no lock or metadata snapshot is held
+// while the client reads.
 func (s *Server) SnapshotBlocks(req *nodeagentv1.SnapshotBlocksRequest, stream nodeagentv1.NodeAgent_SnapshotBlocksServer) error {
 	ctx := stream.Context()
 	if req.GetMaxResults() < 0 {
@@ -87,8 +83,7 @@ func (s *Server) SnapshotBlocks(req *nodeagentv1.SnapshotBlocksRequest, stream n
 	return nil
 }
 
-// From is the part of s from the extent that holds start, or the first
-// after it: extents that end at or before start are left out.
+// From is s from the extent holding start, or the first after it.
 func From(s changemap.Set, start uint64) changemap.Set {
 	for i, e := range s {
 		if e.Off+e.Len > start {
@@ -98,8 +93,7 @@ func From(s changemap.Set, start uint64) changemap.Set {
 	return nil
 }
 
-// Pages cuts s into pages of at most per extents (per > 0); no extents
-// is no page.
+// Pages cuts s into pages of at most per extents.
 func Pages(s changemap.Set, per int) []changemap.Set {
 	var pages []changemap.Set
 	for len(s) > 0 {

@@ -9,25 +9,17 @@ import (
 
 // Capacity is what one device class can still give out on this node.
 type Capacity struct {
-	// Available is the capacity reported through GetCapacity, in bytes, a
-	// whole number of extents.
+	// Available is GetCapacity's answer in bytes, whole extents.
 	Available uint64
 	// MaxVolume is the largest single volume that fits now.
-	MaxVolume uint64
-	// ExtentSize of the class's volume group; sizes are rounded up to it.
+	MaxVolume  uint64
 	ExtentSize uint64
-	// Ceiling is the largest volume the class could hold on this node if
-	// it held nothing else: a request above it can never fit here. Not
-	// reported to Kubernetes; expansion answers OUT_OF_RANGE above it.
+	// Ceiling is the most the class could ever hold here (not reported).
 	Ceiling uint64
-	// MetadataFull is set when the volume group's metadata area has no
-	// room for one more volume's metadata: Available and MaxVolume are 0
-	// then, whatever the free extents.
+	// MetadataFull: no room for one more volume's metadata, so no capacity.
 	MetadataFull bool
 }
 
-// limitByMetadata zeroes c's room when vg's metadata area cannot take one
-// more volume (lvm.VolumeGroup.MetadataFull): every lvcreate would fail.
 func limitByMetadata(c Capacity, vg lvm.VolumeGroup) Capacity {
 	if vg.MetadataFull() {
 		c.Available, c.MaxVolume, c.MetadataFull = 0, 0, true
@@ -35,12 +27,10 @@ func limitByMetadata(c Capacity, vg lvm.VolumeGroup) Capacity {
 	return c
 }
 
-// ThickCapacity is the room of a thick class: the VG's free space minus the
-// spare. A mirrored class (raid1 with m mirrors) writes every byte m+1
-// times and needs one metadata extent per image, so its room is divided
-// accordingly. Striping does not change the total; whether the free space
-// is spread over enough PVs is left to lvcreate, whose failure is reported
-// as RESOURCE_EXHAUSTED.
+// ThickCapacity is the VG's free space minus the spare; raid1 with m
+// mirrors writes every byte m+1 times plus a metadata extent per image.
+// Whether free space spans enough PVs for striping is left to lvcreate,
+// whose failure is RESOURCE_EXHAUSTED.
 func ThickCapacity(d *deviceclass.DeviceClass, vg lvm.VolumeGroup) Capacity {
 	c := Capacity{ExtentSize: vg.ExtentSize}
 	usable := func(free uint64) uint64 {
@@ -57,15 +47,11 @@ func ThickCapacity(d *deviceclass.DeviceClass, vg lvm.VolumeGroup) Capacity {
 	return c
 }
 
-// ThinCapacity is the room of a thin class, the smaller of two bounds:
-//
-//   - the overprovision bound: pool size x ratio minus the virtual size
-//     already given to thin volumes;
-//   - the real-space bound: the pool's real free data space minus the spare,
-//     times the ratio, so that a pool filling up with written data stops
-//     attracting new volumes before it runs out.
-//
-// The spare of a thin class is kept free in the pool, not in the VG.
+// ThinCapacity is the smaller of the overprovision bound (pool size x ratio
+// minus the virtual size given out) and the real-space bound (free data
+// minus the spare, x ratio), so a pool filling with written data stops
+// attracting volumes before it runs out. A thin class's spare is kept in
+// the pool.
 func ThinCapacity(d *deviceclass.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinPool) Capacity {
 	c := Capacity{ExtentSize: vg.ExtentSize}
 	ratio := d.Ratio()
@@ -78,7 +64,6 @@ func ThinCapacity(d *deviceclass.DeviceClass, vg lvm.VolumeGroup, pool lvm.ThinP
 	return c
 }
 
-// realFree is the pool's free data space minus the class's spare.
 func realFree(d *deviceclass.DeviceClass, pool lvm.ThinPool) uint64 {
 	used := uint64(math.Ceil(float64(pool.Size) * clampPercent(pool.DataPercent) / 100))
 	return sub(sub(pool.Size, used), d.SpareBytes())

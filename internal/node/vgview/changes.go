@@ -2,9 +2,7 @@ package vgview
 
 import "sync"
 
-// signal tells waiters that something changed: each Wait channel is closed
-// at the next Fire. Nothing is allocated while nobody waits, so a view
-// that no one watches pays one mutex per change.
+// signal allocates nothing while nobody waits.
 type signal struct {
 	mu sync.Mutex
 	ch chan struct{}
@@ -19,7 +17,6 @@ func (s *signal) wait() <-chan struct{} {
 	return s.ch
 }
 
-// fire wakes every waiter; fires with nobody waiting in between coalesce.
 func (s *signal) fire() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -29,10 +26,6 @@ func (s *signal) fire() {
 	}
 }
 
-// Changes returns a channel that is closed at the view's next change: a
-// refresh (successful or not), or Created, Removed or Extended. Take it
-// before reading the view, then wait on it, so that no change between the
-// read and the wait is missed; several changes before the wait coalesce
-// into one wake-up. A change may leave every value as it was: the reader
-// compares.
+// Changes returns a channel closed at the view's next change. Take it before
+// reading the view so no change is missed.
 func (v *View) Changes() <-chan struct{} { return v.changes.wait() }

@@ -2,11 +2,9 @@ package vgview
 
 import "slices"
 
-// Reason codes of Ready's errors: fixed words that say what kind of
-// problem keeps the node from being ready, without LVM's text (device
-// paths, volume group and LV names, lvm's stderr). /readyz answers
-// unauthenticated callers on the pod IP with these only; the full error
-// goes to the log and to the authenticated Probe.
+// Reason codes of Ready's errors: fixed words without LVM's text (paths,
+// names, stderr), as /readyz answers unauthenticated callers with these
+// only; the full error goes to the log and the authenticated Probe.
 const (
 	ReasonNotLoaded        = "not-loaded"         // no refresh has succeeded yet
 	ReasonLVMTimeout       = "lvm-timeout"        // lvm did not answer in time, or no report came back for too long
@@ -17,9 +15,7 @@ const (
 	ReasonThinPoolMissing  = "thin-pool-missing"  // a configured thin pool does not exist
 	ReasonThinPoolUnusable = "thin-pool-unusable" // a configured thin pool is failed, read-only or partial
 	ReasonUnknown          = "not-ready"          // an error that carries no reason
-	// ReasonMetadataFull is not one of Ready's: a class whose volume
-	// group's metadata area cannot take one more LV has no capacity (and
-	// carve_device_class_available shows it), but its volumes serve on.
+	// ReasonMetadataFull is not Ready's: the volumes serve on.
 	ReasonMetadataFull = "metadata-full"
 )
 
@@ -34,9 +30,7 @@ func (e *NotReadyError) Unwrap() error { return e.Err }
 
 func notReady(reason string, err error) error { return &NotReadyError{Reason: reason, Err: err} }
 
-// Reasons are the reason codes of err (Ready's), sorted, each once: the
-// outermost reason on each branch of err's tree; a branch without one
-// counts as ReasonUnknown. nil has none.
+// Reasons are err's reason codes, sorted and unique.
 func Reasons(err error) []string {
 	var out []string
 	var walk func(error)

@@ -12,19 +12,15 @@ import (
 
 // Errors of RoomToGrow, beside ErrClassUnavailable.
 var (
-	// ErrNoRoom is a growth the class cannot give now; it may once space
-	// is freed.
+	// ErrNoRoom is a growth the class cannot give now.
 	ErrNoRoom = errors.New("not enough room in the device class")
-	// ErrBeyondClass is a size larger than the class could ever hold on
-	// this node, however much were freed.
+	// ErrBeyondClass is larger than the class could ever hold here.
 	ErrBeyondClass = errors.New("larger than the device class can hold on this node")
 )
 
-// LockRoom takes the room lock of volume group vg and returns the function
-// that releases it. CreateVolume holds it from its room check to the end of
-// its lvcreate, NodeExpandVolume from RoomToGrow to the end of its
-// lvextend, and both apply their result to the view (Created, Extended)
-// before releasing it. Waiting ends with the context.
+// LockRoom takes vg's room lock: CreateVolume holds it from its room check
+// through lvcreate, NodeExpandVolume from RoomToGrow through lvextend, both
+// applying their result to the view before releasing it.
 func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
 	unlock, err := v.room.Lock(ctx, vg)
 	if err != nil {
@@ -33,18 +29,16 @@ func (v *View) LockRoom(ctx context.Context, vg string) (func(), error) {
 	return unlock, nil
 }
 
-// RoomToGrow checks, as creation is checked, that a volume of class d may
-// grow from `from` to at least `to` bytes, and returns the size it will have
-// (`to` rounded to whole extents, per stripe). ErrBeyondClass (wrapped): more
-// than the class could ever hold; ErrNoRoom: not now; ErrClassUnavailable.
-// The caller holds the volume group's room lock.
+// RoomToGrow checks, as creation is checked, that a volume of d may grow
+// from `from` to `to` bytes, and returns the size lvextend will make.
+// ErrBeyondClass, ErrNoRoom, ErrClassUnavailable. The caller holds the room
+// lock.
 func (v *View) RoomToGrow(d *deviceclass.DeviceClass, from, to uint64) (uint64, error) {
 	c, err := v.Capacity(d)
 	if err != nil {
 		return 0, err
 	}
-	// LVM grows a striped LV by whole extents per stripe: the size is the
-	// one lvextend will make, for the caller's limit_bytes check.
+	// LVM grows a striped LV by whole extents per stripe.
 	unit := c.ExtentSize
 	if !d.Thin() {
 		unit = d.LVCreateOptions.SizeUnit(c.ExtentSize)
@@ -64,9 +58,7 @@ func (v *View) RoomToGrow(d *deviceclass.DeviceClass, from, to uint64) (uint64, 
 	return size, nil
 }
 
-// Extended applies the growth of an LV (before and after lvextend) to the
-// view at once, so that the next room check counts it, and asks for a full
-// refresh soon.
+// Extended applies a growth at once so the next room check counts it.
 func (v *View) Extended(before, after lvm.LogicalVolume) {
 	defer v.changes.fire()
 	v.mu.Lock()
@@ -80,24 +72,17 @@ func (v *View) Extended(before, after lvm.LogicalVolume) {
 	v.applyLocked(lvm.LogicalVolume{VolumeGroup: after.VolumeGroup, Pool: after.Pool, Size: after.Size - before.Size}, +1)
 }
 
-// PoolRoom is the real room of a thin class's pool: what data written into
-// it (a copy, not a volume's virtual size) may take without the ratio.
+// PoolRoom is what written data may take of a thin pool.
 type PoolRoom struct {
-	// Pool is the pool, "vg/pool".
 	Pool string
-	// Free is the pool's free data space minus the class's spare and
-	// minus Pending.
+	// Free is the free data space minus the spare and Pending.
 	Free uint64
-	// Pending is the virtual size of the pool's LVs that a copy is still
-	// to fill (volume.TagCopyPending): each may write up to its size.
-	Pending uint64
-	// ZeroNewBlocks is the pool's flag (lvm.ThinPool.ZeroNewBlocks).
+	// Pending: copy-pending LVs may each write up to their size.
+	Pending       uint64
 	ZeroNewBlocks bool
 }
 
-// PoolRoom is the real room of thin class d's pool, from the pool's
-// data_percent; ErrClassUnavailable (wrapped) as Capacity. Call it with
-// the volume group's room lock held.
+// PoolRoom is d's pool's real room; hold the room lock.
 func (v *View) PoolRoom(d *deviceclass.DeviceClass) (PoolRoom, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()

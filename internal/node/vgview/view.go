@@ -1,9 +1,7 @@
-// Package vgview keeps carve's in-memory view of this node's volume groups
-// (free space, thin pools, carve's LVs), which GetCapacity, ListVolumes and
-// CreateVolume's repeat lookup read instead of running LVM per call. Each
-// mutation applies its result at once, a full refresh follows shortly, and a
-// periodic refresh catches changes made outside carve; Changes wakes the
-// capacity stream after each.
+// Package vgview keeps the in-memory view of this node's volume groups that
+// GetCapacity, ListVolumes and CreateVolume read instead of running LVM per
+// call. Mutations apply their result at once, a full refresh follows, and a
+// periodic refresh catches changes made outside carve.
 package vgview
 
 import (
@@ -25,16 +23,12 @@ import (
 
 // Reporter reads LVM state with one command; *lvm.Client implements it.
 type Reporter interface {
-	// Report reads the named volume groups (every one when none is
-	// named). A report of one volume group that does not exist fails with
-	// lvm.ErrVolumeGroupNotFound.
+	// Report reads the named VGs (all when none).
 	Report(ctx context.Context, vgs ...string) (*lvm.Report, error)
 }
 
-// ErrClassUnavailable is returned for a class that cannot take volumes on
-// this node now: its volume group or thin pool is missing from the last
-// refresh, the volume group has a missing physical volume, LVM could not
-// read the volume group, or the pool is failed or read-only.
+// ErrClassUnavailable: the class's VG or pool is missing, the VG has a
+// missing PV or cannot be read, or the pool is failed or read-only.
 var ErrClassUnavailable = errors.New("device class unavailable")
 
 // View is the in-memory view. It is safe for concurrent use.
@@ -47,36 +41,25 @@ type View struct {
 	vgs   map[string]lvm.VolumeGroup
 	lvs   map[string]lvm.LogicalVolume // key vg/name
 	pools map[string]lvm.ThinPool      // key vg/name
-	// unreadable holds the configured volume groups whose last read
-	// failed, with the error; their last known state stays in the maps
-	// above, and their classes are unavailable.
+	// unreadable VGs keep their last state; their classes are unavailable.
 	unreadable map[string]error
-	// readAt is when the last successful report was taken, lastErr the
-	// last refresh's error.
-	readAt  time.Time
-	lastErr error
-	loaded  bool
-	// lastRead is when a report last came back, also one thrown away
-	// because a mutation raced it; staleAfter (0: never) is how old it may
-	// get before Ready fails; now is the clock (tests replace it).
+	readAt     time.Time
+	lastErr    error
+	loaded     bool
+	// lastRead counts discarded reports too; staleAfter bounds its age.
 	lastRead   time.Time
 	staleAfter time.Duration
 	now        func() time.Time
-	// gen counts local mutations; a refresh that started before one is
-	// stale and is redone.
-	gen uint64
-	// runTimeout bounds each of Run's refreshes.
+	// gen counts local mutations; a refresh that started before one is redone.
+	gen        uint64
 	runTimeout time.Duration
 
 	dirty chan struct{}
-	// room serializes room checks with the mutations that take room:
-	// two creates (or a create and a growth) that each fit alone must not
-	// both pass their check and together eat into the spare. Waiting
-	// honours the caller's context, so a hung lvm holding one volume
-	// group's lock holds no caller past its deadline, nor those of other
-	// volume groups at all.
-	room lvm.VGLocks
-	// changes wakes the watchers of Changes.
+	// room serializes room checks with the mutations that take room: two
+	// requests that each fit alone must not both pass and eat into the spare.
+	// Waiting honours the context, so a hung lvm holds no caller past its
+	// deadline.
+	room    lvm.VGLocks
 	changes signal
 }
 
@@ -85,36 +68,30 @@ func New(r Reporter, cfg *deviceclass.Config, rec *metrics.Recorder) *View {
 	v := &View{reporter: r, cfg: cfg, rec: rec,
 		vgs: map[string]lvm.VolumeGroup{}, lvs: map[string]lvm.LogicalVolume{}, pools: map[string]lvm.ThinPool{},
 		dirty: make(chan struct{}, 1), now: time.Now, runTimeout: 2 * time.Minute}
-	// Every class has its availability series from the start (not
-	// loaded yet).
+	// Every class has its availability series from the start.
 	v.publishLocked()
 	return v
 }
 
-// StaleAfter makes Ready fail once no report has come back for d: a hung
-// lvm (a disk stuck in D state) never ends a refresh with an error, and a
-// view that old may advertise space that is gone. Call it before serving;
-// 0 (the default) turns the check off.
+// StaleAfter makes Ready fail once no report came back for d: a hung lvm (a
+// disk in D state) never ends a refresh with an error, and an old view may
+// advertise space that is gone. 0 turns the check off.
 func (v *View) StaleAfter(d time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.staleAfter = d
 }
 
-// Refresh reads the configured volume groups and replaces the view. A group
-// that does not exist leaves the view; one LVM cannot read keeps its last
-// state and makes its classes unavailable, so that one bad group does not
-// take the others down. Refresh fails only when the context ended (the view
-// is kept); Ready ignores that error: a caller that gave up says nothing
-// about LVM.
+// Refresh reads the configured VGs and replaces the view. A missing VG
+// leaves it; an unreadable one keeps its last state and makes its classes
+// unavailable. Refresh fails only when ctx ended (view kept), which Ready
+// ignores: a caller that gave up says nothing about LVM.
 func (v *View) Refresh(ctx context.Context) error {
 	v.mu.RLock()
 	gen := v.gen
 	v.mu.RUnlock()
 	r, unreadable, err := v.read(ctx, v.configuredVGs())
 	if err != nil {
-		// Only the context ends a read with an error (see read). The
-		// watchers still hear of the attempt, as of every refresh.
 		v.changes.fire()
 		return fmt.Errorf("read LVM state: %w", err)
 	}
@@ -125,15 +102,13 @@ func (v *View) Refresh(ctx context.Context) error {
 		klog.FromContext(ctx).Error(e, "Reading a volume group failed; its device classes are unavailable", "volumeGroup", vg)
 	}
 	v.rec.ObserveRefresh(now, errors.Join(vgErrs...))
-	// After the view's lock is released (deferred calls run last first).
 	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.lastErr = nil
 	v.lastRead = v.now()
 	if v.gen != gen {
-		// A mutation was applied while the report ran; the report may
-		// predate it. Keep the local state and refresh again soon.
+		// A mutation raced the report: keep the local state, refresh again soon.
 		v.markDirtyLocked()
 		v.publishLocked() // an earlier failure is over
 		return nil
@@ -150,9 +125,8 @@ func (v *View) Refresh(ctx context.Context) error {
 	for _, p := range r.ThinPools {
 		pools[p.VolumeGroup+"/"+p.Name] = p
 	}
-	// What could not be read is kept as it was last seen: its volumes
-	// stay listed and findable, and DeleteVolume still refuses to take
-	// them for gone.
+	// Unreadable VGs keep their last state, so DeleteVolume still refuses to
+	// take their volumes for gone.
 	for vg := range unreadable {
 		if old, ok := v.vgs[vg]; ok {
 			vgs[vg] = old
@@ -175,16 +149,13 @@ func (v *View) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// read reads the volume groups vgs with one report. When that fails, it
-// reads them one by one, so that a volume group LVM cannot read (a broken
-// disk, damaged metadata) takes down only the classes that use it. The
-// report holds the groups that were read; unreadable has the error of each
-// group that exists but could not be read; a group that does not exist is
-// in neither. err is set only when the context ended.
+// read reads vgs with one report, else one by one, so an unreadable VG (a
+// broken disk, damaged metadata) takes down only its classes. unreadable
+// has the error of each VG that exists but could not be read. err is set
+// only when ctx ended.
 func (v *View) read(ctx context.Context, vgs []string) (r *lvm.Report, unreadable map[string]error, err error) {
 	start := time.Now()
 	if len(vgs) == 0 {
-		// No class, nothing to read (and no names would mean every VG).
 		return &lvm.Report{ReadAt: start}, nil, nil
 	}
 	all, err := v.reporter.Report(ctx, vgs...)
@@ -208,7 +179,6 @@ func (v *View) read(ctx context.Context, vgs []string) (r *lvm.Report, unreadabl
 		case ctx.Err() != nil:
 			return nil, nil, err
 		case errors.Is(err, lvm.ErrVolumeGroupNotFound):
-			// Missing: absent from the view.
 		default:
 			if unreadable == nil {
 				unreadable = map[string]error{}
@@ -219,8 +189,7 @@ func (v *View) read(ctx context.Context, vgs []string) (r *lvm.Report, unreadabl
 	return r, unreadable, nil
 }
 
-// Run refreshes every interval, and settle after a mutation marked the
-// view dirty, until ctx ends. Refresh errors are logged; Ready shows them.
+// Run refreshes periodically and after mutations until ctx ends.
 func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -230,14 +199,11 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 			return
 		case <-tick.C:
 		case <-v.dirty:
-			// Let a burst of mutations finish first.
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(settle):
 			}
-			// What marked the view dirty while it settled is covered by
-			// the refresh below: one report per burst.
 			select {
 			case <-v.dirty:
 			default:
@@ -247,8 +213,7 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 		if err := v.Refresh(rctx); err != nil {
 			klog.ErrorS(err, "Refreshing the volume-group view failed")
 			if ctx.Err() == nil {
-				// The view's own deadline, not a shutdown: LVM did not
-				// answer in time, which Ready must show.
+				// The view's own deadline: LVM did not answer in time, which Ready shows.
 				v.fail(err)
 			}
 		}
@@ -256,8 +221,7 @@ func (v *View) Run(ctx context.Context, interval, settle time.Duration) {
 	}
 }
 
-// fail records err as the last refresh's error, which Ready and Serving
-// report until a refresh succeeds.
+// fail records err for Ready and Serving until a refresh succeeds.
 func (v *View) fail(err error) {
 	v.rec.ObserveRefresh(time.Now(), err)
 	reason := ReasonLVMError
@@ -278,10 +242,9 @@ func (v *View) markDirtyLocked() {
 	}
 }
 
-// Ready is nil when the last refresh succeeded and every device class can
-// take volumes; otherwise it says what is wrong, one line per class. A
-// class that is unavailable does not stop the others: Capacity and the
-// lookups keep answering for them whatever Ready says.
+// Ready is nil when the last refresh succeeded and every class can take
+// volumes; otherwise one line per class. An unavailable class does not stop
+// the others.
 func (v *View) Ready() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -301,10 +264,7 @@ func (v *View) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Serving is nil once the view has been read, its last refresh succeeded
-// and LVM could read at least one of the configured volume groups: the
-// plugin can answer for the classes it sees, even while others are
-// unavailable (Ready says which).
+// Serving is nil once a VG was read and the last refresh succeeded.
 func (v *View) Serving() error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -321,8 +281,6 @@ func (v *View) Serving() error {
 	return nil
 }
 
-// loadedLocked is nil once a refresh has loaded the view and the last one
-// succeeded.
 func (v *View) loadedLocked() error {
 	if v.lastErr != nil {
 		return v.lastErr
@@ -333,12 +291,9 @@ func (v *View) loadedLocked() error {
 	return nil
 }
 
-// unusablePool are the thin-pool health states in which LVM cannot give a
-// new thin volume its blocks.
+// unusablePool: LVM cannot give a new thin volume blocks in these states.
 var unusablePool = []lvm.Health{lvm.HealthFailed, lvm.HealthMetadataReadOnly, lvm.HealthPartial}
 
-// classProblemLocked says why class d cannot take volumes, wrapping
-// ErrClassUnavailable; nil when it can.
 func (v *View) classProblemLocked(d *deviceclass.DeviceClass) error {
 	fail := func(reason, format string, args ...any) error {
 		return notReady(reason, fmt.Errorf("device class %s: %s: %w", d.Name, fmt.Sprintf(format, args...), ErrClassUnavailable))
@@ -351,8 +306,7 @@ func (v *View) classProblemLocked(d *deviceclass.DeviceClass) error {
 		return fail(ReasonVGMissing, "volume group %q is missing", d.VolumeGroup)
 	}
 	if vg.MissingPVs > 0 {
-		// LVM refuses to allocate in a partial VG, so every lvcreate
-		// would fail; its free space is not free.
+		// LVM refuses to allocate in a partial VG: its free space is not free.
 		return fail(ReasonPVMissing, "volume group %q has %d missing physical volume(s)", d.VolumeGroup, vg.MissingPVs)
 	}
 	if d.Thin() {
@@ -366,8 +320,7 @@ func (v *View) classProblemLocked(d *deviceclass.DeviceClass) error {
 	return nil
 }
 
-// Capacity is the room of class d; ErrClassUnavailable (wrapped, with the
-// reason) when the class cannot take volumes now.
+// Capacity is class d's room; ErrClassUnavailable with the reason.
 func (v *View) Capacity(d *deviceclass.DeviceClass) (Capacity, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -413,8 +366,7 @@ func (v *View) Pool(vg, name string) (lvm.ThinPool, bool) {
 	return p, ok
 }
 
-// Changed asks for a full refresh soon, after a mutation whose effect the
-// caller cannot describe (an lvextend, for example).
+// Changed asks for a refresh soon.
 func (v *View) Changed() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -422,12 +374,10 @@ func (v *View) Changed() {
 	v.markDirtyLocked()
 }
 
-// Volumes lists carve's volumes in the configured volume groups, sorted by
-// "vg/name".
+// Volumes lists carve's volumes, sorted by "vg/name".
 func (v *View) Volumes() []lvm.LogicalVolume { return v.owned(volume.KindVolume) }
 
-// Snapshots lists carve's snapshots in the configured volume groups,
-// sorted by "vg/name".
+// Snapshots lists carve's snapshots, sorted by "vg/name".
 func (v *View) Snapshots() []lvm.LogicalVolume { return v.owned(volume.KindSnapshot) }
 
 func (v *View) owned(kind volume.Kind) []lvm.LogicalVolume {
@@ -451,16 +401,14 @@ func (v *View) owned(kind volume.Kind) []lvm.LogicalVolume {
 
 func (v *View) configuredVGs() []string { return v.cfg.VolumeGroups() }
 
-// Created applies an LV that carve just made to the view, and asks for a
-// full refresh soon (a mirrored LV uses more than its size, for example).
+// Created applies a new LV and asks for a refresh (mirrors use more).
 func (v *View) Created(lv lvm.LogicalVolume) {
 	defer v.changes.fire()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	key := lv.VolumeGroup + "/" + lv.Name
 	if _, had := v.lvs[key]; had {
-		// A change of its tags, say: a report read before it must not
-		// put the old LV back.
+		// An older report must not put the old LV back.
 		v.lvs[key] = lv
 		v.gen++
 		v.markDirtyLocked()
@@ -470,8 +418,7 @@ func (v *View) Created(lv lvm.LogicalVolume) {
 	v.applyLocked(lv, +1)
 }
 
-// Removed applies the removal of vg/name to the view and asks for a full
-// refresh soon.
+// Removed applies a removal and asks for a refresh soon.
 func (v *View) Removed(vg, name string) {
 	defer v.changes.fire()
 	v.mu.Lock()
@@ -487,7 +434,6 @@ func (v *View) Removed(vg, name string) {
 	v.applyLocked(lv, -1)
 }
 
-// applyLocked moves lv's size between free and used.
 func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 	v.gen++
 	if lv.Pool != "" {
@@ -515,8 +461,7 @@ func (v *View) applyLocked(lv lvm.LogicalVolume, sign int) {
 		}
 		v.vgs[lv.VolumeGroup] = vg
 	}
-	// Every LV, thin or thick, adds its text to the VG's metadata: count it
-	// until the next report says exactly.
+	// Every LV adds metadata text: count it until the next report.
 	if vg, ok := v.vgs[lv.VolumeGroup]; ok && vg.MetadataAreaSize > 0 {
 		if sign > 0 {
 			vg.MetadataAreaFree = sub(vg.MetadataAreaFree, lvm.LVMetadataBytes)
@@ -535,8 +480,7 @@ func (v *View) publishLocked() {
 	}
 	counts := map[string]int{}
 	for _, lv := range v.lvs {
-		// A quarantined orphan is no volume any more; the controller's
-		// carve_quarantined_volumes counts it.
+		// A quarantined orphan is no volume; the controller counts it.
 		if k, class, ok := volume.Owned(lv.Tags); ok && k == volume.KindVolume && !volume.IsQuarantineName(lv.Name) {
 			counts[lv.VolumeGroup+"/"+class]++
 		}
@@ -567,9 +511,7 @@ func (v *View) publishLocked() {
 	v.rec.SetClassAvailability(v.availabilityLocked())
 }
 
-// availabilityLocked says, for every configured class, whether it can take
-// new volumes and, if not, the reason code: a failed refresh (or none yet)
-// makes every class unavailable, with that reason.
+// availabilityLocked: a failed or missing refresh fails every class.
 func (v *View) availabilityLocked() []metrics.ClassAvailability {
 	out := make([]metrics.ClassAvailability, 0, len(v.cfg.DeviceClasses))
 	for i := range v.cfg.DeviceClasses {
@@ -591,9 +533,7 @@ func (v *View) availabilityLocked() []metrics.ClassAvailability {
 	return out
 }
 
-// snapshotStatesLocked is the state of carve's thick (copy-on-write)
-// snapshots in the configured volume groups: how full their space is and
-// whether they ran out of it (thin snapshots cannot).
+// snapshotStatesLocked: copy-on-write snapshots' fill and overflow.
 func (v *View) snapshotStatesLocked() []metrics.SnapshotState {
 	vgs := v.configuredVGs()
 	var out []metrics.SnapshotState
@@ -612,9 +552,8 @@ func (v *View) snapshotStatesLocked() []metrics.SnapshotState {
 	return out
 }
 
-// UnzeroedThinClasses lists the thin classes whose pool (as last read)
-// does not zero new blocks: their new volumes can read what removed ones
-// wrote.
+// UnzeroedThinClasses lists thin classes whose pool does not zero new
+// blocks: new volumes can read what removed ones wrote.
 func (v *View) UnzeroedThinClasses() []string {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -628,10 +567,7 @@ func (v *View) UnzeroedThinClasses() []string {
 	return names
 }
 
-// Readable tells whether the view holds a fresh read of volume group vg:
-// it is configured, the last refresh succeeded, and LVM could read it or
-// told that it does not exist. An LV absent from a readable volume group
-// is gone.
+// Readable: the view holds a fresh read of vg; absent LVs are gone.
 func (v *View) Readable(vg string) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -642,9 +578,7 @@ func (v *View) Readable(vg string) bool {
 	return !bad
 }
 
-// PhysicalVolumes are the device paths of the PVs of volume group vg as
-// the last refresh read them (a missing PV left out); nil when the view
-// does not hold vg.
+// PhysicalVolumes are vg's found PVs as last read; nil without vg.
 func (v *View) PhysicalVolumes(vg string) []string {
 	v.mu.RLock()
 	defer v.mu.RUnlock()

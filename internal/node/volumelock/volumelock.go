@@ -1,10 +1,7 @@
-// Package volumelock keeps at most one operation in flight per volume.
-//
-// It does not block: a second operation on a busy key fails at once, and the
-// CSI servers answer it with ABORTED ("an operation is pending for this
-// volume"), which the sidecars retry with backoff. Blocking instead would
-// let retries pile up behind a slow lvcreate or mkfs, each holding a
-// goroutine and a deadline that expires while it waits.
+// Package volumelock keeps at most one operation in flight per volume. A
+// second one fails at once, answered ABORTED, which the sidecars retry with
+// backoff: blocking would pile retries up behind a slow lvcreate or mkfs,
+// each holding a goroutine and an expiring deadline.
 package volumelock
 
 import (
@@ -21,8 +18,7 @@ type Locks struct {
 // New returns an empty set of locks.
 func New() *Locks { return &Locks{held: map[string]struct{}{}} }
 
-// TryAcquire takes the lock of key. It returns false, and takes nothing,
-// when the key is already held.
+// TryAcquire takes key's lock, or returns false when it is held.
 func (l *Locks) TryAcquire(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -33,7 +29,7 @@ func (l *Locks) TryAcquire(key string) bool {
 	return true
 }
 
-// Release frees key. Releasing a key that is not held does nothing.
+// Release frees key; a key not held is left alone.
 func (l *Locks) Release(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -48,7 +44,7 @@ func (l *Locks) IsHeld(key string) bool {
 	return busy
 }
 
-// Held tells how many keys are held (for tests and logs).
+// Held tells how many keys are held.
 func (l *Locks) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

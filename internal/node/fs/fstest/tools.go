@@ -1,8 +1,5 @@
-// Package fstest holds a fake of the filesystem tools (blkid, mkfs.*,
-// fsck, resize2fs, xfs_growfs, btrfs, blockdev, mount, umount) for unit
-// tests: a k8s.io/utils/exec Interface that keeps the signature of each
-// device, so a test states what is on a device and checks what ran,
-// rather than scripting a fixed order of commands.
+// Package fstest fakes the filesystem tools as a k8s.io/utils/exec Interface
+// that keeps each device's signature.
 package fstest
 
 import (
@@ -19,21 +16,16 @@ import (
 // Tools is the fake. The zero value is not usable; call New.
 type Tools struct {
 	mu sync.Mutex
-	// formats maps a device to what blkid reports on it ("" or absent:
-	// no signature).
+	// formats maps a device to what blkid reports ("" or absent: none).
 	formats map[string]string
 	sizes   map[string]uint64
 	fail    map[string]error
 	failIf  []failRule
 	calls   [][]string
 	ctxs    []context.Context
-	// ctxErrs is each command's ctx.Err() when it ran.
 	ctxErrs []error
-	// holds are the commands Hold keeps running: closed when released.
-	holds map[string]chan struct{}
-	// unfinished are the devices whose filesystem an mkfs did not finish,
-	// mounted those a read-write mount ever held (superblocks ReadHead
-	// shows; e2fsck fails on an unfinished one).
+	holds   map[string]chan struct{}
+	// unfinished: an mkfs did not finish; mounted: once mounted read-write.
 	unfinished, mounted map[string]bool
 }
 
@@ -45,12 +37,10 @@ func New() *Tools {
 		unfinished: map[string]bool{}, mounted: map[string]bool{}}
 }
 
-// PartitionTable is what SetFormat takes for a device holding a partition
-// table: blkid reports PTTYPE, mount-utils treats it as data.
+// PartitionTable is a partition table signature for SetFormat.
 const PartitionTable = "PTTYPE=gpt"
 
-// SetFormat puts a signature on device: a filesystem type, or
-// PartitionTable.
+// SetFormat puts a signature on device.
 func (t *Tools) SetFormat(device, format string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -58,9 +48,7 @@ func (t *Tools) SetFormat(device, format string) {
 	delete(t.unfinished, device)
 }
 
-// SetRemains puts on device what an mkfs of fsType that never ended
-// leaves: blkid names fsType, the superblock says unfinished (xfs's
-// in-progress flag; an ext4 never mounted), e2fsck -n fails.
+// SetRemains puts what an unfinished mkfs of fsType leaves on device.
 func (t *Tools) SetRemains(device, fsType string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -68,17 +56,14 @@ func (t *Tools) SetRemains(device, fsType string) {
 	t.unfinished[device] = true
 }
 
-// SetMounted makes the superblock on device say that a read-write mount
-// held it (an ext4's mount time and count).
+// SetMounted marks device's superblock as once mounted read-write.
 func (t *Tools) SetMounted(device string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.mounted[device] = true
 }
 
-// ReadHead implements fs.HeadReader: the superblock of what SetFormat,
-// SetRemains, SetMounted and mkfs put on device (xfs and ext2/3/4; zeros
-// for anything else).
+// ReadHead implements fs.HeadReader.
 func (t *Tools) ReadHead(device string, n int) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -113,8 +98,7 @@ func (t *Tools) SetSize(path string, size uint64) {
 	t.sizes[path] = size
 }
 
-// Fail makes every later run of command fail with err (an
-// testingexec.FakeExitError for an exit code).
+// Fail makes every later run of command fail with err.
 func (t *Tools) Fail(command string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -126,18 +110,15 @@ type failRule struct {
 	err   error
 }
 
-// FailIf makes every later run whose argv match accepts fail with err; for
-// a failure of one step of several (the remount after a bind mount).
+// FailIf makes every later run whose argv match accepts fail with err.
 func (t *Tools) FailIf(match func(argv []string) bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failIf = append(t.failIf, failRule{match: match, err: err})
 }
 
-// Hold keeps every later run of command running until release is called,
-// as a long mkfs or fsck would. A held command whose context ends first
-// fails with the context's error, as the real one would be killed, so a
-// test sees whether carve lets it run to its end.
+// Hold keeps later runs of command running until release; one whose context
+// ends first fails, as the real one would be killed.
 func (t *Tools) Hold(command string) (release func()) {
 	ch := make(chan struct{})
 	t.mu.Lock()
@@ -168,24 +149,21 @@ func (t *Tools) Ran(name string) [][]string {
 	return out
 }
 
-// Contexts returns the context each command ran under; context.TODO for a
-// command started without one (through Command), which carve never does.
+// Contexts returns each command's context (context.TODO via Command).
 func (t *Tools) Contexts() []context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]context.Context(nil), t.ctxs...)
 }
 
-// ContextErrors returns, for each command run so far, its context's Err()
-// at the moment it ran (nil: the context was live).
+// ContextErrors returns each command's ctx.Err() as it ran.
 func (t *Tools) ContextErrors() []error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]error(nil), t.ctxErrs...)
 }
 
-// Command implements utilexec.Interface; its commands show up in Contexts
-// as context.TODO, which carries none of the request's values.
+// Command implements utilexec.Interface, under context.TODO.
 func (t *Tools) Command(cmd string, args ...string) utilexec.Cmd {
 	return t.command(context.TODO(), cmd, args)
 }
@@ -242,7 +220,6 @@ func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
 		f := t.formats[last]
 		switch {
 		case f == "":
-			// blkid exits 2 when it finds no signature.
 			return nil, testingexec.FakeExitError{Status: 2}
 		case strings.HasPrefix(f, "PTTYPE="):
 			return []byte(f + "\n"), nil
@@ -254,7 +231,6 @@ func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
 		delete(t.mounted, last)
 		return nil, nil
 	case name == "e2fsck" && t.unfinished[last]:
-		// 4: errors left uncorrected (-n corrects nothing).
 		return []byte(last + ": bad superblock"), testingexec.FakeExitError{Status: 4}
 	case name == "blockdev":
 		size, ok := t.sizes[last]
@@ -263,6 +239,5 @@ func (t *Tools) run(ctx context.Context, argv []string) ([]byte, error) {
 		}
 		return []byte(fmt.Sprintf("%d\n", size)), nil
 	}
-	// fsck, resize2fs, xfs_growfs, btrfs, mount, umount: succeed.
 	return nil, nil
 }

@@ -8,9 +8,8 @@ import (
 	"github.com/carve-csi/carve/internal/node/blockcopy"
 )
 
-// Copier records the copies asked of it instead of copying; FailNext
-// fails the next one after half the bytes, as a killed node agent leaves
-// it. A test reads or changes its fields holding Mu, or between calls.
+// Copier records copies instead of copying; FailNext fails the next one
+// halfway, as a killed agent does. Tests hold Mu to touch its fields.
 type Copier struct {
 	Mu       sync.Mutex
 	Copies   []Copy

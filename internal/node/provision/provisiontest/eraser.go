@@ -8,9 +8,8 @@ import (
 	"github.com/carve-csi/carve/internal/node/erase"
 )
 
-// Eraser records the erasures asked of it instead of erasing. When Gate
-// is set, each erasure waits for it to be closed; Fail is returned instead
-// of erasing. A test changes its fields holding Mu.
+// Eraser records erasures instead of erasing; a set Gate holds each until
+// closed, Fail fails them. Tests hold Mu to touch its fields.
 type Eraser struct {
 	Mu    sync.Mutex
 	calls []Erased
@@ -18,8 +17,7 @@ type Eraser struct {
 	// Reached, when set, gets a value each time an erasure reaches Gate.
 	Reached chan struct{}
 	Fail    error
-	// Observe, when set, sees each erasure as it is asked, before it is
-	// recorded.
+	// Observe, when set, sees each erasure before it is recorded.
 	Observe func(path string, m erase.Method)
 }
 

@@ -1,7 +1,5 @@
-// Package provisiontest holds an in-memory LVM for the tests of the
-// volume lifecycle (provision) and of its CSI edge (driver): volume groups
-// with a size and 4 MiB extents, thick and thin LVs, snapshots, and the
-// lvm package's errors, kept as state rather than as a script of calls.
+// Package provisiontest holds an in-memory LVM for the provision and driver
+// tests: state, not a script of calls.
 package provisiontest
 
 import (
@@ -15,9 +13,8 @@ import (
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
-// LVM is an in-memory LVM: it implements what provision.LVM and
-// provision.QuarantineLVM ask. A test reads or changes its fields holding
-// Mu.
+// LVM is an in-memory provision.LVM and provision.QuarantineLVM. Tests
+// hold Mu to touch its fields.
 type LVM struct {
 	Mu    sync.Mutex
 	VGs   map[string]*lvm.VolumeGroup
@@ -25,19 +22,15 @@ type LVM struct {
 	Pools map[string]*lvm.ThinPool      // key vg/name
 	// Reports and Gets count the calls of Report and GetLV.
 	Reports, Gets int
-	// uuids counts the UUIDs handed out.
-	uuids int
-	// Activations lists the LVs (vg/name) ActivateLV activated,
-	// Deactivations those DeactivateLV deactivated, Removals those
-	// RemoveLV removed.
+	uuids         int
+	// Activations, Deactivations and Removals list the LVs (vg/name)
+	// switched or removed.
 	Activations, Deactivations, Removals []string
 	// FailNext, when set, is returned by the next mutation.
 	FailNext error
-	// Unreadable makes every read of a VG fail with its error, as LVM does
-	// for a VG with damaged metadata.
+	// Unreadable fails every read of a VG, as damaged metadata does.
 	Unreadable map[string]error
-	// Hidden holds the VGs (with their LVs and pools) whose disks are
-	// gone: LVM does not see them until ShowVG.
+	// Hidden holds the VGs whose disks are gone, until ShowVG.
 	Hidden map[string]*HiddenVG
 	// OnCreate, when set, is called with each CreateLV request first.
 	OnCreate func(lvm.CreateRequest)
@@ -50,8 +43,7 @@ type HiddenVG struct {
 	pools map[string]*lvm.ThinPool
 }
 
-// HideVG makes a VG and everything in it invisible, as when its disks are
-// missing; ShowVG brings it back as it was.
+// HideVG hides a VG, as when its disks are missing.
 func (f *LVM) HideVG(name string) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -90,8 +82,7 @@ func (f *LVM) ShowVG(name string) {
 	delete(f.Hidden, name)
 }
 
-// vgErrLocked is the error LVM gives for an LV of vg: the VG is missing or
-// unreadable; nil when it can be read.
+// vgErrLocked is the error LVM gives for a missing or unreadable vg.
 func (f *LVM) vgErrLocked(vg string) error {
 	if err := f.Unreadable[vg]; err != nil {
 		return err
@@ -102,9 +93,8 @@ func (f *LVM) vgErrLocked(vg string) error {
 	return nil
 }
 
-// Classes is the device-class file the lifecycle and edge tests share:
-// fast (thick, default, 1 GiB spare) and thin (the pool of vg1, ratio 2)
-// on vg1; other on vg2.
+// Classes is the shared device-class file: fast (thick, default) and thin
+// on vg1, other on vg2.
 const Classes = `
 deviceClasses:
   - name: fast
@@ -175,11 +165,9 @@ func roundUp(size uint64) uint64 {
 	return (size + fakeExtent - 1) / fakeExtent * fakeExtent
 }
 
-// Report answers as the lvm package does: the named VGs (all when none
-// is named); a named VG that is missing or unreadable fails the report,
-// with lvm.ErrVolumeGroupNotFound when it is the only one named and
-// missing, else with one error naming every VG that failed, as
-// fullreport's exit code 5 does.
+// Report answers as the lvm package does: lvm.ErrVolumeGroupNotFound
+// for the one named VG missing, else one error naming every named VG that
+// failed, as fullreport's exit code 5 does.
 func (f *LVM) Report(ctx context.Context, vgs ...string) (*lvm.Report, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -247,8 +235,7 @@ func (f *LVM) GetLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, e
 	return &c, nil
 }
 
-// lvLocked is LV vg/name, or an error wrapping lvm.ErrNotFound, as the
-// lvm package reports a missing LV; f.mu is held.
+// lvLocked wraps lvm.ErrNotFound as lvm does; f.mu is held.
 func (f *LVM) lvLocked(vg, name string) (*lvm.LogicalVolume, error) {
 	lv, ok := f.LVs[vg+"/"+name]
 	if !ok {
@@ -300,8 +287,6 @@ func (f *LVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.Logical
 		vg.Free -= size
 		vg.FreeExtents = vg.Free / fakeExtent
 	}
-	// LVM gives each LV a UUID, which reports show and CreateLV's
-	// result does not.
 	f.uuids++
 	lv.UUID = fmt.Sprintf("%06d-fake-uuid-0000-0000-0000-000000", f.uuids)
 	f.LVs[key] = lv
@@ -397,7 +382,7 @@ func (f *LVM) RenameLV(ctx context.Context, vg, name, newName string) error {
 	return nil
 }
 
-// DeleteTags takes tags off an LV as lvchange --deltag does.
+// DeleteTags implements provision.LVM.
 func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -415,8 +400,7 @@ func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) e
 	return nil
 }
 
-// ChangeTags takes tags off and puts tags on an LV as one lvchange
-// --deltag ... --addtag ... does.
+// ChangeTags implements provision.TagLVM.
 func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -440,8 +424,8 @@ func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string
 	return nil
 }
 
-// DeactivateLV deactivates one LV as the lvm package does; an open LV
-// is lvchange's own error, of no lvm class.
+// DeactivateLV implements provision.LVM; an open LV fails as lvchange
+// does, with no lvm error class.
 func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -462,8 +446,7 @@ func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	return nil
 }
 
-// ActivateLV activates one LV as the lvm package does: a thin LV's pool
-// with it, whatever the activation-skip flag.
+// ActivateLV activates a thin LV's pool with it, whatever activation-skip.
 func (f *LVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -485,9 +468,7 @@ func (f *LVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolu
 	return &c, nil
 }
 
-// CreateSnapshot makes a thin snapshot (inactive when it keeps the
-// activation-skip flag) or a copy-on-write one taking CowSize of the VG,
-// as the lvm package does.
+// CreateSnapshot makes a thin or copy-on-write snapshot as lvm does.
 func (f *LVM) CreateSnapshot(ctx context.Context, req lvm.SnapshotRequest) (*lvm.LogicalVolume, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()

@@ -72,7 +72,7 @@ func TestEncryptedVolumeOnTheRealNode(t *testing.T) {
 		c := containerStatus(p, "carve")
 		return c.RestartCount > restarts && c.State.Running != nil, fmt.Sprintf("restarts %d, %s", c.RestartCount, podState(p)), nil
 	})
-	if got := podExec(t, ns, "app", "sha256sum < /data/p && echo after-restart > /data/q && sync && cat /data/q"); got != sum+"after-restart\n" {
+	if got := podExec(t, ns, "app", "sha256sum < /data/p && echo after-restart > /data/q && sync && cat /data/q"); got != sum+"\nafter-restart" {
 		t.Errorf("after the agent's restart the pod reads %q, want the file's sum %q and its new file", got, sum)
 	}
 
@@ -211,8 +211,11 @@ func (e extentRange) String() string {
 	return fmt.Sprintf("%s sectors %d+%d", e.device, e.start, e.length)
 }
 
+// ddArgs reads the range past the page cache: what the guest read of
+// the physical volume before would otherwise be read again, whatever the
+// LV's own device wrote since.
 func (e extentRange) ddArgs() string {
-	return fmt.Sprintf("dd if=%s bs=512 skip=%d count=%d status=none", e.device, e.start, e.length)
+	return fmt.Sprintf("dd if=%s bs=1M iflag=direct,skip_bytes,count_bytes skip=%d count=%d status=none", e.device, e.start*512, e.length*512)
 }
 
 // lvExtents is where the LV handle lies on its physical volumes, in
@@ -241,14 +244,14 @@ done`, vg, handle))
 }
 
 // keyslotsAt counts the keyslots of the LUKS2 header at the start of e
-// (its first 16 MiB read into a file in the guest).
+// (its first 16 MiB read into a file in the guest, past the page cache).
 func keyslotsAt(t *testing.T, e extentRange) int {
 	t.Helper()
 	out := strings.TrimSpace(guestExec(t, fmt.Sprintf(`set -e
 f=$(mktemp)
-dd if=%s bs=512 skip=%d count=32768 of="$f" status=none
+%s of="$f"
 cryptsetup luksDump "$f" | awk '/^Keyslots:/ {k=1; next} /^[A-Z]/ {k=0} k && /^ +[0-9]+: / {n++} END {print n+0}'
-rm -f "$f"`, e.device, e.start)))
+rm -f "$f"`, extentRange{device: e.device, start: e.start, length: 32768}.ddArgs())))
 	n, err := strconv.Atoi(out)
 	if err != nil {
 		t.Fatalf("the keyslots at %s: %q", e, out)

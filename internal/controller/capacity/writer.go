@@ -1,16 +1,11 @@
 // Package capacity writes the CSIStorageCapacity objects the scheduler reads
-// (one per node and carve WaitForFirstConsumer StorageClass) from the node
-// agents' capacity reports. Reports, StorageClass events and changes to its
-// own objects queue the affected (node, class) pairs; a worker writes only
-// what differs.
-//
-// The objects are the scheduler's only view of carve's nodes: one deleted
-// makes its node unschedulable for the class, one left for a gone agent
-// sends claims where they fail. So after a restart or leader change the
-// writer keeps what it finds until the node reports or StartupGrace passes.
-// Whether a node reports depends on this replica's node channel too, so
-// deletions are held while lost nodes outnumber reporting ones (held.go); a
-// hold past the grace ends Run with ErrDeletionsHeld, giving up the Lease.
+// (per node and carve WaitForFirstConsumer class) from the agents' capacity
+// reports, writing only what differs. The objects are the scheduler's only
+// view of carve's nodes, so after a restart or leader change existing ones
+// are kept until the node reports or StartupGrace passes. Deletions are held
+// while lost nodes outnumber reporting ones, since this replica's own reach
+// may be at fault (held.go); a hold past the grace ends Run with
+// ErrDeletionsHeld, giving up the Lease.
 package capacity
 
 import (

@@ -1,12 +1,9 @@
-// Package castore keeps the node channel's CA (internal/nodeca) in a
-// kubernetes.io/tls-shaped Secret only the controller reads (so cert-manager
-// can supply it), and the trusted certificates in a ConfigMap of the same
-// name. It rotates in three steps, each one write of the Secret so every
-// replica agrees where it stands (docs/architecture.md, "CA rotation"):
-// staged (next CA trusted beside the current at a third of its life or on
-// carve.dev/rotate-ca), switched (once every agent accepts it, it signs and
-// leaves are reissued), dropped (the old CA leaves once its last leaf
-// expired). A CA that expired while no controller ran is replaced at once.
+// Package castore keeps the node channel's CA in a kubernetes.io/tls-shaped
+// Secret only the controller reads (cert-manager can supply it) and the
+// trusted certificates in a ConfigMap of the same name. It rotates in three
+// steps, each one Secret write so replicas agree: staged, switched once
+// every agent accepts, dropped once the old CA's last leaf expired
+// (docs/architecture.md, "CA rotation"). An expired CA is replaced at once.
 package castore
 
 import (

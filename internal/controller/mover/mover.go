@@ -1,18 +1,11 @@
-// Package mover moves a bound carve claim to another node: `kubectl carve
-// move` asks with the annotation carve.dev/move-to on the claim, and the
-// controller's leader carries it out.
-//
-// A move keeps all its state in annotations on the old PV (Retain is set
-// first, so the PV survives the claim's deletion), so a controller that
-// crashes resumes where it was. Phases: seeding (snapshot, copy to the
-// target while the workload runs), stopping (claim saved and deleted, pods
-// deleted), catching-up (changes since the seed), binding (new PV pre-bound
-// to the claim, claim made again), cleaning (seed, old volume and old PV
-// deleted). Every name derives from the old PV and the target node, so a
-// repeated step finds what it made before. Before stopping, an abort or a
-// lasting failure deletes the target and seed; after, it rolls back onto
-// the old PV. Neither deletes anything unless the old volume's node vouches
-// for it; else the move parks (park.go). docs/architecture.md has more.
+// Package mover moves a bound carve claim to another node when the claim
+// carries carve.dev/move-to (`kubectl carve move`); the leader does the work.
+// All state lives in annotations on the old PV (set to Retain first), and
+// every name derives from the old PV and target node, so a crashed
+// controller resumes and finds what it made. Phases: seeding, stopping,
+// catching-up, binding, cleaning. Failures abort before stopping and roll
+// back after; nothing is deleted unless the old volume's node vouches for
+// it, else the move parks (park.go). docs/architecture.md has the design.
 package mover
 
 import (
@@ -59,11 +52,10 @@ type Volumes interface {
 	DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error)
 	CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error)
 	DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error)
-	// DeleteVolumeOn deletes a volume on node only (the target, which no PV
-	// names yet). UNAVAILABLE: node is not connected.
+	// DeleteVolumeOn deletes a volume on node only; UNAVAILABLE when not
+	// connected.
 	DeleteVolumeOn(ctx context.Context, node string, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error)
-	// ControllerGetVolumeOn asks node only about a volume: NOT_FOUND, it
-	// is not there; UNAVAILABLE, node is not connected.
+	// ControllerGetVolumeOn asks node only; UNAVAILABLE when not connected.
 	ControllerGetVolumeOn(ctx context.Context, node string, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error)
 }
 

@@ -1,16 +1,11 @@
 // Package placement puts a new restore or clone of a carve volume on its
-// source's node before the scheduler chooses, when the waiting pods can run
-// there: there it is made in place (a thin snapshot is instant), elsewhere
-// it is copied over the network (docs/backup-restore.md).
-//
-// The leader sets volume.kubernetes.io/selected-node on an unbound claim of
-// a carve WaitForFirstConsumer class with a carve source once a pod waits,
-// if every pending pod fits the node (package podfit) and its last capacity
-// report has room. The patch carries the resourceVersion, so a scheduler's
-// choice made first stands, and writes carve.dev/placed-with-source: a
-// claim carrying it is never placed again, so a node refusing the volume
-// leads to the scheduler choosing, not a loop. Each decision is an Event and
-// a count in carve_restore_placements_total.
+// source's node, where it is made in place rather than copied over the
+// network (docs/backup-restore.md). Once a pod waits for such an unbound
+// claim, the leader sets volume.kubernetes.io/selected-node to the source's
+// node if every pending pod fits it (podfit) and it has room. The patch
+// carries the resourceVersion, so a scheduler's earlier choice stands, and
+// writes carve.dev/placed-with-source, so a node refusing the volume leads
+// to the scheduler choosing rather than a loop.
 package placement
 
 import (

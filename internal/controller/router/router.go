@@ -1,14 +1,10 @@
-// Package router is the CSI Controller service of `carve controller`: it
-// serves the sidecars on the controller's socket and sends each call over
-// the node channel to the agent owning the volume or snapshot. It keeps no
-// record of volumes: the node comes from the request (accessibility
-// requirement, snapshot ID), the PV index, or asking the connected agents.
-//
-// A call never sent because the agent is not connected is
-// RESOURCE_EXHAUSTED for CreateVolume (csi-provisioner reschedules; nothing
-// was made) and UNAVAILABLE otherwise. A sent call returns the node's answer
-// with its code unchanged: a CreateVolume that may have started on a node is
-// retried there, never moved (pending).
+// Package router is the CSI Controller service of `carve controller`: each
+// call goes over the node channel to the agent owning the volume or
+// snapshot, found from the request, the PV index, or asking the agents. A
+// call never sent is RESOURCE_EXHAUSTED for CreateVolume (csi-provisioner
+// reschedules) and UNAVAILABLE otherwise; a sent call keeps the node's code,
+// and a CreateVolume that may have started on a node is never moved
+// (pending).
 package router
 
 import (
@@ -95,7 +91,6 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 	return csiserver.ControllerCapabilities(csiserver.ControllerRPCs...), nil
 }
 
-// rpc is a ControllerClient method expression.
 type rpc[Req, Resp any] func(csi.ControllerClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
 
 func send[Req, Resp any](ctx context.Context, s *Server, node, method string, f rpc[Req, Resp], req Req, unsent codes.Code) (Resp, error) {

@@ -26,7 +26,6 @@ import (
 // PermitWithoutStream), or it closes the connection as abusive.
 var keepaliveParams = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}
 
-// dial is lazy: nothing is sent until a call or Connect.
 func (p *Pool) dial(addr string, cfg *tls.Config) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),

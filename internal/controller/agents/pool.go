@@ -262,7 +262,6 @@ func (p *Pool) conn(node string) (*grpc.ClientConn, error) {
 	}
 }
 
-// reconcile matches the connections to the slices.
 func (p *Pool) reconcile(ctx context.Context, objs []any) {
 	log := klog.FromContext(ctx)
 	items := make([]*discoveryv1.EndpointSlice, 0, len(objs))

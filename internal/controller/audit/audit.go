@@ -258,7 +258,6 @@ func (a *Auditor) unclaimed(ctx context.Context, log klog.Logger, na *nodeAudit,
 	return orphans, errs
 }
 
-// announce logs and records an Event once per finding.
 func (a *Auditor) announce(log klog.Logger, na *nodeAudit, orphans []Orphan, f Findings) {
 	for _, o := range orphans {
 		a.announceOrphan(log, na, o)
@@ -444,7 +443,6 @@ func (a *Auditor) quarantine(ctx context.Context, na *nodeAudit, o Orphan, now t
 	return &q, nil
 }
 
-// remove removes a quarantined orphan past its grace (--remove-orphans only).
 func (a *Auditor) remove(ctx context.Context, na *nodeAudit, q Quarantined) error {
 	log := klog.FromContext(ctx)
 	err := a.cfg.Nodes.RemoveOrphan(ctx, na.node, q.VolumeGroup, q.Name, q.OrphanOf)

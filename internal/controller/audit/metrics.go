@@ -71,7 +71,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// publish replaces a node's gauges with one pass's findings.
 func (m *metrics) publish(node string, classes []Class, orphans []Orphan, missing []Missing, quarantined []Quarantined) {
 	only := prometheus.Labels{"node": node}
 	m.orphans.DeletePartialMatch(only)

@@ -52,7 +52,6 @@ func (w *Writer) observe(c *storagev1.CSIStorageCapacity, deleted bool) {
 	}
 }
 
-// awaiting reports whether name has an unseen write and how long to wait.
 func (w *Writer) awaiting(name string) (time.Duration, bool) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()

@@ -83,8 +83,7 @@ type Writer struct {
 	mu sync.Mutex
 	// nodes holds each node's last report; nil is a node reported gone, kept
 	// until the grace ends so it is not taken for one not heard from yet.
-	nodes map[string]*nodeCapacity
-	// classes maps carve's StorageClasses to their device class ("" default).
+	nodes     map[string]*nodeCapacity
 	classes   map[string]string
 	graceOver bool
 	// drops holds when nodes dropped with objects to lose; cleared by a report,
@@ -278,7 +277,6 @@ func (w *Writer) begin() {
 	w.pmu.Unlock()
 }
 
-// endGrace counts silent nodes as gone and looks at every object again.
 func (w *Writer) endGrace(ctx context.Context) {
 	s := w.s.Load()
 	now := time.Now()
@@ -382,7 +380,6 @@ func (n *nodeCapacity) equal(o *nodeCapacity) bool {
 	return n.def == o.def && maps.Equal(n.classes, o.classes)
 }
 
-// onStorageClass requeues every pair of the class when what it names changes.
 func (w *Writer) onStorageClass(o any, deleted bool) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o, deleted = d.Obj, true

@@ -190,7 +190,6 @@ func apply(s State, st step, now time.Time, p Policy, newCA func() (*nodeca.CA, 
 	return s, nil
 }
 
-// read returns the Secret and its state; (nil, State{}, nil) when absent.
 func read(ctx context.Context, client kubernetes.Interface, namespace, name string) (*corev1.Secret, State, error) {
 	s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -70,11 +70,10 @@ type Volume struct {
 
 // Watch finds and handles the volumes of deleted nodes.
 type Watch struct {
-	cfg      Config
-	lost     prometheus.Gauge
-	deleted  *prometheus.CounterVec
-	reported map[string]bool // PV names already announced
-	// absentSince is when each lost node was first found absent.
+	cfg         Config
+	lost        prometheus.Gauge
+	deleted     *prometheus.CounterVec
+	reported    map[string]bool // PV names already announced
 	absentSince map[string]time.Time
 }
 
@@ -322,7 +321,6 @@ func (w *Watch) deleteClaim(ctx context.Context, ns, name string, uid types.UID)
 	return w.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
-// dropFinalizer removes csi-provisioner's finalizer; a gone PV is done.
 func (w *Watch) dropFinalizer(ctx context.Context, name string) error {
 	pv, err := w.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -120,8 +120,7 @@ type Mover struct {
 	// for the source to close.
 	catchUpBytes   prometheus.Histogram
 	catchUpSeconds prometheus.Histogram
-	// parked are the old PVs whose move is parked.
-	parked *parkedMoves
+	parked         *parkedMoves
 	// seedWait is how long the step starting a seed copy waits for its answer.
 	seeds    *seedCopies
 	seedWait time.Duration

@@ -82,7 +82,6 @@ func (m *Mover) park(ctx context.Context, mv move, why string) error {
 	return nil
 }
 
-// parkedStep resumes a parked move once the old volume answers.
 func (m *Mover) parkedStep(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
 	m.parked.add(pv.Name)

@@ -27,7 +27,6 @@ const (
 	abortFailed    = "failed: "
 )
 
-// move is what a PV's annotations say of its move.
 type move struct {
 	pv         *corev1.PersistentVolume
 	ns, name   string

@@ -40,7 +40,6 @@ func (m *Mover) targetID(ctx context.Context, pv *corev1.PersistentVolume) (stri
 	return volume.VolumeID(vg, volume.LVNameFor(target)), nil
 }
 
-// oldVG is pv's volume group; "" when its handle is not carve's.
 func oldVG(pv *corev1.PersistentVolume) string {
 	id, err := volume.ParseID(pv.Spec.CSI.VolumeHandle)
 	if err != nil {
@@ -100,7 +99,6 @@ func (m *Mover) closePhase(pv *corev1.PersistentVolume, phase string) string {
 	return d + phase + "=" + took.Round(time.Millisecond).String()
 }
 
-// wait records what the move waits for (moveapi.AnnWaiting); best effort.
 func (m *Mover) wait(ctx context.Context, mv move, what string) {
 	klog.FromContext(ctx).V(2).Info("Move waiting", "for", what)
 	if mv.pv.Annotations[moveapi.AnnWaiting] == what {
@@ -118,7 +116,6 @@ func (m *Mover) tell(mv move, typ, reason, msg string) {
 	m.cfg.Events.Event(mv.pv, typ, reason, msg)
 }
 
-// annotate sets annotations on pv ("" removes) and returns it updated.
 func (m *Mover) annotate(ctx context.Context, pv *corev1.PersistentVolume, set map[string]string) (*corev1.PersistentVolume, error) {
 	pv = pv.DeepCopy()
 	if pv.Annotations == nil {

@@ -6,18 +6,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-// ControllerRPCs are the Controller capabilities carve's controller
-// serves to the sidecars, routing each call to the node that owns it. Not
-// advertised:
-//   - GET_CAPACITY: the controller writes CSIStorageCapacity objects
-//     itself from the nodes' capacity streams (csi-provisioner runs
-//     without --enable-capacity); a node agent answers it for its own
-//     classes (NodeControllerRPCs).
-//   - EXPAND_VOLUME: the node agents do not serve ControllerExpandVolume;
-//     NodeExpandVolume grows the volume.
-//   - PUBLISH_UNPUBLISH_VOLUME: carve attaches nothing.
-//
-// MODIFY_VOLUME changes a volume's IO limits (VolumeAttributesClass).
+// ControllerRPCs are the Controller capabilities the routing controller
+// serves. Not advertised: GET_CAPACITY (the controller writes
+// CSIStorageCapacity itself; node agents answer it, NodeControllerRPCs),
+// EXPAND_VOLUME (NodeExpandVolume grows volumes) and PUBLISH_UNPUBLISH
+// (carve attaches nothing).
 var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
@@ -32,9 +25,8 @@ var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 }
 
-// NodeControllerRPCs are those a node agent's Controller serves, for its
-// own volume groups, on the node channel: the controller's and
-// GET_CAPACITY.
+// NodeControllerRPCs are those a node agent's Controller serves on the node
+// channel: the controller's and GET_CAPACITY.
 var NodeControllerRPCs = append([]csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY}, ControllerRPCs...)
 
@@ -58,10 +50,9 @@ func NodeCapabilities(types ...csi.NodeServiceCapability_RPC_Type) *csi.NodeGetC
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}
 }
 
-// ResizerOnlyController is the Controller of `carve controller` when it
-// routes nothing (no --node-channel-service): it advertises no capability,
-// so csi-resizer only records a new size on the PersistentVolume and
-// leaves the growing to the kubelet. Every other call is Unimplemented.
+// ResizerOnlyController is the Controller of a controller that routes
+// nothing: with no capability, csi-resizer only records the new size and
+// leaves growing to the kubelet.
 type ResizerOnlyController struct {
 	csi.UnimplementedControllerServer
 }
@@ -73,11 +64,9 @@ func (ResizerOnlyController) ControllerGetCapabilities(context.Context, *csi.Con
 	return ControllerCapabilities(), nil
 }
 
-// ResizerOnlyNode is the Node service of `carve controller`'s socket. It
-// only answers NodeGetCapabilities with EXPAND_VOLUME: csi-resizer, finding
-// no controller expansion, asks the same socket whether the node side
-// expands, and refuses to start when that call fails. The real Node
-// service runs in `carve node` on each node.
+// ResizerOnlyNode is the controller socket's Node service. It answers
+// NodeGetCapabilities with EXPAND_VOLUME only: csi-resizer, finding no
+// controller expansion, asks it and refuses to start if the call fails.
 type ResizerOnlyNode struct {
 	csi.UnimplementedNodeServer
 }

@@ -16,19 +16,16 @@ type IdentityConfig struct {
 	Name string
 	// Version is carve's version.
 	Version string
-	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (the node role's
-	// volumes belong to one node). SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not:
-	// nothing in Kubernetes reads it, and csi-sanity v5.6.0 fails any plugin that
-	// returns it (reflect.DeepEqual over protobuf internals).
+	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS. Not
+	// SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: nothing reads it, and csi-sanity
+	// v5.6.0 fails any plugin returning it.
 	Topology bool
-	// Ready is asked by Probe; nil means ready. A nil func is always ready.
+	// Ready is asked by Probe; nil means always ready.
 	Ready func(ctx context.Context) error
-	// NoController leaves CONTROLLER_SERVICE out of the capabilities: a
-	// node agent's socket when its Controller service is served only on
-	// the node channel.
+	// NoController leaves CONTROLLER_SERVICE out: a node agent's socket when
+	// its Controller is served only on the node channel.
 	NoController bool
-	// SnapshotMetadata advertises SNAPSHOT_METADATA_SERVICE: the
-	// controller's socket serves the SnapshotMetadata service.
+	// SnapshotMetadata advertises SNAPSHOT_METADATA_SERVICE.
 	SnapshotMetadata bool
 }
 
@@ -53,10 +50,8 @@ func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 	return &csi.GetPluginInfoResponse{Name: s.cfg.Name, VendorVersion: s.cfg.Version}, nil
 }
 
-// GetPluginCapabilities implements csi.IdentityServer: the controller
-// service (unless NoController), topology constraints (node role), the
-// snapshot metadata service (routing controller) and online expansion, which
-// carve does on the node (NodeExpandVolume).
+// GetPluginCapabilities implements csi.IdentityServer; online expansion is
+// advertised because carve grows volumes on the node.
 func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}

@@ -9,7 +9,7 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// Tags carve puts on every LV it makes, e.g. carve.dev/name=pvc-…,
+// Tags carve puts on every LV it makes, e.g. carve.dev/name=pvc-...,
 // carve.dev/class=fast, carve.dev/pvc=default/data-pg-0. Every byte is VG
 // metadata, whose area bounds how many volumes a VG holds: values are short
 // and readable where they can be.

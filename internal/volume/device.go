@@ -9,9 +9,8 @@ import (
 // DefaultDevDir is where LVM makes device nodes when DM_DEV_DIR is not set.
 const DefaultDevDir = "/dev"
 
-// DevDir is the directory LVM makes device nodes under for environment env:
-// the last non-empty DM_DEV_DIR, else DefaultDevDir. lvm.New applies the same
-// rule; lvm cannot import this package, so it is written (and tested) twice.
+// DevDir is the last non-empty DM_DEV_DIR of env, else DefaultDevDir; lvm.New repeats
+// the rule (lvm cannot import this package), and both are tested.
 func DevDir(env []string) string {
 	dir := DefaultDevDir
 	for _, kv := range env {

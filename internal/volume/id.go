@@ -1,7 +1,6 @@
-// Package volume is carve's volume model: how a CSI volume or snapshot maps
-// to an LV (name, ID, tags, device node) and back, and which capabilities
-// carve serves. It knows LVM's rules and the CSI messages, never gRPC codes,
-// so every side shares one reading of what carve wrote.
+// Package volume is carve's volume model: how a CSI volume or snapshot maps to an LV
+// (name, ID, tags, device) and back. It knows LVM's rules and CSI messages, never gRPC
+// codes, so every side shares one reading of what carve wrote.
 package volume
 
 import (
@@ -13,14 +12,11 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// A volume ID is "<volume group>/<LV name>", so the node finds the device
-// from the ID alone. LV names are hashed from the CSI name, which may be
-// longer than LVM allows and use characters it does not.
+// A volume ID is "<volume group>/<LV name>": the node finds the device from the ID alone.
 
 const lvNamePrefix = "carve-"
 
-// LVNameFor derives the LV name of a CSI volume name: a prefix and 128 bits
-// of its SHA-256; the tags (tags.go) say whose it is.
+// LVNameFor hashes the CSI name (128 bits of SHA-256): CSI names break LVM's rules.
 func LVNameFor(volumeName string) string {
 	sum := sha256.Sum256([]byte(volumeName))
 	return lvNamePrefix + hex.EncodeToString(sum[:16])
@@ -29,8 +25,7 @@ func LVNameFor(volumeName string) string {
 // VolumeID builds the ID of the LV lv in volume group vg.
 func VolumeID(vg, lv string) string { return vg + "/" + lv }
 
-// ParseVolumeID splits a volume ID, checking only its form and LVM's name
-// rules, so a device path built from it stays under the device directory.
+// ParseVolumeID checks the ID's form and LVM's rules, so a device path stays under /dev.
 func ParseVolumeID(id string) (vg, lv string, err error) {
 	vg, lv, ok := strings.Cut(id, "/")
 	if !ok || vg == "" || !strings.HasPrefix(lv, lvNamePrefix) || strings.Contains(lv, "/") {

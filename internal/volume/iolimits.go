@@ -10,9 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// IO limits: StorageClass parameters (starting limits) and
-// VolumeAttributesClass mutable parameters. The node applies them to the
-// cgroup v2 io.max of every pod the volume is published to.
+// IO limit parameters of StorageClasses and VolumeAttributesClasses, applied to the
+// io.max of every pod the volume is published to.
 const (
 	// ParamReadBytesPerSecond bounds bytes read per second.
 	ParamReadBytesPerSecond = "carve.dev/read-bytes-per-second"
@@ -98,10 +97,8 @@ func (e *IOLimitError) Error() string {
 	return fmt.Sprintf("%s: %q is not a limit; allowed: %s, or %q for none", e.Param, e.Value, allowed, IOLimitUnlimited)
 }
 
-// ParseIOLimits reads the IO limit parameters over base: a present one
-// replaces base's ("max" lifts it). Other keys are ignored when others is
-// true, else refused (mutable parameters hold only limits). The error is an
-// *IOLimitError.
+// ParseIOLimits reads the limit parameters over base ("max" lifts one). Other keys
+// are ignored when others is true, else refused. The error is an *IOLimitError.
 func ParseIOLimits(params map[string]string, base IOLimits, others bool) (IOLimits, error) {
 	out := base
 	for _, key := range slices.Sorted(maps.Keys(params)) {
@@ -141,8 +138,7 @@ func parseIOLimit(s string, bytes bool) (uint64, bool) {
 	return uint64(n), true
 }
 
-// IOLimitTags are the LV tags that record l (one per limit set, e.g.
-// carve.dev/wbps=10485760), so the node finds the limits after a restart.
+// IOLimitTags record l on the LV, so the node finds the limits after a restart.
 func IOLimitTags(l IOLimits) []string {
 	var tags []string
 	for _, k := range ioLimitKinds {

@@ -6,22 +6,19 @@ import (
 	"time"
 )
 
-// A quarantined orphan keeps its data: deactivated, renamed to
-// carve-orphan-<hex> (a name no volume hashes to), tagged, and removed only
-// after a second grace (docs/operations.md, "Orphaned volumes").
+// A quarantined orphan is deactivated, renamed carve-orphan-<hex> (no volume hashes to it)
+// and tagged; it is removed after a second grace (docs/operations.md, "Orphaned volumes").
 
 const orphanLVNamePrefix = lvNamePrefix + "orphan-"
 
 const (
 	// TagOrphanOfPrefix + the LV name before the quarantine.
 	TagOrphanOfPrefix = "carve.dev/orphan-of="
-	// TagOrphanedAtPrefix + the Unix time of the quarantine (controller's
-	// clock), from which the second grace runs.
+	// TagOrphanedAtPrefix + the quarantine's Unix time; the second grace runs from it.
 	TagOrphanedAtPrefix = "carve.dev/orphaned-at="
 )
 
-// QuarantineName is an orphan LV's quarantine name; false for a name that
-// is not a carve volume's or is quarantined already.
+// QuarantineName is an orphan LV's quarantine name; false for a name not a volume's.
 func QuarantineName(lvName string) (string, bool) {
 	rest, ok := strings.CutPrefix(lvName, lvNamePrefix)
 	if !ok || rest == "" || IsQuarantineName(lvName) {
@@ -53,8 +50,7 @@ type Quarantined struct {
 	At time.Time
 }
 
-// QuarantinedFrom reads a quarantined orphan's name and tags; false when
-// the name is not one (an LV renamed back is a volume again).
+// QuarantinedFrom reads a quarantined orphan; an LV renamed back is a volume again.
 func QuarantinedFrom(lvName string, tags []string) (Quarantined, bool) {
 	if !IsQuarantineName(lvName) {
 		return Quarantined{}, false

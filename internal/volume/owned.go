@@ -7,7 +7,6 @@ import (
 // Kind is what a carve LV stands for.
 type Kind int
 
-// The kinds of carve LV.
 const (
 	// KindVolume is a CSI volume.
 	KindVolume Kind = iota + 1
@@ -20,9 +19,8 @@ const (
 // IsCarve tells whether tags mark an LV as carve's.
 func IsCarve(tags []string) bool { return slices.Contains(tags, TagOwner) }
 
-// Owned reads from an LV's tags whether it is carve's, its kind and its
-// device class. A snapshot LV carries a snapshot tag; every other owned LV
-// is a volume.
+// Owned reads whether an LV is carve's, its kind and its class; an owned LV without a
+// snapshot tag is a volume.
 func Owned(tags []string) (kind Kind, class string, ok bool) {
 	if !IsCarve(tags) {
 		return 0, "", false

@@ -1,12 +1,10 @@
 package volume
 
-// ParamDeviceClass is the StorageClass parameter naming the device class
-// (default: the node's); CreateVolume copies it into the volume context.
+// ParamDeviceClass is the StorageClass parameter naming the device class.
 const ParamDeviceClass = "carve.dev/device-class"
 
-// ContextVolumeName is the volume context key of the CSI name: stage and
-// publish serve a handle only with the name its LV was made for, so a PV
-// written with another volume's handle reaches nothing.
+// ContextVolumeName is the volume context key of the CSI name: stage and publish serve a
+// handle only with its LV's name, so a PV with another volume's handle reaches nothing.
 const ContextVolumeName = "carve.dev/volume-name"
 
 // DefaultFSType is the filesystem of a mount volume that names none.

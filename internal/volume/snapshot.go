@@ -11,10 +11,8 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// A snapshot is an LV named from the CSI snapshot name with its own prefix.
-// Its ID is "<node>/<volume group>/<LV name>", so a restore elsewhere knows
-// its source node from the ID. A restored or cloned volume carries its
-// source's ID in a tag, so a retry with another source is told from a repeat.
+// A snapshot's ID is "<node>/<volume group>/<LV name>", so a restore elsewhere knows
+// its source's node; restored and cloned volumes tag their source's ID.
 
 const snapshotLVNamePrefix = "carvesnap-"
 
@@ -22,14 +20,11 @@ const snapshotLVNamePrefix = "carvesnap-"
 const (
 	// TagSnapshotPrefix + the escaped CSI snapshot name marks a snapshot LV.
 	TagSnapshotPrefix = "carve.dev/snapshot="
-	// TagOriginPrefix + the origin's LV name: LVM forgets a thin snapshot's
-	// origin when it is removed, and source_volume_id must survive.
+	// TagOriginPrefix + the origin's LV name, which LVM forgets when the origin goes.
 	TagOriginPrefix = "carve.dev/origin="
-	// TagSizePrefix + the origin's size in bytes: LVM reports a copy-on-write
-	// snapshot's size as its COW space.
+	// TagSizePrefix + the origin's size: LVM reports a COW snapshot's size as its COW space.
 	TagSizePrefix = "carve.dev/size="
-	// TagAskedPrefix + "<asked>/<made>" when carve made a volume larger than
-	// asked; its snapshots carry it too, so a restore at the claim's size fits.
+	// TagAskedPrefix + "<asked>/<made>": a restore at the claim's size must fit.
 	TagAskedPrefix = "carve.dev/asked="
 	// TagFromSnapshotPrefix + the escaped source snapshot ID.
 	TagFromSnapshotPrefix = "carve.dev/from-snapshot="
@@ -129,8 +124,7 @@ func HasSnapshotName(tags []string, snapshotName string) bool {
 	return slices.Contains(tags, SnapshotTag(snapshotName))
 }
 
-// SnapshotNameFromTags returns the CSI snapshot name in the tags; whole is
-// false when it was cut to fit (name is its head).
+// SnapshotNameFromTags returns the CSI snapshot name; whole is false when it was cut.
 func SnapshotNameFromTags(tags []string) (name string, whole, ok bool) {
 	for _, t := range tags {
 		if v, found := strings.CutPrefix(t, TagSnapshotPrefix); found {
@@ -156,8 +150,7 @@ func FromSnapshotTag(id string) string { return fitTag(TagFromSnapshotPrefix, es
 // FromVolumeTag is the tag of a volume cloned from volume ID id.
 func FromVolumeTag(id string) string { return fitTag(TagFromVolumePrefix, escapeTagValue(id)) }
 
-// SourceTags returns the from-snapshot and from-volume tags, which a
-// repeated CreateVolume must find as it would write them.
+// SourceTags returns the from-snapshot and from-volume tags a repeat must match.
 func SourceTags(tags []string) []string {
 	var out []string
 	for _, t := range tags {
@@ -168,14 +161,12 @@ func SourceTags(tags []string) []string {
 	return out
 }
 
-// A restore or clone into a thick class copies into an LV tagged
-// TagCopyPending until synced, so a retry redoes the copy and no half copy
-// is reported made. A clone reads a temporary snapshot of its source.
+// A copy into a thick LV is tagged TagCopyPending until synced, so a retry
+// redoes it and no half copy is reported made.
 const (
 	// TagCopyPending marks an LV whose data copy has not finished.
 	TagCopyPending = "carve.dev/copy=pending"
-	// TagCopySourcePrefix + the copy target's LV name marks a temporary
-	// snapshot.
+	// TagCopySourcePrefix + the copy target's LV name marks a temporary snapshot.
 	TagCopySourcePrefix    = "carve.dev/copy-source-for="
 	copySourceLVNamePrefix = "carvecopy-"
 )

@@ -9,27 +9,22 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// Tags carve puts on every LV it makes, e.g. carve.dev/name=pvc-...,
-// carve.dev/class=fast, carve.dev/pvc=default/data-pg-0. Every byte is VG
-// metadata, whose area bounds how many volumes a VG holds: values are short
-// and readable where they can be.
+// Tags on every carve LV. Each byte is VG metadata, which bounds how many
+// volumes a VG holds: values stay short.
 const (
 	// TagOwner marks an LV as carve's.
 	TagOwner = "carve.dev/owner=carve"
-	// TagNamePrefix + the escaped CSI volume name (the PV's name): the LV name
-	// is a hash of it, so this tag catches a collision and tells whose it is.
+	// TagNamePrefix + the escaped CSI name: the LV name is its hash, so this catches a collision.
 	TagNamePrefix = "carve.dev/name="
 	// TagClassPrefix + the device class name.
 	TagClassPrefix = "carve.dev/class="
 	// TagClaimPrefix + the escaped "<namespace>/<name>" of the PVC, when given.
 	TagClaimPrefix = "carve.dev/pvc="
-	// TagPVPrefix + the escaped PV name, only when it differs from the CSI name
-	// (never with external-provisioner).
+	// TagPVPrefix + the escaped PV name, only when it differs from the CSI name.
 	TagPVPrefix = "carve.dev/pv="
 )
 
-// MaxNameLength bounds CSI volume and snapshot names, well above the CSI
-// spec's 128; a name too long for its tag is cut and hashed (fitTag).
+// MaxNameLength bounds CSI names (the spec asks 128); a name too long for its tag is hashed.
 const MaxNameLength = 500
 
 // Parameters csi-provisioner adds with --extra-create-metadata.
@@ -42,24 +37,20 @@ const (
 	ParamPVName = "csi.storage.k8s.io/pv/name"
 )
 
-// tagEscape and two upper-case hex digits escape a byte; ':' is in LVM's
-// tag alphabet, in no Kubernetes name, and inert in a shell.
+// tagEscape + two upper-case hex digits escape a byte: ':' is in LVM's alphabet, no k8s name.
 const tagEscape = ':'
 
-// tagTruncated separates a cut value's head from its hash; an escaped value
-// never holds it, so a cut value is never read as whole.
+// tagTruncated separates a cut value's head from its hash; no escaped value holds it.
 const tagTruncated = "::"
 
 const tagHashHexDigits = 32
 
-// isTagValueByte tells whether b stands for itself in an escaped value; '/'
-// is escaped so it can separate a claim's namespace from its name.
+// isTagValueByte: '/' is escaped so it can separate a claim's namespace from its name.
 func isTagValueByte(b byte) bool {
 	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
 		b == '+' || b == '_' || b == '.' || b == '-'
 }
 
-// escapeTagValue writes s in the tag alphabet, one to one.
 func escapeTagValue(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -76,8 +67,7 @@ func escapeTagValue(s string) string {
 	return b.String()
 }
 
-// unescapeTagValue accepts only what escapeTagValue writes, so every value
-// has one spelling and tags compare as strings.
+// unescapeTagValue accepts only escapeTagValue's output: one spelling per value.
 func unescapeTagValue(v string) (string, bool) {
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
@@ -111,8 +101,7 @@ func upperHex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// fitTag returns prefix+value when LVM takes it, else the value's head
-// (never splitting an escape), tagTruncated and 128 bits of its SHA-256.
+// fitTag returns prefix+value, or its head, tagTruncated and 128 bits of its SHA-256.
 func fitTag(prefix, value string) string {
 	if len(prefix)+len(value) <= lvmname.MaxTagLength {
 		return prefix + value
@@ -129,7 +118,6 @@ func fitTag(prefix, value string) string {
 	return prefix + value[:n] + tail
 }
 
-// readTag unescapes a fitTag value and says whether it is whole.
 func readTag(value string) (s string, whole, ok bool) {
 	head, _, cut := strings.Cut(value, tagTruncated)
 	s, ok = unescapeTagValue(head)
@@ -151,8 +139,7 @@ func HasVolumeName(tags []string, volumeName string) bool {
 	return slices.Contains(tags, VolumeTag(volumeName))
 }
 
-// VolumeNameFromTags returns the CSI volume name in the tags; whole is false
-// when it was cut (HasVolumeName still matches the full name).
+// VolumeNameFromTags returns the CSI name in the tags; whole is false when it was cut.
 func VolumeNameFromTags(tags []string) (name string, whole, ok bool) {
 	for _, t := range tags {
 		if v, found := strings.CutPrefix(t, TagNamePrefix); found {

@@ -1,8 +1,8 @@
 // Command carve is carve's program; its roles are subcommands:
 //
-// carve node        the node agent on every node (Identity, Controller, Node)
-// carve controller  the cluster-wide Identity and Controller the sidecars call
-// carve version     prints the version (so does --version)
+//	carve node        the node agent on every node (Identity, Controller, Node)
+//	carve controller  the cluster-wide Identity and Controller the sidecars call
+//	carve version     prints the version (so does --version)
 //
 // Built with -tags nodeagent it is carve-node, without client-go, which
 // would double the agent's resident memory (docs/benchmarks.md); files that

@@ -2,15 +2,15 @@
 // answers operators' questions about carve from the Kubernetes API alone,
 // and asks carve controller to move claims:
 //
-// kubectl carve nodes       per node: agent ready or why not, reachable, registered, group, version, free space
-// kubectl carve capacity    per node and device class: reported capacity, volumes there
-// kubectl carve volumes     per volume: PVC, pods, node, volume group, LV, size
-// kubectl carve pending     Pending PVCs of carve's StorageClasses, with their last event
-// kubectl carve snapshots   VolumeSnapshots of carve's driver, with their node
-// kubectl carve describe    everything about one claim
-// kubectl carve orphans     the audit's orphaned LVs, quarantines and PVs whose LV is gone
-// kubectl carve move        move a bound claim to another node and follow it
-// kubectl carve drain       move every carve claim off a node, one at a time
+//	kubectl carve nodes       per node: agent ready or why not, reachable, registered, group, version, free space
+//	kubectl carve capacity    per node and device class: reported capacity, volumes there
+//	kubectl carve volumes     per volume: PVC, pods, node, volume group, LV, size
+//	kubectl carve pending     Pending PVCs of carve's StorageClasses, with their last event
+//	kubectl carve snapshots   VolumeSnapshots of carve's driver, with their node
+//	kubectl carve describe    everything about one claim
+//	kubectl carve orphans     the audit's orphaned LVs, quarantines and PVs whose LV is gone
+//	kubectl carve move        move a bound claim to another node and follow it
+//	kubectl carve drain       move every carve claim off a node, one at a time
 //
 // It takes kubectl's client and output flags in any position; completion
 // goes through kubectl via kubectl_complete-carve. See docs/operations.md.

@@ -10,9 +10,9 @@ const UnknownClass = "unknown"
 
 // Op times one phase of a CSI call and its steps:
 //
-// op := rec.Begin(metrics.PhaseStage, resultOf)
-// defer op.End(&err)
-// err = op.Step(metrics.StepMkfs, mkfs)
+//	op := rec.Begin(metrics.PhaseStage, resultOf)
+//	defer op.End(&err)
+//	err = op.Step(metrics.StepMkfs, mkfs)
 //
 // An Op of a nil Recorder, or a nil *Op, records nothing but still runs
 // steps. It is safe across goroutines (a stage job outlives its call).

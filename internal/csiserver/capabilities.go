@@ -6,11 +6,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-// ControllerRPCs are the Controller capabilities the routing controller
-// serves. Not advertised: GET_CAPACITY (the controller writes
-// CSIStorageCapacity itself; node agents answer it, NodeControllerRPCs),
-// EXPAND_VOLUME (NodeExpandVolume grows volumes) and PUBLISH_UNPUBLISH
-// (carve attaches nothing).
+// ControllerRPCs are the routing controller's capabilities; it writes CSIStorageCapacity
+// itself, nodes grow volumes, and nothing attaches.
 var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
@@ -25,8 +22,7 @@ var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 }
 
-// NodeControllerRPCs are those a node agent's Controller serves on the node
-// channel: the controller's and GET_CAPACITY.
+// NodeControllerRPCs are a node agent's on the node channel: ControllerRPCs and GET_CAPACITY.
 var NodeControllerRPCs = append([]csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY}, ControllerRPCs...)
 
@@ -50,9 +46,7 @@ func NodeCapabilities(types ...csi.NodeServiceCapability_RPC_Type) *csi.NodeGetC
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}
 }
 
-// ResizerOnlyController is the Controller of a controller that routes
-// nothing: with no capability, csi-resizer only records the new size and
-// leaves growing to the kubelet.
+// ResizerOnlyController advertises nothing, so csi-resizer leaves growing to the kubelet.
 type ResizerOnlyController struct {
 	csi.UnimplementedControllerServer
 }
@@ -64,9 +58,8 @@ func (ResizerOnlyController) ControllerGetCapabilities(context.Context, *csi.Con
 	return ControllerCapabilities(), nil
 }
 
-// ResizerOnlyNode is the controller socket's Node service. It answers
-// NodeGetCapabilities with EXPAND_VOLUME only: csi-resizer, finding no
-// controller expansion, asks it and refuses to start if the call fails.
+// ResizerOnlyNode answers NodeGetCapabilities with EXPAND_VOLUME: csi-resizer asks the
+// controller socket and refuses to start if the call fails.
 type ResizerOnlyNode struct {
 	csi.UnimplementedNodeServer
 }

@@ -1,4 +1,3 @@
-// Package csiserver is what both of carve's CSI servers share: the gRPC
-// server and its interceptors, the unix socket, the Identity service, and
-// the capability lists.
+// Package csiserver is what both CSI servers share: gRPC server, interceptors, socket,
+// Identity and capabilities.
 package csiserver

@@ -14,9 +14,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// LoggingInterceptor logs every call with secrets stripped: payloads at
-// verbosity 5, outcome and duration at 2, failures always. Handlers get a
-// logger carrying the method (klog.FromContext).
+// LoggingInterceptor logs calls with secrets stripped (payloads at V(5), outcome at V(2),
+// failures always) and gives handlers a logger carrying the method.
 func LoggingInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	return loggingInterceptor(nil)(ctx, req, info, handler)
 }
@@ -51,15 +50,13 @@ func loggingInterceptor(quiet map[string]bool) grpc.UnaryServerInterceptor {
 	}
 }
 
-// answersAbsence tells the expected NotFound of the controller asking every
-// agent whether it has a volume no PV names.
+// answersAbsence tells the NotFound agents answer the controller's search for a volume.
 func answersAbsence(method string, err error) bool {
 	return method == "/csi.v1.Controller/ValidateVolumeCapabilities" && status.Code(err) == codes.NotFound
 }
 
-// StreamLoggingInterceptor gives a stream's handler a logger carrying the
-// method and logs start and end at verbosity 2, failure always; messages
-// are not logged.
+// StreamLoggingInterceptor gives a stream a logger carrying the method and logs its
+// start, end and failure, not its messages.
 func StreamLoggingInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	logger := klog.FromContext(ss.Context()).WithValues("method", info.FullMethod)
 	logger.V(2).Info("GRPC stream opened")
@@ -81,15 +78,13 @@ type loggedStream struct {
 
 func (s loggedStream) Context() context.Context { return s.ctx }
 
-// MetricsInterceptor records csi_plugin_operations_seconds with
-// csi-lib-utils' interceptor, matching the sidecars' metric.
+// MetricsInterceptor records csi_plugin_operations_seconds as the sidecars do theirs.
 func MetricsInterceptor(m csimetrics.CSIMetricsManager) grpc.UnaryServerInterceptor {
 	return connection.ExtendedCSIMetricsManager{CSIMetricsManager: m}.RecordMetricsServerInterceptor
 }
 
-// ResultOf is the result label of carve's phase metrics: the gRPC code's
-// name ("OK" for nil; Internal without a status, as grpc-go sends it). It
-// lives here, at the edge, so internal/metrics needs no gRPC.
+// ResultOf is the gRPC code's name ("OK" for nil), kept at the edge so internal/metrics
+// needs no gRPC.
 func ResultOf(err error) string {
 	if err == nil {
 		return "OK"

@@ -19,8 +19,7 @@ type Services struct {
 	Identity   csi.IdentityServer
 	Controller csi.ControllerServer
 	Node       csi.NodeServer
-	// SnapshotMetadata is served by the controller only (the
-	// external-snapshot-metadata sidecar shares its socket).
+	// SnapshotMetadata is served by the controller only.
 	SnapshotMetadata csi.SnapshotMetadataServer
 }
 
@@ -38,15 +37,13 @@ func WithGRPCOptions(opts ...grpc.ServerOption) ServerOption {
 	return func(o *serverOptions) { o.grpc = append(o.grpc, opts...) }
 }
 
-// WithServices registers more services (NodeAgent) with the same
-// interceptors.
+// WithServices registers more services with the same interceptors.
 func WithServices(register func(grpc.ServiceRegistrar)) ServerOption {
 	return func(o *serverOptions) { o.register = append(o.register, register) }
 }
 
-// WithUnloggedPayloads keeps the payloads of the named full methods out of
-// every log line, for credentials no csi_secret option marks (the Enroll
-// token).
+// WithUnloggedPayloads keeps the named methods' payloads out of every log: credentials
+// no csi_secret option marks (the Enroll token).
 func WithUnloggedPayloads(fullMethods ...string) ServerOption {
 	return func(o *serverOptions) {
 		if o.quiet == nil {
@@ -58,9 +55,8 @@ func WithUnloggedPayloads(fullMethods ...string) ServerOption {
 	}
 }
 
-// NewGRPCServer returns a gRPC server with svc, logging and (m not nil)
-// metrics interceptors, metrics outermost. Streams are logged, not timed:
-// they last as long as their callers want.
+// NewGRPCServer returns a gRPC server for svc with logging and (m not nil) metrics
+// interceptors; streams are logged, not timed.
 func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager, opts ...ServerOption) *grpc.Server {
 	var o serverOptions
 	for _, opt := range opts {
@@ -110,8 +106,7 @@ func ParseEndpoint(endpoint string) (string, error) {
 	return p, nil
 }
 
-// Listen opens endpoint's unix socket, removing a stale socket file (and
-// nothing that is not a socket).
+// Listen opens endpoint's unix socket, removing a stale socket (and nothing else).
 func Listen(endpoint string) (net.Listener, error) {
 	path, err := ParseEndpoint(endpoint)
 	if err != nil {

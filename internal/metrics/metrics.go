@@ -1,6 +1,5 @@
-// Package metrics defines carve's own Prometheus metrics (carve_*): CSI
-// phase and step durations, LVM commands, and per device class gauges. The
-// standard csi_plugin_operations_seconds comes from csi-lib-utils.
+// Package metrics defines carve's own Prometheus metrics (carve_*), beside
+// csi-lib-utils' csi_plugin_operations_seconds.
 package metrics
 
 import (
@@ -41,15 +40,13 @@ const (
 	StepFilesystemGrow = "fs_grow"
 	// StepCopy copies data into a new thick LV (restore, clone).
 	StepCopy = "copy"
-	// StepLUKSFormat writes the LUKS2 header, StepLUKSOpen opens it,
-	// StepCryptoErase destroys its keyslots.
+	// StepLUKSFormat, StepLUKSOpen and StepCryptoErase time an encrypted volume's LUKS steps.
 	StepLUKSFormat  = "luks_format"
 	StepLUKSOpen    = "luks_open"
 	StepCryptoErase = "crypto_erase"
 )
 
-// Buckets from 1 ms to about 2 minutes: LVM commands take tens of ms, mkfs
-// of a large volume a minute.
+// Buckets from 1 ms to about 2 minutes, as mkfs of a large volume takes a minute.
 var durationBuckets = prometheus.ExponentialBuckets(0.001, 2, 18)
 
 // Recorder holds carve's metrics. A nil *Recorder records nothing.
@@ -202,13 +199,11 @@ type ClassState struct {
 	ThinPool                         string
 	ThinDataPercent, ThinMetaPercent float64
 	ThinZeroing                      bool
-	// MetadataAreaSize and MetadataAreaFree are vg_mda_size and vg_mda_free; no
-	// series when the size is 0.
+	// MetadataAreaSize and MetadataAreaFree are the VG's; no series when the size is 0.
 	MetadataAreaSize, MetadataAreaFree uint64
 }
 
-// SetClassStates replaces the per-class gauges, so a removed class is no
-// longer reported.
+// SetClassStates replaces the per-class gauges, dropping removed classes.
 func (r *Recorder) SetClassStates(states []ClassState) {
 	if r == nil {
 		return
@@ -247,8 +242,7 @@ type ClassAvailability struct {
 	Reason string
 }
 
-// SetClassAvailability replaces carve_device_class_available, one series per
-// configured class, so a gone volume group still shows (at 0).
+// SetClassAvailability replaces carve_device_class_available, one series per class.
 func (r *Recorder) SetClassAvailability(states []ClassAvailability) {
 	if r == nil {
 		return
@@ -263,8 +257,7 @@ func (r *Recorder) SetClassAvailability(states []ClassAvailability) {
 	}
 }
 
-// snapshotLabels label one series per thick snapshot, bounded by the
-// cluster's VolumeSnapshots.
+// snapshotLabels: one series per thick snapshot, bounded by the VolumeSnapshots.
 var snapshotLabels = []string{"device_class", "volume_group", "snapshot"}
 
 // SnapshotState is what the gauges show for one thick snapshot.
@@ -340,8 +333,7 @@ func (r *Recorder) IOLimitsSupported(reason string) prometheus.Gauge {
 	return r.ioLimitsSupported.WithLabelValues(reason)
 }
 
-// LUKSOpenResults are carve_encrypted_volume_opens_total's results; see
-// docs/metrics.md.
+// LUKSOpenResults are carve_encrypted_volume_opens_total's results (docs/metrics.md).
 var LUKSOpenResults = []string{"opened", "refused", "wrong_key", "no_header", "unavailable", "error"}
 
 func (r *Recorder) CountLUKSOpen(result string) {

@@ -26,8 +26,7 @@ type Op struct {
 	class string
 }
 
-// Begin starts timing phase (UnknownClass until SetClass); result names the
-// error's result label, so this package needs no gRPC.
+// Begin starts timing phase; result names an error's result label.
 func (r *Recorder) Begin(phase string, result func(error) string) *Op {
 	return &Op{r: r, phase: phase, start: time.Now(), result: result, class: UnknownClass}
 }

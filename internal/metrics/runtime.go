@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// NewRuntimeRegistry returns a registry with the Go runtime and process
-// collectors and carve_build_info, served beside the CSI metrics.
+// NewRuntimeRegistry returns a registry with the Go and process collectors and
+// carve_build_info.
 func NewRuntimeRegistry(version, role string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(

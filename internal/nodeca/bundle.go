@@ -14,9 +14,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ParseBundle returns the CAs of a PEM bundle (two during a rotation).
-// Anything else in it invalidates the whole bundle, so a damaged file is
-// never half trusted.
+// ParseBundle returns a PEM bundle's CAs; anything else invalidates it all, so a damaged
+// file is never half trusted.
 func ParseBundle(data []byte) ([]*x509.Certificate, error) {
 	var cas []*x509.Certificate
 	for rest := data; len(bytes.TrimSpace(rest)) > 0; {
@@ -43,11 +42,8 @@ func ParseBundle(data []byte) ([]*x509.Certificate, error) {
 	return cas, nil
 }
 
-// BundleFile keeps a Pool trusting the CAs of a PEM file the kubelet swaps
-// atomically on rotation (the node channel's ConfigMap). Until a valid
-// bundle is read the pool trusts nothing. A file that later disappears or
-// turns invalid leaves the last valid bundle: the controller changes trust
-// by writing a new bundle, never by removing it.
+// BundleFile keeps a Pool trusting a PEM file the kubelet swaps on rotation. It trusts
+// nothing until a valid read; a file that vanishes or breaks later keeps the last bundle.
 type BundleFile struct {
 	path string
 	pool *Pool
@@ -66,8 +62,7 @@ func NewBundleFile(path string) *BundleFile {
 // Pool is the pool kept current with the file.
 func (b *BundleFile) Pool() *Pool { return b.pool }
 
-// Load reads the file when it changed (another inode, mtime or size) and
-// trusts its CAs when valid; it returns what is wrong with the file now.
+// Load reads the file when it changed and returns what is wrong with it now.
 func (b *BundleFile) Load() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -97,12 +92,10 @@ func (b *BundleFile) Load() error {
 	return nil
 }
 
-// DefaultBundleCheck is a stat's interval, so a rotated CA is trusted
-// seconds after the kubelet writes it.
+// DefaultBundleCheck: a rotated CA is trusted seconds after the kubelet writes it.
 const DefaultBundleCheck = 2 * time.Second
 
-// Run loads the file every interval until ctx ends, logging each new
-// problem and bundle once.
+// Run loads the file every interval until ctx ends.
 func (b *BundleFile) Run(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx).WithValues("file", b.path)
 	tick := time.NewTicker(interval)

@@ -15,12 +15,10 @@ import (
 	"time"
 )
 
-// DefaultCAValidity makes rotation a planned event while a forgotten key
-// does not live forever.
+// DefaultCAValidity makes rotation a planned event; a lost key does not live forever.
 const DefaultCAValidity = 365 * 24 * time.Hour
 
-// ClockSkew backdates NotBefore so a node whose clock lags accepts a fresh
-// certificate. A CA's life is NotAfter - NotBefore - ClockSkew.
+// ClockSkew backdates NotBefore so a node whose clock lags accepts a fresh certificate.
 const ClockSkew = 5 * time.Minute
 
 // CA is a certificate authority: its self-signed certificate and its key.
@@ -37,8 +35,7 @@ type CAOptions struct {
 	Validity time.Duration
 }
 
-// NewCA generates an ECDSA P-256 CA that may sign leaves only (path length
-// 0).
+// NewCA generates an ECDSA P-256 CA that signs leaves only (path length 0).
 func NewCA(opts CAOptions) (*CA, error) {
 	now := clock(opts.Now)()
 	validity := opts.Validity
@@ -88,8 +85,7 @@ func (ca *CA) MarshalPEM() (certPEM, keyPEM []byte, err error) {
 	return certPEM, keyPEM, nil
 }
 
-// ParseCA decodes MarshalPEM's output, refusing a non-CA certificate or a
-// key that does not match it.
+// ParseCA decodes MarshalPEM's output, refusing a non-CA or a mismatched key.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	certDER, err := pemBlock(certPEM, "CERTIFICATE")
 	if err != nil {

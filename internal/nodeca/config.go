@@ -8,8 +8,7 @@ import (
 	"time"
 )
 
-// Peer is one end of the node channel: its certificate and the CAs it
-// trusts for the other end, both changeable between handshakes.
+// Peer is one end of the node channel: its certificate and trusted CAs, both changeable.
 type Peer struct {
 	Cert *Keypair
 	CAs  *Pool
@@ -24,16 +23,12 @@ func (p Peer) check() error {
 	return nil
 }
 
-// ServerConfig is the node agent's listener: TLS 1.3, a client certificate
-// chaining to a trusted CA that names the controller; any other identity
-// (another node, say) is refused. No session tickets, so every connection
-// is checked against the CAs and clock of its own handshake.
+// ServerConfig is the node agent's listener: TLS 1.3, a client certificate naming the
+// controller and nothing else; no session tickets, so every handshake is checked anew.
 func ServerConfig(p Peer) (*tls.Config, error) {
 	return listenerConfig(p, x509.ExtKeyUsageClientAuth, identity(ControllerURI))
 }
 
-// listenerConfig is a listener's TLS: TLS 1.3, no session tickets, a client
-// certificate for usage naming what wantOf wants.
 func listenerConfig(p Peer, usage x509.ExtKeyUsage, wantOf func(*x509.Certificate) (string, error)) (*tls.Config, error) {
 	if err := p.check(); err != nil {
 		return nil, err
@@ -51,9 +46,8 @@ func listenerConfig(p Peer, usage x509.ExtKeyUsage, wantOf func(*x509.Certificat
 	}, nil
 }
 
-// ClientConfig is the controller dialing one node: it accepts only a server
-// certificate chaining to a trusted CA and naming exactly that node, so a
-// node presenting another's identity is refused. Build one per node.
+// ClientConfig is the controller dialing node: only a certificate naming exactly that
+// node is accepted. Build one per node.
 func ClientConfig(p Peer, node string) (*tls.Config, error) {
 	if err := p.check(); err != nil {
 		return nil, err
@@ -65,8 +59,7 @@ func ClientConfig(p Peer, node string) (*tls.Config, error) {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
 		GetClientCertificate: p.Cert.GetClientCertificate,
-		// The standard check uses fixed RootCAs and host names; VerifyConnection
-		// checks the chain against the current pool and the node's identity.
+		// VerifyConnection checks the chain against the current pool and the node's identity.
 		InsecureSkipVerify: true, //nolint:gosec // G402: the chain and identity are verified in VerifyConnection.
 		Time:               p.Now,
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -75,8 +68,7 @@ func ClientConfig(p Peer, node string) (*tls.Config, error) {
 	}, nil
 }
 
-// verifyPeer checks the peer's chain to pool for usage at now, and that its
-// only URI SAN is what wantOf gives.
+// verifyPeer checks the peer's chain for usage and its only URI SAN against wantOf.
 func verifyPeer(cs tls.ConnectionState, pool *Pool, now func() time.Time, usage x509.ExtKeyUsage, wantOf func(*x509.Certificate) (string, error)) error {
 	if len(cs.PeerCertificates) == 0 {
 		want, _ := wantOf(nil)
@@ -97,8 +89,7 @@ func identity(want string) func(*x509.Certificate) (string, error) {
 	return func(*x509.Certificate) (string, error) { return want, nil }
 }
 
-// VerifyNodeCertificate checks cert as ClientConfig would for node; the
-// agent checks a certificate it is given before presenting it.
+// VerifyNodeCertificate checks cert as ClientConfig would for node.
 func VerifyNodeCertificate(cert *x509.Certificate, pool *Pool, now time.Time, node string) error {
 	want, err := NodeURI(node)
 	if err != nil {
@@ -107,8 +98,6 @@ func VerifyNodeCertificate(cert *x509.Certificate, pool *Pool, now time.Time, no
 	return verifyLeaf(cert, nil, pool, now, x509.ExtKeyUsageServerAuth, want)
 }
 
-// verifyLeaf checks leaf's chain through inter to pool for usage at now,
-// and that its only URI SAN is want.
 func verifyLeaf(leaf *x509.Certificate, inter []*x509.Certificate, pool *Pool, now time.Time, usage x509.ExtKeyUsage, want string) error {
 	var roots *x509.CertPool
 	if pool != nil {

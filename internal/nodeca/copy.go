@@ -8,15 +8,11 @@ import (
 	"strings"
 )
 
-// For copies across nodes the target's agent dials the source's copy port
-// with ClientConfig(peer, source), presenting its own node certificate:
-// issued for server use, but a node's one identity, so the copy listener
-// accepts it as a client's.
+// For a cross-node copy the target's agent dials the source's copy port presenting its
+// node certificate, a node's one identity, which the copy listener accepts as a client's.
 
-// CopyServerConfig is a node agent's copy listener: TLS 1.3, a client
-// certificate chaining to a trusted CA and naming some node; the
-// controller's or any other identity is refused. Which node may read what
-// is the caller's to check (PeerNode).
+// CopyServerConfig is a copy listener: TLS 1.3, a client certificate naming some node;
+// the caller checks which node may read what (PeerNode).
 func CopyServerConfig(p Peer) (*tls.Config, error) {
 	return listenerConfig(p, x509.ExtKeyUsageServerAuth, nodeIdentity)
 }

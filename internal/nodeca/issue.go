@@ -31,8 +31,7 @@ func NodeURI(node string) (string, error) {
 	return nodeURIPrefix + node, nil
 }
 
-// dns1123Subdomain is apimachinery's IsDNS1123Subdomain, restated so the
-// node agent need not link apimachinery (a test holds the two together).
+// dns1123Subdomain restates apimachinery's rule so the node agent need not link it.
 var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // ValidateNodeName refuses anything that is not a Kubernetes node name.
@@ -51,13 +50,11 @@ type IssuerOptions struct {
 	Now func() time.Time
 	// NodeValidity is node certificates' life; 0 means DefaultLeafValidity.
 	NodeValidity time.Duration
-	// ControllerValidity is controller certificates' life; 0 means
-	// DefaultLeafValidity.
+	// ControllerValidity is controller certificates' life; 0 means DefaultLeafValidity.
 	ControllerValidity time.Duration
 }
 
-// Issuer signs controller and node certificates with a CA that SetCA may
-// replace (rotation).
+// Issuer signs controller and node certificates with a CA SetCA may replace.
 type Issuer struct {
 	ca                 atomic.Pointer[CA]
 	now                func() time.Time
@@ -105,9 +102,8 @@ func (iss *Issuer) IssueNode(node string) (*tls.Certificate, error) {
 	return iss.issue(node, uri, x509.ExtKeyUsageServerAuth, iss.nodeValidity)
 }
 
-// SignNodeCSR signs a node's certificate request, so its key never leaves
-// the node. The identity comes from node, established by the caller (a
-// TokenReview), never from the request's subject or SANs.
+// SignNodeCSR signs a node's request, so its key never leaves the node. The identity is
+// node, established by the caller, never the request's subject or SANs.
 func (iss *Issuer) SignNodeCSR(node string, csrDER []byte) ([]byte, error) {
 	uri, err := NodeURI(node)
 	if err != nil {
@@ -143,8 +139,7 @@ func (iss *Issuer) issue(cn, uri string, usage x509.ExtKeyUsage, validity time.D
 	}, nil
 }
 
-// sign makes a leaf for pub whose only identity is uri; the common name is
-// for people, nothing checks it.
+// sign makes a leaf whose only identity is uri; nothing checks the common name.
 func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validity time.Duration) ([]byte, error) {
 	ca := iss.ca.Load()
 	now := iss.now()
@@ -164,8 +159,6 @@ func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validit
 	return der, nil
 }
 
-// leafTemplate is a leaf whose only identity is uri, valid from now less
-// ClockSkew to notAfter.
 func leafTemplate(cn, uri string, usage x509.ExtKeyUsage, now, notAfter time.Time) (*x509.Certificate, error) {
 	u, err := url.Parse(uri)
 	if err != nil {

@@ -7,8 +7,7 @@ import (
 	"sync/atomic"
 )
 
-// Keypair holds this side's certificate, read at every handshake, so Set
-// rotates it without a restart; open connections keep theirs.
+// Keypair holds this side's certificate, read at each handshake, so Set rotates it live.
 type Keypair struct {
 	cur atomic.Pointer[tls.Certificate]
 }
@@ -44,8 +43,7 @@ func (k *Keypair) get() (*tls.Certificate, error) {
 	return cert, nil
 }
 
-// Pool holds the CAs a peer may chain to. In a rotation every side first
-// trusts old and new, then leaves are reissued, then the old CA is dropped.
+// Pool holds the CAs a peer may chain to (old and new during a rotation).
 type Pool struct {
 	cur atomic.Pointer[x509.CertPool]
 }
@@ -57,8 +55,7 @@ func NewPool(cas ...*x509.Certificate) *Pool {
 	return p
 }
 
-// Set replaces the trusted CAs for later handshakes; with none, no peer is
-// trusted.
+// Set replaces the trusted CAs; with none, no peer is trusted.
 func (p *Pool) Set(cas ...*x509.Certificate) {
 	if len(cas) == 0 {
 		p.cur.Store(nil)

@@ -9,13 +9,11 @@ import (
 	"time"
 )
 
-// selfSignedValidity only has to outlast the wait for enrollment: nothing
-// trusts the bootstrap certificate.
+// selfSignedValidity only has to outlast enrollment: nothing trusts it.
 const selfSignedValidity = 365 * 24 * time.Hour
 
-// SelfSigned returns the self-signed certificate a node agent presents until
-// the controller signs its key. It chains to no CA, so only the enrollment
-// connection, which checks the node's token instead, accepts it.
+// SelfSigned is the certificate an agent presents until enrolled; it chains to no CA,
+// so only the enrollment connection, which checks the token instead, accepts it.
 func SelfSigned(key crypto.Signer, node string) (*tls.Certificate, error) {
 	uri, err := NodeURI(node)
 	if err != nil {

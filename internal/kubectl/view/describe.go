@@ -36,15 +36,12 @@ type Claim struct {
 	LV           string            `json:"lv,omitempty"`
 	FSType       string            `json:"fsType,omitempty"`
 	Attributes   map[string]string `json:"volumeAttributes,omitempty"`
-	// AttributesClass is the claim's current VolumeAttributesClass; Modify is
-	// csi-resizer's report of a change ("Infeasible to slow", say).
+	// AttributesClass is the current VolumeAttributesClass; Modify csi-resizer's report.
 	AttributesClass string `json:"volumeAttributesClass,omitempty"`
 	Modify          string `json:"modifyVolumeStatus,omitempty"`
-	// IOLimits are the volume's IO limit parameters: the StorageClass's, with
-	// the VolumeAttributesClass's over them.
+	// IOLimits are the StorageClass's limits with the VolumeAttributesClass's over them.
 	IOLimits map[string]string `json:"ioLimits,omitempty"`
-	// Encryption is "luks2" or "none", from the PV, else the StorageClass;
-	// KeyID is the PV's key ID.
+	// Encryption is "luks2" or "none" (PV, else StorageClass); KeyID is the PV's.
 	Encryption string  `json:"encryption,omitempty"`
 	KeyID      string  `json:"encryptionKeyID,omitempty"`
 	Events     []Event `json:"events,omitempty"`
@@ -63,8 +60,7 @@ type Event struct {
 	LastSeen time.Time `json:"lastSeen"`
 }
 
-// Describe gathers everything about claim name of Namespace; what the user
-// may not read is left out with a warning.
+// Describe gathers claim name of Namespace; what the user may not read is warned about.
 func (v View) Describe(ctx context.Context, name string) (*Claim, error) {
 	pvc, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -135,8 +131,6 @@ func claimOf(pvc *corev1.PersistentVolumeClaim) *Claim {
 	return c
 }
 
-// addIOLimits adds the limits of params (nil when unknown) and of the
-// VolumeAttributesClass.
 func (v View) addIOLimits(ctx context.Context, c *Claim, params map[string]string) error {
 	set := func(p map[string]string) {
 		for k, val := range p {
@@ -203,8 +197,7 @@ func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
 	return v.addIOLimits(ctx, c, scParams)
 }
 
-// addEncryption reads the PV's volume attributes (what was made), else the
-// StorageClass's parameters (what will be).
+// addEncryption reads the PV (what was made), else the StorageClass (what will be).
 func (c *Claim) addEncryption(params map[string]string) {
 	switch {
 	case c.Attributes[volume.ParamEncryption] != "":

@@ -1,7 +1,5 @@
-// Package view answers operators' questions about carve from the Kubernetes
-// API alone (no node access, no metrics): node agents, capacity, volumes,
-// pending claims, snapshots, one claim in full, and the audit's findings.
-// kubectl-carve prints what it returns.
+// Package view answers operators' questions about carve from the Kubernetes API alone;
+// kubectl-carve prints its answers.
 package view
 
 import (
@@ -29,15 +27,13 @@ const deviceClassParam = "carve.dev/device-class"
 
 const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 
-// The PV controller names a waited-for claim's provisioner here (the beta
-// key on older clusters).
+// The PV controller names a waited-for claim's provisioner here (beta key on old clusters).
 const (
 	provisionerAnnotation     = "volume.kubernetes.io/storage-provisioner"
 	betaProvisionerAnnotation = "volume.beta.kubernetes.io/storage-provisioner"
 )
 
-// Capacity is one CSIStorageCapacity carve published (a node and a class),
-// with carve's volumes of that class on the node.
+// Capacity is one published CSIStorageCapacity with carve's volumes of its class there.
 type Capacity struct {
 	// Name is the object's name in carve's namespace.
 	Name              string `json:"name"`
@@ -78,15 +74,13 @@ type Pending struct {
 	Message string `json:"message,omitempty"`
 }
 
-// View reads the API for the driver named Driver, one List per kind joined
-// in memory, so its cost does not grow with the number of claims.
+// View reads the API for Driver, one List per kind joined in memory.
 type View struct {
 	Client kubernetes.Interface
 	// Dynamic reads VolumeSnapshots; only Snapshots needs it.
 	Dynamic dynamic.Interface
 	Driver  string
-	// AgentService is the agents' headless Service, whose endpoints tell
-	// reachability; "" is the chart's default, carve-node.
+	// AgentService is the agents' headless Service; "" is carve-node.
 	AgentService string
 	// Namespace limits namespaced views to one namespace; "" is all.
 	Namespace string
@@ -94,8 +88,7 @@ type View struct {
 	Warn func(msg string)
 }
 
-// namespacedRights reports whether err is the refusal of a cluster-wide list
-// to a namespaced user: the view then answers from the namespace.
+// namespacedRights tells a cluster-wide list refused to a namespaced user.
 func (v View) namespacedRights(err error) bool {
 	return v.Namespace != "" && apierrors.IsForbidden(err)
 }
@@ -138,9 +131,8 @@ func (v View) podsByClaim(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// Volumes lists carve's PVs by node and name (with a Namespace, those whose
-// claim is in it). Without rights to list PVs it lists the namespace's carve
-// claims, without volume group and LV.
+// Volumes lists carve's PVs by node and name; without rights to list PVs, the
+// namespace's carve claims.
 func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 	pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil && !v.namespacedRights(err) {
@@ -207,8 +199,7 @@ func (v View) pvVolume(pv *corev1.PersistentVolume) (Volume, bool) {
 	return vol, true
 }
 
-// claimVolumes are the namespace's bound claims carve provisioned, per the
-// PV controller's and scheduler's annotations.
+// claimVolumes are the namespace's bound carve claims, per their annotations.
 func (v View) claimVolumes(ctx context.Context) ([]Volume, error) {
 	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -237,8 +228,7 @@ func (v View) provisionedBy(c *corev1.PersistentVolumeClaim) bool {
 	return c.Annotations[provisionerAnnotation] == v.Driver || c.Annotations[betaProvisionerAnnotation] == v.Driver
 }
 
-// Capacities lists carve's published capacity per node and StorageClass
-// with the class's volumes there, sorted.
+// Capacities lists carve's capacity per node and class with its volumes, sorted.
 func (v View) Capacities(ctx context.Context) ([]Capacity, error) { return v.capacities(ctx, true) }
 
 func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, error) {
@@ -306,11 +296,9 @@ func eventTime(e *corev1.Event) time.Time {
 	return e.FirstTimestamp.Time
 }
 
-// PendingClaims lists unbound claims of carve's StorageClasses with their
-// last event, oldest first.
+// PendingClaims lists unbound carve claims with their last event, oldest first.
 func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
-	// Without rights to list StorageClasses, the provisioner annotation tells
-	// carve's claims.
+	// Without rights to StorageClasses, the provisioner annotation tells carve's claims.
 	classes, err := v.storageClasses(ctx)
 	if err != nil && !v.namespacedRights(err) {
 		return nil, err
@@ -373,9 +361,7 @@ func lastEvent(events []corev1.Event) *corev1.Event {
 	return last
 }
 
-// Event reasons of the controller's audit: on a Node, orphan LVs, their
-// quarantine and removal, and PVs naming a quarantined LV; on a PV, a lost
-// LV.
+// Event reasons of the controller's audit (on Nodes, and VolumeDataMissing on PVs).
 const (
 	reasonOrphan      = "OrphanedVolume"
 	reasonQuarantined = "OrphanedVolumeQuarantined"
@@ -387,8 +373,7 @@ const (
 // auditComponent is the source of the audit's Events.
 const auditComponent = "carve-controller"
 
-// Finding is one audit Event: an orphan, its quarantine or removal, or a
-// claimed quarantine (on a Node), or missing data (on a PV).
+// Finding is one audit Event.
 type Finding struct {
 	// Kind is the event's reason.
 	Kind     string    `json:"kind"`
@@ -398,8 +383,7 @@ type Finding struct {
 	LastSeen time.Time `json:"lastSeen"`
 }
 
-// Findings lists the audit's events the API still holds (they expire after
-// an hour by default), newest first.
+// Findings lists the audit's events the API still holds, newest first.
 func (v View) Findings(ctx context.Context) ([]Finding, error) {
 	var out []Finding
 	for _, q := range []struct {

@@ -12,8 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The labels that find carve's node agents, their Service, node group and
-// container.
+// The labels that find carve's node agents.
 const (
 	agentSelector       = "app.kubernetes.io/name=carve,app.kubernetes.io/component=node"
 	defaultAgentService = "carve-node"
@@ -38,8 +37,7 @@ type Node struct {
 	// Agent is Ready, NotReady, or NoPod; Reason says why it is not ready.
 	Agent  string `json:"agent"`
 	Reason string `json:"reason,omitempty"`
-	// Channel is the agent's endpoint state in the carve-node EndpointSlices,
-	// through which the controller reaches it: Ready, NotReady or None.
+	// Channel is the agent's EndpointSlice state (Ready, NotReady, None).
 	Channel string `json:"channel"`
 	// Registered: the kubelet lists carve's driver in the node's CSINode.
 	Registered bool `json:"registered"`
@@ -51,9 +49,7 @@ type Node struct {
 	Created time.Time `json:"created,omitzero"`
 }
 
-// Nodes lists every node (but node group "none") with its carve agent:
-// readiness, reachability, driver registration, group, version and free
-// capacity per class.
+// Nodes lists every node (but node group "none") with its carve agent's state.
 func (v View) Nodes(ctx context.Context) ([]Node, error) {
 	nodes, err := v.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -214,9 +210,7 @@ func lastProbeFailures(events []corev1.Event) map[string]string {
 	return out
 }
 
-// podReadiness is Ready, or NotReady and the most telling reason: a
-// waiting or failed container, the phase, the last failed probe, or the
-// Ready condition's message.
+// podReadiness is Ready, or NotReady and the most telling reason.
 func podReadiness(p *corev1.Pod, probe string) (string, string) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {

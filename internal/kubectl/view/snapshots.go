@@ -15,15 +15,13 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The snapshot API, read through the dynamic client: carve takes no typed
-// client for three fields.
+// The snapshot API, through the dynamic client.
 var (
 	SnapshotResource        = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 	SnapshotContentResource = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
 )
 
-// Snapshot is one VolumeSnapshot of carve's driver; its ID (the content's
-// snapshotHandle, <node>/<volume group>/<LV>) names the node it lives on.
+// Snapshot is one VolumeSnapshot of carve's driver and the node its ID names.
 type Snapshot struct {
 	Namespace   string    `json:"namespace"`
 	Name        string    `json:"name"`
@@ -39,9 +37,8 @@ type Snapshot struct {
 	Created     time.Time `json:"created,omitzero"`
 }
 
-// Snapshots lists carve's VolumeSnapshots (of Namespace, or all) with their
-// node, by namespace and name. Without rights to list contents it lists
-// those whose source claim carve provisioned, the node from that claim.
+// Snapshots lists carve's VolumeSnapshots with their node; without rights to list
+// contents, those whose source is a carve claim.
 func (v View) Snapshots(ctx context.Context) ([]Snapshot, error) {
 	if v.Dynamic == nil {
 		return nil, fmt.Errorf("no dynamic client for the snapshot API")

@@ -15,7 +15,7 @@ type ControllerOptions struct {
 	// Kubeconfig is the API server's kubeconfig; empty uses the service account.
 	Kubeconfig string
 	// LostNodesInterval is how often deleted nodes' PVs are looked for; 0 turns
-	// the watch off, and with it every API access of the controller.
+	// the watch off (and, without routing, every API access).
 	LostNodesInterval time.Duration
 	// DeleteClaimsOfLostNodes deletes lost nodes' claims and PVs after
 	// LostNodeGrace instead of only reporting them.

@@ -1,9 +1,7 @@
-// Package audit compares each connected node's inventory of carve LVs with
-// carve's PersistentVolumes and reports (metrics, Events, logs) LVs no PV
-// points at (orphans) and PVs whose LV is gone. Only with --remove-orphans
-// does it act on an orphan, each step after a grace period: quarantine
-// (renamed carve-orphan-<hex>, data kept), then removal. An LV whose tags
-// name no claim is never touched (docs/operations.md, "Orphaned volumes").
+// Package audit compares each connected node's carve LVs with carve's PVs and reports
+// orphan LVs and PVs whose LV is gone. Only with --remove-orphans does it quarantine an
+// orphan, then remove it, each after a grace; an LV naming no claim is never touched
+// (docs/operations.md, "Orphaned volumes").
 package audit
 
 import (

@@ -13,10 +13,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Labels of the writer's objects. It finds its own by LabelManagedBy and
-// LabelDriver; LabelNode and LabelStorageClass are for kubectl -l (the name,
-// or its hash when not a valid label value). The writer reads node and class
-// from nodeTopology and storageClassName.
+// Labels of the writer's objects: it finds its own by LabelManagedBy and LabelDriver;
+// LabelNode and LabelStorageClass are for kubectl -l.
 const (
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
 	ManagedBy         = "carve-controller"

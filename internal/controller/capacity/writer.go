@@ -302,10 +302,8 @@ func (w *Writer) enqueueAll(s *session) {
 	}
 }
 
-// Report records node's capacity; nil means the node left the agents'
-// EndpointSlices and its objects go (a broken stream keeps the last values).
-// node must be the identity the channel verified, not the report's
-// node_name. It never blocks and is safe from any goroutine.
+// Report records node's capacity; nil means the node left and its objects go. node must
+// be the identity the channel verified, not the report's node_name. It never blocks.
 func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
 	if node == "" {
 		return
@@ -464,10 +462,8 @@ func (w *Writer) desired(ctx context.Context, k key) (want *classCapacity, act b
 	return &c, true, 0
 }
 
-// MaxVolume is the largest volume the node's device class ("" default) can
-// make, per its last report; ok is false when the node has not reported or
-// was reported gone. It reads only what Report recorded, so it answers on
-// every replica, leader or not.
+// MaxVolume is the largest volume the node's class ("" default) can make per its last
+// report; ok is false when unknown. It answers on every replica, leader or not.
 func (w *Writer) MaxVolume(node, deviceClass string) (bytes int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -94,10 +94,8 @@ type Policy struct {
 	// before it signs anyway (the kubelet updates a ConfigMap mount within about
 	// a minute); 0 means DefaultPropagation.
 	Propagation time.Duration
-	// Overlap is how long the previous CA stays trusted after the switch
-	// (replicas and agents re-enroll within a minute); 0 means DefaultOverlap.
-	// It never exceeds a sixth of the new CA's life, so a short-lived CA can
-	// rotate again.
+	// Overlap is how long the previous CA stays trusted after the switch (DefaultOverlap
+	// for 0), at most a sixth of the new CA's life so a short-lived CA can rotate again.
 	Overlap time.Duration
 }
 

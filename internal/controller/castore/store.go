@@ -79,10 +79,9 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Start reads the CA (making it if absent, taking a due step), publishes the
-// trusted CAs and returns the state. Replicas may start at once: one write
-// wins, the others read it back. A Secret without a usable CA is an error,
-// never replaced silently.
+// Start reads the CA (making it, taking a due step), publishes the trusted CAs and returns
+// the state. Concurrent replicas: one write wins, the others read it back. A Secret
+// without a usable CA is an error, never replaced silently.
 func (s *Store) Start(ctx context.Context) (State, error) {
 	st, err := s.sync(ctx, false)
 	if err != nil {

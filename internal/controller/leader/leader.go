@@ -36,10 +36,9 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Run runs duty while this replica holds the Lease, until ctx ends or duty
-// returns; it then releases the Lease and returns duty's error, so a failed
-// duty does not keep the Lease. Losing the Lease makes Run return an error,
-// and the caller exits to start over as a follower.
+// Run runs duty while holding the Lease, until ctx ends or duty returns, then releases it
+// and returns duty's error. Losing the Lease returns an error: the caller exits and
+// starts over as a follower.
 func Run(ctx context.Context, cfg Config, duty func(context.Context) error) error {
 	if err := cfg.complete(); err != nil {
 		return err

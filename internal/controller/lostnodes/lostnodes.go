@@ -166,10 +166,8 @@ func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	return v, true
 }
 
-// Pass handles vols at now. A node the cache misses is asked for live, and
-// only NotFound makes its volumes lost. With DeleteClaims, a lost volume is
-// released once its node has been absent for the grace, unless Retain
-// without DeleteRetained.
+// Pass handles vols at now. Only a live NotFound makes a node lost; with DeleteClaims its
+// volumes are released after the grace (Retain ones only with DeleteRetained).
 func (w *Watch) Pass(ctx context.Context, now time.Time, vols []Volume, nodeExists func(string) bool) error {
 	log := klog.FromContext(ctx)
 	gone := map[string]bool{}

@@ -140,10 +140,8 @@ func (p *parkedMoves) reset() {
 	p.gauge.Set(0)
 }
 
-// salvage binds the claim of a move parked while catching up to its target
-// as of the seed (moveapi.AnnSalvage), once the target vouches for itself.
-// Other phases are not salvaged: the claim may be back on the old volume,
-// or no target made.
+// salvage binds a move parked while catching up to its target as of the seed
+// (moveapi.AnnSalvage) once the target vouches for itself.
 func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
 	if from := pv.Annotations[moveapi.AnnParkedFrom]; from != moveapi.PhaseCatchingUp {

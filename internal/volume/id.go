@@ -25,7 +25,8 @@ func LVNameFor(volumeName string) string {
 // VolumeID builds the ID of the LV lv in volume group vg.
 func VolumeID(vg, lv string) string { return vg + "/" + lv }
 
-// ParseVolumeID checks the ID's form and LVM's rules, so a device path stays under /dev.
+// ParseVolumeID checks the ID's form and LVM's rules, so a device path built from it
+// stays in the device directory.
 func ParseVolumeID(id string) (vg, lv string, err error) {
 	vg, lv, ok := strings.Cut(id, "/")
 	if !ok || vg == "" || !strings.HasPrefix(lv, lvNamePrefix) || strings.Contains(lv, "/") {

@@ -19,8 +19,8 @@ const (
 // IsCarve tells whether tags mark an LV as carve's.
 func IsCarve(tags []string) bool { return slices.Contains(tags, TagOwner) }
 
-// Owned reads whether an LV is carve's, its kind and its class; an owned LV without a
-// snapshot tag is a volume.
+// Owned reads whether an LV is carve's, its kind and its class; an owned LV that is
+// neither a snapshot nor a copy source is a volume.
 func Owned(tags []string) (kind Kind, class string, ok bool) {
 	if !IsCarve(tags) {
 		return 0, "", false

@@ -1,8 +1,6 @@
-// Package moveapi is a move of a claim to another node (internal/controller/mover) as it
-// shows on Kubernetes objects: the annotations that ask for it and hold
-// its state, its phases and its Events' reasons. It imports nothing but
-// the standard library, so that kubectl-carve, which asks for moves and
-// follows them, does not link the mover.
+// Package moveapi is a move of a claim to another node as it shows on Kubernetes
+// objects: annotations, phases, Event reasons and ErrorInfo reasons. It imports only
+// the standard library, so kubectl-carve does not link the mover.
 package moveapi
 
 import (
@@ -10,14 +8,12 @@ import (
 	"time"
 )
 
-// Annotations. AnnMoveTo is the request on the claim; the others live on
-// the old PV while its move runs (pvindex keeps every annotation of the
-// prefix AnnPrefix in its cache: the audit and the router read them).
+// Annotations: AnnMoveTo is the request on the claim; the others hold the move's
+// state on the old PV.
 const (
 	AnnPrefix = "carve.dev/move-"
-	// AnnMoveTo on a claim asks to move it to that node ("*": the node of
-	// the claim's class with the most free capacity, not the claim's);
-	// on the old PV it is the node the move goes to.
+	// AnnMoveTo on a claim asks to move it to that node (AnyNode: the one with most room);
+	// on the old PV it is the move's target node.
 	AnnMoveTo = AnnPrefix + "to"
 	// AnnPhase is the move's phase (Phase*).
 	AnnPhase = AnnPrefix + "phase"
@@ -31,19 +27,15 @@ const (
 	AnnTargetContext = AnnPrefix + "target-context"
 	// AnnSeed is the seed snapshot's ID, once made.
 	AnnSeed = AnnPrefix + "seed"
-	// AnnSeedName is the seed snapshot's CSI name: new for each move, so
-	// that a target left by an earlier move to the same node (same CSI
-	// name) is never taken for a copy of this move's seed.
+	// AnnSeedName is the seed's CSI name, new for each move, so a target an earlier move
+	// left is never taken for a copy of this move's seed.
 	AnnSeedName = AnnPrefix + "seed-name"
 	// AnnSeedTime is when the seed snapshot was made (RFC 3339).
 	AnnSeedTime = AnnPrefix + "seed-time"
-	// AnnStopped is when the workload was stopped: the claim gone, no pod
-	// writing to the old volume any more (RFC 3339).
+	// AnnStopped is when no pod writes to the old volume any more (RFC 3339).
 	AnnStopped = AnnPrefix + "stopped"
-	// AnnSalvage on the old PV of a move parked while catching up asks to
-	// bind the claim to the target as it is, the data as of the seed:
-	// `kubectl carve move --salvage`. What was written between the seed
-	// and the stop is lost (WritesLost).
+	// AnnSalvage on the old PV of a move parked while catching up binds the claim to the
+	// target as of the seed; writes since the seed are lost (WritesLost).
 	AnnSalvage = AnnPrefix + "salvage"
 	// AnnClaim is the claim as it was before stopping (JSON).
 	AnnClaim = AnnPrefix + "claim"
@@ -53,19 +45,14 @@ const (
 	AnnDurations = AnnPrefix + "durations"
 	// AnnBytes is what the catch-up sent.
 	AnnBytes = AnnPrefix + "bytes"
-	// AnnAbort on the old PV asks to roll a move back while that is
-	// still possible (stopping, catching-up): `kubectl carve move --abort`.
-	// On a parked move it releases the claim's name and keeps the target
-	// and the seed.
+	// AnnAbort on the old PV asks to roll the move back while still possible; on a parked
+	// move it releases the claim's name and keeps the target and seed.
 	AnnAbort = AnnPrefix + "abort"
-	// AnnParked is why a move is parked (PhaseParked): the old volume
-	// could not be vouched for, so nothing of the move is deleted.
+	// AnnParked is why a move is parked: nothing of it is deleted.
 	AnnParked = AnnPrefix + "parked"
-	// AnnParkedFrom is the phase a parked move resumes at once its old
-	// volume answers again.
+	// AnnParkedFrom is the phase a parked move resumes at.
 	AnnParkedFrom = AnnPrefix + "parked-from"
-	// AnnWaiting says what the move waits for or the last failure it
-	// retries: for `kubectl carve move` to show.
+	// AnnWaiting is what the move waits for or the last failure it retries.
 	AnnWaiting = AnnPrefix + "waiting"
 	// AnyNode as AnnMoveTo lets carve choose the node.
 	AnyNode = "*"
@@ -79,10 +66,8 @@ const (
 	PhaseBinding     = "binding"
 	PhaseCleaning    = "cleaning"
 	PhaseRollingBack = "rolling-back"
-	// PhaseParked: the move stopped where it was because its old volume
-	// is not known to be there and whole (its node does not answer, or
-	// the volume is gone): the target and the seed, which may hold the
-	// only copy, are kept until the node answers or an operator decides.
+	// PhaseParked: the old volume is not known to be there and whole, so the target and
+	// seed, maybe the only copy, are kept until its node answers or someone decides.
 	PhaseParked = "parked"
 )
 
@@ -97,9 +82,8 @@ const (
 	ReasonSalvaged   = "MoveSalvaged"
 )
 
-// WritesLost is the time of writes a salvage loses: from the seed to the
-// stop of the workload, as the old PV's annotations record them; ok is
-// false when they do not (an annotation removed or edited by hand).
+// WritesLost is the span of writes a salvage loses (seed to stop); ok is false when
+// the annotations do not record it.
 func WritesLost(pvAnnotations map[string]string) (seed, stopped time.Time, ok bool) {
 	seed, err1 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnSeedTime])
 	stopped, err2 := time.Parse(time.RFC3339Nano, pvAnnotations[AnnStopped])
@@ -109,8 +93,7 @@ func WritesLost(pvAnnotations map[string]string) (seed, stopped time.Time, ok bo
 	return seed, stopped, true
 }
 
-// WritesLostText says, for people, which writes a salvage of the move
-// of the old PV with these annotations loses (WritesLost).
+// WritesLostText says for people which writes a salvage loses.
 func WritesLostText(pvAnnotations map[string]string) string {
 	seed, stopped, ok := WritesLost(pvAnnotations)
 	if !ok {
@@ -120,9 +103,7 @@ func WritesLostText(pvAnnotations map[string]string) string {
 		seed.Format(time.RFC3339), stopped.Format(time.RFC3339), stopped.Sub(seed).Round(time.Second))
 }
 
-// Targets are the volumes a move in flight made or makes on behalf of the
-// old PV with these annotations and that no PV names yet (its target, by
-// CSI name and by ID): the audit must not take them for orphans.
+// Targets are the volumes a move made that no PV names yet: not orphans for the audit.
 func Targets(pvAnnotations map[string]string) (name, id string) {
 	if pvAnnotations[AnnPhase] == "" {
 		return "", ""
@@ -130,28 +111,18 @@ func Targets(pvAnnotations map[string]string) (name, id string) {
 	return pvAnnotations[AnnTarget], pvAnnotations[AnnTargetID]
 }
 
-// Reasons of the google.rpc.ErrorInfo (domain ErrorDomain) a node agent
-// puts on a status the mover decides on: the code alone does not tell
-// a copy still running from another holder of the volume, nor a
-// refusal no retry mends from one the workload's stop mends.
+// ErrorInfo reasons (domain ErrorDomain) a node agent sets where the code alone does
+// not tell the mover what to do.
 const (
 	ErrorDomain = "carve.dev"
-	// ErrorCopyInProgress (ABORTED): the volume's data is being copied
-	// into it by an earlier call of the same CreateVolume; a repeat once
-	// the copy ends answers with the volume.
+	// ErrorCopyInProgress (ABORTED): an earlier call still copies into the volume.
 	ErrorCopyInProgress = "COPY_IN_PROGRESS"
-	// ErrorSizeMismatch (FAILED_PRECONDITION): a catch-up's target is not
-	// of its source's size.
+	// ErrorSizeMismatch (FAILED_PRECONDITION): a catch-up's target differs in size.
 	ErrorSizeMismatch = "SIZE_MISMATCH"
-	// ErrorBaseOverflowed (FAILED_PRECONDITION): a catch-up's base, a
-	// copy-on-write snapshot, ran out of its space: it no longer holds
-	// what the target was copied from.
+	// ErrorBaseOverflowed (FAILED_PRECONDITION): a catch-up's COW base ran out of space.
 	ErrorBaseOverflowed = "BASE_OVERFLOWED"
-	// ErrorSourceCopyPending (FAILED_PRECONDITION): a catch-up's source
-	// is itself still being copied into.
+	// ErrorSourceCopyPending (FAILED_PRECONDITION): a catch-up's source is still a copy.
 	ErrorSourceCopyPending = "SOURCE_COPY_PENDING"
-	// ErrorNotFromBase (FAILED_PRECONDITION): a catch-up's target was not
-	// made from its base (its source tag names another snapshot, or
-	// none): what it holds is not what the changes are counted from.
+	// ErrorNotFromBase (FAILED_PRECONDITION): a catch-up's target was not made from its base.
 	ErrorNotFromBase = "TARGET_NOT_FROM_BASE"
 )

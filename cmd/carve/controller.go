@@ -17,17 +17,15 @@ import (
 	"github.com/carve-csi/carve/internal/version"
 )
 
-// runController serves the cluster-wide Identity, Controller and the one
-// Node call (NodeGetCapabilities) that csi-resizer needs, and watches for
-// the volumes of deleted nodes; it touches no LVM. With
-// --node-channel-service its Controller routes each call to the node agent
-// that owns it, and it audits the nodes' LVs over the node channel.
+// runController serves the cluster-wide Identity, Controller and the
+// NodeGetCapabilities csi-resizer needs, touching no LVM. With
+// --node-channel-service it routes calls to the node agents and runs the
+// cluster duties.
 func runController(ctx context.Context, o *ControllerOptions) error {
 	mm := newMetricsManager(o.DriverName, "controller")
 	svc := csiserver.Services{
-		// Routing, the controller serves CreateVolume for csi-provisioner,
-		// which needs the topology capability for --strict-topology.
-		// It routes the SnapshotMetadata service to the nodes too.
+		// Routing serves CreateVolume, which needs the topology capability for
+		// --strict-topology.
 		Identity: csiserver.NewIdentityServer(csiserver.IdentityConfig{Name: o.DriverName, Version: version.Version,
 			Topology: o.Route.Service != "", SnapshotMetadata: o.Route.Service != ""}),
 		Controller: csiserver.ResizerOnlyController{},
@@ -35,7 +33,6 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Only the routing and the lost-node watch talk to the API server.
 	var (
 		client kubernetes.Interface
 		objs   *objects.Cache
@@ -81,8 +78,7 @@ func runController(ctx context.Context, o *ControllerOptions) error {
 	return serve(ctx, &o.CommonOptions, svc, mm, func(context.Context) error { return nil }, after)
 }
 
-// lostNodesWatch builds the watch for the volumes of deleted nodes (one
-// of the leader's duties).
+// lostNodesWatch builds the watch for deleted nodes' volumes.
 func lostNodesWatch(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache,
 	reg prometheus.Registerer) (func(context.Context) error, error) {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")

@@ -16,9 +16,8 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// startAudit builds the audit of the nodes' LVs against the route's PV index
-// (with dyn, of their snapshots too); what it returns runs it (one of the
-// leader's duties) until ctx ends.
+// startAudit builds the audit of the nodes' LVs (and, with dyn, snapshots);
+// what it returns runs it until ctx ends.
 func startAudit(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, dyn dynamic.Interface, pvs *pvindex.Index, pool audit.Agents,
 	reg prometheus.Registerer) func(context.Context) error {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")

@@ -10,26 +10,20 @@ import (
 	"github.com/carve-csi/carve/internal/controller/leader"
 )
 
-// The Leases of the controller's cluster duties: each duty runs in one
-// replica at a time, the holder of its Lease, while every replica serves
-// the CSI calls (two replicas would fight over the same objects, announce
-// every finding twice and race through the same steps).
-// docs/configuration.md (--leader-election) names them.
+// The Leases of the controller's cluster duties: each runs in one replica
+// at a time, or replicas would fight over the same objects and announce
+// every finding twice; every replica serves the CSI calls.
 const (
-	// leaseName: the leader's duties, together: the lost-node watch, the
-	// placement of new restores and clones, the audit and the mover.
+	// leaseName: the lost-node watch, placement, the audit and the mover.
 	leaseName = "carve-controller"
-	// capacityLease: the CSIStorageCapacity writer leads apart: its
-	// leader hands the Lease over when it reaches too few of the nodes
-	// (another replica may reach them), which must not stop a move or the
-	// audit.
+	// capacityLease: the capacity writer leads apart, since its leader hands
+	// the Lease over when it reaches too few nodes, which must not stop a move.
 	capacityLease = "carve-controller-capacity"
 )
 
-// whileLeading runs duty until ctx ends: with --leader-election only while
-// this replica holds lease (losing it ends duty and returns an error, so
-// that the controller exits and starts over as a follower), without it at
-// once.
+// whileLeading runs duty until ctx ends, with --leader-election only while
+// holding lease (losing it returns an error, so the controller restarts as
+// a follower).
 func (o *ControllerOptions) whileLeading(ctx context.Context, client kubernetes.Interface, lease string,
 	duty func(context.Context) error) error {
 	if !o.LeaderElection {

@@ -15,8 +15,7 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// startMover builds the mover (internal/controller/mover) over the router;
-// what it returns runs it (one of the leader's duties).
+// startMover builds the mover over the router; what it returns runs it.
 func startMover(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache, srv *router.Server,
 	reg prometheus.Registerer) (func(context.Context) error, error) {
 	rec, stop := kube.Recorder(ctx, client, "carve-controller", "")

@@ -9,37 +9,27 @@ import (
 	"time"
 )
 
-// ControllerOptions configure the `carve controller` role, which runs once
-// per cluster beside csi-resizer.
+// ControllerOptions configure the `carve controller` role.
 type ControllerOptions struct {
 	CommonOptions
-	// Kubeconfig is the API server's kubeconfig; empty uses the pod's
-	// service account.
+	// Kubeconfig is the API server's kubeconfig; empty uses the service account.
 	Kubeconfig string
-	// LostNodesInterval is how often the PVs of deleted nodes are looked
-	// for (also at every Node deletion); 0 turns the watch off, and with
-	// it every API access of the controller.
+	// LostNodesInterval is how often deleted nodes' PVs are looked for; 0 turns
+	// the watch off (and, without routing, every API access).
 	LostNodesInterval time.Duration
-	// DeleteClaimsOfLostNodes deletes the claims and PVs of deleted nodes
-	// instead of only reporting them, once a Node has been absent for
-	// LostNodeGrace.
+	// DeleteClaimsOfLostNodes deletes lost nodes' claims and PVs after
+	// LostNodeGrace instead of only reporting them.
 	DeleteClaimsOfLostNodes bool
-	// LostNodeGrace is how long a Node must have been absent, from when
-	// the leader first found it absent, before its claims are deleted.
+	// LostNodeGrace is how long a Node must be absent before its claims go.
 	LostNodeGrace time.Duration
-	// DeleteRetainedClaimsOfLostNodes deletes the claims and PVs of lost
-	// nodes whose reclaim policy is Retain too; without it they are only
-	// reported.
+	// DeleteRetainedClaimsOfLostNodes includes Retain PVs.
 	DeleteRetainedClaimsOfLostNodes bool
-	// LeaderElection makes one replica at a time do each cluster duty:
-	// the lost-node watch, the capacity writer, the placement of
-	// restores, the audit and the mover (leases.go names their Leases).
+	// LeaderElection makes one replica at a time do each cluster duty
+	// (leases.go names the Leases).
 	LeaderElection bool
-	// LeaderElectionNamespace holds the Lease; empty is the pod's own
-	// namespace.
+	// LeaderElectionNamespace holds the Leases; empty is the pod's namespace.
 	LeaderElectionNamespace string
-	// MoveRetries is how often a move retries a failing step once its
-	// workload stopped before it gives up (mover.Config.Retries).
+	// MoveRetries is how often a stopped workload's move step is retried.
 	MoveRetries int
 	// Route configures routing to the node agents over the node channel.
 	Route RouteOptions
@@ -84,24 +74,19 @@ func (o *ControllerOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// AuditOptions configure the controller's audit of the nodes' LVs
-// against carve's PersistentVolumes (docs/operations.md: orphaned volumes,
-// missing data).
+// AuditOptions configure the audit of the nodes' LVs against carve's PVs
+// (docs/operations.md).
 type AuditOptions struct {
-	// Interval is how often the audit runs; 0 turns it off. It runs only
-	// with the node channel (--node-channel-service): the nodes'
-	// inventories come over it.
+	// Interval is how often the audit runs; 0 turns it off. It needs the node
+	// channel, which carries the inventories.
 	Interval time.Duration
 	// Grace is how long an LV must lack a PV (or a PV its LV) before it is
-	// reported (and, with RemoveOrphans, quarantined): longer than any
-	// CreateVolume and the PV write after it, and than a PV's absence
-	// while someone re-makes it by hand or a backup restores it.
+	// reported: longer than a CreateVolume and its PV write, and than a PV's
+	// absence while it is restored by hand.
 	Grace time.Duration
-	// RemovalGrace is how long an orphan stays quarantined (deactivated,
-	// renamed, data kept) with no PV naming it before it is removed.
+	// RemovalGrace is how long an orphan stays quarantined before removal.
 	RemovalGrace time.Duration
-	// RemoveOrphans quarantines an orphan once reported and removes it
-	// after RemovalGrace; off by default.
+	// RemoveOrphans quarantines reported orphans and removes them later.
 	RemoveOrphans bool
 }
 
@@ -113,8 +98,7 @@ func (o *AuditOptions) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.RemoveOrphans, "remove-orphans", false, "quarantine an orphaned LV with a claim tag (no PersistentVolume for --orphan-grace-period, and its claim gone: deactivated and renamed carve-orphan-<hex>, restorable with lvrename), through its node's agent, and remove it after --orphan-removal-grace-period, instead of only reporting it; an LV without a claim tag is never touched")
 }
 
-// Validate checks the audit flags; routing tells whether the node channel
-// is on (--node-channel-service).
+// Validate checks the audit flags; routing says the node channel is on.
 func (o *AuditOptions) Validate(routing bool) error {
 	var errs []error
 	if o.Interval < 0 || o.Interval > 0 && o.Interval < time.Second {

@@ -15,9 +15,8 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// startPlacement builds the placement of restores and clones on their
-// source's node (internal/controller/placement) from the node channel's capacity reports
-// and PV index; what it returns runs it (one of the leader's duties).
+// startPlacement builds the placement of restores and clones; what it
+// returns runs it.
 func startPlacement(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache, capacity placement.Capacity,
 	pvs placement.PVs, reg prometheus.Registerer) (func(context.Context) error, error) {
 	dyn, err := kube.Dynamic(o.Kubeconfig, "carve-controller")

@@ -28,11 +28,9 @@ import (
 	"github.com/carve-csi/carve/internal/topology"
 )
 
-// RouteOptions configure the controller's node channel: routing the
-// CSI Controller calls of the sidecars to the node agents that own them.
+// RouteOptions configure the controller's node channel.
 type RouteOptions struct {
-	// Service is the headless Service over the node agents; empty turns
-	// routing off (the controller then only answers csi-resizer).
+	// Service is the agents' headless Service; empty turns routing off.
 	Service string
 	// Namespace holds the Service, the node agents' pods and the CA.
 	Namespace string
@@ -44,17 +42,14 @@ type RouteOptions struct {
 	ServiceAccount string
 	// Audience is the audience of the node agents' projected tokens.
 	Audience string
-	// CAName names the Secret holding the CA and the ConfigMap holding its
-	// certificate for the node agents.
+	// CAName names the CA's Secret and ConfigMap.
 	CAName string
-	// VolumeKEK names the Secret holding the key-encryption keys of
-	// encrypted volumes (made when absent); empty makes no encrypted
-	// volumes.
+	// VolumeKEK names the KEK Secret (made when absent); empty makes no
+	// encrypted volumes.
 	VolumeKEK string
 	// CAValidity is how long the CAs the controller makes are valid.
 	CAValidity time.Duration
-	// CAPropagation is the longest a new CA waits for every node agent to
-	// trust it before it signs.
+	// CAPropagation is the longest a new CA waits for every agent to trust it.
 	CAPropagation time.Duration
 }
 
@@ -95,25 +90,18 @@ func (o *RouteOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// minCAValidity leaves a rotation, which starts when a third of the CA's
-// life is left, room for the CA to reach every node first (the kubelet
-// and the agents see a changed bundle within seconds; tests rotate
-// CAs this short).
+// minCAValidity leaves a rotation, started at a third of the CA's life, room
+// to reach every node first.
 const minCAValidity = time.Minute
 
-// route is the controller's routing: the CSI Controller server for the
-// sidecars and what keeps it fed.
 type route struct {
 	server *router.Server
-	// run runs what every replica runs; leading, the leader's duties
-	// (runController runs them under the Lease).
+	// run runs what every replica runs, and the leader's duties when leading.
 	run     func(context.Context) error
 	leading []func(context.Context) error
 }
 
-// startRoute builds the routing controller: the CA, the node pool, the PV
-// index, the capacity writer, the placement of restores, the mover and, unless
-// --audit-interval is 0, the audit of the nodes' LVs.
+// startRoute builds the routing controller and its duties.
 func startRoute(ctx context.Context, o *ControllerOptions, client kubernetes.Interface, objs *objects.Cache,
 	reg prometheus.Registerer) (*route, error) {
 	nc := &o.Route
@@ -195,17 +183,14 @@ func startRoute(ctx context.Context, o *ControllerOptions, client kubernetes.Int
 	return &route{server: srv, run: func(ctx context.Context) error { return runAll(ctx, duties...) }, leading: leading}, nil
 }
 
-// capacityRejoinDelay is how long a replica whose capacity writer gave up
-// the Lease waits before it stands for it again: twice the Lease's
-// duration, so that the other replicas, which try every few seconds,
-// take it first.
+// capacityRejoinDelay is twice the Lease's duration, so other replicas,
+// trying every few seconds, take the Lease first.
 const capacityRejoinDelay = 30 * time.Second
 
-// leadCapacity runs the capacity writer while this replica holds
-// capacityLease. A writer that held its deletions for a grace (too few nodes
-// report to this replica) releases the Lease so that a replica that reaches
-// the nodes can lead, and stands again after rejoin; the process does not
-// exit: its routing and other duties do not depend on the Lease.
+// leadCapacity runs the capacity writer under capacityLease. A writer that
+// held deletions for its grace (too few nodes reach this replica) releases
+// the Lease for a replica that reaches them; the process goes on, as its
+// other duties do not depend on that Lease.
 func (o *ControllerOptions) leadCapacity(ctx context.Context, client kubernetes.Interface, w *capacity.Writer,
 	rejoin time.Duration) error {
 	for {
@@ -219,8 +204,7 @@ func (o *ControllerOptions) leadCapacity(ctx context.Context, client kubernetes.
 			gaveUp = true
 			klog.FromContext(ctx).Error(err, "Giving up the capacity Lease to a replica that may reach the nodes",
 				"lease", capacityLease, "standAgainIn", rejoin)
-			// Ending the term releases the Lease (leader.Run releases
-			// on cancel) and returns nil, not a lost Lease.
+			// Ending the term releases the Lease and returns nil, not a lost Lease.
 			end()
 			return nil
 		})
@@ -241,8 +225,7 @@ func (o *ControllerOptions) leadCapacity(ctx context.Context, client kubernetes.
 	}
 }
 
-// runAll runs each of fns until ctx ends or one fails, then stops the
-// others and returns their errors.
+// runAll runs fns until ctx ends or one fails, then stops the others.
 func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -261,9 +244,8 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 	return errors.Join(errs...)
 }
 
-// volumeKeys is the keyring of encrypted volumes (the Secret
-// --volume-kek-secret) and the answer to the nodes' key requests; both
-// nil with --volume-kek-secret empty.
+// volumeKeys is the encrypted volumes' keyring and key releaser; nil with
+// --volume-kek-secret empty.
 func volumeKeys(client kubernetes.Interface, nc *RouteOptions, pvs *pvindex.Index, reg prometheus.Registerer) (router.VolumeKeys,
 	func(context.Context, string, *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer, error) {
 	if nc.VolumeKEK == "" {

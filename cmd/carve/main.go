@@ -4,12 +4,9 @@
 //	carve controller  the cluster-wide Identity and Controller the sidecars call
 //	carve version     prints the version (so does --version)
 //
-// Built with -tags nodeagent it is carve-node: the node and version roles
-// without client-go, which would double the agent's resident memory
-// (docs/benchmarks.md). Controller files and files that import client-go
-// carry //go:build !nodeagent (TestNodeAgentLinksNoKubernetesClient).
-// Logging flags are component-base's, as the CSI sidecars have them. main
-// only parses flags and wires the real components together.
+// Built with -tags nodeagent it is carve-node, without client-go, which
+// would double the agent's resident memory (docs/benchmarks.md); files that
+// import client-go carry //go:build !nodeagent.
 package main
 
 import (
@@ -39,10 +36,8 @@ func main() {
 // role is one subcommand: its flags and what it runs.
 type role struct {
 	summary string
-	// flags registers the role's options on fs and returns their Validate.
-	flags func(fs *flag.FlagSet) (validate func() error, run func(ctx context.Context) error)
-	// absent, when set, says why this binary lacks the role and where it
-	// is; flags is then nil.
+	flags   func(fs *flag.FlagSet) (validate func() error, run func(ctx context.Context) error)
+	// absent, when set, says why this binary lacks the role; flags is nil then.
 	absent string
 }
 
@@ -65,15 +60,15 @@ func roles(stdout io.Writer) map[string]role {
 	}
 }
 
-// say writes a message for the user to stderr. When stderr itself fails
-// there is nowhere left to report it, and the exit code already tells, so
-// the write error is dropped here, in this one place.
+// say writes a message for the user to stderr. A failing stderr leaves
+// nowhere to report to, and the exit code tells, so the error is dropped
+// here, in this one place.
 func say(stderr io.Writer, format string, a ...any) {
 	_, _ = fmt.Fprintf(stderr, format, a...)
 }
 
-// run is main without the exit: 0 on success, 2 for a usage error, 1 when
-// the role failed.
+// run is main without the exit: 0, 2 for a usage error, 1 when the role
+// failed.
 func run(args []string, stdout, stderr io.Writer) int {
 	rs := roles(stdout)
 	usage := func() {
@@ -154,11 +149,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// logFormats are the values of --logging-format (component-base's text,
-// and json registered by the import above).
+// logFormats are --logging-format's values (json registered above).
 var logFormats = []string{"text", "json"}
 
-// applyLogging checks the logging flags and makes klog log as they say.
 func applyLogging(c *logsapi.LoggingConfiguration) error {
 	if !slices.Contains(logFormats, c.Format) {
 		return fmt.Errorf("--logging-format %q: must be one of %s", c.Format, strings.Join(logFormats, ", "))

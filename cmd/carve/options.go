@@ -19,27 +19,23 @@ import (
 // DefaultDriverName is carve's CSI driver name.
 const DefaultDriverName = "lvm.carve.dev"
 
-// Where the kubelet finds carve by default: the registration directory as
-// the DaemonSet mounts it, and the CSI socket's path on the host.
+// Where the kubelet finds carve by default.
 const (
 	DefaultKubeletRegistrationDir = "/registration"
 	DefaultKubeletCSISocket       = "/var/lib/kubelet/plugins/" + DefaultDriverName + "/csi.sock"
 )
 
-// maxSocketPath is the longest path a unix socket can have on Linux
-// (sun_path holds 108 bytes with the terminating NUL).
+// maxSocketPath is Linux's sun_path (108 bytes) less the NUL.
 const maxSocketPath = 107
 
 // CommonOptions are the flags every serving role has.
 type CommonOptions struct {
 	// Endpoint is the CSI socket, unix:///path/csi.sock.
 	Endpoint string
-	// DriverName is the CSI driver name reported by GetPluginInfo and used
-	// as the driver_name metric label.
+	// DriverName is the CSI driver name (GetPluginInfo, metric label).
 	DriverName string
-	// MetricsAddress is host:port of the Prometheus /metrics endpoint and
-	// of the health endpoints /healthz (liveness) and /readyz (readiness);
-	// empty serves none of them.
+	// MetricsAddress is host:port of /metrics, /healthz and /readyz; empty
+	// serves none.
 	MetricsAddress string
 }
 
@@ -50,8 +46,7 @@ func (o *CommonOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port to serve Prometheus /metrics, /healthz (liveness) and /readyz (readiness) on; empty disables it")
 }
 
-// driverNameRE is the CSI rule for driver names: at most 63 characters,
-// alphanumerics, '-', '.' and '_', starting and ending with an alphanumeric.
+// driverNameRE is the CSI rule for driver names.
 var driverNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
 
 // Validate checks the common flags.
@@ -71,46 +66,40 @@ func (o *CommonOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NodeOptions configure the `carve node` role, which runs on every node
-// and serves Identity, Controller and Node for the node's volume groups.
+// NodeOptions configure the `carve node` role.
 type NodeOptions struct {
 	CommonOptions
-	// NodeName is this node's Kubernetes name: the node ID and the value of
-	// the topology key. Defaults to the NODE_NAME environment variable.
+	// NodeName is this node's Kubernetes name, the node ID and topology value;
+	// defaults to NODE_NAME.
 	NodeName string
 	// ConfigPath is the device-class file.
 	ConfigPath string
 	// MaxVolumes is reported as max_volumes_per_node; 0 means no limit.
 	MaxVolumes int64
-	// RefreshInterval is how often the in-memory view of the volume groups
-	// is re-read to catch changes made outside carve.
+	// RefreshInterval is how often the volume groups are re-read to catch
+	// changes made outside carve.
 	RefreshInterval time.Duration
-	// WatchLVMBackups refreshes the view as soon as LVM rewrites the
-	// metadata backup of a configured volume group (internal/node/lvmwatch), so a
-	// change made outside carve shows without waiting for RefreshInterval.
+	// WatchLVMBackups refreshes the view when LVM rewrites a configured VG's
+	// metadata backup, without waiting for RefreshInterval.
 	WatchLVMBackups bool
-	// LVMTimeout bounds every lvm read, and is when a mutation is asked to
-	// stop (SIGINT); mutations are never killed.
+	// LVMTimeout bounds every lvm read and is when a mutation is asked to stop
+	// (SIGINT); mutations are never killed.
 	LVMTimeout time.Duration
-	// KubeletRegistrationDir is the kubelet's plugins_registry as mounted in the
-	// container, where carve serves <driver name>-reg.sock for the kubelet to
-	// register the driver; empty registers nothing (tests, simulated nodes).
+	// KubeletRegistrationDir is the kubelet's plugins_registry as mounted; empty
+	// registers nothing.
 	KubeletRegistrationDir string
-	// KubeletCSISocket is the path of the CSI socket (--endpoint) as the
-	// kubelet sees it on the host; the kubelet dials it for node calls.
+	// KubeletCSISocket is the CSI socket's path as the kubelet sees it.
 	KubeletCSISocket string
-	// StateDir holds what the plugin must remember across restarts and
-	// reboots (the marks of volumes being made); empty is the directory of
-	// the --endpoint socket.
+	// StateDir holds what must survive restarts and reboots; empty is the
+	// --endpoint socket's directory.
 	StateDir string
-	// AllowVolatileStateDir lets the plugin start with StateDir on tmpfs
-	// or ramfs, whose marks a reboot loses (tests, throw-away nodes).
+	// AllowVolatileStateDir allows StateDir on tmpfs or ramfs, whose marks a
+	// reboot loses.
 	AllowVolatileStateDir bool
-	// CgroupRoot is the host's cgroup v2 hierarchy as the agent sees it,
-	// where volumes' IO limits go into pods' io.max; empty applies none.
+	// CgroupRoot is the host's cgroup v2 hierarchy for pods' io.max; empty
+	// applies no IO limits.
 	CgroupRoot string
-	// NodeChannel configures the port carve's controller reaches this
-	// node's agent on.
+	// NodeChannel configures the port the controller reaches this agent on.
 	NodeChannel NodeChannelOptions
 }
 
@@ -120,33 +109,24 @@ const (
 	DefaultNodeChannelTokenFile = "/var/run/secrets/carve.dev/token" //nolint:gosec // G101: a path, not a credential.
 )
 
-// NodeChannelOptions configure the node channel (docs/architecture.md):
-// the TLS port on which carve's controller, and only it, calls this
-// node's Controller service and NodeAgent.
+// NodeChannelOptions configure the node channel (docs/architecture.md): the
+// TLS port where only the controller calls this node's services.
 type NodeChannelOptions struct {
-	// Address is host:port of the TLS listener; empty turns the node
-	// channel off.
+	// Address is host:port of the TLS listener; empty turns the channel off.
 	Address string
-	// CAFile is the PEM bundle of the CAs the controller's certificate
-	// must chain to: the ConfigMap the controller writes, mounted (key
-	// ca.crt). It is re-read when it changes and may not exist at start.
+	// CAFile is the PEM bundle the controller's certificate must chain to; it is
+	// re-read on change and may not exist at start.
 	CAFile string
-	// TokenFile is the projected service-account token (audience carve's
-	// controller) the agent proves its node with at enrollment.
+	// TokenFile is the projected token the agent proves its node with.
 	TokenFile string
-	// CopyAddress is host:port of the copy listener, on which other node
-	// agents read this node's snapshots and volumes for the restores and
-	// clones carve controller grants them; empty serves no copies.
+	// CopyAddress is host:port where other agents read this node's data for
+	// granted restores and clones; empty serves no copies.
 	CopyAddress string
-	// ControllerOnSocket serves the Controller service on the --endpoint
-	// socket too while the node channel is on (csi-sanity, debugging on a
-	// node). Without the node channel it is always served there: nothing
-	// else could reach it.
+	// ControllerOnSocket also serves the Controller service on --endpoint while
+	// the node channel is on; without the channel it is always served there.
 	ControllerOnSocket bool
 }
 
-// controllerOnSocket tells whether the --endpoint socket serves the
-// Controller service.
 func (o *NodeChannelOptions) controllerOnSocket() bool {
 	return o.Address == "" || o.ControllerOnSocket
 }
@@ -160,8 +140,7 @@ func (o *NodeChannelOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TokenFile, "node-channel-token-file", DefaultNodeChannelTokenFile, "projected service-account token (audience carve's controller) the node agent proves its node with when the controller enrolls it; re-read at every enrollment")
 }
 
-// Validate checks the node channel flags; the files matter only when the
-// channel is on.
+// Validate checks the node channel flags; files matter only when it is on.
 func (o *NodeChannelOptions) Validate() error {
 	if o.Address == "" {
 		return nil
@@ -187,8 +166,7 @@ func (o *NodeChannelOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// copyPort is the port of --node-copy-address, which the agent tells the
-// controller with each grant.
+// copyPort is the port of --node-copy-address, sent with each grant.
 func copyPort(addr string) (int, error) {
 	_, port, err := net.SplitHostPort(addr)
 	n, perr := strconv.ParseUint(port, 10, 16)
@@ -220,7 +198,6 @@ func (o *NodeOptions) AddFlags(fs *flag.FlagSet) {
 	o.NodeChannel.AddFlags(fs)
 }
 
-// nodeNameRE is a Kubernetes node name (a DNS-1123 subdomain).
 var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // Validate checks the plugin flags.
@@ -257,7 +234,6 @@ func (o *NodeOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// stateDir is where the plugin keeps what outlives its restarts.
 func (o *NodeOptions) stateDir() (string, error) {
 	dir := o.StateDir
 	if dir == "" {
@@ -272,8 +248,7 @@ func (o *NodeOptions) stateDir() (string, error) {
 	return dir, nil
 }
 
-// validateRegistration checks the kubelet registration flags; the CSI
-// socket's path matters only when carve registers.
+// validateRegistration checks the kubelet registration flags.
 func (o *NodeOptions) validateRegistration() []error {
 	var errs []error
 	dir := o.KubeletRegistrationDir

@@ -7,11 +7,9 @@ import (
 	"flag"
 )
 
-// program is the binary's name in usage: carve, with every role.
 const program = "carve"
 
-// controllerRole is carve controller, which carve-node (-tags nodeagent)
-// leaves out.
+// controllerRole is carve controller, which carve-node leaves out.
 func controllerRole() role {
 	return role{summary: "the cluster-wide CSI Controller the sidecars call, routed to the node agents; placement, moves, the audit and the capacity objects",
 		flags: func(fs *flag.FlagSet) (func() error, func(context.Context) error) {

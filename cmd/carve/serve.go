@@ -20,8 +20,7 @@ import (
 	"github.com/carve-csi/carve/internal/version"
 )
 
-// newMetricsManager is the CSI metrics manager of a role: its registry takes
-// csi_plugin_operations_seconds and carve_*, and /metrics also serves the Go
+// newMetricsManager is a role's CSI metrics manager; /metrics adds the Go
 // runtime and process collectors and carve_build_info. csi-lib-utils' own
 // process_start_time_seconds is left out: the process collector has it.
 func newMetricsManager(driverName, role string) csimetrics.CSIMetricsManager {
@@ -31,9 +30,7 @@ func newMetricsManager(driverName, role string) csimetrics.CSIMetricsManager {
 	return mm.WithAdditionalRegistry(metrics.NewRuntimeRegistry(version.Version, role))
 }
 
-// serveMetrics serves /metrics (everything registered with mm's registry:
-// csi_plugin_operations_seconds and carve_*), /healthz and /readyz until
-// ctx ends.
+// serveMetrics serves /metrics, /healthz and /readyz until ctx ends.
 func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsManager, ready func(context.Context) error) (<-chan error, error) {
 	mux := http.NewServeMux()
 	mm.RegisterToServer(mux, "/metrics")
@@ -64,11 +61,10 @@ func serveMetrics(ctx context.Context, addr string, mm csimetrics.CSIMetricsMana
 	return done, nil
 }
 
-// addHealth adds the kubelet's probes to mux: /healthz (liveness) answers 200
-// whenever the process serves, so that a missing volume group does not
-// restart the pod in a loop; /readyz answers 503 with reason codes only
-// (vgview.Reasons): anyone who reaches the pod IP may ask, and LVM's text
-// names disks and paths. The full error goes to the log and the CSI Probe.
+// addHealth adds the kubelet's probes: /healthz answers 200 while the
+// process serves, so a missing volume group does not restart the pod in a
+// loop; /readyz answers 503 with reason codes only (vgview.Reasons), since
+// anyone reaching the pod IP may ask and LVM's text names disks and paths.
 func addHealth(mux *http.ServeMux, ready func(context.Context) error) {
 	var last notReadyLog
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answerHealth(w, nil) })
@@ -79,8 +75,7 @@ func addHealth(mux *http.ServeMux, ready func(context.Context) error) {
 	})
 }
 
-// notReadyLog logs why the node is not ready when that changes, not at
-// every probe.
+// notReadyLog logs why the node is not ready when that changes.
 type notReadyLog struct {
 	mu   sync.Mutex
 	last string
@@ -104,21 +99,17 @@ func (l *notReadyLog) log(err error) {
 	}
 }
 
-// answerHealth writes "ok" for a nil err, else 503 with err's reason
-// codes only.
 func answerHealth(w http.ResponseWriter, err error) {
 	if err != nil {
 		http.Error(w, "not ready: "+strings.Join(vgview.Reasons(err), " "), http.StatusServiceUnavailable)
 		return
 	}
 	if _, err := io.WriteString(w, "ok\n"); err != nil {
-		// The prober went away; its next probe will ask again.
 		klog.V(4).InfoS("Writing a health answer failed", "err", err)
 	}
 }
 
-// serveGRPC serves s on l until ctx ends, then stops gracefully (in-flight
-// calls may finish within 10 s).
+// serveGRPC serves s on l until ctx ends, then stops gracefully (10 s).
 func serveGRPC(ctx context.Context, s *grpc.Server, l net.Listener) error {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()

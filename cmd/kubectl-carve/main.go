@@ -2,21 +2,18 @@
 // answers operators' questions about carve from the Kubernetes API alone,
 // and asks carve controller to move claims:
 //
-//	kubectl carve nodes       per node: the carve agent ready or why not, reachable, registered, group, version, free space
-//	kubectl carve capacity    per node and device class: the capacity carve reports, its volumes there
+//	kubectl carve nodes       per node: agent ready or why not, reachable, registered, group, version, free space
+//	kubectl carve capacity    per node and device class: reported capacity, volumes there
 //	kubectl carve volumes     per volume: PVC, pods, node, volume group, LV, size
-//	kubectl carve pending     PVCs of carve's StorageClasses that are Pending, with their last event
-//	kubectl carve snapshots   VolumeSnapshots of carve's driver, with the node each lives on
-//	kubectl carve describe    everything about one claim: PV, LV, node, class, pods, events, metrics
-//	kubectl carve orphans     what the node audit reported: orphaned LVs and their quarantines, PVs whose LV is gone
-//	kubectl carve move        move a bound claim to another node (carve controller does it) and follow it
+//	kubectl carve pending     Pending PVCs of carve's StorageClasses, with their last event
+//	kubectl carve snapshots   VolumeSnapshots of carve's driver, with their node
+//	kubectl carve describe    everything about one claim
+//	kubectl carve orphans     the audit's orphaned LVs, quarantines and PVs whose LV is gone
+//	kubectl carve move        move a bound claim to another node and follow it
 //	kubectl carve drain       move every carve claim off a node, one at a time
 //
-// It takes kubectl's client flags (k8s.io/cli-runtime: -n, -A, --context,
-// --as, --kubeconfig, ...) in any position and its output flags (-o
-// table|wide|json|yaml|name, --no-headers). Shell completion goes through
-// kubectl (1.26 and later), which runs kubectl_complete-carve (shipped
-// beside this command). See docs/operations.md.
+// It takes kubectl's client and output flags in any position; completion
+// goes through kubectl via kubectl_complete-carve. See docs/operations.md.
 package main
 
 import (
@@ -32,15 +29,14 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	// The kubeconfig auth providers (oidc, and the messages of the removed
-	// gcp and azure ones), as kubectl has them; exec plugins need nothing.
+	// The kubeconfig auth providers, as kubectl has them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
 	"github.com/carve-csi/carve/internal/kubectl/view"
 )
 
-// Exit codes: a usage error (unknown command or flag, bad -o) is 2, like
-// the shells' builtins and the old flag parser; a failed read is 1.
+// Exit codes: a usage error is 2, like the shells' builtins; a failed read
+// is 1.
 const (
 	exitUsage = 2
 	exitError = 1
@@ -56,8 +52,7 @@ type clients struct {
 	dynamic dynamic.Interface
 }
 
-// connect makes the clients from kubectl's flags (kubeconfig, context,
-// impersonation, TLS, auth plugins).
+// connect makes the clients from kubectl's flags.
 func connect(getter genericclioptions.RESTClientGetter) (clients, error) {
 	cfg, err := getter.ToRESTConfig()
 	if err != nil {
@@ -80,12 +75,10 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// run runs one command line and returns its exit code.
 func run(args []string, streams genericiooptions.IOStreams, conn func(genericclioptions.RESTClientGetter) (clients, error)) int {
 	return runAt(args, streams, conn, time.Now())
 }
 
-// runAt is run with the AGE columns counted from now.
 func runAt(args []string, streams genericiooptions.IOStreams, conn func(genericclioptions.RESTClientGetter) (clients, error), now time.Time) int {
 	config := genericclioptions.NewConfigFlags(true)
 	*config.Timeout = "30s" // kubectl waits forever; carve's views read a few lists
@@ -130,7 +123,6 @@ type options struct {
 	now     func() time.Time
 }
 
-// command is the root command with every view under it.
 func (o *options) command() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-carve",
@@ -170,7 +162,6 @@ one namespace sees that namespace's volumes, claims and snapshots.`,
 	return root
 }
 
-// validate checks the flags every command shares.
 func (o *options) validate() error {
 	switch o.output {
 	case "table", "wide", "json", "yaml", "name":
@@ -179,8 +170,8 @@ func (o *options) validate() error {
 	return usageError{fmt.Errorf("--output %q: must be one of table, wide, json, yaml, name", o.output)}
 }
 
-// view builds the view.View for a command: namespaced views read the
-// namespace of -n (or the kubeconfig's context), all of them with -A.
+// view builds a command's view: namespaced views read -n (or the context's
+// namespace), all of them with -A.
 func (o *options) view() (view.View, error) {
 	c, err := o.connect(o.config)
 	if err != nil {
@@ -198,8 +189,7 @@ func (o *options) view() (view.View, error) {
 	return v, nil
 }
 
-// ctx is a command's context; the client's --request-timeout bounds each
-// request.
+// ctx is a command's context; --request-timeout bounds each request.
 func ctx(cmd *cobra.Command) context.Context {
 	if c := cmd.Context(); c != nil {
 		return c

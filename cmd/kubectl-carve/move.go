@@ -150,8 +150,8 @@ func (o *options) move(ctx context.Context, kube kubernetes.Interface, mo *moveO
 	return o.follow(ctx, kube, mo, ns, name, pv)
 }
 
-// follow prints the move's phases until it ends: nil when the claim is
-// bound to its moved volume, an error naming why otherwise.
+// follow prints the move's phases until it ends: nil once bound to the
+// moved volume, else an error naming why.
 func (o *options) follow(ctx context.Context, kube kubernetes.Interface, mo *moveOptions, ns, name, oldPV string) error {
 	if mo.timeout > 0 {
 		var cancel context.CancelFunc
@@ -179,8 +179,8 @@ func (o *options) follow(ctx context.Context, kube kubernetes.Interface, mo *mov
 	}
 }
 
-// progress is what the API says of a move: a line to print, and whether
-// it ended (failed is why, when it did not move).
+// progress is a move's line to print and whether it ended (failed: why not
+// moved).
 type progress struct {
 	line   string
 	done   bool
@@ -195,8 +195,7 @@ func moveProgress(ctx context.Context, kube kubernetes.Interface, ns, name, oldP
 	}
 	gone := apierrors.IsNotFound(err)
 	if !gone && pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseParked {
-		// A parked move waits for a node or for someone to decide: following
-		// it ends here.
+		// A parked move waits for a node or a decision: following ends here.
 		line := fmt.Sprintf("parked (to node %s): %s; the target and the seed are kept (see kubectl carve move --abort)",
 			pv.Annotations[moveapi.AnnMoveTo], pv.Annotations[moveapi.AnnParked])
 		return progress{line: line, done: true, failed: errors.New("the move is parked: " + pv.Annotations[moveapi.AnnParked])}, nil
@@ -263,9 +262,8 @@ func eventTime(e *corev1.Event) time.Time {
 	return time.Time{}
 }
 
-// abortMove withdraws a claim's move: the request taken off the claim
-// (before the workload stops), or the roll back asked on its old PV
-// (while it is stopped and before it is bound again).
+// abortMove withdraws a move: the request removed from the claim (before
+// the workload stops), or a roll back asked on its old PV (until rebound).
 func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, name string) error {
 	c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -310,8 +308,8 @@ func (o *options) abortMove(ctx context.Context, kube kubernetes.Interface, ns, 
 	}
 }
 
-// movingPV is the PV bound to claim ns/name that carries a move's phase;
-// ok is false when none does.
+// movingPV is the PV of claim ns/name carrying a move's phase; ok false when
+// none does.
 func movingPV(ctx context.Context, kube kubernetes.Interface, ns, name string) (pv *corev1.PersistentVolume, ok bool, err error) {
 	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -326,8 +324,7 @@ func movingPV(ctx context.Context, kube kubernetes.Interface, ns, name string) (
 	return nil, false, nil
 }
 
-// ask sets the annotation key of PV pvName to "requested": a request to
-// carve controller's mover (moveapi.AnnAbort, moveapi.AnnSalvage).
+// ask sets annotation key of PV pvName to "requested" for the mover.
 func ask(ctx context.Context, kube kubernetes.Interface, pvName, key string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: "requested"}}})
 	if err != nil {
@@ -337,12 +334,10 @@ func ask(ctx context.Context, kube kubernetes.Interface, pvName, key string) err
 	return err
 }
 
-// drain moves each claim bound to a carve volume on node, one at a time:
-// first it waits for the moves off the node that run already (a drain
-// stopped earlier left them going), then asks for each next move only
-// once the one before ended. When it gives up waiting for a move
-// (--timeout, or interrupted), that move goes on and drain stops there:
-// asking for the next would put two moves in flight.
+// drain moves each claim on a carve volume of node, one at a time, first
+// waiting for moves already running (an earlier drain). Giving up on a move
+// (--timeout, interrupt) leaves it going and stops: two moves must never be
+// in flight.
 func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *moveOptions, node string) error {
 	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -357,8 +352,7 @@ func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *move
 		c := claimOf{pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name, pv.Name}
 		switch {
 		case pv.Annotations[moveapi.AnnPhase] != "":
-			// Its claim may be deleted already (the move past seeding):
-			// the PV is the move's.
+			// Its claim may be deleted already: the PV is the move's.
 			running = append(running, c)
 		case pv.Status.Phase == corev1.VolumeBound:
 			todo = append(todo, c)
@@ -405,9 +399,8 @@ func (o *options) drain(ctx context.Context, kube kubernetes.Interface, mo *move
 	return nil
 }
 
-// salvageMove asks carve controller to bind the claim of a move parked
-// while catching up to its target, as of the seed, and says which writes
-// that loses.
+// salvageMove asks the mover to bind a parked move's claim to its target,
+// as of the seed, and says which writes that loses.
 func (o *options) salvageMove(ctx context.Context, kube kubernetes.Interface, ns, name string) error {
 	pv, ok, err := movingPV(ctx, kube, ns, name)
 	if err != nil {

@@ -22,12 +22,10 @@ type listing struct {
 	rows any
 	// names is what -o name prints, one kind/name per row.
 	names []string
-	// columns and cells are the table; a column of Priority 1 is shown
-	// only with -o wide.
+	// columns and cells are the table; Priority 1 columns show only with -o wide.
 	columns []metav1.TableColumnDefinition
 	cells   [][]any
-	// namespaces, when set, are the rows' namespaces: shown as kubectl
-	// does, in a first NAMESPACE column, with -A.
+	// namespaces, when set, fill a first NAMESPACE column with -A, as kubectl.
 	namespaces []string
 }
 
@@ -42,9 +40,8 @@ func wideCol(name string) metav1.TableColumnDefinition {
 	return c
 }
 
-// print writes l in the form -o asks for. ns is the namespace the view
-// read ("" for all or for a cluster-wide view): an empty table says, as
-// kubectl does, that nothing was found there.
+// print writes l as -o asks. ns is the namespace read ("" for all): an
+// empty table says nothing was found there, as kubectl does.
 func (o *options) print(l listing, ns string) error {
 	out := o.streams.Out
 	switch o.output {
@@ -104,8 +101,7 @@ func writeJSON(w io.Writer, v any) error {
 // size prints bytes as a Kubernetes quantity (1Gi).
 func size(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
 
-// age is kubectl's AGE: how long ago t was, as 5m, 26h, 3d; <unknown> for
-// no time.
+// age is kubectl's AGE (5m, 26h, 3d); <unknown> for no time.
 func age(now, t time.Time) string {
 	if t.IsZero() {
 		return "<unknown>"

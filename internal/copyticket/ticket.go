@@ -1,7 +1,5 @@
-// Package copyticket is the grant of one copy across nodes: carve
-// controller hands it to the target node's agent with the CreateVolume (as
-// gRPC metadata), and the target reads the source from the source node's
-// agent with it. Both sides import it; it imports neither.
+// Package copyticket is the grant of one copy across nodes: the controller sends it with
+// the CreateVolume as gRPC metadata, and the target reads the source's agent with it.
 package copyticket
 
 import (
@@ -12,16 +10,14 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// Ticket is a content source on another node that the target node may
-// read once.
+// Ticket is a content source on another node the target may read once.
 type Ticket struct {
 	// CopyID names the grant on the source node.
 	CopyID string
 	// ID is the snapshot or volume ID; Snapshot tells which.
 	ID       string
 	Snapshot bool
-	// Node is the source's node; Address is where its agent serves the
-	// copy (host:port).
+	// Node is the source's node; Address its agent's copy host:port.
 	Node, Address string
 	// Size is the size of the volume the source holds.
 	Size uint64
@@ -37,14 +33,12 @@ const (
 	mdSize    = "carve-copy-source-size"
 )
 
-// The kinds of source in mdKind.
 const (
 	kindSnapshot = "snapshot"
 	kindVolume   = "volume"
 )
 
-// Metadata is t as the key-value pairs of outgoing gRPC metadata
-// (metadata.AppendToOutgoingContext).
+// Metadata is t as outgoing gRPC metadata pairs.
 func Metadata(t Ticket) []string {
 	kind := kindVolume
 	if t.Snapshot {
@@ -54,8 +48,7 @@ func Metadata(t Ticket) []string {
 		mdAddress, t.Address, mdSize, strconv.FormatUint(t.Size, 10)}
 }
 
-// FromMetadata reads a ticket from incoming gRPC metadata (a metadata.MD):
-// nil when there is none, an error naming the key when one is malformed.
+// FromMetadata reads a ticket from incoming metadata; nil when none.
 func FromMetadata(md map[string][]string) (*Ticket, error) {
 	get := func(k string) string {
 		if v := md[k]; len(v) == 1 {

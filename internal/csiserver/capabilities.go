@@ -6,18 +6,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-// ControllerRPCs are the Controller capabilities carve's controller
-// serves to the sidecars, routing each call to the node that owns it. Not
-// advertised:
-//   - GET_CAPACITY: the controller writes CSIStorageCapacity objects
-//     itself from the nodes' capacity streams (csi-provisioner runs
-//     without --enable-capacity); a node agent answers it for its own
-//     classes (NodeControllerRPCs).
-//   - EXPAND_VOLUME: the node agents do not serve ControllerExpandVolume;
-//     NodeExpandVolume grows the volume.
-//   - PUBLISH_UNPUBLISH_VOLUME: carve attaches nothing.
-//
-// MODIFY_VOLUME changes a volume's IO limits (VolumeAttributesClass).
+// ControllerRPCs are the routing controller's capabilities; it writes CSIStorageCapacity
+// itself, nodes grow volumes, and nothing attaches.
 var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
@@ -32,9 +22,7 @@ var ControllerRPCs = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 }
 
-// NodeControllerRPCs are those a node agent's Controller serves, for its
-// own volume groups, on the node channel: the controller's and
-// GET_CAPACITY.
+// NodeControllerRPCs are a node agent's on the node channel: ControllerRPCs and GET_CAPACITY.
 var NodeControllerRPCs = append([]csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY}, ControllerRPCs...)
 
@@ -58,10 +46,7 @@ func NodeCapabilities(types ...csi.NodeServiceCapability_RPC_Type) *csi.NodeGetC
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}
 }
 
-// ResizerOnlyController is the Controller of `carve controller` when it
-// routes nothing (no --node-channel-service): it advertises no capability,
-// so csi-resizer only records a new size on the PersistentVolume and
-// leaves the growing to the kubelet. Every other call is Unimplemented.
+// ResizerOnlyController advertises nothing, so csi-resizer leaves growing to the kubelet.
 type ResizerOnlyController struct {
 	csi.UnimplementedControllerServer
 }
@@ -73,11 +58,8 @@ func (ResizerOnlyController) ControllerGetCapabilities(context.Context, *csi.Con
 	return ControllerCapabilities(), nil
 }
 
-// ResizerOnlyNode is the Node service of `carve controller`'s socket. It
-// only answers NodeGetCapabilities with EXPAND_VOLUME: csi-resizer, finding
-// no controller expansion, asks the same socket whether the node side
-// expands, and refuses to start when that call fails. The real Node
-// service runs in `carve node` on each node.
+// ResizerOnlyNode answers NodeGetCapabilities with EXPAND_VOLUME: csi-resizer asks the
+// controller socket and refuses to start if the call fails.
 type ResizerOnlyNode struct {
 	csi.UnimplementedNodeServer
 }

@@ -16,19 +16,14 @@ type IdentityConfig struct {
 	Name string
 	// Version is carve's version.
 	Version string
-	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (the node role's
-	// volumes belong to one node). SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not:
-	// nothing in Kubernetes reads it, and csi-sanity v5.6.0 fails any plugin that
-	// returns it (reflect.DeepEqual over protobuf internals).
+	// Topology advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (not the snapshot one, which
+	// csi-sanity v5.6.0 fails).
 	Topology bool
-	// Ready is asked by Probe; nil means ready. A nil func is always ready.
+	// Ready is asked by Probe; nil means always ready.
 	Ready func(ctx context.Context) error
-	// NoController leaves CONTROLLER_SERVICE out of the capabilities: a
-	// node agent's socket when its Controller service is served only on
-	// the node channel.
+	// NoController leaves CONTROLLER_SERVICE out (served only on the node channel).
 	NoController bool
-	// SnapshotMetadata advertises SNAPSHOT_METADATA_SERVICE: the
-	// controller's socket serves the SnapshotMetadata service.
+	// SnapshotMetadata advertises SNAPSHOT_METADATA_SERVICE.
 	SnapshotMetadata bool
 }
 
@@ -53,10 +48,7 @@ func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 	return &csi.GetPluginInfoResponse{Name: s.cfg.Name, VendorVersion: s.cfg.Version}, nil
 }
 
-// GetPluginCapabilities implements csi.IdentityServer: the controller
-// service (unless NoController), topology constraints (node role), the
-// snapshot metadata service (routing controller) and online expansion, which
-// carve does on the node (NodeExpandVolume).
+// GetPluginCapabilities implements csi.IdentityServer.
 func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	svc := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
@@ -76,8 +68,7 @@ func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// Probe implements csi.IdentityServer: not ready while a configured volume
-// group or thin pool is missing or LVM cannot be read.
+// Probe implements csi.IdentityServer: not ready while a volume group, pool or LVM fails.
 func (s *IdentityServer) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(ctx); err != nil {

@@ -14,16 +14,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// LoggingInterceptor logs every call through klog with its secrets
-// stripped: the request and response at verbosity 5 (they can be large),
-// failures always, and the outcome and duration at verbosity 2. Handlers
-// find a logger carrying the method in their context (klog.FromContext).
+// LoggingInterceptor logs calls with secrets stripped (payloads at V(5), outcome at V(2),
+// failures always) and gives handlers a logger carrying the method.
 func LoggingInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	return loggingInterceptor(nil)(ctx, req, info, handler)
 }
 
-// loggingInterceptor is LoggingInterceptor that logs no request or
-// response of the quiet methods.
+// loggingInterceptor logs no payload of the quiet methods.
 func loggingInterceptor(quiet map[string]bool) grpc.UnaryServerInterceptor {
 	payload := func(method string, msg any) any {
 		if quiet[method] {
@@ -53,18 +50,13 @@ func loggingInterceptor(quiet map[string]bool) grpc.UnaryServerInterceptor {
 	}
 }
 
-// answersAbsence tells whether err is the expected answer of a call that
-// asks whether a volume is here: carve controller asks every node agent
-// with ValidateVolumeCapabilities when no PersistentVolume names a
-// volume's node, and all but one answer NotFound.
+// answersAbsence tells the NotFound agents answer the controller's search for a volume.
 func answersAbsence(method string, err error) bool {
 	return method == "/csi.v1.Controller/ValidateVolumeCapabilities" && status.Code(err) == codes.NotFound
 }
 
-// StreamLoggingInterceptor gives a stream's handler a logger carrying the
-// method (klog.FromContext of the stream's context), and logs the stream's
-// start and end at verbosity 2 and its failure always. Messages are not
-// logged.
+// StreamLoggingInterceptor gives a stream a logger carrying the method and logs its
+// start, end and failure, not its messages.
 func StreamLoggingInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	logger := klog.FromContext(ss.Context()).WithValues("method", info.FullMethod)
 	logger.V(2).Info("GRPC stream opened")
@@ -79,7 +71,6 @@ func StreamLoggingInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return nil
 }
 
-// loggedStream is a stream whose context carries the method's logger.
 type loggedStream struct {
 	grpc.ServerStream
 	ctx context.Context
@@ -87,17 +78,13 @@ type loggedStream struct {
 
 func (s loggedStream) Context() context.Context { return s.ctx }
 
-// MetricsInterceptor records csi_plugin_operations_seconds for every call
-// with csi-lib-utils' server interceptor, so carve's metric matches the
-// sidecars' csi_sidecar_operations_seconds.
+// MetricsInterceptor records csi_plugin_operations_seconds as the sidecars do theirs.
 func MetricsInterceptor(m csimetrics.CSIMetricsManager) grpc.UnaryServerInterceptor {
 	return connection.ExtendedCSIMetricsManager{CSIMetricsManager: m}.RecordMetricsServerInterceptor
 }
 
-// ResultOf is the result label of carve's phase metrics for the error a
-// call returns: the name of its gRPC code ("OK" for nil). An error without
-// a status counts as Internal, as grpc-go would send it. The mapping lives
-// here, at the edge, so that internal/metrics needs no gRPC.
+// ResultOf is the gRPC code's name ("OK" for nil), kept at the edge so internal/metrics
+// needs no gRPC.
 func ResultOf(err error) string {
 	if err == nil {
 		return "OK"

@@ -19,9 +19,7 @@ type Services struct {
 	Identity   csi.IdentityServer
 	Controller csi.ControllerServer
 	Node       csi.NodeServer
-	// SnapshotMetadata is served by the controller only, beside its
-	// Identity and Controller (the external-snapshot-metadata sidecar
-	// reaches it on the same socket).
+	// SnapshotMetadata is served by the controller only.
 	SnapshotMetadata csi.SnapshotMetadataServer
 }
 
@@ -34,23 +32,18 @@ type serverOptions struct {
 	quiet    map[string]bool
 }
 
-// WithGRPCOptions passes options to the gRPC server: its transport
-// credentials (TLS on the node channel), say.
+// WithGRPCOptions passes options to the gRPC server (TLS credentials, say).
 func WithGRPCOptions(opts ...grpc.ServerOption) ServerOption {
 	return func(o *serverOptions) { o.grpc = append(o.grpc, opts...) }
 }
 
-// WithServices registers more services beside the CSI ones (the node
-// channel's NodeAgent); they get the same interceptors.
+// WithServices registers more services with the same interceptors.
 func WithServices(register func(grpc.ServiceRegistrar)) ServerOption {
 	return func(o *serverOptions) { o.register = append(o.register, register) }
 }
 
-// WithUnloggedPayloads keeps the requests and responses of the named
-// methods (full names, "/package.Service/Method") out of every log line:
-// for payloads that carry credentials which no csi_secret option marks,
-// such as the node channel's Enroll token. Outcome and duration are still
-// logged.
+// WithUnloggedPayloads keeps the named methods' payloads out of every log: credentials
+// no csi_secret option marks (the Enroll token).
 func WithUnloggedPayloads(fullMethods ...string) ServerOption {
 	return func(o *serverOptions) {
 		if o.quiet == nil {
@@ -62,9 +55,8 @@ func WithUnloggedPayloads(fullMethods ...string) ServerOption {
 	}
 }
 
-// NewGRPCServer returns a gRPC server with the services registered and the
-// logging and (m not nil) metrics interceptors, metrics outermost to time the
-// whole call. Streams are logged, not timed: they last as their callers want.
+// NewGRPCServer returns a gRPC server for svc with logging and (m not nil) metrics
+// interceptors; streams are logged, not timed.
 func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager, opts ...ServerOption) *grpc.Server {
 	var o serverOptions
 	for _, opt := range opts {
@@ -95,8 +87,7 @@ func NewGRPCServer(svc Services, m csimetrics.CSIMetricsManager, opts ...ServerO
 	return s
 }
 
-// ParseEndpoint returns the socket path of a unix:// endpoint
-// ("unix:///csi/csi.sock" or "unix:/csi/csi.sock").
+// ParseEndpoint returns the socket path of a unix:// endpoint.
 func ParseEndpoint(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -107,7 +98,6 @@ func ParseEndpoint(endpoint string) (string, error) {
 	}
 	p := u.Path
 	if u.Host != "" {
-		// unix://relative/path: keep what the user wrote.
 		p = filepath.Join(u.Host, u.Path)
 	}
 	if p == "" {
@@ -116,8 +106,7 @@ func ParseEndpoint(endpoint string) (string, error) {
 	return p, nil
 }
 
-// Listen opens the unix socket of endpoint, removing a stale socket file
-// left by a previous run (but nothing that is not a socket).
+// Listen opens endpoint's unix socket, removing a stale socket (and nothing else).
 func Listen(endpoint string) (net.Listener, error) {
 	path, err := ParseEndpoint(endpoint)
 	if err != nil {

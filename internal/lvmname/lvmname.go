@@ -1,7 +1,5 @@
-// Package lvmname holds LVM's rules for names and tags (lvm(8) "VALID
-// NAMES", lib/misc/lvm-string.c): the node checks every name and tag
-// against them before a command runs, and the volume and snapshot IDs
-// every side parses are checked against them too.
+// Package lvmname holds LVM's rules for names and tags (lvm(8) "VALID NAMES"), checked
+// before any command runs and on every volume and snapshot ID parsed.
 package lvmname
 
 import (
@@ -20,10 +18,8 @@ const (
 	MaxTagLength = 1024
 )
 
-// reservedLVPrefixes and reservedLVSubstrings are the LV names LVM keeps for
-// itself. The list follows lvm(8) and adds the integrity layers (_imeta,
-// _idata) of newer releases: refusing a name LVM would accept is harmless,
-// the reverse is not.
+// LV names LVM reserves, with newer releases' integrity layers: refusing a name LVM
+// would accept is harmless, the reverse is not.
 var (
 	reservedLVPrefixes   = []string{"snapshot", "pvmove"}
 	reservedLVSubstrings = []string{
@@ -45,9 +41,7 @@ func isTagChar(c byte) bool {
 	return isNameChar(c) || strings.IndexByte("/=!:&#", c) >= 0
 }
 
-// Validate checks what VG and LV names share, naming the kind of name in
-// its error: LVM's alphabet [a-zA-Z0-9+_.-], no leading '-', not "." or
-// "..", at most 127 bytes.
+// Validate checks what VG and LV names share; kind names the name in the error.
 func Validate(kind, name string) error {
 	switch {
 	case name == "":
@@ -70,8 +64,7 @@ func Validate(kind, name string) error {
 // VG reports whether name is a volume group name LVM accepts.
 func VG(name string) error { return Validate("volume group", name) }
 
-// LV reports whether name is a logical volume name LVM accepts, reserved
-// names included.
+// LV reports whether name is an LV name LVM accepts, reserved names included.
 func LV(name string) error {
 	if err := Validate("logical volume", name); err != nil {
 		return err
@@ -89,8 +82,7 @@ func LV(name string) error {
 	return nil
 }
 
-// Tag reports whether tag is an LVM tag: 1 to 1024 bytes of
-// [A-Za-z0-9_+.-/=!:&#].
+// Tag reports whether tag is an LVM tag.
 func Tag(tag string) error {
 	switch {
 	case tag == "":

@@ -1,8 +1,5 @@
-// Package metrics defines carve's own Prometheus metrics (carve_*): the
-// duration of every CSI phase and of its steps, of every LVM command, and
-// per device class gauges of volume-group and thin-pool state. The standard
-// csi_plugin_operations_seconds histogram comes from csi-lib-utils and is
-// registered beside these by the plugin.
+// Package metrics defines carve's own Prometheus metrics (carve_*), beside
+// csi-lib-utils' csi_plugin_operations_seconds.
 package metrics
 
 import (
@@ -24,8 +21,7 @@ const (
 	// PhaseSnapshot is CreateSnapshot, PhaseSnapshotDelete DeleteSnapshot.
 	PhaseSnapshot       = "snapshot"
 	PhaseSnapshotDelete = "snapshot_delete"
-	// PhaseRestore and PhaseClone are a CreateVolume from a snapshot and
-	// from a volume.
+	// PhaseRestore and PhaseClone are CreateVolume from a snapshot or volume.
 	PhaseRestore = "restore"
 	PhaseClone   = "clone"
 )
@@ -42,23 +38,18 @@ const (
 	StepBindMount      = "bind_mount"
 	StepUnmount        = "unmount"
 	StepFilesystemGrow = "fs_grow"
-	// StepCopy copies a volume's data into a new thick LV (restore and
-	// clone into a thick class).
+	// StepCopy copies data into a new thick LV (restore, clone).
 	StepCopy = "copy"
-	// StepLUKSFormat writes an encrypted volume's LUKS2 header (create),
-	// StepLUKSOpen opens it (stage: the controller's key and cryptsetup
-	// open), StepCryptoErase destroys its keyslots (delete).
+	// StepLUKSFormat, StepLUKSOpen and StepCryptoErase time an encrypted volume's LUKS steps.
 	StepLUKSFormat  = "luks_format"
 	StepLUKSOpen    = "luks_open"
 	StepCryptoErase = "crypto_erase"
 )
 
-// Buckets from 1 ms to about 2 minutes: LVM commands take tens of ms,
-// mkfs of a large volume can take a minute.
+// Buckets from 1 ms to about 2 minutes, as mkfs of a large volume takes a minute.
 var durationBuckets = prometheus.ExponentialBuckets(0.001, 2, 18)
 
-// Recorder holds carve's metrics. A nil *Recorder records nothing, so code
-// under test can pass nil.
+// Recorder holds carve's metrics. A nil *Recorder records nothing.
 type Recorder struct {
 	phaseDuration *prometheus.HistogramVec
 	stepDuration  *prometheus.HistogramVec
@@ -175,7 +166,6 @@ func (r *Recorder) observePhase(phase, deviceClass string, d time.Duration, resu
 	r.phaseDuration.WithLabelValues(phase, deviceClass, result).Observe(d.Seconds())
 }
 
-// ObserveStep records one step of a phase.
 func (r *Recorder) ObserveStep(phase, step, deviceClass string, d time.Duration, err error) {
 	if r == nil {
 		return
@@ -183,7 +173,6 @@ func (r *Recorder) ObserveStep(phase, step, deviceClass string, d time.Duration,
 	r.stepDuration.WithLabelValues(phase, step, deviceClass, Result(err)).Observe(d.Seconds())
 }
 
-// AddCopiedBytes counts bytes a copy step wrote.
 func (r *Recorder) AddCopiedBytes(phase, deviceClass string, n uint64) {
 	if r == nil {
 		return
@@ -191,7 +180,7 @@ func (r *Recorder) AddCopiedBytes(phase, deviceClass string, n uint64) {
 	r.copiedBytes.WithLabelValues(phase, deviceClass).Add(float64(n))
 }
 
-// ObserveCommand records one lvm command; it makes Recorder an lvm.Observer.
+// ObserveCommand records one lvm command; Recorder is an lvm.Observer.
 func (r *Recorder) ObserveCommand(command string, d time.Duration, err error) {
 	if r == nil {
 		return
@@ -206,18 +195,15 @@ type ClassState struct {
 	VGSize, VGFree    uint64
 	AvailableCapacity uint64
 	Volumes           int
-	// ThinPool is empty for thick classes; the percents are read only then.
+	// ThinPool is empty for thick classes, whose percents are not read.
 	ThinPool                         string
 	ThinDataPercent, ThinMetaPercent float64
-	// ThinZeroing tells whether the pool zeroes new blocks.
-	ThinZeroing bool
-	// MetadataAreaSize and MetadataAreaFree are the VG's vg_mda_size and
-	// vg_mda_free; no series when the size is 0 (not reported).
+	ThinZeroing                      bool
+	// MetadataAreaSize and MetadataAreaFree are the VG's; no series when the size is 0.
 	MetadataAreaSize, MetadataAreaFree uint64
 }
 
-// SetClassStates replaces the per-class gauges with states, so a class
-// removed from the configuration stops being reported.
+// SetClassStates replaces the per-class gauges, dropping removed classes.
 func (r *Recorder) SetClassStates(states []ClassState) {
 	if r == nil {
 		return
@@ -234,8 +220,7 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 			r.mdaSize.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.MetadataAreaSize))
 			r.mdaFree.WithLabelValues(s.DeviceClass, s.VolumeGroup).Set(float64(s.MetadataAreaFree))
 		}
-		// The copy counters exist from the start, at 0, so that a rate
-		// over them is defined before the first copy.
+		// At 0 from the start, so a rate is defined before the first copy.
 		r.copiedBytes.WithLabelValues(PhaseRestore, s.DeviceClass)
 		r.copiedBytes.WithLabelValues(PhaseClone, s.DeviceClass)
 		if s.ThinPool != "" {
@@ -250,18 +235,14 @@ func (r *Recorder) SetClassStates(states []ClassState) {
 	}
 }
 
-// ClassAvailability is whether one configured device class can take new
-// volumes on this node.
+// ClassAvailability is whether a device class can take new volumes.
 type ClassAvailability struct {
 	DeviceClass, VolumeGroup string
-	// Reason is empty when the class is available, else the code of why
-	// not (vgview's reason codes).
+	// Reason is "" when available, else vgview's reason code.
 	Reason string
 }
 
-// SetClassAvailability replaces carve_device_class_available with states:
-// one series per configured class, so that a class whose volume group is
-// gone still has one (at 0, with its reason).
+// SetClassAvailability replaces carve_device_class_available, one series per class.
 func (r *Recorder) SetClassAvailability(states []ClassAvailability) {
 	if r == nil {
 		return
@@ -276,26 +257,21 @@ func (r *Recorder) SetClassAvailability(states []ClassAvailability) {
 	}
 }
 
-// snapshotLabels are those of the per-snapshot gauges: one series per
-// thick (copy-on-write) snapshot, which the cluster's VolumeSnapshots
-// bound.
+// snapshotLabels: one series per thick snapshot, bounded by the VolumeSnapshots.
 var snapshotLabels = []string{"device_class", "volume_group", "snapshot"}
 
 // SnapshotState is what the gauges show for one thick snapshot.
 type SnapshotState struct {
-	// DeviceClass is the class of the snapshot's volume.
 	DeviceClass string
 	VolumeGroup string
-	// Snapshot is the snapshot's LV name (the last part of its ID).
+	// Snapshot is the snapshot's LV name.
 	Snapshot string
 	// COWUsedRatio is the used share of its copy-on-write space, 0-1.
 	COWUsedRatio float64
-	// Invalid is set when its content is lost.
-	Invalid bool
+	Invalid      bool
 }
 
-// SetSnapshotStates replaces the per-snapshot gauges with states, so that
-// a deleted snapshot stops being reported.
+// SetSnapshotStates replaces the per-snapshot gauges.
 func (r *Recorder) SetSnapshotStates(states []SnapshotState) {
 	if r == nil {
 		return
@@ -312,7 +288,6 @@ func (r *Recorder) SetSnapshotStates(states []SnapshotState) {
 	}
 }
 
-// ObserveRefresh records when the volume-group view was last refreshed.
 func (r *Recorder) ObserveRefresh(at time.Time, err error) {
 	if r == nil {
 		return
@@ -320,9 +295,7 @@ func (r *Recorder) ObserveRefresh(at time.Time, err error) {
 	r.lastRefreshResult.WithLabelValues(Result(err)).Set(float64(at.UnixNano()) / 1e9)
 }
 
-// Result is the result label of carve's metrics for an outcome: "success"
-// for nil, "error" otherwise (the audit and the lost-node watch label
-// theirs the same way).
+// Result is "success" for nil, else "error".
 func Result(err error) string {
 	if err != nil {
 		return "error"
@@ -330,8 +303,7 @@ func Result(err error) string {
 	return "success"
 }
 
-// SetIOLimitSupport records whether the node can apply IO limits: reason
-// "ok" or why not.
+// SetIOLimitSupport records reason "ok" or why IO limits cannot apply.
 func (r *Recorder) SetIOLimitSupport(reason string) {
 	if r == nil {
 		return
@@ -344,7 +316,6 @@ func (r *Recorder) SetIOLimitSupport(reason string) {
 	r.ioLimitsSupported.WithLabelValues(reason).Set(v)
 }
 
-// CountIOLimitApplication counts one write of a pod's io.max, by result.
 func (r *Recorder) CountIOLimitApplication(result string) {
 	if r == nil {
 		return
@@ -362,14 +333,9 @@ func (r *Recorder) IOLimitsSupported(reason string) prometheus.Gauge {
 	return r.ioLimitsSupported.WithLabelValues(reason)
 }
 
-// LUKSOpenResults are the results of carve_encrypted_volume_opens_total:
-// opened; refused (the controller released no key); wrong_key (the key
-// opened no keyslot); no_header (an LV marked encrypted whose device holds
-// no LUKS2 header or no carve token); unavailable (no controller
-// connected); error.
+// LUKSOpenResults are carve_encrypted_volume_opens_total's results (docs/metrics.md).
 var LUKSOpenResults = []string{"opened", "refused", "wrong_key", "no_header", "unavailable", "error"}
 
-// CountLUKSOpen counts one attempt to open an encrypted volume, by result.
 func (r *Recorder) CountLUKSOpen(result string) {
 	if r == nil {
 		return
@@ -393,7 +359,6 @@ func (r *Recorder) registerLUKS(reg prometheus.Registerer) {
 	reg.MustRegister(r.luksOpens)
 }
 
-// registerIOLimits makes and registers the IO limit metrics.
 func (r *Recorder) registerIOLimits(reg prometheus.Registerer) {
 	r.ioLimitsSupported = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "carve_io_limits_supported",
@@ -403,15 +368,12 @@ func (r *Recorder) registerIOLimits(reg prometheus.Registerer) {
 		Name: "carve_io_limit_applications_total",
 		Help: "IO limits written into a pod's io.max for a volume (at publish, at a ControllerModifyVolume, at the agent's start), by result: ok, unsupported (the node cannot apply limits), no-pod (the pod's cgroup was not found), error.",
 	}, []string{"result"})
-	// Every result from the start, so that an alert on a rise sees the
-	// first failure.
+	// Every result from the start, so an alert sees the first failure.
 	for _, result := range IOLimitResults {
 		r.ioLimitApplications.WithLabelValues(result)
 	}
 	reg.MustRegister(r.ioLimitsSupported, r.ioLimitApplications)
 }
 
-// IOLimitResults are the results of carve_io_limit_applications_total: the
-// limits written, the node cannot apply limits, the pod's cgroup not
-// found, another failure.
+// IOLimitResults are carve_io_limit_applications_total's results.
 var IOLimitResults = []string{"ok", "unsupported", "no-pod", "error"}

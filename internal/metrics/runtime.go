@@ -8,10 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// NewRuntimeRegistry returns a registry with the Go runtime (go_*) and
-// process (process_*) collectors and carve_build_info, served beside the
-// CSI metrics by both roles: restarts, memory, goroutines and file
-// descriptors, and which version runs where.
+// NewRuntimeRegistry returns a registry with the Go and process collectors and
+// carve_build_info.
 func NewRuntimeRegistry(version, role string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -22,7 +20,6 @@ func NewRuntimeRegistry(version, role string) *prometheus.Registry {
 	return reg
 }
 
-// newBuildInfo is carve_build_info: always 1, the labels say what runs.
 func newBuildInfo(version, role string) prometheus.Collector {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "carve_build_info",
@@ -38,8 +35,7 @@ func newBuildInfo(version, role string) prometheus.Collector {
 	return g
 }
 
-// vcsRevision is the commit the binary was built from, as the Go toolchain
-// stamps it ("unknown" for builds outside a VCS checkout, such as tests).
+// vcsRevision is the commit the toolchain stamped, or "unknown".
 func vcsRevision() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {

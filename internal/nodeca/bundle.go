@@ -14,9 +14,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ParseBundle returns the CAs of a PEM bundle: one or more CERTIFICATE
-// blocks (two during a CA rotation), each a CA. Anything else in it makes
-// the whole bundle invalid, so that a damaged file is never half trusted.
+// ParseBundle returns a PEM bundle's CAs; anything else invalidates it all, so a damaged
+// file is never half trusted.
 func ParseBundle(data []byte) ([]*x509.Certificate, error) {
 	var cas []*x509.Certificate
 	for rest := data; len(bytes.TrimSpace(rest)) > 0; {
@@ -43,27 +42,19 @@ func ParseBundle(data []byte) ([]*x509.Certificate, error) {
 	return cas, nil
 }
 
-// BundleFile keeps a Pool trusting the CAs of a PEM file that is replaced
-// while the process runs: the node channel's ConfigMap as the kubelet
-// mounts it (key ca.crt), which it swaps atomically when the controller
-// rotates the CA. The file may not exist yet at start; until a valid
-// bundle has been read the pool trusts nothing, so no handshake succeeds.
-// A file that disappears or turns invalid later leaves the last valid
-// bundle in place: the controller changes trust by writing a new bundle,
-// never by removing it.
+// BundleFile keeps a Pool trusting a PEM file the kubelet swaps on rotation. It trusts
+// nothing until a valid read; a file that vanishes or breaks later keeps the last bundle.
 type BundleFile struct {
 	path string
 	pool *Pool
 
 	mu sync.Mutex
-	// seen is the file last read (nil: none); problem is why the pool
-	// does not hold the file's CAs now (nil when it does).
+	// seen is the file last read; problem is why the pool lacks its CAs now.
 	seen    os.FileInfo
 	problem error
 }
 
-// NewBundleFile returns a BundleFile for path whose pool trusts nothing
-// until Load has read a valid bundle.
+// NewBundleFile returns a BundleFile trusting nothing until Load succeeds.
 func NewBundleFile(path string) *BundleFile {
 	return &BundleFile{path: path, pool: NewPool(), problem: errors.New("CA bundle not read yet")}
 }
@@ -71,10 +62,7 @@ func NewBundleFile(path string) *BundleFile {
 // Pool is the pool kept current with the file.
 func (b *BundleFile) Pool() *Pool { return b.pool }
 
-// Load reads the file when it changed since the last Load (another file
-// in its place, another modification time or size; a stat otherwise) and
-// trusts its CAs when it is valid. It returns what is wrong with the file
-// now, nil when the pool holds its CAs.
+// Load reads the file when it changed and returns what is wrong with it now.
 func (b *BundleFile) Load() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -104,12 +92,10 @@ func (b *BundleFile) Load() error {
 	return nil
 }
 
-// DefaultBundleCheck is how often Run looks at the file: a stat, so that
-// a rotated CA is trusted seconds after the kubelet writes it.
+// DefaultBundleCheck: a rotated CA is trusted seconds after the kubelet writes it.
 const DefaultBundleCheck = 2 * time.Second
 
-// Run loads the file at once and every interval until ctx ends, logging
-// each new problem once and each bundle it starts trusting.
+// Run loads the file every interval until ctx ends.
 func (b *BundleFile) Run(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx).WithValues("file", b.path)
 	tick := time.NewTicker(interval)

@@ -15,14 +15,10 @@ import (
 	"time"
 )
 
-// DefaultCAValidity is how long a new CA is valid when CAOptions leaves it
-// unset: long enough that rotating it is a planned event, short enough that
-// a forgotten key does not live forever.
+// DefaultCAValidity makes rotation a planned event; a lost key does not live forever.
 const DefaultCAValidity = 365 * 24 * time.Hour
 
-// ClockSkew backdates NotBefore so that a node whose clock is a little behind
-// the controller's accepts a certificate issued a moment ago. A CA's life
-// is NotAfter minus NotBefore minus ClockSkew.
+// ClockSkew backdates NotBefore so a node whose clock lags accepts a fresh certificate.
 const ClockSkew = 5 * time.Minute
 
 // CA is a certificate authority: its self-signed certificate and its key.
@@ -39,8 +35,7 @@ type CAOptions struct {
 	Validity time.Duration
 }
 
-// NewCA generates a CA with an ECDSA P-256 key. It may sign leaf
-// certificates only (path length 0).
+// NewCA generates an ECDSA P-256 CA that signs leaves only (path length 0).
 func NewCA(opts CAOptions) (*CA, error) {
 	now := clock(opts.Now)()
 	validity := opts.Validity
@@ -79,8 +74,7 @@ func NewCA(opts CAOptions) (*CA, error) {
 	return &CA{Cert: cert, Key: key}, nil
 }
 
-// MarshalPEM encodes the CA as a certificate PEM block and a PKCS #8
-// private key PEM block (what the controller keeps in a Secret).
+// MarshalPEM encodes the certificate and PKCS #8 key as PEM.
 func (ca *CA) MarshalPEM() (certPEM, keyPEM []byte, err error) {
 	keyDER, err := x509.MarshalPKCS8PrivateKey(ca.Key)
 	if err != nil {
@@ -91,8 +85,7 @@ func (ca *CA) MarshalPEM() (certPEM, keyPEM []byte, err error) {
 	return certPEM, keyPEM, nil
 }
 
-// ParseCA decodes what MarshalPEM encoded. It refuses a certificate that is
-// not a CA and a key that does not belong to the certificate.
+// ParseCA decodes MarshalPEM's output, refusing a non-CA or a mismatched key.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	certDER, err := pemBlock(certPEM, "CERTIFICATE")
 	if err != nil {
@@ -124,7 +117,6 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{Cert: cert, Key: key}, nil
 }
 
-// pemBlock returns the DER of the single PEM block of the given type.
 func pemBlock(data []byte, typ string) ([]byte, error) {
 	block, rest := pem.Decode(data)
 	if block == nil {

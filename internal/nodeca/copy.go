@@ -8,23 +8,16 @@ import (
 	"strings"
 )
 
-// Node agents copy volumes to each other (a restore or a clone made on
-// another node than its source's): the target node's agent dials the
-// source node's copy port with ClientConfig(peer, source), presenting its
-// own node certificate. A node certificate is issued for server use only
-// (the node channel's), and it is the one identity a node has: the copy
-// listener accepts it as a client's.
+// For a cross-node copy the target's agent dials the source's copy port presenting its
+// node certificate, a node's one identity, which the copy listener accepts as a client's.
 
-// CopyServerConfig is a node agent's copy listener: TLS 1.3 only, a client
-// certificate is required, must chain to a trusted CA and name some node
-// (carve://node/<name>); the controller's identity, or any other, is
-// refused. Which node may read what is the caller's to check (PeerNode).
+// CopyServerConfig is a copy listener: TLS 1.3, a client certificate naming some node;
+// the caller checks which node may read what (PeerNode).
 func CopyServerConfig(p Peer) (*tls.Config, error) {
 	return listenerConfig(p, x509.ExtKeyUsageServerAuth, nodeIdentity)
 }
 
-// PeerNode is the node a connection's verified peer certificate names:
-// what CopyServerConfig let through.
+// PeerNode is the node a connection's verified peer certificate names.
 func PeerNode(cs tls.ConnectionState) (string, error) {
 	if len(cs.PeerCertificates) == 0 {
 		return "", errors.New("peer presented no certificate")
@@ -32,8 +25,7 @@ func PeerNode(cs tls.ConnectionState) (string, error) {
 	return nodeOfLeaf(cs.PeerCertificates[0])
 }
 
-// nodeIdentity is the wantOf of verifyPeer for a copy client: any node's
-// identity, the one its certificate names.
+// nodeIdentity is verifyPeer's wantOf for a copy client: any node.
 func nodeIdentity(leaf *x509.Certificate) (string, error) {
 	if leaf == nil {
 		return "a node's", nil
@@ -45,7 +37,6 @@ func nodeIdentity(leaf *x509.Certificate) (string, error) {
 	return nodeURIPrefix + node, nil
 }
 
-// nodeOfLeaf is the node a certificate's only URI SAN names.
 func nodeOfLeaf(leaf *x509.Certificate) (string, error) {
 	if len(leaf.URIs) != 1 {
 		return "", fmt.Errorf("certificate: identity %v, want exactly one %s<node>", leaf.URIs, nodeURIPrefix)

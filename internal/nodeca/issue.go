@@ -15,18 +15,15 @@ import (
 	"time"
 )
 
-// DefaultLeafValidity is how long a controller or node certificate is valid
-// when IssuerOptions leaves it unset. Short, so that a stolen node key
-// expires on its own within a day.
+// DefaultLeafValidity is short, so a stolen node key expires within a day.
 const DefaultLeafValidity = 24 * time.Hour
 
 // ControllerURI is the identity of the carve controller.
 const ControllerURI = "carve://controller"
 
-// nodeURIPrefix is followed by the node's name in a node's identity.
 const nodeURIPrefix = "carve://node/"
 
-// NodeURI returns the identity of the named node, after checking the name.
+// NodeURI returns the named node's identity, checking the name.
 func NodeURI(node string) (string, error) {
 	if err := ValidateNodeName(node); err != nil {
 		return "", err
@@ -34,9 +31,7 @@ func NodeURI(node string) (string, error) {
 	return nodeURIPrefix + node, nil
 }
 
-// dns1123Subdomain is the form of a Kubernetes node name (the same rule as
-// apimachinery's IsDNS1123Subdomain, restated so that the node agent need
-// not link apimachinery; a test holds the two together).
+// dns1123Subdomain restates apimachinery's rule so the node agent need not link it.
 var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // ValidateNodeName refuses anything that is not a Kubernetes node name.
@@ -53,16 +48,13 @@ func ValidateNodeName(node string) error {
 type IssuerOptions struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// NodeValidity is how long node certificates are valid;
-	// 0 means DefaultLeafValidity.
+	// NodeValidity is node certificates' life; 0 means DefaultLeafValidity.
 	NodeValidity time.Duration
-	// ControllerValidity is how long controller certificates are valid;
-	// 0 means DefaultLeafValidity.
+	// ControllerValidity is controller certificates' life; 0 means DefaultLeafValidity.
 	ControllerValidity time.Duration
 }
 
-// Issuer signs controller and node certificates with a CA, which SetCA
-// replaces while it runs (a CA rotation).
+// Issuer signs controller and node certificates with a CA SetCA may replace.
 type Issuer struct {
 	ca                 atomic.Pointer[CA]
 	now                func() time.Time
@@ -96,14 +88,12 @@ func (iss *Issuer) SetCA(ca *CA) { iss.ca.Store(ca) }
 // CA is the CA that signs now.
 func (iss *Issuer) CA() *CA { return iss.ca.Load() }
 
-// IssueController generates a key and a client certificate whose identity
-// is the controller.
+// IssueController generates a key and a controller client certificate.
 func (iss *Issuer) IssueController() (*tls.Certificate, error) {
 	return iss.issue("carve-controller", ControllerURI, x509.ExtKeyUsageClientAuth, iss.controllerValidity)
 }
 
-// IssueNode generates a key and a server certificate whose identity is
-// exactly the named node.
+// IssueNode generates a key and a server certificate for exactly node.
 func (iss *Issuer) IssueNode(node string) (*tls.Certificate, error) {
 	uri, err := NodeURI(node)
 	if err != nil {
@@ -112,11 +102,8 @@ func (iss *Issuer) IssueNode(node string) (*tls.Certificate, error) {
 	return iss.issue(node, uri, x509.ExtKeyUsageServerAuth, iss.nodeValidity)
 }
 
-// SignNodeCSR signs a node's certificate request, so that the node's key
-// never leaves the node. The identity comes from node (which the caller has
-// established, e.g. from a TokenReview), never from the request's subject or
-// SANs, which are ignored; the request's signature proves possession of the
-// key.
+// SignNodeCSR signs a node's request, so its key never leaves the node. The identity is
+// node, established by the caller, never the request's subject or SANs.
 func (iss *Issuer) SignNodeCSR(node string, csrDER []byte) ([]byte, error) {
 	uri, err := NodeURI(node)
 	if err != nil {
@@ -152,8 +139,7 @@ func (iss *Issuer) issue(cn, uri string, usage x509.ExtKeyUsage, validity time.D
 	}, nil
 }
 
-// sign makes a leaf certificate for pub whose only identity is uri. The
-// common name is for people reading the certificate; nothing checks it.
+// sign makes a leaf whose only identity is uri; nothing checks the common name.
 func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validity time.Duration) ([]byte, error) {
 	ca := iss.ca.Load()
 	now := iss.now()
@@ -173,8 +159,6 @@ func (iss *Issuer) sign(cn, uri string, pub any, usage x509.ExtKeyUsage, validit
 	return der, nil
 }
 
-// leafTemplate is a leaf certificate whose only identity is uri, valid
-// from a little before now (clock skew) to notAfter.
 func leafTemplate(cn, uri string, usage x509.ExtKeyUsage, now, notAfter time.Time) (*x509.Certificate, error) {
 	u, err := url.Parse(uri)
 	if err != nil {

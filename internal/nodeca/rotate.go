@@ -7,9 +7,7 @@ import (
 	"sync/atomic"
 )
 
-// Keypair holds this side's current certificate. A tls.Config built by
-// ServerConfig or ClientConfig reads it at every handshake, so Set rotates
-// the certificate without a restart; connections already open keep theirs.
+// Keypair holds this side's certificate, read at each handshake, so Set rotates it live.
 type Keypair struct {
 	cur atomic.Pointer[tls.Certificate]
 }
@@ -45,9 +43,7 @@ func (k *Keypair) get() (*tls.Certificate, error) {
 	return cert, nil
 }
 
-// Pool holds the CAs the peer's certificate may chain to. During a CA
-// rotation it holds the old and the new CA: first every side trusts both,
-// then every leaf is reissued by the new CA, then the old one is dropped.
+// Pool holds the CAs a peer may chain to (old and new during a rotation).
 type Pool struct {
 	cur atomic.Pointer[x509.CertPool]
 }
@@ -59,8 +55,7 @@ func NewPool(cas ...*x509.Certificate) *Pool {
 	return p
 }
 
-// Set replaces the trusted CAs for the handshakes that follow. With none,
-// no peer is trusted (and the handshake says so).
+// Set replaces the trusted CAs; with none, no peer is trusted.
 func (p *Pool) Set(cas ...*x509.Certificate) {
 	if len(cas) == 0 {
 		p.cur.Store(nil)

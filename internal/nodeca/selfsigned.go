@@ -9,17 +9,11 @@ import (
 	"time"
 )
 
-// selfSignedValidity is how long a node agent's bootstrap certificate is
-// valid. Nothing trusts it (the controller does not verify the node on the
-// one connection where it is presented), so its life only has to outlast
-// the agent's wait for enrollment.
+// selfSignedValidity only has to outlast enrollment: nothing trusts it.
 const selfSignedValidity = 365 * 24 * time.Hour
 
-// SelfSigned returns a self-signed server certificate for key naming node:
-// what a node agent presents until the controller has signed its key
-// (Issuer.SignNodeCSR). It chains to no CA, so a controller verifying
-// with ClientConfig refuses it; only the enrollment connection, which
-// checks the node through its token instead, accepts it.
+// SelfSigned is the certificate an agent presents until enrolled; it chains to no CA,
+// so only the enrollment connection, which checks the token instead, accepts it.
 func SelfSigned(key crypto.Signer, node string) (*tls.Certificate, error) {
 	uri, err := NodeURI(node)
 	if err != nil {

@@ -1,6 +1,5 @@
-// Package topology holds carve's topology key. Every carve volume lives on
-// one node, so its segment is exactly {topology.carve.dev/node: <node
-// name>}: Segments makes it, NodeOf reads it.
+// Package topology holds carve's topology key: a volume's segment is exactly
+// {topology.carve.dev/node: <node>}.
 package topology
 
 // Key is the topology key; its value is the Kubernetes node name.
@@ -11,8 +10,7 @@ func Segments(node string) map[string]string {
 	return map[string]string{Key: node}
 }
 
-// NodeOf is the node a segment names, or "" when it is not a carve
-// segment: a segment with other keys as well is not carve's.
+// NodeOf is the node a segment names; "" when it has other keys too.
 func NodeOf(segments map[string]string) string {
 	if len(segments) != 1 {
 		return ""

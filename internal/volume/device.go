@@ -9,11 +9,8 @@ import (
 // DefaultDevDir is where LVM makes device nodes when DM_DEV_DIR is not set.
 const DefaultDevDir = "/dev"
 
-// DevDir is the directory LVM makes device nodes under for a process whose
-// environment is env (KEY=VALUE items, os.Environ()): the last non-empty
-// DM_DEV_DIR, else DefaultDevDir. lvm.New applies the same rule to the
-// environment of its commands; lvm cannot import this package (this
-// package imports lvm), so the rule is written twice, tested both times.
+// DevDir is the last non-empty DM_DEV_DIR of env, else DefaultDevDir; lvm.New repeats
+// the rule (lvm cannot import this package), and both are tested.
 func DevDir(env []string) string {
 	dir := DefaultDevDir
 	for _, kv := range env {
@@ -24,8 +21,7 @@ func DevDir(env []string) string {
 	return dir
 }
 
-// Device is the device node of the volume id under devDir (DevDir):
-// <devDir>/<volume group>/<LV name>, the link LVM makes.
+// Device is the device node of id under devDir: <devDir>/<vg>/<lv>.
 func Device(devDir string, id ID) string { return path.Join(devDir, id.VG, id.LV) }
 
 // IsBlockDevice tells whether p (after symlinks) is a block device node.

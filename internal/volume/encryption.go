@@ -6,16 +6,12 @@ import (
 	"strings"
 )
 
-// ParamEncryption is the StorageClass parameter that asks for encrypted
-// volumes; CreateVolume also puts it into the volume context, where
-// `kubectl carve describe` reads it.
+// ParamEncryption is the StorageClass parameter asking for encrypted volumes.
 const ParamEncryption = "carve.dev/encryption"
 
 // The values of ParamEncryption.
 const (
-	// EncryptionLUKS2 makes each volume a LUKS2 device with a key of its
-	// own, which only carve controller can unwrap (docs/architecture.md,
-	// "Encrypted volumes").
+	// EncryptionLUKS2 gives each volume a LUKS2 device with a key only the controller unwraps.
 	EncryptionLUKS2 = "luks2"
 	// EncryptionNone is the default: a plain LV.
 	EncryptionNone = "none"
@@ -24,22 +20,16 @@ const (
 // EncryptionValues are the values ParamEncryption takes.
 var EncryptionValues = []string{EncryptionLUKS2, EncryptionNone}
 
-// ContextKeyID is the volume context key of an encrypted volume's key ID:
-// the controller releases the volume's key only for a request that names
-// the key ID its PersistentVolume records.
+// ContextKeyID is the volume context key of the key ID the volume's key is released for.
 const ContextKeyID = "carve.dev/encryption-key-id"
 
-// TagEncrypted marks the LV of an encrypted volume: its device holds a
-// LUKS2 header, and it is staged only through dm-crypt, never formatted
-// as it is.
+// TagEncrypted marks an encrypted LV: staged only through dm-crypt, never formatted bare.
 const TagEncrypted = "carve.dev/encryption=luks2"
 
 // Encrypted tells whether an LV's tags mark it encrypted.
 func Encrypted(tags []string) bool { return slices.Contains(tags, TagEncrypted) }
 
-// ParseEncryption reads ParamEncryption of params: true for luks2, false
-// when absent or none; an error names the parameter and the values
-// allowed.
+// ParseEncryption reads ParamEncryption: true for luks2.
 func ParseEncryption(params map[string]string) (bool, error) {
 	v, ok := params[ParamEncryption]
 	switch {
@@ -51,14 +41,10 @@ func ParseEncryption(params map[string]string) (bool, error) {
 	return false, fmt.Errorf("%s: %q is not an encryption; allowed: %s", ParamEncryption, v, strings.Join(EncryptionValues, ", "))
 }
 
-// MapperName is the device-mapper name of an encrypted volume's opened
-// device (/dev/mapper/<name>): one per LV name, which is unique on the
-// node (carve-<hex of the CSI name>).
+// MapperName is the dm name of an encrypted volume's opened device.
 func MapperName(lv string) string { return "carve-luks-" + strings.TrimPrefix(lv, "carve-") }
 
-// The CreateVolume secrets carve controller sends a node with a new
-// encrypted volume (never stored: the node writes the wrapped key into
-// the volume's LUKS2 header, and the key into its keyslot only).
+// The CreateVolume secrets of a new encrypted volume; the node stores only the wrapped key.
 const (
 	// SecretVolumeKey is the volume's key, base64 (standard encoding).
 	SecretVolumeKey = "carve.dev/volume-key" //nolint:gosec // G101: a secret's name, not a credential
@@ -68,8 +54,7 @@ const (
 	SecretWrappedKey = "carve.dev/volume-key-wrapped" //nolint:gosec // G101: a secret's name, not a credential
 )
 
-// IsKeySecret tells whether a CreateVolume secret is one of carve's own
-// key secrets, which only carve controller may set.
+// IsKeySecret tells carve's key secrets, which only the controller may set.
 func IsKeySecret(k string) bool {
 	return k == SecretVolumeKey || k == SecretKeyID || k == SecretWrappedKey
 }

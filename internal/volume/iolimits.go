@@ -10,13 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// The IO limits of a volume: parameters of a StorageClass (the starting
-// limits) and of a VolumeAttributesClass (mutable_parameters of
-// CreateVolume and ControllerModifyVolume). The node applies them to the
-// cgroup v2 io.max of every pod the volume is published to.
+// IO limit parameters of StorageClasses and VolumeAttributesClasses, applied to the
+// io.max of every pod the volume is published to.
 const (
-	// ParamReadBytesPerSecond bounds the bytes per second read from the
-	// volume's device.
+	// ParamReadBytesPerSecond bounds bytes read per second.
 	ParamReadBytesPerSecond = "carve.dev/read-bytes-per-second"
 	// ParamWriteBytesPerSecond bounds the bytes per second written.
 	ParamWriteBytesPerSecond = "carve.dev/write-bytes-per-second"
@@ -26,12 +23,10 @@ const (
 	ParamWriteIOPS = "carve.dev/write-iops"
 )
 
-// IOLimitUnlimited is the parameter value that lifts a limit, as io.max
-// spells it.
+// IOLimitUnlimited lifts a limit, as io.max spells it.
 const IOLimitUnlimited = "max"
 
-// Bounds of the values: io.max takes 64-bit byte rates and 32-bit
-// operation rates (the kernel keeps both as "max" at their top value).
+// io.max takes 64-bit byte rates and 32-bit operation rates.
 const (
 	MaxBytesPerSecond = uint64(1) << 62
 	MaxIOPS           = uint64(1)<<32 - 2
@@ -56,7 +51,6 @@ func (l IOLimits) String() string {
 	return fmt.Sprintf("rbps=%s wbps=%s riops=%s wiops=%s", v(l.ReadBPS), v(l.WriteBPS), v(l.ReadIOPS), v(l.WriteIOPS))
 }
 
-// ioLimit is one of the four: its parameter, its tag and where it lives.
 type ioLimit struct {
 	param, tag string
 	bytes      bool
@@ -85,8 +79,7 @@ func IsIOLimitParam(key string) bool {
 	return slices.ContainsFunc(ioLimitKinds, func(k ioLimit) bool { return k.param == key })
 }
 
-// IOLimitError is a parameter value that is not a limit: it names the
-// parameter and the values allowed.
+// IOLimitError is a parameter value that is not a limit.
 type IOLimitError struct {
 	Param, Value string
 }
@@ -104,11 +97,8 @@ func (e *IOLimitError) Error() string {
 	return fmt.Sprintf("%s: %q is not a limit; allowed: %s, or %q for none", e.Param, e.Value, allowed, IOLimitUnlimited)
 }
 
-// ParseIOLimits reads the IO limit parameters of params over base: a
-// parameter present replaces base's limit ("max" lifts it), one absent
-// keeps it. Other keys are ignored when others is true and refused
-// otherwise (mutable parameters hold nothing but limits). The error is an
-// *IOLimitError.
+// ParseIOLimits reads the limit parameters over base ("max" lifts one). Other keys
+// are ignored when others is true, else refused. The error is an *IOLimitError.
 func ParseIOLimits(params map[string]string, base IOLimits, others bool) (IOLimits, error) {
 	out := base
 	for _, key := range slices.Sorted(maps.Keys(params)) {
@@ -129,7 +119,6 @@ func ParseIOLimits(params map[string]string, base IOLimits, others bool) (IOLimi
 	return out, nil
 }
 
-// parseIOLimit is one value: 0 for "max".
 func parseIOLimit(s string, bytes bool) (uint64, bool) {
 	if s == IOLimitUnlimited {
 		return 0, true
@@ -149,10 +138,7 @@ func parseIOLimit(s string, bytes bool) (uint64, bool) {
 	return uint64(n), true
 }
 
-// IOLimitTags are the LV tags that record l: one per limit set, so that
-// the node finds the limits again after a restart.
-//
-//	carve.dev/wbps=10485760
+// IOLimitTags record l on the LV, so the node finds the limits after a restart.
 func IOLimitTags(l IOLimits) []string {
 	var tags []string
 	for _, k := range ioLimitKinds {
@@ -168,8 +154,7 @@ func IsIOLimitTag(tag string) bool {
 	return slices.ContainsFunc(ioLimitKinds, func(k ioLimit) bool { return strings.HasPrefix(tag, k.tag) })
 }
 
-// IOLimitsFromTags reads the limits IOLimitTags recorded; a tag that does
-// not hold a number in bounds is no limit.
+// IOLimitsFromTags reads IOLimitTags; a bad value is no limit.
 func IOLimitsFromTags(tags []string) IOLimits {
 	var l IOLimits
 	for _, t := range tags {

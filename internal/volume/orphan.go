@@ -6,26 +6,19 @@ import (
 	"time"
 )
 
-// An orphan the audit quarantines (--remove-orphans) keeps its data: it is
-// deactivated, renamed from carve-<hex> to carve-orphan-<hex> (a name no
-// volume name hashes to) and tagged, and removed only after a second grace
-// (docs/operations.md, "Orphaned volumes", says how to restore it).
+// A quarantined orphan is deactivated, renamed carve-orphan-<hex> (no volume hashes to it)
+// and tagged; it is removed after a second grace (docs/operations.md, "Orphaned volumes").
 
 const orphanLVNamePrefix = lvNamePrefix + "orphan-"
 
 const (
-	// TagOrphanOfPrefix + the LV name an orphan had before it was
-	// quarantined.
+	// TagOrphanOfPrefix + the LV name before the quarantine.
 	TagOrphanOfPrefix = "carve.dev/orphan-of="
-	// TagOrphanedAtPrefix + the Unix time in seconds (the controller's
-	// clock) when the orphan was quarantined: the second grace period
-	// runs from it.
+	// TagOrphanedAtPrefix + the quarantine's Unix time; the second grace runs from it.
 	TagOrphanedAtPrefix = "carve.dev/orphaned-at="
 )
 
-// QuarantineName is the name an orphaned volume LV gets when it is
-// quarantined; false for a name carve's volumes do not have, or one
-// quarantined already.
+// QuarantineName is an orphan LV's quarantine name; false for a name not a volume's.
 func QuarantineName(lvName string) (string, bool) {
 	rest, ok := strings.CutPrefix(lvName, lvNamePrefix)
 	if !ok || rest == "" || IsQuarantineName(lvName) {
@@ -34,14 +27,12 @@ func QuarantineName(lvName string) (string, bool) {
 	return orphanLVNamePrefix + rest, true
 }
 
-// IsQuarantineName tells whether an LV name is that of a quarantined
-// orphan.
+// IsQuarantineName tells whether an LV name is a quarantined orphan's.
 func IsQuarantineName(lvName string) bool {
 	return strings.HasPrefix(lvName, orphanLVNamePrefix) && len(lvName) > len(orphanLVNamePrefix)
 }
 
-// OrphanTags are the tags a quarantined orphan carries: the name it had
-// and when (at) it was quarantined.
+// OrphanTags are a quarantined orphan's tags: its old name and time.
 func OrphanTags(original string, at time.Time) []string {
 	return []string{TagOrphanOfPrefix + original, TagOrphanedAtPrefix + strconv.FormatInt(at.Unix(), 10)}
 }
@@ -53,17 +44,13 @@ func IsOrphanTag(tag string) bool {
 
 // Quarantined is what an LV's name and tags say of a quarantined orphan.
 type Quarantined struct {
-	// Original is the LV name before the quarantine: its tag, or else
-	// the one its name was made from.
+	// Original is the LV name before the quarantine.
 	Original string
-	// At is when it was quarantined; zero when no tag says (an LV
-	// renamed by hand).
+	// At is when it was quarantined; zero when untagged (renamed by hand).
 	At time.Time
 }
 
-// QuarantinedFrom reads a quarantined orphan's name and tags; false when
-// the name is not a quarantined orphan's (an LV renamed back keeps its
-// tags but is a volume again).
+// QuarantinedFrom reads a quarantined orphan; an LV renamed back is a volume again.
 func QuarantinedFrom(lvName string, tags []string) (Quarantined, bool) {
 	if !IsQuarantineName(lvName) {
 		return Quarantined{}, false

@@ -11,12 +11,8 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// A snapshot is an LV of its own, named from the CSI snapshot name with a
-// prefix no volume LV has. Its ID is "<node>/<volume group>/<LV name>", so a
-// restore asked on another node knows where it is from the ID alone. Its tags
-// are the owner, snapshot name, class and origin; a volume restored or cloned
-// carries the source's ID (carve.dev/from-snapshot=, carve.dev/from-volume=),
-// so that a retry with another source is told from a repeat.
+// A snapshot's ID is "<node>/<volume group>/<LV name>", so a restore elsewhere knows
+// its source's node; restored and cloned volumes tag their source's ID.
 
 const snapshotLVNamePrefix = "carvesnap-"
 
@@ -24,24 +20,15 @@ const snapshotLVNamePrefix = "carvesnap-"
 const (
 	// TagSnapshotPrefix + the escaped CSI snapshot name marks a snapshot LV.
 	TagSnapshotPrefix = "carve.dev/snapshot="
-	// TagOriginPrefix + the LV name of the volume a snapshot was taken of.
-	// LVM forgets a thin snapshot's origin when the origin is removed; the
-	// tag keeps the snapshot's source_volume_id.
+	// TagOriginPrefix + the origin's LV name, which LVM forgets when the origin goes.
 	TagOriginPrefix = "carve.dev/origin="
-	// TagSizePrefix + the decimal size in bytes of the volume a
-	// copy-on-write snapshot holds (LVM reports the snapshot's size as
-	// its copy-on-write space).
+	// TagSizePrefix + the origin's size: LVM reports a COW snapshot's size as its COW space.
 	TagSizePrefix = "carve.dev/size="
-	// TagAskedPrefix + "<asked>/<made>": what a volume's request asked and
-	// carve made, when it made more (a filesystem's minimum, whole extents).
-	// A snapshot of the volume at that size carries it too and reports the
-	// asked size, so that a restore at the source claim's size is accepted.
+	// TagAskedPrefix + "<asked>/<made>": a restore at the claim's size must fit.
 	TagAskedPrefix = "carve.dev/asked="
-	// TagFromSnapshotPrefix + the escaped snapshot ID a volume was
-	// restored from.
+	// TagFromSnapshotPrefix + the escaped source snapshot ID.
 	TagFromSnapshotPrefix = "carve.dev/from-snapshot="
-	// TagFromVolumePrefix + the escaped volume ID a volume was cloned
-	// from.
+	// TagFromVolumePrefix + the escaped source volume ID.
 	TagFromVolumePrefix = "carve.dev/from-volume="
 )
 
@@ -54,9 +41,7 @@ func SnapshotLVNameFor(snapshotName string) string {
 // SnapshotID builds the ID of the snapshot LV lv in volume group vg on node.
 func SnapshotID(node, vg, lv string) string { return node + "/" + vg + "/" + lv }
 
-// ParseSnapshotID splits a snapshot ID into node, volume group and LV
-// name, checking only the form: a node name (DNS-1123 subdomain alphabet)
-// and names LVM accepts, the LV carrying the snapshot prefix.
+// ParseSnapshotID splits a snapshot ID, checking only its form.
 func ParseSnapshotID(id string) (node, vg, lv string, err error) {
 	parts := strings.Split(id, "/")
 	if len(parts) != 3 || !strings.HasPrefix(parts[2], snapshotLVNamePrefix) || !isNodeName(parts[0]) {
@@ -71,8 +56,6 @@ func ParseSnapshotID(id string) (node, vg, lv string, err error) {
 	return parts[0], parts[1], parts[2], nil
 }
 
-// isNodeName accepts the alphabet and length of a Kubernetes node name
-// (a DNS-1123 subdomain).
 func isNodeName(s string) bool {
 	if s == "" || len(s) > 253 {
 		return false
@@ -136,14 +119,12 @@ func IsSnapshot(tags []string) bool {
 	return slices.ContainsFunc(tags, func(t string) bool { return strings.HasPrefix(t, TagSnapshotPrefix) })
 }
 
-// HasSnapshotName tells whether an LV's tags say it is the snapshot of
-// that CSI name.
+// HasSnapshotName tells whether the tags name that CSI snapshot.
 func HasSnapshotName(tags []string, snapshotName string) bool {
 	return slices.Contains(tags, SnapshotTag(snapshotName))
 }
 
-// SnapshotNameFromTags returns the CSI snapshot name carried by an LV's
-// tags; whole is false when it was too long for a tag (name is its head).
+// SnapshotNameFromTags returns the CSI snapshot name; whole is false when it was cut.
 func SnapshotNameFromTags(tags []string) (name string, whole, ok bool) {
 	for _, t := range tags {
 		if v, found := strings.CutPrefix(t, TagSnapshotPrefix); found {
@@ -169,8 +150,7 @@ func FromSnapshotTag(id string) string { return fitTag(TagFromSnapshotPrefix, es
 // FromVolumeTag is the tag of a volume cloned from volume ID id.
 func FromVolumeTag(id string) string { return fitTag(TagFromVolumePrefix, escapeTagValue(id)) }
 
-// SourceTags returns an LV's from-snapshot and from-volume tags, which a
-// repeated CreateVolume must find as it would write them.
+// SourceTags returns the from-snapshot and from-volume tags a repeat must match.
 func SourceTags(tags []string) []string {
 	var out []string
 	for _, t := range tags {
@@ -181,28 +161,22 @@ func SourceTags(tags []string) []string {
 	return out
 }
 
-// A restore or clone into a thick class copies into a new LV made with
-// TagCopyPending, removed once the copy is synced, so that a retry redoes the
-// copy and no half-copied LV is reported made. A clone reads a temporary
-// snapshot of its source (TagCopySourcePrefix + the new LV's name).
+// A copy into a thick LV is tagged TagCopyPending until synced, so a retry
+// redoes it and no half copy is reported made.
 const (
 	// TagCopyPending marks an LV whose data copy has not finished.
 	TagCopyPending = "carve.dev/copy=pending"
-	// TagCopySourcePrefix + the LV name of the copy's target marks a
-	// temporary snapshot.
-	TagCopySourcePrefix = "carve.dev/copy-source-for="
-	// copySourceLVNamePrefix starts a temporary snapshot's LV name.
+	// TagCopySourcePrefix + the copy target's LV name marks a temporary snapshot.
+	TagCopySourcePrefix    = "carve.dev/copy-source-for="
 	copySourceLVNamePrefix = "carvecopy-"
 )
 
-// CopySourceLVNameFor is the name of the temporary snapshot a clone into
-// the LV target copies from.
+// CopySourceLVNameFor names the temporary snapshot a clone into target reads.
 func CopySourceLVNameFor(target string) string {
 	return copySourceLVNamePrefix + strings.TrimPrefix(target, lvNamePrefix)
 }
 
-// CopySourceTags are the tags of the temporary snapshot of a copy into
-// the LV target of class.
+// CopySourceTags are the temporary snapshot's tags.
 func CopySourceTags(target, class string) []string {
 	return []string{TagOwner, TagClassPrefix + class, TagCopySourcePrefix + target}
 }

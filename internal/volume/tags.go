@@ -9,37 +9,22 @@ import (
 	"github.com/carve-csi/carve/internal/lvmname"
 )
 
-// Tags carve puts on every LV it makes. LVM tags allow only
-// [A-Za-z0-9_+.-/=!:&#] and every byte of them is VG metadata, whose area
-// bounds how many volumes a VG holds: values are kept readable where they
-// can be and short.
-//
-//	carve.dev/owner=carve
-//	carve.dev/name=pvc-7d3c1a0e-0b6f-4f5e-9d1a-3c2b1a0f9e8d
-//	carve.dev/class=fast
-//	carve.dev/pvc=default/data-pg-0
+// Tags on every carve LV. Each byte is VG metadata, which bounds how many
+// volumes a VG holds: values stay short.
 const (
 	// TagOwner marks an LV as carve's.
 	TagOwner = "carve.dev/owner=carve"
-	// TagNamePrefix + the escaped CSI volume name (see escapeTagValue),
-	// which under Kubernetes is the PV's name: the LV name is a hash of it,
-	// so this tag detects a hash collision and tells people whose the LV is.
+	// TagNamePrefix + the escaped CSI name: the LV name is its hash, so this catches a collision.
 	TagNamePrefix = "carve.dev/name="
 	// TagClassPrefix + the device class name.
 	TagClassPrefix = "carve.dev/class="
-	// TagClaimPrefix + "<namespace>/<name>" of the PVC, each escaped, when
-	// the request carried them (csi-provisioner --extra-create-metadata).
+	// TagClaimPrefix + the escaped "<namespace>/<name>" of the PVC, when given.
 	TagClaimPrefix = "carve.dev/pvc="
-	// TagPVPrefix + the escaped PV name, only when the request's
-	// csi.storage.k8s.io/pv/name differs from the CSI volume name (never
-	// with external-provisioner, which uses the PV name as the CSI name).
+	// TagPVPrefix + the escaped PV name, only when it differs from the CSI name.
 	TagPVPrefix = "carve.dev/pv="
 )
 
-// MaxNameLength bounds CSI volume and snapshot names. The name is stored
-// in an LVM tag (LVM allows 1024 bytes), escaped where it leaves the tag
-// alphabet; one too long for that is cut and hashed (fitTag). 500 is well
-// above the 128 bytes the CSI spec asks a driver to take.
+// MaxNameLength bounds CSI names (the spec asks 128); a name too long for its tag is hashed.
 const MaxNameLength = 500
 
 // Parameters csi-provisioner adds with --extra-create-metadata.
@@ -52,30 +37,20 @@ const (
 	ParamPVName = "csi.storage.k8s.io/pv/name"
 )
 
-// tagEscape starts an escaped byte: tagEscape and two upper-case hex
-// digits. ':' is in LVM's tag alphabet, in no Kubernetes name, and means
-// nothing to a shell.
+// tagEscape + two upper-case hex digits escape a byte: ':' is in LVM's alphabet, no k8s name.
 const tagEscape = ':'
 
-// tagTruncated separates the head of a value too long for a tag from the
-// hash of the whole value. An escaped value never holds it (tagEscape is
-// always followed by hex digits), so a cut value is never read as whole.
+// tagTruncated separates a cut value's head from its hash; no escaped value holds it.
 const tagTruncated = "::"
 
-// tagHashHexDigits is how much of the SHA-256 of a cut value is kept: 128
-// bits, as in LV names.
 const tagHashHexDigits = 32
 
-// isTagValueByte tells whether b stands for itself in an escaped value:
-// LVM's name alphabet, which covers every DNS-1123 name. '/' is escaped so
-// that it can separate a claim's namespace from its name.
+// isTagValueByte: '/' is escaped so it can separate a claim's namespace from its name.
 func isTagValueByte(b byte) bool {
 	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
 		b == '+' || b == '_' || b == '.' || b == '-'
 }
 
-// escapeTagValue writes s in the tag alphabet: bytes of isTagValueByte as
-// they are, every other byte as ":XX". It is total and one to one.
 func escapeTagValue(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -92,10 +67,7 @@ func escapeTagValue(s string) string {
 	return b.String()
 }
 
-// unescapeTagValue reverses escapeTagValue. It accepts only what
-// escapeTagValue writes (upper-case digits, no escaped byte that stands
-// for itself), so every value has one spelling and tags compare as
-// strings.
+// unescapeTagValue accepts only escapeTagValue's output: one spelling per value.
 func unescapeTagValue(v string) (string, bool) {
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
@@ -129,10 +101,7 @@ func upperHex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// fitTag returns prefix+value when that is a tag LVM takes. Otherwise it
-// keeps the head of value (never splitting an escape) and appends
-// tagTruncated and 128 bits of the SHA-256 of value: still readable, and
-// still one tag per value.
+// fitTag returns prefix+value, or its head, tagTruncated and 128 bits of its SHA-256.
 func fitTag(prefix, value string) string {
 	if len(prefix)+len(value) <= lvmname.MaxTagLength {
 		return prefix + value
@@ -140,7 +109,6 @@ func fitTag(prefix, value string) string {
 	sum := sha256.Sum256([]byte(value))
 	tail := tagTruncated + hex.EncodeToString(sum[:])[:tagHashHexDigits]
 	n := lvmname.MaxTagLength - len(prefix) - len(tail)
-	// Step back over a partial ":XX".
 	for k := n - 1; k >= 0 && k >= n-2; k-- {
 		if value[k] == tagEscape {
 			n = k
@@ -150,8 +118,6 @@ func fitTag(prefix, value string) string {
 	return prefix + value[:n] + tail
 }
 
-// readTag returns the value of a tag of fitTag: unescaped, and whether it
-// is whole or only the head of a value too long for a tag.
 func readTag(value string) (s string, whole, ok bool) {
 	head, _, cut := strings.Cut(value, tagTruncated)
 	s, ok = unescapeTagValue(head)
@@ -168,15 +134,12 @@ func ClaimTag(namespace, name string) string {
 	return fitTag(TagClaimPrefix, escapeTagValue(namespace)+"/"+escapeTagValue(name))
 }
 
-// HasVolumeName tells whether an LV's tags say it is the volume of that
-// CSI name.
+// HasVolumeName tells whether the tags name that CSI volume.
 func HasVolumeName(tags []string, volumeName string) bool {
 	return slices.Contains(tags, VolumeTag(volumeName))
 }
 
-// VolumeNameFromTags returns the CSI volume name carried by an LV's tags.
-// whole is false when the name was too long for a tag: name is then its
-// head (HasVolumeName still matches the full name).
+// VolumeNameFromTags returns the CSI name in the tags; whole is false when it was cut.
 func VolumeNameFromTags(tags []string) (name string, whole, ok bool) {
 	for _, t := range tags {
 		if v, found := strings.CutPrefix(t, TagNamePrefix); found {
@@ -194,9 +157,7 @@ type Claim struct {
 // String is "<namespace>/<name>", as kubectl names a claim.
 func (c Claim) String() string { return c.Namespace + "/" + c.Name }
 
-// ClaimFromTags returns the PVC named by an LV's tags. ok is false when the
-// LV has no claim tag (made without --extra-create-metadata) or when the
-// claim was too long for a tag.
+// ClaimFromTags returns the PVC the tags name; false when none or cut.
 func ClaimFromTags(tags []string) (Claim, bool) {
 	for _, t := range tags {
 		v, found := strings.CutPrefix(t, TagClaimPrefix)
@@ -227,8 +188,7 @@ func ClassFromTags(tags []string) (string, bool) {
 	return "", false
 }
 
-// VolumeTags are the tags of a new LV for the CSI volume name in device
-// class class, with the claim when the parameters of CreateVolume name it.
+// VolumeTags are a new LV's tags, with the claim when the parameters name it.
 func VolumeTags(volumeName, class string, params map[string]string) []string {
 	tags := []string{TagOwner, VolumeTag(volumeName), TagClassPrefix + class}
 	ns, name := params[ParamPVCNamespace], params[ParamPVCName]
@@ -245,8 +205,7 @@ func VolumeTags(volumeName, class string, params map[string]string) []string {
 type Owner struct {
 	// Class is the device class; empty when the tag is missing.
 	Class string
-	// VolumeName is the CSI volume name, only when the tag holds it whole
-	// (a name too long for a tag keeps only its head there).
+	// VolumeName is the CSI volume name, only when held whole.
 	VolumeName string
 	// Claim is <namespace>/<name> of the claim, when known.
 	Claim string

@@ -21,20 +21,16 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// keepaliveParams detect a dead node within about 20 s: a ping after 10 s
-// without traffic, 10 s to answer. The agent's server must permit pings
-// this often (keepalive.EnforcementPolicy MinTime ≤ 10 s, with
+// keepaliveParams detect a dead node within about 20 s. The agent's server
+// must permit pings this often (EnforcementPolicy MinTime ≤ 10 s,
 // PermitWithoutStream), or it closes the connection as abusive.
 var keepaliveParams = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}
 
-// dial makes a client connection to addr (host:port) with cfg. It is lazy:
-// nothing is sent until a call or Connect.
 func (p *Pool) dial(addr string, cfg *tls.Config) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
 		grpc.WithKeepaliveParams(keepaliveParams),
-		// The capacity stream keeps the connection busy; never let gRPC
-		// put it to sleep between calls either.
+		// The capacity stream keeps the connection busy; never idle it either.
 		grpc.WithIdleTimeout(0))
 	if err != nil {
 		return nil, fmt.Errorf("node channel to %s: %w", addr, err)
@@ -42,8 +38,8 @@ func (p *Pool) dial(addr string, cfg *tls.Config) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// agent is the pool's side of one node agent endpoint: it enrolls the
-// agent, keeps the verified connection and reads its capacity stream.
+// agent is the pool's side of one agent endpoint: enrollment, the verified
+// connection and its capacity stream.
 type agent struct {
 	p      *Pool
 	ep     endpoint
@@ -55,9 +51,8 @@ type agent struct {
 	conn    *grpc.ClientConn // the verified connection; nil while there is none
 	lastErr error            // why there is none
 	tried   bool             // an enrollment has ended, well or not
-	// acceptedCA is the next CA (its certificate, DER) this agent was
-	// seen to accept; its bundle only grows until the switch, so it is
-	// not asked again.
+	// acceptedCA is the next CA (DER) this agent was seen to accept; its bundle
+	// only grows until the switch, so it is not asked again.
 	acceptedCA []byte
 }
 
@@ -71,8 +66,8 @@ func (a *agent) start(ctx context.Context) {
 	go a.run(ctx)
 }
 
-// stop closes the agent's connections and waits until its goroutines are
-// done, so that no capacity report of it follows.
+// stop closes the connections and waits for the goroutines, so no capacity
+// report follows.
 func (a *agent) stop() {
 	if a.cancel == nil {
 		return
@@ -81,15 +76,13 @@ func (a *agent) stop() {
 	<-a.done
 }
 
-// current is the verified connection, or why there is none.
 func (a *agent) current(node string) (*grpc.ClientConn, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.conn == nil && !a.tried:
-		// Not ErrUnreachable: the agent may well be fine, and a create
-		// refused now would move the claim off its node for nothing
-		// (the router answers UNAVAILABLE, csi-provisioner retries).
+		// Not ErrUnreachable: a create refused now would move the claim off a
+		// healthy node (the router answers UNAVAILABLE instead).
 		return nil, fmt.Errorf("node %s: its agent's first enrollment since the controller started has not finished", node)
 	case a.conn == nil:
 		return nil, fmt.Errorf("node %s: no verified connection (%w): %w", node, a.lastErr, ErrUnreachable)
@@ -103,10 +96,8 @@ func (a *agent) set(conn *grpc.ClientConn, err error) {
 	a.conn, a.lastErr, a.tried = conn, err, true
 }
 
-// run enrolls the agent and keeps a verified connection to it until ctx
-// ends: again at half the certificate's life (the new connection replaces
-// the old one), and again whenever the connection is lost. Failures back
-// off from minBackoff, doubling, to maxBackoff.
+// run keeps a verified connection until ctx ends, enrolling again at half
+// the certificate's life and whenever the connection is lost, with backoff.
 func (a *agent) run(ctx context.Context) {
 	defer close(a.done)
 	log := klog.FromContext(ctx)
@@ -175,11 +166,9 @@ func (a *agent) run(ctx context.Context) {
 	}
 }
 
-// connect enrolls the agent and opens the verified connection.
 func (a *agent) connect(ctx context.Context) (*link, error) {
-	// A controller that starts beside a thousand agents enrolls a few at a
-	// time, so that its TokenReviews come at the client's pace and none
-	// waits out its timeout in client-go's rate limiter.
+	// A controller starting beside a thousand agents enrolls a few at a time,
+	// so no TokenReview waits out its timeout in client-go's rate limiter.
 	select {
 	case a.p.enrollSlots <- struct{}{}:
 	case <-ctx.Done():
@@ -206,8 +195,8 @@ func (a *agent) connect(ctx context.Context) (*link, error) {
 }
 
 // dialVerified opens the connection every other call uses: the agent must
-// present carve://node/<node> from a trusted CA. It returns once the
-// connection is ready, or with the handshake's error.
+// present carve://node/<node> from a trusted CA. It returns once ready, or
+// with the handshake's error.
 func (a *agent) dialVerified(ctx context.Context) (*grpc.ClientConn, error) {
 	cfg, err := nodeca.ClientConfig(nodeca.Peer{Cert: a.p.cfg.Identity, CAs: a.p.cfg.Trust}, a.ep.Node)
 	if err != nil {
@@ -248,7 +237,6 @@ func (a *agent) dialVerified(ctx context.Context) (*grpc.ClientConn, error) {
 	}
 }
 
-// link is one verified connection and its capacity watch.
 type link struct {
 	conn     *grpc.ClientConn
 	since    time.Time
@@ -264,7 +252,6 @@ func newLink(ctx context.Context, conn *grpc.ClientConn, since, renewAt time.Tim
 	l := &link{conn: conn, since: since, renewAt: renewAt, lost: make(chan struct{})}
 	go func() {
 		defer close(l.lost)
-		// Ends when the state leaves Ready (Close included) or ctx ends.
 		for s := conn.GetState(); s == connectivity.Ready; s = conn.GetState() {
 			if !conn.WaitForStateChange(ctx, s) {
 				return
@@ -274,7 +261,6 @@ func newLink(ctx context.Context, conn *grpc.ClientConn, since, renewAt time.Tim
 	return l
 }
 
-// lostCh is nil (never ready) for no link.
 func (l *link) lostCh() <-chan struct{} {
 	if l == nil {
 		return nil
@@ -282,7 +268,7 @@ func (l *link) lostCh() <-chan struct{} {
 	return l.lost
 }
 
-// startWatch reads the capacity stream into OnCapacity until stopWatch,
+// startWatch feeds the capacity stream to OnCapacity until stopWatch,
 // reopening it whenever it ends.
 func (l *link) startWatch(ctx context.Context, a *agent) {
 	ctx, l.watchStop = context.WithCancel(ctx)
@@ -299,7 +285,6 @@ func (l *link) startWatch(ctx context.Context, a *agent) {
 	}()
 }
 
-// stopWatch ends the capacity watch and waits for it.
 func (l *link) stopWatch() {
 	if l.watchStop != nil {
 		l.watchStop()
@@ -313,15 +298,13 @@ func (l *link) close() {
 	_ = l.conn.Close() // in-flight calls fail with Canceled; the pool is stopping or the connection is gone
 }
 
-// drain closes a replaced connection after grace, so that the calls already
-// made on it can finish, or at once when the agent stops.
+// drain closes a replaced connection after grace, so calls made on it
+// finish, or at once when the agent stops.
 func (l *link) drain(ctx context.Context, grace time.Duration) {
 	sleep(ctx, grace)
 	l.close()
 }
 
-// watchCapacity hands every capacity report of the agent to OnCapacity
-// and reopens the stream whenever it ends, until ctx ends.
 func (a *agent) watchCapacity(ctx context.Context, client nodeagentv1.NodeAgentClient) {
 	log := klog.FromContext(ctx)
 	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
@@ -350,8 +333,8 @@ func (a *agent) readCapacity(ctx context.Context, client nodeagentv1.NodeAgentCl
 		}
 		bo.reset()
 		if n := r.GetNodeName(); n != "" && n != a.ep.Node {
-			// The connection is verified as a.ep.Node; a report about
-			// another node is a bug in the agent, never data to trust.
+			// The connection is verified as a.ep.Node; a report about another node is
+			// an agent bug, never data to trust.
 			klog.FromContext(ctx).Error(nil, "Capacity report names another node; dropped", "reportNode", n)
 			continue
 		}
@@ -359,9 +342,8 @@ func (a *agent) readCapacity(ctx context.Context, client nodeagentv1.NodeAgentCl
 	}
 }
 
-// serveKeys keeps the agent's VolumeKeys stream open until ctx ends,
-// answering each key request with OnKeyRequest, and reopens it whenever
-// it ends.
+// serveKeys keeps the VolumeKeys stream open until ctx ends, answering with
+// OnKeyRequest.
 func (a *agent) serveKeys(ctx context.Context, client nodeagentv1.NodeAgentClient) {
 	log := klog.FromContext(ctx)
 	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
@@ -372,8 +354,7 @@ func (a *agent) serveKeys(ctx context.Context, client nodeagentv1.NodeAgentClien
 		}
 		wait := bo.next()
 		if status.Code(err) == codes.Unimplemented {
-			// An agent that opens no encrypted volumes (no cryptsetup,
-			// or a build without the stream): asked again now and then.
+			// An agent without encrypted volumes (no cryptsetup) is asked again later.
 			log.V(2).Info("The node agent serves no volume keys", "err", err.Error())
 			if !sleep(ctx, a.p.t.maxBackoff) {
 				return
@@ -404,7 +385,6 @@ func (a *agent) answerKeys(ctx context.Context, client nodeagentv1.NodeAgentClie
 	}
 }
 
-// backoff doubles from min to max.
 type backoff struct {
 	min, max, cur time.Duration
 }
@@ -420,7 +400,6 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.cur = 0 }
 
-// sleep waits d; false if ctx ended first.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// endpoint is one node agent as its EndpointSlice shows it. Any change to
-// it (a new pod, a new address) makes a new connection.
+// endpoint is one node agent per its EndpointSlice; any change to it makes
+// a new connection.
 type endpoint struct {
 	Node string
 	// Pod and UID are the endpoint's targetRef; UID may be empty.
@@ -27,14 +27,11 @@ type candidate struct {
 	ready bool
 }
 
-// endpointsOf reads the node agents from slices, one endpoint per node. An
-// agent that is not ready is still used: one of its classes is unavailable,
-// and the controller must still reach it for the others. Endpoints that are
-// terminating or lack a node, pod, address or port are skipped; of several
-// pods on a node the ready ones are kept; a pod in several slices counts once,
-// at its lowest address. Two pods claiming one node are both refused
-// (conflicts): a surge or an impostor matching the Service look the same, and
-// picking one would be a guess an attacker could win.
+// endpointsOf reads one endpoint per node. An unready agent is still used
+// (one class may be unavailable; the others still work). Terminating or
+// incomplete endpoints are skipped; ready pods win. Two pods claiming one
+// node are both refused: a surge and an impostor look the same, and
+// picking one is a guess an attacker could win.
 func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map[string]endpoint, conflicts map[string][]endpoint) {
 	byNode := map[string][]candidate{}
 	for _, s := range items {
@@ -60,8 +57,7 @@ func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map
 					UID:  e.TargetRef.UID,
 					Addr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(port))),
 				},
-				// A nil ready condition means unknown, which the API
-				// says to read as ready.
+				// A nil ready condition means unknown, which the API reads as ready.
 				ready: e.Conditions.Ready == nil || *e.Conditions.Ready,
 			})
 		}
@@ -94,13 +90,10 @@ func endpointsOf(items []*discoveryv1.EndpointSlice, portName string) (nodes map
 	return nodes, conflicts
 }
 
-// samePod tells whether two endpoints are the same pod: the same name, and
-// the same UID when both have one.
 func samePod(a, b endpoint) bool {
 	return a.Pod == b.Pod && (a.UID == "" || b.UID == "" || a.UID == b.UID)
 }
 
-// namedPort is the slice's port called name.
 func namedPort(s *discoveryv1.EndpointSlice, name string) (int32, bool) {
 	for _, p := range s.Ports {
 		if p.Name != nil && *p.Name == name && p.Port != nil && *p.Port > 0 {

@@ -16,20 +16,17 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// errRefused marks an enrollment whose proof did not match the endpoint.
 var errRefused = errors.New("enrollment refused")
 
-// The user extras the API server sets for a pod-bound service-account token
-// (see the package comment for where, and under which feature gate).
+// The user extras the API server sets for a pod-bound service-account token.
 const (
 	extraPodName  = "authentication.kubernetes.io/pod-name"
 	extraPodUID   = "authentication.kubernetes.io/pod-uid"
 	extraNodeName = "authentication.kubernetes.io/node-name"
 )
 
-// enroll proves the agent at ep is the node it claims and installs a
-// certificate for that node on it; it returns that certificate. It dials a
-// connection of its own, which it closes.
+// enroll proves the agent is the node it claims, installs a certificate
+// for that node on it and returns it, over a connection of its own.
 func (a *agent) enroll(ctx context.Context) (*x509.Certificate, error) {
 	cfg := a.p.cfg
 	conn, err := a.p.dial(a.ep.Addr, enrollTLS(cfg.Identity))
@@ -68,10 +65,8 @@ func (a *agent) enroll(ctx context.Context) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-// enrollTLS is the enrollment connection: TLS 1.3 with the controller's
-// certificate, and the agent's certificate not verified, because the agent
-// has none from carve's CA yet. The package comment says why that is safe:
-// the agent proves itself with its token, not with this handshake.
+// enrollTLS does not verify the agent's certificate: it has none from
+// carve's CA yet, and proves itself with its token (package comment).
 func enrollTLS(id *nodeca.Keypair) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
@@ -80,9 +75,8 @@ func enrollTLS(id *nodeca.Keypair) *tls.Config {
 	}
 }
 
-// checkReview holds the API server's answer about the agent's token against
-// the endpoint the agent was dialed at and the node it claims. Every
-// mismatch wraps errRefused and names both sides (never the token).
+// checkReview holds the TokenReview's answer against the endpoint dialed
+// and the node claimed; mismatches wrap errRefused and never name the token.
 func checkReview(st authv1.TokenReviewStatus, wantUser, audience string, ep endpoint, claimed string) error {
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", errRefused, fmt.Sprintf(format, args...))
@@ -113,7 +107,6 @@ func checkReview(st authv1.TokenReviewStatus, wantUser, audience string, ep endp
 	return nil
 }
 
-// only is the single value of an extra, "" unless there is exactly one.
 func only(v authv1.ExtraValue) string {
 	if len(v) != 1 {
 		return ""

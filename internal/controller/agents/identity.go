@@ -16,22 +16,19 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// The values of carve_node_channel_certificate_expiry_timestamp_seconds's
-// role label.
+// Values of carve_node_channel_certificate_expiry_timestamp_seconds's role.
 const (
 	roleController = "controller"
 	roleNode       = "node"
 )
 
-// probeTimeout bounds one agent's answer to Accepts.
 const probeTimeout = 10 * time.Second
 
-// maxProbing is how many agents Accepts asks at once.
 const maxProbing = 16
 
-// Accepts returns nil when every agent of the pool accepts the controller's
-// certificate signed by ca, asked once each over a new connection. An agent
-// not connected counts as not accepting: it may lack the CA's bundle yet.
+// Accepts returns nil when every agent accepts the controller's certificate
+// signed by ca. An unconnected agent counts as not accepting: it may lack
+// the bundle yet.
 func (p *Pool) Accepts(ctx context.Context, ca *nodeca.CA) error {
 	select {
 	case <-p.synced:
@@ -79,14 +76,12 @@ func (p *Pool) Accepts(ctx context.Context, ca *nodeca.CA) error {
 	return errors.Join(errs...)
 }
 
-// hasAccepted tells whether the agent was seen to accept ca.
 func (a *agent) hasAccepted(ca *nodeca.CA) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return bytes.Equal(a.acceptedCA, ca.Cert.Raw)
 }
 
-// accepts calls the agent's Identity service presenting id.
 func (a *agent) accepts(ctx context.Context, id *nodeca.Keypair) error {
 	if _, err := a.current(a.ep.Node); err != nil {
 		return err
@@ -106,10 +101,8 @@ func (a *agent) accepts(ctx context.Context, id *nodeca.Keypair) error {
 	return err
 }
 
-// Reissue gives the controller a certificate of the Issuer's CA now and
-// has every agent enroll again, so that every leaf on the channel comes
-// from the CA that signs. The connections open now serve their calls
-// until the new ones replace them.
+// Reissue renews the controller's certificate from the signing CA and has
+// every agent enroll again; open connections serve until replaced.
 func (p *Pool) Reissue(ctx context.Context) error {
 	if err := p.renewIdentity(); err != nil {
 		return err
@@ -126,7 +119,6 @@ func (p *Pool) Reissue(ctx context.Context) error {
 	return nil
 }
 
-// renewIdentity issues the controller a new certificate.
 func (p *Pool) renewIdentity() error {
 	cert, err := p.cfg.Issuer.IssueController()
 	if err != nil {
@@ -141,8 +133,8 @@ func (p *Pool) renewIdentity() error {
 	return nil
 }
 
-// keepIdentity renews the controller's certificate at half its life, so
-// that the one it presents never expires while it runs, until ctx ends.
+// keepIdentity renews the controller's certificate at half its life until
+// ctx ends.
 func (p *Pool) keepIdentity(ctx context.Context) {
 	log := klog.FromContext(ctx)
 	bo := backoff{min: p.t.minBackoff, max: p.t.maxBackoff}
@@ -163,7 +155,6 @@ func (p *Pool) keepIdentity(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := p.renewIdentity(); err != nil {
-			// The current one is valid for another half of its life.
 			retry := bo.next()
 			log.Error(err, "Renewing the controller's node channel certificate failed; trying again", "retryIn", retry)
 			sleep(ctx, retry)

@@ -27,24 +27,21 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// ErrUnreachable is wrapped by Controller and NodeAgent when the pool has
-// no verified connection to the node: nothing was sent. It is the router's
-// sentinel, so that the router tells it with errors.Is.
+// ErrUnreachable is wrapped when the pool has no verified connection to the
+// node: nothing was sent. It is the router's sentinel, for errors.Is.
 var ErrUnreachable = router.ErrUnreachable
 
-// Config is what the pool needs; main builds it.
+// Config is what the pool needs.
 type Config struct {
 	// Client reads EndpointSlices and creates TokenReviews.
 	Client kubernetes.Interface
-	// Namespace holds the node agents' headless Service and pods.
+	// Namespace holds the agents' headless Service and pods.
 	Namespace string
-	// Service is the headless Service's name; its EndpointSlices carry the
-	// label kubernetes.io/service-name=<Service>.
+	// Service is the headless Service's name.
 	Service string
 	// PortName is the EndpointSlice port name of the node channel.
 	PortName string
-	// ServiceAccount is the node agents' service account; a token of any
-	// other is refused.
+	// ServiceAccount is the agents' service account; others' tokens are refused.
 	ServiceAccount string
 	// Audience is the audience of the agents' projected tokens.
 	Audience string
@@ -54,18 +51,13 @@ type Config struct {
 	Identity *nodeca.Keypair
 	// Trust holds the CAs a node certificate must chain to.
 	Trust *nodeca.Pool
-	// OnCapacity receives every capacity report of a node, and r == nil
-	// once the node left the pool (its endpoint is gone, not ready, or
-	// contested); a node whose endpoint names a new pod or address stays
-	// in the pool, and the new agent's first report follows. It is called
-	// from several goroutines, but the calls for one node never overlap and
-	// the nil call comes after that node's last report. Nothing is called
-	// when Run ends (the next leader reports). Nil ignores the reports.
+	// OnCapacity receives each node's capacity reports, and nil once the node
+	// left the pool (a new pod or address stays in it). Calls for one node
+	// never overlap, and the nil call comes last. Nothing is called when Run
+	// ends (the next leader reports). Nil ignores reports.
 	OnCapacity func(node string, r *nodeagentv1.CapacityReport)
-	// OnKeyRequest answers a node agent's request for a volume key, sent
-	// on the VolumeKeys stream the pool keeps open to every connected
-	// agent; node is the identity of that verified connection. Nil opens
-	// no such stream (the agents then open no encrypted volume).
+	// OnKeyRequest answers an agent's volume key request on the VolumeKeys
+	// stream; node is the verified connection's identity. Nil opens no stream.
 	OnKeyRequest func(ctx context.Context, node string, req *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer
 	// Registerer, when set, gets carve_node_enrollments_total.
 	Registerer prometheus.Registerer
@@ -91,7 +83,7 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Enrollment results, the values of carve_node_enrollments_total's label.
+// Enrollment results, carve_node_enrollments_total's label values.
 const (
 	resultSuccess = "success"
 	resultRefused = "refused"
@@ -100,12 +92,11 @@ const (
 
 // Pool keeps one verified connection per node agent.
 type Pool struct {
-	cfg         Config
-	t           timing
-	enrollments *prometheus.CounterVec
-	certExpiry  *prometheus.GaugeVec
-	running     atomic.Bool
-	// identityChanged wakes keepIdentity when the certificate changed.
+	cfg             Config
+	t               timing
+	enrollments     *prometheus.CounterVec
+	certExpiry      *prometheus.GaugeVec
+	running         atomic.Bool
 	identityChanged chan struct{}
 	synced          chan struct{}
 	enrollSlots     chan struct{} // one token per enrollment under way
@@ -148,9 +139,8 @@ func New(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Run watches the Service's EndpointSlices and keeps a connection to every
-// ready node agent until ctx ends; it then closes them all. It may be
-// called once.
+// Run keeps a connection to every ready agent until ctx ends, then closes
+// them. It may be called once.
 func (p *Pool) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("node pool: Run called twice")
@@ -198,8 +188,8 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 }
 
-// WaitForSync waits until Run has read the EndpointSlices once and started
-// a connection for each node agent; false if ctx ended first.
+// WaitForSync waits until Run read the EndpointSlices and started each
+// connection; false if ctx ended first.
 func (p *Pool) WaitForSync(ctx context.Context) bool {
 	select {
 	case <-p.synced:
@@ -209,9 +199,8 @@ func (p *Pool) WaitForSync(ctx context.Context) bool {
 	}
 }
 
-// Controller is the CSI Controller service of the node's agent, over the
-// pool's verified connection; the error wraps ErrUnreachable when there is
-// none. No call dials: every client shares the node's one connection.
+// Controller is the node agent's CSI Controller over the shared verified
+// connection (ErrUnreachable when none); no call dials.
 func (p *Pool) Controller(_ context.Context, node string) (csi.ControllerClient, error) {
 	conn, err := p.conn(node)
 	if err != nil {
@@ -229,9 +218,8 @@ func (p *Pool) NodeAgent(_ context.Context, node string) (nodeagentv1.NodeAgentC
 	return nodeagentv1.NewNodeAgentClient(conn), nil
 }
 
-// Host is the address (the pod IP, no port) of the node's agent endpoint,
-// where other agents reach its copy port; the error wraps ErrUnreachable
-// when the pool has no endpoint for the node.
+// Host is the node agent's pod IP, where other agents reach its copy port
+// (ErrUnreachable when unknown).
 func (p *Pool) Host(node string) (string, error) {
 	p.mu.Lock()
 	a := p.agents[node]
@@ -246,8 +234,7 @@ func (p *Pool) Host(node string) (string, error) {
 	return host, nil
 }
 
-// Names lists the pool's members, sorted: the nodes with one ready agent
-// endpoint, connected or not yet.
+// Names lists the nodes with a ready agent endpoint, sorted.
 func (p *Pool) Names() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -258,8 +245,7 @@ func (p *Pool) conn(node string) (*grpc.ClientConn, error) {
 	select {
 	case <-p.synced:
 	default:
-		// Not ErrUnreachable: the node may have a ready agent the pool
-		// has not listed yet.
+		// Not ErrUnreachable: the node may have an agent not listed yet.
 		return nil, fmt.Errorf("node %s: the controller has not listed the node agents yet", node)
 	}
 	p.mu.Lock()
@@ -276,8 +262,6 @@ func (p *Pool) conn(node string) (*grpc.ClientConn, error) {
 	}
 }
 
-// reconcile makes the connections match the slices: a new or changed
-// endpoint gets a new agent, a gone one is stopped and reported.
 func (p *Pool) reconcile(ctx context.Context, objs []any) {
 	log := klog.FromContext(ctx)
 	items := make([]*discoveryv1.EndpointSlice, 0, len(objs))
@@ -323,8 +307,8 @@ func (p *Pool) reconcile(ctx context.Context, objs []any) {
 	}
 	p.mu.Unlock()
 
-	// An agent stops before its successor starts, so one node's capacity
-	// reports never come from two connections at once.
+	// An agent stops before its successor starts, so one node's reports never
+	// come from two connections.
 	for _, a := range stop {
 		a.stop()
 	}
@@ -339,7 +323,6 @@ func (p *Pool) reconcile(ctx context.Context, objs []any) {
 	}
 }
 
-// stopAll closes every connection when Run ends.
 func (p *Pool) stopAll() {
 	p.mu.Lock()
 	agents := slices.Collect(maps.Values(p.agents))
@@ -365,16 +348,13 @@ func (p *Pool) countEnrollment(err error) {
 	}
 }
 
-// maxEnrolling is how many enrollments run at once.
 const maxEnrolling = 8
 
 // timing holds the pool's delays; tests shorten them.
 type timing struct {
 	minBackoff, maxBackoff time.Duration
-	// callTimeout bounds one enrollment and one wait for a connection.
-	callTimeout time.Duration
-	// drainGrace is how long a connection replaced at renewal keeps
-	// serving the calls already made on it.
+	callTimeout            time.Duration
+	// drainGrace is how long a replaced connection serves calls made on it.
 	drainGrace time.Duration
 }
 

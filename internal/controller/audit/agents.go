@@ -13,19 +13,16 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// nodeCallTimeout bounds one call of the audit to a node agent.
 const nodeCallTimeout = 30 * time.Second
 
-// Agents reaches the node agents' NodeAgent and CSI Controller services;
-// *agents.Pool is one.
+// Agents reaches the node agents' services; *agents.Pool is one.
 type Agents interface {
 	Names() []string
 	NodeAgent(ctx context.Context, node string) (nodeagentv1.NodeAgentClient, error)
 	Controller(ctx context.Context, node string) (csi.ControllerClient, error)
 }
 
-// AgentNodes are the node agents as the audit reads and acts on them,
-// over the node channel.
+// AgentNodes are the node agents as the audit uses them.
 type AgentNodes struct{ Pool Agents }
 
 var _ Nodes = AgentNodes{}
@@ -75,8 +72,7 @@ func (n AgentNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf s
 	return err
 }
 
-// VolumeHealth pages through the node's ControllerListVolumeHealth: its
-// volumes with a health problem, from its view.
+// VolumeHealth pages through the node's ControllerListVolumeHealth.
 func (n AgentNodes) VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error) {
 	c, err := n.Pool.Controller(ctx, node)
 	if err != nil {
@@ -99,10 +95,9 @@ func (n AgentNodes) VolumeHealth(ctx context.Context, node string) ([]VolumeHeal
 	return out, err
 }
 
-// walkPages follows a node's list from its first page within paging's
-// limits: page asks for the page at token and returns it, its next token
-// and its number of entries. A node past the limits, or one that hands
-// out a token twice, fails its own list (paging.ErrRefused).
+// walkPages follows a node's list within paging's limits; page returns a
+// page, its next token and its entry count. A node past the limits or
+// repeating a token fails its own list (paging.ErrRefused).
 func walkPages(page func(token string) (proto.Message, string, int, error)) error {
 	walk := paging.New(paging.Default(), "")
 	for token := ""; ; {
@@ -136,11 +131,9 @@ func InventoryOf(resp *nodeagentv1.InventoryResponse) *Inventory {
 	return inv
 }
 
-// InvalidSnapshots pages through the node's ListSnapshots: the IDs of the
-// snapshots it reports not ready to use (carve's ListSnapshots says so
-// only of a thick snapshot whose copy-on-write space ran out). A node is
-// trusted only about its own snapshots: an ID that names another node is
-// left out.
+// InvalidSnapshots lists the IDs the node reports not ready (a thick
+// snapshot out of copy-on-write space). A node is trusted only about its
+// own snapshots: an ID naming another node is left out.
 func (n AgentNodes) InvalidSnapshots(ctx context.Context, node string) ([]string, error) {
 	c, err := n.Pool.Controller(ctx, node)
 	if err != nil {
@@ -166,7 +159,7 @@ func (n AgentNodes) InvalidSnapshots(ctx context.Context, node string) ([]string
 			}
 		}
 		if refused > 0 {
-			// Once a page: a node that lists others' snapshots fills no log.
+			// Once a page, so a node listing others' snapshots cannot flood the log.
 			klog.FromContext(ctx).Error(nil, "Refused entries of a node agent's snapshot page: they are not the node's",
 				"node", node, "refused", refused, "first", first)
 		}

@@ -32,88 +32,70 @@ const (
 	ReasonMissing           = "VolumeDataMissing"
 )
 
-// askAtOnce bounds how many nodes one pass audits at once.
 const askAtOnce = 16
 
-// Nodes are the node agents, reached over the node channel; main adapts
-// the controller's node pool.
+// Nodes are the node agents, reached over the node channel.
 type Nodes interface {
-	// Names lists the nodes whose agent is connected now.
+	// Names lists the connected nodes.
 	Names() []string
 	// Inventory reads a node's LVM side from its agent.
 	Inventory(ctx context.Context, node string) (*Inventory, error)
-	// QuarantineOrphan deactivates and renames an orphaned LV of node
-	// (carve-orphan-<hex>, tagged with its name and at) under that node's
-	// per-volume locks, and returns its new name ("" when it was gone):
-	// an error when an operation on it is in flight (the next pass tries
-	// again), when it is not carve's, has no claim tag, has snapshots or
-	// is open.
+	// QuarantineOrphan deactivates and renames an orphan LV (carve-orphan-<hex>,
+	// tagged with its name and at) under the node's volume locks and returns
+	// its new name ("" when gone). It refuses an LV busy, not carve's, without
+	// claim tag, with snapshots or open.
 	QuarantineOrphan(ctx context.Context, node, vg, name string, at time.Time) (string, error)
-	// RemoveOrphan removes a quarantined orphan of node (quarantined
-	// from the LV name orphanOf) under that node's per-volume lock: an
-	// error when an operation on it is in flight (the next pass tries
-	// again), when it is not carve's, not that quarantine, or has
-	// snapshots; nil when it is gone.
+	// RemoveOrphan removes a quarantined orphan (once named orphanOf) under the
+	// node's volume lock; nil when gone. It refuses one busy, not carve's, not
+	// that quarantine, or with snapshots.
 	RemoveOrphan(ctx context.Context, node, vg, name, orphanOf string) error
-	// VolumeHealth reads the node's volumes that have a health problem
-	// (its ControllerListVolumeHealth, from its view).
+	// VolumeHealth reads the node's volumes with a health problem.
 	VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error)
-	// InvalidSnapshots lists the IDs of the node's snapshots that are not
-	// ready to use (its ListSnapshots): thick snapshots whose
-	// copy-on-write space ran out.
+	// InvalidSnapshots lists the node's snapshots not ready to use.
 	InvalidSnapshots(ctx context.Context, node string) ([]string, error)
 }
 
 // Inventory is one node's LVM side, as its agent reported it.
 type Inventory struct {
-	// LVs are carve's LVs (owner tag) in the node's configured volume
-	// groups, as of its view's last refresh and carve's own mutations.
+	// LVs are carve's LVs (owner tag) in the node's configured volume groups.
 	LVs []LV
-	// Classes are the node's device classes (the gauges show each).
+	// Classes are the node's device classes.
 	Classes []Class
-	// Unreadable are the configured volume groups the node could not
-	// read: their LVs are unknown, not absent.
+	// Unreadable are the volume groups the node could not read: their LVs are
+	// unknown, not absent.
 	Unreadable []string
-	// Busy are the LV names with an operation (a CreateVolume, a
-	// DeleteVolume) in flight on the node.
+	// Busy are the LV names with a CreateVolume or DeleteVolume in flight.
 	Busy []string
 }
 
-// readable tells whether the inventory holds a fresh read of volume group
-// vg: configured on the node and read.
 func (inv *Inventory) readable(vg string) bool {
 	return slices.ContainsFunc(inv.Classes, func(c Class) bool { return c.VolumeGroup == vg }) && !slices.Contains(inv.Unreadable, vg)
 }
 
 func (inv *Inventory) busy(name string) bool { return slices.Contains(inv.Busy, name) }
 
-// Config is what the audit needs; main builds it.
+// Config is what the audit needs.
 type Config struct {
-	// Driver is carve's CSI driver name; TopologyKey the node-affinity
-	// key of carve's PVs.
+	// Driver is carve's CSI driver name; TopologyKey its node-affinity key.
 	Driver, TopologyKey string
 	Client              kubernetes.Interface
 	// PVs is the cache of carve's PVs.
 	PVs PVs
 	// Nodes reaches the node agents.
 	Nodes Nodes
-	// Grace is how long an LV must lack a PV (a PV its LV) before it is
-	// reported (and, with RemoveOrphans, quarantined); Interval how often
-	// the audit runs.
+	// Grace is how long an LV must lack a PV (or a PV its LV) before it is
+	// reported; Interval how often the audit runs.
 	Grace, Interval time.Duration
-	// RemovalGrace is how long an orphan stays quarantined, with no PV
-	// naming it, before it is removed (RemoveOrphans only).
+	// RemovalGrace is how long an orphan stays quarantined before removal.
 	RemovalGrace time.Duration
-	// RemoveOrphans quarantines an orphan once reported, and removes it
-	// after RemovalGrace in quarantine; false (the default, without
-	// --remove-orphans) only reports.
+	// RemoveOrphans quarantines reported orphans and removes them after
+	// RemovalGrace; false only reports.
 	RemoveOrphans bool
 	// Registerer takes the audit's metrics.
 	Registerer prometheus.Registerer
 	// Events records the Events.
 	Events record.EventRecorder
-	// Contents finds the VolumeSnapshotContent of an invalid snapshot;
-	// nil leaves snapshots alone.
+	// Contents finds an invalid snapshot's content; nil leaves snapshots alone.
 	Contents SnapshotContents
 }
 
@@ -121,45 +103,37 @@ type Config struct {
 type Auditor struct {
 	cfg Config
 	m   *metrics
-	// nodes hold each connected node's clocks and announcements; only
-	// Pass touches the map, and each node's entry only its own audit.
+	// nodes is touched only by Pass, each entry only by its node's audit.
 	nodes map[string]*nodeAudit
 }
 
-// nodeAudit is the state of one node's audit while its agent stays
-// connected: a node that disconnects (its agent restarted, say) starts
-// every clock anew, so it reports late, never early.
+// nodeAudit is one node's audit state while its agent stays connected: a
+// reconnect restarts every clock, so findings come late, never early.
 type nodeAudit struct {
 	node    string
 	decider *Decider
-	// reported holds what was already logged and announced as an Event,
-	// so that each finding is announced once while the node stays
-	// connected and the controller leads.
+	// reported makes each finding announced once per connection and leadership.
 	reported map[string]bool
-	// abnormal are the node's PVs announced abnormal, by PV name, until
-	// they recover (announced once more) or go.
+	// abnormal are the PVs announced abnormal until they recover or go.
 	abnormal map[string]abnormal
-	// invalid are the node's snapshot IDs announced invalid.
-	invalid map[string]bool
+	invalid  map[string]bool
 }
 
-// New returns an Auditor; its metrics are registered at once.
+// New returns an Auditor with its metrics registered.
 func New(cfg Config) *Auditor {
 	return &Auditor{cfg: cfg, m: newMetrics(cfg.Registerer), nodes: map[string]*nodeAudit{}}
 }
 
-// PVs is the cache of carve's PersistentVolumes (internal/controller/pvindex).
+// PVs is the cache of carve's PersistentVolumes.
 type PVs interface {
-	// WaitForSync waits until the cache holds its first full list; false
-	// when ctx ended first.
+	// WaitForSync waits for the first full list; false when ctx ended first.
 	WaitForSync(ctx context.Context) bool
-	// List returns carve's PVs, every node's.
+	// List returns carve's PVs of every node.
 	List() []*corev1.PersistentVolume
 }
 
-// Run audits every Interval until ctx ends, against the PV cache (which
-// its owner runs). No audit runs until the cache is synced, so a cold
-// cache never makes an orphan.
+// Run audits every Interval until ctx ends. Nothing runs before the PV
+// cache is synced, so a cold cache never makes an orphan.
 func (a *Auditor) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("audit")
 	ctx = klog.NewContext(ctx, log)
@@ -180,7 +154,6 @@ func (a *Auditor) Run(ctx context.Context) error {
 	}
 }
 
-// pvsOf turns carve's PVs into the decision's PVs.
 func (a *Auditor) pvsOf(pvs []*corev1.PersistentVolume) []PV {
 	var out []PV
 	for _, pv := range pvs {
@@ -192,7 +165,7 @@ func (a *Auditor) pvsOf(pvs []*corev1.PersistentVolume) []PV {
 	return out
 }
 
-// PVFrom is the decision's view of a PersistentVolume of carve.
+// PVFrom is the decision's view of a carve PersistentVolume.
 func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 	p := PV{Name: pv.Name, Node: pinned.Node(pv, topologyKey),
 		Going: pv.DeletionTimestamp != nil ||
@@ -207,8 +180,7 @@ func PVFrom(pv *corev1.PersistentVolume, topologyKey string) PV {
 	return p
 }
 
-// Pass runs one audit of every connected node over pvs (carve's PVs,
-// every node's) at now.
+// Pass audits every connected node over pvs (carve's PVs of every node).
 func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	names := a.cfg.Nodes.Names()
 	for n := range a.nodes {
@@ -234,14 +206,12 @@ func (a *Auditor) Pass(ctx context.Context, now time.Time, pvs []PV) {
 	wg.Wait()
 }
 
-// passNode audits one node.
 func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pvs []PV) {
 	log := klog.FromContext(ctx).WithValues("node", na.node)
 	ctx = klog.NewContext(ctx, log)
 	inv, err := a.cfg.Nodes.Inventory(ctx, na.node)
 	if err != nil {
-		// Nothing judged: the clocks run on, the gauges keep the last
-		// pass's findings, and the timestamp of an error shows.
+		// Nothing judged: the clocks run on and the gauges keep the last findings.
 		err = fmt.Errorf("reading the inventory of node %s: %w", na.node, err)
 		a.m.ran(na.node, now, err)
 		log.Error(err, "Audit pass incomplete")
@@ -266,10 +236,9 @@ func (a *Auditor) passNode(ctx context.Context, now time.Time, na *nodeAudit, pv
 	}
 }
 
-// unclaimed is the orphans whose claim is gone. One whose claim still
-// exists (csi-provisioner still wants it: a PV write failing for long,
-// say) is not an orphan, and its clock starts anew; one whose claim
-// cannot be read is not reported this pass, and its clock runs on.
+// unclaimed is the orphans whose claim is gone. A live claim (the
+// provisioner still wants it) restarts the clock; an unreadable one defers
+// the report.
 func (a *Auditor) unclaimed(ctx context.Context, log klog.Logger, na *nodeAudit, found []Orphan) ([]Orphan, []error) {
 	var errs []error
 	orphans := found[:0]
@@ -289,8 +258,6 @@ func (a *Auditor) unclaimed(ctx context.Context, log klog.Logger, na *nodeAudit,
 	return orphans, errs
 }
 
-// announce logs and records an Event for what a pass found on node na
-// (each of them once: na remembers what it announced).
 func (a *Auditor) announce(log klog.Logger, na *nodeAudit, orphans []Orphan, f Findings) {
 	for _, o := range orphans {
 		a.announceOrphan(log, na, o)
@@ -305,11 +272,9 @@ func (a *Auditor) announce(log klog.Logger, na *nodeAudit, orphans []Orphan, f F
 	}
 }
 
-// act quarantines the orphans whose claim is known and removes the
-// quarantined orphans whose grace has passed (--remove-orphans). It
-// returns the orphans and quarantined orphans left after it: an orphan
-// that names no claim is reported, never touched; a step that failed
-// leaves its LV as it was.
+// act quarantines orphans whose claim is known and removes quarantined ones
+// past their grace, returning what is left. An orphan naming no claim is
+// never touched; a failed step leaves the LV as it was.
 func (a *Auditor) act(ctx context.Context, na *nodeAudit, orphans []Orphan, quarantined []Quarantined, now time.Time) ([]Orphan, []Quarantined, []error) {
 	var errs []error
 	var left []Orphan
@@ -342,11 +307,9 @@ func (a *Auditor) act(ctx context.Context, na *nodeAudit, orphans []Orphan, quar
 	return left, kept, errs
 }
 
-// judgeNode judges the health of node na's volumes and snapshots.
 func (a *Auditor) judgeNode(ctx context.Context, log klog.Logger, na *nodeAudit, inv *Inventory, pvs []PV, missing []Missing) []error {
 	var errs []error
 	if health, err := a.cfg.Nodes.VolumeHealth(ctx, na.node); err != nil {
-		// The health gauges and announcements stay as they were.
 		errs = append(errs, fmt.Errorf("reading the volume health of node %s: %w", na.node, err))
 	} else {
 		a.judgeHealth(log, na, inv, pvs, health, missing)
@@ -359,10 +322,8 @@ func (a *Auditor) judgeNode(ctx context.Context, log klog.Logger, na *nodeAudit,
 	return errs
 }
 
-// claimAlive tells whether the PVC named by an orphan's tags still exists
-// and is the one the volume was made for (csi-provisioner names a PV
-// "pvc-<claim UID>"). An LV whose tags name no claim cannot be checked:
-// false.
+// claimAlive tells whether the orphan's PVC still exists and is the one the
+// volume was made for (the PV is "pvc-<claim UID>"); false with no claim tag.
 func (a *Auditor) claimAlive(ctx context.Context, lv LV) (bool, error) {
 	ns, name, ok := cut(lv.Claim)
 	if !ok {
@@ -379,7 +340,7 @@ func (a *Auditor) claimAlive(ctx context.Context, lv LV) (bool, error) {
 }
 
 func nodeRef(node string) *corev1.ObjectReference {
-	// The kubelet's own Events on a Node use its name as the UID.
+	// The kubelet's Events on a Node use its name as the UID.
 	return &corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node), APIVersion: "v1"}
 }
 
@@ -418,8 +379,8 @@ func (a *Auditor) announceMissing(log klog.Logger, na *nodeAudit, x Missing) {
 	}
 }
 
-// announceClaimed warns, once, of a PV that names a quarantined orphan:
-// carve keeps it, and someone must restore it.
+// announceClaimed warns once of a PV naming a quarantined orphan: it is
+// kept until someone restores it.
 func (a *Auditor) announceClaimed(log klog.Logger, na *nodeAudit, q Quarantined) {
 	key := "claimed/" + q.ID()
 	if na.reported[key] {
@@ -436,8 +397,7 @@ func (a *Auditor) announceClaimed(log klog.Logger, na *nodeAudit, q Quarantined)
 		corev1.EventTypeWarning, ReasonQuarantineClaimed, msg)
 }
 
-// forgetAnnounced drops what is no longer found, so that it is announced
-// again if it comes back.
+// forgetAnnounced drops what is gone, so it is announced again if it returns.
 func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing, quarantined []Quarantined) {
 	now := map[string]bool{}
 	for _, o := range orphans {
@@ -458,9 +418,8 @@ func (na *nodeAudit) forgetAnnounced(orphans []Orphan, missing []Missing, quaran
 	}
 }
 
-// quarantine is the first step of an orphan's removal (only with
-// --remove-orphans): the node deactivates and renames it. It returns the
-// quarantined orphan, nil when the LV was gone.
+// quarantine deactivates and renames an orphan (--remove-orphans only); nil
+// when the LV was gone.
 func (a *Auditor) quarantine(ctx context.Context, na *nodeAudit, o Orphan, now time.Time) (*Quarantined, error) {
 	log := klog.FromContext(ctx)
 	newName, err := a.cfg.Nodes.QuarantineOrphan(ctx, na.node, o.VolumeGroup, o.Name, now)
@@ -484,8 +443,6 @@ func (a *Auditor) quarantine(ctx context.Context, na *nodeAudit, o Orphan, now t
 	return &q, nil
 }
 
-// remove is the second step (only with --remove-orphans): it removes a
-// quarantined orphan whose removal grace period has passed.
 func (a *Auditor) remove(ctx context.Context, na *nodeAudit, q Quarantined) error {
 	log := klog.FromContext(ctx)
 	err := a.cfg.Nodes.RemoveOrphan(ctx, na.node, q.VolumeGroup, q.Name, q.OrphanOf)
@@ -502,7 +459,6 @@ func (a *Auditor) remove(ctx context.Context, na *nodeAudit, q Quarantined) erro
 	return nil
 }
 
-// cut splits "a/b".
 func cut(s string) (string, string, bool) {
 	a, b, ok := strings.Cut(s, "/")
 	return a, b, ok && a != "" && b != ""

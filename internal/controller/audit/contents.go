@@ -14,9 +14,8 @@ import (
 	"github.com/carve-csi/carve/internal/controller/placement"
 )
 
-// DynamicContents finds carve's VolumeSnapshotContents through the
-// dynamic client (the audit asks only for snapshots that turned invalid,
-// which is rare: one list each, no watch).
+// DynamicContents finds carve's VolumeSnapshotContents with the dynamic
+// client: invalid snapshots are rare, so one list each, no watch.
 type DynamicContents struct {
 	Dyn    dynamic.Interface
 	Driver string
@@ -24,8 +23,7 @@ type DynamicContents struct {
 
 var _ SnapshotContents = DynamicContents{}
 
-// ContentOf finds the VolumeSnapshotContent of the snapshot id, nil when
-// there is none.
+// ContentOf finds the content of snapshot id; nil when there is none.
 func (s DynamicContents) ContentOf(ctx context.Context, id string) (*SnapshotContent, error) {
 	list, err := s.Dyn.Resource(placement.VolumeSnapshotContents).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {

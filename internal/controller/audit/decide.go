@@ -1,11 +1,7 @@
-// Package audit is the controller's audit of the nodes' volumes: for each
-// node whose agent is connected, it compares the agent's inventory of carve
-// LVs with carve's PersistentVolumes, and reports (metrics, Events, logs) LVs
-// no PV points at (orphans) and PVs pinned to the node whose LV is gone.
-// Only with --remove-orphans does it act on an orphan, in two steps each
-// after a grace period: quarantine (renamed carve-orphan-<hex>, data kept),
-// then removal if it stays unclaimed. An LV whose tags name no claim is never
-// touched (docs/operations.md, "Orphaned volumes").
+// Package audit compares each connected node's carve LVs with carve's PVs and reports
+// orphan LVs and PVs whose LV is gone. Only with --remove-orphans does it quarantine an
+// orphan, then remove it, each after a grace; an LV naming no claim is never touched
+// (docs/operations.md, "Orphaned volumes").
 package audit
 
 import (
@@ -14,32 +10,27 @@ import (
 	"time"
 )
 
-// LV is one of carve's LVs on a node, as the decision sees it.
+// LV is one of carve's LVs on a node.
 type LV struct {
 	VolumeGroup, Name string
 	// Class is the device class from the LV's tags.
 	Class string
 	Size  uint64
-	// VolumeName is the CSI volume name from the LV's tags (under
-	// Kubernetes, the PV's name); empty when the tags do not carry it
-	// whole.
+	// VolumeName is the CSI volume name from the tags; "" when not whole.
 	VolumeName string
-	// Claim is "<namespace>/<name>" of the PVC the LV was made for, empty
-	// when its tags do not name one: such an LV is never quarantined or
-	// removed, only reported.
+	// Claim is the PVC ("<namespace>/<name>") from the tags; an LV without one
+	// is only reported, never touched.
 	Claim string
-	// OrphanOf is set on an orphan the audit quarantined (renamed
-	// carve-orphan-<hex> and deactivated): the LV name it had before.
+	// OrphanOf is the LV name a quarantined orphan had.
 	OrphanOf string
-	// OrphanedAt is when it was quarantined (its tag); zero when unknown.
+	// OrphanedAt is when it was quarantined; zero when unknown.
 	OrphanedAt time.Time
 }
 
-// ID is the LV's volume ID, "<volume group>/<name>": the PV's volumeHandle.
+// ID is the LV's volume ID, the PV's volumeHandle.
 func (l LV) ID() string { return l.VolumeGroup + "/" + l.Name }
 
-// OriginalID is the volume ID a quarantined orphan had, the one its PV
-// named; an LV that is not quarantined has its own ID.
+// OriginalID is the ID a quarantined orphan had, else the LV's own.
 func (l LV) OriginalID() string {
 	if l.OrphanOf == "" {
 		return l.ID()
@@ -47,36 +38,31 @@ func (l LV) OriginalID() string {
 	return l.VolumeGroup + "/" + l.OrphanOf
 }
 
-// PV is a PersistentVolume of carve's driver, as the decision sees it.
+// PV is a PersistentVolume of carve's driver.
 type PV struct {
 	Name string
 	// Handle is spec.csi.volumeHandle.
 	Handle string
-	// Node is the node its required node affinity names on carve's
-	// topology key; empty when it names none.
+	// Node is the node its affinity names on carve's topology key; "" if none.
 	Node string
-	// Claim is the PVC it is bound to, "<namespace>/<name>", empty when
-	// unbound; ClaimUID its UID.
+	// Claim is the bound PVC ("<namespace>/<name>"), ClaimUID its UID.
 	Claim    string
 	ClaimUID string
-	// Going is true while the PV is being deleted or released for
-	// deletion: its LV may be removed before the PV is.
+	// Going is set while the PV is deleted or released: its LV may go first.
 	Going bool
-	// MoveTarget and MoveTargetHandle name the target volume of a move of
-	// this PV in flight (internal/controller/mover), by CSI volume name and by ID: it has
-	// no PV of its own until the move binds it, and is no orphan.
+	// MoveTarget and MoveTargetHandle name a move's target volume in flight,
+	// which has no PV until the move binds it and is no orphan.
 	MoveTarget, MoveTargetHandle string
 }
 
-// Orphan is an LV that no PV has pointed at for at least the grace period.
+// Orphan is an LV without a PV for the grace period.
 type Orphan struct {
 	LV
 	// Since is when the audit first saw it without a PV.
 	Since time.Time
 }
 
-// Missing is a PV of this node whose LV has been absent for at least the
-// grace period.
+// Missing is a PV of this node whose LV has been absent for the grace period.
 type Missing struct {
 	PV
 	Since time.Time
@@ -85,15 +71,14 @@ type Missing struct {
 // Quarantined is an orphan the audit quarantined, found again.
 type Quarantined struct {
 	LV
-	// Since is when it was quarantined (its tag), or else when the audit
-	// first saw it: the second grace period runs from it.
+	// Since is when it was quarantined (tag) or first seen; removal grace runs
+	// from it.
 	Since time.Time
-	// Removable is true once it has been quarantined for the second grace
-	// period with no PV naming it and no operation on it in flight.
+	// Removable is set once the removal grace passed with no PV naming it and
+	// nothing in flight.
 	Removable bool
-	// ClaimedBy names the PV that points at it (by its old handle, its
-	// own, or its volume name): it is kept, whatever the time, until
-	// someone restores it (lvrename) or the PV goes.
+	// ClaimedBy names the PV pointing at it: it is kept until restored or the
+	// PV goes.
 	ClaimedBy string
 }
 
@@ -101,10 +86,9 @@ type Quarantined struct {
 type Findings struct {
 	// Orphans have lacked a PV for the grace period.
 	Orphans []Orphan
-	// Missing are this node's PVs whose LV has been gone for the grace
-	// period.
+	// Missing are this node's PVs whose LV has been gone for the grace period.
 	Missing []Missing
-	// Quarantined are every quarantined orphan of the node.
+	// Quarantined are the node's quarantined orphans.
 	Quarantined []Quarantined
 }
 
@@ -112,51 +96,42 @@ type Findings struct {
 type Input struct {
 	// Now is the time of the pass.
 	Now time.Time
-	// LVs are carve's LVs (owner tag) in the volume groups this node read
-	// successfully; LVs of other tools must not be in it.
+	// LVs are carve's LVs (owner tag) in the volume groups read successfully.
 	LVs []LV
-	// PVs are the PVs of carve's driver, of every node: an LV with a PV
-	// anywhere is no orphan.
+	// PVs are carve's PVs of every node: an LV with a PV anywhere is no orphan.
 	PVs []PV
-	// Node is this node's name: only PVs pinned to it can miss their LV.
+	// Node is this node: only PVs pinned to it can miss their LV.
 	Node string
-	// Readable tells whether a volume group was read in this pass (it is
-	// configured, exists or is known to be missing, and LVM could read it
-	// or tell it is gone): a PV in any other volume group is not judged.
+	// Readable tells whether a volume group was read this pass; PVs in other
+	// volume groups are not judged.
 	Readable func(vg string) bool
-	// Busy tells whether an operation (a CreateVolume, a DeleteVolume) on
-	// the LV is in flight.
+	// Busy tells whether a CreateVolume or DeleteVolume on the LV is in flight.
 	Busy func(lvName string) bool
 }
 
-// Decider keeps, between passes, when each candidate was first seen, so
-// that only what has lasted a whole grace period is reported. It is not
-// safe for concurrent use; one audit loop owns it.
+// Decider remembers when each candidate was first seen, so only what lasts
+// a whole grace period is reported. Not safe for concurrent use.
 type Decider struct {
 	grace, removalGrace time.Duration
 	orphanSince         map[string]time.Time // LV ID
 	missingSince        map[string]time.Time // PV name
-	// quarantineSince is when a quarantined orphan without a time tag
-	// (renamed by hand) was first seen.
+	// quarantineSince is when a quarantined orphan without time tag was seen.
 	quarantineSince map[string]time.Time // LV ID
 }
 
-// NewDecider returns a Decider with the grace period grace (an LV without
-// a PV, a PV without its LV) and removalGrace (a quarantined orphan).
+// NewDecider returns a Decider with the grace periods for orphans and
+// missing LVs (grace) and quarantined orphans (removalGrace).
 func NewDecider(grace, removalGrace time.Duration) *Decider {
 	return &Decider{grace: grace, removalGrace: removalGrace, orphanSince: map[string]time.Time{},
 		missingSince: map[string]time.Time{}, quarantineSince: map[string]time.Time{}}
 }
 
-// Decide runs one pass. An LV is an orphan when for the whole grace period no
-// PV named it (by handle, volume name or as its move's target) and no call on
-// it was in flight: the grace covers a create whose PV is not written yet. A
-// restarted audit starts every clock anew, so it reports late, never early. A
-// PV misses its LV when it is pinned to the node, not going away, its volume
-// group was read and the LV was absent for the grace period; a quarantined LV
-// it names is not missing. A quarantined orphan is removable once the removal
-// grace has passed since its quarantine tag, while no PV names it and no call
-// on it is in flight.
+// Decide runs one pass. An LV is an orphan when for the whole grace period
+// no PV named it (handle, volume name or move target) and no call on it was
+// in flight: the grace covers a create whose PV is not written yet. A PV
+// misses its LV when pinned here, not going, its volume group read and the
+// LV absent for the grace period. A quarantined orphan is removable once
+// the removal grace passed, no PV names it and nothing is in flight.
 func (d *Decider) Decide(in Input) Findings {
 	var f Findings
 	handles := make(map[string]string, len(in.PVs))
@@ -229,10 +204,8 @@ func (d *Decider) Decide(in Input) Findings {
 	return f
 }
 
-// quarantined judges one quarantined orphan. replaced tells that an LV
-// of its old name exists again (a volume made anew under that name): a PV
-// of the old handle or of the volume name is that LV's, not the
-// quarantine's.
+// quarantined judges one quarantined orphan. replaced says an LV of its old
+// name exists again: PVs of the old handle or name are that LV's.
 func (d *Decider) quarantined(now time.Time, lv LV, handles map[string]string, names map[string]bool, busy, replaced bool, seen map[string]bool) Quarantined {
 	q := Quarantined{LV: lv, Since: lv.OrphanedAt}
 	switch {
@@ -258,11 +231,9 @@ func (d *Decider) quarantined(now time.Time, lv LV, handles map[string]string, n
 	return q
 }
 
-// Reset forgets an LV's clock (after it was removed, or when its claim
-// turned out to be alive).
+// Reset forgets an LV's clock (removed, or its claim alive).
 func (d *Decider) Reset(lvID string) { delete(d.orphanSince, lvID) }
 
-// forget drops the clocks of what this pass did not see.
 func forget(since map[string]time.Time, seen map[string]bool) {
 	for k := range since {
 		if !seen[k] {

@@ -20,45 +20,36 @@ const (
 
 // Health reasons the audit judges itself.
 const (
-	// healthInactive is the node's reason for an LV that is not active.
-	// It is no problem of the volume: after a reboot without LVM
-	// autoactivation every LV is inactive, and the node activates the
-	// one a pod needs when it stages it.
+	// healthInactive is no problem: without LVM autoactivation every LV is
+	// inactive after a reboot, and staging activates it.
 	healthInactive = "LogicalVolumeInactive"
-	// healthMissing is the audit's own: a PV whose LV has been gone from
-	// its readable volume group for the grace period (VolumeDataMissing).
+	// healthMissing is the audit's own: a PV's LV gone for the grace period.
 	healthMissing = "LogicalVolumeMissing"
 )
 
-// VolumeHealth is what a node reports of one volume with at least one
-// problem (ControllerListVolumeHealth).
+// VolumeHealth is a node's report of one volume with a problem.
 type VolumeHealth struct {
-	// ID is the volume's ID, "<vg>/<lv>": its PV's handle.
+	// ID is the volume's ID, its PV's handle.
 	ID       string
 	Problems []Problem
 }
 
 // Problem is one entry of a volume's health.
 type Problem struct {
-	// Status is the CSI health type (INACCESSIBLE, DEGRADED, ...),
-	// Reason carve's word for it (ThinPoolFull, PhysicalVolumeMissing,
-	// LogicalVolumeFailed, ...), Message the node's sentence.
+	// Status is the CSI health type, Reason carve's word for it, Message the
+	// node's sentence.
 	Status, Reason, Message string
 }
 
-// abnormal is a PV the audit announced as abnormal.
 type abnormal struct {
 	pv PV
-	// reasons are its problems' reasons, sorted and joined: another set
-	// is announced anew, the same set (its message's numbers may move)
-	// is not.
+	// reasons are the sorted, joined reasons: a new set is announced anew, the
+	// same one (with moved numbers) is not.
 	reasons string
 }
 
-// judgeHealth announces the PVs of node na whose volumes turned abnormal
-// since the last pass (a Warning on the claim) and those that recovered
-// (a Normal one, once), and publishes the node's count. health is the
-// node's report, missing the PVs whose LV is gone; pvs are carve's PVs.
+// judgeHealth announces PVs that turned abnormal (a Warning on the claim)
+// or recovered (a Normal, once), and publishes the node's count.
 func (a *Auditor) judgeHealth(log klog.Logger, na *nodeAudit, inv *Inventory, pvs []PV, health []VolumeHealth, missing []Missing) {
 	byHandle, byName := map[string]PV{}, map[string]PV{}
 	for _, pv := range pvs {
@@ -86,7 +77,7 @@ func (a *Auditor) judgeHealth(log klog.Logger, na *nodeAudit, inv *Inventory, pv
 
 	now := map[string]abnormal{}
 	counts := map[string]int{} // volume group -> abnormal volumes
-	// In the order of the PVs' names, so that a pass's Events are too.
+	// Sorted, so a pass's Events are in a stable order.
 	for _, name := range slices.Sorted(maps.Keys(problems)) {
 		ps := problems[name]
 		pv := byName[name]
@@ -130,8 +121,7 @@ func (a *Auditor) judgeHealth(log klog.Logger, na *nodeAudit, inv *Inventory, pv
 	a.m.publishAbnormal(na.node, inv.Classes, counts)
 }
 
-// healthRef is the object a PV's health Events go to: its claim, where
-// the claim's owner looks, or the PV itself when it is unbound.
+// healthRef is the claim, where its owner looks, or the PV when unbound.
 func healthRef(pv PV) *corev1.ObjectReference {
 	if ns, name, ok := cut(pv.Claim); ok {
 		return &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: name, UID: types.UID(pv.ClaimUID), APIVersion: "v1"}

@@ -13,23 +13,18 @@ type Class struct {
 	Name, VolumeGroup string
 }
 
-// metrics are the audit's gauges and counters, per node. A node's series
-// are exported (at zero for each of its classes) from its first pass, so
-// that a dashboard and an alert see them before the first finding, and
-// dropped when its agent disconnects.
+// metrics are the audit's series per node, exported at zero from its first
+// pass so alerts see them early, dropped when the agent disconnects.
 type metrics struct {
-	orphans     *prometheus.GaugeVec
-	orphanBytes *prometheus.GaugeVec
-	removed     *prometheus.CounterVec
-	missing     *prometheus.GaugeVec
-	lastRun     *prometheus.GaugeVec
-	// quarantined and quarantinedBytes are the orphans in quarantine;
-	// quarantinedTotal counts the quarantines.
+	orphans          *prometheus.GaugeVec
+	orphanBytes      *prometheus.GaugeVec
+	removed          *prometheus.CounterVec
+	missing          *prometheus.GaugeVec
+	lastRun          *prometheus.GaugeVec
 	quarantined      *prometheus.GaugeVec
 	quarantinedBytes *prometheus.GaugeVec
 	quarantinedTotal *prometheus.CounterVec
-	// abnormal are the volumes whose health is abnormal (judgeHealth).
-	abnormal *prometheus.GaugeVec
+	abnormal         *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -76,8 +71,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// publish replaces a node's gauges with one pass's findings; the node's
-// classes and their volume groups show zero when they have none.
 func (m *metrics) publish(node string, classes []Class, orphans []Orphan, missing []Missing, quarantined []Quarantined) {
 	only := prometheus.Labels{"node": node}
 	m.orphans.DeletePartialMatch(only)
@@ -108,8 +101,6 @@ func (m *metrics) publish(node string, classes []Class, orphans []Orphan, missin
 	}
 }
 
-// ran records a node's pass; its other result's series shows 0 until it
-// happens.
 func (m *metrics) ran(node string, at time.Time, err error) {
 	for _, r := range []string{"success", "error"} {
 		m.lastRun.WithLabelValues(node, r)
@@ -117,8 +108,6 @@ func (m *metrics) ran(node string, at time.Time, err error) {
 	m.lastRun.WithLabelValues(node, carvemetrics.Result(err)).Set(float64(at.UnixNano()) / 1e9)
 }
 
-// publishAbnormal replaces a node's count of abnormal volumes, by volume
-// group (each of its classes' at zero when none).
 func (m *metrics) publishAbnormal(node string, classes []Class, counts map[string]int) {
 	m.abnormal.DeletePartialMatch(prometheus.Labels{"node": node})
 	for _, c := range classes {
@@ -129,7 +118,6 @@ func (m *metrics) publishAbnormal(node string, classes []Class, counts map[strin
 	}
 }
 
-// forget drops the series of a node that is no longer audited.
 func (m *metrics) forget(node string) {
 	only := prometheus.Labels{"node": node}
 	m.abnormal.DeletePartialMatch(only)

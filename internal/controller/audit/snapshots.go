@@ -10,16 +10,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ReasonSnapshotInvalid is the Event of a snapshot that ran out of its
-// copy-on-write space, on its VolumeSnapshotContent and VolumeSnapshot.
+// ReasonSnapshotInvalid is the Event of a snapshot out of copy-on-write space.
 const ReasonSnapshotInvalid = "SnapshotInvalid"
 
-// SnapshotContents finds the VolumeSnapshotContent of a snapshot of
-// carve's.
+// SnapshotContents finds the VolumeSnapshotContent of a carve snapshot.
 type SnapshotContents interface {
-	// ContentOf returns the VolumeSnapshotContent of carve's driver whose
-	// snapshot handle is id; nil when there is none (or the cluster has
-	// no snapshot API).
+	// ContentOf returns the content whose handle is id; nil when none (or no
+	// snapshot API).
 	ContentOf(ctx context.Context, id string) (*SnapshotContent, error)
 }
 
@@ -27,17 +24,14 @@ type SnapshotContents interface {
 type SnapshotContent struct {
 	Name string
 	UID  types.UID
-	// Snapshot is its VolumeSnapshot, "<namespace>/<name>", and
-	// SnapshotUID that one's UID; empty when it names none.
+	// Snapshot is its VolumeSnapshot ("<namespace>/<name>"), SnapshotUID its UID.
 	Snapshot    string
 	SnapshotUID types.UID
 }
 
-// judgeSnapshots announces, once while the node stays connected, each of
-// its snapshots that turned invalid (a thick snapshot whose copy-on-write
-// space ran out: its content is lost): a Warning on its
-// VolumeSnapshotContent and its VolumeSnapshot, whose readyToUse stays
-// true (csi-snapshotter does not ask again once a snapshot is ready).
+// judgeSnapshots announces each snapshot that turned invalid (a thick one
+// out of copy-on-write space), once per connection, on its content and
+// VolumeSnapshot: readyToUse stays true, as csi-snapshotter never asks again.
 func (a *Auditor) judgeSnapshots(ctx context.Context, log klog.Logger, na *nodeAudit) error {
 	ids, err := a.cfg.Nodes.InvalidSnapshots(ctx, na.node)
 	if err != nil {
@@ -52,7 +46,6 @@ func (a *Auditor) judgeSnapshots(ctx context.Context, log klog.Logger, na *nodeA
 		}
 		c, err := a.cfg.Contents.ContentOf(ctx, id)
 		if err != nil {
-			// Told on a later pass.
 			errs = append(errs, fmt.Errorf("finding the VolumeSnapshotContent of invalid snapshot %s: %w", id, err))
 			continue
 		}

@@ -10,29 +10,26 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ErrDeletionsHeld is wrapped by the error Run returns when it has held
-// its deletions for the grace (Config.StartupGrace). Its caller gives up
-// the Lease and stands for it again later, so that a replica whose node
-// channel reaches the nodes leads instead.
+// ErrDeletionsHeld is wrapped by Run's error once deletions were held for
+// the grace: the caller gives up the Lease, so a replica whose node channel
+// reaches the nodes leads instead.
 var ErrDeletionsHeld = errors.New("deletions of CSIStorageCapacity objects held")
 
-// The rule: a node is lost when its objects would go for want of it
-// (reported gone, or silent when the grace ended). Deletions for want of a
-// node are held while lost nodes outnumber reporting ones. When most nodes
-// vanish at once the likelier cause is the leader's own reach (its CNI, a
-// stale CA) or the Service, and deleting would stop every new claim; keeping
-// a gone node's values only misroutes some claims, as during the start-up
-// grace. A dropped node waits settleFor, so that nodes dropped together are
-// judged together.
+// A node is lost when its objects would go for want of it. Deletions for
+// want of a node are held while lost nodes outnumber reporting ones: when
+// most vanish at once the likelier cause is the leader's own reach (CNI, a
+// stale CA) or the Service, and deleting would stop every new claim, while
+// keeping stale values only misroutes some. A dropped node waits settleFor,
+// so nodes dropped together are judged together.
 
-// settleFor is how long a dropped node's objects wait before they are judged,
-// and how often the hold is looked at again.
+// settleFor is how long a dropped node waits before it is judged, and how
+// often the hold is reassessed.
 func (w *Writer) settleFor() time.Duration {
 	return max(min(w.cfg.StartupGrace/4, time.Second), time.Millisecond)
 }
 
-// goneLocked is desired's answer for an object whose node is gone
-// (reported gone, or silent past the grace); w.mu is held.
+// goneLocked is desired's answer for an object whose node is gone; w.mu is
+// held.
 func (w *Writer) goneLocked(ctx context.Context, node string) (want *classCapacity, act bool, after time.Duration) {
 	now := time.Now()
 	if at, ok := w.drops[node]; ok {
@@ -49,14 +46,13 @@ func (w *Writer) goneLocked(ctx context.Context, node string) (want *classCapaci
 	return nil, !w.held, 0
 }
 
-// hasObjects reports whether node has objects in the session's view.
 func (w *Writer) hasObjects(s *session, node string) bool {
 	objs, err := s.objects.ByIndex(indexNode, node)
 	return err == nil && len(objs) > 0
 }
 
-// countLocked is the lost nodes and how many nodes report; it forgets
-// drops older than the grace. w.mu is held.
+// countLocked returns the lost nodes and how many report, forgetting drops
+// older than the grace; w.mu is held.
 func (w *Writer) countLocked(now time.Time) (lost []string, reporting int) {
 	for _, n := range w.nodes {
 		if n != nil {
@@ -86,7 +82,6 @@ func (w *Writer) countLocked(now time.Time) (lost []string, reporting int) {
 	return lost, reporting
 }
 
-// holdLocked starts holding; w.mu is held.
 func (w *Writer) holdLocked(ctx context.Context, now time.Time, lost []string, reporting int) {
 	w.held, w.heldSince = true, now
 	w.heldGauge.Set(1)
@@ -95,14 +90,12 @@ func (w *Writer) holdLocked(ctx context.Context, now time.Time, lost []string, r
 		"lost", len(lost), "reporting", reporting, "lostNodes", firstOf(lost, 10), "giveUpIn", w.cfg.StartupGrace)
 }
 
-// firstOf is at most n of names, for a log line.
 func firstOf(names []string, n int) []string {
 	return names[:min(len(names), n)]
 }
 
-// watchHealth runs the grace and looks at the hold every settle until ctx
-// ends (nil) or deletions have been held for the grace (an error wrapping
-// ErrDeletionsHeld).
+// watchHealth runs the grace and reassesses the hold every settle until ctx
+// ends (nil) or the hold lasted the grace (ErrDeletionsHeld).
 func (w *Writer) watchHealth(ctx context.Context, grace *time.Timer) error {
 	tick := time.NewTicker(w.settleFor())
 	defer tick.Stop()
@@ -118,9 +111,8 @@ func (w *Writer) watchHealth(ctx context.Context, grace *time.Timer) error {
 				return err
 			}
 			if ended {
-				// As after a start: nodes still silent get a grace to
-				// report, rather than losing their objects while they
-				// reconnect behind the ones that did.
+				// As after a start: silent nodes get a grace rather than losing their
+				// objects while they reconnect.
 				grace.Reset(w.cfg.StartupGrace)
 				w.enqueueAll(w.s.Load())
 			}
@@ -128,8 +120,8 @@ func (w *Writer) watchHealth(ctx context.Context, grace *time.Timer) error {
 	}
 }
 
-// reassess holds or releases deletions by the rule; ended says a hold
-// ended, err that it has lasted the grace.
+// reassess holds or releases deletions; ended says a hold ended, err that
+// it lasted the grace.
 func (w *Writer) reassess(ctx context.Context, now time.Time) (ended bool, err error) {
 	log := klog.FromContext(ctx)
 	w.mu.Lock()
@@ -154,8 +146,7 @@ func (w *Writer) reassess(ctx context.Context, now time.Time) (ended bool, err e
 	return false, nil
 }
 
-// stopHolding ends a Run's hold: a replica that does not write holds
-// nothing.
+// stopHolding ends a Run's hold: a replica that does not write holds nothing.
 func (w *Writer) stopHolding() {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -13,11 +13,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Labels of every object the writer makes. The writer finds its own
-// objects by LabelManagedBy and LabelDriver; LabelNode and LabelStorageClass
-// are for people (kubectl -l): the node or class name when it is a valid
-// label value, else a hash of it. The writer itself reads the node and
-// the class from the object's nodeTopology and storageClassName.
+// Labels of the writer's objects: it finds its own by LabelManagedBy and LabelDriver;
+// LabelNode and LabelStorageClass are for kubectl -l.
 const (
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
 	ManagedBy         = "carve-controller"
@@ -26,37 +23,31 @@ const (
 	LabelStorageClass = "carve.dev/storage-class"
 )
 
-// Indexes of the objects informer.
 const (
 	indexKey  = "key"
 	indexNode = "node"
 	indexSC   = "storageClass"
 )
 
-// key is one object: a node and a StorageClass.
 type key struct{ node, sc string }
 
 // String is unambiguous: neither name may contain a slash.
 func (k key) String() string { return k.node + "/" + k.sc }
 
-// item is a unit of work: the object of key, or, when stray is set, the
-// object of that name, which carries the writer's labels but names no
-// node or class it can read; it is deleted.
+// item is the object of key or, when stray is set, a labelled object whose
+// node or class cannot be read; it is deleted.
 type item struct {
 	key
 	stray string
 }
 
-// objectName is the deterministic name of k's object, so that replicas
-// and restarts agree on it and a create is idempotent: a hash of the
-// driver, the node and the class (node and class names may be longer than
-// a name allows together).
+// objectName hashes driver, node and class so replicas and restarts agree on
+// the name and a create is idempotent (the names together may be too long).
 func (w *Writer) objectName(k key) string {
 	sum := sha256.Sum256([]byte(w.cfg.Driver + "\x00" + k.node + "\x00" + k.sc))
 	return "carve-" + hex.EncodeToString(sum[:16])
 }
 
-// labelValue is s when it is a valid label value, else a hash of it.
 func labelValue(s string) string {
 	if len(validation.IsValidLabelValue(s)) == 0 {
 		return s
@@ -72,8 +63,7 @@ func (w *Writer) labels(k key) map[string]string {
 	return l
 }
 
-// keyOf reads the node and class of c; false when c is not shaped like
-// the writer's objects.
+// keyOf reads c's node and class; false when c is not shaped like ours.
 func (w *Writer) keyOf(c *storagev1.CSIStorageCapacity) (key, bool) {
 	t := c.NodeTopology
 	if t == nil || len(t.MatchExpressions) != 0 || len(t.MatchLabels) != 1 || c.StorageClassName == "" {
@@ -107,9 +97,8 @@ func (w *Writer) indexBy(f func(key) string) cache.IndexFunc {
 	}
 }
 
-// ours unwraps an informer's object; nil if it is not an object of this
-// writer (the label selector of the watch says so too; this does not
-// depend on it).
+// ours unwraps an informer's object; nil if not this writer's (the watch's
+// selector says so too; this does not depend on it).
 func (w *Writer) ours(o any) *storagev1.CSIStorageCapacity {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = d.Obj
@@ -121,7 +110,6 @@ func (w *Writer) ours(o any) *storagev1.CSIStorageCapacity {
 	return c
 }
 
-// build is a new object of k holding c.
 func (w *Writer) build(k key, c classCapacity) *storagev1.CSIStorageCapacity {
 	o := &storagev1.CSIStorageCapacity{
 		ObjectMeta: metav1.ObjectMeta{
@@ -144,9 +132,8 @@ func set(o *storagev1.CSIStorageCapacity, c classCapacity) {
 	o.MaximumVolumeSize = resource.NewQuantity(c.maxVolume, resource.BinarySI)
 }
 
-// holds reports whether o holds c and the writer's labels (an object
-// whose labels were changed drops out of the informer's view: the writer
-// puts them back).
+// holds reports whether o holds c and the writer's labels (an object whose
+// labels were changed drops out of the informer's view: they are put back).
 func (w *Writer) holds(o *storagev1.CSIStorageCapacity, k key, c classCapacity) bool {
 	for name, v := range w.labels(k) {
 		if o.Labels[name] != v {
@@ -160,8 +147,6 @@ func equalQuantity(q *resource.Quantity, v int64) bool {
 	return q != nil && q.Cmp(*resource.NewQuantity(v, resource.BinarySI)) == 0
 }
 
-// equalQuantities reports whether a and b hold the same capacity and
-// maximum volume size.
 func equalQuantities(a, b *storagev1.CSIStorageCapacity) bool {
 	eq := func(x, y *resource.Quantity) bool {
 		if x == nil || y == nil {

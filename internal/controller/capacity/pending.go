@@ -6,23 +6,21 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// pendingTTL bounds how long the writer waits for the informer to show
-// one of its own writes before it trusts the informer again (a write of
-// someone else may have overtaken it, so that it is never shown).
+// pendingTTL bounds the wait for the informer to show an own write (another
+// writer's may have overtaken it, so it may never show).
 const pendingTTL = 10 * time.Second
 
-// A pendingWrite is a write the informer does not show yet: acting on the
-// informer's older copy meanwhile would write again for nothing, so the item
-// waits for the informer's event of the write, which queues it again.
+// A pendingWrite is a write the informer does not show yet: acting on its
+// older copy would write again for nothing, so the item waits for the event.
 type pendingWrite struct {
 	obj   *storagev1.CSIStorageCapacity // nil: deleted
 	until time.Time
 }
 
-// settle records a successful write of object name (obj nil: deleted)
-// unless the informer shows it already. The check and the record are
-// under the lock observe takes, and the informer updates its store before
-// it calls observe, so the write is either seen here or cleared there.
+// settle records a successful write of object name (obj nil: deleted) unless
+// the informer shows it already. The informer updates its store before it
+// calls observe, under the same lock, so the write is seen here or cleared
+// there.
 func (w *Writer) settle(name string, obj *storagev1.CSIStorageCapacity) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
@@ -38,7 +36,6 @@ func (w *Writer) settle(name string, obj *storagev1.CSIStorageCapacity) {
 	w.pending[name] = pendingWrite{obj: obj, until: time.Now().Add(pendingTTL)}
 }
 
-// observe clears the pending write of c's name once an event shows it.
 func (w *Writer) observe(c *storagev1.CSIStorageCapacity, deleted bool) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
@@ -55,8 +52,6 @@ func (w *Writer) observe(c *storagev1.CSIStorageCapacity, deleted bool) {
 	}
 }
 
-// awaiting reports whether object name has a write the informer does not
-// show yet, and for how long it will be waited for.
 func (w *Writer) awaiting(name string) (time.Duration, bool) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
@@ -72,8 +67,8 @@ func (w *Writer) awaiting(name string) (time.Duration, bool) {
 	return left, true
 }
 
-// shows reports whether cur, the informer's copy (nil: none), is what was
-// written (nil: deleted), as far as the writer cares.
+// shows reports whether cur (informer's copy, nil: none) is what was written
+// (nil: deleted), as far as the writer cares.
 func shows(cur, written *storagev1.CSIStorageCapacity) bool {
 	if cur == nil || written == nil {
 		return cur == nil && written == nil

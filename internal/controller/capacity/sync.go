@@ -14,7 +14,7 @@ import (
 	"github.com/carve-csi/carve/internal/controller/loop"
 )
 
-// Values of the op and result labels of carve_capacity_object_writes_total.
+// Values of carve_capacity_object_writes_total's op and result labels.
 const (
 	opCreate       = "create"
 	opUpdate       = "update"
@@ -24,16 +24,13 @@ const (
 	resultError    = "error"
 )
 
-// attempts bounds how often one sync looks again after finding its view
-// of an object stale; then the item is retried with backoff.
+// attempts bounds re-reads of a stale object in one sync; then backoff.
 const attempts = 3
 
-// errStale says the object changed under the writer; the item is retried.
 var errStale = errors.New("object changed while being written")
 
-// syncItem writes one object; an object the API server refuses as
-// invalid is not retried (a new report or a StorageClass event queues
-// the pair again).
+// syncItem writes one object. An object refused as invalid is not retried:
+// a new report or StorageClass event queues the pair again.
 func (w *Writer) syncItem(ctx context.Context, it item, _ int) (loop.Result, error) {
 	err := w.sync(ctx, it)
 	if err != nil && permanent(err) {
@@ -43,9 +40,8 @@ func (w *Writer) syncItem(ctx context.Context, it item, _ int) (loop.Result, err
 	return loop.Result{}, err
 }
 
-// permanent reports whether every error in err is the API server
-// refusing an object as invalid (a node name too long for the label
-// value of nodeTopology, say).
+// permanent reports whether every error in err is an invalid-object refusal
+// (a node name too long for nodeTopology's label value, say).
 func permanent(err error) bool {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
@@ -58,7 +54,6 @@ func permanent(err error) bool {
 	return apierrors.IsInvalid(err)
 }
 
-// sync makes the object of it what it should be.
 func (w *Writer) sync(ctx context.Context, it item) error {
 	s := w.s.Load()
 	if it.stray != "" {
@@ -107,8 +102,7 @@ func (w *Writer) sync(ctx context.Context, it item) error {
 }
 
 // apply creates or updates k's object to hold want; cur is the informer's
-// view of it (nil: none), which may be stale: a Conflict, AlreadyExists or
-// NotFound makes it read the object again.
+// possibly stale view, so Conflict, AlreadyExists or NotFound re-read it.
 func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapacity, want classCapacity) error {
 	log := klog.FromContext(ctx)
 	api := w.cfg.Client.StorageV1().CSIStorageCapacities(w.cfg.Namespace)
@@ -132,8 +126,8 @@ func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapa
 			continue
 		}
 		if got, ok := w.keyOf(cur); !ok || got != k {
-			// Another pair's object by this name: its node and class
-			// cannot change, so it goes and k's is made next time.
+			// Another pair's object by this name: node and class cannot change, so it
+			// goes and k's is made next time.
 			if err := w.delete(ctx, cur, "its name belongs to node "+k.node+" and StorageClass "+k.sc); err != nil {
 				return err
 			}
@@ -169,7 +163,6 @@ func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapa
 	return fmt.Errorf("CSIStorageCapacity %s (node %s, StorageClass %s): %w", w.objectName(k), k.node, k.sc, errStale)
 }
 
-// get reads an object live; nil when it does not exist.
 func (w *Writer) get(ctx context.Context, name string) (*storagev1.CSIStorageCapacity, error) {
 	c, err := w.cfg.Client.StorageV1().CSIStorageCapacities(w.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -181,8 +174,8 @@ func (w *Writer) get(ctx context.Context, name string) (*storagev1.CSIStorageCap
 	return c, nil
 }
 
-// delete deletes c, only if it is still the object the writer saw (its
-// UID), so that an object made again meanwhile is not lost.
+// delete deletes c only if its UID is unchanged, so an object made again
+// meanwhile survives.
 func (w *Writer) delete(ctx context.Context, c *storagev1.CSIStorageCapacity, why string) error {
 	err := w.cfg.Client.StorageV1().CSIStorageCapacities(w.cfg.Namespace).Delete(ctx, c.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &c.UID}})
@@ -196,7 +189,6 @@ func (w *Writer) delete(ctx context.Context, c *storagev1.CSIStorageCapacity, wh
 		w.settle(c.Name, nil)
 		return nil
 	case apierrors.IsConflict(err):
-		// Made again since: the informer's event for it queues it anew.
 		return nil
 	default:
 		return fmt.Errorf("deleting CSIStorageCapacity %s (%s): %w", c.Name, why, err)

@@ -1,23 +1,11 @@
-// Package capacity writes the CSIStorageCapacity objects the scheduler
-// reads (one per node and carve WaitForFirstConsumer StorageClass: carve
-// refuses Immediate claims) from the capacity reports the node agents
-// stream. Nothing is polled: a report, a StorageClass event or a change to
-// one of its own objects queues the (node, class) pairs affected, and a
-// worker writes only what differs.
-//
-// The objects are the scheduler's only view of carve's nodes: one deleted
-// makes its node unschedulable for the class, one left for a gone agent
-// sends claims where they fail, and csi-provisioner retries those on the
-// same node. So after a restart or a change of leader the writer keeps what
-// it finds until the node reports or Config.StartupGrace passes; then, as
-// for a node reported gone, the node's objects are deleted. Objects of a
-// class that is gone or not carve's are deleted once classes are known.
-//
-// Whether a node reports depends on this replica's node channel as much as
-// on the node, so deletions for want of reports are held (held.go) while
-// the nodes that would lose their objects outnumber those that report; a
-// writer that holds past a grace returns ErrDeletionsHeld from Run, so
-// that its replica gives up the Lease to one that may reach the nodes.
+// Package capacity writes the CSIStorageCapacity objects the scheduler reads
+// (per node and carve WaitForFirstConsumer class) from the agents' capacity
+// reports, writing only what differs. The objects are the scheduler's only
+// view of carve's nodes, so after a restart or leader change existing ones
+// are kept until the node reports or StartupGrace passes. Deletions are held
+// while lost nodes outnumber reporting ones, since this replica's own reach
+// may be at fault (held.go); a hold past the grace ends Run with
+// ErrDeletionsHeld, giving up the Lease.
 package capacity
 
 import (
@@ -44,50 +32,43 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// DefaultStartupGrace is how long after Run starts the objects of a node
-// that has not reported yet are kept as they are.
+// DefaultStartupGrace is how long after Run starts a silent node's objects
+// are kept.
 const DefaultStartupGrace = time.Minute
 
-// defaultWorkers write objects in parallel: one slow API call must not hold
-// back every other node's capacity.
+// defaultWorkers: one slow API call must not hold back other nodes.
 const defaultWorkers = 2
 
-// Retries of a failed write back off from baseDelay to maxDelay; the
-// queue keeps only the newest wish per (node, class), so a retry writes
+// The queue keeps only the newest wish per (node, class), so a retry writes
 // the capacity current at the time.
 const (
 	baseDelay = 200 * time.Millisecond
 	maxDelay  = time.Minute
 )
 
-// Config is what the writer needs; main builds it.
+// Config is what the writer needs.
 type Config struct {
 	// Client writes CSIStorageCapacity objects and watches StorageClasses.
 	Client kubernetes.Interface
-	// Namespace is where the objects live (the controller's namespace).
+	// Namespace is where the objects live.
 	Namespace string
-	// Driver is carve's CSI driver name: only StorageClasses with this
-	// provisioner get objects.
+	// Driver is carve's CSI driver name: only its StorageClasses get objects.
 	Driver string
-	// TopologyKey is the node label of carve's topology (topology.Key).
+	// TopologyKey is carve's node topology key.
 	TopologyKey string
-	// Registerer, when set, gets carve_capacity_object_writes_total and
-	// carve_capacity_deletions_held.
+	// Registerer, when set, gets the writer's metrics.
 	Registerer prometheus.Registerer
-	// StartupGrace is how long the objects of nodes not yet reported are kept
-	// after Run starts, how long dropped nodes count as dropped together, and
-	// how long deletions are held before ErrDeletionsHeld; 0 means
-	// DefaultStartupGrace.
+	// StartupGrace is how long silent nodes' objects are kept after Run starts,
+	// how long drops count as together, and how long deletions are held before
+	// ErrDeletionsHeld; 0 means DefaultStartupGrace.
 	StartupGrace time.Duration
-	// Owner, when set, becomes the owner of every object (the controller's
-	// Deployment, say), so that they are garbage-collected with it.
+	// Owner, when set, owns every object so they are garbage-collected with it.
 	Owner *metav1.OwnerReference
 	// Workers is how many writes may be in flight; 0 means 2.
 	Workers int
 }
 
-// Writer keeps the CSIStorageCapacity objects of carve's nodes in line
-// with their capacity reports.
+// Writer keeps carve's CSIStorageCapacity objects in line with the reports.
 type Writer struct {
 	cfg       Config
 	selector  labels.Set      // on every object of this writer
@@ -95,60 +76,47 @@ type Writer struct {
 	writes    *prometheus.CounterVec
 	heldGauge prometheus.Gauge
 
-	// s is the current Run's session (before the first Run, the one it
-	// will use); running says a Run is under way.
+	// s is the current (or next) Run's session; running says a Run is under way.
 	s       atomic.Pointer[session]
 	running atomic.Bool
 
 	mu sync.Mutex
-	// nodes holds each node's last report; a nil entry is a node reported
-	// gone, remembered until the grace ends so that its objects are not
-	// kept as those of a node not heard from yet.
-	nodes map[string]*nodeCapacity
-	// classes maps carve's StorageClasses to the device class they name
-	// ("" for the node's default class).
+	// nodes holds each node's last report; nil is a node reported gone, kept
+	// until the grace ends so it is not taken for one not heard from yet.
+	nodes     map[string]*nodeCapacity
 	classes   map[string]string
 	graceOver bool
-	// drops holds when nodes dropped: reported gone, or silent when the
-	// grace ended, with objects to lose. A node that reports again leaves
-	// it; an entry older than the grace is forgotten.
-	drops map[string]time.Time
-	// held says deletions for want of a node are held, since heldSince.
+	// drops holds when nodes dropped with objects to lose; cleared by a report,
+	// forgotten after the grace.
+	drops     map[string]time.Time
 	held      bool
 	heldSince time.Time
 
-	// pending holds the writer's own writes the informer has not shown
-	// yet, by object name (see settle).
+	// pending holds own writes the informer has not shown yet (see settle).
 	pmu     sync.Mutex
 	pending map[string]pendingWrite
 }
 
-// session is what one Run works with. The informers and the queue are
-// made anew for every Run, as neither starts again once stopped, and a
-// writer that gave up its Lease runs again when its replica leads again.
+// session is one Run's: informers and queues cannot restart once stopped,
+// and a writer that gave up its Lease runs again when it leads again.
 type session struct {
 	queue                 loop.Queue[item]
 	scFactory, objFactory informers.SharedInformerFactory
 	scReg, objReg         cache.ResourceEventHandlerRegistration
 	objects               cache.Indexer
-	// spent says a Run has used the session; only Run touches it.
-	spent bool
+	spent                 bool
 }
 
-// nodeCapacity is what a node reported, by device class.
 type nodeCapacity struct {
 	classes map[string]classCapacity
-	// def is the node's default device class, "" if it has none.
-	def string
+	def     string
 }
 
-// classCapacity is what one object of the class should hold.
 type classCapacity struct {
 	available, maxVolume int64
 }
 
-// New returns a Writer with its informers and metrics set up; Run starts
-// it. Report may be called before Run.
+// New returns a Writer; Run starts it. Report may be called before Run.
 func New(cfg Config) (*Writer, error) {
 	switch {
 	case cfg.Client == nil:
@@ -249,11 +217,9 @@ func (w *Writer) newSession() (*session, error) {
 	return s, nil
 }
 
-// Run watches the StorageClasses and the writer's own objects and writes
-// until ctx ends, or until it has held its deletions for the grace: it
-// then returns an error that wraps ErrDeletionsHeld, and the objects stay
-// as they are. Run may be called again once it has returned; each Run
-// starts with a grace, as after a restart.
+// Run writes until ctx ends or its deletions were held for the grace
+// (an error wrapping ErrDeletionsHeld; objects stay). Run may be called
+// again; each Run starts with a grace, as after a restart.
 func (w *Writer) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("capacity writer: Run called while it runs")
@@ -276,8 +242,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	grace := time.NewTimer(w.cfg.StartupGrace)
 	defer grace.Stop()
 
-	// Run may end before ctx (ErrDeletionsHeld): the informers stop
-	// with it, before Shutdown waits for them.
+	// Run may end before ctx: the informers stop before Shutdown waits for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer s.scFactory.Shutdown()
 	defer s.objFactory.Shutdown()
@@ -299,8 +264,8 @@ func (w *Writer) Run(ctx context.Context) error {
 	return err
 }
 
-// begin forgets what the last Run learnt of the StorageClasses (the new
-// informer tells them again, deletions included) and of the grace.
+// begin forgets the last Run's StorageClasses (the new informer tells them
+// again, deletions included) and grace.
 func (w *Writer) begin() {
 	w.mu.Lock()
 	clear(w.classes)
@@ -312,8 +277,6 @@ func (w *Writer) begin() {
 	w.pmu.Unlock()
 }
 
-// endGrace makes nodes that have not reported count as gone, and looks at
-// every object again.
 func (w *Writer) endGrace(ctx context.Context) {
 	s := w.s.Load()
 	now := time.Now()
@@ -331,7 +294,6 @@ func (w *Writer) endGrace(ctx context.Context) {
 	w.enqueueAll(s)
 }
 
-// enqueueAll looks at every object again.
 func (w *Writer) enqueueAll(s *session) {
 	for _, o := range s.objects.List() {
 		if c := w.ours(o); c != nil {
@@ -340,11 +302,8 @@ func (w *Writer) enqueueAll(s *session) {
 	}
 }
 
-// Report records node's capacity; nil means the node left the agents'
-// EndpointSlices, and its objects are deleted (a broken stream is not nil:
-// the last values stand). node must be the identity the channel verified,
-// not the report's node_name. It never blocks and may be called from any
-// goroutine.
+// Report records node's capacity; nil means the node left and its objects go. node must
+// be the identity the channel verified, not the report's node_name. It never blocks.
 func (w *Writer) Report(node string, r *nodeagentv1.CapacityReport) {
 	if node == "" {
 		return
@@ -392,8 +351,8 @@ func (w *Writer) enqueueIndexed(s *session, index, value string) {
 	}
 }
 
-// fromReport is what r says, nil for nil. A class reported unavailable
-// holds nothing, and negative figures count as 0.
+// fromReport is what r says, nil for nil; an unavailable class holds
+// nothing and negative figures count as 0.
 func fromReport(r *nodeagentv1.CapacityReport) *nodeCapacity {
 	if r == nil {
 		return nil
@@ -419,8 +378,6 @@ func (n *nodeCapacity) equal(o *nodeCapacity) bool {
 	return n.def == o.def && maps.Equal(n.classes, o.classes)
 }
 
-// onStorageClass follows a StorageClass: the pairs of every known node and
-// every object of the class are looked at again when what it names changes.
 func (w *Writer) onStorageClass(o any, deleted bool) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o, deleted = d.Obj, true
@@ -456,8 +413,8 @@ func (w *Writer) onStorageClass(o any, deleted bool) {
 	w.enqueueIndexed(s, indexSC, sc.Name)
 }
 
-// classOf is the device class sc names ("" for the node's default) and
-// whether sc gets objects at all.
+// classOf is the device class sc names ("" default) and whether it gets
+// objects.
 func (w *Writer) classOf(sc *storagev1.StorageClass) (string, bool) {
 	if sc.Provisioner != w.cfg.Driver || sc.VolumeBindingMode == nil ||
 		*sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
@@ -466,7 +423,6 @@ func (w *Writer) classOf(sc *storagev1.StorageClass) (string, bool) {
 	return sc.Parameters[volume.ParamDeviceClass], true
 }
 
-// trimStorageClass keeps what classOf reads.
 func trimStorageClass(o any) (any, error) {
 	sc, ok := o.(*storagev1.StorageClass)
 	if !ok {
@@ -483,11 +439,9 @@ func trimStorageClass(o any) (any, error) {
 	return out, nil
 }
 
-// desired is what the object of k should hold; nil with act true means it
-// should not exist, act false that it is left as it is (its node has not
-// reported since the start, and the grace is not over; or deletions for
-// want of a node are held), after above 0 that it is looked at again
-// then (its node dropped a moment ago).
+// desired is what k's object should hold; nil with act true: it should not
+// exist; act false: leave it (its node not reported within the grace, or
+// deletions held); after > 0: look again then (its node just dropped).
 func (w *Writer) desired(ctx context.Context, k key) (want *classCapacity, act bool, after time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -508,13 +462,8 @@ func (w *Writer) desired(ctx context.Context, k key) (want *classCapacity, act b
 	return &c, true, 0
 }
 
-// MaxVolume is the largest volume the node's device class can make now,
-// as its last report said (deviceClass "" is the node's default class; a
-// class the node lacks, or one reported unavailable, is 0). ok is false
-// when the node has not reported since the start, or was reported gone:
-// its agent is not connected, and nothing is known of its room. It reads
-// only what Report recorded, so it answers on every replica, leader of
-// the writer or not.
+// MaxVolume is the largest volume the node's class ("" default) can make per its last
+// report; ok is false when unknown. It answers on every replica, leader or not.
 func (w *Writer) MaxVolume(node, deviceClass string) (bytes int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

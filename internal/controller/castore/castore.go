@@ -1,17 +1,9 @@
-// Package castore keeps the node channel's CA (internal/nodeca) in a Secret
-// only the controller may read, in the layout of a kubernetes.io/tls Secret
-// (so cert-manager's CA issuer can supply it), and the certificates the nodes
-// trust in the ConfigMap of the same name. It rotates the CA in three steps,
-// each one write of the Secret so that every replica agrees where it stands
-// (docs/architecture.md, "CA rotation"):
-//
-//  1. staged: a next CA is trusted beside the current one, when a third of
-//     its life is left or on carve.dev/rotate-ca;
-//  2. switched: once every agent accepts the next CA's certificates, it
-//     signs, and every leaf is reissued;
-//  3. dropped: the old CA leaves the ConfigMap once its last leaf expired.
-//
-// A CA that expired while no controller ran is replaced at once.
+// Package castore keeps the node channel's CA in a kubernetes.io/tls-shaped
+// Secret only the controller reads (cert-manager can supply it) and the
+// trusted certificates in a ConfigMap of the same name. It rotates in three
+// steps, each one Secret write so replicas agree: staged, switched once
+// every agent accepts, dropped once the old CA's last leaf expired
+// (docs/architecture.md, "CA rotation"). An expired CA is replaced at once.
 package castore
 
 import (
@@ -32,8 +24,7 @@ import (
 	"github.com/carve-csi/carve/internal/nodeca"
 )
 
-// BundleKey is the key of the ConfigMap that holds the trusted CA
-// certificates, PEM, one block each.
+// BundleKey is the ConfigMap key of the trusted CA certificates (PEM).
 const BundleKey = "ca.crt"
 
 // The Secret's keys beside tls.crt and tls.key, and its annotations.
@@ -41,22 +32,21 @@ const (
 	nextCertKey     = "next.crt"
 	nextKeyKey      = "next.key"
 	previousCertKey = "previous.crt"
-	// RotateAnnotation on the Secret asks for a rotation now (any value);
-	// the controller removes it when it stages the next CA.
+	// RotateAnnotation on the Secret asks for a rotation now; the controller
+	// removes it when it stages the next CA.
 	RotateAnnotation     = "carve.dev/rotate-ca"
 	nextSinceAnnotation  = "carve.dev/ca-next-since"
 	previousTrustedUntil = "carve.dev/ca-previous-trusted-until"
 	annotationTimeLayout = time.RFC3339
 )
 
-// managedBy labels what the store creates, so that an operator sees who made it.
 var managedBy = map[string]string{"app.kubernetes.io/managed-by": "carve-controller"}
 
 // State is where the CA stands.
 type State struct {
 	// Active signs every certificate.
 	Active *nodeca.CA
-	// Next is trusted, does not sign yet; it was staged at NextSince.
+	// Next is trusted but does not sign yet; staged at NextSince.
 	Next      *nodeca.CA
 	NextSince time.Time
 	// Previous signed before Active; trusted until PreviousUntil.
@@ -66,8 +56,7 @@ type State struct {
 	RotateRequested bool
 }
 
-// Trusted is what a peer's certificate may chain to: the active CA, the
-// next one and the previous one, in that order.
+// Trusted is what a peer's certificate may chain to: active, next, previous.
 func (s State) Trusted() []*x509.Certificate {
 	out := []*x509.Certificate{s.Active.Cert}
 	if s.Next != nil {
@@ -84,7 +73,6 @@ func SameCA(a, b *nodeca.CA) bool {
 	return a != nil && b != nil && bytes.Equal(a.Cert.Raw, b.Cert.Raw)
 }
 
-// sameCAs reports whether a and b hold the same certificates.
 func sameCAs(a, b State) bool {
 	x, y := a.Trusted(), b.Trusted()
 	if len(x) != len(y) || (a.Next == nil) != (b.Next == nil) || (a.Previous == nil) != (b.Previous == nil) {
@@ -102,17 +90,12 @@ func sameCAs(a, b State) bool {
 type Policy struct {
 	// Validity of the CAs it makes; 0 means nodeca.DefaultCAValidity.
 	Validity time.Duration
-	// Propagation is the longest a next CA waits for every node agent to
-	// trust it before it signs anyway: the kubelet writes a changed
-	// ConfigMap into the pods within about a minute. 0 means
-	// DefaultPropagation.
+	// Propagation is the longest a next CA waits for every agent to trust it
+	// before it signs anyway (the kubelet updates a ConfigMap mount within about
+	// a minute); 0 means DefaultPropagation.
 	Propagation time.Duration
-	// Overlap is how long the previous CA stays trusted after the switch:
-	// every replica issues itself a certificate of the new CA when it
-	// reads the Secret, and has every node agent enroll again, within
-	// a minute; the connections they replace have their own certificates
-	// already. 0 means DefaultOverlap. It never exceeds a sixth of the new
-	// CA's life, so that a short-lived CA (a test's) can rotate again.
+	// Overlap is how long the previous CA stays trusted after the switch (DefaultOverlap
+	// for 0), at most a sixth of the new CA's life so a short-lived CA can rotate again.
 	Overlap time.Duration
 }
 
@@ -135,10 +118,9 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
-// step is what plan decided.
 type step string
 
-// The steps of a rotation, the values of carve_node_channel_ca_rotations_total's label.
+// The rotation steps, carve_node_channel_ca_rotations_total's label values.
 const (
 	stepNone     step = ""
 	stepStage    step = "staged"
@@ -147,10 +129,9 @@ const (
 	stepReplaced step = "replaced"
 )
 
-// plan is the next step from s at now. nextTrusted tells whether every
-// node agent accepts the next CA; switching waits for it, or for the
-// Propagation, or for the active CA to be near its end (a sixth of its
-// life: staging starts at a third).
+// plan is the next step from s at now. Switching waits for every agent to
+// accept the next CA (nextTrusted), the Propagation, or the active CA's last
+// sixth of life.
 func plan(s State, now time.Time, p Policy, nextTrusted bool) step {
 	a := s.Active.Cert
 	life := lifeOf(a)
@@ -168,14 +149,12 @@ func plan(s State, now time.Time, p Policy, nextTrusted bool) step {
 	return stepNone
 }
 
-// lifeOf is how long the CA was made to live: its NotBefore is backdated
-// by nodeca.ClockSkew (a CA made elsewhere is taken as 5 minutes
-// younger, which only rotates it a little sooner).
+// lifeOf is the CA's intended life; NotBefore is backdated by
+// nodeca.ClockSkew (a foreign CA just rotates a little sooner).
 func lifeOf(c *x509.Certificate) time.Duration {
 	return c.NotAfter.Sub(c.NotBefore.Add(nodeca.ClockSkew))
 }
 
-// apply makes the step's new state. newCA makes a CA.
 func apply(s State, st step, now time.Time, p Policy, newCA func() (*nodeca.CA, error)) (State, error) {
 	switch st {
 	case stepStage:
@@ -209,8 +188,6 @@ func apply(s State, st step, now time.Time, p Policy, newCA func() (*nodeca.CA, 
 	return s, nil
 }
 
-// read returns the Secret and the state it holds; a Secret that does not
-// exist is (nil, State{}, nil).
 func read(ctx context.Context, client kubernetes.Interface, namespace, name string) (*corev1.Secret, State, error) {
 	s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -223,8 +200,7 @@ func read(ctx context.Context, client kubernetes.Interface, namespace, name stri
 	return s, st, err
 }
 
-// fromSecret parses the state of s; an error names the Secret and says how
-// to start over.
+// fromSecret parses s; an error names the Secret and says how to start over.
 func fromSecret(s *corev1.Secret) (State, error) {
 	where := fmt.Sprintf("CA Secret %s/%s", s.Namespace, s.Name)
 	const fix = "fix or delete the Secret (a new CA then replaces it, and every node certificate is reissued)"
@@ -271,7 +247,7 @@ func annotationTime(s *corev1.Secret, key string) (time.Time, error) {
 	return t, nil
 }
 
-// toSecret writes st into s (a copy), keeping s's other labels and
+// toSecret writes st into a copy of s, keeping its other labels and
 // annotations.
 func toSecret(s *corev1.Secret, st State) (*corev1.Secret, error) {
 	s = s.DeepCopy()
@@ -315,8 +291,8 @@ func pemOf(certs ...*x509.Certificate) []byte {
 	return out
 }
 
-// create makes the Secret with a new CA; another replica's Create that
-// won the race is read back.
+// create makes the Secret with a new CA; a replica that won the race is
+// read back.
 func create(ctx context.Context, client kubernetes.Interface, namespace, name string, p Policy) (State, error) {
 	ca, err := nodeca.NewCA(nodeca.CAOptions{Validity: p.Validity})
 	if err != nil {
@@ -335,7 +311,6 @@ func create(ctx context.Context, client kubernetes.Interface, namespace, name st
 		klog.FromContext(ctx).Info("Created the node channel CA", "secret", namespace+"/"+name, "notAfter", ca.Cert.NotAfter)
 		return fromSecret(created)
 	case apierrors.IsAlreadyExists(err):
-		// Another replica won the race: its CA is the one.
 		_, st, err := read(ctx, client, namespace, name)
 		if err == nil && st.Active == nil {
 			err = fmt.Errorf("CA Secret %s/%s: gone right after another replica created it", namespace, name)
@@ -346,7 +321,6 @@ func create(ctx context.Context, client kubernetes.Interface, namespace, name st
 	}
 }
 
-// ensureBundle makes ConfigMap <name> hold exactly certs in ca.crt.
 func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, name string, certs []*x509.Certificate) error {
 	log := klog.FromContext(ctx)
 	maps := client.CoreV1().ConfigMaps(namespace)
@@ -360,7 +334,7 @@ func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, n
 			}
 			_, err = maps.Create(ctx, cm, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				// Another replica made it; look again (a Conflict is retried).
+				// Another replica made it; a Conflict is retried.
 				return apierrors.NewConflict(corev1.Resource("configmaps"), name, err)
 			}
 			if err == nil {
@@ -391,9 +365,8 @@ func ensureBundle(ctx context.Context, client kubernetes.Interface, namespace, n
 	return nil
 }
 
-// holdsExactly reports whether bundle is certs in that order and nothing
-// else, whatever the whitespace around them: a CA that was dropped (its
-// key leaked, say) must not stay trusted by accident.
+// holdsExactly reports whether bundle is exactly certs in order: a dropped
+// CA (a leaked key, say) must not stay trusted by accident.
 func holdsExactly(bundle string, certs []*x509.Certificate) bool {
 	got, err := nodeca.ParseBundle([]byte(bundle))
 	if err != nil || len(got) != len(certs) {

@@ -20,12 +20,11 @@ type Config struct {
 	Client          kubernetes.Interface
 	Namespace, Name string
 	Policy          Policy
-	// Interval is how often the Secret is read again; 0 means
-	// DefaultInterval, or a twentieth of Policy.Validity when that is
-	// shorter (a test's short-lived CA).
+	// Interval is how often the Secret is read; 0 means DefaultInterval or a
+	// twentieth of Policy.Validity if shorter.
 	Interval time.Duration
-	// Accepted returns nil when every node agent accepts a certificate
-	// signed by ca. Nil: the switch waits Policy.Propagation.
+	// Accepted returns nil when every agent accepts a certificate of ca; nil
+	// makes the switch wait Policy.Propagation.
 	Accepted func(ctx context.Context, ca *nodeca.CA) error
 	// Registerer, when set, gets the expiry and rotation metrics.
 	Registerer prometheus.Registerer
@@ -33,8 +32,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultInterval is Config.Interval's default: every replica sees a
-// rotation another one wrote within it.
+// DefaultInterval: every replica sees another's rotation within it.
 const DefaultInterval = 30 * time.Second
 
 // Store keeps the node channel's CA current in a Secret and its ConfigMap.
@@ -81,11 +79,9 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Start reads the CA, making it when there is none and taking a step that
-// is due, publishes the CAs to trust and returns where the CA stands.
-// Replicas may start at once: one Create or Update wins, the others read
-// it back. A Secret that does not hold a usable CA is an error naming it;
-// it is never replaced silently.
+// Start reads the CA (making it, taking a due step), publishes the trusted CAs and returns
+// the state. Concurrent replicas: one write wins, the others read it back. A Secret
+// without a usable CA is an error, never replaced silently.
 func (s *Store) Start(ctx context.Context) (State, error) {
 	st, err := s.sync(ctx, false)
 	if err != nil {
@@ -95,13 +91,11 @@ func (s *Store) Start(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// OnChange makes fn get each new State after Start's: another CA signs,
-// or the trusted CAs changed. It is called before Run.
+// OnChange makes fn get each new State after Start's; call it before Run.
 func (s *Store) OnChange(fn func(context.Context, State)) { s.onChange = fn }
 
-// Run reads the Secret every Interval until ctx ends, taking the steps
-// that are due and handing each new State to OnChange. A failed read is
-// logged and retried: the CAs already in use stay.
+// Run reads the Secret every Interval until ctx ends, taking due steps and
+// calling OnChange. A failed read is retried; the CAs in use stay.
 func (s *Store) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	t := time.NewTicker(s.cfg.Interval)
@@ -124,11 +118,9 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 }
 
-// sync reads the state, publishes it, takes one step when one is due and
-// publishes the result. One step per sync: a CA staged is published
-// before anything may switch to it. probe tells whether the node agents
-// may be asked whether they accept the next CA (not before Run: the
-// controller has no connections then).
+// sync takes at most one step, so a staged CA is published before anything
+// switches to it. probe allows asking the agents about the next CA (not
+// before Run: no connections yet).
 func (s *Store) sync(ctx context.Context, probe bool) (State, error) {
 	c := s.cfg
 	secret, st, err := read(ctx, c.Client, c.Namespace, c.Name)
@@ -169,7 +161,7 @@ func (s *Store) sync(ctx context.Context, probe bool) (State, error) {
 	}
 	written, err := c.Client.CoreV1().Secrets(c.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
-		// Another replica took a step first; its state is read next time.
+		// Another replica took a step first; it is read next time.
 		return st, nil
 	}
 	if err != nil {
@@ -200,8 +192,8 @@ func logStep(ctx context.Context, st step, s State, c Config) {
 	}
 }
 
-// publish writes the CAs to trust to the ConfigMap and their expiries to
-// the metric.
+// publish writes the trusted CAs to the ConfigMap and their expiries to the
+// metric.
 func (s *Store) publish(ctx context.Context, st State) error {
 	if err := ensureBundle(ctx, s.cfg.Client, s.cfg.Namespace, s.cfg.Name, st.Trusted()); err != nil {
 		return err

@@ -1,6 +1,5 @@
-// Package kube builds carve's Kubernetes API client and Event recorder for
-// the roles that talk to the API server (the node plugin's audit and the
-// cluster controller's node watch).
+// Package kube builds the controller's Kubernetes API clients and Event
+// recorder.
 package kube
 
 import (
@@ -17,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Client returns a client from the kubeconfig file, or from the pod's
-// service account when kubeconfig is empty. userAgent names the role.
+// Client returns a client from the kubeconfig file, or the pod's service
+// account when kubeconfig is empty; userAgent names the role.
 func Client(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	cfg, err := restConfig(kubeconfig, userAgent)
 	if err != nil {
@@ -31,8 +30,7 @@ func Client(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	return cs, nil
 }
 
-// Dynamic returns a dynamic client (for the API types carve has no typed
-// client of: the snapshot CRDs), built as Client.
+// Dynamic returns a dynamic client (for the snapshot CRDs), built as Client.
 func Dynamic(kubeconfig, userAgent string) (dynamic.Interface, error) {
 	cfg, err := restConfig(kubeconfig, userAgent)
 	if err != nil {
@@ -61,8 +59,8 @@ func restConfig(kubeconfig, userAgent string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Recorder returns an Event recorder that writes through cs as component
-// (on host, when set), and the function that stops it.
+// Recorder returns an Event recorder writing through cs as component (on
+// host, when set), and the function that stops it.
 func Recorder(ctx context.Context, cs kubernetes.Interface, component, host string) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})

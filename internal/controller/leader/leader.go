@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// namespaceFile is where a pod reads its own namespace.
 const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // Config names the Lease and how this replica holds it.
@@ -29,19 +28,17 @@ type Config struct {
 	Namespace string
 	// Lease is the Lease's name, the same in every replica.
 	Lease string
-	// Identity names this replica in the Lease; empty is the host name
-	// and a random suffix, so that a restarted pod is a new holder.
+	// Identity names this replica; empty is the host name and a random suffix,
+	// so a restarted pod is a new holder.
 	Identity string
-	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's;
-	// zero is 15 s, 10 s and 2 s.
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's; zero is
+	// 15 s, 10 s and 2 s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Run runs duty while this replica holds the Lease, until ctx ends or
-// duty returns; it then releases the Lease and returns duty's error, so
-// that a duty that fails is not left holding the Lease. Losing the Lease
-// ends the replica's duty: Run returns an error, and the caller exits to
-// start over as a follower.
+// Run runs duty while holding the Lease, until ctx ends or duty returns, then releases it
+// and returns duty's error. Losing the Lease returns an error: the caller exits and
+// starts over as a follower.
 func Run(ctx context.Context, cfg Config, duty func(context.Context) error) error {
 	if err := cfg.complete(); err != nil {
 		return err
@@ -80,7 +77,6 @@ func Run(ctx context.Context, cfg Config, duty func(context.Context) error) erro
 	return nil
 }
 
-// complete fills in the defaults of cfg.
 func (cfg *Config) complete() error {
 	if cfg.Namespace == "" {
 		data, err := os.ReadFile(namespaceFile)

@@ -1,7 +1,6 @@
-// Package loop is the skeleton of carve controller's duties that work
-// through a queue (the mover, placement, the capacity writer): a rate
-// limited work queue, a few workers, and one sync function per item that
-// says whether to look at the item again, when, and with what backoff.
+// Package loop is the skeleton of the controller's queued duties: a
+// rate-limited work queue, a few workers, and a sync per item that says
+// whether, when and with what backoff to look again.
 package loop
 
 import (
@@ -16,29 +15,25 @@ import (
 // Queue is a work queue of K whose failed items come back with backoff.
 type Queue[K comparable] = workqueue.TypedRateLimitingInterface[K]
 
-// NewQueue is a Queue whose failed items come back after a delay that
-// doubles from base to limit.
+// NewQueue is a Queue whose retry delay doubles from base to limit.
 func NewQueue[K comparable](base, limit time.Duration) Queue[K] {
 	return workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[K](base, limit))
 }
 
 // Result is what one sync of an item asks next.
 type Result struct {
-	// After looks at the item again after this long: a step that waits
-	// for something, not a failure (its backoff starts over).
+	// After looks again after this long: a wait, not a failure (backoff resets).
 	After time.Duration
-	// Again looks at the item again with backoff, as after a failure,
-	// without logging one.
+	// Again looks again with backoff without logging a failure.
 	Again bool
 }
 
-// Sync handles one item. attempt counts the syncs of the item since it
-// last succeeded (failed or Again). An error is logged and the item
-// looked at again with backoff.
+// Sync handles one item; attempt counts syncs since the last success. An
+// error is logged and retried with backoff.
 type Sync[K comparable] func(ctx context.Context, item K, attempt int) (Result, error)
 
-// Next takes one item off q and syncs it; false once q is shut down or
-// ctx has ended. q never hands one item to two workers at once.
+// Next syncs one item of q; false once q is shut down or ctx ended. q never
+// hands one item to two workers at once.
 func Next[K comparable](ctx context.Context, q Queue[K], handle Sync[K]) bool {
 	item, quit := q.Get()
 	if quit {
@@ -65,8 +60,7 @@ func Next[K comparable](ctx context.Context, q Queue[K], handle Sync[K]) bool {
 	return true
 }
 
-// Workers runs n workers of Next on q; stop shuts q down and waits for
-// them to finish the items they hold.
+// Workers runs n workers of Next on q; stop shuts q down and waits for them.
 func Workers[K comparable](ctx context.Context, q Queue[K], n int, handle Sync[K]) (stop func()) {
 	var wg sync.WaitGroup
 	for range n {

@@ -1,10 +1,9 @@
-// Package lostnodes reports carve's PersistentVolumes pinned to a node whose
-// Node object was deleted (their claims keep pods Pending) with a metric, an
-// Event per claim and a log line, and, only when asked, deletes the claims
-// and PVs so that a StatefulSet makes new volumes elsewhere. It never acts
-// while the Node exists or before it stayed absent for a grace period (a
-// re-registered Node keeps its claims), nor on a Retain PV unless asked. The
-// clock lives in the leader's memory, so a new leader only delays.
+// Package lostnodes reports carve PVs pinned to a node whose Node object
+// was deleted (a metric, an Event per claim, a log line) and, only when
+// asked, deletes the claims and PVs so a StatefulSet makes new volumes
+// elsewhere. It never acts while the Node exists or before a grace period
+// (a re-registered Node keeps its claims), nor on Retain PVs unless asked.
+// The clock is in the leader's memory, so a new leader only delays.
 package lostnodes
 
 import (
@@ -35,35 +34,31 @@ const (
 	ReasonClaimReleased = "NodeLostClaimDeleted"
 )
 
-// provisionerFinalizer is csi-provisioner's finalizer on the PVs it made;
-// only the provisioner of the lost node would lift it.
+// provisionerFinalizer: only the lost node's provisioner would lift it.
 const provisionerFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
 
-// Config is what the watch needs; main builds it.
+// Config is what the watch needs.
 type Config struct {
-	// Driver is carve's CSI driver name; TopologyKey the node-affinity key
-	// of its PVs.
+	// Driver is carve's CSI driver name; TopologyKey its node-affinity key.
 	Driver, TopologyKey string
 	Client              kubernetes.Interface
 	// Objects is the process's cache of Nodes and PVs.
 	Objects *objects.Cache
 	Events  record.EventRecorder
-	// Interval is how often every PV is checked again (a Node deleted
-	// while no replica led is found at the next pass).
+	// Interval is how often every PV is checked (finding Nodes deleted while no
+	// replica led).
 	Interval time.Duration
-	// DeleteClaims deletes the claims and PVs of lost nodes once the Node
-	// has been absent for Grace; off, they are only reported.
+	// DeleteClaims deletes lost nodes' claims and PVs after Grace; off, only
+	// reports.
 	DeleteClaims bool
-	// Grace is how long a Node must have been absent, from the first pass
-	// that found it so, before DeleteClaims acts.
+	// Grace is how long a Node must be absent before DeleteClaims acts.
 	Grace time.Duration
-	// DeleteRetained lets DeleteClaims delete PVs whose reclaim policy is
-	// Retain (and their claims) too; off, they are only reported.
+	// DeleteRetained lets DeleteClaims delete Retain PVs and their claims too.
 	DeleteRetained bool
 	Registerer     prometheus.Registerer
 }
 
-// Volume is a PV of carve pinned to a node.
+// Volume is a carve PV pinned to a node.
 type Volume struct {
 	PV, Node string
 	// Claim is the bound PVC, zero when unbound.
@@ -75,12 +70,10 @@ type Volume struct {
 
 // Watch finds and handles the volumes of deleted nodes.
 type Watch struct {
-	cfg      Config
-	lost     prometheus.Gauge
-	deleted  *prometheus.CounterVec
-	reported map[string]bool // PV names already announced
-	// absentSince is when a pass first found each lost node absent;
-	// only the watch's loop touches it.
+	cfg         Config
+	lost        prometheus.Gauge
+	deleted     *prometheus.CounterVec
+	reported    map[string]bool // PV names already announced
 	absentSince map[string]time.Time
 }
 
@@ -105,8 +98,7 @@ func New(cfg Config) *Watch {
 	return w
 }
 
-// Run watches Nodes and carve's PVs until ctx ends: a pass runs at every
-// Node deletion and every Interval.
+// Run passes at every Node deletion and Interval until ctx ends.
 func (w *Watch) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("lostnodes")
 	ctx = klog.NewContext(ctx, log)
@@ -157,8 +149,8 @@ func (w *Watch) Run(ctx context.Context) error {
 	}
 }
 
-// VolumeOf is the Volume of a PV of driver pinned to a node on key; false
-// for another driver's PV, one pinned to no node, or one being deleted.
+// VolumeOf is the Volume of driver's PV pinned to a node on key; false
+// otherwise or while it is being deleted.
 func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver || pv.DeletionTimestamp != nil {
 		return Volume{}, false
@@ -174,12 +166,8 @@ func VolumeOf(pv *corev1.PersistentVolume, driver, key string) (Volume, bool) {
 	return v, true
 }
 
-// Pass handles vols (carve's PVs pinned to nodes) at now; nodeExists is
-// the cache's view. A node the cache misses is asked for once more, live,
-// and only a NotFound from the API server makes its volumes lost. With
-// DeleteClaims, a lost volume is released once its node has been absent
-// (in every pass since the first that found it so) for the grace period,
-// unless its PV is Retain and DeleteRetained is off.
+// Pass handles vols at now. Only a live NotFound makes a node lost; with DeleteClaims its
+// volumes are released after the grace (Retain ones only with DeleteRetained).
 func (w *Watch) Pass(ctx context.Context, now time.Time, vols []Volume, nodeExists func(string) bool) error {
 	log := klog.FromContext(ctx)
 	gone := map[string]bool{}
@@ -206,8 +194,8 @@ func (w *Watch) Pass(ctx context.Context, now time.Time, vols []Volume, nodeExis
 			lost = append(lost, v)
 		}
 	}
-	// A node found again, or with no volume left, loses its clock; one
-	// the API server could not answer for keeps it.
+	// A node found again or without volumes loses its clock; one the API server
+	// could not answer for keeps it.
 	for n := range w.absentSince {
 		if !gone[n] && !unknown[n] {
 			delete(w.absentSince, n)
@@ -284,9 +272,8 @@ func (w *Watch) announce(log klog.Logger, v Volume, since time.Time) {
 	}
 }
 
-// release deletes a lost volume's claim (only the one the PV was bound
-// to, by UID) and the PV, and lifts csi-provisioner's finalizer, which
-// only the lost node's provisioner would have lifted.
+// release deletes the lost volume's claim (by UID) and PV, and lifts
+// csi-provisioner's finalizer.
 func (w *Watch) release(ctx context.Context, v Volume) error {
 	log := klog.FromContext(ctx)
 	cs := w.cfg.Client.CoreV1()
@@ -296,7 +283,7 @@ func (w *Watch) release(ctx context.Context, v Volume) error {
 		err := w.deleteClaim(ctx, v.ClaimNamespace, v.ClaimName, uid)
 		switch {
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			// Gone already, or a new claim of that name: not ours.
+			// Gone, or a new claim of that name: not ours.
 		case err != nil:
 			count("pvc", err)
 			return fmt.Errorf("deleting claim %s/%s of lost PV %s: %w", v.ClaimNamespace, v.ClaimName, v.PV, err)
@@ -319,10 +306,8 @@ func (w *Watch) release(ctx context.Context, v Volume) error {
 	return w.dropFinalizer(ctx, v.PV)
 }
 
-// deleteClaim deletes the claim ns/name only if it is the one of UID
-// uid: NotFound when it is gone, Conflict when the name now belongs to
-// another claim (checked here, and again by the API server's
-// precondition).
+// deleteClaim deletes ns/name only if its UID is uid (checked here and by
+// the API server's precondition).
 func (w *Watch) deleteClaim(ctx context.Context, ns, name string, uid types.UID) error {
 	c, err := w.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -334,8 +319,6 @@ func (w *Watch) deleteClaim(ctx context.Context, ns, name string, uid types.UID)
 	return w.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
-// dropFinalizer removes csi-provisioner's finalizer from a PV being
-// deleted; a PV that is gone is done.
 func (w *Watch) dropFinalizer(ctx context.Context, name string) error {
 	pv, err := w.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -9,23 +9,18 @@ import (
 	"github.com/carve-csi/carve/api/moveapi"
 )
 
-// PVLister lists carve's PVs with the move's annotations;
-// *pvindex.Index is one (its cache keeps moveapi.AnnPrefix annotations).
+// PVLister lists carve's PVs with move annotations; *pvindex.Index is one.
 type PVLister interface {
 	List() []*corev1.PersistentVolume
 }
 
-// Claims tells the router which claims a move holds: from stopping on
-// (the claim deleted, or being deleted) until the move ends, nothing must
-// provision a fresh volume for a claim of that namespace and name (a
-// StatefulSet makes a deleted claim again from its template): the move
-// binds it to the moved volume, or to the old one when it rolls back.
+// Claims tells the router which claims a move holds: from stopping until the
+// move ends, no fresh volume may be provisioned for that name (a StatefulSet
+// makes a deleted claim again).
 type Claims struct{ PVs PVLister }
 
-// held are the phases in which a move holds its claim's name.
-// A parked move holds it too (a fresh empty volume must not start in
-// place of the kept copy without someone deciding so), until it is asked
-// to abort: then the claim can be made anew, as for a node lost for good.
+// held are the phases holding the claim's name. A parked move holds it too,
+// until asked to abort.
 var held = []string{moveapi.PhaseStopping, moveapi.PhaseCatchingUp, moveapi.PhaseBinding, moveapi.PhaseRollingBack, moveapi.PhaseParked}
 
 // MoveOf describes the move that holds the claim namespace/name, if one does.

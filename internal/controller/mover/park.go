@@ -16,21 +16,15 @@ import (
 	"github.com/carve-csi/carve/api/moveapi"
 )
 
-// A move deletes its target or its seed only when the claim is (or goes
-// back) on a volume that is there, whole and on a node that answers: the
-// old volume when it rolls back or aborts, the target when it cleans.
-// When the old volume cannot be vouched for, the target may hold the only
-// copy of the data (as of the seed, or all of it when a catch-up finished
-// but its answer was lost), so the move parks instead: nothing is
-// deleted, an Event and carve_moves_parked say so, and the move resumes
-// where it was once the old volume answers again.
+// A move deletes its target or seed only when the claim is on a volume that
+// is there, whole, on a node that answers. When the old volume cannot be
+// vouched for, the target may hold the only copy, so the move parks:
+// nothing is deleted, and it resumes once the old volume answers.
 
-// parkedPoll is how often a parked move asks after its old volume.
 const parkedPoll = 30 * time.Second
 
-// vouch tells whether the volume id is on node, whole, by asking that
-// node alone: "" when it is, else why not (a node that does not answer
-// cannot vouch for anything). An error is the mover's own context ending.
+// vouch asks node alone whether volume id is there and whole: "" when it
+// is, else why not. An error is the mover's own context ending.
 func (m *Mover) vouch(ctx context.Context, node, id string) (string, error) {
 	if node == "" {
 		return fmt.Sprintf("the node of volume %s is not known", id), nil
@@ -50,22 +44,18 @@ func (m *Mover) vouch(ctx context.Context, node, id string) (string, error) {
 	return fmt.Sprintf("node %s does not vouch for volume %s: %v", node, id, err), nil
 }
 
-// vouchOld is vouch for the move's old volume, on the node its PV pins.
 func (m *Mover) vouchOld(ctx context.Context, pv *corev1.PersistentVolume) (string, error) {
 	return m.vouch(ctx, pinnedFrom(pv, m.cfg.TopologyKey), pv.Spec.CSI.VolumeHandle)
 }
 
-// hasCopy tells whether the move may have made a target or a seed.
 func hasCopy(pv *corev1.PersistentVolume) bool {
 	a := pv.Annotations
 	return a[moveapi.AnnTargetID] != "" || a[moveapi.AnnSeed] != "" || a[moveapi.AnnSeedName] != ""
 }
 
-// park stops the move where it is, keeping what it made; why names what
-// could not be vouched for. An abort the user asked for stays asked (the
-// parked move then releases the claim's name and rolls back once the old
-// volume answers); a failure is dropped, so that the move resumes where
-// it parked.
+// park stops the move, keeping what it made. A user's abort stays asked (it
+// rolls back once the old volume answers); a failure is dropped so the move
+// resumes where it parked.
 func (m *Mover) park(ctx context.Context, mv move, why string) error {
 	from := mv.pv.Annotations[moveapi.AnnPhase]
 	abort := ""
@@ -92,9 +82,6 @@ func (m *Mover) park(ctx context.Context, mv move, why string) error {
 	return nil
 }
 
-// parkedStep looks after a parked move: once the old volume answers, it
-// resumes where it parked (asked to abort meanwhile: it rolls back);
-// until then it keeps everything.
 func (m *Mover) parkedStep(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
 	m.parked.add(pv.Name)
@@ -124,8 +111,8 @@ func (m *Mover) parkedStep(ctx context.Context, mv move) (time.Duration, error) 
 	return 0, nil
 }
 
-// parkedMoves are the old PVs whose move is parked, counted by
-// carve_moves_parked; each PV once however often its move is seen.
+// parkedMoves are the parked old PVs, each counted once in
+// carve_moves_parked.
 type parkedMoves struct {
 	mu    sync.Mutex
 	pvs   map[string]bool
@@ -153,12 +140,8 @@ func (p *parkedMoves) reset() {
 	p.gauge.Set(0)
 }
 
-// salvage binds the claim of a move parked while catching up to its
-// target as it is, the data as of the seed (moveapi.AnnSalvage asks it):
-// the move goes on to binding, and its cleaning leaves what is on the
-// lost node. The target must answer for itself first. A move parked in
-// another phase is not salvaged: its claim may be bound to the old
-// volume again, or its target never made.
+// salvage binds a move parked while catching up to its target as of the seed
+// (moveapi.AnnSalvage) once the target vouches for itself.
 func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
 	if from := pv.Annotations[moveapi.AnnParkedFrom]; from != moveapi.PhaseCatchingUp {

@@ -20,14 +20,13 @@ import (
 	"github.com/carve-csi/carve/api/moveapi"
 )
 
-// abortRequested is moveapi.AnnAbort's value when `kubectl carve move --abort`
-// set it; a failure sets "failed: <why>".
+// abortRequested is moveapi.AnnAbort's value when the user aborts; a failure
+// sets "failed: <why>".
 const (
 	abortRequested = "requested"
 	abortFailed    = "failed: "
 )
 
-// move is what a PV's annotations say of its move.
 type move struct {
 	pv         *corev1.PersistentVolume
 	ns, name   string
@@ -46,15 +45,13 @@ func (m *Mover) moveOf(pv *corev1.PersistentVolume) move {
 	return mv
 }
 
-// claimRef is the claim of the move as an Event's object: the claim
-// itself may be gone.
+// claimRef is the claim as an Event's object: the claim itself may be gone.
 func (mv move) claimRef() *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: mv.ns, Name: mv.name, UID: mv.uid}
 }
 
-// syncPV runs the next step of the PV's move. It returns how long to wait
-// before looking again (a step that waits), or an error to retry with
-// backoff.
+// syncPV runs the next step of the PV's move: how long to wait, or an error
+// to retry with backoff.
 func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Duration, error) {
 	pv, err := m.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -95,8 +92,8 @@ func (m *Mover) syncPV(ctx context.Context, name string, attempt int) (time.Dura
 	return 0, nil
 }
 
-// seed makes the seed snapshot and the target volume from it, unless the
-// request was withdrawn; then saves the claim and stops the workload.
+// seed makes the seed and the target from it, then saves the claim and
+// stops the workload, unless the request was withdrawn.
 func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	pv := mv.pv
 	claim, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns).Get(ctx, mv.name, metav1.GetOptions{})
@@ -112,12 +109,9 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		return 0, m.abort(ctx, mv, abortRequested)
 	}
 	if pv.Annotations[moveapi.AnnSeed] == "" && pv.Annotations[moveapi.AnnSeedName] == "" {
-		// Nothing of this move is made yet. The target's name is the same
-		// for every move of the PV to the node: one an earlier move left
-		// goes first, deleted on that node. Best effort after a few tries
-		// (the node may be away): this move's own seed keeps a target
-		// that stays from passing for its copy (CreateVolume answers
-		// ALREADY_EXISTS).
+		// The target's name is the same for every move of the PV to the node, so
+		// one an earlier move left goes first. Best effort: this move's own seed
+		// keeps a stale target from passing for its copy (ALREADY_EXISTS).
 		if err := m.deleteLeft(ctx, mv); err != nil {
 			if retryable(err) && attempt < maxSeedRetries {
 				m.wait(ctx, mv, "deleting what an earlier move to node "+mv.to+" left failed (retrying): "+err.Error())
@@ -154,7 +148,6 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		}
 		resp, after, err := m.copySeed(ctx, mv, req)
 		if err != nil || resp == nil {
-			// Copying, or given up (the move aborted or parked).
 			return after, err
 		}
 		vc, _ := json.Marshal(resp.GetVolume().GetVolumeContext())
@@ -163,8 +156,7 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		}
 		mv.pv = pv
 	}
-	// The catch-up refuses a target of another size than the source;
-	// known now, that ends the move before the workload stops.
+	// Sizes known now end the move before the workload stops.
 	why, err := m.sizesDiffer(ctx, mv)
 	if err != nil {
 		return 0, m.failed(ctx, mv, attempt, "reading the sizes of the volume and its copy", err)
@@ -181,9 +173,8 @@ func (m *Mover) seed(ctx context.Context, mv move, attempt int) (time.Duration, 
 		fmt.Sprintf("the data is on node %s; stopping the workload: the claim is deleted and made again on the new volume", mv.to))
 }
 
-// stop deletes the claim (the pvc-protection finalizer keeps it while a
-// pod uses it, and the scheduler starts no pod on a claim being deleted)
-// and the pods that use it, and waits until it is gone.
+// stop deletes the claim (the scheduler starts no pod on a claim being
+// deleted) and its pods, and waits until it is gone.
 func (m *Mover) stop(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	if a := mv.pv.Annotations[moveapi.AnnAbort]; a != "" {
 		return 0, m.startRollBack(ctx, mv, a)
@@ -225,7 +216,6 @@ func (m *Mover) stop(ctx context.Context, mv move, attempt int) (time.Duration, 
 		"the claim is gone; sending what changed since the seed")
 }
 
-// usesClaim tells whether pod mounts claim.
 func usesClaim(p *corev1.Pod, claim string) bool {
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
@@ -235,7 +225,6 @@ func usesClaim(p *corev1.Pod, claim string) bool {
 	return false
 }
 
-// catchUp sends the changes since the seed to the target.
 func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	pv := mv.pv
 	if a := pv.Annotations[moveapi.AnnAbort]; a != "" {
@@ -261,16 +250,14 @@ func (m *Mover) catchUp(ctx context.Context, mv move, attempt int) (time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	// Observed once the phase is written: a catch-up that runs again
-	// because the write failed is still one move's.
+	// Observed after the phase is written, so a rerun counts once.
 	m.catchUpBytes.Observe(float64(n))
 	m.catchUpSeconds.Observe(took.Seconds())
 	return 0, nil
 }
 
-// bind makes the new PV, pre-bound to the claim, and the claim again on
-// it (unless something made the claim already: the PV controller binds
-// that one to the pre-bound PV too).
+// bind makes the new PV pre-bound to the claim, and the claim again unless
+// something made it already (the PV controller binds that one too).
 func (m *Mover) bind(ctx context.Context, mv move) (time.Duration, error) {
 	pvs := m.cfg.Client.CoreV1().PersistentVolumes()
 	np, err := pvs.Get(ctx, mv.target, metav1.GetOptions{})
@@ -311,8 +298,8 @@ func (m *Mover) bind(ctx context.Context, mv move) (time.Duration, error) {
 	return m.cfg.Poll, nil
 }
 
-// newPV is the moved volume's PV: the old one's spec on the target
-// volume and node, pre-bound to the claim by name.
+// newPV is the old PV's spec on the target volume and node, pre-bound to
+// the claim by name.
 func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 	old := mv.pv
 	pv := &corev1.PersistentVolume{}
@@ -342,11 +329,9 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 	return pv
 }
 
-// clean deletes the seed, the old volume and the old PV.
 func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
-	// The claim is bound to the target: the seed and the old volume go
-	// only once the target answers for itself, there and whole.
+	// The seed and old volume go only once the target vouches for itself.
 	bad, err := m.vouch(ctx, mv.to, pv.Annotations[moveapi.AnnTargetID])
 	if err != nil {
 		return 0, err
@@ -356,9 +341,8 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 		return max(m.cfg.Poll, parkedPoll), nil
 	}
 	salvaged := pv.Annotations[moveapi.AnnSalvage] != ""
-	// A salvaged move's seed and old volume are on the node that was
-	// lost: they are left there (the audit reports them should it come
-	// back), only the old PV goes.
+	// A salvaged move leaves its seed and old volume on the lost node (the
+	// audit reports them should it return); only the old PV goes.
 	if id := pv.Annotations[moveapi.AnnSeed]; id != "" && !salvaged {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			return 0, fmt.Errorf("deleting the seed %s: %w", id, err)
@@ -382,8 +366,7 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 		m.cfg.Events.Event(c, typ, reason, msg)
 	}
 	klog.FromContext(ctx).Info("Moved", "newPV", mv.target, "phases", durations)
-	// The old volume is gone: nothing is left for csi-provisioner to
-	// delete, so its finalizer goes too.
+	// Nothing is left for csi-provisioner to delete, so its finalizer goes.
 	pv = pv.DeepCopy()
 	fins := pv.Finalizers[:0]
 	for _, f := range pv.Finalizers {

@@ -1,5 +1,4 @@
-// The bookkeeping of a move: the names and IDs of what it makes, its
-// phase and wait annotations, its Events, and the claim it saves.
+// A move's bookkeeping: names and IDs, phase annotations, Events, saved claim.
 
 package mover
 
@@ -21,12 +20,9 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// targetID is the ID the move's target volume has if the target node
-// keeps it in the volume group of the same name as the old volume's (a
-// volume ID is "<volume group>/<LV name>", the LV name derived from the
-// CSI name, and nodes of one configuration name their groups alike);
-// "" when the old handle is not carve's, or a PV of the target's name
-// exists (a volume in use, not a leftover).
+// targetID is the target's ID if the target node uses the old volume's VG
+// name (nodes of one configuration do); "" when the old handle is not
+// carve's or a PV of the target's name exists (in use, not a leftover).
 func (m *Mover) targetID(ctx context.Context, pv *corev1.PersistentVolume) (string, error) {
 	target := pv.Annotations[moveapi.AnnTarget]
 	vg := oldVG(pv)
@@ -44,8 +40,6 @@ func (m *Mover) targetID(ctx context.Context, pv *corev1.PersistentVolume) (stri
 	return volume.VolumeID(vg, volume.LVNameFor(target)), nil
 }
 
-// oldVG is the volume group of pv's volume; "" when its handle is not
-// carve's.
 func oldVG(pv *corev1.PersistentVolume) string {
 	id, err := volume.ParseID(pv.Spec.CSI.VolumeHandle)
 	if err != nil {
@@ -54,7 +48,6 @@ func oldVG(pv *corev1.PersistentVolume) string {
 	return id.VG
 }
 
-// seedName is the CSI name of the move's seed.
 func seedName(pv *corev1.PersistentVolume) string {
 	if n := pv.Annotations[moveapi.AnnSeedName]; n != "" {
 		return n
@@ -62,8 +55,8 @@ func seedName(pv *corev1.PersistentVolume) string {
 	return SeedName(pv.Name, pv.Annotations[moveapi.AnnMoveTo], "")
 }
 
-// seedID is the ID of the snapshot name of pv's volume: a snapshot lives
-// in its origin's volume group on its node; "" when that is not known.
+// seedID is the ID of snapshot name of pv's volume (in its origin's VG);
+// "" when unknown.
 func (m *Mover) seedID(pv *corev1.PersistentVolume, name string) string {
 	vg, node := oldVG(pv), pinnedFrom(pv, m.cfg.TopologyKey)
 	if vg == "" || node == "" {
@@ -72,8 +65,8 @@ func (m *Mover) seedID(pv *corev1.PersistentVolume, name string) string {
 	return volume.SnapshotID(node, vg, volume.SnapshotLVNameFor(name))
 }
 
-// advance moves to the next phase: the past one's duration recorded,
-// extra annotations written, an Event.
+// advance records the past phase's duration, writes extra annotations and
+// the next phase, and an Event.
 func (m *Mover) advance(ctx context.Context, mv move, next string, extra map[string]string, what string) error {
 	pv := mv.pv
 	durations := m.closePhase(pv, pv.Annotations[moveapi.AnnPhase])
@@ -92,8 +85,6 @@ func (m *Mover) advance(ctx context.Context, mv move, next string, extra map[str
 	return nil
 }
 
-// closePhase observes the current phase's duration and returns the
-// durations so far with it.
 func (m *Mover) closePhase(pv *corev1.PersistentVolume, phase string) string {
 	d := pv.Annotations[moveapi.AnnDurations]
 	since, err := time.Parse(time.RFC3339Nano, pv.Annotations[moveapi.AnnPhaseSince])
@@ -108,8 +99,6 @@ func (m *Mover) closePhase(pv *corev1.PersistentVolume, phase string) string {
 	return d + phase + "=" + took.Round(time.Millisecond).String()
 }
 
-// wait records what the move waits for (moveapi.AnnWaiting), for kubectl, and
-// logs it; best effort.
 func (m *Mover) wait(ctx context.Context, mv move, what string) {
 	klog.FromContext(ctx).V(2).Info("Move waiting", "for", what)
 	if mv.pv.Annotations[moveapi.AnnWaiting] == what {
@@ -120,15 +109,13 @@ func (m *Mover) wait(ctx context.Context, mv move, what string) {
 	}
 }
 
-// tell records an Event on the claim (by reference: it may be gone) and
-// on the old PV.
+// tell records an Event on the claim (by reference: it may be gone) and the
+// old PV.
 func (m *Mover) tell(mv move, typ, reason, msg string) {
 	m.cfg.Events.Event(mv.claimRef(), typ, reason, msg)
 	m.cfg.Events.Event(mv.pv, typ, reason, msg)
 }
 
-// annotate sets (or, for "", removes) annotations on pv and returns it
-// updated.
 func (m *Mover) annotate(ctx context.Context, pv *corev1.PersistentVolume, set map[string]string) (*corev1.PersistentVolume, error) {
 	pv = pv.DeepCopy()
 	if pv.Annotations == nil {
@@ -148,15 +135,13 @@ func (m *Mover) annotate(ctx context.Context, pv *corev1.PersistentVolume, set m
 	return out, nil
 }
 
-// Annotations a claim made again does not keep: the request, the
-// binding's (the PV controller writes them anew), the provisioner's and
-// the old node's.
+// Annotations a claim made again drops; the PV controller and provisioner
+// write theirs anew.
 var dropped = []string{moveapi.AnnMoveTo, "pv.kubernetes.io/bind-completed", "pv.kubernetes.io/bound-by-controller",
 	"volume.kubernetes.io/selected-node", "volume.beta.kubernetes.io/storage-provisioner", "volume.kubernetes.io/storage-provisioner"}
 
-// saveClaim is what is kept of the claim to make it again: name, labels,
-// annotations, owners that are not pods (a pod's owner reference would
-// have the new claim collected with the old pod), and its spec.
+// saveClaim keeps what makes the claim again; pod owner references are
+// dropped, or the new claim would be collected with the old pod.
 func saveClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	out := &corev1.PersistentVolumeClaim{}
 	out.Name, out.Namespace, out.UID = c.Name, c.Namespace, c.UID
@@ -179,8 +164,7 @@ func saveClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	return out
 }
 
-// savedClaim is the claim saved on pv, ready to create (no UID); nil when
-// none is saved.
+// savedClaim is the claim saved on pv, without UID; nil when none is.
 func savedClaim(pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
 	s := pv.Annotations[moveapi.AnnClaim]
 	if s == "" {
@@ -198,8 +182,6 @@ func bytesOf(pv *corev1.PersistentVolume) int64 {
 	return n
 }
 
-// claimToMakeAgain is the claim saved on pv, ready to create bound to
-// the PV volumeName.
 func claimToMakeAgain(pv *corev1.PersistentVolume, volumeName string) (*corev1.PersistentVolumeClaim, error) {
 	c, err := savedClaim(pv)
 	if err == nil && c == nil {

@@ -13,10 +13,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// targetRequest is the CreateVolume of the target: what csi-provisioner
-// would send for the claim on the target node (the class's parameters,
-// the claim's metadata, the PV's size and capabilities), restored from
-// the seed. why says why it cannot be made (the class is gone).
+// targetRequest is the CreateVolume csi-provisioner would send for the claim
+// on the target node, restored from seed. why says why it cannot be made.
 func (m *Mover) targetRequest(ctx context.Context, mv move, seed string) (_ *csi.CreateVolumeRequest, why string, _ error) {
 	pv := mv.pv
 	sc, err := m.cfg.Client.StorageV1().StorageClasses().Get(ctx, pv.Spec.StorageClassName, metav1.GetOptions{})
@@ -34,8 +32,7 @@ func (m *Mover) targetRequest(ctx context.Context, mv move, seed string) (_ *csi
 		}
 	}
 	params[volume.ParamPVCName], params[volume.ParamPVCNamespace], params[volume.ParamPVName] = mv.name, mv.ns, mv.target
-	// The limits the claim has now (its VolumeAttributesClass, as
-	// csi-provisioner sends them) go with the volume to the target.
+	// The claim's current limits (VolumeAttributesClass) go with the volume.
 	var mutable map[string]string
 	if vac := pv.Spec.VolumeAttributesClassName; vac != nil && *vac != "" {
 		c, err := m.cfg.Client.StorageV1().VolumeAttributesClasses().Get(ctx, *vac, metav1.GetOptions{})
@@ -60,8 +57,8 @@ func (m *Mover) targetRequest(ctx context.Context, mv move, seed string) (_ *csi
 	}, "", nil
 }
 
-// capabilities are the PV's access modes and type, as csi-provisioner
-// sends them to a driver with SINGLE_NODE_MULTI_WRITER (carve).
+// capabilities are the PV's access modes and type as csi-provisioner sends
+// them.
 func capabilities(pv *corev1.PersistentVolume) []*csi.VolumeCapability {
 	access := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
 		FsType: pv.Spec.CSI.FSType, MountFlags: pv.Spec.MountOptions}}}

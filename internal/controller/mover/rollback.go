@@ -1,5 +1,4 @@
-// The failure policy of a move: which failure is retried, the abort
-// before the workload stopped, and the roll back after.
+// The failure policy of a move: retry, abort before stop, roll back after.
 
 package mover
 
@@ -22,11 +21,9 @@ import (
 	"github.com/carve-csi/carve/api/moveapi"
 )
 
-// failed handles a step's failure: a retryable one (the code says so, or
-// it is not a gRPC status) is retried Config.Retries times (maxSeedRetries
-// while seeding); then, or at once
-// for any other, the move gives up: an abort before stopping, a roll back
-// from stopping or catching-up.
+// failed handles a step's failure: a retryable one is retried Config.Retries
+// times (maxSeedRetries while seeding), then the move aborts before stopping
+// or rolls back after.
 func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, err error) error {
 	limit := m.cfg.Retries
 	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseSeeding {
@@ -43,8 +40,7 @@ func (m *Mover) failed(ctx context.Context, mv move, attempt int, what string, e
 	return m.startRollBack(ctx, mv, why)
 }
 
-// retryable tells an error worth retrying: an API error, or a CSI code
-// that says the call may succeed later.
+// retryable tells an API error or a CSI code that may succeed later.
 func retryable(err error) bool {
 	s, ok := status.FromError(err)
 	if !ok {
@@ -57,9 +53,8 @@ func retryable(err error) bool {
 	return false
 }
 
-// abort undoes a move before stopping: the target and the seed deleted,
-// the old PV's reclaim policy back, the annotations and the request gone.
-// why is moveapi.AnnAbort's value.
+// abort undoes a move before stopping: target and seed deleted, the reclaim
+// policy restored, annotations and request removed.
 func (m *Mover) abort(ctx context.Context, mv move, why string) error {
 	pv := mv.pv
 	m.seeds.drop(pv.Name)
@@ -109,11 +104,8 @@ func eventType(reason string) string {
 	return corev1.EventTypeNormal
 }
 
-// deleteTarget deletes the move's target volume and seed, when they may
-// have been made: by the IDs their answers gave, or, when an answer was
-// lost (the call made them, the mover never learnt it), by the IDs their
-// names give (targetID, seedID). A target is asked for only once the seed
-// is known.
+// deleteTarget deletes the move's target and seed by the IDs their answers
+// gave, or, when an answer was lost, by the IDs their names give.
 func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) error {
 	id := pv.Annotations[moveapi.AnnTargetID]
 	if id == "" && pv.Annotations[moveapi.AnnSeed] != "" {
@@ -134,10 +126,8 @@ func (m *Mover) deleteTarget(ctx context.Context, pv *corev1.PersistentVolume) e
 	return m.deleteSeed(ctx, pv)
 }
 
-// errTargetAway: the target's node did not answer its deletion.
 var errTargetAway = errors.New("the target's node is away")
 
-// deleteSeed deletes the move's seed, by its ID or the one its name gives.
 func (m *Mover) deleteSeed(ctx context.Context, pv *corev1.PersistentVolume) error {
 	seed := pv.Annotations[moveapi.AnnSeed]
 	if seed == "" && pv.Annotations[moveapi.AnnSeedName] != "" {
@@ -151,10 +141,9 @@ func (m *Mover) deleteSeed(ctx context.Context, pv *corev1.PersistentVolume) err
 	return nil
 }
 
-// deleteLeft deletes, before a move makes anything, the target volume and
-// the seed of the names an earlier move of the PV to the same node may
-// have left: a retried move must not find them (CreateVolume is
-// idempotent by name: it would answer with the old target and its data).
+// deleteLeft deletes the target and seed an earlier move of the PV to the
+// same node may have left: CreateVolume is idempotent by name and would
+// answer with the old target and its data.
 func (m *Mover) deleteLeft(ctx context.Context, mv move) error {
 	id, err := m.targetID(ctx, mv.pv)
 	if err != nil {
@@ -165,7 +154,6 @@ func (m *Mover) deleteLeft(ctx context.Context, mv move) error {
 			return fmt.Errorf("deleting volume %s (%s) on node %s: %w", id, mv.target, mv.to, err)
 		}
 	}
-	// The seed of a move begun before seeds had their own name.
 	if seed := m.seedID(mv.pv, SeedName(mv.pv.Name, mv.to, "")); seed != "" {
 		if _, err := m.cfg.Volumes.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: seed}); err != nil {
 			return fmt.Errorf("deleting snapshot %s: %w", seed, err)
@@ -174,16 +162,13 @@ func (m *Mover) deleteLeft(ctx context.Context, mv move) error {
 	return nil
 }
 
-// startRollBack turns a move that stopped the workload back. A failure
-// (not an abort asked for) is a MoveFailed Event naming it, once: the
-// phase written, the failing step does not run again.
+// startRollBack turns back a move that stopped the workload; a failure is
+// one MoveFailed Event.
 func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
 	reason, failed := strings.CutPrefix(why, abortFailed)
 	if mv.pv.Annotations[moveapi.AnnPhase] == moveapi.PhaseCatchingUp {
-		// The claim is gone and the target holds the data as of the seed.
-		// With the source's node lost too, rolling back would bind the
-		// claim to a volume nobody can read and then delete the target,
-		// the only copy left; parked here, the move can still be salvaged.
+		// With the source's node lost too, rolling back would bind the claim to an
+		// unreadable volume and delete the target, the only copy left: park.
 		bad, err := m.vouchOld(ctx, mv.pv)
 		if err != nil {
 			return err
@@ -207,11 +192,9 @@ func (m *Mover) startRollBack(ctx context.Context, mv move, why string) error {
 	return nil
 }
 
-// rollBack pre-binds the old PV to the claim and makes the claim again on
-// it once the old one is gone; when it is bound, the target and the seed
-// go and the move ends. A target whose node stays away (UNAVAILABLE
-// after maxSeedRetries) is left there: the claim is back on its old
-// volume, and the next move to that node deletes it first (deleteLeft).
+// rollBack pre-binds the old PV to the claim, makes the claim again, and
+// once bound deletes target and seed. A target whose node stays away is
+// left; the next move to that node deletes it first (deleteLeft).
 func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Duration, error) {
 	pv := mv.pv
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(mv.ns)
@@ -223,10 +206,8 @@ func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Durati
 		// The old claim is still being deleted (its pods stopping).
 		return m.cfg.Poll, nil
 	}
-	// Pre-bound by name, or bound already to the claim made again (the
-	// PV controller writes its UID), or still to the old claim (an abort
-	// asked before stopping deleted it): taking that UID away would
-	// leave the bound claim Lost.
+	// Keep a UID the PV controller wrote (the claim made again) or the old
+	// claim's (aborted before stopping): taking it away leaves the claim Lost.
 	var again types.UID
 	if err == nil {
 		again = claim.UID
@@ -260,8 +241,7 @@ func (m *Mover) rollBack(ctx context.Context, mv move, attempt int) (time.Durati
 		}
 		return m.cfg.Poll, nil
 	}
-	// Bound again: the target and the seed go only if the old volume is
-	// there to hold the data.
+	// The target and seed go only if the old volume is there to hold the data.
 	bad, err := m.vouchOld(ctx, pv)
 	if err != nil {
 		return 0, err

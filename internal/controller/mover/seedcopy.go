@@ -14,43 +14,27 @@ import (
 	"github.com/carve-csi/carve/internal/controller/reason"
 )
 
-// The seed's copy to the target node is one CreateVolume that lasts as
-// long as the copy: hours for a large volume. It runs in a goroutine of
-// its own, not in a worker: there are only `workers` of them, and a
-// worker held by a seed for hours would leave a stopped workload's
-// catch-up, binding or roll back waiting behind it. The worker starts
-// the call and looks again at the move's poll, as any step that waits
-// does; at most seedSlots copies run at once, as many as when each held
-// a worker.
-//
-// A call that ends before the copy (the node channel's connection
-// replaced on a certificate renewal, a leader change, the call's own
-// deadline) leaves the copy running on the target node, detached from
-// the call, under the volume's lock: every repeat answers ABORTED with
-// the reason moveapi.ErrorCopyInProgress until it ends, and the first
-// repeat after answers with the volume. Such an answer is progress, not
-// a failure: it spends none of maxSeedRetries, and is waited for as long
-// as a copy can run (copyBusyLimit), not a minute.
+// The seed's copy is one CreateVolume lasting hours, so it runs in its own
+// goroutine, not a worker: a worker held for hours would leave a stopped
+// workload's catch-up or roll back waiting. A call that ends before the copy
+// leaves it running on the node, where repeats answer ABORTED with
+// moveapi.ErrorCopyInProgress; that is progress, spends no retry, and is
+// waited for up to copyBusyLimit.
 
 const (
 	// seedSlots is how many seed copies run at once.
 	seedSlots = workers
-	// seedAnswerWait is how long the step that starts a seed's
-	// CreateVolume waits for its answer: a volume made already, or a
-	// refusal, is answered in the same step.
+	// seedAnswerWait lets a volume made already, or a refusal, be answered in
+	// the step that starts the call.
 	seedAnswerWait = 2 * time.Second
-	// copyBusyLimit is how long the target's node may answer that the
-	// seed's copy still runs: a node stops its copy after copyTimeout
-	// (started before the first such answer), and the hour covers the
-	// copy's last sync and marking. Longer, the answer is a failure like
-	// any other.
+	// copyBusyLimit is how long the node may answer that the copy still runs:
+	// its copyTimeout plus an hour for the final sync and marking.
 	copyBusyLimit = copyTimeout + time.Hour
 )
 
-// seedCopies are the seeds' copies of the moves in seeding, by old PV.
-// A move is synced by one worker at a time (the work queue's promise),
-// so each seedCopy is only touched by one worker and its call's
-// goroutine, which publishes its answer by closing done.
+// seedCopies are the seed copies of moves in seeding, by old PV. The work
+// queue syncs a key on one worker at a time, so each seedCopy is touched by
+// one worker and its call's goroutine, which closes done.
 type seedCopies struct {
 	mu    sync.Mutex
 	moves map[string]*seedCopy
@@ -61,21 +45,16 @@ func newSeedCopies() *seedCopies {
 	return &seedCopies{moves: map[string]*seedCopy{}, slots: make(chan struct{}, seedSlots)}
 }
 
-// seedCopy is one move's copy of its seed: the call in flight, if any,
-// and what the calls before it answered.
+// seedCopy is one move's seed copy: the call in flight and earlier answers.
 type seedCopy struct {
-	// seed is the ID of the seed the target is restored from: a copy
-	// of another seed (an earlier move of the PV) is not this move's.
-	seed string
-	call *seedCall
-	// failures counts the calls that failed, against maxSeedRetries.
+	// seed is the seed's ID: a copy of another move's seed is not this one's.
+	seed     string
+	call     *seedCall
 	failures int
-	// busySince is when the target's node began answering that the copy
-	// still runs; zero while it does not.
+	// busySince is when the node began answering that the copy still runs.
 	busySince time.Time
 }
 
-// seedCall is one CreateVolume of a seed's target.
 type seedCall struct {
 	started time.Time
 	done    chan struct{}
@@ -84,7 +63,7 @@ type seedCall struct {
 	cancel  context.CancelFunc
 }
 
-// of is the copy of pv's move from seed; one of another seed is dropped.
+// of is pv's copy from seed; one of another seed is dropped.
 func (s *seedCopies) of(pv, seed string) *seedCopy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,7 +81,7 @@ func (s *seedCopies) of(pv, seed string) *seedCopy {
 	return c
 }
 
-// drop forgets pv's copy, its call canceled: the move left seeding.
+// drop forgets pv's copy and cancels its call.
 func (s *seedCopies) drop(pv string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,8 +91,7 @@ func (s *seedCopies) drop(pv string) {
 	delete(s.moves, pv)
 }
 
-// start runs create in a goroutine of its own, as c's call, when a slot
-// is free; false when none is.
+// start runs create in its own goroutine when a slot is free.
 func (s *seedCopies) start(ctx context.Context, c *seedCopy, now time.Time, create func(context.Context) (*csi.CreateVolumeResponse, error)) bool {
 	select {
 	case s.slots <- struct{}{}:
@@ -132,9 +110,8 @@ func (s *seedCopies) start(ctx context.Context, c *seedCopy, now time.Time, crea
 	return true
 }
 
-// copySeed makes the move's target volume from its seed (req): the
-// answer once there is one, else how long to wait before looking again.
-// An error is to retry with backoff (Mover.failed decided).
+// copySeed makes the target from its seed: the answer, or how long to wait.
+// An error is retried with backoff.
 func (m *Mover) copySeed(ctx context.Context, mv move, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, time.Duration, error) {
 	c := m.seeds.of(mv.pv.Name, mv.pv.Annotations[moveapi.AnnSeed])
 	wait := time.Duration(0)
@@ -181,7 +158,6 @@ func (m *Mover) copySeed(ctx context.Context, mv move, req *csi.CreateVolumeRequ
 	return nil, 0, m.failed(ctx, mv, c.failures-1, "copying the seed to node "+mv.to, err)
 }
 
-// answered tells whether done is closed, waiting at most wait for it.
 func answered(ctx context.Context, done <-chan struct{}, wait time.Duration) bool {
 	select {
 	case <-done:
@@ -202,10 +178,8 @@ func answered(ctx context.Context, done <-chan struct{}, wait time.Duration) boo
 	return false
 }
 
-// refusedForGood says what a FAILED_PRECONDITION refusal of the catch-up
-// that no retry mends is about, by its ErrorInfo reason; "" for any
-// other answer (a source or target still open is mended by the
-// workload's stop, and retried).
+// refusedForGood names the catch-up refusal no retry mends, by ErrorInfo
+// reason; "" for anything else (an open source or target is retried).
 func refusedForGood(err error) string {
 	if status.Code(err) != codes.FailedPrecondition {
 		return ""
@@ -223,13 +197,10 @@ func refusedForGood(err error) string {
 	return ""
 }
 
-// sizesDiffer tells, once the target is made, why the catch-up would
-// refuse it for its size: "" when the volume and the target are of one
-// size (or a node does not say its volume's size: the catch-up checks
-// it then). A target node whose volume group has larger extents or
-// another stripe makes the target larger, and a claim grown while the
-// seed was copied makes the volume larger. Each node is asked about its
-// own volume only.
+// sizesDiffer says why the catch-up would refuse the target for its size,
+// "" when sizes match or a node does not report one. Larger extents or
+// another stripe on the target node, or a claim grown during the seed copy,
+// make them differ.
 func (m *Mover) sizesDiffer(ctx context.Context, mv move) (string, error) {
 	from, id := pinnedFrom(mv.pv, m.cfg.TopologyKey), mv.pv.Spec.CSI.VolumeHandle
 	src, err := m.cfg.Volumes.ControllerGetVolumeOn(ctx, from, &csi.ControllerGetVolumeRequest{VolumeId: id})

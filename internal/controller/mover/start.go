@@ -19,10 +19,8 @@ import (
 	"github.com/carve-csi/carve/internal/topology/pinned"
 )
 
-// syncClaim starts the move a claim asks for: it checks the request and
-// writes the move's first state on the claim's PV, or refuses it (an
-// Event, and the annotation taken off the claim so that it is not asked
-// again). A claim whose PV moves already is the PV's to follow.
+// syncClaim starts the move a claim asks for, or refuses it (an Event, and
+// the annotation removed so it is not asked again).
 func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error) {
 	ns, name, _ := strings.Cut(key, "/")
 	c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
@@ -84,8 +82,7 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 		moveapi.AnnTarget: TargetName(pv.Name, node), moveapi.AnnPhaseSince: m.now().UTC().Format(time.RFC3339Nano)} {
 		pv.Annotations[k] = v
 	}
-	// Retain first: the claim is deleted on the way, and its volume must
-	// outlive it.
+	// Retain first: the claim is deleted on the way.
 	pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
 	if _, err := m.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
 		return 0, fmt.Errorf("starting the move of %s/%s: %w", ns, name, err)
@@ -98,7 +95,6 @@ func (m *Mover) syncClaim(ctx context.Context, key string) (time.Duration, error
 	return 0, nil
 }
 
-// refuse tells why a move cannot start and takes the request off the claim.
 func (m *Mover) refuse(ctx context.Context, c *corev1.PersistentVolumeClaim, why string) error {
 	klog.FromContext(ctx).Info("Move refused", "claim", c.Namespace+"/"+c.Name, "why", why)
 	m.cfg.Events.Event(c, corev1.EventTypeWarning, moveapi.ReasonMoveFailed, "Not moved: "+why)
@@ -106,7 +102,7 @@ func (m *Mover) refuse(ctx context.Context, c *corev1.PersistentVolumeClaim, why
 	return m.dropRequest(ctx, c.Namespace, c.Name, c.UID)
 }
 
-// dropRequest removes moveapi.AnnMoveTo from the claim (of that UID, when set).
+// dropRequest removes moveapi.AnnMoveTo from the claim (of uid, when set).
 func (m *Mover) dropRequest(ctx context.Context, ns, name string, uid types.UID) error {
 	c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -126,14 +122,10 @@ func (m *Mover) dropRequest(ctx context.Context, ns, name string, uid types.UID)
 	return nil
 }
 
-// targetNode resolves the request to a node, or says why it cannot go
-// there (why != ""). A node must have a CSIStorageCapacity object of the
-// PV's class (carve controller writes one per node whose agent is
-// connected and class) with room for the PV, and every pod that uses
-// the claim now must be able to run on it (podfit.Why: its nodeSelector,
-// required node affinity and tolerations of the node's taints), or the
-// workload, stopped for the move, would not start again. Of the nodes
-// that qualify, * takes the one with the most room.
+// targetNode resolves the request to a node, or why it cannot go there. The
+// node needs a CSIStorageCapacity of the PV's class with room, and every
+// pod of the claim must fit it (podfit.Why), or the stopped workload would
+// not start again; * takes the fitting node with the most room.
 func (m *Mover) targetNode(ctx context.Context, c *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, from, to string) (node, why string, err error) {
 	if to == from {
 		return "", fmt.Sprintf("it is on node %s already", from), nil
@@ -209,8 +201,7 @@ func (m *Mover) targetNode(ctx context.Context, c *corev1.PersistentVolumeClaim,
 		size.String(), class, strings.Join(refused, "; ")), nil
 }
 
-// podsOf is the pods that use claim c and have not ended: the workload
-// whose pods must run on the move's target.
+// podsOf is the pods of claim c that have not ended.
 func (m *Mover) podsOf(ctx context.Context, c *corev1.PersistentVolumeClaim) ([]*corev1.Pod, error) {
 	l, err := m.cfg.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -227,9 +218,7 @@ func (m *Mover) podsOf(ctx context.Context, c *corev1.PersistentVolumeClaim) ([]
 	return out, nil
 }
 
-// podsFit is "" when every pod of pods may run on node (podfit.Why),
-// else why the first may not, naming the pod, the node and the
-// constraint. With no pod (the workload scaled down) any node fits.
+// podsFit is "" when every pod may run on node, else why the first may not.
 func (m *Mover) podsFit(ctx context.Context, pods []*corev1.Pod, node string) (string, error) {
 	if len(pods) == 0 {
 		return "", nil

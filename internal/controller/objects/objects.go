@@ -1,17 +1,10 @@
-// Package objects is the controller process's one cache of the cluster-wide
-// objects its duties read: PersistentVolumes, PersistentVolumeClaims, Nodes
-// and StorageClasses, each listed and watched once however many duties read
-// it, and trimmed to what those duties read.
-//
-// A duty asks for its informers, adds its indexers and handlers, then
-// calls Start: an informer runs from the first Start after it was asked
-// for until the process's context ends, so a standby replica watches only
-// what its duties need (the PV index), and a duty that stops leaves the
-// informer to the others. Objects scoped to a namespace, a label or a field (the node
-// agents' EndpointSlices, the CSIStorageCapacities, the pending pods) are
-// listed apart by the duty that reads them, and so are the capacity
-// writer's StorageClasses: its informers are made anew for each term it
-// leads.
+// Package objects is the controller process's one cache of PVs, claims,
+// Nodes and StorageClasses, each watched once however many duties read it,
+// and trimmed to what they read. A duty asks for its informers, adds its
+// indexers and handlers, then calls Start; informers run until the process
+// ends, so a standby replica watches only what its duties need. Objects
+// scoped to a namespace, label or field are listed apart by their duty,
+// as are the capacity writer's StorageClasses (made anew each term).
 package objects
 
 import (
@@ -33,8 +26,8 @@ type Cache struct {
 	stop    <-chan struct{}
 }
 
-// New returns the cache of driver's objects read through client; its
-// informers run until stop is closed (the process's end).
+// New returns the cache of driver's objects; its informers run until stop
+// is closed.
 func New(client kubernetes.Interface, driver string, stop <-chan struct{}) *Cache {
 	return &Cache{
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Trim(driver))),
@@ -42,8 +35,7 @@ func New(client kubernetes.Interface, driver string, stop <-chan struct{}) *Cach
 	}
 }
 
-// PersistentVolumes is the informer of every PV (another driver's by name
-// only).
+// PersistentVolumes is the informer of every PV (others' by name only).
 func (c *Cache) PersistentVolumes() cache.SharedIndexInformer {
 	return c.factory.Core().V1().PersistentVolumes().Informer()
 }
@@ -63,22 +55,19 @@ func (c *Cache) StorageClasses() cache.SharedIndexInformer {
 	return c.factory.Storage().V1().StorageClasses().Informer()
 }
 
-// Start starts the informers asked for that do not run yet.
+// Start starts the requested informers that do not run yet.
 func (c *Cache) Start() { c.factory.Start(c.stop) }
 
 // Shutdown waits for the informers to end once stop is closed.
 func (c *Cache) Shutdown() { c.factory.Shutdown() }
 
-// carveAnnotations prefixes every annotation carve writes on claims and
-// PVs (the move's, the placement's); selectedNode is the scheduler's.
+// carveAnnotations prefixes carve's annotations on claims and PVs.
 const (
 	carveAnnotations = "carve.dev/"
 	selectedNode     = "volume.kubernetes.io/selected-node"
 )
 
-// Trim is the cache's transform: of each object it keeps what some duty
-// reads (the restore placement, the mover, the lost-node watch, the PV
-// index), and nothing else reaches memory.
+// Trim is the cache's transform: only what some duty reads reaches memory.
 func Trim(driver string) cache.TransformFunc {
 	return func(o any) (any, error) {
 		switch v := o.(type) {
@@ -104,9 +93,8 @@ func Trim(driver string) cache.TransformFunc {
 	}
 }
 
-// trimPV keeps a PV of another driver by name; of driver's, the handle,
-// an encrypted volume's key ID, node affinity, claim, reclaim policy, phase and carve's annotations: a
-// few hundred bytes per PV.
+// trimPV keeps another driver's PV by name; of driver's, what the duties
+// read: a few hundred bytes per PV.
 func trimPV(v *corev1.PersistentVolume, driver string) *corev1.PersistentVolume {
 	out := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID,
 		ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
@@ -115,8 +103,7 @@ func trimPV(v *corev1.PersistentVolume, driver string) *corev1.PersistentVolume 
 	}
 	out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: v.Spec.CSI.VolumeHandle}
 	if id, ok := v.Spec.CSI.VolumeAttributes[volume.ContextKeyID]; ok {
-		// The key ID the controller releases an encrypted volume's key
-		// for (internal/controller/volumekey).
+		// The key ID the controller releases an encrypted volume's key for.
 		out.Spec.CSI.VolumeAttributes = map[string]string{volume.ContextKeyID: id}
 	}
 	out.Spec.NodeAffinity = v.Spec.NodeAffinity
@@ -127,8 +114,7 @@ func trimPV(v *corev1.PersistentVolume, driver string) *corev1.PersistentVolume 
 	return out
 }
 
-// trimClaim keeps what places a claim (class, size, source, chosen node)
-// and carve's annotations.
+// trimClaim keeps what places a claim and carve's annotations.
 func trimClaim(v *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	out := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace, UID: v.UID,
 		ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
@@ -144,8 +130,6 @@ func trimClaim(v *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	return out
 }
 
-// keepAnnotations is carve's annotations and the scheduler's chosen node
-// of in, nil when there are none.
 func keepAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {

@@ -1,7 +1,6 @@
-// Package paging follows a node agent's list pages within limits: a node
-// that answers endless, repeated or huge pages (a broken or a lying agent)
-// fails its own list instead of holding carve controller's memory and
-// time, and every other node's list goes on.
+// Package paging follows a node agent's list pages within limits: a broken
+// or lying agent answering endless, repeated or huge pages fails its own
+// list instead of holding the controller's memory and time.
 package paging
 
 import (
@@ -14,13 +13,12 @@ var ErrRefused = errors.New("the node's list pages are refused")
 
 // Limits bound one walk through one node's pages.
 type Limits struct {
-	// Pages, Entries and Bytes are the most pages, entries and encoded
-	// bytes a walk takes.
+	// Pages, Entries and Bytes are the most a walk takes.
 	Pages, Entries, Bytes int
 }
 
-// Default is far above what a node holds (a node of 100,000 volumes lists
-// them in about 10 MiB) and far below what fills the controller's memory.
+// Default is far above what a node holds (100,000 volumes list in about
+// 10 MiB) and far below what fills the controller's memory.
 func Default() Limits { return Limits{Pages: 10_000, Entries: 200_000, Bytes: 64 << 20} }
 
 // Walk counts the pages of one node's list.
@@ -35,9 +33,8 @@ func New(limits Limits, token string) *Walk {
 	return &Walk{limits: limits, seen: map[string]bool{token: true}}
 }
 
-// Page records a page of entries (bytes encoded) whose next token is next
-// and refuses it when it breaks a limit or names a token seen before in
-// this walk (which would page forever).
+// Page records a page and refuses it when it breaks a limit or repeats a
+// token (which would page forever).
 func (w *Walk) Page(entries, bytes int, next string) error {
 	w.pages++
 	w.entries += entries

@@ -23,20 +23,18 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Kinds of source a claim can restore or clone.
 const (
 	kindSnapshot = "VolumeSnapshot"
 	kindClaim    = "PersistentVolumeClaim"
 )
 
-// source is what a claim restores (a VolumeSnapshot) or clones (a claim).
 type source struct{ kind, namespace, name string }
 
 func (s source) key() string    { return s.kind + "/" + s.namespace + "/" + s.name }
 func (s source) String() string { return s.kind + " " + s.namespace + "/" + s.name }
 
-// sourceOf is the claim's snapshot or claim source: dataSourceRef when
-// set (it may name another namespace), else dataSource.
+// sourceOf is the claim's snapshot or claim source: dataSourceRef (which may
+// name another namespace), else dataSource.
 func sourceOf(c *corev1.PersistentVolumeClaim) (source, bool) {
 	var group, kind, name string
 	ns := c.Namespace
@@ -64,8 +62,8 @@ func sourceOf(c *corev1.PersistentVolumeClaim) (source, bool) {
 	return source{}, false
 }
 
-// candidate tells a claim carve may have to select a node for: unbound,
-// not being deleted, no node selected, restoring or cloning something.
+// candidate tells an unbound, live claim with no selected node that
+// restores or clones something.
 func candidate(c *corev1.PersistentVolumeClaim) bool {
 	if c.DeletionTimestamp != nil || c.Spec.VolumeName != "" || c.Status.Phase == corev1.ClaimBound {
 		return false
@@ -77,15 +75,13 @@ func candidate(c *corev1.PersistentVolumeClaim) bool {
 	return ok
 }
 
-// outcome is a decision: result "" is none (nothing for carve to
-// decide); retry asks to look again later (the answer may change).
+// outcome is a decision: result "" is none; retry asks to look again later.
 type outcome struct {
 	result, node, message string
 	retry                 bool
 }
 
-// sync decides for the claim of key and acts: the annotation, the Event,
-// the count. An error is a failed patch, to retry.
+// sync decides for the claim of key and acts; an error is a failed patch.
 func (p *Placer) sync(ctx context.Context, key string) (outcome, error) {
 	o, ok, err := p.claims.GetIndexer().GetByKey(key)
 	if err != nil || !ok {
@@ -106,8 +102,8 @@ func (p *Placer) sync(ctx context.Context, key string) (outcome, error) {
 	if out.result == ResultPlaced {
 		if err := p.place(ctx, c, out.node); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				// The claim changed (the scheduler selected a node, say):
-				// the informer brings the new one and it is decided again.
+				// The claim changed (the scheduler selected a node, say): the informer
+				// brings it again.
 				log.V(2).Info("The claim changed before carve selected its node", "err", err.Error())
 				return outcome{}, nil
 			}
@@ -121,7 +117,6 @@ func (p *Placer) sync(ctx context.Context, key string) (outcome, error) {
 	return out, nil
 }
 
-// tell records the decision as an Event and a count, once per result.
 func (p *Placer) tell(c *corev1.PersistentVolumeClaim, out outcome) {
 	p.mu.Lock()
 	same := p.told[c.UID] == out.result
@@ -138,8 +133,7 @@ func (p *Placer) tell(c *corev1.PersistentVolumeClaim, out outcome) {
 	p.cfg.Events.Event(c, corev1.EventTypeNormal, reason, out.message)
 }
 
-// place sets the selected node, if the claim is still the one decided
-// on (its resourceVersion: a conflict otherwise).
+// place sets the selected node if the claim's resourceVersion is unchanged.
 func (p *Placer) place(ctx context.Context, c *corev1.PersistentVolumeClaim, node string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": c.ResourceVersion,
@@ -152,8 +146,8 @@ func (p *Placer) place(ctx context.Context, c *corev1.PersistentVolumeClaim, nod
 	return err
 }
 
-// decide is the decision for claim c (see the package comment). An
-// error is a failed read of the API, to retry.
+// decide is the decision for claim c (see the package comment); an error is
+// a failed API read.
 func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (outcome, error) {
 	if !candidate(c) {
 		return outcome{}, nil
@@ -171,8 +165,7 @@ func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (o
 	}
 	pods := p.waiting(c)
 	if len(pods) == 0 {
-		// Where the claim's pods may run is not known until one exists;
-		// its arrival looks again (onPod).
+		// Where the pods may run is unknown until one exists; onPod looks again.
 		return outcome{}, nil
 	}
 	node, out := p.sourceNode(src)
@@ -183,7 +176,6 @@ func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (o
 		return outcome{result: ResultPodCannotRun, message: fmt.Sprintf("PodCannotRunThere: %s lives on node %s, ", src, node) +
 			fmt.Sprintf(format, args...) + "; the scheduler chooses the node, and the volume is copied there from the source's node (where the StorageClass allows copies across nodes)"}
 	}
-	// A Node the cache does not hold is nil (a thread-safe store's GetByKey never fails).
 	o, _, _ := p.nodes.GetIndexer().GetByKey(node)
 	n, _ := o.(*corev1.Node)
 	if n == nil {
@@ -214,9 +206,7 @@ func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (o
 			"SourceNodeFull: %s lives on node %s, which can make volumes of at most %s in %s (StorageClass %s); the claim asks %s; the scheduler chooses the node",
 			src, node, bytes(room), class, sc.Name, want.String())}, nil
 	}
-	// Last, as it asks the API server: the pods bound to the node, whose
-	// requests take from its allocatable resources. "0": the API server's
-	// cache answers.
+	// Last, as it asks the API server; "0" lets its cache answer.
 	bound, err := p.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), ResourceVersion: "0"})
 	if err != nil {
@@ -234,7 +224,6 @@ func (p *Placer) decide(ctx context.Context, c *corev1.PersistentVolumeClaim) (o
 		node, src, want.String(), class, sc.Name, bytes(room), strings.Join(names, ", "))}, nil
 }
 
-// waiting is the pods that use claim c and wait for a node.
 func (p *Placer) waiting(c *corev1.PersistentVolumeClaim) []*corev1.Pod {
 	objs, err := p.pods.GetIndexer().ByIndex(byClaim, c.Namespace+"/"+c.Name)
 	if err != nil {
@@ -250,9 +239,8 @@ func (p *Placer) waiting(c *corev1.PersistentVolumeClaim) []*corev1.Pod {
 	return out
 }
 
-// otherVolumes is "" when the pod's other claims allow node n: a claim
-// bound to a PersistentVolume whose node affinity excludes n, or one for
-// which another node is selected, would keep the pod off n.
+// otherVolumes is "" when the pod's other claims allow node n (no bound PV
+// whose affinity excludes n, no other node selected).
 func (p *Placer) otherVolumes(pod *corev1.Pod, claim string, n *corev1.Node) string {
 	for _, name := range claimsOf(pod) {
 		if name == claim {
@@ -295,8 +283,7 @@ func (p *Placer) class(c *corev1.PersistentVolumeClaim) *storagev1.StorageClass 
 	return sc
 }
 
-// sourceNode is the node src lives on, or the outcome that says why it
-// is not known.
+// sourceNode is src's node, or the outcome saying why it is unknown.
 func (p *Placer) sourceNode(src source) (string, outcome) {
 	unknown := func(format string, args ...any) (string, outcome) {
 		return "", outcome{result: ResultSourceNodeUnknown, retry: true,
@@ -367,6 +354,4 @@ func (p *Placer) sourceNode(src source) (string, outcome) {
 	return node, outcome{}
 }
 
-// bytes formats n as a quantity (1Gi, or the bytes when not a round
-// binary size).
 func bytes(n int64) string { return resource.NewQuantity(n, resource.BinarySI).String() }

@@ -12,19 +12,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// bySource indexes claims by the source they restore or clone
-// (sourceKey), so that a change of the source looks at them again;
-// byClaim indexes pending pods by the claims they use (namespace/name).
+// bySource indexes claims by source so its changes requeue them; byClaim
+// indexes pending pods by claim.
 const (
 	bySource = "source"
 	byClaim  = "claim"
 )
 
-// setupInformers sets up the placer's own informers: the pods no node is
-// chosen for and the snapshots. Run starts them.
+// setupInformers sets up the unscheduled pods and snapshot informers.
 func (p *Placer) setupInformers() error {
-	// Only the pods no node is chosen for: those are the ones a
-	// placement decides for, and they are few.
+	// Only pods without a node: the ones placement decides for, and few.
 	p.podFactory = informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0, informers.WithTransform(trimPods),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
@@ -82,10 +79,8 @@ func (p *Placer) setupInformers() error {
 	return nil
 }
 
-// watchShared takes the claims, StorageClasses and Nodes from the
-// process's cache, indexes the claims by source and queues their changes;
-// stop takes the handler off again. The cache's informers are started by
-// the caller.
+// watchShared indexes and follows the claims, StorageClasses and Nodes of
+// the process's cache (started by the caller); stop removes the handler.
 func (p *Placer) watchShared() (stop func(), err error) {
 	p.claims, p.classes, p.nodes = p.cfg.Objects.Claims(), p.cfg.Objects.StorageClasses(), p.cfg.Objects.Nodes()
 	if err := p.claims.AddIndexers(cache.Indexers{bySource: func(o any) ([]string, error) {
@@ -110,8 +105,7 @@ func (p *Placer) watchShared() (stop func(), err error) {
 	return func() { _ = p.claims.RemoveEventHandler(reg) }, nil // fails only once the informer stopped
 }
 
-// onClaim queues a claim carve may have to place, and the claims that
-// clone it (it may just have been bound).
+// onClaim queues a claim to place and the claims that clone it.
 func (p *Placer) onClaim(o any) {
 	c, ok := o.(*corev1.PersistentVolumeClaim)
 	if !ok {
@@ -123,11 +117,10 @@ func (p *Placer) onClaim(o any) {
 	p.enqueueBySource(source{kind: kindClaim, namespace: c.Namespace, name: c.Name}.key())
 }
 
-// onClaimUpdate is onClaim, except that a claim whose selected node was just
-// taken back (the node refused the volume) waits takenBackDelay: a selection
-// carve patched before csi-provisioner's informer cache caught up with its own
-// update would be overwritten there by the older claim, and the claim would
-// wait for the next resync (seen by make measure-placement-nodes).
+// onClaimUpdate is onClaim, except that a claim whose selected node was
+// just taken back waits takenBackDelay: a selection patched before
+// csi-provisioner's cache caught up would be overwritten there by the older
+// claim, and the claim would wait for the next resync.
 func (p *Placer) onClaimUpdate(old, o any) {
 	before, ok1 := old.(*corev1.PersistentVolumeClaim)
 	c, ok2 := o.(*corev1.PersistentVolumeClaim)
@@ -150,8 +143,8 @@ func (p *Placer) onClaimDeleted(o any) {
 	}
 }
 
-// onPod queues the claims a pending pod uses that carve may have to place:
-// a restore or clone is placed only once a pod that uses it waits.
+// onPod queues the claims of a pending pod: a restore or clone is placed
+// only once a pod waits for it.
 func (p *Placer) onPod(o any) {
 	pod, ok := o.(*corev1.Pod)
 	if !ok || pod.Spec.NodeName != "" {
@@ -167,8 +160,8 @@ func (p *Placer) onPod(o any) {
 	}
 }
 
-// claimsOf names the claims pod uses: its persistentVolumeClaim volumes'
-// and its generic ephemeral volumes' (<pod>-<volume>).
+// claimsOf names pod's claims, including generic ephemeral ones
+// (<pod>-<volume>).
 func claimsOf(pod *corev1.Pod) []string {
 	var out []string
 	for _, v := range pod.Spec.Volumes {
@@ -194,7 +187,6 @@ func (p *Placer) enqueueBySource(key string) {
 	}
 }
 
-// trimPods is the pod informer's transform.
 func trimPods(o any) (any, error) {
 	if v, ok := o.(*corev1.Pod); ok {
 		return trimPod(v), nil
@@ -202,8 +194,7 @@ func trimPods(o any) (any, error) {
 	return o, nil // a tombstone: kept as it is
 }
 
-// trimPod keeps what tells where a pod may run (podfit) and which claims
-// it uses.
+// trimPod keeps where a pod may run (podfit) and which claims it uses.
 func trimPod(v *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace, UID: v.UID,
 		ResourceVersion: v.ResourceVersion, DeletionTimestamp: v.DeletionTimestamp}}
@@ -233,14 +224,12 @@ func trimPod(v *corev1.Pod) *corev1.Pod {
 	return out
 }
 
-// What the snapshot informers keep of their objects.
 var (
 	snapshotFields = [][]string{{"spec", "source"}, {"status", "boundVolumeSnapshotContentName"}}
 	contentFields  = [][]string{{"spec", "driver"}, {"spec", "source", "snapshotHandle"}, {"spec", "volumeSnapshotRef", "namespace"},
 		{"spec", "volumeSnapshotRef", "name"}, {"status", "snapshotHandle"}}
 )
 
-// trimUnstructured keeps an object's identity and the fields of keep.
 func trimUnstructured(keep [][]string) cache.TransformFunc {
 	return func(o any) (any, error) {
 		u, ok := o.(*unstructured.Unstructured)

@@ -1,27 +1,11 @@
 // Package placement puts a new restore or clone of a carve volume on its
-// source's node, when the pod that waits for it can run there, before the
-// scheduler chooses a node: there it is made in place (a thin snapshot of a
-// thin source is instant), anywhere else it is copied over the network,
-// which takes as long as the data (docs/backup-restore.md).
-//
-// The leader watches the unbound claims of carve's WaitForFirstConsumer
-// classes whose source is a carve VolumeSnapshot or PVC. Once a pending pod
-// uses such a claim and no node is selected, it sets
-// volume.kubernetes.io/selected-node to the source's node when every pending
-// pod of the claim can run there (package podfit: the scheduler's own rules
-// for labels, affinity, taints, pinned claims and resources) and the node's
-// last capacity report has room; otherwise the scheduler chooses and the
-// restore is copied. The patch carries the claim's resourceVersion, so a
-// choice the scheduler made first stands.
-//
-// The same patch writes carve.dev/placed-with-source, and a claim that
-// carries it is never placed again: when the node refuses the volume,
-// csi-provisioner takes the selection back and the scheduler chooses,
-// rather than carve and the node refusing in a loop. A claim created with
-// it opts out.
-//
-// Each decision is an Event on the claim (PlacedWithSource, or NotPlaced
-// with its reason first) and a count in carve_restore_placements_total.
+// source's node, where it is made in place rather than copied over the
+// network (docs/backup-restore.md). Once a pod waits for such an unbound
+// claim, the leader sets volume.kubernetes.io/selected-node to the source's
+// node if every pending pod fits it (podfit) and it has room. The patch
+// carries the resourceVersion, so a scheduler's earlier choice stands, and
+// writes carve.dev/placed-with-source, so a node refusing the volume leads
+// to the scheduler choosing rather than a loop.
 package placement
 
 import (
@@ -51,15 +35,12 @@ import (
 
 // Annotations on the claim.
 const (
-	// AnnSelectedNode is the node the scheduler (or carve) selected for a
-	// WaitForFirstConsumer claim; the PV controller provisions on it.
+	// AnnSelectedNode is the node selected for a WaitForFirstConsumer claim.
 	AnnSelectedNode = "volume.kubernetes.io/selected-node"
-	// AnnPlaced is the node carve selected once for the claim; carve
-	// does not select a node for the claim again.
+	// AnnPlaced is the node carve selected once; it never selects again.
 	AnnPlaced = "carve.dev/placed-with-source"
 )
 
-// The snapshot API's resources.
 var (
 	VolumeSnapshots        = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshots"}
 	VolumeSnapshotContents = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotcontents"}
@@ -73,7 +54,7 @@ const (
 	ReasonNotPlaced = "NotPlaced"
 )
 
-// Results: the values of carve_restore_placements_total's result label.
+// Results are carve_restore_placements_total's result label.
 const (
 	ResultPlaced                = "placed"
 	ResultSourceNodeFull        = "source_node_full"
@@ -87,41 +68,35 @@ const (
 var results = []string{ResultPlaced, ResultSourceNodeFull, ResultSourceNodeUnreachable,
 	ResultSourceNodeUnknown, ResultSourceNotCarve, ResultPlacedBefore, ResultPodCannotRun}
 
-// Retries of a claim whose source's node is not known or not reachable
-// yet back off from baseDelay to maxDelay, maxRetries times (about three
-// minutes in all); a change of the claim, its source claim, snapshot or
-// snapshot content looks again at once.
+// A claim whose source's node is not known or reachable yet is retried with
+// backoff (about three minutes in all); changes of the claim or its source
+// look again at once.
 const (
 	baseDelay  = 500 * time.Millisecond
 	maxDelay   = 30 * time.Second
 	maxRetries = 10
 	workers    = 2
-	// takenBackDelay is how long a claim whose selected node was taken
-	// back waits before carve selects one (onClaimUpdate): far longer
-	// than csi-provisioner takes to write its cache after its update.
+	// takenBackDelay is far longer than csi-provisioner takes to update its
+	// cache (onClaimUpdate).
 	takenBackDelay = 2 * time.Second
 )
 
-// Capacity is the room the node agents last reported;
-// *capacity.Writer satisfies it.
+// Capacity is the room the agents last reported; *capacity.Writer is one.
 type Capacity interface {
-	// MaxVolume is the largest volume the node's device class can make
-	// now ("" is the node's default class); ok is false when the node's
-	// agent has not reported (it is not connected).
+	// MaxVolume is the largest volume the node's device class ("" default) can
+	// make; ok is false when the agent has not reported.
 	MaxVolume(node, deviceClass string) (bytes int64, ok bool)
 }
 
-// PVs finds PersistentVolumes by name; *pvindex.Index satisfies it.
+// PVs finds PersistentVolumes by name; *pvindex.Index is one.
 type PVs interface {
-	// Get returns the PV (a PV of another driver has no Spec.CSI), nil
-	// when there is none; an error when the answer is not known yet.
+	// Get returns the PV, nil when none; an error when not known yet.
 	Get(name string) (*corev1.PersistentVolume, error)
 }
 
-// Config is what the placer needs; main builds it.
+// Config is what the placer needs.
 type Config struct {
-	// Client watches the pods that wait for a node, lists the pods on a
-	// source's node, and patches claims.
+	// Client watches pending pods, lists a node's pods and patches claims.
 	Client kubernetes.Interface
 	// Objects is the process's cache of claims, StorageClasses and Nodes.
 	Objects *objects.Cache
@@ -129,8 +104,7 @@ type Config struct {
 	Dynamic dynamic.Interface
 	// Driver is carve's CSI driver name.
 	Driver string
-	// TopologyKey is the node label of carve's topology (topology.Key),
-	// the key of a carve PV's node affinity.
+	// TopologyKey is carve's node topology key.
 	TopologyKey string
 	// Capacity is the nodes' room.
 	Capacity Capacity
@@ -154,16 +128,15 @@ type Placer struct {
 	claims     cache.SharedIndexInformer
 	classes    cache.SharedIndexInformer
 	nodes      cache.SharedIndexInformer
-	// pods are the pods no node is chosen for yet.
-	pods      cache.SharedIndexInformer
-	snapshots cache.SharedIndexInformer
-	contents  cache.SharedIndexInformer
+	pods       cache.SharedIndexInformer
+	snapshots  cache.SharedIndexInformer
+	contents   cache.SharedIndexInformer
 
 	takenBackDelay time.Duration
 
 	mu sync.Mutex
-	// told is the last result each claim got an Event for, so that a
-	// claim looked at again gets one only when the answer changes.
+	// told is each claim's last Event result, so a claim gets one only when the
+	// answer changes.
 	told map[types.UID]string
 }
 
@@ -229,9 +202,8 @@ func (p *Placer) Run(ctx context.Context) error {
 	snaps.Go(func() { p.startSnapshots(ctx) })
 	defer snaps.Wait()
 	defer p.dyn.Shutdown()
-	// Not the snapshot informers: without the snapshot CRDs they never
-	// sync, and clones still need placing. A restore seen before they
-	// have synced is looked at again (sourceNode).
+	// Not the snapshot informers: without the CRDs they never sync, and clones
+	// still need placing; a restore seen early is retried (sourceNode).
 	if !cache.WaitForCacheSync(ctx.Done(), p.claims.HasSynced, p.classes.HasSynced, p.nodes.HasSynced, p.pods.HasSynced) {
 		return nil
 	}
@@ -242,13 +214,11 @@ func (p *Placer) Run(ctx context.Context) error {
 	return nil
 }
 
-// snapshotsCheck is how often the API server is asked whether it serves
-// the snapshot API, while it does not.
+// snapshotsCheck is how often a missing snapshot API is looked for again.
 const snapshotsCheck = time.Minute
 
-// startSnapshots starts the snapshot informers once the API server serves
-// the snapshot API (a cluster without the snapshot CRDs: watching them
-// would only fail, over and over).
+// startSnapshots starts the snapshot informers once the API serves them;
+// without the CRDs watching would only fail.
 func (p *Placer) startSnapshots(ctx context.Context) {
 	logged := false
 	for {
@@ -279,8 +249,7 @@ func served(l *metav1.APIResourceList, resource string) bool {
 	return false
 }
 
-// syncKey places one claim; a claim whose decision must wait is looked
-// at again with backoff, at most maxRetries times.
+// syncKey places one claim; a decision that must wait retries with backoff.
 func (p *Placer) syncKey(ctx context.Context, k string, attempt int) (loop.Result, error) {
 	out, err := p.sync(ctx, k)
 	return loop.Result{Again: err == nil && out.retry && attempt < maxRetries}, err

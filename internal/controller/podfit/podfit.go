@@ -1,9 +1,7 @@
 // Package podfit tells whether a pod could run on a node by kube-scheduler's
-// own filters (k8s.io/component-helpers): node selector and required
-// affinity, NoSchedule and NoExecute taints and the cordon, and allocatable
-// resources less what bound pods request. Placement and the mover ask it
-// before they pin a volume to a node. Each check answers "" or a sentence
-// naming the constraint, for an Event.
+// own filters (k8s.io/component-helpers): selector and required affinity,
+// taints and the cordon, and allocatable resources less bound pods'
+// requests. Each check answers "" or a sentence for an Event.
 package podfit
 
 import (
@@ -19,14 +17,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// unschedulable is the taint kube-scheduler treats a cordoned node as
-// having (its NodeUnschedulable filter): a pod that tolerates it may
-// still go there.
+// unschedulable is the taint the scheduler treats a cordoned node as having;
+// a pod tolerating it may still go there.
 var unschedulable = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
 
-// Why is "" when pod may run on node by its nodeSelector, its required
-// node affinity and its tolerations; else why not, naming the
-// constraint (the node's name is the caller's to say).
+// Why is "" when pod may run on node by its selector, required affinity and
+// tolerations; else the constraint (the caller names the node).
 func Why(pod *corev1.Pod, node *corev1.Node) string {
 	if len(pod.Spec.NodeSelector) > 0 {
 		ok, err := nodeaffinity.NewRequiredNodeAffinity(pod.Spec.NodeSelector, nil).Match(node)
@@ -56,10 +52,9 @@ func Why(pod *corev1.Pod, node *corev1.Node) string {
 	return ""
 }
 
-// Room is "" when the node's allocatable resources, less the requests
-// of bound (the pods on the node that have not ended), hold the
-// requests of pods together; else which resource is short. bound may
-// hold pods of other nodes and pods among pods: they are skipped.
+// Room is "" when the node's allocatable, less the requests of bound (pods
+// of other nodes and among pods are skipped), holds pods together; else the
+// short resource.
 func Room(node *corev1.Node, bound []corev1.Pod, pods ...*corev1.Pod) string {
 	want := corev1.ResourceList{}
 	skip := map[string]bool{}
@@ -118,7 +113,6 @@ func orZero(q resource.Quantity) string {
 	return q.String()
 }
 
-// selector writes a nodeSelector as k=v,k=v in key order.
 func selector(s map[string]string) string {
 	keys := make([]string, 0, len(s))
 	for k := range s {

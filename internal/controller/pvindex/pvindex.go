@@ -1,8 +1,6 @@
-// Package pvindex keeps carve controller's cache of carve's
-// PersistentVolumes, trimmed to what the controller reads (handle, node,
-// claim, phase) and indexed by volume handle. The router asks it which
-// node holds a volume, since a volume ID does not name its node; the
-// audit compares it with the nodes' LVs.
+// Package pvindex is the controller's cache of carve's PVs, trimmed and
+// indexed by volume handle: a volume ID does not name its node, so the
+// router asks it, and the audit compares it with the nodes' LVs.
 package pvindex
 
 import (
@@ -19,23 +17,20 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// ErrNotSynced is returned by a lookup before the cache holds its first
-// full list: the answer is not known yet.
+// ErrNotSynced is returned by a lookup before the first full list.
 var ErrNotSynced = errors.New("the PersistentVolume cache has not been filled yet")
 
-// byHandle is the name of the index on spec.csi.volumeHandle.
 const byHandle = "handle"
 
-// Index is the cache: the process's PV informer (internal/controller/objects),
-// which holds every PV (no selector reaches spec.csi.driver, and
-// csi-provisioner's PVs carry no carve label), trimmed, with an index by
-// handle.
+// Index wraps the process's PV informer (no selector reaches
+// spec.csi.driver, and csi-provisioner's PVs carry no carve label) with an
+// index by handle.
 type Index struct {
 	driver, key string
 	informer    cache.SharedIndexInformer
 }
 
-// New returns the cache of driver's PVs in objs, whose node affinity is on
+// New returns the cache of driver's PVs in objs, whose affinity is on
 // topologyKey, and starts filling it.
 func New(objs *objects.Cache, driver, topologyKey string) (*Index, error) {
 	inf := objs.PersistentVolumes()
@@ -53,13 +48,12 @@ func New(objs *objects.Cache, driver, topologyKey string) (*Index, error) {
 	return &Index{driver: driver, key: topologyKey, informer: inf}, nil
 }
 
-// WaitForSync waits until the cache holds its first full list; false when
-// ctx ended first.
+// WaitForSync waits for the first full list; false when ctx ended first.
 func (x *Index) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), x.informer.HasSynced)
 }
 
-// List returns carve's PVs as the cache holds them (trimmed).
+// List returns carve's PVs (trimmed).
 func (x *Index) List() []*corev1.PersistentVolume {
 	var out []*corev1.PersistentVolume
 	for _, o := range x.informer.GetStore().List() {
@@ -70,9 +64,8 @@ func (x *Index) List() []*corev1.PersistentVolume {
 	return out
 }
 
-// NodesOf returns, sorted, the nodes that carve's PVs with the volume
-// handle are pinned to (none: no PV has it; a PV without a node affinity
-// on the topology key adds ""). ErrNotSynced before the first full list.
+// NodesOf returns, sorted, the nodes handle's PVs are pinned to ("" for a
+// PV without affinity on the key).
 func (x *Index) NodesOf(handle string) ([]string, error) {
 	if !x.informer.HasSynced() {
 		return nil, ErrNotSynced
@@ -92,7 +85,6 @@ func (x *Index) NodesOf(handle string) ([]string, error) {
 }
 
 // PVsOf returns, sorted, the names of carve's PVs with the volume handle.
-// ErrNotSynced before the first full list.
 func (x *Index) PVsOf(handle string) ([]string, error) {
 	if !x.informer.HasSynced() {
 		return nil, ErrNotSynced
@@ -111,9 +103,8 @@ func (x *Index) PVsOf(handle string) ([]string, error) {
 	return names, nil
 }
 
-// Get returns the PV of that name as the cache holds it (trimmed: a PV of
-// another driver has no Spec.CSI), nil when the cache has none.
-// ErrNotSynced before the first full list.
+// Get returns the named PV (trimmed: another driver's has no Spec.CSI), nil
+// when absent.
 func (x *Index) Get(name string) (*corev1.PersistentVolume, error) {
 	if !x.informer.HasSynced() {
 		return nil, ErrNotSynced
@@ -126,15 +117,13 @@ func (x *Index) Get(name string) (*corev1.PersistentVolume, error) {
 	return pv, nil
 }
 
-// Holder is one of carve's PVs of a volume handle: its name, the node it
-// is pinned to ("" for none) and the key ID its volume attributes record
-// (an encrypted volume's; "" for a plain one).
+// Holder is one of carve's PVs of a handle: name, node ("" for none) and
+// recorded key ID ("" when plain).
 type Holder struct {
 	PV, Node, KeyID string
 }
 
 // HoldersOf returns carve's PVs with the volume handle, sorted by name.
-// ErrNotSynced before the first full list.
 func (x *Index) HoldersOf(handle string) ([]Holder, error) {
 	if !x.informer.HasSynced() {
 		return nil, ErrNotSynced

@@ -1,6 +1,5 @@
-// Package reason reads why a node agent refused a call: the ErrorInfo
-// reason (api/moveapi's Error* constants) the agent puts on its status,
-// which tells apart answers that share a gRPC code.
+// Package reason reads the ErrorInfo reason (api/moveapi's Error*) a node
+// agent puts on its status, telling apart answers that share a gRPC code.
 package reason
 
 import (
@@ -11,8 +10,7 @@ import (
 	"github.com/carve-csi/carve/api/moveapi"
 )
 
-// Of is the reason of the ErrorInfo of carve's domain on err's status,
-// or "".
+// Of is the reason of carve's ErrorInfo on err's status, or "".
 func Of(err error) string {
 	st, ok := status.FromError(err)
 	if !ok {
@@ -26,10 +24,9 @@ func Of(err error) string {
 	return ""
 }
 
-// CopyInProgress tells an ABORTED answer that says the volume's data is
-// still being copied into it by an earlier call (moveapi.ErrorCopyInProgress):
-// progress, not a failure. ABORTED for anything else (another operation on
-// the volume, an agent that does not say why) is not.
+// CopyInProgress tells an ABORTED answer meaning an earlier call still
+// copies into the volume (moveapi.ErrorCopyInProgress): progress, not a
+// failure.
 func CopyInProgress(err error) bool {
 	return status.Code(err) == codes.Aborted && Of(err) == moveapi.ErrorCopyInProgress
 }

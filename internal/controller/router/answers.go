@@ -14,13 +14,12 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The controller trusts a node only about that node. A node's TLS
-// identity proves who answers, not what the answer says: every ID and
-// topology a node returns, which csi-provisioner writes into a PV and the
-// router later routes by, is checked against the node the call went to
-// before it leaves the router. An answer that names another node, or a
-// volume another PV holds, is refused (INTERNAL, the node named), logged
-// and counted in carve_node_answers_refused_total.
+// The controller trusts a node only about that node: its TLS identity proves
+// who answers, not what the answer says. Every ID and topology a node
+// returns, which csi-provisioner writes into a PV and the router later
+// routes by, is checked against the node asked; an answer naming another
+// node, or a volume another PV holds, is refused (INTERNAL), logged and
+// counted in carve_node_answers_refused_total.
 
 // The reasons of carve_node_answers_refused_total.
 const (
@@ -30,16 +29,14 @@ const (
 	refusedVolumeContext = "volume_context"
 	refusedSnapshotID    = "snapshot_id"
 	refusedPaging        = "paging"
-	// refusedBlocks (snapmeta.go): a SnapshotBlocks answer whose extents
-	// break the stream's rules.
+	// refusedBlocks is a SnapshotBlocks answer breaking the stream's rules.
 	refusedBlocks = "blocks"
 )
 
 // Refusals counts the answers of nodes the router refused.
 type Refusals struct{ total *prometheus.CounterVec }
 
-// NewRefusals registers carve_node_answers_refused_total with reg (none
-// when nil).
+// NewRefusals registers carve_node_answers_refused_total with reg (if any).
 func NewRefusals(reg prometheus.Registerer) (*Refusals, error) {
 	r := &Refusals{total: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "carve_node_answers_refused_total",
@@ -62,7 +59,6 @@ func (r *Refusals) add(node, reason string, n int) {
 	}
 }
 
-// refuse logs and counts a refused answer of node and returns its status.
 func (s *Server) refuse(ctx context.Context, node, method, reason, format string, a ...any) error {
 	msg := fmt.Sprintf(format, a...)
 	klog.FromContext(ctx).Error(nil, "Refused a node agent's answer: it names what is not that node's", "node", node, "call", method, "reason", reason, "answer", msg)
@@ -70,10 +66,9 @@ func (s *Server) refuse(ctx context.Context, node, method, reason, format string
 	return status.Errorf(codes.Internal, "node %s answered %s with %s; carve trusts a node only about its own volumes, so the answer is refused", node, method, msg)
 }
 
-// checkCreated refuses a CreateVolume answer of node for the volume named
-// name that is not exactly that node's: its topology must be node's one
-// segment, its ID one no PersistentVolume of another name holds, and its
-// volume context must name the volume it was asked for.
+// checkCreated refuses a CreateVolume answer that is not exactly node's:
+// topology node's one segment, an ID no PV of another name holds, and a
+// volume context naming the volume asked for.
 func (s *Server) checkCreated(ctx context.Context, node, name string, resp *csi.CreateVolumeResponse) error {
 	v := resp.GetVolume()
 	if t := v.GetAccessibleTopology(); len(t) != 1 || !s.isNode(t[0], node) {
@@ -96,15 +91,13 @@ func (s *Server) checkCreated(ctx context.Context, node, name string, resp *csi.
 	return nil
 }
 
-// isNode tells whether t is node's segment and nothing else.
 func (s *Server) isNode(t *csi.Topology, node string) bool {
 	seg := t.GetSegments()
 	return len(seg) == 1 && seg[s.cfg.TopologyKey] == node
 }
 
-// checkSnapshot refuses a snapshot a node answered with that is not on
-// that node (its ID names the node it lives on, and later calls go there)
-// or, with want set, is not the one asked for.
+// checkSnapshot refuses a snapshot not on node (its ID routes later calls)
+// or, with want set, not the one asked for.
 func (s *Server) checkSnapshot(ctx context.Context, node, method string, snap *csi.Snapshot, want string) error {
 	id := snap.GetSnapshotId()
 	owner, _, _, err := volume.ParseSnapshotID(id)
@@ -114,8 +107,8 @@ func (s *Server) checkSnapshot(ctx context.Context, node, method string, snap *c
 	return nil
 }
 
-// ownSnapshots keeps the entries of a node's ListSnapshots page that are
-// that node's, refusing (and counting) the others.
+// ownSnapshots keeps a ListSnapshots page's entries that are node's, refusing
+// the others.
 func (s *Server) ownSnapshots(ctx context.Context, node string, entries []*csi.ListSnapshotsResponse_Entry) []*csi.ListSnapshotsResponse_Entry {
 	var refused pageRefusals
 	kept := slices.DeleteFunc(entries, func(e *csi.ListSnapshotsResponse_Entry) bool {
@@ -130,8 +123,7 @@ func (s *Server) ownSnapshots(ctx context.Context, node string, entries []*csi.L
 	return kept
 }
 
-// ownVolumes keeps the entries of a node's ListVolumes page whose
-// topology is that node's, refusing (and counting) the others.
+// ownVolumes keeps a ListVolumes page's entries whose topology is node's.
 func (s *Server) ownVolumes(ctx context.Context, node string, entries []*csi.ListVolumesResponse_Entry) []*csi.ListVolumesResponse_Entry {
 	var refused pageRefusals
 	kept := slices.DeleteFunc(entries, func(e *csi.ListVolumesResponse_Entry) bool {
@@ -146,9 +138,8 @@ func (s *Server) ownVolumes(ctx context.Context, node string, entries []*csi.Lis
 	return kept
 }
 
-// pageRefusals are the entries of one list page refused: they are logged
-// once per page, with the first of them, so that a node that lists a
-// million entries of others' fills no log.
+// pageRefusals are logged once per page, so a node listing a million
+// entries of others' cannot flood the log.
 type pageRefusals struct {
 	n     int
 	first string

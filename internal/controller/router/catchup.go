@@ -15,32 +15,21 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// CatchUpCopy is the catch-up of a move (internal/controller/mover): the volume
-// targetVolumeID, made on another node by a restore of baseSnapshotID
-// (a snapshot of sourceVolumeID) on targetNode, gets the chunks where
-// sourceVolumeID now differs from the base. It finds the source's node
-// from the snapshot ID (and checks that the volume is there); the target
-// is on the node the caller names, which is the only node asked about
-// it: no other node's answer (or silence) decides where the target is.
-// It has the source's agent grant the
-// target's node one read of the delta (AuthorizeCopy with the base),
-// and has the target's agent read it (CatchUpCopy), which checks the
-// target's whole content against the source's before it answers. It
-// returns the bytes of data the target received.
+// CatchUpCopy is a move's catch-up: targetVolumeID, restored from
+// baseSnapshotID (a snapshot of sourceVolumeID) on targetNode, gets the
+// chunks where the source now differs from the base, and the bytes sent are
+// returned. The source's node comes from the snapshot ID; the target is
+// asked about on targetNode only, so no other node's answer decides where
+// it is. The source's agent grants one read of the delta (AuthorizeCopy),
+// and the target's agent reads it and checks the whole content first.
 //
-// Errors are gRPC statuses naming the volumes and nodes: an argument
-// missing or malformed is INVALID_ARGUMENT; a source that no node has is
-// NOT_FOUND; a base of another node than the source volume, or source
-// and target on one node, is FAILED_PRECONDITION; a node agent not
-// connected is UNAVAILABLE (the target's node too: absent from the pool
-// now, it may be back in a moment, as in a rolling update); an agent that does not serve catch-ups is
-// UNIMPLEMENTED. The agents' own answers keep their codes and details:
-// notably FAILED_PRECONDITION for a source or target still open (the
-// workload has not let go of it yet: retry), the same code with an
-// ErrorInfo reason (moveapi's Error*) for a refusal no retry mends, and
-// DATA_LOSS for a target whose content did not check out (it keeps its
-// copy-pending tag). A repeat starts the catch-up again and converges
-// where the cause went away.
+// Errors: INVALID_ARGUMENT for bad arguments; NOT_FOUND for a source no node
+// has; FAILED_PRECONDITION for a base of another node, or source and target
+// on one node; UNAVAILABLE for an agent not connected (maybe restarting);
+// UNIMPLEMENTED for an agent without catch-ups. Agent answers keep their
+// codes: FAILED_PRECONDITION for a source or target still open (retry), the
+// same with a moveapi Error* reason for a lasting refusal, DATA_LOSS for a
+// target that did not check out. A repeat starts again.
 func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID, targetNode, targetVolumeID string) (received int64, err error) {
 	for _, a := range []struct{ name, v string }{{"source volume ID", sourceVolumeID}, {"base snapshot ID", baseSnapshotID},
 		{"target node", targetNode}, {"target volume ID", targetVolumeID}} {
@@ -104,7 +93,6 @@ func (s *Server) CatchUpCopy(ctx context.Context, sourceVolumeID, baseSnapshotID
 	return resp.GetReceivedBytes(), nil
 }
 
-// catchUpNode is the node of a volume of a catch-up (what says which).
 func (s *Server) catchUpNode(ctx context.Context, id, what string) (string, error) {
 	node, err := s.nodeOfVolume(ctx, id)
 	if errors.Is(err, errNoVolume) {
@@ -117,7 +105,6 @@ func (s *Server) catchUpNode(ctx context.Context, id, what string) (string, erro
 	return node, nil
 }
 
-// unreachable is the status of a node agent a catch-up cannot call.
 func unreachable(ctx context.Context, node string, err error) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
@@ -125,8 +112,8 @@ func unreachable(ctx context.Context, node string, err error) error {
 	return status.Errorf(codes.Unavailable, "catch-up: the agent of node %s is unreachable; nothing was sent: %v", node, err)
 }
 
-// catchUpError is a node's answer to a catch-up's call, its code and
-// details kept: a reason there tells the mover a refusal no retry mends.
+// catchUpError keeps the node's code and details: a reason tells the mover
+// a refusal no retry mends.
 func catchUpError(node, doing string, err error) error {
 	p := status.Convert(err).Proto()
 	p.Message = fmt.Sprintf("catch-up: %s: node %s: %s", doing, node, p.GetMessage())

@@ -23,28 +23,25 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// ParamCrossNodeCopy is the StorageClass parameter that allows ("true",
-// the default) or forbids ("false") restores and clones on another node
-// than their source's. The router reads it and takes it out of the
-// request: node agents do not know it.
+// ParamCrossNodeCopy is the StorageClass parameter that allows ("true", the
+// default) or forbids restores and clones on another node than their
+// source's. The router removes it: node agents do not know it.
 const ParamCrossNodeCopy = "carve.dev/cross-node-copy"
 
-// copyGrantValidity is how long a source node waits for the target's read
-// of a grant: the target starts it within its CreateVolume, at once.
+// copyGrantValidity is how long a source node waits for the grant's read;
+// the target starts it at once.
 const copyGrantValidity = 120
 
-// Agents reach the node agents' own service and address, for copies
-// across nodes; *agents.Pool is one.
+// Agents reach the node agents for copies across nodes; *agents.Pool is one.
 type Agents interface {
-	// NodeAgent is the NodeAgent client of node's agent (an error wraps
-	// ErrUnreachable when there is no connection).
+	// NodeAgent is node's NodeAgent client (ErrUnreachable when not connected).
 	NodeAgent(ctx context.Context, node string) (nodeagentv1.NodeAgentClient, error)
 	// Host is the address (no port) node's agent is reached at.
 	Host(node string) (string, error)
 }
 
-// crossNodeCopy reads and removes ParamCrossNodeCopy from req (a copy of
-// it is returned when the key was there): allowed unless "false".
+// crossNodeCopy reads and removes ParamCrossNodeCopy from req (returning a
+// copy when present): allowed unless "false".
 func crossNodeCopy(req *csi.CreateVolumeRequest) (*csi.CreateVolumeRequest, bool, error) {
 	v, ok := req.GetParameters()[ParamCrossNodeCopy]
 	if !ok {
@@ -59,8 +56,7 @@ func crossNodeCopy(req *csi.CreateVolumeRequest) (*csi.CreateVolumeRequest, bool
 	return req, allowed, nil
 }
 
-// sourceNode is the node of req's content source when it is known and
-// only one: a snapshot ID names it, a volume's PersistentVolume does.
+// sourceNode is the single known node of req's content source.
 func (s *Server) sourceNode(req *csi.CreateVolumeRequest) (node, id string, snapshot bool) {
 	switch cs := req.GetVolumeContentSource(); {
 	case cs.GetSnapshot() != nil:
@@ -88,13 +84,11 @@ func (s *Server) sourceNode(req *csi.CreateVolumeRequest) (node, id string, snap
 	return "", "", false
 }
 
-// grantCopy asks the source's node to grant node one read of the source
-// of req, and returns ctx carrying the grant for node's CreateVolume
-// (copyticket.Metadata). A source node that serves no copies, or cannot be
-// reached, is RESOURCE_EXHAUSTED (unsent) naming it: the claim goes back
-// to the scheduler, which may pick the source's node. A source it does
-// not have is no grant and no error: the target answers (a retry of a
-// volume made already still finds it).
+// grantCopy asks the source's node to grant node one read of req's source,
+// and returns ctx carrying the grant (copyticket.Metadata). An unreachable or
+// non-copying source node is RESOURCE_EXHAUSTED, so the scheduler may pick
+// the source's node. A source the node lacks is no error: the target
+// answers (a retry still finds a volume made already).
 func (s *Server) grantCopy(ctx context.Context, req *csi.CreateVolumeRequest, node, from, id string, snapshot bool, unsent codes.Code) (context.Context, error) {
 	log := klog.FromContext(ctx).WithValues("sourceNode", from, "source", id, "node", node)
 	refuse := func(why string) error {
@@ -136,7 +130,6 @@ func (s *Server) grantCopy(ctx context.Context, req *csi.CreateVolumeRequest, no
 	return metadata.AppendToOutgoingContext(ctx, copyticket.Metadata(rs)...), nil
 }
 
-// newCopyID is a random copy ID.
 func newCopyID() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
@@ -145,20 +138,12 @@ func newCopyID() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// copyRuns remembers, by node and CSI volume name, the copies across
-// nodes that may still run on their target after the call that started
-// them ended: the target copies detached from the call, so a call cut
-// short (its deadline, a connection replaced on a certificate renewal)
-// leaves the copy running, and the repeats of the CreateVolume answer
-// ABORTED (reason.CopyInProgress) until it ends. Such a repeat needs no
-// new grant from the source's node: the target would leave it unread,
-// and it would lapse, counted as a grant left behind. So a repeat of a
-// name remembered here is first sent without one; only an answer that
-// says no copy runs any more (any other failure) is followed, in the
-// same call, by a new grant and the CreateVolume with it.
-//
-// It is this replica's memory, and only saves grants: a repeat it does
-// not know of (another replica, a restart) is granted as any first call.
+// copyRuns remembers, by node and name, cross-node copies that may still run
+// on their target after their call ended (a deadline, a connection replaced
+// on certificate renewal); repeats answer ABORTED until the copy ends. Such
+// a repeat is sent without a new grant, which would lapse unread; only an
+// answer saying no copy runs is followed by a new grant. It is this
+// replica's memory and only saves grants.
 type copyRuns struct {
 	mu    sync.Mutex
 	names map[copyRun]bool
@@ -166,19 +151,16 @@ type copyRuns struct {
 
 type copyRun struct{ node, name string }
 
-// maxCopyRuns bounds the copies remembered; beyond it, repeats are
-// granted anew.
+// maxCopyRuns bounds the memory; beyond it, repeats are granted anew.
 const maxCopyRuns = 10000
 
-// mayRun tells whether a copy into name may still run on node.
 func (r *copyRuns) mayRun(node, name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.names[copyRun{node, name}]
 }
 
-// answered records node's answer to a CreateVolume of name: a copy may
-// still run after an answer that does not say how it ended.
+// answered records node's answer to a CreateVolume of name.
 func (r *copyRuns) answered(node, name string, err error) {
 	if !copyMayRun(err) {
 		r.forget(node, name)
@@ -194,16 +176,14 @@ func (r *copyRuns) answered(node, name string, err error) {
 	}
 }
 
-// forget drops name on node.
 func (r *copyRuns) forget(node, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.names, copyRun{node, name})
 }
 
-// copyMayRun tells an answer to a CreateVolume after which the copy it
-// asked for may still run on the target: the target says so, or the
-// answer does not say how the call ended.
+// copyMayRun tells whether the copy may still run after this answer: the
+// target says so, or the answer does not say how the call ended.
 func copyMayRun(err error) bool {
 	switch status.Code(err) {
 	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable:

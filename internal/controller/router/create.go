@@ -15,18 +15,15 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// CreateVolume implements csi.ControllerServer: it is sent to the node the
-// accessibility requirement names, with or without a content source (a
-// restore asked on another node than its snapshot's is the node agent's to
-// answer: the snapshot ID names its node). A clone asked on another node
-// than the one its source volume's PersistentVolume names is refused here
-// (cloneElsewhere): the node agent has no API access to tell. Without a
-// requirement that names a node, a restore goes to its snapshot's node and
-// a clone to its source volume's; a plain volume is refused. A restore or
-// clone on another node than its source's is a copy across nodes
-// (grantCopy), unless its StorageClass sets ParamCrossNodeCopy "false". An unreachable node is RESOURCE_EXHAUSTED: nothing was
-// created, and csi-provisioner asks the scheduler for another node (unless
-// an earlier attempt may have started there: see pending).
+// CreateVolume implements csi.ControllerServer, sending the call to the node
+// the accessibility requirement names; without one, a restore goes to its
+// snapshot's node, a clone to its source's, and a plain volume is refused.
+// A clone on another node than its source PV's is refused here
+// (cloneElsewhere): the node agent has no API access to tell. A restore or
+// clone elsewhere is a cross-node copy (grantCopy) unless the class forbids
+// it. An unreachable node is RESOURCE_EXHAUSTED, so csi-provisioner asks the
+// scheduler again, unless an earlier attempt may have started there
+// (pending).
 func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name: must be set")
@@ -49,8 +46,6 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	// Not sent is RESOURCE_EXHAUSTED, unless an earlier attempt may have
-	// started on node (notSentCreate).
 	unsent := codes.ResourceExhausted
 	from, id, snapshot := s.sourceNode(req)
 	if !copies || s.cfg.Agents == nil || from == "" || from == node {
@@ -59,8 +54,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		}
 		return s.sendCreate(ctx, req, node, unsent, kc)
 	}
-	// A copy that may still run on node (copyRuns) is asked about
-	// without a new grant, which it would leave unread.
+	// A copy that may still run on node is asked about without a new grant.
 	if s.copyRuns.mayRun(node, req.GetName()) {
 		resp, err := s.sendCreate(ctx, req, node, unsent, kc)
 		if err == nil || copyMayRun(err) || ctx.Err() != nil {
@@ -78,8 +72,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	return resp, err
 }
 
-// sendCreate sends a CreateVolume to node, recording it on the claim
-// first, and checks the answer.
+// sendCreate records the send on the claim, sends, and checks the answer.
 func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, node string, unsent codes.Code, kc keyCheck) (*csi.CreateVolumeResponse, error) {
 	c, ctx, err := s.agent(ctx, node, "CreateVolume", unsent)
 	if err != nil {
@@ -103,12 +96,10 @@ func (s *Server) sendCreate(ctx context.Context, req *csi.CreateVolumeRequest, n
 	return resp, nil
 }
 
-// cloneElsewhere refuses a clone of the volume id asked on node when the
-// PersistentVolumes pin id to other nodes: RESOURCE_EXHAUSTED naming them,
-// so that csi-provisioner drops the selected node and the scheduler picks
-// again (a clone is made on its source's node only). UNAVAILABLE while the
-// PV index is not filled. A source no PV names (or none, "" id) is the
-// node's to find.
+// cloneElsewhere refuses a clone of id on node when PVs pin id elsewhere:
+// RESOURCE_EXHAUSTED naming them, so the scheduler picks again. UNAVAILABLE
+// while the PV index is not filled; a source no PV names is the node's to
+// find.
 func (s *Server) cloneElsewhere(node, id string) error {
 	// An ID that is not carve's is no PV's: the node answers NotFound.
 	if !isVolumeID(id) {
@@ -126,7 +117,6 @@ func (s *Server) cloneElsewhere(node, id string) error {
 		"the pod is scheduled again (pin it to %s: see docs/backup-restore.md)", id, strings.Join(nodes, ", "), node, nodes[0])
 }
 
-// nodeOfCreate is the node a CreateVolume goes to (see CreateVolume).
 func (s *Server) nodeOfCreate(ctx context.Context, req *csi.CreateVolumeRequest) (string, error) {
 	node, err := s.requiredNode(req.GetAccessibilityRequirements())
 	if err != nil || node != "" {
@@ -140,8 +130,7 @@ func (s *Server) nodeOfCreate(ctx context.Context, req *csi.CreateVolumeRequest)
 		}
 		node, _, _, err := volume.ParseSnapshotID(id)
 		if err != nil {
-			// Not a snapshot carve made, so it exists nowhere (NotFound,
-			// as the CSI spec asks of a missing source).
+			// Not a snapshot carve made: NotFound, as the CSI spec asks of a source.
 			return "", status.Errorf(codes.NotFound, "volume_content_source.snapshot.snapshot_id: snapshot %q does not exist: %v", id, err)
 		}
 		return node, nil
@@ -161,12 +150,10 @@ func (s *Server) nodeOfCreate(ctx context.Context, req *csi.CreateVolumeRequest)
 		s.cfg.TopologyKey)
 }
 
-// requiredNode is the node an accessibility requirement names under the
-// topology key: preferred[0]'s, else the requisite's. csi-provisioner with
-// --strict-topology puts the selected node, alone, in both. A requisite
-// of several nodes is what it sends for a claim with no selected node (an
-// Immediate StorageClass): refused, since carve cannot choose a node with
-// room for the scheduler. "" when the requirement has no segment.
+// requiredNode is the node a requirement names: preferred[0]'s, else the
+// requisite's ("" with no segment). csi-provisioner --strict-topology puts
+// the selected node alone in both; a requisite of several nodes (Immediate
+// binding) is refused, as carve cannot pick a node with room.
 func (s *Server) requiredNode(req *csi.TopologyRequirement) (string, error) {
 	key := s.cfg.TopologyKey
 	var requisite []string
@@ -197,22 +184,19 @@ func (s *Server) requiredNode(req *csi.TopologyRequirement) (string, error) {
 	return "", nil
 }
 
-// isVolumeID tells whether id is a volume ID carve hands out.
 func isVolumeID(id string) bool {
 	_, err := volume.ParseID(id)
 	return err == nil
 }
 
-// claimOf is the namespace and name of the claim a CreateVolume is for
-// (csi-provisioner's --extra-create-metadata), "" when it does not say.
+// claimOf is the claim from csi-provisioner's --extra-create-metadata.
 func claimOf(req *csi.CreateVolumeRequest) (namespace, name string) {
 	return req.GetParameters()[volume.ParamPVCNamespace], req.GetParameters()[volume.ParamPVCName]
 }
 
-// notSentCreate is the answer to a CreateVolume that could not be sent to
-// node (err): RESOURCE_EXHAUSTED moves the claim to another node, unless
-// an earlier attempt was sent to node and may have started there; then
-// UNAVAILABLE, so that the claim stays.
+// notSentCreate answers a CreateVolume that never reached node:
+// RESOURCE_EXHAUSTED moves the claim, unless an earlier attempt may have
+// started there; then UNAVAILABLE keeps it.
 func (s *Server) notSentCreate(ctx context.Context, req *csi.CreateVolumeRequest, node string, err error) error {
 	if status.Code(err) != codes.ResourceExhausted {
 		return err
@@ -228,10 +212,9 @@ func (s *Server) notSentCreate(ctx context.Context, req *csi.CreateVolumeRequest
 	return err
 }
 
-// sentEarlier tells whether a CreateVolume of req was sent to node and
-// not answered for sure: as the claim records it (AnnCreateSentTo), which
-// every replica reads, or, for a request that names no claim, as this
-// replica remembers.
+// sentEarlier tells whether a CreateVolume was sent to node and not answered
+// for sure: per the claim's AnnCreateSentTo (seen by every replica), or this
+// replica's memory for requests naming no claim.
 func (s *Server) sentEarlier(ctx context.Context, req *csi.CreateVolumeRequest, node string) (bool, error) {
 	ns, claim := claimOf(req)
 	if s.cfg.Sent == nil || claim == "" {
@@ -241,10 +224,8 @@ func (s *Server) sentEarlier(ctx context.Context, req *csi.CreateVolumeRequest, 
 	return sent == node, err
 }
 
-// sending records, before a CreateVolume leaves for node, that it does:
-// on the claim for every replica and a restart (in memory for a request
-// that names no claim). A claim that cannot be annotated is UNAVAILABLE,
-// nothing sent.
+// sending records the send before it leaves (on the claim, or in memory
+// without a claim). A claim that cannot be annotated is UNAVAILABLE.
 func (s *Server) sending(ctx context.Context, req *csi.CreateVolumeRequest, node string) error {
 	ns, claim := claimOf(req)
 	if s.cfg.Sent == nil || claim == "" {
@@ -257,12 +238,9 @@ func (s *Server) sending(ctx context.Context, req *csi.CreateVolumeRequest, node
 	return nil
 }
 
-// answered records node's answer; one that says the node made nothing
-// takes the claim's record off, so that the claim may go to another node.
-// A volume made keeps it: csi-provisioner may end before it writes the
-// PersistentVolume, and its next attempt must still find the claim tied
-// to the node that holds the volume (the record costs nothing on a bound
-// claim, and a retry finds it there already).
+// answered records node's answer; one saying nothing was made takes the
+// claim's record off. A volume made keeps it: csi-provisioner may end before
+// writing the PV, and its next attempt must still go to that node.
 func (s *Server) answered(ctx context.Context, req *csi.CreateVolumeRequest, node string, code codes.Code) {
 	ns, claim := claimOf(req)
 	if s.cfg.Sent == nil || claim == "" {
@@ -272,8 +250,7 @@ func (s *Server) answered(ctx context.Context, req *csi.CreateVolumeRequest, nod
 	if !definite(code) || code == codes.OK {
 		return
 	}
-	// The call's own deadline may have passed: the record is the
-	// controller's bookkeeping, not the caller's.
+	// The call's deadline may have passed: this is the controller's bookkeeping.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
 	if err := s.cfg.Sent.NotMade(ctx, ns, claim); err != nil {
@@ -281,5 +258,4 @@ func (s *Server) answered(ctx context.Context, req *csi.CreateVolumeRequest, nod
 	}
 }
 
-// bookkeepingTimeout bounds the API call that takes a claim's record off.
 const bookkeepingTimeout = 10 * time.Second

@@ -15,13 +15,11 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// VolumeKeys is the keyring new volume keys are wrapped with;
-// *volumekey.Store is one.
+// VolumeKeys wraps new volume keys; *volumekey.Store is one.
 type VolumeKeys interface {
 	Keyring(ctx context.Context) (*volumekey.Keyring, error)
 }
 
-// holders finds the key IDs of a volume's PVs; *pvindex.Index is one.
 type holders interface {
 	HoldersOf(handle string) ([]pvindex.Holder, error)
 }
@@ -29,19 +27,17 @@ type holders interface {
 // keyCheck is what a CreateVolume answer must say of encryption.
 type keyCheck struct {
 	encrypted bool
-	// keyID is the key ID the volume context must name; "" for a restore
-	// of a snapshot, whose header (the source's) names it.
+	// keyID must be named by the volume context; "" for a restore, whose
+	// header (the source's) names it.
 	keyID string
 }
 
-// withVolumeKey prepares a CreateVolume for the node: for a new encrypted
-// volume (carve.dev/encryption: luks2) it makes the volume's key, wraps it
-// under the newest KEK and sends both, with the key ID, in the request's
-// secrets, which csi-provisioner never sees again; the node writes the
-// wrapped key into the volume's LUKS2 header. A clone's encryption must be
-// its source's (the PV's key ID tells); a restore's is checked by the
-// node, which reads its snapshot's tags. Key secrets that did not come
-// from here are dropped.
+// withVolumeKey prepares a CreateVolume: a new encrypted volume gets a key,
+// wrapped under the newest KEK and sent with its ID in the request's
+// secrets, which csi-provisioner never sees again; the node writes it into
+// the LUKS2 header. A clone's encryption must be its source's (the PV's key
+// ID); the node checks a restore's from its snapshot's tags. Key secrets
+// that did not come from here are dropped.
 func (s *Server) withVolumeKey(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeRequest, keyCheck, error) {
 	enc, err := volume.ParseEncryption(req.GetParameters())
 	if err != nil {
@@ -93,8 +89,8 @@ func (s *Server) withVolumeKey(ctx context.Context, req *csi.CreateVolumeRequest
 	return out, kc, nil
 }
 
-// sourceKeyID is the key ID the PVs of the volume id record ("" for a
-// plain volume); known is false when no PV holds it (the node decides).
+// sourceKeyID is the key ID id's PVs record ("" plain); known is false when
+// no PV holds it (the node decides).
 func (s *Server) sourceKeyID(id string) (keyID string, known bool, err error) {
 	h, ok := s.cfg.Volumes.(holders)
 	if !ok || !isVolumeID(id) {
@@ -110,9 +106,8 @@ func (s *Server) sourceKeyID(id string) (keyID string, known bool, err error) {
 	return hs[0].KeyID, true, nil
 }
 
-// checkKey refuses a CreateVolume answer whose volume context does not
-// record the encryption asked for: the key ID an encrypted volume's PV
-// records is the one its key is ever released for.
+// checkKey refuses an answer whose volume context does not record the
+// encryption asked for: the PV's key ID is the one its key is released for.
 func (s *Server) checkKey(ctx context.Context, node string, kc keyCheck, resp *csi.CreateVolumeResponse) error {
 	vc := resp.GetVolume().GetVolumeContext()
 	got, has := vc[volume.ContextKeyID]

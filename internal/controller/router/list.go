@@ -15,27 +15,19 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The lists are served, not left Unimplemented: the node agents advertise
-// them, csi-sanity checks them through the controller, and a list on one
-// socket is what tools and health monitors read. A list walks the
-// connected nodes in name order, each node's own pages in turn. Its token
-// is "<node>/<the node's token>": a page resumes on that node (or, when
-// the node is gone, at the next node by name), and the node's token keeps
-// the node's own guarantees (a deleted volume does not shift the next
-// page). "<node>/" starts at that node. A node not connected when a page
-// is asked is not listed; one that fails mid-list fails the page
-// (UNAVAILABLE or its own code), since a partial page cannot say what it
-// lacks.
+// Lists are served because node agents advertise them and csi-sanity and
+// health monitors read them through the controller. A list walks connected
+// nodes in name order; its token is "<node>/<node's token>", resuming on that
+// node (or the next when it is gone) with the node's own guarantees. An
+// unconnected node is not listed; one failing mid-list fails the page, since
+// a partial page cannot say what it lacks.
 
-// pager asks one node for a page from its own token, of at most limit
-// entries (0: all), and returns the entries and the node's next token.
+// pager asks node for a page of at most limit entries (0: all) from token.
 type pager[E any] func(ctx context.Context, node, token string, limit int32) ([]E, string, error)
 
-// fanList pages through nodes (sorted) from token, returning at most limit
-// entries (0: all) and the next token ("" at the end). Each node's pages
-// are followed within paging's limits: a node past them, or one that
-// hands out a token twice, fails the list (refused, as an answer about
-// what it does not hold).
+// fanList pages through nodes from token, at most limit entries (0: all),
+// and the next token ("" at the end). A node past paging's limits or
+// repeating a token fails the list.
 func fanList[E proto.Message](ctx context.Context, s *Server, method string, nodes []string, token string, limit int32, page pager[E]) ([]E, string, error) {
 	if limit < 0 {
 		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries: %d is negative", limit)
@@ -87,8 +79,7 @@ func fanList[E proto.Message](ctx context.Context, s *Server, method string, nod
 	return out, "", nil
 }
 
-// parseToken reads a list token: the node to start at and that node's own
-// token. A token carve did not hand out is Aborted, as the CSI spec asks.
+// parseToken splits a list token; one carve did not hand out is Aborted.
 func parseToken(token string) (node, inner string, err error) {
 	if token == "" {
 		return "", "", nil
@@ -129,9 +120,8 @@ func (s *Server) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 	return &csi.ControllerListVolumeHealthResponse{Entries: entries, NextToken: next}, nil
 }
 
-// ListSnapshots implements csi.ControllerServer: on the node a snapshot_id
-// names, else on the node of source_volume_id, else over every connected
-// node. A filter that names nothing of carve's lists nothing.
+// ListSnapshots implements csi.ControllerServer on the node snapshot_id or
+// source_volume_id names, else every connected node.
 func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	nodes, err := s.snapshotNodes(ctx, req)
 	if errors.Is(err, errNoVolume) {
@@ -153,8 +143,8 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
 }
 
-// snapshotNodes are the nodes a ListSnapshots asks; errNoVolume when its
-// filter names nothing of carve's.
+// snapshotNodes are the nodes to ask; errNoVolume when the filter names
+// nothing of carve's.
 func (s *Server) snapshotNodes(ctx context.Context, req *csi.ListSnapshotsRequest) ([]string, error) {
 	if id := req.GetSnapshotId(); id != "" {
 		node, _, _, err := volume.ParseSnapshotID(id)

@@ -15,26 +15,17 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// askAtOnce bounds how many node agents a lookup asks at once.
 const askAtOnce = 16
 
-// errNoVolume: no node has the volume (the handle is not carve's, or
-// every connected node said NotFound).
+// errNoVolume: the handle is not carve's, or every node said NotFound.
 var errNoVolume = errors.New("no node has the volume")
 
-// nodeOfVolume finds the node that holds the volume handle: from its PV
-// when it has one, else by asking every connected node agent. It returns
-// errNoVolume when none has it, and a status otherwise.
-//
-// A handle asked of the nodes is only as complete as the connections: a
-// node whose agent is not connected now is not asked, so a handle of its
-// (with no PV) is reported missing. csi-provisioner holds a PV for every
-// volume it keeps; a handle without one is a volume it is cleaning up
-// after failing to save its PV, and an LV left that way is the orphan
-// audit's to find.
+// nodeOfVolume finds the volume's node from its PV, else by asking every
+// connected agent: errNoVolume when none has it, else a status. A handle
+// without PV is one csi-provisioner is cleaning up; an unconnected node's
+// LV left that way is the orphan audit's to find.
 func (s *Server) nodeOfVolume(ctx context.Context, handle string) (string, error) {
 	if _, err := volume.ParseID(handle); err != nil {
-		// Not an ID carve hands out, so no node has it; no node is asked.
 		return "", errNoVolume
 	}
 	nodes, err := s.cfg.Volumes.NodesOf(handle)
@@ -51,12 +42,10 @@ func (s *Server) nodeOfVolume(ctx context.Context, handle string) (string, error
 	return "", status.Errorf(codes.Internal, "volume %s: PersistentVolumes pin it to several nodes: %s", handle, strings.Join(nodes, ", "))
 }
 
-// askNodes asks every connected node agent, askAtOnce at a time, whether it
-// has the volume handle (ValidateVolumeCapabilities: NotFound where it does
-// not). One node that has it is the answer; several is Internal. When none
-// has it but some did not answer, the answer is not known: UNAVAILABLE
-// naming them, so that DeleteVolume does not report a volume gone that a
-// node may still hold.
+// askNodes asks every connected agent, askAtOnce at a time, about the handle.
+// Several holders is Internal. When none has it but some did not answer,
+// UNAVAILABLE names them, so DeleteVolume never reports gone a volume a node
+// may still hold.
 func (s *Server) askNodes(ctx context.Context, handle string) (string, error) {
 	names := slices.Sorted(slices.Values(s.cfg.Nodes.Names()))
 	klog.FromContext(ctx).V(2).Info("No PersistentVolume has the volume; asking the connected nodes", "volumeID", handle, "nodes", len(names))

@@ -8,23 +8,17 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Moves tells which claims a move to another node holds (internal/controller/mover:
-// from the moment it deletes the claim until it binds it again);
-// mover.Claims is one.
+// Moves tells which claims a move holds (from deleting the claim until
+// binding it again); mover.Claims is one.
 type Moves interface {
-	// MoveOf describes the move that holds the claim namespace/name, if
-	// one does.
+	// MoveOf describes the move holding the claim, if one does.
 	MoveOf(namespace, name string) (string, bool)
 }
 
-// refuseMoved refuses a CreateVolume for a claim a move holds: a
-// StatefulSet makes the claim again from its template while the move
-// runs, and provisioning it would give the workload a fresh empty volume
-// instead of its moved data. RESOURCE_EXHAUSTED: nothing was made, and
-// csi-provisioner tries again (for a WaitForFirstConsumer claim, after
-// the scheduler chose again); by then the move has bound the claim to its
-// pre-bound PV and csi-provisioner stops. The claim's name comes from
-// csi-provisioner's --extra-create-metadata.
+// refuseMoved refuses a CreateVolume for a claim a move holds: a StatefulSet
+// makes the claim again during the move, and provisioning it would give the
+// workload an empty volume instead of its data. RESOURCE_EXHAUSTED: nothing
+// made; by the retry the move has bound the claim to its pre-bound PV.
 func (s *Server) refuseMoved(req *csi.CreateVolumeRequest) error {
 	if s.cfg.Moves == nil {
 		return nil

@@ -8,15 +8,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The calls of a move about a volume whose node the mover knows (its
-// target, and the old volume) go to that node only: a volume with no PV
-// is never looked for by asking every node, so no other node can claim
-// it and no slow node holds the call up.
+// A move's calls about a volume whose node it knows go to that node only,
+// so no other node can claim it and no slow node holds the call up.
 
-// DeleteVolumeOn is DeleteVolume sent to node only. A node whose agent
-// is not connected is UNAVAILABLE: whether the volume is gone is not
-// known until it answers. A volume that a PV pins to that node is
-// FAILED_PRECONDITION: it is in use, not a move's leftover.
+// DeleteVolumeOn is DeleteVolume sent to node only. UNAVAILABLE when not
+// connected; FAILED_PRECONDITION for a volume a PV pins there (in use, not
+// a leftover).
 func (s *Server) DeleteVolumeOn(ctx context.Context, node string, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if err := onNodeArgs(node, req.GetVolumeId()); err != nil {
 		return nil, err
@@ -33,9 +30,8 @@ func (s *Server) DeleteVolumeOn(ctx context.Context, node string, req *csi.Delet
 	return send(ctx, s, node, "DeleteVolume", csi.ControllerClient.DeleteVolume, req, codes.Unavailable)
 }
 
-// ControllerGetVolumeOn is ControllerGetVolume sent to node only: NOT_FOUND
-// from that node means the volume is not there; a node whose agent is
-// not connected is UNAVAILABLE.
+// ControllerGetVolumeOn is ControllerGetVolume sent to node only;
+// UNAVAILABLE when not connected.
 func (s *Server) ControllerGetVolumeOn(ctx context.Context, node string, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 	if err := onNodeArgs(node, req.GetVolumeId()); err != nil {
 		return nil, err

@@ -1,26 +1,10 @@
-// Package router is the CSI Controller service of `carve controller`: it
-// serves csi-provisioner, csi-snapshotter and csi-resizer on the
-// controller's socket and sends each call to the node agent that owns the
-// volume or snapshot, over the node channel. It keeps no record of
-// volumes: the node of a call comes from the request (a CreateVolume's
-// accessibility requirement, a snapshot ID), from the PersistentVolume
-// index (volume handle -> node) or, for a handle no PV has, from asking
-// the connected node agents. (It remembers only, in memory, the creates
-// whose outcome on a node is in doubt: see pending.)
-//
-// It replaces csiserver.ResizerOnlyController in the controller role. The
-// controller role keeps csiserver.NewIdentityServer (which must advertise
-// VOLUME_ACCESSIBILITY_CONSTRAINTS, or csi-provisioner sends no
-// accessibility requirements) and csiserver.ResizerOnlyNode (csi-resizer
-// asks it for EXPAND_VOLUME: carve grows volumes on the node).
-//
-// Codes: a call that was never sent because the node's agent is not
-// connected is RESOURCE_EXHAUSTED for CreateVolume (csi-provisioner then
-// reschedules the claim: nothing was made anywhere) and UNAVAILABLE for
-// every other call. A call that was sent returns the node's answer,
-// transport failures included, with its code unchanged: a CreateVolume
-// that may have started on a node is retried on that node, never moved,
-// and so is a later attempt of it that cannot reach the node (pending).
+// Package router is the CSI Controller service of `carve controller`: each
+// call goes over the node channel to the agent owning the volume or
+// snapshot, found from the request, the PV index, or asking the agents. A
+// call never sent is RESOURCE_EXHAUSTED for CreateVolume (csi-provisioner
+// reschedules) and UNAVAILABLE otherwise; a sent call keeps the node's code,
+// and a CreateVolume that may have started on a node is never moved
+// (pending).
 package router
 
 import (
@@ -38,59 +22,49 @@ import (
 	"github.com/carve-csi/carve/internal/csiserver"
 )
 
-// ErrUnreachable: no verified connection to the node's agent exists;
-// nothing was sent.
+// ErrUnreachable: no verified connection to the agent; nothing was sent.
 var ErrUnreachable = errors.New("node agent unreachable")
 
 // Nodes are the node agents the controller is connected to.
 type Nodes interface {
-	// Controller returns the CSI Controller client of the node's agent, or
-	// an error wrapping ErrUnreachable (also for a node it does not know).
+	// Controller returns the node agent's CSI Controller client, or an error
+	// wrapping ErrUnreachable.
 	Controller(ctx context.Context, node string) (csi.ControllerClient, error)
-	// Names lists the nodes whose agent is connected now.
+	// Names lists the connected nodes.
 	Names() []string
 }
 
-// Locator finds the nodes of a volume handle from its PersistentVolumes;
-// *pvindex.Index satisfies it.
+// Locator finds a volume's nodes from its PVs; *pvindex.Index is one.
 type Locator interface {
-	// NodesOf returns the nodes the PVs of handle are pinned to: none when
-	// no PV has it, "" for a PV pinned to no node. An error (the index not
-	// filled yet) means the answer is not known.
+	// NodesOf returns the nodes handle's PVs pin ("" for none pinned); an error
+	// (index not filled) means unknown.
 	NodesOf(handle string) ([]string, error)
-	// PVsOf returns the names of the PVs that hold handle, with the same
-	// error.
+	// PVsOf returns the names of the PVs that hold handle.
 	PVsOf(handle string) ([]string, error)
 }
 
-// Config holds what the router needs; main builds it.
+// Config holds what the router needs.
 type Config struct {
 	// Nodes reaches the node agents.
 	Nodes Nodes
 	// Volumes maps a volume handle to its node.
 	Volumes Locator
-	// TopologyKey is the key whose value is the node name in topology
-	// segments (topology.Key).
+	// TopologyKey is carve's node topology key.
 	TopologyKey string
-	// Agents grants copies across nodes; nil makes a restore or clone
-	// on its source's node only.
+	// Agents grants cross-node copies; nil keeps copies on the source's node.
 	Agents Agents
-	// Moves, when set, holds back the claims being moved (moves.go).
+	// Moves, when set, holds back claims being moved.
 	Moves Moves
-	// Refusals counts the node answers refused (answers.go); nil counts
-	// none (they are still refused and logged).
+	// Refusals counts refused node answers; nil counts none.
 	Refusals *Refusals
 	// Paging bounds each node's list pages; zero is paging.Default.
 	Paging paging.Limits
-	// Keys wraps the keys of new encrypted volumes (encrypt.go); nil
-	// makes none (such a CreateVolume is FAILED_PRECONDITION).
+	// Keys wraps new encrypted volumes' keys; nil refuses them.
 	Keys VolumeKeys
-	// Sent keeps, on each claim, the node its CreateVolume was sent to
-	// (sent.go); nil keeps it in this replica's memory only.
+	// Sent keeps each claim's sent CreateVolume node; nil keeps it in memory.
 	Sent SentCreates
 }
 
-// limits are the paging limits of one node's list.
 func (s *Server) limits() paging.Limits {
 	if s.cfg.Paging == (paging.Limits{}) {
 		return paging.Default()
@@ -98,9 +72,8 @@ func (s *Server) limits() paging.Limits {
 	return s.cfg.Paging
 }
 
-// Server implements csi.ControllerServer by routing. Calls carve does not
-// serve (publish, controller expansion, GetCapacity) are Unimplemented
-// and not advertised.
+// Server implements csi.ControllerServer by routing; publish, controller
+// expansion and GetCapacity are Unimplemented and not advertised.
 type Server struct {
 	csi.UnimplementedControllerServer
 	cfg      Config
@@ -118,11 +91,8 @@ func (s *Server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 	return csiserver.ControllerCapabilities(csiserver.ControllerRPCs...), nil
 }
 
-// rpc is a ControllerClient method, as a method expression
-// (csi.ControllerClient.DeleteVolume).
 type rpc[Req, Resp any] func(csi.ControllerClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
 
-// send calls method on node's agent: see agent and call.
 func send[Req, Resp any](ctx context.Context, s *Server, node, method string, f rpc[Req, Resp], req Req, unsent codes.Code) (Resp, error) {
 	c, ctx, err := s.agent(ctx, node, method, unsent)
 	if err != nil {
@@ -132,9 +102,8 @@ func send[Req, Resp any](ctx context.Context, s *Server, node, method string, f 
 	return call(ctx, c, node, f, req)
 }
 
-// agent is the client of node's agent and a context whose logger names
-// the node and method. Not reaching the agent is the status notSent
-// gives, with unsent for an unreachable agent.
+// agent is node's client and a context whose logger names node and method;
+// unsent is the code for an unreachable agent.
 func (s *Server) agent(ctx context.Context, node, method string, unsent codes.Code) (csi.ControllerClient, context.Context, error) {
 	logger := klog.FromContext(ctx).WithValues("node", node, "call", method)
 	c, err := s.cfg.Nodes.Controller(ctx, node)
@@ -146,9 +115,8 @@ func (s *Server) agent(ctx context.Context, node, method string, unsent codes.Co
 	return c, klog.NewContext(ctx, logger), nil
 }
 
-// call sends req: the agent's answer, or the transport's failure once the
-// call was handed to the connection, comes back with its code unchanged
-// and the node's name in front of its message.
+// call sends req; the answer, or the transport's failure once handed to the
+// connection, keeps its code with the node named.
 func call[Req, Resp any](ctx context.Context, c csi.ControllerClient, node string, f rpc[Req, Resp], req Req) (Resp, error) {
 	resp, err := f(c, ctx, req)
 	if err != nil {
@@ -158,9 +126,8 @@ func call[Req, Resp any](ctx context.Context, c csi.ControllerClient, node strin
 	return resp, nil
 }
 
-// notSent is the status of a call that never left: code for an
-// unreachable agent (RESOURCE_EXHAUSTED for CreateVolume, UNAVAILABLE
-// otherwise), the context's own end, or UNAVAILABLE for anything else.
+// notSent is the status of a call that never left: code for an unreachable
+// agent, the context's end, or UNAVAILABLE.
 func notSent(ctx context.Context, node string, err error, code codes.Code) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
@@ -174,8 +141,7 @@ func notSent(ctx context.Context, node string, err error, code codes.Code) error
 	return status.Errorf(code, "the agent of node %s is unreachable; nothing was sent: %v", node, err)
 }
 
-// fromNode is a node's error with the node named: its code (and details)
-// unchanged.
+// fromNode names node in err, code and details unchanged.
 func fromNode(node string, err error) error {
 	st := status.Convert(err)
 	p := st.Proto()

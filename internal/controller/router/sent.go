@@ -11,26 +11,19 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// AnnCreateSentTo is the annotation on a claim that names the node its
-// CreateVolume was sent to: written before the call leaves, taken off when
-// that node answers for sure, that it made nothing or that it made the
-// volume (csi-provisioner then writes the PersistentVolume, which is the
-// record from there on). Every replica reads it, and so does a controller
-// that restarted, so that a create in doubt (the call sent, its answer
-// never seen) keeps the claim on that node rather than making its volume a
-// second time elsewhere and leaving the first behind.
+// AnnCreateSentTo names, on a claim, the node its CreateVolume was sent to:
+// written before the call leaves, removed once the node answers for sure.
+// Every replica and a restarted controller read it, so a create in doubt
+// keeps the claim on that node rather than making a second volume elsewhere.
 const AnnCreateSentTo = "carve.dev/create-sent-to"
 
 // SentCreates keeps AnnCreateSentTo on claims.
 type SentCreates interface {
-	// SentTo is the node the claim's CreateVolume was sent to, "" when
-	// none is recorded (or the claim is gone).
+	// SentTo is the recorded node, "" when none (or the claim is gone).
 	SentTo(ctx context.Context, namespace, claim string) (string, error)
-	// Sending records node before a CreateVolume of the claim is sent
-	// there; a record that names node already stays as it is.
+	// Sending records node before a CreateVolume is sent there.
 	Sending(ctx context.Context, namespace, claim, node string) error
-	// NotMade takes the record off once the node answered that it made
-	// nothing.
+	// NotMade takes the record off once the node made nothing.
 	NotMade(ctx context.Context, namespace, claim string) error
 }
 
@@ -53,11 +46,9 @@ func (c ClaimAnnotations) SentTo(ctx context.Context, namespace, claim string) (
 	return pvc.Annotations[AnnCreateSentTo], nil
 }
 
-// Sending annotates the claim unless it names node already: a retry on
-// the same node costs a read, not a write. The read is a quorum read, not
-// the watch cache's, since skipping a record another replica or a person
-// just took off would send a create with no record. A claim that is gone
-// needs no record.
+// Sending annotates the claim unless it names node already. The read is a
+// quorum read: a stale cache could skip a record just taken off and send a
+// create with none. A gone claim needs no record.
 func (c ClaimAnnotations) Sending(ctx context.Context, namespace, claim, node string) error {
 	sent, err := c.SentTo(ctx, namespace, claim)
 	if err != nil || sent == node {

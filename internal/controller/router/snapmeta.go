@@ -15,21 +15,14 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The CSI SnapshotMetadata service: a snapshot's ID names its node, so
-// each stream is sent to that node's agent (the node channel's
-// SnapshotBlocks), which names the blocks from device-mapper metadata;
-// the router passes them on as VARIABLE_LENGTH extents (runs of the
-// pool's blocks, or of a thick snapshot's chunks, merged), checking each
-// message first. A node is trusted only about its own snapshots: an
-// answer that names another snapshot, changes the volume's capacity
-// mid-stream, or holds an extent that is empty, beyond the capacity,
-// before starting_offset, out of order, overlapping, or one too many
-// for max_results, is refused like any other answer that is not the
-// node's (refusedSnapshotID or refusedBlocks): the stream ends INTERNAL
-// and the node's stream is cancelled.
+// The CSI SnapshotMetadata service: a snapshot's ID names its node, so each
+// stream goes to that agent's SnapshotBlocks and is passed on as
+// VARIABLE_LENGTH extents, each message checked first. A node is trusted
+// only about its own snapshots: another snapshot, a capacity change
+// mid-stream, or an extent empty, beyond capacity, before starting_offset,
+// out of order, overlapping or past max_results ends the stream INTERNAL.
 
-// Metadata implements csi.SnapshotMetadataServer by routing; Server.
-// Metadata returns it.
+// Metadata implements csi.SnapshotMetadataServer by routing.
 type Metadata struct {
 	csi.UnimplementedSnapshotMetadataServer
 	s *Server
@@ -37,7 +30,7 @@ type Metadata struct {
 
 var _ csi.SnapshotMetadataServer = (*Metadata)(nil)
 
-// Metadata is the SnapshotMetadata service of the router.
+// Metadata is the router's SnapshotMetadata service.
 func (s *Server) Metadata() *Metadata { return &Metadata{s: s} }
 
 // GetMetadataAllocated implements csi.SnapshotMetadataServer.
@@ -83,8 +76,7 @@ func (m *Metadata) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi
 	})
 }
 
-// snapshotNode is the node a snapshot ID names; an ID carve never
-// hands out is a snapshot no node has (NOT_FOUND, naming the field).
+// snapshotNode is the node a snapshot ID names; a foreign ID is NOT_FOUND.
 func snapshotNode(field, id string) (string, error) {
 	node, _, _, err := volume.ParseSnapshotID(id)
 	if err != nil {
@@ -93,9 +85,8 @@ func snapshotNode(field, id string) (string, error) {
 	return node, nil
 }
 
-// relay asks node's agent for ask's blocks and hands each checked
-// message to send. The node's stream lives in ctx, the client's: a
-// client that goes away cancels it.
+// relay hands each checked message of node's stream to send; the stream
+// lives in the client's ctx, so a client going away cancels it.
 func (m *Metadata) relay(ctx context.Context, node, method string, ask *nodeagentv1.SnapshotBlocksRequest, send func(int64, []*csi.BlockMetadata) error) error {
 	switch {
 	case ask.GetStartingOffset() < 0:
@@ -140,19 +131,15 @@ func (m *Metadata) relay(ctx context.Context, node, method string, ask *nodeagen
 	}
 }
 
-// blockCheck checks the messages of one SnapshotBlocks stream against
-// its request and each other.
 type blockCheck struct {
 	ask      *nodeagentv1.SnapshotBlocksRequest
 	capacity int64
-	// end is where the last extent ended (starting_offset before the
-	// first: the first extent must end after it).
+	// end is where the last extent ended (starting_offset before the first).
 	end     int64
 	extents int
 	started bool
 }
 
-// next checks one message; a refusal is its reason and what was wrong.
 func (c *blockCheck) next(resp *nodeagentv1.SnapshotBlocksResponse) (reason, what string) {
 	if resp.GetSnapshotId() != c.ask.GetSnapshotId() || resp.GetBaseSnapshotId() != c.ask.GetBaseSnapshotId() {
 		return refusedSnapshotID, fmt.Sprintf("the blocks of snapshot_id %q against %q, asked for %q against %q",

@@ -12,10 +12,8 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The calls on a volume go to the node that holds it (nodeOfVolume).
-
-// DeleteVolume implements csi.ControllerServer. A volume no node has is
-// deleted already: success, as the CSI spec asks of a repeat.
+// DeleteVolume implements csi.ControllerServer; a volume no node has is
+// deleted already.
 func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
@@ -62,11 +60,9 @@ func (s *Server) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 	return send(ctx, s, node, "ControllerGetVolumeHealth", csi.ControllerClient.ControllerGetVolumeHealth, req, codes.Unavailable)
 }
 
-// ControllerModifyVolume implements csi.ControllerServer: the node that
-// holds the volume records the new IO limits and applies them to the pods
-// it has the volume published to. Mutable parameters that are not limits
-// are refused here, INVALID_ARGUMENT naming the parameter and the values
-// allowed, before any node is asked.
+// ControllerModifyVolume implements csi.ControllerServer: the volume's node
+// records and applies the new IO limits. Mutable parameters that are not
+// limits are INVALID_ARGUMENT before any node is asked.
 func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: must be set")
@@ -81,9 +77,7 @@ func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	return send(ctx, s, node, "ControllerModifyVolume", csi.ControllerClient.ControllerModifyVolume, req, codes.Unavailable)
 }
 
-// CreateSnapshot implements csi.ControllerServer: a snapshot is made on
-// its source volume's node. A source no node has is NotFound, as the CSI
-// spec asks.
+// CreateSnapshot implements csi.ControllerServer on the source's node.
 func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name: must be set")
@@ -105,8 +99,8 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	return resp, nil
 }
 
-// volumeNode is nodeOfVolume for a call that needs the volume: an empty ID
-// is InvalidArgument and a volume no node has NotFound, both naming field.
+// volumeNode is nodeOfVolume for a call needing the volume: "" is
+// InvalidArgument, a volume no node has NotFound.
 func (s *Server) volumeNode(ctx context.Context, field, id string) (string, error) {
 	if id == "" {
 		return "", status.Errorf(codes.InvalidArgument, "%s: must be set", field)
@@ -121,10 +115,7 @@ func (s *Server) volumeNode(ctx context.Context, field, id string) (string, erro
 	return node, err
 }
 
-// The calls on a snapshot go to the node its ID names.
-
-// DeleteSnapshot implements csi.ControllerServer. An ID that is not
-// carve's names no snapshot: success, as the CSI spec asks.
+// DeleteSnapshot implements csi.ControllerServer; a foreign ID succeeds.
 func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
 	id := req.GetSnapshotId()
 	if id == "" {
@@ -138,8 +129,7 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	return send(ctx, s, node, "DeleteSnapshot", csi.ControllerClient.DeleteSnapshot, req, codes.Unavailable)
 }
 
-// GetSnapshot implements csi.ControllerServer. An ID that is not carve's
-// is NotFound, as the node agent answers it.
+// GetSnapshot implements csi.ControllerServer; a foreign ID is NotFound.
 func (s *Server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
 	id := req.GetSnapshotId()
 	if id == "" {

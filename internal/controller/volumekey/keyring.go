@@ -1,12 +1,9 @@
 // Package volumekey keeps the keys of carve's encrypted volumes on the
-// controller's side (docs/architecture.md, "Encrypted volumes"): the
-// key-encryption keys (KEKs) in a Secret only the controller reads, the
-// wrapping of each volume's own key under the newest KEK, and the release
-// of an unwrapped key to the one node that holds the volume.
-//
-// A wrapped key is AES-256-GCM under a KEK, with associated data that
-// binds it to its volume's key ID: a wrapped key copied from one volume's
-// header into a request for another volume does not unwrap.
+// controller's side (docs/architecture.md, "Encrypted volumes"): KEKs in a
+// Secret only the controller reads, wrapping each volume key under the
+// newest KEK, and releasing an unwrapped key to the one node holding the
+// volume. A wrapped key is AES-256-GCM bound to its volume's key ID, so one
+// copied into another volume's request does not unwrap.
 package volumekey
 
 import (
@@ -27,22 +24,21 @@ import (
 // KeySize is the size of a volume key and of a KEK: 256 bits.
 const KeySize = 32
 
-// wrapPrefix starts every wrapped key: the format's version.
+// wrapPrefix versions the wrapped-key format.
 const wrapPrefix = "carve1"
 
-// ErrUnwrap is a wrapped key that does not open: another volume's, made
-// under a KEK the keyring does not hold, or altered.
+// ErrUnwrap is a wrapped key that does not open: another volume's, under an
+// unknown KEK, or altered.
 var ErrUnwrap = errors.New("the wrapped key does not unwrap")
 
-// Keyring holds the KEKs by ID; IDs are decimal numbers, and the highest
-// is the newest, which wraps new keys.
+// Keyring holds the KEKs by decimal ID; the highest wraps new keys.
 type Keyring struct {
 	keks   map[string][]byte
 	newest string
 }
 
-// NewKeyring checks keks (ID to key) and returns their keyring: at least
-// one, each ID a positive decimal number, each key KeySize bytes.
+// NewKeyring checks keks (ID to KeySize-byte key, at least one) and returns
+// their keyring.
 func NewKeyring(keks map[string][]byte) (*Keyring, error) {
 	if len(keks) == 0 {
 		return nil, errors.New("no key-encryption key")
@@ -91,10 +87,9 @@ func NewKey() ([]byte, error) {
 	return k, nil
 }
 
-// KeyIDFor is the key ID of the volume made with the CSI name name: 128
-// bits of a hash of the name, so that a repeated CreateVolume names the
-// same key ID, and the volume's PersistentVolume records it. A restore or
-// clone keeps its source's key ID (its data and header are the source's).
+// KeyIDFor is the key ID of the volume of CSI name name: a hash, so a
+// repeated CreateVolume names the same ID. A restore or clone keeps its
+// source's.
 func KeyIDFor(name string) string {
 	h := sha256.Sum256([]byte("carve.dev/volume-key-id\x00" + name))
 	return hex.EncodeToString(h[:16])
@@ -109,7 +104,6 @@ func ValidKeyID(id string) bool {
 	return err == nil && strings.ToLower(id) == id
 }
 
-// additionalData binds a wrapped key to its key ID and KEK.
 func additionalData(keyID, kekID string) []byte {
 	return []byte("carve.dev/volume-key/v1\x00" + keyID + "\x00" + kekID)
 }
@@ -126,8 +120,8 @@ func (r *Keyring) aead(kekID string) (cipher.AEAD, error) {
 	return cipher.NewGCM(b)
 }
 
-// Wrap wraps key (KeySize bytes) for the volume of keyID under the newest
-// KEK: "carve1.<KEK ID>.<base64url of nonce and sealed key>".
+// Wrap wraps key for keyID under the newest KEK:
+// "carve1.<KEK ID>.<base64url of nonce and sealed key>".
 func (r *Keyring) Wrap(keyID string, key []byte) (string, error) {
 	return r.wrapWith(r.newest, keyID, key)
 }
@@ -169,9 +163,7 @@ func split(wrapped string) (kek string, sealed []byte, err error) {
 	return parts[1], sealed, nil
 }
 
-// Unwrap returns the volume key that wrapped holds for keyID. A key of
-// another key ID, under a KEK not in the keyring, or altered, is
-// ErrUnwrap.
+// Unwrap returns the key wrapped holds for keyID, or ErrUnwrap.
 func (r *Keyring) Unwrap(keyID, wrapped string) ([]byte, error) {
 	kek, sealed, err := split(wrapped)
 	if err != nil {
@@ -194,8 +186,8 @@ func (r *Keyring) Unwrap(keyID, wrapped string) ([]byte, error) {
 	return key, nil
 }
 
-// Rewrap unwraps wrapped and wraps its key again under the newest KEK; a
-// key under the newest already is returned as it is (changed false).
+// Rewrap wraps the key again under the newest KEK; changed is false when
+// it was already.
 func (r *Keyring) Rewrap(keyID, wrapped string) (out string, changed bool, err error) {
 	kek, err := KEKOf(wrapped)
 	if err != nil {

@@ -15,8 +15,7 @@ import (
 
 // Holders finds carve's PVs of a volume handle; *pvindex.Index is one.
 type Holders interface {
-	// HoldersOf returns the PVs of handle with their nodes and key IDs;
-	// an error (the index not filled yet) means the answer is not known.
+	// HoldersOf returns handle's PVs; an error means the index is not filled.
 	HoldersOf(handle string) ([]pvindex.Holder, error)
 }
 
@@ -28,25 +27,21 @@ type Keys interface {
 
 // The reasons of carve_volume_key_refusals_total.
 const (
-	// RefusedVolumeID: the request names no volume ID of carve's.
+	// RefusedVolumeID: no carve volume ID.
 	RefusedVolumeID = "volume_id"
 	// RefusedNoVolume: no PersistentVolume holds the volume.
 	RefusedNoVolume = "no_volume"
-	// RefusedOtherNode: a PersistentVolume of the volume is pinned to
-	// another node than the one asking.
+	// RefusedOtherNode: a PV of the volume pins it to another node.
 	RefusedOtherNode = "other_node"
-	// RefusedKeyID: the request's key ID is not the one the volume's
-	// PersistentVolume records.
+	// RefusedKeyID: the key ID is not the one the PV records.
 	RefusedKeyID = "key_id"
-	// RefusedUnwrap: the wrapped key does not unwrap for that key ID
-	// (another volume's, altered, or under a KEK the Secret lost).
+	// RefusedUnwrap: the wrapped key does not unwrap for that key ID.
 	RefusedUnwrap = "unwrap"
 )
 
-// Releaser answers the nodes' requests for volume keys (the node
-// channel's VolumeKeys stream). It trusts a node only about itself: a key
-// is released only for a volume whose PersistentVolumes all pin it to the
-// asking node and record the key ID asked for.
+// Releaser answers the nodes' volume key requests. It trusts a node only
+// about itself: a key is released only for a volume whose PVs all pin it to
+// the asking node and record the key ID asked for.
 type Releaser struct {
 	keys     Keys
 	holders  Holders
@@ -54,8 +49,7 @@ type Releaser struct {
 	refused  *prometheus.CounterVec
 }
 
-// NewReleaser returns a Releaser and registers its metrics with reg (none
-// when nil).
+// NewReleaser returns a Releaser with its metrics registered with reg.
 func NewReleaser(keys Keys, holders Holders, reg prometheus.Registerer) (*Releaser, error) {
 	r := &Releaser{keys: keys, holders: holders,
 		released: prometheus.NewCounter(prometheus.CounterOpts{
@@ -77,8 +71,7 @@ func NewReleaser(keys Keys, holders Holders, reg prometheus.Registerer) (*Releas
 	return r, nil
 }
 
-// Answer answers one request of node's agent: the key, or why not. node
-// is the identity of the verified connection the request came on.
+// Answer answers one request; node is the verified connection's identity.
 func (r *Releaser) Answer(ctx context.Context, node string, req *nodeagentv1.VolumeKeyRequest) *nodeagentv1.VolumeKeyAnswer {
 	ans := &nodeagentv1.VolumeKeyAnswer{RequestId: req.GetRequestId()}
 	key, reason, err := r.release(ctx, node, req)
@@ -100,8 +93,7 @@ func (r *Releaser) Answer(ctx context.Context, node string, req *nodeagentv1.Vol
 }
 
 // release checks the request and unwraps the key; reason is set for a
-// refusal (a request that breaks a rule), empty for a failure of the
-// controller's own (the PV index not filled, the Secret unreadable).
+// refusal, empty for the controller's own failure.
 func (r *Releaser) release(ctx context.Context, node string, req *nodeagentv1.VolumeKeyRequest) (key []byte, reason string, err error) {
 	id := req.GetVolumeId()
 	if _, err := volume.ParseID(id); err != nil {
@@ -127,8 +119,7 @@ func (r *Releaser) release(ctx context.Context, node string, req *nodeagentv1.Vo
 		return nil, "", err
 	}
 	if kek, kerr := KEKOf(req.GetWrappedKey()); kerr == nil && !ring.Has(kek) {
-		// Another replica may have added it (a rotation) since this one
-		// read the Secret.
+		// Another replica may have rotated since this one read the Secret.
 		if ring, err = r.keys.Reload(ctx); err != nil {
 			return nil, "", err
 		}
@@ -140,8 +131,8 @@ func (r *Releaser) release(ctx context.Context, node string, req *nodeagentv1.Vo
 	return key, "", err
 }
 
-// rewrap is key wrapped under the newest KEK when the request's wrapped
-// key is under an older one, else "".
+// rewrap is the key under the newest KEK when it is under an older one,
+// else "".
 func (r *Releaser) rewrap(ctx context.Context, req *nodeagentv1.VolumeKeyRequest, key []byte) string {
 	ring, err := r.keys.Keyring(ctx)
 	if err != nil {

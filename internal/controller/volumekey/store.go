@@ -16,23 +16,20 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// kekDataPrefix starts the Secret's data keys: kek-<ID>, 32 bytes each.
 const kekDataPrefix = "kek-"
 
-// RotateAnnotation on the Secret asks for a new KEK: the first replica
-// that reads it adds one and takes the annotation off.
+// RotateAnnotation on the Secret asks for a new KEK; the first replica to
+// read it adds one and removes the annotation.
 const RotateAnnotation = "carve.dev/rotate-kek"
 
-// reloadEvery is how old a keyring read may be before Keyring reads the
-// Secret again: a rotation asked for, or made by another replica,
-// reaches every replica within it.
+// reloadEvery bounds a keyring read's age, so rotations reach every replica.
 const reloadEvery = time.Minute
 
 // DefaultSecret is the Secret's name in the controller's namespace.
 const DefaultSecret = "carve-volume-kek" //nolint:gosec // G101: a Secret's name, not a credential
 
-// Store reads the keyring from its Secret, makes the Secret when there is
-// none, and adds KEKs to it. It is safe for concurrent use.
+// Store reads the keyring from its Secret, makes it when absent, and adds
+// KEKs. It is safe for concurrent use.
 type Store struct {
 	client          kubernetes.Interface
 	namespace, name string
@@ -47,8 +44,8 @@ func NewStore(client kubernetes.Interface, namespace, name string) *Store {
 	return &Store{client: client, namespace: namespace, name: name}
 }
 
-// Keyring is the keyring as last read; the first call reads the Secret
-// (and makes it, with one KEK, when it does not exist).
+// Keyring is the keyring as last read; the first call reads (or makes) the
+// Secret.
 func (s *Store) Keyring(ctx context.Context) (*Keyring, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -57,16 +54,14 @@ func (s *Store) Keyring(ctx context.Context) (*Keyring, error) {
 	}
 	ring, err := s.load(ctx)
 	if err != nil && s.ring != nil {
-		// The last keyring still opens every volume it opened; the next
-		// call reads again.
+		// The last keyring still opens every volume it opened.
 		klog.FromContext(ctx).Error(err, "Reading the key-encryption Secret again; keeping the keys read before")
 		return s.ring, nil
 	}
 	return ring, err
 }
 
-// Reload reads the Secret again: a KEK another replica added since (a
-// rotation) is then known here.
+// Reload reads the Secret again to learn another replica's new KEK.
 func (s *Store) Reload(ctx context.Context) (*Keyring, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,7 +70,6 @@ func (s *Store) Reload(ctx context.Context) (*Keyring, error) {
 
 func (s *Store) where() string { return s.namespace + "/" + s.name }
 
-// load reads or makes the Secret; the caller holds mu.
 func (s *Store) load(ctx context.Context) (*Keyring, error) {
 	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -97,8 +91,8 @@ func (s *Store) load(ctx context.Context) (*Keyring, error) {
 	return ring, nil
 }
 
-// create makes the Secret with KEK 1; another replica's that won the
-// race is read back.
+// create makes the Secret with KEK 1; a replica that won the race is read
+// back.
 func (s *Store) create(ctx context.Context) (*corev1.Secret, error) {
 	kek, err := newKEK()
 	if err != nil {
@@ -125,9 +119,8 @@ func (s *Store) create(ctx context.Context) (*corev1.Secret, error) {
 	return nil, fmt.Errorf("creating key-encryption Secret %s: %w", s.where(), err)
 }
 
-// Rotate adds a new KEK to the Secret, which wraps every key from then
-// on, and returns its ID. Nothing is dropped: a KEK leaves the Secret
-// only by hand, once no volume's key is wrapped under it.
+// Rotate adds a new KEK, which wraps every key from then on, and returns its
+// ID. A KEK leaves the Secret only by hand, once nothing is wrapped under it.
 func (s *Store) Rotate(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -148,9 +141,8 @@ func (s *Store) Rotate(ctx context.Context) (string, error) {
 	return s.ring.Newest(), nil
 }
 
-// addKEK writes sec back with one KEK more and without RotateAnnotation,
-// and returns what the API server holds then; a conflict (another replica
-// rotated first) reads the Secret again instead.
+// addKEK writes sec back with one more KEK and without RotateAnnotation; a
+// conflict (another replica rotated first) reads the Secret again.
 func (s *Store) addKEK(ctx context.Context, sec *corev1.Secret) (*corev1.Secret, error) {
 	ring, err := fromSecret(sec)
 	if err != nil {
@@ -165,8 +157,8 @@ func (s *Store) addKEK(ctx context.Context, sec *corev1.Secret) (*corev1.Secret,
 	sec = sec.DeepCopy()
 	sec.Data[kekDataPrefix+id] = kek
 	delete(sec.Annotations, RotateAnnotation)
-	// The resourceVersion makes a concurrent rotation fail with a
-	// conflict rather than lose a KEK.
+	// The resourceVersion turns a concurrent rotation into a conflict, not a
+	// lost KEK.
 	updated, err := s.client.CoreV1().Secrets(s.namespace).Update(ctx, sec, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		got, gerr := s.client.CoreV1().Secrets(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
@@ -190,8 +182,7 @@ func newKEK() ([]byte, error) {
 	return k, nil
 }
 
-// fromSecret reads the KEKs of the Secret's kek-<ID> entries; other
-// entries are ignored.
+// fromSecret reads the kek-<ID> entries; others are ignored.
 func fromSecret(sec *corev1.Secret) (*Keyring, error) {
 	keks := map[string][]byte{}
 	for k, v := range sec.Data {

@@ -13,9 +13,7 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// Claim is everything the API knows about one claim of carve's: the claim,
-// its PV and the LV behind it, its node and class, the pods using it, the
-// events of claim and PV, and the metrics that watch it.
+// Claim is everything the API knows about one carve claim.
 type Claim struct {
 	Namespace    string            `json:"namespace"`
 	Name         string            `json:"name"`
@@ -38,17 +36,12 @@ type Claim struct {
 	LV           string            `json:"lv,omitempty"`
 	FSType       string            `json:"fsType,omitempty"`
 	Attributes   map[string]string `json:"volumeAttributes,omitempty"`
-	// AttributesClass is the claim's VolumeAttributesClass now (its
-	// status), and Modify what csi-resizer reports of a change to
-	// another ("Infeasible to slow", say).
+	// AttributesClass is the current VolumeAttributesClass; Modify csi-resizer's report.
 	AttributesClass string `json:"volumeAttributesClass,omitempty"`
 	Modify          string `json:"modifyVolumeStatus,omitempty"`
-	// IOLimits are the volume's IO limit parameters, by name: its
-	// StorageClass's, with its VolumeAttributesClass's over them.
+	// IOLimits are the StorageClass's limits with the VolumeAttributesClass's over them.
 	IOLimits map[string]string `json:"ioLimits,omitempty"`
-	// Encryption is the volume's: "luks2" or "none", from its PV's volume
-	// attributes, else from its StorageClass; KeyID is an encrypted
-	// volume's key ID (its PV's).
+	// Encryption is "luks2" or "none" (PV, else StorageClass); KeyID is the PV's.
 	Encryption string  `json:"encryption,omitempty"`
 	KeyID      string  `json:"encryptionKeyID,omitempty"`
 	Events     []Event `json:"events,omitempty"`
@@ -67,9 +60,7 @@ type Event struct {
 	LastSeen time.Time `json:"lastSeen"`
 }
 
-// Describe gathers everything about the claim name of Namespace. What the
-// user may not read (the PV, the StorageClass, the PV's events) is left
-// out with a warning.
+// Describe gathers claim name of Namespace; what the user may not read is warned about.
 func (v View) Describe(ctx context.Context, name string) (*Claim, error) {
 	pvc, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -113,7 +104,6 @@ func (v View) Describe(ctx context.Context, name string) (*Claim, error) {
 	return c, nil
 }
 
-// claimOf is what the claim itself says.
 func claimOf(pvc *corev1.PersistentVolumeClaim) *Claim {
 	c := &Claim{Namespace: pvc.Namespace, Name: pvc.Name, Phase: string(pvc.Status.Phase), PV: pvc.Spec.VolumeName,
 		SelectedNode: pvc.Annotations[selectedNodeAnnotation], Created: pvc.CreationTimestamp.Time}
@@ -141,8 +131,6 @@ func claimOf(pvc *corev1.PersistentVolumeClaim) *Claim {
 	return c
 }
 
-// addIOLimits adds the limits of the claim's StorageClass parameters
-// (params, nil when unknown) and of its VolumeAttributesClass.
 func (v View) addIOLimits(ctx context.Context, c *Claim, params map[string]string) error {
 	set := func(p map[string]string) {
 		for k, val := range p {
@@ -170,8 +158,7 @@ func (v View) addIOLimits(ctx context.Context, c *Claim, params map[string]strin
 	return nil
 }
 
-// addClassAndVolume adds what c's StorageClass and PV say: the device
-// class, the node, volume group and LV.
+// addClassAndVolume adds the device class, node, volume group and LV.
 func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
 	var scParams map[string]string
 	if c.StorageClass != "" {
@@ -210,9 +197,7 @@ func (v View) addClassAndVolume(ctx context.Context, c *Claim) error {
 	return v.addIOLimits(ctx, c, scParams)
 }
 
-// addEncryption sets c's encryption from its PV's volume attributes
-// (what CreateVolume made), else from its StorageClass's parameters
-// (what it will make).
+// addEncryption reads the PV (what was made), else the StorageClass (what will be).
 func (c *Claim) addEncryption(params map[string]string) {
 	switch {
 	case c.Attributes[volume.ParamEncryption] != "":
@@ -226,7 +211,6 @@ func (c *Claim) addEncryption(params map[string]string) {
 	}
 }
 
-// addEvents adds the events of the object kind/name among events.
 func (c *Claim) addEvents(events []corev1.Event, kind, name string) {
 	for i := range events {
 		e := &events[i]
@@ -242,9 +226,7 @@ func (c *Claim) addEvents(events []corev1.Event, kind, name string) {
 	}
 }
 
-// metrics are the series to look at for this claim (docs/metrics.md): the
-// kubelet's volume stats, its class's errors and durations, its volume
-// group's room, and the audit's findings on its node.
+// metrics are the series to watch for this claim (docs/metrics.md).
 func (c *Claim) metrics() []string {
 	out := []string{
 		fmt.Sprintf(`kubelet_volume_stats_used_bytes{namespace=%q,persistentvolumeclaim=%q}`, c.Namespace, c.Name),

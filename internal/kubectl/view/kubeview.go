@@ -1,11 +1,5 @@
-// Package view answers operators' questions about carve from the
-// Kubernetes API alone (no node access, no metrics): each node's agent
-// (ready or why not, registered, version, free space), the capacity each
-// node reports per device class, which PVC, pod, node and LV each volume
-// is, which PVCs of carve's StorageClasses are Pending and why, which node
-// each snapshot lives on, everything about one claim, and what the node
-// audit found (orphaned LVs, volumes whose data is gone). kubectl-carve
-// prints what it returns.
+// Package view answers operators' questions about carve from the Kubernetes API alone;
+// kubectl-carve prints its answers.
 package view
 
 import (
@@ -28,26 +22,20 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// deviceClassParam is the StorageClass parameter and volume context key
-// that names a volume's device class (empty: the node's default class).
+// deviceClassParam names a volume's device class ("" is the node default).
 const deviceClassParam = "carve.dev/device-class"
 
-// selectedNodeAnnotation is where the scheduler writes the node it picked
-// for a WaitForFirstConsumer claim.
 const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 
-// The PV controller names the provisioner of a claim it waits for in these
-// annotations (the beta one on older clusters).
+// The PV controller names a waited-for claim's provisioner here (beta key on old clusters).
 const (
 	provisionerAnnotation     = "volume.kubernetes.io/storage-provisioner"
 	betaProvisionerAnnotation = "volume.beta.kubernetes.io/storage-provisioner"
 )
 
-// Capacity is one CSIStorageCapacity object carve published: what a node
-// reports for one StorageClass (one device class), and carve's volumes of
-// that class on the node.
+// Capacity is one published CSIStorageCapacity with carve's volumes of its class there.
 type Capacity struct {
-	// Name is the CSIStorageCapacity object's name (in carve's namespace).
+	// Name is the object's name in carve's namespace.
 	Name              string `json:"name"`
 	Node              string `json:"node"`
 	DeviceClass       string `json:"deviceClass"`
@@ -86,31 +74,21 @@ type Pending struct {
 	Message string `json:"message,omitempty"`
 }
 
-// View reads the API for the driver named Driver. Each view makes one List
-// per kind of object it reads and joins them in memory: its cost does not
-// grow with the number of claims.
+// View reads the API for Driver, one List per kind joined in memory.
 type View struct {
 	Client kubernetes.Interface
-	// Dynamic reads the snapshot API (VolumeSnapshots are not in client-go's
-	// typed clientset); only Snapshots needs it.
+	// Dynamic reads VolumeSnapshots; only Snapshots needs it.
 	Dynamic dynamic.Interface
 	Driver  string
-	// AgentService is the headless Service over the node agents (the node
-	// channel's), whose endpoints say whether an agent is reachable;
-	// "" is the chart's default, carve-node (a chart installed with
-	// nameOverride names it <prefix>-node).
+	// AgentService is the agents' headless Service; "" is carve-node.
 	AgentService string
-	// Namespace limits the views of namespaced objects (volumes, pending
-	// claims, snapshots) to one namespace; "" is all of them.
+	// Namespace limits namespaced views to one namespace; "" is all.
 	Namespace string
-	// Warn, when set, hears what a view had to leave out (a kind the user
-	// may not list) while still answering.
+	// Warn, when set, hears what a view left out (a kind the user may not list).
 	Warn func(msg string)
 }
 
-// namespacedRights reports whether err is the refusal a user with rights
-// in one namespace gets for a cluster-wide list, in a namespaced view:
-// the view then answers from what the namespace holds.
+// namespacedRights tells a cluster-wide list refused to a namespaced user.
 func (v View) namespacedRights(err error) bool {
 	return v.Namespace != "" && apierrors.IsForbidden(err)
 }
@@ -121,8 +99,7 @@ func (v View) warn(msg string) {
 	}
 }
 
-// storageClasses returns carve's StorageClasses by name, each with its
-// device class.
+// storageClasses returns carve's StorageClasses with their device class.
 func (v View) storageClasses(ctx context.Context) (map[string]string, error) {
 	list, err := v.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -137,7 +114,6 @@ func (v View) storageClasses(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// podsByClaim maps namespace/claim to the pods that use it.
 func (v View) podsByClaim(ctx context.Context) (map[string][]string, error) {
 	pods, err := v.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -155,10 +131,8 @@ func (v View) podsByClaim(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// Volumes lists carve's PersistentVolumes, sorted by node and name; with
-// a Namespace, those whose claim is in it. A user who may not list
-// PersistentVolumes (namespaced rights) gets the namespace's claims of
-// carve instead, without what only the PV knows (volume group and LV).
+// Volumes lists carve's PVs by node and name; without rights to list PVs, the
+// namespace's carve claims.
 func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 	pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil && !v.namespacedRights(err) {
@@ -194,7 +168,6 @@ func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 	return out, nil
 }
 
-// pvVolumes are the volumes of carve's PersistentVolumes among pvs.
 func (v View) pvVolumes(pvs []corev1.PersistentVolume) []Volume {
 	var out []Volume
 	for i := range pvs {
@@ -205,7 +178,6 @@ func (v View) pvVolumes(pvs []corev1.PersistentVolume) []Volume {
 	return out
 }
 
-// pvVolume is what pv says of its volume; false if pv is not carve's.
 func (v View) pvVolume(pv *corev1.PersistentVolume) (Volume, bool) {
 	csi := pv.Spec.CSI
 	if csi == nil || csi.Driver != v.Driver {
@@ -227,9 +199,7 @@ func (v View) pvVolume(pv *corev1.PersistentVolume) (Volume, bool) {
 	return vol, true
 }
 
-// claimVolumes are the bound claims of the namespace that carve
-// provisioned, as far as the claims tell: the provisioner and the node are
-// the annotations the PV controller and the scheduler write.
+// claimVolumes are the namespace's bound carve claims, per their annotations.
 func (v View) claimVolumes(ctx context.Context) ([]Volume, error) {
 	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -254,17 +224,13 @@ func (v View) claimVolumes(ctx context.Context) ([]Volume, error) {
 	return out, nil
 }
 
-// provisionedBy reports whether the PV controller marked c as one for
-// carve's driver to provision.
 func (v View) provisionedBy(c *corev1.PersistentVolumeClaim) bool {
 	return c.Annotations[provisionerAnnotation] == v.Driver || c.Annotations[betaProvisionerAnnotation] == v.Driver
 }
 
-// Capacities lists the capacity carve published per node and StorageClass,
-// with the volumes of that class on the node, sorted by node and class.
+// Capacities lists carve's capacity per node and class with its volumes, sorted.
 func (v View) Capacities(ctx context.Context) ([]Capacity, error) { return v.capacities(ctx, true) }
 
-// capacities is Capacities, with the volumes only if withVolumes.
 func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, error) {
 	classes, err := v.storageClasses(ctx)
 	if err != nil {
@@ -274,7 +240,7 @@ func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, err
 	if err != nil {
 		return nil, fmt.Errorf("listing CSIStorageCapacities: %w", err)
 	}
-	// Every node's volumes, whatever the namespace of their claims.
+	// Every node's volumes, whatever their claims' namespace.
 	var vols []Volume
 	if withVolumes {
 		pvs, err := v.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
@@ -313,7 +279,6 @@ func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, err
 	return out, nil
 }
 
-// capacityNode is the node a CSIStorageCapacity object describes.
 func capacityNode(c *storagev1.CSIStorageCapacity) string {
 	if c.NodeTopology == nil {
 		return ""
@@ -331,11 +296,9 @@ func eventTime(e *corev1.Event) time.Time {
 	return e.FirstTimestamp.Time
 }
 
-// PendingClaims lists the unbound PVCs of carve's StorageClasses with their
-// last event, oldest first.
+// PendingClaims lists unbound carve claims with their last event, oldest first.
 func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
-	// A user with namespaced rights may not list StorageClasses: the
-	// claims' provisioner annotation then tells carve's.
+	// Without rights to StorageClasses, the provisioner annotation tells carve's claims.
 	classes, err := v.storageClasses(ctx)
 	if err != nil && !v.namespacedRights(err) {
 		return nil, err
@@ -387,7 +350,7 @@ func (v View) PendingClaims(ctx context.Context) ([]Pending, error) {
 	return out, nil
 }
 
-// lastEvent is the most recent of events (by last, then first, timestamp).
+// lastEvent is the newest of events (by last, then first, timestamp).
 func lastEvent(events []corev1.Event) *corev1.Event {
 	var last *corev1.Event
 	for i := range events {
@@ -398,9 +361,7 @@ func lastEvent(events []corev1.Event) *corev1.Event {
 	return last
 }
 
-// Event reasons carve's node audit records (internal/controller/audit): on a Node, an
-// LV no PV points at, its quarantine and removal (--remove-orphans), and a
-// PV that names a quarantined LV; on a PV, one whose LV is gone.
+// Event reasons of the controller's audit (on Nodes, and VolumeDataMissing on PVs).
 const (
 	reasonOrphan      = "OrphanedVolume"
 	reasonQuarantined = "OrphanedVolumeQuarantined"
@@ -409,18 +370,12 @@ const (
 	reasonMissing     = "VolumeDataMissing"
 )
 
-// auditComponent is the source of the audit's Events (carve controller's
-// recorder).
+// auditComponent is the source of the audit's Events.
 const auditComponent = "carve-controller"
 
-// Finding is one thing carve's node audit reported as an event: an
-// orphaned LV, its quarantine or removal, or a PV naming a quarantined LV
-// (on a Node), or a volume whose data is missing (on a PV; the copy on
-// its PVC is left out).
+// Finding is one audit Event.
 type Finding struct {
-	// Kind is the event's reason: OrphanedVolume,
-	// OrphanedVolumeQuarantined, OrphanedVolumeRemoved,
-	// QuarantinedVolumeClaimed or VolumeDataMissing.
+	// Kind is the event's reason.
 	Kind     string    `json:"kind"`
 	Object   string    `json:"object"`
 	Message  string    `json:"message"`
@@ -428,9 +383,7 @@ type Finding struct {
 	LastSeen time.Time `json:"lastSeen"`
 }
 
-// Findings lists the audit's events still held by the API (events expire,
-// one hour by default), newest first: two lists, carve controller's
-// events on Nodes and the VolumeDataMissing ones.
+// Findings lists the audit's events the API still holds, newest first.
 func (v View) Findings(ctx context.Context) ([]Finding, error) {
 	var out []Finding
 	for _, q := range []struct {

@@ -12,9 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The labels that find carve's node agents: the chart's pod labels, the
-// Service over them (carve controller reaches the agents through its
-// EndpointSlices), the node-group label, and the agent's container.
+// The labels that find carve's node agents.
 const (
 	agentSelector       = "app.kubernetes.io/name=carve,app.kubernetes.io/component=node"
 	defaultAgentService = "carve-node"
@@ -39,8 +37,7 @@ type Node struct {
 	// Agent is Ready, NotReady, or NoPod; Reason says why it is not ready.
 	Agent  string `json:"agent"`
 	Reason string `json:"reason,omitempty"`
-	// Channel is the agent's endpoint in the carve-node EndpointSlices,
-	// through which carve controller reaches it: Ready, NotReady or None.
+	// Channel is the agent's EndpointSlice state (Ready, NotReady, None).
 	Channel string `json:"channel"`
 	// Registered: the kubelet lists carve's driver in the node's CSINode.
 	Registered bool `json:"registered"`
@@ -52,10 +49,7 @@ type Node struct {
 	Created time.Time `json:"created,omitzero"`
 }
 
-// Nodes lists every node (but those whose node group is "none") with its
-// carve agent: whether its pod is ready and why not, whether carve
-// controller can reach it, whether the kubelet registered the driver, its
-// node group, version and free capacity per class. One List per kind.
+// Nodes lists every node (but node group "none") with its carve agent's state.
 func (v View) Nodes(ctx context.Context) ([]Node, error) {
 	nodes, err := v.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -134,8 +128,7 @@ func (v View) Nodes(ctx context.Context) ([]Node, error) {
 	return out, nil
 }
 
-// agentsByNode maps each node to its agent pod. During a rollout a node
-// may have two.
+// agentsByNode maps each node to its agent pod (two during a rollout).
 func agentsByNode(pods []corev1.Pod) map[string]*corev1.Pod {
 	agents := map[string]*corev1.Pod{}
 	for i := range pods {
@@ -150,8 +143,7 @@ func agentsByNode(pods []corev1.Pod) map[string]*corev1.Pod {
 	return agents
 }
 
-// channels maps each node to the state of its agent's endpoint in the
-// EndpointSlices of the carve-node Service: Ready if any is.
+// channels maps each node to its agent endpoint's state; Ready if any is.
 func (v View) channels(ctx context.Context) (map[string]string, error) {
 	service := v.AgentService
 	if service == "" {
@@ -180,8 +172,7 @@ func (v View) channels(ctx context.Context) (map[string]string, error) {
 	return channel, nil
 }
 
-// preferAgent reports whether p is the better of two agent pods on one
-// node: the one not terminating, else the newer.
+// preferAgent prefers the pod not terminating, else the newer.
 func preferAgent(p, cur *corev1.Pod) bool {
 	if pt, ct := p.DeletionTimestamp != nil, cur.DeletionTimestamp != nil; pt != ct {
 		return !pt
@@ -189,7 +180,6 @@ func preferAgent(p, cur *corev1.Pod) bool {
 	return p.CreationTimestamp.After(cur.CreationTimestamp.Time)
 }
 
-// onlyNamespace is the namespace all pods share, "" if none or several.
 func onlyNamespace(pods []corev1.Pod) string {
 	ns := ""
 	for _, p := range pods {
@@ -201,7 +191,6 @@ func onlyNamespace(pods []corev1.Pod) string {
 	return ns
 }
 
-// lastProbeFailures maps namespace/pod to its last failed probe's message.
 func lastProbeFailures(events []corev1.Event) map[string]string {
 	last := map[string]*corev1.Event{}
 	for i := range events {
@@ -221,10 +210,7 @@ func lastProbeFailures(events []corev1.Event) map[string]string {
 	return out
 }
 
-// podReadiness is Ready, or NotReady and the most telling reason: a
-// waiting or failed container, the pod's phase, the last failed probe
-// (carve's /readyz answers 503 when a volume group or pool is missing), or
-// the Ready condition's message.
+// podReadiness is Ready, or NotReady and the most telling reason.
 func podReadiness(p *corev1.Pod, probe string) (string, string) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -256,8 +242,7 @@ func podReadiness(p *corev1.Pod, probe string) (string, string) {
 	return "NotReady", ""
 }
 
-// agentVersion is the tag of the agent container's image, else the pod's
-// version label.
+// agentVersion is the agent container's image tag, else the version label.
 func agentVersion(p *corev1.Pod) string {
 	for _, c := range p.Spec.Containers {
 		if c.Name != agentContainer {

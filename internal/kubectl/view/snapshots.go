@@ -15,16 +15,13 @@ import (
 	"github.com/carve-csi/carve/internal/volume"
 )
 
-// The snapshot API (external-snapshotter's CRDs), read through the dynamic
-// client: carve takes no typed client for three fields.
+// The snapshot API, through the dynamic client.
 var (
 	SnapshotResource        = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 	SnapshotContentResource = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
 )
 
-// Snapshot is one VolumeSnapshot of carve's driver. A carve snapshot lives
-// on its source volume's node: its ID (the content's snapshotHandle) is
-// <node>/<volume group>/<LV>, and a restore must land there.
+// Snapshot is one VolumeSnapshot of carve's driver and the node its ID names.
 type Snapshot struct {
 	Namespace   string    `json:"namespace"`
 	Name        string    `json:"name"`
@@ -40,11 +37,8 @@ type Snapshot struct {
 	Created     time.Time `json:"created,omitzero"`
 }
 
-// Snapshots lists the VolumeSnapshots (of Namespace, or all) whose content
-// is carve's, with the node each lives on, by namespace and name. A user
-// who may not list VolumeSnapshotContents (namespaced rights) gets the
-// snapshots whose source claim carve provisioned, the node taken from that
-// claim.
+// Snapshots lists carve's VolumeSnapshots with their node; without rights to list
+// contents, those whose source is a carve claim.
 func (v View) Snapshots(ctx context.Context) ([]Snapshot, error) {
 	if v.Dynamic == nil {
 		return nil, fmt.Errorf("no dynamic client for the snapshot API")
@@ -120,8 +114,7 @@ func (v View) Snapshots(ctx context.Context) ([]Snapshot, error) {
 	return out, nil
 }
 
-// claimNodes maps the name of each claim of the namespace that carve
-// provisioned to its node (the scheduler's selected-node annotation).
+// claimNodes maps the namespace's carve claims to their selected node.
 func (v View) claimNodes(ctx context.Context) (map[string]string, error) {
 	pvcs, err := v.Client.CoreV1().PersistentVolumeClaims(v.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -41,7 +41,7 @@ type ControllerOptions struct {
 func (o *ControllerOptions) AddFlags(fs *flag.FlagSet) {
 	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server; empty uses the pod's service account")
-	fs.DurationVar(&o.LostNodesInterval, "lost-nodes-interval", time.Minute, "how often the PersistentVolumes of deleted Nodes are looked for (also at every Node deletion); 0 turns the watch and all API access off")
+	fs.DurationVar(&o.LostNodesInterval, "lost-nodes-interval", time.Minute, "how often the PersistentVolumes of deleted Nodes are looked for (also at every Node deletion); 0 turns the watch off (without --node-channel-service, all API access too)")
 	fs.BoolVar(&o.DeleteClaimsOfLostNodes, "delete-claims-of-lost-nodes", false, "delete the claims and PersistentVolumes pinned to a deleted Node (so that a StatefulSet makes new volumes elsewhere) instead of only reporting them, once the Node has been absent for --lost-node-grace-period; PersistentVolumes whose reclaim policy is Retain only with --delete-retained-claims-of-lost-nodes")
 	fs.DurationVar(&o.LostNodeGrace, "lost-node-grace-period", 30*time.Minute, "with --delete-claims-of-lost-nodes: how long a Node must have been absent, from when carve controller first found it absent, before the claims and PersistentVolumes pinned to it are deleted; a Node that comes back within it keeps them (a new leader starts the clock anew)")
 	fs.BoolVar(&o.DeleteRetainedClaimsOfLostNodes, "delete-retained-claims-of-lost-nodes", false, "with --delete-claims-of-lost-nodes: delete also the claims and PersistentVolumes whose reclaim policy is Retain (without it they are only reported)")

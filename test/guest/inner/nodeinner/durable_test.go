@@ -274,25 +274,7 @@ func (l *loggedVG) replayed(t *testing.T, wl *writeLog, dir, mark string) *repla
 	}
 	loop = strings.TrimSpace(loop)
 	cfg := filepath.Join(rdir, "lvm")
-	if err := os.MkdirAll(cfg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf(`devices {
-	global_filter = [ "a|^%s$|", "r|.*|" ]
-	use_devicesfile = 0
-	obtain_device_list_from_udev = 0
-	hints = "none"
-	scan_lvs = 0
-}
-activation {
-	udev_sync = 0
-	udev_rules = 0
-	monitoring = 0
-}
-`, loop)
-	if err := os.WriteFile(filepath.Join(cfg, "lvm.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeOnePVConfig(t, cfg, loop)
 	r := &replayed{t: t, dir: rdir, vg: &lvmtest.LoopVG{Name: l.vg.Name, ConfigDir: cfg, Devices: []string{loop}, Activation: true}}
 	return r
 }

@@ -243,17 +243,12 @@ func snapshotOnce(t *testing.T, ctx context.Context, ns, claim string) {
 		t.Fatal(err)
 	}
 	waitFor(t, settle, "csi-snapshotter to record carve's answer to CreateSnapshot", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		c, _, err := kubetest.BoundSnapshotContent(ctx, dc, ns, "snap")
 		if err != nil {
 			return false, "", err
 		}
-		name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-		if name == "" {
+		if c == nil {
 			return false, "no content bound yet", nil
-		}
-		c, err := dc.Resource(kubetest.VolumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
 		}
 		msg, _, _ := unstructured.NestedString(c.Object, "status", "error", "message")
 		ready, _, _ := unstructured.NestedBool(c.Object, "status", "readyToUse")

@@ -117,17 +117,12 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 
 	start := time.Now()
 	waitFor(t, settle, "a VolumeSnapshotContent for the snapshot", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		c, name, err := kubetest.BoundSnapshotContent(ctx, dc, ns, "snap")
 		if err != nil {
 			return false, "", err
 		}
-		name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-		if name == "" {
+		if c == nil {
 			return false, "no content bound yet", nil
-		}
-		c, err := dc.Resource(kubetest.VolumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
 		}
 		driver, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
 		handle, _, _ := unstructured.NestedString(c.Object, "spec", "source", "volumeHandle")

@@ -88,3 +88,21 @@ func DeleteVolumeSnapshot(t testing.TB, dc dynamic.Interface, ns, name string, o
 		return len(left) == 0, fmt.Sprintf("left: %v", left), nil
 	})
 }
+
+// BoundSnapshotContent is the VolumeSnapshotContent that VolumeSnapshot
+// ns/name is bound to, and its name; nil and "" while none is bound yet.
+func BoundSnapshotContent(ctx context.Context, dc dynamic.Interface, ns, name string) (*unstructured.Unstructured, string, error) {
+	vs, err := dc.Resource(VolumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	content, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
+	if content == "" {
+		return nil, "", nil
+	}
+	c, err := dc.Resource(VolumeSnapshotContents).Get(ctx, content, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, content, nil
+}

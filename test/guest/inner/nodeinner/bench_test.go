@@ -471,10 +471,7 @@ func TestBenchRestoreCopy(t *testing.T) {
 	const size = 256 * mib
 	e := newSnapEnv(t, "benchcopy")
 	id := e.createInClass("bench-copy-origin", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	writeDevice(t, dev, random(size))
 	snap := e.snapshot("bench-copy-snap", id)
 	snapDev := "/dev/" + snap.GetSnapshotId()[strings.Index(snap.GetSnapshotId(), "/")+1:]

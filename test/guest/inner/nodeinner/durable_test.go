@@ -98,10 +98,7 @@ func TestEveryMutationIsDurableAtItsAnswer(t *testing.T) {
 		name := "durable-" + tc.fsType
 		capability := plugintest.MountCapability(tc.fsType)
 		id := e.create(name, tc.size, capability)
-		dev, err := plugintest.DevicePath(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := plugintest.MustDevicePath(t, id)
 		p := e.paths(name)
 		step("stage-"+tc.fsType, func() func(*replayed) error {
 			if err := e.stage(id, p, capability, rpcTimeout); err != nil {

@@ -197,10 +197,7 @@ func TestEncryptedVolume(t *testing.T) {
 	c.mu.Lock()
 	c.pvs[id] = []string{"node-a"}
 	c.mu.Unlock()
-	raw, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := plugintest.MustDevicePath(t, id)
 	vol, _ := volume.ParseID(id)
 	mapper := "/dev/mapper/" + volume.MapperName(vol.LV)
 
@@ -494,10 +491,7 @@ func TestEncryptedRestoreOnAnotherNode(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(stagingB, "pattern")); err != nil || !bytes.Equal(got, luksPattern) {
 		t.Fatalf("node-b reads %d bytes of the file, %v", len(got), err)
 	}
-	raw, err := plugintest.DevicePath(restored.GetVolumeId())
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := plugintest.MustDevicePath(t, restored.GetVolumeId())
 	if containsPattern(t, raw, size) {
 		t.Fatal("node-b's raw LV holds the plaintext pattern")
 	}

@@ -213,10 +213,7 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 	// The previous tenant: a thick raw-block volume written whole with a
 	// pattern and deleted, whose extents the first new volume gets.
 	prev := e.createInClass("previous-tenant", eraseSize, blockCapability(), class)
-	dev, err := plugintest.DevicePath(prev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, prev)
 	writeDevice(t, dev, pattern)
 	prevAt := l.pvSpans(t, lvName(t, prev))
 	e.delete(prev)

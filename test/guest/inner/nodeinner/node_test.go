@@ -296,10 +296,7 @@ func TestDataSafety(t *testing.T) {
 			capability := plugintest.MountCapability(tc.fsType)
 			name := "data-safety-" + tc.fsType
 			id := e.create(name, tc.size, capability)
-			dev, err := plugintest.DevicePath(id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev := plugintest.MustDevicePath(t, id)
 			p := e.paths(name)
 			mkfsBefore := e.stepCount("mkfs")
 			e.stagePublish(id, p, capability)
@@ -351,10 +348,7 @@ func TestOnlineExpansion(t *testing.T) {
 			capability := plugintest.MountCapability(tc.fsType)
 			name := "expand-" + tc.fsType
 			id := e.create(name, tc.size, capability)
-			dev, err := plugintest.DevicePath(id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev := plugintest.MustDevicePath(t, id)
 			p := e.paths(name)
 			e.stagePublish(id, p, capability)
 			before := fsSize(t, p.target)

@@ -50,10 +50,7 @@ func TestSnapshotSpaceMetrics(t *testing.T) {
 	e := newSnapEnv(t, "snapmetrics")
 	const size = 64 * mib
 	id := e.createInClass("metrics-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	// 20 % of 64 MiB: 16 MiB of copy-on-write space, in extents.
 	snap := e.snapshot("metrics-snap", id)
 	lv := snap.GetSnapshotId()[strings.LastIndex(snap.GetSnapshotId(), "/")+1:]

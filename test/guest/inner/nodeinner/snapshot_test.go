@@ -186,10 +186,7 @@ func TestSnapshotRestoreData(t *testing.T) {
 				name := "snap-" + class + "-" + fsType
 				id := e.createInClass(name, size, capability, class)
 				before, after := random(mib), random(mib)
-				dev, err := plugintest.DevicePath(id)
-				if err != nil {
-					t.Fatal(err)
-				}
+				dev := plugintest.MustDevicePath(t, id)
 				var p paths
 				var sourceFS int64
 				if fsType == "block" {
@@ -214,10 +211,7 @@ func TestSnapshotRestoreData(t *testing.T) {
 				if err != nil {
 					t.Fatalf("restore: %v", err)
 				}
-				rdev, err := plugintest.DevicePath(rid)
-				if err != nil {
-					t.Fatal(err)
-				}
+				rdev := plugintest.MustDevicePath(t, rid)
 				if fsType == "block" {
 					if got := readDevice(t, rdev, 0, mib); !bytes.Equal(got, before) {
 						t.Error("the restored block volume does not hold the data written before the snapshot")
@@ -257,10 +251,7 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 	// The writer rewrites the whole volume round after round: the clone's
 	// temporary snapshot must hold all of it.
 	id := e.createInClass("clone-source", size, blockCapability(), "thick-full")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var rounds uint64
@@ -308,10 +299,7 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 	if writeErr != nil {
 		t.Fatalf("the writer failed: %v", writeErr)
 	}
-	cdev, err := plugintest.DevicePath(cid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cdev := plugintest.MustDevicePath(t, cid)
 	data := readDevice(t, cdev, 0, size)
 	var prev, lo, hi uint64
 	for off := int64(0); off < size; off += block {
@@ -351,10 +339,7 @@ func TestSnapshotCopyKilled(t *testing.T) {
 	// 200 MiB/s in the guest; the poll below is 20 ms).
 	const size = 256 * mib
 	id := e.createInClass("kill-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	head, tail := random(mib), random(mib)
 	writeDevice(t, dev, head)
 	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
@@ -411,10 +396,7 @@ func TestSnapshotCopyKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("retried restore: %v", err)
 	}
-	rdev, err := plugintest.DevicePath(rid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdev := plugintest.MustDevicePath(t, rid)
 	if got := hashDevice(t, rdev, size); got != want {
 		t.Error("the restored volume differs from the snapshot after the retried copy")
 	}
@@ -430,10 +412,7 @@ func TestSnapshotCOWFull(t *testing.T) {
 	e := newSnapEnv(t, "snapfull")
 	const size = 64 * mib
 	id := e.createInClass("full-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	// 20 % of 64 MiB is 13 MiB, 16 MiB in extents: rewriting the whole
 	// volume overflows it.
 	snap := e.snapshot("full-snap", id)

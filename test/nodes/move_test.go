@@ -104,16 +104,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		if got != sum.sum {
 			t.Errorf("round %d: the LV %s on %s has SHA-256 %s, want the source's %s once its pod stopped", r, handle, peerName, got, sum.sum)
 		}
-		waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
-			p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return false, "no pod (its StatefulSet makes it again)", nil
-			}
-			if err != nil {
-				return false, "", err
-			}
-			return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
-		})
+		waitPodScheduled(t, ns, movePod, peerName)
 		files := filesOnLV(t, ctx, handle)
 		if !strings.Contains(files, fileSum+"  ") {
 			t.Errorf("round %d: /data/f on the peer's LV: %q, want SHA-256 %s", r, files, fileSum)
@@ -322,16 +313,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	files := filesOnLV(t, ctx, source)
 	// The pod on the peer holds the claim while the move back stops it:
 	// the test chooses when the catch-up may begin.
-	waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
-		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, "no pod (its StatefulSet makes it again)", nil
-		}
-		if err != nil {
-			return false, "", err
-		}
-		return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
-	})
+	waitPodScheduled(t, ns, movePod, peerName)
 	cordon(t, ctx, peerName, true)
 	// A pod ends at once on the peer (its grace period is 0), so the
 	// test's own finalizer holds the claim while the workload stops, as
@@ -753,17 +735,41 @@ func waitPodReady(t *testing.T, ctx context.Context, ns, pod, node string, timeo
 	t.Helper()
 	var got *corev1.Pod
 	waitFor(t, timeout, "pod "+pod+" Ready", func(ctx context.Context) (bool, string, error) {
-		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, "no pod (its StatefulSet makes it again)", nil
-		}
-		if err != nil {
-			return false, "", err
+		p, status, err := statefulSetPod(ctx, ns, pod)
+		if p == nil {
+			return false, status, err
 		}
 		got = p
 		return podReadyOn(p, node), "on " + p.Spec.NodeName + ": " + podState(p), nil
 	})
 	return got
+}
+
+// waitPodScheduled waits until a StatefulSet's pod is scheduled to node
+// and not being deleted.
+func waitPodScheduled(t *testing.T, ns, pod, node string) {
+	t.Helper()
+	waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+node, func(ctx context.Context) (bool, string, error) {
+		p, status, err := statefulSetPod(ctx, ns, pod)
+		if p == nil {
+			return false, status, err
+		}
+		return p.Spec.NodeName == node && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
+	})
+}
+
+// statefulSetPod gets a StatefulSet's pod for a wait: nil and a status
+// while there is none (its StatefulSet makes it again), nil and the
+// error when the API server fails.
+func statefulSetPod(ctx context.Context, ns, pod string) (*corev1.Pod, string, error) {
+	p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, "no pod (its StatefulSet makes it again)", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return p, "", nil
 }
 
 // podReadyOn tells a pod that runs and is Ready on node ("": any).

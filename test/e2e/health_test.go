@@ -22,9 +22,8 @@ import (
 func TestVolumeAbnormalEvents(t *testing.T) {
 	ns := newNamespace(t, "health")
 	ctx := testCtx(t, 4*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", time.Minute)
-	node := bed.Node(waitPodNode(t, ns, "app", settle))
+	pvc, nodeName := dataClaimWithPod(t, ctx, ns, "64Mi", time.Minute)
+	node := bed.Node(nodeName)
 	name := volume.LVNameFor(pvc.Spec.VolumeName)
 	lv, err := node.LVM.GetLV(ctx, node.VG.Name, name)
 	if err != nil {

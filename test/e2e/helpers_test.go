@@ -115,6 +115,17 @@ func waitBound(t *testing.T, ns, name string, timeout time.Duration) *corev1.Per
 	return pvc
 }
 
+// dataClaimWithPod creates claim "data" of size in thickSC and pod "app"
+// that mounts it, waits up to bound for the claim to be Bound and up to
+// settle for the pod to be bound to a node, and returns the claim and
+// the node.
+func dataClaimWithPod(t *testing.T, ctx context.Context, ns, size string, bound time.Duration) (*corev1.PersistentVolumeClaim, string) {
+	t.Helper()
+	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, size), newPod(ns, "app", "data"))
+	pvc := waitBound(t, ns, "data", bound)
+	return pvc, waitPodNode(t, ns, "app", settle)
+}
+
 // waitPodNode waits until the pod is bound to a node and returns the node.
 func waitPodNode(t *testing.T, ns, name string, timeout time.Duration) string {
 	t.Helper()

@@ -460,15 +460,7 @@ func auditMetrics(t *testing.T) plugintest.Metrics {
 	a := audit.New(audit.Config{Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Client: fake.NewClientset(),
 		Nodes: oneNode{}, Grace: time.Minute, Interval: time.Minute, Registerer: reg, Events: record.NewFakeRecorder(10)})
 	a.Pass(t.Context(), time.Now(), nil)
-	got, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := plugintest.Metrics{}
-	for _, f := range got {
-		m[f.GetName()] = f
-	}
-	return m
+	return gather(t, reg)
 }
 
 // moverMetrics are the mover's: carve controller runs it only with the
@@ -592,14 +584,10 @@ func snapshotMetrics(t *testing.T) plugintest.Metrics {
 	reg := prometheus.NewPedanticRegistry()
 	metrics.NewRecorder(reg).SetSnapshotStates([]metrics.SnapshotState{
 		{DeviceClass: "thick", VolumeGroup: "vg", Snapshot: "carvesnap-1", COWUsedRatio: 0.5}})
-	got, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := plugintest.Metrics{}
-	for _, f := range got {
-		if strings.HasPrefix(f.GetName(), "carve_snapshot_") {
-			m[f.GetName()] = f
+	m := gather(t, reg)
+	for name := range m {
+		if !strings.HasPrefix(name, "carve_snapshot_") {
+			delete(m, name)
 		}
 	}
 	if len(m) != 2 {

@@ -340,6 +340,7 @@ func (e *env) quiet() {
 	}
 }
 
+// scrape is what the plugin's metrics endpoint serves now.
 func (e *env) scrape() plugintest.Metrics {
 	e.t.Helper()
 	ctx, cancel := e.ctx()

@@ -267,13 +267,7 @@ func (e *env) unpublishUnstage(id string, p paths) {
 // started.
 func (e *env) stepCount(step string) uint64 {
 	e.t.Helper()
-	ctx, cancel := e.ctx()
-	defer cancel()
-	ms, err := e.plugin.Scrape(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ms.HistogramCount("carve_step_duration_seconds", map[string]string{"phase": "stage", "step": step})
+	return e.stepCountOf("stage", step)
 }
 
 // fsCases are the filesystems carve formats; xfs needs 300 MiB at least.

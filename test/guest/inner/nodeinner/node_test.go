@@ -185,16 +185,9 @@ func (e *env) createVolume(req *csi.CreateVolumeRequest) (*csi.Volume, error) {
 		e.volumeContext = map[string]map[string]string{}
 	}
 	e.volumeContext[id] = rsp.GetVolume().GetVolumeContext()
-	t := e.t
-	t.Cleanup(func() {
-		if e.plugin == nil {
-			return
-		}
-		ctx, cancel := e.ctx()
-		defer cancel()
-		if _, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			t.Errorf("DeleteVolume %s: %v", id, err)
-		}
+	e.cleanupWhileServed("DeleteVolume "+id, func(ctx context.Context) error {
+		_, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+		return err
 	})
 	return rsp.GetVolume(), nil
 }
@@ -207,6 +200,23 @@ func (e *env) run(name string, f func(t *testing.T)) {
 		e.t = t
 		defer func() { e.t = parent }()
 		f(t)
+	})
+}
+
+// cleanupWhileServed has call run when the test (e.t as it is now) ends,
+// unless the plugin is stopped by then; a failed call fails that test
+// with what.
+func (e *env) cleanupWhileServed(what string, call func(ctx context.Context) error) {
+	t := e.t
+	t.Cleanup(func() {
+		if e.plugin == nil {
+			return
+		}
+		ctx, cancel := e.ctx()
+		defer cancel()
+		if err := call(ctx); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
 	})
 }
 

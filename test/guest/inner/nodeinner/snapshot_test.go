@@ -70,16 +70,9 @@ func (e *env) snapshot(name, source string) *csi.Snapshot {
 	if !snap.GetReadyToUse() {
 		e.t.Fatalf("snapshot %s is not ready to use: %v", name, snap)
 	}
-	t := e.t
-	t.Cleanup(func() {
-		if e.plugin == nil {
-			return
-		}
-		ctx, cancel := e.ctx()
-		defer cancel()
-		if _, err := e.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()}); err != nil {
-			t.Errorf("DeleteSnapshot %s: %v", snap.GetSnapshotId(), err)
-		}
+	e.cleanupWhileServed("DeleteSnapshot "+snap.GetSnapshotId(), func(ctx context.Context) error {
+		_, err := e.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()})
+		return err
 	})
 	return snap
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
-	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // peerName is the peer node of make test-nodes-peer (CARVE_NODES_PEER=1):
@@ -92,10 +91,7 @@ func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
 	peer := needPeer(t)
 	ns := newNamespace(t, "crossnode")
 	ctx := testCtx(t, 15*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	guest := bed.GuestNode(nodeName)
 	const size = "64Mi"
 	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 32)
@@ -164,11 +160,7 @@ func crossNodeSource(t *testing.T, ctx context.Context, dc dynamic.Interface, ns
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, dc, ns, "snap")
+	createSnapshotReady(t, ctx, dc, ns, "snap", "data")
 	return fileSum, sourceSum
 }
 
@@ -182,10 +174,7 @@ func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
 	peer := needPeer(t)
 	ns := newNamespace(t, "crosskill")
 	ctx := testCtx(t, 15*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	// A bigger source than TestCrossNodeRestoreOnRealNodes': a longer
 	// copy to kill in the middle of.
 	const size = "128Mi"
@@ -295,10 +284,7 @@ func TestCrossNodeRestoreSpansAControllerRestart(t *testing.T) {
 	peer := needPeer(t)
 	ns := newNamespace(t, "crossrestart")
 	ctx := testCtx(t, 20*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	const size = "128Mi"
 	_, sourceSum := crossNodeSource(t, ctx, dc, ns, size, 96)
 	// The LVs outside the peer's volume group: the guest node's.

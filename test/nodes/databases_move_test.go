@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
 	"github.com/carve-csi/carve/test/harness/kubetest"
@@ -34,10 +33,7 @@ import (
 func TestCrossNodeDatabaseRestoreOnThePeer(t *testing.T) {
 	peer := needPeer(t)
 	began := time.Now()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	ns := newNamespace(t, "pgcross")
 	addr := liveDatabase(t, ns, thickSC, "1Gi")
 	w := startAckWriter(t, addr)

@@ -424,10 +424,7 @@ func waitAcked(t *testing.T, w *ackWriter, n int) {
 // holds every transaction acknowledged before the snapshot was asked for.
 // Thick (ext4) and thin (xfs).
 func TestDatabaseSnapshotOfTheLiveDatabase(t *testing.T) {
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	for _, sc := range []string{thickSC, thinSC} {
 		t.Run(sc, func(t *testing.T) {
 			began := time.Now()
@@ -775,10 +772,7 @@ var powerCuts = []powerCut{{
 // the database.
 func TestDatabasePowerCut(t *testing.T) {
 	began := time.Now()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	c := &cutScenario{ns: newNamespace(t, "pgcut"), dc: dc}
 	addr := liveDatabase(t, c.ns, thickSC, "1Gi")
 	w := startAckWriter(t, addr)

@@ -52,6 +52,29 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 // notYet tells waitFor to ask again, showing err as the status.
 func notYet(err error) (bool, string, error) { return false, err.Error(), nil }
 
+// dynamicClient is a dynamic client of the bed's API server (for the
+// snapshot API).
+func dynamicClient(t *testing.T) dynamic.Interface {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(bed.Control.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc
+}
+
+// createSnapshotReady creates VolumeSnapshot ns/name of claim in
+// snapshotClass, deleted when the test ends, and waits until it is
+// ReadyToUse.
+func createSnapshotReady(t *testing.T, ctx context.Context, dc dynamic.Interface, ns, name, claim string) {
+	t.Helper()
+	t.Cleanup(func() { deleteSnapshot(t, dc, ns, name) })
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, name, snapshotClass, claim); err != nil {
+		t.Fatal(err)
+	}
+	waitSnapshotReady(t, dc, ns, name)
+}
+
 // waitSnapshotReady waits until the VolumeSnapshot ns/name is ReadyToUse
 // and returns it as it was then (its status.restoreSize, say).
 func waitSnapshotReady(t *testing.T, dc dynamic.Interface, ns, name string) *unstructured.Unstructured {

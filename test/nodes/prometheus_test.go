@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-
 	"github.com/carve-csi/carve/test/harness/cluster"
-	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/test/harness/promcheck"
 )
 
@@ -61,15 +58,8 @@ func TestPrometheus(t *testing.T) {
 	ns := newNamespace(t, "prom")
 	createClaimAndPod(t, newPVC(ns, "thin", thinSC, "256Mi"), newPod(ns, "thin", "thin", false, sleeper))
 	createClaimAndPod(t, newPVC(ns, "thick", thickSC, "256Mi"), newPod(ns, "thick", "thick", false, sleeper))
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "thick"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, dc, ns, "snap")
+	dc := dynamicClient(t)
+	createSnapshotReady(t, ctx, dc, ns, "snap", "thick")
 	driven := time.Now()
 
 	targets, stop, err := bed.PodScrapeTargets(ctx)

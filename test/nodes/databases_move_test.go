@@ -244,23 +244,11 @@ func TestCrossNodeDatabaseDrain(t *testing.T) {
 // free to take its pod to the target.
 func postgresSet(name string, hostPort int) func(ns string) *appsv1.StatefulSet {
 	return func(ns string) *appsv1.StatefulSet {
-		one := int32(1)
 		pod := postgresPod(ns, name+"-0", "data", hostPort)
 		pod.Spec.NodeSelector = nil
 		pod.Spec.Volumes = nil
 		claim := newPVC(ns, "data", thickSC, "1Gi")
 		claim.Namespace = ""
-		return &appsv1.StatefulSet{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: appsv1.StatefulSetSpec{
-				Replicas: &one,
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
-					Spec:       pod.Spec,
-				},
-				VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
-			},
-		}
+		return newStatefulSet(ns, name, pod.Spec, *claim)
 	}
 }

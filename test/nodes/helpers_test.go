@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,6 +52,25 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 
 // notYet tells waitFor to ask again, showing err as the status.
 func notYet(err error) (bool, string, error) { return false, err.Error(), nil }
+
+// newStatefulSet is StatefulSet ns/name of one pod of spec, labeled
+// app=name, with claims as its volume claim templates (claims with no
+// namespace).
+func newStatefulSet(ns, name string, spec corev1.PodSpec, claims ...corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+	one := int32(1)
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       spec,
+			},
+			VolumeClaimTemplates: claims,
+		},
+	}
+}
 
 // dynamicClient is a dynamic client of the bed's API server (for the
 // snapshot API).

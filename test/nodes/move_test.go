@@ -535,29 +535,17 @@ func holdClaim(t *testing.T, ctx context.Context, ns, name string) func() {
 // moveStatefulSet is the moved StatefulSet: not pinned (the move picks
 // the node), its pod only sleeps.
 func moveStatefulSet(ns string) *appsv1.StatefulSet {
-	one := int32(1)
 	zero := int64(0)
 	claim := newPVC(ns, "data", thickSC, moveSize())
 	claim.Namespace = ""
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: moveSet, Namespace: ns},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": moveSet}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": moveSet}},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: &zero,
-					Containers: []corev1.Container{{
-						Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
-						Command:      []string{"/bin/sh", "-c", sleeper},
-						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-					}},
-				},
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
-		},
-	}
+	return newStatefulSet(ns, moveSet, corev1.PodSpec{
+		TerminationGracePeriodSeconds: &zero,
+		Containers: []corev1.Container{{
+			Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
+			Command:      []string{"/bin/sh", "-c", sleeper},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+		}},
+	}, *claim)
 }
 
 // moveStats is what runMove saw of one move.

@@ -76,16 +76,7 @@ func TestPrometheus(t *testing.T) {
 	bin := prometheusBin(t)
 	ctx := testCtx(t, 8*time.Minute)
 	targets := bed.ScrapeTargets()
-	prom, err := cluster.StartPrometheus(ctx, bin, t.TempDir(), targets, scrapeInterval, 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", prom.Tail(30))
-		}
-		prom.Stop()
-	})
+	prom := cluster.StartPrometheusFor(t, ctx, bin, targets, scrapeInterval, 10*time.Minute)
 
 	start := time.Now()
 	driveEveryPhase(t, ctx)

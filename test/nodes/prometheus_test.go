@@ -75,16 +75,7 @@ func TestPrometheus(t *testing.T) {
 	if jobs[cluster.JobNode] == 0 || jobs[cluster.JobSnapshotter] == 0 {
 		t.Errorf("targets %v lack a node agent or csi-snapshotter", jobs)
 	}
-	prom, err := cluster.StartPrometheus(ctx, bin, t.TempDir(), targets, 2*time.Second, 12*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", prom.Tail(30))
-		}
-		prom.Stop()
-	})
+	prom := cluster.StartPrometheusFor(t, ctx, bin, targets, 2*time.Second, 12*time.Minute)
 	waitFor(t, 2*time.Minute, fmt.Sprintf("every one of the %d targets up and scraped twice", len(targets)), func(ctx context.Context) (bool, string, error) {
 		return promcheck.ScrapedTwiceSince(ctx, prom.API, driven, len(targets))
 	})

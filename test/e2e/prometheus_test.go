@@ -215,15 +215,7 @@ func driveEveryPhase(t *testing.T, ctx context.Context) {
 func snapshotOnce(t *testing.T, ctx context.Context, ns, claim string) {
 	t.Helper()
 	dc := dynamicClient(t)
-	class := "e2e-" + ns
-	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata":       map[string]any{"name": class},
-		"driver":         cluster.DriverName,
-		"deletionPolicy": "Retain",
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshotClass: %v", err)
-	}
+	class := retainSnapshotClass(t, ctx, dc, ns)
 	deleted := false
 	t.Cleanup(func() {
 		if !deleted {

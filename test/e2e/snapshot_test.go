@@ -26,13 +26,28 @@ import (
 // content carrying it must still work.
 const managedByLabel = "snapshot.storage.kubernetes.io/managed-by"
 
+// dynamicClient is a dynamic client of the bed's API server (for the
+// snapshot API).
 func dynamicClient(t *testing.T) dynamic.Interface {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
+	return kubetest.DynamicClient(t, bed.Control.Config)
+}
+
+// retainSnapshotClass creates VolumeSnapshotClass "e2e-"+ns of carve
+// with deletionPolicy Retain, with strict field validation, and returns
+// its name.
+func retainSnapshotClass(t *testing.T, ctx context.Context, dc dynamic.Interface, ns string) string {
+	t.Helper()
+	class := "e2e-" + ns
+	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata":       map[string]any{"name": class},
+		"driver":         cluster.DriverName,
+		"deletionPolicy": "Retain",
+	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("create VolumeSnapshotClass: %v", err)
 	}
-	return dc
+	return class
 }
 
 // TestSnapshotControllerAccepted: every object of
@@ -93,15 +108,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 
 	// Retain: with no snapshot made, nothing is deleted on a node when the
 	// test's objects go.
-	class := "e2e-" + ns
-	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata":       map[string]any{"name": class},
-		"driver":         cluster.DriverName,
-		"deletionPolicy": "Retain",
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshotClass: %v", err)
-	}
+	class := retainSnapshotClass(t, ctx, dc, ns)
 	t.Cleanup(func() { deleteSnapshotObjects(t, dc, ns, "snap", class) })
 	// Calls counted before, so that earlier tests' snapshots on other
 	// nodes do not count.

@@ -76,11 +76,7 @@ func newStatefulSet(ns, name string, spec corev1.PodSpec, claims ...corev1.Persi
 // snapshot API).
 func dynamicClient(t *testing.T) dynamic.Interface {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dc
+	return kubetest.DynamicClient(t, bed.Control.Config)
 }
 
 // createSnapshotReady creates VolumeSnapshot ns/name of claim in

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 // The snapshot API's resources (snapshot.storage.k8s.io/v1), reached
@@ -105,4 +106,15 @@ func BoundSnapshotContent(ctx context.Context, dc dynamic.Interface, ns, name st
 		return nil, "", err
 	}
 	return c, content, nil
+}
+
+// DynamicClient is a dynamic client over cfg (for the snapshot API); a
+// config it cannot use fails t.
+func DynamicClient(t testing.TB, cfg *rest.Config) dynamic.Interface {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc
 }

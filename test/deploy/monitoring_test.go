@@ -81,10 +81,7 @@ type dashboard struct {
 
 func loadDashboard(t *testing.T) dashboard {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "grafana", "carve-dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "deploy", "grafana", "carve-dashboard.json")
 	var d dashboard
 	if err := json.Unmarshal(data, &d); err != nil {
 		t.Fatalf("carve-dashboard.json: %v", err)
@@ -109,10 +106,7 @@ type ruleFile struct {
 
 func loadRules(t *testing.T) ruleFile {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "prometheus", "carve-rules.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "deploy", "prometheus", "carve-rules.yaml")
 	var r ruleFile
 	if err := yaml.UnmarshalStrict(data, &r); err != nil {
 		t.Fatalf("carve-rules.yaml: %v", err)

@@ -85,18 +85,7 @@ func newCluster(t *testing.T, vgSize, poolSize int64) *cluster {
 	if err := plugintest.LoopbackUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ca, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl, err := iss.IssueController()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, iss, ctrl := plugintest.NewControllerIssuer(t)
 	c := &cluster{t: t, iss: iss, ctrl: nodeca.NewKeypair(ctrl), trust: nodeca.NewPool(ca.Cert),
 		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}),
 		nodes: map[string]*agentNode{}, pvs: map[string][]string{}}

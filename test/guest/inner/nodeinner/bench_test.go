@@ -471,8 +471,7 @@ func TestBenchRestoreCopy(t *testing.T) {
 	const rounds = 4
 	const size = 256 * mib
 	e := newSnapEnv(t, "benchcopy")
-	id := e.createInClass("bench-copy-origin", size, blockCapability(), "thick")
-	dev := plugintest.MustDevicePath(t, id)
+	id, dev := e.blockVolume("bench-copy-origin", size, "thick")
 	writeDevice(t, dev, random(size))
 	snap := e.snapshot("bench-copy-snap", id)
 	snapDev := "/dev/" + snap.GetSnapshotId()[strings.Index(snap.GetSnapshotId(), "/")+1:]

@@ -77,6 +77,14 @@ func (e *env) snapshot(name, source string) *csi.Snapshot {
 	return snap
 }
 
+// blockVolume is createInClass of a block volume; it returns its ID and
+// its device.
+func (e *env) blockVolume(name string, size int64, deviceClass string) (id, dev string) {
+	e.t.Helper()
+	id = e.createInClass(name, size, blockCapability(), deviceClass)
+	return id, plugintest.MustDevicePath(e.t, id)
+}
+
 // fromSource is createInClass from a content source; it returns the
 // volume ID or the error.
 func (e *env) fromSource(name string, size int64, capability *csi.VolumeCapability, deviceClass string, src *csi.VolumeContentSource) (string, error) {
@@ -243,8 +251,7 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 	const block = 4096
 	// The writer rewrites the whole volume round after round: the clone's
 	// temporary snapshot must hold all of it.
-	id := e.createInClass("clone-source", size, blockCapability(), "thick-full")
-	dev := plugintest.MustDevicePath(t, id)
+	id, dev := e.blockVolume("clone-source", size, "thick-full")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var rounds uint64
@@ -331,8 +338,7 @@ func TestSnapshotCopyKilled(t *testing.T) {
 	// Big enough that the copy is caught in flight (it copies at about
 	// 200 MiB/s in the guest; the poll below is 20 ms).
 	const size = 256 * mib
-	id := e.createInClass("kill-source", size, blockCapability(), "thick")
-	dev := plugintest.MustDevicePath(t, id)
+	id, dev := e.blockVolume("kill-source", size, "thick")
 	head, tail := random(mib), random(mib)
 	writeDevice(t, dev, head)
 	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
@@ -404,8 +410,7 @@ func TestSnapshotCOWFull(t *testing.T) {
 	t.Parallel()
 	e := newSnapEnv(t, "snapfull")
 	const size = 64 * mib
-	id := e.createInClass("full-source", size, blockCapability(), "thick")
-	dev := plugintest.MustDevicePath(t, id)
+	id, dev := e.blockVolume("full-source", size, "thick")
 	// 20 % of 64 MiB is 13 MiB, 16 MiB in extents: rewriting the whole
 	// volume overflows it.
 	snap := e.snapshot("full-snap", id)

@@ -41,8 +41,7 @@ func TestThinRestoreWritesOnlyData(t *testing.T) {
 	e := newSnapEnv(t, "thinsparse")
 	const size, written = 256 * mib, 4 * mib
 	t.Logf("pool0 zeroes new blocks (lvs zero): %q", e.lvField("pool0", "zero"))
-	id := e.createInClass("sparse-source", size, blockCapability(), "thick")
-	dev := plugintest.MustDevicePath(t, id)
+	id, dev := e.blockVolume("sparse-source", size, "thick")
 	// 2 MiB at the start, 2 MiB in the middle: the zeros between and
 	// after must not be written.
 	head, middle := random(written/2), random(written/2)
@@ -77,8 +76,7 @@ func TestThinRestoreWritesOnlyData(t *testing.T) {
 	if got := hashDevice(t, rdev, size); got != want {
 		t.Error("the restored thin volume differs from its source")
 	}
-	other := e.createInClass("sparse-other", 64*mib, blockCapability(), "thin")
-	odev := plugintest.MustDevicePath(t, other)
+	_, odev := e.blockVolume("sparse-other", 64*mib, "thin")
 	data := random(16 * mib)
 	writeDevice(t, odev, data)
 	if got := readDevice(t, odev, 0, 16*mib); !bytes.Equal(got, data) {
@@ -119,8 +117,7 @@ func TestThinRestoreOverflowRefused(t *testing.T) {
 		}
 	}
 	const size = 192 * mib
-	id := e.createInClass("full-source", size, blockCapability(), "thick")
-	dev := plugintest.MustDevicePath(t, id)
+	id, dev := e.blockVolume("full-source", size, "thick")
 	writeDevice(t, dev, bytes.Repeat(pattern[:mib], int(size/mib)))
 	snap := e.snapshot("full-snap", id)
 	before := e.poolDataPercent()

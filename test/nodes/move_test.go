@@ -322,14 +322,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	release := holdClaim(t, ctx, ns, moveClaim)
 
 	// Back to the guest node.
-	cmd := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--to", nodeName, "--timeout", "20m")
-	var moveOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &moveOut, &moveOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	moveOut, done := startMove(t, ctx, ns, moveClaim, nodeName, "20m")
 	phaseOf := func(ctx context.Context) (*corev1.PersistentVolume, string, error) {
 		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
 		if err != nil {
@@ -561,6 +554,21 @@ type moveStats struct {
 	err   error
 }
 
+// startMove starts `kubectl carve move ns/claim --to node --timeout
+// timeout`: out gathers what it writes, done carries how it ended.
+func startMove(t *testing.T, ctx context.Context, ns, claim, node, timeout string) (out *strings.Builder, done <-chan error) {
+	t.Helper()
+	cmd := kubectlCarve(ctx, "move", ns+"/"+claim, "--to", node, "--timeout", timeout)
+	out = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	return out, ended
+}
+
 // runMove runs `kubectl carve move ns/claim --to node` (it waits until
 // the move ends) and, beside it, watches the claim (moving to the guest
 // node, also whether the StatefulSet's pod movePod is Ready there): when the claim is
@@ -570,14 +578,7 @@ type moveStats struct {
 func runMove(t *testing.T, ctx context.Context, ns, claim, node, oldPV string) (string, moveStats) {
 	t.Helper()
 	st := moveStats{asked: time.Now()}
-	cmd := kubectlCarve(ctx, "move", ns+"/"+claim, "--to", node, "--timeout", "10m")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startMove(t, ctx, ns, claim, node, "10m")
 	var uid types.UID
 	for tick := time.NewTicker(200 * time.Millisecond); ; {
 		select {

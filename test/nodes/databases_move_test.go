@@ -35,10 +35,7 @@ func TestCrossNodeDatabaseRestoreOnThePeer(t *testing.T) {
 	began := time.Now()
 	dc := dynamicClient(t)
 	ns := newNamespace(t, "pgcross")
-	addr := liveDatabase(t, ns, thickSC, "1Gi")
-	w := startAckWriter(t, addr)
-	b := startBench(t, ns, "pg", 90*time.Second)
-	waitAcked(t, w, acksBeforeSnapshot)
+	w, b := busyDatabase(t, ns, thickSC)
 
 	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
 	ctx := testCtx(t, 30*time.Minute)

@@ -409,6 +409,18 @@ func liveDatabase(t *testing.T, ns, sc, size string) string {
 // emulated guest, 10 to 20 s, while pgbench writes beside it).
 const acksBeforeSnapshot = 1000
 
+// busyDatabase is liveDatabase on a 1Gi claim of sc in ns, under an
+// acknowledging writer and 90 s of pgbench, once acksBeforeSnapshot
+// writes are acknowledged.
+func busyDatabase(t *testing.T, ns, sc string) (*ackWriter, *bench) {
+	t.Helper()
+	addr := liveDatabase(t, ns, sc, "1Gi")
+	w := startAckWriter(t, addr)
+	b := startBench(t, ns, "pg", 90*time.Second)
+	waitAcked(t, w, acksBeforeSnapshot)
+	return w, b
+}
+
 // waitAcked waits until the client has had n transactions acknowledged.
 func waitAcked(t *testing.T, w *ackWriter, n int) {
 	t.Helper()
@@ -429,10 +441,7 @@ func TestDatabaseSnapshotOfTheLiveDatabase(t *testing.T) {
 		t.Run(sc, func(t *testing.T) {
 			began := time.Now()
 			ns := newNamespace(t, "pgsnap")
-			addr := liveDatabase(t, ns, sc, "1Gi")
-			w := startAckWriter(t, addr)
-			b := startBench(t, ns, "pg", 90*time.Second)
-			waitAcked(t, w, acksBeforeSnapshot)
+			w, b := busyDatabase(t, ns, sc)
 
 			t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
 			asked := time.Now()

@@ -200,21 +200,6 @@ func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
 	t.Logf("the peer's agent killed %s after the claim was created, its new LV tagged copy=pending; the claim Bound %s after it was created", killed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
-// waitClaimBound waits until the claim is Bound and returns its PV.
-func waitClaimBound(t *testing.T, ns, claim string, timeout time.Duration) string {
-	t.Helper()
-	var pv string
-	waitFor(t, timeout, "PVC "+claim+" Bound", func(ctx context.Context) (bool, string, error) {
-		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		pv = c.Spec.VolumeName
-		return c.Status.Phase == corev1.ClaimBound, fmt.Sprintf("%s; last events: %s", c.Status.Phase, claimEvents(ctx, ns, claim)), nil
-	})
-	return pv
-}
-
 // claimEvents are the last events of a claim, for a wait that fails.
 func claimEvents(ctx context.Context, ns, claim string) string {
 	evs, err := bed.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim})

@@ -420,17 +420,24 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-// pvOf returns the name of the PV bound to the claim, waiting for it.
-func pvOf(t *testing.T, ns, claim string) string {
+// waitClaimBound waits until the claim is Bound and returns its PV.
+func waitClaimBound(t *testing.T, ns, claim string, timeout time.Duration) string {
 	t.Helper()
 	var pv string
-	waitFor(t, shortWait, "PVC "+claim+" bound", func(ctx context.Context) (bool, string, error) {
+	waitFor(t, timeout, "PVC "+claim+" Bound", func(ctx context.Context) (bool, string, error) {
 		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		pv = c.Spec.VolumeName
-		return c.Status.Phase == corev1.ClaimBound, string(c.Status.Phase), nil
+		return c.Status.Phase == corev1.ClaimBound, fmt.Sprintf("%s; last events: %s", c.Status.Phase, claimEvents(ctx, ns, claim)), nil
 	})
 	return pv
+}
+
+// pvOf returns the name of the PV bound to the claim, waiting for it
+// (a minute at most).
+func pvOf(t *testing.T, ns, claim string) string {
+	t.Helper()
+	return waitClaimBound(t, ns, claim, shortWait)
 }

@@ -118,10 +118,8 @@ func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "storage") {
-				return true, "", nil
-			}
+		if refusedFor(p, "storage") {
+			return true, "", nil
 		}
 		return false, podState(p), nil
 	})
@@ -140,6 +138,17 @@ func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
 	if cs.Ready {
 		t.Errorf("the carve container is ready although a class's volume group is missing (readiness should say so)")
 	}
+}
+
+// refusedFor tells whether the scheduler refused pod p with a message
+// that contains why.
+func refusedFor(p *corev1.Pod, why string) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, why) {
+			return true
+		}
+	}
+	return false
 }
 
 // statefulSet has one replica of carve's image with a thick ext4 claim at
@@ -533,10 +542,8 @@ func TestReadWriteOncePodKeepsASecondPodOut(t *testing.T) {
 		if p.Spec.NodeName != "" {
 			return false, "", fmt.Errorf("the second pod was bound to %s", p.Spec.NodeName)
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "ReadWriteOncePod") {
-				return true, "", nil
-			}
+		if refusedFor(p, "ReadWriteOncePod") {
+			return true, "", nil
 		}
 		return false, podState(p), nil
 	})

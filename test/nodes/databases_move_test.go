@@ -184,15 +184,7 @@ func TestCrossNodeDatabaseDrain(t *testing.T) {
 	}
 
 	drain := func(from, to string) time.Duration {
-		cordon(t, ctx, from, true)
-		t.Cleanup(func() { cordon(t, context.Background(), from, false) })
-		start := time.Now()
-		out, err := kubectlCarve(ctx, "drain", from, "--to", to, "--timeout", "15m").CombinedOutput()
-		took := time.Since(start)
-		if err != nil {
-			t.Fatalf("kubectl carve drain %s --to %s: %v\n%s", from, to, err, out)
-		}
-		t.Logf("kubectl carve drain %s --to %s took %s:\n%s", from, to, took.Round(time.Second), out)
+		out, took := cordonAndDrain(t, ctx, from, to, "15m")
 		for _, want := range []string{fmt.Sprintf("node %s: 2 claim(s) to move", from), fmt.Sprintf("node %s: every carve claim moved off it", from)} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("kubectl carve drain %s said nothing like %q", from, want)

@@ -16,8 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -124,6 +126,26 @@ func dataClaimWithPod(t *testing.T, ctx context.Context, ns, size string, bound 
 	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, size), newPod(ns, "app", "data"))
 	pvc := waitBound(t, ns, "data", bound)
 	return pvc, waitPodNode(t, ns, "app", settle)
+}
+
+// getPV is PV name; a failed get fails t.
+func getPV(t *testing.T, ctx context.Context, name string) *corev1.PersistentVolume {
+	t.Helper()
+	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv
+}
+
+// raiseClaim asks for claim ns/name to hold size bytes.
+func raiseClaim(t *testing.T, ctx context.Context, ns, name string, size int64) {
+	t.Helper()
+	q := resource.NewQuantity(size, resource.BinarySI)
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":"%s"}}}}`, q)
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("raise claim %s/%s to %s: %v", ns, name, q, err)
+	}
 }
 
 // waitPodNode waits until the pod is bound to a node and returns the node.

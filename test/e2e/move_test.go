@@ -40,10 +40,7 @@ func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := getPV(t, ctx, pvc.Spec.VolumeName)
 	to := ""
 	for _, n := range bed.Nodes {
 		if n.Name != from {

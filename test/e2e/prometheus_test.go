@@ -15,10 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -150,10 +148,7 @@ func driveEveryPhase(t *testing.T, ctx context.Context) {
 	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
 	pvName := waitBound(t, ns, "data", settle).Spec.VolumeName
 
-	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":"%s"}}}}`, resource.NewQuantity(gib(2), resource.BinarySI))
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "data", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("raise the claim to 2 GiB: %v", err)
-	}
+	raiseClaim(t, ctx, ns, "data", gib(2))
 	waitFor(t, settle, "csi-resizer to record 2 GiB on the PV", func(ctx context.Context) (bool, string, error) {
 		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		if err != nil {

@@ -69,10 +69,7 @@ func TestRestorePlacedWithSource(t *testing.T) {
 	t.Run("clone", func(t *testing.T) {
 		createPVCAndPod(t, ctx, newPVC(ns, "src", thickSC, "64Mi"), newPod(ns, "src-app", "src"))
 		src := waitBound(t, ns, "src", settle)
-		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pv := getPV(t, ctx, src.Spec.VolumeName)
 		var srcNode *cluster.Node
 		for _, n := range bed.Nodes {
 			if n.Name == pvNode(pv) {

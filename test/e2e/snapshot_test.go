@@ -97,10 +97,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	dc := dynamicClient(t)
 	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
 	pvc := waitBound(t, ns, "data", settle)
-	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := getPV(t, ctx, pvc.Spec.VolumeName)
 	node := pvNode(pv)
 	if node == "" || pv.Spec.CSI == nil {
 		t.Fatalf("precondition: PV %s has no node affinity on %s or no CSI source", pv.Name, cluster.TopologyKey)
@@ -113,6 +110,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	// Calls counted before, so that earlier tests' snapshots on other
 	// nodes do not count.
 	before := map[string]float64{}
+	var err error
 	for _, n := range bed.Nodes {
 		if before[n.Name], err = scrape(ctx, n.MetricsURL, "carve_phase_duration_seconds_count", `phase="snapshot"`); err != nil {
 			before[n.Name] = 0 // no series yet

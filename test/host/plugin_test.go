@@ -450,14 +450,7 @@ func TestPluginBenchHost(t *testing.T) {
 	// Interleaved, so drift on the machine hits both sides alike.
 	for i := range rounds {
 		start := time.Now()
-		name := fmt.Sprintf("raw%d", i)
-		if _, err := vg.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
-			"--name", name, "--size", "67108864b", vg.Name); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := vg.LVM(ctx, "lvremove", "--yes", vg.Name+"/"+name); err != nil {
-			t.Fatal(err)
-		}
+		rawCreateRemove(ctx, t, vg, fmt.Sprintf("raw%d", i), 67108864)
 		raw += time.Since(start)
 
 		start = time.Now()

@@ -235,10 +235,7 @@ func requiredPrograms(t *testing.T) map[string]string {
 // packages its apt-get install line installs.
 func dockerfilePackages(t *testing.T) (base string, pkgs map[string]bool) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "Dockerfile")
 	base, pkgs, stages := parseDockerfile(data)
 	if stages < 2 {
 		t.Errorf("the Dockerfile has %d stages, want a build stage and a runtime stage", stages)
@@ -405,10 +402,7 @@ func TestImageProvidesEveryProgram(t *testing.T) {
 // ./cmd/carve with the version stamped in, carve and carve-node (-tags
 // nodeagent, the node agent's), and the image has both and runs carve.
 func TestDockerfileBuildsStatically(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "Dockerfile")
 	for _, want := range []string{
 		"CGO_ENABLED=0 go build",
 		// Multi-arch: the build stage cross-compiles for the target.
@@ -426,10 +420,7 @@ func TestDockerfileBuildsStatically(t *testing.T) {
 			t.Errorf("the Dockerfile lacks %q", want)
 		}
 	}
-	goMod, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	goMod := readRepoFile(t, "go.mod")
 	goVersion := regexp.MustCompile(`(?m)^go (\S+)`).FindSubmatch(goMod)
 	if goVersion == nil || !bytes.Contains(data, []byte("ARG GO_VERSION="+string(goVersion[1]))) {
 		t.Errorf("the Dockerfile's GO_VERSION is not go.mod's go %s", goVersion)

@@ -4,8 +4,6 @@ package deploy
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -1101,10 +1099,7 @@ func TestDeviceClassesAndStorageClasses(t *testing.T) {
 
 // TestPinnedVersionsInDocs: docs/install.md lists the same sidecar images.
 func TestPinnedVersionsInDocs(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "install.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := readRepoFile(t, "docs", "install.md")
 	for name, image := range pinnedImages {
 		if !strings.Contains(string(doc), image) {
 			t.Errorf("docs/install.md does not mention %s (%s)", image, name)

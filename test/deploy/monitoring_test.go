@@ -81,10 +81,7 @@ type dashboard struct {
 
 func loadDashboard(t *testing.T) dashboard {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "grafana", "carve-dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "deploy", "grafana", "carve-dashboard.json")
 	var d dashboard
 	if err := json.Unmarshal(data, &d); err != nil {
 		t.Fatalf("carve-dashboard.json: %v", err)
@@ -109,10 +106,7 @@ type ruleFile struct {
 
 func loadRules(t *testing.T) ruleFile {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "prometheus", "carve-rules.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "deploy", "prometheus", "carve-rules.yaml")
 	var r ruleFile
 	if err := yaml.UnmarshalStrict(data, &r); err != nil {
 		t.Fatalf("carve-rules.yaml: %v", err)
@@ -460,15 +454,7 @@ func auditMetrics(t *testing.T) plugintest.Metrics {
 	a := audit.New(audit.Config{Driver: "lvm.carve.dev", TopologyKey: "topology.carve.dev/node", Client: fake.NewClientset(),
 		Nodes: oneNode{}, Grace: time.Minute, Interval: time.Minute, Registerer: reg, Events: record.NewFakeRecorder(10)})
 	a.Pass(t.Context(), time.Now(), nil)
-	got, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := plugintest.Metrics{}
-	for _, f := range got {
-		m[f.GetName()] = f
-	}
-	return m
+	return gather(t, reg)
 }
 
 // moverMetrics are the mover's: carve controller runs it only with the
@@ -592,14 +578,10 @@ func snapshotMetrics(t *testing.T) plugintest.Metrics {
 	reg := prometheus.NewPedanticRegistry()
 	metrics.NewRecorder(reg).SetSnapshotStates([]metrics.SnapshotState{
 		{DeviceClass: "thick", VolumeGroup: "vg", Snapshot: "carvesnap-1", COWUsedRatio: 0.5}})
-	got, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := plugintest.Metrics{}
-	for _, f := range got {
-		if strings.HasPrefix(f.GetName(), "carve_snapshot_") {
-			m[f.GetName()] = f
+	m := gather(t, reg)
+	for name := range m {
+		if !strings.HasPrefix(name, "carve_snapshot_") {
+			delete(m, name)
 		}
 	}
 	if len(m) != 2 {

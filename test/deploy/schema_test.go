@@ -7,7 +7,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -28,10 +27,7 @@ type schemaNode map[string]any
 
 func loadSchema(t *testing.T) schemaNode {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "helm", "carve", "values.schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "deploy", "helm", "carve", "values.schema.json")
 	var s schemaNode
 	if err := json.Unmarshal(data, &s); err != nil {
 		t.Fatalf("values.schema.json: %v", err)
@@ -253,10 +249,7 @@ func TestSchemaRefusesParametersCarveRefuses(t *testing.T) {
 	if got, want := names["pattern"], "^("+regexp.QuoteMeta(prefix)+"|"+regexp.QuoteMeta(router.ParamCrossNodeCopy)+"$)"; got != want {
 		t.Errorf("storageClasses[].parameters: key pattern %q, want %q (internal/node/driver's paramPassThroughPrefix, internal/controller/router's ParamCrossNodeCopy)", got, want)
 	}
-	tmpl, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "helm", "carve", "templates", "storageclasses.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := readRepoFile(t, "deploy", "helm", "carve", "templates", "storageclasses.yaml")
 	if !strings.Contains(string(tmpl), volume.ParamDeviceClass+":") {
 		t.Errorf("templates/storageclasses.yaml does not set %s", volume.ParamDeviceClass)
 	}

@@ -35,10 +35,7 @@ var snapshotCRDs = []string{
 // requires of module.
 func pinnedVersion(t *testing.T, module string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "test", "tools", "snapshotter", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, "test", "tools", "snapshotter", "go.mod")
 	for line := range strings.Lines(string(data)) {
 		f := strings.Fields(line)
 		if len(f) >= 2 && f[0] == module {
@@ -161,10 +158,7 @@ func TestSnapshotControllerManifests(t *testing.T) {
 		),
 	})
 
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "install.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := readRepoFile(t, "docs", "install.md")
 	if !bytes.Contains(doc, []byte(image)) {
 		t.Errorf("docs/install.md does not mention %s", image)
 	}

@@ -39,6 +39,17 @@ func repoRoot(t testing.TB) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// readRepoFile is the file at path (its elements below the repository's
+// top directory); a file it cannot read fails t.
+func readRepoFile(t testing.TB, path ...string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(append([]string{repoRoot(t)}, path...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // tool returns the path of a tool that make test-deploy installs into
 // $CARVE_CACHE/bin, failing the test with what to do when it is missing.
 func tool(t testing.TB, name string) string {

@@ -201,9 +201,8 @@ func TestOrphanedVolume(t *testing.T) {
 func TestVolumeDataMissing(t *testing.T) {
 	ns := newNamespace(t, "missing")
 	ctx := testCtx(t, 3*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", time.Minute)
-	node := bed.Node(waitPodNode(t, ns, "app", settle))
+	pvc, nodeName := dataClaimWithPod(t, ctx, ns, "64Mi", time.Minute)
+	node := bed.Node(nodeName)
 	lv := volume.LVNameFor(pvc.Spec.VolumeName)
 	if err := node.RemoveLV(ctx, lv); err != nil {
 		t.Fatalf("lvremove behind carve's back: %v", err)

@@ -32,10 +32,7 @@ func TestCloneAskedOnAnotherNode(t *testing.T) {
 	sc := localOnlyClass(t, ctx, thickSC, "carve-local-"+ns)
 	createPVCAndPod(t, ctx, newPVC(ns, "src", sc, "64Mi"), newPod(ns, "src-app", "src"))
 	pvc := waitBound(t, ns, "src", settle)
-	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := getPV(t, ctx, pvc.Spec.VolumeName)
 	holder := pvNode(pv)
 	var other string
 	for _, n := range bed.Nodes {

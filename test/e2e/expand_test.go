@@ -9,9 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestExpansionReachesTheNode: the shipped controller Deployment (carve
@@ -30,10 +28,7 @@ func TestExpansionReachesTheNode(t *testing.T) {
 		t.Fatalf("precondition: PV %s holds %d bytes, want 1 GiB", pvName, got)
 	}
 
-	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":"%s"}}}}`, resource.NewQuantity(gib(2), resource.BinarySI))
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "data", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("raise the PVC to 2 GiB: %v", err)
-	}
+	raiseClaim(t, ctx, ns, "data", gib(2))
 
 	waitFor(t, settle, "csi-resizer to record 2 GiB on the PV and hand the rest to the node", func(ctx context.Context) (bool, string, error) {
 		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
@@ -68,10 +63,7 @@ func TestExpansionReachesTheNode(t *testing.T) {
 // pvCapacity is the PV's spec.capacity in bytes.
 func pvCapacity(t *testing.T, ctx context.Context, name string) int64 {
 	t.Helper()
-	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := getPV(t, ctx, name)
 	q := pv.Spec.Capacity[corev1.ResourceStorage]
 	return q.Value()
 }

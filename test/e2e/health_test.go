@@ -22,9 +22,8 @@ import (
 func TestVolumeAbnormalEvents(t *testing.T) {
 	ns := newNamespace(t, "health")
 	ctx := testCtx(t, 4*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", time.Minute)
-	node := bed.Node(waitPodNode(t, ns, "app", settle))
+	pvc, nodeName := dataClaimWithPod(t, ctx, ns, "64Mi", time.Minute)
+	node := bed.Node(nodeName)
 	name := volume.LVNameFor(pvc.Spec.VolumeName)
 	lv, err := node.LVM.GetLV(ctx, node.VG.Name, name)
 	if err != nil {
@@ -46,34 +45,29 @@ func TestVolumeAbnormalEvents(t *testing.T) {
 		}
 		return out, err
 	}
-	waitFor(t, orphanGrace+refreshInterval+30*time.Second, "a VolumeAbnormal Event on the claim and carve_volumes_abnormal 1", func(ctx context.Context) (bool, string, error) {
-		evs, err := onClaim(ctx, corev1.EventTypeWarning, "VolumeAbnormal")
-		if err != nil {
-			return false, "", err
+	// claimSays holds once the claim has one Event of typ and reason and
+	// carve_volumes_abnormal is want.
+	claimSays := func(typ, reason string, want float64) func(ctx context.Context) (bool, string, error) {
+		return func(ctx context.Context) (bool, string, error) {
+			evs, err := onClaim(ctx, typ, reason)
+			if err != nil {
+				return false, "", err
+			}
+			m, err := abnormal(ctx)
+			if err != nil {
+				return false, "", err
+			}
+			return len(evs) == 1 && m == want, fmt.Sprintf("events %d, metric %v", len(evs), m), nil
 		}
-		m, err := abnormal(ctx)
-		if err != nil {
-			return false, "", err
-		}
-		return len(evs) == 1 && m == 1, fmt.Sprintf("events %d, metric %v", len(evs), m), nil
-	})
+	}
+	waitFor(t, orphanGrace+refreshInterval+30*time.Second, "a VolumeAbnormal Event on the claim and carve_volumes_abnormal 1", claimSays(corev1.EventTypeWarning, "VolumeAbnormal", 1))
 
 	// Put back (same name, size and tags), as after restoring the
 	// volume group's metadata.
 	if _, err := node.LVM.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: node.VG.Name, Name: name, Size: lv.Size, Tags: lv.Tags}); err != nil {
 		t.Fatalf("lvcreate the LV back: %v", err)
 	}
-	waitFor(t, refreshInterval+30*time.Second, "a VolumeRecovered Event on the claim and carve_volumes_abnormal 0", func(ctx context.Context) (bool, string, error) {
-		evs, err := onClaim(ctx, corev1.EventTypeNormal, "VolumeRecovered")
-		if err != nil {
-			return false, "", err
-		}
-		m, err := abnormal(ctx)
-		if err != nil {
-			return false, "", err
-		}
-		return len(evs) == 1 && m == 0, fmt.Sprintf("events %d, metric %v", len(evs), m), nil
-	})
+	waitFor(t, refreshInterval+30*time.Second, "a VolumeRecovered Event on the claim and carve_volumes_abnormal 0", claimSays(corev1.EventTypeNormal, "VolumeRecovered", 0))
 	// Several passes later, each was said once.
 	time.Sleep(5 * auditInterval)
 	for _, e := range []struct{ typ, reason string }{{corev1.EventTypeWarning, "VolumeAbnormal"}, {corev1.EventTypeNormal, "VolumeRecovered"}} {

@@ -16,8 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -113,6 +115,37 @@ func waitBound(t *testing.T, ns, name string, timeout time.Duration) *corev1.Per
 		return pvc.Status.Phase == corev1.ClaimBound, fmt.Sprintf("phase %s, selected node %q", pvc.Status.Phase, pvc.Annotations[annSelected]), nil
 	})
 	return pvc
+}
+
+// dataClaimWithPod creates claim "data" of size in thickSC and pod "app"
+// that mounts it, waits up to bound for the claim to be Bound and up to
+// settle for the pod to be bound to a node, and returns the claim and
+// the node.
+func dataClaimWithPod(t *testing.T, ctx context.Context, ns, size string, bound time.Duration) (*corev1.PersistentVolumeClaim, string) {
+	t.Helper()
+	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, size), newPod(ns, "app", "data"))
+	pvc := waitBound(t, ns, "data", bound)
+	return pvc, waitPodNode(t, ns, "app", settle)
+}
+
+// getPV is PV name; a failed get fails t.
+func getPV(t *testing.T, ctx context.Context, name string) *corev1.PersistentVolume {
+	t.Helper()
+	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv
+}
+
+// raiseClaim asks for claim ns/name to hold size bytes.
+func raiseClaim(t *testing.T, ctx context.Context, ns, name string, size int64) {
+	t.Helper()
+	q := resource.NewQuantity(size, resource.BinarySI)
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":"%s"}}}}`, q)
+	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("raise claim %s/%s to %s: %v", ns, name, q, err)
+	}
 }
 
 // waitPodNode waits until the pod is bound to a node and returns the node.

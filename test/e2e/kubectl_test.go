@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,16 +24,7 @@ func TestKubectlReadsTheCluster(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		argv := append([]string{"--kubeconfig", bed.Control.Kubeconfig}, args...)
-		out, err := exec.CommandContext(ctx, kubectl, argv...).Output()
-		if err != nil {
-			var stderr string
-			var exitErr *exec.ExitError
-			if errors.As(err, &exitErr) {
-				stderr = string(exitErr.Stderr)
-			}
-			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return strings.TrimSpace(output(t, exec.CommandContext(ctx, kubectl, argv...), "kubectl "+strings.Join(args, " ")))
 	}
 
 	if got := run("get", "csidriver", "lvm.carve.dev", "-o", "jsonpath={.spec.storageCapacity}"); got != "true" {
@@ -74,16 +64,7 @@ func TestKubectlRunsCarvePlugin(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, kubectl, args...)
 		cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+bed.Control.Kubeconfig)
-		out, err := cmd.Output()
-		if err != nil {
-			var stderr string
-			var exitErr *exec.ExitError
-			if errors.As(err, &exitErr) {
-				stderr = string(exitErr.Stderr)
-			}
-			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr)
-		}
-		return string(out)
+		return output(t, cmd, "kubectl "+strings.Join(args, " "))
 	}
 
 	if out := run("carve", "--help"); !strings.Contains(out, "kubectl carve [command]") {

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,16 +42,7 @@ func TestKubectlCarve(t *testing.T) {
 	text := func(args ...string) string {
 		t.Helper()
 		argv := append(args, "--kubeconfig", bed.Control.Kubeconfig)
-		out, err := exec.CommandContext(ctx, bin, argv...).Output()
-		if err != nil {
-			var stderr string
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				stderr = string(ee.Stderr)
-			}
-			t.Fatalf("kubectl carve %s: %v: %s", strings.Join(args, " "), err, stderr)
-		}
-		return string(out)
+		return output(t, exec.CommandContext(ctx, bin, argv...), "kubectl carve "+strings.Join(args, " "))
 	}
 	carve := func(v any, args ...string) {
 		t.Helper()

@@ -35,17 +35,12 @@ import (
 func TestMoveAbortsWhenTheCopyFails(t *testing.T) {
 	ns := newNamespace(t, "move")
 	ctx := testCtx(t, 6*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", settle)
-	from := waitPodNode(t, ns, "app", settle)
+	pvc, from := dataClaimWithPod(t, ctx, ns, "64Mi", settle)
 	pod, err := bed.Client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := getPV(t, ctx, pvc.Spec.VolumeName)
 	to := ""
 	for _, n := range bed.Nodes {
 		if n.Name != from {

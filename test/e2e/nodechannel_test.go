@@ -29,7 +29,6 @@ import (
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/carve-csi/carve/internal/nodeca"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -226,18 +225,7 @@ func channelCreate(t *testing.T, ctrl csi.ControllerClient) {
 // client certificate, with one from another CA, or without TLS.
 func channelRefusals(t *testing.T) {
 	addr := bed.Node("node-small").ChannelAddr
-	other, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := nodeca.NewIssuer(other, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	foreign, err := iss.IssueController()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, foreign := plugintest.NewControllerIssuer(t)
 	tlsNoVerify := func(certs ...tls.Certificate) credentials.TransportCredentials {
 		// The server is not checked here: what is tested is whether it
 		// serves this client.

@@ -112,9 +112,7 @@ func TestNodeLostForGood(t *testing.T) {
 func TestNodeReRegistered(t *testing.T) {
 	ns := newNamespace(t, "rereg")
 	ctx := testCtx(t, 3*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", time.Minute)
-	name := waitPodNode(t, ns, "app", settle)
+	pvc, name := dataClaimWithPod(t, ctx, ns, "64Mi", time.Minute)
 	node, err := bed.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

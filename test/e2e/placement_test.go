@@ -17,9 +17,7 @@ import (
 func TestWFFCVolumeOnThePodsNode(t *testing.T) {
 	ns := newNamespace(t, "wffc")
 	ctx := testCtx(t, 3*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", settle)
-	node := waitPodNode(t, ns, "app", settle)
+	pvc, node := dataClaimWithPod(t, ctx, ns, "1Gi", settle)
 	if sel := pvc.Annotations[annSelected]; sel != node {
 		t.Errorf("PVC selected-node annotation %q, pod bound to %q", sel, node)
 	}

@@ -15,10 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -76,16 +74,7 @@ func TestPrometheus(t *testing.T) {
 	bin := prometheusBin(t)
 	ctx := testCtx(t, 8*time.Minute)
 	targets := bed.ScrapeTargets()
-	prom, err := cluster.StartPrometheus(ctx, bin, t.TempDir(), targets, scrapeInterval, 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", prom.Tail(30))
-		}
-		prom.Stop()
-	})
+	prom := cluster.StartPrometheusFor(t, ctx, bin, targets, scrapeInterval, 10*time.Minute)
 
 	start := time.Now()
 	driveEveryPhase(t, ctx)
@@ -159,10 +148,7 @@ func driveEveryPhase(t *testing.T, ctx context.Context) {
 	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
 	pvName := waitBound(t, ns, "data", settle).Spec.VolumeName
 
-	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":"%s"}}}}`, resource.NewQuantity(gib(2), resource.BinarySI))
-	if _, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "data", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("raise the claim to 2 GiB: %v", err)
-	}
+	raiseClaim(t, ctx, ns, "data", gib(2))
 	waitFor(t, settle, "csi-resizer to record 2 GiB on the PV", func(ctx context.Context) (bool, string, error) {
 		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		if err != nil {
@@ -224,15 +210,7 @@ func driveEveryPhase(t *testing.T, ctx context.Context) {
 func snapshotOnce(t *testing.T, ctx context.Context, ns, claim string) {
 	t.Helper()
 	dc := dynamicClient(t)
-	class := "e2e-" + ns
-	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata":       map[string]any{"name": class},
-		"driver":         cluster.DriverName,
-		"deletionPolicy": "Retain",
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshotClass: %v", err)
-	}
+	class := retainSnapshotClass(t, ctx, dc, ns)
 	deleted := false
 	t.Cleanup(func() {
 		if !deleted {
@@ -243,17 +221,12 @@ func snapshotOnce(t *testing.T, ctx context.Context, ns, claim string) {
 		t.Fatal(err)
 	}
 	waitFor(t, settle, "csi-snapshotter to record carve's answer to CreateSnapshot", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		c, _, err := kubetest.BoundSnapshotContent(ctx, dc, ns, "snap")
 		if err != nil {
 			return false, "", err
 		}
-		name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-		if name == "" {
+		if c == nil {
 			return false, "no content bound yet", nil
-		}
-		c, err := dc.Resource(kubetest.VolumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
 		}
 		msg, _, _ := unstructured.NestedString(c.Object, "status", "error", "message")
 		ready, _, _ := unstructured.NestedBool(c.Object, "status", "readyToUse")

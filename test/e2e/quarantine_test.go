@@ -32,9 +32,8 @@ import (
 func TestRetainPVRemadeKeepsLV(t *testing.T) {
 	ns := newNamespace(t, "retain")
 	ctx := testCtx(t, 5*time.Minute)
-	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "64Mi"), newPod(ns, "app", "data"))
-	pvc := waitBound(t, ns, "data", time.Minute)
-	n := bed.Node(waitPodNode(t, ns, "app", settle))
+	pvc, nodeName := dataClaimWithPod(t, ctx, ns, "64Mi", time.Minute)
+	n := bed.Node(nodeName)
 	pvName := pvc.Spec.VolumeName
 	lv := volume.LVNameFor(pvName)
 	quarantine, _ := volume.QuarantineName(lv)

@@ -69,10 +69,7 @@ func TestRestorePlacedWithSource(t *testing.T) {
 	t.Run("clone", func(t *testing.T) {
 		createPVCAndPod(t, ctx, newPVC(ns, "src", thickSC, "64Mi"), newPod(ns, "src-app", "src"))
 		src := waitBound(t, ns, "src", settle)
-		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pv := getPV(t, ctx, src.Spec.VolumeName)
 		var srcNode *cluster.Node
 		for _, n := range bed.Nodes {
 			if n.Name == pvNode(pv) {
@@ -103,24 +100,7 @@ func TestRestorePlacedWithSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("SourceNodeFull: VolumeSnapshot %s/snap lives on node %s", ns, holder.Name)
-		waitFor(t, settle, "a NotPlaced event on the claim: "+want, func(ctx context.Context) (bool, string, error) {
-			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "too-big", placement.ReasonNotPlaced, want)
-			if err != nil {
-				return false, "", err
-			}
-			all, _ := events(ctx, ns, "PersistentVolumeClaim", "too-big")
-			return len(evs) > 0, fmt.Sprint(all), nil
-		})
-		got, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "too-big", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sel, ok := got.Annotations[annSelected]; ok {
-			t.Errorf("the claim got selected node %q; want none (the source's node has no room)", sel)
-		}
-		if after := controllerPlacements(t, ctx, placement.ResultSourceNodeFull); after != before+1 {
-			t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", placement.ResultSourceNodeFull, before, after)
-		}
+		checkNotPlaced(t, ctx, ns, "too-big", want, "the source's node has no room", placement.ResultSourceNodeFull, before)
 	})
 
 	t.Run("pod cannot run on the source's node", func(t *testing.T) {
@@ -142,24 +122,7 @@ func TestRestorePlacedWithSource(t *testing.T) {
 		createPVCAndPod(t, ctx, c, unscheduled(elsewhere(newPod(ns, "elsewhere-app", "elsewhere"))))
 		want := fmt.Sprintf("PodCannotRunThere: VolumeSnapshot %s/snap lives on node %s, where pod elsewhere-app cannot run: its nodeSelector %s=%s does not match",
 			ns, holder.Name, cluster.TopologyKey, other.Name)
-		waitFor(t, settle, "a NotPlaced event on the claim: "+want, func(ctx context.Context) (bool, string, error) {
-			evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", "elsewhere", placement.ReasonNotPlaced, want)
-			if err != nil {
-				return false, "", err
-			}
-			all, _ := events(ctx, ns, "PersistentVolumeClaim", "elsewhere")
-			return len(evs) > 0, fmt.Sprint(all), nil
-		})
-		got, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "elsewhere", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sel, ok := got.Annotations[annSelected]; ok {
-			t.Errorf("the claim got selected node %q; want none (its pod cannot run on the source's node, and no scheduler runs for it)", sel)
-		}
-		if after := controllerPlacements(t, ctx, placement.ResultPodCannotRun); after != before+1 {
-			t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", placement.ResultPodCannotRun, before, after)
-		}
+		checkNotPlaced(t, ctx, ns, "elsewhere", want, "its pod cannot run on the source's node, and no scheduler runs for it", placement.ResultPodCannotRun, before)
 
 		// With kube-scheduler: the claim goes to the pod's node, never to
 		// the source's.
@@ -170,7 +133,7 @@ func TestRestorePlacedWithSource(t *testing.T) {
 		if node != other.Name {
 			t.Errorf("the claim's selected node is %s, want %s (the pod's nodeSelector's; the source's node is %s)", node, other.Name, holder.Name)
 		}
-		got, err = bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "scheduled", metav1.GetOptions{})
+		got, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "scheduled", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,6 +257,32 @@ func waitSelected(t *testing.T, ctx context.Context, c *corev1.PersistentVolumeC
 			all, _ := events(ctx, c.Namespace, "PersistentVolumeClaim", c.Name)
 			t.Fatalf("claim %s got no selected node in %s; events: %v", c.Name, settle, all)
 		}
+	}
+}
+
+// checkNotPlaced waits for a NotPlaced Event on claim ns/claim saying
+// want, then checks that carve selected no node for it (why: the reason
+// none fits) and that carve_restore_placements_total{result} went up by
+// one from before.
+func checkNotPlaced(t *testing.T, ctx context.Context, ns, claim, want, why, result string, before float64) {
+	t.Helper()
+	waitFor(t, settle, "a NotPlaced event on the claim: "+want, func(ctx context.Context) (bool, string, error) {
+		evs, err := eventsWith(ctx, ns, "PersistentVolumeClaim", claim, placement.ReasonNotPlaced, want)
+		if err != nil {
+			return false, "", err
+		}
+		all, _ := events(ctx, ns, "PersistentVolumeClaim", claim)
+		return len(evs) > 0, fmt.Sprint(all), nil
+	})
+	got, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel, ok := got.Annotations[annSelected]; ok {
+		t.Errorf("the claim got selected node %q; want none (%s)", sel, why)
+	}
+	if after := controllerPlacements(t, ctx, result); after != before+1 {
+		t.Errorf("carve_restore_placements_total{result=%q} went from %v to %v, want one more", result, before, after)
 	}
 }
 

@@ -26,13 +26,28 @@ import (
 // content carrying it must still work.
 const managedByLabel = "snapshot.storage.kubernetes.io/managed-by"
 
+// dynamicClient is a dynamic client of the bed's API server (for the
+// snapshot API).
 func dynamicClient(t *testing.T) dynamic.Interface {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
+	return kubetest.DynamicClient(t, bed.Control.Config)
+}
+
+// retainSnapshotClass creates VolumeSnapshotClass "e2e-"+ns of carve
+// with deletionPolicy Retain, with strict field validation, and returns
+// its name.
+func retainSnapshotClass(t *testing.T, ctx context.Context, dc dynamic.Interface, ns string) string {
+	t.Helper()
+	class := "e2e-" + ns
+	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata":       map[string]any{"name": class},
+		"driver":         cluster.DriverName,
+		"deletionPolicy": "Retain",
+	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("create VolumeSnapshotClass: %v", err)
 	}
-	return dc
+	return class
 }
 
 // TestSnapshotControllerAccepted: every object of
@@ -82,10 +97,7 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 	dc := dynamicClient(t)
 	createPVCAndPod(t, ctx, newPVC(ns, "data", thickSC, "1Gi"), newPod(ns, "app", "data"))
 	pvc := waitBound(t, ns, "data", settle)
-	pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := getPV(t, ctx, pvc.Spec.VolumeName)
 	node := pvNode(pv)
 	if node == "" || pv.Spec.CSI == nil {
 		t.Fatalf("precondition: PV %s has no node affinity on %s or no CSI source", pv.Name, cluster.TopologyKey)
@@ -93,19 +105,12 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 
 	// Retain: with no snapshot made, nothing is deleted on a node when the
 	// test's objects go.
-	class := "e2e-" + ns
-	if _, err := dc.Resource(kubetest.VolumeSnapshotClasses).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata":       map[string]any{"name": class},
-		"driver":         cluster.DriverName,
-		"deletionPolicy": "Retain",
-	}}, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatalf("create VolumeSnapshotClass: %v", err)
-	}
+	class := retainSnapshotClass(t, ctx, dc, ns)
 	t.Cleanup(func() { deleteSnapshotObjects(t, dc, ns, "snap", class) })
 	// Calls counted before, so that earlier tests' snapshots on other
 	// nodes do not count.
 	before := map[string]float64{}
+	var err error
 	for _, n := range bed.Nodes {
 		if before[n.Name], err = scrape(ctx, n.MetricsURL, "carve_phase_duration_seconds_count", `phase="snapshot"`); err != nil {
 			before[n.Name] = 0 // no series yet
@@ -117,17 +122,12 @@ func TestSnapshotHandedToItsNode(t *testing.T) {
 
 	start := time.Now()
 	waitFor(t, settle, "a VolumeSnapshotContent for the snapshot", func(ctx context.Context) (bool, string, error) {
-		vs, err := dc.Resource(kubetest.VolumeSnapshots).Namespace(ns).Get(ctx, "snap", metav1.GetOptions{})
+		c, name, err := kubetest.BoundSnapshotContent(ctx, dc, ns, "snap")
 		if err != nil {
 			return false, "", err
 		}
-		name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
-		if name == "" {
+		if c == nil {
 			return false, "no content bound yet", nil
-		}
-		c, err := dc.Resource(kubetest.VolumeSnapshotContents).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
 		}
 		driver, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
 		handle, _, _ := unstructured.NestedString(c.Object, "spec", "source", "volumeHandle")

@@ -5,6 +5,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,14 +24,7 @@ func BenchmarkThickCreateRemove(b *testing.B) {
 	ctx := context.Background()
 	b.Run("raw", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			name := fmt.Sprintf("raw%d", i)
-			if _, err := v.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
-				"--name", name, "--size", "4194304b", v.Name); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := v.LVM(ctx, "lvremove", "--yes", v.Name+"/"+name); err != nil {
-				b.Fatal(err)
-			}
+			rawCreateRemove(ctx, b, v, fmt.Sprintf("raw%d", i), 4194304)
 		}
 	})
 	b.Run("package", func(b *testing.B) {
@@ -74,4 +68,18 @@ func BenchmarkRefresh(b *testing.B) {
 			}
 		}
 	})
+}
+
+// rawCreateRemove creates LV name of size bytes in vg with lvcreate, as
+// carve creates a thick volume (signatures wiped, zeroed), and removes
+// it with lvremove; a failure fails tb.
+func rawCreateRemove(ctx context.Context, tb testing.TB, vg *lvmtest.LoopVG, name string, size int64) {
+	tb.Helper()
+	if _, err := vg.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
+		"--name", name, "--size", strconv.FormatInt(size, 10)+"b", vg.Name); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := vg.LVM(ctx, "lvremove", "--yes", vg.Name+"/"+name); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -48,6 +48,16 @@ func (o *observer) take() []string {
 	return c
 }
 
+// volumeGroup is c's view of the volume group name; a failure fails t.
+func volumeGroup(t *testing.T, ctx context.Context, c *lvm.Client, name string) *lvm.VolumeGroup {
+	t.Helper()
+	vg, err := c.VolumeGroup(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vg
+}
+
 // setup makes a loop VG for the test and a Client pointed at it.
 func setup(t *testing.T, opts lvmtest.Options) (*lvmtest.LoopVG, *lvm.Client, *observer) {
 	t.Helper()
@@ -65,10 +75,7 @@ func ctxFor(t *testing.T) context.Context {
 func TestThickLifecycle(t *testing.T) {
 	v, c, obs := setup(t, lvmtest.Options{Size: 256 * mib})
 	ctx := ctxFor(t)
-	before, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := volumeGroup(t, ctx, c, v.Name)
 
 	created, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: v.Name, Name: "carve-life", Size: 10 * mib,
 		Tags: []string{"carve.dev/owner=carve", "carve.dev/volume=6c696665"}})
@@ -78,10 +85,7 @@ func TestThickLifecycle(t *testing.T) {
 	if created.Size != 12*mib {
 		t.Errorf("created %d bytes, want 12 MiB (10 MiB rounded up to 4 MiB extents)", created.Size)
 	}
-	after, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := volumeGroup(t, ctx, c, v.Name)
 	if before.Free-after.Free != 12*mib {
 		t.Errorf("free space went from %d to %d, want 12 MiB less", before.Free, after.Free)
 	}
@@ -112,10 +116,7 @@ func TestThickLifecycle(t *testing.T) {
 	if _, err := c.GetLV(ctx, v.Name, "carve-life"); !errors.Is(err, lvm.ErrNotFound) {
 		t.Errorf("GetLV after remove = %v, want ErrNotFound", err)
 	}
-	end, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	end := volumeGroup(t, ctx, c, v.Name)
 	if end.Free != before.Free {
 		t.Errorf("free space %d after remove, want %d as before", end.Free, before.Free)
 	}
@@ -228,10 +229,7 @@ func TestListAndFindByTag(t *testing.T) {
 func TestInsufficientSpace(t *testing.T) {
 	v, c, _ := setup(t, lvmtest.Options{Size: 64 * mib})
 	ctx := ctxFor(t)
-	vg, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vg := volumeGroup(t, ctx, c, v.Name)
 	if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: v.Name, Name: "too-big", Size: vg.Free + 1}); !errors.Is(err, lvm.ErrInsufficientSpace) {
 		t.Fatalf("create of free+1 bytes = %v, want ErrInsufficientSpace", err)
 	}
@@ -359,10 +357,7 @@ func TestConcurrentCreatesOneVG(t *testing.T) {
 	const n = 16
 	v, c, _ := setup(t, lvmtest.Options{Size: 256 * mib})
 	ctx := ctxFor(t)
-	start, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	start := volumeGroup(t, ctx, c, v.Name)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
 	for i := 0; i < n; i++ {
@@ -452,10 +447,7 @@ func TestReportEmptyVG(t *testing.T) {
 func TestReportMissingPV(t *testing.T) {
 	v, c, _ := setup(t, lvmtest.Options{Size: 128 * mib, PVs: 2})
 	ctx := ctxFor(t)
-	vg, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vg := volumeGroup(t, ctx, c, v.Name)
 	// Larger than one PV: it spans both.
 	if _, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: v.Name, Name: "spans", Size: vg.Size/2 + 8*mib}); err != nil {
 		t.Fatal(err)
@@ -484,10 +476,7 @@ func TestReportMissingPV(t *testing.T) {
 func TestCreateOnPartialVGIsInsufficientSpace(t *testing.T) {
 	v, c, _ := setup(t, lvmtest.Options{Size: 128 * mib, PVs: 2})
 	ctx := ctxFor(t)
-	vg, err := c.VolumeGroup(ctx, v.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vg := volumeGroup(t, ctx, c, v.Name)
 	if err := v.DetachPV(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,24 @@ func startPlugin(t *testing.T, bin, dir string, vg *lvmtest.LoopVG, config strin
 	return p
 }
 
+// startRefreshingPlugin starts the plugin with config over vg's
+// environment, its capacity refreshed every second; stop stops it,
+// failing t when it does not stop.
+func startRefreshingPlugin(t *testing.T, bin, dir string, vg *lvmtest.LoopVG, config string) (p *plugintest.Plugin, stop func()) {
+	t.Helper()
+	p, err := plugintest.Start(ctxFor(t), plugintest.Options{Binary: bin, Dir: dir, NodeName: pluginNode,
+		Config: config, Env: vg.Env(), Log: testLog{t}, ReadyTimeout: time.Minute,
+		ExtraArgs: []string{"--capacity-refresh-interval", "1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, func() {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("stop the plugin: %v", err)
+		}
+	}
+}
+
 // testLog forwards the plugin's log lines to the test log.
 type testLog struct{ t *testing.T }
 
@@ -370,17 +388,8 @@ func TestPluginReadinessFollowsVG(t *testing.T) {
 	vg := lvmtest.New(t, lvmtest.Options{Size: 256 * mib})
 	bin := buildCarve(t)
 	dir := t.TempDir()
-	p, err := plugintest.Start(ctxFor(t), plugintest.Options{Binary: bin, Dir: dir, NodeName: pluginNode,
-		Config: thickConfig(vg.Name), Env: vg.Env(), Log: testLog{t}, ReadyTimeout: time.Minute,
-		ExtraArgs: []string{"--capacity-refresh-interval", "1s"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := p.Stop(10 * time.Second); err != nil {
-			t.Errorf("stop the plugin: %v", err)
-		}
-	}()
+	p, stop := startRefreshingPlugin(t, bin, dir, vg, thickConfig(vg.Name))
+	defer stop()
 	ctx := ctxFor(t)
 	class := map[string]string{"device_class": "fast", "volume_group": vg.Name}
 	if v, ok, err := scrape(ctx, t, p).Gauge("carve_device_class_available", class); err != nil || !ok || v != 1 {
@@ -441,14 +450,7 @@ func TestPluginBenchHost(t *testing.T) {
 	// Interleaved, so drift on the machine hits both sides alike.
 	for i := range rounds {
 		start := time.Now()
-		name := fmt.Sprintf("raw%d", i)
-		if _, err := vg.LVM(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y",
-			"--name", name, "--size", "67108864b", vg.Name); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := vg.LVM(ctx, "lvremove", "--yes", vg.Name+"/"+name); err != nil {
-			t.Fatal(err)
-		}
+		rawCreateRemove(ctx, t, vg, fmt.Sprintf("raw%d", i), 67108864)
 		raw += time.Since(start)
 
 		start = time.Now()

@@ -96,17 +96,8 @@ func TestPluginOneBadClassOnRealLVM(t *testing.T) {
 	vg, second := twoVGs(t)
 	bin := buildCarve(t)
 	config := fmt.Sprintf("deviceClasses:\n  - {name: fast, volumeGroup: %s, default: true}\n  - {name: slow, volumeGroup: %s}\n", vg.Name, second)
-	p, err := plugintest.Start(ctxFor(t), plugintest.Options{Binary: bin, Dir: t.TempDir(), NodeName: pluginNode,
-		Config: config, Env: vg.Env(), Log: testLog{t}, ReadyTimeout: time.Minute,
-		ExtraArgs: []string{"--capacity-refresh-interval", "1s"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := p.Stop(10 * time.Second); err != nil {
-			t.Errorf("stop the plugin: %v", err)
-		}
-	}()
+	p, stop := startRefreshingPlugin(t, bin, t.TempDir(), vg, config)
+	defer stop()
 	ctx := ctxFor(t)
 	ctrl := csi.NewControllerClient(p.Conn)
 	capability := plugintest.MountCapability("ext4")

@@ -21,7 +21,6 @@ import (
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
-	"github.com/carve-csi/carve/test/harness/kubetest"
 )
 
 // peerName is the peer node of make test-nodes-peer (CARVE_NODES_PEER=1):
@@ -92,10 +91,7 @@ func TestCrossNodeRestoreOnRealNodes(t *testing.T) {
 	peer := needPeer(t)
 	ns := newNamespace(t, "crossnode")
 	ctx := testCtx(t, 15*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	guest := bed.GuestNode(nodeName)
 	const size = "64Mi"
 	fileSum, sourceSum := crossNodeSource(t, ctx, dc, ns, thickSC, size, 32)
@@ -164,11 +160,7 @@ func crossNodeSource(t *testing.T, ctx context.Context, dc dynamic.Interface, ns
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, dc, ns, "snap")
+	createSnapshotReady(t, ctx, dc, ns, "snap", "data")
 	return fileSum, sourceSum
 }
 
@@ -182,10 +174,7 @@ func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
 	peer := needPeer(t)
 	ns := newNamespace(t, "crosskill")
 	ctx := testCtx(t, 15*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	// A bigger source than TestCrossNodeRestoreOnRealNodes': a longer
 	// copy to kill in the middle of.
 	const size = "128Mi"
@@ -209,21 +198,6 @@ func TestCrossNodeRestoreSurvivesKillingThePeer(t *testing.T) {
 	}
 	checkRestoredOnPeer(t, ctx, ns, "restored", 5*time.Minute, sourceSum)
 	t.Logf("the peer's agent killed %s after the claim was created, its new LV tagged copy=pending; the claim Bound %s after it was created", killed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-}
-
-// waitClaimBound waits until the claim is Bound and returns its PV.
-func waitClaimBound(t *testing.T, ns, claim string, timeout time.Duration) string {
-	t.Helper()
-	var pv string
-	waitFor(t, timeout, "PVC "+claim+" Bound", func(ctx context.Context) (bool, string, error) {
-		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		pv = c.Spec.VolumeName
-		return c.Status.Phase == corev1.ClaimBound, fmt.Sprintf("%s; last events: %s", c.Status.Phase, claimEvents(ctx, ns, claim)), nil
-	})
-	return pv
 }
 
 // claimEvents are the last events of a claim, for a wait that fails.
@@ -295,10 +269,7 @@ func TestCrossNodeRestoreSpansAControllerRestart(t *testing.T) {
 	peer := needPeer(t)
 	ns := newNamespace(t, "crossrestart")
 	ctx := testCtx(t, 20*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	const size = "128Mi"
 	_, sourceSum := crossNodeSource(t, ctx, dc, ns, thickSC, size, 96)
 	// The LVs outside the peer's volume group: the guest node's.

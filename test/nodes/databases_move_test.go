@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
 	"github.com/carve-csi/carve/test/harness/kubetest"
@@ -34,15 +33,9 @@ import (
 func TestCrossNodeDatabaseRestoreOnThePeer(t *testing.T) {
 	peer := needPeer(t)
 	began := time.Now()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	ns := newNamespace(t, "pgcross")
-	addr := liveDatabase(t, ns, thickSC, "1Gi")
-	w := startAckWriter(t, addr)
-	b := startBench(t, ns, "pg", 90*time.Second)
-	waitAcked(t, w, acksBeforeSnapshot)
+	w, b := busyDatabase(t, ns, thickSC)
 
 	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
 	ctx := testCtx(t, 30*time.Minute)
@@ -191,15 +184,7 @@ func TestCrossNodeDatabaseDrain(t *testing.T) {
 	}
 
 	drain := func(from, to string) time.Duration {
-		cordon(t, ctx, from, true)
-		t.Cleanup(func() { cordon(t, context.Background(), from, false) })
-		start := time.Now()
-		out, err := kubectlCarve(ctx, "drain", from, "--to", to, "--timeout", "15m").CombinedOutput()
-		took := time.Since(start)
-		if err != nil {
-			t.Fatalf("kubectl carve drain %s --to %s: %v\n%s", from, to, err, out)
-		}
-		t.Logf("kubectl carve drain %s --to %s took %s:\n%s", from, to, took.Round(time.Second), out)
+		out, took := cordonAndDrain(t, ctx, from, to, "15m")
 		for _, want := range []string{fmt.Sprintf("node %s: 2 claim(s) to move", from), fmt.Sprintf("node %s: every carve claim moved off it", from)} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("kubectl carve drain %s said nothing like %q", from, want)
@@ -248,23 +233,11 @@ func TestCrossNodeDatabaseDrain(t *testing.T) {
 // free to take its pod to the target.
 func postgresSet(name string, hostPort int) func(ns string) *appsv1.StatefulSet {
 	return func(ns string) *appsv1.StatefulSet {
-		one := int32(1)
 		pod := postgresPod(ns, name+"-0", "data", hostPort)
 		pod.Spec.NodeSelector = nil
 		pod.Spec.Volumes = nil
 		claim := newPVC(ns, "data", thickSC, "1Gi")
 		claim.Namespace = ""
-		return &appsv1.StatefulSet{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: appsv1.StatefulSetSpec{
-				Replicas: &one,
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
-					Spec:       pod.Spec,
-				},
-				VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
-			},
-		}
+		return newStatefulSet(ns, name, pod.Spec, *claim)
 	}
 }

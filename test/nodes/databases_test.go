@@ -409,6 +409,18 @@ func liveDatabase(t *testing.T, ns, sc, size string) string {
 // emulated guest, 10 to 20 s, while pgbench writes beside it).
 const acksBeforeSnapshot = 1000
 
+// busyDatabase is liveDatabase on a 1Gi claim of sc in ns, under an
+// acknowledging writer and 90 s of pgbench, once acksBeforeSnapshot
+// writes are acknowledged.
+func busyDatabase(t *testing.T, ns, sc string) (*ackWriter, *bench) {
+	t.Helper()
+	addr := liveDatabase(t, ns, sc, "1Gi")
+	w := startAckWriter(t, addr)
+	b := startBench(t, ns, "pg", 90*time.Second)
+	waitAcked(t, w, acksBeforeSnapshot)
+	return w, b
+}
+
 // waitAcked waits until the client has had n transactions acknowledged.
 func waitAcked(t *testing.T, w *ackWriter, n int) {
 	t.Helper()
@@ -424,18 +436,12 @@ func waitAcked(t *testing.T, w *ackWriter, n int) {
 // holds every transaction acknowledged before the snapshot was asked for.
 // Thick (ext4) and thin (xfs).
 func TestDatabaseSnapshotOfTheLiveDatabase(t *testing.T) {
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	for _, sc := range []string{thickSC, thinSC} {
 		t.Run(sc, func(t *testing.T) {
 			began := time.Now()
 			ns := newNamespace(t, "pgsnap")
-			addr := liveDatabase(t, ns, sc, "1Gi")
-			w := startAckWriter(t, addr)
-			b := startBench(t, ns, "pg", 90*time.Second)
-			waitAcked(t, w, acksBeforeSnapshot)
+			w, b := busyDatabase(t, ns, sc)
 
 			t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
 			asked := time.Now()
@@ -775,10 +781,7 @@ var powerCuts = []powerCut{{
 // the database.
 func TestDatabasePowerCut(t *testing.T) {
 	began := time.Now()
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	c := &cutScenario{ns: newNamespace(t, "pgcut"), dc: dc}
 	addr := liveDatabase(t, c.ns, thickSC, "1Gi")
 	w := startAckWriter(t, addr)

@@ -95,15 +95,7 @@ func TestCrossNodeDrain(t *testing.T) {
 	}
 	made = append(made, stayPV)
 
-	cordon(t, ctx, nodeName, true)
-	t.Cleanup(func() { cordon(t, context.Background(), nodeName, false) })
-	start := time.Now()
-	out, err := kubectlCarve(ctx, "drain", nodeName, "--to", peerName, "--timeout", "5m").CombinedOutput()
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("kubectl carve drain %s --to %s: %v\n%s", nodeName, peerName, err, out)
-	}
-	t.Logf("kubectl carve drain %s --to %s took %s:\n%s", nodeName, peerName, took.Round(time.Second), out)
+	out, _ := cordonAndDrain(t, ctx, nodeName, peerName, "5m")
 	// Each claim's last line is the Event Moved, or, when the Event is
 	// not listed yet as the move ends, the PV it is bound to.
 	want := [][]string{{fmt.Sprintf("node %s: 2 claim(s) to move", nodeName)}}
@@ -243,4 +235,21 @@ func (w *moveWindows) check(t *testing.T, claims ...string) {
 				c, asked, claims[i-1], w.ended[claims[i-1]])
 		}
 	}
+}
+
+// cordonAndDrain cordons from (uncordoned when the test ends) and runs
+// `kubectl carve drain from --to to --timeout timeout`, which must
+// succeed; it returns what the command said and how long it took.
+func cordonAndDrain(t *testing.T, ctx context.Context, from, to, timeout string) ([]byte, time.Duration) {
+	t.Helper()
+	cordon(t, ctx, from, true)
+	t.Cleanup(func() { cordon(t, context.Background(), from, false) })
+	start := time.Now()
+	out, err := kubectlCarve(ctx, "drain", from, "--to", to, "--timeout", timeout).CombinedOutput()
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("kubectl carve drain %s --to %s: %v\n%s", from, to, err, out)
+	}
+	t.Logf("kubectl carve drain %s --to %s took %s:\n%s", from, to, took.Round(time.Second), out)
+	return out, took
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,6 +52,44 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 
 // notYet tells waitFor to ask again, showing err as the status.
 func notYet(err error) (bool, string, error) { return false, err.Error(), nil }
+
+// newStatefulSet is StatefulSet ns/name of one pod of spec, labeled
+// app=name, with claims as its volume claim templates (claims with no
+// namespace).
+func newStatefulSet(ns, name string, spec corev1.PodSpec, claims ...corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+	one := int32(1)
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       spec,
+			},
+			VolumeClaimTemplates: claims,
+		},
+	}
+}
+
+// dynamicClient is a dynamic client of the bed's API server (for the
+// snapshot API).
+func dynamicClient(t *testing.T) dynamic.Interface {
+	t.Helper()
+	return kubetest.DynamicClient(t, bed.Control.Config)
+}
+
+// createSnapshotReady creates VolumeSnapshot ns/name of claim in
+// snapshotClass, deleted when the test ends, and waits until it is
+// ReadyToUse.
+func createSnapshotReady(t *testing.T, ctx context.Context, dc dynamic.Interface, ns, name, claim string) {
+	t.Helper()
+	t.Cleanup(func() { deleteSnapshot(t, dc, ns, name) })
+	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, name, snapshotClass, claim); err != nil {
+		t.Fatal(err)
+	}
+	waitSnapshotReady(t, dc, ns, name)
+}
 
 // waitSnapshotReady waits until the VolumeSnapshot ns/name is ReadyToUse
 // and returns it as it was then (its status.restoreSize, say).
@@ -381,17 +420,24 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-// pvOf returns the name of the PV bound to the claim, waiting for it.
-func pvOf(t *testing.T, ns, claim string) string {
+// waitClaimBound waits until the claim is Bound and returns its PV.
+func waitClaimBound(t *testing.T, ns, claim string, timeout time.Duration) string {
 	t.Helper()
 	var pv string
-	waitFor(t, shortWait, "PVC "+claim+" bound", func(ctx context.Context) (bool, string, error) {
+	waitFor(t, timeout, "PVC "+claim+" Bound", func(ctx context.Context) (bool, string, error) {
 		c, err := bed.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		pv = c.Spec.VolumeName
-		return c.Status.Phase == corev1.ClaimBound, string(c.Status.Phase), nil
+		return c.Status.Phase == corev1.ClaimBound, fmt.Sprintf("%s; last events: %s", c.Status.Phase, claimEvents(ctx, ns, claim)), nil
 	})
 	return pv
+}
+
+// pvOf returns the name of the PV bound to the claim, waiting for it
+// (a minute at most).
+func pvOf(t *testing.T, ns, claim string) string {
+	t.Helper()
+	return waitClaimBound(t, ns, claim, shortWait)
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/carve-csi/carve/internal/controller/placement"
 	"github.com/carve-csi/carve/test/harness/kubetest"
@@ -36,10 +35,7 @@ func TestMeasureRestoreLanding(t *testing.T) {
 	rounds := kubetest.Rounds(t, 10)
 	ns := newNamespace(t, "landing")
 	ctx := testCtx(t, time.Duration(rounds)*8*time.Minute)
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 
 	// The source: a thick ext4 claim on the guest, 32 MiB of random
 	// bytes, and a snapshot of it. A clone is of its source's class.
@@ -49,11 +45,7 @@ func TestMeasureRestoreLanding(t *testing.T) {
 	writer.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
 	createClaimAndPod(t, newPVC(ns, "data", sc, size), writer)
 	sum := strings.Fields(podExec(t, ns, "writer", "head -c 33554432 /dev/urandom > /data/f && sync && sha256sum /data/f"))[0]
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "data"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, dc, ns, "snap")
+	createSnapshotReady(t, ctx, dc, ns, "snap", "data")
 
 	kinds := []struct {
 		name   string

@@ -104,16 +104,7 @@ func TestCrossNodeMoveStatefulSet(t *testing.T) {
 		if got != sum.sum {
 			t.Errorf("round %d: the LV %s on %s has SHA-256 %s, want the source's %s once its pod stopped", r, handle, peerName, got, sum.sum)
 		}
-		waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
-			p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return false, "no pod (its StatefulSet makes it again)", nil
-			}
-			if err != nil {
-				return false, "", err
-			}
-			return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
-		})
+		waitPodScheduled(t, ns, movePod, peerName)
 		files := filesOnLV(t, ctx, handle)
 		if !strings.Contains(files, fileSum+"  ") {
 			t.Errorf("round %d: /data/f on the peer's LV: %q, want SHA-256 %s", r, files, fileSum)
@@ -322,16 +313,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	files := filesOnLV(t, ctx, source)
 	// The pod on the peer holds the claim while the move back stops it:
 	// the test chooses when the catch-up may begin.
-	waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+peerName, func(ctx context.Context) (bool, string, error) {
-		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, movePod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, "no pod (its StatefulSet makes it again)", nil
-		}
-		if err != nil {
-			return false, "", err
-		}
-		return p.Spec.NodeName == peerName && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
-	})
+	waitPodScheduled(t, ns, movePod, peerName)
 	cordon(t, ctx, peerName, true)
 	// A pod ends at once on the peer (its grace period is 0), so the
 	// test's own finalizer holds the claim while the workload stops, as
@@ -340,14 +322,7 @@ func TestCrossNodeMoveParksWhenTheSourceDies(t *testing.T) {
 	release := holdClaim(t, ctx, ns, moveClaim)
 
 	// Back to the guest node.
-	cmd := kubectlCarve(ctx, "move", ns+"/"+moveClaim, "--to", nodeName, "--timeout", "20m")
-	var moveOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &moveOut, &moveOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	moveOut, done := startMove(t, ctx, ns, moveClaim, nodeName, "20m")
 	phaseOf := func(ctx context.Context) (*corev1.PersistentVolume, string, error) {
 		pv, err := bed.Client.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
 		if err != nil {
@@ -553,29 +528,17 @@ func holdClaim(t *testing.T, ctx context.Context, ns, name string) func() {
 // moveStatefulSet is the moved StatefulSet: not pinned (the move picks
 // the node), its pod only sleeps.
 func moveStatefulSet(ns string) *appsv1.StatefulSet {
-	one := int32(1)
 	zero := int64(0)
 	claim := newPVC(ns, "data", thickSC, moveSize())
 	claim.Namespace = ""
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: moveSet, Namespace: ns},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": moveSet}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": moveSet}},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: &zero,
-					Containers: []corev1.Container{{
-						Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
-						Command:      []string{"/bin/sh", "-c", sleeper},
-						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-					}},
-				},
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{*claim},
-		},
-	}
+	return newStatefulSet(ns, moveSet, corev1.PodSpec{
+		TerminationGracePeriodSeconds: &zero,
+		Containers: []corev1.Container{{
+			Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
+			Command:      []string{"/bin/sh", "-c", sleeper},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+		}},
+	}, *claim)
 }
 
 // moveStats is what runMove saw of one move.
@@ -591,6 +554,21 @@ type moveStats struct {
 	err   error
 }
 
+// startMove starts `kubectl carve move ns/claim --to node --timeout
+// timeout`: out gathers what it writes, done carries how it ended.
+func startMove(t *testing.T, ctx context.Context, ns, claim, node, timeout string) (out *strings.Builder, done <-chan error) {
+	t.Helper()
+	cmd := kubectlCarve(ctx, "move", ns+"/"+claim, "--to", node, "--timeout", timeout)
+	out = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	return out, ended
+}
+
 // runMove runs `kubectl carve move ns/claim --to node` (it waits until
 // the move ends) and, beside it, watches the claim (moving to the guest
 // node, also whether the StatefulSet's pod movePod is Ready there): when the claim is
@@ -600,14 +578,7 @@ type moveStats struct {
 func runMove(t *testing.T, ctx context.Context, ns, claim, node, oldPV string) (string, moveStats) {
 	t.Helper()
 	st := moveStats{asked: time.Now()}
-	cmd := kubectlCarve(ctx, "move", ns+"/"+claim, "--to", node, "--timeout", "10m")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startMove(t, ctx, ns, claim, node, "10m")
 	var uid types.UID
 	for tick := time.NewTicker(200 * time.Millisecond); ; {
 		select {
@@ -753,17 +724,41 @@ func waitPodReady(t *testing.T, ctx context.Context, ns, pod, node string, timeo
 	t.Helper()
 	var got *corev1.Pod
 	waitFor(t, timeout, "pod "+pod+" Ready", func(ctx context.Context) (bool, string, error) {
-		p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, "no pod (its StatefulSet makes it again)", nil
-		}
-		if err != nil {
-			return false, "", err
+		p, status, err := statefulSetPod(ctx, ns, pod)
+		if p == nil {
+			return false, status, err
 		}
 		got = p
 		return podReadyOn(p, node), "on " + p.Spec.NodeName + ": " + podState(p), nil
 	})
 	return got
+}
+
+// waitPodScheduled waits until a StatefulSet's pod is scheduled to node
+// and not being deleted.
+func waitPodScheduled(t *testing.T, ns, pod, node string) {
+	t.Helper()
+	waitFor(t, podTimeout, "the StatefulSet's pod scheduled to "+node, func(ctx context.Context) (bool, string, error) {
+		p, status, err := statefulSetPod(ctx, ns, pod)
+		if p == nil {
+			return false, status, err
+		}
+		return p.Spec.NodeName == node && p.DeletionTimestamp == nil, "on " + p.Spec.NodeName + ": " + podState(p), nil
+	})
+}
+
+// statefulSetPod gets a StatefulSet's pod for a wait: nil and a status
+// while there is none (its StatefulSet makes it again), nil and the
+// error when the API server fails.
+func statefulSetPod(ctx context.Context, ns, pod string) (*corev1.Pod, string, error) {
+	p, err := bed.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, "no pod (its StatefulSet makes it again)", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return p, "", nil
 }
 
 // podReadyOn tells a pod that runs and is Ready on node ("": any).

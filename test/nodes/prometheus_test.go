@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-
 	"github.com/carve-csi/carve/test/harness/cluster"
-	"github.com/carve-csi/carve/test/harness/kubetest"
 	"github.com/carve-csi/carve/test/harness/promcheck"
 )
 
@@ -61,15 +58,8 @@ func TestPrometheus(t *testing.T) {
 	ns := newNamespace(t, "prom")
 	createClaimAndPod(t, newPVC(ns, "thin", thinSC, "256Mi"), newPod(ns, "thin", "thin", false, sleeper))
 	createClaimAndPod(t, newPVC(ns, "thick", thickSC, "256Mi"), newPod(ns, "thick", "thick", false, sleeper))
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteSnapshot(t, dc, ns, "snap") })
-	if err := kubetest.CreateVolumeSnapshot(ctx, dc, ns, "snap", snapshotClass, "thick"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, dc, ns, "snap")
+	dc := dynamicClient(t)
+	createSnapshotReady(t, ctx, dc, ns, "snap", "thick")
 	driven := time.Now()
 
 	targets, stop, err := bed.PodScrapeTargets(ctx)
@@ -85,16 +75,7 @@ func TestPrometheus(t *testing.T) {
 	if jobs[cluster.JobNode] == 0 || jobs[cluster.JobSnapshotter] == 0 {
 		t.Errorf("targets %v lack a node agent or csi-snapshotter", jobs)
 	}
-	prom, err := cluster.StartPrometheus(ctx, bin, t.TempDir(), targets, 2*time.Second, 12*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", prom.Tail(30))
-		}
-		prom.Stop()
-	})
+	prom := cluster.StartPrometheusFor(t, ctx, bin, targets, 2*time.Second, 12*time.Minute)
 	waitFor(t, 2*time.Minute, fmt.Sprintf("every one of the %d targets up and scraped twice", len(targets)), func(ctx context.Context) (bool, string, error) {
 		return promcheck.ScrapedTwiceSince(ctx, prom.API, driven, len(targets))
 	})

@@ -118,10 +118,8 @@ func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "storage") {
-				return true, "", nil
-			}
+		if refusedFor(p, "storage") {
+			return true, "", nil
 		}
 		return false, podState(p), nil
 	})
@@ -142,11 +140,21 @@ func TestNodeWithoutTheClassVolumeGroup(t *testing.T) {
 	}
 }
 
+// refusedFor tells whether the scheduler refused pod p with a message
+// that contains why.
+func refusedFor(p *corev1.Pod, why string) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, why) {
+			return true
+		}
+	}
+	return false
+}
+
 // statefulSet has one replica of carve's image with a thick ext4 claim at
 // /thick and a thin xfs claim at /thin; its container writes a value to
 // each the first time and then sleeps.
 func statefulSet(ns, name string) *appsv1.StatefulSet {
-	one := int32(1)
 	zero := int64(0)
 	claim := func(n, sc string) corev1.PersistentVolumeClaim {
 		c := newPVC(ns, n, sc, "1Gi")
@@ -154,26 +162,15 @@ func statefulSet(ns, name string) *appsv1.StatefulSet {
 		return *c
 	}
 	script := `for d in /thick /thin; do [ -s $d/value ] || { cat /proc/sys/kernel/random/uuid > $d/value.tmp && mv $d/value.tmp $d/value; }; done; sync; ` + sleeper
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: &zero,
-					Containers: []corev1.Container{{
-						Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"/bin/sh", "-c", script},
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: "thick", MountPath: "/thick"}, {Name: "thin", MountPath: "/thin"}},
-					}},
-				},
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{claim("thick", thickSC), claim("thin", thinSC)},
-		},
-	}
+	return newStatefulSet(ns, name, corev1.PodSpec{
+		TerminationGracePeriodSeconds: &zero,
+		Containers: []corev1.Container{{
+			Name: "app", Image: carveImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", script},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "thick", MountPath: "/thick"}, {Name: "thin", MountPath: "/thin"}},
+		}},
+	}, claim("thick", thickSC), claim("thin", thinSC))
 }
 
 // readValues reads the values the StatefulSet's pod wrote to its two
@@ -545,10 +542,8 @@ func TestReadWriteOncePodKeepsASecondPodOut(t *testing.T) {
 		if p.Spec.NodeName != "" {
 			return false, "", fmt.Errorf("the second pod was bound to %s", p.Spec.NodeName)
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "ReadWriteOncePod") {
-				return true, "", nil
-			}
+		if refusedFor(p, "ReadWriteOncePod") {
+			return true, "", nil
 		}
 		return false, podState(p), nil
 	})

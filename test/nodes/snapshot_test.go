@@ -29,10 +29,7 @@ const snapshotClass = "carve"
 func TestRestoredClaimReadsTheSnapshot(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t, "snap")
-	dc, err := dynamic.NewForConfig(bed.Control.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := dynamicClient(t)
 	ctx := testCtx(t, 10*time.Minute)
 	createClaimAndPod(t, newPVC(ns, "data", thinSC, "256Mi"), newPod(ns, "app", "data", false, sleeper))
 	podExec(t, ns, "app", "echo before > /data/f && sync")

@@ -103,6 +103,16 @@ type agentWork struct {
 	agentsCalled    int
 }
 
+// mustScrapeAgents is scrapeAgents for a test: a failure fails t.
+func mustScrapeAgents(t *testing.T, ctx context.Context) []plugintest.Metrics {
+	t.Helper()
+	ms, err := scrapeAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
 // scrapeAgents reads every carve node agent's metrics.
 func scrapeAgents(ctx context.Context) ([]plugintest.Metrics, error) {
 	var out []plugintest.Metrics
@@ -242,14 +252,8 @@ func measureScale(t *testing.T, n int) scalePoint {
 	t.Logf("%d nodes: TopoLVM up in %s", n, time.Since(start).Round(time.Millisecond))
 	sleepCtx(ctx, settle)
 	agents := agentKinds()
-	before, err := sampleAll(agents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	callsBefore, err := scrapeAgents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := mustSampleAll(t, agents)
+	callsBefore := mustScrapeAgents(t, ctx)
 	samples := map[string][]time.Duration{}
 	claimsStart := time.Now()
 	t.Run("claims", func(t *testing.T) {
@@ -276,14 +280,8 @@ func measureScale(t *testing.T, n int) scalePoint {
 	// the idle window below, whatever their phase.
 	window := refreshWindow(claimsTook)
 	sleepCtx(ctx, time.Until(claimsStart.Add(window)))
-	after, err := sampleAll(agents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	callsAfter, err := scrapeAgents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := mustSampleAll(t, agents)
+	callsAfter := mustScrapeAgents(t, ctx)
 	p.agentWork = agentWorkOf(callsBefore, callsAfter)
 	claims := time.Duration(2 * scaleClaims)
 	busy := map[*cluster.Process]time.Duration{}
@@ -301,15 +299,9 @@ func measureScale(t *testing.T, n int) scalePoint {
 	}
 	sleepCtx(ctx, settle)
 	// The same agents, as long, asked nothing.
-	idleBefore, err := sampleAll(agents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	idleBefore := mustSampleAll(t, agents)
 	sleepCtx(ctx, window)
-	idleAfter, err := sampleAll(agents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	idleAfter := mustSampleAll(t, agents)
 	for _, k := range agents {
 		if !k.perNode {
 			continue
@@ -485,6 +477,16 @@ func readProc(pid int) (procSample, error) {
 	}
 	s.rss = pages * uint64(os.Getpagesize())
 	return s, nil
+}
+
+// mustSampleAll is sampleAll for a test: a failure fails t.
+func mustSampleAll(t *testing.T, kinds []agentKind) map[*cluster.Process]procSample {
+	t.Helper()
+	samples, err := sampleAll(kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples
 }
 
 // sampleAll reads every process of kinds.

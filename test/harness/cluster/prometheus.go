@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
@@ -333,4 +334,22 @@ type forwardLog struct{ pod string }
 func (l forwardLog) Write(p []byte) (int, error) {
 	klog.InfoS("Port forward", "pod", l.pod, "message", strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// StartPrometheusFor is StartPrometheus for test t: its data in a
+// temporary directory of t, stopped when t ends, the tail of its log
+// logged when t failed; a failed start fails t.
+func StartPrometheusFor(t testing.TB, ctx context.Context, bin string, targets []ScrapeTarget, interval, lifetime time.Duration) *Prometheus {
+	t.Helper()
+	prom, err := StartPrometheus(ctx, bin, t.TempDir(), targets, interval, lifetime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", prom.Tail(30))
+		}
+		prom.Stop()
+	})
+	return prom
 }

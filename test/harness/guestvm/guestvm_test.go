@@ -378,7 +378,7 @@ func TestRunScriptAndQemuArgs(t *testing.T) {
 		HostForwards: []HostForward{{HostAddr: "127.0.0.1:20250", GuestPort: 10250}}, Disks: []string{"/d/a,b.img", "/d/c.img"}}
 	s.defaults()
 	script := runScript(s)
-	for _, want := range []string{
+	wantContains(t, script, "run script lacks %q:\n%s",
 		"export K='v'\\''1'",
 		"'/carve/x.test' '-test.run' 'A|B' > /carve/.guestvm/stdout 2> /carve/.guestvm/stderr < /dev/null",
 		"modprobe dm_crypt ||",
@@ -387,13 +387,9 @@ func TestRunScriptAndQemuArgs(t *testing.T) {
 		"ip route add default via 10.0.2.2",
 		"DM_DISABLE_UDEV=1",
 		"echo o > /proc/sysrq-trigger",
-	} {
-		if !strings.Contains(script, want) {
-			t.Errorf("run script lacks %q:\n%s", want, script)
-		}
-	}
+	)
 	args := strings.Join(qemuArgs(s, Kernel{Image: "/boot/vmlinuz-v"}, "/c/i.gz"), " ")
-	for _, want := range []string{
+	wantContains(t, args, "qemu args lack %q: %s",
 		"-accel tcg,thread=multi -cpu max -smp 2 -m 2048",
 		"-no-reboot",
 		"path=/,mount_tag=hostroot,security_model=none,readonly=on",
@@ -403,11 +399,7 @@ func TestRunScriptAndQemuArgs(t *testing.T) {
 		"-drive file=/d/a,,b.img,format=raw,if=virtio,cache=unsafe,index=0",
 		"-drive file=/d/c.img,format=raw,if=virtio,cache=unsafe,index=1",
 		"restrict=on",
-	} {
-		if !strings.Contains(args, want) {
-			t.Errorf("qemu args lack %q: %s", want, args)
-		}
-	}
+	)
 	if strings.Contains(args, "kvm") {
 		t.Errorf("qemu args use KVM, which hangs on these machines: %s", args)
 	}
@@ -447,5 +439,16 @@ func TestPlaceFile(t *testing.T) {
 	}
 	if st, _ := os.Stat(src); st.Mode().Perm() != 0o700 {
 		t.Errorf("placing changed the source's mode to %v", st.Mode().Perm())
+	}
+}
+
+// wantContains fails t, with format (of the missing string and s), for
+// each of wants that s lacks.
+func wantContains(t *testing.T, s, format string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(s, want) {
+			t.Errorf(format, want, s)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 // The snapshot API's resources (snapshot.storage.k8s.io/v1), reached
@@ -87,4 +88,33 @@ func DeleteVolumeSnapshot(t testing.TB, dc dynamic.Interface, ns, name string, o
 		}
 		return len(left) == 0, fmt.Sprintf("left: %v", left), nil
 	})
+}
+
+// BoundSnapshotContent is the VolumeSnapshotContent that VolumeSnapshot
+// ns/name is bound to, and its name; nil and "" while none is bound yet.
+func BoundSnapshotContent(ctx context.Context, dc dynamic.Interface, ns, name string) (*unstructured.Unstructured, string, error) {
+	vs, err := dc.Resource(VolumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	content, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
+	if content == "" {
+		return nil, "", nil
+	}
+	c, err := dc.Resource(VolumeSnapshotContents).Get(ctx, content, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, content, nil
+}
+
+// DynamicClient is a dynamic client over cfg (for the snapshot API); a
+// config it cannot use fails t.
+func DynamicClient(t testing.TB, cfg *rest.Config) dynamic.Interface {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc
 }

@@ -75,19 +75,30 @@ func matches(m *dto.Metric, want map[string]string) bool {
 // HistogramCount sums the sample counts of the histogram series of name
 // that carry the labels in want (all series when want is empty).
 func (ms Metrics) HistogramCount(name string, want map[string]string) uint64 {
-	var n uint64
+	return sum(ms, name, want, func(m *dto.Metric) uint64 { return m.GetHistogram().GetSampleCount() })
+}
+
+// sum adds up value over the series of name that carry the labels in want.
+func sum[T uint64 | float64](ms Metrics, name string, want map[string]string, value func(*dto.Metric) T) T {
+	var s T
 	for _, m := range ms[name].GetMetric() {
 		if matches(m, want) {
-			n += m.GetHistogram().GetSampleCount()
+			s += value(m)
 		}
 	}
-	return n
+	return s
 }
 
 // Gauge returns the value of the one gauge series of name with the labels
 // in want; ok is false when there is none, and an error when there are
 // several.
 func (ms Metrics) Gauge(name string, want map[string]string) (v float64, ok bool, err error) {
+	return ms.one(name, want, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+// one returns value of the one series of name with the labels in want;
+// ok is false when there is none, and an error when there are several.
+func (ms Metrics) one(name string, want map[string]string, value func(*dto.Metric) float64) (v float64, ok bool, err error) {
 	for _, m := range ms[name].GetMetric() {
 		if !matches(m, want) {
 			continue
@@ -95,7 +106,7 @@ func (ms Metrics) Gauge(name string, want map[string]string) (v float64, ok bool
 		if ok {
 			return 0, false, fmt.Errorf("plugintest: several %s series match %v", name, want)
 		}
-		v, ok = m.GetGauge().GetValue(), true
+		v, ok = value(m), true
 	}
 	return v, ok, nil
 }
@@ -103,16 +114,7 @@ func (ms Metrics) Gauge(name string, want map[string]string) (v float64, ok bool
 // Counter returns the value of the one counter series of name with the
 // labels in want, as Gauge does for gauges.
 func (ms Metrics) Counter(name string, want map[string]string) (v float64, ok bool, err error) {
-	for _, m := range ms[name].GetMetric() {
-		if !matches(m, want) {
-			continue
-		}
-		if ok {
-			return 0, false, fmt.Errorf("plugintest: several %s series match %v", name, want)
-		}
-		v, ok = m.GetCounter().GetValue(), true
-	}
-	return v, ok, nil
+	return ms.one(name, want, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
 }
 
 // LabelValues lists the values of label over the series of name that carry
@@ -137,11 +139,5 @@ func (ms Metrics) LabelValues(name, label string, want map[string]string) []stri
 // HistogramSum sums the sample sums (seconds, for carve's durations) of the
 // histogram series of name that carry the labels in want.
 func (ms Metrics) HistogramSum(name string, want map[string]string) float64 {
-	var s float64
-	for _, m := range ms[name].GetMetric() {
-		if matches(m, want) {
-			s += m.GetHistogram().GetSampleSum()
-		}
-	}
-	return s
+	return sum(ms, name, want, func(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() })
 }

@@ -145,8 +145,15 @@ func DashboardQueries(path string) ([]Query, error) {
 			return nil, err
 		}
 	}
+	return collected(qs, errs, "the dashboard has no queries")
+}
+
+// collected is what DashboardQueries and AlertQueries return: qs, with
+// the errors gathered joined in one, and none among them when qs is
+// empty.
+func collected(qs []Query, errs []string, none string) ([]Query, error) {
 	if len(qs) == 0 {
-		errs = append(errs, "the dashboard has no queries")
+		errs = append(errs, none)
 	}
 	if len(errs) > 0 {
 		return qs, fmt.Errorf("%s", strings.Join(errs, "; "))
@@ -190,13 +197,7 @@ func AlertQueries(path string) ([]Query, error) {
 			}
 		}
 	}
-	if len(qs) == 0 {
-		errs = append(errs, "the rules have no expressions")
-	}
-	if len(errs) > 0 {
-		return qs, fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return qs, nil
+	return collected(qs, errs, "the rules have no expressions")
 }
 
 // Shipped are the queries of deploy/grafana/carve-dashboard.json and

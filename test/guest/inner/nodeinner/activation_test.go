@@ -134,16 +134,11 @@ func TestStageActivatesInactiveVolumes(t *testing.T) {
 // createInClass is create with the StorageClass parameter of a device class.
 func (e *env) createInClass(name string, size int64, capability *csi.VolumeCapability, deviceClass string) string {
 	e.t.Helper()
-	v, err := e.createVolume(&csi.CreateVolumeRequest{
-		Name:               name,
-		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
-		VolumeCapabilities: []*csi.VolumeCapability{capability},
-		Parameters:         map[string]string{"carve.dev/device-class": deviceClass},
-	})
+	id, err := e.fromSource(name, size, capability, deviceClass, nil)
 	if err != nil {
 		e.t.Fatalf("CreateVolume %s in class %s: %v", name, deviceClass, err)
 	}
-	return v.GetVolumeId()
+	return id
 }
 
 // lvAttr is the lv_attr of an LV of the env's volume group.

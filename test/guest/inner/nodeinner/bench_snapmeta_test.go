@@ -58,10 +58,7 @@ func TestBenchSnapshotDelta(t *testing.T) {
 		t.Fatalf("CreateVolume: %v", err)
 	}
 	id := v.GetVolume().GetVolumeId()
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	chunks := size / chunk
 	start := time.Now()
 	var seeded []int64

@@ -340,6 +340,7 @@ func (e *env) quiet() {
 	}
 }
 
+// scrape is what the plugin's metrics endpoint serves now.
 func (e *env) scrape() plugintest.Metrics {
 	e.t.Helper()
 	ctx, cancel := e.ctx()
@@ -470,11 +471,7 @@ func TestBenchRestoreCopy(t *testing.T) {
 	const rounds = 4
 	const size = 256 * mib
 	e := newSnapEnv(t, "benchcopy")
-	id := e.createInClass("bench-copy-origin", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("bench-copy-origin", size, "thick")
 	writeDevice(t, dev, random(size))
 	snap := e.snapshot("bench-copy-snap", id)
 	snapDev := "/dev/" + snap.GetSnapshotId()[strings.Index(snap.GetSnapshotId(), "/")+1:]

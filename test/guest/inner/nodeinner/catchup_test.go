@@ -30,10 +30,7 @@ import (
 func (c *cluster) changeSource(id, seed string, size, n, piece int64) int64 {
 	t := c.t
 	t.Helper()
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -112,10 +109,7 @@ func TestCrossNodeCatchUp(t *testing.T) {
 			snap := c.snapshotOnA("seed-"+kind, id)
 			rid := c.restoreRetrying("moved-"+kind, k.to, size, snapshotSource(snap))
 			written := c.changeSource(id, kind, size, 32, 256*1024)
-			dev, err := plugintest.DevicePath(id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev := plugintest.MustDevicePath(t, id)
 			want := hashDevice(t, dev, size)
 			if kind == "thin-thin" {
 				c.refusedWhileOpen(id, snap, rid, dev)
@@ -156,10 +150,7 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		zero("n")
 		t.Cleanup(func() { zero("y") })
 		c.changeSource(id, "nozero", size, 32, 256*1024)
-		dev, err := plugintest.DevicePath(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := plugintest.MustDevicePath(t, id)
 		want := hashDevice(t, dev, size)
 		c.catchUp(id, snap, rid)
 		c.checkCopy(rid, size, want)
@@ -177,10 +168,7 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		snap := c.snapshotOnA("seed-killed", id)
 		rid := c.restoreRetrying("moved-killed", "thick", size, snapshotSource(snap))
 		c.changeSource(id, "killed", size, 32, 256*1024)
-		dev, err := plugintest.DevicePath(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := plugintest.MustDevicePath(t, id)
 		want := hashDevice(t, dev, size)
 		done := make(chan error, 1)
 		go func() {
@@ -192,7 +180,7 @@ func TestCrossNodeCatchUp(t *testing.T) {
 		lv := c.waitCopying(2 * time.Minute)
 		time.Sleep(300 * time.Millisecond)
 		c.nodes["node-a"].kill()
-		err = <-done
+		err := <-done
 		t.Logf("killed node-a's agent while %s was caught up: %v", lv, err)
 		if err == nil {
 			t.Log("the catch-up finished before the kill took effect")
@@ -242,10 +230,7 @@ var logField = regexp.MustCompile(`(\w+)=("[^"]*"|\S+)`)
 func (c *cluster) refusedWhileOpen(src, base, dst, dev string) {
 	t := c.t
 	t.Helper()
-	tdev, err := plugintest.DevicePath(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tdev := plugintest.MustDevicePath(t, dst)
 	for _, open := range []struct{ what, dev string }{{"source", dev}, {"target", tdev}} {
 		f, err := os.Open(open.dev)
 		if err != nil {

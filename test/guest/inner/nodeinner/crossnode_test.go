@@ -85,18 +85,7 @@ func newCluster(t *testing.T, vgSize, poolSize int64) *cluster {
 	if err := plugintest.LoopbackUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ca, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl, err := iss.IssueController()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, iss, ctrl := plugintest.NewControllerIssuer(t)
 	c := &cluster{t: t, iss: iss, ctrl: nodeca.NewKeypair(ctrl), trust: nodeca.NewPool(ca.Cert),
 		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}),
 		nodes: map[string]*agentNode{}, pvs: map[string][]string{}}
@@ -302,10 +291,7 @@ func (c *cluster) source(name, class string, size, chunk, stride int64) (string,
 	}
 	c.pvNames[id] = name
 	c.mu.Unlock()
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -382,10 +368,7 @@ func (c *cluster) restoreRetrying(name, class string, size int64, src *csi.Volum
 func (c *cluster) checkCopy(id string, size int64, want [32]byte) {
 	t := c.t
 	t.Helper()
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	if got := hashDevice(t, dev, size); got != want {
 		t.Errorf("%s: SHA-256 %x, the source's %x", id, got, want)
 	}
@@ -513,10 +496,7 @@ func TestBenchCrossNodeCopy(t *testing.T) {
 	const size = 1024 * mib
 	id, want := c.source("src-tput", "thick", size, 4*mib, 8*mib)
 	snap := c.snapshotOnA("snap-tput", id)
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	for i := range 1 {
 		start := time.Now()
 		out, err := exec.CommandContext(context.Background(), "dd", "if="+dev, "of=/dev/null", "bs=4M", "iflag=direct").CombinedOutput()

@@ -98,10 +98,7 @@ func TestEveryMutationIsDurableAtItsAnswer(t *testing.T) {
 		name := "durable-" + tc.fsType
 		capability := plugintest.MountCapability(tc.fsType)
 		id := e.create(name, tc.size, capability)
-		dev, err := plugintest.DevicePath(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := plugintest.MustDevicePath(t, id)
 		p := e.paths(name)
 		step("stage-"+tc.fsType, func() func(*replayed) error {
 			if err := e.stage(id, p, capability, rpcTimeout); err != nil {
@@ -274,25 +271,7 @@ func (l *loggedVG) replayed(t *testing.T, wl *writeLog, dir, mark string) *repla
 	}
 	loop = strings.TrimSpace(loop)
 	cfg := filepath.Join(rdir, "lvm")
-	if err := os.MkdirAll(cfg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf(`devices {
-	global_filter = [ "a|^%s$|", "r|.*|" ]
-	use_devicesfile = 0
-	obtain_device_list_from_udev = 0
-	hints = "none"
-	scan_lvs = 0
-}
-activation {
-	udev_sync = 0
-	udev_rules = 0
-	monitoring = 0
-}
-`, loop)
-	if err := os.WriteFile(filepath.Join(cfg, "lvm.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeOnePVConfig(t, cfg, loop)
 	r := &replayed{t: t, dir: rdir, vg: &lvmtest.LoopVG{Name: l.vg.Name, ConfigDir: cfg, Devices: []string{loop}, Activation: true}}
 	return r
 }

@@ -130,6 +130,37 @@ func containsPattern(t *testing.T, path string, n int64) bool {
 	return false
 }
 
+// loadDMCrypt loads the dm_crypt module the encrypted volumes need.
+func loadDMCrypt(t *testing.T) {
+	t.Helper()
+	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
+		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
+	}
+}
+
+// newKeyService is the controller's side of volume keys over c: a ring
+// holding one new key-encryption key (kek, as "1"), the nodes' key
+// holders, the releaser over both, and the router that makes and wraps
+// each volume's key with the ring.
+func newKeyService(t *testing.T, c *cluster) (kek []byte, ring *memRing, holders *keyHolders, rel *volumekey.Releaser, rt *router.Server) {
+	t.Helper()
+	kek = make([]byte, volumekey.KeySize)
+	if _, err := rand.Read(kek); err != nil {
+		t.Fatal(err)
+	}
+	ring = &memRing{}
+	if err := ring.set(map[string][]byte{"1": kek}); err != nil {
+		t.Fatal(err)
+	}
+	holders = &keyHolders{m: map[string][]pvindex.Holder{}}
+	rel, err := volumekey.NewReleaser(ring, holders, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt = router.New(router.Config{Nodes: c, Volumes: c, TopologyKey: topology.Key, Agents: c, Keys: ring})
+	return kek, ring, holders, rel, rt
+}
+
 // TestEncryptedVolume: a volume of a class with carve.dev/encryption:
 // luks2, end to end on real dm-crypt: the router makes and wraps its key,
 // the agent formats the LV with LUKS2, NodeStageVolume opens it with the
@@ -141,26 +172,11 @@ func containsPattern(t *testing.T, path string, n int64) bool {
 // it: its header on the freed extents opens with the key no more. The
 // crypto-erase is timed against zeroing the same size.
 func TestEncryptedVolume(t *testing.T) {
-	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
-		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
-	}
+	loadDMCrypt(t)
 	const size, grown = 256 * mib, 320 * mib
 	c := newCluster(t, size+256*mib, 64*mib)
 	a := c.nodes["node-a"]
-	kek := make([]byte, volumekey.KeySize)
-	if _, err := rand.Read(kek); err != nil {
-		t.Fatal(err)
-	}
-	ring := &memRing{}
-	if err := ring.set(map[string][]byte{"1": kek}); err != nil {
-		t.Fatal(err)
-	}
-	holders := &keyHolders{m: map[string][]pvindex.Holder{}}
-	rel, err := volumekey.NewReleaser(ring, holders, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := router.New(router.Config{Nodes: c, Volumes: c, TopologyKey: topology.Key, Agents: c, Keys: ring})
+	kek, ring, holders, rel, rt := newKeyService(t, c)
 
 	// The controller's answers: the releaser's, unless the test makes it
 	// hand out a wrong key.
@@ -197,10 +213,7 @@ func TestEncryptedVolume(t *testing.T) {
 	c.mu.Lock()
 	c.pvs[id] = []string{"node-a"}
 	c.mu.Unlock()
-	raw, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := plugintest.MustDevicePath(t, id)
 	vol, _ := volume.ParseID(id)
 	mapper := "/dev/mapper/" + volume.MapperName(vol.LV)
 
@@ -403,25 +416,10 @@ func tokenRequest(t *testing.T, id string, j []byte) *nodeagentv1.VolumeKeyReque
 // for it, and reads the file written on node-a. A plain restore of the
 // same snapshot is INVALID_ARGUMENT naming the parameter.
 func TestEncryptedRestoreOnAnotherNode(t *testing.T) {
-	if out, err := exec.CommandContext(context.Background(), "modprobe", "dm_crypt").CombinedOutput(); err != nil {
-		t.Fatalf("modprobe dm_crypt: %v: %s", err, out)
-	}
+	loadDMCrypt(t)
 	const size = 64 * mib
 	c := newCluster(t, 512*mib, 64*mib)
-	kek := make([]byte, volumekey.KeySize)
-	if _, err := rand.Read(kek); err != nil {
-		t.Fatal(err)
-	}
-	ring := &memRing{}
-	if err := ring.set(map[string][]byte{"1": kek}); err != nil {
-		t.Fatal(err)
-	}
-	holders := &keyHolders{m: map[string][]pvindex.Holder{}}
-	rel, err := volumekey.NewReleaser(ring, holders, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := router.New(router.Config{Nodes: c, Volumes: c, TopologyKey: topology.Key, Agents: c, Keys: ring})
+	_, _, holders, rel, rt := newKeyService(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, n := range []string{"node-a", "node-b"} {
@@ -494,10 +492,7 @@ func TestEncryptedRestoreOnAnotherNode(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(stagingB, "pattern")); err != nil || !bytes.Equal(got, luksPattern) {
 		t.Fatalf("node-b reads %d bytes of the file, %v", len(got), err)
 	}
-	raw, err := plugintest.DevicePath(restored.GetVolumeId())
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := plugintest.MustDevicePath(t, restored.GetVolumeId())
 	if containsPattern(t, raw, size) {
 		t.Fatal("node-b's raw LV holds the plaintext pattern")
 	}

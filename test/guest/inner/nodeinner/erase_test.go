@@ -357,11 +357,5 @@ func (e *env) delete(id string) {
 // stepCountOf is how often the plugin ran a step of a phase since it started.
 func (e *env) stepCountOf(phase, step string) uint64 {
 	e.t.Helper()
-	ctx, cancel := e.ctx()
-	defer cancel()
-	ms, err := e.plugin.Scrape(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ms.HistogramCount("carve_step_duration_seconds", map[string]string{"phase": phase, "step": step})
+	return e.scrape().HistogramCount("carve_step_duration_seconds", map[string]string{"phase": phase, "step": step})
 }

@@ -48,17 +48,7 @@ func newLoggedVG(t *testing.T, dir, name string, size int64) *loggedVG {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dev, err := plugintest.Run(ctx, "losetup", "--find", "--show", f.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev = strings.TrimSpace(dev)
-		t.Cleanup(func() {
-			if _, err := plugintest.Run(context.Background(), "losetup", "--detach", dev); err != nil {
-				t.Errorf("detaching %s: %v", dev, err)
-			}
-		})
-		return dev
+		return attachLoop(ctx, t, f.Name())
 	}
 	// The log holds every write's data: the zeroing of the volumes, LVM's
 	// metadata and the pool's.
@@ -74,27 +64,9 @@ func newLoggedVG(t *testing.T, dir, name string, size int64) *loggedVG {
 	})
 	pv := "/dev/mapper/" + l.dm
 	cfg := filepath.Join(dir, name+"-lvm")
-	if err := os.MkdirAll(cfg, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// As lvmtest's lvm.conf, with the log-writes target as the only PV:
 	// the loop device under it carries the same PV label.
-	conf := fmt.Sprintf(`devices {
-	global_filter = [ "a|^%s$|", "r|.*|" ]
-	use_devicesfile = 0
-	obtain_device_list_from_udev = 0
-	hints = "none"
-	scan_lvs = 0
-}
-activation {
-	udev_sync = 0
-	udev_rules = 0
-	monitoring = 0
-}
-`, pv)
-	if err := os.WriteFile(filepath.Join(cfg, "lvm.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeOnePVConfig(t, cfg, pv)
 	l.vg = &lvmtest.LoopVG{Name: name, ConfigDir: cfg, Devices: []string{pv}, Activation: true}
 	if _, err := l.vg.LVM(ctx, "pvcreate", "--yes", pv); err != nil {
 		t.Fatal(err)
@@ -241,10 +213,7 @@ func TestZeroingIsFlushedBeforeCreateVolumeAnswers(t *testing.T) {
 	// The previous tenant: a thick raw-block volume written whole with a
 	// pattern and deleted, whose extents the first new volume gets.
 	prev := e.createInClass("previous-tenant", eraseSize, blockCapability(), class)
-	dev, err := plugintest.DevicePath(prev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, prev)
 	writeDevice(t, dev, pattern)
 	prevAt := l.pvSpans(t, lvName(t, prev))
 	e.delete(prev)

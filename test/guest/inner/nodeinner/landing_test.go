@@ -53,17 +53,7 @@ func loopDevice(t *testing.T, name string, size int64) string {
 	if err := os.Truncate(f, size); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := plugintest.Run(context.Background(), "losetup", "--find", "--show", f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev = strings.TrimSpace(dev)
-	t.Cleanup(func() {
-		if _, err := plugintest.Run(context.Background(), "losetup", "--detach", dev); err != nil {
-			t.Errorf("detaching %s: %v", dev, err)
-		}
-	})
-	return dev
+	return attachLoop(context.Background(), t, f)
 }
 
 // TestCopyReadsBackWhatLanded: a copy across nodes (peercopy.Receive, as

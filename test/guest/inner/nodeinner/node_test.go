@@ -185,16 +185,9 @@ func (e *env) createVolume(req *csi.CreateVolumeRequest) (*csi.Volume, error) {
 		e.volumeContext = map[string]map[string]string{}
 	}
 	e.volumeContext[id] = rsp.GetVolume().GetVolumeContext()
-	t := e.t
-	t.Cleanup(func() {
-		if e.plugin == nil {
-			return
-		}
-		ctx, cancel := e.ctx()
-		defer cancel()
-		if _, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			t.Errorf("DeleteVolume %s: %v", id, err)
-		}
+	e.cleanupWhileServed("DeleteVolume "+id, func(ctx context.Context) error {
+		_, err := e.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+		return err
 	})
 	return rsp.GetVolume(), nil
 }
@@ -207,6 +200,23 @@ func (e *env) run(name string, f func(t *testing.T)) {
 		e.t = t
 		defer func() { e.t = parent }()
 		f(t)
+	})
+}
+
+// cleanupWhileServed has call run when the test (e.t as it is now) ends,
+// unless the plugin is stopped by then; a failed call fails that test
+// with what.
+func (e *env) cleanupWhileServed(what string, call func(ctx context.Context) error) {
+	t := e.t
+	t.Cleanup(func() {
+		if e.plugin == nil {
+			return
+		}
+		ctx, cancel := e.ctx()
+		defer cancel()
+		if err := call(ctx); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
 	})
 }
 
@@ -267,13 +277,7 @@ func (e *env) unpublishUnstage(id string, p paths) {
 // started.
 func (e *env) stepCount(step string) uint64 {
 	e.t.Helper()
-	ctx, cancel := e.ctx()
-	defer cancel()
-	ms, err := e.plugin.Scrape(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ms.HistogramCount("carve_step_duration_seconds", map[string]string{"phase": "stage", "step": step})
+	return e.stepCountOf("stage", step)
 }
 
 // fsCases are the filesystems carve formats; xfs needs 300 MiB at least.
@@ -296,10 +300,7 @@ func TestDataSafety(t *testing.T) {
 			capability := plugintest.MountCapability(tc.fsType)
 			name := "data-safety-" + tc.fsType
 			id := e.create(name, tc.size, capability)
-			dev, err := plugintest.DevicePath(id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev := plugintest.MustDevicePath(t, id)
 			p := e.paths(name)
 			mkfsBefore := e.stepCount("mkfs")
 			e.stagePublish(id, p, capability)
@@ -351,10 +352,7 @@ func TestOnlineExpansion(t *testing.T) {
 			capability := plugintest.MountCapability(tc.fsType)
 			name := "expand-" + tc.fsType
 			id := e.create(name, tc.size, capability)
-			dev, err := plugintest.DevicePath(id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev := plugintest.MustDevicePath(t, id)
 			p := e.paths(name)
 			e.stagePublish(id, p, capability)
 			before := fsSize(t, p.target)

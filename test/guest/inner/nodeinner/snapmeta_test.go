@@ -230,10 +230,7 @@ func (c *cluster) readSnapshot(t *testing.T, id string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := plugintest.DevicePath(vg + "/" + lv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, vg+"/"+lv)
 	if _, err := os.Stat(dev); err != nil { // a thick snapshot is active with its origin
 		if out, err := c.nodes["node-a"].vg.LVM(context.Background(), "lvchange", "-ay", "-K", vg+"/"+lv); err != nil {
 			t.Fatalf("activating %s: %v: %s", id, err, out)
@@ -297,10 +294,7 @@ func TestSnapshotMetadata(t *testing.T) {
 			name := fmt.Sprintf("meta-%s-%d", class, seed)
 			t.Run(name, func(t *testing.T) {
 				id := c.emptyOnA(name, class)
-				dev, err := plugintest.DevicePath(id)
-				if err != nil {
-					t.Fatal(err)
-				}
+				dev := plugintest.MustDevicePath(t, id)
 				f, err := os.OpenFile(dev, os.O_WRONLY, 0)
 				if err != nil {
 					t.Fatal(err)

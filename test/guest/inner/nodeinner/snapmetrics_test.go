@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/carve-csi/carve/test/harness/plugintest"
 )
 
 // snapshotGauge waits (up to 2 minutes: the view is re-read every minute,
@@ -49,11 +47,7 @@ func TestSnapshotSpaceMetrics(t *testing.T) {
 	t.Parallel()
 	e := newSnapEnv(t, "snapmetrics")
 	const size = 64 * mib
-	id := e.createInClass("metrics-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("metrics-source", size, "thick")
 	// 20 % of 64 MiB: 16 MiB of copy-on-write space, in extents.
 	snap := e.snapshot("metrics-snap", id)
 	lv := snap.GetSnapshotId()[strings.LastIndex(snap.GetSnapshotId(), "/")+1:]

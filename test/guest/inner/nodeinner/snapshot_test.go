@@ -70,18 +70,19 @@ func (e *env) snapshot(name, source string) *csi.Snapshot {
 	if !snap.GetReadyToUse() {
 		e.t.Fatalf("snapshot %s is not ready to use: %v", name, snap)
 	}
-	t := e.t
-	t.Cleanup(func() {
-		if e.plugin == nil {
-			return
-		}
-		ctx, cancel := e.ctx()
-		defer cancel()
-		if _, err := e.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()}); err != nil {
-			t.Errorf("DeleteSnapshot %s: %v", snap.GetSnapshotId(), err)
-		}
+	e.cleanupWhileServed("DeleteSnapshot "+snap.GetSnapshotId(), func(ctx context.Context) error {
+		_, err := e.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()})
+		return err
 	})
 	return snap
+}
+
+// blockVolume is createInClass of a block volume; it returns its ID and
+// its device.
+func (e *env) blockVolume(name string, size int64, deviceClass string) (id, dev string) {
+	e.t.Helper()
+	id = e.createInClass(name, size, blockCapability(), deviceClass)
+	return id, plugintest.MustDevicePath(e.t, id)
 }
 
 // fromSource is createInClass from a content source; it returns the
@@ -186,10 +187,7 @@ func TestSnapshotRestoreData(t *testing.T) {
 				name := "snap-" + class + "-" + fsType
 				id := e.createInClass(name, size, capability, class)
 				before, after := random(mib), random(mib)
-				dev, err := plugintest.DevicePath(id)
-				if err != nil {
-					t.Fatal(err)
-				}
+				dev := plugintest.MustDevicePath(t, id)
 				var p paths
 				var sourceFS int64
 				if fsType == "block" {
@@ -214,10 +212,7 @@ func TestSnapshotRestoreData(t *testing.T) {
 				if err != nil {
 					t.Fatalf("restore: %v", err)
 				}
-				rdev, err := plugintest.DevicePath(rid)
-				if err != nil {
-					t.Fatal(err)
-				}
+				rdev := plugintest.MustDevicePath(t, rid)
 				if fsType == "block" {
 					if got := readDevice(t, rdev, 0, mib); !bytes.Equal(got, before) {
 						t.Error("the restored block volume does not hold the data written before the snapshot")
@@ -256,11 +251,7 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 	const block = 4096
 	// The writer rewrites the whole volume round after round: the clone's
 	// temporary snapshot must hold all of it.
-	id := e.createInClass("clone-source", size, blockCapability(), "thick-full")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("clone-source", size, "thick-full")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var rounds uint64
@@ -308,10 +299,7 @@ func TestSnapshotCloneWhileWriting(t *testing.T) {
 	if writeErr != nil {
 		t.Fatalf("the writer failed: %v", writeErr)
 	}
-	cdev, err := plugintest.DevicePath(cid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cdev := plugintest.MustDevicePath(t, cid)
 	data := readDevice(t, cdev, 0, size)
 	var prev, lo, hi uint64
 	for off := int64(0); off < size; off += block {
@@ -350,11 +338,7 @@ func TestSnapshotCopyKilled(t *testing.T) {
 	// Big enough that the copy is caught in flight (it copies at about
 	// 200 MiB/s in the guest; the poll below is 20 ms).
 	const size = 256 * mib
-	id := e.createInClass("kill-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("kill-source", size, "thick")
 	head, tail := random(mib), random(mib)
 	writeDevice(t, dev, head)
 	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
@@ -411,10 +395,7 @@ func TestSnapshotCopyKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("retried restore: %v", err)
 	}
-	rdev, err := plugintest.DevicePath(rid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdev := plugintest.MustDevicePath(t, rid)
 	if got := hashDevice(t, rdev, size); got != want {
 		t.Error("the restored volume differs from the snapshot after the retried copy")
 	}
@@ -429,11 +410,7 @@ func TestSnapshotCOWFull(t *testing.T) {
 	t.Parallel()
 	e := newSnapEnv(t, "snapfull")
 	const size = 64 * mib
-	id := e.createInClass("full-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("full-source", size, "thick")
 	// 20 % of 64 MiB is 13 MiB, 16 MiB in extents: rewriting the whole
 	// volume overflows it.
 	snap := e.snapshot("full-snap", id)

@@ -376,10 +376,7 @@ func (s *soak) create(t *testing.T, v *soakVol) {
 	// device node is there, and ListVolumes, which leaves out half-made
 	// LVs, lists the volume. What it holds is checked at its first
 	// publish.
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	if _, err := os.Stat(dev); err != nil {
 		t.Errorf("CreateVolume %s returned %s: %v", v.name, id, err)
 	}
@@ -406,10 +403,7 @@ func (s *soak) delete(t *testing.T, v *soakVol) {
 	}
 	// lvremove takes the device node away with the LV (the leak check at
 	// the end asks LVM itself).
-	dev, err := plugintest.DevicePath(v.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, v.id)
 	if _, err := os.Stat(dev); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("DeleteVolume %s returned OK and %s is still there (%v)", v.id, dev, err)
 	}

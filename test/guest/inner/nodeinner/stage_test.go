@@ -144,10 +144,7 @@ func TestDefaultFilesystemsMountOnOldKernels(t *testing.T) {
 			params = map[string]string{"carve.dev/device-class": tc.class}
 		}
 		id := e.createWith(name, tc.size, capability, params)
-		dev, err := plugintest.DevicePath(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := plugintest.MustDevicePath(t, id)
 		p := e.paths(name)
 		if err := e.stage(id, p, capability, rpcTimeout); err != nil {
 			t.Fatalf("%s: NodeStageVolume: %v", tc.name, err)

@@ -41,11 +41,7 @@ func TestThinRestoreWritesOnlyData(t *testing.T) {
 	e := newSnapEnv(t, "thinsparse")
 	const size, written = 256 * mib, 4 * mib
 	t.Logf("pool0 zeroes new blocks (lvs zero): %q", e.lvField("pool0", "zero"))
-	id := e.createInClass("sparse-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("sparse-source", size, "thick")
 	// 2 MiB at the start, 2 MiB in the middle: the zeros between and
 	// after must not be written.
 	head, middle := random(written/2), random(written/2)
@@ -76,18 +72,11 @@ func TestThinRestoreWritesOnlyData(t *testing.T) {
 	if grown > float64(2*written/mib) {
 		t.Errorf("the restore took %.1f MiB of the pool for %d MiB of data: it wrote the source's zeros", grown, written/mib)
 	}
-	rdev, err := plugintest.DevicePath(rid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdev := plugintest.MustDevicePath(t, rid)
 	if got := hashDevice(t, rdev, size); got != want {
 		t.Error("the restored thin volume differs from its source")
 	}
-	other := e.createInClass("sparse-other", 64*mib, blockCapability(), "thin")
-	odev, err := plugintest.DevicePath(other)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, odev := e.blockVolume("sparse-other", 64*mib, "thin")
 	data := random(16 * mib)
 	writeDevice(t, odev, data)
 	if got := readDevice(t, odev, 0, 16*mib); !bytes.Equal(got, data) {
@@ -128,16 +117,12 @@ func TestThinRestoreOverflowRefused(t *testing.T) {
 		}
 	}
 	const size = 192 * mib
-	id := e.createInClass("full-source", size, blockCapability(), "thick")
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, dev := e.blockVolume("full-source", size, "thick")
 	writeDevice(t, dev, bytes.Repeat(pattern[:mib], int(size/mib)))
 	snap := e.snapshot("full-snap", id)
 	before := e.poolDataPercent()
 
-	_, err = e.fromSource("full-restored", size, blockCapability(), "thin", snapshotSource(snap.GetSnapshotId()))
+	_, err := e.fromSource("full-restored", size, blockCapability(), "thin", snapshotSource(snap.GetSnapshotId()))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("restore of %d MiB of data into a 128 MiB pool: %v, want ResourceExhausted", size/mib, err)
 	}

@@ -40,13 +40,10 @@ func TestStageRefusesAVolumeGroupItDoesNotServe(t *testing.T) {
 	}
 	id := e.vg.Name + "/" + lv
 	e.volumeContext = map[string]map[string]string{id: {"carve.dev/device-class": class}}
-	dev, err := plugintest.DevicePath(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := plugintest.MustDevicePath(t, id)
 	p := e.paths("unserved")
 
-	err = e.stage(id, p, plugintest.MountCapability("ext4"), rpcTimeout)
+	err := e.stage(id, p, plugintest.MountCapability("ext4"), rpcTimeout)
 	wantRefused(t, "NodeStageVolume", err)
 	pctx, cancel := e.ctx()
 	defer cancel()

@@ -47,7 +47,7 @@ func TestEncryptedVolumeOnTheRealNode(t *testing.T) {
 	ctx := testCtx(t, 15*time.Minute)
 	sc := encryptedClass(t, ctx, ns)
 	pattern := "carve-plaintext-" + ns
-	createClaimAndPod(t, newPVC(ns, "data", sc, "128Mi"), newPod(ns, "app", "data", false, sleeper))
+	createClaimAndPod(t, newPVC(ns, "data", sc, "128Mi"), appPod(ns))
 	sum := podExec(t, ns, "app", fmt.Sprintf("yes %s | head -c %d > /data/p && sync && sha256sum < /data/p", pattern, 8<<20))
 	pv := pvOf(t, ns, "data")
 	handle := volumeHandle(t, pv)
@@ -149,6 +149,14 @@ func rotateKEK(t *testing.T, ctx context.Context, ns, handle, sum string) {
 	t.Logf("the token moved from KEK %s to KEK %s; with KEK %s dropped the volume opened again", oldKEK, newKEK, oldKEK)
 }
 
+// appPod is pod "app" of claim "data", on the guest node (with the peer
+// node in the bed, the scheduler could pick it, where no pod runs).
+func appPod(ns string) *corev1.Pod {
+	p := newPod(ns, "app", "data", false, sleeper)
+	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeName}
+	return p
+}
+
 // restage deletes pod "app" of ns (the volume of handle unstaged and
 // closed) and makes it again, and checks it reads sum from /data/p.
 func restage(t *testing.T, ns, handle, sum string) {
@@ -160,7 +168,7 @@ func restage(t *testing.T, ns, handle, sum string) {
 		out := strings.TrimSpace(guestExec(t, "dmsetup info -c --noheadings -o name "+mapped+" 2>/dev/null || true"))
 		return out == "", "dmsetup: " + out, nil
 	})
-	createPod(t, newPod(ns, "app", "data", false, sleeper))
+	createPod(t, appPod(ns))
 	if got := podExec(t, ns, "app", "sha256sum < /data/p"); got != sum {
 		t.Fatalf("the staged volume reads %q, want %q", got, sum)
 	}

@@ -384,20 +384,7 @@ func (f *LVM) RenameLV(ctx context.Context, vg, name, newName string) error {
 
 // DeleteTags implements provision.LVM.
 func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) error {
-	f.Mu.Lock()
-	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return err
-	}
-	if err := f.vgErrLocked(vg); err != nil {
-		return err
-	}
-	lv, err := f.lvLocked(vg, name)
-	if err != nil {
-		return err
-	}
-	lv.Tags = slices.DeleteFunc(slices.Clone(lv.Tags), func(t string) bool { return slices.Contains(tags, t) })
-	return nil
+	return f.ChangeTags(ctx, vg, name, nil, tags)
 }
 
 // ChangeTags implements provision.TagLVM.

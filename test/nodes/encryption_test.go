@@ -57,10 +57,10 @@ func TestEncryptedVolumeOnTheRealNode(t *testing.T) {
 	if out := strings.TrimSpace(guestExec(t, "cryptsetup isLuks --type luks2 "+raw+" && echo luks2 || true")); out != "luks2" {
 		t.Fatalf("the LV %s is not a LUKS2 device (%q)", raw, out)
 	}
-	if n := patternCount(t, mapped, pattern); n == 0 {
+	if n := patternCount(t, "cat "+mapped, pattern); n == 0 {
 		t.Fatalf("the opened device %s does not hold the pattern the pod wrote: the check of the raw LV could not fail", mapped)
 	}
-	if n := patternCount(t, raw, pattern); n != 0 {
+	if n := patternCount(t, "cat "+raw, pattern); n != 0 {
 		t.Errorf("the raw LV %s holds the plaintext pattern %d times", raw, n)
 	}
 
@@ -192,18 +192,14 @@ func tokenKEK(t *testing.T, handle string) string {
 	return kek
 }
 
-// patternCount counts the lines of what a guest command reads (a device,
-// or `dd` arguments from extentRange.ddArgs) that hold pattern.
-func patternCount(t *testing.T, source, pattern string) int {
+// patternCount counts the lines that hold pattern in what the guest
+// command read prints (`cat <device>`, or extentRange.ddArgs).
+func patternCount(t *testing.T, read, pattern string) int {
 	t.Helper()
-	read := "cat " + source
-	if strings.HasPrefix(source, "dd ") {
-		read = source
-	}
 	out := strings.TrimSpace(guestExec(t, fmt.Sprintf("%s | grep -a -c -F %s || true", read, pattern)))
 	n, err := strconv.Atoi(out)
 	if err != nil {
-		t.Fatalf("counting the pattern in %s: %q", source, out)
+		t.Fatalf("counting the pattern in %s: %q", read, out)
 	}
 	return n
 }

@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/carve-csi/carve/internal/metrics"
+	"github.com/carve-csi/carve/internal/node/directio"
 	"github.com/carve-csi/carve/internal/node/erase"
 	"github.com/carve-csi/carve/internal/node/luks"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -27,18 +29,21 @@ type Encryption struct {
 
 var luksMagic = []byte{'L', 'U', 'K', 'S', 0xba, 0xbe}
 
-// HasLUKSHeader reads the magic in-process: no cryptsetup needed.
+// HasLUKSHeader reads the magic in-process (no cryptsetup needed) with
+// direct I/O: a page cached before luksFormat or luksErase wrote the start
+// of the device would answer for the device as it was, and delete would skip
+// the erase.
 func HasLUKSHeader(path string) (bool, error) {
-	f, err := os.Open(path) //nolint:gosec // G304: a device path carve derives from its own volume IDs
+	f, err := directio.Open(path, os.O_RDONLY, true)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close() //nolint:errcheck // read-only
-	b := make([]byte, len(luksMagic))
-	if _, err := io.ReadFull(f, b); err != nil {
-		return false, err
+	b := directio.Aligned(directio.Align)
+	if _, err := io.ReadAtLeast(f, b, len(luksMagic)); err != nil {
+		return false, fmt.Errorf("reading the start of %s: %w", path, err)
 	}
-	return string(b) == string(luksMagic), nil
+	return bytes.Equal(b[:len(luksMagic)], luksMagic), nil
 }
 
 func encryptionTags(r *Request) []string {

@@ -2,6 +2,9 @@ package provision
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/carve-csi/carve/internal/node/erase"
@@ -120,5 +123,32 @@ func TestDeleteCryptoErases(t *testing.T) {
 	}
 	if len(crypt.erased) != 1 {
 		t.Errorf("erased %v", crypt.erased)
+	}
+}
+
+// TestHasLUKSHeader: the LUKS magic at the start of a device says
+// encrypted, anything else not, and a device too short to hold it is an
+// error rather than "not encrypted" (delete would skip the crypto-erase).
+func TestHasLUKSHeader(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name    string
+		start   []byte
+		want    bool
+		wantErr bool
+	}{
+		{"luks2", append([]byte("LUKS\xba\xbe\x00\x02"), make([]byte, 8184)...), true, false},
+		{"ext4 or zeros", make([]byte, 8192), false, false},
+		{"magic one byte off", append([]byte("LUKS\xba\xbf\x00\x02"), make([]byte, 8184)...), false, false},
+		{"shorter than the magic", []byte("LUKS"), false, true},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
+		if err := os.WriteFile(path, c.start, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := HasLUKSHeader(path)
+		if (err != nil) != c.wantErr || got != c.want {
+			t.Errorf("%s: HasLUKSHeader = %v, %v; want %v (error: %v)", c.name, got, err, c.want, c.wantErr)
+		}
 	}
 }

@@ -130,10 +130,11 @@ manifests: helm
 # fails when any differs from the working tree, which it leaves alone
 # (hack/verify.sh); and checks every relative link of the README and docs/
 # (a file that exists, an anchor that is a heading there: test/deploy's
-# TestDocLinks).
+# TestDocLinks) and that no table cell there is over 1,000 characters
+# (TestDocTableCells).
 verify: helm
 	@GO='$(GO)' HELM=$(CACHE)/bin/helm ./hack/verify.sh
-	@$(GO) test -tags deploytest -count=1 -run '^TestDocLinks$$' ./test/deploy/
+	@$(GO) test -tags deploytest -count=1 -run '^TestDoc(Links|TableCells)$$' ./test/deploy/
 
 # Release artifacts of VERSION (a tag vX.Y.Z) in $(DIST): the chart archive
 # and its repository index, the manifests with that image tag, the

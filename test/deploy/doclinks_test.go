@@ -121,3 +121,41 @@ func TestDocLinks(t *testing.T) {
 	}
 	t.Logf("%d relative links checked", checked)
 }
+
+// maxTableCell is the most a table cell of the docs may hold: past it the
+// row no longer reads as a row, and its prose belongs in a paragraph or in
+// the doc comment of the test it describes.
+const maxTableCell = 1000
+
+// TestDocTableCells: no table cell of the README or docs/ is longer than
+// maxTableCell characters.
+func TestDocTableCells(t *testing.T) {
+	root := repoRoot(t)
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, filepath.Join(root, "README.md"))
+	cells := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, doc)
+		for _, line := range proseLines(string(b)) {
+			if !strings.HasPrefix(line, "|") {
+				continue
+			}
+			for _, cell := range strings.Split(strings.Trim(line, "|"), " | ") {
+				cells++
+				if n := len([]rune(strings.TrimSpace(cell))); n > maxTableCell {
+					t.Errorf("%s: the table row %.50q...: a cell of %d characters, at most %d", rel, strings.TrimSpace(line), n, maxTableCell)
+				}
+			}
+		}
+	}
+	if cells == 0 {
+		t.Fatal("no table cell found: the table pattern is wrong")
+	}
+}

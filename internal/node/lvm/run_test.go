@@ -51,7 +51,11 @@ func helperLVM(args []string) int {
 		if err := os.WriteFile(args[len(args)-1]+".started", nil, 0o600); err != nil {
 			return 1
 		}
-		time.Sleep(3 * time.Second)
+		d, err := time.ParseDuration(os.Getenv("CARVE_LVM_HELPER_SLEEP"))
+		if err != nil {
+			d = 3 * time.Second
+		}
+		time.Sleep(d)
 		if err := os.WriteFile(args[len(args)-1], []byte("done"), 0o600); err != nil {
 			return 1
 		}
@@ -222,8 +226,27 @@ func TestCommandErrorMessage(t *testing.T) {
 // cut off from its VG lock: the caller gets its context's error at once,
 // the command runs to its end holding the lock, and Wait waits for it.
 func TestMutationIsNeverKilled(t *testing.T) {
-	c := helperClient(Options{Timeout: 100 * time.Millisecond})
-	c.runner = execRunner{command: os.Args[0], env: commandEnv([]string{helperEnv}), killDelay: 200 * time.Millisecond}
+	// The deadline's SIGINT must come after the command ignores it, as LVM
+	// does while it commits; on a loaded machine starting the helper can
+	// take longer than a short deadline, so an attempt whose command never
+	// got that far is made again with a longer one.
+	for timeout := 100 * time.Millisecond; timeout < time.Minute; timeout *= 4 {
+		if mutationOutlivesDeadline(t, timeout) {
+			return
+		}
+		t.Logf("the command did not start within its %v deadline; again with a longer one", timeout)
+	}
+	t.Fatal("the command never started within its deadline")
+}
+
+// mutationOutlivesDeadline runs one mutation whose caller gives up once it
+// runs, with Options.Timeout timeout; false if the command never started.
+func mutationOutlivesDeadline(t *testing.T, timeout time.Duration) bool {
+	t.Helper()
+	c := helperClient(Options{Timeout: timeout})
+	// The command outlives the deadline and the kill a read would get by far.
+	sleep := "CARVE_LVM_HELPER_SLEEP=" + (3*timeout + 2*time.Second).String()
+	c.runner = execRunner{command: os.Args[0], env: commandEnv([]string{helperEnv, sleep}), killDelay: 200 * time.Millisecond}
 	marker := filepath.Join(t.TempDir(), "done")
 	unlock, err := c.locks.Lock(context.Background(), "vg")
 	if err != nil {
@@ -249,6 +272,10 @@ func TestMutationIsNeverKilled(t *testing.T) {
 	}()
 	start := time.Now()
 	_, err = c.mutate(ctx, &unlock, "lvchange", marker)
+	if _, startErr := os.Stat(marker + ".started"); startErr != nil {
+		unlock()
+		return false
+	}
 	_, statErr := os.Stat(marker)
 	if !errors.Is(err, context.Canceled) || statErr == nil {
 		t.Fatalf("mutate = %v after %v (command ended: %v); want the caller's Canceled before the command ends", err, time.Since(start), statErr == nil)
@@ -275,6 +302,7 @@ func TestMutationIsNeverKilled(t *testing.T) {
 		t.Fatalf("the VG lock stayed taken after the mutation ended: %v", err)
 	}
 	again()
+	return true
 }
 
 // TestReadGivesUpOnAHungCommand: a read whose process outlives its

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/nodeca/nodecatest"
 )
 
 // heldCopies is a NodeCopy server whose reads wait until release is
@@ -61,7 +62,7 @@ func ready(c *grpc.ClientConn, wait time.Duration) bool {
 // connection is not served until one ends; past the stream limit a new
 // copy on a connection waits until one ends.
 func TestCopyPortLimits(t *testing.T) {
-	_, cert := controllerCert(t)
+	_, _, cert := nodecatest.NewControllerIssuer(t)
 	lim := copyLimits{handshake: 300 * time.Millisecond, connections: 3, streams: 2}
 	if def := copyPortLimits(); def.handshake <= 0 || def.connections <= 0 || def.streams == 0 {
 		t.Fatalf("carve runs the copy port without a bound: %+v", def)

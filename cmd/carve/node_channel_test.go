@@ -23,7 +23,7 @@ import (
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/vgview"
-	"github.com/carve-csi/carve/internal/nodeca"
+	"github.com/carve-csi/carve/internal/nodeca/nodecatest"
 )
 
 // stubReporter is an lvm that always reports r.
@@ -45,30 +45,12 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// controllerCert is a new CA and a controller certificate it issued.
-func controllerCert(t *testing.T) (*nodeca.CA, *tls.Certificate) {
-	t.Helper()
-	ca, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := iss.IssueController()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca, cert
-}
-
 // TestNodeChannel: the node channel serves the plugin's Identity and
 // Controller servers and NodeAgent (not Node) over TLS, only once the CA
 // bundle it waits for exists, through the socket's metrics; it stops
 // promptly with a capacity stream open.
 func TestNodeChannel(t *testing.T) {
-	ca, ctrl := controllerCert(t)
+	ca, _, ctrl := nodecatest.NewControllerIssuer(t)
 	dir := t.TempDir()
 	o := &NodeOptions{CommonOptions: CommonOptions{DriverName: DefaultDriverName}, NodeName: "node-a",
 		NodeChannel: NodeChannelOptions{Address: freeAddr(t), CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")}}

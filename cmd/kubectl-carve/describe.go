@@ -139,10 +139,18 @@ func (o *options) completeClaims(cmd *cobra.Command, args []string, prefix strin
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}
+	return completeNames(list.Items, prefix)
+}
+
+// completeNames completes prefix with the names of objs.
+func completeNames[T any, P interface {
+	*T
+	GetName() string
+}](objs []T, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	var out []cobra.Completion
-	for _, c := range list.Items {
-		if strings.HasPrefix(c.Name, prefix) {
-			out = append(out, c.Name)
+	for i := range objs {
+		if name := P(&objs[i]).GetName(); strings.HasPrefix(name, prefix) {
+			out = append(out, name)
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
@@ -164,13 +172,7 @@ func (o *options) registerCompletions(root *cobra.Command) {
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveError
 		}
-		var out []cobra.Completion
-		for _, n := range list.Items {
-			if strings.HasPrefix(n.Name, prefix) {
-				out = append(out, n.Name)
-			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+		return completeNames(list.Items, prefix)
 	})
 	for flag, pick := range map[string]func(cfgContexts, cfgClusters, cfgUsers []string) []string{
 		"context": func(x, _, _ []string) []string { return x },

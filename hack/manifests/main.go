@@ -159,18 +159,11 @@ func generateSnapshotController(helm, chart, dir string) error {
 		}
 	}
 	const tmpl = "snapshot-controller.yaml"
-	rendered, err := template(helm, chart, "--set", "snapshotController.enabled=true", "--show-only", "templates/"+tmpl)
+	rendered, err := renderTemplate(helm, chart, tmpl, "--set", "snapshotController.enabled=true")
 	if err != nil {
 		return err
 	}
-	files, err := split(rendered)
-	if err != nil {
-		return err
-	}
-	if len(files) != 1 || files[tmpl] == nil {
-		return fmt.Errorf("the chart's %s rendered %d files, want itself", tmpl, len(files))
-	}
-	if err := os.WriteFile(filepath.Join(dir, tmpl), files[tmpl], 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, tmpl), rendered, 0o644); err != nil {
 		return err
 	}
 	names = append(names, tmpl)
@@ -196,8 +189,39 @@ resources:
 	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644)
 }
 
+// writeFiles writes files, by name, into dir, which it makes when missing.
+func writeFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // split groups the rendered documents by the template they come from,
 // dropping Helm's labels and its "# Source:" lines.
+// renderTemplate is the chart's template tmpl alone, rendered with the
+// helm template arguments args; a template that renders more files, or
+// another, is an error.
+func renderTemplate(helm, chart, tmpl string, args ...string) ([]byte, error) {
+	rendered, err := template(helm, chart, append(args, "--show-only", "templates/"+tmpl)...)
+	if err != nil {
+		return nil, err
+	}
+	files, err := split(rendered)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) != 1 || files[tmpl] == nil {
+		return nil, fmt.Errorf("the chart's %s rendered %d files, want itself", tmpl, len(files))
+	}
+	return files[tmpl], nil
+}
+
 func split(rendered []byte) (map[string][]byte, error) {
 	files := map[string][]string{}
 	for _, doc := range strings.Split(string(rendered), "\n---\n") {

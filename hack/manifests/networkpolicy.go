@@ -1,11 +1,5 @@
 package main
 
-import (
-	"fmt"
-	"os"
-	"path/filepath"
-)
-
 // networkPolicyDir is the NetworkPolicy's kustomize component, under the
 // base's components/.
 const networkPolicyDir = "components/node-channel-network-policy"
@@ -15,21 +9,8 @@ const networkPolicyDir = "components/node-channel-network-policy"
 // Component kustomization.yaml naming them.
 func generateNetworkPolicy(helm, chart, dir string) error {
 	const tmpl = "network-policy.yaml"
-	rendered, err := template(helm, chart, "--set", "networkPolicy.enabled=true", "--show-only", "templates/"+tmpl)
+	rendered, err := renderTemplate(helm, chart, tmpl, "--set", "networkPolicy.enabled=true")
 	if err != nil {
-		return err
-	}
-	files, err := split(rendered)
-	if err != nil {
-		return err
-	}
-	if len(files) != 1 || files[tmpl] == nil {
-		return fmt.Errorf("the chart's %s rendered %d files, want itself", tmpl, len(files))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, tmpl), files[tmpl], 0o644); err != nil {
 		return err
 	}
 	k := header + `# A kustomize component: a NetworkPolicy that admits to the node pods'
@@ -47,5 +28,5 @@ apiVersion: kustomize.config.k8s.io/v1alpha1
 kind: Component
 resources:
   - ` + tmpl + "\n"
-	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+	return writeFiles(dir, map[string][]byte{tmpl: rendered, "kustomization.yaml": []byte(k)})
 }

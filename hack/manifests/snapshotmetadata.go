@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"sigs.k8s.io/yaml"
 )
@@ -26,28 +24,12 @@ const CAPlaceholder = "REPLACE-WITH-THE-BASE64-PEM-OF-THE-CA"
 func generateSnapshotMetadata(helm, chart, dir string) error {
 	const tmpl = "snapshot-metadata.yaml"
 	on := []string{"--set", "sidecars.snapshotMetadata.enabled=true", "--set", "sidecars.snapshotMetadata.tls.caCert=" + CAPlaceholder}
-	rendered, err := template(helm, chart, append(on, "--show-only", "templates/"+tmpl)...)
+	rendered, err := renderTemplate(helm, chart, tmpl, on...)
 	if err != nil {
 		return err
-	}
-	files, err := split(rendered)
-	if err != nil {
-		return err
-	}
-	if len(files) != 1 || files[tmpl] == nil {
-		return fmt.Errorf("the chart's %s rendered %d files, want itself", tmpl, len(files))
 	}
 	patch, err := sidecarPatch(helm, chart, on)
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, tmpl), files[tmpl], 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "controller-patch.yaml"), append([]byte(header), patch...), 0o644); err != nil {
 		return err
 	}
 	k := header + `# A kustomize component: the external-snapshot-metadata sidecar in the
@@ -79,7 +61,7 @@ patches:
       kind: Deployment
       name: carve-controller
 `
-	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+	return writeFiles(dir, map[string][]byte{tmpl: rendered, "controller-patch.yaml": append([]byte(header), patch...), "kustomization.yaml": []byte(k)})
 }
 
 // sidecarPatch is a JSON patch of the controller Deployment that adds what

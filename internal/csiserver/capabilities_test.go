@@ -2,38 +2,13 @@ package csiserver
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 )
-
-func wantCode(t *testing.T, err error, code codes.Code, msgParts ...string) {
-	t.Helper()
-	if status.Code(err) != code {
-		t.Fatalf("code = %v (%v), want %v", status.Code(err), err, code)
-	}
-	for _, p := range msgParts {
-		if !strings.Contains(status.Convert(err).Message(), p) {
-			t.Errorf("message %q does not mention %q", status.Convert(err).Message(), p)
-		}
-	}
-}
-
-func nodeCapabilityTypes(t *testing.T, ns csi.NodeServer) []csi.NodeServiceCapability_RPC_Type {
-	t.Helper()
-	caps, err := ns.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []csi.NodeServiceCapability_RPC_Type
-	for _, c := range caps.GetCapabilities() {
-		got = append(got, c.GetRpc().GetType())
-	}
-	return got
-}
 
 // TestResizerOnlyController: carve controller without routing advertises
 // no Controller capability (expansion is node-side); the node's Controller
@@ -53,12 +28,12 @@ func TestResizerOnlyController(t *testing.T) {
 // start unless the answer holds EXPAND_VOLUME. Nothing else is served.
 func TestResizerOnlyNode(t *testing.T) {
 	ctx := context.Background()
-	got := nodeCapabilityTypes(t, ResizerOnlyNode{})
+	got := csitest.NodeCapabilityTypes(t, ResizerOnlyNode{})
 	if len(got) != 1 || got[0] != csi.NodeServiceCapability_RPC_EXPAND_VOLUME {
 		t.Errorf("central node capabilities = %v, want only EXPAND_VOLUME", got)
 	}
 	_, err := ResizerOnlyNode{}.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vg/lv", VolumePath: "/x"})
-	wantCode(t, err, codes.Unimplemented)
+	csitest.WantCode(t, err, codes.Unimplemented)
 	_, err = ResizerOnlyNode{}.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{})
-	wantCode(t, err, codes.Unimplemented)
+	csitest.WantCode(t, err, codes.Unimplemented)
 }

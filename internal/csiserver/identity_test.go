@@ -8,6 +8,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 )
 
 func TestIdentity(t *testing.T) {
@@ -21,7 +23,7 @@ func TestIdentity(t *testing.T) {
 		t.Errorf("GetPluginInfo = %v, %v", info, err)
 	}
 	_, err = NewIdentityServer(IdentityConfig{}).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
-	wantCode(t, err, codes.Unavailable)
+	csitest.WantCode(t, err, codes.Unavailable)
 
 	caps, err := s.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/metrics"
 )
 
@@ -110,23 +111,7 @@ func TestServerMetrics(t *testing.T) {
 		Identity:   NewIdentityServer(IdentityConfig{Name: "lvm.carve.dev", Version: "test", Topology: true}),
 		Controller: namedVolumes{},
 	}, mm)
-	endpoint := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	l, err := Listen(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	defer srv.Stop()
-
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := conn.Close(); err != nil {
-			t.Errorf("close client connection: %v", err)
-		}
-	}()
+	conn := serveOnSocket(t, srv)
 	ctx := context.Background()
 	if _, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{}); err != nil {
 		t.Fatal(err)
@@ -135,11 +120,11 @@ func TestServerMetrics(t *testing.T) {
 	if _, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{})
-	wantCode(t, err, codes.InvalidArgument)
+	_, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{})
+	csitest.WantCode(t, err, codes.InvalidArgument)
 	// Node is not registered on this server.
 	_, err = csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
-	wantCode(t, err, codes.Unimplemented)
+	csitest.WantCode(t, err, codes.Unimplemented)
 
 	want := map[string]int{
 		`driver_name="lvm.carve.dev",grpc_status_code="OK",method_name="/csi.v1.Identity/GetPluginInfo"`:               1,
@@ -282,4 +267,27 @@ func (namedVolumes) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest
 		return nil, status.Error(codes.InvalidArgument, "name: must be set")
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "vg/" + req.GetName()}}, nil
+}
+
+// serveOnSocket serves srv on a unix socket until the test ends and
+// returns a client connection to it.
+func serveOnSocket(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	endpoint := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	l, err := Listen(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := conn.Close(); err != nil {
+			t.Errorf("close client connection: %v", err)
+		}
+	})
+	return conn
 }

@@ -3,7 +3,6 @@ package csiserver
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -118,22 +116,11 @@ func TestServerOptions(t *testing.T) {
 			optionSeen = true
 			return status.Error(codes.Unimplemented, "unknown")
 		})))
-	endpoint := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	l, err := Listen(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := serveOnSocket(t, srv)
 	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("the added service: %v", err)
 	}
-	err = conn.Invoke(t.Context(), "/nothing.V1/Here", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	err := conn.Invoke(t.Context(), "/nothing.V1/Here", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
 	if status.Code(err) != codes.Unimplemented || !optionSeen {
 		t.Errorf("the gRPC option was not applied: %v", err)
 	}

@@ -87,22 +87,14 @@ func (ca *CA) MarshalPEM() (certPEM, keyPEM []byte, err error) {
 
 // ParseCA decodes MarshalPEM's output, refusing a non-CA or a mismatched key.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
-	certDER, err := pemBlock(certPEM, "CERTIFICATE")
-	if err != nil {
-		return nil, fmt.Errorf("CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(certDER)
+	cert, err := parsePEM(certPEM, "CERTIFICATE", x509.ParseCertificate)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
 	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
 		return nil, errors.New("CA certificate: not a CA (basic constraints or cert-sign usage missing)")
 	}
-	keyDER, err := pemBlock(keyPEM, "PRIVATE KEY")
-	if err != nil {
-		return nil, fmt.Errorf("CA key: %w", err)
-	}
-	parsed, err := x509.ParsePKCS8PrivateKey(keyDER)
+	parsed, err := parsePEM(keyPEM, "PRIVATE KEY", x509.ParsePKCS8PrivateKey)
 	if err != nil {
 		return nil, fmt.Errorf("CA key: %w", err)
 	}
@@ -117,18 +109,20 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{Cert: cert, Key: key}, nil
 }
 
-func pemBlock(data []byte, typ string) ([]byte, error) {
+// parsePEM parses with parse the one PEM block of data, of type typ.
+func parsePEM[T any](data []byte, typ string, parse func([]byte) (T, error)) (T, error) {
+	var none T
 	block, rest := pem.Decode(data)
 	if block == nil {
-		return nil, fmt.Errorf("no PEM block (want %q)", typ)
+		return none, fmt.Errorf("no PEM block (want %q)", typ)
 	}
 	if block.Type != typ {
-		return nil, fmt.Errorf("PEM block %q, want %q", block.Type, typ)
+		return none, fmt.Errorf("PEM block %q, want %q", block.Type, typ)
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, fmt.Errorf("trailing data after the %q PEM block", typ)
+		return none, fmt.Errorf("trailing data after the %q PEM block", typ)
 	}
-	return block.Bytes, nil
+	return parse(block.Bytes)
 }
 
 func newSerial() (*big.Int, error) {

@@ -2,15 +2,12 @@ package nodeca
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -27,12 +24,8 @@ func TestCopyServerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := make(chan string, 10)
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvCfg)), grpc.UnaryInterceptor(
+	addr := serveHealth(t, grpc.Creds(credentials.NewTLS(srvCfg)), grpc.UnaryInterceptor(
 		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			p, _ := peer.FromContext(ctx)
 			info, _ := p.AuthInfo.(credentials.TLSInfo)
@@ -43,9 +36,6 @@ func TestCopyServerConfig(t *testing.T) {
 			seen <- node
 			return h(ctx, req)
 		}))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
 
 	tests := []struct {
 		name     string
@@ -61,13 +51,7 @@ func TestCopyServerConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(tt.creds))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
-			_, err = healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
-			if got := status.Code(err); got != tt.wantCode {
+			if err := checkHealth(t, addr, tt.creds); status.Code(err) != tt.wantCode {
 				t.Fatalf("Check: %v, want code %s", err, tt.wantCode)
 			}
 			if tt.wantNode != "" {

@@ -22,14 +22,7 @@ func TestGRPC(t *testing.T) {
 	pool := NewPool(e.ca.Cert)
 	srvCfg := serverConfig(t, mustNode(t, e.iss, "node-a"), pool, now)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvCfg)))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
+	addr := serveHealth(t, grpc.Creds(credentials.NewTLS(srvCfg)))
 
 	ctrl := mustCtrl(t, e.iss)
 	tests := []struct {
@@ -44,15 +37,37 @@ func TestGRPC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(tt.creds))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
-			_, err = healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
-			if got := status.Code(err); got != tt.wantCode {
+			if err := checkHealth(t, addr, tt.creds); status.Code(err) != tt.wantCode {
 				t.Errorf("Check: %v, want code %s", err, tt.wantCode)
 			}
 		})
 	}
+}
+
+// serveHealth serves gRPC's health service, standing in for an agent's
+// services, on a local port with opts until the test ends; it returns the
+// address.
+func serveHealth(t *testing.T, opts ...grpc.ServerOption) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
+}
+
+// checkHealth dials addr with creds and returns the health check's error.
+func checkHealth(t *testing.T, addr string, creds credentials.TransportCredentials) error {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_, err = healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	return err
 }

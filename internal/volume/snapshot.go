@@ -126,12 +126,7 @@ func HasSnapshotName(tags []string, snapshotName string) bool {
 
 // SnapshotNameFromTags returns the CSI snapshot name; whole is false when it was cut.
 func SnapshotNameFromTags(tags []string) (name string, whole, ok bool) {
-	for _, t := range tags {
-		if v, found := strings.CutPrefix(t, TagSnapshotPrefix); found {
-			return readTag(v)
-		}
-	}
-	return "", false, false
+	return readTag(tags, TagSnapshotPrefix)
 }
 
 // OriginFromTags returns the LV name of the volume a snapshot was taken of.

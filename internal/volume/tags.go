@@ -118,10 +118,17 @@ func fitTag(prefix, value string) string {
 	return prefix + value[:n] + tail
 }
 
-func readTag(value string) (s string, whole, ok bool) {
-	head, _, cut := strings.Cut(value, tagTruncated)
-	s, ok = unescapeTagValue(head)
-	return s, !cut, ok
+// readTag reads the value of the first tag with prefix, a value fitTag
+// wrote; whole is false when it was cut.
+func readTag(tags []string, prefix string) (s string, whole, ok bool) {
+	for _, t := range tags {
+		if v, found := strings.CutPrefix(t, prefix); found {
+			head, _, cut := strings.Cut(v, tagTruncated)
+			s, ok = unescapeTagValue(head)
+			return s, !cut, ok
+		}
+	}
+	return "", false, false
 }
 
 // VolumeTag is the tag that carries a CSI volume name.
@@ -141,12 +148,7 @@ func HasVolumeName(tags []string, volumeName string) bool {
 
 // VolumeNameFromTags returns the CSI name in the tags; whole is false when it was cut.
 func VolumeNameFromTags(tags []string) (name string, whole, ok bool) {
-	for _, t := range tags {
-		if v, found := strings.CutPrefix(t, TagNamePrefix); found {
-			return readTag(v)
-		}
-	}
-	return "", false, false
+	return readTag(tags, TagNamePrefix)
 }
 
 // Claim is the PVC a volume was made for.

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/carve-csi/carve/internal/nodeca/nodecatest"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/cluster"
 	"github.com/carve-csi/carve/test/harness/plugintest"
@@ -225,7 +226,7 @@ func channelCreate(t *testing.T, ctrl csi.ControllerClient) {
 // client certificate, with one from another CA, or without TLS.
 func channelRefusals(t *testing.T) {
 	addr := bed.Node("node-small").ChannelAddr
-	_, _, foreign := plugintest.NewControllerIssuer(t)
+	_, _, foreign := nodecatest.NewControllerIssuer(t)
 	tlsNoVerify := func(certs ...tls.Certificate) credentials.TransportCredentials {
 		// The server is not checked here: what is tested is whether it
 		// serves this client.

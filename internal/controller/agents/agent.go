@@ -278,9 +278,13 @@ func (l *link) startWatch(ctx context.Context, a *agent) {
 		defer close(l.watchDone)
 		var keys sync.WaitGroup
 		if a.p.cfg.OnKeyRequest != nil {
-			keys.Go(func() { a.serveKeys(ctx, client) })
+			keys.Go(func() {
+				a.keepStream(ctx, "Volume key stream", "The node agent serves no volume keys", func(bo *backoff) error {
+					return a.answerKeys(ctx, client, bo)
+				})
+			})
 		}
-		a.watchCapacity(ctx, client)
+		a.keepStream(ctx, "Capacity stream", "", func(bo *backoff) error { return a.readCapacity(ctx, client, bo) })
 		keys.Wait()
 	}()
 }
@@ -305,16 +309,27 @@ func (l *link) drain(ctx context.Context, grace time.Duration) {
 	l.close()
 }
 
-func (a *agent) watchCapacity(ctx context.Context, client nodeagentv1.NodeAgentClient) {
+// keepStream runs stream (one life of a stream, which resets the backoff
+// at each message) again after a backoff each time it ends, until ctx ends;
+// what names the stream in the log. When unserved is set, an agent that
+// does not serve the stream (UNIMPLEMENTED: one without encrypted volumes,
+// no cryptsetup, serves no volume keys) is asked again after the longest
+// backoff and logged only at V(2), with unserved.
+func (a *agent) keepStream(ctx context.Context, what, unserved string, stream func(*backoff) error) {
 	log := klog.FromContext(ctx)
 	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
 	for {
-		err := a.readCapacity(ctx, client, &bo)
+		err := stream(&bo)
 		if ctx.Err() != nil {
 			return
 		}
 		wait := bo.next()
-		log.Error(err, "Capacity stream ended; reopening", "retryIn", wait)
+		if unserved != "" && status.Code(err) == codes.Unimplemented {
+			log.V(2).Info(unserved, "err", err.Error())
+			wait = a.p.t.maxBackoff
+		} else {
+			log.Error(err, what+" ended; reopening", "retryIn", wait)
+		}
 		if !sleep(ctx, wait) {
 			return
 		}
@@ -326,61 +341,41 @@ func (a *agent) readCapacity(ctx context.Context, client nodeagentv1.NodeAgentCl
 	if err != nil {
 		return fmt.Errorf("WatchCapacity: %w", err)
 	}
-	for {
-		r, err := stream.Recv()
-		if err != nil {
-			return fmt.Errorf("WatchCapacity: %w", err)
-		}
-		bo.reset()
+	return receive(bo, "WatchCapacity", stream.Recv, func(r *nodeagentv1.CapacityReport) error {
 		if n := r.GetNodeName(); n != "" && n != a.ep.Node {
 			// The connection is verified as a.ep.Node; a report about another node is
 			// an agent bug, never data to trust.
 			klog.FromContext(ctx).Error(nil, "Capacity report names another node; dropped", "reportNode", n)
-			continue
+			return nil
 		}
 		a.p.cfg.OnCapacity(a.ep.Node, r)
-	}
+		return nil
+	})
 }
 
-// serveKeys keeps the VolumeKeys stream open until ctx ends, answering with
-// OnKeyRequest.
-func (a *agent) serveKeys(ctx context.Context, client nodeagentv1.NodeAgentClient) {
-	log := klog.FromContext(ctx)
-	bo := backoff{min: a.p.t.minBackoff, max: a.p.t.maxBackoff}
-	for {
-		err := a.answerKeys(ctx, client, &bo)
-		if ctx.Err() != nil {
-			return
-		}
-		wait := bo.next()
-		if status.Code(err) == codes.Unimplemented {
-			// An agent without encrypted volumes (no cryptsetup) is asked again later.
-			log.V(2).Info("The node agent serves no volume keys", "err", err.Error())
-			if !sleep(ctx, a.p.t.maxBackoff) {
-				return
-			}
-			continue
-		}
-		log.Error(err, "Volume key stream ended; reopening", "retryIn", wait)
-		if !sleep(ctx, wait) {
-			return
-		}
-	}
-}
-
+// answerKeys answers the VolumeKeys stream's requests with OnKeyRequest
+// until it ends.
 func (a *agent) answerKeys(ctx context.Context, client nodeagentv1.NodeAgentClient, bo *backoff) error {
 	stream, err := client.VolumeKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("VolumeKeys: %w", err)
 	}
+	return receive(bo, "VolumeKeys", stream.Recv, func(req *nodeagentv1.VolumeKeyRequest) error {
+		return stream.Send(a.p.cfg.OnKeyRequest(ctx, a.ep.Node, req))
+	})
+}
+
+// receive hands each message of a stream to handle, resetting bo at each,
+// until the stream or handle fails; method names the stream in the error.
+func receive[M any](bo *backoff, method string, recv func() (M, error), handle func(M) error) error {
 	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return fmt.Errorf("VolumeKeys: %w", err)
+		m, err := recv()
+		if err == nil {
+			bo.reset()
+			err = handle(m)
 		}
-		bo.reset()
-		if err := stream.Send(a.p.cfg.OnKeyRequest(ctx, a.ep.Node, req)); err != nil {
-			return fmt.Errorf("VolumeKeys: %w", err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", method, err)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/carve-csi/carve/internal/nodeca"
 )
@@ -21,11 +20,8 @@ func chainsTo(leaf *x509.Certificate, ca *nodeca.CA) bool {
 // certificate of it, and the calls go on once the old CA is no longer
 // trusted.
 func TestCASwitch(t *testing.T) {
-	e := newEnv(t, 0)
-	const node, pod, uid = "node-a", "carve-node-abcde", types.UID("uid-a")
-	f := e.agent(node, pod, uid, nil)
-	e.publish("s1", node, pod, uid, f)
-	e.run()
+	const node = "node-a"
+	e, f := runOneAgent(t, node)
 	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
 	next, err := nodeca.NewCA(nodeca.CAOptions{})
 	if err != nil {

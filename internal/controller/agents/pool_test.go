@@ -236,6 +236,23 @@ func (e *env) run() {
 
 // agent starts a fake agent for node whose token the API server reviews
 // as st (a good review unless edit changes it).
+// runOneAgent is an env running with one agent, node's pod
+// carve-node-abcde, published.
+func runOneAgent(t *testing.T, node string) (*env, *fakeAgent) {
+	t.Helper()
+	e := newEnv(t, 0)
+	const pod, uid = "carve-node-abcde", types.UID("uid-a")
+	f := e.agent(node, pod, uid, nil)
+	e.publish("s1", node, pod, uid, f)
+	e.run()
+	return e, f
+}
+
+// twoPods are agents of pod-1 and pod-2, both claiming node.
+func (e *env) twoPods(node string) (*fakeAgent, *fakeAgent) {
+	return e.agent(node, "pod-1", "uid-1", nil), e.agent(node, "pod-2", "uid-2", nil)
+}
+
 func (e *env) agent(node, pod string, uid types.UID, edit func(*authv1.TokenReviewStatus)) *fakeAgent {
 	e.t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -468,11 +485,8 @@ func TestEnrollment(t *testing.T) {
 }
 
 func TestCapacityAndRemoval(t *testing.T) {
-	e := newEnv(t, 0)
-	const node, pod, uid = "node-a", "carve-node-abcde", types.UID("uid-a")
-	f := e.agent(node, pod, uid, nil)
-	e.publish("s1", node, pod, uid, f)
-	e.run()
+	const node = "node-a"
+	e, f := runOneAgent(t, node)
 
 	if got := e.nextCapacity(); got.node != node || got.r.GetClasses()[0].GetAvailableBytes() != 1<<30 {
 		t.Fatalf("first OnCapacity = %s %v, want %s with the agent's report", got.node, got.r, node)
@@ -538,11 +552,8 @@ func TestRenewal(t *testing.T) {
 // TestReconnect: an agent that restarts (a new key, its bootstrap
 // certificate) is enrolled again, and its capacity stream resumes.
 func TestReconnect(t *testing.T) {
-	e := newEnv(t, 0)
-	const node, pod, uid = "node-a", "carve-node-abcde", types.UID("uid-a")
-	f := e.agent(node, pod, uid, nil)
-	e.publish("s1", node, pod, uid, f)
-	e.run()
+	const node = "node-a"
+	e, f := runOneAgent(t, node)
 	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
 	e.nextCapacity()
 
@@ -562,8 +573,7 @@ func TestReconnect(t *testing.T) {
 func TestEndpointChange(t *testing.T) {
 	e := newEnv(t, 0)
 	const node = "node-a"
-	f1 := e.agent(node, "pod-1", "uid-1", nil)
-	f2 := e.agent(node, "pod-2", "uid-2", nil)
+	f1, f2 := e.twoPods(node)
 	e.publish("s1", node, "pod-1", "uid-1", f1)
 	e.run()
 	eventually(t, "a verified connection", func() bool { return e.lastErr(node) == nil })
@@ -588,8 +598,7 @@ func TestEndpointChange(t *testing.T) {
 func TestContestedNode(t *testing.T) {
 	e := newEnv(t, 0)
 	const node = "node-a"
-	f1 := e.agent(node, "pod-1", "uid-1", nil)
-	f2 := e.agent(node, "pod-2", "uid-2", nil)
+	f1, f2 := e.twoPods(node)
 	e.publish("s1", node, "pod-1", "uid-1", f1)
 	e.publish("s2", node, "pod-2", "uid-2", f2)
 	e.run()
@@ -638,11 +647,7 @@ func TestUnreachableOnlyAfterAnAttempt(t *testing.T) {
 // naming the node of the verified connection (not anything the agent
 // says).
 func TestKeyRequestsCarryTheVerifiedNode(t *testing.T) {
-	e := newEnv(t, 0)
-	const node, pod, uid = "node-a", "carve-node-abcde", types.UID("uid-a")
-	f := e.agent(node, pod, uid, nil)
-	e.publish("s1", node, pod, uid, f)
-	e.run()
+	_, f := runOneAgent(t, "node-a")
 	select {
 	case a := <-f.keyAnswers:
 		if a.GetRequestId() != 3 || a.GetRefused() != "asked by node-a for vg/carve-aa" {

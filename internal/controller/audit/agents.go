@@ -74,14 +74,8 @@ func (n AgentNodes) RemoveOrphan(ctx context.Context, node, vg, name, orphanOf s
 
 // VolumeHealth pages through the node's ControllerListVolumeHealth.
 func (n AgentNodes) VolumeHealth(ctx context.Context, node string) ([]VolumeHealth, error) {
-	c, err := n.Pool.Controller(ctx, node)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-	defer cancel()
 	var out []VolumeHealth
-	err = walkPages(func(token string) (proto.Message, string, int, error) {
+	err := n.walkNode(ctx, node, func(ctx context.Context, c csi.ControllerClient, token string) (proto.Message, string, int, error) {
 		resp, err := c.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: token})
 		for _, e := range resp.GetEntries() {
 			h := VolumeHealth{ID: e.GetVolumeId()}
@@ -93,6 +87,18 @@ func (n AgentNodes) VolumeHealth(ctx context.Context, node string) ([]VolumeHeal
 		return resp, resp.GetNextToken(), len(resp.GetEntries()), err
 	})
 	return out, err
+}
+
+// walkNode walks a list of node's Controller with walkPages, the whole
+// walk within nodeCallTimeout; page asks c for the page at token.
+func (n AgentNodes) walkNode(ctx context.Context, node string, page func(ctx context.Context, c csi.ControllerClient, token string) (proto.Message, string, int, error)) error {
+	c, err := n.Pool.Controller(ctx, node)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
+	return walkPages(func(token string) (proto.Message, string, int, error) { return page(ctx, c, token) })
 }
 
 // walkPages follows a node's list within paging's limits; page returns a
@@ -135,14 +141,8 @@ func InventoryOf(resp *nodeagentv1.InventoryResponse) *Inventory {
 // snapshot out of copy-on-write space). A node is trusted only about its
 // own snapshots: an ID naming another node is left out.
 func (n AgentNodes) InvalidSnapshots(ctx context.Context, node string) ([]string, error) {
-	c, err := n.Pool.Controller(ctx, node)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-	defer cancel()
 	var out []string
-	err = walkPages(func(token string) (proto.Message, string, int, error) {
+	err := n.walkNode(ctx, node, func(ctx context.Context, c csi.ControllerClient, token string) (proto.Message, string, int, error) {
 		resp, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: token})
 		refused, first := 0, ""
 		for _, e := range resp.GetEntries() {

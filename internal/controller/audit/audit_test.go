@@ -181,11 +181,7 @@ func TestPass(t *testing.T) {
 		t.Errorf("orphans before the grace period: %v", got)
 	}
 
-	a.Pass(ctx, t0.Add(grace), pvs)
-	var got []string
-	for len(events.Events) > 0 {
-		got = append(got, <-events.Events)
-	}
+	got := passEvents(ctx, a, events, t0.Add(grace), pvs)
 	want := []string{
 		"Warning OrphanedVolume LV vg1/carve-foreign",
 		"Warning OrphanedVolume LV vg1/carve-orphan",
@@ -239,11 +235,7 @@ func TestPass(t *testing.T) {
 	}
 
 	// The removal grace period after the quarantine, it is removed.
-	a.Pass(ctx, t0.Add(grace+removal), pvs)
-	got = nil
-	for len(events.Events) > 0 {
-		got = append(got, <-events.Events)
-	}
+	got = passEvents(ctx, a, events, t0.Add(grace+removal), pvs)
 	checkEvents(t, got, []string{"Normal OrphanedVolumeRemoved removed orphaned LV vg1/carve-orphan-orphan (LV vg1/carve-orphan before its quarantine"})
 	if !slices.Equal(*removed, []string{node + ":vg1/carve-orphan-orphan"}) {
 		t.Errorf("removed %v", *removed)
@@ -267,6 +259,22 @@ func checkGauges(t *testing.T, gauges []gauge) {
 			t.Errorf("%v: %v, want %v", c.g, got, c.value)
 		}
 	}
+}
+
+// passEvents runs a's pass at now and takes the events it recorded off
+// events.
+func passEvents(ctx context.Context, a *Auditor, events *record.FakeRecorder, now time.Time, pvs []PV) []string {
+	a.Pass(ctx, now, pvs)
+	return recorded(events)
+}
+
+// recorded takes the events recorded so far off events.
+func recorded(events *record.FakeRecorder) []string {
+	var got []string
+	for len(events.Events) > 0 {
+		got = append(got, <-events.Events)
+	}
+	return got
 }
 
 func checkEvents(t *testing.T, got, want []string) {
@@ -307,10 +315,7 @@ func TestPassQuarantineClaimed(t *testing.T) {
 	for _, at := range []time.Duration{0, grace, 2 * grace} {
 		a.Pass(context.Background(), t0.Add(at), pvs)
 	}
-	var got []string
-	for len(events.Events) > 0 {
-		got = append(got, <-events.Events)
-	}
+	got := recorded(events)
 	checkEvents(t, got, []string{
 		"Warning QuarantinedVolumeClaimed PersistentVolume pv-by-hand names LV vg1/carve-a, which carve quarantined as orphan vg1/carve-orphan-a", // on the Node
 		"Warning QuarantinedVolumeClaimed PersistentVolume pv-by-hand names LV vg1/carve-a",                                                       // on the PV
@@ -386,11 +391,7 @@ func TestPassPerNode(t *testing.T) {
 		t.Errorf("node-b's error timestamp %v", got)
 	}
 	nodes.inv["node-b"] = invB
-	a.Pass(ctx, t0.Add(grace), pvs)
-	var got []string
-	for len(events.Events) > 0 {
-		got = append(got, <-events.Events)
-	}
+	got := passEvents(ctx, a, events, t0.Add(grace), pvs)
 	want := []string{
 		"Warning OrphanedVolume LV vg1/carve-a",
 		"Warning OrphanedVolume LV vg1/carve-b",

@@ -17,17 +17,44 @@ func pvOf(name, onNode string) PV {
 	return PV{Name: "pvc-" + name, Handle: "vg1/carve-" + name, Node: onNode, Claim: "ns/" + name}
 }
 
+// pass is one audit pass of a decide test: when, after the test's start,
+// the LVs and PVs it sees, and the LVs an operation works on.
+type pass struct {
+	at   time.Duration
+	lvs  []LV
+	pvs  []PV
+	busy []string
+}
+
+// decidePasses runs a Decider of grace and removal over passes on node,
+// where vg1 alone is readable, from t0 on; it returns what the last pass
+// found.
+func decidePasses(grace, removal time.Duration, t0 time.Time, passes []pass) Findings {
+	d := NewDecider(grace, removal)
+	var f Findings
+	for _, p := range passes {
+		f = d.Decide(Input{Now: t0.Add(p.at), LVs: p.lvs, PVs: p.pvs, Node: node, Readable: func(vg string) bool { return vg == "vg1" },
+			Busy: func(lv string) bool { return slices.Contains(p.busy, lv) }})
+	}
+	return f
+}
+
+// orphansAndMissing are the IDs of f's orphans and the names of its
+// missing PVs.
+func orphansAndMissing(f Findings) (orphans, missing []string) {
+	for _, o := range f.Orphans {
+		orphans = append(orphans, o.ID())
+	}
+	for _, m := range f.Missing {
+		missing = append(missing, m.Name)
+	}
+	return orphans, missing
+}
+
 // TestDecide runs passes at the given offsets from t0 and checks what the
 // last one reports.
 func TestDecide(t *testing.T) {
 	const grace = 10 * time.Minute
-	readable := func(vg string) bool { return vg == "vg1" }
-	type pass struct {
-		at   time.Duration
-		lvs  []LV
-		pvs  []PV
-		busy []string
-	}
 	tests := []struct {
 		name        string
 		passes      []pass
@@ -89,19 +116,7 @@ func TestDecide(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := NewDecider(grace, 7*24*time.Hour)
-			var f Findings
-			for _, p := range tc.passes {
-				f = d.Decide(Input{Now: t0.Add(p.at), LVs: p.lvs, PVs: p.pvs, Node: node, Readable: readable,
-					Busy: func(lv string) bool { return slices.Contains(p.busy, lv) }})
-			}
-			var gotO, gotM []string
-			for _, o := range f.Orphans {
-				gotO = append(gotO, o.ID())
-			}
-			for _, m := range f.Missing {
-				gotM = append(gotM, m.Name)
-			}
+			gotO, gotM := orphansAndMissing(decidePasses(grace, 7*24*time.Hour, t0, tc.passes))
 			if !slices.Equal(gotO, tc.wantOrphans) {
 				t.Errorf("orphans %v, want %v", gotO, tc.wantOrphans)
 			}
@@ -127,13 +142,6 @@ func quarantinedOf(name string, at time.Time) LV {
 func TestDecideQuarantined(t *testing.T) {
 	const grace, removal = 10 * time.Minute, 7 * 24 * time.Hour
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	readable := func(vg string) bool { return vg == "vg1" }
-	type pass struct {
-		at   time.Duration
-		lvs  []LV
-		pvs  []PV
-		busy []string
-	}
 	at := t0.Add(-removal) // quarantined a removal grace before t0
 	tests := []struct {
 		name          string
@@ -178,13 +186,9 @@ func TestDecideQuarantined(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := NewDecider(grace, removal)
-			var f Findings
-			for _, p := range tc.passes {
-				f = d.Decide(Input{Now: t0.Add(p.at), LVs: p.lvs, PVs: p.pvs, Node: node, Readable: readable,
-					Busy: func(lv string) bool { return slices.Contains(p.busy, lv) }})
-			}
-			var removable, orphans, missing []string
+			f := decidePasses(grace, removal, t0, tc.passes)
+			orphans, missing := orphansAndMissing(f)
+			var removable []string
 			claimed := map[string]string{}
 			for _, q := range f.Quarantined {
 				if q.Removable {
@@ -193,12 +197,6 @@ func TestDecideQuarantined(t *testing.T) {
 				if q.ClaimedBy != "" {
 					claimed[q.ID()] = q.ClaimedBy
 				}
-			}
-			for _, o := range f.Orphans {
-				orphans = append(orphans, o.ID())
-			}
-			for _, m := range f.Missing {
-				missing = append(missing, m.Name)
 			}
 			if !slices.Equal(removable, tc.wantRemovable) {
 				t.Errorf("removable %v, want %v", removable, tc.wantRemovable)

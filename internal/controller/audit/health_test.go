@@ -89,11 +89,7 @@ func TestPassVolumeHealth(t *testing.T) {
 		if st.unreadable {
 			inv.Unreadable = []string{"vg1"}
 		}
-		a.Pass(context.Background(), t0.Add(time.Duration(i)*time.Minute), pvs)
-		var got []string
-		for len(events.Events) > 0 {
-			got = append(got, <-events.Events)
-		}
+		got := passEvents(context.Background(), a, events, t0.Add(time.Duration(i)*time.Minute), pvs)
 		if len(got) != len(st.want) {
 			t.Fatalf("%s: events\n%s\nwant\n%s", st.name, strings.Join(got, "\n"), strings.Join(st.want, "\n"))
 		}

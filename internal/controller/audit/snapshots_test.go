@@ -45,12 +45,7 @@ func TestPassInvalidSnapshots(t *testing.T) {
 		Interval: time.Second, Registerer: prometheus.NewPedanticRegistry(), Events: events, Contents: contents})
 	t0 := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
 	pass := func(i int) []string {
-		a.Pass(context.Background(), t0.Add(time.Duration(i)*time.Minute), nil)
-		var got []string
-		for len(events.Events) > 0 {
-			got = append(got, <-events.Events)
-		}
-		return got
+		return passEvents(context.Background(), a, events, t0.Add(time.Duration(i)*time.Minute), nil)
 	}
 	const want = "Warning SnapshotInvalid snapshot " + lost + " on node node-a ran out of its copy-on-write space: its content is lost"
 

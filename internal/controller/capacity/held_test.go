@@ -74,10 +74,11 @@ func TestNoNodeReachedHoldsDeletions(t *testing.T) {
 	h.wantHeld(1)
 }
 
-// TestMostNodesDropHoldsDeletions: most nodes leaving the pool together
-// (an outage of the agents' network or Service, not of each node) keeps
-// their objects.
-func TestMostNodesDropHoldsDeletions(t *testing.T) {
+// startFiveNodes is a writer whose five nodes, node-a to node-e, have
+// reported and have their objects of class fast written (1 GiB each); the
+// writes so far are cleared.
+func startFiveNodes(t *testing.T) (*harness, []string) {
+	t.Helper()
 	h := start(t, time.Hour, wffc("fast", "ssd"))
 	nodes := []string{"node-a", "node-b", "node-c", "node-d", "node-e"}
 	for _, n := range nodes {
@@ -87,6 +88,14 @@ func TestMostNodesDropHoldsDeletions(t *testing.T) {
 		h.holds(n, "fast", gi, gi)
 	}
 	h.client.ClearActions()
+	return h, nodes
+}
+
+// TestMostNodesDropHoldsDeletions: most nodes leaving the pool together
+// (an outage of the agents' network or Service, not of each node) keeps
+// their objects.
+func TestMostNodesDropHoldsDeletions(t *testing.T) {
+	h, nodes := startFiveNodes(t)
 	for _, n := range nodes[:3] {
 		h.w.Report(n, nil)
 	}
@@ -105,15 +114,7 @@ func TestMostNodesDropHoldsDeletions(t *testing.T) {
 // TestOneNodeDropsIsDeleted: one node of many leaving for good loses its
 // objects, as it always did.
 func TestOneNodeDropsIsDeleted(t *testing.T) {
-	h := start(t, time.Hour, wffc("fast", "ssd"))
-	nodes := []string{"node-a", "node-b", "node-c", "node-d", "node-e"}
-	for _, n := range nodes {
-		h.w.Report(n, report(n, class{name: "ssd", avail: gi, maxVol: gi}))
-	}
-	for _, n := range nodes {
-		h.holds(n, "fast", gi, gi)
-	}
-	h.client.ClearActions()
+	h, _ := startFiveNodes(t)
 	h.w.Report("node-c", nil)
 	h.holds("node-c", "fast", -1, 0)
 	h.wantWrites(map[string]int{"delete": 1})

@@ -104,7 +104,6 @@ func (w *Writer) sync(ctx context.Context, it item) error {
 // apply creates or updates k's object to hold want; cur is the informer's
 // possibly stale view, so Conflict, AlreadyExists or NotFound re-read it.
 func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapacity, want classCapacity) error {
-	log := klog.FromContext(ctx)
 	api := w.cfg.Client.StorageV1().CSIStorageCapacities(w.cfg.Namespace)
 	for range attempts {
 		if cur == nil {
@@ -112,9 +111,7 @@ func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapa
 			w.count(opCreate, err)
 			switch {
 			case err == nil:
-				w.settle(created.Name, created)
-				log.V(2).Info("Created CSIStorageCapacity", "object", created.Name, "node", k.node, "storageClass", k.sc,
-					"capacity", created.Capacity, "maximumVolumeSize", created.MaximumVolumeSize)
+				w.wrote(ctx, "Created", k, created)
 				return nil
 			case !apierrors.IsAlreadyExists(err):
 				return fmt.Errorf("creating the CSIStorageCapacity of node %s, StorageClass %s: %w", k.node, k.sc, err)
@@ -146,9 +143,7 @@ func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapa
 		w.count(opUpdate, err)
 		switch {
 		case err == nil:
-			w.settle(updated.Name, updated)
-			log.V(2).Info("Updated CSIStorageCapacity", "object", updated.Name, "node", k.node, "storageClass", k.sc,
-				"capacity", updated.Capacity, "maximumVolumeSize", updated.MaximumVolumeSize)
+			w.wrote(ctx, "Updated", k, updated)
 			return nil
 		case apierrors.IsNotFound(err):
 			cur = nil
@@ -161,6 +156,13 @@ func (w *Writer) apply(ctx context.Context, k key, cur *storagev1.CSIStorageCapa
 		}
 	}
 	return fmt.Errorf("CSIStorageCapacity %s (node %s, StorageClass %s): %w", w.objectName(k), k.node, k.sc, errStale)
+}
+
+// wrote settles obj, k's object just written (done says how), and logs it.
+func (w *Writer) wrote(ctx context.Context, done string, k key, obj *storagev1.CSIStorageCapacity) {
+	w.settle(obj.Name, obj)
+	klog.FromContext(ctx).V(2).Info(done+" CSIStorageCapacity", "object", obj.Name, "node", k.node, "storageClass", k.sc,
+		"capacity", obj.Capacity, "maximumVolumeSize", obj.MaximumVolumeSize)
 }
 
 func (w *Writer) get(ctx context.Context, name string) (*storagev1.CSIStorageCapacity, error) {

@@ -19,16 +19,21 @@ func TestRun(t *testing.T) {
 		return Config{Client: client, Namespace: "carve", Lease: "carve-controller", Identity: id,
 			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
 	}
+	// lead runs Run as id in the background with a duty that leads until
+	// its context ends, then answers end.
+	lead := func(ctx context.Context, id string, end error) (leading chan struct{}, done chan error) {
+		leading, done = make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- Run(ctx, cfg(id), func(ctx context.Context) error {
+				close(leading)
+				<-ctx.Done()
+				return end
+			})
+		}()
+		return leading, done
+	}
 	ctxA, stopA := context.WithCancel(context.Background())
-	leadingA := make(chan struct{})
-	doneA := make(chan error, 1)
-	go func() {
-		doneA <- Run(ctxA, cfg("a"), func(ctx context.Context) error {
-			close(leadingA)
-			<-ctx.Done()
-			return nil
-		})
-	}()
+	leadingA, doneA := lead(ctxA, "a", nil)
 	<-leadingA
 	lease, err := client.CoordinationV1().Leases("carve").Get(context.Background(), "carve-controller", metav1.GetOptions{})
 	if err != nil {
@@ -40,15 +45,7 @@ func TestRun(t *testing.T) {
 
 	ctxB, stopB := context.WithCancel(context.Background())
 	defer stopB()
-	leadingB := make(chan struct{})
-	doneB := make(chan error, 1)
-	go func() {
-		doneB <- Run(ctxB, cfg("b"), func(ctx context.Context) error {
-			close(leadingB)
-			<-ctx.Done()
-			return errors.New("b's duty ended")
-		})
-	}()
+	leadingB, doneB := lead(ctxB, "b", errors.New("b's duty ended"))
 	select {
 	case <-leadingB:
 		t.Fatal("b leads while a holds the Lease")

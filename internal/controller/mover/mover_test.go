@@ -206,17 +206,31 @@ func (f *fakeVolumes) CreateVolume(ctx context.Context, req *csi.CreateVolumeReq
 func (f *fakeVolumes) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.err("DeleteVolume"); err != nil {
+	id, err := f.deleting(req)
+	if err != nil {
 		return nil, err
 	}
-	id := req.GetVolumeId()
-	f.deleted = append(f.deleted, id)
 	if f.away[f.nodeOf[id]] {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
+	f.forget(id)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleting records a delete of req's volume, unless a failure is set for
+// DeleteVolume; f.mu is held.
+func (f *fakeVolumes) deleting(req *csi.DeleteVolumeRequest) (string, error) {
+	if err := f.err("DeleteVolume"); err != nil {
+		return "", err
+	}
+	f.deleted = append(f.deleted, req.GetVolumeId())
+	return req.GetVolumeId(), nil
+}
+
+// forget drops volume id; f.mu is held.
+func (f *fakeVolumes) forget(id string) {
 	delete(f.volumes, id)
 	delete(f.from, id)
-	return &csi.DeleteVolumeResponse{}, nil
 }
 
 // DeleteVolumeOn deletes the volume on node: UNAVAILABLE when node is
@@ -224,17 +238,15 @@ func (f *fakeVolumes) DeleteVolume(_ context.Context, req *csi.DeleteVolumeReque
 func (f *fakeVolumes) DeleteVolumeOn(_ context.Context, node string, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.err("DeleteVolume"); err != nil {
+	id, err := f.deleting(req)
+	if err != nil {
 		return nil, err
 	}
-	id := req.GetVolumeId()
-	f.deleted = append(f.deleted, id)
 	if f.away[node] {
 		return nil, status.Errorf(codes.Unavailable, "the agent of node %s is unreachable", node)
 	}
 	if f.nodeOf[id] == node {
-		delete(f.volumes, id)
-		delete(f.from, id)
+		f.forget(id)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }
@@ -358,6 +370,17 @@ func newMover(t *testing.T, client *fake.Clientset, vols *fakeVolumes) (*Mover, 
 		t.Fatal(err)
 	}
 	return m, rec
+}
+
+// movingToB is the world of world with the move of its claim to node b
+// asked and started by a new mover.
+func movingToB(t *testing.T) (*fake.Clientset, *fakeVolumes, *Mover, *record.FakeRecorder) {
+	t.Helper()
+	client, vols := world(t)
+	m, rec := newMover(t, client, vols)
+	request(t, client, "b")
+	start(t, m)
+	return client, vols, m, rec
 }
 
 func request(t *testing.T, client *fake.Clientset, to string) {
@@ -527,10 +550,7 @@ func eventsOf(rec *record.FakeRecorder) string {
 }
 
 func TestMove(t *testing.T) {
-	client, vols := world(t)
-	m, rec := newMover(t, client, vols)
-	request(t, client, "b")
-	start(t, m)
+	client, vols, m, rec := movingToB(t)
 	pv := getPV(t, client, oldPV)
 	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain || pv.Annotations[moveapi.AnnReclaimPolicy] != "Delete" ||
 		pv.Annotations[moveapi.AnnPhase] != moveapi.PhaseSeeding || pv.Annotations[moveapi.AnnMoveTo] != "b" {
@@ -624,10 +644,7 @@ func TestMoveClaimMadeAgainInTheGap(t *testing.T) {
 func TestMoveResumesAfterACrash(t *testing.T) {
 	for crashAt := 1; crashAt <= 12; crashAt++ {
 		t.Run(fmt.Sprintf("after step %d", crashAt), func(t *testing.T) {
-			client, vols := world(t)
-			m, _ := newMover(t, client, vols)
-			request(t, client, "b")
-			start(t, m)
+			client, vols, m, _ := movingToB(t)
 			for i := 0; i < crashAt; i++ {
 				pvController(t, client)
 				if !step(t, m, 0) {
@@ -682,10 +699,7 @@ func TestMoveAbort(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, vols := world(t)
-			m, rec := newMover(t, client, vols)
-			request(t, client, "b")
-			start(t, m)
+			client, vols, m, rec := movingToB(t)
 			done := false
 			drive(t, m, 30, func(phase string) {
 				if phase == tc.at && !done {
@@ -937,24 +951,39 @@ func TestRun(t *testing.T) {
 // with the phase and its visit.
 func driveAttempts(t *testing.T, m *Mover, n int, hook func(phase string, visit int)) {
 	t.Helper()
+	stepAttempts(t, m, n, "", hook)
+}
+
+// stepAttempts is driveAttempts that stops too once the move is in phase
+// stop (when set); it returns that phase, or "" once the move ended, and
+// fails the test when n steps reach neither.
+func stepAttempts(t *testing.T, m *Mover, n int, stop string, hook func(phase string, visit int)) string {
+	t.Helper()
 	client := m.cfg.Client.(*fake.Clientset)
 	visits := map[string]int{}
 	for i := 0; i < n; i++ {
 		pv := getPV(t, client, oldPV)
 		if pv == nil || pv.Annotations[moveapi.AnnPhase] == "" {
-			return
+			return ""
 		}
 		phase := pv.Annotations[moveapi.AnnPhase]
+		if phase == stop {
+			return phase
+		}
 		if hook != nil {
 			hook(phase, visits[phase])
 		}
 		pvController(t, client)
 		if !step(t, m, visits[phase]) {
-			return
+			return ""
 		}
 		visits[phase]++
 	}
-	t.Fatalf("the move did not end in %d steps: %v", n, getPV(t, client, oldPV).Annotations)
+	if stop == "" {
+		t.Fatalf("the move did not end in %d steps: %v", n, getPV(t, client, oldPV).Annotations)
+	}
+	t.Fatalf("the move did not reach %s in %d steps: %v", stop, n, getPV(t, client, oldPV).Annotations)
+	return ""
 }
 
 func withdraw(t *testing.T, client *fake.Clientset) {
@@ -1107,10 +1136,7 @@ func TestMoveLeavesNothingBehind(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, vols := world(t)
-			m, rec := newMover(t, client, vols)
-			request(t, client, "b")
-			start(t, m)
+			client, vols, m, rec := movingToB(t)
 			driveAttempts(t, m, 80, func(phase string, visit int) {
 				tc.what(t, client, vols, phase, visit)
 				if phase != moveapi.PhaseSeeding {

@@ -140,6 +140,18 @@ func (p *parkedMoves) reset() {
 	p.gauge.Set(0)
 }
 
+// awaitTarget has the move wait, saying doing, until its target vouches
+// for itself: while it does not, the answer is when to look again; once
+// it does, 0.
+func (m *Mover) awaitTarget(ctx context.Context, mv move, doing string) (time.Duration, error) {
+	bad, err := m.vouch(ctx, mv.to, mv.pv.Annotations[moveapi.AnnTargetID])
+	if err != nil || bad == "" {
+		return 0, err
+	}
+	m.wait(ctx, mv, doing+": "+bad)
+	return max(m.cfg.Poll, parkedPoll), nil
+}
+
 // salvage binds a move parked while catching up to its target as of the seed
 // (moveapi.AnnSalvage) once the target vouches for itself.
 func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
@@ -148,17 +160,12 @@ func (m *Mover) salvage(ctx context.Context, mv move) (time.Duration, error) {
 		m.wait(ctx, mv, "parked in "+from+": only a move parked while catching up can be salvaged")
 		return max(m.cfg.Poll, parkedPoll), nil
 	}
-	bad, err := m.vouch(ctx, mv.to, pv.Annotations[moveapi.AnnTargetID])
-	if err != nil {
-		return 0, err
-	}
-	if bad != "" {
-		m.wait(ctx, mv, "salvaging: "+bad)
-		return max(m.cfg.Poll, parkedPoll), nil
+	if retry, err := m.awaitTarget(ctx, mv, "salvaging"); err != nil || retry > 0 {
+		return retry, err
 	}
 	lost := moveapi.WritesLostText(pv.Annotations)
 	klog.FromContext(ctx).Info("Salvaging the parked move: binding the claim to its target as of the seed", "lost", lost)
-	err = m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnParked: "", moveapi.AnnParkedFrom: ""},
+	err := m.advance(ctx, mv, moveapi.PhaseBinding, map[string]string{moveapi.AnnParked: "", moveapi.AnnParkedFrom: ""},
 		"salvaging as asked: binding the claim to the target as of the seed")
 	if err != nil {
 		return 0, err

@@ -37,26 +37,10 @@ func (c clientPVs) List() []*corev1.PersistentVolume {
 // test when the move ends first or takes more than n steps.
 func driveTo(t *testing.T, m *Mover, n int, stop string, hook func(phase string, visit int)) {
 	t.Helper()
-	client := m.cfg.Client.(*fake.Clientset)
-	visits := map[string]int{}
-	for i := 0; i < n; i++ {
-		pv := getPV(t, client, oldPV)
-		if pv == nil || pv.Annotations[moveapi.AnnPhase] == "" {
-			vols := m.cfg.Volumes.(*fakeVolumes)
-			t.Fatalf("the move ended before %s: volumes left %v, snapshots left %v", stop, vols.volumes, vols.snapshots)
-		}
-		phase := pv.Annotations[moveapi.AnnPhase]
-		if phase == stop {
-			return
-		}
-		if hook != nil {
-			hook(phase, visits[phase])
-		}
-		pvController(t, client)
-		step(t, m, visits[phase])
-		visits[phase]++
+	if stepAttempts(t, m, n, stop, hook) == "" {
+		vols := m.cfg.Volumes.(*fakeVolumes)
+		t.Fatalf("the move ended before %s: volumes left %v, snapshots left %v", stop, vols.volumes, vols.snapshots)
 	}
-	t.Fatalf("the move did not reach %s in %d steps: %v", stop, n, getPV(t, client, oldPV).Annotations)
 }
 
 // checkKept checks that the move's target on node b and its seed are
@@ -68,6 +52,19 @@ func checkKept(t *testing.T, vols *fakeVolumes) {
 	}
 	if len(vols.snapshots) != 1 {
 		t.Errorf("the seed was deleted: snapshots %v", vols.snapshots)
+	}
+}
+
+// dataLossThen fails the catch-up with DATA_LOSS, then does rollingBack
+// to the volumes once the move rolls back.
+func dataLossThen(rollingBack func(*fakeVolumes)) func(*testing.T, *fake.Clientset, *fakeVolumes, string, int) {
+	return func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
+		switch phase {
+		case moveapi.PhaseCatchingUp:
+			vols.failAll["CatchUpCopy"] = status.Error(codes.DataLoss, "the target's seed copy is not whole")
+		case moveapi.PhaseRollingBack:
+			rollingBack(vols)
+		}
 	}
 }
 
@@ -103,23 +100,9 @@ func TestMoveParksWhenTheOldVolumeIsLost(t *testing.T) {
 				}
 			}},
 		{name: "a roll back after a DATA_LOSS, the old volume gone", from: moveapi.PhaseRollingBack, why: "is not on node a", rebound: true,
-			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
-				switch phase {
-				case moveapi.PhaseCatchingUp:
-					vols.failAll["CatchUpCopy"] = status.Error(codes.DataLoss, "the target's seed copy is not whole")
-				case moveapi.PhaseRollingBack:
-					delete(vols.volumes, oldHandle)
-				}
-			}},
+			what: dataLossThen(func(vols *fakeVolumes) { delete(vols.volumes, oldHandle) })},
 		{name: "a roll back after a DATA_LOSS, the old volume copy-pending", from: moveapi.PhaseRollingBack, why: "has not finished", rebound: true,
-			what: func(_ *testing.T, _ *fake.Clientset, vols *fakeVolumes, phase string, _ int) {
-				switch phase {
-				case moveapi.PhaseCatchingUp:
-					vols.failAll["CatchUpCopy"] = status.Error(codes.DataLoss, "the target's seed copy is not whole")
-				case moveapi.PhaseRollingBack:
-					vols.pending[oldHandle] = true
-				}
-			}},
+			what: dataLossThen(func(vols *fakeVolumes) { vols.pending[oldHandle] = true })},
 		{name: "abort asked while catching up, the source's node lost", from: moveapi.PhaseCatchingUp, why: "node a does not answer", aborted: true,
 			what: func(t *testing.T, client *fake.Clientset, vols *fakeVolumes, phase string, visit int) {
 				if phase == moveapi.PhaseCatchingUp && visit == 0 {
@@ -136,10 +119,7 @@ func TestMoveParksWhenTheOldVolumeIsLost(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, vols := world(t)
-			m, rec := newMover(t, client, vols)
-			request(t, client, "b")
-			start(t, m)
+			client, vols, m, rec := movingToB(t)
 			driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) { tc.what(t, client, vols, phase, visit) })
 			// A parked move stays parked while nothing changes.
 			for i := range 3 {
@@ -212,10 +192,7 @@ func TestMoveRetriesAsConfigured(t *testing.T) {
 // while catching up, the source's node lost.
 func parkAbortedWhileCatchingUp(t *testing.T) (*fake.Clientset, *fakeVolumes, *Mover) {
 	t.Helper()
-	client, vols := world(t)
-	m, _ := newMover(t, client, vols)
-	request(t, client, "b")
-	start(t, m)
+	client, vols, m, _ := movingToB(t)
 	driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, visit int) {
 		if phase == moveapi.PhaseCatchingUp && visit == 0 {
 			vols.away["a"] = true
@@ -231,10 +208,7 @@ func parkAbortedWhileCatchingUp(t *testing.T) (*fake.Clientset, *fakeVolumes, *M
 // and rolls back once it does.
 func TestParkedMove(t *testing.T) {
 	parkAtCatchUp := func(t *testing.T) (*fake.Clientset, *fakeVolumes, *Mover) {
-		client, vols := world(t)
-		m, _ := newMover(t, client, vols)
-		request(t, client, "b")
-		start(t, m)
+		client, vols, m, _ := movingToB(t)
 		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, _ int) {
 			if phase == moveapi.PhaseCatchingUp {
 				vols.away["a"] = true
@@ -347,10 +321,7 @@ func TestSalvage(t *testing.T) {
 		checkResults(t, m, map[string]float64{ResultSalvaged: 1})
 	})
 	t.Run("parked while rolling back", func(t *testing.T) {
-		client, vols := world(t)
-		m, _ := newMover(t, client, vols)
-		request(t, client, "b")
-		start(t, m)
+		client, vols, m, _ := movingToB(t)
 		driveTo(t, m, 80, moveapi.PhaseParked, func(phase string, _ int) {
 			switch phase {
 			case moveapi.PhaseCatchingUp:
@@ -375,10 +346,7 @@ func TestSalvage(t *testing.T) {
 // the move deletes the seed and the old volume only once the target's
 // node vouches for it.
 func TestCleanKeepsTheOldVolumeUntilTheTargetAnswers(t *testing.T) {
-	client, vols := world(t)
-	m, _ := newMover(t, client, vols)
-	request(t, client, "b")
-	start(t, m)
+	client, vols, m, _ := movingToB(t)
 	driveTo(t, m, 30, moveapi.PhaseCleaning, nil)
 	vols.pending[targetHandle("vg", "b")] = true
 	for i := range 3 {

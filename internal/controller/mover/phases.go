@@ -332,13 +332,8 @@ func (m *Mover) newPV(mv move) *corev1.PersistentVolume {
 func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 	pv := mv.pv
 	// The seed and old volume go only once the target vouches for itself.
-	bad, err := m.vouch(ctx, mv.to, pv.Annotations[moveapi.AnnTargetID])
-	if err != nil {
-		return 0, err
-	}
-	if bad != "" {
-		m.wait(ctx, mv, "keeping the old volume and the seed: "+bad)
-		return max(m.cfg.Poll, parkedPoll), nil
+	if retry, err := m.awaitTarget(ctx, mv, "keeping the old volume and the seed"); err != nil || retry > 0 {
+		return retry, err
 	}
 	salvaged := pv.Annotations[moveapi.AnnSalvage] != ""
 	// A salvaged move leaves its seed and old volume on the lost node (the
@@ -381,7 +376,7 @@ func (m *Mover) clean(ctx context.Context, mv move) (time.Duration, error) {
 		}
 	}
 	uid := pv.UID
-	err = m.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err := m.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("deleting the old PV %s: %w", pv.Name, err)
 	}

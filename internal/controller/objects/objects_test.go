@@ -20,17 +20,30 @@ import (
 
 const driver = "carve.dev"
 
+// countLists counts the lists of resource the client answers.
+func countLists(client *fake.Clientset, resource string) *atomic.Int32 {
+	var lists atomic.Int32
+	client.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	return &lists
+}
+
+// newCache is a Cache over client until the test ends.
+func newCache(t *testing.T, client *fake.Clientset) *Cache {
+	t.Helper()
+	c := New(client, driver, t.Context().Done())
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
 // TestEachKindListedOnce: however many duties ask for the PVs, and
 // however often they start the cache, the API server is asked once.
 func TestEachKindListedOnce(t *testing.T) {
 	client := fake.NewClientset(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}})
-	var lists atomic.Int32
-	client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		lists.Add(1)
-		return false, nil, nil
-	})
-	c := New(client, driver, t.Context().Done())
-	t.Cleanup(c.Shutdown)
+	lists := countLists(client, "persistentvolumes")
+	c := newCache(t, client)
 	a := c.PersistentVolumes()
 	c.Start()
 	b := c.PersistentVolumes()
@@ -57,13 +70,8 @@ func TestEachKindListedOnce(t *testing.T) {
 // by another duty's Start (a standby replica watches PVs only).
 func TestNothingStartsUnasked(t *testing.T) {
 	client := fake.NewClientset()
-	var claimLists atomic.Int32
-	client.PrependReactor("list", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		claimLists.Add(1)
-		return false, nil, nil
-	})
-	c := New(client, driver, t.Context().Done())
-	t.Cleanup(c.Shutdown)
+	claimLists := countLists(client, "persistentvolumeclaims")
+	c := newCache(t, client)
 	pvs := c.PersistentVolumes()
 	c.Start()
 	if !cache.WaitForCacheSync(t.Context().Done(), pvs.HasSynced) {

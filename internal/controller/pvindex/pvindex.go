@@ -64,9 +64,9 @@ func (x *Index) List() []*corev1.PersistentVolume {
 	return out
 }
 
-// NodesOf returns, sorted, the nodes handle's PVs are pinned to ("" for a
-// PV without affinity on the key).
-func (x *Index) NodesOf(handle string) ([]string, error) {
+// fromHandle is what f makes of each PV the index holds for handle, where
+// f says ok.
+func fromHandle[T any](x *Index, handle string, f func(*corev1.PersistentVolume) (T, bool)) ([]T, error) {
 	if !x.informer.HasSynced() {
 		return nil, ErrNotSynced
 	}
@@ -74,33 +74,30 @@ func (x *Index) NodesOf(handle string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var nodes []string
+	var out []T
 	for _, o := range objs {
-		if pv, ok := o.(*corev1.PersistentVolume); ok && !slices.Contains(nodes, pinned.Node(pv, x.key)) {
-			nodes = append(nodes, pinned.Node(pv, x.key))
+		if pv, ok := o.(*corev1.PersistentVolume); ok {
+			if v, ok := f(pv); ok {
+				out = append(out, v)
+			}
 		}
 	}
+	return out, nil
+}
+
+// NodesOf returns, sorted, the nodes handle's PVs are pinned to ("" for a
+// PV without affinity on the key).
+func (x *Index) NodesOf(handle string) ([]string, error) {
+	nodes, err := fromHandle(x, handle, func(pv *corev1.PersistentVolume) (string, bool) { return pinned.Node(pv, x.key), true })
 	slices.Sort(nodes)
-	return nodes, nil
+	return slices.Compact(nodes), err
 }
 
 // PVsOf returns, sorted, the names of carve's PVs with the volume handle.
 func (x *Index) PVsOf(handle string) ([]string, error) {
-	if !x.informer.HasSynced() {
-		return nil, ErrNotSynced
-	}
-	objs, err := x.informer.GetIndexer().ByIndex(byHandle, handle)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, o := range objs {
-		if pv, ok := o.(*corev1.PersistentVolume); ok {
-			names = append(names, pv.Name)
-		}
-	}
+	names, err := fromHandle(x, handle, func(pv *corev1.PersistentVolume) (string, bool) { return pv.Name, true })
 	slices.Sort(names)
-	return names, nil
+	return names, err
 }
 
 // Get returns the named PV (trimmed: another driver's has no Spec.CSI), nil
@@ -125,19 +122,12 @@ type Holder struct {
 
 // HoldersOf returns carve's PVs with the volume handle, sorted by name.
 func (x *Index) HoldersOf(handle string) ([]Holder, error) {
-	if !x.informer.HasSynced() {
-		return nil, ErrNotSynced
-	}
-	objs, err := x.informer.GetIndexer().ByIndex(byHandle, handle)
-	if err != nil {
-		return nil, err
-	}
-	var out []Holder
-	for _, o := range objs {
-		if pv, ok := o.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
-			out = append(out, Holder{PV: pv.Name, Node: pinned.Node(pv, x.key), KeyID: pv.Spec.CSI.VolumeAttributes[volume.ContextKeyID]})
+	out, err := fromHandle(x, handle, func(pv *corev1.PersistentVolume) (Holder, bool) {
+		if pv.Spec.CSI == nil {
+			return Holder{}, false
 		}
-	}
+		return Holder{PV: pv.Name, Node: pinned.Node(pv, x.key), KeyID: pv.Spec.CSI.VolumeAttributes[volume.ContextKeyID]}, true
+	})
 	slices.SortFunc(out, func(a, b Holder) int { return strings.Compare(a.PV, b.PV) })
-	return out, nil
+	return out, err
 }

@@ -155,6 +155,28 @@ func (a *agent) failUnticketed(ticket string) bool {
 	return strings.TrimSpace(ticket) == "" && a.fail["CreateVolume without a ticket"] != nil
 }
 
+// serveVolume is serve for a call on volume id, which must be one of the
+// agent's: NOT_FOUND otherwise.
+func (a *agent) serveVolume(ctx context.Context, method, id string) error {
+	if ok, err := a.serve(ctx, method, id); !ok {
+		return err
+	}
+	if !a.has(id) {
+		return a.notFound(id)
+	}
+	return nil
+}
+
+// onVolume is resp, the answer of method on volume id, unless serveVolume
+// fails the call.
+func onVolume[R any](ctx context.Context, a *agent, method, id string, resp R) (R, error) {
+	if err := a.serveVolume(ctx, method, id); err != nil {
+		var none R
+		return none, err
+	}
+	return resp, nil
+}
+
 func (a *agent) has(id string) bool { return slices.Contains(a.volumes, id) }
 
 func (a *agent) notFound(id string) error {
@@ -194,52 +216,25 @@ func (a *agent) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) 
 }
 
 func (a *agent) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
-	if ok, err := a.serve(ctx, "ValidateVolumeCapabilities", req.GetVolumeId()); !ok {
-		return nil, err
-	}
-	if !a.has(req.GetVolumeId()) {
-		return nil, a.notFound(req.GetVolumeId())
-	}
-	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
-		VolumeCapabilities: req.GetVolumeCapabilities()}}, nil
+	return onVolume(ctx, a, "ValidateVolumeCapabilities", req.GetVolumeId(), &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeCapabilities: req.GetVolumeCapabilities()}})
 }
 
 func (a *agent) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
-	if ok, err := a.serve(ctx, "ControllerGetVolume", req.GetVolumeId()); !ok {
-		return nil, err
-	}
-	if !a.has(req.GetVolumeId()) {
-		return nil, a.notFound(req.GetVolumeId())
-	}
-	return &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: req.GetVolumeId()}}, nil
+	return onVolume(ctx, a, "ControllerGetVolume", req.GetVolumeId(), &csi.ControllerGetVolumeResponse{Volume: &csi.Volume{VolumeId: req.GetVolumeId()}})
 }
 
 func (a *agent) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
-	if ok, err := a.serve(ctx, "ControllerModifyVolume", req.GetVolumeId()); !ok {
-		return nil, err
-	}
-	if !a.has(req.GetVolumeId()) {
-		return nil, a.notFound(req.GetVolumeId())
-	}
-	return &csi.ControllerModifyVolumeResponse{}, nil
+	return onVolume(ctx, a, "ControllerModifyVolume", req.GetVolumeId(), &csi.ControllerModifyVolumeResponse{})
 }
 
 func (a *agent) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	if ok, err := a.serve(ctx, "ControllerGetVolumeHealth", req.GetVolumeId()); !ok {
-		return nil, err
-	}
-	if !a.has(req.GetVolumeId()) {
-		return nil, a.notFound(req.GetVolumeId())
-	}
-	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: req.GetVolumeId()}}, nil
+	return onVolume(ctx, a, "ControllerGetVolumeHealth", req.GetVolumeId(), &csi.ControllerGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: req.GetVolumeId()}})
 }
 
 func (a *agent) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if ok, err := a.serve(ctx, "CreateSnapshot", req.GetSourceVolumeId()); !ok {
+	if err := a.serveVolume(ctx, "CreateSnapshot", req.GetSourceVolumeId()); err != nil {
 		return nil, err
-	}
-	if !a.has(req.GetSourceVolumeId()) {
-		return nil, a.notFound(req.GetSourceVolumeId())
 	}
 	return answer(a, "CreateSnapshot", &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SourceVolumeId: req.GetSourceVolumeId(),
 		SnapshotId: volume.SnapshotID(a.name, "vg0", volume.SnapshotLVNameFor(req.GetName()))}}), nil

@@ -85,12 +85,7 @@ func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 		if st.do != nil {
 			st.do()
 		}
-		// Only the call the node holds gets a short deadline.
-		timeout := 30 * time.Second
-		if st.code == codes.DeadlineExceeded {
-			timeout = 300 * time.Millisecond
-		}
-		err := createForClaim(r, st.claim, timeout)
+		err := createForClaim(r, st.claim, st.code)
 		t.Run(st.name, func(t *testing.T) {
 			wantStatus(t, err, st.code)
 			if got := recordOn(t, client, st.claim); got != st.record {
@@ -104,8 +99,13 @@ func TestCreateRecordCostsOneWriteEachWay(t *testing.T) {
 }
 
 // createForClaim asks r for the volume of claim app/<claim> on node-a,
-// giving the call timeout.
-func createForClaim(r *Server, claim string, timeout time.Duration) error {
+// wanting code: only a call the node is to hold (DEADLINE_EXCEEDED) gets
+// a short deadline.
+func createForClaim(r *Server, claim string, code codes.Code) error {
+	timeout := 30 * time.Second
+	if code == codes.DeadlineExceeded {
+		timeout = 300 * time.Millisecond
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_, err := r.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + claim, VolumeCapabilities: mountRWO, AccessibilityRequirements: strict("node-a"),

@@ -13,8 +13,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/carve-csi/carve/internal/controller/pvindex"
+	"github.com/carve-csi/carve/internal/csiserver"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -258,11 +260,7 @@ func TestCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []csi.ControllerServiceCapability_RPC_Type
-	for _, c := range resp.GetCapabilities() {
-		got = append(got, c.GetRpc().GetType())
-	}
-	want := []csi.ControllerServiceCapability_RPC_Type{
+	want := csiserver.ControllerCapabilities(
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csi.ControllerServiceCapability_RPC_GET_VOLUME,
@@ -274,9 +272,9 @@ func TestCapabilities(t *testing.T) {
 		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("capabilities %v, want %v", got, want)
+	)
+	if !proto.Equal(resp, want) {
+		t.Errorf("capabilities %v, want %v", resp, want)
 	}
 	// What is not advertised is not served.
 	ctx := context.Background()

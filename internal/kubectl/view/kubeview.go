@@ -3,6 +3,7 @@
 package view
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -159,12 +160,7 @@ func (v View) Volumes(ctx context.Context) ([]Volume, error) {
 	for i := range out {
 		out[i].Pods = pods[out[i].Claim]
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Node != out[j].Node {
-			return out[i].Node < out[j].Node
-		}
-		return out[i].PV < out[j].PV
-	})
+	sortBy(out, func(r Volume) string { return r.Node }, func(r Volume) string { return r.PV })
 	return out, nil
 }
 
@@ -270,12 +266,7 @@ func (v View) capacities(ctx context.Context, withVolumes bool) ([]Capacity, err
 		}
 		out = append(out, row)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Node != out[j].Node {
-			return out[i].Node < out[j].Node
-		}
-		return out[i].StorageClass < out[j].StorageClass
-	})
+	sortBy(out, func(r Capacity) string { return r.Node }, func(r Capacity) string { return r.StorageClass })
 	return out, nil
 }
 
@@ -409,4 +400,11 @@ func (v View) Findings(ctx context.Context) ([]Finding, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].LastSeen.After(out[j].LastSeen) })
 	return out, nil
+}
+
+// sortBy sorts rows by first, then by second.
+func sortBy[T any](rows []T, first, second func(T) string) {
+	slices.SortFunc(rows, func(a, b T) int {
+		return cmp.Or(strings.Compare(first(a), first(b)), strings.Compare(second(a), second(b)))
+	})
 }

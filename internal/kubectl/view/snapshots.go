@@ -3,7 +3,6 @@ package view
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -105,12 +104,7 @@ func (v View) Snapshots(ctx context.Context) ([]Snapshot, error) {
 		}
 		out = append(out, row)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
+	sortBy(out, func(r Snapshot) string { return r.Namespace }, func(r Snapshot) string { return r.Name })
 	return out, nil
 }
 

@@ -2,7 +2,6 @@ package changemap
 
 import (
 	"encoding/xml"
-	"errors"
 	"io"
 )
 
@@ -11,15 +10,10 @@ import (
 // dump of another device, several, or none is an error.
 func ParseThinDump(r io.Reader, dev uint64) (Set, error) {
 	const x = toolXML("thin_dump")
-	dec := xml.NewDecoder(r)
 	var set Set
 	var block uint64
 	devices := 0
-	for {
-		tok, err := x.next(dec)
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for tok, err := range x.elements(r) {
 		if err != nil {
 			return nil, err
 		}
@@ -45,17 +39,11 @@ func ParseThinDump(r io.Reader, dev uint64) (Set, error) {
 			if block == 0 || devices != 1 {
 				return nil, x.errorf("<%s> outside one <device> of a <superblock>", t.Name.Local)
 			}
-			var begin, n uint64
+			begin, length := "origin_begin", "length"
 			if t.Name.Local == "single_mapping" {
-				begin, err = x.uint(t, "origin_block")
-				n = 1
-			} else if begin, err = x.uint(t, "origin_begin"); err == nil {
-				n, err = x.uint(t, "length")
+				begin, length = "origin_block", ""
 			}
-			if err != nil {
-				return nil, err
-			}
-			if set, err = x.add(set, t, begin, n, block); err != nil {
+			if set, err = x.add(set, t, begin, length, block); err != nil {
 				return nil, err
 			}
 		default:

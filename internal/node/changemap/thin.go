@@ -21,16 +21,11 @@ import (
 // since: reads zeros now).
 func ParseThinDelta(r io.Reader) (Set, error) {
 	const x = toolXML("thin_delta")
-	dec := xml.NewDecoder(r)
 	var set Set
 	var block uint64
 	var kind string // the enclosing range kind, in the --verbose form
 	diffs := 0
-	for {
-		tok, err := x.next(dec)
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for tok, err := range x.elements(r) {
 		if err != nil {
 			return nil, err
 		}
@@ -56,15 +51,7 @@ func ParseThinDelta(r io.Reader) (Set, error) {
 				if kind == "same" {
 					continue
 				}
-				begin, err := x.uint(t, "begin")
-				if err != nil {
-					return nil, err
-				}
-				n, err := x.uint(t, "length")
-				if err != nil {
-					return nil, err
-				}
-				if set, err = x.add(set, t, begin, n, block); err != nil {
+				if set, err = x.add(set, t, "begin", "length", block); err != nil {
 					return nil, err
 				}
 			default:

@@ -151,12 +151,7 @@ func (p *fakePool) Run(_ context.Context, cmd string, args ...string) ([]byte, e
 func TestThinChanges(t *testing.T) {
 	delta := `<superblock data_block_size="128"><diff left="7" right="3"><right_only begin="1" length="1"/></diff></superblock>`
 	tables := map[string]string{"vg--a-vol": "0 131072 thin 253:4 3\n", "vg--a-snap": "0 131072 thin 253:4 7\n"}
-	tests := []struct {
-		name         string
-		pool         fakePool
-		wantErr      string
-		wantReserved bool
-	}{
+	runPoolCases(t, tables, []poolCase{
 		{"free pool", fakePool{delta: delta}, "", false},
 		{"held by another program", fakePool{delta: delta, reserved: true}, "metadata snapshot is held already (block 2051)", true},
 		{"reserve fails, none held", fakePool{delta: delta, failReserve: 1}, "(none is held)", false},
@@ -166,26 +161,46 @@ func TestThinChanges(t *testing.T) {
 		{"another pool", fakePool{tables: map[string]string{"vg--a-vol": tables["vg--a-vol"], "vg--a-snap": "0 131072 thin 253:9 7\n"}}, "in pool device 253:4", false},
 		{"not thin", fakePool{tables: map[string]string{"vg--a-vol": "0 131072 linear 8:16 2048\n", "vg--a-snap": tables["vg--a-snap"]}}, "not one thin target", false},
 		{"external origin", fakePool{tables: map[string]string{"vg--a-vol": "0 131072 thin 253:4 3 253:1\n", "vg--a-snap": tables["vg--a-snap"]}}, "external origin", false},
-	}
-	for _, tt := range tests {
+	}, func(t *testing.T, f *Finder) (Set, error) {
+		return f.ThinChanges(t.Context(), "vg-a", "pool", "snap", "vol")
+	}, func(t *testing.T, p *fakePool) {
+		if want := []string{"--metadata-snap", "--snap1", "7", "--snap2", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.deltaArgs, want) || !p.deltaReserved {
+			t.Errorf("thin_delta %q (reserved: %v), want %q with the metadata snapshot reserved", p.deltaArgs, p.deltaReserved, want)
+		}
+	})
+}
+
+// poolCase is a case of a call that reads a pool's metadata snapshot:
+// what pool the Finder runs on, the error wanted, and whether the snapshot
+// was held before (it then stays held).
+type poolCase struct {
+	name         string
+	pool         fakePool
+	wantErr      string
+	wantReserved bool
+}
+
+// runPoolCases runs call on a Finder over each case's pool (over tables
+// when it names none): a snapshot held already is ErrMetadataSnapHeld and
+// stays held, one the call reserved is released, and a call that succeeds
+// answers the block the pools map and ran as ran checks.
+func runPoolCases(t *testing.T, tables map[string]string, cases []poolCase, call func(*testing.T, *Finder) (Set, error), ran func(*testing.T, *fakePool)) {
+	t.Helper()
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.pool
 			if p.tables == nil {
 				p.tables = tables
 			}
-			f := &Finder{Run: &p, DevDir: "/dev"}
-			got, err := f.ThinChanges(t.Context(), "vg-a", "pool", "snap", "vol")
-			if tt.wantReserved && !errors.Is(err, ErrMetadataSnapHeld) {
-				t.Errorf("ThinChanges with a snapshot held: %v, want %v", err, ErrMetadataSnapHeld)
+			got, err := call(t, &Finder{Run: &p, DevDir: "/dev"})
+			if tt.wantReserved != errors.Is(err, ErrMetadataSnapHeld) {
+				t.Errorf("%v; want ErrMetadataSnapHeld: %v", err, tt.wantReserved)
 			}
 			if p.reserved != tt.wantReserved {
 				t.Errorf("metadata snapshot reserved after the call: %v", p.reserved)
 			}
-			if !checkSet(t, got, err, Set{{128 * 512, 128 * 512}}, tt.wantErr) {
-				return
-			}
-			if want := []string{"--metadata-snap", "--snap1", "7", "--snap2", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.deltaArgs, want) || !p.deltaReserved {
-				t.Errorf("thin_delta %q (reserved: %v), want %q with the metadata snapshot reserved", p.deltaArgs, p.deltaReserved, want)
+			if checkSet(t, got, err, Set{{128 * 512, 128 * 512}}, tt.wantErr) {
+				ran(t, &p)
 			}
 		})
 	}
@@ -240,40 +255,19 @@ func TestParseThinDump(t *testing.T) {
 func TestThinMapped(t *testing.T) {
 	dump := `<superblock data_block_size="128"><device dev_id="3"><single_mapping origin_block="1" data_block="9" time="0"/></device></superblock>`
 	tables := map[string]string{"vg--a-vol": "0 131072 thin 253:4 3\n"}
-	tests := []struct {
-		name         string
-		pool         fakePool
-		wantErr      string
-		wantReserved bool
-	}{
+	runPoolCases(t, tables, []poolCase{
 		{"free pool", fakePool{dump: dump}, "", false},
 		{"held by another program", fakePool{dump: dump, reserved: true}, "held already", true},
 		{"thin_dump fails", fakePool{deltaErr: errors.New("exit status 1")}, "thin_dump of thin device 3 of vg-a/pool", false},
 		{"thin_dump of another device", fakePool{dump: strings.Replace(dump, `"3"`, `"4"`, 1)}, "device 4, want 3", false},
 		{"not active", fakePool{tables: map[string]string{}}, "no such device", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := tt.pool
-			if p.tables == nil {
-				p.tables = tables
-			}
-			f := &Finder{Run: &p, DevDir: "/dev"}
-			got, err := f.ThinMapped(t.Context(), "vg-a", "pool", "vol")
-			if tt.wantReserved != errors.Is(err, ErrMetadataSnapHeld) {
-				t.Errorf("ThinMapped: %v; want ErrMetadataSnapHeld: %v", err, tt.wantReserved)
-			}
-			if p.reserved != tt.wantReserved {
-				t.Errorf("metadata snapshot reserved after the call: %v", p.reserved)
-			}
-			if !checkSet(t, got, err, Set{{128 * 512, 128 * 512}}, tt.wantErr) {
-				return
-			}
-			if want := []string{"--metadata-snap", "--dev-id", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.dumpArgs, want) || !p.dumpReserved {
-				t.Errorf("thin_dump %q (reserved: %v), want %q with the metadata snapshot reserved", p.dumpArgs, p.dumpReserved, want)
-			}
-		})
-	}
+	}, func(t *testing.T, f *Finder) (Set, error) {
+		return f.ThinMapped(t.Context(), "vg-a", "pool", "vol")
+	}, func(t *testing.T, p *fakePool) {
+		if want := []string{"--metadata-snap", "--dev-id", "3", "/dev/mapper/vg--a-pool_tmeta"}; !slices.Equal(p.dumpArgs, want) || !p.dumpReserved {
+			t.Errorf("thin_dump %q (reserved: %v), want %q with the metadata snapshot reserved", p.dumpArgs, p.dumpReserved, want)
+		}
+	})
 }
 
 // TestPoolActive: a pool is active when its "-tpool" device node exists; a

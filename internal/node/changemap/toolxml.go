@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"strconv"
 )
 
@@ -16,18 +17,26 @@ func (x toolXML) errorf(format string, a ...any) error {
 	return fmt.Errorf(string(x)+"'s output: "+format, a...)
 }
 
-func (x toolXML) next(dec *xml.Decoder) (xml.Token, error) {
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil, io.EOF
-		}
-		if err != nil {
-			return nil, x.errorf("%w", err)
-		}
-		switch tok.(type) {
-		case xml.StartElement, xml.EndElement:
-			return tok, nil
+// elements are r's start and end elements in order; an unreadable r ends
+// them with the error.
+func (x toolXML) elements(r io.Reader) iter.Seq2[xml.Token, error] {
+	return func(yield func(xml.Token, error) bool) {
+		dec := xml.NewDecoder(r)
+		for {
+			tok, err := dec.Token()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				yield(nil, x.errorf("%w", err))
+				return
+			}
+			switch tok.(type) {
+			case xml.StartElement, xml.EndElement:
+				if !yield(tok, nil) {
+					return
+				}
+			}
 		}
 	}
 }
@@ -58,12 +67,24 @@ func (x toolXML) blockBytes(t xml.StartElement) (uint64, error) {
 	return b * 512, nil
 }
 
-// add refuses a range that does not fit in 64 bits of bytes.
-func (x toolXML) add(set Set, t xml.StartElement, begin, n, block uint64) (Set, error) {
-	if most := (1<<64 - 1) / block; n > most || begin > most-n {
-		return nil, x.errorf("<%s> at block %d of %d is out of range", t.Name.Local, begin, n)
+// add adds the blocks t names, from its begin attribute for its length
+// attribute's count of blocks (one block when length is ""), and refuses a
+// range that does not fit in 64 bits of bytes.
+func (x toolXML) add(set Set, t xml.StartElement, begin, length string, block uint64) (Set, error) {
+	first, err := x.uint(t, begin)
+	if err != nil {
+		return nil, err
 	}
-	return set.Add(begin*block, n*block), nil
+	n := uint64(1)
+	if length != "" {
+		if n, err = x.uint(t, length); err != nil {
+			return nil, err
+		}
+	}
+	if most := (1<<64 - 1) / block; n > most || first > most-n {
+		return nil, x.errorf("<%s> at block %d of %d is out of range", t.Name.Local, first, n)
+	}
+	return set.Add(first*block, n*block), nil
 }
 
 func hasAttr(t xml.StartElement, name string) bool {

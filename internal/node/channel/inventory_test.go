@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/proto"
 
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/lvmname"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
@@ -121,6 +121,22 @@ func (f *fakeOrphans) RemoveOrphan(_ context.Context, vg, name, orphanOf string)
 	return nil
 }
 
+// orphanAgent is an agent whose orphans go to orphans; nil is a node
+// without a lifecycle, which removes none.
+func orphanAgent(t *testing.T, orphans *fakeOrphans) *Agent {
+	t.Helper()
+	e := newEnv(t)
+	cfg := Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: testClasses(), Capacity: e.view, Inventory: e.view}
+	if orphans != nil {
+		cfg.Orphans = orphans
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // TestRemoveOrphan: the node's RemoveOrphan, only in a configured volume
 // group; its refusal comes back as FAILED_PRECONDITION with the reason.
 func TestRemoveOrphan(t *testing.T) {
@@ -143,19 +159,8 @@ func TestRemoveOrphan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
-			cfg := Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: testClasses(), Capacity: e.view, Inventory: e.view}
-			if tt.orphans != nil {
-				cfg.Orphans = tt.orphans
-			}
-			a, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = a.RemoveOrphan(t.Context(), tt.req)
-			if status.Code(err) != tt.want || !strings.Contains(status.Convert(err).Message(), tt.wantMsg) {
-				t.Errorf("RemoveOrphan: %v, want %s containing %q", err, tt.want, tt.wantMsg)
-			}
+			_, err := orphanAgent(t, tt.orphans).RemoveOrphan(t.Context(), tt.req)
+			csitest.WantCode(t, err, tt.want, tt.wantMsg)
 			if tt.orphans != nil && !slices.Equal(tt.orphans.removed, tt.wantGone) {
 				t.Errorf("removed %v, want %v", tt.orphans.removed, tt.wantGone)
 			}
@@ -186,19 +191,8 @@ func TestQuarantineOrphan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
-			cfg := Config{NodeName: node, TokenFile: e.tokenFile, Trust: e.trust, Classes: testClasses(), Capacity: e.view, Inventory: e.view}
-			if tt.orphans != nil {
-				cfg.Orphans = tt.orphans
-			}
-			a, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := a.QuarantineOrphan(t.Context(), tt.req)
-			if status.Code(err) != tt.want || !strings.Contains(status.Convert(err).Message(), tt.wantMsg) {
-				t.Errorf("QuarantineOrphan: %v, want %s containing %q", err, tt.want, tt.wantMsg)
-			}
+			resp, err := orphanAgent(t, tt.orphans).QuarantineOrphan(t.Context(), tt.req)
+			csitest.WantCode(t, err, tt.want, tt.wantMsg)
 			if err == nil && resp.GetName() != "carve-orphan-x" {
 				t.Errorf("new name %q", resp.GetName())
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -142,7 +143,7 @@ func TestCreateSnapshotRefuses(t *testing.T) {
 			fx := newControllerFixture(t)
 			vol := fx.mustVolume(t, "pvc-1", gib, thinParams)
 			_, err := fx.cs.CreateSnapshot(context.Background(), tt.req(vol))
-			wantCode(t, err, tt.code, tt.msg...)
+			csitest.WantCode(t, err, tt.code, tt.msg...)
 			if n := len(fx.view.Snapshots()); n != 0 {
 				t.Errorf("a refused CreateSnapshot left %d snapshots", n)
 			}
@@ -205,7 +206,7 @@ func TestDeleteSnapshot(t *testing.T) {
 			continue
 		}
 		if tt.code != codes.OK {
-			wantCode(t, err, tt.code, tt.msg...)
+			csitest.WantCode(t, err, tt.code, tt.msg...)
 		}
 	}
 	if _, vg, name, _ := volume.ParseSnapshotID(snap.GetSnapshotId()); len(fx.lvm.LVs) != 2 || fx.lvm.LVs[vg+"/"+name] != nil {
@@ -290,9 +291,9 @@ func TestListSnapshotsPaging(t *testing.T) {
 		t.Errorf("second page %v, %v", page, err)
 	}
 	_, err = fx.cs.ListSnapshots(ctx, &csi.ListSnapshotsRequest{StartingToken: "bogus"})
-	wantCode(t, err, codes.Aborted)
+	csitest.WantCode(t, err, codes.Aborted)
 	_, err = fx.cs.ListSnapshots(ctx, &csi.ListSnapshotsRequest{MaxEntries: -1})
-	wantCode(t, err, codes.InvalidArgument)
+	csitest.WantCode(t, err, codes.InvalidArgument)
 }
 
 // TestSnapshotAnswersTheAskedSize: CreateSnapshot and GetSnapshot answer

@@ -12,8 +12,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
@@ -120,18 +120,6 @@ func segment(node string) *csi.Topology {
 	return &csi.Topology{Segments: map[string]string{topology.Key: node}}
 }
 
-func wantCode(t *testing.T, err error, code codes.Code, msgParts ...string) {
-	t.Helper()
-	if status.Code(err) != code {
-		t.Fatalf("code = %v (%v), want %v", status.Code(err), err, code)
-	}
-	for _, p := range msgParts {
-		if !strings.Contains(status.Convert(err).Message(), p) {
-			t.Errorf("message %q does not mention %q", status.Convert(err).Message(), p)
-		}
-	}
-}
-
 // TestCreateVolume: CreateVolume checks the request (name, capabilities,
 // content source, parameters, class, topology) and answers the volume's
 // ID, size, topology and context; the sizes and room Create decides are
@@ -207,7 +195,7 @@ func TestCreateVolume(t *testing.T) {
 				tt.mod(req)
 			}
 			resp, err := fx.cs.CreateVolume(context.Background(), req)
-			wantCode(t, err, tt.code, tt.msg...)
+			csitest.WantCode(t, err, tt.code, tt.msg...)
 			if tt.code != codes.OK {
 				if n := len(fx.view.Volumes()); n != 0 {
 					t.Errorf("a failed CreateVolume left %d volumes", n)
@@ -258,7 +246,7 @@ func TestCreateVolumeLVMErrors(t *testing.T) {
 			fx := newControllerFixture(t)
 			fx.lvm.FailNext = tt.err
 			_, err := fx.cs.CreateVolume(context.Background(), createReq("pvc-1", gib, nil))
-			wantCode(t, err, tt.code, tt.err.Error())
+			csitest.WantCode(t, err, tt.code, tt.err.Error())
 		})
 	}
 }
@@ -285,7 +273,7 @@ func TestDeleteVolume(t *testing.T) {
 			fx := newControllerFixture(t)
 			id := tt.setup(t, fx)
 			_, err := fx.cs.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: map[string]string{"k": "v"}})
-			wantCode(t, err, tt.code, tt.msg...)
+			csitest.WantCode(t, err, tt.code, tt.msg...)
 			if !tt.gone {
 				return
 			}
@@ -333,7 +321,7 @@ func TestGetCapacity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, err := fx.cs.GetCapacity(ctx, tt.req)
-			wantCode(t, err, tt.code)
+			csitest.WantCode(t, err, tt.code)
 			if err != nil {
 				return
 			}
@@ -372,7 +360,7 @@ func TestGetCapacity(t *testing.T) {
 		t.Errorf("vanished VG: %v, %v; want 0", resp.GetAvailableCapacity(), err)
 	}
 	_, err = fx.cs.CreateVolume(ctx, createReq("pvc-2", gib, map[string]string{volume.ParamDeviceClass: "other"}))
-	wantCode(t, err, codes.ResourceExhausted, "vg2")
+	csitest.WantCode(t, err, codes.ResourceExhausted, "vg2")
 }
 
 func TestListVolumes(t *testing.T) {
@@ -438,9 +426,9 @@ func TestListVolumes(t *testing.T) {
 		t.Errorf("saw %d volumes over the pages, want 5", len(seen))
 	}
 	_, err = fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "invalid-token"})
-	wantCode(t, err, codes.Aborted, "starting_token")
+	csitest.WantCode(t, err, codes.Aborted, "starting_token")
 	_, err = fx.cs.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: -1})
-	wantCode(t, err, codes.InvalidArgument, "max_entries")
+	csitest.WantCode(t, err, codes.InvalidArgument, "max_entries")
 }
 
 func TestControllerGetVolumeAndValidate(t *testing.T) {
@@ -484,7 +472,7 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 	for _, tt := range getTests {
 		t.Run("get/"+tt.name, func(t *testing.T) {
 			resp, err := fx.cs.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: tt.id})
-			wantCode(t, err, tt.code)
+			csitest.WantCode(t, err, tt.code)
 			if err == nil && (resp.GetVolume().GetVolumeId() != id || resp.GetVolume().GetCapacityBytes() != gib || resp.GetStatus() == nil) {
 				t.Errorf("response %v", resp)
 			}
@@ -511,7 +499,7 @@ func TestControllerGetVolumeAndValidate(t *testing.T) {
 	for _, tt := range valTests {
 		t.Run("validate/"+tt.name, func(t *testing.T) {
 			resp, err := fx.cs.ValidateVolumeCapabilities(ctx, tt.req)
-			wantCode(t, err, tt.code)
+			csitest.WantCode(t, err, tt.code)
 			if err != nil {
 				return
 			}
@@ -666,7 +654,7 @@ func TestCreateVolumeRepeatOutsideItsTopology(t *testing.T) {
 	other := createReq("pvc-2", gib, nil)
 	other.AccessibilityRequirements = elsewhere
 	_, err = fx.cs.CreateVolume(ctx, other)
-	wantCode(t, err, codes.ResourceExhausted, "requisite topology")
+	csitest.WantCode(t, err, codes.ResourceExhausted, "requisite topology")
 }
 
 // TestListVolumesLeavesOutQuarantinedOrphans: an orphan the audit

@@ -7,6 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -79,9 +80,9 @@ func TestControllerVolumeHealthRPCs(t *testing.T) {
 		t.Errorf("inactive volume: %v, %v", resp, err)
 	}
 	_, err = fx.cs.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{})
-	wantCode(t, err, codes.InvalidArgument)
+	csitest.WantCode(t, err, codes.InvalidArgument)
 	_, err = fx.cs.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: volume.VolumeID("vg1", volume.LVNameFor("never"))})
-	wantCode(t, err, codes.NotFound)
+	csitest.WantCode(t, err, codes.NotFound)
 
 	list, err := fx.cs.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{})
 	if err != nil {
@@ -103,5 +104,5 @@ func TestControllerVolumeHealthRPCs(t *testing.T) {
 		t.Errorf("second page %v, %v", next, err)
 	}
 	_, err = fx.cs.ControllerListVolumeHealth(ctx, &csi.ControllerListVolumeHealthRequest{StartingToken: "nope"})
-	wantCode(t, err, codes.Aborted)
+	csitest.WantCode(t, err, codes.Aborted)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -98,7 +99,7 @@ func TestNodeActivatesTheLVItNeeds(t *testing.T) {
 			if tc.prepare != nil {
 				tc.prepare(t, fx)
 			}
-			wantCode(t, tc.call(t, fx), tc.code, tc.msg...)
+			csitest.WantCode(t, tc.call(t, fx), tc.code, tc.msg...)
 			want := []string{}
 			if tc.code == codes.OK {
 				want = []string{fx.id}

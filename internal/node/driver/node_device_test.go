@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -38,7 +39,7 @@ func TestStageAndPublishLookup(t *testing.T) {
 			stage := fx.stageReq(mountCap("", sw))
 			stage.VolumeContext = fx.volumeContext(tc.volumeCtx)
 			_, err := fx.ns.NodeStageVolume(context.Background(), stage)
-			wantCode(t, err, tc.wantCode)
+			csitest.WantCode(t, err, tc.wantCode)
 			if err == nil {
 				publish := fx.publishReq(mountCap("", sw), false)
 				publish.VolumeContext = fx.volumeContext(tc.volumeCtx)

@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -82,7 +83,7 @@ func TestNodeExpandVolumeObeysClassRules(t *testing.T) {
 			fx.publish(t, blockCap(sw), false)
 			_, err := fx.ns.NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: fx.id, VolumePath: fx.target,
 				CapacityRange: &csi.CapacityRange{RequiredBytes: tt.required, LimitBytes: tt.limit}})
-			wantCode(t, err, tt.code, tt.msg...)
+			csitest.WantCode(t, err, tt.code, tt.msg...)
 			vg, name, _ := volume.ParseVolumeID(fx.id)
 			lv, _ := fx.lvm.GetLV(context.Background(), vg, name)
 			if int64(lv.Size) != tt.want {
@@ -113,7 +114,7 @@ func TestNodeExpandAndCreateShareTheRoom(t *testing.T) {
 		if err := expand(fx, 6*gib); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, create(fx), codes.ResourceExhausted)
+		csitest.WantCode(t, create(fx), codes.ResourceExhausted)
 	})
 	t.Run("create first", func(t *testing.T) {
 		fx := newNodeFixture(t)
@@ -121,7 +122,7 @@ func TestNodeExpandAndCreateShareTheRoom(t *testing.T) {
 		if err := create(fx); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, expand(fx, 6*gib), codes.ResourceExhausted)
+		csitest.WantCode(t, expand(fx, 6*gib), codes.ResourceExhausted)
 		if err := expand(fx, 5*gib); err != nil {
 			t.Errorf("a growth that fits beside the new volume: %v", err)
 		}
@@ -155,7 +156,7 @@ func TestNodeExpandWaitsForTheRoomLock(t *testing.T) {
 	defer cancel()
 	_, err = fx.ns.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: fx.id, VolumePath: fx.target,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gib}})
-	wantCode(t, err, codes.DeadlineExceeded, "room lock of volume group vg1")
+	csitest.WantCode(t, err, codes.DeadlineExceeded, "room lock of volume group vg1")
 	unlock()
 	if _, err := fx.ns.NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: fx.id, VolumePath: fx.target,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gib}}); err != nil {
@@ -178,5 +179,5 @@ func TestNodeExpandWithoutClassesIsCheckedByLVMAlone(t *testing.T) {
 	}
 	_, err := fx.ns.NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: fx.id, VolumePath: fx.target,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 20 * gib}})
-	wantCode(t, err, codes.ResourceExhausted)
+	csitest.WantCode(t, err, codes.ResourceExhausted)
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	testingexec "k8s.io/utils/exec/testing"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -95,7 +96,7 @@ func TestStageRemakesAFilesystemWhoseMkfsNeverEnded(t *testing.T) {
 				fsType = "ext4"
 			}
 			_, err = fx.ns.NodeStageVolume(context.Background(), fx.stageReq(mountCap(fsType, sw)))
-			wantCode(t, err, tt.code)
+			csitest.WantCode(t, err, tt.code)
 			if got := len(fx.wiped) > 0; got != tt.wantWiped {
 				t.Errorf("signature regions zeroed: %v, want %v", got, tt.wantWiped)
 			}
@@ -181,7 +182,7 @@ func TestFullStateDiskIsResourceExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := fx.ns.NodeStageVolume(context.Background(), fx.stageReq(mountCap("ext4", sw)))
-	wantCode(t, err, codes.ResourceExhausted, "--state-dir", "full")
+	csitest.WantCode(t, err, codes.ResourceExhausted, "--state-dir", "full")
 	if ran := fx.tools.Ran("mkfs.ext4"); len(ran) != 0 {
 		t.Errorf("mkfs ran without a mark: %v", ran)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/iolimit"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -73,8 +74,20 @@ func (fx *limitFixture) tag(t *testing.T, l volume.IOLimits) {
 	}
 }
 
-func (fx *limitFixture) applications(result string) float64 {
-	return testutil.ToFloat64(fx.ns.cfg.Metrics.IOLimitApplications(result))
+// wantApplications checks that limits were applied want times with result.
+func (fx *limitFixture) wantApplications(t *testing.T, result string, want int) {
+	t.Helper()
+	if got := testutil.ToFloat64(fx.ns.cfg.Metrics.IOLimitApplications(result)); got != float64(want) {
+		t.Errorf("applications %s = %v, want %d", result, got, want)
+	}
+}
+
+// stagedPublish stages the fixture's volume as a filesystem and answers
+// its NodePublishVolume.
+func (fx *limitFixture) stagedPublish(t *testing.T) error {
+	fx.stage(t, mountCap("", sw))
+	_, err := fx.ns.NodePublishVolume(context.Background(), fx.publishReq(mountCap("", sw), false))
+	return err
 }
 
 func (fx *limitFixture) modify(params map[string]string) error {
@@ -103,31 +116,25 @@ func TestNodePublishAppliesIOLimits(t *testing.T) {
 			if fx.mountAt(fx.target) == nil {
 				t.Error("not published")
 			}
-			if fx.applications("ok") != 1 {
-				t.Errorf("applications ok = %v, want 1", fx.applications("ok"))
-			}
+			fx.wantApplications(t, "ok", 1)
 		})
 	}
 	t.Run("no io controller", func(t *testing.T) {
 		fx := newLimitFixture(t, "cpu memory")
 		fx.tag(t, volume.IOLimits{WriteBPS: 1 << 20})
-		fx.stage(t, mountCap("", sw))
-		_, err := fx.ns.NodePublishVolume(context.Background(), fx.publishReq(mountCap("", sw), false))
-		wantCode(t, err, codes.FailedPrecondition, "IO limits", "io controller")
+		err := fx.stagedPublish(t)
+		csitest.WantCode(t, err, codes.FailedPrecondition, "IO limits", "io controller")
 		if fx.mountAt(fx.target) != nil || fx.readIOMax(t) != "" {
 			t.Error("published, or io.max written, on a node that cannot apply limits")
 		}
-		if fx.applications("unsupported") != 1 {
-			t.Errorf("applications unsupported = %v, want 1", fx.applications("unsupported"))
-		}
+		fx.wantApplications(t, "unsupported", 1)
 	})
 	t.Run("pod cgroup not there", func(t *testing.T) {
 		fx := newLimitFixture(t, "io")
 		fx.tag(t, volume.IOLimits{WriteBPS: 1 << 20})
 		fx.target = filepath.Join(t.TempDir(), "kubelet", "pods", "11111111-2222-3333-4444-555555555555", "volumes", "kubernetes.io~csi", "pv-1", "mount")
-		fx.stage(t, mountCap("", sw))
-		_, err := fx.ns.NodePublishVolume(context.Background(), fx.publishReq(mountCap("", sw), false))
-		wantCode(t, err, codes.Unavailable, "pod cgroup not found")
+		err := fx.stagedPublish(t)
+		csitest.WantCode(t, err, codes.Unavailable, "pod cgroup not found")
 	})
 	t.Run("no limits: cgroups untouched", func(t *testing.T) {
 		fx := newLimitFixture(t, "cpu memory")
@@ -167,9 +174,7 @@ func TestControllerModifyVolumeAppliesLive(t *testing.T) {
 			t.Errorf("step %d: io.max = %q, want %q", i, line, s.wantLine)
 		}
 	}
-	if fx.applications("ok") != float64(len(steps)) {
-		t.Errorf("applications ok = %v, want %d", fx.applications("ok"), len(steps))
-	}
+	fx.wantApplications(t, "ok", len(steps))
 }
 
 func TestControllerModifyVolumeRefusals(t *testing.T) {
@@ -190,7 +195,7 @@ func TestControllerModifyVolumeRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := fx.cs.ControllerModifyVolume(context.Background(), &csi.ControllerModifyVolumeRequest{VolumeId: tc.id, MutableParameters: tc.params})
-			wantCode(t, err, tc.code, tc.msg...)
+			csitest.WantCode(t, err, tc.code, tc.msg...)
 		})
 	}
 	tags, _ := fx.lvm.LVTags("vg1", volume.LVNameFor(fx.name))
@@ -208,7 +213,7 @@ func TestControllerModifyVolumeRefusals(t *testing.T) {
 func TestControllerModifyVolumeWithoutIOController(t *testing.T) {
 	fx := newLimitFixture(t, "cpu memory")
 	err := fx.modify(map[string]string{volume.ParamWriteBytesPerSecond: "1Mi"})
-	wantCode(t, err, codes.FailedPrecondition, "recorded", "io controller")
+	csitest.WantCode(t, err, codes.FailedPrecondition, "recorded", "io controller")
 	tags, _ := fx.lvm.LVTags("vg1", volume.LVNameFor(fx.name))
 	if !slices.Contains(tags, "carve.dev/wbps=1048576") {
 		t.Errorf("tags %v: the limit is not recorded", tags)
@@ -251,7 +256,7 @@ func TestCreateVolumeRecordsIOLimits(t *testing.T) {
 	bad := createReq("pvc-bad", gib, nil)
 	bad.MutableParameters = map[string]string{"XXX_FakeKey": "XXX_FakeValue"}
 	_, err = fx.cs.CreateVolume(context.Background(), bad)
-	wantCode(t, err, codes.InvalidArgument, "mutable_parameters", "XXX_FakeKey")
+	csitest.WantCode(t, err, codes.InvalidArgument, "mutable_parameters", "XXX_FakeKey")
 	_, err = fx.cs.CreateVolume(context.Background(), createReq("pvc-bad", gib, map[string]string{volume.ParamReadIOPS: "0"}))
-	wantCode(t, err, codes.InvalidArgument, "parameters", volume.ParamReadIOPS)
+	csitest.WantCode(t, err, codes.InvalidArgument, "parameters", volume.ParamReadIOPS)
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	mount "k8s.io/mount-utils"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/fs"
 )
 
@@ -144,7 +145,7 @@ func TestPublishFailingHalfWayLeavesNothingMounted(t *testing.T) {
 	cfg.FS = fs.New(halfMounter{fx.mounter}, fx.tools)
 	half := NewNodeServer(cfg)
 	_, err := half.NodePublishVolume(context.Background(), fx.publishReq(mountCap("", sw), true))
-	wantCode(t, err, codes.Internal, "undone")
+	csitest.WantCode(t, err, codes.Internal, "undone")
 	if fx.mountAt(fx.target) != nil {
 		t.Fatal("the half-made publish mount was left at the target")
 	}

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 	testingexec "k8s.io/utils/exec/testing"
+
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 )
 
 // shortDeadline stands for the kubelet's 2 minutes: a call under it
@@ -63,42 +65,42 @@ func TestStageOutlivesItsDeadline(t *testing.T) {
 	}{
 		{name: "mkfs: the retry joins the running job", held: "mkfs.ext4", mkfs: 1,
 			run: func(t *testing.T, fx *nodeFixture, release func()) {
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
 				time.AfterFunc(shortDeadline, release)
-				wantCode(t, fx.stageWithin(0, ext4), codes.OK)
+				csitest.WantCode(t, fx.stageWithin(0, ext4), codes.OK)
 			}},
 		{name: "fsck: the retry joins the running job", held: "fsck", existing: "ext4", fsck: 1,
 			run: func(t *testing.T, fx *nodeFixture, release func()) {
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
 				release()
-				wantCode(t, fx.stageWithin(0, ext4), codes.OK)
+				csitest.WantCode(t, fx.stageWithin(0, ext4), codes.OK)
 			}},
 		{name: "a retry after the job ended gets its result", held: "mkfs.ext4", mkfs: 1,
 			run: func(t *testing.T, fx *nodeFixture, release func()) {
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
 				release()
 				fx.waitJobEnded(t)
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.OK)
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.OK)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.OK)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.OK)
 			}},
 		{name: "a failed job's error reaches the retry once, then the work starts afresh", held: "mkfs.ext4", mkfs: 2,
 			run: func(t *testing.T, fx *nodeFixture, release func()) {
 				fx.tools.FailIf(func(argv []string) bool { return argv[0] == "mkfs.ext4" }, testingexec.FakeExitError{Status: 1})
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
 				release()
 				fx.waitJobEnded(t)
-				wantCode(t, fx.stageWithin(0, ext4), codes.Internal, "format")
-				wantCode(t, fx.stageWithin(0, ext4), codes.Internal)
+				csitest.WantCode(t, fx.stageWithin(0, ext4), codes.Internal, "format")
+				csitest.WantCode(t, fx.stageWithin(0, ext4), codes.Internal)
 			}},
 		{name: "unstage while the job runs is ABORTED and leaves the stage whole", held: "mkfs.ext4", mkfs: 1,
 			run: func(t *testing.T, fx *nodeFixture, release func()) {
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
 				if got := fx.unstageCode(); got != codes.Aborted {
 					t.Fatalf("unstage during mkfs: %s, want Aborted", got)
 				}
 				release()
-				wantCode(t, fx.stageWithin(0, ext4), codes.OK)
+				csitest.WantCode(t, fx.stageWithin(0, ext4), codes.OK)
 				if got := fx.unstageCode(); got != codes.OK {
 					t.Fatalf("unstage after the stage: %s", got)
 				}
@@ -106,10 +108,10 @@ func TestStageOutlivesItsDeadline(t *testing.T) {
 			}},
 		{name: "a stage with other arguments while the job runs is ABORTED", held: "mkfs.ext4", mkfs: 1,
 			run: func(t *testing.T, fx *nodeFixture, release func()) {
-				wantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
-				wantCode(t, fx.stageWithin(0, mountCap("xfs", sw)), codes.Aborted, "other arguments")
+				csitest.WantCode(t, fx.stageWithin(shortDeadline, ext4), codes.Aborted)
+				csitest.WantCode(t, fx.stageWithin(0, mountCap("xfs", sw)), codes.Aborted, "other arguments")
 				release()
-				wantCode(t, fx.stageWithin(0, ext4), codes.OK)
+				csitest.WantCode(t, fx.stageWithin(0, ext4), codes.OK)
 			}},
 	}
 	for _, tc := range cases {

@@ -17,6 +17,7 @@ import (
 	mount "k8s.io/mount-utils"
 	testingexec "k8s.io/utils/exec/testing"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/erase"
@@ -300,20 +301,6 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string, labels 
 	return n
 }
 
-// nodeCapabilityTypes is what a Node server's NodeGetCapabilities lists.
-func nodeCapabilityTypes(t *testing.T, ns csi.NodeServer) []csi.NodeServiceCapability_RPC_Type {
-	t.Helper()
-	caps, err := ns.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []csi.NodeServiceCapability_RPC_Type
-	for _, c := range caps.GetCapabilities() {
-		got = append(got, c.GetRpc().GetType())
-	}
-	return got
-}
-
 // nodeCase is one case of a table-driven test of a Node RPC whose request is
 // R; those tests share it and runNodeCases rather than each repeating both.
 type nodeCase[R any] struct {
@@ -358,7 +345,7 @@ func runNodeCases[R any](t *testing.T, cases []nodeCase[R], rpc nodeRPC[R]) {
 			}
 			req := newReq(fx)
 			for i := 0; i < max(rpc.times, 1); i++ {
-				wantCode(t, rpc.call(context.Background(), fx, req), tc.code, tc.msg...)
+				csitest.WantCode(t, rpc.call(context.Background(), fx, req), tc.code, tc.msg...)
 			}
 			if tc.check != nil {
 				tc.check(t, fx)
@@ -392,7 +379,7 @@ func TestNodeGetInfoAndCapabilities(t *testing.T) {
 		info.GetAccessibleTopology().GetSegments()[topology.Key] != testNode || len(info.GetAccessibleTopology().GetSegments()) != 1 {
 		t.Errorf("NodeGetInfo = %v", info)
 	}
-	got := nodeCapabilityTypes(t, fx.ns)
+	got := csitest.NodeCapabilityTypes(t, fx.ns)
 	want := []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME, csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
@@ -884,7 +871,7 @@ func TestNodeGetVolumeStats(t *testing.T) {
 				req = tc.req(fx)
 			}
 			resp, err := fx.ns.NodeGetVolumeStats(context.Background(), req)
-			wantCode(t, err, tc.code, tc.msg...)
+			csitest.WantCode(t, err, tc.code, tc.msg...)
 			if tc.check != nil {
 				tc.check(t, resp)
 			}
@@ -963,7 +950,7 @@ func TestNodeGetVolumeHealth(t *testing.T) {
 				req = tc.req(fx)
 			}
 			resp, err := fx.ns.NodeGetVolumeHealth(context.Background(), req)
-			wantCode(t, err, tc.code, tc.msg...)
+			csitest.WantCode(t, err, tc.code, tc.msg...)
 			if err != nil {
 				return
 			}
@@ -1066,7 +1053,7 @@ func TestNodeExpandVolume(t *testing.T) {
 				tc.prepare(t, fx)
 			}
 			resp, err := fx.ns.NodeExpandVolume(context.Background(), tc.req(fx))
-			wantCode(t, err, tc.code, tc.msg...)
+			csitest.WantCode(t, err, tc.code, tc.msg...)
 			if got := fx.extensionsSeen(t); got != tc.wantChanges {
 				t.Errorf("the view saw %d lvextends, want %d", got, tc.wantChanges)
 			}
@@ -1231,5 +1218,5 @@ func TestNodeGetVolumeHealthMountTableUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ns.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: fx.id, StagingTargetPath: fx.staging})
-	wantCode(t, err, codes.Internal, "too many open files")
+	csitest.WantCode(t, err, codes.Internal, "too many open files")
 }

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
 )
@@ -92,7 +93,7 @@ func TestStageAndPublishTrustNoRequest(t *testing.T) {
 					publish.VolumeContext = fx.volumeContext(vctx)
 					_, err = fx.ns.NodePublishVolume(context.Background(), publish)
 				}
-				wantCode(t, err, tc.code, tc.msg...)
+				csitest.WantCode(t, err, tc.code, tc.msg...)
 				if tc.code != codes.OK {
 					if fx.mountAt(fx.staging) != nil || fx.mountAt(fx.target) != nil {
 						t.Error("something was mounted although the call was refused")

@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/carve-csi/carve/internal/csiserver/csitest"
 	"github.com/carve-csi/carve/internal/metrics"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/volume"
@@ -58,7 +59,7 @@ func TestBadClassHasNoCapacity(t *testing.T) {
 				}
 			}
 			_, err := fx.cs.CreateVolume(ctx, createReq("new-in-bad-class", gib, map[string]string{volume.ParamDeviceClass: tt.class}))
-			wantCode(t, err, codes.ResourceExhausted, "cannot make volumes of device class "+tt.class)
+			csitest.WantCode(t, err, codes.ResourceExhausted, "cannot make volumes of device class "+tt.class)
 		})
 	}
 }
@@ -131,5 +132,5 @@ func TestStageVolumeGroupMissing(t *testing.T) {
 	fx := newNodeFixture(t)
 	fx.lvm.HideVG("vg1")
 	_, err := fx.ns.NodeStageVolume(context.Background(), fx.stageReq(mountCap("", sw)))
-	wantCode(t, err, codes.NotFound, "volume group vg1 is missing")
+	csitest.WantCode(t, err, codes.NotFound, "volume group vg1 is missing")
 }

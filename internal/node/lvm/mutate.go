@@ -152,15 +152,11 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	if size > MaxSize {
 		return nil, invalid("size %d is larger than %d bytes", size, uint64(MaxSize))
 	}
-	unlock, err := c.locks.Lock(ctx, vg)
+	lv, unlock, err := c.lockLV(ctx, vg, name, "extending")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { unlock() }()
-	lv, err := c.GetLV(ctx, vg, name)
-	if err != nil {
-		return nil, fmt.Errorf("extending: %w", err)
-	}
 	if lv.Size >= size {
 		return lv, nil
 	}
@@ -182,6 +178,22 @@ func (c *Client) ExtendLV(ctx context.Context, vg, name string, size uint64) (*L
 	return c.GetLV(ctx, vg, name)
 }
 
+// lockLV takes vg's lock and reads vg/name under it; what, the operation,
+// prefixes a failed read. Unless err is set, the caller holds the lock
+// and releases it with unlock.
+func (c *Client) lockLV(ctx context.Context, vg, name, what string) (lv *LogicalVolume, unlock func(), err error) {
+	unlock, err = c.locks.Lock(ctx, vg)
+	if err != nil {
+		return nil, nil, err
+	}
+	lv, err = c.GetLV(ctx, vg, name)
+	if err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return lv, unlock, nil
+}
+
 // ActivateLV activates vg/name (a thin LV's pool with it, activation-skip
 // ignored) and returns it; an active LV needs no lvchange. An lvchange that
 // leaves it inactive (activation/volume_list) is an error that says so.
@@ -189,15 +201,11 @@ func (c *Client) ActivateLV(ctx context.Context, vg, name string) (*LogicalVolum
 	if err := validateLV(vg, name); err != nil {
 		return nil, err
 	}
-	unlock, err := c.locks.Lock(ctx, vg)
+	lv, unlock, err := c.lockLV(ctx, vg, name, "activating")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { unlock() }()
-	lv, err := c.GetLV(ctx, vg, name)
-	if err != nil {
-		return nil, fmt.Errorf("activating: %w", err)
-	}
 	if lv.Attr.Active {
 		return lv, nil
 	}

@@ -19,6 +19,7 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/node/provision"
 	"github.com/carve-csi/carve/internal/nodeca"
+	"github.com/carve-csi/carve/internal/nodeca/nodecatest"
 )
 
 // fileReader serves sources from files: id -> path.
@@ -66,14 +67,7 @@ func newCopyEnv(t *testing.T) *copyEnv {
 // when not needed).
 func newCopyEnvOf(t testing.TB, path string, data []byte) *copyEnv {
 	t.Helper()
-	ca, err := nodeca.NewCA(nodeca.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := nodeca.NewIssuer(ca, nodeca.IssuerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, iss := nodecatest.NewIssuer(t)
 	e := &copyEnv{trust: nodeca.NewPool(ca.Cert), iss: iss, now: time.Now(), source: "node-a/vg/snap", data: data}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -35,6 +35,15 @@ func blockSnaps(t *testing.T) (lvs []lvm.LogicalVolume, id func(name string) str
 	return lvs, func(name string) string { return volume.SnapshotID("node-b", "vg1", volume.SnapshotLVNameFor(name)) }
 }
 
+// blocksOf is the block map of snap: what is allocated when base is "",
+// else what changed since base; id names the snapshots.
+func blocksOf(t *testing.T, p *Provisioner, id func(string) string, base, snap string) (BlockMap, error) {
+	if base == "" {
+		return p.SnapshotAllocated(t.Context(), id(snap))
+	}
+	return p.SnapshotDelta(t.Context(), id(base), id(snap))
+}
+
 // TestSnapshotBlocks: a thin snapshot's allocated blocks are its
 // mappings, a thick one's the whole volume; a thin delta is thin_delta
 // between the two snapshots, a thick delta the union of both exception
@@ -65,13 +74,7 @@ func TestSnapshotBlocks(t *testing.T) {
 			p := remoteProvisioner(t, f, nil)
 			finder := &changeFinder{set: found}
 			p.cfg.Changes = finder
-			var m BlockMap
-			var err error
-			if tt.base == "" {
-				m, err = p.SnapshotAllocated(t.Context(), id(tt.snap))
-			} else {
-				m, err = p.SnapshotDelta(t.Context(), id(tt.base), id(tt.snap))
-			}
+			m, err := blocksOf(t, p, id, tt.base, tt.snap)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,13 +200,7 @@ func TestSnapshotBlocksActivateOnlyWhatTheyRead(t *testing.T) {
 			p.cfg.LVM = f
 			p.cfg.IsDeviceNode = func(string) bool { return false }
 			p.cfg.Changes = &changeFinder{}
-			var m BlockMap
-			var err error
-			if tt.base == "" {
-				m, err = p.SnapshotAllocated(t.Context(), id(tt.snap))
-			} else {
-				m, err = p.SnapshotDelta(t.Context(), id(tt.base), id(tt.snap))
-			}
+			m, err := blocksOf(t, p, id, tt.base, tt.snap)
 			if (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) || f.activations != tt.wantActivations {
 				t.Fatalf("got %v (%v) after %d activations; want an error saying %q, %d activations", m.Blocks, err, f.activations, tt.wantErr, tt.wantActivations)
 			}
@@ -261,12 +258,7 @@ func TestSnapshotBlocksReadThinIDsFromLVM(t *testing.T) {
 			p.cfg.IsDeviceNode = func(string) bool { return false }
 			finder := &changeFinder{set: changemap.Set{{Off: 0, Len: 64 << 10}}, poolActive: tt.poolActive}
 			p.cfg.Changes = finder
-			var err error
-			if tt.base == "" {
-				_, err = p.SnapshotAllocated(t.Context(), id("new"))
-			} else {
-				_, err = p.SnapshotDelta(t.Context(), id(tt.base), id("new"))
-			}
+			_, err := blocksOf(t, p, id, tt.base, "new")
 			if (tt.wantActivations == 0) != (err == nil) || f.activations != tt.wantActivations || strings.Join(finder.asked, ";") != tt.wantAsked {
 				t.Fatalf("got %v after %d activations, asked %q; want %d activations, asked %q", err, f.activations, finder.asked, tt.wantActivations, tt.wantAsked)
 			}

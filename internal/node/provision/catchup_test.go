@@ -184,23 +184,43 @@ func TestCatchUp(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// catchUpSize is the size of a catch-up source's volume.
+const catchUpSize = 64 << 20
+
+// catchUpSource is a catch-up's source on node-b: the active thin volume
+// of pvc-source in vg1's pool0, its active snapshot seed, and their IDs.
+type catchUpSource struct {
+	vol, seed lvm.LogicalVolume
+	id, base  string
+}
+
+func newCatchUpSource() catchUpSource {
+	name, snapLV := volume.LVNameFor("pvc-source"), volume.SnapshotLVNameFor("seed")
+	return catchUpSource{
+		vol: lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: catchUpSize, Tags: volume.VolumeTags("pvc-source", "thin", nil), Pool: "pool0",
+			Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}},
+		seed: lvm.LogicalVolume{VolumeGroup: "vg1", Name: snapLV, Size: catchUpSize, Tags: volume.SnapshotTags("seed", "thin", name), Pool: "pool0",
+			Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}},
+		id:   volume.VolumeID("vg1", name),
+		base: volume.SnapshotID("node-b", "vg1", snapLV),
+	}
+}
+
 // TestDeltaSource: the source of a catch-up is a carve volume of this
 // node, not open and not being copied into, with the base one of its own
 // snapshots here; ReadDelta fails a read after which the volume is open.
 func TestDeltaSource(t *testing.T) {
-	const size = 64 << 20
-	name := volume.LVNameFor("pvc-source")
-	id := volume.VolumeID("vg1", name)
-	snapLV := volume.SnapshotLVNameFor("seed")
-	base := volume.SnapshotID("node-b", "vg1", snapLV)
+	const size = catchUpSize
+	src := newCatchUpSource()
+	name, snapLV, id, base := src.vol.Name, src.seed.Name, src.id, src.base
 	vol := func(change func(lv *lvm.LogicalVolume)) []lvm.LogicalVolume {
-		lv := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-source", "thin", nil), Pool: "pool0",
-			Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+		lv := src.vol
+		lv.Tags = slices.Clone(lv.Tags)
 		if change != nil {
 			change(&lv)
 		}
-		snap := lvm.LogicalVolume{VolumeGroup: "vg1", Name: snapLV, Size: size, Tags: volume.SnapshotTags("seed", "thin", name), Pool: "pool0",
-			Attr: lvm.Attributes{Type: lvm.TypeThin}}
+		snap := src.seed
+		snap.Attr.Active = false
 		other := lvm.LogicalVolume{VolumeGroup: "vg1", Name: volume.SnapshotLVNameFor("other"), Size: size,
 			Tags: volume.SnapshotTags("other", "thin", volume.LVNameFor("pvc-other")), Pool: "pool0", Attr: lvm.Attributes{Type: lvm.TypeThin}}
 		return []lvm.LogicalVolume{lv, snap, other}
@@ -312,16 +332,11 @@ func (c *changeFinder) SnapshotChanges(_ context.Context, vg, snap string) (chan
 // ChangeFinder, and a failure of the metadata path fall back to the
 // compare, saying why.
 func TestReadDeltaChanges(t *testing.T) {
-	const size = 64 << 20
-	name := volume.LVNameFor("pvc-source")
-	id := volume.VolumeID("vg1", name)
-	snapLV := volume.SnapshotLVNameFor("seed")
-	base := volume.SnapshotID("node-b", "vg1", snapLV)
+	const size = catchUpSize
+	src := newCatchUpSource()
+	name, snapLV, id, base := src.vol.Name, src.seed.Name, src.id, src.base
 	found := changemap.Set{{Off: 1 << 20, Len: 64 << 10}}
-	thinVol := lvm.LogicalVolume{VolumeGroup: "vg1", Name: name, Size: size, Tags: volume.VolumeTags("pvc-source", "thin", nil), Pool: "pool0",
-		Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
-	thinSnap := lvm.LogicalVolume{VolumeGroup: "vg1", Name: snapLV, Size: size, Tags: volume.SnapshotTags("seed", "thin", name), Pool: "pool0",
-		Attr: lvm.Attributes{Type: lvm.TypeThin, Active: true}}
+	thinVol, thinSnap := src.vol, src.seed
 	thickVol := thinVol
 	thickVol.Pool, thickVol.Attr.Type, thickVol.Tags = "", lvm.TypeThick, volume.VolumeTags("pvc-source", "fast", nil)
 	cowSnap := thinSnap

@@ -50,27 +50,49 @@ func newLifecycleOf(t *testing.T, classes string) *lifecycle {
 	f.AddVG("vg1", 10<<30)
 	f.AddThinPool("vg1", "pool", 4<<30)
 	f.AddVG("vg2", 2<<30)
-	cfg, err := deviceclass.Parse([]byte(classes))
+	l := &lifecycle{lvm: f, copier: &provisiontest.Copier{}, eraser: &provisiontest.Eraser{}, cfg: classesOf(t, classes), marks: tempMarks(t), locks: volumelock.New()}
+	l.restart(t)
+	return l
+}
+
+// fastVG1 is a device-class file of one class, fast, on vg1.
+const fastVG1 = "deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"
+
+// classesOf is the device classes of a device-class file.
+func classesOf(t *testing.T, file string) *deviceclass.Config {
+	t.Helper()
+	cfg, err := deviceclass.Parse([]byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// tempMarks is a marks store in a temporary directory.
+func tempMarks(t *testing.T) *marks.Marks {
+	t.Helper()
 	m, err := marks.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lifecycle{lvm: f, copier: &provisiontest.Copier{}, eraser: &provisiontest.Eraser{}, cfg: cfg, marks: m, locks: volumelock.New()}
-	l.restart(t)
-	return l
+	return m
+}
+
+// refreshedView is a view of cfg over r, refreshed once.
+func refreshedView(t *testing.T, r vgview.Reporter, cfg *deviceclass.Config) *vgview.View {
+	t.Helper()
+	view := vgview.New(r, cfg, nil)
+	if err := view.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return view
 }
 
 // restart builds a new view and provisioner over the same LVM, as a node
 // agent's restart does.
 func (l *lifecycle) restart(t *testing.T) {
 	t.Helper()
-	l.view = vgview.New(l.lvm, l.cfg, nil)
-	if err := l.view.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	l.view = refreshedView(t, l.lvm, l.cfg)
 	l.p = New(Config{NodeName: "node-a", Classes: l.cfg, LVM: l.lvm, View: l.view, Copier: l.copier, Eraser: l.eraser, Marks: l.marks, Locks: l.locks,
 		Snapshots: l.snapshots, IsDeviceNode: l.isDeviceNode})
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
@@ -31,18 +30,9 @@ func newVG1LVM(lvs ...lvm.LogicalVolume) *provisiontest.LVM {
 // directory.
 func orphanProvisioner(t *testing.T, f *provisiontest.LVM) (*Provisioner, *vgview.View, *volumelock.Locks, *marks.Marks) {
 	t.Helper()
-	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	view := vgview.New(f, cfg, nil)
-	if err := view.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	m, err := marks.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := classesOf(t, fastVG1)
+	view := refreshedView(t, f, cfg)
+	m := tempMarks(t)
 	locks := volumelock.New()
 	return New(Config{NodeName: "node-a", Classes: cfg, LVM: f, View: view, Locks: locks, Marks: m}), view, locks, m
 }

@@ -8,11 +8,8 @@ import (
 
 	"github.com/carve-csi/carve/api/moveapi"
 	"github.com/carve-csi/carve/internal/node/blockcopy"
-	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
-	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
-	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -39,20 +36,8 @@ func (f pullerFunc) Pull(ctx context.Context, src RemoteSource, dst string, spar
 // thin class; its device nodes are files under a temporary directory.
 func remoteProvisioner(t *testing.T, f *provisiontest.LVM, p Puller) *Provisioner {
 	t.Helper()
-	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n  - name: thin\n    volumeGroup: vg1\n    thinPool: pool0\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	view := vgview.New(f, cfg, nil)
-	if err := view.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	m, err := marks.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := t.TempDir()
-	return New(Config{NodeName: "node-b", Classes: cfg, LVM: f, View: view, Marks: m, Puller: p, DevDir: dev,
+	cfg := classesOf(t, fastVG1+"  - name: thin\n    volumeGroup: vg1\n    thinPool: pool0\n")
+	return New(Config{NodeName: "node-b", Classes: cfg, LVM: f, View: refreshedView(t, f, cfg), Marks: tempMarks(t), Puller: p, DevDir: t.TempDir(),
 		IsDeviceNode: func(string) bool { return true }})
 }
 

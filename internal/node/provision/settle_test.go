@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
-	"github.com/carve-csi/carve/internal/node/marks"
 	"github.com/carve-csi/carve/internal/node/provision/provisiontest"
-	"github.com/carve-csi/carve/internal/node/vgview"
 	"github.com/carve-csi/carve/internal/volume"
 )
 
@@ -52,20 +49,10 @@ func (f *settleLVM) Settle(ctx context.Context, _ string) error {
 // check passes on free space the command is taking (review 2026-11-26,
 // "Races": the spare could be overcommitted once).
 func TestRoomHeldWhileAnAbandonedLVCreateRuns(t *testing.T) {
-	cfg, err := deviceclass.Parse([]byte("deviceClasses:\n  - name: fast\n    volumeGroup: vg1\n    default: true\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := marks.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := classesOf(t, fastVG1)
 	f := &settleLVM{LVM: newVG1LVM(), started: make(chan struct{}), release: make(chan struct{}), finished: make(chan struct{})}
-	view := vgview.New(f, cfg, nil)
-	if err := view.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p := New(Config{NodeName: "node-a", Classes: cfg, LVM: f, View: view, Marks: m})
+	view := refreshedView(t, f, cfg)
+	p := New(Config{NodeName: "node-a", Classes: cfg, LVM: f, View: view, Marks: tempMarks(t)})
 	class, _ := cfg.Class("fast")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {

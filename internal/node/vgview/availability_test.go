@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/carve-csi/carve/internal/metrics"
-	"github.com/carve-csi/carve/internal/node/deviceclass"
 	"github.com/carve-csi/carve/internal/node/lvm"
 )
 
@@ -21,13 +20,7 @@ import (
 // cannot take volumes (its volume group gone included, which had no series
 // at all before), 1 otherwise.
 func TestClassAvailabilitySeries(t *testing.T) {
-	cfg := testConfig()
-	cfg.DeviceClasses = append(cfg.DeviceClasses, deviceclass.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
-	good := func() lvm.Report {
-		r := testReport()
-		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: 1})
-		return r
-	}
+	cfg, good := fastOnVG2(1)
 	tests := []struct {
 		name   string
 		change func(r *lvm.Report, rep *fakeReporter)

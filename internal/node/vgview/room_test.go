@@ -99,17 +99,17 @@ func TestExtendedCountsAtOnce(t *testing.T) {
 	}
 	thick, _ := cfg.Class("thick")
 	thin, _ := cfg.Class("thin")
-	b, _ := v.LV("vg1", "b")
-	grownB := b
-	grownB.Size = 4 * gi
-	v.Extended(b, grownB)
+	grow := func(name string, size uint64) {
+		lv, _ := v.LV("vg1", name)
+		grown := lv
+		grown.Size = size
+		v.Extended(lv, grown)
+	}
+	grow("b", 4*gi)
 	if c, _ := v.Capacity(thick); c.Available != 6*gi {
 		t.Errorf("thick capacity after growing b by 3Gi = %d, want 6Gi", c.Available)
 	}
-	a, _ := v.LV("vg1", "a")
-	grownA := a
-	grownA.Size = 6 * gi
-	v.Extended(a, grownA)
+	grow("a", 6*gi)
 	// virtual room 16 - 6 = 10Gi; real room 12Gi.
 	if c, _ := v.Capacity(thin); c.Available != 10*gi {
 		t.Errorf("thin capacity after growing a by 5Gi = %d, want 10Gi", c.Available)

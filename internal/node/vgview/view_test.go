@@ -158,6 +158,19 @@ func testConfig() *deviceclass.Config {
 	}}
 }
 
+// fastOnVG2 is testConfig with a third class, fast, on a volume group of
+// its own, vg2, and testReport with vg2 in it: 4 GiB, 3 GiB free, on pvs
+// physical volumes.
+func fastOnVG2(pvs int) (*deviceclass.Config, func() lvm.Report) {
+	cfg := testConfig()
+	cfg.DeviceClasses = append(cfg.DeviceClasses, deviceclass.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
+	return cfg, func() lvm.Report {
+		r := testReport()
+		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: pvs})
+		return r
+	}
+}
+
 func testReport() lvm.Report {
 	return lvm.Report{
 		VolumeGroups: []lvm.VolumeGroup{
@@ -360,11 +373,9 @@ func TestViewRunRefreshesAfterMutation(t *testing.T) {
 // reason in Capacity and Ready, while the other classes keep their fresh
 // capacity. Only carve's volume groups are read.
 func TestViewOneBadClassLeavesTheOthers(t *testing.T) {
-	cfg := testConfig()
-	cfg.DeviceClasses = append(cfg.DeviceClasses, deviceclass.DeviceClass{Name: "fast", VolumeGroup: "vg2"})
+	cfg, withVG2 := fastOnVG2(2)
 	good := func() lvm.Report {
-		r := testReport()
-		r.VolumeGroups = append(r.VolumeGroups, lvm.VolumeGroup{Name: "vg2", Size: 4 * gi, Free: 3 * gi, ExtentSize: ex, PVCount: 2})
+		r := withVG2()
 		r.LogicalVolumes = append(r.LogicalVolumes, lvm.LogicalVolume{Name: "f", VolumeGroup: "vg2", Size: gi, Tags: []string{volume.TagOwner, volume.TagClassPrefix + "fast"}})
 		return r
 	}

@@ -250,6 +250,24 @@ func (f *LVM) takeFailure() error {
 	return err
 }
 
+// refusal is why a change in vg fails before it starts: the failure set
+// for the next call, or vg hidden; f.mu is held.
+func (f *LVM) refusal(vg string) error {
+	if err := f.takeFailure(); err != nil {
+		return err
+	}
+	return f.vgErrLocked(vg)
+}
+
+// changeableLV is the LV a change is asked of: the failure set for the
+// next call, else lvLocked's answer; f.mu is held.
+func (f *LVM) changeableLV(vg, name string) (*lvm.LogicalVolume, error) {
+	if err := f.takeFailure(); err != nil {
+		return nil, err
+	}
+	return f.lvLocked(vg, name)
+}
+
 func (f *LVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.LogicalVolume, error) {
 	if f.OnCreate != nil {
 		f.OnCreate(req)
@@ -298,10 +316,7 @@ func (f *LVM) CreateLV(ctx context.Context, req lvm.CreateRequest) (*lvm.Logical
 func (f *LVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.LogicalVolume, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return nil, err
-	}
-	lv, err := f.lvLocked(vg, name)
+	lv, err := f.changeableLV(vg, name)
 	if err != nil {
 		return nil, err
 	}
@@ -326,10 +341,7 @@ func (f *LVM) ExtendLV(ctx context.Context, vg, name string, size uint64) (*lvm.
 func (f *LVM) RemoveLV(ctx context.Context, vg, name string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return err
-	}
-	if err := f.vgErrLocked(vg); err != nil {
+	if err := f.refusal(vg); err != nil {
 		return err
 	}
 	key := vg + "/" + name
@@ -366,10 +378,7 @@ func (f *LVM) RemoveLV(ctx context.Context, vg, name string) error {
 func (f *LVM) RenameLV(ctx context.Context, vg, name, newName string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return err
-	}
-	lv, err := f.lvLocked(vg, name)
+	lv, err := f.changeableLV(vg, name)
 	if err != nil {
 		return err
 	}
@@ -391,10 +400,7 @@ func (f *LVM) DeleteTags(ctx context.Context, vg, name string, tags ...string) e
 func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return err
-	}
-	if err := f.vgErrLocked(vg); err != nil {
+	if err := f.refusal(vg); err != nil {
 		return err
 	}
 	lv, err := f.lvLocked(vg, name)
@@ -416,10 +422,7 @@ func (f *LVM) ChangeTags(ctx context.Context, vg, name string, add, del []string
 func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return err
-	}
-	lv, err := f.lvLocked(vg, name)
+	lv, err := f.changeableLV(vg, name)
 	if err != nil {
 		return err
 	}
@@ -437,10 +440,7 @@ func (f *LVM) DeactivateLV(ctx context.Context, vg, name string) error {
 func (f *LVM) ActivateLV(ctx context.Context, vg, name string) (*lvm.LogicalVolume, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	if err := f.takeFailure(); err != nil {
-		return nil, err
-	}
-	lv, err := f.lvLocked(vg, name)
+	lv, err := f.changeableLV(vg, name)
 	if err != nil {
 		return nil, err
 	}

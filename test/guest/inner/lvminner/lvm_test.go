@@ -20,6 +20,20 @@ func newClient(vg *lvmtest.LoopVG) *lvm.Client {
 	return lvm.New(lvm.Options{Timeout: 2 * time.Minute, Env: vg.Env()})
 }
 
+// newThinLV is a new 1 GiB volume group with the thin pool "pool" of
+// poolSize, a client of it, and the thin LV name of size made in the pool.
+func newThinLV(t *testing.T, poolSize uint64, name string, size uint64) (*lvmtest.LoopVG, *lvm.Client, *lvm.LogicalVolume) {
+	t.Helper()
+	vg := newVG(t, gib)
+	newThinPool(t, vg, "pool", poolSize)
+	c := newClient(vg)
+	lv, err := c.CreateLV(testContext(t), lvm.CreateRequest{VolumeGroup: vg.Name, Name: name, Size: size, ThinPool: "pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vg, c, lv
+}
+
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -75,13 +89,7 @@ func TestActivation(t *testing.T) {
 // active, and after data is written Report shows the pool's usage.
 func TestThinVolumeAndPoolUsage(t *testing.T) {
 	ctx := testContext(t)
-	vg := newVG(t, gib)
-	newThinPool(t, vg, "pool", 128*mib)
-	c := newClient(vg)
-	lv, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "thin1", Size: 512 * mib, ThinPool: "pool"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vg, c, lv := newThinLV(t, 128*mib, "thin1", 512*mib)
 	if !isBlockDevice(lv.Path) {
 		t.Fatalf("%s is not a block device", lv.Path)
 	}
@@ -116,13 +124,7 @@ func TestThinVolumeAndPoolUsage(t *testing.T) {
 // data from the moment it was taken while the origin changes.
 func TestThinSnapshot(t *testing.T) {
 	ctx := testContext(t)
-	vg := newVG(t, gib)
-	newThinPool(t, vg, "pool", 256*mib)
-	c := newClient(vg)
-	origin, err := c.CreateLV(ctx, lvm.CreateRequest{VolumeGroup: vg.Name, Name: "origin", Size: 64 * mib, ThinPool: "pool"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vg, c, origin := newThinLV(t, 256*mib, "origin", 64*mib)
 	fill(t, origin.Path, 'A', int(4*mib))
 	snap, err := c.CreateThinSnapshot(ctx, vg.Name, "origin", "snap", []string{"carve.dev/snapshot"})
 	if err != nil {

@@ -73,17 +73,28 @@ func TestBenchCreateDelete(t *testing.T) {
 			"--addtag", "carve.dev/owner=carve", "--addtag", "carve.dev/class="+class, e.vg.Name); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
-			t.Fatal(err)
-		}
+		e.removeRaw(t, ctx, lv)
 		return time.Since(start)
 	}
-	before := e.scrape()
-	carve, raw := interleave(e, rounds, viaCarve, viaLVM)
+	carve, raw, before, after := interleaveScraped(e, rounds, viaCarve, viaLVM)
 	report(t, "create+delete 64MiB", "carve CreateVolume+DeleteVolume", carve, "lvm lvcreate+lvremove", raw, 1.05)
-	after := e.scrape()
 	e.printLVMCommands("create+delete", before, after, rounds+1)
 	printPhaseMeans("create+delete", before, after, "create", "delete")
+}
+
+// interleaveScraped is interleave between two scrapes of carve's metrics.
+func interleaveScraped(e *env, rounds int, a, b func(ctx context.Context, i int) time.Duration) (as, bs []time.Duration, before, after plugintest.Metrics) {
+	before = e.scrape()
+	as, bs = interleave(e, rounds, a, b)
+	return as, bs, before, e.scrape()
+}
+
+// removeRaw removes the raw side's LV lv, untimed.
+func (e *env) removeRaw(t *testing.T, ctx context.Context, lv string) {
+	t.Helper()
+	if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // interleave runs a warm-up round of each, then rounds of both, alternating
@@ -287,13 +298,10 @@ func TestBenchNodeStage(t *testing.T) {
 		if _, err := plugintest.Run(ctx, "umount", dir); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
-			t.Fatal(err)
-		}
+		e.removeRaw(t, ctx, lv)
 		return d
 	}
-	before := e.scrape()
-	carve, raw := interleave(e, rounds, viaCarve, viaTools)
+	carve, raw, before, after := interleaveScraped(e, rounds, viaCarve, viaTools)
 	report(t, "stage 1GiB ext4", "carve NodeStageVolume", carve, "mkfs.ext4 "+strings.Join(mkfsExt4, " ")+" -F -m0 + mount", raw, 1.10)
 	probes = probes[1:] // the warm-up round's
 	safe := make([]time.Duration, len(raw))
@@ -303,7 +311,6 @@ func TestBenchNodeStage(t *testing.T) {
 	fmt.Printf("BENCH stage 1GiB ext4 against the same safe sequence by hand (blkid -p, then mkfs.ext4 + mount): carve/raw %.2f "+
 		"(blkid median %s, blkid+mkfs+mount median %s over %d rounds)\n",
 		float64(median(carve))/float64(median(safe)), median(probes), median(safe), len(safe))
-	after := e.scrape()
 	// Where a stage's time goes, from carve's own step histograms.
 	var parts []string
 	for _, step := range []string{"signature_check", "mkfs", "mount"} {
@@ -444,14 +451,10 @@ func TestBenchSnapshotCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := time.Since(start)
-		if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
-			t.Fatal(err)
-		}
+		e.removeRaw(t, ctx, lv)
 		return d
 	}
-	before := e.scrape()
-	carve, raw := interleave(e, rounds, viaCarve, viaLVM)
-	after := e.scrape()
+	carve, raw, before, after := interleaveScraped(e, rounds, viaCarve, viaLVM)
 	report(t, "thin snapshot create", "carve CreateSnapshot", carve, "lvm lvcreate --snapshot", raw, 1.10)
 	e.printLVMCommands("snapshot", before, after, rounds+1)
 	ctx, cancel := e.ctx()
@@ -507,14 +510,10 @@ func TestBenchRestoreCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := time.Since(start)
-		if _, err := e.vg.LVM(ctx, "lvremove", "--yes", e.vg.Name+"/"+lv); err != nil {
-			t.Fatal(err)
-		}
+		e.removeRaw(t, ctx, lv)
 		return d
 	}
-	before := e.scrape()
-	carve, raw := interleave(e, rounds, viaCarve, viaRaw)
-	after := e.scrape()
+	carve, raw, before, after := interleaveScraped(e, rounds, viaCarve, viaRaw)
 	report(t, fmt.Sprintf("thick restore %dMiB", size/mib), "carve CreateVolume from snapshot", carve, "lvcreate+dd+lvchange", raw, 1.10)
 	l := map[string]string{"phase": "restore", "step": "copy"}
 	n := after.HistogramCount("carve_step_duration_seconds", l) - before.HistogramCount("carve_step_duration_seconds", l)

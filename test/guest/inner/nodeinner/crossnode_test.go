@@ -24,6 +24,7 @@ import (
 	nodeagentv1 "github.com/carve-csi/carve/api/nodeagent/v1"
 	"github.com/carve-csi/carve/internal/controller/router"
 	"github.com/carve-csi/carve/internal/nodeca"
+	"github.com/carve-csi/carve/internal/nodeca/nodecatest"
 	"github.com/carve-csi/carve/internal/topology"
 	"github.com/carve-csi/carve/internal/volume"
 	"github.com/carve-csi/carve/test/harness/lvmtest"
@@ -85,7 +86,7 @@ func newCluster(t *testing.T, vgSize, poolSize int64) *cluster {
 	if err := plugintest.LoopbackUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ca, iss, ctrl := plugintest.NewControllerIssuer(t)
+	ca, iss, ctrl := nodecatest.NewControllerIssuer(t)
 	c := &cluster{t: t, iss: iss, ctrl: nodeca.NewKeypair(ctrl), trust: nodeca.NewPool(ca.Cert),
 		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}),
 		nodes: map[string]*agentNode{}, pvs: map[string][]string{}}

@@ -281,12 +281,37 @@ func (e *env) stepCount(step string) uint64 {
 }
 
 // fsCases are the filesystems carve formats; xfs needs 300 MiB at least.
-var fsCases = []struct {
+// fsCase is a filesystem and the sizes its volume is made with and
+// expanded to.
+type fsCase struct {
 	fsType       string
 	size, larger int64
-}{
+}
+
+var fsCases = []fsCase{
 	{"ext4", 64 * mib, 128 * mib},
 	{"xfs", 320 * mib, 512 * mib},
+}
+
+// fsVolume is a new volume for a mount of an fsCase's filesystem: its
+// capability, ID, device node and paths.
+type fsVolume struct {
+	capability *csi.VolumeCapability
+	id, dev    string
+	p          paths
+}
+
+// eachFS runs f in a subtest per fsCase, on a new volume named prefix and
+// the case's filesystem.
+func (e *env) eachFS(prefix string, f func(t *testing.T, tc fsCase, v fsVolume)) {
+	for _, tc := range fsCases {
+		e.run(tc.fsType, func(t *testing.T) {
+			capability := plugintest.MountCapability(tc.fsType)
+			name := prefix + tc.fsType
+			id := e.create(name, tc.size, capability)
+			f(t, tc, fsVolume{capability: capability, id: id, dev: plugintest.MustDevicePath(t, id), p: e.paths(name)})
+		})
+	}
 }
 
 // TestDataSafety: stage, publish, write, unpublish, unstage, restart the
@@ -295,50 +320,44 @@ var fsCases = []struct {
 func TestDataSafety(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "datasafety", 2048*mib)
-	for _, tc := range fsCases {
-		e.run(tc.fsType, func(t *testing.T) {
-			capability := plugintest.MountCapability(tc.fsType)
-			name := "data-safety-" + tc.fsType
-			id := e.create(name, tc.size, capability)
-			dev := plugintest.MustDevicePath(t, id)
-			p := e.paths(name)
-			mkfsBefore := e.stepCount("mkfs")
-			e.stagePublish(id, p, capability)
-			if got := e.stepCount("mkfs") - mkfsBefore; got != 1 {
-				t.Errorf("first stage of a blank volume ran mkfs %d times, want 1", got)
-			}
-			uuid, err := plugintest.FilesystemUUID(context.Background(), dev)
-			if err != nil || uuid == "" {
-				t.Fatalf("no filesystem UUID on %s after the first stage: %q %v", dev, uuid, err)
-			}
-			data := make([]byte, 4*mib)
-			rand.Read(data)
-			writeSynced(t, filepath.Join(p.target, "data.bin"), data)
-			e.unpublishUnstage(id, p)
+	e.eachFS("data-safety-", func(t *testing.T, _ fsCase, v fsVolume) {
+		capability, id, dev, p := v.capability, v.id, v.dev, v.p
+		mkfsBefore := e.stepCount("mkfs")
+		e.stagePublish(id, p, capability)
+		if got := e.stepCount("mkfs") - mkfsBefore; got != 1 {
+			t.Errorf("first stage of a blank volume ran mkfs %d times, want 1", got)
+		}
+		uuid, err := plugintest.FilesystemUUID(context.Background(), dev)
+		if err != nil || uuid == "" {
+			t.Fatalf("no filesystem UUID on %s after the first stage: %q %v", dev, uuid, err)
+		}
+		data := make([]byte, 4*mib)
+		rand.Read(data)
+		writeSynced(t, filepath.Join(p.target, "data.bin"), data)
+		e.unpublishUnstage(id, p)
 
-			e.stop()
-			e.start()
-			e.stagePublish(id, p, capability)
-			if got := e.stepCount("mkfs"); got != 0 {
-				t.Errorf("stage after the restart ran mkfs %d times: the volume was formatted again", got)
-			}
-			if got := e.stepCount("signature_check"); got == 0 {
-				t.Error("stage after the restart did not count a signature check")
-			}
-			after, err := plugintest.FilesystemUUID(context.Background(), dev)
-			if err != nil || after != uuid {
-				t.Errorf("filesystem UUID of %s was %q, is %q after the restart (%v)", dev, uuid, after, err)
-			}
-			got, err := os.ReadFile(filepath.Join(p.target, "data.bin"))
-			if err != nil {
-				t.Fatalf("reading the file back after the restart: %v", err)
-			}
-			if !bytes.Equal(got, data) {
-				t.Errorf("the file read back after the restart differs (%d bytes, want %d)", len(got), len(data))
-			}
-			e.unpublishUnstage(id, p)
-		})
-	}
+		e.stop()
+		e.start()
+		e.stagePublish(id, p, capability)
+		if got := e.stepCount("mkfs"); got != 0 {
+			t.Errorf("stage after the restart ran mkfs %d times: the volume was formatted again", got)
+		}
+		if got := e.stepCount("signature_check"); got == 0 {
+			t.Error("stage after the restart did not count a signature check")
+		}
+		after, err := plugintest.FilesystemUUID(context.Background(), dev)
+		if err != nil || after != uuid {
+			t.Errorf("filesystem UUID of %s was %q, is %q after the restart (%v)", dev, uuid, after, err)
+		}
+		got, err := os.ReadFile(filepath.Join(p.target, "data.bin"))
+		if err != nil {
+			t.Fatalf("reading the file back after the restart: %v", err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("the file read back after the restart differs (%d bytes, want %d)", len(got), len(data))
+		}
+		e.unpublishUnstage(id, p)
+	})
 }
 
 // TestOnlineExpansion: a published volume is expanded with NodeExpandVolume
@@ -347,71 +366,65 @@ func TestDataSafety(t *testing.T) {
 func TestOnlineExpansion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "expansion", 2048*mib)
-	for _, tc := range fsCases {
-		e.run(tc.fsType, func(t *testing.T) {
-			capability := plugintest.MountCapability(tc.fsType)
-			name := "expand-" + tc.fsType
-			id := e.create(name, tc.size, capability)
-			dev := plugintest.MustDevicePath(t, id)
-			p := e.paths(name)
-			e.stagePublish(id, p, capability)
-			before := fsSize(t, p.target)
-			// Data written before the resize must still be there after it.
-			data := make([]byte, mib)
-			rand.Read(data)
-			writeSynced(t, filepath.Join(p.target, "before.bin"), data)
+	e.eachFS("expand-", func(t *testing.T, tc fsCase, v fsVolume) {
+		capability, id, dev, p := v.capability, v.id, v.dev, v.p
+		e.stagePublish(id, p, capability)
+		before := fsSize(t, p.target)
+		// Data written before the resize must still be there after it.
+		data := make([]byte, mib)
+		rand.Read(data)
+		writeSynced(t, filepath.Join(p.target, "before.bin"), data)
 
-			ctx, cancel := e.ctx()
-			defer cancel()
-			if e.controllerExpands(ctx) {
-				rsp, err := e.controller().ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
-					VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: tc.larger}, VolumeCapability: capability,
-				})
-				if err != nil {
-					t.Fatalf("ControllerExpandVolume: %v", err)
-				}
-				t.Logf("ControllerExpandVolume: capacity %d, node expansion required %t", rsp.GetCapacityBytes(), rsp.GetNodeExpansionRequired())
-			}
-			rsp, err := e.node().NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
-				VolumeId: id, VolumePath: p.target, StagingTargetPath: p.staging,
-				CapacityRange: &csi.CapacityRange{RequiredBytes: tc.larger}, VolumeCapability: capability,
+		ctx, cancel := e.ctx()
+		defer cancel()
+		if e.controllerExpands(ctx) {
+			rsp, err := e.controller().ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
+				VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: tc.larger}, VolumeCapability: capability,
 			})
 			if err != nil {
-				t.Fatalf("NodeExpandVolume: %v", err)
+				t.Fatalf("ControllerExpandVolume: %v", err)
 			}
-			if rsp.GetCapacityBytes() < tc.larger {
-				t.Errorf("NodeExpandVolume returned capacity %d, want >= %d", rsp.GetCapacityBytes(), tc.larger)
-			}
-			out, err := plugintest.Run(ctx, "blockdev", "--getsize64", dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n, _ := strconv.ParseInt(string(bytes.TrimSpace([]byte(out))), 10, 64); n < tc.larger {
-				t.Errorf("%s is %d bytes after expansion, want >= %d", dev, n, tc.larger)
-			}
-			after := fsSize(t, p.target)
-			t.Logf("%s: statfs size %d -> %d bytes (device %d -> %d)", tc.fsType, before, after, tc.size, tc.larger)
-			// The filesystem must have taken (nearly) all the new space:
-			// metadata of the added space costs a few percent at most.
-			if grown, added := after-before, tc.larger-tc.size; grown < added*9/10 {
-				t.Errorf("%s grew by %d bytes on a device that grew by %d: not resized online", tc.fsType, grown, added)
-			}
-			got, err := os.ReadFile(filepath.Join(p.target, "before.bin"))
-			if err != nil || !bytes.Equal(got, data) {
-				t.Errorf("data written before the expansion is not intact (%v)", err)
-			}
-			stats, err := e.node().NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: p.target})
-			if err != nil {
-				t.Fatalf("NodeGetVolumeStats: %v", err)
-			}
-			for _, u := range stats.GetUsage() {
-				if u.GetUnit() == csi.VolumeUsage_BYTES && u.GetTotal() != after {
-					t.Errorf("NodeGetVolumeStats total %d bytes, statfs says %d", u.GetTotal(), after)
-				}
-			}
-			e.unpublishUnstage(id, p)
+			t.Logf("ControllerExpandVolume: capacity %d, node expansion required %t", rsp.GetCapacityBytes(), rsp.GetNodeExpansionRequired())
+		}
+		rsp, err := e.node().NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
+			VolumeId: id, VolumePath: p.target, StagingTargetPath: p.staging,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: tc.larger}, VolumeCapability: capability,
 		})
-	}
+		if err != nil {
+			t.Fatalf("NodeExpandVolume: %v", err)
+		}
+		if rsp.GetCapacityBytes() < tc.larger {
+			t.Errorf("NodeExpandVolume returned capacity %d, want >= %d", rsp.GetCapacityBytes(), tc.larger)
+		}
+		out, err := plugintest.Run(ctx, "blockdev", "--getsize64", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.ParseInt(string(bytes.TrimSpace([]byte(out))), 10, 64); n < tc.larger {
+			t.Errorf("%s is %d bytes after expansion, want >= %d", dev, n, tc.larger)
+		}
+		after := fsSize(t, p.target)
+		t.Logf("%s: statfs size %d -> %d bytes (device %d -> %d)", tc.fsType, before, after, tc.size, tc.larger)
+		// The filesystem must have taken (nearly) all the new space:
+		// metadata of the added space costs a few percent at most.
+		if grown, added := after-before, tc.larger-tc.size; grown < added*9/10 {
+			t.Errorf("%s grew by %d bytes on a device that grew by %d: not resized online", tc.fsType, grown, added)
+		}
+		got, err := os.ReadFile(filepath.Join(p.target, "before.bin"))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("data written before the expansion is not intact (%v)", err)
+		}
+		stats, err := e.node().NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: p.target})
+		if err != nil {
+			t.Fatalf("NodeGetVolumeStats: %v", err)
+		}
+		for _, u := range stats.GetUsage() {
+			if u.GetUnit() == csi.VolumeUsage_BYTES && u.GetTotal() != after {
+				t.Errorf("NodeGetVolumeStats total %d bytes, statfs says %d", u.GetTotal(), after)
+			}
+		}
+		e.unpublishUnstage(id, p)
+	})
 }
 
 // controllerExpands tells whether the plugin offers ControllerExpandVolume.

@@ -50,17 +50,35 @@ func proseLines(doc string) []string {
 	return out
 }
 
+// docFiles are the Markdown documents the doc tests read: docs/, the
+// README and the CHANGELOG.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "CHANGELOG.md"))
+}
+
+// readDoc is doc's path from root and its prose lines.
+func readDoc(t *testing.T, root, doc string) (rel string, lines []string) {
+	t.Helper()
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, _ = filepath.Rel(root, doc)
+	return rel, proseLines(string(b))
+}
+
 // TestDocLinks: every relative link in the README and docs/ names a file
 // of the repository, and every anchor a heading of the document it points
 // into, so that a renamed heading or a moved file breaks the build, not
 // the reader.
 func TestDocLinks(t *testing.T) {
 	root := repoRoot(t)
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "CHANGELOG.md"))
+	docs := docFiles(t, root)
 	link := regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 	code := regexp.MustCompile("`[^`]*`")
 	anchors := map[string]map[string]bool{}
@@ -77,12 +95,8 @@ func TestDocLinks(t *testing.T) {
 	}
 	checked := 0
 	for _, doc := range docs {
-		b, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, doc)
-		for _, line := range proseLines(string(b)) {
+		rel, lines := readDoc(t, root, doc)
+		for _, line := range lines {
 			for _, m := range link.FindAllStringSubmatch(code.ReplaceAllString(line, ""), -1) {
 				target := m[1]
 				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
@@ -127,23 +141,15 @@ func TestDocLinks(t *testing.T) {
 // the doc comment of the test it describes.
 const maxTableCell = 1000
 
-// TestDocTableCells: no table cell of the README or docs/ is longer than
+// TestDocTableCells: no table cell of the docs is longer than
 // maxTableCell characters.
 func TestDocTableCells(t *testing.T) {
 	root := repoRoot(t)
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append(docs, filepath.Join(root, "README.md"))
+	docs := docFiles(t, root)
 	cells := 0
 	for _, doc := range docs {
-		b, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, doc)
-		for _, line := range proseLines(string(b)) {
+		rel, lines := readDoc(t, root, doc)
+		for _, line := range lines {
 			if !strings.HasPrefix(line, "|") {
 				continue
 			}

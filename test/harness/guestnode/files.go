@@ -31,7 +31,9 @@ func (n *Node) files() ([]guestvm.File, error) {
 		{Name: "kubelet", Source: s.Kubelet},
 		{Name: "config/ca.crt", Data: ca},
 		{Name: "config/kubeconfig", Data: []byte(kubeconfig(s.Token))},
-		{Name: "config/kubelet.yaml", Data: []byte(kubeletConfig)},
+		{Name: "config/kubelet.yaml", Data: []byte(kubeletConfig())},
+		{Name: "config/kubelet.crt", Data: n.servingCert},
+		{Name: "config/kubelet.key", Data: n.servingKey, Mode: 0o600},
 		{Name: "config/containerd.toml", Data: []byte(containerdConfig)},
 		{Name: "config/cni.conflist", Data: []byte(cniConfig)},
 		{Name: "config/first-boot.sh", Data: []byte(s.FirstBoot + "\n")},
@@ -70,11 +72,12 @@ current-context: host
 }
 
 // kubeletConfig is a test bed's kubelet: anonymous read of its API (the
-// apiserver sends no client certificate here), cgroupfs on cgroup v2,
-// volume statistics every 15 s instead of every minute, and a pod resync
-// every 15 s instead of every minute (online expansion reaches a running
-// pod's volume at its next resync).
-const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+// apiserver sends no client certificate here), a serving certificate from
+// the host, cgroupfs on cgroup v2, volume statistics every 15 s instead of
+// every minute, and a pod resync every 15 s instead of every minute
+// (online expansion reaches a running pod's volume at its next resync).
+func kubeletConfig() string {
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failSwapOn: false
@@ -93,7 +96,10 @@ syncFrequency: 15s
 maxPods: 30
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 rotateCertificates: false
+tlsCertFile: ` + guestvm.GuestPath("config/kubelet.crt") + `
+tlsPrivateKeyFile: ` + guestvm.GuestPath("config/kubelet.key") + `
 `
+}
 
 const containerdConfig = `version = 2
 root = "/var/lib/containerd"

@@ -113,6 +113,12 @@ func (s *Spec) validate() error {
 type Node struct {
 	Spec Spec
 
+	// servingCert and servingKey (PEM) are the kubelet's serving
+	// certificate, given to it from the host: a kubelet that makes its own
+	// writes it to the system disk without a sync, and a power cut soon
+	// after leaves empty files the kubelet then refuses to start with.
+	servingCert, servingKey []byte
+
 	mu      sync.Mutex
 	running *run
 	seq     int
@@ -137,7 +143,11 @@ func New(spec Spec) (*Node, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	return &Node{Spec: spec}, nil
+	cert, key, err := servingCertificate(spec.Name, spec.NodeIP)
+	if err != nil {
+		return nil, fmt.Errorf("guestnode %s: %w", spec.Name, err)
+	}
+	return &Node{Spec: spec, servingCert: cert, servingKey: key}, nil
 }
 
 // Paths in the work directory.

@@ -585,7 +585,11 @@ func (c *Cluster) DumpLogs(lines int) {
 		fmt.Fprintf(os.Stderr, "----- last %d lines of %s (%s)\n%s\n", lines, p.Name, p.LogPath, p.Tail(lines))
 	}
 	for _, g := range c.GuestNodes {
-		for _, l := range []string{"boot", "kubelet"} {
+		// A boot that failed before this one (bootNew) left its logs too.
+		for _, l := range []string{"boot-failed-boot", "kubelet-failed-boot", "boot", "kubelet"} {
+			if _, err := os.Stat(g.LogPath(l)); err != nil && strings.HasSuffix(l, "-failed-boot") {
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "----- last %d lines of guest node %s's %s log (%s)\n%s\n", lines, g.Spec.Name, l, g.LogPath(l), tailFile(g.LogPath(l), lines))
 		}
 	}
